@@ -1,0 +1,98 @@
+# KeyLoad build. `make` builds bin/ and lib/; `make test` is the test command (README).
+# Protobuf C code is generated into build/gen by protoc-c and never committed.
+
+CC       ?= gcc
+CFLAGS_BASE := -std=c11 -D_GNU_SOURCE -Wall -Wextra -Werror -g -I. -Ibuild/gen
+CFLAGS   ?= -O2
+LIBS     := -lnng -lrocksdb -luv -lsodium -lprotobuf-c -ljansson -lpthread -lm
+CHECK_LIBS := $(shell pkg-config --libs check 2>/dev/null || echo -lcheck -lsubunit -lrt -lm)
+SAN      := -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined
+
+PROTOS   := $(wildcard proto/keyload/v1/*.proto)
+GEN_C    := $(patsubst proto/%.proto,build/gen/%.pb-c.c,$(PROTOS))
+GEN_H    := $(GEN_C:.c=.h)
+
+COMMON_SRC := $(wildcard common/*.c)
+DAEMON_SRC := $(filter-out daemon/main.c,$(wildcard daemon/*.c daemon/*/*.c))
+SDK_SRC    := $(wildcard client/sdk/*.c)
+CLI_SRC    := $(wildcard client/cli/*.c)
+BENCH_SRC  := $(wildcard tests/bench/*.c)
+UNIT_SRC   := $(wildcard tests/unit/*.c)
+
+obj = $(patsubst %.c,build/obj/%.o,$(1))
+san = $(patsubst %.c,build/san/%.o,$(1))
+
+CORE_OBJ   := $(call obj,$(GEN_C) $(COMMON_SRC))
+DAEMON_OBJ := $(call obj,$(DAEMON_SRC))
+SDK_OBJ    := $(call obj,$(SDK_SRC))
+
+BINS := bin/keyloadd bin/keyload bin/keyload-bench
+
+.PHONY: all deps test unit-test process-test fuzz fuzz-run bench run clean
+all: $(BINS) lib/libkeyload.a
+
+build/gen/%.pb-c.c build/gen/%.pb-c.h: proto/%.proto
+	@mkdir -p build/gen
+	protoc-c --c_out=build/gen -Iproto $<
+
+build/obj/%.o: %.c $(GEN_H)
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS_BASE) $(CFLAGS) -MMD -MP -c $< -o $@
+
+build/san/%.o: %.c $(GEN_H)
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS_BASE) -O1 $(SAN) -MMD -MP -c $< -o $@
+
+lib/libkeyload.a: $(CORE_OBJ) $(SDK_OBJ)
+	@mkdir -p lib
+	rm -f $@ && ar rcs $@ $^
+
+bin/keyloadd: $(call obj,daemon/main.c) $(DAEMON_OBJ) $(CORE_OBJ)
+	@mkdir -p bin
+	$(CC) $(CFLAGS) -o $@ $^ $(LIBS)
+
+bin/keyload: $(call obj,$(CLI_SRC)) lib/libkeyload.a
+	@mkdir -p bin
+	$(CC) $(CFLAGS) -o $@ $(call obj,$(CLI_SRC)) lib/libkeyload.a $(LIBS)
+
+bin/keyload-bench: $(call obj,$(BENCH_SRC)) lib/libkeyload.a
+	@mkdir -p bin
+	$(CC) $(CFLAGS) -o $@ $(call obj,$(BENCH_SRC)) lib/libkeyload.a $(LIBS)
+
+# Unit tests: one Check runner, everything built with AddressSanitizer + UBSan.
+build/unit-tests: $(call san,$(UNIT_SRC) $(GEN_C) $(COMMON_SRC) $(DAEMON_SRC) $(SDK_SRC))
+	$(CC) $(SAN) -o $@ $^ $(LIBS) $(CHECK_LIBS)
+
+deps:
+	@bash tests/support/deps.sh
+
+unit-test: build/unit-tests
+	@bash tests/support/suite.sh "unit (Check, ASan+UBSan)" 300 env ASAN_OPTIONS=detect_leaks=1 ./build/unit-tests
+
+process-test: all
+	@bash tests/support/suite.sh "process (real keyloadd, kill -9)" 900 bash tests/cluster/run.sh
+
+fuzz-run: fuzz
+	@bash tests/support/suite.sh "fuzz (libFuzzer, bounded)" 180 bash tests/fuzz/run.sh 60
+
+fuzz:
+	@$(MAKE) --no-print-directory -f tests/fuzz/fuzz.mk
+
+test: deps
+	@$(MAKE) --no-print-directory all build/unit-tests
+	@$(MAKE) --no-print-directory unit-test
+	@$(MAKE) --no-print-directory process-test
+	@$(MAKE) --no-print-directory fuzz-run
+
+bench: deps
+	@$(MAKE) --no-print-directory all
+	@bash tests/bench/run.sh
+
+run: deps
+	@$(MAKE) --no-print-directory all
+	@bash deploy/demo.sh
+
+clean:
+	rm -rf build bin lib
+
+-include $(shell find build -name '*.d' 2>/dev/null)

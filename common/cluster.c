@@ -1,0 +1,190 @@
+#include "common/cluster.h"
+
+#include <jansson.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <string.h>
+
+void kl_limits_default(kl_limits *l)
+{
+    l->max_batch_bytes = 1u << 20;
+    l->max_scan_records = 10000;
+    l->max_query_read_bytes = 4u << 20;
+    l->max_frame_bytes = 4u << 20;
+    l->default_queue_max_messages = 1000000;
+    l->default_queue_max_bytes = 1ull << 30;
+}
+
+static kl_code get_u64(json_t *obj, const char *key, uint64_t *out, kl_err *err)
+{
+    json_t *v = json_object_get(obj, key);
+    if (v == NULL)
+        return KL_OK; /* keep default */
+    if (!json_is_integer(v) || json_integer_value(v) <= 0)
+        return kl_fail(err, KL_INVALID_ARGUMENT, key,
+                       "cluster file: limits.%s must be a positive integer", key);
+    *out = (uint64_t)json_integer_value(v);
+    return KL_OK;
+}
+
+static kl_code copy_str(json_t *obj, const char *key, char *dst, size_t cap, bool required,
+                        const char *where, kl_err *err)
+{
+    json_t *v = json_object_get(obj, key);
+    if (v == NULL) {
+        if (required)
+            return kl_fail(err, KL_INVALID_ARGUMENT, key, "cluster file: %s.%s is missing",
+                           where, key);
+        dst[0] = '\0';
+        return KL_OK;
+    }
+    if (!json_is_string(v) || json_string_length(v) == 0 || json_string_length(v) >= cap)
+        return kl_fail(err, KL_INVALID_ARGUMENT, key,
+                       "cluster file: %s.%s must be a non-empty string under %zu bytes",
+                       where, key, cap);
+    memcpy(dst, json_string_value(v), json_string_length(v) + 1);
+    return KL_OK;
+}
+
+static kl_code parse_root(json_t *root, const char *var_root, kl_cluster *c, kl_err *err)
+{
+    memset(c, 0, sizeof *c);
+    kl_limits_default(&c->limits);
+    if (!json_is_object(root))
+        return kl_fail(err, KL_INVALID_ARGUMENT, "cluster", "cluster file: not a JSON object");
+    kl_code rc = copy_str(root, "cluster", c->name, sizeof c->name, true, "", err);
+    if (rc != KL_OK)
+        return rc;
+    for (const char *p = c->name; *p; p++)
+        if (!((*p >= 'a' && *p <= 'z') || (*p >= '0' && *p <= '9') || *p == '-' || *p == '_'))
+            return kl_fail(err, KL_INVALID_ARGUMENT, "cluster",
+                           "cluster file: cluster name may hold only a-z, 0-9, '-' and '_'");
+    json_t *rcnt = json_object_get(root, "replica_count");
+    if (!json_is_integer(rcnt))
+        return kl_fail(err, KL_INVALID_ARGUMENT, "replica_count",
+                       "cluster file: replica_count must be an integer");
+    c->replica_count = (int)json_integer_value(rcnt);
+    json_t *limits = json_object_get(root, "limits");
+    if (limits != NULL) {
+        if (!json_is_object(limits))
+            return kl_fail(err, KL_INVALID_ARGUMENT, "limits", "cluster file: limits must be an object");
+        if ((rc = get_u64(limits, "MaxBatchBytes", &c->limits.max_batch_bytes, err)) ||
+            (rc = get_u64(limits, "MaxScanRecords", &c->limits.max_scan_records, err)) ||
+            (rc = get_u64(limits, "MaxQueryReadBytes", &c->limits.max_query_read_bytes, err)) ||
+            (rc = get_u64(limits, "MaxFrameBytes", &c->limits.max_frame_bytes, err)) ||
+            (rc = get_u64(limits, "DefaultQueueMaxMessages", &c->limits.default_queue_max_messages, err)) ||
+            (rc = get_u64(limits, "DefaultQueueMaxBytes", &c->limits.default_queue_max_bytes, err)))
+            return rc;
+    }
+    if (c->limits.max_frame_bytes <= c->limits.max_batch_bytes)
+        return kl_fail(err, KL_INVALID_ARGUMENT, "MaxFrameBytes",
+                       "cluster file: limits.MaxFrameBytes must exceed limits.MaxBatchBytes");
+    json_t *parts = json_object_get(root, "partitions");
+    if (!json_is_array(parts) || json_array_size(parts) == 0 ||
+        json_array_size(parts) > KL_CLUSTER_MAX_PARTITIONS)
+        return kl_fail(err, KL_INVALID_ARGUMENT, "partitions",
+                       "cluster file: partitions must be an array of 1..%d entries",
+                       KL_CLUSTER_MAX_PARTITIONS);
+    size_t i;
+    json_t *pj;
+    json_array_foreach(parts, i, pj) {
+        kl_partition *p = &c->partitions[c->partition_count];
+        json_t *id = json_object_get(pj, "id");
+        if (!json_is_integer(id) || json_integer_value(id) < 0 || json_integer_value(id) > 1000000)
+            return kl_fail(err, KL_INVALID_ARGUMENT, "partitions.id",
+                           "cluster file: partitions[%zu].id must be a non-negative integer", i);
+        p->id = (int)json_integer_value(id);
+        if (kl_cluster_find_partition(c, p->id) != NULL)
+            return kl_fail(err, KL_INVALID_ARGUMENT, "partitions.id",
+                           "cluster file: partition id %d appears twice", p->id);
+        json_t *mem = json_object_get(pj, "members");
+        if (!json_is_array(mem) || json_array_size(mem) == 0 ||
+            json_array_size(mem) > KL_CLUSTER_MAX_MEMBERS)
+            return kl_fail(err, KL_INVALID_ARGUMENT, "partitions.members",
+                           "cluster file: partitions[%zu].members must hold 1..%d members", i,
+                           KL_CLUSTER_MAX_MEMBERS);
+        size_t j;
+        json_t *mj;
+        json_array_foreach(mem, j, mj) {
+            kl_member *m = &p->members[p->member_count];
+            json_t *mid = json_object_get(mj, "id");
+            if (!json_is_integer(mid) || json_integer_value(mid) <= 0 ||
+                json_integer_value(mid) > 1000)
+                return kl_fail(err, KL_INVALID_ARGUMENT, "members.id",
+                               "cluster file: partitions[%zu].members[%zu].id must be 1..1000", i, j);
+            m->id = (int)json_integer_value(mid);
+            for (int k = 0; k < p->member_count; k++)
+                if (p->members[k].id == m->id)
+                    return kl_fail(err, KL_INVALID_ARGUMENT, "members.id",
+                                   "cluster file: member id %d appears twice in partition %d",
+                                   m->id, p->id);
+            if ((rc = copy_str(mj, "client", m->client_url, sizeof m->client_url, true, "member", err)) ||
+                (rc = copy_str(mj, "peer", m->peer_url, sizeof m->peer_url, false, "member", err)) ||
+                (rc = copy_str(mj, "data", m->data_dir, sizeof m->data_dir, false, "member", err)))
+                return rc;
+            if (m->data_dir[0] == '\0') {
+                int n = snprintf(m->data_dir, sizeof m->data_dir, "%s/%s/p%dm%d",
+                                 var_root ? var_root : "var", c->name, p->id, m->id);
+                if (n < 0 || (size_t)n >= sizeof m->data_dir)
+                    return kl_fail(err, KL_INVALID_ARGUMENT, "data",
+                                   "cluster file: data directory path is too long");
+            }
+            p->member_count++;
+        }
+        if (c->replica_count < 1 || c->replica_count > p->member_count)
+            return kl_fail(err, KL_INVALID_ARGUMENT, "replica_count",
+                           "cluster file: replica_count %d is outside 1..%d (members of partition %d)",
+                           c->replica_count, p->member_count, p->id);
+        c->partition_count++;
+    }
+    return KL_OK;
+}
+
+kl_code kl_cluster_parse(const char *json, const char *var_root, kl_cluster *out, kl_err *err)
+{
+    json_error_t jerr;
+    json_t *root = json_loads(json, 0, &jerr);
+    if (root == NULL)
+        return kl_fail(err, KL_INVALID_ARGUMENT, "json", "cluster file: JSON error at line %d: %s",
+                       jerr.line, jerr.text);
+    kl_code rc = parse_root(root, var_root, out, err);
+    json_decref(root);
+    return rc;
+}
+
+kl_code kl_cluster_load(const char *path, const char *var_root, kl_cluster *out, kl_err *err)
+{
+    json_error_t jerr;
+    json_t *root = json_load_file(path, 0, &jerr);
+    if (root == NULL)
+        return kl_fail(err, KL_INVALID_ARGUMENT, "cluster_file",
+                       "cluster file %s: %s (line %d)", path, jerr.text, jerr.line);
+    kl_code rc = parse_root(root, var_root, out, err);
+    json_decref(root);
+    return rc;
+}
+
+const kl_partition *kl_cluster_find_partition(const kl_cluster *c, int partition_id)
+{
+    for (int i = 0; i < c->partition_count; i++)
+        if (c->partitions[i].id == partition_id)
+            return &c->partitions[i];
+    return NULL;
+}
+
+const kl_member *kl_cluster_find_node(const kl_cluster *c, const char *node, int *partition_id)
+{
+    int p, m, n = 0;
+    if (sscanf(node, "p%dm%d%n", &p, &m, &n) != 2 || node[n] != '\0')
+        return NULL;
+    const kl_partition *part = kl_cluster_find_partition(c, p);
+    if (part == NULL)
+        return NULL;
+    for (int i = 0; i < part->member_count; i++)
+        if (part->members[i].id == m) {
+            if (partition_id)
+                *partition_id = p;
+            return &part->members[i];
+        }
+    return NULL;
+}

@@ -1,0 +1,69 @@
+/* cluster: the cluster file (deploy/*.json), parsed with jansson.
+ *
+ *   { "cluster": "local", "replica_count": 1,
+ *     "limits": { "MaxBatchBytes": ..., "MaxScanRecords": ..., "MaxQueryReadBytes": ...,
+ *                 "MaxFrameBytes": ..., "DefaultQueueMaxMessages": ...,
+ *                 "DefaultQueueMaxBytes": ... },
+ *     "partitions": [ { "id": 0, "members": [
+ *         { "id": 1, "client": "tcp://127.0.0.1:7400", "peer": "tcp://127.0.0.1:7500" } ] } ] }
+ *
+ * Node names are p<partition>m<member> (DESIGN.md §10). A member's data directory is
+ * var/<cluster>/<node> unless the member names "data". Invariants after a successful
+ * parse: 1 <= replica_count <= members of every partition; ids unique; every limit > 0;
+ * MaxFrameBytes > MaxBatchBytes (a whole batch must fit one frame). */
+#ifndef KL_CLUSTER_H
+#define KL_CLUSTER_H
+
+#include "common/status.h"
+
+#include <stdint.h>
+
+#define KL_CLUSTER_MAX_PARTITIONS 64
+#define KL_CLUSTER_MAX_MEMBERS 9
+#define KL_NAME_MAX 128
+#define KL_URL_MAX 256
+#define KL_PATH_MAX 512
+
+typedef struct kl_limits {
+    uint64_t max_batch_bytes;        /* MaxBatchBytes: encoded batch request */
+    uint64_t max_scan_records;       /* MaxScanRecords: records one read or batch may examine */
+    uint64_t max_query_read_bytes;   /* MaxQueryReadBytes: bytes one read may return */
+    uint64_t max_frame_bytes;        /* MaxFrameBytes: one RPC frame */
+    uint64_t default_queue_max_messages;
+    uint64_t default_queue_max_bytes;
+} kl_limits;
+
+typedef struct kl_member {
+    int id;
+    char client_url[KL_URL_MAX];
+    char peer_url[KL_URL_MAX];
+    char data_dir[KL_PATH_MAX];      /* resolved, see above */
+} kl_member;
+
+typedef struct kl_partition {
+    int id;
+    int member_count;
+    kl_member members[KL_CLUSTER_MAX_MEMBERS];
+} kl_partition;
+
+typedef struct kl_cluster {
+    char name[KL_NAME_MAX];
+    int replica_count;
+    kl_limits limits;
+    int partition_count;
+    kl_partition partitions[KL_CLUSTER_MAX_PARTITIONS];
+} kl_cluster;
+
+void kl_limits_default(kl_limits *l);
+
+/* Parses path into *out. Errors name the JSON field at fault. var_root is the folder
+ * data directories default under (NULL: "var"). */
+kl_code kl_cluster_load(const char *path, const char *var_root, kl_cluster *out, kl_err *err);
+/* Same from a JSON text (tests). */
+kl_code kl_cluster_parse(const char *json, const char *var_root, kl_cluster *out, kl_err *err);
+
+/* Finds "p<P>m<M>"; NULL when absent. */
+const kl_member *kl_cluster_find_node(const kl_cluster *c, const char *node, int *partition_id);
+const kl_partition *kl_cluster_find_partition(const kl_cluster *c, int partition_id);
+
+#endif

@@ -1,0 +1,136 @@
+#include "common/failpoint.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#define FP_MAX 32
+#define FP_NAME_MAX 64
+
+typedef enum { FP_EXIT, FP_ABORT, FP_SLEEP, FP_ERROR } fp_action;
+
+typedef struct {
+    char name[FP_NAME_MAX];
+    fp_action action;
+    long arg;          /* sleep ms or error code */
+    unsigned on_hit;   /* 0 = every hit */
+    unsigned hits;
+} fp_entry;
+
+bool kl_failpoints_armed = false;
+static fp_entry fp_table[FP_MAX];
+static int fp_count = 0;
+
+static kl_code parse_one(char *item, fp_entry *e, kl_err *err)
+{
+    char *eq = strchr(item, '=');
+    if (eq == NULL || eq == item || (size_t)(eq - item) >= FP_NAME_MAX)
+        return kl_fail(err, KL_INVALID_ARGUMENT, "KEYLOAD_FAILPOINTS",
+                       "KEYLOAD_FAILPOINTS: item '%.64s' is not name=action", item);
+    memset(e, 0, sizeof *e);
+    memcpy(e->name, item, (size_t)(eq - item));
+    char *act = eq + 1;
+    char *star = strchr(act, '*');
+    if (star != NULL) {
+        char *end;
+        long n = strtol(act, &end, 10);
+        if (end != star || n <= 0)
+            return kl_fail(err, KL_INVALID_ARGUMENT, "KEYLOAD_FAILPOINTS",
+                           "KEYLOAD_FAILPOINTS: bad hit count for '%s'", e->name);
+        e->on_hit = (unsigned)n;
+        act = star + 1;
+    }
+    if (strcmp(act, "exit") == 0) {
+        e->action = FP_EXIT;
+    } else if (strcmp(act, "abort") == 0) {
+        e->action = FP_ABORT;
+    } else if (strncmp(act, "sleep(", 6) == 0) {
+        char *end;
+        long ms = strtol(act + 6, &end, 10);
+        if (ms < 0 || strcmp(end, ")") != 0)
+            return kl_fail(err, KL_INVALID_ARGUMENT, "KEYLOAD_FAILPOINTS",
+                           "KEYLOAD_FAILPOINTS: bad sleep for '%s'", e->name);
+        e->action = FP_SLEEP;
+        e->arg = ms;
+    } else if (strncmp(act, "error(", 6) == 0) {
+        char code[32];
+        size_t len = strlen(act + 6);
+        if (len < 2 || len - 1 >= sizeof code || act[6 + len - 1] != ')')
+            return kl_fail(err, KL_INVALID_ARGUMENT, "KEYLOAD_FAILPOINTS",
+                           "KEYLOAD_FAILPOINTS: bad error for '%s'", e->name);
+        memcpy(code, act + 6, len - 1);
+        code[len - 1] = '\0';
+        int c = kl_code_parse(code);
+        if (c <= 0)
+            return kl_fail(err, KL_INVALID_ARGUMENT, "KEYLOAD_FAILPOINTS",
+                           "KEYLOAD_FAILPOINTS: unknown status code for '%s'", e->name);
+        e->action = FP_ERROR;
+        e->arg = c;
+    } else {
+        return kl_fail(err, KL_INVALID_ARGUMENT, "KEYLOAD_FAILPOINTS",
+                       "KEYLOAD_FAILPOINTS: unknown action for '%s'", e->name);
+    }
+    return KL_OK;
+}
+
+kl_code kl_failpoint_configure(const char *spec, kl_err *err)
+{
+    fp_count = 0;
+    kl_failpoints_armed = false;
+    if (spec == NULL || spec[0] == '\0')
+        return KL_OK;
+    char buf[2048];
+    if (strlen(spec) >= sizeof buf)
+        return kl_fail(err, KL_INVALID_ARGUMENT, "KEYLOAD_FAILPOINTS",
+                       "KEYLOAD_FAILPOINTS is longer than %zu bytes", sizeof buf - 1);
+    strcpy(buf, spec);
+    char *save = NULL;
+    for (char *item = strtok_r(buf, ",", &save); item; item = strtok_r(NULL, ",", &save)) {
+        if (fp_count == FP_MAX)
+            return kl_fail(err, KL_INVALID_ARGUMENT, "KEYLOAD_FAILPOINTS",
+                           "KEYLOAD_FAILPOINTS names more than %d failpoints", FP_MAX);
+        kl_code c = parse_one(item, &fp_table[fp_count], err);
+        if (c != KL_OK) {
+            fp_count = 0;
+            return c;
+        }
+        fp_count++;
+    }
+    kl_failpoints_armed = fp_count > 0;
+    return KL_OK;
+}
+
+kl_code kl_failpoint_init(kl_err *err)
+{
+    return kl_failpoint_configure(getenv("KEYLOAD_FAILPOINTS"), err);
+}
+
+kl_code kl_failpoint_eval(const char *name, kl_err *err)
+{
+    for (int i = 0; i < fp_count; i++) {
+        fp_entry *e = &fp_table[i];
+        if (strcmp(e->name, name) != 0)
+            continue;
+        e->hits++;
+        if (e->on_hit != 0 && e->hits != e->on_hit)
+            return KL_OK;
+        switch (e->action) {
+        case FP_EXIT:
+            fprintf(stderr, "failpoint %s: exit\n", name);
+            _exit(77);
+        case FP_ABORT:
+            fprintf(stderr, "failpoint %s: abort\n", name);
+            abort();
+        case FP_SLEEP: {
+            struct timespec ts = {e->arg / 1000, (e->arg % 1000) * 1000000L};
+            nanosleep(&ts, NULL);
+            return KL_OK;
+        }
+        case FP_ERROR:
+            return kl_fail(err, (kl_code)e->arg, "failpoint", "failpoint %s fired", name);
+        }
+    }
+    return KL_OK;
+}

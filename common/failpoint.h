@@ -1,0 +1,42 @@
+/* failpoint: named cut points for recovery tests (DESIGN.md §11).
+ *
+ * Armed only by the environment variable KEYLOAD_FAILPOINTS, read once by
+ * kl_failpoint_init():  KEYLOAD_FAILPOINTS="name=action[,name=action...]"
+ * where action is one of
+ *   exit          _exit(77) at once (like kill -9: no flush, no cleanup)
+ *   abort         abort()
+ *   sleep(MS)     sleep MS milliseconds, then continue
+ *   error(CODE)   make the site fail with status CODE (e.g. error(UNAVAILABLE))
+ *   N*action      act only on the N-th hit (1-based), pass before and after
+ * Unarmed, a site costs one predictable branch on a global flag.
+ *
+ * The daemon's sites (keyloadd), in the order a batch passes them:
+ *   daemon.before_append            entry formed, before the synced log write
+ *   daemon.after_append_before_apply  log entry durable, state not yet applied
+ *   daemon.after_append_before_reply  same stage, named for tests that cut before any answer
+ *   daemon.after_apply_before_reply   state applied (unsynced), no client answered yet
+ *   daemon.before_reply             answer encoded, not yet handed to nng
+ * Coordinator sites (keyload-coordinator, KL-5) will be listed here as they appear. */
+#ifndef KL_FAILPOINT_H
+#define KL_FAILPOINT_H
+
+#include "common/status.h"
+
+#include <stdbool.h>
+
+extern bool kl_failpoints_armed;
+
+/* Parses KEYLOAD_FAILPOINTS. Returns KL_INVALID_ARGUMENT (naming the bad item) on a
+ * malformed value; a process should refuse to start then. */
+kl_code kl_failpoint_init(kl_err *err);
+/* Same, from an explicit spec string (tests). NULL or "" disarms everything. */
+kl_code kl_failpoint_configure(const char *spec, kl_err *err);
+
+/* Evaluates the failpoint: exits/aborts/sleeps as armed; returns KL_OK or the armed
+ * error code (then err is filled). */
+kl_code kl_failpoint_eval(const char *name, kl_err *err);
+
+#define KL_FAILPOINT(name, errp) \
+    (__builtin_expect(kl_failpoints_armed, 0) ? kl_failpoint_eval((name), (errp)) : KL_OK)
+
+#endif

@@ -1,0 +1,29 @@
+/* One Check runner for every unit suite; built with ASan+UBSan (Makefile: unit-test).
+ * Each tests/unit/test_<name>.c defines Suite *suite_<name>(void). */
+#include <check.h>
+#include <stdlib.h>
+
+Suite *suite_common(void);
+Suite *suite_cluster(void);
+Suite *suite_rpc(void);
+Suite *suite_codec(void);
+Suite *suite_store(void);
+Suite *suite_engine(void);
+Suite *suite_sdk(void);
+
+int main(void)
+{
+    SRunner *sr = srunner_create(suite_common());
+    srunner_add_suite(sr, suite_cluster());
+    srunner_add_suite(sr, suite_rpc());
+    srunner_add_suite(sr, suite_codec());
+    srunner_add_suite(sr, suite_store());
+    srunner_add_suite(sr, suite_engine());
+    srunner_add_suite(sr, suite_sdk());
+    srunner_run_all(sr, CK_NORMAL);
+    int failed = srunner_ntests_failed(sr);
+    int run = srunner_ntests_run(sr);
+    srunner_free(sr);
+    printf("%d passed, %d failed\n", run - failed, failed);
+    return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
+}
