@@ -123,11 +123,13 @@ static kl_code parse_root(json_t *root, const char *var_root, kl_cluster *c, kl_
                 (rc = copy_str(mj, "data", m->data_dir, sizeof m->data_dir, false, "member", err)))
                 return rc;
             if (m->data_dir[0] == '\0') {
-                int n = snprintf(m->data_dir, sizeof m->data_dir, "%s/%s/p%dm%d",
-                                 var_root ? var_root : "var", c->name, p->id, m->id);
-                if (n < 0 || (size_t)n >= sizeof m->data_dir)
+                char path[KL_PATH_MAX];
+                int n = snprintf(path, sizeof path, "%s/%s/p%dm%d", var_root ? var_root : "var",
+                                 c->name, p->id, m->id);
+                if (n < 0 || (size_t)n >= sizeof path)
                     return kl_fail(err, KL_INVALID_ARGUMENT, "data",
                                    "cluster file: data directory path is too long");
+                memcpy(m->data_dir, path, (size_t)n + 1);
             }
             p->member_count++;
         }

@@ -1,4 +1,4 @@
-/* cluster: the cluster file (deploy/*.json), parsed with jansson.
+/* cluster: the cluster file (deploy/NAME.json), parsed with jansson.
  *
  *   { "cluster": "local", "replica_count": 1,
  *     "limits": { "MaxBatchBytes": ..., "MaxScanRecords": ..., "MaxQueryReadBytes": ...,

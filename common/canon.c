@@ -1,0 +1,230 @@
+#include "common/canon.h"
+
+#include <sodium.h>
+#include <stdlib.h>
+#include <string.h>
+
+void kl_canon_init(kl_canon *c) { memset(c, 0, sizeof *c); }
+void kl_canon_free(kl_canon *c) { free(c->buf); memset(c, 0, sizeof *c); }
+
+static void put(kl_canon *c, const void *p, size_t n)
+{
+    if (c->oom)
+        return;
+    if (c->len + n > c->cap) {
+        size_t cap = c->cap ? c->cap : 256;
+        while (cap < c->len + n)
+            cap *= 2;
+        uint8_t *nb = realloc(c->buf, cap);
+        if (nb == NULL) {
+            c->oom = 1;
+            return;
+        }
+        c->buf = nb;
+        c->cap = cap;
+    }
+    if (n)
+        memcpy(c->buf + c->len, p, n);
+    c->len += n;
+}
+
+static void put_be(kl_canon *c, uint64_t v, int bytes)
+{
+    uint8_t b[8];
+    for (int i = 0; i < bytes; i++)
+        b[i] = (uint8_t)(v >> (8 * (bytes - 1 - i)));
+    put(c, b, (size_t)bytes);
+}
+
+void kl_canon_u64(kl_canon *c, uint8_t tag, uint64_t v)
+{
+    put(c, &tag, 1);
+    put_be(c, v, 8);
+}
+
+void kl_canon_bytes(kl_canon *c, uint8_t tag, const void *p, size_t n)
+{
+    put(c, &tag, 1);
+    put_be(c, n, 4);
+    put(c, p, n);
+}
+
+void kl_canon_str(kl_canon *c, uint8_t tag, const char *s)
+{
+    kl_canon_bytes(c, tag, s ? s : "", s ? strlen(s) : 0);
+}
+
+void kl_canon_lane(kl_canon *c, uint8_t tag, const Keyload__V1__QueueLaneRef *r)
+{
+    if (r == NULL) {
+        uint8_t z = 0;
+        put(c, &z, 1);
+        return;
+    }
+    put(c, &tag, 1);
+    kl_canon_str(c, 1, r->tenant);
+    kl_canon_str(c, 2, r->database);
+    kl_canon_str(c, 3, r->queue);
+    /* An empty lane means "default": both spell the same request. */
+    kl_canon_str(c, 4, (r->lane && r->lane[0]) ? r->lane : "default");
+}
+
+static int cmp_header(const void *a, const void *b)
+{
+    const Keyload__V1__Header *x = *(Keyload__V1__Header *const *)a;
+    const Keyload__V1__Header *y = *(Keyload__V1__Header *const *)b;
+    return strcmp(x->key, y->key);
+}
+
+static int cmp_field(const void *a, const void *b)
+{
+    const Keyload__V1__Field *x = *(Keyload__V1__Field *const *)a;
+    const Keyload__V1__Field *y = *(Keyload__V1__Field *const *)b;
+    return strcmp(x->key, y->key);
+}
+
+static void canon_value(kl_canon *c, const Keyload__V1__FieldValue *v)
+{
+    uint8_t kind = v ? (uint8_t)v->kind_case : 0;
+    put(c, &kind, 1);
+    if (v == NULL)
+        return;
+    switch (v->kind_case) {
+    case KEYLOAD__V1__FIELD_VALUE__KIND_STRING_VALUE: kl_canon_str(c, 1, v->string_value); break;
+    case KEYLOAD__V1__FIELD_VALUE__KIND_INT_VALUE: kl_canon_u64(c, 2, (uint64_t)v->int_value); break;
+    case KEYLOAD__V1__FIELD_VALUE__KIND_DOUBLE_VALUE: {
+        uint64_t bits;
+        memcpy(&bits, &v->double_value, sizeof bits);
+        kl_canon_u64(c, 3, bits);
+        break;
+    }
+    case KEYLOAD__V1__FIELD_VALUE__KIND_BOOL_VALUE: kl_canon_u64(c, 4, v->bool_value ? 1 : 0); break;
+    case KEYLOAD__V1__FIELD_VALUE__KIND_BYTES_VALUE:
+        kl_canon_bytes(c, 5, v->bytes_value.data, v->bytes_value.len);
+        break;
+    default: break;
+    }
+}
+
+void kl_canon_message(kl_canon *c, uint8_t tag, const Keyload__V1__EnqueueMessage *m)
+{
+    if (m == NULL) {
+        uint8_t z = 0;
+        put(c, &z, 1);
+        return;
+    }
+    put(c, &tag, 1);
+    kl_canon_bytes(c, 1, m->body.data, m->body.len);
+    /* Sort copies of the pointer arrays; the message itself is left untouched. */
+    Keyload__V1__Header **h = NULL;
+    Keyload__V1__Field **f = NULL;
+    if (m->n_headers) {
+        h = malloc(m->n_headers * sizeof *h);
+        if (h == NULL) { c->oom = 1; return; }
+        memcpy(h, m->headers, m->n_headers * sizeof *h);
+        qsort(h, m->n_headers, sizeof *h, cmp_header);
+    }
+    put_be(c, m->n_headers, 4);
+    for (size_t i = 0; i < m->n_headers; i++) {
+        kl_canon_str(c, 2, h[i]->key);
+        kl_canon_str(c, 2, h[i]->value);
+    }
+    free(h);
+    if (m->n_fields) {
+        f = malloc(m->n_fields * sizeof *f);
+        if (f == NULL) { c->oom = 1; return; }
+        memcpy(f, m->fields, m->n_fields * sizeof *f);
+        qsort(f, m->n_fields, sizeof *f, cmp_field);
+    }
+    put_be(c, m->n_fields, 4);
+    for (size_t i = 0; i < m->n_fields; i++) {
+        kl_canon_str(c, 3, f[i]->key);
+        canon_value(c, f[i]->value);
+    }
+    free(f);
+    kl_canon_u64(c, 4, (uint64_t)m->expires_at_unix_ms);
+    kl_canon_u64(c, 5, (uint64_t)m->delay_ms);
+}
+
+static void canon_tokens(kl_canon *c, ProtobufCBinaryData *t, size_t n)
+{
+    put_be(c, n, 4);
+    for (size_t i = 0; i < n; i++)
+        kl_canon_bytes(c, 2, t[i].data, t[i].len);
+}
+
+void kl_canon_mutation(kl_canon *c, const Keyload__V1__Mutation *m)
+{
+    uint8_t kind = (uint8_t)m->kind_case;
+    put(c, &kind, 1);
+    switch (m->kind_case) {
+    case KEYLOAD__V1__MUTATION__KIND_CREATE_QUEUE: {
+        const Keyload__V1__CreateQueue *q = m->create_queue;
+        kl_canon_lane(c, 1, q->queue);
+        const Keyload__V1__QueueLimits *l = q->limits;
+        kl_canon_u64(c, 2, l ? l->max_messages : 0);
+        kl_canon_u64(c, 2, l ? l->max_bytes : 0);
+        kl_canon_u64(c, 2, l ? l->max_deliveries : 0);
+        kl_canon_str(c, 2, l ? l->dead_letter_queue : "");
+        kl_canon_u64(c, 3, (uint64_t)(int64_t)q->partition);
+        break;
+    }
+    case KEYLOAD__V1__MUTATION__KIND_DELETE_QUEUE:
+        kl_canon_lane(c, 1, m->delete_queue->queue);
+        break;
+    case KEYLOAD__V1__MUTATION__KIND_ENQUEUE:
+        kl_canon_lane(c, 1, m->enqueue->lane);
+        kl_canon_message(c, 2, m->enqueue->message);
+        break;
+    case KEYLOAD__V1__MUTATION__KIND_RECEIVE:
+        kl_canon_lane(c, 1, m->receive->lane);
+        kl_canon_u64(c, 2, m->receive->max_messages);
+        kl_canon_u64(c, 3, m->receive->lease_ms);
+        break;
+    case KEYLOAD__V1__MUTATION__KIND_ACK:
+        kl_canon_lane(c, 1, m->ack->queue);
+        canon_tokens(c, m->ack->lease_tokens, m->ack->n_lease_tokens);
+        break;
+    case KEYLOAD__V1__MUTATION__KIND_RELEASE:
+        kl_canon_lane(c, 1, m->release->queue);
+        canon_tokens(c, m->release->lease_tokens, m->release->n_lease_tokens);
+        break;
+    default:
+        break;
+    }
+}
+
+static int finish(kl_canon *c, uint8_t out[KL_DIGEST_LEN])
+{
+    if (c->oom) {
+        kl_canon_free(c);
+        return -1;
+    }
+    crypto_generichash(out, KL_DIGEST_LEN, c->buf, c->len, NULL, 0);
+    kl_canon_free(c);
+    return 0;
+}
+
+int kl_canon_batch_digest(const char *method, const char *principal,
+                          const Keyload__V1__BatchRequest *batch, uint8_t out[KL_DIGEST_LEN])
+{
+    kl_canon c;
+    kl_canon_init(&c);
+    kl_canon_str(&c, 0xB1, "keyload.batch-digest.v1");
+    kl_canon_str(&c, 1, method);
+    kl_canon_str(&c, 2, principal);
+    kl_canon_bytes(&c, 3, batch->command_id.data, batch->command_id.len);
+    put_be(&c, batch->n_mutations, 4);
+    for (size_t i = 0; i < batch->n_mutations; i++)
+        kl_canon_mutation(&c, batch->mutations[i]);
+    return finish(&c, out);
+}
+
+int kl_canon_message_fingerprint(const Keyload__V1__EnqueueMessage *m, uint8_t out[KL_DIGEST_LEN])
+{
+    kl_canon c;
+    kl_canon_init(&c);
+    kl_canon_str(&c, 0xF1, "keyload.message-fingerprint.v1");
+    kl_canon_message(&c, 1, m);
+    return finish(&c, out);
+}

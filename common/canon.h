@@ -1,0 +1,45 @@
+/* canon: canonical encodings and BLAKE2b digests that must not depend on wire bytes.
+ *
+ * Encoding (version 1), used for request digests and message fingerprints:
+ *   - every item is a tag byte followed by its value;
+ *   - integers are 8-byte big-endian (signed ones as two's complement);
+ *   - byte strings and text are a 4-byte big-endian length, then the bytes;
+ *   - fields of a message appear in field-number order; an absent optional message is
+ *     the tag 0x00; repeated items are a 4-byte count, then the items;
+ *   - header and field maps are emitted sorted by key (bytewise), so two requests that
+ *     list the same map in different orders have the same encoding. Duplicate keys are
+ *     refused earlier, by validation.
+ * The first item of every encoding is a domain string, so encodings of different kinds
+ * can never collide. */
+#ifndef KL_CANON_H
+#define KL_CANON_H
+
+#include "keyload/v1/queue.pb-c.h"
+
+#include <stddef.h>
+#include <stdint.h>
+
+#define KL_DIGEST_LEN 32
+
+typedef struct kl_canon {
+    uint8_t *buf;
+    size_t len, cap;
+    int oom;                 /* set once an allocation failed; the result is then unusable */
+} kl_canon;
+
+void kl_canon_init(kl_canon *c);
+void kl_canon_free(kl_canon *c);
+void kl_canon_u64(kl_canon *c, uint8_t tag, uint64_t v);
+void kl_canon_bytes(kl_canon *c, uint8_t tag, const void *p, size_t n);
+void kl_canon_str(kl_canon *c, uint8_t tag, const char *s);
+void kl_canon_lane(kl_canon *c, uint8_t tag, const Keyload__V1__QueueLaneRef *r);
+void kl_canon_message(kl_canon *c, uint8_t tag, const Keyload__V1__EnqueueMessage *m);
+void kl_canon_mutation(kl_canon *c, const Keyload__V1__Mutation *m);
+
+/* BLAKE2b-256 of the canonical encoding of (method, principal, batch). Returns -1 on OOM. */
+int kl_canon_batch_digest(const char *method, const char *principal,
+                          const Keyload__V1__BatchRequest *batch, uint8_t out[KL_DIGEST_LEN]);
+/* BLAKE2b-256 fingerprint of one message (used by transfers). Returns -1 on OOM. */
+int kl_canon_message_fingerprint(const Keyload__V1__EnqueueMessage *m, uint8_t out[KL_DIGEST_LEN]);
+
+#endif

@@ -1,0 +1,62 @@
+/* engine: validation and evaluation of batches into write-sets (DESIGN.md §3, §6).
+ *
+ * Pure with respect to I/O: it reads through a kl_view and writes only into the view's
+ * scratch overlay; time, partition and limits come in through kl_eval_ctx. Given the same
+ * view contents, context and request it produces the same writes, which is what lets
+ * followers apply a leader's write-set instead of re-evaluating.
+ *
+ * All or nothing: a failing mutation returns its error and the caller drops the scratch
+ * overlay, so nothing of the earlier mutations survives. Every limit is checked before
+ * the write it guards. */
+#ifndef KL_ENGINE_H
+#define KL_ENGINE_H
+
+#include "common/canon.h"
+#include "common/cluster.h"
+#include "daemon/engine/view.h"
+#include "keyload/v1/queue.pb-c.h"
+
+#define KL_NAME_LEN_MAX 128
+#define KL_HEADER_VALUE_MAX 4096
+#define KL_MAP_ENTRIES_MAX 64
+#define KL_BATCH_MUTATIONS_MAX 1000
+#define KL_RECEIVE_MAX 1000
+#define KL_LEASE_MS_MAX (12LL * 3600 * 1000)
+#define KL_LEASE_MS_DEFAULT 30000
+#define KL_DELAY_MS_MAX (7LL * 24 * 3600 * 1000)
+
+typedef struct kl_eval_ctx {
+    kl_view *view;
+    const kl_limits *limits;
+    int partition;
+    int64_t now_ms;          /* entry time: max(previous entry time, leader clock) */
+    void (*random)(uint8_t *buf, size_t n);  /* lease tokens; injected so tests control it */
+} kl_eval_ctx;
+
+/* Byte buffer of encoded MutationResult fields (each: field-6 tag, length, bytes). */
+typedef struct kl_buf {
+    uint8_t *p;
+    size_t len, cap;
+} kl_buf;
+void kl_buf_free(kl_buf *b);
+int kl_buf_append(kl_buf *b, const void *p, size_t n);
+
+/* Shape checks needing no state: command id, mutation count, names, message sizes.
+ * encoded_len is the request's wire size, checked against MaxBatchBytes. */
+kl_code kl_engine_validate_batch(const Keyload__V1__BatchRequest *b, size_t encoded_len,
+                                 const kl_limits *limits, kl_err *err);
+
+/* Evaluates every mutation in order into ctx->view's scratch overlay and appends each
+ * result, encoded, to results. */
+kl_code kl_engine_eval_batch(kl_eval_ctx *ctx, const Keyload__V1__BatchRequest *b, kl_buf *results,
+                             kl_err *err);
+
+/* Read of one queue's counters and limits from applied state (QueueStats). */
+kl_code kl_engine_queue_stats(kl_eval_ctx *ctx, const Keyload__V1__QueueLaneRef *q,
+                              Keyload__V1__QueueStatsAnswer *out, Keyload__V1__QueueLimits *limits_out,
+                              kl_err *err);
+
+/* Name rules shared with the SDK: 1..128 bytes of [A-Za-z0-9._:-]. */
+kl_code kl_engine_check_name(const char *what, const char *s, kl_err *err);
+
+#endif

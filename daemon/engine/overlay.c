@@ -1,0 +1,133 @@
+#include "daemon/engine/overlay.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+int kl_key_compare(const uint8_t *a, size_t alen, const uint8_t *b, size_t blen)
+{
+    size_t n = alen < blen ? alen : blen;
+    int c = n ? memcmp(a, b, n) : 0;
+    if (c != 0)
+        return c;
+    return alen < blen ? -1 : alen > blen ? 1 : 0;
+}
+
+void kl_overlay_init(kl_overlay *o) { memset(o, 0, sizeof *o); }
+
+void kl_overlay_clear(kl_overlay *o)
+{
+    for (size_t i = 0; i < o->n; i++) {
+        free(o->v[i].key);
+        free(o->v[i].val);
+    }
+    o->n = 0;
+    o->bytes = 0;
+}
+
+void kl_overlay_free(kl_overlay *o)
+{
+    kl_overlay_clear(o);
+    free(o->v);
+    memset(o, 0, sizeof *o);
+}
+
+size_t kl_overlay_lower_bound(const kl_overlay *o, const uint8_t *key, size_t klen)
+{
+    size_t lo = 0, hi = o->n;
+    while (lo < hi) {
+        size_t mid = lo + (hi - lo) / 2;
+        if (kl_key_compare(o->v[mid].key, o->v[mid].klen, key, klen) < 0)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    return lo;
+}
+
+const kl_ov_entry *kl_overlay_find(const kl_overlay *o, const uint8_t *key, size_t klen)
+{
+    size_t i = kl_overlay_lower_bound(o, key, klen);
+    if (i < o->n && kl_key_compare(o->v[i].key, o->v[i].klen, key, klen) == 0)
+        return &o->v[i];
+    return NULL;
+}
+
+/* Stores an entry whose key/val buffers are already owned (moved in). */
+static kl_code place(kl_overlay *o, kl_ov_entry e, kl_err *err)
+{
+    size_t i = kl_overlay_lower_bound(o, e.key, e.klen);
+    if (i < o->n && kl_key_compare(o->v[i].key, o->v[i].klen, e.key, e.klen) == 0) {
+        o->bytes -= o->v[i].klen + o->v[i].vlen;
+        free(o->v[i].key);
+        free(o->v[i].val);
+        o->v[i] = e;
+        o->bytes += e.klen + e.vlen;
+        return KL_OK;
+    }
+    if (o->n == o->cap) {
+        size_t cap = o->cap ? o->cap * 2 : 64;
+        kl_ov_entry *nv = realloc(o->v, cap * sizeof *nv);
+        if (nv == NULL) {
+            free(e.key);
+            free(e.val);
+            return kl_fail(err, KL_INTERNAL, "memory", "overlay: out of memory");
+        }
+        o->v = nv;
+        o->cap = cap;
+    }
+    memmove(&o->v[i + 1], &o->v[i], (o->n - i) * sizeof *o->v);
+    o->v[i] = e;
+    o->n++;
+    o->bytes += e.klen + e.vlen;
+    return KL_OK;
+}
+
+kl_code kl_overlay_set(kl_overlay *o, const uint8_t *key, size_t klen, const uint8_t *val,
+                       size_t vlen, bool del, uint64_t owner, kl_err *err)
+{
+    kl_ov_entry e = {.klen = klen, .vlen = del ? 0 : vlen, .del = del, .owner = owner};
+    e.key = malloc(klen ? klen : 1);
+    e.val = del ? NULL : malloc(vlen ? vlen : 1);
+    if (e.key == NULL || (!del && e.val == NULL)) {
+        free(e.key);
+        free(e.val);
+        return kl_fail(err, KL_INTERNAL, "memory", "overlay: out of memory");
+    }
+    memcpy(e.key, key, klen);
+    if (!del && vlen)
+        memcpy(e.val, val, vlen);
+    return place(o, e, err);
+}
+
+kl_code kl_overlay_absorb(kl_overlay *dst, kl_overlay *src, uint64_t owner, kl_err *err)
+{
+    kl_code rc = KL_OK;
+    for (size_t i = 0; i < src->n; i++) {
+        kl_ov_entry e = src->v[i];
+        e.owner = owner;
+        if (rc == KL_OK)
+            rc = place(dst, e, err);
+        else {
+            free(e.key);
+            free(e.val);
+        }
+    }
+    src->n = 0;
+    src->bytes = 0;
+    return rc;
+}
+
+void kl_overlay_drop_upto(kl_overlay *o, uint64_t index)
+{
+    size_t w = 0;
+    for (size_t r = 0; r < o->n; r++) {
+        if (o->v[r].owner <= index) {
+            o->bytes -= o->v[r].klen + o->v[r].vlen;
+            free(o->v[r].key);
+            free(o->v[r].val);
+        } else {
+            o->v[w++] = o->v[r];
+        }
+    }
+    o->n = w;
+}

@@ -1,0 +1,817 @@
+/* Evaluation of queue mutations (engine.h). Records are protobuf messages; every write
+ * goes to the view's scratch overlay. See daemon/store/keys.h for the layout and its
+ * invariants, which every function here preserves. */
+#include "daemon/engine/engine.h"
+
+#include "daemon/store/keys.h"
+#include "keyload/v1/store.pb-c.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define PROMOTE_BATCH 256
+
+void kl_buf_free(kl_buf *b)
+{
+    free(b->p);
+    memset(b, 0, sizeof *b);
+}
+
+int kl_buf_append(kl_buf *b, const void *p, size_t n)
+{
+    if (b->len + n > b->cap) {
+        size_t cap = b->cap ? b->cap : 256;
+        while (cap < b->len + n)
+            cap *= 2;
+        uint8_t *np = realloc(b->p, cap);
+        if (np == NULL)
+            return -1;
+        b->p = np;
+        b->cap = cap;
+    }
+    if (n)
+        memcpy(b->p + b->len, p, n);
+    b->len += n;
+    return 0;
+}
+
+static const char *lane_name(const Keyload__V1__QueueLaneRef *r)
+{
+    return (r->lane && r->lane[0]) ? r->lane : "default";
+}
+
+static kl_code oom(kl_err *err) { return kl_fail(err, KL_INTERNAL, "memory", "out of memory"); }
+
+/* Packs a protobuf message and puts it under key. */
+static kl_code put_msg(kl_view *v, const kl_key *k, const ProtobufCMessage *m, kl_err *err)
+{
+    size_t n = protobuf_c_message_get_packed_size(m);
+    uint8_t *buf = malloc(n ? n : 1);
+    if (buf == NULL)
+        return oom(err);
+    protobuf_c_message_pack(m, buf);
+    kl_code rc = kl_view_put(v, k->b, k->len, buf, n, err);
+    free(buf);
+    return rc;
+}
+
+static kl_code put_empty(kl_view *v, const kl_key *k, const char *val, kl_err *err)
+{
+    return kl_view_put(v, k->b, k->len, (const uint8_t *)val, val ? strlen(val) : 0, err);
+}
+
+static kl_code corrupt(kl_err *err, const char *what)
+{
+    return kl_fail(err, KL_INTERNAL, "store", "stored %s record does not decode", what);
+}
+
+/* Looks a queue up by name. NOT_FOUND names the queue. *rec is unpacked (caller frees). */
+static kl_code load_queue(kl_view *v, const Keyload__V1__QueueLaneRef *r, uint64_t *qid,
+                          Keyload__V1__QueueRecord **rec, kl_err *err)
+{
+    kl_key k;
+    kl_key_queue_name(&k, r->tenant, r->database, r->queue);
+    uint8_t *val;
+    size_t n;
+    bool found;
+    kl_code rc = kl_view_get(v, k.b, k.len, &val, &n, &found, err);
+    if (rc != KL_OK)
+        return rc;
+    if (!found)
+        return kl_fail(err, KL_NOT_FOUND, "queue", "queue '%s' does not exist in %s/%s", r->queue,
+                       r->tenant, r->database);
+    if (n != 8) {
+        free(val);
+        return corrupt(err, "queue name");
+    }
+    *qid = kl_be64_get(val);
+    free(val);
+    kl_key_queue(&k, *qid);
+    if ((rc = kl_view_get(v, k.b, k.len, &val, &n, &found, err)) != KL_OK)
+        return rc;
+    if (!found)
+        return corrupt(err, "queue");
+    *rec = keyload__v1__queue_record__unpack(NULL, n, val);
+    free(val);
+    return *rec ? KL_OK : corrupt(err, "queue");
+}
+
+static kl_code save_queue(kl_view *v, const Keyload__V1__QueueRecord *rec, kl_err *err)
+{
+    kl_key k;
+    kl_key_queue(&k, rec->queue_id);
+    return put_msg(v, &k, &rec->base, err);
+}
+
+static uint64_t queue_max_messages(const kl_eval_ctx *c, const Keyload__V1__QueueRecord *q)
+{
+    return (q->limits && q->limits->max_messages) ? q->limits->max_messages
+                                                  : c->limits->default_queue_max_messages;
+}
+
+static uint64_t queue_max_bytes(const kl_eval_ctx *c, const Keyload__V1__QueueRecord *q)
+{
+    return (q->limits && q->limits->max_bytes) ? q->limits->max_bytes
+                                               : c->limits->default_queue_max_bytes;
+}
+
+static kl_code load_message(kl_view *v, uint64_t qid, const char *lane, uint64_t seq,
+                            Keyload__V1__MessageRecord **out, kl_err *err)
+{
+    kl_key k;
+    kl_key_message(&k, qid, lane, seq);
+    uint8_t *val;
+    size_t n;
+    bool found;
+    kl_code rc = kl_view_get(v, k.b, k.len, &val, &n, &found, err);
+    if (rc != KL_OK)
+        return rc;
+    if (!found)
+        return corrupt(err, "message index");
+    *out = keyload__v1__message_record__unpack(NULL, n, val);
+    free(val);
+    return *out ? KL_OK : corrupt(err, "message");
+}
+
+static kl_code save_message(kl_view *v, uint64_t qid, const char *lane,
+                            const Keyload__V1__MessageRecord *m, kl_err *err)
+{
+    kl_key k;
+    kl_key_message(&k, qid, lane, m->seq);
+    return put_msg(v, &k, &m->base, err);
+}
+
+/* Removes a message and its index entries, and uncharges the queue. */
+static kl_code remove_message(kl_view *v, Keyload__V1__QueueRecord *q, const char *lane,
+                              const Keyload__V1__MessageRecord *m, bool in_timed, kl_err *err)
+{
+    kl_key k;
+    kl_code rc;
+    kl_key_message(&k, q->queue_id, lane, m->seq);
+    if ((rc = kl_view_del(v, k.b, k.len, err)) != KL_OK)
+        return rc;
+    if (in_timed)
+        kl_key_timed(&k, q->queue_id, m->visible_at_unix_ms, m->seq);
+    else
+        kl_key_available(&k, q->queue_id, lane, m->seq);
+    if ((rc = kl_view_del(v, k.b, k.len, err)) != KL_OK)
+        return rc;
+    if (m->lease_token.len == 16) {
+        kl_key_lease(&k, m->lease_token.data);
+        if ((rc = kl_view_del(v, k.b, k.len, err)) != KL_OK)
+            return rc;
+    }
+    q->messages--;
+    q->bytes -= m->charged_bytes;
+    return KL_OK;
+}
+
+static kl_code add_result(kl_buf *out, Keyload__V1__MutationResult *r, kl_err *err)
+{
+    size_t n = keyload__v1__mutation_result__get_packed_size(r);
+    uint8_t hdr[11];
+    size_t h = 0;
+    hdr[h++] = (6 << 3) | 2; /* BatchReceipt.results, length-delimited */
+    size_t len = n;
+    do {
+        uint8_t b = len & 0x7f;
+        len >>= 7;
+        hdr[h++] = (uint8_t)(b | (len ? 0x80 : 0));
+    } while (len);
+    uint8_t *buf = malloc(n ? n : 1);
+    if (buf == NULL)
+        return oom(err);
+    keyload__v1__mutation_result__pack(r, buf);
+    int bad = kl_buf_append(out, hdr, h) || kl_buf_append(out, buf, n);
+    free(buf);
+    return bad ? oom(err) : KL_OK;
+}
+
+/* ---- create / delete ---- */
+
+static kl_code eval_create(kl_eval_ctx *c, const Keyload__V1__CreateQueue *m, kl_buf *out, kl_err *err)
+{
+    kl_view *v = c->view;
+    const Keyload__V1__QueueLaneRef *r = m->queue;
+    if (m->partition != c->partition)
+        return kl_fail(err, KL_FAILED_PRECONDITION, "partition",
+                       "queue placement: partition %d is not served here (this member serves partition %d)",
+                       m->partition, c->partition);
+    kl_key nk;
+    kl_key_queue_name(&nk, r->tenant, r->database, r->queue);
+    uint8_t *val;
+    size_t n;
+    bool found;
+    kl_code rc = kl_view_get(v, nk.b, nk.len, &val, &n, &found, err);
+    if (rc != KL_OK)
+        return rc;
+    free(val);
+    if (found)
+        return kl_fail(err, KL_CONFLICT, "queue_exists", "queue '%s' already exists in %s/%s",
+                       r->queue, r->tenant, r->database);
+    const char *dlq = m->limits ? m->limits->dead_letter_queue : "";
+    if (dlq[0] != '\0') {
+        if (strcmp(dlq, r->queue) == 0)
+            return kl_fail(err, KL_INVALID_ARGUMENT, "dead_letter_queue",
+                           "dead_letter_queue must name another queue");
+        Keyload__V1__QueueLaneRef dref = *r;
+        dref.queue = (char *)dlq;
+        uint64_t dqid;
+        Keyload__V1__QueueRecord *drec;
+        if ((rc = load_queue(v, &dref, &dqid, &drec, err)) != KL_OK) {
+            if (rc == KL_NOT_FOUND)
+                kl_fail(err, KL_NOT_FOUND, "dead_letter_queue",
+                        "dead_letter_queue '%s' does not exist on this partition; create it first", dlq);
+            return rc;
+        }
+        keyload__v1__queue_record__free_unpacked(drec, NULL);
+    }
+    kl_key mk;
+    kl_key_meta(&mk, "next_queue");
+    if ((rc = kl_view_get(v, mk.b, mk.len, &val, &n, &found, err)) != KL_OK)
+        return rc;
+    uint64_t qid = 1;
+    if (found && n == 8)
+        qid = kl_be64_get(val);
+    free(val);
+    uint8_t nb[8];
+    kl_be64_put(nb, qid + 1);
+    if ((rc = kl_view_put(v, mk.b, mk.len, nb, 8, err)) != KL_OK)
+        return rc;
+    kl_be64_put(nb, qid);
+    if ((rc = kl_view_put(v, nk.b, nk.len, nb, 8, err)) != KL_OK)
+        return rc;
+
+    Keyload__V1__QueueLaneRef name = KEYLOAD__V1__QUEUE_LANE_REF__INIT;
+    name.tenant = r->tenant;
+    name.database = r->database;
+    name.queue = r->queue;
+    Keyload__V1__QueueLimits limits = KEYLOAD__V1__QUEUE_LIMITS__INIT;
+    if (m->limits)
+        limits = *m->limits;
+    Keyload__V1__QueueRecord rec = KEYLOAD__V1__QUEUE_RECORD__INIT;
+    rec.queue_id = qid;
+    rec.name = &name;
+    rec.partition = c->partition;
+    rec.limits = &limits;
+    rec.created_unix_ms = c->now_ms;
+    if ((rc = save_queue(v, &rec, err)) != KL_OK)
+        return rc;
+
+    Keyload__V1__QueueCreated qc = KEYLOAD__V1__QUEUE_CREATED__INIT;
+    qc.queue_id = qid;
+    qc.partition = c->partition;
+    Keyload__V1__MutationResult res = KEYLOAD__V1__MUTATION_RESULT__INIT;
+    res.kind_case = KEYLOAD__V1__MUTATION_RESULT__KIND_QUEUE_CREATED;
+    res.queue_created = &qc;
+    return add_result(out, &res, err);
+}
+
+static kl_code eval_delete(kl_eval_ctx *c, const Keyload__V1__DeleteQueue *m, kl_buf *out, kl_err *err)
+{
+    uint64_t qid;
+    Keyload__V1__QueueRecord *q;
+    kl_code rc = load_queue(c->view, m->queue, &qid, &q, err);
+    if (rc != KL_OK)
+        return rc;
+    if (q->messages > 0) {
+        rc = kl_fail(err, KL_FAILED_PRECONDITION, "queue_not_empty",
+                     "queue '%s' holds %llu messages; a queue holding messages cannot be deleted",
+                     m->queue->queue, (unsigned long long)q->messages);
+        goto done;
+    }
+    kl_key k;
+    kl_key_queue_name(&k, m->queue->tenant, m->queue->database, m->queue->queue);
+    if ((rc = kl_view_del(c->view, k.b, k.len, err)) != KL_OK)
+        goto done;
+    kl_key_queue(&k, qid);
+    if ((rc = kl_view_del(c->view, k.b, k.len, err)) != KL_OK)
+        goto done;
+    Keyload__V1__QueueDeleted qd = KEYLOAD__V1__QUEUE_DELETED__INIT;
+    qd.queue_id = qid;
+    Keyload__V1__MutationResult res = KEYLOAD__V1__MUTATION_RESULT__INIT;
+    res.kind_case = KEYLOAD__V1__MUTATION_RESULT__KIND_QUEUE_DELETED;
+    res.queue_deleted = &qd;
+    rc = add_result(out, &res, err);
+done:
+    keyload__v1__queue_record__free_unpacked(q, NULL);
+    return rc;
+}
+
+/* ---- enqueue ---- */
+
+/* Stores a new message in queue q (counters updated in q, not saved). */
+static kl_code store_new_message(kl_eval_ctx *c, Keyload__V1__QueueRecord *q, const char *lane,
+                                 Keyload__V1__EnqueueMessage *msg, uint32_t delivery_count,
+                                 int64_t enqueued_ms, const char *qname, uint64_t *seq_out, kl_err *err)
+{
+    size_t size = keyload__v1__enqueue_message__get_packed_size(msg);
+    if (q->messages + 1 > queue_max_messages(c, q))
+        return kl_fail(err, KL_RESOURCE_EXHAUSTED, "limit:max_messages",
+                       "queue '%s' is full: it holds its max_messages (%llu)", qname,
+                       (unsigned long long)queue_max_messages(c, q));
+    if (q->bytes + size > queue_max_bytes(c, q))
+        return kl_fail(err, KL_RESOURCE_EXHAUSTED, "limit:max_bytes",
+                       "queue '%s' is full: %zu more bytes would pass its max_bytes (%llu)", qname,
+                       size, (unsigned long long)queue_max_bytes(c, q));
+    Keyload__V1__MessageRecord m = KEYLOAD__V1__MESSAGE_RECORD__INIT;
+    m.seq = ++q->next_seq;
+    m.message = msg;
+    m.enqueued_unix_ms = enqueued_ms;
+    m.delivery_count = delivery_count;
+    m.charged_bytes = size;
+    kl_key k;
+    kl_code rc;
+    if (msg->delay_ms > 0 && delivery_count == 0) {
+        m.visible_at_unix_ms = c->now_ms + msg->delay_ms;
+        kl_key_timed(&k, q->queue_id, m.visible_at_unix_ms, m.seq);
+        rc = put_empty(c->view, &k, lane, err);
+    } else {
+        kl_key_available(&k, q->queue_id, lane, m.seq);
+        rc = put_empty(c->view, &k, NULL, err);
+    }
+    if (rc != KL_OK)
+        return rc;
+    if ((rc = save_message(c->view, q->queue_id, lane, &m, err)) != KL_OK)
+        return rc;
+    q->messages++;
+    q->bytes += size;
+    *seq_out = m.seq;
+    return KL_OK;
+}
+
+static kl_code eval_enqueue(kl_eval_ctx *c, const Keyload__V1__Enqueue *m, kl_buf *out, kl_err *err)
+{
+    if (m->message->expires_at_unix_ms != 0 && m->message->expires_at_unix_ms <= c->now_ms)
+        return kl_fail(err, KL_FAILED_PRECONDITION, "expires_at_unix_ms",
+                       "the message expired before it could be enqueued");
+    uint64_t qid, seq;
+    Keyload__V1__QueueRecord *q;
+    kl_code rc = load_queue(c->view, m->lane, &qid, &q, err);
+    if (rc != KL_OK)
+        return rc;
+    const char *lane = lane_name(m->lane);
+    rc = store_new_message(c, q, lane, m->message, 0, c->now_ms, m->lane->queue, &seq, err);
+    if (rc == KL_OK)
+        rc = save_queue(c->view, q, err);
+    keyload__v1__queue_record__free_unpacked(q, NULL);
+    if (rc != KL_OK)
+        return rc;
+    Keyload__V1__Enqueued e = KEYLOAD__V1__ENQUEUED__INIT;
+    e.message_id = seq;
+    e.lane = (char *)lane;
+    Keyload__V1__MutationResult res = KEYLOAD__V1__MUTATION_RESULT__INIT;
+    res.kind_case = KEYLOAD__V1__MUTATION_RESULT__KIND_ENQUEUED;
+    res.enqueued = &e;
+    return add_result(out, &res, err);
+}
+
+/* ---- dead-lettering ---- */
+
+/* A message past its queue's max_deliveries leaves the queue in the same commit: into the
+ * dead-letter queue when one is configured and has room, else it is dropped if no DLQ is
+ * configured. A configured DLQ that is missing or full keeps the message available, so
+ * nothing is lost silently; the next delivery tries again. Returns *moved. */
+static kl_code dead_letter(kl_eval_ctx *c, Keyload__V1__QueueRecord *q, const char *lane,
+                           Keyload__V1__MessageRecord *m, bool *moved, kl_err *err)
+{
+    *moved = false;
+    const char *dlq = q->limits ? q->limits->dead_letter_queue : "";
+    kl_code rc;
+    if (dlq[0] == '\0') {
+        /* remove_message expects the index entry to exist; callers removed it already. */
+        kl_key k;
+        kl_key_message(&k, q->queue_id, lane, m->seq);
+        if ((rc = kl_view_del(c->view, k.b, k.len, err)) != KL_OK)
+            return rc;
+        q->messages--;
+        q->bytes -= m->charged_bytes;
+        *moved = true;
+        return KL_OK;
+    }
+    Keyload__V1__QueueLaneRef dref = *q->name;
+    dref.queue = (char *)dlq;
+    uint64_t dqid, seq;
+    Keyload__V1__QueueRecord *d;
+    rc = load_queue(c->view, &dref, &dqid, &d, err);
+    if (rc == KL_NOT_FOUND)
+        return KL_OK;
+    if (rc != KL_OK)
+        return rc;
+    kl_err ignored;
+    rc = store_new_message(c, d, lane, m->message, m->delivery_count, m->enqueued_unix_ms, dlq, &seq,
+                           &ignored);
+    if (rc == KL_RESOURCE_EXHAUSTED) {
+        keyload__v1__queue_record__free_unpacked(d, NULL);
+        return KL_OK;
+    }
+    if (rc == KL_OK)
+        rc = save_queue(c->view, d, err);
+    else
+        *err = ignored;
+    keyload__v1__queue_record__free_unpacked(d, NULL);
+    if (rc != KL_OK)
+        return rc;
+    kl_key k;
+    kl_key_message(&k, q->queue_id, lane, m->seq);
+    if ((rc = kl_view_del(c->view, k.b, k.len, err)) != KL_OK)
+        return rc;
+    q->messages--;
+    q->bytes -= m->charged_bytes;
+    *moved = true;
+    return KL_OK;
+}
+
+/* Makes a leased-or-delayed message available again (its 'T' entry already deleted). */
+static kl_code make_available(kl_eval_ctx *c, Keyload__V1__QueueRecord *q, const char *lane,
+                              Keyload__V1__MessageRecord *m, kl_err *err)
+{
+    kl_key k;
+    kl_code rc;
+    bool was_leased = m->lease_token.len == 16;
+    if (was_leased) {
+        kl_key_lease(&k, m->lease_token.data);
+        if ((rc = kl_view_del(c->view, k.b, k.len, err)) != KL_OK)
+            return rc;
+        m->lease_token.len = 0;
+    }
+    m->visible_at_unix_ms = 0;
+    uint32_t maxd = q->limits ? q->limits->max_deliveries : 0;
+    if (was_leased && maxd > 0 && m->delivery_count >= maxd) {
+        bool moved;
+        if ((rc = dead_letter(c, q, lane, m, &moved, err)) != KL_OK)
+            return rc;
+        if (moved)
+            return KL_OK;
+    }
+    kl_key_available(&k, q->queue_id, lane, m->seq);
+    if ((rc = put_empty(c->view, &k, NULL, err)) != KL_OK)
+        return rc;
+    return save_message(c->view, q->queue_id, lane, m, err);
+}
+
+/* ---- receive ---- */
+
+typedef struct {
+    int64_t now;
+    size_t n;
+    struct { int64_t t; uint64_t seq; char lane[KL_NAME_LEN_MAX + 1]; } e[PROMOTE_BATCH];
+} due_list;
+
+static int collect_due(void *arg, const uint8_t *key, size_t klen, const uint8_t *val, size_t vlen)
+{
+    due_list *d = arg;
+    uint64_t qid, seq;
+    int64_t t;
+    if (kl_key_parse_timed(key, klen, &qid, &t, &seq) != 0 || t > d->now || vlen > KL_NAME_LEN_MAX)
+        return 1;
+    d->e[d->n].t = t;
+    d->e[d->n].seq = seq;
+    memcpy(d->e[d->n].lane, val, vlen);
+    d->e[d->n].lane[vlen] = '\0';
+    return ++d->n == PROMOTE_BATCH;
+}
+
+/* Returns leases that expired and delays that ended (entries with time <= now) to their
+ * lanes, in time order. Lease expiry is evaluated lazily, at the next Receive, with the
+ * entry's time, so every replica reaches the same state. */
+static kl_code promote_due(kl_eval_ctx *c, Keyload__V1__QueueRecord *q, kl_err *err)
+{
+    due_list *d = malloc(sizeof *d);
+    if (d == NULL)
+        return oom(err);
+    kl_code rc = KL_OK;
+    for (;;) {
+        d->now = c->now_ms;
+        d->n = 0;
+        kl_key pk;
+        kl_key_timed_queue(&pk, q->queue_id);
+        if ((rc = kl_view_scan(c->view, pk.b, pk.len, collect_due, d, err)) != KL_OK)
+            break;
+        for (size_t i = 0; i < d->n && rc == KL_OK; i++) {
+            kl_key k;
+            kl_key_timed(&k, q->queue_id, d->e[i].t, d->e[i].seq);
+            if ((rc = kl_view_del(c->view, k.b, k.len, err)) != KL_OK)
+                break;
+            Keyload__V1__MessageRecord *m;
+            if ((rc = load_message(c->view, q->queue_id, d->e[i].lane, d->e[i].seq, &m, err)) != KL_OK)
+                break;
+            rc = make_available(c, q, d->e[i].lane, m, err);
+            keyload__v1__message_record__free_unpacked(m, NULL);
+        }
+        if (rc != KL_OK || d->n < PROMOTE_BATCH)
+            break;
+    }
+    free(d);
+    return rc;
+}
+
+typedef struct {
+    size_t want, n;
+    uint64_t seq[PROMOTE_BATCH];
+} avail_list;
+
+static int collect_avail(void *arg, const uint8_t *key, size_t klen, const uint8_t *val, size_t vlen)
+{
+    (void)val;
+    (void)vlen;
+    avail_list *a = arg;
+    uint64_t qid, seq;
+    if (kl_key_parse_available(key, klen, &qid, &seq) != 0)
+        return 1;
+    a->seq[a->n++] = seq;
+    return a->n == a->want;
+}
+
+static kl_code eval_receive(kl_eval_ctx *c, const Keyload__V1__Receive *m, kl_buf *out, kl_err *err)
+{
+    uint64_t qid;
+    Keyload__V1__QueueRecord *q;
+    kl_code rc = load_queue(c->view, m->lane, &qid, &q, err);
+    if (rc != KL_OK)
+        return rc;
+    const char *lane = lane_name(m->lane);
+    uint32_t want = m->max_messages ? m->max_messages : 1;
+    int64_t lease_ms = m->lease_ms ? m->lease_ms : KL_LEASE_MS_DEFAULT;
+    Keyload__V1__MessageRecord **recs = calloc(want, sizeof *recs);
+    Keyload__V1__ReceivedMessage *rm = calloc(want, sizeof *rm);
+    Keyload__V1__ReceivedMessage **rmp = calloc(want, sizeof *rmp);
+    uint8_t(*tokens)[16] = calloc(want, 16);
+    avail_list *al = malloc(sizeof *al);
+    size_t got = 0;
+    uint64_t read_bytes = 0;
+    if (!recs || !rm || !rmp || !tokens || !al) {
+        rc = oom(err);
+        goto done;
+    }
+    if ((rc = promote_due(c, q, err)) != KL_OK)
+        goto done;
+    bool full = false;
+    while (got < want && !full) {
+        al->n = 0;
+        al->want = want - got < PROMOTE_BATCH ? want - got : PROMOTE_BATCH;
+        kl_key pk;
+        kl_key_available_lane(&pk, qid, lane);
+        /* Leased messages leave the 'A' range, so a rescan starts at the next candidate. */
+        if ((rc = kl_view_scan(c->view, pk.b, pk.len, collect_avail, al, err)) != KL_OK)
+            goto done;
+        if (al->n == 0)
+            break;
+        for (size_t i = 0; i < al->n && got < want; i++) {
+            Keyload__V1__MessageRecord *msg;
+            if ((rc = load_message(c->view, qid, lane, al->seq[i], &msg, err)) != KL_OK)
+                goto done;
+            kl_key k;
+            kl_key_available(&k, qid, lane, msg->seq);
+            if (msg->message->expires_at_unix_ms != 0 && msg->message->expires_at_unix_ms <= c->now_ms) {
+                /* Expired while waiting: it is never delivered. */
+                rc = remove_message(c->view, q, lane, msg, false, err);
+                keyload__v1__message_record__free_unpacked(msg, NULL);
+                if (rc != KL_OK)
+                    goto done;
+                continue;
+            }
+            uint64_t body = msg->message->body.len;
+            if (got > 0 && read_bytes + body > c->limits->max_query_read_bytes) {
+                keyload__v1__message_record__free_unpacked(msg, NULL);
+                full = true;
+                break;
+            }
+            read_bytes += body;
+            c->random(tokens[got], 16);
+            msg->delivery_count++;
+            msg->lease_token.data = tokens[got];
+            msg->lease_token.len = 16;
+            msg->visible_at_unix_ms = c->now_ms + lease_ms;
+            if ((rc = kl_view_del(c->view, k.b, k.len, err)) != KL_OK ||
+                (rc = save_message(c->view, qid, lane, msg, err)) != KL_OK) {
+                keyload__v1__message_record__free_unpacked(msg, NULL);
+                goto done;
+            }
+            kl_key_timed(&k, qid, msg->visible_at_unix_ms, msg->seq);
+            if ((rc = put_empty(c->view, &k, lane, err)) != KL_OK) {
+                keyload__v1__message_record__free_unpacked(msg, NULL);
+                goto done;
+            }
+            Keyload__V1__LeaseRecord lr = KEYLOAD__V1__LEASE_RECORD__INIT;
+            lr.queue_id = qid;
+            lr.lane = (char *)lane;
+            lr.seq = msg->seq;
+            kl_key_lease(&k, tokens[got]);
+            if ((rc = put_msg(c->view, &k, &lr.base, err)) != KL_OK) {
+                keyload__v1__message_record__free_unpacked(msg, NULL);
+                goto done;
+            }
+            recs[got] = msg;
+            keyload__v1__received_message__init(&rm[got]);
+            rm[got].message_id = msg->seq;
+            rm[got].lane = (char *)lane;
+            rm[got].lease_token = msg->lease_token;
+            rm[got].delivery_count = msg->delivery_count;
+            rm[got].message = msg->message;
+            rm[got].lease_expires_unix_ms = msg->visible_at_unix_ms;
+            rm[got].enqueued_unix_ms = msg->enqueued_unix_ms;
+            rmp[got] = &rm[got];
+            got++;
+        }
+    }
+    if ((rc = save_queue(c->view, q, err)) != KL_OK)
+        goto done;
+    Keyload__V1__Received rcv = KEYLOAD__V1__RECEIVED__INIT;
+    rcv.n_messages = got;
+    rcv.messages = rmp;
+    Keyload__V1__MutationResult res = KEYLOAD__V1__MUTATION_RESULT__INIT;
+    res.kind_case = KEYLOAD__V1__MUTATION_RESULT__KIND_RECEIVED;
+    res.received = &rcv;
+    rc = add_result(out, &res, err);
+done:
+    for (size_t i = 0; recs && i < got; i++) {
+        /* The lease token points into `tokens`; detach it before protobuf-c frees. */
+        recs[i]->lease_token.data = NULL;
+        recs[i]->lease_token.len = 0;
+        keyload__v1__message_record__free_unpacked(recs[i], NULL);
+    }
+    free(recs);
+    free(rm);
+    free(rmp);
+    free(tokens);
+    free(al);
+    keyload__v1__queue_record__free_unpacked(q, NULL);
+    return rc;
+}
+
+/* ---- ack / release ---- */
+
+/* Resolves lease token i to its message, checking that the lease is the message's
+ * current one and has not expired. */
+static kl_code resolve_lease(kl_eval_ctx *c, const char *op, size_t i, uint64_t qid,
+                             const uint8_t *token, Keyload__V1__MessageRecord **msg, char *lane_out,
+                             kl_err *err)
+{
+    kl_key k;
+    kl_key_lease(&k, token);
+    uint8_t *val;
+    size_t n;
+    bool found;
+    kl_code rc = kl_view_get(c->view, k.b, k.len, &val, &n, &found, err);
+    if (rc != KL_OK)
+        return rc;
+    if (!found)
+        return kl_fail(err, KL_FAILED_PRECONDITION, "lease_tokens",
+                       "%s: lease_tokens[%zu] is not an active lease (it expired, was acknowledged "
+                       "or released, or never existed)", op, i);
+    Keyload__V1__LeaseRecord *lr = keyload__v1__lease_record__unpack(NULL, n, val);
+    free(val);
+    if (lr == NULL)
+        return corrupt(err, "lease");
+    if (lr->queue_id != qid) {
+        keyload__v1__lease_record__free_unpacked(lr, NULL);
+        return kl_fail(err, KL_INVALID_ARGUMENT, "lease_tokens",
+                       "%s: lease_tokens[%zu] belongs to another queue", op, i);
+    }
+    snprintf(lane_out, KL_NAME_LEN_MAX + 1, "%s", lr->lane);
+    rc = load_message(c->view, qid, lr->lane, lr->seq, msg, err);
+    keyload__v1__lease_record__free_unpacked(lr, NULL);
+    if (rc != KL_OK)
+        return rc;
+    if ((*msg)->lease_token.len != 16 || memcmp((*msg)->lease_token.data, token, 16) != 0) {
+        keyload__v1__message_record__free_unpacked(*msg, NULL);
+        return corrupt(err, "lease");
+    }
+    if ((*msg)->visible_at_unix_ms <= c->now_ms) {
+        keyload__v1__message_record__free_unpacked(*msg, NULL);
+        return kl_fail(err, KL_FAILED_PRECONDITION, "lease_expired",
+                       "%s: lease_tokens[%zu] has expired; the message returns to its lane", op, i);
+    }
+    return KL_OK;
+}
+
+static kl_code eval_ack_release(kl_eval_ctx *c, const Keyload__V1__QueueLaneRef *ref, size_t ntok,
+                                const ProtobufCBinaryData *toks, bool ack, kl_buf *out, kl_err *err)
+{
+    uint64_t qid;
+    Keyload__V1__QueueRecord *q;
+    kl_code rc = load_queue(c->view, ref, &qid, &q, err);
+    if (rc != KL_OK)
+        return rc;
+    const char *op = ack ? "ack" : "release";
+    char lane[KL_NAME_LEN_MAX + 1];
+    for (size_t i = 0; i < ntok && rc == KL_OK; i++) {
+        Keyload__V1__MessageRecord *m;
+        if ((rc = resolve_lease(c, op, i, qid, toks[i].data, &m, lane, err)) != KL_OK)
+            break;
+        kl_key k;
+        kl_key_timed(&k, qid, m->visible_at_unix_ms, m->seq);
+        if (ack) {
+            rc = remove_message(c->view, q, lane, m, true, err);
+        } else if ((rc = kl_view_del(c->view, k.b, k.len, err)) == KL_OK) {
+            rc = make_available(c, q, lane, m, err);
+        }
+        keyload__v1__message_record__free_unpacked(m, NULL);
+    }
+    if (rc == KL_OK)
+        rc = save_queue(c->view, q, err);
+    keyload__v1__queue_record__free_unpacked(q, NULL);
+    if (rc != KL_OK)
+        return rc;
+    Keyload__V1__MutationResult res = KEYLOAD__V1__MUTATION_RESULT__INIT;
+    Keyload__V1__Acked a = KEYLOAD__V1__ACKED__INIT;
+    Keyload__V1__Released r = KEYLOAD__V1__RELEASED__INIT;
+    if (ack) {
+        a.count = (uint32_t)ntok;
+        res.kind_case = KEYLOAD__V1__MUTATION_RESULT__KIND_ACKED;
+        res.acked = &a;
+    } else {
+        r.count = (uint32_t)ntok;
+        res.kind_case = KEYLOAD__V1__MUTATION_RESULT__KIND_RELEASED;
+        res.released = &r;
+    }
+    return add_result(out, &res, err);
+}
+
+kl_code kl_engine_eval_batch(kl_eval_ctx *c, const Keyload__V1__BatchRequest *b, kl_buf *results,
+                             kl_err *err)
+{
+    for (size_t i = 0; i < b->n_mutations; i++) {
+        const Keyload__V1__Mutation *m = b->mutations[i];
+        kl_code rc;
+        switch (m->kind_case) {
+        case KEYLOAD__V1__MUTATION__KIND_CREATE_QUEUE: rc = eval_create(c, m->create_queue, results, err); break;
+        case KEYLOAD__V1__MUTATION__KIND_DELETE_QUEUE: rc = eval_delete(c, m->delete_queue, results, err); break;
+        case KEYLOAD__V1__MUTATION__KIND_ENQUEUE: rc = eval_enqueue(c, m->enqueue, results, err); break;
+        case KEYLOAD__V1__MUTATION__KIND_RECEIVE: rc = eval_receive(c, m->receive, results, err); break;
+        case KEYLOAD__V1__MUTATION__KIND_ACK:
+            rc = eval_ack_release(c, m->ack->queue, m->ack->n_lease_tokens, m->ack->lease_tokens, true, results, err);
+            break;
+        case KEYLOAD__V1__MUTATION__KIND_RELEASE:
+            rc = eval_ack_release(c, m->release->queue, m->release->n_lease_tokens, m->release->lease_tokens,
+                                  false, results, err);
+            break;
+        default:
+            rc = kl_fail(err, KL_INVALID_ARGUMENT, "mutations", "mutations[%zu] has no known kind", i);
+        }
+        if (rc != KL_OK) {
+            /* Prefix the mutation index so the caller knows which one failed. */
+            char msg[KL_ERR_MESSAGE_MAX];
+            memcpy(msg, err->message, sizeof msg);
+            if (strncmp(msg, "mutations[", 10) != 0) {
+                int h = snprintf(err->message, sizeof err->message, "mutations[%zu]: ", i);
+                if (h > 0 && (size_t)h < sizeof err->message)
+                    memccpy(err->message + h, msg, '\0', sizeof err->message - (size_t)h - 1);
+                err->message[sizeof err->message - 1] = '\0';
+            }
+            return rc;
+        }
+    }
+    return KL_OK;
+}
+
+typedef struct {
+    int64_t now;
+    uint64_t in_flight;
+} timed_count;
+
+static int count_timed(void *arg, const uint8_t *key, size_t klen, const uint8_t *val, size_t vlen)
+{
+    (void)val;
+    (void)vlen;
+    timed_count *t = arg;
+    uint64_t qid, seq;
+    int64_t when;
+    if (kl_key_parse_timed(key, klen, &qid, &when, &seq) == 0 && when > t->now)
+        t->in_flight++;
+    return 0;
+}
+
+kl_code kl_engine_queue_stats(kl_eval_ctx *c, const Keyload__V1__QueueLaneRef *ref,
+                              Keyload__V1__QueueStatsAnswer *out, Keyload__V1__QueueLimits *limits_out,
+                              kl_err *err)
+{
+    uint64_t qid;
+    Keyload__V1__QueueRecord *q;
+    kl_code rc = load_queue(c->view, ref, &qid, &q, err);
+    if (rc != KL_OK)
+        return rc;
+    timed_count t = {c->now_ms, 0};
+    kl_key pk;
+    kl_key_timed_queue(&pk, qid);
+    rc = kl_view_scan(c->view, pk.b, pk.len, count_timed, &t, err);
+    if (rc == KL_OK) {
+        out->queue_id = qid;
+        out->partition = q->partition;
+        out->messages = q->messages;
+        out->bytes = q->bytes;
+        out->in_flight = t.in_flight;
+        out->available = q->messages - t.in_flight;
+        keyload__v1__queue_limits__init(limits_out);
+        if (q->limits) {
+            limits_out->max_messages = queue_max_messages(c, q);
+            limits_out->max_bytes = queue_max_bytes(c, q);
+            limits_out->max_deliveries = q->limits->max_deliveries;
+        }
+        out->limits = limits_out;
+    }
+    keyload__v1__queue_record__free_unpacked(q, NULL);
+    return rc;
+}

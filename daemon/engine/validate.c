@@ -1,0 +1,187 @@
+/* Stateless shape checks of a batch request (engine.h: kl_engine_validate_batch).
+ * Every message names the mutation index and field at fault, never their contents
+ * beyond names, which are identifiers. */
+#include "daemon/engine/engine.h"
+
+#include "common/guid.h"
+
+#include <stdio.h>
+#include <string.h>
+
+kl_code kl_engine_check_name(const char *what, const char *s, kl_err *err)
+{
+    size_t n = s ? strlen(s) : 0;
+    if (n == 0)
+        return kl_fail(err, KL_INVALID_ARGUMENT, what, "%s must not be empty", what);
+    if (n > KL_NAME_LEN_MAX)
+        return kl_fail(err, KL_INVALID_ARGUMENT, what, "%s is %zu bytes; the limit is %d", what, n,
+                       KL_NAME_LEN_MAX);
+    for (size_t i = 0; i < n; i++) {
+        char ch = s[i];
+        if (!((ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') || (ch >= '0' && ch <= '9') ||
+              ch == '.' || ch == '_' || ch == '-' || ch == ':'))
+            return kl_fail(err, KL_INVALID_ARGUMENT, what,
+                           "%s may hold only letters, digits and . _ - : (byte %zu is not allowed)",
+                           what, i);
+    }
+    return KL_OK;
+}
+
+static kl_code check_ref(const char *where, const Keyload__V1__QueueLaneRef *r, bool lane_allowed,
+                         kl_err *err)
+{
+    char what[96];
+    if (r == NULL)
+        return kl_fail(err, KL_INVALID_ARGUMENT, where, "%s is missing", where);
+    kl_code rc;
+    snprintf(what, sizeof what, "%s.tenant", where);
+    if ((rc = kl_engine_check_name(what, r->tenant, err)) != KL_OK)
+        return rc;
+    snprintf(what, sizeof what, "%s.database", where);
+    if ((rc = kl_engine_check_name(what, r->database, err)) != KL_OK)
+        return rc;
+    snprintf(what, sizeof what, "%s.queue", where);
+    if ((rc = kl_engine_check_name(what, r->queue, err)) != KL_OK)
+        return rc;
+    if (r->lane != NULL && r->lane[0] != '\0') {
+        snprintf(what, sizeof what, "%s.lane", where);
+        if (!lane_allowed)
+            return kl_fail(err, KL_INVALID_ARGUMENT, what, "%s is not used here; leave it empty", what);
+        if ((rc = kl_engine_check_name(what, r->lane, err)) != KL_OK)
+            return rc;
+    }
+    return KL_OK;
+}
+
+static kl_code check_message(const char *where, const Keyload__V1__EnqueueMessage *m, kl_err *err)
+{
+    if (m == NULL)
+        return kl_fail(err, KL_INVALID_ARGUMENT, where, "%s.message is missing", where);
+    if (m->n_headers > KL_MAP_ENTRIES_MAX || m->n_fields > KL_MAP_ENTRIES_MAX)
+        return kl_fail(err, KL_INVALID_ARGUMENT, "headers",
+                       "%s.message: at most %d headers and %d fields", where, KL_MAP_ENTRIES_MAX,
+                       KL_MAP_ENTRIES_MAX);
+    for (size_t i = 0; i < m->n_headers; i++) {
+        const char *k = m->headers[i]->key;
+        size_t kn = strlen(k);
+        if (kn == 0 || kn > KL_NAME_LEN_MAX)
+            return kl_fail(err, KL_INVALID_ARGUMENT, "headers.key",
+                           "%s.message.headers[%zu].key must be 1..%d bytes", where, i, KL_NAME_LEN_MAX);
+        if (strlen(m->headers[i]->value) > KL_HEADER_VALUE_MAX)
+            return kl_fail(err, KL_INVALID_ARGUMENT, "headers.value",
+                           "%s.message.headers[%zu].value is over %d bytes", where, i, KL_HEADER_VALUE_MAX);
+        for (size_t j = 0; j < i; j++)
+            if (strcmp(m->headers[j]->key, k) == 0)
+                return kl_fail(err, KL_INVALID_ARGUMENT, "headers.key",
+                               "%s.message.headers[%zu].key repeats headers[%zu].key", where, i, j);
+    }
+    for (size_t i = 0; i < m->n_fields; i++) {
+        const char *k = m->fields[i]->key;
+        size_t kn = strlen(k);
+        if (kn == 0 || kn > KL_NAME_LEN_MAX)
+            return kl_fail(err, KL_INVALID_ARGUMENT, "fields.key",
+                           "%s.message.fields[%zu].key must be 1..%d bytes", where, i, KL_NAME_LEN_MAX);
+        if (m->fields[i]->value == NULL ||
+            m->fields[i]->value->kind_case == KEYLOAD__V1__FIELD_VALUE__KIND__NOT_SET)
+            return kl_fail(err, KL_INVALID_ARGUMENT, "fields.value",
+                           "%s.message.fields[%zu].value has no type", where, i);
+        for (size_t j = 0; j < i; j++)
+            if (strcmp(m->fields[j]->key, k) == 0)
+                return kl_fail(err, KL_INVALID_ARGUMENT, "fields.key",
+                               "%s.message.fields[%zu].key repeats fields[%zu].key", where, i, j);
+    }
+    if (m->expires_at_unix_ms < 0)
+        return kl_fail(err, KL_INVALID_ARGUMENT, "expires_at_unix_ms",
+                       "%s.message.expires_at_unix_ms must not be negative", where);
+    if (m->delay_ms < 0 || m->delay_ms > KL_DELAY_MS_MAX)
+        return kl_fail(err, KL_INVALID_ARGUMENT, "delay_ms",
+                       "%s.message.delay_ms must be 0..%lld", where, (long long)KL_DELAY_MS_MAX);
+    return KL_OK;
+}
+
+static kl_code check_tokens(const char *where, size_t n, const ProtobufCBinaryData *t, kl_err *err)
+{
+    if (n == 0 || n > KL_RECEIVE_MAX)
+        return kl_fail(err, KL_INVALID_ARGUMENT, "lease_tokens", "%s.lease_tokens must hold 1..%d tokens",
+                       where, KL_RECEIVE_MAX);
+    for (size_t i = 0; i < n; i++)
+        if (t[i].len != 16)
+            return kl_fail(err, KL_INVALID_ARGUMENT, "lease_tokens",
+                           "%s.lease_tokens[%zu] is not a 16-byte lease token", where, i);
+    return KL_OK;
+}
+
+static kl_code check_mutation(size_t idx, const Keyload__V1__Mutation *m, kl_err *err)
+{
+    char where[96];
+    kl_code rc;
+    switch (m->kind_case) {
+    case KEYLOAD__V1__MUTATION__KIND_CREATE_QUEUE:
+        snprintf(where, sizeof where, "mutations[%zu].create_queue.queue", idx);
+        if ((rc = check_ref(where, m->create_queue->queue, false, err)) != KL_OK)
+            return rc;
+        if (m->create_queue->limits && m->create_queue->limits->dead_letter_queue[0] != '\0') {
+            snprintf(where, sizeof where, "mutations[%zu].create_queue.limits.dead_letter_queue", idx);
+            return kl_engine_check_name(where, m->create_queue->limits->dead_letter_queue, err);
+        }
+        return KL_OK;
+    case KEYLOAD__V1__MUTATION__KIND_DELETE_QUEUE:
+        snprintf(where, sizeof where, "mutations[%zu].delete_queue.queue", idx);
+        return check_ref(where, m->delete_queue->queue, false, err);
+    case KEYLOAD__V1__MUTATION__KIND_ENQUEUE:
+        snprintf(where, sizeof where, "mutations[%zu].enqueue.lane", idx);
+        if ((rc = check_ref(where, m->enqueue->lane, true, err)) != KL_OK)
+            return rc;
+        snprintf(where, sizeof where, "mutations[%zu].enqueue", idx);
+        return check_message(where, m->enqueue->message, err);
+    case KEYLOAD__V1__MUTATION__KIND_RECEIVE:
+        snprintf(where, sizeof where, "mutations[%zu].receive.lane", idx);
+        if ((rc = check_ref(where, m->receive->lane, true, err)) != KL_OK)
+            return rc;
+        if (m->receive->max_messages > KL_RECEIVE_MAX)
+            return kl_fail(err, KL_INVALID_ARGUMENT, "max_messages",
+                           "mutations[%zu].receive.max_messages must be 0..%d", idx, KL_RECEIVE_MAX);
+        if (m->receive->lease_ms > KL_LEASE_MS_MAX)
+            return kl_fail(err, KL_INVALID_ARGUMENT, "lease_ms",
+                           "mutations[%zu].receive.lease_ms must be 0..%lld", idx,
+                           (long long)KL_LEASE_MS_MAX);
+        return KL_OK;
+    case KEYLOAD__V1__MUTATION__KIND_ACK:
+        snprintf(where, sizeof where, "mutations[%zu].ack.queue", idx);
+        if ((rc = check_ref(where, m->ack->queue, false, err)) != KL_OK)
+            return rc;
+        snprintf(where, sizeof where, "mutations[%zu].ack", idx);
+        return check_tokens(where, m->ack->n_lease_tokens, m->ack->lease_tokens, err);
+    case KEYLOAD__V1__MUTATION__KIND_RELEASE:
+        snprintf(where, sizeof where, "mutations[%zu].release.queue", idx);
+        if ((rc = check_ref(where, m->release->queue, false, err)) != KL_OK)
+            return rc;
+        snprintf(where, sizeof where, "mutations[%zu].release", idx);
+        return check_tokens(where, m->release->n_lease_tokens, m->release->lease_tokens, err);
+    default:
+        return kl_fail(err, KL_INVALID_ARGUMENT, "mutations", "mutations[%zu] has no known kind", idx);
+    }
+}
+
+kl_code kl_engine_validate_batch(const Keyload__V1__BatchRequest *b, size_t encoded_len,
+                                 const kl_limits *limits, kl_err *err)
+{
+    if (encoded_len > limits->max_batch_bytes)
+        return kl_fail(err, KL_RESOURCE_EXHAUSTED, "limit:MaxBatchBytes",
+                       "batch of %zu bytes exceeds MaxBatchBytes (%llu)", encoded_len,
+                       (unsigned long long)limits->max_batch_bytes);
+    if (!kl_guid_valid(b->command_id.data, b->command_id.len))
+        return kl_fail(err, KL_INVALID_ARGUMENT, "command_id",
+                       "command_id must be a 16-byte GUID that is not all zero");
+    if (b->n_mutations == 0)
+        return kl_fail(err, KL_INVALID_ARGUMENT, "mutations", "a batch needs at least one mutation");
+    if (b->n_mutations > KL_BATCH_MUTATIONS_MAX)
+        return kl_fail(err, KL_INVALID_ARGUMENT, "mutations", "a batch holds at most %d mutations",
+                       KL_BATCH_MUTATIONS_MAX);
+    for (size_t i = 0; i < b->n_mutations; i++) {
+        kl_code rc = check_mutation(i, b->mutations[i], err);
+        if (rc != KL_OK)
+            return rc;
+    }
+    return KL_OK;
+}

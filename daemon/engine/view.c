@@ -1,0 +1,138 @@
+#include "daemon/engine/view.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+static kl_code charge(kl_view *v, kl_err *err)
+{
+    if (++v->scanned > v->scan_limit)
+        return kl_fail(err, KL_RESOURCE_EXHAUSTED, "limit:MaxScanRecords",
+                       "the request examines more than MaxScanRecords (%llu) records",
+                       (unsigned long long)v->scan_limit);
+    return KL_OK;
+}
+
+static kl_code copy_out(const kl_ov_entry *e, uint8_t **val, size_t *vlen, bool *found, kl_err *err)
+{
+    if (e->del) {
+        *found = false;
+        *val = NULL;
+        *vlen = 0;
+        return KL_OK;
+    }
+    *val = malloc(e->vlen ? e->vlen : 1);
+    if (*val == NULL)
+        return kl_fail(err, KL_INTERNAL, "memory", "view: out of memory");
+    memcpy(*val, e->val, e->vlen);
+    *vlen = e->vlen;
+    *found = true;
+    return KL_OK;
+}
+
+kl_code kl_view_get(kl_view *v, const uint8_t *key, size_t klen, uint8_t **val, size_t *vlen,
+                    bool *found, kl_err *err)
+{
+    kl_code rc = charge(v, err);
+    if (rc != KL_OK)
+        return rc;
+    const kl_ov_entry *e = NULL;
+    if (v->scratch && (e = kl_overlay_find(v->scratch, key, klen)) != NULL)
+        return copy_out(e, val, vlen, found, err);
+    if (v->pending && (e = kl_overlay_find(v->pending, key, klen)) != NULL)
+        return copy_out(e, val, vlen, found, err);
+    return kl_store_get(v->store, key, klen, val, vlen, found, err);
+}
+
+kl_code kl_view_put(kl_view *v, const uint8_t *key, size_t klen, const uint8_t *val, size_t vlen,
+                    kl_err *err)
+{
+    return kl_overlay_set(v->scratch, key, klen, val, vlen, false, 0, err);
+}
+
+kl_code kl_view_del(kl_view *v, const uint8_t *key, size_t klen, kl_err *err)
+{
+    return kl_overlay_set(v->scratch, key, klen, NULL, 0, true, 0, err);
+}
+
+static bool has_prefix(const uint8_t *k, size_t klen, const uint8_t *p, size_t plen)
+{
+    return klen >= plen && memcmp(k, p, plen) == 0;
+}
+
+/* A cursor over one overlay restricted to the prefix. */
+typedef struct {
+    const kl_overlay *o;
+    size_t i;
+} ov_cursor;
+
+static const kl_ov_entry *ov_cur(ov_cursor *c, const uint8_t *p, size_t plen)
+{
+    if (c->o == NULL || c->i >= c->o->n)
+        return NULL;
+    const kl_ov_entry *e = &c->o->v[c->i];
+    return has_prefix(e->key, e->klen, p, plen) ? e : NULL;
+}
+
+kl_code kl_view_scan(kl_view *v, const uint8_t *prefix, size_t plen, kl_view_scan_fn fn,
+                     void *arg, kl_err *err)
+{
+    ov_cursor sc = {v->scratch, v->scratch ? kl_overlay_lower_bound(v->scratch, prefix, plen) : 0};
+    ov_cursor pc = {v->pending, v->pending ? kl_overlay_lower_bound(v->pending, prefix, plen) : 0};
+    rocksdb_iterator_t *it = kl_store_iterator(v->store);
+    rocksdb_iter_seek(it, (const char *)prefix, plen);
+    kl_code rc = KL_OK;
+    for (;;) {
+        const uint8_t *rk = NULL;
+        size_t rklen = 0;
+        if (rocksdb_iter_valid(it)) {
+            rk = (const uint8_t *)rocksdb_iter_key(it, &rklen);
+            if (!has_prefix(rk, rklen, prefix, plen))
+                rk = NULL;
+        }
+        const kl_ov_entry *se = ov_cur(&sc, prefix, plen);
+        const kl_ov_entry *pe = ov_cur(&pc, prefix, plen);
+        /* The smallest key among the three sources; ties go to the highest layer. */
+        const uint8_t *mk = NULL;
+        size_t mklen = 0;
+        if (rk) { mk = rk; mklen = rklen; }
+        if (pe && (!mk || kl_key_compare(pe->key, pe->klen, mk, mklen) < 0)) { mk = pe->key; mklen = pe->klen; }
+        if (se && (!mk || kl_key_compare(se->key, se->klen, mk, mklen) < 0)) { mk = se->key; mklen = se->klen; }
+        if (mk == NULL)
+            break;
+        const uint8_t *val = NULL;
+        size_t vlen = 0;
+        bool live;
+        bool s_eq = se && kl_key_compare(se->key, se->klen, mk, mklen) == 0;
+        bool p_eq = pe && kl_key_compare(pe->key, pe->klen, mk, mklen) == 0;
+        bool r_eq = rk && kl_key_compare(rk, rklen, mk, mklen) == 0;
+        if (s_eq) {
+            live = !se->del;
+            val = se->val;
+            vlen = se->vlen;
+        } else if (p_eq) {
+            live = !pe->del;
+            val = pe->val;
+            vlen = pe->vlen;
+        } else {
+            live = true;
+            val = (const uint8_t *)rocksdb_iter_value(it, &vlen);
+        }
+        /* Copy the key: advancing the RocksDB iterator invalidates rk. */
+        uint8_t kbuf[600];
+        size_t kcopy = mklen < sizeof kbuf ? mklen : sizeof kbuf;
+        memcpy(kbuf, mk, kcopy);
+        int stop = 0;
+        if (live) {
+            if ((rc = charge(v, err)) != KL_OK)
+                break;
+            stop = fn(arg, kbuf, kcopy, val, vlen);
+        }
+        if (s_eq) sc.i++;
+        if (p_eq) pc.i++;
+        if (r_eq) rocksdb_iter_next(it);
+        if (stop)
+            break;
+    }
+    rocksdb_iter_destroy(it);
+    return rc;
+}

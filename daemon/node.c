@@ -1,0 +1,558 @@
+#include "daemon/node.h"
+
+#include "common/canon.h"
+#include "common/failpoint.h"
+#include "common/log.h"
+#include "daemon/engine/engine.h"
+#include "daemon/store/keys.h"
+#include "keyload/v1/queue.pb-c.h"
+#include "keyload/v1/store.pb-c.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#define BATCH_METHOD "keyload.v1.Batch"
+#define NODE_TERM 1 /* single member: one term until KL-2's elections */
+
+typedef struct waiter {
+    kl_node_reply_fn fn;
+    void *cookie;
+} waiter;
+
+/* A proposed, not yet applied batch. */
+typedef struct pending {
+    char *principal;
+    uint8_t command_id[16];
+    uint8_t digest[KL_DIGEST_LEN];
+    uint64_t index;
+    uint8_t *receipt;
+    size_t receipt_len;
+    waiter *waiters;
+    size_t n_waiters, cap_waiters;
+} pending;
+
+struct kl_node {
+    kl_store *store;
+    kl_node_config cfg;
+    kl_node_io io;
+    kl_overlay overlay;          /* writes of every pending batch, owner = entry index */
+    pending *pend;
+    size_t n_pend, cap_pend;
+    kl_buf open;                 /* encoded WriteSets (field 5 of LogEntry) of the open entry */
+    size_t open_batches;
+    uint64_t inflight_index;     /* 0 when no append is in flight */
+    kl_buf inflight;             /* encoded entry being appended */
+    uint64_t last_index;         /* last entry formed (appended or in flight) */
+    int64_t last_time;           /* max entry time so far */
+    bool broken;
+};
+
+bool kl_node_broken(const kl_node *n) { return n->broken; }
+uint64_t kl_node_applied_index(const kl_node *n) { return kl_store_applied_index(n->store); }
+size_t kl_node_pending_batches(const kl_node *n) { return n->n_pend; }
+
+static int64_t entry_time(kl_node *n)
+{
+    int64_t now = n->io.clock_ms(n->io.ctx);
+    if (now > n->last_time)
+        n->last_time = now;
+    return n->last_time;
+}
+
+static void pending_free(pending *p)
+{
+    free(p->principal);
+    free(p->receipt);
+    free(p->waiters);
+}
+
+static pending *pending_find(kl_node *n, const char *principal, const uint8_t cmd[16])
+{
+    for (size_t i = 0; i < n->n_pend; i++)
+        if (memcmp(n->pend[i].command_id, cmd, 16) == 0 && strcmp(n->pend[i].principal, principal) == 0)
+            return &n->pend[i];
+    return NULL;
+}
+
+static int pending_add_waiter(pending *p, kl_node_reply_fn fn, void *cookie)
+{
+    if (p->n_waiters == p->cap_waiters) {
+        size_t cap = p->cap_waiters ? p->cap_waiters * 2 : 2;
+        waiter *nw = realloc(p->waiters, cap * sizeof *nw);
+        if (nw == NULL)
+            return -1;
+        p->waiters = nw;
+        p->cap_waiters = cap;
+    }
+    p->waiters[p->n_waiters++] = (waiter){fn, cookie};
+    return 0;
+}
+
+/* ---- entries ---- */
+
+static int append_field(kl_buf *b, uint8_t tag, const uint8_t *p, size_t n)
+{
+    uint8_t hdr[11];
+    size_t h = 0;
+    hdr[h++] = tag;
+    size_t len = n;
+    do {
+        uint8_t byte = len & 0x7f;
+        len >>= 7;
+        hdr[h++] = (uint8_t)(byte | (len ? 0x80 : 0));
+    } while (len);
+    return kl_buf_append(b, hdr, h) || kl_buf_append(b, p, n);
+}
+
+/* Encodes LogEntry{term, index, time, pinc} followed by the given write-set fields. */
+static int encode_entry(kl_buf *out, uint64_t index, int64_t time_ms, const uint8_t *pinc,
+                        const kl_buf *write_sets)
+{
+    Keyload__V1__LogEntry e = KEYLOAD__V1__LOG_ENTRY__INIT;
+    e.term = NODE_TERM;
+    e.index = index;
+    e.time_unix_ms = time_ms;
+    if (pinc) {
+        e.partition_incarnation.data = (uint8_t *)pinc;
+        e.partition_incarnation.len = 16;
+    }
+    size_t n = keyload__v1__log_entry__get_packed_size(&e);
+    uint8_t head[64];
+    keyload__v1__log_entry__pack(&e, head);
+    out->len = 0;
+    return kl_buf_append(out, head, n) ||
+           (write_sets && kl_buf_append(out, write_sets->p, write_sets->len));
+}
+
+static kl_code apply_encoded(kl_node *n, const uint8_t *bytes, size_t len, kl_err *err)
+{
+    Keyload__V1__LogEntry *e = keyload__v1__log_entry__unpack(NULL, len, bytes);
+    if (e == NULL)
+        return kl_fail(err, KL_INTERNAL, "log", "log entry does not decode");
+    if (e->time_unix_ms > n->last_time)
+        n->last_time = e->time_unix_ms;
+    kl_code rc = kl_store_apply(n->store, e, err);
+    keyload__v1__log_entry__free_unpacked(e, NULL);
+    return rc;
+}
+
+/* Forms the open entry and hands it to the driver (group commit). */
+static void flush_open(kl_node *n)
+{
+    if (n->inflight_index != 0 || n->open_batches == 0 || n->broken)
+        return;
+    uint64_t index = n->last_index + 1;
+    if (encode_entry(&n->inflight, index, n->last_time, NULL, &n->open) != 0) {
+        KL_ERROR("out of memory forming a log entry", "index=%llu", (unsigned long long)index);
+        n->broken = true;
+        return;
+    }
+    n->open.len = 0;
+    n->open_batches = 0;
+    n->inflight_index = index;
+    n->last_index = index;
+    kl_err fe;
+    (void)KL_FAILPOINT("daemon.before_append", &fe);
+    n->io.append(n->io.ctx, index, n->inflight.p, n->inflight.len);
+}
+
+static void answer_entry(kl_node *n, uint64_t index, kl_code code, const kl_err *err)
+{
+    size_t w = 0;
+    for (size_t i = 0; i < n->n_pend; i++) {
+        pending *p = &n->pend[i];
+        if (p->index != index) {
+            n->pend[w++] = *p;
+            continue;
+        }
+        for (size_t j = 0; j < p->n_waiters; j++)
+            p->waiters[j].fn(p->waiters[j].cookie, code, err, code == KL_OK ? p->receipt : NULL,
+                             code == KL_OK ? p->receipt_len : 0);
+        pending_free(p);
+    }
+    n->n_pend = w;
+}
+
+void kl_node_append_done(kl_node *n, uint64_t index, kl_code status, const kl_err *aerr)
+{
+    if (index != n->inflight_index)
+        return;
+    kl_err err;
+    kl_err_clear(&err);
+    if (status != KL_OK) {
+        KL_ERROR("log append failed", "index=%llu code=%s", (unsigned long long)index,
+                 kl_code_name(status));
+        n->broken = true;
+        kl_fail(&err, KL_UNKNOWN_WRITE_OUTCOME, "append_failed",
+                "the log write failed (%s); the batch may or may not commit: retry with the same "
+                "command id after the daemon restarts", aerr ? aerr->message : "unknown");
+        answer_entry(n, index, KL_UNKNOWN_WRITE_OUTCOME, &err);
+        n->inflight_index = 0;
+        return;
+    }
+    (void)KL_FAILPOINT("daemon.after_append_before_apply", &err);
+    (void)KL_FAILPOINT("daemon.after_append_before_reply", &err);
+    /* One member: durable == committed. */
+    kl_code rc = apply_encoded(n, n->inflight.p, n->inflight.len, &err);
+    n->inflight_index = 0;
+    if (rc != KL_OK) {
+        KL_ERROR("apply failed", "index=%llu detail=%s", (unsigned long long)index, err.detail);
+        n->broken = true;
+        kl_fail(&err, KL_UNKNOWN_WRITE_OUTCOME, "apply_failed",
+                "the batch is durable but could not be applied; it applies on restart");
+        answer_entry(n, index, KL_UNKNOWN_WRITE_OUTCOME, &err);
+        return;
+    }
+    kl_overlay_drop_upto(&n->overlay, index);
+    (void)KL_FAILPOINT("daemon.after_apply_before_reply", &err);
+    answer_entry(n, index, KL_OK, NULL);
+    flush_open(n);
+}
+
+/* ---- submit ---- */
+
+static void reply_err(kl_node_reply_fn fn, void *cookie, const kl_err *err)
+{
+    fn(cookie, err->code, err, NULL, 0);
+}
+
+/* Looks up a committed outcome. Returns KL_OK with *found and, when found, handled (the
+ * caller was answered). */
+static kl_code replay_committed(kl_node *n, const char *principal, const uint8_t cmd[16],
+                                const uint8_t digest[KL_DIGEST_LEN], bool *found,
+                                kl_node_reply_fn fn, void *cookie, kl_err *err)
+{
+    kl_key k;
+    kl_key_outcome(&k, principal, cmd);
+    uint8_t *val;
+    size_t len;
+    kl_code rc = kl_store_get(n->store, k.b, k.len, &val, &len, found, err);
+    if (rc != KL_OK || !*found)
+        return rc;
+    Keyload__V1__OutcomeRecord *o = keyload__v1__outcome_record__unpack(NULL, len, val);
+    free(val);
+    if (o == NULL)
+        return kl_fail(err, KL_INTERNAL, "store", "stored outcome record does not decode");
+    if (o->request_digest.len != KL_DIGEST_LEN || memcmp(o->request_digest.data, digest, KL_DIGEST_LEN) != 0) {
+        keyload__v1__outcome_record__free_unpacked(o, NULL);
+        return kl_fail(err, KL_CONFLICT, "command_id_reused",
+                       "command_id was already used for a different batch (committed at index %llu)",
+                       (unsigned long long)o->index);
+    }
+    fn(cookie, KL_OK, NULL, o->receipt.data, o->receipt.len);
+    keyload__v1__outcome_record__free_unpacked(o, NULL);
+    return KL_OK;
+}
+
+/* Encodes BatchReceipt fields 1-5, the results (field 6) and field 7, in field order. */
+static int encode_receipt(kl_buf *out, const Keyload__V1__BatchRequest *b, int partition,
+                          uint64_t index, int64_t now, const kl_buf *results,
+                          const uint8_t digest[KL_DIGEST_LEN])
+{
+    Keyload__V1__BatchReceipt head = KEYLOAD__V1__BATCH_RECEIPT__INIT;
+    head.command_id = b->command_id;
+    head.partition = partition;
+    head.term = NODE_TERM;
+    head.index = index;
+    head.committed_unix_ms = now;
+    uint8_t hb[128];
+    size_t hn = keyload__v1__batch_receipt__pack(&head, hb);
+    return kl_buf_append(out, hb, hn) || kl_buf_append(out, results->p, results->len) ||
+           append_field(out, (7 << 3) | 2, digest, KL_DIGEST_LEN);
+}
+
+/* Encodes the write-set (scratch ops + the outcome record) into the open entry. */
+static kl_code add_write_set(kl_node *n, const char *principal, const Keyload__V1__BatchRequest *b,
+                             const uint8_t digest[KL_DIGEST_LEN], const kl_overlay *scratch,
+                             const kl_buf *receipt, uint64_t index, kl_err *err)
+{
+    Keyload__V1__OutcomeRecord o = KEYLOAD__V1__OUTCOME_RECORD__INIT;
+    o.request_digest.data = (uint8_t *)digest;
+    o.request_digest.len = KL_DIGEST_LEN;
+    o.receipt.data = receipt->p;
+    o.receipt.len = receipt->len;
+    o.index = index;
+    size_t on = keyload__v1__outcome_record__get_packed_size(&o);
+    uint8_t *ob = malloc(on);
+    Keyload__V1__KvOp *ops = calloc(scratch->n + 1, sizeof *ops);
+    Keyload__V1__KvOp **opp = calloc(scratch->n + 1, sizeof *opp);
+    uint8_t *wb = NULL;
+    kl_code rc = KL_OK;
+    if (ob == NULL || ops == NULL || opp == NULL) {
+        rc = kl_fail(err, KL_INTERNAL, "memory", "out of memory encoding a write-set");
+        goto done;
+    }
+    keyload__v1__outcome_record__pack(&o, ob);
+    for (size_t i = 0; i < scratch->n; i++) {
+        keyload__v1__kv_op__init(&ops[i]);
+        ops[i].del = scratch->v[i].del;
+        ops[i].key.data = scratch->v[i].key;
+        ops[i].key.len = scratch->v[i].klen;
+        ops[i].value.data = scratch->v[i].val;
+        ops[i].value.len = scratch->v[i].vlen;
+        opp[i] = &ops[i];
+    }
+    kl_key ok;
+    kl_key_outcome(&ok, principal, b->command_id.data);
+    keyload__v1__kv_op__init(&ops[scratch->n]);
+    ops[scratch->n].key.data = ok.b;
+    ops[scratch->n].key.len = ok.len;
+    ops[scratch->n].value.data = ob;
+    ops[scratch->n].value.len = on;
+    opp[scratch->n] = &ops[scratch->n];
+    Keyload__V1__WriteSet ws = KEYLOAD__V1__WRITE_SET__INIT;
+    ws.principal = (char *)principal;
+    ws.command_id = b->command_id;
+    ws.request_digest.data = (uint8_t *)digest;
+    ws.request_digest.len = KL_DIGEST_LEN;
+    ws.policy_epoch = 0;
+    ws.n_ops = scratch->n + 1;
+    ws.ops = opp;
+    ws.receipt.data = receipt->p;
+    ws.receipt.len = receipt->len;
+    size_t wn = keyload__v1__write_set__get_packed_size(&ws);
+    wb = malloc(wn);
+    if (wb == NULL) {
+        rc = kl_fail(err, KL_INTERNAL, "memory", "out of memory encoding a write-set");
+        goto done;
+    }
+    keyload__v1__write_set__pack(&ws, wb);
+    if (append_field(&n->open, (5 << 3) | 2, wb, wn) != 0)
+        rc = kl_fail(err, KL_INTERNAL, "memory", "out of memory encoding a write-set");
+    /* The outcome enters the pending overlay too, so later batches see it. */
+    if (rc == KL_OK)
+        rc = kl_overlay_set(&n->overlay, ok.b, ok.len, ob, on, false, index, err);
+done:
+    free(ob);
+    free(ops);
+    free(opp);
+    free(wb);
+    return rc;
+}
+
+void kl_node_submit_batch(kl_node *n, const char *principal, const uint8_t *req, size_t len,
+                          kl_node_reply_fn fn, void *cookie)
+{
+    kl_err err;
+    kl_err_clear(&err);
+    if (n->broken) {
+        kl_fail(&err, KL_UNAVAILABLE, "node_broken",
+                "this member stopped accepting writes after a storage failure; it must restart");
+        reply_err(fn, cookie, &err);
+        return;
+    }
+    Keyload__V1__BatchRequest *b = keyload__v1__batch_request__unpack(NULL, len, req);
+    if (b == NULL) {
+        kl_fail(&err, KL_INVALID_ARGUMENT, "payload", "the Batch request does not decode");
+        reply_err(fn, cookie, &err);
+        return;
+    }
+    kl_overlay scratch;
+    kl_overlay_init(&scratch);
+    kl_buf results = {0}, receipt = {0};
+    uint8_t digest[KL_DIGEST_LEN];
+    kl_code rc = kl_engine_validate_batch(b, len, &n->cfg.limits, &err);
+    if (rc != KL_OK)
+        goto fail;
+    if (kl_canon_batch_digest(BATCH_METHOD, principal, b, digest) != 0) {
+        rc = kl_fail(&err, KL_INTERNAL, "memory", "out of memory computing the request digest");
+        goto fail;
+    }
+    pending *p = pending_find(n, principal, b->command_id.data);
+    if (p != NULL) {
+        if (memcmp(p->digest, digest, KL_DIGEST_LEN) != 0) {
+            rc = kl_fail(&err, KL_CONFLICT, "command_id_reused",
+                         "command_id is in use by a different batch that is still committing");
+            goto fail;
+        }
+        /* Same request still in flight: wait for that entry's commit. */
+        if (pending_add_waiter(p, fn, cookie) != 0) {
+            rc = kl_fail(&err, KL_INTERNAL, "memory", "out of memory");
+            goto fail;
+        }
+        goto done;
+    }
+    bool found;
+    if ((rc = replay_committed(n, principal, b->command_id.data, digest, &found, fn, cookie, &err)) != KL_OK)
+        goto fail;
+    if (found)
+        goto done;
+    if (n->n_pend >= n->cfg.max_pending_batches || n->overlay.bytes >= n->cfg.max_pending_bytes) {
+        rc = kl_fail(&err, KL_UNAVAILABLE, "write_pipeline_full",
+                     "the write pipeline is full (%zu batches pending); retry shortly", n->n_pend);
+        goto fail;
+    }
+    /* The open entry is always the one after the last formed entry. */
+    uint64_t index = n->last_index + 1;
+    kl_view view = {.store = n->store, .pending = &n->overlay, .scratch = &scratch,
+                    .scan_limit = n->cfg.limits.max_scan_records};
+    kl_eval_ctx ctx = {.view = &view, .limits = &n->cfg.limits, .partition = n->cfg.partition,
+                       .now_ms = entry_time(n), .random = n->io.random};
+    if ((rc = kl_engine_eval_batch(&ctx, b, &results, &err)) != KL_OK)
+        goto fail;
+    if (encode_receipt(&receipt, b, n->cfg.partition, index, ctx.now_ms, &results, digest) != 0) {
+        rc = kl_fail(&err, KL_INTERNAL, "memory", "out of memory encoding the receipt");
+        goto fail;
+    }
+    if (n->n_pend == n->cap_pend) {
+        size_t cap = n->cap_pend ? n->cap_pend * 2 : 64;
+        pending *np = realloc(n->pend, cap * sizeof *np);
+        if (np == NULL) {
+            rc = kl_fail(&err, KL_INTERNAL, "memory", "out of memory");
+            goto fail;
+        }
+        n->pend = np;
+        n->cap_pend = cap;
+    }
+    size_t open_mark = n->open.len;
+    if ((rc = add_write_set(n, principal, b, digest, &scratch, &receipt, index, &err)) != KL_OK) {
+        n->open.len = open_mark;
+        goto fail;
+    }
+    if ((rc = kl_overlay_absorb(&n->overlay, &scratch, index, &err)) != KL_OK) {
+        /* The pending overlay is now partial; no safe way back but a restart. */
+        n->broken = true;
+        goto fail;
+    }
+    p = &n->pend[n->n_pend];
+    memset(p, 0, sizeof *p);
+    p->principal = strdup(principal);
+    memcpy(p->command_id, b->command_id.data, 16);
+    memcpy(p->digest, digest, KL_DIGEST_LEN);
+    p->index = index;
+    p->receipt = receipt.p;
+    p->receipt_len = receipt.len;
+    receipt.p = NULL;
+    if (p->principal == NULL || pending_add_waiter(p, fn, cookie) != 0) {
+        pending_free(p);
+        n->broken = true;
+        rc = kl_fail(&err, KL_INTERNAL, "memory", "out of memory");
+        goto fail;
+    }
+    n->n_pend++;
+    n->open_batches++;
+    flush_open(n);
+    goto done;
+fail:
+    reply_err(fn, cookie, &err);
+done:
+    kl_overlay_free(&scratch);
+    kl_buf_free(&results);
+    kl_buf_free(&receipt);
+    keyload__v1__batch_request__free_unpacked(b, NULL);
+}
+
+/* ---- reads ---- */
+
+kl_code kl_node_queue_stats(kl_node *n, const uint8_t *req, size_t len, uint8_t **answer,
+                            size_t *answer_len, kl_err *err)
+{
+    Keyload__V1__QueueStatsRequest *r = keyload__v1__queue_stats_request__unpack(NULL, len, req);
+    if (r == NULL)
+        return kl_fail(err, KL_INVALID_ARGUMENT, "payload", "the QueueStats request does not decode");
+    kl_code rc;
+    if (r->queue == NULL) {
+        rc = kl_fail(err, KL_INVALID_ARGUMENT, "queue", "queue is missing");
+        goto done;
+    }
+    if ((rc = kl_engine_check_name("queue.tenant", r->queue->tenant, err)) != KL_OK ||
+        (rc = kl_engine_check_name("queue.database", r->queue->database, err)) != KL_OK ||
+        (rc = kl_engine_check_name("queue.queue", r->queue->queue, err)) != KL_OK)
+        goto done;
+    kl_view view = {.store = n->store, .scan_limit = n->cfg.limits.max_scan_records};
+    kl_eval_ctx ctx = {.view = &view, .limits = &n->cfg.limits, .partition = n->cfg.partition,
+                       .now_ms = entry_time(n), .random = n->io.random};
+    Keyload__V1__QueueStatsAnswer a = KEYLOAD__V1__QUEUE_STATS_ANSWER__INIT;
+    Keyload__V1__QueueLimits lim;
+    if ((rc = kl_engine_queue_stats(&ctx, r->queue, &a, &lim, err)) != KL_OK)
+        goto done;
+    a.applied_index = kl_store_applied_index(n->store);
+    *answer_len = keyload__v1__queue_stats_answer__get_packed_size(&a);
+    *answer = malloc(*answer_len ? *answer_len : 1);
+    if (*answer == NULL) {
+        rc = kl_fail(err, KL_INTERNAL, "memory", "out of memory");
+        goto done;
+    }
+    keyload__v1__queue_stats_answer__pack(&a, *answer);
+done:
+    keyload__v1__queue_stats_request__free_unpacked(r, NULL);
+    return rc;
+}
+
+/* ---- open / close ---- */
+
+static kl_code recover(kl_node *n, kl_err *err)
+{
+    uint64_t last = kl_store_last_index(n->store);
+    for (uint64_t i = kl_store_applied_index(n->store) + 1; i <= last; i++) {
+        uint8_t *bytes;
+        size_t len;
+        bool found;
+        kl_code rc = kl_store_read_log(n->store, i, &bytes, &len, &found, err);
+        if (rc != KL_OK)
+            return rc;
+        if (!found)
+            return kl_fail(err, KL_INTERNAL, "log", "log entry %llu is missing", (unsigned long long)i);
+        rc = apply_encoded(n, bytes, len, err);
+        free(bytes);
+        if (rc != KL_OK)
+            return rc;
+    }
+    if (last == 0) {
+        /* The partition's first entry carries its incarnation (cursors and claims bind to it). */
+        uint8_t pinc[16];
+        n->io.random(pinc, sizeof pinc);
+        kl_buf e = {0};
+        if (encode_entry(&e, 1, entry_time(n), pinc, NULL) != 0)
+            return kl_fail(err, KL_INTERNAL, "memory", "out of memory");
+        kl_code rc = kl_store_append(n->store, 1, e.p, e.len, err);
+        if (rc == KL_OK)
+            rc = apply_encoded(n, e.p, e.len, err);
+        kl_buf_free(&e);
+        if (rc != KL_OK)
+            return rc;
+        last = 1;
+    }
+    n->last_index = last;
+    return KL_OK;
+}
+
+kl_code kl_node_open(kl_store *st, const kl_node_config *cfg, const kl_node_io *io, kl_node **out,
+                     kl_err *err)
+{
+    kl_node *n = calloc(1, sizeof *n);
+    if (n == NULL)
+        return kl_fail(err, KL_INTERNAL, "memory", "out of memory");
+    n->store = st;
+    n->cfg = *cfg;
+    n->io = *io;
+    kl_overlay_init(&n->overlay);
+    kl_code rc = recover(n, err);
+    if (rc != KL_OK) {
+        kl_overlay_free(&n->overlay);
+        free(n);
+        return rc;
+    }
+    *out = n;
+    return KL_OK;
+}
+
+void kl_node_close(kl_node *n)
+{
+    if (n == NULL)
+        return;
+    kl_err err;
+    kl_fail(&err, KL_UNKNOWN_WRITE_OUTCOME, "shutdown",
+            "the member shut down before the batch was answered; retry with the same command id");
+    for (size_t i = 0; i < n->n_pend; i++) {
+        pending *p = &n->pend[i];
+        for (size_t j = 0; j < p->n_waiters; j++)
+            p->waiters[j].fn(p->waiters[j].cookie, KL_UNKNOWN_WRITE_OUTCOME, &err, NULL, 0);
+        pending_free(p);
+    }
+    free(n->pend);
+    kl_overlay_free(&n->overlay);
+    kl_buf_free(&n->open);
+    kl_buf_free(&n->inflight);
+    free(n);
+}

@@ -1,0 +1,129 @@
+#include "daemon/store/keys.h"
+
+#include <assert.h>
+#include <string.h>
+
+void kl_be64_put(uint8_t *p, uint64_t v)
+{
+    for (int i = 7; i >= 0; i--) {
+        p[i] = (uint8_t)v;
+        v >>= 8;
+    }
+}
+
+uint64_t kl_be64_get(const uint8_t *p)
+{
+    uint64_t v = 0;
+    for (int i = 0; i < 8; i++)
+        v = v << 8 | p[i];
+    return v;
+}
+
+static void k_tag(kl_key *k, char tag)
+{
+    k->b[0] = (uint8_t)tag;
+    k->len = 1;
+}
+
+static void k_u64(kl_key *k, uint64_t v)
+{
+    assert(k->len + 8 <= KL_KEY_MAX);
+    kl_be64_put(k->b + k->len, v);
+    k->len += 8;
+}
+
+/* Names are validated to at most 128 bytes before any key is built, so a key never
+ * overflows; the assert guards that invariant. */
+static void k_str0(kl_key *k, const char *s)
+{
+    size_t n = strlen(s);
+    assert(k->len + n + 1 <= KL_KEY_MAX);
+    memcpy(k->b + k->len, s, n);
+    k->len += n;
+    k->b[k->len++] = 0;
+}
+
+static void k_raw(kl_key *k, const uint8_t *p, size_t n)
+{
+    assert(k->len + n <= KL_KEY_MAX);
+    memcpy(k->b + k->len, p, n);
+    k->len += n;
+}
+
+void kl_key_meta(kl_key *k, const char *name)
+{
+    k_tag(k, 'M');
+    k_raw(k, (const uint8_t *)name, strlen(name));
+}
+
+void kl_key_log(kl_key *k, uint64_t index) { k_tag(k, 'L'); k_u64(k, index); }
+
+void kl_key_queue_name(kl_key *k, const char *tenant, const char *database, const char *queue)
+{
+    k_tag(k, 'N');
+    k_str0(k, tenant);
+    k_str0(k, database);
+    k_raw(k, (const uint8_t *)queue, strlen(queue));
+}
+
+void kl_key_queue(kl_key *k, uint64_t qid) { k_tag(k, 'Q'); k_u64(k, qid); }
+
+void kl_key_message(kl_key *k, uint64_t qid, const char *lane, uint64_t seq)
+{
+    k_tag(k, 'G');
+    k_u64(k, qid);
+    k_str0(k, lane);
+    k_u64(k, seq);
+}
+
+void kl_key_available_lane(kl_key *k, uint64_t qid, const char *lane)
+{
+    k_tag(k, 'A');
+    k_u64(k, qid);
+    k_str0(k, lane);
+}
+
+void kl_key_available(kl_key *k, uint64_t qid, const char *lane, uint64_t seq)
+{
+    kl_key_available_lane(k, qid, lane);
+    k_u64(k, seq);
+}
+
+void kl_key_timed_queue(kl_key *k, uint64_t qid) { k_tag(k, 'T'); k_u64(k, qid); }
+
+void kl_key_timed(kl_key *k, uint64_t qid, int64_t time_ms, uint64_t seq)
+{
+    kl_key_timed_queue(k, qid);
+    /* Times before 1970 never occur (entry times are clamped >= 0), so the unsigned
+     * big-endian order is the time order. */
+    k_u64(k, (uint64_t)(time_ms < 0 ? 0 : time_ms));
+    k_u64(k, seq);
+}
+
+void kl_key_lease(kl_key *k, const uint8_t token[16]) { k_tag(k, 'K'); k_raw(k, token, 16); }
+
+void kl_key_outcome(kl_key *k, const char *principal, const uint8_t command_id[16])
+{
+    k_tag(k, 'O');
+    k_str0(k, principal);
+    k_raw(k, command_id, 16);
+}
+
+int kl_key_parse_timed(const uint8_t *key, size_t len, uint64_t *qid, int64_t *time_ms, uint64_t *seq)
+{
+    if (len != 25 || key[0] != 'T')
+        return -1;
+    *qid = kl_be64_get(key + 1);
+    *time_ms = (int64_t)kl_be64_get(key + 9);
+    *seq = kl_be64_get(key + 17);
+    return 0;
+}
+
+int kl_key_parse_available(const uint8_t *key, size_t len, uint64_t *qid, uint64_t *seq)
+{
+    if (len < 18 || key[0] != 'A' || key[len - 9] != 0)
+        return -1;
+    *qid = kl_be64_get(key + 1);
+    *seq = kl_be64_get(key + len - 8);
+    return 0;
+}

@@ -1,0 +1,54 @@
+/* keys: the RocksDB key layout of one member's store. All integers are big-endian so
+ * that byte order equals numeric order; every key starts with a one-byte tag.
+ *
+ *   'M' name                         meta: "format" FormatRecord, "applied" u64,
+ *                                    "hard" HardState, "pinc" partition incarnation (16 B),
+ *                                    "next_queue" u64 (next queue id to allocate)
+ *   'L' index(8)                     log entry (LogEntry); the synced write of a commit
+ *   'N' tenant 0 database 0 queue    queue id (u64) by name
+ *   'Q' qid(8)                       QueueRecord (limits, counters, next_seq)
+ *   'G' qid(8) lane 0 seq(8)         MessageRecord
+ *   'A' qid(8) lane 0 seq(8)         empty: the message is available (lane order = seq order)
+ *   'T' qid(8) time(8) seq(8)        lane: the message is leased or delayed until `time`
+ *   'K' token(16)                    LeaseRecord: which message a lease token names
+ *   'O' principal 0 command_id(16)   OutcomeRecord of a committed batch
+ *
+ * Invariants (checked by the engine's tests): a message has a 'G' record and exactly one
+ * of 'A' or 'T'; a 'K' record exists exactly while its message's lease_token equals it;
+ * QueueRecord.messages/bytes equal the count/sum of the queue's 'G' records.
+ * Names never contain NUL (validation refuses it), which keeps the 0 separators unique. */
+#ifndef KL_KEYS_H
+#define KL_KEYS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#define KL_KEY_MAX 512
+
+typedef struct kl_key {
+    uint8_t b[KL_KEY_MAX];
+    size_t len;
+} kl_key;
+
+void kl_be64_put(uint8_t *p, uint64_t v);
+uint64_t kl_be64_get(const uint8_t *p);
+
+void kl_key_meta(kl_key *k, const char *name);
+void kl_key_log(kl_key *k, uint64_t index);
+void kl_key_queue_name(kl_key *k, const char *tenant, const char *database, const char *queue);
+void kl_key_queue(kl_key *k, uint64_t qid);
+void kl_key_message(kl_key *k, uint64_t qid, const char *lane, uint64_t seq);
+void kl_key_available(kl_key *k, uint64_t qid, const char *lane, uint64_t seq);
+/* Prefix of every 'A' key of one lane (seq omitted). */
+void kl_key_available_lane(kl_key *k, uint64_t qid, const char *lane);
+void kl_key_timed(kl_key *k, uint64_t qid, int64_t time_ms, uint64_t seq);
+/* Prefix of every 'T' key of one queue. */
+void kl_key_timed_queue(kl_key *k, uint64_t qid);
+void kl_key_lease(kl_key *k, const uint8_t token[16]);
+void kl_key_outcome(kl_key *k, const char *principal, const uint8_t command_id[16]);
+
+/* Decoders for the fixed-layout keys; return 0 on success, -1 when the key is not of that kind. */
+int kl_key_parse_timed(const uint8_t *key, size_t len, uint64_t *qid, int64_t *time_ms, uint64_t *seq);
+int kl_key_parse_available(const uint8_t *key, size_t len, uint64_t *qid, uint64_t *seq);
+
+#endif

@@ -1,0 +1,355 @@
+#include "daemon/store/store.h"
+
+#include "daemon/store/keys.h"
+
+#include <sodium.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <errno.h>
+#include <time.h>
+
+struct kl_store {
+    rocksdb_t *db;
+    rocksdb_options_t *opts;
+    rocksdb_cache_t *cache;
+    rocksdb_block_based_table_options_t *table;
+    rocksdb_readoptions_t *ropts;
+    rocksdb_writeoptions_t *wsync;
+    rocksdb_writeoptions_t *wnosync;
+    uint8_t incarnation[16];
+    uint64_t applied;
+    _Atomic uint64_t last;
+};
+
+void kl_store_options_default(kl_store_options *o)
+{
+    o->write_buffer_bytes = 8u << 20;
+    o->block_cache_bytes = 16u << 20;
+}
+
+rocksdb_t *kl_store_db(kl_store *st) { return st->db; }
+const uint8_t *kl_store_incarnation(const kl_store *st) { return st->incarnation; }
+uint64_t kl_store_applied_index(const kl_store *st) { return st->applied; }
+uint64_t kl_store_last_index(const kl_store *st) { return atomic_load(&st->last); }
+
+static kl_code rocks_fail(kl_err *err, const char *what, char *rerr)
+{
+    /* RocksDB messages hold paths and codes, never user data. */
+    kl_fail(err, KL_INTERNAL, "store", "store: %s failed: %.160s", what, rerr ? rerr : "?");
+    rocksdb_free(rerr);
+    return KL_INTERNAL;
+}
+
+kl_code kl_store_get(kl_store *st, const uint8_t *key, size_t klen, uint8_t **val, size_t *vlen,
+                     bool *found, kl_err *err)
+{
+    char *rerr = NULL;
+    size_t n = 0;
+    char *v = rocksdb_get(st->db, st->ropts, (const char *)key, klen, &n, &rerr);
+    if (rerr != NULL)
+        return rocks_fail(err, "get", rerr);
+    *found = v != NULL;
+    *val = NULL;
+    *vlen = 0;
+    if (v == NULL)
+        return KL_OK;
+    /* Copy into our own allocation so callers free() uniformly. */
+    *val = malloc(n ? n : 1);
+    if (*val == NULL) {
+        rocksdb_free(v);
+        return kl_fail(err, KL_INTERNAL, "memory", "store: out of memory reading %zu bytes", n);
+    }
+    memcpy(*val, v, n);
+    *vlen = n;
+    rocksdb_free(v);
+    return KL_OK;
+}
+
+rocksdb_iterator_t *kl_store_iterator(kl_store *st)
+{
+    return rocksdb_create_iterator(st->db, st->ropts);
+}
+
+static kl_code get_u64(kl_store *st, const char *meta, uint64_t *out, kl_err *err)
+{
+    kl_key k;
+    kl_key_meta(&k, meta);
+    uint8_t *v;
+    size_t n;
+    bool found;
+    kl_code rc = kl_store_get(st, k.b, k.len, &v, &n, &found, err);
+    if (rc != KL_OK)
+        return rc;
+    *out = 0;
+    if (found) {
+        if (n != 8) {
+            free(v);
+            return kl_fail(err, KL_INTERNAL, "store", "store: meta %s is corrupt", meta);
+        }
+        *out = kl_be64_get(v);
+        free(v);
+    }
+    return KL_OK;
+}
+
+static kl_code write_format(kl_store *st, const Keyload__V1__FormatRecord *f, kl_err *err)
+{
+    size_t n = keyload__v1__format_record__get_packed_size(f);
+    uint8_t *buf = malloc(n ? n : 1);
+    if (buf == NULL)
+        return kl_fail(err, KL_INTERNAL, "memory", "store: out of memory");
+    keyload__v1__format_record__pack(f, buf);
+    kl_key k;
+    kl_key_meta(&k, "format");
+    char *rerr = NULL;
+    rocksdb_put(st->db, st->wsync, (const char *)k.b, k.len, (const char *)buf, n, &rerr);
+    free(buf);
+    if (rerr != NULL)
+        return rocks_fail(err, "write format record", rerr);
+    return KL_OK;
+}
+
+/* Checks (or, for a new store, creates) the format record. */
+static kl_code check_format(kl_store *st, const char *dir, kl_err *err)
+{
+    kl_key k;
+    kl_key_meta(&k, "format");
+    uint8_t *v;
+    size_t n;
+    bool found;
+    kl_code rc = kl_store_get(st, k.b, k.len, &v, &n, &found, err);
+    if (rc != KL_OK)
+        return rc;
+    if (!found) {
+        Keyload__V1__FormatRecord f = KEYLOAD__V1__FORMAT_RECORD__INIT;
+        f.format_version = KL_FORMAT_VERSION;
+        f.incompat = KL_FEAT_INCOMPAT_WRITESET_LOG;
+        randombytes_buf(st->incarnation, sizeof st->incarnation);
+        f.store_incarnation.data = st->incarnation;
+        f.store_incarnation.len = sizeof st->incarnation;
+        f.created_unix_ms = (int64_t)time(NULL) * 1000;
+        return write_format(st, &f, err);
+    }
+    Keyload__V1__FormatRecord *f = keyload__v1__format_record__unpack(NULL, n, v);
+    free(v);
+    if (f == NULL || f->store_incarnation.len != 16) {
+        if (f)
+            keyload__v1__format_record__free_unpacked(f, NULL);
+        return kl_fail(err, KL_INTERNAL, "format", "store %s: format record is corrupt", dir);
+    }
+    memcpy(st->incarnation, f->store_incarnation.data, 16);
+    uint32_t version = f->format_version;
+    uint64_t unknown_incompat = f->incompat & ~KL_FEAT_INCOMPAT_KNOWN;
+    uint64_t unknown_ro = f->ro_compat & ~KL_FEAT_RO_COMPAT_KNOWN;
+    keyload__v1__format_record__free_unpacked(f, NULL);
+    if (version != KL_FORMAT_VERSION)
+        return kl_fail(err, KL_FAILED_PRECONDITION, "format_version",
+                       "store %s: on-disk format version %u is not supported by this binary "
+                       "(it knows version %u); refusing to open", dir, version, KL_FORMAT_VERSION);
+    if (unknown_incompat)
+        return kl_fail(err, KL_FAILED_PRECONDITION, "feature_incompat",
+                       "store %s: unknown incompatible feature flags 0x%llx; a newer binary "
+                       "wrote this store, refusing to open", dir, (unsigned long long)unknown_incompat);
+    if (unknown_ro)
+        return kl_fail(err, KL_FAILED_PRECONDITION, "feature_ro_compat",
+                       "store %s: unknown read-only-compatible feature flags 0x%llx; this "
+                       "binary could only read it and keyloadd must write, refusing to open",
+                       dir, (unsigned long long)unknown_ro);
+    return KL_OK;
+}
+
+static kl_code find_last_index(kl_store *st, kl_err *err)
+{
+    (void)err;
+    rocksdb_iterator_t *it = rocksdb_create_iterator(st->db, st->ropts);
+    kl_key hi;
+    kl_key_log(&hi, UINT64_MAX);
+    rocksdb_iter_seek_for_prev(it, (const char *)hi.b, hi.len);
+    uint64_t last = 0;
+    if (rocksdb_iter_valid(it)) {
+        size_t kl;
+        const char *key = rocksdb_iter_key(it, &kl);
+        if (kl == 9 && key[0] == 'L')
+            last = kl_be64_get((const uint8_t *)key + 1);
+    }
+    rocksdb_iter_destroy(it);
+    atomic_store(&st->last, last);
+    return KL_OK;
+}
+
+kl_code kl_store_open(const char *dir, const kl_store_options *opt, kl_store **out, kl_err *err)
+{
+    kl_store_options defaults;
+    if (opt == NULL) {
+        kl_store_options_default(&defaults);
+        opt = &defaults;
+    }
+    if (mkdir(dir, 0700) != 0 && errno != EEXIST)
+        return kl_fail(err, KL_INTERNAL, "data", "store: cannot create directory %s: %s", dir,
+                       strerror(errno));
+    kl_store *st = calloc(1, sizeof *st);
+    if (st == NULL)
+        return kl_fail(err, KL_INTERNAL, "memory", "store: out of memory");
+    kl_code rc;
+    char *rerr = NULL;
+    st->opts = rocksdb_options_create();
+    rocksdb_options_set_create_if_missing(st->opts, 1);
+    rocksdb_options_set_write_buffer_size(st->opts, opt->write_buffer_bytes);
+    rocksdb_options_set_max_write_buffer_number(st->opts, 2);
+    rocksdb_options_set_max_background_jobs(st->opts, 1);
+    rocksdb_options_set_max_open_files(st->opts, 256);
+    st->cache = rocksdb_cache_create_lru(opt->block_cache_bytes);
+    st->table = rocksdb_block_based_options_create();
+    rocksdb_block_based_options_set_block_cache(st->table, st->cache);
+    rocksdb_options_set_block_based_table_factory(st->opts, st->table);
+    st->ropts = rocksdb_readoptions_create();
+    st->wsync = rocksdb_writeoptions_create();
+    rocksdb_writeoptions_set_sync(st->wsync, 1);
+    st->wnosync = rocksdb_writeoptions_create();
+    rocksdb_writeoptions_set_sync(st->wnosync, 0);
+    st->db = rocksdb_open(st->opts, dir, &rerr);
+    if (rerr != NULL) {
+        rc = kl_fail(err, KL_UNAVAILABLE, "data", "store: cannot open %s: %.200s", dir, rerr);
+        rocksdb_free(rerr);
+        goto fail_open;
+    }
+    if ((rc = check_format(st, dir, err)) != KL_OK)
+        goto fail_checked;
+    if ((rc = get_u64(st, "applied", &st->applied, err)) != KL_OK)
+        goto fail_checked;
+    if ((rc = find_last_index(st, err)) != KL_OK)
+        goto fail_checked;
+    if (st->applied > kl_store_last_index(st)) {
+        rc = kl_fail(err, KL_INTERNAL, "applied_index",
+                     "store %s: applied index %llu is past the log end %llu", dir,
+                     (unsigned long long)st->applied, (unsigned long long)kl_store_last_index(st));
+        goto fail_checked;
+    }
+    *out = st;
+    return KL_OK;
+
+fail_checked:
+    rocksdb_close(st->db);
+fail_open:
+    rocksdb_writeoptions_destroy(st->wnosync);
+    rocksdb_writeoptions_destroy(st->wsync);
+    rocksdb_readoptions_destroy(st->ropts);
+    rocksdb_options_destroy(st->opts);
+    rocksdb_block_based_options_destroy(st->table);
+    rocksdb_cache_destroy(st->cache);
+    free(st);
+    return rc;
+}
+
+void kl_store_close(kl_store *st)
+{
+    if (st == NULL)
+        return;
+    rocksdb_close(st->db);
+    rocksdb_writeoptions_destroy(st->wnosync);
+    rocksdb_writeoptions_destroy(st->wsync);
+    rocksdb_readoptions_destroy(st->ropts);
+    rocksdb_options_destroy(st->opts);
+    rocksdb_block_based_options_destroy(st->table);
+    rocksdb_cache_destroy(st->cache);
+    free(st);
+}
+
+kl_code kl_store_append(kl_store *st, uint64_t index, const uint8_t *entry, size_t len, kl_err *err)
+{
+    if (index != atomic_load(&st->last) + 1)
+        return kl_fail(err, KL_INTERNAL, "log", "store: append of index %llu after %llu",
+                       (unsigned long long)index, (unsigned long long)atomic_load(&st->last));
+    kl_key k;
+    kl_key_log(&k, index);
+    char *rerr = NULL;
+    rocksdb_put(st->db, st->wsync, (const char *)k.b, k.len, (const char *)entry, len, &rerr);
+    if (rerr != NULL)
+        return rocks_fail(err, "log append", rerr);
+    atomic_store(&st->last, index);
+    return KL_OK;
+}
+
+kl_code kl_store_read_log(kl_store *st, uint64_t index, uint8_t **entry, size_t *len, bool *found,
+                          kl_err *err)
+{
+    kl_key k;
+    kl_key_log(&k, index);
+    return kl_store_get(st, k.b, k.len, entry, len, found, err);
+}
+
+kl_code kl_store_apply(kl_store *st, const Keyload__V1__LogEntry *e, kl_err *err)
+{
+    if (e->index != st->applied + 1)
+        return kl_fail(err, KL_INTERNAL, "applied_index", "store: apply of index %llu after %llu",
+                       (unsigned long long)e->index, (unsigned long long)st->applied);
+    rocksdb_writebatch_t *wb = rocksdb_writebatch_create();
+    kl_code rc = KL_OK;
+    for (size_t i = 0; i < e->n_write_sets; i++) {
+        const Keyload__V1__WriteSet *ws = e->write_sets[i];
+        if (ws->command_id.len == 16) {
+            /* Second line of defence (DESIGN.md §3): a write-set whose outcome already
+             * exists was applied before and must not apply twice. */
+            kl_key ok;
+            kl_key_outcome(&ok, ws->principal, ws->command_id.data);
+            uint8_t *v;
+            size_t n;
+            bool found;
+            if ((rc = kl_store_get(st, ok.b, ok.len, &v, &n, &found, err)) != KL_OK)
+                goto out;
+            free(v);
+            if (found)
+                continue;
+        }
+        for (size_t j = 0; j < ws->n_ops; j++) {
+            const Keyload__V1__KvOp *op = ws->ops[j];
+            if (op->del)
+                rocksdb_writebatch_delete(wb, (const char *)op->key.data, op->key.len);
+            else
+                rocksdb_writebatch_put(wb, (const char *)op->key.data, op->key.len,
+                                       (const char *)op->value.data, op->value.len);
+        }
+    }
+    if (e->partition_incarnation.len == 16) {
+        kl_key pk;
+        kl_key_meta(&pk, "pinc");
+        rocksdb_writebatch_put(wb, (const char *)pk.b, pk.len,
+                               (const char *)e->partition_incarnation.data, 16);
+    }
+    kl_key ak;
+    kl_key_meta(&ak, "applied");
+    uint8_t ab[8];
+    kl_be64_put(ab, e->index);
+    rocksdb_writebatch_put(wb, (const char *)ak.b, ak.len, (const char *)ab, 8);
+    char *rerr = NULL;
+    rocksdb_write(st->db, st->wnosync, wb, &rerr);
+    if (rerr != NULL) {
+        rc = rocks_fail(err, "apply", rerr);
+        goto out;
+    }
+    st->applied = e->index;
+out:
+    rocksdb_writebatch_destroy(wb);
+    return rc;
+}
+
+kl_code kl_store_debug_set_flags(const char *dir, uint64_t compat, uint64_t ro_compat,
+                                 uint64_t incompat, uint32_t version, kl_err *err)
+{
+    kl_store *st;
+    kl_code rc = kl_store_open(dir, NULL, &st, err);
+    if (rc != KL_OK)
+        return rc;
+    Keyload__V1__FormatRecord f = KEYLOAD__V1__FORMAT_RECORD__INIT;
+    f.format_version = version;
+    f.compat = compat;
+    f.ro_compat = ro_compat;
+    f.incompat = incompat;
+    f.store_incarnation.data = st->incarnation;
+    f.store_incarnation.len = 16;
+    rc = write_format(st, &f, err);
+    kl_store_close(st);
+    return rc;
+}

@@ -1,0 +1,71 @@
+/* store: one member's RocksDB instance holding both the replication log and the
+ * partition state, so they share one WAL (DESIGN.md §3).
+ *
+ *  - kl_store_append: writes log entries with sync=true. This is the durable write of a
+ *    commit; once it returns, the entry survives kill -9 and power loss.
+ *  - kl_store_apply: writes one committed entry's write-sets together with
+ *    'M'"applied" in one unsynced WriteBatch. A crash may lose it; recovery re-applies
+ *    every logged entry after `applied` (kl_store_applied_index).
+ *  - The format record is checked at open: format_version must be known, unknown
+ *    incompat bits refuse to open, unknown ro_compat bits refuse a writable open
+ *    (keyloadd always writes), unknown compat bits are fine.
+ * Thread-safety: RocksDB is thread-safe; by convention only kl_store_append runs off the
+ * executor thread (on the append worker), everything else runs on the executor. */
+#ifndef KL_STORE_H
+#define KL_STORE_H
+
+#include "common/status.h"
+#include "keyload/v1/store.pb-c.h"
+
+#include <rocksdb/c.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#define KL_FORMAT_VERSION 1
+/* Feature flags known to this binary (ext4 style). */
+#define KL_FEAT_INCOMPAT_WRITESET_LOG (1ull << 0) /* log entries are write-set lists */
+#define KL_FEAT_COMPAT_KNOWN 0ull
+#define KL_FEAT_RO_COMPAT_KNOWN 0ull
+#define KL_FEAT_INCOMPAT_KNOWN KL_FEAT_INCOMPAT_WRITESET_LOG
+
+typedef struct kl_store kl_store;
+
+typedef struct kl_store_options {
+    size_t write_buffer_bytes;  /* memtable size; small so nine daemons fit two cores */
+    size_t block_cache_bytes;
+} kl_store_options;
+
+void kl_store_options_default(kl_store_options *o);
+
+/* Opens (creating when empty) the store in dir. */
+kl_code kl_store_open(const char *dir, const kl_store_options *opt, kl_store **out, kl_err *err);
+void kl_store_close(kl_store *st);
+
+const uint8_t *kl_store_incarnation(const kl_store *st); /* 16 bytes */
+uint64_t kl_store_applied_index(const kl_store *st);
+uint64_t kl_store_last_index(const kl_store *st);
+rocksdb_t *kl_store_db(kl_store *st);
+
+/* Point read of applied state. On found, *val is malloc'd (caller frees). */
+kl_code kl_store_get(kl_store *st, const uint8_t *key, size_t klen, uint8_t **val, size_t *vlen,
+                     bool *found, kl_err *err);
+/* A new iterator over applied state; caller destroys it with rocksdb_iter_destroy. */
+rocksdb_iterator_t *kl_store_iterator(kl_store *st);
+
+/* Appends encoded entry `index` (must be last_index + 1) with sync=true. Safe to call from
+ * the append worker thread while the executor reads. Updates last_index on success. */
+kl_code kl_store_append(kl_store *st, uint64_t index, const uint8_t *entry, size_t len, kl_err *err);
+/* Reads an encoded log entry; *found false past the end. */
+kl_code kl_store_read_log(kl_store *st, uint64_t index, uint8_t **entry, size_t *len, bool *found,
+                          kl_err *err);
+/* Applies one committed entry (index must be applied_index + 1): every write-set whose
+ * outcome key is not yet present, plus the partition incarnation of the first entry,
+ * plus 'M'"applied", in one unsynced WriteBatch. */
+kl_code kl_store_apply(kl_store *st, const Keyload__V1__LogEntry *entry, kl_err *err);
+
+/* Test hook: rewrites the format record's flags (to prove refusal of unknown ones). */
+kl_code kl_store_debug_set_flags(const char *dir, uint64_t compat, uint64_t ro_compat,
+                                 uint64_t incompat, uint32_t version, kl_err *err);
+
+#endif
