@@ -234,10 +234,10 @@ static kl_code replay_committed(kl_node *n, const char *principal, const uint8_t
     if (o == NULL)
         return kl_fail(err, KL_INTERNAL, "store", "stored outcome record does not decode");
     if (o->request_digest.len != KL_DIGEST_LEN || memcmp(o->request_digest.data, digest, KL_DIGEST_LEN) != 0) {
+        unsigned long long at = (unsigned long long)o->index;
         keyload__v1__outcome_record__free_unpacked(o, NULL);
         return kl_fail(err, KL_CONFLICT, "command_id_reused",
-                       "command_id was already used for a different batch (committed at index %llu)",
-                       (unsigned long long)o->index);
+                       "command_id was already used for a different batch (committed at index %llu)", at);
     }
     fn(cookie, KL_OK, NULL, o->receipt.data, o->receipt.len);
     keyload__v1__outcome_record__free_unpacked(o, NULL);

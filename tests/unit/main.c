@@ -1,6 +1,7 @@
 /* One Check runner for every unit suite; built with ASan+UBSan (Makefile: unit-test).
  * Each tests/unit/test_<name>.c defines Suite *suite_<name>(void). */
 #include <check.h>
+#include <stdio.h>
 #include <stdlib.h>
 
 Suite *suite_common(void);

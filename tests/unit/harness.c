@@ -1,0 +1,315 @@
+#include "harness.h"
+
+#include <check.h>
+#include <ftw.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+void th_tmpdir(char *out, size_t cap)
+{
+    snprintf(out, cap, "/tmp/kl-unit-XXXXXX");
+    ck_assert_ptr_nonnull(mkdtemp(out));
+}
+
+static int rm_one(const char *p, const struct stat *sb, int flag, struct FTW *ftw)
+{
+    (void)sb; (void)flag; (void)ftw;
+    return remove(p);
+}
+
+void th_rmrf(const char *dir) { nftw(dir, rm_one, 16, FTW_DEPTH | FTW_PHYS); }
+
+static void th_append(void *ctx, uint64_t index, const uint8_t *entry, size_t len)
+{
+    th_node *t = ctx;
+    ck_assert_uint_eq(t->held_index, 0);
+    t->held_index = index;
+    t->held = malloc(len);
+    memcpy(t->held, entry, len);
+    t->held_len = len;
+    if (t->auto_persist)
+        th_persist(t);
+}
+
+void th_persist(th_node *t)
+{
+    ck_assert_uint_ne(t->held_index, 0);
+    kl_err err;
+    uint64_t index = t->held_index;
+    ck_assert_int_eq(kl_store_append(t->store, index, t->held, t->held_len, &err), KL_OK);
+    free(t->held);
+    t->held = NULL;
+    t->held_index = 0;
+    kl_node_append_done(t->node, index, KL_OK, NULL);
+}
+
+static int64_t th_clock(void *ctx) { return ((th_node *)ctx)->now; }
+
+static th_node *rand_owner;
+static void th_random(uint8_t *buf, size_t n)
+{
+    /* Deterministic and distinct: a counter spread over the buffer. */
+    uint64_t c = ++rand_owner->rand_counter;
+    memset(buf, 0xA5, n);
+    memcpy(buf, &c, n < 8 ? n : 8);
+}
+
+void th_open(th_node *t, const char *dir, const kl_limits *limits)
+{
+    memset(t, 0, sizeof *t);
+    snprintf(t->dir, sizeof t->dir, "%s", dir);
+    t->now = 1700000000000;
+    t->auto_persist = true;
+    if (limits)
+        t->limits = *limits;
+    else
+        kl_limits_default(&t->limits);
+    th_reopen(t);
+}
+
+void th_reopen(th_node *t)
+{
+    kl_err err;
+    rand_owner = t;
+    ck_assert_int_eq(kl_store_open(t->dir, NULL, &t->store, &err), KL_OK);
+    kl_node_config cfg = {.partition = 0, .limits = t->limits, .max_pending_bytes = 1u << 26,
+                          .max_pending_batches = 1024};
+    kl_node_io io = {.ctx = t, .append = th_append, .clock_ms = th_clock, .random = th_random};
+    ck_assert_int_eq(kl_node_open(t->store, &cfg, &io, &t->node, &err), KL_OK);
+}
+
+void th_close(th_node *t)
+{
+    kl_node_close(t->node);
+    kl_store_close(t->store);
+    free(t->held);
+    t->held = NULL;
+    t->held_index = 0;
+    t->node = NULL;
+    t->store = NULL;
+}
+
+static void on_reply(void *cookie, kl_code code, const kl_err *err, const uint8_t *receipt, size_t len)
+{
+    th_reply *r = cookie;
+    r->count++;
+    r->code = code;
+    if (err)
+        r->err = *err;
+    free(r->receipt);
+    r->receipt = NULL;
+    r->len = len;
+    if (receipt) {
+        r->receipt = malloc(len ? len : 1);
+        memcpy(r->receipt, receipt, len);
+    }
+}
+
+kl_node_reply_fn th_reply_fn(void) { return on_reply; }
+
+void th_reply_free(th_reply *r)
+{
+    free(r->receipt);
+    memset(r, 0, sizeof *r);
+}
+
+/* ---- batches: a protobuf-c tree with every piece owned by th_batch ---- */
+
+struct th_batch {
+    Keyload__V1__BatchRequest b;
+    uint8_t cmd[16];
+    void *owned[256];
+    int n_owned;
+};
+
+static void *own(th_batch *b, size_t n)
+{
+    void *p = calloc(1, n);
+    ck_assert_int_lt(b->n_owned, 256);
+    b->owned[b->n_owned++] = p;
+    return p;
+}
+
+th_batch *th_batch_new(uint8_t cmd_byte)
+{
+    th_batch *b = calloc(1, sizeof *b);
+    keyload__v1__batch_request__init(&b->b);
+    memset(b->cmd, cmd_byte, 16);
+    b->b.command_id.data = b->cmd;
+    b->b.command_id.len = 16;
+    b->b.mutations = own(b, 64 * sizeof(void *));
+    return b;
+}
+
+void th_batch_cmd(th_batch *b, const uint8_t cmd[16]) { memcpy(b->cmd, cmd, 16); }
+
+static Keyload__V1__QueueLaneRef *ref(th_batch *b, const char *queue, const char *lane)
+{
+    Keyload__V1__QueueLaneRef *r = own(b, sizeof *r);
+    keyload__v1__queue_lane_ref__init(r);
+    r->tenant = "default";
+    r->database = "default";
+    r->queue = (char *)queue;
+    r->lane = (char *)(lane ? lane : "");
+    return r;
+}
+
+static Keyload__V1__Mutation *mut(th_batch *b)
+{
+    Keyload__V1__Mutation *m = own(b, sizeof *m);
+    keyload__v1__mutation__init(m);
+    b->b.mutations[b->b.n_mutations++] = m;
+    return m;
+}
+
+void th_create(th_batch *b, const char *queue, uint64_t max_messages, uint64_t max_bytes,
+               uint32_t max_deliveries, const char *dlq)
+{
+    Keyload__V1__Mutation *m = mut(b);
+    Keyload__V1__CreateQueue *c = own(b, sizeof *c);
+    keyload__v1__create_queue__init(c);
+    Keyload__V1__QueueLimits *l = own(b, sizeof *l);
+    keyload__v1__queue_limits__init(l);
+    l->max_messages = max_messages;
+    l->max_bytes = max_bytes;
+    l->max_deliveries = max_deliveries;
+    l->dead_letter_queue = (char *)(dlq ? dlq : "");
+    c->queue = ref(b, queue, NULL);
+    c->limits = l;
+    m->kind_case = KEYLOAD__V1__MUTATION__KIND_CREATE_QUEUE;
+    m->create_queue = c;
+}
+
+void th_delete(th_batch *b, const char *queue)
+{
+    Keyload__V1__Mutation *m = mut(b);
+    Keyload__V1__DeleteQueue *d = own(b, sizeof *d);
+    keyload__v1__delete_queue__init(d);
+    d->queue = ref(b, queue, NULL);
+    m->kind_case = KEYLOAD__V1__MUTATION__KIND_DELETE_QUEUE;
+    m->delete_queue = d;
+}
+
+void th_enqueue(th_batch *b, const char *queue, const char *lane, const char *body)
+{
+    Keyload__V1__Mutation *m = mut(b);
+    Keyload__V1__Enqueue *e = own(b, sizeof *e);
+    keyload__v1__enqueue__init(e);
+    Keyload__V1__EnqueueMessage *msg = own(b, sizeof *msg);
+    keyload__v1__enqueue_message__init(msg);
+    msg->body.data = (uint8_t *)body;
+    msg->body.len = strlen(body);
+    e->lane = ref(b, queue, lane);
+    e->message = msg;
+    m->kind_case = KEYLOAD__V1__MUTATION__KIND_ENQUEUE;
+    m->enqueue = e;
+}
+
+void th_receive(th_batch *b, const char *queue, const char *lane, uint32_t max, uint32_t lease_ms)
+{
+    Keyload__V1__Mutation *m = mut(b);
+    Keyload__V1__Receive *r = own(b, sizeof *r);
+    keyload__v1__receive__init(r);
+    r->lane = ref(b, queue, lane);
+    r->max_messages = max;
+    r->lease_ms = lease_ms;
+    m->kind_case = KEYLOAD__V1__MUTATION__KIND_RECEIVE;
+    m->receive = r;
+}
+
+static ProtobufCBinaryData *tokens(th_batch *b, const uint8_t *t, size_t n)
+{
+    ProtobufCBinaryData *v = own(b, n * sizeof *v);
+    uint8_t *copy = own(b, n * 16);
+    memcpy(copy, t, n * 16);
+    for (size_t i = 0; i < n; i++) {
+        v[i].data = copy + 16 * i;
+        v[i].len = 16;
+    }
+    return v;
+}
+
+void th_ack(th_batch *b, const char *queue, const uint8_t *t, size_t n)
+{
+    Keyload__V1__Mutation *m = mut(b);
+    Keyload__V1__Ack *a = own(b, sizeof *a);
+    keyload__v1__ack__init(a);
+    a->queue = ref(b, queue, NULL);
+    a->lease_tokens = tokens(b, t, n);
+    a->n_lease_tokens = n;
+    m->kind_case = KEYLOAD__V1__MUTATION__KIND_ACK;
+    m->ack = a;
+}
+
+void th_release(th_batch *b, const char *queue, const uint8_t *t, size_t n)
+{
+    Keyload__V1__Mutation *m = mut(b);
+    Keyload__V1__Release *a = own(b, sizeof *a);
+    keyload__v1__release__init(a);
+    a->queue = ref(b, queue, NULL);
+    a->lease_tokens = tokens(b, t, n);
+    a->n_lease_tokens = n;
+    m->kind_case = KEYLOAD__V1__MUTATION__KIND_RELEASE;
+    m->release = a;
+}
+
+uint8_t *th_batch_pack(th_batch *b, size_t *len)
+{
+    *len = keyload__v1__batch_request__get_packed_size(&b->b);
+    uint8_t *buf = malloc(*len ? *len : 1);
+    keyload__v1__batch_request__pack(&b->b, buf);
+    for (int i = 0; i < b->n_owned; i++)
+        free(b->owned[i]);
+    free(b);
+    return buf;
+}
+
+void th_submit(th_node *t, const uint8_t *req, size_t len, th_reply *r)
+{
+    rand_owner = t;
+    kl_node_submit_batch(t->node, "local", req, len, on_reply, r);
+}
+
+Keyload__V1__BatchReceipt *th_run(th_node *t, th_batch *b, kl_code expect)
+{
+    size_t len;
+    uint8_t *req = th_batch_pack(b, &len);
+    th_reply r = {0};
+    th_submit(t, req, len, &r);
+    free(req);
+    ck_assert_int_eq(r.count, 1);
+    ck_assert_msg(r.code == expect, "expected %s, got %s: %s", kl_code_name(expect),
+                  kl_code_name(r.code), r.err.message);
+    Keyload__V1__BatchReceipt *rc = NULL;
+    if (r.code == KL_OK) {
+        rc = keyload__v1__batch_receipt__unpack(NULL, r.len, r.receipt);
+        ck_assert_ptr_nonnull(rc);
+    }
+    th_reply_free(&r);
+    return rc;
+}
+
+uint64_t th_queue_messages(th_node *t, const char *queue, uint64_t *in_flight)
+{
+    Keyload__V1__QueueStatsRequest q = KEYLOAD__V1__QUEUE_STATS_REQUEST__INIT;
+    Keyload__V1__QueueLaneRef r = KEYLOAD__V1__QUEUE_LANE_REF__INIT;
+    r.tenant = "default";
+    r.database = "default";
+    r.queue = (char *)queue;
+    q.queue = &r;
+    uint8_t buf[512];
+    size_t n = keyload__v1__queue_stats_request__pack(&q, buf);
+    uint8_t *ans;
+    size_t alen;
+    kl_err err;
+    ck_assert_int_eq(kl_node_queue_stats(t->node, buf, n, &ans, &alen, &err), KL_OK);
+    Keyload__V1__QueueStatsAnswer *a = keyload__v1__queue_stats_answer__unpack(NULL, alen, ans);
+    uint64_t m = a->messages;
+    if (in_flight)
+        *in_flight = a->in_flight;
+    keyload__v1__queue_stats_answer__free_unpacked(a, NULL);
+    free(ans);
+    return m;
+}

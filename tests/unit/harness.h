@@ -1,0 +1,65 @@
+/* Test harness for the partition core: a real RocksDB store in a temporary directory and
+ * a kl_node whose I/O the test drives by hand (append completion, clock, randomness). */
+#ifndef KL_TEST_HARNESS_H
+#define KL_TEST_HARNESS_H
+
+#include "daemon/node.h"
+#include "keyload/v1/queue.pb-c.h"
+
+#include <stdbool.h>
+
+typedef struct th_reply {
+    int count;
+    kl_code code;
+    kl_err err;
+    uint8_t *receipt;
+    size_t len;
+} th_reply;
+
+typedef struct th_node {
+    char dir[256];
+    kl_store *store;
+    kl_node *node;
+    int64_t now;
+    uint64_t rand_counter;
+    bool auto_persist;            /* complete appends at once */
+    uint64_t held_index;          /* an append waiting for th_persist */
+    uint8_t *held;
+    size_t held_len;
+    kl_limits limits;
+} th_node;
+
+void th_tmpdir(char *out, size_t cap);
+void th_rmrf(const char *dir);
+
+void th_open(th_node *t, const char *dir, const kl_limits *limits);
+void th_close(th_node *t);          /* node and store; keeps the directory */
+void th_reopen(th_node *t);
+/* Completes the held append (durable write + append_done). */
+void th_persist(th_node *t);
+
+void th_reply_free(th_reply *r);
+kl_node_reply_fn th_reply_fn(void);
+
+/* Batch building. */
+typedef struct th_batch th_batch;
+th_batch *th_batch_new(uint8_t cmd_byte);
+void th_batch_cmd(th_batch *b, const uint8_t cmd[16]);
+void th_create(th_batch *b, const char *queue, uint64_t max_messages, uint64_t max_bytes,
+               uint32_t max_deliveries, const char *dlq);
+void th_delete(th_batch *b, const char *queue);
+void th_enqueue(th_batch *b, const char *queue, const char *lane, const char *body);
+void th_receive(th_batch *b, const char *queue, const char *lane, uint32_t max, uint32_t lease_ms);
+void th_ack(th_batch *b, const char *queue, const uint8_t *tokens, size_t n);
+void th_release(th_batch *b, const char *queue, const uint8_t *tokens, size_t n);
+/* Encodes and frees the batch. */
+uint8_t *th_batch_pack(th_batch *b, size_t *len);
+
+/* Submits and returns the reply (auto_persist decides whether it completes at once). */
+void th_submit(th_node *t, const uint8_t *req, size_t len, th_reply *r);
+/* One-shot: build, submit, expect code. Returns the decoded receipt (or NULL). */
+Keyload__V1__BatchReceipt *th_run(th_node *t, th_batch *b, kl_code expect);
+
+uint64_t th_queue_messages(th_node *t, const char *queue, uint64_t *in_flight);
+
+#endif

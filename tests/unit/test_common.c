@@ -1,0 +1,138 @@
+/* Unit tests of common/: status codes, GUIDs, failpoints, cluster-file parsing. */
+#include "common/cluster.h"
+#include "common/failpoint.h"
+#include "common/guid.h"
+#include "common/status.h"
+
+#include <check.h>
+#include <string.h>
+
+START_TEST(status_names_round_trip)
+{
+    for (int c = 0; c < KL_CODE_COUNT; c++)
+        ck_assert_int_eq(kl_code_parse(kl_code_name(c)), c);
+    ck_assert_str_eq(kl_code_name(KL_UNKNOWN_WRITE_OUTCOME), "UNKNOWN_WRITE_OUTCOME");
+    ck_assert_str_eq(kl_code_name(99), "UNKNOWN");
+    ck_assert_int_eq(kl_code_parse("NOPE"), -1);
+    kl_err e;
+    ck_assert_int_eq(kl_fail(&e, KL_CONFLICT, "d", "x=%d", 5), KL_CONFLICT);
+    ck_assert_str_eq(e.message, "x=5");
+    ck_assert_str_eq(e.detail, "d");
+}
+END_TEST
+
+START_TEST(guid_parse_format_validate)
+{
+    uint8_t g[16];
+    ck_assert(kl_guid_parse("0f8fad5b-d9cb-469f-a165-70867728950e", g));
+    char txt[37];
+    kl_guid_format(g, txt);
+    ck_assert_str_eq(txt, "0f8fad5b-d9cb-469f-a165-70867728950e");
+    ck_assert(kl_guid_parse("0F8FAD5B-D9CB-469F-A165-70867728950E", g));
+    ck_assert(!kl_guid_parse("", g));
+    ck_assert(!kl_guid_parse("0f8fad5bd9cb469fa16570867728950e", g));
+    ck_assert(!kl_guid_parse("0f8fad5b-d9cb-469f-a165-70867728950", g));
+    ck_assert(!kl_guid_parse("0f8fad5b-d9cb-469f-a165-70867728950e0", g));
+    ck_assert(!kl_guid_parse("0f8fad5b-d9cb-469f-a165-70867728950g", g));
+    ck_assert(kl_guid_parse("00000000-0000-0000-0000-000000000000", g));
+    ck_assert(!kl_guid_valid(g, 16));   /* all-zero is invalid */
+    ck_assert(!kl_guid_valid(g, 0));    /* empty is invalid */
+    kl_guid_random(g);
+    ck_assert(kl_guid_valid(g, 16));
+    ck_assert(!kl_guid_valid(g, 15));
+}
+END_TEST
+
+START_TEST(failpoint_spec)
+{
+    kl_err e;
+    ck_assert_int_eq(kl_failpoint_configure("a.b=error(UNAVAILABLE),c=sleep(1),d=2*error(CONFLICT)", &e), KL_OK);
+    ck_assert(kl_failpoints_armed);
+    ck_assert_int_eq(KL_FAILPOINT("a.b", &e), KL_UNAVAILABLE);
+    ck_assert_int_eq(KL_FAILPOINT("c", &e), KL_OK);
+    ck_assert_int_eq(KL_FAILPOINT("zzz", &e), KL_OK);
+    ck_assert_int_eq(KL_FAILPOINT("d", &e), KL_OK);       /* first hit passes */
+    ck_assert_int_eq(KL_FAILPOINT("d", &e), KL_CONFLICT); /* second hit fires */
+    ck_assert_int_eq(KL_FAILPOINT("d", &e), KL_OK);
+    ck_assert_int_eq(kl_failpoint_configure("x", &e), KL_INVALID_ARGUMENT);
+    ck_assert_int_eq(kl_failpoint_configure("x=explode", &e), KL_INVALID_ARGUMENT);
+    ck_assert_int_eq(kl_failpoint_configure("x=error(NOPE)", &e), KL_INVALID_ARGUMENT);
+    ck_assert(!kl_failpoints_armed);
+    ck_assert_int_eq(kl_failpoint_configure(NULL, &e), KL_OK);
+    ck_assert(!kl_failpoints_armed);
+}
+END_TEST
+
+static const char *good_cluster =
+    "{\"cluster\":\"t1\",\"replica_count\":1,\"limits\":{\"MaxBatchBytes\":1000,\"MaxFrameBytes\":2000},"
+    "\"partitions\":[{\"id\":0,\"members\":[{\"id\":1,\"client\":\"tcp://127.0.0.1:1\"}]},"
+    "{\"id\":3,\"members\":[{\"id\":1,\"client\":\"tcp://127.0.0.1:2\",\"data\":\"/tmp/x\"}]}]}";
+
+START_TEST(cluster_parse_good)
+{
+    static kl_cluster c;
+    kl_err e;
+    ck_assert_int_eq(kl_cluster_parse(good_cluster, "v", &c, &e), KL_OK);
+    ck_assert_str_eq(c.name, "t1");
+    ck_assert_int_eq(c.partition_count, 2);
+    ck_assert_uint_eq(c.limits.max_batch_bytes, 1000);
+    ck_assert_uint_eq(c.limits.max_scan_records, 10000); /* default kept */
+    int p;
+    const kl_member *m = kl_cluster_find_node(&c, "p0m1", &p);
+    ck_assert_ptr_nonnull(m);
+    ck_assert_int_eq(p, 0);
+    ck_assert_str_eq(m->data_dir, "v/t1/p0m1");
+    m = kl_cluster_find_node(&c, "p3m1", &p);
+    ck_assert_str_eq(m->data_dir, "/tmp/x");
+    ck_assert_ptr_null(kl_cluster_find_node(&c, "p3m2", NULL));
+    ck_assert_ptr_null(kl_cluster_find_node(&c, "p3m1x", NULL));
+}
+END_TEST
+
+START_TEST(cluster_parse_refusals)
+{
+    static kl_cluster c;
+    kl_err e;
+    ck_assert_int_eq(kl_cluster_parse("{", NULL, &c, &e), KL_INVALID_ARGUMENT);
+    ck_assert_int_eq(kl_cluster_parse("{\"cluster\":\"a\",\"replica_count\":2,\"partitions\":"
+                                      "[{\"id\":0,\"members\":[{\"id\":1,\"client\":\"x\"}]}]}",
+                                      NULL, &c, &e), KL_INVALID_ARGUMENT);
+    ck_assert_str_eq(e.detail, "replica_count");
+    ck_assert_int_eq(kl_cluster_parse("{\"cluster\":\"a\",\"replica_count\":0,\"partitions\":"
+                                      "[{\"id\":0,\"members\":[{\"id\":1,\"client\":\"x\"}]}]}",
+                                      NULL, &c, &e), KL_INVALID_ARGUMENT);
+    ck_assert_int_eq(kl_cluster_parse("{\"cluster\":\"a\",\"replica_count\":1,\"limits\":"
+                                      "{\"MaxBatchBytes\":5000,\"MaxFrameBytes\":100},\"partitions\":"
+                                      "[{\"id\":0,\"members\":[{\"id\":1,\"client\":\"x\"}]}]}",
+                                      NULL, &c, &e), KL_INVALID_ARGUMENT);
+    ck_assert_str_eq(e.detail, "MaxFrameBytes");
+    ck_assert_int_eq(kl_cluster_parse("{\"cluster\":\"a\",\"replica_count\":1,\"partitions\":"
+                                      "[{\"id\":0,\"members\":[{\"id\":1,\"client\":\"x\"},"
+                                      "{\"id\":1,\"client\":\"y\"}]}]}",
+                                      NULL, &c, &e), KL_INVALID_ARGUMENT);
+    ck_assert_int_eq(kl_cluster_parse("{\"cluster\":\"A B\",\"replica_count\":1,\"partitions\":"
+                                      "[{\"id\":0,\"members\":[{\"id\":1,\"client\":\"x\"}]}]}",
+                                      NULL, &c, &e), KL_INVALID_ARGUMENT);
+}
+END_TEST
+
+Suite *suite_common(void)
+{
+    Suite *s = suite_create("common");
+    TCase *t = tcase_create("core");
+    tcase_add_test(t, status_names_round_trip);
+    tcase_add_test(t, guid_parse_format_validate);
+    tcase_add_test(t, failpoint_spec);
+    suite_add_tcase(s, t);
+    return s;
+}
+
+Suite *suite_cluster(void)
+{
+    Suite *s = suite_create("cluster");
+    TCase *t = tcase_create("file");
+    tcase_add_test(t, cluster_parse_good);
+    tcase_add_test(t, cluster_parse_refusals);
+    suite_add_tcase(s, t);
+    return s;
+}
