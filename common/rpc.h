@@ -8,14 +8,20 @@
  * The server itself answers, without calling a handler: a frame that does not decode
  * (INVALID_ARGUMENT), a frame over max_frame bytes (RESOURCE_EXHAUSTED, detail
  * "limit:MaxFrameBytes"), an unknown method (NOT_FOUND, detail "method"), an expired
- * deadline (DEADLINE_EXCEEDED). A handler must answer each call exactly once, through
- * kl_rpc_reply / kl_rpc_reply_error, either at once or later from the loop thread;
- * the call is freed by that answer.
+ * deadline (DEADLINE_EXCEEDED). The first two carry request_id 0 (the server did not
+ * read the request's id); the client accepts request_id 0 only on such error answers.
+ * Frames over 4 x max_frame never arrive: nng drops the connection instead. A handler
+ * must answer each call exactly once, through kl_rpc_reply / kl_rpc_reply_error, either
+ * at once or later from the loop thread; the call is freed by that answer. Each held
+ * call occupies one of the `contexts`, so at most `contexts` calls are in flight.
  *
  * Client: one nng REQ socket per target URL; calls are blocking, thread-safe (each uses
  * its own nng context) and bounded by a timeout. nng's automatic resend is disabled,
  * so one call sends its request once: a retry is always the caller's decision (with a
- * new request and the same command id). */
+ * new request and the same command id). After the first connection, nng reconnects by
+ * itself when the connection drops; a call made while disconnected waits for it up to
+ * its timeout and then fails UNAVAILABLE (not sent). The client accepts answers of up
+ * to max_frame bytes of payload (plus a few KiB for the Answer's own fields). */
 #ifndef KL_RPC_H
 #define KL_RPC_H
 
@@ -52,7 +58,12 @@ kl_code kl_rpc_server_start(uv_loop_t *loop, const kl_rpc_server_config *cfg,
                             kl_rpc_server **out, kl_err *err);
 /* Stops receiving, cancels in-flight nng operations, closes the socket and frees the
  * server after every call still held by a handler has been answered or dropped.
- * Calls not yet answered are dropped: their callers see a timeout. Loop thread only. */
+ * Calls not yet answered are dropped: their callers see a timeout. Loop thread only.
+ * Call it once. Lifetime: the server is counted by the calls handlers still hold; those
+ * stay valid, and answering one after stop frees it without sending anything (its
+ * caller sees DEADLINE_EXCEEDED "no_answer"). The memory is released once the last held
+ * call is answered and the loop has run the close callback of the server's uv_async
+ * handle, so keep running the loop after stop. Safe to call from inside a handler. */
 void kl_rpc_server_stop(kl_rpc_server *srv);
 
 /* Accessors, valid until the call is answered. */
@@ -68,18 +79,25 @@ void kl_rpc_reply_error(kl_rpc_call *call, const kl_err *err, const char *leader
 
 typedef struct kl_rpc_client kl_rpc_client;
 
-/* Dials url (synchronously, bounded by connect_timeout_ms). UNAVAILABLE if it cannot. */
+/* Dials url (synchronously, bounded by connect_timeout_ms). UNAVAILABLE if it cannot.
+ * connect_timeout_ms <= 0 waits as long as the OS does; max_frame 0 means
+ * KL_RPC_DEFAULT_FRAME_LIMIT. */
 kl_code kl_rpc_client_open(const char *url, int connect_timeout_ms, size_t max_frame,
                            kl_rpc_client **out, kl_err *err);
 void kl_rpc_client_close(kl_rpc_client *c);
 
-/* One request, one answer. On KL_OK *answer (malloc'd, caller frees) holds the payload.
+/* One request, one answer. On KL_OK *answer (malloc'd, caller frees) holds the payload;
+ * it is never NULL on KL_OK, even for an empty payload (*answer_len 0).
  * A non-OK answer status is returned with err filled from the Answer; with NOT_LEADER
  * the leader's address is copied into leader_out (when not NULL, size leader_cap).
  * When no answer arrives within timeout_ms: KL_DEADLINE_EXCEEDED with detail "no_answer"
- * (the request may have been executed; a mutation caller reports UNKNOWN_WRITE_OUTCOME). */
-kl_code kl_rpc_call(kl_rpc_client *c, const char *method, const uint8_t *req, size_t req_len,
-                    int timeout_ms, uint8_t **answer, size_t *answer_len, char *leader_out,
-                    size_t leader_cap, kl_err *err);
+ * (the request may have been executed; a mutation caller reports UNKNOWN_WRITE_OUTCOME).
+ * A connection lost after the request was sent is reported the same way, because the
+ * outcome is just as unknown. KL_UNAVAILABLE means the request was not sent.
+ * (Named kl_rpc_invoke, not kl_rpc_call: C forbids a function with the name of the
+ * kl_rpc_call typedef above.) */
+kl_code kl_rpc_invoke(kl_rpc_client *c, const char *method, const uint8_t *req, size_t req_len,
+                      int timeout_ms, uint8_t **answer, size_t *answer_len, char *leader_out,
+                      size_t leader_cap, kl_err *err);
 
 #endif

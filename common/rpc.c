@@ -1,0 +1,981 @@
+/* rpc: request/answer over nng REQ/REP (see rpc.h, DESIGN.md §2, §9).
+ *
+ * Server threading. Each of the server's `contexts` slots owns one nng context and one
+ * aio and cycles RECV -> QUEUED -> HELD -> SEND -> RECV. The aio callback runs on an nng
+ * thread; it only moves a received frame into the inbox (a mutex-protected list) and
+ * wakes the loop with uv_async_send. Decoding, method lookup and handlers run on the
+ * loop thread. The inbox is bounded by construction: a slot is in it at most once, so it
+ * never holds more than `contexts` frames, and a slot whose call is held by a handler
+ * receives nothing new (nng's REP context must answer on the context that received).
+ *
+ * Server shutdown. kl_rpc_server_stop sets `stopping`, waits out every nng callback
+ * (nng_aio_stop), closes the socket, drops undecoded frames and closes the uv_async
+ * handle. The server memory stays alive while calls are still held by handlers: it is
+ * counted by outstanding calls and freed by the last of (the async close callback, the
+ * last answer). An answer given after stop frees its call without sending anything, so
+ * a handler that answers late never touches a closed socket. */
+#include "common/rpc.h"
+
+#include "common/log.h"
+#include "keyload/v1/rpc.pb-c.h"
+
+#include <errno.h>
+#include <limits.h>
+#include <nng/nng.h>
+#include <nng/protocol/reqrep0/rep.h>
+#include <nng/protocol/reqrep0/req.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#define RPC_WIRE_VERSION 1
+/* Frames up to this multiple of MaxFrameBytes still arrive whole, so their sender gets a
+ * RESOURCE_EXHAUSTED answer naming the limit; beyond it nng drops the connection. */
+#define RPC_OVERSIZE_FACTOR 4
+/* Room for the Answer/Envelope fields around a payload of max_frame bytes. */
+#define RPC_FRAME_SLACK 4096
+/* A reply that cannot be written in this time (a peer that stopped reading) is dropped,
+ * so the slot goes back to receiving instead of being stuck forever. */
+#define RPC_SEND_TIMEOUT_MS 10000
+/* At most this many characters of an unknown method name are echoed in NOT_FOUND. */
+#define RPC_METHOD_ECHO_MAX 64
+
+/* ------------------------------------------------------------------ shared helpers */
+
+static int64_t rpc_now_unix_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+/* The nng receive limit for a frame limit, saturating instead of wrapping (nng reads a
+ * limit of 0 as "unlimited", which a wrapped product could produce). */
+static size_t rpc_scaled_limit(size_t max_frame, size_t factor)
+{
+    if (max_frame > (SIZE_MAX - RPC_FRAME_SLACK) / factor)
+        return SIZE_MAX;
+    return max_frame * factor + RPC_FRAME_SLACK;
+}
+
+/* An address the transport cannot parse or does not support is the caller's error;
+ * anything else (in use, refused, unreachable) is the network's. */
+static kl_code rpc_addr_code(int rv)
+{
+    switch (rv) {
+    case NNG_EADDRINVAL:
+    case NNG_EINVAL:
+    case NNG_ENOTSUP:
+        return KL_INVALID_ARGUMENT;
+    default:
+        return KL_UNAVAILABLE;
+    }
+}
+
+/* Closing also closes the socket's contexts, dialers and listeners. ECLOSED means it
+ * already was closed; anything else is only worth a log line, the socket is gone. */
+static void rpc_close_socket(nng_socket sock, const char *url)
+{
+    int rv = nng_close(sock);
+    if (rv != 0 && rv != NNG_ECLOSED)
+        KL_WARN("rpc socket close failed", "op=nng_close url=%s error=\"%s\"", url,
+                nng_strerror(rv));
+}
+
+/* Copies at most RPC_METHOD_ECHO_MAX printable ASCII characters of a peer-supplied name,
+ * replacing anything else with '?', so an error message never carries raw bytes. */
+static void rpc_printable_name(char *dst, size_t cap, const char *src)
+{
+    size_t n = 0;
+    const char *p = src;
+    for (; *p != '\0' && n < RPC_METHOD_ECHO_MAX && n + 1 < cap; p++) {
+        unsigned char ch = (unsigned char)*p;
+        dst[n++] = (ch >= 0x20 && ch < 0x7f && ch != '"' && ch != '\\') ? (char)ch : '?';
+    }
+    dst[n] = '\0';
+    if (*p != '\0' && n + 4 <= cap)
+        memcpy(dst + n, "...", 4);
+}
+
+/* ------------------------------------------------------------------ server */
+
+typedef enum rpc_slot_state {
+    SLOT_IDLE,   /* nothing pending (stopped) */
+    SLOT_RECV,   /* nng_ctx_recv pending */
+    SLOT_QUEUED, /* frame in the inbox, waiting for the loop */
+    SLOT_HELD,   /* decoded; a handler owns the call */
+    SLOT_SEND,   /* nng_ctx_send pending */
+} rpc_slot_state;
+
+typedef struct rpc_slot {
+    kl_rpc_server *srv;
+    nng_ctx ctx;
+    nng_aio *aio;
+    /* Owned by exactly one side at a time (nng callback or loop thread); handed over
+     * through nng or the inbox mutex, which orders the accesses. */
+    rpc_slot_state state;
+    nng_msg *frame;        /* received frame while QUEUED */
+    struct rpc_slot *next; /* inbox link, under srv->mu */
+} rpc_slot;
+
+struct kl_rpc_server {
+    uv_loop_t *loop;
+    uv_async_t wake;
+    nng_socket sock;
+    const kl_rpc_method *methods;
+    size_t method_count;
+    void *owner;
+    size_t max_frame;
+    int nslots;
+    rpc_slot *slots;
+
+    uv_mutex_t mu;
+    rpc_slot *inbox_head; /* under mu */
+    rpc_slot *inbox_tail; /* under mu */
+    bool stopping;        /* written under mu, only by the loop thread */
+
+    size_t calls_out; /* loop thread only: calls held by handlers */
+    bool wake_closed; /* loop thread only */
+};
+
+struct kl_rpc_call {
+    kl_rpc_server *srv;
+    rpc_slot *slot;
+    Keyload__V1__Envelope *env;
+};
+
+static bool server_is_stopping(kl_rpc_server *srv)
+{
+    uv_mutex_lock(&srv->mu);
+    bool stopping = srv->stopping;
+    uv_mutex_unlock(&srv->mu);
+    return stopping;
+}
+
+/* Arms the next receive on a slot, unless the server is stopping. Any thread. */
+static void slot_arm_recv(rpc_slot *slot)
+{
+    if (server_is_stopping(slot->srv)) {
+        slot->state = SLOT_IDLE;
+        return;
+    }
+    slot->state = SLOT_RECV;
+    nng_aio_set_timeout(slot->aio, NNG_DURATION_INFINITE);
+    nng_ctx_recv(slot->ctx, slot->aio);
+}
+
+/* nng thread: hands a received frame to the loop. */
+static void slot_deliver(rpc_slot *slot, nng_msg *frame)
+{
+    kl_rpc_server *srv = slot->srv;
+    uv_mutex_lock(&srv->mu);
+    if (srv->stopping) {
+        uv_mutex_unlock(&srv->mu);
+        nng_msg_free(frame);
+        slot->state = SLOT_IDLE;
+        return;
+    }
+    slot->frame = frame;
+    slot->next = NULL;
+    slot->state = SLOT_QUEUED;
+    if (srv->inbox_tail != NULL)
+        srv->inbox_tail->next = slot;
+    else
+        srv->inbox_head = slot;
+    srv->inbox_tail = slot;
+    uv_mutex_unlock(&srv->mu);
+    /* Safe outside the lock: stop waits for this callback (nng_aio_stop) before it
+     * closes the handle. */
+    (void)uv_async_send(&srv->wake);
+}
+
+/* nng thread: completion of a slot's receive or send. */
+static void slot_cb(void *arg)
+{
+    rpc_slot *slot = arg;
+    int rv = nng_aio_result(slot->aio);
+
+    switch (slot->state) {
+    case SLOT_SEND:
+        if (rv != 0) {
+            /* A failed send leaves the message with us. */
+            nng_msg_free(nng_aio_get_msg(slot->aio));
+            nng_aio_set_msg(slot->aio, NULL);
+            if (rv != NNG_ECLOSED && rv != NNG_ECANCELED)
+                KL_WARN("rpc answer not sent", "op=nng_ctx_send error=\"%s\"", nng_strerror(rv));
+        }
+        slot_arm_recv(slot);
+        return;
+    case SLOT_RECV:
+        if (rv == 0) {
+            nng_msg *frame = nng_aio_get_msg(slot->aio);
+            nng_aio_set_msg(slot->aio, NULL);
+            slot_deliver(slot, frame);
+        } else if (rv == NNG_ECLOSED || rv == NNG_ECANCELED) {
+            slot->state = SLOT_IDLE; /* stopping */
+        } else {
+            /* Transient (e.g. out of memory): keep the slot serving. */
+            KL_WARN("rpc receive failed", "op=nng_ctx_recv error=\"%s\"", nng_strerror(rv));
+            slot_arm_recv(slot);
+        }
+        return;
+    default:
+        return; /* no operation is pending in the other states */
+    }
+}
+
+/* Loop thread: encodes an answer and sends it on the slot's context. When the answer
+ * cannot be built the request is dropped (its caller times out) and the slot keeps
+ * receiving. */
+static void slot_send_answer(rpc_slot *slot, const Keyload__V1__Answer *ans)
+{
+    size_t size = keyload__v1__answer__get_packed_size(ans);
+    nng_msg *msg;
+    int rv = nng_msg_alloc(&msg, size);
+    if (rv != 0) {
+        KL_WARN("rpc answer dropped", "op=nng_msg_alloc bytes=%zu error=\"%s\"", size,
+                nng_strerror(rv));
+        slot_arm_recv(slot);
+        return;
+    }
+    keyload__v1__answer__pack(ans, nng_msg_body(msg));
+    slot->state = SLOT_SEND;
+    nng_aio_set_msg(slot->aio, msg);
+    nng_aio_set_timeout(slot->aio, RPC_SEND_TIMEOUT_MS);
+    nng_ctx_send(slot->ctx, slot->aio);
+}
+
+/* Loop thread: answers an error the server found itself (no handler involved). */
+static void slot_answer_err(rpc_slot *slot, uint64_t request_id, const kl_err *err)
+{
+    Keyload__V1__Answer ans = KEYLOAD__V1__ANSWER__INIT;
+    ans.request_id = request_id;
+    ans.code = (Keyload__V1__StatusCode)err->code;
+    ans.message = (char *)err->message;
+    ans.detail = (char *)err->detail;
+    slot_send_answer(slot, &ans);
+}
+
+static const kl_rpc_method *server_find_method(const kl_rpc_server *srv, const char *name)
+{
+    for (size_t i = 0; i < srv->method_count; i++)
+        if (srv->methods[i].name != NULL && strcmp(srv->methods[i].name, name) == 0)
+            return &srv->methods[i];
+    return NULL;
+}
+
+/* The checks the server makes before any handler sees a request. */
+static kl_code server_check(const kl_rpc_server *srv, const Keyload__V1__Envelope *env,
+                            const kl_rpc_method **method, kl_err *err)
+{
+    /* Version 0 is what an encoder that leaves the field unset sends. */
+    if (env->version != 0 && env->version != RPC_WIRE_VERSION)
+        return kl_fail(err, KL_INVALID_ARGUMENT, "version",
+                       "envelope version %u is not supported (this server speaks %d)",
+                       env->version, RPC_WIRE_VERSION);
+    *method = server_find_method(srv, env->method);
+    if (*method == NULL) {
+        char name[RPC_METHOD_ECHO_MAX + 4];
+        rpc_printable_name(name, sizeof name, env->method);
+        return kl_fail(err, KL_NOT_FOUND, "method", "unknown method \"%s\"", name);
+    }
+    int64_t now = rpc_now_unix_ms();
+    if (env->deadline_unix_ms != 0 && now >= env->deadline_unix_ms)
+        return kl_fail(err, KL_DEADLINE_EXCEEDED, "deadline",
+                       "request deadline passed %lld ms before the server read the request",
+                       (long long)(now - env->deadline_unix_ms));
+    return KL_OK;
+}
+
+/* Loop thread: decodes one frame and either answers it or hands it to its handler. */
+static void server_dispatch(kl_rpc_server *srv, rpc_slot *slot, nng_msg *frame)
+{
+    kl_err err;
+    size_t len = nng_msg_len(frame);
+    if (len > srv->max_frame) {
+        nng_msg_free(frame);
+        kl_fail(&err, KL_RESOURCE_EXHAUSTED, "limit:MaxFrameBytes",
+                "request frame of %zu bytes exceeds MaxFrameBytes (%zu bytes)", len,
+                srv->max_frame);
+        slot_answer_err(slot, 0, &err); /* request_id unread: decoding is what we refuse */
+        return;
+    }
+    Keyload__V1__Envelope *env = keyload__v1__envelope__unpack(NULL, len, nng_msg_body(frame));
+    nng_msg_free(frame);
+    if (env == NULL) {
+        kl_fail(&err, KL_INVALID_ARGUMENT, "frame", "malformed request frame");
+        slot_answer_err(slot, 0, &err);
+        return;
+    }
+    const kl_rpc_method *method = NULL;
+    if (server_check(srv, env, &method, &err) != KL_OK) {
+        slot_answer_err(slot, env->request_id, &err);
+        keyload__v1__envelope__free_unpacked(env, NULL);
+        return;
+    }
+    kl_rpc_call *call = calloc(1, sizeof *call);
+    if (call == NULL) {
+        kl_fail(&err, KL_RESOURCE_EXHAUSTED, "memory", "server out of memory for a call");
+        slot_answer_err(slot, env->request_id, &err);
+        keyload__v1__envelope__free_unpacked(env, NULL);
+        return;
+    }
+    call->srv = srv;
+    call->slot = slot;
+    call->env = env;
+    slot->state = SLOT_HELD;
+    srv->calls_out++;
+    method->handler(srv->owner, call);
+}
+
+/* Takes the whole inbox at once, so the lock is held only for two stores. */
+static rpc_slot *server_take_inbox(kl_rpc_server *srv)
+{
+    uv_mutex_lock(&srv->mu);
+    rpc_slot *list = srv->inbox_head;
+    srv->inbox_head = NULL;
+    srv->inbox_tail = NULL;
+    uv_mutex_unlock(&srv->mu);
+    return list;
+}
+
+/* Frees the frames of a taken inbox list without decoding them. */
+static void server_drop_frames(rpc_slot *list)
+{
+    while (list != NULL) {
+        rpc_slot *slot = list;
+        list = slot->next;
+        slot->next = NULL;
+        nng_msg_free(slot->frame);
+        slot->frame = NULL;
+        slot->state = SLOT_IDLE;
+    }
+}
+
+/* Loop thread: the uv_async callback. */
+static void server_wake_cb(uv_async_t *handle)
+{
+    kl_rpc_server *srv = handle->data;
+    rpc_slot *list = server_take_inbox(srv);
+    while (list != NULL) {
+        /* A handler may stop the server; the rest of the batch is then dropped. The
+         * server memory outlives this callback (freed after the handle's close). */
+        if (srv->stopping) {
+            server_drop_frames(list);
+            return;
+        }
+        rpc_slot *slot = list;
+        list = slot->next;
+        slot->next = NULL;
+        nng_msg *frame = slot->frame;
+        slot->frame = NULL;
+        server_dispatch(srv, slot, frame);
+    }
+}
+
+static void server_free(kl_rpc_server *srv)
+{
+    free(srv->slots);
+    uv_mutex_destroy(&srv->mu);
+    free(srv);
+}
+
+/* Loop thread: frees a stopped server once nothing refers to it any more. */
+static void server_maybe_free(kl_rpc_server *srv)
+{
+    if (srv->stopping && srv->wake_closed && srv->calls_out == 0)
+        server_free(srv);
+}
+
+static void server_wake_closed(uv_handle_t *handle)
+{
+    kl_rpc_server *srv = handle->data;
+    srv->wake_closed = true;
+    server_maybe_free(srv);
+}
+
+/* Frees the first n slots' aios (the contexts close with the socket). */
+static void server_free_aios(kl_rpc_server *srv, int n)
+{
+    for (int i = 0; i < n; i++) {
+        nng_aio_free(srv->slots[i].aio);
+        srv->slots[i].aio = NULL;
+    }
+}
+
+static kl_code server_open_slots(kl_rpc_server *srv, kl_err *err)
+{
+    int rv = 0;
+    int i;
+    for (i = 0; i < srv->nslots; i++) {
+        rpc_slot *slot = &srv->slots[i];
+        slot->srv = srv;
+        slot->state = SLOT_IDLE;
+        if ((rv = nng_ctx_open(&slot->ctx, srv->sock)) != 0)
+            goto fail_aios;
+        if ((rv = nng_aio_alloc(&slot->aio, slot_cb, slot)) != 0)
+            goto fail_aios;
+    }
+    return KL_OK;
+
+fail_aios:
+    server_free_aios(srv, i);
+    return kl_fail(err, KL_RESOURCE_EXHAUSTED, "contexts",
+                   "rpc server: opening context %d of %d failed: %s", i, srv->nslots,
+                   nng_strerror(rv));
+}
+
+static kl_code server_check_config(uv_loop_t *loop, const kl_rpc_server_config *cfg,
+                                   kl_rpc_server **out, kl_err *err)
+{
+    if (loop == NULL || cfg == NULL || out == NULL)
+        return kl_fail(err, KL_INVALID_ARGUMENT, "config", "rpc server: missing loop or config");
+    if (cfg->listen_url == NULL || cfg->listen_url[0] == '\0')
+        return kl_fail(err, KL_INVALID_ARGUMENT, "listen_url", "rpc server: listen_url is empty");
+    if (cfg->method_count > 0 && cfg->methods == NULL)
+        return kl_fail(err, KL_INVALID_ARGUMENT, "methods",
+                       "rpc server: method_count is %zu but methods is NULL", cfg->method_count);
+    for (size_t i = 0; i < cfg->method_count; i++)
+        if (cfg->methods[i].name == NULL || cfg->methods[i].handler == NULL)
+            return kl_fail(err, KL_INVALID_ARGUMENT, "methods",
+                           "rpc server: method %zu has no name or no handler", i);
+    return KL_OK;
+}
+
+kl_code kl_rpc_server_start(uv_loop_t *loop, const kl_rpc_server_config *cfg,
+                            kl_rpc_server **out, kl_err *err)
+{
+    kl_code rc = server_check_config(loop, cfg, out, err);
+    if (rc != KL_OK)
+        return rc;
+    *out = NULL;
+
+    kl_rpc_server *srv = calloc(1, sizeof *srv);
+    if (srv == NULL)
+        return kl_fail(err, KL_RESOURCE_EXHAUSTED, "memory", "rpc server: out of memory");
+    srv->loop = loop;
+    srv->methods = cfg->methods;
+    srv->method_count = cfg->method_count;
+    srv->owner = cfg->owner;
+    srv->max_frame = cfg->max_frame != 0 ? cfg->max_frame : KL_RPC_DEFAULT_FRAME_LIMIT;
+    srv->nslots = cfg->contexts < KL_RPC_MIN_CONTEXTS ? KL_RPC_MIN_CONTEXTS : cfg->contexts;
+
+    int rv;
+    if (uv_mutex_init(&srv->mu) != 0) {
+        rc = kl_fail(err, KL_INTERNAL, "mutex", "rpc server: mutex init failed");
+        goto fail_free;
+    }
+    srv->slots = calloc((size_t)srv->nslots, sizeof *srv->slots);
+    if (srv->slots == NULL) {
+        rc = kl_fail(err, KL_RESOURCE_EXHAUSTED, "memory",
+                     "rpc server: out of memory for %d contexts", srv->nslots);
+        goto fail_mutex;
+    }
+    if ((rv = nng_rep0_open(&srv->sock)) != 0) {
+        rc = kl_fail(err, KL_INTERNAL, "socket", "rpc server: opening REP socket for %s failed: %s",
+                     cfg->listen_url, nng_strerror(rv));
+        goto fail_slots;
+    }
+    size_t recv_max = rpc_scaled_limit(srv->max_frame, RPC_OVERSIZE_FACTOR);
+    if ((rv = nng_socket_set_size(srv->sock, NNG_OPT_RECVMAXSZ, recv_max)) != 0) {
+        rc = kl_fail(err, KL_INTERNAL, "socket", "rpc server: setting %s on %s failed: %s",
+                     NNG_OPT_RECVMAXSZ, cfg->listen_url, nng_strerror(rv));
+        goto fail_sock;
+    }
+    if ((rc = server_open_slots(srv, err)) != KL_OK)
+        goto fail_sock;
+    if ((rv = nng_listen(srv->sock, cfg->listen_url, NULL, 0)) != 0) {
+        rc = kl_fail(err, rpc_addr_code(rv), "listen_url", "rpc server: listen on %s failed: %s",
+                     cfg->listen_url, nng_strerror(rv));
+        goto fail_aios;
+    }
+    /* Last fallible step, so no unwinding path has to uv_close a live handle. Receives
+     * are armed only after it, so no callback can wake an uninitialised handle. */
+    if ((rv = uv_async_init(loop, &srv->wake, server_wake_cb)) != 0) {
+        rc = kl_fail(err, KL_INTERNAL, "loop", "rpc server: uv_async_init for %s failed: %s",
+                     cfg->listen_url, uv_strerror(rv));
+        goto fail_aios;
+    }
+    srv->wake.data = srv;
+    for (int i = 0; i < srv->nslots; i++)
+        slot_arm_recv(&srv->slots[i]);
+    *out = srv;
+    return KL_OK;
+
+fail_aios:
+    server_free_aios(srv, srv->nslots);
+fail_sock:
+    rpc_close_socket(srv->sock, cfg->listen_url);
+fail_slots:
+    free(srv->slots);
+fail_mutex:
+    uv_mutex_destroy(&srv->mu);
+fail_free:
+    free(srv);
+    return rc;
+}
+
+void kl_rpc_server_stop(kl_rpc_server *srv)
+{
+    if (srv == NULL)
+        return;
+    uv_mutex_lock(&srv->mu);
+    bool already = srv->stopping;
+    srv->stopping = true;
+    uv_mutex_unlock(&srv->mu);
+    if (already)
+        return;
+
+    /* Cancel pending receives and sends and wait until no callback runs; a callback that
+     * completes now sees `stopping` and arms nothing new. After this no nng thread
+     * touches srv->wake or the inbox. */
+    for (int i = 0; i < srv->nslots; i++)
+        nng_aio_stop(srv->slots[i].aio);
+    rpc_close_socket(srv->sock, "server");
+    server_free_aios(srv, srv->nslots);
+    server_drop_frames(server_take_inbox(srv));
+    uv_close((uv_handle_t *)&srv->wake, server_wake_closed);
+}
+
+const char *kl_rpc_call_method(const kl_rpc_call *call) { return call->env->method; }
+
+const uint8_t *kl_rpc_call_payload(const kl_rpc_call *call, size_t *len)
+{
+    static const uint8_t empty[1];
+    if (len != NULL)
+        *len = call->env->payload.len;
+    return call->env->payload.data != NULL ? call->env->payload.data : empty;
+}
+
+int64_t kl_rpc_call_deadline_ms(const kl_rpc_call *call) { return call->env->deadline_unix_ms; }
+
+uint64_t kl_rpc_call_request_id(const kl_rpc_call *call) { return call->env->request_id; }
+
+/* Sends the answer (unless the server stopped) and frees the call. The answer is encoded
+ * before the request is freed because its payload may point into the request. */
+static void call_finish(kl_rpc_call *call, Keyload__V1__Answer *ans)
+{
+    kl_rpc_server *srv = call->srv;
+    ans->request_id = call->env->request_id;
+    if (!srv->stopping)
+        slot_send_answer(call->slot, ans);
+    keyload__v1__envelope__free_unpacked(call->env, NULL);
+    free(call);
+    srv->calls_out--;
+    server_maybe_free(srv);
+}
+
+void kl_rpc_reply(kl_rpc_call *call, const uint8_t *payload, size_t len)
+{
+    Keyload__V1__Answer ans = KEYLOAD__V1__ANSWER__INIT;
+    ans.code = KEYLOAD__V1__STATUS_CODE__OK;
+    ans.payload.data = (uint8_t *)payload; /* only read by pack */
+    ans.payload.len = payload != NULL ? len : 0;
+    call_finish(call, &ans);
+}
+
+void kl_rpc_reply_error(kl_rpc_call *call, const kl_err *err, const char *leader_address)
+{
+    kl_err e;
+    if (err == NULL || err->code <= KL_OK || err->code >= KL_CODE_COUNT) {
+        /* An "error" answer without an error code would read as success. */
+        kl_fail(&e, KL_INTERNAL, "status", "handler for %s failed without a status code",
+                kl_rpc_call_method(call));
+    } else {
+        e = *err;
+        e.message[sizeof e.message - 1] = '\0';
+        e.detail[sizeof e.detail - 1] = '\0';
+    }
+    Keyload__V1__Answer ans = KEYLOAD__V1__ANSWER__INIT;
+    ans.code = (Keyload__V1__StatusCode)e.code;
+    ans.message = e.message;
+    ans.detail = e.detail;
+    if (e.code == KL_NOT_LEADER && leader_address != NULL)
+        ans.leader_address = (char *)leader_address;
+    call_finish(call, &ans);
+}
+
+/* ------------------------------------------------------------------ client */
+
+struct kl_rpc_client {
+    nng_socket sock;
+    char url[]; /* for error messages */
+};
+
+/* 0 is never issued: a server answers request_id 0 when it could not read the id. */
+static _Atomic uint64_t rpc_next_request_id = 1;
+
+static uint64_t rpc_request_id(void)
+{
+    uint64_t id;
+    do
+        id = atomic_fetch_add(&rpc_next_request_id, 1);
+    while (id == 0);
+    return id;
+}
+
+typedef struct rpc_dial_job {
+    nng_dialer dialer;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    bool done; /* under mu */
+    int rv;    /* under mu */
+} rpc_dial_job;
+
+static void *rpc_dial_thread(void *arg)
+{
+    rpc_dial_job *job = arg;
+    int rv = nng_dialer_start(job->dialer, 0);
+    pthread_mutex_lock(&job->mu);
+    job->rv = rv;
+    job->done = true;
+    pthread_cond_signal(&job->cv);
+    pthread_mutex_unlock(&job->mu);
+    return NULL;
+}
+
+static void rpc_deadline_after(struct timespec *ts, int ms)
+{
+    clock_gettime(CLOCK_MONOTONIC, ts);
+    ts->tv_sec += ms / 1000;
+    ts->tv_nsec += (long)(ms % 1000) * 1000000L;
+    if (ts->tv_nsec >= 1000000000L) {
+        ts->tv_sec++;
+        ts->tv_nsec -= 1000000000L;
+    }
+}
+
+/* nng 1.5.2 has no connect timeout: a synchronous dial to an address that never answers
+ * waits for the kernel's SYN retries (minutes) or nng's handshake timeout. So the
+ * synchronous dial runs on a helper thread while we wait at most timeout_ms; on timeout,
+ * closing the dialer cancels the attempt and the helper returns promptly. A refused
+ * connection still fails fast, with nng's reason. */
+static int rpc_dial_bounded(nng_dialer dialer, int timeout_ms, bool *timed_out)
+{
+    rpc_dial_job job = {.dialer = dialer};
+    pthread_condattr_t attr;
+    int rv = NNG_ENOMEM;
+    *timed_out = false;
+    if (pthread_condattr_init(&attr) != 0)
+        return rv;
+    if (pthread_condattr_setclock(&attr, CLOCK_MONOTONIC) != 0)
+        goto fail_attr;
+    if (pthread_mutex_init(&job.mu, NULL) != 0)
+        goto fail_attr;
+    if (pthread_cond_init(&job.cv, &attr) != 0)
+        goto fail_mutex;
+    pthread_t thread;
+    if (pthread_create(&thread, NULL, rpc_dial_thread, &job) != 0)
+        goto fail_cond;
+
+    struct timespec until;
+    rpc_deadline_after(&until, timeout_ms);
+    pthread_mutex_lock(&job.mu);
+    while (!job.done && pthread_cond_timedwait(&job.cv, &job.mu, &until) != ETIMEDOUT)
+        ;
+    bool done = job.done;
+    pthread_mutex_unlock(&job.mu);
+    if (!done) {
+        *timed_out = true;
+        int crv = nng_dialer_close(dialer);
+        if (crv != 0 && crv != NNG_ECLOSED)
+            KL_WARN("rpc dialer close failed", "op=nng_dialer_close error=\"%s\"",
+                    nng_strerror(crv));
+    }
+    pthread_join(thread, NULL);
+    rv = job.rv; /* the thread has exited: no lock needed */
+
+fail_cond:
+    pthread_cond_destroy(&job.cv);
+fail_mutex:
+    pthread_mutex_destroy(&job.mu);
+fail_attr:
+    pthread_condattr_destroy(&attr);
+    return rv;
+}
+
+static kl_code client_dial(kl_rpc_client *c, int connect_timeout_ms, kl_err *err)
+{
+    nng_dialer dialer;
+    int rv = nng_dialer_create(&dialer, c->sock, c->url);
+    if (rv != 0)
+        return kl_fail(err, rpc_addr_code(rv), "url", "rpc: cannot dial %s: %s", c->url,
+                       nng_strerror(rv));
+    bool timed_out = false;
+    if (connect_timeout_ms > 0)
+        rv = rpc_dial_bounded(dialer, connect_timeout_ms, &timed_out);
+    else
+        rv = nng_dialer_start(dialer, 0);
+    if (timed_out)
+        return kl_fail(err, KL_UNAVAILABLE, "connect", "rpc: could not connect to %s within %d ms",
+                       c->url, connect_timeout_ms);
+    if (rv != 0)
+        return kl_fail(err, KL_UNAVAILABLE, "connect", "rpc: connecting to %s failed: %s", c->url,
+                       nng_strerror(rv));
+    return KL_OK;
+}
+
+kl_code kl_rpc_client_open(const char *url, int connect_timeout_ms, size_t max_frame,
+                           kl_rpc_client **out, kl_err *err)
+{
+    if (out == NULL || url == NULL || url[0] == '\0')
+        return kl_fail(err, KL_INVALID_ARGUMENT, "url", "rpc client: url is empty");
+    *out = NULL;
+    size_t url_len = strlen(url);
+    kl_rpc_client *c = malloc(sizeof *c + url_len + 1);
+    if (c == NULL)
+        return kl_fail(err, KL_RESOURCE_EXHAUSTED, "memory", "rpc client: out of memory");
+    memcpy(c->url, url, url_len + 1);
+
+    kl_code rc;
+    int rv;
+    if ((rv = nng_req0_open(&c->sock)) != 0) {
+        rc = kl_fail(err, KL_INTERNAL, "socket", "rpc client: opening REQ socket for %s failed: %s",
+                     url, nng_strerror(rv));
+        goto fail_free;
+    }
+    /* No automatic resend: a resent mutation could execute twice; retrying is the
+     * caller's decision (same command id). Set before any context exists, since
+     * contexts copy the socket's value when opened. */
+    if ((rv = nng_socket_set_ms(c->sock, NNG_OPT_REQ_RESENDTIME, NNG_DURATION_INFINITE)) != 0) {
+        rc = kl_fail(err, KL_INTERNAL, "socket", "rpc client: setting %s for %s failed: %s",
+                     NNG_OPT_REQ_RESENDTIME, url, nng_strerror(rv));
+        goto fail_sock;
+    }
+    /* An answer wraps up to max_frame payload bytes in a few small fields. */
+    size_t limit = rpc_scaled_limit(max_frame != 0 ? max_frame : KL_RPC_DEFAULT_FRAME_LIMIT, 1);
+    if ((rv = nng_socket_set_size(c->sock, NNG_OPT_RECVMAXSZ, limit)) != 0) {
+        rc = kl_fail(err, KL_INTERNAL, "socket", "rpc client: setting %s for %s failed: %s",
+                     NNG_OPT_RECVMAXSZ, url, nng_strerror(rv));
+        goto fail_sock;
+    }
+    if ((rc = client_dial(c, connect_timeout_ms, err)) != KL_OK)
+        goto fail_sock;
+    *out = c;
+    return KL_OK;
+
+fail_sock:
+    rpc_close_socket(c->sock, url);
+fail_free:
+    free(c);
+    return rc;
+}
+
+void kl_rpc_client_close(kl_rpc_client *c)
+{
+    if (c == NULL)
+        return;
+    rpc_close_socket(c->sock, c->url);
+    free(c);
+}
+
+static kl_code client_encode(const kl_rpc_client *c, const char *method, const uint8_t *req,
+                             size_t req_len, uint64_t request_id, int64_t deadline_ms,
+                             nng_msg **out, kl_err *err)
+{
+    Keyload__V1__Envelope env = KEYLOAD__V1__ENVELOPE__INIT;
+    env.version = RPC_WIRE_VERSION;
+    env.method = (char *)method; /* only read by pack */
+    env.request_id = request_id;
+    env.deadline_unix_ms = deadline_ms;
+    env.payload.data = (uint8_t *)req;
+    env.payload.len = req_len;
+    size_t size = keyload__v1__envelope__get_packed_size(&env);
+    int rv = nng_msg_alloc(out, size);
+    if (rv != 0)
+        return kl_fail(err, KL_RESOURCE_EXHAUSTED, "memory",
+                       "rpc: allocating a %zu-byte %s request to %s failed: %s", size, method,
+                       c->url, nng_strerror(rv));
+    keyload__v1__envelope__pack(&env, nng_msg_body(*out));
+    return KL_OK;
+}
+
+/* Sends the request; takes ownership of msg. A REQ context completes the send once the
+ * request is handed to a connection, so a failure here means it was never sent. */
+static kl_code client_send(const kl_rpc_client *c, nng_ctx ctx, nng_aio *aio, nng_msg *msg,
+                           const char *method, int timeout_ms, kl_err *err)
+{
+    nng_aio_set_msg(aio, msg);
+    nng_aio_set_timeout(aio, timeout_ms);
+    nng_ctx_send(ctx, aio);
+    nng_aio_wait(aio);
+    int rv = nng_aio_result(aio);
+    if (rv == 0)
+        return KL_OK;
+    nng_msg_free(nng_aio_get_msg(aio)); /* a failed send leaves the message with us */
+    nng_aio_set_msg(aio, NULL);
+    if (rv == NNG_ETIMEDOUT)
+        return kl_fail(err, KL_UNAVAILABLE, "no_connection",
+                       "rpc: %s not sent: no connection to %s within %d ms", method, c->url,
+                       timeout_ms);
+    return kl_fail(err, KL_UNAVAILABLE, "send", "rpc: sending %s to %s failed: %s", method, c->url,
+                   nng_strerror(rv));
+}
+
+/* Waits for the answer until the call's deadline. Once the request has been sent every
+ * failure means the outcome is unknown, so all of them are DEADLINE_EXCEEDED "no_answer"
+ * (never UNAVAILABLE, which would tell a caller the request was not executed). */
+static kl_code client_recv(const kl_rpc_client *c, nng_ctx ctx, nng_aio *aio, const char *method,
+                           int64_t deadline_ms, int timeout_ms, nng_msg **reply, kl_err *err)
+{
+    int64_t left = deadline_ms - rpc_now_unix_ms();
+    if (left < 1)
+        left = 1; /* still collect an answer that is already here */
+    nng_aio_set_timeout(aio, (nng_duration)(left > INT_MAX ? INT_MAX : left));
+    nng_ctx_recv(ctx, aio);
+    nng_aio_wait(aio);
+    int rv = nng_aio_result(aio);
+    if (rv == 0) {
+        *reply = nng_aio_get_msg(aio);
+        nng_aio_set_msg(aio, NULL);
+        return KL_OK;
+    }
+    if (rv == NNG_ETIMEDOUT)
+        return kl_fail(err, KL_DEADLINE_EXCEEDED, "no_answer",
+                       "rpc: no answer to %s from %s arrived within %d ms; the request may have "
+                       "been executed",
+                       method, c->url, timeout_ms);
+    return kl_fail(err, KL_DEADLINE_EXCEEDED, "no_answer",
+                   "rpc: connection to %s was lost before %s was answered (%s); the request may "
+                   "have been executed",
+                   c->url, method, nng_strerror(rv));
+}
+
+/* Turns a non-OK Answer into err (and the leader address). */
+static kl_code client_answer_error(const Keyload__V1__Answer *ans, const kl_rpc_client *c,
+                                   const char *method, char *leader_out, size_t leader_cap,
+                                   kl_err *err)
+{
+    kl_code code = (kl_code)ans->code;
+    if (code == KL_NOT_LEADER && leader_out != NULL && leader_cap > 0)
+        snprintf(leader_out, leader_cap, "%s", ans->leader_address ? ans->leader_address : "");
+    if (ans->message == NULL || ans->message[0] == '\0')
+        return kl_fail(err, code, ans->detail, "%s answered %s to %s", c->url, kl_code_name(code),
+                       method);
+    return kl_fail(err, code, ans->detail, "%s", ans->message);
+}
+
+static kl_code client_decode(const kl_rpc_client *c, nng_msg *reply, uint64_t request_id,
+                             const char *method, uint8_t **answer, size_t *answer_len,
+                             char *leader_out, size_t leader_cap, kl_err *err)
+{
+    Keyload__V1__Answer *ans =
+        keyload__v1__answer__unpack(NULL, nng_msg_len(reply), nng_msg_body(reply));
+    if (ans == NULL)
+        return kl_fail(err, KL_INTERNAL, "answer", "rpc: malformed answer to %s from %s", method,
+                       c->url);
+    kl_code rc = KL_OK;
+    int code = (int)ans->code;
+    if (code < 0 || code >= KL_CODE_COUNT) {
+        rc = kl_fail(err, KL_INTERNAL, "answer", "rpc: answer to %s from %s has unknown status %d",
+                     method, c->url, code);
+    } else if (ans->request_id != request_id && !(ans->request_id == 0 && code != KL_OK)) {
+        /* request_id 0 with an error: the server could not read our request's id. */
+        rc = kl_fail(err, KL_INTERNAL, "request_id",
+                     "rpc: answer from %s is for request %llu, not %llu (%s)", c->url,
+                     (unsigned long long)ans->request_id, (unsigned long long)request_id, method);
+    } else if (code != KL_OK) {
+        rc = client_answer_error(ans, c, method, leader_out, leader_cap, err);
+    } else {
+        /* Never NULL, so callers can always free it. */
+        uint8_t *copy = malloc(ans->payload.len > 0 ? ans->payload.len : 1);
+        if (copy == NULL) {
+            rc = kl_fail(err, KL_RESOURCE_EXHAUSTED, "memory",
+                         "rpc: out of memory for a %zu-byte answer to %s", ans->payload.len,
+                         method);
+        } else {
+            if (ans->payload.len > 0)
+                memcpy(copy, ans->payload.data, ans->payload.len);
+            *answer = copy;
+            *answer_len = ans->payload.len;
+            kl_err_clear(err);
+        }
+    }
+    keyload__v1__answer__free_unpacked(ans, NULL);
+    return rc;
+}
+
+/* Send, wait, decode; takes ownership of msg. */
+static kl_code client_exchange(const kl_rpc_client *c, nng_ctx ctx, nng_aio *aio, nng_msg *msg,
+                               const char *method, uint64_t request_id, int64_t deadline_ms,
+                               int timeout_ms, uint8_t **answer, size_t *answer_len,
+                               char *leader_out, size_t leader_cap, kl_err *err)
+{
+    nng_msg *reply = NULL;
+    kl_code rc = client_send(c, ctx, aio, msg, method, timeout_ms, err);
+    if (rc != KL_OK)
+        return rc;
+    rc = client_recv(c, ctx, aio, method, deadline_ms, timeout_ms, &reply, err);
+    if (rc != KL_OK)
+        return rc;
+    rc = client_decode(c, reply, request_id, method, answer, answer_len, leader_out, leader_cap,
+                       err);
+    nng_msg_free(reply);
+    return rc;
+}
+
+/* ECLOSED only means the client socket closed under us; the call's result stands. */
+static void client_ctx_close(const kl_rpc_client *c, nng_ctx ctx)
+{
+    int rv = nng_ctx_close(ctx);
+    if (rv != 0 && rv != NNG_ECLOSED)
+        KL_WARN("rpc context close failed", "op=nng_ctx_close url=%s error=\"%s\"", c->url,
+                nng_strerror(rv));
+}
+
+kl_code kl_rpc_invoke(kl_rpc_client *c, const char *method, const uint8_t *req, size_t req_len,
+                      int timeout_ms, uint8_t **answer, size_t *answer_len, char *leader_out,
+                      size_t leader_cap, kl_err *err)
+{
+    if (answer != NULL)
+        *answer = NULL;
+    if (answer_len != NULL)
+        *answer_len = 0;
+    if (leader_out != NULL && leader_cap > 0)
+        leader_out[0] = '\0';
+    if (c == NULL || method == NULL || answer == NULL || answer_len == NULL ||
+        (req == NULL && req_len > 0))
+        return kl_fail(err, KL_INVALID_ARGUMENT, "call",
+                       "rpc call: missing client, method or output");
+    if (timeout_ms <= 0)
+        return kl_fail(err, KL_INVALID_ARGUMENT, "timeout_ms",
+                       "rpc call: timeout_ms must be positive, got %d", timeout_ms);
+
+    int64_t deadline_ms = rpc_now_unix_ms() + timeout_ms;
+    uint64_t request_id = rpc_request_id();
+    nng_msg *msg;
+    kl_code rc = client_encode(c, method, req, req_len, request_id, deadline_ms, &msg, err);
+    if (rc != KL_OK)
+        return rc;
+
+    /* A context per call keeps concurrent calls on one socket apart. */
+    nng_ctx ctx;
+    nng_aio *aio;
+    int rv;
+    if ((rv = nng_ctx_open(&ctx, c->sock)) != 0) {
+        rc = kl_fail(err, KL_UNAVAILABLE, "context",
+                     "rpc: opening a context on %s for %s failed: %s", c->url, method,
+                     nng_strerror(rv));
+        goto fail_msg;
+    }
+    if ((rv = nng_aio_alloc(&aio, NULL, NULL)) != 0) {
+        rc = kl_fail(err, KL_RESOURCE_EXHAUSTED, "memory", "rpc: aio for %s to %s: %s", method,
+                     c->url, nng_strerror(rv));
+        goto fail_ctx;
+    }
+    rc = client_exchange(c, ctx, aio, msg, method, request_id, deadline_ms, timeout_ms, answer,
+                         answer_len, leader_out, leader_cap, err);
+    nng_aio_free(aio);
+    client_ctx_close(c, ctx);
+    return rc;
+
+fail_ctx:
+    client_ctx_close(c, ctx);
+fail_msg:
+    nng_msg_free(msg);
+    return rc;
+}

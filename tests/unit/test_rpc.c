@@ -1,0 +1,650 @@
+/* Unit tests for common/rpc: a real nng REP server on 127.0.0.1 (random high port) with
+ * its libuv loop on a thread, driven by the rpc client and by raw REQ sockets for frames
+ * the client would never send. Every test stops the server, closes the loop and frees
+ * everything, so LeakSanitizer checks the shutdown paths too. */
+#include "common/rpc.h"
+
+#include "keyload/v1/rpc.pb-c.h"
+
+#include <arpa/inet.h>
+#include <check.h>
+#include <netinet/in.h>
+#include <nng/nng.h>
+#include <nng/protocol/reqrep0/req.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
+
+#define FX_MAX_HELD 80
+#define FX_CONCURRENT 64
+
+/* One server, its loop thread and the handlers' state. Handler fields belong to the
+ * loop thread; the test thread reads only the atomics. */
+typedef struct rpc_fixture {
+    uv_loop_t loop;
+    uv_async_t ctl; /* test thread -> loop: stop the server */
+    pthread_t thread;
+    kl_rpc_server *srv;
+    char url[64];
+
+    kl_rpc_call *held[FX_MAX_HELD];
+    int held_count;
+    int hold_target; /* test.Hold answers everything once this many are held */
+    uv_timer_t timer;
+    kl_rpc_call *deferred;
+    atomic_int handled; /* handler invocations */
+    atomic_int max_held;
+} rpc_fixture;
+
+static rpc_fixture fx;
+
+static int64_t wall_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+static int64_t mono_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+/* ---------------------------------------------------------------- handlers (loop) */
+
+static void h_echo(void *owner, kl_rpc_call *call)
+{
+    rpc_fixture *f = owner;
+    atomic_fetch_add(&f->handled, 1);
+    size_t len;
+    const uint8_t *p = kl_rpc_call_payload(call, &len);
+    kl_rpc_reply(call, p, len); /* payload points into the call: reply must copy first */
+}
+
+static void h_empty(void *owner, kl_rpc_call *call)
+{
+    rpc_fixture *f = owner;
+    atomic_fetch_add(&f->handled, 1);
+    kl_rpc_reply(call, NULL, 0);
+}
+
+static void h_not_leader(void *owner, kl_rpc_call *call)
+{
+    rpc_fixture *f = owner;
+    atomic_fetch_add(&f->handled, 1);
+    kl_err err;
+    kl_fail(&err, KL_NOT_LEADER, "leader", "this replica is not the leader");
+    kl_rpc_reply_error(call, &err, "tcp://10.0.0.9:7400");
+}
+
+static void deferred_fire(uv_timer_t *t)
+{
+    rpc_fixture *f = t->data;
+    size_t len;
+    const uint8_t *p = kl_rpc_call_payload(f->deferred, &len);
+    kl_rpc_reply(f->deferred, p, len);
+    f->deferred = NULL;
+    uv_close((uv_handle_t *)t, NULL);
+}
+
+static void h_deferred(void *owner, kl_rpc_call *call)
+{
+    rpc_fixture *f = owner;
+    atomic_fetch_add(&f->handled, 1);
+    f->deferred = call;
+    ck_assert_int_eq(uv_timer_init(&f->loop, &f->timer), 0);
+    f->timer.data = f;
+    ck_assert_int_eq(uv_timer_start(&f->timer, deferred_fire, 50, 0), 0);
+}
+
+static void hold(rpc_fixture *f, kl_rpc_call *call)
+{
+    atomic_fetch_add(&f->handled, 1);
+    ck_assert_int_lt(f->held_count, FX_MAX_HELD);
+    f->held[f->held_count++] = call;
+    if (f->held_count > atomic_load(&f->max_held))
+        atomic_store(&f->max_held, f->held_count);
+}
+
+static void answer_held(rpc_fixture *f)
+{
+    for (int i = 0; i < f->held_count; i++) {
+        size_t len;
+        const uint8_t *p = kl_rpc_call_payload(f->held[i], &len);
+        kl_rpc_reply(f->held[i], p, len);
+    }
+    f->held_count = 0;
+}
+
+/* Holds calls until hold_target of them are in flight, then answers them all. */
+static void h_hold(void *owner, kl_rpc_call *call)
+{
+    rpc_fixture *f = owner;
+    hold(f, call);
+    if (f->held_count == f->hold_target)
+        answer_held(f);
+}
+
+/* Never answers; the fixture answers after stopping the server. */
+static void h_never(void *owner, kl_rpc_call *call) { hold(owner, call); }
+
+static const kl_rpc_method fx_methods[] = {
+    {"test.Echo", h_echo},         {"test.Empty", h_empty}, {"test.NotLeader", h_not_leader},
+    {"test.Deferred", h_deferred}, {"test.Hold", h_hold},   {"test.Never", h_never},
+};
+
+/* ---------------------------------------------------------------- fixture */
+
+static void fx_ctl(uv_async_t *h)
+{
+    rpc_fixture *f = h->data;
+    kl_rpc_server_stop(f->srv);
+    f->srv = NULL;
+    /* Answers given after stop must be dropped without touching the closed socket; the
+     * server is freed by the last of them. */
+    answer_held(f);
+    uv_close((uv_handle_t *)&f->ctl, NULL);
+}
+
+static void *fx_loop_main(void *arg)
+{
+    rpc_fixture *f = arg;
+    uv_run(&f->loop, UV_RUN_DEFAULT);
+    return NULL;
+}
+
+/* Starts a server on a random high port, retrying on ports already taken. */
+static void fx_listen(rpc_fixture *f, size_t max_frame)
+{
+    srand((unsigned)(getpid() ^ time(NULL)));
+    kl_rpc_server_config cfg = {
+        .methods = fx_methods,
+        .method_count = sizeof fx_methods / sizeof fx_methods[0],
+        .owner = f,
+        .max_frame = max_frame,
+        .contexts = 0, /* raised to KL_RPC_MIN_CONTEXTS */
+        .listen_url = f->url,
+    };
+    kl_err err;
+    kl_code rc = KL_UNAVAILABLE;
+    for (int attempt = 0; attempt < 50 && rc == KL_UNAVAILABLE; attempt++) {
+        snprintf(f->url, sizeof f->url, "tcp://127.0.0.1:%d", 30000 + rand() % 30000);
+        rc = kl_rpc_server_start(&f->loop, &cfg, &f->srv, &err);
+    }
+    ck_assert_msg(rc == KL_OK, "server start: %s", err.message);
+}
+
+static void fx_start(size_t max_frame)
+{
+    memset(&fx, 0, sizeof fx);
+    ck_assert_int_eq(uv_loop_init(&fx.loop), 0);
+    ck_assert_int_eq(uv_async_init(&fx.loop, &fx.ctl, fx_ctl), 0);
+    fx.ctl.data = &fx;
+    /* Started before the loop thread exists, which orders it like a loop-thread call. */
+    fx_listen(&fx, max_frame);
+    ck_assert_int_eq(pthread_create(&fx.thread, NULL, fx_loop_main, &fx), 0);
+}
+
+static void fx_stop(void)
+{
+    ck_assert_int_eq(uv_async_send(&fx.ctl), 0);
+    ck_assert_int_eq(pthread_join(fx.thread, NULL), 0);
+    /* Every handle (the server's async, our timer) must be closed by now. */
+    ck_assert_int_eq(uv_loop_close(&fx.loop), 0);
+}
+
+static kl_rpc_client *fx_client(void)
+{
+    kl_rpc_client *c = NULL;
+    kl_err err;
+    kl_code rc = kl_rpc_client_open(fx.url, 2000, 0, &c, &err);
+    ck_assert_msg(rc == KL_OK, "client open: %s", err.message);
+    return c;
+}
+
+/* Sends one raw frame from a plain REQ socket and decodes the answer. */
+static Keyload__V1__Answer *raw_exchange(const void *frame, size_t len)
+{
+    nng_socket s;
+    ck_assert_int_eq(nng_req0_open(&s), 0);
+    ck_assert_int_eq(nng_socket_set_ms(s, NNG_OPT_RECVTIMEO, 5000), 0);
+    ck_assert_int_eq(nng_dial(s, fx.url, NULL, 0), 0);
+    ck_assert_int_eq(nng_send(s, (void *)frame, len, 0), 0);
+    void *buf = NULL;
+    size_t n = 0;
+    ck_assert_int_eq(nng_recv(s, &buf, &n, NNG_FLAG_ALLOC), 0);
+    Keyload__V1__Answer *ans = keyload__v1__answer__unpack(NULL, n, buf);
+    nng_free(buf, n);
+    ck_assert_int_eq(nng_close(s), 0);
+    ck_assert_ptr_nonnull(ans);
+    return ans;
+}
+
+static Keyload__V1__Answer *raw_envelope(uint32_t version, const char *method,
+                                         uint64_t request_id, int64_t deadline_ms)
+{
+    Keyload__V1__Envelope env = KEYLOAD__V1__ENVELOPE__INIT;
+    env.version = version;
+    env.method = (char *)method;
+    env.request_id = request_id;
+    env.deadline_unix_ms = deadline_ms;
+    uint8_t buf[256];
+    size_t n = keyload__v1__envelope__get_packed_size(&env);
+    ck_assert_uint_le(n, sizeof buf);
+    keyload__v1__envelope__pack(&env, buf);
+    return raw_exchange(buf, n);
+}
+
+/* A TCP port on 127.0.0.1 that was free a moment ago. */
+static int free_port(void)
+{
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    ck_assert_int_ge(fd, 0);
+    struct sockaddr_in sa = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    ck_assert_int_eq(bind(fd, (struct sockaddr *)&sa, sizeof sa), 0);
+    socklen_t sl = sizeof sa;
+    ck_assert_int_eq(getsockname(fd, (struct sockaddr *)&sa, &sl), 0);
+    close(fd);
+    return ntohs(sa.sin_port);
+}
+
+/* ---------------------------------------------------------------- tests */
+
+START_TEST(test_echo_round_trip)
+{
+    fx_start(0);
+    kl_rpc_client *c = fx_client();
+    kl_err err;
+    uint8_t *ans = NULL;
+    size_t ans_len = 0;
+    char leader[64];
+
+    kl_code rc = kl_rpc_invoke(c, "test.Echo", (const uint8_t *)"hello", 5, 5000, &ans, &ans_len,
+                               leader, sizeof leader, &err);
+    ck_assert_msg(rc == KL_OK, "echo: %s", err.message);
+    ck_assert_uint_eq(ans_len, 5);
+    ck_assert_mem_eq(ans, "hello", 5);
+    free(ans);
+
+    /* An empty answer is still an allocation the caller can free. */
+    rc = kl_rpc_invoke(c, "test.Empty", NULL, 0, 5000, &ans, &ans_len, NULL, 0, &err);
+    ck_assert_int_eq(rc, KL_OK);
+    ck_assert_ptr_nonnull(ans);
+    ck_assert_uint_eq(ans_len, 0);
+    free(ans);
+
+    rc = kl_rpc_invoke(c, "test.NotLeader", NULL, 0, 5000, &ans, &ans_len, leader, sizeof leader,
+                       &err);
+    ck_assert_int_eq(rc, KL_NOT_LEADER);
+    ck_assert_ptr_null(ans);
+    ck_assert_str_eq(err.detail, "leader");
+    ck_assert_str_eq(err.message, "this replica is not the leader");
+    ck_assert_str_eq(leader, "tcp://10.0.0.9:7400");
+
+    kl_rpc_client_close(c);
+    fx_stop();
+    ck_assert_int_eq(atomic_load(&fx.handled), 3);
+}
+END_TEST
+
+START_TEST(test_unknown_method)
+{
+    fx_start(0);
+    kl_rpc_client *c = fx_client();
+    kl_err err;
+    uint8_t *ans = NULL;
+    size_t ans_len = 0;
+
+    kl_code rc = kl_rpc_invoke(c, "test.Nope", NULL, 0, 5000, &ans, &ans_len, NULL, 0, &err);
+    ck_assert_int_eq(rc, KL_NOT_FOUND);
+    ck_assert_str_eq(err.detail, "method");
+    ck_assert_ptr_nonnull(strstr(err.message, "test.Nope"));
+
+    /* A hostile name is echoed truncated and without raw bytes. */
+    char name[200];
+    snprintf(name, sizeof name, "bad\x01\xffname");
+    memset(name + strlen(name), 'x', 150);
+    name[sizeof name - 1] = '\0';
+    rc = kl_rpc_invoke(c, name, NULL, 0, 5000, &ans, &ans_len, NULL, 0, &err);
+    ck_assert_int_eq(rc, KL_NOT_FOUND);
+    ck_assert_ptr_nonnull(strstr(err.message, "bad??name"));
+    ck_assert_uint_lt(strlen(err.message), 100);
+    for (const char *p = err.message; *p; p++)
+        ck_assert(*p >= 0x20 && *p < 0x7f);
+
+    kl_rpc_client_close(c);
+    fx_stop();
+    ck_assert_int_eq(atomic_load(&fx.handled), 0);
+}
+END_TEST
+
+START_TEST(test_malformed_frame)
+{
+    fx_start(0);
+    /* Field 2 (method) claims 16 bytes but carries one. */
+    static const uint8_t truncated[] = {0x12, 0x10, 'a'};
+    Keyload__V1__Answer *a = raw_exchange(truncated, sizeof truncated);
+    ck_assert_int_eq(a->code, KEYLOAD__V1__STATUS_CODE__INVALID_ARGUMENT);
+    ck_assert_uint_eq(a->request_id, 0);
+    ck_assert_str_eq(a->message, "malformed request frame");
+    keyload__v1__answer__free_unpacked(a, NULL);
+
+    /* An over-long varint tag. */
+    static const uint8_t garbage[] = {0xff, 0xff, 0xff, 0xff, 0xff, 0xff,
+                                      0xff, 0xff, 0xff, 0xff, 0xff, 0xff};
+    a = raw_exchange(garbage, sizeof garbage);
+    ck_assert_int_eq(a->code, KEYLOAD__V1__STATUS_CODE__INVALID_ARGUMENT);
+    ck_assert_uint_eq(a->request_id, 0);
+    keyload__v1__answer__free_unpacked(a, NULL);
+
+    fx_stop();
+    ck_assert_int_eq(atomic_load(&fx.handled), 0);
+}
+END_TEST
+
+START_TEST(test_bad_version)
+{
+    fx_start(0);
+    Keyload__V1__Answer *a = raw_envelope(7, "test.Echo", 42, 0);
+    ck_assert_int_eq(a->code, KEYLOAD__V1__STATUS_CODE__INVALID_ARGUMENT);
+    ck_assert_str_eq(a->detail, "version");
+    ck_assert_uint_eq(a->request_id, 42);
+    keyload__v1__answer__free_unpacked(a, NULL);
+
+    /* Version 0 (field unset) is accepted. */
+    a = raw_envelope(0, "test.Empty", 43, 0);
+    ck_assert_int_eq(a->code, KEYLOAD__V1__STATUS_CODE__OK);
+    ck_assert_uint_eq(a->request_id, 43);
+    keyload__v1__answer__free_unpacked(a, NULL);
+
+    fx_stop();
+    ck_assert_int_eq(atomic_load(&fx.handled), 1);
+}
+END_TEST
+
+START_TEST(test_oversized_frame)
+{
+    fx_start(1024);
+    kl_rpc_client *c = fx_client();
+    kl_err err;
+    uint8_t *ans = NULL;
+    size_t ans_len = 0;
+    uint8_t big[2000];
+    memset(big, 0xab, sizeof big);
+
+    kl_code rc =
+        kl_rpc_invoke(c, "test.Echo", big, sizeof big, 5000, &ans, &ans_len, NULL, 0, &err);
+    ck_assert_int_eq(rc, KL_RESOURCE_EXHAUSTED);
+    ck_assert_str_eq(err.detail, "limit:MaxFrameBytes");
+    ck_assert_ptr_nonnull(strstr(err.message, "MaxFrameBytes"));
+    ck_assert_ptr_nonnull(strstr(err.message, "1024"));
+    ck_assert_ptr_null(ans);
+
+    /* The connection and the server are still fine afterwards. */
+    rc = kl_rpc_invoke(c, "test.Echo", big, 100, 5000, &ans, &ans_len, NULL, 0, &err);
+    ck_assert_msg(rc == KL_OK, "small echo: %s", err.message);
+    ck_assert_uint_eq(ans_len, 100);
+    free(ans);
+
+    kl_rpc_client_close(c);
+    fx_stop();
+    ck_assert_int_eq(atomic_load(&fx.handled), 1);
+}
+END_TEST
+
+START_TEST(test_expired_deadline)
+{
+    fx_start(0);
+    Keyload__V1__Answer *a = raw_envelope(1, "test.Echo", 7, wall_ms() - 1000);
+    ck_assert_int_eq(a->code, KEYLOAD__V1__STATUS_CODE__DEADLINE_EXCEEDED);
+    ck_assert_uint_eq(a->request_id, 7);
+    keyload__v1__answer__free_unpacked(a, NULL);
+
+    /* A future deadline is served. */
+    a = raw_envelope(1, "test.Empty", 8, wall_ms() + 60000);
+    ck_assert_int_eq(a->code, KEYLOAD__V1__STATUS_CODE__OK);
+    keyload__v1__answer__free_unpacked(a, NULL);
+
+    fx_stop();
+    ck_assert_int_eq(atomic_load(&fx.handled), 1);
+}
+END_TEST
+
+START_TEST(test_deferred_reply)
+{
+    fx_start(0);
+    kl_rpc_client *c = fx_client();
+    kl_err err;
+    uint8_t *ans = NULL;
+    size_t ans_len = 0;
+
+    int64_t t0 = mono_ms();
+    kl_code rc = kl_rpc_invoke(c, "test.Deferred", (const uint8_t *)"later", 5, 5000, &ans,
+                               &ans_len, NULL, 0, &err);
+    ck_assert_msg(rc == KL_OK, "deferred: %s", err.message);
+    ck_assert_int_ge(mono_ms() - t0, 40);
+    ck_assert_uint_eq(ans_len, 5);
+    ck_assert_mem_eq(ans, "later", 5);
+    free(ans);
+
+    kl_rpc_client_close(c);
+    fx_stop();
+}
+END_TEST
+
+typedef struct concurrent_job {
+    kl_rpc_client *client;
+    int index;
+    kl_code rc;
+    bool echoed;
+    char message[KL_ERR_MESSAGE_MAX];
+} concurrent_job;
+
+static void *concurrent_main(void *arg)
+{
+    concurrent_job *job = arg;
+    char payload[32];
+    int n = snprintf(payload, sizeof payload, "call-%d", job->index);
+    uint8_t *ans = NULL;
+    size_t ans_len = 0;
+    kl_err err;
+    job->rc = kl_rpc_invoke(job->client, "test.Hold", (const uint8_t *)payload, (size_t)n, 20000,
+                            &ans, &ans_len, NULL, 0, &err);
+    if (job->rc == KL_OK)
+        job->echoed = ans_len == (size_t)n && memcmp(ans, payload, ans_len) == 0;
+    else
+        snprintf(job->message, sizeof job->message, "%s", err.message);
+    free(ans);
+    return NULL;
+}
+
+START_TEST(test_concurrent_calls)
+{
+    fx_start(0);
+    fx.hold_target = FX_CONCURRENT; /* before any call: the loop reads it later */
+    kl_rpc_client *c = fx_client();
+    pthread_t threads[FX_CONCURRENT];
+    concurrent_job jobs[FX_CONCURRENT];
+    for (int i = 0; i < FX_CONCURRENT; i++) {
+        jobs[i] = (concurrent_job){.client = c, .index = i};
+        ck_assert_int_eq(pthread_create(&threads[i], NULL, concurrent_main, &jobs[i]), 0);
+    }
+    for (int i = 0; i < FX_CONCURRENT; i++)
+        ck_assert_int_eq(pthread_join(threads[i], NULL), 0);
+    for (int i = 0; i < FX_CONCURRENT; i++) {
+        ck_assert_msg(jobs[i].rc == KL_OK, "call %d: %s", i, jobs[i].message);
+        ck_assert_msg(jobs[i].echoed, "call %d got another call's answer", i);
+    }
+    /* The handler answers only once all of them are held: all were in flight at once. */
+    ck_assert_int_eq(atomic_load(&fx.max_held), FX_CONCURRENT);
+    kl_rpc_client_close(c);
+    fx_stop();
+}
+END_TEST
+
+START_TEST(test_client_timeout)
+{
+    fx_start(0);
+    kl_rpc_client *c = fx_client();
+    kl_err err;
+    uint8_t *ans = NULL;
+    size_t ans_len = 0;
+
+    int64_t t0 = mono_ms();
+    kl_code rc = kl_rpc_invoke(c, "test.Never", (const uint8_t *)"x", 1, 300, &ans, &ans_len, NULL,
+                               0, &err);
+    int64_t elapsed = mono_ms() - t0;
+    ck_assert_int_eq(rc, KL_DEADLINE_EXCEEDED);
+    ck_assert_str_eq(err.detail, "no_answer");
+    ck_assert_ptr_nonnull(strstr(err.message, "300 ms"));
+    ck_assert_ptr_nonnull(strstr(err.message, "may have been executed"));
+    ck_assert_ptr_null(ans);
+    ck_assert_int_ge(elapsed, 250);
+    ck_assert_int_lt(elapsed, 5000);
+    ck_assert_int_eq(atomic_load(&fx.handled), 1);
+
+    kl_rpc_client_close(c);
+    fx_stop(); /* the held call is answered after stop, which only frees it */
+}
+END_TEST
+
+typedef struct pending_job {
+    kl_rpc_client *client;
+    kl_code rc;
+    char detail[KL_ERR_DETAIL_MAX];
+} pending_job;
+
+static void *pending_main(void *arg)
+{
+    pending_job *job = arg;
+    uint8_t *ans = NULL;
+    size_t ans_len = 0;
+    kl_err err;
+    job->rc = kl_rpc_invoke(job->client, "test.Never", NULL, 0, 3000, &ans, &ans_len, NULL, 0,
+                            &err);
+    snprintf(job->detail, sizeof job->detail, "%s", err.detail);
+    free(ans);
+    return NULL;
+}
+
+START_TEST(test_stop_with_call_in_flight)
+{
+    fx_start(0);
+    kl_rpc_client *c = fx_client();
+    pending_job job = {.client = c};
+    pthread_t thread;
+    ck_assert_int_eq(pthread_create(&thread, NULL, pending_main, &job), 0);
+    while (atomic_load(&fx.handled) == 0)
+        usleep(1000);
+    fx_stop();
+    ck_assert_int_eq(pthread_join(thread, NULL), 0);
+    /* Outcome unknown to the caller: never UNAVAILABLE ("not executed"). */
+    ck_assert_int_eq(job.rc, KL_DEADLINE_EXCEEDED);
+    ck_assert_str_eq(job.detail, "no_answer");
+    kl_rpc_client_close(c);
+}
+END_TEST
+
+START_TEST(test_connect_refused)
+{
+    char url[64];
+    snprintf(url, sizeof url, "tcp://127.0.0.1:%d", free_port());
+    kl_rpc_client *c = NULL;
+    kl_err err;
+    int64_t t0 = mono_ms();
+    kl_code rc = kl_rpc_client_open(url, 2000, 0, &c, &err);
+    ck_assert_int_eq(rc, KL_UNAVAILABLE);
+    ck_assert_ptr_null(c);
+    ck_assert_ptr_nonnull(strstr(err.message, url));
+    ck_assert_int_lt(mono_ms() - t0, 1500); /* refused fails fast, not at the timeout */
+
+    /* Without a bound the dial is plainly synchronous. */
+    rc = kl_rpc_client_open(url, 0, 0, &c, &err);
+    ck_assert_int_eq(rc, KL_UNAVAILABLE);
+    ck_assert_ptr_null(c);
+}
+END_TEST
+
+START_TEST(test_connect_timeout)
+{
+    /* A TCP listener that never speaks: the TCP handshake completes in the kernel but
+     * nng's SP handshake never does, so only the bound ends the dial. */
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    ck_assert_int_ge(fd, 0);
+    struct sockaddr_in sa = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    ck_assert_int_eq(bind(fd, (struct sockaddr *)&sa, sizeof sa), 0);
+    ck_assert_int_eq(listen(fd, 8), 0);
+    socklen_t sl = sizeof sa;
+    ck_assert_int_eq(getsockname(fd, (struct sockaddr *)&sa, &sl), 0);
+    char url[64];
+    snprintf(url, sizeof url, "tcp://127.0.0.1:%d", ntohs(sa.sin_port));
+
+    kl_rpc_client *c = NULL;
+    kl_err err;
+    int64_t t0 = mono_ms();
+    kl_code rc = kl_rpc_client_open(url, 300, 0, &c, &err);
+    int64_t elapsed = mono_ms() - t0;
+    close(fd);
+    ck_assert_int_eq(rc, KL_UNAVAILABLE);
+    ck_assert_ptr_null(c);
+    ck_assert_ptr_nonnull(strstr(err.message, "300 ms"));
+    ck_assert_int_ge(elapsed, 250);
+    ck_assert_int_lt(elapsed, 3000);
+}
+END_TEST
+
+START_TEST(test_start_errors)
+{
+    /* Nobody runs this loop: start and stop happen on this thread, which owns it. */
+    rpc_fixture f;
+    memset(&f, 0, sizeof f);
+    ck_assert_int_eq(uv_loop_init(&f.loop), 0);
+    fx_listen(&f, 0);
+    kl_rpc_server *second = NULL;
+    kl_err err;
+    kl_rpc_server_config cfg = {.listen_url = f.url, .methods = fx_methods, .method_count = 1};
+
+    ck_assert_int_eq(kl_rpc_server_start(&f.loop, &cfg, &second, &err), KL_UNAVAILABLE);
+    ck_assert_ptr_null(second);
+    ck_assert_ptr_nonnull(strstr(err.message, f.url));
+
+    cfg.listen_url = "nope://127.0.0.1:1";
+    ck_assert_int_eq(kl_rpc_server_start(&f.loop, &cfg, &second, &err), KL_INVALID_ARGUMENT);
+    cfg.listen_url = NULL;
+    ck_assert_int_eq(kl_rpc_server_start(&f.loop, &cfg, &second, &err), KL_INVALID_ARGUMENT);
+
+    kl_rpc_server_stop(f.srv);
+    ck_assert_int_eq(uv_run(&f.loop, UV_RUN_DEFAULT), 0); /* runs the close callback */
+    ck_assert_int_eq(uv_loop_close(&f.loop), 0);
+}
+END_TEST
+
+Suite *suite_rpc(void)
+{
+    Suite *s = suite_create("rpc");
+    TCase *tc = tcase_create("rpc");
+    tcase_set_timeout(tc, 30);
+    tcase_add_test(tc, test_echo_round_trip);
+    tcase_add_test(tc, test_unknown_method);
+    tcase_add_test(tc, test_malformed_frame);
+    tcase_add_test(tc, test_bad_version);
+    tcase_add_test(tc, test_oversized_frame);
+    tcase_add_test(tc, test_expired_deadline);
+    tcase_add_test(tc, test_deferred_reply);
+    tcase_add_test(tc, test_concurrent_calls);
+    tcase_add_test(tc, test_client_timeout);
+    tcase_add_test(tc, test_stop_with_call_in_flight);
+    tcase_add_test(tc, test_connect_refused);
+    tcase_add_test(tc, test_connect_timeout);
+    tcase_add_test(tc, test_start_errors);
+    suite_add_tcase(s, tc);
+    return s;
+}
