@@ -59,6 +59,10 @@ bin/keyload-bench: $(call obj,$(BENCH_SRC)) lib/libkeyload.a
 	@mkdir -p bin
 	$(CC) $(CFLAGS) -o $@ $(call obj,$(BENCH_SRC)) lib/libkeyload.a $(LIBS)
 
+# Process tests: a driver that starts real keyloadd processes.
+build/proc-test: $(call obj,$(wildcard tests/cluster/*.c)) $(CORE_OBJ)
+	$(CC) $(CFLAGS) -o $@ $^ $(LIBS)
+
 # Unit tests: one Check runner, everything built with AddressSanitizer + UBSan.
 build/unit-tests: $(call san,$(UNIT_SRC) $(GEN_C) $(COMMON_SRC) $(DAEMON_SRC) $(SDK_SRC))
 	$(CC) $(SAN) -o $@ $^ $(LIBS) $(CHECK_LIBS)
@@ -69,7 +73,7 @@ deps:
 unit-test: build/unit-tests
 	@bash tests/support/suite.sh "unit (Check, ASan+UBSan)" 300 env ASAN_OPTIONS=detect_leaks=1 ./build/unit-tests
 
-process-test: all
+process-test: all build/proc-test
 	@bash tests/support/suite.sh "process (real keyloadd, kill -9)" 900 bash tests/cluster/run.sh
 
 fuzz-run: fuzz

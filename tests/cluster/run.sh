@@ -1,0 +1,16 @@
+#!/usr/bin/env bash
+# Process tests: real keyloadd processes on loopback (build/proc-test), then the CLI
+# end to end (tests/cluster/cli.sh). Work directories live under var/ and are removed.
+set -u
+cd "$(dirname "$0")/../.."
+work=$(mktemp -d "$PWD/var/proctest.XXXXXX" 2>/dev/null || { mkdir -p var && mktemp -d "$PWD/var/proctest.XXXXXX"; })
+trap 'rm -rf "$work"' EXIT
+rc=0
+./build/proc-test --bin "$PWD/bin/keyloadd" --work "$work" || rc=1
+if [ $rc -ne 0 ]; then
+  echo "--- last daemon log lines ---"; tail -n 30 "$work/daemon.log" 2>/dev/null
+fi
+if [ -f tests/cluster/cli.sh ]; then
+  bash tests/cluster/cli.sh || rc=1
+fi
+exit $rc
