@@ -464,7 +464,8 @@ kl_code kl_node_queue_stats(kl_node *n, const uint8_t *req, size_t len, uint8_t 
                        .now_ms = entry_time(n), .random = n->io.random};
     Keyload__V1__QueueStatsAnswer a = KEYLOAD__V1__QUEUE_STATS_ANSWER__INIT;
     Keyload__V1__QueueLimits lim;
-    if ((rc = kl_engine_queue_stats(&ctx, r->queue, &a, &lim, err)) != KL_OK)
+    char dlq[KL_NAME_LEN_MAX + 1];
+    if ((rc = kl_engine_queue_stats(&ctx, r->queue, &a, &lim, dlq, err)) != KL_OK)
         goto done;
     a.applied_index = kl_store_applied_index(n->store);
     *answer_len = keyload__v1__queue_stats_answer__get_packed_size(&a);

@@ -52,9 +52,11 @@ kl_code kl_engine_eval_batch(kl_eval_ctx *ctx, const Keyload__V1__BatchRequest *
                              kl_err *err);
 
 /* Read of one queue's counters and limits from applied state (QueueStats). */
+/* dlq_out (KL_NAME_LEN_MAX + 1 bytes) receives the dead-letter queue name that
+ * limits_out->dead_letter_queue then points at. */
 kl_code kl_engine_queue_stats(kl_eval_ctx *ctx, const Keyload__V1__QueueLaneRef *q,
                               Keyload__V1__QueueStatsAnswer *out, Keyload__V1__QueueLimits *limits_out,
-                              kl_err *err);
+                              char *dlq_out, kl_err *err);
 
 /* Name rules shared with the SDK: 1..128 bytes of [A-Za-z0-9._:-]. */
 kl_code kl_engine_check_name(const char *what, const char *s, kl_err *err);

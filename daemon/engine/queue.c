@@ -786,7 +786,7 @@ static int count_timed(void *arg, const uint8_t *key, size_t klen, const uint8_t
 
 kl_code kl_engine_queue_stats(kl_eval_ctx *c, const Keyload__V1__QueueLaneRef *ref,
                               Keyload__V1__QueueStatsAnswer *out, Keyload__V1__QueueLimits *limits_out,
-                              kl_err *err)
+                              char *dlq_out, kl_err *err)
 {
     uint64_t qid;
     Keyload__V1__QueueRecord *q;
@@ -805,11 +805,14 @@ kl_code kl_engine_queue_stats(kl_eval_ctx *c, const Keyload__V1__QueueLaneRef *r
         out->in_flight = t.in_flight;
         out->available = q->messages - t.in_flight;
         keyload__v1__queue_limits__init(limits_out);
+        limits_out->max_messages = queue_max_messages(c, q);
+        limits_out->max_bytes = queue_max_bytes(c, q);
+        dlq_out[0] = '\0';
         if (q->limits) {
-            limits_out->max_messages = queue_max_messages(c, q);
-            limits_out->max_bytes = queue_max_bytes(c, q);
             limits_out->max_deliveries = q->limits->max_deliveries;
+            snprintf(dlq_out, KL_NAME_LEN_MAX + 1, "%s", q->limits->dead_letter_queue);
         }
+        limits_out->dead_letter_queue = dlq_out;
         out->limits = limits_out;
     }
     keyload__v1__queue_record__free_unpacked(q, NULL);

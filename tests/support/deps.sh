@@ -2,7 +2,7 @@
 # Installs KeyLoad's Debian packages (DESIGN.md §2). Idempotent: installs only what is missing.
 set -euo pipefail
 pkgs=(libprotobuf-c-dev protobuf-c-compiler libnng-dev libsodium-dev librocksdb-dev libuv1-dev
-      check libsubunit-dev pkg-config libjansson-dev clang libclang-rt-14-dev gcc make)
+      check libsubunit-dev pkg-config libjansson-dev clang libclang-rt-14-dev gcc make jq)
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
