@@ -1,0 +1,90 @@
+/* keyload: the command-line client (DESIGN.md §10). main reads the global options and
+ * the environment, then hands the rest of the command line to one command. */
+#include "client/cli/cli.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static const char HELP[] =
+    "usage: keyload [GLOBAL OPTIONS] COMMAND [ARGS]\n"
+    "\n"
+    "Commands:\n"
+    "  queue create NAME [--partition P] [--max-messages N] [--max-bytes N]\n"
+    "                    [--max-deliveries N] [--dlq NAME]\n"
+    "  queue delete NAME\n"
+    "  queue stats NAME\n"
+    "  enqueue QUEUE[/LANE] [--header k=v]... [--field k=v]... BODY\n"
+    "          field types: k=v (string), k:int=5, k:double=1.5, k:bool=true, k:bytes=B64\n"
+    "          also: --body-file FILE|-, --delay-ms MS, --expires-at-ms UNIX_MS\n"
+    "  receive QUEUE[/LANE] [--max N] [--lease-ms MS]\n"
+    "  ack QUEUE LEASE...        LEASE: base64 token from receive, @FILE or - (stdin)\n"
+    "  release QUEUE LEASE...\n"
+    "\n"
+    "Every command that changes something takes --command-id GUID (default: a fresh random\n"
+    "id) and prints it with its receipt. Replaying the same command id with the same\n"
+    "arguments returns the same receipt; after an UNKNOWN_WRITE_OUTCOME error, replay it to\n"
+    "learn whether the command committed.\n"
+    "\n"
+    "Global options (also accepted after the command):\n"
+    "  --cluster FILE        cluster file (env KEYLOAD_CLUSTER; default " CLI_DEFAULT_CLUSTER ")\n"
+    "  --database TENANT/DB  (env KEYLOAD_DATABASE; default " KL_DEFAULT_DATABASE ")\n"
+    "  --json                print exactly one JSON object on stdout\n"
+    "  --timeout MS          bound on each command's network time (default 5000)\n"
+    "  --help                this text; COMMAND --help shows one command's usage\n"
+    "  --                    ends options (for a BODY that starts with '-')\n"
+    "\n"
+    "Exit status: 0 success, 1 an error status (error: CODE: message), 2 a usage error.\n";
+
+static const char *env_or(const char *name, const char *fallback)
+{
+    const char *v = getenv(name);
+    return v != NULL && v[0] != '\0' ? v : fallback;
+}
+
+int main(int argc, char **argv)
+{
+    cli c = {
+        .cluster = env_or("KEYLOAD_CLUSTER", CLI_DEFAULT_CLUSTER),
+        .database = env_or("KEYLOAD_DATABASE", KL_DEFAULT_DATABASE),
+        .timeout_ms = KL_DEFAULT_TIMEOUT_MS,
+        .usage = "keyload [GLOBAL OPTIONS] COMMAND [ARGS]",
+    };
+    /* --json anywhere before "--" decides the shape of every output, usage errors included. */
+    for (int i = 1; i < argc && strcmp(argv[i], "--") != 0; i++)
+        if (strcmp(argv[i], "--json") == 0)
+            c.json = true;
+
+    cli_args a;
+    cli_args_init(&a, argc - 1, argv + 1);
+    const char *cmd = NULL;
+    cli_arg_kind k;
+    while ((k = cli_next(&c, &a, &cmd)) == CLI_OPTION) {
+        if (cli_opt_is(&a, "--help") || cli_opt_is(&a, "-h")) {
+            fputs(HELP, stdout);
+            return CLI_EXIT_OK;
+        }
+        return cli_unknown_option(&c, &a);
+    }
+    if (k == CLI_FAILED)
+        return CLI_EXIT_USAGE;
+    if (k == CLI_END)
+        return cli_usage(&c, "a COMMAND is needed");
+    int rest_argc = a.argc - a.i;
+    char **rest = a.argv + a.i;
+    if (strcmp(cmd, "help") == 0) {
+        fputs(HELP, stdout);
+        return CLI_EXIT_OK;
+    }
+    if (strcmp(cmd, "queue") == 0)
+        return cli_cmd_queue(&c, rest_argc, rest);
+    if (strcmp(cmd, "enqueue") == 0)
+        return cli_cmd_enqueue(&c, rest_argc, rest);
+    if (strcmp(cmd, "receive") == 0)
+        return cli_cmd_receive(&c, rest_argc, rest);
+    if (strcmp(cmd, "ack") == 0)
+        return cli_cmd_ack(&c, rest_argc, rest);
+    if (strcmp(cmd, "release") == 0)
+        return cli_cmd_release(&c, rest_argc, rest);
+    return cli_usage(&c, "unknown command '%s'", cmd);
+}

@@ -1,0 +1,263 @@
+/* keyload.h: libkeyload, the C client SDK for KeyLoad (DESIGN.md §2, §9, §10).
+ *
+ * Link with lib/libkeyload.a plus -lnng -lsodium -lprotobuf-c -ljansson -lpthread.
+ * Include paths: the repository root and build/gen (generated protobuf-c headers).
+ *
+ * Model. A kl_client talks to a cluster described by a cluster file. A kl_batch is a list
+ * of typed mutations under one command id (a GUID); it is sent with kl_client_batch and
+ * commits all or nothing on one partition. The partition stores the batch's receipt;
+ * sending the same command id with the same content again returns byte-identical
+ * receipt bytes, the same command id with other content is CONFLICT. So after any
+ * uncertain outcome (KL_UNKNOWN_WRITE_OUTCOME) the caller resends the SAME batch (or a
+ * batch rebuilt with the same command id and content) to learn what happened.
+ *
+ * Errors. Every function that can fail returns a kl_code and fills the caller's kl_err
+ * (common/status.h; err may be NULL): code, a message naming the field or limit at fault,
+ * and a machine-readable detail. Messages never contain tokens or message bodies.
+ *
+ * Ownership. An object returned through an out parameter belongs to the caller and is
+ * freed with the matching *_free function (NULL is accepted by every *_free). Borrowed
+ * inputs (strings, byte buffers) are copied before the call returns unless noted.
+ *
+ * Threads. A kl_client is thread-safe: any number of threads may call kl_client_batch /
+ * kl_client_queue_stats on one client at once. A kl_batch and a kl_message are not: one
+ * thread at a time may modify one; a batch that nobody modifies may be sent from several
+ * threads at once. Every other function is reentrant.
+ *
+ * Current routing (until the catalog exists): every request goes to partition 0 of the
+ * cluster file, except a batch holding queue creations, which goes to the partition those
+ * creations name. Members are tried in order; NOT_LEADER redirects are followed up to 3
+ * times, always with the same request bytes (same command id). */
+#ifndef KL_KEYLOAD_H
+#define KL_KEYLOAD_H
+
+#include "common/status.h"
+#include "keyload/v1/queue.pb-c.h"
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#define KL_DEFAULT_TIMEOUT_MS 5000
+#define KL_DEFAULT_DATABASE "default/default"
+/* Longest tenant, database, queue, lane, header key and field key, in bytes. */
+#define KL_SDK_NAME_MAX 128
+/* Redirects (NOT_LEADER with a leader address) followed per request. */
+#define KL_MAX_REDIRECTS 3
+
+/* ---------------------------------------------------------------- client */
+
+typedef struct kl_client kl_client;
+
+/* Opens a client for the cluster file at cluster_path. database is "TENANT/DB" (NULL:
+ * "default/default"); it fills the tenant and database of every request this client
+ * sends. timeout_ms bounds each kl_client_* call as a whole, redirects and connects
+ * included (<= 0: KL_DEFAULT_TIMEOUT_MS). No connection is made here: members are dialed
+ * on first use. On success *out belongs to the caller (kl_client_close).
+ * Thread-safety: reentrant. */
+kl_code kl_client_open(const char *cluster_path, const char *database, int timeout_ms,
+                       kl_client **out, kl_err *err);
+
+/* Closes every connection and frees the client and everything it owns. No call may be
+ * running on it (the one call that is not thread-safe). NULL is accepted. */
+void kl_client_close(kl_client *c);
+
+/* The client's "TENANT/DB" text, valid until kl_client_close. Thread-safe. */
+const char *kl_client_database(const kl_client *c);
+
+/* ---------------------------------------------------------------- messages */
+
+/* A message being built for kl_batch_enqueue: body, headers (string map), fields (typed
+ * map). Keys are unique within headers and within fields.
+ * Thread-safety (every kl_message_* function): one thread at a time per message; distinct
+ * messages are independent. */
+typedef struct kl_message kl_message;
+
+/* New message with a copy of body (len may be 0; body may then be NULL).
+ * *out belongs to the caller (kl_message_free, which also accepts NULL). */
+kl_code kl_message_new(const void *body, size_t len, kl_message **out, kl_err *err);
+void kl_message_free(kl_message *m);
+
+/* Adds header key=value (both copied). key: 1..128 bytes of UTF-8, not already present;
+ * value: UTF-8. On error the message is unchanged. */
+kl_code kl_message_add_header(kl_message *m, const char *key, const char *value, kl_err *err);
+
+/* Typed fields; key as for headers, unique among fields. Values are copied. Strings must be
+ * UTF-8; doubles must be finite (JSON cannot carry NaN or infinities). On error the
+ * message is unchanged. */
+kl_code kl_message_add_field_string(kl_message *m, const char *key, const char *value,
+                                    kl_err *err);
+kl_code kl_message_add_field_int(kl_message *m, const char *key, int64_t value, kl_err *err);
+kl_code kl_message_add_field_double(kl_message *m, const char *key, double value, kl_err *err);
+kl_code kl_message_add_field_bool(kl_message *m, const char *key, bool value, kl_err *err);
+kl_code kl_message_add_field_bytes(kl_message *m, const char *key, const void *value,
+                                   size_t len, kl_err *err);
+
+/* Parses the CLI forms and adds the result.
+ *   header: "k=v"  (split at the first '=')
+ *   field:  "k=v" (string), "k:string=v", "k:int=5", "k:double=1.5", "k:bool=true|false",
+ *           "k:bytes=BASE64". The text before the first '=' is the key; when it holds a
+ *           ':', what follows the last ':' must be one of those type names. */
+kl_code kl_message_parse_header(kl_message *m, const char *spec, kl_err *err);
+kl_code kl_message_parse_field(kl_message *m, const char *spec, kl_err *err);
+
+/* Absolute expiry (unix ms, 0 = never) and visibility delay (ms, 0 = none); >= 0. */
+kl_code kl_message_set_expiry(kl_message *m, int64_t expires_at_unix_ms, kl_err *err);
+kl_code kl_message_set_delay(kl_message *m, int64_t delay_ms, kl_err *err);
+
+/* The message as built (read-only view, owned by m, valid until m changes or is freed). */
+const Keyload__V1__EnqueueMessage *kl_message_view(const kl_message *m);
+
+/* ---------------------------------------------------------------- batches */
+
+/* A batch: one command id and its mutations in order.
+ * Thread-safety: functions that change a batch (kl_batch_create_queue ... kl_batch_release,
+ * kl_batch_free) need it to themselves; functions taking a const kl_batch * (including
+ * kl_client_batch) may run on one batch from several threads at once. */
+typedef struct kl_batch kl_batch;
+
+/* Options of kl_batch_create_queue; zero-initialize, then set what you need. */
+typedef struct kl_queue_options {
+    uint64_t max_messages;         /* 0 = daemon default */
+    uint64_t max_bytes;            /* 0 = daemon default */
+    uint32_t max_deliveries;       /* 0 = unlimited */
+    const char *dead_letter_queue; /* NULL or "" = none; must be on the same partition */
+    int32_t partition;             /* where the queue lives; fixed forever; >= 0 */
+} kl_queue_options;
+
+/* New empty batch. command_id is a canonical GUID text (xxxxxxxx-xxxx-xxxx-xxxx-
+ * xxxxxxxxxxxx, either case); NULL means a fresh random (version 4) GUID. Empty,
+ * malformed and all-zero GUIDs are INVALID_ARGUMENT (detail "command_id").
+ * *out belongs to the caller (kl_batch_free). */
+kl_code kl_batch_new(const char *command_id, kl_batch **out, kl_err *err);
+void kl_batch_free(kl_batch *b);
+
+/* The command id in canonical lower-case text; owned by b, valid until kl_batch_free. */
+const char *kl_batch_command_id(const kl_batch *b);
+/* The 16 command id bytes; owned by b, valid until kl_batch_free. */
+const uint8_t *kl_batch_command_id_bytes(const kl_batch *b);
+size_t kl_batch_count(const kl_batch *b);
+
+/* Mutations. queue (and dead_letter_queue): 1..128 bytes of letters, digits and . _ - :
+ * (the daemon's rule; it checks again). lane: NULL or "" means "default", else like a
+ * queue name. Each call validates, copies its inputs and appends one mutation; on error
+ * the batch is unchanged and err names the field. */
+kl_code kl_batch_create_queue(kl_batch *b, const char *queue, const kl_queue_options *opts,
+                              kl_err *err);
+kl_code kl_batch_delete_queue(kl_batch *b, const char *queue, kl_err *err);
+/* Copies msg (the caller keeps and may reuse it). */
+kl_code kl_batch_enqueue(kl_batch *b, const char *queue, const char *lane,
+                         const kl_message *msg, kl_err *err);
+/* Leases up to max_messages messages for lease_ms milliseconds; 0 means the daemon's
+ * default for either (the daemon also enforces their maximums). */
+kl_code kl_batch_receive(kl_batch *b, const char *queue, const char *lane,
+                         uint32_t max_messages, uint32_t lease_ms, kl_err *err);
+
+/* A borrowed byte string (lease tokens). */
+typedef struct kl_bytes {
+    const uint8_t *data;
+    size_t len;
+} kl_bytes;
+
+/* Acks / releases the leases (tokens as returned in ReceivedMessage.lease_token; copied).
+ * At least one token; none empty. */
+kl_code kl_batch_ack(kl_batch *b, const char *queue, const kl_bytes *tokens, size_t n,
+                     kl_err *err);
+kl_code kl_batch_release(kl_batch *b, const char *queue, const kl_bytes *tokens, size_t n,
+                         kl_err *err);
+
+/* The partition this batch is sent to: the one its queue creations name, else 0.
+ * INVALID_ARGUMENT when creations name different partitions (a batch commits on one). */
+kl_code kl_batch_partition(const kl_batch *b, int *partition, kl_err *err);
+
+/* Encodes the keyload.v1.BatchRequest the client would send, with every queue ref's tenant
+ * and database taken from database ("TENANT/DB"). The same batch always encodes to the
+ * same bytes. *out is malloc'd; the caller frees it with free(). An empty batch is
+ * INVALID_ARGUMENT. */
+kl_code kl_batch_encode(const kl_batch *b, const char *database, uint8_t **out,
+                        size_t *out_len, kl_err *err);
+
+/* ---------------------------------------------------------------- receipts */
+
+/* A committed batch's receipt: the exact bytes the partition stored (and returns byte for
+ * byte on every replay) and their decoded view. Both are owned by the receipt and freed by
+ * kl_receipt_free; treat them as read-only. `decoded` is the protobuf-c struct of
+ * build/gen/keyload/v1/queue.pb-c.h (results[i]->kind_case tells which result it is; the
+ * i-th result answers the i-th mutation of the batch). Exposing the protobuf-c struct is
+ * provisional: a later version may replace it with SDK-owned types. */
+typedef struct kl_receipt {
+    uint8_t *bytes;
+    size_t len;
+    Keyload__V1__BatchReceipt *decoded;
+} kl_receipt;
+
+/* Decodes receipt bytes (copied). *out belongs to the caller (kl_receipt_free, which also
+ * accepts NULL). Reentrant; a receipt may be read from several threads at once. */
+kl_code kl_receipt_decode(const uint8_t *bytes, size_t len, kl_receipt **out, kl_err *err);
+void kl_receipt_free(kl_receipt *r);
+
+/* ---------------------------------------------------------------- calls */
+
+/* Sends the batch (kl_batch_partition decides where) and waits for its committed receipt.
+ * On KL_OK *out belongs to the caller (kl_receipt_free); its command id is the batch's.
+ * Outcomes worth knowing:
+ *   KL_UNKNOWN_WRITE_OUTCOME: a request reached a member but no answer came back within
+ *     the timeout (lost answer, lost connection; detail "no_answer"), or the leader lost
+ *     leadership after proposing it. Within the timeout the SDK already resends the same
+ *     bytes to the members; after it, the batch may or may not have committed, and it has
+ *     NOT been rolled back. Resend the same batch (same command id) to learn the outcome.
+ *   KL_CONFLICT: this command id was already used with other content.
+ *   KL_RESOURCE_EXHAUSTED, detail "limit:MaxBatchBytes": the encoded batch is too large
+ *     (checked before sending, and again by the server).
+ *   KL_UNAVAILABLE: no member accepted the request; it was not executed.
+ * Thread-safe. b is only read. */
+kl_code kl_client_batch(kl_client *c, const kl_batch *b, kl_receipt **out, kl_err *err);
+
+/* Fresh statistics of one queue (a read; never changes anything; sent to partition 0 for
+ * now). A lost answer is KL_DEADLINE_EXCEEDED (detail "no_answer"). On KL_OK *out belongs
+ * to the caller (kl_queue_stats_free). Thread-safe. */
+kl_code kl_client_queue_stats(kl_client *c, const char *queue,
+                              Keyload__V1__QueueStatsAnswer **out, kl_err *err);
+/* Frees a stats answer; NULL is accepted. */
+void kl_queue_stats_free(Keyload__V1__QueueStatsAnswer *s);
+
+/* ---------------------------------------------------------------- JSON and base64 */
+
+/* Canonical public JSON (client/sdk/json.c). Keys always appear in one fixed order; byte
+ * strings (command digests, lease tokens, bodies) are standard base64 with padding;
+ * GUIDs are canonical lower-case text; ids, counts, indexes and times are JSON integers
+ * (a uint64 above 2^63-1 is written as a decimal string); headers and fields are objects
+ * sorted by key; a field is {"type":"string|int|double|bool|bytes","value":...} (a
+ * non-finite double's value is the string "NaN", "Infinity" or "-Infinity"); a body
+ * is "body" (base64) plus "body_utf8" only when the body is valid UTF-8. The result is one
+ * line unless KL_JSON_PRETTY. Returns a malloc'd NUL-terminated string (free()), NULL only
+ * when out of memory. Reentrant.
+ *
+ * Receipt keys: command_id, partition, term, index, committed_unix_ms, request_digest,
+ * results[] (each {"kind": "queue_created"|"queue_deleted"|"enqueued"|"received"|"acked"|
+ * "released"|"unknown", ...}; received messages: message_id, lane, delivery_count,
+ * lease_token, lease_expires_unix_ms, enqueued_unix_ms, expires_at_unix_ms, delay_ms,
+ * headers, fields, body[, body_utf8]).
+ * Stats keys: [queue,] queue_id, partition, messages, bytes, available, in_flight,
+ * limits {max_messages, max_bytes, max_deliveries, dead_letter_queue}, applied_index.
+ * Error: {"error":{"code","message","detail"}}. */
+#define KL_JSON_PRETTY 1u
+char *kl_receipt_to_json(const Keyload__V1__BatchReceipt *r, unsigned flags);
+/* queue may be NULL (the key is then left out). */
+char *kl_queue_stats_to_json(const char *queue, const Keyload__V1__QueueStatsAnswer *s,
+                             unsigned flags);
+char *kl_error_to_json(const kl_err *err, unsigned flags);
+
+/* Standard base64 with padding (sodium_base64_VARIANT_ORIGINAL). encode returns a
+ * malloc'd string (free()), NULL when out of memory. decode refuses anything else than
+ * canonical base64 (INVALID_ARGUMENT; the message names `what`, never the text) and on
+ * success *out (malloc'd, free(); non-NULL even when *out_len is 0) holds the bytes. */
+char *kl_base64_encode(const uint8_t *data, size_t len);
+kl_code kl_base64_decode(const char *what, const char *text, uint8_t **out, size_t *out_len,
+                         kl_err *err);
+
+/* True when p[0..n) is well-formed UTF-8 (no overlongs, surrogates or values > U+10FFFF).
+ * Reentrant. */
+bool kl_sdk_utf8_valid(const uint8_t *p, size_t n);
+
+#endif

@@ -1,0 +1,278 @@
+/* batch: the kl_batch builder. Each mutation is validated and deep-copied when added, so
+ * a batch encodes to the same bytes however often it is sent (replays need that). */
+#include "client/sdk/internal.h"
+
+#include <sodium.h>
+#include <stdlib.h>
+#include <string.h>
+
+kl_code kl_batch_new(const char *command_id, kl_batch **out, kl_err *err)
+{
+    *out = NULL;
+    if (sodium_init() < 0)
+        return kl_fail(err, KL_INTERNAL, "sodium_init", "libsodium failed to initialize");
+    uint8_t id[KL_GUID_LEN];
+    if (command_id == NULL) {
+        kl_guid_random(id);
+    } else if (command_id[0] == '\0') {
+        return kl_fail(err, KL_INVALID_ARGUMENT, "command_id", "command_id must not be empty");
+    } else if (!kl_guid_parse(command_id, id)) {
+        return kl_fail(err, KL_INVALID_ARGUMENT, "command_id",
+                       "command_id must be a GUID in canonical form "
+                       "xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx");
+    } else if (!kl_guid_valid(id, sizeof id)) {
+        return kl_fail(err, KL_INVALID_ARGUMENT, "command_id", "command_id must not be all zero");
+    }
+    kl_batch *b = calloc(1, sizeof *b);
+    if (b == NULL)
+        return kl_sdk_oom(err);
+    memcpy(b->command_id, id, sizeof id);
+    kl_guid_format(id, b->command_id_text);
+    *out = b;
+    return KL_OK;
+}
+
+void kl_batch_free(kl_batch *b)
+{
+    if (b == NULL)
+        return;
+    for (size_t i = 0; i < b->n; i++)
+        keyload__v1__mutation__free_unpacked(b->muts[i], NULL);
+    free(b->muts);
+    free(b);
+}
+
+const char *kl_batch_command_id(const kl_batch *b) { return b->command_id_text; }
+const uint8_t *kl_batch_command_id_bytes(const kl_batch *b) { return b->command_id; }
+size_t kl_batch_count(const kl_batch *b) { return b->n; }
+
+/* Takes ownership of m (a fully owned mutation): appends it, or frees it on failure. */
+static kl_code append(kl_batch *b, Keyload__V1__Mutation *m, kl_err *err)
+{
+    if (b->n == b->cap) {
+        size_t cap = b->cap ? b->cap * 2 : 4;
+        Keyload__V1__Mutation **arr = realloc(b->muts, cap * sizeof *arr);
+        if (arr == NULL) {
+            keyload__v1__mutation__free_unpacked(m, NULL);
+            return kl_sdk_oom(err);
+        }
+        b->muts = arr;
+        b->cap = cap;
+    }
+    b->muts[b->n++] = m;
+    return KL_OK;
+}
+
+/* A deep, fully owned copy of a mutation built from borrowed parts (pack, then unpack:
+ * protobuf-c then owns every byte, and free_unpacked releases it). */
+static kl_code own_copy(const Keyload__V1__Mutation *tmp, Keyload__V1__Mutation **out,
+                        kl_err *err)
+{
+    size_t len = keyload__v1__mutation__get_packed_size(tmp);
+    uint8_t *buf = malloc(len ? len : 1);
+    if (buf == NULL)
+        return kl_sdk_oom(err);
+    keyload__v1__mutation__pack(tmp, buf);
+    *out = keyload__v1__mutation__unpack(NULL, len, buf);
+    free(buf);
+    return *out ? KL_OK : kl_sdk_oom(err);
+}
+
+static kl_code add_copy(kl_batch *b, const Keyload__V1__Mutation *tmp, kl_err *err)
+{
+    Keyload__V1__Mutation *m;
+    kl_code rc = own_copy(tmp, &m, err);
+    return rc == KL_OK ? append(b, m, err) : rc;
+}
+
+/* A borrowed ref (tenant and database stay empty until encoding). */
+static void init_ref(Keyload__V1__QueueLaneRef *r, const char *queue, const char *lane)
+{
+    keyload__v1__queue_lane_ref__init(r);
+    r->queue = (char *)queue;
+    r->lane = (char *)(lane ? lane : "");
+}
+
+kl_code kl_batch_create_queue(kl_batch *b, const char *queue, const kl_queue_options *opts,
+                              kl_err *err)
+{
+    static const kl_queue_options none;
+    if (opts == NULL)
+        opts = &none;
+    kl_code rc = kl_sdk_check_name("queue", queue, KL_SDK_NAME_QUEUE, err);
+    if (rc != KL_OK)
+        return rc;
+    const char *dlq = opts->dead_letter_queue ? opts->dead_letter_queue : "";
+    if (dlq[0] != '\0') {
+        rc = kl_sdk_check_name("dead_letter_queue", dlq, KL_SDK_NAME_QUEUE, err);
+        if (rc != KL_OK)
+            return rc;
+        if (strcmp(dlq, queue) == 0)
+            return kl_fail(err, KL_INVALID_ARGUMENT, "dead_letter_queue",
+                           "dead_letter_queue must be another queue than '%s'", queue);
+    }
+    if (opts->partition < 0)
+        return kl_fail(err, KL_INVALID_ARGUMENT, "partition", "partition must be >= 0");
+    Keyload__V1__QueueLaneRef ref;
+    init_ref(&ref, queue, NULL);
+    /* Limits are always present, so that the same options always digest the same way. */
+    Keyload__V1__QueueLimits limits = KEYLOAD__V1__QUEUE_LIMITS__INIT;
+    limits.max_messages = opts->max_messages;
+    limits.max_bytes = opts->max_bytes;
+    limits.max_deliveries = opts->max_deliveries;
+    limits.dead_letter_queue = (char *)dlq;
+    Keyload__V1__CreateQueue cq = KEYLOAD__V1__CREATE_QUEUE__INIT;
+    cq.queue = &ref;
+    cq.limits = &limits;
+    cq.partition = opts->partition;
+    Keyload__V1__Mutation m = KEYLOAD__V1__MUTATION__INIT;
+    m.kind_case = KEYLOAD__V1__MUTATION__KIND_CREATE_QUEUE;
+    m.create_queue = &cq;
+    return add_copy(b, &m, err);
+}
+
+kl_code kl_batch_delete_queue(kl_batch *b, const char *queue, kl_err *err)
+{
+    kl_code rc = kl_sdk_check_name("queue", queue, KL_SDK_NAME_QUEUE, err);
+    if (rc != KL_OK)
+        return rc;
+    Keyload__V1__QueueLaneRef ref;
+    init_ref(&ref, queue, NULL);
+    Keyload__V1__DeleteQueue dq = KEYLOAD__V1__DELETE_QUEUE__INIT;
+    dq.queue = &ref;
+    Keyload__V1__Mutation m = KEYLOAD__V1__MUTATION__INIT;
+    m.kind_case = KEYLOAD__V1__MUTATION__KIND_DELETE_QUEUE;
+    m.delete_queue = &dq;
+    return add_copy(b, &m, err);
+}
+
+static kl_code check_lane(const char *queue, const char *lane, kl_err *err)
+{
+    kl_code rc = kl_sdk_check_name("queue", queue, KL_SDK_NAME_QUEUE, err);
+    if (rc == KL_OK)
+        rc = kl_sdk_check_name("lane", lane, KL_SDK_NAME_LANE, err);
+    return rc;
+}
+
+kl_code kl_batch_enqueue(kl_batch *b, const char *queue, const char *lane,
+                         const kl_message *msg, kl_err *err)
+{
+    kl_code rc = check_lane(queue, lane, err);
+    if (rc != KL_OK)
+        return rc;
+    if (msg == NULL)
+        return kl_fail(err, KL_INVALID_ARGUMENT, "message", "message is missing");
+    Keyload__V1__QueueLaneRef ref;
+    init_ref(&ref, queue, lane);
+    Keyload__V1__Enqueue eq = KEYLOAD__V1__ENQUEUE__INIT;
+    eq.lane = &ref;
+    eq.message = msg->pb;
+    Keyload__V1__Mutation m = KEYLOAD__V1__MUTATION__INIT;
+    m.kind_case = KEYLOAD__V1__MUTATION__KIND_ENQUEUE;
+    m.enqueue = &eq;
+    return add_copy(b, &m, err);
+}
+
+kl_code kl_batch_receive(kl_batch *b, const char *queue, const char *lane,
+                         uint32_t max_messages, uint32_t lease_ms, kl_err *err)
+{
+    kl_code rc = check_lane(queue, lane, err);
+    if (rc != KL_OK)
+        return rc;
+    Keyload__V1__QueueLaneRef ref;
+    init_ref(&ref, queue, lane);
+    Keyload__V1__Receive rv = KEYLOAD__V1__RECEIVE__INIT;
+    rv.lane = &ref;
+    rv.max_messages = max_messages;
+    rv.lease_ms = lease_ms;
+    Keyload__V1__Mutation m = KEYLOAD__V1__MUTATION__INIT;
+    m.kind_case = KEYLOAD__V1__MUTATION__KIND_RECEIVE;
+    m.receive = &rv;
+    return add_copy(b, &m, err);
+}
+
+static kl_code lease_tokens(const kl_bytes *tokens, size_t n, ProtobufCBinaryData **out,
+                            kl_err *err)
+{
+    *out = NULL;
+    if (tokens == NULL || n == 0)
+        return kl_fail(err, KL_INVALID_ARGUMENT, "lease_tokens",
+                       "at least one lease token is needed");
+    for (size_t i = 0; i < n; i++)
+        if (tokens[i].data == NULL || tokens[i].len == 0)
+            return kl_fail(err, KL_INVALID_ARGUMENT, "lease_tokens",
+                           "lease token %zu is empty", i + 1);
+    *out = malloc(n * sizeof **out);
+    if (*out == NULL)
+        return kl_sdk_oom(err);
+    for (size_t i = 0; i < n; i++) {
+        (*out)[i].data = (uint8_t *)tokens[i].data; /* borrowed: own_copy copies */
+        (*out)[i].len = tokens[i].len;
+    }
+    return KL_OK;
+}
+
+kl_code kl_batch_ack(kl_batch *b, const char *queue, const kl_bytes *tokens, size_t n,
+                     kl_err *err)
+{
+    ProtobufCBinaryData *arr;
+    kl_code rc = kl_sdk_check_name("queue", queue, KL_SDK_NAME_QUEUE, err);
+    if (rc == KL_OK)
+        rc = lease_tokens(tokens, n, &arr, err);
+    if (rc != KL_OK)
+        return rc;
+    Keyload__V1__QueueLaneRef ref;
+    init_ref(&ref, queue, NULL);
+    Keyload__V1__Ack ak = KEYLOAD__V1__ACK__INIT;
+    ak.queue = &ref;
+    ak.n_lease_tokens = n;
+    ak.lease_tokens = arr;
+    Keyload__V1__Mutation m = KEYLOAD__V1__MUTATION__INIT;
+    m.kind_case = KEYLOAD__V1__MUTATION__KIND_ACK;
+    m.ack = &ak;
+    rc = add_copy(b, &m, err);
+    free(arr);
+    return rc;
+}
+
+kl_code kl_batch_release(kl_batch *b, const char *queue, const kl_bytes *tokens, size_t n,
+                         kl_err *err)
+{
+    ProtobufCBinaryData *arr;
+    kl_code rc = kl_sdk_check_name("queue", queue, KL_SDK_NAME_QUEUE, err);
+    if (rc == KL_OK)
+        rc = lease_tokens(tokens, n, &arr, err);
+    if (rc != KL_OK)
+        return rc;
+    Keyload__V1__QueueLaneRef ref;
+    init_ref(&ref, queue, NULL);
+    Keyload__V1__Release rl = KEYLOAD__V1__RELEASE__INIT;
+    rl.queue = &ref;
+    rl.n_lease_tokens = n;
+    rl.lease_tokens = arr;
+    Keyload__V1__Mutation m = KEYLOAD__V1__MUTATION__INIT;
+    m.kind_case = KEYLOAD__V1__MUTATION__KIND_RELEASE;
+    m.release = &rl;
+    rc = add_copy(b, &m, err);
+    free(arr);
+    return rc;
+}
+
+kl_code kl_batch_partition(const kl_batch *b, int *partition, kl_err *err)
+{
+    int p = -1;
+    for (size_t i = 0; i < b->n; i++) {
+        const Keyload__V1__Mutation *m = b->muts[i];
+        if (m->kind_case != KEYLOAD__V1__MUTATION__KIND_CREATE_QUEUE)
+            continue;
+        int mp = m->create_queue->partition;
+        if (p >= 0 && mp != p)
+            return kl_fail(err, KL_INVALID_ARGUMENT, "partition",
+                           "queue creations in one batch name partitions %d and %d; a batch "
+                           "commits on one partition",
+                           p, mp);
+        p = mp;
+    }
+    *partition = p >= 0 ? p : 0;
+    return KL_OK;
+}

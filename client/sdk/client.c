@@ -1,0 +1,349 @@
+/* client: kl_client, the routing of one request to a partition's leader, and the two
+ * calls (Batch, QueueStats).
+ *
+ * Routing: members of the target partition are tried in cluster-file order; a NOT_LEADER
+ * answer naming a member of that partition is followed (at most KL_MAX_REDIRECTS times);
+ * an address that is not a member of the partition is not dialed. When a whole round ends
+ * without an answer but some member was alive (NOT_LEADER without a leader, or
+ * UNAVAILABLE: an election is probably running), the round is repeated after a short
+ * pause while time remains. Every attempt sends the same request bytes, so a batch keeps
+ * its command id and content: a retry can never execute it twice.
+ *
+ * Uncertainty: once a batch request may have reached a leader without an answer coming
+ * back, the final error of that call is UNKNOWN_WRITE_OUTCOME unless a later attempt gets
+ * a definitive answer. Nothing here ever claims a rollback. */
+#include "client/sdk/internal.h"
+#include "common/cluster.h"
+#include "common/rpc.h"
+
+#include <pthread.h>
+#include <sodium.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#define METHOD_BATCH "keyload.v1.Batch"
+#define METHOD_QUEUE_STATS "keyload.v1.QueueStats"
+
+struct kl_client {
+    kl_cluster cluster; /* immutable after open */
+    char database_text[2 * KL_SDK_NAME_MAX + 2];
+    char tenant[KL_SDK_NAME_MAX + 1];
+    char database[KL_SDK_NAME_MAX + 1];
+    int timeout_ms;
+    pthread_mutex_t mu; /* guards conns */
+    kl_rpc_client *conns[KL_CLUSTER_MAX_PARTITIONS][KL_CLUSTER_MAX_MEMBERS];
+};
+
+kl_code kl_client_open(const char *cluster_path, const char *database, int timeout_ms,
+                       kl_client **out, kl_err *err)
+{
+    *out = NULL;
+    if (sodium_init() < 0)
+        return kl_fail(err, KL_INTERNAL, "sodium_init", "libsodium failed to initialize");
+    if (cluster_path == NULL || cluster_path[0] == '\0')
+        return kl_fail(err, KL_INVALID_ARGUMENT, "cluster", "cluster file path is empty");
+    if (database == NULL)
+        database = KL_DEFAULT_DATABASE;
+    kl_client *c = calloc(1, sizeof *c);
+    if (c == NULL)
+        return kl_sdk_oom(err);
+    kl_code rc = kl_sdk_split_database(database, c->tenant, c->database, err);
+    if (rc == KL_OK)
+        rc = kl_cluster_load(cluster_path, NULL, &c->cluster, err);
+    if (rc != KL_OK) {
+        free(c);
+        return rc;
+    }
+    snprintf(c->database_text, sizeof c->database_text, "%s/%s", c->tenant, c->database);
+    c->timeout_ms = timeout_ms > 0 ? timeout_ms : KL_DEFAULT_TIMEOUT_MS;
+    if (pthread_mutex_init(&c->mu, NULL) != 0) {
+        free(c);
+        return kl_fail(err, KL_INTERNAL, "mutex", "cannot create a mutex");
+    }
+    *out = c;
+    return KL_OK;
+}
+
+void kl_client_close(kl_client *c)
+{
+    if (c == NULL)
+        return;
+    for (int p = 0; p < KL_CLUSTER_MAX_PARTITIONS; p++)
+        for (int m = 0; m < KL_CLUSTER_MAX_MEMBERS; m++)
+            if (c->conns[p][m] != NULL)
+                kl_rpc_client_close(c->conns[p][m]);
+    pthread_mutex_destroy(&c->mu);
+    free(c);
+}
+
+const char *kl_client_database(const kl_client *c) { return c->database_text; }
+
+static int64_t now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+static void sleep_ms(int64_t ms)
+{
+    struct timespec ts = {.tv_sec = ms / 1000, .tv_nsec = (long)(ms % 1000) * 1000000L};
+    while (nanosleep(&ts, &ts) != 0)
+        ;
+}
+
+/* The connection to member slot (pi, mi) of partition p, dialed on first use. */
+static kl_code conn_get(kl_client *c, int pi, const kl_partition *p, int mi, int timeout_ms,
+                        kl_rpc_client **out, kl_err *err)
+{
+    pthread_mutex_lock(&c->mu);
+    *out = c->conns[pi][mi];
+    pthread_mutex_unlock(&c->mu);
+    if (*out != NULL)
+        return KL_OK;
+    kl_rpc_client *fresh;
+    kl_code rc = kl_rpc_client_open(p->members[mi].client_url, timeout_ms,
+                                    (size_t)c->cluster.limits.max_frame_bytes, &fresh, err);
+    if (rc != KL_OK)
+        return rc;
+    pthread_mutex_lock(&c->mu);
+    if (c->conns[pi][mi] == NULL) {
+        c->conns[pi][mi] = fresh;
+        fresh = NULL;
+    }
+    *out = c->conns[pi][mi];
+    pthread_mutex_unlock(&c->mu);
+    if (fresh != NULL) /* another thread dialed the same member meanwhile */
+        kl_rpc_client_close(fresh);
+    return KL_OK;
+}
+
+static int member_index(const kl_partition *p, const char *url)
+{
+    for (int i = 0; i < p->member_count; i++)
+        if (strcmp(p->members[i].client_url, url) == 0)
+            return i;
+    return -1;
+}
+
+/* UNAVAILABLE raised by our side of the transport (common/rpc.c) rather than answered by a
+ * member: that member is not known to be alive. */
+static bool local_failure(const kl_err *e)
+{
+    static const char *const local[] = {"connect", "no_connection", "send", "context", "url"};
+    for (size_t i = 0; i < sizeof local / sizeof local[0]; i++)
+        if (strcmp(e->detail, local[i]) == 0)
+            return true;
+    return false;
+}
+
+typedef struct call_spec {
+    const char *method;
+    bool mutation;             /* a Batch: a lost answer is an unknown write outcome */
+    const char *command_id;    /* text, for messages (mutations only) */
+    const uint8_t *req;
+    size_t req_len;
+} call_spec;
+
+static kl_code unknown_outcome(const call_spec *s, int timeout_ms, kl_err *err)
+{
+    return kl_fail(err, KL_UNKNOWN_WRITE_OUTCOME, "no_answer",
+                   "no answer within %d ms (or the connection was lost): the batch may or may "
+                   "not have committed (nothing was rolled back); retry with the same command "
+                   "id %s to learn its outcome",
+                   timeout_ms, s->command_id);
+}
+
+/* Sends s to partition pid; on KL_OK *ans (malloc'd) holds the answer payload. */
+static kl_code call_partition(kl_client *c, int pid, const call_spec *s, uint8_t **ans,
+                              size_t *ans_len, kl_err *err)
+{
+    *ans = NULL;
+    *ans_len = 0;
+    int pi = -1;
+    for (int i = 0; i < c->cluster.partition_count; i++)
+        if (c->cluster.partitions[i].id == pid)
+            pi = i;
+    if (pi < 0)
+        return kl_fail(err, KL_INVALID_ARGUMENT, "partition",
+                       "partition %d is not in the cluster file", pid);
+    const kl_partition *p = &c->cluster.partitions[pi];
+
+    const int64_t deadline = now_ms() + c->timeout_ms;
+    int next = 0, target = -1, redirects = 0;
+    int64_t pause = 50;
+    bool alive = false;       /* some member answered this round without serving us */
+    bool maybe_sent = false;  /* a request may have been executed without our knowing */
+    kl_err last;
+    kl_fail(&last, KL_UNAVAILABLE, "no_member",
+            "no member of partition %d could be reached", pid);
+
+    for (;;) {
+        int mi;
+        if (target >= 0) {
+            mi = target;
+            target = -1;
+        } else if (next < p->member_count) {
+            mi = next++;
+        } else {
+            int64_t left = deadline - now_ms();
+            if (!alive || left <= pause)
+                break;
+            sleep_ms(pause);
+            pause = pause * 2 > 800 ? 800 : pause * 2;
+            next = 0;
+            redirects = 0;
+            alive = false;
+            continue;
+        }
+        int64_t left = deadline - now_ms();
+        if (left <= 0)
+            break;
+        kl_rpc_client *conn;
+        kl_err e;
+        kl_err_clear(&e);
+        if (conn_get(c, pi, p, mi, (int)left, &conn, &e) != KL_OK) {
+            last = e;
+            continue;
+        }
+        char leader[KL_URL_MAX] = "";
+        kl_code rc = kl_rpc_invoke(conn, s->method, s->req, s->req_len, (int)left, ans,
+                                   ans_len, leader, sizeof leader, &e);
+        switch (rc) {
+        case KL_OK:
+            return KL_OK;
+        case KL_NOT_LEADER: {
+            alive = true;
+            last = e;
+            int li = leader[0] ? member_index(p, leader) : -1;
+            if (li >= 0 && redirects < KL_MAX_REDIRECTS) {
+                redirects++;
+                target = li;
+            }
+            continue;
+        }
+        case KL_UNAVAILABLE:
+            /* Not sent, or refused before being proposed: the next member may serve it. */
+            alive = alive || !local_failure(&e);
+            last = e;
+            continue;
+        case KL_DEADLINE_EXCEEDED:
+            if (strcmp(e.detail, "no_answer") == 0) {
+                /* Lost answer or connection: it may have executed. Retrying elsewhere
+                 * with the same bytes is safe and may still learn the outcome. */
+                maybe_sent = true;
+                alive = true;
+                last = e;
+                continue;
+            }
+            /* The server's own deadline check: refused before execution. */
+            last = e;
+            goto done;
+        case KL_UNKNOWN_WRITE_OUTCOME:
+            if (s->mutation)
+                return kl_fail(err, KL_UNKNOWN_WRITE_OUTCOME, e.detail,
+                               "%s; the batch may or may not have committed: retry with the "
+                               "same command id %s",
+                               e.message, s->command_id);
+            last = e;
+            goto done;
+        default:
+            /* A definitive answer (INVALID_ARGUMENT, CONFLICT, NOT_FOUND, ...). */
+            last = e;
+            goto done;
+        }
+    }
+done:
+    if (maybe_sent && (last.code == KL_UNAVAILABLE || last.code == KL_NOT_LEADER ||
+                       last.code == KL_DEADLINE_EXCEEDED)) {
+        if (s->mutation)
+            return unknown_outcome(s, c->timeout_ms, err);
+        return kl_fail(err, KL_DEADLINE_EXCEEDED, "no_answer", "no answer within %d ms",
+                       c->timeout_ms);
+    }
+    if (last.code == KL_UNAVAILABLE)
+        return kl_fail(err, KL_UNAVAILABLE, last.detail,
+                       "no member of partition %d took the request (it was not executed); "
+                       "last: %s",
+                       pid, last.message);
+    if (err != NULL)
+        *err = last;
+    return last.code;
+}
+
+kl_code kl_client_batch(kl_client *c, const kl_batch *b, kl_receipt **out, kl_err *err)
+{
+    *out = NULL;
+    int pid;
+    kl_code rc = kl_batch_partition(b, &pid, err);
+    if (rc != KL_OK)
+        return rc;
+    uint8_t *req;
+    size_t req_len;
+    rc = kl_batch_encode(b, c->database_text, &req, &req_len, err);
+    if (rc != KL_OK)
+        return rc;
+    if (req_len > c->cluster.limits.max_batch_bytes) {
+        free(req);
+        return kl_fail(err, KL_RESOURCE_EXHAUSTED, "limit:MaxBatchBytes",
+                       "batch of %zu bytes exceeds MaxBatchBytes (%llu)", req_len,
+                       (unsigned long long)c->cluster.limits.max_batch_bytes);
+    }
+    call_spec s = {.method = METHOD_BATCH, .mutation = true,
+                   .command_id = kl_batch_command_id(b), .req = req, .req_len = req_len};
+    uint8_t *ans;
+    size_t ans_len;
+    rc = call_partition(c, pid, &s, &ans, &ans_len, err);
+    free(req);
+    if (rc != KL_OK)
+        return rc;
+    rc = kl_receipt_decode(ans, ans_len, out, err);
+    free(ans);
+    if (rc != KL_OK)
+        return rc;
+    const ProtobufCBinaryData *id = &(*out)->decoded->command_id;
+    if (id->len != KL_GUID_LEN || memcmp(id->data, kl_batch_command_id_bytes(b), KL_GUID_LEN)) {
+        kl_receipt_free(*out);
+        *out = NULL;
+        return kl_fail(err, KL_INTERNAL, "command_id",
+                       "the receipt names another command id than the batch (%s)",
+                       kl_batch_command_id(b));
+    }
+    return KL_OK;
+}
+
+kl_code kl_client_queue_stats(kl_client *c, const char *queue,
+                              Keyload__V1__QueueStatsAnswer **out, kl_err *err)
+{
+    *out = NULL;
+    kl_code rc = kl_sdk_check_name("queue", queue, KL_SDK_NAME_QUEUE, err);
+    if (rc != KL_OK)
+        return rc;
+    Keyload__V1__QueueLaneRef ref = KEYLOAD__V1__QUEUE_LANE_REF__INIT;
+    ref.tenant = c->tenant;
+    ref.database = c->database;
+    ref.queue = (char *)queue;
+    Keyload__V1__QueueStatsRequest sr = KEYLOAD__V1__QUEUE_STATS_REQUEST__INIT;
+    sr.queue = &ref;
+    size_t len = keyload__v1__queue_stats_request__get_packed_size(&sr);
+    uint8_t *req = malloc(len ? len : 1);
+    if (req == NULL)
+        return kl_sdk_oom(err);
+    keyload__v1__queue_stats_request__pack(&sr, req);
+    call_spec s = {.method = METHOD_QUEUE_STATS, .mutation = false, .command_id = "",
+                   .req = req, .req_len = len};
+    uint8_t *ans;
+    size_t ans_len;
+    rc = call_partition(c, 0, &s, &ans, &ans_len, err);
+    free(req);
+    if (rc != KL_OK)
+        return rc;
+    *out = keyload__v1__queue_stats_answer__unpack(NULL, ans_len, ans);
+    free(ans);
+    if (*out == NULL)
+        return kl_fail(err, KL_INTERNAL, "answer",
+                       "the answer does not decode as keyload.v1.QueueStatsAnswer");
+    return KL_OK;
+}

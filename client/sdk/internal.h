@@ -1,0 +1,51 @@
+/* internal: what the SDK's own files share; not part of the public API (client/keyload.h).
+ * Every symbol here is prefixed kl_sdk_ so it cannot collide with daemon or common code
+ * linked into the same unit-test binary. */
+#ifndef KL_SDK_INTERNAL_H
+#define KL_SDK_INTERNAL_H
+
+#include "client/keyload.h"
+#include "common/guid.h"
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+struct kl_message {
+    /* Built by hand with malloc'd members only (never pointing at static empty strings
+     * we would not own), so keyload__v1__enqueue_message__free_unpacked frees it. */
+    Keyload__V1__EnqueueMessage *pb;
+};
+
+struct kl_batch {
+    uint8_t command_id[KL_GUID_LEN];
+    char command_id_text[KL_GUID_TEXT_LEN + 1];
+    size_t n, cap;
+    /* Each mutation is owned (unpacked or malloc'd throughout) and freed with
+     * keyload__v1__mutation__free_unpacked. Queue refs leave tenant/database empty: the
+     * client fills them when encoding. */
+    Keyload__V1__Mutation **muts;
+};
+
+/* Name rules: 1..KL_SDK_NAME_MAX bytes; identifiers hold only letters, digits and . _ - :
+ * (the daemon's rule, daemon/engine/validate.c). `what` names the field in the error. */
+typedef enum kl_sdk_name_rule {
+    KL_SDK_NAME_QUEUE,    /* identifier: non-empty */
+    KL_SDK_NAME_LANE,     /* identifier; may be empty ("default") */
+    KL_SDK_NAME_KEY,      /* header/field key: non-empty UTF-8, any characters */
+    KL_SDK_NAME_DB_PART,  /* tenant or database: identifier, non-empty */
+} kl_sdk_name_rule;
+
+kl_code kl_sdk_check_name(const char *what, const char *name, kl_sdk_name_rule rule,
+                          kl_err *err);
+/* UTF-8 check for free text (header values, string fields); error names `what`. */
+kl_code kl_sdk_check_text(const char *what, const char *text, kl_err *err);
+
+/* Splits and validates "TENANT/DB" into the two buffers (KL_SDK_NAME_MAX + 1 bytes). */
+kl_code kl_sdk_split_database(const char *db, char *tenant, char *database, kl_err *err);
+
+/* strdup that reports failure as KL_INTERNAL. */
+kl_code kl_sdk_strdup(const char *s, char **out, kl_err *err);
+kl_code kl_sdk_oom(kl_err *err);
+
+#endif
