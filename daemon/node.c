@@ -90,20 +90,6 @@ static int pending_add_waiter(pending *p, kl_node_reply_fn fn, void *cookie)
 
 /* ---- entries ---- */
 
-static int append_field(kl_buf *b, uint8_t tag, const uint8_t *p, size_t n)
-{
-    uint8_t hdr[11];
-    size_t h = 0;
-    hdr[h++] = tag;
-    size_t len = n;
-    do {
-        uint8_t byte = len & 0x7f;
-        len >>= 7;
-        hdr[h++] = (uint8_t)(byte | (len ? 0x80 : 0));
-    } while (len);
-    return kl_buf_append(b, hdr, h) || kl_buf_append(b, p, n);
-}
-
 /* Encodes LogEntry{term, index, time, pinc} followed by the given write-set fields. */
 static int encode_entry(kl_buf *out, uint64_t index, int64_t time_ms, const uint8_t *pinc,
                         const kl_buf *write_sets)
@@ -258,7 +244,7 @@ static int encode_receipt(kl_buf *out, const Keyload__V1__BatchRequest *b, int p
     uint8_t hb[128];
     size_t hn = keyload__v1__batch_receipt__pack(&head, hb);
     return kl_buf_append(out, hb, hn) || kl_buf_append(out, results->p, results->len) ||
-           append_field(out, (7 << 3) | 2, digest, KL_DIGEST_LEN);
+           kl_buf_append_field(out, (7 << 3) | 2, digest, KL_DIGEST_LEN);
 }
 
 /* Encodes the write-set (scratch ops + the outcome record) into the open entry. */
@@ -317,7 +303,7 @@ static kl_code add_write_set(kl_node *n, const char *principal, const Keyload__V
         goto done;
     }
     keyload__v1__write_set__pack(&ws, wb);
-    if (append_field(&n->open, (5 << 3) | 2, wb, wn) != 0)
+    if (kl_buf_append_field(&n->open, (5 << 3) | 2, wb, wn) != 0)
         rc = kl_fail(err, KL_INTERNAL, "memory", "out of memory encoding a write-set");
     /* The outcome enters the pending overlay too, so later batches see it. */
     if (rc == KL_OK)

@@ -40,6 +40,9 @@ typedef struct kl_buf {
 } kl_buf;
 void kl_buf_free(kl_buf *b);
 int kl_buf_append(kl_buf *b, const void *p, size_t n);
+/* Appends one protobuf length-delimited field (tag byte, varint length, bytes), so that
+ * encoded messages can be built by concatenation in field order. Returns -1 on OOM. */
+int kl_buf_append_field(kl_buf *b, uint8_t tag, const uint8_t *p, size_t n);
 
 /* Shape checks needing no state: command id, mutation count, names, message sizes.
  * encoded_len is the request's wire size, checked against MaxBatchBytes. */

@@ -41,6 +41,20 @@ static const char *lane_name(const Keyload__V1__QueueLaneRef *r)
     return (r->lane && r->lane[0]) ? r->lane : "default";
 }
 
+int kl_buf_append_field(kl_buf *b, uint8_t tag, const uint8_t *p, size_t n)
+{
+    uint8_t hdr[11];
+    size_t h = 0;
+    hdr[h++] = tag;
+    size_t len = n;
+    do {
+        uint8_t byte = len & 0x7f;
+        len >>= 7;
+        hdr[h++] = (uint8_t)(byte | (len ? 0x80 : 0));
+    } while (len);
+    return kl_buf_append(b, hdr, h) || kl_buf_append(b, p, n) ? -1 : 0;
+}
+
 static kl_code oom(kl_err *err) { return kl_fail(err, KL_INTERNAL, "memory", "out of memory"); }
 
 /* Packs a protobuf message and puts it under key. */
@@ -170,20 +184,12 @@ static kl_code remove_message(kl_view *v, Keyload__V1__QueueRecord *q, const cha
 static kl_code add_result(kl_buf *out, Keyload__V1__MutationResult *r, kl_err *err)
 {
     size_t n = keyload__v1__mutation_result__get_packed_size(r);
-    uint8_t hdr[11];
-    size_t h = 0;
-    hdr[h++] = (6 << 3) | 2; /* BatchReceipt.results, length-delimited */
-    size_t len = n;
-    do {
-        uint8_t b = len & 0x7f;
-        len >>= 7;
-        hdr[h++] = (uint8_t)(b | (len ? 0x80 : 0));
-    } while (len);
     uint8_t *buf = malloc(n ? n : 1);
     if (buf == NULL)
         return oom(err);
     keyload__v1__mutation_result__pack(r, buf);
-    int bad = kl_buf_append(out, hdr, h) || kl_buf_append(out, buf, n);
+    /* BatchReceipt.results is field 6, length-delimited. */
+    int bad = kl_buf_append_field(out, (6 << 3) | 2, buf, n);
     free(buf);
     return bad ? oom(err) : KL_OK;
 }

@@ -231,15 +231,11 @@ kl_code kl_store_open(const char *dir, const kl_store_options *opt, kl_store **o
     return KL_OK;
 
 fail_checked:
-    rocksdb_close(st->db);
+    kl_store_close(st);
+    return rc;
 fail_open:
-    rocksdb_writeoptions_destroy(st->wnosync);
-    rocksdb_writeoptions_destroy(st->wsync);
-    rocksdb_readoptions_destroy(st->ropts);
-    rocksdb_options_destroy(st->opts);
-    rocksdb_block_based_options_destroy(st->table);
-    rocksdb_cache_destroy(st->cache);
-    free(st);
+    st->db = NULL;
+    kl_store_close(st);
     return rc;
 }
 
@@ -247,7 +243,8 @@ void kl_store_close(kl_store *st)
 {
     if (st == NULL)
         return;
-    rocksdb_close(st->db);
+    if (st->db != NULL)
+        rocksdb_close(st->db);
     rocksdb_writeoptions_destroy(st->wnosync);
     rocksdb_writeoptions_destroy(st->wsync);
     rocksdb_readoptions_destroy(st->ropts);
