@@ -253,9 +253,14 @@ static kl_code eval_create(kl_eval_ctx *c, const Keyload__V1__CreateQueue *m, kl
     name.tenant = r->tenant;
     name.database = r->database;
     name.queue = r->queue;
+    /* Built from known fields only: the stored record never inherits request extras. */
     Keyload__V1__QueueLimits limits = KEYLOAD__V1__QUEUE_LIMITS__INIT;
-    if (m->limits)
-        limits = *m->limits;
+    if (m->limits) {
+        limits.max_messages = m->limits->max_messages;
+        limits.max_bytes = m->limits->max_bytes;
+        limits.max_deliveries = m->limits->max_deliveries;
+        limits.dead_letter_queue = m->limits->dead_letter_queue;
+    }
     Keyload__V1__QueueRecord rec = KEYLOAD__V1__QUEUE_RECORD__INIT;
     rec.queue_id = qid;
     rec.name = &name;

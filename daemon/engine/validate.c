@@ -4,6 +4,7 @@
 #include "daemon/engine/engine.h"
 
 #include "common/guid.h"
+#include "common/proto_check.h"
 
 #include <stdio.h>
 #include <string.h>
@@ -170,6 +171,11 @@ kl_code kl_engine_validate_batch(const Keyload__V1__BatchRequest *b, size_t enco
         return kl_fail(err, KL_RESOURCE_EXHAUSTED, "limit:MaxBatchBytes",
                        "batch of %zu bytes exceeds MaxBatchBytes (%llu)", encoded_len,
                        (unsigned long long)limits->max_batch_bytes);
+    char where[160];
+    if (kl_proto_has_unknown(&b->base, where, sizeof where))
+        return kl_fail(err, KL_INVALID_ARGUMENT, "unknown_field",
+                       "the batch carries a field this daemon does not know%s%s; upgrade the "
+                       "daemon or drop the field", where[0] ? " in " : "", where);
     if (!kl_guid_valid(b->command_id.data, b->command_id.len))
         return kl_fail(err, KL_INVALID_ARGUMENT, "command_id",
                        "command_id must be a 16-byte GUID that is not all zero");

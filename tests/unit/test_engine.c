@@ -4,6 +4,7 @@
 #include "harness.h"
 
 #include <check.h>
+#include <sodium.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -401,6 +402,51 @@ START_TEST(recovery_reapplies_durable_entries)
 }
 END_TEST
 
+START_TEST(unknown_fields_are_refused)
+{
+    /* Found by the fuzzer: field number 0 in a two-byte tag inside an enqueued message
+     * decodes, but re-encodes to bytes protobuf-c refuses, which used to poison the lane. */
+    static const char b64[] =
+        "ChABAgMEBQYHCAkKCwwNDg8QEioaKAoZCgdkZWZhdWx0EgdkZWZhdWx0GgViZW5jaBILCgZwb2lzb26AAAE=";
+    uint8_t req[128];
+    size_t len;
+    ck_assert_int_eq(sodium_base642bin(req, sizeof req, b64, strlen(b64), NULL, &len, NULL,
+                                       sodium_base64_VARIANT_ORIGINAL), 0);
+    th_batch *b = th_batch_new(0x99);
+    th_create(b, "bench", 0, 0, 0, NULL);
+    keyload__v1__batch_receipt__free_unpacked(th_run(&T, b, KL_OK), NULL);
+    th_reply r = {0};
+    th_submit(&T, req, len, &r);
+    ck_assert_int_eq(r.code, KL_INVALID_ARGUMENT);
+    ck_assert_str_eq(r.err.detail, "unknown_field");
+    ck_assert_ptr_nonnull(strstr(r.err.message, "mutations[0].enqueue.message"));
+    th_reply_free(&r);
+    ck_assert_uint_eq(th_queue_messages(&T, "bench", NULL), 0);
+    /* A legitimate unknown field (number 16) in the limits of a CreateQueue too. */
+    b = th_batch_new(0x9a);
+    th_create(b, "q2", 0, 0, 0, NULL);
+    size_t blen;
+    uint8_t *breq = th_batch_pack(b, &blen);
+    Keyload__V1__BatchRequest *br = keyload__v1__batch_request__unpack(NULL, blen, breq);
+    ProtobufCMessageUnknownField uf = {.tag = 16, .wire_type = PROTOBUF_C_WIRE_TYPE_VARINT,
+                                       .len = 1, .data = (uint8_t *)"\x01"};
+    br->mutations[0]->create_queue->limits->base.n_unknown_fields = 1;
+    br->mutations[0]->create_queue->limits->base.unknown_fields = &uf;
+    size_t n2 = keyload__v1__batch_request__get_packed_size(br);
+    uint8_t *req2 = malloc(n2);
+    keyload__v1__batch_request__pack(br, req2);
+    br->mutations[0]->create_queue->limits->base.n_unknown_fields = 0;
+    br->mutations[0]->create_queue->limits->base.unknown_fields = NULL;
+    keyload__v1__batch_request__free_unpacked(br, NULL);
+    th_submit(&T, req2, n2, &r);
+    ck_assert_int_eq(r.code, KL_INVALID_ARGUMENT);
+    ck_assert_ptr_nonnull(strstr(r.err.message, "mutations[0].create_queue.limits"));
+    th_reply_free(&r);
+    free(req2);
+    free(breq);
+}
+END_TEST
+
 Suite *suite_engine(void)
 {
     Suite *s = suite_create("engine");
@@ -418,6 +464,7 @@ Suite *suite_engine(void)
     tcase_add_test(t, release_and_delete_rules);
     tcase_add_test(t, max_deliveries_moves_to_dlq);
     tcase_add_test(t, recovery_reapplies_durable_entries);
+    tcase_add_test(t, unknown_fields_are_refused);
     suite_add_tcase(s, t);
     return s;
 }
