@@ -4,8 +4,9 @@
  *  - kl_store_append: writes log entries with sync=true. This is the durable write of a
  *    commit; once it returns, the entry survives kill -9 and power loss.
  *  - kl_store_apply: writes one committed entry's write-sets together with
- *    'M'"applied" in one unsynced WriteBatch. A crash may lose it; recovery re-applies
- *    every logged entry after `applied` (kl_store_applied_index).
+ *    'M'"applied" in one WriteBatch that bypasses the WAL (so it is never synced). A crash
+ *    may lose it, state and applied index together; recovery re-applies every logged
+ *    entry after `applied` (kl_store_applied_index).
  *  - The format record is checked at open: format_version must be known, unknown
  *    incompat bits refuse to open, unknown ro_compat bits refuse a writable open
  *    (keyloadd always writes), unknown compat bits are fine.
