@@ -441,9 +441,9 @@ kl_code kl_node_queue_stats(kl_node *n, const uint8_t *req, size_t len, uint8_t 
         rc = kl_fail(err, KL_INVALID_ARGUMENT, "queue", "queue is missing");
         goto done;
     }
-    if ((rc = kl_engine_check_name("queue.tenant", r->queue->tenant, err)) != KL_OK ||
-        (rc = kl_engine_check_name("queue.database", r->queue->database, err)) != KL_OK ||
-        (rc = kl_engine_check_name("queue.queue", r->queue->queue, err)) != KL_OK)
+    if ((rc = kl_name_check("queue.tenant", r->queue->tenant, err)) != KL_OK ||
+        (rc = kl_name_check("queue.database", r->queue->database, err)) != KL_OK ||
+        (rc = kl_name_check("queue.queue", r->queue->queue, err)) != KL_OK)
         goto done;
     kl_view view = {.store = n->store, .scan_limit = n->cfg.limits.max_scan_records};
     kl_eval_ctx ctx = {.view = &view, .limits = &n->cfg.limits, .partition = n->cfg.partition,

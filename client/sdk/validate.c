@@ -1,6 +1,7 @@
 /* validate: client-side checks of names and text. The server validates again; these exist
  * so a user gets a clear error naming the field before anything is sent. */
 #include "client/sdk/internal.h"
+#include "common/names.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -65,16 +66,8 @@ kl_code kl_sdk_check_name(const char *what, const char *name, kl_sdk_name_rule r
         return kl_fail(err, KL_INVALID_ARGUMENT, what, "%s is not valid UTF-8", what);
     if (rule == KL_SDK_NAME_KEY)
         return KL_OK;
-    /* Identifiers (tenant, database, queue, lane): the daemon's alphabet. */
-    for (size_t i = 0; i < len; i++) {
-        char ch = name[i];
-        if (!((ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') || (ch >= '0' && ch <= '9') ||
-              ch == '.' || ch == '_' || ch == '-' || ch == ':'))
-            return kl_fail(err, KL_INVALID_ARGUMENT, what,
-                           "%s may hold only letters, digits and . _ - : (byte %zu is not)",
-                           what, i);
-    }
-    return KL_OK;
+    /* Identifiers (tenant, database, queue, lane): the daemon's own rule. */
+    return kl_name_check(what, name, err);
 }
 
 kl_code kl_sdk_split_database(const char *db, char *tenant, char *database, kl_err *err)

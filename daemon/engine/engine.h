@@ -13,10 +13,10 @@
 
 #include "common/canon.h"
 #include "common/cluster.h"
+#include "common/names.h"
 #include "daemon/engine/view.h"
 #include "keyload/v1/queue.pb-c.h"
 
-#define KL_NAME_LEN_MAX 128
 #define KL_HEADER_VALUE_MAX 4096
 #define KL_MAP_ENTRIES_MAX 64
 #define KL_BATCH_MUTATIONS_MAX 1000
@@ -60,8 +60,5 @@ kl_code kl_engine_eval_batch(kl_eval_ctx *ctx, const Keyload__V1__BatchRequest *
 kl_code kl_engine_queue_stats(kl_eval_ctx *ctx, const Keyload__V1__QueueLaneRef *q,
                               Keyload__V1__QueueStatsAnswer *out, Keyload__V1__QueueLimits *limits_out,
                               char *dlq_out, kl_err *err);
-
-/* Name rules shared with the SDK: 1..128 bytes of [A-Za-z0-9._:-]. */
-kl_code kl_engine_check_name(const char *what, const char *s, kl_err *err);
 
 #endif

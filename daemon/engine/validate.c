@@ -4,29 +4,11 @@
 #include "daemon/engine/engine.h"
 
 #include "common/guid.h"
+#include "common/names.h"
 #include "common/proto_check.h"
 
 #include <stdio.h>
 #include <string.h>
-
-kl_code kl_engine_check_name(const char *what, const char *s, kl_err *err)
-{
-    size_t n = s ? strlen(s) : 0;
-    if (n == 0)
-        return kl_fail(err, KL_INVALID_ARGUMENT, what, "%s must not be empty", what);
-    if (n > KL_NAME_LEN_MAX)
-        return kl_fail(err, KL_INVALID_ARGUMENT, what, "%s is %zu bytes; the limit is %d", what, n,
-                       KL_NAME_LEN_MAX);
-    for (size_t i = 0; i < n; i++) {
-        char ch = s[i];
-        if (!((ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') || (ch >= '0' && ch <= '9') ||
-              ch == '.' || ch == '_' || ch == '-' || ch == ':'))
-            return kl_fail(err, KL_INVALID_ARGUMENT, what,
-                           "%s may hold only letters, digits and . _ - : (byte %zu is not allowed)",
-                           what, i);
-    }
-    return KL_OK;
-}
 
 static kl_code check_ref(const char *where, const Keyload__V1__QueueLaneRef *r, bool lane_allowed,
                          kl_err *err)
@@ -36,19 +18,19 @@ static kl_code check_ref(const char *where, const Keyload__V1__QueueLaneRef *r, 
         return kl_fail(err, KL_INVALID_ARGUMENT, where, "%s is missing", where);
     kl_code rc;
     snprintf(what, sizeof what, "%s.tenant", where);
-    if ((rc = kl_engine_check_name(what, r->tenant, err)) != KL_OK)
+    if ((rc = kl_name_check(what, r->tenant, err)) != KL_OK)
         return rc;
     snprintf(what, sizeof what, "%s.database", where);
-    if ((rc = kl_engine_check_name(what, r->database, err)) != KL_OK)
+    if ((rc = kl_name_check(what, r->database, err)) != KL_OK)
         return rc;
     snprintf(what, sizeof what, "%s.queue", where);
-    if ((rc = kl_engine_check_name(what, r->queue, err)) != KL_OK)
+    if ((rc = kl_name_check(what, r->queue, err)) != KL_OK)
         return rc;
     if (r->lane != NULL && r->lane[0] != '\0') {
         snprintf(what, sizeof what, "%s.lane", where);
         if (!lane_allowed)
             return kl_fail(err, KL_INVALID_ARGUMENT, what, "%s is not used here; leave it empty", what);
-        if ((rc = kl_engine_check_name(what, r->lane, err)) != KL_OK)
+        if ((rc = kl_name_check(what, r->lane, err)) != KL_OK)
             return rc;
     }
     return KL_OK;
@@ -123,7 +105,7 @@ static kl_code check_mutation(size_t idx, const Keyload__V1__Mutation *m, kl_err
             return rc;
         if (m->create_queue->limits && m->create_queue->limits->dead_letter_queue[0] != '\0') {
             snprintf(where, sizeof where, "mutations[%zu].create_queue.limits.dead_letter_queue", idx);
-            return kl_engine_check_name(where, m->create_queue->limits->dead_letter_queue, err);
+            return kl_name_check(where, m->create_queue->limits->dead_letter_queue, err);
         }
         return KL_OK;
     case KEYLOAD__V1__MUTATION__KIND_DELETE_QUEUE:
