@@ -83,10 +83,8 @@ fuzz:
 	@$(MAKE) --no-print-directory -f tests/fuzz/fuzz.mk
 
 test: deps
-	@$(MAKE) --no-print-directory all build/unit-tests
-	@$(MAKE) --no-print-directory unit-test
-	@$(MAKE) --no-print-directory process-test
-	@$(MAKE) --no-print-directory fuzz-run
+	@$(MAKE) --no-print-directory all build/unit-tests build/proc-test
+	@bash tests/support/test-all.sh
 
 bench: deps
 	@$(MAKE) --no-print-directory all
