@@ -137,9 +137,9 @@ static void check_stats(const uint8_t *p, size_t len)
     kl_err err;
     kl_err_clear(&err);
     if (r->queue != NULL) {
-        (void)(kl_engine_check_name("queue.tenant", r->queue->tenant, &err) == KL_OK &&
-               kl_engine_check_name("queue.database", r->queue->database, &err) == KL_OK &&
-               kl_engine_check_name("queue.queue", r->queue->queue, &err) == KL_OK);
+        (void)(kl_name_check("queue.tenant", r->queue->tenant, &err) == KL_OK &&
+               kl_name_check("queue.database", r->queue->database, &err) == KL_OK &&
+               kl_name_check("queue.queue", r->queue->queue, &err) == KL_OK);
     }
     keyload__v1__queue_stats_request__free_unpacked(r, NULL);
 }
