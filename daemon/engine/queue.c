@@ -466,7 +466,7 @@ static kl_code make_available(kl_eval_ctx *c, Keyload__V1__QueueRecord *q, const
 
 typedef struct {
     int64_t now;
-    size_t n;
+    size_t n, max;
     struct { int64_t t; uint64_t seq; char lane[KL_NAME_LEN_MAX + 1]; } e[PROMOTE_BATCH];
 } due_list;
 
@@ -481,21 +481,38 @@ static int collect_due(void *arg, const uint8_t *key, size_t klen, const uint8_t
     d->e[d->n].seq = seq;
     memcpy(d->e[d->n].lane, val, vlen);
     d->e[d->n].lane[vlen] = '\0';
-    return ++d->n == PROMOTE_BATCH;
+    return ++d->n == d->max;
+}
+
+/* How much housekeeping one Receive does: due entries it promotes plus expired messages
+ * it drops, each costing up to 4 reads of the scan budget. All of it must fit the batch's
+ * MaxScanRecords, or a backlog larger than the budget (many leases running out together,
+ * a burst of delays ending, a lane of expired messages) would make every Receive of the
+ * queue fail RESOURCE_EXHAUSTED and never shrink: the queue would be wedged for good. So
+ * a Receive takes on at most an eighth of the budget's worth (and PROMOTE_BATCH); the rest
+ * waits for the next Receive, oldest first. */
+static size_t housekeeping_cap(const kl_eval_ctx *c)
+{
+    uint64_t cap = c->view->scan_limit / 8;
+    if (cap > PROMOTE_BATCH)
+        cap = PROMOTE_BATCH;
+    return cap ? (size_t)cap : 1;
 }
 
 /* Returns leases that expired and delays that ended (entries with time <= now) to their
- * lanes, in time order. Lease expiry is evaluated lazily, at the next Receive, with the
- * entry's time, so every replica reaches the same state. */
-static kl_code promote_due(kl_eval_ctx *c, Keyload__V1__QueueRecord *q, kl_err *err)
+ * lanes, in time order, at most *budget of them (decremented; see housekeeping_cap).
+ * Lease expiry is evaluated lazily, at the next Receive, with the entry's time, so every
+ * replica reaches the same state. */
+static kl_code promote_due(kl_eval_ctx *c, Keyload__V1__QueueRecord *q, size_t *budget, kl_err *err)
 {
     due_list *d = malloc(sizeof *d);
     if (d == NULL)
         return oom(err);
     kl_code rc = KL_OK;
-    for (;;) {
+    while (*budget > 0) {
         d->now = c->now_ms;
         d->n = 0;
+        d->max = *budget < PROMOTE_BATCH ? *budget : PROMOTE_BATCH;
         kl_key pk;
         kl_key_timed_queue(&pk, q->queue_id);
         if ((rc = kl_view_scan(c->view, pk.b, pk.len, collect_due, d, err)) != KL_OK)
@@ -511,7 +528,8 @@ static kl_code promote_due(kl_eval_ctx *c, Keyload__V1__QueueRecord *q, kl_err *
             rc = make_available(c, q, d->e[i].lane, m, err);
             keyload__v1__message_record__free_unpacked(m, NULL);
         }
-        if (rc != KL_OK || d->n < PROMOTE_BATCH)
+        *budget -= d->n;
+        if (rc != KL_OK || d->n < d->max)
             break;
     }
     free(d);
@@ -556,7 +574,8 @@ static kl_code eval_receive(kl_eval_ctx *c, const Keyload__V1__Receive *m, kl_bu
         rc = oom(err);
         goto done;
     }
-    if ((rc = promote_due(c, q, err)) != KL_OK)
+    size_t housekeeping = housekeeping_cap(c);
+    if ((rc = promote_due(c, q, &housekeeping, err)) != KL_OK)
         goto done;
     bool full = false;
     while (got < want && !full) {
@@ -576,7 +595,14 @@ static kl_code eval_receive(kl_eval_ctx *c, const Keyload__V1__Receive *m, kl_bu
             kl_key k;
             kl_key_available(&k, qid, lane, msg->seq);
             if (msg->message->expires_at_unix_ms != 0 && msg->message->expires_at_unix_ms <= c->now_ms) {
-                /* Expired while waiting: it is never delivered. */
+                /* Expired while waiting: it is never delivered. Past the housekeeping cap the
+                 * Receive stops here and answers with what it has. */
+                if (housekeeping == 0) {
+                    keyload__v1__message_record__free_unpacked(msg, NULL);
+                    full = true;
+                    break;
+                }
+                housekeeping--;
                 rc = remove_message(c->view, q, lane, msg, false, err);
                 keyload__v1__message_record__free_unpacked(msg, NULL);
                 if (rc != KL_OK)

@@ -447,6 +447,83 @@ START_TEST(unknown_fields_are_refused)
 }
 END_TEST
 
+/* Receive promotes due leases and delays and drops expired messages in the same batch;
+ * with more of them than MaxScanRecords allows in one batch, every Receive used to fail
+ * RESOURCE_EXHAUSTED and nothing ever cleared the backlog: the queue was wedged for good.
+ * Now each Receive works off a bounded share of the backlog and delivers. */
+START_TEST(receive_works_off_a_backlog_over_the_scan_budget)
+{
+    kl_limits l;
+    kl_limits_default(&l);
+    l.max_scan_records = 100;
+    th_close(&T);
+    T.limits = l;
+    th_reopen(&T);
+    /* 80 leased messages (more than a 100-record budget can promote at once). */
+    for (uint8_t i = 0; i < 4; i++) {
+        th_batch *b = th_batch_new((uint8_t)(0xa0 + i));
+        for (int j = 0; j < 20; j++)
+            th_enqueue(b, "orders", NULL, "m");
+        keyload__v1__batch_receipt__free_unpacked(th_run(&T, b, KL_OK), NULL);
+    }
+    for (uint8_t i = 0; i < 4; i++) {
+        Keyload__V1__BatchReceipt *r = receive((uint8_t)(0xa8 + i), 20, 1000);
+        ck_assert_uint_eq(r->results[0]->received->n_messages, 20);
+        keyload__v1__batch_receipt__free_unpacked(r, NULL);
+    }
+    T.now += 2000; /* all 80 leases run out together */
+    uint64_t delivered = 0;
+    for (uint8_t i = 0; i < 40 && delivered < 80; i++) {
+        Keyload__V1__BatchReceipt *r = receive((uint8_t)(0xb0 + i), 5, 60000);
+        delivered += r->results[0]->received->n_messages;
+        keyload__v1__batch_receipt__free_unpacked(r, NULL);
+    }
+    ck_assert_uint_eq(delivered, 80); /* every message redelivered, none lost */
+    uint64_t inflight;
+    ck_assert_uint_eq(th_queue_messages(&T, "orders", &inflight), 80);
+    ck_assert_uint_eq(inflight, 80);
+
+    /* The same for 60 messages whose expiry passed while they waited in the lane. */
+    th_batch *b = th_batch_new(0xe0);
+    th_create(b, "brief", 0, 0, 0, NULL);
+    keyload__v1__batch_receipt__free_unpacked(th_run(&T, b, KL_OK), NULL);
+    for (uint8_t i = 0; i < 3; i++) {
+        size_t len;
+        b = th_batch_new((uint8_t)(0xe1 + i));
+        for (int j = 0; j < 20; j++)
+            th_enqueue(b, "brief", NULL, "gone soon");
+        uint8_t *req = th_batch_pack(b, &len);
+        Keyload__V1__BatchRequest *br = keyload__v1__batch_request__unpack(NULL, len, req);
+        for (size_t j = 0; j < br->n_mutations; j++)
+            br->mutations[j]->enqueue->message->expires_at_unix_ms = T.now + 10;
+        size_t n2 = keyload__v1__batch_request__get_packed_size(br);
+        uint8_t *req2 = malloc(n2);
+        keyload__v1__batch_request__pack(br, req2);
+        keyload__v1__batch_request__free_unpacked(br, NULL);
+        th_reply r = {0};
+        th_submit(&T, req2, n2, &r);
+        ck_assert_int_eq(r.code, KL_OK);
+        th_reply_free(&r);
+        free(req2);
+        free(req);
+    }
+    b = th_batch_new(0xe8);
+    th_enqueue(b, "brief", NULL, "keeper");
+    keyload__v1__batch_receipt__free_unpacked(th_run(&T, b, KL_OK), NULL);
+    T.now += 100;
+    delivered = 0;
+    for (uint8_t i = 0; i < 30 && delivered == 0; i++) {
+        b = th_batch_new((uint8_t)(0xf0 + i));
+        th_receive(b, "brief", NULL, 1, 0);
+        Keyload__V1__BatchReceipt *r = th_run(&T, b, KL_OK);
+        delivered += r->results[0]->received->n_messages;
+        keyload__v1__batch_receipt__free_unpacked(r, NULL);
+    }
+    ck_assert_uint_eq(delivered, 1);
+    ck_assert_uint_eq(th_queue_messages(&T, "brief", NULL), 1); /* the 60 expired are gone */
+}
+END_TEST
+
 Suite *suite_engine(void)
 {
     Suite *s = suite_create("engine");
@@ -465,6 +542,7 @@ Suite *suite_engine(void)
     tcase_add_test(t, max_deliveries_moves_to_dlq);
     tcase_add_test(t, recovery_reapplies_durable_entries);
     tcase_add_test(t, unknown_fields_are_refused);
+    tcase_add_test(t, receive_works_off_a_backlog_over_the_scan_budget);
     suite_add_tcase(s, t);
     return s;
 }
