@@ -1,0 +1,1110 @@
+/* raft: the protocol half of the replication core (the contract is in raft.h).
+ *
+ * Owns roles, terms, votes, per-follower progress, the commit index, the outbox, read-index
+ * rounds and the ready/advance bookkeeping. The log window and its storage reads live in
+ * raft_log.c. Nothing here blocks, allocates without a bound, or reads a clock.
+ *
+ * Invariants (asserted where they are maintained):
+ *   commit <= last index; commit never decreases; no entry <= commit is ever truncated;
+ *   a leader's log only grows, and its first entry of a term is the no-op;
+ *   applied <= commit; at most one ready is outstanding;
+ *   for every follower progress on a leader: match < next <= last + 1;
+ *   unsent messages always speak for the current term: they are dropped when the term
+ *   changes, because an append acknowledgement queued in term T may describe entries that a
+ *   term-T' leader has truncated since (sending it would be a lie about what is durable). */
+#include "daemon/repl/raft.h"
+
+#include "daemon/repl/raft_log.h"
+
+#include <assert.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+enum { PR_PROBE = 0, PR_REPLICATE = 1 };
+
+/* What a leader knows about one follower (etcd's tracker.Progress). */
+typedef struct progress {
+    uint64_t match;    /* highest index the follower acknowledged as persisted and matching */
+    uint64_t next;     /* next index to send */
+    uint8_t state;     /* PR_PROBE: find the match point, one append at a time;
+                        * PR_REPLICATE: stream optimistically, up to max_inflight appends */
+    bool probe_sent;   /* probe: an append is out; wait for its answer or a heartbeat answer */
+    bool active;       /* heard from since the last check-quorum */
+    uint64_t read_ack; /* highest read-index round confirmed by this follower in this term */
+    uint64_t infl[KL_RAFT_MAX_INFLIGHT]; /* ring: last index of each append in flight */
+    uint32_t infl_start, infl_count;
+} progress;
+
+typedef struct pending_read {
+    uint64_t ctx, index, seq;
+} pending_read;
+
+struct kl_raft {
+    kl_raft_config cfg;
+    size_t n, self; /* member count; this member's slot in cfg.members */
+    uint32_t q1, q2, qcheck;
+    kl_rlog log;
+    bool fatal;
+
+    uint64_t term, vote, commit;
+    kl_raft_role role;
+    uint64_t leader;
+    uint32_t election_elapsed, heartbeat_elapsed, timeout;
+    uint64_t rng;
+    uint32_t granted, rejected; /* votes of the running (pre-)election, bits by slot */
+
+    progress prs[KL_RAFT_MAX_MEMBERS];
+    bool append_dirty; /* leader: new entries to send, flushed into the next ready */
+    bool hb_dirty;     /* leader: a read-index round wants a heartbeat, likewise */
+    uint64_t noop_index; /* leader: index of this term's no-op; ready once commit reaches it */
+
+    uint64_t read_seq;        /* read-index rounds, numbered across terms */
+    pending_read *reads;      /* ring of unconfirmed reads, cap max_pending_reads */
+    size_t reads_head, reads_len;
+    kl_raft_read_state *done; /* confirmed reads for the next ready */
+    size_t done_len;
+
+    kl_raft_msg *out; /* outbox */
+    size_t out_len, out_cap, out_bytes;
+
+    /* ready bookkeeping */
+    bool ready_out;
+    kl_raft_hard_state hs_handed; /* last hard state handed out (or loaded at start) */
+    kl_raft_role role_handed;
+    uint64_t leader_handed, term_handed;
+    uint64_t applied, applied_handed;
+    kl_raft_entry *rd_ents, *rd_committed;
+    size_t rd_n_ents, rd_n_committed;
+    kl_raft_msg *rd_msgs;
+    size_t rd_n_msgs;
+    kl_raft_read_state *rd_reads;
+    size_t rd_n_reads;
+};
+
+/* ---------------------------------------------------------------- small helpers */
+
+static uint64_t min_u64(uint64_t a, uint64_t b) { return a < b ? a : b; }
+static uint64_t max_u64(uint64_t a, uint64_t b) { return a > b ? a : b; }
+
+static uint64_t splitmix64(uint64_t *s)
+{
+    uint64_t z = (*s += 0x9e3779b97f4a7c15ull);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+}
+
+static int slot_of(const kl_raft *r, uint64_t id)
+{
+    for (size_t i = 0; i < r->n; i++)
+        if (r->cfg.members[i] == id)
+            return (int)i;
+    return -1;
+}
+
+static int popcount(uint32_t v) { return __builtin_popcount(v); }
+
+static bool broken(const kl_raft *r) { return r->fatal || r->log.fatal; }
+static kl_code status_of(const kl_raft *r) { return broken(r) ? KL_INTERNAL : KL_OK; }
+
+kl_code kl_raft_quorums(size_t n, uint32_t replica_count, uint32_t *q1)
+{
+    if (n < 1 || n > KL_RAFT_MAX_MEMBERS || replica_count < 1 || replica_count > n)
+        return KL_INVALID_ARGUMENT;
+    uint32_t a = (uint32_t)n - replica_count + 1, b = (uint32_t)n / 2 + 1;
+    *q1 = a > b ? a : b;
+    return KL_OK;
+}
+
+/* ---------------------------------------------------------------- outbox */
+
+static size_t msg_bytes(const kl_raft_msg *m)
+{
+    size_t b = sizeof *m;
+    for (size_t i = 0; i < m->n_entries; i++)
+        b += sizeof m->entries[i] + m->entries[i].len;
+    return b;
+}
+
+static void free_msgs(kl_raft_msg *m, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        kl_rlog_free_entries(m[i].entries, m[i].n_entries);
+}
+
+static kl_raft_msg msg_to(const kl_raft *r, uint8_t type, uint64_t to)
+{
+    return (kl_raft_msg){.type = type, .from = r->cfg.id, .to = to, .term = r->term};
+}
+
+/* Queues m, taking over its entries. Past the outbox limits the message is dropped, exactly
+ * as a lossy network would: Raft recovers from that, and memory stays bounded. */
+static void send(kl_raft *r, kl_raft_msg *m)
+{
+    size_t b = msg_bytes(m);
+    if (r->out_len >= r->cfg.max_outbox_msgs || r->out_bytes + b > r->cfg.max_outbox_bytes)
+        goto drop;
+    if (r->out_len == r->out_cap) {
+        size_t ncap = r->out_cap ? r->out_cap * 2 : 16;
+        kl_raft_msg *n = realloc(r->out, ncap * sizeof *n);
+        if (n == NULL)
+            goto drop;
+        r->out = n;
+        r->out_cap = ncap;
+    }
+    r->out[r->out_len++] = *m;
+    r->out_bytes += b;
+    return;
+drop:
+    kl_rlog_free_entries(m->entries, m->n_entries);
+}
+
+static void drop_outbox(kl_raft *r)
+{
+    free_msgs(r->out, r->out_len);
+    r->out_len = 0;
+    r->out_bytes = 0;
+}
+
+/* ---------------------------------------------------------------- roles */
+
+static void set_term(kl_raft *r, uint64_t term)
+{
+    assert(term > r->term);
+    drop_outbox(r); /* see the header comment: unsent messages speak for the old term */
+    r->term = term;
+    r->vote = 0;
+}
+
+static void reset_timers(kl_raft *r)
+{
+    r->election_elapsed = 0;
+    r->heartbeat_elapsed = 0;
+    /* Randomized in [T, 2T) per round so that split votes resolve (Raft §5.2). */
+    r->timeout = r->cfg.election_ticks + (uint32_t)(splitmix64(&r->rng) % r->cfg.election_ticks);
+}
+
+static void commit_to(kl_raft *r, uint64_t c)
+{
+    if (c <= r->commit)
+        return;
+    assert(c <= r->log.last);
+    r->commit = c;
+}
+
+static void become_follower(kl_raft *r, uint64_t term, uint64_t leader)
+{
+    if (term > r->term)
+        set_term(r, term);
+    /* Unconfirmed reads die with the leadership; confirmed ones (r->done) stay valid: their
+     * index was confirmed while this member still led. */
+    r->reads_len = 0;
+    r->append_dirty = false;
+    r->hb_dirty = false;
+    r->role = KL_RAFT_FOLLOWER;
+    r->leader = leader;
+    reset_timers(r);
+}
+
+static void become_leader(kl_raft *r);
+static void become_candidate(kl_raft *r);
+
+/* Records a (pre-)vote answer; returns true if the round is decided (and acted upon). */
+static bool poll(kl_raft *r, size_t slot, bool granted)
+{
+    uint32_t bit = 1u << slot;
+    if ((r->granted | r->rejected) & bit)
+        return false; /* a duplicate answer */
+    if (granted)
+        r->granted |= bit;
+    else
+        r->rejected |= bit;
+    if ((uint32_t)popcount(r->granted) >= r->q1) {
+        if (r->role == KL_RAFT_PRE_CANDIDATE)
+            become_candidate(r);
+        else
+            become_leader(r);
+        return true;
+    }
+    /* Once more than N - Q1 refused, Q1 grants are out of reach. */
+    if ((uint32_t)popcount(r->rejected) >= (uint32_t)r->n - r->q1 + 1) {
+        become_follower(r, r->term, 0);
+        return true;
+    }
+    return false;
+}
+
+static void request_votes(kl_raft *r, uint8_t type, uint64_t term)
+{
+    for (size_t s = 0; s < r->n; s++) {
+        if (s == r->self)
+            continue;
+        kl_raft_msg m = msg_to(r, type, r->cfg.members[s]);
+        m.term = term;
+        m.index = r->log.last;
+        m.log_term = r->log.last_term;
+        send(r, &m);
+    }
+}
+
+/* Pre-vote (Raft thesis §9.6): ask whether we could win before disturbing anyone's term, so
+ * a member that was cut off does not force an election when it comes back. */
+static void become_pre_candidate(kl_raft *r)
+{
+    r->role = KL_RAFT_PRE_CANDIDATE;
+    r->leader = 0;
+    r->granted = r->rejected = 0;
+    reset_timers(r);
+    if (poll(r, r->self, true))
+        return;
+    request_votes(r, KL_RAFT_MSG_PREVOTE, r->term + 1);
+}
+
+static void become_candidate(kl_raft *r)
+{
+    set_term(r, r->term + 1);
+    r->vote = r->cfg.id;
+    r->role = KL_RAFT_CANDIDATE;
+    r->leader = 0;
+    r->granted = r->rejected = 0;
+    reset_timers(r);
+    if (poll(r, r->self, true))
+        return;
+    request_votes(r, KL_RAFT_MSG_VOTE, r->term);
+}
+
+static void become_leader(kl_raft *r)
+{
+    assert(r->role == KL_RAFT_CANDIDATE);
+    r->role = KL_RAFT_LEADER;
+    r->leader = r->cfg.id;
+    reset_timers(r);
+    for (size_t s = 0; s < r->n; s++)
+        r->prs[s] = (progress){.match = 0, .next = r->log.last + 1, .state = PR_PROBE};
+    /* The no-op of the new term (Raft §8): earlier-term entries commit only indirectly, through
+     * an entry of the leader's own term, and read-index needs one committed too. It bypasses
+     * the unpersisted caps: a leader without it could never commit. */
+    if (!kl_rlog_append(&r->log, r->term, KL_RAFT_ENTRY_NOOP, NULL, 0)) {
+        become_follower(r, r->term, 0); /* out of memory: let someone else lead */
+        return;
+    }
+    r->noop_index = r->log.last;
+    r->append_dirty = true;
+}
+
+/* ---------------------------------------------------------------- leader: replication */
+
+static bool paused(const kl_raft *r, const progress *pr)
+{
+    if (pr->state == PR_PROBE)
+        return pr->probe_sent;
+    return pr->infl_count >= r->cfg.max_inflight;
+}
+
+static void infl_add(progress *pr, uint32_t cap, uint64_t last)
+{
+    assert(pr->infl_count < cap);
+    pr->infl[(pr->infl_start + pr->infl_count) % cap] = last;
+    pr->infl_count++;
+}
+
+static void infl_free_to(progress *pr, uint32_t cap, uint64_t index)
+{
+    while (pr->infl_count > 0 && pr->infl[pr->infl_start] <= index) {
+        pr->infl_start = (pr->infl_start + 1) % cap;
+        pr->infl_count--;
+    }
+}
+
+static void become_probe(progress *pr)
+{
+    pr->state = PR_PROBE;
+    pr->next = pr->match + 1;
+    pr->probe_sent = false;
+    pr->infl_start = pr->infl_count = 0;
+}
+
+static void become_replicate(progress *pr)
+{
+    pr->state = PR_REPLICATE;
+    pr->next = pr->match + 1;
+    pr->probe_sent = false;
+    pr->infl_start = pr->infl_count = 0;
+}
+
+/* One append to the follower in slot s, if its flow allows. send_if_empty: also when there is
+ * no entry to send (a probe, or to carry a new commit index). Returns whether one was queued. */
+static bool send_append(kl_raft *r, size_t s, bool send_if_empty)
+{
+    progress *pr = &r->prs[s];
+    assert(pr->match < pr->next && pr->next <= r->log.last + 1);
+    if (paused(r, pr))
+        return false;
+    kl_raft_msg m = msg_to(r, KL_RAFT_MSG_APPEND, r->cfg.members[s]);
+    m.index = pr->next - 1;
+    m.log_term = kl_rlog_term(&r->log, m.index);
+    m.commit = r->commit;
+    if (broken(r))
+        return false;
+    if (pr->next <= r->log.last &&
+        !kl_rlog_copy(&r->log, pr->next, r->log.last + 1, r->cfg.max_msg_bytes,
+                      KL_RAFT_MAX_MSG_ENTRIES, &m.entries, &m.n_entries))
+        return false; /* out of memory or storage failure: as if the message were lost */
+    if (m.n_entries == 0 && !send_if_empty)
+        return false;
+    if (pr->state == PR_REPLICATE) {
+        if (m.n_entries > 0) {
+            uint64_t last = m.entries[m.n_entries - 1].index;
+            pr->next = last + 1;
+            infl_add(pr, r->cfg.max_inflight, last);
+        }
+    } else {
+        pr->probe_sent = true;
+    }
+    send(r, &m);
+    return true;
+}
+
+static void bcast_append(kl_raft *r, bool send_if_empty)
+{
+    for (size_t s = 0; s < r->n; s++)
+        if (s != r->self)
+            while (send_append(r, s, send_if_empty) && !send_if_empty)
+                ; /* replicate state: stream until the window or the log is exhausted */
+}
+
+static void bcast_heartbeat(kl_raft *r)
+{
+    for (size_t s = 0; s < r->n; s++) {
+        if (s == r->self)
+            continue;
+        kl_raft_msg m = msg_to(r, KL_RAFT_MSG_HEARTBEAT, r->cfg.members[s]);
+        /* Never more than the follower is known to hold: it cannot check the entries. */
+        m.commit = min_u64(r->prs[s].match, r->commit);
+        m.ctx = r->read_seq;
+        send(r, &m);
+    }
+}
+
+/* Commit by counting (Raft §5.3, §5.4.2, with Q2): the highest index persisted by Q2
+ * members, the leader counted only up to what its driver reported durable, commits if it is
+ * of the current term. */
+static bool maybe_commit(kl_raft *r)
+{
+    uint64_t v[KL_RAFT_MAX_MEMBERS];
+    for (size_t s = 0; s < r->n; s++)
+        v[s] = s == r->self ? r->log.persisted : r->prs[s].match;
+    for (size_t i = 1; i < r->n; i++) /* insertion sort, descending; n <= 9 */
+        for (size_t j = i; j > 0 && v[j] > v[j - 1]; j--) {
+            uint64_t t = v[j];
+            v[j] = v[j - 1];
+            v[j - 1] = t;
+        }
+    uint64_t c = v[r->q2 - 1];
+    if (c <= r->commit || kl_rlog_term(&r->log, c) != r->term)
+        return false;
+    commit_to(r, c);
+    return true;
+}
+
+/* Confirms, oldest first, the reads whose round Q2 members (self included) have answered.
+ * Why Q2 (DESIGN.md §3: "answered by replica_count members"): Q2 + Q1 > N, so the answering
+ * set meets every election quorum. A member that answered round q in our term had not voted
+ * in a later term yet, so no newer leader existed when the read was recorded, and none had
+ * committed anything our index misses. (N - Q1 + 1 answers would be enough for that; Q2 also
+ * means a fresh read succeeds exactly when a write could, which is what callers expect.) */
+static void release_reads(kl_raft *r)
+{
+    size_t cap = r->cfg.max_pending_reads;
+    while (r->reads_len > 0) {
+        pending_read *pr = &r->reads[r->reads_head];
+        uint32_t acks = 1;
+        for (size_t s = 0; s < r->n; s++)
+            if (s != r->self && r->prs[s].read_ack >= pr->seq)
+                acks++;
+        if (acks < r->q2)
+            break;
+        assert(r->done_len < cap);
+        r->done[r->done_len++] = (kl_raft_read_state){.ctx = pr->ctx, .index = pr->index};
+        r->reads_head = (r->reads_head + 1) % cap;
+        r->reads_len--;
+    }
+}
+
+/* ---------------------------------------------------------------- message handlers */
+
+static bool up_to_date(kl_raft *r, uint64_t last_term, uint64_t last_index)
+{
+    /* Raft §5.4.1: the later last term wins; with equal terms the longer log. */
+    return last_term > r->log.last_term ||
+           (last_term == r->log.last_term && last_index >= r->log.last);
+}
+
+static void handle_vote_request(kl_raft *r, const kl_raft_msg *m)
+{
+    bool pre = m->type == KL_RAFT_MSG_PREVOTE;
+    uint8_t rtype = pre ? KL_RAFT_MSG_PREVOTE_RESP : KL_RAFT_MSG_VOTE_RESP;
+    /* A real vote: at most one candidate per term, and none while we follow a leader. A
+     * pre-vote for a later term commits us to nothing, so only the log decides it (the lease
+     * check in step_msg already refused it if we heard from a leader recently). */
+    bool can = r->vote == m->from || (r->vote == 0 && r->leader == 0) ||
+               (pre && m->term > r->term);
+    kl_raft_msg resp = msg_to(r, rtype, m->from);
+    if (can && up_to_date(r, m->log_term, m->index)) {
+        resp.term = m->term; /* a pre-vote grant names the term asked about */
+        if (!pre) {
+            r->vote = m->from;
+            r->election_elapsed = 0;
+        }
+    } else {
+        resp.reject = true;
+    }
+    send(r, &resp);
+}
+
+static bool room_for(const kl_raft *r, size_t len)
+{
+    uint64_t unp = kl_rlog_unpersisted(&r->log);
+    if (unp == 0)
+        return true; /* one entry always fits, or a big entry could never pass */
+    return unp < r->cfg.max_unpersisted_entries &&
+           r->log.unp_bytes + len <= r->cfg.max_unpersisted_bytes;
+}
+
+static void handle_append(kl_raft *r, const kl_raft_msg *m)
+{
+    kl_raft_msg resp = msg_to(r, KL_RAFT_MSG_APPEND_RESP, m->from);
+    if (m->index < r->commit) {
+        /* Everything up to commit matches any leader's log (state machine safety); say so, and
+         * let the leader resend from there. */
+        resp.index = r->commit;
+        send(r, &resp);
+        return;
+    }
+    if (!kl_rlog_match(&r->log, m->index, m->log_term)) {
+        if (broken(r))
+            return;
+        /* Fast backtracking (etcd): point the leader at our last entry whose term is <= the
+         * term it asked about; it can skip whole terms instead of one index per round. */
+        uint64_t hint = kl_rlog_conflict_by_term(&r->log, min_u64(m->index, r->log.last),
+                                                 m->log_term);
+        resp.reject = true;
+        resp.index = m->index;
+        resp.reject_hint = hint;
+        resp.log_term = kl_rlog_term(&r->log, hint);
+        if (!broken(r))
+            send(r, &resp);
+        return;
+    }
+    size_t i = 0;
+    for (; i < m->n_entries; i++) {
+        const kl_raft_entry *e = &m->entries[i];
+        if (e->index > r->log.last)
+            break;
+        uint64_t t = kl_rlog_term(&r->log, e->index);
+        if (broken(r))
+            return;
+        if (t != e->term) {
+            /* Log matching (Raft §5.3): the suffix from the first conflict goes. It can never
+             * hold a committed entry: a leader's log contains every committed entry. */
+            assert(e->index > r->commit);
+            kl_rlog_truncate(&r->log, e->index);
+            break;
+        }
+    }
+    for (; i < m->n_entries; i++) {
+        const kl_raft_entry *e = &m->entries[i];
+        if (!room_for(r, e->len))
+            break; /* the leader will resend the rest */
+        uint8_t *d = NULL;
+        if (e->len > 0 && (d = malloc(e->len)) == NULL)
+            break;
+        if (e->len > 0)
+            memcpy(d, e->data, e->len);
+        if (!kl_rlog_append(&r->log, e->term, e->type, d, e->len)) {
+            free(d);
+            break;
+        }
+    }
+    if (broken(r))
+        return;
+    uint64_t last_new = m->index + i; /* entries up to here now match the leader's */
+    commit_to(r, min_u64(m->commit, last_new));
+    resp.index = last_new;
+    send(r, &resp);
+}
+
+static void handle_heartbeat(kl_raft *r, const kl_raft_msg *m)
+{
+    /* The leader sends min(match, commit), so the entries are ours already; the clamp only
+     * guards against a malformed message. */
+    commit_to(r, min_u64(m->commit, r->log.last));
+    kl_raft_msg resp = msg_to(r, KL_RAFT_MSG_HEARTBEAT_RESP, m->from);
+    resp.ctx = m->ctx;
+    send(r, &resp);
+}
+
+static void handle_append_resp(kl_raft *r, size_t s, const kl_raft_msg *m)
+{
+    progress *pr = &r->prs[s];
+    pr->active = true;
+    if (m->index > r->log.last)
+        return; /* claims entries we never had: malformed or from a past life; ignore */
+    if (m->reject) {
+        uint64_t hint = min_u64(m->reject_hint, r->log.last);
+        if (m->log_term > 0)
+            hint = kl_rlog_conflict_by_term(&r->log, hint, m->log_term);
+        if (broken(r))
+            return;
+        if (pr->state == PR_REPLICATE) {
+            if (m->index <= pr->match)
+                return; /* stale */
+            become_probe(pr);
+        } else {
+            if (pr->next - 1 != m->index)
+                return; /* answers an older probe */
+            pr->next = max_u64(min_u64(m->index, hint + 1), pr->match + 1);
+            pr->probe_sent = false;
+        }
+        send_append(r, s, true);
+        return;
+    }
+    bool updated = false;
+    if (m->index > pr->match) {
+        pr->match = m->index;
+        updated = true;
+    }
+    if (pr->next < pr->match + 1)
+        pr->next = pr->match + 1;
+    if (!updated && !(pr->state == PR_PROBE && m->index == pr->match))
+        return;
+    if (pr->state == PR_PROBE)
+        become_replicate(pr);
+    else
+        infl_free_to(pr, r->cfg.max_inflight, m->index);
+    if (maybe_commit(r))
+        bcast_append(r, true);
+    while (send_append(r, s, false))
+        ;
+}
+
+static void handle_heartbeat_resp(kl_raft *r, size_t s, const kl_raft_msg *m)
+{
+    progress *pr = &r->prs[s];
+    pr->active = true;
+    pr->probe_sent = false;
+    /* If every append in flight was lost, acks will never free the window: free one slot, so
+     * the next append goes out, and its rejection puts the follower back into probe. */
+    if (pr->state == PR_REPLICATE && pr->infl_count >= r->cfg.max_inflight) {
+        pr->infl_start = (pr->infl_start + 1) % r->cfg.max_inflight;
+        pr->infl_count--;
+    }
+    if (pr->match < r->log.last)
+        send_append(r, s, true);
+    if (m->ctx > pr->read_ack && m->ctx <= r->read_seq) {
+        pr->read_ack = m->ctx;
+        release_reads(r);
+    }
+}
+
+static bool in_lease(const kl_raft *r)
+{
+    return r->leader != 0 && r->election_elapsed < r->cfg.election_ticks;
+}
+
+static void step_msg(kl_raft *r, const kl_raft_msg *m)
+{
+    bool from_leader = m->type == KL_RAFT_MSG_APPEND || m->type == KL_RAFT_MSG_HEARTBEAT;
+    bool vote_req = m->type == KL_RAFT_MSG_PREVOTE || m->type == KL_RAFT_MSG_VOTE;
+    if (m->term > r->term) {
+        /* Leader stickiness (etcd's check-quorum lease): while we heard from a leader within
+         * an election timeout, a campaign elsewhere is a partitioned member coming back;
+         * ignoring it keeps one flaky member from deposing a healthy leader. A leader is
+         * always in its own lease. */
+        if (vote_req && in_lease(r))
+            return;
+        if (m->type == KL_RAFT_MSG_PREVOTE) {
+            /* answered below without touching our term */
+        } else if (m->type == KL_RAFT_MSG_PREVOTE_RESP && !m->reject) {
+            /* a grant carries the term we would campaign in, not a newer term */
+        } else {
+            become_follower(r, m->term, from_leader ? m->from : 0);
+        }
+    } else if (m->term < r->term) {
+        if (from_leader) {
+            /* A leader of an older term, or one that missed our later term: tell it, or a
+             * member that moved ahead (a failed election) could never rejoin. */
+            kl_raft_msg resp = msg_to(r, KL_RAFT_MSG_APPEND_RESP, m->from);
+            resp.reject = true;
+            send(r, &resp);
+        } else if (m->type == KL_RAFT_MSG_PREVOTE) {
+            kl_raft_msg resp = msg_to(r, KL_RAFT_MSG_PREVOTE_RESP, m->from);
+            resp.reject = true;
+            send(r, &resp);
+        }
+        return;
+    }
+    if (vote_req) {
+        handle_vote_request(r, m);
+        return;
+    }
+    int slot = slot_of(r, m->from);
+    switch (r->role) {
+    case KL_RAFT_LEADER:
+        if (m->type == KL_RAFT_MSG_APPEND_RESP)
+            handle_append_resp(r, (size_t)slot, m);
+        else if (m->type == KL_RAFT_MSG_HEARTBEAT_RESP)
+            handle_heartbeat_resp(r, (size_t)slot, m);
+        return; /* anything else is stale */
+    case KL_RAFT_PRE_CANDIDATE:
+    case KL_RAFT_CANDIDATE:
+        if (from_leader) {
+            become_follower(r, m->term, m->from); /* someone won this term */
+            break;
+        }
+        if ((r->role == KL_RAFT_PRE_CANDIDATE && m->type == KL_RAFT_MSG_PREVOTE_RESP &&
+             (m->reject || m->term == r->term + 1)) ||
+            (r->role == KL_RAFT_CANDIDATE && m->type == KL_RAFT_MSG_VOTE_RESP))
+            poll(r, (size_t)slot, !m->reject);
+        return;
+    case KL_RAFT_FOLLOWER:
+        break;
+    }
+    if (!from_leader)
+        return;
+    r->election_elapsed = 0;
+    r->leader = m->from;
+    if (m->type == KL_RAFT_MSG_APPEND)
+        handle_append(r, m);
+    else
+        handle_heartbeat(r, m);
+}
+
+/* Peer input is not trusted: anything that could trip an assertion is refused here. */
+static bool msg_valid(const kl_raft *r, const kl_raft_msg *m)
+{
+    if (m->type >= KL_RAFT_MSG_TYPE_COUNT || m->term == 0)
+        return false;
+    if (m->to != r->cfg.id || m->from == r->cfg.id || slot_of(r, m->from) < 0)
+        return false;
+    if (m->n_entries == 0)
+        return true;
+    if (m->type != KL_RAFT_MSG_APPEND || m->entries == NULL ||
+        m->index > UINT64_MAX - m->n_entries - 1)
+        return false;
+    uint64_t prev_term = m->log_term;
+    for (size_t i = 0; i < m->n_entries; i++) {
+        const kl_raft_entry *e = &m->entries[i];
+        if (e->index != m->index + 1 + i || e->term < prev_term || e->term > m->term ||
+            e->type > KL_RAFT_ENTRY_NOOP || (e->len > 0 && e->data == NULL))
+            return false;
+        prev_term = e->term;
+    }
+    return true;
+}
+
+/* ---------------------------------------------------------------- public API */
+
+void kl_raft_config_default(kl_raft_config *c)
+{
+    memset(c, 0, sizeof *c);
+    c->election_ticks = 10;
+    c->heartbeat_ticks = 2;
+    c->max_inflight = 64;
+    c->max_msg_bytes = 1u << 20;
+    c->max_unpersisted_entries = 4096;
+    c->max_unpersisted_bytes = 64u << 20;
+    c->max_cached_entries = 1024;
+    c->max_cached_bytes = 16u << 20;
+    c->max_apply_bytes = 16u << 20;
+    c->max_pending_reads = 1024;
+    c->max_outbox_msgs = 4096;
+    c->max_outbox_bytes = 64u << 20;
+}
+
+static kl_code check_config(const kl_raft_config *c, kl_err *err)
+{
+    if (c->n_members < 1 || c->n_members > KL_RAFT_MAX_MEMBERS)
+        return kl_fail(err, KL_INVALID_ARGUMENT, "n_members", "n_members %zu outside 1..%d",
+                       c->n_members, KL_RAFT_MAX_MEMBERS);
+    bool self = false;
+    for (size_t i = 0; i < c->n_members; i++) {
+        if (c->members[i] == 0)
+            return kl_fail(err, KL_INVALID_ARGUMENT, "members", "member id 0 is reserved");
+        for (size_t j = 0; j < i; j++)
+            if (c->members[j] == c->members[i])
+                return kl_fail(err, KL_INVALID_ARGUMENT, "members", "member %llu listed twice",
+                               (unsigned long long)c->members[i]);
+        self |= c->members[i] == c->id;
+    }
+    if (!self)
+        return kl_fail(err, KL_INVALID_ARGUMENT, "id", "id %llu is not a member",
+                       (unsigned long long)c->id);
+    uint32_t q1;
+    if (kl_raft_quorums(c->n_members, c->replica_count, &q1) != KL_OK)
+        return kl_fail(err, KL_INVALID_ARGUMENT, "replica_count",
+                       "replica_count %u outside 1..%zu", c->replica_count, c->n_members);
+    if (c->election_ticks < 2 || c->heartbeat_ticks < 1 ||
+        c->heartbeat_ticks >= c->election_ticks)
+        return kl_fail(err, KL_INVALID_ARGUMENT, "heartbeat_ticks",
+                       "need 1 <= heartbeat_ticks < election_ticks (got %u, %u)",
+                       c->heartbeat_ticks, c->election_ticks);
+    if (c->max_inflight < 1 || c->max_inflight > KL_RAFT_MAX_INFLIGHT)
+        return kl_fail(err, KL_INVALID_ARGUMENT, "max_inflight", "max_inflight %u outside 1..%d",
+                       c->max_inflight, KL_RAFT_MAX_INFLIGHT);
+    if (c->max_msg_bytes < 1 || c->max_unpersisted_entries < 1 ||
+        c->max_unpersisted_bytes < 1 || c->max_apply_bytes < 1 || c->max_pending_reads < 1 ||
+        c->max_outbox_msgs < 1 || c->max_outbox_bytes < 1)
+        return kl_fail(err, KL_INVALID_ARGUMENT, "limits", "every max_* limit must be >= 1");
+    if (c->storage.term == NULL || c->storage.entries == NULL)
+        return kl_fail(err, KL_INVALID_ARGUMENT, "storage", "storage callbacks missing");
+    bool vote_ok = c->hard.vote == 0;
+    for (size_t i = 0; i < c->n_members; i++)
+        vote_ok |= c->hard.vote == c->members[i];
+    if (!vote_ok)
+        return kl_fail(err, KL_INVALID_ARGUMENT, "hard.vote", "vote for non-member %llu",
+                       (unsigned long long)c->hard.vote);
+    if (c->hard.commit > c->last_index || c->applied > c->last_index)
+        return kl_fail(err, KL_INVALID_ARGUMENT, "hard.commit",
+                       "commit %llu or applied %llu past the last index %llu",
+                       (unsigned long long)c->hard.commit, (unsigned long long)c->applied,
+                       (unsigned long long)c->last_index);
+    return KL_OK;
+}
+
+kl_code kl_raft_new(const kl_raft_config *cfg, kl_raft **out, kl_err *err)
+{
+    *out = NULL;
+    kl_code rc = check_config(cfg, err);
+    if (rc != KL_OK)
+        return rc;
+    kl_raft *r = calloc(1, sizeof *r);
+    if (r == NULL)
+        return kl_fail(err, KL_UNAVAILABLE, "memory", "out of memory");
+    r->cfg = *cfg;
+    r->n = cfg->n_members;
+    r->self = (size_t)slot_of(r, cfg->id);
+    r->q2 = cfg->replica_count;
+    kl_raft_quorums(r->n, r->q2, &r->q1);
+    /* Check-quorum threshold: see kl_raft_tick. */
+    r->qcheck = (uint32_t)r->n - r->q1 + 1;
+    r->rng = cfg->rand_seed ^ (cfg->id * 0x9e3779b97f4a7c15ull);
+    r->reads = calloc(cfg->max_pending_reads, sizeof *r->reads);
+    r->done = calloc(cfg->max_pending_reads, sizeof *r->done);
+    r->rd_reads = calloc(cfg->max_pending_reads, sizeof *r->rd_reads);
+    if (r->reads == NULL || r->done == NULL || r->rd_reads == NULL) {
+        kl_raft_free(r);
+        return kl_fail(err, KL_UNAVAILABLE, "memory", "out of memory");
+    }
+    if (kl_rlog_init(&r->log, &cfg->storage, cfg->last_index, cfg->max_cached_entries,
+                     cfg->max_cached_bytes) != KL_OK) {
+        kl_raft_free(r);
+        return kl_fail(err, KL_INTERNAL, "storage", "reading the last log entry failed");
+    }
+    if (r->log.last_term > cfg->hard.term) {
+        uint64_t lt = r->log.last_term;
+        kl_raft_free(r);
+        return kl_fail(err, KL_INVALID_ARGUMENT, "hard.term",
+                       "log holds term %llu past the persisted term %llu",
+                       (unsigned long long)lt, (unsigned long long)cfg->hard.term);
+    }
+    r->term = cfg->hard.term;
+    r->vote = cfg->hard.vote;
+    /* Applied entries were committed, even if the commit write lagged behind. */
+    r->commit = max_u64(cfg->hard.commit, cfg->applied);
+    r->applied = r->applied_handed = cfg->applied;
+    r->hs_handed = cfg->hard;
+    r->role = r->role_handed = KL_RAFT_FOLLOWER;
+    r->term_handed = r->term;
+    become_follower(r, r->term, 0);
+    *out = r;
+    return KL_OK;
+}
+
+static void free_ready_buffers(kl_raft *r)
+{
+    kl_rlog_free_entries(r->rd_ents, r->rd_n_ents);
+    kl_rlog_free_entries(r->rd_committed, r->rd_n_committed);
+    free_msgs(r->rd_msgs, r->rd_n_msgs);
+    free(r->rd_msgs);
+    r->rd_ents = r->rd_committed = NULL;
+    r->rd_msgs = NULL;
+    r->rd_n_ents = r->rd_n_committed = r->rd_n_msgs = r->rd_n_reads = 0;
+}
+
+void kl_raft_free(kl_raft *r)
+{
+    if (r == NULL)
+        return;
+    free_ready_buffers(r);
+    drop_outbox(r);
+    free(r->out);
+    free(r->reads);
+    free(r->done);
+    free(r->rd_reads);
+    kl_rlog_free(&r->log);
+    free(r);
+}
+
+/* A leader counts the members it heard from in the last election timeout and steps down
+ * when fewer than N - Q1 + 1 (itself included) answered.
+ * Why that number rather than Q2 or Q1 (etcd uses its election quorum):
+ *  - stepping down only helps when someone else could win an election. Members that heard
+ *    from us within the timeout refuse pre-votes (the lease in step_msg), so a rival needs Q1
+ *    members outside the ones answering us: possible exactly when fewer than N - Q1 + 1 do.
+ *  - with Q2: a 3-of-3 leader with one member down would step down, be re-elected by the
+ *    two that remain, and repeat forever, a new term each time, while nobody can commit.
+ *  - with Q1: a 1-of-3 leader (Q1 = 3) would step down as soon as one member fails, though
+ *    it is the only member that can still commit and no one else can be elected.
+ * N - Q1 + 1 = min(Q2, ceil(N/2)); for the usual majority configurations it is etcd's rule.
+ * Safety never depends on this; it only returns a leader that lost touch to follower. */
+static void tick_leader(kl_raft *r)
+{
+    r->heartbeat_elapsed++;
+    r->election_elapsed++;
+    if (r->election_elapsed >= r->cfg.election_ticks) {
+        r->election_elapsed = 0;
+        uint32_t heard = 1;
+        for (size_t s = 0; s < r->n; s++) {
+            if (s == r->self)
+                continue;
+            heard += r->prs[s].active;
+            r->prs[s].active = false;
+        }
+        if (heard < r->qcheck) {
+            become_follower(r, r->term, 0);
+            return;
+        }
+    }
+    if (r->heartbeat_elapsed >= r->cfg.heartbeat_ticks) {
+        r->heartbeat_elapsed = 0;
+        bcast_heartbeat(r);
+    }
+}
+
+kl_code kl_raft_tick(kl_raft *r)
+{
+    if (broken(r))
+        return KL_INTERNAL;
+    if (r->role == KL_RAFT_LEADER)
+        tick_leader(r);
+    else if (++r->election_elapsed >= r->timeout)
+        become_pre_candidate(r);
+    kl_rlog_check(&r->log);
+    return status_of(r);
+}
+
+kl_code kl_raft_step(kl_raft *r, const kl_raft_msg *m)
+{
+    if (broken(r))
+        return KL_INTERNAL;
+    if (!msg_valid(r, m))
+        return KL_INVALID_ARGUMENT;
+    step_msg(r, m);
+    kl_rlog_check(&r->log);
+    return status_of(r);
+}
+
+kl_code kl_raft_propose(kl_raft *r, const void *data, size_t len, kl_raft_proposal *out)
+{
+    memset(out, 0, sizeof *out);
+    if (broken(r))
+        return KL_INTERNAL;
+    if (r->role != KL_RAFT_LEADER) {
+        out->leader = r->leader;
+        return KL_NOT_LEADER;
+    }
+    if (len > r->cfg.max_unpersisted_bytes)
+        return KL_INVALID_ARGUMENT;
+    if (kl_rlog_unpersisted(&r->log) >= r->cfg.max_unpersisted_entries ||
+        r->log.unp_bytes + len > r->cfg.max_unpersisted_bytes)
+        return KL_UNAVAILABLE;
+    uint8_t *d = NULL;
+    if (len > 0) {
+        if (data == NULL)
+            return KL_INVALID_ARGUMENT;
+        if ((d = malloc(len)) == NULL)
+            return KL_UNAVAILABLE;
+        memcpy(d, data, len);
+    }
+    if (!kl_rlog_append(&r->log, r->term, KL_RAFT_ENTRY_NORMAL, d, len)) {
+        free(d);
+        return KL_UNAVAILABLE;
+    }
+    r->append_dirty = true;
+    out->index = r->log.last;
+    out->term = r->term;
+    out->leader = r->cfg.id;
+    return KL_OK;
+}
+
+kl_code kl_raft_read_index(kl_raft *r, uint64_t ctx, uint64_t *leader)
+{
+    *leader = r->leader;
+    if (broken(r))
+        return KL_INTERNAL;
+    if (r->role != KL_RAFT_LEADER)
+        return KL_NOT_LEADER;
+    /* Until an entry of our term commits, our commit index may lag entries an earlier leader
+     * committed (Raft §8): not ready to serve reads yet. */
+    if (r->commit < r->noop_index)
+        return KL_NOT_LEADER;
+    size_t cap = r->cfg.max_pending_reads;
+    if (r->reads_len + r->done_len >= cap)
+        return KL_UNAVAILABLE;
+    r->reads[(r->reads_head + r->reads_len) % cap] =
+        (pending_read){.ctx = ctx, .index = r->commit, .seq = ++r->read_seq};
+    r->reads_len++;
+    release_reads(r); /* Q2 = 1: we alone are enough */
+    if (r->reads_len > 0)
+        r->hb_dirty = true;
+    return KL_OK;
+}
+
+bool kl_raft_has_ready(const kl_raft *r)
+{
+    if (r->ready_out)
+        return false;
+    if (broken(r))
+        return true; /* kl_raft_get_ready reports the failure */
+    return r->term != r->hs_handed.term || r->vote != r->hs_handed.vote ||
+           r->commit != r->hs_handed.commit || r->log.persisted < r->log.last ||
+           r->log.pending_trunc != 0 || r->out_len > 0 || r->done_len > 0 ||
+           r->append_dirty || r->hb_dirty || r->applied < r->commit ||
+           r->role != r->role_handed || r->leader != r->leader_handed ||
+           r->term != r->term_handed;
+}
+
+kl_code kl_raft_get_ready(kl_raft *r, kl_raft_ready *rd)
+{
+    memset(rd, 0, sizeof *rd);
+    if (r->ready_out)
+        return KL_FAILED_PRECONDITION;
+    if (broken(r))
+        return KL_INTERNAL;
+    /* Coalesced sends: all proposals since the last ready travel in one append per follower,
+     * and all read-index requests share one heartbeat round. */
+    if (r->role == KL_RAFT_LEADER) {
+        if (r->append_dirty)
+            bcast_append(r, false);
+        if (r->hb_dirty)
+            bcast_heartbeat(r);
+        r->append_dirty = r->hb_dirty = false;
+        if (broken(r))
+            return KL_INTERNAL;
+    }
+    kl_raft_entry *ents = NULL, *com = NULL;
+    size_t n_ents = 0, n_com = 0;
+    uint64_t unp = kl_rlog_unpersisted(&r->log);
+    if (unp > 0 && !kl_rlog_copy(&r->log, r->log.persisted + 1, r->log.last + 1, SIZE_MAX,
+                                 SIZE_MAX, &ents, &n_ents))
+        return status_of(r) == KL_OK ? KL_UNAVAILABLE : KL_INTERNAL;
+    assert(n_ents == unp);
+    if (r->applied < r->commit &&
+        !kl_rlog_copy(&r->log, r->applied + 1, r->commit + 1, r->cfg.max_apply_bytes,
+                      KL_RAFT_MAX_MSG_ENTRIES, &com, &n_com)) {
+        kl_rlog_free_entries(ents, n_ents);
+        return status_of(r) == KL_OK ? KL_UNAVAILABLE : KL_INTERNAL;
+    }
+    /* From here on nothing can fail. */
+    kl_raft_hard_state hs = {.term = r->term, .vote = r->vote, .commit = r->commit};
+    if (memcmp(&hs, &r->hs_handed, sizeof hs) != 0) {
+        rd->has_hard_state = true;
+        rd->hard = hs;
+        r->hs_handed = hs;
+    }
+    rd->truncate_from = kl_rlog_hand_out(&r->log);
+    assert(rd->truncate_from == 0 || n_ents == 0 || ents[0].index == rd->truncate_from);
+    r->rd_ents = ents;
+    r->rd_n_ents = n_ents;
+    rd->entries = ents;
+    rd->n_entries = n_ents;
+    r->rd_committed = com;
+    r->rd_n_committed = n_com;
+    rd->committed = com;
+    rd->n_committed = n_com;
+    r->applied_handed = r->applied + n_com;
+    r->rd_msgs = r->out;
+    r->rd_n_msgs = r->out_len;
+    rd->msgs = r->out;
+    rd->n_msgs = r->out_len;
+    r->out = NULL;
+    r->out_len = r->out_cap = r->out_bytes = 0;
+    kl_raft_read_state *t = r->rd_reads; /* swap the two read buffers */
+    r->rd_reads = r->done;
+    r->rd_n_reads = r->done_len;
+    r->done = t;
+    r->done_len = 0;
+    rd->reads = r->rd_reads;
+    rd->n_reads = r->rd_n_reads;
+    rd->role = r->role_handed = r->role;
+    rd->leader = r->leader_handed = r->leader;
+    rd->term = r->term_handed = r->term;
+    r->ready_out = true;
+    return KL_OK;
+}
+
+kl_code kl_raft_advance(kl_raft *r, const kl_raft_ready *rd)
+{
+    if (!r->ready_out)
+        return KL_FAILED_PRECONDITION;
+    if (rd == NULL || rd->msgs != r->rd_msgs || rd->n_entries != r->rd_n_ents)
+        return KL_INVALID_ARGUMENT; /* not the ready we handed out */
+    if (broken(r))
+        return KL_INTERNAL;
+    kl_rlog_stable(&r->log);
+    assert(r->applied_handed <= r->commit);
+    r->applied = r->applied_handed;
+    free_ready_buffers(r);
+    r->ready_out = false;
+    kl_rlog_evict(&r->log);
+    /* Our own write may complete a commit quorum. */
+    if (r->role == KL_RAFT_LEADER && maybe_commit(r))
+        bcast_append(r, true);
+    kl_rlog_check(&r->log);
+    return status_of(r);
+}
+
+void kl_raft_status_get(const kl_raft *r, kl_raft_status *st)
+{
+    *st = (kl_raft_status){
+        .id = r->cfg.id, .role = r->role, .leader = r->leader, .term = r->term,
+        .vote = r->vote, .commit = r->commit, .applied = r->applied,
+        .last_index = r->log.last, .last_term = r->log.last_term,
+        .persisted = r->log.persisted, .q1 = r->q1, .q2 = r->q2,
+        .leader_ready = r->role == KL_RAFT_LEADER && r->commit >= r->noop_index,
+    };
+}
+
+kl_code kl_raft_term_at(kl_raft *r, uint64_t index, uint64_t *term)
+{
+    *term = 0;
+    if (broken(r))
+        return KL_INTERNAL;
+    if (index > r->log.last)
+        return KL_NOT_FOUND;
+    *term = kl_rlog_term(&r->log, index);
+    return status_of(r);
+}
+
+const char *kl_raft_role_name(kl_raft_role role)
+{
+    switch (role) {
+    case KL_RAFT_FOLLOWER: return "follower";
+    case KL_RAFT_PRE_CANDIDATE: return "pre-candidate";
+    case KL_RAFT_CANDIDATE: return "candidate";
+    case KL_RAFT_LEADER: return "leader";
+    }
+    return "unknown";
+}
+
+const char *kl_raft_msg_type_name(int type)
+{
+    static const char *const names[KL_RAFT_MSG_TYPE_COUNT] = {
+        "prevote", "prevote-resp", "vote", "vote-resp",
+        "append", "append-resp", "heartbeat", "heartbeat-resp",
+    };
+    return type >= 0 && type < KL_RAFT_MSG_TYPE_COUNT ? names[type] : "unknown";
+}

@@ -1,0 +1,253 @@
+/* raft: the replication core of one partition member, as a pure state machine (DESIGN.md §4).
+ *
+ * Raft (Ongaro & Ousterhout 2014) with pre-vote and flexible quorums (Howard et al. 2016), in the
+ * style of etcd/raft: no sockets, clock, disk, threads or global state in here. The driver feeds
+ * ticks, peer messages, proposals and read requests in, and takes a `kl_raft_ready` out, which
+ * says what to persist, what to send and what to apply; then it calls kl_raft_advance.
+ *
+ * Quorums, for N members and replica_count Q2 (1 <= Q2 <= N):
+ *   commit    an index of the current term commits once Q2 members have PERSISTED it; the
+ *             leader counts itself only after the driver reported its own write (advance);
+ *   election  Q1 = max(N - Q2 + 1, floor(N/2) + 1) votes, self included, for pre-votes and votes.
+ * Every Q1 set meets every Q2 set (no committed entry is lost across elections) and any two Q1
+ * sets meet (one leader per term).
+ *
+ * What a kl_raft owns: its configuration, the hard state (term, vote, commit), the role, the
+ * per-follower progress, an in-memory window of the log holding every entry not yet reported
+ * persisted plus a bounded cache of recent persisted ones, the unsent messages and the pending
+ * read requests. Everything is bounded by the limits in kl_raft_config. Older log entries are
+ * read back through kl_raft_storage, which the driver implements over its durable log.
+ *
+ * The ready/advance contract (the same rule as etcd's):
+ *   1. while kl_raft_has_ready(), call kl_raft_get_ready(r, &rd);
+ *   2. persist rd.hard (if rd.has_hard_state), delete stored entries >= rd.truncate_from (if
+ *      nonzero) and write rd.entries, ATOMICALLY (one synced RocksDB write batch); if that is
+ *      impossible, write the entries before the hard state;
+ *   3. only then send rd.msgs: a vote grant or an append acknowledgement is a promise that the
+ *      vote or the entries are durable, and step 2 is what makes it true;
+ *   4. apply rd.committed in order, serve rd.reads (a read state {ctx, index} may be answered
+ *      once the applied index is >= index);
+ *   5. call kl_raft_advance(r, &rd): everything in rd is durable and applied.
+ * Between kl_raft_get_ready and kl_raft_advance the driver may keep calling tick/step/propose/
+ * read_index (e.g. while a sync write runs on another thread): their effects go into the next
+ * ready. A failed write is not reported to the core: the driver must drop this kl_raft and
+ * start a new one from what is on disk (a crash is the only failure Raft needs to handle).
+ *
+ * Snapshots are out of scope: the log is never compacted while any member may still need an
+ * entry, so every entry from index 1 stays readable through kl_raft_storage.
+ *
+ * Ownership: every pointer inside a kl_raft_ready (entries, messages and their entries,
+ * committed entries, read states) is owned by the kl_raft and stays valid until
+ * kl_raft_advance or kl_raft_free, whichever comes first. Pointers passed IN (step's message,
+ * propose's data) are borrowed for the call only: the core copies what it keeps. Entries the
+ * storage callback returns are handed over: the core frees their data with free().
+ *
+ * Errors: every function that can fail returns a kl_code. Programming errors and broken
+ * internal invariants (e.g. truncating a committed entry) are assert()s. A storage callback
+ * failure is fatal for the instance: every later call returns KL_INTERNAL and the driver must
+ * restart the member from disk. Peer messages are never trusted to be well formed: a malformed
+ * one is refused with KL_INVALID_ARGUMENT and changes nothing. */
+#ifndef KL_REPL_RAFT_H
+#define KL_REPL_RAFT_H
+
+#include "common/status.h"
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#define KL_RAFT_MAX_MEMBERS 9
+#define KL_RAFT_MAX_INFLIGHT 256     /* append messages in flight per follower, upper bound */
+#define KL_RAFT_MAX_MSG_ENTRIES 1024 /* entries in one append message */
+
+typedef enum kl_raft_role {
+    KL_RAFT_FOLLOWER = 0,
+    KL_RAFT_PRE_CANDIDATE = 1,
+    KL_RAFT_CANDIDATE = 2,
+    KL_RAFT_LEADER = 3,
+} kl_raft_role;
+
+typedef enum kl_raft_entry_type {
+    KL_RAFT_ENTRY_NORMAL = 0, /* opaque bytes from kl_raft_propose */
+    KL_RAFT_ENTRY_NOOP = 1,   /* the entry a new leader appends at the start of its term */
+} kl_raft_entry_type;
+
+typedef struct kl_raft_entry {
+    uint64_t term;  /* >= 1 */
+    uint64_t index; /* >= 1 */
+    uint8_t type;   /* kl_raft_entry_type */
+    uint8_t *data;  /* owned by whoever holds the struct (see the header comment); NULL if len 0 */
+    size_t len;
+} kl_raft_entry;
+
+/* What must survive a crash besides the log. commit is persisted too, so that a restarted
+ * member knows how far it may apply without hearing from a leader. */
+typedef struct kl_raft_hard_state {
+    uint64_t term;
+    uint64_t vote; /* member id voted for in term, 0 = none */
+    uint64_t commit;
+} kl_raft_hard_state;
+
+typedef enum kl_raft_msg_type {
+    KL_RAFT_MSG_PREVOTE = 0,      /* term = the term the sender would campaign in */
+    KL_RAFT_MSG_PREVOTE_RESP = 1, /* reject = refused; a grant carries the pre-vote's term */
+    KL_RAFT_MSG_VOTE = 2,         /* index/log_term = the candidate's last entry */
+    KL_RAFT_MSG_VOTE_RESP = 3,
+    KL_RAFT_MSG_APPEND = 4,       /* index/log_term = the entry before entries[0]; commit */
+    KL_RAFT_MSG_APPEND_RESP = 5,  /* accept: index = last index now persisted and matching;
+                                   * reject: index = the refused prev index, reject_hint and
+                                   * log_term = the follower's guess for fast backtracking */
+    KL_RAFT_MSG_HEARTBEAT = 6,    /* commit; ctx = read-index round being confirmed */
+    KL_RAFT_MSG_HEARTBEAT_RESP = 7, /* ctx echoed */
+    KL_RAFT_MSG_TYPE_COUNT = 8,
+} kl_raft_msg_type;
+
+typedef struct kl_raft_msg {
+    uint8_t type; /* kl_raft_msg_type */
+    bool reject;
+    uint64_t from, to;
+    uint64_t term;
+    uint64_t index;
+    uint64_t log_term;
+    uint64_t commit;
+    uint64_t reject_hint;
+    uint64_t ctx;
+    kl_raft_entry *entries;
+    size_t n_entries;
+} kl_raft_msg;
+
+/* A confirmed read: the read identified by ctx may be served from applied state once the
+ * applied index is >= index. */
+typedef struct kl_raft_read_state {
+    uint64_t ctx;
+    uint64_t index;
+} kl_raft_read_state;
+
+/* The driver's durable log, read back by the core for entries it no longer keeps in memory.
+ * The core only asks for indexes it knows are persisted (1 <= index <= the persisted last). */
+typedef struct kl_raft_storage {
+    void *ctx;
+    /* Term of the stored entry at index. */
+    kl_code (*term)(void *ctx, uint64_t index, uint64_t *term);
+    /* Stored entries lo .. hi-1 in order into out[0 .. *n): at least one when lo < hi, then
+     * stopping at hi, at cap entries, or before the total data length would pass max_bytes.
+     * Each out[i].data is a malloc'd copy (NULL when len is 0) that the core takes over. */
+    kl_code (*entries)(void *ctx, uint64_t lo, uint64_t hi, size_t max_bytes, kl_raft_entry *out,
+                       size_t cap, size_t *n);
+} kl_raft_storage;
+
+typedef struct kl_raft_config {
+    uint64_t id;                                 /* this member, nonzero, one of members */
+    uint64_t members[KL_RAFT_MAX_MEMBERS];       /* distinct nonzero ids; static */
+    size_t n_members;                            /* 1 .. KL_RAFT_MAX_MEMBERS */
+    uint32_t replica_count;                      /* Q2, 1 .. n_members */
+    uint32_t election_ticks;   /* T: election timeout drawn per round from [T, 2T) */
+    uint32_t heartbeat_ticks;  /* 1 .. T-1 */
+    uint64_t rand_seed;        /* seeds this member's private PRNG (election jitter) */
+    uint32_t max_inflight;     /* 1 .. KL_RAFT_MAX_INFLIGHT */
+    size_t max_msg_bytes;      /* entry data per append message (one entry always fits) */
+    size_t max_unpersisted_entries; /* proposals past these get KL_UNAVAILABLE; followers */
+    size_t max_unpersisted_bytes;   /* accept only what fits and let the leader resend */
+    size_t max_cached_entries; /* persisted entries kept in memory beyond the unpersisted */
+    size_t max_cached_bytes;
+    size_t max_apply_bytes;    /* committed entry data per ready (one entry always fits) */
+    size_t max_pending_reads;  /* read_index requests not yet handed out */
+    size_t max_outbox_msgs;    /* unsent messages; more are dropped, as a network would */
+    size_t max_outbox_bytes;
+    /* What the driver found on disk at start (all zero for a new member). */
+    kl_raft_hard_state hard;
+    uint64_t last_index; /* last stored log index */
+    uint64_t applied;    /* last index the state machine has applied */
+    kl_raft_storage storage;
+} kl_raft_config;
+
+typedef struct kl_raft_ready {
+    bool has_hard_state;
+    kl_raft_hard_state hard;
+    uint64_t truncate_from; /* 0, or delete stored entries >= this first; then it equals the
+                             * index of entries[0] (entries may be empty) */
+    const kl_raft_entry *entries; /* contiguous, to append durably */
+    size_t n_entries;
+    const kl_raft_msg *msgs; /* to send after the above is durable */
+    size_t n_msgs;
+    const kl_raft_entry *committed; /* to apply in order */
+    size_t n_committed;
+    const kl_raft_read_state *reads;
+    size_t n_reads;
+    /* Soft state, never persisted: when role leaves KL_RAFT_LEADER, every proposal still in
+     * flight has an unknown outcome and every pending read_index was dropped. */
+    kl_raft_role role;
+    uint64_t leader; /* 0 = unknown */
+    uint64_t term;
+} kl_raft_ready;
+
+typedef struct kl_raft_proposal {
+    uint64_t index;  /* KL_OK: where the entry sits in the log */
+    uint64_t term;   /* KL_OK: the entry's term; it committed iff (index, term) is applied */
+    uint64_t leader; /* KL_NOT_LEADER: the leader this member knows of, 0 = unknown */
+} kl_raft_proposal;
+
+typedef struct kl_raft_status {
+    uint64_t id;
+    kl_raft_role role;
+    uint64_t leader;
+    uint64_t term, vote, commit;
+    uint64_t applied;   /* last index handed out for applying and advanced */
+    uint64_t last_index, last_term;
+    uint64_t persisted; /* last index the driver reported durable */
+    uint32_t q1, q2;
+    bool leader_ready;  /* leader whose no-op (own-term entry) has committed: it may serve
+                         * read_index; DESIGN.md §3 also holds client batches until then */
+} kl_raft_status;
+
+typedef struct kl_raft kl_raft;
+
+/* Q1 for n members and replica_count q2; KL_INVALID_ARGUMENT unless 1 <= n <= 9 and
+ * 1 <= q2 <= n. */
+kl_code kl_raft_quorums(size_t n, uint32_t replica_count, uint32_t *q1);
+
+/* Fills timers and limits with defaults; the caller sets id, members, replica_count,
+ * rand_seed, storage and the persisted state. */
+void kl_raft_config_default(kl_raft_config *cfg);
+
+/* Validates cfg (err names the field at fault) and starts a follower from the persisted state. */
+kl_code kl_raft_new(const kl_raft_config *cfg, kl_raft **out, kl_err *err);
+void kl_raft_free(kl_raft *r);
+
+/* One logical clock tick. */
+kl_code kl_raft_tick(kl_raft *r);
+
+/* A message from a peer. KL_INVALID_ARGUMENT for a malformed one (nothing changes). */
+kl_code kl_raft_step(kl_raft *r, const kl_raft_msg *m);
+
+/* Appends a normal entry (data copied). KL_NOT_LEADER (out->leader = the known leader) on a
+ * non-leader; KL_UNAVAILABLE when the unpersisted limits are reached; KL_INVALID_ARGUMENT
+ * when len alone is past max_unpersisted_bytes. Appending is not committing: the entry may
+ * still be lost if leadership changes; it committed iff it is applied at (index, term). */
+kl_code kl_raft_propose(kl_raft *r, const void *data, size_t len, kl_raft_proposal *out);
+
+/* Read-index barrier: on a leader whose current term has a committed entry, records the
+ * commit index and confirms leadership with a heartbeat round acknowledged by replica_count
+ * members (self included); then a read state {ctx, index} appears in a ready. KL_NOT_LEADER
+ * on a follower (with *leader = the known leader) and on a leader whose own-term entry has
+ * not committed yet (*leader = this member: retry shortly); KL_UNAVAILABLE past
+ * max_pending_reads. Reads still pending when the member stops leading are dropped. */
+kl_code kl_raft_read_index(kl_raft *r, uint64_t ctx, uint64_t *leader);
+
+/* True when kl_raft_get_ready would return something (or an error), and no ready is outstanding. */
+bool kl_raft_has_ready(const kl_raft *r);
+/* KL_FAILED_PRECONDITION while a previous ready has not been advanced; KL_UNAVAILABLE when
+ * memory for it could not be allocated (nothing changed; try again). */
+kl_code kl_raft_get_ready(kl_raft *r, kl_raft_ready *rd);
+/* Reports that everything in the last ready is durable, sent and applied. */
+kl_code kl_raft_advance(kl_raft *r, const kl_raft_ready *rd);
+
+void kl_raft_status_get(const kl_raft *r, kl_raft_status *st);
+/* Term of the entry at index as this member currently sees it (0 for index 0); KL_NOT_FOUND
+ * past the last index. */
+kl_code kl_raft_term_at(kl_raft *r, uint64_t index, uint64_t *term);
+
+const char *kl_raft_role_name(kl_raft_role role);
+const char *kl_raft_msg_type_name(int type);
+
+#endif

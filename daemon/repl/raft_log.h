@@ -1,0 +1,78 @@
+/* raft_log: the log as the core sees it; internal to daemon/repl (raft.c is its only user).
+ *
+ * Owns an in-memory window of entries [mem_first, last]: every entry the driver has not yet
+ * reported durable, plus a bounded cache of recent durable ones. Entries before the window
+ * are read from the driver's storage (kl_raft_storage). It also tracks what the driver has
+ * written, so that a truncation of entries the driver may already hold is reported once.
+ *
+ * Invariants (kl_rlog_check asserts the O(1) ones; -DKL_RAFT_DEEP_CHECK walks the window too):
+ *   persisted <= last and mem_first <= persisted + 1: no unpersisted entry lives only on disk;
+ *   the window holds exactly indexes mem_first .. last, contiguous, owning their data;
+ *   unp_bytes = data bytes of entries (persisted, last]; mem_bytes = data bytes of the window;
+ *   while a ready is outstanding, persisted <= handed_hi <= last;
+ *   pending_trunc is 0 or persisted + 1 when a ready is handed out.
+ * A storage failure sets `fatal`; every answer after it is meaningless and the core stops. */
+#ifndef KL_REPL_RAFT_LOG_H
+#define KL_REPL_RAFT_LOG_H
+
+#include "daemon/repl/raft.h"
+
+typedef struct kl_rlog {
+    kl_raft_storage st;
+    kl_raft_entry *ents; /* window: ents[head .. head + len) hold mem_first .. last */
+    size_t head, len, cap;
+    uint64_t mem_first;
+    uint64_t last, last_term;
+    uint64_t persisted;     /* entries <= persisted are durable with their current content */
+    uint64_t written_hi;    /* highest index the driver's store may hold (maybe stale) */
+    uint64_t pending_trunc; /* 0, or the driver must delete stored entries >= this */
+    bool handed;            /* a ready with entries up to handed_hi is outstanding */
+    uint64_t handed_hi;
+    size_t unp_bytes, mem_bytes;
+    size_t cache_entries, cache_bytes;
+    bool fatal;
+} kl_rlog;
+
+/* Starts from a store whose last index is last_index. KL_INTERNAL if the store fails. */
+kl_code kl_rlog_init(kl_rlog *l, const kl_raft_storage *st, uint64_t last_index,
+                     size_t cache_entries, size_t cache_bytes);
+void kl_rlog_free(kl_rlog *l);
+
+/* Term at index; 0 for index 0, for index > last, and after a storage failure (fatal set). */
+uint64_t kl_rlog_term(kl_rlog *l, uint64_t index);
+/* index <= last and the entry there has this term (index 0 matches term 0). */
+bool kl_rlog_match(kl_rlog *l, uint64_t index, uint64_t term);
+/* Largest j <= index whose term is <= term (0 if none): etcd's findConflictByTerm. */
+uint64_t kl_rlog_conflict_by_term(kl_rlog *l, uint64_t index, uint64_t term);
+
+/* Appends at last + 1, taking over data (malloc'd or NULL). False if memory ran out (nothing
+ * changed; data still belongs to the caller). */
+bool kl_rlog_append(kl_rlog *l, uint64_t term, uint8_t type, uint8_t *data, size_t len);
+/* Removes entries >= from (1 <= from <= last). The caller guarantees from > commit. */
+void kl_rlog_truncate(kl_rlog *l, uint64_t from);
+
+/* Unpersisted count and bytes, for the caps. */
+uint64_t kl_rlog_unpersisted(const kl_rlog *l);
+
+/* Deep copies of entries lo .. hi-1 into a new array (*out, *n; free with kl_rlog_free_entries):
+ * at least one when lo < hi, then stopping at max_n entries or before max_bytes of data.
+ * False on memory or storage failure (nothing returned). */
+bool kl_rlog_copy(kl_rlog *l, uint64_t lo, uint64_t hi, size_t max_bytes, size_t max_n,
+                  kl_raft_entry **out, size_t *n);
+void kl_rlog_free_entries(kl_raft_entry *e, size_t n);
+
+/* A ready takes entries (persisted, last]: marks them handed out and returns the truncation
+ * point the driver must apply first (0 = none). */
+uint64_t kl_rlog_hand_out(kl_rlog *l);
+/* The outstanding ready is durable: persisted moves to what was handed out and still stands. */
+void kl_rlog_stable(kl_rlog *l);
+/* Drops cached durable entries from the front while over the cache limits. */
+void kl_rlog_evict(kl_rlog *l);
+
+#ifndef NDEBUG
+void kl_rlog_check(const kl_rlog *l);
+#else
+#define kl_rlog_check(l) ((void)0)
+#endif
+
+#endif
