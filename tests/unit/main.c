@@ -11,6 +11,7 @@ Suite *suite_codec(void);
 Suite *suite_store(void);
 Suite *suite_engine(void);
 Suite *suite_sdk(void);
+Suite *suite_raft(void);
 
 int main(void)
 {
@@ -21,6 +22,7 @@ int main(void)
     srunner_add_suite(sr, suite_store());
     srunner_add_suite(sr, suite_engine());
     srunner_add_suite(sr, suite_sdk());
+    srunner_add_suite(sr, suite_raft());
     srunner_run_all(sr, CK_NORMAL);
     int failed = srunner_ntests_failed(sr);
     int run = srunner_ntests_run(sr);

@@ -1,0 +1,1006 @@
+/* raft_sim: see raft_sim.h. Built into the unit-test runner (through tests/unit/test_raft.c)
+ * and into the soak runner (tests/sim/soak.c). */
+#include "tests/sim/raft_sim.h"
+
+#include "daemon/repl/raft.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+const sim_opts *sim_current;
+
+typedef struct s_ent {
+    uint64_t term;
+    uint8_t type;
+    uint8_t *data;
+    size_t len;
+    uint64_t h; /* hash of the whole prefix 1..index */
+} s_ent;
+
+struct sim;
+
+typedef struct s_node {
+    struct sim *sim;
+    uint64_t id;
+    kl_raft *r; /* NULL while crashed */
+    /* the simulated disk */
+    kl_raft_hard_state hs;
+    s_ent *log;
+    size_t len, cap;
+    uint64_t applied_durable;
+    /* the simulated driver */
+    bool rd_out;
+    kl_raft_ready rd;
+    int rd_wait; /* steps until the outstanding write completes */
+    bool stall;  /* the disk never completes (tests hold a member back) */
+    uint64_t commit_seen, checked_commit, applied, leader_checked_term;
+    int group; /* partition group; messages cross groups only when equal */
+} s_node;
+
+typedef struct s_msg {
+    uint64_t at;
+    kl_raft_msg m;
+} s_msg;
+
+typedef struct s_prop {
+    uint64_t node, index, term, applied_index;
+    bool acked; /* the proposer applied (index, term): a client was told "committed" */
+} s_prop;
+
+typedef struct s_read {
+    uint64_t node, min_index;
+    bool done;
+} s_read;
+
+typedef struct s_commit {
+    uint64_t term, commit_term, h;
+} s_commit;
+
+typedef struct s_hslot {
+    uint64_t index, term, h;
+} s_hslot;
+
+typedef struct sim {
+    sim_opts o;
+    sim_result *res;
+    bool failed;
+    uint64_t rng, now;
+    int n;
+    s_node nodes[9];
+    s_msg *net;
+    size_t net_len, net_cap;
+    /* per-seed knobs */
+    int drop_pct, dup_pct, max_delay, crash_pm, restart_pct, part_pm, heal_pct, prop_pct,
+        read_pct, slow_pct, tick_pct;
+    uint32_t election_ticks, heartbeat_ticks;
+    bool chaos;
+    /* global truth */
+    s_commit *committed; /* [i - 1] for index i */
+    size_t n_committed, cap_committed;
+    s_commit *applied; /* term and entry hash applied at each index (commit_term unused) */
+    size_t n_applied, cap_applied;
+    uint64_t *leader_of_term;
+    size_t cap_lot;
+    s_hslot *ht; /* (index, term) -> prefix hash, for log matching */
+    size_t ht_len, ht_cap;
+    s_prop *props;
+    size_t n_props, cap_props;
+    s_read *reads;
+    size_t n_reads, cap_reads;
+} sim;
+
+/* ---------------------------------------------------------------- utilities */
+
+static uint64_t mix64(uint64_t z)
+{
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+}
+
+static uint64_t rnd(sim *s) { return mix64(s->rng += 0x9e3779b97f4a7c15ull); }
+static uint64_t below(sim *s, uint64_t n) { return n ? rnd(s) % n : 0; }
+static bool pct(sim *s, int p) { return (int)below(s, 100) < p; }
+static bool permille(sim *s, int p) { return (int)below(s, 1000) < p; }
+
+static void *grow(void *p, size_t *cap, size_t need, size_t elem)
+{
+    if (need <= *cap)
+        return p;
+    size_t c = *cap ? *cap : 64;
+    while (c < need)
+        c *= 2;
+    void *n = realloc(p, c * elem);
+    if (n == NULL) {
+        fprintf(stderr, "raft_sim: out of memory\n");
+        abort();
+    }
+    memset((char *)n + *cap * elem, 0, (c - *cap) * elem);
+    *cap = c;
+    return n;
+}
+
+static void fail(sim *s, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void fail(sim *s, const char *fmt, ...)
+{
+    if (s->failed)
+        return;
+    s->failed = true;
+    s->res->ok = false;
+    s->res->fail_step = s->now;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(s->res->why, sizeof s->res->why, fmt, ap);
+    va_end(ap);
+    if (s->o.trace)
+        fprintf(stderr, "FAIL at step %llu: %s\n", (unsigned long long)s->now, s->res->why);
+}
+
+static void trace(sim *s, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void trace(sim *s, const char *fmt, ...)
+{
+    if (!s->o.trace)
+        return;
+    va_list ap;
+    va_start(ap, fmt);
+    fprintf(stderr, "%6llu ", (unsigned long long)s->now);
+    vfprintf(stderr, fmt, ap);
+    fputc('\n', stderr);
+    va_end(ap);
+}
+
+static uint64_t hash_bytes(const uint8_t *p, size_t n)
+{
+    uint64_t h = 0xcbf29ce484222325ull;
+    for (size_t i = 0; i < n; i++)
+        h = (h ^ p[i]) * 0x100000001b3ull;
+    return h;
+}
+
+static uint64_t entry_hash(uint64_t term, uint8_t type, const uint8_t *d, size_t len)
+{
+    return mix64(hash_bytes(d, len) ^ mix64(term) ^ ((uint64_t)type << 56));
+}
+
+static s_node *node_by_id(sim *s, uint64_t id)
+{
+    return id >= 1 && id <= (uint64_t)s->n ? &s->nodes[id - 1] : NULL;
+}
+
+bool sim_parse_config(const char *str, int *n, int *q2)
+{
+    int a, b;
+    char tail;
+    if (sscanf(str, "%dof%d%c", &a, &b, &tail) != 2 || b < 1 || b > 9 || a < 1 || a > b)
+        return false;
+    *q2 = a;
+    *n = b;
+    return true;
+}
+
+/* ---------------------------------------------------------------- global truth */
+
+/* Log matching: every durable (index, term) maps to one prefix hash, across all members and
+ * all time. */
+static void ht_check(sim *s, uint64_t index, uint64_t term, uint64_t h, uint64_t node)
+{
+    if (s->ht_len * 2 >= s->ht_cap) {
+        size_t ncap = s->ht_cap ? s->ht_cap * 2 : 1024;
+        s_hslot *n = calloc(ncap, sizeof *n);
+        for (size_t i = 0; i < s->ht_cap; i++) {
+            if (s->ht[i].index == 0)
+                continue;
+            size_t j = mix64(s->ht[i].index * 31 + s->ht[i].term) & (ncap - 1);
+            while (n[j].index != 0)
+                j = (j + 1) & (ncap - 1);
+            n[j] = s->ht[i];
+        }
+        free(s->ht);
+        s->ht = n;
+        s->ht_cap = ncap;
+    }
+    size_t j = mix64(index * 31 + term) & (s->ht_cap - 1);
+    while (s->ht[j].index != 0) {
+        if (s->ht[j].index == index && s->ht[j].term == term) {
+            if (s->ht[j].h != h)
+                fail(s, "log matching: n%llu holds (%llu, term %llu) with a different prefix",
+                     (unsigned long long)node, (unsigned long long)index,
+                     (unsigned long long)term);
+            return;
+        }
+        j = (j + 1) & (s->ht_cap - 1);
+    }
+    s->ht[j] = (s_hslot){index, term, h};
+    s->ht_len++;
+}
+
+static uint64_t term_of(sim *s, s_node *n, uint64_t index)
+{
+    uint64_t t = 0;
+    kl_code rc = kl_raft_term_at(n->r, index, &t);
+    if (rc != KL_OK) {
+        fail(s, "n%llu: term_at(%llu) = %s", (unsigned long long)n->id,
+             (unsigned long long)index, kl_code_name(rc));
+        return 0;
+    }
+    return t;
+}
+
+static void check_leader_has(sim *s, s_node *l, uint64_t from, uint64_t lterm)
+{
+    for (uint64_t i = from; i <= s->n_committed && !s->failed; i++) {
+        const s_commit *c = &s->committed[i - 1];
+        if (c->commit_term >= lterm)
+            continue;
+        kl_raft_status st;
+        kl_raft_status_get(l->r, &st);
+        if (i > st.last_index || term_of(s, l, i) != c->term)
+            fail(s, "leader completeness: leader n%llu of term %llu lacks committed (%llu, "
+                    "term %llu)", (unsigned long long)l->id, (unsigned long long)lterm,
+                 (unsigned long long)i, (unsigned long long)c->term);
+    }
+}
+
+static void record_committed(sim *s, uint64_t index, uint64_t term, uint64_t cterm,
+                             uint64_t node)
+{
+    if (index <= s->n_committed) {
+        s_commit *c = &s->committed[index - 1];
+        if (c->term != term)
+            fail(s, "committed entry changed: index %llu term %llu, now term %llu on n%llu",
+                 (unsigned long long)index, (unsigned long long)c->term,
+                 (unsigned long long)term, (unsigned long long)node);
+        if (cterm < c->commit_term)
+            c->commit_term = cterm;
+        return;
+    }
+    if (index != s->n_committed + 1) {
+        fail(s, "sim: commit recorded out of order (%llu after %llu)", (unsigned long long)index,
+             (unsigned long long)s->n_committed);
+        return;
+    }
+    s->committed = grow(s->committed, &s->cap_committed, index, sizeof *s->committed);
+    s->committed[index - 1] = (s_commit){.term = term, .commit_term = cterm};
+    s->n_committed = index;
+    s->res->committed = index;
+    /* Leaders of later terms that already exist must hold it too. */
+    for (int k = 0; k < s->n; k++) {
+        s_node *l = &s->nodes[k];
+        if (l->r == NULL)
+            continue;
+        kl_raft_status st;
+        kl_raft_status_get(l->r, &st);
+        if (st.role == KL_RAFT_LEADER && st.term > cterm)
+            check_leader_has(s, l, index, st.term);
+    }
+}
+
+/* ---------------------------------------------------------------- simulated disk */
+
+/* What the core reported durable; while kl_raft_new runs (n->r not set yet), the whole disk. */
+static uint64_t core_persisted(const s_node *n)
+{
+    if (n->r == NULL)
+        return n->len;
+    kl_raft_status st;
+    kl_raft_status_get(n->r, &st);
+    return st.persisted;
+}
+
+static kl_code st_term(void *ctx, uint64_t index, uint64_t *term)
+{
+    s_node *n = ctx;
+    uint64_t persisted = core_persisted(n);
+    /* The core promised to read only what it knows is durable; stale entries above that
+     * (written before a truncation was reported) must never be read. */
+    if (index == 0 || index > n->len || index > persisted) {
+        fail(n->sim, "n%llu: core read term of %llu (stored %zu, persisted %llu)",
+             (unsigned long long)n->id, (unsigned long long)index, n->len,
+             (unsigned long long)persisted);
+        return KL_INTERNAL;
+    }
+    *term = n->log[index - 1].term;
+    return KL_OK;
+}
+
+static kl_code st_entries(void *ctx, uint64_t lo, uint64_t hi, size_t max_bytes,
+                          kl_raft_entry *out, size_t cap, size_t *cnt)
+{
+    s_node *n = ctx;
+    uint64_t persisted = core_persisted(n);
+    *cnt = 0;
+    if (lo == 0 || hi > n->len + 1 || hi > persisted + 1 || lo >= hi) {
+        fail(n->sim, "n%llu: core read entries %llu..%llu (stored %zu, persisted %llu)",
+             (unsigned long long)n->id, (unsigned long long)lo, (unsigned long long)hi,
+             n->len, (unsigned long long)persisted);
+        return KL_INTERNAL;
+    }
+    size_t k = 0, bytes = 0;
+    for (uint64_t i = lo; i < hi && k < cap; i++) {
+        const s_ent *e = &n->log[i - 1];
+        if (k > 0 && bytes + e->len > max_bytes)
+            break;
+        out[k] = (kl_raft_entry){.term = e->term, .index = i, .type = e->type, .len = e->len};
+        if (e->len) {
+            out[k].data = malloc(e->len);
+            memcpy(out[k].data, e->data, e->len);
+        }
+        bytes += e->len;
+        k++;
+    }
+    *cnt = k;
+    return KL_OK;
+}
+
+static void disk_truncate(s_node *n, uint64_t from)
+{
+    for (size_t i = from - 1; i < n->len; i++)
+        free(n->log[i].data);
+    n->len = from - 1;
+}
+
+/* Performs the durable part of a ready: hard state, truncation, entries; one atomic write. */
+static void persist(sim *s, s_node *n, const kl_raft_ready *rd)
+{
+    if (rd->has_hard_state) {
+        const kl_raft_hard_state *h = &rd->hard;
+        if (h->term < n->hs.term || h->commit < n->hs.commit)
+            fail(s, "n%llu: durable term/commit went back (%llu/%llu -> %llu/%llu)",
+                 (unsigned long long)n->id, (unsigned long long)n->hs.term,
+                 (unsigned long long)n->hs.commit, (unsigned long long)h->term,
+                 (unsigned long long)h->commit);
+        if (h->term == n->hs.term && n->hs.vote != 0 && h->vote != n->hs.vote)
+            fail(s, "n%llu: vote changed within term %llu", (unsigned long long)n->id,
+                 (unsigned long long)h->term);
+        n->hs = *h;
+    }
+    if (rd->truncate_from) {
+        s->res->truncations++;
+        if (rd->truncate_from > n->len + 1 ||
+            (rd->n_entries > 0 && rd->entries[0].index != rd->truncate_from))
+            fail(s, "n%llu: bad truncate_from %llu", (unsigned long long)n->id,
+                 (unsigned long long)rd->truncate_from);
+        else
+            disk_truncate(n, rd->truncate_from);
+    }
+    for (size_t i = 0; i < rd->n_entries && !s->failed; i++) {
+        const kl_raft_entry *e = &rd->entries[i];
+        if (e->index != n->len + 1) {
+            fail(s, "n%llu: ready entry %llu does not follow stored %zu", (unsigned long long)n->id,
+                 (unsigned long long)e->index, n->len);
+            return;
+        }
+        n->log = grow(n->log, &n->cap, n->len + 1, sizeof *n->log);
+        uint64_t prev = n->len ? n->log[n->len - 1].h : 0;
+        s_ent *d = &n->log[n->len++];
+        d->term = e->term;
+        d->type = e->type;
+        d->len = e->len;
+        d->data = NULL;
+        if (e->len) {
+            d->data = malloc(e->len);
+            memcpy(d->data, e->data, e->len);
+        }
+        d->h = mix64(prev ^ entry_hash(e->term, e->type, e->data, e->len));
+        ht_check(s, e->index, e->term, d->h, n->id);
+    }
+    /* What is on disk must be restartable: commit inside the log, no committed entry cut. */
+    if (n->hs.commit > n->len)
+        fail(s, "n%llu: durable commit %llu past the durable log %zu", (unsigned long long)n->id,
+             (unsigned long long)n->hs.commit, n->len);
+    for (uint64_t i = 1; i <= n->hs.commit && i <= s->n_committed && rd->truncate_from; i++)
+        if (n->log[i - 1].term != s->committed[i - 1].term)
+            fail(s, "n%llu: durable log lost committed %llu", (unsigned long long)n->id,
+                 (unsigned long long)i);
+}
+
+/* ---------------------------------------------------------------- members */
+
+static void node_start(sim *s, s_node *n)
+{
+    kl_raft_config c;
+    kl_raft_config_default(&c);
+    c.id = n->id;
+    c.n_members = (size_t)s->n;
+    for (int i = 0; i < s->n; i++)
+        c.members[i] = (uint64_t)i + 1;
+    c.replica_count = (uint32_t)s->o.q2;
+    c.election_ticks = s->election_ticks;
+    c.heartbeat_ticks = s->heartbeat_ticks;
+    c.rand_seed = rnd(s);
+    /* Small limits, varied per start, so that caps, eviction, storage reads, pipelining and
+     * dropped outbox messages are all exercised. */
+    c.max_inflight = 1 + (uint32_t)below(s, 8);
+    c.max_msg_bytes = 64 + below(s, 512);
+    c.max_unpersisted_entries = 4 + below(s, 60);
+    c.max_unpersisted_bytes = 256 + below(s, 4096);
+    c.max_cached_entries = below(s, 40);
+    c.max_cached_bytes = below(s, 2048);
+    c.max_apply_bytes = 1 + below(s, 1024);
+    c.max_pending_reads = 1 + below(s, 16);
+    c.max_outbox_msgs = 16 + below(s, 256);
+    c.max_outbox_bytes = 4096 + below(s, 65536);
+    c.hard = n->hs;
+    c.last_index = n->len;
+    c.applied = n->applied_durable;
+    c.storage = (kl_raft_storage){.ctx = n, .term = st_term, .entries = st_entries};
+    kl_err err;
+    n->r = NULL;
+    kl_code rc = kl_raft_new(&c, &n->r, &err);
+    if (rc != KL_OK) {
+        fail(s, "n%llu: restart refused: %s", (unsigned long long)n->id, err.message);
+        return;
+    }
+    n->rd_out = false;
+    n->applied = n->applied_durable;
+    n->commit_seen = 0;
+    n->checked_commit = 0;
+    n->leader_checked_term = 0;
+    trace(s, "n%llu start term %llu vote %llu commit %llu last %zu applied %llu",
+          (unsigned long long)n->id, (unsigned long long)n->hs.term,
+          (unsigned long long)n->hs.vote, (unsigned long long)n->hs.commit, n->len,
+          (unsigned long long)n->applied_durable);
+}
+
+static void node_crash(sim *s, s_node *n)
+{
+    bool wrote = n->rd_out && pct(s, 50);
+    if (wrote)
+        persist(s, n, &n->rd); /* the write made it, nothing after it did */
+    trace(s, "n%llu crash%s", (unsigned long long)n->id, wrote ? " (outstanding write made it)" : "");
+    kl_raft_free(n->r);
+    n->r = NULL;
+    n->rd_out = false;
+    s->res->crashes++;
+}
+
+static void apply_entry(sim *s, s_node *n, const kl_raft_entry *e, uint64_t node_term)
+{
+    if (e->index != n->applied + 1) {
+        fail(s, "n%llu applied %llu after %llu", (unsigned long long)n->id,
+             (unsigned long long)e->index, (unsigned long long)n->applied);
+        return;
+    }
+    uint64_t h = entry_hash(e->term, e->type, e->data, e->len);
+    if (e->index <= s->n_applied) {
+        s_commit *a = &s->applied[e->index - 1];
+        if (a->term != e->term || a->h != h)
+            fail(s, "state machine safety: n%llu applied a different entry at %llu",
+                 (unsigned long long)n->id, (unsigned long long)e->index);
+    } else {
+        s->applied = grow(s->applied, &s->cap_applied, e->index, sizeof *s->applied);
+        s->applied[e->index - 1] = (s_commit){.term = e->term, .h = h};
+        s->n_applied = e->index;
+    }
+    if (e->index <= s->n_committed && s->committed[e->index - 1].term != e->term)
+        fail(s, "n%llu applied (%llu, term %llu) but (%llu, term %llu) committed",
+             (unsigned long long)n->id, (unsigned long long)e->index,
+             (unsigned long long)e->term, (unsigned long long)e->index,
+             (unsigned long long)s->committed[e->index - 1].term);
+    n->applied = e->index;
+    if (e->type != KL_RAFT_ENTRY_NORMAL)
+        return;
+    uint64_t c;
+    if (e->len < 8) {
+        fail(s, "applied payload too short");
+        return;
+    }
+    memcpy(&c, e->data, 8);
+    if (c >= s->n_props) {
+        fail(s, "applied unknown proposal %llu", (unsigned long long)c);
+        return;
+    }
+    s_prop *p = &s->props[c];
+    if (p->applied_index == 0)
+        p->applied_index = e->index;
+    else if (p->applied_index != e->index)
+        fail(s, "proposal %llu applied at %llu and %llu", (unsigned long long)c,
+             (unsigned long long)p->applied_index, (unsigned long long)e->index);
+    if (n->id == p->node && e->index == p->index && e->term == p->term && !p->acked) {
+        p->acked = true;
+        s->res->acked++;
+    }
+    (void)node_term;
+}
+
+static void net_send(sim *s, const kl_raft_msg *m)
+{
+    if (s->chaos && pct(s, s->drop_pct)) {
+        s->res->dropped++;
+        return;
+    }
+    int copies = 1 + (s->chaos && pct(s, s->dup_pct));
+    for (int c = 0; c < copies; c++) {
+        s->net = grow(s->net, &s->net_cap, s->net_len + 1, sizeof *s->net);
+        s_msg *d = &s->net[s->net_len++];
+        d->at = s->now + 1 + below(s, (uint64_t)s->max_delay);
+        d->m = *m;
+        d->m.entries = NULL;
+        if (m->n_entries) {
+            d->m.entries = malloc(m->n_entries * sizeof *m->entries);
+            for (size_t i = 0; i < m->n_entries; i++) {
+                d->m.entries[i] = m->entries[i];
+                d->m.entries[i].data = NULL;
+                if (m->entries[i].len) {
+                    d->m.entries[i].data = malloc(m->entries[i].len);
+                    memcpy(d->m.entries[i].data, m->entries[i].data, m->entries[i].len);
+                }
+            }
+        }
+    }
+}
+
+static void free_msg(kl_raft_msg *m)
+{
+    for (size_t i = 0; i < m->n_entries; i++)
+        free(m->entries[i].data);
+    free(m->entries);
+}
+
+/* The driver's half of the contract: persist, then send, then apply, then advance. */
+static void complete(sim *s, s_node *n)
+{
+    kl_raft_ready *rd = &n->rd;
+    persist(s, n, rd);
+    for (size_t i = 0; i < rd->n_msgs; i++)
+        net_send(s, &rd->msgs[i]);
+    kl_raft_status st;
+    kl_raft_status_get(n->r, &st);
+    for (size_t i = 0; i < rd->n_committed && !s->failed; i++)
+        apply_entry(s, n, &rd->committed[i], st.term);
+    for (size_t i = 0; i < rd->n_reads && !s->failed; i++) {
+        const kl_raft_read_state *rs = &rd->reads[i];
+        if (rs->ctx >= s->n_reads || s->reads[rs->ctx].node != n->id || s->reads[rs->ctx].done) {
+            fail(s, "n%llu: unexpected read state ctx %llu", (unsigned long long)n->id,
+                 (unsigned long long)rs->ctx);
+            break;
+        }
+        s_read *q = &s->reads[rs->ctx];
+        q->done = true;
+        if (rs->index < q->min_index)
+            fail(s, "stale read: n%llu confirmed read %llu at index %llu, but %llu was "
+                    "committed before it was asked", (unsigned long long)n->id,
+                 (unsigned long long)rs->ctx, (unsigned long long)rs->index,
+                 (unsigned long long)q->min_index);
+        s->res->reads_ok++;
+    }
+    n->applied_durable = n->applied;
+    kl_code rc = kl_raft_advance(n->r, rd);
+    if (rc != KL_OK)
+        fail(s, "n%llu: advance = %s", (unsigned long long)n->id, kl_code_name(rc));
+    n->rd_out = false;
+}
+
+static void process_ready(sim *s, s_node *n)
+{
+    for (int iter = 0; iter < 2 && n->r && !s->failed; iter++) {
+        if (!n->rd_out) {
+            if (!kl_raft_has_ready(n->r))
+                return;
+            kl_code rc = kl_raft_get_ready(n->r, &n->rd);
+            if (rc != KL_OK) {
+                fail(s, "n%llu: ready = %s", (unsigned long long)n->id, kl_code_name(rc));
+                return;
+            }
+            n->rd_out = true;
+            n->rd_wait = s->chaos && pct(s, s->slow_pct) ? 1 + (int)below(s, 4) : 0;
+        }
+        if (n->stall)
+            return;
+        if (n->rd_wait > 0) {
+            n->rd_wait--;
+            return;
+        }
+        complete(s, n);
+    }
+}
+
+/* ---------------------------------------------------------------- the step */
+
+static s_node *random_live(sim *s)
+{
+    int live[9], k = 0;
+    for (int i = 0; i < s->n; i++)
+        if (s->nodes[i].r)
+            live[k++] = i;
+    return k ? &s->nodes[live[below(s, (uint64_t)k)]] : NULL;
+}
+
+static s_node *some_leader(sim *s)
+{
+    s_node *best = NULL;
+    uint64_t best_term = 0;
+    for (int i = 0; i < s->n; i++) {
+        s_node *n = &s->nodes[i];
+        if (!n->r)
+            continue;
+        kl_raft_status st;
+        kl_raft_status_get(n->r, &st);
+        if (st.role == KL_RAFT_LEADER && st.term > best_term) {
+            best = n;
+            best_term = st.term;
+        }
+    }
+    return best;
+}
+
+/* Any member that believes it leads, stale ones included: proposals to a deposed leader
+ * grow the divergent tails that later elections must truncate. */
+static s_node *any_leader(sim *s)
+{
+    int ls[9], k = 0;
+    for (int i = 0; i < s->n; i++) {
+        if (!s->nodes[i].r)
+            continue;
+        kl_raft_status st;
+        kl_raft_status_get(s->nodes[i].r, &st);
+        if (st.role == KL_RAFT_LEADER)
+            ls[k++] = i;
+    }
+    return k ? &s->nodes[ls[below(s, (uint64_t)k)]] : NULL;
+}
+
+static uint64_t max_commit_anywhere(sim *s)
+{
+    uint64_t m = s->n_committed;
+    for (int i = 0; i < s->n; i++) {
+        if (!s->nodes[i].r)
+            continue;
+        kl_raft_status st;
+        kl_raft_status_get(s->nodes[i].r, &st);
+        if (st.commit > m)
+            m = st.commit;
+    }
+    return m;
+}
+
+static bool propose(sim *s, s_node *n, uint64_t *counter)
+{
+    uint64_t c = s->n_props;
+    uint8_t buf[64];
+    size_t len = 8 + (size_t)below(s, 56);
+    memcpy(buf, &c, 8);
+    for (size_t i = 8; i < len; i++)
+        buf[i] = (uint8_t)mix64(c * 131 + i);
+    kl_raft_proposal p;
+    kl_code rc = kl_raft_propose(n->r, buf, len, &p);
+    if (rc == KL_NOT_LEADER || rc == KL_UNAVAILABLE)
+        return false;
+    if (rc != KL_OK) {
+        fail(s, "n%llu: propose = %s", (unsigned long long)n->id, kl_code_name(rc));
+        return false;
+    }
+    s->props = grow(s->props, &s->cap_props, c + 1, sizeof *s->props);
+    s->props[c] = (s_prop){.node = n->id, .index = p.index, .term = p.term};
+    s->n_props = c + 1;
+    s->res->proposals++;
+    if (counter)
+        *counter = c;
+    trace(s, "n%llu propose #%llu at (%llu, term %llu)", (unsigned long long)n->id,
+          (unsigned long long)c, (unsigned long long)p.index, (unsigned long long)p.term);
+    return true;
+}
+
+static void clients(sim *s)
+{
+    int burst = 1 + (int)below(s, 3);
+    for (int b = 0; b < burst; b++) {
+        if (!pct(s, s->prop_pct))
+            continue;
+        s_node *n = pct(s, 80) ? any_leader(s) : NULL;
+        if (n == NULL)
+            n = random_live(s);
+        if (n)
+            propose(s, n, NULL);
+    }
+    if (pct(s, s->read_pct)) {
+        s_node *n = pct(s, 70) ? any_leader(s) : NULL;
+        if (n == NULL)
+            n = random_live(s);
+        if (n == NULL)
+            return;
+        uint64_t ctx = s->n_reads, hint;
+        uint64_t min_index = max_commit_anywhere(s);
+        kl_code rc = kl_raft_read_index(n->r, ctx, &hint);
+        if (rc == KL_OK) {
+            s->reads = grow(s->reads, &s->cap_reads, ctx + 1, sizeof *s->reads);
+            s->reads[ctx] = (s_read){.node = n->id, .min_index = min_index};
+            s->n_reads = ctx + 1;
+        } else if (rc != KL_NOT_LEADER && rc != KL_UNAVAILABLE) {
+            fail(s, "n%llu: read_index = %s", (unsigned long long)n->id, kl_code_name(rc));
+        }
+    }
+}
+
+static void faults(sim *s)
+{
+    if (permille(s, s->crash_pm)) {
+        /* Leaders are the interesting victims: half the crashes aim at one. */
+        s_node *n = pct(s, 50) ? some_leader(s) : NULL;
+        if (n == NULL)
+            n = random_live(s);
+        if (n)
+            node_crash(s, n);
+    }
+    for (int i = 0; i < s->n; i++)
+        if (!s->nodes[i].r && pct(s, s->restart_pct))
+            node_start(s, &s->nodes[i]);
+    bool split = false;
+    for (int i = 0; i < s->n; i++)
+        split |= s->nodes[i].group != 0;
+    if (split && pct(s, s->heal_pct)) {
+        for (int i = 0; i < s->n; i++)
+            s->nodes[i].group = 0;
+        trace(s, "heal");
+    } else if (!split && permille(s, s->part_pm)) {
+        s_node *l = some_leader(s);
+        if (l && pct(s, 40)) {
+            /* Cut the leader off alone: the rest elect, the old leader keeps its tail. */
+            for (int i = 0; i < s->n; i++)
+                s->nodes[i].group = &s->nodes[i] == l;
+        } else {
+            int groups = 2 + (int)below(s, 2);
+            for (int i = 0; i < s->n; i++)
+                s->nodes[i].group = (int)below(s, (uint64_t)groups);
+        }
+        s->res->partitions++;
+        if (s->o.trace) {
+            char b[64] = "";
+            for (int i = 0; i < s->n; i++)
+                b[i] = (char)('0' + s->nodes[i].group);
+            trace(s, "partition %s", b);
+        }
+    }
+}
+
+static void deliver(sim *s)
+{
+    /* Due messages, in random order (delays already reorder across steps). */
+    size_t due = 0;
+    for (size_t i = 0; i < s->net_len; i++) {
+        if (s->net[i].at <= s->now) {
+            s_msg t = s->net[due];
+            s->net[due] = s->net[i];
+            s->net[i] = t;
+            due++;
+        }
+    }
+    for (size_t i = due; i > 1; i--) {
+        size_t j = below(s, i);
+        s_msg t = s->net[i - 1];
+        s->net[i - 1] = s->net[j];
+        s->net[j] = t;
+    }
+    for (size_t i = 0; i < due && !s->failed; i++) {
+        kl_raft_msg *m = &s->net[i].m;
+        s_node *from = node_by_id(s, m->from), *to = node_by_id(s, m->to);
+        if (to == NULL || to->r == NULL || from->group != to->group) {
+            s->res->dropped++;
+            continue;
+        }
+        trace(s, "n%llu <- n%llu %s term %llu idx %llu lterm %llu commit %llu n %zu%s ctx %llu",
+              (unsigned long long)m->to, (unsigned long long)m->from,
+              kl_raft_msg_type_name(m->type), (unsigned long long)m->term,
+              (unsigned long long)m->index, (unsigned long long)m->log_term,
+              (unsigned long long)m->commit, m->n_entries, m->reject ? " reject" : "",
+              (unsigned long long)m->ctx);
+        kl_code rc = kl_raft_step(to->r, m);
+        if (rc != KL_OK)
+            fail(s, "n%llu: step = %s", (unsigned long long)to->id, kl_code_name(rc));
+        s->res->delivered++;
+    }
+    for (size_t i = 0; i < due; i++)
+        free_msg(&s->net[i].m);
+    if (due > 0)
+        memmove(s->net, s->net + due, (s->net_len - due) * sizeof *s->net);
+    s->net_len -= due;
+}
+
+static void check(sim *s)
+{
+    for (int k = 0; k < s->n && !s->failed; k++) {
+        s_node *n = &s->nodes[k];
+        if (!n->r)
+            continue;
+        kl_raft_status st;
+        kl_raft_status_get(n->r, &st);
+        if (st.commit > st.last_index || st.applied > st.commit || st.persisted > st.last_index)
+            fail(s, "n%llu: commit %llu applied %llu persisted %llu last %llu",
+                 (unsigned long long)n->id, (unsigned long long)st.commit,
+                 (unsigned long long)st.applied, (unsigned long long)st.persisted,
+                 (unsigned long long)st.last_index);
+        if (st.commit < n->commit_seen)
+            fail(s, "n%llu: commit went back from %llu to %llu", (unsigned long long)n->id,
+                 (unsigned long long)n->commit_seen, (unsigned long long)st.commit);
+        n->commit_seen = st.commit;
+        if (st.role == KL_RAFT_LEADER) {
+            s->leader_of_term = grow(s->leader_of_term, &s->cap_lot, st.term + 1,
+                                     sizeof *s->leader_of_term);
+            uint64_t *l = &s->leader_of_term[st.term];
+            if (*l == 0) {
+                *l = n->id;
+                s->res->leaders++;
+                trace(s, "n%llu leads term %llu", (unsigned long long)n->id,
+                      (unsigned long long)st.term);
+            } else if (*l != n->id) {
+                fail(s, "election safety: n%llu and n%llu both lead term %llu",
+                     (unsigned long long)*l, (unsigned long long)n->id,
+                     (unsigned long long)st.term);
+            }
+        }
+        for (uint64_t i = n->checked_commit + 1; i <= st.commit && !s->failed; i++)
+            record_committed(s, i, term_of(s, n, i), st.term, n->id);
+        n->checked_commit = st.commit;
+        if (st.role == KL_RAFT_LEADER && n->leader_checked_term != st.term) {
+            check_leader_has(s, n, 1, st.term);
+            n->leader_checked_term = st.term;
+        }
+    }
+}
+
+static void step(sim *s)
+{
+    s->now++;
+    if (s->chaos) {
+        faults(s);
+        clients(s);
+    }
+    for (int i = 0; i < s->n && !s->failed; i++) {
+        s_node *n = &s->nodes[i];
+        if (n->r && (!s->chaos || pct(s, s->tick_pct))) {
+            kl_code rc = kl_raft_tick(n->r);
+            if (rc != KL_OK)
+                fail(s, "n%llu: tick = %s", (unsigned long long)n->id, kl_code_name(rc));
+        }
+    }
+    deliver(s);
+    for (int i = 0; i < s->n && !s->failed; i++)
+        if (s->nodes[i].r)
+            process_ready(s, &s->nodes[i]);
+    if (!s->failed)
+        check(s);
+}
+
+/* Heal everything, then a leader must commit a fresh proposal and everyone must apply it. */
+static void liveness(sim *s)
+{
+    s->chaos = false;
+    for (int i = 0; i < s->n; i++) {
+        s_node *n = &s->nodes[i];
+        n->group = 0;
+        n->stall = false;
+        n->rd_wait = 0;
+        if (!n->r)
+            node_start(s, n);
+    }
+    /* Elections, plus catching up the longest log one round trip per entry at worst
+     * (max_inflight 1, one entry per message). */
+    uint64_t longest = 0;
+    for (int i = 0; i < s->n; i++) {
+        kl_raft_status st;
+        kl_raft_status_get(s->nodes[i].r, &st);
+        longest = st.last_index > longest ? st.last_index : longest;
+    }
+    uint64_t bound = 400 + 40ull * s->election_ticks + 2ull * ((uint64_t)s->max_delay + 1) * longest;
+    bool proposed = false, committed = false;
+    uint64_t fin_term = 0, fin_index = 0, fin = 0;
+    for (uint64_t k = 0; k < bound && !s->failed; k++) {
+        step(s);
+        s->res->liveness_steps++;
+        if (!committed) {
+            s_node *l = some_leader(s);
+            if (l) {
+                kl_raft_status st;
+                kl_raft_status_get(l->r, &st);
+                if (!proposed || st.term != fin_term) {
+                    uint64_t c;
+                    if (propose(s, l, &c)) {
+                        proposed = true;
+                        fin = c;
+                        fin_term = st.term;
+                    }
+                }
+            }
+            if (proposed && s->props[fin].acked) {
+                committed = true;
+                fin_index = s->props[fin].index;
+                trace(s, "liveness: final proposal committed at %llu", (unsigned long long)fin_index);
+            }
+            continue;
+        }
+        bool all = true;
+        for (int i = 0; i < s->n; i++)
+            all &= s->nodes[i].applied >= fin_index;
+        if (all)
+            return;
+    }
+    if (s->failed)
+        return;
+    if (!committed)
+        fail(s, "liveness: no leader committed a final proposal within %llu healed steps",
+             (unsigned long long)bound);
+    else
+        fail(s, "liveness: members did not all apply index %llu within %llu healed steps",
+             (unsigned long long)fin_index, (unsigned long long)bound);
+}
+
+static void final_checks(sim *s)
+{
+    for (size_t c = 0; c < s->n_props && !s->failed; c++) {
+        const s_prop *p = &s->props[c];
+        if (p->acked && (p->index > s->n_committed || s->committed[p->index - 1].term != p->term))
+            fail(s, "acknowledged proposal %zu at (%llu, term %llu) is not committed", c,
+                 (unsigned long long)p->index, (unsigned long long)p->term);
+    }
+}
+
+static void sim_free(sim *s)
+{
+    for (int i = 0; i < s->n; i++) {
+        s_node *n = &s->nodes[i];
+        kl_raft_free(n->r);
+        disk_truncate(n, 1);
+        free(n->log);
+    }
+    for (size_t i = 0; i < s->net_len; i++)
+        free_msg(&s->net[i].m);
+    free(s->net);
+    free(s->committed);
+    free(s->applied);
+    free(s->leader_of_term);
+    free(s->ht);
+    free(s->props);
+    free(s->reads);
+}
+
+bool sim_run(const sim_opts *o, sim_result *res)
+{
+    memset(res, 0, sizeof *res);
+    res->ok = true;
+    sim *s = calloc(1, sizeof *s);
+    s->o = *o;
+    s->res = res;
+    s->n = o->n;
+    s->rng = mix64(o->seed ^ ((uint64_t)o->n << 40) ^ ((uint64_t)o->q2 << 48));
+    sim_current = o;
+    /* Knobs drawn per seed, so that the seed space covers calm and violent runs alike. */
+    s->drop_pct = (int)below(s, 20);
+    s->dup_pct = (int)below(s, 8);
+    s->max_delay = 1 + (int)below(s, 4);
+    s->crash_pm = (int)below(s, 80);
+    s->restart_pct = 5 + (int)below(s, 20);
+    s->part_pm = (int)below(s, 60);
+    s->heal_pct = 2 + (int)below(s, 10);
+    s->prop_pct = 10 + (int)below(s, 50);
+    s->read_pct = (int)below(s, 20);
+    s->slow_pct = (int)below(s, 40);
+    s->tick_pct = 70 + (int)below(s, 31);
+    /* Raft needs broadcast time << election timeout: keep the timeout above a heartbeat
+     * interval plus a round trip (two deliveries), by a margin varied per seed. In the chaos
+     * phase slow disks and drops still push runs past it, which is the point. */
+    s->heartbeat_ticks = 1 + (uint32_t)below(s, 3);
+    s->election_ticks = s->heartbeat_ticks + 2 * (uint32_t)s->max_delay + 2 + (uint32_t)below(s, 10);
+    s->chaos = true;
+    trace(s, "knobs: drop %d%% dup %d%% delay 1..%d crash %d/1000 restart %d%% partition %d/1000 "
+             "heal %d%% propose %d%% read %d%% slow disk %d%% tick %d%% heartbeat %u election %u",
+          s->drop_pct, s->dup_pct, s->max_delay, s->crash_pm, s->restart_pct, s->part_pm,
+          s->heal_pct, s->prop_pct, s->read_pct, s->slow_pct, s->tick_pct, s->heartbeat_ticks,
+          s->election_ticks);
+    for (int i = 0; i < s->n; i++) {
+        s->nodes[i].sim = s;
+        s->nodes[i].id = (uint64_t)i + 1;
+        node_start(s, &s->nodes[i]);
+    }
+    for (int k = 0; k < o->steps && !s->failed; k++)
+        step(s);
+    if (!s->failed)
+        liveness(s);
+    if (!s->failed)
+        final_checks(s);
+    sim_free(s);
+    free(s);
+    sim_current = NULL;
+    return res->ok;
+}

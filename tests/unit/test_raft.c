@@ -1,0 +1,1076 @@
+/* Unit tests of the replication core (daemon/repl/raft.h).
+ *
+ * Two halves:
+ *  - direct tests of single rules on a small hand-driven cluster ("mc" below): quorums, the
+ *    vote rule, pre-vote, commit by Q2 persisted copies, check-quorum, read-index, caps,
+ *    truncation reporting, the ready contract, restarts and storage failures;
+ *  - the deterministic simulator (tests/sim/raft_sim.c) over many seeds per quorum
+ *    configuration. It is compiled into this translation unit, so that the Makefile's
+ *    unit-test rule (every .c file in tests/unit) needs no change; the soak runner links the same file.
+ * A failing seed is printed with the command that replays it under -O2 with a trace. */
+#include "daemon/repl/raft.h"
+
+#include "tests/sim/raft_sim.c"
+
+#include <check.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+/* ------------------------------------------------------------------ the hand-driven cluster */
+
+#define MC_LOG 1024
+#define MC_QUEUE 8192
+
+typedef struct m_ent {
+    uint64_t term;
+    uint8_t type;
+    uint8_t *data;
+    size_t len;
+} m_ent;
+
+typedef struct mnode {
+    uint64_t id;
+    kl_raft *r;
+    kl_raft_hard_state hs; /* the disk */
+    m_ent log[MC_LOG];
+    size_t len;
+    uint64_t applied;
+    bool hold; /* the disk never answers: the ready stays outstanding, nothing is sent */
+    bool rd_out;
+    kl_raft_ready rd;
+    kl_raft_read_state reads[64];
+    size_t n_reads;
+    bool fail_storage;
+    uint64_t storage_reads;
+} mnode;
+
+typedef struct mc {
+    int n;
+    uint32_t q2;
+    mnode nd[KL_RAFT_MAX_MEMBERS];
+    kl_raft_msg q[MC_QUEUE];
+    size_t qlen;
+    bool cut[KL_RAFT_MAX_MEMBERS + 1][KL_RAFT_MAX_MEMBERS + 1];
+    size_t cache_entries; /* max_cached_entries for the next start */
+    size_t max_unpersisted_entries;
+} mc;
+
+static kl_code mc_term(void *ctx, uint64_t index, uint64_t *term)
+{
+    mnode *m = ctx;
+    m->storage_reads++;
+    if (m->fail_storage || index == 0 || index > m->len)
+        return KL_INTERNAL;
+    *term = m->log[index - 1].term;
+    return KL_OK;
+}
+
+static kl_code mc_entries(void *ctx, uint64_t lo, uint64_t hi, size_t max_bytes,
+                          kl_raft_entry *out, size_t cap, size_t *n)
+{
+    mnode *m = ctx;
+    m->storage_reads++;
+    *n = 0;
+    if (m->fail_storage || lo == 0 || hi > m->len + 1)
+        return KL_INTERNAL;
+    size_t bytes = 0;
+    for (uint64_t i = lo; i < hi && *n < cap; i++) {
+        const m_ent *e = &m->log[i - 1];
+        if (*n > 0 && bytes + e->len > max_bytes)
+            break;
+        kl_raft_entry *o = &out[(*n)++];
+        *o = (kl_raft_entry){.term = e->term, .index = i, .type = e->type, .len = e->len};
+        if (e->len) {
+            o->data = malloc(e->len);
+            memcpy(o->data, e->data, e->len);
+        }
+        bytes += e->len;
+    }
+    return KL_OK;
+}
+
+static void mc_disk_append(mnode *m, uint64_t term, uint8_t type, const void *d, size_t len)
+{
+    ck_assert_uint_lt(m->len, MC_LOG);
+    m_ent *e = &m->log[m->len++];
+    *e = (m_ent){.term = term, .type = type, .len = len};
+    if (len) {
+        e->data = malloc(len);
+        memcpy(e->data, d, len);
+    }
+}
+
+static void mc_disk_truncate(mnode *m, uint64_t from)
+{
+    for (size_t i = from - 1; i < m->len; i++)
+        free(m->log[i].data);
+    m->len = from - 1;
+}
+
+static void mc_config(mc *c, mnode *m, kl_raft_config *cfg)
+{
+    kl_raft_config_default(cfg);
+    cfg->id = m->id;
+    cfg->n_members = (size_t)c->n;
+    for (int i = 0; i < c->n; i++)
+        cfg->members[i] = (uint64_t)i + 1;
+    cfg->replica_count = c->q2;
+    cfg->election_ticks = 10;
+    cfg->heartbeat_ticks = 2;
+    cfg->rand_seed = m->id;
+    cfg->max_cached_entries = c->cache_entries;
+    if (c->max_unpersisted_entries)
+        cfg->max_unpersisted_entries = c->max_unpersisted_entries;
+    cfg->hard = m->hs;
+    cfg->last_index = m->len;
+    cfg->applied = m->applied;
+    cfg->storage = (kl_raft_storage){.ctx = m, .term = mc_term, .entries = mc_entries};
+}
+
+static void mc_start(mc *c, int id)
+{
+    mnode *m = &c->nd[id - 1];
+    kl_raft_config cfg;
+    mc_config(c, m, &cfg);
+    kl_err err;
+    ck_assert_msg(kl_raft_new(&cfg, &m->r, &err) == KL_OK, "start n%d: %s", id, err.message);
+    m->rd_out = false;
+}
+
+static void mc_init(mc *c, int n, uint32_t q2)
+{
+    memset(c, 0, sizeof *c);
+    c->n = n;
+    c->q2 = q2;
+    c->cache_entries = 1024;
+    for (int i = 0; i < n; i++) {
+        c->nd[i].id = (uint64_t)i + 1;
+        mc_start(c, i + 1);
+    }
+}
+
+static void mc_crash(mc *c, int id)
+{
+    mnode *m = &c->nd[id - 1];
+    kl_raft_free(m->r);
+    m->r = NULL;
+    m->rd_out = false;
+    m->n_reads = 0;
+}
+
+static void mc_free(mc *c)
+{
+    for (int i = 0; i < c->n; i++) {
+        mc_crash(c, i + 1);
+        mc_disk_truncate(&c->nd[i], 1);
+    }
+    for (size_t i = 0; i < c->qlen; i++)
+        free_msg(&c->q[i]);
+}
+
+static void mc_enqueue(mc *c, const kl_raft_msg *m)
+{
+    ck_assert_uint_lt(c->qlen, MC_QUEUE);
+    kl_raft_msg *d = &c->q[c->qlen++];
+    *d = *m;
+    d->entries = NULL;
+    if (m->n_entries) {
+        d->entries = calloc(m->n_entries, sizeof *d->entries);
+        for (size_t i = 0; i < m->n_entries; i++) {
+            d->entries[i] = m->entries[i];
+            d->entries[i].data = NULL;
+            if (m->entries[i].len) {
+                d->entries[i].data = malloc(m->entries[i].len);
+                memcpy(d->entries[i].data, m->entries[i].data, m->entries[i].len);
+            }
+        }
+    }
+}
+
+/* The driver: persist, send, apply, advance; or, while held, keep the ready outstanding. */
+static void mc_flush(mc *c, int id)
+{
+    mnode *m = &c->nd[id - 1];
+    for (int guard = 0; m->r && guard < 100; guard++) {
+        if (!m->rd_out) {
+            if (!kl_raft_has_ready(m->r))
+                return;
+            ck_assert_int_eq(kl_raft_get_ready(m->r, &m->rd), KL_OK);
+            m->rd_out = true;
+        }
+        if (m->hold)
+            return;
+        kl_raft_ready *rd = &m->rd;
+        if (rd->has_hard_state)
+            m->hs = rd->hard;
+        if (rd->truncate_from)
+            mc_disk_truncate(m, rd->truncate_from);
+        for (size_t i = 0; i < rd->n_entries; i++) {
+            ck_assert_uint_eq(rd->entries[i].index, m->len + 1);
+            mc_disk_append(m, rd->entries[i].term, rd->entries[i].type, rd->entries[i].data,
+                           rd->entries[i].len);
+        }
+        for (size_t i = 0; i < rd->n_msgs; i++)
+            mc_enqueue(c, &rd->msgs[i]);
+        for (size_t i = 0; i < rd->n_committed; i++) {
+            ck_assert_uint_eq(rd->committed[i].index, m->applied + 1);
+            m->applied = rd->committed[i].index;
+        }
+        for (size_t i = 0; i < rd->n_reads && m->n_reads < 64; i++)
+            m->reads[m->n_reads++] = rd->reads[i];
+        ck_assert_int_eq(kl_raft_advance(m->r, rd), KL_OK);
+        m->rd_out = false;
+    }
+}
+
+/* Delivers everything (FIFO, no loss except cut links) until the cluster is quiet. */
+static void mc_settle(mc *c)
+{
+    for (int round = 0; round < 1000; round++) {
+        for (int i = 0; i < c->n; i++)
+            mc_flush(c, i + 1);
+        if (c->qlen == 0)
+            return;
+        size_t n = c->qlen;
+        kl_raft_msg *batch = malloc(n * sizeof *batch);
+        memcpy(batch, c->q, n * sizeof *batch);
+        c->qlen = 0;
+        for (size_t i = 0; i < n; i++) {
+            kl_raft_msg *msg = &batch[i];
+            mnode *to = &c->nd[msg->to - 1];
+            if (to->r && !c->cut[msg->from][msg->to])
+                ck_assert_int_eq(kl_raft_step(to->r, msg), KL_OK);
+            free_msg(msg);
+        }
+        free(batch);
+    }
+    ck_abort_msg("cluster did not settle");
+}
+
+static void mc_tick(mc *c, int id, int times)
+{
+    for (int k = 0; k < times; k++) {
+        ck_assert_int_eq(kl_raft_tick(c->nd[id - 1].r), KL_OK);
+        mc_settle(c);
+    }
+}
+
+static kl_raft_status mc_status(mc *c, int id)
+{
+    kl_raft_status st;
+    kl_raft_status_get(c->nd[id - 1].r, &st);
+    return st;
+}
+
+/* Ticks only `id` until it leads (nobody else's timer runs, so nobody competes). */
+static void mc_elect(mc *c, int id)
+{
+    for (int k = 0; k < 100 && mc_status(c, id).role != KL_RAFT_LEADER; k++)
+        mc_tick(c, id, 1);
+    ck_assert_int_eq(mc_status(c, id).role, KL_RAFT_LEADER);
+}
+
+static void mc_cut(mc *c, int a, int b, bool cut)
+{
+    c->cut[a][b] = c->cut[b][a] = cut;
+}
+
+static void mc_isolate(mc *c, int a, bool cut)
+{
+    for (int b = 1; b <= c->n; b++)
+        if (b != a)
+            mc_cut(c, a, b, cut);
+}
+
+static uint64_t mc_propose(mc *c, int id, const char *s)
+{
+    kl_raft_proposal p;
+    ck_assert_int_eq(kl_raft_propose(c->nd[id - 1].r, s, strlen(s), &p), KL_OK);
+    return p.index;
+}
+
+/* A lone member (id 1 of {1, 2, 3}, replica_count 2) over a disk holding entries of the given
+ * terms; for tests that step hand-made messages. */
+static void lone_init(mc *c, const uint64_t *terms, size_t n, uint64_t hs_term)
+{
+    memset(c, 0, sizeof *c);
+    c->n = 3;
+    c->q2 = 2;
+    c->cache_entries = 1024;
+    mnode *m = &c->nd[0];
+    m->id = 1;
+    for (size_t i = 0; i < n; i++)
+        mc_disk_append(m, terms[i], KL_RAFT_ENTRY_NORMAL, "x", 1);
+    m->hs.term = hs_term;
+    mc_start(c, 1);
+}
+
+static kl_raft_msg vote_msg(uint8_t type, uint64_t from, uint64_t term, uint64_t last_index,
+                            uint64_t last_term)
+{
+    return (kl_raft_msg){.type = type, .from = from, .to = 1, .term = term,
+                         .index = last_index, .log_term = last_term};
+}
+
+/* Takes the ready of member 1 without performing it; returns it (valid until advance). */
+static kl_raft_ready *lone_ready(mc *c)
+{
+    mnode *m = &c->nd[0];
+    ck_assert(kl_raft_has_ready(m->r));
+    ck_assert_int_eq(kl_raft_get_ready(m->r, &m->rd), KL_OK);
+    m->rd_out = true;
+    return &m->rd;
+}
+
+static void lone_advance(mc *c)
+{
+    mnode *m = &c->nd[0];
+    kl_raft_ready *rd = &m->rd;
+    if (rd->has_hard_state)
+        m->hs = rd->hard;
+    if (rd->truncate_from)
+        mc_disk_truncate(m, rd->truncate_from);
+    for (size_t i = 0; i < rd->n_entries; i++)
+        mc_disk_append(m, rd->entries[i].term, rd->entries[i].type, rd->entries[i].data,
+                       rd->entries[i].len);
+    ck_assert_int_eq(kl_raft_advance(m->r, rd), KL_OK);
+    m->rd_out = false;
+}
+
+/* ------------------------------------------------------------------ direct tests */
+
+START_TEST(quorum_table)
+{
+    static const struct {
+        size_t n;
+        uint32_t q2, q1;
+    } t[] = {{3, 3, 2}, {3, 2, 2}, {5, 3, 3}, {3, 1, 3}, {5, 5, 3}, {5, 4, 3}, {5, 2, 4},
+             {5, 1, 5}, {1, 1, 1}, {4, 4, 3}, {4, 2, 3}, {9, 5, 5}, {9, 9, 5}, {9, 3, 7}};
+    for (size_t i = 0; i < sizeof t / sizeof t[0]; i++) {
+        uint32_t q1 = 0;
+        ck_assert_int_eq(kl_raft_quorums(t[i].n, t[i].q2, &q1), KL_OK);
+        ck_assert_msg(q1 == t[i].q1, "N=%zu Q2=%u: Q1=%u, want %u", t[i].n, t[i].q2, q1,
+                      t[i].q1);
+        /* The two properties Q1 exists for. */
+        ck_assert_uint_gt(q1 + t[i].q2, t[i].n);
+        ck_assert_uint_gt(2 * q1, t[i].n);
+    }
+    uint32_t q1;
+    ck_assert_int_eq(kl_raft_quorums(3, 0, &q1), KL_INVALID_ARGUMENT);
+    ck_assert_int_eq(kl_raft_quorums(3, 4, &q1), KL_INVALID_ARGUMENT);
+    ck_assert_int_eq(kl_raft_quorums(0, 1, &q1), KL_INVALID_ARGUMENT);
+    ck_assert_int_eq(kl_raft_quorums(10, 5, &q1), KL_INVALID_ARGUMENT);
+}
+END_TEST
+
+START_TEST(config_refusals)
+{
+    mc c;
+    memset(&c, 0, sizeof c);
+    c.n = 3;
+    c.q2 = 3;
+    c.nd[0].id = 1;
+    kl_raft_config cfg;
+    kl_raft *r = NULL;
+    kl_err err;
+    mc_config(&c, &c.nd[0], &cfg);
+    ck_assert_int_eq(kl_raft_new(&cfg, &r, &err), KL_OK);
+    kl_raft_status st;
+    kl_raft_status_get(r, &st);
+    ck_assert_uint_eq(st.q1, 2);
+    ck_assert_uint_eq(st.q2, 3);
+    kl_raft_free(r);
+
+    uint32_t bad_rc[] = {0, 4, 100};
+    for (size_t i = 0; i < 3; i++) {
+        mc_config(&c, &c.nd[0], &cfg);
+        cfg.replica_count = bad_rc[i];
+        ck_assert_int_eq(kl_raft_new(&cfg, &r, &err), KL_INVALID_ARGUMENT);
+        ck_assert_ptr_null(r);
+        ck_assert_str_eq(err.detail, "replica_count");
+        ck_assert_ptr_nonnull(strstr(err.message, "outside 1..3"));
+    }
+    mc_config(&c, &c.nd[0], &cfg);
+    cfg.id = 7;
+    ck_assert_int_eq(kl_raft_new(&cfg, &r, &err), KL_INVALID_ARGUMENT);
+    ck_assert_str_eq(err.detail, "id");
+    mc_config(&c, &c.nd[0], &cfg);
+    cfg.members[2] = 2;
+    ck_assert_int_eq(kl_raft_new(&cfg, &r, &err), KL_INVALID_ARGUMENT);
+    ck_assert_str_eq(err.detail, "members");
+    mc_config(&c, &c.nd[0], &cfg);
+    cfg.n_members = 10;
+    ck_assert_int_eq(kl_raft_new(&cfg, &r, &err), KL_INVALID_ARGUMENT);
+    mc_config(&c, &c.nd[0], &cfg);
+    cfg.heartbeat_ticks = cfg.election_ticks;
+    ck_assert_int_eq(kl_raft_new(&cfg, &r, &err), KL_INVALID_ARGUMENT);
+    mc_config(&c, &c.nd[0], &cfg);
+    cfg.hard.commit = 5; /* past an empty log */
+    ck_assert_int_eq(kl_raft_new(&cfg, &r, &err), KL_INVALID_ARGUMENT);
+    mc_config(&c, &c.nd[0], &cfg);
+    cfg.hard.vote = 9;
+    ck_assert_int_eq(kl_raft_new(&cfg, &r, &err), KL_INVALID_ARGUMENT);
+    mc_config(&c, &c.nd[0], &cfg);
+    cfg.storage.term = NULL;
+    ck_assert_int_eq(kl_raft_new(&cfg, &r, &err), KL_INVALID_ARGUMENT);
+    /* A log whose last term is past the persisted term cannot come from this core. */
+    mc_disk_append(&c.nd[0], 4, KL_RAFT_ENTRY_NOOP, NULL, 0);
+    c.nd[0].hs.term = 3;
+    mc_config(&c, &c.nd[0], &cfg);
+    ck_assert_int_eq(kl_raft_new(&cfg, &r, &err), KL_INVALID_ARGUMENT);
+    mc_disk_truncate(&c.nd[0], 1);
+}
+END_TEST
+
+START_TEST(vote_rule)
+{
+    mc c;
+    const uint64_t terms[] = {1, 1, 2}; /* last entry (3, term 2) */
+    lone_init(&c, terms, 3, 2);
+    kl_raft *r = c.nd[0].r;
+    kl_raft_msg m;
+    m = vote_msg(KL_RAFT_MSG_VOTE, 2, 3, 5, 1); /* longer log, but an older last term */
+    ck_assert_int_eq(kl_raft_step(r, &m), KL_OK);
+    m = vote_msg(KL_RAFT_MSG_VOTE, 3, 3, 2, 2); /* same last term, shorter log */
+    ck_assert_int_eq(kl_raft_step(r, &m), KL_OK);
+    m = vote_msg(KL_RAFT_MSG_VOTE, 3, 3, 3, 2); /* as up to date: granted */
+    ck_assert_int_eq(kl_raft_step(r, &m), KL_OK);
+    m = vote_msg(KL_RAFT_MSG_VOTE, 2, 3, 9, 3); /* better log, but the term's vote is cast */
+    ck_assert_int_eq(kl_raft_step(r, &m), KL_OK);
+    m = vote_msg(KL_RAFT_MSG_VOTE, 3, 3, 3, 2); /* the same candidate again: granted again */
+    ck_assert_int_eq(kl_raft_step(r, &m), KL_OK);
+    kl_raft_ready *rd = lone_ready(&c);
+    /* The vote is in the hard state of the very ready whose messages announce it. */
+    ck_assert(rd->has_hard_state);
+    ck_assert_uint_eq(rd->hard.term, 3);
+    ck_assert_uint_eq(rd->hard.vote, 3);
+    ck_assert_uint_eq(rd->n_msgs, 5);
+    const bool reject[] = {true, true, false, true, false};
+    const uint64_t to[] = {2, 3, 3, 2, 3};
+    for (size_t i = 0; i < 5; i++) {
+        ck_assert_int_eq(rd->msgs[i].type, KL_RAFT_MSG_VOTE_RESP);
+        ck_assert_uint_eq(rd->msgs[i].to, to[i]);
+        ck_assert_uint_eq(rd->msgs[i].term, 3);
+        ck_assert_msg(rd->msgs[i].reject == reject[i], "answer %zu", i);
+    }
+    lone_advance(&c);
+    /* A later term frees the vote; a strictly later last term wins over length. */
+    m = vote_msg(KL_RAFT_MSG_VOTE, 2, 4, 1, 3);
+    ck_assert_int_eq(kl_raft_step(r, &m), KL_OK);
+    rd = lone_ready(&c);
+    ck_assert_uint_eq(rd->hard.term, 4);
+    ck_assert_uint_eq(rd->hard.vote, 2);
+    ck_assert_uint_eq(rd->n_msgs, 1);
+    ck_assert(!rd->msgs[0].reject);
+    lone_advance(&c);
+    mc_free(&c);
+}
+END_TEST
+
+START_TEST(prevote_keeps_terms)
+{
+    mc c;
+    mc_init(&c, 3, 2);
+    /* n1 times out: it asks for pre-votes in term 1 without moving to term 1. */
+    kl_raft *r1 = c.nd[0].r;
+    for (int k = 0; k < 40 && mc_status(&c, 1).role == KL_RAFT_FOLLOWER; k++)
+        ck_assert_int_eq(kl_raft_tick(r1), KL_OK);
+    ck_assert_int_eq(mc_status(&c, 1).role, KL_RAFT_PRE_CANDIDATE);
+    ck_assert_uint_eq(mc_status(&c, 1).term, 0);
+    kl_raft_ready *rd = &c.nd[0].rd;
+    ck_assert_int_eq(kl_raft_get_ready(r1, rd), KL_OK);
+    c.nd[0].rd_out = true;
+    ck_assert(!rd->has_hard_state); /* nothing to persist: no term bump, no vote */
+    ck_assert_uint_eq(rd->n_msgs, 2);
+    for (size_t i = 0; i < 2; i++) {
+        ck_assert_int_eq(rd->msgs[i].type, KL_RAFT_MSG_PREVOTE);
+        ck_assert_uint_eq(rd->msgs[i].term, 1);
+    }
+    /* n2 grants it without changing its own term or vote. */
+    kl_raft *r2 = c.nd[1].r;
+    ck_assert_int_eq(kl_raft_step(r2, &rd->msgs[0]), KL_OK);
+    kl_raft_ready rd2;
+    ck_assert_int_eq(kl_raft_get_ready(r2, &rd2), KL_OK);
+    ck_assert(!rd2.has_hard_state);
+    ck_assert_uint_eq(rd2.n_msgs, 1);
+    ck_assert_int_eq(rd2.msgs[0].type, KL_RAFT_MSG_PREVOTE_RESP);
+    ck_assert(!rd2.msgs[0].reject);
+    ck_assert_uint_eq(rd2.msgs[0].term, 1);
+    ck_assert_uint_eq(mc_status(&c, 2).term, 0);
+    ck_assert_uint_eq(mc_status(&c, 2).vote, 0);
+    /* With Q1 = 2 (n1 and n2) n1 now campaigns for real, in term 1. */
+    ck_assert_int_eq(kl_raft_step(r1, &rd2.msgs[0]), KL_OK);
+    ck_assert_int_eq(kl_raft_advance(r2, &rd2), KL_OK);
+    ck_assert_int_eq(mc_status(&c, 1).role, KL_RAFT_CANDIDATE);
+    ck_assert_uint_eq(mc_status(&c, 1).term, 1);
+    ck_assert_uint_eq(mc_status(&c, 1).vote, 1);
+    mc_settle(&c);
+    ck_assert_int_eq(mc_status(&c, 1).role, KL_RAFT_LEADER);
+    mc_settle(&c);
+
+    /* A member cut off from the leader campaigns forever without moving anyone's term:
+     * the others still hear from the leader and ignore its pre-votes. */
+    uint64_t term = mc_status(&c, 1).term;
+    mc_cut(&c, 1, 3, true);
+    for (int k = 0; k < 100; k++) {
+        ck_assert_int_eq(kl_raft_tick(c.nd[2].r), KL_OK);
+        if (k % 2 == 0)
+            ck_assert_int_eq(kl_raft_tick(c.nd[0].r), KL_OK);
+        ck_assert_int_eq(kl_raft_tick(c.nd[1].r), KL_OK);
+        mc_settle(&c);
+    }
+    ck_assert_int_eq(mc_status(&c, 1).role, KL_RAFT_LEADER);
+    ck_assert_uint_eq(mc_status(&c, 1).term, term);
+    ck_assert_uint_eq(mc_status(&c, 2).term, term);
+    ck_assert_uint_eq(mc_status(&c, 3).term, term);
+    ck_assert_int_ne(mc_status(&c, 3).role, KL_RAFT_LEADER);
+    mc_free(&c);
+}
+END_TEST
+
+/* replica_count members must have PERSISTED an entry: n members held (their disks never
+ * answer) can block a commit that the others alone cannot make. */
+static void commit_case(int n, uint32_t q2, int held, bool commits)
+{
+    mc c;
+    mc_init(&c, n, q2);
+    mc_elect(&c, 1);
+    mc_settle(&c);
+    for (int i = 0; i < held; i++)
+        c.nd[n - 1 - i].hold = true;
+    uint64_t idx = mc_propose(&c, 1, "payload");
+    /* Heartbeats and resends, short of the first check-quorum (10 ticks). */
+    mc_tick(&c, 1, 8);
+    kl_raft_status st = mc_status(&c, 1);
+    ck_assert_int_eq(st.role, KL_RAFT_LEADER); /* check-quorum never fires here */
+    if (commits) {
+        ck_assert_msg(st.commit >= idx, "%dof%d with %d held: commit %llu < %llu", q2, n, held,
+                      (unsigned long long)st.commit, (unsigned long long)idx);
+        ck_assert_uint_ge(c.nd[0].applied, idx);
+    } else {
+        ck_assert_msg(st.commit < idx, "%dof%d with %d held committed", q2, n, held);
+        for (int i = 0; i < held; i++)
+            c.nd[n - 1 - i].hold = false;
+        mc_tick(&c, 1, 4);
+        ck_assert_uint_ge(mc_status(&c, 1).commit, idx);
+    }
+    mc_free(&c);
+}
+
+START_TEST(commit_needs_q2_persisted)
+{
+    commit_case(3, 3, 1, false); /* one follower not persisting blocks 3-of-3 */
+    commit_case(3, 3, 0, true);
+    commit_case(3, 2, 1, true);
+    commit_case(3, 2, 2, false);
+    commit_case(3, 1, 2, true);
+    commit_case(5, 3, 2, true);
+    commit_case(5, 3, 3, false);
+    commit_case(5, 4, 1, true);
+    commit_case(5, 4, 2, false);
+    commit_case(5, 5, 1, false);
+}
+END_TEST
+
+/* The leader counts itself only once its driver reported its own write. */
+START_TEST(leader_counts_itself_after_persisting)
+{
+    mc c;
+    mc_init(&c, 3, 1);
+    mc_elect(&c, 1);
+    mc_settle(&c);
+    kl_raft_status st = mc_status(&c, 1);
+    ck_assert(st.leader_ready);
+    uint64_t idx = mc_propose(&c, 1, "alone");
+    c.nd[0].hold = true;
+    mc_flush(&c, 1); /* the ready is out, the write not done */
+    ck_assert(c.nd[0].rd_out);
+    ck_assert_uint_lt(mc_status(&c, 1).commit, idx);
+    c.nd[0].hold = false;
+    mc_flush(&c, 1);
+    ck_assert_uint_eq(mc_status(&c, 1).commit, idx);
+    ck_assert_uint_eq(c.nd[0].applied, idx);
+    mc_free(&c);
+}
+END_TEST
+
+START_TEST(leader_without_quorum_steps_down)
+{
+    static const struct {
+        int n;
+        uint32_t q2;
+        bool steps_down;
+    } t[] = {{3, 3, true}, {3, 2, true}, {5, 3, true}, {5, 5, true}, {3, 1, false}};
+    for (size_t i = 0; i < sizeof t / sizeof t[0]; i++) {
+        mc c;
+        mc_init(&c, t[i].n, t[i].q2);
+        mc_elect(&c, 1);
+        mc_settle(&c);
+        mc_isolate(&c, 1, true);
+        mc_tick(&c, 1, 25); /* two and a half election timeouts */
+        kl_raft_status st = mc_status(&c, 1);
+        if (t[i].steps_down) {
+            ck_assert_msg(st.role == KL_RAFT_FOLLOWER, "%uof%d kept leading", t[i].q2, t[i].n);
+            ck_assert_uint_eq(st.leader, 0);
+            kl_raft_proposal p;
+            ck_assert_int_eq(kl_raft_propose(c.nd[0].r, "x", 1, &p), KL_NOT_LEADER);
+        } else {
+            /* 1-of-3: Q1 = 3, nobody else can be elected, and this member alone commits. */
+            ck_assert_int_eq(st.role, KL_RAFT_LEADER);
+            uint64_t idx = mc_propose(&c, 1, "still");
+            mc_settle(&c);
+            ck_assert_uint_eq(mc_status(&c, 1).commit, idx);
+        }
+        mc_free(&c);
+    }
+    /* 3-of-3 with one member down: the leader keeps leading (the two could only re-elect
+     * each other, and nobody can commit either way), so a proposal waits, not churns. */
+    mc c;
+    mc_init(&c, 3, 3);
+    mc_elect(&c, 1);
+    mc_settle(&c);
+    mc_crash(&c, 3);
+    uint64_t term = mc_status(&c, 1).term;
+    for (int k = 0; k < 50; k++) {
+        ck_assert_int_eq(kl_raft_tick(c.nd[0].r), KL_OK);
+        ck_assert_int_eq(kl_raft_tick(c.nd[1].r), KL_OK);
+        mc_settle(&c);
+    }
+    ck_assert_int_eq(mc_status(&c, 1).role, KL_RAFT_LEADER);
+    ck_assert_uint_eq(mc_status(&c, 1).term, term);
+    mc_free(&c);
+}
+END_TEST
+
+START_TEST(read_index_rules)
+{
+    mc c;
+    mc_init(&c, 3, 3);
+    c.nd[2].hold = true; /* n1 gets elected by n2, but its no-op cannot commit */
+    mc_elect(&c, 1);
+    uint64_t leader = 99;
+    ck_assert(!mc_status(&c, 1).leader_ready);
+    ck_assert_int_eq(kl_raft_read_index(c.nd[0].r, 1, &leader), KL_NOT_LEADER);
+    ck_assert_uint_eq(leader, 1); /* "it is me, not yet": retry here */
+    ck_assert_int_eq(kl_raft_read_index(c.nd[1].r, 1, &leader), KL_NOT_LEADER);
+    ck_assert_uint_eq(leader, 1);
+    c.nd[2].hold = false;
+    mc_settle(&c);
+    ck_assert(mc_status(&c, 1).leader_ready);
+    uint64_t commit = mc_status(&c, 1).commit;
+
+    /* A read is confirmed only by a round answered by replica_count (3) members. */
+    c.nd[2].hold = true;
+    ck_assert_int_eq(kl_raft_read_index(c.nd[0].r, 42, &leader), KL_OK);
+    mc_tick(&c, 1, 6);
+    ck_assert_uint_eq(c.nd[0].n_reads, 0);
+    c.nd[2].hold = false;
+    mc_tick(&c, 1, 2);
+    ck_assert_uint_eq(c.nd[0].n_reads, 1);
+    ck_assert_uint_eq(c.nd[0].reads[0].ctx, 42);
+    ck_assert_uint_eq(c.nd[0].reads[0].index, commit);
+    /* The read state names the commit index at request time, not a later one. */
+    uint64_t idx = mc_propose(&c, 1, "w");
+    ck_assert_int_eq(kl_raft_read_index(c.nd[0].r, 43, &leader), KL_OK);
+    mc_settle(&c);
+    ck_assert_uint_eq(c.nd[0].n_reads, 2);
+    ck_assert_uint_eq(c.nd[0].reads[1].ctx, 43);
+    ck_assert_uint_eq(c.nd[0].reads[1].index, commit);
+    ck_assert_uint_eq(mc_status(&c, 1).commit, idx);
+    /* Reads pending when leadership is lost are dropped, never confirmed. */
+    mc_isolate(&c, 1, true);
+    ck_assert_int_eq(kl_raft_read_index(c.nd[0].r, 44, &leader), KL_OK);
+    mc_tick(&c, 1, 25);
+    ck_assert_int_eq(mc_status(&c, 1).role, KL_RAFT_FOLLOWER);
+    ck_assert_uint_eq(c.nd[0].n_reads, 2);
+    mc_free(&c);
+
+    /* 1-of-3: the leader alone confirms (Q2 = 1): no heartbeat round needed. */
+    mc_init(&c, 3, 1);
+    mc_elect(&c, 1);
+    mc_settle(&c);
+    mc_isolate(&c, 1, true);
+    ck_assert_int_eq(kl_raft_read_index(c.nd[0].r, 7, &leader), KL_OK);
+    mc_flush(&c, 1);
+    ck_assert_uint_eq(c.nd[0].n_reads, 1);
+    ck_assert_uint_eq(c.nd[0].reads[0].ctx, 7);
+    mc_free(&c);
+}
+END_TEST
+
+START_TEST(proposals_and_caps)
+{
+    mc c;
+    mc_init(&c, 3, 2);
+    c.max_unpersisted_entries = 8;
+    mc_crash(&c, 1);
+    mc_start(&c, 1);
+    mc_elect(&c, 1);
+    mc_settle(&c);
+    kl_raft_proposal p;
+    ck_assert_int_eq(kl_raft_propose(c.nd[1].r, "x", 1, &p), KL_NOT_LEADER);
+    ck_assert_uint_eq(p.leader, 1);
+    ck_assert_int_eq(kl_raft_propose(c.nd[0].r, "x", 1, &p), KL_OK);
+    ck_assert_uint_eq(p.term, mc_status(&c, 1).term);
+    ck_assert_uint_eq(p.leader, 1);
+    /* The leader's disk stalls: at most max_unpersisted_entries wait in memory. */
+    c.nd[0].hold = true;
+    int ok = 1;
+    while (kl_raft_propose(c.nd[0].r, "y", 1, &p) == KL_OK)
+        ok++;
+    ck_assert_int_eq(kl_raft_propose(c.nd[0].r, "y", 1, &p), KL_UNAVAILABLE);
+    ck_assert_int_eq(ok, 8);
+    /* Longer than the whole unpersisted budget (64 MiB by default): could never fit. */
+    ck_assert_int_eq(kl_raft_propose(c.nd[0].r, "y", (64u << 20) + 1, &p), KL_INVALID_ARGUMENT);
+    c.nd[0].hold = false;
+    mc_settle(&c);
+    ck_assert_int_eq(kl_raft_propose(c.nd[0].r, "z", 1, &p), KL_OK);
+    mc_settle(&c);
+    ck_assert_uint_eq(mc_status(&c, 1).commit, p.index);
+    ck_assert_uint_eq(mc_status(&c, 2).commit, p.index);
+    mc_free(&c);
+}
+END_TEST
+
+/* An acknowledgement queued in term T must not leave after a term-T' leader truncated the
+ * entries it describes: unsent messages die with their term. */
+START_TEST(no_ack_survives_a_term_change)
+{
+    mc c;
+    lone_init(&c, NULL, 0, 0);
+    kl_raft *r = c.nd[0].r;
+    kl_raft_entry e1[2] = {{.term = 1, .index = 1, .data = (uint8_t *)"a", .len = 1},
+                           {.term = 1, .index = 2, .data = (uint8_t *)"b", .len = 1}};
+    kl_raft_msg a = {.type = KL_RAFT_MSG_APPEND, .from = 2, .to = 1, .term = 1,
+                     .entries = e1, .n_entries = 2};
+    ck_assert_int_eq(kl_raft_step(r, &a), KL_OK);
+    kl_raft_entry e2[1] = {{.term = 2, .index = 1, .data = (uint8_t *)"c", .len = 1}};
+    kl_raft_msg b = {.type = KL_RAFT_MSG_APPEND, .from = 3, .to = 1, .term = 2,
+                     .entries = e2, .n_entries = 1};
+    ck_assert_int_eq(kl_raft_step(r, &b), KL_OK);
+    kl_raft_ready *rd = lone_ready(&c);
+    ck_assert_uint_eq(rd->hard.term, 2);
+    ck_assert_uint_eq(rd->n_entries, 1);
+    ck_assert_uint_eq(rd->entries[0].term, 2);
+    ck_assert_uint_eq(rd->n_msgs, 1);
+    ck_assert_uint_eq(rd->msgs[0].to, 3);
+    ck_assert_uint_eq(rd->msgs[0].index, 1);
+    ck_assert(!rd->msgs[0].reject);
+    lone_advance(&c);
+    mc_free(&c);
+}
+END_TEST
+
+START_TEST(truncation_reported_and_hinted)
+{
+    mc c;
+    const uint64_t terms[] = {1, 1, 1, 2, 2, 2, 2};
+    lone_init(&c, terms, 7, 2);
+    kl_raft *r = c.nd[0].r;
+    /* Fast backtracking: asked about (10, term 3), we point at our last entry with a term
+     * <= 3, (7, term 2); asked about (6, term 1), at (3, term 1). */
+    kl_raft_msg m = {.type = KL_RAFT_MSG_APPEND, .from = 2, .to = 1, .term = 3, .index = 10,
+                     .log_term = 3};
+    ck_assert_int_eq(kl_raft_step(r, &m), KL_OK);
+    m.index = 6;
+    m.log_term = 1;
+    ck_assert_int_eq(kl_raft_step(r, &m), KL_OK);
+    kl_raft_ready *rd = lone_ready(&c);
+    ck_assert_uint_eq(rd->n_msgs, 2);
+    ck_assert(rd->msgs[0].reject);
+    ck_assert_uint_eq(rd->msgs[0].index, 10);
+    ck_assert_uint_eq(rd->msgs[0].reject_hint, 7);
+    ck_assert_uint_eq(rd->msgs[0].log_term, 2);
+    ck_assert(rd->msgs[1].reject);
+    ck_assert_uint_eq(rd->msgs[1].reject_hint, 3);
+    ck_assert_uint_eq(rd->msgs[1].log_term, 1);
+    lone_advance(&c);
+    /* The leader of term 3 holds (4, term 3): our entries 4..7 go; the driver is told to cut
+     * its stored copies first. */
+    kl_raft_entry e[2] = {{.term = 3, .index = 4, .data = (uint8_t *)"n", .len = 1},
+                          {.term = 3, .index = 5, .data = (uint8_t *)"o", .len = 1}};
+    m = (kl_raft_msg){.type = KL_RAFT_MSG_APPEND, .from = 2, .to = 1, .term = 3, .index = 3,
+                      .log_term = 1, .commit = 4, .entries = e, .n_entries = 2};
+    ck_assert_int_eq(kl_raft_step(r, &m), KL_OK);
+    rd = lone_ready(&c);
+    ck_assert_uint_eq(rd->truncate_from, 4);
+    ck_assert_uint_eq(rd->n_entries, 2);
+    ck_assert_uint_eq(rd->entries[0].index, 4);
+    ck_assert_uint_eq(rd->hard.commit, 4);
+    ck_assert_uint_eq(rd->n_msgs, 1);
+    ck_assert_uint_eq(rd->msgs[0].index, 5);
+    lone_advance(&c);
+    ck_assert_uint_eq(c.nd[0].len, 5);
+
+    /* A cut of entries handed out but not yet written: reported in the next ready. */
+    kl_raft_entry f[1] = {{.term = 3, .index = 6, .data = (uint8_t *)"p", .len = 1}};
+    m = (kl_raft_msg){.type = KL_RAFT_MSG_APPEND, .from = 2, .to = 1, .term = 3, .index = 5,
+                      .log_term = 3, .commit = 4, .entries = f, .n_entries = 1};
+    ck_assert_int_eq(kl_raft_step(r, &m), KL_OK);
+    rd = lone_ready(&c); /* (6, term 3) is being written... */
+    ck_assert_uint_eq(rd->n_entries, 1);
+    kl_raft_entry g[1] = {{.term = 4, .index = 6, .data = (uint8_t *)"q", .len = 1}};
+    m = (kl_raft_msg){.type = KL_RAFT_MSG_APPEND, .from = 3, .to = 1, .term = 4, .index = 5,
+                      .log_term = 3, .commit = 4, .entries = g, .n_entries = 1};
+    ck_assert_int_eq(kl_raft_step(r, &m), KL_OK); /* ...when term 4 replaces it */
+    lone_advance(&c);
+    ck_assert_uint_eq(mc_status(&c, 1).persisted, 5);
+    rd = lone_ready(&c);
+    ck_assert_uint_eq(rd->truncate_from, 6);
+    ck_assert_uint_eq(rd->n_entries, 1);
+    ck_assert_uint_eq(rd->entries[0].term, 4);
+    lone_advance(&c);
+    ck_assert_uint_eq(c.nd[0].len, 6);
+    ck_assert_uint_eq(c.nd[0].log[5].term, 4);
+    mc_free(&c);
+}
+END_TEST
+
+START_TEST(ready_contract_and_bad_input)
+{
+    mc c;
+    lone_init(&c, NULL, 0, 0);
+    kl_raft *r = c.nd[0].r;
+    kl_raft_ready rd;
+    ck_assert(!kl_raft_has_ready(r));
+    ck_assert_int_eq(kl_raft_advance(r, &rd), KL_FAILED_PRECONDITION);
+    kl_raft_msg m = vote_msg(KL_RAFT_MSG_VOTE, 2, 1, 0, 0);
+    ck_assert_int_eq(kl_raft_step(r, &m), KL_OK);
+    kl_raft_ready *out = lone_ready(&c);
+    ck_assert(!kl_raft_has_ready(r));
+    ck_assert_int_eq(kl_raft_get_ready(r, &rd), KL_FAILED_PRECONDITION);
+    lone_advance(&c);
+    (void)out;
+    /* Malformed peer input is refused and changes nothing. */
+    kl_raft_status before;
+    kl_raft_status_get(r, &before);
+    kl_raft_msg bad[6];
+    for (int i = 0; i < 6; i++)
+        bad[i] = vote_msg(KL_RAFT_MSG_VOTE, 3, 9, 0, 0);
+    bad[0].from = 9;  /* not a member */
+    bad[1].from = 1;  /* ourselves */
+    bad[2].to = 2;    /* not for us */
+    bad[3].term = 0;  /* no term */
+    bad[4].type = 77; /* no such type */
+    kl_raft_entry e[2] = {{.term = 1, .index = 1}, {.term = 1, .index = 3}};
+    bad[5] = (kl_raft_msg){.type = KL_RAFT_MSG_APPEND, .from = 2, .to = 1, .term = 9,
+                           .entries = e, .n_entries = 2}; /* not contiguous */
+    for (int i = 0; i < 6; i++)
+        ck_assert_msg(kl_raft_step(r, &bad[i]) == KL_INVALID_ARGUMENT, "bad message %d", i);
+    e[1].index = 2;
+    e[1].term = 10; /* newer than the message's term */
+    ck_assert_int_eq(kl_raft_step(r, &bad[5]), KL_INVALID_ARGUMENT);
+    kl_raft_status after;
+    kl_raft_status_get(r, &after);
+    ck_assert_uint_eq(after.term, before.term);
+    ck_assert_uint_eq(after.last_index, before.last_index);
+    ck_assert(!kl_raft_has_ready(r));
+    mc_free(&c);
+}
+END_TEST
+
+START_TEST(restart_resumes_from_disk)
+{
+    mc c;
+    mc_init(&c, 3, 3);
+    c.cache_entries = 0; /* every persisted entry is read back through storage */
+    for (int i = 1; i <= 3; i++) {
+        mc_crash(&c, i);
+        mc_start(&c, i);
+    }
+    mc_elect(&c, 1);
+    for (int i = 0; i < 20; i++)
+        mc_propose(&c, 1, "entry");
+    mc_settle(&c);
+    mc_tick(&c, 1, 2);
+    kl_raft_status before = mc_status(&c, 2);
+    ck_assert_uint_eq(before.commit, 21);
+    ck_assert_uint_gt(c.nd[0].storage_reads, 0);
+    /* n2 restarts having applied only 5 (its state machine lags): it re-applies from 6. */
+    c.nd[1].applied = 5;
+    mc_crash(&c, 2);
+    mc_start(&c, 2);
+    kl_raft_status st = mc_status(&c, 2);
+    ck_assert_uint_eq(st.term, before.term);
+    ck_assert_uint_eq(st.vote, before.vote);
+    ck_assert_uint_eq(st.commit, c.nd[1].hs.commit);
+    ck_assert_uint_eq(st.last_index, 21);
+    mc_flush(&c, 2);
+    ck_assert_uint_eq(c.nd[1].applied, c.nd[1].hs.commit);
+    mc_tick(&c, 1, 4);
+    ck_assert_uint_eq(mc_status(&c, 2).commit, 21);
+    ck_assert_uint_eq(c.nd[1].applied, 21);
+    /* A new leader after the old one dies has everything; with 3-of-3 it waits for n1.
+     * (n3 restarts too: a member that heard from n1 lately would ignore n2's pre-votes.) */
+    mc_crash(&c, 1);
+    mc_crash(&c, 3);
+    mc_start(&c, 3);
+    mc_elect(&c, 2);
+    uint64_t idx = mc_propose(&c, 2, "after");
+    mc_settle(&c);
+    ck_assert_uint_lt(mc_status(&c, 2).commit, idx);
+    mc_start(&c, 1);
+    mc_tick(&c, 2, 4);
+    ck_assert_uint_eq(mc_status(&c, 2).commit, idx);
+    ck_assert_uint_eq(c.nd[0].applied >= 21, true);
+    mc_free(&c);
+}
+END_TEST
+
+START_TEST(storage_failure_is_fatal)
+{
+    mc c;
+    mc_init(&c, 3, 2);
+    c.cache_entries = 0;
+    for (int i = 1; i <= 3; i++) {
+        mc_crash(&c, i);
+        mc_start(&c, i);
+    }
+    mc_elect(&c, 1);
+    for (int i = 0; i < 5; i++)
+        mc_propose(&c, 1, "e");
+    mc_settle(&c);
+    /* With no cache, entry 1 lives only on disk, and the disk fails. */
+    c.nd[0].fail_storage = true;
+    uint64_t t;
+    ck_assert_int_eq(kl_raft_term_at(c.nd[0].r, 1, &t), KL_INTERNAL);
+    ck_assert_int_eq(kl_raft_tick(c.nd[0].r), KL_INTERNAL);
+    kl_raft_msg hb = {.type = KL_RAFT_MSG_HEARTBEAT_RESP, .from = 2, .to = 1, .term = 1};
+    ck_assert_int_eq(kl_raft_step(c.nd[0].r, &hb), KL_INTERNAL);
+    kl_raft_proposal p;
+    ck_assert_int_eq(kl_raft_propose(c.nd[0].r, "x", 1, &p), KL_INTERNAL);
+    ck_assert(kl_raft_has_ready(c.nd[0].r));
+    kl_raft_ready rd;
+    ck_assert_int_eq(kl_raft_get_ready(c.nd[0].r, &rd), KL_INTERNAL);
+    /* The driver restarts the member from disk; then all is well again. */
+    c.nd[0].fail_storage = false;
+    for (int i = 1; i <= 3; i++) {
+        mc_crash(&c, i);
+        mc_start(&c, i);
+    }
+    mc_elect(&c, 1);
+    mc_settle(&c);
+    mc_tick(&c, 1, 4);
+    ck_assert_uint_eq(mc_status(&c, 3).commit, mc_status(&c, 1).commit);
+    mc_free(&c);
+}
+END_TEST
+
+/* ------------------------------------------------------------------ simulator cases */
+
+#define SIM_SEEDS 200 /* per configuration: 6 x 200 = 1,200 seeds, plus the long runs */
+#define SIM_STEPS 2000
+#define SIM_LONG_SEEDS 10
+#define SIM_LONG_STEPS 5000
+
+static void sim_on_abort(int sig)
+{
+    (void)sig;
+    if (sim_current) {
+        char b[200];
+        int k = snprintf(b, sizeof b,
+                         "raft core assertion; replay: make build/raft-soak && build/raft-soak "
+                         "--config %dof%d --seed %llu --steps %d --trace\n",
+                         sim_current->q2, sim_current->n,
+                         (unsigned long long)sim_current->seed, sim_current->steps);
+        if (k > 0)
+            (void)!write(2, b, (size_t)k);
+    }
+    signal(SIGABRT, SIG_DFL);
+    abort();
+}
+
+static void sim_seeds(const char *config, uint64_t first, int seeds, int steps)
+{
+    int n, q2;
+    ck_assert(sim_parse_config(config, &n, &q2));
+    signal(SIGABRT, sim_on_abort);
+    uint64_t committed = 0, leaders = 0, crashes = 0;
+    for (int k = 0; k < seeds; k++) {
+        sim_opts o = {.n = n, .q2 = q2, .seed = first + (uint64_t)k, .steps = steps};
+        sim_result r;
+        bool ok = sim_run(&o, &r);
+        ck_assert_msg(ok, "%s seed %llu, step %llu: %s\nreplay: make build/raft-soak && "
+                          "build/raft-soak --config %s --seed %llu --steps %d --trace",
+                      config, (unsigned long long)o.seed, (unsigned long long)r.fail_step, r.why,
+                      config, (unsigned long long)o.seed, steps);
+        committed += r.committed;
+        leaders += r.leaders;
+        crashes += r.crashes;
+    }
+    /* The runs must have done something worth checking. */
+    ck_assert_uint_gt(committed, (uint64_t)seeds * 20);
+    ck_assert_uint_gt(leaders, (uint64_t)seeds);
+    ck_assert_uint_gt(crashes, (uint64_t)seeds);
+}
+
+START_TEST(sim_3of3) { sim_seeds("3of3", 1, SIM_SEEDS, SIM_STEPS); }
+END_TEST
+START_TEST(sim_2of3) { sim_seeds("2of3", 1, SIM_SEEDS, SIM_STEPS); }
+END_TEST
+START_TEST(sim_1of3) { sim_seeds("1of3", 1, SIM_SEEDS, SIM_STEPS); }
+END_TEST
+START_TEST(sim_3of5) { sim_seeds("3of5", 1, SIM_SEEDS, SIM_STEPS); }
+END_TEST
+START_TEST(sim_4of5) { sim_seeds("4of5", 1, SIM_SEEDS, SIM_STEPS); }
+END_TEST
+START_TEST(sim_5of5) { sim_seeds("5of5", 1, SIM_SEEDS, SIM_STEPS); }
+END_TEST
+
+START_TEST(sim_long_runs)
+{
+    static const char *const cfgs[] = {"3of3", "2of3", "1of3", "3of5", "4of5", "5of5"};
+    for (size_t i = 0; i < 6; i++)
+        sim_seeds(cfgs[i], 1000000, SIM_LONG_SEEDS, SIM_LONG_STEPS);
+}
+END_TEST
+
+/* The same seed gives the same run: what makes a printed seed worth anything. */
+START_TEST(sim_is_deterministic)
+{
+    sim_opts o = {.n = 5, .q2 = 3, .seed = 77, .steps = 800};
+    sim_result a, b;
+    ck_assert(sim_run(&o, &a));
+    ck_assert(sim_run(&o, &b));
+    ck_assert_uint_eq(a.delivered, b.delivered);
+    ck_assert_uint_eq(a.committed, b.committed);
+    ck_assert_uint_eq(a.leaders, b.leaders);
+    ck_assert_uint_eq(a.acked, b.acked);
+    ck_assert_uint_eq(a.liveness_steps, b.liveness_steps);
+}
+END_TEST
+
+Suite *suite_raft(void)
+{
+    Suite *s = suite_create("raft");
+    TCase *t = tcase_create("rules");
+    tcase_add_test(t, quorum_table);
+    tcase_add_test(t, config_refusals);
+    tcase_add_test(t, vote_rule);
+    tcase_add_test(t, prevote_keeps_terms);
+    tcase_add_test(t, commit_needs_q2_persisted);
+    tcase_add_test(t, leader_counts_itself_after_persisting);
+    tcase_add_test(t, leader_without_quorum_steps_down);
+    tcase_add_test(t, read_index_rules);
+    tcase_add_test(t, proposals_and_caps);
+    tcase_add_test(t, no_ack_survives_a_term_change);
+    tcase_add_test(t, truncation_reported_and_hinted);
+    tcase_add_test(t, ready_contract_and_bad_input);
+    tcase_add_test(t, restart_resumes_from_disk);
+    tcase_add_test(t, storage_failure_is_fatal);
+    suite_add_tcase(s, t);
+    TCase *sim = tcase_create("simulator");
+    tcase_set_timeout(sim, 120);
+    tcase_add_test(sim, sim_is_deterministic);
+    tcase_add_test(sim, sim_3of3);
+    tcase_add_test(sim, sim_2of3);
+    tcase_add_test(sim, sim_1of3);
+    tcase_add_test(sim, sim_3of5);
+    tcase_add_test(sim, sim_4of5);
+    tcase_add_test(sim, sim_5of5);
+    tcase_add_test(sim, sim_long_runs);
+    suite_add_tcase(s, sim);
+    return s;
+}
