@@ -2,9 +2,10 @@
 #   $(MAKE) -f tests/fuzz/fuzz.mk
 # Everything is built with clang into build/fuzz/, apart from the gcc objects in build/obj.
 #   build/fuzz/fuzz_envelope  libFuzzer + ASan + UBSan, project code instrumented for coverage
-#   build/fuzz/seedgen        writes the seed corpus (tests/fuzz/run.sh runs it)
-# common/rpc.c is left out: it is transport (nng), not frame decoding, and the target
-# never calls it.
+#   build/fuzz/fuzz_batch     same, plus daemon/node.c: the write path over a real RocksDB
+#   build/fuzz/seedgen        writes both seed corpora (tests/fuzz/run.sh runs it)
+# common/rpc.c is left out: it is transport (nng), not frame decoding, and neither target
+# calls it.
 
 FUZZ_CC    := clang
 FUZZ_DIR   := build/fuzz
@@ -18,9 +19,10 @@ FUZZ_GEN_H  := $(FUZZ_GEN_C:.c=.h)
 FUZZ_PROJ   := $(FUZZ_GEN_C) $(filter-out common/rpc.c,$(wildcard common/*.c)) \
                $(wildcard daemon/engine/*.c) $(wildcard daemon/store/*.c)
 FUZZ_OBJ    := $(patsubst %.c,$(FUZZ_DIR)/obj/%.o,$(FUZZ_PROJ) tests/fuzz/fuzz_envelope.c)
+FUZZ_BATCH_OBJ := $(patsubst %.c,$(FUZZ_DIR)/obj/%.o,$(FUZZ_PROJ) daemon/node.c tests/fuzz/fuzz_batch.c)
 
 .PHONY: fuzz-all
-fuzz-all: $(FUZZ_DIR)/fuzz_envelope $(FUZZ_DIR)/seedgen
+fuzz-all: $(FUZZ_DIR)/fuzz_envelope $(FUZZ_DIR)/fuzz_batch $(FUZZ_DIR)/seedgen
 
 build/gen/%.pb-c.c build/gen/%.pb-c.h: proto/%.proto
 	@mkdir -p build/gen
@@ -31,6 +33,9 @@ $(FUZZ_DIR)/obj/%.o: %.c $(FUZZ_GEN_H)
 	$(FUZZ_CC) $(FUZZ_CFLAGS) -fsanitize=fuzzer-no-link -MMD -MP -c $< -o $@
 
 $(FUZZ_DIR)/fuzz_envelope: $(FUZZ_OBJ)
+	$(FUZZ_CC) $(FUZZ_SAN) -fsanitize=fuzzer -o $@ $^ $(FUZZ_LIBS)
+
+$(FUZZ_DIR)/fuzz_batch: $(FUZZ_BATCH_OBJ)
 	$(FUZZ_CC) $(FUZZ_SAN) -fsanitize=fuzzer -o $@ $^ $(FUZZ_LIBS)
 
 # Plain build (no instrumentation): it only encodes a few messages.

@@ -1,9 +1,13 @@
-/* seedgen DIR: writes the seed corpus of fuzz_envelope into DIR, one valid encoded frame
- * per file, so that no binary blobs need to be checked in. Built by tests/fuzz/fuzz.mk,
- * run by tests/fuzz/run.sh. Deterministic (fixed command ids and tokens). */
+/* seedgen DIR [BATCH_DIR]: writes the seed corpus of fuzz_envelope into DIR, one valid
+ * encoded frame per file, and (given BATCH_DIR) that of fuzz_batch into BATCH_DIR, one
+ * encoded BatchRequest per file, so that no binary blobs need to be checked in. Built by
+ * tests/fuzz/fuzz.mk, run by tests/fuzz/run.sh. Deterministic (fixed command ids and
+ * tokens). The batch seeds name the queues fuzz_batch creates: "q", "small" (3 messages,
+ * 64 bytes), "dlq" and "work" (max_deliveries 1, dead letters to "dlq"). */
 #include "keyload/v1/queue.pb-c.h"
 #include "keyload/v1/rpc.pb-c.h"
 
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -40,7 +44,7 @@ static void write_envelope(const char *name, const char *method, const uint8_t *
     free(buf);
 }
 
-static void write_batch(const char *name, Keyload__V1__Mutation **muts, size_t n, uint8_t id_seed)
+static uint8_t *pack_batch(Keyload__V1__Mutation **muts, size_t n, uint8_t id_seed, size_t *len)
 {
     uint8_t id[16];
     for (int i = 0; i < 16; i++)
@@ -50,18 +54,244 @@ static void write_batch(const char *name, Keyload__V1__Mutation **muts, size_t n
     b.command_id.len = sizeof id;
     b.mutations = muts;
     b.n_mutations = n;
-    size_t len = keyload__v1__batch_request__get_packed_size(&b);
-    uint8_t *buf = malloc(len + 1);
+    *len = keyload__v1__batch_request__get_packed_size(&b);
+    uint8_t *buf = malloc(*len + 1);
     keyload__v1__batch_request__pack(&b, buf);
+    return buf;
+}
+
+/* A bare BatchRequest (fuzz_batch's input). */
+static void write_raw_batch(const char *name, Keyload__V1__Mutation **muts, size_t n, uint8_t id_seed)
+{
+    size_t len;
+    uint8_t *buf = pack_batch(muts, n, id_seed, &len);
+    write_file(name, buf, len);
+    free(buf);
+}
+
+static void write_batch(const char *name, Keyload__V1__Mutation **muts, size_t n, uint8_t id_seed)
+{
+    size_t len;
+    uint8_t *buf = pack_batch(muts, n, id_seed, &len);
     write_envelope(name, "keyload.v1.Batch", buf, len);
     free(buf);
 }
 
+/* ---- fuzz_batch seeds ---- */
+
+static Keyload__V1__QueueLaneRef *ref(const char *queue, const char *lane)
+{
+    Keyload__V1__QueueLaneRef *r = calloc(1, sizeof *r);
+    keyload__v1__queue_lane_ref__init(r);
+    r->tenant = "default";
+    r->database = "default";
+    r->queue = (char *)queue;
+    r->lane = (char *)(lane ? lane : "");
+    return r;
+}
+
+static Keyload__V1__Mutation *mut(void)
+{
+    Keyload__V1__Mutation *m = calloc(1, sizeof *m);
+    keyload__v1__mutation__init(m);
+    return m;
+}
+
+static Keyload__V1__Mutation *m_create(const char *queue, uint64_t max_messages, uint64_t max_bytes,
+                                       uint32_t max_deliveries, const char *dlq, int partition)
+{
+    Keyload__V1__QueueLimits *l = calloc(1, sizeof *l);
+    keyload__v1__queue_limits__init(l);
+    l->max_messages = max_messages;
+    l->max_bytes = max_bytes;
+    l->max_deliveries = max_deliveries;
+    l->dead_letter_queue = (char *)(dlq ? dlq : "");
+    Keyload__V1__CreateQueue *c = calloc(1, sizeof *c);
+    keyload__v1__create_queue__init(c);
+    c->queue = ref(queue, NULL);
+    c->limits = l;
+    c->partition = partition;
+    Keyload__V1__Mutation *m = mut();
+    m->kind_case = KEYLOAD__V1__MUTATION__KIND_CREATE_QUEUE;
+    m->create_queue = c;
+    return m;
+}
+
+static Keyload__V1__Mutation *m_delete(const char *queue)
+{
+    Keyload__V1__DeleteQueue *d = calloc(1, sizeof *d);
+    keyload__v1__delete_queue__init(d);
+    d->queue = ref(queue, NULL);
+    Keyload__V1__Mutation *m = mut();
+    m->kind_case = KEYLOAD__V1__MUTATION__KIND_DELETE_QUEUE;
+    m->delete_queue = d;
+    return m;
+}
+
+static Keyload__V1__Mutation *m_enqueue(const char *queue, const char *lane,
+                                        Keyload__V1__EnqueueMessage *msg)
+{
+    Keyload__V1__Enqueue *e = calloc(1, sizeof *e);
+    keyload__v1__enqueue__init(e);
+    e->lane = ref(queue, lane);
+    e->message = msg;
+    Keyload__V1__Mutation *m = mut();
+    m->kind_case = KEYLOAD__V1__MUTATION__KIND_ENQUEUE;
+    m->enqueue = e;
+    return m;
+}
+
+static Keyload__V1__EnqueueMessage *plain(const char *body)
+{
+    Keyload__V1__EnqueueMessage *msg = calloc(1, sizeof *msg);
+    keyload__v1__enqueue_message__init(msg);
+    msg->body.data = (uint8_t *)body;
+    msg->body.len = strlen(body);
+    return msg;
+}
+
+static Keyload__V1__Mutation *m_receive(const char *queue, const char *lane, uint32_t max, uint32_t lease_ms)
+{
+    Keyload__V1__Receive *r = calloc(1, sizeof *r);
+    keyload__v1__receive__init(r);
+    r->lane = ref(queue, lane);
+    r->max_messages = max;
+    r->lease_ms = lease_ms;
+    Keyload__V1__Mutation *m = mut();
+    m->kind_case = KEYLOAD__V1__MUTATION__KIND_RECEIVE;
+    m->receive = r;
+    return m;
+}
+
+static Keyload__V1__Mutation *m_settle(bool ack, const char *queue, ProtobufCBinaryData *toks, size_t n)
+{
+    Keyload__V1__Mutation *m = mut();
+    if (ack) {
+        Keyload__V1__Ack *a = calloc(1, sizeof *a);
+        keyload__v1__ack__init(a);
+        a->queue = ref(queue, NULL);
+        a->lease_tokens = toks;
+        a->n_lease_tokens = n;
+        m->kind_case = KEYLOAD__V1__MUTATION__KIND_ACK;
+        m->ack = a;
+    } else {
+        Keyload__V1__Release *a = calloc(1, sizeof *a);
+        keyload__v1__release__init(a);
+        a->queue = ref(queue, NULL);
+        a->lease_tokens = toks;
+        a->n_lease_tokens = n;
+        m->kind_case = KEYLOAD__V1__MUTATION__KIND_RELEASE;
+        m->release = a;
+    }
+    return m;
+}
+
+/* The pieces are left to the process exit: seedgen runs once and exits. */
+static void batch_seeds(void)
+{
+    /* Enqueue to "q" with headers, every field kind, a far expiry and a delay. */
+    static Keyload__V1__Header h1 = KEYLOAD__V1__HEADER__INIT, h2 = KEYLOAD__V1__HEADER__INIT;
+    h1.key = "trace";
+    h1.value = "abc123";
+    h2.key = "content-type";
+    h2.value = "application/json";
+    static Keyload__V1__Header *hs[2];
+    hs[0] = &h1;
+    hs[1] = &h2;
+    static Keyload__V1__FieldValue v[5];
+    static Keyload__V1__Field f[5];
+    static Keyload__V1__Field *fs[5];
+    static const char *keys[] = {"s", "i", "d", "b", "y"};
+    for (int i = 0; i < 5; i++) {
+        keyload__v1__field_value__init(&v[i]);
+        keyload__v1__field__init(&f[i]);
+        f[i].key = (char *)keys[i];
+        f[i].value = &v[i];
+        fs[i] = &f[i];
+    }
+    v[0].kind_case = KEYLOAD__V1__FIELD_VALUE__KIND_STRING_VALUE;
+    v[0].string_value = "eu";
+    v[1].kind_case = KEYLOAD__V1__FIELD_VALUE__KIND_INT_VALUE;
+    v[1].int_value = -7;
+    v[2].kind_case = KEYLOAD__V1__FIELD_VALUE__KIND_DOUBLE_VALUE;
+    v[2].double_value = 2.5;
+    v[3].kind_case = KEYLOAD__V1__FIELD_VALUE__KIND_BOOL_VALUE;
+    v[3].bool_value = 1;
+    v[4].kind_case = KEYLOAD__V1__FIELD_VALUE__KIND_BYTES_VALUE;
+    v[4].bytes_value.data = (uint8_t *)"\x00\x01\x02";
+    v[4].bytes_value.len = 3;
+    Keyload__V1__EnqueueMessage *rich = plain("hello, queue");
+    rich->headers = hs;
+    rich->n_headers = 2;
+    rich->fields = fs;
+    rich->n_fields = 5;
+    rich->expires_at_unix_ms = 4000000000000LL; /* 2096: fuzz_batch's clock starts in 2023 */
+    rich->delay_ms = 1500;
+    Keyload__V1__Mutation *enq_rich[] = {m_enqueue("q", NULL, rich)};
+    write_raw_batch("enqueue-q-rich", enq_rich, 1, 0x20);
+
+    Keyload__V1__Mutation *enq_lane[] = {m_enqueue("q", "eu-west.1", plain("x")),
+                                         m_enqueue("q", NULL, plain("y"))};
+    write_raw_batch("enqueue-q-lanes", enq_lane, 2, 0x21);
+
+    Keyload__V1__Mutation *rcv[] = {m_receive("q", NULL, 10, 30000)};
+    write_raw_batch("receive-q", rcv, 1, 0x22);
+
+    Keyload__V1__Mutation *small[5];
+    for (int i = 0; i < 5; i++)
+        small[i] = m_enqueue("small", NULL, plain("0123456789"));
+    write_raw_batch("enqueue-small-5", small, 5, 0x23);
+
+    Keyload__V1__Mutation *cd[] = {m_create("tmp", 10, 1000, 2, "dlq", 0), m_delete("tmp")};
+    write_raw_batch("create-delete", cd, 2, 0x24);
+
+    Keyload__V1__Mutation *c_only[] = {m_create("tmp2", 0, 0, 3, "dlq", 0)};
+    write_raw_batch("create-with-dlq", c_only, 1, 0x25);
+
+    Keyload__V1__Mutation *c_part[] = {m_create("elsewhere", 0, 0, 0, NULL, 1)};
+    write_raw_batch("create-other-partition", c_part, 1, 0x26);
+
+    static uint8_t tok[16];
+    memset(tok, 0x3c, sizeof tok);
+    static ProtobufCBinaryData toks[1] = {{16, tok}};
+    Keyload__V1__Mutation *ack[] = {m_settle(true, "q", toks, 1)};
+    write_raw_batch("ack-unknown-token", ack, 1, 0x27);
+    Keyload__V1__Mutation *rel[] = {m_settle(false, "work", toks, 1)};
+    write_raw_batch("release-unknown-token", rel, 1, 0x28);
+
+    /* Receive, then with an expired or short lease, "work" dead-letters to "dlq". */
+    Keyload__V1__Mutation *work[] = {m_enqueue("work", NULL, plain("job")), m_receive("work", NULL, 5, 1),
+                                     m_receive("dlq", NULL, 5, 0)};
+    write_raw_batch("work-cycle", work, 3, 0x29);
+
+    /* Everything at once, meant to commit: a new queue used and emptied, then deleted. */
+    Keyload__V1__Mutation *mixed[] = {m_create("mix", 100, 4096, 1, "dlq", 0),
+                                      m_enqueue("mix", "a", plain("one")),
+                                      m_enqueue("mix", "b", plain("two")),
+                                      m_receive("mix", "a", 2, 1000),
+                                      m_enqueue("q", NULL, plain("three")),
+                                      m_receive("q", NULL, 1, 0),
+                                      m_delete("tmp2")};
+    write_raw_batch("mixed", mixed, 7, 0x2a);
+
+    /* Mixed, bound to fail at its last mutation (all or nothing). */
+    Keyload__V1__Mutation *mixed_bad[] = {m_enqueue("q", NULL, plain("four")), m_receive("q", NULL, 3, 0),
+                                          m_settle(true, "q", toks, 1), m_settle(false, "q", toks, 1),
+                                          m_delete("small")};
+    write_raw_batch("mixed-failing", mixed_bad, 5, 0x2b);
+}
+
 int main(int argc, char **argv)
 {
-    if (argc != 2) {
-        fprintf(stderr, "usage: seedgen DIR\n");
+    if (argc != 2 && argc != 3) {
+        fprintf(stderr, "usage: seedgen DIR [BATCH_DIR]\n");
         return 2;
+    }
+    if (argc == 3) {
+        g_dir = argv[2];
+        batch_seeds();
+        printf("seedgen: wrote %d seeds to %s\n", g_count, g_dir);
+        g_count = 0;
     }
     g_dir = argv[1];
 

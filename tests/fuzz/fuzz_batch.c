@@ -1,0 +1,1034 @@
+/* fuzz_batch: libFuzzer target for the daemon's whole write path on client input
+ * (DESIGN.md §9: "the daemon never crashes or exits on client input").
+ *
+ * Each input is an encoded keyload.v1.BatchRequest, submitted as principal "local" to the
+ * partition core (daemon/node.h) over a real RocksDB store (daemon/store/store.h), as
+ * keyloadd does with a Batch frame's payload: validation, digest, outcome replay,
+ * evaluation against applied + pending state, group commit, the synced append, apply and
+ * the answer. The store is opened once per process in a fresh directory under
+ * $KL_FUZZ_STORE_ROOT, else /dev/shm, else /tmp, and removed at exit; it is replaced by a
+ * fresh one after REOPEN_INPUTS inputs or once it holds more than REOPEN_BYTES.
+ *
+ * The driver plays keyloadd's part by hand (as tests/unit/harness.c does): the append
+ * callback writes the entry with kl_store_append and reports kl_node_append_done, the
+ * clock is a variable advanced per input, randomness is a counter.
+ *
+ * Derived from a hash of the input (so that one input always runs the same way):
+ *  - the clock advance: mostly under a second, sometimes past a lease (30 s default),
+ *    rarely past 12 h (the longest lease) or 7 days (the longest delay);
+ *  - for 7 inputs in 8, the command id is replaced by one derived from the hash, by
+ *    appending a command_id field (the last occurrence of a protobuf field wins) and so
+ *    without touching the input's bytes; otherwise every mutation of a seed would reuse
+ *    the seed's id and be refused as CONFLICT before evaluation;
+ *  - for 1 input in 8, "held" mode: a background enqueue's append is held in flight while
+ *    the input is submitted twice (it is evaluated against the pending overlay, joins
+ *    the open entry and waits), then the held append completes and group commit runs.
+ * Every 8th input, a Receive of up to 10 from "q" or "work" (max_deliveries 1, dead letter
+ * queue "dlq") acks a quarter of the leases and releases another quarter at once (which
+ * must succeed), leaving the rest to expire; "small" (max 3 messages, 64 bytes) drives
+ * the quotas. Queues a fuzz input deletes are created again.
+ *
+ * Besides "no crash, no leak, no undefined behaviour", it aborts when one of these fails:
+ *  - every submit is answered exactly once, with a code in range; an error carries a
+ *    kl_err of that code with a message and no receipt; client input never earns
+ *    INTERNAL, UNAVAILABLE or UNKNOWN_WRITE_OUTCOME, and the node never breaks;
+ *  - an OK receipt decodes, names the request's command id, partition 0, term 1, a
+ *    32-byte digest, and one result per mutation of the matching kind (received leases
+ *    are 16 bytes, at most max_messages of them; acked/released counts are the tokens');
+ *  - the same request submitted again while pending, and again once committed, gets the
+ *    same code and the same receipt bytes;
+ *  - after each input nothing is pending, applied index == log end, QueueStats answers for
+ *    each queue with messages <= max_messages, bytes <= max_bytes, in_flight <= messages
+ *    (QueueStats counts leased and delayed messages by scanning them, so for a queue with
+ *    more of them than MaxScanRecords it answers RESOURCE_EXHAUSTED; such a queue is
+ *    skipped);
+ *  - a Receive of 10 (the lease driver's) is always served, whatever backlog of due
+ *    leases, ended delays and expired messages its queue holds, and acking or releasing
+ *    leases it just got succeeds;
+ *  - the store layout invariants of daemon/store/keys.h hold, for the four queues every
+ *    DEEP_EVERY inputs (when they hold at most DEEP_MAX_EACH messages) and for every queue,
+ *    name, lease and orphan index entry every GLOBAL_EVERY inputs: a message has its 'G'
+ *    record and exactly one of 'A' or 'T'; a 'K' record exists exactly while its
+ *    message's lease_token equals it; QueueRecord.messages/bytes equal the count/sum of
+ *    the queue's 'G' records; no 'G'/'A'/'T' entry outlives its queue.
+ * The node runs with MaxScanRecords scaled down (FUZZ_MAX_SCAN_RECORDS), and the store is
+ * compacted every COMPACT_EVERY inputs (see there why).
+ * Reproduce: build/fuzz/fuzz_batch ARTIFACT (runs the input once against a fresh store;
+ * a failure that needed earlier state may not reproduce alone). KL_FUZZ_VERBOSE=1 prints
+ * each input's answer. */
+#include "common/canon.h"
+#include "common/cluster.h"
+#include "common/names.h"
+#include "common/status.h"
+#include "daemon/node.h"
+#include "daemon/store/keys.h"
+#include "daemon/store/store.h"
+#include "keyload/v1/queue.pb-c.h"
+#include "keyload/v1/store.pb-c.h"
+
+#include <ftw.h>
+#include <sodium.h>
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#define PRINCIPAL "local"
+#define T0 1700000000000LL
+#define REOPEN_INPUTS 200000
+#define REOPEN_BYTES (200ull << 20)
+#define SIZE_CHECK_EVERY 1000
+#define COMPACT_EVERY 4096
+#define LEASE_EVERY 8
+/* The deep checks iterate RocksDB ranges full of tombstones (every lease and release moves
+ * entries), which costs more than the batch itself; so they run every few inputs. */
+#define DEEP_EVERY 8
+#define GLOBAL_EVERY 256
+#define DEEP_MAX_EACH 64     /* deep check of the four queues up to this size */
+#define DEEP_MAX_GLOBAL 1024 /* periodic deep check of every queue up to this size */
+#define LEASE_SCAN_MAX 20000
+/* MaxScanRecords of the node: the default (10000) scaled down tenfold, so that inputs reach
+ * the scan budget's edges (big receives, many due leases) in thousands of inputs, not
+ * hundreds of thousands. Every other limit is the default. */
+#define FUZZ_MAX_SCAN_RECORDS 1000
+
+typedef struct reply {
+    int count;
+    kl_code code;
+    kl_err err;
+    uint8_t *receipt;
+    size_t len;
+} reply;
+
+static struct {
+    char dir[512];
+    kl_store *store;
+    kl_node *node;
+    int64_t now;
+    uint64_t rand_counter;
+    uint64_t cmd_counter;
+    uint64_t inputs;         /* since the store was opened */
+    bool verbose;            /* KL_FUZZ_VERBOSE=1: one line per input on stderr */
+    bool hold;               /* hold the next append instead of completing it */
+    uint64_t held_index;
+    const uint8_t *held;     /* the node keeps these bytes valid until append_done */
+    size_t held_len;
+} G;
+
+static const char *const QUEUES[] = {"q", "small", "dlq", "work"};
+#define N_QUEUES (sizeof QUEUES / sizeof QUEUES[0])
+
+static void die(const char *fmt, ...) __attribute__((format(printf, 1, 2), noreturn));
+static void die(const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    fprintf(stderr, "fuzz_batch: property violated: ");
+    vfprintf(stderr, fmt, ap);
+    fprintf(stderr, "\n");
+    va_end(ap);
+    abort();
+}
+
+/* ---- node I/O ---- */
+
+static void persist(uint64_t index, const uint8_t *entry, size_t len)
+{
+    kl_err err;
+    kl_err_clear(&err);
+    if (kl_store_append(G.store, index, entry, len, &err) != KL_OK)
+        die("kl_store_append(%llu) failed: %s", (unsigned long long)index, err.message);
+    kl_node_append_done(G.node, index, KL_OK, NULL);
+}
+
+static void io_append(void *ctx, uint64_t index, const uint8_t *entry, size_t len)
+{
+    (void)ctx;
+    if (G.held_index != 0)
+        die("a second append (%llu) started while %llu is in flight", (unsigned long long)index,
+            (unsigned long long)G.held_index);
+    if (G.hold) {
+        G.held_index = index;
+        G.held = entry;
+        G.held_len = len;
+        return;
+    }
+    persist(index, entry, len);
+}
+
+static void release_held(void)
+{
+    G.hold = false;
+    if (G.held_index == 0)
+        return;
+    uint64_t index = G.held_index;
+    G.held_index = 0;
+    persist(index, G.held, G.held_len);
+}
+
+static int64_t io_clock(void *ctx)
+{
+    (void)ctx;
+    return G.now;
+}
+
+static void io_random(uint8_t *buf, size_t n)
+{
+    /* Deterministic and distinct: a counter spread over the buffer. */
+    uint64_t c = ++G.rand_counter;
+    memset(buf, 0xA5, n);
+    memcpy(buf, &c, n < 8 ? n : 8);
+}
+
+/* ---- replies ---- */
+
+static void on_reply(void *cookie, kl_code code, const kl_err *err, const uint8_t *receipt, size_t len)
+{
+    reply *r = cookie;
+    if (++r->count > 1)
+        die("the reply callback ran %d times for one submit", r->count);
+    if ((unsigned)code >= KL_CODE_COUNT)
+        die("reply code %d is out of range", (int)code);
+    r->code = code;
+    if (code == KL_OK) {
+        if (receipt == NULL || len == 0)
+            die("OK reply without a receipt");
+        r->receipt = malloc(len);
+        if (r->receipt == NULL)
+            die("out of memory");
+        memcpy(r->receipt, receipt, len);
+        r->len = len;
+        kl_err_clear(&r->err);
+    } else {
+        if (err == NULL)
+            die("%s reply without an error", kl_code_name(code));
+        if (err->code != code)
+            die("%s reply carries an error of code %s", kl_code_name(code), kl_code_name(err->code));
+        if (err->message[0] == '\0')
+            die("%s reply with an empty message", kl_code_name(code));
+        if (receipt != NULL || len != 0)
+            die("%s reply with a receipt", kl_code_name(code));
+        r->err = *err;
+    }
+}
+
+static void reply_free(reply *r)
+{
+    free(r->receipt);
+    memset(r, 0, sizeof *r);
+}
+
+static void submit(const uint8_t *req, size_t len, reply *r)
+{
+    memset(r, 0, sizeof *r);
+    kl_node_submit_batch(G.node, PRINCIPAL, req, len, on_reply, r);
+}
+
+static void expect_answered(const reply *r, const char *what)
+{
+    if (r->count != 1)
+        die("%s: the reply callback ran %d times", what, r->count);
+}
+
+/* ---- our own batches ---- */
+
+static void own_command_id(uint8_t id[16])
+{
+    memset(id, 0, 16);
+    id[0] = 0xf0;
+    id[1] = 0x0d;
+    uint64_t c = ++G.cmd_counter;
+    memcpy(id + 8, &c, 8);
+}
+
+static void ref_init(Keyload__V1__QueueLaneRef *r, const char *queue)
+{
+    keyload__v1__queue_lane_ref__init(r);
+    r->tenant = "default";
+    r->database = "default";
+    r->queue = (char *)queue;
+}
+
+/* Packs a batch of our own (fresh command id), submits it, returns the reply. */
+static void submit_own(Keyload__V1__Mutation **muts, size_t n, reply *r)
+{
+    uint8_t id[16];
+    own_command_id(id);
+    Keyload__V1__BatchRequest b = KEYLOAD__V1__BATCH_REQUEST__INIT;
+    b.command_id.data = id;
+    b.command_id.len = 16;
+    b.mutations = muts;
+    b.n_mutations = n;
+    size_t len = keyload__v1__batch_request__get_packed_size(&b);
+    uint8_t *buf = malloc(len);
+    if (buf == NULL)
+        die("out of memory");
+    keyload__v1__batch_request__pack(&b, buf);
+    submit(buf, len, r);
+    free(buf);
+}
+
+static void create_queue(const char *name, uint64_t max_messages, uint64_t max_bytes,
+                         uint32_t max_deliveries, const char *dlq)
+{
+    Keyload__V1__QueueLaneRef ref;
+    ref_init(&ref, name);
+    Keyload__V1__QueueLimits lim = KEYLOAD__V1__QUEUE_LIMITS__INIT;
+    lim.max_messages = max_messages;
+    lim.max_bytes = max_bytes;
+    lim.max_deliveries = max_deliveries;
+    lim.dead_letter_queue = (char *)(dlq ? dlq : "");
+    Keyload__V1__CreateQueue cq = KEYLOAD__V1__CREATE_QUEUE__INIT;
+    cq.queue = &ref;
+    cq.limits = &lim;
+    Keyload__V1__Mutation m = KEYLOAD__V1__MUTATION__INIT;
+    m.kind_case = KEYLOAD__V1__MUTATION__KIND_CREATE_QUEUE;
+    m.create_queue = &cq;
+    Keyload__V1__Mutation *mp = &m;
+    reply r;
+    submit_own(&mp, 1, &r);
+    expect_answered(&r, "create queue");
+    if (r.code != KL_OK)
+        die("creating queue '%s' failed: %s %s", name, kl_code_name(r.code), r.err.message);
+    reply_free(&r);
+}
+
+static void create_base_queue(const char *name)
+{
+    if (strcmp(name, "small") == 0)
+        create_queue(name, 3, 64, 0, NULL);
+    else if (strcmp(name, "work") == 0)
+        create_queue(name, 0, 0, 1, "dlq");
+    else
+        create_queue(name, 0, 0, 0, NULL);
+}
+
+/* ---- store inspection (applied state; nothing is pending when these run) ---- */
+
+static bool db_get(const uint8_t *key, size_t klen, uint8_t **val, size_t *vlen)
+{
+    kl_err err;
+    bool found;
+    uint8_t *v = NULL;
+    size_t n = 0;
+    if (kl_store_get(G.store, key, klen, &v, &n, &found, &err) != KL_OK)
+        die("kl_store_get failed: %s", err.message);
+    if (val != NULL) {
+        *val = v;
+        *vlen = n;
+    } else {
+        free(v);
+    }
+    return found;
+}
+
+static bool db_has(const kl_key *k) { return db_get(k->b, k->len, NULL, NULL); }
+
+static bool has_prefix(const uint8_t *k, size_t klen, const uint8_t *p, size_t plen)
+{
+    return klen >= plen && memcmp(k, p, plen) == 0;
+}
+
+static Keyload__V1__QueueRecord *load_queue_record(uint64_t qid)
+{
+    kl_key k;
+    kl_key_queue(&k, qid);
+    uint8_t *v;
+    size_t n;
+    if (!db_get(k.b, k.len, &v, &n))
+        return NULL;
+    Keyload__V1__QueueRecord *q = keyload__v1__queue_record__unpack(NULL, n, v);
+    free(v);
+    if (q == NULL)
+        die("queue record %llu does not decode", (unsigned long long)qid);
+    return q;
+}
+
+/* Counts the keys under a prefix, calling check on each (may be NULL). */
+static uint64_t count_prefix(const uint8_t *p, size_t plen,
+                             void (*check)(const uint8_t *k, size_t kl, const uint8_t *v, size_t vl, void *a),
+                             void *arg)
+{
+    rocksdb_iterator_t *it = kl_store_iterator(G.store);
+    uint64_t n = 0;
+    for (rocksdb_iter_seek(it, (const char *)p, plen); rocksdb_iter_valid(it); rocksdb_iter_next(it)) {
+        size_t kl, vl;
+        const uint8_t *k = (const uint8_t *)rocksdb_iter_key(it, &kl);
+        if (!has_prefix(k, kl, p, plen))
+            break;
+        const uint8_t *v = (const uint8_t *)rocksdb_iter_value(it, &vl);
+        if (check)
+            check(k, kl, v, vl, arg);
+        n++;
+    }
+    rocksdb_iter_destroy(it);
+    return n;
+}
+
+static void check_avail_key(const uint8_t *k, size_t kl, const uint8_t *v, size_t vl, void *a)
+{
+    (void)v;
+    uint64_t qid, seq;
+    if (kl_key_parse_available(k, kl, &qid, &seq) != 0 || qid != *(uint64_t *)a || vl != 0)
+        die("malformed 'A' entry of queue %llu", (unsigned long long)*(uint64_t *)a);
+}
+
+static void check_timed_key(const uint8_t *k, size_t kl, const uint8_t *v, size_t vl, void *a)
+{
+    uint64_t qid, seq;
+    int64_t t;
+    if (kl_key_parse_timed(k, kl, &qid, &t, &seq) != 0 || qid != *(uint64_t *)a || vl == 0 ||
+        vl > KL_NAME_LEN_MAX || memchr(v, 0, vl) != NULL)
+        die("malformed 'T' entry of queue %llu", (unsigned long long)*(uint64_t *)a);
+}
+
+/* The keys.h invariants for one queue. Skipped above max_messages messages. */
+static void deep_check_queue(uint64_t qid, uint64_t max_messages)
+{
+    Keyload__V1__QueueRecord *q = load_queue_record(qid);
+    if (q == NULL)
+        die("queue %llu has no record", (unsigned long long)qid);
+    if (q->queue_id != qid)
+        die("queue record %llu names id %llu", (unsigned long long)qid, (unsigned long long)q->queue_id);
+    if (q->messages > max_messages) {
+        keyload__v1__queue_record__free_unpacked(q, NULL);
+        return;
+    }
+    uint8_t p[9];
+    p[0] = 'G';
+    kl_be64_put(p + 1, qid);
+    uint64_t count = 0, bytes = 0, n_avail = 0, n_timed = 0;
+    rocksdb_iterator_t *it = kl_store_iterator(G.store);
+    for (rocksdb_iter_seek(it, (const char *)p, 9); rocksdb_iter_valid(it); rocksdb_iter_next(it)) {
+        size_t kl, vl;
+        const uint8_t *key = (const uint8_t *)rocksdb_iter_key(it, &kl);
+        if (!has_prefix(key, kl, p, 9))
+            break;
+        /* 'G' qid(8) lane 0 seq(8) */
+        if (kl < 19 || kl - 18 > KL_NAME_LEN_MAX || key[kl - 9] != 0 || memchr(key + 9, 0, kl - 18) != NULL)
+            die("malformed 'G' key in queue %llu", (unsigned long long)qid);
+        char lane[KL_NAME_LEN_MAX + 1];
+        memcpy(lane, key + 9, kl - 18);
+        lane[kl - 18] = '\0';
+        uint64_t seq = kl_be64_get(key + kl - 8);
+        const uint8_t *val = (const uint8_t *)rocksdb_iter_value(it, &vl);
+        Keyload__V1__MessageRecord *m = keyload__v1__message_record__unpack(NULL, vl, val);
+        if (m == NULL)
+            die("message %llu of queue %llu does not decode", (unsigned long long)seq, (unsigned long long)qid);
+        if (m->seq != seq || m->message == NULL || seq == 0 || seq > q->next_seq)
+            die("message %llu of queue %llu: bad seq/message (record seq %llu, next_seq %llu)",
+                (unsigned long long)seq, (unsigned long long)qid, (unsigned long long)m->seq,
+                (unsigned long long)q->next_seq);
+        count++;
+        bytes += m->charged_bytes;
+        kl_key k;
+        kl_key_available(&k, qid, lane, seq);
+        bool in_a = db_has(&k);
+        if (m->visible_at_unix_ms == 0) {
+            if (!in_a)
+                die("available message %llu of queue %llu lane %s has no 'A' entry",
+                    (unsigned long long)seq, (unsigned long long)qid, lane);
+            if (m->lease_token.len != 0)
+                die("available message %llu of queue %llu holds a lease token", (unsigned long long)seq,
+                    (unsigned long long)qid);
+            n_avail++;
+        } else {
+            if (in_a)
+                die("message %llu of queue %llu is both available and timed", (unsigned long long)seq,
+                    (unsigned long long)qid);
+            kl_key_timed(&k, qid, m->visible_at_unix_ms, seq);
+            uint8_t *tv;
+            size_t tn;
+            if (!db_get(k.b, k.len, &tv, &tn))
+                die("timed message %llu of queue %llu has no 'T' entry", (unsigned long long)seq,
+                    (unsigned long long)qid);
+            bool same = tn == strlen(lane) && memcmp(tv, lane, tn) == 0;
+            free(tv);
+            if (!same)
+                die("'T' entry of message %llu of queue %llu names another lane", (unsigned long long)seq,
+                    (unsigned long long)qid);
+            n_timed++;
+        }
+        if (m->lease_token.len != 0) {
+            if (m->lease_token.len != 16)
+                die("message %llu of queue %llu holds a %zu-byte lease token", (unsigned long long)seq,
+                    (unsigned long long)qid, m->lease_token.len);
+            kl_key_lease(&k, m->lease_token.data);
+            uint8_t *lv;
+            size_t ln;
+            if (!db_get(k.b, k.len, &lv, &ln))
+                die("leased message %llu of queue %llu has no 'K' record", (unsigned long long)seq,
+                    (unsigned long long)qid);
+            Keyload__V1__LeaseRecord *lr = keyload__v1__lease_record__unpack(NULL, ln, lv);
+            free(lv);
+            if (lr == NULL || lr->queue_id != qid || lr->seq != seq || strcmp(lr->lane, lane) != 0)
+                die("lease record of message %llu of queue %llu names another message",
+                    (unsigned long long)seq, (unsigned long long)qid);
+            keyload__v1__lease_record__free_unpacked(lr, NULL);
+        }
+        keyload__v1__message_record__free_unpacked(m, NULL);
+    }
+    rocksdb_iter_destroy(it);
+    if (count != q->messages || bytes != q->bytes)
+        die("queue %llu counts %llu messages / %llu bytes, its records hold %llu / %llu",
+            (unsigned long long)qid, (unsigned long long)q->messages, (unsigned long long)q->bytes,
+            (unsigned long long)count, (unsigned long long)bytes);
+    p[0] = 'A';
+    uint64_t a = count_prefix(p, 9, check_avail_key, &qid);
+    p[0] = 'T';
+    uint64_t t = count_prefix(p, 9, check_timed_key, &qid);
+    if (a != n_avail || t != n_timed)
+        die("queue %llu: %llu 'A' and %llu 'T' entries for %llu available and %llu timed messages",
+            (unsigned long long)qid, (unsigned long long)a, (unsigned long long)t,
+            (unsigned long long)n_avail, (unsigned long long)n_timed);
+    keyload__v1__queue_record__free_unpacked(q, NULL);
+}
+
+/* Every 'G', 'A' or 'T' entry belongs to an existing queue (jumps from queue to queue). */
+static void check_orphans(char tag)
+{
+    rocksdb_iterator_t *it = kl_store_iterator(G.store);
+    uint8_t p[9] = {(uint8_t)tag};
+    rocksdb_iter_seek(it, (const char *)p, 1);
+    while (rocksdb_iter_valid(it)) {
+        size_t kl;
+        const uint8_t *key = (const uint8_t *)rocksdb_iter_key(it, &kl);
+        if (kl < 1 || key[0] != (uint8_t)tag)
+            break;
+        if (kl < 9)
+            die("short '%c' key", tag);
+        uint64_t qid = kl_be64_get(key + 1);
+        kl_key qk;
+        kl_key_queue(&qk, qid);
+        if (!db_has(&qk))
+            die("a '%c' entry outlives its queue %llu", tag, (unsigned long long)qid);
+        if (qid == UINT64_MAX)
+            break;
+        kl_be64_put(p + 1, qid + 1);
+        rocksdb_iter_seek(it, (const char *)p, 9);
+    }
+    rocksdb_iter_destroy(it);
+}
+
+static void check_store_global(void)
+{
+    /* Every queue: its name points back at it; small ones get the deep check. */
+    uint8_t p = 'Q';
+    rocksdb_iterator_t *it = kl_store_iterator(G.store);
+    for (rocksdb_iter_seek(it, (const char *)&p, 1); rocksdb_iter_valid(it); rocksdb_iter_next(it)) {
+        size_t kl, vl;
+        const uint8_t *key = (const uint8_t *)rocksdb_iter_key(it, &kl);
+        if (kl < 1 || key[0] != 'Q')
+            break;
+        if (kl != 9)
+            die("malformed 'Q' key");
+        uint64_t qid = kl_be64_get(key + 1);
+        const uint8_t *val = (const uint8_t *)rocksdb_iter_value(it, &vl);
+        Keyload__V1__QueueRecord *q = keyload__v1__queue_record__unpack(NULL, vl, val);
+        if (q == NULL || q->name == NULL)
+            die("queue record %llu does not decode or has no name", (unsigned long long)qid);
+        kl_key nk;
+        kl_key_queue_name(&nk, q->name->tenant, q->name->database, q->name->queue);
+        uint8_t *nv;
+        size_t nn;
+        if (!db_get(nk.b, nk.len, &nv, &nn) || nn != 8 || kl_be64_get(nv) != qid)
+            die("queue %llu's name does not point at it", (unsigned long long)qid);
+        free(nv);
+        keyload__v1__queue_record__free_unpacked(q, NULL);
+        deep_check_queue(qid, DEEP_MAX_GLOBAL);
+    }
+    rocksdb_iter_destroy(it);
+    /* Every name points at a queue. */
+    p = 'N';
+    it = kl_store_iterator(G.store);
+    for (rocksdb_iter_seek(it, (const char *)&p, 1); rocksdb_iter_valid(it); rocksdb_iter_next(it)) {
+        size_t kl, vl;
+        const uint8_t *key = (const uint8_t *)rocksdb_iter_key(it, &kl);
+        if (kl < 1 || key[0] != 'N')
+            break;
+        const uint8_t *val = (const uint8_t *)rocksdb_iter_value(it, &vl);
+        kl_key qk;
+        if (vl != 8)
+            die("malformed queue name record");
+        kl_key_queue(&qk, kl_be64_get(val));
+        if (!db_has(&qk))
+            die("queue name points at a missing queue %llu", (unsigned long long)kl_be64_get(val));
+    }
+    rocksdb_iter_destroy(it);
+    check_orphans('G');
+    check_orphans('A');
+    check_orphans('T');
+    /* Every lease names a message that holds exactly that lease token. */
+    p = 'K';
+    it = kl_store_iterator(G.store);
+    uint64_t n = 0;
+    for (rocksdb_iter_seek(it, (const char *)&p, 1); rocksdb_iter_valid(it) && n < LEASE_SCAN_MAX;
+         rocksdb_iter_next(it), n++) {
+        size_t kl, vl;
+        const uint8_t *key = (const uint8_t *)rocksdb_iter_key(it, &kl);
+        if (kl < 1 || key[0] != 'K')
+            break;
+        if (kl != 17)
+            die("malformed 'K' key");
+        const uint8_t *val = (const uint8_t *)rocksdb_iter_value(it, &vl);
+        Keyload__V1__LeaseRecord *lr = keyload__v1__lease_record__unpack(NULL, vl, val);
+        if (lr == NULL || strlen(lr->lane) > KL_NAME_LEN_MAX)
+            die("lease record does not decode");
+        kl_key mk;
+        kl_key_message(&mk, lr->queue_id, lr->lane, lr->seq);
+        uint8_t *mv;
+        size_t mn;
+        if (!db_get(mk.b, mk.len, &mv, &mn))
+            die("lease record names a missing message %llu of queue %llu", (unsigned long long)lr->seq,
+                (unsigned long long)lr->queue_id);
+        Keyload__V1__MessageRecord *m = keyload__v1__message_record__unpack(NULL, mn, mv);
+        free(mv);
+        if (m == NULL || m->lease_token.len != 16 || memcmp(m->lease_token.data, key + 1, 16) != 0)
+            die("lease record of message %llu of queue %llu is not that message's current lease",
+                (unsigned long long)lr->seq, (unsigned long long)lr->queue_id);
+        keyload__v1__message_record__free_unpacked(m, NULL);
+        keyload__v1__lease_record__free_unpacked(lr, NULL);
+    }
+    rocksdb_iter_destroy(it);
+}
+
+/* ---- QueueStats ---- */
+
+/* QueueStats of one of our queues; NULL when it does not exist. */
+static Keyload__V1__QueueStatsAnswer *queue_stats(const char *queue, bool *too_big)
+{
+    *too_big = false;
+    Keyload__V1__QueueLaneRef ref;
+    ref_init(&ref, queue);
+    Keyload__V1__QueueStatsRequest q = KEYLOAD__V1__QUEUE_STATS_REQUEST__INIT;
+    q.queue = &ref;
+    uint8_t buf[512];
+    size_t n = keyload__v1__queue_stats_request__pack(&q, buf);
+    uint8_t *ans = NULL;
+    size_t alen = 0;
+    kl_err err;
+    kl_err_clear(&err);
+    kl_code rc = kl_node_queue_stats(G.node, buf, n, &ans, &alen, &err);
+    if (rc == KL_NOT_FOUND)
+        return NULL;
+    if (rc == KL_RESOURCE_EXHAUSTED) {
+        /* It counts in-flight messages by scanning them, within MaxScanRecords. */
+        *too_big = true;
+        return NULL;
+    }
+    if (rc != KL_OK)
+        die("QueueStats of '%s' failed: %s %s", queue, kl_code_name(rc), err.message);
+    Keyload__V1__QueueStatsAnswer *a = keyload__v1__queue_stats_answer__unpack(NULL, alen, ans);
+    free(ans);
+    if (a == NULL || a->limits == NULL)
+        die("QueueStats answer of '%s' does not decode", queue);
+    return a;
+}
+
+typedef enum { CHECK_STATS, CHECK_DEEP, CHECK_GLOBAL } check_level;
+
+static void check_queues(check_level level)
+{
+    if (kl_node_broken(G.node))
+        die("the node broke on client input");
+    if (kl_node_pending_batches(G.node) != 0)
+        die("%zu batches still pending after every append completed", kl_node_pending_batches(G.node));
+    if (kl_store_applied_index(G.store) != kl_store_last_index(G.store))
+        die("applied index %llu != log end %llu", (unsigned long long)kl_store_applied_index(G.store),
+            (unsigned long long)kl_store_last_index(G.store));
+    for (size_t i = 0; i < N_QUEUES; i++) {
+        bool too_big;
+        Keyload__V1__QueueStatsAnswer *a = queue_stats(QUEUES[i], &too_big);
+        if (too_big)
+            continue;
+        if (a == NULL) {
+            /* A fuzz input deleted it (it was empty): bring it back for the lease driver
+             * ("dlq" comes before "work", which names it). */
+            create_base_queue(QUEUES[i]);
+            if ((a = queue_stats(QUEUES[i], &too_big)) == NULL)
+                die("queue '%s' is missing right after its creation", QUEUES[i]);
+        }
+        if (a->messages > a->limits->max_messages || a->bytes > a->limits->max_bytes)
+            die("queue '%s' holds %llu messages / %llu bytes over its limits %llu / %llu", QUEUES[i],
+                (unsigned long long)a->messages, (unsigned long long)a->bytes,
+                (unsigned long long)a->limits->max_messages, (unsigned long long)a->limits->max_bytes);
+        if (a->in_flight > a->messages || a->available + a->in_flight != a->messages)
+            die("queue '%s': %llu in flight + %llu available != %llu messages", QUEUES[i],
+                (unsigned long long)a->in_flight, (unsigned long long)a->available,
+                (unsigned long long)a->messages);
+        if (a->applied_index != kl_store_applied_index(G.store))
+            die("QueueStats reports applied index %llu, the store %llu",
+                (unsigned long long)a->applied_index, (unsigned long long)kl_store_applied_index(G.store));
+        if (level == CHECK_DEEP)
+            deep_check_queue(a->queue_id, DEEP_MAX_EACH);
+        keyload__v1__queue_stats_answer__free_unpacked(a, NULL);
+    }
+    if (level == CHECK_GLOBAL)
+        check_store_global();
+}
+
+/* ---- receipts ---- */
+
+static bool client_code_ok(kl_code c)
+{
+    return c == KL_OK || c == KL_INVALID_ARGUMENT || c == KL_NOT_FOUND || c == KL_CONFLICT ||
+           c == KL_RESOURCE_EXHAUSTED || c == KL_FAILED_PRECONDITION;
+}
+
+/* Checks an OK receipt against the request it answers. Returns the decoded receipt. */
+static Keyload__V1__BatchReceipt *check_receipt(const reply *r, const uint8_t *req, size_t len)
+{
+    Keyload__V1__BatchReceipt *rc = keyload__v1__batch_receipt__unpack(NULL, r->len, r->receipt);
+    if (rc == NULL)
+        die("an OK receipt does not decode");
+    Keyload__V1__BatchRequest *b = keyload__v1__batch_request__unpack(NULL, len, req);
+    if (b == NULL)
+        die("a request that was answered OK does not decode");
+    if (rc->command_id.len != b->command_id.len ||
+        memcmp(rc->command_id.data, b->command_id.data, b->command_id.len) != 0)
+        die("the receipt names another command id");
+    if (rc->partition != 0 || rc->term != 1 || rc->index < 2 || rc->request_digest.len != KL_DIGEST_LEN)
+        die("receipt header: partition %d term %llu index %llu digest %zu bytes", rc->partition,
+            (unsigned long long)rc->term, (unsigned long long)rc->index, rc->request_digest.len);
+    if (rc->n_results != b->n_mutations)
+        die("%zu results for %zu mutations", rc->n_results, b->n_mutations);
+    for (size_t i = 0; i < b->n_mutations; i++) {
+        const Keyload__V1__Mutation *m = b->mutations[i];
+        const Keyload__V1__MutationResult *res = rc->results[i];
+        if ((int)res->kind_case != (int)m->kind_case)
+            die("result %zu is of kind %d for a mutation of kind %d", i, (int)res->kind_case,
+                (int)m->kind_case);
+        switch (m->kind_case) {
+        case KEYLOAD__V1__MUTATION__KIND_ENQUEUE:
+            if (res->enqueued->message_id == 0 || res->enqueued->lane[0] == '\0')
+                die("result %zu: enqueued without a message id or lane", i);
+            break;
+        case KEYLOAD__V1__MUTATION__KIND_RECEIVE: {
+            uint32_t want = m->receive->max_messages ? m->receive->max_messages : 1;
+            if (res->received->n_messages > want)
+                die("result %zu: %zu messages received for max_messages %u", i,
+                    res->received->n_messages, want);
+            for (size_t j = 0; j < res->received->n_messages; j++) {
+                const Keyload__V1__ReceivedMessage *rm = res->received->messages[j];
+                if (rm->lease_token.len != 16 || rm->message == NULL || rm->delivery_count == 0 ||
+                    rm->lease_expires_unix_ms <= rc->committed_unix_ms)
+                    die("result %zu: received message %zu is malformed", i, j);
+            }
+            break;
+        }
+        case KEYLOAD__V1__MUTATION__KIND_ACK:
+            if (res->acked->count != m->ack->n_lease_tokens)
+                die("result %zu: acked %u of %zu tokens", i, res->acked->count, m->ack->n_lease_tokens);
+            break;
+        case KEYLOAD__V1__MUTATION__KIND_RELEASE:
+            if (res->released->count != m->release->n_lease_tokens)
+                die("result %zu: released %u of %zu tokens", i, res->released->count,
+                    m->release->n_lease_tokens);
+            break;
+        default:
+            break;
+        }
+    }
+    keyload__v1__batch_request__free_unpacked(b, NULL);
+    return rc;
+}
+
+static void expect_same(const reply *a, const reply *b, const char *what)
+{
+    if (a->code != b->code)
+        die("%s: %s, first time %s", what, kl_code_name(b->code), kl_code_name(a->code));
+    if (a->code == KL_OK && (a->len != b->len || memcmp(a->receipt, b->receipt, a->len) != 0))
+        die("%s: a different receipt", what);
+}
+
+/* ---- the lease driver ---- */
+
+static void drive_leases(const char *queue, uint32_t lease_ms)
+{
+    Keyload__V1__QueueLaneRef ref;
+    ref_init(&ref, queue);
+    Keyload__V1__Receive rcv = KEYLOAD__V1__RECEIVE__INIT;
+    rcv.lane = &ref;
+    rcv.max_messages = 10;
+    rcv.lease_ms = lease_ms;
+    Keyload__V1__Mutation m = KEYLOAD__V1__MUTATION__INIT;
+    m.kind_case = KEYLOAD__V1__MUTATION__KIND_RECEIVE;
+    m.receive = &rcv;
+    Keyload__V1__Mutation *mp = &m;
+    reply r;
+    submit_own(&mp, 1, &r);
+    expect_answered(&r, "receive");
+    /* However many leases expired, delays ended or messages expired meanwhile, a Receive
+     * of 10 must be served: a queue must not wedge on its own housekeeping. */
+    if (r.code != KL_OK)
+        die("receive of 10 from '%s' failed: %s %s", queue, kl_code_name(r.code), r.err.message);
+    Keyload__V1__BatchReceipt *rc = keyload__v1__batch_receipt__unpack(NULL, r.len, r.receipt);
+    if (rc == NULL || rc->n_results != 1 || rc->results[0]->received == NULL)
+        die("receive receipt does not decode");
+    const Keyload__V1__Received *got = rc->results[0]->received;
+    size_t n = got->n_messages;
+    size_t half = (n + 1) / 2, n_ack = (half + 1) / 2, n_rel = half - n_ack;
+    ProtobufCBinaryData toks[10];
+    for (size_t i = 0; i < n && i < 10; i++)
+        toks[i] = got->messages[i]->lease_token;
+    Keyload__V1__Ack ack = KEYLOAD__V1__ACK__INIT;
+    ack.queue = &ref;
+    ack.lease_tokens = toks;
+    ack.n_lease_tokens = n_ack;
+    Keyload__V1__Release rel = KEYLOAD__V1__RELEASE__INIT;
+    rel.queue = &ref;
+    rel.lease_tokens = toks + n_ack;
+    rel.n_lease_tokens = n_rel;
+    Keyload__V1__Mutation ma = KEYLOAD__V1__MUTATION__INIT, mr = KEYLOAD__V1__MUTATION__INIT;
+    ma.kind_case = KEYLOAD__V1__MUTATION__KIND_ACK;
+    ma.ack = &ack;
+    mr.kind_case = KEYLOAD__V1__MUTATION__KIND_RELEASE;
+    mr.release = &rel;
+    Keyload__V1__Mutation *muts[2];
+    size_t nm = 0;
+    if (n_ack)
+        muts[nm++] = &ma;
+    if (n_rel)
+        muts[nm++] = &mr;
+    if (nm > 0) {
+        reply r2;
+        submit_own(muts, nm, &r2);
+        expect_answered(&r2, "ack/release");
+        /* The leases are a moment old (same clock): settling them must succeed. */
+        if (r2.code != KL_OK)
+            die("ack/release of fresh leases from '%s' failed: %s %s", queue, kl_code_name(r2.code),
+                r2.err.message);
+        reply_free(&r2);
+    }
+    keyload__v1__batch_receipt__free_unpacked(rc, NULL);
+    reply_free(&r);
+}
+
+/* ---- store lifetime ---- */
+
+static uint64_t g_du;
+static int du_one(const char *p, const struct stat *sb, int flag, struct FTW *ftw)
+{
+    (void)p; (void)ftw;
+    if (flag == FTW_F)
+        g_du += (uint64_t)sb->st_size;
+    return 0;
+}
+
+static int rm_one(const char *p, const struct stat *sb, int flag, struct FTW *ftw)
+{
+    (void)sb; (void)flag; (void)ftw;
+    return remove(p);
+}
+
+static void store_open(void)
+{
+    const char *root = getenv("KL_FUZZ_STORE_ROOT");
+    struct stat st;
+    if (root == NULL || root[0] == '\0')
+        root = (stat("/dev/shm", &st) == 0 && S_ISDIR(st.st_mode) && access("/dev/shm", W_OK) == 0)
+                   ? "/dev/shm" : "/tmp";
+    snprintf(G.dir, sizeof G.dir, "%s/keyload-fuzz-batch.XXXXXX", root);
+    if (mkdtemp(G.dir) == NULL) {
+        perror(G.dir);
+        abort();
+    }
+    kl_err err;
+    kl_err_clear(&err);
+    if (kl_store_open(G.dir, NULL, &G.store, &err) != KL_OK)
+        die("kl_store_open(%s): %s", G.dir, err.message);
+    G.now = T0;
+    G.inputs = 0;
+    kl_node_config cfg = {.partition = 0, .max_pending_bytes = 1u << 26, .max_pending_batches = 1024};
+    kl_limits_default(&cfg.limits);
+    cfg.limits.max_scan_records = FUZZ_MAX_SCAN_RECORDS;
+    kl_node_io io = {.ctx = NULL, .append = io_append, .clock_ms = io_clock, .random = io_random};
+    if (kl_node_open(G.store, &cfg, &io, &G.node, &err) != KL_OK)
+        die("kl_node_open: %s", err.message);
+    for (size_t i = 0; i < N_QUEUES; i++)
+        create_base_queue(QUEUES[i]);
+}
+
+static void store_close(void)
+{
+    if (G.node == NULL)
+        return;
+    kl_node_close(G.node);
+    kl_store_close(G.store);
+    G.node = NULL;
+    G.store = NULL;
+    nftw(G.dir, rm_one, 16, FTW_DEPTH | FTW_PHYS);
+}
+
+static void maybe_reopen(void)
+{
+    /* Leases, releases and acks delete 'A'/'T' entries at the front of their ranges, and
+     * every scan of a range steps over its tombstones until compaction drops them; a full
+     * compaction now and then keeps the target's speed from decaying with its age. */
+    if (G.inputs > 0 && G.inputs % COMPACT_EVERY == 0)
+        rocksdb_compact_range(kl_store_db(G.store), NULL, 0, NULL, 0);
+    bool big = false;
+    if (G.inputs > 0 && G.inputs % SIZE_CHECK_EVERY == 0) {
+        g_du = 0;
+        nftw(G.dir, du_one, 16, FTW_PHYS);
+        big = g_du > REOPEN_BYTES;
+    }
+    if (big || G.inputs >= REOPEN_INPUTS) {
+        store_close();
+        store_open();
+    }
+}
+
+int LLVMFuzzerInitialize(int *argc, char ***argv)
+{
+    (void)argc;
+    (void)argv;
+    if (sodium_init() < 0)
+        die("sodium_init failed");
+    const char *v = getenv("KL_FUZZ_VERBOSE");
+    G.verbose = v != NULL && strcmp(v, "1") == 0;
+    store_open();
+    atexit(store_close);
+    return 0;
+}
+
+/* ---- one input ---- */
+
+/* Clock advance from a hash byte pair: mostly under a second, sometimes past the default
+ * lease (30 s), rarely past the longest lease (12 h) or the longest delay (7 days). */
+static int64_t clock_step(const uint8_t h[16])
+{
+    uint32_t x;
+    memcpy(&x, h + 4, 4);
+    uint8_t bucket = h[1];
+    if (bucket < 160)
+        return x % 1000;
+    if (bucket < 224)
+        return x % 65000;
+    if (bucket < 248)
+        return x % 3600000;
+    if (bucket < 254)
+        return x % (13 * 3600000);
+    return x % (8LL * 24 * 3600000);
+}
+
+static void background_enqueue(reply *r)
+{
+    Keyload__V1__QueueLaneRef ref;
+    ref_init(&ref, "q");
+    Keyload__V1__EnqueueMessage msg = KEYLOAD__V1__ENQUEUE_MESSAGE__INIT;
+    msg.body.data = (uint8_t *)"background";
+    msg.body.len = 10;
+    Keyload__V1__Enqueue e = KEYLOAD__V1__ENQUEUE__INIT;
+    e.lane = &ref;
+    e.message = &msg;
+    Keyload__V1__Mutation m = KEYLOAD__V1__MUTATION__INIT;
+    m.kind_case = KEYLOAD__V1__MUTATION__KIND_ENQUEUE;
+    m.enqueue = &e;
+    Keyload__V1__Mutation *mp = &m;
+    submit_own(&mp, 1, r);
+}
+
+/* The read path on the same bytes: QueueStats must cope with any request too. */
+static void stats_on_input(const uint8_t *data, size_t size)
+{
+    uint8_t *ans = NULL;
+    size_t alen = 0;
+    kl_err err;
+    kl_err_clear(&err);
+    kl_code rc = kl_node_queue_stats(G.node, data, size, &ans, &alen, &err);
+    if (rc == KL_OK) {
+        Keyload__V1__QueueStatsAnswer *a = keyload__v1__queue_stats_answer__unpack(NULL, alen, ans);
+        if (a == NULL)
+            die("a QueueStats answer does not decode");
+        keyload__v1__queue_stats_answer__free_unpacked(a, NULL);
+        free(ans);
+    } else if (rc != KL_INVALID_ARGUMENT && rc != KL_NOT_FOUND && rc != KL_RESOURCE_EXHAUSTED) {
+        die("QueueStats on client input answered %s: %s", kl_code_name(rc), err.message);
+    } else if (err.code != rc || err.message[0] == '\0') {
+        die("QueueStats failed without naming the fault");
+    }
+}
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
+{
+    maybe_reopen();
+    G.inputs++;
+    uint8_t h[16];
+    crypto_generichash(h, sizeof h, data, size, NULL, 0);
+    G.now += clock_step(h);
+    /* The lease driver runs first: the previous input's checks made sure its queues exist. */
+    if (G.inputs % LEASE_EVERY == 0) {
+        uint32_t lease_ms = (h[10] & 1) ? 0 : 1 + h[11] * 100u;
+        drive_leases((G.inputs / LEASE_EVERY) % 2 ? "q" : "work", lease_ms);
+    }
+
+    /* The request: the input, plus (7 times in 8) a command_id field that overrides its own. */
+    bool override = (h[9] & 7) != 0;
+    size_t len = size + (override ? 18 : 0);
+    uint8_t *req = malloc(len ? len : 1);
+    if (req == NULL)
+        die("out of memory");
+    if (size)
+        memcpy(req, data, size);
+    if (override) {
+        req[size] = (1 << 3) | 2; /* field 1 (command_id), length-delimited */
+        req[size + 1] = 16;
+        memcpy(req + size + 2, h, 16);
+        if (req[size + 2] == 0)
+            req[size + 2] = 1; /* never all zero */
+    }
+
+    bool held = h[8] % 8 == 0;
+    reply bg, r1, r2;
+    memset(&r2, 0, sizeof r2);
+    if (held) {
+        G.hold = true;
+        background_enqueue(&bg);
+    }
+    submit(req, len, &r1);
+    if (held) {
+        submit(req, len, &r2);
+        if (G.held_index == 0 && bg.count == 0)
+            die("the background batch was neither answered nor appended");
+        release_held();
+        expect_answered(&bg, "background enqueue");
+        /* A fuzz input may have made "q" again with small limits. */
+        if (bg.code != KL_OK && bg.code != KL_RESOURCE_EXHAUSTED)
+            die("background enqueue failed: %s %s", kl_code_name(bg.code), bg.err.message);
+        reply_free(&bg);
+    }
+    expect_answered(&r1, "fuzz input");
+    if (G.verbose)
+        fprintf(stderr, "fuzz_batch: input %llu (%zu bytes%s%s): %s %s\n", (unsigned long long)G.inputs,
+                size, override ? ", new command id" : "", held ? ", held" : "", kl_code_name(r1.code),
+                r1.err.message);
+    if (!client_code_ok(r1.code))
+        die("client input answered %s (%s): %s", kl_code_name(r1.code), r1.err.detail, r1.err.message);
+    if (held) {
+        expect_answered(&r2, "fuzz input, again while pending");
+        expect_same(&r1, &r2, "the same request submitted again while pending");
+    }
+    if (r1.code == KL_OK) {
+        Keyload__V1__BatchReceipt *rc = check_receipt(&r1, req, len);
+        keyload__v1__batch_receipt__free_unpacked(rc, NULL);
+        reply r3;
+        submit(req, len, &r3);
+        expect_answered(&r3, "fuzz input, again after commit");
+        expect_same(&r1, &r3, "the same request submitted again after commit");
+        reply_free(&r3);
+    }
+    reply_free(&r1);
+    reply_free(&r2);
+    free(req);
+
+    stats_on_input(data, size);
+    check_queues(G.inputs % GLOBAL_EVERY == 0  ? CHECK_GLOBAL
+                 : G.inputs % DEEP_EVERY == 0 ? CHECK_DEEP
+                                              : CHECK_STATS);
+    return 0;
+}
