@@ -55,6 +55,7 @@ typedef struct mc {
     bool cut[KL_RAFT_MAX_MEMBERS + 1][KL_RAFT_MAX_MEMBERS + 1];
     size_t cache_entries; /* max_cached_entries for the next start */
     size_t max_unpersisted_entries;
+    size_t max_msg_bytes;
 } mc;
 
 static kl_code mc_term(void *ctx, uint64_t index, uint64_t *term)
@@ -123,6 +124,8 @@ static void mc_config(mc *c, mnode *m, kl_raft_config *cfg)
     cfg->max_cached_entries = c->cache_entries;
     if (c->max_unpersisted_entries)
         cfg->max_unpersisted_entries = c->max_unpersisted_entries;
+    if (c->max_msg_bytes)
+        cfg->max_msg_bytes = c->max_msg_bytes;
     cfg->hard = m->hs;
     cfg->last_index = m->len;
     cfg->applied = m->applied;
@@ -245,6 +248,26 @@ static void mc_settle(mc *c)
             free_msg(msg);
         }
         free(batch);
+    }
+    ck_abort_msg("cluster did not settle");
+}
+
+/* Like mc_settle, one message at a time, calling check after each delivery. */
+static void mc_pump(mc *c, void (*check)(mc *))
+{
+    for (int k = 0; k < 10000; k++) {
+        for (int i = 0; i < c->n; i++)
+            mc_flush(c, i + 1);
+        if (c->qlen == 0)
+            return;
+        kl_raft_msg msg = c->q[0];
+        memmove(c->q, c->q + 1, (c->qlen - 1) * sizeof *c->q);
+        c->qlen--;
+        mnode *to = &c->nd[msg.to - 1];
+        if (to->r && !c->cut[msg.from][msg.to])
+            ck_assert_int_eq(kl_raft_step(to->r, &msg), KL_OK);
+        free_msg(&msg);
+        check(c);
     }
     ck_abort_msg("cluster did not settle");
 }
@@ -574,6 +597,47 @@ START_TEST(commit_needs_q2_persisted)
 }
 END_TEST
 
+/* Raft §5.4.2 (Figure 8): an entry of an earlier term is never committed by counting its
+ * copies, only together with an entry of the leader's own term. */
+static void never_commit_2(mc *c)
+{
+    kl_raft_status st;
+    kl_raft_status_get(c->nd[0].r, &st);
+    ck_assert_msg(st.commit != 2, "committed (2, term 1) by counting in term %llu",
+                  (unsigned long long)st.term);
+}
+
+START_TEST(old_term_entries_commit_only_indirectly)
+{
+    mc c;
+    mc_init(&c, 3, 2);
+    c.max_msg_bytes = 1; /* one entry per append: the old entry travels without the no-op */
+    mc_elect(&c, 1);
+    mc_settle(&c);
+    ck_assert_uint_eq(mc_status(&c, 1).commit, 1);
+    mc_isolate(&c, 1, true);
+    uint64_t idx = mc_propose(&c, 1, "old"); /* (2, term 1): on n1's disk only */
+    ck_assert_uint_eq(idx, 2);
+    mc_settle(&c);
+    for (int i = 1; i <= 3; i++) { /* everyone restarts: no leader, no lease */
+        mc_crash(&c, i);
+        mc_start(&c, i);
+    }
+    mc_isolate(&c, 1, false);
+    /* n1 wins term 2 (its log is the most up to date) and appends its no-op at 3. n2 then
+     * acknowledges (2, term 1) alone: two persisted copies, Q2 = 2, yet not committable. */
+    for (int k = 0; k < 100 && mc_status(&c, 1).role != KL_RAFT_LEADER; k++) {
+        ck_assert_int_eq(kl_raft_tick(c.nd[0].r), KL_OK);
+        mc_pump(&c, never_commit_2);
+    }
+    ck_assert_uint_eq(mc_status(&c, 1).term, 2);
+    mc_pump(&c, never_commit_2);
+    ck_assert_uint_eq(mc_status(&c, 1).commit, 3);
+    ck_assert_uint_eq(mc_status(&c, 2).last_index, 3);
+    mc_free(&c);
+}
+END_TEST
+
 /* The leader counts itself only once its driver reported its own write. */
 START_TEST(leader_counts_itself_after_persisting)
 {
@@ -583,15 +647,21 @@ START_TEST(leader_counts_itself_after_persisting)
     mc_settle(&c);
     kl_raft_status st = mc_status(&c, 1);
     ck_assert(st.leader_ready);
-    uint64_t idx = mc_propose(&c, 1, "alone");
+    uint64_t a = mc_propose(&c, 1, "first");
+    mc_flush(&c, 1); /* a is durable on n1, its appends are queued */
+    ck_assert_uint_eq(mc_status(&c, 1).commit, a);
+    uint64_t b = mc_propose(&c, 1, "second");
     c.nd[0].hold = true;
-    mc_flush(&c, 1); /* the ready is out, the write not done */
+    mc_flush(&c, 1); /* b's ready is out, the write not done */
     ck_assert(c.nd[0].rd_out);
-    ck_assert_uint_lt(mc_status(&c, 1).commit, idx);
+    /* n2 acknowledges a meanwhile: the leader re-counts, and must not count itself for b. */
+    mc_settle(&c);
+    ck_assert_uint_eq(mc_status(&c, 2).last_index, a);
+    ck_assert_uint_eq(mc_status(&c, 1).commit, a);
     c.nd[0].hold = false;
     mc_flush(&c, 1);
-    ck_assert_uint_eq(mc_status(&c, 1).commit, idx);
-    ck_assert_uint_eq(c.nd[0].applied, idx);
+    ck_assert_uint_eq(mc_status(&c, 1).commit, b);
+    ck_assert_uint_eq(c.nd[0].applied, b);
     mc_free(&c);
 }
 END_TEST
@@ -718,7 +788,7 @@ START_TEST(proposals_and_caps)
     /* The leader's disk stalls: at most max_unpersisted_entries wait in memory. */
     c.nd[0].hold = true;
     int ok = 1;
-    while (kl_raft_propose(c.nd[0].r, "y", 1, &p) == KL_OK)
+    while (ok < 1000 && kl_raft_propose(c.nd[0].r, "y", 1, &p) == KL_OK)
         ok++;
     ck_assert_int_eq(kl_raft_propose(c.nd[0].r, "y", 1, &p), KL_UNAVAILABLE);
     ck_assert_int_eq(ok, 8);
@@ -1052,6 +1122,7 @@ Suite *suite_raft(void)
     tcase_add_test(t, prevote_keeps_terms);
     tcase_add_test(t, commit_needs_q2_persisted);
     tcase_add_test(t, leader_counts_itself_after_persisting);
+    tcase_add_test(t, old_term_entries_commit_only_indirectly);
     tcase_add_test(t, leader_without_quorum_steps_down);
     tcase_add_test(t, read_index_rules);
     tcase_add_test(t, proposals_and_caps);
