@@ -23,10 +23,12 @@
  *  - for 1 input in 8, "held" mode: a background enqueue's append is held in flight while
  *    the input is submitted twice (it is evaluated against the pending overlay, joins
  *    the open entry and waits), then the held append completes and group commit runs.
- * Every 8th input, a Receive of up to 10 from "q" or "work" (max_deliveries 1, dead letter
- * queue "dlq") acks a quarter of the leases and releases another quarter at once (which
- * must succeed), leaving the rest to expire; "small" (max 3 messages, 64 bytes) drives
- * the quotas. Queues a fuzz input deletes are created again.
+ * Every 8th input, a Receive of up to 10 from "q", "work" (max_deliveries 1, dead letter
+ * queue "dlq") or "drop" (max_deliveries 1, no dead letter queue) acks a quarter of the
+ * leases and releases another quarter at once (which must succeed), leaving the rest to
+ * expire; "small" (max 3 messages, 64 bytes) drives the quotas. Queues a fuzz input
+ * deletes are created again. Lease tokens handed out are kept, and 16 input bytes starting
+ * "KLTOK" become one of them (see substitute_tokens), so inputs can ack and release.
  *
  * Besides "no crash, no leak, no undefined behaviour", it aborts when one of these fails:
  *  - every submit is answered exactly once, with a code in range; an error carries a
@@ -45,7 +47,7 @@
  *  - a Receive of 10 (the lease driver's) is always served, whatever backlog of due
  *    leases, ended delays and expired messages its queue holds, and acking or releasing
  *    leases it just got succeeds;
- *  - the store layout invariants of daemon/store/keys.h hold, for the four queues every
+ *  - the store layout invariants of daemon/store/keys.h hold, for the base queues every
  *    DEEP_EVERY inputs (when they hold at most DEEP_MAX_EACH messages) and for every queue,
  *    name, lease and orphan index entry every GLOBAL_EVERY inputs: a message has its 'G'
  *    record and exactly one of 'A' or 'T'; a 'K' record exists exactly while its
@@ -54,7 +56,7 @@
  * The node runs with MaxScanRecords scaled down (FUZZ_MAX_SCAN_RECORDS), and the store is
  * compacted every COMPACT_EVERY inputs (see there why).
  * Reproduce: build/fuzz/fuzz_batch ARTIFACT (runs the input once against a fresh store;
- * a failure that needed earlier state may not reproduce alone). KL_FUZZ_VERBOSE=1 prints
+ * a failure that needed earlier state, or lease tokens, may not reproduce alone). KL_FUZZ_VERBOSE=1 prints
  * each input's answer. */
 #include "common/canon.h"
 #include "common/cluster.h"
@@ -88,9 +90,11 @@
  * entries), which costs more than the batch itself; so they run every few inputs. */
 #define DEEP_EVERY 8
 #define GLOBAL_EVERY 256
-#define DEEP_MAX_EACH 64     /* deep check of the four queues up to this size */
+#define DEEP_MAX_EACH 64     /* deep check of the base queues up to this size */
 #define DEEP_MAX_GLOBAL 1024 /* periodic deep check of every queue up to this size */
 #define LEASE_SCAN_MAX 20000
+#define TOKEN_RING 64
+#define TOKEN_MARK "KLTOK"
 /* MaxScanRecords of the node: the default (10000) scaled down tenfold, so that inputs reach
  * the scan budget's edges (big receives, many due leases) in thousands of inputs, not
  * hundreds of thousands. Every other limit is the default. */
@@ -114,12 +118,14 @@ static struct {
     uint64_t inputs;         /* since the store was opened */
     bool verbose;            /* KL_FUZZ_VERBOSE=1: one line per input on stderr */
     bool hold;               /* hold the next append instead of completing it */
+    uint8_t tokens[TOKEN_RING][16]; /* the latest lease tokens handed out */
+    size_t n_tokens, next_token;
     uint64_t held_index;
     const uint8_t *held;     /* the node keeps these bytes valid until append_done */
     size_t held_len;
 } G;
 
-static const char *const QUEUES[] = {"q", "small", "dlq", "work"};
+static const char *const QUEUES[] = {"q", "small", "dlq", "work", "drop"};
 #define N_QUEUES (sizeof QUEUES / sizeof QUEUES[0])
 
 static void die(const char *fmt, ...) __attribute__((format(printf, 1, 2), noreturn));
@@ -303,6 +309,8 @@ static void create_base_queue(const char *name)
         create_queue(name, 3, 64, 0, NULL);
     else if (strcmp(name, "work") == 0)
         create_queue(name, 0, 0, 1, "dlq");
+    else if (strcmp(name, "drop") == 0)
+        create_queue(name, 0, 0, 1, NULL);
     else
         create_queue(name, 0, 0, 0, NULL);
 }
@@ -679,6 +687,44 @@ static bool client_code_ok(kl_code c)
            c == KL_RESOURCE_EXHAUSTED || c == KL_FAILED_PRECONDITION;
 }
 
+/* ---- lease tokens for fuzz inputs ---- */
+
+/* Lease tokens are 16 random bytes a fuzzer cannot guess, so without help inputs would
+ * only ever ack or release unknown tokens. Every token handed out goes into a ring; in
+ * an input, any 16 bytes starting with TOKEN_MARK are overwritten, in place (the rest of
+ * the bytes untouched), with a recent token: byte 5 picks which (0 = the latest). */
+static void remember_tokens(const Keyload__V1__BatchReceipt *rc)
+{
+    for (size_t i = 0; i < rc->n_results; i++) {
+        const Keyload__V1__MutationResult *res = rc->results[i];
+        if (res->kind_case != KEYLOAD__V1__MUTATION_RESULT__KIND_RECEIVED)
+            continue;
+        for (size_t j = 0; j < res->received->n_messages; j++) {
+            const ProtobufCBinaryData *t = &res->received->messages[j]->lease_token;
+            if (t->len != 16)
+                continue;
+            memcpy(G.tokens[G.next_token], t->data, 16);
+            G.next_token = (G.next_token + 1) % TOKEN_RING;
+            if (G.n_tokens < TOKEN_RING)
+                G.n_tokens++;
+        }
+    }
+}
+
+static void substitute_tokens(uint8_t *p, size_t len)
+{
+    const size_t ml = sizeof TOKEN_MARK - 1;
+    if (G.n_tokens == 0)
+        return;
+    for (size_t i = 0; i + 16 <= len; i++) {
+        if (memcmp(p + i, TOKEN_MARK, ml) != 0)
+            continue;
+        size_t k = p[i + ml] % G.n_tokens;
+        memcpy(p + i, G.tokens[(G.next_token + TOKEN_RING - 1 - k) % TOKEN_RING], 16);
+        i += 15;
+    }
+}
+
 /* Checks an OK receipt against the request it answers. Returns the decoded receipt. */
 static Keyload__V1__BatchReceipt *check_receipt(const reply *r, const uint8_t *req, size_t len)
 {
@@ -769,6 +815,7 @@ static void drive_leases(const char *queue, uint32_t lease_ms)
     Keyload__V1__BatchReceipt *rc = keyload__v1__batch_receipt__unpack(NULL, r.len, r.receipt);
     if (rc == NULL || rc->n_results != 1 || rc->results[0]->received == NULL)
         die("receive receipt does not decode");
+    remember_tokens(rc);
     const Keyload__V1__Received *got = rc->results[0]->received;
     size_t n = got->n_messages;
     size_t half = (n + 1) / 2, n_ack = (half + 1) / 2, n_rel = half - n_ack;
@@ -964,7 +1011,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     /* The lease driver runs first: the previous input's checks made sure its queues exist. */
     if (G.inputs % LEASE_EVERY == 0) {
         uint32_t lease_ms = (h[10] & 1) ? 0 : 1 + h[11] * 100u;
-        drive_leases((G.inputs / LEASE_EVERY) % 2 ? "q" : "work", lease_ms);
+        static const char *const leased[] = {"q", "work", "q", "drop"};
+        drive_leases(leased[(G.inputs / LEASE_EVERY) % 4], lease_ms);
     }
 
     /* The request: the input, plus (7 times in 8) a command_id field that overrides its own. */
@@ -975,6 +1023,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         die("out of memory");
     if (size)
         memcpy(req, data, size);
+    substitute_tokens(req, size);
     if (override) {
         req[size] = (1 << 3) | 2; /* field 1 (command_id), length-delimited */
         req[size + 1] = 16;
@@ -1015,6 +1064,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     }
     if (r1.code == KL_OK) {
         Keyload__V1__BatchReceipt *rc = check_receipt(&r1, req, len);
+        remember_tokens(rc);
         keyload__v1__batch_receipt__free_unpacked(rc, NULL);
         reply r3;
         submit(req, len, &r3);

@@ -3,7 +3,8 @@
  * encoded BatchRequest per file, so that no binary blobs need to be checked in. Built by
  * tests/fuzz/fuzz.mk, run by tests/fuzz/run.sh. Deterministic (fixed command ids and
  * tokens). The batch seeds name the queues fuzz_batch creates: "q", "small" (3 messages,
- * 64 bytes), "dlq" and "work" (max_deliveries 1, dead letters to "dlq"). */
+ * 64 bytes), "dlq", "work" (max_deliveries 1, dead letters to "dlq") and "drop"
+ * (max_deliveries 1, no dead-letter queue). */
 #include "keyload/v1/queue.pb-c.h"
 #include "keyload/v1/rpc.pb-c.h"
 
@@ -258,6 +259,29 @@ static void batch_seeds(void)
     write_raw_batch("ack-unknown-token", ack, 1, 0x27);
     Keyload__V1__Mutation *rel[] = {m_settle(false, "work", toks, 1)};
     write_raw_batch("release-unknown-token", rel, 1, 0x28);
+
+    /* fuzz_batch overwrites 16 bytes starting "KLTOK" with a recent lease token (byte 5
+     * picks which), so these settle real leases. */
+    static uint8_t mark[4][16];
+    static ProtobufCBinaryData marks[4];
+    for (int i = 0; i < 4; i++) {
+        memcpy(mark[i], "KLTOK", 5);
+        memset(mark[i] + 5, 0, 11);
+        mark[i][5] = (uint8_t)i;
+        marks[i] = (ProtobufCBinaryData){16, mark[i]};
+    }
+    Keyload__V1__Mutation *ack_recent[] = {m_settle(true, "q", marks, 2)};
+    write_raw_batch("ack-recent-leases", ack_recent, 1, 0x2c);
+    Keyload__V1__Mutation *settle_recent[] = {m_settle(false, "work", marks, 1),
+                                              m_settle(true, "q", marks + 1, 1),
+                                              m_settle(false, "q", marks + 2, 2)};
+    write_raw_batch("settle-recent-leases", settle_recent, 3, 0x2d);
+    Keyload__V1__Mutation *rcv_ack[] = {m_receive("q", NULL, 3, 5000), m_settle(true, "q", marks, 1)};
+    write_raw_batch("receive-then-ack-recent", rcv_ack, 2, 0x2e);
+
+    /* "drop" (max_deliveries 1, no dead-letter queue) drops a message on its second try. */
+    Keyload__V1__Mutation *drop[] = {m_enqueue("drop", NULL, plain("once")), m_receive("drop", NULL, 2, 1)};
+    write_raw_batch("drop-cycle", drop, 2, 0x2f);
 
     /* Receive, then with an expired or short lease, "work" dead-letters to "dlq". */
     Keyload__V1__Mutation *work[] = {m_enqueue("work", NULL, plain("job")), m_receive("work", NULL, 5, 1),
