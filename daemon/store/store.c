@@ -277,6 +277,76 @@ kl_code kl_store_append(kl_store *st, uint64_t index, const uint8_t *entry, size
     return KL_OK;
 }
 
+kl_code kl_store_log_write(kl_store *st, const Keyload__V1__HardState *hard, uint64_t truncate_from,
+                           const kl_store_log_item *items, size_t n, kl_err *err)
+{
+    uint64_t last = atomic_load(&st->last);
+    uint64_t expect = truncate_from ? truncate_from : last + 1;
+    if (truncate_from > last + 1)
+        return kl_fail(err, KL_INTERNAL, "log", "store: truncation at %llu past the log end %llu",
+                       (unsigned long long)truncate_from, (unsigned long long)last);
+    if (truncate_from != 0 && truncate_from <= st->applied)
+        return kl_fail(err, KL_INTERNAL, "log", "store: truncation at %llu of applied entries (applied %llu)",
+                       (unsigned long long)truncate_from, (unsigned long long)st->applied);
+    rocksdb_writebatch_t *wb = rocksdb_writebatch_create();
+    if (hard != NULL) {
+        uint8_t buf[64];
+        size_t hn = keyload__v1__hard_state__pack(hard, buf);
+        kl_key hk;
+        kl_key_meta(&hk, "hard");
+        rocksdb_writebatch_put(wb, (const char *)hk.b, hk.len, (const char *)buf, hn);
+    }
+    if (truncate_from != 0 && truncate_from <= last) {
+        kl_key lo, hi;
+        kl_key_log(&lo, truncate_from);
+        kl_key_log(&hi, UINT64_MAX);
+        rocksdb_writebatch_delete_range(wb, (const char *)lo.b, lo.len, (const char *)hi.b, hi.len);
+        rocksdb_writebatch_delete(wb, (const char *)hi.b, hi.len);
+    }
+    for (size_t i = 0; i < n; i++) {
+        if (items[i].index != expect + i) {
+            rocksdb_writebatch_destroy(wb);
+            return kl_fail(err, KL_INTERNAL, "log", "store: log item %llu out of order (want %llu)",
+                           (unsigned long long)items[i].index, (unsigned long long)(expect + i));
+        }
+        kl_key k;
+        kl_key_log(&k, items[i].index);
+        rocksdb_writebatch_put(wb, (const char *)k.b, k.len, (const char *)items[i].bytes, items[i].len);
+    }
+    char *rerr = NULL;
+    rocksdb_write(st->db, st->wsync, wb, &rerr);
+    rocksdb_writebatch_destroy(wb);
+    if (rerr != NULL)
+        return rocks_fail(err, "log write", rerr);
+    if (n > 0)
+        atomic_store(&st->last, items[n - 1].index);
+    else if (truncate_from != 0 && truncate_from <= last)
+        atomic_store(&st->last, truncate_from - 1);
+    return KL_OK;
+}
+
+kl_code kl_store_load_hard(kl_store *st, uint64_t *term, uint64_t *vote, uint64_t *commit, kl_err *err)
+{
+    kl_key k;
+    kl_key_meta(&k, "hard");
+    uint8_t *v;
+    size_t n;
+    bool found;
+    kl_code rc = kl_store_get(st, k.b, k.len, &v, &n, &found, err);
+    *term = *vote = *commit = 0;
+    if (rc != KL_OK || !found)
+        return rc;
+    Keyload__V1__HardState *h = keyload__v1__hard_state__unpack(NULL, n, v);
+    free(v);
+    if (h == NULL)
+        return kl_fail(err, KL_INTERNAL, "store", "store: hard state does not decode");
+    *term = h->term;
+    *vote = h->vote;
+    *commit = h->commit;
+    keyload__v1__hard_state__free_unpacked(h, NULL);
+    return KL_OK;
+}
+
 kl_code kl_store_read_log(kl_store *st, uint64_t index, uint8_t **entry, size_t *len, bool *found,
                           kl_err *err)
 {

@@ -57,6 +57,22 @@ rocksdb_iterator_t *kl_store_iterator(kl_store *st);
 /* Appends encoded entry `index` (must be last_index + 1) with sync=true. Safe to call from
  * the append worker thread while the executor reads. Updates last_index on success. */
 kl_code kl_store_append(kl_store *st, uint64_t index, const uint8_t *entry, size_t len, kl_err *err);
+/* One log record for kl_store_log_write: the encoded LogEntry stored under 'L' index. */
+typedef struct kl_store_log_item {
+    uint64_t index;
+    const uint8_t *bytes;
+    size_t len;
+} kl_store_log_item;
+
+/* The durable half of a replication round, in one synced WriteBatch: the hard state (when
+ * not NULL), removal of every log entry >= truncate_from (when nonzero), and the items
+ * (consecutive indexes, starting at truncate_from when truncating, else at last_index + 1).
+ * Safe to call from the append worker thread. */
+kl_code kl_store_log_write(kl_store *st, const Keyload__V1__HardState *hard, uint64_t truncate_from,
+                           const kl_store_log_item *items, size_t n, kl_err *err);
+/* The persisted hard state (all zero for a new store). */
+kl_code kl_store_load_hard(kl_store *st, uint64_t *term, uint64_t *vote, uint64_t *commit, kl_err *err);
+
 /* Reads an encoded log entry; *found false past the end. */
 kl_code kl_store_read_log(kl_store *st, uint64_t index, uint8_t **entry, size_t *len, bool *found,
                           kl_err *err);
