@@ -5,6 +5,10 @@
  * ticks, peer messages, proposals and read requests in, and takes a `kl_raft_ready` out, which
  * says what to persist, what to send and what to apply; then it calls kl_raft_advance.
  *
+ * Pre-vote (thesis §9.6) is always on, and so is the leader lease that goes with it: a member
+ * that heard from a leader within an election timeout ignores campaigns, and a leader steps
+ * down when it heard from fewer than N - Q1 + 1 members in one (the reason is in raft.c).
+ *
  * Quorums, for N members and replica_count Q2 (1 <= Q2 <= N):
  *   commit    an index of the current term commits once Q2 members have PERSISTED it; the
  *             leader counts itself only after the driver reported its own write (advance);
@@ -22,7 +26,8 @@
  *   1. while kl_raft_has_ready(), call kl_raft_get_ready(r, &rd);
  *   2. persist rd.hard (if rd.has_hard_state), delete stored entries >= rd.truncate_from (if
  *      nonzero) and write rd.entries, ATOMICALLY (one synced RocksDB write batch); if that is
- *      impossible, write the entries before the hard state;
+ *      impossible: term and vote first (no entry may carry a term past the stored one), then
+ *      the truncation and the entries, then commit (never past the stored log);
  *   3. only then send rd.msgs: a vote grant or an append acknowledgement is a promise that the
  *      vote or the entries are durable, and step 2 is what makes it true;
  *   4. apply rd.committed in order, serve rd.reads (a read state {ctx, index} may be answered

@@ -456,7 +456,7 @@ static void node_crash(sim *s, s_node *n)
     s->res->crashes++;
 }
 
-static void apply_entry(sim *s, s_node *n, const kl_raft_entry *e, uint64_t node_term)
+static void apply_entry(sim *s, s_node *n, const kl_raft_entry *e)
 {
     if (e->index != n->applied + 1) {
         fail(s, "n%llu applied %llu after %llu", (unsigned long long)n->id,
@@ -502,7 +502,6 @@ static void apply_entry(sim *s, s_node *n, const kl_raft_entry *e, uint64_t node
         p->acked = true;
         s->res->acked++;
     }
-    (void)node_term;
 }
 
 static void net_send(sim *s, const kl_raft_msg *m)
@@ -546,10 +545,8 @@ static void complete(sim *s, s_node *n)
     persist(s, n, rd);
     for (size_t i = 0; i < rd->n_msgs; i++)
         net_send(s, &rd->msgs[i]);
-    kl_raft_status st;
-    kl_raft_status_get(n->r, &st);
     for (size_t i = 0; i < rd->n_committed && !s->failed; i++)
-        apply_entry(s, n, &rd->committed[i], st.term);
+        apply_entry(s, n, &rd->committed[i]);
     for (size_t i = 0; i < rd->n_reads && !s->failed; i++) {
         const kl_raft_read_state *rs = &rd->reads[i];
         if (rs->ctx >= s->n_reads || s->reads[rs->ctx].node != n->id || s->reads[rs->ctx].done) {
