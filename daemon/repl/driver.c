@@ -1,0 +1,911 @@
+/* driver: the I/O half of replication (the contract is in driver.h; the core's in raft.h).
+ *
+ * State machine of one kl_repl, all on the loop thread:
+ *   idle        no ready outstanding; pump() takes the next one;
+ *   persisting  a ready is outstanding and its synced write runs on the thread pool
+ *               (persist_busy); ticks, steps, proposals and reads keep feeding the core,
+ *               whose effects wait for the next ready;
+ *   finishing   finish_round() sends, applies, serves reads, reports the role and advances
+ *               (pumping is set, so a callback that proposes does not start a nested round);
+ *   failed      fatal was called: no more readies, no timer, no peer; waits for stop;
+ *   stopped     kl_repl_stop was called: the memory goes once the timer handle closed and no
+ *               persist is in flight (maybe_free).
+ * Ownership: the ready's buffers belong to the core until kl_raft_advance; the persist job
+ * points into them (normal entries) and into no-op encodings the driver owns (job.noops). */
+#include "daemon/repl/driver.h"
+
+#include "common/log.h"
+#include "common/proto_check.h"
+#include "daemon/repl/peer.h"
+#include "keyload/v1/raft.pb-c.h"
+
+#include <assert.h>
+#include <sodium.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define NOOP_MAX 32 /* an encoded LogEntry{term, index, raft_type}: 3 tags + 2 varints + 1 */
+#define FRAME_SLACK KL_REPL_FRAME_SLACK
+
+enum { READ_WAITING = 0, READ_CONFIRMED = 1, READ_DONE = 2 };
+
+typedef struct pending_read {
+    uint64_t ctx;
+    uint64_t term;  /* the term the core accepted it in */
+    uint64_t index; /* READ_CONFIRMED: serve once applied >= index */
+    uint8_t state;
+} pending_read;
+
+typedef struct persist_job {
+    uv_work_t work;
+    bool has_hard;
+    Keyload__V1__HardState hard;
+    uint64_t truncate_from;
+    kl_store_log_item *items;
+    size_t n_items, cap_items;
+    uint8_t *noops; /* NOOP_MAX bytes per entry slot, for no-op encodings */
+    size_t cap_noops;
+    kl_code rc;
+    kl_err err;
+} persist_job;
+
+struct kl_repl {
+    uv_loop_t *loop;
+    kl_store *store;
+    kl_repl_callbacks cb;
+    uint64_t self;
+    size_t n_members;
+    size_t max_frame;
+    char cluster[KL_PEER_MAX_CLUSTER + 1];
+
+    kl_raft *raft;
+    kl_peer *peer; /* NULL when alone, after a failure or after stop */
+    uv_timer_t timer;
+
+    /* the round */
+    kl_raft_ready rd;
+    bool persist_busy;
+    bool pumping;
+    persist_job job;
+
+    /* applied state as this driver handed it out */
+    uint64_t applied, applied_term;
+
+    /* last role report */
+    bool reported;
+    kl_raft_role rep_role;
+    uint64_t rep_term, rep_leader;
+    bool rep_ready;
+
+    /* read-index requests accepted by the core, oldest first: reads[rhead .. rhead + rlen) */
+    pending_read *reads;
+    size_t rhead, rlen, rcap;
+
+    /* message conversion buffers */
+    kl_raft_entry *in_ents; /* KL_RAFT_MAX_MSG_ENTRIES */
+    Keyload__V1__RaftEntry *out_ents;
+    Keyload__V1__RaftEntry **out_ptrs;
+    uint8_t *frame;
+    size_t frame_cap;
+
+    kl_repl_counters counters;
+    bool failed, stopped, timer_closed;
+};
+
+/* ---------------------------------------------------------------- LogEntry header */
+
+static bool get_varint(const uint8_t *p, size_t n, size_t *pos, uint64_t *v)
+{
+    uint64_t x = 0;
+    for (int shift = 0; shift < 64; shift += 7) {
+        if (*pos >= n)
+            return false;
+        uint8_t b = p[(*pos)++];
+        x |= (uint64_t)(b & 0x7f) << shift;
+        if (!(b & 0x80)) {
+            *v = x;
+            return true;
+        }
+    }
+    return false;
+}
+
+/* Reads term (field 1), index (2) and raft_type (6) of an encoded keyload.v1.LogEntry without
+ * decoding the rest. With term_only, stops at the term. False unless the bytes are a
+ * well-formed field sequence (to the end, unless term_only) with each of the three fields at
+ * most once, as varints: an entry passing this check reads back the same term whichever way
+ * it is parsed. Absent fields are 0, as in proto3. */
+static bool log_header(const uint8_t *p, size_t n, bool term_only, uint64_t *term,
+                       uint64_t *index, uint32_t *type)
+{
+    uint64_t vals[7] = {0};
+    bool seen[7] = {false};
+    size_t pos = 0;
+    while (pos < n) {
+        uint64_t key, v;
+        if (!get_varint(p, n, &pos, &key))
+            return false;
+        uint64_t field = key >> 3;
+        unsigned wt = (unsigned)(key & 7);
+        if (field == 0)
+            return false;
+        bool header = field == 1 || field == 2 || field == 6;
+        if (header && (wt != 0 || seen[field]))
+            return false;
+        switch (wt) {
+        case 0:
+            if (!get_varint(p, n, &pos, &v))
+                return false;
+            if (header) {
+                seen[field] = true;
+                vals[field] = v;
+            }
+            break;
+        case 1:
+            if (n - pos < 8)
+                return false;
+            pos += 8;
+            break;
+        case 2:
+            if (!get_varint(p, n, &pos, &v) || v > n - pos)
+                return false;
+            pos += (size_t)v;
+            break;
+        case 5:
+            if (n - pos < 4)
+                return false;
+            pos += 4;
+            break;
+        default:
+            return false;
+        }
+        if (term_only && field == 1)
+            break;
+    }
+    if (vals[6] > UINT32_MAX)
+        return false;
+    *term = vals[1];
+    if (index != NULL)
+        *index = vals[2];
+    if (type != NULL)
+        *type = (uint32_t)vals[6];
+    return true;
+}
+
+/* The stored record of a no-op: LogEntry{term, index, raft_type = 1}. */
+static size_t encode_noop(uint64_t term, uint64_t index, uint8_t *buf)
+{
+    Keyload__V1__LogEntry e = KEYLOAD__V1__LOG_ENTRY__INIT;
+    e.term = term;
+    e.index = index;
+    e.raft_type = KL_RAFT_ENTRY_NOOP;
+    assert(keyload__v1__log_entry__get_packed_size(&e) <= NOOP_MAX);
+    return keyload__v1__log_entry__pack(&e, buf);
+}
+
+/* ---------------------------------------------------------------- storage for the core */
+
+static kl_code read_record(kl_repl *r, uint64_t index, uint8_t **buf, size_t *len)
+{
+    bool found;
+    kl_err err;
+    kl_code rc = kl_store_read_log(r->store, index, buf, len, &found, &err);
+    if (rc != KL_OK) {
+        KL_ERROR("raft log read failed", "index=%llu error=\"%s\"", (unsigned long long)index,
+                 err.message);
+        return KL_INTERNAL;
+    }
+    if (!found) {
+        KL_ERROR("raft log entry missing", "index=%llu", (unsigned long long)index);
+        return KL_INTERNAL;
+    }
+    return KL_OK;
+}
+
+static kl_code st_term(void *ctx, uint64_t index, uint64_t *term)
+{
+    kl_repl *r = ctx;
+    uint8_t *buf;
+    size_t len;
+    kl_code rc = read_record(r, index, &buf, &len);
+    if (rc != KL_OK)
+        return rc;
+    bool ok = log_header(buf, len, true, term, NULL, NULL) && *term > 0;
+    free(buf);
+    if (!ok) {
+        KL_ERROR("raft log entry does not decode", "index=%llu", (unsigned long long)index);
+        return KL_INTERNAL;
+    }
+    return KL_OK;
+}
+
+static kl_code st_entries(void *ctx, uint64_t lo, uint64_t hi, size_t max_bytes,
+                          kl_raft_entry *out, size_t cap, size_t *n)
+{
+    kl_repl *r = ctx;
+    size_t got = 0, bytes = 0;
+    for (uint64_t i = lo; i < hi && got < cap; i++) {
+        uint8_t *buf;
+        size_t len;
+        kl_code rc = read_record(r, i, &buf, &len);
+        uint64_t term = 0, index = 0;
+        uint32_t type = 0;
+        if (rc == KL_OK && (!log_header(buf, len, false, &term, &index, &type) || term == 0 ||
+                            index != i || type > KL_RAFT_ENTRY_NOOP)) {
+            KL_ERROR("raft log entry does not decode", "index=%llu", (unsigned long long)i);
+            free(buf);
+            rc = KL_INTERNAL;
+        }
+        if (rc != KL_OK) {
+            for (size_t j = 0; j < got; j++)
+                free(out[j].data);
+            *n = 0;
+            return rc;
+        }
+        size_t dlen = type == KL_RAFT_ENTRY_NORMAL ? len : 0;
+        if (got > 0 && bytes + dlen > max_bytes) {
+            free(buf);
+            break;
+        }
+        out[got] = (kl_raft_entry){.term = term, .index = i, .type = (uint8_t)type};
+        if (dlen > 0) {
+            out[got].data = buf;
+            out[got].len = dlen;
+        } else {
+            free(buf);
+        }
+        bytes += dlen;
+        got++;
+    }
+    *n = got;
+    return KL_OK;
+}
+
+/* ---------------------------------------------------------------- lifecycle helpers */
+
+static void pump(kl_repl *r);
+
+static void free_all(kl_repl *r)
+{
+    kl_raft_free(r->raft);
+    free(r->job.items);
+    free(r->job.noops);
+    free(r->reads);
+    free(r->in_ents);
+    free(r->out_ents);
+    free(r->out_ptrs);
+    free(r->frame);
+    free(r);
+}
+
+static void maybe_free(kl_repl *r)
+{
+    if (!r->stopped || !r->timer_closed || r->persist_busy)
+        return;
+    void (*stopped)(void *) = r->cb.stopped;
+    void *ctx = r->cb.ctx;
+    free_all(r);
+    if (stopped != NULL)
+        stopped(ctx);
+}
+
+static void on_timer_closed(uv_handle_t *h)
+{
+    kl_repl *r = h->data;
+    r->timer_closed = true;
+    maybe_free(r);
+}
+
+/* Storage failure: report once, then no more ticks, network or readies. */
+static void fail(kl_repl *r, const kl_err *err)
+{
+    if (r->failed || r->stopped)
+        return;
+    r->failed = true;
+    uv_timer_stop(&r->timer);
+    if (r->peer != NULL) {
+        kl_peer_stop(r->peer);
+        r->peer = NULL;
+    }
+    KL_ERROR("replication stopped on a storage failure", "member=%llu error=\"%s\"",
+             (unsigned long long)r->self, err->message);
+    if (r->cb.fatal != NULL)
+        r->cb.fatal(r->cb.ctx, err);
+}
+
+static void fail_core(kl_repl *r, const char *what)
+{
+    kl_err err;
+    kl_fail(&err, KL_INTERNAL, "raft", "replication core failed in %s (storage read error)", what);
+    fail(r, &err);
+}
+
+static bool live(const kl_repl *r) { return !r->failed && !r->stopped; }
+
+/* ---------------------------------------------------------------- sending */
+
+static bool frame_reserve(kl_repl *r, size_t n)
+{
+    if (n <= r->frame_cap)
+        return true;
+    size_t cap = r->frame_cap ? r->frame_cap : 4096;
+    while (cap < n)
+        cap *= 2;
+    uint8_t *f = realloc(r->frame, cap);
+    if (f == NULL)
+        return false;
+    r->frame = f;
+    r->frame_cap = cap;
+    return true;
+}
+
+static void send_msg(kl_repl *r, const kl_raft_msg *m)
+{
+    if (r->peer == NULL || m->n_entries > KL_RAFT_MAX_MSG_ENTRIES) {
+        r->counters.send_drops++;
+        return;
+    }
+    Keyload__V1__RaftMessage pm = KEYLOAD__V1__RAFT_MESSAGE__INIT;
+    pm.type = m->type;
+    pm.reject = m->reject;
+    pm.from = m->from;
+    pm.to = m->to;
+    pm.term = m->term;
+    pm.index = m->index;
+    pm.log_term = m->log_term;
+    pm.commit = m->commit;
+    pm.reject_hint = m->reject_hint;
+    pm.ctx = m->ctx;
+    for (size_t i = 0; i < m->n_entries; i++) {
+        Keyload__V1__RaftEntry *pe = &r->out_ents[i];
+        keyload__v1__raft_entry__init(pe);
+        pe->term = m->entries[i].term;
+        pe->index = m->entries[i].index;
+        pe->type = m->entries[i].type;
+        pe->data.data = m->entries[i].data;
+        pe->data.len = m->entries[i].len;
+        r->out_ptrs[i] = pe;
+    }
+    pm.n_entries = m->n_entries;
+    pm.entries = r->out_ptrs;
+    size_t n = keyload__v1__raft_message__get_packed_size(&pm);
+    if (n > r->max_frame || !frame_reserve(r, n)) {
+        r->counters.send_drops++;
+        return;
+    }
+    keyload__v1__raft_message__pack(&pm, r->frame);
+    if (kl_peer_send(r->peer, m->to, r->frame, n) != KL_OK)
+        r->counters.send_drops++;
+}
+
+/* ---------------------------------------------------------------- reads
+ *
+ * The queue holds every read the core accepted, in acceptance order. The core confirms reads
+ * oldest first and, when it stops leading, drops every unconfirmed one at once (confirmed
+ * ones stay valid: their index was confirmed while it led). Confirmed indexes never
+ * decrease along the queue (each is the commit index when the read was accepted), so
+ * serving from the front in order never holds a read longer than needed. */
+
+static pending_read *read_at(kl_repl *r, size_t i) { return &r->reads[(r->rhead + i) % r->rcap]; }
+
+static void read_dropped(kl_repl *r, pending_read *p)
+{
+    p->state = READ_DONE;
+    if (r->cb.read_dropped != NULL)
+        r->cb.read_dropped(r->cb.ctx, p->ctx);
+}
+
+/* A confirmation for rs->ctx: the first waiting read is it; a waiting read ahead of it with
+ * another ctx was dropped by the core (it would have been confirmed first otherwise). */
+static void reads_confirm(kl_repl *r, const kl_raft_read_state *rs)
+{
+    for (size_t i = 0; i < r->rlen && live(r); i++) {
+        pending_read *p = read_at(r, i);
+        if (p->state != READ_WAITING)
+            continue;
+        if (p->ctx == rs->ctx) {
+            p->state = READ_CONFIRMED;
+            p->index = rs->index;
+            return;
+        }
+        read_dropped(r, p);
+    }
+}
+
+/* After the round's applies: drops the waiting reads the core dropped (accepted in an earlier
+ * term than the ready's, or in its term when the ready says this member no longer leads; a
+ * read accepted after the ready was taken is of a later term and left alone), then serves
+ * confirmed reads whose index is applied, oldest first. Stops if a callback stopped us. */
+static void reads_settle(kl_repl *r)
+{
+    const kl_raft_ready *rd = &r->rd;
+    for (size_t i = 0; i < r->rd.n_reads && live(r); i++)
+        reads_confirm(r, &rd->reads[i]);
+    for (size_t i = 0; i < r->rlen && live(r); i++) {
+        pending_read *p = read_at(r, i);
+        if (p->state == READ_WAITING &&
+            (p->term < rd->term || (p->term == rd->term && rd->role != KL_RAFT_LEADER)))
+            read_dropped(r, p);
+    }
+    while (r->rlen > 0 && live(r)) {
+        pending_read *p = read_at(r, 0);
+        if (p->state == READ_WAITING || (p->state == READ_CONFIRMED && p->index > r->applied))
+            break;
+        bool serve = p->state == READ_CONFIRMED;
+        uint64_t ctx = p->ctx;
+        r->rhead = (r->rhead + 1) % r->rcap;
+        r->rlen--;
+        if (serve && r->cb.read_ready != NULL)
+            r->cb.read_ready(r->cb.ctx, ctx);
+    }
+}
+
+/* ---------------------------------------------------------------- the round */
+
+static bool role_changed(const kl_repl *r, kl_raft_role role, uint64_t term, uint64_t leader,
+                         bool ready)
+{
+    return !r->reported || role != r->rep_role || term != r->rep_term ||
+           leader != r->rep_leader || ready != r->rep_ready;
+}
+
+/* Step 3 of the round (driver.h): the ready is durable; send, apply, serve, report, advance. */
+static void finish_round(kl_repl *r)
+{
+    const kl_raft_ready *rd = &r->rd;
+    r->counters.rounds++;
+    for (size_t i = 0; i < rd->n_msgs && live(r); i++)
+        send_msg(r, &rd->msgs[i]);
+    for (size_t i = 0; i < rd->n_committed && live(r); i++) {
+        const kl_raft_entry *e = &rd->committed[i];
+        if (e->index <= r->applied)
+            continue; /* exactly once per index: never hand out an index twice */
+        assert(e->index == r->applied + 1);
+        kl_raft_entry view = *e;
+        if (view.type == KL_RAFT_ENTRY_NOOP) {
+            view.data = NULL;
+            view.len = 0;
+        }
+        r->applied = e->index;
+        r->applied_term = e->term;
+        if (r->cb.apply != NULL)
+            r->cb.apply(r->cb.ctx, &view);
+    }
+    if (!live(r))
+        return;
+    reads_settle(r);
+    if (!live(r))
+        return;
+    /* A leader's first entry of its term is its no-op, so an applied entry of the leader's
+     * term means the no-op is committed and applied. */
+    bool ready = rd->role == KL_RAFT_LEADER && r->applied_term == rd->term;
+    if (role_changed(r, rd->role, rd->term, rd->leader, ready)) {
+        if (!r->reported || rd->role != r->rep_role || rd->leader != r->rep_leader ||
+            ready != r->rep_ready)
+            KL_INFO("raft role", "member=%llu role=%s term=%llu leader=%llu serving=%d",
+                    (unsigned long long)r->self, kl_raft_role_name(rd->role),
+                    (unsigned long long)rd->term, (unsigned long long)rd->leader, (int)ready);
+        r->reported = true;
+        r->rep_role = rd->role;
+        r->rep_term = rd->term;
+        r->rep_leader = rd->leader;
+        r->rep_ready = ready;
+        if (r->cb.role != NULL)
+            r->cb.role(r->cb.ctx, rd->role, rd->term, rd->leader, ready);
+        if (!live(r))
+            return;
+    }
+    if (kl_raft_advance(r->raft, rd) != KL_OK)
+        fail_core(r, "advance");
+}
+
+static void persist_run(uv_work_t *w)
+{
+    persist_job *j = w->data;
+    kl_repl *r = (kl_repl *)((char *)j - offsetof(kl_repl, job));
+    kl_err_clear(&j->err);
+    j->rc = kl_store_log_write(r->store, j->has_hard ? &j->hard : NULL, j->truncate_from,
+                               j->items, j->n_items, &j->err);
+}
+
+static void persist_after(uv_work_t *w, int status)
+{
+    persist_job *j = w->data;
+    kl_repl *r = (kl_repl *)((char *)j - offsetof(kl_repl, job));
+    r->persist_busy = false;
+    if (r->stopped) {
+        maybe_free(r);
+        return;
+    }
+    if (r->failed)
+        return;
+    if (status != 0)
+        j->rc = kl_fail(&j->err, KL_INTERNAL, "log", "replication log write was cancelled");
+    if (j->rc != KL_OK) {
+        fail(r, &j->err);
+        return;
+    }
+    r->counters.persists++;
+    r->pumping = true;
+    finish_round(r);
+    r->pumping = false;
+    pump(r);
+}
+
+/* Fills the job from the ready; false when memory ran out. */
+static bool job_fill(kl_repl *r)
+{
+    persist_job *j = &r->job;
+    const kl_raft_ready *rd = &r->rd;
+    j->has_hard = rd->has_hard_state;
+    keyload__v1__hard_state__init(&j->hard);
+    j->hard.term = rd->hard.term;
+    j->hard.vote = rd->hard.vote;
+    j->hard.commit = rd->hard.commit;
+    j->truncate_from = rd->truncate_from;
+    j->n_items = 0;
+    if (rd->n_entries > j->cap_items) {
+        kl_store_log_item *it = realloc(j->items, rd->n_entries * sizeof *it);
+        if (it == NULL)
+            return false;
+        j->items = it;
+        j->cap_items = rd->n_entries;
+    }
+    if (rd->n_entries > j->cap_noops) {
+        uint8_t *nb = realloc(j->noops, rd->n_entries * NOOP_MAX);
+        if (nb == NULL)
+            return false;
+        j->noops = nb;
+        j->cap_noops = rd->n_entries;
+    }
+    for (size_t i = 0; i < rd->n_entries; i++) {
+        const kl_raft_entry *e = &rd->entries[i];
+        kl_store_log_item *it = &j->items[i];
+        it->index = e->index;
+        if (e->type == KL_RAFT_ENTRY_NOOP) {
+            uint8_t *b = j->noops + i * NOOP_MAX;
+            it->bytes = b;
+            it->len = encode_noop(e->term, e->index, b);
+        } else {
+            /* Proposals and received entries were checked to be LogEntry bytes of this
+             * term and index (kl_repl_propose, check_entry). */
+            assert(e->len > 0);
+            it->bytes = e->data;
+            it->len = e->len;
+        }
+    }
+    j->n_items = rd->n_entries;
+    return true;
+}
+
+static void pump(kl_repl *r)
+{
+    if (r->pumping)
+        return; /* the running round loops back here when it is done */
+    r->pumping = true;
+    while (live(r) && !r->persist_busy && kl_raft_has_ready(r->raft)) {
+        kl_code rc = kl_raft_get_ready(r->raft, &r->rd);
+        if (rc == KL_UNAVAILABLE)
+            break; /* out of memory for the ready; the next tick tries again */
+        if (rc != KL_OK) {
+            fail_core(r, "get_ready");
+            break;
+        }
+        if (r->rd.has_hard_state || r->rd.truncate_from != 0 || r->rd.n_entries > 0) {
+            kl_err err;
+            if (!job_fill(r)) {
+                kl_fail(&err, KL_INTERNAL, "memory", "out of memory preparing a log write");
+                fail(r, &err);
+                break;
+            }
+            r->job.work.data = &r->job;
+            int urc = uv_queue_work(r->loop, &r->job.work, persist_run, persist_after);
+            if (urc != 0) {
+                kl_fail(&err, KL_INTERNAL, "log", "cannot queue the log write: %s",
+                        uv_strerror(urc));
+                fail(r, &err);
+                break;
+            }
+            r->persist_busy = true;
+            break;
+        }
+        finish_round(r);
+    }
+    r->pumping = false;
+}
+
+/* ---------------------------------------------------------------- receiving */
+
+/* A received entry must be what this member would store: a no-op without data, or a normal
+ * entry whose bytes are a LogEntry of the same term and index (so that the log reads back
+ * the terms the core agreed to, and the apply sees the index it expects). */
+static bool check_entry(const Keyload__V1__RaftEntry *e)
+{
+    if (e == NULL || e->term == 0 || e->index == 0)
+        return false;
+    if (e->type == KL_RAFT_ENTRY_NOOP)
+        return e->data.len == 0;
+    if (e->type != KL_RAFT_ENTRY_NORMAL || e->data.len == 0)
+        return false;
+    uint64_t term, index;
+    uint32_t type;
+    return log_header(e->data.data, e->data.len, false, &term, &index, &type) &&
+           term == e->term && index == e->index && type == KL_RAFT_ENTRY_NORMAL;
+}
+
+static void on_recv(void *owner, uint64_t from, const uint8_t *frame, size_t len)
+{
+    kl_repl *r = owner;
+    if (!live(r))
+        return;
+    Keyload__V1__RaftMessage *pm = keyload__v1__raft_message__unpack(NULL, len, frame);
+    char path[64];
+    bool ok = pm != NULL && !kl_proto_has_unknown(&pm->base, path, sizeof path) &&
+              pm->from == from && pm->to == r->self && pm->type < KL_RAFT_MSG_TYPE_COUNT &&
+              pm->n_entries <= KL_RAFT_MAX_MSG_ENTRIES;
+    for (size_t i = 0; ok && i < pm->n_entries; i++)
+        ok = check_entry(pm->entries[i]);
+    if (!ok) {
+        r->counters.refused++;
+        if (pm != NULL)
+            keyload__v1__raft_message__free_unpacked(pm, NULL);
+        return;
+    }
+    kl_raft_msg m = {
+        .type = (uint8_t)pm->type, .reject = pm->reject, .from = pm->from, .to = pm->to,
+        .term = pm->term, .index = pm->index, .log_term = pm->log_term, .commit = pm->commit,
+        .reject_hint = pm->reject_hint, .ctx = pm->ctx,
+        .entries = pm->n_entries ? r->in_ents : NULL, .n_entries = pm->n_entries,
+    };
+    for (size_t i = 0; i < pm->n_entries; i++) {
+        const Keyload__V1__RaftEntry *e = pm->entries[i];
+        r->in_ents[i] = (kl_raft_entry){.term = e->term, .index = e->index,
+                                        .type = (uint8_t)e->type,
+                                        .data = e->data.len ? e->data.data : NULL,
+                                        .len = e->data.len};
+    }
+    kl_code rc = kl_raft_step(r->raft, &m);
+    keyload__v1__raft_message__free_unpacked(pm, NULL);
+    if (rc == KL_INVALID_ARGUMENT) {
+        r->counters.refused++;
+        return;
+    }
+    if (rc != KL_OK) {
+        fail_core(r, "step");
+        return;
+    }
+    pump(r);
+}
+
+static void on_tick(uv_timer_t *t)
+{
+    kl_repl *r = t->data;
+    if (!live(r))
+        return;
+    if (kl_raft_tick(r->raft) != KL_OK) {
+        fail_core(r, "tick");
+        return;
+    }
+    pump(r);
+}
+
+/* ---------------------------------------------------------------- public API */
+
+static uint32_t or_default(uint32_t v, uint32_t d) { return v ? v : d; }
+
+static kl_code check_config(const kl_repl_config *c, size_t *self_slot, kl_err *err)
+{
+    if (c->cluster == NULL || c->cluster[0] == '\0' || strlen(c->cluster) > KL_PEER_MAX_CLUSTER)
+        return kl_fail(err, KL_INVALID_ARGUMENT, "cluster", "cluster name must be 1..%d bytes",
+                       KL_PEER_MAX_CLUSTER);
+    if (c->n_members < 1 || c->n_members > KL_RAFT_MAX_MEMBERS)
+        return kl_fail(err, KL_INVALID_ARGUMENT, "n_members", "n_members %zu outside 1..%d",
+                       c->n_members, KL_RAFT_MAX_MEMBERS);
+    bool found = false;
+    for (size_t i = 0; i < c->n_members; i++) {
+        if (c->members[i] == c->self) {
+            found = true;
+            *self_slot = i;
+        }
+        if (c->n_members > 1 && (c->peer_urls[i] == NULL || c->peer_urls[i][0] == '\0'))
+            return kl_fail(err, KL_INVALID_ARGUMENT, "peer_urls", "member %llu has no peer URL",
+                           (unsigned long long)c->members[i]);
+    }
+    if (c->self == 0 || !found)
+        return kl_fail(err, KL_INVALID_ARGUMENT, "self", "member %llu is not in members",
+                       (unsigned long long)c->self);
+    uint32_t tick = or_default(c->tick_ms, KL_REPL_DEFAULT_TICK_MS);
+    uint32_t election = or_default(c->election_ms, KL_REPL_DEFAULT_ELECTION_MS);
+    uint32_t heartbeat = or_default(c->heartbeat_ms, KL_REPL_DEFAULT_HEARTBEAT_MS);
+    if (election / tick < 2)
+        return kl_fail(err, KL_INVALID_ARGUMENT, "election_ms",
+                       "election_ms %u must be at least two ticks of %u ms", election, tick);
+    if (heartbeat / tick < 1 || heartbeat / tick >= election / tick)
+        return kl_fail(err, KL_INVALID_ARGUMENT, "heartbeat_ms",
+                       "heartbeat_ms %u must be at least one tick (%u ms) and below election_ms %u",
+                       heartbeat, tick, election);
+    size_t frame = c->max_frame ? c->max_frame : KL_PEER_DEFAULT_MAX_FRAME;
+    if (frame < 4 * FRAME_SLACK)
+        return kl_fail(err, KL_INVALID_ARGUMENT, "max_frame", "max_frame %zu below %d bytes",
+                       frame, 4 * FRAME_SLACK);
+    return KL_OK;
+}
+
+kl_code kl_repl_start(uv_loop_t *loop, kl_store *store, const kl_repl_config *cfg,
+                      const kl_repl_callbacks *cb, kl_repl **out, kl_err *err)
+{
+    *out = NULL;
+    size_t self_slot = 0;
+    kl_code rc = check_config(cfg, &self_slot, err);
+    if (rc != KL_OK)
+        return rc;
+    if (sodium_init() < 0)
+        return kl_fail(err, KL_INTERNAL, "random", "libsodium failed to initialise");
+    kl_repl *r = calloc(1, sizeof *r);
+    if (r == NULL)
+        return kl_fail(err, KL_INTERNAL, "memory", "out of memory");
+    r->loop = loop;
+    r->store = store;
+    r->cb = *cb;
+    r->self = cfg->self;
+    r->n_members = cfg->n_members;
+    r->max_frame = cfg->max_frame ? cfg->max_frame : KL_PEER_DEFAULT_MAX_FRAME;
+    snprintf(r->cluster, sizeof r->cluster, "%s", cfg->cluster);
+
+    kl_raft_config rc_;
+    kl_raft_config_default(&rc_);
+    rc_.id = cfg->self;
+    for (size_t i = 0; i < cfg->n_members; i++)
+        rc_.members[i] = cfg->members[i];
+    rc_.n_members = cfg->n_members;
+    rc_.replica_count = cfg->replica_count;
+    uint32_t tick = or_default(cfg->tick_ms, KL_REPL_DEFAULT_TICK_MS);
+    rc_.election_ticks = or_default(cfg->election_ms, KL_REPL_DEFAULT_ELECTION_MS) / tick;
+    rc_.heartbeat_ticks = or_default(cfg->heartbeat_ms, KL_REPL_DEFAULT_HEARTBEAT_MS) / tick;
+    randombytes_buf(&rc_.rand_seed, sizeof rc_.rand_seed);
+    /* Entry data per append message: what fits one frame with room for the framing of
+     * KL_RAFT_MAX_MSG_ENTRIES entries (a single larger entry still goes alone). */
+    size_t overhead = (size_t)KL_RAFT_MAX_MSG_ENTRIES * 32 + FRAME_SLACK;
+    size_t budget = r->max_frame > 2 * overhead ? r->max_frame - overhead : r->max_frame / 2;
+    if (budget < rc_.max_msg_bytes)
+        rc_.max_msg_bytes = budget;
+    rc_.storage = (kl_raft_storage){.ctx = r, .term = st_term, .entries = st_entries};
+    uint64_t term, vote, commit;
+    if ((rc = kl_store_load_hard(store, &term, &vote, &commit, err)) != KL_OK)
+        goto fail;
+    rc_.hard = (kl_raft_hard_state){.term = term, .vote = vote, .commit = commit};
+    rc_.last_index = kl_store_last_index(store);
+    rc_.applied = kl_store_applied_index(store);
+    r->applied = rc_.applied;
+    if (r->applied > 0 && st_term(r, r->applied, &r->applied_term) != KL_OK) {
+        rc = kl_fail(err, KL_INTERNAL, "log", "cannot read the term of applied entry %llu",
+                     (unsigned long long)r->applied);
+        goto fail;
+    }
+
+    r->rcap = 2 * rc_.max_pending_reads;
+    r->reads = calloc(r->rcap, sizeof *r->reads);
+    r->in_ents = calloc(KL_RAFT_MAX_MSG_ENTRIES, sizeof *r->in_ents);
+    r->out_ents = calloc(KL_RAFT_MAX_MSG_ENTRIES, sizeof *r->out_ents);
+    r->out_ptrs = calloc(KL_RAFT_MAX_MSG_ENTRIES, sizeof *r->out_ptrs);
+    if (r->reads == NULL || r->in_ents == NULL || r->out_ents == NULL || r->out_ptrs == NULL) {
+        rc = kl_fail(err, KL_INTERNAL, "memory", "out of memory");
+        goto fail;
+    }
+    if ((rc = kl_raft_new(&rc_, &r->raft, err)) != KL_OK)
+        goto fail;
+
+    if (cfg->n_members > 1) {
+        kl_peer_config pc = {.cluster = r->cluster, .self = cfg->self,
+                             .listen_url = cfg->peer_urls[self_slot],
+                             .max_frame = r->max_frame, .recv = on_recv, .owner = r};
+        for (size_t i = 0; i < cfg->n_members; i++) {
+            if (i == self_slot)
+                continue;
+            pc.peers[pc.n_peers].id = cfg->members[i];
+            pc.peers[pc.n_peers].url = cfg->peer_urls[i];
+            pc.n_peers++;
+        }
+        if ((rc = kl_peer_start(loop, &pc, &r->peer, err)) != KL_OK)
+            goto fail;
+    }
+    uv_timer_init(loop, &r->timer);
+    r->timer.data = r;
+    uv_timer_start(&r->timer, on_tick, tick, tick);
+    KL_INFO("replication started", "member=%llu members=%zu replica_count=%u term=%llu "
+            "last_index=%llu applied=%llu commit=%llu", (unsigned long long)r->self,
+            cfg->n_members, cfg->replica_count, (unsigned long long)term,
+            (unsigned long long)rc_.last_index, (unsigned long long)rc_.applied,
+            (unsigned long long)commit);
+    *out = r;
+    return KL_OK;
+
+fail:
+    free_all(r);
+    return rc;
+}
+
+void kl_repl_next(const kl_repl *r, uint64_t *index, uint64_t *term, bool *serving)
+{
+    kl_raft_status st;
+    kl_raft_status_get(r->raft, &st);
+    *index = st.last_index + 1;
+    *term = st.term;
+    *serving = live(r) && st.role == KL_RAFT_LEADER && r->applied_term == st.term;
+}
+
+kl_code kl_repl_propose(kl_repl *r, const uint8_t *data, size_t len, uint64_t *leader)
+{
+    *leader = 0;
+    if (!live(r))
+        return KL_UNAVAILABLE;
+    kl_raft_status st;
+    kl_raft_status_get(r->raft, &st);
+    *leader = st.leader;
+    if (st.role != KL_RAFT_LEADER)
+        return KL_NOT_LEADER;
+    uint64_t index = st.last_index + 1, term = st.term, eterm, eindex;
+    uint32_t etype;
+    if (data == NULL || len == 0 || len > r->max_frame - FRAME_SLACK ||
+        !log_header(data, len, false, &eterm, &eindex, &etype) || eterm != term ||
+        eindex != index || etype != KL_RAFT_ENTRY_NORMAL)
+        return KL_INVALID_ARGUMENT;
+    kl_raft_proposal p;
+    kl_code rc = kl_raft_propose(r->raft, data, len, &p);
+    if (rc == KL_INTERNAL) {
+        fail_core(r, "propose");
+        return KL_UNAVAILABLE;
+    }
+    if (rc == KL_NOT_LEADER)
+        *leader = p.leader;
+    if (rc != KL_OK)
+        return rc;
+    assert(p.index == index && p.term == term);
+    pump(r);
+    return KL_OK;
+}
+
+kl_code kl_repl_read_index(kl_repl *r, uint64_t read_ctx, uint64_t *leader)
+{
+    *leader = 0;
+    if (!live(r))
+        return KL_UNAVAILABLE;
+    if (r->rlen >= r->rcap)
+        return KL_UNAVAILABLE;
+    kl_code rc = kl_raft_read_index(r->raft, read_ctx, leader);
+    if (rc == KL_INTERNAL) {
+        fail_core(r, "read_index");
+        return KL_UNAVAILABLE;
+    }
+    if (rc != KL_OK)
+        return rc;
+    kl_raft_status st;
+    kl_raft_status_get(r->raft, &st);
+    *read_at(r, r->rlen) = (pending_read){.ctx = read_ctx, .term = st.term, .state = READ_WAITING};
+    r->rlen++;
+    pump(r);
+    return KL_OK;
+}
+
+void kl_repl_status(const kl_repl *r, kl_raft_status *st)
+{
+    kl_raft_status_get(r->raft, st);
+    st->leader_ready = live(r) && st->role == KL_RAFT_LEADER && r->applied_term == st->term;
+}
+
+void kl_repl_counters_get(const kl_repl *r, kl_repl_counters *out) { *out = r->counters; }
+
+void kl_repl_stop(kl_repl *r)
+{
+    if (r == NULL || r->stopped)
+        return;
+    r->stopped = true;
+    if (r->peer != NULL) {
+        kl_peer_stop(r->peer);
+        r->peer = NULL;
+    }
+    uv_timer_stop(&r->timer);
+    uv_close((uv_handle_t *)&r->timer, on_timer_closed);
+}

@@ -1,0 +1,135 @@
+/* driver: runs one partition member's replication on the member's libuv loop (DESIGN.md §3-4).
+ *
+ * Owns one kl_raft (the pure core, raft.h), one kl_peer (frames to the other members, peer.h;
+ * none when the member is alone), one uv_timer_t (ticks) and the log-persistence worker: one
+ * kl_store_log_write at a time on libuv's thread pool (uv_queue_work). The kl_store is
+ * borrowed: it must outlive the driver, and the caller applies committed entries to it.
+ *
+ * The round ("pump"), run after every tick, received message, proposal and read request and
+ * after each persist completes, never re-entrantly (a callback that proposes only marks the
+ * round for another pass):
+ *   1. if no persist is in flight and the core has a ready, take it;
+ *   2. if it carries a hard state, a truncation or entries, write them in one synced RocksDB
+ *      batch on the thread pool ('L' records are encoded keyload.v1.LogEntry: a normal
+ *      entry's data IS those bytes, a no-op is stored as LogEntry{term, index, raft_type=1});
+ *   3. on the loop, once durable: send the messages (keyload.v1.RaftMessage, raft.proto),
+ *      call apply for each committed entry in order, read_ready for confirmed reads whose
+ *      index is applied, read_dropped for reads the core dropped, role if anything changed,
+ *      then kl_raft_advance and go back to 1.
+ * A ready with nothing to persist does step 3 inline. Sending only after the synced write is
+ * what makes a vote grant or an append acknowledgement a true statement about the disk.
+ *
+ * Received frames are decoded and checked before the core sees them: a frame that does not
+ * decode, carries unknown fields, names a `from` other than the member the connection's hello
+ * named or a `to` other than this member, has more than KL_RAFT_MAX_MSG_ENTRIES entries, an
+ * unknown type, or an entry whose bytes are not a LogEntry of that term, index and type, is
+ * counted in `refused` and dropped; so is one the core refuses as malformed.
+ *
+ * Failure: a failed persist, or a core that reports a storage failure, calls fatal once; the
+ * driver then stops ticking, networking and processing readies (propose and read_index
+ * answer UNAVAILABLE) and waits for kl_repl_stop. The member must exit and restart from disk.
+ *
+ * Threading: every kl_repl_* function and every callback runs on the loop thread. The worker
+ * thread touches only the store (kl_store_log_write) and the round's buffers.
+ *
+ * Invariants: at most one persist in flight; the core's ready is advanced only after its
+ * write completed and its messages, applies and reads were handed out; apply sees every index
+ * from the store's applied_index + 1 on, exactly once per index for the lifetime of the
+ * process, in log order; read_ready for a read is called only once applied >= its index. */
+#ifndef KL_REPL_DRIVER_H
+#define KL_REPL_DRIVER_H
+
+#include "common/status.h"
+#include "daemon/repl/raft.h"
+#include "daemon/store/store.h"
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <uv.h>
+
+typedef struct kl_repl kl_repl;
+
+typedef struct kl_repl_callbacks {
+    void *ctx;
+    /* A committed entry, in log order, exactly once per index for the lifetime of the process,
+       starting at store applied_index + 1. e->data is the stored LogEntry bytes for a normal
+       entry (NULL/0 for a no-op). The callee applies it to the store synchronously. */
+    void (*apply)(void *ctx, const kl_raft_entry *e);
+    /* Role, term or leader changed, or leader_ready became true (leader whose own-term no-op
+       is committed AND applied: it may now serve). Called after the apply calls of the same round. */
+    void (*role)(void *ctx, kl_raft_role role, uint64_t term, uint64_t leader, bool leader_ready);
+    /* A read_index request confirmed: serve it once applied >= index (the driver only calls
+       this after applying up to index, so the callee can serve at once). */
+    void (*read_ready)(void *ctx, uint64_t read_ctx);
+    /* A read_index request dropped (leadership lost): answer it UNAVAILABLE/NOT_LEADER. */
+    void (*read_dropped)(void *ctx, uint64_t read_ctx);
+    /* Storage failure: the member must exit (the node restarts from disk). */
+    void (*fatal)(void *ctx, const kl_err *err);
+    /* Optional: after kl_repl_stop, once the driver has released everything (no persist in
+       flight, handles closed, memory freed): the store may be closed now. The only callback
+       after kl_repl_stop. */
+    void (*stopped)(void *ctx);
+} kl_repl_callbacks;
+
+typedef struct kl_repl_config {
+    const char *cluster;           /* name, for the peer hello */
+    uint64_t self;
+    uint64_t members[9]; const char *peer_urls[9]; size_t n_members; /* self included */
+    uint32_t replica_count;
+    uint32_t tick_ms, election_ms, heartbeat_ms;   /* election_ticks = election_ms/tick_ms etc. */
+    size_t max_frame;
+} kl_repl_config;
+
+/* Defaults for zero fields of kl_repl_config. */
+#define KL_REPL_DEFAULT_TICK_MS 50
+#define KL_REPL_DEFAULT_ELECTION_MS 1000
+#define KL_REPL_DEFAULT_HEARTBEAT_MS 150
+/* Room kept in a peer frame around one entry's bytes (RaftMessage framing). */
+#define KL_REPL_FRAME_SLACK 1024
+
+/* Loads the hard state, last and applied index from the store, starts the core as a
+ * follower, the tick timer and (N > 1) the peer transport. cfg is copied. Zero tick_ms,
+ * election_ms, heartbeat_ms or max_frame take the defaults above (KL_PEER_DEFAULT_MAX_FRAME).
+ * KL_INVALID_ARGUMENT for a bad configuration (err names the field: self not a member, a
+ * missing peer URL, replica_count outside 1..N, election_ms < 2 ticks, heartbeat_ms not
+ * below election_ms or under one tick); KL_UNAVAILABLE when the peer URL cannot be bound;
+ * KL_INTERNAL when the store cannot be read. A member alone (n_members 1) opens no socket. */
+kl_code kl_repl_start(uv_loop_t *loop, kl_store *store, const kl_repl_config *cfg,
+                      const kl_repl_callbacks *cb, kl_repl **out, kl_err *err);
+/* Where the next proposal will land if proposed now: (last_index + 1, current term), and
+   whether this member is a serving leader. Lets the node write (term, index) into the entry
+   and its receipts before proposing. */
+void kl_repl_next(const kl_repl *r, uint64_t *index, uint64_t *term, bool *serving);
+/* Proposes an encoded LogEntry; must land exactly at the index kl_repl_next returned
+   (the driver asserts it). KL_NOT_LEADER (leader id out), KL_UNAVAILABLE.
+   Also: KL_INVALID_ARGUMENT (nothing proposed) when the bytes are not a LogEntry whose
+   term and index are the ones kl_repl_next gives now, whose raft_type is not 0, or which
+   could never fit a peer frame (len > max_frame - KL_REPL_FRAME_SLACK); KL_UNAVAILABLE
+   after a failure or stop, or when the core's unpersisted limits are full. A proposal on a leader that is not yet serving is accepted
+   (the caller decides whether to wait for serving). */
+kl_code kl_repl_propose(kl_repl *r, const uint8_t *data, size_t len, uint64_t *leader);
+/* Read-index barrier (DESIGN.md §3). KL_OK: read_ready or read_dropped will be called once
+   for read_ctx (read_ctx values of outstanding reads should be distinct). KL_NOT_LEADER with
+   *leader = the known leader (this member itself while its no-op has not committed: retry
+   shortly); KL_UNAVAILABLE when too many reads are outstanding, after a failure or stop. */
+kl_code kl_repl_read_index(kl_repl *r, uint64_t read_ctx, uint64_t *leader);
+/* The core's status, except leader_ready, which is the driver's: leader whose own-term no-op
+   is committed AND applied (the same flag the role callback reports). */
+void kl_repl_status(const kl_repl *r, kl_raft_status *st);
+
+typedef struct kl_repl_counters {
+    uint64_t refused;      /* received frames dropped by the checks above */
+    uint64_t send_drops;   /* messages kl_peer_send refused (no connection, queue full, size) */
+    uint64_t persists;     /* synced writes completed */
+    uint64_t rounds;       /* readies processed */
+} kl_repl_counters;
+void kl_repl_counters_get(const kl_repl *r, kl_repl_counters *out);
+
+/* Stops ticking and networking; waits (by callback) for an in-flight persist; then frees.
+   Keep running the loop after stop. No callback but `stopped` is called after stop
+   (outstanding reads and proposals are the caller's to answer). Safe to call from inside a
+   callback, and after fatal. Call once; no other kl_repl_* call after it. */
+void kl_repl_stop(kl_repl *r);
+
+#endif

@@ -1,0 +1,839 @@
+/* Unit tests for daemon/repl/driver: real members in one process. Every member of a test has
+ * its own RocksDB store in a temporary directory, its own kl_repl and its own peer URL on
+ * 127.0.0.1 (random free ports); all share one libuv loop run on the test thread by run_until
+ * (a 1 ms timer makes each uv_run(UV_RUN_ONCE) return promptly). The fake node applies every
+ * entry to its store with kl_store_apply (so applied_index is real and restarts replay from
+ * it) and records, per index, the term and the command number it saw; after each test every
+ * pair of members must have applied the same (term, command) at every index both applied,
+ * and every driver instance must have handed out indexes exactly once, in order, starting at
+ * its store's applied_index + 1. Timers are short (tick 10 ms, election 500 ms) but still
+ * generous for a loaded 2-core machine under ASan. */
+#include "daemon/repl/driver.h"
+#include "daemon/repl/peer.h"
+#include "keyload/v1/raft.pb-c.h"
+#include "keyload/v1/store.pb-c.h"
+
+#include <arpa/inet.h>
+#include <check.h>
+#include <ftw.h>
+#include <netinet/in.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
+
+#define TD_MAX 3
+#define TD_LOG 4096 /* highest index a test may apply */
+#define TD_READS 64
+
+typedef struct td_member {
+    uint64_t id;
+    char dir[64];
+    char url[64];
+    kl_store *store;
+    kl_repl *repl;
+    bool running;  /* repl started and not stopped */
+    bool released; /* the last stopped repl called `stopped` */
+    /* what the fake node applied (survives restarts of the repl) */
+    uint64_t term_at[TD_LOG + 1];
+    uint64_t cmd_at[TD_LOG + 1]; /* 0 for a no-op */
+    uint64_t applied;            /* highest index applied by any instance */
+    uint64_t next_expect;        /* this instance: the next index apply must see */
+    bool lose_applies;           /* apply in memory only: a crash lost the unsynced applies */
+    int bad;                     /* contract violations seen by the callbacks */
+    /* role callback */
+    int role_calls;
+    kl_raft_role role;
+    uint64_t term, leader;
+    bool serving;
+    /* reads */
+    uint64_t ready[TD_READS], dropped[TD_READS];
+    size_t n_ready, n_dropped;
+    uint64_t applied_at_ready[TD_READS];
+    int fatal;
+} td_member;
+
+static uv_loop_t loop;
+static uv_timer_t wake;
+static td_member mem[TD_MAX + 1]; /* indexed by id */
+static int n_mem;
+static uint32_t replica_count;
+static uint64_t next_cmd;
+
+/* ---------------------------------------------------------------- helpers */
+
+static uint64_t mono_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
+}
+
+static int free_port(void)
+{
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    ck_assert_int_ge(fd, 0);
+    struct sockaddr_in sa = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    ck_assert_int_eq(bind(fd, (struct sockaddr *)&sa, sizeof sa), 0);
+    socklen_t sl = sizeof sa;
+    ck_assert_int_eq(getsockname(fd, (struct sockaddr *)&sa, &sl), 0);
+    close(fd);
+    return ntohs(sa.sin_port);
+}
+
+static int rm_one(const char *p, const struct stat *sb, int flag, struct FTW *ftw)
+{
+    (void)sb;
+    (void)flag;
+    (void)ftw;
+    return remove(p);
+}
+
+static void wake_cb(uv_timer_t *t) { (void)t; }
+
+typedef bool (*td_cond)(void *arg);
+
+static bool run_until(td_cond cond, void *arg, uint64_t timeout_ms)
+{
+    uint64_t until = mono_ms() + timeout_ms;
+    ck_assert_int_eq(uv_timer_start(&wake, wake_cb, 1, 1), 0);
+    bool ok;
+    while (!(ok = cond(arg)) && mono_ms() < until)
+        uv_run(&loop, UV_RUN_ONCE);
+    uv_timer_stop(&wake);
+    return ok;
+}
+
+static bool never(void *arg)
+{
+    (void)arg;
+    return false;
+}
+
+static void run_for(uint64_t ms) { (void)run_until(never, NULL, ms); }
+
+/* ---------------------------------------------------------------- the fake node */
+
+static void cb_apply(void *ctx, const kl_raft_entry *e)
+{
+    td_member *m = ctx;
+    if (e->index != m->next_expect || e->index > TD_LOG || e->term == 0) {
+        fprintf(stderr, "member %llu: apply of %llu, expected %llu\n", (unsigned long long)m->id,
+                (unsigned long long)e->index, (unsigned long long)m->next_expect);
+        m->bad++;
+        return;
+    }
+    m->next_expect++;
+    Keyload__V1__LogEntry *le = NULL, noop = KEYLOAD__V1__LOG_ENTRY__INIT;
+    uint64_t cmd = 0;
+    if (e->type == KL_RAFT_ENTRY_NOOP) {
+        if (e->data != NULL || e->len != 0)
+            m->bad++;
+        noop.term = e->term;
+        noop.index = e->index;
+        noop.raft_type = KL_RAFT_ENTRY_NOOP;
+    } else {
+        le = keyload__v1__log_entry__unpack(NULL, e->len, e->data);
+        if (le == NULL || le->term != e->term || le->index != e->index || le->n_write_sets != 1 ||
+            le->write_sets[0]->command_id.len != 16) {
+            m->bad++;
+            if (le != NULL)
+                keyload__v1__log_entry__free_unpacked(le, NULL);
+            return;
+        }
+        for (int i = 0; i < 8; i++)
+            cmd = cmd << 8 | le->write_sets[0]->command_id.data[i];
+    }
+    /* A re-application after a restart must see what the first one saw. */
+    if (m->term_at[e->index] != 0 &&
+        (m->term_at[e->index] != e->term || m->cmd_at[e->index] != cmd))
+        m->bad++;
+    m->term_at[e->index] = e->term;
+    m->cmd_at[e->index] = cmd;
+    if (e->index > m->applied)
+        m->applied = e->index;
+    if (!m->lose_applies) {
+        kl_err err;
+        if (kl_store_apply(m->store, le ? le : &noop, &err) != KL_OK) {
+            fprintf(stderr, "member %llu: store apply: %s\n", (unsigned long long)m->id, err.message);
+            m->bad++;
+        }
+    }
+    if (le != NULL)
+        keyload__v1__log_entry__free_unpacked(le, NULL);
+}
+
+static void cb_role(void *ctx, kl_raft_role role, uint64_t term, uint64_t leader, bool ready)
+{
+    td_member *m = ctx;
+    m->role_calls++;
+    /* serving only for a leader; terms never go back */
+    if ((ready && role != KL_RAFT_LEADER) || term < m->term)
+        m->bad++;
+    m->role = role;
+    m->term = term;
+    m->leader = leader;
+    m->serving = ready;
+}
+
+static void cb_read_ready(void *ctx, uint64_t read_ctx)
+{
+    td_member *m = ctx;
+    if (m->n_ready < TD_READS) {
+        m->applied_at_ready[m->n_ready] = m->applied;
+        m->ready[m->n_ready++] = read_ctx;
+    }
+}
+
+static void cb_read_dropped(void *ctx, uint64_t read_ctx)
+{
+    td_member *m = ctx;
+    if (m->n_dropped < TD_READS)
+        m->dropped[m->n_dropped++] = read_ctx;
+}
+
+static void cb_fatal(void *ctx, const kl_err *err)
+{
+    td_member *m = ctx;
+    fprintf(stderr, "member %llu: fatal: %s\n", (unsigned long long)m->id, err->message);
+    m->fatal++;
+}
+
+static void cb_stopped(void *ctx)
+{
+    td_member *m = ctx;
+    m->released = true;
+}
+
+/* ---------------------------------------------------------------- fixture */
+
+static void cluster_open(int n, uint32_t rc)
+{
+    memset(mem, 0, sizeof mem);
+    n_mem = n;
+    replica_count = rc;
+    next_cmd = 1;
+    ck_assert_int_eq(uv_loop_init(&loop), 0);
+    ck_assert_int_eq(uv_timer_init(&loop, &wake), 0);
+    for (int i = 1; i <= n; i++) {
+        td_member *m = &mem[i];
+        m->id = (uint64_t)i;
+        snprintf(m->dir, sizeof m->dir, "/tmp/kl-driver-XXXXXX");
+        ck_assert_ptr_nonnull(mkdtemp(m->dir));
+        snprintf(m->url, sizeof m->url, "tcp://127.0.0.1:%d", free_port());
+        kl_err err;
+        ck_assert_int_eq(kl_store_open(m->dir, NULL, &m->store, &err), KL_OK);
+    }
+}
+
+static void member_start(int id)
+{
+    td_member *m = &mem[id];
+    ck_assert(!m->running);
+    kl_repl_config cfg = {.cluster = "unit-driver", .self = m->id, .n_members = (size_t)n_mem,
+                          .replica_count = replica_count, .tick_ms = 10, .election_ms = 500,
+                          .heartbeat_ms = 50};
+    for (int i = 1; i <= n_mem; i++) {
+        cfg.members[i - 1] = (uint64_t)i;
+        cfg.peer_urls[i - 1] = mem[i].url;
+    }
+    kl_repl_callbacks cb = {.ctx = m, .apply = cb_apply, .role = cb_role,
+                            .read_ready = cb_read_ready, .read_dropped = cb_read_dropped,
+                            .fatal = cb_fatal, .stopped = cb_stopped};
+    m->next_expect = kl_store_applied_index(m->store) + 1;
+    m->released = false;
+    m->role = KL_RAFT_FOLLOWER;
+    m->serving = false;
+    kl_err err;
+    kl_code rc = kl_repl_start(&loop, m->store, &cfg, &cb, &m->repl, &err);
+    ck_assert_msg(rc == KL_OK, "member %d start: %s", id, err.message);
+    m->running = true;
+}
+
+static bool released(void *arg) { return ((td_member *)arg)->released; }
+
+/* Stops the member's driver and waits until it released the store. */
+static void member_stop(int id)
+{
+    td_member *m = &mem[id];
+    ck_assert(m->running);
+    kl_repl_stop(m->repl);
+    m->repl = NULL;
+    m->running = false;
+    ck_assert(run_until(released, m, 5000));
+}
+
+/* A process restart: the store is closed and opened again (unsynced applies survive a clean
+ * close; lose_applies is how a test loses them). */
+static void member_reopen_store(int id)
+{
+    td_member *m = &mem[id];
+    ck_assert(!m->running);
+    kl_store_close(m->store);
+    kl_err err;
+    ck_assert_int_eq(kl_store_open(m->dir, NULL, &m->store, &err), KL_OK);
+}
+
+static void cluster_close(void)
+{
+    for (int i = 1; i <= n_mem; i++)
+        if (mem[i].running)
+            member_stop(i);
+    uv_close((uv_handle_t *)&wake, NULL);
+    ck_assert_int_eq(uv_run(&loop, UV_RUN_DEFAULT), 0);
+    ck_assert_int_eq(uv_loop_close(&loop), 0);
+    for (int i = 1; i <= n_mem; i++) {
+        kl_store_close(mem[i].store);
+        nftw(mem[i].dir, rm_one, 16, FTW_DEPTH | FTW_PHYS);
+    }
+}
+
+/* Every member applied the same (term, command) at every index both applied; no callback saw
+ * a contract violation; no storage failure. */
+static void check_consistent(void)
+{
+    for (int i = 1; i <= n_mem; i++) {
+        ck_assert_msg(mem[i].bad == 0, "member %d saw %d violations", i, mem[i].bad);
+        ck_assert_int_eq(mem[i].fatal, 0);
+        for (int j = i + 1; j <= n_mem; j++)
+            for (uint64_t x = 1; x <= TD_LOG; x++) {
+                if (mem[i].term_at[x] == 0 || mem[j].term_at[x] == 0)
+                    continue;
+                ck_assert_msg(mem[i].term_at[x] == mem[j].term_at[x] &&
+                                  mem[i].cmd_at[x] == mem[j].cmd_at[x],
+                              "members %d and %d differ at index %llu", i, j,
+                              (unsigned long long)x);
+            }
+    }
+}
+
+static int serving_leader(void)
+{
+    int found = 0;
+    for (int i = 1; i <= n_mem; i++) {
+        if (!mem[i].running)
+            continue;
+        kl_raft_status st;
+        kl_repl_status(mem[i].repl, &st);
+        if (st.role == KL_RAFT_LEADER && st.leader_ready && mem[i].serving)
+            found = i;
+    }
+    return found;
+}
+
+static bool has_leader(void *arg)
+{
+    (void)arg;
+    return serving_leader() != 0;
+}
+
+static int wait_leader(void)
+{
+    ck_assert_msg(run_until(has_leader, NULL, 10000), "no serving leader within 10 s");
+    return serving_leader();
+}
+
+/* Encodes a LogEntry for command `cmd` where kl_repl_next says it will land, and proposes it. */
+static kl_code propose_cmd(int id, uint64_t cmd, uint64_t *index_out)
+{
+    td_member *m = &mem[id];
+    uint64_t index, term;
+    bool serving;
+    kl_repl_next(m->repl, &index, &term, &serving);
+    uint8_t cid[16] = {0};
+    for (int i = 0; i < 8; i++)
+        cid[i] = (uint8_t)(cmd >> (56 - 8 * i));
+    char key[32];
+    snprintf(key, sizeof key, "test/k%llu", (unsigned long long)cmd);
+    Keyload__V1__KvOp op = KEYLOAD__V1__KV_OP__INIT, *ops[1] = {&op};
+    op.key.data = (uint8_t *)key;
+    op.key.len = strlen(key);
+    op.value.data = (uint8_t *)"v";
+    op.value.len = 1;
+    Keyload__V1__WriteSet ws = KEYLOAD__V1__WRITE_SET__INIT, *wss[1] = {&ws};
+    ws.principal = "unit";
+    ws.command_id.data = cid;
+    ws.command_id.len = 16;
+    ws.n_ops = 1;
+    ws.ops = ops;
+    Keyload__V1__LogEntry e = KEYLOAD__V1__LOG_ENTRY__INIT;
+    e.term = term;
+    e.index = index;
+    e.time_unix_ms = 1700000000000 + (int64_t)cmd;
+    e.n_write_sets = 1;
+    e.write_sets = wss;
+    uint8_t buf[256];
+    size_t n = keyload__v1__log_entry__get_packed_size(&e);
+    ck_assert_uint_le(n, sizeof buf);
+    keyload__v1__log_entry__pack(&e, buf);
+    uint64_t leader;
+    kl_code rc = kl_repl_propose(m->repl, buf, n, &leader);
+    if (rc == KL_OK && index_out != NULL)
+        *index_out = index;
+    return rc;
+}
+
+typedef struct td_applied {
+    int id;
+    uint64_t index;
+} td_applied;
+
+static bool member_applied(void *arg)
+{
+    td_applied *a = arg;
+    return mem[a->id].applied >= a->index;
+}
+
+/* Every running member applied index. */
+static bool all_applied(void *arg)
+{
+    uint64_t index = *(uint64_t *)arg;
+    for (int i = 1; i <= n_mem; i++)
+        if (mem[i].running && mem[i].applied < index)
+            return false;
+    return true;
+}
+
+static void wait_all_applied(uint64_t index, uint64_t timeout_ms)
+{
+    ck_assert_msg(run_until(all_applied, &index, timeout_ms), "index %llu not applied everywhere",
+                  (unsigned long long)index);
+}
+
+/* Proposes k commands on the leader back to back (pipelined, no loop run between) and
+ * returns the index of the last. */
+static uint64_t propose_many(int leader, int k)
+{
+    uint64_t last = 0;
+    for (int i = 0; i < k; i++) {
+        kl_code rc = propose_cmd(leader, next_cmd++, &last);
+        ck_assert_msg(rc == KL_OK, "propose: %s", kl_code_name(rc));
+    }
+    return last;
+}
+
+/* ---------------------------------------------------------------- tests */
+
+START_TEST(three_members_elect_and_replicate)
+{
+    cluster_open(3, 2);
+    for (int i = 1; i <= 3; i++)
+        member_start(i);
+    int l = wait_leader();
+    /* The no-op of the leader's term is applied on the leader before it serves. */
+    ck_assert_uint_eq(mem[l].cmd_at[mem[l].applied], 0);
+    ck_assert_uint_eq(mem[l].term_at[mem[l].applied], mem[l].term);
+    uint64_t index, term;
+    bool serving;
+    kl_repl_next(mem[l].repl, &index, &term, &serving);
+    ck_assert(serving);
+    ck_assert_uint_eq(term, mem[l].term);
+    /* Followers refuse proposals and name the leader. */
+    int f = l % 3 + 1;
+    uint64_t leader = 0;
+    ck_assert_int_eq(kl_repl_propose(mem[f].repl, (const uint8_t *)"x", 1, &leader), KL_NOT_LEADER);
+    ck_assert_uint_eq(leader, (uint64_t)l);
+    /* Bytes that are not a LogEntry for (index, term) are refused before proposing. */
+    uint8_t junk[] = {0x08, (uint8_t)term, 0x10, (uint8_t)(index + 5)};
+    ck_assert_int_eq(kl_repl_propose(mem[l].repl, junk, sizeof junk, &leader), KL_INVALID_ARGUMENT);
+    uint64_t last = propose_many(l, 50);
+    ck_assert_uint_eq(last, index + 49);
+    wait_all_applied(last, 10000);
+    for (uint64_t x = index; x <= last; x++)
+        ck_assert_uint_ne(mem[l].cmd_at[x], 0);
+    /* More, proposed while rounds are in flight. */
+    for (int round = 0; round < 10; round++) {
+        last = propose_many(l, 5);
+        run_for(3);
+    }
+    wait_all_applied(last, 10000);
+    /* Read-index: confirmed, and served only once applied up to the read's index. */
+    uint64_t commit_before = mem[l].applied;
+    ck_assert_int_eq(kl_repl_read_index(mem[l].repl, 42, &leader), KL_OK);
+    uint64_t deadline = mono_ms() + 5000;
+    while (mem[l].n_ready == 0 && mono_ms() < deadline)
+        run_for(5);
+    ck_assert_uint_eq(mem[l].n_ready, 1);
+    ck_assert_uint_eq(mem[l].ready[0], 42);
+    ck_assert_uint_ge(mem[l].applied_at_ready[0], commit_before);
+    ck_assert_int_eq(kl_repl_read_index(mem[f].repl, 43, &leader), KL_NOT_LEADER);
+    ck_assert_uint_eq(leader, (uint64_t)l);
+    kl_repl_counters c;
+    kl_repl_counters_get(mem[l].repl, &c);
+    ck_assert_uint_gt(c.persists, 0);
+    ck_assert_uint_eq(c.refused, 0);
+    check_consistent();
+    cluster_close();
+}
+END_TEST
+
+START_TEST(replica_count_three_blocks_then_catches_up)
+{
+    cluster_open(3, 3);
+    for (int i = 1; i <= 3; i++)
+        member_start(i);
+    int l = wait_leader();
+    uint64_t last = propose_many(l, 10);
+    wait_all_applied(last, 10000);
+    int down = l % 3 + 1;
+    member_stop(down);
+    /* Two of three persisted copies are not enough: nothing commits. */
+    uint64_t blocked = propose_many(l, 5);
+    run_for(1500);
+    for (int i = 1; i <= 3; i++)
+        ck_assert_uint_lt(mem[i].applied, blocked - 4);
+    ck_assert_int_eq(serving_leader(), l); /* the leader keeps its place meanwhile */
+    /* The member comes back over its store and catches up; the blocked entries commit. */
+    member_start(down);
+    wait_all_applied(blocked, 10000);
+    last = propose_many(l, 5);
+    wait_all_applied(last, 10000);
+    check_consistent();
+    cluster_close();
+}
+END_TEST
+
+static bool new_leader(void *arg)
+{
+    int old = *(int *)arg;
+    int l = serving_leader();
+    return l != 0 && l != old;
+}
+
+START_TEST(leader_failover)
+{
+    cluster_open(3, 2);
+    for (int i = 1; i <= 3; i++)
+        member_start(i);
+    int l = wait_leader();
+    uint64_t old_term = mem[l].term;
+    uint64_t last = propose_many(l, 20);
+    wait_all_applied(last, 10000);
+    member_stop(l);
+    ck_assert_msg(run_until(new_leader, &l, 10000), "no new leader");
+    int l2 = serving_leader();
+    ck_assert_uint_gt(mem[l2].term, old_term);
+    last = propose_many(l2, 20);
+    wait_all_applied(last, 10000);
+    /* The old leader returns as a follower and catches up. */
+    member_start(l);
+    wait_all_applied(last, 10000);
+    ck_assert_int_eq(serving_leader(), l2);
+    last = propose_many(l2, 5);
+    wait_all_applied(last, 10000);
+    check_consistent();
+    cluster_close();
+}
+END_TEST
+
+START_TEST(restart_replays_from_applied)
+{
+    cluster_open(3, 2);
+    for (int i = 1; i <= 3; i++)
+        member_start(i);
+    int l = wait_leader();
+    uint64_t last = propose_many(l, 10);
+    wait_all_applied(last, 10000);
+    /* A follower loses its next applies (as a crash loses unsynced writes). */
+    int f = l % 3 + 1;
+    uint64_t lost_from = kl_store_applied_index(mem[f].store) + 1;
+    mem[f].lose_applies = true;
+    last = propose_many(l, 10);
+    wait_all_applied(last, 10000);
+    member_stop(f);
+    mem[f].lose_applies = false;
+    member_reopen_store(f);
+    ck_assert_uint_eq(kl_store_applied_index(mem[f].store), lost_from - 1);
+    ck_assert_uint_ge(kl_store_last_index(mem[f].store), last);
+    /* The new instance applies from applied + 1 on: cb_apply checks next_expect. */
+    mem[f].applied = lost_from - 1;
+    member_start(f);
+    wait_all_applied(last, 10000);
+    ck_assert_uint_eq(kl_store_applied_index(mem[f].store), mem[f].applied);
+    /* A cold restart of every member: nothing is applied twice, leaders are re-elected. */
+    uint64_t applied_before[TD_MAX + 1];
+    for (int i = 1; i <= 3; i++) {
+        member_stop(i);
+        member_reopen_store(i);
+        applied_before[i] = kl_store_applied_index(mem[i].store);
+        ck_assert_uint_eq(applied_before[i], mem[i].applied);
+    }
+    for (int i = 1; i <= 3; i++)
+        member_start(i);
+    l = wait_leader();
+    last = propose_many(l, 10);
+    wait_all_applied(last, 10000);
+    for (int i = 1; i <= 3; i++)
+        ck_assert_uint_eq(kl_store_applied_index(mem[i].store), mem[i].applied);
+    check_consistent();
+    cluster_close();
+}
+END_TEST
+
+START_TEST(read_dropped_when_leadership_lost)
+{
+    cluster_open(3, 3);
+    for (int i = 1; i <= 3; i++)
+        member_start(i);
+    int l = wait_leader();
+    uint64_t last = propose_many(l, 3);
+    wait_all_applied(last, 10000);
+    for (int i = 1; i <= 3; i++)
+        if (i != l)
+            member_stop(i);
+    uint64_t leader;
+    ck_assert_int_eq(kl_repl_read_index(mem[l].repl, 7, &leader), KL_OK);
+    ck_assert_int_eq(kl_repl_read_index(mem[l].repl, 8, &leader), KL_OK);
+    /* Alone, the leader steps down after an election timeout (check-quorum): both reads drop. */
+    uint64_t deadline = mono_ms() + 5000;
+    while (mem[l].n_dropped < 2 && mono_ms() < deadline)
+        run_for(10);
+    ck_assert_uint_eq(mem[l].n_dropped, 2);
+    ck_assert_uint_eq(mem[l].dropped[0], 7);
+    ck_assert_uint_eq(mem[l].dropped[1], 8);
+    ck_assert_uint_eq(mem[l].n_ready, 0);
+    ck_assert_int_ne(mem[l].role, KL_RAFT_LEADER);
+    ck_assert(!mem[l].serving);
+    check_consistent();
+    cluster_close();
+}
+END_TEST
+
+START_TEST(single_member)
+{
+    cluster_open(1, 1);
+    member_start(1);
+    int l = wait_leader();
+    ck_assert_int_eq(l, 1);
+    uint64_t last = propose_many(1, 30);
+    wait_all_applied(last, 5000);
+    uint64_t leader;
+    ck_assert_int_eq(kl_repl_read_index(mem[1].repl, 9, &leader), KL_OK);
+    uint64_t deadline = mono_ms() + 5000;
+    while (mem[1].n_ready == 0 && mono_ms() < deadline)
+        run_for(5);
+    ck_assert_uint_eq(mem[1].n_ready, 1);
+    ck_assert_uint_eq(mem[1].ready[0], 9);
+    /* Restart after losing some applies: the log replays them, then the member leads again. */
+    uint64_t lost_from = kl_store_applied_index(mem[1].store) + 1;
+    mem[1].lose_applies = true;
+    last = propose_many(1, 5);
+    wait_all_applied(last, 5000);
+    member_stop(1);
+    mem[1].lose_applies = false;
+    member_reopen_store(1);
+    ck_assert_uint_eq(kl_store_applied_index(mem[1].store), lost_from - 1);
+    mem[1].applied = lost_from - 1;
+    member_start(1);
+    td_applied a = {1, last};
+    ck_assert(run_until(member_applied, &a, 5000));
+    l = wait_leader();
+    last = propose_many(1, 5);
+    wait_all_applied(last, 5000);
+    ck_assert_uint_eq(kl_store_applied_index(mem[1].store), last);
+    kl_raft_status st;
+    kl_repl_status(mem[1].repl, &st);
+    ck_assert_uint_eq(st.commit, last);
+    ck_assert_uint_eq(st.q1, 1);
+    ck_assert_uint_eq(st.q2, 1);
+    check_consistent();
+    cluster_close();
+}
+END_TEST
+
+/* ---------------------------------------------------------------- refusals
+ *
+ * Member 1 is a driver; member 2 is a bare kl_peer the test speaks through, so the frames
+ * reach the driver over a real, handshaken connection from member 2. */
+
+typedef struct td_raw {
+    uint64_t got;
+    uint64_t last_type, last_to, last_from;
+} td_raw;
+
+static void raw_recv(void *owner, uint64_t from, const uint8_t *frame, size_t len)
+{
+    td_raw *w = owner;
+    Keyload__V1__RaftMessage *m = keyload__v1__raft_message__unpack(NULL, len, frame);
+    if (m == NULL)
+        return;
+    w->got++;
+    w->last_type = m->type;
+    w->last_to = m->to;
+    w->last_from = m->from == from ? m->from : 0;
+    keyload__v1__raft_message__free_unpacked(m, NULL);
+}
+
+static bool raw_connected(void *arg) { return kl_peer_connected((kl_peer *)arg, 1); }
+
+static void raw_send(kl_peer *p, const Keyload__V1__RaftMessage *m)
+{
+    size_t n = keyload__v1__raft_message__get_packed_size(m);
+    uint8_t *buf = malloc(n ? n : 1);
+    keyload__v1__raft_message__pack(m, buf);
+    ck_assert_int_eq(kl_peer_send(p, 1, buf, n), KL_OK);
+    free(buf);
+}
+
+static bool refused_at_least(void *arg)
+{
+    kl_repl_counters c;
+    kl_repl_counters_get(mem[1].repl, &c);
+    return c.refused >= *(uint64_t *)arg;
+}
+
+static bool follows_two(void *arg)
+{
+    (void)arg;
+    return mem[1].leader == 2 && mem[1].role == KL_RAFT_FOLLOWER;
+}
+
+START_TEST(refuses_bad_frames)
+{
+    cluster_open(2, 2);
+    member_start(1);
+    td_raw w = {0};
+    kl_peer_config pc = {.cluster = "unit-driver", .self = 2, .listen_url = mem[2].url,
+                         .n_peers = 1, .recv = raw_recv, .owner = &w};
+    pc.peers[0].id = 1;
+    pc.peers[0].url = mem[1].url;
+    kl_peer *p;
+    kl_err err;
+    ck_assert_int_eq(kl_peer_start(&loop, &pc, &p, &err), KL_OK);
+    ck_assert(run_until(raw_connected, p, 5000));
+
+    uint64_t want = 0;
+    /* 1. not a RaftMessage */
+    uint8_t junk[] = {0xff, 0xff, 0xff, 0xff, 0xff};
+    ck_assert_int_eq(kl_peer_send(p, 1, junk, sizeof junk), KL_OK);
+    want++;
+    /* 2. from a member other than the connection's */
+    Keyload__V1__RaftMessage m = KEYLOAD__V1__RAFT_MESSAGE__INIT;
+    m.type = KL_RAFT_MSG_HEARTBEAT;
+    m.from = 3;
+    m.to = 1;
+    m.term = 5;
+    raw_send(p, &m);
+    want++;
+    /* 3. to another member */
+    m.from = 2;
+    m.to = 7;
+    raw_send(p, &m);
+    want++;
+    /* 4. unknown type */
+    m.to = 1;
+    m.type = 99;
+    raw_send(p, &m);
+    want++;
+    /* 5. too many entries */
+    m.type = KL_RAFT_MSG_APPEND;
+    size_t many = KL_RAFT_MAX_MSG_ENTRIES + 1;
+    Keyload__V1__RaftEntry *ents = calloc(many, sizeof *ents);
+    Keyload__V1__RaftEntry **ptrs = calloc(many, sizeof *ptrs);
+    for (size_t i = 0; i < many; i++) {
+        keyload__v1__raft_entry__init(&ents[i]);
+        ents[i].term = 5;
+        ents[i].index = i + 1;
+        ents[i].type = KL_RAFT_ENTRY_NOOP;
+        ptrs[i] = &ents[i];
+    }
+    m.entries = ptrs;
+    m.n_entries = many;
+    raw_send(p, &m);
+    want++;
+    /* 6. a normal entry whose bytes are not a LogEntry of its term and index */
+    uint8_t bad_entry[] = {0x08, 0x05, 0x10, 0x09}; /* term 5, index 9 */
+    ents[0].type = KL_RAFT_ENTRY_NORMAL;
+    ents[0].data.data = bad_entry;
+    ents[0].data.len = sizeof bad_entry;
+    m.n_entries = 1;
+    raw_send(p, &m);
+    want++;
+    /* 7. a no-op carrying data */
+    ents[0].type = KL_RAFT_ENTRY_NOOP;
+    raw_send(p, &m);
+    want++;
+    /* 8. the core refuses it (entry index does not follow the message's index) */
+    ents[0].data.len = 0;
+    ents[0].data.data = NULL;
+    m.index = 3;
+    m.log_term = 1;
+    raw_send(p, &m);
+    want++;
+    free(ents);
+    free(ptrs);
+    ck_assert_msg(run_until(refused_at_least, &want, 5000), "not every bad frame was refused");
+    run_for(50);
+    kl_repl_counters c;
+    kl_repl_counters_get(mem[1].repl, &c);
+    ck_assert_uint_eq(c.refused, want);
+    ck_assert_int_eq(mem[1].fatal, 0);
+    ck_assert_uint_eq(mem[1].term, 0);
+
+    /* A well-formed heartbeat from member 2 in term 5 makes member 1 follow it, and the
+     * answer comes back encoded as a RaftMessage from 1 to 2. */
+    Keyload__V1__RaftMessage hb = KEYLOAD__V1__RAFT_MESSAGE__INIT;
+    hb.type = KL_RAFT_MSG_HEARTBEAT;
+    hb.from = 2;
+    hb.to = 1;
+    hb.term = 5;
+    raw_send(p, &hb);
+    ck_assert(run_until(follows_two, NULL, 5000));
+    ck_assert_uint_eq(mem[1].term, 5);
+    uint64_t deadline = mono_ms() + 2000;
+    while (w.last_type != KL_RAFT_MSG_HEARTBEAT_RESP && mono_ms() < deadline)
+        run_for(5);
+    ck_assert_uint_eq(w.last_type, KL_RAFT_MSG_HEARTBEAT_RESP);
+    ck_assert_uint_eq(w.last_from, 1);
+    ck_assert_uint_eq(w.last_to, 2);
+    kl_peer_stop(p);
+    check_consistent();
+    cluster_close();
+}
+END_TEST
+
+START_TEST(config_refused)
+{
+    cluster_open(3, 2);
+    kl_repl_config cfg = {.cluster = "unit-driver", .self = 4, .n_members = 3, .replica_count = 2};
+    for (int i = 1; i <= 3; i++) {
+        cfg.members[i - 1] = (uint64_t)i;
+        cfg.peer_urls[i - 1] = mem[i].url;
+    }
+    kl_repl_callbacks cb = {.ctx = &mem[1], .apply = cb_apply};
+    kl_repl *r;
+    kl_err err;
+    ck_assert_int_eq(kl_repl_start(&loop, mem[1].store, &cfg, &cb, &r, &err), KL_INVALID_ARGUMENT);
+    cfg.self = 1;
+    cfg.replica_count = 4;
+    ck_assert_int_eq(kl_repl_start(&loop, mem[1].store, &cfg, &cb, &r, &err), KL_INVALID_ARGUMENT);
+    cfg.replica_count = 2;
+    cfg.tick_ms = 100;
+    cfg.election_ms = 1000;
+    cfg.heartbeat_ms = 1000;
+    ck_assert_int_eq(kl_repl_start(&loop, mem[1].store, &cfg, &cb, &r, &err), KL_INVALID_ARGUMENT);
+    cfg.heartbeat_ms = 0;
+    cfg.peer_urls[2] = NULL;
+    ck_assert_int_eq(kl_repl_start(&loop, mem[1].store, &cfg, &cb, &r, &err), KL_INVALID_ARGUMENT);
+    cluster_close();
+}
+END_TEST
+
+Suite *suite_driver(void)
+{
+    Suite *s = suite_create("driver");
+    TCase *t = tcase_create("driver");
+    tcase_set_timeout(t, 60);
+    tcase_add_test(t, config_refused);
+    tcase_add_test(t, single_member);
+    tcase_add_test(t, three_members_elect_and_replicate);
+    tcase_add_test(t, replica_count_three_blocks_then_catches_up);
+    tcase_add_test(t, leader_failover);
+    tcase_add_test(t, restart_replays_from_applied);
+    tcase_add_test(t, read_dropped_when_leadership_lost);
+    tcase_add_test(t, refuses_bad_frames);
+    suite_add_tcase(s, t);
+    return s;
+}
