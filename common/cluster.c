@@ -76,6 +76,22 @@ static kl_code parse_root(json_t *root, const char *var_root, kl_cluster *c, kl_
             (rc = get_u64(limits, "DefaultQueueMaxBytes", &c->limits.default_queue_max_bytes, err)))
             return rc;
     }
+    json_t *timers = json_object_get(root, "timers");
+    if (timers != NULL) {
+        static const char *const names[] = {"tick_ms", "election_ms", "heartbeat_ms"};
+        uint32_t *slots[] = {&c->timers.tick_ms, &c->timers.election_ms, &c->timers.heartbeat_ms};
+        if (!json_is_object(timers))
+            return kl_fail(err, KL_INVALID_ARGUMENT, "timers", "cluster file: timers must be an object");
+        for (int i = 0; i < 3; i++) {
+            json_t *v = json_object_get(timers, names[i]);
+            if (v == NULL)
+                continue;
+            if (!json_is_integer(v) || json_integer_value(v) <= 0 || json_integer_value(v) > 600000)
+                return kl_fail(err, KL_INVALID_ARGUMENT, names[i],
+                               "cluster file: timers.%s must be 1..600000 milliseconds", names[i]);
+            *slots[i] = (uint32_t)json_integer_value(v);
+        }
+    }
     if (c->limits.max_frame_bytes <= c->limits.max_batch_bytes)
         return kl_fail(err, KL_INVALID_ARGUMENT, "MaxFrameBytes",
                        "cluster file: limits.MaxFrameBytes must exceed limits.MaxBatchBytes");

@@ -4,6 +4,7 @@
  *     "limits": { "MaxBatchBytes": ..., "MaxScanRecords": ..., "MaxQueryReadBytes": ...,
  *                 "MaxFrameBytes": ..., "DefaultQueueMaxMessages": ...,
  *                 "DefaultQueueMaxBytes": ... },
+ *     "timers": { "tick_ms": 50, "election_ms": 1000, "heartbeat_ms": 150 },
  *     "partitions": [ { "id": 0, "members": [
  *         { "id": 1, "client": "tcp://127.0.0.1:7400", "peer": "tcp://127.0.0.1:7500" } ] } ] }
  *
@@ -33,6 +34,14 @@ typedef struct kl_limits {
     uint64_t default_queue_max_bytes;
 } kl_limits;
 
+/* Replication timers (cluster file "timers"; 0 = the driver's defaults). Generous values keep
+ * a busy two-core machine from starting needless elections. */
+typedef struct kl_timers {
+    uint32_t tick_ms;
+    uint32_t election_ms;
+    uint32_t heartbeat_ms;
+} kl_timers;
+
 typedef struct kl_member {
     int id;
     char client_url[KL_URL_MAX];
@@ -50,6 +59,7 @@ typedef struct kl_cluster {
     char name[KL_NAME_MAX];
     int replica_count;
     kl_limits limits;
+    kl_timers timers;
     int partition_count;
     kl_partition partitions[KL_CLUSTER_MAX_PARTITIONS];
 } kl_cluster;

@@ -10,9 +10,10 @@
  *   N*action      act only on the N-th hit (1-based), pass before and after
  * Unarmed, a site costs one predictable branch on a global flag.
  *
- * The daemon's sites (keyloadd), in the order a batch passes them:
- *   daemon.before_append            entry formed, before the synced log write
- *   daemon.after_append_before_apply  log entry durable, state not yet applied
+ * The daemon's sites (keyloadd), in the order a client's batch passes them (the middle three
+ * only for entries a caller waits on, so a leader's no-op never trips them):
+ *   daemon.before_append            entry evaluated, not yet proposed to the log
+ *   daemon.after_append_before_apply  entry durable and committed, state not yet applied
  *   daemon.after_append_before_reply  same stage, named for tests that cut before any answer
  *   daemon.after_apply_before_reply   state applied (unsynced), no client answered yet
  *   daemon.before_reply             answer encoded, not yet handed to nng

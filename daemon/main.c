@@ -3,16 +3,17 @@
  *   keyloadd --cluster FILE --node pPmM [--data DIR] [--var DIR]
  *
  * Threads: the libuv loop is the executor and owns all partition state; nng threads
- * receive and send frames (common/rpc.c); the synced log append runs on libuv's thread
- * pool, one at a time, and reports back to the loop. SIGTERM/SIGINT stop accepting
- * requests, let an in-flight append finish, answer what is left UNKNOWN_WRITE_OUTCOME and
- * close the store. A storage failure ends the process with exit code 1: its pending state
- * cannot be trusted, and recovery on restart re-applies the durable log. */
+ * receive and send frames (common/rpc.c, daemon/repl/peer.c); the replication driver's
+ * synced log writes run on libuv's thread pool, one at a time, and report back to the loop.
+ * SIGTERM/SIGINT stop accepting requests, stop replication (letting an in-flight write
+ * finish), answer what is left UNKNOWN_WRITE_OUTCOME and close the store. A storage failure
+ * ends the process with exit code 1: recovery on restart re-applies the durable log. */
 #include "common/cluster.h"
 #include "common/failpoint.h"
 #include "common/log.h"
 #include "common/rpc.h"
 #include "daemon/node.h"
+#include "daemon/repl/driver.h"
 #include "daemon/rpc/service.h"
 #include "daemon/store/store.h"
 
@@ -30,19 +31,12 @@ typedef struct daemon_state {
     uv_loop_t *loop;
     kl_store *store;
     kl_node *node;
+    kl_repl *repl;
     kl_service service;
     kl_rpc_server *rpc;
     uv_signal_t sigterm, sigint;
-    uv_work_t append_work;
-    bool append_busy;
     bool stopping;
     int exit_code;
-    /* the in-flight append */
-    uint64_t append_index;
-    const uint8_t *append_bytes;
-    size_t append_len;
-    kl_code append_rc;
-    kl_err append_err;
 } daemon_state;
 
 static int64_t clock_ms(void *ctx)
@@ -55,56 +49,84 @@ static int64_t clock_ms(void *ctx)
 
 static void random_bytes(uint8_t *buf, size_t n) { randombytes_buf(buf, n); }
 
-static void finish_shutdown(daemon_state *d);
 static void begin_stop(daemon_state *d);
 
-static void append_run(uv_work_t *w)
-{
-    daemon_state *d = w->data;
-    kl_err_clear(&d->append_err);
-    d->append_rc = kl_store_append(d->store, d->append_index, d->append_bytes, d->append_len,
-                                   &d->append_err);
-}
+/* ---- the node's view of the log ---- */
 
-static void append_after(uv_work_t *w, int status)
-{
-    daemon_state *d = w->data;
-    d->append_busy = false;
-    if (status != 0)
-        d->append_rc = kl_fail(&d->append_err, KL_INTERNAL, "append", "append work was cancelled");
-    kl_node_append_done(d->node, d->append_index, d->append_rc, &d->append_err);
-    if (kl_node_broken(d->node)) {
-        KL_ERROR("storage failure; exiting so that recovery can re-apply the durable log", "index=%llu",
-                 (unsigned long long)d->append_index);
-        d->exit_code = 1;
-        begin_stop(d);
-        return;
-    }
-    if (d->stopping && !d->append_busy)
-        finish_shutdown(d);
-}
-
-static void append_start(void *ctx, uint64_t index, const uint8_t *entry, size_t len)
+static void node_next(void *ctx, uint64_t *index, uint64_t *term, bool *serving)
 {
     daemon_state *d = ctx;
-    d->append_index = index;
-    d->append_bytes = entry;
-    d->append_len = len;
-    d->append_busy = true;
-    d->append_work.data = d;
-    int rc = uv_queue_work(d->loop, &d->append_work, append_run, append_after);
-    if (rc != 0) {
-        d->append_busy = false;
-        kl_err e;
-        kl_fail(&e, KL_INTERNAL, "append", "cannot queue the log append: %s", uv_strerror(rc));
-        kl_node_append_done(d->node, index, KL_INTERNAL, &e);
+    kl_repl_next(d->repl, index, term, serving);
+}
+
+static kl_code node_propose(void *ctx, const uint8_t *entry, size_t len)
+{
+    daemon_state *d = ctx;
+    uint64_t leader;
+    return kl_repl_propose(d->repl, entry, len, &leader);
+}
+
+/* ---- the driver's callbacks ---- */
+
+static void repl_apply(void *ctx, const kl_raft_entry *e)
+{
+    daemon_state *d = ctx;
+    kl_err err;
+    if (d->node == NULL)
+        return;
+    if (kl_node_apply(d->node, e->index, e->term, e->len ? e->data : NULL, e->len, &err) != KL_OK) {
+        KL_ERROR("apply failed; exiting so that recovery can re-apply the durable log",
+                 "index=%llu detail=%s", (unsigned long long)e->index, err.detail);
+        d->exit_code = 1;
+        begin_stop(d);
     }
 }
 
-static void finish_shutdown(daemon_state *d)
+static void repl_role(void *ctx, kl_raft_role role, uint64_t term, uint64_t leader, bool leader_ready)
 {
-    if (d->node == NULL)
+    daemon_state *d = ctx;
+    KL_INFO("role", "role=%s term=%llu leader=%llu serving=%d", kl_raft_role_name(role),
+            (unsigned long long)term, (unsigned long long)leader, leader_ready);
+    d->service.leader = leader;
+    if (d->node)
+        kl_node_role(d->node, role == KL_RAFT_LEADER && leader_ready);
+}
+
+static void repl_read_ready(void *ctx, uint64_t read_ctx)
+{
+    kl_service_read_ready(&((daemon_state *)ctx)->service, read_ctx);
+}
+
+static void repl_read_dropped(void *ctx, uint64_t read_ctx)
+{
+    kl_service_read_dropped(&((daemon_state *)ctx)->service, read_ctx);
+}
+
+static void repl_fatal(void *ctx, const kl_err *err)
+{
+    daemon_state *d = ctx;
+    KL_ERROR("storage failure; exiting so that recovery can re-apply the durable log", "detail=%s",
+             err->detail);
+    d->exit_code = 1;
+    begin_stop(d);
+}
+
+/* ---- shutdown ---- */
+
+static void begin_stop(daemon_state *d)
+{
+    if (d->stopping)
         return;
+    d->stopping = true;
+    if (d->rpc) {
+        kl_rpc_server_stop(d->rpc);
+        d->rpc = NULL;
+    }
+    kl_service_drop_reads(&d->service);
+    if (d->repl) {
+        kl_repl_stop(d->repl);
+        d->repl = NULL;
+    }
     kl_node_close(d->node);
     d->node = NULL;
     uv_close((uv_handle_t *)&d->sigterm, NULL);
@@ -118,18 +140,6 @@ static void on_signal(uv_signal_t *h, int signum)
         return;
     KL_INFO("stopping", "signal=%d", signum);
     begin_stop(d);
-}
-
-/* Stops taking requests; the node closes once no append is in flight. */
-static void begin_stop(daemon_state *d)
-{
-    d->stopping = true;
-    if (d->rpc) {
-        kl_rpc_server_stop(d->rpc);
-        d->rpc = NULL;
-    }
-    if (!d->append_busy)
-        finish_shutdown(d);
 }
 
 static int mkdirs(const char *path)
@@ -214,12 +224,33 @@ int main(int argc, char **argv)
     }
     kl_node_config nc = {.partition = partition, .limits = cluster.limits,
                          .max_pending_bytes = 256u << 20, .max_pending_batches = 8192};
-    kl_node_io io = {.ctx = &d, .append = append_start, .clock_ms = clock_ms, .random = random_bytes};
+    kl_node_io io = {.ctx = &d, .next = node_next, .propose = node_propose, .clock_ms = clock_ms,
+                     .random = random_bytes};
     if (kl_node_open(d.store, &nc, &io, &d.node, &err) != KL_OK) {
-        fprintf(stderr, "keyloadd: recovery failed: %s\n", err.message);
+        fprintf(stderr, "keyloadd: %s\n", err.message);
         goto fail_node;
     }
+    const kl_partition *part = kl_cluster_find_partition(&cluster, partition);
+    kl_repl_config rcfg = {.cluster = cluster.name, .self = (uint64_t)me->id,
+                           .replica_count = (uint32_t)cluster.replica_count,
+                           .tick_ms = cluster.timers.tick_ms, .election_ms = cluster.timers.election_ms,
+                           .heartbeat_ms = cluster.timers.heartbeat_ms,
+                           .max_frame = cluster.limits.max_frame_bytes + (64u << 10)};
+    for (int i = 0; i < part->member_count; i++) {
+        rcfg.members[i] = (uint64_t)part->members[i].id;
+        rcfg.peer_urls[i] = part->members[i].peer_url[0] ? part->members[i].peer_url : NULL;
+    }
+    rcfg.n_members = (size_t)part->member_count;
+    kl_repl_callbacks cb = {.ctx = &d, .apply = repl_apply, .role = repl_role,
+                            .read_ready = repl_read_ready, .read_dropped = repl_read_dropped,
+                            .fatal = repl_fatal};
     d.service.node = d.node;
+    d.service.partition = part;
+    if (kl_repl_start(d.loop, d.store, &rcfg, &cb, &d.repl, &err) != KL_OK) {
+        fprintf(stderr, "keyloadd: %s\n", err.message);
+        goto fail_repl;
+    }
+    d.service.repl = d.repl;
     size_t nmethods;
     const kl_rpc_method *methods = kl_service_methods(&nmethods);
     kl_rpc_server_config rc = {.listen_url = me->client_url, .methods = methods,
@@ -234,12 +265,9 @@ int main(int argc, char **argv)
     d.sigterm.data = d.sigint.data = &d;
     uv_signal_start(&d.sigterm, on_signal, SIGTERM);
     uv_signal_start(&d.sigint, on_signal, SIGINT);
-    KL_INFO("ready", "node=%s partition=%d listen=%s data=%s applied_index=%llu", node_name, partition,
-            me->client_url, data_dir, (unsigned long long)kl_node_applied_index(d.node));
-    uv_run(d.loop, UV_RUN_DEFAULT);
-    if (d.rpc)
-        kl_rpc_server_stop(d.rpc);
-    finish_shutdown(&d);
+    KL_INFO("ready", "node=%s partition=%d members=%d replica_count=%d listen=%s data=%s applied_index=%llu",
+            node_name, partition, part->member_count, cluster.replica_count, me->client_url, data_dir,
+            (unsigned long long)kl_store_applied_index(d.store));
     uv_run(d.loop, UV_RUN_DEFAULT);
     kl_store_close(d.store);
     uv_loop_close(d.loop);
@@ -247,6 +275,9 @@ int main(int argc, char **argv)
     return d.exit_code;
 
 fail_rpc:
+    kl_repl_stop(d.repl);
+    uv_run(d.loop, UV_RUN_DEFAULT);
+fail_repl:
     kl_node_close(d.node);
 fail_node:
     kl_store_close(d.store);

@@ -12,7 +12,6 @@
 #include <string.h>
 
 #define BATCH_METHOD "keyload.v1.Batch"
-#define NODE_TERM 1 /* single member: one term until KL-2's elections */
 
 typedef struct waiter {
     kl_node_reply_fn fn;
@@ -24,7 +23,7 @@ typedef struct pending {
     char *principal;
     uint8_t command_id[16];
     uint8_t digest[KL_DIGEST_LEN];
-    uint64_t index;
+    uint64_t index, term;
     uint8_t *receipt;
     size_t receipt_len;
     waiter *waiters;
@@ -38,12 +37,9 @@ struct kl_node {
     kl_overlay overlay;          /* writes of every pending batch, owner = entry index */
     pending *pend;
     size_t n_pend, cap_pend;
-    kl_buf open;                 /* encoded WriteSets (field 5 of LogEntry) of the open entry */
-    size_t open_batches;
-    uint64_t inflight_index;     /* 0 when no append is in flight */
-    kl_buf inflight;             /* encoded entry being appended */
-    uint64_t last_index;         /* last entry formed (appended or in flight) */
     int64_t last_time;           /* max entry time so far */
+    bool serving;                /* leader whose own-term entry is committed and applied */
+    uint64_t pinc_proposed;      /* index of our incarnation proposal, 0 = none pending */
     bool broken;
 };
 
@@ -90,12 +86,13 @@ static int pending_add_waiter(pending *p, kl_node_reply_fn fn, void *cookie)
 
 /* ---- entries ---- */
 
-/* Encodes LogEntry{term, index, time, pinc} followed by the given write-set fields. */
-static int encode_entry(kl_buf *out, uint64_t index, int64_t time_ms, const uint8_t *pinc,
-                        const kl_buf *write_sets)
+/* Encodes LogEntry{term, index, time, pinc, raft_type} followed by the given write-set
+ * fields (field 5), in field order, so a protobuf decoder reads one LogEntry. */
+static int encode_entry(kl_buf *out, uint64_t index, uint64_t term, int64_t time_ms,
+                        const uint8_t *pinc, const kl_buf *write_sets, uint32_t raft_type)
 {
     Keyload__V1__LogEntry e = KEYLOAD__V1__LOG_ENTRY__INIT;
-    e.term = NODE_TERM;
+    e.term = term;
     e.index = index;
     e.time_unix_ms = time_ms;
     if (pinc) {
@@ -103,11 +100,38 @@ static int encode_entry(kl_buf *out, uint64_t index, int64_t time_ms, const uint
         e.partition_incarnation.len = 16;
     }
     size_t n = keyload__v1__log_entry__get_packed_size(&e);
-    uint8_t head[64];
+    uint8_t head[96];
     keyload__v1__log_entry__pack(&e, head);
     out->len = 0;
-    return kl_buf_append(out, head, n) ||
-           (write_sets && kl_buf_append(out, write_sets->p, write_sets->len));
+    if (kl_buf_append(out, head, n) || (write_sets && kl_buf_append(out, write_sets->p, write_sets->len)))
+        return -1;
+    if (raft_type != 0) {
+        uint8_t t[6];
+        size_t tn = 0;
+        t[tn++] = (6 << 3) | 0; /* raft_type, varint */
+        uint32_t v = raft_type;
+        do {
+            uint8_t byte = v & 0x7f;
+            v >>= 7;
+            t[tn++] = (uint8_t)(byte | (v ? 0x80 : 0));
+        } while (v);
+        if (kl_buf_append(out, t, tn))
+            return -1;
+    }
+    return 0;
+}
+
+int kl_node_encode_empty_entry(uint64_t index, uint64_t term, uint32_t raft_type, uint8_t **out,
+                               size_t *len)
+{
+    kl_buf b = {0};
+    if (encode_entry(&b, index, term, 0, NULL, NULL, raft_type) != 0) {
+        kl_buf_free(&b);
+        return -1;
+    }
+    *out = b.p;
+    *len = b.len;
+    return 0;
 }
 
 static kl_code apply_encoded(kl_node *n, const uint8_t *bytes, size_t len, kl_err *err)
@@ -122,28 +146,14 @@ static kl_code apply_encoded(kl_node *n, const uint8_t *bytes, size_t len, kl_er
     return rc;
 }
 
-/* Forms the open entry and hands it to the driver (group commit). */
-static void flush_open(kl_node *n)
+/* Answers every caller of the pending batch at `index` (if any): OK with its receipt when
+ * the committed entry has the term it was proposed in, else UNKNOWN_WRITE_OUTCOME (another
+ * leader's entry took the slot; this batch did not commit there). */
+static void answer_index(kl_node *n, uint64_t index, uint64_t term)
 {
-    if (n->inflight_index != 0 || n->open_batches == 0 || n->broken)
-        return;
-    uint64_t index = n->last_index + 1;
-    if (encode_entry(&n->inflight, index, n->last_time, NULL, &n->open) != 0) {
-        KL_ERROR("out of memory forming a log entry", "index=%llu", (unsigned long long)index);
-        n->broken = true;
-        return;
-    }
-    n->open.len = 0;
-    n->open_batches = 0;
-    n->inflight_index = index;
-    n->last_index = index;
-    kl_err fe;
-    (void)KL_FAILPOINT("daemon.before_append", &fe);
-    n->io.append(n->io.ctx, index, n->inflight.p, n->inflight.len);
-}
-
-static void answer_entry(kl_node *n, uint64_t index, kl_code code, const kl_err *err)
-{
+    kl_err lost;
+    kl_fail(&lost, KL_UNKNOWN_WRITE_OUTCOME, "leader_changed",
+            "leadership changed before the batch committed; retry with the same command id");
     size_t w = 0;
     for (size_t i = 0; i < n->n_pend; i++) {
         pending *p = &n->pend[i];
@@ -151,48 +161,120 @@ static void answer_entry(kl_node *n, uint64_t index, kl_code code, const kl_err 
             n->pend[w++] = *p;
             continue;
         }
+        bool ok = p->term == term;
         for (size_t j = 0; j < p->n_waiters; j++)
-            p->waiters[j].fn(p->waiters[j].cookie, code, err, code == KL_OK ? p->receipt : NULL,
-                             code == KL_OK ? p->receipt_len : 0);
+            p->waiters[j].fn(p->waiters[j].cookie, ok ? KL_OK : KL_UNKNOWN_WRITE_OUTCOME,
+                             ok ? NULL : &lost, ok ? p->receipt : NULL, ok ? p->receipt_len : 0);
         pending_free(p);
     }
     n->n_pend = w;
 }
 
-void kl_node_append_done(kl_node *n, uint64_t index, kl_code status, const kl_err *aerr)
+/* Answers every pending caller with err and forgets all pending state. */
+static void drop_pending(kl_node *n, const kl_err *err)
 {
-    if (index != n->inflight_index)
-        return;
-    kl_err err;
-    kl_err_clear(&err);
-    if (status != KL_OK) {
-        KL_ERROR("log append failed", "index=%llu code=%s", (unsigned long long)index,
-                 kl_code_name(status));
-        n->broken = true;
-        kl_fail(&err, KL_UNKNOWN_WRITE_OUTCOME, "append_failed",
-                "the log write failed (%s); the batch may or may not commit: retry with the same "
-                "command id after the daemon restarts", aerr ? aerr->message : "unknown");
-        answer_entry(n, index, KL_UNKNOWN_WRITE_OUTCOME, &err);
-        n->inflight_index = 0;
-        return;
+    for (size_t i = 0; i < n->n_pend; i++) {
+        pending *p = &n->pend[i];
+        for (size_t j = 0; j < p->n_waiters; j++)
+            p->waiters[j].fn(p->waiters[j].cookie, err->code, err, NULL, 0);
+        pending_free(p);
     }
-    (void)KL_FAILPOINT("daemon.after_append_before_apply", &err);
-    (void)KL_FAILPOINT("daemon.after_append_before_reply", &err);
-    /* One member: durable == committed. */
-    kl_code rc = apply_encoded(n, n->inflight.p, n->inflight.len, &err);
-    n->inflight_index = 0;
+    n->n_pend = 0;
+    kl_overlay_clear(&n->overlay);
+}
+
+static bool pending_at(const kl_node *n, uint64_t index)
+{
+    for (size_t i = 0; i < n->n_pend; i++)
+        if (n->pend[i].index == index)
+            return true;
+    return false;
+}
+
+kl_code kl_node_apply(kl_node *n, uint64_t index, uint64_t term, const uint8_t *entry, size_t len,
+                      kl_err *err)
+{
+    kl_code rc;
+    kl_err fe;
+    /* The cut points of a client's batch: its entry is durable and committed, nobody has
+     * been answered. Only entries with a waiting caller pass them, so a restart's no-op
+     * does not. */
+    bool waited = pending_at(n, index);
+    if (waited) {
+        (void)KL_FAILPOINT("daemon.after_append_before_apply", &fe);
+        (void)KL_FAILPOINT("daemon.after_append_before_reply", &fe);
+    }
+    if (entry == NULL) {
+        uint8_t *e;
+        size_t elen;
+        if (kl_node_encode_empty_entry(index, term, 1, &e, &elen) != 0)
+            return kl_fail(err, KL_INTERNAL, "memory", "out of memory");
+        rc = apply_encoded(n, e, elen, err);
+        free(e);
+    } else {
+        rc = apply_encoded(n, entry, len, err);
+    }
     if (rc != KL_OK) {
-        KL_ERROR("apply failed", "index=%llu detail=%s", (unsigned long long)index, err.detail);
+        KL_ERROR("apply failed", "index=%llu detail=%s", (unsigned long long)index, err->detail);
         n->broken = true;
-        kl_fail(&err, KL_UNKNOWN_WRITE_OUTCOME, "apply_failed",
-                "the batch is durable but could not be applied; it applies on restart");
-        answer_entry(n, index, KL_UNKNOWN_WRITE_OUTCOME, &err);
-        return;
+        kl_err lost;
+        kl_fail(&lost, KL_UNKNOWN_WRITE_OUTCOME, "apply_failed",
+                "the member failed to apply committed state; retry with the same command id");
+        drop_pending(n, &lost);
+        return rc;
     }
+    if (waited)
+        (void)KL_FAILPOINT("daemon.after_apply_before_reply", &fe);
     kl_overlay_drop_upto(&n->overlay, index);
-    (void)KL_FAILPOINT("daemon.after_apply_before_reply", &err);
-    answer_entry(n, index, KL_OK, NULL);
-    flush_open(n);
+    if (index == n->pinc_proposed)
+        n->pinc_proposed = 0;
+    answer_index(n, index, term);
+    return KL_OK;
+}
+
+/* The partition's first serving leader records the partition incarnation (cursors and
+ * claims bind to it). Until it commits, later leaders propose it again; the store keeps
+ * the first one applied. */
+static void propose_incarnation(kl_node *n)
+{
+    kl_key k;
+    kl_key_meta(&k, "pinc");
+    uint8_t *v;
+    size_t vn;
+    bool found;
+    kl_err err;
+    if (n->pinc_proposed != 0 || kl_store_get(n->store, k.b, k.len, &v, &vn, &found, &err) != KL_OK)
+        return;
+    free(v);
+    if (found)
+        return;
+    uint64_t index, term;
+    bool serving;
+    n->io.next(n->io.ctx, &index, &term, &serving);
+    if (!serving)
+        return;
+    uint8_t pinc[16];
+    n->io.random(pinc, sizeof pinc);
+    kl_buf e = {0};
+    if (encode_entry(&e, index, term, entry_time(n), pinc, NULL, 0) == 0 &&
+        n->io.propose(n->io.ctx, e.p, e.len) == KL_OK)
+        n->pinc_proposed = index;
+    kl_buf_free(&e);
+}
+
+void kl_node_role(kl_node *n, bool serving)
+{
+    if (n->serving && !serving) {
+        kl_err lost;
+        kl_fail(&lost, KL_UNKNOWN_WRITE_OUTCOME, "leader_changed",
+                "this member stopped leading before the batch was answered; retry with the same "
+                "command id");
+        drop_pending(n, &lost);
+        n->pinc_proposed = 0;
+    }
+    n->serving = serving;
+    if (serving)
+        propose_incarnation(n);
 }
 
 /* ---- submit ---- */
@@ -232,13 +314,13 @@ static kl_code replay_committed(kl_node *n, const char *principal, const uint8_t
 
 /* Encodes BatchReceipt fields 1-5, the results (field 6) and field 7, in field order. */
 static int encode_receipt(kl_buf *out, const Keyload__V1__BatchRequest *b, int partition,
-                          uint64_t index, int64_t now, const kl_buf *results,
+                          uint64_t index, uint64_t term, int64_t now, const kl_buf *results,
                           const uint8_t digest[KL_DIGEST_LEN])
 {
     Keyload__V1__BatchReceipt head = KEYLOAD__V1__BATCH_RECEIPT__INIT;
     head.command_id = b->command_id;
     head.partition = partition;
-    head.term = NODE_TERM;
+    head.term = term;
     head.index = index;
     head.committed_unix_ms = now;
     uint8_t hb[128];
@@ -247,10 +329,11 @@ static int encode_receipt(kl_buf *out, const Keyload__V1__BatchRequest *b, int p
            kl_buf_append_field(out, (7 << 3) | 2, digest, KL_DIGEST_LEN);
 }
 
-/* Encodes the write-set (scratch ops + the outcome record) into the open entry. */
-static kl_code add_write_set(kl_node *n, const char *principal, const Keyload__V1__BatchRequest *b,
-                             const uint8_t digest[KL_DIGEST_LEN], const kl_overlay *scratch,
-                             const kl_buf *receipt, uint64_t index, kl_err *err)
+/* Adds the outcome record to the scratch overlay and encodes the write-set (every scratch
+ * write) as LogEntry field 5 into out. */
+static kl_code encode_write_set(const char *principal, const Keyload__V1__BatchRequest *b,
+                                const uint8_t digest[KL_DIGEST_LEN], kl_overlay *scratch,
+                                const kl_buf *receipt, uint64_t index, kl_buf *out, kl_err *err)
 {
     Keyload__V1__OutcomeRecord o = KEYLOAD__V1__OUTCOME_RECORD__INIT;
     o.request_digest.data = (uint8_t *)digest;
@@ -260,15 +343,24 @@ static kl_code add_write_set(kl_node *n, const char *principal, const Keyload__V
     o.index = index;
     size_t on = keyload__v1__outcome_record__get_packed_size(&o);
     uint8_t *ob = malloc(on);
-    Keyload__V1__KvOp *ops = calloc(scratch->n + 1, sizeof *ops);
-    Keyload__V1__KvOp **opp = calloc(scratch->n + 1, sizeof *opp);
+    if (ob == NULL)
+        return kl_fail(err, KL_INTERNAL, "memory", "out of memory encoding a write-set");
+    keyload__v1__outcome_record__pack(&o, ob);
+    kl_key ok;
+    kl_key_outcome(&ok, principal, b->command_id.data);
+    /* The outcome is one more write of the batch: applied with it, and visible to later
+     * batches through the pending overlay. */
+    kl_code rc = kl_overlay_set(scratch, ok.b, ok.len, ob, on, false, 0, err);
+    free(ob);
+    if (rc != KL_OK)
+        return rc;
+    Keyload__V1__KvOp *ops = calloc(scratch->n, sizeof *ops);
+    Keyload__V1__KvOp **opp = calloc(scratch->n, sizeof *opp);
     uint8_t *wb = NULL;
-    kl_code rc = KL_OK;
-    if (ob == NULL || ops == NULL || opp == NULL) {
+    if (ops == NULL || opp == NULL) {
         rc = kl_fail(err, KL_INTERNAL, "memory", "out of memory encoding a write-set");
         goto done;
     }
-    keyload__v1__outcome_record__pack(&o, ob);
     for (size_t i = 0; i < scratch->n; i++) {
         keyload__v1__kv_op__init(&ops[i]);
         ops[i].del = scratch->v[i].del;
@@ -278,21 +370,13 @@ static kl_code add_write_set(kl_node *n, const char *principal, const Keyload__V
         ops[i].value.len = scratch->v[i].vlen;
         opp[i] = &ops[i];
     }
-    kl_key ok;
-    kl_key_outcome(&ok, principal, b->command_id.data);
-    keyload__v1__kv_op__init(&ops[scratch->n]);
-    ops[scratch->n].key.data = ok.b;
-    ops[scratch->n].key.len = ok.len;
-    ops[scratch->n].value.data = ob;
-    ops[scratch->n].value.len = on;
-    opp[scratch->n] = &ops[scratch->n];
     Keyload__V1__WriteSet ws = KEYLOAD__V1__WRITE_SET__INIT;
     ws.principal = (char *)principal;
     ws.command_id = b->command_id;
     ws.request_digest.data = (uint8_t *)digest;
     ws.request_digest.len = KL_DIGEST_LEN;
     ws.policy_epoch = 0;
-    ws.n_ops = scratch->n + 1;
+    ws.n_ops = scratch->n;
     ws.ops = opp;
     ws.receipt.data = receipt->p;
     ws.receipt.len = receipt->len;
@@ -303,13 +387,9 @@ static kl_code add_write_set(kl_node *n, const char *principal, const Keyload__V
         goto done;
     }
     keyload__v1__write_set__pack(&ws, wb);
-    if (kl_buf_append_field(&n->open, (5 << 3) | 2, wb, wn) != 0)
+    if (kl_buf_append_field(out, (5 << 3) | 2, wb, wn) != 0)
         rc = kl_fail(err, KL_INTERNAL, "memory", "out of memory encoding a write-set");
-    /* The outcome enters the pending overlay too, so later batches see it. */
-    if (rc == KL_OK)
-        rc = kl_overlay_set(&n->overlay, ok.b, ok.len, ob, on, false, index, err);
 done:
-    free(ob);
     free(ops);
     free(opp);
     free(wb);
@@ -335,11 +415,20 @@ void kl_node_submit_batch(kl_node *n, const char *principal, const uint8_t *req,
     }
     kl_overlay scratch;
     kl_overlay_init(&scratch);
-    kl_buf results = {0}, receipt = {0};
+    kl_buf results = {0}, receipt = {0}, ws = {0}, entry = {0};
     uint8_t digest[KL_DIGEST_LEN];
     kl_code rc = kl_engine_validate_batch(b, len, &n->cfg.limits, &err);
     if (rc != KL_OK)
         goto fail;
+    uint64_t index, term;
+    bool serving;
+    n->io.next(n->io.ctx, &index, &term, &serving);
+    if (!serving) {
+        rc = kl_fail(&err, KL_NOT_LEADER, "not_leader",
+                     "this member does not lead partition %d now; send the batch to the leader",
+                     n->cfg.partition);
+        goto fail;
+    }
     if (kl_canon_batch_digest(BATCH_METHOD, principal, b, digest) != 0) {
         rc = kl_fail(&err, KL_INTERNAL, "memory", "out of memory computing the request digest");
         goto fail;
@@ -368,15 +457,13 @@ void kl_node_submit_batch(kl_node *n, const char *principal, const uint8_t *req,
                      "the write pipeline is full (%zu batches pending); retry shortly", n->n_pend);
         goto fail;
     }
-    /* The open entry is always the one after the last formed entry. */
-    uint64_t index = n->last_index + 1;
     kl_view view = {.store = n->store, .pending = &n->overlay, .scratch = &scratch,
                     .scan_limit = n->cfg.limits.max_scan_records};
     kl_eval_ctx ctx = {.view = &view, .limits = &n->cfg.limits, .partition = n->cfg.partition,
                        .now_ms = entry_time(n), .random = n->io.random};
     if ((rc = kl_engine_eval_batch(&ctx, b, &results, &err)) != KL_OK)
         goto fail;
-    if (encode_receipt(&receipt, b, n->cfg.partition, index, ctx.now_ms, &results, digest) != 0) {
+    if (encode_receipt(&receipt, b, n->cfg.partition, index, term, ctx.now_ms, &results, digest) != 0) {
         rc = kl_fail(&err, KL_INTERNAL, "memory", "out of memory encoding the receipt");
         goto fail;
     }
@@ -390,9 +477,18 @@ void kl_node_submit_batch(kl_node *n, const char *principal, const uint8_t *req,
         n->pend = np;
         n->cap_pend = cap;
     }
-    size_t open_mark = n->open.len;
-    if ((rc = add_write_set(n, principal, b, digest, &scratch, &receipt, index, &err)) != KL_OK) {
-        n->open.len = open_mark;
+    if ((rc = encode_write_set(principal, b, digest, &scratch, &receipt, index, &ws, &err)) != KL_OK)
+        goto fail;
+    if (encode_entry(&entry, index, term, ctx.now_ms, NULL, &ws, 0) != 0) {
+        rc = kl_fail(&err, KL_INTERNAL, "memory", "out of memory encoding the log entry");
+        goto fail;
+    }
+    kl_err fe;
+    (void)KL_FAILPOINT("daemon.before_append", &fe);
+    /* Proposed means in the log, not committed: the caller is answered at apply. */
+    if ((rc = n->io.propose(n->io.ctx, entry.p, entry.len)) != KL_OK) {
+        kl_fail(&err, rc, rc == KL_NOT_LEADER ? "not_leader" : "unavailable",
+                "the batch could not be proposed (%s); nothing was written, retry", kl_code_name(rc));
         goto fail;
     }
     if ((rc = kl_overlay_absorb(&n->overlay, &scratch, index, &err)) != KL_OK) {
@@ -406,6 +502,7 @@ void kl_node_submit_batch(kl_node *n, const char *principal, const uint8_t *req,
     memcpy(p->command_id, b->command_id.data, 16);
     memcpy(p->digest, digest, KL_DIGEST_LEN);
     p->index = index;
+    p->term = term;
     p->receipt = receipt.p;
     p->receipt_len = receipt.len;
     receipt.p = NULL;
@@ -416,8 +513,6 @@ void kl_node_submit_batch(kl_node *n, const char *principal, const uint8_t *req,
         goto fail;
     }
     n->n_pend++;
-    n->open_batches++;
-    flush_open(n);
     goto done;
 fail:
     reply_err(fn, cookie, &err);
@@ -425,6 +520,8 @@ done:
     kl_overlay_free(&scratch);
     kl_buf_free(&results);
     kl_buf_free(&receipt);
+    kl_buf_free(&ws);
+    kl_buf_free(&entry);
     keyload__v1__batch_request__free_unpacked(b, NULL);
 }
 
@@ -468,42 +565,6 @@ done:
 
 /* ---- open / close ---- */
 
-static kl_code recover(kl_node *n, kl_err *err)
-{
-    uint64_t last = kl_store_last_index(n->store);
-    for (uint64_t i = kl_store_applied_index(n->store) + 1; i <= last; i++) {
-        uint8_t *bytes;
-        size_t len;
-        bool found;
-        kl_code rc = kl_store_read_log(n->store, i, &bytes, &len, &found, err);
-        if (rc != KL_OK)
-            return rc;
-        if (!found)
-            return kl_fail(err, KL_INTERNAL, "log", "log entry %llu is missing", (unsigned long long)i);
-        rc = apply_encoded(n, bytes, len, err);
-        free(bytes);
-        if (rc != KL_OK)
-            return rc;
-    }
-    if (last == 0) {
-        /* The partition's first entry carries its incarnation (cursors and claims bind to it). */
-        uint8_t pinc[16];
-        n->io.random(pinc, sizeof pinc);
-        kl_buf e = {0};
-        if (encode_entry(&e, 1, entry_time(n), pinc, NULL) != 0)
-            return kl_fail(err, KL_INTERNAL, "memory", "out of memory");
-        kl_code rc = kl_store_append(n->store, 1, e.p, e.len, err);
-        if (rc == KL_OK)
-            rc = apply_encoded(n, e.p, e.len, err);
-        kl_buf_free(&e);
-        if (rc != KL_OK)
-            return rc;
-        last = 1;
-    }
-    n->last_index = last;
-    return KL_OK;
-}
-
 kl_code kl_node_open(kl_store *st, const kl_node_config *cfg, const kl_node_io *io, kl_node **out,
                      kl_err *err)
 {
@@ -514,12 +575,6 @@ kl_code kl_node_open(kl_store *st, const kl_node_config *cfg, const kl_node_io *
     n->cfg = *cfg;
     n->io = *io;
     kl_overlay_init(&n->overlay);
-    kl_code rc = recover(n, err);
-    if (rc != KL_OK) {
-        kl_overlay_free(&n->overlay);
-        free(n);
-        return rc;
-    }
     *out = n;
     return KL_OK;
 }
@@ -531,15 +586,8 @@ void kl_node_close(kl_node *n)
     kl_err err;
     kl_fail(&err, KL_UNKNOWN_WRITE_OUTCOME, "shutdown",
             "the member shut down before the batch was answered; retry with the same command id");
-    for (size_t i = 0; i < n->n_pend; i++) {
-        pending *p = &n->pend[i];
-        for (size_t j = 0; j < p->n_waiters; j++)
-            p->waiters[j].fn(p->waiters[j].cookie, KL_UNKNOWN_WRITE_OUTCOME, &err, NULL, 0);
-        pending_free(p);
-    }
+    drop_pending(n, &err);
     free(n->pend);
     kl_overlay_free(&n->overlay);
-    kl_buf_free(&n->open);
-    kl_buf_free(&n->inflight);
     free(n);
 }

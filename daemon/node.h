@@ -1,18 +1,21 @@
-/* node: the partition core on one member (DESIGN.md §3 write path), without I/O.
+/* node: the partition state machine on one member (DESIGN.md §3 write path), without I/O.
  *
- * It owns the pending overlay, the table of pending outcomes and the open log entry.
- * The driver (daemon/main.c, or a test) supplies I/O through kl_node_io: it performs the
- * durable append the node asks for and reports back with kl_node_append_done; the node
- * then commits, applies the entry to the store and answers every waiting caller. With
- * one member an entry is committed once appended; KL-2's replication sits between
- * append and commit without changing this interface's shape.
+ * It owns the pending overlay (writes of proposed, not yet applied batches) and the table
+ * of pending outcomes. The replication driver (daemon/repl/driver.h, or a test) supplies the
+ * log through kl_node_io: on the leader a batch is validated, evaluated against applied
+ * state plus pending writes, encoded as one LogEntry whose (term, index) the log promised
+ * (io.next) and proposed (io.propose); every member applies committed entries through
+ * kl_node_apply, in log order, and the leader answers a batch's callers only when its entry
+ * applies. Group commit happens below: the driver persists every entry proposed since its
+ * last synced write in one write.
  *
  * Invariants:
- *  - at most one append is in flight; batches arriving meanwhile join the open entry
- *    (group commit), which is flushed when the in-flight append completes;
- *  - a (principal, command id) is either committed (outcome in the store), pending (in
- *    the table, with its receipt already encoded) or unknown, never two of these;
- *  - a caller is answered OK only after its entry is durable and applied.
+ *  - a (principal, command id) is either committed (outcome in the store), pending (in the
+ *    table, with its receipt already encoded) or unknown, never two of these;
+ *  - a caller is answered OK only after its entry is committed and applied;
+ *  - pending state exists only while this member leads; kl_node_role(leader=false) answers
+ *    every waiting caller UNKNOWN_WRITE_OUTCOME and drops the overlay (the entries may still
+ *    commit under the next leader: a retry with the same command id finds out).
  * Threading: every function runs on the executor (the libuv loop thread). */
 #ifndef KL_NODE_H
 #define KL_NODE_H
@@ -33,9 +36,12 @@ typedef void (*kl_node_reply_fn)(void *cookie, kl_code code, const kl_err *err,
 
 typedef struct kl_node_io {
     void *ctx;
-    /* Starts the durable append of encoded entry `index`; the bytes stay valid until
-     * kl_node_append_done(index) is called. */
-    void (*append)(void *ctx, uint64_t index, const uint8_t *entry, size_t len);
+    /* Where the next proposal would land, and whether this member serves writes now (a
+     * leader whose own-term entry is committed and applied). */
+    void (*next)(void *ctx, uint64_t *index, uint64_t *term, bool *serving);
+    /* Proposes an encoded LogEntry at the index `next` returned. KL_OK: it is in the log,
+     * not yet committed. KL_NOT_LEADER / KL_UNAVAILABLE: nothing was proposed. */
+    kl_code (*propose)(void *ctx, const uint8_t *entry, size_t len);
     int64_t (*clock_ms)(void *ctx);
     void (*random)(uint8_t *buf, size_t n);
 } kl_node_io;
@@ -47,8 +53,6 @@ typedef struct kl_node_config {
     size_t max_pending_batches;   /* and past this many unapplied batches */
 } kl_node_config;
 
-/* Recovers: re-applies every logged entry past the store's applied index, and writes the
- * partition's first entry (its incarnation) into an empty store. */
 kl_code kl_node_open(kl_store *st, const kl_node_config *cfg, const kl_node_io *io, kl_node **out,
                      kl_err *err);
 /* Answers every caller still waiting UNKNOWN_WRITE_OUTCOME (their batches may commit
@@ -56,14 +60,25 @@ kl_code kl_node_open(kl_store *st, const kl_node_config *cfg, const kl_node_io *
 void kl_node_close(kl_node *n);
 
 /* Submits an encoded BatchRequest from `principal`. reply is called exactly once, maybe
- * before this returns. */
+ * before this returns. NOT_LEADER when this member does not serve writes now. */
 void kl_node_submit_batch(kl_node *n, const char *principal, const uint8_t *req, size_t len,
                           kl_node_reply_fn reply, void *cookie);
 
-/* The driver reports the append of `index`. On failure every caller of that entry is
- * answered UNKNOWN_WRITE_OUTCOME and the node refuses further batches (UNAVAILABLE):
- * its pending state can no longer be trusted; the daemon restarts to recover. */
-void kl_node_append_done(kl_node *n, uint64_t index, kl_code status, const kl_err *err);
+/* Applies the committed entry (index, term): `entry` is the stored LogEntry (NULL for a
+ * no-op). Index must be the store's applied index + 1. Answers the callers of a pending
+ * batch at that index: OK when the committed entry is the one proposed (same term), else
+ * UNKNOWN_WRITE_OUTCOME. A failure marks the node broken (the member must restart). */
+kl_code kl_node_apply(kl_node *n, uint64_t index, uint64_t term, const uint8_t *entry, size_t len,
+                      kl_err *err);
+
+/* Leadership changed. Leaving it answers every pending caller UNKNOWN_WRITE_OUTCOME and
+ * drops the pending overlay. A serving leader of a partition without an incarnation yet
+ * proposes the entry that records it. */
+void kl_node_role(kl_node *n, bool serving);
+
+/* Encodes the LogEntry a no-op (or any entry without write-sets) is stored as. */
+int kl_node_encode_empty_entry(uint64_t index, uint64_t term, uint32_t raft_type, uint8_t **out,
+                               size_t *len);
 
 /* QueueStats over applied state. On KL_OK *answer is malloc'd (caller frees). */
 kl_code kl_node_queue_stats(kl_node *n, const uint8_t *req, size_t len, uint8_t **answer,

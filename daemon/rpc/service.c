@@ -3,11 +3,46 @@
 #include "common/failpoint.h"
 
 #include <stdlib.h>
+#include <string.h>
+
+/* The leader's client URL, or NULL when unknown (or this member). */
+static const char *leader_url(const kl_service *s, uint64_t *leader_out)
+{
+    kl_raft_status st;
+    kl_repl_status(s->repl, &st);
+    if (leader_out)
+        *leader_out = st.leader;
+    if (st.leader == 0 || st.leader == st.id)
+        return NULL;
+    for (int i = 0; i < s->partition->member_count; i++)
+        if ((uint64_t)s->partition->members[i].id == st.leader)
+            return s->partition->members[i].client_url;
+    return NULL;
+}
+
+static void reply_not_leader(kl_service *s, kl_rpc_call *call, const kl_err *err)
+{
+    const char *url = leader_url(s, NULL);
+    kl_err e = *err;
+    if (url == NULL)
+        kl_fail(&e, KL_NOT_LEADER, "leader_unknown",
+                "this member does not lead partition %d and knows no leader yet; retry shortly",
+                s->partition->id);
+    kl_rpc_reply_error(call, &e, url);
+}
+
+typedef struct batch_call {
+    kl_service *s;
+    kl_rpc_call *call;
+} batch_call;
 
 static void batch_answered(void *cookie, kl_code code, const kl_err *err, const uint8_t *receipt,
                            size_t len)
 {
-    kl_rpc_call *call = cookie;
+    batch_call *bc = cookie;
+    kl_rpc_call *call = bc->call;
+    kl_service *s = bc->s;
+    free(bc);
     kl_err fe;
     kl_err_clear(&fe);
     if (KL_FAILPOINT("daemon.before_reply", &fe) != KL_OK) {
@@ -16,6 +51,8 @@ static void batch_answered(void *cookie, kl_code code, const kl_err *err, const 
     }
     if (code == KL_OK)
         kl_rpc_reply(call, receipt, len);
+    else if (code == KL_NOT_LEADER)
+        reply_not_leader(s, call, err);
     else
         kl_rpc_reply_error(call, err, NULL);
 }
@@ -25,12 +62,20 @@ static void handle_batch(void *owner, kl_rpc_call *call)
     kl_service *s = owner;
     size_t len;
     const uint8_t *p = kl_rpc_call_payload(call, &len);
-    kl_node_submit_batch(s->node, KL_LOCAL_PRINCIPAL, p, len, batch_answered, call);
+    batch_call *bc = malloc(sizeof *bc);
+    if (bc == NULL) {
+        kl_err e;
+        kl_fail(&e, KL_UNAVAILABLE, "memory", "out of memory; retry");
+        kl_rpc_reply_error(call, &e, NULL);
+        return;
+    }
+    bc->s = s;
+    bc->call = call;
+    kl_node_submit_batch(s->node, KL_LOCAL_PRINCIPAL, p, len, batch_answered, bc);
 }
 
-static void handle_queue_stats(void *owner, kl_rpc_call *call)
+static void serve_stats(kl_service *s, kl_rpc_call *call)
 {
-    kl_service *s = owner;
     size_t len, alen;
     const uint8_t *p = kl_rpc_call_payload(call, &len);
     uint8_t *answer;
@@ -42,6 +87,79 @@ static void handle_queue_stats(void *owner, kl_rpc_call *call)
     }
     kl_rpc_reply(call, answer, alen);
     free(answer);
+}
+
+static void handle_queue_stats(void *owner, kl_rpc_call *call)
+{
+    kl_service *s = owner;
+    kl_err err;
+    int slot = -1;
+    for (int i = 0; i < KL_SERVICE_MAX_READS && slot < 0; i++)
+        if (s->reads[i].ctx == 0)
+            slot = i;
+    if (slot < 0) {
+        kl_fail(&err, KL_UNAVAILABLE, "reads_full",
+                "%d reads are already waiting for their barrier; retry shortly", KL_SERVICE_MAX_READS);
+        kl_rpc_reply_error(call, &err, NULL);
+        return;
+    }
+    uint64_t ctx = ++s->next_read;
+    uint64_t leader = 0;
+    /* Registered first: the barrier may confirm inside kl_repl_read_index (one member). */
+    s->reads[slot].ctx = ctx;
+    s->reads[slot].call = call;
+    kl_code rc = kl_repl_read_index(s->repl, ctx, &leader);
+    if (rc == KL_OK)
+        return;
+    if (s->reads[slot].ctx != ctx)
+        return; /* already answered */
+    s->reads[slot].ctx = 0;
+    if (rc == KL_NOT_LEADER) {
+        kl_fail(&err, KL_NOT_LEADER, "not_leader",
+                "this member does not lead partition %d now; read from the leader", s->partition->id);
+        reply_not_leader(s, call, &err);
+        return;
+    }
+    kl_fail(&err, KL_UNAVAILABLE, "read_barrier", "the read barrier is unavailable (%s); retry",
+            kl_code_name(rc));
+    kl_rpc_reply_error(call, &err, NULL);
+}
+
+static int find_read(kl_service *s, uint64_t ctx)
+{
+    for (int i = 0; i < KL_SERVICE_MAX_READS; i++)
+        if (s->reads[i].ctx == ctx)
+            return i;
+    return -1;
+}
+
+void kl_service_read_ready(kl_service *s, uint64_t read_ctx)
+{
+    int i = find_read(s, read_ctx);
+    if (i < 0)
+        return;
+    kl_rpc_call *call = s->reads[i].call;
+    s->reads[i].ctx = 0;
+    serve_stats(s, call);
+}
+
+void kl_service_read_dropped(kl_service *s, uint64_t read_ctx)
+{
+    int i = find_read(s, read_ctx);
+    if (i < 0)
+        return;
+    kl_rpc_call *call = s->reads[i].call;
+    s->reads[i].ctx = 0;
+    kl_err err;
+    kl_fail(&err, KL_UNAVAILABLE, "leader_changed", "leadership changed during the read; retry");
+    kl_rpc_reply_error(call, &err, NULL);
+}
+
+void kl_service_drop_reads(kl_service *s)
+{
+    for (int i = 0; i < KL_SERVICE_MAX_READS; i++)
+        if (s->reads[i].ctx != 0)
+            kl_service_read_dropped(s, s->reads[i].ctx);
 }
 
 static const kl_rpc_method methods[] = {

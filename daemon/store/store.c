@@ -388,10 +388,19 @@ kl_code kl_store_apply(kl_store *st, const Keyload__V1__LogEntry *e, kl_err *err
         }
     }
     if (e->partition_incarnation.len == 16) {
+        /* The first incarnation applied wins: a leader that failed before its proposal
+         * committed may be followed by another proposing a different one. */
         kl_key pk;
         kl_key_meta(&pk, "pinc");
-        rocksdb_writebatch_put(wb, (const char *)pk.b, pk.len,
-                               (const char *)e->partition_incarnation.data, 16);
+        uint8_t *v;
+        size_t n;
+        bool found;
+        if ((rc = kl_store_get(st, pk.b, pk.len, &v, &n, &found, err)) != KL_OK)
+            goto out;
+        free(v);
+        if (!found)
+            rocksdb_writebatch_put(wb, (const char *)pk.b, pk.len,
+                                   (const char *)e->partition_incarnation.data, 16);
     }
     kl_key ak;
     kl_key_meta(&ak, "applied");

@@ -238,7 +238,11 @@ static int start_daemon(const char *failpoints)
         int st;
         if (waitpid(pid, &st, WNOHANG) == pid) {
             daemon_pid = -1;
-            fprintf(stderr, "  keyloadd exited during start (see %s)\n", log);
+            fprintf(stderr, "  keyloadd exited during start (status %d); its last log lines:\n", st);
+            char cmd[800];
+            snprintf(cmd, sizeof cmd, "tail -n 5 '%s' >&2", log);
+            if (system(cmd) != 0)
+                fprintf(stderr, "  (no log)\n");
             return -1;
         }
         sleep_ms(50);
@@ -286,7 +290,8 @@ static void fresh_store(const char *name, const char *limits)
     char data[700];
     snprintf(data, sizeof data, "%s/%s", work, name);
     static int port_seq;
-    int port = 21000 + (getpid() % 20000) + (port_seq++ % 50);
+    /* Below Linux's ephemeral range (32768+), so no client connection holds the port. */
+    int port = 21000 + (getpid() % 5000) + (port_seq++ % 50);
     write_cluster(port, data, limits ? limits : "");
 }
 

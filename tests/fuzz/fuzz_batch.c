@@ -9,9 +9,10 @@
  * $KL_FUZZ_STORE_ROOT, else /dev/shm, else /tmp, and removed at exit; it is replaced by a
  * fresh one after REOPEN_INPUTS inputs or once it holds more than REOPEN_BYTES.
  *
- * The driver plays keyloadd's part by hand (as tests/unit/harness.c does): the append
- * callback writes the entry with kl_store_append and reports kl_node_append_done, the
- * clock is a variable advanced per input, randomness is a counter.
+ * The driver plays the replication driver's part by hand (as tests/unit/harness.c does):
+ * proposals queue up and, once the submit returned, are made durable (kl_store_log_write)
+ * and applied (kl_node_apply) in order, as a one-member Raft group does; the clock is a
+ * variable advanced per input, randomness is a counter.
  *
  * Derived from a hash of the input (so that one input always runs the same way):
  *  - the clock advance: mostly under a second, sometimes past a lease (30 s default),
@@ -20,9 +21,9 @@
  *    appending a command_id field (the last occurrence of a protobuf field wins) and so
  *    without touching the input's bytes; otherwise every mutation of a seed would reuse
  *    the seed's id and be refused as CONFLICT before evaluation;
- *  - for 1 input in 8, "held" mode: a background enqueue's append is held in flight while
- *    the input is submitted twice (it is evaluated against the pending overlay, joins
- *    the open entry and waits), then the held append completes and group commit runs.
+ *  - for 1 input in 8, "held" mode: a background enqueue's proposal is held uncommitted
+ *    while the input is submitted twice (it is evaluated against the pending overlay and
+ *    waits), then every held proposal commits in order.
  * Every 8th input, a Receive of up to 10 from "q", "work" (max_deliveries 1, dead letter
  * queue "dlq") or "drop" (max_deliveries 1, no dead letter queue) acks a quarter of the
  * leases and releases another quarter at once (which must succeed), leaving the rest to
@@ -120,9 +121,13 @@ static struct {
     bool hold;               /* hold the next append instead of completing it */
     uint8_t tokens[TOKEN_RING][16]; /* the latest lease tokens handed out */
     size_t n_tokens, next_token;
-    uint64_t held_index;
-    const uint8_t *held;     /* the node keeps these bytes valid until append_done */
-    size_t held_len;
+    uint64_t next_index;     /* where the next proposal lands */
+    struct {
+        uint64_t index;
+        uint8_t *bytes;
+        size_t len;
+    } props[64];             /* proposed, not yet committed */
+    size_t n_props;
 } G;
 
 static const char *const QUEUES[] = {"q", "small", "dlq", "work", "drop"};
@@ -142,38 +147,54 @@ static void die(const char *fmt, ...)
 
 /* ---- node I/O ---- */
 
-static void persist(uint64_t index, const uint8_t *entry, size_t len)
+/* Commits the oldest proposal: durable write, then apply (term 1: one member, one term). */
+static void commit_one(void)
 {
     kl_err err;
     kl_err_clear(&err);
-    if (kl_store_append(G.store, index, entry, len, &err) != KL_OK)
-        die("kl_store_append(%llu) failed: %s", (unsigned long long)index, err.message);
-    kl_node_append_done(G.node, index, KL_OK, NULL);
+    kl_store_log_item it = {G.props[0].index, G.props[0].bytes, G.props[0].len};
+    if (kl_store_log_write(G.store, NULL, 0, &it, 1, &err) != KL_OK)
+        die("kl_store_log_write(%llu) failed: %s", (unsigned long long)it.index, err.message);
+    if (kl_node_apply(G.node, it.index, 1, it.bytes, it.len, &err) != KL_OK)
+        die("kl_node_apply(%llu) failed: %s", (unsigned long long)it.index, err.message);
+    free(G.props[0].bytes);
+    memmove(&G.props[0], &G.props[1], (G.n_props - 1) * sizeof G.props[0]);
+    G.n_props--;
 }
 
-static void io_append(void *ctx, uint64_t index, const uint8_t *entry, size_t len)
+static void commit_all(void)
+{
+    while (G.n_props > 0)
+        commit_one();
+}
+
+static void io_next(void *ctx, uint64_t *index, uint64_t *term, bool *serving)
 {
     (void)ctx;
-    if (G.held_index != 0)
-        die("a second append (%llu) started while %llu is in flight", (unsigned long long)index,
-            (unsigned long long)G.held_index);
-    if (G.hold) {
-        G.held_index = index;
-        G.held = entry;
-        G.held_len = len;
-        return;
-    }
-    persist(index, entry, len);
+    *index = G.next_index;
+    *term = 1;
+    *serving = true;
+}
+
+static kl_code io_propose(void *ctx, const uint8_t *entry, size_t len)
+{
+    (void)ctx;
+    if (G.n_props == sizeof G.props / sizeof G.props[0])
+        return KL_UNAVAILABLE;
+    G.props[G.n_props].index = G.next_index++;
+    G.props[G.n_props].bytes = malloc(len ? len : 1);
+    if (G.props[G.n_props].bytes == NULL)
+        die("out of memory");
+    memcpy(G.props[G.n_props].bytes, entry, len);
+    G.props[G.n_props].len = len;
+    G.n_props++;
+    return KL_OK;
 }
 
 static void release_held(void)
 {
     G.hold = false;
-    if (G.held_index == 0)
-        return;
-    uint64_t index = G.held_index;
-    G.held_index = 0;
-    persist(index, G.held, G.held_len);
+    commit_all();
 }
 
 static int64_t io_clock(void *ctx)
@@ -232,6 +253,8 @@ static void submit(const uint8_t *req, size_t len, reply *r)
 {
     memset(r, 0, sizeof *r);
     kl_node_submit_batch(G.node, PRINCIPAL, req, len, on_reply, r);
+    if (!G.hold)
+        commit_all();
 }
 
 static void expect_answered(const reply *r, const char *what)
@@ -893,9 +916,13 @@ static void store_open(void)
     kl_node_config cfg = {.partition = 0, .max_pending_bytes = 1u << 26, .max_pending_batches = 1024};
     kl_limits_default(&cfg.limits);
     cfg.limits.max_scan_records = FUZZ_MAX_SCAN_RECORDS;
-    kl_node_io io = {.ctx = NULL, .append = io_append, .clock_ms = io_clock, .random = io_random};
+    kl_node_io io = {.ctx = NULL, .next = io_next, .propose = io_propose, .clock_ms = io_clock,
+                     .random = io_random};
+    G.next_index = kl_store_last_index(G.store) + 1;
     if (kl_node_open(G.store, &cfg, &io, &G.node, &err) != KL_OK)
         die("kl_node_open: %s", err.message);
+    kl_node_role(G.node, true); /* proposes the partition incarnation */
+    commit_all();
     for (size_t i = 0; i < N_QUEUES; i++)
         create_base_queue(QUEUES[i]);
 }
@@ -906,6 +933,10 @@ static void store_close(void)
         return;
     kl_node_close(G.node);
     kl_store_close(G.store);
+    while (G.n_props > 0) {
+        free(G.props[G.n_props - 1].bytes);
+        G.n_props--;
+    }
     G.node = NULL;
     G.store = NULL;
     nftw(G.dir, rm_one, 16, FTW_DEPTH | FTW_PHYS);
@@ -1042,7 +1073,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     submit(req, len, &r1);
     if (held) {
         submit(req, len, &r2);
-        if (G.held_index == 0 && bg.count == 0)
+        if (G.n_props == 0 && bg.count == 0)
             die("the background batch was neither answered nor appended");
         release_held();
         expect_answered(&bg, "background enqueue");

@@ -1,5 +1,7 @@
 #include "harness.h"
 
+#include "keyload/v1/store.pb-c.h"
+
 #include <check.h>
 #include <ftw.h>
 #include <stdio.h>
@@ -21,28 +23,55 @@ static int rm_one(const char *p, const struct stat *sb, int flag, struct FTW *ft
 
 void th_rmrf(const char *dir) { nftw(dir, rm_one, 16, FTW_DEPTH | FTW_PHYS); }
 
-static void th_append(void *ctx, uint64_t index, const uint8_t *entry, size_t len)
+static void th_next(void *ctx, uint64_t *index, uint64_t *term, bool *serving)
 {
     th_node *t = ctx;
-    ck_assert_uint_eq(t->held_index, 0);
-    t->held_index = index;
-    t->held = malloc(len);
-    memcpy(t->held, entry, len);
-    t->held_len = len;
-    if (t->auto_persist)
-        th_persist(t);
+    *index = t->next_index;
+    *term = t->term;
+    *serving = t->serving;
+}
+
+static kl_code th_propose(void *ctx, const uint8_t *entry, size_t len)
+{
+    th_node *t = ctx;
+    ck_assert_uint_lt(t->n_props, sizeof t->props / sizeof t->props[0]);
+    th_prop *p = &t->props[t->n_props++];
+    p->index = t->next_index++;
+    p->term = t->term;
+    p->bytes = malloc(len ? len : 1);
+    memcpy(p->bytes, entry, len);
+    p->len = len;
+    return KL_OK;
+}
+
+static void pop_prop(th_node *t)
+{
+    free(t->props[0].bytes);
+    memmove(&t->props[0], &t->props[1], (t->n_props - 1) * sizeof t->props[0]);
+    t->n_props--;
+}
+
+void th_persist_only(th_node *t)
+{
+    ck_assert_uint_gt(t->n_props, 0);
+    kl_err err;
+    kl_store_log_item it = {t->props[0].index, t->props[0].bytes, t->props[0].len};
+    ck_assert_int_eq(kl_store_log_write(t->store, NULL, 0, &it, 1, &err), KL_OK);
 }
 
 void th_persist(th_node *t)
 {
-    ck_assert_uint_ne(t->held_index, 0);
+    th_persist_only(t);
     kl_err err;
-    uint64_t index = t->held_index;
-    ck_assert_int_eq(kl_store_append(t->store, index, t->held, t->held_len, &err), KL_OK);
-    free(t->held);
-    t->held = NULL;
-    t->held_index = 0;
-    kl_node_append_done(t->node, index, KL_OK, NULL);
+    ck_assert_int_eq(kl_node_apply(t->node, t->props[0].index, t->props[0].term, t->props[0].bytes,
+                                   t->props[0].len, &err), KL_OK);
+    pop_prop(t);
+}
+
+void th_drain(th_node *t)
+{
+    while (t->n_props > 0)
+        th_persist(t);
 }
 
 static int64_t th_clock(void *ctx) { return ((th_node *)ctx)->now; }
@@ -62,6 +91,8 @@ void th_open(th_node *t, const char *dir, const kl_limits *limits)
     snprintf(t->dir, sizeof t->dir, "%s", dir);
     t->now = 1700000000000;
     t->auto_persist = true;
+    t->serving = true;
+    t->term = 1;
     if (limits)
         t->limits = *limits;
     else
@@ -76,17 +107,38 @@ void th_reopen(th_node *t)
     ck_assert_int_eq(kl_store_open(t->dir, NULL, &t->store, &err), KL_OK);
     kl_node_config cfg = {.partition = 0, .limits = t->limits, .max_pending_bytes = 1u << 26,
                           .max_pending_batches = 1024};
-    kl_node_io io = {.ctx = t, .append = th_append, .clock_ms = th_clock, .random = th_random};
+    kl_node_io io = {.ctx = t, .next = th_next, .propose = th_propose, .clock_ms = th_clock,
+                     .random = th_random};
     ck_assert_int_eq(kl_node_open(t->store, &cfg, &io, &t->node, &err), KL_OK);
+    /* One member: every durable entry is committed; re-apply the ones not yet applied, as
+     * the driver's Raft group hands them out after a restart. */
+    uint64_t last = kl_store_last_index(t->store);
+    for (uint64_t i = kl_store_applied_index(t->store) + 1; i <= last; i++) {
+        uint8_t *bytes;
+        size_t len;
+        bool found;
+        ck_assert_int_eq(kl_store_read_log(t->store, i, &bytes, &len, &found, &err), KL_OK);
+        ck_assert(found);
+        Keyload__V1__LogEntry *e = keyload__v1__log_entry__unpack(NULL, len, bytes);
+        ck_assert_ptr_nonnull(e);
+        uint64_t term = e->term;
+        keyload__v1__log_entry__free_unpacked(e, NULL);
+        ck_assert_int_eq(kl_node_apply(t->node, i, term, bytes, len, &err), KL_OK);
+        free(bytes);
+    }
+    t->next_index = last + 1;
+    t->term++; /* a restarted member leads a new term */
+    kl_node_role(t->node, t->serving);
+    if (t->auto_persist)
+        th_drain(t);
 }
 
 void th_close(th_node *t)
 {
     kl_node_close(t->node);
     kl_store_close(t->store);
-    free(t->held);
-    t->held = NULL;
-    t->held_index = 0;
+    while (t->n_props > 0)
+        pop_prop(t);
     t->node = NULL;
     t->store = NULL;
 }
@@ -270,6 +322,8 @@ void th_submit(th_node *t, const uint8_t *req, size_t len, th_reply *r)
 {
     rand_owner = t;
     kl_node_submit_batch(t->node, "local", req, len, on_reply, r);
+    if (t->auto_persist)
+        th_drain(t);
 }
 
 Keyload__V1__BatchReceipt *th_run(th_node *t, th_batch *b, kl_code expect)

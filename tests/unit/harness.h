@@ -16,16 +16,28 @@ typedef struct th_reply {
     size_t len;
 } th_reply;
 
+/* A proposal the fake log holds until th_persist commits it. */
+typedef struct th_prop {
+    uint64_t index, term;
+    uint8_t *bytes;
+    size_t len;
+} th_prop;
+
+/* The node with a fake single-member log in place of the replication driver: proposals
+ * queue up; th_persist makes the oldest durable (kl_store_log_write) and applies it, as a
+ * one-member Raft group would. */
 typedef struct th_node {
     char dir[256];
     kl_store *store;
     kl_node *node;
     int64_t now;
     uint64_t rand_counter;
-    bool auto_persist;            /* complete appends at once */
-    uint64_t held_index;          /* an append waiting for th_persist */
-    uint8_t *held;
-    size_t held_len;
+    bool auto_persist;            /* commit every proposal as soon as the submit returns */
+    bool serving;                 /* what io.next reports */
+    uint64_t term;
+    uint64_t next_index;
+    th_prop props[4096];
+    size_t n_props;
     kl_limits limits;
 } th_node;
 
@@ -35,8 +47,12 @@ void th_rmrf(const char *dir);
 void th_open(th_node *t, const char *dir, const kl_limits *limits);
 void th_close(th_node *t);          /* node and store; keeps the directory */
 void th_reopen(th_node *t);
-/* Completes the held append (durable write + append_done). */
+/* Commits the oldest proposal: durable log write, then kl_node_apply. */
 void th_persist(th_node *t);
+/* Only the durable log write of the oldest proposal (a crash before apply follows). */
+void th_persist_only(th_node *t);
+/* Commits every queued proposal. */
+void th_drain(th_node *t);
 
 void th_reply_free(th_reply *r);
 kl_node_reply_fn th_reply_fn(void);

@@ -117,7 +117,7 @@ START_TEST(pending_same_key_waits_for_commit)
 }
 END_TEST
 
-START_TEST(group_commit_and_pending_visibility)
+START_TEST(pending_batches_see_each_other)
 {
     T.auto_persist = false;
     th_reply r[4] = {{0}};
@@ -129,26 +129,92 @@ START_TEST(group_commit_and_pending_visibility)
         th_submit(&T, req, len, &r[i]);
         free(req);
     }
-    /* The first batch went out alone; the next three wait together in the open entry. */
-    ck_assert_int_eq(r[0].count, 0);
+    /* All four are in the log, none committed, nobody answered. */
+    ck_assert_uint_eq(T.n_props, 4);
+    for (int i = 0; i < 4; i++)
+        ck_assert_int_eq(r[i].count, 0);
     th_persist(&T);
     ck_assert_int_eq(r[0].count, 1);
     ck_assert_int_eq(r[1].count, 0);
-    th_persist(&T);
+    th_drain(&T);
     uint64_t idx[4];
     for (int i = 0; i < 4; i++) {
         ck_assert_int_eq(r[i].code, KL_OK);
         Keyload__V1__BatchReceipt *rc = keyload__v1__batch_receipt__unpack(NULL, r[i].len, r[i].receipt);
         idx[i] = rc->index;
+        ck_assert_uint_eq(rc->term, T.term);
         /* Each batch saw the pending ones before it: ids are 1, 2, 3, 4. */
         ck_assert_uint_eq(rc->results[0]->enqueued->message_id, (uint64_t)i + 1);
         keyload__v1__batch_receipt__free_unpacked(rc, NULL);
         th_reply_free(&r[i]);
     }
-    ck_assert_uint_eq(idx[1], idx[0] + 1);
-    ck_assert_uint_eq(idx[2], idx[1]);
-    ck_assert_uint_eq(idx[3], idx[1]);
+    for (int i = 1; i < 4; i++)
+        ck_assert_uint_eq(idx[i], idx[i - 1] + 1);
     ck_assert_uint_eq(th_queue_messages(&T, "orders", NULL), 4);
+}
+END_TEST
+
+START_TEST(leadership_loss_answers_unknown_and_drops_pending)
+{
+    T.auto_persist = false;
+    th_batch *b = th_batch_new(0x28);
+    th_enqueue(b, "orders", NULL, "m");
+    size_t len;
+    uint8_t *req = th_batch_pack(b, &len);
+    th_reply r = {0};
+    th_submit(&T, req, len, &r);
+    ck_assert_int_eq(r.count, 0);
+    kl_node_role(T.node, false);
+    /* Never "rolled back": the entry may still commit under the next leader. */
+    ck_assert_int_eq(r.count, 1);
+    ck_assert_int_eq(r.code, KL_UNKNOWN_WRITE_OUTCOME);
+    ck_assert_uint_eq(kl_node_pending_batches(T.node), 0);
+    /* A follower refuses new batches with NOT_LEADER. */
+    T.serving = false;
+    th_reply r2 = {0};
+    th_submit(&T, req, len, &r2);
+    ck_assert_int_eq(r2.code, KL_NOT_LEADER);
+    /* The old proposal commits after all (a new leader kept it): applying it on this member
+     * changes state exactly once; the retry then finds the outcome. */
+    th_persist(&T);
+    ck_assert_uint_eq(th_queue_messages(&T, "orders", NULL), 1);
+    T.serving = true;
+    kl_node_role(T.node, true);
+    T.auto_persist = true;
+    th_reply r3 = {0};
+    th_submit(&T, req, len, &r3);
+    ck_assert_int_eq(r3.code, KL_OK);
+    ck_assert_uint_eq(th_queue_messages(&T, "orders", NULL), 1);
+    free(req);
+    th_reply_free(&r);
+    th_reply_free(&r2);
+    th_reply_free(&r3);
+}
+END_TEST
+
+START_TEST(slot_taken_by_another_term_is_unknown)
+{
+    T.auto_persist = false;
+    th_batch *b = th_batch_new(0x29);
+    th_enqueue(b, "orders", NULL, "m");
+    size_t len;
+    uint8_t *req = th_batch_pack(b, &len);
+    th_reply r = {0};
+    th_submit(&T, req, len, &r);
+    /* Another leader's entry (a different term) commits at our batch's index. */
+    T.props[0].term = T.term + 1;
+    uint8_t *noop;
+    size_t nlen;
+    ck_assert_int_eq(kl_node_encode_empty_entry(T.props[0].index, T.props[0].term, 1, &noop, &nlen), 0);
+    free(T.props[0].bytes);
+    T.props[0].bytes = noop;
+    T.props[0].len = nlen;
+    th_persist(&T);
+    ck_assert_int_eq(r.count, 1);
+    ck_assert_int_eq(r.code, KL_UNKNOWN_WRITE_OUTCOME);
+    ck_assert_uint_eq(th_queue_messages(&T, "orders", NULL), 0);
+    free(req);
+    th_reply_free(&r);
 }
 END_TEST
 
@@ -373,9 +439,8 @@ START_TEST(recovery_reapplies_durable_entries)
     uint8_t *req = th_batch_pack(b, &len);
     th_reply r = {0};
     th_submit(&T, req, len, &r);
-    /* The append reaches disk but the member dies before apply and reply. */
-    kl_err err;
-    ck_assert_int_eq(kl_store_append(T.store, T.held_index, T.held, T.held_len, &err), KL_OK);
+    /* The entry reaches disk but the member dies before apply and reply. */
+    th_persist_only(&T);
     th_close(&T);
     ck_assert_int_eq(r.count, 1);
     ck_assert_int_eq(r.code, KL_UNKNOWN_WRITE_OUTCOME); /* never "rolled back" */
@@ -533,7 +598,9 @@ Suite *suite_engine(void)
     tcase_add_test(t, replay_returns_identical_bytes);
     tcase_add_test(t, conflict_on_different_content);
     tcase_add_test(t, pending_same_key_waits_for_commit);
-    tcase_add_test(t, group_commit_and_pending_visibility);
+    tcase_add_test(t, pending_batches_see_each_other);
+    tcase_add_test(t, leadership_loss_answers_unknown_and_drops_pending);
+    tcase_add_test(t, slot_taken_by_another_term_is_unknown);
     tcase_add_test(t, batch_is_all_or_nothing);
     tcase_add_test(t, quota_refuses_before_mutation);
     tcase_add_test(t, batch_limits_and_bad_ids);

@@ -1,0 +1,1201 @@
+/* peer: member-to-member frames over one nng pair1 poly socket (see peer.h).
+ *
+ * State. Everything nng threads touch (the pipe table, each member's connection, window and
+ * outbound queue, the inbox, the counters, `stopping`) is under `mu`. The configuration
+ * copied at start is immutable afterwards and read without the lock. Loop-only fields are
+ * marked so.
+ *
+ * Sending ("pumping"). member_pump takes the next frame a member may send now (its hello,
+ * then queued data while the data window has room, then a bare ack when one is due), stamps
+ * the cumulative ack and the pipe into it under `mu`, and hands it to nng with the lock
+ * released. Only one thread pumps a member at a time (`pumping`); another thread that changes
+ * the member's state meanwhile (an ack arrived, the loop queued a frame) leaves the sending
+ * to the pumping thread, which re-reads the state before each frame and so sees the change.
+ *
+ * Shutdown. kl_peer_stop sets `stopping` (from then on nothing is sent or delivered and
+ * received frames are dropped) and drops every queued frame; the watchdog timer then waits
+ * until the connections are quiet, stops the receive (nng_aio_stop waits out its
+ * callback), closes the socket (nng_close returns once no pipe callback runs) and closes
+ * the two libuv handles; the last close callback frees the memory. */
+#include "daemon/repl/peer.h"
+
+#include "common/log.h"
+
+#include <inttypes.h>
+#include <nng/nng.h>
+#include <nng/protocol/pair1/pair.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define PEER_HDR 9 /* u8 type + u64 ack */
+#define PEER_T_HELLO 1
+#define PEER_T_DATA 2
+#define PEER_T_ACK 3
+#define PEER_MAGIC 0x4b4c5052u /* "KLPR" */
+#define PEER_VERSION 1
+#define PEER_HELLO_FIXED (4 + 1 + 8 + 8 + 1)
+
+/* nng 1.5.2 pair1 poly: per-pipe send queue of 2 plus the message being written. */
+#define PEER_WINDOW 3      /* unacknowledged frames of any type */
+#define PEER_DATA_WINDOW 2 /* unacknowledged frames when a data frame may go */
+
+/* Socket send buffer: every member's window on its current and on one replaced connection,
+ * plus room; with the windows respected a non-blocking send can never find it full. */
+#define PEER_SENDBUF (2 * PEER_WINDOW * KL_PEER_MAX_PEERS + 16)
+/* Pipes tracked at once: every peer's connection, a replaced one each, and strangers still
+ * handshaking. A pipe beyond it is closed at once. */
+#define PEER_MAX_PIPES (2 * KL_PEER_MAX_PEERS + 14)
+/* A received frame of up to this multiple of max_frame arrives and is counted as oversized;
+ * nng closes the connection on a larger one. */
+#define PEER_OVERSIZE_FACTOR 4
+#define PEER_RECONN_MIN_MS 50
+#define PEER_RECONN_MAX_MS 1000
+/* Refusal log lines: at most one per this interval (a misconfigured dialer retries every
+ * second); the others are counted and reported with the next line. */
+#define PEER_REFUSAL_LOG_MS 1000
+/* Watchdog period: ack_timeout_ms / 4, between 10 ms and this. It is also the longest a
+ * lone frame waits for its (delayed) ack, so it stays well under any sane ack timeout. */
+#define PEER_TICK_MAX_MS 100
+/* Stop: the socket is closed once no frame arrived for PEER_QUIET_MS, or after
+ * PEER_QUIESCE_MAX_MS at the latest (see kl_peer_stop). */
+#define PEER_QUIET_MS 40
+#define PEER_QUIESCE_MAX_MS 300
+
+typedef struct peer_out {
+    struct peer_out *next;
+    nng_msg *msg; /* header + payload */
+    size_t len;   /* payload bytes */
+} peer_out;
+
+typedef struct peer_member {
+    /* Immutable after start. */
+    uint64_t id;
+    char *url;        /* dialed when id < self, else NULL */
+    uint32_t dialer;  /* nng dialer id, 0 = we do not dial this member (set before dialing) */
+
+    /* Under kl_peer.mu. Counters are per connection and restart at every new one. */
+    uint32_t pipe;        /* current connection, 0 = none */
+    bool connected;       /* both hellos crossed on `pipe` */
+    bool hello_due;       /* our hello is not yet sent on `pipe` */
+    bool pumping;         /* a thread is sending this member's frames */
+    bool ack_data;        /* a hello or data frame arrived since our last report */
+    bool ack_now;         /* the watchdog tick found ack_data still set: ack it now */
+    uint64_t tx;          /* frames sent on pipe */
+    uint64_t tx_acked;    /* of which the peer reported receiving */
+    uint64_t rx;          /* frames received on pipe */
+    uint64_t rx_acked;    /* rx value last reported to the peer */
+    uint64_t data_hi;     /* tx after our last hello or data frame */
+    uint64_t wait_since;  /* ms since data_hi > tx_acked with no ack progress; 0 = none */
+    peer_out *head, *tail;
+    size_t q_frames, q_bytes;
+} peer_member;
+
+typedef struct peer_pipe {
+    uint32_t id;     /* 0 = free slot */
+    int member;      /* index into members, -1 = not (yet) a member's connection */
+    bool dialed;     /* we dialed it (the peer must answer our hello) */
+    bool hello_rx;   /* the peer's hello arrived and was accepted */
+    bool dead;       /* refused or replaced: closing, its frames are dropped */
+    uint64_t since;  /* ms when the pipe was added */
+} peer_pipe;
+
+typedef struct peer_inbound {
+    uint64_t from;
+    nng_msg *msg; /* payload only */
+} peer_inbound;
+
+struct kl_peer {
+    /* Immutable after start. */
+    uv_loop_t *loop;
+    char *cluster;
+    size_t cluster_len;
+    uint64_t self;
+    char *listen_url;
+    size_t n_members;
+    peer_member members[KL_PEER_MAX_PEERS];
+    size_t max_frame;
+    size_t max_frames;
+    size_t max_bytes;
+    uint32_t ack_timeout_ms;
+    kl_peer_recv_fn recv;
+    void *owner;
+    nng_socket sock;
+    nng_aio *recv_aio;
+    uv_async_t wake;
+    uv_timer_t watchdog;
+
+    uv_mutex_t mu;
+    bool stopping;                    /* under mu; written only by the loop thread */
+    uint64_t stop_at;                 /* under mu: ms when kl_peer_stop was called */
+    uint64_t last_rx;                 /* under mu: ms of the last frame from nng */
+    peer_pipe pipes[PEER_MAX_PIPES];  /* under mu */
+    peer_inbound *inbox;              /* ring of max_frames, under mu */
+    size_t in_head, in_count, in_bytes;
+    kl_peer_counters st;              /* under mu (pipes_open/connected computed on read) */
+    uint64_t refusal_logged_at;       /* under mu */
+    uint64_t refusals_unlogged;       /* under mu */
+
+    int handles_open; /* loop thread only */
+};
+
+/* What a callback decided under the lock and does after releasing it. */
+typedef struct peer_act {
+    uint32_t close[3];
+    size_t n_close;
+    peer_member *pump;
+    bool wake;
+    const char *refused;      /* reason, when a pipe was refused */
+    uint32_t refused_pipe;
+    uint64_t refused_claim;   /* member id the hello claimed, 0 = none */
+    uint64_t refused_more;    /* refusals not logged since the last line */
+    bool log_refusal;
+    uint64_t up, down;        /* member connected / lost */
+} peer_act;
+
+/* ------------------------------------------------------------------ helpers */
+
+static uint64_t peer_now_ms(void) { return uv_hrtime() / 1000000u; }
+
+static void put_u64(uint8_t *b, uint64_t v)
+{
+    for (int i = 7; i >= 0; i--, v >>= 8)
+        b[i] = (uint8_t)v;
+}
+
+static uint64_t get_u64(const uint8_t *b)
+{
+    uint64_t v = 0;
+    for (int i = 0; i < 8; i++)
+        v = v << 8 | b[i];
+    return v;
+}
+
+static void put_u32(uint8_t *b, uint32_t v)
+{
+    for (int i = 3; i >= 0; i--, v >>= 8)
+        b[i] = (uint8_t)v;
+}
+
+static uint32_t get_u32(const uint8_t *b)
+{
+    return (uint32_t)b[0] << 24 | (uint32_t)b[1] << 16 | (uint32_t)b[2] << 8 | b[3];
+}
+
+static nng_pipe pipe_handle(uint32_t id)
+{
+    nng_pipe np = NNG_PIPE_INITIALIZER;
+    np.id = id;
+    return np;
+}
+
+static void act_close(peer_act *act, uint32_t pipe)
+{
+    for (size_t i = 0; i < act->n_close; i++)
+        if (act->close[i] == pipe)
+            return;
+    if (act->n_close < sizeof act->close / sizeof act->close[0])
+        act->close[act->n_close++] = pipe;
+}
+
+static int member_index(const kl_peer *p, uint64_t id)
+{
+    for (size_t i = 0; i < p->n_members; i++)
+        if (p->members[i].id == id)
+            return (int)i;
+    return -1;
+}
+
+static peer_pipe *pipe_find(kl_peer *p, uint32_t id)
+{
+    for (size_t i = 0; i < PEER_MAX_PIPES; i++)
+        if (p->pipes[i].id == id && id != 0)
+            return &p->pipes[i];
+    return NULL;
+}
+
+/* The counters of a new connection. */
+static void member_adopt(peer_member *m, uint32_t pipe)
+{
+    m->pipe = pipe;
+    m->connected = false;
+    m->hello_due = true;
+    m->ack_data = false;
+    m->ack_now = false;
+    m->tx = m->tx_acked = m->rx = m->rx_acked = 0;
+    m->data_hi = 0;
+    m->wait_since = 0;
+}
+
+/* Under mu: the member lost its connection; queued frames go with it. */
+static void member_drop(kl_peer *p, peer_member *m, peer_act *act)
+{
+    if (m->connected && act != NULL)
+        act->down = m->id;
+    m->pipe = 0;
+    m->connected = false;
+    m->hello_due = false;
+    m->wait_since = 0;
+    for (peer_out *o = m->head, *next; o != NULL; o = next) {
+        next = o->next;
+        nng_msg_free(o->msg);
+        free(o);
+        p->st.dropped_disconnect++;
+    }
+    m->head = m->tail = NULL;
+    m->q_frames = m->q_bytes = 0;
+}
+
+/* Under mu: closes a pipe for a protocol reason and counts it. */
+static void pipe_refuse(kl_peer *p, peer_pipe *pp, const char *why, uint64_t claim, peer_act *act)
+{
+    p->st.refused++;
+    if (pp->member >= 0) {
+        peer_member *m = &p->members[pp->member];
+        if (m->pipe == pp->id)
+            member_drop(p, m, act);
+    }
+    pp->member = -1;
+    pp->dead = true;
+    act_close(act, pp->id);
+    act->refused = why;
+    act->refused_pipe = pp->id;
+    act->refused_claim = claim;
+    uint64_t now = peer_now_ms();
+    if (p->refusal_logged_at == 0 || now - p->refusal_logged_at >= PEER_REFUSAL_LOG_MS) {
+        act->log_refusal = true;
+        act->refused_more = p->refusals_unlogged;
+        p->refusals_unlogged = 0;
+        p->refusal_logged_at = now;
+    } else {
+        p->refusals_unlogged++;
+    }
+}
+
+/* Runs what a callback decided; the lock is not held. */
+static void act_run(kl_peer *p, peer_act *act)
+{
+    if (act->log_refusal) {
+        char addr[64] = "unknown";
+        nng_sockaddr sa;
+        if (nng_pipe_get_addr(pipe_handle(act->refused_pipe), NNG_OPT_REMADDR, &sa) == 0 &&
+            sa.s_family == NNG_AF_INET) {
+            uint32_t a = sa.s_in.sa_addr; /* network byte order */
+            const uint8_t *ab = (const uint8_t *)&a;
+            const uint8_t *pb = (const uint8_t *)&sa.s_in.sa_port;
+            snprintf(addr, sizeof addr, "%u.%u.%u.%u:%u", ab[0], ab[1], ab[2], ab[3],
+                     (unsigned)(pb[0] << 8 | pb[1]));
+        }
+        KL_WARN("peer connection refused",
+                "listen=%s remote=%s reason=\"%s\" claimed_member=%" PRIu64
+                " refusals_not_logged=%" PRIu64,
+                p->listen_url, addr, act->refused, act->refused_claim, act->refused_more);
+    }
+    for (size_t i = 0; i < act->n_close; i++) {
+        int rv = nng_pipe_close(pipe_handle(act->close[i]));
+        if (rv != 0 && rv != NNG_ECLOSED && rv != NNG_ENOENT)
+            KL_WARN("peer pipe close failed", "op=nng_pipe_close listen=%s error=\"%s\"",
+                    p->listen_url, nng_strerror(rv));
+    }
+    if (act->up != 0)
+        KL_INFO("peer connected", "listen=%s member=%" PRIu64, p->listen_url, act->up);
+    if (act->down != 0)
+        KL_INFO("peer disconnected", "listen=%s member=%" PRIu64, p->listen_url, act->down);
+    if (act->wake)
+        (void)uv_async_send(&p->wake); /* stop waits for every callback before closing it */
+}
+
+/* ------------------------------------------------------------------ sending */
+
+static nng_msg *frame_alloc(uint8_t type, size_t extra)
+{
+    nng_msg *msg;
+    if (nng_msg_alloc(&msg, PEER_HDR + extra) != 0)
+        return NULL;
+    uint8_t *b = nng_msg_body(msg);
+    b[0] = type;
+    return msg;
+}
+
+static nng_msg *hello_build(const kl_peer *p, const peer_member *m)
+{
+    nng_msg *msg = frame_alloc(PEER_T_HELLO, PEER_HELLO_FIXED + p->cluster_len);
+    if (msg == NULL)
+        return NULL;
+    uint8_t *b = (uint8_t *)nng_msg_body(msg) + PEER_HDR;
+    put_u32(b, PEER_MAGIC);
+    b[4] = PEER_VERSION;
+    put_u64(b + 5, p->self);
+    put_u64(b + 13, m->id);
+    b[21] = (uint8_t)p->cluster_len;
+    memcpy(b + 22, p->cluster, p->cluster_len);
+    return msg;
+}
+
+/* A bare ack goes at once when two frames are unreported (the peer's data window may be
+ * full); a single hello or data frame is acknowledged by our next frame or, at the latest,
+ * at the next watchdog tick (a delayed ack, so that a reply usually carries it). */
+static bool member_ack_wanted(const peer_member *m)
+{
+    return m->rx > m->rx_acked && (m->ack_now || m->rx - m->rx_acked >= 2);
+}
+
+/* Under mu: the next frame the member may send now, stamped and addressed, or NULL. */
+static nng_msg *member_next(kl_peer *p, peer_member *m, bool *is_data)
+{
+    *is_data = false;
+    if (m->pipe == 0)
+        return NULL;
+    uint64_t out = m->tx - m->tx_acked;
+    nng_msg *msg = NULL;
+    bool counts = true; /* a hello or data frame must be acknowledged */
+    if (m->hello_due) {
+        if ((msg = hello_build(p, m)) == NULL)
+            return NULL; /* out of memory: the handshake watchdog closes the pipe */
+        m->hello_due = false;
+    } else if (!m->connected) {
+        return NULL;
+    } else if (out < PEER_DATA_WINDOW && m->head != NULL) {
+        peer_out *o = m->head;
+        m->head = o->next;
+        if (m->head == NULL)
+            m->tail = NULL;
+        m->q_frames--;
+        m->q_bytes -= o->len;
+        msg = o->msg;
+        free(o);
+        *is_data = true;
+        p->st.sent++;
+    } else if (out < PEER_WINDOW && member_ack_wanted(m)) {
+        if ((msg = frame_alloc(PEER_T_ACK, 0)) == NULL)
+            return NULL; /* the next frame will carry the ack */
+        counts = false;
+    } else {
+        return NULL;
+    }
+    put_u64((uint8_t *)nng_msg_body(msg) + 1, m->rx);
+    m->rx_acked = m->rx;
+    m->ack_data = false;
+    m->ack_now = false;
+    m->tx++;
+    if (counts) {
+        m->data_hi = m->tx;
+        if (m->wait_since == 0)
+            m->wait_since = peer_now_ms();
+    }
+    nng_msg_set_pipe(msg, pipe_handle(m->pipe));
+    return msg;
+}
+
+/* Any thread, lock not held: sends what the member may send now. */
+static void member_pump(kl_peer *p, peer_member *m)
+{
+    uv_mutex_lock(&p->mu);
+    if (m->pumping || p->stopping) {
+        uv_mutex_unlock(&p->mu);
+        return;
+    }
+    m->pumping = true;
+    for (;;) {
+        bool is_data;
+        nng_msg *msg = member_next(p, m, &is_data);
+        if (msg == NULL)
+            break;
+        uint32_t pipe = m->pipe;
+        uv_mutex_unlock(&p->mu);
+        int rv = nng_sendmsg(p->sock, msg, NNG_FLAG_NONBLOCK);
+        if (rv != 0)
+            nng_msg_free(msg);
+        uv_mutex_lock(&p->mu);
+        if (rv != 0) {
+            /* Cannot happen with the windows respected (the buffer has room for all of
+             * them) unless the socket is closing. The frame still counts as sent in the
+             * window, so the connection would stall: close it and let nng redial. */
+            if (is_data) {
+                p->st.sent--;
+                p->st.dropped_nng++;
+            }
+            if (!p->stopping) {
+                uv_mutex_unlock(&p->mu);
+                KL_WARN("peer send failed; reconnecting",
+                        "op=nng_sendmsg listen=%s member=%" PRIu64 " error=\"%s\"",
+                        p->listen_url, m->id, nng_strerror(rv));
+                (void)nng_pipe_close(pipe_handle(pipe));
+                uv_mutex_lock(&p->mu);
+            }
+            break;
+        }
+    }
+    m->pumping = false;
+    uv_mutex_unlock(&p->mu);
+}
+
+kl_code kl_peer_send(kl_peer *p, uint64_t to, const uint8_t *frame, size_t len)
+{
+    if (p == NULL || (frame == NULL && len > 0) || len > p->max_frame)
+        return KL_INVALID_ARGUMENT;
+    int idx = member_index(p, to);
+    if (idx < 0)
+        return KL_INVALID_ARGUMENT;
+    peer_member *m = &p->members[idx];
+
+    uv_mutex_lock(&p->mu);
+    bool up = m->connected && !p->stopping;
+    bool room = m->q_frames < p->max_frames && len <= p->max_bytes - m->q_bytes;
+    if (!up)
+        p->st.dropped_unavailable++;
+    else if (!room)
+        p->st.dropped_queue_full++;
+    uv_mutex_unlock(&p->mu);
+    if (!up)
+        return KL_UNAVAILABLE;
+    if (!room)
+        return KL_RESOURCE_EXHAUSTED;
+
+    /* Copy outside the lock: frames can be megabytes. */
+    peer_out *o = malloc(sizeof *o);
+    nng_msg *msg = frame_alloc(PEER_T_DATA, len);
+    if (o == NULL || msg == NULL) {
+        free(o);
+        if (msg != NULL)
+            nng_msg_free(msg);
+        uv_mutex_lock(&p->mu);
+        p->st.dropped_queue_full++;
+        uv_mutex_unlock(&p->mu);
+        return KL_RESOURCE_EXHAUSTED;
+    }
+    if (len > 0)
+        memcpy((uint8_t *)nng_msg_body(msg) + PEER_HDR, frame, len);
+    o->next = NULL;
+    o->msg = msg;
+    o->len = len;
+
+    /* The connection may have changed while we copied: check again. */
+    uv_mutex_lock(&p->mu);
+    kl_code rc = KL_OK;
+    if (!m->connected || p->stopping) {
+        p->st.dropped_unavailable++;
+        rc = KL_UNAVAILABLE;
+    } else if (m->q_frames >= p->max_frames || len > p->max_bytes - m->q_bytes) {
+        p->st.dropped_queue_full++;
+        rc = KL_RESOURCE_EXHAUSTED;
+    } else {
+        if (m->tail != NULL)
+            m->tail->next = o;
+        else
+            m->head = o;
+        m->tail = o;
+        m->q_frames++;
+        m->q_bytes += len;
+    }
+    uv_mutex_unlock(&p->mu);
+    if (rc != KL_OK) {
+        nng_msg_free(msg);
+        free(o);
+        return rc;
+    }
+    member_pump(p, m);
+    return KL_OK;
+}
+
+/* ------------------------------------------------------------------ receiving */
+
+/* Under mu: checks a hello; returns the member index it names or -1 with *why set. */
+static int hello_check(const kl_peer *p, const peer_pipe *pp, const uint8_t *b, size_t len,
+                       uint64_t *claim, const char **why)
+{
+    *claim = 0;
+    if (len < PEER_HDR + PEER_HELLO_FIXED || get_u32(b + PEER_HDR) != PEER_MAGIC) {
+        *why = "malformed hello";
+        return -1;
+    }
+    const uint8_t *h = b + PEER_HDR;
+    if (h[4] != PEER_VERSION) {
+        *why = "unsupported protocol version";
+        return -1;
+    }
+    uint64_t from = get_u64(h + 5);
+    uint64_t to = get_u64(h + 13);
+    size_t clen = h[21];
+    *claim = from;
+    if (len != PEER_HDR + PEER_HELLO_FIXED + clen) {
+        *why = "malformed hello";
+        return -1;
+    }
+    if (clen != p->cluster_len || memcmp(h + 22, p->cluster, clen) != 0) {
+        *why = "another cluster";
+        return -1;
+    }
+    if (to != p->self) {
+        *why = "hello addressed to another member";
+        return -1;
+    }
+    int idx = member_index(p, from);
+    if (idx < 0) {
+        *why = "unknown member";
+        return -1;
+    }
+    if (pp->dialed ? idx != pp->member : from < p->self) {
+        /* We dial lower ids; higher ids dial us. Anything else is a misconfiguration (or a
+         * member answering on a URL that belongs to another). */
+        *why = pp->dialed ? "dialed URL answered as another member" : "member should be dialed";
+        return -1;
+    }
+    return idx;
+}
+
+/* Under mu: the first frame on a pipe. */
+static void pipe_handshake(kl_peer *p, peer_pipe *pp, const uint8_t *b, size_t len, peer_act *act)
+{
+    uint64_t claim = 0;
+    const char *why = NULL;
+    if (b[0] != PEER_T_HELLO) {
+        pipe_refuse(p, pp, "frame before hello", 0, act);
+        return;
+    }
+    int idx = hello_check(p, pp, b, len, &claim, &why);
+    if (idx < 0) {
+        pipe_refuse(p, pp, why, claim, act);
+        return;
+    }
+    peer_member *m = &p->members[idx];
+    uint64_t ack = get_u64(b + 1);
+    if (!pp->dialed) {
+        /* The dialer speaks first, so its hello acknowledges nothing. */
+        if (ack != 0) {
+            pipe_refuse(p, pp, "hello acknowledges frames never sent", claim, act);
+            return;
+        }
+        /* A newer connection from the member replaces the old one (it restarted before
+         * its old TCP connection was seen to die). */
+        if (m->pipe != 0 && m->pipe != pp->id) {
+            peer_pipe *old = pipe_find(p, m->pipe);
+            if (old != NULL) {
+                old->member = -1;
+                old->dead = true;
+            }
+            act_close(act, m->pipe);
+            member_drop(p, m, NULL);
+        }
+        pp->member = idx;
+        member_adopt(m, pp->id);
+    } else if (m->pipe != pp->id || ack != m->tx) {
+        /* We sent our hello (tx 1) before anything else; the answer must acknowledge it. */
+        pipe_refuse(p, pp, "hello does not acknowledge ours", claim, act);
+        return;
+    }
+    pp->hello_rx = true;
+    m->connected = true;
+    m->tx_acked = ack;
+    if (m->tx_acked >= m->data_hi)
+        m->wait_since = 0;
+    m->rx = 1;
+    m->ack_data = true;
+    p->st.connects++;
+    act->up = m->id;
+    act->pump = m;
+}
+
+/* Under mu: a frame on a connected pipe. Takes msg. */
+static void pipe_frame(kl_peer *p, peer_pipe *pp, nng_msg *msg, peer_act *act)
+{
+    const uint8_t *b = nng_msg_body(msg);
+    size_t len = nng_msg_len(msg);
+    peer_member *m = &p->members[pp->member];
+    uint64_t ack = get_u64(b + 1);
+    if (ack > m->tx) {
+        pipe_refuse(p, pp, "ack of frames never sent", m->id, act);
+        nng_msg_free(msg);
+        return;
+    }
+    if (ack > m->tx_acked) {
+        m->tx_acked = ack;
+        m->wait_since = m->tx_acked >= m->data_hi ? 0 : peer_now_ms();
+    }
+    m->rx++;
+    act->pump = m;
+    switch (b[0]) {
+    case PEER_T_ACK:
+        nng_msg_free(msg);
+        return;
+    case PEER_T_DATA:
+        break;
+    default:
+        pipe_refuse(p, pp, b[0] == PEER_T_HELLO ? "second hello" : "unknown frame type", m->id,
+                    act);
+        nng_msg_free(msg);
+        return;
+    }
+    m->ack_data = true;
+    size_t plen = len - PEER_HDR;
+    if (plen > p->max_frame) {
+        p->st.dropped_oversize++;
+        nng_msg_free(msg);
+        return;
+    }
+    if (p->in_count >= p->max_frames || plen > p->max_bytes - p->in_bytes) {
+        p->st.dropped_inbox_full++;
+        nng_msg_free(msg);
+        return;
+    }
+    nng_msg_trim(msg, PEER_HDR);
+    size_t slot = (p->in_head + p->in_count) % p->max_frames;
+    p->inbox[slot].from = m->id;
+    p->inbox[slot].msg = msg;
+    p->in_count++;
+    p->in_bytes += plen;
+    act->wake = true;
+}
+
+/* Re-armed even while stopping: frames keep being taken from nng (and dropped) until
+ * kl_peer_stop's quiesce stops the receive (see there). */
+static void recv_arm(kl_peer *p) { nng_recv_aio(p->sock, p->recv_aio); }
+
+/* nng thread: one received frame. */
+static void recv_cb(void *arg)
+{
+    kl_peer *p = arg;
+    int rv = nng_aio_result(p->recv_aio);
+    if (rv != 0) {
+        if (rv == NNG_ECLOSED || rv == NNG_ECANCELED)
+            return; /* stopping */
+        KL_WARN("peer receive failed", "op=nng_recv_aio listen=%s error=\"%s\"", p->listen_url,
+                nng_strerror(rv));
+        recv_arm(p);
+        return;
+    }
+    nng_msg *msg = nng_aio_get_msg(p->recv_aio);
+    nng_aio_set_msg(p->recv_aio, NULL);
+    uint32_t pipe = nng_msg_get_pipe(msg).id;
+    peer_act act = {0};
+
+    uv_mutex_lock(&p->mu);
+    p->last_rx = peer_now_ms();
+    peer_pipe *pp = p->stopping ? NULL : pipe_find(p, pipe);
+    if (pp == NULL || pp->dead) {
+        /* Stopping, a pipe already removed, or one refused or replaced: its frames are
+         * stale. */
+        nng_msg_free(msg);
+    } else if (nng_msg_len(msg) < PEER_HDR) {
+        pipe_refuse(p, pp, "short frame", 0, &act);
+        nng_msg_free(msg);
+    } else if (!pp->hello_rx) {
+        pipe_handshake(p, pp, nng_msg_body(msg), nng_msg_len(msg), &act);
+        nng_msg_free(msg);
+    } else {
+        pipe_frame(p, pp, msg, &act);
+    }
+    uv_mutex_unlock(&p->mu);
+
+    act_run(p, &act);
+    if (act.pump != NULL)
+        member_pump(p, act.pump);
+    recv_arm(p);
+}
+
+/* ------------------------------------------------------------------ pipe events */
+
+static void pipe_added(kl_peer *p, nng_pipe np, peer_act *act)
+{
+    uint32_t dialer = nng_pipe_dialer(np).id; /* 0 for a pipe our listener accepted */
+    uint32_t id = np.id;
+    uv_mutex_lock(&p->mu);
+    if (p->stopping) {
+        uv_mutex_unlock(&p->mu);
+        return; /* the socket is closing and takes the pipe with it */
+    }
+    int member = -1;
+    if (dialer != 0)
+        for (size_t i = 0; i < p->n_members; i++)
+            if (p->members[i].dialer == dialer)
+                member = (int)i;
+    peer_pipe *slot = NULL;
+    for (size_t i = 0; i < PEER_MAX_PIPES && slot == NULL; i++)
+        if (p->pipes[i].id == 0)
+            slot = &p->pipes[i];
+    if (slot == NULL || (dialer != 0 && member < 0)) {
+        p->st.refused++;
+        act_close(act, id);
+        uv_mutex_unlock(&p->mu);
+        KL_WARN("peer connection refused",
+                "listen=%s reason=\"%s\"", p->listen_url,
+                slot == NULL ? "too many connections" : "pipe from an unknown dialer");
+        return;
+    }
+    *slot = (peer_pipe){.id = id, .member = member, .dialed = member >= 0,
+                        .since = peer_now_ms()};
+    uv_mutex_unlock(&p->mu);
+}
+
+static void pipe_started(kl_peer *p, nng_pipe np, peer_act *act)
+{
+    uint32_t id = np.id;
+    uv_mutex_lock(&p->mu);
+    peer_pipe *pp = p->stopping ? NULL : pipe_find(p, id);
+    if (pp != NULL && pp->dialed && !pp->dead) {
+        /* Our connection to a lower id: say hello first. One dialer per member means one
+         * pipe at a time; a leftover one would be a stale connection. */
+        peer_member *m = &p->members[pp->member];
+        if (m->pipe != 0 && m->pipe != id) {
+            peer_pipe *old = pipe_find(p, m->pipe);
+            if (old != NULL) {
+                old->member = -1;
+                old->dead = true;
+            }
+            act_close(act, m->pipe);
+            member_drop(p, m, act);
+        }
+        member_adopt(m, id);
+        act->pump = m;
+    }
+    uv_mutex_unlock(&p->mu);
+}
+
+static void pipe_removed(kl_peer *p, nng_pipe np, peer_act *act)
+{
+    uint32_t id = np.id;
+    uv_mutex_lock(&p->mu);
+    peer_pipe *pp = pipe_find(p, id);
+    if (pp != NULL) {
+        if (pp->member >= 0 && p->members[pp->member].pipe == id)
+            member_drop(p, &p->members[pp->member], act);
+        *pp = (peer_pipe){0};
+    }
+    uv_mutex_unlock(&p->mu);
+}
+
+/* nng thread (no nng lock held): pipe lifecycle. REM_POST may run before ADD_POST for a
+ * pipe that dies young; the pipe table makes either order safe. */
+static void pipe_cb(nng_pipe np, nng_pipe_ev ev, void *arg)
+{
+    kl_peer *p = arg;
+    peer_act act = {0};
+    switch (ev) {
+    case NNG_PIPE_EV_ADD_PRE:
+        pipe_added(p, np, &act);
+        break;
+    case NNG_PIPE_EV_ADD_POST:
+        pipe_started(p, np, &act);
+        break;
+    case NNG_PIPE_EV_REM_POST:
+        pipe_removed(p, np, &act);
+        break;
+    default:
+        return;
+    }
+    act_run(p, &act);
+    if (act.pump != NULL)
+        member_pump(p, act.pump);
+}
+
+/* ------------------------------------------------------------------ loop side */
+
+/* Loop thread: delivers the frames that were in the inbox when it woke. */
+static void wake_cb(uv_async_t *handle)
+{
+    kl_peer *p = handle->data;
+    uv_mutex_lock(&p->mu);
+    size_t n = p->in_count;
+    uv_mutex_unlock(&p->mu);
+    for (size_t i = 0; i < n; i++) {
+        uv_mutex_lock(&p->mu);
+        if (p->stopping || p->in_count == 0) {
+            uv_mutex_unlock(&p->mu);
+            return; /* recv stopped us; stop dropped the rest */
+        }
+        peer_inbound in = p->inbox[p->in_head];
+        p->in_head = (p->in_head + 1) % p->max_frames;
+        p->in_count--;
+        p->in_bytes -= nng_msg_len(in.msg);
+        p->st.received++;
+        uv_mutex_unlock(&p->mu);
+        p->recv(p->owner, in.from, nng_msg_body(in.msg), nng_msg_len(in.msg));
+        nng_msg_free(in.msg);
+    }
+    /* Frames that arrived meanwhile woke the handle again (uv_async_send coalesces, but a
+     * send after our read of in_count schedules another call). */
+}
+
+/* Loop thread: closes connections that stopped acknowledging or never said hello. */
+static void watchdog_cb(uv_timer_t *timer)
+{
+    kl_peer *p = timer->data;
+    peer_act act = {0};
+    uint32_t stalled[KL_PEER_MAX_PEERS + PEER_MAX_PIPES];
+    uint64_t who[KL_PEER_MAX_PEERS + PEER_MAX_PIPES];
+    size_t n = 0, n_stalls = 0;
+    uint64_t now = peer_now_ms();
+
+    bool ack[KL_PEER_MAX_PEERS] = {false};
+    uv_mutex_lock(&p->mu);
+    for (size_t i = 0; i < p->n_members; i++) {
+        peer_member *m = &p->members[i];
+        if (m->pipe != 0 && m->connected && m->ack_data && !m->ack_now) {
+            m->ack_now = true;
+            ack[i] = true;
+        }
+        if (m->pipe != 0 && m->connected && m->wait_since != 0 &&
+            now - m->wait_since >= p->ack_timeout_ms) {
+            p->st.stalls++;
+            who[n] = m->id;
+            stalled[n++] = m->pipe;
+            n_stalls++;
+            m->wait_since = 0; /* once; the close follows */
+        }
+    }
+    for (size_t i = 0; i < PEER_MAX_PIPES; i++) {
+        peer_pipe *pp = &p->pipes[i];
+        if (pp->id != 0 && !pp->hello_rx && !pp->dead && now - pp->since >= p->ack_timeout_ms)
+            pipe_refuse(p, pp, "no hello in time", 0, &act); /* REM_POST frees the slot */
+    }
+    uv_mutex_unlock(&p->mu);
+
+    for (size_t i = 0; i < n; i++) {
+        if (i < n_stalls)
+            KL_WARN("peer connection stalled; reconnecting",
+                    "listen=%s member=%" PRIu64 " ack_timeout_ms=%" PRIu32, p->listen_url,
+                    who[i], p->ack_timeout_ms);
+        (void)nng_pipe_close(pipe_handle(stalled[i]));
+    }
+    act_run(p, &act);
+    for (size_t i = 0; i < p->n_members; i++)
+        if (ack[i])
+            member_pump(p, &p->members[i]);
+}
+
+/* ------------------------------------------------------------------ start / stop */
+
+static void peer_free(kl_peer *p)
+{
+    for (size_t i = 0; i < p->n_members; i++)
+        free(p->members[i].url);
+    free(p->cluster);
+    free(p->listen_url);
+    free(p->inbox);
+    free(p);
+}
+
+static void handle_closed(uv_handle_t *handle)
+{
+    kl_peer *p = handle->data;
+    if (--p->handles_open == 0) {
+        uv_mutex_destroy(&p->mu);
+        peer_free(p);
+    }
+}
+
+/* Under mu: drops everything queued in either direction. */
+static void peer_drop_queued(kl_peer *p)
+{
+    for (size_t i = 0; i < p->n_members; i++)
+        member_drop(p, &p->members[i], NULL);
+    for (; p->in_count > 0; p->in_count--) {
+        nng_msg_free(p->inbox[p->in_head].msg);
+        p->in_head = (p->in_head + 1) % p->max_frames;
+        p->st.dropped_disconnect++;
+    }
+    p->in_bytes = 0;
+}
+
+/* Loop thread, on the watchdog timer while stopping: once the connections are quiet (or
+ * after PEER_QUIESCE_MAX_MS), closes the socket and the handles. */
+static void quiesce_cb(uv_timer_t *timer)
+{
+    kl_peer *p = timer->data;
+    uint64_t now = peer_now_ms();
+    uv_mutex_lock(&p->mu);
+    bool quiet = now - p->stop_at >= PEER_QUIET_MS && now - p->last_rx >= PEER_QUIET_MS;
+    uv_mutex_unlock(&p->mu);
+    if (!quiet && now - p->stop_at < PEER_QUIESCE_MAX_MS)
+        return;
+    uv_timer_stop(timer);
+
+    /* After these two calls no nng thread touches p: nng_aio_stop returns once the
+     * receive callback has, and nng_close once every pipe callback has run. */
+    nng_aio_stop(p->recv_aio);
+    int rv = nng_close(p->sock);
+    if (rv != 0 && rv != NNG_ECLOSED)
+        KL_WARN("peer socket close failed", "op=nng_close listen=%s error=\"%s\"", p->listen_url,
+                nng_strerror(rv));
+    nng_aio_free(p->recv_aio);
+    p->recv_aio = NULL;
+    uv_mutex_lock(&p->mu);
+    peer_drop_queued(p);
+    uv_mutex_unlock(&p->mu);
+    uv_close((uv_handle_t *)&p->watchdog, handle_closed);
+    uv_close((uv_handle_t *)&p->wake, handle_closed);
+}
+
+void kl_peer_stop(kl_peer *p)
+{
+    if (p == NULL)
+        return;
+    uv_mutex_lock(&p->mu);
+    bool already = p->stopping;
+    p->stopping = true;
+    p->stop_at = peer_now_ms();
+    if (!already)
+        peer_drop_queued(p);
+    uv_mutex_unlock(&p->mu);
+    if (already)
+        return;
+    /* Quiesce before closing. nng 1.5.2 can hang forever in nng_close when it tears down a
+     * pipe with an operation caught half-started (nng issues #1543 and #1813, fixed in
+     * 1.8.0); stress runs hit it when a member was closed in the middle of a stream of
+     * frames. From now on nothing is sent (no data, no acks), so within one window every
+     * peer stops sending too; the receive keeps draining and dropping meanwhile, and the
+     * socket is closed once nothing arrived for PEER_QUIET_MS. */
+    uv_timer_stop(&p->watchdog);
+    (void)uv_timer_start(&p->watchdog, quiesce_cb, PEER_QUIET_MS / 4, PEER_QUIET_MS / 4);
+}
+
+bool kl_peer_connected(const kl_peer *p, uint64_t id)
+{
+    if (p == NULL)
+        return false;
+    int idx = member_index(p, id);
+    if (idx < 0)
+        return false;
+    kl_peer *mp = (kl_peer *)p; /* the mutex is not part of the observable state */
+    uv_mutex_lock(&mp->mu);
+    bool up = mp->members[idx].connected && mp->members[idx].pipe != 0;
+    uv_mutex_unlock(&mp->mu);
+    return up;
+}
+
+void kl_peer_stats(const kl_peer *p, kl_peer_counters *out)
+{
+    if (out == NULL)
+        return;
+    memset(out, 0, sizeof *out);
+    if (p == NULL)
+        return;
+    kl_peer *mp = (kl_peer *)p;
+    uv_mutex_lock(&mp->mu);
+    *out = mp->st;
+    for (size_t i = 0; i < PEER_MAX_PIPES; i++)
+        if (mp->pipes[i].id != 0)
+            out->pipes_open++;
+    for (size_t i = 0; i < mp->n_members; i++)
+        if (mp->members[i].connected && mp->members[i].pipe != 0)
+            out->connected++;
+    uv_mutex_unlock(&mp->mu);
+    out->dropped = out->dropped_unavailable + out->dropped_queue_full + out->dropped_disconnect +
+                   out->dropped_oversize + out->dropped_inbox_full + out->dropped_nng;
+}
+
+static kl_code peer_check_config(uv_loop_t *loop, const kl_peer_config *cfg, kl_peer **out,
+                                 kl_err *err)
+{
+    if (loop == NULL || cfg == NULL || out == NULL)
+        return kl_fail(err, KL_INVALID_ARGUMENT, "config", "peer: missing loop, config or out");
+    if (cfg->recv == NULL)
+        return kl_fail(err, KL_INVALID_ARGUMENT, "recv", "peer: no recv callback");
+    size_t clen = cfg->cluster != NULL ? strlen(cfg->cluster) : 0;
+    if (clen == 0 || clen > KL_PEER_MAX_CLUSTER)
+        return kl_fail(err, KL_INVALID_ARGUMENT, "cluster",
+                       "peer: cluster name must be 1..%d bytes, got %zu", KL_PEER_MAX_CLUSTER,
+                       clen);
+    if (cfg->self == 0)
+        return kl_fail(err, KL_INVALID_ARGUMENT, "self", "peer: member id 0 is reserved");
+    if (cfg->listen_url == NULL || cfg->listen_url[0] == '\0')
+        return kl_fail(err, KL_INVALID_ARGUMENT, "listen_url",
+                       "peer %" PRIu64 ": listen_url is empty", cfg->self);
+    if (cfg->n_peers > KL_PEER_MAX_PEERS)
+        return kl_fail(err, KL_INVALID_ARGUMENT, "n_peers", "peer: %zu peers, at most %d",
+                       cfg->n_peers, KL_PEER_MAX_PEERS);
+    for (size_t i = 0; i < cfg->n_peers; i++) {
+        uint64_t id = cfg->peers[i].id;
+        if (id == 0 || id == cfg->self)
+            return kl_fail(err, KL_INVALID_ARGUMENT, "peers",
+                           "peer %" PRIu64 ": peer %zu has id %" PRIu64
+                           " (0 or this member's own)",
+                           cfg->self, i, id);
+        for (size_t j = 0; j < i; j++)
+            if (cfg->peers[j].id == id)
+                return kl_fail(err, KL_INVALID_ARGUMENT, "peers",
+                               "peer %" PRIu64 ": member %" PRIu64 " is listed twice", cfg->self,
+                               id);
+        if (id < cfg->self && (cfg->peers[i].url == NULL || cfg->peers[i].url[0] == '\0'))
+            return kl_fail(err, KL_INVALID_ARGUMENT, "peers",
+                           "peer %" PRIu64 ": member %" PRIu64 " has no URL to dial", cfg->self,
+                           id);
+    }
+    size_t frames = cfg->max_queued_frames != 0 ? cfg->max_queued_frames
+                                                : KL_PEER_DEFAULT_QUEUED_FRAMES;
+    if (frames > (1u << 20))
+        return kl_fail(err, KL_INVALID_ARGUMENT, "max_queued_frames",
+                       "peer: max_queued_frames %zu is over %u", frames, 1u << 20);
+    return KL_OK;
+}
+
+/* The nng receive limit: oversized frames up to a multiple still arrive (and are counted),
+ * saturating instead of wrapping (nng reads 0 as unlimited). */
+static size_t peer_recv_limit(size_t max_frame)
+{
+    size_t base = max_frame < 512 ? 512 : max_frame; /* room for a hello */
+    if (base > (SIZE_MAX - PEER_HDR) / PEER_OVERSIZE_FACTOR)
+        return SIZE_MAX;
+    return base * PEER_OVERSIZE_FACTOR + PEER_HDR;
+}
+
+static kl_code peer_addr_code(int rv)
+{
+    return rv == NNG_EADDRINVAL || rv == NNG_EINVAL || rv == NNG_ENOTSUP ? KL_INVALID_ARGUMENT
+                                                                          : KL_UNAVAILABLE;
+}
+
+static kl_code peer_copy_config(kl_peer *p, const kl_peer_config *cfg, kl_err *err)
+{
+    p->cluster_len = strlen(cfg->cluster);
+    p->cluster = strdup(cfg->cluster);
+    p->listen_url = strdup(cfg->listen_url);
+    if (p->cluster == NULL || p->listen_url == NULL)
+        return kl_fail(err, KL_RESOURCE_EXHAUSTED, "memory", "peer: out of memory");
+    p->self = cfg->self;
+    p->n_members = cfg->n_peers;
+    for (size_t i = 0; i < cfg->n_peers; i++) {
+        peer_member *m = &p->members[i];
+        m->id = cfg->peers[i].id;
+        if (m->id < cfg->self && (m->url = strdup(cfg->peers[i].url)) == NULL)
+            return kl_fail(err, KL_RESOURCE_EXHAUSTED, "memory", "peer: out of memory");
+    }
+    p->max_frame = cfg->max_frame != 0 ? cfg->max_frame : KL_PEER_DEFAULT_MAX_FRAME;
+    p->max_frames = cfg->max_queued_frames != 0 ? cfg->max_queued_frames
+                                                : KL_PEER_DEFAULT_QUEUED_FRAMES;
+    p->max_bytes = cfg->max_queued_bytes != 0 ? cfg->max_queued_bytes
+                                              : KL_PEER_DEFAULT_QUEUED_BYTES;
+    p->ack_timeout_ms = cfg->ack_timeout_ms != 0 ? cfg->ack_timeout_ms
+                                                 : KL_PEER_DEFAULT_ACK_TIMEOUT_MS;
+    p->recv = cfg->recv;
+    p->owner = cfg->owner;
+    p->inbox = calloc(p->max_frames, sizeof *p->inbox);
+    if (p->inbox == NULL)
+        return kl_fail(err, KL_RESOURCE_EXHAUSTED, "memory",
+                       "peer: out of memory for an inbox of %zu frames", p->max_frames);
+    return KL_OK;
+}
+
+static kl_code peer_socket_options(kl_peer *p, kl_err *err)
+{
+    bool poly = false;
+    int rv;
+    const char *opt = NNG_OPT_PAIR1_POLY;
+    if ((rv = nng_socket_get_bool(p->sock, NNG_OPT_PAIR1_POLY, &poly)) != 0 || !poly)
+        goto fail;
+    opt = NNG_OPT_RECVMAXSZ;
+    if ((rv = nng_socket_set_size(p->sock, opt, peer_recv_limit(p->max_frame))) != 0)
+        goto fail;
+    opt = NNG_OPT_SENDBUF;
+    if ((rv = nng_socket_set_int(p->sock, opt, PEER_SENDBUF)) != 0)
+        goto fail;
+    /* Socket-level values are the defaults of the dialers created afterwards. */
+    opt = NNG_OPT_RECONNMINT;
+    if ((rv = nng_socket_set_ms(p->sock, opt, PEER_RECONN_MIN_MS)) != 0)
+        goto fail;
+    opt = NNG_OPT_RECONNMAXT;
+    if ((rv = nng_socket_set_ms(p->sock, opt, PEER_RECONN_MAX_MS)) != 0)
+        goto fail;
+    for (int ev = NNG_PIPE_EV_ADD_PRE; ev <= NNG_PIPE_EV_REM_POST; ev++) {
+        opt = "pipe_notify";
+        if ((rv = nng_pipe_notify(p->sock, (nng_pipe_ev)ev, pipe_cb, p)) != 0)
+            goto fail;
+    }
+    return KL_OK;
+fail:
+    return kl_fail(err, KL_INTERNAL, "socket", "peer: setting %s on the socket for %s failed: %s",
+                   opt, p->listen_url, rv != 0 ? nng_strerror(rv) : "not polyamorous");
+}
+
+/* Dials every lower id; nng keeps redialing in the background. */
+static kl_code peer_dial(kl_peer *p, kl_err *err)
+{
+    for (size_t i = 0; i < p->n_members; i++) {
+        peer_member *m = &p->members[i];
+        if (m->url == NULL)
+            continue;
+        nng_dialer d;
+        int rv = nng_dialer_create(&d, p->sock, m->url);
+        if (rv != 0)
+            return kl_fail(err, peer_addr_code(rv), "peers",
+                           "peer: cannot dial member %" PRIu64 " at %s: %s", m->id, m->url,
+                           nng_strerror(rv));
+        uv_mutex_lock(&p->mu);
+        m->dialer = nng_dialer_id(d);
+        uv_mutex_unlock(&p->mu);
+        if ((rv = nng_dialer_start(d, NNG_FLAG_NONBLOCK)) != 0)
+            return kl_fail(err, peer_addr_code(rv), "peers",
+                           "peer: dialing member %" PRIu64 " at %s failed: %s", m->id, m->url,
+                           nng_strerror(rv));
+    }
+    return KL_OK;
+}
+
+kl_code kl_peer_start(uv_loop_t *loop, const kl_peer_config *cfg, kl_peer **out, kl_err *err)
+{
+    kl_code rc = peer_check_config(loop, cfg, out, err);
+    if (rc != KL_OK)
+        return rc;
+    *out = NULL;
+    kl_peer *p = calloc(1, sizeof *p);
+    if (p == NULL)
+        return kl_fail(err, KL_RESOURCE_EXHAUSTED, "memory", "peer: out of memory");
+    p->loop = loop;
+    if ((rc = peer_copy_config(p, cfg, err)) != KL_OK)
+        goto fail_free;
+
+    int rv;
+    if (uv_mutex_init(&p->mu) != 0) {
+        rc = kl_fail(err, KL_INTERNAL, "mutex", "peer: mutex init failed");
+        goto fail_free;
+    }
+    if ((rv = nng_pair1_open_poly(&p->sock)) != 0) {
+        rc = kl_fail(err, KL_INTERNAL, "socket", "peer: opening pair1 socket for %s failed: %s",
+                     p->listen_url, nng_strerror(rv));
+        goto fail_mutex;
+    }
+    if ((rc = peer_socket_options(p, err)) != KL_OK)
+        goto fail_sock;
+    if ((rv = nng_aio_alloc(&p->recv_aio, recv_cb, p)) != 0) {
+        rc = kl_fail(err, KL_RESOURCE_EXHAUSTED, "memory", "peer: aio for %s: %s", p->listen_url,
+                     nng_strerror(rv));
+        goto fail_sock;
+    }
+    if ((rv = nng_listen(p->sock, p->listen_url, NULL, 0)) != 0) {
+        rc = kl_fail(err, peer_addr_code(rv), "listen_url", "peer: listen on %s failed: %s",
+                     p->listen_url, nng_strerror(rv));
+        goto fail_aio;
+    }
+    if ((rc = peer_dial(p, err)) != KL_OK)
+        goto fail_aio;
+    /* The handles come last so that no unwinding path has to close a live one; pipe
+     * callbacks that ran already touched neither. Receiving starts after them. */
+    if ((rv = uv_async_init(loop, &p->wake, wake_cb)) != 0) {
+        rc = kl_fail(err, KL_INTERNAL, "loop", "peer: uv_async_init for %s failed: %s",
+                     p->listen_url, uv_strerror(rv));
+        goto fail_aio;
+    }
+    p->wake.data = p;
+    (void)uv_timer_init(loop, &p->watchdog); /* cannot fail */
+    p->watchdog.data = p;
+    p->handles_open = 2;
+    /* Also the delayed-ack clock: a lone frame is acknowledged within one period. */
+    uint64_t period = p->ack_timeout_ms / 4;
+    period = period < 10 ? 10 : period > PEER_TICK_MAX_MS ? PEER_TICK_MAX_MS : period;
+    (void)uv_timer_start(&p->watchdog, watchdog_cb, period, period);
+    recv_arm(p);
+    *out = p;
+    return KL_OK;
+
+fail_aio:
+    nng_aio_free(p->recv_aio); /* never armed */
+fail_sock:
+    /* Also closes the listener and dialers and waits out pipe callbacks, which may have
+     * sent hellos but queued nothing (no kl_peer_send can have happened). */
+    (void)nng_close(p->sock);
+fail_mutex:
+    uv_mutex_destroy(&p->mu);
+fail_free:
+    peer_free(p);
+    return rc;
+}

@@ -1,0 +1,155 @@
+/* peer: the member-to-member frame transport of replication (DESIGN.md §3-4, KL-2).
+ *
+ * Moves opaque frames (Raft messages, encoded by the caller) between the members of one
+ * partition. It never looks inside a frame and never logs one.
+ *
+ * What it owns: one nng pair1 socket in polyamorous mode (nng_pair1_open_poly; in nng 1.5.2
+ * NNG_OPT_PAIR1_POLY is read-only and only reports the mode), listening on the member's own
+ * peer URL and dialing every peer with a LOWER id, so each pair of members has exactly one
+ * connection (the higher id dials). nng redials a dropped connection by itself (reconnect
+ * 50 ms doubling to 1 s). It also owns the bounded inbox (frames received, waiting for the
+ * loop), one bounded outbound queue per peer, one uv_async_t (nng threads -> loop) and one
+ * uv_timer_t (watchdog).
+ *
+ * Handshake: on every new connection both sides send a hello first (the dialer at once, the
+ * listener after it accepted the dialer's hello) naming the cluster, the sender's id and the
+ * id it believes it is talking to. A pipe whose first frame is not such a hello, or whose
+ * hello names another cluster, an unknown member, a member that should be dialing the other
+ * way, or not us, is closed and counted in `refused`. A pipe that completes no handshake
+ * within ack_timeout_ms is closed too. A member is "connected" once both hellos crossed.
+ * A second connection from the same member (it restarted before its old TCP connection was
+ * noticed as dead) replaces the first, which is closed.
+ *
+ * Wire format (integers big-endian). Every frame: u8 type, u64 ack (frames of any type the
+ * sender has received on this connection so far), then by type: 1 HELLO: u32 magic "KLPR",
+ * u8 version 1, u64 from, u64 to, u8 cluster length, cluster bytes; 2 DATA: the payload;
+ * 3 ACK: nothing. An ack above the number of frames sent, a second hello or an unknown type
+ * is a protocol error: the pipe is closed and counted in `refused`.
+ *
+ * Flow control, and why. nng's pair1 poly mode hands each outgoing message to the pipe's
+ * 2-deep send queue with a non-blocking put and silently DROPS it when that queue is full
+ * (measured with nng 1.5.2 on loopback: 50-80% of a burst lost, whatever the message size or
+ * the number of in-flight nng_send_aio calls, because nng's socket-level distributor runs
+ * faster than the pipe's TCP writer). That is neither backpressure nor a rare loss, so this
+ * module keeps every connection under nng's limit with a small credit window: each frame
+ * carries the count of frames its sender has received on the connection so far (a
+ * cumulative ack), a member puts a DATA frame into nng only while fewer than 2 of its frames
+ * on that connection are unacknowledged, and a bare ACK frame (sent at once when a data
+ * frame arrives and no data frame can carry the ack, or when two frames are unacknowledged)
+ * may use a third slot. So at most 3 of our frames are ever between nng's distributor and
+ * the peer (2 queued + 1 being written): nng never drops for lack of room. Acks are produced
+ * on nng threads, not on the loop, so a busy loop does not slow its peers. The window allows
+ * 2 data frames per round trip per peer; Raft batches entries into frames, so this is enough
+ * for group commit, and frames beyond the window wait in the peer's outbound queue.
+ * Sends use nng_sendmsg(NNG_FLAG_NONBLOCK) into a socket send buffer sized so that the
+ * windows make it impossible to fill (EAGAIN would be counted as a drop, never a wait):
+ * nothing on the loop thread ever blocks on the network. A watchdog closes a connection
+ * whose data frames stay unacknowledged for ack_timeout_ms (a peer that stopped answering,
+ * a half-dead TCP connection, or a frame lost inside nng against expectations); nng then
+ * redials and the window starts afresh.
+ *
+ * Delivery guarantees: none beyond "in order, at most once, per connection". A frame is
+ * lost when the connection drops (frames queued for it are dropped and counted), when the
+ * peer's inbox is full, when it is too large for the receiver, or at stop. Raft retries.
+ *
+ * Threading. Every kl_peer_* function is for the loop thread only (the one whose loop was
+ * given to kl_peer_start). nng callbacks (pipe events, the one receive aio, acks and window
+ * refills) run on nng threads and share state with the loop under one mutex; they never
+ * call the owner: they only append to the inbox and wake the loop with uv_async_send, and
+ * the recv callback runs on the loop thread. No nng call that can block or call back
+ * (send, close) is made with the mutex held; one sender at a time per peer (the "pumping"
+ * flag) keeps each peer's frames in order.
+ *
+ * Invariants: for each peer, unacknowledged frames on its connection <= 3, data <= 2; the
+ * inbox holds <= max_queued_frames frames and <= max_queued_bytes payload bytes; each
+ * outbound queue likewise (limits apply per peer); frames are delivered in the order the
+ * peer sent them on one connection.
+ *
+ * Limits: at most KL_PEER_MAX_PEERS other members; ids are nonzero and distinct; the cluster
+ * name is 1..KL_PEER_MAX_CLUSTER bytes; a frame is at most max_frame bytes (a received frame
+ * up to 4 x max_frame is dropped and counted; nng closes the connection on a larger one).
+ * No encryption or authentication beyond the hello: peer URLs must be on a trusted network
+ * (loopback in the local cluster). */
+#ifndef KL_REPL_PEER_H
+#define KL_REPL_PEER_H
+
+#include "common/status.h"
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <uv.h>
+
+#define KL_PEER_MAX_PEERS 9
+#define KL_PEER_MAX_CLUSTER 255
+#define KL_PEER_DEFAULT_MAX_FRAME (4u << 20)
+#define KL_PEER_DEFAULT_QUEUED_FRAMES 1024
+#define KL_PEER_DEFAULT_QUEUED_BYTES (64u << 20)
+#define KL_PEER_DEFAULT_ACK_TIMEOUT_MS 5000
+
+typedef struct kl_peer kl_peer;
+
+/* Loop thread; `frame` is valid only during the call. */
+typedef void (*kl_peer_recv_fn)(void *owner, uint64_t from, const uint8_t *frame, size_t len);
+
+typedef struct kl_peer_config {
+    const char *cluster;    /* cluster name, compared in every hello */
+    uint64_t self;          /* this member's id, nonzero */
+    const char *listen_url; /* this member's peer URL, e.g. "tcp://127.0.0.1:7500" */
+    struct {
+        uint64_t id;
+        const char *url; /* required for ids below self (dialed); unused otherwise */
+    } peers[KL_PEER_MAX_PEERS];
+    size_t n_peers;           /* the other members only */
+    size_t max_frame;         /* 0 = KL_PEER_DEFAULT_MAX_FRAME */
+    size_t max_queued_frames; /* inbox and each outbound queue; 0 = default */
+    size_t max_queued_bytes;  /* inbox and each outbound queue; 0 = default */
+    uint32_t ack_timeout_ms;  /* handshake and ack watchdog; 0 = default */
+    kl_peer_recv_fn recv;
+    void *owner; /* passed to recv */
+} kl_peer_config;
+
+typedef struct kl_peer_counters {
+    uint64_t sent;     /* data frames handed to nng */
+    uint64_t received; /* data frames delivered to recv */
+    uint64_t dropped;  /* the sum of the dropped_* below */
+    uint64_t dropped_unavailable; /* kl_peer_send without a connection */
+    uint64_t dropped_queue_full;  /* kl_peer_send with a full outbound queue (or no memory) */
+    uint64_t dropped_disconnect;  /* queued for a connection that dropped, or at stop */
+    uint64_t dropped_oversize;    /* received frames over max_frame */
+    uint64_t dropped_inbox_full;  /* received while the inbox was full */
+    uint64_t dropped_nng;         /* nng refused a non-blocking send */
+    uint64_t refused;       /* pipes closed for a bad or missing hello or a protocol error */
+    uint64_t stalls;        /* connections closed by the ack watchdog */
+    uint64_t connects;      /* handshakes completed, in total */
+    uint32_t pipes_open;    /* nng pipes open now (handshaking or connected) */
+    uint32_t connected;     /* peers connected now */
+} kl_peer_counters;
+
+/* Validates cfg (copied: nothing in it is borrowed after the call), listens and starts
+ * dialing. Fails INVALID_ARGUMENT for a bad configuration or URL, UNAVAILABLE when the
+ * listen URL cannot be bound; the message names the URL and the operation. */
+kl_code kl_peer_start(uv_loop_t *loop, const kl_peer_config *cfg, kl_peer **out, kl_err *err);
+
+/* Copies the frame and queues it for member `to`; never blocks. KL_OK: queued (it may still
+ * be lost, see above). KL_UNAVAILABLE: no connection to `to` (dropped). KL_RESOURCE_EXHAUSTED:
+ * `to`'s outbound queue is full (dropped). KL_INVALID_ARGUMENT: `to` is not another member,
+ * or len > max_frame. Every drop is counted. Safe to call from inside recv. */
+kl_code kl_peer_send(kl_peer *p, uint64_t to, const uint8_t *frame, size_t len);
+
+/* True when both hellos crossed on a live connection to member `id`. */
+bool kl_peer_connected(const kl_peer *p, uint64_t id);
+
+/* A snapshot of the counters (the type is not named kl_peer_stats because C forbids a
+ * function and a typedef of one name). */
+void kl_peer_stats(const kl_peer *p, kl_peer_counters *out);
+
+/* Returns at once: from now on nothing is sent or delivered, queued frames are dropped
+ * (counted in dropped_disconnect). The socket is closed from the loop once the
+ * connections fell quiet (at most ~0.3 s later; this works around an nng 1.5.2 hang, see
+ * peer.c), then the handles; the memory is freed after their close callbacks, so keep
+ * running the loop after stop. Call once; no other kl_peer_* call after it. Safe to call
+ * from inside recv (later frames are dropped). */
+void kl_peer_stop(kl_peer *p);
+
+#endif
