@@ -22,12 +22,23 @@ static const char *leader_url(const kl_service *s, uint64_t *leader_out)
 
 static void reply_not_leader(kl_service *s, kl_rpc_call *call, const kl_err *err)
 {
+    kl_raft_status st;
+    kl_repl_status(s->repl, &st);
     const char *url = leader_url(s, NULL);
     kl_err e = *err;
-    if (url == NULL)
+    if (st.role == KL_RAFT_LEADER) {
+        /* Elected, but its first entry has not committed: replica_count members must persist
+         * it. Refused before anything was proposed, so UNAVAILABLE (DESIGN.md §9). */
+        kl_fail(&e, KL_UNAVAILABLE, "leader_not_ready",
+                "this member leads partition %d but cannot commit yet: %u members must persist "
+                "its first entry (some are down or behind); retry shortly",
+                s->partition->id, st.q2);
+        url = NULL;
+    } else if (url == NULL) {
         kl_fail(&e, KL_NOT_LEADER, "leader_unknown",
                 "this member does not lead partition %d and knows no leader yet; retry shortly",
                 s->partition->id);
+    }
     kl_rpc_reply_error(call, &e, url);
 }
 

@@ -5,7 +5,7 @@
 set -u
 cd "$(dirname "$0")/../.."
 name="clitest$$"
-port=$(( 27000 + $$ % 5000 ))   # below the ephemeral range (32768+)
+port=$(( 27000 + $$ % 3000 ))   # below the ephemeral range (32768+)
 cfg=$(mktemp "$PWD/var/cli-XXXXXX.json")
 cat >"$cfg" <<JSON
 {"cluster":"$name","replica_count":1,"limits":{"MaxBatchBytes":65536,"MaxFrameBytes":131072},

@@ -593,6 +593,259 @@ static void test_refuses_non_store_dir(void)
     CHECK(WIFEXITED(st) && WEXITSTATUS(st) != 0, "daemon accepted a file as its data directory");
 }
 
+/* ---- replica groups: several keyloadd members of one partition ---- */
+
+#define GROUP_MAX 3
+static int group_n;
+static char group_url[GROUP_MAX][128];
+static pid_t group_pid[GROUP_MAX];
+
+static void write_group(const char *name, int n, int replica_count)
+{
+    static int group_seq;
+    int base = 30000 + (getpid() % 300) * 3 + (group_seq++ % 2) * 1000; /* 30000..31999 */
+    group_n = n;
+    snprintf(cluster_file, sizeof cluster_file, "%s/%s.json", work, name);
+    FILE *f = fopen(cluster_file, "w");
+    fprintf(f, "{\"cluster\":\"%s\",\"replica_count\":%d,"
+               "\"timers\":{\"tick_ms\":50,\"election_ms\":1000,\"heartbeat_ms\":150},"
+               "\"partitions\":[{\"id\":0,\"members\":[", name, replica_count);
+    for (int i = 0; i < n; i++) {
+        snprintf(group_url[i], sizeof group_url[i], "tcp://127.0.0.1:%d", base + i);
+        fprintf(f, "%s{\"id\":%d,\"client\":\"%s\",\"peer\":\"tcp://127.0.0.1:%d\",\"data\":\"%s/%s-m%d\"}",
+                i ? "," : "", i + 1, group_url[i], base + 100 + i, work, name, i + 1);
+        group_pid[i] = -1;
+    }
+    fprintf(f, "]}]}\n");
+    fclose(f);
+}
+
+static void group_start(int i)
+{
+    char log[700], node[16];
+    snprintf(log, sizeof log, "%s/group-m%d.log", work, i + 1);
+    snprintf(node, sizeof node, "p0m%d", i + 1);
+    pid_t pid = fork();
+    if (pid == 0) {
+        int fd = open(log, O_WRONLY | O_CREAT | O_APPEND, 0600);
+        dup2(fd, 2);
+        dup2(fd, 1);
+        unsetenv("KEYLOAD_FAILPOINTS");
+        execl(daemon_bin, daemon_bin, "--cluster", cluster_file, "--node", node, (char *)NULL);
+        _exit(127);
+    }
+    group_pid[i] = pid;
+}
+
+static void group_kill(int i, int sig)
+{
+    if (group_pid[i] <= 0)
+        return;
+    kill(group_pid[i], sig);
+    int st;
+    int64_t deadline = now_ms() + 15000;
+    while (waitpid(group_pid[i], &st, WNOHANG) == 0) {
+        if (now_ms() > deadline) {
+            kill(group_pid[i], SIGKILL);
+            waitpid(group_pid[i], &st, 0);
+            break;
+        }
+        sleep_ms(20);
+    }
+    group_pid[i] = -1;
+}
+
+static void group_stop_all(void)
+{
+    for (int i = 0; i < group_n; i++)
+        group_kill(i, SIGKILL);
+}
+
+/* Sends to the member that serves: tries every member until one answers with something other
+ * than NOT_LEADER or UNAVAILABLE (no connection, leader not ready), for up to total_ms. A request
+ * that got no answer (DEADLINE_EXCEEDED) is returned as is: its outcome is unknown. *who is
+ * the member that answered. */
+static answer group_call(const char *method, const uint8_t *req, size_t len, int total_ms, int *who)
+{
+    int64_t deadline = now_ms() + total_ms;
+    answer a = {0};
+    for (;;) {
+        for (int i = 0; i < group_n; i++) {
+            if (group_pid[i] <= 0)
+                continue;
+            snprintf(url, sizeof url, "%s", group_url[i]);
+            answer_free(&a);
+            a = call(method, req, len, 2000);
+            /* UNAVAILABLE: no connection, or refused before anything was proposed. */
+            bool elsewhere = a.code == KL_NOT_LEADER || a.code == KL_UNAVAILABLE;
+            if (!elsewhere) {
+                if (who)
+                    *who = i;
+                return a;
+            }
+        }
+        if (now_ms() > deadline)
+            return a;
+        sleep_ms(100);
+    }
+}
+
+static answer group_batch(Keyload__V1__BatchRequest *b, int total_ms, int *who)
+{
+    size_t len;
+    uint8_t *req = pack_free(b, &len);
+    answer a = group_call("keyload.v1.Batch", req, len, total_ms, who);
+    free(req);
+    return a;
+}
+
+static long long group_messages(const char *queue)
+{
+    Keyload__V1__QueueStatsRequest q = KEYLOAD__V1__QUEUE_STATS_REQUEST__INIT;
+    Keyload__V1__QueueLaneRef r = KEYLOAD__V1__QUEUE_LANE_REF__INIT;
+    r.tenant = "default";
+    r.database = "default";
+    r.queue = (char *)queue;
+    q.queue = &r;
+    uint8_t buf[512];
+    size_t n = keyload__v1__queue_stats_request__pack(&q, buf);
+    answer a = group_call("keyload.v1.QueueStats", buf, n, 20000, NULL);
+    long long m = -1;
+    if (a.code == KL_OK) {
+        Keyload__V1__QueueStatsAnswer *s = keyload__v1__queue_stats_answer__unpack(NULL, a.len, a.bytes);
+        m = (long long)s->messages;
+        keyload__v1__queue_stats_answer__free_unpacked(s, NULL);
+    } else {
+        fprintf(stderr, "  stats: %s %s\n", kl_code_name(a.code), a.err.message);
+    }
+    answer_free(&a);
+    return m;
+}
+
+/* replica_count 3 of 3: every commit is on all three members. With the leader killed, a
+ * new leader is elected but cannot commit (refusing before proposing); once the member is
+ * back, writes go on and nothing acknowledged is lost or doubled; receipts replay. */
+static void test_group_rf3_all_copies(void)
+{
+    write_group("rf3", 3, 3);
+    for (int i = 0; i < 3; i++)
+        group_start(i);
+    Keyload__V1__BatchRequest *b = batch_new(NULL);
+    add_create(b, "orders", 0);
+    int leader = -1;
+    answer a = group_batch(b, 20000, &leader);
+    CHECK(a.code == KL_OK, "create: %s %s", kl_code_name(a.code), a.err.message);
+    answer_free(&a);
+    uint8_t cmd[16];
+    kl_guid_random(cmd);
+    answer first = {0};
+    for (int i = 0; i < 5; i++) {
+        b = batch_new(i == 0 ? cmd : NULL);
+        for (int j = 0; j < 20; j++)
+            add_enqueue(b, "orders", "x");
+        a = group_batch(b, 10000, &leader);
+        CHECK(a.code == KL_OK, "batch %d: %s %s", i, kl_code_name(a.code), a.err.message);
+        if (i == 0)
+            first = a;
+        else
+            answer_free(&a);
+    }
+    group_kill(leader, SIGKILL);
+    b = batch_new(NULL);
+    add_enqueue(b, "orders", "during");
+    a = group_batch(b, 3000, NULL);
+    CHECK(a.code != KL_OK, "a batch committed with a replica_count-3 member down");
+    CHECK(a.code == KL_UNAVAILABLE || a.code == KL_NOT_LEADER || a.code == KL_UNKNOWN_WRITE_OUTCOME ||
+              a.code == KL_DEADLINE_EXCEEDED,
+          "refusal code %s (%s)", kl_code_name(a.code), a.err.message);
+    bool maybe = a.code == KL_UNKNOWN_WRITE_OUTCOME || a.code == KL_DEADLINE_EXCEEDED;
+    answer_free(&a);
+    group_start(leader);
+    b = batch_new(NULL);
+    add_enqueue(b, "orders", "after");
+    a = group_batch(b, 20000, NULL);
+    CHECK(a.code == KL_OK, "after restart: %s %s", kl_code_name(a.code), a.err.message);
+    answer_free(&a);
+    long long n = group_messages("orders");
+    CHECK(n == 101 || (maybe && n == 102), "messages: %lld", n);
+    /* The first batch replays byte for byte from whichever member leads now. */
+    b = batch_new(cmd);
+    for (int j = 0; j < 20; j++)
+        add_enqueue(b, "orders", "x");
+    a = group_batch(b, 10000, NULL);
+    CHECK(a.code == KL_OK && a.len == first.len && memcmp(a.bytes, first.bytes, a.len) == 0,
+          "replay after failover differs (%s)", kl_code_name(a.code));
+    answer_free(&a);
+    answer_free(&first);
+    group_stop_all();
+}
+
+/* replica_count 2 of 3: the leader is killed -9 in the middle of a stream of single-message
+ * batches; the two others elect a leader and go on. Every acknowledged message is there
+ * exactly once after the old leader comes back (retries reuse their command ids). */
+static void test_group_rf2_failover(void)
+{
+    write_group("rf2", 3, 2);
+    for (int i = 0; i < 3; i++)
+        group_start(i);
+    Keyload__V1__BatchRequest *b = batch_new(NULL);
+    add_create(b, "jobs", 0);
+    int leader = -1;
+    answer a = group_batch(b, 20000, &leader);
+    CHECK(a.code == KL_OK, "create: %s %s", kl_code_name(a.code), a.err.message);
+    answer_free(&a);
+    int acked = 0;
+    for (int i = 0; i < 60; i++) {
+        if (i == 30)
+            group_kill(leader, SIGKILL);
+        uint8_t cmd[16];
+        kl_guid_random(cmd);
+        char body[32];
+        snprintf(body, sizeof body, "job-%d", i);
+        for (int attempt = 0; attempt < 20; attempt++) {
+            b = batch_new(cmd);
+            add_enqueue(b, "jobs", body);
+            a = group_batch(b, 10000, &leader);
+            kl_code code = a.code;
+            answer_free(&a);
+            if (code == KL_OK) {
+                acked++;
+                break;
+            }
+            CHECK(code == KL_UNKNOWN_WRITE_OUTCOME || code == KL_DEADLINE_EXCEEDED || code == KL_UNAVAILABLE,
+                  "batch %d: %s", i, kl_code_name(code));
+        }
+    }
+    CHECK(acked == 60, "only %d of 60 batches acknowledged", acked);
+    for (int i = 0; i < 3; i++)
+        if (group_pid[i] <= 0)
+            group_start(i);
+    b = batch_new(NULL);
+    add_receive(b, "jobs", 100, 60000);
+    a = group_batch(b, 20000, NULL);
+    CHECK(a.code == KL_OK, "receive: %s", kl_code_name(a.code));
+    Keyload__V1__BatchReceipt *rc = keyload__v1__batch_receipt__unpack(NULL, a.len, a.bytes);
+    Keyload__V1__Received *got = rc->results[0]->received;
+    bool seen[60] = {false};
+    int dup = 0, n = 0;
+    for (size_t i = 0; i < got->n_messages; i++) {
+        int k;
+        char buf[40] = {0};
+        memcpy(buf, got->messages[i]->message->body.data,
+               got->messages[i]->message->body.len < 39 ? got->messages[i]->message->body.len : 39);
+        if (sscanf(buf, "job-%d", &k) == 1 && k >= 0 && k < 60) {
+            dup += seen[k];
+            seen[k] = true;
+            n++;
+        }
+    }
+    keyload__v1__batch_receipt__free_unpacked(rc, NULL);
+    answer_free(&a);
+    CHECK(dup == 0, "%d messages delivered twice", dup);
+    CHECK(n == 60, "%d of 60 acknowledged messages present", n);
+    group_stop_all();
+}
+
 typedef struct {
     const char *name;
     void (*fn)(void);
@@ -622,6 +875,8 @@ int main(int argc, char **argv)
         {"quota refusals change nothing", test_quota_refusals_change_nothing},
         {"bad input answers clearly and changes nothing", test_bad_input},
         {"a non-store data directory is refused", test_refuses_non_store_dir},
+        {"3 members, replica_count 3: leader killed, commits wait for all copies", test_group_rf3_all_copies},
+        {"3 members, replica_count 2: leader killed -9 mid-stream, nothing lost or doubled", test_group_rf2_failover},
     };
     int passed = 0, failed = 0;
     for (size_t i = 0; i < sizeof tests / sizeof tests[0]; i++) {
@@ -630,6 +885,7 @@ int main(int argc, char **argv)
         tests[i].fn();
         if (daemon_pid > 0)
             stop_daemon(SIGKILL); /* a failed check leaves no process behind */
+        group_stop_all();
         printf("%s %s (%lld ms)\n", failures_in_test ? "FAIL" : "ok  ", tests[i].name,
                (long long)(now_ms() - t0));
         fflush(stdout);
