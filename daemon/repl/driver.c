@@ -54,6 +54,7 @@ typedef struct persist_job {
 struct kl_repl {
     uv_loop_t *loop;
     kl_store *store;
+    uint64_t durable_term, durable_vote; /* as last synced: a change needs an fsync */
     kl_repl_callbacks cb;
     uint64_t self;
     size_t n_members;
@@ -580,6 +581,14 @@ static bool job_fill(kl_repl *r)
     return true;
 }
 
+/* True when the ready's only durable change is the commit index. */
+static bool commit_only(const kl_repl *r)
+{
+    const kl_raft_ready *rd = &r->rd;
+    return rd->has_hard_state && rd->truncate_from == 0 && rd->n_entries == 0 &&
+           rd->hard.term == r->durable_term && rd->hard.vote == r->durable_vote;
+}
+
 static void pump(kl_repl *r)
 {
     if (r->pumping)
@@ -593,7 +602,24 @@ static void pump(kl_repl *r)
             fail_core(r, "get_ready");
             break;
         }
+        if (commit_only(r)) {
+            /* Only the commit index moved: no fsync and no thread hop (see
+             * kl_store_save_commit), so a commit costs one synced write, not two. */
+            Keyload__V1__HardState h = KEYLOAD__V1__HARD_STATE__INIT;
+            h.term = r->rd.hard.term;
+            h.vote = r->rd.hard.vote;
+            h.commit = r->rd.hard.commit;
+            kl_err err;
+            if (kl_store_save_commit(r->store, &h, &err) != KL_OK) {
+                fail(r, &err);
+                break;
+            }
+            finish_round(r);
+            continue;
+        }
         if (r->rd.has_hard_state || r->rd.truncate_from != 0 || r->rd.n_entries > 0) {
+            r->durable_term = r->rd.hard.term;
+            r->durable_vote = r->rd.hard.vote;
             kl_err err;
             if (!job_fill(r)) {
                 kl_fail(&err, KL_INTERNAL, "memory", "out of memory preparing a log write");
@@ -775,6 +801,8 @@ kl_code kl_repl_start(uv_loop_t *loop, kl_store *store, const kl_repl_config *cf
     uint64_t term, vote, commit;
     if ((rc = kl_store_load_hard(store, &term, &vote, &commit, err)) != KL_OK)
         goto fail;
+    r->durable_term = term;
+    r->durable_vote = vote;
     rc_.hard = (kl_raft_hard_state){.term = term, .vote = vote, .commit = commit};
     rc_.last_index = kl_store_last_index(store);
     rc_.applied = kl_store_applied_index(store);
@@ -814,6 +842,13 @@ kl_code kl_repl_start(uv_loop_t *loop, kl_store *store, const kl_repl_config *cf
     uv_timer_init(loop, &r->timer);
     r->timer.data = r;
     uv_timer_start(&r->timer, on_tick, tick, tick);
+    if (cfg->n_members == 1) {
+        /* Alone, no other member can lead: let the election timeout pass at once instead of
+         * leaving every restart unavailable for one to two election timeouts. */
+        for (uint32_t i = 0; i < 2 * rc_.election_ticks + 1; i++)
+            (void)kl_raft_tick(r->raft);
+        pump(r);
+    }
     KL_INFO("replication started", "member=%llu members=%zu replica_count=%u term=%llu "
             "last_index=%llu applied=%llu commit=%llu", (unsigned long long)r->self,
             cfg->n_members, cfg->replica_count, (unsigned long long)term,

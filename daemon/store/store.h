@@ -70,6 +70,10 @@ typedef struct kl_store_log_item {
  * Safe to call from the append worker thread. */
 kl_code kl_store_log_write(kl_store *st, const Keyload__V1__HardState *hard, uint64_t truncate_from,
                            const kl_store_log_item *items, size_t n, kl_err *err);
+/* Writes the hard state WITHOUT syncing (but through the WAL). Only for a change of the
+ * commit index alone: Raft never needs the commit index to be durable, and because the
+ * write precedes the applies it allows, a crash can never leave applied state ahead of it. */
+kl_code kl_store_save_commit(kl_store *st, const Keyload__V1__HardState *hard, kl_err *err);
 /* The persisted hard state (all zero for a new store). */
 kl_code kl_store_load_hard(kl_store *st, uint64_t *term, uint64_t *vote, uint64_t *commit, kl_err *err);
 

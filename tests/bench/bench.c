@@ -227,7 +227,17 @@ static int create_queue(const options *o)
     size_t cap = 0, alen = 0;
     size_t len = pack_batch(&b, &buf, &cap);
     int rv = -1;
-    kl_code rc = kl_rpc_invoke(c, BATCH_METHOD, buf, len, o->timeout_ms, &ans, &alen, NULL, 0, &err);
+    /* A daemon that just started may not lead yet: retry for up to 20 s (the create is
+     * refused before proposing, so a retry with the same command id is safe). */
+    kl_code rc;
+    for (int attempt = 0;; attempt++) {
+        free(ans);
+        ans = NULL;
+        rc = kl_rpc_invoke(c, BATCH_METHOD, buf, len, o->timeout_ms, &ans, &alen, NULL, 0, &err);
+        if ((rc != KL_NOT_LEADER && rc != KL_UNAVAILABLE) || attempt >= 200)
+            break;
+        usleep(100000);
+    }
     if (rc == KL_OK) {
         fprintf(stderr, "keyload-bench: created queue %s\n", o->queue);
         rv = 0;
