@@ -71,6 +71,12 @@ char *cli_human_bytes(const uint8_t *p, size_t n);
 kl_code cli_open(const cli *c, kl_client **out, kl_err *err);
 /* Sends b and prints errors; on KL_OK *out is the receipt. Returns the exit code. */
 int cli_send(cli *c, const kl_batch *b, kl_receipt **out);
+/* Sends a one-mutation batch. With --json it prints the receipt and leaves *res NULL;
+ * otherwise *res is the receipt's single result of `kind`, for the command's human line.
+ * *r (freed by the caller with kl_receipt_free) is set whenever a receipt arrived.
+ * Returns the exit code. */
+int cli_send_result(cli *c, const kl_batch *b, int kind, kl_receipt **r,
+                    const Keyload__V1__MutationResult **res);
 /* kl_batch_new for --command-id (NULL: fresh random id), printing errors. */
 int cli_new_batch(cli *c, const char *command_id, kl_batch **out);
 /* Prints c->usage on stdout (for --help after a command); returns 0. */

@@ -138,28 +138,22 @@ static int lease_command(cli *c, int argc, char **argv, bool ack)
                        ack ? "ack" : "release");
     kl_batch *b = NULL;
     kl_receipt *r = NULL;
+    const Keyload__V1__MutationResult *res = NULL;
     kl_err err;
     if (rc == CLI_EXIT_OK)
         rc = cli_new_batch(c, command_id, &b);
     if (rc == CLI_EXIT_OK) {
         kl_code code = ack ? kl_batch_ack(b, queue, t.items, t.n, &err)
                            : kl_batch_release(b, queue, t.items, t.n, &err);
-        rc = code == KL_OK ? cli_send(c, b, &r) : cli_error(c, &err);
+        int kind = ack ? KEYLOAD__V1__MUTATION_RESULT__KIND_ACKED
+                       : KEYLOAD__V1__MUTATION_RESULT__KIND_RELEASED;
+        rc = code == KL_OK ? cli_send_result(c, b, kind, &r, &res) : cli_error(c, &err);
     }
-    if (rc == CLI_EXIT_OK && c->json) {
-        rc = cli_print_json(c, kl_receipt_to_json(r->decoded, 0));
-    } else if (rc == CLI_EXIT_OK) {
-        const Keyload__V1__MutationResult *res = cli_single_result(
-            c, r, ack ? KEYLOAD__V1__MUTATION_RESULT__KIND_ACKED
-                      : KEYLOAD__V1__MUTATION_RESULT__KIND_RELEASED);
-        if (res == NULL) {
-            rc = CLI_EXIT_ERROR;
-        } else {
-            char tag[96];
-            uint32_t count = ack ? res->acked->count : res->released->count;
-            printf("%s %" PRIu32 " of %zu lease%s on %s %s\n", ack ? "acked" : "released", count,
-                   t.n, t.n == 1 ? "" : "s", queue, cli_receipt_tag(r, tag, sizeof tag));
-        }
+    if (rc == CLI_EXIT_OK && res != NULL) {
+        char tag[96];
+        uint32_t count = ack ? res->acked->count : res->released->count;
+        printf("%s %" PRIu32 " of %zu lease%s on %s %s\n", ack ? "acked" : "released", count, t.n,
+               t.n == 1 ? "" : "s", queue, cli_receipt_tag(r, tag, sizeof tag));
     }
     kl_receipt_free(r);
     kl_batch_free(b);

@@ -175,23 +175,15 @@ int cli_cmd_enqueue(cli *c, int argc, char **argv)
         rc = cli_error(c, &err);
         goto out;
     }
-    if ((rc = cli_send(c, b, &r)) != CLI_EXIT_OK)
-        goto out;
-    if (c->json) {
-        rc = cli_print_json(c, kl_receipt_to_json(r->decoded, 0));
-    } else {
-        const Keyload__V1__MutationResult *res =
-            cli_single_result(c, r, KEYLOAD__V1__MUTATION_RESULT__KIND_ENQUEUED);
-        if (res == NULL) {
-            rc = CLI_EXIT_ERROR;
-        } else {
-            char tag[96];
-            const char *rl = res->enqueued->lane && res->enqueued->lane[0] ? res->enqueued->lane
-                             : lane[0]                                     ? lane
-                                                                           : "default";
-            printf("enqueued message %" PRIu64 " to %s/%s %s\n", res->enqueued->message_id,
-                   queue, rl, cli_receipt_tag(r, tag, sizeof tag));
-        }
+    const Keyload__V1__MutationResult *res;
+    rc = cli_send_result(c, b, KEYLOAD__V1__MUTATION_RESULT__KIND_ENQUEUED, &r, &res);
+    if (rc == CLI_EXIT_OK && res != NULL) {
+        char tag[96];
+        const char *rl = res->enqueued->lane && res->enqueued->lane[0] ? res->enqueued->lane
+                         : lane[0]                                     ? lane
+                                                                       : "default";
+        printf("enqueued message %" PRIu64 " to %s/%s %s\n", res->enqueued->message_id, queue, rl,
+               cli_receipt_tag(r, tag, sizeof tag));
     }
 out:
     kl_receipt_free(r);
@@ -308,26 +300,19 @@ int cli_cmd_receive(cli *c, int argc, char **argv)
     }
     kl_err err;
     kl_receipt *r = NULL;
+    const Keyload__V1__MutationResult *res = NULL;
     if (kl_batch_receive(b, queue, lane, (uint32_t)max, (uint32_t)lease_ms, &err) != KL_OK)
         rc = cli_error(c, &err);
     else
-        rc = cli_send(c, b, &r);
+        rc = cli_send_result(c, b, KEYLOAD__V1__MUTATION_RESULT__KIND_RECEIVED, &r, &res);
     kl_batch_free(b);
-    if (rc == CLI_EXIT_OK && c->json) {
-        rc = cli_print_json(c, kl_receipt_to_json(r->decoded, 0));
-    } else if (rc == CLI_EXIT_OK) {
-        const Keyload__V1__MutationResult *res =
-            cli_single_result(c, r, KEYLOAD__V1__MUTATION_RESULT__KIND_RECEIVED);
-        if (res == NULL) {
-            rc = CLI_EXIT_ERROR;
-        } else {
-            char tag[96];
-            size_t n = res->received->n_messages;
-            printf("received %zu message%s from %s/%s %s\n", n, n == 1 ? "" : "s", queue,
-                   lane[0] ? lane : "default", cli_receipt_tag(r, tag, sizeof tag));
-            for (size_t i = 0; i < n; i++)
-                print_received(queue, res->received->messages[i]);
-        }
+    if (rc == CLI_EXIT_OK && res != NULL) {
+        char tag[96];
+        size_t n = res->received->n_messages;
+        printf("received %zu message%s from %s/%s %s\n", n, n == 1 ? "" : "s", queue,
+               lane[0] ? lane : "default", cli_receipt_tag(r, tag, sizeof tag));
+        for (size_t i = 0; i < n; i++)
+            print_received(queue, res->received->messages[i]);
     }
     kl_receipt_free(r);
     free(queue);

@@ -70,25 +70,16 @@ static int queue_create(cli *c, cli_args *a)
         kl_batch_free(b);
         return cli_error(c, &err);
     }
-    kl_receipt *r;
-    rc = cli_send(c, b, &r);
+    kl_receipt *r = NULL;
+    const Keyload__V1__MutationResult *res;
+    rc = cli_send_result(c, b, KEYLOAD__V1__MUTATION_RESULT__KIND_QUEUE_CREATED, &r, &res);
     kl_batch_free(b);
-    if (rc != CLI_EXIT_OK)
-        return rc;
-    if (c->json) {
-        rc = cli_print_json(c, kl_receipt_to_json(r->decoded, 0));
-    } else {
-        const Keyload__V1__MutationResult *res =
-            cli_single_result(c, r, KEYLOAD__V1__MUTATION_RESULT__KIND_QUEUE_CREATED);
-        if (res == NULL) {
-            rc = CLI_EXIT_ERROR;
-        } else {
-            char tag[96];
-            printf("created queue %s on partition %d%s, queue id %" PRIu64 " %s\n", name,
-                   res->queue_created->partition,
-                   partition_given ? "" : " (picked: no --partition given)",
-                   res->queue_created->queue_id, cli_receipt_tag(r, tag, sizeof tag));
-        }
+    if (rc == CLI_EXIT_OK && res != NULL) {
+        char tag[96];
+        printf("created queue %s on partition %d%s, queue id %" PRIu64 " %s\n", name,
+               res->queue_created->partition,
+               partition_given ? "" : " (picked: no --partition given)",
+               res->queue_created->queue_id, cli_receipt_tag(r, tag, sizeof tag));
     }
     kl_receipt_free(r);
     return rc;
@@ -127,23 +118,14 @@ static int queue_delete(cli *c, cli_args *a)
         kl_batch_free(b);
         return cli_error(c, &err);
     }
-    kl_receipt *r;
-    rc = cli_send(c, b, &r);
+    kl_receipt *r = NULL;
+    const Keyload__V1__MutationResult *res;
+    rc = cli_send_result(c, b, KEYLOAD__V1__MUTATION_RESULT__KIND_QUEUE_DELETED, &r, &res);
     kl_batch_free(b);
-    if (rc != CLI_EXIT_OK)
-        return rc;
-    if (c->json) {
-        rc = cli_print_json(c, kl_receipt_to_json(r->decoded, 0));
-    } else {
-        const Keyload__V1__MutationResult *res =
-            cli_single_result(c, r, KEYLOAD__V1__MUTATION_RESULT__KIND_QUEUE_DELETED);
-        if (res == NULL) {
-            rc = CLI_EXIT_ERROR;
-        } else {
-            char tag[96];
-            printf("deleted queue %s, queue id %" PRIu64 " %s\n", name,
-                   res->queue_deleted->queue_id, cli_receipt_tag(r, tag, sizeof tag));
-        }
+    if (rc == CLI_EXIT_OK && res != NULL) {
+        char tag[96];
+        printf("deleted queue %s, queue id %" PRIu64 " %s\n", name, res->queue_deleted->queue_id,
+               cli_receipt_tag(r, tag, sizeof tag));
     }
     kl_receipt_free(r);
     return rc;

@@ -25,6 +25,19 @@ int cli_send(cli *c, const kl_batch *b, kl_receipt **out)
     return CLI_EXIT_OK;
 }
 
+int cli_send_result(cli *c, const kl_batch *b, int kind, kl_receipt **r,
+                    const Keyload__V1__MutationResult **res)
+{
+    *res = NULL;
+    int rc = cli_send(c, b, r);
+    if (rc != CLI_EXIT_OK)
+        return rc;
+    if (c->json)
+        return cli_print_json(c, kl_receipt_to_json((*r)->decoded, 0));
+    *res = cli_single_result(c, *r, kind);
+    return *res ? CLI_EXIT_OK : CLI_EXIT_ERROR;
+}
+
 const char *cli_receipt_tag(const kl_receipt *r, char *buf, size_t cap)
 {
     const Keyload__V1__BatchReceipt *d = r->decoded;
