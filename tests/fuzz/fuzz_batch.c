@@ -24,12 +24,16 @@
  *  - for 1 input in 8, "held" mode: a background enqueue's proposal is held uncommitted
  *    while the input is submitted twice (it is evaluated against the pending overlay and
  *    waits), then every held proposal commits in order.
- * Every 8th input, a Receive of up to 10 from "q", "work" (max_deliveries 1, dead letter
- * queue "dlq") or "drop" (max_deliveries 1, no dead letter queue) acks a quarter of the
- * leases and releases another quarter at once (which must succeed), leaving the rest to
- * expire; "small" (max 3 messages, 64 bytes) drives the quotas. Queues a fuzz input
- * deletes are created again. Lease tokens handed out are kept, and 16 input bytes starting
- * "KLTOK" become one of them (see substitute_tokens), so inputs can ack and release.
+ * Every 8th input, the lease driver takes one base queue in turn: "q"; "work"
+ * (max_deliveries 1, dead letter queue "dlq"); "small" (max 3 messages, 64 bytes: the
+ * quotas); "drop" (max_deliveries 1, no dead letter queue); "dlq" (max 4 messages, so it
+ * fills up). It enqueues a plain message, one that expires within a minute and one
+ * delayed by up to a minute (the clock is out of a fuzz input's reach, so the paths of
+ * expired messages and ended delays need this), then a Receive of up to 10 acks a quarter
+ * of the leases and releases another quarter at once (which must succeed), leaving the
+ * rest to expire. Queues a fuzz input deletes are created again. Lease tokens handed out
+ * are kept, and 16 input bytes starting "KLTOK" become one of them (see
+ * substitute_tokens), so inputs can ack and release.
  *
  * Besides "no crash, no leak, no undefined behaviour", it aborts when one of these fails:
  *  - every submit is answered exactly once, with a code in range; an error carries a
@@ -85,7 +89,7 @@
 #define REOPEN_INPUTS 200000
 #define REOPEN_BYTES (200ull << 20)
 #define SIZE_CHECK_EVERY 1000
-#define COMPACT_EVERY 4096
+#define COMPACT_EVERY 1024
 #define LEASE_EVERY 8
 /* The deep checks iterate RocksDB ranges full of tombstones (every lease and release moves
  * entries), which costs more than the batch itself; so they run every few inputs. */
@@ -334,6 +338,8 @@ static void create_base_queue(const char *name)
         create_queue(name, 0, 0, 1, "dlq");
     else if (strcmp(name, "drop") == 0)
         create_queue(name, 0, 0, 1, NULL);
+    else if (strcmp(name, "dlq") == 0)
+        create_queue(name, 4, 0, 0, NULL);
     else
         create_queue(name, 0, 0, 0, NULL);
 }
@@ -816,6 +822,38 @@ static void expect_same(const reply *a, const reply *b, const char *what)
 
 /* ---- the lease driver ---- */
 
+/* Feeds the queue: a plain message, one expiring and one delayed within a minute. */
+static void feed(const char *queue, uint32_t expire_ms, uint32_t delay_ms)
+{
+    Keyload__V1__QueueLaneRef ref;
+    ref_init(&ref, queue);
+    Keyload__V1__EnqueueMessage msg[3];
+    Keyload__V1__Enqueue e[3];
+    Keyload__V1__Mutation m[3];
+    Keyload__V1__Mutation *mp[3];
+    for (int i = 0; i < 3; i++) {
+        keyload__v1__enqueue_message__init(&msg[i]);
+        msg[i].body.data = (uint8_t *)"fed";
+        msg[i].body.len = 3;
+        keyload__v1__enqueue__init(&e[i]);
+        e[i].lane = &ref;
+        e[i].message = &msg[i];
+        keyload__v1__mutation__init(&m[i]);
+        m[i].kind_case = KEYLOAD__V1__MUTATION__KIND_ENQUEUE;
+        m[i].enqueue = &e[i];
+        mp[i] = &m[i];
+    }
+    msg[1].expires_at_unix_ms = G.now + 1 + expire_ms;
+    msg[2].delay_ms = 1 + delay_ms;
+    reply r;
+    submit_own(mp, 3, &r);
+    expect_answered(&r, "feed");
+    /* "small" and "dlq" are often full. */
+    if (r.code != KL_OK && r.code != KL_RESOURCE_EXHAUSTED)
+        die("feeding '%s' failed: %s %s", queue, kl_code_name(r.code), r.err.message);
+    reply_free(&r);
+}
+
 static void drive_leases(const char *queue, uint32_t lease_ms)
 {
     Keyload__V1__QueueLaneRef ref;
@@ -1042,8 +1080,13 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     /* The lease driver runs first: the previous input's checks made sure its queues exist. */
     if (G.inputs % LEASE_EVERY == 0) {
         uint32_t lease_ms = (h[10] & 1) ? 0 : 1 + h[11] * 100u;
-        static const char *const leased[] = {"q", "work", "q", "drop"};
-        drive_leases(leased[(G.inputs / LEASE_EVERY) % 4], lease_ms);
+        static const char *const leased[] = {"q", "work", "small", "q", "drop", "dlq"};
+        const char *queue = leased[(G.inputs / LEASE_EVERY) % 6];
+        uint16_t x, y;
+        memcpy(&x, h + 12, 2);
+        memcpy(&y, h + 14, 2);
+        feed(queue, x % 60000u, y % 60000u);
+        drive_leases(queue, lease_ms);
     }
 
     /* The request: the input, plus (7 times in 8) a command_id field that overrides its own. */

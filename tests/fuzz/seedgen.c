@@ -3,8 +3,8 @@
  * encoded BatchRequest per file, so that no binary blobs need to be checked in. Built by
  * tests/fuzz/fuzz.mk, run by tests/fuzz/run.sh. Deterministic (fixed command ids and
  * tokens). The batch seeds name the queues fuzz_batch creates: "q", "small" (3 messages,
- * 64 bytes), "dlq", "work" (max_deliveries 1, dead letters to "dlq") and "drop"
- * (max_deliveries 1, no dead-letter queue). */
+ * 64 bytes), "dlq" (4 messages), "work" (max_deliveries 1, dead letters to "dlq") and
+ * "drop" (max_deliveries 1, no dead-letter queue). */
 #include "keyload/v1/queue.pb-c.h"
 #include "keyload/v1/rpc.pb-c.h"
 
@@ -282,6 +282,19 @@ static void batch_seeds(void)
     /* "drop" (max_deliveries 1, no dead-letter queue) drops a message on its second try. */
     Keyload__V1__Mutation *drop[] = {m_enqueue("drop", NULL, plain("once")), m_receive("drop", NULL, 2, 1)};
     write_raw_batch("drop-cycle", drop, 2, 0x2f);
+
+    /* Refusals that need state: deleting a queue that holds messages; a message over
+     * "small"'s 64 bytes; a queue naming itself as its dead-letter queue; a release that
+     * dead-letters into a dead-letter queue deleted in the same batch. */
+    Keyload__V1__Mutation *del_q[] = {m_delete("q")};
+    write_raw_batch("delete-non-empty", del_q, 1, 0x30);
+    Keyload__V1__Mutation *big[] = {
+        m_enqueue("small", NULL, plain("a body of seventy bytes, more than small's max_bytes allows ....."))};
+    write_raw_batch("enqueue-small-too-big", big, 1, 0x31);
+    Keyload__V1__Mutation *self[] = {m_create("self", 0, 0, 1, "self", 0)};
+    write_raw_batch("create-self-dlq", self, 1, 0x32);
+    Keyload__V1__Mutation *lost_dlq[] = {m_delete("dlq"), m_settle(false, "work", marks, 1)};
+    write_raw_batch("release-into-deleted-dlq", lost_dlq, 2, 0x33);
 
     /* Receive, then with an expired or short lease, "work" dead-letters to "dlq". */
     Keyload__V1__Mutation *work[] = {m_enqueue("work", NULL, plain("job")), m_receive("work", NULL, 5, 1),
