@@ -57,6 +57,7 @@
 /* Watchdog period: ack_timeout_ms / 4, between 10 ms and this. It is also the longest a
  * lone frame waits for its (delayed) ack, so it stays well under any sane ack timeout. */
 #define PEER_TICK_MAX_MS 100
+#define PEER_MIN_ACK_TIMEOUT_MS (2 * PEER_TICK_MAX_MS)
 /* Stop: the socket is closed once no frame arrived for PEER_QUIET_MS, or after
  * PEER_QUIESCE_MAX_MS at the latest (see kl_peer_stop). */
 #define PEER_QUIET_MS 40
@@ -141,7 +142,7 @@ struct kl_peer {
 
 /* What a callback decided under the lock and does after releasing it. */
 typedef struct peer_act {
-    uint32_t close[3];
+    uint32_t close[PEER_MAX_PIPES];
     size_t n_close;
     peer_member *pump;
     bool wake;
@@ -246,20 +247,14 @@ static void member_drop(kl_peer *p, peer_member *m, peer_act *act)
     m->q_frames = m->q_bytes = 0;
 }
 
-/* Under mu: closes a pipe for a protocol reason and counts it. */
-static void pipe_refuse(kl_peer *p, peer_pipe *pp, const char *why, uint64_t claim, peer_act *act)
+/* Under mu: counts a refused pipe and has it closed and (rate-limited) logged. */
+static void refusal_note(kl_peer *p, uint32_t pipe, const char *why, uint64_t claim,
+                         peer_act *act)
 {
     p->st.refused++;
-    if (pp->member >= 0) {
-        peer_member *m = &p->members[pp->member];
-        if (m->pipe == pp->id)
-            member_drop(p, m, act);
-    }
-    pp->member = -1;
-    pp->dead = true;
-    act_close(act, pp->id);
+    act_close(act, pipe);
     act->refused = why;
-    act->refused_pipe = pp->id;
+    act->refused_pipe = pipe;
     act->refused_claim = claim;
     uint64_t now = peer_now_ms();
     if (p->refusal_logged_at == 0 || now - p->refusal_logged_at >= PEER_REFUSAL_LOG_MS) {
@@ -270,6 +265,19 @@ static void pipe_refuse(kl_peer *p, peer_pipe *pp, const char *why, uint64_t cla
     } else {
         p->refusals_unlogged++;
     }
+}
+
+/* Under mu: closes a tracked pipe for a protocol reason; its member loses it. */
+static void pipe_refuse(kl_peer *p, peer_pipe *pp, const char *why, uint64_t claim, peer_act *act)
+{
+    if (pp->member >= 0) {
+        peer_member *m = &p->members[pp->member];
+        if (m->pipe == pp->id)
+            member_drop(p, m, act);
+    }
+    pp->member = -1;
+    pp->dead = true;
+    refusal_note(p, pp->id, why, claim, act);
 }
 
 /* Runs what a callback decided; the lock is not held. */
@@ -714,12 +722,9 @@ static void pipe_added(kl_peer *p, nng_pipe np, peer_act *act)
         if (p->pipes[i].id == 0)
             slot = &p->pipes[i];
     if (slot == NULL || (dialer != 0 && member < 0)) {
-        p->st.refused++;
-        act_close(act, id);
+        refusal_note(p, id, slot == NULL ? "too many connections" : "pipe from an unknown dialer",
+                     0, act);
         uv_mutex_unlock(&p->mu);
-        KL_WARN("peer connection refused",
-                "listen=%s reason=\"%s\"", p->listen_url,
-                slot == NULL ? "too many connections" : "pipe from an unknown dialer");
         return;
     }
     *slot = (peer_pipe){.id = id, .member = member, .dialed = member >= 0,
@@ -816,17 +821,18 @@ static void wake_cb(uv_async_t *handle)
      * send after our read of in_count schedules another call). */
 }
 
-/* Loop thread: closes connections that stopped acknowledging or never said hello. */
+/* Loop thread: sends delayed acks, closes connections that stopped acknowledging and pipes
+ * that never completed their handshake. */
 static void watchdog_cb(uv_timer_t *timer)
 {
     kl_peer *p = timer->data;
     peer_act act = {0};
-    uint32_t stalled[KL_PEER_MAX_PEERS + PEER_MAX_PIPES];
-    uint64_t who[KL_PEER_MAX_PEERS + PEER_MAX_PIPES];
-    size_t n = 0, n_stalls = 0;
+    uint32_t stalled[KL_PEER_MAX_PEERS];
+    uint64_t who[KL_PEER_MAX_PEERS];
+    bool ack[KL_PEER_MAX_PEERS] = {false};
+    size_t n = 0;
     uint64_t now = peer_now_ms();
 
-    bool ack[KL_PEER_MAX_PEERS] = {false};
     uv_mutex_lock(&p->mu);
     for (size_t i = 0; i < p->n_members; i++) {
         peer_member *m = &p->members[i];
@@ -839,7 +845,6 @@ static void watchdog_cb(uv_timer_t *timer)
             p->st.stalls++;
             who[n] = m->id;
             stalled[n++] = m->pipe;
-            n_stalls++;
             m->wait_since = 0; /* once; the close follows */
         }
     }
@@ -851,10 +856,9 @@ static void watchdog_cb(uv_timer_t *timer)
     uv_mutex_unlock(&p->mu);
 
     for (size_t i = 0; i < n; i++) {
-        if (i < n_stalls)
-            KL_WARN("peer connection stalled; reconnecting",
-                    "listen=%s member=%" PRIu64 " ack_timeout_ms=%" PRIu32, p->listen_url,
-                    who[i], p->ack_timeout_ms);
+        KL_WARN("peer connection stalled; reconnecting",
+                "listen=%s member=%" PRIu64 " ack_timeout_ms=%" PRIu32, p->listen_url, who[i],
+                p->ack_timeout_ms);
         (void)nng_pipe_close(pipe_handle(stalled[i]));
     }
     act_run(p, &act);
@@ -1021,6 +1025,11 @@ static kl_code peer_check_config(uv_loop_t *loop, const kl_peer_config *cfg, kl_
                            "peer %" PRIu64 ": member %" PRIu64 " has no URL to dial", cfg->self,
                            id);
     }
+    if (cfg->ack_timeout_ms != 0 && cfg->ack_timeout_ms < PEER_MIN_ACK_TIMEOUT_MS)
+        return kl_fail(err, KL_INVALID_ARGUMENT, "ack_timeout_ms",
+                       "peer: ack_timeout_ms %" PRIu32 " is under %d (acks may be delayed by "
+                       "%d ms)",
+                       cfg->ack_timeout_ms, PEER_MIN_ACK_TIMEOUT_MS, PEER_TICK_MAX_MS);
     size_t frames = cfg->max_queued_frames != 0 ? cfg->max_queued_frames
                                                 : KL_PEER_DEFAULT_QUEUED_FRAMES;
     if (frames > (1u << 20))

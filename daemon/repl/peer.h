@@ -27,26 +27,31 @@
  * is a protocol error: the pipe is closed and counted in `refused`.
  *
  * Flow control, and why. nng's pair1 poly mode hands each outgoing message to the pipe's
- * 2-deep send queue with a non-blocking put and silently DROPS it when that queue is full
- * (measured with nng 1.5.2 on loopback: 50-80% of a burst lost, whatever the message size or
- * the number of in-flight nng_send_aio calls, because nng's socket-level distributor runs
- * faster than the pipe's TCP writer). That is neither backpressure nor a rare loss, so this
- * module keeps every connection under nng's limit with a small credit window: each frame
- * carries the count of frames its sender has received on the connection so far (a
- * cumulative ack), a member puts a DATA frame into nng only while fewer than 2 of its frames
- * on that connection are unacknowledged, and a bare ACK frame (sent at once when a data
- * frame arrives and no data frame can carry the ack, or when two frames are unacknowledged)
- * may use a third slot. So at most 3 of our frames are ever between nng's distributor and
- * the peer (2 queued + 1 being written): nng never drops for lack of room. Acks are produced
- * on nng threads, not on the loop, so a busy loop does not slow its peers. The window allows
- * 2 data frames per round trip per peer; Raft batches entries into frames, so this is enough
- * for group commit, and frames beyond the window wait in the peer's outbound queue.
+ * 2-deep send queue with a non-blocking put and silently DROPS it when that queue is full.
+ * Measured with nng 1.5.2 on loopback, 50-80% of a burst is lost that way, whatever the
+ * message size and whether one uses nng_sendmsg or a few nng_send_aio calls in flight,
+ * because nng's socket-level distributor outruns the pipe's TCP writer. That is neither
+ * backpressure nor a rare loss, so this module keeps every connection under nng's limit
+ * with a credit window of its own: each frame carries the number of frames its sender has
+ * received on the connection so far (a cumulative ack); a member hands a DATA frame to nng
+ * only while fewer than 2 of its frames on that connection are unacknowledged, and a bare
+ * ACK frame only while fewer than 3 are. So at most 3 of our frames are ever between nng's
+ * distributor and the peer (2 queued + 1 being written) and nng never drops one for lack
+ * of room. Acks: every frame carries one; a bare ACK goes at once when 2 received frames
+ * are unreported (the peer's data window may be full), and a lone frame is acknowledged
+ * by our next frame or at the next watchdog tick (<= 100 ms, a delayed ack, so replies
+ * usually carry it). Acks are produced on nng threads, so a busy loop does not slow its
+ * peers. The window allows 2 data frames per round trip per peer (a loopback round trip
+ * through nng's threads is ~0.1 ms: tens of thousands of frames/s); Raft batches entries
+ * into frames, and frames beyond the window wait in the peer's outbound queue.
  * Sends use nng_sendmsg(NNG_FLAG_NONBLOCK) into a socket send buffer sized so that the
- * windows make it impossible to fill (EAGAIN would be counted as a drop, never a wait):
- * nothing on the loop thread ever blocks on the network. A watchdog closes a connection
- * whose data frames stay unacknowledged for ack_timeout_ms (a peer that stopped answering,
- * a half-dead TCP connection, or a frame lost inside nng against expectations); nng then
- * redials and the window starts afresh.
+ * windows can never fill it (an EAGAIN anyway is counted in dropped_nng and resets the
+ * connection): nothing on the loop thread ever waits for the network. Not nng_send_aio:
+ * its completion only means nng's distributor took the message, which says nothing about
+ * the pipe queue, so in-flight aios would bound nothing that matters here. A watchdog
+ * closes a connection whose data frames stay unacknowledged for ack_timeout_ms (a peer
+ * that stopped answering, a half-dead TCP connection, or a frame lost inside nng against
+ * expectations); nng then redials and the window starts afresh.
  *
  * Delivery guarantees: none beyond "in order, at most once, per connection". A frame is
  * lost when the connection drops (frames queued for it are dropped and counted), when the
@@ -68,8 +73,18 @@
  * Limits: at most KL_PEER_MAX_PEERS other members; ids are nonzero and distinct; the cluster
  * name is 1..KL_PEER_MAX_CLUSTER bytes; a frame is at most max_frame bytes (a received frame
  * up to 4 x max_frame is dropped and counted; nng closes the connection on a larger one).
- * No encryption or authentication beyond the hello: peer URLs must be on a trusted network
- * (loopback in the local cluster). */
+ * ack_timeout_ms is at least 200 (a lone frame's ack may wait up to 100 ms) and should be
+ * the same on every member. At most 32 pipes are tracked at once; past that new ones are
+ * refused, so a flood of strangers that never say hello can keep members out for up to
+ * ack_timeout_ms. No encryption or authentication beyond the hello: peer URLs must be on a
+ * trusted network (loopback in the local cluster).
+ *
+ * nng 1.5.2 (Debian bookworm) has a known bug (nng issues #1543/#1813, fixed in 1.8.0):
+ * nng_close, or the reaping of a pipe, can wait forever for an operation caught half-started
+ * when the pipe is torn down under traffic. kl_peer_stop quiesces the connections before
+ * closing (see there), which made the hang disappear in stress runs (it hung in ~1 of 10
+ * stops in mid-stream before); a peer that crashes mid-stream still exercises nng's reaping
+ * under traffic, which this module cannot prevent. */
 #ifndef KL_REPL_PEER_H
 #define KL_REPL_PEER_H
 
@@ -104,7 +119,7 @@ typedef struct kl_peer_config {
     size_t max_frame;         /* 0 = KL_PEER_DEFAULT_MAX_FRAME */
     size_t max_queued_frames; /* inbox and each outbound queue; 0 = default */
     size_t max_queued_bytes;  /* inbox and each outbound queue; 0 = default */
-    uint32_t ack_timeout_ms;  /* handshake and ack watchdog; 0 = default */
+    uint32_t ack_timeout_ms;  /* handshake and ack watchdog, >= 200; 0 = default */
     kl_peer_recv_fn recv;
     void *owner; /* passed to recv */
 } kl_peer_config;

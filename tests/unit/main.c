@@ -13,6 +13,7 @@ Suite *suite_engine(void);
 Suite *suite_sdk(void);
 Suite *suite_raft(void);
 Suite *suite_driver(void);
+Suite *suite_peer(void);
 
 int main(void)
 {
@@ -25,6 +26,7 @@ int main(void)
     srunner_add_suite(sr, suite_sdk());
     srunner_add_suite(sr, suite_raft());
     srunner_add_suite(sr, suite_driver());
+    srunner_add_suite(sr, suite_peer());
     srunner_run_all(sr, CK_NORMAL);
     int failed = srunner_ntests_failed(sr);
     int run = srunner_ntests_run(sr);
