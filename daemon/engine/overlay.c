@@ -99,22 +99,51 @@ kl_code kl_overlay_set(kl_overlay *o, const uint8_t *key, size_t klen, const uin
     return place(o, e, err);
 }
 
+/* One merge pass of two sorted arrays, O(dst + src): inserting src's entries one by one
+ * would memmove dst once per entry, which dominated the leader's CPU under load. On equal
+ * keys src (the newer batch) wins and dst's entry is freed. */
 kl_code kl_overlay_absorb(kl_overlay *dst, kl_overlay *src, uint64_t owner, kl_err *err)
 {
-    kl_code rc = KL_OK;
-    for (size_t i = 0; i < src->n; i++) {
-        kl_ov_entry e = src->v[i];
-        e.owner = owner;
-        if (rc == KL_OK)
-            rc = place(dst, e, err);
-        else {
-            free(e.key);
-            free(e.val);
-        }
+    if (src->n == 0)
+        return KL_OK;
+    size_t cap = dst->n + src->n;
+    kl_ov_entry *out = malloc(cap * sizeof *out);
+    if (out == NULL) {
+        kl_overlay_clear(src);
+        return kl_fail(err, KL_INTERNAL, "memory", "overlay: out of memory");
     }
+    size_t i = 0, j = 0, n = 0;
+    size_t bytes = 0;
+    while (i < dst->n || j < src->n) {
+        int c;
+        if (i == dst->n)
+            c = 1;
+        else if (j == src->n)
+            c = -1;
+        else
+            c = kl_key_compare(dst->v[i].key, dst->v[i].klen, src->v[j].key, src->v[j].klen);
+        if (c < 0) {
+            out[n] = dst->v[i++];
+        } else {
+            if (c == 0) {
+                free(dst->v[i].key);
+                free(dst->v[i].val);
+                i++;
+            }
+            out[n] = src->v[j++];
+            out[n].owner = owner;
+        }
+        bytes += out[n].klen + out[n].vlen;
+        n++;
+    }
+    free(dst->v);
+    dst->v = out;
+    dst->n = n;
+    dst->cap = cap;
+    dst->bytes = bytes;
     src->n = 0;
     src->bytes = 0;
-    return rc;
+    return KL_OK;
 }
 
 void kl_overlay_drop_upto(kl_overlay *o, uint64_t index)
