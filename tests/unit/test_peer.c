@@ -9,6 +9,8 @@
 
 #include <arpa/inet.h>
 #include <check.h>
+
+#include "ports.h"
 #include <netinet/in.h>
 #include <nng/nng.h>
 #include <poll.h>
@@ -51,17 +53,6 @@ static uint64_t mono_ms(void)
     return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
 }
 
-static int free_port(void)
-{
-    int fd = socket(AF_INET, SOCK_STREAM, 0);
-    ck_assert_int_ge(fd, 0);
-    struct sockaddr_in sa = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-    ck_assert_int_eq(bind(fd, (struct sockaddr *)&sa, sizeof sa), 0);
-    socklen_t sl = sizeof sa;
-    ck_assert_int_eq(getsockname(fd, (struct sockaddr *)&sa, &sl), 0);
-    close(fd);
-    return ntohs(sa.sin_port);
-}
 
 static void put_u64(uint8_t *b, uint64_t v)
 {
@@ -163,7 +154,7 @@ static void run_for(uint64_t ms) { (void)run_until(never, NULL, ms); }
 
 static void url_for(uint64_t id)
 {
-    snprintf(mem[id].url, sizeof mem[id].url, "tcp://127.0.0.1:%d", free_port());
+    snprintf(mem[id].url, sizeof mem[id].url, "tcp://127.0.0.1:%d", th_free_port());
 }
 
 typedef struct tm_opts {
@@ -746,7 +737,7 @@ START_TEST(test_send_to_down_member)
     ck_assert_int_eq(kl_peer_start(&loop, &cfg, &bad, &err), KL_UNAVAILABLE);
     ck_assert_ptr_nonnull(strstr(err.message, mem[2].url));
     char spare[64];
-    snprintf(spare, sizeof spare, "tcp://127.0.0.1:%d", free_port());
+    snprintf(spare, sizeof spare, "tcp://127.0.0.1:%d", th_free_port());
     cfg.listen_url = spare;
     cfg.peers[0].url = "nope://y"; /* fails after the listener is up: unwinds it */
     ck_assert_int_eq(kl_peer_start(&loop, &cfg, &bad, &err), KL_INVALID_ARGUMENT);

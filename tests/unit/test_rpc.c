@@ -8,6 +8,8 @@
 
 #include <arpa/inet.h>
 #include <check.h>
+
+#include "ports.h"
 #include <netinet/in.h>
 #include <nng/nng.h>
 #include <nng/protocol/reqrep0/req.h>
@@ -243,18 +245,6 @@ static Keyload__V1__Answer *raw_envelope(uint32_t version, const char *method,
     return raw_exchange(buf, n);
 }
 
-/* A TCP port on 127.0.0.1 that was free a moment ago. */
-static int free_port(void)
-{
-    int fd = socket(AF_INET, SOCK_STREAM, 0);
-    ck_assert_int_ge(fd, 0);
-    struct sockaddr_in sa = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-    ck_assert_int_eq(bind(fd, (struct sockaddr *)&sa, sizeof sa), 0);
-    socklen_t sl = sizeof sa;
-    ck_assert_int_eq(getsockname(fd, (struct sockaddr *)&sa, &sl), 0);
-    close(fd);
-    return ntohs(sa.sin_port);
-}
 
 /* ---------------------------------------------------------------- tests */
 
@@ -556,7 +546,7 @@ END_TEST
 START_TEST(test_connect_refused)
 {
     char url[64];
-    snprintf(url, sizeof url, "tcp://127.0.0.1:%d", free_port());
+    snprintf(url, sizeof url, "tcp://127.0.0.1:%d", th_free_port());
     kl_rpc_client *c = NULL;
     kl_err err;
     int64_t t0 = mono_ms();
