@@ -212,8 +212,10 @@ static kl_code lease_tokens(const kl_bytes *tokens, size_t n, ProtobufCBinaryDat
     return KL_OK;
 }
 
-kl_code kl_batch_ack(kl_batch *b, const char *queue, const kl_bytes *tokens, size_t n,
-                     kl_err *err)
+/* Ack and Release are the same mutation shape (a queue and its lease tokens) under two
+ * message types: one builder serves both. */
+static kl_code lease_mutation(kl_batch *b, const char *queue, const kl_bytes *tokens, size_t n,
+                              bool ack, kl_err *err)
 {
     ProtobufCBinaryData *arr;
     kl_code rc = kl_sdk_check_name("queue", queue, KL_SDK_NAME_QUEUE, err);
@@ -224,38 +226,36 @@ kl_code kl_batch_ack(kl_batch *b, const char *queue, const kl_bytes *tokens, siz
     Keyload__V1__QueueLaneRef ref;
     init_ref(&ref, queue, NULL);
     Keyload__V1__Ack ak = KEYLOAD__V1__ACK__INIT;
-    ak.queue = &ref;
-    ak.n_lease_tokens = n;
-    ak.lease_tokens = arr;
+    Keyload__V1__Release rl = KEYLOAD__V1__RELEASE__INIT;
     Keyload__V1__Mutation m = KEYLOAD__V1__MUTATION__INIT;
-    m.kind_case = KEYLOAD__V1__MUTATION__KIND_ACK;
-    m.ack = &ak;
+    if (ack) {
+        ak.queue = &ref;
+        ak.n_lease_tokens = n;
+        ak.lease_tokens = arr;
+        m.kind_case = KEYLOAD__V1__MUTATION__KIND_ACK;
+        m.ack = &ak;
+    } else {
+        rl.queue = &ref;
+        rl.n_lease_tokens = n;
+        rl.lease_tokens = arr;
+        m.kind_case = KEYLOAD__V1__MUTATION__KIND_RELEASE;
+        m.release = &rl;
+    }
     rc = add_copy(b, &m, err);
     free(arr);
     return rc;
 }
 
+kl_code kl_batch_ack(kl_batch *b, const char *queue, const kl_bytes *tokens, size_t n,
+                     kl_err *err)
+{
+    return lease_mutation(b, queue, tokens, n, true, err);
+}
+
 kl_code kl_batch_release(kl_batch *b, const char *queue, const kl_bytes *tokens, size_t n,
                          kl_err *err)
 {
-    ProtobufCBinaryData *arr;
-    kl_code rc = kl_sdk_check_name("queue", queue, KL_SDK_NAME_QUEUE, err);
-    if (rc == KL_OK)
-        rc = lease_tokens(tokens, n, &arr, err);
-    if (rc != KL_OK)
-        return rc;
-    Keyload__V1__QueueLaneRef ref;
-    init_ref(&ref, queue, NULL);
-    Keyload__V1__Release rl = KEYLOAD__V1__RELEASE__INIT;
-    rl.queue = &ref;
-    rl.n_lease_tokens = n;
-    rl.lease_tokens = arr;
-    Keyload__V1__Mutation m = KEYLOAD__V1__MUTATION__INIT;
-    m.kind_case = KEYLOAD__V1__MUTATION__KIND_RELEASE;
-    m.release = &rl;
-    rc = add_copy(b, &m, err);
-    free(arr);
-    return rc;
+    return lease_mutation(b, queue, tokens, n, false, err);
 }
 
 kl_code kl_batch_partition(const kl_batch *b, int *partition, kl_err *err)
