@@ -31,7 +31,9 @@
  * delayed by up to a minute (the clock is out of a fuzz input's reach, so the paths of
  * expired messages and ended delays need this), then a Receive of up to 10 acks a quarter
  * of the leases and releases another quarter at once (which must succeed), leaving the
- * rest to expire. Queues a fuzz input deletes are created again. Lease tokens handed out
+ * rest to expire. Every BURST_EVERY inputs, "burst" gets a consumer that leases
+ * BURST_MESSAGES messages for 1 ms and dies (see burst()). Queues a fuzz input deletes
+ * are created again. Lease tokens handed out
  * are kept, and 16 input bytes starting "KLTOK" become one of them (see
  * substitute_tokens), so inputs can ack and release.
  *
@@ -91,6 +93,9 @@
 #define SIZE_CHECK_EVERY 1000
 #define COMPACT_EVERY 1024
 #define LEASE_EVERY 8
+#define BURST_EVERY 512
+#define BURST_MESSAGES 600   /* promoting them all at once costs over 1000 records */
+#define BURST_BATCH 150
 /* The deep checks iterate RocksDB ranges full of tombstones (every lease and release moves
  * entries), which costs more than the batch itself; so they run every few inputs. */
 #define DEEP_EVERY 8
@@ -134,7 +139,7 @@ static struct {
     size_t n_props;
 } G;
 
-static const char *const QUEUES[] = {"q", "small", "dlq", "work", "drop"};
+static const char *const QUEUES[] = {"q", "small", "dlq", "work", "drop", "burst"};
 #define N_QUEUES (sizeof QUEUES / sizeof QUEUES[0])
 
 static void die(const char *fmt, ...) __attribute__((format(printf, 1, 2), noreturn));
@@ -678,6 +683,9 @@ static void check_queues(check_level level)
         die("applied index %llu != log end %llu", (unsigned long long)kl_store_applied_index(G.store),
             (unsigned long long)kl_store_last_index(G.store));
     for (size_t i = 0; i < N_QUEUES; i++) {
+        /* QueueStats of "burst" scans its hundreds of leases: not after every input. */
+        if (level == CHECK_STATS && strcmp(QUEUES[i], "burst") == 0)
+            continue;
         bool too_big;
         Keyload__V1__QueueStatsAnswer *a = queue_stats(QUEUES[i], &too_big);
         if (too_big)
@@ -854,13 +862,16 @@ static void feed(const char *queue, uint32_t expire_ms, uint32_t delay_ms)
     reply_free(&r);
 }
 
-static void drive_leases(const char *queue, uint32_t lease_ms)
+/* A Receive of ours, which must be served: however many leases ran out, delays ended or
+ * messages expired meanwhile, a queue must not wedge on its own housekeeping (and our
+ * receives stay well inside MaxScanRecords). Returns the decoded receipt. */
+static Keyload__V1__BatchReceipt *receive_own(const char *queue, uint32_t max, uint32_t lease_ms)
 {
     Keyload__V1__QueueLaneRef ref;
     ref_init(&ref, queue);
     Keyload__V1__Receive rcv = KEYLOAD__V1__RECEIVE__INIT;
     rcv.lane = &ref;
-    rcv.max_messages = 10;
+    rcv.max_messages = max;
     rcv.lease_ms = lease_ms;
     Keyload__V1__Mutation m = KEYLOAD__V1__MUTATION__INIT;
     m.kind_case = KEYLOAD__V1__MUTATION__KIND_RECEIVE;
@@ -869,14 +880,64 @@ static void drive_leases(const char *queue, uint32_t lease_ms)
     reply r;
     submit_own(&mp, 1, &r);
     expect_answered(&r, "receive");
-    /* However many leases expired, delays ended or messages expired meanwhile, a Receive
-     * of 10 must be served: a queue must not wedge on its own housekeeping. */
     if (r.code != KL_OK)
-        die("receive of 10 from '%s' failed: %s %s", queue, kl_code_name(r.code), r.err.message);
+        die("receive of %u from '%s' failed: %s %s", max, queue, kl_code_name(r.code), r.err.message);
     Keyload__V1__BatchReceipt *rc = keyload__v1__batch_receipt__unpack(NULL, r.len, r.receipt);
     if (rc == NULL || rc->n_results != 1 || rc->results[0]->received == NULL)
         die("receive receipt does not decode");
+    reply_free(&r);
     remember_tokens(rc);
+    return rc;
+}
+
+/* Every BURST_EVERY inputs: a consumer that took BURST_MESSAGES messages with a 1 ms lease
+ * and died. The next burst first checks that a Receive is served although all of those
+ * leases ran out together (more than one batch's MaxScanRecords can promote at once),
+ * then tops the queue up and takes the messages again. */
+static void burst(void)
+{
+    bool too_big;
+    Keyload__V1__QueueStatsAnswer *a = queue_stats("burst", &too_big);
+    uint64_t have = a ? a->messages : 0;
+    if (a)
+        keyload__v1__queue_stats_answer__free_unpacked(a, NULL);
+    if (a == NULL && !too_big)
+        create_base_queue("burst");
+    keyload__v1__batch_receipt__free_unpacked(receive_own("burst", 10, 0), NULL);
+    if (!too_big && have < BURST_MESSAGES) {
+        size_t n = BURST_MESSAGES - have;
+        Keyload__V1__QueueLaneRef ref;
+        ref_init(&ref, "burst");
+        Keyload__V1__EnqueueMessage msg = KEYLOAD__V1__ENQUEUE_MESSAGE__INIT;
+        msg.body.data = (uint8_t *)"burst";
+        msg.body.len = 5;
+        Keyload__V1__Enqueue e = KEYLOAD__V1__ENQUEUE__INIT;
+        e.lane = &ref;
+        e.message = &msg;
+        Keyload__V1__Mutation m = KEYLOAD__V1__MUTATION__INIT;
+        m.kind_case = KEYLOAD__V1__MUTATION__KIND_ENQUEUE;
+        m.enqueue = &e;
+        Keyload__V1__Mutation *mp[BURST_BATCH];
+        for (size_t i = 0; i < BURST_BATCH; i++)
+            mp[i] = &m;
+        for (size_t done = 0; done < n; done += BURST_BATCH) {
+            reply r;
+            submit_own(mp, n - done < BURST_BATCH ? n - done : BURST_BATCH, &r);
+            expect_answered(&r, "burst enqueue");
+            if (r.code != KL_OK)
+                die("burst enqueue failed: %s %s", kl_code_name(r.code), r.err.message);
+            reply_free(&r);
+        }
+    }
+    for (size_t i = 0; i < BURST_MESSAGES / BURST_BATCH; i++)
+        keyload__v1__batch_receipt__free_unpacked(receive_own("burst", BURST_BATCH, 1), NULL);
+}
+
+static void drive_leases(const char *queue, uint32_t lease_ms)
+{
+    Keyload__V1__QueueLaneRef ref;
+    ref_init(&ref, queue);
+    Keyload__V1__BatchReceipt *rc = receive_own(queue, 10, lease_ms);
     const Keyload__V1__Received *got = rc->results[0]->received;
     size_t n = got->n_messages;
     size_t half = (n + 1) / 2, n_ack = (half + 1) / 2, n_rel = half - n_ack;
@@ -913,7 +974,6 @@ static void drive_leases(const char *queue, uint32_t lease_ms)
         reply_free(&r2);
     }
     keyload__v1__batch_receipt__free_unpacked(rc, NULL);
-    reply_free(&r);
 }
 
 /* ---- store lifetime ---- */
@@ -1087,6 +1147,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         memcpy(&y, h + 14, 2);
         feed(queue, x % 60000u, y % 60000u);
         drive_leases(queue, lease_ms);
+    }
+    if (G.inputs % BURST_EVERY == 0) {
+        burst();
     }
 
     /* The request: the input, plus (7 times in 8) a command_id field that overrides its own. */
