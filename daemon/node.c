@@ -563,6 +563,27 @@ done:
     return rc;
 }
 
+static uint64_t meta_u64(kl_store *st, const char *name)
+{
+    kl_key k;
+    kl_key_meta(&k, name);
+    uint8_t *v = NULL;
+    size_t n = 0;
+    bool found = false;
+    kl_err err;
+    uint64_t out = 0;
+    if (kl_store_get(st, k.b, k.len, &v, &n, &found, &err) == KL_OK && found && n == 8)
+        out = kl_be64_get(v);
+    free(v);
+    return out;
+}
+
+void kl_node_catalog_status(kl_node *n, uint64_t *version, uint64_t *changes)
+{
+    *version = meta_u64(n->store, "catalog_version");
+    *changes = meta_u64(n->store, "catalog_changes");
+}
+
 /* ---- open / close ---- */
 
 kl_code kl_node_open(kl_store *st, const kl_node_config *cfg, const kl_node_io *io, kl_node **out,

@@ -84,6 +84,10 @@ int kl_node_encode_empty_entry(uint64_t index, uint64_t term, uint32_t raft_type
 kl_code kl_node_queue_stats(kl_node *n, const uint8_t *req, size_t len, uint8_t **answer,
                             size_t *answer_len, kl_err *err);
 
+/* The catalog version this member has applied, and how many catalog changes it applied
+ * (equal unless something is badly wrong). Reads applied state; 0 when none. */
+void kl_node_catalog_status(kl_node *n, uint64_t *version, uint64_t *changes);
+
 bool kl_node_broken(const kl_node *n);
 uint64_t kl_node_applied_index(const kl_node *n);
 size_t kl_node_pending_batches(const kl_node *n);

@@ -1,6 +1,7 @@
 #include "daemon/rpc/service.h"
 
 #include "common/failpoint.h"
+#include "keyload/v1/catalog.pb-c.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -173,7 +174,47 @@ void kl_service_drop_reads(kl_service *s)
             kl_service_read_dropped(s, s->reads[i].ctx);
 }
 
+/* MemberStatus: any member answers at once from what it knows; no barrier (a status read
+ * may be slightly stale, and says so through term and indexes). */
+static void handle_member_status(void *owner, kl_rpc_call *call)
+{
+    kl_service *s = owner;
+    kl_raft_status st;
+    kl_repl_status(s->repl, &st);
+    Keyload__V1__MemberStatusAnswer a = KEYLOAD__V1__MEMBER_STATUS_ANSWER__INIT;
+    a.partition = s->partition->id;
+    a.member = st.id;
+    a.role = (char *)kl_raft_role_name(st.role);
+    a.leader = st.leader;
+    a.term = st.term;
+    a.commit_index = st.commit;
+    a.applied_index = kl_node_applied_index(s->node);
+    a.last_index = st.last_index;
+    uint64_t next_index, next_term;
+    bool serving;
+    kl_repl_next(s->repl, &next_index, &next_term, &serving);
+    a.serving = serving;
+    kl_node_catalog_status(s->node, &a.catalog_version, &a.catalog_changes_applied);
+    const char *url = leader_url(s, NULL);
+    if (st.leader != 0 && st.leader == st.id)
+        for (int i = 0; i < s->partition->member_count; i++)
+            if ((uint64_t)s->partition->members[i].id == st.id)
+                url = s->partition->members[i].client_url;
+    a.leader_address = (char *)(url ? url : "");
+    size_t n = keyload__v1__member_status_answer__get_packed_size(&a);
+    uint8_t buf[512];
+    if (n > sizeof buf) {
+        kl_err e;
+        kl_fail(&e, KL_INTERNAL, "status", "status answer too large");
+        kl_rpc_reply_error(call, &e, NULL);
+        return;
+    }
+    keyload__v1__member_status_answer__pack(&a, buf);
+    kl_rpc_reply(call, buf, n);
+}
+
 static const kl_rpc_method methods[] = {
+    {"keyload.v1.MemberStatus", handle_member_status},
     {"keyload.v1.Batch", handle_batch},
     {"keyload.v1.QueueStats", handle_queue_stats},
 };

@@ -66,6 +66,37 @@ void kl_key_queue_name(kl_key *k, const char *tenant, const char *database, cons
     k_raw(k, (const uint8_t *)queue, strlen(queue));
 }
 
+void kl_key_catalog_tenant(kl_key *k, const char *tenant)
+{
+    k_tag(k, 'C');
+    k_raw(k, (const uint8_t *)"T", 1);
+    k_raw(k, (const uint8_t *)tenant, strlen(tenant));
+}
+
+void kl_key_catalog_database(kl_key *k, const char *tenant, const char *database)
+{
+    k_tag(k, 'C');
+    k_raw(k, (const uint8_t *)"D", 1);
+    k_str0(k, tenant);
+    k_raw(k, (const uint8_t *)database, strlen(database));
+}
+
+void kl_key_catalog_queue(kl_key *k, const char *tenant, const char *database, const char *queue)
+{
+    k_tag(k, 'C');
+    k_raw(k, (const uint8_t *)"Q", 1);
+    k_str0(k, tenant);
+    k_str0(k, database);
+    k_raw(k, (const uint8_t *)queue, strlen(queue));
+}
+
+void kl_key_catalog_change(kl_key *k, uint64_t version)
+{
+    k_tag(k, 'C');
+    k_raw(k, (const uint8_t *)"V", 1);
+    k_u64(k, version);
+}
+
 void kl_key_queue(kl_key *k, uint64_t qid) { k_tag(k, 'Q'); k_u64(k, qid); }
 
 void kl_key_message(kl_key *k, uint64_t qid, const char *lane, uint64_t seq)

@@ -3,7 +3,15 @@
  *
  *   'M' name                         meta: "format" FormatRecord, "applied" u64,
  *                                    "hard" HardState, "pinc" partition incarnation (16 B),
- *                                    "next_queue" u64 (next queue id to allocate)
+ *                                    "next_queue" u64 (next queue id to allocate; partition
+ *                                    0 allocates them for the whole cluster),
+ *                                    "next_database" u64 (partition 0),
+ *                                    "catalog_version" u64 (catalog version applied here),
+ *                                    "catalog_changes" u64 (catalog changes applied here)
+ *   'C' 'T' tenant                   CatalogTenant   } the catalog: authoritative on
+ *   'C' 'D' tenant 0 database        CatalogDatabase } partition 0, a copy (as of this
+ *   'C' 'Q' tenant 0 database 0 queue CatalogQueue   } log position) on data partitions
+ *   'C' 'V' version(8)               CatalogChange (partition 0 only: what tails read)
  *   'L' index(8)                     log entry (LogEntry); the synced write of a commit
  *   'N' tenant 0 database 0 queue    queue id (u64) by name
  *   'Q' qid(8)                       QueueRecord (limits, counters, next_seq)
@@ -15,7 +23,10 @@
  *
  * Invariants (checked by the engine's tests): a message has a 'G' record and exactly one
  * of 'A' or 'T'; a 'K' record exists exactly while its message's lease_token equals it;
- * QueueRecord.messages/bytes equal the count/sum of the queue's 'G' records.
+ * QueueRecord.messages/bytes equal the count/sum of the queue's 'G' records; a queue has
+ * 'N'/'Q' records on a partition only while that partition's catalog copy defines it there
+ * (or it is deleted and awaiting the catalog's drop); "catalog_changes" equals
+ * "catalog_version" (every version applied exactly once, in order).
  * Names never contain NUL (validation refuses it), which keeps the 0 separators unique. */
 #ifndef KL_KEYS_H
 #define KL_KEYS_H
@@ -46,6 +57,10 @@ void kl_key_timed(kl_key *k, uint64_t qid, int64_t time_ms, uint64_t seq);
 void kl_key_timed_queue(kl_key *k, uint64_t qid);
 void kl_key_lease(kl_key *k, const uint8_t token[16]);
 void kl_key_outcome(kl_key *k, const char *principal, const uint8_t command_id[16]);
+void kl_key_catalog_tenant(kl_key *k, const char *tenant);
+void kl_key_catalog_database(kl_key *k, const char *tenant, const char *database);
+void kl_key_catalog_queue(kl_key *k, const char *tenant, const char *database, const char *queue);
+void kl_key_catalog_change(kl_key *k, uint64_t version);
 
 /* Decoders for the fixed-layout keys; return 0 on success, -1 when the key is not of that kind. */
 int kl_key_parse_timed(const uint8_t *key, size_t len, uint64_t *qid, int64_t *time_ms, uint64_t *seq);
