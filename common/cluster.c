@@ -1,6 +1,7 @@
 #include "common/cluster.h"
 
 #include <jansson.h>
+#include <sodium.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <string.h>
@@ -43,6 +44,31 @@ static kl_code copy_str(json_t *obj, const char *key, char *dst, size_t cap, boo
                        "cluster file: %s.%s must be a non-empty string under %zu bytes",
                        where, key, cap);
     memcpy(dst, json_string_value(v), json_string_length(v) + 1);
+    return KL_OK;
+}
+
+/* "public_key": standard base64 (with padding) of exactly 32 bytes; optional. Errors name
+ * the field path, e.g. partitions[1].members[0].public_key. */
+static kl_code get_public_key(json_t *mj, size_t pi, size_t mi, kl_member *m, kl_err *err)
+{
+    json_t *v = json_object_get(mj, "public_key");
+    if (v == NULL)
+        return KL_OK;
+    const char *text = json_is_string(v) ? json_string_value(v) : NULL;
+    size_t text_len = text ? json_string_length(v) : 0;
+    size_t n = 0;
+    const char *end = NULL;
+    uint8_t buf[KL_CLUSTER_PUBLIC_KEY_LEN + 3];
+    if (text == NULL || text_len == 0 ||
+        sodium_base642bin(buf, sizeof buf, text, text_len, NULL, &n, &end,
+                          sodium_base64_VARIANT_ORIGINAL) != 0 ||
+        end != text + text_len || n != KL_CLUSTER_PUBLIC_KEY_LEN)
+        return kl_fail(err, KL_INVALID_ARGUMENT, "public_key",
+                       "cluster file: partitions[%zu].members[%zu].public_key must be standard "
+                       "base64 of %d bytes (an Ed25519 public key)", pi, mi,
+                       KL_CLUSTER_PUBLIC_KEY_LEN);
+    memcpy(m->public_key, buf, KL_CLUSTER_PUBLIC_KEY_LEN);
+    m->has_public_key = true;
     return KL_OK;
 }
 
@@ -136,7 +162,8 @@ static kl_code parse_root(json_t *root, const char *var_root, kl_cluster *c, kl_
                                    m->id, p->id);
             if ((rc = copy_str(mj, "client", m->client_url, sizeof m->client_url, true, "member", err)) ||
                 (rc = copy_str(mj, "peer", m->peer_url, sizeof m->peer_url, false, "member", err)) ||
-                (rc = copy_str(mj, "data", m->data_dir, sizeof m->data_dir, false, "member", err)))
+                (rc = copy_str(mj, "data", m->data_dir, sizeof m->data_dir, false, "member", err)) ||
+                (rc = get_public_key(mj, i, j, m, err)))
                 return rc;
             if (m->data_dir[0] == '\0') {
                 char path[KL_PATH_MAX];

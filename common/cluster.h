@@ -6,7 +6,8 @@
  *                 "DefaultQueueMaxBytes": ... },
  *     "timers": { "tick_ms": 50, "election_ms": 1000, "heartbeat_ms": 150 },
  *     "partitions": [ { "id": 0, "members": [
- *         { "id": 1, "client": "tcp://127.0.0.1:7400", "peer": "tcp://127.0.0.1:7500" } ] } ] }
+ *         { "id": 1, "client": "tcp://127.0.0.1:7400", "peer": "tcp://127.0.0.1:7500",
+ *           "public_key": "<base64 of the member's 32-byte Ed25519 public key; optional>" } ] } ] }
  *
  * Node names are p<partition>m<member> (DESIGN.md §10). A member's data directory is
  * var/<cluster>/<node> unless the member names "data". Invariants after a successful
@@ -17,6 +18,7 @@
 
 #include "common/status.h"
 
+#include <stdbool.h>
 #include <stdint.h>
 
 #define KL_CLUSTER_MAX_PARTITIONS 64
@@ -24,6 +26,7 @@
 #define KL_NAME_MAX 128
 #define KL_URL_MAX 256
 #define KL_PATH_MAX 512
+#define KL_CLUSTER_PUBLIC_KEY_LEN 32   /* Ed25519 public key (common/keys.h) */
 
 typedef struct kl_limits {
     uint64_t max_batch_bytes;        /* MaxBatchBytes: encoded batch request */
@@ -47,6 +50,8 @@ typedef struct kl_member {
     char client_url[KL_URL_MAX];
     char peer_url[KL_URL_MAX];
     char data_dir[KL_PATH_MAX];      /* resolved, see above */
+    bool has_public_key;             /* the member's "public_key" was given */
+    uint8_t public_key[KL_CLUSTER_PUBLIC_KEY_LEN];
 } kl_member;
 
 typedef struct kl_partition {

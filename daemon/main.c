@@ -1,6 +1,13 @@
 /* keyloadd: one replica of one partition (DESIGN.md §3).
  *
  *   keyloadd --cluster FILE --node pPmM [--data DIR] [--var DIR]
+ *            [--cluster-secret FILE] [--member-key FILE]
+ *   keyloadd keygen ...          key files (daemon/keygen.h)
+ *
+ * Keys (common/keys.h) are read and checked before anything else starts: a member key
+ * must match the member's public_key in the cluster file, and a member the cluster file
+ * gives a public_key must be started with --member-key. A refusal exits 2. Keys stay in
+ * memory only and are never logged.
  *
  * Threads: the libuv loop is the executor and owns all partition state; nng threads
  * receive and send frames (common/rpc.c, daemon/repl/peer.c); the replication driver's
@@ -10,8 +17,10 @@
  * ends the process with exit code 1: recovery on restart re-applies the durable log. */
 #include "common/cluster.h"
 #include "common/failpoint.h"
+#include "common/keys.h"
 #include "common/log.h"
 #include "common/rpc.h"
+#include "daemon/keygen.h"
 #include "daemon/node.h"
 #include "daemon/repl/driver.h"
 #include "daemon/rpc/service.h"
@@ -37,6 +46,7 @@ typedef struct daemon_state {
     uv_signal_t sigterm, sigint;
     bool stopping;
     int exit_code;
+    kl_keys *keys;    /* cluster secret and member key pair, in memory only */
 } daemon_state;
 
 static int64_t clock_ms(void *ctx)
@@ -157,17 +167,58 @@ static int mkdirs(const char *path)
     return (mkdir(buf, 0700) != 0 && errno != EEXIST) ? -1 : 0;
 }
 
+/* Reads and checks the key files (see the top of this file). Returns 0, or -1 after printing
+ * why the member may not start (naming the member and the file, never a key byte). */
+static int load_keys(daemon_state *d, const char *node, const kl_member *me, const char *cluster_file,
+                     const char *secret_file, const char *key_file)
+{
+    kl_err err;
+    kl_err_clear(&err);
+    if (key_file == NULL && me->has_public_key) {
+        fprintf(stderr, "keyloadd: %s: cluster file %s records a public_key for this member, "
+                        "so it must be started with --member-key FILE (its secret key)\n",
+                node, cluster_file);
+        return -1;
+    }
+    if (key_file != NULL && !me->has_public_key) {
+        fprintf(stderr, "keyloadd: %s: cluster file %s has no public_key for this member, so "
+                        "member key file %s cannot be checked; add the member's public_key\n",
+                node, cluster_file, key_file);
+        return -1;
+    }
+    if (key_file == NULL && secret_file == NULL)
+        return 0;
+    if (kl_keys_new(&d->keys, &err) != KL_OK ||
+        (secret_file != NULL && kl_keys_load_cluster_secret(d->keys, secret_file, &err) != KL_OK) ||
+        (key_file != NULL && kl_keys_load_member_key(d->keys, key_file, node, me->public_key, &err) != KL_OK)) {
+        fprintf(stderr, "keyloadd: %s: %s\n", node, err.message);
+        kl_keys_free(d->keys);
+        d->keys = NULL;
+        return -1;
+    }
+    KL_INFO("keys loaded", "node=%s cluster_secret=%s member_key=%s", node,
+            secret_file ? secret_file : "-", key_file ? key_file : "-");
+    return 0;
+}
+
 static void usage(void)
 {
-    fprintf(stderr, "usage: keyloadd --cluster FILE --node pPmM [--data DIR] [--var DIR]\n");
+    fprintf(stderr, "usage: keyloadd --cluster FILE --node pPmM [--data DIR] [--var DIR]\n"
+                    "                [--cluster-secret FILE] [--member-key FILE]\n"
+                    "       keyloadd keygen --help\n");
 }
 
 int main(int argc, char **argv)
 {
+    if (argc > 1 && strcmp(argv[1], "keygen") == 0)
+        return kl_keygen_main(argc - 1, argv + 1);
     const char *cluster_file = NULL, *node_name = NULL, *data_dir = NULL, *var_root = "var";
+    const char *cluster_secret_file = NULL, *member_key_file = NULL;
     static const struct option opts[] = {
         {"cluster", required_argument, NULL, 'c'}, {"node", required_argument, NULL, 'n'},
         {"data", required_argument, NULL, 'd'},    {"var", required_argument, NULL, 'v'},
+        {"cluster-secret", required_argument, NULL, 's'},
+        {"member-key", required_argument, NULL, 'k'},
         {"help", no_argument, NULL, 'h'},          {NULL, 0, NULL, 0}};
     int ch;
     while ((ch = getopt_long(argc, argv, "", opts, NULL)) != -1) {
@@ -176,6 +227,8 @@ int main(int argc, char **argv)
         case 'n': node_name = optarg; break;
         case 'd': data_dir = optarg; break;
         case 'v': var_root = optarg; break;
+        case 's': cluster_secret_file = optarg; break;
+        case 'k': member_key_file = optarg; break;
         case 'h': usage(); return 0;
         default: usage(); return 2;
         }
@@ -207,19 +260,23 @@ int main(int argc, char **argv)
                 node_name, cluster_file);
         return 2;
     }
+    static daemon_state d;
+    if (load_keys(&d, node_name, me, cluster_file, cluster_secret_file, member_key_file) != 0)
+        return 2;
     if (data_dir == NULL)
         data_dir = me->data_dir;
     if (mkdirs(data_dir) != 0) {
         fprintf(stderr, "keyloadd: cannot create data directory %s: %s\n", data_dir, strerror(errno));
+        kl_keys_free(d.keys);
         return 1;
     }
 
-    static daemon_state d;
     d.loop = uv_default_loop();
     kl_store_options so;
     kl_store_options_default(&so);
     if (kl_store_open(data_dir, &so, &d.store, &err) != KL_OK) {
         fprintf(stderr, "keyloadd: %s\n", err.message);
+        kl_keys_free(d.keys);
         return 1;
     }
     kl_node_config nc = {.partition = partition, .limits = cluster.limits,
@@ -271,6 +328,7 @@ int main(int argc, char **argv)
     uv_run(d.loop, UV_RUN_DEFAULT);
     kl_store_close(d.store);
     uv_loop_close(d.loop);
+    kl_keys_free(d.keys);
     KL_INFO("stopped", "exit_code=%d", d.exit_code);
     return d.exit_code;
 
@@ -281,5 +339,6 @@ fail_repl:
     kl_node_close(d.node);
 fail_node:
     kl_store_close(d.store);
+    kl_keys_free(d.keys);
     return 1;
 }

@@ -14,6 +14,7 @@ Suite *suite_sdk(void);
 Suite *suite_raft(void);
 Suite *suite_driver(void);
 Suite *suite_peer(void);
+Suite *suite_keys(void);
 
 int main(void)
 {
@@ -27,6 +28,7 @@ int main(void)
     srunner_add_suite(sr, suite_raft());
     srunner_add_suite(sr, suite_driver());
     srunner_add_suite(sr, suite_peer());
+    srunner_add_suite(sr, suite_keys());
     srunner_run_all(sr, CK_NORMAL);
     int failed = srunner_ntests_failed(sr);
     int run = srunner_ntests_run(sr);
