@@ -122,8 +122,17 @@ typedef struct kl_queue_options {
     uint64_t max_bytes;            /* 0 = daemon default */
     uint32_t max_deliveries;       /* 0 = unlimited */
     const char *dead_letter_queue; /* NULL or "" = none; must be on the same partition */
-    int32_t partition;             /* where the queue lives; fixed forever; >= 0 */
+    bool pin_partition;            /* false: partition 0 picks one (the DLQ's, if any) */
+    int32_t partition;             /* with pin_partition: where the queue lives; >= 0 */
 } kl_queue_options;
+
+/* Per-database limits under the seeds' names; 0 = the cluster file's value. They may only
+ * tighten the cluster's limits. */
+typedef struct kl_database_limits {
+    uint64_t max_scan_records;     /* MaxScanRecords */
+    uint64_t max_batch_bytes;      /* MaxBatchBytes */
+    uint64_t max_query_read_bytes; /* MaxQueryReadBytes */
+} kl_database_limits;
 
 /* New empty batch. command_id is a canonical GUID text (xxxxxxxx-xxxx-xxxx-xxxx-
  * xxxxxxxxxxxx, either case); NULL means a fresh random (version 4) GUID. Empty,
@@ -166,10 +175,22 @@ kl_code kl_batch_ack(kl_batch *b, const char *queue, const kl_bytes *tokens, siz
 kl_code kl_batch_release(kl_batch *b, const char *queue, const kl_bytes *tokens, size_t n,
                          kl_err *err);
 
-/* The partition this batch is sent to: the one its queue creations name, else 0.
- * INVALID_ARGUMENT when creations name different partitions (a batch commits on one). */
-kl_code kl_batch_partition(const kl_batch *b, int *partition, kl_err *err);
+/* Creates database "TENANT/DB" (a catalog change; alone in its batch). limits may be NULL. */
+kl_code kl_batch_create_database(kl_batch *b, const char *database,
+                                 const kl_database_limits *limits, kl_err *err);
 
+/* Where a batch goes. Creating a database or a queue changes the catalog on partition 0;
+ * deleting a queue first closes it on its own partition, then removes its definition on
+ * partition 0 (each step alone in its batch, same command id, both replayable); every
+ * other batch goes to the one partition holding its queues, found through partition 0
+ * (keyload.v1.LocateQueue) and cached by the client. */
+typedef enum kl_batch_route {
+    KL_ROUTE_QUEUE,        /* queue data: the queues' partition */
+    KL_ROUTE_CATALOG,      /* partition 0 */
+    KL_ROUTE_DELETE_QUEUE, /* the queue's partition, then partition 0 */
+} kl_batch_route;
+/* INVALID_ARGUMENT when a catalog mutation or a queue deletion shares its batch. */
+kl_code kl_batch_kind(const kl_batch *b, kl_batch_route *route, kl_err *err);
 /* Encodes the keyload.v1.BatchRequest the client would send, with every queue ref's tenant
  * and database taken from database ("TENANT/DB"). The same batch always encodes to the
  * same bytes. *out is malloc'd; the caller frees it with free(). An empty batch is
@@ -259,5 +280,21 @@ kl_code kl_base64_decode(const char *what, const char *text, uint8_t **out, size
 /* True when p[0..n) is well-formed UTF-8 (no overlongs, surrogates or values > U+10FFFF).
  * Reentrant. */
 bool kl_sdk_utf8_valid(const uint8_t *p, size_t n);
+
+/* ---------------------------------------------------------------- member status */
+
+#include "keyload/v1/catalog.pb-c.h"
+
+/* Asks the one member at client URL url what it knows about itself and its partition
+ * (keyload.v1.MemberStatus: role, leader, term, commit/applied/last index, serving,
+ * catalog version, leader address). Any member answers at once, leader or not, without a
+ * read barrier, so the answer may be slightly stale. timeout_ms bounds connect and call
+ * together (<= 0: KL_DEFAULT_TIMEOUT_MS). A member that is down or does not answer in
+ * time gives UNAVAILABLE or DEADLINE_EXCEEDED. On KL_OK *out belongs to the caller
+ * (kl_member_status_free). Reentrant: one connection per call, closed before returning. */
+kl_code kl_member_status(const char *url, int timeout_ms, Keyload__V1__MemberStatusAnswer **out,
+                         kl_err *err);
+/* Frees an answer of kl_member_status. NULL is accepted. */
+void kl_member_status_free(Keyload__V1__MemberStatusAnswer *a);
 
 #endif

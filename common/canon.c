@@ -172,6 +172,16 @@ void kl_canon_mutation(kl_canon *c, const Keyload__V1__Mutation *m)
     case KEYLOAD__V1__MUTATION__KIND_DELETE_QUEUE:
         kl_canon_lane(c, 1, m->delete_queue->queue);
         break;
+    case KEYLOAD__V1__MUTATION__KIND_CREATE_DATABASE: {
+        const Keyload__V1__CreateDatabase *d = m->create_database;
+        kl_canon_str(c, 1, d->tenant);
+        kl_canon_str(c, 2, d->database);
+        const Keyload__V1__DatabaseLimits *l = d->limits;
+        kl_canon_u64(c, 3, l ? l->max_scan_records : 0);
+        kl_canon_u64(c, 3, l ? l->max_batch_bytes : 0);
+        kl_canon_u64(c, 3, l ? l->max_query_read_bytes : 0);
+        break;
+    }
     case KEYLOAD__V1__MUTATION__KIND_ENQUEUE:
         kl_canon_lane(c, 1, m->enqueue->lane);
         kl_canon_message(c, 2, m->enqueue->message);

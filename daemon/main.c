@@ -24,6 +24,7 @@
 #include "daemon/node.h"
 #include "daemon/repl/driver.h"
 #include "daemon/rpc/service.h"
+#include "daemon/rpc/tailer.h"
 #include "daemon/store/store.h"
 
 #include <errno.h>
@@ -42,6 +43,8 @@ typedef struct daemon_state {
     kl_node *node;
     kl_repl *repl;
     kl_service service;
+    kl_tailer *tailer;           /* data partitions only */
+    uint64_t catalog_version;    /* applied here, as last seen */
     kl_rpc_server *rpc;
     uv_signal_t sigterm, sigint;
     bool stopping;
@@ -89,7 +92,16 @@ static void repl_apply(void *ctx, const kl_raft_entry *e)
                  "index=%llu detail=%s", (unsigned long long)e->index, err.detail);
         d->exit_code = 1;
         begin_stop(d);
+        return;
     }
+    uint64_t version, changes;
+    kl_node_catalog_status(d->node, &version, &changes);
+    if (version != d->catalog_version) {
+        d->catalog_version = version;
+        if (d->tailer)
+            kl_tailer_applied(d->tailer, version);
+    }
+    kl_service_applied(&d->service);
 }
 
 static void repl_role(void *ctx, kl_raft_role role, uint64_t term, uint64_t leader, bool leader_ready)
@@ -100,6 +112,9 @@ static void repl_role(void *ctx, kl_raft_role role, uint64_t term, uint64_t lead
     d->service.leader = leader;
     if (d->node)
         kl_node_role(d->node, role == KL_RAFT_LEADER && leader_ready);
+    kl_service_role(&d->service, role == KL_RAFT_LEADER);
+    if (d->tailer)
+        kl_tailer_set_serving(d->tailer, role == KL_RAFT_LEADER && leader_ready);
 }
 
 static void repl_read_ready(void *ctx, uint64_t read_ctx)
@@ -133,6 +148,11 @@ static void begin_stop(daemon_state *d)
         d->rpc = NULL;
     }
     kl_service_drop_reads(&d->service);
+    kl_service_stop(&d->service);
+    if (d->tailer) {
+        kl_tailer_stop(d->tailer);
+        d->tailer = NULL;
+    }
     if (d->repl) {
         kl_repl_stop(d->repl);
         d->repl = NULL;
@@ -279,7 +299,8 @@ int main(int argc, char **argv)
         kl_keys_free(d.keys);
         return 1;
     }
-    kl_node_config nc = {.partition = partition, .limits = cluster.limits,
+    kl_node_config nc = {.partition = partition, .partition_count = cluster.partition_count,
+                         .limits = cluster.limits,
                          .max_pending_bytes = 256u << 20, .max_pending_batches = 8192};
     kl_node_io io = {.ctx = &d, .next = node_next, .propose = node_propose, .clock_ms = clock_ms,
                      .random = random_bytes};
@@ -302,7 +323,13 @@ int main(int argc, char **argv)
                             .read_ready = repl_read_ready, .read_dropped = repl_read_dropped,
                             .fatal = repl_fatal};
     d.service.node = d.node;
+    d.service.cluster = &cluster;
     d.service.partition = part;
+    kl_service_start(&d.service, d.loop);
+    if (partition != 0 && kl_tailer_start(d.loop, &cluster, partition, d.node, &d.tailer, &err) != KL_OK) {
+        fprintf(stderr, "keyloadd: %s\n", err.message);
+        goto fail_tailer;
+    }
     if (kl_repl_start(d.loop, d.store, &rcfg, &cb, &d.repl, &err) != KL_OK) {
         fprintf(stderr, "keyloadd: %s\n", err.message);
         goto fail_repl;
@@ -334,8 +361,12 @@ int main(int argc, char **argv)
 
 fail_rpc:
     kl_repl_stop(d.repl);
-    uv_run(d.loop, UV_RUN_DEFAULT);
 fail_repl:
+    if (d.tailer)
+        kl_tailer_stop(d.tailer);
+fail_tailer:
+    kl_service_stop(&d.service);
+    uv_run(d.loop, UV_RUN_DEFAULT);
     kl_node_close(d.node);
 fail_node:
     kl_store_close(d.store);

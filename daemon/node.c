@@ -3,6 +3,7 @@
 #include "common/canon.h"
 #include "common/failpoint.h"
 #include "common/log.h"
+#include "daemon/engine/catalog.h"
 #include "daemon/engine/engine.h"
 #include "daemon/store/keys.h"
 #include "keyload/v1/queue.pb-c.h"
@@ -105,19 +106,8 @@ static int encode_entry(kl_buf *out, uint64_t index, uint64_t term, int64_t time
     out->len = 0;
     if (kl_buf_append(out, head, n) || (write_sets && kl_buf_append(out, write_sets->p, write_sets->len)))
         return -1;
-    if (raft_type != 0) {
-        uint8_t t[6];
-        size_t tn = 0;
-        t[tn++] = (6 << 3) | 0; /* raft_type, varint */
-        uint32_t v = raft_type;
-        do {
-            uint8_t byte = v & 0x7f;
-            v >>= 7;
-            t[tn++] = (uint8_t)(byte | (v ? 0x80 : 0));
-        } while (v);
-        if (kl_buf_append(out, t, tn))
-            return -1;
-    }
+    if (raft_type != 0 && kl_buf_append_varint_field(out, (6 << 3) | 0, raft_type))
+        return -1;
     return 0;
 }
 
@@ -312,10 +302,11 @@ static kl_code replay_committed(kl_node *n, const char *principal, const uint8_t
     return KL_OK;
 }
 
-/* Encodes BatchReceipt fields 1-5, the results (field 6) and field 7, in field order. */
+/* Encodes BatchReceipt fields 1-5, the results (field 6), field 7 and (when not 0)
+ * field 8, in field order. */
 static int encode_receipt(kl_buf *out, const Keyload__V1__BatchRequest *b, int partition,
                           uint64_t index, uint64_t term, int64_t now, const kl_buf *results,
-                          const uint8_t digest[KL_DIGEST_LEN])
+                          const uint8_t digest[KL_DIGEST_LEN], uint64_t catalog_version)
 {
     Keyload__V1__BatchReceipt head = KEYLOAD__V1__BATCH_RECEIPT__INIT;
     head.command_id = b->command_id;
@@ -326,7 +317,49 @@ static int encode_receipt(kl_buf *out, const Keyload__V1__BatchRequest *b, int p
     uint8_t hb[128];
     size_t hn = keyload__v1__batch_receipt__pack(&head, hb);
     return kl_buf_append(out, hb, hn) || kl_buf_append(out, results->p, results->len) ||
-           kl_buf_append_field(out, (7 << 3) | 2, digest, KL_DIGEST_LEN);
+           kl_buf_append_field(out, (7 << 3) | 2, digest, KL_DIGEST_LEN) ||
+           (catalog_version && kl_buf_append_varint_field(out, (8 << 3) | 0, catalog_version));
+}
+
+/* Sets ws's ops to every scratch write and appends ws, encoded, as LogEntry field 5. */
+static kl_code pack_write_set(Keyload__V1__WriteSet *ws, const kl_overlay *scratch, kl_buf *out,
+                              kl_err *err)
+{
+    kl_code rc = KL_OK;
+    Keyload__V1__KvOp *ops = calloc(scratch->n ? scratch->n : 1, sizeof *ops);
+    Keyload__V1__KvOp **opp = calloc(scratch->n ? scratch->n : 1, sizeof *opp);
+    uint8_t *wb = NULL;
+    if (ops == NULL || opp == NULL) {
+        rc = kl_fail(err, KL_INTERNAL, "memory", "out of memory encoding a write-set");
+        goto done;
+    }
+    for (size_t i = 0; i < scratch->n; i++) {
+        keyload__v1__kv_op__init(&ops[i]);
+        ops[i].del = scratch->v[i].del;
+        ops[i].key.data = scratch->v[i].key;
+        ops[i].key.len = scratch->v[i].klen;
+        ops[i].value.data = scratch->v[i].val;
+        ops[i].value.len = scratch->v[i].vlen;
+        opp[i] = &ops[i];
+    }
+    ws->n_ops = scratch->n;
+    ws->ops = opp;
+    size_t wn = keyload__v1__write_set__get_packed_size(ws);
+    wb = malloc(wn);
+    if (wb == NULL) {
+        rc = kl_fail(err, KL_INTERNAL, "memory", "out of memory encoding a write-set");
+        goto done;
+    }
+    keyload__v1__write_set__pack(ws, wb);
+    if (kl_buf_append_field(out, (5 << 3) | 2, wb, wn) != 0)
+        rc = kl_fail(err, KL_INTERNAL, "memory", "out of memory encoding a write-set");
+done:
+    ws->n_ops = 0;
+    ws->ops = NULL;
+    free(ops);
+    free(opp);
+    free(wb);
+    return rc;
 }
 
 /* Adds the outcome record to the scratch overlay and encodes the write-set (every scratch
@@ -354,46 +387,15 @@ static kl_code encode_write_set(const char *principal, const Keyload__V1__BatchR
     free(ob);
     if (rc != KL_OK)
         return rc;
-    Keyload__V1__KvOp *ops = calloc(scratch->n, sizeof *ops);
-    Keyload__V1__KvOp **opp = calloc(scratch->n, sizeof *opp);
-    uint8_t *wb = NULL;
-    if (ops == NULL || opp == NULL) {
-        rc = kl_fail(err, KL_INTERNAL, "memory", "out of memory encoding a write-set");
-        goto done;
-    }
-    for (size_t i = 0; i < scratch->n; i++) {
-        keyload__v1__kv_op__init(&ops[i]);
-        ops[i].del = scratch->v[i].del;
-        ops[i].key.data = scratch->v[i].key;
-        ops[i].key.len = scratch->v[i].klen;
-        ops[i].value.data = scratch->v[i].val;
-        ops[i].value.len = scratch->v[i].vlen;
-        opp[i] = &ops[i];
-    }
     Keyload__V1__WriteSet ws = KEYLOAD__V1__WRITE_SET__INIT;
     ws.principal = (char *)principal;
     ws.command_id = b->command_id;
     ws.request_digest.data = (uint8_t *)digest;
     ws.request_digest.len = KL_DIGEST_LEN;
     ws.policy_epoch = 0;
-    ws.n_ops = scratch->n;
-    ws.ops = opp;
     ws.receipt.data = receipt->p;
     ws.receipt.len = receipt->len;
-    size_t wn = keyload__v1__write_set__get_packed_size(&ws);
-    wb = malloc(wn);
-    if (wb == NULL) {
-        rc = kl_fail(err, KL_INTERNAL, "memory", "out of memory encoding a write-set");
-        goto done;
-    }
-    keyload__v1__write_set__pack(&ws, wb);
-    if (kl_buf_append_field(out, (5 << 3) | 2, wb, wn) != 0)
-        rc = kl_fail(err, KL_INTERNAL, "memory", "out of memory encoding a write-set");
-done:
-    free(ops);
-    free(opp);
-    free(wb);
-    return rc;
+    return pack_write_set(&ws, scratch, out, err);
 }
 
 void kl_node_submit_batch(kl_node *n, const char *principal, const uint8_t *req, size_t len,
@@ -416,6 +418,7 @@ void kl_node_submit_batch(kl_node *n, const char *principal, const uint8_t *req,
     kl_overlay scratch;
     kl_overlay_init(&scratch);
     kl_buf results = {0}, receipt = {0}, ws = {0}, entry = {0};
+    kl_catalog_batch catalog = {0};
     uint8_t digest[KL_DIGEST_LEN];
     kl_code rc = kl_engine_validate_batch(b, len, &n->cfg.limits, &err);
     if (rc != KL_OK)
@@ -460,10 +463,13 @@ void kl_node_submit_batch(kl_node *n, const char *principal, const uint8_t *req,
     kl_view view = {.store = n->store, .pending = &n->overlay, .scratch = &scratch,
                     .scan_limit = n->cfg.limits.max_scan_records};
     kl_eval_ctx ctx = {.view = &view, .limits = &n->cfg.limits, .partition = n->cfg.partition,
-                       .now_ms = entry_time(n), .random = n->io.random};
+                       .partition_count = n->cfg.partition_count, .now_ms = entry_time(n),
+                       .random = n->io.random,
+                       .catalog = n->cfg.partition == 0 ? &catalog : NULL};
     if ((rc = kl_engine_eval_batch(&ctx, b, &results, &err)) != KL_OK)
         goto fail;
-    if (encode_receipt(&receipt, b, n->cfg.partition, index, term, ctx.now_ms, &results, digest) != 0) {
+    if (encode_receipt(&receipt, b, n->cfg.partition, index, term, ctx.now_ms, &results, digest,
+                       catalog.version) != 0) {
         rc = kl_fail(&err, KL_INTERNAL, "memory", "out of memory encoding the receipt");
         goto fail;
     }
@@ -522,7 +528,64 @@ done:
     kl_buf_free(&receipt);
     kl_buf_free(&ws);
     kl_buf_free(&entry);
+    kl_buf_free(&catalog.items);
     keyload__v1__batch_request__free_unpacked(b, NULL);
+}
+
+/* ---- catalog tail ---- */
+
+kl_code kl_node_submit_catalog(kl_node *n, const uint8_t *change, size_t len, kl_err *err)
+{
+    if (n->broken)
+        return kl_fail(err, KL_UNAVAILABLE, "node_broken", "this member stopped after a storage failure");
+    if (n->cfg.partition == 0)
+        return kl_fail(err, KL_FAILED_PRECONDITION, "catalog_partition",
+                       "partition 0 owns the catalog; it does not tail it");
+    uint64_t index, term;
+    bool serving;
+    n->io.next(n->io.ctx, &index, &term, &serving);
+    if (!serving)
+        return kl_fail(err, KL_NOT_LEADER, "not_leader", "only a serving leader applies catalog changes");
+    Keyload__V1__CatalogChange *ch = keyload__v1__catalog_change__unpack(NULL, len, change);
+    if (ch == NULL)
+        return kl_fail(err, KL_INVALID_ARGUMENT, "catalog_change", "a tailed catalog change does not decode");
+    kl_overlay scratch;
+    kl_overlay_init(&scratch);
+    kl_buf ws = {0}, entry = {0};
+    /* The catalog is small and a change is written in full: no scan budget applies. */
+    kl_view view = {.store = n->store, .pending = &n->overlay, .scratch = &scratch,
+                    .scan_limit = UINT64_MAX};
+    uint64_t current;
+    kl_code rc = kl_catalog_version(&view, &current, err);
+    if (rc != KL_OK || ch->version <= current)
+        goto done; /* applied or already proposed */
+    if (n->overlay.bytes >= n->cfg.max_pending_bytes) {
+        rc = kl_fail(err, KL_UNAVAILABLE, "write_pipeline_full", "the write pipeline is full");
+        goto done;
+    }
+    int64_t now = entry_time(n);
+    if ((rc = kl_catalog_apply_change(&view, n->cfg.partition, now, ch, err)) != KL_OK)
+        goto done;
+    Keyload__V1__WriteSet w = KEYLOAD__V1__WRITE_SET__INIT;
+    w.catalog_version = ch->version;
+    if ((rc = pack_write_set(&w, &scratch, &ws, err)) != KL_OK)
+        goto done;
+    if (encode_entry(&entry, index, term, now, NULL, &ws, 0) != 0) {
+        rc = kl_fail(err, KL_INTERNAL, "memory", "out of memory encoding the log entry");
+        goto done;
+    }
+    if ((rc = n->io.propose(n->io.ctx, entry.p, entry.len)) != KL_OK) {
+        kl_fail(err, rc, "not_proposed", "the catalog change could not be proposed (%s)", kl_code_name(rc));
+        goto done;
+    }
+    if ((rc = kl_overlay_absorb(&n->overlay, &scratch, index, err)) != KL_OK)
+        n->broken = true;
+done:
+    kl_overlay_free(&scratch);
+    kl_buf_free(&ws);
+    kl_buf_free(&entry);
+    keyload__v1__catalog_change__free_unpacked(ch, NULL);
+    return rc;
 }
 
 /* ---- reads ---- */
@@ -582,6 +645,58 @@ void kl_node_catalog_status(kl_node *n, uint64_t *version, uint64_t *changes)
 {
     *version = meta_u64(n->store, "catalog_version");
     *changes = meta_u64(n->store, "catalog_changes");
+}
+
+kl_code kl_node_catalog_change(kl_node *n, uint64_t version, uint8_t **bytes, size_t *len, bool *found,
+                               kl_err *err)
+{
+    kl_key k;
+    kl_key_catalog_change(&k, version);
+    return kl_store_get(n->store, k.b, k.len, bytes, len, found, err);
+}
+
+kl_code kl_node_locate_queue(kl_node *n, const uint8_t *req, size_t len, uint8_t **answer,
+                             size_t *answer_len, kl_err *err)
+{
+    Keyload__V1__LocateQueueRequest *r = keyload__v1__locate_queue_request__unpack(NULL, len, req);
+    if (r == NULL)
+        return kl_fail(err, KL_INVALID_ARGUMENT, "payload", "the LocateQueue request does not decode");
+    kl_code rc;
+    Keyload__V1__CatalogQueue *def = NULL;
+    if (r->queue == NULL) {
+        rc = kl_fail(err, KL_INVALID_ARGUMENT, "queue", "queue is missing");
+        goto done;
+    }
+    if ((rc = kl_name_check("queue.tenant", r->queue->tenant, err)) != KL_OK ||
+        (rc = kl_name_check("queue.database", r->queue->database, err)) != KL_OK ||
+        (rc = kl_name_check("queue.queue", r->queue->queue, err)) != KL_OK)
+        goto done;
+    kl_view view = {.store = n->store, .scan_limit = 16};
+    bool found;
+    if ((rc = kl_catalog_get_queue(&view, r->queue->tenant, r->queue->database, r->queue->queue, &def,
+                                   &found, err)) != KL_OK)
+        goto done;
+    if (!found) {
+        rc = kl_fail(err, KL_NOT_FOUND, "queue", "queue '%s' does not exist in %s/%s", r->queue->queue,
+                     r->queue->tenant, r->queue->database);
+        goto done;
+    }
+    Keyload__V1__LocateQueueAnswer a = KEYLOAD__V1__LOCATE_QUEUE_ANSWER__INIT;
+    a.queue = def;
+    uint64_t changes;
+    kl_node_catalog_status(n, &a.catalog_version, &changes);
+    *answer_len = keyload__v1__locate_queue_answer__get_packed_size(&a);
+    *answer = malloc(*answer_len ? *answer_len : 1);
+    if (*answer == NULL) {
+        rc = kl_fail(err, KL_INTERNAL, "memory", "out of memory");
+        goto done;
+    }
+    keyload__v1__locate_queue_answer__pack(&a, *answer);
+done:
+    if (def)
+        keyload__v1__catalog_queue__free_unpacked(def, NULL);
+    keyload__v1__locate_queue_request__free_unpacked(r, NULL);
+    return rc;
 }
 
 /* ---- open / close ---- */

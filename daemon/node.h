@@ -48,6 +48,7 @@ typedef struct kl_node_io {
 
 typedef struct kl_node_config {
     int partition;
+    int partition_count;          /* partitions in the cluster (queue placement) */
     kl_limits limits;
     size_t max_pending_bytes;     /* refusal (UNAVAILABLE) past this many unapplied bytes */
     size_t max_pending_batches;   /* and past this many unapplied batches */
@@ -63,6 +64,13 @@ void kl_node_close(kl_node *n);
  * before this returns. NOT_LEADER when this member does not serve writes now. */
 void kl_node_submit_batch(kl_node *n, const char *principal, const uint8_t *req, size_t len,
                           kl_node_reply_fn reply, void *cookie);
+
+/* Proposes an encoded CatalogChange tailed from partition 0 (data partitions only). KL_OK
+ * when proposed, or when that version is already applied or proposed (nothing to do).
+ * NOT_LEADER when this member does not serve; FAILED_PRECONDITION when the change does
+ * not follow the version applied plus proposed (the tail must deliver in order). The
+ * entry's write-set applies on every member only at catalog version - 1 (store.c). */
+kl_code kl_node_submit_catalog(kl_node *n, const uint8_t *change, size_t len, kl_err *err);
 
 /* Applies the committed entry (index, term): `entry` is the stored LogEntry (NULL for a
  * no-op). Index must be the store's applied index + 1. Answers the callers of a pending
@@ -87,6 +95,13 @@ kl_code kl_node_queue_stats(kl_node *n, const uint8_t *req, size_t len, uint8_t 
 /* The catalog version this member has applied, and how many catalog changes it applied
  * (equal unless something is badly wrong). Reads applied state; 0 when none. */
 void kl_node_catalog_status(kl_node *n, uint64_t *version, uint64_t *changes);
+
+/* The stored CatalogChange of `version` (partition 0); *bytes malloc'd when found. */
+kl_code kl_node_catalog_change(kl_node *n, uint64_t version, uint8_t **bytes, size_t *len, bool *found,
+                               kl_err *err);
+/* LocateQueue over this member's applied catalog. On KL_OK *answer is malloc'd. */
+kl_code kl_node_locate_queue(kl_node *n, const uint8_t *req, size_t len, uint8_t **answer,
+                             size_t *answer_len, kl_err *err);
 
 bool kl_node_broken(const kl_node *n);
 uint64_t kl_node_applied_index(const kl_node *n);

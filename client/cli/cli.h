@@ -88,11 +88,13 @@ const char *cli_receipt_tag(const kl_receipt *r, char *buf, size_t cap);
 const Keyload__V1__MutationResult *cli_single_result(cli *c, const kl_receipt *r, int kind);
 
 /* ---- commands */
+int cli_cmd_database(cli *c, int argc, char **argv);
 int cli_cmd_queue(cli *c, int argc, char **argv);
 int cli_cmd_enqueue(cli *c, int argc, char **argv);
 int cli_cmd_receive(cli *c, int argc, char **argv);
 int cli_cmd_ack(cli *c, int argc, char **argv);
 int cli_cmd_release(cli *c, int argc, char **argv);
+int cli_cmd_cluster_status(cli *c, int argc, char **argv);
 
 /* Splits QUEUE[/LANE] into queue (malloc'd) and lane (pointer into spec, or "" when
  * absent). false after reporting a usage error. */

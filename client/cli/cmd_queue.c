@@ -39,6 +39,7 @@ static int queue_create(cli *c, cli_args *a)
             if (!cli_parse_u64(c, "--partition", v, INT32_MAX, &n))
                 return CLI_EXIT_USAGE;
             opts.partition = (int32_t)n;
+            opts.pin_partition = true;
             partition_given = true;
         } else if (cli_opt_is(a, "--max-messages")) {
             if (!cli_parse_u64(c, "--max-messages", v, UINT64_MAX, &opts.max_messages))

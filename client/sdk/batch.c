@@ -111,7 +111,7 @@ kl_code kl_batch_create_queue(kl_batch *b, const char *queue, const kl_queue_opt
             return kl_fail(err, KL_INVALID_ARGUMENT, "dead_letter_queue",
                            "dead_letter_queue must be another queue than '%s'", queue);
     }
-    if (opts->partition < 0)
+    if (opts->pin_partition && opts->partition < 0)
         return kl_fail(err, KL_INVALID_ARGUMENT, "partition", "partition must be >= 0");
     Keyload__V1__QueueLaneRef ref;
     init_ref(&ref, queue, NULL);
@@ -124,7 +124,7 @@ kl_code kl_batch_create_queue(kl_batch *b, const char *queue, const kl_queue_opt
     Keyload__V1__CreateQueue cq = KEYLOAD__V1__CREATE_QUEUE__INIT;
     cq.queue = &ref;
     cq.limits = &limits;
-    cq.partition = opts->partition;
+    cq.partition = opts->pin_partition ? opts->partition : -1;
     Keyload__V1__Mutation m = KEYLOAD__V1__MUTATION__INIT;
     m.kind_case = KEYLOAD__V1__MUTATION__KIND_CREATE_QUEUE;
     m.create_queue = &cq;
@@ -258,21 +258,58 @@ kl_code kl_batch_release(kl_batch *b, const char *queue, const kl_bytes *tokens,
     return lease_mutation(b, queue, tokens, n, false, err);
 }
 
-kl_code kl_batch_partition(const kl_batch *b, int *partition, kl_err *err)
+kl_code kl_batch_create_database(kl_batch *b, const char *database,
+                                 const kl_database_limits *limits, kl_err *err)
 {
-    int p = -1;
-    for (size_t i = 0; i < b->n; i++) {
-        const Keyload__V1__Mutation *m = b->muts[i];
-        if (m->kind_case != KEYLOAD__V1__MUTATION__KIND_CREATE_QUEUE)
-            continue;
-        int mp = m->create_queue->partition;
-        if (p >= 0 && mp != p)
-            return kl_fail(err, KL_INVALID_ARGUMENT, "partition",
-                           "queue creations in one batch name partitions %d and %d; a batch "
-                           "commits on one partition",
-                           p, mp);
-        p = mp;
+    char tenant[KL_SDK_NAME_MAX + 1], db[KL_SDK_NAME_MAX + 1];
+    kl_code rc = kl_sdk_split_database(database, tenant, db, err);
+    if (rc != KL_OK)
+        return rc;
+    Keyload__V1__DatabaseLimits lim = KEYLOAD__V1__DATABASE_LIMITS__INIT;
+    if (limits) {
+        lim.max_scan_records = limits->max_scan_records;
+        lim.max_batch_bytes = limits->max_batch_bytes;
+        lim.max_query_read_bytes = limits->max_query_read_bytes;
     }
-    *partition = p >= 0 ? p : 0;
+    Keyload__V1__CreateDatabase cd = KEYLOAD__V1__CREATE_DATABASE__INIT;
+    cd.tenant = tenant;
+    cd.database = db;
+    cd.limits = &lim;
+    Keyload__V1__Mutation m = KEYLOAD__V1__MUTATION__INIT;
+    m.kind_case = KEYLOAD__V1__MUTATION__KIND_CREATE_DATABASE;
+    m.create_database = &cd;
+    return add_copy(b, &m, err);
+}
+
+const char *kl_sdk_mutation_queue(const Keyload__V1__Mutation *m)
+{
+    const Keyload__V1__QueueLaneRef *r = NULL;
+    switch (m->kind_case) {
+    case KEYLOAD__V1__MUTATION__KIND_CREATE_QUEUE: r = m->create_queue->queue; break;
+    case KEYLOAD__V1__MUTATION__KIND_DELETE_QUEUE: r = m->delete_queue->queue; break;
+    case KEYLOAD__V1__MUTATION__KIND_ENQUEUE: r = m->enqueue->lane; break;
+    case KEYLOAD__V1__MUTATION__KIND_RECEIVE: r = m->receive->lane; break;
+    case KEYLOAD__V1__MUTATION__KIND_ACK: r = m->ack->queue; break;
+    case KEYLOAD__V1__MUTATION__KIND_RELEASE: r = m->release->queue; break;
+    default: break;
+    }
+    return r ? r->queue : NULL;
+}
+
+kl_code kl_batch_kind(const kl_batch *b, kl_batch_route *route, kl_err *err)
+{
+    size_t catalog = 0, deletes = 0;
+    for (size_t i = 0; i < b->n; i++) {
+        int k = b->muts[i]->kind_case;
+        if (k == KEYLOAD__V1__MUTATION__KIND_CREATE_QUEUE || k == KEYLOAD__V1__MUTATION__KIND_CREATE_DATABASE)
+            catalog++;
+        else if (k == KEYLOAD__V1__MUTATION__KIND_DELETE_QUEUE)
+            deletes++;
+    }
+    if ((catalog || deletes) && b->n != 1)
+        return kl_fail(err, KL_INVALID_ARGUMENT, "mutations",
+                       "a batch that creates a database or creates or deletes a queue holds only "
+                       "that one mutation (the catalog changes on partition 0)");
+    *route = catalog ? KL_ROUTE_CATALOG : deletes ? KL_ROUTE_DELETE_QUEUE : KL_ROUTE_QUEUE;
     return KL_OK;
 }

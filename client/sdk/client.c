@@ -15,6 +15,7 @@
 #include "client/sdk/internal.h"
 #include "common/cluster.h"
 #include "common/rpc.h"
+#include "keyload/v1/catalog.pb-c.h"
 
 #include <pthread.h>
 #include <sodium.h>
@@ -25,6 +26,8 @@
 
 #define METHOD_BATCH "keyload.v1.Batch"
 #define METHOD_QUEUE_STATS "keyload.v1.QueueStats"
+#define METHOD_LOCATE "keyload.v1.LocateQueue"
+#define PLACEMENT_CACHE 256 /* queue placements remembered per client (round robin) */
 
 struct kl_client {
     kl_cluster cluster; /* immutable after open */
@@ -32,8 +35,16 @@ struct kl_client {
     char tenant[KL_SDK_NAME_MAX + 1];
     char database[KL_SDK_NAME_MAX + 1];
     int timeout_ms;
-    pthread_mutex_t mu; /* guards conns */
+    pthread_mutex_t mu; /* guards conns and placements */
     kl_rpc_client *conns[KL_CLUSTER_MAX_PARTITIONS][KL_CLUSTER_MAX_MEMBERS];
+    /* Queue placements (fixed at creation, so a cached one is wrong only after the queue
+     * was deleted and created again elsewhere: the partition then answers NOT_FOUND
+     * "wrong_partition" and the entry is dropped). Queues of this client's database. */
+    struct {
+        char queue[KL_SDK_NAME_MAX + 1]; /* "" = free */
+        int partition;
+    } placements[PLACEMENT_CACHE];
+    size_t next_placement;
 };
 
 kl_code kl_client_open(const char *cluster_path, const char *database, int timeout_ms,
@@ -273,30 +284,127 @@ done:
     return last.code;
 }
 
-kl_code kl_client_batch(kl_client *c, const kl_batch *b, kl_receipt **out, kl_err *err)
+static bool placement_get(kl_client *c, const char *queue, int *partition)
 {
-    *out = NULL;
-    int pid;
-    kl_code rc = kl_batch_partition(b, &pid, err);
-    if (rc != KL_OK)
-        return rc;
-    uint8_t *req;
-    size_t req_len;
-    rc = kl_batch_encode(b, c->database_text, &req, &req_len, err);
-    if (rc != KL_OK)
-        return rc;
-    if (req_len > c->cluster.limits.max_batch_bytes) {
-        free(req);
-        return kl_fail(err, KL_RESOURCE_EXHAUSTED, "limit:MaxBatchBytes",
-                       "batch of %zu bytes exceeds MaxBatchBytes (%llu)", req_len,
-                       (unsigned long long)c->cluster.limits.max_batch_bytes);
+    bool found = false;
+    pthread_mutex_lock(&c->mu);
+    for (size_t i = 0; i < PLACEMENT_CACHE && !found; i++)
+        if (strcmp(c->placements[i].queue, queue) == 0) {
+            *partition = c->placements[i].partition;
+            found = true;
+        }
+    pthread_mutex_unlock(&c->mu);
+    return found;
+}
+
+static void placement_put(kl_client *c, const char *queue, int partition)
+{
+    pthread_mutex_lock(&c->mu);
+    size_t slot = c->next_placement;
+    for (size_t i = 0; i < PLACEMENT_CACHE; i++)
+        if (strcmp(c->placements[i].queue, queue) == 0)
+            slot = i;
+    if (slot == c->next_placement)
+        c->next_placement = (c->next_placement + 1) % PLACEMENT_CACHE;
+    snprintf(c->placements[slot].queue, sizeof c->placements[slot].queue, "%s", queue);
+    c->placements[slot].partition = partition;
+    pthread_mutex_unlock(&c->mu);
+}
+
+static void placement_forget(kl_client *c, const char *queue)
+{
+    pthread_mutex_lock(&c->mu);
+    for (size_t i = 0; i < PLACEMENT_CACHE; i++)
+        if (strcmp(c->placements[i].queue, queue) == 0)
+            c->placements[i].queue[0] = '\0';
+    pthread_mutex_unlock(&c->mu);
+}
+
+/* The partition holding `queue` of the client's database: from the cache, or asked of
+ * partition 0 (keyload.v1.LocateQueue). A one-partition cluster holds everything on 0. */
+static kl_code locate(kl_client *c, const char *queue, int *partition, kl_err *err)
+{
+    if (c->cluster.partition_count <= 1) {
+        *partition = 0;
+        return KL_OK;
     }
+    if (placement_get(c, queue, partition))
+        return KL_OK;
+    Keyload__V1__QueueLaneRef ref = KEYLOAD__V1__QUEUE_LANE_REF__INIT;
+    ref.tenant = c->tenant;
+    ref.database = c->database;
+    ref.queue = (char *)queue;
+    Keyload__V1__LocateQueueRequest lr = KEYLOAD__V1__LOCATE_QUEUE_REQUEST__INIT;
+    lr.queue = &ref;
+    uint8_t req[512];
+    size_t len = keyload__v1__locate_queue_request__get_packed_size(&lr);
+    if (len > sizeof req)
+        return kl_fail(err, KL_INVALID_ARGUMENT, "queue", "queue reference too long");
+    keyload__v1__locate_queue_request__pack(&lr, req);
+    call_spec s = {.method = METHOD_LOCATE, .mutation = false, .command_id = "", .req = req, .req_len = len};
+    uint8_t *ans;
+    size_t ans_len;
+    kl_code rc = call_partition(c, 0, &s, &ans, &ans_len, err);
+    if (rc != KL_OK)
+        return rc;
+    Keyload__V1__LocateQueueAnswer *a = keyload__v1__locate_queue_answer__unpack(NULL, ans_len, ans);
+    free(ans);
+    if (a == NULL || a->queue == NULL) {
+        if (a)
+            keyload__v1__locate_queue_answer__free_unpacked(a, NULL);
+        return kl_fail(err, KL_INTERNAL, "answer", "the answer does not decode as keyload.v1.LocateQueueAnswer");
+    }
+    *partition = a->queue->partition;
+    keyload__v1__locate_queue_answer__free_unpacked(a, NULL);
+    placement_put(c, queue, *partition);
+    return KL_OK;
+}
+
+/* The one partition all of b's queues live on. */
+static kl_code batch_partition(kl_client *c, const kl_batch *b, int *partition, kl_err *err)
+{
+    const char *first = NULL;
+    for (size_t i = 0; i < b->n; i++) {
+        const char *q = kl_sdk_mutation_queue(b->muts[i]);
+        if (q == NULL)
+            continue;
+        int p;
+        kl_code rc = locate(c, q, &p, err);
+        if (rc != KL_OK)
+            return rc;
+        if (first != NULL && p != *partition)
+            return kl_fail(err, KL_INVALID_ARGUMENT, "partition",
+                           "queues '%s' (partition %d) and '%s' (partition %d) live on different "
+                           "partitions; a batch commits on one partition",
+                           first, *partition, q, p);
+        if (first == NULL) {
+            first = q;
+            *partition = p;
+        }
+    }
+    if (first == NULL)
+        *partition = 0;
+    return KL_OK;
+}
+
+static void forget_batch_placements(kl_client *c, const kl_batch *b)
+{
+    for (size_t i = 0; i < b->n; i++) {
+        const char *q = kl_sdk_mutation_queue(b->muts[i]);
+        if (q != NULL)
+            placement_forget(c, q);
+    }
+}
+
+/* Sends the encoded batch to partition pid and decodes its receipt. */
+static kl_code send_batch(kl_client *c, const kl_batch *b, int pid, const uint8_t *req, size_t req_len,
+                          kl_receipt **out, kl_err *err)
+{
     call_spec s = {.method = METHOD_BATCH, .mutation = true,
                    .command_id = kl_batch_command_id(b), .req = req, .req_len = req_len};
     uint8_t *ans;
     size_t ans_len;
-    rc = call_partition(c, pid, &s, &ans, &ans_len, err);
-    free(req);
+    kl_code rc = call_partition(c, pid, &s, &ans, &ans_len, err);
     if (rc != KL_OK)
         return rc;
     rc = kl_receipt_decode(ans, ans_len, out, err);
@@ -312,6 +420,62 @@ kl_code kl_client_batch(kl_client *c, const kl_batch *b, kl_receipt **out, kl_er
                        kl_batch_command_id(b));
     }
     return KL_OK;
+}
+
+kl_code kl_client_batch(kl_client *c, const kl_batch *b, kl_receipt **out, kl_err *err)
+{
+    *out = NULL;
+    kl_batch_route route;
+    kl_code rc = kl_batch_kind(b, &route, err);
+    if (rc != KL_OK)
+        return rc;
+    uint8_t *req;
+    size_t req_len;
+    rc = kl_batch_encode(b, c->database_text, &req, &req_len, err);
+    if (rc != KL_OK)
+        return rc;
+    if (req_len > c->cluster.limits.max_batch_bytes) {
+        free(req);
+        return kl_fail(err, KL_RESOURCE_EXHAUSTED, "limit:MaxBatchBytes",
+                       "batch of %zu bytes exceeds MaxBatchBytes (%llu)", req_len,
+                       (unsigned long long)c->cluster.limits.max_batch_bytes);
+    }
+    int pid = 0;
+    if (route == KL_ROUTE_CATALOG) {
+        rc = send_batch(c, b, 0, req, req_len, out, err);
+        if (rc == KL_OK && (*out)->decoded->n_results == 1 &&
+            (*out)->decoded->results[0]->kind_case == KEYLOAD__V1__MUTATION_RESULT__KIND_QUEUE_CREATED &&
+            c->cluster.partition_count > 1)
+            placement_put(c, kl_sdk_mutation_queue(b->muts[0]),
+                          (*out)->decoded->results[0]->queue_created->partition);
+        free(req);
+        return rc;
+    }
+    for (int attempt = 0; attempt < 2; attempt++) {
+        if ((rc = batch_partition(c, b, &pid, err)) != KL_OK)
+            break;
+        if (route == KL_ROUTE_DELETE_QUEUE && pid != 0) {
+            /* Step 1: close the queue where it lives (replays answer the same). */
+            kl_receipt *closed = NULL;
+            rc = send_batch(c, b, pid, req, req_len, &closed, err);
+            kl_receipt_free(closed);
+            if (rc == KL_OK) {
+                pid = 0; /* step 2: drop the definition */
+                rc = send_batch(c, b, 0, req, req_len, out, err);
+                if (rc == KL_OK)
+                    placement_forget(c, kl_sdk_mutation_queue(b->muts[0]));
+            }
+        } else {
+            rc = send_batch(c, b, pid, req, req_len, out, err);
+        }
+        if (rc == KL_NOT_FOUND && err != NULL && strcmp(err->detail, "wrong_partition") == 0 && pid != 0) {
+            forget_batch_placements(c, b);
+            continue;
+        }
+        break;
+    }
+    free(req);
+    return rc;
 }
 
 kl_code kl_client_queue_stats(kl_client *c, const char *queue,
@@ -334,9 +498,19 @@ kl_code kl_client_queue_stats(kl_client *c, const char *queue,
     keyload__v1__queue_stats_request__pack(&sr, req);
     call_spec s = {.method = METHOD_QUEUE_STATS, .mutation = false, .command_id = "",
                    .req = req, .req_len = len};
-    uint8_t *ans;
+    uint8_t *ans = NULL;
     size_t ans_len;
-    rc = call_partition(c, 0, &s, &ans, &ans_len, err);
+    for (int attempt = 0; attempt < 2; attempt++) {
+        int pid;
+        if ((rc = locate(c, queue, &pid, err)) != KL_OK)
+            break;
+        rc = call_partition(c, pid, &s, &ans, &ans_len, err);
+        if (rc == KL_NOT_FOUND && err != NULL && strcmp(err->detail, "wrong_partition") == 0 && pid != 0) {
+            placement_forget(c, queue);
+            continue;
+        }
+        break;
+    }
     free(req);
     if (rc != KL_OK)
         return rc;

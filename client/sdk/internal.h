@@ -48,4 +48,7 @@ kl_code kl_sdk_split_database(const char *db, char *tenant, char *database, kl_e
 kl_code kl_sdk_strdup(const char *s, char **out, kl_err *err);
 kl_code kl_sdk_oom(kl_err *err);
 
+/* The queue a mutation names (NULL for a database creation). */
+const char *kl_sdk_mutation_queue(const Keyload__V1__Mutation *m);
+
 #endif

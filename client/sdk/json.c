@@ -230,11 +230,22 @@ static json_t *result_json(const Keyload__V1__MutationResult *r)
     case KEYLOAD__V1__MUTATION_RESULT__KIND_QUEUE_CREATED:
         ok = set(o, "kind", json_string("queue_created")) &&
              set(o, "queue_id", u64(r->queue_created->queue_id)) &&
-             set(o, "partition", i64(r->queue_created->partition));
+             set(o, "partition", i64(r->queue_created->partition)) &&
+             (r->queue_created->catalog_version == 0 ||
+              set(o, "catalog_version", u64(r->queue_created->catalog_version)));
         break;
     case KEYLOAD__V1__MUTATION_RESULT__KIND_QUEUE_DELETED:
         ok = set(o, "kind", json_string("queue_deleted")) &&
-             set(o, "queue_id", u64(r->queue_deleted->queue_id));
+             set(o, "queue_id", u64(r->queue_deleted->queue_id)) &&
+             (r->queue_deleted->catalog_version == 0 ||
+              set(o, "catalog_version", u64(r->queue_deleted->catalog_version)));
+        break;
+    case KEYLOAD__V1__MUTATION_RESULT__KIND_DATABASE_CREATED:
+        ok = set(o, "kind", json_string("database_created")) &&
+             set(o, "database_id", u64(r->database_created->database_id)) &&
+             set(o, "incarnation", b64(r->database_created->incarnation.data,
+                                       r->database_created->incarnation.len)) &&
+             set(o, "catalog_version", u64(r->database_created->catalog_version));
         break;
     case KEYLOAD__V1__MUTATION_RESULT__KIND_ENQUEUED:
         ok = set(o, "kind", json_string("enqueued")) &&
@@ -286,6 +297,7 @@ char *kl_receipt_to_json(const Keyload__V1__BatchReceipt *r, unsigned flags)
          set(o, "index", u64(r->index)) &&
          set(o, "committed_unix_ms", i64(r->committed_unix_ms)) &&
          set(o, "request_digest", b64(r->request_digest.data, r->request_digest.len)) &&
+         (r->catalog_version == 0 || set(o, "catalog_version", u64(r->catalog_version))) &&
          set(o, "results", json_array());
     json_t *results = ok ? json_object_get(o, "results") : NULL;
     for (size_t i = 0; ok && i < r->n_results; i++) {

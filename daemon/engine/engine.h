@@ -25,10 +25,14 @@
 #define KL_LEASE_MS_DEFAULT 30000
 #define KL_DELAY_MS_MAX (7LL * 24 * 3600 * 1000)
 
+struct kl_catalog_batch;
+
 typedef struct kl_eval_ctx {
     kl_view *view;
     const kl_limits *limits;
     int partition;
+    int partition_count;     /* partitions in the cluster (placement choices) */
+    struct kl_catalog_batch *catalog;  /* partition 0: the catalog batch; NULL elsewhere */
     int64_t now_ms;          /* entry time: max(previous entry time, leader clock) */
     void (*random)(uint8_t *buf, size_t n);  /* lease tokens; injected so tests control it */
 } kl_eval_ctx;
@@ -43,6 +47,8 @@ int kl_buf_append(kl_buf *b, const void *p, size_t n);
 /* Appends one protobuf length-delimited field (tag byte, varint length, bytes), so that
  * encoded messages can be built by concatenation in field order. Returns -1 on OOM. */
 int kl_buf_append_field(kl_buf *b, uint8_t tag, const uint8_t *p, size_t n);
+/* Appends one varint field (tag byte, then v). Returns -1 on OOM. */
+int kl_buf_append_varint_field(kl_buf *b, uint8_t tag, uint64_t v);
 
 /* Shape checks needing no state: command id, mutation count, names, message sizes.
  * encoded_len is the request's wire size, checked against MaxBatchBytes. */

@@ -2,6 +2,7 @@
  * goes to the view's scratch overlay. See daemon/store/keys.h for the layout and its
  * invariants, which every function here preserves. */
 #include "daemon/engine/engine.h"
+#include "daemon/engine/catalog.h"
 
 #include "daemon/store/keys.h"
 #include "keyload/v1/store.pb-c.h"
@@ -41,33 +42,37 @@ static const char *lane_name(const Keyload__V1__QueueLaneRef *r)
     return (r->lane && r->lane[0]) ? r->lane : "default";
 }
 
+/* Writes tag then v as a varint into hdr (at least 11 bytes); returns the length. */
+static size_t tag_varint(uint8_t *hdr, uint8_t tag, uint64_t v)
+{
+    size_t h = 0;
+    hdr[h++] = tag;
+    do {
+        uint8_t byte = v & 0x7f;
+        v >>= 7;
+        hdr[h++] = (uint8_t)(byte | (v ? 0x80 : 0));
+    } while (v);
+    return h;
+}
+
 int kl_buf_append_field(kl_buf *b, uint8_t tag, const uint8_t *p, size_t n)
 {
     uint8_t hdr[11];
-    size_t h = 0;
-    hdr[h++] = tag;
-    size_t len = n;
-    do {
-        uint8_t byte = len & 0x7f;
-        len >>= 7;
-        hdr[h++] = (uint8_t)(byte | (len ? 0x80 : 0));
-    } while (len);
+    size_t h = tag_varint(hdr, tag, n);
     return kl_buf_append(b, hdr, h) || kl_buf_append(b, p, n) ? -1 : 0;
+}
+
+int kl_buf_append_varint_field(kl_buf *b, uint8_t tag, uint64_t v)
+{
+    uint8_t hdr[11];
+    return kl_buf_append(b, hdr, tag_varint(hdr, tag, v));
 }
 
 static kl_code oom(kl_err *err) { return kl_fail(err, KL_INTERNAL, "memory", "out of memory"); }
 
-/* Packs a protobuf message and puts it under key. */
 static kl_code put_msg(kl_view *v, const kl_key *k, const ProtobufCMessage *m, kl_err *err)
 {
-    size_t n = protobuf_c_message_get_packed_size(m);
-    uint8_t *buf = malloc(n ? n : 1);
-    if (buf == NULL)
-        return oom(err);
-    protobuf_c_message_pack(m, buf);
-    kl_code rc = kl_view_put(v, k->b, k->len, buf, n, err);
-    free(buf);
-    return rc;
+    return kl_view_put_msg(v, k->b, k->len, m, err);
 }
 
 static kl_code put_empty(kl_view *v, const kl_key *k, const char *val, kl_err *err)
@@ -80,9 +85,28 @@ static kl_code corrupt(kl_err *err, const char *what)
     return kl_fail(err, KL_INTERNAL, "store", "stored %s record does not decode", what);
 }
 
-/* Looks a queue up by name. NOT_FOUND names the queue. *rec is unpacked (caller frees). */
-static kl_code load_queue(kl_view *v, const Keyload__V1__QueueLaneRef *r, uint64_t *qid,
-                          Keyload__V1__QueueRecord **rec, kl_err *err)
+/* NOT_FOUND for a queue this partition does not hold: when the catalog copy places it on
+ * another partition, detail "wrong_partition" tells the client to locate it again. */
+static kl_code queue_missing(kl_view *v, const Keyload__V1__QueueLaneRef *r, kl_err *err)
+{
+    Keyload__V1__CatalogQueue *def;
+    bool found;
+    kl_err ignored;
+    if (kl_catalog_get_queue(v, r->tenant, r->database, r->queue, &def, &found, &ignored) == KL_OK && found) {
+        int p = def->partition;
+        keyload__v1__catalog_queue__free_unpacked(def, NULL);
+        return kl_fail(err, KL_NOT_FOUND, "wrong_partition",
+                       "queue '%s' of %s/%s lives on partition %d, not here", r->queue, r->tenant,
+                       r->database, p);
+    }
+    return kl_fail(err, KL_NOT_FOUND, "queue", "queue '%s' does not exist in %s/%s", r->queue,
+                   r->tenant, r->database);
+}
+
+/* Looks a queue up by name, closed (deleted) ones included. NOT_FOUND names the queue.
+ * *rec is unpacked (caller frees). */
+static kl_code load_queue_any(kl_view *v, const Keyload__V1__QueueLaneRef *r, uint64_t *qid,
+                              Keyload__V1__QueueRecord **rec, kl_err *err)
 {
     kl_key k;
     kl_key_queue_name(&k, r->tenant, r->database, r->queue);
@@ -93,8 +117,7 @@ static kl_code load_queue(kl_view *v, const Keyload__V1__QueueLaneRef *r, uint64
     if (rc != KL_OK)
         return rc;
     if (!found)
-        return kl_fail(err, KL_NOT_FOUND, "queue", "queue '%s' does not exist in %s/%s", r->queue,
-                       r->tenant, r->database);
+        return queue_missing(v, r, err);
     if (n != 8) {
         free(val);
         return corrupt(err, "queue name");
@@ -109,6 +132,20 @@ static kl_code load_queue(kl_view *v, const Keyload__V1__QueueLaneRef *r, uint64
     *rec = keyload__v1__queue_record__unpack(NULL, n, val);
     free(val);
     return *rec ? KL_OK : corrupt(err, "queue");
+}
+
+/* Like load_queue_any, but a deleted queue is NOT_FOUND. */
+static kl_code load_queue(kl_view *v, const Keyload__V1__QueueLaneRef *r, uint64_t *qid,
+                          Keyload__V1__QueueRecord **rec, kl_err *err)
+{
+    kl_code rc = load_queue_any(v, r, qid, rec, err);
+    if (rc == KL_OK && (*rec)->deleted) {
+        keyload__v1__queue_record__free_unpacked(*rec, NULL);
+        *rec = NULL;
+        return kl_fail(err, KL_NOT_FOUND, "queue", "queue '%s' of %s/%s is deleted", r->queue,
+                       r->tenant, r->database);
+    }
+    return rc;
 }
 
 static kl_code save_queue(kl_view *v, const Keyload__V1__QueueRecord *rec, kl_err *err)
@@ -196,118 +233,57 @@ static kl_code add_result(kl_buf *out, Keyload__V1__MutationResult *r, kl_err *e
 
 /* ---- create / delete ---- */
 
-static kl_code eval_create(kl_eval_ctx *c, const Keyload__V1__CreateQueue *m, kl_buf *out, kl_err *err)
+/* Closes an empty queue on its own partition: it takes no more messages, and its records
+ * go when the catalog's drop arrives. Deleting a closed queue again answers the same. */
+static kl_code close_local_queue(kl_eval_ctx *c, const Keyload__V1__QueueLaneRef *ref, uint64_t *qid,
+                                 kl_err *err)
 {
-    kl_view *v = c->view;
-    const Keyload__V1__QueueLaneRef *r = m->queue;
-    if (m->partition != c->partition)
-        return kl_fail(err, KL_FAILED_PRECONDITION, "partition",
-                       "queue placement: partition %d is not served here (this member serves partition %d)",
-                       m->partition, c->partition);
-    kl_key nk;
-    kl_key_queue_name(&nk, r->tenant, r->database, r->queue);
-    uint8_t *val;
-    size_t n;
-    bool found;
-    kl_code rc = kl_view_get(v, nk.b, nk.len, &val, &n, &found, err);
-    if (rc != KL_OK)
-        return rc;
-    free(val);
-    if (found)
-        return kl_fail(err, KL_CONFLICT, "queue_exists", "queue '%s' already exists in %s/%s",
-                       r->queue, r->tenant, r->database);
-    const char *dlq = m->limits ? m->limits->dead_letter_queue : "";
-    if (dlq[0] != '\0') {
-        if (strcmp(dlq, r->queue) == 0)
-            return kl_fail(err, KL_INVALID_ARGUMENT, "dead_letter_queue",
-                           "dead_letter_queue must name another queue");
-        Keyload__V1__QueueLaneRef dref = *r;
-        dref.queue = (char *)dlq;
-        uint64_t dqid;
-        Keyload__V1__QueueRecord *drec;
-        if ((rc = load_queue(v, &dref, &dqid, &drec, err)) != KL_OK) {
-            if (rc == KL_NOT_FOUND)
-                kl_fail(err, KL_NOT_FOUND, "dead_letter_queue",
-                        "dead_letter_queue '%s' does not exist on this partition; create it first", dlq);
-            return rc;
-        }
-        keyload__v1__queue_record__free_unpacked(drec, NULL);
-    }
-    kl_key mk;
-    kl_key_meta(&mk, "next_queue");
-    if ((rc = kl_view_get(v, mk.b, mk.len, &val, &n, &found, err)) != KL_OK)
-        return rc;
-    uint64_t qid = 1;
-    if (found && n == 8)
-        qid = kl_be64_get(val);
-    free(val);
-    uint8_t nb[8];
-    kl_be64_put(nb, qid + 1);
-    if ((rc = kl_view_put(v, mk.b, mk.len, nb, 8, err)) != KL_OK)
-        return rc;
-    kl_be64_put(nb, qid);
-    if ((rc = kl_view_put(v, nk.b, nk.len, nb, 8, err)) != KL_OK)
-        return rc;
-
-    Keyload__V1__QueueLaneRef name = KEYLOAD__V1__QUEUE_LANE_REF__INIT;
-    name.tenant = r->tenant;
-    name.database = r->database;
-    name.queue = r->queue;
-    /* Built from known fields only: the stored record never inherits request extras. */
-    Keyload__V1__QueueLimits limits = KEYLOAD__V1__QUEUE_LIMITS__INIT;
-    if (m->limits) {
-        limits.max_messages = m->limits->max_messages;
-        limits.max_bytes = m->limits->max_bytes;
-        limits.max_deliveries = m->limits->max_deliveries;
-        limits.dead_letter_queue = m->limits->dead_letter_queue;
-    }
-    Keyload__V1__QueueRecord rec = KEYLOAD__V1__QUEUE_RECORD__INIT;
-    rec.queue_id = qid;
-    rec.name = &name;
-    rec.partition = c->partition;
-    rec.limits = &limits;
-    rec.created_unix_ms = c->now_ms;
-    if ((rc = save_queue(v, &rec, err)) != KL_OK)
-        return rc;
-
-    Keyload__V1__QueueCreated qc = KEYLOAD__V1__QUEUE_CREATED__INIT;
-    qc.queue_id = qid;
-    qc.partition = c->partition;
-    Keyload__V1__MutationResult res = KEYLOAD__V1__MUTATION_RESULT__INIT;
-    res.kind_case = KEYLOAD__V1__MUTATION_RESULT__KIND_QUEUE_CREATED;
-    res.queue_created = &qc;
-    return add_result(out, &res, err);
-}
-
-static kl_code eval_delete(kl_eval_ctx *c, const Keyload__V1__DeleteQueue *m, kl_buf *out, kl_err *err)
-{
-    uint64_t qid;
     Keyload__V1__QueueRecord *q;
-    kl_code rc = load_queue(c->view, m->queue, &qid, &q, err);
+    kl_code rc = load_queue_any(c->view, ref, qid, &q, err);
     if (rc != KL_OK)
         return rc;
-    if (q->messages > 0) {
+    if (q->messages > 0)
         rc = kl_fail(err, KL_FAILED_PRECONDITION, "queue_not_empty",
                      "queue '%s' holds %llu messages; a queue holding messages cannot be deleted",
-                     m->queue->queue, (unsigned long long)q->messages);
-        goto done;
+                     ref->queue, (unsigned long long)q->messages);
+    else if (!q->deleted) {
+        q->deleted = true;
+        rc = save_queue(c->view, q, err);
     }
-    kl_key k;
-    kl_key_queue_name(&k, m->queue->tenant, m->queue->database, m->queue->queue);
-    if ((rc = kl_view_del(c->view, k.b, k.len, err)) != KL_OK)
-        goto done;
-    kl_key_queue(&k, qid);
-    if ((rc = kl_view_del(c->view, k.b, k.len, err)) != KL_OK)
-        goto done;
+    keyload__v1__queue_record__free_unpacked(q, NULL);
+    return rc;
+}
+
+/* On the queue's partition: close it (step 1 of the SDK's delete). On partition 0: drop
+ * the definition from the catalog (step 2), closing it first when it lives there too. */
+static kl_code eval_delete(kl_eval_ctx *c, const Keyload__V1__DeleteQueue *m, kl_buf *out, kl_err *err)
+{
+    const Keyload__V1__QueueLaneRef *r = m->queue;
+    uint64_t qid;
+    kl_code rc = KL_OK;
+    if (c->catalog != NULL) {
+        Keyload__V1__CatalogQueue *def;
+        bool found;
+        if ((rc = kl_catalog_get_queue(c->view, r->tenant, r->database, r->queue, &def, &found, err)) != KL_OK)
+            return rc;
+        if (!found)
+            return kl_fail(err, KL_NOT_FOUND, "queue", "queue '%s' does not exist in %s/%s", r->queue,
+                           r->tenant, r->database);
+        if (def->partition == c->partition)
+            rc = close_local_queue(c, r, &qid, err);
+        if (rc == KL_OK)
+            rc = kl_catalog_eval_drop_queue(c, def, out, err);
+        keyload__v1__catalog_queue__free_unpacked(def, NULL);
+        return rc;
+    }
+    if ((rc = close_local_queue(c, r, &qid, err)) != KL_OK)
+        return rc;
     Keyload__V1__QueueDeleted qd = KEYLOAD__V1__QUEUE_DELETED__INIT;
     qd.queue_id = qid;
     Keyload__V1__MutationResult res = KEYLOAD__V1__MUTATION_RESULT__INIT;
     res.kind_case = KEYLOAD__V1__MUTATION_RESULT__KIND_QUEUE_DELETED;
     res.queue_deleted = &qd;
-    rc = add_result(out, &res, err);
-done:
-    keyload__v1__queue_record__free_unpacked(q, NULL);
-    return rc;
+    return add_result(out, &res, err);
 }
 
 /* ---- enqueue ---- */
@@ -774,7 +750,12 @@ kl_code kl_engine_eval_batch(kl_eval_ctx *c, const Keyload__V1__BatchRequest *b,
         const Keyload__V1__Mutation *m = b->mutations[i];
         kl_code rc;
         switch (m->kind_case) {
-        case KEYLOAD__V1__MUTATION__KIND_CREATE_QUEUE: rc = eval_create(c, m->create_queue, results, err); break;
+        case KEYLOAD__V1__MUTATION__KIND_CREATE_QUEUE:
+            rc = kl_catalog_eval_create_queue(c, m->create_queue, results, err);
+            break;
+        case KEYLOAD__V1__MUTATION__KIND_CREATE_DATABASE:
+            rc = kl_catalog_eval_create_database(c, m->create_database, results, err);
+            break;
         case KEYLOAD__V1__MUTATION__KIND_DELETE_QUEUE: rc = eval_delete(c, m->delete_queue, results, err); break;
         case KEYLOAD__V1__MUTATION__KIND_ENQUEUE: rc = eval_enqueue(c, m->enqueue, results, err); break;
         case KEYLOAD__V1__MUTATION__KIND_RECEIVE: rc = eval_receive(c, m->receive, results, err); break;
@@ -801,7 +782,7 @@ kl_code kl_engine_eval_batch(kl_eval_ctx *c, const Keyload__V1__BatchRequest *b,
             return rc;
         }
     }
-    return KL_OK;
+    return kl_catalog_finish(c, err);
 }
 
 typedef struct {

@@ -103,11 +103,21 @@ static kl_code check_mutation(size_t idx, const Keyload__V1__Mutation *m, kl_err
         snprintf(where, sizeof where, "mutations[%zu].create_queue.queue", idx);
         if ((rc = check_ref(where, m->create_queue->queue, false, err)) != KL_OK)
             return rc;
+        if (m->create_queue->partition < -1)
+            return kl_fail(err, KL_INVALID_ARGUMENT, "partition",
+                           "mutations[%zu].create_queue.partition must be -1 (choose) or a partition id",
+                           idx);
         if (m->create_queue->limits && m->create_queue->limits->dead_letter_queue[0] != '\0') {
             snprintf(where, sizeof where, "mutations[%zu].create_queue.limits.dead_letter_queue", idx);
             return kl_name_check(where, m->create_queue->limits->dead_letter_queue, err);
         }
         return KL_OK;
+    case KEYLOAD__V1__MUTATION__KIND_CREATE_DATABASE:
+        snprintf(where, sizeof where, "mutations[%zu].create_database.tenant", idx);
+        if ((rc = kl_name_check(where, m->create_database->tenant, err)) != KL_OK)
+            return rc;
+        snprintf(where, sizeof where, "mutations[%zu].create_database.database", idx);
+        return kl_name_check(where, m->create_database->database, err);
     case KEYLOAD__V1__MUTATION__KIND_DELETE_QUEUE:
         snprintf(where, sizeof where, "mutations[%zu].delete_queue.queue", idx);
         return check_ref(where, m->delete_queue->queue, false, err);
@@ -166,10 +176,19 @@ kl_code kl_engine_validate_batch(const Keyload__V1__BatchRequest *b, size_t enco
     if (b->n_mutations > KL_BATCH_MUTATIONS_MAX)
         return kl_fail(err, KL_INVALID_ARGUMENT, "mutations", "a batch holds at most %d mutations",
                        KL_BATCH_MUTATIONS_MAX);
+    size_t catalog = 0;
     for (size_t i = 0; i < b->n_mutations; i++) {
         kl_code rc = check_mutation(i, b->mutations[i], err);
         if (rc != KL_OK)
             return rc;
+        int k = b->mutations[i]->kind_case;
+        if (k == KEYLOAD__V1__MUTATION__KIND_CREATE_DATABASE || k == KEYLOAD__V1__MUTATION__KIND_CREATE_QUEUE)
+            catalog++;
     }
+    /* A catalog change is one version on partition 0; mixing it with queue data would
+     * commit data whose queue a data partition has not seen yet. */
+    if (catalog > 0 && b->n_mutations != 1)
+        return kl_fail(err, KL_INVALID_ARGUMENT, "mutations",
+                       "a batch that creates a database or a queue holds exactly that one mutation");
     return KL_OK;
 }

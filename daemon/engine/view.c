@@ -49,6 +49,19 @@ kl_code kl_view_put(kl_view *v, const uint8_t *key, size_t klen, const uint8_t *
     return kl_overlay_set(v->scratch, key, klen, val, vlen, false, 0, err);
 }
 
+kl_code kl_view_put_msg(kl_view *v, const uint8_t *key, size_t klen, const ProtobufCMessage *m,
+                        kl_err *err)
+{
+    size_t n = protobuf_c_message_get_packed_size(m);
+    uint8_t *buf = malloc(n ? n : 1);
+    if (buf == NULL)
+        return kl_fail(err, KL_INTERNAL, "memory", "view: out of memory");
+    protobuf_c_message_pack(m, buf);
+    kl_code rc = kl_view_put(v, key, klen, buf, n, err);
+    free(buf);
+    return rc;
+}
+
 kl_code kl_view_del(kl_view *v, const uint8_t *key, size_t klen, kl_err *err)
 {
     return kl_overlay_set(v->scratch, key, klen, NULL, 0, true, 0, err);

@@ -9,6 +9,8 @@
 #include "daemon/engine/overlay.h"
 #include "daemon/store/store.h"
 
+#include <protobuf-c/protobuf-c.h>
+
 typedef struct kl_view {
     kl_store *store;
     kl_overlay *pending;   /* may be NULL: read applied state only */
@@ -23,6 +25,9 @@ kl_code kl_view_get(kl_view *v, const uint8_t *key, size_t klen, uint8_t **val, 
                     bool *found, kl_err *err);
 kl_code kl_view_put(kl_view *v, const uint8_t *key, size_t klen, const uint8_t *val, size_t vlen,
                     kl_err *err);
+/* Packs a protobuf message and puts it under key. */
+kl_code kl_view_put_msg(kl_view *v, const uint8_t *key, size_t klen, const ProtobufCMessage *m,
+                        kl_err *err);
 kl_code kl_view_del(kl_view *v, const uint8_t *key, size_t klen, kl_err *err);
 
 /* Calls fn for each live key with the given prefix, in key order, starting at the first

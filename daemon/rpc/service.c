@@ -21,7 +21,7 @@ static const char *leader_url(const kl_service *s, uint64_t *leader_out)
     return NULL;
 }
 
-static void reply_not_leader(kl_service *s, kl_rpc_call *call, const kl_err *err)
+void kl_service_reply_not_leader(kl_service *s, kl_rpc_call *call, const kl_err *err)
 {
     kl_raft_status st;
     kl_repl_status(s->repl, &st);
@@ -61,10 +61,12 @@ static void batch_answered(void *cookie, kl_code code, const kl_err *err, const 
         kl_rpc_reply_error(call, &fe, NULL);
         return;
     }
-    if (code == KL_OK)
-        kl_rpc_reply(call, receipt, len);
+    if (code == KL_OK) {
+        if (!kl_service_catalog_hold(s, call, receipt, len))
+            kl_rpc_reply(call, receipt, len);
+    }
     else if (code == KL_NOT_LEADER)
-        reply_not_leader(s, call, err);
+        kl_service_reply_not_leader(s, call, err);
     else
         kl_rpc_reply_error(call, err, NULL);
 }
@@ -129,7 +131,7 @@ static void handle_queue_stats(void *owner, kl_rpc_call *call)
     if (rc == KL_NOT_LEADER) {
         kl_fail(&err, KL_NOT_LEADER, "not_leader",
                 "this member does not lead partition %d now; read from the leader", s->partition->id);
-        reply_not_leader(s, call, &err);
+        kl_service_reply_not_leader(s, call, &err);
         return;
     }
     kl_fail(&err, KL_UNAVAILABLE, "read_barrier", "the read barrier is unavailable (%s); retry",
@@ -215,6 +217,8 @@ static void handle_member_status(void *owner, kl_rpc_call *call)
 
 static const kl_rpc_method methods[] = {
     {"keyload.v1.MemberStatus", handle_member_status},
+    {"keyload.v1.CatalogTail", kl_service_catalog_tail},
+    {"keyload.v1.LocateQueue", kl_service_locate_queue},
     {"keyload.v1.Batch", handle_batch},
     {"keyload.v1.QueueStats", handle_queue_stats},
 };

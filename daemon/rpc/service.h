@@ -14,10 +14,15 @@
 
 #define KL_LOCAL_PRINCIPAL "local"
 #define KL_SERVICE_MAX_READS 256
+#define KL_SERVICE_MAX_TAILS 64      /* parked CatalogTail long-polls (partition 0) */
+#define KL_SERVICE_MAX_BARRIERS 256  /* catalog batches waiting for the data partitions */
+#define KL_TAIL_WAIT_MAX_MS 2000     /* longest a CatalogTail is held empty */
+#define KL_TAIL_MAX_CHANGES 64       /* changes per CatalogTail answer */
 
 typedef struct kl_service {
     kl_node *node;
     kl_repl *repl;
+    const kl_cluster *cluster;
     const kl_partition *partition;  /* members' client URLs, for NOT_LEADER redirects */
     uint64_t leader;                /* last known leader id, 0 = unknown */
     uint64_t next_read;             /* read_ctx allocator */
@@ -25,7 +30,45 @@ typedef struct kl_service {
         uint64_t ctx;               /* 0 = free slot */
         kl_rpc_call *call;
     } reads[KL_SERVICE_MAX_READS];  /* reads waiting for their barrier */
+
+    /* Partition 0 only: the catalog version each data partition reported applied in its
+     * latest tail (learnt from the tails themselves; reset when leadership moves here). */
+    uint64_t catalog_progress[KL_CLUSTER_MAX_PARTITIONS];
+    struct {
+        kl_rpc_call *call;           /* NULL = free slot */
+        int partition;
+        uint64_t applied;
+        int64_t until_ms;            /* answer empty at this time */
+    } tails[KL_SERVICE_MAX_TAILS];
+    struct {
+        kl_rpc_call *call;           /* NULL = free slot */
+        uint64_t version;            /* every data partition must apply this */
+        int64_t until_ms;            /* then answer UNAVAILABLE naming the laggards */
+        uint8_t *receipt;
+        size_t len;
+    } barriers[KL_SERVICE_MAX_BARRIERS];
+    uv_timer_t timer;                /* expires parked tails and barriers */
+    bool timer_started;
 } kl_service;
+
+/* Starts the service's timer on loop (call once before serving); kl_service_stop closes
+ * it and answers whatever is parked. */
+void kl_service_start(kl_service *s, uv_loop_t *loop);
+void kl_service_stop(kl_service *s);
+
+/* Called after every applied entry: wakes tails and barriers waiting for a new catalog
+ * version. Cheap when nothing waits. */
+void kl_service_applied(kl_service *s);
+/* Leadership moved: forget the progress learnt as leader. */
+void kl_service_role(kl_service *s, bool leader);
+
+/* Internal to daemon/rpc: */
+void kl_service_reply_not_leader(kl_service *s, kl_rpc_call *call, const kl_err *err);
+void kl_service_catalog_tail(void *owner, kl_rpc_call *call);
+void kl_service_locate_queue(void *owner, kl_rpc_call *call);
+/* Partition 0: holds a committed catalog batch's answer until every data partition has
+ * applied its version; true when the call was taken (held or answered). */
+bool kl_service_catalog_hold(kl_service *s, kl_rpc_call *call, const uint8_t *receipt, size_t len);
 
 /* The method table, for kl_rpc_server_config. */
 const kl_rpc_method *kl_service_methods(size_t *count);

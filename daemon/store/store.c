@@ -377,9 +377,29 @@ kl_code kl_store_apply(kl_store *st, const Keyload__V1__LogEntry *e, kl_err *err
                        (unsigned long long)e->index, (unsigned long long)st->applied);
     rocksdb_writebatch_t *wb = rocksdb_writebatch_create();
     kl_code rc = KL_OK;
+    uint64_t catalog = 0; /* catalog version as of the write-sets applied so far */
+    bool catalog_read = false;
     for (size_t i = 0; i < e->n_write_sets; i++) {
         const Keyload__V1__WriteSet *ws = e->write_sets[i];
-        if (ws->command_id.len == 16) {
+        if (ws->catalog_version != 0) {
+            /* A tailed catalog change applies only at current + 1: a new leader may
+             * propose a version its predecessor's entry already carried. */
+            if (!catalog_read) {
+                kl_key ck;
+                kl_key_meta(&ck, "catalog_version");
+                uint8_t *v;
+                size_t n;
+                bool found;
+                if ((rc = kl_store_get(st, ck.b, ck.len, &v, &n, &found, err)) != KL_OK)
+                    goto out;
+                catalog = (found && n == 8) ? kl_be64_get(v) : 0;
+                free(v);
+                catalog_read = true;
+            }
+            if (ws->catalog_version != catalog + 1)
+                continue;
+            catalog = ws->catalog_version;
+        } else if (ws->command_id.len == 16) {
             /* Second line of defence (DESIGN.md §3): a write-set whose outcome already
              * exists was applied before and must not apply twice. */
             kl_key ok;

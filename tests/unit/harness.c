@@ -98,6 +98,13 @@ void th_open(th_node *t, const char *dir, const kl_limits *limits)
     else
         kl_limits_default(&t->limits);
     th_reopen(t);
+    if (t->auto_persist && t->serving) {
+        /* Queues need their database in the catalog (partition 0 is this node). */
+        th_batch *b = th_batch_new(0xDB);
+        th_create_database(b, "default", "default");
+        Keyload__V1__BatchReceipt *r = th_run(t, b, KL_OK);
+        keyload__v1__batch_receipt__free_unpacked(r, NULL);
+    }
 }
 
 void th_reopen(th_node *t)
@@ -232,6 +239,17 @@ void th_create(th_batch *b, const char *queue, uint64_t max_messages, uint64_t m
     c->limits = l;
     m->kind_case = KEYLOAD__V1__MUTATION__KIND_CREATE_QUEUE;
     m->create_queue = c;
+}
+
+void th_create_database(th_batch *b, const char *tenant, const char *database)
+{
+    Keyload__V1__Mutation *m = mut(b);
+    Keyload__V1__CreateDatabase *d = own(b, sizeof *d);
+    keyload__v1__create_database__init(d);
+    d->tenant = (char *)tenant;
+    d->database = (char *)database;
+    m->kind_case = KEYLOAD__V1__MUTATION__KIND_CREATE_DATABASE;
+    m->create_database = d;
 }
 
 void th_delete(th_batch *b, const char *queue)

@@ -61,6 +61,8 @@ kl_node_reply_fn th_reply_fn(void);
 typedef struct th_batch th_batch;
 th_batch *th_batch_new(uint8_t cmd_byte);
 void th_batch_cmd(th_batch *b, const uint8_t cmd[16]);
+/* A catalog batch: database default/default exists after th_open. */
+void th_create_database(th_batch *b, const char *tenant, const char *database);
 void th_create(th_batch *b, const char *queue, uint64_t max_messages, uint64_t max_bytes,
                uint32_t max_deliveries, const char *dlq);
 void th_delete(th_batch *b, const char *queue);

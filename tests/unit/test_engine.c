@@ -413,7 +413,11 @@ START_TEST(max_deliveries_moves_to_dlq)
 {
     th_batch *b = th_batch_new(0x80);
     th_create(b, "dead", 0, 0, 0, NULL);
+    keyload__v1__batch_receipt__free_unpacked(th_run(&T, b, KL_OK), NULL);
+    b = th_batch_new(0xD1);
     th_create(b, "work", 0, 0, 1, "dead");
+    keyload__v1__batch_receipt__free_unpacked(th_run(&T, b, KL_OK), NULL);
+    b = th_batch_new(0xD2);
     th_enqueue(b, "work", NULL, "poison");
     keyload__v1__batch_receipt__free_unpacked(th_run(&T, b, KL_OK), NULL);
     b = th_batch_new(0x81);

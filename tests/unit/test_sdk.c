@@ -119,6 +119,7 @@ START_TEST(test_create_queue_options_validated)
     ck_assert_int_eq(kl_batch_create_queue(b, "orders", &o, &err), KL_INVALID_ARGUMENT);
     ck_assert_str_eq(err.detail, "dead_letter_queue");
     o.dead_letter_queue = NULL;
+    o.pin_partition = true;
     o.partition = -1;
     ck_assert_int_eq(kl_batch_create_queue(b, "orders", &o, &err), KL_INVALID_ARGUMENT);
     ck_assert_str_eq(err.detail, "partition");
@@ -386,21 +387,33 @@ END_TEST
 START_TEST(test_batch_partition)
 {
     kl_batch *b;
-    int p = -1;
+    kl_batch_route r;
     kl_err err;
+    kl_message *m;
+    ck_assert_int_eq(kl_message_new("x", 1, &m, NULL), KL_OK);
     ck_assert_int_eq(kl_batch_new(NULL, &b, NULL), KL_OK);
-    ck_assert_int_eq(kl_batch_partition(b, &p, NULL), KL_OK);
-    ck_assert_int_eq(p, 0);
-    kl_queue_options o = {.partition = 2};
-    ck_assert_int_eq(kl_batch_create_queue(b, "a", &o, NULL), KL_OK);
-    ck_assert_int_eq(kl_batch_create_queue(b, "b", &o, NULL), KL_OK);
-    ck_assert_int_eq(kl_batch_partition(b, &p, NULL), KL_OK);
-    ck_assert_int_eq(p, 2);
-    o.partition = 1;
+    ck_assert_int_eq(kl_batch_enqueue(b, "a", NULL, m, NULL), KL_OK);
+    ck_assert_int_eq(kl_batch_enqueue(b, "b", "l1", m, NULL), KL_OK);
+    ck_assert_int_eq(kl_batch_kind(b, &r, NULL), KL_OK);
+    ck_assert_int_eq(r, KL_ROUTE_QUEUE);
+    /* A catalog change or a deletion never shares its batch. */
+    kl_queue_options o = {.pin_partition = true, .partition = 2};
     ck_assert_int_eq(kl_batch_create_queue(b, "c", &o, NULL), KL_OK);
-    ck_assert_int_eq(kl_batch_partition(b, &p, &err), KL_INVALID_ARGUMENT);
-    ck_assert_str_eq(err.detail, "partition");
+    ck_assert_int_eq(kl_batch_kind(b, &r, &err), KL_INVALID_ARGUMENT);
+    ck_assert_str_eq(err.detail, "mutations");
     kl_batch_free(b);
+    ck_assert_int_eq(kl_batch_new(NULL, &b, NULL), KL_OK);
+    ck_assert_int_eq(kl_batch_create_database(b, "t/d", NULL, NULL), KL_OK);
+    ck_assert_int_eq(kl_batch_kind(b, &r, NULL), KL_OK);
+    ck_assert_int_eq(r, KL_ROUTE_CATALOG);
+    kl_batch_free(b);
+    ck_assert_int_eq(kl_batch_new(NULL, &b, NULL), KL_OK);
+    ck_assert_int_eq(kl_batch_delete_queue(b, "a", NULL), KL_OK);
+    ck_assert_int_eq(kl_batch_kind(b, &r, NULL), KL_OK);
+    ck_assert_int_eq(r, KL_ROUTE_DELETE_QUEUE);
+    ck_assert_int_eq(kl_batch_create_database(b, "bad", NULL, &err), KL_INVALID_ARGUMENT);
+    kl_batch_free(b);
+    kl_message_free(m);
 }
 END_TEST
 

@@ -1,0 +1,477 @@
+#include "daemon/engine/catalog.h"
+
+#include "daemon/store/keys.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+static kl_code oom(kl_err *err) { return kl_fail(err, KL_INTERNAL, "memory", "out of memory"); }
+
+static kl_code corrupt(kl_err *err, const char *what)
+{
+    return kl_fail(err, KL_INTERNAL, "store", "stored %s record does not decode", what);
+}
+
+static kl_code meta_get(kl_view *v, const char *name, uint64_t *out, kl_err *err)
+{
+    kl_key k;
+    kl_key_meta(&k, name);
+    uint8_t *val;
+    size_t n;
+    bool found;
+    kl_code rc = kl_view_get(v, k.b, k.len, &val, &n, &found, err);
+    if (rc != KL_OK)
+        return rc;
+    *out = (found && n == 8) ? kl_be64_get(val) : 0;
+    free(val);
+    return KL_OK;
+}
+
+static kl_code meta_put(kl_view *v, const char *name, uint64_t value, kl_err *err)
+{
+    kl_key k;
+    kl_key_meta(&k, name);
+    uint8_t b[8];
+    kl_be64_put(b, value);
+    return kl_view_put(v, k.b, k.len, b, 8, err);
+}
+
+kl_code kl_catalog_version(kl_view *v, uint64_t *out, kl_err *err)
+{
+    return meta_get(v, "catalog_version", out, err);
+}
+
+kl_code kl_catalog_get_database(kl_view *v, const char *tenant, const char *database,
+                                Keyload__V1__CatalogDatabase **out, bool *found, kl_err *err)
+{
+    kl_key k;
+    kl_key_catalog_database(&k, tenant, database);
+    uint8_t *val;
+    size_t n;
+    *out = NULL;
+    kl_code rc = kl_view_get(v, k.b, k.len, &val, &n, found, err);
+    if (rc != KL_OK || !*found)
+        return rc;
+    *out = keyload__v1__catalog_database__unpack(NULL, n, val);
+    free(val);
+    return *out ? KL_OK : corrupt(err, "catalog database");
+}
+
+kl_code kl_catalog_get_queue(kl_view *v, const char *tenant, const char *database, const char *queue,
+                             Keyload__V1__CatalogQueue **out, bool *found, kl_err *err)
+{
+    kl_key k;
+    kl_key_catalog_queue(&k, tenant, database, queue);
+    uint8_t *val;
+    size_t n;
+    *out = NULL;
+    kl_code rc = kl_view_get(v, k.b, k.len, &val, &n, found, err);
+    if (rc != KL_OK || !*found)
+        return rc;
+    *out = keyload__v1__catalog_queue__unpack(NULL, n, val);
+    free(val);
+    return *out ? KL_OK : corrupt(err, "catalog queue");
+}
+
+/* ---- applying items (both sides) ---- */
+
+/* The queue's own records on the partition it is placed on. */
+static kl_code create_local_queue(kl_view *v, const Keyload__V1__CatalogQueue *q, kl_err *err)
+{
+    kl_key nk, qk;
+    kl_key_queue_name(&nk, q->tenant, q->database, q->queue);
+    uint8_t idb[8];
+    kl_be64_put(idb, q->queue_id);
+    kl_code rc = kl_view_put(v, nk.b, nk.len, idb, 8, err);
+    if (rc != KL_OK)
+        return rc;
+    Keyload__V1__QueueLaneRef name = KEYLOAD__V1__QUEUE_LANE_REF__INIT;
+    name.tenant = q->tenant;
+    name.database = q->database;
+    name.queue = q->queue;
+    Keyload__V1__QueueLimits none = KEYLOAD__V1__QUEUE_LIMITS__INIT;
+    Keyload__V1__QueueRecord rec = KEYLOAD__V1__QUEUE_RECORD__INIT;
+    rec.queue_id = q->queue_id;
+    rec.name = &name;
+    rec.partition = q->partition;
+    rec.limits = q->limits ? q->limits : &none;
+    rec.created_unix_ms = q->created_unix_ms;
+    kl_key_queue(&qk, q->queue_id);
+    return kl_view_put_msg(v, qk.b, qk.len, &rec.base, err);
+}
+
+/* Removes the queue's records once it is closed and empty. A queue that still holds
+ * messages (its partition never closed it: the drop did not come from the SDK's two-step
+ * delete) keeps its records, so no message is lost; it stays reachable by name. */
+static kl_code drop_local_queue(kl_view *v, const Keyload__V1__CatalogQueue *q, kl_err *err)
+{
+    kl_key nk, qk;
+    kl_key_queue_name(&nk, q->tenant, q->database, q->queue);
+    uint8_t *val;
+    size_t n;
+    bool found;
+    kl_code rc = kl_view_get(v, nk.b, nk.len, &val, &n, &found, err);
+    if (rc != KL_OK || !found)
+        return rc;
+    uint64_t qid = n == 8 ? kl_be64_get(val) : 0;
+    free(val);
+    if (qid != q->queue_id)
+        return KL_OK; /* another incarnation of the name; not ours to remove */
+    kl_key_queue(&qk, qid);
+    if ((rc = kl_view_get(v, qk.b, qk.len, &val, &n, &found, err)) != KL_OK)
+        return rc;
+    if (found) {
+        Keyload__V1__QueueRecord *rec = keyload__v1__queue_record__unpack(NULL, n, val);
+        free(val);
+        if (rec == NULL)
+            return corrupt(err, "queue");
+        bool keep = rec->messages > 0;
+        keyload__v1__queue_record__free_unpacked(rec, NULL);
+        if (keep)
+            return KL_OK;
+        if ((rc = kl_view_del(v, qk.b, qk.len, err)) != KL_OK)
+            return rc;
+    }
+    return kl_view_del(v, nk.b, nk.len, err);
+}
+
+kl_code kl_catalog_apply_item(kl_view *v, int partition, int64_t now_ms,
+                              const Keyload__V1__CatalogItem *item, kl_err *err)
+{
+    (void)now_ms;
+    kl_key k;
+    kl_code rc;
+    switch (item->kind_case) {
+    case KEYLOAD__V1__CATALOG_ITEM__KIND_PUT_TENANT:
+        kl_key_catalog_tenant(&k, item->put_tenant->tenant);
+        return kl_view_put_msg(v, k.b, k.len, &item->put_tenant->base, err);
+    case KEYLOAD__V1__CATALOG_ITEM__KIND_PUT_DATABASE:
+        kl_key_catalog_database(&k, item->put_database->tenant, item->put_database->database);
+        return kl_view_put_msg(v, k.b, k.len, &item->put_database->base, err);
+    case KEYLOAD__V1__CATALOG_ITEM__KIND_PUT_QUEUE: {
+        const Keyload__V1__CatalogQueue *q = item->put_queue;
+        kl_key_catalog_queue(&k, q->tenant, q->database, q->queue);
+        if ((rc = kl_view_put_msg(v, k.b, k.len, &q->base, err)) != KL_OK)
+            return rc;
+        return q->partition == partition ? create_local_queue(v, q, err) : KL_OK;
+    }
+    case KEYLOAD__V1__CATALOG_ITEM__KIND_DROP_QUEUE: {
+        const Keyload__V1__CatalogQueue *q = item->drop_queue;
+        kl_key_catalog_queue(&k, q->tenant, q->database, q->queue);
+        if ((rc = kl_view_del(v, k.b, k.len, err)) != KL_OK)
+            return rc;
+        return q->partition == partition ? drop_local_queue(v, q, err) : KL_OK;
+    }
+    default:
+        return kl_fail(err, KL_INTERNAL, "catalog", "catalog change holds an item of unknown kind");
+    }
+}
+
+static kl_code bump_counters(kl_view *v, uint64_t version, kl_err *err)
+{
+    uint64_t changes;
+    kl_code rc = meta_get(v, "catalog_changes", &changes, err);
+    if (rc == KL_OK)
+        rc = meta_put(v, "catalog_version", version, err);
+    if (rc == KL_OK)
+        rc = meta_put(v, "catalog_changes", changes + 1, err);
+    return rc;
+}
+
+kl_code kl_catalog_apply_change(kl_view *v, int partition, int64_t now_ms,
+                                const Keyload__V1__CatalogChange *ch, kl_err *err)
+{
+    uint64_t cur;
+    kl_code rc = kl_catalog_version(v, &cur, err);
+    if (rc != KL_OK)
+        return rc;
+    if (ch->version != cur + 1)
+        return kl_fail(err, KL_FAILED_PRECONDITION, "catalog_version",
+                       "catalog change %llu does not follow the applied version %llu",
+                       (unsigned long long)ch->version, (unsigned long long)cur);
+    for (size_t i = 0; i < ch->n_items; i++)
+        if ((rc = kl_catalog_apply_item(v, partition, now_ms, ch->items[i], err)) != KL_OK)
+            return rc;
+    return bump_counters(v, ch->version, err);
+}
+
+/* ---- partition 0: catalog mutations ---- */
+
+static kl_code add_result(kl_buf *out, Keyload__V1__MutationResult *r, kl_err *err)
+{
+    size_t n = keyload__v1__mutation_result__get_packed_size(r);
+    uint8_t *b = malloc(n ? n : 1);
+    if (b == NULL)
+        return oom(err);
+    keyload__v1__mutation_result__pack(r, b);
+    int bad = kl_buf_append_field(out, (6 << 3) | 2, b, n);
+    free(b);
+    return bad ? oom(err) : KL_OK;
+}
+
+static kl_code need_catalog(kl_eval_ctx *c, const char *what, kl_err *err)
+{
+    if (c->catalog != NULL)
+        return KL_OK;
+    return kl_fail(err, KL_FAILED_PRECONDITION, "catalog_partition",
+                   "%s changes the catalog, which lives on partition 0; this is partition %d", what,
+                   c->partition);
+}
+
+/* Applies the item here (partition 0's own records) and adds it to the batch's change. */
+static kl_code record_item(kl_eval_ctx *c, const Keyload__V1__CatalogItem *item, kl_err *err)
+{
+    kl_code rc = kl_catalog_apply_item(c->view, c->partition, c->now_ms, item, err);
+    if (rc != KL_OK)
+        return rc;
+    size_t n = keyload__v1__catalog_item__get_packed_size(item);
+    uint8_t *b = malloc(n ? n : 1);
+    if (b == NULL)
+        return oom(err);
+    keyload__v1__catalog_item__pack(item, b);
+    int bad = kl_buf_append_field(&c->catalog->items, (2 << 3) | 2, b, n);
+    free(b);
+    return bad ? oom(err) : KL_OK;
+}
+
+static kl_code next_version(kl_eval_ctx *c, kl_err *err)
+{
+    if (c->catalog->version != 0)
+        return KL_OK;
+    uint64_t cur;
+    kl_code rc = kl_catalog_version(c->view, &cur, err);
+    if (rc == KL_OK)
+        c->catalog->version = cur + 1;
+    return rc;
+}
+
+static kl_code allocate(kl_view *v, const char *counter, uint64_t *out, kl_err *err)
+{
+    uint64_t next;
+    kl_code rc = meta_get(v, counter, &next, err);
+    if (rc != KL_OK)
+        return rc;
+    *out = next ? next : 1;
+    return meta_put(v, counter, *out + 1, err);
+}
+
+static kl_code check_db_limit(const char *name, uint64_t asked, uint64_t cluster, kl_err *err)
+{
+    if (asked > cluster)
+        return kl_fail(err, KL_INVALID_ARGUMENT, name,
+                       "%s %llu is above the cluster's %llu; database limits may only tighten it",
+                       name, (unsigned long long)asked, (unsigned long long)cluster);
+    return KL_OK;
+}
+
+kl_code kl_catalog_eval_create_database(kl_eval_ctx *c, const Keyload__V1__CreateDatabase *m,
+                                        kl_buf *results, kl_err *err)
+{
+    kl_code rc = need_catalog(c, "create_database", err);
+    if (rc != KL_OK)
+        return rc;
+    const Keyload__V1__DatabaseLimits *l = m->limits;
+    if (l && ((rc = check_db_limit("MaxScanRecords", l->max_scan_records, c->limits->max_scan_records, err)) != KL_OK ||
+              (rc = check_db_limit("MaxBatchBytes", l->max_batch_bytes, c->limits->max_batch_bytes, err)) != KL_OK ||
+              (rc = check_db_limit("MaxQueryReadBytes", l->max_query_read_bytes,
+                                   c->limits->max_query_read_bytes, err)) != KL_OK))
+        return rc;
+    Keyload__V1__CatalogDatabase *old;
+    bool found;
+    if ((rc = kl_catalog_get_database(c->view, m->tenant, m->database, &old, &found, err)) != KL_OK)
+        return rc;
+    if (found) {
+        keyload__v1__catalog_database__free_unpacked(old, NULL);
+        return kl_fail(err, KL_CONFLICT, "database_exists", "database %s/%s already exists",
+                       m->tenant, m->database);
+    }
+    if ((rc = next_version(c, err)) != KL_OK)
+        return rc;
+    kl_key tk;
+    kl_key_catalog_tenant(&tk, m->tenant);
+    uint8_t *tv;
+    size_t tn;
+    if ((rc = kl_view_get(c->view, tk.b, tk.len, &tv, &tn, &found, err)) != KL_OK)
+        return rc;
+    free(tv);
+    if (!found) {
+        Keyload__V1__CatalogTenant t = KEYLOAD__V1__CATALOG_TENANT__INIT;
+        t.tenant = m->tenant;
+        t.created_unix_ms = c->now_ms;
+        Keyload__V1__CatalogItem it = KEYLOAD__V1__CATALOG_ITEM__INIT;
+        it.kind_case = KEYLOAD__V1__CATALOG_ITEM__KIND_PUT_TENANT;
+        it.put_tenant = &t;
+        if ((rc = record_item(c, &it, err)) != KL_OK)
+            return rc;
+    }
+    Keyload__V1__DatabaseLimits lim = KEYLOAD__V1__DATABASE_LIMITS__INIT;
+    if (l) {
+        lim.max_scan_records = l->max_scan_records;
+        lim.max_batch_bytes = l->max_batch_bytes;
+        lim.max_query_read_bytes = l->max_query_read_bytes;
+    }
+    uint8_t inc[16];
+    c->random(inc, sizeof inc);
+    Keyload__V1__CatalogDatabase d = KEYLOAD__V1__CATALOG_DATABASE__INIT;
+    d.tenant = m->tenant;
+    d.database = m->database;
+    if ((rc = allocate(c->view, "next_database", &d.database_id, err)) != KL_OK)
+        return rc;
+    d.incarnation.data = inc;
+    d.incarnation.len = sizeof inc;
+    d.limits = &lim;
+    d.created_unix_ms = c->now_ms;
+    d.version = c->catalog->version;
+    Keyload__V1__CatalogItem it = KEYLOAD__V1__CATALOG_ITEM__INIT;
+    it.kind_case = KEYLOAD__V1__CATALOG_ITEM__KIND_PUT_DATABASE;
+    it.put_database = &d;
+    if ((rc = record_item(c, &it, err)) != KL_OK)
+        return rc;
+    Keyload__V1__DatabaseCreated dc = KEYLOAD__V1__DATABASE_CREATED__INIT;
+    dc.database_id = d.database_id;
+    dc.incarnation = d.incarnation;
+    dc.catalog_version = d.version;
+    Keyload__V1__MutationResult res = KEYLOAD__V1__MUTATION_RESULT__INIT;
+    res.kind_case = KEYLOAD__V1__MUTATION_RESULT__KIND_DATABASE_CREATED;
+    res.database_created = &dc;
+    return add_result(results, &res, err);
+}
+
+/* Where a new queue goes: the dead-letter queue's partition when it has one (they must
+ * share it), else the data partitions in turn by queue id. Partition 0 holds queues only
+ * in a single-partition cluster or when pinned there. */
+static int partition_count(const kl_eval_ctx *c) { return c->partition_count > 0 ? c->partition_count : 1; }
+
+static int choose_partition(const kl_eval_ctx *c, uint64_t qid)
+{
+    if (partition_count(c) <= 1)
+        return 0;
+    return 1 + (int)((qid - 1) % (uint64_t)(partition_count(c) - 1));
+}
+
+kl_code kl_catalog_eval_create_queue(kl_eval_ctx *c, const Keyload__V1__CreateQueue *m,
+                                     kl_buf *results, kl_err *err)
+{
+    kl_code rc = need_catalog(c, "create_queue", err);
+    if (rc != KL_OK)
+        return rc;
+    const Keyload__V1__QueueLaneRef *r = m->queue;
+    if (m->partition >= partition_count(c))
+        return kl_fail(err, KL_INVALID_ARGUMENT, "partition",
+                       "queue placement: partition %d does not exist (the cluster has %d)", m->partition,
+                       partition_count(c));
+    Keyload__V1__CatalogDatabase *db;
+    bool found;
+    if ((rc = kl_catalog_get_database(c->view, r->tenant, r->database, &db, &found, err)) != KL_OK)
+        return rc;
+    if (!found)
+        return kl_fail(err, KL_NOT_FOUND, "database",
+                       "database %s/%s does not exist; create it first", r->tenant, r->database);
+    keyload__v1__catalog_database__free_unpacked(db, NULL);
+    Keyload__V1__CatalogQueue *old;
+    if ((rc = kl_catalog_get_queue(c->view, r->tenant, r->database, r->queue, &old, &found, err)) != KL_OK)
+        return rc;
+    if (found) {
+        keyload__v1__catalog_queue__free_unpacked(old, NULL);
+        return kl_fail(err, KL_CONFLICT, "queue_exists", "queue '%s' already exists in %s/%s",
+                       r->queue, r->tenant, r->database);
+    }
+    int placement = m->partition;
+    const char *dlq = m->limits ? m->limits->dead_letter_queue : "";
+    if (dlq[0] != '\0') {
+        if (strcmp(dlq, r->queue) == 0)
+            return kl_fail(err, KL_INVALID_ARGUMENT, "dead_letter_queue",
+                           "dead_letter_queue must name another queue");
+        Keyload__V1__CatalogQueue *d;
+        if ((rc = kl_catalog_get_queue(c->view, r->tenant, r->database, dlq, &d, &found, err)) != KL_OK)
+            return rc;
+        if (!found)
+            return kl_fail(err, KL_NOT_FOUND, "dead_letter_queue",
+                           "dead_letter_queue '%s' does not exist; create it first", dlq);
+        int dp = d->partition;
+        keyload__v1__catalog_queue__free_unpacked(d, NULL);
+        if (placement >= 0 && placement != dp)
+            return kl_fail(err, KL_FAILED_PRECONDITION, "dead_letter_queue",
+                           "dead_letter_queue '%s' lives on partition %d, not %d; a dead-letter "
+                           "queue must be on its queue's partition", dlq, dp, placement);
+        placement = dp;
+    }
+    if ((rc = next_version(c, err)) != KL_OK)
+        return rc;
+    Keyload__V1__QueueLimits limits = KEYLOAD__V1__QUEUE_LIMITS__INIT;
+    if (m->limits) { /* known fields only: the record never inherits request extras */
+        limits.max_messages = m->limits->max_messages;
+        limits.max_bytes = m->limits->max_bytes;
+        limits.max_deliveries = m->limits->max_deliveries;
+        limits.dead_letter_queue = m->limits->dead_letter_queue;
+    }
+    Keyload__V1__CatalogQueue q = KEYLOAD__V1__CATALOG_QUEUE__INIT;
+    q.tenant = r->tenant;
+    q.database = r->database;
+    q.queue = r->queue;
+    if ((rc = allocate(c->view, "next_queue", &q.queue_id, err)) != KL_OK)
+        return rc;
+    q.partition = placement >= 0 ? placement : choose_partition(c, q.queue_id);
+    q.limits = &limits;
+    q.version = c->catalog->version;
+    q.created_unix_ms = c->now_ms;
+    Keyload__V1__CatalogItem it = KEYLOAD__V1__CATALOG_ITEM__INIT;
+    it.kind_case = KEYLOAD__V1__CATALOG_ITEM__KIND_PUT_QUEUE;
+    it.put_queue = &q;
+    if ((rc = record_item(c, &it, err)) != KL_OK)
+        return rc;
+    Keyload__V1__QueueCreated qc = KEYLOAD__V1__QUEUE_CREATED__INIT;
+    qc.queue_id = q.queue_id;
+    qc.partition = q.partition;
+    qc.catalog_version = q.version;
+    Keyload__V1__MutationResult res = KEYLOAD__V1__MUTATION_RESULT__INIT;
+    res.kind_case = KEYLOAD__V1__MUTATION_RESULT__KIND_QUEUE_CREATED;
+    res.queue_created = &qc;
+    return add_result(results, &res, err);
+}
+
+kl_code kl_catalog_eval_drop_queue(kl_eval_ctx *c, const Keyload__V1__CatalogQueue *def,
+                                   kl_buf *results, kl_err *err)
+{
+    kl_code rc = need_catalog(c, "delete_queue", err);
+    if (rc != KL_OK || (rc = next_version(c, err)) != KL_OK)
+        return rc;
+    Keyload__V1__CatalogItem it = KEYLOAD__V1__CATALOG_ITEM__INIT;
+    it.kind_case = KEYLOAD__V1__CATALOG_ITEM__KIND_DROP_QUEUE;
+    it.drop_queue = (Keyload__V1__CatalogQueue *)def;
+    if ((rc = record_item(c, &it, err)) != KL_OK)
+        return rc;
+    Keyload__V1__QueueDeleted qd = KEYLOAD__V1__QUEUE_DELETED__INIT;
+    qd.queue_id = def->queue_id;
+    qd.catalog_version = c->catalog->version;
+    Keyload__V1__MutationResult res = KEYLOAD__V1__MUTATION_RESULT__INIT;
+    res.kind_case = KEYLOAD__V1__MUTATION_RESULT__KIND_QUEUE_DELETED;
+    res.queue_deleted = &qd;
+    return add_result(results, &res, err);
+}
+
+kl_code kl_catalog_finish(kl_eval_ctx *c, kl_err *err)
+{
+    if (c->catalog == NULL || c->catalog->version == 0)
+        return KL_OK;
+    Keyload__V1__CatalogChange head = KEYLOAD__V1__CATALOG_CHANGE__INIT;
+    head.version = c->catalog->version;
+    head.committed_unix_ms = c->now_ms;
+    /* Field order: version (1), items (2), committed_unix_ms (3); packing the head gives
+     * fields 1 and 3, and protobuf readers accept fields in any order. */
+    size_t hn = keyload__v1__catalog_change__get_packed_size(&head);
+    kl_buf b = {0};
+    uint8_t hb[32];
+    keyload__v1__catalog_change__pack(&head, hb);
+    if (kl_buf_append(&b, hb, hn) || kl_buf_append(&b, c->catalog->items.p, c->catalog->items.len)) {
+        kl_buf_free(&b);
+        return oom(err);
+    }
+    kl_key k;
+    kl_key_catalog_change(&k, c->catalog->version);
+    kl_code rc = kl_view_put(c->view, k.b, k.len, b.p, b.len, err);
+    kl_buf_free(&b);
+    if (rc != KL_OK)
+        return rc;
+    return bump_counters(c->view, c->catalog->version, err);
+}

@@ -1,0 +1,56 @@
+/* catalog: the catalog's records in a partition's state (DESIGN.md §5).
+ *
+ * Partition 0 owns the catalog: its batches create databases and queue definitions, and
+ * each catalog batch becomes one catalog version (a CatalogChange stored under 'C' 'V').
+ * Every other partition keeps a copy, applied from partition 0's changes by its leader's
+ * tail, strictly in version order: a change applies only at version current + 1.
+ * Both sides go through kl_catalog_apply_item, so partition 0's records and every copy
+ * are the same function of the same changes; the item that defines a queue also creates
+ * the queue's records on the partition it is placed on.
+ *
+ * Pure like the rest of the engine: reads and writes go through a kl_view. */
+#ifndef KL_CATALOG_H
+#define KL_CATALOG_H
+
+#include "daemon/engine/engine.h"
+#include "keyload/v1/catalog.pb-c.h"
+
+/* Versions and items of the catalog batch being evaluated on partition 0. */
+typedef struct kl_catalog_batch {
+    uint64_t version;   /* the version this batch creates; 0 until its first item */
+    kl_buf items;       /* encoded CatalogChange.items fields (field 2 each) */
+} kl_catalog_batch;
+
+/* The catalog version applied in this view (meta "catalog_version"), 0 when none. */
+kl_code kl_catalog_version(kl_view *v, uint64_t *out, kl_err *err);
+
+/* Definition lookups; *found false when absent. On found, *out is unpacked (caller frees
+ * with the protobuf-c free function). */
+kl_code kl_catalog_get_database(kl_view *v, const char *tenant, const char *database,
+                                Keyload__V1__CatalogDatabase **out, bool *found, kl_err *err);
+kl_code kl_catalog_get_queue(kl_view *v, const char *tenant, const char *database, const char *queue,
+                             Keyload__V1__CatalogQueue **out, bool *found, kl_err *err);
+
+/* Catalog mutations, partition 0 only (ctx->catalog set). Each appends its result to
+ * results and its item to ctx->catalog. */
+kl_code kl_catalog_eval_create_database(kl_eval_ctx *c, const Keyload__V1__CreateDatabase *m,
+                                        kl_buf *results, kl_err *err);
+kl_code kl_catalog_eval_create_queue(kl_eval_ctx *c, const Keyload__V1__CreateQueue *m,
+                                     kl_buf *results, kl_err *err);
+/* Removes a queue's definition. The queue's own partition has already emptied and closed
+ * it (for a queue on partition 0 the caller did that in the same batch). */
+kl_code kl_catalog_eval_drop_queue(kl_eval_ctx *c, const Keyload__V1__CatalogQueue *def,
+                                   kl_buf *results, kl_err *err);
+/* Ends a catalog batch: stores the CatalogChange under its version and advances the
+ * version and change counters. Nothing to do when the batch has no item. */
+kl_code kl_catalog_finish(kl_eval_ctx *c, kl_err *err);
+
+/* Applies one catalog item to the view as partition `partition` keeps it. */
+kl_code kl_catalog_apply_item(kl_view *v, int partition, int64_t now_ms,
+                              const Keyload__V1__CatalogItem *item, kl_err *err);
+/* Applies a whole change on a data partition: requires ch->version == current + 1
+ * (FAILED_PRECONDITION otherwise, nothing written) and advances the counters. */
+kl_code kl_catalog_apply_change(kl_view *v, int partition, int64_t now_ms,
+                                const Keyload__V1__CatalogChange *ch, kl_err *err);
+
+#endif

@@ -1,0 +1,327 @@
+/* The catalog's RPCs (DESIGN.md §5): CatalogTail and the catalog barrier on partition 0,
+ * LocateQueue on any member.
+ *
+ * Tail: a data partition's leader long-polls partition 0's leader with the version it has
+ * applied; the answer carries the changes after it (at most KL_TAIL_MAX_CHANGES, within
+ * half a frame). An empty answer is held until a new version applies here or the
+ * caller's wait (at most KL_TAIL_WAIT_MAX_MS) runs out. The reported versions are this
+ * leader's knowledge of every data partition's progress.
+ *
+ * Barrier: a catalog batch is answered only once every data partition has reported the
+ * version it created (or its deadline comes: UNAVAILABLE naming the partitions still
+ * behind; a retry with the same command id waits again, because replays pass here too).
+ * Everything parked is answered from the loop: on apply, on a tail, or on the timer. */
+#include "daemon/rpc/service.h"
+
+#include "common/log.h"
+#include "daemon/engine/engine.h"
+#include "keyload/v1/catalog.pb-c.h"
+#include "keyload/v1/queue.pb-c.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#define TIMER_MS 25
+#define BARRIER_DEFAULT_MS 5000   /* without a caller deadline */
+#define BARRIER_MARGIN_MS 100     /* answer this long before the caller gives up */
+
+static int64_t wall_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+static uint64_t applied_version(kl_service *s)
+{
+    uint64_t v, changes;
+    kl_node_catalog_status(s->node, &v, &changes);
+    return v;
+}
+
+static bool serving(kl_service *s)
+{
+    uint64_t index, term;
+    bool ok;
+    kl_repl_next(s->repl, &index, &term, &ok);
+    return ok;
+}
+
+/* ---- tail ---- */
+
+/* Answers a tail with the changes after `applied` that fit. */
+static void answer_tail(kl_service *s, kl_rpc_call *call, uint64_t applied)
+{
+    uint64_t latest = applied_version(s);
+    kl_buf out = {0};
+    kl_err err;
+    kl_err_clear(&err);
+    size_t budget = (size_t)s->cluster->limits.max_frame_bytes / 2;
+    bool bad = kl_buf_append_varint_field(&out, (1 << 3) | 0, latest) != 0;
+    for (uint64_t v = applied + 1; !bad && v <= latest && v <= applied + KL_TAIL_MAX_CHANGES; v++) {
+        uint8_t *bytes;
+        size_t len;
+        bool found;
+        if (kl_node_catalog_change(s->node, v, &bytes, &len, &found, &err) != KL_OK)
+            break;
+        if (!found) {
+            kl_fail(&err, KL_INTERNAL, "catalog", "catalog change %llu is missing", (unsigned long long)v);
+            break;
+        }
+        /* The first change always goes, whatever its size: a tail must make progress. */
+        if (v > applied + 1 && out.len + len > budget) {
+            free(bytes);
+            break;
+        }
+        bad = kl_buf_append_field(&out, (2 << 3) | 2, bytes, len) != 0;
+        free(bytes);
+    }
+    if (err.code != KL_OK)
+        kl_rpc_reply_error(call, &err, NULL);
+    else if (bad) {
+        kl_fail(&err, KL_UNAVAILABLE, "memory", "out of memory; retry");
+        kl_rpc_reply_error(call, &err, NULL);
+    } else
+        kl_rpc_reply(call, out.p, out.len);
+    kl_buf_free(&out);
+}
+
+static void wake_tails(kl_service *s, bool all)
+{
+    uint64_t latest = applied_version(s);
+    int64_t now = wall_ms();
+    for (int i = 0; i < KL_SERVICE_MAX_TAILS; i++) {
+        if (s->tails[i].call == NULL)
+            continue;
+        if (all || latest > s->tails[i].applied || now >= s->tails[i].until_ms) {
+            kl_rpc_call *call = s->tails[i].call;
+            s->tails[i].call = NULL;
+            answer_tail(s, call, s->tails[i].applied);
+        }
+    }
+}
+
+static void check_barriers(kl_service *s, bool expire);
+
+void kl_service_catalog_tail(void *owner, kl_rpc_call *call)
+{
+    kl_service *s = owner;
+    kl_err err;
+    size_t len;
+    const uint8_t *p = kl_rpc_call_payload(call, &len);
+    Keyload__V1__CatalogTailRequest *r = keyload__v1__catalog_tail_request__unpack(NULL, len, p);
+    if (r == NULL) {
+        kl_fail(&err, KL_INVALID_ARGUMENT, "payload", "the CatalogTail request does not decode");
+        kl_rpc_reply_error(call, &err, NULL);
+        return;
+    }
+    int part = r->partition;
+    uint64_t applied = r->applied_version;
+    uint32_t wait_ms = r->wait_ms;
+    keyload__v1__catalog_tail_request__free_unpacked(r, NULL);
+    if (s->partition->id != 0) {
+        kl_fail(&err, KL_FAILED_PRECONDITION, "catalog_partition",
+                "the catalog lives on partition 0; this is partition %d", s->partition->id);
+        kl_rpc_reply_error(call, &err, NULL);
+        return;
+    }
+    if (part <= 0 || part >= s->cluster->partition_count) {
+        kl_fail(&err, KL_INVALID_ARGUMENT, "partition", "partition must be a data partition (1..%d)",
+                s->cluster->partition_count - 1);
+        kl_rpc_reply_error(call, &err, NULL);
+        return;
+    }
+    if (!serving(s)) {
+        kl_fail(&err, KL_NOT_LEADER, "not_leader", "this member does not serve partition 0 now");
+        kl_service_reply_not_leader(s, call, &err);
+        return;
+    }
+    if (applied > s->catalog_progress[part]) {
+        s->catalog_progress[part] = applied;
+        check_barriers(s, false);
+    }
+    if (applied_version(s) > applied || wait_ms == 0) {
+        answer_tail(s, call, applied);
+        return;
+    }
+    for (int i = 0; i < KL_SERVICE_MAX_TAILS; i++) {
+        if (s->tails[i].call != NULL)
+            continue;
+        s->tails[i].call = call;
+        s->tails[i].partition = part;
+        s->tails[i].applied = applied;
+        s->tails[i].until_ms = wall_ms() + (wait_ms < KL_TAIL_WAIT_MAX_MS ? wait_ms : KL_TAIL_WAIT_MAX_MS);
+        return;
+    }
+    answer_tail(s, call, applied); /* every slot taken: answer empty now */
+}
+
+/* ---- barrier ---- */
+
+/* Writes the data partitions that have not reported `version` into buf; returns how many. */
+static int laggards(kl_service *s, uint64_t version, char *buf, size_t cap)
+{
+    int n = 0;
+    size_t used = 0;
+    buf[0] = '\0';
+    for (int p = 1; p < s->cluster->partition_count; p++) {
+        if (s->catalog_progress[p] >= version)
+            continue;
+        int w = snprintf(buf + used, cap - used, "%s%d", n ? ", " : "", p);
+        if (w > 0 && (size_t)w < cap - used)
+            used += (size_t)w;
+        n++;
+    }
+    return n;
+}
+
+static void barrier_free(kl_service *s, int i)
+{
+    free(s->barriers[i].receipt);
+    s->barriers[i].receipt = NULL;
+    s->barriers[i].call = NULL;
+}
+
+static void check_barriers(kl_service *s, bool expire)
+{
+    int64_t now = wall_ms();
+    char lag[256];
+    for (int i = 0; i < KL_SERVICE_MAX_BARRIERS; i++) {
+        if (s->barriers[i].call == NULL)
+            continue;
+        kl_rpc_call *call = s->barriers[i].call;
+        if (laggards(s, s->barriers[i].version, lag, sizeof lag) == 0) {
+            kl_rpc_reply(call, s->barriers[i].receipt, s->barriers[i].len);
+            barrier_free(s, i);
+        } else if (expire || now >= s->barriers[i].until_ms) {
+            kl_err err;
+            kl_fail(&err, KL_UNAVAILABLE, "catalog_barrier",
+                    "catalog version %llu is committed but partitions %s have not applied it yet; "
+                    "retry with the same command id to wait again",
+                    (unsigned long long)s->barriers[i].version, lag);
+            kl_rpc_reply_error(call, &err, NULL);
+            barrier_free(s, i);
+        }
+    }
+}
+
+bool kl_service_catalog_hold(kl_service *s, kl_rpc_call *call, const uint8_t *receipt, size_t len)
+{
+    if (s->partition->id != 0 || s->cluster->partition_count <= 1)
+        return false;
+    Keyload__V1__BatchReceipt *r = keyload__v1__batch_receipt__unpack(NULL, len, receipt);
+    if (r == NULL)
+        return false;
+    uint64_t version = r->catalog_version;
+    keyload__v1__batch_receipt__free_unpacked(r, NULL);
+    char lag[256];
+    if (version == 0 || laggards(s, version, lag, sizeof lag) == 0)
+        return false;
+    int64_t deadline = kl_rpc_call_deadline_ms(call);
+    int64_t now = wall_ms();
+    int64_t until = deadline > 0 ? deadline - BARRIER_MARGIN_MS : now + BARRIER_DEFAULT_MS;
+    kl_err err;
+    for (int i = 0; i < KL_SERVICE_MAX_BARRIERS; i++) {
+        if (s->barriers[i].call != NULL)
+            continue;
+        uint8_t *copy = malloc(len ? len : 1);
+        if (copy == NULL)
+            break;
+        memcpy(copy, receipt, len);
+        s->barriers[i].call = call;
+        s->barriers[i].version = version;
+        s->barriers[i].until_ms = until;
+        s->barriers[i].receipt = copy;
+        s->barriers[i].len = len;
+        return true;
+    }
+    kl_fail(&err, KL_UNAVAILABLE, "catalog_barrier",
+            "catalog version %llu is committed; too many catalog changes are waiting for partitions "
+            "%s; retry with the same command id", (unsigned long long)version, lag);
+    kl_rpc_reply_error(call, &err, NULL);
+    return true;
+}
+
+/* ---- locate ---- */
+
+void kl_service_locate_queue(void *owner, kl_rpc_call *call)
+{
+    kl_service *s = owner;
+    kl_err err;
+    kl_err_clear(&err);
+    size_t len, alen;
+    const uint8_t *p = kl_rpc_call_payload(call, &len);
+    Keyload__V1__LocateQueueRequest *r = keyload__v1__locate_queue_request__unpack(NULL, len, p);
+    if (r == NULL) {
+        kl_fail(&err, KL_INVALID_ARGUMENT, "payload", "the LocateQueue request does not decode");
+        kl_rpc_reply_error(call, &err, NULL);
+        return;
+    }
+    bool local = r->local;
+    keyload__v1__locate_queue_request__free_unpacked(r, NULL);
+    if (!local && s->partition->id != 0) {
+        kl_fail(&err, KL_FAILED_PRECONDITION, "catalog_partition",
+                "queues are located on partition 0; this is partition %d", s->partition->id);
+        kl_rpc_reply_error(call, &err, NULL);
+        return;
+    }
+    if (!local && !serving(s)) {
+        kl_fail(&err, KL_NOT_LEADER, "not_leader", "this member does not serve partition 0 now");
+        kl_service_reply_not_leader(s, call, &err);
+        return;
+    }
+    uint8_t *answer;
+    if (kl_node_locate_queue(s->node, p, len, &answer, &alen, &err) != KL_OK) {
+        kl_rpc_reply_error(call, &err, NULL);
+        return;
+    }
+    kl_rpc_reply(call, answer, alen);
+    free(answer);
+}
+
+/* ---- lifecycle ---- */
+
+static void on_timer(uv_timer_t *t)
+{
+    kl_service *s = t->data;
+    wake_tails(s, false);
+    check_barriers(s, false);
+}
+
+void kl_service_start(kl_service *s, uv_loop_t *loop)
+{
+    uv_timer_init(loop, &s->timer);
+    s->timer.data = s;
+    uv_timer_start(&s->timer, on_timer, TIMER_MS, TIMER_MS);
+    s->timer_started = true;
+}
+
+void kl_service_stop(kl_service *s)
+{
+    if (s->timer_started) {
+        uv_timer_stop(&s->timer);
+        uv_close((uv_handle_t *)&s->timer, NULL);
+        s->timer_started = false;
+    }
+    wake_tails(s, true);
+    check_barriers(s, true);
+}
+
+void kl_service_applied(kl_service *s)
+{
+    bool waiting = false;
+    for (int i = 0; i < KL_SERVICE_MAX_TAILS && !waiting; i++)
+        waiting = s->tails[i].call != NULL;
+    if (waiting)
+        wake_tails(s, false);
+}
+
+void kl_service_role(kl_service *s, bool leader)
+{
+    if (leader)
+        return;
+    memset(s->catalog_progress, 0, sizeof s->catalog_progress);
+    wake_tails(s, true);
+}
