@@ -20,6 +20,7 @@ static const char HELP[] =
     "  receive QUEUE[/LANE] [--max N] [--lease-ms MS]\n"
     "  ack QUEUE LEASE...        LEASE: base64 token from receive, @FILE or - (stdin)\n"
     "  release QUEUE LEASE...\n"
+    "  cluster-status [--json]   every member's role, term and indexes, per partition\n"
     "\n"
     "Every command that changes something takes --command-id GUID (default: a fresh random\n"
     "id) and prints it with its receipt. Replaying the same command id with the same\n"
@@ -86,5 +87,7 @@ int main(int argc, char **argv)
         return cli_cmd_ack(&c, rest_argc, rest);
     if (strcmp(cmd, "release") == 0)
         return cli_cmd_release(&c, rest_argc, rest);
+    if (strcmp(cmd, "cluster-status") == 0)
+        return cli_cmd_cluster_status(&c, rest_argc, rest);
     return cli_usage(&c, "unknown command '%s'", cmd);
 }
