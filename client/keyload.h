@@ -297,20 +297,4 @@ kl_code kl_member_status(const char *url, int timeout_ms, Keyload__V1__MemberSta
 /* Frees an answer of kl_member_status. NULL is accepted. */
 void kl_member_status_free(Keyload__V1__MemberStatusAnswer *a);
 
-/* ---------------------------------------------------------------- member status */
-
-#include "keyload/v1/catalog.pb-c.h"
-
-/* Asks the one member at client URL url what it knows about itself and its partition
- * (keyload.v1.MemberStatus: role, leader, term, commit/applied/last index, serving,
- * catalog version, leader address). Any member answers at once, leader or not, without a
- * read barrier, so the answer may be slightly stale. timeout_ms bounds connect and call
- * together (<= 0: KL_DEFAULT_TIMEOUT_MS). A member that is down or does not answer in
- * time gives UNAVAILABLE or DEADLINE_EXCEEDED. On KL_OK *out belongs to the caller
- * (kl_member_status_free). Reentrant: one connection per call, closed before returning. */
-kl_code kl_member_status(const char *url, int timeout_ms, Keyload__V1__MemberStatusAnswer **out,
-                         kl_err *err);
-/* Frees an answer of kl_member_status. NULL is accepted. */
-void kl_member_status_free(Keyload__V1__MemberStatusAnswer *a);
-
 #endif

@@ -95,7 +95,6 @@ int cli_cmd_receive(cli *c, int argc, char **argv);
 int cli_cmd_ack(cli *c, int argc, char **argv);
 int cli_cmd_release(cli *c, int argc, char **argv);
 int cli_cmd_cluster_status(cli *c, int argc, char **argv);
-int cli_cmd_cluster_status(cli *c, int argc, char **argv);
 
 /* Splits QUEUE[/LANE] into queue (malloc'd) and lane (pointer into spec, or "" when
  * absent). false after reporting a usage error. */
