@@ -6,6 +6,8 @@
  * Every daemon is started by fork/exec and killed by its pid; each test's daemon is
  * stopped before the next starts, also when a check fails. Prints a closing
  * "N passed, N failed" line. */
+#include "tests/cluster/proc.h"
+
 #include "common/guid.h"
 #include "common/rpc.h"
 #include "common/status.h"
@@ -26,32 +28,21 @@
 #include <time.h>
 #include <unistd.h>
 
-static const char *daemon_bin;
-static char work[512];
-static char url[128];
+const char *daemon_bin;
+char work[512];
+char url[128];
 static char cluster_file[600];
 static pid_t daemon_pid = -1;
-static int failures_in_test;
+int failures_in_test;
 
-#define CHECK(cond, ...)                                                                         \
-    do {                                                                                         \
-        if (!(cond)) {                                                                           \
-            fprintf(stderr, "  FAIL %s:%d: %s: ", __FILE__, __LINE__, #cond);                    \
-            fprintf(stderr, __VA_ARGS__);                                                        \
-            fprintf(stderr, "\n");                                                               \
-            failures_in_test++;                                                                  \
-            return;                                                                              \
-        }                                                                                        \
-    } while (0)
-
-static int64_t now_ms(void)
+int64_t now_ms(void)
 {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
-static void sleep_ms(int ms)
+void sleep_ms(int ms)
 {
     struct timespec ts = {ms / 1000, (ms % 1000) * 1000000L};
     nanosleep(&ts, NULL);
@@ -71,20 +62,13 @@ static void write_cluster(int port, const char *data, const char *limits)
 
 /* ---- RPC helpers ---- */
 
-typedef struct answer {
-    kl_code code;
-    kl_err err;
-    uint8_t *bytes;
-    size_t len;
-} answer;
-
-static void answer_free(answer *a)
+void answer_free(answer *a)
 {
     free(a->bytes);
     memset(a, 0, sizeof *a);
 }
 
-static answer call(const char *method, const uint8_t *req, size_t len, int timeout_ms)
+answer call(const char *method, const uint8_t *req, size_t len, int timeout_ms)
 {
     answer a = {0};
     kl_rpc_client *c;
@@ -96,7 +80,7 @@ static answer call(const char *method, const uint8_t *req, size_t len, int timeo
     return a;
 }
 
-static Keyload__V1__QueueLaneRef *mkref(const char *queue)
+Keyload__V1__QueueLaneRef *mkref(const char *queue)
 {
     Keyload__V1__QueueLaneRef *r = calloc(1, sizeof *r);
     keyload__v1__queue_lane_ref__init(r);
@@ -108,7 +92,7 @@ static Keyload__V1__QueueLaneRef *mkref(const char *queue)
 }
 
 /* A batch owned through protobuf-c's own free (every pointer malloc'd). */
-static Keyload__V1__BatchRequest *batch_new(const uint8_t cmd[16])
+Keyload__V1__BatchRequest *batch_new(const uint8_t cmd[16])
 {
     Keyload__V1__BatchRequest *b = calloc(1, sizeof *b);
     keyload__v1__batch_request__init(b);
@@ -122,7 +106,7 @@ static Keyload__V1__BatchRequest *batch_new(const uint8_t cmd[16])
     return b;
 }
 
-static Keyload__V1__Mutation *add_mut(Keyload__V1__BatchRequest *b)
+Keyload__V1__Mutation *add_mut(Keyload__V1__BatchRequest *b)
 {
     Keyload__V1__Mutation *m = calloc(1, sizeof *m);
     keyload__v1__mutation__init(m);
@@ -130,7 +114,7 @@ static Keyload__V1__Mutation *add_mut(Keyload__V1__BatchRequest *b)
     return m;
 }
 
-static void add_create(Keyload__V1__BatchRequest *b, const char *queue, uint64_t max_messages)
+void add_create(Keyload__V1__BatchRequest *b, const char *queue, uint64_t max_messages)
 {
     Keyload__V1__Mutation *m = add_mut(b);
     m->kind_case = KEYLOAD__V1__MUTATION__KIND_CREATE_QUEUE;
@@ -143,7 +127,17 @@ static void add_create(Keyload__V1__BatchRequest *b, const char *queue, uint64_t
     m->create_queue->limits->dead_letter_queue = strdup("");
 }
 
-static void add_enqueue(Keyload__V1__BatchRequest *b, const char *queue, const char *body)
+void add_create_database(Keyload__V1__BatchRequest *b)
+{
+    Keyload__V1__Mutation *m = add_mut(b);
+    m->kind_case = KEYLOAD__V1__MUTATION__KIND_CREATE_DATABASE;
+    m->create_database = calloc(1, sizeof *m->create_database);
+    keyload__v1__create_database__init(m->create_database);
+    m->create_database->tenant = strdup("default");
+    m->create_database->database = strdup("default");
+}
+
+void add_enqueue(Keyload__V1__BatchRequest *b, const char *queue, const char *body)
 {
     Keyload__V1__Mutation *m = add_mut(b);
     m->kind_case = KEYLOAD__V1__MUTATION__KIND_ENQUEUE;
@@ -156,7 +150,7 @@ static void add_enqueue(Keyload__V1__BatchRequest *b, const char *queue, const c
     m->enqueue->message->body.data = (uint8_t *)strdup(body);
 }
 
-static void add_receive(Keyload__V1__BatchRequest *b, const char *queue, uint32_t max, uint32_t lease_ms)
+void add_receive(Keyload__V1__BatchRequest *b, const char *queue, uint32_t max, uint32_t lease_ms)
 {
     Keyload__V1__Mutation *m = add_mut(b);
     m->kind_case = KEYLOAD__V1__MUTATION__KIND_RECEIVE;
@@ -167,7 +161,7 @@ static void add_receive(Keyload__V1__BatchRequest *b, const char *queue, uint32_
     m->receive->lease_ms = lease_ms;
 }
 
-static uint8_t *pack_free(Keyload__V1__BatchRequest *b, size_t *len)
+uint8_t *pack_free(Keyload__V1__BatchRequest *b, size_t *len)
 {
     *len = keyload__v1__batch_request__get_packed_size(b);
     uint8_t *buf = malloc(*len);
@@ -295,9 +289,16 @@ static void fresh_store(const char *name, const char *limits)
     write_cluster(port, data, limits ? limits : "");
 }
 
+/* Creates default/default (once per store; CONFLICT after that) and queue q. */
 static void create_queue(const char *q, uint64_t max_messages)
 {
     Keyload__V1__BatchRequest *b = batch_new(NULL);
+    add_create_database(b);
+    answer d = send_batch(b, 5000);
+    if (d.code != KL_OK && d.code != KL_CONFLICT)
+        fprintf(stderr, "  create database: %s %s\n", kl_code_name(d.code), d.err.message);
+    answer_free(&d);
+    b = batch_new(NULL);
     add_create(b, q, max_messages);
     answer a = send_batch(b, 5000);
     if (a.code != KL_OK)
@@ -731,9 +732,14 @@ static void test_group_rf3_all_copies(void)
     for (int i = 0; i < 3; i++)
         group_start(i);
     Keyload__V1__BatchRequest *b = batch_new(NULL);
-    add_create(b, "orders", 0);
+    add_create_database(b);
     int leader = -1;
     answer a = group_batch(b, 20000, &leader);
+    CHECK(a.code == KL_OK, "create database: %s %s", kl_code_name(a.code), a.err.message);
+    answer_free(&a);
+    b = batch_new(NULL);
+    add_create(b, "orders", 0);
+    a = group_batch(b, 20000, &leader);
     CHECK(a.code == KL_OK, "create: %s %s", kl_code_name(a.code), a.err.message);
     answer_free(&a);
     uint8_t cmd[16];
@@ -789,9 +795,14 @@ static void test_group_rf2_failover(void)
     for (int i = 0; i < 3; i++)
         group_start(i);
     Keyload__V1__BatchRequest *b = batch_new(NULL);
-    add_create(b, "jobs", 0);
+    add_create_database(b);
     int leader = -1;
     answer a = group_batch(b, 20000, &leader);
+    CHECK(a.code == KL_OK, "create database: %s %s", kl_code_name(a.code), a.err.message);
+    answer_free(&a);
+    b = batch_new(NULL);
+    add_create(b, "jobs", 0);
+    a = group_batch(b, 20000, &leader);
     CHECK(a.code == KL_OK, "create: %s %s", kl_code_name(a.code), a.err.message);
     answer_free(&a);
     int acked = 0;
@@ -877,6 +888,8 @@ int main(int argc, char **argv)
         {"a non-store data directory is refused", test_refuses_non_store_dir},
         {"3 members, replica_count 3: leader killed, commits wait for all copies", test_group_rf3_all_copies},
         {"3 members, replica_count 2: leader killed -9 mid-stream, nothing lost or doubled", test_group_rf2_failover},
+        {"3x3 cluster: catalog versions reach every data partition once, in order, across failover "
+         "and cold restart", test_catalog_reaches_every_partition},
     };
     int passed = 0, failed = 0;
     for (size_t i = 0; i < sizeof tests / sizeof tests[0]; i++) {
@@ -886,6 +899,7 @@ int main(int argc, char **argv)
         if (daemon_pid > 0)
             stop_daemon(SIGKILL); /* a failed check leaves no process behind */
         group_stop_all();
+        mp_stop_all();
         printf("%s %s (%lld ms)\n", failures_in_test ? "FAIL" : "ok  ", tests[i].name,
                (long long)(now_ms() - t0));
         fflush(stdout);

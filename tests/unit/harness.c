@@ -85,9 +85,14 @@ static void th_random(uint8_t *buf, size_t n)
     memcpy(buf, &c, n < 8 ? n : 8);
 }
 
-void th_open(th_node *t, const char *dir, const kl_limits *limits)
+void th_reopen(th_node *t);
+Keyload__V1__BatchReceipt *th_run(th_node *t, th_batch *b, kl_code expect);
+
+static void th_open_with(th_node *t, const char *dir, const kl_limits *limits, int partition, int count)
 {
     memset(t, 0, sizeof *t);
+    t->partition = partition;
+    t->partition_count = count;
     snprintf(t->dir, sizeof t->dir, "%s", dir);
     t->now = 1700000000000;
     t->auto_persist = true;
@@ -98,7 +103,7 @@ void th_open(th_node *t, const char *dir, const kl_limits *limits)
     else
         kl_limits_default(&t->limits);
     th_reopen(t);
-    if (t->auto_persist && t->serving) {
+    if (t->auto_persist && t->serving && partition == 0) {
         /* Queues need their database in the catalog (partition 0 is this node). */
         th_batch *b = th_batch_new(0xDB);
         th_create_database(b, "default", "default");
@@ -107,12 +112,23 @@ void th_open(th_node *t, const char *dir, const kl_limits *limits)
     }
 }
 
+void th_open(th_node *t, const char *dir, const kl_limits *limits)
+{
+    th_open_with(t, dir, limits, 0, 1);
+}
+
+void th_open_as(th_node *t, const char *dir, int partition, int count)
+{
+    th_open_with(t, dir, NULL, partition, count);
+}
+
 void th_reopen(th_node *t)
 {
     kl_err err;
     rand_owner = t;
     ck_assert_int_eq(kl_store_open(t->dir, NULL, &t->store, &err), KL_OK);
-    kl_node_config cfg = {.partition = 0, .limits = t->limits, .max_pending_bytes = 1u << 26,
+    kl_node_config cfg = {.partition = t->partition, .partition_count = t->partition_count,
+                          .limits = t->limits, .max_pending_bytes = 1u << 26,
                           .max_pending_batches = 1024};
     kl_node_io io = {.ctx = t, .next = th_next, .propose = th_propose, .clock_ms = th_clock,
                      .random = th_random};
@@ -239,6 +255,21 @@ void th_create(th_batch *b, const char *queue, uint64_t max_messages, uint64_t m
     c->limits = l;
     m->kind_case = KEYLOAD__V1__MUTATION__KIND_CREATE_QUEUE;
     m->create_queue = c;
+}
+
+static Keyload__V1__CreateQueue *last_create(th_batch *b)
+{
+    ck_assert_uint_gt(b->b.n_mutations, 0);
+    Keyload__V1__Mutation *m = b->b.mutations[b->b.n_mutations - 1];
+    ck_assert_int_eq(m->kind_case, KEYLOAD__V1__MUTATION__KIND_CREATE_QUEUE);
+    return m->create_queue;
+}
+
+void th_batch_set_partition(th_batch *b, int partition) { last_create(b)->partition = partition; }
+
+void th_batch_set_database(th_batch *b, const char *database)
+{
+    last_create(b)->queue->database = (char *)database;
 }
 
 void th_create_database(th_batch *b, const char *tenant, const char *database)

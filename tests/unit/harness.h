@@ -39,12 +39,17 @@ typedef struct th_node {
     th_prop props[4096];
     size_t n_props;
     kl_limits limits;
+    int partition;                /* which partition this node serves (th_open: 0) */
+    int partition_count;          /* partitions in the cluster (th_open: 1) */
 } th_node;
 
 void th_tmpdir(char *out, size_t cap);
 void th_rmrf(const char *dir);
 
 void th_open(th_node *t, const char *dir, const kl_limits *limits);
+/* Like th_open, for partition `partition` of a cluster of `count`; partition 0 gets the
+ * database default/default, other partitions start with an empty catalog copy. */
+void th_open_as(th_node *t, const char *dir, int partition, int count);
 void th_close(th_node *t);          /* node and store; keeps the directory */
 void th_reopen(th_node *t);
 /* Commits the oldest proposal: durable log write, then kl_node_apply. */
@@ -65,6 +70,9 @@ void th_batch_cmd(th_batch *b, const uint8_t cmd[16]);
 void th_create_database(th_batch *b, const char *tenant, const char *database);
 void th_create(th_batch *b, const char *queue, uint64_t max_messages, uint64_t max_bytes,
                uint32_t max_deliveries, const char *dlq);
+/* The last th_create's placement (-1: partition 0 chooses) and database. */
+void th_batch_set_partition(th_batch *b, int partition);
+void th_batch_set_database(th_batch *b, const char *database);
 void th_delete(th_batch *b, const char *queue);
 void th_enqueue(th_batch *b, const char *queue, const char *lane, const char *body);
 void th_receive(th_batch *b, const char *queue, const char *lane, uint32_t max, uint32_t lease_ms);

@@ -15,6 +15,7 @@ Suite *suite_raft(void);
 Suite *suite_driver(void);
 Suite *suite_peer(void);
 Suite *suite_keys(void);
+Suite *suite_catalog(void);
 
 int main(void)
 {
@@ -29,6 +30,7 @@ int main(void)
     srunner_add_suite(sr, suite_driver());
     srunner_add_suite(sr, suite_peer());
     srunner_add_suite(sr, suite_keys());
+    srunner_add_suite(sr, suite_catalog());
     srunner_run_all(sr, CK_NORMAL);
     int failed = srunner_ntests_failed(sr);
     int run = srunner_ntests_run(sr);

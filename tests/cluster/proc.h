@@ -1,0 +1,58 @@
+/* proc: what the process tests' files share (tests/cluster/proc_test.c owns the
+ * definitions): the RPC and batch builders, the clock, and the check macro. A failed
+ * CHECK counts a failure and returns from the test function. */
+#ifndef KL_PROC_H
+#define KL_PROC_H
+
+#include "common/status.h"
+#include "keyload/v1/queue.pb-c.h"
+
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+extern const char *daemon_bin;
+extern char work[512];
+extern char url[128];      /* where call() sends */
+extern int failures_in_test;
+
+#define CHECK(cond, ...)                                                                         \
+    do {                                                                                         \
+        if (!(cond)) {                                                                           \
+            fprintf(stderr, "  FAIL %s:%d: %s: ", __FILE__, __LINE__, #cond);                    \
+            fprintf(stderr, __VA_ARGS__);                                                        \
+            fprintf(stderr, "\n");                                                               \
+            failures_in_test++;                                                                  \
+            return;                                                                              \
+        }                                                                                        \
+    } while (0)
+
+typedef struct answer {
+    kl_code code;
+    kl_err err;
+    uint8_t *bytes;
+    size_t len;
+} answer;
+
+int64_t now_ms(void);
+void sleep_ms(int ms);
+void answer_free(answer *a);
+/* One request to `url` on a fresh connection. */
+answer call(const char *method, const uint8_t *req, size_t len, int timeout_ms);
+
+/* Batches owned through protobuf-c's free; refs name default/default. */
+Keyload__V1__QueueLaneRef *mkref(const char *queue);
+Keyload__V1__BatchRequest *batch_new(const uint8_t cmd[16]);
+Keyload__V1__Mutation *add_mut(Keyload__V1__BatchRequest *b);
+void add_create(Keyload__V1__BatchRequest *b, const char *queue, uint64_t max_messages);
+void add_create_database(Keyload__V1__BatchRequest *b);
+void add_enqueue(Keyload__V1__BatchRequest *b, const char *queue, const char *body);
+void add_receive(Keyload__V1__BatchRequest *b, const char *queue, uint32_t max, uint32_t lease_ms);
+/* Packs and frees b. */
+uint8_t *pack_free(Keyload__V1__BatchRequest *b, size_t *len);
+
+/* proc_catalog.c */
+void test_catalog_reaches_every_partition(void);
+void mp_stop_all(void);
+
+#endif

@@ -1,0 +1,330 @@
+/* Process test of the catalog (KL-2 test f) on a real 3 x 3 cluster: three partitions of
+ * three keyloadd members each, replica_count 2, on loopback ports 20000..20999.
+ *
+ * Queue definitions committed on partition 0 must reach every member of every data
+ * partition, each version applied exactly once and in order (MemberStatus reports both
+ * the applied version and how many changes were applied; they must be equal), also when a
+ * data partition's leader is killed -9 and after a cold restart of all nine processes.
+ * Every process is started by fork/exec and killed by its pid. */
+#include "tests/cluster/proc.h"
+
+#include "common/guid.h"
+#include "keyload/v1/catalog.pb-c.h"
+
+#include <fcntl.h>
+#include <signal.h>
+#include <stdbool.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#define MP_PARTS 3
+#define MP_MEMBERS 3
+
+static char mp_file[700];
+static char mp_url[MP_PARTS][MP_MEMBERS][64];
+static pid_t mp_pid[MP_PARTS][MP_MEMBERS];
+static bool mp_written;
+
+static void mp_write(void)
+{
+    int base = 20000 + (getpid() % 45) * 20; /* clients base..base+8, peers base+10.. */
+    snprintf(mp_file, sizeof mp_file, "%s/mp.json", work);
+    FILE *f = fopen(mp_file, "w");
+    fprintf(f, "{\"cluster\":\"mp\",\"replica_count\":2,"
+               "\"timers\":{\"tick_ms\":50,\"election_ms\":1000,\"heartbeat_ms\":150},"
+               "\"partitions\":[");
+    for (int p = 0; p < MP_PARTS; p++) {
+        fprintf(f, "%s{\"id\":%d,\"members\":[", p ? "," : "", p);
+        for (int m = 0; m < MP_MEMBERS; m++) {
+            int k = p * MP_MEMBERS + m;
+            snprintf(mp_url[p][m], sizeof mp_url[p][m], "tcp://127.0.0.1:%d", base + k);
+            fprintf(f, "%s{\"id\":%d,\"client\":\"%s\",\"peer\":\"tcp://127.0.0.1:%d\",\"data\":\"%s/mp-p%dm%d\"}",
+                    m ? "," : "", m + 1, mp_url[p][m], base + 10 + k, work, p, m + 1);
+            mp_pid[p][m] = -1;
+        }
+        fprintf(f, "]}");
+    }
+    fprintf(f, "]}\n");
+    fclose(f);
+    mp_written = true;
+}
+
+static void mp_start(int p, int m)
+{
+    char log[700], node[16];
+    snprintf(log, sizeof log, "%s/mp-p%dm%d.log", work, p, m + 1);
+    snprintf(node, sizeof node, "p%dm%d", p, m + 1);
+    pid_t pid = fork();
+    if (pid == 0) {
+        int fd = open(log, O_WRONLY | O_CREAT | O_APPEND, 0600);
+        dup2(fd, 2);
+        dup2(fd, 1);
+        unsetenv("KEYLOAD_FAILPOINTS");
+        execl(daemon_bin, daemon_bin, "--cluster", mp_file, "--node", node, (char *)NULL);
+        _exit(127);
+    }
+    mp_pid[p][m] = pid;
+}
+
+static void mp_kill(int p, int m)
+{
+    if (mp_pid[p][m] <= 0)
+        return;
+    kill(mp_pid[p][m], SIGKILL);
+    waitpid(mp_pid[p][m], NULL, 0);
+    mp_pid[p][m] = -1;
+}
+
+void mp_stop_all(void)
+{
+    if (!mp_written)
+        return;
+    for (int p = 0; p < MP_PARTS; p++)
+        for (int m = 0; m < MP_MEMBERS; m++)
+            mp_kill(p, m);
+}
+
+static void mp_start_all(void)
+{
+    for (int p = 0; p < MP_PARTS; p++)
+        for (int m = 0; m < MP_MEMBERS; m++)
+            mp_start(p, m);
+}
+
+/* Sends to partition p's members until one answers other than NOT_LEADER/UNAVAILABLE. */
+static answer mp_call(int p, const char *method, const uint8_t *req, size_t len, int total_ms)
+{
+    int64_t deadline = now_ms() + total_ms;
+    answer a = {0};
+    for (;;) {
+        for (int m = 0; m < MP_MEMBERS; m++) {
+            if (mp_pid[p][m] <= 0)
+                continue;
+            snprintf(url, sizeof url, "%.100s", mp_url[p][m]);
+            answer_free(&a);
+            a = call(method, req, len, 3000);
+            if (a.code != KL_NOT_LEADER && a.code != KL_UNAVAILABLE)
+                return a;
+        }
+        if (now_ms() > deadline)
+            return a;
+        sleep_ms(100);
+    }
+}
+
+static answer mp_batch(int p, Keyload__V1__BatchRequest *b, int total_ms)
+{
+    size_t len;
+    uint8_t *req = pack_free(b, &len);
+    answer a = mp_call(p, "keyload.v1.Batch", req, len, total_ms);
+    free(req);
+    return a;
+}
+
+static Keyload__V1__MemberStatusAnswer *mp_status(int p, int m)
+{
+    snprintf(url, sizeof url, "%.100s", mp_url[p][m]);
+    answer a = call("keyload.v1.MemberStatus", NULL, 0, 1000);
+    Keyload__V1__MemberStatusAnswer *s = NULL;
+    if (a.code == KL_OK)
+        s = keyload__v1__member_status_answer__unpack(NULL, a.len, a.bytes);
+    answer_free(&a);
+    return s;
+}
+
+/* The serving leader of partition p, or -1 after timeout_ms. */
+static int mp_leader(int p, int timeout_ms)
+{
+    int64_t deadline = now_ms() + timeout_ms;
+    do {
+        for (int m = 0; m < MP_MEMBERS; m++) {
+            if (mp_pid[p][m] <= 0)
+                continue;
+            Keyload__V1__MemberStatusAnswer *s = mp_status(p, m);
+            bool leads = s && s->serving;
+            if (s)
+                keyload__v1__member_status_answer__free_unpacked(s, NULL);
+            if (leads)
+                return m;
+        }
+        sleep_ms(100);
+    } while (now_ms() < deadline);
+    return -1;
+}
+
+/* Waits until every running member has applied catalog version `v`, exactly once per
+ * version. Fills why (and returns false) with the first member that did not. A member
+ * that ever reports changes != version fails at once: a version applied twice or
+ * skipped cannot heal. */
+static bool mp_catalog_everywhere(uint64_t v, int timeout_ms, char *why, size_t cap)
+{
+    int64_t deadline = now_ms() + timeout_ms;
+    for (;;) {
+        bool all = true;
+        for (int p = 0; p < MP_PARTS; p++)
+            for (int m = 0; m < MP_MEMBERS; m++) {
+                if (mp_pid[p][m] <= 0)
+                    continue;
+                Keyload__V1__MemberStatusAnswer *s = mp_status(p, m);
+                if (s == NULL) {
+                    snprintf(why, cap, "p%dm%d does not answer MemberStatus", p, m + 1);
+                    all = false;
+                    continue;
+                }
+                if (s->catalog_changes_applied != s->catalog_version) {
+                    snprintf(why, cap, "p%dm%d applied %llu changes for version %llu", p, m + 1,
+                             (unsigned long long)s->catalog_changes_applied,
+                             (unsigned long long)s->catalog_version);
+                    keyload__v1__member_status_answer__free_unpacked(s, NULL);
+                    return false;
+                }
+                if (s->catalog_version != v) {
+                    snprintf(why, cap, "p%dm%d is at catalog version %llu, not %llu", p, m + 1,
+                             (unsigned long long)s->catalog_version, (unsigned long long)v);
+                    all = false;
+                }
+                keyload__v1__member_status_answer__free_unpacked(s, NULL);
+            }
+        if (all)
+            return true;
+        if (now_ms() > deadline)
+            return false;
+        sleep_ms(100);
+    }
+}
+
+/* Every running member's own catalog copy places `queue` on `partition`. */
+static bool mp_located_everywhere(const char *queue, int partition, char *why, size_t cap)
+{
+    Keyload__V1__LocateQueueRequest r = KEYLOAD__V1__LOCATE_QUEUE_REQUEST__INIT;
+    r.queue = mkref(queue);
+    r.local = true;
+    uint8_t buf[512];
+    size_t n = keyload__v1__locate_queue_request__pack(&r, buf);
+    keyload__v1__queue_lane_ref__free_unpacked(r.queue, NULL);
+    for (int p = 0; p < MP_PARTS; p++)
+        for (int m = 0; m < MP_MEMBERS; m++) {
+            if (mp_pid[p][m] <= 0)
+                continue;
+            snprintf(url, sizeof url, "%.100s", mp_url[p][m]);
+            answer a = call("keyload.v1.LocateQueue", buf, n, 2000);
+            Keyload__V1__LocateQueueAnswer *l =
+                a.code == KL_OK ? keyload__v1__locate_queue_answer__unpack(NULL, a.len, a.bytes) : NULL;
+            bool ok = l && l->queue && l->queue->partition == partition;
+            if (!ok)
+                snprintf(why, cap, "p%dm%d: %s %.150s", p, m + 1, kl_code_name(a.code),
+                         l ? "wrong placement" : a.err.message);
+            if (l)
+                keyload__v1__locate_queue_answer__free_unpacked(l, NULL);
+            answer_free(&a);
+            if (!ok)
+                return false;
+        }
+    return true;
+}
+
+/* Creates queue q on partition 0 (placement chosen there unless pin >= 0); returns the
+ * placement and the catalog version the receipt names, or -1. */
+static int mp_create_queue(const char *q, int pin, uint64_t *version)
+{
+    Keyload__V1__BatchRequest *b = batch_new(NULL);
+    add_create(b, q, 0);
+    b->mutations[0]->create_queue->partition = pin;
+    answer a = mp_batch(0, b, 20000);
+    int placed = -1;
+    if (a.code == KL_OK) {
+        Keyload__V1__BatchReceipt *r = keyload__v1__batch_receipt__unpack(NULL, a.len, a.bytes);
+        if (r && r->n_results == 1 && r->results[0]->queue_created) {
+            placed = r->results[0]->queue_created->partition;
+            *version = r->catalog_version;
+        }
+        if (r)
+            keyload__v1__batch_receipt__free_unpacked(r, NULL);
+    } else {
+        fprintf(stderr, "  create %s: %s %s\n", q, kl_code_name(a.code), a.err.message);
+    }
+    answer_free(&a);
+    return placed;
+}
+
+static long long mp_messages(int p, const char *queue)
+{
+    Keyload__V1__QueueStatsRequest q = KEYLOAD__V1__QUEUE_STATS_REQUEST__INIT;
+    q.queue = mkref(queue);
+    uint8_t buf[512];
+    size_t n = keyload__v1__queue_stats_request__pack(&q, buf);
+    keyload__v1__queue_lane_ref__free_unpacked(q.queue, NULL);
+    answer a = mp_call(p, "keyload.v1.QueueStats", buf, n, 20000);
+    long long m = -1;
+    if (a.code == KL_OK) {
+        Keyload__V1__QueueStatsAnswer *s = keyload__v1__queue_stats_answer__unpack(NULL, a.len, a.bytes);
+        m = s ? (long long)s->messages : -1;
+        if (s)
+            keyload__v1__queue_stats_answer__free_unpacked(s, NULL);
+    }
+    answer_free(&a);
+    return m;
+}
+
+void test_catalog_reaches_every_partition(void)
+{
+    char why[256] = "";
+    mp_write();
+    mp_start_all();
+    Keyload__V1__BatchRequest *b = batch_new(NULL);
+    add_create_database(b);
+    answer a = mp_batch(0, b, 30000);
+    CHECK(a.code == KL_OK, "create database: %s %s", kl_code_name(a.code), a.err.message);
+    answer_free(&a);
+
+    /* Placement: chosen (a data partition) and pinned. The answer comes after the barrier,
+     * so both data partitions' leaders have applied it; followers follow. */
+    uint64_t v1 = 0, v2 = 0, v3 = 0, v4 = 0;
+    int pa = mp_create_queue("alpha", -1, &v1);
+    CHECK(pa == 1 || pa == 2, "alpha placed on %d", pa);
+    int pb = mp_create_queue("beta", 2, &v2);
+    CHECK(pb == 2 && v2 == v1 + 1, "beta placed on %d at version %llu", pb, (unsigned long long)v2);
+    CHECK(mp_catalog_everywhere(v2, 15000, why, sizeof why), "after two queues: %s", why);
+    CHECK(mp_located_everywhere("alpha", pa, why, sizeof why), "alpha: %s", why);
+    b = batch_new(NULL);
+    add_enqueue(b, "alpha", "kept across everything");
+    a = mp_batch(pa, b, 20000);
+    CHECK(a.code == KL_OK, "enqueue on partition %d: %s %s", pa, kl_code_name(a.code), a.err.message);
+    answer_free(&a);
+    /* A data partition's leader is not where definitions are made. */
+    b = batch_new(NULL);
+    add_create(b, "nowhere", 0);
+    a = mp_batch(1, b, 20000);
+    CHECK(a.code == KL_FAILED_PRECONDITION, "create on partition 1: %s", kl_code_name(a.code));
+    answer_free(&a);
+
+    /* A data partition's leader dies: its successor resumes the tail from its own applied
+     * version; the killed member catches up from the log when it returns. */
+    int l1 = mp_leader(1, 15000);
+    CHECK(l1 >= 0, "partition 1 has no serving leader");
+    mp_kill(1, l1);
+    int pc = mp_create_queue("gamma", 1, &v3);
+    CHECK(pc == 1 && v3 == v2 + 1, "gamma during failover: partition %d version %llu", pc,
+          (unsigned long long)v3);
+    CHECK(mp_catalog_everywhere(v3, 15000, why, sizeof why), "after failover: %s", why);
+    mp_start(1, l1);
+    CHECK(mp_catalog_everywhere(v3, 20000, why, sizeof why), "killed member back: %s", why);
+    CHECK(mp_located_everywhere("gamma", 1, why, sizeof why), "gamma: %s", why);
+
+    /* Cold restart of all nine: every version still applied once, state back, and the
+     * next version reaches everyone. */
+    mp_stop_all();
+    mp_start_all();
+    CHECK(mp_catalog_everywhere(v3, 30000, why, sizeof why), "after cold restart: %s", why);
+    for (int p = 0; p < MP_PARTS; p++)
+        CHECK(mp_leader(p, 20000) >= 0, "partition %d elected no leader after the cold restart", p);
+    CHECK(mp_messages(pa, "alpha") == 1, "alpha lost its message over the cold restart");
+    int pd = mp_create_queue("delta", -1, &v4);
+    CHECK(pd >= 1 && v4 == v3 + 1, "delta after cold restart: partition %d version %llu", pd,
+          (unsigned long long)v4);
+    CHECK(mp_catalog_everywhere(v4, 15000, why, sizeof why), "after delta: %s", why);
+    CHECK(mp_located_everywhere("delta", pd, why, sizeof why), "delta: %s", why);
+    mp_stop_all();
+}
