@@ -10,6 +10,8 @@ static const char HELP[] =
     "usage: keyload [GLOBAL OPTIONS] COMMAND [ARGS]\n"
     "\n"
     "Commands:\n"
+    "  database create [TENANT/DB] [--max-scan-records N] [--max-batch-bytes N]\n"
+    "                  [--max-query-read-bytes N]   (default TENANT/DB: --database)\n"
     "  queue create NAME [--partition P] [--max-messages N] [--max-bytes N]\n"
     "                    [--max-deliveries N] [--dlq NAME]\n"
     "  queue delete NAME\n"
@@ -77,6 +79,8 @@ int main(int argc, char **argv)
         fputs(HELP, stdout);
         return CLI_EXIT_OK;
     }
+    if (strcmp(cmd, "database") == 0)
+        return cli_cmd_database(&c, rest_argc, rest);
     if (strcmp(cmd, "queue") == 0)
         return cli_cmd_queue(&c, rest_argc, rest);
     if (strcmp(cmd, "enqueue") == 0)
