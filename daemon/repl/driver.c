@@ -886,7 +886,10 @@ void kl_repl_next(const kl_repl *r, uint64_t *index, uint64_t *term, bool *servi
     kl_raft_status_get(r->raft, &st);
     *index = st.last_index + 1;
     *term = st.term;
-    *serving = live(r) && st.role == KL_RAFT_LEADER && r->applied_term == st.term;
+    /* A leader that heard from fewer than replica_count members in the last election
+     * timeout refuses new writes before proposing them (UNAVAILABLE) rather than holding
+     * them until their deadline. */
+    *serving = live(r) && st.role == KL_RAFT_LEADER && r->applied_term == st.term && st.reachable >= st.q2;
 }
 
 kl_code kl_repl_propose(kl_repl *r, const uint8_t *data, size_t len, uint64_t *leader)

@@ -45,6 +45,7 @@ struct kl_raft {
     kl_raft_config cfg;
     size_t n, self; /* member count; this member's slot in cfg.members */
     uint32_t q1, q2, qcheck;
+    uint32_t reachable; /* leader: members (self included) heard in the last check window */
     kl_rlog log;
     bool fatal;
 
@@ -280,6 +281,7 @@ static void become_leader(kl_raft *r)
     assert(r->role == KL_RAFT_CANDIDATE);
     r->role = KL_RAFT_LEADER;
     r->leader = r->cfg.id;
+    r->reachable = (uint32_t)r->n; /* the voters just answered; the first check corrects it */
     reset_timers(r);
     for (size_t s = 0; s < r->n; s++)
         r->prs[s] = (progress){.match = 0, .next = r->log.last + 1, .state = PR_PROBE};
@@ -873,6 +875,7 @@ static void tick_leader(kl_raft *r)
             heard += r->prs[s].active;
             r->prs[s].active = false;
         }
+        r->reachable = heard;
         if (heard < r->qcheck) {
             become_follower(r, r->term, 0);
             return;
@@ -1075,6 +1078,7 @@ void kl_raft_status_get(const kl_raft *r, kl_raft_status *st)
         .last_index = r->log.last, .last_term = r->log.last_term,
         .persisted = r->log.persisted, .q1 = r->q1, .q2 = r->q2,
         .leader_ready = r->role == KL_RAFT_LEADER && r->commit >= r->noop_index,
+        .reachable = r->role == KL_RAFT_LEADER ? r->reachable : 0,
     };
 }
 

@@ -201,6 +201,8 @@ typedef struct kl_raft_status {
     uint64_t last_index, last_term;
     uint64_t persisted; /* last index the driver reported durable */
     uint32_t q1, q2;
+    uint32_t reachable; /* leader only: members (itself included) it heard from in the last
+                         * election timeout; below q2, new writes cannot commit now */
     bool leader_ready;  /* leader whose no-op (own-term entry) has committed: it may serve
                          * read_index; DESIGN.md §3 also holds client batches until then */
 } kl_raft_status;

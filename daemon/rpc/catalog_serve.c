@@ -23,7 +23,6 @@
 #include <string.h>
 #include <time.h>
 
-#define TIMER_MS 25
 #define BARRIER_DEFAULT_MS 5000   /* without a caller deadline */
 #define BARRIER_MARGIN_MS 100     /* answer this long before the caller gives up */
 
@@ -283,28 +282,14 @@ void kl_service_locate_queue(void *owner, kl_rpc_call *call)
 
 /* ---- lifecycle ---- */
 
-static void on_timer(uv_timer_t *t)
+void kl_service_catalog_tick(kl_service *s)
 {
-    kl_service *s = t->data;
     wake_tails(s, false);
     check_barriers(s, false);
 }
 
-void kl_service_start(kl_service *s, uv_loop_t *loop)
+void kl_service_catalog_stop(kl_service *s)
 {
-    uv_timer_init(loop, &s->timer);
-    s->timer.data = s;
-    uv_timer_start(&s->timer, on_timer, TIMER_MS, TIMER_MS);
-    s->timer_started = true;
-}
-
-void kl_service_stop(kl_service *s)
-{
-    if (s->timer_started) {
-        uv_timer_stop(&s->timer);
-        uv_close((uv_handle_t *)&s->timer, NULL);
-        s->timer_started = false;
-    }
     wake_tails(s, true);
     check_barriers(s, true);
 }

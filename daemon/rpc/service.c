@@ -5,6 +5,7 @@
 
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 /* The leader's client URL, or NULL when unknown (or this member). */
 static const char *leader_url(const kl_service *s, uint64_t *leader_out)
@@ -27,7 +28,15 @@ void kl_service_reply_not_leader(kl_service *s, kl_rpc_call *call, const kl_err 
     kl_repl_status(s->repl, &st);
     const char *url = leader_url(s, NULL);
     kl_err e = *err;
-    if (st.role == KL_RAFT_LEADER) {
+    if (st.role == KL_RAFT_LEADER && st.leader_ready && st.reachable < st.q2) {
+        /* Refused before anything was proposed, so UNAVAILABLE (DESIGN.md §9). */
+        kl_fail(&e, KL_UNAVAILABLE, "replicas_unavailable",
+                "this member leads partition %d but cannot commit now: replica_count is %u and "
+                "only %u members (itself included) answered within the last election timeout; "
+                "nothing was written, retry when they are back",
+                s->partition->id, st.q2, st.reachable);
+        url = NULL;
+    } else if (st.role == KL_RAFT_LEADER) {
         /* Elected, but its first entry has not committed: replica_count members must persist
          * it. Refused before anything was proposed, so UNAVAILABLE (DESIGN.md §9). */
         kl_fail(&e, KL_UNAVAILABLE, "leader_not_ready",
@@ -43,10 +52,53 @@ void kl_service_reply_not_leader(kl_service *s, kl_rpc_call *call, const kl_err 
     kl_rpc_reply_error(call, &e, url);
 }
 
-typedef struct batch_call {
+/* A batch handed to the node. Linked into s->batches until the node answers; `call`
+ * becomes NULL when the deadline answered it first. */
+struct kl_batch_call {
     kl_service *s;
     kl_rpc_call *call;
-} batch_call;
+    int64_t answer_by_ms;          /* 0 = no deadline */
+    struct kl_batch_call *prev, *next;
+};
+typedef struct kl_batch_call batch_call;
+
+#define DEADLINE_MARGIN_MS 100     /* answer this long before the caller's deadline */
+
+static int64_t wall_now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+static void batch_unlink(kl_service *s, batch_call *bc)
+{
+    if (bc->prev)
+        bc->prev->next = bc->next;
+    else
+        s->batches = bc->next;
+    if (bc->next)
+        bc->next->prev = bc->prev;
+}
+
+/* A batch still waiting for its commit when its deadline comes is answered
+ * UNKNOWN_WRITE_OUTCOME: it was proposed and may still commit. Cost: one pass over the
+ * batches in flight (at most the node's max_pending_batches). */
+void kl_service_expire_batches(kl_service *s)
+{
+    int64_t now = wall_now_ms();
+    for (batch_call *bc = s->batches; bc != NULL; bc = bc->next) {
+        if (bc->call == NULL || bc->answer_by_ms == 0 || now < bc->answer_by_ms)
+            continue;
+        kl_err e;
+        kl_fail(&e, KL_UNKNOWN_WRITE_OUTCOME, "deadline",
+                "the batch was proposed but has not committed by its deadline (some members may "
+                "be down or slow); it may still commit: retry with the same command id to learn "
+                "its outcome");
+        kl_rpc_reply_error(bc->call, &e, NULL);
+        bc->call = NULL;
+    }
+}
 
 static void batch_answered(void *cookie, kl_code code, const kl_err *err, const uint8_t *receipt,
                            size_t len)
@@ -54,7 +106,10 @@ static void batch_answered(void *cookie, kl_code code, const kl_err *err, const 
     batch_call *bc = cookie;
     kl_rpc_call *call = bc->call;
     kl_service *s = bc->s;
+    batch_unlink(s, bc);
     free(bc);
+    if (call == NULL)
+        return; /* its deadline answered it already */
     kl_err fe;
     kl_err_clear(&fe);
     if (KL_FAILPOINT("daemon.before_reply", &fe) != KL_OK) {
@@ -85,6 +140,18 @@ static void handle_batch(void *owner, kl_rpc_call *call)
     }
     bc->s = s;
     bc->call = call;
+    int64_t deadline = kl_rpc_call_deadline_ms(call);
+    bc->answer_by_ms = 0;
+    if (deadline > 0) {
+        int64_t now = wall_now_ms();
+        int64_t margin = (deadline - now) / 4 < DEADLINE_MARGIN_MS ? (deadline - now) / 4 : DEADLINE_MARGIN_MS;
+        bc->answer_by_ms = deadline - (margin > 0 ? margin : 0);
+    }
+    bc->prev = NULL;
+    bc->next = s->batches;
+    if (s->batches)
+        s->batches->prev = bc;
+    s->batches = bc;
     kl_node_submit_batch(s->node, KL_LOCAL_PRINCIPAL, p, len, batch_answered, bc);
 }
 
@@ -213,6 +280,35 @@ static void handle_member_status(void *owner, kl_rpc_call *call)
     }
     keyload__v1__member_status_answer__pack(&a, buf);
     kl_rpc_reply(call, buf, n);
+}
+
+/* ---- lifecycle ---- */
+
+#define TIMER_MS 25
+
+static void on_timer(uv_timer_t *t)
+{
+    kl_service *s = t->data;
+    kl_service_catalog_tick(s);
+    kl_service_expire_batches(s);
+}
+
+void kl_service_start(kl_service *s, uv_loop_t *loop)
+{
+    uv_timer_init(loop, &s->timer);
+    s->timer.data = s;
+    uv_timer_start(&s->timer, on_timer, TIMER_MS, TIMER_MS);
+    s->timer_started = true;
+}
+
+void kl_service_stop(kl_service *s)
+{
+    if (s->timer_started) {
+        uv_timer_stop(&s->timer);
+        uv_close((uv_handle_t *)&s->timer, NULL);
+        s->timer_started = false;
+    }
+    kl_service_catalog_stop(s);
 }
 
 static const kl_rpc_method methods[] = {

@@ -19,6 +19,8 @@
 #define KL_TAIL_WAIT_MAX_MS 2000     /* longest a CatalogTail is held empty */
 #define KL_TAIL_MAX_CHANGES 64       /* changes per CatalogTail answer */
 
+struct kl_batch_call;
+
 typedef struct kl_service {
     kl_node *node;
     kl_repl *repl;
@@ -47,7 +49,8 @@ typedef struct kl_service {
         uint8_t *receipt;
         size_t len;
     } barriers[KL_SERVICE_MAX_BARRIERS];
-    uv_timer_t timer;                /* expires parked tails and barriers */
+    struct kl_batch_call *batches;   /* batches the node has not answered yet */
+    uv_timer_t timer;                /* expires parked tails, barriers and batch deadlines */
     bool timer_started;
 } kl_service;
 
@@ -63,6 +66,9 @@ void kl_service_applied(kl_service *s);
 void kl_service_role(kl_service *s, bool leader);
 
 /* Internal to daemon/rpc: */
+void kl_service_expire_batches(kl_service *s);
+void kl_service_catalog_tick(kl_service *s);   /* expire parked tails and barriers */
+void kl_service_catalog_stop(kl_service *s);   /* answer everything parked */
 void kl_service_reply_not_leader(kl_service *s, kl_rpc_call *call, const kl_err *err);
 void kl_service_catalog_tail(void *owner, kl_rpc_call *call);
 void kl_service_locate_queue(void *owner, kl_rpc_call *call);

@@ -786,6 +786,69 @@ static void test_group_rf3_all_copies(void)
     group_stop_all();
 }
 
+/* replica_count 3 of 3 with a follower down (KL-2 test c): a batch the leader proposed
+ * answers UNKNOWN_WRITE_OUTCOME at its deadline; once the leader knows the member is gone,
+ * a new batch is refused before proposing (UNAVAILABLE); when the member returns, the
+ * first batch's retry (same command id) answers OK and it took effect exactly once. */
+static void test_group_rf3_follower_down(void)
+{
+    write_group("rf3c", 3, 3);
+    for (int i = 0; i < 3; i++)
+        group_start(i);
+    Keyload__V1__BatchRequest *b = batch_new(NULL);
+    add_create_database(b);
+    int leader = -1;
+    answer a = group_batch(b, 20000, &leader);
+    CHECK(a.code == KL_OK, "create database: %s %s", kl_code_name(a.code), a.err.message);
+    answer_free(&a);
+    b = batch_new(NULL);
+    add_create(b, "c", 0);
+    a = group_batch(b, 20000, &leader);
+    CHECK(a.code == KL_OK, "create: %s %s", kl_code_name(a.code), a.err.message);
+    answer_free(&a);
+    int down = (leader + 1) % 3;
+    group_kill(down, SIGKILL);
+    uint8_t cmd[16];
+    kl_guid_random(cmd);
+    b = batch_new(cmd);
+    add_enqueue(b, "c", "one");
+    size_t len;
+    uint8_t *one = pack_free(b, &len);
+    snprintf(url, sizeof url, "%s", group_url[leader]);
+    a = call("keyload.v1.Batch", one, len, 1500);
+    CHECK(a.code == KL_UNKNOWN_WRITE_OUTCOME && strcmp(a.err.detail, "deadline") == 0,
+          "proposed with a member down: %s %s (%s)", kl_code_name(a.code), a.err.detail, a.err.message);
+    answer_free(&a);
+    sleep_ms(3000); /* two election timeouts: the leader has counted who answers */
+    b = batch_new(NULL);
+    add_enqueue(b, "c", "two");
+    uint8_t *two = pack_free(b, &len);
+    size_t two_len = len;
+    snprintf(url, sizeof url, "%s", group_url[leader]);
+    a = call("keyload.v1.Batch", two, two_len, 1500);
+    free(two);
+    CHECK(a.code == KL_UNAVAILABLE && strcmp(a.err.detail, "replicas_unavailable") == 0,
+          "refused before proposing: %s %s (%s)", kl_code_name(a.code), a.err.detail, a.err.message);
+    answer_free(&a);
+    group_start(down);
+    b = batch_new(cmd);
+    add_enqueue(b, "c", "one");
+    a = group_batch(b, 20000, NULL);
+    CHECK(a.code == KL_OK, "retry after the member returned: %s %s", kl_code_name(a.code), a.err.message);
+    answer first = a;
+    b = batch_new(cmd);
+    add_enqueue(b, "c", "one");
+    a = group_batch(b, 20000, NULL);
+    CHECK(a.code == KL_OK && a.len == first.len && memcmp(a.bytes, first.bytes, a.len) == 0,
+          "second retry differs: %s", kl_code_name(a.code));
+    answer_free(&a);
+    answer_free(&first);
+    free(one);
+    long long n = group_messages("c");
+    CHECK(n == 1, "messages after the retries: %lld (want exactly 1)", n);
+    group_stop_all();
+}
+
 /* replica_count 2 of 3: the leader is killed -9 in the middle of a stream of single-message
  * batches; the two others elect a leader and go on. Every acknowledged message is there
  * exactly once after the old leader comes back (retries reuse their command ids). */
@@ -887,6 +950,8 @@ int main(int argc, char **argv)
         {"bad input answers clearly and changes nothing", test_bad_input},
         {"a non-store data directory is refused", test_refuses_non_store_dir},
         {"3 members, replica_count 3: leader killed, commits wait for all copies", test_group_rf3_all_copies},
+        {"3 members, replica_count 3: a follower down: UNKNOWN_WRITE_OUTCOME, then UNAVAILABLE, then one effect",
+         test_group_rf3_follower_down},
         {"3 members, replica_count 2: leader killed -9 mid-stream, nothing lost or doubled", test_group_rf2_failover},
         {"3x3 cluster: catalog versions reach every data partition once, in order, across failover "
          "and cold restart", test_catalog_reaches_every_partition},
