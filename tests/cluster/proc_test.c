@@ -12,11 +12,13 @@
 #include "common/rpc.h"
 #include "common/status.h"
 #include "keyload/v1/queue.pb-c.h"
+#include "keyload/v1/catalog.pb-c.h"
 #include "keyload/v1/rpc.pb-c.h"
 
 #include <errno.h>
 #include <fcntl.h>
 #include <nng/nng.h>
+#include <pthread.h>
 #include <nng/protocol/reqrep0/req.h>
 #include <signal.h>
 #include <sodium.h>
@@ -849,6 +851,110 @@ static void test_group_rf3_follower_down(void)
     group_stop_all();
 }
 
+/* ---- a follower that missed 10,000 entries (KL-2 test e) ---- */
+
+#define CATCHUP_ENTRIES 10000
+#define CATCHUP_THREADS 8
+
+typedef struct {
+    const char *url;
+    int first, count, acked;
+} catchup_writer;
+
+/* Single-message batches over one connection: each commits as its own log entry. */
+static void *catchup_write(void *arg)
+{
+    catchup_writer *w = arg;
+    kl_rpc_client *c;
+    kl_err err;
+    if (kl_rpc_client_open(w->url, 2000, 0, &c, &err) != KL_OK)
+        return NULL;
+    for (int i = 0; i < w->count; i++) {
+        char body[32];
+        snprintf(body, sizeof body, "m-%d", w->first + i);
+        Keyload__V1__BatchRequest *b = batch_new(NULL);
+        add_enqueue(b, "backlog", body);
+        size_t len;
+        uint8_t *req = pack_free(b, &len);
+        uint8_t *ans;
+        size_t alen;
+        if (kl_rpc_invoke(c, "keyload.v1.Batch", req, len, 10000, &ans, &alen, NULL, 0, &err) == KL_OK) {
+            w->acked++;
+            free(ans);
+        }
+        free(req);
+    }
+    kl_rpc_client_close(c);
+    return NULL;
+}
+
+static long long member_applied(int i)
+{
+    snprintf(url, sizeof url, "%s", group_url[i]);
+    answer a = call("keyload.v1.MemberStatus", NULL, 0, 1000);
+    long long applied = -1;
+    if (a.code == KL_OK) {
+        Keyload__V1__MemberStatusAnswer *s = keyload__v1__member_status_answer__unpack(NULL, a.len, a.bytes);
+        if (s) {
+            applied = (long long)s->applied_index;
+            keyload__v1__member_status_answer__free_unpacked(s, NULL);
+        }
+    }
+    answer_free(&a);
+    return applied;
+}
+
+static void test_group_follower_catches_up(void)
+{
+    write_group("catchup", 3, 2);
+    for (int i = 0; i < 3; i++)
+        group_start(i);
+    Keyload__V1__BatchRequest *b = batch_new(NULL);
+    add_create_database(b);
+    int leader = -1;
+    answer a = group_batch(b, 20000, &leader);
+    CHECK(a.code == KL_OK, "create database: %s %s", kl_code_name(a.code), a.err.message);
+    answer_free(&a);
+    b = batch_new(NULL);
+    add_create(b, "backlog", 0);
+    a = group_batch(b, 20000, &leader);
+    CHECK(a.code == KL_OK, "create: %s %s", kl_code_name(a.code), a.err.message);
+    answer_free(&a);
+    int behind = (leader + 1) % 3;
+    group_kill(behind, SIGKILL);
+    catchup_writer w[CATCHUP_THREADS];
+    pthread_t th[CATCHUP_THREADS];
+    int64_t t0 = now_ms();
+    for (int i = 0; i < CATCHUP_THREADS; i++) {
+        w[i] = (catchup_writer){.url = group_url[leader], .first = i * (CATCHUP_ENTRIES / CATCHUP_THREADS),
+                                .count = CATCHUP_ENTRIES / CATCHUP_THREADS};
+        pthread_create(&th[i], NULL, catchup_write, &w[i]);
+    }
+    int acked = 0;
+    for (int i = 0; i < CATCHUP_THREADS; i++) {
+        pthread_join(th[i], NULL);
+        acked += w[i].acked;
+    }
+    int64_t t1 = now_ms();
+    CHECK(acked == CATCHUP_ENTRIES, "%d of %d batches acknowledged", acked, CATCHUP_ENTRIES);
+    long long target = member_applied(leader);
+    CHECK(target >= CATCHUP_ENTRIES, "leader applied only %lld", target);
+    group_start(behind);
+    int64_t deadline = now_ms() + 60000;
+    long long got;
+    while ((got = member_applied(behind)) < target && now_ms() < deadline)
+        sleep_ms(100);
+    int64_t t2 = now_ms();
+    CHECK(got >= target, "the restarted member applied %lld of %lld entries within 60 s", got, target);
+    fprintf(stderr, "  %d entries written in %lld ms with one member down; it caught up in %lld ms\n",
+            CATCHUP_ENTRIES, (long long)(t1 - t0), (long long)(t2 - t1));
+    /* Its copy is a real one: without the old leader, it and the third member serve all of it. */
+    group_kill(leader, SIGKILL);
+    long long n = group_messages("backlog");
+    CHECK(n == CATCHUP_ENTRIES, "messages after the old leader left: %lld", n);
+    group_stop_all();
+}
+
 /* replica_count 2 of 3: the leader is killed -9 in the middle of a stream of single-message
  * batches; the two others elect a leader and go on. Every acknowledged message is there
  * exactly once after the old leader comes back (retries reuse their command ids). */
@@ -953,6 +1059,7 @@ int main(int argc, char **argv)
         {"3 members, replica_count 3: a follower down: UNKNOWN_WRITE_OUTCOME, then UNAVAILABLE, then one effect",
          test_group_rf3_follower_down},
         {"3 members, replica_count 2: leader killed -9 mid-stream, nothing lost or doubled", test_group_rf2_failover},
+        {"3 members, replica_count 2: a follower that missed 10,000 entries catches up", test_group_follower_catches_up},
         {"3x3 cluster: catalog versions reach every data partition once, in order, across failover "
          "and cold restart", test_catalog_reaches_every_partition},
     };
