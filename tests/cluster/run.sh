@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Process tests: real keyloadd processes on loopback (build/proc-test), then the CLI
-# end to end (tests/cluster/cli.sh). Work directories live under var/ and are removed.
+# end to end (tests/cluster/cli.sh), then the launcher on an RF3 cluster
+# (tests/cluster/deploy.sh). Work directories live under var/ and are removed.
 set -u
 cd "$(dirname "$0")/../.."
 work=$(mktemp -d "$PWD/var/proctest.XXXXXX" 2>/dev/null || { mkdir -p var && mktemp -d "$PWD/var/proctest.XXXXXX"; })
@@ -13,4 +14,5 @@ fi
 if [ -f tests/cluster/cli.sh ]; then
   bash tests/cluster/cli.sh || rc=1
 fi
+bash tests/cluster/deploy.sh || rc=1   # the launcher on RF3: keys, status, kill, down
 exit $rc

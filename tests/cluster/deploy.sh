@@ -1,0 +1,156 @@
+#!/usr/bin/env bash
+# deploy/keyload-cluster end to end on a real RF3 cluster (3 partitions x 3 members, from
+# deploy/local-rf3.json): key files and their modes, keys generated once and reused,
+# members refusing a wrong or exposed key, `status --json` (leaders, members up or not),
+# kill, start, down. Its own cluster file and name, ports in 32000-32739 (below the
+# ephemeral range); every process it starts is stopped on exit by pid file, never by name.
+set -u
+cd "$(dirname "$0")/../.." || exit 1
+name="deploytest$$"
+base=$(( 32000 + ($$ % 37) * 20 ))   # clients base..base+8, peers base+9..base+17
+mkdir -p var
+cfg=$(mktemp "$PWD/var/deploy-XXXXXX.json")
+var="var/$name"
+passed=0 failed=0
+ok() { passed=$((passed + 1)); echo "ok   $1"; }
+bad() { failed=$((failed + 1)); echo "FAIL $1"; }
+check() { local n=$1; shift; if "$@"; then ok "$n"; else bad "$n"; fi; }
+quiet() { "$@" >/dev/null 2>&1; }
+# A pid has ended when it is gone or a zombie not yet reaped by its (re)parent.
+gone() { ! kill -0 "$1" 2>/dev/null || [ "$(ps -o stat= -p "$1" 2>/dev/null | cut -c1)" = Z ]; }
+
+cleanup() {
+  local f p pids=()
+  for f in "$var"/*.pid; do
+    [ -f "$f" ] || continue
+    p=$(cat "$f" 2>/dev/null)
+    [ -n "$p" ] && kill -TERM "$p" 2>/dev/null && pids+=("$p")
+  done
+  for _ in $(seq 1 100); do
+    local left=0
+    for p in "${pids[@]}"; do gone "$p" || left=1; done
+    [ $left -eq 0 ] && break
+    sleep 0.05
+  done
+  for p in "${pids[@]}"; do kill -KILL "$p" 2>/dev/null; done
+  rm -rf "$var" "$cfg"
+}
+trap cleanup EXIT
+trap 'exit 1' INT TERM
+
+jq --arg name "$name" --argjson base "$base" '
+  .cluster = $name
+  | .partitions |= (to_entries | map(.key as $pi | .value
+      | .members |= (to_entries | map(.key as $mi | .value
+          | .client = "tcp://127.0.0.1:\($base + $pi * 3 + $mi)"
+          | .peer = "tcp://127.0.0.1:\($base + 9 + $pi * 3 + $mi)"))))' deploy/local-rf3.json >"$cfg"
+[ "$(jq '[.partitions[].members[]] | length' "$cfg")" = 9 ] || { echo "FAIL local-rf3.json has not 9 members"; echo "0 passed, 1 failed"; exit 1; }
+
+kc() { timeout 60 deploy/keyload-cluster --config "$cfg" "$@"; }
+mode_of() { stat -c %a "$1" 2>/dev/null; }
+size_of() { stat -c %s "$1" 2>/dev/null; }
+nodes=$(jq -r '.partitions[] | .id as $p | .members[] | "p\($p)m\(.id)"' "$cfg")
+status_json() { kc status --json 2>/dev/null; }
+# Polls status --json (up to 20 s) until the jq condition holds; keeps the last answer in $st.
+wait_status() {
+  local cond=$1
+  for _ in $(seq 1 80); do
+    st=$(status_json)
+    [ "$(jq -r "$cond" <<<"$st" 2>/dev/null)" = true ] && return 0
+    sleep 0.25
+  done
+  return 1
+}
+all_up='(.partitions | length) == 3 and all(.partitions[]; .leader != null and all(.members[]; .up and .state == "running"))'
+keys_digest() { cat "$var/cluster.secret" "$var"/p*m*.key 2>/dev/null | sha256sum; }
+pubs() { jq -c '[.partitions[].members[].public_key]' "$var/cluster.json" 2>/dev/null; }
+
+# ---- first up: key files, modes, cluster.json
+if ! kc up >/dev/null; then bad "cluster up"; echo "$passed passed, $failed failed"; exit 1; fi
+ok "cluster up"
+check "var dir is 0700" [ "$(mode_of "$var")" = 700 ]
+check "cluster.secret is 0600, 32 bytes" [ "$(mode_of "$var/cluster.secret"):$(size_of "$var/cluster.secret")" = 600:32 ]
+bad_keys=0
+for n in $nodes; do
+  [ "$(mode_of "$var/$n.key"):$(size_of "$var/$n.key")" = 600:64 ] || { bad_keys=1; echo "  $n.key: mode $(mode_of "$var/$n.key"), $(size_of "$var/$n.key") bytes"; }
+done
+check "9 member keys, each 0600 and 64 bytes" [ $bad_keys -eq 0 ]
+check "cluster.json has 9 distinct public keys" \
+  [ "$(jq '[.partitions[].members[].public_key | select(type == "string")] | unique | length' "$var/cluster.json" 2>/dev/null)" = 9 ]
+lens=$(jq -r '.partitions[].members[].public_key' "$var/cluster.json" 2>/dev/null | while read -r k; do base64 -d <<<"$k" | wc -c; done | sort -u)
+check "every public key is 32 bytes" [ "$lens" = 32 ]
+check "p1m2's public key is recorded in p1m2.pub" \
+  [ "$(cat "$var/p1m2.pub" 2>/dev/null)" = "$(jq -r '.partitions[1].members[1].public_key' "$var/cluster.json")" ]
+digest1=$(keys_digest) pubs1=$(pubs)
+
+# ---- status
+if wait_status "$all_up"; then ok "status --json: 3 partitions, each with a leader, all 9 members up"
+else bad "status --json never showed every leader and member: $(jq -c . <<<"$st" 2>/dev/null)"; fi
+check "status --json carries term, commit and applied indexes and catalog version" \
+  [ "$(jq -r 'all(.partitions[]; (.term | type) == "number" and (.commit_index | type) == "number" and (.applied_index | type) == "number" and (.catalog_version | type) == "number")' <<<"$st")" = true ]
+check "status --json keeps the pid-file list" [ "$(jq -r '[.nodes[] | select(.state == "running" and .pid != null)] | length' <<<"$st")" = 9 ]
+human=$(kc status 2>&1)
+check "status prints one line per partition" [ "$(grep -c '^partition [0-2]: leader p[0-2]m[1-3]' <<<"$human")" = 3 ]
+
+# ---- kill one member
+p1m2_pid=$(cat "$var/p1m2.pid" 2>/dev/null)
+kc kill p1m2 >/dev/null
+if wait_status '[.partitions[1].members[] | select(.node == "p1m2") | .up == false and .state == "stopped"][0]'; then
+  ok "after kill p1m2, status shows p1m2 not up and stopped"
+else bad "p1m2 after kill: $(jq -c '.partitions[1].members[1]' <<<"$st")"; fi
+check "the others stay up" [ "$(jq '[.partitions[].members[] | select(.up)] | length' <<<"$st")" = 8 ]
+check "p1m2's process is gone" gone "$p1m2_pid"
+
+# ---- members refuse keys that are not theirs
+hand() { # hand KEYFILE|"": keyloadd p1m2 started by hand (its pid file lets cleanup stop it
+         # should it start); keeps its output in $out and its exit status in $hand_rc
+  local key=(); [ -n "$1" ] && key=(--member-key "$1")
+  out=$(timeout 20 ./bin/keyloadd --cluster "$var/cluster.json" --node p1m2 --var var \
+          --cluster-secret "$var/cluster.secret" "${key[@]}" 2>&1 & echo $! >"$var/hand.pid"
+        wait $!; r=$?; rm -f "$var/hand.pid"; exit $r)
+  hand_rc=$?
+}
+hand "$var/p0m1.key"
+check "another member's key: refused with exit 2" [ "$hand_rc" = 2 ]
+check "the refusal names the member and the file" bash -c 'grep -q "p1m2" <<<"$0" && grep -q "p0m1.key" <<<"$0"' "$out"
+hand ""
+check "no --member-key while the cluster file has its public_key: refused" [ "$hand_rc" = 2 ]
+install -m 0644 "$var/p1m2.key" "$var/exposed.key"
+hand "$var/exposed.key"
+check "a key file readable by others: refused, naming the mode" bash -c '[ "$1" = 2 ] && grep -q "0644" <<<"$0"' "$out" "$hand_rc"
+rm -f "$var/exposed.key"
+cp -p "$var/p1m2.key" "$var/p1m2.key.orig"
+cp "$var/p2m3.key" "$var/p1m2.key"
+out=$(kc start p1m2 2>&1); rc=$?
+check "launcher start with a swapped key file fails" [ "$rc" -ne 0 ]
+check "... saying whose key it is not" grep -q "does not belong to p1m2" <<<"$out"
+mv "$var/p1m2.key.orig" "$var/p1m2.key"
+check "start p1m2 with its own key" quiet kc start p1m2
+check "status shows p1m2 up again" wait_status "$all_up"
+leaked=0
+for f in "$var/cluster.secret" "$var"/p*m*.key; do
+  grep -rqF "$(base64 -w0 "$f")" "$var"/*.log && { leaked=1; echo "  $f appears in a log"; }
+done
+check "no key bytes in any log" [ $leaked -eq 0 ]
+
+# ---- down, then up again: same keys
+member_pids=$(cat "$var"/*.pid 2>/dev/null)
+check "down" quiet kc down
+still=0
+for p in $member_pids; do gone "$p" || still=1; done
+check "down stopped every member" [ $still -eq 0 ]
+check "down removed every pid file" [ -z "$(ls "$var"/*.pid 2>/dev/null)" ]
+check "status after down: nothing running, nothing up" \
+  [ "$(status_json | jq '[.partitions[].members[] | select(.up or .state == "running")] | length')" = 0 ]
+check "second up" quiet kc up
+check "second up reused the cluster secret and member keys" [ "$(keys_digest)" = "$digest1" ]
+check "second up wrote the same public keys" [ "$(pubs)" = "$pubs1" ]
+check "all up after the second up" wait_status "$all_up"
+check "restart --cold" quiet kc restart --cold
+check "restart --cold kept the keys" [ "$(keys_digest):$(pubs)" = "$digest1:$pubs1" ]
+check "all up after restart --cold" wait_status "$all_up"
+check "final down" quiet kc down
+check "no pid file left" [ -z "$(ls "$var"/*.pid 2>/dev/null)" ]
+
+echo "$passed passed, $failed failed"
+[ "$failed" -eq 0 ]
