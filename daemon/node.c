@@ -267,6 +267,34 @@ void kl_node_role(kl_node *n, bool serving)
         propose_incarnation(n);
 }
 
+/* The limits a batch or read of database tenant/db runs under: the cluster file's,
+ * tightened by the database's own (DatabaseLimits, from this partition's catalog copy). */
+static kl_code database_limits(kl_node *n, kl_view *v, const char *tenant, const char *db, kl_limits *out,
+                               kl_err *err)
+{
+    *out = n->cfg.limits;
+    if (tenant == NULL)
+        return KL_OK;
+    Keyload__V1__CatalogDatabase *d;
+    bool found;
+    uint64_t limit = v->scan_limit;
+    v->scan_limit = UINT64_MAX; /* a catalog read is not the request's scan */
+    kl_code rc = kl_catalog_get_database(v, tenant, db, &d, &found, err);
+    v->scan_limit = limit;
+    v->scanned = 0;
+    if (rc != KL_OK || !found)
+        return rc;
+    const Keyload__V1__DatabaseLimits *l = d->limits;
+    if (l && l->max_scan_records && l->max_scan_records < out->max_scan_records)
+        out->max_scan_records = l->max_scan_records;
+    if (l && l->max_batch_bytes && l->max_batch_bytes < out->max_batch_bytes)
+        out->max_batch_bytes = l->max_batch_bytes;
+    if (l && l->max_query_read_bytes && l->max_query_read_bytes < out->max_query_read_bytes)
+        out->max_query_read_bytes = l->max_query_read_bytes;
+    keyload__v1__catalog_database__free_unpacked(d, NULL);
+    return KL_OK;
+}
+
 /* ---- submit ---- */
 
 static void reply_err(kl_node_reply_fn fn, void *cookie, const kl_err *err)
@@ -420,7 +448,18 @@ void kl_node_submit_batch(kl_node *n, const char *principal, const uint8_t *req,
     kl_buf results = {0}, receipt = {0}, ws = {0}, entry = {0};
     kl_catalog_batch catalog = {0};
     uint8_t digest[KL_DIGEST_LEN];
+    kl_view view = {.store = n->store, .pending = &n->overlay, .scratch = &scratch};
+    kl_limits limits;
+    const char *tenant, *db;
+    /* Shape first (names are checked before any key is built from them), then again
+     * under the database's own limits. */
     kl_code rc = kl_engine_validate_batch(b, len, &n->cfg.limits, &err);
+    if (rc == KL_OK)
+        rc = kl_engine_batch_database(b, &tenant, &db, &err);
+    if (rc == KL_OK)
+        rc = database_limits(n, &view, tenant, db, &limits, &err);
+    if (rc == KL_OK)
+        rc = kl_engine_validate_batch(b, len, &limits, &err);
     if (rc != KL_OK)
         goto fail;
     uint64_t index, term;
@@ -460,9 +499,8 @@ void kl_node_submit_batch(kl_node *n, const char *principal, const uint8_t *req,
                      "the write pipeline is full (%zu batches pending); retry shortly", n->n_pend);
         goto fail;
     }
-    kl_view view = {.store = n->store, .pending = &n->overlay, .scratch = &scratch,
-                    .scan_limit = n->cfg.limits.max_scan_records};
-    kl_eval_ctx ctx = {.view = &view, .limits = &n->cfg.limits, .partition = n->cfg.partition,
+    view.scan_limit = limits.max_scan_records;
+    kl_eval_ctx ctx = {.view = &view, .limits = &limits, .partition = n->cfg.partition,
                        .partition_count = n->cfg.partition_count, .now_ms = entry_time(n),
                        .random = n->io.random,
                        .catalog = n->cfg.partition == 0 ? &catalog : NULL};
@@ -605,8 +643,12 @@ kl_code kl_node_queue_stats(kl_node *n, const uint8_t *req, size_t len, uint8_t 
         (rc = kl_name_check("queue.database", r->queue->database, err)) != KL_OK ||
         (rc = kl_name_check("queue.queue", r->queue->queue, err)) != KL_OK)
         goto done;
-    kl_view view = {.store = n->store, .scan_limit = n->cfg.limits.max_scan_records};
-    kl_eval_ctx ctx = {.view = &view, .limits = &n->cfg.limits, .partition = n->cfg.partition,
+    kl_view view = {.store = n->store};
+    kl_limits limits;
+    if ((rc = database_limits(n, &view, r->queue->tenant, r->queue->database, &limits, err)) != KL_OK)
+        goto done;
+    view.scan_limit = limits.max_scan_records;
+    kl_eval_ctx ctx = {.view = &view, .limits = &limits, .partition = n->cfg.partition,
                        .now_ms = entry_time(n), .random = n->io.random};
     Keyload__V1__QueueStatsAnswer a = KEYLOAD__V1__QUEUE_STATS_ANSWER__INIT;
     Keyload__V1__QueueLimits lim;

@@ -55,6 +55,11 @@ int kl_buf_append_varint_field(kl_buf *b, uint8_t tag, uint64_t v);
 kl_code kl_engine_validate_batch(const Keyload__V1__BatchRequest *b, size_t encoded_len,
                                  const kl_limits *limits, kl_err *err);
 
+/* The one database the batch's queue refs name (*tenant NULL when none does, e.g. a
+ * database creation). INVALID_ARGUMENT when they name two. Pointers borrow from b. */
+kl_code kl_engine_batch_database(const Keyload__V1__BatchRequest *b, const char **tenant,
+                                 const char **database, kl_err *err);
+
 /* Evaluates every mutation in order into ctx->view's scratch overlay and appends each
  * result, encoded, to results. */
 kl_code kl_engine_eval_batch(kl_eval_ctx *ctx, const Keyload__V1__BatchRequest *b, kl_buf *results,

@@ -192,3 +192,37 @@ kl_code kl_engine_validate_batch(const Keyload__V1__BatchRequest *b, size_t enco
                        "a batch that creates a database or a queue holds exactly that one mutation");
     return KL_OK;
 }
+
+/* The queue ref a mutation names, or NULL (database creation). */
+static const Keyload__V1__QueueLaneRef *mutation_ref(const Keyload__V1__Mutation *m)
+{
+    switch (m->kind_case) {
+    case KEYLOAD__V1__MUTATION__KIND_CREATE_QUEUE: return m->create_queue->queue;
+    case KEYLOAD__V1__MUTATION__KIND_DELETE_QUEUE: return m->delete_queue->queue;
+    case KEYLOAD__V1__MUTATION__KIND_ENQUEUE: return m->enqueue->lane;
+    case KEYLOAD__V1__MUTATION__KIND_RECEIVE: return m->receive->lane;
+    case KEYLOAD__V1__MUTATION__KIND_ACK: return m->ack->queue;
+    case KEYLOAD__V1__MUTATION__KIND_RELEASE: return m->release->queue;
+    default: return NULL;
+    }
+}
+
+kl_code kl_engine_batch_database(const Keyload__V1__BatchRequest *b, const char **tenant,
+                                 const char **database, kl_err *err)
+{
+    *tenant = *database = NULL;
+    for (size_t i = 0; i < b->n_mutations; i++) {
+        const Keyload__V1__QueueLaneRef *r = mutation_ref(b->mutations[i]);
+        if (r == NULL || r->tenant == NULL || r->database == NULL)
+            continue;
+        if (*tenant == NULL) {
+            *tenant = r->tenant;
+            *database = r->database;
+        } else if (strcmp(*tenant, r->tenant) != 0 || strcmp(*database, r->database) != 0) {
+            return kl_fail(err, KL_INVALID_ARGUMENT, "database",
+                           "mutations[%zu] names database %s/%s but the batch acts on %s/%s; a batch "
+                           "acts on one database", i, r->tenant, r->database, *tenant, *database);
+        }
+    }
+    return KL_OK;
+}

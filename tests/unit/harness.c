@@ -257,19 +257,39 @@ void th_create(th_batch *b, const char *queue, uint64_t max_messages, uint64_t m
     m->create_queue = c;
 }
 
-static Keyload__V1__CreateQueue *last_create(th_batch *b)
+static Keyload__V1__Mutation *last_mut(th_batch *b)
 {
     ck_assert_uint_gt(b->b.n_mutations, 0);
-    Keyload__V1__Mutation *m = b->b.mutations[b->b.n_mutations - 1];
-    ck_assert_int_eq(m->kind_case, KEYLOAD__V1__MUTATION__KIND_CREATE_QUEUE);
-    return m->create_queue;
+    return b->b.mutations[b->b.n_mutations - 1];
 }
 
-void th_batch_set_partition(th_batch *b, int partition) { last_create(b)->partition = partition; }
+void th_batch_set_partition(th_batch *b, int partition)
+{
+    Keyload__V1__Mutation *m = last_mut(b);
+    ck_assert_int_eq(m->kind_case, KEYLOAD__V1__MUTATION__KIND_CREATE_QUEUE);
+    m->create_queue->partition = partition;
+}
 
 void th_batch_set_database(th_batch *b, const char *database)
 {
-    last_create(b)->queue->database = (char *)database;
+    Keyload__V1__Mutation *m = last_mut(b);
+    switch (m->kind_case) {
+    case KEYLOAD__V1__MUTATION__KIND_CREATE_QUEUE: m->create_queue->queue->database = (char *)database; break;
+    case KEYLOAD__V1__MUTATION__KIND_ENQUEUE: m->enqueue->lane->database = (char *)database; break;
+    default: ck_abort_msg("th_batch_set_database: unsupported mutation kind");
+    }
+}
+
+void th_batch_set_db_limits(th_batch *b, uint64_t scan, uint64_t batch_bytes, uint64_t read_bytes)
+{
+    Keyload__V1__Mutation *m = last_mut(b);
+    ck_assert_int_eq(m->kind_case, KEYLOAD__V1__MUTATION__KIND_CREATE_DATABASE);
+    Keyload__V1__DatabaseLimits *l = own(b, sizeof *l);
+    keyload__v1__database_limits__init(l);
+    l->max_scan_records = scan;
+    l->max_batch_bytes = batch_bytes;
+    l->max_query_read_bytes = read_bytes;
+    m->create_database->limits = l;
 }
 
 void th_create_database(th_batch *b, const char *tenant, const char *database)
@@ -373,6 +393,20 @@ void th_submit(th_node *t, const uint8_t *req, size_t len, th_reply *r)
     kl_node_submit_batch(t->node, "local", req, len, on_reply, r);
     if (t->auto_persist)
         th_drain(t);
+}
+
+void th_run_err(th_node *t, th_batch *b, kl_code expect, kl_err *err)
+{
+    size_t len;
+    uint8_t *req = th_batch_pack(b, &len);
+    th_reply r = {0};
+    th_submit(t, req, len, &r);
+    free(req);
+    ck_assert_int_eq(r.count, 1);
+    ck_assert_msg(r.code == expect, "expected %s, got %s: %s", kl_code_name(expect), kl_code_name(r.code),
+                  r.err.message);
+    *err = r.err;
+    th_reply_free(&r);
 }
 
 Keyload__V1__BatchReceipt *th_run(th_node *t, th_batch *b, kl_code expect)

@@ -72,7 +72,9 @@ void th_create(th_batch *b, const char *queue, uint64_t max_messages, uint64_t m
                uint32_t max_deliveries, const char *dlq);
 /* The last th_create's placement (-1: partition 0 chooses) and database. */
 void th_batch_set_partition(th_batch *b, int partition);
-void th_batch_set_database(th_batch *b, const char *database);
+void th_batch_set_database(th_batch *b, const char *database); /* last create or enqueue */
+/* The last th_create_database's DatabaseLimits. */
+void th_batch_set_db_limits(th_batch *b, uint64_t scan, uint64_t batch_bytes, uint64_t read_bytes);
 void th_delete(th_batch *b, const char *queue);
 void th_enqueue(th_batch *b, const char *queue, const char *lane, const char *body);
 void th_receive(th_batch *b, const char *queue, const char *lane, uint32_t max, uint32_t lease_ms);
@@ -85,6 +87,8 @@ uint8_t *th_batch_pack(th_batch *b, size_t *len);
 void th_submit(th_node *t, const uint8_t *req, size_t len, th_reply *r);
 /* One-shot: build, submit, expect code. Returns the decoded receipt (or NULL). */
 Keyload__V1__BatchReceipt *th_run(th_node *t, th_batch *b, kl_code expect);
+/* Like th_run for an expected error, which it copies into *err. */
+void th_run_err(th_node *t, th_batch *b, kl_code expect, kl_err *err);
 
 uint64_t th_queue_messages(th_node *t, const char *queue, uint64_t *in_flight);
 

@@ -248,6 +248,47 @@ START_TEST(drop_of_a_non_empty_queue_loses_nothing)
 }
 END_TEST
 
+/* DatabaseLimits tighten the cluster's limits for that database only. */
+START_TEST(database_limits_tighten_and_never_loosen)
+{
+    th_batch *b = th_batch_new(0x60);
+    th_create_database(b, "default", "small");
+    th_batch_set_db_limits(b, 0, 200, 0);
+    keyload__v1__batch_receipt__free_unpacked(th_run(&A, b, KL_OK), NULL);
+    b = th_batch_new(0x61);
+    th_create_database(b, "default", "big");
+    th_batch_set_db_limits(b, 0, A.limits.max_batch_bytes + 1, 0);
+    kl_err err;
+    th_run_err(&A, b, KL_INVALID_ARGUMENT, &err);
+    ck_assert_str_eq(err.detail, "MaxBatchBytes");
+    /* Queue "q" of default/small on partition 0 (pinned), and "q" of default/default. */
+    b = th_batch_new(0x62);
+    th_create(b, "q", 0, 0, 0, NULL);
+    th_batch_set_partition(b, 0);
+    th_batch_set_database(b, "small");
+    keyload__v1__batch_receipt__free_unpacked(th_run(&A, b, KL_OK), NULL);
+    keyload__v1__batch_receipt__free_unpacked(create_queue(&A, 0x63, "q", 0, KL_OK), NULL);
+    char body[300];
+    memset(body, 'x', sizeof body - 1);
+    body[sizeof body - 1] = '\0';
+    b = th_batch_new(0x64);
+    th_enqueue(b, "q", NULL, body);
+    th_batch_set_database(b, "small");
+    th_run_err(&A, b, KL_RESOURCE_EXHAUSTED, &err);
+    ck_assert_str_eq(err.detail, "limit:MaxBatchBytes");
+    b = th_batch_new(0x65); /* the same batch in default/default is fine */
+    th_enqueue(b, "q", NULL, body);
+    keyload__v1__batch_receipt__free_unpacked(th_run(&A, b, KL_OK), NULL);
+    /* One batch acts on one database. */
+    b = th_batch_new(0x66);
+    th_enqueue(b, "q", NULL, "a");
+    th_enqueue(b, "q", NULL, "b");
+    th_batch_set_database(b, "small");
+    th_run_err(&A, b, KL_INVALID_ARGUMENT, &err);
+    ck_assert_str_eq(err.detail, "database");
+}
+END_TEST
+
 Suite *suite_catalog(void)
 {
     Suite *s = suite_create("catalog");
@@ -258,6 +299,7 @@ Suite *suite_catalog(void)
     tcase_add_test(t, reproposed_version_applies_once);
     tcase_add_test(t, delete_closes_then_drops_and_name_can_return);
     tcase_add_test(t, drop_of_a_non_empty_queue_loses_nothing);
+    tcase_add_test(t, database_limits_tighten_and_never_loosen);
     suite_add_tcase(s, t);
     return s;
 }
