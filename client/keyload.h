@@ -234,9 +234,10 @@ void kl_receipt_free(kl_receipt *r);
  * Thread-safe. b is only read. */
 kl_code kl_client_batch(kl_client *c, const kl_batch *b, kl_receipt **out, kl_err *err);
 
-/* Fresh statistics of one queue (a read; never changes anything; sent to partition 0 for
- * now). A lost answer is KL_DEADLINE_EXCEEDED (detail "no_answer"). On KL_OK *out belongs
- * to the caller (kl_queue_stats_free). Thread-safe. */
+/* Fresh statistics of one queue: a read behind the read barrier of the queue's partition,
+ * located like a batch; it never changes anything. A lost answer is KL_DEADLINE_EXCEEDED
+ * (detail "no_answer"). On KL_OK *out belongs to the caller (kl_queue_stats_free).
+ * Thread-safe. */
 kl_code kl_client_queue_stats(kl_client *c, const char *queue,
                               Keyload__V1__QueueStatsAnswer **out, kl_err *err);
 /* Frees a stats answer; NULL is accepted. */

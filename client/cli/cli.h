@@ -16,7 +16,7 @@
 #define CLI_EXIT_ERROR 1
 #define CLI_EXIT_USAGE 2
 
-#define CLI_DEFAULT_CLUSTER "deploy/local-1.json"
+#define CLI_DEFAULT_CLUSTER "deploy/local-rf3.json"
 
 typedef struct cli {
     const char *cluster;     /* --cluster, KEYLOAD_CLUSTER */
