@@ -1,17 +1,40 @@
 #!/usr/bin/env bash
-# CLI end to end against a real keyloadd started by deploy/keyload-cluster: the §10
-# contract (exit codes, --json shapes, replay with --command-id, tokens from stdin).
-# Uses its own cluster file and port; the launcher stops its member on exit.
+# CLI end to end against real keyloadd processes: the §10 contract (exit codes, --json
+# shapes, replay with --command-id, tokens from stdin) and the catalog on partition 0
+# (`database create`, queue placement, the two-step queue delete).
+# Part 1: a one-member, one-partition cluster started by deploy/keyload-cluster (which
+# stops its member on exit). Part 2: three single-member partitions (replica_count 1)
+# started here by hand and stopped by pid on exit. Ports: 27000-29999 (below the
+# ephemeral range, 32768+), six consecutive ones per run picked from the pid.
 set -u
 cd "$(dirname "$0")/../.."
 name="clitest$$"
-port=$(( 27000 + $$ % 3000 ))   # below the ephemeral range (32768+)
+base=$(( 27000 + ($$ % 499) * 6 ))   # base .. base+6 <= 29994
+port=$base
+mkdir -p var
 cfg=$(mktemp "$PWD/var/cli-XXXXXX.json")
 cat >"$cfg" <<JSON
 {"cluster":"$name","replica_count":1,"limits":{"MaxBatchBytes":65536,"MaxFrameBytes":131072},
  "partitions":[{"id":0,"members":[{"id":1,"client":"tcp://127.0.0.1:$port"}]}]}
 JSON
-cleanup() { deploy/keyload-cluster --config "$cfg" down >/dev/null 2>&1; rm -rf "var/$name" "$cfg"; }
+dir3=$(mktemp -d "$PWD/var/cli3-XXXXXX")
+pids3=()
+stop3() { # SIGTERM our own members by pid, SIGKILL whatever still runs after 5 s
+  local p i
+  for p in "${pids3[@]}"; do kill -TERM "$p" 2>/dev/null; done
+  for i in $(seq 1 50); do
+    for p in "${pids3[@]}"; do kill -0 "$p" 2>/dev/null && break; p=; done
+    [ -z "${p:-}" ] && break
+    sleep 0.1
+  done
+  for p in "${pids3[@]}"; do kill -KILL "$p" 2>/dev/null; wait "$p" 2>/dev/null; done
+  pids3=()
+}
+cleanup() {
+  deploy/keyload-cluster --config "$cfg" down >/dev/null 2>&1
+  stop3
+  rm -rf "var/$name" "$cfg" "$dir3" "/tmp/cli-err.$$"
+}
 trap cleanup EXIT
 passed=0 failed=0
 ok() { passed=$((passed + 1)); echo "ok   $1"; }
@@ -21,15 +44,52 @@ expect() { # expect NAME WANT_EXIT CMD... ; keeps stdout in $out
   out=$("$@" 2>/tmp/cli-err.$$); local rc=$?
   if [ "$rc" -eq "$want" ]; then ok "$n"; else bad "$n (exit $rc, want $want): $(cat /tmp/cli-err.$$)"; fi
 }
-kl() { ./bin/keyload --cluster "$cfg" "$@"; }
+# Every CLI call is bounded: it has its own timeouts, this is the backstop.
+kl() { timeout -k 5 60 ./bin/keyload --cluster "$cfg" "$@"; }
+guid() { cat /proc/sys/kernel/random/uuid; }
 
+echo "--- one partition (deploy/keyload-cluster, port $port)"
 deploy/keyload-cluster --config "$cfg" up >/dev/null || { echo "FAIL cluster up"; echo "0 passed, 1 failed"; exit 1; }
+
+# The catalog: nothing can be created before its database exists.
+expect "queue create before its database is NOT_FOUND (exit 1)" 1 kl --json queue create jobs --partition 0
+[ "$(jq -r '.error.code' <<<"$out")" = NOT_FOUND ] && grep -q "default/default" <<<"$(jq -r '.error.message' <<<"$out")" &&
+  ok "missing database: NOT_FOUND naming default/default" || bad "missing database: $out"
+dbcmd=$(guid)
+expect "database create" 0 kl database create --command-id "$dbcmd"
+grep -Eq "^created database default/default, database id [0-9]+, catalog version [0-9]+ .*$dbcmd" <<<"$out" &&
+  ok "database create prints its receipt" || bad "database receipt: $out"
+first=$out
+expect "database create replay" 0 kl database create --command-id "$dbcmd"
+[ "$first" = "$out" ] && ok "replayed database receipt identical" || bad "database replay: $out / $first"
+expect "database create again is CONFLICT (exit 1)" 1 kl --json database create default/default
+[ "$(jq -r '.error.code' <<<"$out")" = CONFLICT ] && ok "database conflict JSON" || bad "database conflict JSON: $out"
+expect "database create --json" 0 kl --json database create acme/shop
+[ "$(jq -s 'length' <<<"$out")" = 1 ] && [ "$(jq -r '.results | length' <<<"$out")" = 1 ] &&
+  [ "$(jq -r '.results[0].kind' <<<"$out")" = database_created ] &&
+  [ "$(jq -r '.results[0].database_id > 0 and .catalog_version > 0' <<<"$out")" = true ] &&
+  ok "database create --json: one object, results[0].kind database_created" || bad "database JSON: $out"
+expect "queue create in a missing database is NOT_FOUND (exit 1)" 1 kl --database acme/nope --json queue create jobs
+[ "$(jq -r '.error.code' <<<"$out")" = NOT_FOUND ] && grep -q "acme/nope" <<<"$(jq -r '.error.message' <<<"$out")" &&
+  ok "NOT_FOUND names the database acme/nope" || bad "missing database: $out"
+expect "database name without TENANT/ is refused (exit 1)" 1 kl --json database create 'no-slash'
+[ "$(jq -r '.error.code' <<<"$out")" = INVALID_ARGUMENT ] && ok "bad database name: INVALID_ARGUMENT" || bad "bad name: $out"
+expect "database create with a limit above the cluster's is INVALID_ARGUMENT" 1 \
+  kl --json database create acme/big --max-batch-bytes 999999999
+[ "$(jq -r '.error.code' <<<"$out")" = INVALID_ARGUMENT ] && ok "limit refusal code" || bad "limit refusal: $out"
 
 expect "queue create" 0 kl --json queue create jobs --partition 0 --max-messages 3
 [ "$(jq -r '.results[0].kind' <<<"$out")" = queue_created ] && ok "create receipt kind" || bad "create receipt: $out"
+[ "$(jq -r '.results[0].partition' <<<"$out")" = 0 ] && ok "pinned to partition 0" || bad "create partition: $out"
 expect "queue create again is CONFLICT (exit 1)" 1 kl --json queue create jobs --partition 0
 [ "$(jq -r '.error.code' <<<"$out")" = CONFLICT ] && ok "conflict JSON" || bad "conflict JSON: $out"
-cmd=$(cat /proc/sys/kernel/random/uuid)
+expect "queue create without --partition (one partition: 0)" 0 kl queue create picked
+grep -q "^created queue picked on partition 0 (picked" <<<"$out" && ok "picked partition printed" || bad "picked: $out"
+expect "queue create --partition 1 on a one-partition cluster is refused" 1 kl --json queue create p1 --partition 1
+[ "$(jq -r '.error.code' <<<"$out")" = INVALID_ARGUMENT ] && ok "no partition 1: INVALID_ARGUMENT" || bad "partition 1: $out"
+expect "same queue name in another database" 0 kl --database acme/shop --json queue create jobs --max-messages 1
+expect "enqueue into acme/shop's jobs" 0 kl --database acme/shop enqueue jobs "elsewhere"
+cmd=$(guid)
 expect "enqueue" 0 kl --json enqueue --command-id "$cmd" jobs --header h=1 --field n:int=7 "body one"
 first=$out
 expect "enqueue replay" 0 kl --json enqueue --command-id "$cmd" jobs --header h=1 --field n:int=7 "body one"
@@ -43,17 +103,26 @@ expect "quota refusal (exit 1)" 1 kl --json enqueue jobs four
 [ "$(jq -r '.error.code' <<<"$out")" = RESOURCE_EXHAUSTED ] && ok "quota code" || bad "quota JSON: $out"
 expect "stats" 0 kl --json queue stats jobs
 [ "$(jq -r '.messages' <<<"$out")" = 3 ] && ok "3 messages" || bad "stats: $out"
+expect "stats in acme/shop" 0 kl --database acme/shop --json queue stats jobs
+[ "$(jq -r '.messages' <<<"$out")" = 1 ] && ok "databases keep their queues apart" || bad "acme stats: $out"
 expect "receive" 0 kl --json receive jobs --max 2 --lease-ms 60000
-mapfile -t leases < <(jq -r '.results[0].messages[].lease_token' <<<"$out")
+mapfile -t leases < <(jq -r '.results[0].messages[].lease_token' <<<"$out" 2>/dev/null)
 [ "${#leases[@]}" = 2 ] && ok "2 leases" || bad "receive: $out"
 [ "$(jq -r '.results[0].messages[0].body_utf8' <<<"$out")" = "body one" ] && ok "first body in order" || bad "order: $out"
-expect "release from stdin" 0 bash -c "printf '%s\n' '${leases[1]}' | ./bin/keyload --cluster '$cfg' release jobs -"
-expect "ack" 0 kl ack jobs "${leases[0]}"
-expect "ack twice is FAILED_PRECONDITION" 1 kl --json ack jobs "${leases[0]}"
+expect "release from stdin" 0 bash -c "printf '%s\n' '${leases[1]:-}' | timeout 60 ./bin/keyload --cluster '$cfg' release jobs -"
+expect "ack" 0 kl ack jobs "${leases[0]:-}"
+expect "ack twice is FAILED_PRECONDITION" 1 kl --json ack jobs "${leases[0]:-}"
 [ "$(jq -r '.error.code' <<<"$out")" = FAILED_PRECONDITION ] && ok "stale lease code" || bad "stale lease: $out"
-expect "delete non-empty refused" 1 kl queue delete jobs
+expect "delete non-empty refused" 1 kl --json queue delete jobs
+[ "$(jq -r '.error.code' <<<"$out")" = FAILED_PRECONDITION ] && ok "non-empty delete code" || bad "delete: $out"
+expect "delete an empty queue" 0 kl --json queue delete picked
+[ "$(jq -r '.results[0].kind' <<<"$out")" = queue_deleted ] && ok "delete receipt kind" || bad "delete: $out"
+expect "deleted queue stats is NOT_FOUND" 1 kl --json queue stats picked
+[ "$(jq -r '.error.code' <<<"$out")" = NOT_FOUND ] && ok "deleted: NOT_FOUND" || bad "deleted stats: $out"
+expect "re-create a deleted queue" 0 kl --json queue create picked
 expect "all-zero GUID is refused" 1 kl --json enqueue --command-id 00000000-0000-0000-0000-000000000000 jobs x
 expect "unknown command exits 2" 2 kl frobnicate
+expect "database without subcommand exits 2" 2 kl database
 expect "missing queue is NOT_FOUND" 1 kl --json queue stats nope
 [ "$(jq -r '.error.code' <<<"$out")" = NOT_FOUND ] && ok "not found code" || bad "not found: $out"
 deploy/keyload-cluster --config "$cfg" kill p0m1 >/dev/null
@@ -61,6 +130,86 @@ expect "down member is UNAVAILABLE (exit 1)" 1 kl --timeout 1000 queue stats job
 deploy/keyload-cluster --config "$cfg" start p0m1 >/dev/null
 expect "after restart" 0 kl --json queue stats jobs
 [ "$(jq -r '.messages' <<<"$out")" = 2 ] && ok "2 messages after kill -9 and restart" || bad "after restart: $out"
-rm -f /tmp/cli-err.$$
+expect "database still there after restart (CONFLICT)" 1 kl --json database create
+[ "$(jq -r '.error.code' <<<"$out")" = CONFLICT ] && ok "catalog survives kill -9" || bad "after restart: $out"
+expect "database create replay after restart" 0 kl database create --command-id "$dbcmd"
+deploy/keyload-cluster --config "$cfg" down >/dev/null 2>&1
+
+# ---- three partitions: placement chosen by partition 0, the two-step delete ----
+echo "--- three partitions (ports $((base + 1))-$((base + 6)))"
+cfg3="$dir3/cluster.json"
+cat >"$cfg3" <<JSON
+{"cluster":"${name}p3","replica_count":1,"limits":{"MaxBatchBytes":65536,"MaxFrameBytes":131072},
+ "partitions":[
+  {"id":0,"members":[{"id":1,"client":"tcp://127.0.0.1:$((base + 1))","peer":"tcp://127.0.0.1:$((base + 4))"}]},
+  {"id":1,"members":[{"id":1,"client":"tcp://127.0.0.1:$((base + 2))","peer":"tcp://127.0.0.1:$((base + 5))"}]},
+  {"id":2,"members":[{"id":1,"client":"tcp://127.0.0.1:$((base + 3))","peer":"tcp://127.0.0.1:$((base + 6))"}]}]}
+JSON
+up3=1
+for p in 0 1 2; do
+  ./bin/keyloadd --cluster "$cfg3" --node "p${p}m1" --var "$dir3" >"$dir3/p${p}m1.log" 2>&1 &
+  pids3+=($!)
+done
+for p in 0 1 2; do
+  for _ in $(seq 1 200); do grep -q 'msg="ready"' "$dir3/p${p}m1.log" && break; sleep 0.05; done
+  grep -q 'msg="ready"' "$dir3/p${p}m1.log" || { up3=0; bad "p${p}m1 not ready: $(tail -n 3 "$dir3/p${p}m1.log")"; }
+done
+if [ "$up3" = 1 ]; then
+  k3() { timeout -k 5 60 ./bin/keyload --cluster "$cfg3" "$@"; }
+  expect "3p: queue create before the database is NOT_FOUND" 1 k3 --json queue create q
+  [ "$(jq -r '.error.code' <<<"$out")" = NOT_FOUND ] && ok "3p: NOT_FOUND" || bad "3p missing database: $out"
+  expect "3p: database create" 0 k3 --json database create
+  [ "$(jq -r '.results[0].kind' <<<"$out")" = database_created ] && ok "3p: database_created" || bad "3p db: $out"
+  expect "3p: database create again is CONFLICT" 1 k3 --json database create
+  [ "$(jq -r '.error.code' <<<"$out")" = CONFLICT ] && ok "3p: database conflict" || bad "3p db conflict: $out"
+  expect "3p: queue create q (no --partition)" 0 k3 --json queue create q --max-messages 10
+  pq=$(jq -r '.results[0].partition' <<<"$out")
+  { [ "$pq" = 1 ] || [ "$pq" = 2 ]; } && ok "3p: q placed on data partition $pq" || bad "3p placement: $out"
+  expect "3p: queue create q text" 0 k3 queue create q-text
+  grep -Eq "^created queue q-text on partition [12] \(picked" <<<"$out" && ok "3p: picked partition printed" ||
+    bad "3p picked: $out"
+  expect "3p: queue create --partition 2 q2" 0 k3 --json queue create --partition 2 q2
+  [ "$(jq -r '.results[0].partition' <<<"$out")" = 2 ] && ok "3p: q2 on partition 2" || bad "3p q2: $out"
+  expect "3p: queue create --partition 3 is INVALID_ARGUMENT" 1 k3 --json queue create --partition 3 q9
+  [ "$(jq -r '.error.code' <<<"$out")" = INVALID_ARGUMENT ] && ok "3p: no partition 3" || bad "3p partition 3: $out"
+  expect "3p: enqueue q" 0 k3 --json enqueue q --header h=1 "first"
+  [ "$(jq -r '.partition' <<<"$out")" = "$pq" ] && ok "3p: enqueue committed on partition $pq" || bad "3p enqueue: $out"
+  expect "3p: enqueue q again" 0 k3 enqueue q "second"
+  expect "3p: enqueue q2" 0 k3 --json enqueue q2 "for two"
+  [ "$(jq -r '.partition' <<<"$out")" = 2 ] && ok "3p: q2's enqueue on partition 2" || bad "3p enqueue q2: $out"
+  expect "3p: stats q" 0 k3 --json queue stats q
+  [ "$(jq -r '.messages' <<<"$out")" = 2 ] && [ "$(jq -r '.partition' <<<"$out")" = "$pq" ] &&
+    ok "3p: q holds 2 messages on partition $pq" || bad "3p stats: $out"
+  expect "3p: receive q" 0 k3 --json receive q --max 5 --lease-ms 60000
+  mapfile -t l3 < <(jq -r '.results[0].messages[].lease_token' <<<"$out" 2>/dev/null)
+  [ "${#l3[@]}" = 2 ] && [ "$(jq -r '.results[0].messages[0].body_utf8' <<<"$out")" = first ] &&
+    ok "3p: 2 leases, in order" || bad "3p receive: $out"
+  expect "3p: delete non-empty q is FAILED_PRECONDITION" 1 k3 --json queue delete q
+  [ "$(jq -r '.error.code' <<<"$out")" = FAILED_PRECONDITION ] && ok "3p: non-empty delete refused" ||
+    bad "3p delete non-empty: $out"
+  expect "3p: ack q" 0 k3 --json ack q "${l3[@]}"
+  [ "$(jq -r '.results[0].count' <<<"$out")" = 2 ] && ok "3p: acked 2" || bad "3p ack: $out"
+  expect "3p: stats q after ack" 0 k3 --json queue stats q
+  [ "$(jq -r '.messages' <<<"$out")" = 0 ] && ok "3p: q is empty" || bad "3p stats after ack: $out"
+  expect "3p: delete empty q" 0 k3 --json queue delete q
+  [ "$(jq -r '.results[0].kind' <<<"$out")" = queue_deleted ] && [ "$(jq -r '.partition' <<<"$out")" = 0 ] &&
+    ok "3p: deleted (definition dropped on partition 0)" || bad "3p delete: $out"
+  expect "3p: stats of the deleted q is NOT_FOUND" 1 k3 --json queue stats q
+  [ "$(jq -r '.error.code' <<<"$out")" = NOT_FOUND ] && ok "3p: deleted q is NOT_FOUND" || bad "3p deleted stats: $out"
+  expect "3p: enqueue into the deleted q is NOT_FOUND" 1 k3 --json enqueue q "late"
+  [ "$(jq -r '.error.code' <<<"$out")" = NOT_FOUND ] && ok "3p: no enqueue into a deleted queue" ||
+    bad "3p enqueue deleted: $out"
+  expect "3p: re-create q" 0 k3 --json queue create q
+  pq2=$(jq -r '.results[0].partition' <<<"$out")
+  { [ "$pq2" = 1 ] || [ "$pq2" = 2 ]; } && ok "3p: q re-created on partition $pq2" || bad "3p re-create: $out"
+  expect "3p: enqueue into the re-created q" 0 k3 enqueue q "again"
+  expect "3p: stats of the re-created q" 0 k3 --json queue stats q
+  [ "$(jq -r '.messages' <<<"$out")" = 1 ] && [ "$(jq -r '.partition' <<<"$out")" = "$pq2" ] &&
+    ok "3p: re-created q holds 1 message, nothing of the old one" || bad "3p re-created stats: $out"
+  expect "3p: stats q2" 0 k3 --json queue stats q2
+  [ "$(jq -r '.messages' <<<"$out")" = 1 ] && [ "$(jq -r '.partition' <<<"$out")" = 2 ] &&
+    ok "3p: q2 untouched on partition 2" || bad "3p q2 stats: $out"
+fi
+stop3
 echo "$passed passed, $failed failed"
 [ "$failed" -eq 0 ]
