@@ -1,16 +1,38 @@
 #!/usr/bin/env bash
-# make run: starts the local cluster (deploy/local-1.json: one durable keyloadd) and walks
-# through a queue's life: create, enqueue, receive, ack, stats. The cluster stays up;
-# stop it with `deploy/keyload-cluster down`.
+# make run: starts the local cluster with deploy/keyload-cluster (cluster file: $KEYLOAD_CLUSTER,
+# default deploy/local-rf3.json, three partitions of three members) and walks through a
+# queue's life: create the database (partition 0's catalog; already there on a second run),
+# create a queue and let partition 0 place it, enqueue, receive, ack, stats, delete.
+# The cluster stays up; stop it with `deploy/keyload-cluster down`.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-export KEYLOAD_CLUSTER=deploy/local-1.json
+cfg=${KEYLOAD_CLUSTER:-deploy/local-rf3.json}
+export KEYLOAD_CLUSTER=$cfg
+db=${KEYLOAD_DATABASE:-default/default}
+export KEYLOAD_DATABASE=$db
 kl=./bin/keyload
-step() { printf '\n\033[1m$ %s\033[0m\n' "$*"; "$@"; }
+show() { printf '\n\033[1m$ %s\033[0m\n' "$*"; }
+step() { show "$@"; "$@"; }
 
-step deploy/keyload-cluster up
+step deploy/keyload-cluster --config "$cfg" up
+
+# The database must exist before any queue: create it, or find it there (CONFLICT) from an
+# earlier run. Anything else is a real failure and stops the demo.
+show "$kl --json database create $db"
+rc=0
+out=$($kl --json database create "$db") || rc=$?
+if [ "$rc" -eq 0 ]; then
+  jq -r --arg db "$db" '"created database \($db): database id \(.results[0].database_id), catalog version \(.results[0].catalog_version) (command \(.command_id), index \(.index))"' <<<"$out"
+elif [ "$rc" -eq 1 ] && [ "$(jq -r '.error.code // empty' <<<"$out" 2>/dev/null)" = CONFLICT ]; then
+  echo "database $db exists already (CONFLICT: $(jq -r '.error.message' <<<"$out")); using it"
+else
+  echo "demo: database create failed (exit $rc): $out" >&2
+  exit 1
+fi
+
 q="demo-$(date +%s)"
-step $kl queue create "$q" --partition 0 --max-messages 1000
+# No --partition: partition 0 picks a data partition and the CLI prints which.
+step $kl queue create "$q" --max-messages 1000
 step $kl enqueue "$q" --header source=demo --field n:int=1 "hello, KeyLoad"
 step $kl enqueue "$q" --header source=demo --field n:int=2 "second message"
 step $kl queue stats "$q"
@@ -22,8 +44,8 @@ step $kl queue stats "$q"
 step $kl queue delete "$q"
 cat <<TXT
 
-Done. The daemon keeps running with its data under var/; try:
-  KEYLOAD_CLUSTER=deploy/local-1.json ./bin/keyload --help
-  deploy/keyload-cluster status
-  deploy/keyload-cluster down
+Done. The cluster keeps running with its data under var/; try:
+  KEYLOAD_CLUSTER=$cfg ./bin/keyload --help
+  deploy/keyload-cluster --config $cfg status
+  deploy/keyload-cluster --config $cfg down
 TXT
