@@ -10,8 +10,10 @@
  * its command id and content: a retry can never execute it twice.
  *
  * Uncertainty: once a batch request may have reached a leader without an answer coming
- * back, the final error of that call is UNKNOWN_WRITE_OUTCOME unless a later attempt gets
- * a definitive answer. Nothing here ever claims a rollback. */
+ * back (no answer, a lost connection, or UNKNOWN_WRITE_OUTCOME after a leader change),
+ * the same bytes are sent again while time remains; the final error of that call is
+ * UNKNOWN_WRITE_OUTCOME unless a later attempt gets a definitive answer. Nothing here ever
+ * claims a rollback. */
 #include "client/sdk/internal.h"
 #include "common/cluster.h"
 #include "common/rpc.h"
@@ -253,13 +255,13 @@ static kl_code call_partition(kl_client *c, int pid, const call_spec *s, uint8_t
             last = e;
             goto done;
         case KL_UNKNOWN_WRITE_OUTCOME:
-            if (s->mutation)
-                return kl_fail(err, KL_UNKNOWN_WRITE_OUTCOME, e.detail,
-                               "%s; the batch may or may not have committed: retry with the "
-                               "same command id %s",
-                               e.message, s->command_id);
+            /* The leader changed (or the deadline came) after proposing it: the same
+             * bytes, sent again while time remains, either find the committed outcome
+             * or commit it once. Only when time runs out is the outcome unknown. */
+            maybe_sent = true;
+            alive = true;
             last = e;
-            goto done;
+            continue;
         default:
             /* A definitive answer (INVALID_ARGUMENT, CONFLICT, NOT_FOUND, ...). */
             last = e;
@@ -267,8 +269,12 @@ static kl_code call_partition(kl_client *c, int pid, const call_spec *s, uint8_t
         }
     }
 done:
+    if (last.code == KL_UNKNOWN_WRITE_OUTCOME && s->mutation)
+        return kl_fail(err, KL_UNKNOWN_WRITE_OUTCOME, last.detail,
+                       "%s; the batch may or may not have committed: retry with the same "
+                       "command id %s", last.message, s->command_id);
     if (maybe_sent && (last.code == KL_UNAVAILABLE || last.code == KL_NOT_LEADER ||
-                       last.code == KL_DEADLINE_EXCEEDED)) {
+                       last.code == KL_DEADLINE_EXCEEDED || last.code == KL_UNKNOWN_WRITE_OUTCOME)) {
         if (s->mutation)
             return unknown_outcome(s, c->timeout_ms, err);
         return kl_fail(err, KL_DEADLINE_EXCEEDED, "no_answer", "no answer within %d ms",
