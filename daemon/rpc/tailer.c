@@ -35,6 +35,7 @@ struct kl_tailer {
     kl_rpc_client *conns[KL_CLUSTER_MAX_MEMBERS];
     int target;                  /* member slot of partition 0 to ask first */
     int64_t last_warn_ms;
+    int64_t last_refusal_warn_ms; /* loop thread */
 };
 
 static int64_t mono_ms(void)
@@ -166,8 +167,14 @@ static void on_answer(uv_async_t *h)
         kl_code rc = kl_node_submit_catalog(t->node, b, n, &err);
         free(b);
         if (rc != KL_OK) {
-            KL_WARN("catalog change not proposed", "partition=%d version=%llu code=%s detail=%s", t->partition,
-                    (unsigned long long)a->changes[i]->version, kl_code_name(rc), err.detail);
+            /* Typically this member cannot commit now (members down): the tail asks again
+             * in a second; say so once in a while, not every time. */
+            int64_t now = mono_ms();
+            if (now - t->last_refusal_warn_ms >= WARN_EVERY_MS) {
+                t->last_refusal_warn_ms = now;
+                KL_WARN("catalog change not proposed; will retry", "partition=%d version=%llu code=%s detail=%s",
+                        t->partition, (unsigned long long)a->changes[i]->version, kl_code_name(rc), err.detail);
+            }
             break;
         }
     }
