@@ -16,18 +16,47 @@
  *       With --read the clients send keyload.v1.QueueStats reads instead (no log append,
  *       no fsync): the RPC and executor floor that every write pays on top of its fsync.
  *
- * Output lines start with "fsync:" or "bench:" so scripts can pick them out. Exit code 0
- * when the run completed (errors are counted and reported, not fatal), 1 when it could
- * not run at all (cannot connect, cannot create the queue), 2 on bad usage. */
+ *       --url may list several members of one partition (URL,URL,URL): the bench then asks
+ *       each for keyload.v1.MemberStatus, waits (up to 60 s) until one leads and serves, and
+ *       sends everything there; a client answered NOT_LEADER with a hint follows it.
+ *
+ *   keyload-bench --leader-of URL,URL,...
+ *       Waits (up to 60 s) for a serving leader among the members; prints
+ *       "leader: node=pPmM member=M url=URL term=T".
+ *
+ *   keyload-bench --wait-caught-up URL,URL,...
+ *       Waits (up to 60 s) until every member answers MemberStatus, one of them leads and
+ *       serves, and every member has applied the leader's commit index (a restarted member
+ *       has caught up). Prints "caughtup: ms=... commit_index=...".
+ *
+ *   keyload-bench --failover --url URL,URL,URL --pid-dir DIR [--run N] [--attempt-ms MS]
+ *       One failover measurement. A writer thread sends single-message Batch requests one
+ *       after another; each is retried with the same command id (same bytes) until
+ *       acknowledged: a NOT_LEADER hint is followed, UNKNOWN_WRITE_OUTCOME or no answer
+ *       within MS (default 500) moves on to the next member, a member that cannot be
+ *       reached is redialed (a dead one refuses at once). Once the writer has been acked
+ *       for a second, the bench finds the leader (MemberStatus), reads its pid from
+ *       DIR/pPmM.pid, notes the monotonic time and kill -9s it, then waits for the first
+ *       write acknowledged by another member. Prints one "failover:" line: failover_ms
+ *       (kill to that ack), elected_ms (kill to a survivor reporting itself a serving
+ *       leader), the killed and the new leader's node names, and what the writer saw.
+ *       The caller restarts the killed member.
+ *
+ * Output lines start with "fsync:", "bench:", "leader:", "caughtup:" or "failover:" so
+ * scripts can pick them out. Exit code 0 when the run completed (errors are counted and
+ * reported, not fatal), 1 when it could not run at all (cannot connect, cannot create the
+ * queue, no leader, no ack after a kill within 60 s), 2 on bad usage. */
 #include "common/guid.h"
 #include "common/rpc.h"
 #include "common/status.h"
+#include "keyload/v1/catalog.pb-c.h"
 #include "keyload/v1/queue.pb-c.h"
 
 #include <errno.h>
 #include <fcntl.h>
 #include <getopt.h>
 #include <pthread.h>
+#include <signal.h>
 #include <sodium.h>
 #include <stdatomic.h>
 #include <stdbool.h>
@@ -40,10 +69,22 @@
 
 #define BATCH_METHOD "keyload.v1.Batch"
 #define STATS_METHOD "keyload.v1.QueueStats"
+#define STATUS_METHOD "keyload.v1.MemberStatus"
 #define CONNECT_TIMEOUT_MS 5000
+#define MAX_URLS 8
+#define URL_MAX 256
+#define LEADER_WAIT_NS (60 * 1000000000LL)
+
+enum mode { MODE_BENCH, MODE_FSYNC, MODE_LEADER, MODE_CAUGHT_UP, MODE_FAILOVER };
 
 typedef struct options {
-    const char *url;
+    int mode;
+    const char *url;         /* the first of urls */
+    const char *urls[MAX_URLS];
+    int n_urls;
+    const char *pid_dir;     /* --failover */
+    int run;                 /* --failover: run number, for the output line */
+    int attempt_ms;          /* --failover: per-attempt timeout */
     const char *queue;
     const char *fsync_dir;
     int clients;
@@ -66,6 +107,7 @@ typedef struct client_state {
     pthread_t thread;
     int id;
     const options *opt;
+    char url[URL_MAX];       /* where this client sends; follows NOT_LEADER hints */
     lat_vec lat;
     uint64_t ok;             /* measured, answered OK */
     uint64_t errors;         /* measured, answered with an error */
@@ -194,28 +236,144 @@ static size_t pack_batch(const Keyload__V1__BatchRequest *b, uint8_t **buf, size
     return keyload__v1__batch_request__pack(b, *buf);
 }
 
-static int create_queue(const options *o)
+/* ---- members of one partition: connections and MemberStatus ---- */
+
+typedef struct member_set {
+    int n;
+    const char *url[MAX_URLS];
+    kl_rpc_client *conn[MAX_URLS];
+    uint64_t member[MAX_URLS];   /* member id learned from MemberStatus; 0 = not yet */
+    int partition;
+} member_set;
+
+static void ms_init(member_set *s, const options *o)
+{
+    memset(s, 0, sizeof *s);
+    s->n = o->n_urls;
+    for (int i = 0; i < o->n_urls; i++)
+        s->url[i] = o->urls[i];
+}
+
+/* The connection to member i, dialed when missing; NULL (err set) when it cannot be dialed.
+ * A dead member refuses the dial at once, so a dropped connection costs nothing to retry. */
+static kl_rpc_client *ms_conn(member_set *s, int i, int connect_ms, kl_err *err)
+{
+    if (s->conn[i] == NULL && kl_rpc_client_open(s->url[i], connect_ms, 0, &s->conn[i], err) != KL_OK)
+        s->conn[i] = NULL;
+    return s->conn[i];
+}
+
+/* Forgets member i's connection: an nng REQ socket whose peer died would hold the next
+ * request until its timeout waiting for a reconnect. */
+static void ms_drop(member_set *s, int i)
+{
+    if (s->conn[i] != NULL)
+        kl_rpc_client_close(s->conn[i]);
+    s->conn[i] = NULL;
+}
+
+static void ms_close(member_set *s)
+{
+    for (int i = 0; i < s->n; i++)
+        ms_drop(s, i);
+}
+
+static int ms_index(const member_set *s, const char *url)
+{
+    for (int i = 0; i < s->n; i++)
+        if (strcmp(s->url[i], url) == 0)
+            return i;
+    return -1;
+}
+
+static const char *ms_node(const member_set *s, int i, char *buf, size_t cap)
+{
+    if (i < 0 || s->member[i] == 0)
+        snprintf(buf, cap, "?");
+    else
+        snprintf(buf, cap, "p%dm%llu", s->partition, (unsigned long long)s->member[i]);
+    return buf;
+}
+
+/* keyload.v1.MemberStatus of member i; *out belongs to the caller. */
+static kl_code ms_status(member_set *s, int i, int timeout_ms, Keyload__V1__MemberStatusAnswer **out,
+                         kl_err *err)
+{
+    *out = NULL;
+    kl_rpc_client *c = ms_conn(s, i, timeout_ms, err);
+    if (c == NULL)
+        return err->code;
+    Keyload__V1__MemberStatusRequest req = KEYLOAD__V1__MEMBER_STATUS_REQUEST__INIT;
+    uint8_t buf[16];
+    size_t len = keyload__v1__member_status_request__pack(&req, buf);
+    uint8_t *ans = NULL;
+    size_t alen = 0;
+    kl_code rc = kl_rpc_invoke(c, STATUS_METHOD, buf, len, timeout_ms, &ans, &alen, NULL, 0, err);
+    if (rc == KL_OK) {
+        *out = keyload__v1__member_status_answer__unpack(NULL, alen, ans);
+        if (*out == NULL) {
+            rc = kl_fail(err, KL_INTERNAL, "answer", "MemberStatus answer from %s does not decode",
+                         s->url[i]);
+        } else {
+            s->member[i] = (*out)->member;
+            s->partition = (*out)->partition;
+        }
+    } else if (rc == KL_UNAVAILABLE || rc == KL_DEADLINE_EXCEEDED) {
+        ms_drop(s, i);
+    }
+    free(ans);
+    return rc;
+}
+
+static bool is_serving_leader(const Keyload__V1__MemberStatusAnswer *a)
+{
+    return a != NULL && strcmp(a->role, "leader") == 0 && a->serving;
+}
+
+/* Polls the members (skipping `skip`, -1 for none) until one says it leads and serves, or
+ * until deadline (monotonic ns). Returns its index and, when out is not NULL, its status
+ * (caller frees); -1 at the deadline. */
+static int ms_find_leader(member_set *s, int skip, int64_t deadline, Keyload__V1__MemberStatusAnswer **out)
+{
+    if (out != NULL)
+        *out = NULL;
+    for (;;) {
+        for (int i = 0; i < s->n; i++) {
+            if (i == skip)
+                continue;
+            kl_err err;
+            kl_err_clear(&err);
+            Keyload__V1__MemberStatusAnswer *a;
+            if (ms_status(s, i, 500, &a, &err) != KL_OK)
+                continue;
+            bool leads = is_serving_leader(a);
+            if (leads && out != NULL)
+                *out = a;
+            else
+                keyload__v1__member_status_answer__free_unpacked(a, NULL);
+            if (leads)
+                return i;
+        }
+        if (now_ns() > deadline)
+            return -1;
+        sleep_ns(20000000LL);
+    }
+}
+
+/* ---- queue setup ---- */
+
+/* Sends a one-mutation batch to *target (a NOT_LEADER hint is followed and *target updated)
+ * until it gets a definitive answer; a CONFLICT with detail exists_detail means "already
+ * there" and counts as success. A daemon that just started may not lead yet: retries go on
+ * for up to 20 s. Every retry sends the same bytes (same command id), so an earlier attempt
+ * that did commit is answered with its receipt, never executed twice. 0 or -1. */
+static int setup_mutation(const options *o, char *target, size_t target_cap, Keyload__V1__Mutation *m,
+                          const char *exists_detail, const char *what)
 {
     kl_err err;
     kl_err_clear(&err);
-    kl_rpc_client *c;
-    if (kl_rpc_client_open(o->url, CONNECT_TIMEOUT_MS, 0, &c, &err) != KL_OK) {
-        fprintf(stderr, "keyload-bench: cannot connect to %s: %s\n", o->url, err.message);
-        return -1;
-    }
-    Keyload__V1__QueueLaneRef q;
-    lane_ref(&q, o->queue);
-    Keyload__V1__QueueLimits lim = KEYLOAD__V1__QUEUE_LIMITS__INIT;
-    lim.max_messages = 100000000ULL;
-    lim.max_bytes = 100ULL << 30;
-    Keyload__V1__CreateQueue cq = KEYLOAD__V1__CREATE_QUEUE__INIT;
-    cq.queue = &q;
-    cq.limits = &lim;
-    cq.partition = 0;
-    Keyload__V1__Mutation m = KEYLOAD__V1__MUTATION__INIT;
-    m.kind_case = KEYLOAD__V1__MUTATION__KIND_CREATE_QUEUE;
-    m.create_queue = &cq;
-    Keyload__V1__Mutation *ms[] = {&m};
+    kl_rpc_client *c = NULL;
+    Keyload__V1__Mutation *ms[] = {m};
     uint8_t id[KL_GUID_LEN];
     kl_guid_random(id);
     Keyload__V1__BatchRequest b = KEYLOAD__V1__BATCH_REQUEST__INIT;
@@ -227,30 +385,79 @@ static int create_queue(const options *o)
     size_t cap = 0, alen = 0;
     size_t len = pack_batch(&b, &buf, &cap);
     int rv = -1;
-    /* A daemon that just started may not lead yet: retry for up to 20 s (the create is
-     * refused before proposing, so a retry with the same command id is safe). */
-    kl_code rc;
-    for (int attempt = 0;; attempt++) {
+    kl_code rc = KL_UNAVAILABLE;
+    for (int attempt = 0; attempt <= 200; attempt++) {
         free(ans);
         ans = NULL;
-        rc = kl_rpc_invoke(c, BATCH_METHOD, buf, len, o->timeout_ms, &ans, &alen, NULL, 0, &err);
-        if ((rc != KL_NOT_LEADER && rc != KL_UNAVAILABLE) || attempt >= 200)
+        kl_err_clear(&err);
+        if (c == NULL && kl_rpc_client_open(target, CONNECT_TIMEOUT_MS, 0, &c, &err) != KL_OK) {
+            c = NULL;
+            rc = err.code;
+        } else {
+            char leader[URL_MAX] = "";
+            rc = kl_rpc_invoke(c, BATCH_METHOD, buf, len, o->timeout_ms, &ans, &alen, leader,
+                               sizeof leader, &err);
+            if (rc == KL_NOT_LEADER && leader[0] != '\0' && strcmp(leader, target) != 0) {
+                snprintf(target, target_cap, "%s", leader);
+                kl_rpc_client_close(c);
+                c = NULL;
+                continue;
+            }
+        }
+        bool retry = rc == KL_NOT_LEADER || rc == KL_UNAVAILABLE || rc == KL_UNKNOWN_WRITE_OUTCOME ||
+                     (rc == KL_DEADLINE_EXCEEDED && strcmp(err.detail, "no_answer") == 0);
+        if (!retry)
             break;
         usleep(100000);
     }
     if (rc == KL_OK) {
-        fprintf(stderr, "keyload-bench: created queue %s\n", o->queue);
+        fprintf(stderr, "keyload-bench: created %s\n", what);
         rv = 0;
-    } else if (rc == KL_CONFLICT && strcmp(err.detail, "queue_exists") == 0) {
+    } else if (rc == KL_CONFLICT && strcmp(err.detail, exists_detail) == 0) {
         rv = 0;
     } else {
-        fprintf(stderr, "keyload-bench: creating queue %s failed: %s (%s) %s\n", o->queue,
+        fprintf(stderr, "keyload-bench: creating %s at %s failed: %s (%s) %s\n", what, target,
                 kl_code_name(rc), err.detail, err.message);
     }
     free(ans);
     free(buf);
-    kl_rpc_client_close(c);
+    if (c != NULL)
+        kl_rpc_client_close(c);
     return rv;
+}
+
+/* Everything the benchmark needs before it measures, kept in one place because the catalog
+ * is still changing: the database default/default (a catalog mutation on partition 0),
+ * then queue o->queue pinned to partition 0 (every bench cluster is partition 0 only).
+ * Existing ones are fine. Returns 0 or -1 (reason on stderr). */
+static int bench_setup_queue(const options *o, const char *url)
+{
+    char target[URL_MAX], what[200];
+    snprintf(target, sizeof target, "%s", url);
+
+    Keyload__V1__CreateDatabase cd = KEYLOAD__V1__CREATE_DATABASE__INIT;
+    cd.tenant = "default";
+    cd.database = "default";
+    Keyload__V1__Mutation md = KEYLOAD__V1__MUTATION__INIT;
+    md.kind_case = KEYLOAD__V1__MUTATION__KIND_CREATE_DATABASE;
+    md.create_database = &cd;
+    if (setup_mutation(o, target, sizeof target, &md, "database_exists", "database default/default") != 0)
+        return -1;
+
+    Keyload__V1__QueueLaneRef q;
+    lane_ref(&q, o->queue);
+    Keyload__V1__QueueLimits lim = KEYLOAD__V1__QUEUE_LIMITS__INIT;
+    lim.max_messages = 100000000ULL;
+    lim.max_bytes = 100ULL << 30;
+    Keyload__V1__CreateQueue cq = KEYLOAD__V1__CREATE_QUEUE__INIT;
+    cq.queue = &q;
+    cq.limits = &lim;
+    cq.partition = 0;
+    Keyload__V1__Mutation mq = KEYLOAD__V1__MUTATION__INIT;
+    mq.kind_case = KEYLOAD__V1__MUTATION__KIND_CREATE_QUEUE;
+    mq.create_queue = &cq;
+    snprintf(what, sizeof what, "queue %s", o->queue);
+    return setup_mutation(o, target, sizeof target, &mq, "queue_exists", what);
 }
 
 static void *client_main(void *arg)
@@ -260,7 +467,7 @@ static void *client_main(void *arg)
     kl_err err;
     kl_err_clear(&err);
     kl_rpc_client *c;
-    if (kl_rpc_client_open(o->url, CONNECT_TIMEOUT_MS, 0, &c, &err) != KL_OK) {
+    if (kl_rpc_client_open(cs->url, CONNECT_TIMEOUT_MS, 0, &c, &err) != KL_OK) {
         snprintf(cs->first_err_msg, sizeof cs->first_err_msg, "connect: %s", err.message);
         cs->first_err = err.code;
         cs->open_failed = 1;
@@ -329,8 +536,10 @@ static void *client_main(void *arg)
         uint8_t *ans = NULL;
         size_t alen = 0;
         kl_err_clear(&err);
+        char leader[URL_MAX] = "";
         int64_t t0 = now_ns();
-        kl_code rc = kl_rpc_invoke(c, method, buf, len, o->timeout_ms, &ans, &alen, NULL, 0, &err);
+        kl_code rc = kl_rpc_invoke(c, method, buf, len, o->timeout_ms, &ans, &alen, leader,
+                                   sizeof leader, &err);
         int64_t t1 = now_ns();
         cs->total++;
         if (rc == KL_OK && !o->read) {
@@ -354,8 +563,17 @@ static void *client_main(void *arg)
             }
             if (measured)
                 cs->errors++;
-            if (rc == KL_UNAVAILABLE || rc == KL_RESOURCE_EXHAUSTED)
+            if (rc == KL_UNAVAILABLE || rc == KL_RESOURCE_EXHAUSTED || rc == KL_NOT_LEADER)
                 sleep_ns(1000000); /* back off instead of spinning on a refusing server */
+            if (rc == KL_NOT_LEADER && leader[0] != '\0' && strcmp(leader, cs->url) != 0) {
+                /* Leadership moved (only with several members): follow the hint. */
+                kl_rpc_client *nc;
+                if (kl_rpc_client_open(leader, CONNECT_TIMEOUT_MS, 0, &nc, &err) == KL_OK) {
+                    kl_rpc_client_close(c);
+                    c = nc;
+                    snprintf(cs->url, sizeof cs->url, "%s", leader);
+                }
+            }
             continue;
         }
         if (measured) {
@@ -377,7 +595,27 @@ out:
 
 static int run_bench(const options *o)
 {
-    if (create_queue(o) != 0)
+    /* Several members: wait for a serving leader and start there. */
+    char target[URL_MAX];
+    snprintf(target, sizeof target, "%s", o->url);
+    if (o->n_urls > 1) {
+        member_set ms;
+        ms_init(&ms, o);
+        Keyload__V1__MemberStatusAnswer *a;
+        int li = ms_find_leader(&ms, -1, now_ns() + LEADER_WAIT_NS, &a);
+        if (li < 0) {
+            fprintf(stderr, "keyload-bench: no member became a serving leader within 60 s\n");
+            ms_close(&ms);
+            return 1;
+        }
+        char node[32];
+        fprintf(stderr, "keyload-bench: leader %s at %s (term %llu)\n", ms_node(&ms, li, node, sizeof node),
+                ms.url[li], (unsigned long long)a->term);
+        snprintf(target, sizeof target, "%s", ms.url[li]);
+        keyload__v1__member_status_answer__free_unpacked(a, NULL);
+        ms_close(&ms);
+    }
+    if (bench_setup_queue(o, target) != 0)
         return 1;
     client_state *cs = calloc((size_t)o->clients, sizeof *cs);
     if (cs == NULL)
@@ -386,6 +624,7 @@ static int run_bench(const options *o)
     for (int i = 0; i < o->clients; i++) {
         cs[i].id = i;
         cs[i].opt = o;
+        snprintf(cs[i].url, sizeof cs[i].url, "%s", target);
         if (pthread_create(&cs[i].thread, NULL, client_main, &cs[i]) != 0) {
             fprintf(stderr, "keyload-bench: cannot start client thread %d\n", i);
             atomic_store(&g_stop, 1);
@@ -465,12 +704,416 @@ static int run_bench(const options *o)
     return open_failed == o->clients ? 1 : 0;
 }
 
+/* ---- --leader-of, --wait-caught-up ---- */
+
+static int run_leader_of(const options *o)
+{
+    member_set ms;
+    ms_init(&ms, o);
+    Keyload__V1__MemberStatusAnswer *a;
+    int li = ms_find_leader(&ms, -1, now_ns() + LEADER_WAIT_NS, &a);
+    if (li < 0) {
+        fprintf(stderr, "keyload-bench: no member became a serving leader within 60 s\n");
+        ms_close(&ms);
+        return 1;
+    }
+    char node[32];
+    printf("leader: node=%s member=%llu url=%s term=%llu\n", ms_node(&ms, li, node, sizeof node),
+           (unsigned long long)a->member, ms.url[li], (unsigned long long)a->term);
+    keyload__v1__member_status_answer__free_unpacked(a, NULL);
+    ms_close(&ms);
+    return 0;
+}
+
+static int run_wait_caught_up(const options *o)
+{
+    member_set ms;
+    ms_init(&ms, o);
+    int64_t t0 = now_ns(), deadline = t0 + LEADER_WAIT_NS;
+    Keyload__V1__MemberStatusAnswer *st[MAX_URLS];
+    char why[300] = "no status yet";
+    for (;;) {
+        int li = -1, answered = 0;
+        for (int i = 0; i < ms.n; i++) {
+            kl_err err;
+            kl_err_clear(&err);
+            if (ms_status(&ms, i, 500, &st[i], &err) == KL_OK)
+                answered++;
+            else
+                snprintf(why, sizeof why, "%s: %s", ms.url[i], err.message);
+            if (st[i] != NULL && is_serving_leader(st[i]))
+                li = i;
+        }
+        bool done = false;
+        if (answered == ms.n && li >= 0) {
+            uint64_t commit = st[li]->commit_index;
+            done = true;
+            for (int i = 0; i < ms.n; i++)
+                if (st[i]->applied_index < commit) {
+                    done = false;
+                    snprintf(why, sizeof why, "%s applied %llu < leader commit %llu", ms.url[i],
+                             (unsigned long long)st[i]->applied_index, (unsigned long long)commit);
+                }
+            if (done) {
+                char node[32];
+                printf("caughtup: ms=%.0f leader=%s commit_index=%llu\n", (now_ns() - t0) / 1e6,
+                       ms_node(&ms, li, node, sizeof node), (unsigned long long)commit);
+            }
+        } else if (answered == ms.n) {
+            snprintf(why, sizeof why, "no serving leader");
+        }
+        for (int i = 0; i < ms.n; i++)
+            if (st[i] != NULL)
+                keyload__v1__member_status_answer__free_unpacked(st[i], NULL);
+        if (done)
+            break;
+        if (now_ns() > deadline) {
+            fprintf(stderr, "keyload-bench: members not caught up within 60 s: %s\n", why);
+            ms_close(&ms);
+            return 1;
+        }
+        sleep_ns(50000000LL);
+    }
+    ms_close(&ms);
+    return 0;
+}
+
+/* ---- --failover ---- */
+
+/* True when pid is a running keyloadd started with "--node node": pids are recycled quickly
+ * on a busy machine, so a pid file alone is not enough to kill -9 what it names. */
+static bool is_member_process(long pid, const char *node)
+{
+    char path[64], buf[8192];
+    snprintf(path, sizeof path, "/proc/%ld/cmdline", pid);
+    FILE *f = fopen(path, "r");
+    if (f == NULL)
+        return false;
+    size_t n = fread(buf, 1, sizeof buf - 1, f);
+    fclose(f);
+    buf[n] = '\0';
+    bool daemon = false, named = false;
+    const char *prev = "";
+    for (size_t i = 0; i < n; i += strlen(buf + i) + 1) {
+        const char *arg = buf + i;
+        if (i == 0) {
+            const char *base = strrchr(arg, '/');
+            daemon = strcmp(base ? base + 1 : arg, "keyloadd") == 0;
+        }
+        if (strcmp(prev, "--node") == 0 && strcmp(arg, node) == 0)
+            named = true;
+        prev = arg;
+    }
+    return daemon && named;
+}
+
+typedef struct fo_writer {
+    pthread_t thread;
+    const options *o;
+    member_set ms;              /* the writer's own connections */
+    int start;                  /* member index to try first */
+    atomic_int stop;
+    atomic_ullong acks;
+    _Atomic int64_t first_ack_ns;   /* monotonic; first ack since any */
+    _Atomic int64_t kill_ns;        /* 0 until the leader is killed */
+    atomic_int killed;              /* index of the killed member */
+    _Atomic int64_t after_ack_ns;   /* first ack after kill_ns from another member */
+    atomic_int after_ack_member;
+    /* Counted after the kill, by the writer only (read after join). */
+    uint64_t no_answer, unknown, not_leader, unavailable, unreachable, other;
+    char other_msg[KL_ERR_MESSAGE_MAX + KL_ERR_DETAIL_MAX + 8];
+} fo_writer;
+
+static void *fo_writer_main(void *arg)
+{
+    fo_writer *w = arg;
+    const options *o = w->o;
+    uint8_t body[100];
+    memset(body, 'f', sizeof body);
+    Keyload__V1__QueueLaneRef lane;
+    lane_ref(&lane, o->queue);
+    Keyload__V1__EnqueueMessage msg = KEYLOAD__V1__ENQUEUE_MESSAGE__INIT;
+    msg.body.data = body;
+    msg.body.len = sizeof body;
+    Keyload__V1__Enqueue enq = KEYLOAD__V1__ENQUEUE__INIT;
+    enq.lane = &lane;
+    enq.message = &msg;
+    Keyload__V1__Mutation m = KEYLOAD__V1__MUTATION__INIT;
+    m.kind_case = KEYLOAD__V1__MUTATION__KIND_ENQUEUE;
+    m.enqueue = &enq;
+    Keyload__V1__Mutation *mp[] = {&m};
+    uint8_t id[KL_GUID_LEN];
+    Keyload__V1__BatchRequest b = KEYLOAD__V1__BATCH_REQUEST__INIT;
+    b.command_id.data = id;
+    b.command_id.len = sizeof id;
+    b.mutations = mp;
+    b.n_mutations = 1;
+    uint8_t *buf = NULL;
+    size_t cap = 0;
+    kl_guid_random(id);
+    size_t len = pack_batch(&b, &buf, &cap);
+    int target = w->start, fails = 0, refused = 0;
+    while (!atomic_load(&w->stop) && len > 0) {
+        kl_err err;
+        kl_err_clear(&err);
+        char leader[URL_MAX] = "";
+        uint8_t *ans = NULL;
+        size_t alen = 0;
+        kl_code rc;
+        bool reached = true;
+        kl_rpc_client *c = ms_conn(&w->ms, target, 200, &err);
+        if (c == NULL) {
+            rc = err.code;
+            reached = false;
+        } else {
+            rc = kl_rpc_invoke(c, BATCH_METHOD, buf, len, o->attempt_ms, &ans, &alen, leader,
+                               sizeof leader, &err);
+        }
+        int64_t t = now_ns();
+        free(ans);
+        int64_t k = atomic_load(&w->kill_ns);
+        bool after = k != 0 && t > k;
+        if (rc == KL_OK) {
+            atomic_fetch_add(&w->acks, 1);
+            int64_t zero = 0;
+            atomic_compare_exchange_strong(&w->first_ack_ns, &zero, t);
+            if (after && target != atomic_load(&w->killed)) {
+                zero = 0;
+                if (atomic_compare_exchange_strong(&w->after_ack_ns, &zero, t))
+                    atomic_store(&w->after_ack_member, target);
+            }
+            kl_guid_random(id); /* the next message; a retried one keeps its id */
+            len = pack_batch(&b, &buf, &cap);
+            fails = refused = 0;
+            continue;
+        }
+        fails++;
+        int next = (target + 1) % w->ms.n;
+        switch (rc) {
+        case KL_NOT_LEADER: {
+            w->not_leader += after;
+            int li = leader[0] ? ms_index(&w->ms, leader) : -1;
+            target = li >= 0 && li != target ? li : next;
+            break;
+        }
+        case KL_UNAVAILABLE:
+            if (!reached || strcmp(err.detail, "no_connection") == 0 || strcmp(err.detail, "send") == 0) {
+                w->unreachable += after;
+                ms_drop(&w->ms, target);
+                target = next;
+            } else {
+                /* Refused before proposing (e.g. a new leader not serving yet): stay a while. */
+                w->unavailable += after;
+                if (++refused > 20) {
+                    refused = 0;
+                    target = next;
+                }
+                sleep_ns(5000000LL);
+            }
+            break;
+        case KL_DEADLINE_EXCEEDED:
+        case KL_UNKNOWN_WRITE_OUTCOME:
+            /* Outcome unknown: resend the same bytes (same command id) elsewhere. */
+            if (rc == KL_DEADLINE_EXCEEDED) {
+                w->no_answer += after;
+                ms_drop(&w->ms, target);
+            } else {
+                w->unknown += after;
+            }
+            target = next;
+            break;
+        default:
+            w->other++;
+            if (w->other_msg[0] == '\0')
+                snprintf(w->other_msg, sizeof w->other_msg, "%s (%s) %s", kl_code_name(rc), err.detail,
+                         err.message);
+            kl_guid_random(id);
+            len = pack_batch(&b, &buf, &cap);
+            break;
+        }
+        if (fails % w->ms.n == 0)
+            sleep_ns(10000000LL); /* a whole round without an ack: do not spin */
+    }
+    free(buf);
+    ms_close(&w->ms);
+    return NULL;
+}
+
+static int run_failover(const options *o)
+{
+    member_set ms;
+    ms_init(&ms, o);
+    int rv = 1;
+    char node[32], node2[32];
+    Keyload__V1__MemberStatusAnswer *a = NULL;
+    int li = ms_find_leader(&ms, -1, now_ns() + LEADER_WAIT_NS, &a);
+    if (li < 0) {
+        fprintf(stderr, "keyload-bench: no member became a serving leader within 60 s\n");
+        ms_close(&ms);
+        return 1;
+    }
+    keyload__v1__member_status_answer__free_unpacked(a, NULL);
+    a = NULL;
+    for (int i = 0; i < ms.n; i++) { /* learn every member's id, for node names */
+        kl_err err;
+        Keyload__V1__MemberStatusAnswer *s;
+        if (ms_status(&ms, i, 1000, &s, &err) == KL_OK)
+            keyload__v1__member_status_answer__free_unpacked(s, NULL);
+    }
+    if (bench_setup_queue(o, ms.url[li]) != 0) {
+        ms_close(&ms);
+        return 1;
+    }
+
+    fo_writer *w = calloc(1, sizeof *w);
+    if (w == NULL) {
+        ms_close(&ms);
+        return 1;
+    }
+    w->o = o;
+    ms_init(&w->ms, o);
+    w->start = li;
+    atomic_store(&w->killed, -1);
+    atomic_store(&w->after_ack_member, -1);
+    if (pthread_create(&w->thread, NULL, fo_writer_main, w) != 0) {
+        fprintf(stderr, "keyload-bench: cannot start the writer thread\n");
+        free(w);
+        ms_close(&ms);
+        return 1;
+    }
+    /* Steady state first: the writer has been acknowledged for a second. */
+    int64_t deadline = now_ns() + 30 * 1000000000LL;
+    for (;;) {
+        int64_t f = atomic_load(&w->first_ack_ns);
+        if (f != 0 && now_ns() - f >= 1000000000LL)
+            break;
+        if (now_ns() > deadline) {
+            fprintf(stderr, "keyload-bench: the writer got no ack within 30 s\n");
+            goto out;
+        }
+        sleep_ns(20000000LL);
+    }
+    li = ms_find_leader(&ms, -1, now_ns() + 10 * 1000000000LL, &a);
+    if (li < 0) {
+        fprintf(stderr, "keyload-bench: no serving leader before the kill\n");
+        goto out;
+    }
+    uint64_t term = a->term;
+    keyload__v1__member_status_answer__free_unpacked(a, NULL);
+    a = NULL;
+    ms_node(&ms, li, node, sizeof node);
+    char path[4096];
+    snprintf(path, sizeof path, "%s/%s.pid", o->pid_dir, node);
+    FILE *pf = fopen(path, "r");
+    long pid = 0;
+    if (pf == NULL || fscanf(pf, "%ld", &pid) != 1 || pid <= 1) {
+        fprintf(stderr, "keyload-bench: cannot read the leader's pid from %s\n", path);
+        if (pf != NULL)
+            fclose(pf);
+        goto out;
+    }
+    fclose(pf);
+    if (!is_member_process(pid, node)) {
+        fprintf(stderr, "keyload-bench: pid %ld (from %s) is not keyloadd --node %s; not killing it\n",
+                pid, path, node);
+        goto out;
+    }
+    unsigned long long acks_before = atomic_load(&w->acks);
+    atomic_store(&w->killed, li);
+    int64_t t_kill = now_ns();
+    atomic_store(&w->kill_ns, t_kill);
+    if (kill((pid_t)pid, SIGKILL) != 0) {
+        fprintf(stderr, "keyload-bench: kill -9 %ld (%s): %s\n", pid, node, strerror(errno));
+        goto out;
+    }
+    ms_drop(&ms, li);
+    /* Until the writer is acknowledged by another member: note when a survivor first
+     * reports itself a serving leader (election plus its own-term no-op commit). */
+    int64_t t_elected = 0, t_ack = 0;
+    int elected = -1;
+    deadline = t_kill + LEADER_WAIT_NS;
+    while ((t_ack = atomic_load(&w->after_ack_ns)) == 0 && now_ns() < deadline) {
+        if (t_elected == 0) {
+            for (int i = 0; i < ms.n && t_elected == 0; i++) {
+                if (i == li)
+                    continue;
+                kl_err err;
+                kl_err_clear(&err);
+                Keyload__V1__MemberStatusAnswer *s;
+                if (ms_status(&ms, i, 200, &s, &err) != KL_OK)
+                    continue;
+                if (is_serving_leader(s) && s->term > term) {
+                    t_elected = now_ns();
+                    elected = i;
+                }
+                keyload__v1__member_status_answer__free_unpacked(s, NULL);
+            }
+        }
+        sleep_ns(10000000LL);
+    }
+    atomic_store(&w->stop, 1);
+    pthread_join(w->thread, NULL);
+    int nl = atomic_load(&w->after_ack_member);
+    if (t_ack == 0) {
+        printf("failover: run=%d killed=%s pid=%ld term=%llu failover_ms=timeout elected_ms=%s "
+               "acks_before=%llu\n", o->run, node, pid, (unsigned long long)term,
+               t_elected ? "seen" : "none", acks_before);
+    } else {
+        char el[32];
+        if (t_elected != 0 && t_elected <= t_ack)
+            snprintf(el, sizeof el, "%.1f", (t_elected - t_kill) / 1e6);
+        else
+            snprintf(el, sizeof el, "n/a"); /* the ack came first: the poll missed the moment */
+        printf("failover: run=%d killed=%s pid=%ld term=%llu failover_ms=%.1f elected_ms=%s "
+               "new_leader=%s acks_before=%llu no_answer=%llu unknown_outcome=%llu not_leader=%llu "
+               "unavailable=%llu unreachable=%llu\n",
+               o->run, node, pid, (unsigned long long)term, (t_ack - t_kill) / 1e6, el,
+               ms_node(&ms, nl >= 0 ? nl : elected, node2, sizeof node2), acks_before,
+               (unsigned long long)w->no_answer, (unsigned long long)w->unknown,
+               (unsigned long long)w->not_leader, (unsigned long long)w->unavailable,
+               (unsigned long long)w->unreachable);
+        rv = 0;
+    }
+    fflush(stdout);
+    if (w->other_msg[0] != '\0')
+        fprintf(stderr, "keyload-bench: writer: %llu unexpected errors, first: %s\n",
+                (unsigned long long)w->other, w->other_msg);
+    free(w);
+    ms_close(&ms);
+    return rv;
+out:
+    atomic_store(&w->stop, 1);
+    pthread_join(w->thread, NULL);
+    free(w);
+    ms_close(&ms);
+    return rv;
+}
+
 static void usage(FILE *f)
 {
     fprintf(f,
             "usage: keyload-bench [--url URL] [--clients N] [--batch-size B] [--seconds S | --ops N]\n"
             "                     [--body-size BYTES] [--queue NAME] [--warmup S] [--timeout-ms MS] [--read]\n"
-            "       keyload-bench --fsync-probe DIR [--samples N]\n");
+            "       keyload-bench --fsync-probe DIR [--samples N]\n"
+            "       keyload-bench --leader-of URL,URL,... | --wait-caught-up URL,URL,...\n"
+            "       keyload-bench --failover --url URL,URL,... --pid-dir DIR [--run N] [--attempt-ms MS] [--queue NAME]\n"
+            "URL may be a comma-separated list of the members of one partition (at most %d).\n",
+            MAX_URLS);
+}
+
+/* Splits a comma-separated URL list (modified in place) into o->urls. */
+static int parse_urls(char *list, options *o)
+{
+    o->n_urls = 0;
+    for (char *save = NULL, *t = strtok_r(list, ",", &save); t != NULL; t = strtok_r(NULL, ",", &save)) {
+        if (o->n_urls == MAX_URLS || strlen(t) >= URL_MAX)
+            return -1;
+        o->urls[o->n_urls++] = t;
+    }
+    if (o->n_urls == 0)
+        return -1;
+    o->url = o->urls[0];
+    return 0;
 }
 
 static int parse_int(const char *s, long lo, long hi, long *out)
@@ -487,7 +1130,10 @@ static int parse_int(const char *s, long lo, long hi, long *out)
 int main(int argc, char **argv)
 {
     options o = {.url = "tcp://127.0.0.1:7401", .queue = "bench", .clients = 1, .batch_size = 1,
-                 .seconds = 5, .warmup = 0.5, .body_size = 100, .timeout_ms = 10000, .samples = 200};
+                 .seconds = 5, .warmup = 0.5, .body_size = 100, .timeout_ms = 10000, .samples = 200,
+                 .attempt_ms = 500};
+    o.urls[0] = o.url;
+    o.n_urls = 1;
     static const struct option lo[] = {
         {"url", required_argument, NULL, 'u'},        {"clients", required_argument, NULL, 'c'},
         {"batch-size", required_argument, NULL, 'b'}, {"seconds", required_argument, NULL, 's'},
@@ -495,16 +1141,38 @@ int main(int argc, char **argv)
         {"samples", required_argument, NULL, 'n'},    {"body-size", required_argument, NULL, 'B'},
         {"queue", required_argument, NULL, 'q'},      {"warmup", required_argument, NULL, 'w'},
         {"timeout-ms", required_argument, NULL, 't'}, {"help", no_argument, NULL, 'h'},
-        {"read", no_argument, NULL, 'r'},
+        {"read", no_argument, NULL, 'r'},             {"leader-of", required_argument, NULL, 'L'},
+        {"wait-caught-up", required_argument, NULL, 'W'}, {"failover", no_argument, NULL, 'F'},
+        {"pid-dir", required_argument, NULL, 'P'},    {"run", required_argument, NULL, 'R'},
+        {"attempt-ms", required_argument, NULL, 'A'},
         {NULL, 0, NULL, 0}};
     int ch, li = -1;
     long v;
     char *end;
     while ((li = -1, ch = getopt_long(argc, argv, "", lo, &li)) != -1) {
         switch (ch) {
-        case 'u': o.url = optarg; break;
+        case 'u':
+        case 'L':
+        case 'W':
+            if (parse_urls(optarg, &o) != 0)
+                goto bad;
+            if (ch != 'u')
+                o.mode = ch == 'L' ? MODE_LEADER : MODE_CAUGHT_UP;
+            break;
+        case 'F': o.mode = MODE_FAILOVER; break;
+        case 'P': o.pid_dir = optarg; break;
+        case 'R':
+            if (parse_int(optarg, 0, 1000000, &v) != 0)
+                goto bad;
+            o.run = (int)v;
+            break;
+        case 'A':
+            if (parse_int(optarg, 1, 600000, &v) != 0)
+                goto bad;
+            o.attempt_ms = (int)v;
+            break;
         case 'q': o.queue = optarg; break;
-        case 'f': o.fsync_dir = optarg; break;
+        case 'f': o.fsync_dir = optarg; o.mode = MODE_FSYNC; break;
         case 'c':
             if (parse_int(optarg, 1, 4096, &v) != 0)
                 goto bad;
@@ -557,9 +1225,19 @@ int main(int argc, char **argv)
         fprintf(stderr, "keyload-bench: libsodium failed to initialise\n");
         return 1;
     }
-    if (o.fsync_dir != NULL)
-        return fsync_probe(&o);
-    return run_bench(&o);
+    if (o.mode == MODE_FAILOVER && (o.pid_dir == NULL || o.n_urls < 2)) {
+        fprintf(stderr, "keyload-bench: --failover needs --url with the members and --pid-dir\n");
+        usage(stderr);
+        return 2;
+    }
+    signal(SIGPIPE, SIG_IGN);
+    switch (o.mode) {
+    case MODE_FSYNC: return fsync_probe(&o);
+    case MODE_LEADER: return run_leader_of(&o);
+    case MODE_CAUGHT_UP: return run_wait_caught_up(&o);
+    case MODE_FAILOVER: return run_failover(&o);
+    default: return run_bench(&o);
+    }
 bad:
     if (li >= 0)
         fprintf(stderr, "keyload-bench: bad value for --%s: %s\n", lo[li].name, optarg);

@@ -6,16 +6,31 @@
 #       (group commit: concurrent batches must share one synced append)
 #   (b) 1-client median enqueue latency / median fsync             target <  2x
 #       (a lone durable enqueue should cost about one fsync, not several)
-# Targets are reported PASS/MISS; they do not fail the run. The script fails only when the
+# Then the same matrix on an RF3 cluster (3 members of partition 0, replica_count 3: every
+# commit fsynced by all three before it is acknowledged), and failover on a cluster with
+# replica_count 2 of 3: kill -9 of the leader while a writer sends single-message batches,
+# measured from the kill to the first write acknowledged afterwards, BENCH_FAILOVER_RUNS
+# times (the killed member is restarted and caught up between runs). Both clusters come from
+# deploy/local-rf3.json (its timers, partition 0 only) with bench-only ports and data dirs.
+#   (c) RF3 throughput, 32 clients batch 1 / single daemon's same cell  target >= 50%
+#   (d) median failover (kill -9 of the leader to first acked write)    target <  1.5 s
+# Targets are reported PASS/MISS; they do not fail the run. The script fails only when a
 # daemon cannot be started or a benchmark cannot run.
 # Environment: BENCH_SECONDS (per cell, default 5), BENCH_PORT (default 7491),
-#              BENCH_KEEP=1 keeps the temporary directory (daemon log, data) for inspection.
+#              BENCH_RF3_PORT (first client port of the RF3 cluster, default 7611; peers +100),
+#              BENCH_FAILOVER_PORT (same for the failover cluster, default 7621),
+#              BENCH_FAILOVER_RUNS (default 5),
+#              BENCH_KEEP=1 keeps the temporary directory (daemon logs, data) for inspection.
+# Every process this script starts is tracked by pid and stopped by pid on exit.
 set -u
 cd "$(dirname "$0")/../.."
 root=$(pwd)
 secs=${BENCH_SECONDS:-5}
 port=${BENCH_PORT:-7491}
 url="tcp://127.0.0.1:$port"
+rf3_port=${BENCH_RF3_PORT:-7611}
+fo_port=${BENCH_FAILOVER_PORT:-7621}
+fo_runs=${BENCH_FAILOVER_RUNS:-5}
 bench=bin/keyload-bench
 daemon=bin/keyloadd
 for b in "$bench" "$daemon"; do
@@ -24,18 +39,40 @@ done
 
 mkdir -p var
 tmp=$(mktemp -d "$root/var/bench-XXXXXX")
+# Run private copies: a `make` elsewhere in the tree must not swap binaries under a restart.
+mkdir -p "$tmp/bin"
+cp "$bench" "$daemon" "$tmp/bin/" || exit 2
+bench=$tmp/bin/keyload-bench
+daemon=$tmp/bin/keyloadd
 pid=""
-cleanup() {
-  if [ -n "$pid" ] && kill -0 "$pid" 2>/dev/null; then
-    kill -TERM "$pid" 2>/dev/null
-    for _ in $(seq 1 100); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
-    if kill -0 "$pid" 2>/dev/null; then
-      echo "bench: keyloadd (pid $pid) ignored SIGTERM for 10 s; killing it"
-      kill -KILL "$pid" 2>/dev/null
+declare -A mpid   # cluster member "DIR NODE" -> pid of the keyloadd we started
+# Stops one keyloadd we started: SIGTERM, up to 10 s, then SIGKILL; reaps it.
+stop_pid() {
+  local p=$1 what=$2
+  if [ -n "$p" ] && kill -0 "$p" 2>/dev/null; then
+    kill -TERM "$p" 2>/dev/null
+    for _ in $(seq 1 100); do kill -0 "$p" 2>/dev/null || break; sleep 0.1; done
+    if kill -0 "$p" 2>/dev/null; then
+      echo "bench: $what (pid $p) ignored SIGTERM for 10 s; killing it"
+      kill -KILL "$p" 2>/dev/null
     fi
-    wait "$pid" 2>/dev/null
   fi
+  [ -n "$p" ] && { wait "$p"; } 2>/dev/null
+}
+stop_cluster() {  # DIR: every member of that cluster we started
+  local k
+  for k in "${!mpid[@]}"; do
+    [ "${k%% *}" = "$1" ] || continue
+    stop_pid "${mpid[$k]}" "keyloadd ${k##* }"
+    unset "mpid[$k]"
+  done
+}
+cleanup() {
+  stop_pid "$pid" keyloadd
   pid=""
+  local k
+  for k in "${!mpid[@]}"; do stop_pid "${mpid[$k]}" "keyloadd ${k##* }"; done
+  mpid=()
   if [ "${BENCH_KEEP:-0}" = 1 ]; then echo "bench: kept $tmp"; else rm -rf "$tmp"; fi
 }
 trap cleanup EXIT
@@ -100,6 +137,142 @@ for b in 1 100; do
     kill -0 "$pid" 2>/dev/null || { echo "bench: keyloadd died; its log:"; tail -n 30 "$log"; pid=""; exit 1; }
   done
 done
+stop_pid "$pid" keyloadd   # free the cores for the clusters
+pid=""
+
+# ---- clusters: 3 members of partition 0 of deploy/local-rf3.json ----
+
+# make_cluster DIR NAME REPLICA_COUNT CLIENT_PORT: DIR/cluster.json with members p0m1..p0m3
+# on CLIENT_PORT+i (peers +100), data under DIR; partitions 1 and 2 are left out so that no
+# client tries them. Timers and limits stay those of local-rf3.json.
+make_cluster() {
+  mkdir -p "$1/pids"
+  python3 - "$root/deploy/local-rf3.json" "$1" "$2" "$3" "$4" <<'EOF2' || exit 2
+import json, sys
+src, d, name, rc, port = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4]), int(sys.argv[5])
+c = json.load(open(src))
+c["cluster"] = name
+c["replica_count"] = rc
+p0 = [p for p in c["partitions"] if p["id"] == 0][0]
+c["partitions"] = [p0]
+for i, m in enumerate(p0["members"]):
+    m["client"] = "tcp://127.0.0.1:%d" % (port + i)
+    m["peer"] = "tcp://127.0.0.1:%d" % (port + 100 + i)
+    m["data"] = "%s/p0m%d" % (d, m["id"])
+    m.pop("public_key", None)  # bench members run without member keys (no key files here)
+json.dump(c, open(d + "/cluster.json", "w"), indent=2)
+t = c.get("timers", {})
+print("tick_ms=%s election_ms=%s heartbeat_ms=%s" % (t.get("tick_ms"), t.get("election_ms"), t.get("heartbeat_ms")))
+EOF2
+}
+cluster_urls() {  # CLIENT_PORT -> URL,URL,URL
+  echo "tcp://127.0.0.1:$1,tcp://127.0.0.1:$(($1 + 1)),tcp://127.0.0.1:$(($1 + 2))"
+}
+ports_free() {  # CLIENT_PORT: the three client and three peer ports
+  local p
+  for p in $1 $(($1 + 1)) $(($1 + 2)) $(($1 + 100)) $(($1 + 101)) $(($1 + 102)); do
+    if (exec 3<>"/dev/tcp/127.0.0.1/$p") 2>/dev/null; then
+      echo "bench: port $p is already in use; set BENCH_RF3_PORT / BENCH_FAILOVER_PORT"
+      return 1
+    fi
+  done
+}
+# start_member DIR NODE: starts it (log appended to DIR/NODE.log, pid in DIR/pids/NODE.pid)
+# and waits up to 20 s for one more msg="ready" in its log. Not in a subshell: the pid must
+# stay our child.
+start_member() {
+  local d=$1 n=$2 before p
+  before=$(grep -c 'msg="ready"' "$d/$n.log" 2>/dev/null)
+  before=${before:-0}
+  "$daemon" --cluster "$d/cluster.json" --node "$n" --data "$d/$n" 2>>"$d/$n.log" &
+  p=$!
+  mpid["$d $n"]=$p
+  echo "$p" >"$d/pids/$n.pid"
+  for _ in $(seq 1 200); do
+    [ "$(grep -c 'msg="ready"' "$d/$n.log" 2>/dev/null)" -gt "$before" ] && return 0
+    kill -0 "$p" 2>/dev/null || break
+    sleep 0.1
+  done
+  echo "bench: keyloadd $n ($d) did not become ready within 20 s; its log:"
+  tail -n 30 "$d/$n.log"
+  exit 1
+}
+members_alive() {  # DIR: every member we started there still runs
+  local k
+  for k in "${!mpid[@]}"; do
+    [ "${k%% *}" = "$1" ] || continue
+    if ! kill -0 "${mpid[$k]}" 2>/dev/null; then
+      echo "bench: keyloadd ${k##* } died; its log:"
+      tail -n 30 "$1/${k##* }.log"
+      return 1
+    fi
+  done
+}
+
+# ---- RF3: replica_count 3, the same matrix ----
+rf3=$tmp/rf3
+ports_free "$rf3_port" || exit 2
+rf3_timers=$(make_cluster "$rf3" bench-rf3 3 "$rf3_port") || exit 2
+rf3_urls=$(cluster_urls "$rf3_port")
+for n in p0m1 p0m2 p0m3; do start_member "$rf3" "$n"; done
+ldr=$("$bench" --leader-of "$rf3_urls") || { echo "bench: RF3 cluster elected no serving leader"; exit 1; }
+echo "bench: RF3 cluster ready ($rf3_timers); $ldr"
+declare -A rline
+echo "bench: RF3 matrix (--url $rf3_urls)"
+for b in 1 100; do
+  for c in 1 32; do
+    out=$("$bench" --url "$rf3_urls" --clients "$c" --batch-size "$b" --seconds "$secs")
+    rc=$?
+    echo "${out:-bench: rf3 clients=$c batch=$b: no result (exit $rc)}"
+    [ $rc -eq 0 ] && [ -n "$out" ] || failed=1
+    rline[$b,$c]=$out
+    members_alive "$rf3" || exit 1
+  done
+done
+rf3_warn=$(cat "$rf3"/p0m*.log | grep -c 'level=\(warn\|error\)')
+rf3_warn_first=$(cat "$rf3"/p0m*.log | grep 'level=\(warn\|error\)' | head -n 5)
+stop_cluster "$rf3"
+
+# ---- failover: replica_count 2 of 3, kill -9 of the leader ----
+fo=$tmp/failover
+ports_free "$fo_port" || exit 2
+fo_timers=$(make_cluster "$fo" bench-failover 2 "$fo_port") || exit 2
+fo_urls=$(cluster_urls "$fo_port")
+for n in p0m1 p0m2 p0m3; do start_member "$fo" "$n"; done
+"$bench" --leader-of "$fo_urls" >/dev/null || { echo "bench: failover cluster elected no serving leader"; exit 1; }
+echo "bench: failover cluster ready ($fo_timers)"
+fo_lines=()
+fo_ms=()
+for r in $(seq 1 "$fo_runs"); do
+  # bash reports a killed background job ("... Killed ...") on its stderr after the next
+  # command; the kill is the point here, so the shell's stderr is muted until the member has
+  # been reaped (the bench's own stderr still goes out through fd 4).
+  exec 4>&2 2>/dev/null
+  out=$("$bench" --failover --url "$fo_urls" --pid-dir "$fo/pids" --run "$r" --queue failover 2>&4)
+  rc=$?
+  killed=$(kv killed "$out")
+  [ -n "$killed" ] && [ -n "${mpid["$fo $killed"]:-}" ] && wait "${mpid["$fo $killed"]}"
+  exec 2>&4 4>&-
+  echo "${out:-bench: failover run $r: no result (exit $rc)}"
+  if [ -n "$killed" ] && [ -n "${mpid["$fo $killed"]:-}" ]; then
+    start_member "$fo" "$killed"
+    if ! cu=$("$bench" --wait-caught-up "$fo_urls"); then
+      echo "bench: $killed did not catch up after its restart; the end of its log:"
+      tail -n 20 "$fo/$killed.log"
+      members_alive "$fo"
+      failed=1
+      break
+    fi
+    echo "$cu"
+  else
+    cu=""
+  fi
+  if [ $rc -ne 0 ] || [ -z "$out" ]; then failed=1; [ -n "$killed" ] || break; continue; fi
+  fo_lines+=("$out caughtup_ms=$(kv ms "$cu")")
+  fo_ms+=("$(kv failover_ms "$out")")
+  members_alive "$fo" || exit 1
+done
+stop_cluster "$fo"
 
 echo
 echo "=== KeyLoad enqueue benchmark: 1 replica, ${secs}s per cell, 100-byte bodies ==="
@@ -115,14 +288,39 @@ for b in 1 100; do
   done
 done
 echo
+echo "=== RF3: 3 members, replica_count 3 (each commit fsynced by all three), ${secs}s per cell ==="
+printf "%-8s %-6s %12s %12s %10s %10s %8s\n" clients batch batches/s msgs/s p50_us p99_us errors
+for b in 1 100; do
+  for c in 1 32; do
+    l=${rline[$b,$c]}
+    printf "%-8s %-6s %12s %12s %10s %10s %8s\n" "$c" "$b" "$(kv batches_per_s "$l")" \
+      "$(kv msgs_per_s "$l")" "$(kv p50_us "$l")" "$(kv p99_us "$l")" "$(kv errors "$l")"
+  done
+done
+echo
+echo "=== Failover: 3 members, replica_count 2, kill -9 of the leader ($fo_timers) ==="
+echo "failover = kill to the first write acknowledged by another member; elected = kill to a"
+echo "survivor reporting itself a serving leader; caught up = restart of the killed member"
+echo "(ready) to every member having applied the leader's commit index"
+printf "%-4s %-7s %-11s %12s %11s %13s %10s\n" run killed new_leader failover_ms elected_ms caughtup_ms retries
+for l in "${fo_lines[@]}"; do
+  retries=$(( $(kv no_answer "$l") + $(kv unknown_outcome "$l") + $(kv not_leader "$l") + \
+              $(kv unavailable "$l") + $(kv unreachable "$l") ))
+  printf "%-4s %-7s %-11s %12s %11s %13s %10s\n" "$(kv run "$l")" "$(kv killed "$l")" "$(kv new_leader "$l")" \
+    "$(kv failover_ms "$l")" "$(kv elected_ms "$l")" "$(kv caughtup_ms "$l")" "$retries"
+done
+echo
 
 python3 - "$(kv msgs_per_s "${line[1,32]}")" "$(kv msgs_per_s "${line[1,1]}")" \
-          "$(kv p50_us "${line[1,1]}")" "$fsync_med" "$(kv p50_us "$rd")" <<'EOF'
+          "$(kv p50_us "${line[1,1]}")" "$fsync_med" "$(kv p50_us "$rd")" \
+          "$(kv msgs_per_s "${rline[1,32]}")" "$fo_runs" "${fo_ms[@]}" <<'EOF'
 import sys
 def num(s):
     try: return float(s)
     except ValueError: return None
-t32, t1, p50, fs, rpc = map(num, sys.argv[1:6])
+t32, t1, p50, fs, rpc, r32 = map(num, sys.argv[1:7])
+runs = int(sys.argv[7])
+fo = [v for v in map(num, sys.argv[8:]) if v is not None]
 if t32 is not None and t1:
     r = t32 / t1
     print("target (a) 32 clients / 1 client throughput (batch 1): %.1fx (target >= 5x) %s"
@@ -138,9 +336,27 @@ else:
 if p50 is not None and fs and rpc is not None:
     print("  1-client enqueue p50 %.0f us = fsync %.0f + RPC floor %.0f + rest of the write path %.0f"
           % (p50, fs, rpc, p50 - fs - rpc))
+if r32 is not None and t32:
+    r = r32 / t32
+    print("target (c) RF3 / single-daemon throughput, 32 clients batch 1: %.0f / %.0f msgs/s = %.0f%% (target >= 50%%) %s"
+          % (r32, t32, 100 * r, "PASS" if r >= 0.5 else "MISS"))
+else:
+    print("target (c) RF3 / single-daemon throughput, 32 clients batch 1: no data MISS")
+if fo:
+    s = sorted(fo)
+    med = s[len(s) // 2] if len(s) % 2 else (s[len(s) // 2 - 1] + s[len(s) // 2]) / 2
+    print("target (d) median failover, kill -9 of the leader to first acked write (replica_count 2 of 3): "
+          "%.0f ms over %d of %d runs, max %.0f ms (target < 1500 ms) %s"
+          % (med, len(s), runs, s[-1], "PASS" if med < 1500 and len(s) == runs else "MISS"))
+else:
+    print("target (d) median failover: no data MISS")
 EOF
 if grep -q 'level=\(warn\|error\)' "$log"; then
   echo "bench: keyloadd logged warnings/errors (first 5):"
   grep 'level=\(warn\|error\)' "$log" | head -n 5
+fi
+if [ "${rf3_warn:-0}" -gt 0 ]; then
+  echo "bench: the RF3 members logged $rf3_warn warnings/errors (first 5):"
+  echo "$rf3_warn_first"
 fi
 exit $failed
