@@ -628,6 +628,19 @@ done:
 
 /* ---- reads ---- */
 
+/* A read's queue ref: present, with valid names (before any key is built from them). */
+static kl_code check_read_ref(const Keyload__V1__QueueLaneRef *q, kl_err *err)
+{
+    kl_code rc;
+    if (q == NULL)
+        return kl_fail(err, KL_INVALID_ARGUMENT, "queue", "queue is missing");
+    if ((rc = kl_name_check("queue.tenant", q->tenant, err)) != KL_OK ||
+        (rc = kl_name_check("queue.database", q->database, err)) != KL_OK ||
+        (rc = kl_name_check("queue.queue", q->queue, err)) != KL_OK)
+        return rc;
+    return KL_OK;
+}
+
 kl_code kl_node_queue_stats(kl_node *n, const uint8_t *req, size_t len, uint8_t **answer,
                             size_t *answer_len, kl_err *err)
 {
@@ -635,13 +648,7 @@ kl_code kl_node_queue_stats(kl_node *n, const uint8_t *req, size_t len, uint8_t 
     if (r == NULL)
         return kl_fail(err, KL_INVALID_ARGUMENT, "payload", "the QueueStats request does not decode");
     kl_code rc;
-    if (r->queue == NULL) {
-        rc = kl_fail(err, KL_INVALID_ARGUMENT, "queue", "queue is missing");
-        goto done;
-    }
-    if ((rc = kl_name_check("queue.tenant", r->queue->tenant, err)) != KL_OK ||
-        (rc = kl_name_check("queue.database", r->queue->database, err)) != KL_OK ||
-        (rc = kl_name_check("queue.queue", r->queue->queue, err)) != KL_OK)
+    if ((rc = check_read_ref(r->queue, err)) != KL_OK)
         goto done;
     kl_view view = {.store = n->store};
     kl_limits limits;
@@ -705,13 +712,7 @@ kl_code kl_node_locate_queue(kl_node *n, const uint8_t *req, size_t len, uint8_t
         return kl_fail(err, KL_INVALID_ARGUMENT, "payload", "the LocateQueue request does not decode");
     kl_code rc;
     Keyload__V1__CatalogQueue *def = NULL;
-    if (r->queue == NULL) {
-        rc = kl_fail(err, KL_INVALID_ARGUMENT, "queue", "queue is missing");
-        goto done;
-    }
-    if ((rc = kl_name_check("queue.tenant", r->queue->tenant, err)) != KL_OK ||
-        (rc = kl_name_check("queue.database", r->queue->database, err)) != KL_OK ||
-        (rc = kl_name_check("queue.queue", r->queue->queue, err)) != KL_OK)
+    if ((rc = check_read_ref(r->queue, err)) != KL_OK)
         goto done;
     kl_view view = {.store = n->store, .scan_limit = 16};
     bool found;

@@ -366,6 +366,13 @@ static kl_code locate(kl_client *c, const char *queue, int *partition, kl_err *e
     return KL_OK;
 }
 
+/* A partition answered that the queue lives elsewhere: the cached placement is stale
+ * (the queue was deleted and created again). */
+static bool moved_elsewhere(kl_code rc, const kl_err *err, int pid)
+{
+    return rc == KL_NOT_FOUND && err != NULL && strcmp(err->detail, "wrong_partition") == 0 && pid != 0;
+}
+
 /* The one partition all of b's queues live on. */
 static kl_code batch_partition(kl_client *c, const kl_batch *b, int *partition, kl_err *err)
 {
@@ -474,7 +481,7 @@ kl_code kl_client_batch(kl_client *c, const kl_batch *b, kl_receipt **out, kl_er
         } else {
             rc = send_batch(c, b, pid, req, req_len, out, err);
         }
-        if (rc == KL_NOT_FOUND && err != NULL && strcmp(err->detail, "wrong_partition") == 0 && pid != 0) {
+        if (moved_elsewhere(rc, err, pid)) {
             forget_batch_placements(c, b);
             continue;
         }
@@ -511,7 +518,7 @@ kl_code kl_client_queue_stats(kl_client *c, const char *queue,
         if ((rc = locate(c, queue, &pid, err)) != KL_OK)
             break;
         rc = call_partition(c, pid, &s, &ans, &ans_len, err);
-        if (rc == KL_NOT_FOUND && err != NULL && strcmp(err->detail, "wrong_partition") == 0 && pid != 0) {
+        if (moved_elsewhere(rc, err, pid)) {
             placement_forget(c, queue);
             continue;
         }

@@ -197,18 +197,6 @@ kl_code kl_catalog_apply_change(kl_view *v, int partition, int64_t now_ms,
 
 /* ---- partition 0: catalog mutations ---- */
 
-static kl_code add_result(kl_buf *out, Keyload__V1__MutationResult *r, kl_err *err)
-{
-    size_t n = keyload__v1__mutation_result__get_packed_size(r);
-    uint8_t *b = malloc(n ? n : 1);
-    if (b == NULL)
-        return oom(err);
-    keyload__v1__mutation_result__pack(r, b);
-    int bad = kl_buf_append_field(out, (6 << 3) | 2, b, n);
-    free(b);
-    return bad ? oom(err) : KL_OK;
-}
-
 static kl_code need_catalog(kl_eval_ctx *c, const char *what, kl_err *err)
 {
     if (c->catalog != NULL)
@@ -334,7 +322,7 @@ kl_code kl_catalog_eval_create_database(kl_eval_ctx *c, const Keyload__V1__Creat
     Keyload__V1__MutationResult res = KEYLOAD__V1__MUTATION_RESULT__INIT;
     res.kind_case = KEYLOAD__V1__MUTATION_RESULT__KIND_DATABASE_CREATED;
     res.database_created = &dc;
-    return add_result(results, &res, err);
+    return kl_engine_add_result(results, &res, err);
 }
 
 /* Where a new queue goes: the dead-letter queue's partition when it has one (they must
@@ -427,7 +415,7 @@ kl_code kl_catalog_eval_create_queue(kl_eval_ctx *c, const Keyload__V1__CreateQu
     Keyload__V1__MutationResult res = KEYLOAD__V1__MUTATION_RESULT__INIT;
     res.kind_case = KEYLOAD__V1__MUTATION_RESULT__KIND_QUEUE_CREATED;
     res.queue_created = &qc;
-    return add_result(results, &res, err);
+    return kl_engine_add_result(results, &res, err);
 }
 
 kl_code kl_catalog_eval_drop_queue(kl_eval_ctx *c, const Keyload__V1__CatalogQueue *def,
@@ -447,7 +435,7 @@ kl_code kl_catalog_eval_drop_queue(kl_eval_ctx *c, const Keyload__V1__CatalogQue
     Keyload__V1__MutationResult res = KEYLOAD__V1__MUTATION_RESULT__INIT;
     res.kind_case = KEYLOAD__V1__MUTATION_RESULT__KIND_QUEUE_DELETED;
     res.queue_deleted = &qd;
-    return add_result(results, &res, err);
+    return kl_engine_add_result(results, &res, err);
 }
 
 kl_code kl_catalog_finish(kl_eval_ctx *c, kl_err *err)

@@ -50,6 +50,9 @@ int kl_buf_append_field(kl_buf *b, uint8_t tag, const uint8_t *p, size_t n);
 /* Appends one varint field (tag byte, then v). Returns -1 on OOM. */
 int kl_buf_append_varint_field(kl_buf *b, uint8_t tag, uint64_t v);
 
+/* Appends one encoded MutationResult (BatchReceipt field 6) to out. */
+kl_code kl_engine_add_result(kl_buf *out, const Keyload__V1__MutationResult *r, kl_err *err);
+
 /* Shape checks needing no state: command id, mutation count, names, message sizes.
  * encoded_len is the request's wire size, checked against MaxBatchBytes. */
 kl_code kl_engine_validate_batch(const Keyload__V1__BatchRequest *b, size_t encoded_len,

@@ -218,7 +218,7 @@ static kl_code remove_message(kl_view *v, Keyload__V1__QueueRecord *q, const cha
     return KL_OK;
 }
 
-static kl_code add_result(kl_buf *out, Keyload__V1__MutationResult *r, kl_err *err)
+kl_code kl_engine_add_result(kl_buf *out, const Keyload__V1__MutationResult *r, kl_err *err)
 {
     size_t n = keyload__v1__mutation_result__get_packed_size(r);
     uint8_t *buf = malloc(n ? n : 1);
@@ -283,7 +283,7 @@ static kl_code eval_delete(kl_eval_ctx *c, const Keyload__V1__DeleteQueue *m, kl
     Keyload__V1__MutationResult res = KEYLOAD__V1__MUTATION_RESULT__INIT;
     res.kind_case = KEYLOAD__V1__MUTATION_RESULT__KIND_QUEUE_DELETED;
     res.queue_deleted = &qd;
-    return add_result(out, &res, err);
+    return kl_engine_add_result(out, &res, err);
 }
 
 /* ---- enqueue ---- */
@@ -351,7 +351,7 @@ static kl_code eval_enqueue(kl_eval_ctx *c, const Keyload__V1__Enqueue *m, kl_bu
     Keyload__V1__MutationResult res = KEYLOAD__V1__MUTATION_RESULT__INIT;
     res.kind_case = KEYLOAD__V1__MUTATION_RESULT__KIND_ENQUEUED;
     res.enqueued = &e;
-    return add_result(out, &res, err);
+    return kl_engine_add_result(out, &res, err);
 }
 
 /* ---- dead-lettering ---- */
@@ -637,7 +637,7 @@ static kl_code eval_receive(kl_eval_ctx *c, const Keyload__V1__Receive *m, kl_bu
     Keyload__V1__MutationResult res = KEYLOAD__V1__MUTATION_RESULT__INIT;
     res.kind_case = KEYLOAD__V1__MUTATION_RESULT__KIND_RECEIVED;
     res.received = &rcv;
-    rc = add_result(out, &res, err);
+    rc = kl_engine_add_result(out, &res, err);
 done:
     for (size_t i = 0; recs && i < got; i++) {
         /* The lease token points into `tokens`; detach it before protobuf-c frees. */
@@ -740,7 +740,7 @@ static kl_code eval_ack_release(kl_eval_ctx *c, const Keyload__V1__QueueLaneRef 
         res.kind_case = KEYLOAD__V1__MUTATION_RESULT__KIND_RELEASED;
         res.released = &r;
     }
-    return add_result(out, &res, err);
+    return kl_engine_add_result(out, &res, err);
 }
 
 kl_code kl_engine_eval_batch(kl_eval_ctx *c, const Keyload__V1__BatchRequest *b, kl_buf *results,

@@ -10,6 +10,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <sys/types.h>
 
 extern const char *daemon_bin;
 extern char work[512];
@@ -50,6 +51,9 @@ void add_enqueue(Keyload__V1__BatchRequest *b, const char *queue, const char *bo
 void add_receive(Keyload__V1__BatchRequest *b, const char *queue, uint32_t max, uint32_t lease_ms);
 /* Packs and frees b. */
 uint8_t *pack_free(Keyload__V1__BatchRequest *b, size_t *len);
+
+/* Starts keyloadd as member pPmM of the cluster file (log in work/), without failpoints. */
+pid_t spawn_member(const char *cluster, int partition, int member);
 
 /* proc_catalog.c */
 void test_catalog_reaches_every_partition(void);

@@ -11,7 +11,6 @@
 #include "common/guid.h"
 #include "keyload/v1/catalog.pb-c.h"
 
-#include <fcntl.h>
 #include <signal.h>
 #include <stdbool.h>
 #include <stdlib.h>
@@ -51,22 +50,7 @@ static void mp_write(void)
     mp_written = true;
 }
 
-static void mp_start(int p, int m)
-{
-    char log[700], node[16];
-    snprintf(log, sizeof log, "%s/mp-p%dm%d.log", work, p, m + 1);
-    snprintf(node, sizeof node, "p%dm%d", p, m + 1);
-    pid_t pid = fork();
-    if (pid == 0) {
-        int fd = open(log, O_WRONLY | O_CREAT | O_APPEND, 0600);
-        dup2(fd, 2);
-        dup2(fd, 1);
-        unsetenv("KEYLOAD_FAILPOINTS");
-        execl(daemon_bin, daemon_bin, "--cluster", mp_file, "--node", node, (char *)NULL);
-        _exit(127);
-    }
-    mp_pid[p][m] = pid;
-}
+static void mp_start(int p, int m) { mp_pid[p][m] = spawn_member(mp_file, p, m + 1); }
 
 static void mp_kill(int p, int m)
 {

@@ -623,22 +623,25 @@ static void write_group(const char *name, int n, int replica_count)
     fclose(f);
 }
 
-static void group_start(int i)
+pid_t spawn_member(const char *cluster, int partition, int member)
 {
     char log[700], node[16];
-    snprintf(log, sizeof log, "%s/group-m%d.log", work, i + 1);
-    snprintf(node, sizeof node, "p0m%d", i + 1);
+    snprintf(log, sizeof log, "%s/%s-p%dm%d.log", work, strrchr(cluster, '/') ? strrchr(cluster, '/') + 1 : cluster,
+             partition, member);
+    snprintf(node, sizeof node, "p%dm%d", partition, member);
     pid_t pid = fork();
     if (pid == 0) {
         int fd = open(log, O_WRONLY | O_CREAT | O_APPEND, 0600);
         dup2(fd, 2);
         dup2(fd, 1);
         unsetenv("KEYLOAD_FAILPOINTS");
-        execl(daemon_bin, daemon_bin, "--cluster", cluster_file, "--node", node, (char *)NULL);
+        execl(daemon_bin, daemon_bin, "--cluster", cluster, "--node", node, (char *)NULL);
         _exit(127);
     }
-    group_pid[i] = pid;
+    return pid;
 }
+
+static void group_start(int i) { group_pid[i] = spawn_member(cluster_file, 0, i + 1); }
 
 static void group_kill(int i, int sig)
 {
@@ -725,25 +728,41 @@ static long long group_messages(const char *queue)
     return m;
 }
 
+/* Starts every member of the group written last, creates default/default and queue q,
+ * and returns the member that answered (the leader then), or -1. */
+static int group_start_with_queue(const char *q)
+{
+    for (int i = 0; i < group_n; i++)
+        group_start(i);
+    int leader = -1;
+    for (int step = 0; step < 2; step++) {
+        Keyload__V1__BatchRequest *b = batch_new(NULL);
+        if (step == 0)
+            add_create_database(b);
+        else
+            add_create(b, q, 0);
+        answer a = group_batch(b, 20000, &leader);
+        kl_code code = a.code;
+        if (code != KL_OK)
+            fprintf(stderr, "  %s: %s %s\n", step ? "create queue" : "create database", kl_code_name(code),
+                    a.err.message);
+        answer_free(&a);
+        if (code != KL_OK)
+            return -1;
+    }
+    return leader;
+}
+
 /* replica_count 3 of 3: every commit is on all three members. With the leader killed, a
  * new leader is elected but cannot commit (refusing before proposing); once the member is
  * back, writes go on and nothing acknowledged is lost or doubled; receipts replay. */
 static void test_group_rf3_all_copies(void)
 {
     write_group("rf3", 3, 3);
-    for (int i = 0; i < 3; i++)
-        group_start(i);
-    Keyload__V1__BatchRequest *b = batch_new(NULL);
-    add_create_database(b);
-    int leader = -1;
-    answer a = group_batch(b, 20000, &leader);
-    CHECK(a.code == KL_OK, "create database: %s %s", kl_code_name(a.code), a.err.message);
-    answer_free(&a);
-    b = batch_new(NULL);
-    add_create(b, "orders", 0);
-    a = group_batch(b, 20000, &leader);
-    CHECK(a.code == KL_OK, "create: %s %s", kl_code_name(a.code), a.err.message);
-    answer_free(&a);
+    int leader = group_start_with_queue("orders");
+    CHECK(leader >= 0, "the group did not create its database and queue");
+    Keyload__V1__BatchRequest *b;
+    answer a;
     uint8_t cmd[16];
     kl_guid_random(cmd);
     answer first = {0};
@@ -795,19 +814,10 @@ static void test_group_rf3_all_copies(void)
 static void test_group_rf3_follower_down(void)
 {
     write_group("rf3c", 3, 3);
-    for (int i = 0; i < 3; i++)
-        group_start(i);
-    Keyload__V1__BatchRequest *b = batch_new(NULL);
-    add_create_database(b);
-    int leader = -1;
-    answer a = group_batch(b, 20000, &leader);
-    CHECK(a.code == KL_OK, "create database: %s %s", kl_code_name(a.code), a.err.message);
-    answer_free(&a);
-    b = batch_new(NULL);
-    add_create(b, "c", 0);
-    a = group_batch(b, 20000, &leader);
-    CHECK(a.code == KL_OK, "create: %s %s", kl_code_name(a.code), a.err.message);
-    answer_free(&a);
+    int leader = group_start_with_queue("c");
+    CHECK(leader >= 0, "the group did not create its database and queue");
+    Keyload__V1__BatchRequest *b;
+    answer a;
     int down = (leader + 1) % 3;
     group_kill(down, SIGKILL);
     uint8_t cmd[16];
@@ -907,19 +917,8 @@ static long long member_applied(int i)
 static void test_group_follower_catches_up(void)
 {
     write_group("catchup", 3, 2);
-    for (int i = 0; i < 3; i++)
-        group_start(i);
-    Keyload__V1__BatchRequest *b = batch_new(NULL);
-    add_create_database(b);
-    int leader = -1;
-    answer a = group_batch(b, 20000, &leader);
-    CHECK(a.code == KL_OK, "create database: %s %s", kl_code_name(a.code), a.err.message);
-    answer_free(&a);
-    b = batch_new(NULL);
-    add_create(b, "backlog", 0);
-    a = group_batch(b, 20000, &leader);
-    CHECK(a.code == KL_OK, "create: %s %s", kl_code_name(a.code), a.err.message);
-    answer_free(&a);
+    int leader = group_start_with_queue("backlog");
+    CHECK(leader >= 0, "the group did not create its database and queue");
     int behind = (leader + 1) % 3;
     group_kill(behind, SIGKILL);
     catchup_writer w[CATCHUP_THREADS];
@@ -961,19 +960,10 @@ static void test_group_follower_catches_up(void)
 static void test_group_rf2_failover(void)
 {
     write_group("rf2", 3, 2);
-    for (int i = 0; i < 3; i++)
-        group_start(i);
-    Keyload__V1__BatchRequest *b = batch_new(NULL);
-    add_create_database(b);
-    int leader = -1;
-    answer a = group_batch(b, 20000, &leader);
-    CHECK(a.code == KL_OK, "create database: %s %s", kl_code_name(a.code), a.err.message);
-    answer_free(&a);
-    b = batch_new(NULL);
-    add_create(b, "jobs", 0);
-    a = group_batch(b, 20000, &leader);
-    CHECK(a.code == KL_OK, "create: %s %s", kl_code_name(a.code), a.err.message);
-    answer_free(&a);
+    int leader = group_start_with_queue("jobs");
+    CHECK(leader >= 0, "the group did not create its database and queue");
+    Keyload__V1__BatchRequest *b;
+    answer a;
     int acked = 0;
     for (int i = 0; i < 60; i++) {
         if (i == 30)

@@ -395,30 +395,30 @@ void th_submit(th_node *t, const uint8_t *req, size_t len, th_reply *r)
         th_drain(t);
 }
 
-void th_run_err(th_node *t, th_batch *b, kl_code expect, kl_err *err)
+/* Packs, submits and checks that exactly one answer with code `expect` came. */
+static void run_expect(th_node *t, th_batch *b, kl_code expect, th_reply *r)
 {
     size_t len;
     uint8_t *req = th_batch_pack(b, &len);
-    th_reply r = {0};
-    th_submit(t, req, len, &r);
+    th_submit(t, req, len, r);
     free(req);
-    ck_assert_int_eq(r.count, 1);
-    ck_assert_msg(r.code == expect, "expected %s, got %s: %s", kl_code_name(expect), kl_code_name(r.code),
-                  r.err.message);
+    ck_assert_int_eq(r->count, 1);
+    ck_assert_msg(r->code == expect, "expected %s, got %s: %s", kl_code_name(expect), kl_code_name(r->code),
+                  r->err.message);
+}
+
+void th_run_err(th_node *t, th_batch *b, kl_code expect, kl_err *err)
+{
+    th_reply r = {0};
+    run_expect(t, b, expect, &r);
     *err = r.err;
     th_reply_free(&r);
 }
 
 Keyload__V1__BatchReceipt *th_run(th_node *t, th_batch *b, kl_code expect)
 {
-    size_t len;
-    uint8_t *req = th_batch_pack(b, &len);
     th_reply r = {0};
-    th_submit(t, req, len, &r);
-    free(req);
-    ck_assert_int_eq(r.count, 1);
-    ck_assert_msg(r.code == expect, "expected %s, got %s: %s", kl_code_name(expect),
-                  kl_code_name(r.code), r.err.message);
+    run_expect(t, b, expect, &r);
     Keyload__V1__BatchReceipt *rc = NULL;
     if (r.code == KL_OK) {
         rc = keyload__v1__batch_receipt__unpack(NULL, r.len, r.receipt);
