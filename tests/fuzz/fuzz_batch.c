@@ -24,6 +24,15 @@
  *  - for 1 input in 8, "held" mode: a background enqueue's proposal is held uncommitted
  *    while the input is submitted twice (it is evaluated against the pending overlay and
  *    waits), then every held proposal commits in order.
+ * The node serves partition 0 of a cluster of PARTITIONS partitions, so it holds the
+ * catalog: before anything else, a create_database batch makes default/default (a batch
+ * that creates a database or a queue holds only that mutation). The base queues below are
+ * pinned to partition 0; a fuzz input's CreateQueue may pin another partition or let
+ * partition 0 choose (partition -1: a data partition), which leaves only a catalog
+ * definition here, so enqueues to it are NOT_FOUND "wrong_partition" and deleting it only
+ * drops the definition. A base queue found placed elsewhere (an input deleted it and
+ * another created it again there before a check brought it back: "burst" is not checked
+ * after every input) is deleted and created again on partition 0.
  * Every 8th input, the lease driver takes one base queue in turn: "q"; "work"
  * (max_deliveries 1, dead letter queue "dlq"); "small" (max 3 messages, 64 bytes: the
  * quotas); "drop" (max_deliveries 1, no dead letter queue); "dlq" (max 4 messages, so it
@@ -44,6 +53,11 @@
  *  - an OK receipt decodes, names the request's command id, partition 0, term 1, a
  *    32-byte digest, and one result per mutation of the matching kind (received leases
  *    are 16 bytes, at most max_messages of them; acked/released counts are the tokens');
+ *    a batch that created a database or a queue held that one mutation; its results and
+ *    the receipt name the same catalog version (the applied one when the batch is the
+ *    log's newest entry, an older one for a replay of an older batch), a created
+ *    queue's partition is the pinned one or a data partition (1..PARTITIONS-1) when
+ *    chosen; a batch without catalog change carries catalog version 0;
  *  - the same request submitted again while pending, and again once committed, gets the
  *    same code and the same receipt bytes;
  *  - after each input nothing is pending, applied index == log end, QueueStats answers for
@@ -59,7 +73,12 @@
  *    name, lease and orphan index entry every GLOBAL_EVERY inputs: a message has its 'G'
  *    record and exactly one of 'A' or 'T'; a 'K' record exists exactly while its
  *    message's lease_token equals it; QueueRecord.messages/bytes equal the count/sum of
- *    the queue's 'G' records; no 'G'/'A'/'T' entry outlives its queue.
+ *    the queue's 'G' records; no 'G'/'A'/'T' entry outlives its queue; and the catalog's:
+ *    "catalog_changes" == "catalog_version", every version up to it is stored as a
+ *    CatalogChange of that version (checked once each), every catalog queue's database
+ *    exists, and a queue has 'N'/'Q' records here exactly while the catalog places it on
+ *    partition 0 (same queue id).
+ * LocateQueue, like QueueStats, also gets each input's bytes as its request.
  * The node runs with MaxScanRecords scaled down (FUZZ_MAX_SCAN_RECORDS), and the store is
  * compacted every COMPACT_EVERY inputs (see there why).
  * Reproduce: build/fuzz/fuzz_batch ARTIFACT (runs the input once against a fresh store;
@@ -72,6 +91,7 @@
 #include "daemon/node.h"
 #include "daemon/store/keys.h"
 #include "daemon/store/store.h"
+#include "keyload/v1/catalog.pb-c.h"
 #include "keyload/v1/queue.pb-c.h"
 #include "keyload/v1/store.pb-c.h"
 
@@ -109,6 +129,8 @@
  * the scan budget's edges (big receives, many due leases) in thousands of inputs, not
  * hundreds of thousands. Every other limit is the default. */
 #define FUZZ_MAX_SCAN_RECORDS 1000
+/* The node is partition 0 of this many: queue placement can pick data partitions. */
+#define PARTITIONS 3
 
 typedef struct reply {
     int count;
@@ -137,6 +159,7 @@ static struct {
         size_t len;
     } props[64];             /* proposed, not yet committed */
     size_t n_props;
+    uint64_t catalog_checked; /* catalog versions up to this one were checked */
 } G;
 
 static const char *const QUEUES[] = {"q", "small", "dlq", "work", "drop", "burst"};
@@ -310,6 +333,44 @@ static void submit_own(Keyload__V1__Mutation **muts, size_t n, reply *r)
     free(buf);
 }
 
+static void delete_queue(const char *name)
+{
+    Keyload__V1__QueueLaneRef ref;
+    ref_init(&ref, name);
+    Keyload__V1__DeleteQueue dq = KEYLOAD__V1__DELETE_QUEUE__INIT;
+    dq.queue = &ref;
+    Keyload__V1__Mutation m = KEYLOAD__V1__MUTATION__INIT;
+    m.kind_case = KEYLOAD__V1__MUTATION__KIND_DELETE_QUEUE;
+    m.delete_queue = &dq;
+    Keyload__V1__Mutation *mp = &m;
+    reply r;
+    submit_own(&mp, 1, &r);
+    expect_answered(&r, "delete queue");
+    if (r.code != KL_OK)
+        die("deleting queue '%s' (placed elsewhere) failed: %s %s", name, kl_code_name(r.code), r.err.message);
+    reply_free(&r);
+}
+
+static void create_database(const char *tenant, const char *database)
+{
+    Keyload__V1__CreateDatabase cd = KEYLOAD__V1__CREATE_DATABASE__INIT;
+    cd.tenant = (char *)tenant;
+    cd.database = (char *)database;
+    Keyload__V1__Mutation m = KEYLOAD__V1__MUTATION__INIT;
+    m.kind_case = KEYLOAD__V1__MUTATION__KIND_CREATE_DATABASE;
+    m.create_database = &cd;
+    Keyload__V1__Mutation *mp = &m;
+    reply r;
+    submit_own(&mp, 1, &r);
+    expect_answered(&r, "create database");
+    if (r.code != KL_OK)
+        die("creating database %s/%s failed: %s %s", tenant, database, kl_code_name(r.code), r.err.message);
+    reply_free(&r);
+}
+
+/* Creates a queue on partition 0 (pinned). A queue of that name placed on another
+ * partition (a fuzz input deleted ours and created it again there) is deleted first:
+ * on partition 0 that drops its definition. */
 static void create_queue(const char *name, uint64_t max_messages, uint64_t max_bytes,
                          uint32_t max_deliveries, const char *dlq)
 {
@@ -323,6 +384,7 @@ static void create_queue(const char *name, uint64_t max_messages, uint64_t max_b
     Keyload__V1__CreateQueue cq = KEYLOAD__V1__CREATE_QUEUE__INIT;
     cq.queue = &ref;
     cq.limits = &lim;
+    cq.partition = 0;
     Keyload__V1__Mutation m = KEYLOAD__V1__MUTATION__INIT;
     m.kind_case = KEYLOAD__V1__MUTATION__KIND_CREATE_QUEUE;
     m.create_queue = &cq;
@@ -330,6 +392,12 @@ static void create_queue(const char *name, uint64_t max_messages, uint64_t max_b
     reply r;
     submit_own(&mp, 1, &r);
     expect_answered(&r, "create queue");
+    if (r.code == KL_CONFLICT) {
+        reply_free(&r);
+        delete_queue(name);
+        submit_own(&mp, 1, &r);
+        expect_answered(&r, "create queue again");
+    }
     if (r.code != KL_OK)
         die("creating queue '%s' failed: %s %s", name, kl_code_name(r.code), r.err.message);
     reply_free(&r);
@@ -556,6 +624,73 @@ static void check_orphans(char tag)
     rocksdb_iter_destroy(it);
 }
 
+/* The catalog on partition 0 (see the header): versions, stored changes, definitions. */
+static void check_catalog(void)
+{
+    uint64_t version, changes;
+    kl_node_catalog_status(G.node, &version, &changes);
+    if (version != changes)
+        die("catalog version %llu, but %llu catalog changes applied", (unsigned long long)version,
+            (unsigned long long)changes);
+    if (version < G.catalog_checked)
+        die("the catalog version went back from %llu to %llu", (unsigned long long)G.catalog_checked,
+            (unsigned long long)version);
+    for (uint64_t v = G.catalog_checked + 1; v <= version; v++) {
+        uint8_t *b;
+        size_t n;
+        bool found;
+        kl_err err;
+        if (kl_node_catalog_change(G.node, v, &b, &n, &found, &err) != KL_OK)
+            die("reading catalog change %llu failed: %s", (unsigned long long)v, err.message);
+        if (!found)
+            die("catalog change %llu (of %llu) is not stored", (unsigned long long)v, (unsigned long long)version);
+        Keyload__V1__CatalogChange *ch = keyload__v1__catalog_change__unpack(NULL, n, b);
+        free(b);
+        if (ch == NULL || ch->version != v || ch->n_items == 0)
+            die("catalog change %llu does not decode, names another version or is empty", (unsigned long long)v);
+        keyload__v1__catalog_change__free_unpacked(ch, NULL);
+    }
+    G.catalog_checked = version;
+    /* Every catalog queue: its database exists; placed here, its 'N' record names it. */
+    const uint8_t p[2] = {'C', 'Q'};
+    rocksdb_iterator_t *it = kl_store_iterator(G.store);
+    for (rocksdb_iter_seek(it, (const char *)p, 2); rocksdb_iter_valid(it); rocksdb_iter_next(it)) {
+        size_t kl, vl;
+        const uint8_t *key = (const uint8_t *)rocksdb_iter_key(it, &kl);
+        if (!has_prefix(key, kl, p, 2))
+            break;
+        const uint8_t *val = (const uint8_t *)rocksdb_iter_value(it, &vl);
+        Keyload__V1__CatalogQueue *q = keyload__v1__catalog_queue__unpack(NULL, vl, val);
+        if (q == NULL)
+            die("a catalog queue record does not decode");
+        kl_key k;
+        kl_key_catalog_queue(&k, q->tenant, q->database, q->queue);
+        if (k.len != kl || memcmp(k.b, key, kl) != 0)
+            die("catalog queue %s/%s/%s is stored under another key", q->tenant, q->database, q->queue);
+        if (q->partition < 0 || q->partition >= PARTITIONS || q->queue_id == 0 || q->version == 0 ||
+            q->version > version)
+            die("catalog queue %s/%s/%s: partition %d, id %llu, version %llu", q->tenant, q->database,
+                q->queue, q->partition, (unsigned long long)q->queue_id, (unsigned long long)q->version);
+        kl_key_catalog_database(&k, q->tenant, q->database);
+        if (!db_has(&k))
+            die("catalog queue %s/%s/%s has no database", q->tenant, q->database, q->queue);
+        kl_key_queue_name(&k, q->tenant, q->database, q->queue);
+        uint8_t *nv;
+        size_t nn;
+        bool named = db_get(k.b, k.len, &nv, &nn);
+        if (named && (nn != 8 || kl_be64_get(nv) != q->queue_id))
+            die("queue %s/%s/%s: its name record names another queue than the catalog's %llu", q->tenant,
+                q->database, q->queue, (unsigned long long)q->queue_id);
+        if (named)
+            free(nv);
+        if (named != (q->partition == 0))
+            die("queue %s/%s/%s placed on partition %d %s records here", q->tenant, q->database, q->queue,
+                q->partition, named ? "has" : "has no");
+        keyload__v1__catalog_queue__free_unpacked(q, NULL);
+    }
+    rocksdb_iter_destroy(it);
+}
+
 static void check_store_global(void)
 {
     /* Every queue: its name points back at it; small ones get the deep check. */
@@ -580,6 +715,16 @@ static void check_store_global(void)
         if (!db_get(nk.b, nk.len, &nv, &nn) || nn != 8 || kl_be64_get(nv) != qid)
             die("queue %llu's name does not point at it", (unsigned long long)qid);
         free(nv);
+        /* Partition 0 closes and drops a queue in one batch: no closed queue lingers. */
+        kl_key_catalog_queue(&nk, q->name->tenant, q->name->database, q->name->queue);
+        if (!db_get(nk.b, nk.len, &nv, &nn))
+            die("queue %llu has records here but no catalog definition", (unsigned long long)qid);
+        Keyload__V1__CatalogQueue *def = keyload__v1__catalog_queue__unpack(NULL, nn, nv);
+        free(nv);
+        if (def == NULL || def->queue_id != qid || def->partition != 0 || q->deleted)
+            die("queue %llu: catalog definition of id %llu on partition %d, deleted %d", (unsigned long long)qid,
+                def ? (unsigned long long)def->queue_id : 0ull, def ? def->partition : -1, (int)q->deleted);
+        keyload__v1__catalog_queue__free_unpacked(def, NULL);
         keyload__v1__queue_record__free_unpacked(q, NULL);
         deep_check_queue(qid, DEEP_MAX_GLOBAL);
     }
@@ -601,6 +746,7 @@ static void check_store_global(void)
             die("queue name points at a missing queue %llu", (unsigned long long)kl_be64_get(val));
     }
     rocksdb_iter_destroy(it);
+    check_catalog();
     check_orphans('G');
     check_orphans('A');
     check_orphans('T');
@@ -779,6 +925,28 @@ static Keyload__V1__BatchReceipt *check_receipt(const reply *r, const uint8_t *r
             (unsigned long long)rc->term, (unsigned long long)rc->index, rc->request_digest.len);
     if (rc->n_results != b->n_mutations)
         die("%zu results for %zu mutations", rc->n_results, b->n_mutations);
+    /* Catalog changes (partition 0): a create is alone in its batch; every committed create
+     * or delete made one new catalog version, the one now applied (nothing else is pending). */
+    bool creates = false, catalog = false;
+    for (size_t i = 0; i < b->n_mutations; i++) {
+        int k = b->mutations[i]->kind_case;
+        creates |= k == KEYLOAD__V1__MUTATION__KIND_CREATE_QUEUE || k == KEYLOAD__V1__MUTATION__KIND_CREATE_DATABASE;
+        catalog |= creates || k == KEYLOAD__V1__MUTATION__KIND_DELETE_QUEUE;
+    }
+    if (creates && b->n_mutations != 1)
+        die("a batch of %zu mutations that creates a database or a queue committed", b->n_mutations);
+    /* A replay returns the stored receipt: its version is older when the batch is (it is
+     * the newest entry exactly when it committed just now, or nothing committed since). */
+    uint64_t applied_version, changes;
+    kl_node_catalog_status(G.node, &applied_version, &changes);
+    bool newest = rc->index == kl_store_last_index(G.store);
+    if (catalog ? rc->catalog_version == 0 || rc->catalog_version > applied_version ||
+                      (newest && rc->catalog_version != applied_version)
+                : rc->catalog_version != 0)
+        die("receipt (index %llu, log end %llu) names catalog version %llu for a batch %s catalog "
+            "change (applied version %llu)", (unsigned long long)rc->index,
+            (unsigned long long)kl_store_last_index(G.store), (unsigned long long)rc->catalog_version,
+            catalog ? "with a" : "without", (unsigned long long)applied_version);
     for (size_t i = 0; i < b->n_mutations; i++) {
         const Keyload__V1__Mutation *m = b->mutations[i];
         const Keyload__V1__MutationResult *res = rc->results[i];
@@ -811,6 +979,33 @@ static Keyload__V1__BatchReceipt *check_receipt(const reply *r, const uint8_t *r
             if (res->released->count != m->release->n_lease_tokens)
                 die("result %zu: released %u of %zu tokens", i, res->released->count,
                     m->release->n_lease_tokens);
+            break;
+        case KEYLOAD__V1__MUTATION__KIND_CREATE_DATABASE:
+            if (res->database_created->database_id == 0 || res->database_created->incarnation.len != 16 ||
+                res->database_created->catalog_version != rc->catalog_version)
+                die("result %zu: database created with id %llu, a %zu-byte incarnation, version %llu", i,
+                    (unsigned long long)res->database_created->database_id,
+                    res->database_created->incarnation.len,
+                    (unsigned long long)res->database_created->catalog_version);
+            break;
+        case KEYLOAD__V1__MUTATION__KIND_CREATE_QUEUE: {
+            const Keyload__V1__QueueCreated *qc = res->queue_created;
+            int pinned = m->create_queue->partition;
+            bool dlq = m->create_queue->limits && m->create_queue->limits->dead_letter_queue[0] != '\0';
+            bool placed = pinned >= 0 ? qc->partition == pinned
+                          : dlq       ? qc->partition >= 0 && qc->partition < PARTITIONS
+                                      : qc->partition >= 1 && qc->partition < PARTITIONS;
+            if (!placed || qc->queue_id == 0 || qc->catalog_version != rc->catalog_version)
+                die("result %zu: queue created with id %llu on partition %d (asked %d), version %llu", i,
+                    (unsigned long long)qc->queue_id, qc->partition, pinned,
+                    (unsigned long long)qc->catalog_version);
+            break;
+        }
+        case KEYLOAD__V1__MUTATION__KIND_DELETE_QUEUE:
+            if (res->queue_deleted->catalog_version != rc->catalog_version)
+                die("result %zu: queue deleted at catalog version %llu, the receipt says %llu", i,
+                    (unsigned long long)res->queue_deleted->catalog_version,
+                    (unsigned long long)rc->catalog_version);
             break;
         default:
             break;
@@ -1011,7 +1206,9 @@ static void store_open(void)
         die("kl_store_open(%s): %s", G.dir, err.message);
     G.now = T0;
     G.inputs = 0;
-    kl_node_config cfg = {.partition = 0, .max_pending_bytes = 1u << 26, .max_pending_batches = 1024};
+    G.catalog_checked = 0;
+    kl_node_config cfg = {.partition = 0, .partition_count = PARTITIONS, .max_pending_bytes = 1u << 26,
+                          .max_pending_batches = 1024};
     kl_limits_default(&cfg.limits);
     cfg.limits.max_scan_records = FUZZ_MAX_SCAN_RECORDS;
     kl_node_io io = {.ctx = NULL, .next = io_next, .propose = io_propose, .clock_ms = io_clock,
@@ -1021,6 +1218,8 @@ static void store_open(void)
         die("kl_node_open: %s", err.message);
     kl_node_role(G.node, true); /* proposes the partition incarnation */
     commit_all();
+    /* The catalog first: no queue can be created before its database exists. */
+    create_database("default", "default");
     for (size_t i = 0; i < N_QUEUES; i++)
         create_base_queue(QUEUES[i]);
 }
@@ -1134,6 +1333,27 @@ static void stats_on_input(const uint8_t *data, size_t size)
     }
 }
 
+/* And LocateQueue (partition 0's catalog read) on the same bytes. */
+static void locate_on_input(const uint8_t *data, size_t size)
+{
+    uint8_t *ans = NULL;
+    size_t alen = 0;
+    kl_err err;
+    kl_err_clear(&err);
+    kl_code rc = kl_node_locate_queue(G.node, data, size, &ans, &alen, &err);
+    if (rc == KL_OK) {
+        Keyload__V1__LocateQueueAnswer *a = keyload__v1__locate_queue_answer__unpack(NULL, alen, ans);
+        if (a == NULL || a->queue == NULL || a->queue->partition < 0 || a->queue->partition >= PARTITIONS)
+            die("a LocateQueue answer does not decode or places the queue on no partition");
+        keyload__v1__locate_queue_answer__free_unpacked(a, NULL);
+        free(ans);
+    } else if (rc != KL_INVALID_ARGUMENT && rc != KL_NOT_FOUND) {
+        die("LocateQueue on client input answered %s: %s", kl_code_name(rc), err.message);
+    } else if (err.code != rc || err.message[0] == '\0') {
+        die("LocateQueue failed without naming the fault");
+    }
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
     maybe_reopen();
@@ -1218,6 +1438,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     free(req);
 
     stats_on_input(data, size);
+    locate_on_input(data, size);
     check_queues(G.inputs % GLOBAL_EVERY == 0  ? CHECK_GLOBAL
                  : G.inputs % DEEP_EVERY == 0 ? CHECK_DEEP
                                               : CHECK_STATS);

@@ -4,7 +4,11 @@
  * tests/fuzz/fuzz.mk, run by tests/fuzz/run.sh. Deterministic (fixed command ids and
  * tokens). The batch seeds name the queues fuzz_batch creates: "q", "small" (3 messages,
  * 64 bytes), "dlq" (4 messages), "work" (max_deliveries 1, dead letters to "dlq") and
- * "drop" (max_deliveries 1, no dead-letter queue). */
+ * "drop" (max_deliveries 1, no dead-letter queue), all in database default/default on
+ * partition 0 of 3. A batch that creates a database or a queue must hold only that
+ * mutation, so the seeds that reach a new queue's states come in steps (libFuzzer runs
+ * the seed corpus in order of size, so the later steps may meet the earlier ones' state,
+ * or not: both are worth reaching); a few mixed ones stay as refusals. */
 #include "keyload/v1/queue.pb-c.h"
 #include "keyload/v1/rpc.pb-c.h"
 
@@ -115,6 +119,25 @@ static Keyload__V1__Mutation *m_create(const char *queue, uint64_t max_messages,
     Keyload__V1__Mutation *m = mut();
     m->kind_case = KEYLOAD__V1__MUTATION__KIND_CREATE_QUEUE;
     m->create_queue = c;
+    return m;
+}
+
+static Keyload__V1__Mutation *m_create_db(const char *tenant, const char *database, uint64_t max_batch_bytes)
+{
+    Keyload__V1__CreateDatabase *c = calloc(1, sizeof *c);
+    keyload__v1__create_database__init(c);
+    c->tenant = (char *)tenant;
+    c->database = (char *)database;
+    if (max_batch_bytes) {
+        Keyload__V1__DatabaseLimits *l = calloc(1, sizeof *l);
+        keyload__v1__database_limits__init(l);
+        l->max_batch_bytes = max_batch_bytes;
+        l->max_scan_records = 100;
+        c->limits = l;
+    }
+    Keyload__V1__Mutation *m = mut();
+    m->kind_case = KEYLOAD__V1__MUTATION__KIND_CREATE_DATABASE;
+    m->create_database = c;
     return m;
 }
 
@@ -243,8 +266,59 @@ static void batch_seeds(void)
         small[i] = m_enqueue("small", NULL, plain("0123456789"));
     write_raw_batch("enqueue-small-5", small, 5, 0x23);
 
+    /* A queue's life in steps (a create is a batch of its own). A step that needs an
+     * earlier one's state is padded (a longer body) so that it sorts after it by size. */
+    static const char pad[] = "a body that makes this seed larger than the one it follows";
+    Keyload__V1__Mutation *c_tmp[] = {m_create("tmp", 10, 1000, 2, "dlq", 0)};
+    write_raw_batch("create-tmp", c_tmp, 1, 0x24);
+    /* A delete (a catalog change) may share its batch with data. */
+    Keyload__V1__Mutation *d_tmp[] = {m_delete("tmp"), m_enqueue("q", NULL, plain(pad))};
+    write_raw_batch("delete-tmp-and-enqueue", d_tmp, 2, 0x35);
+    /* Refused: a create mixed with anything else (INVALID_ARGUMENT). */
     Keyload__V1__Mutation *cd[] = {m_create("tmp", 10, 1000, 2, "dlq", 0), m_delete("tmp")};
-    write_raw_batch("create-delete", cd, 2, 0x24);
+    write_raw_batch("create-delete-mixed", cd, 2, 0x36);
+
+    /* The catalog: databases. */
+    Keyload__V1__Mutation *db[] = {m_create_db("acme", "shop", 0)};
+    write_raw_batch("create-database", db, 1, 0x37);
+    Keyload__V1__Mutation *db_lim[] = {m_create_db("acme", "tight", 4096)};
+    write_raw_batch("create-database-limits", db_lim, 1, 0x38);
+    Keyload__V1__Mutation *db_dup[] = {m_create_db("default", "default", 0)};
+    write_raw_batch("create-database-exists", db_dup, 1, 0x39);
+    Keyload__V1__Mutation *db_big[] = {m_create_db("acme", "big", 1ull << 40)};
+    write_raw_batch("create-database-over-limit", db_big, 1, 0x3a);
+    Keyload__V1__Mutation *db_two[] = {m_create_db("acme", "one", 0), m_create_db("acme", "two", 0)};
+    write_raw_batch("create-database-two", db_two, 2, 0x3b);
+    Keyload__V1__Mutation *db_q[] = {m_create_db("acme", "three", 0), m_enqueue("q", NULL, plain("z"))};
+    write_raw_batch("create-database-mixed", db_q, 2, 0x3c);
+    /* A queue in another database (after create-database), and in a missing one. */
+    Keyload__V1__Mutation *c_acme[] = {m_create("orders", 0, 0, 0, NULL, 0)};
+    c_acme[0]->create_queue->queue->tenant = "acme";
+    c_acme[0]->create_queue->queue->database = "shop";
+    write_raw_batch("create-queue-acme", c_acme, 1, 0x3d);
+    Keyload__V1__Mutation *e_acme[] = {m_enqueue("orders", NULL, plain(pad)), m_receive("orders", NULL, 1, 0)};
+    e_acme[0]->enqueue->lane->tenant = e_acme[1]->receive->lane->tenant = "acme";
+    e_acme[0]->enqueue->lane->database = e_acme[1]->receive->lane->database = "shop";
+    write_raw_batch("use-queue-acme", e_acme, 2, 0x3e);
+    Keyload__V1__Mutation *c_nodb[] = {m_create("orders", 0, 0, 0, NULL, 0)};
+    c_nodb[0]->create_queue->queue->database = "missing";
+    write_raw_batch("create-queue-missing-database", c_nodb, 1, 0x3f);
+
+    /* Placement: chosen by partition 0 (-1: a data partition), pinned elsewhere, pinned
+     * past the last partition, and a dead-letter queue on another partition. */
+    Keyload__V1__Mutation *c_any[] = {m_create("anywhere", 0, 0, 0, NULL, -1)};
+    write_raw_batch("create-chosen-partition", c_any, 1, 0x40);
+    Keyload__V1__Mutation *e_any[] = {m_enqueue("anywhere", NULL, plain(pad))};
+    write_raw_batch("enqueue-wrong-partition", e_any, 1, 0x41);
+    Keyload__V1__Mutation *d_any[] = {m_delete("anywhere"), m_enqueue("q", NULL, plain(pad)),
+                                      m_enqueue("q", "x", plain("y"))};
+    write_raw_batch("delete-elsewhere", d_any, 3, 0x42);
+    Keyload__V1__Mutation *c_far[] = {m_create("far", 0, 0, 0, NULL, 9)};
+    write_raw_batch("create-no-such-partition", c_far, 1, 0x43);
+    Keyload__V1__Mutation *c_split[] = {m_create("split", 0, 0, 2, "dlq", 2)};
+    write_raw_batch("create-dlq-other-partition", c_split, 1, 0x44);
+    Keyload__V1__Mutation *c_follow[] = {m_create("follow", 0, 0, 2, "dlq", -1)};
+    write_raw_batch("create-chosen-follows-dlq", c_follow, 1, 0x45);
 
     Keyload__V1__Mutation *c_only[] = {m_create("tmp2", 0, 0, 3, "dlq", 0)};
     write_raw_batch("create-with-dlq", c_only, 1, 0x25);
@@ -301,15 +375,17 @@ static void batch_seeds(void)
                                      m_receive("dlq", NULL, 5, 0)};
     write_raw_batch("work-cycle", work, 3, 0x29);
 
-    /* Everything at once, meant to commit: a new queue used and emptied, then deleted. */
-    Keyload__V1__Mutation *mixed[] = {m_create("mix", 100, 4096, 1, "dlq", 0),
-                                      m_enqueue("mix", "a", plain("one")),
+    /* Everything at once, meant to commit: a new queue (created first, on its own) used,
+     * with a delete (a catalog change) in the same batch. */
+    Keyload__V1__Mutation *c_mix[] = {m_create("mix", 100, 4096, 1, "dlq", 0)};
+    write_raw_batch("create-mix", c_mix, 1, 0x46);
+    Keyload__V1__Mutation *mixed[] = {m_enqueue("mix", "a", plain("one")),
                                       m_enqueue("mix", "b", plain("two")),
                                       m_receive("mix", "a", 2, 1000),
                                       m_enqueue("q", NULL, plain("three")),
                                       m_receive("q", NULL, 1, 0),
                                       m_delete("tmp2")};
-    write_raw_batch("mixed", mixed, 7, 0x2a);
+    write_raw_batch("mixed", mixed, 6, 0x2a);
 
     /* Mixed, bound to fail at its last mutation (all or nothing). */
     Keyload__V1__Mutation *mixed_bad[] = {m_enqueue("q", NULL, plain("four")), m_receive("q", NULL, 3, 0),
@@ -469,8 +545,31 @@ int main(int argc, char **argv)
     write_batch("batch-enqueue-rich", one_enq, 1, 1);
     Keyload__V1__Mutation *many[] = {&m_enq2, &m_enq2, &m_enq2, &m_enq2};
     write_batch("batch-enqueue-4", many, 4, 2);
-    Keyload__V1__Mutation *mixed[] = {&m_create, &m_enq, &m_rcv, &m_ack, &m_rel, &m_del};
-    write_batch("batch-mixed", mixed, 6, 3);
+    Keyload__V1__Mutation *mixed[] = {&m_enq, &m_rcv, &m_ack, &m_rel, &m_del};
+    write_batch("batch-mixed", mixed, 5, 3);
+    /* Refused by validation: a create mixed with other mutations. */
+    Keyload__V1__Mutation *mixed_create[] = {&m_create, &m_enq, &m_rcv, &m_ack, &m_rel, &m_del};
+    write_batch("batch-mixed-create", mixed_create, 6, 5);
+    /* The catalog mutation: create_database with limits; and a queue left to partition 0. */
+    Keyload__V1__DatabaseLimits dl = KEYLOAD__V1__DATABASE_LIMITS__INIT;
+    dl.max_scan_records = 100;
+    dl.max_batch_bytes = 4096;
+    dl.max_query_read_bytes = 65536;
+    Keyload__V1__CreateDatabase cdb = KEYLOAD__V1__CREATE_DATABASE__INIT;
+    cdb.tenant = "acme";
+    cdb.database = "shop";
+    cdb.limits = &dl;
+    Keyload__V1__Mutation m_cdb = KEYLOAD__V1__MUTATION__INIT;
+    m_cdb.kind_case = KEYLOAD__V1__MUTATION__KIND_CREATE_DATABASE;
+    m_cdb.create_database = &cdb;
+    Keyload__V1__Mutation *one_db[] = {&m_cdb};
+    write_batch("batch-create-database", one_db, 1, 6);
+    Keyload__V1__CreateQueue cq_any = cq;
+    cq_any.partition = -1;
+    Keyload__V1__Mutation m_create_any = m_create;
+    m_create_any.create_queue = &cq_any;
+    Keyload__V1__Mutation *one_any[] = {&m_create_any};
+    write_batch("batch-create-chosen", one_any, 1, 7);
 
     /* QueueStats request. */
     {
