@@ -632,8 +632,14 @@ static void pump(kl_repl *r)
              * callers answered) now, not after this round's fsync: they are durable on a
              * commit quorum, and waiting would make every reply under load cost two fsyncs.
              * Entries this very write makes durable (a follower's) wait for it. Done before
-             * the write starts, so no apply ever waits behind the synced write. */
-            apply_committed(r, kl_store_last_index(r->store));
+             * the write starts, so no apply ever waits behind the synced write.
+             * An index this write truncates is not "already durable": the stored entry
+             * there is the one being replaced, and applying its successor first would
+             * leave applied state ahead of the log the write then refuses to cut. */
+            uint64_t durable = kl_store_last_index(r->store);
+            if (r->rd.truncate_from != 0 && r->rd.truncate_from - 1 < durable)
+                durable = r->rd.truncate_from - 1;
+            apply_committed(r, durable);
             if (!live(r))
                 break;
             r->durable_term = r->rd.hard.term;

@@ -492,6 +492,40 @@ START_TEST(replica_count_three_blocks_then_catches_up)
 }
 END_TEST
 
+/* A member that led, wrote entries no other member has and crashed, comes back to find
+ * those indexes taken by newer-term entries that already committed: one append both cuts
+ * its suffix and commits the replacements. Applying a replacement before the write that
+ * cuts the old entry leaves applied state ahead of the log; the store then refuses the cut
+ * and the member stops (seen in make bench's failover runs). */
+START_TEST(returning_leader_replaces_its_uncommitted_suffix)
+{
+    cluster_open(3, 2);
+    for (int i = 1; i <= 3; i++)
+        member_start(i);
+    int l = wait_leader();
+    uint64_t last = propose_many(l, 5);
+    wait_all_applied(last, 10000);
+    int a = l % 3 + 1, b = a % 3 + 1;
+    member_stop(a);
+    member_stop(b);
+    uint64_t lost = propose_many(l, 3); /* durable on l only, never committed */
+    run_for(300);
+    member_stop(l);
+    member_start(a);
+    member_start(b);
+    int l2 = wait_leader();
+    ck_assert_int_ne(l2, l);
+    last = propose_many(l2, 10);
+    wait_all_applied(last, 10000);
+    ck_assert_uint_gt(last, lost);
+    member_start(l);
+    wait_all_applied(last, 10000);
+    ck_assert_int_eq(mem[l].fatal, 0);
+    check_consistent();
+    cluster_close();
+}
+END_TEST
+
 static bool new_leader(void *arg)
 {
     int old = *(int *)arg;
@@ -829,6 +863,7 @@ Suite *suite_driver(void)
     tcase_add_test(t, replica_count_three_blocks_then_catches_up);
     tcase_add_test(t, leader_failover);
     tcase_add_test(t, restart_replays_from_applied);
+    tcase_add_test(t, returning_leader_replaces_its_uncommitted_suffix);
     tcase_add_test(t, read_dropped_when_leadership_lost);
     tcase_add_test(t, refuses_bad_frames);
     suite_add_tcase(s, t);
