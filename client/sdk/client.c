@@ -29,7 +29,8 @@
 #define METHOD_BATCH "keyload.v1.Batch"
 #define METHOD_QUEUE_STATS "keyload.v1.QueueStats"
 #define METHOD_LOCATE "keyload.v1.LocateQueue"
-#define PLACEMENT_CACHE 256 /* queue placements remembered per client (round robin) */
+#define PLACEMENT_CACHE 256
+#define KL_MIN_ATTEMPT_MS 250 /* the least time one member is given within a call */ /* queue placements remembered per client (round robin) */
 
 struct kl_client {
     kl_cluster cluster; /* immutable after open */
@@ -214,15 +215,20 @@ static kl_code call_partition(kl_client *c, int pid, const call_spec *s, uint8_t
         int64_t left = deadline - now_ms();
         if (left <= 0)
             break;
+        /* One member gets at most a quarter of the call's time, so a dead member (whose
+         * connection waits for a reconnect that never comes) cannot use it all up. A
+         * resend carries the same bytes, so it is as safe as waiting. */
+        int64_t per = c->timeout_ms / 4 > KL_MIN_ATTEMPT_MS ? c->timeout_ms / 4 : KL_MIN_ATTEMPT_MS;
+        int attempt_ms = (int)(left < per ? left : per);
         kl_rpc_client *conn;
         kl_err e;
         kl_err_clear(&e);
-        if (conn_get(c, pi, p, mi, (int)left, &conn, &e) != KL_OK) {
+        if (conn_get(c, pi, p, mi, attempt_ms, &conn, &e) != KL_OK) {
             last = e;
             continue;
         }
         char leader[KL_URL_MAX] = "";
-        kl_code rc = kl_rpc_invoke(conn, s->method, s->req, s->req_len, (int)left, ans,
+        kl_code rc = kl_rpc_invoke(conn, s->method, s->req, s->req_len, attempt_ms, ans,
                                    ans_len, leader, sizeof leader, &e);
         switch (rc) {
         case KL_OK:
