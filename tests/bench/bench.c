@@ -360,6 +360,18 @@ static int ms_find_leader(member_set *s, int skip, int64_t deadline, Keyload__V1
     }
 }
 
+/* ms_find_leader over every member for up to LEADER_WAIT_NS; on failure says so and
+ * closes the set. */
+static int ms_wait_leader(member_set *s, Keyload__V1__MemberStatusAnswer **out)
+{
+    int li = ms_find_leader(s, -1, now_ns() + LEADER_WAIT_NS, out);
+    if (li < 0) {
+        fprintf(stderr, "keyload-bench: no member became a serving leader within 60 s\n");
+        ms_close(s);
+    }
+    return li;
+}
+
 /* ---- queue setup ---- */
 
 /* Sends a one-mutation batch to *target (a NOT_LEADER hint is followed and *target updated)
@@ -602,12 +614,9 @@ static int run_bench(const options *o)
         member_set ms;
         ms_init(&ms, o);
         Keyload__V1__MemberStatusAnswer *a;
-        int li = ms_find_leader(&ms, -1, now_ns() + LEADER_WAIT_NS, &a);
-        if (li < 0) {
-            fprintf(stderr, "keyload-bench: no member became a serving leader within 60 s\n");
-            ms_close(&ms);
+        int li = ms_wait_leader(&ms, &a);
+        if (li < 0)
             return 1;
-        }
         char node[32];
         fprintf(stderr, "keyload-bench: leader %s at %s (term %llu)\n", ms_node(&ms, li, node, sizeof node),
                 ms.url[li], (unsigned long long)a->term);
@@ -711,12 +720,9 @@ static int run_leader_of(const options *o)
     member_set ms;
     ms_init(&ms, o);
     Keyload__V1__MemberStatusAnswer *a;
-    int li = ms_find_leader(&ms, -1, now_ns() + LEADER_WAIT_NS, &a);
-    if (li < 0) {
-        fprintf(stderr, "keyload-bench: no member became a serving leader within 60 s\n");
-        ms_close(&ms);
+    int li = ms_wait_leader(&ms, &a);
+    if (li < 0)
         return 1;
-    }
     char node[32];
     printf("leader: node=%s member=%llu url=%s term=%llu\n", ms_node(&ms, li, node, sizeof node),
            (unsigned long long)a->member, ms.url[li], (unsigned long long)a->term);
@@ -946,12 +952,9 @@ static int run_failover(const options *o)
     int rv = 1;
     char node[32], node2[32];
     Keyload__V1__MemberStatusAnswer *a = NULL;
-    int li = ms_find_leader(&ms, -1, now_ns() + LEADER_WAIT_NS, &a);
-    if (li < 0) {
-        fprintf(stderr, "keyload-bench: no member became a serving leader within 60 s\n");
-        ms_close(&ms);
+    int li = ms_wait_leader(&ms, &a);
+    if (li < 0)
         return 1;
-    }
     keyload__v1__member_status_answer__free_unpacked(a, NULL);
     a = NULL;
     for (int i = 0; i < ms.n; i++) { /* learn every member's id, for node names */
