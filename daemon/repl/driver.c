@@ -69,6 +69,7 @@ struct kl_repl {
     kl_raft_ready rd;
     bool persist_busy;
     bool pumping;
+    bool msgs_sent;     /* this round's messages went out before its write (a leader's) */
     persist_job job;
 
     /* applied state as this driver handed it out */
@@ -481,8 +482,9 @@ static void finish_round(kl_repl *r)
 {
     const kl_raft_ready *rd = &r->rd;
     r->counters.rounds++;
-    for (size_t i = 0; i < rd->n_msgs && live(r); i++)
+    for (size_t i = 0; i < rd->n_msgs && live(r) && !r->msgs_sent; i++)
         send_msg(r, &rd->msgs[i]);
+    r->msgs_sent = false;
     apply_committed(r, UINT64_MAX);
     if (!live(r))
         return;
@@ -642,6 +644,15 @@ static void pump(kl_repl *r)
             apply_committed(r, durable);
             if (!live(r))
                 break;
+            /* A leader's messages (appends, heartbeats) promise nothing about its own
+             * disk: they go out now, so followers persist while the leader does (Raft
+             * thesis §10.2.1). Its own copy counts toward a commit only once this write
+             * is reported (kl_raft_advance). Votes and acknowledgements, which do promise
+             * durability, still wait for the write; so does anything from a round that
+             * changes term or vote. */
+            bool early = r->rd.role == KL_RAFT_LEADER &&
+                         (!r->rd.has_hard_state ||
+                          (r->rd.hard.term == r->durable_term && r->rd.hard.vote == r->durable_vote));
             r->durable_term = r->rd.hard.term;
             r->durable_vote = r->rd.hard.vote;
             kl_err err;
@@ -659,6 +670,11 @@ static void pump(kl_repl *r)
                 break;
             }
             r->persist_busy = true;
+            if (early) {
+                for (size_t i = 0; i < r->rd.n_msgs && live(r); i++)
+                    send_msg(r, &r->rd.msgs[i]);
+                r->msgs_sent = true;
+            }
             break;
         }
         finish_round(r);
