@@ -104,11 +104,12 @@ static kl_code parse_root(json_t *root, const char *var_root, kl_cluster *c, kl_
     }
     json_t *timers = json_object_get(root, "timers");
     if (timers != NULL) {
-        static const char *const names[] = {"tick_ms", "election_ms", "heartbeat_ms"};
-        uint32_t *slots[] = {&c->timers.tick_ms, &c->timers.election_ms, &c->timers.heartbeat_ms};
+        static const char *const names[] = {"tick_ms", "election_ms", "heartbeat_ms", "catalog_lease_ms"};
+        uint32_t *slots[] = {&c->timers.tick_ms, &c->timers.election_ms, &c->timers.heartbeat_ms,
+                             &c->timers.catalog_lease_ms};
         if (!json_is_object(timers))
             return kl_fail(err, KL_INVALID_ARGUMENT, "timers", "cluster file: timers must be an object");
-        for (int i = 0; i < 3; i++) {
+        for (int i = 0; i < 4; i++) {
             json_t *v = json_object_get(timers, names[i]);
             if (v == NULL)
                 continue;
@@ -117,7 +118,13 @@ static kl_code parse_root(json_t *root, const char *var_root, kl_cluster *c, kl_
                                "cluster file: timers.%s must be 1..600000 milliseconds", names[i]);
             *slots[i] = (uint32_t)json_integer_value(v);
         }
+        if (c->timers.catalog_lease_ms != 0 && c->timers.catalog_lease_ms < KL_CATALOG_LEASE_MIN_MS)
+            return kl_fail(err, KL_INVALID_ARGUMENT, "catalog_lease_ms",
+                           "cluster file: timers.catalog_lease_ms must be at least %d (a catalog tail "
+                           "is held up to %d ms)", KL_CATALOG_LEASE_MIN_MS, KL_CATALOG_TAIL_WAIT_MS);
     }
+    if (c->timers.catalog_lease_ms == 0)
+        c->timers.catalog_lease_ms = KL_CATALOG_LEASE_DEFAULT_MS;
     if (c->limits.max_frame_bytes <= c->limits.max_batch_bytes)
         return kl_fail(err, KL_INVALID_ARGUMENT, "MaxFrameBytes",
                        "cluster file: limits.MaxFrameBytes must exceed limits.MaxBatchBytes");

@@ -4,7 +4,8 @@
  *     "limits": { "MaxBatchBytes": ..., "MaxScanRecords": ..., "MaxQueryReadBytes": ...,
  *                 "MaxFrameBytes": ..., "DefaultQueueMaxMessages": ...,
  *                 "DefaultQueueMaxBytes": ... },
- *     "timers": { "tick_ms": 50, "election_ms": 1000, "heartbeat_ms": 150 },
+ *     "timers": { "tick_ms": 50, "election_ms": 1000, "heartbeat_ms": 150,
+ *                 "catalog_lease_ms": 3000 },
  *     "partitions": [ { "id": 0, "members": [
  *         { "id": 1, "client": "tcp://127.0.0.1:7400", "peer": "tcp://127.0.0.1:7500",
  *           "public_key": "<base64 of the member's 32-byte Ed25519 public key; optional>" } ] } ] }
@@ -43,7 +44,15 @@ typedef struct kl_timers {
     uint32_t tick_ms;
     uint32_t election_ms;
     uint32_t heartbeat_ms;
+    /* A data partition's leader serves requests only this long after the start of its last
+     * successful catalog tail (DESIGN.md §5); partition 0 treats a partition silent for
+     * longer as no longer serving. Always set after kl_cluster_load. */
+    uint32_t catalog_lease_ms;
 } kl_timers;
+
+#define KL_CATALOG_TAIL_WAIT_MS 1000      /* longest a tail asks partition 0 to hold it */
+#define KL_CATALOG_LEASE_DEFAULT_MS 3000
+#define KL_CATALOG_LEASE_MIN_MS 1500
 
 typedef struct kl_member {
     int id;

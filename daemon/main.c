@@ -152,6 +152,7 @@ static void begin_stop(daemon_state *d)
     if (d->tailer) {
         kl_tailer_stop(d->tailer);
         d->tailer = NULL;
+        d->service.tailer = NULL;
     }
     if (d->repl) {
         kl_repl_stop(d->repl);
@@ -330,6 +331,7 @@ int main(int argc, char **argv)
         fprintf(stderr, "keyloadd: %s\n", err.message);
         goto fail_tailer;
     }
+    d.service.tailer = d.tailer;
     if (kl_repl_start(d.loop, d.store, &rcfg, &cb, &d.repl, &err) != KL_OK) {
         fprintf(stderr, "keyloadd: %s\n", err.message);
         goto fail_repl;

@@ -15,6 +15,7 @@
 
 #include "common/log.h"
 #include "daemon/engine/engine.h"
+#include "daemon/rpc/tailer.h"
 #include "keyload/v1/catalog.pb-c.h"
 #include "keyload/v1/queue.pb-c.h"
 
@@ -25,6 +26,13 @@
 
 #define BARRIER_DEFAULT_MS 5000   /* without a caller deadline */
 #define BARRIER_MARGIN_MS 100     /* answer this long before the caller gives up */
+
+static int64_t mono_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
 
 static int64_t wall_ms(void)
 {
@@ -137,6 +145,7 @@ void kl_service_catalog_tail(void *owner, kl_rpc_call *call)
         kl_service_reply_not_leader(s, call, &err);
         return;
     }
+    s->tail_seen_ms[part] = mono_ms();
     if (applied > s->catalog_progress[part]) {
         s->catalog_progress[part] = applied;
         check_barriers(s, false);
@@ -159,14 +168,23 @@ void kl_service_catalog_tail(void *owner, kl_rpc_call *call)
 
 /* ---- barrier ---- */
 
-/* Writes the data partitions that have not reported `version` into buf; returns how many. */
+#define LEASE_MARGIN_MS 200 /* covers the time between a tail's send and its arrival here */
+
+/* Writes the data partitions that have not reported `version` into buf; returns how many.
+ * A partition not heard from for longer than its catalog lease (counted from this
+ * leadership's start at the earliest) serves nothing under an older catalog any more, so
+ * it no longer holds the barrier. */
 static int laggards(kl_service *s, uint64_t version, char *buf, size_t cap)
 {
     int n = 0;
     size_t used = 0;
     buf[0] = '\0';
+    int64_t now = mono_ms();
     for (int p = 1; p < s->cluster->partition_count; p++) {
         if (s->catalog_progress[p] >= version)
+            continue;
+        int64_t seen = s->tail_seen_ms[p] > s->leader_since_ms ? s->tail_seen_ms[p] : s->leader_since_ms;
+        if (now - seen > (int64_t)s->cluster->timers.catalog_lease_ms + LEASE_MARGIN_MS)
             continue;
         int w = snprintf(buf + used, cap - used, "%s%d", n ? ", " : "", p);
         if (w > 0 && (size_t)w < cap - used)
@@ -305,8 +323,30 @@ void kl_service_applied(kl_service *s)
 
 void kl_service_role(kl_service *s, bool leader)
 {
+    if (leader && !s->was_leader)
+        s->leader_since_ms = mono_ms();
+    s->was_leader = leader;
     if (leader)
         return;
     memset(s->catalog_progress, 0, sizeof s->catalog_progress);
     wake_tails(s, true);
+}
+
+bool kl_service_check_lease(kl_service *s, kl_rpc_call *call)
+{
+    int64_t age;
+    if (s->tailer == NULL || !serving(s) || kl_tailer_lease_valid(s->tailer, &age))
+        return true;
+    kl_err err;
+    if (age < 0)
+        kl_fail(&err, KL_UNAVAILABLE, "catalog_lease",
+                "partition %d's leader has not caught up with the catalog (partition 0) since it "
+                "took over; retry shortly", s->partition->id);
+    else
+        kl_fail(&err, KL_UNAVAILABLE, "catalog_lease",
+                "partition %d's catalog lease ran out: its last complete catalog tail began %lld ms "
+                "ago (catalog_lease_ms %u); partition 0 is unreachable or slow; retry",
+                s->partition->id, (long long)age, s->cluster->timers.catalog_lease_ms);
+    kl_rpc_reply_error(call, &err, NULL);
+    return false;
 }

@@ -1,6 +1,7 @@
 #include "daemon/rpc/service.h"
 
 #include "common/failpoint.h"
+#include "daemon/rpc/tailer.h"
 #include "keyload/v1/catalog.pb-c.h"
 
 #include <stdlib.h>
@@ -129,6 +130,8 @@ static void batch_answered(void *cookie, kl_code code, const kl_err *err, const 
 static void handle_batch(void *owner, kl_rpc_call *call)
 {
     kl_service *s = owner;
+    if (!kl_service_check_lease(s, call))
+        return;
     size_t len;
     const uint8_t *p = kl_rpc_call_payload(call, &len);
     batch_call *bc = malloc(sizeof *bc);
@@ -173,6 +176,8 @@ static void serve_stats(kl_service *s, kl_rpc_call *call)
 static void handle_queue_stats(void *owner, kl_rpc_call *call)
 {
     kl_service *s = owner;
+    if (!kl_service_check_lease(s, call))
+        return;
     kl_err err;
     int slot = -1;
     for (int i = 0; i < KL_SERVICE_MAX_READS && slot < 0; i++)
@@ -264,6 +269,8 @@ static void handle_member_status(void *owner, kl_rpc_call *call)
     kl_repl_next(s->repl, &next_index, &next_term, &serving);
     a.serving = serving;
     kl_node_catalog_status(s->node, &a.catalog_version, &a.catalog_changes_applied);
+    if (s->tailer != NULL && serving)
+        a.catalog_lease_valid = kl_tailer_lease_valid(s->tailer, &a.catalog_lease_age_ms);
     const char *url = leader_url(s, NULL);
     if (st.leader != 0 && st.leader == st.id)
         for (int i = 0; i < s->partition->member_count; i++)

@@ -20,12 +20,14 @@
 #define KL_TAIL_MAX_CHANGES 64       /* changes per CatalogTail answer */
 
 struct kl_batch_call;
+struct kl_tailer;
 
 typedef struct kl_service {
     kl_node *node;
     kl_repl *repl;
     const kl_cluster *cluster;
     const kl_partition *partition;  /* members' client URLs, for NOT_LEADER redirects */
+    struct kl_tailer *tailer;       /* data partitions: the catalog tail and its lease */
     uint64_t leader;                /* last known leader id, 0 = unknown */
     uint64_t next_read;             /* read_ctx allocator */
     struct {
@@ -36,6 +38,9 @@ typedef struct kl_service {
     /* Partition 0 only: the catalog version each data partition reported applied in its
      * latest tail (learnt from the tails themselves; reset when leadership moves here). */
     uint64_t catalog_progress[KL_CLUSTER_MAX_PARTITIONS];
+    int64_t tail_seen_ms[KL_CLUSTER_MAX_PARTITIONS];  /* monotonic: its latest tail's arrival */
+    int64_t leader_since_ms;         /* monotonic: when this member last became leader */
+    bool was_leader;
     struct {
         kl_rpc_call *call;           /* NULL = free slot */
         int partition;
@@ -66,6 +71,9 @@ void kl_service_applied(kl_service *s);
 void kl_service_role(kl_service *s, bool leader);
 
 /* Internal to daemon/rpc: */
+/* Data partitions: false (call answered UNAVAILABLE "catalog_lease") when this serving
+ * leader's catalog lease has run out. */
+bool kl_service_check_lease(kl_service *s, kl_rpc_call *call);
 void kl_service_expire_batches(kl_service *s);
 void kl_service_catalog_tick(kl_service *s);   /* expire parked tails and barriers */
 void kl_service_catalog_stop(kl_service *s);   /* answer everything parked */

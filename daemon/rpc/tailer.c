@@ -11,7 +11,6 @@
 #include <string.h>
 #include <time.h>
 
-#define TAIL_WAIT_MS 1000        /* how long partition 0 may hold an empty answer */
 #define TAIL_TIMEOUT_MS 2500     /* one RPC, held answer included */
 #define CONNECT_TIMEOUT_MS 500
 #define RETRY_PAUSE_MS 200       /* after a failed RPC */
@@ -29,7 +28,15 @@ struct kl_tailer {
     kl_node *node;
     /* Guarded by mu: */
     bool serving, stop;
+    uint64_t epoch;              /* bumped on every change of `serving` */
     uint64_t applied;            /* catalog version applied on this member */
+    /* The catalog lease: the start (monotonic ms) of the latest tail after whose answer
+     * this member had applied everything partition 0 had; 0 = none this leadership. A
+     * tail that brought changes counts once they are applied (pending_*). */
+    int64_t lease_start_ms;
+    int64_t pending_start_ms;
+    uint64_t pending_latest;     /* 0 = none */
+    uint32_t lease_ms;
     Keyload__V1__CatalogTailAnswer *answer; /* handed to the loop; NULL = slot free */
     /* Tail thread only: */
     kl_rpc_client *conns[KL_CLUSTER_MAX_MEMBERS];
@@ -74,7 +81,7 @@ static kl_code tail_once(kl_tailer *t, uint64_t applied, Keyload__V1__CatalogTai
     Keyload__V1__CatalogTailRequest req = KEYLOAD__V1__CATALOG_TAIL_REQUEST__INIT;
     req.partition = t->partition;
     req.applied_version = applied;
-    req.wait_ms = TAIL_WAIT_MS;
+    req.wait_ms = KL_CATALOG_TAIL_WAIT_MS;
     uint8_t buf[64];
     size_t n = keyload__v1__catalog_tail_request__pack(&req, buf);
     kl_code rc = KL_UNAVAILABLE;
@@ -114,13 +121,23 @@ static void *tail_main(void *arg)
             wait_ms(t, APPLY_WAIT_MS);
             continue;
         }
-        uint64_t applied = t->applied;
+        uint64_t applied = t->applied, epoch = t->epoch;
         pthread_mutex_unlock(&t->mu);
         Keyload__V1__CatalogTailAnswer *a = NULL;
         kl_err err;
         kl_err_clear(&err);
+        int64_t sent = mono_ms();
         kl_code rc = tail_once(t, applied, &a, &err);
         pthread_mutex_lock(&t->mu);
+        if (rc == KL_OK && epoch == t->epoch) {
+            if (a->latest_version <= t->applied) {
+                if (sent > t->lease_start_ms)
+                    t->lease_start_ms = sent;
+            } else {
+                t->pending_start_ms = sent;
+                t->pending_latest = a->latest_version;
+            }
+        }
         if (rc != KL_OK) {
             int64_t now = mono_ms();
             if (now - t->last_warn_ms >= WARN_EVERY_MS) {
@@ -206,6 +223,7 @@ kl_code kl_tailer_start(uv_loop_t *loop, const kl_cluster *cluster, int partitio
         return kl_fail(err, KL_INTERNAL, "memory", "out of memory");
     t->cluster = cluster;
     t->system = system;
+    t->lease_ms = cluster->timers.catalog_lease_ms;
     t->partition = partition;
     t->node = node;
     uint64_t changes;
@@ -236,6 +254,12 @@ fail_mutex:
 void kl_tailer_set_serving(kl_tailer *t, bool serving)
 {
     pthread_mutex_lock(&t->mu);
+    if (serving != t->serving) {
+        /* A new leadership earns its own lease: tails sent before it do not count. */
+        t->epoch++;
+        t->lease_start_ms = 0;
+        t->pending_latest = 0;
+    }
     t->serving = serving;
     pthread_cond_broadcast(&t->cv);
     pthread_mutex_unlock(&t->mu);
@@ -246,9 +270,25 @@ void kl_tailer_applied(kl_tailer *t, uint64_t version)
     pthread_mutex_lock(&t->mu);
     if (version != t->applied) {
         t->applied = version;
+        if (t->pending_latest != 0 && version >= t->pending_latest) {
+            if (t->pending_start_ms > t->lease_start_ms)
+                t->lease_start_ms = t->pending_start_ms;
+            t->pending_latest = 0;
+        }
         pthread_cond_broadcast(&t->cv);
     }
     pthread_mutex_unlock(&t->mu);
+}
+
+bool kl_tailer_lease_valid(kl_tailer *t, int64_t *age_ms)
+{
+    pthread_mutex_lock(&t->mu);
+    int64_t start = t->lease_start_ms;
+    pthread_mutex_unlock(&t->mu);
+    int64_t age = start ? mono_ms() - start : -1;
+    if (age_ms)
+        *age_ms = age;
+    return start != 0 && age < (int64_t)t->lease_ms;
 }
 
 void kl_tailer_stop(kl_tailer *t)

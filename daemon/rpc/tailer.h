@@ -9,6 +9,12 @@
  * from its own applied version, and the store applies a version only at current + 1, so
  * re-proposals after a leader change are harmless.
  *
+ * The catalog lease (DESIGN.md §5): the leader serves requests only within catalog_lease_ms
+ * of the start of its latest tail after which it had applied everything partition 0 had
+ * (a tail that brings changes counts once they are applied). A new leadership starts with
+ * no lease, so a restarted or newly elected leader serves nothing before it has caught up.
+ * Partition 0 counts a partition silent for longer than the lease as no longer serving.
+ *
  * Threads: kl_tailer_* run on the loop thread; the tail thread only does RPCs and owns
  * its connections. Bounded: one answer in flight (at most KL_TAIL_MAX_CHANGES changes). */
 #ifndef KL_TAILER_H
@@ -30,6 +36,8 @@ kl_code kl_tailer_start(uv_loop_t *loop, const kl_cluster *cluster, int partitio
 void kl_tailer_set_serving(kl_tailer *t, bool serving);
 /* The catalog version applied on this member moved to `version`. */
 void kl_tailer_applied(kl_tailer *t, uint64_t version);
+/* Whether the lease holds now; *age_ms (may be NULL) is its age, -1 when there is none. */
+bool kl_tailer_lease_valid(kl_tailer *t, int64_t *age_ms);
 /* Stops the thread (waits at most one RPC timeout) and frees the tailer once the loop has
  * closed its handle. */
 void kl_tailer_stop(kl_tailer *t);

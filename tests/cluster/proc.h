@@ -57,6 +57,7 @@ pid_t spawn_member(const char *cluster, int partition, int member);
 
 /* proc_catalog.c */
 void test_catalog_reaches_every_partition(void);
+void test_catalog_lease(void);
 void mp_stop_all(void);
 
 #endif

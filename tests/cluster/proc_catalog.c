@@ -25,23 +25,30 @@ static char mp_file[700];
 static char mp_url[MP_PARTS][MP_MEMBERS][64];
 static pid_t mp_pid[MP_PARTS][MP_MEMBERS];
 static bool mp_written;
+static int mp_parts = MP_PARTS, mp_members = MP_MEMBERS;
 
-static void mp_write(void)
+/* A cluster of `parts` partitions of `members` members (at most 3 x 3). */
+static void mp_write(const char *name, int parts, int members, int replica_count, int lease_ms)
 {
-    int base = 20000 + (getpid() % 45) * 20; /* clients base..base+8, peers base+10.. */
-    snprintf(mp_file, sizeof mp_file, "%s/mp.json", work);
+    static int seq;
+    int base = 20000 + (getpid() % 22) * 40 + (seq++ % 2) * 20; /* clients base.., peers base+10.. */
+    mp_parts = parts;
+    mp_members = members;
+    snprintf(mp_file, sizeof mp_file, "%s/%s.json", work, name);
     FILE *f = fopen(mp_file, "w");
-    fprintf(f, "{\"cluster\":\"mp\",\"replica_count\":2,"
-               "\"timers\":{\"tick_ms\":50,\"election_ms\":1000,\"heartbeat_ms\":150},"
-               "\"partitions\":[");
-    for (int p = 0; p < MP_PARTS; p++) {
+    fprintf(f, "{\"cluster\":\"%s\",\"replica_count\":%d,"
+               "\"timers\":{\"tick_ms\":50,\"election_ms\":1000,\"heartbeat_ms\":150,\"catalog_lease_ms\":%d},"
+               "\"partitions\":[", name, replica_count, lease_ms);
+    for (int p = 0; p < MP_PARTS; p++)
+        for (int m = 0; m < MP_MEMBERS; m++)
+            mp_pid[p][m] = -1;
+    for (int p = 0; p < parts; p++) {
         fprintf(f, "%s{\"id\":%d,\"members\":[", p ? "," : "", p);
-        for (int m = 0; m < MP_MEMBERS; m++) {
+        for (int m = 0; m < members; m++) {
             int k = p * MP_MEMBERS + m;
             snprintf(mp_url[p][m], sizeof mp_url[p][m], "tcp://127.0.0.1:%d", base + k);
-            fprintf(f, "%s{\"id\":%d,\"client\":\"%s\",\"peer\":\"tcp://127.0.0.1:%d\",\"data\":\"%s/mp-p%dm%d\"}",
-                    m ? "," : "", m + 1, mp_url[p][m], base + 10 + k, work, p, m + 1);
-            mp_pid[p][m] = -1;
+            fprintf(f, "%s{\"id\":%d,\"client\":\"%s\",\"peer\":\"tcp://127.0.0.1:%d\",\"data\":\"%s/%s-p%dm%d\"}",
+                    m ? "," : "", m + 1, mp_url[p][m], base + 10 + k, work, name, p, m + 1);
         }
         fprintf(f, "]}");
     }
@@ -65,15 +72,15 @@ void mp_stop_all(void)
 {
     if (!mp_written)
         return;
-    for (int p = 0; p < MP_PARTS; p++)
-        for (int m = 0; m < MP_MEMBERS; m++)
+    for (int p = 0; p < mp_parts; p++)
+        for (int m = 0; m < mp_members; m++)
             mp_kill(p, m);
 }
 
 static void mp_start_all(void)
 {
-    for (int p = 0; p < MP_PARTS; p++)
-        for (int m = 0; m < MP_MEMBERS; m++)
+    for (int p = 0; p < mp_parts; p++)
+        for (int m = 0; m < mp_members; m++)
             mp_start(p, m);
 }
 
@@ -83,7 +90,7 @@ static answer mp_call(int p, const char *method, const uint8_t *req, size_t len,
     int64_t deadline = now_ms() + total_ms;
     answer a = {0};
     for (;;) {
-        for (int m = 0; m < MP_MEMBERS; m++) {
+        for (int m = 0; m < mp_members; m++) {
             if (mp_pid[p][m] <= 0)
                 continue;
             snprintf(url, sizeof url, "%.100s", mp_url[p][m]);
@@ -123,7 +130,7 @@ static int mp_leader(int p, int timeout_ms)
 {
     int64_t deadline = now_ms() + timeout_ms;
     do {
-        for (int m = 0; m < MP_MEMBERS; m++) {
+        for (int m = 0; m < mp_members; m++) {
             if (mp_pid[p][m] <= 0)
                 continue;
             Keyload__V1__MemberStatusAnswer *s = mp_status(p, m);
@@ -147,8 +154,8 @@ static bool mp_catalog_everywhere(uint64_t v, int timeout_ms, char *why, size_t 
     int64_t deadline = now_ms() + timeout_ms;
     for (;;) {
         bool all = true;
-        for (int p = 0; p < MP_PARTS; p++)
-            for (int m = 0; m < MP_MEMBERS; m++) {
+        for (int p = 0; p < mp_parts; p++)
+            for (int m = 0; m < mp_members; m++) {
                 if (mp_pid[p][m] <= 0)
                     continue;
                 Keyload__V1__MemberStatusAnswer *s = mp_status(p, m);
@@ -188,8 +195,8 @@ static bool mp_located_everywhere(const char *queue, int partition, char *why, s
     uint8_t buf[512];
     size_t n = keyload__v1__locate_queue_request__pack(&r, buf);
     keyload__v1__queue_lane_ref__free_unpacked(r.queue, NULL);
-    for (int p = 0; p < MP_PARTS; p++)
-        for (int m = 0; m < MP_MEMBERS; m++) {
+    for (int p = 0; p < mp_parts; p++)
+        for (int m = 0; m < mp_members; m++) {
             if (mp_pid[p][m] <= 0)
                 continue;
             snprintf(url, sizeof url, "%.100s", mp_url[p][m]);
@@ -255,7 +262,7 @@ static long long mp_messages(int p, const char *queue)
 void test_catalog_reaches_every_partition(void)
 {
     char why[256] = "";
-    mp_write();
+    mp_write("mp", 3, 3, 2, 3000);
     mp_start_all();
     Keyload__V1__BatchRequest *b = batch_new(NULL);
     add_create_database(b);
@@ -302,7 +309,7 @@ void test_catalog_reaches_every_partition(void)
     mp_stop_all();
     mp_start_all();
     CHECK(mp_catalog_everywhere(v3, 30000, why, sizeof why), "after cold restart: %s", why);
-    for (int p = 0; p < MP_PARTS; p++)
+    for (int p = 0; p < mp_parts; p++)
         CHECK(mp_leader(p, 20000) >= 0, "partition %d elected no leader after the cold restart", p);
     CHECK(mp_messages(pa, "alpha") == 1, "alpha lost its message over the cold restart");
     int pd = mp_create_queue("delta", -1, &v4);
@@ -310,5 +317,75 @@ void test_catalog_reaches_every_partition(void)
           (unsigned long long)v4);
     CHECK(mp_catalog_everywhere(v4, 15000, why, sizeof why), "after delta: %s", why);
     CHECK(mp_located_everywhere("delta", pd, why, sizeof why), "delta: %s", why);
+    mp_stop_all();
+}
+
+/* Whether partition p's member m (its only member here) holds a catalog lease. */
+static bool mp_lease_valid(int p, int m)
+{
+    Keyload__V1__MemberStatusAnswer *s = mp_status(p, m);
+    bool v = s && s->catalog_lease_valid;
+    if (s)
+        keyload__v1__member_status_answer__free_unpacked(s, NULL);
+    return v;
+}
+
+static kl_code mp_enqueue(int p, const char *q, int total_ms, kl_err *err)
+{
+    Keyload__V1__BatchRequest *b = batch_new(NULL);
+    add_enqueue(b, q, "x");
+    answer a = mp_batch(p, b, total_ms);
+    kl_code rc = a.code;
+    *err = a.err;
+    answer_free(&a);
+    return rc;
+}
+
+/* The catalog lease (KL-3 item 2, DESIGN.md §5) on two single-member partitions with
+ * catalog_lease_ms 1500: cut from partition 0, a data partition serves until its lease
+ * runs out and then refuses (UNAVAILABLE catalog_lease); partition 0 back, it serves
+ * again. A catalog change with a data partition down returns once that partition's lease
+ * has run out, not at the caller's deadline. */
+void test_catalog_lease(void)
+{
+    kl_err err;
+    char why[256] = "";
+    mp_write("lease", 2, 1, 1, 1500);
+    mp_start_all();
+    Keyload__V1__BatchRequest *b = batch_new(NULL);
+    add_create_database(b);
+    answer a = mp_batch(0, b, 30000);
+    CHECK(a.code == KL_OK, "create database: %s %s", kl_code_name(a.code), a.err.message);
+    answer_free(&a);
+    uint64_t v = 0;
+    CHECK(mp_create_queue("q", 1, &v) == 1, "queue q not placed on partition 1");
+    CHECK(mp_enqueue(1, "q", 10000, &err) == KL_OK, "enqueue: %s", err.message);
+    CHECK(mp_lease_valid(1, 0), "partition 1 holds no lease with partition 0 up");
+
+    mp_kill(0, 0);
+    int64_t cut = now_ms();
+    /* Within the lease it still serves (a single attempt, no retries). */
+    CHECK(mp_enqueue(1, "q", 0, &err) == KL_OK, "enqueue right after the cut: %s", err.message);
+    sleep_ms(2200);
+    kl_code rc = mp_enqueue(1, "q", 0, &err);
+    CHECK(rc == KL_UNAVAILABLE && strcmp(err.detail, "catalog_lease") == 0,
+          "%lld ms after the cut: %s %s (%s)", (long long)(now_ms() - cut), kl_code_name(rc), err.detail,
+          err.message);
+    CHECK(!mp_lease_valid(1, 0), "MemberStatus still reports a lease");
+
+    mp_start(0, 0);
+    CHECK(mp_enqueue(1, "q", 20000, &err) == KL_OK, "after partition 0 returned: %s", err.message);
+
+    /* Partition 1 down: a catalog change returns after its lease, well before the deadline. */
+    mp_kill(1, 0);
+    int64_t t0 = now_ms();
+    uint64_t v2 = 0;
+    CHECK(mp_create_queue("q2", 1, &v2) == 1, "q2 not created while partition 1 is down");
+    int64_t took = now_ms() - t0;
+    CHECK(took < 6000, "the create waited %lld ms for a partition whose lease had run out", (long long)took);
+    fprintf(stderr, "  create with a data partition down answered in %lld ms (lease 1500 ms)\n", (long long)took);
+    mp_start(1, 0);
+    CHECK(mp_catalog_everywhere(v2, 15000, why, sizeof why), "partition 1 back: %s", why);
+    CHECK(mp_enqueue(1, "q2", 20000, &err) == KL_OK, "enqueue to q2: %s", err.message);
     mp_stop_all();
 }

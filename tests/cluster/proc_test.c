@@ -1052,6 +1052,8 @@ int main(int argc, char **argv)
         {"3 members, replica_count 2: a follower that missed 10,000 entries catches up", test_group_follower_catches_up},
         {"3x3 cluster: catalog versions reach every data partition once, in order, across failover "
          "and cold restart", test_catalog_reaches_every_partition},
+        {"catalog lease: a data partition cut from partition 0 stops serving after its lease; "
+         "a catalog change does not wait for a partition whose lease ran out", test_catalog_lease},
     };
     int passed = 0, failed = 0;
     for (size_t i = 0; i < sizeof tests / sizeof tests[0]; i++) {

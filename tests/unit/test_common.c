@@ -86,6 +86,7 @@ START_TEST(cluster_parse_good)
     ck_assert_str_eq(m->data_dir, "/tmp/x");
     ck_assert_ptr_null(kl_cluster_find_node(&c, "p3m2", NULL));
     ck_assert_ptr_null(kl_cluster_find_node(&c, "p3m1x", NULL));
+    ck_assert_uint_eq(c.timers.catalog_lease_ms, KL_CATALOG_LEASE_DEFAULT_MS);
 }
 END_TEST
 
@@ -113,6 +114,12 @@ START_TEST(cluster_parse_refusals)
     ck_assert_int_eq(kl_cluster_parse("{\"cluster\":\"A B\",\"replica_count\":1,\"partitions\":"
                                       "[{\"id\":0,\"members\":[{\"id\":1,\"client\":\"x\"}]}]}",
                                       NULL, &c, &e), KL_INVALID_ARGUMENT);
+    /* A lease shorter than a held tail would lapse between two successful tails. */
+    ck_assert_int_eq(kl_cluster_parse("{\"cluster\":\"a\",\"replica_count\":1,\"timers\":"
+                                      "{\"catalog_lease_ms\":1000},\"partitions\":"
+                                      "[{\"id\":0,\"members\":[{\"id\":1,\"client\":\"x\"}]}]}",
+                                      NULL, &c, &e), KL_INVALID_ARGUMENT);
+    ck_assert_str_eq(e.detail, "catalog_lease_ms");
 }
 END_TEST
 
