@@ -57,4 +57,16 @@ kl_code kl_keys_read_secret_file(const char *what, const char *path, uint8_t *ou
 kl_code kl_keys_write_secret_file(const char *what, const char *path, const uint8_t *data,
                                   size_t len, kl_err *err);
 
+/* A database's signing key pair (DESIGN.md §5 "Keys"), derived the same on every member:
+ * seed = crypto_kdf_derive_from_key(32 bytes, subkey id database_id, context "KLdbsign",
+ * cluster_secret), then crypto_sign_seed_keypair(seed). key_id is the first 8 bytes of
+ * BLAKE2b-256(pk) (crypto_generichash, no key), what the catalog records next to pk. The
+ * seed is wiped; sk is the caller's to wipe (sodium_memzero).
+ * Deterministic per (cluster_secret, database_id). INTERNAL only if libsodium refuses. */
+#define KL_DATABASE_KEY_ID_LEN 8
+kl_code kl_keys_database_signing(const uint8_t cluster_secret[KL_CLUSTER_SECRET_LEN],
+                                 uint64_t database_id, uint8_t pk[KL_MEMBER_PUBLIC_LEN],
+                                 uint8_t sk[KL_MEMBER_SECRET_LEN],
+                                 uint8_t key_id[KL_DATABASE_KEY_ID_LEN], kl_err *err);
+
 #endif

@@ -17,6 +17,7 @@ Suite *suite_peer(void);
 Suite *suite_keys(void);
 Suite *suite_catalog(void);
 Suite *suite_sdk_retry(void);
+Suite *suite_session(void);
 Suite *suite_authz(void);
 
 int main(void)
@@ -34,6 +35,7 @@ int main(void)
     srunner_add_suite(sr, suite_keys());
     srunner_add_suite(sr, suite_catalog());
     srunner_add_suite(sr, suite_sdk_retry());
+    srunner_add_suite(sr, suite_session());
     srunner_add_suite(sr, suite_authz());
     srunner_run_all(sr, CK_NORMAL);
     int failed = srunner_ntests_failed(sr);
