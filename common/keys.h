@@ -10,8 +10,8 @@
  * Keys live in memory only, in a kl_keys allocated here and wiped (sodium_memzero) by
  * kl_keys_free. Errors name the file, its mode or size and the member; never a key byte.
  * Every function needs sodium_init() to have succeeded. */
-#ifndef KL_KEYS_H
-#define KL_KEYS_H
+#ifndef KL_COMMON_KEYS_H
+#define KL_COMMON_KEYS_H
 
 #include "common/status.h"
 

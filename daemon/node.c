@@ -503,7 +503,8 @@ void kl_node_submit_batch(kl_node *n, const char *principal, const uint8_t *req,
     kl_eval_ctx ctx = {.view = &view, .limits = &limits, .partition = n->cfg.partition,
                        .partition_count = n->cfg.partition_count, .now_ms = entry_time(n),
                        .random = n->io.random,
-                       .catalog = n->cfg.partition == 0 ? &catalog : NULL};
+                       .catalog = n->cfg.partition == 0 ? &catalog : NULL,
+                       .cluster_secret = n->cfg.cluster_secret};
     if ((rc = kl_engine_eval_batch(&ctx, b, &results, &err)) != KL_OK)
         goto fail;
     if (encode_receipt(&receipt, b, n->cfg.partition, index, term, ctx.now_ms, &results, digest,

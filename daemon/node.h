@@ -52,6 +52,7 @@ typedef struct kl_node_config {
     kl_limits limits;
     size_t max_pending_bytes;     /* refusal (UNAVAILABLE) past this many unapplied bytes */
     size_t max_pending_batches;   /* and past this many unapplied batches */
+    const uint8_t *cluster_secret;  /* 32 bytes (borrowed, outlives the node) or NULL */
 } kl_node_config;
 
 kl_code kl_node_open(kl_store *st, const kl_node_config *cfg, const kl_node_io *io, kl_node **out,

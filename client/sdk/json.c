@@ -245,7 +245,12 @@ static json_t *result_json(const Keyload__V1__MutationResult *r)
              set(o, "database_id", u64(r->database_created->database_id)) &&
              set(o, "incarnation", b64(r->database_created->incarnation.data,
                                        r->database_created->incarnation.len)) &&
-             set(o, "catalog_version", u64(r->database_created->catalog_version));
+             set(o, "catalog_version", u64(r->database_created->catalog_version)) &&
+             (r->database_created->signing_public_key.len == 0 ||
+              (set(o, "signing_public_key", b64(r->database_created->signing_public_key.data,
+                                                r->database_created->signing_public_key.len)) &&
+               set(o, "signing_key_id", b64(r->database_created->signing_key_id.data,
+                                            r->database_created->signing_key_id.len))));
         break;
     case KEYLOAD__V1__MUTATION_RESULT__KIND_ENQUEUED:
         ok = set(o, "kind", json_string("enqueued")) &&

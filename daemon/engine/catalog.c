@@ -1,6 +1,9 @@
 #include "daemon/engine/catalog.h"
 
+#include "common/keys.h"
 #include "daemon/store/keys.h"
+
+#include <sodium.h>
 
 #include <stdlib.h>
 #include <string.h>
@@ -264,6 +267,18 @@ kl_code kl_catalog_eval_create_database(kl_eval_ctx *c, const Keyload__V1__Creat
               (rc = check_db_limit("MaxQueryReadBytes", l->max_query_read_bytes,
                                    c->limits->max_query_read_bytes, err)) != KL_OK))
         return rc;
+    if (l && l->max_queue_transfer_accept_attempts) {
+        uint64_t attempts = l->max_queue_transfer_accept_attempts->value;
+        uint64_t scan = l->max_scan_records ? l->max_scan_records : c->limits->max_scan_records;
+        if (attempts == 0 || attempts > scan)
+            return kl_fail(err, KL_INVALID_ARGUMENT, "MaxQueueTransferAcceptAttempts",
+                           "MaxQueueTransferAcceptAttempts must be null or 1..MaxScanRecords (%llu)",
+                           (unsigned long long)scan);
+    }
+    if (c->cluster_secret == NULL)
+        return kl_fail(err, KL_FAILED_PRECONDITION, "cluster_secret",
+                       "this member has no cluster secret, from which a database's signing key is "
+                       "derived; start keyloadd with --cluster-secret FILE (deploy/keyload-cluster does)");
     Keyload__V1__CatalogDatabase *old;
     bool found;
     if ((rc = kl_catalog_get_database(c->view, m->tenant, m->database, &old, &found, err)) != KL_OK)
@@ -293,10 +308,15 @@ kl_code kl_catalog_eval_create_database(kl_eval_ctx *c, const Keyload__V1__Creat
             return rc;
     }
     Keyload__V1__DatabaseLimits lim = KEYLOAD__V1__DATABASE_LIMITS__INIT;
+    Keyload__V1__NullableU64 attempts = KEYLOAD__V1__NULLABLE_U64__INIT;
     if (l) {
         lim.max_scan_records = l->max_scan_records;
         lim.max_batch_bytes = l->max_batch_bytes;
         lim.max_query_read_bytes = l->max_query_read_bytes;
+        if (l->max_queue_transfer_accept_attempts) {
+            attempts.value = l->max_queue_transfer_accept_attempts->value;
+            lim.max_queue_transfer_accept_attempts = &attempts;
+        }
     }
     uint8_t inc[16];
     c->random(inc, sizeof inc);
@@ -308,6 +328,16 @@ kl_code kl_catalog_eval_create_database(kl_eval_ctx *c, const Keyload__V1__Creat
     d.incarnation.data = inc;
     d.incarnation.len = sizeof inc;
     d.limits = &lim;
+    /* Only the public half is kept; the secret half is derived again where it is used. */
+    uint8_t pk[32], sk[64], key_id[KL_DATABASE_KEY_ID_LEN];
+    rc = kl_keys_database_signing(c->cluster_secret, d.database_id, pk, sk, key_id, err);
+    sodium_memzero(sk, sizeof sk);
+    if (rc != KL_OK)
+        return rc;
+    d.signing_public_key.data = pk;
+    d.signing_public_key.len = sizeof pk;
+    d.signing_key_id.data = key_id;
+    d.signing_key_id.len = sizeof key_id;
     d.created_unix_ms = c->now_ms;
     d.version = c->catalog->version;
     Keyload__V1__CatalogItem it = KEYLOAD__V1__CATALOG_ITEM__INIT;
@@ -319,6 +349,8 @@ kl_code kl_catalog_eval_create_database(kl_eval_ctx *c, const Keyload__V1__Creat
     dc.database_id = d.database_id;
     dc.incarnation = d.incarnation;
     dc.catalog_version = d.version;
+    dc.signing_public_key = d.signing_public_key;
+    dc.signing_key_id = d.signing_key_id;
     Keyload__V1__MutationResult res = KEYLOAD__V1__MUTATION_RESULT__INIT;
     res.kind_case = KEYLOAD__V1__MUTATION_RESULT__KIND_DATABASE_CREATED;
     res.database_created = &dc;

@@ -33,6 +33,8 @@ typedef struct kl_eval_ctx {
     int partition;
     int partition_count;     /* partitions in the cluster (placement choices) */
     struct kl_catalog_batch *catalog;  /* partition 0: the catalog batch; NULL elsewhere */
+    const uint8_t *cluster_secret;     /* 32 bytes, or NULL when the daemon has none (databases
+                                        * need it: their signing keys derive from it) */
     int64_t now_ms;          /* entry time: max(previous entry time, leader clock) */
     void (*random)(uint8_t *buf, size_t n);  /* lease tokens; injected so tests control it */
 } kl_eval_ctx;

@@ -97,7 +97,9 @@ if (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null; then
 fi
 
 log="$tmp/keyloadd.log"
-"$daemon" --cluster "$tmp/cluster.json" --node p0m1 --data "$tmp/data" 2>"$log" &
+# Databases need a cluster secret (their signing keys derive from it).
+"$daemon" keygen --cluster-secret-out "$tmp/cluster.secret" >/dev/null || exit 2
+"$daemon" --cluster "$tmp/cluster.json" --node p0m1 --data "$tmp/data" --cluster-secret "$tmp/cluster.secret" 2>"$log" &
 pid=$!
 ready=0
 for _ in $(seq 1 200); do
@@ -184,7 +186,7 @@ start_member() {
   local d=$1 n=$2 before p
   before=$(grep -c 'msg="ready"' "$d/$n.log" 2>/dev/null)
   before=${before:-0}
-  "$daemon" --cluster "$d/cluster.json" --node "$n" --data "$d/$n" 2>>"$d/$n.log" &
+  "$daemon" --cluster "$d/cluster.json" --node "$n" --data "$d/$n" --cluster-secret "$tmp/cluster.secret" 2>>"$d/$n.log" &
   p=$!
   mpid["$d $n"]=$p
   echo "$p" >"$d/pids/$n.pid"

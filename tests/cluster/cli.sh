@@ -146,8 +146,10 @@ cat >"$cfg3" <<JSON
   {"id":2,"members":[{"id":1,"client":"tcp://127.0.0.1:$((base + 3))","peer":"tcp://127.0.0.1:$((base + 6))"}]}]}
 JSON
 up3=1
+./bin/keyloadd keygen --cluster-secret-out "$dir3/cluster.secret" >/dev/null
 for p in 0 1 2; do
-  ./bin/keyloadd --cluster "$cfg3" --node "p${p}m1" --var "$dir3" >"$dir3/p${p}m1.log" 2>&1 &
+  ./bin/keyloadd --cluster "$cfg3" --node "p${p}m1" --var "$dir3" --cluster-secret "$dir3/cluster.secret" \
+    >"$dir3/p${p}m1.log" 2>&1 &
   pids3+=($!)
 done
 for p in 0 1 2; do

@@ -34,6 +34,7 @@ const char *daemon_bin;
 char work[512];
 char url[128];
 static char cluster_file[600];
+static char secret_file[600]; /* every daemon's cluster secret (databases' keys derive from it) */
 static pid_t daemon_pid = -1;
 int failures_in_test;
 
@@ -221,7 +222,8 @@ static int start_daemon(const char *failpoints)
             setenv("KEYLOAD_FAILPOINTS", failpoints, 1);
         else
             unsetenv("KEYLOAD_FAILPOINTS");
-        execl(daemon_bin, daemon_bin, "--cluster", cluster_file, "--node", "p0m1", (char *)NULL);
+        execl(daemon_bin, daemon_bin, "--cluster", cluster_file, "--node", "p0m1", "--cluster-secret",
+              secret_file, (char *)NULL);
         _exit(127);
     }
     daemon_pid = pid;
@@ -635,7 +637,8 @@ pid_t spawn_member(const char *cluster, int partition, int member)
         dup2(fd, 2);
         dup2(fd, 1);
         unsetenv("KEYLOAD_FAILPOINTS");
-        execl(daemon_bin, daemon_bin, "--cluster", cluster, "--node", node, (char *)NULL);
+        execl(daemon_bin, daemon_bin, "--cluster", cluster, "--node", node, "--cluster-secret", secret_file,
+              (char *)NULL);
         _exit(127);
     }
     return pid;
@@ -1036,6 +1039,19 @@ int main(int argc, char **argv)
     if (sodium_init() < 0)
         return 1;
     signal(SIGPIPE, SIG_IGN);
+    snprintf(secret_file, sizeof secret_file, "%s/cluster.secret", work);
+    {
+        uint8_t secret[32];
+        randombytes_buf(secret, sizeof secret);
+        unlink(secret_file);
+        int fd = open(secret_file, O_WRONLY | O_CREAT | O_EXCL, 0600);
+        if (fd < 0 || write(fd, secret, sizeof secret) != (ssize_t)sizeof secret) {
+            fprintf(stderr, "proc-test: cannot write %s\n", secret_file);
+            return 1;
+        }
+        close(fd);
+        sodium_memzero(secret, sizeof secret);
+    }
     test_case tests[] = {
         {"kill -9 keeps every acknowledged message, replay is byte-identical", test_kill9_durability},
         {"cut after append: retry commits once", test_cut_after_append},

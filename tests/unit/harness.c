@@ -85,6 +85,8 @@ static void th_random(uint8_t *buf, size_t n)
     memcpy(buf, &c, n < 8 ? n : 8);
 }
 
+const uint8_t th_cluster_secret[32] = {0x74, 0x68, 0x2d, 0x73, 0x65, 0x63, 0x72, 0x65, 0x74};
+
 void th_reopen(th_node *t);
 Keyload__V1__BatchReceipt *th_run(th_node *t, th_batch *b, kl_code expect);
 
@@ -128,7 +130,7 @@ void th_reopen(th_node *t)
     rand_owner = t;
     ck_assert_int_eq(kl_store_open(t->dir, NULL, &t->store, &err), KL_OK);
     kl_node_config cfg = {.partition = t->partition, .partition_count = t->partition_count,
-                          .limits = t->limits, .max_pending_bytes = 1u << 26,
+                          .cluster_secret = th_cluster_secret, .limits = t->limits, .max_pending_bytes = 1u << 26,
                           .max_pending_batches = 1024};
     kl_node_io io = {.ctx = t, .next = th_next, .propose = th_propose, .clock_ms = th_clock,
                      .random = th_random};
@@ -290,6 +292,21 @@ void th_batch_set_db_limits(th_batch *b, uint64_t scan, uint64_t batch_bytes, ui
     l->max_batch_bytes = batch_bytes;
     l->max_query_read_bytes = read_bytes;
     m->create_database->limits = l;
+}
+
+void th_batch_set_db_accept_attempts(th_batch *b, uint64_t attempts)
+{
+    Keyload__V1__Mutation *m = last_mut(b);
+    ck_assert_int_eq(m->kind_case, KEYLOAD__V1__MUTATION__KIND_CREATE_DATABASE);
+    if (m->create_database->limits == NULL) {
+        Keyload__V1__DatabaseLimits *l = own(b, sizeof *l);
+        keyload__v1__database_limits__init(l);
+        m->create_database->limits = l;
+    }
+    Keyload__V1__NullableU64 *n = own(b, sizeof *n);
+    keyload__v1__nullable_u64__init(n);
+    n->value = attempts;
+    m->create_database->limits->max_queue_transfer_accept_attempts = n;
 }
 
 void th_create_database(th_batch *b, const char *tenant, const char *database)

@@ -43,6 +43,9 @@ typedef struct th_node {
     int partition_count;          /* partitions in the cluster (th_open: 1) */
 } th_node;
 
+/* The cluster secret every harness node has (database signing keys derive from it). */
+extern const uint8_t th_cluster_secret[32];
+
 void th_tmpdir(char *out, size_t cap);
 void th_rmrf(const char *dir);
 
@@ -74,6 +77,8 @@ void th_create(th_batch *b, const char *queue, uint64_t max_messages, uint64_t m
 void th_batch_set_partition(th_batch *b, int partition);
 void th_batch_set_database(th_batch *b, const char *database); /* last create or enqueue */
 /* The last th_create_database's DatabaseLimits. */
+/* The last th_create_database's MaxQueueTransferAcceptAttempts (present = not null). */
+void th_batch_set_db_accept_attempts(th_batch *b, uint64_t attempts);
 void th_batch_set_db_limits(th_batch *b, uint64_t scan, uint64_t batch_bytes, uint64_t read_bytes);
 void th_delete(th_batch *b, const char *queue);
 void th_enqueue(th_batch *b, const char *queue, const char *lane, const char *body);

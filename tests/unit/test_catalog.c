@@ -3,6 +3,8 @@
  * the test carries A's stored CatalogChanges to B as the tail would. */
 #include "tests/unit/harness.h"
 
+#include "common/keys.h"
+#include "daemon/engine/catalog.h"
 #include "keyload/v1/catalog.pb-c.h"
 #include "keyload/v1/store.pb-c.h"
 
@@ -287,6 +289,74 @@ START_TEST(database_limits_tighten_and_never_loosen)
 }
 END_TEST
 
+/* A database's signing key derives from the cluster secret and its id (DESIGN.md §5):
+ * the catalog keeps the public half and key id only, and a member without the secret
+ * cannot create databases. MaxQueueTransferAcceptAttempts is null by default, else
+ * 1..MaxScanRecords. */
+START_TEST(database_signing_key_and_accept_attempts)
+{
+    th_batch *b = th_batch_new(0x70);
+    th_create_database(b, "default", "signed");
+    Keyload__V1__BatchReceipt *r = th_run(&A, b, KL_OK);
+    Keyload__V1__DatabaseCreated *dc = r->results[0]->database_created;
+    uint8_t pk[32], sk[64], id[KL_DATABASE_KEY_ID_LEN];
+    kl_err err;
+    ck_assert_int_eq(kl_keys_database_signing(th_cluster_secret, dc->database_id, pk, sk, id, &err), KL_OK);
+    ck_assert_uint_eq(dc->signing_public_key.len, 32);
+    ck_assert_mem_eq(dc->signing_public_key.data, pk, 32);
+    ck_assert_uint_eq(dc->signing_key_id.len, KL_DATABASE_KEY_ID_LEN);
+    ck_assert_mem_eq(dc->signing_key_id.data, id, KL_DATABASE_KEY_ID_LEN);
+    keyload__v1__batch_receipt__free_unpacked(r, NULL);
+    /* The stored record (what data partitions copy) holds the same public key, no secret. */
+    kl_view v = {.store = A.store, .scan_limit = 16};
+    Keyload__V1__CatalogDatabase *d;
+    bool found;
+    ck_assert_int_eq(kl_catalog_get_database(&v, "default", "signed", &d, &found, &err), KL_OK);
+    ck_assert(found);
+    ck_assert_mem_eq(d->signing_public_key.data, pk, 32);
+    keyload__v1__catalog_database__free_unpacked(d, NULL);
+
+    b = th_batch_new(0x71);
+    th_create_database(b, "default", "attempts");
+    th_batch_set_db_accept_attempts(b, 0);
+    th_run_err(&A, b, KL_INVALID_ARGUMENT, &err);
+    ck_assert_str_eq(err.detail, "MaxQueueTransferAcceptAttempts");
+    b = th_batch_new(0x72);
+    th_create_database(b, "default", "attempts");
+    th_batch_set_db_accept_attempts(b, A.limits.max_scan_records + 1);
+    th_run_err(&A, b, KL_INVALID_ARGUMENT, &err);
+    b = th_batch_new(0x73);
+    th_create_database(b, "default", "attempts");
+    th_batch_set_db_accept_attempts(b, 5);
+    keyload__v1__batch_receipt__free_unpacked(th_run(&A, b, KL_OK), NULL);
+    ck_assert_int_eq(kl_catalog_get_database(&v, "default", "attempts", &d, &found, &err), KL_OK);
+    ck_assert(found && d->limits && d->limits->max_queue_transfer_accept_attempts);
+    ck_assert_uint_eq(d->limits->max_queue_transfer_accept_attempts->value, 5);
+    keyload__v1__catalog_database__free_unpacked(d, NULL);
+    ck_assert_int_eq(kl_catalog_get_database(&v, "default", "signed", &d, &found, &err), KL_OK);
+    ck_assert_ptr_null(d->limits->max_queue_transfer_accept_attempts); /* null by default */
+    keyload__v1__catalog_database__free_unpacked(d, NULL);
+
+    /* A member without the cluster secret refuses, naming what it lacks. */
+    kl_overlay scratch;
+    kl_overlay_init(&scratch);
+    kl_view sv = {.store = A.store, .scratch = &scratch, .scan_limit = 100};
+    kl_catalog_batch cb = {0};
+    kl_eval_ctx ctx = {.view = &sv, .limits = &A.limits, .partition = 0, .partition_count = 3,
+                       .catalog = &cb, .cluster_secret = NULL};
+    Keyload__V1__CreateDatabase cd = KEYLOAD__V1__CREATE_DATABASE__INIT;
+    cd.tenant = "default";
+    cd.database = "nosecret";
+    kl_buf results = {0};
+    ck_assert_int_eq(kl_catalog_eval_create_database(&ctx, &cd, &results, &err), KL_FAILED_PRECONDITION);
+    ck_assert_str_eq(err.detail, "cluster_secret");
+    ck_assert_uint_eq(scratch.n, 0);
+    kl_buf_free(&results);
+    kl_buf_free(&cb.items);
+    kl_overlay_free(&scratch);
+}
+END_TEST
+
 Suite *suite_catalog(void)
 {
     Suite *s = suite_create("catalog");
@@ -298,6 +368,7 @@ Suite *suite_catalog(void)
     tcase_add_test(t, delete_closes_then_drops_and_name_can_return);
     tcase_add_test(t, drop_of_a_non_empty_queue_loses_nothing);
     tcase_add_test(t, database_limits_tighten_and_never_loosen);
+    tcase_add_test(t, database_signing_key_and_accept_attempts);
     suite_add_tcase(s, t);
     return s;
 }
