@@ -172,6 +172,15 @@ void kl_canon_mutation(kl_canon *c, const Keyload__V1__Mutation *m)
     case KEYLOAD__V1__MUTATION__KIND_DELETE_QUEUE:
         kl_canon_lane(c, 1, m->delete_queue->queue);
         break;
+    case KEYLOAD__V1__MUTATION__KIND_BOOTSTRAP: {
+        const Keyload__V1__Bootstrap *b = m->bootstrap;
+        kl_canon_str(c, 1, b->tenant);
+        kl_canon_str(c, 2, b->database);
+        kl_canon_str(c, 3, b->admin_id);
+        kl_canon_bytes(c, 4, b->admin_public_key.data, b->admin_public_key.len);
+        kl_canon_bytes(c, 5, b->proof.data, b->proof.len);
+        break;
+    }
     case KEYLOAD__V1__MUTATION__KIND_CREATE_DATABASE: {
         const Keyload__V1__CreateDatabase *d = m->create_database;
         kl_canon_str(c, 1, d->tenant);
@@ -237,4 +246,24 @@ int kl_canon_message_fingerprint(const Keyload__V1__EnqueueMessage *m, uint8_t o
     kl_canon_str(&c, 0xF1, "keyload.message-fingerprint.v1");
     kl_canon_message(&c, 1, m);
     return finish(&c, out);
+}
+
+int kl_canon_bootstrap_proof(const uint8_t secret[32], const char *tenant, const char *database,
+                             const char *admin_id, const uint8_t *pk, size_t pk_len,
+                             uint8_t out[KL_DIGEST_LEN])
+{
+    kl_canon c;
+    kl_canon_init(&c);
+    kl_canon_str(&c, 0xB2, "keyload.bootstrap.v1");
+    kl_canon_str(&c, 1, tenant);
+    kl_canon_str(&c, 2, database);
+    kl_canon_str(&c, 3, admin_id);
+    kl_canon_bytes(&c, 4, pk, pk_len);
+    if (c.oom) {
+        kl_canon_free(&c);
+        return -1;
+    }
+    crypto_generichash(out, KL_DIGEST_LEN, c.buf, c.len, secret, 32);
+    kl_canon_free(&c);
+    return 0;
 }

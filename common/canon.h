@@ -42,4 +42,11 @@ int kl_canon_batch_digest(const char *method, const char *principal,
 /* BLAKE2b-256 fingerprint of one message (used by transfers). Returns -1 on OOM. */
 int kl_canon_message_fingerprint(const Keyload__V1__EnqueueMessage *m, uint8_t out[KL_DIGEST_LEN]);
 
+/* The proof of the cluster secret a Bootstrap carries: BLAKE2b-256 keyed with the 32-byte
+ * secret over the canonical encoding of ("keyload.bootstrap.v1", tenant, database,
+ * admin_id, admin public key). Returns -1 on OOM. */
+int kl_canon_bootstrap_proof(const uint8_t secret[32], const char *tenant, const char *database,
+                             const char *admin_id, const uint8_t *pk, size_t pk_len,
+                             uint8_t out[KL_DIGEST_LEN]);
+
 #endif

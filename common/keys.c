@@ -193,20 +193,26 @@ kl_code kl_keys_database_signing(const uint8_t cluster_secret[KL_CLUSTER_SECRET_
     _Static_assert(KL_CLUSTER_SECRET_LEN == crypto_kdf_KEYBYTES, "cluster secret is a kdf key");
     _Static_assert(crypto_sign_SEEDBYTES >= crypto_kdf_BYTES_MIN &&
                    crypto_sign_SEEDBYTES <= crypto_kdf_BYTES_MAX, "seed length");
-    uint8_t seed[crypto_sign_SEEDBYTES], digest[crypto_generichash_BYTES];
+    uint8_t seed[crypto_sign_SEEDBYTES];
     kl_code rc = KL_OK;
     if (crypto_kdf_derive_from_key(seed, sizeof seed, database_id, "KLdbsign",
                                    cluster_secret) != 0 ||
-        crypto_sign_seed_keypair(pk, sk, seed) != 0 ||
-        crypto_generichash(digest, sizeof digest, pk, KL_MEMBER_PUBLIC_LEN, NULL, 0) != 0) {
+        crypto_sign_seed_keypair(pk, sk, seed) != 0 || kl_keys_key_id(pk, key_id) != 0) {
         sodium_memzero(pk, KL_MEMBER_PUBLIC_LEN);
         sodium_memzero(sk, KL_MEMBER_SECRET_LEN);
         rc = kl_fail(err, KL_INTERNAL, "database_key",
                      "database %llu: could not derive its signing key",
                      (unsigned long long)database_id);
-    } else {
-        memcpy(key_id, digest, KL_DATABASE_KEY_ID_LEN);
     }
     sodium_memzero(seed, sizeof seed);
     return rc;
+}
+
+int kl_keys_key_id(const uint8_t pk[KL_MEMBER_PUBLIC_LEN], uint8_t key_id[KL_KEY_ID_LEN])
+{
+    uint8_t digest[crypto_generichash_BYTES];
+    if (crypto_generichash(digest, sizeof digest, pk, KL_MEMBER_PUBLIC_LEN, NULL, 0) != 0)
+        return -1;
+    memcpy(key_id, digest, KL_KEY_ID_LEN);
+    return 0;
 }

@@ -63,10 +63,15 @@ kl_code kl_keys_write_secret_file(const char *what, const char *path, const uint
  * BLAKE2b-256(pk) (crypto_generichash, no key), what the catalog records next to pk. The
  * seed is wiped; sk is the caller's to wipe (sodium_memzero).
  * Deterministic per (cluster_secret, database_id). INTERNAL only if libsodium refuses. */
-#define KL_DATABASE_KEY_ID_LEN 8
+#define KL_KEY_ID_LEN 8
+#define KL_DATABASE_KEY_ID_LEN KL_KEY_ID_LEN
 kl_code kl_keys_database_signing(const uint8_t cluster_secret[KL_CLUSTER_SECRET_LEN],
                                  uint64_t database_id, uint8_t pk[KL_MEMBER_PUBLIC_LEN],
                                  uint8_t sk[KL_MEMBER_SECRET_LEN],
                                  uint8_t key_id[KL_DATABASE_KEY_ID_LEN], kl_err *err);
+
+/* The id of an Ed25519 public key (database or principal): the first 8 bytes of
+ * BLAKE2b-256(pk). -1 only if libsodium refuses. */
+int kl_keys_key_id(const uint8_t pk[KL_MEMBER_PUBLIC_LEN], uint8_t key_id[KL_KEY_ID_LEN]);
 
 #endif

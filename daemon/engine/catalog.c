@@ -1,5 +1,6 @@
 #include "daemon/engine/catalog.h"
 
+#include "common/canon.h"
 #include "common/keys.h"
 #include "daemon/store/keys.h"
 
@@ -148,6 +149,9 @@ kl_code kl_catalog_apply_item(kl_view *v, int partition, int64_t now_ms,
     case KEYLOAD__V1__CATALOG_ITEM__KIND_PUT_TENANT:
         kl_key_catalog_tenant(&k, item->put_tenant->tenant);
         return kl_view_put_msg(v, k.b, k.len, &item->put_tenant->base, err);
+    case KEYLOAD__V1__CATALOG_ITEM__KIND_PUT_PRINCIPAL:
+        kl_key_catalog_principal(&k, item->put_principal->tenant, item->put_principal->principal_id);
+        return kl_view_put_msg(v, k.b, k.len, &item->put_principal->base, err);
     case KEYLOAD__V1__CATALOG_ITEM__KIND_PUT_DATABASE:
         kl_key_catalog_database(&k, item->put_database->tenant, item->put_database->database);
         return kl_view_put_msg(v, k.b, k.len, &item->put_database->base, err);
@@ -255,12 +259,19 @@ static kl_code check_db_limit(const char *name, uint64_t asked, uint64_t cluster
     return KL_OK;
 }
 
-kl_code kl_catalog_eval_create_database(kl_eval_ctx *c, const Keyload__V1__CreateDatabase *m,
-                                        kl_buf *results, kl_err *err)
+/* Buffers a new database's result points into (they outlive create_database). */
+typedef struct db_made {
+    Keyload__V1__DatabaseCreated dc;
+    uint8_t incarnation[16];
+    uint8_t pk[32];
+    uint8_t key_id[KL_DATABASE_KEY_ID_LEN];
+} db_made;
+
+/* Creates database m (and its tenant when new) as one item of the catalog batch. */
+static kl_code create_database(kl_eval_ctx *c, const Keyload__V1__CreateDatabase *m, db_made *out,
+                               kl_err *err)
 {
-    kl_code rc = need_catalog(c, "create_database", err);
-    if (rc != KL_OK)
-        return rc;
+    kl_code rc;
     const Keyload__V1__DatabaseLimits *l = m->limits;
     if (l && ((rc = check_db_limit("MaxScanRecords", l->max_scan_records, c->limits->max_scan_records, err)) != KL_OK ||
               (rc = check_db_limit("MaxBatchBytes", l->max_batch_bytes, c->limits->max_batch_bytes, err)) != KL_OK ||
@@ -318,26 +329,26 @@ kl_code kl_catalog_eval_create_database(kl_eval_ctx *c, const Keyload__V1__Creat
             lim.max_queue_transfer_accept_attempts = &attempts;
         }
     }
-    uint8_t inc[16];
-    c->random(inc, sizeof inc);
+    uint8_t *inc = out->incarnation;
+    c->random(inc, sizeof out->incarnation);
     Keyload__V1__CatalogDatabase d = KEYLOAD__V1__CATALOG_DATABASE__INIT;
     d.tenant = m->tenant;
     d.database = m->database;
     if ((rc = allocate(c->view, "next_database", &d.database_id, err)) != KL_OK)
         return rc;
     d.incarnation.data = inc;
-    d.incarnation.len = sizeof inc;
+    d.incarnation.len = sizeof out->incarnation;
     d.limits = &lim;
     /* Only the public half is kept; the secret half is derived again where it is used. */
-    uint8_t pk[32], sk[64], key_id[KL_DATABASE_KEY_ID_LEN];
-    rc = kl_keys_database_signing(c->cluster_secret, d.database_id, pk, sk, key_id, err);
+    uint8_t sk[64];
+    rc = kl_keys_database_signing(c->cluster_secret, d.database_id, out->pk, sk, out->key_id, err);
     sodium_memzero(sk, sizeof sk);
     if (rc != KL_OK)
         return rc;
-    d.signing_public_key.data = pk;
-    d.signing_public_key.len = sizeof pk;
-    d.signing_key_id.data = key_id;
-    d.signing_key_id.len = sizeof key_id;
+    d.signing_public_key.data = out->pk;
+    d.signing_public_key.len = sizeof out->pk;
+    d.signing_key_id.data = out->key_id;
+    d.signing_key_id.len = sizeof out->key_id;
     d.created_unix_ms = c->now_ms;
     d.version = c->catalog->version;
     Keyload__V1__CatalogItem it = KEYLOAD__V1__CATALOG_ITEM__INIT;
@@ -345,15 +356,107 @@ kl_code kl_catalog_eval_create_database(kl_eval_ctx *c, const Keyload__V1__Creat
     it.put_database = &d;
     if ((rc = record_item(c, &it, err)) != KL_OK)
         return rc;
-    Keyload__V1__DatabaseCreated dc = KEYLOAD__V1__DATABASE_CREATED__INIT;
-    dc.database_id = d.database_id;
-    dc.incarnation = d.incarnation;
-    dc.catalog_version = d.version;
-    dc.signing_public_key = d.signing_public_key;
-    dc.signing_key_id = d.signing_key_id;
+    keyload__v1__database_created__init(&out->dc);
+    out->dc.database_id = d.database_id;
+    out->dc.incarnation = d.incarnation;
+    out->dc.catalog_version = d.version;
+    out->dc.signing_public_key = d.signing_public_key;
+    out->dc.signing_key_id = d.signing_key_id;
+    return KL_OK;
+}
+
+kl_code kl_catalog_eval_create_database(kl_eval_ctx *c, const Keyload__V1__CreateDatabase *m,
+                                        kl_buf *results, kl_err *err)
+{
+    db_made made;
+    kl_code rc = need_catalog(c, "create_database", err);
+    if (rc == KL_OK)
+        rc = create_database(c, m, &made, err);
+    if (rc != KL_OK)
+        return rc;
     Keyload__V1__MutationResult res = KEYLOAD__V1__MUTATION_RESULT__INIT;
     res.kind_case = KEYLOAD__V1__MUTATION_RESULT__KIND_DATABASE_CREATED;
-    res.database_created = &dc;
+    res.database_created = &made.dc;
+    return kl_engine_add_result(results, &res, err);
+}
+
+/* ---- bootstrap and principals ---- */
+
+kl_code kl_catalog_get_principal(kl_view *v, const char *tenant, const char *principal_id,
+                                 Keyload__V1__CatalogPrincipal **out, bool *found, kl_err *err)
+{
+    kl_key k;
+    kl_key_catalog_principal(&k, tenant, principal_id);
+    uint8_t *val;
+    size_t n;
+    *out = NULL;
+    kl_code rc = kl_view_get(v, k.b, k.len, &val, &n, found, err);
+    if (rc != KL_OK || !*found)
+        return rc;
+    *out = keyload__v1__catalog_principal__unpack(NULL, n, val);
+    free(val);
+    return *out ? KL_OK : corrupt(err, "catalog principal");
+}
+
+kl_code kl_catalog_eval_bootstrap(kl_eval_ctx *c, const Keyload__V1__Bootstrap *m, kl_buf *results,
+                                  kl_err *err)
+{
+    kl_code rc = need_catalog(c, "bootstrap", err);
+    if (rc != KL_OK)
+        return rc;
+    if (c->cluster_secret == NULL)
+        return kl_fail(err, KL_FAILED_PRECONDITION, "cluster_secret",
+                       "this member has no cluster secret to check the bootstrap proof against; start "
+                       "keyloadd with --cluster-secret FILE");
+    uint8_t expect[KL_DIGEST_LEN];
+    if (kl_canon_bootstrap_proof(c->cluster_secret, m->tenant, m->database, m->admin_id,
+                                 m->admin_public_key.data, m->admin_public_key.len, expect) != 0)
+        return oom(err);
+    bool proven = m->proof.len == KL_DIGEST_LEN && sodium_memcmp(expect, m->proof.data, KL_DIGEST_LEN) == 0;
+    sodium_memzero(expect, sizeof expect);
+    if (!proven)
+        return kl_fail(err, KL_UNAUTHENTICATED, "bootstrap_proof",
+                       "the bootstrap's proof of the cluster secret does not verify (wrong cluster "
+                       "secret file?)");
+    uint64_t admins;
+    if ((rc = meta_get(c->view, "cluster_admins", &admins, err)) != KL_OK)
+        return rc;
+    if (admins > 0)
+        return kl_fail(err, KL_FAILED_PRECONDITION, "bootstrap_done",
+                       "a cluster administrator exists already; bootstrap works only before the first");
+    Keyload__V1__CreateDatabase cd = KEYLOAD__V1__CREATE_DATABASE__INIT;
+    cd.tenant = m->tenant;
+    cd.database = m->database;
+    db_made made;
+    if ((rc = create_database(c, &cd, &made, err)) != KL_OK)
+        return rc;
+    uint8_t key_id[KL_KEY_ID_LEN];
+    if (kl_keys_key_id(m->admin_public_key.data, key_id) != 0)
+        return oom(err);
+    Keyload__V1__CatalogPrincipal p = KEYLOAD__V1__CATALOG_PRINCIPAL__INIT;
+    p.principal_id = m->admin_id;
+    p.tenant = m->tenant;
+    p.public_key = m->admin_public_key;
+    p.key_id.data = key_id;
+    p.key_id.len = sizeof key_id;
+    p.cluster_admin = true;
+    p.policy_epoch = 1;
+    p.created_unix_ms = c->now_ms;
+    p.version = c->catalog->version;
+    Keyload__V1__CatalogItem it = KEYLOAD__V1__CATALOG_ITEM__INIT;
+    it.kind_case = KEYLOAD__V1__CATALOG_ITEM__KIND_PUT_PRINCIPAL;
+    it.put_principal = &p;
+    if ((rc = record_item(c, &it, err)) != KL_OK || (rc = meta_put(c->view, "cluster_admins", 1, err)) != KL_OK)
+        return rc;
+    Keyload__V1__Bootstrapped bs = KEYLOAD__V1__BOOTSTRAPPED__INIT;
+    bs.database = &made.dc;
+    bs.admin_id = m->admin_id;
+    bs.admin_key_id = p.key_id;
+    bs.policy_epoch = p.policy_epoch;
+    bs.catalog_version = c->catalog->version;
+    Keyload__V1__MutationResult res = KEYLOAD__V1__MUTATION_RESULT__INIT;
+    res.kind_case = KEYLOAD__V1__MUTATION_RESULT__KIND_BOOTSTRAPPED;
+    res.bootstrapped = &bs;
     return kl_engine_add_result(results, &res, err);
 }
 

@@ -756,6 +756,9 @@ kl_code kl_engine_eval_batch(kl_eval_ctx *c, const Keyload__V1__BatchRequest *b,
         case KEYLOAD__V1__MUTATION__KIND_CREATE_DATABASE:
             rc = kl_catalog_eval_create_database(c, m->create_database, results, err);
             break;
+        case KEYLOAD__V1__MUTATION__KIND_BOOTSTRAP:
+            rc = kl_catalog_eval_bootstrap(c, m->bootstrap, results, err);
+            break;
         case KEYLOAD__V1__MUTATION__KIND_DELETE_QUEUE: rc = eval_delete(c, m->delete_queue, results, err); break;
         case KEYLOAD__V1__MUTATION__KIND_ENQUEUE: rc = eval_enqueue(c, m->enqueue, results, err); break;
         case KEYLOAD__V1__MUTATION__KIND_RECEIVE: rc = eval_receive(c, m->receive, results, err); break;

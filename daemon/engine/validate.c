@@ -118,6 +118,25 @@ static kl_code check_mutation(size_t idx, const Keyload__V1__Mutation *m, kl_err
             return rc;
         snprintf(where, sizeof where, "mutations[%zu].create_database.database", idx);
         return kl_name_check(where, m->create_database->database, err);
+    case KEYLOAD__V1__MUTATION__KIND_BOOTSTRAP: {
+        const Keyload__V1__Bootstrap *b = m->bootstrap;
+        snprintf(where, sizeof where, "mutations[%zu].bootstrap.tenant", idx);
+        if ((rc = kl_name_check(where, b->tenant, err)) != KL_OK)
+            return rc;
+        snprintf(where, sizeof where, "mutations[%zu].bootstrap.database", idx);
+        if ((rc = kl_name_check(where, b->database, err)) != KL_OK)
+            return rc;
+        snprintf(where, sizeof where, "mutations[%zu].bootstrap.admin_id", idx);
+        if ((rc = kl_name_check(where, b->admin_id, err)) != KL_OK)
+            return rc;
+        if (b->admin_public_key.len != 32)
+            return kl_fail(err, KL_INVALID_ARGUMENT, "admin_public_key",
+                           "mutations[%zu].bootstrap.admin_public_key must be a 32-byte Ed25519 key", idx);
+        if (b->proof.len != 32)
+            return kl_fail(err, KL_INVALID_ARGUMENT, "proof", "mutations[%zu].bootstrap.proof must be 32 bytes",
+                           idx);
+        return KL_OK;
+    }
     case KEYLOAD__V1__MUTATION__KIND_DELETE_QUEUE:
         snprintf(where, sizeof where, "mutations[%zu].delete_queue.queue", idx);
         return check_ref(where, m->delete_queue->queue, false, err);
@@ -182,7 +201,8 @@ kl_code kl_engine_validate_batch(const Keyload__V1__BatchRequest *b, size_t enco
         if (rc != KL_OK)
             return rc;
         int k = b->mutations[i]->kind_case;
-        if (k == KEYLOAD__V1__MUTATION__KIND_CREATE_DATABASE || k == KEYLOAD__V1__MUTATION__KIND_CREATE_QUEUE)
+        if (k == KEYLOAD__V1__MUTATION__KIND_CREATE_DATABASE || k == KEYLOAD__V1__MUTATION__KIND_CREATE_QUEUE ||
+            k == KEYLOAD__V1__MUTATION__KIND_BOOTSTRAP)
             catalog++;
     }
     /* A catalog change is one version on partition 0; mixing it with queue data would

@@ -90,6 +90,14 @@ void kl_key_catalog_queue(kl_key *k, const char *tenant, const char *database, c
     k_raw(k, (const uint8_t *)queue, strlen(queue));
 }
 
+void kl_key_catalog_principal(kl_key *k, const char *tenant, const char *principal_id)
+{
+    k_tag(k, 'C');
+    k_raw(k, (const uint8_t *)"P", 1);
+    k_str0(k, tenant);
+    k_raw(k, (const uint8_t *)principal_id, strlen(principal_id));
+}
+
 void kl_key_catalog_change(kl_key *k, uint64_t version)
 {
     k_tag(k, 'C');

@@ -7,10 +7,12 @@
  *                                    0 allocates them for the whole cluster),
  *                                    "next_database" u64 (partition 0),
  *                                    "catalog_version" u64 (catalog version applied here),
- *                                    "catalog_changes" u64 (catalog changes applied here)
+ *                                    "catalog_changes" u64 (catalog changes applied here),
+ *                                    "cluster_admins" u64 (partition 0: 0 until bootstrap)
  *   'C' 'T' tenant                   CatalogTenant   } the catalog: authoritative on
  *   'C' 'D' tenant 0 database        CatalogDatabase } partition 0, a copy (as of this
  *   'C' 'Q' tenant 0 database 0 queue CatalogQueue   } log position) on data partitions
+ *   'C' 'P' tenant 0 principal        CatalogPrincipal (same as the other 'C' records)
  *   'C' 'V' version(8)               CatalogChange (partition 0 only: what tails read)
  *   'L' index(8)                     log entry (LogEntry); the synced write of a commit
  *   'N' tenant 0 database 0 queue    queue id (u64) by name
@@ -61,6 +63,7 @@ void kl_key_catalog_tenant(kl_key *k, const char *tenant);
 void kl_key_catalog_database(kl_key *k, const char *tenant, const char *database);
 void kl_key_catalog_queue(kl_key *k, const char *tenant, const char *database, const char *queue);
 void kl_key_catalog_change(kl_key *k, uint64_t version);
+void kl_key_catalog_principal(kl_key *k, const char *tenant, const char *principal_id);
 
 /* Decoders for the fixed-layout keys; return 0 on success, -1 when the key is not of that kind. */
 int kl_key_parse_timed(const uint8_t *key, size_t len, uint64_t *qid, int64_t *time_ms, uint64_t *seq);

@@ -309,6 +309,26 @@ void th_batch_set_db_accept_attempts(th_batch *b, uint64_t attempts)
     m->create_database->limits->max_queue_transfer_accept_attempts = n;
 }
 
+void th_bootstrap(th_batch *b, const char *tenant, const char *database, const char *admin,
+                  const uint8_t pk[32], const uint8_t proof[32])
+{
+    Keyload__V1__Mutation *m = mut(b);
+    Keyload__V1__Bootstrap *bs = own(b, sizeof *bs);
+    keyload__v1__bootstrap__init(bs);
+    bs->tenant = (char *)tenant;
+    bs->database = (char *)database;
+    bs->admin_id = (char *)admin;
+    uint8_t *k = own(b, 64);
+    memcpy(k, pk, 32);
+    memcpy(k + 32, proof, 32);
+    bs->admin_public_key.data = k;
+    bs->admin_public_key.len = 32;
+    bs->proof.data = k + 32;
+    bs->proof.len = 32;
+    m->kind_case = KEYLOAD__V1__MUTATION__KIND_BOOTSTRAP;
+    m->bootstrap = bs;
+}
+
 void th_create_database(th_batch *b, const char *tenant, const char *database)
 {
     Keyload__V1__Mutation *m = mut(b);

@@ -71,6 +71,8 @@ th_batch *th_batch_new(uint8_t cmd_byte);
 void th_batch_cmd(th_batch *b, const uint8_t cmd[16]);
 /* A catalog batch: database default/default exists after th_open. */
 void th_create_database(th_batch *b, const char *tenant, const char *database);
+void th_bootstrap(th_batch *b, const char *tenant, const char *database, const char *admin,
+                  const uint8_t pk[32], const uint8_t proof[32]);
 void th_create(th_batch *b, const char *queue, uint64_t max_messages, uint64_t max_bytes,
                uint32_t max_deliveries, const char *dlq);
 /* The last th_create's placement (-1: partition 0 chooses) and database. */

@@ -3,12 +3,14 @@
  * the test carries A's stored CatalogChanges to B as the tail would. */
 #include "tests/unit/harness.h"
 
+#include "common/canon.h"
 #include "common/keys.h"
 #include "daemon/engine/catalog.h"
 #include "keyload/v1/catalog.pb-c.h"
 #include "keyload/v1/store.pb-c.h"
 
 #include <check.h>
+#include <sodium.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -357,6 +359,60 @@ START_TEST(database_signing_key_and_accept_attempts)
 }
 END_TEST
 
+static Keyload__V1__BatchReceipt *bootstrap(uint8_t cmd, const char *db, const char *admin,
+                                            const uint8_t *secret, kl_code expect, kl_err *err)
+{
+    uint8_t pk[32], sk[64], proof[32];
+    crypto_sign_keypair(pk, sk);
+    sodium_memzero(sk, sizeof sk);
+    ck_assert_int_eq(kl_canon_bootstrap_proof(secret, "acme", db, admin, pk, 32, proof), 0);
+    th_batch *b = th_batch_new(cmd);
+    th_bootstrap(b, "acme", db, admin, pk, proof);
+    if (expect != KL_OK) {
+        th_run_err(&A, b, expect, err);
+        return NULL;
+    }
+    return th_run(&A, b, KL_OK);
+}
+
+/* KL-3 item 4: the first administrator, only with proof of the cluster secret and only once. */
+START_TEST(bootstrap_once_with_proof)
+{
+    kl_err err;
+    uint64_t v0, v, n;
+    versions(&A, &v0, &n);
+    uint8_t wrong[32] = {1};
+    bootstrap(0x80, "shop", "root", wrong, KL_UNAUTHENTICATED, &err);
+    ck_assert_str_eq(err.detail, "bootstrap_proof");
+    versions(&A, &v, &n);
+    ck_assert_uint_eq(v, v0); /* nothing changed */
+    Keyload__V1__BatchReceipt *r = bootstrap(0x81, "shop", "root", th_cluster_secret, KL_OK, &err);
+    Keyload__V1__Bootstrapped *bs = r->results[0]->bootstrapped;
+    ck_assert_str_eq(bs->admin_id, "root");
+    ck_assert_uint_eq(bs->policy_epoch, 1);
+    ck_assert_uint_eq(bs->admin_key_id.len, KL_KEY_ID_LEN);
+    ck_assert_uint_eq(bs->database->signing_public_key.len, 32);
+    ck_assert_uint_eq(bs->catalog_version, v0 + 1);
+    keyload__v1__batch_receipt__free_unpacked(r, NULL);
+    kl_view view = {.store = A.store, .scan_limit = 16};
+    Keyload__V1__CatalogPrincipal *p;
+    bool found;
+    ck_assert_int_eq(kl_catalog_get_principal(&view, "acme", "root", &p, &found, &err), KL_OK);
+    ck_assert(found && p->cluster_admin && p->public_key.len == 32);
+    keyload__v1__catalog_principal__free_unpacked(p, NULL);
+    /* Never twice, even with a valid proof and other names. */
+    bootstrap(0x82, "other", "root2", th_cluster_secret, KL_FAILED_PRECONDITION, &err);
+    ck_assert_str_eq(err.detail, "bootstrap_done");
+    /* The principal reaches the data partitions' catalog copies like any definition. */
+    for (uint64_t i = 1; i <= v0 + 1; i++)
+        carry_ok(i);
+    kl_view bv = {.store = B.store, .scan_limit = 16};
+    ck_assert_int_eq(kl_catalog_get_principal(&bv, "acme", "root", &p, &found, &err), KL_OK);
+    ck_assert(found && p->cluster_admin);
+    keyload__v1__catalog_principal__free_unpacked(p, NULL);
+}
+END_TEST
+
 Suite *suite_catalog(void)
 {
     Suite *s = suite_create("catalog");
@@ -369,6 +425,7 @@ Suite *suite_catalog(void)
     tcase_add_test(t, drop_of_a_non_empty_queue_loses_nothing);
     tcase_add_test(t, database_limits_tighten_and_never_loosen);
     tcase_add_test(t, database_signing_key_and_accept_attempts);
+    tcase_add_test(t, bootstrap_once_with_proof);
     suite_add_tcase(s, t);
     return s;
 }
