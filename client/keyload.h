@@ -179,6 +179,12 @@ kl_code kl_batch_release(kl_batch *b, const char *queue, const kl_bytes *tokens,
 kl_code kl_batch_create_database(kl_batch *b, const char *database,
                                  const kl_database_limits *limits, kl_err *err);
 
+/* The first administrator of "TENANT/DB" (a catalog change; alone in its batch). proof is
+ * kl_canon_bootstrap_proof (common/canon.h) over these names and the key, keyed with the
+ * cluster secret; admin_public_key is the Ed25519 public key the administrator will use. */
+kl_code kl_batch_bootstrap(kl_batch *b, const char *database, const char *admin_id,
+                           const uint8_t admin_public_key[32], const uint8_t proof[32], kl_err *err);
+
 /* Where a batch goes. Creating a database or a queue changes the catalog on partition 0;
  * deleting a queue first closes it on its own partition, then removes its definition on
  * partition 0 (each step alone in its batch, same command id, both replayable); every

@@ -88,6 +88,7 @@ const char *cli_receipt_tag(const kl_receipt *r, char *buf, size_t cap);
 const Keyload__V1__MutationResult *cli_single_result(cli *c, const kl_receipt *r, int kind);
 
 /* ---- commands */
+int cli_cmd_admin(cli *c, int argc, char **argv);
 int cli_cmd_database(cli *c, int argc, char **argv);
 int cli_cmd_queue(cli *c, int argc, char **argv);
 int cli_cmd_enqueue(cli *c, int argc, char **argv);

@@ -10,6 +10,8 @@ static const char HELP[] =
     "usage: keyload [GLOBAL OPTIONS] COMMAND [ARGS]\n"
     "\n"
     "Commands:\n"
+    "  admin bootstrap --tenant T --database D --admin NAME --key-out FILE [--cluster-secret FILE]\n"
+    "                  the first cluster administrator (only once; needs the cluster secret)\n"
     "  database create [TENANT/DB] [--max-scan-records N] [--max-batch-bytes N]\n"
     "                  [--max-query-read-bytes N]   (default TENANT/DB: --database)\n"
     "  queue create NAME [--partition P] [--max-messages N] [--max-bytes N]\n"
@@ -79,6 +81,8 @@ int main(int argc, char **argv)
         fputs(HELP, stdout);
         return CLI_EXIT_OK;
     }
+    if (strcmp(cmd, "admin") == 0)
+        return cli_cmd_admin(&c, rest_argc, rest);
     if (strcmp(cmd, "database") == 0)
         return cli_cmd_database(&c, rest_argc, rest);
     if (strcmp(cmd, "queue") == 0)

@@ -281,6 +281,29 @@ kl_code kl_batch_create_database(kl_batch *b, const char *database,
     return add_copy(b, &m, err);
 }
 
+kl_code kl_batch_bootstrap(kl_batch *b, const char *database, const char *admin_id,
+                           const uint8_t admin_public_key[32], const uint8_t proof[32], kl_err *err)
+{
+    char tenant[KL_SDK_NAME_MAX + 1], db[KL_SDK_NAME_MAX + 1];
+    kl_code rc = kl_sdk_split_database(database, tenant, db, err);
+    if (rc == KL_OK)
+        rc = kl_sdk_check_name("admin", admin_id, KL_SDK_NAME_DB_PART, err);
+    if (rc != KL_OK)
+        return rc;
+    Keyload__V1__Bootstrap bs = KEYLOAD__V1__BOOTSTRAP__INIT;
+    bs.tenant = tenant;
+    bs.database = db;
+    bs.admin_id = (char *)admin_id;
+    bs.admin_public_key.data = (uint8_t *)admin_public_key;
+    bs.admin_public_key.len = 32;
+    bs.proof.data = (uint8_t *)proof;
+    bs.proof.len = 32;
+    Keyload__V1__Mutation m = KEYLOAD__V1__MUTATION__INIT;
+    m.kind_case = KEYLOAD__V1__MUTATION__KIND_BOOTSTRAP;
+    m.bootstrap = &bs;
+    return add_copy(b, &m, err);
+}
+
 const char *kl_sdk_mutation_queue(const Keyload__V1__Mutation *m)
 {
     const Keyload__V1__QueueLaneRef *r = NULL;
@@ -301,7 +324,8 @@ kl_code kl_batch_kind(const kl_batch *b, kl_batch_route *route, kl_err *err)
     size_t catalog = 0, deletes = 0;
     for (size_t i = 0; i < b->n; i++) {
         int k = b->muts[i]->kind_case;
-        if (k == KEYLOAD__V1__MUTATION__KIND_CREATE_QUEUE || k == KEYLOAD__V1__MUTATION__KIND_CREATE_DATABASE)
+        if (k == KEYLOAD__V1__MUTATION__KIND_CREATE_QUEUE || k == KEYLOAD__V1__MUTATION__KIND_CREATE_DATABASE ||
+            k == KEYLOAD__V1__MUTATION__KIND_BOOTSTRAP)
             catalog++;
         else if (k == KEYLOAD__V1__MUTATION__KIND_DELETE_QUEUE)
             deletes++;

@@ -26,6 +26,7 @@ static bool stamp(stamped *s, const Keyload__V1__Mutation *src, char *tenant, ch
     const Keyload__V1__QueueLaneRef *ref;
     switch (src->kind_case) {
     case KEYLOAD__V1__MUTATION__KIND_CREATE_DATABASE:
+    case KEYLOAD__V1__MUTATION__KIND_BOOTSTRAP:
         return true; /* names its own tenant and database */
     case KEYLOAD__V1__MUTATION__KIND_CREATE_QUEUE:
         s->sub.cq = *src->create_queue;

@@ -240,6 +240,17 @@ static json_t *result_json(const Keyload__V1__MutationResult *r)
              (r->queue_deleted->catalog_version == 0 ||
               set(o, "catalog_version", u64(r->queue_deleted->catalog_version)));
         break;
+    case KEYLOAD__V1__MUTATION_RESULT__KIND_BOOTSTRAPPED: {
+        const Keyload__V1__Bootstrapped *b = r->bootstrapped;
+        ok = set(o, "kind", json_string("bootstrapped")) && set(o, "admin_id", text(b->admin_id)) &&
+             set(o, "admin_key_id", b64(b->admin_key_id.data, b->admin_key_id.len)) &&
+             set(o, "policy_epoch", u64(b->policy_epoch)) &&
+             set(o, "catalog_version", u64(b->catalog_version)) &&
+             (b->database == NULL || (set(o, "database_id", u64(b->database->database_id)) &&
+                                      set(o, "signing_public_key", b64(b->database->signing_public_key.data,
+                                                                       b->database->signing_public_key.len))));
+        break;
+    }
     case KEYLOAD__V1__MUTATION_RESULT__KIND_DATABASE_CREATED:
         ok = set(o, "kind", json_string("database_created")) &&
              set(o, "database_id", u64(r->database_created->database_id)) &&

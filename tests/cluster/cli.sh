@@ -33,7 +33,7 @@ stop3() { # SIGTERM our own members by pid, SIGKILL whatever still runs after 5 
 cleanup() {
   deploy/keyload-cluster --config "$cfg" down >/dev/null 2>&1
   stop3
-  rm -rf "var/$name" "$cfg" "$dir3" "/tmp/cli-err.$$"
+  rm -rf "var/$name" "$cfg" "$dir3" "/tmp/cli-err.$$" ${keys:+"$keys"}
 }
 trap cleanup EXIT
 passed=0 failed=0
@@ -55,6 +55,23 @@ deploy/keyload-cluster --config "$cfg" up >/dev/null || { echo "FAIL cluster up"
 expect "queue create before its database is NOT_FOUND (exit 1)" 1 kl --json queue create jobs --partition 0
 [ "$(jq -r '.error.code' <<<"$out")" = NOT_FOUND ] && grep -q "default/default" <<<"$(jq -r '.error.message' <<<"$out")" &&
   ok "missing database: NOT_FOUND naming default/default" || bad "missing database: $out"
+# The first administrator: only with the cluster secret (the launcher's file by default),
+# only once; the new key file is 0600 and is removed when the bootstrap is refused.
+keys="$(mktemp -d)"
+head -c 32 /dev/urandom >"$keys/wrong.secret" && chmod 600 "$keys/wrong.secret"
+expect "bootstrap with another secret is UNAUTHENTICATED (exit 1)" 1 kl --json admin bootstrap --tenant boot \
+  --database first --admin root --key-out "$keys/bad.key" --cluster-secret "$keys/wrong.secret"
+[ "$(jq -r '.error.detail' <<<"$out")" = bootstrap_proof ] && [ ! -e "$keys/bad.key" ] &&
+  ok "wrong proof: detail bootstrap_proof, key file removed" || bad "wrong proof: $out"
+expect "admin bootstrap" 0 kl admin bootstrap --tenant boot --database first --admin root --key-out "$keys/root.key"
+grep -q "^bootstrapped boot/first: cluster administrator root (policy epoch 1)" <<<"$out" &&
+  [ "$(stat -c %a "$keys/root.key")" = 600 ] && [ "$(stat -c %s "$keys/root.key")" = 64 ] &&
+  ok "bootstrap receipt; key file 64 bytes, mode 600" || bad "bootstrap: $out $(ls -l "$keys")"
+expect "second bootstrap is FAILED_PRECONDITION (exit 1)" 1 kl --json admin bootstrap --tenant boot \
+  --database second --admin root2 --key-out "$keys/root2.key"
+[ "$(jq -r '.error.detail' <<<"$out")" = bootstrap_done ] && [ ! -e "$keys/root2.key" ] &&
+  ok "second bootstrap: detail bootstrap_done, key file removed" || bad "second bootstrap: $out"
+rm -rf "$keys"
 dbcmd=$(guid)
 expect "database create" 0 kl database create --command-id "$dbcmd"
 grep -Eq "^created database default/default, database id [0-9]+, catalog version [0-9]+ .*$dbcmd" <<<"$out" &&
