@@ -45,20 +45,27 @@ kl_code kl_catalog_version(kl_view *v, uint64_t *out, kl_err *err)
     return meta_get(v, "catalog_version", out, err);
 }
 
+/* Reads the record under k and unpacks it as `desc`; *found false when absent. */
+static kl_code get_record(kl_view *v, const kl_key *k, const ProtobufCMessageDescriptor *desc,
+                          const char *what, ProtobufCMessage **out, bool *found, kl_err *err)
+{
+    uint8_t *val;
+    size_t n;
+    *out = NULL;
+    kl_code rc = kl_view_get(v, k->b, k->len, &val, &n, found, err);
+    if (rc != KL_OK || !*found)
+        return rc;
+    *out = protobuf_c_message_unpack(desc, NULL, n, val);
+    free(val);
+    return *out ? KL_OK : corrupt(err, what);
+}
+
 kl_code kl_catalog_get_database(kl_view *v, const char *tenant, const char *database,
                                 Keyload__V1__CatalogDatabase **out, bool *found, kl_err *err)
 {
     kl_key k;
     kl_key_catalog_database(&k, tenant, database);
-    uint8_t *val;
-    size_t n;
-    *out = NULL;
-    kl_code rc = kl_view_get(v, k.b, k.len, &val, &n, found, err);
-    if (rc != KL_OK || !*found)
-        return rc;
-    *out = keyload__v1__catalog_database__unpack(NULL, n, val);
-    free(val);
-    return *out ? KL_OK : corrupt(err, "catalog database");
+    return get_record(v, &k, &keyload__v1__catalog_database__descriptor, "catalog database", (ProtobufCMessage **)out, found, err);
 }
 
 kl_code kl_catalog_get_queue(kl_view *v, const char *tenant, const char *database, const char *queue,
@@ -66,15 +73,7 @@ kl_code kl_catalog_get_queue(kl_view *v, const char *tenant, const char *databas
 {
     kl_key k;
     kl_key_catalog_queue(&k, tenant, database, queue);
-    uint8_t *val;
-    size_t n;
-    *out = NULL;
-    kl_code rc = kl_view_get(v, k.b, k.len, &val, &n, found, err);
-    if (rc != KL_OK || !*found)
-        return rc;
-    *out = keyload__v1__catalog_queue__unpack(NULL, n, val);
-    free(val);
-    return *out ? KL_OK : corrupt(err, "catalog queue");
+    return get_record(v, &k, &keyload__v1__catalog_queue__descriptor, "catalog queue", (ProtobufCMessage **)out, found, err);
 }
 
 /* ---- applying items (both sides) ---- */
@@ -387,15 +386,7 @@ kl_code kl_catalog_get_principal(kl_view *v, const char *tenant, const char *pri
 {
     kl_key k;
     kl_key_catalog_principal(&k, tenant, principal_id);
-    uint8_t *val;
-    size_t n;
-    *out = NULL;
-    kl_code rc = kl_view_get(v, k.b, k.len, &val, &n, found, err);
-    if (rc != KL_OK || !*found)
-        return rc;
-    *out = keyload__v1__catalog_principal__unpack(NULL, n, val);
-    free(val);
-    return *out ? KL_OK : corrupt(err, "catalog principal");
+    return get_record(v, &k, &keyload__v1__catalog_principal__descriptor, "catalog principal", (ProtobufCMessage **)out, found, err);
 }
 
 kl_code kl_catalog_eval_bootstrap(kl_eval_ctx *c, const Keyload__V1__Bootstrap *m, kl_buf *results,
