@@ -743,6 +743,13 @@ done:
     return rc;
 }
 
+kl_code kl_node_find_principal(kl_node *n, const char *principal_id,
+                               Keyload__V1__CatalogPrincipal **out, bool *found, kl_err *err)
+{
+    kl_view view = {.store = n->store, .scan_limit = 16};
+    return kl_catalog_find_principal(&view, principal_id, out, found, err);
+}
+
 /* ---- open / close ---- */
 
 kl_code kl_node_open(kl_store *st, const kl_node_config *cfg, const kl_node_io *io, kl_node **out,

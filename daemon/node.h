@@ -23,6 +23,7 @@
 #include "common/cluster.h"
 #include "common/status.h"
 #include "daemon/store/store.h"
+#include "keyload/v1/catalog.pb-c.h"
 
 #include <stddef.h>
 #include <stdint.h>
@@ -103,6 +104,11 @@ kl_code kl_node_catalog_change(kl_node *n, uint64_t version, uint8_t **bytes, si
 /* LocateQueue over this member's applied catalog. On KL_OK *answer is malloc'd. */
 kl_code kl_node_locate_queue(kl_node *n, const uint8_t *req, size_t len, uint8_t **answer,
                              size_t *answer_len, kl_err *err);
+
+/* A principal by id in this member's applied catalog (kl_catalog_find_principal). On found
+ * *out is unpacked (caller frees with keyload__v1__catalog_principal__free_unpacked). */
+kl_code kl_node_find_principal(kl_node *n, const char *principal_id,
+                               Keyload__V1__CatalogPrincipal **out, bool *found, kl_err *err);
 
 bool kl_node_broken(const kl_node *n);
 uint64_t kl_node_applied_index(const kl_node *n);

@@ -148,9 +148,15 @@ kl_code kl_catalog_apply_item(kl_view *v, int partition, int64_t now_ms,
     case KEYLOAD__V1__CATALOG_ITEM__KIND_PUT_TENANT:
         kl_key_catalog_tenant(&k, item->put_tenant->tenant);
         return kl_view_put_msg(v, k.b, k.len, &item->put_tenant->base, err);
-    case KEYLOAD__V1__CATALOG_ITEM__KIND_PUT_PRINCIPAL:
-        kl_key_catalog_principal(&k, item->put_principal->tenant, item->put_principal->principal_id);
-        return kl_view_put_msg(v, k.b, k.len, &item->put_principal->base, err);
+    case KEYLOAD__V1__CATALOG_ITEM__KIND_PUT_PRINCIPAL: {
+        const Keyload__V1__CatalogPrincipal *p = item->put_principal;
+        kl_key_catalog_principal(&k, p->tenant, p->principal_id);
+        if ((rc = kl_view_put_msg(v, k.b, k.len, &p->base, err)) != KL_OK)
+            return rc;
+        /* The id -> tenant index (daemon/store/keys.h), on every partition's copy. */
+        kl_key_catalog_principal_index(&k, p->principal_id);
+        return kl_view_put(v, k.b, k.len, (const uint8_t *)p->tenant, strlen(p->tenant), err);
+    }
     case KEYLOAD__V1__CATALOG_ITEM__KIND_PUT_DATABASE:
         kl_key_catalog_database(&k, item->put_database->tenant, item->put_database->database);
         return kl_view_put_msg(v, k.b, k.len, &item->put_database->base, err);
@@ -389,6 +395,51 @@ kl_code kl_catalog_get_principal(kl_view *v, const char *tenant, const char *pri
     return get_record(v, &k, &keyload__v1__catalog_principal__descriptor, "catalog principal", (ProtobufCMessage **)out, found, err);
 }
 
+kl_code kl_catalog_find_principal(kl_view *v, const char *principal_id,
+                                  Keyload__V1__CatalogPrincipal **out, bool *found, kl_err *err)
+{
+    *out = NULL;
+    kl_key k;
+    kl_key_catalog_principal_index(&k, principal_id);
+    uint8_t *val;
+    size_t n;
+    kl_code rc = kl_view_get(v, k.b, k.len, &val, &n, found, err);
+    if (rc != KL_OK || !*found)
+        return rc;
+    char tenant[KL_KEY_MAX];
+    if (n == 0 || n >= sizeof tenant || memchr(val, 0, n) != NULL) {
+        free(val);
+        return corrupt(err, "catalog principal index");
+    }
+    memcpy(tenant, val, n);
+    tenant[n] = '\0';
+    free(val);
+    if ((rc = kl_catalog_get_principal(v, tenant, principal_id, out, found, err)) != KL_OK)
+        return rc;
+    if (!*found) /* the two records are written together */
+        return corrupt(err, "catalog principal index");
+    return KL_OK;
+}
+
+/* CONFLICT "principal_exists" when principal_id names a principal of any tenant. */
+static kl_code principal_id_free(kl_view *v, const char *principal_id, kl_err *err)
+{
+    kl_key k;
+    kl_key_catalog_principal_index(&k, principal_id);
+    uint8_t *val;
+    size_t n;
+    bool found;
+    kl_code rc = kl_view_get(v, k.b, k.len, &val, &n, &found, err);
+    if (rc != KL_OK)
+        return rc;
+    free(val);
+    if (found)
+        return kl_fail(err, KL_CONFLICT, "principal_exists",
+                       "principal '%s' exists already (principal ids are unique across tenants)",
+                       principal_id);
+    return KL_OK;
+}
+
 kl_code kl_catalog_eval_bootstrap(kl_eval_ctx *c, const Keyload__V1__Bootstrap *m, kl_buf *results,
                                   kl_err *err)
 {
@@ -415,6 +466,8 @@ kl_code kl_catalog_eval_bootstrap(kl_eval_ctx *c, const Keyload__V1__Bootstrap *
     if (admins > 0)
         return kl_fail(err, KL_FAILED_PRECONDITION, "bootstrap_done",
                        "a cluster administrator exists already; bootstrap works only before the first");
+    if ((rc = principal_id_free(c->view, m->admin_id, err)) != KL_OK)
+        return rc;
     Keyload__V1__CreateDatabase cd = KEYLOAD__V1__CREATE_DATABASE__INIT;
     cd.tenant = m->tenant;
     cd.database = m->database;

@@ -39,12 +39,19 @@ kl_code kl_catalog_eval_create_queue(kl_eval_ctx *c, const Keyload__V1__CreateQu
                                      kl_buf *results, kl_err *err);
 /* The first administrator (queue.proto Bootstrap): checks the proof of the cluster secret
  * (UNAUTHENTICATED "bootstrap_proof") and that no cluster administrator exists
- * (FAILED_PRECONDITION "bootstrap_done"), then creates the tenant, the database and the
+ * (FAILED_PRECONDITION "bootstrap_done") and that no principal of any tenant has its
+ * admin_id (CONFLICT "principal_exists"), then creates the tenant, the database and the
  * principal as one catalog version. */
 kl_code kl_catalog_eval_bootstrap(kl_eval_ctx *c, const Keyload__V1__Bootstrap *m, kl_buf *results,
                                   kl_err *err);
 kl_code kl_catalog_get_principal(kl_view *v, const char *tenant, const char *principal_id,
                                  Keyload__V1__CatalogPrincipal **out, bool *found, kl_err *err);
+/* A principal by id alone, through the 'C' 'I' index (principal ids are unique across the
+ * cluster; Bootstrap refuses a taken id with CONFLICT "principal_exists"). *found false
+ * when absent; on found *out is unpacked (caller frees). INTERNAL when the index and the
+ * record disagree (they are written together). */
+kl_code kl_catalog_find_principal(kl_view *v, const char *principal_id,
+                                  Keyload__V1__CatalogPrincipal **out, bool *found, kl_err *err);
 /* Removes a queue's definition. The queue's own partition has already emptied and closed
  * it (for a queue on partition 0 the caller did that in the same batch). */
 kl_code kl_catalog_eval_drop_queue(kl_eval_ctx *c, const Keyload__V1__CatalogQueue *def,

@@ -98,6 +98,13 @@ void kl_key_catalog_principal(kl_key *k, const char *tenant, const char *princip
     k_raw(k, (const uint8_t *)principal_id, strlen(principal_id));
 }
 
+void kl_key_catalog_principal_index(kl_key *k, const char *principal_id)
+{
+    k_tag(k, 'C');
+    k_raw(k, (const uint8_t *)"I", 1);
+    k_raw(k, (const uint8_t *)principal_id, strlen(principal_id));
+}
+
 void kl_key_catalog_change(kl_key *k, uint64_t version)
 {
     k_tag(k, 'C');

@@ -13,6 +13,9 @@
  *   'C' 'D' tenant 0 database        CatalogDatabase } partition 0, a copy (as of this
  *   'C' 'Q' tenant 0 database 0 queue CatalogQueue   } log position) on data partitions
  *   'C' 'P' tenant 0 principal        CatalogPrincipal (same as the other 'C' records)
+ *   'C' 'I' principal                tenant (raw bytes): principal ids are unique across the
+ *                                    cluster, so a session's Hello (which names only the id)
+ *                                    finds its record; written with every 'C' 'P' record
  *   'C' 'V' version(8)               CatalogChange (partition 0 only: what tails read)
  *   'L' index(8)                     log entry (LogEntry); the synced write of a commit
  *   'N' tenant 0 database 0 queue    queue id (u64) by name
@@ -28,7 +31,8 @@
  * QueueRecord.messages/bytes equal the count/sum of the queue's 'G' records; a queue has
  * 'N'/'Q' records on a partition only while that partition's catalog copy defines it there
  * (or it is deleted and awaiting the catalog's drop); "catalog_changes" equals
- * "catalog_version" (every version applied exactly once, in order).
+ * "catalog_version" (every version applied exactly once, in order); a 'C' 'I' record exists
+ * exactly for each 'C' 'P' record and names its tenant.
  * Names never contain NUL (validation refuses it), which keeps the 0 separators unique. */
 #ifndef KL_KEYS_H
 #define KL_KEYS_H
@@ -64,6 +68,7 @@ void kl_key_catalog_database(kl_key *k, const char *tenant, const char *database
 void kl_key_catalog_queue(kl_key *k, const char *tenant, const char *database, const char *queue);
 void kl_key_catalog_change(kl_key *k, uint64_t version);
 void kl_key_catalog_principal(kl_key *k, const char *tenant, const char *principal_id);
+void kl_key_catalog_principal_index(kl_key *k, const char *principal_id);
 
 /* Decoders for the fixed-layout keys; return 0 on success, -1 when the key is not of that kind. */
 int kl_key_parse_timed(const uint8_t *key, size_t len, uint64_t *qid, int64_t *time_ms, uint64_t *seq);

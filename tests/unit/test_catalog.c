@@ -410,6 +410,67 @@ START_TEST(bootstrap_once_with_proof)
     ck_assert_int_eq(kl_catalog_get_principal(&bv, "acme", "root", &p, &found, &err), KL_OK);
     ck_assert(found && p->cluster_admin);
     keyload__v1__catalog_principal__free_unpacked(p, NULL);
+    /* By id alone (the 'C' 'I' index), on partition 0 and on the data partition's copy. */
+    ck_assert_int_eq(kl_catalog_find_principal(&view, "root", &p, &found, &err), KL_OK);
+    ck_assert(found);
+    ck_assert_str_eq(p->tenant, "acme");
+    keyload__v1__catalog_principal__free_unpacked(p, NULL);
+    ck_assert_int_eq(kl_catalog_find_principal(&bv, "root", &p, &found, &err), KL_OK);
+    ck_assert(found && p->public_key.len == 32);
+    keyload__v1__catalog_principal__free_unpacked(p, NULL);
+    ck_assert_int_eq(kl_catalog_find_principal(&bv, "nobody", &p, &found, &err), KL_OK);
+    ck_assert(!found && p == NULL);
+}
+END_TEST
+
+/* Principal ids are unique across tenants: a bootstrap naming an id another tenant uses is
+ * refused (the state below, a principal without any cluster administrator, cannot arise
+ * through Bootstrap today; the check guards every later way of making principals). */
+START_TEST(bootstrap_refuses_a_taken_principal_id)
+{
+    kl_err err;
+    kl_overlay scratch;
+    kl_overlay_init(&scratch);
+    kl_view sv = {.store = A.store, .scratch = &scratch, .scan_limit = 100};
+    uint8_t pk[32], sk[64], proof[32];
+    crypto_sign_keypair(pk, sk);
+    sodium_memzero(sk, sizeof sk);
+    Keyload__V1__CatalogPrincipal p = KEYLOAD__V1__CATALOG_PRINCIPAL__INIT;
+    p.principal_id = "dup";
+    p.tenant = "elsewhere";
+    p.public_key.data = pk;
+    p.public_key.len = 32;
+    Keyload__V1__CatalogItem it = KEYLOAD__V1__CATALOG_ITEM__INIT;
+    it.kind_case = KEYLOAD__V1__CATALOG_ITEM__KIND_PUT_PRINCIPAL;
+    it.put_principal = &p;
+    ck_assert_int_eq(kl_catalog_apply_item(&sv, 0, 0, &it, &err), KL_OK);
+    Keyload__V1__CatalogPrincipal *got;
+    bool found;
+    ck_assert_int_eq(kl_catalog_find_principal(&sv, "dup", &got, &found, &err), KL_OK);
+    ck_assert(found);
+    ck_assert_str_eq(got->tenant, "elsewhere");
+    keyload__v1__catalog_principal__free_unpacked(got, NULL);
+
+    ck_assert_int_eq(kl_canon_bootstrap_proof(th_cluster_secret, "acme", "db", "dup", pk, 32, proof), 0);
+    Keyload__V1__Bootstrap bs = KEYLOAD__V1__BOOTSTRAP__INIT;
+    bs.tenant = "acme";
+    bs.database = "db";
+    bs.admin_id = "dup";
+    bs.admin_public_key.data = pk;
+    bs.admin_public_key.len = 32;
+    bs.proof.data = proof;
+    bs.proof.len = 32;
+    kl_catalog_batch cb = {0};
+    kl_eval_ctx ctx = {.view = &sv, .limits = &A.limits, .partition = 0, .partition_count = 3,
+                       .catalog = &cb, .cluster_secret = th_cluster_secret, .now_ms = 1};
+    kl_buf results = {0};
+    size_t before = scratch.n;
+    ck_assert_int_eq(kl_catalog_eval_bootstrap(&ctx, &bs, &results, &err), KL_CONFLICT);
+    ck_assert_str_eq(err.detail, "principal_exists");
+    ck_assert_uint_eq(scratch.n, before); /* nothing written */
+    kl_buf_free(&results);
+    kl_buf_free(&cb.items);
+    kl_overlay_free(&scratch);
 }
 END_TEST
 
@@ -426,6 +487,7 @@ Suite *suite_catalog(void)
     tcase_add_test(t, database_limits_tighten_and_never_loosen);
     tcase_add_test(t, database_signing_key_and_accept_attempts);
     tcase_add_test(t, bootstrap_once_with_proof);
+    tcase_add_test(t, bootstrap_refuses_a_taken_principal_id);
     suite_add_tcase(s, t);
     return s;
 }
