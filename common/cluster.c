@@ -118,6 +118,16 @@ static kl_code parse_root(json_t *root, const char *var_root, kl_cluster *c, kl_
                                "cluster file: timers.%s must be 1..600000 milliseconds", names[i]);
             *slots[i] = (uint32_t)json_integer_value(v);
         }
+        /* Sessions live much longer than the replication timers, so their own range. */
+        json_t *ttl = json_object_get(timers, "session_ttl_ms");
+        if (ttl != NULL) {
+            if (!json_is_integer(ttl) || json_integer_value(ttl) < KL_SESSION_TTL_MIN_MS ||
+                json_integer_value(ttl) > KL_SESSION_TTL_MAX_MS)
+                return kl_fail(err, KL_INVALID_ARGUMENT, "session_ttl_ms",
+                               "cluster file: timers.session_ttl_ms must be %d..%d milliseconds",
+                               KL_SESSION_TTL_MIN_MS, KL_SESSION_TTL_MAX_MS);
+            c->timers.session_ttl_ms = (uint32_t)json_integer_value(ttl);
+        }
         if (c->timers.catalog_lease_ms != 0 && c->timers.catalog_lease_ms < KL_CATALOG_LEASE_MIN_MS)
             return kl_fail(err, KL_INVALID_ARGUMENT, "catalog_lease_ms",
                            "cluster file: timers.catalog_lease_ms must be at least %d (a catalog tail "
@@ -125,6 +135,8 @@ static kl_code parse_root(json_t *root, const char *var_root, kl_cluster *c, kl_
     }
     if (c->timers.catalog_lease_ms == 0)
         c->timers.catalog_lease_ms = KL_CATALOG_LEASE_DEFAULT_MS;
+    if (c->timers.session_ttl_ms == 0)
+        c->timers.session_ttl_ms = KL_SESSION_TTL_DEFAULT_MS;
     if (c->limits.max_frame_bytes <= c->limits.max_batch_bytes)
         return kl_fail(err, KL_INVALID_ARGUMENT, "MaxFrameBytes",
                        "cluster file: limits.MaxFrameBytes must exceed limits.MaxBatchBytes");

@@ -5,7 +5,7 @@
  *                 "MaxFrameBytes": ..., "DefaultQueueMaxMessages": ...,
  *                 "DefaultQueueMaxBytes": ... },
  *     "timers": { "tick_ms": 50, "election_ms": 1000, "heartbeat_ms": 150,
- *                 "catalog_lease_ms": 3000 },
+ *                 "catalog_lease_ms": 3000, "session_ttl_ms": 3600000 },
  *     "partitions": [ { "id": 0, "members": [
  *         { "id": 1, "client": "tcp://127.0.0.1:7400", "peer": "tcp://127.0.0.1:7500",
  *           "public_key": "<base64 of the member's 32-byte Ed25519 public key; optional>" } ] } ] }
@@ -48,7 +48,14 @@ typedef struct kl_timers {
      * successful catalog tail (DESIGN.md §5); partition 0 treats a partition silent for
      * longer as no longer serving. Always set after kl_cluster_load. */
     uint32_t catalog_lease_ms;
+    /* Lifetime of a client session (DESIGN.md §5 "Sessions"), "session_ttl_ms" in the file,
+     * KL_SESSION_TTL_MIN_MS..KL_SESSION_TTL_MAX_MS. Always set after kl_cluster_load. */
+    uint32_t session_ttl_ms;
 } kl_timers;
+
+#define KL_SESSION_TTL_DEFAULT_MS 3600000   /* one hour */
+#define KL_SESSION_TTL_MIN_MS 1000
+#define KL_SESSION_TTL_MAX_MS 86400000      /* one day */
 
 #define KL_CATALOG_TAIL_WAIT_MS 1000      /* longest a tail asks partition 0 to hold it */
 #define KL_CATALOG_LEASE_DEFAULT_MS 3000

@@ -87,6 +87,12 @@ START_TEST(cluster_parse_good)
     ck_assert_ptr_null(kl_cluster_find_node(&c, "p3m2", NULL));
     ck_assert_ptr_null(kl_cluster_find_node(&c, "p3m1x", NULL));
     ck_assert_uint_eq(c.timers.catalog_lease_ms, KL_CATALOG_LEASE_DEFAULT_MS);
+    ck_assert_uint_eq(c.timers.session_ttl_ms, KL_SESSION_TTL_DEFAULT_MS);
+    ck_assert_int_eq(kl_cluster_parse("{\"cluster\":\"a\",\"replica_count\":1,\"timers\":"
+                                      "{\"session_ttl_ms\":7200000},\"partitions\":"
+                                      "[{\"id\":0,\"members\":[{\"id\":1,\"client\":\"x\"}]}]}",
+                                      NULL, &c, &e), KL_OK);
+    ck_assert_uint_eq(c.timers.session_ttl_ms, 7200000);
 }
 END_TEST
 
@@ -120,6 +126,11 @@ START_TEST(cluster_parse_refusals)
                                       "[{\"id\":0,\"members\":[{\"id\":1,\"client\":\"x\"}]}]}",
                                       NULL, &c, &e), KL_INVALID_ARGUMENT);
     ck_assert_str_eq(e.detail, "catalog_lease_ms");
+    ck_assert_int_eq(kl_cluster_parse("{\"cluster\":\"a\",\"replica_count\":1,\"timers\":"
+                                      "{\"session_ttl_ms\":999},\"partitions\":"
+                                      "[{\"id\":0,\"members\":[{\"id\":1,\"client\":\"x\"}]}]}",
+                                      NULL, &c, &e), KL_INVALID_ARGUMENT);
+    ck_assert_str_eq(e.detail, "session_ttl_ms");
 }
 END_TEST
 
