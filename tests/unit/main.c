@@ -19,6 +19,7 @@ Suite *suite_catalog(void);
 Suite *suite_sdk_retry(void);
 Suite *suite_session(void);
 Suite *suite_authz(void);
+Suite *suite_sessions(void);
 
 int main(void)
 {
@@ -37,6 +38,7 @@ int main(void)
     srunner_add_suite(sr, suite_sdk_retry());
     srunner_add_suite(sr, suite_session());
     srunner_add_suite(sr, suite_authz());
+    srunner_add_suite(sr, suite_sessions());
     srunner_run_all(sr, CK_NORMAL);
     int failed = srunner_ntests_failed(sr);
     int run = srunner_ntests_run(sr);
