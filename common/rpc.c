@@ -146,6 +146,12 @@ struct kl_rpc_call {
     kl_rpc_server *srv;
     rpc_slot *slot;
     Keyload__V1__Envelope *env;
+    /* Set by kl_rpc_call_set_session: the opened payload and the answer's sealer. */
+    uint8_t *plaintext;
+    size_t plaintext_len;
+    kl_rpc_seal_fn seal;
+    kl_rpc_release_fn release;
+    void *session_ctx;
 };
 
 static bool server_is_stopping(kl_rpc_server *srv)
@@ -543,12 +549,49 @@ void kl_rpc_server_stop(kl_rpc_server *srv)
 
 const char *kl_rpc_call_method(const kl_rpc_call *call) { return call->env->method; }
 
+static const uint8_t rpc_empty[1];
+
 const uint8_t *kl_rpc_call_payload(const kl_rpc_call *call, size_t *len)
 {
-    static const uint8_t empty[1];
+    if (call->seal != NULL) {
+        if (len != NULL)
+            *len = call->plaintext_len;
+        return call->plaintext != NULL ? call->plaintext : rpc_empty;
+    }
     if (len != NULL)
         *len = call->env->payload.len;
-    return call->env->payload.data != NULL ? call->env->payload.data : empty;
+    return call->env->payload.data != NULL ? call->env->payload.data : rpc_empty;
+}
+
+const uint8_t *kl_rpc_call_session_id(const kl_rpc_call *call, size_t *len)
+{
+    if (len != NULL)
+        *len = call->env->session_id.len;
+    return call->env->session_id.data != NULL ? call->env->session_id.data : rpc_empty;
+}
+
+uint64_t kl_rpc_call_counter(const kl_rpc_call *call) { return call->env->counter; }
+
+const uint8_t *kl_rpc_call_sealed(const kl_rpc_call *call, size_t *len)
+{
+    if (len != NULL)
+        *len = call->env->sealed.len;
+    return call->env->sealed.data != NULL ? call->env->sealed.data : rpc_empty;
+}
+
+void kl_rpc_call_set_session(kl_rpc_call *call, uint8_t *plaintext, size_t len,
+                             kl_rpc_seal_fn seal, kl_rpc_release_fn release, void *ctx)
+{
+    call->plaintext = plaintext;
+    call->plaintext_len = plaintext != NULL ? len : 0;
+    call->seal = seal;
+    call->release = release;
+    call->session_ctx = ctx;
+}
+
+void *kl_rpc_call_session_ctx(const kl_rpc_call *call)
+{
+    return call->seal != NULL ? call->session_ctx : NULL;
 }
 
 int64_t kl_rpc_call_deadline_ms(const kl_rpc_call *call) { return call->env->deadline_unix_ms; }
@@ -561,8 +604,39 @@ static void call_finish(kl_rpc_call *call, Keyload__V1__Answer *ans)
 {
     kl_rpc_server *srv = call->srv;
     ans->request_id = call->env->request_id;
+    uint8_t *sealed = NULL;
+    if (call->seal != NULL && !srv->stopping) {
+        size_t sealed_len = 0;
+        kl_err se;
+        kl_err_clear(&se);
+        kl_code code = (kl_code)ans->code;
+        const uint8_t *pt = code == KL_OK ? ans->payload.data : NULL;
+        size_t pt_len = code == KL_OK ? ans->payload.len : 0;
+        if (call->seal(call->session_ctx, code, ans->detail != NULL ? ans->detail : "", pt, pt_len,
+                       &sealed, &sealed_len, &se) == KL_OK) {
+            ans->payload.data = NULL;
+            ans->payload.len = 0;
+            ans->sealed.data = sealed;
+            ans->sealed.len = sealed_len;
+            ans->session_id = call->env->session_id;
+            ans->counter = call->env->counter;
+        } else {
+            KL_WARN("rpc answer not sealed", "method=%s detail=%s", call->env->method, se.detail);
+            sealed = NULL;
+            ans->code = KEYLOAD__V1__STATUS_CODE__INTERNAL;
+            ans->message = "the answer could not be sealed";
+            ans->detail = "seal";
+            ans->payload.data = NULL;
+            ans->payload.len = 0;
+            ans->leader_address = (char *)"";
+        }
+    }
     if (!srv->stopping)
         slot_send_answer(call->slot, ans);
+    free(sealed);
+    if (call->release != NULL)
+        call->release(call->session_ctx);
+    free(call->plaintext);
     keyload__v1__envelope__free_unpacked(call->env, NULL);
     free(call);
     srv->calls_out--;

@@ -72,6 +72,35 @@ const uint8_t *kl_rpc_call_payload(const kl_rpc_call *call, size_t *len);
 int64_t kl_rpc_call_deadline_ms(const kl_rpc_call *call); /* absolute unix ms; 0 = none */
 uint64_t kl_rpc_call_request_id(const kl_rpc_call *call);
 
+/* Session fields of the request (DESIGN.md §5 "Sessions"; the Envelope's session_id,
+ * counter and sealed): empty/0 when the request carries no session. rpc.c only carries
+ * them: checking and opening a session is the owner's (daemon/rpc/service.c). */
+const uint8_t *kl_rpc_call_session_id(const kl_rpc_call *call, size_t *len);
+uint64_t kl_rpc_call_counter(const kl_rpc_call *call);
+const uint8_t *kl_rpc_call_sealed(const kl_rpc_call *call, size_t *len);
+
+/* Seals one answer of a call under its session: code is the answer's status (KL_OK or an
+ * error whose detail is `detail`), payload the OK answer's payload (empty for an error).
+ * On KL_OK *sealed is malloc'd (rpc.c frees it). A failure turns the answer into an
+ * unsealed INTERNAL error. */
+typedef kl_code (*kl_rpc_seal_fn)(void *ctx, kl_code code, const char *detail,
+                                  const uint8_t *payload, size_t len, uint8_t **sealed,
+                                  size_t *sealed_len, kl_err *err);
+/* Called exactly once when the call is answered or dropped, after any seal. */
+typedef void (*kl_rpc_release_fn)(void *ctx);
+
+/* Puts a call under its session once the owner has opened it: kl_rpc_call_payload returns
+ * plaintext from now on (taken: malloc'd, freed with the call; NULL when len is 0), and
+ * every answer (OK or error) goes through seal: Answer.sealed holds what seal made,
+ * Answer.session_id and Answer.counter repeat the request's, and an OK answer's clear
+ * payload is empty. Error code, message and detail stay in clear (they name fields and
+ * limits, never data); seal authenticates code and detail. Loop thread, at most once per
+ * call. */
+void kl_rpc_call_set_session(kl_rpc_call *call, uint8_t *plaintext, size_t len,
+                             kl_rpc_seal_fn seal, kl_rpc_release_fn release, void *ctx);
+/* The ctx given to kl_rpc_call_set_session, or NULL when the call has no session. */
+void *kl_rpc_call_session_ctx(const kl_rpc_call *call);
+
 /* Answers OK with payload (copied). Frees the call. Loop thread only. */
 void kl_rpc_reply(kl_rpc_call *call, const uint8_t *payload, size_t len);
 /* Answers err->code with its message and detail; leader_address only with NOT_LEADER. */

@@ -24,6 +24,7 @@
 #include "daemon/node.h"
 #include "daemon/repl/driver.h"
 #include "daemon/rpc/service.h"
+#include "daemon/rpc/sessions.h"
 #include "daemon/rpc/tailer.h"
 #include "daemon/store/store.h"
 
@@ -327,6 +328,14 @@ int main(int argc, char **argv)
     d.service.node = d.node;
     d.service.cluster = &cluster;
     d.service.partition = part;
+    d.service.member_id = (uint64_t)me->id;
+    d.service.keys = d.keys;
+    /* Sessions need the member key (Hello is signed with it); without it none exist. */
+    if (d.keys != NULL && d.keys->has_member_key &&
+        kl_sessions_new(KL_SESSIONS_MAX, KL_SESSIONS_PER_PRINCIPAL, &d.service.sessions, &err) != KL_OK) {
+        fprintf(stderr, "keyloadd: %s\n", err.message);
+        goto fail_sessions;
+    }
     kl_service_start(&d.service, d.loop);
     if (partition != 0 && kl_tailer_start(d.loop, &cluster, partition, d.node, &d.tailer, &err) != KL_OK) {
         fprintf(stderr, "keyloadd: %s\n", err.message);
@@ -358,6 +367,7 @@ int main(int argc, char **argv)
     uv_run(d.loop, UV_RUN_DEFAULT);
     kl_store_close(d.store);
     uv_loop_close(d.loop);
+    kl_sessions_free(d.service.sessions);
     kl_keys_free(d.keys);
     KL_INFO("stopped", "exit_code=%d", d.exit_code);
     return d.exit_code;
@@ -370,6 +380,8 @@ fail_repl:
 fail_tailer:
     kl_service_stop(&d.service);
     uv_run(d.loop, UV_RUN_DEFAULT);
+fail_sessions:
+    kl_sessions_free(d.service.sessions);
     kl_node_close(d.node);
 fail_node:
     kl_store_close(d.store);

@@ -155,7 +155,9 @@ static void handle_batch(void *owner, kl_rpc_call *call)
     if (s->batches)
         s->batches->prev = bc;
     s->batches = bc;
-    kl_node_submit_batch(s->node, KL_LOCAL_PRINCIPAL, p, len, batch_answered, bc);
+    /* The outcome namespace is per principal: a session's batches never meet the local
+     * principal's command ids, nor another principal's. */
+    kl_node_submit_batch(s->node, kl_service_principal(call), p, len, batch_answered, bc);
 }
 
 static void serve_stats(kl_service *s, kl_rpc_call *call)
@@ -318,12 +320,38 @@ void kl_service_stop(kl_service *s)
     kl_service_catalog_stop(s);
 }
 
-static const kl_rpc_method methods[] = {
+/* The handlers behind the session gate. */
+static const kl_rpc_method gated[] = {
     {"keyload.v1.MemberStatus", handle_member_status},
     {"keyload.v1.CatalogTail", kl_service_catalog_tail},
     {"keyload.v1.LocateQueue", kl_service_locate_queue},
     {"keyload.v1.Batch", handle_batch},
     {"keyload.v1.QueueStats", handle_queue_stats},
+};
+
+/* Every gated method's entry: the gate, then its handler. */
+static void gate_then_handle(void *owner, kl_rpc_call *call)
+{
+    const char *name = kl_rpc_call_method(call);
+    for (size_t i = 0; i < sizeof gated / sizeof gated[0]; i++) {
+        if (strcmp(gated[i].name, name) != 0)
+            continue;
+        if (kl_service_gate(owner, call))
+            gated[i].handler(owner, call);
+        return;
+    }
+    kl_err e; /* unreachable: the server only dispatches names of the table below */
+    kl_fail(&e, KL_INTERNAL, "method", "no handler for a dispatched method");
+    kl_rpc_reply_error(call, &e, NULL);
+}
+
+static const kl_rpc_method methods[] = {
+    {"keyload.v1.Hello", kl_service_hello},
+    {"keyload.v1.MemberStatus", gate_then_handle},
+    {"keyload.v1.CatalogTail", gate_then_handle},
+    {"keyload.v1.LocateQueue", gate_then_handle},
+    {"keyload.v1.Batch", gate_then_handle},
+    {"keyload.v1.QueueStats", gate_then_handle},
 };
 
 const kl_rpc_method *kl_service_methods(size_t *count)

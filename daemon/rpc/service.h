@@ -3,7 +3,9 @@
  * answers NOT_LEADER with the leader's client address when it knows it. Reads (QueueStats)
  * pass the read-index barrier first (DESIGN.md §3): they are served from applied state only
  * once this member has confirmed it still leads and has applied up to the commit index.
- * Until KL-3 every caller acts as the fixed local principal. */
+ * Sessions (daemon/rpc/session_serve.c): keyload.v1.Hello establishes one; every other
+ * method passes the session gate first, which opens a sealed request and makes its answer
+ * sealed. A request without a session acts as the fixed local principal, as before KL-3. */
 #ifndef KL_SERVICE_H
 #define KL_SERVICE_H
 
@@ -21,6 +23,8 @@
 
 struct kl_batch_call;
 struct kl_tailer;
+struct kl_sessions;
+struct kl_keys;
 
 typedef struct kl_service {
     kl_node *node;
@@ -28,6 +32,9 @@ typedef struct kl_service {
     const kl_cluster *cluster;
     const kl_partition *partition;  /* members' client URLs, for NOT_LEADER redirects */
     struct kl_tailer *tailer;       /* data partitions: the catalog tail and its lease */
+    uint64_t member_id;             /* this member's number in its partition */
+    const struct kl_keys *keys;     /* NULL, or the keys main loaded (borrowed) */
+    struct kl_sessions *sessions;   /* NULL without a member key: Hello refuses */
     uint64_t leader;                /* last known leader id, 0 = unknown */
     uint64_t next_read;             /* read_ctx allocator */
     struct {
@@ -83,6 +90,15 @@ void kl_service_locate_queue(void *owner, kl_rpc_call *call);
 /* Partition 0: holds a committed catalog batch's answer until every data partition has
  * applied its version; true when the call was taken (held or answered). */
 bool kl_service_catalog_hold(kl_service *s, kl_rpc_call *call, const uint8_t *receipt, size_t len);
+
+/* Sessions (session_serve.c). kl_service_hello is the keyload.v1.Hello handler.
+ * kl_service_gate: true when the call may run (no session, or its sealed request opened;
+ * then its payload is the plaintext and its answer will be sealed); false when it has been
+ * answered (refused). kl_service_principal: the call's principal (the session's, else
+ * KL_LOCAL_PRINCIPAL). */
+void kl_service_hello(void *owner, kl_rpc_call *call);
+bool kl_service_gate(kl_service *s, kl_rpc_call *call);
+const char *kl_service_principal(const kl_rpc_call *call);
 
 /* The method table, for kl_rpc_server_config. */
 const kl_rpc_method *kl_service_methods(size_t *count);

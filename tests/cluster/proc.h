@@ -60,4 +60,8 @@ void test_catalog_reaches_every_partition(void);
 void test_catalog_lease(void);
 void mp_stop_all(void);
 
+/* proc_session.c */
+void test_sessions(void);
+void ss_stop_all(void);
+
 #endif

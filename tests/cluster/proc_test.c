@@ -1026,14 +1026,17 @@ typedef struct {
 
 int main(int argc, char **argv)
 {
+    const char *only = NULL; /* --only TEXT: run the tests whose name contains TEXT */
     for (int i = 1; i + 1 < argc; i += 2) {
         if (strcmp(argv[i], "--bin") == 0)
             daemon_bin = argv[i + 1];
         else if (strcmp(argv[i], "--work") == 0)
             snprintf(work, sizeof work, "%s", argv[i + 1]);
+        else if (strcmp(argv[i], "--only") == 0)
+            only = argv[i + 1];
     }
     if (!daemon_bin || !work[0]) {
-        fprintf(stderr, "usage: proc-test --bin PATH --work DIR\n");
+        fprintf(stderr, "usage: proc-test --bin PATH --work DIR [--only TEXT]\n");
         return 2;
     }
     if (sodium_init() < 0)
@@ -1070,9 +1073,13 @@ int main(int argc, char **argv)
          "and cold restart", test_catalog_reaches_every_partition},
         {"catalog lease: a data partition cut from partition 0 stops serving after its lease; "
          "a catalog change does not wait for a partition whose lease ran out", test_catalog_lease},
+        {"sessions: Hello, sealed batches and reads; every forged, stale, replayed or mislabelled "
+         "request refused and nothing run; a restart or the ttl ends a session", test_sessions},
     };
     int passed = 0, failed = 0;
     for (size_t i = 0; i < sizeof tests / sizeof tests[0]; i++) {
+        if (only != NULL && strstr(tests[i].name, only) == NULL)
+            continue;
         failures_in_test = 0;
         int64_t t0 = now_ms();
         tests[i].fn();
@@ -1080,6 +1087,7 @@ int main(int argc, char **argv)
             stop_daemon(SIGKILL); /* a failed check leaves no process behind */
         group_stop_all();
         mp_stop_all();
+        ss_stop_all();
         printf("%s %s (%lld ms)\n", failures_in_test ? "FAIL" : "ok  ", tests[i].name,
                (long long)(now_ms() - t0));
         fflush(stdout);

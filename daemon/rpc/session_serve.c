@@ -1,0 +1,309 @@
+/* session_serve: the daemon's half of DESIGN.md §5 "Sessions" (common/session.h is the pure
+ * core): the keyload.v1.Hello method and the gate every other method passes.
+ *
+ * Hello: any member answers (each member has its own sessions). The principal is looked up
+ * by id in this member's applied catalog; the session is stored in s->sessions
+ * (daemon/rpc/sessions.h: bounded, evicting). Refusals: UNAVAILABLE "member_key" (started
+ * without --member-key), UNAUTHENTICATED "principal" (no such principal here) or the
+ * detail of kl_session_accept; nothing is stored then.
+ *
+ * Gate: a request without session fields runs as today, as KL_LOCAL_PRINCIPAL. A request
+ * whose Envelope carries a session_id must carry exactly 16 bytes of it, `sealed` and no
+ * clear payload (INVALID_ARGUMENT otherwise). In this order it is refused UNAUTHENTICATED:
+ * "session_unknown" (not in the table), "session_expired" (dropped), "session_revoked"
+ * (the principal is gone from the applied catalog or its tenant or key changed: dropped),
+ * then whatever kl_session_open_request refuses (bad_seal, replayed_counter, bad_counter).
+ * A refused request runs nothing. The request's associated data is the method name, so a
+ * sealed request opens only under the method it was sealed for.
+ *
+ * Answers under a session (rpc.h kl_rpc_call_set_session): OK answers carry the payload
+ * sealed; error answers keep code, message and detail in clear (messages name fields,
+ * limits and catalog names, never message data or keys) and carry in `sealed` the seal of
+ * an empty plaintext, which authenticates the code and detail. Answer associated data:
+ *   method || 0x00 || code (1 byte) || detail
+ * (with the request's counter, as common/session.h binds every answer). So an on-path peer
+ * can neither read an OK answer nor pass off a forged or swapped status as the daemon's;
+ * the refusals above are necessarily unsealed (no session to seal with). */
+#include "daemon/rpc/service.h"
+
+#include "daemon/rpc/sessions.h"
+#include "keyload/v1/session.pb-c.h"
+
+#include <sodium.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#define METHOD_MAX 64
+
+static int64_t wall_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+static void reply_fail(kl_rpc_call *call, kl_code code, const char *detail, const char *message)
+{
+    kl_err e;
+    kl_fail(&e, code, detail, "%s", message);
+    kl_rpc_reply_error(call, &e, NULL);
+}
+
+static bool has_session_fields(const kl_rpc_call *call)
+{
+    size_t sid, sealed;
+    kl_rpc_call_session_id(call, &sid);
+    kl_rpc_call_sealed(call, &sealed);
+    return sid > 0 || sealed > 0 || kl_rpc_call_counter(call) != 0;
+}
+
+/* ---- Hello ---- */
+
+/* The Hello payload, decoded and checked for shape. */
+static kl_code hello_decode(kl_rpc_call *call, kl_session_hello *out, kl_err *err)
+{
+    size_t len;
+    const uint8_t *p = kl_rpc_call_payload(call, &len);
+    Keyload__V1__Hello *m = keyload__v1__hello__unpack(NULL, len, p);
+    if (m == NULL)
+        return kl_fail(err, KL_INVALID_ARGUMENT, "payload", "the Hello request does not decode");
+    kl_code rc = kl_session_hello_from_pb(m, out, err);
+    keyload__v1__hello__free_unpacked(m, NULL);
+    return rc;
+}
+
+/* Accepts the Hello against the principal record and stores the session. */
+static kl_code hello_accept(kl_service *s, const kl_session_hello *h,
+                            const Keyload__V1__CatalogPrincipal *p, kl_session_hello_answer *answer,
+                            kl_err *err)
+{
+    if (p->public_key.len != KL_SESSION_SIGN_PUBLIC_LEN || p->key_id.len != KL_KEY_ID_LEN ||
+        strlen(p->tenant) >= KL_NAME_MAX)
+        return kl_fail(err, KL_INTERNAL, "store", "stored principal record is malformed");
+    int64_t now = wall_ms();
+    kl_session_accept_params ap = {.principal_public = p->public_key.data,
+                                   .cluster = s->cluster->name,
+                                   .partition = s->partition->id,
+                                   .member = s->member_id,
+                                   .member_secret = s->keys->member_secret,
+                                   .now_ms = now,
+                                   .max_skew_ms = KL_SESSION_DEFAULT_SKEW_MS,
+                                   .ttl_ms = s->cluster->timers.session_ttl_ms};
+    kl_session_entry *e = calloc(1, sizeof *e);
+    if (e == NULL)
+        return kl_fail(err, KL_UNAVAILABLE, "memory", "out of memory; retry");
+    kl_code rc = kl_session_accept(h, &ap, answer, &e->s, err);
+    if (rc == KL_OK) {
+        memcpy(e->tenant, p->tenant, strlen(p->tenant) + 1);
+        memcpy(e->key_id, p->key_id.data, KL_KEY_ID_LEN);
+        memcpy(e->public_key, p->public_key.data, KL_SESSION_SIGN_PUBLIC_LEN);
+        rc = kl_sessions_put(s->sessions, e, now, NULL, err);
+        if (rc == KL_CONFLICT) /* a random 16-byte id taken: retrying draws another */
+            rc = kl_fail(err, KL_UNAVAILABLE, "session_id", "session id collision; retry the Hello");
+    }
+    sodium_memzero(e, sizeof *e);
+    free(e);
+    return rc;
+}
+
+void kl_service_hello(void *owner, kl_rpc_call *call)
+{
+    kl_service *s = owner;
+    if (has_session_fields(call)) {
+        reply_fail(call, KL_INVALID_ARGUMENT, "session_id",
+                   "Hello travels in clear: its Envelope carries no session_id, counter or sealed");
+        return;
+    }
+    if (s->keys == NULL || !s->keys->has_member_key || s->sessions == NULL) {
+        reply_fail(call, KL_UNAVAILABLE, "member_key",
+                   "this member was started without --member-key and accepts no sessions");
+        return;
+    }
+    kl_err err;
+    kl_err_clear(&err);
+    kl_session_hello h;
+    kl_session_hello_answer answer;
+    memset(&answer, 0, sizeof answer);
+    Keyload__V1__CatalogPrincipal *p = NULL;
+    bool found = false;
+    kl_code rc = hello_decode(call, &h, &err);
+    if (rc == KL_OK)
+        rc = kl_node_find_principal(s->node, h.principal_id, &p, &found, &err);
+    if (rc == KL_OK && !found)
+        rc = kl_fail(&err, KL_UNAUTHENTICATED, "principal",
+                     "no principal with the Hello's principal_id exists in this member's catalog");
+    if (rc == KL_OK)
+        rc = hello_accept(s, &h, p, &answer, &err);
+    if (p != NULL)
+        keyload__v1__catalog_principal__free_unpacked(p, NULL);
+    if (rc != KL_OK) {
+        kl_rpc_reply_error(call, &err, NULL);
+        return;
+    }
+    Keyload__V1__HelloAnswer m = KEYLOAD__V1__HELLO_ANSWER__INIT;
+    kl_session_answer_to_pb(&answer, &m);
+    uint8_t buf[256];
+    size_t n = keyload__v1__hello_answer__get_packed_size(&m);
+    if (n > sizeof buf) {
+        reply_fail(call, KL_INTERNAL, "hello_answer", "HelloAnswer too large");
+        return;
+    }
+    keyload__v1__hello_answer__pack(&m, buf);
+    kl_rpc_reply(call, buf, n);
+}
+
+/* ---- the gate ---- */
+
+/* What one sealed call needs to seal its answer: a copy of the session as it was right after
+ * opening the request (the table's entry may be evicted or dropped before the answer). */
+typedef struct sealed_call {
+    kl_session s;
+    uint64_t counter;
+    char method[METHOD_MAX + 1];
+} sealed_call;
+
+/* method || 0x00 || code || detail (see the top of this file). */
+static size_t answer_ad(const sealed_call *sc, kl_code code, const char *detail, uint8_t *ad)
+{
+    size_t m = strlen(sc->method), d = strlen(detail);
+    if (d > KL_SESSION_AD_MAX - m - 2)
+        d = KL_SESSION_AD_MAX - m - 2; /* details are short; never overrun */
+    memcpy(ad, sc->method, m);
+    ad[m] = 0;
+    ad[m + 1] = (uint8_t)code;
+    memcpy(ad + m + 2, detail, d);
+    return m + 2 + d;
+}
+
+static kl_code seal_answer(void *ctx, kl_code code, const char *detail, const uint8_t *payload,
+                           size_t len, uint8_t **sealed, size_t *sealed_len, kl_err *err)
+{
+    sealed_call *sc = ctx;
+    uint8_t ad[KL_SESSION_AD_MAX];
+    size_t ad_len = answer_ad(sc, code, detail, ad);
+    size_t cap = len + KL_SESSION_SEAL_OVERHEAD;
+    uint8_t *out = malloc(cap);
+    if (out == NULL)
+        return kl_fail(err, KL_INTERNAL, "memory", "out of memory sealing an answer");
+    kl_code rc = kl_session_seal_answer(&sc->s, sc->counter, payload, len, ad, ad_len, out, cap,
+                                        sealed_len, err);
+    if (rc != KL_OK) {
+        free(out);
+        return rc;
+    }
+    *sealed = out;
+    return KL_OK;
+}
+
+static void release_sealed(void *ctx)
+{
+    sealed_call *sc = ctx;
+    sodium_memzero(sc, sizeof *sc);
+    free(sc);
+}
+
+/* True when the principal the session was made for still has the same tenant and key. */
+static kl_code session_current(kl_service *s, const kl_session_entry *e, bool *current,
+                               kl_err *err)
+{
+    Keyload__V1__CatalogPrincipal *p = NULL;
+    bool found = false;
+    kl_code rc = kl_node_find_principal(s->node, e->s.principal_id, &p, &found, err);
+    if (rc != KL_OK)
+        return rc;
+    *current = found && strcmp(p->tenant, e->tenant) == 0 &&
+               p->key_id.len == KL_KEY_ID_LEN &&
+               memcmp(p->key_id.data, e->key_id, KL_KEY_ID_LEN) == 0 &&
+               p->public_key.len == KL_SESSION_SIGN_PUBLIC_LEN &&
+               memcmp(p->public_key.data, e->public_key, KL_SESSION_SIGN_PUBLIC_LEN) == 0;
+    if (p != NULL)
+        keyload__v1__catalog_principal__free_unpacked(p, NULL);
+    return KL_OK;
+}
+
+/* Opens a sealed request (see the top of this file). True when the call may run: it has
+ * no session, or its session opened it (the call then carries the plaintext and seals its
+ * answer). False when the call has been answered. */
+static bool open_session(kl_service *s, kl_rpc_call *call)
+{
+    size_t sid_len, sealed_len, payload_len;
+    const uint8_t *sid = kl_rpc_call_session_id(call, &sid_len);
+    const uint8_t *sealed = kl_rpc_call_sealed(call, &sealed_len);
+    kl_rpc_call_payload(call, &payload_len);
+    uint64_t counter = kl_rpc_call_counter(call);
+    const char *method = kl_rpc_call_method(call);
+    if (sid_len == 0) {
+        if (sealed_len == 0 && counter == 0)
+            return true; /* no session: as before sessions existed */
+        reply_fail(call, KL_INVALID_ARGUMENT, "session_id",
+                   "an Envelope with sealed or counter needs its session_id");
+        return false;
+    }
+    if (sid_len != KL_SESSION_ID_LEN) {
+        reply_fail(call, KL_INVALID_ARGUMENT, "session_id", "session_id must be 16 bytes");
+        return false;
+    }
+    if (payload_len > 0) {
+        reply_fail(call, KL_INVALID_ARGUMENT, "payload",
+                   "a request under a session carries its payload sealed, never in clear");
+        return false;
+    }
+    if (strlen(method) > METHOD_MAX) { /* our own names are short; the gate found it */
+        reply_fail(call, KL_INVALID_ARGUMENT, "method", "method name too long");
+        return false;
+    }
+    kl_err err;
+    kl_err_clear(&err);
+    if (s->sessions == NULL) {
+        reply_fail(call, KL_UNAUTHENTICATED, "session_unknown",
+                   "this member knows no such session (it accepts no sessions)");
+        return false;
+    }
+    kl_session_entry *e;
+    if (kl_sessions_find(s->sessions, sid, wall_ms(), &e, &err) != KL_OK) {
+        kl_rpc_reply_error(call, &err, NULL);
+        return false;
+    }
+    bool current = false;
+    if (session_current(s, e, &current, &err) != KL_OK) {
+        kl_rpc_reply_error(call, &err, NULL);
+        return false;
+    }
+    if (!current) {
+        kl_sessions_drop(s->sessions, sid);
+        reply_fail(call, KL_UNAUTHENTICATED, "session_revoked",
+                   "the session's principal or its key changed; shake hands again with Hello");
+        return false;
+    }
+    size_t cap = sealed_len > KL_SESSION_SEAL_OVERHEAD ? sealed_len - KL_SESSION_SEAL_OVERHEAD : 1;
+    uint8_t *pt = malloc(cap);
+    sealed_call *sc = calloc(1, sizeof *sc);
+    if (pt == NULL || sc == NULL) {
+        free(pt);
+        free(sc);
+        reply_fail(call, KL_UNAVAILABLE, "memory", "out of memory; retry");
+        return false;
+    }
+    size_t pt_len = 0;
+    if (kl_session_open_request(&e->s, counter, sealed, sealed_len, (const uint8_t *)method,
+                                strlen(method), pt, cap, &pt_len, &err) != KL_OK) {
+        free(pt);
+        free(sc);
+        kl_rpc_reply_error(call, &err, NULL);
+        return false;
+    }
+    sc->s = e->s;
+    sc->counter = counter;
+    memcpy(sc->method, method, strlen(method) + 1);
+    kl_rpc_call_set_session(call, pt, pt_len, seal_answer, release_sealed, sc);
+    return true;
+}
+
+const char *kl_service_principal(const kl_rpc_call *call)
+{
+    const sealed_call *sc = kl_rpc_call_session_ctx(call);
+    return sc != NULL ? sc->s.principal_id : KL_LOCAL_PRINCIPAL;
+}
+
+bool kl_service_gate(kl_service *s, kl_rpc_call *call) { return open_session(s, call); }
