@@ -460,6 +460,12 @@ kl_code kl_catalog_eval_bootstrap(kl_eval_ctx *c, const Keyload__V1__Bootstrap *
         return kl_fail(err, KL_UNAUTHENTICATED, "bootstrap_proof",
                        "the bootstrap's proof of the cluster secret does not verify (wrong cluster "
                        "secret file?)");
+    /* "local" is who every request without a session acts as (daemon/rpc/service.h): a
+     * principal of that name would share its command-id namespace and outcomes. */
+    if (strcmp(m->admin_id, KL_CATALOG_RESERVED_PRINCIPAL) == 0)
+        return kl_fail(err, KL_INVALID_ARGUMENT, "admin_id",
+                       "admin_id '%s' is reserved (requests without a session act as it)",
+                       KL_CATALOG_RESERVED_PRINCIPAL);
     uint64_t admins;
     if ((rc = meta_get(c->view, "cluster_admins", &admins, err)) != KL_OK)
         return rc;

@@ -37,6 +37,10 @@ kl_code kl_catalog_eval_create_database(kl_eval_ctx *c, const Keyload__V1__Creat
                                         kl_buf *results, kl_err *err);
 kl_code kl_catalog_eval_create_queue(kl_eval_ctx *c, const Keyload__V1__CreateQueue *m,
                                      kl_buf *results, kl_err *err);
+/* The principal id requests without a session act as (KL_LOCAL_PRINCIPAL); never a
+ * catalog principal. */
+#define KL_CATALOG_RESERVED_PRINCIPAL "local"
+
 /* The first administrator (queue.proto Bootstrap): checks the proof of the cluster secret
  * (UNAUTHENTICATED "bootstrap_proof") and that no cluster administrator exists
  * (FAILED_PRECONDITION "bootstrap_done") and that no principal of any tenant has its

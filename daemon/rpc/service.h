@@ -11,10 +11,11 @@
 
 #include "common/cluster.h"
 #include "common/rpc.h"
+#include "daemon/engine/catalog.h"
 #include "daemon/node.h"
 #include "daemon/repl/driver.h"
 
-#define KL_LOCAL_PRINCIPAL "local"
+#define KL_LOCAL_PRINCIPAL KL_CATALOG_RESERVED_PRINCIPAL
 #define KL_SERVICE_MAX_READS 256
 #define KL_SERVICE_MAX_TAILS 64      /* parked CatalogTail long-polls (partition 0) */
 #define KL_SERVICE_MAX_BARRIERS 256  /* catalog batches waiting for the data partitions */

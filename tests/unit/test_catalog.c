@@ -382,6 +382,8 @@ START_TEST(bootstrap_once_with_proof)
     uint64_t v0, v, n;
     versions(&A, &v0, &n);
     uint8_t wrong[32] = {1};
+    bootstrap(0x7f, "shop", "local", th_cluster_secret, KL_INVALID_ARGUMENT, &err);
+    ck_assert_str_eq(err.detail, "admin_id"); /* reserved for requests without a session */
     bootstrap(0x80, "shop", "root", wrong, KL_UNAUTHENTICATED, &err);
     ck_assert_str_eq(err.detail, "bootstrap_proof");
     versions(&A, &v, &n);
