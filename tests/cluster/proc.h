@@ -49,6 +49,8 @@ void add_create(Keyload__V1__BatchRequest *b, const char *queue, uint64_t max_me
 void add_create_database(Keyload__V1__BatchRequest *b);
 void add_enqueue(Keyload__V1__BatchRequest *b, const char *queue, const char *body);
 void add_receive(Keyload__V1__BatchRequest *b, const char *queue, uint32_t max, uint32_t lease_ms);
+/* A QueueStatsRequest for default/default/queue, packed into buf; returns its length. */
+size_t pack_stats_request(const char *queue, uint8_t buf[512]);
 /* Packs and frees b. */
 uint8_t *pack_free(Keyload__V1__BatchRequest *b, size_t *len);
 

@@ -244,11 +244,8 @@ static int mp_create_queue(const char *q, int pin, uint64_t *version)
 
 static long long mp_messages(int p, const char *queue)
 {
-    Keyload__V1__QueueStatsRequest q = KEYLOAD__V1__QUEUE_STATS_REQUEST__INIT;
-    q.queue = mkref(queue);
     uint8_t buf[512];
-    size_t n = keyload__v1__queue_stats_request__pack(&q, buf);
-    keyload__v1__queue_lane_ref__free_unpacked(q.queue, NULL);
+    size_t n = pack_stats_request(queue, buf);
     answer a = mp_call(p, "keyload.v1.QueueStats", buf, n, 20000);
     long long m = -1;
     if (a.code == KL_OK) {

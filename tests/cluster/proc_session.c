@@ -361,15 +361,8 @@ static kl_code sealed_batch(kl_session *cs, Keyload__V1__BatchRequest *b, char *
 /* Messages in default/default/q, read in clear (as the local principal), or -1. */
 static long long ss_messages(const char *queue)
 {
-    Keyload__V1__QueueStatsRequest q = KEYLOAD__V1__QUEUE_STATS_REQUEST__INIT;
-    q.queue = mkref(queue);
     uint8_t buf[512];
-    size_t n = keyload__v1__queue_stats_request__pack(&q, buf);
-    free(q.queue->tenant);
-    free(q.queue->database);
-    free(q.queue->queue);
-    free(q.queue->lane);
-    free(q.queue);
+    size_t n = pack_stats_request(queue, buf);
     raw_answer r = clear_call("keyload.v1.QueueStats", buf, n);
     long long m = -1;
     if (r.rc == 0 && r.a->code == 0) {
@@ -471,12 +464,8 @@ void test_sessions(void)
 
     /* A sealed read (answered after the read barrier) is sealed too. */
     {
-        Keyload__V1__QueueStatsRequest q = KEYLOAD__V1__QUEUE_STATS_REQUEST__INIT;
-        Keyload__V1__QueueLaneRef *ref = mkref("sq");
-        q.queue = ref;
         uint8_t buf[512];
-        size_t n = keyload__v1__queue_stats_request__pack(&q, buf);
-        free(ref->tenant), free(ref->database), free(ref->queue), free(ref->lane), free(ref);
+        size_t n = pack_stats_request("sq", buf);
         sealed_req sq = seal_req(&cs, "keyload.v1.QueueStats", buf, n);
         raw_answer r = send_sealed(cs.id, "keyload.v1.QueueStats", &sq);
         free(sq.sealed);

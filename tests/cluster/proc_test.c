@@ -182,18 +182,22 @@ static answer send_batch(Keyload__V1__BatchRequest *b, int timeout_ms)
     return a;
 }
 
+size_t pack_stats_request(const char *queue, uint8_t buf[512])
+{
+    Keyload__V1__QueueStatsRequest q = KEYLOAD__V1__QUEUE_STATS_REQUEST__INIT;
+    Keyload__V1__QueueLaneRef r = KEYLOAD__V1__QUEUE_LANE_REF__INIT;
+    r.tenant = "default";
+    r.database = "default";
+    r.queue = (char *)queue;
+    q.queue = &r;
+    return keyload__v1__queue_stats_request__pack(&q, buf);
+}
+
 /* Returns messages held by the queue, or -1 (with the code in *code). */
 static long long queue_messages(const char *queue, kl_code *code)
 {
-    Keyload__V1__QueueStatsRequest q = KEYLOAD__V1__QUEUE_STATS_REQUEST__INIT;
-    q.queue = mkref(queue);
     uint8_t buf[512];
-    size_t n = keyload__v1__queue_stats_request__pack(&q, buf);
-    free(q.queue->tenant);
-    free(q.queue->database);
-    free(q.queue->queue);
-    free(q.queue->lane);
-    free(q.queue);
+    size_t n = pack_stats_request(queue, buf);
     answer a = call("keyload.v1.QueueStats", buf, n, 3000);
     if (code)
         *code = a.code;
@@ -710,14 +714,8 @@ static answer group_batch(Keyload__V1__BatchRequest *b, int total_ms, int *who)
 
 static long long group_messages(const char *queue)
 {
-    Keyload__V1__QueueStatsRequest q = KEYLOAD__V1__QUEUE_STATS_REQUEST__INIT;
-    Keyload__V1__QueueLaneRef r = KEYLOAD__V1__QUEUE_LANE_REF__INIT;
-    r.tenant = "default";
-    r.database = "default";
-    r.queue = (char *)queue;
-    q.queue = &r;
     uint8_t buf[512];
-    size_t n = keyload__v1__queue_stats_request__pack(&q, buf);
+    size_t n = pack_stats_request(queue, buf);
     answer a = group_call("keyload.v1.QueueStats", buf, n, 20000, NULL);
     long long m = -1;
     if (a.code == KL_OK) {
