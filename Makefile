@@ -60,7 +60,7 @@ bin/keyload-bench: $(call obj,$(BENCH_SRC)) lib/libkeyload.a
 	$(CC) $(CFLAGS) -o $@ $(call obj,$(BENCH_SRC)) lib/libkeyload.a $(LIBS)
 
 # Process tests: a driver that starts real keyloadd processes.
-build/proc-test: $(call obj,$(wildcard tests/cluster/*.c)) $(CORE_OBJ)
+build/proc-test: $(call obj,$(wildcard tests/cluster/*.c)) $(SDK_OBJ) $(CORE_OBJ)
 	$(CC) $(CFLAGS) -o $@ $^ $(LIBS)
 
 # Unit tests: one Check runner, everything built with AddressSanitizer + UBSan.

@@ -58,6 +58,22 @@ typedef struct kl_client kl_client;
 kl_code kl_client_open(const char *cluster_path, const char *database, int timeout_ms,
                        kl_client **out, kl_err *err);
 
+/* kl_client_open for a principal (DESIGN.md §5 "Sessions"): key_path is the principal's
+ * 64-byte Ed25519 secret key (a file of mode 0600 or stricter, as `keyload admin bootstrap
+ * --key-out` writes it). Every call (Batch, QueueStats, LocateQueue) then goes sealed:
+ * each member is greeted with keyload.v1.Hello on first use and its answer verified with
+ * the member's "public_key" from the cluster file (every member must carry one: use the
+ * var/<cluster>/cluster.json that deploy/keyload-cluster writes); requests and answers are
+ * sealed under that member's session. When a member no longer knows the session (restart,
+ * leader change, ttl, changed principal) the SDK shakes hands again by itself and resends
+ * the same request (same command id) within the call's timeout. A Hello the member refuses
+ * is UNAUTHENTICATED with its detail (bad_signature: the key is not the principal's;
+ * principal: no such principal). The key never leaves the client and is wiped at
+ * kl_client_close. Thread-safety: as kl_client_open (sessions are per member and locked). */
+kl_code kl_client_open_principal(const char *cluster_path, const char *database,
+                                 int timeout_ms, const char *principal_id, const char *key_path,
+                                 kl_client **out, kl_err *err);
+
 /* Closes every connection and frees the client and everything it owns. No call may be
  * running on it (the one call that is not thread-safe). NULL is accepted. */
 void kl_client_close(kl_client *c);

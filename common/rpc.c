@@ -848,8 +848,8 @@ void kl_rpc_client_close(kl_rpc_client *c)
 }
 
 static kl_code client_encode(const kl_rpc_client *c, const char *method, const uint8_t *req,
-                             size_t req_len, uint64_t request_id, int64_t deadline_ms,
-                             nng_msg **out, kl_err *err)
+                             size_t req_len, const kl_rpc_session_request *sess,
+                             uint64_t request_id, int64_t deadline_ms, nng_msg **out, kl_err *err)
 {
     Keyload__V1__Envelope env = KEYLOAD__V1__ENVELOPE__INIT;
     env.version = RPC_WIRE_VERSION;
@@ -858,6 +858,13 @@ static kl_code client_encode(const kl_rpc_client *c, const char *method, const u
     env.deadline_unix_ms = deadline_ms;
     env.payload.data = (uint8_t *)req;
     env.payload.len = req_len;
+    if (sess != NULL) { /* only read by pack */
+        env.session_id.data = (uint8_t *)sess->session_id;
+        env.session_id.len = sess->session_id_len;
+        env.counter = sess->counter;
+        env.sealed.data = (uint8_t *)sess->sealed;
+        env.sealed.len = sess->sealed_len;
+    }
     size_t size = keyload__v1__envelope__get_packed_size(&env);
     int rv = nng_msg_alloc(out, size);
     if (rv != 0)
@@ -933,9 +940,30 @@ static kl_code client_answer_error(const Keyload__V1__Answer *ans, const kl_rpc_
     return kl_fail(err, code, ans->detail, "%s", ans->message);
 }
 
+/* Copies the Answer's session fields into *out (sealed malloc'd; NULL when empty). */
+static kl_code client_copy_session(const Keyload__V1__Answer *ans, const char *method,
+                                   kl_rpc_session_answer *out, kl_err *err)
+{
+    if (ans->session_id.len == KL_RPC_SESSION_ID_LEN)
+        memcpy(out->session_id, ans->session_id.data, KL_RPC_SESSION_ID_LEN);
+    out->session_id_len = ans->session_id.len;
+    out->counter = ans->counter;
+    if (ans->sealed.len > 0) {
+        out->sealed = malloc(ans->sealed.len);
+        if (out->sealed == NULL)
+            return kl_fail(err, KL_RESOURCE_EXHAUSTED, "memory",
+                           "rpc: out of memory for a %zu-byte sealed answer to %s",
+                           ans->sealed.len, method);
+        memcpy(out->sealed, ans->sealed.data, ans->sealed.len);
+        out->sealed_len = ans->sealed.len;
+    }
+    return KL_OK;
+}
+
 static kl_code client_decode(const kl_rpc_client *c, nng_msg *reply, uint64_t request_id,
                              const char *method, uint8_t **answer, size_t *answer_len,
-                             char *leader_out, size_t leader_cap, kl_err *err)
+                             kl_rpc_session_answer *sess_out, char *leader_out,
+                             size_t leader_cap, kl_err *err)
 {
     Keyload__V1__Answer *ans =
         keyload__v1__answer__unpack(NULL, nng_msg_len(reply), nng_msg_body(reply));
@@ -952,6 +980,8 @@ static kl_code client_decode(const kl_rpc_client *c, nng_msg *reply, uint64_t re
         rc = kl_fail(err, KL_INTERNAL, "request_id",
                      "rpc: answer from %s is for request %llu, not %llu (%s)", c->url,
                      (unsigned long long)ans->request_id, (unsigned long long)request_id, method);
+    } else if (sess_out != NULL && client_copy_session(ans, method, sess_out, err) != KL_OK) {
+        rc = err->code;
     } else if (code != KL_OK) {
         rc = client_answer_error(ans, c, method, leader_out, leader_cap, err);
     } else {
@@ -977,7 +1007,8 @@ static kl_code client_decode(const kl_rpc_client *c, nng_msg *reply, uint64_t re
 static kl_code client_exchange(const kl_rpc_client *c, nng_ctx ctx, nng_aio *aio, nng_msg *msg,
                                const char *method, uint64_t request_id, int64_t deadline_ms,
                                int timeout_ms, uint8_t **answer, size_t *answer_len,
-                               char *leader_out, size_t leader_cap, kl_err *err)
+                               kl_rpc_session_answer *sess_out, char *leader_out,
+                               size_t leader_cap, kl_err *err)
 {
     nng_msg *reply = NULL;
     kl_code rc = client_send(c, ctx, aio, msg, method, timeout_ms, err);
@@ -986,8 +1017,8 @@ static kl_code client_exchange(const kl_rpc_client *c, nng_ctx ctx, nng_aio *aio
     rc = client_recv(c, ctx, aio, method, deadline_ms, timeout_ms, &reply, err);
     if (rc != KL_OK)
         return rc;
-    rc = client_decode(c, reply, request_id, method, answer, answer_len, leader_out, leader_cap,
-                       err);
+    rc = client_decode(c, reply, request_id, method, answer, answer_len, sess_out, leader_out,
+                       leader_cap, err);
     nng_msg_free(reply);
     return rc;
 }
@@ -1001,9 +1032,10 @@ static void client_ctx_close(const kl_rpc_client *c, nng_ctx ctx)
                 nng_strerror(rv));
 }
 
-kl_code kl_rpc_invoke(kl_rpc_client *c, const char *method, const uint8_t *req, size_t req_len,
-                      int timeout_ms, uint8_t **answer, size_t *answer_len, char *leader_out,
-                      size_t leader_cap, kl_err *err)
+static kl_code rpc_invoke(kl_rpc_client *c, const char *method, const uint8_t *req,
+                          size_t req_len, const kl_rpc_session_request *sess, int timeout_ms,
+                          uint8_t **answer, size_t *answer_len, kl_rpc_session_answer *sess_out,
+                          char *leader_out, size_t leader_cap, kl_err *err)
 {
     if (answer != NULL)
         *answer = NULL;
@@ -1022,7 +1054,7 @@ kl_code kl_rpc_invoke(kl_rpc_client *c, const char *method, const uint8_t *req, 
     int64_t deadline_ms = rpc_now_unix_ms() + timeout_ms;
     uint64_t request_id = rpc_request_id();
     nng_msg *msg;
-    kl_code rc = client_encode(c, method, req, req_len, request_id, deadline_ms, &msg, err);
+    kl_code rc = client_encode(c, method, req, req_len, sess, request_id, deadline_ms, &msg, err);
     if (rc != KL_OK)
         return rc;
 
@@ -1042,7 +1074,7 @@ kl_code kl_rpc_invoke(kl_rpc_client *c, const char *method, const uint8_t *req, 
         goto fail_ctx;
     }
     rc = client_exchange(c, ctx, aio, msg, method, request_id, deadline_ms, timeout_ms, answer,
-                         answer_len, leader_out, leader_cap, err);
+                         answer_len, sess_out, leader_out, leader_cap, err);
     nng_aio_free(aio);
     client_ctx_close(c, ctx);
     return rc;
@@ -1051,5 +1083,46 @@ fail_ctx:
     client_ctx_close(c, ctx);
 fail_msg:
     nng_msg_free(msg);
+    return rc;
+}
+
+kl_code kl_rpc_invoke(kl_rpc_client *c, const char *method, const uint8_t *req, size_t req_len,
+                      int timeout_ms, uint8_t **answer, size_t *answer_len, char *leader_out,
+                      size_t leader_cap, kl_err *err)
+{
+    return rpc_invoke(c, method, req, req_len, NULL, timeout_ms, answer, answer_len, NULL,
+                      leader_out, leader_cap, err);
+}
+
+void kl_rpc_session_answer_free(kl_rpc_session_answer *a)
+{
+    if (a == NULL)
+        return;
+    free(a->sealed);
+    memset(a, 0, sizeof *a);
+}
+
+kl_code kl_rpc_invoke_session(kl_rpc_client *c, const char *method,
+                              const kl_rpc_session_request *req, int timeout_ms,
+                              kl_rpc_session_answer *out, char *leader_out, size_t leader_cap,
+                              kl_err *err)
+{
+    if (out != NULL)
+        memset(out, 0, sizeof *out);
+    if (req == NULL || out == NULL || req->session_id == NULL ||
+        req->session_id_len != KL_RPC_SESSION_ID_LEN || (req->sealed == NULL && req->sealed_len > 0))
+        return kl_fail(err, KL_INVALID_ARGUMENT, "session_id",
+                       "rpc call: a session request needs a 16-byte session id and an output");
+    uint8_t *clear = NULL;
+    size_t clear_len = 0;
+    kl_code rc = rpc_invoke(c, method, NULL, 0, req, timeout_ms, &clear, &clear_len, out,
+                            leader_out, leader_cap, err);
+    free(clear); /* an answer under a session carries its payload sealed */
+    if (rc == KL_OK && clear_len > 0) {
+        kl_rpc_session_answer_free(out);
+        return kl_fail(err, KL_UNAUTHENTICATED, "clear_payload",
+                       "rpc: %s answered %s with a clear payload beside its session", c->url,
+                       method);
+    }
     return rc;
 }

@@ -129,4 +129,39 @@ kl_code kl_rpc_invoke(kl_rpc_client *c, const char *method, const uint8_t *req, 
                       int timeout_ms, uint8_t **answer, size_t *answer_len, char *leader_out,
                       size_t leader_cap, kl_err *err);
 
+/* The session fields of a request (DESIGN.md §5 "Sessions"): the Envelope carries them
+ * and `sealed` instead of a clear payload. Pointers are borrowed for the call. */
+#define KL_RPC_SESSION_ID_LEN 16
+typedef struct kl_rpc_session_request {
+    const uint8_t *session_id;       /* KL_RPC_SESSION_ID_LEN bytes */
+    size_t session_id_len;
+    uint64_t counter;
+    const uint8_t *sealed;
+    size_t sealed_len;
+} kl_rpc_session_request;
+
+/* The session fields of an Answer. sealed is malloc'd (NULL when the Answer carried none);
+ * release with kl_rpc_session_answer_free. */
+typedef struct kl_rpc_session_answer {
+    uint8_t session_id[KL_RPC_SESSION_ID_LEN]; /* valid when session_id_len is 16 */
+    size_t session_id_len;
+    uint64_t counter;
+    uint8_t *sealed;
+    size_t sealed_len;
+} kl_rpc_session_answer;
+
+void kl_rpc_session_answer_free(kl_rpc_session_answer *a);
+
+/* kl_rpc_invoke for a request under a session: sends an Envelope with req's session_id,
+ * counter and sealed and no clear payload. Statuses as kl_rpc_invoke. Whenever an Answer
+ * arrived and decoded (KL_OK or its error status), *out holds its session fields, so the
+ * caller can open an OK answer's seal or check an error's; otherwise *out is empty. rpc.c
+ * opens nothing: the seal is the caller's (common/session.h). An OK Answer with a clear
+ * payload is refused (UNAUTHENTICATED "clear_payload"). *out needs
+ * kl_rpc_session_answer_free in every case. */
+kl_code kl_rpc_invoke_session(kl_rpc_client *c, const char *method,
+                              const kl_rpc_session_request *req, int timeout_ms,
+                              kl_rpc_session_answer *out, char *leader_out, size_t leader_cap,
+                              kl_err *err);
+
 #endif

@@ -51,6 +51,10 @@ static int global_option(cli *c, cli_args *a)
         target = &c->cluster;
     else if (cli_opt_is(a, "--database"))
         target = &c->database;
+    else if (cli_opt_is(a, "--principal"))
+        target = &c->principal;
+    else if (cli_opt_is(a, "--key"))
+        target = &c->key;
     if (target != NULL) {
         const char *v = cli_opt_value(c, a);
         if (v == NULL)

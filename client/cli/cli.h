@@ -21,13 +21,15 @@
 typedef struct cli {
     const char *cluster;     /* --cluster, KEYLOAD_CLUSTER */
     const char *database;    /* --database, KEYLOAD_DATABASE */
+    const char *principal;   /* --principal, KEYLOAD_PRINCIPAL (NULL: unsealed requests) */
+    const char *key;         /* --key, KEYLOAD_KEY: the principal's secret key file */
     int timeout_ms;          /* --timeout */
     bool json;               /* --json */
     const char *usage;       /* the running command's usage line(s), for usage errors */
 } cli;
 
 /* ---- args.c: one argument iterator for every command. Global options (--cluster,
- * --database, --json, --timeout) are accepted anywhere and applied to the cli; "--" ends
+ * --database, --principal, --key, --json, --timeout) are accepted anywhere and applied to the cli; "--" ends
  * options; "--name=value" and "--name value" are both accepted. */
 typedef struct cli_args {
     int argc;
@@ -67,7 +69,9 @@ int cli_print_json(cli *c, char *json);
 char *cli_human_bytes(const uint8_t *p, size_t n);
 
 /* ---- send.c */
-/* Opens the SDK client from the cli's options. */
+/* Opens the SDK client from the cli's options: with --principal and --key (both or
+ * neither) kl_client_open_principal, so every request goes sealed. Only one of them is
+ * INVALID_ARGUMENT with detail "usage", which cli_error reports as a usage error (exit 2). */
 kl_code cli_open(const cli *c, kl_client **out, kl_err *err);
 /* Sends b and prints errors; on KL_OK *out is the receipt. Returns the exit code. */
 int cli_send(cli *c, const kl_batch *b, kl_receipt **out);

@@ -34,6 +34,13 @@ static const char HELP[] =
     "Global options (also accepted after the command):\n"
     "  --cluster FILE        cluster file (env KEYLOAD_CLUSTER; default " CLI_DEFAULT_CLUSTER ")\n"
     "  --database TENANT/DB  (env KEYLOAD_DATABASE; default " KL_DEFAULT_DATABASE ")\n"
+    "  --principal ID        act as this principal (env KEYLOAD_PRINCIPAL); needs --key\n"
+    "  --key FILE            the principal's Ed25519 secret key, mode 0600, e.g. from\n"
+    "                        admin bootstrap --key-out (env KEYLOAD_KEY); needs --principal.\n"
+    "                        With both, every request goes sealed under a session per\n"
+    "                        member, verified with the members' public keys: --cluster must\n"
+    "                        name a file with them, such as var/<cluster>/cluster.json from\n"
+    "                        deploy/keyload-cluster. Without them requests go unsealed.\n"
     "  --json                print exactly one JSON object on stdout\n"
     "  --timeout MS          bound on each command's network time (default 5000)\n"
     "  --help                this text; COMMAND --help shows one command's usage\n"
@@ -52,6 +59,8 @@ int main(int argc, char **argv)
     cli c = {
         .cluster = env_or("KEYLOAD_CLUSTER", CLI_DEFAULT_CLUSTER),
         .database = env_or("KEYLOAD_DATABASE", KL_DEFAULT_DATABASE),
+        .principal = env_or("KEYLOAD_PRINCIPAL", NULL),
+        .key = env_or("KEYLOAD_KEY", NULL),
         .timeout_ms = KL_DEFAULT_TIMEOUT_MS,
         .usage = "keyload [GLOBAL OPTIONS] COMMAND [ARGS]",
     };

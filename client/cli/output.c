@@ -40,6 +40,8 @@ int cli_usage(cli *c, const char *fmt, ...)
 
 int cli_error(cli *c, const kl_err *err)
 {
+    if (err->code == KL_INVALID_ARGUMENT && strcmp(err->detail, "usage") == 0)
+        return cli_usage(c, "%s", err->message); /* raised by the CLI itself (cli_open) */
     if (c->json) {
         print_json_error(err);
     } else {

@@ -7,6 +7,14 @@
 
 kl_code cli_open(const cli *c, kl_client **out, kl_err *err)
 {
+    *out = NULL;
+    if ((c->principal == NULL) != (c->key == NULL))
+        return kl_fail(err, KL_INVALID_ARGUMENT, "usage",
+                       "--principal and --key (env KEYLOAD_PRINCIPAL, KEYLOAD_KEY) go together: "
+                       "give both or neither");
+    if (c->principal != NULL)
+        return kl_client_open_principal(c->cluster, c->database, c->timeout_ms, c->principal,
+                                        c->key, out, err);
     return kl_client_open(c->cluster, c->database, c->timeout_ms, out, err);
 }
 

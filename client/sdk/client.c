@@ -15,8 +15,6 @@
  * UNKNOWN_WRITE_OUTCOME unless a later attempt gets a definitive answer. Nothing here ever
  * claims a rollback. */
 #include "client/sdk/internal.h"
-#include "common/cluster.h"
-#include "common/rpc.h"
 #include "keyload/v1/catalog.pb-c.h"
 
 #include <pthread.h>
@@ -48,7 +46,26 @@ struct kl_client {
         int partition;
     } placements[PLACEMENT_CACHE];
     size_t next_placement;
+    kl_sdk_principal *principal; /* NULL: requests go unsealed (the local principal) */
 };
+
+kl_code kl_client_open_principal(const char *cluster_path, const char *database,
+                                 int timeout_ms, const char *principal_id, const char *key_path,
+                                 kl_client **out, kl_err *err)
+{
+    *out = NULL;
+    kl_client *c;
+    kl_code rc = kl_client_open(cluster_path, database, timeout_ms, &c, err);
+    if (rc != KL_OK)
+        return rc;
+    rc = kl_sdk_principal_new(principal_id, key_path, &c->cluster, &c->principal, err);
+    if (rc != KL_OK) {
+        kl_client_close(c);
+        return rc;
+    }
+    *out = c;
+    return KL_OK;
+}
 
 kl_code kl_client_open(const char *cluster_path, const char *database, int timeout_ms,
                        kl_client **out, kl_err *err)
@@ -88,6 +105,7 @@ void kl_client_close(kl_client *c)
         for (int m = 0; m < KL_CLUSTER_MAX_MEMBERS; m++)
             if (c->conns[p][m] != NULL)
                 kl_rpc_client_close(c->conns[p][m]);
+    kl_sdk_principal_free(c->principal);
     pthread_mutex_destroy(&c->mu);
     free(c);
 }
@@ -228,8 +246,12 @@ static kl_code call_partition(kl_client *c, int pid, const call_spec *s, uint8_t
             continue;
         }
         char leader[KL_URL_MAX] = "";
-        kl_code rc = kl_rpc_invoke(conn, s->method, s->req, s->req_len, attempt_ms, ans,
-                                   ans_len, leader, sizeof leader, &e);
+        kl_code rc = c->principal != NULL
+                         ? kl_sdk_sealed_invoke(c->principal, p, pi, mi, conn, s->method, s->req,
+                                                s->req_len, attempt_ms, ans, ans_len, leader,
+                                                sizeof leader, &e)
+                         : kl_rpc_invoke(conn, s->method, s->req, s->req_len, attempt_ms, ans,
+                                         ans_len, leader, sizeof leader, &e);
         switch (rc) {
         case KL_OK:
             return KL_OK;

@@ -5,7 +5,9 @@
 #define KL_SDK_INTERNAL_H
 
 #include "client/keyload.h"
+#include "common/cluster.h"
 #include "common/guid.h"
+#include "common/rpc.h"
 
 #include <stdbool.h>
 #include <stddef.h>
@@ -50,5 +52,27 @@ kl_code kl_sdk_oom(kl_err *err);
 
 /* The queue a mutation names (NULL for a database creation). */
 const char *kl_sdk_mutation_queue(const Keyload__V1__Mutation *m);
+
+/* ---- sealed.c: requests under a session (DESIGN.md §5 "Sessions"). */
+typedef struct kl_sdk_principal kl_sdk_principal;
+
+/* Reads the principal's 64-byte Ed25519 secret key from key_path (mode 0600, common/keys.h)
+ * and makes one empty session slot per member of cluster. Every member must carry its
+ * "public_key" in the cluster file (INVALID_ARGUMENT "public_key" naming the first that
+ * does not). */
+kl_code kl_sdk_principal_new(const char *principal_id, const char *key_path,
+                             const kl_cluster *cluster, kl_sdk_principal **out, kl_err *err);
+/* Wipes the key and every session. NULL is accepted. */
+void kl_sdk_principal_free(kl_sdk_principal *pr);
+
+/* kl_rpc_invoke under the session with member slot mi of partition index pi (p is that
+ * partition), shaking hands first when the slot has no live session and again (at most
+ * twice) when the member answers session_unknown / session_expired / session_revoked or
+ * replayed_counter, all within timeout_ms. Same results as kl_rpc_invoke; *ans is the
+ * opened answer. Thread-safe. */
+kl_code kl_sdk_sealed_invoke(kl_sdk_principal *pr, const kl_partition *p, int pi, int mi,
+                             kl_rpc_client *conn, const char *method, const uint8_t *req,
+                             size_t req_len, int timeout_ms, uint8_t **ans, size_t *ans_len,
+                             char *leader, size_t leader_cap, kl_err *err);
 
 #endif

@@ -71,6 +71,52 @@ expect "second bootstrap is FAILED_PRECONDITION (exit 1)" 1 kl --json admin boot
   --database second --admin root2 --key-out "$keys/root2.key"
 [ "$(jq -r '.error.detail' <<<"$out")" = bootstrap_done ] && [ ! -e "$keys/root2.key" ] &&
   ok "second bootstrap: detail bootstrap_done, key file removed" || bad "second bootstrap: $out"
+# Sessions (DESIGN.md §5): as the bootstrapped administrator every command goes sealed,
+# verified with the member keys of the launcher's var/<name>/cluster.json.
+keyed="var/$name/cluster.json"
+ks() { timeout -k 5 60 ./bin/keyload --cluster "$keyed" --database boot/sess "$@"; }
+root=(--principal root --key "$keys/root.key")
+[ "$(jq -r '.partitions[0].members[0].public_key | length' "$keyed")" = 44 ] &&
+  ok "the launcher's cluster.json carries the member's public key" || bad "no public key in $keyed"
+expect "sealed: database create" 0 ks "${root[@]}" --json database create boot/sess
+[ "$(jq -r '.results[0].kind' <<<"$out")" = database_created ] && ok "sealed: database_created" || bad "sealed db: $out"
+expect "sealed: queue create" 0 ks "${root[@]}" --json queue create sq --partition 0
+[ "$(jq -r '.results[0].kind' <<<"$out")" = queue_created ] && ok "sealed: queue_created" || bad "sealed queue: $out"
+scmd=$(guid)
+expect "sealed: enqueue" 0 ks "${root[@]}" --json enqueue --command-id "$scmd" sq "sealed body"
+sfirst=$out
+expect "sealed: enqueue replay (options after the command)" 0 ks --json enqueue --command-id "$scmd" sq "sealed body" "${root[@]}"
+[ -n "$sfirst" ] && [ "$sfirst" = "$out" ] && ok "sealed: replayed receipt identical" || bad "sealed replay: $out / $sfirst"
+expect "sealed: receive" 0 ks "${root[@]}" --json receive sq --max 1 --lease-ms 60000
+slease=$(jq -r '.results[0].messages[0].lease_token' <<<"$out" 2>/dev/null)
+[ "$(jq -r '.results[0].messages[0].body_utf8' <<<"$out")" = "sealed body" ] && ok "sealed: received the body" ||
+  bad "sealed receive: $out"
+expect "sealed: ack" 0 ks "${root[@]}" --json ack sq "$slease"
+[ "$(jq -r '.results[0].count' <<<"$out")" = 1 ] && ok "sealed: acked 1" || bad "sealed ack: $out"
+expect "sealed: queue stats" 0 ks "${root[@]}" --json queue stats sq
+[ "$(jq -r '.messages' <<<"$out")" = 0 ] && ok "sealed: stats say 0 messages" || bad "sealed stats: $out"
+expect "sealed via KEYLOAD_PRINCIPAL/KEYLOAD_KEY" 0 env KEYLOAD_PRINCIPAL=root KEYLOAD_KEY="$keys/root.key" \
+  timeout -k 5 60 ./bin/keyload --cluster "$keyed" --database boot/sess --json queue stats sq
+./bin/keyloadd keygen --secret-out "$keys/other.key" >/dev/null
+expect "sealed: another key is UNAUTHENTICATED (exit 1)" 1 ks --principal root --key "$keys/other.key" --json queue stats sq
+[ "$(jq -r '.error.code' <<<"$out")" = UNAUTHENTICATED ] && [ "$(jq -r '.error.detail' <<<"$out")" = bad_signature ] &&
+  ok "wrong key: UNAUTHENTICATED bad_signature" || bad "wrong key: $out"
+expect "sealed: an unknown principal is UNAUTHENTICATED (exit 1)" 1 ks --principal ghost --key "$keys/root.key" --json queue stats sq
+[ "$(jq -r '.error.code' <<<"$out")" = UNAUTHENTICATED ] && ok "unknown principal: UNAUTHENTICATED" || bad "ghost: $out"
+expect "--principal without --key is a usage error (exit 2)" 2 ks --principal root queue stats sq
+expect "--key without --principal is a usage error (exit 2)" 2 env KEYLOAD_KEY="$keys/root.key" \
+  timeout -k 5 60 ./bin/keyload --cluster "$keyed" queue stats sq
+expect "a cluster file without public keys is refused (exit 1)" 1 kl "${root[@]}" --json queue stats sq
+[ "$(jq -r '.error.detail' <<<"$out")" = public_key ] && grep -q p0m1 <<<"$(jq -r '.error.message' <<<"$out")" &&
+  ok "no public_key: detail public_key, names p0m1" || bad "unkeyed file: $out"
+chmod 644 "$keys/root.key"
+expect "a key file readable by others is refused (exit 1)" 1 ks "${root[@]}" --json queue stats sq
+chmod 600 "$keys/root.key"
+deploy/keyload-cluster --config "$cfg" kill p0m1 >/dev/null
+deploy/keyload-cluster --config "$cfg" start p0m1 >/dev/null
+expect "sealed: enqueue after kill -9 and restart (a new Hello)" 0 ks "${root[@]}" --json enqueue sq "after restart"
+expect "sealed: stats after restart" 0 ks "${root[@]}" --json queue stats sq
+[ "$(jq -r '.messages' <<<"$out")" = 1 ] && ok "sealed: 1 message after restart" || bad "sealed after restart: $out"
 rm -rf "$keys"
 dbcmd=$(guid)
 expect "database create" 0 kl database create --command-id "$dbcmd"

@@ -66,4 +66,8 @@ void mp_stop_all(void);
 void test_sessions(void);
 void ss_stop_all(void);
 
+/* proc_sdk_session.c */
+void test_sdk_sessions(void);
+void sk_stop_all(void);
+
 #endif

@@ -1073,6 +1073,9 @@ int main(int argc, char **argv)
          "a catalog change does not wait for a partition whose lease ran out", test_catalog_lease},
         {"sessions: Hello, sealed batches and reads; every forged, stale, replayed or mislabelled "
          "request refused and nothing run; a restart or the ttl ends a session", test_sessions},
+        {"SDK sessions: one client with a principal goes sealed from many threads, shakes hands "
+         "again by itself after kill -9 and restart, and a replay returns the same receipt",
+         test_sdk_sessions},
     };
     int passed = 0, failed = 0;
     for (size_t i = 0; i < sizeof tests / sizeof tests[0]; i++) {
@@ -1086,6 +1089,7 @@ int main(int argc, char **argv)
         group_stop_all();
         mp_stop_all();
         ss_stop_all();
+        sk_stop_all();
         printf("%s %s (%lld ms)\n", failures_in_test ? "FAIL" : "ok  ", tests[i].name,
                (long long)(now_ms() - t0));
         fflush(stdout);
