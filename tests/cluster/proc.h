@@ -56,6 +56,8 @@ uint8_t *pack_free(Keyload__V1__BatchRequest *b, size_t *len);
 
 /* Starts keyloadd as member pPmM of the cluster file (log in work/), without failpoints. */
 pid_t spawn_member(const char *cluster, int partition, int member);
+/* The same with a given cluster secret file and member key file (NULL: none). */
+pid_t spawn_keyloadd(const char *cluster, int partition, int member, const char *secret, const char *member_key);
 
 /* proc_catalog.c */
 void test_catalog_reaches_every_partition(void);

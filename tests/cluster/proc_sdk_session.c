@@ -106,18 +106,7 @@ static bool sk_serving(void)
 
 static bool sk_start(void)
 {
-    char log[800];
-    snprintf(log, sizeof log, "%s/" SK_CLUSTER "-p0m1.log", work);
-    pid_t pid = fork();
-    if (pid == 0) {
-        int fd = open(log, O_WRONLY | O_CREAT | O_APPEND, 0600);
-        dup2(fd, 2);
-        dup2(fd, 1);
-        unsetenv("KEYLOAD_FAILPOINTS");
-        execl(daemon_bin, daemon_bin, "--cluster", sk_file, "--node", "p0m1", "--cluster-secret", sk_secret,
-              "--member-key", sk_member_key, (char *)NULL);
-        _exit(127);
-    }
+    pid_t pid = spawn_keyloadd(sk_file, 0, 1, sk_secret, sk_member_key);
     sk_pid = pid;
     int64_t deadline = now_ms() + 20000;
     while (now_ms() < deadline) {

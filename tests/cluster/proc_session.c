@@ -237,18 +237,7 @@ void ss_stop_all(void) { ss_kill(); }
 /* Starts the member and waits until it serves writes (MemberStatus says so). */
 static bool ss_start(void)
 {
-    char log[800];
-    snprintf(log, sizeof log, "%s/" SS_CLUSTER "-p0m1.log", work);
-    pid_t pid = fork();
-    if (pid == 0) {
-        int fd = open(log, O_WRONLY | O_CREAT | O_APPEND, 0600);
-        dup2(fd, 2);
-        dup2(fd, 1);
-        unsetenv("KEYLOAD_FAILPOINTS");
-        execl(daemon_bin, daemon_bin, "--cluster", ss_file, "--node", "p0m1", "--cluster-secret", ss_secret,
-              "--member-key", ss_member_key, (char *)NULL);
-        _exit(127);
-    }
+    pid_t pid = spawn_keyloadd(ss_file, 0, 1, ss_secret, ss_member_key);
     ss_pid = pid;
     int64_t deadline = now_ms() + 20000;
     while (now_ms() < deadline) {

@@ -629,7 +629,7 @@ static void write_group(const char *name, int n, int replica_count)
     fclose(f);
 }
 
-pid_t spawn_member(const char *cluster, int partition, int member)
+pid_t spawn_keyloadd(const char *cluster, int partition, int member, const char *secret, const char *member_key)
 {
     char log[700], node[16];
     snprintf(log, sizeof log, "%s/%s-p%dm%d.log", work, strrchr(cluster, '/') ? strrchr(cluster, '/') + 1 : cluster,
@@ -641,11 +641,17 @@ pid_t spawn_member(const char *cluster, int partition, int member)
         dup2(fd, 2);
         dup2(fd, 1);
         unsetenv("KEYLOAD_FAILPOINTS");
-        execl(daemon_bin, daemon_bin, "--cluster", cluster, "--node", node, "--cluster-secret", secret_file,
-              (char *)NULL);
+        const char *argv[] = {daemon_bin, "--cluster", cluster, "--node", node, "--cluster-secret", secret,
+                              member_key ? "--member-key" : NULL, member_key, NULL};
+        execv(daemon_bin, (char *const *)argv);
         _exit(127);
     }
     return pid;
+}
+
+pid_t spawn_member(const char *cluster, int partition, int member)
+{
+    return spawn_keyloadd(cluster, partition, member, secret_file, NULL);
 }
 
 static void group_start(int i) { group_pid[i] = spawn_member(cluster_file, 0, i + 1); }
