@@ -7,6 +7,7 @@
 #include "common/status.h"
 #include "keyload/v1/queue.pb-c.h"
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -56,6 +57,9 @@ uint8_t *pack_free(Keyload__V1__BatchRequest *b, size_t *len);
 
 /* Starts keyloadd as member pPmM of the cluster file (log in work/), without failpoints. */
 pid_t spawn_member(const char *cluster, int partition, int member);
+/* Makes a cluster secret file and a member key file with `keyloadd keygen` (removing old
+ * ones first); pub_b64 receives the member's public key (base64, 44 characters). */
+bool keygen_files(const char *secret_path, const char *member_key_path, char *pub_b64, size_t cap);
 /* The same with a given cluster secret file and member key file (NULL: none). */
 pid_t spawn_keyloadd(const char *cluster, int partition, int member, const char *secret, const char *member_key);
 

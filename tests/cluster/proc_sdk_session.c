@@ -38,24 +38,8 @@ static bool sk_keygen(char *pub_b64, size_t cap)
     snprintf(sk_secret, sizeof sk_secret, "%s/sdksess.secret", work);
     snprintf(sk_member_key, sizeof sk_member_key, "%s/sdksess-p0m1.key", work);
     snprintf(sk_admin_key, sizeof sk_admin_key, "%s/sdksess-admin.key", work);
-    unlink(sk_secret);
-    unlink(sk_member_key);
     unlink(sk_admin_key);
-    char cmd[2200];
-    snprintf(cmd, sizeof cmd, "'%s' keygen --cluster-secret-out '%s' >/dev/null", daemon_bin, sk_secret);
-    if (system(cmd) != 0)
-        return false;
-    snprintf(cmd, sizeof cmd, "'%s' keygen --secret-out '%s'", daemon_bin, sk_member_key);
-    FILE *p = popen(cmd, "r");
-    if (p == NULL)
-        return false;
-    char line[128] = "";
-    bool got = fgets(line, sizeof line, p) != NULL;
-    if (pclose(p) != 0 || !got)
-        return false;
-    line[strcspn(line, "\r\n")] = '\0';
-    snprintf(pub_b64, cap, "%s", line);
-    return strlen(line) == 44;
+    return keygen_files(sk_secret, sk_member_key, pub_b64, cap);
 }
 
 static void sk_write(const char *pub_b64)

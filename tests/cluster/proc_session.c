@@ -186,22 +186,9 @@ static bool ss_keygen(void)
 {
     snprintf(ss_secret, sizeof ss_secret, "%s/sess.secret", work);
     snprintf(ss_member_key, sizeof ss_member_key, "%s/sess-p0m1.key", work);
-    unlink(ss_secret);
-    unlink(ss_member_key);
-    char cmd[2200];
-    snprintf(cmd, sizeof cmd, "'%s' keygen --cluster-secret-out '%s' >/dev/null", daemon_bin, ss_secret);
-    if (system(cmd) != 0)
+    if (!keygen_files(ss_secret, ss_member_key, ss_member_pub_b64, sizeof ss_member_pub_b64))
         return false;
-    snprintf(cmd, sizeof cmd, "'%s' keygen --secret-out '%s'", daemon_bin, ss_member_key);
-    FILE *p = popen(cmd, "r");
-    if (p == NULL)
-        return false;
-    char line[128] = "";
-    bool got = fgets(line, sizeof line, p) != NULL;
-    if (pclose(p) != 0 || !got)
-        return false;
-    line[strcspn(line, "\r\n")] = '\0';
-    snprintf(ss_member_pub_b64, sizeof ss_member_pub_b64, "%s", line);
+    const char *line = ss_member_pub_b64;
     size_t n = 0;
     return sodium_base642bin(ss_member_pub, sizeof ss_member_pub, line, strlen(line), NULL, &n, NULL,
                              sodium_base64_VARIANT_ORIGINAL) == 0 && n == 32;
