@@ -676,19 +676,12 @@ done:
     return rc;
 }
 
+/* A meta counter for status reports: 0 when absent or unreadable. */
 static uint64_t meta_u64(kl_store *st, const char *name)
 {
-    kl_key k;
-    kl_key_meta(&k, name);
-    uint8_t *v = NULL;
-    size_t n = 0;
-    bool found = false;
+    uint64_t out;
     kl_err err;
-    uint64_t out = 0;
-    if (kl_store_get(st, k.b, k.len, &v, &n, &found, &err) == KL_OK && found && n == 8)
-        out = kl_be64_get(v);
-    free(v);
-    return out;
+    return kl_store_meta_u64(st, name, &out, &err) == KL_OK ? out : 0;
 }
 
 void kl_node_catalog_status(kl_node *n, uint64_t *version, uint64_t *changes)

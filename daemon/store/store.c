@@ -72,7 +72,7 @@ rocksdb_iterator_t *kl_store_iterator(kl_store *st)
     return rocksdb_create_iterator(st->db, st->ropts);
 }
 
-static kl_code get_u64(kl_store *st, const char *meta, uint64_t *out, kl_err *err)
+kl_code kl_store_meta_u64(kl_store *st, const char *meta, uint64_t *out, kl_err *err)
 {
     kl_key k;
     kl_key_meta(&k, meta);
@@ -225,7 +225,7 @@ kl_code kl_store_open(const char *dir, const kl_store_options *opt, kl_store **o
     }
     if ((rc = check_format(st, dir, err)) != KL_OK)
         goto fail_checked;
-    if ((rc = get_u64(st, "applied", &st->applied, err)) != KL_OK)
+    if ((rc = kl_store_meta_u64(st, "applied", &st->applied, err)) != KL_OK)
         goto fail_checked;
     if ((rc = find_last_index(st, err)) != KL_OK)
         goto fail_checked;
@@ -385,15 +385,8 @@ kl_code kl_store_apply(kl_store *st, const Keyload__V1__LogEntry *e, kl_err *err
             /* A tailed catalog change applies only at current + 1: a new leader may
              * propose a version its predecessor's entry already carried. */
             if (!catalog_read) {
-                kl_key ck;
-                kl_key_meta(&ck, "catalog_version");
-                uint8_t *v;
-                size_t n;
-                bool found;
-                if ((rc = kl_store_get(st, ck.b, ck.len, &v, &n, &found, err)) != KL_OK)
+                if ((rc = kl_store_meta_u64(st, "catalog_version", &catalog, err)) != KL_OK)
                     goto out;
-                catalog = (found && n == 8) ? kl_be64_get(v) : 0;
-                free(v);
                 catalog_read = true;
             }
             if (ws->catalog_version != catalog + 1)
