@@ -102,6 +102,11 @@ static kl_code parse_root(json_t *root, const char *var_root, kl_cluster *c, kl_
             (rc = get_u64(limits, "DefaultQueueMaxBytes", &c->limits.default_queue_max_bytes, err)))
             return rc;
     }
+    json_t *insecure = json_object_get(root, "insecure_local_admin");
+    if (insecure != NULL && !json_is_boolean(insecure))
+        return kl_fail(err, KL_INVALID_ARGUMENT, "insecure_local_admin",
+                       "cluster file: insecure_local_admin must be true or false");
+    c->insecure_local_admin = json_is_true(insecure);
     json_t *timers = json_object_get(root, "timers");
     if (timers != NULL) {
         static const char *const names[] = {"tick_ms", "election_ms", "heartbeat_ms", "catalog_lease_ms"};

@@ -6,6 +6,7 @@
  *                 "DefaultQueueMaxBytes": ... },
  *     "timers": { "tick_ms": 50, "election_ms": 1000, "heartbeat_ms": 150,
  *                 "catalog_lease_ms": 3000, "session_ttl_ms": 3600000 },
+ *     "insecure_local_admin": false,
  *     "partitions": [ { "id": 0, "members": [
  *         { "id": 1, "client": "tcp://127.0.0.1:7400", "peer": "tcp://127.0.0.1:7500",
  *           "public_key": "<base64 of the member's 32-byte Ed25519 public key; optional>" } ] } ] }
@@ -13,7 +14,13 @@
  * Node names are p<partition>m<member> (DESIGN.md §10). A member's data directory is
  * var/<cluster>/<node> unless the member names "data". Invariants after a successful
  * parse: 1 <= replica_count <= members of every partition; ids unique; every limit > 0;
- * MaxFrameBytes > MaxBatchBytes (a whole batch must fit one frame). */
+ * MaxFrameBytes > MaxBatchBytes (a whole batch must fit one frame).
+ *
+ * "insecure_local_admin" (default false) is for single-user development and for tests of
+ * things other than authentication: a request without a session then runs as the built-in
+ * "local" principal, which may do everything in every tenant. With it false (what
+ * deploy/keyload-cluster writes) such a request is refused UNAUTHENTICATED
+ * "session_required", except Hello, MemberStatus and a Batch holding only Bootstrap. */
 #ifndef KL_CLUSTER_H
 #define KL_CLUSTER_H
 
@@ -81,6 +88,7 @@ typedef struct kl_cluster {
     int replica_count;
     kl_limits limits;
     kl_timers timers;
+    bool insecure_local_admin;
     int partition_count;
     kl_partition partitions[KL_CLUSTER_MAX_PARTITIONS];
 } kl_cluster;

@@ -304,7 +304,8 @@ int main(int argc, char **argv)
     kl_node_config nc = {.partition = partition, .partition_count = cluster.partition_count,
                          .limits = cluster.limits,
                          .max_pending_bytes = 256u << 20, .max_pending_batches = 8192,
-                         .cluster_secret = d.keys != NULL && d.keys->has_cluster_secret ? d.keys->cluster_secret : NULL};
+                         .cluster_secret = d.keys != NULL && d.keys->has_cluster_secret ? d.keys->cluster_secret : NULL,
+                         .insecure_local_admin = cluster.insecure_local_admin};
     kl_node_io io = {.ctx = &d, .next = node_next, .propose = node_propose, .clock_ms = clock_ms,
                      .random = random_bytes};
     if (kl_node_open(d.store, &nc, &io, &d.node, &err) != KL_OK) {

@@ -3,6 +3,7 @@
 #include "common/canon.h"
 #include "common/failpoint.h"
 #include "common/log.h"
+#include "daemon/engine/access.h"
 #include "daemon/engine/catalog.h"
 #include "daemon/engine/engine.h"
 #include "daemon/store/keys.h"
@@ -302,10 +303,68 @@ static void reply_err(kl_node_reply_fn fn, void *cookie, const kl_err *err)
     fn(cookie, err->code, err, NULL, 0);
 }
 
+/* Who a request acts as (DESIGN.md §5): the principal's record in this partition's catalog
+ * as applied (and proposed) here, never anything the request claims. */
+typedef struct node_subject {
+    kl_authz_subject subject;
+    Keyload__V1__CatalogPrincipal *record;  /* owned; NULL for the local administrator */
+    const kl_authz_subject *who;            /* &subject, or NULL: the trusted local administrator */
+    uint64_t policy_epoch;                  /* 0 for the local administrator */
+} node_subject;
+
+static bool bootstrap_only(const Keyload__V1__BatchRequest *b)
+{
+    for (size_t i = 0; i < b->n_mutations; i++)
+        if (b->mutations[i]->kind_case != KEYLOAD__V1__MUTATION__KIND_BOOTSTRAP)
+            return false;
+    return b->n_mutations > 0;
+}
+
+/* Requests without a session act as the local principal: allowed only on an
+ * insecure_local_admin cluster, or for a batch that is only a Bootstrap (its proof of the
+ * cluster secret is its authentication). UNAUTHENTICATED "principal" when a session's
+ * principal is gone from the catalog (its sessions end at the gate too). */
+static kl_code node_subject_load(kl_node *n, kl_view *v, const char *principal,
+                                 const Keyload__V1__BatchRequest *b, node_subject *out, kl_err *err)
+{
+    memset(out, 0, sizeof *out);
+    if (strcmp(principal, KL_CATALOG_RESERVED_PRINCIPAL) == 0) {
+        if (n->cfg.insecure_local_admin || (b != NULL && bootstrap_only(b)))
+            return KL_OK;
+        return kl_fail(err, KL_UNAUTHENTICATED, "session_required",
+                       "this cluster requires a session: say Hello with a principal's key first "
+                       "(keyload --principal ID --key FILE)");
+    }
+    bool found;
+    uint64_t limit = v->scan_limit, scanned = v->scanned;
+    v->scan_limit = UINT64_MAX; /* a catalog read is not the request's scan */
+    kl_code rc = kl_catalog_find_principal(v, principal, &out->record, &found, err);
+    v->scan_limit = limit;
+    v->scanned = scanned;
+    if (rc != KL_OK)
+        return rc;
+    if (!found)
+        return kl_fail(err, KL_UNAUTHENTICATED, "principal",
+                       "the session's principal no longer exists in this partition's catalog");
+    out->subject.principal = out->record;
+    out->who = &out->subject;
+    out->policy_epoch = out->record->policy_epoch;
+    return KL_OK;
+}
+
+static void node_subject_free(node_subject *s)
+{
+    if (s->record != NULL)
+        keyload__v1__catalog_principal__free_unpacked(s->record, NULL);
+    s->record = NULL;
+}
+
 /* Looks up a committed outcome. Returns KL_OK with *found and, when found, handled (the
- * caller was answered). */
+ * caller was answered). A replay whose principal's policy epoch changed since the original
+ * committed is refused PERMISSION_DENIED "stale_authority" (DESIGN.md §9): the original
+ * did commit and its outcome stays stored; a fresh command id runs under current grants. */
 static kl_code replay_committed(kl_node *n, const char *principal, const uint8_t cmd[16],
-                                const uint8_t digest[KL_DIGEST_LEN], bool *found,
+                                const uint8_t digest[KL_DIGEST_LEN], uint64_t policy_epoch, bool *found,
                                 kl_node_reply_fn fn, void *cookie, kl_err *err)
 {
     kl_key k;
@@ -324,6 +383,15 @@ static kl_code replay_committed(kl_node *n, const char *principal, const uint8_t
         keyload__v1__outcome_record__free_unpacked(o, NULL);
         return kl_fail(err, KL_CONFLICT, "command_id_reused",
                        "command_id was already used for a different batch (committed at index %llu)", at);
+    }
+    if (o->policy_epoch != policy_epoch) {
+        unsigned long long at = (unsigned long long)o->index, was = (unsigned long long)o->policy_epoch;
+        keyload__v1__outcome_record__free_unpacked(o, NULL);
+        return kl_fail(err, KL_PERMISSION_DENIED, "stale_authority",
+                       "the original command committed (at index %llu) under policy epoch %llu; the "
+                       "principal's grants have changed since (epoch %llu), so its outcome is not "
+                       "returned again: use a fresh command id under the current grants",
+                       at, was, (unsigned long long)policy_epoch);
     }
     fn(cookie, KL_OK, NULL, o->receipt.data, o->receipt.len);
     keyload__v1__outcome_record__free_unpacked(o, NULL);
@@ -392,7 +460,8 @@ done:
 
 /* Adds the outcome record to the scratch overlay and encodes the write-set (every scratch
  * write) as LogEntry field 5 into out. */
-static kl_code encode_write_set(const char *principal, const Keyload__V1__BatchRequest *b,
+static kl_code encode_write_set(const char *principal, uint64_t policy_epoch,
+                                const Keyload__V1__BatchRequest *b,
                                 const uint8_t digest[KL_DIGEST_LEN], kl_overlay *scratch,
                                 const kl_buf *receipt, uint64_t index, kl_buf *out, kl_err *err)
 {
@@ -402,6 +471,7 @@ static kl_code encode_write_set(const char *principal, const Keyload__V1__BatchR
     o.receipt.data = receipt->p;
     o.receipt.len = receipt->len;
     o.index = index;
+    o.policy_epoch = policy_epoch;
     size_t on = keyload__v1__outcome_record__get_packed_size(&o);
     uint8_t *ob = malloc(on);
     if (ob == NULL)
@@ -420,7 +490,7 @@ static kl_code encode_write_set(const char *principal, const Keyload__V1__BatchR
     ws.command_id = b->command_id;
     ws.request_digest.data = (uint8_t *)digest;
     ws.request_digest.len = KL_DIGEST_LEN;
-    ws.policy_epoch = 0;
+    ws.policy_epoch = policy_epoch;
     ws.receipt.data = receipt->p;
     ws.receipt.len = receipt->len;
     return pack_write_set(&ws, scratch, out, err);
@@ -451,6 +521,7 @@ void kl_node_submit_batch(kl_node *n, const char *principal, const uint8_t *req,
     kl_view view = {.store = n->store, .pending = &n->overlay, .scratch = &scratch};
     kl_limits limits;
     const char *tenant, *db;
+    node_subject subj = {0};
     /* Shape first (names are checked before any key is built from them), then again
      * under the database's own limits. */
     kl_code rc = kl_engine_validate_batch(b, len, &n->cfg.limits, &err);
@@ -460,6 +531,8 @@ void kl_node_submit_batch(kl_node *n, const char *principal, const uint8_t *req,
         rc = database_limits(n, &view, tenant, db, &limits, &err);
     if (rc == KL_OK)
         rc = kl_engine_validate_batch(b, len, &limits, &err);
+    if (rc == KL_OK)
+        rc = node_subject_load(n, &view, principal, b, &subj, &err);
     if (rc != KL_OK)
         goto fail;
     uint64_t index, term;
@@ -490,7 +563,8 @@ void kl_node_submit_batch(kl_node *n, const char *principal, const uint8_t *req,
         goto done;
     }
     bool found;
-    if ((rc = replay_committed(n, principal, b->command_id.data, digest, &found, fn, cookie, &err)) != KL_OK)
+    if ((rc = replay_committed(n, principal, b->command_id.data, digest, subj.policy_epoch, &found, fn,
+                               cookie, &err)) != KL_OK)
         goto fail;
     if (found)
         goto done;
@@ -504,7 +578,7 @@ void kl_node_submit_batch(kl_node *n, const char *principal, const uint8_t *req,
                        .partition_count = n->cfg.partition_count, .now_ms = entry_time(n),
                        .random = n->io.random,
                        .catalog = n->cfg.partition == 0 ? &catalog : NULL,
-                       .cluster_secret = n->cfg.cluster_secret};
+                       .cluster_secret = n->cfg.cluster_secret, .who = subj.who};
     if ((rc = kl_engine_eval_batch(&ctx, b, &results, &err)) != KL_OK)
         goto fail;
     if (encode_receipt(&receipt, b, n->cfg.partition, index, term, ctx.now_ms, &results, digest,
@@ -522,7 +596,7 @@ void kl_node_submit_batch(kl_node *n, const char *principal, const uint8_t *req,
         n->pend = np;
         n->cap_pend = cap;
     }
-    if ((rc = encode_write_set(principal, b, digest, &scratch, &receipt, index, &ws, &err)) != KL_OK)
+    if ((rc = encode_write_set(principal, subj.policy_epoch, b, digest, &scratch, &receipt, index, &ws, &err)) != KL_OK)
         goto fail;
     if (encode_entry(&entry, index, term, ctx.now_ms, NULL, &ws, 0) != 0) {
         rc = kl_fail(&err, KL_INTERNAL, "memory", "out of memory encoding the log entry");
@@ -568,6 +642,7 @@ done:
     kl_buf_free(&ws);
     kl_buf_free(&entry);
     kl_buf_free(&catalog.items);
+    node_subject_free(&subj);
     keyload__v1__batch_request__free_unpacked(b, NULL);
 }
 
@@ -642,9 +717,10 @@ static kl_code check_read_ref(const Keyload__V1__QueueLaneRef *q, kl_err *err)
     return KL_OK;
 }
 
-kl_code kl_node_queue_stats(kl_node *n, const uint8_t *req, size_t len, uint8_t **answer,
-                            size_t *answer_len, kl_err *err)
+kl_code kl_node_queue_stats(kl_node *n, const char *principal, const uint8_t *req, size_t len,
+                            uint8_t **answer, size_t *answer_len, kl_err *err)
 {
+    node_subject subj = {0};
     Keyload__V1__QueueStatsRequest *r = keyload__v1__queue_stats_request__unpack(NULL, len, req);
     if (r == NULL)
         return kl_fail(err, KL_INVALID_ARGUMENT, "payload", "the QueueStats request does not decode");
@@ -653,6 +729,9 @@ kl_code kl_node_queue_stats(kl_node *n, const uint8_t *req, size_t len, uint8_t 
         goto done;
     kl_view view = {.store = n->store};
     kl_limits limits;
+    if ((rc = node_subject_load(n, &view, principal, NULL, &subj, err)) != KL_OK ||
+        (rc = kl_access_inspect(subj.who, r->queue, err)) != KL_OK)
+        goto done;
     if ((rc = database_limits(n, &view, r->queue->tenant, r->queue->database, &limits, err)) != KL_OK)
         goto done;
     view.scan_limit = limits.max_scan_records;
@@ -672,6 +751,7 @@ kl_code kl_node_queue_stats(kl_node *n, const uint8_t *req, size_t len, uint8_t 
     }
     keyload__v1__queue_stats_answer__pack(&a, *answer);
 done:
+    node_subject_free(&subj);
     keyload__v1__queue_stats_request__free_unpacked(r, NULL);
     return rc;
 }
@@ -698,9 +778,10 @@ kl_code kl_node_catalog_change(kl_node *n, uint64_t version, uint8_t **bytes, si
     return kl_store_get(n->store, k.b, k.len, bytes, len, found, err);
 }
 
-kl_code kl_node_locate_queue(kl_node *n, const uint8_t *req, size_t len, uint8_t **answer,
-                             size_t *answer_len, kl_err *err)
+kl_code kl_node_locate_queue(kl_node *n, const char *principal, const uint8_t *req, size_t len,
+                             uint8_t **answer, size_t *answer_len, kl_err *err)
 {
+    node_subject subj = {0};
     Keyload__V1__LocateQueueRequest *r = keyload__v1__locate_queue_request__unpack(NULL, len, req);
     if (r == NULL)
         return kl_fail(err, KL_INVALID_ARGUMENT, "payload", "the LocateQueue request does not decode");
@@ -709,6 +790,9 @@ kl_code kl_node_locate_queue(kl_node *n, const uint8_t *req, size_t len, uint8_t
     if ((rc = check_read_ref(r->queue, err)) != KL_OK)
         goto done;
     kl_view view = {.store = n->store, .scan_limit = 16};
+    if ((rc = node_subject_load(n, &view, principal, NULL, &subj, err)) != KL_OK ||
+        (rc = kl_access_tenant(subj.who, r->queue->tenant, err)) != KL_OK)
+        goto done;
     bool found;
     if ((rc = kl_catalog_get_queue(&view, r->queue->tenant, r->queue->database, r->queue->queue, &def,
                                    &found, err)) != KL_OK)
@@ -730,6 +814,7 @@ kl_code kl_node_locate_queue(kl_node *n, const uint8_t *req, size_t len, uint8_t
     }
     keyload__v1__locate_queue_answer__pack(&a, *answer);
 done:
+    node_subject_free(&subj);
     if (def)
         keyload__v1__catalog_queue__free_unpacked(def, NULL);
     keyload__v1__locate_queue_request__free_unpacked(r, NULL);
@@ -741,6 +826,51 @@ kl_code kl_node_find_principal(kl_node *n, const char *principal_id,
 {
     kl_view view = {.store = n->store, .scan_limit = 16};
     return kl_catalog_find_principal(&view, principal_id, out, found, err);
+}
+
+kl_code kl_node_show_principal(kl_node *n, const char *principal, const uint8_t *req, size_t len,
+                               uint8_t **answer, size_t *answer_len, kl_err *err)
+{
+    Keyload__V1__ShowPrincipalRequest *r = keyload__v1__show_principal_request__unpack(NULL, len, req);
+    if (r == NULL)
+        return kl_fail(err, KL_INVALID_ARGUMENT, "payload", "the ShowPrincipal request does not decode");
+    node_subject subj = {0};
+    Keyload__V1__CatalogPrincipal *p = NULL;
+    kl_view view = {.store = n->store, .scan_limit = 16};
+    bool found = false;
+    kl_code rc = kl_name_check("principal_id", r->principal_id, err);
+    if (rc == KL_OK)
+        rc = node_subject_load(n, &view, principal, NULL, &subj, err);
+    if (rc == KL_OK)
+        rc = kl_catalog_find_principal(&view, r->principal_id, &p, &found, err);
+    if (rc == KL_OK && !found)
+        rc = kl_fail(err, KL_NOT_FOUND, "principal", "principal %s does not exist", r->principal_id);
+    /* The principal itself, or an administrator of its tenant (a database administrator
+     * manages the principals it grants to). The same answer for another tenant's principal
+     * as for none would hide existence; ids are unique cluster-wide anyway. */
+    if (rc == KL_OK && subj.who != NULL && strcmp(subj.record->principal_id, p->principal_id) != 0) {
+        rc = kl_access_tenant(subj.who, p->tenant, err);
+        if (rc == KL_OK && !subj.record->cluster_admin && !subj.record->database_admin)
+            rc = kl_fail(err, KL_PERMISSION_DENIED, "role:administrator",
+                         "only the principal itself or an administrator of its tenant may read it");
+    }
+    if (rc == KL_OK) {
+        Keyload__V1__ShowPrincipalAnswer a = KEYLOAD__V1__SHOW_PRINCIPAL_ANSWER__INIT;
+        a.principal = p;
+        uint64_t changes;
+        kl_node_catalog_status(n, &a.catalog_version, &changes);
+        *answer_len = keyload__v1__show_principal_answer__get_packed_size(&a);
+        *answer = malloc(*answer_len ? *answer_len : 1);
+        if (*answer == NULL)
+            rc = kl_fail(err, KL_INTERNAL, "memory", "out of memory");
+        else
+            keyload__v1__show_principal_answer__pack(&a, *answer);
+    }
+    if (p != NULL)
+        keyload__v1__catalog_principal__free_unpacked(p, NULL);
+    node_subject_free(&subj);
+    keyload__v1__show_principal_request__free_unpacked(r, NULL);
+    return rc;
 }
 
 /* ---- open / close ---- */

@@ -54,6 +54,10 @@ typedef struct kl_node_config {
     size_t max_pending_bytes;     /* refusal (UNAVAILABLE) past this many unapplied bytes */
     size_t max_pending_batches;   /* and past this many unapplied batches */
     const uint8_t *cluster_secret;  /* 32 bytes (borrowed, outlives the node) or NULL */
+    /* Requests without a session run as the trusted local administrator (common/cluster.h
+     * "insecure_local_admin"); false: they are refused UNAUTHENTICATED "session_required",
+     * except a Batch holding only Bootstrap. */
+    bool insecure_local_admin;
 } kl_node_config;
 
 kl_code kl_node_open(kl_store *st, const kl_node_config *cfg, const kl_node_io *io, kl_node **out,
@@ -62,8 +66,12 @@ kl_code kl_node_open(kl_store *st, const kl_node_config *cfg, const kl_node_io *
  * after a restart) and frees the node. The store stays open (caller owns it). */
 void kl_node_close(kl_node *n);
 
-/* Submits an encoded BatchRequest from `principal`. reply is called exactly once, maybe
- * before this returns. NOT_LEADER when this member does not serve writes now. */
+/* Submits an encoded BatchRequest from `principal` (a session's principal id, or
+ * KL_CATALOG_RESERVED_PRINCIPAL for a request without a session). Every mutation is
+ * authorized against the principal's applied catalog record (daemon/engine/access.h); the
+ * stored outcome records its policy epoch, and a replay under another epoch answers
+ * PERMISSION_DENIED "stale_authority". reply is called exactly once, maybe before this
+ * returns. NOT_LEADER when this member does not serve writes now. */
 void kl_node_submit_batch(kl_node *n, const char *principal, const uint8_t *req, size_t len,
                           kl_node_reply_fn reply, void *cookie);
 
@@ -90,9 +98,10 @@ void kl_node_role(kl_node *n, bool serving);
 int kl_node_encode_empty_entry(uint64_t index, uint64_t term, uint32_t raft_type, uint8_t **out,
                                size_t *len);
 
-/* QueueStats over applied state. On KL_OK *answer is malloc'd (caller frees). */
-kl_code kl_node_queue_stats(kl_node *n, const uint8_t *req, size_t len, uint8_t **answer,
-                            size_t *answer_len, kl_err *err);
+/* QueueStats over applied state, authorized as QueueInspect. On KL_OK *answer is malloc'd
+ * (caller frees). */
+kl_code kl_node_queue_stats(kl_node *n, const char *principal, const uint8_t *req, size_t len,
+                            uint8_t **answer, size_t *answer_len, kl_err *err);
 
 /* The catalog version this member has applied, and how many catalog changes it applied
  * (equal unless something is badly wrong). Reads applied state; 0 when none. */
@@ -101,9 +110,14 @@ void kl_node_catalog_status(kl_node *n, uint64_t *version, uint64_t *changes);
 /* The stored CatalogChange of `version` (partition 0); *bytes malloc'd when found. */
 kl_code kl_node_catalog_change(kl_node *n, uint64_t version, uint8_t **bytes, size_t *len, bool *found,
                                kl_err *err);
-/* LocateQueue over this member's applied catalog. On KL_OK *answer is malloc'd. */
-kl_code kl_node_locate_queue(kl_node *n, const uint8_t *req, size_t len, uint8_t **answer,
-                             size_t *answer_len, kl_err *err);
+/* LocateQueue over this member's applied catalog, for any principal of the queue's tenant.
+ * On KL_OK *answer is malloc'd. */
+kl_code kl_node_locate_queue(kl_node *n, const char *principal, const uint8_t *req, size_t len,
+                             uint8_t **answer, size_t *answer_len, kl_err *err);
+/* ShowPrincipal over this member's applied catalog: for the principal itself or an
+ * administrator of its tenant. On KL_OK *answer is malloc'd. */
+kl_code kl_node_show_principal(kl_node *n, const char *principal, const uint8_t *req, size_t len,
+                               uint8_t **answer, size_t *answer_len, kl_err *err);
 
 /* A principal by id in this member's applied catalog (kl_catalog_find_principal). On found
  * *out is unpacked (caller frees with keyload__v1__catalog_principal__free_unpacked). */

@@ -2,6 +2,7 @@
 
 #include "common/canon.h"
 #include "common/keys.h"
+#include "daemon/engine/authz.h"
 #include "daemon/store/keys.h"
 
 #include <sodium.h>
@@ -264,6 +265,29 @@ static kl_code check_db_limit(const char *name, uint64_t asked, uint64_t cluster
     return KL_OK;
 }
 
+/* DatabaseLimits may only tighten the cluster's; MaxQueueTransferAcceptAttempts is null or
+ * 1..MaxScanRecords (the database's when set, else the cluster's). */
+static kl_code check_db_limits(const kl_eval_ctx *c, const Keyload__V1__DatabaseLimits *l, kl_err *err)
+{
+    kl_code rc;
+    if (l == NULL)
+        return KL_OK;
+    if ((rc = check_db_limit("MaxScanRecords", l->max_scan_records, c->limits->max_scan_records, err)) != KL_OK ||
+        (rc = check_db_limit("MaxBatchBytes", l->max_batch_bytes, c->limits->max_batch_bytes, err)) != KL_OK ||
+        (rc = check_db_limit("MaxQueryReadBytes", l->max_query_read_bytes, c->limits->max_query_read_bytes,
+                             err)) != KL_OK)
+        return rc;
+    if (l->max_queue_transfer_accept_attempts) {
+        uint64_t attempts = l->max_queue_transfer_accept_attempts->value;
+        uint64_t scan = l->max_scan_records ? l->max_scan_records : c->limits->max_scan_records;
+        if (attempts == 0 || attempts > scan)
+            return kl_fail(err, KL_INVALID_ARGUMENT, "MaxQueueTransferAcceptAttempts",
+                           "MaxQueueTransferAcceptAttempts must be null or 1..MaxScanRecords (%llu)",
+                           (unsigned long long)scan);
+    }
+    return KL_OK;
+}
+
 /* Buffers a new database's result points into (they outlive create_database). */
 typedef struct db_made {
     Keyload__V1__DatabaseCreated dc;
@@ -276,21 +300,10 @@ typedef struct db_made {
 static kl_code create_database(kl_eval_ctx *c, const Keyload__V1__CreateDatabase *m, db_made *out,
                                kl_err *err)
 {
-    kl_code rc;
-    const Keyload__V1__DatabaseLimits *l = m->limits;
-    if (l && ((rc = check_db_limit("MaxScanRecords", l->max_scan_records, c->limits->max_scan_records, err)) != KL_OK ||
-              (rc = check_db_limit("MaxBatchBytes", l->max_batch_bytes, c->limits->max_batch_bytes, err)) != KL_OK ||
-              (rc = check_db_limit("MaxQueryReadBytes", l->max_query_read_bytes,
-                                   c->limits->max_query_read_bytes, err)) != KL_OK))
+    kl_code rc = check_db_limits(c, m->limits, err);
+    if (rc != KL_OK)
         return rc;
-    if (l && l->max_queue_transfer_accept_attempts) {
-        uint64_t attempts = l->max_queue_transfer_accept_attempts->value;
-        uint64_t scan = l->max_scan_records ? l->max_scan_records : c->limits->max_scan_records;
-        if (attempts == 0 || attempts > scan)
-            return kl_fail(err, KL_INVALID_ARGUMENT, "MaxQueueTransferAcceptAttempts",
-                           "MaxQueueTransferAcceptAttempts must be null or 1..MaxScanRecords (%llu)",
-                           (unsigned long long)scan);
-    }
+    const Keyload__V1__DatabaseLimits *l = m->limits;
     if (c->cluster_secret == NULL)
         return kl_fail(err, KL_FAILED_PRECONDITION, "cluster_secret",
                        "this member has no cluster secret, from which a database's signing key is "
@@ -508,6 +521,249 @@ kl_code kl_catalog_eval_bootstrap(kl_eval_ctx *c, const Keyload__V1__Bootstrap *
     res.kind_case = KEYLOAD__V1__MUTATION_RESULT__KIND_BOOTSTRAPPED;
     res.bootstrapped = &bs;
     return kl_engine_add_result(results, &res, err);
+}
+
+/* Writes p as a PUT_PRINCIPAL item of this batch's catalog version. */
+static kl_code put_principal(kl_eval_ctx *c, Keyload__V1__CatalogPrincipal *p, kl_err *err)
+{
+    kl_code rc = next_version(c, err);
+    if (rc != KL_OK)
+        return rc;
+    p->version = c->catalog->version;
+    Keyload__V1__CatalogItem it = KEYLOAD__V1__CATALOG_ITEM__INIT;
+    it.kind_case = KEYLOAD__V1__CATALOG_ITEM__KIND_PUT_PRINCIPAL;
+    it.put_principal = p;
+    return record_item(c, &it, err);
+}
+
+static kl_code principal_result(kl_eval_ctx *c, const Keyload__V1__CatalogPrincipal *p, bool changed,
+                                kl_buf *results, kl_err *err)
+{
+    Keyload__V1__PrincipalChanged pc = KEYLOAD__V1__PRINCIPAL_CHANGED__INIT;
+    pc.principal_id = p->principal_id;
+    pc.key_id = p->key_id;
+    pc.policy_epoch = p->policy_epoch;
+    pc.changed = changed;
+    pc.catalog_version = changed ? c->catalog->version : 0;
+    Keyload__V1__MutationResult res = KEYLOAD__V1__MUTATION_RESULT__INIT;
+    res.kind_case = KEYLOAD__V1__MUTATION_RESULT__KIND_PRINCIPAL_CHANGED;
+    res.principal_changed = &pc;
+    return kl_engine_add_result(results, &res, err);
+}
+
+/* NOT_FOUND "database" unless tenant/database exists. */
+static kl_code database_exists(kl_eval_ctx *c, const char *tenant, const char *database, kl_err *err)
+{
+    Keyload__V1__CatalogDatabase *d;
+    bool found;
+    kl_code rc = kl_catalog_get_database(c->view, tenant, database, &d, &found, err);
+    if (rc != KL_OK)
+        return rc;
+    if (!found)
+        return kl_fail(err, KL_NOT_FOUND, "database", "database %s/%s does not exist", tenant, database);
+    keyload__v1__catalog_database__free_unpacked(d, NULL);
+    return KL_OK;
+}
+
+/* The principal a mutation changes, by id: NOT_FOUND "principal" when absent. */
+static kl_code target_principal(kl_eval_ctx *c, const char *id, Keyload__V1__CatalogPrincipal **out,
+                                kl_err *err)
+{
+    bool found;
+    kl_code rc = kl_catalog_find_principal(c->view, id, out, &found, err);
+    if (rc == KL_OK && !found)
+        rc = kl_fail(err, KL_NOT_FOUND, "principal", "principal %s does not exist", id);
+    return rc;
+}
+
+kl_code kl_catalog_eval_create_principal(kl_eval_ctx *c, const Keyload__V1__CreatePrincipal *m,
+                                         kl_buf *results, kl_err *err)
+{
+    kl_code rc = need_catalog(c, "create_principal", err);
+    if (rc != KL_OK)
+        return rc;
+    if (strcmp(m->principal_id, KL_CATALOG_RESERVED_PRINCIPAL) == 0)
+        return kl_fail(err, KL_INVALID_ARGUMENT, "principal_id",
+                       "principal_id '%s' is reserved (requests without a session act as it)",
+                       KL_CATALOG_RESERVED_PRINCIPAL);
+    bool has_db = m->database != NULL && m->database[0] != '\0';
+    if ((m->cluster_admin && m->database_admin) || m->database_admin != has_db)
+        return kl_fail(err, KL_INVALID_ARGUMENT, "roles",
+                       "a principal has at most one role, and a database administrator names exactly "
+                       "its database");
+    if ((rc = principal_id_free(c->view, m->principal_id, err)) != KL_OK)
+        return rc;
+    kl_key tk;
+    kl_key_catalog_tenant(&tk, m->tenant);
+    uint8_t *tv;
+    size_t tn;
+    bool found;
+    if ((rc = kl_view_get(c->view, tk.b, tk.len, &tv, &tn, &found, err)) != KL_OK)
+        return rc;
+    free(tv);
+    if (!found)
+        return kl_fail(err, KL_NOT_FOUND, "tenant", "tenant %s does not exist", m->tenant);
+    if (m->database_admin && (rc = database_exists(c, m->tenant, m->database, err)) != KL_OK)
+        return rc;
+    uint8_t key_id[KL_KEY_ID_LEN];
+    if (kl_keys_key_id(m->public_key.data, key_id) != 0)
+        return oom(err);
+    Keyload__V1__CatalogPrincipal p = KEYLOAD__V1__CATALOG_PRINCIPAL__INIT;
+    p.principal_id = m->principal_id;
+    p.tenant = m->tenant;
+    p.public_key = m->public_key;
+    p.key_id.data = key_id;
+    p.key_id.len = sizeof key_id;
+    p.cluster_admin = m->cluster_admin;
+    p.database_admin = m->database_admin;
+    p.database = has_db ? m->database : "";
+    p.policy_epoch = 1;
+    p.created_unix_ms = c->now_ms;
+    if ((rc = put_principal(c, &p, err)) != KL_OK)
+        return rc;
+    if (m->cluster_admin) {
+        uint64_t admins;
+        if ((rc = meta_get(c->view, "cluster_admins", &admins, err)) != KL_OK ||
+            (rc = meta_put(c->view, "cluster_admins", admins + 1, err)) != KL_OK)
+            return rc;
+    }
+    return principal_result(c, &p, true, results, err);
+}
+
+/* Grant and revoke: the target's stored record is read, the granter's standing over it
+ * checked (authz.h kl_authz_can_grant), the record edited; written only when it changed. */
+kl_code kl_catalog_eval_grant(kl_eval_ctx *c, const Keyload__V1__GrantPermission *m, kl_buf *results,
+                              kl_err *err)
+{
+    Keyload__V1__CatalogPrincipal *t = NULL;
+    bool changed = false;
+    kl_code rc = need_catalog(c, "grant", err);
+    if (rc == KL_OK)
+        rc = target_principal(c, m->principal_id, &t, err);
+    if (rc == KL_OK && c->who != NULL)
+        rc = kl_authz_can_grant(c->who, t, m->grant, err);
+    if (rc == KL_OK)
+        rc = database_exists(c, t->tenant, m->grant->database, err);
+    if (rc == KL_OK)
+        rc = kl_authz_apply_grant(t, m->grant, &changed, err);
+    if (rc == KL_OK && changed)
+        rc = put_principal(c, t, err);
+    if (rc == KL_OK)
+        rc = principal_result(c, t, changed, results, err);
+    if (t != NULL)
+        keyload__v1__catalog_principal__free_unpacked(t, NULL);
+    return rc;
+}
+
+kl_code kl_catalog_eval_revoke(kl_eval_ctx *c, const Keyload__V1__RevokePermission *m, kl_buf *results,
+                               kl_err *err)
+{
+    Keyload__V1__CatalogPrincipal *t = NULL;
+    bool changed = false;
+    Keyload__V1__Grant g = KEYLOAD__V1__GRANT__INIT;
+    g.database = m->database;
+    g.permission = m->permission;
+    g.queue_pattern = m->queue_pattern;
+    kl_code rc = need_catalog(c, "revoke", err);
+    if (rc == KL_OK)
+        rc = target_principal(c, m->principal_id, &t, err);
+    if (rc == KL_OK && c->who != NULL)
+        rc = kl_authz_can_grant(c->who, t, &g, err);
+    if (rc == KL_OK)
+        rc = kl_authz_revoke(t, m->database, m->permission, m->queue_pattern, &changed, err);
+    if (rc == KL_OK && changed)
+        rc = put_principal(c, t, err);
+    if (rc == KL_OK)
+        rc = principal_result(c, t, changed, results, err);
+    if (t != NULL)
+        keyload__v1__catalog_principal__free_unpacked(t, NULL);
+    return rc;
+}
+
+/* Key rotation: the principal itself, or whoever may manage its roles. The policy epoch
+ * stays (grants are unchanged); sessions of the old key end because they record its id. */
+kl_code kl_catalog_eval_set_principal_key(kl_eval_ctx *c, const Keyload__V1__SetPrincipalKey *m,
+                                          kl_buf *results, kl_err *err)
+{
+    Keyload__V1__CatalogPrincipal *t = NULL;
+    kl_code rc = need_catalog(c, "set_principal_key", err);
+    if (rc == KL_OK)
+        rc = target_principal(c, m->principal_id, &t, err);
+    if (rc != KL_OK)
+        goto done;
+    if (c->who != NULL && (c->who->principal == NULL ||
+                           strcmp(c->who->principal->principal_id, t->principal_id) != 0)) {
+        kl_authz_roles same = {.cluster_admin = t->cluster_admin, .database_admin = t->database_admin,
+                               .database = t->database};
+        if ((rc = kl_authz_can_set_roles(c->who, t, &same, err)) != KL_OK)
+            goto done;
+    }
+    bool changed = t->public_key.len != m->public_key.len ||
+                   memcmp(t->public_key.data, m->public_key.data, m->public_key.len) != 0;
+    if (changed) {
+        uint8_t *pk = malloc(m->public_key.len), *kid = malloc(KL_KEY_ID_LEN);
+        if (pk == NULL || kid == NULL || kl_keys_key_id(m->public_key.data, kid) != 0) {
+            free(pk);
+            free(kid);
+            rc = oom(err);
+            goto done;
+        }
+        memcpy(pk, m->public_key.data, m->public_key.len);
+        free(t->public_key.data);
+        free(t->key_id.data);
+        t->public_key.data = pk;
+        t->public_key.len = m->public_key.len;
+        t->key_id.data = kid;
+        t->key_id.len = KL_KEY_ID_LEN;
+        rc = put_principal(c, t, err);
+    }
+    if (rc == KL_OK)
+        rc = principal_result(c, t, changed, results, err);
+done:
+    if (t != NULL)
+        keyload__v1__catalog_principal__free_unpacked(t, NULL);
+    return rc;
+}
+
+kl_code kl_catalog_eval_set_database_limits(kl_eval_ctx *c, const Keyload__V1__SetDatabaseLimits *m,
+                                            kl_buf *results, kl_err *err)
+{
+    Keyload__V1__CatalogDatabase *d = NULL;
+    bool found = false;
+    kl_code rc = need_catalog(c, "set_database_limits", err);
+    if (rc == KL_OK)
+        rc = check_db_limits(c, m->limits, err);
+    if (rc == KL_OK)
+        rc = kl_catalog_get_database(c->view, m->tenant, m->database, &d, &found, err);
+    if (rc == KL_OK && !found)
+        rc = kl_fail(err, KL_NOT_FOUND, "database", "database %s/%s does not exist", m->tenant, m->database);
+    if (rc == KL_OK)
+        rc = next_version(c, err);
+    if (rc != KL_OK)
+        goto done;
+    Keyload__V1__DatabaseLimits none = KEYLOAD__V1__DATABASE_LIMITS__INIT;
+    Keyload__V1__DatabaseLimits *stored = d->limits;
+    uint64_t created = d->version;
+    /* The record keeps the version that created it; the change carries the new one. */
+    d->limits = m->limits != NULL ? m->limits : &none;
+    Keyload__V1__CatalogItem it = KEYLOAD__V1__CATALOG_ITEM__INIT;
+    it.kind_case = KEYLOAD__V1__CATALOG_ITEM__KIND_PUT_DATABASE;
+    it.put_database = d;
+    rc = record_item(c, &it, err);
+    Keyload__V1__DatabaseLimitsSet set = KEYLOAD__V1__DATABASE_LIMITS_SET__INIT;
+    set.limits = d->limits;
+    set.catalog_version = c->catalog->version;
+    Keyload__V1__MutationResult res = KEYLOAD__V1__MUTATION_RESULT__INIT;
+    res.kind_case = KEYLOAD__V1__MUTATION_RESULT__KIND_DATABASE_LIMITS_SET;
+    res.database_limits_set = &set;
+    if (rc == KL_OK)
+        rc = kl_engine_add_result(results, &res, err);
+    d->limits = stored;
+    d->version = created;
+done:
+    if (d != NULL)
+        keyload__v1__catalog_database__free_unpacked(d, NULL);
+    return rc;
 }
 
 /* Where a new queue goes: the dead-letter queue's partition when it has one (they must

@@ -48,6 +48,24 @@ kl_code kl_catalog_eval_create_queue(kl_eval_ctx *c, const Keyload__V1__CreateQu
  * principal as one catalog version. */
 kl_code kl_catalog_eval_bootstrap(kl_eval_ctx *c, const Keyload__V1__Bootstrap *m, kl_buf *results,
                                   kl_err *err);
+/* Principal management (queue.proto CreatePrincipal ... SetDatabaseLimits), partition 0
+ * only. Authorization beyond daemon/engine/access.h (which runs first) happens here where
+ * it needs the target's stored record: grant and revoke through kl_authz_can_grant, key
+ * rotation by the principal itself or through kl_authz_can_set_roles. NOT_FOUND
+ * "principal", "tenant" or "database" for what does not exist. A grant naming a database
+ * of the tenant that does not exist is refused. Grant, revoke and roles bump the policy
+ * epoch when they change something; a key rotation does not (the sessions of the old key
+ * end because a session records its key id). */
+kl_code kl_catalog_eval_create_principal(kl_eval_ctx *c, const Keyload__V1__CreatePrincipal *m,
+                                         kl_buf *results, kl_err *err);
+kl_code kl_catalog_eval_grant(kl_eval_ctx *c, const Keyload__V1__GrantPermission *m, kl_buf *results,
+                              kl_err *err);
+kl_code kl_catalog_eval_revoke(kl_eval_ctx *c, const Keyload__V1__RevokePermission *m, kl_buf *results,
+                               kl_err *err);
+kl_code kl_catalog_eval_set_principal_key(kl_eval_ctx *c, const Keyload__V1__SetPrincipalKey *m,
+                                          kl_buf *results, kl_err *err);
+kl_code kl_catalog_eval_set_database_limits(kl_eval_ctx *c, const Keyload__V1__SetDatabaseLimits *m,
+                                            kl_buf *results, kl_err *err);
 kl_code kl_catalog_get_principal(kl_view *v, const char *tenant, const char *principal_id,
                                  Keyload__V1__CatalogPrincipal **out, bool *found, kl_err *err);
 /* A principal by id alone, through the 'C' 'I' index (principal ids are unique across the

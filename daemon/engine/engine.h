@@ -26,6 +26,7 @@
 #define KL_DELAY_MS_MAX (7LL * 24 * 3600 * 1000)
 
 struct kl_catalog_batch;
+struct kl_authz_subject;
 
 typedef struct kl_eval_ctx {
     kl_view *view;
@@ -37,6 +38,10 @@ typedef struct kl_eval_ctx {
                                         * need it: their signing keys derive from it) */
     int64_t now_ms;          /* entry time: max(previous entry time, leader clock) */
     void (*random)(uint8_t *buf, size_t n);  /* lease tokens; injected so tests control it */
+    /* Who asks, as this partition's applied catalog records it; NULL = the trusted local
+     * administrator (insecure_local_admin clusters). Every mutation is authorized through
+     * daemon/engine/access.h before it is evaluated. */
+    const struct kl_authz_subject *who;
 } kl_eval_ctx;
 
 /* Byte buffer of encoded MutationResult fields (each: field-6 tag, length, bytes). */

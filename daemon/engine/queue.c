@@ -3,6 +3,7 @@
  * invariants, which every function here preserves. */
 #include "daemon/engine/engine.h"
 #include "daemon/engine/catalog.h"
+#include "daemon/engine/access.h"
 
 #include "daemon/store/keys.h"
 #include "keyload/v1/store.pb-c.h"
@@ -585,6 +586,12 @@ static kl_code eval_receive(kl_eval_ctx *c, const Keyload__V1__Receive *m, kl_bu
                     goto done;
                 continue;
             }
+            /* Every message handed out must be readable under the caller's field and header
+             * grants; one that is not refuses the whole Receive (nothing is leased). */
+            if ((rc = kl_access_received(c->who, m->lane, msg->message, err)) != KL_OK) {
+                keyload__v1__message_record__free_unpacked(msg, NULL);
+                goto done;
+            }
             uint64_t body = msg->message->body.len;
             if (got > 0 && read_bytes + body > c->limits->max_query_read_bytes) {
                 keyload__v1__message_record__free_unpacked(msg, NULL);
@@ -748,8 +755,12 @@ kl_code kl_engine_eval_batch(kl_eval_ctx *c, const Keyload__V1__BatchRequest *b,
 {
     for (size_t i = 0; i < b->n_mutations; i++) {
         const Keyload__V1__Mutation *m = b->mutations[i];
-        kl_code rc;
-        switch (m->kind_case) {
+        kl_code rc = kl_access_mutation(c->who, m, err);
+        switch (rc != KL_OK ? KEYLOAD__V1__MUTATION__KIND__NOT_SET : m->kind_case) {
+        case KEYLOAD__V1__MUTATION__KIND__NOT_SET:
+            if (rc == KL_OK) /* kl_access_mutation refuses a mutation without a kind */
+                rc = kl_fail(err, KL_INVALID_ARGUMENT, "mutations", "mutations[%zu] has no known kind", i);
+            break;
         case KEYLOAD__V1__MUTATION__KIND_CREATE_QUEUE:
             rc = kl_catalog_eval_create_queue(c, m->create_queue, results, err);
             break;
@@ -758,6 +769,21 @@ kl_code kl_engine_eval_batch(kl_eval_ctx *c, const Keyload__V1__BatchRequest *b,
             break;
         case KEYLOAD__V1__MUTATION__KIND_BOOTSTRAP:
             rc = kl_catalog_eval_bootstrap(c, m->bootstrap, results, err);
+            break;
+        case KEYLOAD__V1__MUTATION__KIND_CREATE_PRINCIPAL:
+            rc = kl_catalog_eval_create_principal(c, m->create_principal, results, err);
+            break;
+        case KEYLOAD__V1__MUTATION__KIND_GRANT_PERMISSION:
+            rc = kl_catalog_eval_grant(c, m->grant_permission, results, err);
+            break;
+        case KEYLOAD__V1__MUTATION__KIND_REVOKE_PERMISSION:
+            rc = kl_catalog_eval_revoke(c, m->revoke_permission, results, err);
+            break;
+        case KEYLOAD__V1__MUTATION__KIND_SET_PRINCIPAL_KEY:
+            rc = kl_catalog_eval_set_principal_key(c, m->set_principal_key, results, err);
+            break;
+        case KEYLOAD__V1__MUTATION__KIND_SET_DATABASE_LIMITS:
+            rc = kl_catalog_eval_set_database_limits(c, m->set_database_limits, results, err);
             break;
         case KEYLOAD__V1__MUTATION__KIND_DELETE_QUEUE: rc = eval_delete(c, m->delete_queue, results, err); break;
         case KEYLOAD__V1__MUTATION__KIND_ENQUEUE: rc = eval_enqueue(c, m->enqueue, results, err); break;

@@ -2,6 +2,7 @@
  * Every message names the mutation index and field at fault, never their contents
  * beyond names, which are identifiers. */
 #include "daemon/engine/engine.h"
+#include "daemon/engine/authz.h"
 
 #include "common/guid.h"
 #include "common/names.h"
@@ -137,6 +138,46 @@ static kl_code check_mutation(size_t idx, const Keyload__V1__Mutation *m, kl_err
                            idx);
         return KL_OK;
     }
+    case KEYLOAD__V1__MUTATION__KIND_CREATE_PRINCIPAL: {
+        const Keyload__V1__CreatePrincipal *p = m->create_principal;
+        snprintf(where, sizeof where, "mutations[%zu].create_principal.tenant", idx);
+        if ((rc = kl_name_check(where, p->tenant, err)) != KL_OK)
+            return rc;
+        snprintf(where, sizeof where, "mutations[%zu].create_principal.principal_id", idx);
+        if ((rc = kl_name_check(where, p->principal_id, err)) != KL_OK)
+            return rc;
+        if (p->public_key.len != 32)
+            return kl_fail(err, KL_INVALID_ARGUMENT, "public_key",
+                           "mutations[%zu].create_principal.public_key must be a 32-byte Ed25519 key", idx);
+        return KL_OK; /* roles: kl_authz_set_roles checks their shape */
+    }
+    case KEYLOAD__V1__MUTATION__KIND_GRANT_PERMISSION:
+        snprintf(where, sizeof where, "mutations[%zu].grant_permission.principal_id", idx);
+        if ((rc = kl_name_check(where, m->grant_permission->principal_id, err)) != KL_OK)
+            return rc;
+        if (m->grant_permission->grant == NULL)
+            return kl_fail(err, KL_INVALID_ARGUMENT, "grant", "mutations[%zu].grant_permission.grant is missing", idx);
+        return kl_authz_validate_grant(m->grant_permission->grant, err);
+    case KEYLOAD__V1__MUTATION__KIND_REVOKE_PERMISSION:
+        snprintf(where, sizeof where, "mutations[%zu].revoke_permission.principal_id", idx);
+        if ((rc = kl_name_check(where, m->revoke_permission->principal_id, err)) != KL_OK)
+            return rc;
+        snprintf(where, sizeof where, "mutations[%zu].revoke_permission.database", idx);
+        return kl_name_check(where, m->revoke_permission->database, err);
+    case KEYLOAD__V1__MUTATION__KIND_SET_PRINCIPAL_KEY:
+        snprintf(where, sizeof where, "mutations[%zu].set_principal_key.principal_id", idx);
+        if ((rc = kl_name_check(where, m->set_principal_key->principal_id, err)) != KL_OK)
+            return rc;
+        if (m->set_principal_key->public_key.len != 32)
+            return kl_fail(err, KL_INVALID_ARGUMENT, "public_key",
+                           "mutations[%zu].set_principal_key.public_key must be a 32-byte Ed25519 key", idx);
+        return KL_OK;
+    case KEYLOAD__V1__MUTATION__KIND_SET_DATABASE_LIMITS:
+        snprintf(where, sizeof where, "mutations[%zu].set_database_limits.tenant", idx);
+        if ((rc = kl_name_check(where, m->set_database_limits->tenant, err)) != KL_OK)
+            return rc;
+        snprintf(where, sizeof where, "mutations[%zu].set_database_limits.database", idx);
+        return kl_name_check(where, m->set_database_limits->database, err);
     case KEYLOAD__V1__MUTATION__KIND_DELETE_QUEUE:
         snprintf(where, sizeof where, "mutations[%zu].delete_queue.queue", idx);
         return check_ref(where, m->delete_queue->queue, false, err);
@@ -202,14 +243,16 @@ kl_code kl_engine_validate_batch(const Keyload__V1__BatchRequest *b, size_t enco
             return rc;
         int k = b->mutations[i]->kind_case;
         if (k == KEYLOAD__V1__MUTATION__KIND_CREATE_DATABASE || k == KEYLOAD__V1__MUTATION__KIND_CREATE_QUEUE ||
-            k == KEYLOAD__V1__MUTATION__KIND_BOOTSTRAP)
+            k == KEYLOAD__V1__MUTATION__KIND_BOOTSTRAP || k == KEYLOAD__V1__MUTATION__KIND_CREATE_PRINCIPAL ||
+            k == KEYLOAD__V1__MUTATION__KIND_GRANT_PERMISSION || k == KEYLOAD__V1__MUTATION__KIND_REVOKE_PERMISSION ||
+            k == KEYLOAD__V1__MUTATION__KIND_SET_PRINCIPAL_KEY || k == KEYLOAD__V1__MUTATION__KIND_SET_DATABASE_LIMITS)
             catalog++;
     }
     /* A catalog change is one version on partition 0; mixing it with queue data would
      * commit data whose queue a data partition has not seen yet. */
     if (catalog > 0 && b->n_mutations != 1)
         return kl_fail(err, KL_INVALID_ARGUMENT, "mutations",
-                       "a batch that creates a database or a queue holds exactly that one mutation");
+                       "a batch that changes the catalog (databases, queue definitions, principals, limits) holds exactly that one mutation");
     return KL_OK;
 }
 

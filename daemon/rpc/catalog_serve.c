@@ -290,7 +290,35 @@ void kl_service_locate_queue(void *owner, kl_rpc_call *call)
         return;
     }
     uint8_t *answer;
-    if (kl_node_locate_queue(s->node, p, len, &answer, &alen, &err) != KL_OK) {
+    if (kl_node_locate_queue(s->node, kl_service_principal(call), p, len, &answer, &alen, &err) != KL_OK) {
+        kl_rpc_reply_error(call, &err, NULL);
+        return;
+    }
+    kl_rpc_reply(call, answer, alen);
+    free(answer);
+}
+
+/* ShowPrincipal: partition 0's leader, from its applied catalog (like LocateQueue). */
+void kl_service_show_principal(void *owner, kl_rpc_call *call)
+{
+    kl_service *s = owner;
+    kl_err err;
+    kl_err_clear(&err);
+    if (s->partition->id != 0) {
+        kl_fail(&err, KL_FAILED_PRECONDITION, "catalog_partition",
+                "principals are read on partition 0; this is partition %d", s->partition->id);
+        kl_rpc_reply_error(call, &err, NULL);
+        return;
+    }
+    if (!serving(s)) {
+        kl_fail(&err, KL_NOT_LEADER, "not_leader", "this member does not serve partition 0 now");
+        kl_service_reply_not_leader(s, call, &err);
+        return;
+    }
+    size_t len, alen;
+    const uint8_t *p = kl_rpc_call_payload(call, &len);
+    uint8_t *answer;
+    if (kl_node_show_principal(s->node, kl_service_principal(call), p, len, &answer, &alen, &err) != KL_OK) {
         kl_rpc_reply_error(call, &err, NULL);
         return;
     }

@@ -167,7 +167,7 @@ static void serve_stats(kl_service *s, kl_rpc_call *call)
     uint8_t *answer;
     kl_err err;
     kl_err_clear(&err);
-    if (kl_node_queue_stats(s->node, p, len, &answer, &alen, &err) != KL_OK) {
+    if (kl_node_queue_stats(s->node, kl_service_principal(call), p, len, &answer, &alen, &err) != KL_OK) {
         kl_rpc_reply_error(call, &err, NULL);
         return;
     }
@@ -327,6 +327,7 @@ static const kl_rpc_method gated[] = {
     {"keyload.v1.LocateQueue", kl_service_locate_queue},
     {"keyload.v1.Batch", handle_batch},
     {"keyload.v1.QueueStats", handle_queue_stats},
+    {"keyload.v1.ShowPrincipal", kl_service_show_principal},
 };
 
 /* Every gated method's entry: the gate, then its handler. */
@@ -352,6 +353,7 @@ static const kl_rpc_method methods[] = {
     {"keyload.v1.LocateQueue", gate_then_handle},
     {"keyload.v1.Batch", gate_then_handle},
     {"keyload.v1.QueueStats", gate_then_handle},
+    {"keyload.v1.ShowPrincipal", gate_then_handle},
 };
 
 const kl_rpc_method *kl_service_methods(size_t *count)

@@ -88,6 +88,7 @@ void kl_service_catalog_stop(kl_service *s);   /* answer everything parked */
 void kl_service_reply_not_leader(kl_service *s, kl_rpc_call *call, const kl_err *err);
 void kl_service_catalog_tail(void *owner, kl_rpc_call *call);
 void kl_service_locate_queue(void *owner, kl_rpc_call *call);
+void kl_service_show_principal(void *owner, kl_rpc_call *call);
 /* Partition 0: holds a committed catalog batch's answer until every data partition has
  * applied its version; true when the call was taken (held or answered). */
 bool kl_service_catalog_hold(kl_service *s, kl_rpc_call *call, const uint8_t *receipt, size_t len);

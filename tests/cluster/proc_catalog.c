@@ -36,7 +36,7 @@ static void mp_write(const char *name, int parts, int members, int replica_count
     mp_members = members;
     snprintf(mp_file, sizeof mp_file, "%s/%s.json", work, name);
     FILE *f = fopen(mp_file, "w");
-    fprintf(f, "{\"cluster\":\"%s\",\"replica_count\":%d,"
+    fprintf(f, "{\"cluster\":\"%s\",\"replica_count\":%d,\"insecure_local_admin\":true,"
                "\"timers\":{\"tick_ms\":50,\"election_ms\":1000,\"heartbeat_ms\":150,\"catalog_lease_ms\":%d},"
                "\"partitions\":[", name, replica_count, lease_ms);
     for (int p = 0; p < MP_PARTS; p++)

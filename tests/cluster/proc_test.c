@@ -57,7 +57,7 @@ static void write_cluster(int port, const char *data, const char *limits)
     snprintf(cluster_file, sizeof cluster_file, "%s/cluster.json", work);
     FILE *f = fopen(cluster_file, "w");
     fprintf(f,
-            "{\"cluster\":\"proctest\",\"replica_count\":1,\"limits\":{%s},"
+            "{\"cluster\":\"proctest\",\"replica_count\":1,\"insecure_local_admin\":true,\"limits\":{%s},"
             "\"partitions\":[{\"id\":0,\"members\":[{\"id\":1,\"client\":\"%s\",\"data\":\"%s\"}]}]}\n",
             limits, url, data);
     fclose(f);
@@ -616,7 +616,7 @@ static void write_group(const char *name, int n, int replica_count)
     group_n = n;
     snprintf(cluster_file, sizeof cluster_file, "%s/%s.json", work, name);
     FILE *f = fopen(cluster_file, "w");
-    fprintf(f, "{\"cluster\":\"%s\",\"replica_count\":%d,"
+    fprintf(f, "{\"cluster\":\"%s\",\"replica_count\":%d,\"insecure_local_admin\":true,"
                "\"timers\":{\"tick_ms\":50,\"election_ms\":1000,\"heartbeat_ms\":150},"
                "\"partitions\":[{\"id\":0,\"members\":[", name, replica_count);
     for (int i = 0; i < n; i++) {

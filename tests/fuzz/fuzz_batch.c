@@ -1210,7 +1210,8 @@ static void store_open(void)
     /* A fixed cluster secret: database signing keys derive from it. */
     static const uint8_t fuzz_cluster_secret[32] = {0x6b, 0x6c, 0x66, 0x75, 0x7a, 0x7a};
     kl_node_config cfg = {.partition = 0, .partition_count = PARTITIONS, .max_pending_bytes = 1u << 26,
-                          .max_pending_batches = 1024, .cluster_secret = fuzz_cluster_secret};
+                          .max_pending_batches = 1024, .cluster_secret = fuzz_cluster_secret,
+                          .insecure_local_admin = true};
     kl_limits_default(&cfg.limits);
     cfg.limits.max_scan_records = FUZZ_MAX_SCAN_RECORDS;
     kl_node_io io = {.ctx = NULL, .next = io_next, .propose = io_propose, .clock_ms = io_clock,

@@ -130,7 +130,7 @@ void th_reopen(th_node *t)
     rand_owner = t;
     ck_assert_int_eq(kl_store_open(t->dir, NULL, &t->store, &err), KL_OK);
     kl_node_config cfg = {.partition = t->partition, .partition_count = t->partition_count,
-                          .cluster_secret = th_cluster_secret, .limits = t->limits, .max_pending_bytes = 1u << 26,
+                          .cluster_secret = th_cluster_secret, .insecure_local_admin = !t->require_sessions, .limits = t->limits, .max_pending_bytes = 1u << 26,
                           .max_pending_batches = 1024};
     kl_node_io io = {.ctx = t, .next = th_next, .propose = th_propose, .clock_ms = th_clock,
                      .random = th_random};
@@ -329,6 +329,108 @@ void th_bootstrap(th_batch *b, const char *tenant, const char *database, const c
     m->bootstrap = bs;
 }
 
+void th_create_principal(th_batch *b, const char *id, const uint8_t pk[32], bool cluster_admin,
+                         const char *admin_of)
+{
+    Keyload__V1__Mutation *m = mut(b);
+    Keyload__V1__CreatePrincipal *c = own(b, sizeof *c);
+    keyload__v1__create_principal__init(c);
+    c->tenant = "default";
+    c->principal_id = (char *)id;
+    uint8_t *k = own(b, 32);
+    memcpy(k, pk, 32);
+    c->public_key.data = k;
+    c->public_key.len = 32;
+    c->cluster_admin = cluster_admin;
+    c->database_admin = admin_of != NULL;
+    c->database = (char *)(admin_of ? admin_of : "");
+    m->kind_case = KEYLOAD__V1__MUTATION__KIND_CREATE_PRINCIPAL;
+    m->create_principal = c;
+}
+
+void th_grant(th_batch *b, const char *id, Keyload__V1__Permission perm, const char *pattern,
+              const char *field, const char *header)
+{
+    Keyload__V1__Mutation *m = mut(b);
+    Keyload__V1__GrantPermission *g = own(b, sizeof *g);
+    keyload__v1__grant_permission__init(g);
+    Keyload__V1__Grant *gr = own(b, sizeof *gr);
+    keyload__v1__grant__init(gr);
+    gr->database = "default";
+    gr->permission = perm;
+    gr->queue_pattern = (char *)pattern;
+    if (field) {
+        gr->fields = own(b, sizeof(char *));
+        gr->fields[0] = (char *)field;
+        gr->n_fields = 1;
+    }
+    if (header) {
+        gr->headers = own(b, sizeof(char *));
+        gr->headers[0] = (char *)header;
+        gr->n_headers = 1;
+    }
+    g->principal_id = (char *)id;
+    g->grant = gr;
+    m->kind_case = KEYLOAD__V1__MUTATION__KIND_GRANT_PERMISSION;
+    m->grant_permission = g;
+}
+
+void th_revoke(th_batch *b, const char *id, Keyload__V1__Permission perm, const char *pattern)
+{
+    Keyload__V1__Mutation *m = mut(b);
+    Keyload__V1__RevokePermission *r = own(b, sizeof *r);
+    keyload__v1__revoke_permission__init(r);
+    r->principal_id = (char *)id;
+    r->database = "default";
+    r->permission = perm;
+    r->queue_pattern = (char *)pattern;
+    m->kind_case = KEYLOAD__V1__MUTATION__KIND_REVOKE_PERMISSION;
+    m->revoke_permission = r;
+}
+
+void th_set_key(th_batch *b, const char *id, const uint8_t pk[32])
+{
+    Keyload__V1__Mutation *m = mut(b);
+    Keyload__V1__SetPrincipalKey *k = own(b, sizeof *k);
+    keyload__v1__set_principal_key__init(k);
+    k->principal_id = (char *)id;
+    uint8_t *c = own(b, 32);
+    memcpy(c, pk, 32);
+    k->public_key.data = c;
+    k->public_key.len = 32;
+    m->kind_case = KEYLOAD__V1__MUTATION__KIND_SET_PRINCIPAL_KEY;
+    m->set_principal_key = k;
+}
+
+void th_enqueue_keys(th_batch *b, const char *queue, const char *body, const char *field,
+                     const char *header)
+{
+    th_enqueue(b, queue, NULL, body);
+    Keyload__V1__EnqueueMessage *msg = last_mut(b)->enqueue->message;
+    if (field) {
+        Keyload__V1__Field *f = own(b, sizeof *f);
+        keyload__v1__field__init(f);
+        Keyload__V1__FieldValue *v = own(b, sizeof *v);
+        keyload__v1__field_value__init(v);
+        v->kind_case = KEYLOAD__V1__FIELD_VALUE__KIND_INT_VALUE;
+        v->int_value = 7;
+        f->key = (char *)field;
+        f->value = v;
+        msg->fields = own(b, sizeof(void *));
+        msg->fields[0] = f;
+        msg->n_fields = 1;
+    }
+    if (header) {
+        Keyload__V1__Header *h = own(b, sizeof *h);
+        keyload__v1__header__init(h);
+        h->key = (char *)header;
+        h->value = "v";
+        msg->headers = own(b, sizeof(void *));
+        msg->headers[0] = h;
+        msg->n_headers = 1;
+    }
+}
+
 void th_create_database(th_batch *b, const char *tenant, const char *database)
 {
     Keyload__V1__Mutation *m = mut(b);
@@ -427,7 +529,7 @@ uint8_t *th_batch_pack(th_batch *b, size_t *len)
 void th_submit(th_node *t, const uint8_t *req, size_t len, th_reply *r)
 {
     rand_owner = t;
-    kl_node_submit_batch(t->node, "local", req, len, on_reply, r);
+    kl_node_submit_batch(t->node, t->principal ? t->principal : "local", req, len, on_reply, r);
     if (t->auto_persist)
         th_drain(t);
 }
@@ -478,7 +580,7 @@ uint64_t th_queue_messages(th_node *t, const char *queue, uint64_t *in_flight)
     uint8_t *ans;
     size_t alen;
     kl_err err;
-    ck_assert_int_eq(kl_node_queue_stats(t->node, buf, n, &ans, &alen, &err), KL_OK);
+    ck_assert_int_eq(kl_node_queue_stats(t->node, t->reader ? t->reader : "local", buf, n, &ans, &alen, &err), KL_OK);
     Keyload__V1__QueueStatsAnswer *a = keyload__v1__queue_stats_answer__unpack(NULL, alen, ans);
     uint64_t m = a->messages;
     if (in_flight)

@@ -41,6 +41,9 @@ typedef struct th_node {
     kl_limits limits;
     int partition;                /* which partition this node serves (th_open: 0) */
     int partition_count;          /* partitions in the cluster (th_open: 1) */
+    bool require_sessions;        /* false (default): insecure_local_admin, as "local" */
+    const char *principal;        /* who th_submit acts as; NULL = "local" (no session) */
+    const char *reader;           /* who th_queue_messages reads as; NULL = "local" */
 } th_node;
 
 /* The cluster secret every harness node has (database signing keys derive from it). */
@@ -83,6 +86,17 @@ void th_batch_set_database(th_batch *b, const char *database); /* last create or
 void th_batch_set_db_accept_attempts(th_batch *b, uint64_t attempts);
 void th_batch_set_db_limits(th_batch *b, uint64_t scan, uint64_t batch_bytes, uint64_t read_bytes);
 void th_delete(th_batch *b, const char *queue);
+/* Principal management in tenant "default"; grants are on database "default". admin_of:
+ * the database it administers, or NULL. field/header: one allowed key, or NULL for none. */
+void th_create_principal(th_batch *b, const char *id, const uint8_t pk[32], bool cluster_admin,
+                         const char *admin_of);
+void th_grant(th_batch *b, const char *id, Keyload__V1__Permission perm, const char *pattern,
+              const char *field, const char *header);
+void th_revoke(th_batch *b, const char *id, Keyload__V1__Permission perm, const char *pattern);
+void th_set_key(th_batch *b, const char *id, const uint8_t pk[32]);
+/* An enqueue (default lane) whose message carries the field and/or header key (or none). */
+void th_enqueue_keys(th_batch *b, const char *queue, const char *body, const char *field,
+                     const char *header);
 void th_enqueue(th_batch *b, const char *queue, const char *lane, const char *body);
 void th_receive(th_batch *b, const char *queue, const char *lane, uint32_t max, uint32_t lease_ms);
 void th_ack(th_batch *b, const char *queue, const uint8_t *tokens, size_t n);

@@ -106,7 +106,7 @@ static void cluster_file(char *path, size_t cap, char *dir)
     snprintf(path, cap, "%s/cluster.json", dir);
     FILE *f = fopen(path, "w");
     ck_assert_ptr_nonnull(f);
-    fprintf(f, "{\"cluster\":\"sdk\",\"replica_count\":1,\"partitions\":[{\"id\":0,\"members\":"
+    fprintf(f, "{\"cluster\":\"sdk\",\"replica_count\":1,\"insecure_local_admin\":true,\"partitions\":[{\"id\":0,\"members\":"
                "[{\"id\":1,\"client\":\"%s\"}]}]}\n", mb.url);
     fclose(f);
 }

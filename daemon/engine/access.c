@@ -1,0 +1,102 @@
+#include "daemon/engine/access.h"
+
+#include <string.h>
+
+static kl_code queue_check(const kl_authz_subject *who, const Keyload__V1__QueueLaneRef *q,
+                           Keyload__V1__Permission perm, const Keyload__V1__EnqueueMessage *msg,
+                           kl_err *err)
+{
+    if (q == NULL)
+        return kl_fail(err, KL_INVALID_ARGUMENT, "queue", "the mutation names no queue");
+    kl_authz_request r = {.tenant = q->tenant, .database = q->database, .permission = perm,
+                          .queue = q->queue, .message = msg};
+    return kl_authz_check(who, &r, err);
+}
+
+kl_code kl_access_tenant(const kl_authz_subject *who, const char *tenant, kl_err *err)
+{
+    if (who == NULL)
+        return KL_OK;
+    if (who->principal == NULL)
+        return kl_fail(err, KL_UNAUTHENTICATED, "principal", "the request has no principal");
+    if (tenant == NULL || strcmp(who->principal->tenant, tenant) != 0)
+        return kl_fail(err, KL_PERMISSION_DENIED, "tenant",
+                       "principal %s belongs to another tenant than the one the request names",
+                       who->principal->principal_id);
+    return KL_OK;
+}
+
+static kl_code cluster_admin(const kl_authz_subject *who, const char *tenant, kl_err *err)
+{
+    kl_code rc = kl_access_tenant(who, tenant, err);
+    if (rc != KL_OK)
+        return rc;
+    if (who->admin_off || !who->principal->cluster_admin)
+        return kl_fail(err, KL_PERMISSION_DENIED, "role:cluster_admin",
+                       "creating a database needs a cluster administrator of tenant %s", tenant);
+    return KL_OK;
+}
+
+kl_code kl_access_mutation(const kl_authz_subject *who, const Keyload__V1__Mutation *m, kl_err *err)
+{
+    if (who == NULL)
+        return KL_OK;
+    switch (m->kind_case) {
+    case KEYLOAD__V1__MUTATION__KIND_ENQUEUE:
+        return queue_check(who, m->enqueue->lane, KEYLOAD__V1__PERMISSION__QUEUE_PUBLISH,
+                           m->enqueue->message, err);
+    case KEYLOAD__V1__MUTATION__KIND_RECEIVE:
+        return queue_check(who, m->receive->lane, KEYLOAD__V1__PERMISSION__QUEUE_CONSUME, NULL, err);
+    case KEYLOAD__V1__MUTATION__KIND_ACK:
+        return queue_check(who, m->ack->queue, KEYLOAD__V1__PERMISSION__QUEUE_ACK, NULL, err);
+    case KEYLOAD__V1__MUTATION__KIND_RELEASE:
+        return queue_check(who, m->release->queue, KEYLOAD__V1__PERMISSION__QUEUE_ACK, NULL, err);
+    case KEYLOAD__V1__MUTATION__KIND_CREATE_QUEUE:
+        if (m->create_queue->queue == NULL)
+            return kl_fail(err, KL_INVALID_ARGUMENT, "queue", "the mutation names no queue");
+        return kl_authz_require_admin(who, m->create_queue->queue->tenant,
+                                      m->create_queue->queue->database, err);
+    case KEYLOAD__V1__MUTATION__KIND_DELETE_QUEUE:
+        if (m->delete_queue->queue == NULL)
+            return kl_fail(err, KL_INVALID_ARGUMENT, "queue", "the mutation names no queue");
+        return kl_authz_require_admin(who, m->delete_queue->queue->tenant,
+                                      m->delete_queue->queue->database, err);
+    case KEYLOAD__V1__MUTATION__KIND_SET_DATABASE_LIMITS:
+        return kl_authz_require_admin(who, m->set_database_limits->tenant,
+                                      m->set_database_limits->database, err);
+    case KEYLOAD__V1__MUTATION__KIND_CREATE_DATABASE:
+        return cluster_admin(who, m->create_database->tenant, err);
+    case KEYLOAD__V1__MUTATION__KIND_CREATE_PRINCIPAL: {
+        const Keyload__V1__CreatePrincipal *cp = m->create_principal;
+        Keyload__V1__CatalogPrincipal target = KEYLOAD__V1__CATALOG_PRINCIPAL__INIT;
+        target.tenant = cp->tenant;
+        kl_authz_roles to = {.cluster_admin = cp->cluster_admin, .database_admin = cp->database_admin,
+                             .database = cp->database};
+        return kl_authz_can_set_roles(who, &target, &to, err);
+    }
+    case KEYLOAD__V1__MUTATION__KIND_GRANT_PERMISSION:
+    case KEYLOAD__V1__MUTATION__KIND_REVOKE_PERMISSION:
+    case KEYLOAD__V1__MUTATION__KIND_SET_PRINCIPAL_KEY:
+        /* Checked against the target's stored record, which catalog.c reads. */
+        return kl_access_tenant(who, who->principal ? who->principal->tenant : NULL, err);
+    case KEYLOAD__V1__MUTATION__KIND_BOOTSTRAP:
+        return KL_OK;
+    default:
+        return kl_fail(err, KL_INVALID_ARGUMENT, "mutations", "a mutation has no known kind");
+    }
+}
+
+kl_code kl_access_received(const kl_authz_subject *who, const Keyload__V1__QueueLaneRef *q,
+                           const Keyload__V1__EnqueueMessage *msg, kl_err *err)
+{
+    if (who == NULL)
+        return KL_OK;
+    return queue_check(who, q, KEYLOAD__V1__PERMISSION__QUEUE_CONSUME, msg, err);
+}
+
+kl_code kl_access_inspect(const kl_authz_subject *who, const Keyload__V1__QueueLaneRef *q, kl_err *err)
+{
+    if (who == NULL)
+        return KL_OK;
+    return queue_check(who, q, KEYLOAD__V1__PERMISSION__QUEUE_INSPECT, NULL, err);
+}

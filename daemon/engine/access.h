@@ -1,0 +1,39 @@
+/* access: which authorization check each batch mutation and read needs (DESIGN.md §5), on
+ * top of the one evaluator in authz.h. Pure: the caller passes the subject read from its
+ * own applied catalog (never what a request claims), or NULL for the trusted built-in
+ * local administrator of "insecure_local_admin" clusters (common/cluster.h).
+ *
+ *   Enqueue                     QueuePublish on the lane's queue, with the message's field
+ *                               and header keys
+ *   Receive                     QueueConsume; then each message handed out, by its keys
+ *                               (kl_access_received)
+ *   Ack, Release                QueueAck
+ *   QueueStats                  QueueInspect
+ *   CreateQueue, DeleteQueue,   a persisted administrator of the database
+ *   SetDatabaseLimits
+ *   CreateDatabase              a cluster administrator of the tenant
+ *   CreatePrincipal             kl_authz_can_set_roles (only a cluster administrator makes one)
+ *   Grant/Revoke/SetPrincipalKey  checked in catalog.c against the target's stored record
+ *   Bootstrap                   nothing here: its proof of the cluster secret is the check
+ *
+ * A refusal is PERMISSION_DENIED naming the missing grant or role, never data. */
+#ifndef KL_ACCESS_H
+#define KL_ACCESS_H
+
+#include "daemon/engine/authz.h"
+#include "keyload/v1/queue.pb-c.h"
+
+/* The check of one mutation before it is evaluated. KL_OK when who is NULL. */
+kl_code kl_access_mutation(const kl_authz_subject *who, const Keyload__V1__Mutation *m, kl_err *err);
+
+/* A message Receive is about to hand out: every field and header key must be readable
+ * under who's QueueConsume grants on q's queue. KL_OK when who is NULL. */
+kl_code kl_access_received(const kl_authz_subject *who, const Keyload__V1__QueueLaneRef *q,
+                           const Keyload__V1__EnqueueMessage *msg, kl_err *err);
+
+/* QueueStats (QueueInspect) and reads of catalog definitions (LocateQueue: any principal
+ * of the tenant). KL_OK when who is NULL. */
+kl_code kl_access_inspect(const kl_authz_subject *who, const Keyload__V1__QueueLaneRef *q, kl_err *err);
+kl_code kl_access_tenant(const kl_authz_subject *who, const char *tenant, kl_err *err);
+
+#endif
