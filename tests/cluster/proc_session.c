@@ -202,7 +202,10 @@ static void ss_write(int ttl_ms)
     snprintf(ss_file, sizeof ss_file, "%s/" SS_CLUSTER ".json", work);
     snprintf(ss_data, sizeof ss_data, "%s/" SS_CLUSTER "-p0m1", work);
     FILE *f = fopen(ss_file, "w");
-    fprintf(f, "{\"cluster\":\"" SS_CLUSTER "\",\"replica_count\":1,\"timers\":{\"session_ttl_ms\":%d},"
+    /* insecure_local_admin: the test's own observer (ss_messages) reads without a session;
+     * what it checks is the sealed path. Sessions required: tests/cluster/proc_authz.c. */
+    fprintf(f, "{\"cluster\":\"" SS_CLUSTER "\",\"replica_count\":1,\"insecure_local_admin\":true,"
+               "\"timers\":{\"session_ttl_ms\":%d},"
                "\"partitions\":[{\"id\":0,\"members\":[{\"id\":1,\"client\":\"%s\",\"data\":\"%s\","
                "\"public_key\":\"%s\"}]}]}\n",
             ttl_ms, ss_url, ss_data, ss_member_pub_b64);
@@ -361,7 +364,7 @@ static bool bootstrap_admin(const principal *admin, char *why, size_t cap)
         snprintf(why, cap, "%s", err.message);
         return false;
     }
-    int bad = kl_canon_bootstrap_proof(secret, "acme", "boot", admin->id, admin->pk, 32, proof);
+    int bad = kl_canon_bootstrap_proof(secret, "default", "boot", admin->id, admin->pk, 32, proof);
     sodium_memzero(secret, sizeof secret);
     if (bad) {
         snprintf(why, cap, "proof");
@@ -371,7 +374,7 @@ static bool bootstrap_admin(const principal *admin, char *why, size_t cap)
     Keyload__V1__Mutation *m = add_mut(b);
     Keyload__V1__Bootstrap *bs = calloc(1, sizeof *bs);
     keyload__v1__bootstrap__init(bs);
-    bs->tenant = strdup("acme");
+    bs->tenant = strdup("default"); /* the tenant of the queues below */
     bs->database = strdup("boot");
     bs->admin_id = strdup(admin->id);
     bs->admin_public_key.data = malloc(32);
