@@ -14,6 +14,7 @@ Suite *suite_sdk(void);
 Suite *suite_raft(void);
 Suite *suite_driver(void);
 Suite *suite_peer(void);
+Suite *suite_peer_auth(void);
 Suite *suite_keys(void);
 Suite *suite_catalog(void);
 Suite *suite_sdk_retry(void);
@@ -34,6 +35,7 @@ int main(void)
     srunner_add_suite(sr, suite_raft());
     srunner_add_suite(sr, suite_driver());
     srunner_add_suite(sr, suite_peer());
+    srunner_add_suite(sr, suite_peer_auth());
     srunner_add_suite(sr, suite_keys());
     srunner_add_suite(sr, suite_catalog());
     srunner_add_suite(sr, suite_sdk_retry());
