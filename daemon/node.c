@@ -12,6 +12,7 @@
 
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #define BATCH_METHOD "keyload.v1.Batch"
 
@@ -43,7 +44,21 @@ struct kl_node {
     bool serving;                /* leader whose own-term entry is committed and applied */
     uint64_t pinc_proposed;      /* index of our incarnation proposal, 0 = none pending */
     bool broken;
+    uint64_t authz_requests, authz_ns;  /* for MemberStatus (make bench) */
 };
+
+static uint64_t mono_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+void kl_node_authz_costs(const kl_node *n, uint64_t *requests, uint64_t *ns)
+{
+    *requests = n->authz_requests;
+    *ns = n->authz_ns;
+}
 
 bool kl_node_broken(const kl_node *n) { return n->broken; }
 uint64_t kl_node_applied_index(const kl_node *n) { return kl_store_applied_index(n->store); }
@@ -324,8 +339,21 @@ static bool bootstrap_only(const Keyload__V1__BatchRequest *b)
  * insecure_local_admin cluster, or for a batch that is only a Bootstrap (its proof of the
  * cluster secret is its authentication). UNAUTHENTICATED "principal" when a session's
  * principal is gone from the catalog (its sessions end at the gate too). */
+static kl_code subject_load(kl_node *n, kl_view *v, const char *principal,
+                            const Keyload__V1__BatchRequest *b, node_subject *out, kl_err *err);
+
 static kl_code node_subject_load(kl_node *n, kl_view *v, const char *principal,
                                  const Keyload__V1__BatchRequest *b, node_subject *out, kl_err *err)
+{
+    uint64_t t0 = mono_ns();
+    kl_code rc = subject_load(n, v, principal, b, out, err);
+    n->authz_requests++;
+    n->authz_ns += mono_ns() - t0;
+    return rc;
+}
+
+static kl_code subject_load(kl_node *n, kl_view *v, const char *principal,
+                            const Keyload__V1__BatchRequest *b, node_subject *out, kl_err *err)
 {
     memset(out, 0, sizeof *out);
     if (strcmp(principal, KL_CATALOG_RESERVED_PRINCIPAL) == 0) {
@@ -578,8 +606,11 @@ void kl_node_submit_batch(kl_node *n, const char *principal, const uint8_t *req,
                        .partition_count = n->cfg.partition_count, .now_ms = entry_time(n),
                        .random = n->io.random,
                        .catalog = n->cfg.partition == 0 ? &catalog : NULL,
-                       .cluster_secret = n->cfg.cluster_secret, .who = subj.who};
-    if ((rc = kl_engine_eval_batch(&ctx, b, &results, &err)) != KL_OK)
+                       .cluster_secret = n->cfg.cluster_secret, .who = subj.who,
+                       .clock_ns = mono_ns};
+    rc = kl_engine_eval_batch(&ctx, b, &results, &err);
+    n->authz_ns += ctx.authz_ns;
+    if (rc != KL_OK)
         goto fail;
     if (encode_receipt(&receipt, b, n->cfg.partition, index, term, ctx.now_ms, &results, digest,
                        catalog.version) != 0) {
@@ -729,8 +760,11 @@ kl_code kl_node_queue_stats(kl_node *n, const char *principal, const uint8_t *re
         goto done;
     kl_view view = {.store = n->store};
     kl_limits limits;
-    if ((rc = node_subject_load(n, &view, principal, NULL, &subj, err)) != KL_OK ||
-        (rc = kl_access_inspect(subj.who, r->queue, err)) != KL_OK)
+    uint64_t t0 = mono_ns();
+    if ((rc = node_subject_load(n, &view, principal, NULL, &subj, err)) == KL_OK)
+        rc = kl_access_inspect(subj.who, r->queue, err);
+    n->authz_ns += mono_ns() - t0;
+    if (rc != KL_OK)
         goto done;
     if ((rc = database_limits(n, &view, r->queue->tenant, r->queue->database, &limits, err)) != KL_OK)
         goto done;

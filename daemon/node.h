@@ -125,6 +125,9 @@ kl_code kl_node_find_principal(kl_node *n, const char *principal_id,
                                Keyload__V1__CatalogPrincipal **out, bool *found, kl_err *err);
 
 bool kl_node_broken(const kl_node *n);
+/* Requests whose principal was loaded for authorization, and the time (ns) spent loading
+ * records and evaluating grants, since the node opened. */
+void kl_node_authz_costs(const kl_node *n, uint64_t *requests, uint64_t *ns);
 uint64_t kl_node_applied_index(const kl_node *n);
 size_t kl_node_pending_batches(const kl_node *n);
 

@@ -42,6 +42,10 @@ typedef struct kl_eval_ctx {
      * administrator (insecure_local_admin clusters). Every mutation is authorized through
      * daemon/engine/access.h before it is evaluated. */
     const struct kl_authz_subject *who;
+    /* Optional (NULL: not measured): a monotonic clock, and the time authorization checks
+     * took is added to authz_ns (make bench reports it). Never changes a result. */
+    uint64_t (*clock_ns)(void);
+    uint64_t authz_ns;
 } kl_eval_ctx;
 
 /* Byte buffer of encoded MutationResult fields (each: field-6 tag, length, bytes). */

@@ -588,7 +588,11 @@ static kl_code eval_receive(kl_eval_ctx *c, const Keyload__V1__Receive *m, kl_bu
             }
             /* Every message handed out must be readable under the caller's field and header
              * grants; one that is not refuses the whole Receive (nothing is leased). */
-            if ((rc = kl_access_received(c->who, m->lane, msg->message, err)) != KL_OK) {
+            uint64_t t0 = c->clock_ns ? c->clock_ns() : 0;
+            rc = kl_access_received(c->who, m->lane, msg->message, err);
+            if (c->clock_ns)
+                c->authz_ns += c->clock_ns() - t0;
+            if (rc != KL_OK) {
                 keyload__v1__message_record__free_unpacked(msg, NULL);
                 goto done;
             }
@@ -755,7 +759,10 @@ kl_code kl_engine_eval_batch(kl_eval_ctx *c, const Keyload__V1__BatchRequest *b,
 {
     for (size_t i = 0; i < b->n_mutations; i++) {
         const Keyload__V1__Mutation *m = b->mutations[i];
+        uint64_t t0 = c->clock_ns ? c->clock_ns() : 0;
         kl_code rc = kl_access_mutation(c->who, m, err);
+        if (c->clock_ns)
+            c->authz_ns += c->clock_ns() - t0;
         switch (rc != KL_OK ? KEYLOAD__V1__MUTATION__KIND__NOT_SET : m->kind_case) {
         case KEYLOAD__V1__MUTATION__KIND__NOT_SET:
             if (rc == KL_OK) /* kl_access_mutation refuses a mutation without a kind */

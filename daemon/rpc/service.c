@@ -271,6 +271,11 @@ static void handle_member_status(void *owner, kl_rpc_call *call)
     kl_repl_next(s->repl, &next_index, &next_term, &serving);
     a.serving = serving;
     kl_node_catalog_status(s->node, &a.catalog_version, &a.catalog_changes_applied);
+    a.sealed_requests = s->costs.sealed_requests;
+    a.session_ns = s->costs.session_ns;
+    a.hellos = s->costs.hellos;
+    a.hello_ns = s->costs.hello_ns;
+    kl_node_authz_costs(s->node, &a.authz_requests, &a.authz_ns);
     if (s->tailer != NULL && serving)
         a.catalog_lease_valid = kl_tailer_lease_valid(s->tailer, &a.catalog_lease_age_ms);
     const char *url = leader_url(s, NULL);

@@ -63,6 +63,9 @@ typedef struct kl_service {
         size_t len;
     } barriers[KL_SERVICE_MAX_BARRIERS];
     struct kl_batch_call *batches;   /* batches the node has not answered yet */
+    struct {                         /* reported by MemberStatus, for make bench */
+        uint64_t sealed_requests, session_ns, hellos, hello_ns;
+    } costs;
     uv_timer_t timer;                /* expires parked tails, barriers and batch deadlines */
     bool timer_started;
 } kl_service;

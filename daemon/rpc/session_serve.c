@@ -36,6 +36,13 @@
 
 #define METHOD_MAX 64
 
+static uint64_t mono_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
 static int64_t wall_ms(void)
 {
     struct timespec ts;
@@ -107,9 +114,19 @@ static kl_code hello_accept(kl_service *s, const kl_session_hello *h,
     return rc;
 }
 
+static void hello(kl_service *s, kl_rpc_call *call);
+
 void kl_service_hello(void *owner, kl_rpc_call *call)
 {
     kl_service *s = owner;
+    uint64_t t0 = mono_ns();
+    hello(s, call);
+    s->costs.hellos++;
+    s->costs.hello_ns += mono_ns() - t0;
+}
+
+static void hello(kl_service *s, kl_rpc_call *call)
+{
     if (has_session_fields(call)) {
         reply_fail(call, KL_INVALID_ARGUMENT, "session_id",
                    "Hello travels in clear: its Envelope carries no session_id, counter or sealed");
@@ -158,6 +175,7 @@ void kl_service_hello(void *owner, kl_rpc_call *call)
 /* What one sealed call needs to seal its answer: a copy of the session as it was right after
  * opening the request (the table's entry may be evicted or dropped before the answer). */
 typedef struct sealed_call {
+    kl_service *service;           /* its costs; the service outlives every call */
     kl_session s;
     uint64_t counter;
     char method[METHOD_MAX + 1];
@@ -180,6 +198,7 @@ static kl_code seal_answer(void *ctx, kl_code code, const char *detail, const ui
                            size_t len, uint8_t **sealed, size_t *sealed_len, kl_err *err)
 {
     sealed_call *sc = ctx;
+    uint64_t t0 = mono_ns();
     uint8_t ad[KL_SESSION_AD_MAX];
     size_t ad_len = answer_ad(sc, code, detail, ad);
     size_t cap = len + KL_SESSION_SEAL_OVERHEAD;
@@ -188,6 +207,7 @@ static kl_code seal_answer(void *ctx, kl_code code, const char *detail, const ui
         return kl_fail(err, KL_INTERNAL, "memory", "out of memory sealing an answer");
     kl_code rc = kl_session_seal_answer(&sc->s, sc->counter, payload, len, ad, ad_len, out, cap,
                                         sealed_len, err);
+    sc->service->costs.session_ns += mono_ns() - t0;
     if (rc != KL_OK) {
         free(out);
         return rc;
@@ -293,6 +313,7 @@ static bool open_session(kl_service *s, kl_rpc_call *call)
         kl_rpc_reply_error(call, &err, NULL);
         return false;
     }
+    sc->service = s;
     sc->s = e->s;
     sc->counter = counter;
     memcpy(sc->method, method, strlen(method) + 1);
@@ -306,4 +327,13 @@ const char *kl_service_principal(const kl_rpc_call *call)
     return sc != NULL ? sc->s.principal_id : KL_LOCAL_PRINCIPAL;
 }
 
-bool kl_service_gate(kl_service *s, kl_rpc_call *call) { return open_session(s, call); }
+bool kl_service_gate(kl_service *s, kl_rpc_call *call)
+{
+    uint64_t t0 = mono_ns();
+    bool run = open_session(s, call);
+    if (kl_rpc_call_session_ctx(call) != NULL) {
+        s->costs.sealed_requests++;
+        s->costs.session_ns += mono_ns() - t0;
+    }
+    return run;
+}
