@@ -356,6 +356,35 @@ static long long ss_messages(const char *queue)
     return m;
 }
 
+/* CreatePrincipal in tenant default (no role) and SetPrincipalKey, for the rotation check. */
+static void add_create_principal(Keyload__V1__BatchRequest *b, const char *id, const uint8_t pk[32])
+{
+    Keyload__V1__Mutation *m = add_mut(b);
+    Keyload__V1__CreatePrincipal *c = calloc(1, sizeof *c);
+    keyload__v1__create_principal__init(c);
+    c->tenant = strdup("default");
+    c->principal_id = strdup(id);
+    c->public_key.data = malloc(32);
+    memcpy(c->public_key.data, pk, 32);
+    c->public_key.len = 32;
+    c->database = strdup("");
+    m->kind_case = KEYLOAD__V1__MUTATION__KIND_CREATE_PRINCIPAL;
+    m->create_principal = c;
+}
+
+static void add_set_key(Keyload__V1__BatchRequest *b, const char *id, const uint8_t pk[32])
+{
+    Keyload__V1__Mutation *m = add_mut(b);
+    Keyload__V1__SetPrincipalKey *k = calloc(1, sizeof *k);
+    keyload__v1__set_principal_key__init(k);
+    k->principal_id = strdup(id);
+    k->public_key.data = malloc(32);
+    memcpy(k->public_key.data, pk, 32);
+    k->public_key.len = 32;
+    m->kind_case = KEYLOAD__V1__MUTATION__KIND_SET_PRINCIPAL_KEY;
+    m->set_principal_key = k;
+}
+
 static bool bootstrap_admin(const principal *admin, char *why, size_t cap)
 {
     uint8_t secret[KL_CLUSTER_SECRET_LEN], proof[KL_DIGEST_LEN];
@@ -551,6 +580,67 @@ void test_sessions(void)
     add_enqueue(b, "sq", "three");
     CHECK(sealed_batch(&cs, b, d, sizeof d) == KL_OK, "sealed enqueue after refusals: %s", d);
     CHECK(ss_messages("sq") == 3, "the queue holds %lld, not 3", ss_messages("sq"));
+
+    /* Answers swapped between two requests in flight: each answer is bound to its own
+     * request's counter (and method), so neither opens as the other's. */
+    {
+        uint8_t buf[512];
+        size_t n = pack_stats_request("sq", buf);
+        sealed_req q1 = seal_req(&cs, "keyload.v1.QueueStats", buf, n);
+        sealed_req q2 = seal_req(&cs, "keyload.v1.QueueStats", buf, n);
+        raw_answer r2 = send_sealed(cs.id, "keyload.v1.QueueStats", &q2);
+        raw_answer r1 = send_sealed(cs.id, "keyload.v1.QueueStats", &q1);
+        free(q1.sealed);
+        free(q2.sealed);
+        CHECK(r1.rc == 0 && r2.rc == 0 && r1.a->code == 0 && r2.a->code == 0, "two sealed reads failed");
+        uint8_t *pt;
+        size_t pt_len;
+        bool swapped1 = open_answer(&cs, "keyload.v1.QueueStats", &r2, q1.counter, &pt, &pt_len);
+        if (swapped1)
+            free(pt);
+        bool swapped2 = open_answer(&cs, "keyload.v1.QueueStats", &r1, q2.counter, &pt, &pt_len);
+        if (swapped2)
+            free(pt);
+        bool own = open_answer(&cs, "keyload.v1.QueueStats", &r1, q1.counter, &pt, &pt_len);
+        if (own)
+            free(pt);
+        bool other_method = open_answer(&cs, "keyload.v1.Batch", &r2, q2.counter, &pt, &pt_len);
+        if (other_method)
+            free(pt);
+        raw_free(&r1);
+        raw_free(&r2);
+        CHECK(!swapped1 && !swapped2, "an answer opened as the other in-flight request's answer");
+        CHECK(!other_method, "an answer opened under another method");
+        CHECK(own, "an answer did not open as its own request's");
+    }
+
+    /* A rotated key ends the sessions made with the old key; Hello needs the new key. */
+    {
+        principal rot = {.id = "rotor"};
+        crypto_sign_keypair(rot.pk, rot.sk);
+        b = batch_new(NULL);
+        add_create_principal(b, rot.id, rot.pk);
+        CHECK(sealed_batch(&cs, b, d, sizeof d) == KL_OK, "create principal rotor: %s", d);
+        kl_session rs;
+        CHECK(hello(&rot, rot.sk, 1, wall_ms(), &rs, d, sizeof d) == KL_OK, "Hello of rotor: %s", d);
+        uint8_t new_pk[32], new_sk[64];
+        crypto_sign_keypair(new_pk, new_sk);
+        b = batch_new(NULL);
+        add_set_key(b, rot.id, new_pk);
+        CHECK(sealed_batch(&rs, b, d, sizeof d) == KL_OK, "rotor rotates its own key: %s", d);
+        b = batch_new(NULL);
+        add_set_key(b, rot.id, new_pk);
+        CHECK(sealed_batch(&rs, b, d, sizeof d) == KL_UNAUTHENTICATED && strcmp(d, "session_revoked") == 0,
+              "a session of the old key after rotation: %s", d);
+        CHECK(hello(&rot, rot.sk, 1, wall_ms(), &junk, d, sizeof d) == KL_UNAUTHENTICATED &&
+                  strcmp(d, "bad_signature") == 0, "Hello with the old key: %s", d);
+        memcpy(rot.pk, new_pk, 32);
+        memcpy(rot.sk, new_sk, 64);
+        CHECK(hello(&rot, rot.sk, 1, wall_ms(), &rs, d, sizeof d) == KL_OK, "Hello with the new key: %s", d);
+        kl_session_wipe(&rs);
+        sodium_memzero(new_sk, sizeof new_sk);
+        sodium_memzero(rot.sk, sizeof rot.sk);
+    }
 
     /* Handshake CPU: the daemon's CPU time over many Hellos (RPC included). */
     {
