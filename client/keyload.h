@@ -32,6 +32,7 @@
 #define KL_KEYLOAD_H
 
 #include "common/status.h"
+#include "keyload/v1/catalog.pb-c.h"
 #include "keyload/v1/queue.pb-c.h"
 
 #include <stdbool.h>
@@ -143,11 +144,15 @@ typedef struct kl_queue_options {
 } kl_queue_options;
 
 /* Per-database limits under the seeds' names; 0 = the cluster file's value. They may only
- * tighten the cluster's limits. */
+ * tighten the cluster's limits. MaxQueueTransferAcceptAttempts is nullable: absent
+ * (has_... false, what zero-initialization gives) is null; when present it must be
+ * positive and no larger than the database's MaxScanRecords (the daemon checks the latter). */
 typedef struct kl_database_limits {
     uint64_t max_scan_records;     /* MaxScanRecords */
     uint64_t max_batch_bytes;      /* MaxBatchBytes */
     uint64_t max_query_read_bytes; /* MaxQueryReadBytes */
+    bool has_max_queue_transfer_accept_attempts;
+    uint64_t max_queue_transfer_accept_attempts; /* MaxQueueTransferAcceptAttempts */
 } kl_database_limits;
 
 /* New empty batch. command_id is a canonical GUID text (xxxxxxxx-xxxx-xxxx-xxxx-
@@ -200,6 +205,86 @@ kl_code kl_batch_create_database(kl_batch *b, const char *database,
  * cluster secret; admin_public_key is the Ed25519 public key the administrator will use. */
 kl_code kl_batch_bootstrap(kl_batch *b, const char *database, const char *admin_id,
                            const uint8_t admin_public_key[32], const uint8_t proof[32], kl_err *err);
+
+/* ---------------------------------------------------------------- principals (batch side)
+ *
+ * Principal management and database limits are catalog mutations (DESIGN.md §5): each goes
+ * alone in its batch to partition 0's leader. Like queue refs, they name no tenant or
+ * database here: kl_batch_encode (and so kl_client_batch) fills in the client's database
+ * "TENANT/DB": the principal's tenant is TENANT, a grant's database and a database
+ * administrator's database are DB, and the limits are DB's. Who may do what is the
+ * daemon's business (PERMISSION_DENIED, detail e.g. "role:administrator",
+ * "role:cluster_admin"); these builders check only the shape. */
+
+/* A principal's role: none, administrator of the client's database, or cluster
+ * administrator of the client's tenant (only a cluster administrator can make one). */
+typedef enum kl_role {
+    KL_ROLE_NONE = 0,
+    KL_ROLE_DATABASE_ADMIN = 1,
+    KL_ROLE_CLUSTER_ADMIN = 2,
+} kl_role;
+
+/* "none", "database-admin", "cluster-admin" (the CLI's --role values) and back. parse:
+ * INVALID_ARGUMENT (detail "role") for anything else. name: "unknown" for a bad value. */
+kl_code kl_role_parse(const char *text, kl_role *out, kl_err *err);
+const char *kl_role_name(kl_role role);
+
+/* Permission names as DESIGN.md §5 spells them: "QueuePublish", "QueueConsume", "QueueAck",
+ * "QueueInspect", "Query" (exact case). parse: INVALID_ARGUMENT (detail "permission", the
+ * message lists the names) for anything else. name: "unknown" for an unknown value. */
+kl_code kl_permission_parse(const char *text, Keyload__V1__Permission *out, kl_err *err);
+const char *kl_permission_name(Keyload__V1__Permission p);
+
+/* A grant's field or header key list, owned (kl_key_list_clear). Each key is an identifier
+ * (letters, digits, . _ - :) or the single entry "*" (every key; then the only entry); at
+ * most KL_KEY_LIST_MAX keys, no duplicates; kept sorted bytewise (as the catalog stores
+ * them). EMPTY MEANS NONE: a grant with no fields lets the principal use no field at all. */
+#define KL_KEY_LIST_MAX 64
+typedef struct kl_key_list {
+    char **keys;
+    size_t n;
+} kl_key_list;
+/* Parses the CLI form "a,b,c" (no spaces; "" is the empty list, "*" every key) into *out
+ * (zeroed first). INVALID_ARGUMENT with detail `what` (e.g. "fields") naming the entry at
+ * fault; *out is then empty. */
+kl_code kl_key_list_parse(const char *what, const char *text, kl_key_list *out, kl_err *err);
+/* Frees the keys and empties the list. NULL is accepted. */
+void kl_key_list_clear(kl_key_list *l);
+
+/* Checks a queue pattern: an exact queue name, or an identifier prefix followed by ONE
+ * trailing '*' ("orders.*", "orders*", "*"); 1..128 bytes. INVALID_ARGUMENT, detail `what`. */
+kl_code kl_queue_pattern_check(const char *what, const char *pattern, kl_err *err);
+
+/* A grant on the client's database (DESIGN.md §5): the permission, the queues it covers
+ * and, except for QueueAck (which takes no lists), the field and header keys it allows
+ * (borrowed arrays, validated like kl_key_list and sent sorted; n = 0 means none). */
+typedef struct kl_grant {
+    Keyload__V1__Permission permission;
+    const char *queue_pattern;
+    const char *const *fields;
+    size_t n_fields;
+    const char *const *headers;
+    size_t n_headers;
+} kl_grant;
+
+/* keyload.v1.CreatePrincipal: principal_id (an identifier, unique cluster-wide; "local" is
+ * reserved by the daemon) with its Ed25519 public key and role; no grants, policy epoch 1. */
+kl_code kl_batch_create_principal(kl_batch *b, const char *principal_id,
+                                  const uint8_t public_key[32], kl_role role, kl_err *err);
+/* keyload.v1.GrantPermission: adds the grant, or replaces the lists of the principal's
+ * grant with the same (database, permission, queue_pattern). */
+kl_code kl_batch_grant(kl_batch *b, const char *principal_id, const kl_grant *grant,
+                       kl_err *err);
+/* keyload.v1.RevokePermission: removes the grant (database, permission, queue_pattern);
+ * an absent one is a no-op (changed false). */
+kl_code kl_batch_revoke(kl_batch *b, const char *principal_id, Keyload__V1__Permission permission,
+                        const char *queue_pattern, kl_err *err);
+/* keyload.v1.SetPrincipalKey: key rotation; every session of the old key ends. */
+kl_code kl_batch_set_principal_key(kl_batch *b, const char *principal_id,
+                                   const uint8_t public_key[32], kl_err *err);
+/* keyload.v1.SetDatabaseLimits: REPLACES all of the database's limits (a limit left 0 goes
+ * back to the cluster's, an absent accept-attempts limit to null). limits may be NULL. */
+kl_code kl_batch_set_database_limits(kl_batch *b, const kl_database_limits *limits, kl_err *err);
 
 /* Where a batch goes. Creating a database or a queue changes the catalog on partition 0;
  * deleting a queue first closes it on its own partition, then removes its definition on
@@ -265,6 +350,64 @@ kl_code kl_client_queue_stats(kl_client *c, const char *queue,
 /* Frees a stats answer; NULL is accepted. */
 void kl_queue_stats_free(Keyload__V1__QueueStatsAnswer *s);
 
+/* ---------------------------------------------------------------- principals (calls)
+ *
+ * One call per catalog mutation above: builds the one-mutation batch under command_id,
+ * sends it to partition 0's leader (NOT_LEADER redirects, and UNKNOWN_WRITE_OUTCOME or a
+ * lost answer resent with the same bytes within the timeout, as kl_client_batch does) and
+ * returns the receipt's fields. command_id is REQUIRED (canonical GUID text, e.g. from
+ * kl_command_id_new): after KL_UNKNOWN_WRITE_OUTCOME, call again with the same command id
+ * and arguments to learn the outcome; a replay answers the stored receipt byte for byte.
+ * A replay whose authority changed since (the caller's policy epoch) is PERMISSION_DENIED
+ * "stale_authority" and means the original did commit.
+ * receipt (may be NULL): on KL_OK the whole receipt, the caller's (kl_receipt_free).
+ * Thread-safe, as kl_client_batch. */
+
+/* A fresh random (version 4) command id in canonical lower-case text (36 chars + NUL). */
+#define KL_COMMAND_ID_TEXT_LEN 36
+void kl_command_id_new(char out[KL_COMMAND_ID_TEXT_LEN + 1]);
+
+/* The receipt fields of a principal change (keyload.v1.PrincipalChanged). */
+typedef struct kl_principal_result {
+    char principal_id[KL_SDK_NAME_MAX + 1];
+    uint8_t key_id[8];          /* of the principal's current key */
+    size_t key_id_len;          /* 8 (0 if the daemon sent none) */
+    uint64_t policy_epoch;      /* after the change */
+    bool changed;               /* false: an identical re-grant or an absent revoke */
+    uint64_t catalog_version;   /* 0 when nothing changed */
+} kl_principal_result;
+
+kl_code kl_client_create_principal(kl_client *c, const char *command_id, const char *principal_id,
+                                   const uint8_t public_key[32], kl_role role,
+                                   kl_principal_result *out, kl_receipt **receipt, kl_err *err);
+kl_code kl_client_grant(kl_client *c, const char *command_id, const char *principal_id,
+                        const kl_grant *grant, kl_principal_result *out, kl_receipt **receipt,
+                        kl_err *err);
+kl_code kl_client_revoke(kl_client *c, const char *command_id, const char *principal_id,
+                         Keyload__V1__Permission permission, const char *queue_pattern,
+                         kl_principal_result *out, kl_receipt **receipt, kl_err *err);
+kl_code kl_client_set_principal_key(kl_client *c, const char *command_id,
+                                    const char *principal_id, const uint8_t public_key[32],
+                                    kl_principal_result *out, kl_receipt **receipt, kl_err *err);
+
+/* The receipt fields of keyload.v1.DatabaseLimitsSet: the limits now in force as stored. */
+typedef struct kl_limits_result {
+    kl_database_limits limits;
+    uint64_t catalog_version;
+} kl_limits_result;
+kl_code kl_client_set_database_limits(kl_client *c, const char *command_id,
+                                      const kl_database_limits *limits, kl_limits_result *out,
+                                      kl_receipt **receipt, kl_err *err);
+
+/* keyload.v1.ShowPrincipal on partition 0's leader: the principal's stored record (public
+ * key, key id, roles, grants, policy epoch; never a secret). Only the principal itself or
+ * an administrator of its tenant may read it (PERMISSION_DENIED otherwise); NOT_FOUND when
+ * there is no such principal. A lost answer is KL_DEADLINE_EXCEEDED ("no_answer").
+ * On KL_OK *out belongs to the caller (kl_principal_answer_free). Thread-safe. */
+kl_code kl_client_show_principal(kl_client *c, const char *principal_id,
+                                 Keyload__V1__ShowPrincipalAnswer **out, kl_err *err);
+void kl_principal_answer_free(Keyload__V1__ShowPrincipalAnswer *a);
+
 /* ---------------------------------------------------------------- JSON and base64 */
 
 /* Canonical public JSON (client/sdk/json.c). Keys always appear in one fixed order; byte
@@ -278,12 +421,20 @@ void kl_queue_stats_free(Keyload__V1__QueueStatsAnswer *s);
  * when out of memory. Reentrant.
  *
  * Receipt keys: command_id, partition, term, index, committed_unix_ms, request_digest,
- * results[] (each {"kind": "queue_created"|"queue_deleted"|"enqueued"|"received"|"acked"|
- * "released"|"unknown", ...}; received messages: message_id, lane, delivery_count,
- * lease_token, lease_expires_unix_ms, enqueued_unix_ms, expires_at_unix_ms, delay_ms,
- * headers, fields, body[, body_utf8]).
+ * [catalog_version,] results[] (each {"kind": "queue_created"|"queue_deleted"|"enqueued"|
+ * "received"|"acked"|"released"|"database_created"|"bootstrapped"|"principal_changed"|
+ * "database_limits_set"|"unknown", ...}; received messages: message_id, lane,
+ * delivery_count, lease_token, lease_expires_unix_ms, enqueued_unix_ms, expires_at_unix_ms,
+ * delay_ms, headers, fields, body[, body_utf8]; principal_changed: principal_id, key_id,
+ * policy_epoch, changed, catalog_version; database_limits_set: limits {max_scan_records,
+ * max_batch_bytes, max_query_read_bytes, max_queue_transfer_accept_attempts (null when
+ * null)}, catalog_version).
  * Stats keys: [queue,] queue_id, partition, messages, bytes, available, in_flight,
  * limits {max_messages, max_bytes, max_deliveries, dead_letter_queue}, applied_index.
+ * Principal keys (kl_principal_to_json): principal_id, tenant, role ("none"|
+ * "database-admin"|"cluster-admin"), database (the administered one, else ""), public_key,
+ * key_id, policy_epoch, grants[] ({database, permission (DESIGN.md name), queue_pattern,
+ * fields[], headers[]}), created_unix_ms, version, catalog_version.
  * Error: {"error":{"code","message","detail"}}. */
 #define KL_JSON_PRETTY 1u
 char *kl_receipt_to_json(const Keyload__V1__BatchReceipt *r, unsigned flags);
@@ -291,6 +442,7 @@ char *kl_receipt_to_json(const Keyload__V1__BatchReceipt *r, unsigned flags);
 char *kl_queue_stats_to_json(const char *queue, const Keyload__V1__QueueStatsAnswer *s,
                              unsigned flags);
 char *kl_error_to_json(const kl_err *err, unsigned flags);
+char *kl_principal_to_json(const Keyload__V1__ShowPrincipalAnswer *a, unsigned flags);
 
 /* Standard base64 with padding (sodium_base64_VARIANT_ORIGINAL). encode returns a
  * malloc'd string (free()), NULL when out of memory. decode refuses anything else than
@@ -305,8 +457,6 @@ kl_code kl_base64_decode(const char *what, const char *text, uint8_t **out, size
 bool kl_sdk_utf8_valid(const uint8_t *p, size_t n);
 
 /* ---------------------------------------------------------------- member status */
-
-#include "keyload/v1/catalog.pb-c.h"
 
 /* Asks the one member at client URL url what it knows about itself and its partition
  * (keyload.v1.MemberStatus: role, leader, term, commit/applied/last index, serving,

@@ -78,7 +78,7 @@ static kl_code own_copy(const Keyload__V1__Mutation *tmp, Keyload__V1__Mutation 
     return *out ? KL_OK : kl_sdk_oom(err);
 }
 
-static kl_code add_copy(kl_batch *b, const Keyload__V1__Mutation *tmp, kl_err *err)
+kl_code kl_sdk_batch_add(kl_batch *b, const Keyload__V1__Mutation *tmp, kl_err *err)
 {
     Keyload__V1__Mutation *m;
     kl_code rc = own_copy(tmp, &m, err);
@@ -128,7 +128,7 @@ kl_code kl_batch_create_queue(kl_batch *b, const char *queue, const kl_queue_opt
     Keyload__V1__Mutation m = KEYLOAD__V1__MUTATION__INIT;
     m.kind_case = KEYLOAD__V1__MUTATION__KIND_CREATE_QUEUE;
     m.create_queue = &cq;
-    return add_copy(b, &m, err);
+    return kl_sdk_batch_add(b, &m, err);
 }
 
 kl_code kl_batch_delete_queue(kl_batch *b, const char *queue, kl_err *err)
@@ -143,7 +143,7 @@ kl_code kl_batch_delete_queue(kl_batch *b, const char *queue, kl_err *err)
     Keyload__V1__Mutation m = KEYLOAD__V1__MUTATION__INIT;
     m.kind_case = KEYLOAD__V1__MUTATION__KIND_DELETE_QUEUE;
     m.delete_queue = &dq;
-    return add_copy(b, &m, err);
+    return kl_sdk_batch_add(b, &m, err);
 }
 
 static kl_code check_lane(const char *queue, const char *lane, kl_err *err)
@@ -170,7 +170,7 @@ kl_code kl_batch_enqueue(kl_batch *b, const char *queue, const char *lane,
     Keyload__V1__Mutation m = KEYLOAD__V1__MUTATION__INIT;
     m.kind_case = KEYLOAD__V1__MUTATION__KIND_ENQUEUE;
     m.enqueue = &eq;
-    return add_copy(b, &m, err);
+    return kl_sdk_batch_add(b, &m, err);
 }
 
 kl_code kl_batch_receive(kl_batch *b, const char *queue, const char *lane,
@@ -188,7 +188,7 @@ kl_code kl_batch_receive(kl_batch *b, const char *queue, const char *lane,
     Keyload__V1__Mutation m = KEYLOAD__V1__MUTATION__INIT;
     m.kind_case = KEYLOAD__V1__MUTATION__KIND_RECEIVE;
     m.receive = &rv;
-    return add_copy(b, &m, err);
+    return kl_sdk_batch_add(b, &m, err);
 }
 
 static kl_code lease_tokens(const kl_bytes *tokens, size_t n, ProtobufCBinaryData **out,
@@ -241,7 +241,7 @@ static kl_code lease_mutation(kl_batch *b, const char *queue, const kl_bytes *to
         m.kind_case = KEYLOAD__V1__MUTATION__KIND_RELEASE;
         m.release = &rl;
     }
-    rc = add_copy(b, &m, err);
+    rc = kl_sdk_batch_add(b, &m, err);
     free(arr);
     return rc;
 }
@@ -265,12 +265,10 @@ kl_code kl_batch_create_database(kl_batch *b, const char *database,
     kl_code rc = kl_sdk_split_database(database, tenant, db, err);
     if (rc != KL_OK)
         return rc;
-    Keyload__V1__DatabaseLimits lim = KEYLOAD__V1__DATABASE_LIMITS__INIT;
-    if (limits) {
-        lim.max_scan_records = limits->max_scan_records;
-        lim.max_batch_bytes = limits->max_batch_bytes;
-        lim.max_query_read_bytes = limits->max_query_read_bytes;
-    }
+    Keyload__V1__DatabaseLimits lim;
+    Keyload__V1__NullableU64 attempts;
+    if ((rc = kl_sdk_limits_to_pb(limits, &lim, &attempts, err)) != KL_OK)
+        return rc;
     Keyload__V1__CreateDatabase cd = KEYLOAD__V1__CREATE_DATABASE__INIT;
     cd.tenant = tenant;
     cd.database = db;
@@ -278,7 +276,7 @@ kl_code kl_batch_create_database(kl_batch *b, const char *database,
     Keyload__V1__Mutation m = KEYLOAD__V1__MUTATION__INIT;
     m.kind_case = KEYLOAD__V1__MUTATION__KIND_CREATE_DATABASE;
     m.create_database = &cd;
-    return add_copy(b, &m, err);
+    return kl_sdk_batch_add(b, &m, err);
 }
 
 kl_code kl_batch_bootstrap(kl_batch *b, const char *database, const char *admin_id,
@@ -301,7 +299,7 @@ kl_code kl_batch_bootstrap(kl_batch *b, const char *database, const char *admin_
     Keyload__V1__Mutation m = KEYLOAD__V1__MUTATION__INIT;
     m.kind_case = KEYLOAD__V1__MUTATION__KIND_BOOTSTRAP;
     m.bootstrap = &bs;
-    return add_copy(b, &m, err);
+    return kl_sdk_batch_add(b, &m, err);
 }
 
 const char *kl_sdk_mutation_queue(const Keyload__V1__Mutation *m)
@@ -319,21 +317,59 @@ const char *kl_sdk_mutation_queue(const Keyload__V1__Mutation *m)
     return r ? r->queue : NULL;
 }
 
+kl_code kl_sdk_limits_to_pb(const kl_database_limits *limits, Keyload__V1__DatabaseLimits *lim,
+                            Keyload__V1__NullableU64 *n, kl_err *err)
+{
+    keyload__v1__database_limits__init(lim);
+    keyload__v1__nullable_u64__init(n);
+    if (limits == NULL)
+        return KL_OK;
+    lim->max_scan_records = limits->max_scan_records;
+    lim->max_batch_bytes = limits->max_batch_bytes;
+    lim->max_query_read_bytes = limits->max_query_read_bytes;
+    if (limits->has_max_queue_transfer_accept_attempts) {
+        if (limits->max_queue_transfer_accept_attempts == 0)
+            return kl_fail(err, KL_INVALID_ARGUMENT, "max_queue_transfer_accept_attempts",
+                           "MaxQueueTransferAcceptAttempts must be positive when present "
+                           "(leave it out for null)");
+        n->value = limits->max_queue_transfer_accept_attempts;
+        lim->max_queue_transfer_accept_attempts = n;
+    }
+    return KL_OK;
+}
+
+bool kl_sdk_mutation_is_catalog(int k)
+{
+    switch (k) {
+    case KEYLOAD__V1__MUTATION__KIND_CREATE_QUEUE:
+    case KEYLOAD__V1__MUTATION__KIND_CREATE_DATABASE:
+    case KEYLOAD__V1__MUTATION__KIND_BOOTSTRAP:
+    case KEYLOAD__V1__MUTATION__KIND_CREATE_PRINCIPAL:
+    case KEYLOAD__V1__MUTATION__KIND_GRANT_PERMISSION:
+    case KEYLOAD__V1__MUTATION__KIND_REVOKE_PERMISSION:
+    case KEYLOAD__V1__MUTATION__KIND_SET_PRINCIPAL_KEY:
+    case KEYLOAD__V1__MUTATION__KIND_SET_DATABASE_LIMITS:
+        return true;
+    default:
+        return false;
+    }
+}
+
 kl_code kl_batch_kind(const kl_batch *b, kl_batch_route *route, kl_err *err)
 {
     size_t catalog = 0, deletes = 0;
     for (size_t i = 0; i < b->n; i++) {
         int k = b->muts[i]->kind_case;
-        if (k == KEYLOAD__V1__MUTATION__KIND_CREATE_QUEUE || k == KEYLOAD__V1__MUTATION__KIND_CREATE_DATABASE ||
-            k == KEYLOAD__V1__MUTATION__KIND_BOOTSTRAP)
+        if (kl_sdk_mutation_is_catalog(k))
             catalog++;
         else if (k == KEYLOAD__V1__MUTATION__KIND_DELETE_QUEUE)
             deletes++;
     }
     if ((catalog || deletes) && b->n != 1)
         return kl_fail(err, KL_INVALID_ARGUMENT, "mutations",
-                       "a batch that creates a database or creates or deletes a queue holds only "
-                       "that one mutation (the catalog changes on partition 0)");
+                       "a batch that changes the catalog (databases, queue definitions, "
+                       "principals, limits) or deletes a queue holds only that one mutation (the "
+                       "catalog changes on partition 0)");
     *route = catalog ? KL_ROUTE_CATALOG : deletes ? KL_ROUTE_DELETE_QUEUE : KL_ROUTE_QUEUE;
     return KL_OK;
 }

@@ -1,5 +1,5 @@
-/* client: kl_client, the routing of one request to a partition's leader, and the two
- * calls (Batch, QueueStats).
+/* client: kl_client, the routing of one request to a partition's leader, and the calls
+ * (Batch, QueueStats; reads on partition 0 for LocateQueue and principal.c's ShowPrincipal).
  *
  * Routing: members of the target partition are tried in cluster-file order; a NOT_LEADER
  * answer naming a member of that partition is followed (at most KL_MAX_REDIRECTS times);
@@ -318,6 +318,14 @@ done:
     return last.code;
 }
 
+kl_code kl_sdk_catalog_read(kl_client *c, const char *method, const uint8_t *req, size_t req_len,
+                            uint8_t **ans, size_t *ans_len, kl_err *err)
+{
+    call_spec s = {.method = method, .mutation = false, .command_id = "", .req = req,
+                   .req_len = req_len};
+    return call_partition(c, 0, &s, ans, ans_len, err);
+}
+
 static bool placement_get(kl_client *c, const char *queue, int *partition)
 {
     bool found = false;
@@ -375,10 +383,9 @@ static kl_code locate(kl_client *c, const char *queue, int *partition, kl_err *e
     if (len > sizeof req)
         return kl_fail(err, KL_INVALID_ARGUMENT, "queue", "queue reference too long");
     keyload__v1__locate_queue_request__pack(&lr, req);
-    call_spec s = {.method = METHOD_LOCATE, .mutation = false, .command_id = "", .req = req, .req_len = len};
     uint8_t *ans;
     size_t ans_len;
-    kl_code rc = call_partition(c, 0, &s, &ans, &ans_len, err);
+    kl_code rc = kl_sdk_catalog_read(c, METHOD_LOCATE, req, len, &ans, &ans_len, err);
     if (rc != KL_OK)
         return rc;
     Keyload__V1__LocateQueueAnswer *a = keyload__v1__locate_queue_answer__unpack(NULL, ans_len, ans);

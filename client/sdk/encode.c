@@ -1,5 +1,5 @@
 /* encode: a kl_batch as a keyload.v1.BatchRequest, with the database stamped into every
- * queue ref. The batch itself stays untouched (it may be shared between threads), so the
+ * queue ref, principal, grant and limits change. The batch itself stays untouched (it may be shared between threads), so the
  * refs and their parents are shallow-copied for the duration of the pack. */
 #include "client/sdk/internal.h"
 
@@ -15,11 +15,17 @@ typedef struct stamped {
         Keyload__V1__Receive rv;
         Keyload__V1__Ack ak;
         Keyload__V1__Release rl;
+        Keyload__V1__CreatePrincipal cp;
+        Keyload__V1__GrantPermission gp;
+        Keyload__V1__RevokePermission rp;
+        Keyload__V1__SetDatabaseLimits sl;
     } sub;
+    Keyload__V1__Grant grant;
     Keyload__V1__QueueLaneRef ref;
 } stamped;
 
-/* Copies src into s with the ref's tenant/database replaced; false for an unknown kind. */
+/* Copies src into s with the client's tenant/database filled in (queue refs, principals,
+ * grants, limits); false for an unknown kind. */
 static bool stamp(stamped *s, const Keyload__V1__Mutation *src, char *tenant, char *database)
 {
     s->m = *src;
@@ -27,7 +33,34 @@ static bool stamp(stamped *s, const Keyload__V1__Mutation *src, char *tenant, ch
     switch (src->kind_case) {
     case KEYLOAD__V1__MUTATION__KIND_CREATE_DATABASE:
     case KEYLOAD__V1__MUTATION__KIND_BOOTSTRAP:
-        return true; /* names its own tenant and database */
+    case KEYLOAD__V1__MUTATION__KIND_SET_PRINCIPAL_KEY:
+        return true; /* names its own tenant and database, or none */
+    case KEYLOAD__V1__MUTATION__KIND_CREATE_PRINCIPAL:
+        s->sub.cp = *src->create_principal;
+        s->sub.cp.tenant = tenant;
+        s->sub.cp.database = src->create_principal->database_admin ? database : (char *)"";
+        s->m.create_principal = &s->sub.cp;
+        return true;
+    case KEYLOAD__V1__MUTATION__KIND_GRANT_PERMISSION:
+        if (src->grant_permission->grant == NULL)
+            return false;
+        s->grant = *src->grant_permission->grant;
+        s->grant.database = database;
+        s->sub.gp = *src->grant_permission;
+        s->sub.gp.grant = &s->grant;
+        s->m.grant_permission = &s->sub.gp;
+        return true;
+    case KEYLOAD__V1__MUTATION__KIND_REVOKE_PERMISSION:
+        s->sub.rp = *src->revoke_permission;
+        s->sub.rp.database = database;
+        s->m.revoke_permission = &s->sub.rp;
+        return true;
+    case KEYLOAD__V1__MUTATION__KIND_SET_DATABASE_LIMITS:
+        s->sub.sl = *src->set_database_limits;
+        s->sub.sl.tenant = tenant;
+        s->sub.sl.database = database;
+        s->m.set_database_limits = &s->sub.sl;
+        return true;
     case KEYLOAD__V1__MUTATION__KIND_CREATE_QUEUE:
         s->sub.cq = *src->create_queue;
         s->sub.cq.queue = &s->ref;

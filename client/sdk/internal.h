@@ -52,6 +52,26 @@ kl_code kl_sdk_oom(kl_err *err);
 
 /* The queue a mutation names (NULL for a database creation). */
 const char *kl_sdk_mutation_queue(const Keyload__V1__Mutation *m);
+/* True for the mutation kinds that change the catalog on partition 0 (each alone in its
+ * batch): database and queue creation, bootstrap, principals, database limits. */
+bool kl_sdk_mutation_is_catalog(int kind_case);
+
+/* Appends a deep, fully owned copy of tmp (built from borrowed parts) to b; on error b is
+ * unchanged. */
+kl_code kl_sdk_batch_add(kl_batch *b, const Keyload__V1__Mutation *tmp, kl_err *err);
+
+/* kl_database_limits as the wire's DatabaseLimits, borrowing nothing: lim and its nullable
+ * accept attempts (*n, pointed to by lim when present) are filled in place. INVALID_ARGUMENT
+ * for a present MaxQueueTransferAcceptAttempts of 0 (detail
+ * "max_queue_transfer_accept_attempts"). limits may be NULL (every limit the cluster's). */
+kl_code kl_sdk_limits_to_pb(const kl_database_limits *limits, Keyload__V1__DatabaseLimits *lim,
+                            Keyload__V1__NullableU64 *n, kl_err *err);
+
+/* ---- client.c: a read on partition 0's leader (LocateQueue, ShowPrincipal): NOT_LEADER
+ * redirects and retries as for a batch; a lost answer is DEADLINE_EXCEEDED "no_answer".
+ * On KL_OK *ans (malloc'd) holds the answer payload. */
+kl_code kl_sdk_catalog_read(kl_client *c, const char *method, const uint8_t *req, size_t req_len,
+                            uint8_t **ans, size_t *ans_len, kl_err *err);
 
 /* ---- sealed.c: requests under a session (DESIGN.md §5 "Sessions"). */
 typedef struct kl_sdk_principal kl_sdk_principal;

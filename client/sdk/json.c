@@ -220,6 +220,36 @@ static json_t *received_message(const Keyload__V1__ReceivedMessage *rm)
     return o;
 }
 
+/* DatabaseLimits; the nullable accept attempts are JSON null when absent. */
+static json_t *limits_json(const Keyload__V1__DatabaseLimits *l)
+{
+    json_t *o = json_object();
+    const Keyload__V1__NullableU64 *a = l ? l->max_queue_transfer_accept_attempts : NULL;
+    bool ok = o != NULL && set(o, "max_scan_records", u64(l ? l->max_scan_records : 0)) &&
+              set(o, "max_batch_bytes", u64(l ? l->max_batch_bytes : 0)) &&
+              set(o, "max_query_read_bytes", u64(l ? l->max_query_read_bytes : 0)) &&
+              set(o, "max_queue_transfer_accept_attempts", a ? u64(a->value) : json_null());
+    if (!ok) {
+        json_decref(o);
+        return NULL;
+    }
+    return o;
+}
+
+/* A list of strings as a JSON array, in the order given (the catalog keeps them sorted). */
+static json_t *strings_json(char *const *v, size_t n)
+{
+    json_t *arr = json_array();
+    for (size_t i = 0; arr != NULL && i < n; i++) {
+        json_t *x = text(v[i]);
+        if (x == NULL || json_array_append_new(arr, x) != 0) {
+            json_decref(arr);
+            return NULL;
+        }
+    }
+    return arr;
+}
+
 static json_t *result_json(const Keyload__V1__MutationResult *r)
 {
     json_t *o = json_object();
@@ -262,6 +292,21 @@ static json_t *result_json(const Keyload__V1__MutationResult *r)
                                                 r->database_created->signing_public_key.len)) &&
                set(o, "signing_key_id", b64(r->database_created->signing_key_id.data,
                                             r->database_created->signing_key_id.len))));
+        break;
+    case KEYLOAD__V1__MUTATION_RESULT__KIND_PRINCIPAL_CHANGED: {
+        const Keyload__V1__PrincipalChanged *p = r->principal_changed;
+        ok = set(o, "kind", json_string("principal_changed")) &&
+             set(o, "principal_id", text(p->principal_id)) &&
+             set(o, "key_id", b64(p->key_id.data, p->key_id.len)) &&
+             set(o, "policy_epoch", u64(p->policy_epoch)) &&
+             set(o, "changed", json_boolean(p->changed)) &&
+             set(o, "catalog_version", u64(p->catalog_version));
+        break;
+    }
+    case KEYLOAD__V1__MUTATION_RESULT__KIND_DATABASE_LIMITS_SET:
+        ok = set(o, "kind", json_string("database_limits_set")) &&
+             set(o, "limits", limits_json(r->database_limits_set->limits)) &&
+             set(o, "catalog_version", u64(r->database_limits_set->catalog_version));
         break;
     case KEYLOAD__V1__MUTATION_RESULT__KIND_ENQUEUED:
         ok = set(o, "kind", json_string("enqueued")) &&
@@ -343,6 +388,49 @@ char *kl_queue_stats_to_json(const char *queue, const Keyload__V1__QueueStatsAns
          set(lim, "max_deliveries", u64(l ? l->max_deliveries : 0)) &&
          set(lim, "dead_letter_queue", text(l ? l->dead_letter_queue : "")) &&
          set(o, "applied_index", u64(s->applied_index));
+    if (!ok) {
+        json_decref(o);
+        return NULL;
+    }
+    return dump(o, flags);
+}
+
+static json_t *grant_json(const Keyload__V1__Grant *g)
+{
+    json_t *o = json_object();
+    bool ok = o != NULL && set(o, "database", text(g->database)) &&
+              set(o, "permission", json_string(kl_permission_name(g->permission))) &&
+              set(o, "queue_pattern", text(g->queue_pattern)) &&
+              set(o, "fields", strings_json(g->fields, g->n_fields)) &&
+              set(o, "headers", strings_json(g->headers, g->n_headers));
+    if (!ok) {
+        json_decref(o);
+        return NULL;
+    }
+    return o;
+}
+
+char *kl_principal_to_json(const Keyload__V1__ShowPrincipalAnswer *a, unsigned flags)
+{
+    static const Keyload__V1__CatalogPrincipal none = KEYLOAD__V1__CATALOG_PRINCIPAL__INIT;
+    const Keyload__V1__CatalogPrincipal *p = a->principal ? a->principal : &none;
+    kl_role role = p->cluster_admin ? KL_ROLE_CLUSTER_ADMIN
+                   : p->database_admin ? KL_ROLE_DATABASE_ADMIN : KL_ROLE_NONE;
+    json_t *o = json_object();
+    bool ok = o != NULL && set(o, "principal_id", text(p->principal_id)) &&
+              set(o, "tenant", text(p->tenant)) &&
+              set(o, "role", json_string(kl_role_name(role))) &&
+              set(o, "database", text(p->database)) &&
+              set(o, "public_key", b64(p->public_key.data, p->public_key.len)) &&
+              set(o, "key_id", b64(p->key_id.data, p->key_id.len)) &&
+              set(o, "policy_epoch", u64(p->policy_epoch)) && set(o, "grants", json_array());
+    json_t *grants = ok ? json_object_get(o, "grants") : NULL;
+    for (size_t i = 0; ok && i < p->n_grants; i++) {
+        json_t *g = grant_json(p->grants[i]);
+        ok = g != NULL && json_array_append_new(grants, g) == 0;
+    }
+    ok = ok && set(o, "created_unix_ms", i64(p->created_unix_ms)) &&
+         set(o, "version", u64(p->version)) && set(o, "catalog_version", u64(a->catalog_version));
     if (!ok) {
         json_decref(o);
         return NULL;
