@@ -26,6 +26,7 @@ typedef struct cli {
     int timeout_ms;          /* --timeout */
     bool json;               /* --json */
     const char *usage;       /* the running command's usage line(s), for usage errors */
+    char last_usage[KL_ERR_MESSAGE_MAX]; /* the last usage error's message (tests read it) */
 } cli;
 
 /* ---- args.c: one argument iterator for every command. Global options (--cluster,
@@ -91,9 +92,63 @@ const char *cli_receipt_tag(const kl_receipt *r, char *buf, size_t cap);
  * INTERNAL error printed) otherwise. */
 const Keyload__V1__MutationResult *cli_single_result(cli *c, const kl_receipt *r, int kind);
 
+/* ---- keyfile.c: key pairs of principals (admin bootstrap, principal create/rotate-key) */
+/* The public half of a principal's key pair: a new pair whose secret half is written to
+ * key_out (mode 0600, refusing an existing file: the format --key reads), or the pair held
+ * in key_in (to retry a command with the same key). Exactly one of them is non-NULL. `what`
+ * names the file in errors. The secret half is wiped from memory before returning. */
+kl_code cli_key_pair(const char *what, const char *key_out, const char *key_in, uint8_t pk[32],
+                     kl_err *err);
+/* After the request registering that key: on KL_OK nothing; on an unknown outcome key_out is
+ * kept and stderr says how to retry (retry_fmt: the command line, with --key-in and
+ * --command-id); on any other error key_out is removed (it belongs to no principal).
+ * key_out NULL (the key came from --key-in): nothing. */
+void cli_key_settle(kl_code code, const char *key_out, const char *retry_fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+/* ---- cmd_principal.c: `principal create|show|grant|revoke|rotate-key` */
+typedef enum cli_principal_sub {
+    CLI_PRINCIPAL_CREATE,
+    CLI_PRINCIPAL_SHOW,
+    CLI_PRINCIPAL_GRANT,
+    CLI_PRINCIPAL_REVOKE,
+    CLI_PRINCIPAL_ROTATE_KEY,
+} cli_principal_sub;
+
+typedef struct cli_principal_args {
+    cli_principal_sub sub;
+    const char *id;                      /* NAME (create) or ID */
+    Keyload__V1__Permission permission;  /* grant, revoke */
+    const char *queue;                   /* --queue PATTERN (grant, revoke) */
+    kl_key_list fields, headers;         /* --fields, --headers (grant; owned) */
+    const char *key_out, *key_in;        /* create, rotate-key: exactly one */
+    kl_role role;                        /* create --role (default none) */
+    const char *command_id;              /* NULL: a fresh one */
+    bool help;                           /* --help was printed: nothing else to do */
+} cli_principal_args;
+
+/* Parses `principal SUB ARGS...` (argv[0] is SUB) into *o (zeroed first; free with
+ * cli_principal_args_clear). Returns CLI_EXIT_OK or CLI_EXIT_USAGE after reporting the
+ * usage error, which names the option or argument at fault. */
+int cli_principal_parse(cli *c, int argc, char **argv, cli_principal_args *o);
+void cli_principal_args_clear(cli_principal_args *o);
+
+/* ---- cmd_database.c: limit options shared by `database create` and `database limits` */
+typedef struct cli_database_args {
+    const char *name;            /* TENANT/DB, NULL: --database */
+    kl_database_limits limits;
+    bool any_limit;              /* at least one limit option was given */
+    const char *command_id;
+    bool help;
+} cli_database_args;
+/* Parses the arguments after `database create` / `database limits` (argv[0] is the first
+ * argument after the subcommand). Returns CLI_EXIT_OK or CLI_EXIT_USAGE (reported). */
+int cli_database_parse(cli *c, const char *sub, int argc, char **argv, cli_database_args *o);
+
 /* ---- commands */
 int cli_cmd_admin(cli *c, int argc, char **argv);
 int cli_cmd_database(cli *c, int argc, char **argv);
+int cli_cmd_principal(cli *c, int argc, char **argv);
 int cli_cmd_queue(cli *c, int argc, char **argv);
 int cli_cmd_enqueue(cli *c, int argc, char **argv);
 int cli_cmd_receive(cli *c, int argc, char **argv);

@@ -1,8 +1,8 @@
 /* cmd_admin: `keyload admin bootstrap` (DESIGN.md §5, §10): the first cluster
- * administrator, proven by the cluster secret. The new key pair is made here; its secret
- * half is written (mode 0600, never over an existing file) before the request is sent, so
- * a bootstrap that commits never loses its key. A definite refusal removes the file again;
- * an unknown outcome keeps it, and the printed retry line reuses it (--key-in). */
+ * administrator, proven by the cluster secret. The new key pair is made by keyfile.c; its
+ * secret half is written (mode 0600, never over an existing file) before the request is
+ * sent, so a bootstrap that commits never loses its key. A definite refusal removes the file
+ * again; an unknown outcome keeps it, and the printed retry line reuses it (--key-in). */
 #include "client/cli/cli.h"
 #include "common/canon.h"
 #include "common/cluster.h"
@@ -12,7 +12,6 @@
 #include <sodium.h>
 #include <stdio.h>
 #include <string.h>
-#include <unistd.h>
 
 #define USAGE_ADMIN                                                                            \
     "keyload [GLOBAL OPTIONS] admin bootstrap --tenant T --database D --admin NAME\n"          \
@@ -78,19 +77,6 @@ static int parse(cli *c, cli_args *a, bootstrap_args *o, bool *helped)
     return CLI_EXIT_OK;
 }
 
-/* The administrator's key pair: new (written to key_out) or read from key_in. */
-static kl_code admin_key(const bootstrap_args *o, uint8_t pk[32], uint8_t sk[64], kl_err *err)
-{
-    if (o->key_in != NULL) {
-        kl_code rc = kl_keys_read_secret_file("administrator key file", o->key_in, sk, 64, err);
-        if (rc == KL_OK && crypto_sign_ed25519_sk_to_pk(pk, sk) != 0)
-            rc = kl_fail(err, KL_INVALID_ARGUMENT, "key_in", "%s does not hold an Ed25519 secret key", o->key_in);
-        return rc;
-    }
-    crypto_sign_keypair(pk, sk);
-    return kl_keys_write_secret_file("administrator key file", o->key_out, sk, 64, err);
-}
-
 static int bootstrap(cli *c, cli_args *a)
 {
     bootstrap_args o = {0};
@@ -110,20 +96,20 @@ static int bootstrap(cli *c, cli_args *a)
         snprintf(default_secret, sizeof default_secret, "var/%s/cluster.secret", cluster.name);
         o.secret_file = default_secret;
     }
-    uint8_t secret[KL_CLUSTER_SECRET_LEN], pk[32], sk[64], proof[KL_DIGEST_LEN];
+    uint8_t secret[KL_CLUSTER_SECRET_LEN], pk[32], proof[KL_DIGEST_LEN];
     if (kl_keys_read_secret_file("cluster secret file", o.secret_file, secret, sizeof secret, &err) != KL_OK)
         return cli_error(c, &err);
-    if (admin_key(&o, pk, sk, &err) != KL_OK) {
+    if (cli_key_pair("administrator key file", o.key_out, o.key_in, pk, &err) != KL_OK) {
         sodium_memzero(secret, sizeof secret);
-        sodium_memzero(sk, sizeof sk);
         return cli_error(c, &err);
     }
-    sodium_memzero(sk, sizeof sk); /* the daemon never sees it; the file keeps it */
     int made = kl_canon_bootstrap_proof(secret, o.tenant, o.database, o.admin, pk, sizeof pk, proof);
     sodium_memzero(secret, sizeof secret);
     kl_batch *b;
-    if ((rc = cli_new_batch(c, o.command_id, &b)) != CLI_EXIT_OK)
-        goto drop_key;
+    if ((rc = cli_new_batch(c, o.command_id, &b)) != CLI_EXIT_OK) {
+        cli_key_settle(KL_INVALID_ARGUMENT, o.key_out, "%s", ""); /* removes it */
+        return rc;
+    }
     kl_client *client = NULL;
     kl_receipt *r = NULL;
     kl_code code = made != 0 ? kl_fail(&err, KL_INTERNAL, "memory", "out of memory")
@@ -133,16 +119,14 @@ static int bootstrap(cli *c, cli_args *a)
     if (code == KL_OK)
         code = kl_client_batch(client, b, &r, &err);
     kl_client_close(client);
-    if (code == KL_UNKNOWN_WRITE_OUTCOME && o.key_out != NULL)
-        fprintf(stderr, "keyload: the outcome is unknown; %s is kept. Retry with: keyload admin bootstrap "
-                        "--tenant %s --database %s --admin %s --key-in %s --command-id %s\n",
-                o.key_out, o.tenant, o.database, o.admin, o.key_out, kl_batch_command_id(b));
+    cli_key_settle(code, o.key_out,
+                   "keyload admin bootstrap --tenant %s --database %s --admin %s --key-in %s "
+                   "--command-id %s", o.tenant, o.database, o.admin, o.key_out,
+                   kl_batch_command_id(b));
     if (code != KL_OK) {
         rc = cli_error(c, &err);
         kl_batch_free(b);
-        if (code == KL_UNKNOWN_WRITE_OUTCOME)
-            return rc;
-        goto drop_key;
+        return rc;
     }
     const Keyload__V1__MutationResult *res = cli_single_result(c, r, KEYLOAD__V1__MUTATION_RESULT__KIND_BOOTSTRAPPED);
     if (res == NULL) {
@@ -158,11 +142,6 @@ static int bootstrap(cli *c, cli_args *a)
     }
     kl_receipt_free(r);
     kl_batch_free(b);
-    return rc;
-drop_key:
-    /* Refused for certain: the key belongs to no principal. */
-    if (o.key_out != NULL)
-        unlink(o.key_out);
     return rc;
 }
 

@@ -13,7 +13,18 @@ static const char HELP[] =
     "  admin bootstrap --tenant T --database D --admin NAME --key-out FILE [--cluster-secret FILE]\n"
     "                  the first cluster administrator (only once; needs the cluster secret)\n"
     "  database create [TENANT/DB] [--max-scan-records N] [--max-batch-bytes N]\n"
-    "                  [--max-query-read-bytes N]   (default TENANT/DB: --database)\n"
+    "                  [--max-query-read-bytes N] [--max-transfer-accept-attempts N|null]\n"
+    "                  (default TENANT/DB: --database)\n"
+    "  database limits [TENANT/DB] [same limit options]   replaces ALL the database's limits\n"
+    "                  (a limit left out: the cluster's value; accept attempts: null)\n"
+    "  principal create NAME --key-out FILE [--role database-admin|cluster-admin]\n"
+    "                  a principal of --database's tenant with a new Ed25519 key pair (the\n"
+    "                  secret key goes to FILE, mode 0600; only the public key is sent)\n"
+    "  principal show ID\n"
+    "  principal grant ID PERMISSION --queue PATTERN [--fields a,b] [--headers h,k]\n"
+    "                  PERMISSION: QueuePublish|QueueConsume|QueueAck|QueueInspect|Query\n"
+    "  principal revoke ID PERMISSION --queue PATTERN\n"
+    "  principal rotate-key ID --key-out FILE    a new key pair (the old key stops working)\n"
     "  queue create NAME [--partition P] [--max-messages N] [--max-bytes N]\n"
     "                    [--max-deliveries N] [--dlq NAME]\n"
     "  queue delete NAME\n"
@@ -94,6 +105,8 @@ int main(int argc, char **argv)
         return cli_cmd_admin(&c, rest_argc, rest);
     if (strcmp(cmd, "database") == 0)
         return cli_cmd_database(&c, rest_argc, rest);
+    if (strcmp(cmd, "principal") == 0)
+        return cli_cmd_principal(&c, rest_argc, rest);
     if (strcmp(cmd, "queue") == 0)
         return cli_cmd_queue(&c, rest_argc, rest);
     if (strcmp(cmd, "enqueue") == 0)

@@ -29,6 +29,7 @@ int cli_usage(cli *c, const char *fmt, ...)
     va_end(ap);
     err.code = KL_INVALID_ARGUMENT;
     snprintf(err.detail, sizeof err.detail, "usage");
+    snprintf(c->last_usage, sizeof c->last_usage, "%s", err.message);
     fprintf(stderr, "error: usage: %s\n", err.message);
     if (c->usage != NULL)
         fprintf(stderr, "usage: %s\n", c->usage);
