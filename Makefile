@@ -16,6 +16,8 @@ COMMON_SRC := $(wildcard common/*.c)
 DAEMON_SRC := $(filter-out daemon/main.c,$(wildcard daemon/*.c daemon/*/*.c))
 SDK_SRC    := $(wildcard client/sdk/*.c)
 CLI_SRC    := $(wildcard client/cli/*.c)
+# The CLI without main.c: linked into the unit tests (argument parsing).
+CLI_LIB_SRC := $(filter-out client/cli/main.c,$(CLI_SRC))
 BENCH_SRC  := $(wildcard tests/bench/*.c)
 UNIT_SRC   := $(wildcard tests/unit/*.c)
 
@@ -64,7 +66,7 @@ build/proc-test: $(call obj,$(wildcard tests/cluster/*.c)) $(SDK_OBJ) $(CORE_OBJ
 	$(CC) $(CFLAGS) -o $@ $^ $(LIBS)
 
 # Unit tests: one Check runner, everything built with AddressSanitizer + UBSan.
-build/unit-tests: $(call san,$(UNIT_SRC) $(GEN_C) $(COMMON_SRC) $(DAEMON_SRC) $(SDK_SRC))
+build/unit-tests: $(call san,$(UNIT_SRC) $(GEN_C) $(COMMON_SRC) $(DAEMON_SRC) $(SDK_SRC) $(CLI_LIB_SRC))
 	$(CC) $(SAN) -o $@ $^ $(LIBS) $(CHECK_LIBS)
 
 deps:

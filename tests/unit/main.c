@@ -21,6 +21,7 @@ Suite *suite_sdk_retry(void);
 Suite *suite_session(void);
 Suite *suite_authz(void);
 Suite *suite_sessions(void);
+Suite *suite_principal(void);
 Suite *suite_access(void);
 
 int main(void)
@@ -42,6 +43,7 @@ int main(void)
     srunner_add_suite(sr, suite_session());
     srunner_add_suite(sr, suite_authz());
     srunner_add_suite(sr, suite_sessions());
+    srunner_add_suite(sr, suite_principal());
     srunner_add_suite(sr, suite_access());
     srunner_run_all(sr, CK_NORMAL);
     int failed = srunner_ntests_failed(sr);
