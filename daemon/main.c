@@ -338,7 +338,8 @@ int main(int argc, char **argv)
         goto fail_sessions;
     }
     kl_service_start(&d.service, d.loop);
-    if (partition != 0 && kl_tailer_start(d.loop, &cluster, partition, d.node, &d.tailer, &err) != KL_OK) {
+    if (partition != 0 && kl_tailer_start(d.loop, &cluster, partition, (uint64_t)me->id, d.keys, d.node,
+                                              &d.tailer, &err) != KL_OK) {
         fprintf(stderr, "keyloadd: %s\n", err.message);
         goto fail_tailer;
     }

@@ -15,6 +15,8 @@
 
 #include "common/log.h"
 #include "daemon/engine/engine.h"
+#include "common/keys.h"
+#include "daemon/rpc/tail_auth.h"
 #include "daemon/rpc/tailer.h"
 #include "keyload/v1/catalog.pb-c.h"
 #include "keyload/v1/queue.pb-c.h"
@@ -59,7 +61,34 @@ static bool serving(kl_service *s)
 /* ---- tail ---- */
 
 /* Answers a tail with the changes after `applied` that fit. */
-static void answer_tail(kl_service *s, kl_rpc_call *call, uint64_t applied)
+/* Wraps the answer bytes in a SignedCatalogTailAnswer, signed with this member's key when
+ * it has one (tail_auth.h), bound to the request's signature (NULL: unsigned request). */
+static void reply_signed(kl_service *s, kl_rpc_call *call, const uint8_t *req_sig, const kl_buf *out)
+{
+    Keyload__V1__SignedCatalogTailAnswer a = KEYLOAD__V1__SIGNED_CATALOG_TAIL_ANSWER__INIT;
+    uint8_t sig[KL_TAIL_AUTH_SIG_LEN];
+    a.answer.data = out->p;
+    a.answer.len = out->len;
+    a.member = s->member_id;
+    if (s->keys != NULL && s->keys->has_member_key) {
+        kl_tail_auth_sign_answer(s->cluster, s->member_id, req_sig, out->p, out->len, s->keys->member_secret, sig);
+        a.signature.data = sig;
+        a.signature.len = sizeof sig;
+    }
+    size_t n = keyload__v1__signed_catalog_tail_answer__get_packed_size(&a);
+    uint8_t *buf = malloc(n ? n : 1);
+    if (buf == NULL) {
+        kl_err err;
+        kl_fail(&err, KL_UNAVAILABLE, "memory", "out of memory; retry");
+        kl_rpc_reply_error(call, &err, NULL);
+        return;
+    }
+    keyload__v1__signed_catalog_tail_answer__pack(&a, buf);
+    kl_rpc_reply(call, buf, n);
+    free(buf);
+}
+
+static void answer_tail(kl_service *s, kl_rpc_call *call, uint64_t applied, const uint8_t *req_sig)
 {
     uint64_t latest = applied_version(s);
     kl_buf out = {0};
@@ -91,7 +120,7 @@ static void answer_tail(kl_service *s, kl_rpc_call *call, uint64_t applied)
         kl_fail(&err, KL_UNAVAILABLE, "memory", "out of memory; retry");
         kl_rpc_reply_error(call, &err, NULL);
     } else
-        kl_rpc_reply(call, out.p, out.len);
+        reply_signed(s, call, req_sig, &out);
     kl_buf_free(&out);
 }
 
@@ -105,7 +134,7 @@ static void wake_tails(kl_service *s, bool all)
         if (all || latest > s->tails[i].applied || now >= s->tails[i].until_ms) {
             kl_rpc_call *call = s->tails[i].call;
             s->tails[i].call = NULL;
-            answer_tail(s, call, s->tails[i].applied);
+            answer_tail(s, call, s->tails[i].applied, s->tails[i].signed_request ? s->tails[i].req_sig : NULL);
         }
     }
 }
@@ -127,16 +156,23 @@ void kl_service_catalog_tail(void *owner, kl_rpc_call *call)
     int part = r->partition;
     uint64_t applied = r->applied_version;
     uint32_t wait_ms = r->wait_ms;
+    uint8_t req_sig[KL_TAIL_AUTH_SIG_LEN];
+    bool signed_request = r->signature.len == KL_TAIL_AUTH_SIG_LEN;
+    if (signed_request)
+        memcpy(req_sig, r->signature.data, sizeof req_sig);
+    kl_code rc = KL_OK;
+    if (s->partition->id != 0)
+        rc = kl_fail(&err, KL_FAILED_PRECONDITION, "catalog_partition",
+                     "the catalog lives on partition 0; this is partition %d", s->partition->id);
+    else if (part <= 0 || part >= s->cluster->partition_count)
+        rc = kl_fail(&err, KL_INVALID_ARGUMENT, "partition", "partition must be a data partition (1..%d)",
+                     s->cluster->partition_count - 1);
+    else if (kl_tail_auth_required(s->cluster, part))
+        /* Nothing of a request that does not verify is recorded: not its progress, not its
+         * arrival (which keeps a partition's lease counted as live). */
+        rc = kl_tail_auth_verify_request(s->cluster, r, wall_ms(), &err);
     keyload__v1__catalog_tail_request__free_unpacked(r, NULL);
-    if (s->partition->id != 0) {
-        kl_fail(&err, KL_FAILED_PRECONDITION, "catalog_partition",
-                "the catalog lives on partition 0; this is partition %d", s->partition->id);
-        kl_rpc_reply_error(call, &err, NULL);
-        return;
-    }
-    if (part <= 0 || part >= s->cluster->partition_count) {
-        kl_fail(&err, KL_INVALID_ARGUMENT, "partition", "partition must be a data partition (1..%d)",
-                s->cluster->partition_count - 1);
+    if (rc != KL_OK) {
         kl_rpc_reply_error(call, &err, NULL);
         return;
     }
@@ -151,7 +187,7 @@ void kl_service_catalog_tail(void *owner, kl_rpc_call *call)
         check_barriers(s, false);
     }
     if (applied_version(s) > applied || wait_ms == 0) {
-        answer_tail(s, call, applied);
+        answer_tail(s, call, applied, signed_request ? req_sig : NULL);
         return;
     }
     for (int i = 0; i < KL_SERVICE_MAX_TAILS; i++) {
@@ -160,10 +196,12 @@ void kl_service_catalog_tail(void *owner, kl_rpc_call *call)
         s->tails[i].call = call;
         s->tails[i].partition = part;
         s->tails[i].applied = applied;
+        s->tails[i].signed_request = signed_request;
+        memcpy(s->tails[i].req_sig, req_sig, sizeof req_sig);
         s->tails[i].until_ms = wall_ms() + (wait_ms < KL_TAIL_WAIT_MAX_MS ? wait_ms : KL_TAIL_WAIT_MAX_MS);
         return;
     }
-    answer_tail(s, call, applied); /* every slot taken: answer empty now */
+    answer_tail(s, call, applied, signed_request ? req_sig : NULL); /* every slot taken: answer empty now */
 }
 
 /* ---- barrier ---- */

@@ -54,6 +54,8 @@ typedef struct kl_service {
         int partition;
         uint64_t applied;
         int64_t until_ms;            /* answer empty at this time */
+        bool signed_request;         /* req_sig holds the request's signature (tail_auth.h) */
+        uint8_t req_sig[64];
     } tails[KL_SERVICE_MAX_TAILS];
     struct {
         kl_rpc_call *call;           /* NULL = free slot */

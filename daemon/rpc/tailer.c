@@ -1,8 +1,10 @@
 #include "daemon/rpc/tailer.h"
 
+#include "common/keys.h"
 #include "common/log.h"
 #include "common/rpc.h"
 #include "daemon/rpc/service.h"
+#include "daemon/rpc/tail_auth.h"
 #include "keyload/v1/catalog.pb-c.h"
 
 #include <errno.h>
@@ -26,6 +28,9 @@ struct kl_tailer {
     const kl_partition *system;  /* partition 0 */
     int partition;
     kl_node *node;
+    uint64_t member;             /* this member's id, for signing (tail_auth.h) */
+    const struct kl_keys *keys;  /* NULL or without a member key: requests go unsigned */
+    bool auth_required;          /* kl_tail_auth_required: answers must verify */
     /* Guarded by mu: */
     bool serving, stop;
     uint64_t epoch;              /* bumped on every change of `serving` */
@@ -44,6 +49,13 @@ struct kl_tailer {
     int64_t last_warn_ms;
     int64_t last_refusal_warn_ms; /* loop thread */
 };
+
+static int64_t wall_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
 
 static int64_t mono_ms(void)
 {
@@ -74,6 +86,24 @@ static int member_slot(const kl_partition *p, const char *url)
     return -1;
 }
 
+/* Unwraps (and, when required, verifies) a SignedCatalogTailAnswer; frees ans. */
+static kl_code open_answer(kl_tailer *t, uint8_t *ans, size_t alen, const uint8_t *req_sig,
+                           Keyload__V1__CatalogTailAnswer **out, kl_err *err)
+{
+    Keyload__V1__SignedCatalogTailAnswer *sa = keyload__v1__signed_catalog_tail_answer__unpack(NULL, alen, ans);
+    free(ans);
+    if (sa == NULL)
+        return kl_fail(err, KL_INTERNAL, "catalog_tail", "a CatalogTail answer does not decode");
+    kl_code rc = t->auth_required ? kl_tail_auth_verify_answer(t->cluster, sa, req_sig, err) : KL_OK;
+    if (rc == KL_OK) {
+        *out = keyload__v1__catalog_tail_answer__unpack(NULL, sa->answer.len, sa->answer.data);
+        if (*out == NULL)
+            rc = kl_fail(err, KL_INTERNAL, "catalog_tail", "a CatalogTail answer does not decode");
+    }
+    keyload__v1__signed_catalog_tail_answer__free_unpacked(sa, NULL);
+    return rc;
+}
+
 /* One CatalogTail to partition 0, following one NOT_LEADER hint. On KL_OK *out is the
  * decoded answer. */
 static kl_code tail_once(kl_tailer *t, uint64_t applied, Keyload__V1__CatalogTailAnswer **out, kl_err *err)
@@ -82,7 +112,11 @@ static kl_code tail_once(kl_tailer *t, uint64_t applied, Keyload__V1__CatalogTai
     req.partition = t->partition;
     req.applied_version = applied;
     req.wait_ms = KL_CATALOG_TAIL_WAIT_MS;
-    uint8_t buf[64];
+    uint8_t sig[KL_TAIL_AUTH_SIG_LEN];
+    bool signing = t->keys != NULL && t->keys->has_member_key;
+    if (signing)
+        kl_tail_auth_sign_request(t->cluster, &req, t->member, wall_ms(), t->keys->member_secret, sig);
+    uint8_t buf[256];
     size_t n = keyload__v1__catalog_tail_request__pack(&req, buf);
     kl_code rc = KL_UNAVAILABLE;
     for (int hop = 0; hop < 2; hop++) {
@@ -99,11 +133,8 @@ static kl_code tail_once(kl_tailer *t, uint64_t applied, Keyload__V1__CatalogTai
         leader[0] = '\0';
         rc = kl_rpc_invoke(t->conns[slot], "keyload.v1.CatalogTail", buf, n, TAIL_TIMEOUT_MS, &ans, &alen,
                            leader, sizeof leader, err);
-        if (rc == KL_OK) {
-            *out = keyload__v1__catalog_tail_answer__unpack(NULL, alen, ans);
-            free(ans);
-            return *out ? KL_OK : kl_fail(err, KL_INTERNAL, "catalog_tail", "a CatalogTail answer does not decode");
-        }
+        if (rc == KL_OK)
+            return open_answer(t, ans, alen, signing ? sig : NULL, out, err);
         int next = rc == KL_NOT_LEADER && leader[0] ? member_slot(t->system, leader) : -1;
         t->target = next >= 0 ? next : (slot + 1) % t->system->member_count;
         if (next < 0)
@@ -212,8 +243,8 @@ static void on_closed(uv_handle_t *h)
     free(t);
 }
 
-kl_code kl_tailer_start(uv_loop_t *loop, const kl_cluster *cluster, int partition, kl_node *node,
-                        kl_tailer **out, kl_err *err)
+kl_code kl_tailer_start(uv_loop_t *loop, const kl_cluster *cluster, int partition, uint64_t member,
+                        const kl_keys *keys, kl_node *node, kl_tailer **out, kl_err *err)
 {
     const kl_partition *system = kl_cluster_find_partition(cluster, 0);
     if (system == NULL || system->member_count == 0)
@@ -226,6 +257,9 @@ kl_code kl_tailer_start(uv_loop_t *loop, const kl_cluster *cluster, int partitio
     t->lease_ms = cluster->timers.catalog_lease_ms;
     t->partition = partition;
     t->node = node;
+    t->member = member;
+    t->keys = keys;
+    t->auth_required = kl_tail_auth_required(cluster, partition);
     uint64_t changes;
     kl_node_catalog_status(node, &t->applied, &changes);
     if (pthread_mutex_init(&t->mu, NULL) != 0)

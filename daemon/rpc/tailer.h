@@ -24,14 +24,19 @@
 #include "common/status.h"
 #include "daemon/node.h"
 
+struct kl_keys;
+
 #include <stdbool.h>
 #include <stdint.h>
 #include <uv.h>
 
 typedef struct kl_tailer kl_tailer;
 
-kl_code kl_tailer_start(uv_loop_t *loop, const kl_cluster *cluster, int partition, kl_node *node,
-                        kl_tailer **out, kl_err *err);
+/* member and keys (borrowed, may be NULL) sign the tail requests; when the cluster file
+ * lists every member's public key, answers must carry a valid signature of a member of
+ * partition 0 (daemon/rpc/tail_auth.h), else they are refused and retried. */
+kl_code kl_tailer_start(uv_loop_t *loop, const kl_cluster *cluster, int partition, uint64_t member,
+                        const struct kl_keys *keys, kl_node *node, kl_tailer **out, kl_err *err);
 /* Whether this member serves its partition now (tail only then). */
 void kl_tailer_set_serving(kl_tailer *t, bool serving);
 /* The catalog version applied on this member moved to `version`. */

@@ -23,6 +23,7 @@ Suite *suite_authz(void);
 Suite *suite_sessions(void);
 Suite *suite_principal(void);
 Suite *suite_access(void);
+Suite *suite_tail_auth(void);
 
 int main(void)
 {
@@ -45,6 +46,7 @@ int main(void)
     srunner_add_suite(sr, suite_sessions());
     srunner_add_suite(sr, suite_principal());
     srunner_add_suite(sr, suite_access());
+    srunner_add_suite(sr, suite_tail_auth());
     srunner_run_all(sr, CK_NORMAL);
     int failed = srunner_ntests_failed(sr);
     int run = srunner_ntests_run(sr);

@@ -1,0 +1,57 @@
+/* tail_auth: member signatures on keyload.v1.CatalogTail (DESIGN.md §5).
+ *
+ * Why: the tail's request reports a data partition's applied catalog version, and partition
+ * 0 answers a catalog change (a revocation) once every partition reported it; its answer
+ * carries the catalog every data partition authorizes with. A forged request could make a
+ * revocation return before it holds; a forged answer could grant anything. So both are
+ * signed with Ed25519 member keys (the cluster file lists the public halves):
+ *
+ *   request digest  = BLAKE2b-256("keyload.v1.CatalogTail request" 0x00 cluster 0x00
+ *                     u32be partition, u64be applied_version, u32be wait_ms, u64be member,
+ *                     i64be unix_ms), signed by the tailing member;
+ *   answer digest   = BLAKE2b-256("keyload.v1.CatalogTail answer" 0x00 cluster 0x00
+ *                     u64be member, request signature (64 bytes), answer bytes), signed by
+ *                     the answering member of partition 0, so an answer is bound to the
+ *                     one request it answers and cannot be replayed to another.
+ *
+ * Required when every member of partition 0 and of the tailing partition has a public key
+ * in the cluster file (what deploy/keyload-cluster writes); otherwise unsigned tails are
+ * accepted (hand-written test clusters without keys) and signatures are not checked. A
+ * request signed more than KL_TAIL_AUTH_SKEW_MS away from the verifier's clock is refused.
+ * Errors: UNAUTHENTICATED with detail "tail_signature" or "tail_stale"; nothing is
+ * recorded from a refused request. Pure functions of their inputs (the clock is passed). */
+#ifndef KL_TAIL_AUTH_H
+#define KL_TAIL_AUTH_H
+
+#include "common/cluster.h"
+#include "common/status.h"
+#include "keyload/v1/catalog.pb-c.h"
+
+#include <stdbool.h>
+
+#define KL_TAIL_AUTH_SKEW_MS 60000
+#define KL_TAIL_AUTH_SIG_LEN 64
+
+/* Whether tails between partition 0 and `partition` must be signed (see above). */
+bool kl_tail_auth_required(const kl_cluster *c, int partition);
+
+/* Fills r->member, r->unix_ms and r->signature (pointing into sig, 64 bytes, owned by the
+ * caller) from the member's secret key. */
+void kl_tail_auth_sign_request(const kl_cluster *c, Keyload__V1__CatalogTailRequest *r, uint64_t member,
+                               int64_t now_unix_ms, const uint8_t member_secret[64],
+                               uint8_t sig[KL_TAIL_AUTH_SIG_LEN]);
+/* Checks r's signature against the public key the cluster file gives member r->member of
+ * partition r->partition, and its age. */
+kl_code kl_tail_auth_verify_request(const kl_cluster *c, const Keyload__V1__CatalogTailRequest *r,
+                                    int64_t now_unix_ms, kl_err *err);
+
+/* Signs answer bytes for the request whose signature is req_sig (64 bytes, or NULL when the
+ * request was unsigned: then the answer is bound to 64 zero bytes). */
+void kl_tail_auth_sign_answer(const kl_cluster *c, uint64_t member, const uint8_t *req_sig,
+                              const uint8_t *answer, size_t len, const uint8_t member_secret[64],
+                              uint8_t sig[KL_TAIL_AUTH_SIG_LEN]);
+/* Checks a signed answer from member a->member of partition 0 against req_sig. */
+kl_code kl_tail_auth_verify_answer(const kl_cluster *c, const Keyload__V1__SignedCatalogTailAnswer *a,
+                                   const uint8_t *req_sig, kl_err *err);
+
+#endif

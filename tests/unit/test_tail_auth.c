@@ -1,0 +1,127 @@
+/* daemon/rpc/tail_auth.h: member signatures on the catalog tail. */
+#include "daemon/rpc/tail_auth.h"
+
+#include <check.h>
+#include <sodium.h>
+#include <stdio.h>
+#include <string.h>
+
+/* Partition 0 with member 1, partition 1 with member 1; keys[p] is member 1 of p. */
+static kl_cluster C;
+static uint8_t pk[2][32], sk[2][64];
+
+static void setup(void)
+{
+    char b64[2][64], json[1024];
+    for (int p = 0; p < 2; p++) {
+        crypto_sign_keypair(pk[p], sk[p]);
+        sodium_bin2base64(b64[p], sizeof b64[p], pk[p], 32, sodium_base64_VARIANT_ORIGINAL);
+    }
+    snprintf(json, sizeof json,
+             "{\"cluster\":\"tail\",\"replica_count\":1,\"partitions\":["
+             "{\"id\":0,\"members\":[{\"id\":1,\"client\":\"tcp://127.0.0.1:1\",\"peer\":\"tcp://127.0.0.1:2\","
+             "\"public_key\":\"%s\"}]},"
+             "{\"id\":1,\"members\":[{\"id\":1,\"client\":\"tcp://127.0.0.1:3\",\"peer\":\"tcp://127.0.0.1:4\","
+             "\"public_key\":\"%s\"}]}]}",
+             b64[0], b64[1]);
+    kl_err err;
+    ck_assert_int_eq(kl_cluster_parse(json, "/tmp", &C, &err), KL_OK);
+}
+
+static Keyload__V1__CatalogTailRequest signed_request(int64_t now, uint8_t sig[64])
+{
+    Keyload__V1__CatalogTailRequest r = KEYLOAD__V1__CATALOG_TAIL_REQUEST__INIT;
+    r.partition = 1;
+    r.applied_version = 7;
+    r.wait_ms = 500;
+    kl_tail_auth_sign_request(&C, &r, 1, now, sk[1], sig);
+    return r;
+}
+
+START_TEST(request_signed_by_its_member_verifies)
+{
+    kl_err err;
+    uint8_t sig[64];
+    ck_assert(kl_tail_auth_required(&C, 1));
+    Keyload__V1__CatalogTailRequest r = signed_request(1000000, sig);
+    ck_assert_int_eq(kl_tail_auth_verify_request(&C, &r, 1000000 + 5000, &err), KL_OK);
+    /* Inflated progress: the signature no longer covers it. */
+    r.applied_version = 8;
+    ck_assert_int_eq(kl_tail_auth_verify_request(&C, &r, 1000000, &err), KL_UNAUTHENTICATED);
+    ck_assert_str_eq(err.detail, "tail_signature");
+    r.applied_version = 7;
+    /* Stale, or from the future. */
+    ck_assert_int_eq(kl_tail_auth_verify_request(&C, &r, 1000000 + KL_TAIL_AUTH_SKEW_MS + 1, &err),
+                     KL_UNAUTHENTICATED);
+    ck_assert_str_eq(err.detail, "tail_stale");
+    ck_assert_int_eq(kl_tail_auth_verify_request(&C, &r, 1000000 - KL_TAIL_AUTH_SKEW_MS - 1, &err),
+                     KL_UNAUTHENTICATED);
+    /* Signed by partition 0's member while claiming to be partition 1's. */
+    Keyload__V1__CatalogTailRequest f = KEYLOAD__V1__CATALOG_TAIL_REQUEST__INIT;
+    f.partition = 1;
+    f.applied_version = 7;
+    uint8_t fsig[64];
+    kl_tail_auth_sign_request(&C, &f, 1, 1000000, sk[0], fsig);
+    ck_assert_int_eq(kl_tail_auth_verify_request(&C, &f, 1000000, &err), KL_UNAUTHENTICATED);
+    /* An unknown member, or no signature at all. */
+    r.member = 9;
+    ck_assert_int_eq(kl_tail_auth_verify_request(&C, &r, 1000000, &err), KL_UNAUTHENTICATED);
+    r.member = 1;
+    r.signature.len = 0;
+    ck_assert_int_eq(kl_tail_auth_verify_request(&C, &r, 1000000, &err), KL_UNAUTHENTICATED);
+}
+END_TEST
+
+START_TEST(answer_is_bound_to_its_request)
+{
+    kl_err err;
+    uint8_t req1[64], req2[64], asig[64];
+    signed_request(1000000, req1);
+    signed_request(1000001, req2);
+    const uint8_t body[] = {0x08, 0x07};
+    kl_tail_auth_sign_answer(&C, 1, req1, body, sizeof body, sk[0], asig);
+    Keyload__V1__SignedCatalogTailAnswer a = KEYLOAD__V1__SIGNED_CATALOG_TAIL_ANSWER__INIT;
+    a.answer.data = (uint8_t *)body;
+    a.answer.len = sizeof body;
+    a.member = 1;
+    a.signature.data = asig;
+    a.signature.len = sizeof asig;
+    ck_assert_int_eq(kl_tail_auth_verify_answer(&C, &a, req1, &err), KL_OK);
+    /* Replayed to another request, tampered, or signed by a data partition's member. */
+    ck_assert_int_eq(kl_tail_auth_verify_answer(&C, &a, req2, &err), KL_UNAUTHENTICATED);
+    const uint8_t other[] = {0x08, 0x08};
+    a.answer.data = (uint8_t *)other;
+    ck_assert_int_eq(kl_tail_auth_verify_answer(&C, &a, req1, &err), KL_UNAUTHENTICATED);
+    a.answer.data = (uint8_t *)body;
+    kl_tail_auth_sign_answer(&C, 1, req1, body, sizeof body, sk[1], asig);
+    ck_assert_int_eq(kl_tail_auth_verify_answer(&C, &a, req1, &err), KL_UNAUTHENTICATED);
+    ck_assert_str_eq(err.detail, "tail_signature");
+}
+END_TEST
+
+START_TEST(unkeyed_clusters_do_not_require_signatures)
+{
+    kl_cluster c;
+    kl_err err;
+    ck_assert_int_eq(kl_cluster_parse("{\"cluster\":\"plain\",\"replica_count\":1,\"partitions\":["
+                                      "{\"id\":0,\"members\":[{\"id\":1,\"client\":\"tcp://127.0.0.1:1\","
+                                      "\"peer\":\"tcp://127.0.0.1:2\"}]},"
+                                      "{\"id\":1,\"members\":[{\"id\":1,\"client\":\"tcp://127.0.0.1:3\","
+                                      "\"peer\":\"tcp://127.0.0.1:4\"}]}]}",
+                                      "/tmp", &c, &err),
+                     KL_OK);
+    ck_assert(!kl_tail_auth_required(&c, 1));
+}
+END_TEST
+
+Suite *suite_tail_auth(void)
+{
+    Suite *s = suite_create("tail_auth");
+    TCase *t = tcase_create("tail_auth");
+    tcase_add_checked_fixture(t, setup, NULL);
+    tcase_add_test(t, request_signed_by_its_member_verifies);
+    tcase_add_test(t, answer_is_bound_to_its_request);
+    tcase_add_test(t, unkeyed_clusters_do_not_require_signatures);
+    suite_add_tcase(s, t);
+    return s;
+}
