@@ -1,15 +1,19 @@
 #!/usr/bin/env bash
 # CLI end to end against real keyloadd processes: the §10 contract (exit codes, --json
-# shapes, replay with --command-id, tokens from stdin) and the catalog on partition 0
-# (`database create`, queue placement, the two-step queue delete).
+# shapes, replay with --command-id, tokens from stdin), the catalog on partition 0
+# (`database create`, queue placement, the two-step queue delete) and principals
+# (DESIGN.md §5: bootstrap, sessions, create, grant, revoke, show, key rotation, limits).
+# Sessions are required (neither cluster file sets insecure_local_admin): every command
+# after `admin bootstrap` runs as a principal (KEYLOAD_PRINCIPAL/KEYLOAD_KEY).
 # Part 1: a one-member, one-partition cluster started by deploy/keyload-cluster (which
 # stops its member on exit). Part 2: three single-member partitions (replica_count 1)
-# started here by hand and stopped by pid on exit. Ports: 27000-29999 (below the
-# ephemeral range, 32768+), six consecutive ones per run picked from the pid.
+# with member keys made here, started by hand and stopped by pid on exit. Ports:
+# 27000-29999 (below the ephemeral range, 32768+), seven consecutive ones per run picked
+# from the pid.
 set -u
 cd "$(dirname "$0")/../.."
 name="clitest$$"
-base=$(( 27000 + ($$ % 499) * 6 ))   # base .. base+6 <= 29994
+base=$(( 27000 + ($$ % 427) * 7 ))   # base .. base+6 <= 29995
 port=$base
 mkdir -p var
 cfg=$(mktemp "$PWD/var/cli-XXXXXX.json")
@@ -30,10 +34,11 @@ stop3() { # SIGTERM our own members by pid, SIGKILL whatever still runs after 5 
   for p in "${pids3[@]}"; do kill -KILL "$p" 2>/dev/null; wait "$p" 2>/dev/null; done
   pids3=()
 }
+keys="$(mktemp -d)"   # principals' secret keys (0600 files); removed on exit
 cleanup() {
   deploy/keyload-cluster --config "$cfg" down >/dev/null 2>&1
   stop3
-  rm -rf "var/$name" "$cfg" "$dir3" "/tmp/cli-err.$$" ${keys:+"$keys"}
+  rm -rf "var/$name" "$cfg" "$dir3" "/tmp/cli-err.$$" "$keys"
 }
 trap cleanup EXIT
 passed=0 failed=0
@@ -45,40 +50,51 @@ expect() { # expect NAME WANT_EXIT CMD... ; keeps stdout in $out
   if [ "$rc" -eq "$want" ]; then ok "$n"; else bad "$n (exit $rc, want $want): $(cat /tmp/cli-err.$$)"; fi
 }
 # Every CLI call is bounded: it has its own timeouts, this is the backstop.
-kl() { timeout -k 5 60 ./bin/keyload --cluster "$cfg" "$@"; }
+# raw: no principal (the launcher's cluster file as given, without member public keys);
+# kl: as the principal in KEYLOAD_PRINCIPAL/KEYLOAD_KEY once they are exported (below),
+# with the cluster file that carries the member public keys.
+raw() { timeout -k 5 60 env -u KEYLOAD_PRINCIPAL -u KEYLOAD_KEY ./bin/keyload --cluster "$cfg" "$@"; }
+keyed="var/$name/cluster.json"
+kl() { timeout -k 5 60 ./bin/keyload --cluster "$keyed" "$@"; }
 guid() { cat /proc/sys/kernel/random/uuid; }
 
 echo "--- one partition (deploy/keyload-cluster, port $port)"
 deploy/keyload-cluster --config "$cfg" up >/dev/null || { echo "FAIL cluster up"; echo "0 passed, 1 failed"; exit 1; }
 
-# The catalog: nothing can be created before its database exists.
-expect "queue create before its database is NOT_FOUND (exit 1)" 1 kl --json queue create jobs --partition 0
-[ "$(jq -r '.error.code' <<<"$out")" = NOT_FOUND ] && grep -q "default/default" <<<"$(jq -r '.error.message' <<<"$out")" &&
-  ok "missing database: NOT_FOUND naming default/default" || bad "missing database: $out"
+# Sessions are required: without one only Hello, MemberStatus and Bootstrap are served.
+expect "without a session, queue create is refused (exit 1)" 1 raw --json queue create jobs --partition 0
+[ "$(jq -r '.error.code' <<<"$out")" = UNAUTHENTICATED ] && [ "$(jq -r '.error.detail' <<<"$out")" = session_required ] &&
+  ok "no session: UNAUTHENTICATED session_required" || bad "no session: $out"
+expect "without a session, database create is refused (exit 1)" 1 raw --json database create
+[ "$(jq -r '.error.detail' <<<"$out")" = session_required ] && ok "no session: database create refused" ||
+  bad "no session database: $out"
 # The first administrator: only with the cluster secret (the launcher's file by default),
 # only once; the new key file is 0600 and is removed when the bootstrap is refused.
-keys="$(mktemp -d)"
 head -c 32 /dev/urandom >"$keys/wrong.secret" && chmod 600 "$keys/wrong.secret"
-expect "bootstrap with another secret is UNAUTHENTICATED (exit 1)" 1 kl --json admin bootstrap --tenant boot \
+expect "bootstrap with another secret is UNAUTHENTICATED (exit 1)" 1 raw --json admin bootstrap --tenant default \
   --database first --admin root --key-out "$keys/bad.key" --cluster-secret "$keys/wrong.secret"
 [ "$(jq -r '.error.detail' <<<"$out")" = bootstrap_proof ] && [ ! -e "$keys/bad.key" ] &&
   ok "wrong proof: detail bootstrap_proof, key file removed" || bad "wrong proof: $out"
-expect "admin bootstrap" 0 kl admin bootstrap --tenant boot --database first --admin root --key-out "$keys/root.key"
-grep -q "^bootstrapped boot/first: cluster administrator root (policy epoch 1)" <<<"$out" &&
+expect "admin bootstrap" 0 raw admin bootstrap --tenant default --database first --admin root --key-out "$keys/root.key"
+grep -q "^bootstrapped default/first: cluster administrator root (policy epoch 1)" <<<"$out" &&
   [ "$(stat -c %a "$keys/root.key")" = 600 ] && [ "$(stat -c %s "$keys/root.key")" = 64 ] &&
   ok "bootstrap receipt; key file 64 bytes, mode 600" || bad "bootstrap: $out $(ls -l "$keys")"
-expect "second bootstrap is FAILED_PRECONDITION (exit 1)" 1 kl --json admin bootstrap --tenant boot \
+expect "second bootstrap is FAILED_PRECONDITION (exit 1)" 1 raw --json admin bootstrap --tenant default \
   --database second --admin root2 --key-out "$keys/root2.key"
 [ "$(jq -r '.error.detail' <<<"$out")" = bootstrap_done ] && [ ! -e "$keys/root2.key" ] &&
   ok "second bootstrap: detail bootstrap_done, key file removed" || bad "second bootstrap: $out"
-# Sessions (DESIGN.md §5): as the bootstrapped administrator every command goes sealed,
-# verified with the member keys of the launcher's var/<name>/cluster.json.
-keyed="var/$name/cluster.json"
-ks() { timeout -k 5 60 ./bin/keyload --cluster "$keyed" --database boot/sess "$@"; }
+# From here on every command runs as the administrator root of tenant "default" (the
+# tenant of the default database): sealed under a session, verified with the member keys
+# of the launcher's var/<name>/cluster.json.
+export KEYLOAD_PRINCIPAL=root KEYLOAD_KEY="$keys/root.key"
+expect "queue create before its database is NOT_FOUND (exit 1)" 1 kl --json queue create jobs --partition 0
+[ "$(jq -r '.error.code' <<<"$out")" = NOT_FOUND ] && grep -q "default/default" <<<"$(jq -r '.error.message' <<<"$out")" &&
+  ok "missing database: NOT_FOUND naming default/default" || bad "missing database: $out"
+ks() { timeout -k 5 60 ./bin/keyload --cluster "$keyed" --database default/sess "$@"; }
 root=(--principal root --key "$keys/root.key")
 [ "$(jq -r '.partitions[0].members[0].public_key | length' "$keyed")" = 44 ] &&
   ok "the launcher's cluster.json carries the member's public key" || bad "no public key in $keyed"
-expect "sealed: database create" 0 ks "${root[@]}" --json database create boot/sess
+expect "sealed: database create" 0 ks "${root[@]}" --json database create default/sess
 [ "$(jq -r '.results[0].kind' <<<"$out")" = database_created ] && ok "sealed: database_created" || bad "sealed db: $out"
 expect "sealed: queue create" 0 ks "${root[@]}" --json queue create sq --partition 0
 [ "$(jq -r '.results[0].kind' <<<"$out")" = queue_created ] && ok "sealed: queue_created" || bad "sealed queue: $out"
@@ -96,17 +112,18 @@ expect "sealed: ack" 0 ks "${root[@]}" --json ack sq "$slease"
 expect "sealed: queue stats" 0 ks "${root[@]}" --json queue stats sq
 [ "$(jq -r '.messages' <<<"$out")" = 0 ] && ok "sealed: stats say 0 messages" || bad "sealed stats: $out"
 expect "sealed via KEYLOAD_PRINCIPAL/KEYLOAD_KEY" 0 env KEYLOAD_PRINCIPAL=root KEYLOAD_KEY="$keys/root.key" \
-  timeout -k 5 60 ./bin/keyload --cluster "$keyed" --database boot/sess --json queue stats sq
+  timeout -k 5 60 ./bin/keyload --cluster "$keyed" --database default/sess --json queue stats sq
 ./bin/keyloadd keygen --secret-out "$keys/other.key" >/dev/null
 expect "sealed: another key is UNAUTHENTICATED (exit 1)" 1 ks --principal root --key "$keys/other.key" --json queue stats sq
 [ "$(jq -r '.error.code' <<<"$out")" = UNAUTHENTICATED ] && [ "$(jq -r '.error.detail' <<<"$out")" = bad_signature ] &&
   ok "wrong key: UNAUTHENTICATED bad_signature" || bad "wrong key: $out"
 expect "sealed: an unknown principal is UNAUTHENTICATED (exit 1)" 1 ks --principal ghost --key "$keys/root.key" --json queue stats sq
 [ "$(jq -r '.error.code' <<<"$out")" = UNAUTHENTICATED ] && ok "unknown principal: UNAUTHENTICATED" || bad "ghost: $out"
-expect "--principal without --key is a usage error (exit 2)" 2 ks --principal root queue stats sq
-expect "--key without --principal is a usage error (exit 2)" 2 env KEYLOAD_KEY="$keys/root.key" \
+expect "--principal without --key is a usage error (exit 2)" 2 env -u KEYLOAD_KEY \
+  timeout -k 5 60 ./bin/keyload --cluster "$keyed" --principal root queue stats sq
+expect "--key without --principal is a usage error (exit 2)" 2 env -u KEYLOAD_PRINCIPAL KEYLOAD_KEY="$keys/root.key" \
   timeout -k 5 60 ./bin/keyload --cluster "$keyed" queue stats sq
-expect "a cluster file without public keys is refused (exit 1)" 1 kl "${root[@]}" --json queue stats sq
+expect "a cluster file without public keys is refused (exit 1)" 1 raw "${root[@]}" --json queue stats sq
 [ "$(jq -r '.error.detail' <<<"$out")" = public_key ] && grep -q p0m1 <<<"$(jq -r '.error.message' <<<"$out")" &&
   ok "no public_key: detail public_key, names p0m1" || bad "unkeyed file: $out"
 chmod 644 "$keys/root.key"
@@ -117,7 +134,6 @@ deploy/keyload-cluster --config "$cfg" start p0m1 >/dev/null
 expect "sealed: enqueue after kill -9 and restart (a new Hello)" 0 ks "${root[@]}" --json enqueue sq "after restart"
 expect "sealed: stats after restart" 0 ks "${root[@]}" --json queue stats sq
 [ "$(jq -r '.messages' <<<"$out")" = 1 ] && ok "sealed: 1 message after restart" || bad "sealed after restart: $out"
-rm -rf "$keys"
 dbcmd=$(guid)
 expect "database create" 0 kl database create --command-id "$dbcmd"
 grep -Eq "^created database default/default, database id [0-9]+, catalog version [0-9]+ .*$dbcmd" <<<"$out" &&
@@ -127,18 +143,21 @@ expect "database create replay" 0 kl database create --command-id "$dbcmd"
 [ "$first" = "$out" ] && ok "replayed database receipt identical" || bad "database replay: $out / $first"
 expect "database create again is CONFLICT (exit 1)" 1 kl --json database create default/default
 [ "$(jq -r '.error.code' <<<"$out")" = CONFLICT ] && ok "database conflict JSON" || bad "database conflict JSON: $out"
-expect "database create --json" 0 kl --json database create acme/shop
+expect "database create --json" 0 kl --json database create default/shop
 [ "$(jq -s 'length' <<<"$out")" = 1 ] && [ "$(jq -r '.results | length' <<<"$out")" = 1 ] &&
   [ "$(jq -r '.results[0].kind' <<<"$out")" = database_created ] &&
   [ "$(jq -r '.results[0].database_id > 0 and .catalog_version > 0' <<<"$out")" = true ] &&
   ok "database create --json: one object, results[0].kind database_created" || bad "database JSON: $out"
-expect "queue create in a missing database is NOT_FOUND (exit 1)" 1 kl --database acme/nope --json queue create jobs
-[ "$(jq -r '.error.code' <<<"$out")" = NOT_FOUND ] && grep -q "acme/nope" <<<"$(jq -r '.error.message' <<<"$out")" &&
-  ok "NOT_FOUND names the database acme/nope" || bad "missing database: $out"
+expect "queue create in a missing database is NOT_FOUND (exit 1)" 1 kl --database default/nope --json queue create jobs
+[ "$(jq -r '.error.code' <<<"$out")" = NOT_FOUND ] && grep -q "default/nope" <<<"$(jq -r '.error.message' <<<"$out")" &&
+  ok "NOT_FOUND names the database default/nope" || bad "missing database: $out"
+expect "database create in another tenant is PERMISSION_DENIED (exit 1)" 1 kl --json database create acme/shop
+[ "$(jq -r '.error.code' <<<"$out")" = PERMISSION_DENIED ] && [ "$(jq -r '.error.detail' <<<"$out")" = tenant ] &&
+  ok "another tenant: PERMISSION_DENIED tenant" || bad "another tenant: $out"
 expect "database name without TENANT/ is refused (exit 1)" 1 kl --json database create 'no-slash'
 [ "$(jq -r '.error.code' <<<"$out")" = INVALID_ARGUMENT ] && ok "bad database name: INVALID_ARGUMENT" || bad "bad name: $out"
 expect "database create with a limit above the cluster's is INVALID_ARGUMENT" 1 \
-  kl --json database create acme/big --max-batch-bytes 999999999
+  kl --json database create default/big --max-batch-bytes 999999999
 [ "$(jq -r '.error.code' <<<"$out")" = INVALID_ARGUMENT ] && ok "limit refusal code" || bad "limit refusal: $out"
 
 expect "queue create" 0 kl --json queue create jobs --partition 0 --max-messages 3
@@ -150,8 +169,8 @@ expect "queue create without --partition (one partition: 0)" 0 kl queue create p
 grep -q "^created queue picked on partition 0 (picked" <<<"$out" && ok "picked partition printed" || bad "picked: $out"
 expect "queue create --partition 1 on a one-partition cluster is refused" 1 kl --json queue create p1 --partition 1
 [ "$(jq -r '.error.code' <<<"$out")" = INVALID_ARGUMENT ] && ok "no partition 1: INVALID_ARGUMENT" || bad "partition 1: $out"
-expect "same queue name in another database" 0 kl --database acme/shop --json queue create jobs --max-messages 1
-expect "enqueue into acme/shop's jobs" 0 kl --database acme/shop enqueue jobs "elsewhere"
+expect "same queue name in another database" 0 kl --database default/shop --json queue create jobs --max-messages 1
+expect "enqueue into default/shop's jobs" 0 kl --database default/shop enqueue jobs "elsewhere"
 cmd=$(guid)
 expect "enqueue" 0 kl --json enqueue --command-id "$cmd" jobs --header h=1 --field n:int=7 "body one"
 first=$out
@@ -166,13 +185,13 @@ expect "quota refusal (exit 1)" 1 kl --json enqueue jobs four
 [ "$(jq -r '.error.code' <<<"$out")" = RESOURCE_EXHAUSTED ] && ok "quota code" || bad "quota JSON: $out"
 expect "stats" 0 kl --json queue stats jobs
 [ "$(jq -r '.messages' <<<"$out")" = 3 ] && ok "3 messages" || bad "stats: $out"
-expect "stats in acme/shop" 0 kl --database acme/shop --json queue stats jobs
-[ "$(jq -r '.messages' <<<"$out")" = 1 ] && ok "databases keep their queues apart" || bad "acme stats: $out"
+expect "stats in default/shop" 0 kl --database default/shop --json queue stats jobs
+[ "$(jq -r '.messages' <<<"$out")" = 1 ] && ok "databases keep their queues apart" || bad "shop stats: $out"
 expect "receive" 0 kl --json receive jobs --max 2 --lease-ms 60000
 mapfile -t leases < <(jq -r '.results[0].messages[].lease_token' <<<"$out" 2>/dev/null)
 [ "${#leases[@]}" = 2 ] && ok "2 leases" || bad "receive: $out"
 [ "$(jq -r '.results[0].messages[0].body_utf8' <<<"$out")" = "body one" ] && ok "first body in order" || bad "order: $out"
-expect "release from stdin" 0 bash -c "printf '%s\n' '${leases[1]:-}' | timeout 60 ./bin/keyload --cluster '$cfg' release jobs -"
+expect "release from stdin" 0 bash -c "printf '%s\n' '${leases[1]:-}' | timeout 60 ./bin/keyload --cluster '$keyed' release jobs -"
 expect "ack" 0 kl ack jobs "${leases[0]:-}"
 expect "ack twice is FAILED_PRECONDITION" 1 kl --json ack jobs "${leases[0]:-}"
 [ "$(jq -r '.error.code' <<<"$out")" = FAILED_PRECONDITION ] && ok "stale lease code" || bad "stale lease: $out"
@@ -196,23 +215,187 @@ expect "after restart" 0 kl --json queue stats jobs
 expect "database still there after restart (CONFLICT)" 1 kl --json database create
 [ "$(jq -r '.error.code' <<<"$out")" = CONFLICT ] && ok "catalog survives kill -9" || bad "after restart: $out"
 expect "database create replay after restart" 0 kl database create --command-id "$dbcmd"
+
+# ---- principals (DESIGN.md §5): create, grants with field and header lists, revoke,
+# show, key rotation, a database administrator, database limits ----
+echo "--- principals"
+as() { local who=$1 key=$2; shift 2; timeout -k 5 60 ./bin/keyload --cluster "$keyed" --principal "$who" --key "$keys/$key" "$@"; }
+pub_of() { ./bin/keyloadd keygen --public-of "$1" 2>/dev/null; }
+expect "queue create orders.eu" 0 kl queue create orders.eu
+expect "queue create other" 0 kl queue create other
+pcmd=$(guid)
+expect "principal create alice" 0 kl --json principal create alice --key-out "$keys/alice.key" --command-id "$pcmd"
+pfirst=$out
+[ "$(jq -r '.results[0].kind' <<<"$out")" = principal_changed ] && [ "$(jq -r '.results[0].principal_id' <<<"$out")" = alice ] &&
+  [ "$(jq -r '.results[0].policy_epoch' <<<"$out")" = 1 ] && [ "$(jq -r '.results[0].changed' <<<"$out")" = true ] &&
+  [ "$(jq -r '.results[0].key_id | length' <<<"$out")" = 12 ] &&
+  [ "$(jq -r '.results[0].catalog_version > 0' <<<"$out")" = true ] &&
+  ok "principal create: principal_changed, epoch 1, an 8-byte key id" || bad "principal create: $out"
+[ "$(stat -c %a "$keys/alice.key"):$(stat -c %s "$keys/alice.key")" = 600:64 ] &&
+  ok "alice's key file: mode 600, 64 bytes (admin bootstrap's format)" || bad "alice key: $(ls -l "$keys")"
+expect "principal create replayed with --key-in" 0 kl --json principal create alice --key-in "$keys/alice.key" --command-id "$pcmd"
+[ -n "$pfirst" ] && [ "$pfirst" = "$out" ] && ok "replayed principal receipt identical" || bad "create replay: $out / $pfirst"
+expect "principal create alice again is CONFLICT (exit 1)" 1 kl --json principal create alice --key-out "$keys/dup.key"
+[ "$(jq -r '.error.code' <<<"$out")" = CONFLICT ] && [ ! -e "$keys/dup.key" ] &&
+  ok "existing principal: CONFLICT, the new key file removed" || bad "create again: $out"
+sum=$(sha256sum <"$keys/alice.key")
+expect "principal create never overwrites a key file (exit 1)" 1 kl --json principal create carol --key-out "$keys/alice.key"
+[ "$(jq -r '.error.code' <<<"$out")" = FAILED_PRECONDITION ] && [ "$(sha256sum <"$keys/alice.key")" = "$sum" ] &&
+  ok "existing key file: FAILED_PRECONDITION, file untouched" || bad "overwrite: $out"
+expect "principal show carol (never created) is NOT_FOUND (exit 1)" 1 kl --json principal show carol
+[ "$(jq -r '.error.code' <<<"$out")" = NOT_FOUND ] && ok "carol: NOT_FOUND" || bad "show carol: $out"
+
+gcmd=$(guid)
+expect "grant alice QueuePublish on orders.* with --fields" 0 kl --json principal grant alice QueuePublish \
+  --queue 'orders.*' --fields region,amount --command-id "$gcmd"
+[ "$(jq -r '.results[0].policy_epoch' <<<"$out"):$(jq -r '.results[0].changed' <<<"$out")" = 2:true ] &&
+  ok "grant: epoch 2, changed" || bad "grant: $out"
+expect "the same grant again (fresh command id)" 0 kl --json principal grant alice QueuePublish --queue 'orders.*' --fields amount,region
+[ "$(jq -r '.results[0].policy_epoch' <<<"$out"):$(jq -r '.results[0].changed' <<<"$out")" = 2:false ] &&
+  ok "identical re-grant: epoch stays 2, changed false" || bad "re-grant: $out"
+expect "principal show alice" 0 kl --json principal show alice
+[ "$(jq -r '.policy_epoch' <<<"$out")" = 2 ] && [ "$(jq -r '.tenant' <<<"$out")" = default ] &&
+  [ "$(jq -r '.role' <<<"$out")" = none ] &&
+  [ "$(jq -c '.grants' <<<"$out")" = '[{"database":"default","permission":"QueuePublish","queue_pattern":"orders.*","fields":["amount","region"],"headers":[]}]' ] &&
+  ok "show: epoch 2, one QueuePublish grant with fields amount,region" || bad "show alice: $out"
+[ -n "$(pub_of "$keys/alice.key")" ] && [ "$(jq -r '.public_key' <<<"$out")" = "$(pub_of "$keys/alice.key")" ] &&
+  ok "show: the public key of alice's key file" || bad "show public key: $out"
+grep -qF "$(base64 -w0 "$keys/alice.key")" <<<"$out$pfirst" && bad "secret key bytes printed" || ok "no secret key in any output"
+expect "principal show (human)" 0 kl principal show alice
+grep -q "^principal alice of tenant default: no role; policy epoch 2" <<<"$out" &&
+  grep -q "QueuePublish on default/default queue orders.\* (fields amount,region; headers none)" <<<"$out" &&
+  ok "show (human): role, epoch and the grant" || bad "show human: $out"
+
+acmd=$(guid)
+expect "alice: enqueue with allowed fields" 0 as alice alice.key --json enqueue orders.eu --command-id "$acmd" \
+  --field region=eu --field amount:int=5 "order one"
+[ "$(jq -r '.results[0].kind' <<<"$out")" = enqueued ] && ok "alice enqueued" || bad "alice enqueue: $out"
+expect "alice: a field outside the grant is refused (exit 1)" 1 as alice alice.key --json enqueue orders.eu --field secret=x "nope"
+[ "$(jq -r '.error.code' <<<"$out")" = PERMISSION_DENIED ] && [ "$(jq -r '.error.detail' <<<"$out")" = field_grant:QueuePublish ] &&
+  ok "disallowed field: PERMISSION_DENIED field_grant:QueuePublish" || bad "disallowed field: $out"
+grep -q '"x"\|nope' <<<"$out" && bad "the refusal echoes a value or the body" || ok "the refusal names no value or body"
+expect "alice: a header (none granted) is refused (exit 1)" 1 as alice alice.key --json enqueue orders.eu --header h=1 "nope"
+[ "$(jq -r '.error.detail' <<<"$out")" = header_grant:QueuePublish ] && ok "header: header_grant:QueuePublish" || bad "header: $out"
+expect "alice: another queue is refused (exit 1)" 1 as alice alice.key --json enqueue other "nope"
+[ "$(jq -r '.error.code' <<<"$out")" = PERMISSION_DENIED ] && [ "$(jq -r '.error.detail' <<<"$out")" = grant:QueuePublish ] &&
+  ok "other queue: PERMISSION_DENIED grant:QueuePublish" || bad "other queue: $out"
+expect "alice: queue stats without QueueInspect is refused (exit 1)" 1 as alice alice.key --json queue stats orders.eu
+[ "$(jq -r '.error.detail' <<<"$out")" = grant:QueueInspect ] && ok "stats: grant:QueueInspect" || bad "alice stats: $out"
+expect "alice: principal create is refused (exit 1)" 1 as alice alice.key --json principal create mallory --key-out "$keys/m.key"
+[ "$(jq -r '.error.code' <<<"$out")" = PERMISSION_DENIED ] && [ "$(jq -r '.error.detail' <<<"$out")" = role:administrator ] &&
+  [ ! -e "$keys/m.key" ] && ok "non-administrator: role:administrator, key file removed" || bad "alice create: $out"
+expect "alice: grant herself more is refused (exit 1)" 1 as alice alice.key --json principal grant alice QueuePublish --queue '*' --fields '*'
+[ "$(jq -r '.error.code' <<<"$out")" = PERMISSION_DENIED ] && ok "self-grant refused" || bad "self-grant: $out"
+expect "alice: show herself" 0 as alice alice.key --json principal show alice
+[ "$(jq -r '.principal_id' <<<"$out")" = alice ] && ok "a principal reads its own record" || bad "alice show self: $out"
+expect "alice: show root is refused (exit 1)" 1 as alice alice.key --json principal show root
+[ "$(jq -r '.error.code' <<<"$out")" = PERMISSION_DENIED ] && ok "alice may not read root's record" || bad "alice show root: $out"
+expect "alice: database limits is refused (exit 1)" 1 as alice alice.key --json database limits --max-scan-records 10
+[ "$(jq -r '.error.code' <<<"$out")" = PERMISSION_DENIED ] && ok "limits need an administrator" || bad "alice limits: $out"
+
+expect "grant the same triple with --headers '*' (replaces the lists)" 0 kl principal grant alice QueuePublish \
+  --queue 'orders.*' --fields amount,region --headers '*'
+grep -q "^granted QueuePublish on default/default queue orders.\* to alice (fields amount,region; headers \*): policy epoch 3; catalog version" <<<"$out" &&
+  ok "re-grant (human): lists replaced, epoch 3" || bad "re-grant human: $out"
+expect "alice: a header is allowed now" 0 as alice alice.key --json enqueue orders.eu --header h=1 --field region=us "two"
+expect "revoke" 0 kl --json principal revoke alice QueuePublish --queue 'orders.*'
+[ "$(jq -r '.results[0].policy_epoch' <<<"$out"):$(jq -r '.results[0].changed' <<<"$out")" = 4:true ] &&
+  ok "revoke: epoch 4" || bad "revoke: $out"
+expect "revoke again" 0 kl principal revoke alice QueuePublish --queue 'orders.*'
+grep -q "policy epoch 4 (unchanged: it held no such grant)" <<<"$out" && ok "absent revoke: unchanged" || bad "revoke again: $out"
+expect "alice: enqueue after the revoke is refused (exit 1)" 1 as alice alice.key --json enqueue orders.eu --field region=eu "late"
+[ "$(jq -r '.error.detail' <<<"$out")" = grant:QueuePublish ] && ok "revoked: grant:QueuePublish" || bad "after revoke: $out"
+expect "alice: replay of a command authorized under epoch 2 (exit 1)" 1 as alice alice.key --json enqueue orders.eu \
+  --command-id "$acmd" --field region=eu --field amount:int=5 "order one"
+[ "$(jq -r '.error.code' <<<"$out")" = PERMISSION_DENIED ] && [ "$(jq -r '.error.detail' <<<"$out")" = stale_authority ] &&
+  ok "replay under another epoch: stale_authority" || bad "stale replay: $out"
+expect "principal show after the revoke" 0 kl --json principal show alice
+[ "$(jq -r '.policy_epoch' <<<"$out")" = 4 ] && [ "$(jq -r '.grants | length' <<<"$out")" = 0 ] &&
+  ok "show: epoch 4, no grants" || bad "show after revoke: $out"
+kid1=$(jq -r '.key_id' <<<"$out")
+expect "grant alice QueueInspect on orders.eu" 0 kl principal grant alice QueueInspect --queue orders.eu
+
+# Key rotation: by an administrator, then by the principal itself.
+expect "principal rotate-key alice (by root)" 0 kl --json principal rotate-key alice --key-out "$keys/alice2.key"
+kid2=$(jq -r '.results[0].key_id' <<<"$out")
+[ -n "$kid2" ] && [ "$kid2" != "$kid1" ] && [ "$(jq -r '.results[0].policy_epoch' <<<"$out")" = 5 ] &&
+  ok "rotate-key: a new key id" || bad "rotate: $out (was $kid1)"
+expect "alice: the old key is refused (exit 1)" 1 as alice alice.key --json queue stats orders.eu
+[ "$(jq -r '.error.code' <<<"$out")" = UNAUTHENTICATED ] && [ "$(jq -r '.error.detail' <<<"$out")" = bad_signature ] &&
+  ok "old key: UNAUTHENTICATED bad_signature" || bad "old key: $out"
+expect "alice: the new key works" 0 as alice alice2.key --json queue stats orders.eu
+[ "$(jq -r '.messages' <<<"$out")" = 2 ] && ok "new key: stats (QueueInspect) show 2 messages" || bad "new key: $out"
+expect "alice rotates her own key" 0 as alice alice2.key principal rotate-key alice --key-out "$keys/alice3.key"
+grep -q "^new key for principal alice: key id " <<<"$out" && grep -qF "secret key in $keys/alice3.key" <<<"$out" &&
+  ok "self rotation (human receipt)" || bad "self rotate: $out"
+expect "alice: the second key is refused now (exit 1)" 1 as alice alice2.key --json principal show alice
+expect "alice: the third key works" 0 as alice alice3.key --json principal show alice
+[ "$(jq -r '.public_key' <<<"$out")" = "$(pub_of "$keys/alice3.key")" ] && ok "show: the third key's public key" ||
+  bad "third key: $out"
+sum=$(sha256sum <"$keys/alice3.key")
+expect "rotate-key never overwrites a key file (exit 1)" 1 kl --json principal rotate-key alice --key-out "$keys/alice3.key"
+[ "$(sha256sum <"$keys/alice3.key")" = "$sum" ] && ok "rotate-key: existing file untouched" || bad "rotate overwrite"
+expect "principal rotate-key bob (no such principal) is NOT_FOUND (exit 1)" 1 kl --json principal rotate-key bob --key-out "$keys/bob.key"
+[ "$(jq -r '.error.code' <<<"$out")" = NOT_FOUND ] && [ ! -e "$keys/bob.key" ] && ok "rotate unknown: NOT_FOUND, key removed" ||
+  bad "rotate bob: $out"
+
+# A database administrator: everything inside its database, never a cluster administrator.
+expect "principal create dba --role database-admin" 0 kl principal create dba --role database-admin --key-out "$keys/dba.key"
+grep -q "^created principal dba in default/default (database administrator of default/default): key id .*, policy epoch 1; secret key in " <<<"$out" &&
+  ok "database administrator created (human receipt)" || bad "dba: $out"
+expect "dba: queue create in its database" 0 as dba dba.key --json queue create dbaq
+expect "dba: queue create in another database is refused (exit 1)" 1 as dba dba.key --database default/shop --json queue create x
+[ "$(jq -r '.error.code' <<<"$out")" = PERMISSION_DENIED ] && ok "dba: not an administrator of default/shop" || bad "dba shop: $out"
+expect "dba: making a cluster administrator is refused (exit 1)" 1 as dba dba.key --json principal create boss --role cluster-admin --key-out "$keys/boss.key"
+[ "$(jq -r '.error.code' <<<"$out")" = PERMISSION_DENIED ] && [ "$(jq -r '.error.detail' <<<"$out")" = role:cluster_admin ] &&
+  [ ! -e "$keys/boss.key" ] && ok "dba: role:cluster_admin, key file removed" || bad "dba boss: $out"
+expect "dba: grant alice on its database" 0 as dba dba.key --json principal grant alice QueueConsume --queue dbaq --fields '*' --headers '*'
+[ "$(jq -r '.results[0].changed' <<<"$out")" = true ] && ok "dba granted QueueConsume" || bad "dba grant: $out"
+
+# Database limits: set by an administrator of the database; a limit left out is the cluster's.
+expect "database limits without options is a usage error (exit 2)" 2 kl --json database limits
+[ "$(jq -r '.error.detail' <<<"$out")" = usage ] && grep -q -- "--max-batch-bytes" <<<"$(jq -r '.error.message' <<<"$out")" &&
+  ok "limits usage error names the options" || bad "limits usage: $out"
+expect "database limits above the cluster's is INVALID_ARGUMENT (exit 1)" 1 kl --json database limits --max-batch-bytes 999999999
+[ "$(jq -r '.error.code' <<<"$out")" = INVALID_ARGUMENT ] && ok "limit above the cluster's refused" || bad "big limit: $out"
+lcmd=$(guid)
+expect "database limits --max-batch-bytes 1024" 0 kl --json database limits --max-batch-bytes 1024 --command-id "$lcmd"
+[ "$(jq -r '.results[0].kind' <<<"$out")" = database_limits_set ] && [ "$(jq -r '.results[0].limits.max_batch_bytes' <<<"$out")" = 1024 ] &&
+  [ "$(jq -r '.results[0].limits.max_queue_transfer_accept_attempts' <<<"$out")" = null ] &&
+  ok "limits set: max_batch_bytes 1024, accept attempts null" || bad "limits: $out"
+lfirst=$out
+expect "database limits replay" 0 kl --json database limits --max-batch-bytes 1024 --command-id "$lcmd"
+[ "$lfirst" = "$out" ] && ok "replayed limits receipt identical" || bad "limits replay: $out"
+big=$(head -c 1500 /dev/zero | tr '\0' x)
+expect "a batch over the database's MaxBatchBytes is refused (exit 1)" 1 kl --json enqueue orders.eu "$big"
+[ "$(jq -r '.error.code' <<<"$out")" = RESOURCE_EXHAUSTED ] && [ "$(jq -r '.error.detail' <<<"$out")" = limit:MaxBatchBytes ] &&
+  ok "too large: RESOURCE_EXHAUSTED limit:MaxBatchBytes" || bad "too large: $out"
+expect "the same batch in another database is fine" 0 kl --database default/sess enqueue sq "$big"
+expect "dba: database limits (human)" 0 as dba dba.key database limits --max-scan-records 100 --max-transfer-accept-attempts 5
+grep -q "^limits of default/default: MaxScanRecords 100, MaxBatchBytes the cluster's, MaxQueryReadBytes the cluster's, MaxQueueTransferAcceptAttempts 5; catalog version" <<<"$out" &&
+  ok "dba set limits; MaxBatchBytes back to the cluster's" || bad "dba limits: $out"
+expect "accept attempts above MaxScanRecords is INVALID_ARGUMENT (exit 1)" 1 kl --json database limits --max-scan-records 10 --max-transfer-accept-attempts 11
+[ "$(jq -r '.error.code' <<<"$out")" = INVALID_ARGUMENT ] && ok "accept attempts > MaxScanRecords refused" || bad "attempts: $out"
+expect "the large batch fits again" 0 kl --json enqueue orders.eu "$big"
 deploy/keyload-cluster --config "$cfg" down >/dev/null 2>&1
 
 # ---- three partitions: placement chosen by partition 0, the two-step delete ----
 echo "--- three partitions (ports $((base + 1))-$((base + 6)))"
 cfg3="$dir3/cluster.json"
+./bin/keyloadd keygen --cluster-secret-out "$dir3/cluster.secret" >/dev/null
+pub3=()
+for p in 0 1 2; do pub3+=("$(./bin/keyloadd keygen --secret-out "$dir3/p${p}m1.key")"); done
 cat >"$cfg3" <<JSON
 {"cluster":"${name}p3","replica_count":1,"limits":{"MaxBatchBytes":65536,"MaxFrameBytes":131072},
  "partitions":[
-  {"id":0,"members":[{"id":1,"client":"tcp://127.0.0.1:$((base + 1))","peer":"tcp://127.0.0.1:$((base + 4))"}]},
-  {"id":1,"members":[{"id":1,"client":"tcp://127.0.0.1:$((base + 2))","peer":"tcp://127.0.0.1:$((base + 5))"}]},
-  {"id":2,"members":[{"id":1,"client":"tcp://127.0.0.1:$((base + 3))","peer":"tcp://127.0.0.1:$((base + 6))"}]}]}
+  {"id":0,"members":[{"id":1,"client":"tcp://127.0.0.1:$((base + 1))","peer":"tcp://127.0.0.1:$((base + 4))","public_key":"${pub3[0]}"}]},
+  {"id":1,"members":[{"id":1,"client":"tcp://127.0.0.1:$((base + 2))","peer":"tcp://127.0.0.1:$((base + 5))","public_key":"${pub3[1]}"}]},
+  {"id":2,"members":[{"id":1,"client":"tcp://127.0.0.1:$((base + 3))","peer":"tcp://127.0.0.1:$((base + 6))","public_key":"${pub3[2]}"}]}]}
 JSON
 up3=1
-./bin/keyloadd keygen --cluster-secret-out "$dir3/cluster.secret" >/dev/null
 for p in 0 1 2; do
   ./bin/keyloadd --cluster "$cfg3" --node "p${p}m1" --var "$dir3" --cluster-secret "$dir3/cluster.secret" \
-    >"$dir3/p${p}m1.log" 2>&1 &
+    --member-key "$dir3/p${p}m1.key" >"$dir3/p${p}m1.log" 2>&1 &
   pids3+=($!)
 done
 for p in 0 1 2; do
@@ -220,7 +403,11 @@ for p in 0 1 2; do
   grep -q 'msg="ready"' "$dir3/p${p}m1.log" || { up3=0; bad "p${p}m1 not ready: $(tail -n 3 "$dir3/p${p}m1.log")"; }
 done
 if [ "$up3" = 1 ]; then
-  k3() { timeout -k 5 60 ./bin/keyload --cluster "$cfg3" "$@"; }
+  # Sessions are required here too: bootstrap without one, then act as its administrator.
+  expect "3p: admin bootstrap" 0 timeout -k 5 60 env -u KEYLOAD_PRINCIPAL -u KEYLOAD_KEY ./bin/keyload \
+    --cluster "$cfg3" admin bootstrap --tenant default --database first --admin root3 --key-out "$keys/root3.key" \
+    --cluster-secret "$dir3/cluster.secret"
+  k3() { timeout -k 5 60 ./bin/keyload --cluster "$cfg3" --principal root3 --key "$keys/root3.key" "$@"; }
   expect "3p: queue create before the database is NOT_FOUND" 1 k3 --json queue create q
   [ "$(jq -r '.error.code' <<<"$out")" = NOT_FOUND ] && ok "3p: NOT_FOUND" || bad "3p missing database: $out"
   expect "3p: database create" 0 k3 --json database create
@@ -274,6 +461,19 @@ if [ "$up3" = 1 ]; then
   expect "3p: stats q2" 0 k3 --json queue stats q2
   [ "$(jq -r '.messages' <<<"$out")" = 1 ] && [ "$(jq -r '.partition' <<<"$out")" = 2 ] &&
     ok "3p: q2 untouched on partition 2" || bad "3p q2 stats: $out"
+  # Grants are enforced on the data partitions, and a revoke holds when it returns.
+  b3() { timeout -k 5 60 ./bin/keyload --cluster "$cfg3" --principal bob3 --key "$keys/bob3.key" "$@"; }
+  expect "3p: principal create bob3" 0 k3 principal create bob3 --key-out "$keys/bob3.key"
+  expect "3p: bob3 without a grant is refused on the data partition" 1 b3 --json enqueue q2 "no"
+  [ "$(jq -r '.error.detail' <<<"$out")" = grant:QueuePublish ] && ok "3p: no grant: grant:QueuePublish" ||
+    bad "3p no grant: $out"
+  expect "3p: grant bob3 QueuePublish on q2" 0 k3 principal grant bob3 QueuePublish --queue q2
+  expect "3p: bob3 enqueues into q2 (partition 2)" 0 b3 --json enqueue q2 "from bob"
+  [ "$(jq -r '.partition' <<<"$out")" = 2 ] && ok "3p: bob3's enqueue committed on partition 2" || bad "3p bob3: $out"
+  expect "3p: revoke bob3" 0 k3 principal revoke bob3 QueuePublish --queue q2
+  expect "3p: right after the revoke, bob3 is refused" 1 b3 --json enqueue q2 "too late"
+  [ "$(jq -r '.error.code' <<<"$out")" = PERMISSION_DENIED ] && ok "3p: the revoke holds at once on partition 2" ||
+    bad "3p after revoke: $out"
 fi
 stop3
 echo "$passed passed, $failed failed"
