@@ -630,22 +630,24 @@ kl_code kl_catalog_eval_create_principal(kl_eval_ctx *c, const Keyload__V1__Crea
     return principal_result(c, &p, true, results, err);
 }
 
-/* Grant and revoke: the target's stored record is read, the granter's standing over it
- * checked (authz.h kl_authz_can_grant), the record edited; written only when it changed. */
-kl_code kl_catalog_eval_grant(kl_eval_ctx *c, const Keyload__V1__GrantPermission *m, kl_buf *results,
-                              kl_err *err)
+/* Grant (revoke false) or revoke g on principal id: the target's stored record is read,
+ * the granter's standing over it checked (authz.h kl_authz_can_grant), the record edited;
+ * written only when it changed. A grant names a database that must exist. */
+static kl_code change_grant(kl_eval_ctx *c, const char *id, const Keyload__V1__Grant *g, bool revoke,
+                            kl_buf *results, kl_err *err)
 {
     Keyload__V1__CatalogPrincipal *t = NULL;
     bool changed = false;
-    kl_code rc = need_catalog(c, "grant", err);
+    kl_code rc = need_catalog(c, revoke ? "revoke" : "grant", err);
     if (rc == KL_OK)
-        rc = target_principal(c, m->principal_id, &t, err);
+        rc = target_principal(c, id, &t, err);
     if (rc == KL_OK && c->who != NULL)
-        rc = kl_authz_can_grant(c->who, t, m->grant, err);
+        rc = kl_authz_can_grant(c->who, t, g, err);
+    if (rc == KL_OK && !revoke)
+        rc = database_exists(c, t->tenant, g->database, err);
     if (rc == KL_OK)
-        rc = database_exists(c, t->tenant, m->grant->database, err);
-    if (rc == KL_OK)
-        rc = kl_authz_apply_grant(t, m->grant, &changed, err);
+        rc = revoke ? kl_authz_revoke(t, g->database, g->permission, g->queue_pattern, &changed, err)
+                    : kl_authz_apply_grant(t, g, &changed, err);
     if (rc == KL_OK && changed)
         rc = put_principal(c, t, err);
     if (rc == KL_OK)
@@ -655,29 +657,20 @@ kl_code kl_catalog_eval_grant(kl_eval_ctx *c, const Keyload__V1__GrantPermission
     return rc;
 }
 
+kl_code kl_catalog_eval_grant(kl_eval_ctx *c, const Keyload__V1__GrantPermission *m, kl_buf *results,
+                              kl_err *err)
+{
+    return change_grant(c, m->principal_id, m->grant, false, results, err);
+}
+
 kl_code kl_catalog_eval_revoke(kl_eval_ctx *c, const Keyload__V1__RevokePermission *m, kl_buf *results,
                                kl_err *err)
 {
-    Keyload__V1__CatalogPrincipal *t = NULL;
-    bool changed = false;
     Keyload__V1__Grant g = KEYLOAD__V1__GRANT__INIT;
     g.database = m->database;
     g.permission = m->permission;
     g.queue_pattern = m->queue_pattern;
-    kl_code rc = need_catalog(c, "revoke", err);
-    if (rc == KL_OK)
-        rc = target_principal(c, m->principal_id, &t, err);
-    if (rc == KL_OK && c->who != NULL)
-        rc = kl_authz_can_grant(c->who, t, &g, err);
-    if (rc == KL_OK)
-        rc = kl_authz_revoke(t, m->database, m->permission, m->queue_pattern, &changed, err);
-    if (rc == KL_OK && changed)
-        rc = put_principal(c, t, err);
-    if (rc == KL_OK)
-        rc = principal_result(c, t, changed, results, err);
-    if (t != NULL)
-        keyload__v1__catalog_principal__free_unpacked(t, NULL);
-    return rc;
+    return change_grant(c, m->principal_id, &g, true, results, err);
 }
 
 /* Key rotation: the principal itself, or whoever may manage its roles. The policy epoch
