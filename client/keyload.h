@@ -19,15 +19,15 @@
  * freed with the matching *_free function (NULL is accepted by every *_free). Borrowed
  * inputs (strings, byte buffers) are copied before the call returns unless noted.
  *
- * Threads. A kl_client is thread-safe: any number of threads may call kl_client_batch /
- * kl_client_queue_stats on one client at once. A kl_batch and a kl_message are not: one
- * thread at a time may modify one; a batch that nobody modifies may be sent from several
- * threads at once. Every other function is reentrant.
+ * Threads. A kl_client is thread-safe: any number of threads may call its kl_client_*
+ * functions at once. A kl_batch and a kl_message are not: one thread at a time may modify
+ * one; a batch that nobody modifies may be sent from several threads at once. Every other
+ * function is reentrant.
  *
- * Current routing (until the catalog exists): every request goes to partition 0 of the
- * cluster file, except a batch holding queue creations, which goes to the partition those
- * creations name. Members are tried in order; NOT_LEADER redirects are followed up to 3
- * times, always with the same request bytes (same command id). */
+ * Routing: catalog changes (databases, queue definitions, principals, limits) and catalog
+ * reads (LocateQueue, ShowPrincipal) go to partition 0; queue data goes to the partition
+ * holding the queue (kl_batch_kind). Members are tried in order; NOT_LEADER redirects are
+ * followed up to 3 times, always with the same request bytes (same command id). */
 #ifndef KL_KEYLOAD_H
 #define KL_KEYLOAD_H
 
