@@ -76,4 +76,10 @@ void ss_stop_all(void);
 void test_sdk_sessions(void);
 void sk_stop_all(void);
 
+/* proc_authz.c */
+void test_authz_matrix(void);
+void test_authz_revocation(void);
+void test_authz_cold_restart(void);
+void az_stop_all(void);
+
 #endif

@@ -1103,6 +1103,15 @@ int main(int argc, char **argv)
         {"SDK sessions: one client with a principal goes sealed from many threads, shakes hands "
          "again by itself after kill -9 and restart, and a replay returns the same receipt",
          test_sdk_sessions},
+        {"authz matrix: each queue method allowed exactly with its grant, field and header grants, "
+         "unsealed, other-tenant, non-admin and malformed requests refused and nothing changed",
+         test_authz_matrix},
+        {"authz revocation: refused once the revoke returns, a replay across epochs is stale_authority, "
+         "a data partition without partition 0 stops within its catalog lease and resumes",
+         test_authz_revocation},
+        {"authz cold restart RF3: principals, grants and database keys identical after kill -9 of all, "
+         "Hello again, and no secret in any data file or log",
+         test_authz_cold_restart},
     };
     int passed = 0, failed = 0;
     for (size_t i = 0; i < sizeof tests / sizeof tests[0]; i++) {
@@ -1117,6 +1126,7 @@ int main(int argc, char **argv)
         mp_stop_all();
         ss_stop_all();
         sk_stop_all();
+        az_stop_all();
         printf("%s %s (%lld ms)\n", failures_in_test ? "FAIL" : "ok  ", tests[i].name,
                (long long)(now_ms() - t0));
         fflush(stdout);
