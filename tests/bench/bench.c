@@ -29,6 +29,30 @@
  *       serves, and every member has applied the leader's commit index (a restarted member
  *       has caught up). Prints "caughtup: ms=... commit_index=...".
  *
+ *   keyload-bench --cluster FILE --principal ID --key FILE [--database TENANT/DB] [--queue NAME]
+ *                 [--clients N] [--batch-size B] [--seconds S] ...
+ *       The enqueue benchmark as a principal through the SDK (KL-3): every request sealed
+ *       under a session (kl_client_open_principal, one kl_client and so one session per
+ *       member per client thread). The queue must exist and the principal must be allowed to
+ *       publish to it (run.sh sets that up with the CLI); nothing is created here. The
+ *       members come from the cluster file's partition 0. Each client sends one batch before
+ *       the clock starts (Hello, LocateQueue); then the leader's keyload.v1.MemberStatus is
+ *       read before and after the run and the line adds the deltas of its cost counters
+ *       (sealed_requests, session_ns, authz_requests, authz_ns, hellos, hello_ns: loop-thread
+ *       time) and the session + authorization time per sealed request, in microseconds and
+ *       as a share of the median request time.
+ *
+ *   keyload-bench --handshake N --cluster FILE --principal ID --key FILE --pid PID [--node pPmM]
+ *       Daemon CPU per keyload.v1.Hello (KL-3) against one member (default: the first of
+ *       partition 0) whose process is PID. One connection, one call at a time: N
+ *       MemberStatus calls, N Hellos (each a fresh handshake, its answer verified with the
+ *       member's public key from the cluster file), N MemberStatus calls again. For each
+ *       phase the daemon's CPU time is read before and after from /proc/PID/stat
+ *       (utime+stime, clock ticks) and from each /proc/PID/task/TID/schedstat (nanoseconds); the
+ *       CPU per Hello is the Hello phase's per call minus the MemberStatus phases' (the cost
+ *       of any RPC on nng). Also reports hello_ns/hellos from MemberStatus (loop thread).
+ *       Prints one "handshake:" line.
+ *
  *   keyload-bench --failover --url URL,URL,URL --pid-dir DIR [--run N] [--attempt-ms MS]
  *       One failover measurement. A writer thread sends single-message Batch requests one
  *       after another; each is retried with the same command id (same bytes) until
@@ -46,11 +70,18 @@
  * scripts can pick them out. Exit code 0 when the run completed (errors are counted and
  * reported, not fatal), 1 when it could not run at all (cannot connect, cannot create the
  * queue, no leader, no ack after a kill within 60 s), 2 on bad usage. */
+#include "client/keyload.h"
+#include "common/cluster.h"
 #include "common/guid.h"
+#include "common/keys.h"
 #include "common/rpc.h"
+#include "common/session.h"
 #include "common/status.h"
 #include "keyload/v1/catalog.pb-c.h"
 #include "keyload/v1/queue.pb-c.h"
+#include "keyload/v1/session.pb-c.h"
+
+#include <dirent.h>
 
 #include <errno.h>
 #include <fcntl.h>
@@ -70,12 +101,13 @@
 #define BATCH_METHOD "keyload.v1.Batch"
 #define STATS_METHOD "keyload.v1.QueueStats"
 #define STATUS_METHOD "keyload.v1.MemberStatus"
+#define HELLO_METHOD "keyload.v1.Hello"
 #define CONNECT_TIMEOUT_MS 5000
 #define MAX_URLS 8
 #define URL_MAX 256
 #define LEADER_WAIT_NS (60 * 1000000000LL)
 
-enum mode { MODE_BENCH, MODE_FSYNC, MODE_LEADER, MODE_CAUGHT_UP, MODE_FAILOVER };
+enum mode { MODE_BENCH, MODE_FSYNC, MODE_LEADER, MODE_CAUGHT_UP, MODE_FAILOVER, MODE_HANDSHAKE };
 
 typedef struct options {
     int mode;
@@ -96,7 +128,17 @@ typedef struct options {
     int timeout_ms;
     int samples;             /* fsync probe */
     int read;                /* QueueStats instead of Batch */
+    const char *cluster_file; /* sealed bench, --handshake: members and their public keys */
+    const char *principal;   /* sealed bench, --handshake: act as this principal */
+    const char *key_file;    /* its Ed25519 secret key */
+    const char *database;    /* sealed bench: TENANT/DB of the queue */
+    const char *node;        /* --handshake: pPmM (NULL: the first member of partition 0) */
+    long handshakes;         /* --handshake: calls per phase */
+    long pid;                /* --handshake: the member's pid */
 } options;
+
+/* The cluster file of --cluster (large: a static, loaded once by main). */
+static kl_cluster g_cluster;
 
 typedef struct lat_vec {
     uint64_t *v;             /* nanoseconds */
@@ -115,6 +157,7 @@ typedef struct client_state {
     kl_code first_err;
     char first_err_msg[KL_ERR_MESSAGE_MAX + KL_ERR_DETAIL_MAX + 8];
     int open_failed;
+    kl_client *sdk;          /* sealed bench: this thread's client (its own sessions) */
 } client_state;
 
 static atomic_int g_go;               /* start barrier */
@@ -122,6 +165,7 @@ static atomic_int g_stop;
 static _Atomic int64_t g_measure_from; /* monotonic ns; requests started earlier are warm-up */
 static _Atomic int64_t g_measure_to;   /* monotonic ns; 0 = open */
 static atomic_long g_ops_left;
+static atomic_int g_primed;           /* sealed bench: clients done with their first batch */
 
 static int64_t now_ns(void)
 {
@@ -605,16 +649,172 @@ out:
     return NULL;
 }
 
+/* ---- sealed bench (KL-3): the enqueue workload as a principal through the SDK ---- */
+
+/* One batch of o->batch_size enqueues of msg under a fresh command id. */
+static kl_code sealed_make_batch(const options *o, const kl_message *msg, kl_batch **out, kl_err *err)
+{
+    kl_code rc = kl_batch_new(NULL, out, err);
+    for (int i = 0; rc == KL_OK && i < o->batch_size; i++)
+        rc = kl_batch_enqueue(*out, o->queue, NULL, msg, err);
+    if (rc != KL_OK) {
+        kl_batch_free(*out);
+        *out = NULL;
+    }
+    return rc;
+}
+
+/* kl_client_batch of b; a receipt must carry one result per mutation. */
+static kl_code sealed_send(kl_client *c, const options *o, const kl_batch *b, kl_err *err)
+{
+    kl_receipt *r = NULL;
+    kl_code rc = kl_client_batch(c, b, &r, err);
+    if (rc == KL_OK && r->decoded->n_results != (size_t)o->batch_size)
+        rc = kl_fail(err, KL_INTERNAL, "receipt", "receipt is short (%zu results for %d mutations)",
+                     r->decoded->n_results, o->batch_size);
+    kl_receipt_free(r);
+    return rc;
+}
+
+static void cs_first_err(client_state *cs, kl_code rc, const kl_err *err)
+{
+    if (cs->first_err != KL_OK)
+        return;
+    cs->first_err = rc;
+    snprintf(cs->first_err_msg, sizeof cs->first_err_msg, "%s (%s) %s", kl_code_name(rc), err->detail,
+             err->message);
+}
+
+static void *sealed_client_main(void *arg)
+{
+    client_state *cs = arg;
+    const options *o = cs->opt;
+    kl_err err;
+    kl_err_clear(&err);
+    kl_message *msg = NULL;
+    kl_batch *b = NULL;
+    uint8_t *body = malloc((size_t)o->body_size + 1);
+    kl_code rc = body == NULL ? kl_fail(&err, KL_INTERNAL, "memory", "out of memory") : KL_OK;
+    for (int i = 0; body != NULL && i < o->body_size; i++)
+        body[i] = (uint8_t)('a' + (i + cs->id) % 26);
+    if (rc == KL_OK)
+        rc = kl_message_new(body, (size_t)o->body_size, &msg, &err);
+    if (rc == KL_OK)
+        rc = kl_client_open_principal(o->cluster_file, o->database, o->timeout_ms, o->principal,
+                                      o->key_file, &cs->sdk, &err);
+    /* The first batch before the clock: Hello with the leader, LocateQueue. */
+    if (rc == KL_OK)
+        rc = sealed_make_batch(o, msg, &b, &err);
+    if (rc == KL_OK)
+        rc = sealed_send(cs->sdk, o, b, &err);
+    kl_batch_free(b);
+    b = NULL;
+    if (rc != KL_OK) {
+        cs_first_err(cs, rc, &err);
+        cs->open_failed = 1;
+    }
+    atomic_fetch_add(&g_primed, 1);
+    if (rc != KL_OK)
+        goto out;
+    while (!atomic_load(&g_go))
+        sleep_ns(100000);
+    while (!atomic_load(&g_stop)) {
+        if (o->ops > 0 && atomic_fetch_sub(&g_ops_left, 1) <= 0)
+            break;
+        kl_err_clear(&err);
+        if ((rc = sealed_make_batch(o, msg, &b, &err)) != KL_OK) {
+            cs_first_err(cs, rc, &err);
+            break;
+        }
+        int64_t t0 = now_ns();
+        rc = sealed_send(cs->sdk, o, b, &err);
+        int64_t t1 = now_ns();
+        kl_batch_free(b);
+        b = NULL;
+        cs->total++;
+        int64_t to = atomic_load(&g_measure_to);
+        bool measured = t0 >= atomic_load(&g_measure_from) && (to == 0 || t1 <= to);
+        if (rc != KL_OK) {
+            cs_first_err(cs, rc, &err);
+            if (measured)
+                cs->errors++;
+            if (rc == KL_UNAVAILABLE || rc == KL_RESOURCE_EXHAUSTED || rc == KL_NOT_LEADER)
+                sleep_ns(1000000);
+            continue;
+        }
+        if (measured) {
+            cs->ok++;
+            if (lat_push(&cs->lat, (uint64_t)(t1 - t0)) != 0) {
+                snprintf(cs->first_err_msg, sizeof cs->first_err_msg, "out of memory for latencies");
+                break;
+            }
+        }
+    }
+out:
+    kl_message_free(msg);
+    free(body);
+    return NULL;
+}
+
+/* The leader's cost counters (MemberStatus fields 15-20) and who it was. */
+typedef struct cost_snap {
+    bool ok;
+    uint64_t member, term;
+    uint64_t sealed_requests, session_ns, authz_requests, authz_ns, hellos, hello_ns;
+} cost_snap;
+
+static void cost_read(member_set *ms, int li, cost_snap *out)
+{
+    memset(out, 0, sizeof *out);
+    kl_err err;
+    kl_err_clear(&err);
+    Keyload__V1__MemberStatusAnswer *a = NULL;
+    if (li < 0 || ms_status(ms, li, 5000, &a, &err) != KL_OK) {
+        fprintf(stderr, "keyload-bench: MemberStatus of the leader failed: %s\n", err.message);
+        return;
+    }
+    *out = (cost_snap){.ok = true, .member = a->member, .term = a->term,
+                       .sealed_requests = a->sealed_requests, .session_ns = a->session_ns,
+                       .authz_requests = a->authz_requests, .authz_ns = a->authz_ns,
+                       .hellos = a->hellos, .hello_ns = a->hello_ns};
+    keyload__v1__member_status_answer__free_unpacked(a, NULL);
+}
+
+/* " sealed_requests=... cost_pct_p50=..." for the bench line: the deltas between two
+ * snapshots of the same leader in the same term ("costs=n/a" otherwise). */
+static void cost_print(const cost_snap *x, const cost_snap *y, double p50_us)
+{
+    if (!x->ok || !y->ok || x->member != y->member || x->term != y->term ||
+        y->sealed_requests <= x->sealed_requests) {
+        printf(" costs=n/a");
+        return;
+    }
+    uint64_t req = y->sealed_requests - x->sealed_requests, sess = y->session_ns - x->session_ns;
+    uint64_t areq = y->authz_requests - x->authz_requests, authz = y->authz_ns - x->authz_ns;
+    double per = (double)(sess + authz) / (double)req / 1e3;
+    printf(" leader_member=%llu sealed_requests=%llu session_ns=%llu authz_requests=%llu authz_ns=%llu "
+           "hellos=%llu hello_ns=%llu session_us_per_req=%.2f authz_us_per_req=%.2f cost_us_per_req=%.2f "
+           "cost_pct_p50=%.3f",
+           (unsigned long long)y->member, (unsigned long long)req, (unsigned long long)sess,
+           (unsigned long long)areq, (unsigned long long)authz,
+           (unsigned long long)(y->hellos - x->hellos), (unsigned long long)(y->hello_ns - x->hello_ns),
+           (double)sess / (double)req / 1e3, (double)authz / (double)req / 1e3, per,
+           p50_us > 0 ? 100.0 * per / p50_us : 0.0);
+}
+
 static int run_bench(const options *o)
 {
     /* Several members: wait for a serving leader and start there. */
     char target[URL_MAX];
     snprintf(target, sizeof target, "%s", o->url);
-    if (o->n_urls > 1) {
-        member_set ms;
+    bool sealed = o->principal != NULL;
+    member_set ms;  /* sealed: kept open for the leader's cost counters */
+    memset(&ms, 0, sizeof ms);
+    int li = -1;
+    if (o->n_urls > 1 || sealed) {
         ms_init(&ms, o);
         Keyload__V1__MemberStatusAnswer *a;
-        int li = ms_wait_leader(&ms, &a);
+        li = ms_wait_leader(&ms, &a);
         if (li < 0)
             return 1;
         char node[32];
@@ -622,30 +822,47 @@ static int run_bench(const options *o)
                 ms.url[li], (unsigned long long)a->term);
         snprintf(target, sizeof target, "%s", ms.url[li]);
         keyload__v1__member_status_answer__free_unpacked(a, NULL);
-        ms_close(&ms);
+        if (!sealed)
+            ms_close(&ms);
     }
-    if (bench_setup_queue(o, target) != 0)
+    /* Sealed: the queue and the grant are the caller's (an unsealed request is refused). */
+    if (!sealed && bench_setup_queue(o, target) != 0)
         return 1;
     client_state *cs = calloc((size_t)o->clients, sizeof *cs);
-    if (cs == NULL)
+    if (cs == NULL) {
+        if (sealed)
+            ms_close(&ms);
         return 1;
+    }
     atomic_store(&g_ops_left, o->ops);
     for (int i = 0; i < o->clients; i++) {
         cs[i].id = i;
         cs[i].opt = o;
         snprintf(cs[i].url, sizeof cs[i].url, "%s", target);
-        if (pthread_create(&cs[i].thread, NULL, client_main, &cs[i]) != 0) {
+        if (pthread_create(&cs[i].thread, NULL, sealed ? sealed_client_main : client_main, &cs[i]) != 0) {
             fprintf(stderr, "keyload-bench: cannot start client thread %d\n", i);
             atomic_store(&g_stop, 1);
             atomic_store(&g_go, 1);
-            for (int j = 0; j < i; j++)
+            for (int j = 0; j < i; j++) {
                 pthread_join(cs[j].thread, NULL);
+                kl_client_close(cs[j].sdk);
+            }
             free(cs);
+            if (sealed)
+                ms_close(&ms);
             return 1;
         }
     }
     /* Give every thread time to connect before the clock starts. */
     sleep_ns(200000000LL);
+    cost_snap before = {0}, after = {0};
+    if (sealed) {
+        /* Every client has shaken hands and sent its first batch (bounded by its timeout). */
+        int64_t deadline = now_ns() + (int64_t)(o->timeout_ms + 5000) * 1000000LL;
+        while (atomic_load(&g_primed) < o->clients && now_ns() < deadline)
+            sleep_ns(10000000LL);
+        cost_read(&ms, li, &before);
+    }
     int64_t start = now_ns();
     int64_t from = o->ops > 0 ? start : start + (int64_t)(o->warmup * 1e9);
     atomic_store(&g_measure_from, from);
@@ -662,6 +879,12 @@ static int run_bench(const options *o)
         atomic_store(&g_stop, 1);
         for (int i = 0; i < o->clients; i++)
             pthread_join(cs[i].thread, NULL);
+    }
+    if (sealed) {
+        cost_read(&ms, li, &after);
+        ms_close(&ms);
+        for (int i = 0; i < o->clients; i++)
+            kl_client_close(cs[i].sdk);
     }
     double secs = (double)(end - from) / 1e9;
 
@@ -689,11 +912,14 @@ static int run_bench(const options *o)
     for (size_t i = 0; i < n; i++)
         sum += (double)all[i];
     printf("bench: %sclients=%d batch=%d body=%d seconds=%.2f batches=%llu batches_per_s=%.1f "
-           "msgs_per_s=%.1f p50_us=%.1f p99_us=%.1f mean_us=%.1f max_us=%.1f errors=%llu\n",
-           o->read ? "read=1 " : "", o->clients, o->batch_size, o->body_size, secs, (unsigned long long)ok, ok / secs,
+           "msgs_per_s=%.1f p50_us=%.1f p99_us=%.1f mean_us=%.1f max_us=%.1f errors=%llu",
+           o->read ? "read=1 " : sealed ? "sealed=1 " : "", o->clients, o->batch_size, o->body_size, secs, (unsigned long long)ok, ok / secs,
            ok * (double)(o->read ? 0 : o->batch_size) / secs, pct(all, n, 50) / 1e3, pct(all, n, 99) / 1e3,
            n ? sum / (double)n / 1e3 : 0.0, n ? all[n - 1] / 1e3 : 0.0,
            (unsigned long long)(errors + (uint64_t)open_failed));
+    if (sealed)
+        cost_print(&before, &after, pct(all, n, 50) / 1e3);
+    printf("\n");
     fflush(stdout);
     /* Report each distinct first error once, so a broken run says why. */
     for (int i = 0; i < o->clients; i++) {
@@ -1092,6 +1318,240 @@ out:
     return rv;
 }
 
+/* ---- --handshake: daemon CPU per Hello (KL-3) ---- */
+
+static int64_t wall_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+/* The CPU time pid has used: utime+stime of /proc/PID/stat (clock ticks, in ns) and the sum
+ * of its threads' /proc/PID/task/TID/schedstat run times (ns; -1 when unreadable). */
+static int proc_cpu(long pid, double *stat_ns, double *sched_ns)
+{
+    char path[64], buf[2048];
+    snprintf(path, sizeof path, "/proc/%ld/stat", pid);
+    FILE *f = fopen(path, "r");
+    if (f == NULL)
+        return -1;
+    size_t n = fread(buf, 1, sizeof buf - 1, f);
+    fclose(f);
+    buf[n] = '\0';
+    char *p = strrchr(buf, ')'); /* the command name may hold spaces and parentheses */
+    unsigned long ut, st;
+    if (p == NULL || sscanf(p + 1, " %*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %lu %lu", &ut, &st) != 2)
+        return -1;
+    *stat_ns = (double)(ut + st) * 1e9 / (double)sysconf(_SC_CLK_TCK);
+    *sched_ns = 0;
+    snprintf(path, sizeof path, "/proc/%ld/task", pid);
+    DIR *d = opendir(path);
+    if (d == NULL) {
+        *sched_ns = -1;
+        return 0;
+    }
+    struct dirent *e;
+    while ((e = readdir(d)) != NULL) {
+        if (e->d_name[0] == '.')
+            continue;
+        char tp[320];
+        unsigned long long run;
+        snprintf(tp, sizeof tp, "/proc/%ld/task/%s/schedstat", pid, e->d_name);
+        FILE *tf = fopen(tp, "r");
+        if (tf == NULL)
+            continue; /* the thread just ended */
+        if (fscanf(tf, "%llu", &run) == 1)
+            *sched_ns += (double)run;
+        else
+            *sched_ns = -1e300;
+        fclose(tf);
+    }
+    closedir(d);
+    if (*sched_ns < 0)
+        *sched_ns = -1;
+    return 0;
+}
+
+typedef struct hs_ctx {
+    kl_rpc_client *c;
+    const char *principal;
+    uint8_t sk[KL_SESSION_SIGN_SECRET_LEN];
+    const char *cluster;
+    int32_t partition;
+    uint64_t member;
+    const uint8_t *member_pk;
+} hs_ctx;
+
+/* One complete handshake: Hello, HelloAnswer decoded and verified (kl_session_finish). */
+static kl_code hs_hello(hs_ctx *h, kl_err *err)
+{
+    kl_session_client hc;
+    kl_code rc = kl_session_hello_new(h->principal, h->sk, h->cluster, h->partition, h->member, wall_ms(),
+                                      NULL, NULL, &hc, err);
+    if (rc != KL_OK)
+        return rc;
+    Keyload__V1__Hello hm = KEYLOAD__V1__HELLO__INIT;
+    kl_session_hello_to_pb(&hc.hello, &hm);
+    uint8_t buf[512];
+    size_t n = keyload__v1__hello__get_packed_size(&hm);
+    if (n > sizeof buf) {
+        kl_session_client_wipe(&hc);
+        return kl_fail(err, KL_INTERNAL, "hello", "the Hello does not fit %zu bytes", sizeof buf);
+    }
+    keyload__v1__hello__pack(&hm, buf);
+    uint8_t *ans = NULL;
+    size_t alen = 0;
+    rc = kl_rpc_invoke(h->c, HELLO_METHOD, buf, n, 5000, &ans, &alen, NULL, 0, err);
+    if (rc == KL_OK) {
+        Keyload__V1__HelloAnswer *ha = keyload__v1__hello_answer__unpack(NULL, alen, ans);
+        kl_session_hello_answer a;
+        kl_session s;
+        if (ha == NULL)
+            rc = kl_fail(err, KL_INTERNAL, "hello_answer", "the HelloAnswer does not decode");
+        else
+            rc = kl_session_answer_from_pb(ha, &a, err);
+        if (ha != NULL)
+            keyload__v1__hello_answer__free_unpacked(ha, NULL);
+        if (rc == KL_OK)
+            rc = kl_session_finish(&hc, &a, h->member_pk, &s, err);
+        if (rc == KL_OK)
+            kl_session_wipe(&s);
+    }
+    free(ans);
+    kl_session_client_wipe(&hc);
+    return rc;
+}
+
+static kl_code hs_status(hs_ctx *h, Keyload__V1__MemberStatusAnswer **out, kl_err *err)
+{
+    uint8_t *ans = NULL;
+    size_t alen = 0;
+    kl_code rc = kl_rpc_invoke(h->c, STATUS_METHOD, NULL, 0, 5000, &ans, &alen, NULL, 0, err);
+    if (rc == KL_OK && out != NULL) {
+        *out = keyload__v1__member_status_answer__unpack(NULL, alen, ans);
+        if (*out == NULL)
+            rc = kl_fail(err, KL_INTERNAL, "answer", "the MemberStatus answer does not decode");
+    }
+    free(ans);
+    return rc;
+}
+
+typedef struct hs_phase {
+    double stat_ns, sched_ns; /* daemon CPU over the phase */
+    double p50_us;            /* client round trip */
+} hs_phase;
+
+/* n calls of Hello (hello) or MemberStatus; the daemon's CPU over them. 0 or -1. */
+static int hs_run(hs_ctx *h, long pid, long n, bool hello, hs_phase *out)
+{
+    uint64_t *lat = calloc((size_t)n, sizeof *lat);
+    double s0, c0, s1, c1;
+    if (lat == NULL || proc_cpu(pid, &s0, &c0) != 0) {
+        fprintf(stderr, "keyload-bench: cannot read the CPU time of pid %ld\n", pid);
+        free(lat);
+        return -1;
+    }
+    for (long i = 0; i < n; i++) {
+        kl_err err;
+        kl_err_clear(&err);
+        int64_t t0 = now_ns();
+        kl_code rc = hello ? hs_hello(h, &err) : hs_status(h, NULL, &err);
+        lat[i] = (uint64_t)(now_ns() - t0);
+        if (rc != KL_OK) {
+            fprintf(stderr, "keyload-bench: %s %ld of %ld: %s (%s) %s\n", hello ? "Hello" : "MemberStatus",
+                    i + 1, n, kl_code_name(rc), err.detail, err.message);
+            free(lat);
+            return -1;
+        }
+    }
+    if (proc_cpu(pid, &s1, &c1) != 0) {
+        free(lat);
+        return -1;
+    }
+    qsort(lat, (size_t)n, sizeof *lat, cmp_u64);
+    out->stat_ns = s1 - s0;
+    out->sched_ns = c0 < 0 || c1 < 0 ? -1 : c1 - c0;
+    out->p50_us = pct(lat, (size_t)n, 50) / 1e3;
+    free(lat);
+    return 0;
+}
+
+static int run_handshake(const options *o)
+{
+    const kl_partition *p = kl_cluster_find_partition(&g_cluster, 0);
+    const kl_member *m = NULL;
+    int pid_of_node = 0;
+    if (o->node != NULL)
+        m = kl_cluster_find_node(&g_cluster, o->node, &pid_of_node);
+    else if (p != NULL && p->member_count > 0)
+        m = &p->members[0];
+    if (m == NULL || !m->has_public_key) {
+        fprintf(stderr, "keyload-bench: no such member in %s, or it has no public_key\n", o->cluster_file);
+        return 1;
+    }
+    hs_ctx h = {.principal = o->principal, .cluster = g_cluster.name, .member_pk = m->public_key};
+    kl_err err;
+    kl_err_clear(&err);
+    if (kl_keys_read_secret_file("principal key file", o->key_file, h.sk, sizeof h.sk, &err) != KL_OK) {
+        fprintf(stderr, "keyload-bench: %s\n", err.message);
+        return 1;
+    }
+    int rv = 1;
+    Keyload__V1__MemberStatusAnswer *a = NULL, *b = NULL;
+    if (kl_rpc_client_open(m->client_url, CONNECT_TIMEOUT_MS, 0, &h.c, &err) != KL_OK) {
+        fprintf(stderr, "keyload-bench: cannot connect to %s: %s\n", m->client_url, err.message);
+        sodium_memzero(h.sk, sizeof h.sk);
+        return 1;
+    }
+    if (hs_status(&h, &a, &err) != KL_OK) {
+        fprintf(stderr, "keyload-bench: MemberStatus of %s: %s\n", m->client_url, err.message);
+        goto out;
+    }
+    h.partition = a->partition;
+    h.member = a->member;
+    keyload__v1__member_status_answer__free_unpacked(a, NULL);
+    a = NULL;
+    /* Warm-up (first allocations, the catalog's principal record in the cache). */
+    hs_phase warm, st1, hel, st2;
+    long w = o->handshakes < 50 ? o->handshakes : 50;
+    if (hs_run(&h, o->pid, w, false, &warm) != 0 || hs_run(&h, o->pid, w, true, &warm) != 0)
+        goto out;
+    /* MemberStatus, Hello, MemberStatus: the baseline is the mean of the two around. */
+    if (hs_run(&h, o->pid, o->handshakes, false, &st1) != 0 || hs_status(&h, &a, &err) != KL_OK ||
+        hs_run(&h, o->pid, o->handshakes, true, &hel) != 0 || hs_status(&h, &b, &err) != KL_OK ||
+        hs_run(&h, o->pid, o->handshakes, false, &st2) != 0) {
+        if (err.code != KL_OK)
+            fprintf(stderr, "keyload-bench: MemberStatus: %s\n", err.message);
+        goto out;
+    }
+    double n = (double)o->handshakes;
+    uint64_t hellos = b->hellos - a->hellos, hello_ns = b->hello_ns - a->hello_ns;
+    double stat_status = (st1.stat_ns + st2.stat_ns) / 2, sched_status = (st1.sched_ns + st2.sched_ns) / 2;
+    bool sched = st1.sched_ns >= 0 && st2.sched_ns >= 0 && hel.sched_ns >= 0;
+    printf("handshake: n=%ld member=p%dm%llu pid=%ld hellos=%llu hello_loop_us=%.1f hello_p50_us=%.1f "
+           "status_p50_us=%.1f hello_cpu_us=%.1f status_cpu_us=%.1f cpu_per_hello_us=%.1f "
+           "sched_hello_us=%.1f sched_status_us=%.1f sched_per_hello_us=%.1f clk_tck=%ld\n",
+           o->handshakes, h.partition, (unsigned long long)h.member, o->pid, (unsigned long long)hellos,
+           hellos ? (double)hello_ns / (double)hellos / 1e3 : 0.0, hel.p50_us, (st1.p50_us + st2.p50_us) / 2,
+           hel.stat_ns / n / 1e3, stat_status / n / 1e3, (hel.stat_ns - stat_status) / n / 1e3,
+           sched ? hel.sched_ns / n / 1e3 : -1.0, sched ? sched_status / n / 1e3 : -1.0,
+           sched ? (hel.sched_ns - sched_status) / n / 1e3 : -1.0, (long)sysconf(_SC_CLK_TCK));
+    fflush(stdout);
+    rv = hellos == (uint64_t)o->handshakes ? 0 : 1;
+    if (rv != 0)
+        fprintf(stderr, "keyload-bench: the member counted %llu Hellos for %ld sent\n",
+                (unsigned long long)hellos, o->handshakes);
+out:
+    if (a != NULL)
+        keyload__v1__member_status_answer__free_unpacked(a, NULL);
+    if (b != NULL)
+        keyload__v1__member_status_answer__free_unpacked(b, NULL);
+    kl_rpc_client_close(h.c);
+    sodium_memzero(h.sk, sizeof h.sk);
+    return rv;
+}
+
 static void usage(FILE *f)
 {
     fprintf(f,
@@ -1100,6 +1560,8 @@ static void usage(FILE *f)
             "       keyload-bench --fsync-probe DIR [--samples N]\n"
             "       keyload-bench --leader-of URL,URL,... | --wait-caught-up URL,URL,...\n"
             "       keyload-bench --failover --url URL,URL,... --pid-dir DIR [--run N] [--attempt-ms MS] [--queue NAME]\n"
+            "       keyload-bench --cluster FILE --principal ID --key FILE [--database TENANT/DB] [bench options]\n"
+            "       keyload-bench --handshake N --cluster FILE --principal ID --key FILE --pid PID [--node pPmM]\n"
             "URL may be a comma-separated list of the members of one partition (at most %d).\n",
             MAX_URLS);
 }
@@ -1148,6 +1610,10 @@ int main(int argc, char **argv)
         {"wait-caught-up", required_argument, NULL, 'W'}, {"failover", no_argument, NULL, 'F'},
         {"pid-dir", required_argument, NULL, 'P'},    {"run", required_argument, NULL, 'R'},
         {"attempt-ms", required_argument, NULL, 'A'},
+        {"cluster", required_argument, NULL, 'C'},    {"principal", required_argument, NULL, 'p'},
+        {"key", required_argument, NULL, 'k'},        {"database", required_argument, NULL, 'd'},
+        {"handshake", required_argument, NULL, 'H'},  {"pid", required_argument, NULL, 'i'},
+        {"node", required_argument, NULL, 'N'},
         {NULL, 0, NULL, 0}};
     int ch, li = -1;
     long v;
@@ -1175,6 +1641,22 @@ int main(int argc, char **argv)
             o.attempt_ms = (int)v;
             break;
         case 'q': o.queue = optarg; break;
+        case 'C': o.cluster_file = optarg; break;
+        case 'p': o.principal = optarg; break;
+        case 'k': o.key_file = optarg; break;
+        case 'd': o.database = optarg; break;
+        case 'N': o.node = optarg; break;
+        case 'H':
+            if (parse_int(optarg, 1, 1000000, &v) != 0)
+                goto bad;
+            o.handshakes = v;
+            o.mode = MODE_HANDSHAKE;
+            break;
+        case 'i':
+            if (parse_int(optarg, 2, 1L << 30, &v) != 0)
+                goto bad;
+            o.pid = v;
+            break;
         case 'f': o.fsync_dir = optarg; o.mode = MODE_FSYNC; break;
         case 'c':
             if (parse_int(optarg, 1, 4096, &v) != 0)
@@ -1233,12 +1715,41 @@ int main(int argc, char **argv)
         usage(stderr);
         return 2;
     }
+    if ((o.principal != NULL || o.mode == MODE_HANDSHAKE) &&
+        (o.cluster_file == NULL || o.principal == NULL || o.key_file == NULL ||
+         (o.mode == MODE_HANDSHAKE && o.pid == 0) || (o.mode != MODE_BENCH && o.mode != MODE_HANDSHAKE) ||
+         o.read)) {
+        fprintf(stderr, "keyload-bench: --principal and --handshake need --cluster, --principal and --key "
+                        "(--handshake also --pid); --read is unsealed only\n");
+        usage(stderr);
+        return 2;
+    }
+    if (o.cluster_file != NULL) {
+        kl_err err;
+        if (kl_cluster_load(o.cluster_file, NULL, &g_cluster, &err) != KL_OK) {
+            fprintf(stderr, "keyload-bench: %s\n", err.message);
+            return 2;
+        }
+        /* The sealed bench talks to partition 0's members (every bench cluster's only one). */
+        const kl_partition *p0 = kl_cluster_find_partition(&g_cluster, 0);
+        if (p0 == NULL || p0->member_count < 1 || p0->member_count > MAX_URLS) {
+            fprintf(stderr, "keyload-bench: %s: partition 0 needs 1..%d members\n", o.cluster_file, MAX_URLS);
+            return 2;
+        }
+        if (o.mode == MODE_BENCH) {
+            o.n_urls = p0->member_count;
+            for (int i = 0; i < p0->member_count; i++)
+                o.urls[i] = p0->members[i].client_url;
+            o.url = o.urls[0];
+        }
+    }
     signal(SIGPIPE, SIG_IGN);
     switch (o.mode) {
     case MODE_FSYNC: return fsync_probe(&o);
     case MODE_LEADER: return run_leader_of(&o);
     case MODE_CAUGHT_UP: return run_wait_caught_up(&o);
     case MODE_FAILOVER: return run_failover(&o);
+    case MODE_HANDSHAKE: return run_handshake(&o);
     default: return run_bench(&o);
     }
 bad:

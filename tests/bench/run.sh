@@ -14,12 +14,29 @@
 # deploy/local-rf3.json (its timers, partition 0 only) with bench-only ports and data dirs.
 #   (c) RF3 throughput, 32 clients batch 1 / single daemon's same cell  target >= 50%
 #   (d) median failover (kill -9 of the leader to first acked write)    target <  1.5 s
+# Then KL-3, sessions and authorization, on clusters that require sessions (no
+# insecure_local_admin; member key pairs from `keyloadd keygen`, public keys in the cluster
+# file, --member-key per member). On an RF3 cluster (as above) an administrator is
+# bootstrapped and, through the CLI, makes queue kl3 and a principal with no role and a
+# QueuePublish grant on it (so every request goes through the grant evaluator); the enqueue
+# matrix then runs as that principal through the SDK, every request sealed, and the leader's
+# MemberStatus cost counters (loop-thread time spent opening/sealing requests and loading
+# the principal and evaluating grants) before and after each cell give the session +
+# authorization time per request. Then one member alone: daemon CPU per Hello, from its own
+# counter (hello_ns/hellos) and from the process's CPU time over N Hellos minus N
+# MemberStatus calls (the cost of any RPC on nng).
+#   (KL-3 a) session+authz time / median request time, 1 client batch 1  target <  5%
+#   (KL-3 b) daemon CPU per handshake (process CPU, make's -O2 build)    target <  200 us
 # Targets are reported PASS/MISS; they do not fail the run. The script fails only when a
 # daemon cannot be started or a benchmark cannot run.
 # Environment: BENCH_SECONDS (per cell, default 5), BENCH_PORT (default 7491),
 #              BENCH_RF3_PORT (first client port of the RF3 cluster, default 7611; peers +100),
 #              BENCH_FAILOVER_PORT (same for the failover cluster, default 7621),
 #              BENCH_FAILOVER_RUNS (default 5),
+#              BENCH_KL3_PORT (first client port of the KL-3 RF3 cluster, default 35011; peers
+#              +100), BENCH_HANDSHAKE_PORT (its one-member cluster, default 35001; peer +100),
+#              BENCH_HANDSHAKES (Hellos measured, default 1000),
+#              BENCH_PARTS=kl3 runs only the KL-3 part (default: everything),
 #              BENCH_KEEP=1 keeps the temporary directory (daemon logs, data) for inspection.
 # Every process this script starts is tracked by pid and stopped by pid on exit.
 set -u
@@ -31,9 +48,15 @@ url="tcp://127.0.0.1:$port"
 rf3_port=${BENCH_RF3_PORT:-7611}
 fo_port=${BENCH_FAILOVER_PORT:-7621}
 fo_runs=${BENCH_FAILOVER_RUNS:-5}
+kl3_port=${BENCH_KL3_PORT:-35011}
+hs_port=${BENCH_HANDSHAKE_PORT:-35001}
+hs_n=${BENCH_HANDSHAKES:-1000}
+parts=${BENCH_PARTS:-all}
+case $parts in all|kl3) ;; *) echo "bench: BENCH_PARTS must be all or kl3"; exit 2 ;; esac
 bench=bin/keyload-bench
 daemon=bin/keyloadd
-for b in "$bench" "$daemon"; do
+cli=bin/keyload
+for b in "$bench" "$daemon" "$cli"; do
   [ -x "$b" ] || { echo "bench: $b is missing; run make first"; exit 2; }
 done
 
@@ -41,9 +64,10 @@ mkdir -p var
 tmp=$(mktemp -d "$root/var/bench-XXXXXX")
 # Run private copies: a `make` elsewhere in the tree must not swap binaries under a restart.
 mkdir -p "$tmp/bin"
-cp "$bench" "$daemon" "$tmp/bin/" || exit 2
+cp "$bench" "$daemon" "$cli" "$tmp/bin/" || exit 2
 bench=$tmp/bin/keyload-bench
 daemon=$tmp/bin/keyloadd
+cli=$tmp/bin/keyload
 pid=""
 declare -A mpid   # cluster member "DIR NODE" -> pid of the keyloadd we started
 # Stops one keyloadd we started: SIGTERM, up to 10 s, then SIGKILL; reaps it.
@@ -92,14 +116,19 @@ m["data"] = data
 json.dump(c, open(dst, "w"), indent=2)
 EOF
 
+log="$tmp/keyloadd.log"
+kv() { sed -n "s/.* $1=\([^ ]*\).*/\1/p" <<<"$2"; }
+# Databases need a cluster secret (their signing keys derive from it).
+"$daemon" keygen --cluster-secret-out "$tmp/cluster.secret" >/dev/null || exit 2
+declare -A line rline
+failed=0
+crashes=()
+if [ "$parts" = all ]; then  # ---- KL-1/KL-2: one daemon (BENCH_PARTS=kl3 skips to KL-3) ----
 if (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null; then
   echo "bench: port $port is already in use; set BENCH_PORT"
   exit 2
 fi
 
-log="$tmp/keyloadd.log"
-# Databases need a cluster secret (their signing keys derive from it).
-"$daemon" keygen --cluster-secret-out "$tmp/cluster.secret" >/dev/null || exit 2
 "$daemon" --cluster "$tmp/cluster.json" --node p0m1 --data "$tmp/data" --cluster-secret "$tmp/cluster.secret" 2>"$log" &
 pid=$!
 ready=0
@@ -115,7 +144,6 @@ if [ $ready -ne 1 ]; then
 fi
 echo "bench: keyloadd pid $pid ready on $url (data $tmp/data)"
 
-kv() { sed -n "s/.* $1=\([^ ]*\).*/\1/p" <<<"$2"; }
 # fsync on a VM disk is noisy: three probes of 200 samples, the middle one (by median) counts.
 probes=()
 for i in 1 2 3; do
@@ -125,8 +153,6 @@ for i in 1 2 3; do
 done
 read -r fsync_med fsync_p99 < <(printf '%s\n' "${probes[@]}" | sort -g | sed -n 2p)
 
-declare -A line
-failed=0
 # RPC floor: a QueueStats read, no log append and no fsync, through the same client path.
 rd=$("$bench" --url "$url" --read --clients 1 --seconds 2) || failed=1
 echo "$rd"
@@ -142,28 +168,36 @@ for b in 1 100; do
 done
 stop_pid "$pid" keyloadd   # free the cores for the clusters
 pid=""
+fi  # KL-1/KL-2: one daemon
 
 # ---- clusters: 3 members of partition 0 of deploy/local-rf3.json ----
 
 # make_cluster DIR NAME REPLICA_COUNT CLIENT_PORT: DIR/cluster.json with members p0m1..p0m3
 # on CLIENT_PORT+i (peers +100), data under DIR; partitions 1 and 2 are left out so that no
 # client tries them. Timers and limits stay those of local-rf3.json.
+# make_cluster DIR NAME REPLICA_COUNT CLIENT_PORT sealed [MEMBERS]: sessions required (KL-3):
+# each member's public key from DIR/p0mM.pub (kl3_keys), only the first MEMBERS members.
 make_cluster() {
   mkdir -p "$1/pids"
-  python3 - "$root/deploy/local-rf3.json" "$1" "$2" "$3" "$4" <<'EOF2' || exit 2
+  python3 - "$root/deploy/local-rf3.json" "$1" "$2" "$3" "$4" "${5:-}" "${6:-0}" <<'EOF2' || exit 2
 import json, sys
 src, d, name, rc, port = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4]), int(sys.argv[5])
+sealed, keep = sys.argv[6] == "sealed", int(sys.argv[7])
 c = json.load(open(src))
 c["cluster"] = name
 c["replica_count"] = rc
-c["insecure_local_admin"] = True  # the KL-1/KL-2 matrix runs without sessions
+c["insecure_local_admin"] = not sealed  # the KL-1/KL-2 matrix runs without sessions
 p0 = [p for p in c["partitions"] if p["id"] == 0][0]
 c["partitions"] = [p0]
+if keep:
+    p0["members"] = p0["members"][:keep]
 for i, m in enumerate(p0["members"]):
     m["client"] = "tcp://127.0.0.1:%d" % (port + i)
     m["peer"] = "tcp://127.0.0.1:%d" % (port + 100 + i)
     m["data"] = "%s/p0m%d" % (d, m["id"])
-    m.pop("public_key", None)  # bench members run without member keys (no key files here)
+    m.pop("public_key", None)  # KL-1/KL-2 members run without member keys
+    if sealed:
+        m["public_key"] = open("%s/p0m%d.pub" % (d, m["id"])).read().strip()
 json.dump(c, open(d + "/cluster.json", "w"), indent=2)
 t = c.get("timers", {})
 print("tick_ms=%s election_ms=%s heartbeat_ms=%s" % (t.get("tick_ms"), t.get("election_ms"), t.get("heartbeat_ms")))
@@ -176,7 +210,7 @@ ports_free() {  # CLIENT_PORT: the three client and three peer ports
   local p
   for p in $1 $(($1 + 1)) $(($1 + 2)) $(($1 + 100)) $(($1 + 101)) $(($1 + 102)); do
     if (exec 3<>"/dev/tcp/127.0.0.1/$p") 2>/dev/null; then
-      echo "bench: port $p is already in use; set BENCH_RF3_PORT / BENCH_FAILOVER_PORT"
+      echo "bench: port $p is already in use; set BENCH_RF3_PORT / BENCH_FAILOVER_PORT / BENCH_KL3_PORT / BENCH_HANDSHAKE_PORT"
       return 1
     fi
   done
@@ -188,7 +222,9 @@ start_member() {
   local d=$1 n=$2 before p
   before=$(grep -c 'msg="ready"' "$d/$n.log" 2>/dev/null)
   before=${before:-0}
-  "$daemon" --cluster "$d/cluster.json" --node "$n" --data "$d/$n" --cluster-secret "$tmp/cluster.secret" 2>>"$d/$n.log" &
+  local key=()   # KL-3 clusters: the member's key pair (kl3_keys)
+  [ -f "$d/$n.key" ] && key=(--member-key "$d/$n.key")
+  "$daemon" --cluster "$d/cluster.json" --node "$n" --data "$d/$n" --cluster-secret "$tmp/cluster.secret" "${key[@]}" 2>>"$d/$n.log" &
   p=$!
   mpid["$d $n"]=$p
   echo "$p" >"$d/pids/$n.pid"
@@ -213,6 +249,7 @@ members_alive() {  # DIR: every member we started there still runs
   done
 }
 
+if [ "$parts" = all ]; then  # ---- KL-1/KL-2: RF3 matrix and failover ----
 # ---- RF3: replica_count 3, the same matrix ----
 rf3=$tmp/rf3
 ports_free "$rf3_port" || exit 2
@@ -221,7 +258,6 @@ rf3_urls=$(cluster_urls "$rf3_port")
 for n in p0m1 p0m2 p0m3; do start_member "$rf3" "$n"; done
 ldr=$("$bench" --leader-of "$rf3_urls") || { echo "bench: RF3 cluster elected no serving leader"; exit 1; }
 echo "bench: RF3 cluster ready ($rf3_timers); $ldr"
-declare -A rline
 echo "bench: RF3 matrix (--url $rf3_urls)"
 for b in 1 100; do
   for c in 1 32; do
@@ -247,7 +283,6 @@ for n in p0m1 p0m2 p0m3; do start_member "$fo" "$n"; done
 echo "bench: failover cluster ready ($fo_timers)"
 fo_lines=()
 fo_ms=()
-crashes=()
 # A member that exits by itself (our kill -9 aside) is a daemon bug, not a bench failure:
 # keep the cluster's logs and data under var/bench-crash-*, then bring the member back with
 # an empty data directory (it catches up from the leader's log, which is never truncated),
@@ -302,6 +337,101 @@ done
 sleep 2   # a member that dies right after catching up
 revive_dead "$fo" "after the last failover run"
 stop_cluster "$fo"
+fi  # KL-1/KL-2: RF3 matrix and failover
+
+# ---- KL-3: sessions and authorization (sessions required, member keys) ----
+# kl3_keys DIR NODE...: a member key pair per node, secret in DIR/NODE.key (0600, what
+# --member-key reads), public key (base64) in DIR/NODE.pub (what make_cluster ... sealed puts
+# in the cluster file).
+kl3_keys() {
+  local d=$1 n
+  shift
+  mkdir -p "$d"
+  for n in "$@"; do
+    "$daemon" keygen --secret-out "$d/$n.key" >"$d/$n.pub" || return 1
+  done
+}
+kl3_cli() {  # DIR ARGS...: the CLI on DIR's cluster and database bench/kl3, bounded
+  local d=$1
+  shift
+  timeout 60 "$cli" --cluster "$d/cluster.json" --database bench/kl3 --timeout 20000 "$@" >>"$d/setup.log" 2>&1
+}
+kl3_admin() {  # DIR ARGS...: the CLI as the administrator benchadmin (sealed)
+  local d=$1
+  shift
+  kl3_cli "$d" --principal benchadmin --key "$d/admin.key" "$@"
+}
+# kl3_setup DIR [publisher]: bootstraps the cluster administrator benchadmin of bench/kl3
+# (key in DIR/admin.key); with publisher also queue kl3 on partition 0 and the principal
+# benchpub (no role, key in DIR/pub.key) with a QueuePublish grant on exactly kl3.
+kl3_setup() {
+  local d=$1
+  kl3_cli "$d" admin bootstrap --tenant bench --database kl3 --admin benchadmin --key-out "$d/admin.key" \
+    --cluster-secret "$tmp/cluster.secret" || { echo "bench: admin bootstrap failed:"; tail -n 5 "$d/setup.log"; return 1; }
+  [ "${2:-}" = publisher ] || return 0
+  kl3_admin "$d" queue create kl3 --partition 0 --max-messages 100000000 --max-bytes 107374182400 &&
+    kl3_admin "$d" principal create benchpub --key-out "$d/pub.key" &&
+    kl3_admin "$d" principal grant benchpub QueuePublish --queue kl3 ||
+    { echo "bench: KL-3 setup (queue kl3, principal benchpub, its grant) failed:"; tail -n 5 "$d/setup.log"; return 1; }
+}
+declare -A kline
+kl3_ok=0
+hs_out=""
+if ! "$cli" principal --help >/dev/null 2>&1; then
+  echo "bench: $cli has no 'principal' command; the KL-3 part cannot run"
+  failed=1
+else
+  kl3=$tmp/kl3
+  ports_free "$kl3_port" || exit 2
+  kl3_keys "$kl3" p0m1 p0m2 p0m3 || exit 2
+  kl3_timers=$(make_cluster "$kl3" bench-kl3 3 "$kl3_port" sealed) || exit 2
+  kl3_urls=$(cluster_urls "$kl3_port")
+  for n in p0m1 p0m2 p0m3; do start_member "$kl3" "$n"; done
+  ldr=$("$bench" --leader-of "$kl3_urls") || { echo "bench: KL-3 RF3 cluster elected no serving leader"; exit 1; }
+  echo "bench: KL-3 RF3 cluster ready, sessions required ($kl3_timers); $ldr"
+  if kl3_setup "$kl3" publisher; then
+    kl3_ok=1
+    echo "bench: KL-3 matrix as principal benchpub (QueuePublish on bench/kl3 queue kl3), sealed"
+    for b in 1 100; do
+      for c in 1 32; do
+        out=$(timeout $((secs * 3 + 120)) "$bench" --cluster "$kl3/cluster.json" --principal benchpub \
+              --key "$kl3/pub.key" --database bench/kl3 --queue kl3 --clients "$c" --batch-size "$b" --seconds "$secs")
+        rc=$?
+        echo "${out:-bench: kl3 clients=$c batch=$b: no result (exit $rc)}"
+        [ $rc -eq 0 ] && [ -n "$out" ] || failed=1
+        kline[$b,$c]=$out
+        members_alive "$kl3" || exit 1
+      done
+    done
+  else
+    failed=1
+  fi
+  kl3_warn=$(cat "$kl3"/p0m*.log | grep -c 'level=\(warn\|error\)')
+  kl3_warn_first=$(cat "$kl3"/p0m*.log | grep 'level=\(warn\|error\)' | head -n 5)
+  stop_cluster "$kl3"
+
+  # Handshakes: one member alone (nothing else on its loop), sessions required.
+  hs=$tmp/handshake
+  ports_free "$hs_port" || exit 2
+  kl3_keys "$hs" p0m1 || exit 2
+  make_cluster "$hs" bench-handshake 1 "$hs_port" sealed 1 >/dev/null || exit 2
+  start_member "$hs" p0m1
+  "$bench" --leader-of "tcp://127.0.0.1:$hs_port" >/dev/null || { echo "bench: the handshake member does not serve"; exit 1; }
+  if kl3_setup "$hs"; then
+    hs_out=$(timeout 600 "$bench" --handshake "$hs_n" --cluster "$hs/cluster.json" --principal benchadmin \
+             --key "$hs/admin.key" --pid "${mpid["$hs p0m1"]}")
+    rc=$?
+    echo "${hs_out:-bench: handshake: no result (exit $rc)}"
+    [ $rc -eq 0 ] && [ -n "$hs_out" ] || failed=1
+    members_alive "$hs" || exit 1
+  else
+    failed=1
+  fi
+  kl3_warn=$(( kl3_warn + $(grep -c 'level=\(warn\|error\)' "$hs/p0m1.log") ))
+  stop_cluster "$hs"
+fi
+
+if [ "$parts" = all ]; then  # ---- KL-1/KL-2 summary ----
 
 echo
 echo "=== KeyLoad enqueue benchmark: 1 replica, ${secs}s per cell, 100-byte bodies ==="
@@ -384,6 +514,60 @@ if grep -q 'level=\(warn\|error\)' "$log"; then
   echo "bench: keyloadd logged warnings/errors (first 5):"
   grep 'level=\(warn\|error\)' "$log" | head -n 5
 fi
+fi  # KL-1/KL-2 summary
+
+echo
+echo "=== KL-3: sessions and authorization, RF3 (3 members, replica_count 3, sessions required), ${secs}s per cell ==="
+echo "principal benchpub (no role; QueuePublish on queue kl3 of bench/kl3), every request sealed (SDK, one"
+echo "client and session per thread); s+a = session + authorization time per request on the leader's"
+echo "loop thread (MemberStatus deltas: (session_ns + authz_ns) / sealed requests); unsealed = the RF3"
+echo "matrix above (insecure_local_admin, raw RPC client, no member keys), sealed/unsealed = msgs/s ratio"
+printf "%-8s %-6s %10s %10s %9s %9s %6s %8s %8s %8s %8s %8s %10s %7s\n" clients batch batches/s msgs/s p50_us \
+  p99_us errors requests sess_us authz_us s+a_us s+a/p50 unsealed/s ratio
+for b in 1 100; do
+  for c in 1 32; do
+    l=${kline[$b,$c]:-}
+    u=$(kv msgs_per_s "${rline[$b,$c]:-}")
+    s=$(kv msgs_per_s "$l")
+    ratio=$(python3 -c 'import sys
+try: print("%.2f" % (float(sys.argv[1]) / float(sys.argv[2])))
+except Exception: print("n/a")' "$s" "$u")
+    pctv=$(kv cost_pct_p50 "$l")
+    printf "%-8s %-6s %10s %10s %9s %9s %6s %8s %8s %8s %8s %8s %10s %7s\n" "$c" "$b" "$(kv batches_per_s "$l")" \
+      "$s" "$(kv p50_us "$l")" "$(kv p99_us "$l")" "$(kv errors "$l")" "$(kv sealed_requests "$l")" \
+      "$(kv session_us_per_req "$l")" "$(kv authz_us_per_req "$l")" "$(kv cost_us_per_req "$l")" \
+      "${pctv:+$pctv%}" "${u:-n/a}" "$ratio"
+  done
+done
+if [ -n "$hs_out" ]; then
+  echo "handshake ($(kv n "$hs_out") Hellos, one member alone, one connection, each answer verified by the client;"
+  echo "  make's -O2 build): loop thread hello_ns/hellos $(kv hello_loop_us "$hs_out") us;" \
+       "process CPU (utime+stime) per Hello $(kv hello_cpu_us "$hs_out") us - per MemberStatus" \
+       "$(kv status_cpu_us "$hs_out") us = $(kv cpu_per_hello_us "$hs_out") us"
+  echo "  (same from the threads' schedstat, ns: $(kv sched_hello_us "$hs_out") - $(kv sched_status_us "$hs_out") =" \
+       "$(kv sched_per_hello_us "$hs_out") us); client round trip p50: Hello $(kv hello_p50_us "$hs_out") us," \
+       "MemberStatus $(kv status_p50_us "$hs_out") us"
+fi
+python3 - "$(kv cost_pct_p50 "${kline[1,1]:-}")" "$(kv cost_us_per_req "${kline[1,1]:-}")" \
+          "$(kv p50_us "${kline[1,1]:-}")" "$(kv cpu_per_hello_us "$hs_out")" "$(kv hello_loop_us "$hs_out")" <<'EOF'
+import sys
+def num(s):
+    try: return float(s)
+    except ValueError: return None
+share, cost, p50, cpu, loop = map(num, sys.argv[1:6])
+if share is not None:
+    print("target (KL-3 a) session+authz share of request time at batch 1: %.2f%% (< 5%%): %s"
+          % (share, "PASS" if share < 5 else "MISS"))
+    print("  1 client, batch 1: %.1f us of session+authz per request, median request %.0f us" % (cost, p50))
+else:
+    print("target (KL-3 a) session+authz share of request time at batch 1: no data MISS")
+if cpu is not None:
+    print("target (KL-3 b) daemon CPU per handshake: %.0f µs (< 200 µs): %s"
+          % (cpu, "PASS" if cpu < 200 else "MISS"))
+    print("  process CPU per Hello minus per MemberStatus; the loop thread's own count: %.0f µs" % loop)
+else:
+    print("target (KL-3 b) daemon CPU per handshake: no data MISS")
+EOF
 if [ ${#crashes[@]} -gt 0 ]; then
   echo "bench: FAILED: members exited by themselves during the failover runs:"
   printf '  %s\n' "${crashes[@]}"
@@ -391,5 +575,9 @@ fi
 if [ "${rf3_warn:-0}" -gt 0 ]; then
   echo "bench: the RF3 members logged $rf3_warn warnings/errors (first 5):"
   echo "$rf3_warn_first"
+fi
+if [ "${kl3_warn:-0}" -gt 0 ]; then
+  echo "bench: the KL-3 members logged $kl3_warn warnings/errors (first 5 of the RF3 ones):"
+  echo "$kl3_warn_first"
 fi
 exit $failed
