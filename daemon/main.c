@@ -313,7 +313,7 @@ int main(int argc, char **argv)
         goto fail_node;
     }
     const kl_partition *part = kl_cluster_find_partition(&cluster, partition);
-    kl_repl_config rcfg = {.cluster = cluster.name, .self = (uint64_t)me->id,
+    kl_repl_config rcfg = {.cluster = cluster.name, .partition = partition, .self = (uint64_t)me->id,
                            .replica_count = (uint32_t)cluster.replica_count,
                            .tick_ms = cluster.timers.tick_ms, .election_ms = cluster.timers.election_ms,
                            .heartbeat_ms = cluster.timers.heartbeat_ms,
@@ -321,7 +321,11 @@ int main(int argc, char **argv)
     for (int i = 0; i < part->member_count; i++) {
         rcfg.members[i] = (uint64_t)part->members[i].id;
         rcfg.peer_urls[i] = part->members[i].peer_url[0] ? part->members[i].peer_url : NULL;
+        rcfg.public_keys[i] = part->members[i].has_public_key ? part->members[i].public_key : NULL;
     }
+    /* Replication links authenticate with member keys when this member has one and every
+       member of the partition has a public_key (daemon/repl/peer.h). */
+    rcfg.member_secret = d.keys != NULL && d.keys->has_member_key ? d.keys->member_secret : NULL;
     rcfg.n_members = (size_t)part->member_count;
     kl_repl_callbacks cb = {.ctx = &d, .apply = repl_apply, .role = repl_role,
                             .read_ready = repl_read_ready, .read_dropped = repl_read_dropped,

@@ -866,14 +866,16 @@ kl_code kl_repl_start(uv_loop_t *loop, kl_store *store, const kl_repl_config *cf
         goto fail;
 
     if (cfg->n_members > 1) {
-        kl_peer_config pc = {.cluster = r->cluster, .self = cfg->self,
-                             .listen_url = cfg->peer_urls[self_slot],
+        kl_peer_config pc = {.cluster = r->cluster, .partition = cfg->partition,
+                             .self = cfg->self, .listen_url = cfg->peer_urls[self_slot],
+                             .member_secret = cfg->member_secret,
                              .max_frame = r->max_frame, .recv = on_recv, .owner = r};
         for (size_t i = 0; i < cfg->n_members; i++) {
             if (i == self_slot)
                 continue;
             pc.peers[pc.n_peers].id = cfg->members[i];
             pc.peers[pc.n_peers].url = cfg->peer_urls[i];
+            pc.peers[pc.n_peers].public_key = cfg->public_keys[i];
             pc.n_peers++;
         }
         if ((rc = kl_peer_start(loop, &pc, &r->peer, err)) != KL_OK)

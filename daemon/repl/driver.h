@@ -74,8 +74,15 @@ typedef struct kl_repl_callbacks {
 
 typedef struct kl_repl_config {
     const char *cluster;           /* name, for the peer hello */
+    int32_t partition;             /* bound into authenticated peer hellos */
     uint64_t self;
     uint64_t members[9]; const char *peer_urls[9]; size_t n_members; /* self included */
+    /* Peer authentication (peer.h "Two modes"): this member's Ed25519 secret key (64 bytes)
+       and each member's public key (32 bytes, by the index of members[]; self's is unused);
+       NULL = absent. With the secret and every other member's public key, links are
+       authenticated and sealed; otherwise plain (logged once at start). Copied at start. */
+    const uint8_t *member_secret;
+    const uint8_t *public_keys[9];
     uint32_t replica_count;
     uint32_t tick_ms, election_ms, heartbeat_ms;   /* election_ticks = election_ms/tick_ms etc. */
     size_t max_frame;

@@ -12,6 +12,18 @@
  * the member's state meanwhile (an ack arrived, the loop queued a frame) leaves the sending
  * to the pumping thread, which re-reads the state before each frame and so sees the change.
  *
+ * Authenticated mode (peer.h). Handshake crypto and sealing run outside `mu`: the values
+ * they need (a key, the expected counter, the dialer's handshake state) are copied out under
+ * the lock into locals that are wiped afterwards, and the result is applied under the lock
+ * again only if the pipe is still the same live one. That is safe because one thread at a
+ * time receives (the one receive aio; so the receive counters only it advances cannot move
+ * meanwhile) and one thread at a time sends a member's frames (`pumping`; member_next
+ * assigns the counter under the lock and the pumping thread seals the frame before handing
+ * it to nng, so frames go out in counter order). Secrets: the member key (immutable, wiped in
+ * peer_free), a dialing pipe's handshake state and a confirming pipe's keys (peer_pipe,
+ * wiped when the handshake ends, the pipe is refused or removed), a connection's keys
+ * (peer_member.keys, wiped by member_adopt and member_drop).
+ *
  * Shutdown. kl_peer_stop sets `stopping` (from then on nothing is sent or delivered and
  * received frames are dropped) and drops every queued frame; the watchdog timer then waits
  * until the connections are quiet, stops the receive (nng_aio_stop waits out its
@@ -20,13 +32,20 @@
 #include "daemon/repl/peer.h"
 
 #include "common/log.h"
+#include "common/peer_auth.h"
 
 #include <inttypes.h>
 #include <nng/nng.h>
 #include <nng/protocol/pair1/pair.h>
+#include <sodium.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
+
+_Static_assert(KL_PEER_MAX_CLUSTER == KL_PEER_AUTH_CLUSTER_MAX, "cluster name bound");
+_Static_assert(KL_PEER_SECRET_LEN == KL_PEER_AUTH_SECRET_LEN, "member secret key");
+_Static_assert(KL_PEER_PUBLIC_LEN == KL_PEER_AUTH_PUBLIC_LEN, "member public key");
 
 #define PEER_HDR 9 /* u8 type + u64 ack */
 #define PEER_T_HELLO 1
@@ -35,6 +54,8 @@
 #define PEER_MAGIC 0x4b4c5052u /* "KLPR" */
 #define PEER_VERSION 1
 #define PEER_HELLO_FIXED (4 + 1 + 8 + 8 + 1)
+#define PEER_SEAL KL_PEER_AUTH_OVERHEAD   /* sealed frames: u64 counter + 16-byte tag */
+#define PEER_CTR KL_PEER_AUTH_COUNTER_LEN /* where a sealed frame's payload starts after the header */
 
 /* nng 1.5.2 pair1 poly: per-pipe send queue of 2 plus the message being written. */
 #define PEER_WINDOW 3      /* unacknowledged frames of any type */
@@ -74,6 +95,7 @@ typedef struct peer_member {
     uint64_t id;
     char *url;        /* dialed when id < self, else NULL */
     uint32_t dialer;  /* nng dialer id, 0 = we do not dial this member (set before dialing) */
+    uint8_t public_key[KL_PEER_PUBLIC_LEN]; /* authenticated mode */
 
     /* Under kl_peer.mu. Counters are per connection and restart at every new one. */
     uint32_t pipe;        /* current connection, 0 = none */
@@ -90,15 +112,24 @@ typedef struct peer_member {
     uint64_t wait_since;  /* ms since data_hi > tx_acked with no ack progress; 0 = none */
     peer_out *head, *tail;
     size_t q_frames, q_bytes;
+    kl_peer_auth_keys keys; /* authenticated mode: `pipe`'s keys once connected, else zero */
 } peer_member;
 
 typedef struct peer_pipe {
     uint32_t id;     /* 0 = free slot */
-    int member;      /* index into members, -1 = not (yet) a member's connection */
+    int member;      /* index into members, -1 = not (yet) a member's connection; a confirming
+                        pipe names the member it claims without being its connection */
     bool dialed;     /* we dialed it (the peer must answer our hello) */
-    bool hello_rx;   /* the peer's hello arrived and was accepted */
+    bool hello_rx;   /* the handshake completed (the peer's hello arrived and was accepted;
+                        authenticated listener: and its first sealed frame opened) */
     bool dead;       /* refused or replaced: closing, its frames are dropped */
     uint64_t since;  /* ms when the pipe was added */
+    /* Authenticated mode. */
+    bool dial_ready;        /* dialed: `dial` holds our HELLO, until the ANSWER checked out */
+    kl_peer_auth_dial dial; /* dialed: our HELLO and its ephemeral secret key */
+    bool confirming;        /* listener: HELLO accepted and answered; waiting for the dialer's
+                               first sealed frame */
+    kl_peer_auth_keys keys; /* listener, while confirming: the connection's keys */
 } peer_pipe;
 
 typedef struct peer_inbound {
@@ -121,6 +152,10 @@ struct kl_peer {
     uint32_t ack_timeout_ms;
     kl_peer_recv_fn recv;
     void *owner;
+    bool auth;                                  /* authenticated mode (peer.h) */
+    int32_t partition;
+    int64_t max_skew_ms;
+    uint8_t member_secret[KL_PEER_SECRET_LEN];  /* authenticated mode; wiped in peer_free */
     nng_socket sock;
     nng_aio *recv_aio;
     uv_async_t wake;
@@ -147,16 +182,45 @@ typedef struct peer_act {
     peer_member *pump;
     bool wake;
     const char *refused;      /* reason, when a pipe was refused */
+    char refused_buf[64 + KL_ERR_DETAIL_MAX]; /* room for a reason composed on the spot */
     uint32_t refused_pipe;
     uint64_t refused_claim;   /* member id the hello claimed, 0 = none */
     uint64_t refused_more;    /* refusals not logged since the last line */
     bool log_refusal;
     uint64_t up, down;        /* member connected / lost */
+    nng_msg *answer;          /* authenticated listener: the ANSWER to send on answer_pipe */
+    uint32_t answer_pipe;
 } peer_act;
 
 /* ------------------------------------------------------------------ helpers */
 
 static uint64_t peer_now_ms(void) { return uv_hrtime() / 1000000u; }
+
+/* The wall clock hellos carry (unix ms): members compare each other's. */
+static int64_t peer_wall_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+static kl_peer_auth_self peer_auth_self(const kl_peer *p)
+{
+    return (kl_peer_auth_self){.cluster = p->cluster, .partition = p->partition, .id = p->self,
+                               .secret = p->member_secret};
+}
+
+/* A pipe slot's secrets, wiped (the slot itself stays). */
+static void pipe_wipe_secrets(peer_pipe *pp)
+{
+    kl_peer_auth_dial_wipe(&pp->dial);
+    kl_peer_auth_keys_wipe(&pp->keys);
+    pp->dial_ready = false;
+    pp->confirming = false;
+}
+
+/* A slot back to free, secrets wiped. */
+static void pipe_clear(peer_pipe *pp) { sodium_memzero(pp, sizeof *pp); }
 
 static void put_u64(uint8_t *b, uint64_t v)
 {
@@ -218,6 +282,7 @@ static peer_pipe *pipe_find(kl_peer *p, uint32_t id)
 /* The counters of a new connection. */
 static void member_adopt(peer_member *m, uint32_t pipe)
 {
+    kl_peer_auth_keys_wipe(&m->keys);
     m->pipe = pipe;
     m->connected = false;
     m->hello_due = true;
@@ -237,6 +302,7 @@ static void member_drop(kl_peer *p, peer_member *m, peer_act *act)
     m->connected = false;
     m->hello_due = false;
     m->wait_since = 0;
+    kl_peer_auth_keys_wipe(&m->keys);
     for (peer_out *o = m->head, *next; o != NULL; o = next) {
         next = o->next;
         nng_msg_free(o->msg);
@@ -277,7 +343,16 @@ static void pipe_refuse(kl_peer *p, peer_pipe *pp, const char *why, uint64_t cla
     }
     pp->member = -1;
     pp->dead = true;
+    pipe_wipe_secrets(pp);
     refusal_note(p, pp->id, why, claim, act);
+}
+
+/* Under mu: refuses for a peer_auth failure, the reason naming its detail (never a key). */
+static void pipe_refuse_auth(kl_peer *p, peer_pipe *pp, const char *what, const kl_err *e,
+                             uint64_t claim, peer_act *act)
+{
+    snprintf(act->refused_buf, sizeof act->refused_buf, "%s: %s", what, e->detail);
+    pipe_refuse(p, pp, act->refused_buf, claim, act);
 }
 
 /* Runs what a callback decided; the lock is not held. */
@@ -298,6 +373,15 @@ static void act_run(kl_peer *p, peer_act *act)
                 "listen=%s remote=%s reason=\"%s\" claimed_member=%" PRIu64
                 " refusals_not_logged=%" PRIu64,
                 p->listen_url, addr, act->refused, act->refused_claim, act->refused_more);
+    }
+    if (act->answer != NULL) {
+        /* The first frame on a pipe nobody else sends on yet: the window is empty. */
+        int rv = nng_sendmsg(p->sock, act->answer, NNG_FLAG_NONBLOCK);
+        if (rv != 0) {
+            nng_msg_free(act->answer);
+            act_close(act, act->answer_pipe);
+        }
+        act->answer = NULL;
     }
     for (size_t i = 0; i < act->n_close; i++) {
         int rv = nng_pipe_close(pipe_handle(act->close[i]));
@@ -325,8 +409,24 @@ static nng_msg *frame_alloc(uint8_t type, size_t extra)
     return msg;
 }
 
-static nng_msg *hello_build(const kl_peer *p, const peer_member *m)
+/* Under mu: the dialer's authenticated HELLO, made by pipe_started. */
+static nng_msg *hello_build_auth(kl_peer *p, const peer_member *m)
 {
+    peer_pipe *pp = pipe_find(p, m->pipe);
+    if (pp == NULL || !pp->dial_ready)
+        return NULL;
+    uint8_t body[KL_PEER_AUTH_MAX];
+    size_t n = kl_peer_auth_encode(&pp->dial.hello, body, sizeof body);
+    nng_msg *msg = n != 0 ? frame_alloc(PEER_T_HELLO, n) : NULL;
+    if (msg != NULL)
+        memcpy((uint8_t *)nng_msg_body(msg) + PEER_HDR, body, n);
+    return msg;
+}
+
+static nng_msg *hello_build(kl_peer *p, const peer_member *m)
+{
+    if (p->auth)
+        return hello_build_auth(p, m);
     nng_msg *msg = frame_alloc(PEER_T_HELLO, PEER_HELLO_FIXED + p->cluster_len);
     if (msg == NULL)
         return NULL;
@@ -348,10 +448,20 @@ static bool member_ack_wanted(const peer_member *m)
     return m->rx > m->rx_acked && (m->ack_now || m->rx - m->rx_acked >= 2);
 }
 
+/* A frame to seal before it goes (authenticated mode): counter and key are taken under mu,
+ * the sealing is done by the pumping thread without it. */
+typedef struct peer_seal {
+    bool on;
+    uint64_t counter;
+    size_t pt_len;
+    uint8_t key[KL_PEER_AUTH_KEY_LEN];
+} peer_seal;
+
 /* Under mu: the next frame the member may send now, stamped and addressed, or NULL. */
-static nng_msg *member_next(kl_peer *p, peer_member *m, bool *is_data)
+static nng_msg *member_next(kl_peer *p, peer_member *m, bool *is_data, peer_seal *seal)
 {
     *is_data = false;
+    seal->on = false;
     if (m->pipe == 0)
         return NULL;
     uint64_t out = m->tx - m->tx_acked;
@@ -371,15 +481,24 @@ static nng_msg *member_next(kl_peer *p, peer_member *m, bool *is_data)
         m->q_frames--;
         m->q_bytes -= o->len;
         msg = o->msg;
+        seal->on = p->auth;
+        seal->pt_len = o->len;
         free(o);
         *is_data = true;
         p->st.sent++;
     } else if (out < PEER_WINDOW && member_ack_wanted(m)) {
-        if ((msg = frame_alloc(PEER_T_ACK, 0)) == NULL)
+        if ((msg = frame_alloc(PEER_T_ACK, p->auth ? PEER_SEAL : 0)) == NULL)
             return NULL; /* the next frame will carry the ack */
+        seal->on = p->auth;
+        seal->pt_len = 0;
         counts = false;
     } else {
         return NULL;
+    }
+    if (seal->on) {
+        /* The frame's index on the connection, the hello being frame 0. */
+        seal->counter = m->tx;
+        memcpy(seal->key, m->keys.tx, sizeof seal->key);
     }
     put_u64((uint8_t *)nng_msg_body(msg) + 1, m->rx);
     m->rx_acked = m->rx;
@@ -406,11 +525,17 @@ static void member_pump(kl_peer *p, peer_member *m)
     m->pumping = true;
     for (;;) {
         bool is_data;
-        nng_msg *msg = member_next(p, m, &is_data);
+        peer_seal seal;
+        nng_msg *msg = member_next(p, m, &is_data, &seal);
         if (msg == NULL)
             break;
         uint32_t pipe = m->pipe;
         uv_mutex_unlock(&p->mu);
+        if (seal.on) {
+            (void)kl_peer_auth_seal(seal.key, seal.counter, nng_msg_body(msg), PEER_HDR,
+                                    seal.pt_len);
+            sodium_memzero(seal.key, sizeof seal.key);
+        }
         int rv = nng_sendmsg(p->sock, msg, NNG_FLAG_NONBLOCK);
         if (rv != 0)
             nng_msg_free(msg);
@@ -460,9 +585,10 @@ kl_code kl_peer_send(kl_peer *p, uint64_t to, const uint8_t *frame, size_t len)
     if (!room)
         return KL_RESOURCE_EXHAUSTED;
 
-    /* Copy outside the lock: frames can be megabytes. */
+    /* Copy outside the lock: frames can be megabytes. Authenticated mode leaves room for the
+     * counter before and the tag after the payload; the pumping thread seals in place. */
     peer_out *o = malloc(sizeof *o);
-    nng_msg *msg = frame_alloc(PEER_T_DATA, len);
+    nng_msg *msg = frame_alloc(PEER_T_DATA, len + (p->auth ? PEER_SEAL : 0));
     if (o == NULL || msg == NULL) {
         free(o);
         if (msg != NULL)
@@ -473,7 +599,7 @@ kl_code kl_peer_send(kl_peer *p, uint64_t to, const uint8_t *frame, size_t len)
         return KL_RESOURCE_EXHAUSTED;
     }
     if (len > 0)
-        memcpy((uint8_t *)nng_msg_body(msg) + PEER_HDR, frame, len);
+        memcpy((uint8_t *)nng_msg_body(msg) + PEER_HDR + (p->auth ? PEER_CTR : 0), frame, len);
     o->next = NULL;
     o->msg = msg;
     o->len = len;
@@ -508,7 +634,7 @@ kl_code kl_peer_send(kl_peer *p, uint64_t to, const uint8_t *frame, size_t len)
 
 /* ------------------------------------------------------------------ receiving */
 
-/* Under mu: checks a hello; returns the member index it names or -1 with *why set. */
+/* Under mu: checks a plain hello; returns the member index it names or -1 with *why set. */
 static int hello_check(const kl_peer *p, const peer_pipe *pp, const uint8_t *b, size_t len,
                        uint64_t *claim, const char **why)
 {
@@ -519,7 +645,9 @@ static int hello_check(const kl_peer *p, const peer_pipe *pp, const uint8_t *b, 
     }
     const uint8_t *h = b + PEER_HDR;
     if (h[4] != PEER_VERSION) {
-        *why = "unsupported protocol version";
+        *why = h[4] == KL_PEER_AUTH_VERSION
+                   ? "authenticated hello, but this member runs without member keys"
+                   : "unsupported protocol version";
         return -1;
     }
     uint64_t from = get_u64(h + 5);
@@ -552,7 +680,42 @@ static int hello_check(const kl_peer *p, const peer_pipe *pp, const uint8_t *b, 
     return idx;
 }
 
-/* Under mu: the first frame on a pipe. */
+/* Under mu: pipe pp becomes member m's connection; an older one of the member (it
+ * restarted before its old TCP connection was seen to die) is closed. */
+static void member_take_pipe(kl_peer *p, peer_member *m, peer_pipe *pp, int idx, peer_act *act)
+{
+    if (m->pipe != 0 && m->pipe != pp->id) {
+        peer_pipe *old = pipe_find(p, m->pipe);
+        if (old != NULL) {
+            old->member = -1;
+            old->dead = true;
+            pipe_wipe_secrets(old);
+        }
+        act_close(act, m->pipe);
+        member_drop(p, m, NULL);
+    }
+    pp->member = idx;
+    member_adopt(m, pp->id);
+}
+
+/* Under mu: the handshake completed on pp (both hellos crossed; authenticated listener: the
+ * first sealed frame opened), whose peer acknowledged `ack` of our frames. */
+static void member_connected(kl_peer *p, peer_member *m, peer_pipe *pp, uint64_t ack,
+                             peer_act *act)
+{
+    pp->hello_rx = true;
+    m->connected = true;
+    m->tx_acked = ack;
+    if (m->tx_acked >= m->data_hi)
+        m->wait_since = 0;
+    m->rx = 1;
+    m->ack_data = true;
+    p->st.connects++;
+    act->up = m->id;
+    act->pump = m;
+}
+
+/* Under mu: the first frame on a pipe (plain mode). */
 static void pipe_handshake(kl_peer *p, peer_pipe *pp, const uint8_t *b, size_t len, peer_act *act)
 {
     uint64_t claim = 0;
@@ -574,43 +737,21 @@ static void pipe_handshake(kl_peer *p, peer_pipe *pp, const uint8_t *b, size_t l
             pipe_refuse(p, pp, "hello acknowledges frames never sent", claim, act);
             return;
         }
-        /* A newer connection from the member replaces the old one (it restarted before
-         * its old TCP connection was seen to die). */
-        if (m->pipe != 0 && m->pipe != pp->id) {
-            peer_pipe *old = pipe_find(p, m->pipe);
-            if (old != NULL) {
-                old->member = -1;
-                old->dead = true;
-            }
-            act_close(act, m->pipe);
-            member_drop(p, m, NULL);
-        }
-        pp->member = idx;
-        member_adopt(m, pp->id);
+        member_take_pipe(p, m, pp, idx, act);
     } else if (m->pipe != pp->id || ack != m->tx) {
         /* We sent our hello (tx 1) before anything else; the answer must acknowledge it. */
         pipe_refuse(p, pp, "hello does not acknowledge ours", claim, act);
         return;
     }
-    pp->hello_rx = true;
-    m->connected = true;
-    m->tx_acked = ack;
-    if (m->tx_acked >= m->data_hi)
-        m->wait_since = 0;
-    m->rx = 1;
-    m->ack_data = true;
-    p->st.connects++;
-    act->up = m->id;
-    act->pump = m;
+    member_connected(p, m, pp, ack, act);
 }
 
-/* Under mu: a frame on a connected pipe. Takes msg. */
-static void pipe_frame(kl_peer *p, peer_pipe *pp, nng_msg *msg, peer_act *act)
+/* Under mu: a frame on a connected pipe, already checked (and opened): its type and ack,
+ * and msg holding the payload only. Takes msg. */
+static void pipe_frame(kl_peer *p, peer_pipe *pp, uint8_t type, uint64_t ack, nng_msg *msg,
+                       peer_act *act)
 {
-    const uint8_t *b = nng_msg_body(msg);
-    size_t len = nng_msg_len(msg);
     peer_member *m = &p->members[pp->member];
-    uint64_t ack = get_u64(b + 1);
     if (ack > m->tx) {
         pipe_refuse(p, pp, "ack of frames never sent", m->id, act);
         nng_msg_free(msg);
@@ -622,20 +763,20 @@ static void pipe_frame(kl_peer *p, peer_pipe *pp, nng_msg *msg, peer_act *act)
     }
     m->rx++;
     act->pump = m;
-    switch (b[0]) {
+    switch (type) {
     case PEER_T_ACK:
         nng_msg_free(msg);
         return;
     case PEER_T_DATA:
         break;
     default:
-        pipe_refuse(p, pp, b[0] == PEER_T_HELLO ? "second hello" : "unknown frame type", m->id,
+        pipe_refuse(p, pp, type == PEER_T_HELLO ? "second hello" : "unknown frame type", m->id,
                     act);
         nng_msg_free(msg);
         return;
     }
     m->ack_data = true;
-    size_t plen = len - PEER_HDR;
+    size_t plen = nng_msg_len(msg);
     if (plen > p->max_frame) {
         p->st.dropped_oversize++;
         nng_msg_free(msg);
@@ -646,13 +787,228 @@ static void pipe_frame(kl_peer *p, peer_pipe *pp, nng_msg *msg, peer_act *act)
         nng_msg_free(msg);
         return;
     }
-    nng_msg_trim(msg, PEER_HDR);
     size_t slot = (p->in_head + p->in_count) % p->max_frames;
     p->inbox[slot].from = m->id;
     p->inbox[slot].msg = msg;
     p->in_count++;
     p->in_bytes += plen;
     act->wake = true;
+}
+
+/* Under mu, which it releases and takes again: re-finds pipe after the unlocked part. NULL
+ * when it went away, was refused or replaced meanwhile, or the peer is stopping. */
+static peer_pipe *pipe_again(kl_peer *p, uint32_t pipe)
+{
+    peer_pipe *pp = p->stopping ? NULL : pipe_find(p, pipe);
+    return pp == NULL || pp->dead ? NULL : pp;
+}
+
+/* Under mu (released meanwhile): the ANSWER to our HELLO on a pipe we dialed. Takes msg. */
+static void auth_dialer_answer(kl_peer *p, peer_pipe *pp, nng_msg *msg, peer_act *act)
+{
+    const uint8_t *b = nng_msg_body(msg);
+    size_t len = nng_msg_len(msg);
+    uint32_t pipe = pp->id;
+    peer_member *m = &p->members[pp->member];
+    uint64_t ack = get_u64(b + 1);
+    if (m->pipe != pipe || ack != m->tx || !pp->dial_ready) {
+        pipe_refuse(p, pp, pp->dial_ready ? "hello does not acknowledge ours"
+                                          : "answer without a hello of ours", m->id, act);
+        nng_msg_free(msg);
+        return;
+    }
+    kl_peer_auth_dial dial = pp->dial; /* a copy: the slot may be wiped meanwhile */
+    uv_mutex_unlock(&p->mu);
+
+    kl_err e;
+    kl_peer_auth_msg answer;
+    kl_peer_auth_keys keys;
+    memset(&keys, 0, sizeof keys);
+    kl_code rc = kl_peer_auth_decode(b + PEER_HDR, len - PEER_HDR, &answer, &e);
+    if (rc == KL_OK)
+        rc = kl_peer_auth_finish(&dial, &answer, m->public_key, peer_wall_ms(), p->max_skew_ms,
+                                 &keys, &e);
+    kl_peer_auth_dial_wipe(&dial);
+    nng_msg_free(msg);
+
+    uv_mutex_lock(&p->mu);
+    if ((pp = pipe_again(p, pipe)) == NULL || m->pipe != pipe) {
+        kl_peer_auth_keys_wipe(&keys);
+        return;
+    }
+    if (rc != KL_OK) {
+        pipe_refuse_auth(p, pp,
+                         strcmp(e.detail, "version") == 0 ? "unauthenticated hello refused"
+                                                          : "peer answer refused",
+                         &e, m->id, act);
+        return;
+    }
+    pipe_wipe_secrets(pp);
+    m->keys = keys;
+    kl_peer_auth_keys_wipe(&keys);
+    member_connected(p, m, pp, ack, act);
+    /* Key confirmation: the listener connects only once our first sealed frame opened, so
+     * one goes at once (data if any is queued, else a bare ack). */
+    m->ack_now = true;
+}
+
+/* Under mu (released meanwhile): a dialer's HELLO on a pipe our listener accepted. Takes
+ * msg. */
+static void auth_listener_hello(kl_peer *p, peer_pipe *pp, nng_msg *msg, peer_act *act)
+{
+    const uint8_t *b = nng_msg_body(msg);
+    size_t len = nng_msg_len(msg);
+    uint32_t pipe = pp->id;
+    if (get_u64(b + 1) != 0) {
+        /* The dialer speaks first, so its hello acknowledges nothing. */
+        pipe_refuse(p, pp, "hello acknowledges frames never sent", 0, act);
+        nng_msg_free(msg);
+        return;
+    }
+    uv_mutex_unlock(&p->mu);
+
+    kl_err e;
+    kl_peer_auth_msg hello, answer;
+    kl_peer_auth_keys keys;
+    memset(&keys, 0, sizeof keys);
+    const char *why = NULL;
+    int idx = -1;
+    kl_code rc = kl_peer_auth_decode(b + PEER_HDR, len - PEER_HDR, &hello, &e);
+    if (rc != KL_OK) {
+        why = strcmp(e.detail, "version") == 0 ? "unauthenticated hello refused"
+                                                : "malformed hello";
+        if (len >= PEER_HDR + PEER_HELLO_FIXED && b[PEER_HDR + 4] == PEER_VERSION)
+            hello.from = get_u64(b + PEER_HDR + 5); /* for the log: whom a plain hello claims */
+    } else if ((idx = member_index(p, hello.from)) < 0) {
+        why = "unknown member";
+    } else if (hello.from < p->self) {
+        why = "member should be dialed";
+    } else {
+        kl_peer_auth_self me = peer_auth_self(p);
+        rc = kl_peer_auth_accept(&me, &hello, p->members[idx].public_key, peer_wall_ms(),
+                                 p->max_skew_ms, &answer, &keys, &e);
+    }
+    nng_msg_free(msg);
+    nng_msg *out = NULL;
+    if (why == NULL && rc == KL_OK) {
+        uint8_t body[KL_PEER_AUTH_MAX];
+        size_t n = kl_peer_auth_encode(&answer, body, sizeof body);
+        if (n != 0 && (out = frame_alloc(PEER_T_HELLO, n)) != NULL) {
+            memcpy((uint8_t *)nng_msg_body(out) + PEER_HDR, body, n);
+            put_u64((uint8_t *)nng_msg_body(out) + 1, 1); /* acknowledges the HELLO */
+            nng_msg_set_pipe(out, pipe_handle(pipe));
+        }
+    }
+
+    uv_mutex_lock(&p->mu);
+    if ((pp = pipe_again(p, pipe)) == NULL) {
+        kl_peer_auth_keys_wipe(&keys);
+        if (out != NULL)
+            nng_msg_free(out);
+        return;
+    }
+    if (why != NULL) {
+        pipe_refuse(p, pp, why, hello.from, act);
+    } else if (rc != KL_OK) {
+        pipe_refuse_auth(p, pp, "peer hello refused", &e, hello.from, act);
+    } else if (out == NULL) {
+        pipe_refuse(p, pp, "out of memory for the answer", hello.from, act);
+    } else {
+        /* Not the member's connection yet: that waits for the first sealed frame. */
+        pp->member = idx;
+        pp->confirming = true;
+        pp->keys = keys;
+        act->answer = out;
+        act->answer_pipe = pipe;
+        out = NULL;
+    }
+    kl_peer_auth_keys_wipe(&keys);
+    if (out != NULL)
+        nng_msg_free(out);
+}
+
+/* Under mu (released meanwhile): a DATA or ACK frame on a pipe in authenticated mode,
+ * connected or confirming. Opens it with the expected counter, adopts a confirming pipe and
+ * passes the payload on. Takes msg. */
+static void auth_frame(kl_peer *p, peer_pipe *pp, nng_msg *msg, peer_act *act)
+{
+    uint8_t *b = nng_msg_body(msg);
+    size_t len = nng_msg_len(msg);
+    uint32_t pipe = pp->id;
+    uint8_t type = b[0];
+    uint64_t ack = get_u64(b + 1);
+    peer_member *m = &p->members[pp->member];
+    uint64_t claim = m->id;
+    if (type != PEER_T_DATA && type != PEER_T_ACK) {
+        pipe_refuse(p, pp, type == PEER_T_HELLO ? "second hello" : "unknown frame type", claim,
+                    act);
+        nng_msg_free(msg);
+        return;
+    }
+    bool confirming = pp->confirming;
+    uint8_t key[KL_PEER_AUTH_KEY_LEN];
+    memcpy(key, confirming ? pp->keys.rx : m->keys.rx, sizeof key);
+    /* The frame's index on the connection, the hello being frame 0; only this thread (the
+     * one receive) advances m->rx. */
+    uint64_t expected = confirming ? 1 : m->rx;
+    uv_mutex_unlock(&p->mu);
+
+    kl_err e;
+    size_t plen = 0;
+    kl_code rc = kl_peer_auth_open(key, expected, b, len, PEER_HDR, &plen, &e);
+    sodium_memzero(key, sizeof key);
+    if (rc == KL_OK) {
+        nng_msg_trim(msg, PEER_HDR + PEER_CTR);
+        nng_msg_chop(msg, KL_PEER_AUTH_TAG_LEN);
+    }
+
+    uv_mutex_lock(&p->mu);
+    if ((pp = pipe_again(p, pipe)) == NULL || pp->confirming != confirming ||
+        (!confirming && m->pipe != pipe)) {
+        nng_msg_free(msg);
+        return;
+    }
+    if (rc != KL_OK) {
+        pipe_refuse_auth(p, pp, "peer frame refused", &e, claim, act);
+        nng_msg_free(msg);
+        return;
+    }
+    if (confirming) {
+        /* Key confirmation: the dialer holds the secret of the HELLO it signed. Now the
+         * pipe becomes the member's connection (replacing an older one), with our ANSWER
+         * as its frame 0. */
+        int idx = pp->member;
+        member_take_pipe(p, m, pp, idx, act);
+        m->keys = pp->keys;
+        pipe_wipe_secrets(pp);
+        m->hello_due = false;
+        m->tx = 1;
+        m->data_hi = 1;
+        m->wait_since = peer_now_ms();
+        member_connected(p, m, pp, 0, act);
+        m->rx_acked = 1; /* our ANSWER acknowledged the HELLO */
+        m->ack_data = false;
+    }
+    pipe_frame(p, pp, type, ack, msg, act);
+}
+
+/* Under mu (released meanwhile): a frame on a pipe in authenticated mode. Takes msg. */
+static void auth_recv(kl_peer *p, peer_pipe *pp, nng_msg *msg, peer_act *act)
+{
+    const uint8_t *b = nng_msg_body(msg);
+    if (pp->hello_rx || pp->confirming) {
+        auth_frame(p, pp, msg, act);
+        return;
+    }
+    if (b[0] != PEER_T_HELLO) {
+        pipe_refuse(p, pp, "frame before hello", 0, act);
+        nng_msg_free(msg);
+        return;
+    }
+    if (pp->dialed)
+        auth_dialer_answer(p, pp, msg, act);
+    else
+        auth_listener_hello(p, pp, msg, act);
 }
 
 /* Re-armed even while stopping: frames keep being taken from nng (and dropped) until
@@ -687,11 +1043,17 @@ static void recv_cb(void *arg)
     } else if (nng_msg_len(msg) < PEER_HDR) {
         pipe_refuse(p, pp, "short frame", 0, &act);
         nng_msg_free(msg);
+    } else if (p->auth) {
+        auth_recv(p, pp, msg, &act);
     } else if (!pp->hello_rx) {
         pipe_handshake(p, pp, nng_msg_body(msg), nng_msg_len(msg), &act);
         nng_msg_free(msg);
     } else {
-        pipe_frame(p, pp, msg, &act);
+        const uint8_t *b = nng_msg_body(msg);
+        uint8_t type = b[0];
+        uint64_t ack = get_u64(b + 1);
+        nng_msg_trim(msg, PEER_HDR);
+        pipe_frame(p, pp, type, ack, msg, &act);
     }
     uv_mutex_unlock(&p->mu);
 
@@ -735,9 +1097,27 @@ static void pipe_added(kl_peer *p, nng_pipe np, peer_act *act)
 static void pipe_started(kl_peer *p, nng_pipe np, peer_act *act)
 {
     uint32_t id = np.id;
+    /* Authenticated mode: our HELLO (a key pair and a signature) is made without the lock,
+     * for the member this dialed pipe belongs to. */
+    kl_peer_auth_dial dial;
+    memset(&dial, 0, sizeof dial);
+    bool have_dial = false;
+    if (p->auth) {
+        uv_mutex_lock(&p->mu);
+        peer_pipe *pp = p->stopping ? NULL : pipe_find(p, id);
+        uint64_t to = pp != NULL && pp->dialed && !pp->dead ? p->members[pp->member].id : 0;
+        uv_mutex_unlock(&p->mu);
+        if (to == 0)
+            return;
+        kl_peer_auth_self me = peer_auth_self(p);
+        kl_err e;
+        have_dial = kl_peer_auth_hello(&me, to, peer_wall_ms(), &dial, &e) == KL_OK;
+    }
     uv_mutex_lock(&p->mu);
     peer_pipe *pp = p->stopping ? NULL : pipe_find(p, id);
-    if (pp != NULL && pp->dialed && !pp->dead) {
+    if (pp != NULL && pp->dialed && !pp->dead && p->auth && !have_dial) {
+        pipe_refuse(p, pp, "could not make our authenticated hello", 0, act);
+    } else if (pp != NULL && pp->dialed && !pp->dead) {
         /* Our connection to a lower id: say hello first. One dialer per member means one
          * pipe at a time; a leftover one would be a stale connection. */
         peer_member *m = &p->members[pp->member];
@@ -746,14 +1126,20 @@ static void pipe_started(kl_peer *p, nng_pipe np, peer_act *act)
             if (old != NULL) {
                 old->member = -1;
                 old->dead = true;
+                pipe_wipe_secrets(old);
             }
             act_close(act, m->pipe);
             member_drop(p, m, act);
         }
         member_adopt(m, id);
+        if (p->auth) {
+            pp->dial = dial;
+            pp->dial_ready = true;
+        }
         act->pump = m;
     }
     uv_mutex_unlock(&p->mu);
+    kl_peer_auth_dial_wipe(&dial);
 }
 
 static void pipe_removed(kl_peer *p, nng_pipe np, peer_act *act)
@@ -764,7 +1150,7 @@ static void pipe_removed(kl_peer *p, nng_pipe np, peer_act *act)
     if (pp != NULL) {
         if (pp->member >= 0 && p->members[pp->member].pipe == id)
             member_drop(p, &p->members[pp->member], act);
-        *pp = (peer_pipe){0};
+        pipe_clear(pp);
     }
     uv_mutex_unlock(&p->mu);
 }
@@ -851,7 +1237,11 @@ static void watchdog_cb(uv_timer_t *timer)
     for (size_t i = 0; i < PEER_MAX_PIPES; i++) {
         peer_pipe *pp = &p->pipes[i];
         if (pp->id != 0 && !pp->hello_rx && !pp->dead && now - pp->since >= p->ack_timeout_ms)
-            pipe_refuse(p, pp, "no hello in time", 0, &act); /* REM_POST frees the slot */
+            pipe_refuse(p, pp,
+                        pp->confirming ? "no sealed frame after the handshake in time"
+                                       : "no hello in time",
+                        pp->confirming ? p->members[pp->member].id : 0,
+                        &act); /* REM_POST frees the slot */
     }
     uv_mutex_unlock(&p->mu);
 
@@ -876,6 +1266,8 @@ static void peer_free(kl_peer *p)
     free(p->cluster);
     free(p->listen_url);
     free(p->inbox);
+    /* The member key, every connection's keys and every handshake's secrets. */
+    sodium_memzero(p, sizeof *p);
     free(p);
 }
 
@@ -977,6 +1369,7 @@ void kl_peer_stats(const kl_peer *p, kl_peer_counters *out)
     kl_peer *mp = (kl_peer *)p;
     uv_mutex_lock(&mp->mu);
     *out = mp->st;
+    out->authenticated = mp->auth;
     for (size_t i = 0; i < PEER_MAX_PIPES; i++)
         if (mp->pipes[i].id != 0)
             out->pipes_open++;
@@ -1054,8 +1447,35 @@ static kl_code peer_addr_code(int rv)
                                                                           : KL_UNAVAILABLE;
 }
 
+/* Authenticated mode needs our member key and every other member's public key; otherwise
+ * *why says what is missing (for the one log line at start). */
+static bool peer_pick_mode(const kl_peer_config *cfg, char *why, size_t cap)
+{
+    if (cfg->member_secret == NULL) {
+        snprintf(why, cap, "this member has no member key");
+        return false;
+    }
+    for (size_t i = 0; i < cfg->n_peers; i++)
+        if (cfg->peers[i].public_key == NULL) {
+            snprintf(why, cap, "member %" PRIu64 " has no public_key in the cluster file",
+                     cfg->peers[i].id);
+            return false;
+        }
+    why[0] = '\0';
+    return true;
+}
+
 static kl_code peer_copy_config(kl_peer *p, const kl_peer_config *cfg, kl_err *err)
 {
+    char why[96];
+    p->auth = peer_pick_mode(cfg, why, sizeof why);
+    p->partition = cfg->partition;
+    p->max_skew_ms = cfg->max_skew_ms != 0 ? cfg->max_skew_ms : KL_PEER_DEFAULT_MAX_SKEW_MS;
+    if (p->auth) {
+        memcpy(p->member_secret, cfg->member_secret, sizeof p->member_secret);
+        for (size_t i = 0; i < cfg->n_peers; i++)
+            memcpy(p->members[i].public_key, cfg->peers[i].public_key, KL_PEER_PUBLIC_LEN);
+    }
     p->cluster_len = strlen(cfg->cluster);
     p->cluster = strdup(cfg->cluster);
     p->listen_url = strdup(cfg->listen_url);
@@ -1193,6 +1613,15 @@ kl_code kl_peer_start(uv_loop_t *loop, const kl_peer_config *cfg, kl_peer **out,
     period = period < 10 ? 10 : period > PEER_TICK_MAX_MS ? PEER_TICK_MAX_MS : period;
     (void)uv_timer_start(&p->watchdog, watchdog_cb, period, period);
     recv_arm(p);
+    char why[96];
+    if (peer_pick_mode(cfg, why, sizeof why))
+        KL_INFO("replication links authenticated",
+                "listen=%s partition=%" PRId32 " member=%" PRIu64 " peers=%zu max_skew_ms=%" PRId64,
+                p->listen_url, p->partition, p->self, p->n_members, p->max_skew_ms);
+    else
+        KL_WARN("replication links are unauthenticated",
+                "listen=%s partition=%" PRId32 " member=%" PRIu64 " reason=\"%s\"", p->listen_url,
+                p->partition, p->self, why);
     *out = p;
     return KL_OK;
 

@@ -11,20 +11,58 @@
  * loop), one bounded outbound queue per peer, one uv_async_t (nng threads -> loop) and one
  * uv_timer_t (watchdog).
  *
- * Handshake: on every new connection both sides send a hello first (the dialer at once, the
- * listener after it accepted the dialer's hello) naming the cluster, the sender's id and the
- * id it believes it is talking to. A pipe whose first frame is not such a hello, or whose
- * hello names another cluster, an unknown member, a member that should be dialing the other
- * way, or not us, is closed and counted in `refused`. A pipe that completes no handshake
- * within ack_timeout_ms is closed too. A member is "connected" once both hellos crossed.
- * A second connection from the same member (it restarted before its old TCP connection was
- * noticed as dead) replaces the first, which is closed.
+ * Two modes, fixed at start (KL-3, DESIGN.md §5):
+ *   authenticated  when this member has a member key (member_secret) AND every other member
+ *                  of the partition has a public key (peers[].public_key; the cluster file's
+ *                  "public_key", which deploy/keyload-cluster always writes). Hellos are the
+ *                  signed handshake of common/peer_auth.h and every later frame, DATA and ACK,
+ *                  is sealed (encrypted and authenticated). Nothing else is accepted: a plain
+ *                  hello, a badly signed, stale or misaddressed one, a frame before the
+ *                  handshake, a frame that does not open or carries any counter but the next
+ *                  one closes the pipe and counts in `refused`.
+ *   plain          otherwise (hand-written cluster files without public keys, tests): the
+ *                  unauthenticated hello below, frames in the clear. kl_peer_start logs once
+ *                  (a warning naming the reason, never a key) that links are unauthenticated;
+ *                  peer URLs must then be on a trusted network (loopback in the local cluster).
+ * Every member of a partition must run in the same mode: a plain member and an authenticated
+ * one refuse each other's hellos (logged with the reason).
+ *
+ * Handshake (plain): on every new connection both sides send a hello first (the dialer at
+ * once, the listener after it accepted the dialer's hello) naming the cluster, the sender's id
+ * and the id it believes it is talking to. A pipe whose first frame is not such a hello, or
+ * whose hello names another cluster, an unknown member, a member that should be dialing the
+ * other way, or not us, is closed and counted in `refused`. A pipe that completes no
+ * handshake within ack_timeout_ms is closed too. A member is "connected" once both hellos
+ * crossed. A second connection from the same member (it restarted before its old TCP
+ * connection was noticed as dead) replaces the first, which is closed.
+ *
+ * Handshake (authenticated): the same two hellos, now the HELLO and ANSWER of
+ * common/peer_auth.h: the dialer's HELLO is signed with its member key over a fresh X25519
+ * key, cluster, partition, both ids and its clock; the listener checks it against the
+ * claimed member's public key (and the clock, within max_skew_ms) and answers with its own
+ * fresh key, signed over the whole transcript; the dialer checks that against the public key
+ * of the member it dialed. Both derive the connection's two keys (the dialer is the
+ * crypto_kx client). The dialer is connected once the ANSWER checks out and at once sends a
+ * sealed frame (its data, or a bare ACK). The listener is connected only when that first
+ * sealed frame opened (key confirmation): a HELLO replayed by someone else within the skew
+ * bound gets an ANSWER but can never produce that frame, so it neither connects nor replaces
+ * the member's live connection; the handshake watchdog closes it. The secrets of a connection
+ * (ephemeral secret key, derived keys) live only in this module's memory and are wiped
+ * (sodium_memzero) when the handshake ends or fails, when the connection ends and at stop;
+ * the member key is copied at start and wiped at stop. Handshake crypto and frame sealing and
+ * opening run outside the mutex.
  *
  * Wire format (integers big-endian). Every frame: u8 type, u64 ack (frames of any type the
- * sender has received on this connection so far), then by type: 1 HELLO: u32 magic "KLPR",
- * u8 version 1, u64 from, u64 to, u8 cluster length, cluster bytes; 2 DATA: the payload;
- * 3 ACK: nothing. An ack above the number of frames sent, a second hello or an unknown type
- * is a protocol error: the pipe is closed and counted in `refused`.
+ * sender has received on this connection so far), then by type: 1 HELLO: plain: u32 magic
+ * "KLPR", u8 version 1, u64 from, u64 to, u8 cluster length, cluster bytes; authenticated:
+ * the version-2 HELLO or ANSWER body of common/peer_auth.h; 2 DATA: plain: the payload;
+ * authenticated: u64 counter, the payload encrypted, a 16-byte tag; 3 ACK: plain: nothing;
+ * authenticated: u64 counter and a 16-byte tag. Sealed frames use the sender's key of the
+ * connection with the 9-byte header (type and ack) as associated data, so neither can be
+ * changed; counters count each direction's sealed frames from 1, which is also the frame's
+ * index on the connection (the hello being frame 0). An ack above the number of frames sent,
+ * a second hello or an unknown type is a protocol error: the pipe is closed and counted in
+ * `refused`.
  *
  * Flow control, and why. nng's pair1 poly mode hands each outgoing message to the pipe's
  * 2-deep send queue with a non-blocking put and silently DROPS it when that queue is full.
@@ -76,8 +114,10 @@
  * ack_timeout_ms is at least 200 (a lone frame's ack may wait up to 100 ms) and should be
  * the same on every member. At most 32 pipes are tracked at once; past that new ones are
  * refused, so a flood of strangers that never say hello can keep members out for up to
- * ack_timeout_ms. No encryption or authentication beyond the hello: peer URLs must be on a
- * trusted network (loopback in the local cluster).
+ * ack_timeout_ms. Plain mode has no encryption or authentication beyond the hello (see the
+ * modes above). Authenticated mode costs per connection two signatures, two verifications
+ * and two X25519 operations, and per frame one XChaCha20-Poly1305 seal and open (24 bytes
+ * more on the wire).
  *
  * nng 1.5.2 (Debian bookworm) has a known bug (nng issues #1543/#1813, fixed in 1.8.0):
  * nng_close, or the reaping of a pipe, can wait forever for an operation caught half-started
@@ -101,6 +141,9 @@
 #define KL_PEER_DEFAULT_QUEUED_FRAMES 1024
 #define KL_PEER_DEFAULT_QUEUED_BYTES (64u << 20)
 #define KL_PEER_DEFAULT_ACK_TIMEOUT_MS 5000
+#define KL_PEER_DEFAULT_MAX_SKEW_MS 30000 /* hello clocks, authenticated mode */
+#define KL_PEER_SECRET_LEN 64             /* Ed25519 member secret key (common/keys.h) */
+#define KL_PEER_PUBLIC_LEN 32             /* Ed25519 member public key */
 
 typedef struct kl_peer kl_peer;
 
@@ -109,17 +152,25 @@ typedef void (*kl_peer_recv_fn)(void *owner, uint64_t from, const uint8_t *frame
 
 typedef struct kl_peer_config {
     const char *cluster;    /* cluster name, compared in every hello */
+    int32_t partition;      /* the partition these members replicate (authenticated hellos) */
     uint64_t self;          /* this member's id, nonzero */
     const char *listen_url; /* this member's peer URL, e.g. "tcp://127.0.0.1:7500" */
+    /* KL_PEER_SECRET_LEN bytes: this member's Ed25519 secret key (common/keys.h
+     * member_secret), copied; NULL = none (plain mode). */
+    const uint8_t *member_secret;
     struct {
         uint64_t id;
         const char *url; /* required for ids below self (dialed); unused otherwise */
+        /* KL_PEER_PUBLIC_LEN bytes: the member's public key (cluster file), copied; NULL =
+         * unknown, which makes this member run in plain mode. */
+        const uint8_t *public_key;
     } peers[KL_PEER_MAX_PEERS];
     size_t n_peers;           /* the other members only */
     size_t max_frame;         /* 0 = KL_PEER_DEFAULT_MAX_FRAME */
     size_t max_queued_frames; /* inbox and each outbound queue; 0 = default */
     size_t max_queued_bytes;  /* inbox and each outbound queue; 0 = default */
     uint32_t ack_timeout_ms;  /* handshake and ack watchdog, >= 200; 0 = default */
+    uint32_t max_skew_ms;     /* accepted |hello clock - our clock|; 0 = default */
     kl_peer_recv_fn recv;
     void *owner; /* passed to recv */
 } kl_peer_config;
@@ -134,15 +185,17 @@ typedef struct kl_peer_counters {
     uint64_t dropped_oversize;    /* received frames over max_frame */
     uint64_t dropped_inbox_full;  /* received while the inbox was full */
     uint64_t dropped_nng;         /* nng refused a non-blocking send */
-    uint64_t refused;       /* pipes closed for a bad or missing hello or a protocol error */
+    uint64_t refused;       /* pipes closed for a bad or missing hello, a frame that did not
+                               open (authenticated mode) or a protocol error */
     uint64_t stalls;        /* connections closed by the ack watchdog */
     uint64_t connects;      /* handshakes completed, in total */
     uint32_t pipes_open;    /* nng pipes open now (handshaking or connected) */
     uint32_t connected;     /* peers connected now */
+    bool authenticated;     /* this member runs in authenticated mode (see the top) */
 } kl_peer_counters;
 
-/* Validates cfg (copied: nothing in it is borrowed after the call), listens and starts
- * dialing. Fails INVALID_ARGUMENT for a bad configuration or URL, UNAVAILABLE when the
+/* Validates cfg (copied: nothing in it is borrowed after the call), picks the mode (see the
+ * top; logged once), listens and starts dialing. Fails INVALID_ARGUMENT for a bad configuration or URL, UNAVAILABLE when the
  * listen URL cannot be bound; the message names the URL and the operation. */
 kl_code kl_peer_start(uv_loop_t *loop, const kl_peer_config *cfg, kl_peer **out, kl_err *err);
 
@@ -152,7 +205,8 @@ kl_code kl_peer_start(uv_loop_t *loop, const kl_peer_config *cfg, kl_peer **out,
  * or len > max_frame. Every drop is counted. Safe to call from inside recv. */
 kl_code kl_peer_send(kl_peer *p, uint64_t to, const uint8_t *frame, size_t len);
 
-/* True when both hellos crossed on a live connection to member `id`. */
+/* True when both hellos crossed on a live connection to member `id` (authenticated mode,
+ * listener side: and the member's first sealed frame opened). */
 bool kl_peer_connected(const kl_peer *p, uint64_t id);
 
 /* A snapshot of the counters (the type is not named kl_peer_stats because C forbids a

@@ -4,8 +4,13 @@
  * peers, plain TCP sockets speaking nng's SP framing by hand, stand in for members that
  * misbehave (bad hellos, no acks, oversized frames); they speak the wire format of peer.h,
  * built here byte by byte so the test also pins it. Every test stops its members and
- * closes the loop, so LeakSanitizer checks the shutdown paths. */
+ * closes the loop, so LeakSanitizer checks the shutdown paths.
+ * Keyed members (authenticated mode, KL-3) use member keys made from fixed seeds; raw peers
+ * then speak common/peer_auth.h, with a member's key (a member that misbehaves, or a replay
+ * by someone who copied a member's hello) or without (a stranger). */
 #include "daemon/repl/peer.h"
+
+#include "common/peer_auth.h"
 
 #include <arpa/inet.h>
 #include <check.h>
@@ -14,6 +19,7 @@
 #include <netinet/in.h>
 #include <nng/nng.h>
 #include <poll.h>
+#include <sodium.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -39,6 +45,7 @@ typedef struct tm_member {
     bool stop_in_recv;             /* kl_peer_stop from inside the first recv */
     uint64_t raw_got;              /* frames from a raw socket (no test header) */
     size_t raw_last_len;
+    bool keyed;                    /* started with member keys (kept across restarts) */
 } tm_member;
 
 static uv_loop_t loop;
@@ -160,7 +167,22 @@ static void url_for(uint64_t id)
 typedef struct tm_opts {
     size_t max_frame, max_frames, max_bytes;
     uint32_t ack_timeout_ms;
+    bool keyed; /* member key and every peer's public key: authenticated mode */
 } tm_opts;
+
+/* Member keys from fixed seeds: tm_pk/tm_sk[id] for members 1..TM_MAX, [0] for a stranger. */
+static uint8_t tm_pk[TM_MAX + 1][crypto_sign_PUBLICKEYBYTES];
+static uint8_t tm_sk[TM_MAX + 1][crypto_sign_SECRETKEYBYTES];
+
+static void keys_init(void)
+{
+    ck_assert_int_ge(sodium_init(), 0);
+    for (int i = 0; i <= TM_MAX; i++) {
+        uint8_t seed[crypto_sign_SEEDBYTES];
+        memset(seed, 0x40 + i, sizeof seed);
+        ck_assert_int_eq(crypto_sign_seed_keypair(tm_pk[i], tm_sk[i], seed), 0);
+    }
+}
 
 /* Starts member `id` of the cluster {1..n}; URLs must be set for all of them. */
 static void member_launch(uint64_t id, int n, const tm_opts *o, bool fresh)
@@ -177,12 +199,19 @@ static void member_launch(uint64_t id, int n, const tm_opts *o, bool fresh)
         cfg.max_queued_frames = o->max_frames;
         cfg.max_queued_bytes = o->max_bytes;
         cfg.ack_timeout_ms = o->ack_timeout_ms;
+        mem[id].keyed = o->keyed;
+    }
+    if (mem[id].keyed) {
+        keys_init();
+        cfg.member_secret = tm_sk[id];
     }
     for (int j = 1; j <= n; j++) {
         if ((uint64_t)j == id)
             continue;
         cfg.peers[cfg.n_peers].id = (uint64_t)j;
         cfg.peers[cfg.n_peers].url = mem[j].url;
+        if (mem[id].keyed)
+            cfg.peers[cfg.n_peers].public_key = tm_pk[j];
         cfg.n_peers++;
     }
     mem[id].id = id;
@@ -965,6 +994,378 @@ START_TEST(test_stop_inside_recv)
 }
 END_TEST
 
+/* ---------------------------------------------------------------- keyed (authenticated) */
+
+static bool one_up(void *arg)
+{
+    tm_pair *pr = arg;
+    return kl_peer_connected(mem[pr->a].peer, pr->b);
+}
+
+/* A raw peer's side of one authenticated connection. */
+typedef struct raw_auth {
+    kl_peer_auth_dial dial;
+    kl_peer_auth_keys keys;
+} raw_auth;
+
+/* A version-2 HELLO from `as` to `to`, signed with sk, at clock now_ms (+ skew_ms). */
+static size_t w_auth_hello(uint8_t *b, raw_auth *a, uint64_t as, uint64_t to, const uint8_t *sk,
+                           const char *cl, int32_t partition, int64_t skew_ms)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    int64_t now = (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000 + skew_ms;
+    kl_peer_auth_self me = {.cluster = cl, .partition = partition, .id = as, .secret = sk};
+    kl_err e;
+    ck_assert_int_eq(kl_peer_auth_hello(&me, to, now, &a->dial, &e), KL_OK);
+    b[0] = W_HELLO;
+    put_u64(b + 1, 0);
+    size_t n = kl_peer_auth_encode(&a->dial.hello, b + 9, KL_PEER_AUTH_MAX);
+    ck_assert_uint_gt(n, 0);
+    return 9 + n;
+}
+
+/* A sealed frame of `type` with payload bytes of 0x5a (what on_recv counts as raw), as
+ * frame number r->tx of the connection. */
+static size_t w_sealed(uint8_t *b, const raw_sock *r, const raw_auth *a, uint8_t type,
+                       size_t payload)
+{
+    b[0] = type;
+    put_u64(b + 1, r->rx);
+    memset(b + 9 + KL_PEER_AUTH_COUNTER_LEN, 0x5a, payload);
+    return kl_peer_auth_seal(a->keys.tx, r->tx, b, 9, payload);
+}
+
+/* Dials member `at` as member `as` with the right key and completes the member-key
+ * handshake; with confirm, also sends the first sealed frame (an ACK), after which the
+ * member counts us connected. */
+static void raw_auth_join(raw_sock *r, raw_auth *a, uint64_t at, uint64_t as, bool confirm)
+{
+    uint8_t b[1024];
+    memset(a, 0, sizeof *a);
+    raw_open(r, mem[at].url, false);
+    raw_send(r, b, w_auth_hello(b, a, as, at, tm_sk[as], cluster, 0, 0));
+    long n = raw_recv(r, b, sizeof b, 2000); /* the member's ANSWER */
+    ck_assert_int_gt(n, 9);
+    ck_assert_int_eq(b[0], W_HELLO);
+    ck_assert_uint_eq(get_u64(b + 1), 1); /* acknowledges our hello */
+    kl_peer_auth_msg ans;
+    kl_err e;
+    ck_assert_int_eq(kl_peer_auth_decode(b + 9, (size_t)n - 9, &ans, &e), KL_OK);
+    ck_assert_int_eq(kl_peer_auth_finish(&a->dial, &ans, tm_pk[at], ans.unix_ms,
+                                         KL_PEER_AUTH_DEFAULT_SKEW_MS, &a->keys, &e),
+                     KL_OK);
+    if (confirm) {
+        raw_send(r, b, w_sealed(b, r, a, W_ACK, 0));
+        tm_pair pr = {at, as};
+        ck_assert(run_until(one_up, &pr, 2000));
+    }
+}
+
+/* raw_send_data, sealed. */
+static void raw_send_sealed(raw_sock *r, const raw_auth *a, size_t payload)
+{
+    static uint8_t b[16384];
+    ck_assert_uint_le(payload + 9 + KL_PEER_AUTH_OVERHEAD, sizeof b);
+    uint64_t until = mono_ms() + 3000;
+    while (r->tx - r->acked >= 2) {
+        if (raw_take(r, NULL, 0) < 0) {
+            ck_assert_msg(mono_ms() < until, "no ack from the member (tx=%d acked=%d)",
+                          (int)r->tx, (int)r->acked);
+            usleep(500);
+        }
+    }
+    raw_send(r, b, w_sealed(b, r, a, W_DATA, payload));
+}
+
+START_TEST(test_keyed_exchange_and_restart)
+{
+    loop_open();
+    memset(send_seq, 0, sizeof send_seq);
+    for (int i = 1; i <= 3; i++)
+        url_for((uint64_t)i);
+    for (int i = 1; i <= 3; i++)
+        /* Queues for the whole burst below: with every frame sealed and opened (ASan build)
+         * the window drains a little slower than the loop fills it. */
+        member_start((uint64_t)i, 3, &(tm_opts){.keyed = true, .max_frames = 4096});
+    wait_all_up(3);
+    for (int i = 1; i <= 3; i++)
+        ck_assert(stats_of((uint64_t)i).authenticated);
+    /* Every pair both ways, sizes up to 40000 bytes, through the sealed path. */
+    const int per = 200;
+    for (int k = 0; k < per; k++)
+        for (int a = 1; a <= 3; a++)
+            for (int b = 1; b <= 3; b++)
+                if (a != b)
+                    ck_assert_int_eq(send_one((uint64_t)a, (uint64_t)b, (size_t)(k * 211) % 40000),
+                                     KL_OK);
+    for (int a = 1; a <= 3; a++)
+        for (int b = 1; b <= 3; b++)
+            if (a != b)
+                expect_got((uint64_t)b, (uint64_t)a, (uint64_t)per, 15000);
+    uint64_t t0 = mono_ms();
+    for (int k = 0; k < 3000; k++)
+        ck_assert_int_eq(send_one(3, 1, 100), KL_OK);
+    expect_got(1, 3, (uint64_t)per + 3000, 15000);
+    fprintf(stderr, "peer (keyed): 3000 x 100 B frames 3->1 in %llu ms\n",
+            (unsigned long long)(mono_ms() - t0));
+    for (int i = 1; i <= 3; i++) {
+        ck_assert_int_eq(mem[i].bad, 0);
+        kl_peer_counters st = stats_of((uint64_t)i);
+        ck_assert_uint_eq(st.dropped, 0);
+        ck_assert_uint_eq(st.refused, 0);
+        ck_assert_uint_eq(st.stalls, 0);
+        ck_assert_uint_eq(st.connects, 2);
+    }
+
+    /* Restarts: the listener (1) and a dialer (3); new handshakes, new keys. */
+    for (int i = 1; i <= 3; i++)
+        mem[i].lenient = true;
+    kl_peer_stop(mem[1].peer);
+    mem[1].peer = NULL;
+    tm_pair p21 = {2, 1};
+    ck_assert(run_until(peer_down, &p21, 3000));
+    memset(mem[1].got, 0, sizeof mem[1].got);
+    memset(mem[1].next_seq, 0, sizeof mem[1].next_seq);
+    member_restart(1, 3);
+    mem[1].lenient = true;
+    wait_all_up(3);
+    exchange_ok(1, 2, 10);
+    exchange_ok(1, 3, 10);
+    kl_peer_stop(mem[3].peer);
+    mem[3].peer = NULL;
+    tm_pair p13 = {1, 3};
+    ck_assert(run_until(peer_down, &p13, 3000));
+    memset(mem[3].got, 0, sizeof mem[3].got);
+    memset(mem[3].next_seq, 0, sizeof mem[3].next_seq);
+    member_restart(3, 3);
+    mem[3].lenient = true;
+    wait_all_up(3);
+    exchange_ok(3, 1, 10);
+    exchange_ok(2, 3, 10);
+    for (int i = 1; i <= 3; i++) {
+        ck_assert_int_eq(mem[i].bad, 0);
+        ck_assert_uint_eq(stats_of((uint64_t)i).refused, 0);
+    }
+    loop_close();
+}
+END_TEST
+
+START_TEST(test_keyed_refuses_strangers)
+{
+    loop_open();
+    keys_init();
+    for (int i = 1; i <= 3; i++)
+        url_for((uint64_t)i);
+    /* Member 2 listens for 3 and dials 1 (absent). */
+    member_start(2, 3, &(tm_opts){.keyed = true, .ack_timeout_ms = 400});
+    uint8_t b[1024];
+    raw_auth a;
+
+    /* Member 3 claimed with another key; the plain hello; wrong cluster, partition, target;
+     * stale and future clocks; a data frame before any hello; a lower id that 2 dials. */
+    expect_refused(2, b, w_auth_hello(b, &a, 3, 2, tm_sk[0], cluster, 0, 0));
+    expect_refused(2, b, w_auth_hello(b, &a, 3, 2, tm_sk[1], cluster, 0, 0));
+    expect_refused(2, b, w_hello(b, 0, 3, 2, cluster));
+    expect_refused(2, b, w_auth_hello(b, &a, 3, 2, tm_sk[3], "other-cluster", 0, 0));
+    expect_refused(2, b, w_auth_hello(b, &a, 3, 2, tm_sk[3], cluster, 1, 0));
+    expect_refused(2, b, w_auth_hello(b, &a, 3, 4, tm_sk[3], cluster, 0, 0));
+    expect_refused(2, b, w_auth_hello(b, &a, 3, 2, tm_sk[3], cluster, 0, -31000));
+    expect_refused(2, b, w_auth_hello(b, &a, 3, 2, tm_sk[3], cluster, 0, 31000));
+    expect_refused(2, b, w_data(b, 0, 10));
+    expect_refused(2, b, w_auth_hello(b, &a, 1, 2, tm_sk[1], cluster, 0, 0));
+    /* A good hello with its ack field forged. */
+    size_t n = w_auth_hello(b, &a, 3, 2, tm_sk[3], cluster, 0, 0);
+    put_u64(b + 1, 5);
+    expect_refused(2, b, n);
+    /* A good hello bit-flipped in its signature. */
+    n = w_auth_hello(b, &a, 3, 2, tm_sk[3], cluster, 0, 0);
+    b[n - 1] ^= 1;
+    expect_refused(2, b, n);
+    ck_assert_uint_eq(stats_of(2).refused, 12);
+    ck_assert_uint_eq(stats_of(2).connects, 0);
+    kl_peer_auth_dial_wipe(&a.dial);
+
+    /* A good handshake, data arrives; then each kind of bad frame closes the connection. */
+    enum { REPLAY, REORDER, TAMPER, PLAIN, HELLO2, KINDS };
+    for (int kind = 0; kind < KINDS; kind++) {
+        raw_sock r;
+        raw_auth ra;
+        uint64_t refused = stats_of(2).refused;
+        uint64_t got = mem[2].got[3];
+        raw_auth_join(&r, &ra, 2, 3, true);
+        raw_send_sealed(&r, &ra, 20);
+        expect_got(2, 3, got + 1, 2000);
+        ck_assert_uint_eq(mem[2].raw_last_len, 20);
+        uint8_t f[256];
+        size_t fl = w_sealed(f, &r, &ra, W_DATA, 30);
+        switch (kind) {
+        case REPLAY: /* the same frame twice */
+            raw_send(&r, f, fl);
+            expect_got(2, 3, got + 2, 2000);
+            raw_send(&r, f, fl);
+            break;
+        case REORDER: /* frame 3 where 2 is expected */
+            r.tx++;
+            fl = w_sealed(f, &r, &ra, W_DATA, 30);
+            raw_send(&r, f, fl);
+            break;
+        case TAMPER:
+            f[9 + KL_PEER_AUTH_COUNTER_LEN + 3] ^= 0x20;
+            raw_send(&r, f, fl);
+            break;
+        case PLAIN: /* an unsealed data frame after the handshake */
+            raw_send(&r, f, w_data(f, r.rx, 30));
+            break;
+        case HELLO2:
+            raw_send(&r, f, w_auth_hello(f, &ra, 3, 2, tm_sk[3], cluster, 0, 0));
+            break;
+        }
+        ck_assert(run_until(raw_closed, &r, 2000));
+        tm_pair p23 = {2, 3};
+        ck_assert(run_until(peer_down, &p23, 2000));
+        ck_assert_uint_eq(stats_of(2).refused, refused + 1);
+        ck_assert_uint_eq(mem[2].got[3], got + (kind == REPLAY ? 2 : 1));
+        raw_close(&r);
+        kl_peer_auth_dial_wipe(&ra.dial);
+        kl_peer_auth_keys_wipe(&ra.keys);
+    }
+    ck_assert_int_eq(mem[2].bad, 0);
+    loop_close();
+}
+END_TEST
+
+START_TEST(test_keyed_replayed_hello_replaces_nothing)
+{
+    /* Someone with a copy of member 3's HELLO (here: a raw peer that has the key but never
+     * proves it holds the ephemeral secret) gets an ANSWER, but is never connected, does not
+     * replace member 3's live connection and is closed by the handshake watchdog. */
+    loop_open();
+    memset(send_seq, 0, sizeof send_seq);
+    for (int i = 1; i <= 3; i++)
+        url_for((uint64_t)i);
+    for (int i = 2; i <= 3; i++)
+        member_start((uint64_t)i, 3, &(tm_opts){.keyed = true, .ack_timeout_ms = 400});
+    tm_pair p23 = {2, 3};
+    ck_assert(run_until(pair_up, &p23, 5000));
+    raw_sock r;
+    raw_auth ra;
+    raw_auth_join(&r, &ra, 2, 3, false);
+    exchange_ok(2, 3, 20); /* the real member 3 is still the one connected */
+    ck_assert(run_until(raw_closed, &r, 2000));
+    ck_assert(kl_peer_connected(mem[2].peer, 3));
+    exchange_ok(3, 2, 20);
+    kl_peer_counters st = stats_of(2);
+    ck_assert_uint_eq(st.refused, 1); /* "no hello in time" */
+    ck_assert_uint_eq(st.connects, 1);
+    ck_assert_int_eq(mem[2].bad, 0);
+    ck_assert_int_eq(mem[3].bad, 0);
+    raw_close(&r);
+    kl_peer_auth_dial_wipe(&ra.dial);
+    kl_peer_auth_keys_wipe(&ra.keys);
+    loop_close();
+}
+END_TEST
+
+START_TEST(test_keyed_dialer_checks_answer)
+{
+    /* Member 2 dials a raw "member 1". An ANSWER signed by the wrong key, or a plain
+     * hello, is refused and member 2 redials; a good ANSWER connects it, and its first
+     * frame is a sealed ACK (key confirmation) that opens with our keys. */
+    loop_open();
+    keys_init();
+    url_for(1);
+    url_for(2);
+    raw_sock lr;
+    raw_open(&lr, mem[1].url, true);
+    member_start(2, 2, &(tm_opts){.keyed = true, .ack_timeout_ms = 400});
+    for (int attempt = 0; attempt < 3; attempt++) {
+        raw_sock r = lr; /* each attempt is a new connection on the one listener */
+        raw_accept(&r, 3000);
+        uint8_t b[1024];
+        long n = raw_recv(&r, b, sizeof b, 3000);
+        ck_assert_int_gt(n, 9);
+        ck_assert_int_eq(b[0], W_HELLO);
+        ck_assert_uint_eq(get_u64(b + 1), 0);
+        kl_peer_auth_msg hello;
+        kl_err e;
+        ck_assert_int_eq(kl_peer_auth_decode(b + 9, (size_t)n - 9, &hello, &e), KL_OK);
+        ck_assert_uint_eq(hello.from, 2);
+        ck_assert_uint_eq(hello.to, 1);
+        kl_peer_auth_self me = {.cluster = cluster, .partition = 0, .id = 1,
+                                .secret = attempt == 0 ? tm_sk[0] : tm_sk[1]};
+        kl_peer_auth_msg answer;
+        kl_peer_auth_keys keys;
+        ck_assert_int_eq(kl_peer_auth_accept(&me, &hello, tm_pk[2], hello.unix_ms,
+                                             KL_PEER_AUTH_DEFAULT_SKEW_MS, &answer, &keys, &e),
+                         KL_OK);
+        uint64_t refused = stats_of(2).refused;
+        if (attempt == 1) {
+            raw_send(&r, b, w_hello(b, r.rx, 1, 2, cluster));
+        } else {
+            b[0] = W_HELLO;
+            put_u64(b + 1, r.rx);
+            size_t al = kl_peer_auth_encode(&answer, b + 9, KL_PEER_AUTH_MAX);
+            raw_send(&r, b, 9 + al);
+        }
+        if (attempt < 2) {
+            ck_assert(run_until(raw_closed, &r, 2000));
+            ck_assert_uint_eq(stats_of(2).refused, refused + 1);
+            ck_assert(!kl_peer_connected(mem[2].peer, 1));
+            close(r.fd);
+            kl_peer_auth_keys_wipe(&keys);
+            continue;
+        }
+        tm_pair p21 = {2, 1};
+        ck_assert(run_until(one_up, &p21, 2000));
+        n = raw_recv(&r, b, sizeof b, 2000); /* the confirming ACK, at once */
+        ck_assert_int_eq(n, 9 + KL_PEER_AUTH_OVERHEAD);
+        ck_assert_int_eq(b[0], W_ACK);
+        size_t pl;
+        ck_assert_int_eq(kl_peer_auth_open(keys.rx, 1, b, (size_t)n, 9, &pl, &e), KL_OK);
+        ck_assert_uint_eq(pl, 0);
+        /* Data from member 2 arrives sealed, counter 2, and opens. */
+        ck_assert_int_eq(send_one(2, 1, 64), KL_OK);
+        n = raw_recv(&r, b, sizeof b, 2000);
+        ck_assert_int_eq(n, 9 + KL_PEER_AUTH_OVERHEAD + 64);
+        ck_assert_int_eq(b[0], W_DATA);
+        ck_assert_uint_eq(get_u64(b + 9), 2); /* the counter */
+        ck_assert_int_eq(kl_peer_auth_open(keys.rx, 2, b, (size_t)n, 9, &pl, &e), KL_OK);
+        ck_assert_uint_eq(pl, 64);
+        ck_assert_uint_eq(get_u64(b + 9 + KL_PEER_AUTH_COUNTER_LEN), 2); /* test header: from */
+        kl_peer_auth_keys_wipe(&keys);
+        close(r.fd);
+    }
+    kl_peer_stop(mem[2].peer); /* the dialer first, then the raw listener */
+    mem[2].peer = NULL;
+    close(lr.lfd);
+    loop_close();
+}
+END_TEST
+
+START_TEST(test_keyed_and_plain_do_not_mix)
+{
+    /* Member 1 has keys, member 2 has none: each refuses the other's hello; no frame
+     * passes either way. */
+    loop_open();
+    memset(send_seq, 0, sizeof send_seq);
+    url_for(1);
+    url_for(2);
+    member_start(1, 2, &(tm_opts){.keyed = true});
+    member_start(2, 2, NULL);
+    ck_assert(!stats_of(2).authenticated);
+    uint64_t until = mono_ms() + 3000;
+    while (stats_of(1).refused < 2 && mono_ms() < until)
+        run_for(5);
+    ck_assert_uint_ge(stats_of(1).refused, 2); /* nng redials; each try is refused */
+    ck_assert(!kl_peer_connected(mem[1].peer, 2));
+    ck_assert(!kl_peer_connected(mem[2].peer, 1));
+    ck_assert_int_eq(send_one(2, 1, 10), KL_UNAVAILABLE);
+    ck_assert_uint_eq(stats_of(1).received, 0);
+    loop_close();
+}
+END_TEST
+
 Suite *suite_peer(void)
 {
     Suite *s = suite_create("peer");
@@ -979,6 +1380,14 @@ Suite *suite_peer(void)
     tcase_add_test(t, test_window_queue_and_watchdog);
     tcase_add_test(t, test_stop_with_frames_in_flight);
     tcase_add_test(t, test_stop_inside_recv);
+    suite_add_tcase(s, t);
+    t = tcase_create("keyed");
+    tcase_set_timeout(t, 30);
+    tcase_add_test(t, test_keyed_exchange_and_restart);
+    tcase_add_test(t, test_keyed_refuses_strangers);
+    tcase_add_test(t, test_keyed_replayed_hello_replaces_nothing);
+    tcase_add_test(t, test_keyed_dialer_checks_answer);
+    tcase_add_test(t, test_keyed_and_plain_do_not_mix);
     suite_add_tcase(s, t);
     return s;
 }
