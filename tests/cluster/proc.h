@@ -63,6 +63,10 @@ bool keygen_files(const char *secret_path, const char *member_key_path, char *pu
 /* The same with a given cluster secret file and member key file (NULL: none). */
 pid_t spawn_keyloadd(const char *cluster, int partition, int member, const char *secret, const char *member_key);
 
+/* proc_peer_auth.c */
+void test_peer_auth_refuses_intruders(void);
+void pa_stop_all(void);
+
 /* proc_catalog.c */
 void test_catalog_reaches_every_partition(void);
 void test_catalog_lease(void);

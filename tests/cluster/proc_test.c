@@ -1094,6 +1094,8 @@ int main(int argc, char **argv)
          test_group_rf3_follower_down},
         {"3 members, replica_count 2: leader killed -9 mid-stream, nothing lost or doubled", test_group_rf2_failover},
         {"3 members, replica_count 2: a follower that missed 10,000 entries catches up", test_group_follower_catches_up},
+        {"member keys: a forged replication message from a process that is not a member is refused, "
+         "group state unchanged", test_peer_auth_refuses_intruders},
         {"3x3 cluster: catalog versions reach every data partition once, in order, across failover "
          "and cold restart", test_catalog_reaches_every_partition},
         {"catalog lease: a data partition cut from partition 0 stops serving after its lease; "
@@ -1123,6 +1125,7 @@ int main(int argc, char **argv)
         if (daemon_pid > 0)
             stop_daemon(SIGKILL); /* a failed check leaves no process behind */
         group_stop_all();
+        pa_stop_all();
         mp_stop_all();
         ss_stop_all();
         sk_stop_all();
