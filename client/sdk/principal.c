@@ -7,6 +7,7 @@
  * empty here and stamped from the client's database when the batch is encoded (encode.c),
  * as queue refs are. */
 #include "client/sdk/internal.h"
+#include "common/grants.h"
 #include "common/guid.h"
 
 #include <sodium.h>
@@ -41,36 +42,23 @@ const char *kl_role_name(kl_role role)
     return (int)role >= 0 && (int)role < ROLE_COUNT ? role_names[role] : "unknown";
 }
 
-/* DESIGN.md §5's names, indexed by keyload.v1.Permission. */
-static const char *const permission_names[] = {
-    [KEYLOAD__V1__PERMISSION__QUEUE_PUBLISH] = "QueuePublish",
-    [KEYLOAD__V1__PERMISSION__QUEUE_CONSUME] = "QueueConsume",
-    [KEYLOAD__V1__PERMISSION__QUEUE_ACK] = "QueueAck",
-    [KEYLOAD__V1__PERMISSION__QUEUE_INSPECT] = "QueueInspect",
-    [KEYLOAD__V1__PERMISSION__QUERY] = "Query",
-};
-#define PERMISSION_MAX ((int)(sizeof permission_names / sizeof permission_names[0]) - 1)
-
+/* Names and the pattern rule are common/grants.h, the daemon's own. */
 kl_code kl_permission_parse(const char *text, Keyload__V1__Permission *out, kl_err *err)
 {
-    for (int i = 1; text != NULL && i <= PERMISSION_MAX; i++)
-        if (strcmp(text, permission_names[i]) == 0) {
-            *out = (Keyload__V1__Permission)i;
-            return KL_OK;
-        }
-    return kl_fail(err, KL_INVALID_ARGUMENT, "permission",
-                   "permission must be one of QueuePublish, QueueConsume, QueueAck, "
-                   "QueueInspect, Query");
+    Keyload__V1__Permission p = kl_grants_permission_parse(text);
+    if (p == KEYLOAD__V1__PERMISSION__PERMISSION_UNSPECIFIED)
+        return kl_fail(err, KL_INVALID_ARGUMENT, "permission",
+                       "permission must be one of QueuePublish, QueueConsume, QueueAck, "
+                       "QueueInspect, Query");
+    *out = p;
+    return KL_OK;
 }
 
-const char *kl_permission_name(Keyload__V1__Permission p)
-{
-    return (int)p >= 1 && (int)p <= PERMISSION_MAX ? permission_names[p] : "unknown";
-}
+const char *kl_permission_name(Keyload__V1__Permission p) { return kl_grants_permission_name(p); }
 
 static kl_code check_permission(Keyload__V1__Permission p, kl_err *err)
 {
-    if ((int)p < 1 || (int)p > PERMISSION_MAX)
+    if (!kl_grants_permission_known(p))
         return kl_fail(err, KL_INVALID_ARGUMENT, "permission",
                        "permission %d is not one of QueuePublish, QueueConsume, QueueAck, "
                        "QueueInspect, Query", (int)p);
@@ -79,23 +67,7 @@ static kl_code check_permission(Keyload__V1__Permission p, kl_err *err)
 
 kl_code kl_queue_pattern_check(const char *what, const char *pattern, kl_err *err)
 {
-    size_t n = pattern ? strlen(pattern) : 0;
-    if (n == 0)
-        return kl_fail(err, KL_INVALID_ARGUMENT, what, "%s must not be empty", what);
-    if (n > KL_SDK_NAME_MAX)
-        return kl_fail(err, KL_INVALID_ARGUMENT, what, "%s is %zu bytes long; the limit is %d",
-                       what, n, KL_SDK_NAME_MAX);
-    const char *star = strchr(pattern, '*');
-    if (star != NULL && (size_t)(star - pattern) != n - 1)
-        return kl_fail(err, KL_INVALID_ARGUMENT, what,
-                       "%s may hold '*' only once, as its last byte", what);
-    size_t prefix = star ? n - 1 : n;
-    if (prefix == 0)
-        return KL_OK; /* "*": every queue */
-    char buf[KL_SDK_NAME_MAX + 1];
-    memcpy(buf, pattern, prefix);
-    buf[prefix] = '\0';
-    return kl_sdk_check_name(what, buf, KL_SDK_NAME_QUEUE, err);
+    return kl_grants_pattern_check(what, pattern, err);
 }
 
 /* ---------------------------------------------------------------- key lists */

@@ -3,6 +3,7 @@
  * never a value, a body or anything that failed the identifier rule. */
 #include "daemon/engine/authz.h"
 
+#include "common/grants.h"
 #include "common/names.h"
 
 #include <stdint.h>
@@ -23,32 +24,11 @@ static bool is_star(const char *s) { return s != NULL && s[0] == '*' && s[1] == 
 
 /* ---- permissions and methods ---- */
 
-static const char *const permission_names[] = {
-    [KEYLOAD__V1__PERMISSION__QUEUE_PUBLISH] = "QueuePublish",
-    [KEYLOAD__V1__PERMISSION__QUEUE_CONSUME] = "QueueConsume",
-    [KEYLOAD__V1__PERMISSION__QUEUE_ACK] = "QueueAck",
-    [KEYLOAD__V1__PERMISSION__QUEUE_INSPECT] = "QueueInspect",
-    [KEYLOAD__V1__PERMISSION__QUERY] = "Query",
-};
-#define PERMISSION_MAX ((int)(sizeof permission_names / sizeof permission_names[0]) - 1)
+static bool permission_known(Keyload__V1__Permission p) { return kl_grants_permission_known(p); }
 
-static bool permission_known(Keyload__V1__Permission p)
-{
-    return (int)p >= 1 && (int)p <= PERMISSION_MAX;
-}
+const char *kl_authz_permission_name(Keyload__V1__Permission p) { return kl_grants_permission_name(p); }
 
-const char *kl_authz_permission_name(Keyload__V1__Permission p)
-{
-    return permission_known(p) ? permission_names[p] : "unknown";
-}
-
-Keyload__V1__Permission kl_authz_permission_parse(const char *name)
-{
-    for (int i = 1; name != NULL && i <= PERMISSION_MAX; i++)
-        if (strcmp(permission_names[i], name) == 0)
-            return (Keyload__V1__Permission)i;
-    return KEYLOAD__V1__PERMISSION__PERMISSION_UNSPECIFIED;
-}
+Keyload__V1__Permission kl_authz_permission_parse(const char *name) { return kl_grants_permission_parse(name); }
 
 Keyload__V1__Permission kl_authz_method_permission(kl_authz_method m)
 {
@@ -72,24 +52,7 @@ Keyload__V1__Permission kl_authz_method_permission(kl_authz_method m)
 
 kl_code kl_authz_pattern_check(const char *what, const char *pattern, kl_err *err)
 {
-    size_t n = pattern ? strlen(pattern) : 0;
-    if (n == 0)
-        return kl_fail(err, KL_INVALID_ARGUMENT, what, "%s must not be empty", what);
-    if (n > KL_NAME_LEN_MAX)
-        return kl_fail(err, KL_INVALID_ARGUMENT, what, "%s is %zu bytes; the limit is %d", what, n,
-                       KL_NAME_LEN_MAX);
-    const char *star = strchr(pattern, '*');
-    if (star != NULL && (size_t)(star - pattern) != n - 1)
-        return kl_fail(err, KL_INVALID_ARGUMENT, what,
-                       "%s may hold '*' only once, as its last byte (byte %zu is '*')", what,
-                       (size_t)(star - pattern));
-    size_t prefix = star ? n - 1 : n;
-    if (prefix == 0)
-        return KL_OK; /* "*" */
-    char buf[KL_NAME_LEN_MAX + 1];
-    memcpy(buf, pattern, prefix);
-    buf[prefix] = '\0';
-    return kl_name_check(what, buf, err);
+    return kl_grants_pattern_check(what, pattern, err);
 }
 
 bool kl_authz_pattern_matches(const char *pattern, const char *queue)
