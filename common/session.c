@@ -181,6 +181,20 @@ internal:
     return kl_fail(err, KL_INTERNAL, "hello", "session: could not make the Hello");
 }
 
+kl_code kl_session_kx_pair_new(uint8_t pk[32], uint8_t sk[32], kl_session_random_fn random, void *random_ctx,
+                               kl_err *err)
+{
+    uint8_t seed[KL_SESSION_KX_SEED_LEN];
+    draw(random, random_ctx, seed, sizeof seed);
+    int bad = crypto_kx_seed_keypair(pk, sk, seed);
+    sodium_memzero(seed, sizeof seed);
+    if (bad != 0) {
+        sodium_memzero(sk, 32);
+        return kl_fail(err, KL_INTERNAL, "kx", "session: could not make a key pair");
+    }
+    return KL_OK;
+}
+
 kl_code kl_session_accept(const kl_session_hello *hello, const kl_session_accept_params *p,
                           kl_session_hello_answer *answer, kl_session *out, kl_err *err)
 {
@@ -247,14 +261,19 @@ kl_code kl_session_accept(const kl_session_hello *hello, const kl_session_accept
         return kl_fail(err, KL_UNAUTHENTICATED, "bad_signature",
                        "Hello: signature does not verify with the principal's public key");
 
-    /* This end's ephemeral pair, session id and keys. */
-    uint8_t seed[KL_SESSION_KX_SEED_LEN], sk[KL_SESSION_KX_SECRET_LEN];
-    draw(p->random, p->random_ctx, seed, sizeof seed);
-    rc = KL_OK;
-    if (crypto_kx_seed_keypair(answer->server_kx_pk, sk, seed) != 0) {
-        rc = kl_fail(err, KL_INTERNAL, "kx", "session: could not make a key pair");
-        goto done;
+    /* This end's ephemeral pair (given, or made now), session id and keys. */
+    uint8_t sk[KL_SESSION_KX_SECRET_LEN];
+    if ((p->server_kx_pk == NULL) != (p->server_kx_sk == NULL))
+        return kl_fail(err, KL_INVALID_ARGUMENT, "server_kx", "session: give both halves of the pair or neither");
+    if (p->server_kx_pk != NULL) {
+        memcpy(answer->server_kx_pk, p->server_kx_pk, sizeof answer->server_kx_pk);
+        memcpy(sk, p->server_kx_sk, sizeof sk);
+        rc = KL_OK;
+    } else {
+        rc = kl_session_kx_pair_new(answer->server_kx_pk, sk, p->random, p->random_ctx, err);
     }
+    if (rc != KL_OK)
+        goto done;
     draw(p->random, p->random_ctx, answer->session_id, sizeof answer->session_id);
     /* A version-4 GUID, as common/guid.c makes them: never all zero. */
     answer->session_id[6] = (uint8_t)((answer->session_id[6] & 0x0f) | 0x40);
@@ -280,7 +299,6 @@ kl_code kl_session_accept(const kl_session_hello *hello, const kl_session_accept
     out->highest = 0;
     out->window = 0;
 done:
-    sodium_memzero(seed, sizeof seed);
     sodium_memzero(sk, sizeof sk);
     if (rc != KL_OK) {
         sodium_memzero(answer, sizeof *answer);

@@ -139,7 +139,17 @@ typedef struct kl_session_accept_params {
     int64_t ttl_ms;                    /* > 0: session lifetime (session_ttl_ms) */
     kl_session_random_fn random;       /* NULL: randombytes_buf */
     void *random_ctx;
+    /* This end's X25519 pair, or both NULL to make a fresh one for this Hello. A driver may
+     * reuse one pair for a short, bounded window (kl_session_kx_pair_new) to spend one
+     * fixed-base multiplication per window instead of per Hello in a reconnect storm; each
+     * session's keys still differ (the client's ephemeral and the session id do). */
+    const uint8_t *server_kx_pk;       /* 32 bytes */
+    const uint8_t *server_kx_sk;       /* 32 bytes */
 } kl_session_accept_params;
+
+/* A fresh X25519 pair for kl_session_accept_params (random: as there). */
+kl_code kl_session_kx_pair_new(uint8_t pk[32], uint8_t sk[32], kl_session_random_fn random, void *random_ctx,
+                               kl_err *err);
 
 /* Client: makes an ephemeral X25519 pair (32 bytes from random: crypto_kx_seed_keypair; NULL
  * random: crypto_kx_keypair) and a Hello for (principal_id, cluster, partition, member) at

@@ -760,10 +760,11 @@ kl_code kl_node_queue_stats(kl_node *n, const char *principal, const uint8_t *re
         goto done;
     kl_view view = {.store = n->store};
     kl_limits limits;
-    uint64_t t0 = mono_ns();
-    if ((rc = node_subject_load(n, &view, principal, NULL, &subj, err)) == KL_OK)
+    if ((rc = node_subject_load(n, &view, principal, NULL, &subj, err)) == KL_OK) {
+        uint64_t t0 = mono_ns(); /* node_subject_load counts its own time */
         rc = kl_access_inspect(subj.who, r->queue, err);
-    n->authz_ns += mono_ns() - t0;
+        n->authz_ns += mono_ns() - t0;
+    }
     if (rc != KL_OK)
         goto done;
     if ((rc = database_limits(n, &view, r->queue->tenant, r->queue->database, &limits, err)) != KL_OK)

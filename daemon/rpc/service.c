@@ -323,6 +323,7 @@ void kl_service_stop(kl_service *s)
         s->timer_started = false;
     }
     kl_service_catalog_stop(s);
+    kl_service_hello_kx_wipe(s);
 }
 
 /* The handlers behind the session gate. */

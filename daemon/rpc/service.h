@@ -65,6 +65,11 @@ typedef struct kl_service {
         size_t len;
     } barriers[KL_SERVICE_MAX_BARRIERS];
     struct kl_batch_call *batches;   /* batches the node has not answered yet */
+    struct {                         /* Hello's X25519 pair, reused for a bounded window */
+        uint8_t pk[32], sk[32];
+        int64_t made_ms;             /* monotonic ms; 0 = none */
+        uint32_t uses;
+    } hello_kx;
     struct {                         /* reported by MemberStatus, for make bench */
         uint64_t sealed_requests, session_ns, hellos, hello_ns;
     } costs;
@@ -94,6 +99,8 @@ void kl_service_reply_not_leader(kl_service *s, kl_rpc_call *call, const kl_err 
 void kl_service_catalog_tail(void *owner, kl_rpc_call *call);
 void kl_service_locate_queue(void *owner, kl_rpc_call *call);
 void kl_service_show_principal(void *owner, kl_rpc_call *call);
+/* Wipes the Hello key pair (session_serve.c); at stop. */
+void kl_service_hello_kx_wipe(kl_service *s);
 /* Partition 0: holds a committed catalog batch's answer until every data partition has
  * applied its version; true when the call was taken (held or answered). */
 bool kl_service_catalog_hold(kl_service *s, kl_rpc_call *call, const uint8_t *receipt, size_t len);

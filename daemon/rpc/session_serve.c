@@ -1,7 +1,11 @@
 /* session_serve: the daemon's half of DESIGN.md §5 "Sessions" (common/session.h is the pure
  * core): the keyload.v1.Hello method and the gate every other method passes.
  *
- * Hello: any member answers (each member has its own sessions). The principal is looked up
+ * Hello: any member answers (each member has its own sessions). Its X25519 pair is reused
+ * for at most HELLO_KX_REUSE_MS and HELLO_KX_REUSE_MAX Hellos, then wiped and replaced: a
+ * fixed-base multiplication is a quarter of a Hello's CPU, and a leader change sends every
+ * client's Hello at once. Each session still has its own keys (the client's pair is fresh,
+ * the session id random); a memory compromise exposes at most one window's sessions. The principal is looked up
  * by id in this member's applied catalog; the session is stored in s->sessions
  * (daemon/rpc/sessions.h: bounded, evicting). Refusals: UNAVAILABLE "member_key" (started
  * without --member-key), UNAUTHENTICATED "principal" (no such principal here) or the
@@ -35,6 +39,39 @@
 #include <time.h>
 
 #define METHOD_MAX 64
+#define HELLO_KX_REUSE_MS 1000
+#define HELLO_KX_REUSE_MAX 256
+
+static int64_t mono_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+/* The pair this Hello answers with: the current one, or a new one when it is too old or
+ * too used. */
+static kl_code hello_kx_pair(kl_service *s, kl_err *err)
+{
+    int64_t now = mono_ms();
+    if (s->hello_kx.made_ms != 0 && now - s->hello_kx.made_ms < HELLO_KX_REUSE_MS &&
+        s->hello_kx.uses < HELLO_KX_REUSE_MAX) {
+        s->hello_kx.uses++;
+        return KL_OK;
+    }
+    kl_service_hello_kx_wipe(s);
+    kl_code rc = kl_session_kx_pair_new(s->hello_kx.pk, s->hello_kx.sk, NULL, NULL, err);
+    if (rc == KL_OK) {
+        s->hello_kx.made_ms = now > 0 ? now : 1;
+        s->hello_kx.uses = 1;
+    }
+    return rc;
+}
+
+void kl_service_hello_kx_wipe(kl_service *s)
+{
+    sodium_memzero(&s->hello_kx, sizeof s->hello_kx);
+}
 
 static uint64_t mono_ns(void)
 {
@@ -97,10 +134,15 @@ static kl_code hello_accept(kl_service *s, const kl_session_hello *h,
                                    .now_ms = now,
                                    .max_skew_ms = KL_SESSION_DEFAULT_SKEW_MS,
                                    .ttl_ms = s->cluster->timers.session_ttl_ms};
+    kl_code rc = hello_kx_pair(s, err);
+    if (rc != KL_OK)
+        return rc;
+    ap.server_kx_pk = s->hello_kx.pk;
+    ap.server_kx_sk = s->hello_kx.sk;
     kl_session_entry *e = calloc(1, sizeof *e);
     if (e == NULL)
         return kl_fail(err, KL_UNAVAILABLE, "memory", "out of memory; retry");
-    kl_code rc = kl_session_accept(h, &ap, answer, &e->s, err);
+    rc = kl_session_accept(h, &ap, answer, &e->s, err);
     if (rc == KL_OK) {
         memcpy(e->tenant, p->tenant, strlen(p->tenant) + 1);
         memcpy(e->key_id, p->key_id.data, KL_KEY_ID_LEN);
@@ -119,10 +161,12 @@ static void hello(kl_service *s, kl_rpc_call *call);
 void kl_service_hello(void *owner, kl_rpc_call *call)
 {
     kl_service *s = owner;
-    uint64_t t0 = mono_ns();
+    struct timespec a, b;
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &a);
     hello(s, call);
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &b);
     s->costs.hellos++;
-    s->costs.hello_ns += mono_ns() - t0;
+    s->costs.hello_ns += (uint64_t)((b.tv_sec - a.tv_sec) * 1000000000LL + (b.tv_nsec - a.tv_nsec));
 }
 
 static void hello(kl_service *s, kl_rpc_call *call)
