@@ -259,15 +259,15 @@ typedef struct principal {
     uint8_t pk[32], sk[64];
 } principal;
 
-/* Hello with these parameters; on success *cs is the client session. Returns the answer's
- * code and copies its detail. */
-static kl_code hello(const principal *p, const uint8_t *sign_sk, uint64_t member, int64_t unix_ms,
-                     kl_session *cs, char *detail, size_t cap)
+/* Hello with these parameters to this test's member; on success *cs is the client session.
+ * Returns the answer's code and copies its detail. */
+static kl_code hello_to(const principal *p, const uint8_t *sign_sk, const char *cluster, uint64_t member,
+                        int64_t unix_ms, kl_session *cs, char *detail, size_t cap)
 {
     kl_session_client c;
     kl_err err;
     detail[0] = '\0';
-    if (kl_session_hello_new(p->id, sign_sk, SS_CLUSTER, 0, member, unix_ms, NULL, NULL, &c, &err) != KL_OK) {
+    if (kl_session_hello_new(p->id, sign_sk, cluster, 0, member, unix_ms, NULL, NULL, &c, &err) != KL_OK) {
         snprintf(detail, cap, "hello_new: %s", err.message);
         return KL_INTERNAL;
     }
@@ -296,6 +296,12 @@ static kl_code hello(const principal *p, const uint8_t *sign_sk, uint64_t member
     raw_free(&r);
     kl_session_client_wipe(&c);
     return code;
+}
+
+static kl_code hello(const principal *p, const uint8_t *sign_sk, uint64_t member, int64_t unix_ms,
+                     kl_session *cs, char *detail, size_t cap)
+{
+    return hello_to(p, sign_sk, SS_CLUSTER, member, unix_ms, cs, detail, cap);
 }
 
 /* A sealed Batch: OK and its receipt opens, or the refusal's code and detail. */
@@ -498,6 +504,8 @@ void test_sessions(void)
               strcmp(d, "bad_signature") == 0, "Hello signed by a wrong key: %s", d);
     CHECK(hello(&admin, admin.sk, 2, wall_ms(), &junk, d, sizeof d) == KL_UNAUTHENTICATED &&
               strcmp(d, "wrong_member") == 0, "Hello for member 2: %s", d);
+    CHECK(hello_to(&admin, admin.sk, "another-cluster", 1, wall_ms(), &junk, d, sizeof d) == KL_UNAUTHENTICATED &&
+              strcmp(d, "wrong_cluster") == 0, "Hello for another cluster: %s", d);
     CHECK(hello(&admin, admin.sk, 1, wall_ms() - 5 * 60000, &junk, d, sizeof d) == KL_UNAUTHENTICATED &&
               strcmp(d, "stale_hello") == 0, "stale Hello: %s", d);
     principal ghost = {.id = "ghost"};
