@@ -17,6 +17,9 @@
  *   daemon.after_append_before_reply  same stage, named for tests that cut before any answer
  *   daemon.after_apply_before_reply   state applied (unsynced), no client answered yet
  *   daemon.before_reply             answer encoded, not yet handed to nng
+ * Replication transport (daemon/repl/peer.c):
+ *   peer.before_close               on the closer thread, before the socket's nng_close
+ *                                   (sleep(MS) past PEER_CLOSE_MAX_MS: a close that hangs)
  * Coordinator sites (keyload-coordinator, KL-5) will be listed here as they appear. */
 #ifndef KL_FAILPOINT_H
 #define KL_FAILPOINT_H

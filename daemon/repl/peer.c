@@ -26,11 +26,14 @@
  *
  * Shutdown. kl_peer_stop sets `stopping` (from then on nothing is sent or delivered and
  * received frames are dropped) and drops every queued frame; the watchdog timer then waits
- * until the connections are quiet, stops the receive (nng_aio_stop waits out its
- * callback), closes the socket (nng_close returns once no pipe callback runs) and closes
- * the two libuv handles; the last close callback frees the memory. */
+ * until the connections are quiet; a closer thread stops the receive (nng_aio_stop waits
+ * out its callback) and closes the socket (nng_close returns once no pipe callback runs),
+ * then wakes the loop, which closes the two libuv handles; the last close callback frees
+ * the memory. If nng_close has not returned within PEER_CLOSE_MAX_MS (nng 1.5.2 can hang
+ * there), the handles close anyway and the memory is kept for the life of the process. */
 #include "daemon/repl/peer.h"
 
+#include "common/failpoint.h"
 #include "common/log.h"
 #include "common/peer_auth.h"
 
@@ -83,6 +86,10 @@ _Static_assert(KL_PEER_PUBLIC_LEN == KL_PEER_AUTH_PUBLIC_LEN, "member public key
  * PEER_QUIESCE_MAX_MS at the latest (see kl_peer_stop). */
 #define PEER_QUIET_MS 40
 #define PEER_QUIESCE_MAX_MS 300
+/* Then nng_close runs on a thread of its own; if it has not returned after this long (the
+ * nng 1.5.2 hang below), the socket and this peer's memory are abandoned to the process and
+ * the stop completes anyway: a shutdown must not hang on a library bug. */
+#define PEER_CLOSE_MAX_MS 3000
 
 typedef struct peer_out {
     struct peer_out *next;
@@ -163,6 +170,9 @@ struct kl_peer {
 
     uv_mutex_t mu;
     bool stopping;                    /* under mu; written only by the loop thread */
+    bool close_done;                  /* under mu: the closer thread's nng_close returned */
+    bool close_abandoned;             /* under mu: the loop gave up waiting for it */
+    int close_rv;                     /* under mu: what nng_close returned */
     uint64_t stop_at;                 /* under mu: ms when kl_peer_stop was called */
     uint64_t last_rx;                 /* under mu: ms of the last frame from nng */
     peer_pipe pipes[PEER_MAX_PIPES];  /* under mu */
@@ -1182,12 +1192,19 @@ static void pipe_cb(nng_pipe np, nng_pipe_ev ev, void *arg)
 /* ------------------------------------------------------------------ loop side */
 
 /* Loop thread: delivers the frames that were in the inbox when it woke. */
+static void close_finish(kl_peer *p);
+
 static void wake_cb(uv_async_t *handle)
 {
     kl_peer *p = handle->data;
     uv_mutex_lock(&p->mu);
     size_t n = p->in_count;
+    bool closed = p->close_done && !p->close_abandoned;
     uv_mutex_unlock(&p->mu);
+    if (closed) {
+        close_finish(p); /* the closer thread's wake-up */
+        return;
+    }
     for (size_t i = 0; i < n; i++) {
         uv_mutex_lock(&p->mu);
         if (p->stopping || p->in_count == 0) {
@@ -1293,8 +1310,79 @@ static void peer_drop_queued(kl_peer *p)
     p->in_bytes = 0;
 }
 
+/* Peers whose nng_close never returned: kept reachable for the life of the process (an nng
+ * thread may still touch them), so that they are neither freed nor reported as leaks. */
+#define PEER_ABANDONED_MAX 64
+static kl_peer *abandoned[PEER_ABANDONED_MAX];
+static size_t n_abandoned;
+static uv_mutex_t abandoned_mu;
+static uv_once_t abandoned_once = UV_ONCE_INIT;
+static void abandoned_init(void) { (void)uv_mutex_init(&abandoned_mu); }
+
+/* Closer thread: the two calls after which no nng thread touches p (nng_aio_stop returns
+ * once the receive callback has, nng_close once every pipe callback has run). */
+static void closer_main(void *arg)
+{
+    kl_peer *p = arg;
+    kl_err fe;
+    (void)KL_FAILPOINT("peer.before_close", &fe); /* sleep(MS): a close that hangs */
+    nng_aio_stop(p->recv_aio);
+    int rv = nng_close(p->sock);
+    uv_mutex_lock(&p->mu);
+    p->close_done = true;
+    p->close_rv = rv;
+    if (!p->close_abandoned)
+        uv_async_send(&p->wake); /* the loop finishes in close_finish */
+    uv_mutex_unlock(&p->mu);
+}
+
+static void handle_kept(uv_handle_t *handle) { (void)handle; }
+
+/* Loop thread: the socket is closed; free the aio, drop what is queued, close the handles
+ * (the last one frees p). */
+static void close_finish(kl_peer *p)
+{
+    uv_timer_stop(&p->watchdog);
+    uv_mutex_lock(&p->mu);
+    int rv = p->close_rv;
+    peer_drop_queued(p);
+    uv_mutex_unlock(&p->mu);
+    if (rv != 0 && rv != NNG_ECLOSED)
+        KL_WARN("peer socket close failed", "op=nng_close listen=%s error=\"%s\"", p->listen_url,
+                nng_strerror(rv));
+    nng_aio_free(p->recv_aio);
+    p->recv_aio = NULL;
+    uv_close((uv_handle_t *)&p->watchdog, handle_closed);
+    uv_close((uv_handle_t *)&p->wake, handle_closed);
+}
+
+/* Loop thread: nng_close has not returned within PEER_CLOSE_MAX_MS. */
+static void close_timeout_cb(uv_timer_t *timer)
+{
+    kl_peer *p = timer->data;
+    uv_mutex_lock(&p->mu);
+    bool done = p->close_done;
+    if (!done)
+        p->close_abandoned = true;
+    uv_mutex_unlock(&p->mu);
+    if (done)
+        return; /* its wake-up is on its way */
+    uv_once(&abandoned_once, abandoned_init);
+    uv_mutex_lock(&abandoned_mu);
+    if (n_abandoned < PEER_ABANDONED_MAX)
+        abandoned[n_abandoned++] = p;
+    uv_mutex_unlock(&abandoned_mu);
+    KL_WARN("peer socket close did not return; abandoning it",
+            "listen=%s waited_ms=%d note=\"nng 1.5.2 close hang (nng issues 1543, 1813)\"", p->listen_url,
+            PEER_CLOSE_MAX_MS);
+    /* The handles close, p stays: the closer thread and nng threads may still use it. */
+    uv_close((uv_handle_t *)&p->watchdog, handle_kept);
+    uv_close((uv_handle_t *)&p->wake, handle_kept);
+}
+
 /* Loop thread, on the watchdog timer while stopping: once the connections are quiet (or
- * after PEER_QUIESCE_MAX_MS), closes the socket and the handles. */
+ * after PEER_QUIESCE_MAX_MS), closes the socket on a thread of its own (bounded by
+ * PEER_CLOSE_MAX_MS), then the handles. */
 static void quiesce_cb(uv_timer_t *timer)
 {
     kl_peer *p = timer->data;
@@ -1305,21 +1393,15 @@ static void quiesce_cb(uv_timer_t *timer)
     if (!quiet && now - p->stop_at < PEER_QUIESCE_MAX_MS)
         return;
     uv_timer_stop(timer);
-
-    /* After these two calls no nng thread touches p: nng_aio_stop returns once the
-     * receive callback has, and nng_close once every pipe callback has run. */
-    nng_aio_stop(p->recv_aio);
-    int rv = nng_close(p->sock);
-    if (rv != 0 && rv != NNG_ECLOSED)
-        KL_WARN("peer socket close failed", "op=nng_close listen=%s error=\"%s\"", p->listen_url,
-                nng_strerror(rv));
-    nng_aio_free(p->recv_aio);
-    p->recv_aio = NULL;
-    uv_mutex_lock(&p->mu);
-    peer_drop_queued(p);
-    uv_mutex_unlock(&p->mu);
-    uv_close((uv_handle_t *)&p->watchdog, handle_closed);
-    uv_close((uv_handle_t *)&p->wake, handle_closed);
+    uv_thread_t closer;
+    uv_thread_options_t opt = {.flags = UV_THREAD_HAS_STACK_SIZE, .stack_size = 256 * 1024};
+    if (uv_thread_create_ex(&closer, &opt, closer_main, p) != 0) {
+        closer_main(p); /* no thread: close here, as before */
+        return;
+    }
+    /* Never joined: the loop learns of its end through p->wake, or gives up on it. */
+    (void)pthread_detach(closer);
+    (void)uv_timer_start(timer, close_timeout_cb, PEER_CLOSE_MAX_MS, 0);
 }
 
 void kl_peer_stop(kl_peer *p)

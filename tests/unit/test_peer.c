@@ -9,6 +9,7 @@
  * then speak common/peer_auth.h, with a member's key (a member that misbehaves, or a replay
  * by someone who copied a member's hello) or without (a stranger). */
 #include "daemon/repl/peer.h"
+#include "common/failpoint.h"
 
 #include "common/peer_auth.h"
 
@@ -994,6 +995,39 @@ START_TEST(test_stop_inside_recv)
 }
 END_TEST
 
+/* A close that never returns in time (nng 1.5.2 can hang in nng_close): the stop still
+ * completes, the loop's handles close, and the peer's memory stays reachable (no leak). */
+START_TEST(test_stop_survives_a_hanging_close)
+{
+    kl_err err;
+    ck_assert_int_eq(kl_failpoint_configure("peer.before_close=sleep(4000)", &err), KL_OK);
+    loop_open();
+    memset(send_seq, 0, sizeof send_seq);
+    url_for(1);
+    url_for(2);
+    member_start(1, 2, NULL);
+    member_start(2, 2, NULL);
+    wait_all_up(2);
+    exchange_ok(1, 2, 5);
+    uint64_t t0 = mono_ms();
+    kl_peer_stop(mem[1].peer);
+    mem[1].peer = NULL;
+    kl_peer_stop(mem[2].peer);
+    mem[2].peer = NULL;
+    /* Every handle closes after PEER_CLOSE_MAX_MS (3 s), before the 4 s closes return. */
+    uv_timer_stop(&tick);
+    uv_close((uv_handle_t *)&tick, NULL);
+    ck_assert_int_eq(uv_run(&loop, UV_RUN_DEFAULT), 0);
+    uint64_t took = mono_ms() - t0;
+    ck_assert_uint_ge(took, 2900);
+    ck_assert_uint_lt(took, 4000);
+    ck_assert_int_eq(uv_loop_close(&loop), 0);
+    ck_assert_int_eq(kl_failpoint_configure(NULL, &err), KL_OK);
+    usleep(2500 * 1000); /* the closers finish, see they were abandoned, touch nothing else */
+    nng_fini();
+}
+END_TEST
+
 /* ---------------------------------------------------------------- keyed (authenticated) */
 
 static bool one_up(void *arg)
@@ -1380,6 +1414,7 @@ Suite *suite_peer(void)
     tcase_add_test(t, test_window_queue_and_watchdog);
     tcase_add_test(t, test_stop_with_frames_in_flight);
     tcase_add_test(t, test_stop_inside_recv);
+    tcase_add_test(t, test_stop_survives_a_hanging_close);
     suite_add_tcase(s, t);
     t = tcase_create("keyed");
     tcase_set_timeout(t, 30);
