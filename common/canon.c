@@ -5,12 +5,29 @@
 #include <string.h>
 
 void kl_canon_init(kl_canon *c) { memset(c, 0, sizeof *c); }
-void kl_canon_free(kl_canon *c) { free(c->buf); memset(c, 0, sizeof *c); }
+void kl_canon_init_fixed(kl_canon *c, uint8_t *buf, size_t cap)
+{
+    memset(c, 0, sizeof *c);
+    c->buf = buf;
+    c->cap = cap;
+    c->fixed = 1;
+}
+
+void kl_canon_free(kl_canon *c)
+{
+    if (!c->fixed)
+        free(c->buf);
+    memset(c, 0, sizeof *c);
+}
 
 static void put(kl_canon *c, const void *p, size_t n)
 {
     if (c->oom)
         return;
+    if (c->fixed && n > c->cap - c->len) {
+        c->oom = 1;
+        return;
+    }
     if (c->len + n > c->cap) {
         size_t cap = c->cap ? c->cap : 256;
         while (cap < c->len + n)

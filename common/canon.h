@@ -24,10 +24,15 @@
 typedef struct kl_canon {
     uint8_t *buf;
     size_t len, cap;
-    int oom;                 /* set once an allocation failed; the result is then unusable */
+    int oom;                 /* set once an allocation failed (or a fixed buffer was too
+                              * small); the result is then unusable */
+    int fixed;               /* buf is the caller's, never grown or freed */
 } kl_canon;
 
 void kl_canon_init(kl_canon *c);
+/* Encodes into the caller's buffer (no allocation, e.g. handshake transcripts); writing
+ * past cap sets oom. kl_canon_free is then not needed. */
+void kl_canon_init_fixed(kl_canon *c, uint8_t *buf, size_t cap);
 void kl_canon_free(kl_canon *c);
 void kl_canon_u64(kl_canon *c, uint8_t tag, uint64_t v);
 void kl_canon_bytes(kl_canon *c, uint8_t tag, const void *p, size_t n);

@@ -1,5 +1,7 @@
 #include "common/peer_auth.h"
 
+#include "common/canon.h"
+
 #include <sodium.h>
 #include <string.h>
 
@@ -28,68 +30,35 @@ static const char ANSWER_DOMAIN[] = "keyload.peer-answer.v1";
 
 typedef struct transcript {
     uint8_t b[TRANSCRIPT_MAX];
-    size_t n;
-    bool overflow;
+    kl_canon c;              /* writes into b */
 } transcript;
-
-static void t_put(transcript *t, const void *p, size_t n)
-{
-    if (t->overflow || n > sizeof t->b - t->n) {
-        t->overflow = true;
-        return;
-    }
-    if (n)
-        memcpy(t->b + t->n, p, n);
-    t->n += n;
-}
-
-static void t_be(transcript *t, uint64_t v, int bytes)
-{
-    uint8_t b[8];
-    for (int i = 0; i < bytes; i++)
-        b[i] = (uint8_t)(v >> (8 * (bytes - 1 - i)));
-    t_put(t, b, (size_t)bytes);
-}
-
-static void t_u64(transcript *t, uint8_t tag, uint64_t v)
-{
-    t_put(t, &tag, 1);
-    t_be(t, v, 8);
-}
-
-static void t_bytes(transcript *t, uint8_t tag, const void *p, size_t n)
-{
-    t_put(t, &tag, 1);
-    t_be(t, n, 4);
-    t_put(t, p, n);
-}
 
 static void hello_transcript(transcript *t, const kl_peer_auth_msg *h)
 {
-    memset(t, 0, sizeof *t);
-    t_bytes(t, 0x00, HELLO_DOMAIN, sizeof HELLO_DOMAIN - 1);
-    t_bytes(t, 0x01, h->cluster, h->cluster_len);
-    t_u64(t, 0x02, (uint64_t)(int64_t)h->partition);
-    t_u64(t, 0x03, h->from);
-    t_u64(t, 0x04, h->to);
-    t_u64(t, 0x05, (uint64_t)h->unix_ms);
-    t_bytes(t, 0x06, h->kx_pk, sizeof h->kx_pk);
+    kl_canon_init_fixed(&t->c, t->b, sizeof t->b);
+    kl_canon_bytes(&t->c, 0x00, HELLO_DOMAIN, sizeof HELLO_DOMAIN - 1);
+    kl_canon_bytes(&t->c, 0x01, h->cluster, h->cluster_len);
+    kl_canon_u64(&t->c, 0x02, (uint64_t)(int64_t)h->partition);
+    kl_canon_u64(&t->c, 0x03, h->from);
+    kl_canon_u64(&t->c, 0x04, h->to);
+    kl_canon_u64(&t->c, 0x05, (uint64_t)h->unix_ms);
+    kl_canon_bytes(&t->c, 0x06, h->kx_pk, sizeof h->kx_pk);
 }
 
 static void answer_transcript(transcript *t, const kl_peer_auth_msg *h,
                               const kl_peer_auth_msg *a)
 {
-    memset(t, 0, sizeof *t);
-    t_bytes(t, 0x00, ANSWER_DOMAIN, sizeof ANSWER_DOMAIN - 1);
-    t_bytes(t, 0x01, h->cluster, h->cluster_len);
-    t_u64(t, 0x02, (uint64_t)(int64_t)h->partition);
-    t_u64(t, 0x03, h->from);
-    t_u64(t, 0x04, h->to);
-    t_u64(t, 0x05, (uint64_t)h->unix_ms);
-    t_bytes(t, 0x06, h->kx_pk, sizeof h->kx_pk);
-    t_bytes(t, 0x07, h->sig, sizeof h->sig);
-    t_u64(t, 0x08, (uint64_t)a->unix_ms);
-    t_bytes(t, 0x09, a->kx_pk, sizeof a->kx_pk);
+    kl_canon_init_fixed(&t->c, t->b, sizeof t->b);
+    kl_canon_bytes(&t->c, 0x00, ANSWER_DOMAIN, sizeof ANSWER_DOMAIN - 1);
+    kl_canon_bytes(&t->c, 0x01, h->cluster, h->cluster_len);
+    kl_canon_u64(&t->c, 0x02, (uint64_t)(int64_t)h->partition);
+    kl_canon_u64(&t->c, 0x03, h->from);
+    kl_canon_u64(&t->c, 0x04, h->to);
+    kl_canon_u64(&t->c, 0x05, (uint64_t)h->unix_ms);
+    kl_canon_bytes(&t->c, 0x06, h->kx_pk, sizeof h->kx_pk);
+    kl_canon_bytes(&t->c, 0x07, h->sig, sizeof h->sig);
+    kl_canon_u64(&t->c, 0x08, (uint64_t)a->unix_ms);
+    kl_canon_bytes(&t->c, 0x09, a->kx_pk, sizeof a->kx_pk);
 }
 
 /* ---- wire ---- */
@@ -233,7 +202,7 @@ kl_code kl_peer_auth_hello(const kl_peer_auth_self *me, uint64_t to, int64_t now
         goto internal;
     transcript t;
     hello_transcript(&t, h);
-    if (t.overflow || crypto_sign_detached(h->sig, NULL, t.b, t.n, me->secret) != 0)
+    if (t.c.oom || crypto_sign_detached(h->sig, NULL, t.c.buf, t.c.len, me->secret) != 0)
         goto internal;
     out->has_secret = true;
     return KL_OK;
@@ -263,9 +232,9 @@ kl_code kl_peer_auth_accept(const kl_peer_auth_self *me, const kl_peer_auth_msg 
         return rc;
     transcript t;
     hello_transcript(&t, hello);
-    if (t.overflow)
+    if (t.c.oom)
         return kl_fail(err, KL_INTERNAL, "hello", "peer auth: hello transcript too long");
-    if (crypto_sign_verify_detached(hello->sig, t.b, t.n, from_public) != 0)
+    if (crypto_sign_verify_detached(hello->sig, t.c.buf, t.c.len, from_public) != 0)
         return kl_fail(err, KL_UNAUTHENTICATED, "bad_signature",
                        "peer hello: signature does not verify with member %llu's public key",
                        (unsigned long long)hello->from);
@@ -290,7 +259,7 @@ kl_code kl_peer_auth_accept(const kl_peer_auth_self *me, const kl_peer_auth_msg 
         goto done;
     }
     answer_transcript(&t, hello, answer);
-    if (t.overflow || crypto_sign_detached(answer->sig, NULL, t.b, t.n, me->secret) != 0)
+    if (t.c.oom || crypto_sign_detached(answer->sig, NULL, t.c.buf, t.c.len, me->secret) != 0)
         rc = kl_fail(err, KL_INTERNAL, "answer", "peer auth: could not sign the answer");
 done:
     sodium_memzero(sk, sizeof sk);
@@ -331,9 +300,9 @@ kl_code kl_peer_auth_finish(kl_peer_auth_dial *d, const kl_peer_auth_msg *answer
                        (unsigned long long)answer->from, (unsigned long long)d->hello.to);
     transcript t;
     answer_transcript(&t, &d->hello, answer);
-    if (t.overflow)
+    if (t.c.oom)
         return kl_fail(err, KL_INTERNAL, "answer", "peer auth: answer transcript too long");
-    if (crypto_sign_verify_detached(answer->sig, t.b, t.n, to_public) != 0)
+    if (crypto_sign_verify_detached(answer->sig, t.c.buf, t.c.len, to_public) != 0)
         return kl_fail(err, KL_UNAUTHENTICATED, "bad_signature",
                        "peer answer: signature does not verify with member %llu's public key",
                        (unsigned long long)d->hello.to);

@@ -1,5 +1,7 @@
 #include "common/session.h"
 
+#include "common/canon.h"
+
 #include <sodium.h>
 #include <string.h>
 
@@ -32,70 +34,35 @@ static const char ANSWER_DOMAIN[] = "keyload.hello-answer.v1";
 
 typedef struct transcript {
     uint8_t b[TRANSCRIPT_MAX];
-    size_t n;
-    bool overflow;
+    kl_canon c;              /* writes into b */
 } transcript;
-
-static void t_put(transcript *t, const void *p, size_t n)
-{
-    if (t->overflow || n > sizeof t->b - t->n) {
-        t->overflow = true;
-        return;
-    }
-    if (n)
-        memcpy(t->b + t->n, p, n);
-    t->n += n;
-}
-
-static void t_be(transcript *t, uint64_t v, int bytes)
-{
-    uint8_t b[8];
-    for (int i = 0; i < bytes; i++)
-        b[i] = (uint8_t)(v >> (8 * (bytes - 1 - i)));
-    t_put(t, b, (size_t)bytes);
-}
-
-static void t_u64(transcript *t, uint8_t tag, uint64_t v)
-{
-    t_put(t, &tag, 1);
-    t_be(t, v, 8);
-}
-
-static void t_bytes(transcript *t, uint8_t tag, const void *p, size_t n)
-{
-    t_put(t, &tag, 1);
-    t_be(t, n, 4);
-    t_put(t, p, n);
-}
-
-static void t_str(transcript *t, uint8_t tag, const char *s) { t_bytes(t, tag, s, strlen(s)); }
 
 static void hello_transcript(transcript *t, const kl_session_hello *h)
 {
-    memset(t, 0, sizeof *t);
-    t_bytes(t, 0x00, HELLO_DOMAIN, sizeof HELLO_DOMAIN - 1);
-    t_str(t, 0x01, h->principal_id);
-    t_bytes(t, 0x02, h->client_kx_pk, sizeof h->client_kx_pk);
-    t_u64(t, 0x03, (uint64_t)h->unix_ms);
-    t_str(t, 0x04, h->cluster);
-    t_u64(t, 0x05, (uint64_t)(int64_t)h->partition);
-    t_u64(t, 0x06, h->member);
+    kl_canon_init_fixed(&t->c, t->b, sizeof t->b);
+    kl_canon_bytes(&t->c, 0x00, HELLO_DOMAIN, sizeof HELLO_DOMAIN - 1);
+    kl_canon_str(&t->c, 0x01, h->principal_id);
+    kl_canon_bytes(&t->c, 0x02, h->client_kx_pk, sizeof h->client_kx_pk);
+    kl_canon_u64(&t->c, 0x03, (uint64_t)h->unix_ms);
+    kl_canon_str(&t->c, 0x04, h->cluster);
+    kl_canon_u64(&t->c, 0x05, (uint64_t)(int64_t)h->partition);
+    kl_canon_u64(&t->c, 0x06, h->member);
 }
 
 static void answer_transcript(transcript *t, const kl_session_hello *h,
                               const kl_session_hello_answer *a)
 {
-    memset(t, 0, sizeof *t);
-    t_bytes(t, 0x00, ANSWER_DOMAIN, sizeof ANSWER_DOMAIN - 1);
-    t_str(t, 0x01, h->principal_id);
-    t_bytes(t, 0x02, h->client_kx_pk, sizeof h->client_kx_pk);
-    t_bytes(t, 0x03, a->server_kx_pk, sizeof a->server_kx_pk);
-    t_u64(t, 0x04, (uint64_t)h->unix_ms);
-    t_str(t, 0x05, h->cluster);
-    t_u64(t, 0x06, (uint64_t)(int64_t)h->partition);
-    t_u64(t, 0x07, h->member);
-    t_bytes(t, 0x08, a->session_id, sizeof a->session_id);
-    t_u64(t, 0x09, (uint64_t)a->expires_unix_ms);
+    kl_canon_init_fixed(&t->c, t->b, sizeof t->b);
+    kl_canon_bytes(&t->c, 0x00, ANSWER_DOMAIN, sizeof ANSWER_DOMAIN - 1);
+    kl_canon_str(&t->c, 0x01, h->principal_id);
+    kl_canon_bytes(&t->c, 0x02, h->client_kx_pk, sizeof h->client_kx_pk);
+    kl_canon_bytes(&t->c, 0x03, a->server_kx_pk, sizeof a->server_kx_pk);
+    kl_canon_u64(&t->c, 0x04, (uint64_t)h->unix_ms);
+    kl_canon_str(&t->c, 0x05, h->cluster);
+    kl_canon_u64(&t->c, 0x06, (uint64_t)(int64_t)h->partition);
+    kl_canon_u64(&t->c, 0x07, h->member);
+    kl_canon_bytes(&t->c, 0x08, a->session_id, sizeof a->session_id);
+    kl_canon_u64(&t->c, 0x09, (uint64_t)a->expires_unix_ms);
 }
 
 /* ---- helpers ---- */
@@ -172,7 +139,7 @@ kl_code kl_session_hello_new(const char *principal_id, const uint8_t *principal_
     }
     transcript t;
     hello_transcript(&t, h);
-    if (t.overflow || crypto_sign_detached(h->signature, NULL, t.b, t.n, principal_secret) != 0)
+    if (t.c.oom || crypto_sign_detached(h->signature, NULL, t.c.buf, t.c.len, principal_secret) != 0)
         goto internal;
     out->has_secret = true;
     return KL_OK;
@@ -255,9 +222,9 @@ kl_code kl_session_accept(const kl_session_hello *hello, const kl_session_accept
 
     transcript t;
     hello_transcript(&t, hello);
-    if (t.overflow)
+    if (t.c.oom)
         return kl_fail(err, KL_INTERNAL, "hello", "session: Hello transcript too long");
-    if (crypto_sign_verify_detached(hello->signature, t.b, t.n, p->principal_public) != 0)
+    if (crypto_sign_verify_detached(hello->signature, t.c.buf, t.c.len, p->principal_public) != 0)
         return kl_fail(err, KL_UNAUTHENTICATED, "bad_signature",
                        "Hello: signature does not verify with the principal's public key");
 
@@ -287,8 +254,8 @@ kl_code kl_session_accept(const kl_session_hello *hello, const kl_session_accept
         goto done;
     }
     answer_transcript(&t, hello, answer);
-    if (t.overflow ||
-        crypto_sign_detached(answer->member_signature, NULL, t.b, t.n, p->member_secret) != 0) {
+    if (t.c.oom ||
+        crypto_sign_detached(answer->member_signature, NULL, t.c.buf, t.c.len, p->member_secret) != 0) {
         rc = kl_fail(err, KL_INTERNAL, "member_signature", "session: could not sign the answer");
         goto done;
     }
@@ -324,9 +291,9 @@ kl_code kl_session_finish(kl_session_client *c, const kl_session_hello_answer *a
                        "HelloAnswer: session_id is all zero");
     transcript t;
     answer_transcript(&t, &c->hello, answer);
-    if (t.overflow)
+    if (t.c.oom)
         return kl_fail(err, KL_INTERNAL, "answer", "session: answer transcript too long");
-    if (crypto_sign_verify_detached(answer->member_signature, t.b, t.n, member_public) != 0)
+    if (crypto_sign_verify_detached(answer->member_signature, t.c.buf, t.c.len, member_public) != 0)
         return kl_fail(err, KL_UNAUTHENTICATED, "bad_member_signature",
                        "HelloAnswer: member_signature does not verify with the member's "
                        "public key");
