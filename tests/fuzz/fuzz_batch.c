@@ -800,7 +800,7 @@ static Keyload__V1__QueueStatsAnswer *queue_stats(const char *queue, bool *too_b
     size_t alen = 0;
     kl_err err;
     kl_err_clear(&err);
-    kl_code rc = kl_node_queue_stats(G.node, buf, n, &ans, &alen, &err);
+    kl_code rc = kl_node_queue_stats(G.node, PRINCIPAL, buf, n, &ans, &alen, &err);
     if (rc == KL_NOT_FOUND)
         return NULL;
     if (rc == KL_RESOURCE_EXHAUSTED) {
@@ -1322,7 +1322,7 @@ static void stats_on_input(const uint8_t *data, size_t size)
     size_t alen = 0;
     kl_err err;
     kl_err_clear(&err);
-    kl_code rc = kl_node_queue_stats(G.node, data, size, &ans, &alen, &err);
+    kl_code rc = kl_node_queue_stats(G.node, PRINCIPAL, data, size, &ans, &alen, &err);
     if (rc == KL_OK) {
         Keyload__V1__QueueStatsAnswer *a = keyload__v1__queue_stats_answer__unpack(NULL, alen, ans);
         if (a == NULL)
@@ -1343,7 +1343,7 @@ static void locate_on_input(const uint8_t *data, size_t size)
     size_t alen = 0;
     kl_err err;
     kl_err_clear(&err);
-    kl_code rc = kl_node_locate_queue(G.node, data, size, &ans, &alen, &err);
+    kl_code rc = kl_node_locate_queue(G.node, PRINCIPAL, data, size, &ans, &alen, &err);
     if (rc == KL_OK) {
         Keyload__V1__LocateQueueAnswer *a = keyload__v1__locate_queue_answer__unpack(NULL, alen, ans);
         if (a == NULL || a->queue == NULL || a->queue->partition < 0 || a->queue->partition >= PARTITIONS)
