@@ -33,8 +33,8 @@
 #              BENCH_RF3_PORT (first client port of the RF3 cluster, default 7611; peers +100),
 #              BENCH_FAILOVER_PORT (same for the failover cluster, default 7621),
 #              BENCH_FAILOVER_RUNS (default 5),
-#              BENCH_KL3_PORT (first client port of the KL-3 RF3 cluster, default 35011; peers
-#              +100), BENCH_HANDSHAKE_PORT (its one-member cluster, default 35001; peer +100),
+#              BENCH_KL3_PORT (first client port of the KL-3 RF3 cluster, default 18011; peers
+#              +100), BENCH_HANDSHAKE_PORT (its one-member cluster, default 18001; peer +100),
 #              BENCH_HANDSHAKES (Hellos measured, default 1000),
 #              BENCH_PARTS=kl3 runs only the KL-3 part (default: everything),
 #              BENCH_KEEP=1 keeps the temporary directory (daemon logs, data) for inspection.
@@ -48,8 +48,8 @@ url="tcp://127.0.0.1:$port"
 rf3_port=${BENCH_RF3_PORT:-7611}
 fo_port=${BENCH_FAILOVER_PORT:-7621}
 fo_runs=${BENCH_FAILOVER_RUNS:-5}
-kl3_port=${BENCH_KL3_PORT:-35011}
-hs_port=${BENCH_HANDSHAKE_PORT:-35001}
+kl3_port=${BENCH_KL3_PORT:-18011}
+hs_port=${BENCH_HANDSHAKE_PORT:-18001}
 hs_n=${BENCH_HANDSHAKES:-1000}
 parts=${BENCH_PARTS:-all}
 case $parts in all|kl3) ;; *) echo "bench: BENCH_PARTS must be all or kl3"; exit 2 ;; esac

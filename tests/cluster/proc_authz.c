@@ -2,7 +2,8 @@
  * real keyloadd processes with sessions REQUIRED: the cluster files leave out
  * "insecure_local_admin" (default false), every member has a key pair made by `keyloadd
  * keygen` with its public key in the cluster file, and every daemon gets --cluster-secret
- * and --member-key. Loopback ports 34000..34999.
+ * and --member-key. Loopback ports 16000..16999 (below Linux's ephemeral range, 32768 and up:
+ * a member redialing a down peer's port there can connect to itself and hold that port).
  *
  *   matrix       one member. Bootstrap an administrator; principals holding one of
  *                QueuePublish, QueueConsume, QueueAck, QueueInspect (and one holding none)
@@ -127,8 +128,8 @@ static void az_start(int p, int m)
     az_pid[p][m] = spawn_keyloadd(az_file, p, m + 1, az_secret, az_mkey[p][m]);
 }
 
-/* Whether member (p, m)'s last start failed to bind its port: 34000..34999 lies in Linux's
- * ephemeral range, so some process's outgoing connection may hold it for a while. */
+/* Whether member (p, m)'s last start failed to bind its port (another process's connection
+ * may hold it for a while). */
 static bool az_bind_failed(int p, int m)
 {
     FILE *f = fopen(az_log[p][m], "rb");
@@ -194,7 +195,7 @@ static bool az_member_keygen(const char *path, char *b64, size_t cap, uint8_t pu
 static bool az_setup(const char *name, int parts, int members, int replica, int lease_ms, int port_off,
                      char *why, size_t cap)
 {
-    int base = 34000 + (int)(getpid() % 45) * 20 + port_off;
+    int base = 16000 + (int)(getpid() % 45) * 20 + port_off;
     snprintf(az_name, sizeof az_name, "%s", name);
     az_parts = parts;
     az_members = members;

@@ -13,7 +13,7 @@
  * and (c) again at the leader's peer URL. Each connection must be closed by the member and
  * logged with its reason; afterwards every member reports the same term, leader and commit
  * index as before (keyload.v1.MemberStatus) and the group still commits a new batch. Ports
- * 33000..33999; the members are started by fork/exec and killed by their pids (also when a
+ * 17000..17999 (below the ephemeral range); the members are started by fork/exec and killed by their pids (also when a
  * check fails: pa_stop_all). */
 #include "tests/cluster/proc.h"
 
@@ -70,11 +70,11 @@ static bool port_free(int port)
     return ok;
 }
 
-/* Six ports (three client, three peer) in 33000..33999 that could be bound just now. */
+/* Six ports (three client, three peer) in 17000..17999 that could be bound just now. */
 static bool pa_ports(void)
 {
     for (int attempt = 0; attempt < 160; attempt++) {
-        int base = 33000 + ((getpid() + attempt) % 160) * 6;
+        int base = 17000 + ((getpid() + attempt) % 160) * 6;
         bool ok = true;
         for (int k = 0; k < 2 * PA_N && ok; k++)
             ok = port_free(base + k);
@@ -293,7 +293,7 @@ static bool pa_intrude(const char *peer_url, uint8_t *const frames[], const size
 
 void test_peer_auth_refuses_intruders(void)
 {
-    CHECK(pa_ports(), "no six free ports in 33000..33999");
+    CHECK(pa_ports(), "no six free ports in 17000..17999");
     CHECK(pa_write_cluster(), "could not make the key files and cluster file in %s", work);
     for (int i = 0; i < PA_N; i++)
         pa_pid[i] = spawn_keyloadd(pa_file, 0, i + 1, pa_secret, pa_key[i]);
