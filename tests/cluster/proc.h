@@ -5,6 +5,7 @@
 #define KL_PROC_H
 
 #include "common/status.h"
+#include "keyload/v1/catalog.pb-c.h"
 #include "keyload/v1/queue.pb-c.h"
 
 #include <stdbool.h>
@@ -50,6 +51,16 @@ void add_create(Keyload__V1__BatchRequest *b, const char *queue, uint64_t max_me
 void add_create_database(Keyload__V1__BatchRequest *b);
 void add_enqueue(Keyload__V1__BatchRequest *b, const char *queue, const char *body);
 void add_receive(Keyload__V1__BatchRequest *b, const char *queue, uint32_t max, uint32_t lease_ms);
+/* Bootstraps admin_id (public key admin_pk) of database "TENANT/DB" through the SDK,
+ * without a session, proving the cluster secret read from secret_file. command_id NULL: a
+ * fresh one. On KL_OK *out (when not NULL) is the receipt (kl_receipt_free). */
+struct kl_receipt;
+kl_code sdk_bootstrap(const char *cluster_file, const char *secret_file, const char *database,
+                      const char *admin_id, const uint8_t admin_pk[32], const char *command_id,
+                      struct kl_receipt **out, kl_err *err);
+/* keyload.v1.MemberStatus of the member at client_url (no session needed); NULL when it
+ * does not answer within timeout_ms. Free with keyload__v1__member_status_answer__free_unpacked. */
+Keyload__V1__MemberStatusAnswer *member_status(const char *client_url, int timeout_ms);
 /* A QueueStatsRequest for default/default/queue, packed into buf; returns its length. */
 size_t pack_stats_request(const char *queue, uint8_t buf[512]);
 /* Packs and frees b. */

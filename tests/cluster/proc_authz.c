@@ -249,16 +249,7 @@ static bool az_setup(const char *name, int parts, int members, int replica, int 
     return true;
 }
 
-static Keyload__V1__MemberStatusAnswer *az_status(int p, int m)
-{
-    snprintf(url, sizeof url, "%.100s", az_url[p][m]);
-    answer a = call("keyload.v1.MemberStatus", NULL, 0, 1000);
-    Keyload__V1__MemberStatusAnswer *s = NULL;
-    if (a.code == KL_OK)
-        s = keyload__v1__member_status_answer__unpack(NULL, a.len, a.bytes);
-    answer_free(&a);
-    return s;
-}
+static Keyload__V1__MemberStatusAnswer *az_status(int p, int m) { return member_status(az_url[p][m], 1000); }
 
 /* The serving leader of partition p (with a valid catalog lease on a data partition), or
  * -1 after timeout_ms. MemberStatus needs no session. */
@@ -321,34 +312,7 @@ static kl_code az_who_open(az_who *w, int timeout_ms, kl_err *err)
 static kl_code az_bootstrap(const az_who *admin, const char *database, const char *command_id, kl_receipt **out,
                             kl_err *err)
 {
-    uint8_t secret[KL_CLUSTER_SECRET_LEN], proof[KL_DIGEST_LEN];
-    char tenant[KL_SDK_NAME_MAX + 1];
-    const char *slash = strchr(database, '/');
-    snprintf(tenant, sizeof tenant, "%.*s", (int)(slash - database), database);
-    kl_code rc = kl_keys_read_secret_file("cluster secret file", az_secret, secret, sizeof secret, err);
-    if (rc != KL_OK)
-        return rc;
-    int bad = kl_canon_bootstrap_proof(secret, tenant, slash + 1, admin->id, admin->pk, 32, proof);
-    sodium_memzero(secret, sizeof secret);
-    if (bad)
-        return kl_fail(err, KL_INTERNAL, "proof", "kl_canon_bootstrap_proof failed");
-    kl_client *c = NULL;
-    kl_batch *b = NULL;
-    kl_receipt *r = NULL;
-    rc = kl_client_open(az_file, NULL, 15000, &c, err);
-    if (rc == KL_OK)
-        rc = kl_batch_new(command_id, &b, err);
-    if (rc == KL_OK)
-        rc = kl_batch_bootstrap(b, database, admin->id, admin->pk, proof, err);
-    if (rc == KL_OK)
-        rc = kl_client_batch(c, b, &r, err);
-    kl_batch_free(b);
-    kl_client_close(c);
-    if (out != NULL)
-        *out = r;
-    else
-        kl_receipt_free(r);
-    return rc;
+    return sdk_bootstrap(az_file, az_secret, database, admin->id, admin->pk, command_id, out, err);
 }
 
 /* One enqueue of body to queue; field and header are "k=v" specs or NULL. */

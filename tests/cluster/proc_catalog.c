@@ -116,16 +116,7 @@ static answer mp_batch(int p, Keyload__V1__BatchRequest *b, int total_ms)
     return a;
 }
 
-static Keyload__V1__MemberStatusAnswer *mp_status(int p, int m)
-{
-    snprintf(url, sizeof url, "%.100s", mp_url[p][m]);
-    answer a = call("keyload.v1.MemberStatus", NULL, 0, 1000);
-    Keyload__V1__MemberStatusAnswer *s = NULL;
-    if (a.code == KL_OK)
-        s = keyload__v1__member_status_answer__unpack(NULL, a.len, a.bytes);
-    answer_free(&a);
-    return s;
-}
+static Keyload__V1__MemberStatusAnswer *mp_status(int p, int m) { return member_status(mp_url[p][m], 1000); }
 
 /* The serving leader of partition p, or -1 after timeout_ms. */
 static int mp_leader(int p, int timeout_ms)

@@ -150,21 +150,15 @@ typedef struct pa_status {
 static pa_status pa_member_status(int i)
 {
     pa_status s = {0};
-    snprintf(url, sizeof url, "%.100s", pa_client[i]);
-    answer a = call("keyload.v1.MemberStatus", NULL, 0, 2000);
-    if (a.code == KL_OK) {
-        Keyload__V1__MemberStatusAnswer *m =
-            keyload__v1__member_status_answer__unpack(NULL, a.len, a.bytes);
-        if (m != NULL) {
-            s.ok = true;
-            s.term = m->term;
-            s.leader = m->leader;
-            s.commit = m->commit_index;
-            snprintf(s.role, sizeof s.role, "%s", m->role ? m->role : "");
-            keyload__v1__member_status_answer__free_unpacked(m, NULL);
-        }
+    Keyload__V1__MemberStatusAnswer *m = member_status(pa_client[i], 2000);
+    if (m != NULL) {
+        s.ok = true;
+        s.term = m->term;
+        s.leader = m->leader;
+        s.commit = m->commit_index;
+        snprintf(s.role, sizeof s.role, "%s", m->role ? m->role : "");
+        keyload__v1__member_status_answer__free_unpacked(m, NULL);
     }
-    answer_free(&a);
     return s;
 }
 

@@ -109,38 +109,15 @@ static bool sk_start(void)
  * sk_admin_key (0600). */
 static bool sk_bootstrap(char *why, size_t cap)
 {
-    uint8_t pk[32], sk[64], secret[KL_CLUSTER_SECRET_LEN], proof[KL_DIGEST_LEN];
+    uint8_t pk[32], sk[64];
     kl_err err;
     crypto_sign_keypair(pk, sk);
     kl_code rc = kl_keys_write_secret_file("admin key file", sk_admin_key, sk, sizeof sk, &err);
     sodium_memzero(sk, sizeof sk);
     if (rc == KL_OK)
-        rc = kl_keys_read_secret_file("cluster secret file", sk_secret, secret, sizeof secret, &err);
-    if (rc != KL_OK) {
-        snprintf(why, cap, "%s", err.message);
-        return false;
-    }
-    int bad = kl_canon_bootstrap_proof(secret, "acme", "boot", "admin", pk, sizeof pk, proof);
-    sodium_memzero(secret, sizeof secret);
-    if (bad) {
-        snprintf(why, cap, "proof");
-        return false;
-    }
-    kl_client *c = NULL;
-    kl_batch *b = NULL;
-    kl_receipt *r = NULL;
-    rc = kl_client_open(sk_file, NULL, 10000, &c, &err);
-    if (rc == KL_OK)
-        rc = kl_batch_new(NULL, &b, &err);
-    if (rc == KL_OK)
-        rc = kl_batch_bootstrap(b, "acme/boot", "admin", pk, proof, &err);
-    if (rc == KL_OK)
-        rc = kl_client_batch(c, b, &r, &err);
+        rc = sdk_bootstrap(sk_file, sk_secret, "acme/boot", "admin", pk, NULL, NULL, &err);
     if (rc != KL_OK)
         snprintf(why, cap, "%s: %s", kl_code_name(rc), err.message);
-    kl_receipt_free(r);
-    kl_batch_free(b);
-    kl_client_close(c);
     return rc == KL_OK;
 }
 

@@ -8,7 +8,10 @@
  * "N passed, N failed" line. */
 #include "tests/cluster/proc.h"
 
+#include "client/keyload.h"
+#include "common/canon.h"
 #include "common/guid.h"
+#include "common/keys.h"
 #include "common/rpc.h"
 #include "common/status.h"
 #include "keyload/v1/queue.pb-c.h"
@@ -926,19 +929,59 @@ static void *catchup_write(void *arg)
     return NULL;
 }
 
+Keyload__V1__MemberStatusAnswer *member_status(const char *client_url, int timeout_ms)
+{
+    snprintf(url, sizeof url, "%.120s", client_url);
+    answer a = call("keyload.v1.MemberStatus", NULL, 0, timeout_ms);
+    Keyload__V1__MemberStatusAnswer *s = NULL;
+    if (a.code == KL_OK)
+        s = keyload__v1__member_status_answer__unpack(NULL, a.len, a.bytes);
+    answer_free(&a);
+    return s;
+}
+
+kl_code sdk_bootstrap(const char *cluster_file, const char *secret_file, const char *database,
+                      const char *admin_id, const uint8_t admin_pk[32], const char *command_id,
+                      kl_receipt **out, kl_err *err)
+{
+    uint8_t secret[KL_CLUSTER_SECRET_LEN], proof[KL_DIGEST_LEN];
+    char tenant[KL_SDK_NAME_MAX + 1];
+    const char *slash = strchr(database, '/');
+    if (slash == NULL)
+        return kl_fail(err, KL_INVALID_ARGUMENT, "database", "database must be TENANT/DB");
+    snprintf(tenant, sizeof tenant, "%.*s", (int)(slash - database), database);
+    kl_code rc = kl_keys_read_secret_file("cluster secret file", secret_file, secret, sizeof secret, err);
+    if (rc != KL_OK)
+        return rc;
+    int bad = kl_canon_bootstrap_proof(secret, tenant, slash + 1, admin_id, admin_pk, 32, proof);
+    sodium_memzero(secret, sizeof secret);
+    if (bad)
+        return kl_fail(err, KL_INTERNAL, "proof", "kl_canon_bootstrap_proof failed");
+    kl_client *c = NULL;
+    kl_batch *b = NULL;
+    kl_receipt *r = NULL;
+    rc = kl_client_open(cluster_file, NULL, 15000, &c, err);
+    if (rc == KL_OK)
+        rc = kl_batch_new(command_id, &b, err);
+    if (rc == KL_OK)
+        rc = kl_batch_bootstrap(b, database, admin_id, admin_pk, proof, err);
+    if (rc == KL_OK)
+        rc = kl_client_batch(c, b, &r, err);
+    kl_batch_free(b);
+    kl_client_close(c);
+    if (out != NULL)
+        *out = r;
+    else
+        kl_receipt_free(r);
+    return rc;
+}
+
 static long long member_applied(int i)
 {
-    snprintf(url, sizeof url, "%s", group_url[i]);
-    answer a = call("keyload.v1.MemberStatus", NULL, 0, 1000);
-    long long applied = -1;
-    if (a.code == KL_OK) {
-        Keyload__V1__MemberStatusAnswer *s = keyload__v1__member_status_answer__unpack(NULL, a.len, a.bytes);
-        if (s) {
-            applied = (long long)s->applied_index;
-            keyload__v1__member_status_answer__free_unpacked(s, NULL);
-        }
-    }
-    answer_free(&a);
+    Keyload__V1__MemberStatusAnswer *s = member_status(group_url[i], 1000);
+    long long applied = s ? (long long)s->applied_index : -1;
+    if (s)
+        keyload__v1__member_status_answer__free_unpacked(s, NULL);
     return applied;
 }
 
