@@ -453,6 +453,37 @@ static kl_code principal_id_free(kl_view *v, const char *principal_id, kl_err *e
     return KL_OK;
 }
 
+/* Writes p as a PUT_PRINCIPAL item of this batch's catalog version. */
+static kl_code put_principal(kl_eval_ctx *c, Keyload__V1__CatalogPrincipal *p, kl_err *err)
+{
+    kl_code rc = next_version(c, err);
+    if (rc != KL_OK)
+        return rc;
+    p->version = c->catalog->version;
+    Keyload__V1__CatalogItem it = KEYLOAD__V1__CATALOG_ITEM__INIT;
+    it.kind_case = KEYLOAD__V1__CATALOG_ITEM__KIND_PUT_PRINCIPAL;
+    it.put_principal = p;
+    return record_item(c, &it, err);
+}
+
+/* A new principal's record without roles or grants, policy epoch 1 (fields borrow from the
+ * arguments; key_id receives the key's id). */
+static kl_code principal_new(kl_eval_ctx *c, char *id, char *tenant, const ProtobufCBinaryData *public_key,
+                             uint8_t key_id[KL_KEY_ID_LEN], Keyload__V1__CatalogPrincipal *p, kl_err *err)
+{
+    if (kl_keys_key_id(public_key->data, key_id) != 0)
+        return oom(err);
+    keyload__v1__catalog_principal__init(p);
+    p->principal_id = id;
+    p->tenant = tenant;
+    p->public_key = *public_key;
+    p->key_id.data = key_id;
+    p->key_id.len = KL_KEY_ID_LEN;
+    p->policy_epoch = 1;
+    p->created_unix_ms = c->now_ms;
+    return KL_OK;
+}
+
 kl_code kl_catalog_eval_bootstrap(kl_eval_ctx *c, const Keyload__V1__Bootstrap *m, kl_buf *results,
                                   kl_err *err)
 {
@@ -494,22 +525,11 @@ kl_code kl_catalog_eval_bootstrap(kl_eval_ctx *c, const Keyload__V1__Bootstrap *
     if ((rc = create_database(c, &cd, &made, err)) != KL_OK)
         return rc;
     uint8_t key_id[KL_KEY_ID_LEN];
-    if (kl_keys_key_id(m->admin_public_key.data, key_id) != 0)
-        return oom(err);
-    Keyload__V1__CatalogPrincipal p = KEYLOAD__V1__CATALOG_PRINCIPAL__INIT;
-    p.principal_id = m->admin_id;
-    p.tenant = m->tenant;
-    p.public_key = m->admin_public_key;
-    p.key_id.data = key_id;
-    p.key_id.len = sizeof key_id;
+    Keyload__V1__CatalogPrincipal p;
+    if ((rc = principal_new(c, m->admin_id, m->tenant, &m->admin_public_key, key_id, &p, err)) != KL_OK)
+        return rc;
     p.cluster_admin = true;
-    p.policy_epoch = 1;
-    p.created_unix_ms = c->now_ms;
-    p.version = c->catalog->version;
-    Keyload__V1__CatalogItem it = KEYLOAD__V1__CATALOG_ITEM__INIT;
-    it.kind_case = KEYLOAD__V1__CATALOG_ITEM__KIND_PUT_PRINCIPAL;
-    it.put_principal = &p;
-    if ((rc = record_item(c, &it, err)) != KL_OK || (rc = meta_put(c->view, "cluster_admins", 1, err)) != KL_OK)
+    if ((rc = put_principal(c, &p, err)) != KL_OK || (rc = meta_put(c->view, "cluster_admins", 1, err)) != KL_OK)
         return rc;
     Keyload__V1__Bootstrapped bs = KEYLOAD__V1__BOOTSTRAPPED__INIT;
     bs.database = &made.dc;
@@ -521,19 +541,6 @@ kl_code kl_catalog_eval_bootstrap(kl_eval_ctx *c, const Keyload__V1__Bootstrap *
     res.kind_case = KEYLOAD__V1__MUTATION_RESULT__KIND_BOOTSTRAPPED;
     res.bootstrapped = &bs;
     return kl_engine_add_result(results, &res, err);
-}
-
-/* Writes p as a PUT_PRINCIPAL item of this batch's catalog version. */
-static kl_code put_principal(kl_eval_ctx *c, Keyload__V1__CatalogPrincipal *p, kl_err *err)
-{
-    kl_code rc = next_version(c, err);
-    if (rc != KL_OK)
-        return rc;
-    p->version = c->catalog->version;
-    Keyload__V1__CatalogItem it = KEYLOAD__V1__CATALOG_ITEM__INIT;
-    it.kind_case = KEYLOAD__V1__CATALOG_ITEM__KIND_PUT_PRINCIPAL;
-    it.put_principal = p;
-    return record_item(c, &it, err);
 }
 
 static kl_code principal_result(kl_eval_ctx *c, const Keyload__V1__CatalogPrincipal *p, bool changed,
@@ -606,19 +613,12 @@ kl_code kl_catalog_eval_create_principal(kl_eval_ctx *c, const Keyload__V1__Crea
     if (m->database_admin && (rc = database_exists(c, m->tenant, m->database, err)) != KL_OK)
         return rc;
     uint8_t key_id[KL_KEY_ID_LEN];
-    if (kl_keys_key_id(m->public_key.data, key_id) != 0)
-        return oom(err);
-    Keyload__V1__CatalogPrincipal p = KEYLOAD__V1__CATALOG_PRINCIPAL__INIT;
-    p.principal_id = m->principal_id;
-    p.tenant = m->tenant;
-    p.public_key = m->public_key;
-    p.key_id.data = key_id;
-    p.key_id.len = sizeof key_id;
+    Keyload__V1__CatalogPrincipal p;
+    if ((rc = principal_new(c, m->principal_id, m->tenant, &m->public_key, key_id, &p, err)) != KL_OK)
+        return rc;
     p.cluster_admin = m->cluster_admin;
     p.database_admin = m->database_admin;
     p.database = has_db ? m->database : "";
-    p.policy_epoch = 1;
-    p.created_unix_ms = c->now_ms;
     if ((rc = put_principal(c, &p, err)) != KL_OK)
         return rc;
     if (m->cluster_admin) {
