@@ -71,6 +71,9 @@ pid_t spawn_member(const char *cluster, int partition, int member);
 /* Makes a cluster secret file and a member key file with `keyloadd keygen` (removing old
  * ones first); pub_b64 receives the member's public key (base64, 44 characters). */
 bool keygen_files(const char *secret_path, const char *member_key_path, char *pub_b64, size_t cap);
+/* One member key file at path (removed first) by `keyloadd keygen --secret-out`; its public
+ * key (base64) into pub_b64. */
+bool member_keygen(const char *path, char *pub_b64, size_t cap);
 /* The same with a given cluster secret file and member key file (NULL: none). */
 pid_t spawn_keyloadd(const char *cluster, int partition, int member, const char *secret, const char *member_key);
 

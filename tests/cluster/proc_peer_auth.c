@@ -89,24 +89,6 @@ static bool pa_ports(void)
     return false;
 }
 
-/* `keyloadd keygen --secret-out FILE`: the member key file, and its public key on stdout. */
-static bool pa_member_key(const char *path, char *pub, size_t cap)
-{
-    unlink(path);
-    char cmd[1600];
-    snprintf(cmd, sizeof cmd, "'%s' keygen --secret-out '%s'", daemon_bin, path);
-    FILE *p = popen(cmd, "r");
-    if (p == NULL)
-        return false;
-    char line[128] = "";
-    bool got = fgets(line, sizeof line, p) != NULL;
-    if (pclose(p) != 0 || !got)
-        return false;
-    line[strcspn(line, "\r\n")] = '\0';
-    snprintf(pub, cap, "%s", line);
-    return strlen(line) == 44;
-}
-
 static bool pa_write_cluster(void)
 {
     snprintf(pa_secret, sizeof pa_secret, "%s/peerauth.secret", work);
@@ -116,7 +98,7 @@ static bool pa_write_cluster(void)
     if (!keygen_files(pa_secret, pa_key[0], pa_pub[0], sizeof pa_pub[0]))
         return false;
     for (int i = 1; i < PA_N; i++)
-        if (!pa_member_key(pa_key[i], pa_pub[i], sizeof pa_pub[i]))
+        if (!member_keygen(pa_key[i], pa_pub[i], sizeof pa_pub[i]))
             return false;
     snprintf(pa_file, sizeof pa_file, "%s/" PA_CLUSTER ".json", work);
     FILE *f = fopen(pa_file, "w");

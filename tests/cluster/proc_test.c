@@ -652,15 +652,11 @@ pid_t spawn_keyloadd(const char *cluster, int partition, int member, const char 
     return pid;
 }
 
-bool keygen_files(const char *secret_path, const char *member_key_path, char *pub_b64, size_t cap)
+bool member_keygen(const char *path, char *pub_b64, size_t cap)
 {
-    unlink(secret_path);
-    unlink(member_key_path);
-    char cmd[2200];
-    snprintf(cmd, sizeof cmd, "'%s' keygen --cluster-secret-out '%s' >/dev/null", daemon_bin, secret_path);
-    if (system(cmd) != 0)
-        return false;
-    snprintf(cmd, sizeof cmd, "'%s' keygen --secret-out '%s'", daemon_bin, member_key_path);
+    unlink(path);
+    char cmd[1200];
+    snprintf(cmd, sizeof cmd, "'%s' keygen --secret-out '%s'", daemon_bin, path);
     FILE *p = popen(cmd, "r");
     if (p == NULL)
         return false;
@@ -671,6 +667,16 @@ bool keygen_files(const char *secret_path, const char *member_key_path, char *pu
     line[strcspn(line, "\r\n")] = '\0';
     snprintf(pub_b64, cap, "%s", line);
     return strlen(line) == 44;
+}
+
+bool keygen_files(const char *secret_path, const char *member_key_path, char *pub_b64, size_t cap)
+{
+    unlink(secret_path);
+    char cmd[1200];
+    snprintf(cmd, sizeof cmd, "'%s' keygen --cluster-secret-out '%s' >/dev/null", daemon_bin, secret_path);
+    if (system(cmd) != 0)
+        return false;
+    return member_keygen(member_key_path, pub_b64, cap);
 }
 
 pid_t spawn_member(const char *cluster, int partition, int member)
