@@ -225,6 +225,34 @@ void kl_canon_mutation(kl_canon *c, const Keyload__V1__Mutation *m)
         kl_canon_lane(c, 1, m->release->queue);
         canon_tokens(c, m->release->lease_tokens, m->release->n_lease_tokens);
         break;
+    case KEYLOAD__V1__MUTATION__KIND_CREATE_QUEUE_TRANSFER: {
+        const Keyload__V1__CreateQueueTransfer *t = m->create_queue_transfer;
+        kl_canon_lane(c, 1, t->source_queue);
+        kl_canon_bytes(c, 2, t->transfer_id.data, t->transfer_id.len);
+        kl_canon_lane(c, 3, t->destination);
+        kl_canon_message(c, 4, t->message);
+        break;
+    }
+    case KEYLOAD__V1__MUTATION__KIND_ACCEPT_QUEUE_TRANSFER:
+        kl_canon_lane(c, 1, m->accept_queue_transfer->destination_queue);
+        kl_canon_bytes(c, 2, m->accept_queue_transfer->intent_token.data,
+                       m->accept_queue_transfer->intent_token.len);
+        break;
+    case KEYLOAD__V1__MUTATION__KIND_COMPLETE_QUEUE_TRANSFER:
+        kl_canon_lane(c, 1, m->complete_queue_transfer->source_queue);
+        kl_canon_bytes(c, 2, m->complete_queue_transfer->transfer_id.data,
+                       m->complete_queue_transfer->transfer_id.len);
+        kl_canon_bytes(c, 3, m->complete_queue_transfer->receipt_token.data,
+                       m->complete_queue_transfer->receipt_token.len);
+        break;
+    case KEYLOAD__V1__MUTATION__KIND_SET_QUEUE_TRANSFERS_PAUSED: {
+        const Keyload__V1__SetQueueTransfersPaused *p = m->set_queue_transfers_paused;
+        kl_canon_str(c, 1, p->tenant);
+        kl_canon_str(c, 2, p->database);
+        kl_canon_lane(c, 3, p->source_queue);
+        kl_canon_u64(c, 4, p->paused ? 1 : 0);
+        break;
+    }
     default:
         break;
     }

@@ -1,11 +1,14 @@
 #include "daemon/node.h"
 
 #include "common/canon.h"
+#include "common/guid.h"
+#include "common/names.h"
 #include "common/failpoint.h"
 #include "common/log.h"
 #include "daemon/engine/access.h"
 #include "daemon/engine/catalog.h"
 #include "daemon/engine/engine.h"
+#include "daemon/engine/transfer.h"
 #include "daemon/store/keys.h"
 #include "keyload/v1/queue.pb-c.h"
 #include "keyload/v1/store.pb-c.h"
@@ -29,6 +32,8 @@ typedef struct pending {
     uint64_t index, term;
     uint8_t *receipt;
     size_t receipt_len;
+    bool refused;                /* a committed refusal: callers get `refusal` at apply */
+    kl_err refusal;
     waiter *waiters;
     size_t n_waiters, cap_waiters;
 } pending;
@@ -168,9 +173,13 @@ static void answer_index(kl_node *n, uint64_t index, uint64_t term)
             continue;
         }
         bool ok = p->term == term;
-        for (size_t j = 0; j < p->n_waiters; j++)
-            p->waiters[j].fn(p->waiters[j].cookie, ok ? KL_OK : KL_UNKNOWN_WRITE_OUTCOME,
-                             ok ? NULL : &lost, ok ? p->receipt : NULL, ok ? p->receipt_len : 0);
+        for (size_t j = 0; j < p->n_waiters; j++) {
+            if (ok && p->refused)
+                p->waiters[j].fn(p->waiters[j].cookie, p->refusal.code, &p->refusal, NULL, 0);
+            else
+                p->waiters[j].fn(p->waiters[j].cookie, ok ? KL_OK : KL_UNKNOWN_WRITE_OUTCOME,
+                                 ok ? NULL : &lost, ok ? p->receipt : NULL, ok ? p->receipt_len : 0);
+        }
         pending_free(p);
     }
     n->n_pend = w;
@@ -421,7 +430,14 @@ static kl_code replay_committed(kl_node *n, const char *principal, const uint8_t
                        "returned again: use a fresh command id under the current grants",
                        at, was, (unsigned long long)policy_epoch);
     }
-    fn(cookie, KL_OK, NULL, o->receipt.data, o->receipt.len);
+    if (o->error_code != 0) {
+        /* A committed refusal answers the same every time (DESIGN.md §7). */
+        kl_err e;
+        kl_fail(&e, (kl_code)o->error_code, o->error_detail, "%s", o->error_message);
+        fn(cookie, e.code, &e, NULL, 0);
+    } else {
+        fn(cookie, KL_OK, NULL, o->receipt.data, o->receipt.len);
+    }
     keyload__v1__outcome_record__free_unpacked(o, NULL);
     return KL_OK;
 }
@@ -491,9 +507,15 @@ done:
 static kl_code encode_write_set(const char *principal, uint64_t policy_epoch,
                                 const Keyload__V1__BatchRequest *b,
                                 const uint8_t digest[KL_DIGEST_LEN], kl_overlay *scratch,
-                                const kl_buf *receipt, uint64_t index, kl_buf *out, kl_err *err)
+                                const kl_buf *receipt, const kl_err *refusal, uint64_t index,
+                                kl_buf *out, kl_err *err)
 {
     Keyload__V1__OutcomeRecord o = KEYLOAD__V1__OUTCOME_RECORD__INIT;
+    if (refusal != NULL) {
+        o.error_code = (int32_t)refusal->code;
+        o.error_detail = (char *)refusal->detail;
+        o.error_message = (char *)refusal->message;
+    }
     o.request_digest.data = (uint8_t *)digest;
     o.request_digest.len = KL_DIGEST_LEN;
     o.receipt.data = receipt->p;
@@ -604,16 +626,26 @@ void kl_node_submit_batch(kl_node *n, const char *principal, const uint8_t *req,
     view.scan_limit = limits.max_scan_records;
     kl_eval_ctx ctx = {.view = &view, .limits = &limits, .partition = n->cfg.partition,
                        .partition_count = n->cfg.partition_count, .now_ms = entry_time(n),
-                       .random = n->io.random,
+                       .random = n->io.random, .index = index, .term = term,
                        .catalog = n->cfg.partition == 0 ? &catalog : NULL,
                        .cluster_secret = n->cfg.cluster_secret, .who = subj.who,
                        .clock_ns = mono_ns};
     rc = kl_engine_eval_batch(&ctx, b, &results, &err);
     n->authz_ns += ctx.authz_ns;
-    if (rc != KL_OK)
-        goto fail;
-    if (encode_receipt(&receipt, b, n->cfg.partition, index, term, ctx.now_ms, &results, digest,
-                       catalog.version) != 0) {
+    bool refused = false;
+    kl_err refusal;
+    if (rc != KL_OK) {
+        if (!kl_transfer_batch_records_refusals(b) || !kl_transfer_refusal_is_terminal(rc))
+            goto fail;
+        /* A deterministic refusal of Accept or Complete commits as a no-effect outcome:
+         * nothing of the batch is written, and its command id answers this forever. */
+        refusal = err;
+        refused = true;
+        kl_overlay_clear(&scratch);
+        rc = KL_OK;
+    }
+    if (!refused && encode_receipt(&receipt, b, n->cfg.partition, index, term, ctx.now_ms, &results, digest,
+                                   catalog.version) != 0) {
         rc = kl_fail(&err, KL_INTERNAL, "memory", "out of memory encoding the receipt");
         goto fail;
     }
@@ -627,7 +659,8 @@ void kl_node_submit_batch(kl_node *n, const char *principal, const uint8_t *req,
         n->pend = np;
         n->cap_pend = cap;
     }
-    if ((rc = encode_write_set(principal, subj.policy_epoch, b, digest, &scratch, &receipt, index, &ws, &err)) != KL_OK)
+    if ((rc = encode_write_set(principal, subj.policy_epoch, b, digest, &scratch, &receipt,
+                               refused ? &refusal : NULL, index, &ws, &err)) != KL_OK)
         goto fail;
     if (encode_entry(&entry, index, term, ctx.now_ms, NULL, &ws, 0) != 0) {
         rc = kl_fail(&err, KL_INTERNAL, "memory", "out of memory encoding the log entry");
@@ -655,6 +688,9 @@ void kl_node_submit_batch(kl_node *n, const char *principal, const uint8_t *req,
     p->term = term;
     p->receipt = receipt.p;
     p->receipt_len = receipt.len;
+    p->refused = refused;
+    if (refused)
+        p->refusal = refusal;
     receipt.p = NULL;
     if (p->principal == NULL || pending_add_waiter(p, fn, cookie) != 0) {
         pending_free(p);
@@ -788,6 +824,126 @@ kl_code kl_node_queue_stats(kl_node *n, const char *principal, const uint8_t *re
 done:
     node_subject_free(&subj);
     keyload__v1__queue_stats_request__free_unpacked(r, NULL);
+    return rc;
+}
+
+static kl_code check_transfer_ref(const char *what, const Keyload__V1__QueueLaneRef *q, kl_err *err)
+{
+    kl_code rc = check_read_ref(q, err);
+    if (rc == KL_OK && q->lane && q->lane[0])
+        rc = kl_name_check(what, q->lane, err);
+    return rc;
+}
+
+static kl_code check_transfer_id(const ProtobufCBinaryData *id, kl_err *err)
+{
+    if (!kl_guid_valid(id->data, id->len))
+        return kl_fail(err, KL_INVALID_ARGUMENT, "transfer_id",
+                       "transfer_id must be a 16-byte GUID that is not all zero");
+    return KL_OK;
+}
+
+kl_code kl_node_transfer_read(kl_node *n, kl_node_transfer_read_kind kind, const char *principal,
+                              const uint8_t *req, size_t len, uint8_t **answer, size_t *answer_len,
+                              kl_err *err)
+{
+    node_subject subj = {0};
+    ProtobufCMessage *r = NULL;
+    const char *tenant = NULL, *db = NULL;
+    kl_code rc = KL_OK;
+    switch (kind) {
+    case KL_NODE_INSPECT_TRANSFER: {
+        Keyload__V1__InspectQueueTransferRequest *q = keyload__v1__inspect_queue_transfer_request__unpack(NULL, len, req);
+        if ((r = (ProtobufCMessage *)q) == NULL)
+            break;
+        if ((rc = check_transfer_ref("source_queue.lane", q->source_queue, err)) == KL_OK)
+            rc = check_transfer_id(&q->transfer_id, err);
+        if (rc == KL_OK) {
+            tenant = q->source_queue->tenant;
+            db = q->source_queue->database;
+        }
+        break;
+    }
+    case KL_NODE_TRANSFER_RECEIPT: {
+        Keyload__V1__InspectQueueTransferReceiptRequest *q =
+            keyload__v1__inspect_queue_transfer_receipt_request__unpack(NULL, len, req);
+        if ((r = (ProtobufCMessage *)q) == NULL)
+            break;
+        if ((rc = check_transfer_ref("destination_queue.lane", q->destination_queue, err)) == KL_OK &&
+            (rc = check_transfer_ref("source_queue.lane", q->source_queue, err)) == KL_OK)
+            rc = check_transfer_id(&q->transfer_id, err);
+        if (rc == KL_OK) {
+            tenant = q->destination_queue->tenant;
+            db = q->destination_queue->database;
+        }
+        break;
+    }
+    case KL_NODE_PENDING_TRANSFERS: {
+        Keyload__V1__ListPendingQueueTransfersRequest *q =
+            keyload__v1__list_pending_queue_transfers_request__unpack(NULL, len, req);
+        if ((r = (ProtobufCMessage *)q) == NULL)
+            break;
+        if ((rc = kl_name_check("tenant", q->tenant, err)) == KL_OK &&
+            (rc = kl_name_check("database", q->database, err)) == KL_OK && q->source_queue != NULL) {
+            rc = check_transfer_ref("source_queue.lane", q->source_queue, err);
+            if (rc == KL_OK && (strcmp(q->source_queue->tenant, q->tenant) != 0 ||
+                                strcmp(q->source_queue->database, q->database) != 0))
+                rc = kl_fail(err, KL_INVALID_ARGUMENT, "source_queue",
+                             "source_queue must be in the listed tenant/database");
+        }
+        tenant = q->tenant;
+        db = q->database;
+        break;
+    }
+    }
+    if (r == NULL)
+        return kl_fail(err, KL_INVALID_ARGUMENT, "payload", "the transfer read request does not decode");
+    if (rc != KL_OK)
+        goto done;
+    kl_view view = {.store = n->store};
+    kl_limits limits;
+    if ((rc = node_subject_load(n, &view, principal, NULL, &subj, err)) != KL_OK ||
+        (rc = database_limits(n, &view, tenant, db, &limits, err)) != KL_OK)
+        goto done;
+    view.scan_limit = limits.max_scan_records;
+    kl_eval_ctx ctx = {.view = &view, .limits = &limits, .partition = n->cfg.partition,
+                       .partition_count = n->cfg.partition_count, .now_ms = entry_time(n),
+                       .random = n->io.random, .cluster_secret = n->cfg.cluster_secret,
+                       .who = subj.who, .clock_ns = mono_ns};
+    switch (kind) {
+    case KL_NODE_INSPECT_TRANSFER:
+        rc = kl_transfer_inspect(&ctx, (Keyload__V1__InspectQueueTransferRequest *)r, answer, answer_len, err);
+        break;
+    case KL_NODE_TRANSFER_RECEIPT:
+        rc = kl_transfer_receipt(&ctx, (Keyload__V1__InspectQueueTransferReceiptRequest *)r, answer, answer_len,
+                                 err);
+        break;
+    case KL_NODE_PENDING_TRANSFERS: {
+        /* Cursors bind to the partition incarnation: a partition rebuilt from nothing
+         * (same names, new log) never resumes an old cursor. */
+        uint8_t pinc[16] = {0};
+        kl_key pk;
+        kl_key_meta(&pk, "pinc");
+        uint8_t *pv;
+        size_t pn;
+        bool found;
+        if ((rc = kl_store_get(n->store, pk.b, pk.len, &pv, &pn, &found, err)) != KL_OK)
+            break;
+        if (found) {
+            if (pn == 16)
+                memcpy(pinc, pv, 16);
+            free(pv);
+        }
+        rc = kl_transfer_pending(&ctx, (Keyload__V1__ListPendingQueueTransfersRequest *)r, pinc,
+                                 subj.record ? keyload__v1__catalog_principal__get_packed_size(subj.record) : 0,
+                                 answer, answer_len, err);
+        break;
+    }
+    }
+    n->authz_ns += ctx.authz_ns;
+done:
+    node_subject_free(&subj);
+    protobuf_c_message_free_unpacked(r, NULL);
     return rc;
 }
 

@@ -103,6 +103,18 @@ int kl_node_encode_empty_entry(uint64_t index, uint64_t term, uint32_t raft_type
 kl_code kl_node_queue_stats(kl_node *n, const char *principal, const uint8_t *req, size_t len,
                             uint8_t **answer, size_t *answer_len, kl_err *err);
 
+/* Remote transfer reads (DESIGN.md §7) over applied state; the caller passed the read
+ * barrier. req is the encoded request of the kind's RPC (transfer.proto); on KL_OK
+ * *answer is the encoded answer (malloc'd). Authorization is transfer.c's. */
+typedef enum kl_node_transfer_read_kind {
+    KL_NODE_INSPECT_TRANSFER,          /* keyload.v1.InspectQueueTransfer */
+    KL_NODE_TRANSFER_RECEIPT,          /* keyload.v1.InspectQueueTransferReceipt */
+    KL_NODE_PENDING_TRANSFERS,         /* keyload.v1.ListPendingQueueTransfers */
+} kl_node_transfer_read_kind;
+kl_code kl_node_transfer_read(kl_node *n, kl_node_transfer_read_kind kind, const char *principal,
+                              const uint8_t *req, size_t len, uint8_t **answer, size_t *answer_len,
+                              kl_err *err);
+
 /* The catalog version this member has applied, and how many catalog changes it applied
  * (equal unless something is badly wrong). Reads applied state; 0 when none. */
 void kl_node_catalog_status(kl_node *n, uint64_t *version, uint64_t *changes);

@@ -81,6 +81,31 @@ kl_code kl_access_mutation(const kl_authz_subject *who, const Keyload__V1__Mutat
         return kl_access_tenant(who, who->principal ? who->principal->tenant : NULL, err);
     case KEYLOAD__V1__MUTATION__KIND_BOOTSTRAP:
         return KL_OK;
+    case KEYLOAD__V1__MUTATION__KIND_CREATE_QUEUE_TRANSFER: {
+        const Keyload__V1__CreateQueueTransfer *t = m->create_queue_transfer;
+        kl_code rc = kl_access_transfer_admin(who, t->source_queue->tenant, t->source_queue->database, err);
+        if (rc == KL_OK)
+            rc = kl_access_transfer_data(who, t->source_queue, KEYLOAD__V1__PERMISSION__QUEUE_PUBLISH,
+                                         t->message, err);
+        if (rc == KL_OK)
+            rc = kl_access_transfer_data(who, t->destination, KEYLOAD__V1__PERMISSION__QUEUE_PUBLISH,
+                                         t->message, err);
+        return rc;
+    }
+    case KEYLOAD__V1__MUTATION__KIND_ACCEPT_QUEUE_TRANSFER:
+        /* The data check needs the intent's message: transfer.c runs it after the token. */
+        return kl_access_transfer_admin(who, m->accept_queue_transfer->destination_queue->tenant,
+                                        m->accept_queue_transfer->destination_queue->database, err);
+    case KEYLOAD__V1__MUTATION__KIND_COMPLETE_QUEUE_TRANSFER: {
+        const Keyload__V1__CompleteQueueTransfer *t = m->complete_queue_transfer;
+        kl_code rc = kl_access_transfer_admin(who, t->source_queue->tenant, t->source_queue->database, err);
+        if (rc == KL_OK)
+            rc = kl_access_transfer_data(who, t->source_queue, KEYLOAD__V1__PERMISSION__QUEUE_PUBLISH, NULL, err);
+        return rc;
+    }
+    case KEYLOAD__V1__MUTATION__KIND_SET_QUEUE_TRANSFERS_PAUSED:
+        return kl_access_transfer_admin(who, m->set_queue_transfers_paused->tenant,
+                                        m->set_queue_transfers_paused->database, err);
     default:
         return kl_fail(err, KL_INVALID_ARGUMENT, "mutations", "a mutation has no known kind");
     }
@@ -99,4 +124,29 @@ kl_code kl_access_inspect(const kl_authz_subject *who, const Keyload__V1__QueueL
     if (who == NULL)
         return KL_OK;
     return queue_check(who, q, KEYLOAD__V1__PERMISSION__QUEUE_INSPECT, NULL, err);
+}
+
+kl_code kl_access_transfer_admin(const kl_authz_subject *who, const char *tenant, const char *database,
+                                 kl_err *err)
+{
+    if (who == NULL)
+        return KL_OK;
+    kl_code rc = kl_access_tenant(who, tenant, err);
+    if (rc != KL_OK)
+        return rc;
+    /* Always on the stored record, whatever the subject's admin_off says. */
+    kl_authz_subject stored = *who;
+    stored.admin_off = false;
+    return kl_authz_require_admin(&stored, tenant, database, err);
+}
+
+kl_code kl_access_transfer_data(const kl_authz_subject *who, const Keyload__V1__QueueLaneRef *q,
+                                Keyload__V1__Permission perm, const Keyload__V1__EnqueueMessage *msg,
+                                kl_err *err)
+{
+    if (who == NULL)
+        return KL_OK;
+    kl_authz_subject data = *who;
+    data.admin_off = true;
+    return queue_check(&data, q, perm, msg, err);
 }

@@ -15,6 +15,14 @@
  *   CreatePrincipal             kl_authz_can_set_roles (only a cluster administrator makes one)
  *   Grant/Revoke/SetPrincipalKey  checked in catalog.c against the target's stored record
  *   Bootstrap                   nothing here: its proof of the cluster secret is the check
+ *   CreateQueueTransfer         a persisted administrator of the database, then (admin flags
+ *                               off) QueuePublish on source and destination with the message's
+ *                               field and header keys
+ *   AcceptQueueTransfer         a persisted administrator here; transfer.c then checks
+ *                               QueuePublish on the destination with the intent's message keys
+ *   CompleteQueueTransfer       a persisted administrator, then QueuePublish on the source
+ *   SetQueueTransfersPaused     a persisted administrator
+ *   transfer reads              a persisted administrator, then QueueInspect (transfer.c)
  *
  * A refusal is PERMISSION_DENIED naming the missing grant or role, never data. */
 #ifndef KL_ACCESS_H
@@ -35,5 +43,15 @@ kl_code kl_access_received(const kl_authz_subject *who, const Keyload__V1__Queue
  * of the tenant). KL_OK when who is NULL. */
 kl_code kl_access_inspect(const kl_authz_subject *who, const Keyload__V1__QueueLaneRef *q, kl_err *err);
 kl_code kl_access_tenant(const kl_authz_subject *who, const char *tenant, kl_err *err);
+
+/* Transfers (DESIGN.md §5): the caller must be a persisted administrator of the database,
+ * read from its stored record; KL_OK when who is NULL. */
+kl_code kl_access_transfer_admin(const kl_authz_subject *who, const char *tenant, const char *database,
+                                 kl_err *err);
+/* A transfer's data check: perm on q (with msg's field and header keys when msg is set),
+ * evaluated with every administrator flag off. KL_OK when who is NULL. */
+kl_code kl_access_transfer_data(const kl_authz_subject *who, const Keyload__V1__QueueLaneRef *q,
+                                Keyload__V1__Permission perm, const Keyload__V1__EnqueueMessage *msg,
+                                kl_err *err);
 
 #endif

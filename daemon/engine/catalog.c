@@ -759,6 +759,44 @@ done:
     return rc;
 }
 
+kl_code kl_catalog_eval_set_transfers_paused(kl_eval_ctx *c, const Keyload__V1__SetQueueTransfersPaused *m,
+                                             kl_buf *results, kl_err *err)
+{
+    Keyload__V1__CatalogDatabase *d = NULL;
+    bool found = false;
+    kl_code rc = need_catalog(c, "set_queue_transfers_paused", err);
+    if (rc == KL_OK)
+        rc = kl_catalog_get_database(c->view, m->tenant, m->database, &d, &found, err);
+    if (rc == KL_OK && !found)
+        rc = kl_fail(err, KL_NOT_FOUND, "database", "database %s/%s does not exist", m->tenant, m->database);
+    if (rc != KL_OK)
+        goto done;
+    Keyload__V1__TransfersPaused out = KEYLOAD__V1__TRANSFERS_PAUSED__INIT;
+    out.paused = m->paused;
+    out.changed = d->transfers_paused != m->paused;
+    if (out.changed) {
+        /* A real change is a catalog version, so it reaches every data partition (and the
+         * barrier holds the answer until they applied it). */
+        if ((rc = next_version(c, err)) != KL_OK)
+            goto done;
+        d->transfers_paused = m->paused;
+        Keyload__V1__CatalogItem it = KEYLOAD__V1__CATALOG_ITEM__INIT;
+        it.kind_case = KEYLOAD__V1__CATALOG_ITEM__KIND_PUT_DATABASE;
+        it.put_database = d;
+        if ((rc = record_item(c, &it, err)) != KL_OK)
+            goto done;
+        out.catalog_version = c->catalog->version;
+    }
+    Keyload__V1__MutationResult res = KEYLOAD__V1__MUTATION_RESULT__INIT;
+    res.kind_case = KEYLOAD__V1__MUTATION_RESULT__KIND_TRANSFERS_PAUSED;
+    res.transfers_paused = &out;
+    rc = kl_engine_add_result(results, &res, err);
+done:
+    if (d != NULL)
+        keyload__v1__catalog_database__free_unpacked(d, NULL);
+    return rc;
+}
+
 /* Where a new queue goes: the dead-letter queue's partition when it has one (they must
  * share it), else the data partitions in turn by queue id. Partition 0 holds queues only
  * in a single-partition cluster or when pinned there. */

@@ -66,6 +66,10 @@ kl_code kl_catalog_eval_set_principal_key(kl_eval_ctx *c, const Keyload__V1__Set
                                           kl_buf *results, kl_err *err);
 kl_code kl_catalog_eval_set_database_limits(kl_eval_ctx *c, const Keyload__V1__SetDatabaseLimits *m,
                                             kl_buf *results, kl_err *err);
+/* SetQueueTransfersPaused without a source queue: the database's transfers_paused switch.
+ * Setting it to what it is changes nothing (no new version). */
+kl_code kl_catalog_eval_set_transfers_paused(kl_eval_ctx *c, const Keyload__V1__SetQueueTransfersPaused *m,
+                                             kl_buf *results, kl_err *err);
 kl_code kl_catalog_get_principal(kl_view *v, const char *tenant, const char *principal_id,
                                  Keyload__V1__CatalogPrincipal **out, bool *found, kl_err *err);
 /* A principal by id alone, through the 'C' 'I' index (principal ids are unique across the

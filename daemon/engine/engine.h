@@ -36,6 +36,8 @@ typedef struct kl_eval_ctx {
     struct kl_catalog_batch *catalog;  /* partition 0: the catalog batch; NULL elsewhere */
     const uint8_t *cluster_secret;     /* 32 bytes, or NULL when the daemon has none (databases
                                         * need it: their signing keys derive from it) */
+    uint64_t index, term;    /* where this batch's entry will commit (leader: io.next);
+                              * transfer receipts name it. 0 for reads. */
     int64_t now_ms;          /* entry time: max(previous entry time, leader clock) */
     void (*random)(uint8_t *buf, size_t n);  /* lease tokens; injected so tests control it */
     /* Who asks, as this partition's applied catalog records it; NULL = the trusted local
@@ -78,6 +80,17 @@ kl_code kl_engine_batch_database(const Keyload__V1__BatchRequest *b, const char 
  * result, encoded, to results. */
 kl_code kl_engine_eval_batch(kl_eval_ctx *ctx, const Keyload__V1__BatchRequest *b, kl_buf *results,
                              kl_err *err);
+
+/* Stores msg as a new message of ref's lane (quota and expiry checked first); Enqueue and
+ * transfer Accept. *qid and *seq name the queue and the new message. */
+kl_code kl_engine_enqueue_message(kl_eval_ctx *c, const Keyload__V1__QueueLaneRef *ref,
+                                  Keyload__V1__EnqueueMessage *msg, uint64_t *qid, uint64_t *seq,
+                                  kl_err *err);
+struct Keyload__V1__QueueRecord;
+/* A live queue of this partition by name (NOT_FOUND, detail wrong_partition when the
+ * catalog places it elsewhere). *rec unpacked (caller frees). */
+kl_code kl_engine_load_queue(kl_view *v, const Keyload__V1__QueueLaneRef *ref, uint64_t *qid,
+                             struct Keyload__V1__QueueRecord **rec, kl_err *err);
 
 /* Read of one queue's counters and limits from applied state (QueueStats). */
 /* dlq_out (KL_NAME_LEN_MAX + 1 bytes) receives the dead-letter queue name that

@@ -4,6 +4,7 @@
 #include "daemon/engine/engine.h"
 #include "daemon/engine/catalog.h"
 #include "daemon/engine/access.h"
+#include "daemon/engine/transfer.h"
 
 #include "daemon/store/keys.h"
 #include "keyload/v1/store.pb-c.h"
@@ -243,10 +244,17 @@ static kl_code close_local_queue(kl_eval_ctx *c, const Keyload__V1__QueueLaneRef
     kl_code rc = load_queue_any(c->view, ref, qid, &q, err);
     if (rc != KL_OK)
         return rc;
+    bool retains = false;
     if (q->messages > 0)
         rc = kl_fail(err, KL_FAILED_PRECONDITION, "queue_not_empty",
                      "queue '%s' holds %llu messages; a queue holding messages cannot be deleted",
                      ref->queue, (unsigned long long)q->messages);
+    else if ((rc = kl_transfer_queue_retains(c->view, *qid, &retains, err)) != KL_OK)
+        ;
+    else if (retains)
+        rc = kl_fail(err, KL_FAILED_PRECONDITION, "queue_has_transfers",
+                     "queue '%s' retains transfer intents or dedup receipts, which are never "
+                     "discarded; a queue holding them cannot be deleted", ref->queue);
     else if (!q->deleted) {
         q->deleted = true;
         rc = save_queue(c->view, q, err);
@@ -329,26 +337,39 @@ static kl_code store_new_message(kl_eval_ctx *c, Keyload__V1__QueueRecord *q, co
     return KL_OK;
 }
 
-static kl_code eval_enqueue(kl_eval_ctx *c, const Keyload__V1__Enqueue *m, kl_buf *out, kl_err *err)
+kl_code kl_engine_enqueue_message(kl_eval_ctx *c, const Keyload__V1__QueueLaneRef *ref,
+                                  Keyload__V1__EnqueueMessage *msg, uint64_t *qid, uint64_t *seq,
+                                  kl_err *err)
 {
-    if (m->message->expires_at_unix_ms != 0 && m->message->expires_at_unix_ms <= c->now_ms)
+    if (msg->expires_at_unix_ms != 0 && msg->expires_at_unix_ms <= c->now_ms)
         return kl_fail(err, KL_FAILED_PRECONDITION, "expires_at_unix_ms",
                        "the message expired before it could be enqueued");
-    uint64_t qid, seq;
     Keyload__V1__QueueRecord *q;
-    kl_code rc = load_queue(c->view, m->lane, &qid, &q, err);
+    kl_code rc = load_queue(c->view, ref, qid, &q, err);
     if (rc != KL_OK)
         return rc;
-    const char *lane = lane_name(m->lane);
-    rc = store_new_message(c, q, lane, m->message, 0, c->now_ms, m->lane->queue, &seq, err);
+    rc = store_new_message(c, q, lane_name(ref), msg, 0, c->now_ms, ref->queue, seq, err);
     if (rc == KL_OK)
         rc = save_queue(c->view, q, err);
     keyload__v1__queue_record__free_unpacked(q, NULL);
+    return rc;
+}
+
+kl_code kl_engine_load_queue(kl_view *v, const Keyload__V1__QueueLaneRef *ref, uint64_t *qid,
+                             Keyload__V1__QueueRecord **rec, kl_err *err)
+{
+    return load_queue(v, ref, qid, rec, err);
+}
+
+static kl_code eval_enqueue(kl_eval_ctx *c, const Keyload__V1__Enqueue *m, kl_buf *out, kl_err *err)
+{
+    uint64_t qid, seq;
+    kl_code rc = kl_engine_enqueue_message(c, m->lane, m->message, &qid, &seq, err);
     if (rc != KL_OK)
         return rc;
     Keyload__V1__Enqueued e = KEYLOAD__V1__ENQUEUED__INIT;
     e.message_id = seq;
-    e.lane = (char *)lane;
+    e.lane = (char *)lane_name(m->lane);
     Keyload__V1__MutationResult res = KEYLOAD__V1__MUTATION_RESULT__INIT;
     res.kind_case = KEYLOAD__V1__MUTATION_RESULT__KIND_ENQUEUED;
     res.enqueued = &e;
@@ -791,6 +812,20 @@ kl_code kl_engine_eval_batch(kl_eval_ctx *c, const Keyload__V1__BatchRequest *b,
             break;
         case KEYLOAD__V1__MUTATION__KIND_SET_DATABASE_LIMITS:
             rc = kl_catalog_eval_set_database_limits(c, m->set_database_limits, results, err);
+            break;
+        case KEYLOAD__V1__MUTATION__KIND_CREATE_QUEUE_TRANSFER:
+            rc = kl_transfer_eval_create(c, m->create_queue_transfer, results, err);
+            break;
+        case KEYLOAD__V1__MUTATION__KIND_ACCEPT_QUEUE_TRANSFER:
+            rc = kl_transfer_eval_accept(c, m->accept_queue_transfer, results, err);
+            break;
+        case KEYLOAD__V1__MUTATION__KIND_COMPLETE_QUEUE_TRANSFER:
+            rc = kl_transfer_eval_complete(c, m->complete_queue_transfer, results, err);
+            break;
+        case KEYLOAD__V1__MUTATION__KIND_SET_QUEUE_TRANSFERS_PAUSED:
+            rc = m->set_queue_transfers_paused->source_queue == NULL
+                     ? kl_catalog_eval_set_transfers_paused(c, m->set_queue_transfers_paused, results, err)
+                     : kl_transfer_eval_pause_lane(c, m->set_queue_transfers_paused, results, err);
             break;
         case KEYLOAD__V1__MUTATION__KIND_DELETE_QUEUE: rc = eval_delete(c, m->delete_queue, results, err); break;
         case KEYLOAD__V1__MUTATION__KIND_ENQUEUE: rc = eval_enqueue(c, m->enqueue, results, err); break;

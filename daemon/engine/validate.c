@@ -95,6 +95,15 @@ static kl_code check_tokens(const char *where, size_t n, const ProtobufCBinaryDa
     return KL_OK;
 }
 
+static kl_code check_transfer_id(size_t idx, const char *what, const ProtobufCBinaryData *id, kl_err *err)
+{
+    if (!kl_guid_valid(id->data, id->len))
+        return kl_fail(err, KL_INVALID_ARGUMENT, "transfer_id",
+                       "mutations[%zu].%s.transfer_id must be a 16-byte GUID that is not all zero",
+                       idx, what);
+    return KL_OK;
+}
+
 static kl_code check_mutation(size_t idx, const Keyload__V1__Mutation *m, kl_err *err)
 {
     char where[96];
@@ -211,6 +220,61 @@ static kl_code check_mutation(size_t idx, const Keyload__V1__Mutation *m, kl_err
             return rc;
         snprintf(where, sizeof where, "mutations[%zu].release", idx);
         return check_tokens(where, m->release->n_lease_tokens, m->release->lease_tokens, err);
+    case KEYLOAD__V1__MUTATION__KIND_CREATE_QUEUE_TRANSFER: {
+        const Keyload__V1__CreateQueueTransfer *t = m->create_queue_transfer;
+        snprintf(where, sizeof where, "mutations[%zu].create_queue_transfer.source_queue", idx);
+        if ((rc = check_ref(where, t->source_queue, true, err)) != KL_OK)
+            return rc;
+        snprintf(where, sizeof where, "mutations[%zu].create_queue_transfer.destination", idx);
+        if ((rc = check_ref(where, t->destination, true, err)) != KL_OK)
+            return rc;
+        if ((rc = check_transfer_id(idx, "create_queue_transfer", &t->transfer_id, err)) != KL_OK)
+            return rc;
+        if (strcmp(t->source_queue->tenant, t->destination->tenant) != 0 ||
+            strcmp(t->source_queue->database, t->destination->database) != 0)
+            return kl_fail(err, KL_INVALID_ARGUMENT, "destination",
+                           "mutations[%zu].create_queue_transfer.destination must be in the source's "
+                           "tenant/database (%s/%s): transfers stay inside one database",
+                           idx, t->source_queue->tenant, t->source_queue->database);
+        snprintf(where, sizeof where, "mutations[%zu].create_queue_transfer", idx);
+        return check_message(where, t->message, err);
+    }
+    case KEYLOAD__V1__MUTATION__KIND_ACCEPT_QUEUE_TRANSFER:
+        snprintf(where, sizeof where, "mutations[%zu].accept_queue_transfer.destination_queue", idx);
+        if ((rc = check_ref(where, m->accept_queue_transfer->destination_queue, true, err)) != KL_OK)
+            return rc;
+        if (m->accept_queue_transfer->intent_token.len == 0)
+            return kl_fail(err, KL_INVALID_ARGUMENT, "intent_token",
+                           "mutations[%zu].accept_queue_transfer.intent_token is missing", idx);
+        return KL_OK;
+    case KEYLOAD__V1__MUTATION__KIND_COMPLETE_QUEUE_TRANSFER:
+        snprintf(where, sizeof where, "mutations[%zu].complete_queue_transfer.source_queue", idx);
+        if ((rc = check_ref(where, m->complete_queue_transfer->source_queue, true, err)) != KL_OK)
+            return rc;
+        if ((rc = check_transfer_id(idx, "complete_queue_transfer", &m->complete_queue_transfer->transfer_id,
+                                    err)) != KL_OK)
+            return rc;
+        if (m->complete_queue_transfer->receipt_token.len == 0)
+            return kl_fail(err, KL_INVALID_ARGUMENT, "receipt_token",
+                           "mutations[%zu].complete_queue_transfer.receipt_token is missing", idx);
+        return KL_OK;
+    case KEYLOAD__V1__MUTATION__KIND_SET_QUEUE_TRANSFERS_PAUSED: {
+        const Keyload__V1__SetQueueTransfersPaused *p = m->set_queue_transfers_paused;
+        if (p->source_queue != NULL) {
+            snprintf(where, sizeof where, "mutations[%zu].set_queue_transfers_paused.source_queue", idx);
+            if ((rc = check_ref(where, p->source_queue, true, err)) != KL_OK)
+                return rc;
+            if (strcmp(p->source_queue->tenant, p->tenant) != 0 || strcmp(p->source_queue->database, p->database) != 0)
+                return kl_fail(err, KL_INVALID_ARGUMENT, "source_queue",
+                               "mutations[%zu].set_queue_transfers_paused.source_queue must be in "
+                               "its tenant/database", idx);
+        }
+        snprintf(where, sizeof where, "mutations[%zu].set_queue_transfers_paused.tenant", idx);
+        if ((rc = kl_name_check(where, p->tenant, err)) != KL_OK)
+            return rc;
+        snprintf(where, sizeof where, "mutations[%zu].set_queue_transfers_paused.database", idx);
+        return kl_name_check(where, p->database, err);
+    }
     default:
         return kl_fail(err, KL_INVALID_ARGUMENT, "mutations", "mutations[%zu] has no known kind", idx);
     }
@@ -245,7 +309,9 @@ kl_code kl_engine_validate_batch(const Keyload__V1__BatchRequest *b, size_t enco
         if (k == KEYLOAD__V1__MUTATION__KIND_CREATE_DATABASE || k == KEYLOAD__V1__MUTATION__KIND_CREATE_QUEUE ||
             k == KEYLOAD__V1__MUTATION__KIND_BOOTSTRAP || k == KEYLOAD__V1__MUTATION__KIND_CREATE_PRINCIPAL ||
             k == KEYLOAD__V1__MUTATION__KIND_GRANT_PERMISSION || k == KEYLOAD__V1__MUTATION__KIND_REVOKE_PERMISSION ||
-            k == KEYLOAD__V1__MUTATION__KIND_SET_PRINCIPAL_KEY || k == KEYLOAD__V1__MUTATION__KIND_SET_DATABASE_LIMITS)
+            k == KEYLOAD__V1__MUTATION__KIND_SET_PRINCIPAL_KEY || k == KEYLOAD__V1__MUTATION__KIND_SET_DATABASE_LIMITS ||
+            (k == KEYLOAD__V1__MUTATION__KIND_SET_QUEUE_TRANSFERS_PAUSED &&
+             b->mutations[i]->set_queue_transfers_paused->source_queue == NULL))
             catalog++;
     }
     /* A catalog change is one version on partition 0; mixing it with queue data would
@@ -266,6 +332,11 @@ static const Keyload__V1__QueueLaneRef *mutation_ref(const Keyload__V1__Mutation
     case KEYLOAD__V1__MUTATION__KIND_RECEIVE: return m->receive->lane;
     case KEYLOAD__V1__MUTATION__KIND_ACK: return m->ack->queue;
     case KEYLOAD__V1__MUTATION__KIND_RELEASE: return m->release->queue;
+    case KEYLOAD__V1__MUTATION__KIND_CREATE_QUEUE_TRANSFER: return m->create_queue_transfer->source_queue;
+    case KEYLOAD__V1__MUTATION__KIND_ACCEPT_QUEUE_TRANSFER: return m->accept_queue_transfer->destination_queue;
+    case KEYLOAD__V1__MUTATION__KIND_COMPLETE_QUEUE_TRANSFER: return m->complete_queue_transfer->source_queue;
+    case KEYLOAD__V1__MUTATION__KIND_SET_QUEUE_TRANSFERS_PAUSED:
+        return m->set_queue_transfers_paused->source_queue;
     default: return NULL;
     }
 }

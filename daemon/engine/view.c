@@ -89,10 +89,20 @@ static const kl_ov_entry *ov_cur(ov_cursor *c, const uint8_t *p, size_t plen)
 kl_code kl_view_scan(kl_view *v, const uint8_t *prefix, size_t plen, kl_view_scan_fn fn,
                      void *arg, kl_err *err)
 {
-    ov_cursor sc = {v->scratch, v->scratch ? kl_overlay_lower_bound(v->scratch, prefix, plen) : 0};
-    ov_cursor pc = {v->pending, v->pending ? kl_overlay_lower_bound(v->pending, prefix, plen) : 0};
+    return kl_view_scan_from(v, prefix, plen, NULL, 0, fn, arg, err);
+}
+
+kl_code kl_view_scan_from(kl_view *v, const uint8_t *prefix, size_t plen, const uint8_t *start,
+                          size_t slen, kl_view_scan_fn fn, void *arg, kl_err *err)
+{
+    if (start == NULL || !has_prefix(start, slen, prefix, plen)) {
+        start = prefix;
+        slen = plen;
+    }
+    ov_cursor sc = {v->scratch, v->scratch ? kl_overlay_lower_bound(v->scratch, start, slen) : 0};
+    ov_cursor pc = {v->pending, v->pending ? kl_overlay_lower_bound(v->pending, start, slen) : 0};
     rocksdb_iterator_t *it = kl_store_iterator(v->store);
-    rocksdb_iter_seek(it, (const char *)prefix, plen);
+    rocksdb_iter_seek(it, (const char *)start, slen);
     kl_code rc = KL_OK;
     for (;;) {
         const uint8_t *rk = NULL;

@@ -30,13 +30,16 @@ kl_code kl_view_put_msg(kl_view *v, const uint8_t *key, size_t klen, const Proto
                         kl_err *err);
 kl_code kl_view_del(kl_view *v, const uint8_t *key, size_t klen, kl_err *err);
 
-/* Calls fn for each live key with the given prefix, in key order, starting at the first
- * key >= start (NULL: the prefix itself), until fn returns non-zero or keys run out.
+/* Calls fn for each live key with the given prefix, in key order, until fn returns
+ * non-zero or keys run out.
  * The view must not be written during the scan (collect first, then write).
  * Counts each visited record against the scan budget. */
 typedef int (*kl_view_scan_fn)(void *arg, const uint8_t *key, size_t klen, const uint8_t *val,
                                size_t vlen);
 kl_code kl_view_scan(kl_view *v, const uint8_t *prefix, size_t plen, kl_view_scan_fn fn,
                      void *arg, kl_err *err);
+/* Same, from the first key >= start (start must carry the prefix; else the prefix). */
+kl_code kl_view_scan_from(kl_view *v, const uint8_t *prefix, size_t plen, const uint8_t *start,
+                          size_t slen, kl_view_scan_fn fn, void *arg, kl_err *err);
 
 #endif

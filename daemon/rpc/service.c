@@ -160,14 +160,37 @@ static void handle_batch(void *owner, kl_rpc_call *call)
     kl_node_submit_batch(s->node, kl_service_principal(call), p, len, batch_answered, bc);
 }
 
-static void serve_stats(kl_service *s, kl_rpc_call *call)
+/* Fresh reads, served once the barrier confirmed this member leads and has applied. */
+enum read_kind {
+    READ_QUEUE_STATS,
+    READ_INSPECT_TRANSFER,
+    READ_TRANSFER_RECEIPT,
+    READ_PENDING_TRANSFERS,
+};
+
+static void serve_read(kl_service *s, kl_rpc_call *call, int kind)
 {
     size_t len, alen;
     const uint8_t *p = kl_rpc_call_payload(call, &len);
     uint8_t *answer;
     kl_err err;
     kl_err_clear(&err);
-    if (kl_node_queue_stats(s->node, kl_service_principal(call), p, len, &answer, &alen, &err) != KL_OK) {
+    const char *who = kl_service_principal(call);
+    kl_code rc;
+    switch (kind) {
+    case READ_INSPECT_TRANSFER:
+        rc = kl_node_transfer_read(s->node, KL_NODE_INSPECT_TRANSFER, who, p, len, &answer, &alen, &err);
+        break;
+    case READ_TRANSFER_RECEIPT:
+        rc = kl_node_transfer_read(s->node, KL_NODE_TRANSFER_RECEIPT, who, p, len, &answer, &alen, &err);
+        break;
+    case READ_PENDING_TRANSFERS:
+        rc = kl_node_transfer_read(s->node, KL_NODE_PENDING_TRANSFERS, who, p, len, &answer, &alen, &err);
+        break;
+    default:
+        rc = kl_node_queue_stats(s->node, who, p, len, &answer, &alen, &err);
+    }
+    if (rc != KL_OK) {
         kl_rpc_reply_error(call, &err, NULL);
         return;
     }
@@ -175,9 +198,8 @@ static void serve_stats(kl_service *s, kl_rpc_call *call)
     free(answer);
 }
 
-static void handle_queue_stats(void *owner, kl_rpc_call *call)
+static void start_read(kl_service *s, kl_rpc_call *call, int kind)
 {
-    kl_service *s = owner;
     if (!kl_service_check_lease(s, call))
         return;
     kl_err err;
@@ -196,6 +218,7 @@ static void handle_queue_stats(void *owner, kl_rpc_call *call)
     /* Registered first: the barrier may confirm inside kl_repl_read_index (one member). */
     s->reads[slot].ctx = ctx;
     s->reads[slot].call = call;
+    s->reads[slot].kind = kind;
     kl_code rc = kl_repl_read_index(s->repl, ctx, &leader);
     if (rc == KL_OK)
         return;
@@ -213,6 +236,20 @@ static void handle_queue_stats(void *owner, kl_rpc_call *call)
     kl_rpc_reply_error(call, &err, NULL);
 }
 
+static void handle_queue_stats(void *owner, kl_rpc_call *call) { start_read(owner, call, READ_QUEUE_STATS); }
+static void handle_inspect_transfer(void *owner, kl_rpc_call *call)
+{
+    start_read(owner, call, READ_INSPECT_TRANSFER);
+}
+static void handle_transfer_receipt(void *owner, kl_rpc_call *call)
+{
+    start_read(owner, call, READ_TRANSFER_RECEIPT);
+}
+static void handle_pending_transfers(void *owner, kl_rpc_call *call)
+{
+    start_read(owner, call, READ_PENDING_TRANSFERS);
+}
+
 static int find_read(kl_service *s, uint64_t ctx)
 {
     for (int i = 0; i < KL_SERVICE_MAX_READS; i++)
@@ -228,7 +265,7 @@ void kl_service_read_ready(kl_service *s, uint64_t read_ctx)
         return;
     kl_rpc_call *call = s->reads[i].call;
     s->reads[i].ctx = 0;
-    serve_stats(s, call);
+    serve_read(s, call, s->reads[i].kind);
 }
 
 void kl_service_read_dropped(kl_service *s, uint64_t read_ctx)
@@ -334,6 +371,9 @@ static const kl_rpc_method gated[] = {
     {"keyload.v1.Batch", handle_batch},
     {"keyload.v1.QueueStats", handle_queue_stats},
     {"keyload.v1.ShowPrincipal", kl_service_show_principal},
+    {"keyload.v1.InspectQueueTransfer", handle_inspect_transfer},
+    {"keyload.v1.InspectQueueTransferReceipt", handle_transfer_receipt},
+    {"keyload.v1.ListPendingQueueTransfers", handle_pending_transfers},
 };
 
 /* Every gated method's entry: the gate, then its handler. */
@@ -360,6 +400,9 @@ static const kl_rpc_method methods[] = {
     {"keyload.v1.Batch", gate_then_handle},
     {"keyload.v1.QueueStats", gate_then_handle},
     {"keyload.v1.ShowPrincipal", gate_then_handle},
+    {"keyload.v1.InspectQueueTransfer", gate_then_handle},
+    {"keyload.v1.InspectQueueTransferReceipt", gate_then_handle},
+    {"keyload.v1.ListPendingQueueTransfers", gate_then_handle},
 };
 
 const kl_rpc_method *kl_service_methods(size_t *count)

@@ -1,7 +1,7 @@
 /* service: the daemon's RPC method table. Each handler passes the payload to the node
  * (daemon/node.h) and turns its answer into an RPC answer; a member that does not lead
- * answers NOT_LEADER with the leader's client address when it knows it. Reads (QueueStats)
- * pass the read-index barrier first (DESIGN.md §3): they are served from applied state only
+ * answers NOT_LEADER with the leader's client address when it knows it. Reads (QueueStats
+ * and the three transfer reads) pass the read-index barrier first (DESIGN.md §3): they are served from applied state only
  * once this member has confirmed it still leads and has applied up to the commit index.
  * Sessions (daemon/rpc/session_serve.c): keyload.v1.Hello establishes one; every other
  * method passes the session gate first, which opens a sealed request and makes its answer
@@ -41,6 +41,7 @@ typedef struct kl_service {
     struct {
         uint64_t ctx;               /* 0 = free slot */
         kl_rpc_call *call;
+        int kind;                   /* which read (service.c read_kind) */
     } reads[KL_SERVICE_MAX_READS];  /* reads waiting for their barrier */
 
     /* Partition 0 only: the catalog version each data partition reported applied in its

@@ -173,3 +173,67 @@ int kl_key_parse_available(const uint8_t *key, size_t len, uint64_t *qid, uint64
     *seq = kl_be64_get(key + len - 8);
     return 0;
 }
+
+void kl_key_transfer(kl_key *k, uint64_t qid, const char *lane, const uint8_t transfer_id[16])
+{
+    k_tag(k, 'X');
+    k_u64(k, qid);
+    k_str0(k, lane);
+    k_raw(k, transfer_id, 16);
+}
+
+void kl_key_transfer_pending_prefix(kl_key *k, uint64_t db, uint64_t qid, const char *lane)
+{
+    k_tag(k, 'Y');
+    k_u64(k, db);
+    if (qid == 0)
+        return;
+    k_u64(k, qid);
+    if (lane != NULL)
+        k_str0(k, lane);
+}
+
+void kl_key_transfer_pending(kl_key *k, uint64_t db, uint64_t qid, const char *lane,
+                             const uint8_t transfer_id[16])
+{
+    kl_key_transfer_pending_prefix(k, db, qid, lane);
+    k_raw(k, transfer_id, 16);
+}
+
+int kl_key_parse_transfer_pending(const uint8_t *key, size_t len, uint64_t *qid, const uint8_t **lane,
+                                  size_t *lane_len, const uint8_t **transfer_id)
+{
+    /* 'Y' db(8) qid(8) lane 0 id(16): the lane is what lies between. */
+    if (len < 1 + 8 + 8 + 1 + 16 || key[0] != 'Y' || key[len - 17] != 0)
+        return -1;
+    *qid = kl_be64_get(key + 9);
+    *lane = key + 17;
+    *lane_len = len - 17 - 17;
+    if (memchr(*lane, 0, *lane_len) != NULL)
+        return -1;
+    *transfer_id = key + len - 16;
+    return 0;
+}
+
+void kl_key_transfer_dedup(kl_key *k, uint64_t dest_qid, const char *src_queue, const char *src_lane,
+                           const uint8_t transfer_id[16])
+{
+    k_tag(k, 'R');
+    k_u64(k, dest_qid);
+    k_str0(k, src_queue);
+    k_str0(k, src_lane);
+    k_raw(k, transfer_id, 16);
+}
+
+void kl_key_lane_transfers(kl_key *k, uint64_t qid, const char *lane)
+{
+    k_tag(k, 'W');
+    k_u64(k, qid);
+    k_raw(k, (const uint8_t *)lane, strlen(lane));
+}
+
+void kl_key_lane_transfers_queue(kl_key *k, uint64_t qid)
+{
+    k_tag(k, 'W');
+    k_u64(k, qid);
+}

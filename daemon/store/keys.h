@@ -24,7 +24,13 @@
  *   'A' qid(8) lane 0 seq(8)         empty: the message is available (lane order = seq order)
  *   'T' qid(8) time(8) seq(8)        lane: the message is leased or delayed until `time`
  *   'K' token(16)                    LeaseRecord: which message a lease token names
- *   'O' principal 0 command_id(16)   OutcomeRecord of a committed batch
+ *   'O' principal 0 command_id(16)   OutcomeRecord of a committed batch (or committed refusal)
+ *   'X' qid(8) lane 0 transfer(16)   TransferRecord: a source intent (never expired)
+ *   'Y' db(8) qid(8) lane 0 transfer(16)  empty: the intent is OutputPending (db = database id)
+ *   'R' qid(8) srcqueue 0 srclane 0 transfer(16)  DedupRecord on the destination queue qid
+ *                                    (never expired; tenant/database are qid's own)
+ *   'W' qid(8) lane                  LaneTransferRecord: retained transfer records/bytes and
+ *                                    the lane's pause switch
  *
  * Invariants (checked by the engine's tests): a message has a 'G' record and exactly one
  * of 'A' or 'T'; a 'K' record exists exactly while its message's lease_token equals it;
@@ -32,7 +38,10 @@
  * 'N'/'Q' records on a partition only while that partition's catalog copy defines it there
  * (or it is deleted and awaiting the catalog's drop); "catalog_changes" equals
  * "catalog_version" (every version applied exactly once, in order); a 'C' 'I' record exists
- * exactly for each 'C' 'P' record and names its tenant.
+ * exactly for each 'C' 'P' record and names its tenant; a 'Y' record exists exactly for
+ * each 'X' record in state OutputPending; a lane's 'W' records/bytes equal the count and
+ * charged bytes of its 'X' records (source) plus its 'R' records (destination); 'X' and
+ * 'R' records are never deleted while their queue exists.
  * Names never contain NUL (validation refuses it), which keeps the 0 separators unique. */
 #ifndef KL_KEYS_H
 #define KL_KEYS_H
@@ -69,6 +78,20 @@ void kl_key_catalog_queue(kl_key *k, const char *tenant, const char *database, c
 void kl_key_catalog_change(kl_key *k, uint64_t version);
 void kl_key_catalog_principal(kl_key *k, const char *tenant, const char *principal_id);
 void kl_key_catalog_principal_index(kl_key *k, const char *principal_id);
+
+void kl_key_transfer(kl_key *k, uint64_t qid, const char *lane, const uint8_t transfer_id[16]);
+void kl_key_transfer_pending(kl_key *k, uint64_t db, uint64_t qid, const char *lane,
+                             const uint8_t transfer_id[16]);
+/* Prefix of the 'Y' keys of one database (qid 0, lane NULL), one queue (lane NULL) or one lane. */
+void kl_key_transfer_pending_prefix(kl_key *k, uint64_t db, uint64_t qid, const char *lane);
+void kl_key_transfer_dedup(kl_key *k, uint64_t dest_qid, const char *src_queue, const char *src_lane,
+                           const uint8_t transfer_id[16]);
+void kl_key_lane_transfers(kl_key *k, uint64_t qid, const char *lane);
+/* Prefix of a queue's 'W' keys (lane omitted). */
+void kl_key_lane_transfers_queue(kl_key *k, uint64_t qid);
+/* 'Y' key -> its qid, lane (pointer into key, lane_len bytes, no NUL) and transfer id. */
+int kl_key_parse_transfer_pending(const uint8_t *key, size_t len, uint64_t *qid, const uint8_t **lane,
+                                  size_t *lane_len, const uint8_t **transfer_id);
 
 /* Decoders for the fixed-layout keys; return 0 on success, -1 when the key is not of that kind. */
 int kl_key_parse_timed(const uint8_t *key, size_t len, uint64_t *qid, int64_t *time_ms, uint64_t *seq);

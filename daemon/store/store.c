@@ -126,6 +126,7 @@ static kl_code check_format(kl_store *st, const char *dir, kl_err *err)
         Keyload__V1__FormatRecord f = KEYLOAD__V1__FORMAT_RECORD__INIT;
         f.format_version = KL_FORMAT_VERSION;
         f.incompat = KL_FEAT_INCOMPAT_WRITESET_LOG;
+        f.compat = KL_FEAT_COMPAT_TRANSFERS;
         randombytes_buf(st->incarnation, sizeof st->incarnation);
         f.store_incarnation.data = st->incarnation;
         f.store_incarnation.len = sizeof st->incarnation;
@@ -143,7 +144,15 @@ static kl_code check_format(kl_store *st, const char *dir, kl_err *err)
     uint32_t version = f->format_version;
     uint64_t unknown_incompat = f->incompat & ~KL_FEAT_INCOMPAT_KNOWN;
     uint64_t unknown_ro = f->ro_compat & ~KL_FEAT_RO_COMPAT_KNOWN;
+    rc = KL_OK;
+    if (version == KL_FORMAT_VERSION && !unknown_incompat && !unknown_ro && !(f->compat & KL_FEAT_COMPAT_TRANSFERS)) {
+        /* A store from before transfers: mark it, so the flag says what it may hold. */
+        f->compat |= KL_FEAT_COMPAT_TRANSFERS;
+        rc = write_format(st, f, err);
+    }
     keyload__v1__format_record__free_unpacked(f, NULL);
+    if (rc != KL_OK)
+        return rc;
     if (version != KL_FORMAT_VERSION)
         return kl_fail(err, KL_FAILED_PRECONDITION, "format_version",
                        "store %s: on-disk format version %u is not supported by this binary "

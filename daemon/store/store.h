@@ -26,7 +26,12 @@
 #define KL_FORMAT_VERSION 1
 /* Feature flags known to this binary (ext4 style). */
 #define KL_FEAT_INCOMPAT_WRITESET_LOG (1ull << 0) /* log entries are write-set lists */
-#define KL_FEAT_COMPAT_KNOWN 0ull
+/* The store may hold remote-transfer records ('X', 'Y', 'R', 'W' keys and the catalog's
+ * transfers_paused switches). Compat: a binary that does not know them opens the store,
+ * serves everything else and never touches them, which leaves every intent and receipt in
+ * place and transfers paused (DESIGN.md §3). */
+#define KL_FEAT_COMPAT_TRANSFERS (1ull << 0)
+#define KL_FEAT_COMPAT_KNOWN KL_FEAT_COMPAT_TRANSFERS
 #define KL_FEAT_RO_COMPAT_KNOWN 0ull
 #define KL_FEAT_INCOMPAT_KNOWN KL_FEAT_INCOMPAT_WRITESET_LOG
 

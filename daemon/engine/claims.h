@@ -1,0 +1,51 @@
+/* claims: signed transfer tokens (proto/keyload/v1/claims.proto; DESIGN.md §7).
+ *
+ * A token is an encoded SignedToken: the exact encoded TransferClaims, the signing key's
+ * id and an Ed25519 signature by the database signing key over the domain string
+ * KL_CLAIMS_DOMAIN followed by those claims bytes. Tokens are made once (by the partition
+ * that commits the intent or receipt), stored, and returned byte for byte ever after; a
+ * verifier decodes the claims from the very bytes the signature covers, so there is no
+ * re-encoding to disagree about.
+ *
+ * Pure: no I/O, no clock, no store. Errors name the token ("intent_token",
+ * "receipt_token") and the check that failed, never a token or message byte. */
+#ifndef KL_CLAIMS_H
+#define KL_CLAIMS_H
+
+#include "common/status.h"
+#include "keyload/v1/claims.pb-c.h"
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#define KL_CLAIMS_DOMAIN "keyload.transfer-token.v1"
+#define KL_CLAIMS_VERSION 1
+/* A token never exceeds this; bigger input is refused before decoding. Intent tokens carry
+ * the message, so the real bound is MaxBatchBytes, which the source checks at admission. */
+#define KL_CLAIMS_TOKEN_MAX (64u * 1024 * 1024)
+
+/* Signs claims with sk (64-byte libsodium Ed25519 secret key) under key_id (8 bytes).
+ * *token is malloc'd (caller frees). INTERNAL only on OOM. */
+kl_code kl_claims_sign(const Keyload__V1__TransferClaims *claims, const uint8_t sk[64],
+                       const uint8_t key_id[8], uint8_t **token, size_t *token_len, kl_err *err);
+
+/* Decodes a token WITHOUT checking its signature (to compare the caller with the intent's
+ * principal before spending a verification; DESIGN.md §7's order). *out is unpacked
+ * (keyload__v1__transfer_claims__free_unpacked); *signed_tok too, when not NULL.
+ * INVALID_ARGUMENT detail `what` when it does not decode. */
+kl_code kl_claims_decode(const char *what, const uint8_t *token, size_t len,
+                         Keyload__V1__SignedToken **signed_tok, Keyload__V1__TransferClaims **out,
+                         kl_err *err);
+
+/* Verifies a decoded token's key id and signature against the database key (pk 32 bytes,
+ * key_id 8 bytes). PERMISSION_DENIED detail "<what>_signature" otherwise. */
+kl_code kl_claims_verify(const char *what, const Keyload__V1__SignedToken *tok, const uint8_t pk[32],
+                         const uint8_t key_id[8], kl_err *err);
+
+/* A lane ref with its lane made explicit ("default" for empty), as claims carry them. */
+void kl_claims_lane(Keyload__V1__QueueLaneRef *out, const Keyload__V1__QueueLaneRef *in);
+/* Field-by-field equality of two complete lane refs (empty lane == "default"). */
+bool kl_claims_lane_eq(const Keyload__V1__QueueLaneRef *a, const Keyload__V1__QueueLaneRef *b);
+
+#endif

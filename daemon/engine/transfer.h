@@ -1,0 +1,65 @@
+/* transfer: remote queue transfers (DESIGN.md §7; seeds ADR-088) on one partition.
+ *
+ * Source side (the source queue's partition): CreateQueueTransfer commits an immutable
+ * intent ('X' record, state OutputPending, signed intent token holding the owned message)
+ * and its pending index ('Y'); CompleteQueueTransfer verifies a destination receipt token
+ * against that intent and moves it to Delivered. Destination side: AcceptQueueTransfer
+ * verifies the intent token and, in the same write-set, enqueues the message and stores the
+ * immutable dedup receipt ('R') keyed by (source lane, transfer id). Nothing here talks to
+ * another partition: tokens carry everything across, signed by the database key.
+ *
+ * Retention: each lane's 'W' record counts the transfer records it retains and their bytes;
+ * a Create or Accept that would pass MaxScanRecords records or MaxBatchBytes bytes is
+ * refused RESOURCE_EXHAUSTED before it writes anything. A Create also reserves the most
+ * bytes its receipt can add (computed from its claims), so Complete never needs room, and
+ * is refused when the Accept batch that will carry its intent token could not fit
+ * MaxBatchBytes. Intents and dedup receipts are never expired or collected: acking or
+ * removing messages does not touch them, and a queue retaining any cannot be deleted.
+ *
+ * Authorization (daemon/engine/access.h): the caller is a persisted administrator (checked
+ * before evaluation); data, field and header checks here run with administrator flags off.
+ *
+ * Refusals: errors name the check (detail) and never carry a token, key or message byte.
+ * Deterministic refusals of Accept and Complete are committed by the node as no-effect
+ * outcomes (node.c, kl_transfer_refusal_is_terminal). */
+#ifndef KL_TRANSFER_H
+#define KL_TRANSFER_H
+
+#include "daemon/engine/engine.h"
+#include "keyload/v1/transfer.pb-c.h"
+
+#define KL_TRANSFER_PENDING_PAGE_DEFAULT 64
+#define KL_TRANSFER_PENDING_PAGE_MAX 1000
+
+kl_code kl_transfer_eval_create(kl_eval_ctx *c, const Keyload__V1__CreateQueueTransfer *m, kl_buf *out,
+                                kl_err *err);
+kl_code kl_transfer_eval_accept(kl_eval_ctx *c, const Keyload__V1__AcceptQueueTransfer *m, kl_buf *out,
+                                kl_err *err);
+kl_code kl_transfer_eval_complete(kl_eval_ctx *c, const Keyload__V1__CompleteQueueTransfer *m,
+                                  kl_buf *out, kl_err *err);
+/* SetQueueTransfersPaused for one source lane (the database switch is catalog.c's). */
+kl_code kl_transfer_eval_pause_lane(kl_eval_ctx *c, const Keyload__V1__SetQueueTransfersPaused *m,
+                                    kl_buf *out, kl_err *err);
+
+/* Whether the batch is one whose deterministic refusals the node commits (it holds an
+ * Accept or Complete), and whether code is such a refusal (permission, schema, quota,
+ * expiry, mismatch: the same request would be refused the same way again). */
+bool kl_transfer_batch_records_refusals(const Keyload__V1__BatchRequest *b);
+bool kl_transfer_refusal_is_terminal(kl_code code);
+
+/* Whether queue qid retains transfer records (DeleteQueue refuses then). */
+kl_code kl_transfer_queue_retains(kl_view *v, uint64_t qid, bool *retains, kl_err *err);
+
+/* Reads over applied state (the caller passed the read barrier). c->who is the caller; the
+ * answers are malloc'd protobuf answers packed into *answer (caller frees). */
+kl_code kl_transfer_inspect(kl_eval_ctx *c, const Keyload__V1__InspectQueueTransferRequest *r,
+                            uint8_t **answer, size_t *len, kl_err *err);
+kl_code kl_transfer_receipt(kl_eval_ctx *c, const Keyload__V1__InspectQueueTransferReceiptRequest *r,
+                            uint8_t **answer, size_t *len, kl_err *err);
+/* partition_incarnation: 16 bytes (the cursor binds to it). principal_bytes: the stored
+ * size of the caller's principal record, which the read charges with the others. */
+kl_code kl_transfer_pending(kl_eval_ctx *c, const Keyload__V1__ListPendingQueueTransfersRequest *r,
+                            const uint8_t partition_incarnation[16], uint64_t principal_bytes,
+                            uint8_t **answer, size_t *len, kl_err *err);
+
+#endif
