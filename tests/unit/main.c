@@ -24,6 +24,7 @@ Suite *suite_sessions(void);
 Suite *suite_principal(void);
 Suite *suite_access(void);
 Suite *suite_tail_auth(void);
+Suite *suite_transfer(void);
 
 int main(void)
 {
@@ -47,6 +48,7 @@ int main(void)
     srunner_add_suite(sr, suite_principal());
     srunner_add_suite(sr, suite_access());
     srunner_add_suite(sr, suite_tail_auth());
+    srunner_add_suite(sr, suite_transfer());
     srunner_run_all(sr, CK_NORMAL);
     int failed = srunner_ntests_failed(sr);
     int run = srunner_ntests_run(sr);
