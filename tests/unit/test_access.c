@@ -7,6 +7,7 @@
 
 #include "common/canon.h"
 #include "common/keys.h"
+#include "daemon/engine/access.h"
 #include "daemon/engine/catalog.h"
 #include "daemon/store/keys.h"
 
@@ -329,6 +330,89 @@ START_TEST(roles_and_key_rotation)
 }
 END_TEST
 
+
+/* Transfer mutations (access.h): a persisted administrator first, then the data grants
+ * with every administrator flag off, so an administrator holding no grant is refused. */
+static Keyload__V1__Mutation *transfer_create(Keyload__V1__Mutation *m, Keyload__V1__CreateQueueTransfer *c,
+                                              Keyload__V1__QueueLaneRef *s, Keyload__V1__QueueLaneRef *d,
+                                              Keyload__V1__EnqueueMessage *msg)
+{
+    keyload__v1__queue_lane_ref__init(s);
+    s->tenant = "default";
+    s->database = "default";
+    s->queue = "src";
+    *d = *s;
+    d->queue = "dst";
+    keyload__v1__enqueue_message__init(msg);
+    keyload__v1__create_queue_transfer__init(c);
+    c->source_queue = s;
+    c->destination = d;
+    c->message = msg;
+    keyload__v1__mutation__init(m);
+    m->kind_case = KEYLOAD__V1__MUTATION__KIND_CREATE_QUEUE_TRANSFER;
+    m->create_queue_transfer = c;
+    return m;
+}
+
+START_TEST(transfers_need_admin_then_data_grants)
+{
+    Keyload__V1__Mutation m;
+    Keyload__V1__CreateQueueTransfer c;
+    Keyload__V1__QueueLaneRef s, d;
+    Keyload__V1__EnqueueMessage msg;
+    transfer_create(&m, &c, &s, &d, &msg);
+    Keyload__V1__Grant g_src = KEYLOAD__V1__GRANT__INIT, g_dst = KEYLOAD__V1__GRANT__INIT;
+    g_src.database = "default";
+    g_src.permission = PUB;
+    g_src.queue_pattern = "src";
+    g_dst = g_src;
+    g_dst.queue_pattern = "dst";
+    Keyload__V1__Grant *both[2] = {&g_src, &g_dst};
+    Keyload__V1__CatalogPrincipal p = KEYLOAD__V1__CATALOG_PRINCIPAL__INIT;
+    p.principal_id = "coord";
+    p.tenant = "default";
+    kl_authz_subject who = {.principal = &p};
+    kl_err err;
+    /* A cluster administrator without data grants: refused on the data check. */
+    p.cluster_admin = true;
+    ck_assert_int_eq(kl_access_mutation(&who, &m, &err), KL_PERMISSION_DENIED);
+    ck_assert_str_eq(err.detail, "grant:QueuePublish");
+    /* Grants on the source only: the destination is checked too. */
+    p.n_grants = 1;
+    p.grants = both;
+    ck_assert_int_eq(kl_access_mutation(&who, &m, &err), KL_PERMISSION_DENIED);
+    ck_assert_ptr_nonnull(strstr(err.message, "dst"));
+    p.n_grants = 2;
+    ck_assert_int_eq(kl_access_mutation(&who, &m, &err), KL_OK);
+    /* The same grants without an administrator role: refused first. */
+    p.cluster_admin = false;
+    ck_assert_int_eq(kl_access_mutation(&who, &m, &err), KL_PERMISSION_DENIED);
+    ck_assert_str_eq(err.detail, "role:administrator");
+    /* A database administrator of another database is none here. */
+    p.database_admin = true;
+    p.database = "other";
+    ck_assert_int_eq(kl_access_mutation(&who, &m, &err), KL_PERMISSION_DENIED);
+    p.database = "default";
+    ck_assert_int_eq(kl_access_mutation(&who, &m, &err), KL_OK);
+    /* A field the grants do not allow refuses, administrator or not. */
+    Keyload__V1__FieldValue fv = KEYLOAD__V1__FIELD_VALUE__INIT;
+    fv.kind_case = KEYLOAD__V1__FIELD_VALUE__KIND_BOOL_VALUE;
+    Keyload__V1__Field f = KEYLOAD__V1__FIELD__INIT;
+    f.key = "secret";
+    f.value = &fv;
+    Keyload__V1__Field *fp = &f;
+    msg.n_fields = 1;
+    msg.fields = &fp;
+    ck_assert_int_eq(kl_access_mutation(&who, &m, &err), KL_PERMISSION_DENIED);
+    ck_assert_str_eq(err.detail, "field_grant:QueuePublish");
+    /* Another tenant's administrator: refused on the tenant. */
+    msg.n_fields = 0;
+    p.tenant = "elsewhere";
+    ck_assert_int_eq(kl_access_mutation(&who, &m, &err), KL_PERMISSION_DENIED);
+    ck_assert_str_eq(err.detail, "tenant");
+}
+END_TEST
+
 Suite *suite_access(void)
 {
     Suite *s = suite_create("access");
@@ -340,6 +424,7 @@ Suite *suite_access(void)
     tcase_add_test(t, replay_after_epoch_change_is_stale_authority);
     tcase_add_test(t, receive_checks_each_message_it_hands_out);
     tcase_add_test(t, roles_and_key_rotation);
+    tcase_add_test(t, transfers_need_admin_then_data_grants);
     suite_add_tcase(s, t);
     return s;
 }
