@@ -206,6 +206,8 @@ void kl_canon_mutation(kl_canon *c, const Keyload__V1__Mutation *m)
         kl_canon_u64(c, 3, l ? l->max_scan_records : 0);
         kl_canon_u64(c, 3, l ? l->max_batch_bytes : 0);
         kl_canon_u64(c, 3, l ? l->max_query_read_bytes : 0);
+        kl_canon_u64(c, 4, (l && l->max_queue_transfer_accept_attempts) ? 1 : 0);
+        kl_canon_u64(c, 4, (l && l->max_queue_transfer_accept_attempts) ? l->max_queue_transfer_accept_attempts->value : 0);
         break;
     }
     case KEYLOAD__V1__MUTATION__KIND_ENQUEUE:
@@ -225,6 +227,64 @@ void kl_canon_mutation(kl_canon *c, const Keyload__V1__Mutation *m)
         kl_canon_lane(c, 1, m->release->queue);
         canon_tokens(c, m->release->lease_tokens, m->release->n_lease_tokens);
         break;
+    case KEYLOAD__V1__MUTATION__KIND_CREATE_PRINCIPAL: {
+        const Keyload__V1__CreatePrincipal *p = m->create_principal;
+        kl_canon_str(c, 1, p->tenant);
+        kl_canon_str(c, 2, p->principal_id);
+        kl_canon_bytes(c, 3, p->public_key.data, p->public_key.len);
+        kl_canon_u64(c, 4, p->cluster_admin ? 1 : 0);
+        kl_canon_u64(c, 5, p->database_admin ? 1 : 0);
+        kl_canon_str(c, 6, p->database);
+        break;
+    }
+    case KEYLOAD__V1__MUTATION__KIND_GRANT_PERMISSION: {
+        const Keyload__V1__Grant *g = m->grant_permission->grant;
+        kl_canon_str(c, 1, m->grant_permission->principal_id);
+        if (g == NULL) {
+            uint8_t z = 0;
+            put(c, &z, 1);
+            break;
+        }
+        uint8_t t = 2;
+        put(c, &t, 1);
+        kl_canon_str(c, 1, g->database);
+        kl_canon_u64(c, 2, (uint64_t)g->permission);
+        kl_canon_str(c, 3, g->queue_pattern);
+        /* Lists are kept as sent: the stored grant sorts them, but a different order is
+         * still a different request only in bytes, and validation refuses duplicates. */
+        put_be(c, g->n_fields, 4);
+        for (size_t i = 0; i < g->n_fields; i++)
+            kl_canon_str(c, 4, g->fields[i]);
+        put_be(c, g->n_headers, 4);
+        for (size_t i = 0; i < g->n_headers; i++)
+            kl_canon_str(c, 5, g->headers[i]);
+        break;
+    }
+    case KEYLOAD__V1__MUTATION__KIND_REVOKE_PERMISSION: {
+        const Keyload__V1__RevokePermission *r = m->revoke_permission;
+        kl_canon_str(c, 1, r->principal_id);
+        kl_canon_str(c, 2, r->database);
+        kl_canon_u64(c, 3, (uint64_t)r->permission);
+        kl_canon_str(c, 4, r->queue_pattern);
+        break;
+    }
+    case KEYLOAD__V1__MUTATION__KIND_SET_PRINCIPAL_KEY:
+        kl_canon_str(c, 1, m->set_principal_key->principal_id);
+        kl_canon_bytes(c, 2, m->set_principal_key->public_key.data, m->set_principal_key->public_key.len);
+        break;
+    case KEYLOAD__V1__MUTATION__KIND_SET_DATABASE_LIMITS: {
+        const Keyload__V1__SetDatabaseLimits *d = m->set_database_limits;
+        kl_canon_str(c, 1, d->tenant);
+        kl_canon_str(c, 2, d->database);
+        const Keyload__V1__DatabaseLimits *l = d->limits;
+        kl_canon_u64(c, 3, l ? l->max_scan_records : 0);
+        kl_canon_u64(c, 3, l ? l->max_batch_bytes : 0);
+        kl_canon_u64(c, 3, l ? l->max_query_read_bytes : 0);
+        /* null and a value differ: the presence byte, then the value */
+        kl_canon_u64(c, 4, (l && l->max_queue_transfer_accept_attempts) ? 1 : 0);
+        kl_canon_u64(c, 4, (l && l->max_queue_transfer_accept_attempts) ? l->max_queue_transfer_accept_attempts->value : 0);
+        break;
+    }
     case KEYLOAD__V1__MUTATION__KIND_CREATE_QUEUE_TRANSFER: {
         const Keyload__V1__CreateQueueTransfer *t = m->create_queue_transfer;
         kl_canon_lane(c, 1, t->source_queue);

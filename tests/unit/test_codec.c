@@ -167,6 +167,66 @@ START_TEST(fingerprint_known_answer)
 }
 END_TEST
 
+
+/* Every mutation kind's content is in the digest, so one command id with other content
+ * is CONFLICT, never the earlier outcome: principal management and transfers included. */
+static void digest_of(Keyload__V1__Mutation *m, uint8_t out[32])
+{
+    uint8_t cmd[16] = {1};
+    Keyload__V1__BatchRequest b = KEYLOAD__V1__BATCH_REQUEST__INIT;
+    b.command_id.data = cmd;
+    b.command_id.len = 16;
+    b.n_mutations = 1;
+    b.mutations = &m;
+    ck_assert_int_eq(kl_canon_batch_digest("keyload.v1.Batch", "p", &b, out), 0);
+}
+
+START_TEST(digest_covers_every_kind)
+{
+    uint8_t d1[32], d2[32];
+    Keyload__V1__Grant g = KEYLOAD__V1__GRANT__INIT;
+    g.database = "db";
+    g.permission = KEYLOAD__V1__PERMISSION__QUEUE_PUBLISH;
+    g.queue_pattern = "orders";
+    Keyload__V1__GrantPermission gp = KEYLOAD__V1__GRANT_PERMISSION__INIT;
+    gp.principal_id = "alice";
+    gp.grant = &g;
+    Keyload__V1__Mutation m = KEYLOAD__V1__MUTATION__INIT;
+    m.kind_case = KEYLOAD__V1__MUTATION__KIND_GRANT_PERMISSION;
+    m.grant_permission = &gp;
+    digest_of(&m, d1);
+    g.queue_pattern = "*";
+    digest_of(&m, d2);
+    ck_assert(memcmp(d1, d2, 32) != 0);
+    Keyload__V1__SetPrincipalKey sk = KEYLOAD__V1__SET_PRINCIPAL_KEY__INIT;
+    uint8_t k1[32] = {1}, k2[32] = {2};
+    sk.principal_id = "alice";
+    sk.public_key.data = k1;
+    sk.public_key.len = 32;
+    m.kind_case = KEYLOAD__V1__MUTATION__KIND_SET_PRINCIPAL_KEY;
+    m.set_principal_key = &sk;
+    digest_of(&m, d1);
+    sk.public_key.data = k2;
+    digest_of(&m, d2);
+    ck_assert(memcmp(d1, d2, 32) != 0);
+    Keyload__V1__QueueLaneRef r = KEYLOAD__V1__QUEUE_LANE_REF__INIT;
+    r.tenant = "t";
+    r.database = "d";
+    r.queue = "q";
+    uint8_t tok1[4] = {1, 2, 3, 4}, tok2[4] = {1, 2, 3, 5};
+    Keyload__V1__AcceptQueueTransfer a = KEYLOAD__V1__ACCEPT_QUEUE_TRANSFER__INIT;
+    a.destination_queue = &r;
+    a.intent_token.data = tok1;
+    a.intent_token.len = 4;
+    m.kind_case = KEYLOAD__V1__MUTATION__KIND_ACCEPT_QUEUE_TRANSFER;
+    m.accept_queue_transfer = &a;
+    digest_of(&m, d1);
+    a.intent_token.data = tok2;
+    digest_of(&m, d2);
+    ck_assert(memcmp(d1, d2, 32) != 0);
+}
+END_TEST
+
 Suite *suite_codec(void)
 {
     Suite *s = suite_create("codec");
@@ -175,6 +235,7 @@ Suite *suite_codec(void)
     tcase_add_test(t, digest_is_canonical);
     tcase_add_test(t, digest_ignores_wire_encoding);
     tcase_add_test(t, fingerprint_known_answer);
+    tcase_add_test(t, digest_covers_every_kind);
     suite_add_tcase(s, t);
     return s;
 }
