@@ -33,7 +33,9 @@
 
 #include "common/status.h"
 #include "keyload/v1/catalog.pb-c.h"
+#include "keyload/v1/claims.pb-c.h"
 #include "keyload/v1/queue.pb-c.h"
+#include "keyload/v1/transfer.pb-c.h"
 
 #include <stdbool.h>
 #include <stddef.h>
@@ -286,7 +288,8 @@ kl_code kl_batch_set_principal_key(kl_batch *b, const char *principal_id,
  * back to the cluster's, an absent accept-attempts limit to null). limits may be NULL. */
 kl_code kl_batch_set_database_limits(kl_batch *b, const kl_database_limits *limits, kl_err *err);
 
-/* Where a batch goes. Creating a database or a queue changes the catalog on partition 0;
+/* Where a batch goes. Creating a database or a queue, and pausing the transfers of a whole
+ * database, change the catalog on partition 0;
  * deleting a queue first closes it on its own partition, then removes its definition on
  * partition 0 (each step alone in its batch, same command id, both replayable); every
  * other batch goes to the one partition holding its queues, found through partition 0
@@ -408,6 +411,103 @@ kl_code kl_client_show_principal(kl_client *c, const char *principal_id,
                                  Keyload__V1__ShowPrincipalAnswer **out, kl_err *err);
 void kl_principal_answer_free(Keyload__V1__ShowPrincipalAnswer *a);
 
+/* ---------------------------------------------------------------- remote transfers
+ *
+ * DESIGN.md §7 (client/sdk/transfer.c). A transfer moves one message from a source lane to
+ * a destination lane on another partition of the same database, exactly once:
+ *   1. CreateQueueTransfer on the SOURCE queue's partition commits an intent
+ *      (OutputPending) and returns a signed intent token (TransferCreated.intent_token);
+ *   2. AcceptQueueTransfer with that token on the DESTINATION queue's partition enqueues
+ *      the message once and stores a dedup receipt (retries enqueue nothing);
+ *   3. kl_client_transfer_receipt reads the destination's signed receipt token;
+ *   4. CompleteQueueTransfer with it on the SOURCE partition moves the intent to Delivered.
+ * Tokens are opaque bytes, returned byte for byte; pass them on unchanged. They are
+ * credentials: never log them. Every transfer mutation needs an administrator (the daemon
+ * decides). Transfer ids are canonical GUID text like command ids; empty, malformed and
+ * all-zero ids are INVALID_ARGUMENT (detail "transfer_id"). Queue and lane names follow
+ * the batch rules above (lane NULL or "": "default"); tenant and database are the client's.
+ *
+ * Routing (kl_batch_kind, kl_client_batch): Create and Complete go to the source queue's
+ * partition, Accept to the destination queue's, a per-lane pause to its queue's; they may
+ * share a batch with other queue data of that same partition. A database-wide pause is a
+ * catalog mutation (partition 0, alone in its batch). */
+
+/* Parses a transfer id (canonical GUID text) into 16 bytes; INVALID_ARGUMENT "transfer_id"
+ * when empty, malformed or all zero. */
+kl_code kl_transfer_id_parse(const char *text, uint8_t out[16], kl_err *err);
+
+/* keyload.v1.CreateQueueTransfer: the intent to move a copy of msg (copied; the caller keeps
+ * it) from source_queue/source_lane to dest_queue/dest_lane under transfer_id. The same id
+ * with the same destination and message answers the existing intent (existing true);
+ * anything else under that id is CONFLICT. */
+kl_code kl_batch_create_transfer(kl_batch *b, const char *source_queue, const char *source_lane,
+                                 const char *transfer_id, const char *dest_queue,
+                                 const char *dest_lane, const kl_message *msg, kl_err *err);
+/* keyload.v1.AcceptQueueTransfer: dest_queue/dest_lane must be the intent's target (the
+ * daemon checks it against the token). intent_token: the bytes CreateQueueTransfer
+ * returned (copied; not empty). */
+kl_code kl_batch_accept_transfer(kl_batch *b, const char *dest_queue, const char *dest_lane,
+                                 const uint8_t *intent_token, size_t len, kl_err *err);
+/* keyload.v1.CompleteQueueTransfer: receipt_token from kl_client_transfer_receipt (copied;
+ * not empty). */
+kl_code kl_batch_complete_transfer(kl_batch *b, const char *source_queue,
+                                   const char *source_lane, const char *transfer_id,
+                                   const uint8_t *receipt_token, size_t len, kl_err *err);
+/* keyload.v1.SetQueueTransfersPaused: pauses (paused true) or resumes admission of NEW
+ * transfers. queue NULL: the whole client database (catalog mutation; lane must then be
+ * NULL or ""); else that queue's lane. Pending transfers go on either way. */
+kl_code kl_batch_pause_transfers(kl_batch *b, const char *queue, const char *lane, bool paused,
+                                 kl_err *err);
+
+/* "OutputPending" (1), "Delivered" (2), else "unknown": the seeds' state names. */
+const char *kl_transfer_state_name(uint32_t state);
+
+/* Fresh transfer reads, served by the leader of the partition named below after its read
+ * barrier (redirects, sessions and retries as for kl_client_queue_stats; a lost answer is
+ * KL_DEADLINE_EXCEEDED "no_answer"). On KL_OK *out belongs to the caller (the matching
+ * *_free, which accepts NULL). Thread-safe. The answers carry tokens: treat them as
+ * credentials. */
+
+/* keyload.v1.InspectQueueTransfer on the source queue's partition: state, generation,
+ * history, the stored intent token and, once Delivered, the verified receipt token. */
+kl_code kl_client_inspect_transfer(kl_client *c, const char *source_queue,
+                                   const char *source_lane, const char *transfer_id,
+                                   Keyload__V1__InspectQueueTransferAnswer **out, kl_err *err);
+void kl_transfer_answer_free(Keyload__V1__InspectQueueTransferAnswer *a);
+
+/* keyload.v1.InspectQueueTransferReceipt on the destination queue's partition: the dedup
+ * receipt token and the commit that enqueued the message (NOT_FOUND while not accepted). */
+kl_code kl_client_transfer_receipt(kl_client *c, const char *dest_queue,
+                                   const char *source_queue, const char *source_lane,
+                                   const char *transfer_id,
+                                   Keyload__V1__InspectQueueTransferReceiptAnswer **out,
+                                   kl_err *err);
+void kl_transfer_receipt_answer_free(Keyload__V1__InspectQueueTransferReceiptAnswer *a);
+
+/* keyload.v1.ListPendingQueueTransfers: one page of the OutputPending intents of the
+ * client's database on one partition. partition >= 0 names it (what the coordinator does
+ * for each partition); -1 means source_queue's partition (source_queue then required).
+ * source_queue (NULL: every queue) and source_lane (NULL: every lane of it) filter.
+ * cursor: NULL/0 from the start, else a previous answer's next_cursor from the same
+ * partition. max_items: 0 = the daemon's default (64), at most 1000. */
+kl_code kl_client_pending_transfers(kl_client *c, const char *source_queue,
+                                    const char *source_lane, int partition,
+                                    const uint8_t *cursor, size_t cursor_len, uint32_t max_items,
+                                    Keyload__V1__ListPendingQueueTransfersAnswer **out,
+                                    kl_err *err);
+void kl_pending_transfers_free(Keyload__V1__ListPendingQueueTransfersAnswer *a);
+
+/* A token's claims as one JSON object, for display only (client/sdk/transfer_json.c): the
+ * signature is NOT verified and the message is never shown (only its body's length).
+ * Keys: purpose ("TransferIntent"|"TransferReceipt"|"TransferFailureWitness"|"unknown"),
+ * version, database_incarnation, source {tenant, database, queue, lane}, target {...},
+ * transfer_id, generation, principal_id, fingerprint_hex, body_bytes (intents), effect
+ * {message_id, partition, term, index} (receipts), issued_unix_ms, key_id. *out is malloc'd
+ * (free()). INVALID_ARGUMENT (detail "token") when the bytes are no SignedToken with
+ * TransferClaims. */
+kl_code kl_transfer_token_describe(const uint8_t *token, size_t len, unsigned flags, char **out,
+                                   kl_err *err);
+
 /* ---------------------------------------------------------------- JSON and base64 */
 
 /* Canonical public JSON (client/sdk/json.c). Keys always appear in one fixed order; byte
@@ -423,26 +523,47 @@ void kl_principal_answer_free(Keyload__V1__ShowPrincipalAnswer *a);
  * Receipt keys: command_id, partition, term, index, committed_unix_ms, request_digest,
  * [catalog_version,] results[] (each {"kind": "queue_created"|"queue_deleted"|"enqueued"|
  * "received"|"acked"|"released"|"database_created"|"bootstrapped"|"principal_changed"|
- * "database_limits_set"|"unknown", ...}; received messages: message_id, lane,
+ * "database_limits_set"|"transfer_created"|"transfer_accepted"|"transfer_completed"|
+ * "transfers_paused"|"unknown", ...}; received messages: message_id, lane,
  * delivery_count, lease_token, lease_expires_unix_ms, enqueued_unix_ms, expires_at_unix_ms,
  * delay_ms, headers, fields, body[, body_utf8]; principal_changed: principal_id, key_id,
  * policy_epoch, changed, catalog_version; database_limits_set: limits {max_scan_records,
  * max_batch_bytes, max_query_read_bytes, max_queue_transfer_accept_attempts (null when
- * null)}, catalog_version).
+ * null)}, catalog_version; transfer_created: intent_token, state ("OutputPending"|
+ * "Delivered"), generation, existing; transfer_accepted: message_id, lane, partition, term,
+ * index, deduplicated; transfer_completed: state, already; transfers_paused: paused,
+ * changed, catalog_version).
  * Stats keys: [queue,] queue_id, partition, messages, bytes, available, in_flight,
  * limits {max_messages, max_bytes, max_deliveries, dead_letter_queue}, applied_index.
  * Principal keys (kl_principal_to_json): principal_id, tenant, role ("none"|
  * "database-admin"|"cluster-admin"), database (the administered one, else ""), public_key,
  * key_id, policy_epoch, grants[] ({database, permission (DESIGN.md name), queue_pattern,
  * fields[], headers[]}), created_unix_ms, version, catalog_version.
- * Error: {"error":{"code","message","detail"}}. */
+ * Transfer keys (kl_transfer_to_json): state, generation, source and destination (each
+ * {tenant, database, queue, lane}), principal_id, fingerprint, max_accept_attempts (null
+ * when none), history[] ({event: "IntentCreated"|"ReceiptVerified"|"unknown", generation,
+ * unix_ms, term, index}), intent_token, receipt_token (null until Delivered), applied_index.
+ * Transfer receipt keys (kl_transfer_receipt_to_json): destination, target_commit
+ * {message_id, partition, term, index}, receipt_token, applied_index.
+ * Pending keys (kl_pending_transfers_to_json): items[] ({source, transfer_id, generation,
+ * destination, intent_token}), next_cursor ("" when done), done, partition_incarnation,
+ * cursor_reset, records_charged, bytes_charged, applied_index.
+ * Error: {"error":{"code","message","detail"}}.
+ * KL_JSON_OMIT_TOKENS leaves every token key out of the transfer objects (for listings
+ * that must not disclose credentials, such as `keyload transfer pending`). */
 #define KL_JSON_PRETTY 1u
+#define KL_JSON_OMIT_TOKENS 2u
 char *kl_receipt_to_json(const Keyload__V1__BatchReceipt *r, unsigned flags);
 /* queue may be NULL (the key is then left out). */
 char *kl_queue_stats_to_json(const char *queue, const Keyload__V1__QueueStatsAnswer *s,
                              unsigned flags);
 char *kl_error_to_json(const kl_err *err, unsigned flags);
 char *kl_principal_to_json(const Keyload__V1__ShowPrincipalAnswer *a, unsigned flags);
+char *kl_transfer_to_json(const Keyload__V1__InspectQueueTransferAnswer *a, unsigned flags);
+char *kl_transfer_receipt_to_json(const Keyload__V1__InspectQueueTransferReceiptAnswer *a,
+                                  unsigned flags);
+char *kl_pending_transfers_to_json(const Keyload__V1__ListPendingQueueTransfersAnswer *a,
+                                   unsigned flags);
 
 /* Standard base64 with padding (sodium_base64_VARIANT_ORIGINAL). encode returns a
  * malloc'd string (free()), NULL when out of memory. decode refuses anything else than

@@ -312,6 +312,20 @@ const char *kl_sdk_mutation_queue(const Keyload__V1__Mutation *m)
     case KEYLOAD__V1__MUTATION__KIND_RECEIVE: r = m->receive->lane; break;
     case KEYLOAD__V1__MUTATION__KIND_ACK: r = m->ack->queue; break;
     case KEYLOAD__V1__MUTATION__KIND_RELEASE: r = m->release->queue; break;
+    /* Transfers: the partition that owns the state being changed (DESIGN.md §7): the
+     * source's intent for Create and Complete, the destination's receipt for Accept. */
+    case KEYLOAD__V1__MUTATION__KIND_CREATE_QUEUE_TRANSFER:
+        r = m->create_queue_transfer->source_queue;
+        break;
+    case KEYLOAD__V1__MUTATION__KIND_ACCEPT_QUEUE_TRANSFER:
+        r = m->accept_queue_transfer->destination_queue;
+        break;
+    case KEYLOAD__V1__MUTATION__KIND_COMPLETE_QUEUE_TRANSFER:
+        r = m->complete_queue_transfer->source_queue;
+        break;
+    case KEYLOAD__V1__MUTATION__KIND_SET_QUEUE_TRANSFERS_PAUSED:
+        r = m->set_queue_transfers_paused->source_queue; /* NULL: database-wide */
+        break;
     default: break;
     }
     return r ? r->queue : NULL;
@@ -338,9 +352,9 @@ kl_code kl_sdk_limits_to_pb(const kl_database_limits *limits, Keyload__V1__Datab
     return KL_OK;
 }
 
-bool kl_sdk_mutation_is_catalog(int k)
+bool kl_sdk_mutation_is_catalog(const Keyload__V1__Mutation *m)
 {
-    switch (k) {
+    switch (m->kind_case) {
     case KEYLOAD__V1__MUTATION__KIND_CREATE_QUEUE:
     case KEYLOAD__V1__MUTATION__KIND_CREATE_DATABASE:
     case KEYLOAD__V1__MUTATION__KIND_BOOTSTRAP:
@@ -350,6 +364,9 @@ bool kl_sdk_mutation_is_catalog(int k)
     case KEYLOAD__V1__MUTATION__KIND_SET_PRINCIPAL_KEY:
     case KEYLOAD__V1__MUTATION__KIND_SET_DATABASE_LIMITS:
         return true;
+    case KEYLOAD__V1__MUTATION__KIND_SET_QUEUE_TRANSFERS_PAUSED:
+        /* Database-wide admission is a catalog setting; one lane's lives with the lane. */
+        return m->set_queue_transfers_paused->source_queue == NULL;
     default:
         return false;
     }
@@ -359,10 +376,9 @@ kl_code kl_batch_kind(const kl_batch *b, kl_batch_route *route, kl_err *err)
 {
     size_t catalog = 0, deletes = 0;
     for (size_t i = 0; i < b->n; i++) {
-        int k = b->muts[i]->kind_case;
-        if (kl_sdk_mutation_is_catalog(k))
+        if (kl_sdk_mutation_is_catalog(b->muts[i]))
             catalog++;
-        else if (k == KEYLOAD__V1__MUTATION__KIND_DELETE_QUEUE)
+        else if (b->muts[i]->kind_case == KEYLOAD__V1__MUTATION__KIND_DELETE_QUEUE)
             deletes++;
     }
     if ((catalog || deletes) && b->n != 1)

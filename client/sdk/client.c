@@ -1,5 +1,6 @@
 /* client: kl_client, the routing of one request to a partition's leader, and the calls
- * (Batch, QueueStats; reads on partition 0 for LocateQueue and principal.c's ShowPrincipal).
+ * (Batch, QueueStats; reads on partition 0 for LocateQueue and principal.c's ShowPrincipal;
+ * kl_sdk_partition_read for transfer.c's reads on a queue's or a named partition).
  *
  * Routing: members of the target partition are tried in cluster-file order; a NOT_LEADER
  * answer naming a member of that partition is followed (at most KL_MAX_REDIRECTS times);
@@ -526,6 +527,29 @@ kl_code kl_client_batch(kl_client *c, const kl_batch *b, kl_receipt **out, kl_er
     return rc;
 }
 
+kl_code kl_sdk_partition_read(kl_client *c, const char *queue, int partition,
+                              const char *method, const uint8_t *req, size_t req_len,
+                              uint8_t **ans, size_t *ans_len, kl_err *err)
+{
+    call_spec s = {.method = method, .mutation = false, .command_id = "", .req = req,
+                   .req_len = req_len};
+    if (partition >= 0)
+        return call_partition(c, partition, &s, ans, ans_len, err);
+    kl_code rc = KL_OK;
+    for (int attempt = 0; attempt < 2; attempt++) {
+        int pid;
+        if ((rc = locate(c, queue, &pid, err)) != KL_OK)
+            break;
+        rc = call_partition(c, pid, &s, ans, ans_len, err);
+        if (moved_elsewhere(rc, err, pid)) {
+            placement_forget(c, queue);
+            continue;
+        }
+        break;
+    }
+    return rc;
+}
+
 kl_code kl_client_queue_stats(kl_client *c, const char *queue,
                               Keyload__V1__QueueStatsAnswer **out, kl_err *err)
 {
@@ -544,21 +568,9 @@ kl_code kl_client_queue_stats(kl_client *c, const char *queue,
     if (req == NULL)
         return kl_sdk_oom(err);
     keyload__v1__queue_stats_request__pack(&sr, req);
-    call_spec s = {.method = METHOD_QUEUE_STATS, .mutation = false, .command_id = "",
-                   .req = req, .req_len = len};
     uint8_t *ans = NULL;
     size_t ans_len;
-    for (int attempt = 0; attempt < 2; attempt++) {
-        int pid;
-        if ((rc = locate(c, queue, &pid, err)) != KL_OK)
-            break;
-        rc = call_partition(c, pid, &s, &ans, &ans_len, err);
-        if (moved_elsewhere(rc, err, pid)) {
-            placement_forget(c, queue);
-            continue;
-        }
-        break;
-    }
+    rc = kl_sdk_partition_read(c, queue, -1, METHOD_QUEUE_STATS, req, len, &ans, &ans_len, err);
     free(req);
     if (rc != KL_OK)
         return rc;

@@ -1,5 +1,5 @@
 /* encode: a kl_batch as a keyload.v1.BatchRequest, with the database stamped into every
- * queue ref, principal, grant and limits change. The batch itself stays untouched (it may be shared between threads), so the
+ * queue ref, principal, grant, limits change and transfer. The batch itself stays untouched (it may be shared between threads), so the
  * refs and their parents are shallow-copied for the duration of the pack. */
 #include "client/sdk/internal.h"
 
@@ -19,10 +19,66 @@ typedef struct stamped {
         Keyload__V1__GrantPermission gp;
         Keyload__V1__RevokePermission rp;
         Keyload__V1__SetDatabaseLimits sl;
+        Keyload__V1__CreateQueueTransfer ct;
+        Keyload__V1__AcceptQueueTransfer at;
+        Keyload__V1__CompleteQueueTransfer co;
+        Keyload__V1__SetQueueTransfersPaused tp;
     } sub;
     Keyload__V1__Grant grant;
     Keyload__V1__QueueLaneRef ref;
+    Keyload__V1__QueueLaneRef dest; /* a transfer's second lane: its destination */
 } stamped;
+
+/* Fills *to from *from with the client's tenant and database; false when from is NULL. */
+static bool stamp_ref(Keyload__V1__QueueLaneRef *to, const Keyload__V1__QueueLaneRef *from,
+                      char *tenant, char *database)
+{
+    if (from == NULL)
+        return false;
+    *to = *from;
+    to->tenant = tenant;
+    to->database = database;
+    return true;
+}
+
+/* Transfers name up to two lanes, both in the client's database (DESIGN.md §7: the
+ * destination must be in the same tenant/database). */
+static bool stamp_transfer(stamped *s, const Keyload__V1__Mutation *src, char *tenant,
+                           char *database)
+{
+    switch (src->kind_case) {
+    case KEYLOAD__V1__MUTATION__KIND_CREATE_QUEUE_TRANSFER:
+        s->sub.ct = *src->create_queue_transfer;
+        s->sub.ct.source_queue = &s->ref;
+        s->sub.ct.destination = &s->dest;
+        s->m.create_queue_transfer = &s->sub.ct;
+        return stamp_ref(&s->ref, src->create_queue_transfer->source_queue, tenant, database) &&
+               stamp_ref(&s->dest, src->create_queue_transfer->destination, tenant, database);
+    case KEYLOAD__V1__MUTATION__KIND_ACCEPT_QUEUE_TRANSFER:
+        s->sub.at = *src->accept_queue_transfer;
+        s->sub.at.destination_queue = &s->dest;
+        s->m.accept_queue_transfer = &s->sub.at;
+        return stamp_ref(&s->dest, src->accept_queue_transfer->destination_queue, tenant,
+                         database);
+    case KEYLOAD__V1__MUTATION__KIND_COMPLETE_QUEUE_TRANSFER:
+        s->sub.co = *src->complete_queue_transfer;
+        s->sub.co.source_queue = &s->ref;
+        s->m.complete_queue_transfer = &s->sub.co;
+        return stamp_ref(&s->ref, src->complete_queue_transfer->source_queue, tenant, database);
+    case KEYLOAD__V1__MUTATION__KIND_SET_QUEUE_TRANSFERS_PAUSED:
+        s->sub.tp = *src->set_queue_transfers_paused;
+        s->sub.tp.tenant = tenant;
+        s->sub.tp.database = database;
+        s->m.set_queue_transfers_paused = &s->sub.tp;
+        if (src->set_queue_transfers_paused->source_queue == NULL)
+            return true; /* the whole database */
+        s->sub.tp.source_queue = &s->ref;
+        return stamp_ref(&s->ref, src->set_queue_transfers_paused->source_queue, tenant,
+                         database);
+    default:
+        return false;
+    }
+}
 
 /* Copies src into s with the client's tenant/database filled in (queue refs, principals,
  * grants, limits); false for an unknown kind. */
@@ -61,6 +117,11 @@ static bool stamp(stamped *s, const Keyload__V1__Mutation *src, char *tenant, ch
         s->sub.sl.database = database;
         s->m.set_database_limits = &s->sub.sl;
         return true;
+    case KEYLOAD__V1__MUTATION__KIND_CREATE_QUEUE_TRANSFER:
+    case KEYLOAD__V1__MUTATION__KIND_ACCEPT_QUEUE_TRANSFER:
+    case KEYLOAD__V1__MUTATION__KIND_COMPLETE_QUEUE_TRANSFER:
+    case KEYLOAD__V1__MUTATION__KIND_SET_QUEUE_TRANSFERS_PAUSED:
+        return stamp_transfer(s, src, tenant, database);
     case KEYLOAD__V1__MUTATION__KIND_CREATE_QUEUE:
         s->sub.cq = *src->create_queue;
         s->sub.cq.queue = &s->ref;

@@ -50,11 +50,14 @@ kl_code kl_sdk_split_database(const char *db, char *tenant, char *database, kl_e
 kl_code kl_sdk_strdup(const char *s, char **out, kl_err *err);
 kl_code kl_sdk_oom(kl_err *err);
 
-/* The queue a mutation names (NULL for a database creation). */
+/* The queue whose partition a mutation goes to (NULL when it names none: database
+ * creation, principals, a database-wide transfer pause). For transfers: the source queue
+ * (Create, Complete, a lane's pause) or the destination queue (Accept). */
 const char *kl_sdk_mutation_queue(const Keyload__V1__Mutation *m);
-/* True for the mutation kinds that change the catalog on partition 0 (each alone in its
- * batch): database and queue creation, bootstrap, principals, database limits. */
-bool kl_sdk_mutation_is_catalog(int kind_case);
+/* True for the mutations that change the catalog on partition 0 (each alone in its batch):
+ * database and queue creation, bootstrap, principals, database limits, a database-wide
+ * transfer pause. */
+bool kl_sdk_mutation_is_catalog(const Keyload__V1__Mutation *m);
 
 /* Appends a deep, fully owned copy of tmp (built from borrowed parts) to b; on error b is
  * unchanged. */
@@ -72,6 +75,15 @@ kl_code kl_sdk_limits_to_pb(const kl_database_limits *limits, Keyload__V1__Datab
  * On KL_OK *ans (malloc'd) holds the answer payload. */
 kl_code kl_sdk_catalog_read(kl_client *c, const char *method, const uint8_t *req, size_t req_len,
                             uint8_t **ans, size_t *ans_len, kl_err *err);
+
+/* ---- client.c: a fresh read on one partition's leader, with the same redirects, sessions
+ * and retries: on the partition holding `queue` (located like a batch; a stale cached
+ * placement answered NOT_FOUND "wrong_partition" is dropped and located again once) when
+ * partition < 0, else on that partition. A lost answer is DEADLINE_EXCEEDED "no_answer".
+ * On KL_OK *ans (malloc'd) holds the answer payload. */
+kl_code kl_sdk_partition_read(kl_client *c, const char *queue, int partition,
+                              const char *method, const uint8_t *req, size_t req_len,
+                              uint8_t **ans, size_t *ans_len, kl_err *err);
 
 /* ---- sealed.c: requests under a session (DESIGN.md §5 "Sessions"). */
 typedef struct kl_sdk_principal kl_sdk_principal;

@@ -3,6 +3,7 @@
  * two equal receipts always print the same text: comparing receipts by value is comparing
  * these strings. Tokens appear only as base64 values, never in error text. */
 #include "client/sdk/internal.h"
+#include "client/sdk/json_util.h"
 #include "common/guid.h"
 
 #include <jansson.h>
@@ -328,6 +329,36 @@ static json_t *result_json(const Keyload__V1__MutationResult *r)
     case KEYLOAD__V1__MUTATION_RESULT__KIND_RELEASED:
         ok = set(o, "kind", json_string("released")) && set(o, "count", u64(r->released->count));
         break;
+    case KEYLOAD__V1__MUTATION_RESULT__KIND_TRANSFER_CREATED: {
+        /* The intent token is what creating a transfer is for: it is returned here. */
+        const Keyload__V1__TransferCreated *t = r->transfer_created;
+        ok = set(o, "kind", json_string("transfer_created")) &&
+             set(o, "intent_token", b64(t->intent_token.data, t->intent_token.len)) &&
+             set(o, "state", json_string(kl_transfer_state_name(t->state))) &&
+             set(o, "generation", u64(t->generation)) &&
+             set(o, "existing", json_boolean(t->existing));
+        break;
+    }
+    case KEYLOAD__V1__MUTATION_RESULT__KIND_TRANSFER_ACCEPTED: {
+        const Keyload__V1__TransferAccepted *t = r->transfer_accepted;
+        ok = set(o, "kind", json_string("transfer_accepted")) &&
+             set(o, "message_id", u64(t->message_id)) && set(o, "lane", text(t->lane)) &&
+             set(o, "partition", i64(t->partition)) && set(o, "term", u64(t->term)) &&
+             set(o, "index", u64(t->index)) &&
+             set(o, "deduplicated", json_boolean(t->deduplicated));
+        break;
+    }
+    case KEYLOAD__V1__MUTATION_RESULT__KIND_TRANSFER_COMPLETED:
+        ok = set(o, "kind", json_string("transfer_completed")) &&
+             set(o, "state", json_string(kl_transfer_state_name(r->transfer_completed->state))) &&
+             set(o, "already", json_boolean(r->transfer_completed->already));
+        break;
+    case KEYLOAD__V1__MUTATION_RESULT__KIND_TRANSFERS_PAUSED:
+        ok = set(o, "kind", json_string("transfers_paused")) &&
+             set(o, "paused", json_boolean(r->transfers_paused->paused)) &&
+             set(o, "changed", json_boolean(r->transfers_paused->changed)) &&
+             set(o, "catalog_version", u64(r->transfers_paused->catalog_version));
+        break;
     default:
         ok = set(o, "kind", json_string("unknown"));
         break;
@@ -451,3 +482,14 @@ char *kl_error_to_json(const kl_err *err, unsigned flags)
     }
     return dump(o, flags);
 }
+
+/* ---------------------------------------------------------------- shared helpers
+ * (json_util.h): the same value rules for transfer_json.c. */
+
+bool kl_sdk_json_set(json_t *obj, const char *key, json_t *v) { return set(obj, key, v); }
+json_t *kl_sdk_json_u64(uint64_t v) { return u64(v); }
+json_t *kl_sdk_json_i64(int64_t v) { return i64(v); }
+json_t *kl_sdk_json_b64(const uint8_t *p, size_t n) { return b64(p, n); }
+json_t *kl_sdk_json_text(const char *s) { return text(s); }
+json_t *kl_sdk_json_guid(const ProtobufCBinaryData *g) { return guid_text(g); }
+char *kl_sdk_json_dump(json_t *o, unsigned flags) { return dump(o, flags); }
