@@ -145,6 +145,64 @@ typedef struct cli_database_args {
  * argument after the subcommand). Returns CLI_EXIT_OK or CLI_EXIT_USAGE (reported). */
 int cli_database_parse(cli *c, const char *sub, int argc, char **argv, cli_database_args *o);
 
+/* ---- tokenfile.c: transfer tokens on disk or stdin, never on the command line (DESIGN.md
+ * §10: `ps` and shell history would keep them). */
+/* The largest token file read (an intent token carries its message). */
+#define CLI_TOKEN_MAX_BYTES (64u << 20)
+/* Decodes a token file's content: when, after trimming ASCII whitespace, every byte is in
+ * the base64 alphabet (A-Z a-z 0-9 + / =), the text is base64 and must decode (canonical,
+ * padded); otherwise the content is the raw token, byte for byte, untrimmed. Empty content
+ * is refused. `what` (e.g. "--intent") names the option in errors (detail "token"); the
+ * content never appears in them. *out is malloc'd (free()). */
+kl_code cli_token_parse(const char *what, const uint8_t *data, size_t n, uint8_t **out,
+                        size_t *out_len, kl_err *err);
+/* Reads spec "@FILE" or "-" (stdin) and parses it with cli_token_parse. Any other spec is
+ * INVALID_ARGUMENT "usage" (reported by cli_error as a usage error). */
+kl_code cli_token_read(const char *what, const char *spec, uint8_t **out, size_t *out_len,
+                       kl_err *err);
+/* Refuses a --token-out path that already exists (FAILED_PRECONDITION), checked before a
+ * command is sent so that nothing commits whose token then has nowhere to go. */
+kl_code cli_token_out_check(const char *path, kl_err *err);
+/* Writes the raw token to path: created with mode 0600, never overwriting (common/keys.h). */
+kl_code cli_token_write(const char *path, const uint8_t *token, size_t len, kl_err *err);
+
+/* ---- cmd_transfer.c: `transfer create|accept|complete|inspect|receipt|pending|pause|resume` */
+typedef enum cli_transfer_sub {
+    CLI_TRANSFER_CREATE,
+    CLI_TRANSFER_ACCEPT,
+    CLI_TRANSFER_COMPLETE,
+    CLI_TRANSFER_INSPECT,
+    CLI_TRANSFER_RECEIPT,
+    CLI_TRANSFER_PENDING,
+    CLI_TRANSFER_PAUSE,
+    CLI_TRANSFER_RESUME,
+} cli_transfer_sub;
+
+typedef struct cli_transfer_args {
+    cli_transfer_sub sub;
+    char *source_queue;          /* --source QUEUE[/LANE] (malloc'd), NULL when absent */
+    const char *source_lane;     /* "" = default */
+    char *dest_queue;            /* --dest QUEUE[/LANE] (malloc'd) */
+    const char *dest_lane;
+    const char *id;              /* --id GUID (checked) */
+    const char *token;           /* --intent / --receipt: "@FILE" or "-" */
+    const char *token_out;       /* --token-out FILE (create, receipt) */
+    const char *command_id;      /* NULL: a fresh one */
+    const char *body;            /* create: BODY */
+    const char **headers, **fields; /* create: --header, --field specs in order (owned array) */
+    size_t n_headers, n_fields;
+    int partition;               /* pending --partition; -1 = the source queue's */
+    const char *cursor;          /* pending --cursor (base64), NULL = from the start */
+    uint32_t max_items;          /* pending --max; 0 = the daemon's default */
+    bool help;                   /* --help was printed: nothing else to do */
+} cli_transfer_args;
+
+/* Parses `transfer SUB ARGS...` (argv[0] is SUB) into *o (zeroed first; free with
+ * cli_transfer_args_clear). Returns CLI_EXIT_OK or CLI_EXIT_USAGE after reporting the
+ * usage error, which names the option or argument at fault. */
+int cli_transfer_parse(cli *c, int argc, char **argv, cli_transfer_args *o);
+void cli_transfer_args_clear(cli_transfer_args *o);
+
 /* ---- commands */
 int cli_cmd_admin(cli *c, int argc, char **argv);
 int cli_cmd_database(cli *c, int argc, char **argv);
@@ -155,6 +213,7 @@ int cli_cmd_receive(cli *c, int argc, char **argv);
 int cli_cmd_ack(cli *c, int argc, char **argv);
 int cli_cmd_release(cli *c, int argc, char **argv);
 int cli_cmd_cluster_status(cli *c, int argc, char **argv);
+int cli_cmd_transfer(cli *c, int argc, char **argv);
 
 /* Splits QUEUE[/LANE] into queue (malloc'd) and lane (pointer into spec, or "" when
  * absent). false after reporting a usage error. */

@@ -35,6 +35,17 @@ static const char HELP[] =
     "  receive QUEUE[/LANE] [--max N] [--lease-ms MS]\n"
     "  ack QUEUE LEASE...        LEASE: base64 token from receive, @FILE or - (stdin)\n"
     "  release QUEUE LEASE...\n"
+    "  transfer create --source QUEUE[/LANE] --id GUID --dest QUEUE[/LANE]\n"
+    "                  [--header k=v]... [--field k=v]... [--token-out FILE] BODY\n"
+    "                  commits an intent on the source; prints its intent token (base64)\n"
+    "  transfer accept --dest QUEUE[/LANE] --intent @FILE|-\n"
+    "  transfer complete --source QUEUE[/LANE] --id GUID --receipt @FILE|-\n"
+    "  transfer inspect --source QUEUE[/LANE] --id GUID\n"
+    "  transfer receipt --dest QUEUE[/LANE] --source QUEUE[/LANE] --id GUID [--token-out FILE]\n"
+    "  transfer pending (--source QUEUE[/LANE] | --partition P) [--cursor B64] [--max N]\n"
+    "  transfer pause|resume [--source QUEUE[/LANE]]   new transfers of a lane or the database\n"
+    "                  tokens are read from @FILE or - (stdin) only, as raw bytes or base64\n"
+    "                  text; --token-out FILE writes the raw token (mode 0600, no overwrite)\n"
     "  cluster-status [--json]   every member's role, term and indexes, per partition\n"
     "\n"
     "Every command that changes something takes --command-id GUID (default: a fresh random\n"
@@ -117,6 +128,8 @@ int main(int argc, char **argv)
         return cli_cmd_ack(&c, rest_argc, rest);
     if (strcmp(cmd, "release") == 0)
         return cli_cmd_release(&c, rest_argc, rest);
+    if (strcmp(cmd, "transfer") == 0)
+        return cli_cmd_transfer(&c, rest_argc, rest);
     if (strcmp(cmd, "cluster-status") == 0)
         return cli_cmd_cluster_status(&c, rest_argc, rest);
     return cli_usage(&c, "unknown command '%s'", cmd);
