@@ -24,6 +24,7 @@ Suite *suite_sessions(void);
 Suite *suite_principal(void);
 Suite *suite_access(void);
 Suite *suite_tail_auth(void);
+Suite *suite_sdk_transfer(void);
 Suite *suite_transfer(void);
 
 int main(void)
@@ -48,6 +49,7 @@ int main(void)
     srunner_add_suite(sr, suite_principal());
     srunner_add_suite(sr, suite_access());
     srunner_add_suite(sr, suite_tail_auth());
+    srunner_add_suite(sr, suite_sdk_transfer());
     srunner_add_suite(sr, suite_transfer());
     srunner_run_all(sr, CK_NORMAL);
     int failed = srunner_ntests_failed(sr);
