@@ -392,6 +392,62 @@ static void batch_seeds(void)
                                           m_settle(true, "q", toks, 1), m_settle(false, "q", toks, 1),
                                           m_delete("small")};
     write_raw_batch("mixed-failing", mixed_bad, 5, 0x2b);
+
+    /* Remote transfers: a destination on partition 1 (only its definition lives here),
+     * a transfer from "q" to it, then Accept and Complete with tokens that are not
+     * genuine (they must be refused, committed as no-effect outcomes), and the pause. */
+    Keyload__V1__Mutation *c_dest[] = {m_create("dest", 0, 0, 0, NULL, 1)};
+    write_raw_batch("create-dest", c_dest, 1, 0x50);
+    static uint8_t tid[16] = {0x7f, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15};
+    Keyload__V1__CreateQueueTransfer *ct = calloc(1, sizeof *ct);
+    keyload__v1__create_queue_transfer__init(ct);
+    ct->source_queue = ref("q", "out");
+    ct->transfer_id.data = tid;
+    ct->transfer_id.len = 16;
+    ct->destination = ref("dest", NULL);
+    ct->message = plain("transferred");
+    Keyload__V1__Mutation *m_ct = mut();
+    m_ct->kind_case = KEYLOAD__V1__MUTATION__KIND_CREATE_QUEUE_TRANSFER;
+    m_ct->create_queue_transfer = ct;
+    Keyload__V1__Mutation *xfer_create[] = {m_ct};
+    write_raw_batch("transfer-create", xfer_create, 1, 0x51);
+    /* Something shaped like a SignedToken: field 1 (claims), 2 (key id), 3 (signature). */
+    static uint8_t fake[2 + 4 + 2 + 8 + 2 + 64] = {0x0a, 4, 0x08, 1, 0x10, 1, 0x12, 8};
+    fake[16] = 0x1a;
+    fake[17] = 64;
+    Keyload__V1__AcceptQueueTransfer *at = calloc(1, sizeof *at);
+    keyload__v1__accept_queue_transfer__init(at);
+    at->destination_queue = ref("q", NULL);
+    at->intent_token.data = fake;
+    at->intent_token.len = sizeof fake;
+    Keyload__V1__Mutation *m_at = mut();
+    m_at->kind_case = KEYLOAD__V1__MUTATION__KIND_ACCEPT_QUEUE_TRANSFER;
+    m_at->accept_queue_transfer = at;
+    Keyload__V1__Mutation *xfer_accept[] = {m_at};
+    write_raw_batch("transfer-accept-forged", xfer_accept, 1, 0x52);
+    Keyload__V1__CompleteQueueTransfer *cpt = calloc(1, sizeof *cpt);
+    keyload__v1__complete_queue_transfer__init(cpt);
+    cpt->source_queue = ref("q", "out");
+    cpt->transfer_id.data = tid;
+    cpt->transfer_id.len = 16;
+    cpt->receipt_token.data = fake;
+    cpt->receipt_token.len = sizeof fake;
+    Keyload__V1__Mutation *m_cpt = mut();
+    m_cpt->kind_case = KEYLOAD__V1__MUTATION__KIND_COMPLETE_QUEUE_TRANSFER;
+    m_cpt->complete_queue_transfer = cpt;
+    Keyload__V1__Mutation *xfer_complete[] = {m_cpt};
+    write_raw_batch("transfer-complete-forged", xfer_complete, 1, 0x53);
+    Keyload__V1__SetQueueTransfersPaused *sp = calloc(1, sizeof *sp);
+    keyload__v1__set_queue_transfers_paused__init(sp);
+    sp->tenant = "default";
+    sp->database = "default";
+    sp->source_queue = ref("q", "out");
+    sp->paused = true;
+    Keyload__V1__Mutation *m_sp = mut();
+    m_sp->kind_case = KEYLOAD__V1__MUTATION__KIND_SET_QUEUE_TRANSFERS_PAUSED;
+    m_sp->set_queue_transfers_paused = sp;
+    Keyload__V1__Mutation *xfer_pause[] = {m_sp};
+    write_raw_batch("transfer-pause-lane", xfer_pause, 1, 0x54);
 }
 
 int main(int argc, char **argv)
