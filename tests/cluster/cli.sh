@@ -474,6 +474,72 @@ if [ "$up3" = 1 ]; then
   expect "3p: right after the revoke, bob3 is refused" 1 b3 --json enqueue q2 "too late"
   [ "$(jq -r '.error.code' <<<"$out")" = PERMISSION_DENIED ] && ok "3p: the revoke holds at once on partition 2" ||
     bad "3p after revoke: $out"
+  # ---- remote transfers (DESIGN.md §7, §10): partition 1 -> partition 2 by hand ----
+  echo "--- transfers"
+  expect "3p: queue create xsrc on partition 1" 0 k3 --json queue create xsrc --partition 1
+  expect "3p: queue create xdst on partition 2" 0 k3 --json queue create xdst --partition 2
+  expect "3p: queue create xnear on partition 1" 0 k3 --json queue create xnear --partition 1
+  xid=$(guid)
+  expect "3p: transfer create without data grants is refused (admin flags off)" 1 \
+    k3 --json transfer create --source xsrc --id "$xid" --dest xdst "moved body"
+  [ "$(jq -r '.error.code' <<<"$out")" = PERMISSION_DENIED ] && [ "$(jq -r '.error.detail' <<<"$out")" = grant:QueuePublish ] &&
+    ok "3p: administrator without grants: grant:QueuePublish" || bad "3p xfer no grant: $out"
+  for perm in QueuePublish QueueInspect QueueConsume QueueAck; do
+    expect "3p: grant root3 $perm on x*" 0 k3 principal grant root3 "$perm" --queue 'x*'
+  done
+  expect "3p: transfer to the same partition is refused" 1 \
+    k3 --json transfer create --source xsrc --id "$xid" --dest xnear "moved body"
+  [ "$(jq -r '.error.detail' <<<"$out")" = same_partition ] && grep -q -- "--partition" <<<"$(jq -r '.error.message' <<<"$out")" &&
+    ok "3p: same partition: detail same_partition, says how to pin" || bad "3p same partition: $out"
+  expect "3p: transfer create" 0 k3 --json transfer create --source xsrc --id "$xid" --dest xdst \
+    --token-out "$keys/intent.tok" "moved body"
+  [ "$(jq -r '.results[0].kind' <<<"$out")" = transfer_created ] && [ "$(jq -r '.results[0].state' <<<"$out")" = OutputPending ] &&
+    [ "$(stat -c %a "$keys/intent.tok")" = 600 ] && ok "3p: created OutputPending, token file 0600" || bad "3p create: $out"
+  grep -q "moved body" <<<"$(jq -c 'del(.results[0].intent_token)' <<<"$out")" && bad "3p: create echoes the body" ||
+    ok "3p: create prints no body"
+  expect "3p: transfer create again (same id and body)" 0 k3 --json transfer create --source xsrc --id "$xid" --dest xdst "moved body"
+  [ "$(jq -r '.results[0].existing' <<<"$out")" = true ] && ok "3p: same identity answers the existing intent" || bad "3p same id: $out"
+  expect "3p: same id, other body is CONFLICT" 1 k3 --json transfer create --source xsrc --id "$xid" --dest xdst "other body"
+  [ "$(jq -r '.error.code' <<<"$out")" = CONFLICT ] && ok "3p: changed payload conflicts" || bad "3p conflict: $out"
+  expect "3p: transfer pending lists it" 0 k3 --json transfer pending --source xsrc
+  [ "$(jq -r '.items | length' <<<"$out")" = 1 ] && ok "3p: one pending intent" || bad "3p pending: $out"
+  expect "3p: a token on the command line is a usage error" 2 k3 transfer accept --dest xdst --intent "$(base64 -w0 "$keys/intent.tok")"
+  acmd=$(guid)
+  expect "3p: transfer accept from a file" 0 k3 --json transfer accept --dest xdst --intent "@$keys/intent.tok" --command-id "$acmd"
+  [ "$(jq -r '.results[0].deduplicated' <<<"$out")" = false ] && ok "3p: accepted (enqueued)" || bad "3p accept: $out"
+  expect "3p: transfer accept again from stdin (new command id)" 0 \
+    bash -c "timeout 60 ./bin/keyload --cluster '$cfg3' --principal root3 --key '$keys/root3.key' --json transfer accept --dest xdst --intent - <'$keys/intent.tok'"
+  [ "$(jq -r '.results[0].deduplicated' <<<"$out")" = true ] && ok "3p: a retry is deduplicated" || bad "3p dedup: $out"
+  expect "3p: stats xdst" 0 k3 --json queue stats xdst
+  [ "$(jq -r '.messages' <<<"$out")" = 1 ] && ok "3p: exactly one message at the destination" || bad "3p xdst stats: $out"
+  expect "3p: transfer receipt" 0 k3 --json transfer receipt --dest xdst --source xsrc --id "$xid" --token-out "$keys/receipt.tok"
+  [ "$(jq -r '.target_commit.partition' <<<"$out")" = 2 ] && [ -s "$keys/receipt.tok" ] &&
+    ok "3p: receipt names its commit on partition 2" || bad "3p receipt: $out"
+  expect "3p: transfer inspect before completion" 0 k3 --json transfer inspect --source xsrc --id "$xid"
+  [ "$(jq -r '.state' <<<"$out")" = OutputPending ] && ok "3p: still OutputPending with a receipt at the destination" ||
+    bad "3p inspect pending: $out"
+  cp "$keys/receipt.tok" "$keys/bad.tok" && printf '\x01' | dd of="$keys/bad.tok" bs=1 seek=20 conv=notrunc 2>/dev/null
+  expect "3p: a tampered receipt is refused" 1 k3 --json transfer complete --source xsrc --id "$xid" --receipt "@$keys/bad.tok"
+  { [ "$(jq -r '.error.code' <<<"$out")" = PERMISSION_DENIED ] || [ "$(jq -r '.error.code' <<<"$out")" = INVALID_ARGUMENT ]; } &&
+    ok "3p: tampered receipt refused" || bad "3p tampered: $out"
+  expect "3p: transfer complete" 0 k3 --json transfer complete --source xsrc --id "$xid" --receipt "@$keys/receipt.tok"
+  [ "$(jq -r '.results[0].state' <<<"$out")" = Delivered ] && ok "3p: Delivered" || bad "3p complete: $out"
+  expect "3p: transfer complete again is stable" 0 k3 --json transfer complete --source xsrc --id "$xid" --receipt "@$keys/receipt.tok"
+  [ "$(jq -r '.results[0].already' <<<"$out")" = true ] && ok "3p: duplicate completion answers already" || bad "3p complete again: $out"
+  expect "3p: transfer inspect" 0 k3 --json transfer inspect --source xsrc --id "$xid"
+  [ "$(jq -r '.state' <<<"$out")" = Delivered ] && [ "$(jq -r '.history | length' <<<"$out")" = 2 ] &&
+    ok "3p: inspect shows Delivered and two history events" || bad "3p inspect: $out"
+  expect "3p: transfer pending is empty" 0 k3 --json transfer pending --source xsrc
+  [ "$(jq -r '.items | length' <<<"$out")" = 0 ] && ok "3p: nothing pending" || bad "3p pending after: $out"
+  expect "3p: transfer pause xsrc" 0 k3 --json transfer pause --source xsrc
+  expect "3p: a paused lane takes no new transfer" 1 k3 --json transfer create --source xsrc --id "$(guid)" --dest xdst "p"
+  [ "$(jq -r '.error.detail' <<<"$out")" = transfers_paused ] && ok "3p: paused: transfers_paused" || bad "3p paused: $out"
+  expect "3p: transfer resume xsrc" 0 k3 --json transfer resume --source xsrc
+  expect "3p: transfer create after resume" 0 k3 --json transfer create --source xsrc --id "$(guid)" --dest xdst "after"
+  expect "3p: a queue retaining transfer records cannot be deleted" 1 k3 --json queue delete xdst
+  expect "3p: receive the transferred message" 0 k3 --json receive xdst --max 1
+  [ "$(jq -r '.results[0].messages[0].body_utf8' <<<"$out")" = "moved body" ] && ok "3p: the destination holds the body" ||
+    bad "3p receive xdst: $out"
 fi
 stop3
 echo "$passed passed, $failed failed"
