@@ -7,6 +7,7 @@
 #include "common/log.h"
 #include "daemon/engine/access.h"
 #include "daemon/engine/catalog.h"
+#include "daemon/engine/claims.h"
 #include "daemon/engine/engine.h"
 #include "daemon/engine/transfer.h"
 #include "daemon/store/keys.h"
@@ -50,6 +51,7 @@ struct kl_node {
     uint64_t pinc_proposed;      /* index of our incarnation proposal, 0 = none pending */
     bool broken;
     uint64_t authz_requests, authz_ns;  /* for MemberStatus (make bench) */
+    kl_signing_cache signing;    /* derived database signing keys (wiped at close) */
 };
 
 static uint64_t mono_ns(void)
@@ -629,7 +631,7 @@ void kl_node_submit_batch(kl_node *n, const char *principal, const uint8_t *req,
                        .random = n->io.random, .index = index, .term = term,
                        .catalog = n->cfg.partition == 0 ? &catalog : NULL,
                        .cluster_secret = n->cfg.cluster_secret, .who = subj.who,
-                       .clock_ns = mono_ns};
+                       .clock_ns = mono_ns, .signing = &n->signing};
     rc = kl_engine_eval_batch(&ctx, b, &results, &err);
     n->authz_ns += ctx.authz_ns;
     bool refused = false;
@@ -1090,5 +1092,6 @@ void kl_node_close(kl_node *n)
     drop_pending(n, &err);
     free(n->pend);
     kl_overlay_free(&n->overlay);
+    kl_signing_cache_wipe(&n->signing);
     free(n);
 }

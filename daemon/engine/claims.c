@@ -116,3 +116,8 @@ bool kl_claims_lane_eq(const Keyload__V1__QueueLaneRef *a, const Keyload__V1__Qu
     return strcmp(a->tenant, b->tenant) == 0 && strcmp(a->database, b->database) == 0 &&
            strcmp(a->queue, b->queue) == 0 && strcmp(lane_or_default(a->lane), lane_or_default(b->lane)) == 0;
 }
+
+void kl_signing_cache_wipe(kl_signing_cache *c)
+{
+    sodium_memzero(c, sizeof *c);
+}

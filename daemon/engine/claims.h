@@ -43,6 +43,22 @@ kl_code kl_claims_decode(const char *what, const uint8_t *token, size_t len,
 kl_code kl_claims_verify(const char *what, const Keyload__V1__SignedToken *tok, const uint8_t pk[32],
                          const uint8_t key_id[8], kl_err *err);
 
+/* Derived database signing keys, kept so that a partition derives each database's key
+ * once rather than per token (a derivation is one Ed25519 scalar multiplication). Owned by
+ * the node, wiped at close; the keys are the ones kl_keys_database_signing derives, so
+ * the cache never changes a result. Bounded: KL_SIGNING_CACHE_SLOTS databases, replaced
+ * round robin. */
+#define KL_SIGNING_CACHE_SLOTS 8
+typedef struct kl_signing_cache {
+    struct {
+        bool used;
+        uint64_t database_id;
+        uint8_t sk[64], pk[32], key_id[8];
+    } slot[KL_SIGNING_CACHE_SLOTS];
+    unsigned next;
+} kl_signing_cache;
+void kl_signing_cache_wipe(kl_signing_cache *c);
+
 /* A lane ref with its lane made explicit ("default" for empty), as claims carry them. */
 void kl_claims_lane(Keyload__V1__QueueLaneRef *out, const Keyload__V1__QueueLaneRef *in);
 /* Field-by-field equality of two complete lane refs (empty lane == "default"). */

@@ -26,6 +26,7 @@
 #define KL_DELAY_MS_MAX (7LL * 24 * 3600 * 1000)
 
 struct kl_catalog_batch;
+struct kl_signing_cache;
 struct kl_authz_subject;
 
 typedef struct kl_eval_ctx {
@@ -36,6 +37,7 @@ typedef struct kl_eval_ctx {
     struct kl_catalog_batch *catalog;  /* partition 0: the catalog batch; NULL elsewhere */
     const uint8_t *cluster_secret;     /* 32 bytes, or NULL when the daemon has none (databases
                                         * need it: their signing keys derive from it) */
+    struct kl_signing_cache *signing;  /* NULL, or where derived database keys are kept */
     uint64_t index, term;    /* where this batch's entry will commit (leader: io.next);
                               * transfer receipts name it. 0 for reads. */
     int64_t now_ms;          /* entry time: max(previous entry time, leader clock) */

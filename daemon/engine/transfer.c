@@ -72,6 +72,14 @@ static kl_code signing_key(const kl_eval_ctx *c, const Keyload__V1__CatalogDatab
         return kl_fail(err, KL_FAILED_PRECONDITION, "cluster_secret",
                        "this member has no cluster secret, so it cannot sign transfer tokens "
                        "(start keyloadd with --cluster-secret)");
+    kl_signing_cache *cache = c->signing;
+    for (unsigned i = 0; cache && i < KL_SIGNING_CACHE_SLOTS; i++)
+        if (cache->slot[i].used && cache->slot[i].database_id == d->database_id &&
+            memcmp(cache->slot[i].pk, d->signing_public_key.data, 32) == 0 &&
+            memcmp(cache->slot[i].key_id, d->signing_key_id.data, 8) == 0) {
+            memcpy(sk, cache->slot[i].sk, 64);
+            return KL_OK;
+        }
     uint8_t pk[32], kid[8];
     kl_code rc = kl_keys_database_signing(c->cluster_secret, d->database_id, pk, sk, kid, err);
     if (rc == KL_OK && (memcmp(pk, d->signing_public_key.data, 32) != 0 || memcmp(kid, d->signing_key_id.data, 8) != 0)) {
@@ -79,6 +87,14 @@ static kl_code signing_key(const kl_eval_ctx *c, const Keyload__V1__CatalogDatab
         rc = kl_fail(err, KL_INTERNAL, "signing_key",
                      "the signing key this member derives for database %s/%s differs from the "
                      "catalog's: its cluster secret is not the cluster's", d->tenant, d->database);
+    }
+    if (rc == KL_OK && cache != NULL) {
+        unsigned i = cache->next++ % KL_SIGNING_CACHE_SLOTS;
+        cache->slot[i].used = true;
+        cache->slot[i].database_id = d->database_id;
+        memcpy(cache->slot[i].sk, sk, 64);
+        memcpy(cache->slot[i].pk, pk, 32);
+        memcpy(cache->slot[i].key_id, kid, 8);
     }
     return rc;
 }
