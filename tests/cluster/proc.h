@@ -100,4 +100,14 @@ void test_authz_revocation(void);
 void test_authz_cold_restart(void);
 void az_stop_all(void);
 
+/* proc_transfer.c (KL-4): the suites share one cluster; xf_after_test stops it after a
+ * failed suite or one that does not leave it to the next, xf_stop_all always. */
+void test_xfer_intent(void);
+void test_xfer_destination(void);
+void test_xfer_receipt(void);
+void test_xfer_retention(void);
+void test_xfer_coordination_read(void);
+void xf_after_test(bool failed);
+void xf_stop_all(void);
+
 #endif

@@ -1163,6 +1163,21 @@ int main(int argc, char **argv)
         {"authz cold restart RF3: principals, grants and database keys identical after kill -9 of all, "
          "Hello again, and no secret in any data file or log",
          test_authz_cold_restart},
+        {"RemoteTransferIntentTests (RF3, 3x3, sessions): a rolled-back batch creates no intent, the same "
+         "identity replays, a changed destination or payload conflicts, pending survives a cold restart",
+         test_xfer_intent},
+        {"RemoteTransferDestinationTests: repeat, unknown-ACK cut and reopen give one enqueue and one "
+         "byte-identical receipt; failed quota and authorization leave neither; a full lane still answers",
+         test_xfer_destination},
+        {"RemoteTransferReceiptTests: tampered and foreign receipts refused and the source stays pending, "
+         "duplicate completion is stable, Delivered survives a cold restart",
+         test_xfer_receipt},
+        {"RemoteTransferRetentionTests: destination ack then retry resurrects nothing, source messages and "
+         "deletion do not touch intents, database and lane pause",
+         test_xfer_retention},
+        {"CoordinationReadTests: ListPendingQueueTransfers charges exactly, one record or byte less is "
+         "RESOURCE_EXHAUSTED with nothing returned",
+         test_xfer_coordination_read},
     };
     int passed = 0, failed = 0;
     for (size_t i = 0; i < sizeof tests / sizeof tests[0]; i++) {
@@ -1179,6 +1194,7 @@ int main(int argc, char **argv)
         ss_stop_all();
         sk_stop_all();
         az_stop_all();
+        xf_after_test(failures_in_test != 0);
         printf("%s %s (%lld ms)\n", failures_in_test ? "FAIL" : "ok  ", tests[i].name,
                (long long)(now_ms() - t0));
         fflush(stdout);
@@ -1187,6 +1203,7 @@ int main(int argc, char **argv)
         else
             passed++;
     }
+    xf_stop_all();
     printf("%d passed, %d failed\n", passed, failed);
     return failed ? 1 : 0;
 }
