@@ -66,7 +66,22 @@
  *       leader), the killed and the new leader's node names, and what the writer saw.
  *       The caller restarts the killed member.
  *
- * Output lines start with "fsync:", "bench:", "leader:", "caughtup:" or "failover:" so
+ *   keyload-bench --transfer --cluster FILE --principal ID --key FILE --database TENANT/DB
+ *                 --queue SOURCE --dest-queue DEST [--clients N] [--seconds S] [--lane-every N]
+ *       Remote transfers end to end (KL-4) as a principal through the SDK, every request
+ *       sealed: each client thread runs, one transfer at a time, CreateQueueTransfer on
+ *       SOURCE's partition, AcceptQueueTransfer of its intent token on DEST's, the fresh
+ *       InspectQueueTransferReceipt read of the receipt token, CompleteQueueTransfer on
+ *       SOURCE's (which must answer Delivered). Latency is Create sent to Delivered
+ *       answered. The principal must be a persisted administrator with QueuePublish and
+ *       QueueInspect on both queues. Each lane retains at most MaxScanRecords transfer
+ *       records and MaxBatchBytes bytes forever, so a client moves to a fresh lane (named
+ *       after it, the same on both sides) every N transfers (default 200). Each client
+ *       completes one transfer before the clock starts (Hello with every leader, LocateQueue).
+ *       Prints one "transfer:" line: transfers/s, p50/p99/max latency in microseconds,
+ *       errors (a transfer with any failed step counts once and is abandoned, pending).
+ *
+ * Output lines start with "fsync:", "bench:", "leader:", "caughtup:", "failover:" or "transfer:" so
  * scripts can pick them out. Exit code 0 when the run completed (errors are counted and
  * reported, not fatal), 1 when it could not run at all (cannot connect, cannot create the
  * queue, no leader, no ack after a kill within 60 s), 2 on bad usage. */
@@ -107,7 +122,7 @@
 #define URL_MAX 256
 #define LEADER_WAIT_NS (60 * 1000000000LL)
 
-enum mode { MODE_BENCH, MODE_FSYNC, MODE_LEADER, MODE_CAUGHT_UP, MODE_FAILOVER, MODE_HANDSHAKE };
+enum mode { MODE_BENCH, MODE_FSYNC, MODE_LEADER, MODE_CAUGHT_UP, MODE_FAILOVER, MODE_HANDSHAKE, MODE_TRANSFER };
 
 typedef struct options {
     int mode;
@@ -135,6 +150,8 @@ typedef struct options {
     const char *node;        /* --handshake: pPmM (NULL: the first member of partition 0) */
     long handshakes;         /* --handshake: calls per phase */
     long pid;                /* --handshake: the member's pid */
+    const char *dest_queue;  /* --transfer: the destination queue (queue is the source) */
+    long lane_every;         /* --transfer: transfers per lane and client */
 } options;
 
 /* The cluster file of --cluster (large: a static, loaded once by main). */
@@ -939,6 +956,234 @@ static int run_bench(const options *o)
     return open_failed == o->clients ? 1 : 0;
 }
 
+/* ---- --transfer (KL-4): Create -> Accept -> receipt read -> Complete ---- */
+
+/* Sends b (freed here); on KL_OK *out is the receipt, whose first result must be `kind`. */
+static kl_code xfer_send(kl_client *c, kl_batch *b, int kind, kl_receipt **out, kl_err *err)
+{
+    *out = NULL;
+    kl_code rc = kl_client_batch(c, b, out, err);
+    kl_batch_free(b);
+    if (rc == KL_OK && ((*out)->decoded->n_results != 1 || (int)(*out)->decoded->results[0]->kind_case != kind)) {
+        kl_receipt_free(*out);
+        *out = NULL;
+        rc = kl_fail(err, KL_INTERNAL, "receipt", "the receipt does not carry the expected result");
+    }
+    return rc;
+}
+
+/* One whole transfer of msg from queue/lane to dest_queue/lane; `step` names the step
+ * that failed. Tokens pass through unchanged; none is logged. */
+static kl_code xfer_one(kl_client *c, const options *o, const kl_message *msg, const char *lane,
+                        const char **step, kl_err *err)
+{
+    char tid[KL_COMMAND_ID_TEXT_LEN + 1];
+    kl_command_id_new(tid);
+    kl_batch *b = NULL;
+    kl_receipt *r = NULL;
+    uint8_t *intent = NULL, *receipt = NULL;
+    size_t intent_len = 0, receipt_len = 0;
+    Keyload__V1__InspectQueueTransferReceiptAnswer *ra = NULL;
+    *step = "create";
+    kl_code rc = kl_batch_new(NULL, &b, err);
+    if (rc == KL_OK && (rc = kl_batch_create_transfer(b, o->queue, lane, tid, o->dest_queue, lane, msg, err)) != KL_OK)
+        kl_batch_free(b);
+    if (rc == KL_OK && (rc = xfer_send(c, b, KEYLOAD__V1__MUTATION_RESULT__KIND_TRANSFER_CREATED, &r, err)) == KL_OK) {
+        const ProtobufCBinaryData *t = &r->decoded->results[0]->transfer_created->intent_token;
+        if ((intent = malloc(t->len ? t->len : 1)) == NULL)
+            rc = kl_fail(err, KL_INTERNAL, "memory", "out of memory");
+        else
+            memcpy(intent, t->data, intent_len = t->len);
+    }
+    kl_receipt_free(r);
+    r = NULL;
+    if (rc == KL_OK) {
+        *step = "accept";
+        if ((rc = kl_batch_new(NULL, &b, err)) == KL_OK &&
+            (rc = kl_batch_accept_transfer(b, o->dest_queue, lane, intent, intent_len, err)) != KL_OK)
+            kl_batch_free(b);
+        if (rc == KL_OK)
+            rc = xfer_send(c, b, KEYLOAD__V1__MUTATION_RESULT__KIND_TRANSFER_ACCEPTED, &r, err);
+        kl_receipt_free(r);
+        r = NULL;
+    }
+    if (rc == KL_OK) {
+        *step = "receipt";
+        if ((rc = kl_client_transfer_receipt(c, o->dest_queue, o->queue, lane, tid, &ra, err)) == KL_OK) {
+            if ((receipt = malloc(ra->receipt_token.len ? ra->receipt_token.len : 1)) == NULL)
+                rc = kl_fail(err, KL_INTERNAL, "memory", "out of memory");
+            else
+                memcpy(receipt, ra->receipt_token.data, receipt_len = ra->receipt_token.len);
+        }
+        kl_transfer_receipt_answer_free(ra);
+    }
+    if (rc == KL_OK) {
+        *step = "complete";
+        if ((rc = kl_batch_new(NULL, &b, err)) == KL_OK &&
+            (rc = kl_batch_complete_transfer(b, o->queue, lane, tid, receipt, receipt_len, err)) != KL_OK)
+            kl_batch_free(b);
+        if (rc == KL_OK)
+            rc = xfer_send(c, b, KEYLOAD__V1__MUTATION_RESULT__KIND_TRANSFER_COMPLETED, &r, err);
+        if (rc == KL_OK && r->decoded->results[0]->transfer_completed->state != KEYLOAD__V1__TRANSFER_STATE__DELIVERED)
+            rc = kl_fail(err, KL_INTERNAL, "state", "Complete did not answer Delivered");
+        kl_receipt_free(r);
+    }
+    free(intent);
+    free(receipt);
+    return rc;
+}
+
+/* cs_first_err with the step that failed in front. */
+static void xfer_first_err(client_state *cs, const char *step, kl_code rc, const kl_err *err)
+{
+    if (cs->first_err != KL_OK)
+        return;
+    cs->first_err = rc;
+    snprintf(cs->first_err_msg, sizeof cs->first_err_msg, "%.10s: %.24s (%.64s) %.200s", step, kl_code_name(rc),
+             err->detail, err->message);
+}
+
+static void *xfer_client_main(void *arg)
+{
+    client_state *cs = arg;
+    const options *o = cs->opt;
+    kl_err err;
+    kl_err_clear(&err);
+    kl_message *msg = NULL;
+    const char *step = "open";
+    char lane[64];
+    long seq = 0;
+    uint8_t *body = malloc((size_t)o->body_size + 1);
+    kl_code rc = body == NULL ? kl_fail(&err, KL_INTERNAL, "memory", "out of memory") : KL_OK;
+    for (int i = 0; body != NULL && i < o->body_size; i++)
+        body[i] = (uint8_t)('a' + (i + cs->id) % 26);
+    if (rc == KL_OK)
+        rc = kl_message_new(body, (size_t)o->body_size, &msg, &err);
+    if (rc == KL_OK)
+        rc = kl_client_open_principal(o->cluster_file, o->database, o->timeout_ms, o->principal, o->key_file,
+                                      &cs->sdk, &err);
+    /* One transfer before the clock: Hello with both partitions' leaders, LocateQueue. The
+     * lane names carry the process id so a second run on the same cluster starts afresh. */
+    snprintf(lane, sizeof lane, "p%ldw%dl%ld", (long)getpid() % 100000, cs->id, seq / o->lane_every);
+    if (rc == KL_OK && (rc = xfer_one(cs->sdk, o, msg, lane, &step, &err)) == KL_OK)
+        seq++;
+    if (rc != KL_OK) {
+        xfer_first_err(cs, step, rc, &err);
+        cs->open_failed = 1;
+    }
+    atomic_fetch_add(&g_primed, 1);
+    if (rc != KL_OK)
+        goto out;
+    while (!atomic_load(&g_go))
+        sleep_ns(100000);
+    while (!atomic_load(&g_stop)) {
+        snprintf(lane, sizeof lane, "p%ldw%dl%ld", (long)getpid() % 100000, cs->id, seq / o->lane_every);
+        seq++;
+        kl_err_clear(&err);
+        int64_t t0 = now_ns();
+        rc = xfer_one(cs->sdk, o, msg, lane, &step, &err);
+        int64_t t1 = now_ns();
+        cs->total++;
+        int64_t to = atomic_load(&g_measure_to);
+        bool measured = t0 >= atomic_load(&g_measure_from) && (to == 0 || t1 <= to);
+        if (rc != KL_OK) {
+            xfer_first_err(cs, step, rc, &err);
+            if (measured)
+                cs->errors++;
+            if (rc == KL_UNAVAILABLE || rc == KL_RESOURCE_EXHAUSTED || rc == KL_NOT_LEADER)
+                sleep_ns(1000000);
+            continue;
+        }
+        if (measured) {
+            cs->ok++;
+            if (lat_push(&cs->lat, (uint64_t)(t1 - t0)) != 0) {
+                snprintf(cs->first_err_msg, sizeof cs->first_err_msg, "out of memory for latencies");
+                break;
+            }
+        }
+    }
+out:
+    kl_message_free(msg);
+    free(body);
+    return NULL;
+}
+
+static int run_transfer(const options *o)
+{
+    client_state *cs = calloc((size_t)o->clients, sizeof *cs);
+    if (cs == NULL)
+        return 1;
+    int started = 0;
+    for (int i = 0; i < o->clients; i++) {
+        cs[i].id = i;
+        cs[i].opt = o;
+        if (pthread_create(&cs[i].thread, NULL, xfer_client_main, &cs[i]) != 0) {
+            fprintf(stderr, "keyload-bench: cannot start client thread %d\n", i);
+            break;
+        }
+        started++;
+    }
+    /* Every client has done its first transfer (bounded by its timeouts) before the clock. */
+    int64_t deadline = now_ns() + (int64_t)(4 * o->timeout_ms + 5000) * 1000000LL;
+    while (atomic_load(&g_primed) < started && now_ns() < deadline)
+        sleep_ns(10000000LL);
+    int64_t from = now_ns() + (int64_t)(o->warmup * 1e9);
+    atomic_store(&g_measure_from, from);
+    atomic_store(&g_go, 1);
+    int64_t end = from + (int64_t)(o->seconds * 1e9);
+    if (started == o->clients) {
+        sleep_ns(end - now_ns());
+        atomic_store(&g_measure_to, end);
+    }
+    atomic_store(&g_stop, 1);
+    for (int i = 0; i < started; i++) {
+        pthread_join(cs[i].thread, NULL);
+        kl_client_close(cs[i].sdk);
+    }
+    double secs = (double)(end - from) / 1e9;
+    size_t n = 0;
+    uint64_t ok = 0, errors = 0;
+    int open_failed = o->clients - started;
+    for (int i = 0; i < started; i++) {
+        n += cs[i].lat.n;
+        ok += cs[i].ok;
+        errors += cs[i].errors;
+        open_failed += cs[i].open_failed;
+    }
+    uint64_t *all = malloc((n ? n : 1) * sizeof *all);
+    size_t k = 0;
+    for (int i = 0; i < started && all != NULL; i++) {
+        memcpy(all + k, cs[i].lat.v, cs[i].lat.n * sizeof *all);
+        k += cs[i].lat.n;
+    }
+    if (all == NULL)
+        n = 0;
+    qsort(all, n, sizeof *all, cmp_u64);
+    double sum = 0;
+    for (size_t i = 0; i < n; i++)
+        sum += (double)all[i];
+    printf("transfer: clients=%d body=%d lane_every=%ld seconds=%.2f transfers=%llu transfers_per_s=%.1f "
+           "p50_us=%.1f p99_us=%.1f mean_us=%.1f max_us=%.1f errors=%llu\n",
+           o->clients, o->body_size, o->lane_every, secs, (unsigned long long)ok, ok / secs, pct(all, n, 50) / 1e3,
+           pct(all, n, 99) / 1e3, n ? sum / (double)n / 1e3 : 0.0, n ? all[n - 1] / 1e3 : 0.0,
+           (unsigned long long)(errors + (uint64_t)open_failed));
+    fflush(stdout);
+    for (int i = 0; i < started; i++) {
+        if (cs[i].first_err_msg[0] == '\0')
+            continue;
+        bool seen = false;
+        for (int j = 0; j < i && !seen; j++)
+            seen = strcmp(cs[j].first_err_msg, cs[i].first_err_msg) == 0;
+        if (!seen)
+            fprintf(stderr, "keyload-bench: transfer client %d: first error: %s\n", i, cs[i].first_err_msg);
+    }
+    for (int i = 0; i < o->clients; i++)
+        free(cs[i].lat.v);
+    free(all);
+    free(cs);
+    return open_failed == o->clients ? 1 : 0;
+}
+
 /* ---- --leader-of, --wait-caught-up ---- */
 
 static int run_leader_of(const options *o)
@@ -1562,6 +1807,8 @@ static void usage(FILE *f)
             "       keyload-bench --failover --url URL,URL,... --pid-dir DIR [--run N] [--attempt-ms MS] [--queue NAME]\n"
             "       keyload-bench --cluster FILE --principal ID --key FILE [--database TENANT/DB] [bench options]\n"
             "       keyload-bench --handshake N --cluster FILE --principal ID --key FILE --pid PID [--node pPmM]\n"
+            "       keyload-bench --transfer --cluster FILE --principal ID --key FILE --database TENANT/DB\n"
+            "                     --queue SOURCE --dest-queue DEST [--clients N] [--seconds S] [--lane-every N]\n"
             "URL may be a comma-separated list of the members of one partition (at most %d).\n",
             MAX_URLS);
 }
@@ -1596,7 +1843,7 @@ int main(int argc, char **argv)
 {
     options o = {.url = "tcp://127.0.0.1:7401", .queue = "bench", .clients = 1, .batch_size = 1,
                  .seconds = 5, .warmup = 0.5, .body_size = 100, .timeout_ms = 10000, .samples = 200,
-                 .attempt_ms = 500};
+                 .attempt_ms = 500, .lane_every = 200};
     o.urls[0] = o.url;
     o.n_urls = 1;
     static const struct option lo[] = {
@@ -1614,6 +1861,8 @@ int main(int argc, char **argv)
         {"key", required_argument, NULL, 'k'},        {"database", required_argument, NULL, 'd'},
         {"handshake", required_argument, NULL, 'H'},  {"pid", required_argument, NULL, 'i'},
         {"node", required_argument, NULL, 'N'},
+        {"transfer", no_argument, NULL, 'X'},         {"dest-queue", required_argument, NULL, 'D'},
+        {"lane-every", required_argument, NULL, 'E'},
         {NULL, 0, NULL, 0}};
     int ch, li = -1;
     long v;
@@ -1646,6 +1895,13 @@ int main(int argc, char **argv)
         case 'k': o.key_file = optarg; break;
         case 'd': o.database = optarg; break;
         case 'N': o.node = optarg; break;
+        case 'X': o.mode = MODE_TRANSFER; break;
+        case 'D': o.dest_queue = optarg; break;
+        case 'E':
+            if (parse_int(optarg, 1, 1000000, &v) != 0)
+                goto bad;
+            o.lane_every = v;
+            break;
         case 'H':
             if (parse_int(optarg, 1, 1000000, &v) != 0)
                 goto bad;
@@ -1715,7 +1971,14 @@ int main(int argc, char **argv)
         usage(stderr);
         return 2;
     }
-    if ((o.principal != NULL || o.mode == MODE_HANDSHAKE) &&
+    if (o.mode == MODE_TRANSFER && (o.cluster_file == NULL || o.principal == NULL || o.key_file == NULL ||
+                                    o.database == NULL || o.dest_queue == NULL || o.read)) {
+        fprintf(stderr, "keyload-bench: --transfer needs --cluster, --principal, --key, --database, --queue "
+                        "(the source) and --dest-queue\n");
+        usage(stderr);
+        return 2;
+    }
+    if (o.mode != MODE_TRANSFER && (o.principal != NULL || o.mode == MODE_HANDSHAKE) &&
         (o.cluster_file == NULL || o.principal == NULL || o.key_file == NULL ||
          (o.mode == MODE_HANDSHAKE && o.pid == 0) || (o.mode != MODE_BENCH && o.mode != MODE_HANDSHAKE) ||
          o.read)) {
@@ -1750,6 +2013,7 @@ int main(int argc, char **argv)
     case MODE_CAUGHT_UP: return run_wait_caught_up(&o);
     case MODE_FAILOVER: return run_failover(&o);
     case MODE_HANDSHAKE: return run_handshake(&o);
+    case MODE_TRANSFER: return run_transfer(&o);
     default: return run_bench(&o);
     }
 bad:

@@ -27,6 +27,17 @@
 # MemberStatus calls (the cost of any RPC on nng).
 #   (KL-3 a) session+authz time / median request time, 1 client batch 1  target <  5%
 #   (KL-3 b) daemon CPU per handshake (process CPU, make's -O2 build)    target <  200 us
+# Then KL-4, remote transfers end to end, on an RF3 cluster of 3 partitions x 3 members
+# (deploy/local-rf3.json's layout and limits, sessions required, bench-only ports and data):
+# a persisted database administrator benchxfer with QueuePublish and QueueInspect on every
+# queue of bench/kl4 runs Create (source queue xsrc on partition 1) -> Accept (destination
+# xdst on partition 2) -> InspectQueueTransferReceipt -> Complete per transfer, 1 and 32
+# transfers in flight (client threads, each with its own sessions and its own lanes: every
+# lane retains its transfer records forever, up to MaxScanRecords records and MaxBatchBytes
+# bytes, so a client moves to a fresh lane every 200 transfers); latency is Create sent to
+# Delivered answered. Then, on the same cluster as the same principal, single-message
+# enqueues into xenq (partition 1) with 32 in flight.
+#   (KL-4) transfers/s / enqueue msgs/s, 32 in flight                     target >= 25%
 # Targets are reported PASS/MISS; they do not fail the run. The script fails only when a
 # daemon cannot be started or a benchmark cannot run.
 # Environment: BENCH_SECONDS (per cell, default 5), BENCH_PORT (default 7491),
@@ -36,7 +47,9 @@
 #              BENCH_KL3_PORT (first client port of the KL-3 RF3 cluster, default 18011; peers
 #              +100), BENCH_HANDSHAKE_PORT (its one-member cluster, default 18001; peer +100),
 #              BENCH_HANDSHAKES (Hellos measured, default 1000),
-#              BENCH_PARTS=kl3 runs only the KL-3 part (default: everything),
+#              BENCH_XFER_PORT (first client port of the KL-4 cluster, default 18100: clients
+#              +0..8, peers +50..58),
+#              BENCH_PARTS=kl3 or xfer runs only the KL-3 or the KL-4 part (default: everything),
 #              BENCH_KEEP=1 keeps the temporary directory (daemon logs, data) for inspection.
 # Every process this script starts is tracked by pid and stopped by pid on exit.
 set -u
@@ -52,7 +65,8 @@ kl3_port=${BENCH_KL3_PORT:-18011}
 hs_port=${BENCH_HANDSHAKE_PORT:-18001}
 hs_n=${BENCH_HANDSHAKES:-1000}
 parts=${BENCH_PARTS:-all}
-case $parts in all|kl3) ;; *) echo "bench: BENCH_PARTS must be all or kl3"; exit 2 ;; esac
+xfer_port=${BENCH_XFER_PORT:-18100}
+case $parts in all|kl3|xfer) ;; *) echo "bench: BENCH_PARTS must be all, kl3 or xfer"; exit 2 ;; esac
 bench=bin/keyload-bench
 daemon=bin/keyloadd
 cli=bin/keyload
@@ -379,7 +393,9 @@ kl3_setup() {
 declare -A kline
 kl3_ok=0
 hs_out=""
-if ! "$cli" principal --help >/dev/null 2>&1; then
+if [ "$parts" = xfer ]; then
+  :  # KL-4 only
+elif ! "$cli" principal --help >/dev/null 2>&1; then
   echo "bench: $cli has no 'principal' command; the KL-3 part cannot run"
   failed=1
 else
@@ -518,6 +534,7 @@ if grep -q 'level=\(warn\|error\)' "$log"; then
 fi
 fi  # KL-1/KL-2 summary
 
+if [ "$parts" != xfer ]; then  # ---- KL-3 summary ----
 echo
 echo "=== KL-3: sessions and authorization, RF3 (3 members, replica_count 3, sessions required), ${secs}s per cell ==="
 echo "principal benchpub (no role; QueuePublish on queue kl3 of bench/kl3), every request sealed (SDK, one"
@@ -570,6 +587,127 @@ if cpu is not None:
 else:
     print("target (KL-3 b) daemon CPU per handshake: no data MISS")
 EOF
+fi  # KL-3 summary
+
+# ---- KL-4: remote transfers on an RF3 cluster of 3 partitions x 3 members ----
+# kl4_cluster DIR PORT: DIR/cluster.json from deploy/local-rf3.json (timers, limits, three
+# partitions of three members), sessions required: member pPmM's client port PORT+3P+M-1,
+# its peer port that +50, its public key from DIR/pPmM.pub (kl3_keys).
+kl4_cluster() {
+  python3 - "$root/deploy/local-rf3.json" "$1" "$2" <<'EOF3' || return 1
+import json, sys
+src, d, port = sys.argv[1], sys.argv[2], int(sys.argv[3])
+c = json.load(open(src))
+c["cluster"] = "bench-kl4"
+c["insecure_local_admin"] = False
+for p in c["partitions"]:
+    for m in p["members"]:
+        k = 3 * p["id"] + m["id"] - 1
+        n = "p%dm%d" % (p["id"], m["id"])
+        m["client"] = "tcp://127.0.0.1:%d" % (port + k)
+        m["peer"] = "tcp://127.0.0.1:%d" % (port + 50 + k)
+        m["data"] = "%s/%s" % (d, n)
+        m["public_key"] = open("%s/%s.pub" % (d, n)).read().strip()
+json.dump(c, open(d + "/cluster.json", "w"), indent=2)
+t = c.get("timers", {})
+print("tick_ms=%s election_ms=%s heartbeat_ms=%s" % (t.get("tick_ms"), t.get("election_ms"), t.get("heartbeat_ms")))
+EOF3
+}
+kl4_cli() {  # DIR ARGS...: the CLI as the administrator benchadmin of bench/kl4, bounded
+  local d=$1
+  shift
+  timeout 60 "$cli" --cluster "$d/cluster.json" --database bench/kl4 --timeout 20000 \
+    --principal benchadmin --key "$d/admin.key" "$@" >>"$d/setup.log" 2>&1
+}
+xline1=""
+xline32=""
+xenq=""
+if [ "$parts" = all ] || [ "$parts" = xfer ]; then
+  x=$tmp/kl4
+  xnodes="p0m1 p0m2 p0m3 p1m1 p1m2 p1m3 p2m1 p2m2 p2m3"
+  for i in $(seq 0 8); do
+    for p in $((xfer_port + i)) $((xfer_port + 50 + i)); do
+      if (exec 3<>"/dev/tcp/127.0.0.1/$p") 2>/dev/null; then
+        echo "bench: port $p is already in use; set BENCH_XFER_PORT"
+        exit 2
+      fi
+    done
+  done
+  # shellcheck disable=SC2086
+  kl3_keys "$x" $xnodes || exit 2
+  mkdir -p "$x/pids"
+  x_timers=$(kl4_cluster "$x" "$xfer_port") || exit 2
+  for n in $xnodes; do start_member "$x" "$n"; done
+  for p in 0 1 2; do
+    "$bench" --leader-of "tcp://127.0.0.1:$((xfer_port + 3 * p)),tcp://127.0.0.1:$((xfer_port + 3 * p + 1)),tcp://127.0.0.1:$((xfer_port + 3 * p + 2))" \
+      >/dev/null || { echo "bench: KL-4 partition $p elected no serving leader"; exit 1; }
+  done
+  echo "bench: KL-4 RF3 cluster ready: 3 partitions x 3 members, sessions required ($x_timers)"
+  big=(--max-messages 100000000 --max-bytes 107374182400)
+  if timeout 60 "$cli" --cluster "$x/cluster.json" --database bench/kl4 --timeout 20000 admin bootstrap \
+       --tenant bench --database kl4 --admin benchadmin --key-out "$x/admin.key" \
+       --cluster-secret "$tmp/cluster.secret" >>"$x/setup.log" 2>&1 &&
+     kl4_cli "$x" queue create xsrc --partition 1 "${big[@]}" &&
+     kl4_cli "$x" queue create xdst --partition 2 "${big[@]}" &&
+     kl4_cli "$x" queue create xenq --partition 1 "${big[@]}" &&
+     kl4_cli "$x" principal create benchxfer --key-out "$x/xfer.key" --role database-admin &&
+     kl4_cli "$x" principal grant benchxfer QueuePublish --queue '*' &&
+     kl4_cli "$x" principal grant benchxfer QueueInspect --queue '*'; then
+    xcommon=(--cluster "$x/cluster.json" --principal benchxfer --key "$x/xfer.key" --database bench/kl4)
+    for c in 1 32; do
+      out=$(timeout $((secs * 3 + 180)) "$bench" --transfer "${xcommon[@]}" --queue xsrc --dest-queue xdst \
+            --clients "$c" --seconds "$secs")
+      rc=$?
+      echo "${out:-bench: transfer clients=$c: no result (exit $rc)}"
+      [ $rc -eq 0 ] && [ -n "$out" ] || failed=1
+      if [ "$c" = 1 ]; then xline1=$out; else xline32=$out; fi
+      members_alive "$x" || exit 1
+    done
+    xenq=$(timeout $((secs * 3 + 120)) "$bench" "${xcommon[@]}" --queue xenq --clients 32 --batch-size 1 \
+           --seconds "$secs")
+    rc=$?
+    echo "${xenq:-bench: KL-4 enqueue: no result (exit $rc)}"
+    [ $rc -eq 0 ] && [ -n "$xenq" ] || failed=1
+    members_alive "$x" || exit 1
+  else
+    echo "bench: KL-4 setup (bootstrap, queues xsrc/xdst/xenq, principal benchxfer, grants) failed:"
+    tail -n 5 "$x/setup.log"
+    failed=1
+  fi
+  x_warn=$(cat "$x"/p*m*.log | grep -c 'level=\(warn\|error\)')
+  x_warn_first=$(cat "$x"/p*m*.log | grep 'level=\(warn\|error\)' | head -n 5)
+  stop_cluster "$x"
+
+  echo
+  echo "=== KL-4: remote transfers, RF3 (3 partitions x 3 members, replica_count 3, sessions required), ${secs}s per cell ==="
+  echo "one transfer = Create (xsrc, partition 1) + Accept (xdst, partition 2) + receipt read + Complete, as the"
+  echo "database administrator benchxfer (its QueuePublish/QueueInspect grants checked), every request sealed;"
+  echo "latency = Create sent to Delivered answered; enqueue = single-message batches into xenq (partition 1)"
+  printf "%-10s %12s %12s %12s %12s %8s\n" in_flight transfers/s p50_us p99_us max_us errors
+  for l in "$xline1" "$xline32"; do
+    printf "%-10s %12s %12s %12s %12s %8s\n" "$(kv clients "$l")" "$(kv transfers_per_s "$l")" "$(kv p50_us "$l")" \
+      "$(kv p99_us "$l")" "$(kv max_us "$l")" "$(kv errors "$l")"
+  done
+  printf "enqueue, 32 in flight, batch 1: %s msgs/s, p50 %s us, p99 %s us, errors %s\n" "$(kv msgs_per_s "$xenq")" \
+    "$(kv p50_us "$xenq")" "$(kv p99_us "$xenq")" "$(kv errors "$xenq")"
+  python3 - "$(kv transfers_per_s "$xline32")" "$(kv msgs_per_s "$xenq")" <<'EOF4'
+import sys
+def num(s):
+    try: return float(s)
+    except ValueError: return None
+t, e = map(num, sys.argv[1:3])
+if t is not None and e:
+    r = t / e
+    print("target (KL-4) transfers/s / enqueue msgs/s, 32 in flight: %.1f / %.1f = %.1f%% (target >= 25%%) %s"
+          % (t, e, 100 * r, "PASS" if r >= 0.25 else "MISS"))
+else:
+    print("target (KL-4) transfers/s / enqueue msgs/s, 32 in flight: no data MISS")
+EOF4
+  if [ "${x_warn:-0}" -gt 0 ]; then
+    echo "bench: the KL-4 members logged $x_warn warnings/errors (first 5):"
+    echo "$x_warn_first"
+  fi
+fi
 if [ ${#crashes[@]} -gt 0 ]; then
   echo "bench: FAILED: members exited by themselves during the failover runs:"
   printf '  %s\n' "${crashes[@]}"
