@@ -423,6 +423,16 @@ static kl_code replay_committed(kl_node *n, const char *principal, const uint8_t
         return kl_fail(err, KL_CONFLICT, "command_id_reused",
                        "command_id was already used for a different batch (committed at index %llu)", at);
     }
+    if (o->error_code != 0) {
+        /* A committed refusal answers the same every time (DESIGN.md §7), whatever the
+         * principal's grants became: it had no effect, so there is no outcome to withhold
+         * from changed authority (stale_authority would wrongly say it committed one). */
+        kl_err e;
+        kl_fail(&e, (kl_code)o->error_code, o->error_detail, "%s", o->error_message);
+        keyload__v1__outcome_record__free_unpacked(o, NULL);
+        fn(cookie, e.code, &e, NULL, 0);
+        return KL_OK;
+    }
     if (o->policy_epoch != policy_epoch) {
         unsigned long long at = (unsigned long long)o->index, was = (unsigned long long)o->policy_epoch;
         keyload__v1__outcome_record__free_unpacked(o, NULL);
@@ -432,14 +442,7 @@ static kl_code replay_committed(kl_node *n, const char *principal, const uint8_t
                        "returned again: use a fresh command id under the current grants",
                        at, was, (unsigned long long)policy_epoch);
     }
-    if (o->error_code != 0) {
-        /* A committed refusal answers the same every time (DESIGN.md §7). */
-        kl_err e;
-        kl_fail(&e, (kl_code)o->error_code, o->error_detail, "%s", o->error_message);
-        fn(cookie, e.code, &e, NULL, 0);
-    } else {
-        fn(cookie, KL_OK, NULL, o->receipt.data, o->receipt.len);
-    }
+    fn(cookie, KL_OK, NULL, o->receipt.data, o->receipt.len);
     keyload__v1__outcome_record__free_unpacked(o, NULL);
     return KL_OK;
 }
