@@ -1,4 +1,5 @@
 #include "daemon/engine/catalog.h"
+#include "daemon/engine/transfer.h"
 
 #include "common/canon.h"
 #include "common/keys.h"
@@ -131,6 +132,10 @@ static kl_code drop_local_queue(kl_view *v, const Keyload__V1__CatalogQueue *q, 
             return corrupt(err, "queue");
         bool keep = rec->messages > 0;
         keyload__v1__queue_record__free_unpacked(rec, NULL);
+        /* Transfer intents and dedup receipts are never discarded (DESIGN.md §7): a queue
+         * retaining any keeps its records here, like one holding messages. */
+        if (!keep && (rc = kl_transfer_queue_retains(v, qid, &keep, err)) != KL_OK)
+            return rc;
         if (keep)
             return KL_OK;
         if ((rc = kl_view_del(v, qk.b, qk.len, err)) != KL_OK)

@@ -929,6 +929,26 @@ START_TEST(retention_ack_and_removal_keep_records)
 }
 END_TEST
 
+
+START_TEST(retention_catalog_drop_keeps_transfer_records)
+{
+    /* Partition 0 drops the definition of a source queue (a client skipping the SDK's
+     * close step): the source partition keeps the queue's records, because it retains
+     * a transfer intent, so the intent stays reachable. */
+    blob t = create_ok(0x7B, NULL, 42, "dst", "kept");
+    th_batch *db = th_batch_new(0x7C);
+    th_delete(db, "src");
+    keyload__v1__batch_receipt__free_unpacked(th_run(&A, db, KL_OK), NULL);
+    sync_catalog();
+    Keyload__V1__InspectQueueTransferAnswer *a = inspect(NULL, 42);
+    ck_assert_ptr_nonnull(a);
+    ck_assert_uint_eq(a->state, KEYLOAD__V1__TRANSFER_STATE__OUTPUT_PENDING);
+    ck_assert_mem_eq(a->intent_token.data, t.p, t.n);
+    keyload__v1__inspect_queue_transfer_answer__free_unpacked(a, NULL);
+    free(t.p);
+}
+END_TEST
+
 static th_reply pause_req(th_node *t, uint8_t cmd, const char *queue, bool paused)
 {
     Keyload__V1__QueueLaneRef s;
@@ -1104,6 +1124,7 @@ Suite *suite_transfer(void)
     tcase_add_test(ret, retention_token_bound);
     tcase_add_test(ret, retention_ack_and_removal_keep_records);
     tcase_add_test(ret, retention_pause_keeps_everything);
+    tcase_add_test(ret, retention_catalog_drop_keeps_transfer_records);
     suite_add_tcase(s, ret);
     TCase *coord = tcase_create("CoordinationReadTests");
     tcase_add_checked_fixture(coord, setup, teardown);
