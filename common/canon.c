@@ -170,6 +170,18 @@ static void canon_tokens(kl_canon *c, ProtobufCBinaryData *t, size_t n)
         kl_canon_bytes(c, 2, t[i].data, t[i].len);
 }
 
+/* DatabaseLimits: the three limits (tag 3), then MaxQueueTransferAcceptAttempts as a
+ * presence item and its value (tag 4), so null and any value differ. */
+static void canon_db_limits(kl_canon *c, const Keyload__V1__DatabaseLimits *l)
+{
+    kl_canon_u64(c, 3, l ? l->max_scan_records : 0);
+    kl_canon_u64(c, 3, l ? l->max_batch_bytes : 0);
+    kl_canon_u64(c, 3, l ? l->max_query_read_bytes : 0);
+    const Keyload__V1__NullableU64 *a = l ? l->max_queue_transfer_accept_attempts : NULL;
+    kl_canon_u64(c, 4, a ? 1 : 0);
+    kl_canon_u64(c, 4, a ? a->value : 0);
+}
+
 void kl_canon_mutation(kl_canon *c, const Keyload__V1__Mutation *m)
 {
     uint8_t kind = (uint8_t)m->kind_case;
@@ -202,12 +214,7 @@ void kl_canon_mutation(kl_canon *c, const Keyload__V1__Mutation *m)
         const Keyload__V1__CreateDatabase *d = m->create_database;
         kl_canon_str(c, 1, d->tenant);
         kl_canon_str(c, 2, d->database);
-        const Keyload__V1__DatabaseLimits *l = d->limits;
-        kl_canon_u64(c, 3, l ? l->max_scan_records : 0);
-        kl_canon_u64(c, 3, l ? l->max_batch_bytes : 0);
-        kl_canon_u64(c, 3, l ? l->max_query_read_bytes : 0);
-        kl_canon_u64(c, 4, (l && l->max_queue_transfer_accept_attempts) ? 1 : 0);
-        kl_canon_u64(c, 4, (l && l->max_queue_transfer_accept_attempts) ? l->max_queue_transfer_accept_attempts->value : 0);
+        canon_db_limits(c, d->limits);
         break;
     }
     case KEYLOAD__V1__MUTATION__KIND_ENQUEUE:
@@ -276,13 +283,7 @@ void kl_canon_mutation(kl_canon *c, const Keyload__V1__Mutation *m)
         const Keyload__V1__SetDatabaseLimits *d = m->set_database_limits;
         kl_canon_str(c, 1, d->tenant);
         kl_canon_str(c, 2, d->database);
-        const Keyload__V1__DatabaseLimits *l = d->limits;
-        kl_canon_u64(c, 3, l ? l->max_scan_records : 0);
-        kl_canon_u64(c, 3, l ? l->max_batch_bytes : 0);
-        kl_canon_u64(c, 3, l ? l->max_query_read_bytes : 0);
-        /* null and a value differ: the presence byte, then the value */
-        kl_canon_u64(c, 4, (l && l->max_queue_transfer_accept_attempts) ? 1 : 0);
-        kl_canon_u64(c, 4, (l && l->max_queue_transfer_accept_attempts) ? l->max_queue_transfer_accept_attempts->value : 0);
+        canon_db_limits(c, d->limits);
         break;
     }
     case KEYLOAD__V1__MUTATION__KIND_CREATE_QUEUE_TRANSFER: {
