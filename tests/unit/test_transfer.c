@@ -1091,45 +1091,40 @@ START_TEST(coordination_read_bounds_exact_and_one_over)
 }
 END_TEST
 
+/* One test case per acceptance criterion, each test on fresh stores. */
+static TCase *criterion(Suite *s, const char *name)
+{
+    TCase *t = tcase_create(name);
+    tcase_add_checked_fixture(t, setup, teardown);
+    tcase_set_timeout(t, 60);
+    suite_add_tcase(s, t);
+    return t;
+}
+
 Suite *suite_transfer(void)
 {
     Suite *s = suite_create("transfer");
-    TCase *intent = tcase_create("RemoteTransferIntentTests");
-    tcase_add_checked_fixture(intent, setup, teardown);
-    tcase_set_timeout(intent, 60);
+    TCase *intent = criterion(s, "RemoteTransferIntentTests");
     tcase_add_test(intent, intent_same_identity_replays_changes_conflict);
     tcase_add_test(intent, intent_batch_rollback_creates_nothing);
     tcase_add_test(intent, intent_survives_reopen);
     tcase_add_test(intent, intent_refuses_same_partition);
     tcase_add_test(intent, fingerprint_is_canonical);
-    suite_add_tcase(s, intent);
-    TCase *dest = tcase_create("RemoteTransferDestinationTests");
-    tcase_add_checked_fixture(dest, setup, teardown);
-    tcase_set_timeout(dest, 60);
+    TCase *dest = criterion(s, "RemoteTransferDestinationTests");
     tcase_add_test(dest, destination_once_and_byte_identical);
     tcase_add_test(dest, destination_quota_failure_leaves_nothing_and_is_committed);
     tcase_add_test(dest, destination_refuses_bad_intents);
     tcase_add_test(dest, destination_refuses_expired_message);
-    suite_add_tcase(s, dest);
-    TCase *rcpt = tcase_create("RemoteTransferReceiptTests");
-    tcase_add_checked_fixture(rcpt, setup, teardown);
-    tcase_set_timeout(rcpt, 60);
+    TCase *rcpt = criterion(s, "RemoteTransferReceiptTests");
     tcase_add_test(rcpt, receipt_mismatches_refuse_and_keep_pending);
-    suite_add_tcase(s, rcpt);
-    TCase *ret = tcase_create("RemoteTransferRetentionTests");
-    tcase_add_checked_fixture(ret, setup, teardown);
-    tcase_set_timeout(ret, 60);
+    TCase *ret = criterion(s, "RemoteTransferRetentionTests");
     tcase_add_test(ret, retention_record_bound_exact_and_one_over);
     tcase_add_test(ret, retention_byte_bound_exact_and_one_over);
     tcase_add_test(ret, retention_token_bound);
     tcase_add_test(ret, retention_ack_and_removal_keep_records);
     tcase_add_test(ret, retention_pause_keeps_everything);
     tcase_add_test(ret, retention_catalog_drop_keeps_transfer_records);
-    suite_add_tcase(s, ret);
-    TCase *coord = tcase_create("CoordinationReadTests");
-    tcase_add_checked_fixture(coord, setup, teardown);
-    tcase_set_timeout(coord, 60);
+    TCase *coord = criterion(s, "CoordinationReadTests");
     tcase_add_test(coord, coordination_read_bounds_exact_and_one_over);
-    suite_add_tcase(s, coord);
     return s;
 }
