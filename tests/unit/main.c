@@ -26,6 +26,7 @@ Suite *suite_access(void);
 Suite *suite_tail_auth(void);
 Suite *suite_sdk_transfer(void);
 Suite *suite_transfer(void);
+Suite *suite_coordinator(void);
 
 int main(void)
 {
@@ -51,6 +52,7 @@ int main(void)
     srunner_add_suite(sr, suite_tail_auth());
     srunner_add_suite(sr, suite_sdk_transfer());
     srunner_add_suite(sr, suite_transfer());
+    srunner_add_suite(sr, suite_coordinator());
     srunner_run_all(sr, CK_NORMAL);
     int failed = srunner_ntests_failed(sr);
     int run = srunner_ntests_run(sr);
