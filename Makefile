@@ -18,6 +18,9 @@ SDK_SRC    := $(wildcard client/sdk/*.c)
 CLI_SRC    := $(wildcard client/cli/*.c)
 # The CLI without main.c: linked into the unit tests (argument parsing).
 CLI_LIB_SRC := $(filter-out client/cli/main.c,$(CLI_SRC))
+COORD_SRC  := $(wildcard coordinator/*.c)
+# The coordinator without main.c: linked into the unit tests (config, command ids, buffers).
+COORD_LIB_SRC := $(filter-out coordinator/main.c,$(COORD_SRC))
 BENCH_SRC  := $(wildcard tests/bench/*.c)
 UNIT_SRC   := $(wildcard tests/unit/*.c)
 
@@ -28,7 +31,7 @@ CORE_OBJ   := $(call obj,$(GEN_C) $(COMMON_SRC))
 DAEMON_OBJ := $(call obj,$(DAEMON_SRC))
 SDK_OBJ    := $(call obj,$(SDK_SRC))
 
-BINS := bin/keyloadd bin/keyload bin/keyload-bench
+BINS := bin/keyloadd bin/keyload bin/keyload-coordinator bin/keyload-bench
 
 .PHONY: all deps test unit-test process-test fuzz fuzz-run bench run clean
 all: $(BINS) lib/libkeyload.a
@@ -57,6 +60,10 @@ bin/keyload: $(call obj,$(CLI_SRC)) lib/libkeyload.a
 	@mkdir -p bin
 	$(CC) $(CFLAGS) -o $@ $(call obj,$(CLI_SRC)) lib/libkeyload.a $(LIBS)
 
+bin/keyload-coordinator: $(call obj,$(COORD_SRC)) lib/libkeyload.a
+	@mkdir -p bin
+	$(CC) $(CFLAGS) -o $@ $(call obj,$(COORD_SRC)) lib/libkeyload.a $(LIBS)
+
 bin/keyload-bench: $(call obj,$(BENCH_SRC)) lib/libkeyload.a
 	@mkdir -p bin
 	$(CC) $(CFLAGS) -o $@ $(call obj,$(BENCH_SRC)) lib/libkeyload.a $(LIBS)
@@ -66,7 +73,7 @@ build/proc-test: $(call obj,$(wildcard tests/cluster/*.c)) $(SDK_OBJ) $(CORE_OBJ
 	$(CC) $(CFLAGS) -o $@ $^ $(LIBS)
 
 # Unit tests: one Check runner, everything built with AddressSanitizer + UBSan.
-build/unit-tests: $(call san,$(UNIT_SRC) $(GEN_C) $(COMMON_SRC) $(DAEMON_SRC) $(SDK_SRC) $(CLI_LIB_SRC))
+build/unit-tests: $(call san,$(UNIT_SRC) $(GEN_C) $(COMMON_SRC) $(DAEMON_SRC) $(SDK_SRC) $(CLI_LIB_SRC) $(COORD_LIB_SRC))
 	$(CC) $(SAN) -o $@ $^ $(LIBS) $(CHECK_LIBS)
 
 deps:

@@ -20,7 +20,20 @@
  * Replication transport (daemon/repl/peer.c):
  *   peer.before_close               on the closer thread, before the socket's nng_close
  *                                   (sleep(MS) past PEER_CLOSE_MAX_MS: a close that hangs)
- * Coordinator sites (keyload-coordinator, KL-5) will be listed here as they appear. */
+ * Coordinator sites (keyload-coordinator, coordinator/turn.c; each worker turn passes them in
+ * this order; run with "workers": 1 when a test needs the N-th hit to be an exact transfer):
+ *   coord.before_accept             no receipt was found; the Accept batch (deterministic
+ *                                   command id) is built but not yet sent
+ *   coord.after_accept_sent         the Accept was answered OK (committed), before the
+ *                                   receipt is reread: exit here = "after Accept committed but
+ *                                   before its answer was used"
+ *   coord.before_complete           receipt read and both proofs rechecked; the Complete
+ *                                   batch is not yet sent
+ *   coord.after_complete_sent       the Complete was answered OK (Delivered committed),
+ *                                   before the coordinator counts or logs it
+ * error(CODE) at a before_ site is handled like that batch refused with CODE (a terminal code
+ * is recorded as a terminal failure, others are retried); at an after_ site the answer is
+ * set aside and the turn retried later with the same command id. */
 #ifndef KL_FAILPOINT_H
 #define KL_FAILPOINT_H
 
