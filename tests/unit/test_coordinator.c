@@ -3,6 +3,7 @@
  * decoding and discovery's per-item decision. No network. Runs under ASan+UBSan with leak
  * detection: every test frees what it builds. */
 #include "common/guid.h"
+#include "common/log.h"
 #include "coordinator/buffer.h"
 #include "coordinator/command_id.h"
 #include "coordinator/config.h"
@@ -11,9 +12,12 @@
 #include "coordinator/event.h"
 #include "coordinator/failed.h"
 #include "coordinator/intent.h"
+#include "coordinator/status.h"
+#include "coordinator/turn.h"
 #include "keyload/v1/claims.pb-c.h"
 
 #include <check.h>
+#include <jansson.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -651,6 +655,8 @@ static kl_coord *test_coord(uint32_t workers, uint32_t capacity)
     for (uint32_t i = 0; i < workers; i++)
         ck_assert_int_eq(kl_coord_buffer_new(capacity, &co->buffers[i], NULL), KL_OK);
     ck_assert_int_eq(kl_coord_failed_new(8, &co->failed, NULL), KL_OK);
+    ck_assert_int_eq(pthread_mutex_init(&co->lanes_mu, NULL), 0);
+    kl_log_set_level(KL_LOG_WARN); /* one "dispatched" line per event is noise here */
     return co;
 }
 
@@ -660,7 +666,9 @@ static void test_coord_free(kl_coord *co)
         kl_coord_buffer_free(co->buffers[i]);
     free(co->buffers);
     kl_coord_failed_free(co->failed);
+    pthread_mutex_destroy(&co->lanes_mu);
     free(co);
+    kl_log_set_level(KL_LOG_INFO);
 }
 
 START_TEST(test_discovery_take)
@@ -734,6 +742,65 @@ START_TEST(test_dispatch_by_identity)
 }
 END_TEST
 
+/* The status snapshot: the documented keys, the buffers and failures, and no token. */
+START_TEST(test_status_snapshot)
+{
+    kl_coord *co = test_coord(2, 4);
+    item_fixture f;
+    item_init(&f, "ops", "orders", 1, 1);
+    ck_assert_int_eq(kl_coord_discovery_take(co, &f.item), KL_COORD_TAKE_DISPATCHED);
+    kl_coord_event *failed = make_event(7, "orders");
+    kl_err why;
+    kl_fail(&why, KL_PERMISSION_DENIED, "grant:QueuePublish", "no grant");
+    kl_coord_failed_record(co->failed, failed, "accept", &why, 42);
+    kl_coord_lane_count lane = {.source = "orders/default", .partition = 1, .pending = 3};
+    kl_coord_publish_lanes(co, &lane, 1, 0);
+
+    char *text = kl_coord_status_json(co, true);
+    ck_assert_ptr_nonnull(text);
+    json_error_t je;
+    json_t *o = json_loads(text, 0, &je);
+    ck_assert_ptr_nonnull(o);
+    ck_assert(json_is_true(json_object_get(o, "final")));
+    ck_assert_str_eq(json_string_value(json_object_get(o, "discovery")), "enabled");
+    ck_assert_str_eq(json_string_value(json_object_get(json_object_get(o, "config"), "principal_id")),
+                     "ops");
+    ck_assert_int_eq(json_array_size(json_object_get(o, "buffers")), 2);
+    ck_assert_int_eq(json_integer_value(json_object_get(json_object_get(o, "counters"),
+                                                        "dispatched")), 1);
+    json_t *lanes = json_object_get(json_object_get(o, "pending"), "lanes");
+    ck_assert_int_eq(json_integer_value(json_object_get(json_array_get(lanes, 0), "pending")), 3);
+    json_t *latest = json_object_get(json_object_get(o, "failed"), "latest");
+    ck_assert_int_eq(json_array_size(latest), 1);
+    ck_assert_str_eq(json_string_value(json_object_get(json_array_get(latest, 0), "code")),
+                     "PERMISSION_DENIED");
+    ck_assert_str_eq(json_string_value(json_object_get(json_array_get(latest, 0), "transfer_id")),
+                     failed->transfer_id_text);
+    /* No token, in any encoding we print, and no key path. */
+    ck_assert_ptr_null(strstr(text, "token"));
+    ck_assert_ptr_null(strstr(text, "key_file"));
+    json_decref(o);
+    free(text);
+    kl_coord_event_free(failed);
+    item_clear(&f);
+    test_coord_free(co);
+}
+END_TEST
+
+START_TEST(test_terminal_codes)
+{
+    static const kl_code terminal[] = {KL_PERMISSION_DENIED, KL_RESOURCE_EXHAUSTED,
+                                       KL_FAILED_PRECONDITION, KL_CONFLICT, KL_INVALID_ARGUMENT};
+    static const kl_code transient[] = {KL_UNAVAILABLE, KL_NOT_LEADER, KL_DEADLINE_EXCEEDED,
+                                        KL_UNKNOWN_WRITE_OUTCOME, KL_UNAUTHENTICATED, KL_INTERNAL,
+                                        KL_NOT_FOUND};
+    for (size_t i = 0; i < sizeof terminal / sizeof terminal[0]; i++)
+        ck_assert(kl_coord_refusal_is_terminal(terminal[i]));
+    for (size_t i = 0; i < sizeof transient / sizeof transient[0]; i++)
+        ck_assert(!kl_coord_refusal_is_terminal(transient[i]));
+}
+END_TEST
+
 Suite *suite_coordinator(void)
 {
     Suite *s = suite_create("coordinator");
@@ -753,6 +820,8 @@ Suite *suite_coordinator(void)
     tcase_add_test(tc, test_event_from_item);
     tcase_add_test(tc, test_discovery_take);
     tcase_add_test(tc, test_dispatch_by_identity);
+    tcase_add_test(tc, test_status_snapshot);
+    tcase_add_test(tc, test_terminal_codes);
     suite_add_tcase(s, tc);
     return s;
 }
