@@ -1,5 +1,6 @@
 #include "common/failpoint.h"
 
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -16,7 +17,7 @@ typedef struct {
     fp_action action;
     long arg;          /* sleep ms or error code */
     unsigned on_hit;   /* 0 = every hit */
-    unsigned hits;
+    _Atomic unsigned hits;  /* sites run on several threads (coordinator workers) */
 } fp_entry;
 
 bool kl_failpoints_armed = false;
@@ -113,8 +114,9 @@ kl_code kl_failpoint_eval(const char *name, kl_err *err)
         fp_entry *e = &fp_table[i];
         if (strcmp(e->name, name) != 0)
             continue;
-        e->hits++;
-        if (e->on_hit != 0 && e->hits != e->on_hit)
+        /* One atomic increment: exactly one thread sees the N-th hit. */
+        unsigned hit = atomic_fetch_add(&e->hits, 1) + 1;
+        if (e->on_hit != 0 && hit != e->on_hit)
             return KL_OK;
         switch (e->action) {
         case FP_EXIT:
