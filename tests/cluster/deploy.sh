@@ -2,8 +2,11 @@
 # deploy/keyload-cluster end to end on a real RF3 cluster (3 partitions x 3 members, from
 # deploy/local-rf3.json): key files and their modes, keys generated once and reused,
 # members refusing a wrong or exposed key, `status --json` (leaders, members up or not),
-# kill, start, down. Its own cluster file and name, ports in 32000-32739 (below the
-# ephemeral range); every process it starts is stopped on exit by pid file, never by name.
+# kill, start, down; the coordinator: nothing without var/<name>/coordinator.json, and with
+# it started by up/start/restart --cold, shown by status, stopped by kill/down (config with
+# an administrator the test bootstraps). Its own cluster file and name, ports in
+# 32000-32739 (below the ephemeral range); every process it starts is stopped on exit by pid
+# file, never by name.
 set -u
 cd "$(dirname "$0")/../.." || exit 1
 name="deploytest$$"
@@ -92,6 +95,19 @@ check "status --json keeps the pid-file list" [ "$(jq -r '[.nodes[] | select(.st
 human=$(kc status 2>&1)
 check "status prints one line per partition" [ "$(grep -c '^partition [0-2]: leader p[0-2]m[1-3]' <<<"$human")" = 3 ]
 
+# ---- no coordinator.json: no coordinator, and nothing else changes
+check "without coordinator.json, up starts no coordinator (no pid file, no log)" \
+  [ ! -e "$var/coordinator.pid" ] && [ ! -e "$var/coordinator.log" ]
+check "status --json: coordinator not configured, stopped, no pid" \
+  [ "$(jq -c '.coordinator | [.configured, .state, .pid, .status]' <<<"$st")" = '[false,"stopped",null,null]' ]
+check "status --json keeps its keys (cluster, nodes, partitions) beside coordinator" \
+  [ "$(jq -c 'keys' <<<"$st")" = '["cluster","coordinator","nodes","partitions"]' ]
+check "status says the coordinator is not configured" grep -q '^coordinator: not configured' <<<"$human"
+out=$(kc start coordinator 2>&1); rc=$?
+check "start coordinator without its config fails, naming the file" \
+  bash -c '[ "$1" -ne 0 ] && grep -q "coordinator.json" <<<"$0"' "$out" "$rc"
+check "... and leaves no pid file" [ ! -e "$var/coordinator.pid" ]
+
 # ---- kill one member
 p1m2_pid=$(cat "$var/p1m2.pid" 2>/dev/null)
 kc kill p1m2 >/dev/null
@@ -133,12 +149,59 @@ for f in "$var/cluster.secret" "$var"/p*m*.key; do
 done
 check "no key bytes in any log" [ $leaked -eq 0 ]
 
+# ---- the coordinator, configured: an administrator bootstrapped here is its principal (the
+# launcher only starts it; it never creates the principal or the config)
+coord_pid() { cat "$var/coordinator.pid" 2>/dev/null; }
+coord_up() { local p; p=$(coord_pid); [ -n "$p" ] && ! gone "$p"; }
+write_coord_cfg() {  # [WORKERS]
+  (umask 077; jq -n --arg c "$var/cluster.json" --arg k "$var/ops.key" --argjson w "${1:-2}" \
+    '{cluster_file: $c, database: "deploy/db", transfer_coordinator_principal_id: "ops",
+      principal_key_file: $k, flush_interval_ms: 100, workers: $w}' >"$var/coordinator.json")
+}
+check "admin bootstrap (the coordinator's principal ops)" quiet timeout 60 ./bin/keyload --cluster "$var/cluster.json" \
+  admin bootstrap --tenant deploy --database db --admin ops --key-out "$var/ops.key" --cluster-secret "$var/cluster.secret"
+write_coord_cfg
+out=$(kc up 2>&1)
+check "up with coordinator.json starts the coordinator" grep -q '^coordinator: started (pid [0-9]*)' <<<"$out"
+check "... the members were already running" [ "$(grep -c ': already running' <<<"$out")" = 9 ]
+c1=$(coord_pid)
+check "coordinator.pid names a running process" coord_up
+check "the coordinator logged that it starts discovery as ops" grep -q 'msg="starting".*principal=ops' "$var/coordinator.log"
+if wait_status '.coordinator.state == "running" and .coordinator.status.discovery == "enabled"'; then
+  ok "status --json: coordinator running, its snapshot says discovery enabled"
+else bad "status --json coordinator: $(jq -c .coordinator <<<"$st" 2>/dev/null)"; fi
+check "status --json: the coordinator's pid and config" \
+  [ "$(jq -r '"\(.coordinator.pid) \(.coordinator.configured) \(.coordinator.status.config.principal_id)"' <<<"$st")" = "$c1 true ops" ]
+check "status --json: members unchanged (9 running, 3 partitions)" \
+  [ "$(jq '[.nodes[] | select(.state == "running")] | length' <<<"$st"):$(jq '.partitions | length' <<<"$st")" = 9:3 ]
+human=$(kc status 2>&1)
+check "status shows the coordinator running with its pid" grep -q "^coordinator: running (pid $c1)" <<<"$human"
+check "up again leaves the running coordinator alone" \
+  bash -c '[ "$(timeout 60 deploy/keyload-cluster --config "$0" up 2>&1 | grep -c "^coordinator: already running")" = 1 ]' "$cfg"
+check "... same pid" [ "$(coord_pid)" = "$c1" ]
+check "kill coordinator" quiet kc kill coordinator
+check "... its process is gone and its pid file removed" bash -c '! kill -0 "$0" 2>/dev/null || [ "$(ps -o stat= -p "$0" | cut -c1)" = Z ]; [ ! -e "$1" ]' "$c1" "$var/coordinator.pid"
+check "status --json after kill: coordinator stopped" [ "$(status_json | jq -r .coordinator.state)" = stopped ]
+cp "$var/coordinator.json" "$var/coordinator.json.good"
+write_coord_cfg 0
+out=$(kc start coordinator 2>&1); rc=$?
+check "start coordinator with workers 0 fails, naming the key" bash -c '[ "$1" -ne 0 ] && grep -q "workers" <<<"$0"' "$out" "$rc"
+check "... and leaves no pid file" [ ! -e "$var/coordinator.pid" ]
+mv "$var/coordinator.json.good" "$var/coordinator.json"
+check "start coordinator" quiet kc start coordinator
+c2=$(coord_pid)
+check "... a new coordinator process runs" bash -c '[ -n "$0" ] && [ "$0" != "$1" ] && kill -0 "$0"' "$c2" "$c1"
+
 # ---- down, then up again: same keys
-member_pids=$(cat "$var"/*.pid 2>/dev/null)
+member_pids=$(cat "$var"/p*m*.pid 2>/dev/null)
 check "down" quiet kc down
 still=0
 for p in $member_pids; do gone "$p" || still=1; done
 check "down stopped every member" [ $still -eq 0 ]
+check "down stopped the coordinator (pid $c2 gone)" gone "$c2"
+check "... with SIGTERM: it logged a clean stop and wrote a final snapshot" \
+  bash -c 'grep -q "msg=\"stopped\"" "$0" && [ "$(./bin/keyload-coordinator --status --config "$1" | jq -r .final)" = true ]' \
+  "$var/coordinator.log" "$var/coordinator.json"
 check "down removed every pid file" [ -z "$(ls "$var"/*.pid 2>/dev/null)" ]
 check "status after down: nothing running, nothing up" \
   [ "$(status_json | jq '[.partitions[].members[] | select(.up or .state == "running")] | length')" = 0 ]
@@ -146,11 +209,21 @@ check "second up" quiet kc up
 check "second up reused the cluster secret and member keys" [ "$(keys_digest)" = "$digest1" ]
 check "second up wrote the same public keys" [ "$(pubs)" = "$pubs1" ]
 check "all up after the second up" wait_status "$all_up"
+c3=$(coord_pid)
+check "second up started the coordinator again" bash -c '[ -n "$0" ] && [ "$0" != "$1" ] && kill -0 "$0"' "$c3" "$c2"
 check "restart --cold" quiet kc restart --cold
 check "restart --cold kept the keys" [ "$(keys_digest):$(pubs)" = "$digest1:$pubs1" ]
 check "all up after restart --cold" wait_status "$all_up"
+c4=$(coord_pid)
+check "restart --cold restarted the coordinator (old pid gone, new one runs)" \
+  bash -c '[ -n "$0" ] && [ "$0" != "$1" ] && kill -0 "$0"' "$c4" "$c3"
+check "... the old one is gone" gone "$c3"
+check "status --json shows the restarted coordinator" wait_status ".coordinator.state == \"running\" and .coordinator.pid == $c4"
 check "final down" quiet kc down
+check "final down stopped the coordinator" gone "$c4"
 check "no pid file left" [ -z "$(ls "$var"/*.pid 2>/dev/null)" ]
+check "no key bytes of ops in the coordinator's log" bash -c '! grep -qF "$(base64 -w0 "$0")" "$1"' "$var/ops.key" "$var/coordinator.log"
+check "the coordinator's log is 0600" [ "$(mode_of "$var/coordinator.log")" = 600 ]
 
 echo "$passed passed, $failed failed"
 [ "$failed" -eq 0 ]
