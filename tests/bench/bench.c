@@ -81,12 +81,21 @@
  *       Prints one "transfer:" line: transfers/s, p50/p99/max latency in microseconds,
  *       errors (a transfer with any failed step counts once and is abandoned, pending).
  *
- * Output lines start with "fsync:", "bench:", "leader:", "caughtup:", "failover:" or "transfer:" so
+ *   keyload-bench --coord-create N --cluster FILE --principal ID --key FILE --database TENANT/DB
+ *                 --queue SOURCE --dest-queue DEST [--clients C] [--lane-every L] [--lane-tag TAG]
+ *                 [--drain-seconds S] [--rate R] [--no-wait]
+ *       Coordinator-driven transfers (KL-5): C clients create N transfers while a separate
+ *       keyload-coordinator drives them; the bench waits until SOURCE has nothing pending
+ *       and derives rate and latency from each transfer's commit history (coord.h). Prints
+ *       one "coord:" line.
+ *
+ * Output lines start with "fsync:", "bench:", "leader:", "caughtup:", "failover:", "transfer:" or "coord:" so
  * scripts can pick them out. Exit code 0 when the run completed (errors are counted and
  * reported, not fatal), 1 when it could not run at all (cannot connect, cannot create the
  * queue, no leader, no ack after a kill within 60 s), 2 on bad usage. */
 #include "client/keyload.h"
 #include "common/cluster.h"
+#include "tests/bench/coord.h"
 #include "common/guid.h"
 #include "common/keys.h"
 #include "common/rpc.h"
@@ -122,7 +131,7 @@
 #define URL_MAX 256
 #define LEADER_WAIT_NS (60 * 1000000000LL)
 
-enum mode { MODE_BENCH, MODE_FSYNC, MODE_LEADER, MODE_CAUGHT_UP, MODE_FAILOVER, MODE_HANDSHAKE, MODE_TRANSFER };
+enum mode { MODE_BENCH, MODE_FSYNC, MODE_LEADER, MODE_CAUGHT_UP, MODE_FAILOVER, MODE_HANDSHAKE, MODE_TRANSFER, MODE_COORD };
 
 typedef struct options {
     int mode;
@@ -152,6 +161,11 @@ typedef struct options {
     long pid;                /* --handshake: the member's pid */
     const char *dest_queue;  /* --transfer: the destination queue (queue is the source) */
     long lane_every;         /* --transfer: transfers per lane and client */
+    long coord_transfers;    /* --coord-create: transfers to create */
+    const char *lane_tag;    /* --coord-create: lane name prefix */
+    double drain_s;          /* --coord-create: longest wait for the coordinator */
+    int no_wait;             /* --coord-create: create only */
+    double coord_rate;       /* --coord-create: creates per second (0: as fast as possible) */
 } options;
 
 /* The cluster file of --cluster (large: a static, loaded once by main). */
@@ -1809,6 +1823,9 @@ static void usage(FILE *f)
             "       keyload-bench --handshake N --cluster FILE --principal ID --key FILE --pid PID [--node pPmM]\n"
             "       keyload-bench --transfer --cluster FILE --principal ID --key FILE --database TENANT/DB\n"
             "                     --queue SOURCE --dest-queue DEST [--clients N] [--seconds S] [--lane-every N]\n"
+            "       keyload-bench --coord-create N --cluster FILE --principal ID --key FILE --database TENANT/DB\n"
+            "                     --queue SOURCE --dest-queue DEST [--clients C] [--lane-every L] [--lane-tag TAG]\n"
+            "                     [--drain-seconds S] [--rate R] [--no-wait]\n"
             "URL may be a comma-separated list of the members of one partition (at most %d).\n",
             MAX_URLS);
 }
@@ -1843,7 +1860,7 @@ int main(int argc, char **argv)
 {
     options o = {.url = "tcp://127.0.0.1:7401", .queue = "bench", .clients = 1, .batch_size = 1,
                  .seconds = 5, .warmup = 0.5, .body_size = 100, .timeout_ms = 10000, .samples = 200,
-                 .attempt_ms = 500, .lane_every = 200};
+                 .attempt_ms = 500, .lane_every = 200, .drain_s = 120};
     o.urls[0] = o.url;
     o.n_urls = 1;
     static const struct option lo[] = {
@@ -1863,6 +1880,9 @@ int main(int argc, char **argv)
         {"node", required_argument, NULL, 'N'},
         {"transfer", no_argument, NULL, 'X'},         {"dest-queue", required_argument, NULL, 'D'},
         {"lane-every", required_argument, NULL, 'E'},
+        {"coord-create", required_argument, NULL, 'Z'}, {"lane-tag", required_argument, NULL, 'T'},
+        {"drain-seconds", required_argument, NULL, 'G'}, {"no-wait", no_argument, NULL, 'Y'},
+        {"rate", required_argument, NULL, 'V'},
         {NULL, 0, NULL, 0}};
     int ch, li = -1;
     long v;
@@ -1896,6 +1916,25 @@ int main(int argc, char **argv)
         case 'd': o.database = optarg; break;
         case 'N': o.node = optarg; break;
         case 'X': o.mode = MODE_TRANSFER; break;
+        case 'Z':
+            if (parse_int(optarg, 1, 10000000, &v) != 0)
+                goto bad;
+            o.coord_transfers = v;
+            o.mode = MODE_COORD;
+            break;
+        case 'T': o.lane_tag = optarg; break;
+        case 'Y': o.no_wait = 1; break;
+        case 'G':
+        case 'V': {
+            double d = strtod(optarg, &end);
+            if (end == optarg || *end != '\0' || !(d > 0) || d > 1000000)
+                goto bad;
+            if (ch == 'G')
+                o.drain_s = d;
+            else
+                o.coord_rate = d;
+            break;
+        }
         case 'D': o.dest_queue = optarg; break;
         case 'E':
             if (parse_int(optarg, 1, 1000000, &v) != 0)
@@ -1978,7 +2017,14 @@ int main(int argc, char **argv)
         usage(stderr);
         return 2;
     }
-    if (o.mode != MODE_TRANSFER && (o.principal != NULL || o.mode == MODE_HANDSHAKE) &&
+    if (o.mode == MODE_COORD && (o.cluster_file == NULL || o.principal == NULL || o.key_file == NULL ||
+                                 o.database == NULL || o.dest_queue == NULL || o.read)) {
+        fprintf(stderr, "keyload-bench: --coord-create needs --cluster, --principal, --key, --database, --queue "
+                        "(the source) and --dest-queue\n");
+        usage(stderr);
+        return 2;
+    }
+    if (o.mode != MODE_TRANSFER && o.mode != MODE_COORD && (o.principal != NULL || o.mode == MODE_HANDSHAKE) &&
         (o.cluster_file == NULL || o.principal == NULL || o.key_file == NULL ||
          (o.mode == MODE_HANDSHAKE && o.pid == 0) || (o.mode != MODE_BENCH && o.mode != MODE_HANDSHAKE) ||
          o.read)) {
@@ -2014,6 +2060,14 @@ int main(int argc, char **argv)
     case MODE_FAILOVER: return run_failover(&o);
     case MODE_HANDSHAKE: return run_handshake(&o);
     case MODE_TRANSFER: return run_transfer(&o);
+    case MODE_COORD: {
+        bench_coord_opts co = {.cluster_file = o.cluster_file, .principal = o.principal, .key_file = o.key_file,
+                               .database = o.database, .queue = o.queue, .dest_queue = o.dest_queue,
+                               .lane_tag = o.lane_tag, .transfers = o.coord_transfers, .clients = o.clients,
+                               .lane_every = o.lane_every, .body_size = o.body_size, .timeout_ms = o.timeout_ms,
+                               .drain_s = o.drain_s, .rate = o.coord_rate, .no_wait = o.no_wait != 0};
+        return bench_coord_run(&co);
+    }
     default: return run_bench(&o);
     }
 bad:

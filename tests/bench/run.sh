@@ -38,6 +38,27 @@
 # Delivered answered. Then, on the same cluster as the same principal, single-message
 # enqueues into xenq (partition 1) with 32 in flight.
 #   (KL-4) transfers/s / enqueue msgs/s, 32 in flight                     target >= 25%
+# Then KL-5, the coordinator, on the same cluster right after KL-4 (BENCH_PARTS=coord runs
+# KL-4 and then this): benchxfer (granted QueueConsume and QueueAck too) is the coordinator's
+# principal. Per cell (flush_interval_ms 100, the default, and 1; workers 1, 4, 16, 32) one
+# bin/keyload-coordinator is started with that config (other keys at their defaults), then
+# keyload-bench --coord-create makes N transfers with 32 client threads as fast as it can
+# (a fresh source queue per cell on partition 1, destination cdst on partition 2, a new lane
+# every 200 transfers), waits until the source lists nothing pending and reads every
+# transfer's history: rate = delivered / (last ReceiptVerified - first IntentCreated commit
+# time), latency = ReceiptVerified - IntentCreated per transfer (all N are created at once,
+# so latency includes the wait behind the backlog and the discovery interval, 500 ms; at 32
+# workers the same coordinator then also gets 20 creates/s for BENCH_SECONDS on another
+# queue: latency without a backlog). N is
+# about BENCH_SECONDS of work at the rate the cell can reach (workers x turns per second,
+# at most 500/s), so every cell takes a few seconds. The coordinator is stopped (SIGTERM)
+# after each cell. Then memory: 10,000 intents are created on 50 lanes of queue crss with no
+# coordinator running; a coordinator with the default config (4 workers x 1024 buffered
+# events) starts, and once its status snapshot shows its buffers full (or after 30 s) its
+# VmHWM is read from /proc, then it is stopped.
+#   (KL-5 a) coordinator transfers/s at 32 workers / KL-4 client-driven transfers/s at 32 in
+#            flight (same run)                                            target >= 80%
+#   (KL-5 b) coordinator VmHWM with 10,000 pending                        target <  64 MiB
 # Targets are reported PASS/MISS; they do not fail the run. The script fails only when a
 # daemon cannot be started or a benchmark cannot run.
 # Environment: BENCH_SECONDS (per cell, default 5), BENCH_PORT (default 7491),
@@ -49,7 +70,8 @@
 #              BENCH_HANDSHAKES (Hellos measured, default 1000),
 #              BENCH_XFER_PORT (first client port of the KL-4 cluster, default 18100: clients
 #              +0..8, peers +50..58),
-#              BENCH_PARTS=kl3 or xfer runs only the KL-3 or the KL-4 part (default: everything),
+#              BENCH_PARTS=kl3, xfer or coord runs only the KL-3 part, the KL-4 part, or the KL-4
+#              and KL-5 parts (default: everything),
 #              BENCH_KEEP=1 keeps the temporary directory (daemon logs, data) for inspection.
 # Every process this script starts is tracked by pid and stopped by pid on exit.
 set -u
@@ -66,11 +88,12 @@ hs_port=${BENCH_HANDSHAKE_PORT:-18001}
 hs_n=${BENCH_HANDSHAKES:-1000}
 parts=${BENCH_PARTS:-all}
 xfer_port=${BENCH_XFER_PORT:-18100}
-case $parts in all|kl3|xfer) ;; *) echo "bench: BENCH_PARTS must be all, kl3 or xfer"; exit 2 ;; esac
+case $parts in all|kl3|xfer|coord) ;; *) echo "bench: BENCH_PARTS must be all, kl3, xfer or coord"; exit 2 ;; esac
 bench=bin/keyload-bench
 daemon=bin/keyloadd
 cli=bin/keyload
-for b in "$bench" "$daemon" "$cli"; do
+coordinator=bin/keyload-coordinator
+for b in "$bench" "$daemon" "$cli" "$coordinator"; do
   [ -x "$b" ] || { echo "bench: $b is missing; run make first"; exit 2; }
 done
 
@@ -78,11 +101,13 @@ mkdir -p var
 tmp=$(mktemp -d "$root/var/bench-XXXXXX")
 # Run private copies: a `make` elsewhere in the tree must not swap binaries under a restart.
 mkdir -p "$tmp/bin"
-cp "$bench" "$daemon" "$cli" "$tmp/bin/" || exit 2
+cp "$bench" "$daemon" "$cli" "$coordinator" "$tmp/bin/" || exit 2
 bench=$tmp/bin/keyload-bench
 daemon=$tmp/bin/keyloadd
 cli=$tmp/bin/keyload
+coordinator=$tmp/bin/keyload-coordinator
 pid=""
+cpid=""           # the keyload-coordinator we started (KL-5), if one runs
 declare -A mpid   # cluster member "DIR NODE" -> pid of the keyloadd we started
 # Stops one keyloadd we started: SIGTERM, up to 10 s, then SIGKILL; reaps it.
 stop_pid() {
@@ -106,6 +131,8 @@ stop_cluster() {  # DIR: every member of that cluster we started
   done
 }
 cleanup() {
+  stop_pid "$cpid" keyload-coordinator
+  cpid=""
   stop_pid "$pid" keyloadd
   pid=""
   local k
@@ -393,8 +420,8 @@ kl3_setup() {
 declare -A kline
 kl3_ok=0
 hs_out=""
-if [ "$parts" = xfer ]; then
-  :  # KL-4 only
+if [ "$parts" = xfer ] || [ "$parts" = coord ]; then
+  :  # KL-4 (and KL-5) only
 elif ! "$cli" principal --help >/dev/null 2>&1; then
   echo "bench: $cli has no 'principal' command; the KL-3 part cannot run"
   failed=1
@@ -534,7 +561,7 @@ if grep -q 'level=\(warn\|error\)' "$log"; then
 fi
 fi  # KL-1/KL-2 summary
 
-if [ "$parts" != xfer ]; then  # ---- KL-3 summary ----
+if [ "$parts" = all ] || [ "$parts" = kl3 ]; then  # ---- KL-3 summary ----
 echo
 echo "=== KL-3: sessions and authorization, RF3 (3 members, replica_count 3, sessions required), ${secs}s per cell ==="
 echo "principal benchpub (no role; QueuePublish on queue kl3 of bench/kl3), every request sealed (SDK, one"
@@ -619,10 +646,131 @@ kl4_cli() {  # DIR ARGS...: the CLI as the administrator benchadmin of bench/kl4
   timeout 60 "$cli" --cluster "$d/cluster.json" --database bench/kl4 --timeout 20000 \
     --principal benchadmin --key "$d/admin.key" "$@" >>"$d/setup.log" 2>&1
 }
+# ---- KL-5: coordinator-driven transfers on the KL-4 cluster ----
+# coord_cfg DIR FILE [FLUSH_MS WORKERS]: a coordinator config for benchxfer of bench/kl4 (no
+# FLUSH_MS/WORKERS: the defaults), its status file beside FILE. Mode 0600: it names a key.
+coord_cfg() {
+  local extra='{}'
+  [ -n "${3:-}" ] && extra=$(jq -n --argjson f "$3" --argjson w "$4" '{flush_interval_ms: $f, workers: $w}')
+  (umask 077; jq -n --arg c "$1/cluster.json" --arg k "$1/xfer.key" --arg st "${2%.json}.status.json" \
+     --argjson extra "$extra" \
+     '{cluster_file: $c, database: "bench/kl4", transfer_coordinator_principal_id: "benchxfer",
+       principal_key_file: $k, status_file: $st} + $extra' >"$2")
+}
+# start_coord FILE LOG: starts the coordinator (pid in $cpid) and waits up to 10 s for its
+# msg="starting" line. Not in a subshell: the pid must stay our child.
+start_coord() {
+  "$coordinator" --config "$1" 2>>"$2" &
+  cpid=$!
+  for _ in $(seq 1 100); do
+    grep -q 'msg="starting"' "$2" 2>/dev/null && return 0
+    kill -0 "$cpid" 2>/dev/null || break
+    sleep 0.1
+  done
+  echo "bench: keyload-coordinator did not start within 10 s; its log:"
+  tail -n 10 "$2"
+  stop_pid "$cpid" keyload-coordinator
+  cpid=""
+  return 1
+}
+declare -A cline   # "FLUSH,WORKERS" -> the coord: line
+declare -A pline   # FLUSH -> the coord: line of the paced run (32 workers, 20 creates/s)
+coord_rss=""       # "hwm_kib=... rss_kib=... buffered=... capacity=..."
+coord_warn=0
+coord_warn_first=""
+coord_part() {
+  local d=$1 f w n rate out rc cfg log
+  # The coordinator's principal: benchxfer, already a database administrator with
+  # QueuePublish and QueueInspect; transfers need these two as well (admin flags are off
+  # for data grants).
+  if ! { kl4_cli "$d" principal grant benchxfer QueueConsume --queue '*' &&
+         kl4_cli "$d" principal grant benchxfer QueueAck --queue '*' &&
+         kl4_cli "$d" queue create cdst --partition 2 "${big[@]}" &&
+         kl4_cli "$d" queue create crss --partition 1 "${big[@]}"; }; then
+    echo "bench: KL-5 setup (grants, queues cdst/crss) failed:"
+    tail -n 5 "$d/setup.log"
+    failed=1
+    return 1
+  fi
+  local xc=(--cluster "$d/cluster.json" --principal benchxfer --key "$d/xfer.key" --database bench/kl4)
+  for f in 100 1; do
+    for w in 1 4 16 32; do
+      # About $secs seconds of work: each worker turns at most every max(f, 15) ms (a turn is
+      # two commits and a few fresh reads), and the cluster does not go past ~500/s.
+      rate=$(( w * 1000 / (f > 15 ? f : 15) ))
+      [ "$rate" -gt 500 ] && rate=500
+      n=$(( rate * secs ))
+      [ "$n" -lt 20 ] && n=20
+      cfg=$d/coord-f${f}w${w}.json
+      log=$d/coord-f${f}w${w}.log
+      coord_cfg "$d" "$cfg" "$f" "$w"
+      if ! kl4_cli "$d" queue create "cs${f}w${w}" --partition 1 "${big[@]}"; then
+        echo "bench: KL-5 queue cs${f}w${w} could not be created"; failed=1; continue
+      fi
+      start_coord "$cfg" "$log" || { failed=1; continue; }
+      out=$(timeout 300 "$bench" --coord-create "$n" "${xc[@]}" --queue "cs${f}w${w}" --dest-queue cdst \
+            --clients 32 --lane-tag "f${f}w${w}" --drain-seconds 120)
+      rc=$?
+      echo "bench: coordinator flush_interval_ms=$f workers=$w: ${out:-no result (exit $rc)}"
+      [ $rc -eq 0 ] && [ -n "$out" ] || failed=1
+      [ "$(kv drained "$out")" = 1 ] || { echo "bench: not everything was delivered within 120 s; coordinator log tail:"; tail -n 5 "$log"; }
+      cline[$f,$w]=$out
+      if [ "$w" = 32 ] && kl4_cli "$d" queue create "cp${f}" --partition 1 "${big[@]}"; then
+        # The same coordinator, 20 creates/s (well below its rate): latency without a backlog.
+        out=$(timeout 300 "$bench" --coord-create $(( 20 * secs )) "${xc[@]}" --queue "cp${f}" --dest-queue cdst \
+              --clients 4 --rate 20 --lane-tag "p${f}" --drain-seconds 120)
+        rc=$?
+        echo "bench: coordinator flush_interval_ms=$f workers=$w, 20 creates/s: ${out:-no result (exit $rc)}"
+        [ $rc -eq 0 ] && [ -n "$out" ] || failed=1
+        pline[$f]=$out
+      fi
+      stop_pid "$cpid" keyload-coordinator
+      cpid=""
+      members_alive "$d" || exit 1
+    done
+  done
+  # Memory with 10,000 pending: created first, then a coordinator with the default config.
+  out=$(timeout 300 "$bench" --coord-create 10000 "${xc[@]}" --queue crss --dest-queue cdst --clients 32 \
+        --lane-tag rss --no-wait)
+  rc=$?
+  echo "bench: 10,000 pending for the memory check: ${out:-no result (exit $rc)}"
+  if [ $rc -eq 0 ] && [ "$(kv created "$out")" = 10000 ]; then
+    cfg=$d/coord-rss.json
+    log=$d/coord-rss.log
+    coord_cfg "$d" "$cfg"
+    if start_coord "$cfg" "$log"; then
+      local st buffered=0 cap=4096 prev=-1 same=0
+      # Full buffers (or a fill that stopped growing for three snapshots, 2 s apart), 30 s at most.
+      for _ in $(seq 1 60); do
+        sleep 0.5
+        st=$("$coordinator" --status --config "$cfg" 2>/dev/null) || continue
+        buffered=$(jq '[.buffers[] | .queued + .in_flight] | add // 0' <<<"$st")
+        cap=$(jq '[.buffers[].capacity] | add // 0' <<<"$st")
+        [ "$buffered" -ge $(( cap * 95 / 100 )) ] && break
+        if [ "$buffered" = "$prev" ]; then same=$((same + 1)); [ $same -ge 12 ] && break; else same=0; fi
+        prev=$buffered
+      done
+      local hwm rss
+      hwm=$(awk '/^VmHWM:/ {print $2}' "/proc/$cpid/status" 2>/dev/null)
+      rss=$(awk '/^VmRSS:/ {print $2}' "/proc/$cpid/status" 2>/dev/null)
+      coord_rss="memory: hwm_kib=${hwm:-?} rss_kib=${rss:-?} buffered=$buffered capacity=$cap"
+      echo "bench: coordinator (defaults) with 10,000 pending: $coord_rss"
+      stop_pid "$cpid" keyload-coordinator
+      cpid=""
+    else
+      failed=1
+    fi
+  else
+    failed=1
+  fi
+  coord_warn=$(cat "$d"/coord-*.log 2>/dev/null | grep -c 'level=\(warn\|error\)')
+  coord_warn_first=$(cat "$d"/coord-*.log 2>/dev/null | grep 'level=\(warn\|error\)' | head -n 5)
+  members_alive "$d" || exit 1
+}
 xline1=""
 xline32=""
 xenq=""
-if [ "$parts" = all ] || [ "$parts" = xfer ]; then
+if [ "$parts" = all ] || [ "$parts" = xfer ] || [ "$parts" = coord ]; then
   x=$tmp/kl4
   xnodes="p0m1 p0m2 p0m3 p1m1 p1m2 p1m3 p2m1 p2m2 p2m3"
   for i in $(seq 0 8); do
@@ -669,13 +817,18 @@ if [ "$parts" = all ] || [ "$parts" = xfer ]; then
     echo "${xenq:-bench: KL-4 enqueue: no result (exit $rc)}"
     [ $rc -eq 0 ] && [ -n "$xenq" ] || failed=1
     members_alive "$x" || exit 1
+    x_ok=1
   else
     echo "bench: KL-4 setup (bootstrap, queues xsrc/xdst/xenq, principal benchxfer, grants) failed:"
     tail -n 5 "$x/setup.log"
     failed=1
   fi
+  # KL-4's members' warnings, before KL-5 adds its own (counted separately).
   x_warn=$(cat "$x"/p*m*.log | grep -c 'level=\(warn\|error\)')
   x_warn_first=$(cat "$x"/p*m*.log | grep 'level=\(warn\|error\)' | head -n 5)
+  if [ "${x_ok:-0}" = 1 ] && { [ "$parts" = all ] || [ "$parts" = coord ]; }; then
+    coord_part "$x"
+  fi
   stop_cluster "$x"
 
   echo
@@ -706,6 +859,54 @@ EOF4
   if [ "${x_warn:-0}" -gt 0 ]; then
     echo "bench: the KL-4 members logged $x_warn warnings/errors (first 5):"
     echo "$x_warn_first"
+  fi
+  if [ "$parts" = all ] || [ "$parts" = coord ]; then
+    echo
+    echo "=== KL-5: coordinator-driven transfers, same cluster, principal benchxfer, 32 creating clients ==="
+    echo "rate = delivered / (last ReceiptVerified - first IntentCreated, commit times); latency = IntentCreated"
+    echo "commit -> ReceiptVerified commit per transfer; all N are created at once, so latency includes the wait"
+    echo "behind the backlog and the discovery interval (500 ms); create/s = the creating clients' rate"
+    echo "(paced runs below: 20 creates/s, no backlog)"
+    printf "%-9s %-8s %7s %10s %12s %9s %9s %9s %10s %7s\n" flush_ms workers N delivered transfers/s p50_ms p99_ms \
+      max_ms create/s errors
+    for f in 100 1; do
+      for w in 1 4 16 32; do
+        l=${cline[$f,$w]:-}
+        printf "%-9s %-8s %7s %10s %12s %9s %9s %9s %10s %7s\n" "$f" "$w" "$(kv transfers "$l")" \
+          "$(kv delivered "$l")" "$(kv transfers_per_s "$l")" "$(kv p50_ms "$l")" "$(kv p99_ms "$l")" \
+          "$(kv max_ms "$l")" "$(kv creates_per_s "$l")" "$(kv errors "$l")"
+      done
+    done
+    for f in 100 1; do
+      l=${pline[$f]:-}
+      printf "latency without a backlog (32 workers, flush %s ms, 20 creates/s, %s transfers): p50 %s ms, p99 %s ms, max %s ms, delivered %s, errors %s\n" \
+        "$f" "$(kv transfers "$l")" "$(kv p50_ms "$l")" "$(kv p99_ms "$l")" "$(kv max_ms "$l")" "$(kv delivered "$l")" "$(kv errors "$l")"
+    done
+    echo "coordinator with the default config and 10,000 pending: ${coord_rss#memory: }"
+    python3 - "$(kv transfers_per_s "$xline32")" "$(kv transfers_per_s "${cline[100,32]:-}")" \
+              "$(kv transfers_per_s "${cline[1,32]:-}")" "$(kv hwm_kib "$coord_rss")" <<'EOF5'
+import sys
+def num(s):
+    try: return float(s)
+    except ValueError: return None
+kl4, c100, c1, hwm = map(num, sys.argv[1:5])
+for name, c in (("default flush 100 ms", c100), ("flush 1 ms", c1)):
+    if kl4 and c is not None:
+        r = c / kl4
+        print("target (KL-5 a) coordinator transfers/s at 32 workers (%s) / KL-4 client-driven at 32 in flight: "
+              "%.1f / %.1f = %.0f%% (target >= 80%%) %s" % (name, c, kl4, 100 * r, "PASS" if r >= 0.8 else "MISS"))
+    else:
+        print("target (KL-5 a) coordinator transfers/s at 32 workers (%s): no data MISS" % name)
+if hwm is not None:
+    print("target (KL-5 b) coordinator VmHWM with 10,000 pending (default config): %.1f MiB (target < 64 MiB) %s"
+          % (hwm / 1024, "PASS" if hwm < 64 * 1024 else "MISS"))
+else:
+    print("target (KL-5 b) coordinator VmHWM with 10,000 pending: no data MISS")
+EOF5
+    if [ "${coord_warn:-0}" -gt 0 ]; then
+      echo "bench: the coordinators logged $coord_warn warnings/errors (first 5):"
+      echo "$coord_warn_first"
+    fi
   fi
 fi
 if [ ${#crashes[@]} -gt 0 ]; then
