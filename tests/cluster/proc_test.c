@@ -1178,6 +1178,22 @@ int main(int argc, char **argv)
         {"CoordinationReadTests: ListPendingQueueTransfers charges exactly, one record or byte less is "
          "RESOURCE_EXHAUSTED with nothing returned",
          test_xfer_coordination_read},
+        {"RemoteTransferRecoveryTests (Coordinator, RF3 3x3, sessions): cut before Accept, after Accept, after "
+         "Complete, source and destination leaders killed -9, cold restart between Accept and Complete: one "
+         "message, a byte-identical receipt, Delivered",
+         test_coord_recovery},
+        {"TwoCoordinatorTests: two coordinators race over 500 transfers, each delivered with exactly one "
+         "destination effect",
+         test_coord_two},
+        {"CoordinatorPrincipalTests: a null principal discovers nothing and idles; another principal's transfers "
+         "are not driven",
+         test_coord_principal},
+        {"CoordinatorRevokedGrantTests: destination publish revoked: pending, PERMISSION_DENIED recorded under the "
+         "deterministic command id; the same principal completes them by hand under new ids",
+         test_coord_revoked},
+        {"CoordinatorBacklogTests: 10,000 pending intents after a cold restart all delivered, coordinator RSS "
+         "under 64 MiB",
+         test_coord_backlog},
     };
     int passed = 0, failed = 0;
     for (size_t i = 0; i < sizeof tests / sizeof tests[0]; i++) {
@@ -1195,6 +1211,7 @@ int main(int argc, char **argv)
         sk_stop_all();
         az_stop_all();
         xf_after_test(failures_in_test != 0);
+        cc_after_test(failures_in_test != 0);
         printf("%s %s (%lld ms)\n", failures_in_test ? "FAIL" : "ok  ", tests[i].name,
                (long long)(now_ms() - t0));
         fflush(stdout);
@@ -1204,6 +1221,7 @@ int main(int argc, char **argv)
             passed++;
     }
     xf_stop_all();
+    cc_stop_all();
     printf("%d passed, %d failed\n", passed, failed);
     return failed ? 1 : 0;
 }
