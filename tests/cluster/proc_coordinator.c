@@ -795,6 +795,32 @@ static bool rec_prepare(rec_cut *t, int n, char *why, size_t cap)
     return rc == KL_OK;
 }
 
+/* The Accepts and Completes coordinator i logged for tid: how many, and whether each was
+ * sent under the command id derived here for its step (acc, cmp). -1 with why filled when
+ * one was not: a retry or restart that minted a new effect identity. */
+static int rec_logged_ids(int i, const char *tid, const char *acc, const char *cmp, char *why, size_t cap)
+{
+    FILE *f = fopen(cc_coords[i].log, "r");
+    if (f == NULL)
+        return 0;
+    char line[2048];
+    int n = 0;
+    while (n >= 0 && fgets(line, sizeof line, f)) {
+        bool is_acc = strstr(line, "msg=\"accept_sent\"") != NULL;
+        if ((!is_acc && strstr(line, "msg=\"complete_sent\"") == NULL) || strstr(line, tid) == NULL)
+            continue;
+        const char *c = strstr(line, " cmd=");
+        if (c == NULL || strncmp(c + 5, is_acc ? acc : cmp, KL_GUID_TEXT_LEN) != 0) {
+            snprintf(why, cap, "%s sent under %.41s, not the derived %s (log %s)", is_acc ? "an Accept" : "a Complete",
+                     c ? c + 1 : "(no cmd)", is_acc ? acc : cmp, cc_coords[i].log);
+            n = -1;
+        } else
+            n++;
+    }
+    fclose(f);
+    return n;
+}
+
 /* What every cut ends with: exactly one destination message, with the transfer's body; the
  * receipt byte-identical to the one read before the repair (when there was one) and to the
  * Delivered intent's; the source Delivered. */
@@ -820,8 +846,29 @@ static bool rec_verify(const rec_cut *t, char *why, size_t cap)
     else if (n != 1 || got != 1 || strcmp(bodies[0], t->body) != 0)
         snprintf(why, cap, "destination holds %lld messages, received %d (want exactly 1, body %s)", n, got,
                  t->body);
-    else
+    else {
+        /* Every Accept and Complete of the cut's two coordinators (the one cut and the one
+         * that repaired) went out under the transfer's deterministic ids. */
+        Keyload__V1__InspectQueueTransferAnswer *a = NULL;
+        char acc[KL_GUID_TEXT_LEN + 1], cmp[KL_GUID_TEXT_LEN + 1];
+        bool derived = kl_client_inspect_transfer(op, t->src, NULL, t->tid, &a, &err) == KL_OK &&
+                       cc_command_id("accept", "coord", REC_DB, a, t->tid, acc) &&
+                       cc_command_id("complete", "coord", REC_DB, a, t->tid, cmp);
+        kl_transfer_answer_free(a);
+        if (!derived) {
+            snprintf(why, cap, "deriving the command ids");
+            return false;
+        }
+        int s0 = rec_logged_ids(0, t->tid, acc, cmp, why, cap);
+        int s1 = s0 < 0 ? 0 : rec_logged_ids(1, t->tid, acc, cmp, why, cap);
+        if (s0 < 0 || s1 < 0)
+            return false;
+        if (s0 + s1 < 1) {
+            snprintf(why, cap, "no coordinator logged an Accept or Complete for %s", t->tid);
+            return false;
+        }
         return true;
+    }
     return false;
 }
 
@@ -954,16 +1001,23 @@ void test_coord_recovery(void)
      * is the first call to meet the dead leader. */
     t0 = now_ms();
     CHECK(rec_prepare(&t, 4, why, sizeof why), "%s", why);
+    /* A short call timeout: a call that meets the outage fails, and the coordinator's own
+     * retry (not only the SDK's resend inside one call) must keep the command id. */
     cc_opts o;
     rec_opts(&o);
+    o.call_timeout_ms = 500;
     CHECK(cc_coord_config(0, "r4a", &o), "config");
-    cc_coord_start(0, "1*coord.before_complete=sleep(2000)");
+    cc_coord_start(0, "coord.before_complete=1*sleep(1000)");
     int64_t deadline = now_ms() + 20000;
     while (cc_log_count(0, "msg=\"receipt_read\"", t.tid) == 0 && now_ms() < deadline)
         sleep_ms(10);
     CHECK(cc_log_count(0, "msg=\"receipt_read\"", t.tid) == 1, "cut 4: the coordinator did not read the receipt");
     CHECK(cc_receipt(op, t.dst, t.src, NULL, t.tid, &t.before, &err) == KL_OK, "cut 4: receipt: %s", err.message);
+    /* Really mid-transfer: accepted, not completed (the parked coordinator holds it). */
+    CHECK(cc_state(op, t.src, NULL, t.tid, NULL) == KEYLOAD__V1__TRANSFER_STATE__OUTPUT_PENDING,
+          "cut 4: already Delivered before the kill (did the sleep failpoint fire?)");
     CHECK(rec_kill_leader(0, CC_SRC, &t, why, sizeof why), "cut 4: %s", why);
+    CHECK(cc_log_count(0, "msg=\"retry\"", t.tid) >= 1, "cut 4: the coordinator never met the outage");
     CHECK(cc_exited_with(cc_coord_stop(0), 0), "cut 4: the coordinator's drain did not exit 0");
     CHECK(rec_repair(1, "r4b", &t, why, sizeof why), "cut 4: %s", why);
     CHECK(rec_verify(&t, why, sizeof why), "cut 4 (source leader killed): %s", why);
@@ -975,13 +1029,18 @@ void test_coord_recovery(void)
     t0 = now_ms();
     CHECK(rec_prepare(&t, 5, why, sizeof why), "%s", why);
     CHECK(cc_coord_config(0, "r5a", &o), "config");
-    cc_coord_start(0, "1*coord.before_accept=sleep(2000)");
+    cc_coord_start(0, "coord.before_accept=1*sleep(1000)");
     deadline = now_ms() + 20000;
     while (cc_log_count(0, "msg=\"dispatched\"", t.tid) == 0 && now_ms() < deadline)
         sleep_ms(10);
     CHECK(cc_log_count(0, "msg=\"dispatched\"", t.tid) == 1, "cut 5: the coordinator did not take the transfer");
     sleep_ms(300); /* its turn reads the source and the (absent) receipt, then parks */
+    cc_tok none;
+    kl_code rc5 = cc_receipt(op, t.dst, t.src, NULL, t.tid, &none, &err);
+    CHECK(rc5 == KL_NOT_FOUND, "cut 5: the destination already answers %s before the kill (did the sleep "
+          "failpoint fire?)", kl_code_name(rc5));
     CHECK(rec_kill_leader(0, CC_DST, &t, why, sizeof why), "cut 5: %s", why);
+    CHECK(cc_log_count(0, "msg=\"retry\"", t.tid) >= 1, "cut 5: the coordinator never met the outage");
     CHECK(cc_exited_with(cc_coord_stop(0), 0), "cut 5: the coordinator's drain did not exit 0");
     CHECK(cc_receipt(op, t.dst, t.src, NULL, t.tid, &t.before, &err) == KL_OK, "cut 5: receipt: %s", err.message);
     CHECK(rec_repair(1, "r5b", &t, why, sizeof why), "cut 5: %s", why);
@@ -993,12 +1052,14 @@ void test_coord_recovery(void)
     t0 = now_ms();
     CHECK(rec_prepare(&t, 6, why, sizeof why), "%s", why);
     CHECK(cc_coord_config(0, "r5c", &o), "config");
-    cc_coord_start(0, "1*coord.after_accept_sent=sleep(2000)");
+    cc_coord_start(0, "coord.after_accept_sent=1*sleep(1000)");
     deadline = now_ms() + 20000;
     while (cc_log_count(0, "msg=\"accepted\"", t.tid) == 0 && now_ms() < deadline)
         sleep_ms(10);
     CHECK(cc_log_count(0, "msg=\"accepted\"", t.tid) == 1, "cut 5b: the coordinator's Accept was not answered");
     CHECK(cc_receipt(op, t.dst, t.src, NULL, t.tid, &t.before, &err) == KL_OK, "cut 5b: receipt: %s", err.message);
+    CHECK(cc_state(op, t.src, NULL, t.tid, NULL) == KEYLOAD__V1__TRANSFER_STATE__OUTPUT_PENDING,
+          "cut 5b: already Delivered before the kill (did the sleep failpoint fire?)");
     CHECK(rec_kill_leader(0, CC_DST, &t, why, sizeof why), "cut 5b: %s", why);
     CHECK(cc_exited_with(cc_coord_stop(0), 0), "cut 5b: the coordinator's drain did not exit 0");
     CHECK(rec_repair(1, "r5d", &t, why, sizeof why), "cut 5b: %s", why);
@@ -1514,6 +1575,12 @@ void test_coord_backlog(void)
           "(want 0, 0, %d; log %s)", (long long)(t3 - t2), p1, p2, held, BIG_TOTAL, cc_coords[0].log);
     CHECK(peak > 0 && peak < BIG_RSS_MAX_KIB, "coordinator VmHWM %ld KiB (want under %ld)", peak, BIG_RSS_MAX_KIB);
     CHECK(cc_exited_with(stop, 0), "drain: wait status %d", stop);
+    /* Every partition's listing is empty, partition 0's too (the catalog partition holds
+     * none of these queues; it must say so rather than fail). */
+    long p0 = cc_pending_on(op, 0, 1000);
+    CHECK(p0 == 0 && cc_pending_on(op, 1, 1000) == 0 && cc_pending_on(op, 2, 1000) == 0,
+          "pending after delivery: partition 0 %ld, 1 %ld, 2 %ld", p0, cc_pending_on(op, 1, 1000),
+          cc_pending_on(op, 2, 1000));
     /* The lanes hold exactly what was sent: 100 per destination lane. */
     char lane[16];
     snprintf(lane, sizeof lane, "l%02d", BIG_LANES - 1);
