@@ -16,12 +16,16 @@
  *   RemoteTransferRecoveryTests  one transfer per cut, "workers": 1 so the first hit of a
  *                                failpoint is that transfer: the coordinator cut before any
  *                                Accept, after the Accept committed, after Complete; the
- *                                source leader and the destination leader kill -9'd while
- *                                the coordinator holds the transfer half done (sleep
- *                                failpoints); the whole cluster cold-restarted between Accept
- *                                and Complete. Each ends with one destination message, the
- *                                receipt token byte-identical across the cut and the source
- *                                Delivered with that same receipt.
+ *                                source leader (before Complete) and the destination leader
+ *                                (before, and right after, the Accept) kill -9'd while a
+ *                                sleep failpoint parks the coordinator with the transfer half
+ *                                done (checked at the kill; it must then meet the outage and
+ *                                retry); the whole cluster cold-restarted between Accept and
+ *                                Complete. Each ends with one destination message, the
+ *                                receipt token byte-identical across the cut, the source
+ *                                Delivered with that same receipt, and every Accept and
+ *                                Complete its coordinators sent under the command ids
+ *                                derived here (no retry or restart minted a new identity).
  *   TwoCoordinatorTests          two coordinators (same principal and config, own status
  *                                files) race over 500 transfers: all Delivered, 500 distinct
  *                                messages at the destination, both really worked.
