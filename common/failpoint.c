@@ -24,6 +24,25 @@ bool kl_failpoints_armed = false;
 static fp_entry fp_table[FP_MAX];
 static int fp_count = 0;
 
+/* Every site compiled into a binary (failpoint.h lists what each means). A name outside
+ * this list is refused at configure time: a misspelt cut point would otherwise never fire
+ * and the test arming it would pass without cutting anything. */
+static const char *const fp_known[] = {
+    "daemon.before_append",          "daemon.after_append_before_apply",
+    "daemon.after_append_before_reply", "daemon.after_apply_before_reply",
+    "daemon.before_reply",           "peer.before_close",
+    "coord.before_accept",           "coord.after_accept_sent",
+    "coord.before_complete",         "coord.after_complete_sent",
+};
+
+static bool fp_name_known(const char *name)
+{
+    for (size_t i = 0; i < sizeof fp_known / sizeof fp_known[0]; i++)
+        if (strcmp(fp_known[i], name) == 0)
+            return true;
+    return false;
+}
+
 static kl_code parse_one(char *item, fp_entry *e, kl_err *err)
 {
     char *eq = strchr(item, '=');
@@ -32,6 +51,10 @@ static kl_code parse_one(char *item, fp_entry *e, kl_err *err)
                        "KEYLOAD_FAILPOINTS: item '%.64s' is not name=action", item);
     memset(e, 0, sizeof *e);
     memcpy(e->name, item, (size_t)(eq - item));
+    if (!fp_name_known(e->name))
+        return kl_fail(err, KL_INVALID_ARGUMENT, "KEYLOAD_FAILPOINTS",
+                       "KEYLOAD_FAILPOINTS: '%s' is not a failpoint of this build (see common/failpoint.h)",
+                       e->name);
     char *act = eq + 1;
     char *star = strchr(act, '*');
     if (star != NULL) {

@@ -8,7 +8,8 @@
  *   sleep(MS)     sleep MS milliseconds, then continue
  *   error(CODE)   make the site fail with status CODE (e.g. error(UNAVAILABLE))
  *   N*action      act only on the N-th hit (1-based), pass before and after
- * Unarmed, a site costs one predictable branch on a global flag.
+ * Unarmed, a site costs one predictable branch on a global flag. A name that is not one of
+ * the sites below is refused (failpoint.c keeps the list; add a new site there too).
  *
  * The daemon's sites (keyloadd), in the order a client's batch passes them (the middle three
  * only for entries a caller waits on, so a leader's no-op never trips them):

@@ -46,17 +46,23 @@ END_TEST
 START_TEST(failpoint_spec)
 {
     kl_err e;
-    ck_assert_int_eq(kl_failpoint_configure("a.b=error(UNAVAILABLE),c=sleep(1),d=2*error(CONFLICT)", &e), KL_OK);
+    ck_assert_int_eq(kl_failpoint_configure("coord.before_accept=error(UNAVAILABLE),"
+                                            "coord.before_complete=sleep(1),"
+                                            "daemon.before_reply=2*error(CONFLICT)", &e), KL_OK);
     ck_assert(kl_failpoints_armed);
-    ck_assert_int_eq(KL_FAILPOINT("a.b", &e), KL_UNAVAILABLE);
-    ck_assert_int_eq(KL_FAILPOINT("c", &e), KL_OK);
-    ck_assert_int_eq(KL_FAILPOINT("zzz", &e), KL_OK);
-    ck_assert_int_eq(KL_FAILPOINT("d", &e), KL_OK);       /* first hit passes */
-    ck_assert_int_eq(KL_FAILPOINT("d", &e), KL_CONFLICT); /* second hit fires */
-    ck_assert_int_eq(KL_FAILPOINT("d", &e), KL_OK);
-    ck_assert_int_eq(kl_failpoint_configure("x", &e), KL_INVALID_ARGUMENT);
-    ck_assert_int_eq(kl_failpoint_configure("x=explode", &e), KL_INVALID_ARGUMENT);
-    ck_assert_int_eq(kl_failpoint_configure("x=error(NOPE)", &e), KL_INVALID_ARGUMENT);
+    ck_assert_int_eq(KL_FAILPOINT("coord.before_accept", &e), KL_UNAVAILABLE);
+    ck_assert_int_eq(KL_FAILPOINT("coord.before_complete", &e), KL_OK);
+    ck_assert_int_eq(KL_FAILPOINT("daemon.before_append", &e), KL_OK); /* not armed */
+    ck_assert_int_eq(KL_FAILPOINT("daemon.before_reply", &e), KL_OK);       /* first hit passes */
+    ck_assert_int_eq(KL_FAILPOINT("daemon.before_reply", &e), KL_CONFLICT); /* second hit fires */
+    ck_assert_int_eq(KL_FAILPOINT("daemon.before_reply", &e), KL_OK);
+    ck_assert_int_eq(kl_failpoint_configure("daemon.before_reply", &e), KL_INVALID_ARGUMENT);
+    ck_assert_int_eq(kl_failpoint_configure("daemon.before_reply=explode", &e), KL_INVALID_ARGUMENT);
+    ck_assert_int_eq(kl_failpoint_configure("daemon.before_reply=error(NOPE)", &e), KL_INVALID_ARGUMENT);
+    /* A misspelt site is refused, naming it, and disarms everything. */
+    ck_assert_int_eq(kl_failpoint_configure("daemon.before_reply=exit,coord.befor_accept=exit", &e),
+                     KL_INVALID_ARGUMENT);
+    ck_assert(strstr(e.message, "coord.befor_accept") != NULL);
     ck_assert(!kl_failpoints_armed);
     ck_assert_int_eq(kl_failpoint_configure(NULL, &e), KL_OK);
     ck_assert(!kl_failpoints_armed);
