@@ -15,6 +15,7 @@
 #include "coordinator/run.h"
 #include "coordinator/status.h"
 
+#include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -100,6 +101,14 @@ int main(int argc, char **argv)
     if (kl_failpoint_init(&err) != KL_OK)
         return fail("failpoints", &err);
     signal(SIGPIPE, SIG_IGN);
+    /* SIGTERM during start-up must not kill the process with the default action (exit 143
+     * mid-open): blocked here, and inherited blocked by every thread opening starts, it stays
+     * pending until kl_coord_run has its handler and unblocks it on the main thread. */
+    sigset_t stop_sigs;
+    sigemptyset(&stop_sigs);
+    sigaddset(&stop_sigs, SIGTERM);
+    sigaddset(&stop_sigs, SIGINT);
+    pthread_sigmask(SIG_BLOCK, &stop_sigs, NULL);
     kl_coord *co;
     if (kl_coord_open(&cfg, &co, &err) != KL_OK) {
         KL_ERROR("start_failed", "code=%s detail=%s", kl_code_name(err.code), err.detail);

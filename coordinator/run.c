@@ -141,7 +141,9 @@ kl_code kl_coord_run(kl_coord *co, kl_err *err)
     uv_signal_start(&r.sigterm, on_signal, SIGTERM);
     uv_signal_start(&r.sigint, on_signal, SIGINT);
     uv_timer_start(&r.status, on_status, 0, KL_COORD_STATUS_EVERY_MS);
-    pthread_sigmask(SIG_SETMASK, &old, NULL);
+    /* Unblocked only now that the handlers exist: a SIGTERM that arrived during start-up
+     * (main blocked it before opening) is taken here and drains like any other. */
+    pthread_sigmask(SIG_UNBLOCK, &sigs, NULL);
 
     uv_run(&r.loop, UV_RUN_DEFAULT); /* until on_signal */
 
