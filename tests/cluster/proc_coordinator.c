@@ -530,8 +530,9 @@ static int cc_coord_stop(int i)
     if (cc_coords[i].pid <= 0)
         return -1;
     /* Its first status file is written once the signal handlers are in place (run.c starts
-     * the status timer right after them): a SIGTERM before that would meet the default
-     * action, and what this tests is the drain. */
+     * the status timer right after them). main blocks SIGTERM before opening, so an earlier
+     * one would wait there; waiting for the file makes this test the drain of a running
+     * coordinator rather than of one still connecting. */
     int64_t deadline = now_ms() + 10000;
     siginfo_t si;
     for (;;) {
