@@ -40,12 +40,16 @@ typedef struct kl_coord_stats {
     atomic_uint_fast64_t accepted;
     atomic_uint_fast64_t accept_deduplicated;
     atomic_uint_fast64_t complete_sent;
-    atomic_uint_fast64_t delivered;         /* completed by this coordinator */
+    atomic_uint_fast64_t delivered;         /* this coordinator's Complete answered OK (or
+                                             * `already`): per process, so two coordinators
+                                             * racing over one transfer may both count it;
+                                             * the source's state is the truth */
     atomic_uint_fast64_t found_delivered;   /* found Delivered (someone else completed it) */
     atomic_uint_fast64_t terminal_failures;
     atomic_uint_fast64_t retries;
     atomic_uint_fast64_t dropped;           /* intent gone (NOT_FOUND) */
     atomic_uint_fast64_t proof_changed;
+    atomic_uint_fast64_t cancelled;         /* turns stopped between two calls by SIGTERM */
 } kl_coord_stats;
 
 typedef struct kl_coord_lane_count {

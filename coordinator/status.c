@@ -116,6 +116,7 @@ static json_t *counters_json(kl_coord_stats *s)
         {"retries", &s->retries},
         {"dropped", &s->dropped},
         {"proof_changed", &s->proof_changed},
+        {"cancelled", &s->cancelled},
     };
     json_t *o = json_object();
     for (size_t i = 0; i < sizeof c / sizeof c[0]; i++)

@@ -9,8 +9,9 @@
  *
  * Stop: kl_coord_ticker_stop wakes the loop through a uv_async; the loop stops the timer
  * once the running callback (if any) returned, closes its handles and ends; then the thread
- * is joined. So a stop waits for at most one callback (bounded by the call timeout times
- * the calls it makes) and never cancels one midway. */
+ * is joined. So a stop waits for at most one callback and never interrupts a call midway;
+ * a worker's callback (turn.h) also returns at its next point between two calls once the
+ * coordinator is stopping, so in practice a stop waits for one call. */
 #ifndef KL_COORD_TICKER_H
 #define KL_COORD_TICKER_H
 

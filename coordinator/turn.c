@@ -15,6 +15,7 @@ typedef enum {
     OUT_DROP,     /* nothing to do with this event any more (intent gone or changed) */
     OUT_RETRY,    /* transient: back to the buffer with backoff, same command ids */
     OUT_FAILED,   /* terminal refusal: stays pending, recorded, not retried */
+    OUT_CANCELLED, /* SIGTERM: stopped between two calls; discovery finds it after a restart */
 } turn_out;
 
 typedef struct turn {
@@ -270,17 +271,30 @@ static bool same_receipt(const Keyload__V1__InspectQueueTransferReceiptAnswer *a
            memcmp(a->receipt_token.data, b->receipt_token.data, a->receipt_token.len) == 0;
 }
 
+/* The cancellation path of a turn: a stop (SIGTERM) is honoured between two calls, never
+ * inside one, so a drain waits for at most one call (bounded by call_timeout_ms), not for
+ * a whole turn of them. What was sent stays sent; the deterministic command ids let the
+ * next run pick the transfer up exactly where it stands. */
+static turn_out stop_point(turn *t, const char *next)
+{
+    if (!atomic_load(&t->co->stopping))
+        return OUT_CONTINUE;
+    t->stage = next;
+    return OUT_CANCELLED;
+}
+
 static turn_out drive(turn *t)
 {
     turn_out o;
-    if ((o = authorize(t)) != OUT_CONTINUE || (o = inspect_source(t, "inspect_source")) !=
-                                                  OUT_CONTINUE)
+    if ((o = authorize(t)) != OUT_CONTINUE || (o = stop_point(t, "inspect_source")) != OUT_CONTINUE ||
+        (o = inspect_source(t, "inspect_source")) != OUT_CONTINUE ||
+        (o = stop_point(t, "read_receipt")) != OUT_CONTINUE)
         return o;
     Keyload__V1__InspectQueueTransferReceiptAnswer *first = NULL, *again = NULL;
     if ((o = read_receipt(t, "read_receipt", &first)) != OUT_CONTINUE)
         return o;
     if (first == NULL) {
-        if ((o = accept(t)) != OUT_CONTINUE ||
+        if ((o = stop_point(t, "accept")) != OUT_CONTINUE || (o = accept(t)) != OUT_CONTINUE ||
             (o = read_receipt(t, "reread_receipt", &first)) != OUT_CONTINUE)
             return o;
         if (first == NULL) {
@@ -297,7 +311,8 @@ static turn_out drive(turn *t)
     KL_INFO("receipt_read", "%s message_id=%" PRIu64 " dest_partition=%d index=%" PRIu64,
             t->fields, e ? e->message_id : 0, e ? e->partition : -1, e ? e->index : 0);
     /* 5. Before Complete: both proofs again, unchanged. */
-    if ((o = inspect_source(t, "recheck_source")) == OUT_CONTINUE &&
+    if ((o = stop_point(t, "recheck_source")) == OUT_CONTINUE &&
+        (o = inspect_source(t, "recheck_source")) == OUT_CONTINUE &&
         (o = read_receipt(t, "recheck_receipt", &again)) == OUT_CONTINUE &&
         !same_receipt(first, again)) {
         atomic_fetch_add(&t->co->stats.proof_changed, 1);
@@ -307,7 +322,7 @@ static turn_out drive(turn *t)
                 "the destination receipt changed between two reads");
         o = retry(t, "recheck_receipt");
     }
-    if (o == OUT_CONTINUE)
+    if (o == OUT_CONTINUE && (o = stop_point(t, "complete")) == OUT_CONTINUE)
         o = complete(t, first);
     kl_transfer_receipt_answer_free(first);
     kl_transfer_receipt_answer_free(again);
@@ -359,6 +374,11 @@ bool kl_coord_turn(kl_coord *co, uint32_t worker)
                  clean(t.err.message, msg, sizeof msg));
         kl_coord_failed_record(co->failed, ev, t.step ? t.step : "unknown", &t.err,
                                kl_coord_unix_ms());
+        kl_coord_buffer_done(buf, ev);
+        break;
+    case OUT_CANCELLED:
+        atomic_fetch_add(&co->stats.cancelled, 1);
+        KL_INFO("cancelled", "%s before=%s note=stopping_left_pending", t.fields, t.stage);
         kl_coord_buffer_done(buf, ev);
         break;
     case OUT_DONE:

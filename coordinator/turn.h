@@ -20,6 +20,11 @@
  * new id. Everything else is transient: the event goes back to the buffer with exponential
  * backoff (event.h), same command ids. Nothing is ever reported as rolled back.
  *
+ * Cancellation: once the coordinator is stopping (SIGTERM), a turn ends at its next point
+ * between two calls (log "cancelled", before=<the call it did not make>); the call in
+ * flight is never abandoned midway, so a drain waits for at most one call. The transfer
+ * stays as the cluster has it, and the next run rediscovers it under the same ids.
+ *
  * Every decision is one log line (component "coordinator"): transfer id as GUID text,
  * lanes, generation, codes and details; never a token or a message body.
  *

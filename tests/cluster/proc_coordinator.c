@@ -21,7 +21,9 @@
  *                                sleep failpoint parks the coordinator with the transfer half
  *                                done (checked at the kill; it must then meet the outage and
  *                                retry); the whole cluster cold-restarted between Accept and
- *                                Complete. Each ends with one destination message, the
+ *                                Complete; SIGTERM while parked after the Accept (the drain
+ *                                ends the turn between two calls, exit 0, no Complete sent).
+ *                                Each ends with one destination message, the
  *                                receipt token byte-identical across the cut, the source
  *                                Delivered with that same receipt, and every Accept and
  *                                Complete its coordinators sent under the command ids
@@ -1089,6 +1091,40 @@ void test_coord_recovery(void)
     CHECK(rec_repair(1, "r6b", &t, why, sizeof why), "cut 6: %s", why);
     CHECK(rec_verify(&t, why, sizeof why), "cut 6 (cold restart before Complete): %s", why);
     fprintf(stderr, "    cut 6, cold restart between Accept and Complete: ok (%lld ms)\n", (long long)(now_ms() - t0));
+
+    /* 7. SIGTERM mid-turn, the drain: parked (once) at coord.after_accept_sent, the
+     * coordinator is told to stop. It finishes the call it is in (the receipt reread), ends
+     * the turn at the next point between two calls without sending Complete, reports the
+     * turn cancelled (never rolled back) and exits 0 long before a turn of calls could have
+     * run. A new coordinator completes the transfer under the same command ids. */
+    t0 = now_ms();
+    CHECK(rec_prepare(&t, 8, why, sizeof why), "%s", why);
+    rec_opts(&o);
+    CHECK(cc_coord_config(0, "r7a", &o), "config");
+    cc_coord_start(0, "coord.after_accept_sent=1*sleep(1500)");
+    deadline = now_ms() + 20000;
+    while (cc_log_count(0, "msg=\"accepted\"", t.tid) == 0 && now_ms() < deadline)
+        sleep_ms(10);
+    CHECK(cc_log_count(0, "msg=\"accepted\"", t.tid) == 1, "cut 7: the coordinator's Accept was not answered");
+    int64_t term_at = now_ms();
+    int st7 = cc_coord_stop(0);
+    int64_t drain_ms = now_ms() - term_at;
+    CHECK(cc_exited_with(st7, 0), "cut 7: the drain ended with wait status %d (want exit 0; log %s)", st7,
+          cc_coords[0].log);
+    CHECK(cc_log_count(0, "msg=\"cancelled\"", t.tid) == 1 &&
+              cc_log_count(0, "before=recheck_source", t.tid) == 1,
+          "cut 7: no cancelled line before recheck_source for the transfer (log %s)", cc_coords[0].log);
+    CHECK(cc_log_count(0, "msg=\"complete_sent\"", t.tid) == 0 && cc_log_count(0, "rolled", NULL) == 0,
+          "cut 7: the stopping coordinator sent Complete or reported a rollback (log %s)", cc_coords[0].log);
+    CHECK(drain_ms < 5000, "cut 7: the drain took %lld ms (the parked call is 1.5 s, one call at most 2 s)",
+          (long long)drain_ms);
+    CHECK(cc_receipt(op, t.dst, t.src, NULL, t.tid, &t.before, &err) == KL_OK, "cut 7: receipt: %s", err.message);
+    CHECK(cc_state(op, t.src, NULL, t.tid, NULL) == KEYLOAD__V1__TRANSFER_STATE__OUTPUT_PENDING,
+          "cut 7: not pending after the drain");
+    CHECK(rec_repair(1, "r7b", &t, why, sizeof why), "cut 7: %s", why);
+    CHECK(rec_verify(&t, why, sizeof why), "cut 7 (SIGTERM mid-turn): %s", why);
+    fprintf(stderr, "    cut 7, SIGTERM while parked after Accept: drained in %lld ms, ok (%lld ms)\n",
+            (long long)drain_ms, (long long)(now_ms() - t0));
     cc_keep = true;
 }
 

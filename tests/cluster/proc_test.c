@@ -1179,8 +1179,8 @@ int main(int argc, char **argv)
          "RESOURCE_EXHAUSTED with nothing returned",
          test_xfer_coordination_read},
         {"RemoteTransferRecoveryTests (Coordinator, RF3 3x3, sessions): cut before Accept, after Accept, after "
-         "Complete, source and destination leaders killed -9, cold restart between Accept and Complete: one "
-         "message, a byte-identical receipt, Delivered",
+         "Complete, source and destination leaders killed -9, cold restart between Accept and Complete, "
+         "SIGTERM mid-turn: one message, a byte-identical receipt, Delivered",
          test_coord_recovery},
         {"TwoCoordinatorTests: two coordinators race over 500 transfers, each delivered with exactly one "
          "destination effect",
