@@ -80,7 +80,7 @@ deps:
 	@bash tests/support/deps.sh
 
 unit-test: build/unit-tests
-	@bash tests/support/suite.sh "unit (Check, ASan+UBSan)" 300 env ASAN_OPTIONS=detect_leaks=1 ./build/unit-tests
+	@bash tests/support/suite.sh "unit (Check, ASan+UBSan)" 300 env ASAN_OPTIONS=detect_leaks=1 LSAN_OPTIONS=suppressions=$(CURDIR)/tests/unit/lsan.supp:print_suppressions=1 ./build/unit-tests
 
 process-test: all build/proc-test
 	@bash tests/support/suite.sh "process (real keyloadd, kill -9)" 900 bash tests/cluster/run.sh
