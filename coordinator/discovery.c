@@ -192,6 +192,7 @@ static void page_partition(kl_coord_discovery *d, part_state *p, round_counts *r
         size_t j = 0;
         uint64_t bytes = 0;
         bool over = false, full = false;
+        uint64_t page_dispatched = 0;
         for (; j < a->n_items; j++) {
             const Keyload__V1__PendingQueueTransfer *item = a->items[j];
             bytes += item->intent_token.len;
@@ -203,26 +204,25 @@ static void page_partition(kl_coord_discovery *d, part_state *p, round_counts *r
             atomic_fetch_add(&co->stats.listed, 1);
             count_lane(d, p->id, item);
             kl_coord_take t = kl_coord_discovery_take(co, item);
-            if (t == KL_COORD_TAKE_FULL) {
-                full = true;
-                break;
-            }
+            /* A full buffer refuses only its own worker's items: the others' still go, and
+             * the cursor moves on (below), so one stuck worker cannot hold the whole
+             * partition's later intents back. The refused one comes again next sweep. */
+            full |= t == KL_COORD_TAKE_FULL;
+            page_dispatched += t == KL_COORD_TAKE_DISPATCHED;
             rc->dispatched += t == KL_COORD_TAKE_DISPATCHED;
             rc->duplicates += t == KL_COORD_TAKE_DUPLICATE;
             rc->foreign += t == KL_COORD_TAKE_FOREIGN;
             rc->failed += t == KL_COORD_TAKE_FAILED;
             rc->malformed += t == KL_COORD_TAKE_MALFORMED;
         }
-        if (over || full) {
-            /* Not everything was dispatched: keep the cursor at this page's start. */
-            if (over) {
-                p->page_size = j > 0 ? (uint32_t)j : 1;
-                KL_INFO("page_over_bytes", "partition=%d items=%zu max_bytes=%" PRIu64
-                        " page_size=%" PRIu32 " action=keep_cursor", p->id, j,
-                        cfg->discovery_max_bytes, p->page_size);
-            } else {
-                rc->full = true;
-            }
+        rc->full |= full;
+        if (over) {
+            /* The page held more token bytes than a page may: the items after j were not
+             * looked at, so the cursor stays at this page's start and the page shrinks. */
+            p->page_size = j > 0 ? (uint32_t)j : 1;
+            KL_INFO("page_over_bytes", "partition=%d items=%zu max_bytes=%" PRIu64
+                    " page_size=%" PRIu32 " action=keep_cursor", p->id, j,
+                    cfg->discovery_max_bytes, p->page_size);
             keyload__v1__list_pending_queue_transfers_answer__free_unpacked(a, NULL);
             return;
         }
@@ -236,6 +236,8 @@ static void page_partition(kl_coord_discovery *d, part_state *p, round_counts *r
         kl_pending_transfers_free(a);
         if (done)
             return; /* the next round starts from the beginning */
+        if (full && page_dispatched == 0)
+            return; /* the buffers are saturated: more pages now would only be refused */
     }
 }
 

@@ -15,10 +15,14 @@
  * Per item: decode the intent token's claims; take it only when its creator is the
  * coordinator principal and both lanes are in its tenant/database; skip it when the failed
  * table knows its (transfer, generation) or its worker's buffer already holds it; else
- * dispatch it to worker key % workers. When that buffer is full the page stops there and
- * the cursor stays where it was (the start of this page): the refused item and those after
- * it are listed again next round, and the ones already dispatched are deduplicated. A
- * failed page keeps the cursor too.
+ * dispatch it to worker key % workers. When that buffer is full the item is refused and
+ * the page goes on: other workers' items are still dispatched and the cursor advances, so a
+ * worker whose buffer stays full (say, every event in it waits out a backoff) never holds
+ * back the partition's later intents; the refused item is listed again on the next sweep
+ * (a page that says done sends the next round back to the beginning), where its buffer has
+ * room again. A failed page keeps the cursor it had (seeds: "a failed dispatch retains the
+ * discovered cursor"), and a page with more token bytes than discovery.max_bytes keeps it
+ * at that page's start and shrinks the page.
  *
  * One log line per round (counts), one per dispatched event. Single-threaded: only the
  * discovery ticker calls kl_coord_discovery_round. */
