@@ -51,6 +51,7 @@
  * survives exec and ends it; PR_SET_PDEATHSIG kills it if this process dies) and is killed
  * by its pid, also after a failed check (cc_after_test). */
 #include "tests/cluster/proc.h"
+#include "tests/cluster/rf3.h"
 
 #include "client/keyload.h"
 #include "common/canon.h"
@@ -59,7 +60,6 @@
 #include "keyload/v1/catalog.pb-c.h"
 #include "keyload/v1/transfer.pb-c.h"
 
-#include <fcntl.h>
 #include <jansson.h>
 #include <pthread.h>
 #include <signal.h>
@@ -67,12 +67,11 @@
 #include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
-#define CC_PARTS 3
-#define CC_MEMBERS 3
+#define CC_PARTS RF3_PARTS
+#define CC_MEMBERS RF3_MEMBERS
 #define CC_SRC 1 /* the recovery cuts' source partition */
 #define CC_DST 2 /* and destination partition */
 #define CC_TIMEOUT_MS 15000
@@ -88,11 +87,7 @@ static const char *const cc_who_id[CC_WHOS] = {"root", "coord", "other"};
 
 /* ---- processes ---- */
 
-static char cc_file[700], cc_secret[700], cc_run[32];
-static char cc_url[CC_PARTS][CC_MEMBERS][64];
-static char cc_log[CC_PARTS][CC_MEMBERS][760];
-static char cc_mkey[CC_PARTS][CC_MEMBERS][700];
-static pid_t cc_pid[CC_PARTS][CC_MEMBERS];
+static rf3 cc_c; /* the nine members (tests/cluster/rf3.h) */
 static bool cc_up, cc_keep;
 static int cc_runs;
 
@@ -134,7 +129,7 @@ static kl_client *cc_client(int who, const char *db)
         return NULL;
     kl_client *c = NULL;
     kl_err err;
-    if (kl_client_open_principal(cc_file, db, CC_TIMEOUT_MS, cc_who_id[who], cc_whos[who].key_path, &c, &err) !=
+    if (kl_client_open_principal(cc_c.file, db, CC_TIMEOUT_MS, cc_who_id[who], cc_whos[who].key_path, &c, &err) !=
         KL_OK) {
         fprintf(stderr, "  open client %s on %s: %s\n", cc_who_id[who], db, err.message);
         return NULL;
@@ -143,52 +138,6 @@ static kl_client *cc_client(int who, const char *db)
     snprintf(cc_conns[cc_nconns].db, sizeof cc_conns[cc_nconns].db, "%s", db);
     cc_conns[cc_nconns++].c = c;
     return c;
-}
-
-/* fork/exec of argv with stdout and stderr appended to log, KEYLOAD_FAILPOINTS set to
- * failpoints (NULL: unset), and a lifetime: the alarm outlives exec and its default action
- * ends the process (neither binary handles SIGALRM); the parent-death signal ends it if this
- * test process dies first. */
-static pid_t cc_exec(char *const argv[], const char *log, const char *failpoints, unsigned lifetime_s)
-{
-    pid_t parent = getpid();
-    pid_t pid = fork();
-    if (pid == 0) {
-        prctl(PR_SET_PDEATHSIG, SIGKILL);
-        if (getppid() != parent)
-            _exit(127); /* the parent died before the line above took effect */
-        int fd = open(log, O_WRONLY | O_CREAT | O_APPEND, 0600);
-        if (fd >= 0) {
-            dup2(fd, 2);
-            dup2(fd, 1);
-        }
-        if (failpoints)
-            setenv("KEYLOAD_FAILPOINTS", failpoints, 1);
-        else
-            unsetenv("KEYLOAD_FAILPOINTS");
-        alarm(lifetime_s);
-        execv(argv[0], argv);
-        _exit(127);
-    }
-    return pid;
-}
-
-static void cc_spawn(int p, int m)
-{
-    char node[16];
-    snprintf(node, sizeof node, "p%dm%d", p, m + 1);
-    char *argv[] = {(char *)daemon_bin, "--cluster", cc_file, "--node", node, "--cluster-secret", cc_secret,
-                    "--member-key", cc_mkey[p][m], NULL};
-    cc_pid[p][m] = cc_exec(argv, cc_log[p][m], NULL, CC_MEMBER_LIFETIME_S);
-}
-
-static void cc_kill(int p, int m)
-{
-    if (cc_pid[p][m] <= 0)
-        return;
-    kill(cc_pid[p][m], SIGKILL);
-    waitpid(cc_pid[p][m], NULL, 0);
-    cc_pid[p][m] = -1;
 }
 
 static void cc_coord_kill(int i)
@@ -205,9 +154,7 @@ void cc_stop_all(void)
     for (int i = 0; i < CC_COORDS; i++)
         cc_coord_kill(i);
     cc_clients_close();
-    for (int p = 0; p < CC_PARTS; p++)
-        for (int m = 0; m < CC_MEMBERS; m++)
-            cc_kill(p, m);
+    rf3_kill_all(&cc_c);
     cc_up = false;
     cc_keep = false;
 }
@@ -221,62 +168,16 @@ void cc_after_test(bool failed)
     cc_keep = false;
 }
 
-/* MemberStatus of (p, m); NULL when it does not answer. A member that exited is reported
- * once and forgotten. */
-static Keyload__V1__MemberStatusAnswer *cc_status_of(int p, int m)
-{
-    if (cc_pid[p][m] <= 0)
-        return NULL;
-    int st;
-    if (waitpid(cc_pid[p][m], &st, WNOHANG) == cc_pid[p][m]) {
-        fprintf(stderr, "  p%dm%d exited (status %d; see %s)\n", p, m + 1, st, cc_log[p][m]);
-        cc_pid[p][m] = -1;
-        return NULL;
-    }
-    return member_status(cc_url[p][m], 1000);
-}
+static int cc_leader(int p) { return rf3_leader(&cc_c, p); }
+static bool cc_wait_all(int timeout_ms) { return rf3_wait_all(&cc_c, timeout_ms); }
+static void cc_kill(int p, int m) { rf3_kill(&cc_c, p, m); }
+static void cc_spawn(int p, int m) { rf3_spawn(&cc_c, p, m, NULL); }
 
-/* The member of p that is its serving leader (with a catalog lease on a data partition),
- * or -1. */
-static int cc_leader(int p)
-{
-    for (int m = 0; m < CC_MEMBERS; m++) {
-        Keyload__V1__MemberStatusAnswer *s = cc_status_of(p, m);
-        bool ok = s && s->serving && (p == 0 || s->catalog_lease_valid);
-        if (s)
-            keyload__v1__member_status_answer__free_unpacked(s, NULL);
-        if (ok)
-            return m;
-    }
-    return -1;
-}
-
-static bool cc_wait_all(int timeout_ms)
-{
-    int64_t deadline = now_ms() + timeout_ms;
-    for (int p = 0; p < CC_PARTS; p++)
-        while (cc_leader(p) < 0) {
-            if (now_ms() > deadline)
-                return false;
-            sleep_ms(100);
-        }
-    return true;
-}
-
+/* The suites open new SDK clients afterwards, which say Hello to the new processes. */
 static bool cc_cold_restart(void)
 {
     cc_clients_close();
-    for (int p = 0; p < CC_PARTS; p++)
-        for (int m = 0; m < CC_MEMBERS; m++)
-            cc_kill(p, m);
-    int64_t t0 = now_ms();
-    for (int p = 0; p < CC_PARTS; p++)
-        for (int m = 0; m < CC_MEMBERS; m++)
-            cc_spawn(p, m);
-    bool ok = cc_wait_all(40000);
-    fprintf(stderr, "  cold restart of %d members (kill -9 of all): serving again after %lld ms\n",
-            CC_PARTS * CC_MEMBERS, (long long)(now_ms() - t0));
-    return ok;
+    return rf3_cold_restart(&cc_c);
 }
 
 /* ---- set-up: keys, cluster file, members, principals ---- */
@@ -285,7 +186,7 @@ static bool cc_who_new(int who)
 {
     cc_who *w = &cc_whos[who];
     crypto_sign_keypair(w->pk, w->sk);
-    snprintf(w->key_path, sizeof w->key_path, "%s/%s-%s.key", work, cc_run, cc_who_id[who]);
+    snprintf(w->key_path, sizeof w->key_path, "%s/%s-%s.key", work, cc_c.run, cc_who_id[who]);
     unlink(w->key_path);
     kl_err err;
     return kl_keys_write_secret_file("principal key file", w->key_path, w->sk, sizeof w->sk, &err) == KL_OK;
@@ -305,65 +206,15 @@ static kl_code cc_send(kl_client *c, kl_batch *b, kl_receipt **out, kl_err *err)
 
 static bool cc_setup(char *why, size_t cap)
 {
-    snprintf(cc_run, sizeof cc_run, "cc%d", cc_runs++);
+    char run[32];
+    snprintf(run, sizeof run, "cc%d", cc_runs++);
     /* 45 slots of 20 ports: 13000..13899. */
     int base = 13000 + (int)(getpid() % 45) * 20;
-    for (int p = 0; p < CC_PARTS; p++)
-        for (int m = 0; m < CC_MEMBERS; m++)
-            cc_pid[p][m] = -1;
-    snprintf(cc_secret, sizeof cc_secret, "%s/%s.secret", work, cc_run);
-    unlink(cc_secret);
-    char cmd[1600];
-    /* A work folder used before holds this run name's stores: start from empty ones. */
-    snprintf(cmd, sizeof cmd, "rm -rf '%s/%s-data-'p*", work, cc_run);
-    if (system(cmd) != 0) {
-        snprintf(why, cap, "cannot remove old stores");
+    if (!rf3_write(&cc_c, run, base, CC_MEMBER_LIFETIME_S, why, cap))
         return false;
-    }
-    snprintf(cmd, sizeof cmd, "'%s' keygen --cluster-secret-out '%s' >/dev/null", daemon_bin, cc_secret);
-    if (system(cmd) != 0) {
-        snprintf(why, cap, "keyloadd keygen --cluster-secret-out failed");
-        return false;
-    }
-    snprintf(cc_file, sizeof cc_file, "%s/%s.json", work, cc_run);
-    FILE *f = fopen(cc_file, "w");
-    if (f == NULL) {
-        snprintf(why, cap, "cannot write %s", cc_file);
-        return false;
-    }
-    /* Generous timers: nine daemons and a coordinator share two cores. */
-    fprintf(f, "{\"cluster\":\"%s\",\"replica_count\":3,"
-               "\"timers\":{\"tick_ms\":50,\"election_ms\":1000,\"heartbeat_ms\":150,\"catalog_lease_ms\":3000},"
-               "\"partitions\":[",
-            cc_run);
-    for (int p = 0; p < CC_PARTS; p++) {
-        fprintf(f, "%s{\"id\":%d,\"members\":[", p ? "," : "", p);
-        for (int m = 0; m < CC_MEMBERS; m++) {
-            int k = p * CC_MEMBERS + m;
-            char b64[128];
-            snprintf(cc_mkey[p][m], sizeof cc_mkey[p][m], "%s/%s-p%dm%d.key", work, cc_run, p, m + 1);
-            if (!member_keygen(cc_mkey[p][m], b64, sizeof b64)) {
-                fclose(f);
-                snprintf(why, cap, "keyloadd keygen --secret-out failed for p%dm%d", p, m + 1);
-                return false;
-            }
-            snprintf(cc_url[p][m], sizeof cc_url[p][m], "tcp://127.0.0.1:%d", base + 2 * k);
-            snprintf(cc_log[p][m], sizeof cc_log[p][m], "%s/%s-p%dm%d.log", work, cc_run, p, m + 1);
-            fprintf(f,
-                    "%s{\"id\":%d,\"client\":\"%s\",\"peer\":\"tcp://127.0.0.1:%d\",\"data\":\"%s/%s-data-p%dm%d\","
-                    "\"public_key\":\"%s\"}",
-                    m ? "," : "", m + 1, cc_url[p][m], base + 2 * k + 1, work, cc_run, p, m + 1, b64);
-        }
-        fprintf(f, "]}");
-    }
-    fprintf(f, "]}\n");
-    fclose(f);
     cc_up = true; /* from here on cc_stop_all has processes to stop */
     int64_t t0 = now_ms();
-    for (int p = 0; p < CC_PARTS; p++)
-        for (int m = 0; m < CC_MEMBERS; m++)
-            cc_spawn(p, m);
-    if (!cc_wait_all(40000)) {
+    if (!rf3_start_all(&cc_c, 40000)) {
         snprintf(why, cap, "the cluster did not serve within 40 s");
         return false;
     }
@@ -374,7 +225,7 @@ static bool cc_setup(char *why, size_t cap)
         }
     kl_err err;
     kl_err_clear(&err);
-    if (sdk_bootstrap(cc_file, cc_secret, "acme/base", "root", cc_whos[WHO_ROOT].pk, NULL, NULL, &err) != KL_OK) {
+    if (sdk_bootstrap(cc_c.file, cc_c.secret, "acme/base", "root", cc_whos[WHO_ROOT].pk, NULL, NULL, &err) != KL_OK) {
         snprintf(why, cap, "bootstrap: %s %s", kl_code_name(err.code), err.message);
         return false;
     }
@@ -388,7 +239,7 @@ static bool cc_setup(char *why, size_t cap)
             return false;
         }
     }
-    fprintf(stderr, "  cluster %s: %d members (ports %d..%d), principals ready in %lld ms\n", cc_run,
+    fprintf(stderr, "  cluster %s: %d members (ports %d..%d), principals ready in %lld ms\n", cc_c.run,
             CC_PARTS * CC_MEMBERS, base, base + 2 * CC_PARTS * CC_MEMBERS - 1, (long long)(now_ms() - t0));
     return true;
 }
@@ -398,7 +249,7 @@ static bool cc_ensure(char *why, size_t cap)
     if (cc_up) {
         for (int p = 0; p < CC_PARTS; p++)
             for (int m = 0; m < CC_MEMBERS; m++)
-                if (cc_pid[p][m] <= 0) {
+                if (cc_c.pid[p][m] <= 0) {
                     cc_stop_all();
                     return cc_setup(why, cap);
                 }
@@ -479,15 +330,15 @@ typedef struct cc_opts {
 static bool cc_coord_config(int i, const char *tag, const cc_opts *o)
 {
     cc_coord *c = &cc_coords[i];
-    snprintf(c->config, sizeof c->config, "%s/%s-coord-%s.json", work, cc_run, tag);
-    snprintf(c->log, sizeof c->log, "%s/%s-coord-%s.log", work, cc_run, tag);
-    snprintf(c->status, sizeof c->status, "%s/%s-coord-%s.status.json", work, cc_run, tag);
+    snprintf(c->config, sizeof c->config, "%s/%s-coord-%s.json", work, cc_c.run, tag);
+    snprintf(c->log, sizeof c->log, "%s/%s-coord-%s.log", work, cc_c.run, tag);
+    snprintf(c->status, sizeof c->status, "%s/%s-coord-%s.status.json", work, cc_c.run, tag);
     unlink(c->log);
     unlink(c->status);
     FILE *f = fopen(c->config, "w");
     if (f == NULL)
         return false;
-    fprintf(f, "{\"cluster_file\":\"%s\",\"database\":\"%s\",", cc_file, o->db);
+    fprintf(f, "{\"cluster_file\":\"%s\",\"database\":\"%s\",", cc_c.file, o->db);
     if (o->who < 0)
         fprintf(f, "\"transfer_coordinator_principal_id\":null,");
     else
@@ -506,7 +357,7 @@ static bool cc_coord_config(int i, const char *tag, const cc_opts *o)
 static void cc_coord_start(int i, const char *failpoints)
 {
     char *argv[] = {(char *)cc_coord_bin(), "--config", cc_coords[i].config, NULL};
-    cc_coords[i].pid = cc_exec(argv, cc_coords[i].log, failpoints, CC_COORD_LIFETIME_S);
+    cc_coords[i].pid = rf3_exec(argv, cc_coords[i].log, failpoints, CC_COORD_LIFETIME_S);
 }
 
 /* Waits for coordinator i to exit by itself (a failpoint); its wait status, or -1 after
@@ -1155,7 +1006,7 @@ static void *cc_make(void *arg)
     kl_client *c = NULL;
     kl_err err;
     /* One client per thread: its own sessions, so the threads do not queue on one lock. */
-    if (kl_client_open_principal(cc_file, pl->db, CC_TIMEOUT_MS, cc_who_id[pl->who], cc_whos[pl->who].key_path, &c,
+    if (kl_client_open_principal(cc_c.file, pl->db, CC_TIMEOUT_MS, cc_who_id[pl->who], cc_whos[pl->who].key_path, &c,
                                  &err) != KL_OK) {
         snprintf(w->error, sizeof w->error, "open: %s", err.message);
         return NULL;

@@ -32,8 +32,10 @@
  * leaves it running for the next (xf_keep); a failed check or the last suite stops every
  * member by pid (xf_after_test, xf_stop_all from proc_test.c). Each suite uses its own
  * queues and transfer ids, so it does not depend on the one before; a suite that finds no
- * cluster sets one up. Every daemon is started by fork/exec and killed by its pid. */
+ * cluster sets one up. Every daemon is started by fork/exec with a bounded lifetime and the
+ * parent-death signal (tests/cluster/rf3.c) and killed by its pid. */
 #include "tests/cluster/proc.h"
+#include "tests/cluster/rf3.h"
 
 #include "client/keyload.h"
 #include "common/keys.h"
@@ -51,8 +53,11 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#define XF_PARTS 3
-#define XF_MEMBERS 3
+#define XF_PARTS RF3_PARTS
+#define XF_MEMBERS RF3_MEMBERS
+/* A member's lifetime: past the process suite's whole budget (the cluster may serve every
+ * suite of this file); normally each is killed long before. */
+#define XF_MEMBER_LIFETIME_S 900
 #define XF_SRC_PART 1
 #define XF_DST_PART 2
 #define XF_TIMEOUT_MS 15000
@@ -67,11 +72,7 @@ enum { WHO_ROOT, WHO_OP, XF_WHOS };
 
 /* ---- the cluster ---- */
 
-static char xf_file[700], xf_secret[700];
-static char xf_url[XF_PARTS][XF_MEMBERS][64];
-static char xf_log[XF_PARTS][XF_MEMBERS][760];
-static char xf_mkey[XF_PARTS][XF_MEMBERS][700];
-static pid_t xf_pid[XF_PARTS][XF_MEMBERS];
+static rf3 xf_c; /* the nine members (tests/cluster/rf3.h) */
 static bool xf_up;   /* set up: keys, file, processes, principals, grants */
 static bool xf_keep; /* the suite that just ran passed and leaves the cluster to the next */
 static int xf_runs;  /* clusters set up by this process (fresh names, fresh data) */
@@ -93,21 +94,15 @@ static void xf_clients_close(void)
         }
 }
 
-static void xf_kill(int p, int m)
-{
-    if (xf_pid[p][m] <= 0)
-        return;
-    kill(xf_pid[p][m], SIGKILL);
-    waitpid(xf_pid[p][m], NULL, 0);
-    xf_pid[p][m] = -1;
-}
+static void xf_kill(int p, int m) { rf3_kill(&xf_c, p, m); }
+/* Starts member (p, m) with KEYLOAD_FAILPOINTS = failpoints (NULL: none); log appended. */
+static void xf_spawn(int p, int m, const char *failpoints) { rf3_spawn(&xf_c, p, m, failpoints); }
+static bool xf_wait_all(int timeout_ms) { return rf3_wait_all(&xf_c, timeout_ms); }
 
 void xf_stop_all(void)
 {
     xf_clients_close();
-    for (int p = 0; p < XF_PARTS; p++)
-        for (int m = 0; m < XF_MEMBERS; m++)
-            xf_kill(p, m);
+    rf3_kill_all(&xf_c);
     xf_up = false;
     xf_keep = false;
 }
@@ -119,88 +114,19 @@ void xf_after_test(bool failed)
     xf_keep = false;
 }
 
-/* Starts member (p, m) with KEYLOAD_FAILPOINTS = failpoints (NULL: none); log appended. */
-static void xf_spawn(int p, int m, const char *failpoints)
-{
-    char node[16];
-    snprintf(node, sizeof node, "p%dm%d", p, m + 1);
-    pid_t pid = fork();
-    if (pid == 0) {
-        int fd = open(xf_log[p][m], O_WRONLY | O_CREAT | O_APPEND, 0600);
-        if (fd >= 0) {
-            dup2(fd, 2);
-            dup2(fd, 1);
-        }
-        if (failpoints)
-            setenv("KEYLOAD_FAILPOINTS", failpoints, 1);
-        else
-            unsetenv("KEYLOAD_FAILPOINTS");
-        execl(daemon_bin, daemon_bin, "--cluster", xf_file, "--node", node, "--cluster-secret", xf_secret,
-              "--member-key", xf_mkey[p][m], (char *)NULL);
-        _exit(127);
-    }
-    xf_pid[p][m] = pid;
-}
-
-/* Whether partition p has a serving leader (with a catalog lease on a data partition);
- * MemberStatus needs no session. A member that exited is reported once and forgotten. */
-static bool xf_serving(int p)
-{
-    for (int m = 0; m < XF_MEMBERS; m++) {
-        if (xf_pid[p][m] <= 0)
-            continue;
-        int st;
-        if (waitpid(xf_pid[p][m], &st, WNOHANG) == xf_pid[p][m]) {
-            fprintf(stderr, "  p%dm%d exited (status %d; see %s)\n", p, m + 1, st, xf_log[p][m]);
-            xf_pid[p][m] = -1;
-            continue;
-        }
-        Keyload__V1__MemberStatusAnswer *s = member_status(xf_url[p][m], 1000);
-        bool ok = s && s->serving && (p == 0 || s->catalog_lease_valid);
-        if (s)
-            keyload__v1__member_status_answer__free_unpacked(s, NULL);
-        if (ok)
-            return true;
-    }
-    return false;
-}
-
-/* Every partition serving within timeout_ms. */
-static bool xf_wait_all(int timeout_ms)
-{
-    int64_t deadline = now_ms() + timeout_ms;
-    for (int p = 0; p < XF_PARTS; p++)
-        while (!xf_serving(p)) {
-            if (now_ms() > deadline)
-                return false;
-            sleep_ms(100);
-        }
-    return true;
-}
-
 /* kill -9 every member, then start them all again (none armed). Clients are closed first:
  * the suites open new ones, which say Hello to the new processes. */
 static bool xf_cold_restart(void)
 {
     xf_clients_close();
-    for (int p = 0; p < XF_PARTS; p++)
-        for (int m = 0; m < XF_MEMBERS; m++)
-            xf_kill(p, m);
-    int64_t t0 = now_ms();
-    for (int p = 0; p < XF_PARTS; p++)
-        for (int m = 0; m < XF_MEMBERS; m++)
-            xf_spawn(p, m, NULL);
-    bool ok = xf_wait_all(40000);
-    fprintf(stderr, "  cold restart of %d members: serving again after %lld ms\n", XF_PARTS * XF_MEMBERS,
-            (long long)(now_ms() - t0));
-    return ok;
+    return rf3_cold_restart(&xf_c);
 }
 
 static kl_client *xf_client(int who, int db)
 {
     if (xf_clients[who][db] == NULL) {
         kl_err err;
-        if (kl_client_open_principal(xf_file, xf_db_name[db], XF_TIMEOUT_MS, xf_whos[who].id, xf_whos[who].key_path,
+        if (kl_client_open_principal(xf_c.file, xf_db_name[db], XF_TIMEOUT_MS, xf_whos[who].id, xf_whos[who].key_path,
                                      &xf_clients[who][db], &err) != KL_OK)
             fprintf(stderr, "  open client %s on %s: %s\n", xf_whos[who].id, xf_db_name[db], err.message);
     }
@@ -233,56 +159,11 @@ static bool xf_setup(char *why, size_t cap)
     char run[32];
     snprintf(run, sizeof run, "xf%d", xf_runs++);
     int base = 15000 + (int)(getpid() % 45) * 20;
-    for (int p = 0; p < XF_PARTS; p++)
-        for (int m = 0; m < XF_MEMBERS; m++)
-            xf_pid[p][m] = -1;
-    snprintf(xf_secret, sizeof xf_secret, "%s/%s.secret", work, run);
-    unlink(xf_secret);
-    char cmd[1600];
-    snprintf(cmd, sizeof cmd, "'%s' keygen --cluster-secret-out '%s' >/dev/null", daemon_bin, xf_secret);
-    if (system(cmd) != 0) {
-        snprintf(why, cap, "keyloadd keygen --cluster-secret-out failed");
+    if (!rf3_write(&xf_c, run, base, XF_MEMBER_LIFETIME_S, why, cap))
         return false;
-    }
-    snprintf(xf_file, sizeof xf_file, "%s/%s.json", work, run);
-    FILE *f = fopen(xf_file, "w");
-    if (f == NULL) {
-        snprintf(why, cap, "cannot write %s", xf_file);
-        return false;
-    }
-    /* Generous timers: nine daemons share two cores. */
-    fprintf(f, "{\"cluster\":\"%s\",\"replica_count\":3,"
-               "\"timers\":{\"tick_ms\":50,\"election_ms\":1000,\"heartbeat_ms\":150,\"catalog_lease_ms\":3000},"
-               "\"partitions\":[",
-            run);
-    for (int p = 0; p < XF_PARTS; p++) {
-        fprintf(f, "%s{\"id\":%d,\"members\":[", p ? "," : "", p);
-        for (int m = 0; m < XF_MEMBERS; m++) {
-            int k = p * XF_MEMBERS + m;
-            char b64[128];
-            snprintf(xf_mkey[p][m], sizeof xf_mkey[p][m], "%s/%s-p%dm%d.key", work, run, p, m + 1);
-            if (!member_keygen(xf_mkey[p][m], b64, sizeof b64)) {
-                fclose(f);
-                snprintf(why, cap, "keyloadd keygen --secret-out failed for p%dm%d", p, m + 1);
-                return false;
-            }
-            snprintf(xf_url[p][m], sizeof xf_url[p][m], "tcp://127.0.0.1:%d", base + 2 * k);
-            snprintf(xf_log[p][m], sizeof xf_log[p][m], "%s/%s-p%dm%d.log", work, run, p, m + 1);
-            fprintf(f,
-                    "%s{\"id\":%d,\"client\":\"%s\",\"peer\":\"tcp://127.0.0.1:%d\",\"data\":\"%s/%s-data-p%dm%d\","
-                    "\"public_key\":\"%s\"}",
-                    m ? "," : "", m + 1, xf_url[p][m], base + 2 * k + 1, work, run, p, m + 1, b64);
-        }
-        fprintf(f, "]}");
-    }
-    fprintf(f, "]}\n");
-    fclose(f);
     xf_up = true; /* from here on xf_stop_all has processes to stop */
     int64_t t0 = now_ms();
-    for (int p = 0; p < XF_PARTS; p++)
-        for (int m = 0; m < XF_MEMBERS; m++)
-            xf_spawn(p, m, NULL);
-    if (!xf_wait_all(40000)) {
+    if (!rf3_start_all(&xf_c, 40000)) {
         snprintf(why, cap, "the cluster did not serve within 40 s");
         return false;
     }
@@ -292,7 +173,7 @@ static bool xf_setup(char *why, size_t cap)
     }
     kl_err err;
     kl_err_clear(&err);
-    if (sdk_bootstrap(xf_file, xf_secret, xf_db_name[DB_XFER], "root", xf_whos[WHO_ROOT].pk, NULL, NULL, &err) !=
+    if (sdk_bootstrap(xf_c.file, xf_c.secret, xf_db_name[DB_XFER], "root", xf_whos[WHO_ROOT].pk, NULL, NULL, &err) !=
         KL_OK) {
         snprintf(why, cap, "bootstrap: %s %s", kl_code_name(err.code), err.message);
         return false;
@@ -347,7 +228,7 @@ static bool xf_ensure(char *why, size_t cap)
     if (xf_up) {
         for (int p = 0; p < XF_PARTS; p++)
             for (int m = 0; m < XF_MEMBERS; m++)
-                if (xf_pid[p][m] <= 0) {
+                if (xf_c.pid[p][m] <= 0) {
                     xf_stop_all();
                     return xf_setup(why, cap);
                 }
@@ -841,7 +722,7 @@ void test_xfer_destination(void)
     CHECK(xf_restart_partition(XF_DST_PART, "daemon.after_apply_before_reply=1*exit"), "armed restart of partition %d",
           XF_DST_PART);
     kl_client *cut = NULL;
-    CHECK(kl_client_open_principal(xf_file, xf_db_name[DB_XFER], 4000, "xfop", xf_whos[WHO_OP].key_path, &cut,
+    CHECK(kl_client_open_principal(xf_c.file, xf_db_name[DB_XFER], 4000, "xfop", xf_whos[WHO_OP].key_path, &cut,
                                    &err) == KL_OK,
           "short-timeout client: %s", err.message);
     rc = xf_accept(cut, a2, "dst.d", &i2, NULL, &err);
@@ -853,8 +734,8 @@ void test_xfer_destination(void)
     while (cut_m < 0 && now_ms() < deadline) {
         for (int m = 0; m < XF_MEMBERS && cut_m < 0; m++) {
             int st;
-            if (xf_pid[XF_DST_PART][m] > 0 && waitpid(xf_pid[XF_DST_PART][m], &st, WNOHANG) == xf_pid[XF_DST_PART][m]) {
-                xf_pid[XF_DST_PART][m] = -1;
+            if (xf_c.pid[XF_DST_PART][m] > 0 && waitpid(xf_c.pid[XF_DST_PART][m], &st, WNOHANG) == xf_c.pid[XF_DST_PART][m]) {
+                xf_c.pid[XF_DST_PART][m] = -1;
                 CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 77, "p%dm%d ended with status %d, not the failpoint's exit",
                       XF_DST_PART, m + 1, st);
                 cut_m = m;
