@@ -66,6 +66,15 @@ size_t pack_stats_request(const char *queue, uint8_t buf[512]);
 /* Packs and frees b. */
 uint8_t *pack_free(Keyload__V1__BatchRequest *b, size_t *len);
 
+/* How long a process started by a test may live at most: past the process suite's whole
+ * budget (a cluster may serve several suites); normally each is killed long before. */
+#define PROC_LIFETIME_S 900
+/* fork/exec of argv (argv[0] the binary) with stdout and stderr appended to log,
+ * KEYLOAD_FAILPOINTS set to failpoints (NULL: unset), ended by SIGALRM after lifetime_s
+ * (neither keyloadd nor keyload-coordinator handles it: alarm(2) survives exec) or by
+ * SIGKILL when the test process dies first (PR_SET_PDEATHSIG; call it from the main
+ * thread, whose exit is the test's). */
+pid_t proc_exec(char *const argv[], const char *log, const char *failpoints, unsigned lifetime_s);
 /* Starts keyloadd as member pPmM of the cluster file (log in work/), without failpoints. */
 pid_t spawn_member(const char *cluster, int partition, int member);
 /* Makes a cluster secret file and a member key file with `keyloadd keygen` (removing old

@@ -75,9 +75,8 @@
 #define CC_SRC 1 /* the recovery cuts' source partition */
 #define CC_DST 2 /* and destination partition */
 #define CC_TIMEOUT_MS 15000
-/* Lifetimes: past the process suite's whole budget for members (they may serve every suite
- * of this file), a few minutes for a coordinator; normally each is killed long before. */
-#define CC_MEMBER_LIFETIME_S 900
+/* A coordinator's lifetime: a few minutes (members get PROC_LIFETIME_S); normally each is
+ * killed long before. */
 #define CC_COORD_LIFETIME_S 300
 #define CC_COORDS 2
 #define CC_EXIT_FAILPOINT 77 /* common/failpoint.h: `exit` is _exit(77) */
@@ -210,7 +209,7 @@ static bool cc_setup(char *why, size_t cap)
     snprintf(run, sizeof run, "cc%d", cc_runs++);
     /* 45 slots of 20 ports: 13000..13899. */
     int base = 13000 + (int)(getpid() % 45) * 20;
-    if (!rf3_write(&cc_c, run, base, CC_MEMBER_LIFETIME_S, why, cap))
+    if (!rf3_write(&cc_c, run, base, PROC_LIFETIME_S, why, cap))
         return false;
     cc_up = true; /* from here on cc_stop_all has processes to stop */
     int64_t t0 = now_ms();
@@ -357,7 +356,7 @@ static bool cc_coord_config(int i, const char *tag, const cc_opts *o)
 static void cc_coord_start(int i, const char *failpoints)
 {
     char *argv[] = {(char *)cc_coord_bin(), "--config", cc_coords[i].config, NULL};
-    cc_coords[i].pid = rf3_exec(argv, cc_coords[i].log, failpoints, CC_COORD_LIFETIME_S);
+    cc_coords[i].pid = proc_exec(argv, cc_coords[i].log, failpoints, CC_COORD_LIFETIME_S);
 }
 
 /* Waits for coordinator i to exit by itself (a failpoint); its wait status, or -1 after

@@ -20,6 +20,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <sys/prctl.h>
 #include <nng/nng.h>
 #include <pthread.h>
 #include <nng/protocol/reqrep0/req.h>
@@ -216,23 +217,38 @@ static long long queue_messages(const char *queue, kl_code *code)
 
 /* ---- daemon lifecycle ---- */
 
-static int start_daemon(const char *failpoints)
+pid_t proc_exec(char *const argv[], const char *log, const char *failpoints, unsigned lifetime_s)
 {
-    char log[700];
-    snprintf(log, sizeof log, "%s/daemon.log", work);
+    pid_t parent = getpid();
     pid_t pid = fork();
     if (pid == 0) {
+        prctl(PR_SET_PDEATHSIG, SIGKILL);
+        if (getppid() != parent)
+            _exit(127); /* the parent died before the line above took effect */
         int fd = open(log, O_WRONLY | O_CREAT | O_APPEND, 0600);
-        dup2(fd, 2);
-        dup2(fd, 1);
+        if (fd >= 0) {
+            dup2(fd, 2);
+            dup2(fd, 1);
+        }
         if (failpoints)
             setenv("KEYLOAD_FAILPOINTS", failpoints, 1);
         else
             unsetenv("KEYLOAD_FAILPOINTS");
-        execl(daemon_bin, daemon_bin, "--cluster", cluster_file, "--node", "p0m1", "--cluster-secret",
-              secret_file, (char *)NULL);
+        alarm(lifetime_s);
+        execv(argv[0], argv);
         _exit(127);
     }
+    return pid;
+}
+
+
+static int start_daemon(const char *failpoints)
+{
+    char log[700];
+    snprintf(log, sizeof log, "%s/daemon.log", work);
+    char *argv[] = {(char *)daemon_bin, "--cluster", cluster_file, "--node", "p0m1", "--cluster-secret",
+                    secret_file, NULL};
+    pid_t pid = proc_exec(argv, log, failpoints, PROC_LIFETIME_S);
     daemon_pid = pid;
     int64_t deadline = now_ms() + 20000;
     while (now_ms() < deadline) {
@@ -638,18 +654,9 @@ pid_t spawn_keyloadd(const char *cluster, int partition, int member, const char 
     snprintf(log, sizeof log, "%s/%s-p%dm%d.log", work, strrchr(cluster, '/') ? strrchr(cluster, '/') + 1 : cluster,
              partition, member);
     snprintf(node, sizeof node, "p%dm%d", partition, member);
-    pid_t pid = fork();
-    if (pid == 0) {
-        int fd = open(log, O_WRONLY | O_CREAT | O_APPEND, 0600);
-        dup2(fd, 2);
-        dup2(fd, 1);
-        unsetenv("KEYLOAD_FAILPOINTS");
-        const char *argv[] = {daemon_bin, "--cluster", cluster, "--node", node, "--cluster-secret", secret,
-                              member_key ? "--member-key" : NULL, member_key, NULL};
-        execv(daemon_bin, (char *const *)argv);
-        _exit(127);
-    }
-    return pid;
+    const char *argv[] = {daemon_bin, "--cluster", cluster, "--node", node, "--cluster-secret", secret,
+                          member_key ? "--member-key" : NULL, member_key, NULL};
+    return proc_exec((char *const *)argv, log, NULL, PROC_LIFETIME_S);
 }
 
 bool member_keygen(const char *path, char *pub_b64, size_t cap)

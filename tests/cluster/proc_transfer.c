@@ -55,9 +55,6 @@
 
 #define XF_PARTS RF3_PARTS
 #define XF_MEMBERS RF3_MEMBERS
-/* A member's lifetime: past the process suite's whole budget (the cluster may serve every
- * suite of this file); normally each is killed long before. */
-#define XF_MEMBER_LIFETIME_S 900
 #define XF_SRC_PART 1
 #define XF_DST_PART 2
 #define XF_TIMEOUT_MS 15000
@@ -159,7 +156,7 @@ static bool xf_setup(char *why, size_t cap)
     char run[32];
     snprintf(run, sizeof run, "xf%d", xf_runs++);
     int base = 15000 + (int)(getpid() % 45) * 20;
-    if (!rf3_write(&xf_c, run, base, XF_MEMBER_LIFETIME_S, why, cap))
+    if (!rf3_write(&xf_c, run, base, PROC_LIFETIME_S, why, cap))
         return false;
     xf_up = true; /* from here on xf_stop_all has processes to stop */
     int64_t t0 = now_ms();

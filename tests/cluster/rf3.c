@@ -2,38 +2,12 @@
 
 #include "tests/cluster/proc.h"
 
-#include <fcntl.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
-
-pid_t rf3_exec(char *const argv[], const char *log, const char *failpoints, unsigned lifetime_s)
-{
-    pid_t parent = getpid();
-    pid_t pid = fork();
-    if (pid == 0) {
-        prctl(PR_SET_PDEATHSIG, SIGKILL);
-        if (getppid() != parent)
-            _exit(127); /* the parent died before the line above took effect */
-        int fd = open(log, O_WRONLY | O_CREAT | O_APPEND, 0600);
-        if (fd >= 0) {
-            dup2(fd, 2);
-            dup2(fd, 1);
-        }
-        if (failpoints)
-            setenv("KEYLOAD_FAILPOINTS", failpoints, 1);
-        else
-            unsetenv("KEYLOAD_FAILPOINTS");
-        alarm(lifetime_s);
-        execv(argv[0], argv);
-        _exit(127);
-    }
-    return pid;
-}
 
 bool rf3_write(rf3 *c, const char *run, int base, unsigned lifetime_s, char *why, size_t cap)
 {
@@ -102,7 +76,7 @@ void rf3_spawn(rf3 *c, int p, int m, const char *failpoints)
     snprintf(node, sizeof node, "p%dm%d", p, m + 1);
     char *argv[] = {(char *)daemon_bin, "--cluster", c->file, "--node", node, "--cluster-secret", c->secret,
                     "--member-key", c->mkey[p][m], NULL};
-    c->pid[p][m] = rf3_exec(argv, c->log[p][m], failpoints, c->lifetime_s);
+    c->pid[p][m] = proc_exec(argv, c->log[p][m], failpoints, c->lifetime_s);
 }
 
 void rf3_kill(rf3 *c, int p, int m)

@@ -4,9 +4,8 @@
  * cluster file, generous timers (nine daemons and a coordinator share two cores).
  *
  * An rf3 owns its file names and the pids of its members. Members are started by
- * fork/exec with stdout and stderr appended to their log, KEYLOAD_FAILPOINTS as asked, a
- * bounded lifetime (alarm(2) survives exec) and PR_SET_PDEATHSIG, so none outlives the
- * test process; they are stopped by pid (kill -9), never by name. Invariant: pid[p][m] > 0
+ * proc_exec (proc.h: log appended, KEYLOAD_FAILPOINTS as asked, a bounded lifetime, killed
+ * with the test process) and stopped by pid (kill -9), never by name. Invariant: pid[p][m] > 0
  * exactly while this process started member (p, m) and has not reaped it. */
 #ifndef KL_TESTS_RF3_H
 #define KL_TESTS_RF3_H
@@ -29,11 +28,6 @@ typedef struct rf3 {
     pid_t pid[RF3_PARTS][RF3_MEMBERS];
     unsigned lifetime_s; /* each member's alarm */
 } rf3;
-
-/* fork/exec of argv (argv[0] the binary) with stdout and stderr appended to log,
- * KEYLOAD_FAILPOINTS set to failpoints (NULL: unset), ended by SIGALRM after lifetime_s
- * (neither keyloadd nor keyload-coordinator handles it) or when this process dies. */
-pid_t rf3_exec(char *const argv[], const char *log, const char *failpoints, unsigned lifetime_s);
 
 /* Fresh keys and cluster file for run `run` under work/, client ports base, base + 2, ...
  * (peer ports odd); old stores of that run name are removed first. No member runs yet. */
