@@ -415,6 +415,16 @@ static int cc_log_count(int i, const char *a, const char *b)
 }
 
 /* Coordinator i's status file (jansson; json_decref), NULL while there is none. */
+/* Waits up to timeout_ms for coordinator i's log to hold a line with both msg and tid;
+ * returns how many it holds then. */
+static int cc_wait_log(int i, const char *msg, const char *tid, int timeout_ms)
+{
+    int64_t deadline = now_ms() + timeout_ms;
+    while (cc_log_count(i, msg, tid) == 0 && now_ms() < deadline)
+        sleep_ms(10);
+    return cc_log_count(i, msg, tid);
+}
+
 static json_t *cc_status_load(int i)
 {
     json_error_t e;
@@ -865,10 +875,7 @@ void test_coord_recovery(void)
     o.call_timeout_ms = 500;
     CHECK(cc_coord_config(0, "r4a", &o), "config");
     cc_coord_start(0, "coord.before_complete=1*sleep(1000)");
-    int64_t deadline = now_ms() + 20000;
-    while (cc_log_count(0, "msg=\"receipt_read\"", t.tid) == 0 && now_ms() < deadline)
-        sleep_ms(10);
-    CHECK(cc_log_count(0, "msg=\"receipt_read\"", t.tid) == 1, "cut 4: the coordinator did not read the receipt");
+    CHECK(cc_wait_log(0, "msg=\"receipt_read\"", t.tid, 20000) == 1, "cut 4: the coordinator did not read the receipt");
     CHECK(cc_receipt(op, t.dst, t.src, NULL, t.tid, &t.before, &err) == KL_OK, "cut 4: receipt: %s", err.message);
     /* Really mid-transfer: accepted, not completed (the parked coordinator holds it). */
     CHECK(cc_state(op, t.src, NULL, t.tid, NULL) == KEYLOAD__V1__TRANSFER_STATE__OUTPUT_PENDING,
@@ -887,10 +894,7 @@ void test_coord_recovery(void)
     CHECK(rec_prepare(&t, 5, why, sizeof why), "%s", why);
     CHECK(cc_coord_config(0, "r5a", &o), "config");
     cc_coord_start(0, "coord.before_accept=1*sleep(1000)");
-    deadline = now_ms() + 20000;
-    while (cc_log_count(0, "msg=\"dispatched\"", t.tid) == 0 && now_ms() < deadline)
-        sleep_ms(10);
-    CHECK(cc_log_count(0, "msg=\"dispatched\"", t.tid) == 1, "cut 5: the coordinator did not take the transfer");
+    CHECK(cc_wait_log(0, "msg=\"dispatched\"", t.tid, 20000) == 1, "cut 5: the coordinator did not take the transfer");
     sleep_ms(300); /* its turn reads the source and the (absent) receipt, then parks */
     cc_tok none;
     kl_code rc5 = cc_receipt(op, t.dst, t.src, NULL, t.tid, &none, &err);
@@ -910,10 +914,7 @@ void test_coord_recovery(void)
     CHECK(rec_prepare(&t, 6, why, sizeof why), "%s", why);
     CHECK(cc_coord_config(0, "r5c", &o), "config");
     cc_coord_start(0, "coord.after_accept_sent=1*sleep(1000)");
-    deadline = now_ms() + 20000;
-    while (cc_log_count(0, "msg=\"accepted\"", t.tid) == 0 && now_ms() < deadline)
-        sleep_ms(10);
-    CHECK(cc_log_count(0, "msg=\"accepted\"", t.tid) == 1, "cut 5b: the coordinator's Accept was not answered");
+    CHECK(cc_wait_log(0, "msg=\"accepted\"", t.tid, 20000) == 1, "cut 5b: the coordinator's Accept was not answered");
     CHECK(cc_receipt(op, t.dst, t.src, NULL, t.tid, &t.before, &err) == KL_OK, "cut 5b: receipt: %s", err.message);
     CHECK(cc_state(op, t.src, NULL, t.tid, NULL) == KEYLOAD__V1__TRANSFER_STATE__OUTPUT_PENDING,
           "cut 5b: already Delivered before the kill (did the sleep failpoint fire?)");
@@ -952,10 +953,7 @@ void test_coord_recovery(void)
     rec_opts(&o);
     CHECK(cc_coord_config(0, "r7a", &o), "config");
     cc_coord_start(0, "coord.after_accept_sent=1*sleep(1500)");
-    deadline = now_ms() + 20000;
-    while (cc_log_count(0, "msg=\"accepted\"", t.tid) == 0 && now_ms() < deadline)
-        sleep_ms(10);
-    CHECK(cc_log_count(0, "msg=\"accepted\"", t.tid) == 1, "cut 7: the coordinator's Accept was not answered");
+    CHECK(cc_wait_log(0, "msg=\"accepted\"", t.tid, 20000) == 1, "cut 7: the coordinator's Accept was not answered");
     int64_t term_at = now_ms();
     int st7 = cc_coord_stop(0);
     int64_t drain_ms = now_ms() - term_at;
