@@ -295,6 +295,7 @@ static turn_out drive(turn *t)
         return o;
     if (first == NULL) {
         if ((o = stop_point(t, "accept")) != OUT_CONTINUE || (o = accept(t)) != OUT_CONTINUE ||
+            (o = stop_point(t, "reread_receipt")) != OUT_CONTINUE ||
             (o = read_receipt(t, "reread_receipt", &first)) != OUT_CONTINUE)
             return o;
         if (first == NULL) {
@@ -313,6 +314,7 @@ static turn_out drive(turn *t)
     /* 5. Before Complete: both proofs again, unchanged. */
     if ((o = stop_point(t, "recheck_source")) == OUT_CONTINUE &&
         (o = inspect_source(t, "recheck_source")) == OUT_CONTINUE &&
+        (o = stop_point(t, "recheck_receipt")) == OUT_CONTINUE &&
         (o = read_receipt(t, "recheck_receipt", &again)) == OUT_CONTINUE &&
         !same_receipt(first, again)) {
         atomic_fetch_add(&t->co->stats.proof_changed, 1);

@@ -944,10 +944,10 @@ void test_coord_recovery(void)
     fprintf(stderr, "    cut 6, cold restart between Accept and Complete: ok (%lld ms)\n", (long long)(now_ms() - t0));
 
     /* 7. SIGTERM mid-turn, the drain: parked (once) at coord.after_accept_sent, the
-     * coordinator is told to stop. It finishes the call it is in (the receipt reread), ends
-     * the turn at the next point between two calls without sending Complete, reports the
-     * turn cancelled (never rolled back) and exits 0 long before a turn of calls could have
-     * run. A new coordinator completes the transfer under the same command ids. */
+     * coordinator is told to stop. It ends the turn at the next point between two calls
+     * (before the receipt reread) without sending Complete, reports the turn cancelled
+     * (never rolled back) and exits 0 long before a turn of calls could have run. A new
+     * coordinator completes the transfer under the same command ids. */
     t0 = now_ms();
     CHECK(rec_prepare(&t, 8, why, sizeof why), "%s", why);
     rec_opts(&o);
@@ -960,8 +960,8 @@ void test_coord_recovery(void)
     CHECK(cc_exited_with(st7, 0), "cut 7: the drain ended with wait status %d (want exit 0; log %s)", st7,
           cc_coords[0].log);
     CHECK(cc_log_count(0, "msg=\"cancelled\"", t.tid) == 1 &&
-              cc_log_count(0, "before=recheck_source", t.tid) == 1,
-          "cut 7: no cancelled line before recheck_source for the transfer (log %s)", cc_coords[0].log);
+              cc_log_count(0, "before=reread_receipt", t.tid) == 1,
+          "cut 7: no cancelled line before reread_receipt for the transfer (log %s)", cc_coords[0].log);
     CHECK(cc_log_count(0, "msg=\"complete_sent\"", t.tid) == 0 && cc_log_count(0, "rolled", NULL) == 0,
           "cut 7: the stopping coordinator sent Complete or reported a rollback (log %s)", cc_coords[0].log);
     CHECK(drain_ms < 5000, "cut 7: the drain took %lld ms (the parked call is 1.5 s, one call at most 2 s)",

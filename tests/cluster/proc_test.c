@@ -20,7 +20,6 @@
 
 #include <errno.h>
 #include <fcntl.h>
-#include <sys/prctl.h>
 #include <nng/nng.h>
 #include <pthread.h>
 #include <nng/protocol/reqrep0/req.h>
@@ -30,6 +29,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>

@@ -43,7 +43,6 @@
 #include "keyload/v1/claims.pb-c.h"
 #include "keyload/v1/transfer.pb-c.h"
 
-#include <fcntl.h>
 #include <signal.h>
 #include <sodium.h>
 #include <stdbool.h>
