@@ -314,6 +314,20 @@ void kl_canon_mutation(kl_canon *c, const Keyload__V1__Mutation *m)
         kl_canon_u64(c, 4, p->paused ? 1 : 0);
         break;
     }
+    case KEYLOAD__V1__MUTATION__KIND_ADVANCE_QUEUE_TRANSFER_ATTEMPT: {
+        const Keyload__V1__AdvanceQueueTransferAttempt *a = m->advance_queue_transfer_attempt;
+        kl_canon_lane(c, 1, a->source_queue);
+        kl_canon_bytes(c, 2, a->transfer_id.data, a->transfer_id.len);
+        kl_canon_bytes(c, 3, a->witness_token.data, a->witness_token.len);
+        break;
+    }
+    case KEYLOAD__V1__MUTATION__KIND_ADVANCE_QUEUE_TRANSFER_REPAIR: {
+        const Keyload__V1__AdvanceQueueTransferRepair *a = m->advance_queue_transfer_repair;
+        kl_canon_lane(c, 1, a->source_queue);
+        kl_canon_bytes(c, 2, a->transfer_id.data, a->transfer_id.len);
+        kl_canon_bytes(c, 3, a->witness_token.data, a->witness_token.len);
+        break;
+    }
     default:
         break;
     }

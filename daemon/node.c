@@ -883,6 +883,18 @@ kl_code kl_node_transfer_read(kl_node *n, kl_node_transfer_read_kind kind, const
         }
         break;
     }
+    case KL_NODE_TRANSFER_FAILURE: {
+        Keyload__V1__ReadQueueTransferFailureRequest *q =
+            keyload__v1__read_queue_transfer_failure_request__unpack(NULL, len, req);
+        if ((r = (ProtobufCMessage *)q) == NULL)
+            break;
+        rc = check_transfer_ref("destination_queue.lane", q->destination_queue, err);
+        if (rc == KL_OK) {
+            tenant = q->destination_queue->tenant;
+            db = q->destination_queue->database;
+        }
+        break;
+    }
     case KL_NODE_PENDING_TRANSFERS: {
         Keyload__V1__ListPendingQueueTransfersRequest *q =
             keyload__v1__list_pending_queue_transfers_request__unpack(NULL, len, req);
@@ -922,6 +934,11 @@ kl_code kl_node_transfer_read(kl_node *n, kl_node_transfer_read_kind kind, const
     case KL_NODE_TRANSFER_RECEIPT:
         rc = kl_transfer_receipt(&ctx, (Keyload__V1__InspectQueueTransferReceiptRequest *)r, answer, answer_len,
                                  err);
+        break;
+    case KL_NODE_TRANSFER_FAILURE:
+        rc = kl_transfer_failure(&ctx, (Keyload__V1__ReadQueueTransferFailureRequest *)r, principal,
+                                 subj.record ? keyload__v1__catalog_principal__get_packed_size(subj.record) : 0,
+                                 subj.policy_epoch, answer, answer_len, err);
         break;
     case KL_NODE_PENDING_TRANSFERS: {
         /* Cursors bind to the partition incarnation: a partition rebuilt from nothing

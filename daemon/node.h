@@ -110,6 +110,7 @@ typedef enum kl_node_transfer_read_kind {
     KL_NODE_INSPECT_TRANSFER,          /* keyload.v1.InspectQueueTransfer */
     KL_NODE_TRANSFER_RECEIPT,          /* keyload.v1.InspectQueueTransferReceipt */
     KL_NODE_PENDING_TRANSFERS,         /* keyload.v1.ListPendingQueueTransfers */
+    KL_NODE_TRANSFER_FAILURE,          /* keyload.v1.ReadQueueTransferFailure */
 } kl_node_transfer_read_kind;
 kl_code kl_node_transfer_read(kl_node *n, kl_node_transfer_read_kind kind, const char *principal,
                               const uint8_t *req, size_t len, uint8_t **answer, size_t *answer_len,

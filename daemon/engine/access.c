@@ -103,6 +103,15 @@ kl_code kl_access_mutation(const kl_authz_subject *who, const Keyload__V1__Mutat
             rc = kl_access_transfer_data(who, t->source_queue, KEYLOAD__V1__PERMISSION__QUEUE_PUBLISH, NULL, err);
         return rc;
     }
+    case KEYLOAD__V1__MUTATION__KIND_ADVANCE_QUEUE_TRANSFER_ATTEMPT:
+    case KEYLOAD__V1__MUTATION__KIND_ADVANCE_QUEUE_TRANSFER_REPAIR: {
+        /* The same fields in both; the data check (QueuePublish on the source, like
+         * Complete) runs in transfer_advance.c after the witness. */
+        const Keyload__V1__QueueLaneRef *src = m->kind_case == KEYLOAD__V1__MUTATION__KIND_ADVANCE_QUEUE_TRANSFER_ATTEMPT
+                                                   ? m->advance_queue_transfer_attempt->source_queue
+                                                   : m->advance_queue_transfer_repair->source_queue;
+        return kl_access_transfer_admin(who, src->tenant, src->database, err);
+    }
     case KEYLOAD__V1__MUTATION__KIND_SET_QUEUE_TRANSFERS_PAUSED:
         return kl_access_transfer_admin(who, m->set_queue_transfers_paused->tenant,
                                         m->set_queue_transfers_paused->database, err);

@@ -80,11 +80,17 @@ kl_code kl_claims_decode(const char *what, const uint8_t *token, size_t len,
     return KL_OK;
 }
 
+/* "intent_signature", "receipt_signature" or "witness_signature", after the token named. */
+static const char *signature_detail(const char *what)
+{
+    return what[0] == 'i' ? "intent_signature" : what[0] == 'w' ? "witness_signature" : "receipt_signature";
+}
+
 kl_code kl_claims_verify(const char *what, const Keyload__V1__SignedToken *tok, const uint8_t pk[32],
                          const uint8_t key_id[8], kl_err *err)
 {
     if (tok->key_id.len != 8 || memcmp(tok->key_id.data, key_id, 8) != 0)
-        return kl_fail(err, KL_PERMISSION_DENIED, what[0] == 'i' ? "intent_signature" : "receipt_signature",
+        return kl_fail(err, KL_PERMISSION_DENIED, signature_detail(what),
                        "%s is not signed by this database's signing key (key id differs)", what);
     size_t mn;
     uint8_t *m = signed_bytes(tok->claims.data, tok->claims.len, &mn);
@@ -93,7 +99,7 @@ kl_code kl_claims_verify(const char *what, const Keyload__V1__SignedToken *tok, 
     int bad = crypto_sign_verify_detached(tok->signature.data, m, mn, pk);
     free(m);
     if (bad)
-        return kl_fail(err, KL_PERMISSION_DENIED, what[0] == 'i' ? "intent_signature" : "receipt_signature",
+        return kl_fail(err, KL_PERMISSION_DENIED, signature_detail(what),
                        "%s's signature does not verify under this database's signing key", what);
     return KL_OK;
 }

@@ -39,8 +39,8 @@ kl_code kl_claims_decode(const char *what, const uint8_t *token, size_t len,
                          kl_err *err);
 
 /* Verifies a decoded token's key id and signature against the database key (pk 32 bytes,
- * key_id 8 bytes). PERMISSION_DENIED detail "intent_signature" or "receipt_signature"
- * (what: "intent_token" or "receipt_token") otherwise. */
+ * key_id 8 bytes). PERMISSION_DENIED detail "intent_signature", "receipt_signature" or
+ * "witness_signature" (what: "intent_token", "receipt_token", "witness_token") otherwise. */
 kl_code kl_claims_verify(const char *what, const Keyload__V1__SignedToken *tok, const uint8_t pk[32],
                          const uint8_t key_id[8], kl_err *err);
 

@@ -822,6 +822,18 @@ kl_code kl_engine_eval_batch(kl_eval_ctx *c, const Keyload__V1__BatchRequest *b,
         case KEYLOAD__V1__MUTATION__KIND_COMPLETE_QUEUE_TRANSFER:
             rc = kl_transfer_eval_complete(c, m->complete_queue_transfer, results, err);
             break;
+        case KEYLOAD__V1__MUTATION__KIND_ADVANCE_QUEUE_TRANSFER_ATTEMPT: {
+            const Keyload__V1__AdvanceQueueTransferAttempt *a = m->advance_queue_transfer_attempt;
+            rc = kl_transfer_eval_advance(c, a->source_queue, &a->transfer_id, &a->witness_token, false,
+                                          results, err);
+            break;
+        }
+        case KEYLOAD__V1__MUTATION__KIND_ADVANCE_QUEUE_TRANSFER_REPAIR: {
+            const Keyload__V1__AdvanceQueueTransferRepair *a = m->advance_queue_transfer_repair;
+            rc = kl_transfer_eval_advance(c, a->source_queue, &a->transfer_id, &a->witness_token, true,
+                                          results, err);
+            break;
+        }
         case KEYLOAD__V1__MUTATION__KIND_SET_QUEUE_TRANSFERS_PAUSED:
             rc = m->set_queue_transfers_paused->source_queue == NULL
                      ? kl_catalog_eval_set_transfers_paused(c, m->set_queue_transfers_paused, results, err)

@@ -1,6 +1,7 @@
 /* Remote queue transfers on one partition (transfer.h). Every write goes to the view's
  * scratch overlay, so a refusal anywhere leaves nothing behind. */
 #include "daemon/engine/transfer.h"
+#include "daemon/engine/transfer_internal.h"
 
 #include "common/guid.h"
 #include "common/keys.h"
@@ -15,20 +16,20 @@
 #include <stdlib.h>
 #include <string.h>
 
-static kl_code oom(kl_err *err) { return kl_fail(err, KL_INTERNAL, "memory", "out of memory"); }
+kl_code kl_xfer_oom(kl_err *err) { return kl_fail(err, KL_INTERNAL, "memory", "out of memory"); }
 
-static kl_code corrupt(kl_err *err, const char *what)
+kl_code kl_xfer_corrupt(kl_err *err, const char *what)
 {
     return kl_fail(err, KL_INTERNAL, "store", "stored %s record does not decode", what);
 }
 
-static const char *caller_id(const kl_eval_ctx *c)
+const char *kl_xfer_caller_id(const kl_eval_ctx *c)
 {
     return (c->who && c->who->principal) ? c->who->principal->principal_id : KL_CATALOG_RESERVED_PRINCIPAL;
 }
 
 /* Catalog records are read outside the request's scan budget, like node.c's. */
-static kl_code catalog_database(kl_view *v, const char *tenant, const char *db,
+kl_code kl_xfer_catalog_database(kl_view *v, const char *tenant, const char *db,
                                 Keyload__V1__CatalogDatabase **out, kl_err *err)
 {
     bool found;
@@ -49,7 +50,7 @@ static kl_code catalog_database(kl_view *v, const char *tenant, const char *db,
     return rc;
 }
 
-static kl_code catalog_queue(kl_view *v, const Keyload__V1__QueueLaneRef *r, Keyload__V1__CatalogQueue **out,
+kl_code kl_xfer_catalog_queue(kl_view *v, const Keyload__V1__QueueLaneRef *r, Keyload__V1__CatalogQueue **out,
                              kl_err *err)
 {
     bool found;
@@ -65,7 +66,7 @@ static kl_code catalog_queue(kl_view *v, const Keyload__V1__QueueLaneRef *r, Key
 }
 
 /* The database's signing secret, derived from the cluster secret (never stored). */
-static kl_code signing_key(const kl_eval_ctx *c, const Keyload__V1__CatalogDatabase *d, uint8_t sk[64],
+kl_code kl_xfer_signing_key(const kl_eval_ctx *c, const Keyload__V1__CatalogDatabase *d, uint8_t sk[64],
                            kl_err *err)
 {
     if (c->cluster_secret == NULL)
@@ -100,7 +101,7 @@ static kl_code signing_key(const kl_eval_ctx *c, const Keyload__V1__CatalogDatab
 }
 
 /* Data, field and header checks run with every administrator flag off (DESIGN.md §5). */
-static kl_code data_check(const kl_eval_ctx *c, const Keyload__V1__QueueLaneRef *q, Keyload__V1__Permission perm,
+kl_code kl_xfer_data_check(const kl_eval_ctx *c, const Keyload__V1__QueueLaneRef *q, Keyload__V1__Permission perm,
                           const Keyload__V1__EnqueueMessage *msg, kl_err *err)
 {
     uint64_t t0 = c->clock_ns ? c->clock_ns() : 0;
@@ -111,7 +112,7 @@ static kl_code data_check(const kl_eval_ctx *c, const Keyload__V1__QueueLaneRef 
 }
 
 /* A point read of a protobuf record through the view (counted against its scan budget). */
-static kl_code get_record(kl_view *v, const kl_key *k, const ProtobufCMessageDescriptor *d,
+kl_code kl_xfer_get_record(kl_view *v, const kl_key *k, const ProtobufCMessageDescriptor *d,
                           ProtobufCMessage **out, size_t *stored, kl_err *err)
 {
     uint8_t *val;
@@ -125,22 +126,22 @@ static kl_code get_record(kl_view *v, const kl_key *k, const ProtobufCMessageDes
     free(val);
     if (stored)
         *stored = n;
-    return *out ? KL_OK : corrupt(err, d->short_name);
+    return *out ? KL_OK : kl_xfer_corrupt(err, d->short_name);
 }
 
-static kl_code lane_load(kl_view *v, uint64_t qid, const char *lane, Keyload__V1__LaneTransferRecord **out,
+kl_code kl_xfer_lane_load(kl_view *v, uint64_t qid, const char *lane, Keyload__V1__LaneTransferRecord **out,
                          kl_err *err)
 {
     kl_key k;
     kl_key_lane_transfers(&k, qid, lane);
-    kl_code rc = get_record(v, &k, &keyload__v1__lane_transfer_record__descriptor, (ProtobufCMessage **)out,
+    kl_code rc = kl_xfer_get_record(v, &k, &keyload__v1__lane_transfer_record__descriptor, (ProtobufCMessage **)out,
                             NULL, err);
     if (rc == KL_OK && *out == NULL && (*out = keyload__v1__lane_transfer_record__unpack(NULL, 0, NULL)) == NULL)
-        rc = oom(err);
+        rc = kl_xfer_oom(err);
     return rc;
 }
 
-static kl_code lane_save(kl_view *v, uint64_t qid, const char *lane, const Keyload__V1__LaneTransferRecord *l,
+kl_code kl_xfer_lane_save(kl_view *v, uint64_t qid, const char *lane, const Keyload__V1__LaneTransferRecord *l,
                          kl_err *err)
 {
     kl_key k;
@@ -148,15 +149,16 @@ static kl_code lane_save(kl_view *v, uint64_t qid, const char *lane, const Keylo
     return kl_view_put_msg(v, k.b, k.len, &l->base, err);
 }
 
-/* Admission of one more retained record of `bytes` on a lane, before anything is written. */
-static kl_code admit(const kl_eval_ctx *c, const Keyload__V1__LaneTransferRecord *l, uint64_t bytes,
-                     const char *side, const Keyload__V1__QueueLaneRef *r, kl_err *err)
+/* Admission of `records` more retained records of `bytes` on a lane, before anything is
+ * written. */
+kl_code kl_xfer_admit(const kl_eval_ctx *c, const Keyload__V1__LaneTransferRecord *l, uint64_t records,
+                      uint64_t bytes, const char *side, const Keyload__V1__QueueLaneRef *r, kl_err *err)
 {
-    if (l->records + 1 > c->limits->max_scan_records)
+    if (l->records + records > c->limits->max_scan_records)
         return kl_fail(err, KL_RESOURCE_EXHAUSTED, "limit:MaxScanRecords",
-                       "%s lane %s/%s retains %llu transfer records, its MaxScanRecords (%llu); "
-                       "transfer records are never collected, so it takes no more",
-                       side, r->queue, r->lane, (unsigned long long)l->records,
+                       "%s lane %s/%s retains %llu transfer records; %llu more would pass its "
+                       "MaxScanRecords (%llu); transfer records are never collected",
+                       side, r->queue, r->lane, (unsigned long long)l->records, (unsigned long long)records,
                        (unsigned long long)c->limits->max_scan_records);
     if (l->bytes + bytes > c->limits->max_batch_bytes)
         return kl_fail(err, KL_RESOURCE_EXHAUSTED, "limit:MaxBatchBytes",
@@ -166,7 +168,7 @@ static kl_code admit(const kl_eval_ctx *c, const Keyload__V1__LaneTransferRecord
     return KL_OK;
 }
 
-static bool bytes_eq(const ProtobufCBinaryData *a, const uint8_t *p, size_t n)
+bool kl_xfer_bytes_eq(const ProtobufCBinaryData *a, const uint8_t *p, size_t n)
 {
     return a->len == n && (n == 0 || memcmp(a->data, p, n) == 0);
 }
@@ -206,7 +208,36 @@ static uint64_t receipt_reserve(const Keyload__V1__TransferClaims *intent)
     return (1 + 10 + token) + hist + 2;
 }
 
-/* The exact size of the Accept batch the coordinator will send for this intent. */
+/* The most a later generation's intent token is longer than generation 1's: the
+ * generation varint grows from 1 to at most 10 bytes, the claims' and token's length
+ * prefixes by at most one byte each. */
+#define KL_XFER_TOKEN_GROWTH 16
+
+uint64_t kl_xfer_advance_reserve(const Keyload__V1__TransferClaims *intent)
+{
+    Keyload__V1__TransferClaims a = *intent;
+    a.generation = UINT64_MAX;
+    a.issued_unix_ms = -1;
+    size_t claims = keyload__v1__transfer_claims__get_packed_size(&a);
+    size_t token = (1 + 10 + claims) + (1 + 1 + 8) + (1 + 1 + 64);
+    uint8_t cmd[16] = {0};
+    Keyload__V1__TransferHistoryEntry h = KEYLOAD__V1__TRANSFER_HISTORY_ENTRY__INIT;
+    h.event = KEYLOAD__V1__TRANSFER_EVENT__POLICY_REPAIRED;
+    h.generation = UINT64_MAX;
+    h.unix_ms = -1;
+    h.term = UINT64_MAX;
+    h.index = UINT64_MAX;
+    h.failed_command_id.data = cmd;
+    h.failed_command_id.len = sizeof cmd;
+    h.failure_code = -1;
+    size_t hist = 1 + 10 + keyload__v1__transfer_history_entry__get_packed_size(&h);
+    /* The attempt_token field, the history entry, and the advance_records and
+     * attempt_advances counters at their longest. */
+    return (1 + 10 + token) + hist + 11 + 11;
+}
+
+/* The exact size of the Accept batch the coordinator will send for a token this long
+ * (only the length of token matters). */
 static size_t accept_batch_size(const Keyload__V1__QueueLaneRef *target, const uint8_t *token, size_t len)
 {
     uint8_t cmd[16] = {0};
@@ -251,7 +282,7 @@ kl_code kl_transfer_eval_create(kl_eval_ctx *c, const Keyload__V1__CreateQueueTr
     kl_code rc = kl_engine_load_queue(c->view, &src, &qid, &q, err);
     if (rc != KL_OK)
         goto done;
-    if ((rc = catalog_queue(c->view, &dst, &ddef, err)) != KL_OK)
+    if ((rc = kl_xfer_catalog_queue(c->view, &dst, &ddef, err)) != KL_OK)
         goto done;
     if (ddef->partition == c->partition) {
         rc = kl_fail(err, KL_FAILED_PRECONDITION, "same_partition",
@@ -262,14 +293,14 @@ kl_code kl_transfer_eval_create(kl_eval_ctx *c, const Keyload__V1__CreateQueueTr
                      src.queue, dst.queue, c->partition);
         goto done;
     }
-    if ((rc = catalog_database(c->view, src.tenant, src.database, &d, err)) != KL_OK)
+    if ((rc = kl_xfer_catalog_database(c->view, src.tenant, src.database, &d, err)) != KL_OK)
         goto done;
     if (kl_canon_message_fingerprint(m->message, fp) != 0) {
-        rc = oom(err);
+        rc = kl_xfer_oom(err);
         goto done;
     }
     kl_key_transfer(&k, qid, src.lane, m->transfer_id.data);
-    if ((rc = get_record(c->view, &k, &keyload__v1__transfer_record__descriptor, (ProtobufCMessage **)&prior,
+    if ((rc = kl_xfer_get_record(c->view, &k, &keyload__v1__transfer_record__descriptor, (ProtobufCMessage **)&prior,
                          NULL, err)) != KL_OK)
         goto done;
     Keyload__V1__TransferCreated tc = KEYLOAD__V1__TRANSFER_CREATED__INIT;
@@ -279,7 +310,7 @@ kl_code kl_transfer_eval_create(kl_eval_ctx *c, const Keyload__V1__CreateQueueTr
     if (prior != NULL) {
         /* The id is taken: the same destination and message answer the existing intent,
          * anything else conflicts. The stored token is returned as it is. */
-        if (!kl_claims_lane_eq(prior->destination, &dst) || !bytes_eq(&prior->fingerprint, fp, sizeof fp)) {
+        if (!kl_claims_lane_eq(prior->destination, &dst) || !kl_xfer_bytes_eq(&prior->fingerprint, fp, sizeof fp)) {
             rc = kl_fail(err, KL_CONFLICT, "transfer_id",
                          "transfer_id is already used on source lane %s/%s with another %s; a "
                          "transfer's destination and message never change",
@@ -299,7 +330,7 @@ kl_code kl_transfer_eval_create(kl_eval_ctx *c, const Keyload__V1__CreateQueueTr
                      "the message expired before the transfer could be created");
         goto done;
     }
-    if ((rc = lane_load(c->view, qid, src.lane, &lane, err)) != KL_OK)
+    if ((rc = kl_xfer_lane_load(c->view, qid, src.lane, &lane, err)) != KL_OK)
         goto done;
     if (d->transfers_paused || lane->paused) {
         rc = kl_fail(err, KL_FAILED_PRECONDITION, "transfers_paused",
@@ -309,7 +340,7 @@ kl_code kl_transfer_eval_create(kl_eval_ctx *c, const Keyload__V1__CreateQueueTr
                      d->transfers_paused ? "" : " --source QUEUE/LANE");
         goto done;
     }
-    if ((rc = signing_key(c, d, sk, err)) != KL_OK)
+    if ((rc = kl_xfer_signing_key(c, d, sk, err)) != KL_OK)
         goto done;
     Keyload__V1__TransferClaims cl = KEYLOAD__V1__TRANSFER_CLAIMS__INIT;
     cl.version = KL_CLAIMS_VERSION;
@@ -319,7 +350,7 @@ kl_code kl_transfer_eval_create(kl_eval_ctx *c, const Keyload__V1__CreateQueueTr
     cl.target = &dst;
     cl.transfer_id = m->transfer_id;
     cl.generation = 1;
-    cl.principal_id = (char *)caller_id(c);
+    cl.principal_id = (char *)kl_xfer_caller_id(c);
     cl.message = m->message;
     cl.fingerprint.data = fp;
     cl.fingerprint.len = sizeof fp;
@@ -330,7 +361,7 @@ kl_code kl_transfer_eval_create(kl_eval_ctx *c, const Keyload__V1__CreateQueueTr
         goto done;
     /* Never commit an intent the destination could not accept: the whole Accept batch
      * carrying this token must fit MaxBatchBytes (and a frame). */
-    size_t accept = accept_batch_size(&dst, token, token_len);
+    size_t accept = accept_batch_size(&dst, token, token_len + KL_XFER_TOKEN_GROWTH);
     if (accept > c->limits->max_batch_bytes || accept + FRAME_OVERHEAD > c->limits->max_frame_bytes) {
         rc = kl_fail(err, KL_RESOURCE_EXHAUSTED, "limit:MaxBatchBytes",
                      "the Accept batch that would carry this transfer's intent token is %zu bytes, "
@@ -363,17 +394,26 @@ kl_code kl_transfer_eval_create(kl_eval_ctx *c, const Keyload__V1__CreateQueueTr
      * keys. The charged_bytes field itself is counted at its longest (10 bytes). */
     kl_key yk;
     kl_key_transfer_pending(&yk, d->database_id, qid, src.lane, m->transfer_id.data);
+    /* A ceiling of N reserves N-1 attempt advances: one record and the widest advance's
+     * bytes each (KL-6), so an advance never needs room the lane may no longer have. */
+    uint64_t reserve_records = 0, reserve_bytes = 0;
+    if (rec.max_accept_attempts != NULL && rec.max_accept_attempts->value > 1) {
+        reserve_records = rec.max_accept_attempts->value - 1;
+        reserve_bytes = reserve_records * kl_xfer_advance_reserve(&cl);
+    }
+    rec.reserved_records = reserve_records;
+    rec.reserved_bytes = reserve_bytes;
     uint64_t charge = keyload__v1__transfer_record__get_packed_size(&rec) + 1 + 10 + receipt_reserve(&cl) +
                       k.len + yk.len;
     rec.charged_bytes = charge;
-    if ((rc = admit(c, lane, charge, "source", &src, err)) != KL_OK)
+    if ((rc = kl_xfer_admit(c, lane, 1 + reserve_records, charge + reserve_bytes, "source", &src, err)) != KL_OK)
         goto done;
     if ((rc = kl_view_put_msg(c->view, k.b, k.len, &rec.base, err)) != KL_OK ||
         (rc = kl_view_put(c->view, yk.b, yk.len, NULL, 0, err)) != KL_OK)
         goto done;
-    lane->records++;
-    lane->bytes += charge;
-    if ((rc = lane_save(c->view, qid, src.lane, lane, err)) != KL_OK)
+    lane->records += 1 + reserve_records;
+    lane->bytes += charge + reserve_bytes;
+    if ((rc = kl_xfer_lane_save(c->view, qid, src.lane, lane, err)) != KL_OK)
         goto done;
     tc.intent_token.data = token;
     tc.intent_token.len = token_len;
@@ -399,7 +439,7 @@ done:
 
 /* Claims of a verified intent that a correct source always sets; a mismatch means the
  * token was minted for something else. */
-static kl_code intent_claims_ok(const Keyload__V1__TransferClaims *cl, const Keyload__V1__CatalogDatabase *d,
+kl_code kl_xfer_intent_claims_ok(const Keyload__V1__TransferClaims *cl, const Keyload__V1__CatalogDatabase *d,
                                 kl_err *err)
 {
     const char *bad = NULL;
@@ -408,7 +448,7 @@ static kl_code intent_claims_ok(const Keyload__V1__TransferClaims *cl, const Key
         bad = "version";
     else if (cl->purpose != KEYLOAD__V1__CLAIM_PURPOSE__TRANSFER_INTENT)
         bad = "purpose";
-    else if (!bytes_eq(&cl->database_incarnation, d->incarnation.data, d->incarnation.len))
+    else if (!kl_xfer_bytes_eq(&cl->database_incarnation, d->incarnation.data, d->incarnation.len))
         bad = "incarnation";
     else if (cl->source == NULL || strcmp(cl->source->tenant, cl->target->tenant) != 0 ||
              strcmp(cl->source->database, cl->target->database) != 0 || cl->source->lane[0] == '\0')
@@ -420,8 +460,8 @@ static kl_code intent_claims_ok(const Keyload__V1__TransferClaims *cl, const Key
     else if (cl->message == NULL)
         bad = "message";
     else if (kl_canon_message_fingerprint(cl->message, fp) != 0)
-        return oom(err);
-    else if (!bytes_eq(&cl->fingerprint, fp, sizeof fp))
+        return kl_xfer_oom(err);
+    else if (!kl_xfer_bytes_eq(&cl->fingerprint, fp, sizeof fp))
         bad = "fingerprint";
     if (bad == NULL)
         return KL_OK;
@@ -469,7 +509,7 @@ kl_code kl_transfer_eval_accept(kl_eval_ctx *c, const Keyload__V1__AcceptQueueTr
     kl_code rc = kl_claims_decode("intent_token", m->intent_token.data, m->intent_token.len, &tok, &cl, err);
     if (rc != KL_OK)
         goto done;
-    if (strcmp(cl->principal_id, caller_id(c)) != 0) {
+    if (strcmp(cl->principal_id, kl_xfer_caller_id(c)) != 0) {
         rc = kl_fail(err, KL_PERMISSION_DENIED, "intent_principal",
                      "the intent was created by another principal; only the principal that "
                      "created a transfer may accept it");
@@ -480,23 +520,23 @@ kl_code kl_transfer_eval_accept(kl_eval_ctx *c, const Keyload__V1__AcceptQueueTr
                      "destination_queue (%s/%s) is not the intent's target", dst.queue, dst.lane);
         goto done;
     }
-    if ((rc = catalog_database(c->view, dst.tenant, dst.database, &d, err)) != KL_OK)
+    if ((rc = kl_xfer_catalog_database(c->view, dst.tenant, dst.database, &d, err)) != KL_OK)
         goto done;
     if ((rc = kl_claims_verify("intent_token", tok, d->signing_public_key.data, d->signing_key_id.data, err)) != KL_OK ||
-        (rc = intent_claims_ok(cl, d, err)) != KL_OK)
+        (rc = kl_xfer_intent_claims_ok(cl, d, err)) != KL_OK)
         goto done;
-    if ((rc = data_check(c, &dst, KEYLOAD__V1__PERMISSION__QUEUE_PUBLISH, cl->message, err)) != KL_OK)
+    if ((rc = kl_xfer_data_check(c, &dst, KEYLOAD__V1__PERMISSION__QUEUE_PUBLISH, cl->message, err)) != KL_OK)
         goto done;
     if ((rc = kl_engine_load_queue(c->view, &dst, &qid, &q, err)) != KL_OK)
         goto done;
     kl_key_transfer_dedup(&k, qid, cl->source->queue, cl->source->lane, cl->transfer_id.data);
-    if ((rc = get_record(c->view, &k, &keyload__v1__dedup_record__descriptor, (ProtobufCMessage **)&prior, NULL,
+    if ((rc = kl_xfer_get_record(c->view, &k, &keyload__v1__dedup_record__descriptor, (ProtobufCMessage **)&prior, NULL,
                          err)) != KL_OK)
         goto done;
     if (prior != NULL) {
         /* Accepted before: the stored receipt stands, whatever happened to the message
          * since and however full the lane is now. */
-        if (!bytes_eq(&prior->fingerprint, cl->fingerprint.data, cl->fingerprint.len) || prior->effect == NULL) {
+        if (!kl_xfer_bytes_eq(&prior->fingerprint, cl->fingerprint.data, cl->fingerprint.len) || prior->effect == NULL) {
             rc = kl_fail(err, KL_CONFLICT, "transfer_id",
                          "a different message was already accepted for this source lane and transfer_id");
             goto done;
@@ -509,8 +549,8 @@ kl_code kl_transfer_eval_accept(kl_eval_ctx *c, const Keyload__V1__AcceptQueueTr
                      "the transferred message expired before the destination accepted it");
         goto done;
     }
-    if ((rc = lane_load(c->view, qid, dst.lane, &lane, err)) != KL_OK ||
-        (rc = signing_key(c, d, sk, err)) != KL_OK)
+    if ((rc = kl_xfer_lane_load(c->view, qid, dst.lane, &lane, err)) != KL_OK ||
+        (rc = kl_xfer_signing_key(c, d, sk, err)) != KL_OK)
         goto done;
     /* The receipt names the message before it is stored: its id is the queue's next. */
     Keyload__V1__TargetEffect e = KEYLOAD__V1__TARGET_EFFECT__INIT;
@@ -542,7 +582,7 @@ kl_code kl_transfer_eval_accept(kl_eval_ctx *c, const Keyload__V1__AcceptQueueTr
     dr.lane = dst.lane;
     uint64_t charge = keyload__v1__dedup_record__get_packed_size(&dr) + 1 + 10 + k.len;
     dr.charged_bytes = charge;
-    if ((rc = admit(c, lane, charge, "destination", &dst, err)) != KL_OK)
+    if ((rc = kl_xfer_admit(c, lane, 1, charge, "destination", &dst, err)) != KL_OK)
         goto done;
     uint64_t qid2, seq;
     if ((rc = kl_engine_enqueue_message(c, &dst, cl->message, &qid2, &seq, err)) != KL_OK)
@@ -555,7 +595,7 @@ kl_code kl_transfer_eval_accept(kl_eval_ctx *c, const Keyload__V1__AcceptQueueTr
         goto done;
     lane->records++;
     lane->bytes += charge;
-    if ((rc = lane_save(c->view, qid, dst.lane, lane, err)) != KL_OK)
+    if ((rc = kl_xfer_lane_save(c->view, qid, dst.lane, lane, err)) != KL_OK)
         goto done;
     rc = accept_result(out, &e, dst.lane, false, err);
 done:
@@ -585,7 +625,7 @@ static const char *receipt_mismatch(const Keyload__V1__TransferClaims *r, const 
         return "version";
     if (r->purpose != KEYLOAD__V1__CLAIM_PURPOSE__TRANSFER_RECEIPT)
         return "purpose";
-    if (!bytes_eq(&r->database_incarnation, d->incarnation.data, d->incarnation.len))
+    if (!kl_xfer_bytes_eq(&r->database_incarnation, d->incarnation.data, d->incarnation.len))
         return "incarnation";
     if (strcmp(r->principal_id, rec->principal_id) != 0)
         return "principal";
@@ -593,11 +633,13 @@ static const char *receipt_mismatch(const Keyload__V1__TransferClaims *r, const 
         return "source";
     if (!kl_claims_lane_eq(r->target, rec->destination))
         return "target";
-    if (!bytes_eq(&r->transfer_id, tid->data, tid->len))
+    if (!kl_xfer_bytes_eq(&r->transfer_id, tid->data, tid->len))
         return "transfer_id";
-    if (r->generation != rec->generation)
+    /* A receipt of any generation the intent reached stands: Accepts of all generations
+     * share one dedup key, so at most one of them ever enqueued. */
+    if (r->generation == 0 || r->generation > rec->generation)
         return "generation";
-    if (!bytes_eq(&r->fingerprint, rec->fingerprint.data, rec->fingerprint.len))
+    if (!kl_xfer_bytes_eq(&r->fingerprint, rec->fingerprint.data, rec->fingerprint.len))
         return "fingerprint";
     if (r->effect == NULL)
         return "effect";
@@ -615,13 +657,14 @@ kl_code kl_transfer_eval_complete(kl_eval_ctx *c, const Keyload__V1__CompleteQue
     Keyload__V1__TransferClaims *cl = NULL;
     Keyload__V1__CatalogDatabase *d = NULL;
     Keyload__V1__TransferHistoryEntry **hist = NULL;
+    Keyload__V1__LaneTransferRecord *lane = NULL;
     uint64_t qid;
     kl_key k;
     kl_code rc = kl_engine_load_queue(c->view, &src, &qid, &q, err);
     if (rc != KL_OK)
         goto done;
     kl_key_transfer(&k, qid, src.lane, m->transfer_id.data);
-    if ((rc = get_record(c->view, &k, &keyload__v1__transfer_record__descriptor, (ProtobufCMessage **)&rec, NULL,
+    if ((rc = kl_xfer_get_record(c->view, &k, &keyload__v1__transfer_record__descriptor, (ProtobufCMessage **)&rec, NULL,
                          err)) != KL_OK)
         goto done;
     if (rec == NULL) {
@@ -630,7 +673,7 @@ kl_code kl_transfer_eval_complete(kl_eval_ctx *c, const Keyload__V1__CompleteQue
         goto done;
     }
     if ((rc = kl_claims_decode("receipt_token", m->receipt_token.data, m->receipt_token.len, &tok, &cl, err)) != KL_OK ||
-        (rc = catalog_database(c->view, src.tenant, src.database, &d, err)) != KL_OK ||
+        (rc = kl_xfer_catalog_database(c->view, src.tenant, src.database, &d, err)) != KL_OK ||
         (rc = kl_claims_verify("receipt_token", tok, d->signing_public_key.data, d->signing_key_id.data, err)) != KL_OK)
         goto done;
     const char *bad = receipt_mismatch(cl, rec, d, &m->transfer_id);
@@ -648,7 +691,7 @@ kl_code kl_transfer_eval_complete(kl_eval_ctx *c, const Keyload__V1__CompleteQue
     res.kind_case = KEYLOAD__V1__MUTATION_RESULT__KIND_TRANSFER_COMPLETED;
     res.transfer_completed = &done_res;
     if (rec->state == KEYLOAD__V1__TRANSFER_STATE__DELIVERED) {
-        if (!bytes_eq(&rec->receipt_token, m->receipt_token.data, m->receipt_token.len)) {
+        if (!kl_xfer_bytes_eq(&rec->receipt_token, m->receipt_token.data, m->receipt_token.len)) {
             rc = kl_fail(err, KL_CONFLICT, "receipt_token",
                          "the transfer was completed with another receipt token");
             goto done;
@@ -658,7 +701,7 @@ kl_code kl_transfer_eval_complete(kl_eval_ctx *c, const Keyload__V1__CompleteQue
         goto done;
     }
     if ((hist = calloc(rec->n_history + 1, sizeof *hist)) == NULL) {
-        rc = oom(err);
+        rc = kl_xfer_oom(err);
         goto done;
     }
     Keyload__V1__TransferHistoryEntry h = KEYLOAD__V1__TRANSFER_HISTORY_ENTRY__INIT;
@@ -676,8 +719,24 @@ kl_code kl_transfer_eval_complete(kl_eval_ctx *c, const Keyload__V1__CompleteQue
     rec->n_history = old_n + 1;
     rec->receipt_token = m->receipt_token;
     rec->state = KEYLOAD__V1__TRANSFER_STATE__DELIVERED;
-    /* The receipt's bytes were reserved at Create, so the lane's counters stay as they are. */
+    /* The receipt's bytes were reserved at Create. Attempt advances not made never will
+     * be now: their reservation goes back to the lane. */
+    if (rec->reserved_records > 0 || rec->reserved_bytes > 0) {
+        if ((rc = kl_xfer_lane_load(c->view, qid, src.lane, &lane, err)) != KL_OK)
+            goto restore;
+        if (lane->records < rec->reserved_records || lane->bytes < rec->reserved_bytes) {
+            rc = kl_xfer_corrupt(err, "lane transfer counters (below an intent's reservation)");
+            goto restore;
+        }
+        lane->records -= rec->reserved_records;
+        lane->bytes -= rec->reserved_bytes;
+        rec->reserved_records = 0;
+        rec->reserved_bytes = 0;
+        if ((rc = kl_xfer_lane_save(c->view, qid, src.lane, lane, err)) != KL_OK)
+            goto restore;
+    }
     rc = kl_view_put_msg(c->view, k.b, k.len, &rec->base, err);
+restore:
     rec->history = old_hist;
     rec->n_history = old_n;
     rec->receipt_token = old_receipt;
@@ -690,6 +749,8 @@ kl_code kl_transfer_eval_complete(kl_eval_ctx *c, const Keyload__V1__CompleteQue
     rc = add_result(out, &res, err);
 done:
     free(hist);
+    if (lane)
+        keyload__v1__lane_transfer_record__free_unpacked(lane, NULL);
     if (q)
         keyload__v1__queue_record__free_unpacked(q, NULL);
     if (rec)
@@ -715,14 +776,14 @@ kl_code kl_transfer_eval_pause_lane(kl_eval_ctx *c, const Keyload__V1__SetQueueT
     uint64_t qid;
     kl_code rc = kl_engine_load_queue(c->view, &src, &qid, &q, err);
     if (rc == KL_OK)
-        rc = lane_load(c->view, qid, src.lane, &lane, err);
+        rc = kl_xfer_lane_load(c->view, qid, src.lane, &lane, err);
     if (rc != KL_OK)
         goto done;
     Keyload__V1__TransfersPaused tp = KEYLOAD__V1__TRANSFERS_PAUSED__INIT;
     tp.paused = m->paused;
     tp.changed = lane->paused != m->paused;
     lane->paused = m->paused;
-    if (tp.changed && (rc = lane_save(c->view, qid, src.lane, lane, err)) != KL_OK)
+    if (tp.changed && (rc = kl_xfer_lane_save(c->view, qid, src.lane, lane, err)) != KL_OK)
         goto done;
     Keyload__V1__MutationResult res = KEYLOAD__V1__MUTATION_RESULT__INIT;
     res.kind_case = KEYLOAD__V1__MUTATION_RESULT__KIND_TRANSFERS_PAUSED;
@@ -743,7 +804,9 @@ bool kl_transfer_batch_records_refusals(const Keyload__V1__BatchRequest *b)
     for (size_t i = 0; i < b->n_mutations; i++) {
         int k = b->mutations[i]->kind_case;
         if (k == KEYLOAD__V1__MUTATION__KIND_ACCEPT_QUEUE_TRANSFER ||
-            k == KEYLOAD__V1__MUTATION__KIND_COMPLETE_QUEUE_TRANSFER)
+            k == KEYLOAD__V1__MUTATION__KIND_COMPLETE_QUEUE_TRANSFER ||
+            k == KEYLOAD__V1__MUTATION__KIND_ADVANCE_QUEUE_TRANSFER_ATTEMPT ||
+            k == KEYLOAD__V1__MUTATION__KIND_ADVANCE_QUEUE_TRANSFER_REPAIR)
             return true;
     }
     return false;
@@ -785,11 +848,11 @@ kl_code kl_transfer_queue_retains(kl_view *v, uint64_t qid, bool *retains, kl_er
 
 /* ---- reads ---- */
 
-static kl_code pack_answer(const ProtobufCMessage *m, uint8_t **answer, size_t *len, kl_err *err)
+kl_code kl_xfer_pack_answer(const ProtobufCMessage *m, uint8_t **answer, size_t *len, kl_err *err)
 {
     *len = protobuf_c_message_get_packed_size(m);
     if ((*answer = malloc(*len ? *len : 1)) == NULL)
-        return oom(err);
+        return kl_xfer_oom(err);
     protobuf_c_message_pack(m, *answer);
     return KL_OK;
 }
@@ -810,7 +873,7 @@ kl_code kl_transfer_inspect(kl_eval_ctx *c, const Keyload__V1__InspectQueueTrans
     if (rc != KL_OK)
         goto done;
     kl_key_transfer(&k, qid, src.lane, r->transfer_id.data);
-    if ((rc = get_record(c->view, &k, &keyload__v1__transfer_record__descriptor, (ProtobufCMessage **)&rec, NULL,
+    if ((rc = kl_xfer_get_record(c->view, &k, &keyload__v1__transfer_record__descriptor, (ProtobufCMessage **)&rec, NULL,
                          err)) != KL_OK)
         goto done;
     if (rec == NULL) {
@@ -821,10 +884,10 @@ kl_code kl_transfer_inspect(kl_eval_ctx *c, const Keyload__V1__InspectQueueTrans
     /* The answer discloses the message (inside the intent token): QueueInspect with its
      * field and header keys. */
     if ((rc = kl_claims_decode("intent_token", rec->intent_token.data, rec->intent_token.len, NULL, &cl, err)) != KL_OK) {
-        rc = corrupt(err, "transfer intent");
+        rc = kl_xfer_corrupt(err, "transfer intent");
         goto done;
     }
-    if ((rc = data_check(c, &src, KEYLOAD__V1__PERMISSION__QUEUE_INSPECT, cl->message, err)) != KL_OK)
+    if ((rc = kl_xfer_data_check(c, &src, KEYLOAD__V1__PERMISSION__QUEUE_INSPECT, cl->message, err)) != KL_OK)
         goto done;
     Keyload__V1__InspectQueueTransferAnswer a = KEYLOAD__V1__INSPECT_QUEUE_TRANSFER_ANSWER__INIT;
     a.state = rec->state;
@@ -838,8 +901,14 @@ kl_code kl_transfer_inspect(kl_eval_ctx *c, const Keyload__V1__InspectQueueTrans
     a.fingerprint = rec->fingerprint;
     a.principal_id = rec->principal_id;
     a.max_accept_attempts = rec->max_accept_attempts;
+    a.current_token = rec->attempt_token.len ? rec->attempt_token : rec->intent_token;
+    a.retained_records = 1 + rec->advance_records + rec->reserved_records;
+    a.retained_bytes = rec->charged_bytes + rec->reserved_bytes;
+    a.reserved_records = rec->reserved_records;
+    a.reserved_bytes = rec->reserved_bytes;
+    a.attempt_advances = rec->attempt_advances;
     a.applied_index = kl_store_applied_index(c->view->store);
-    rc = pack_answer(&a.base, answer, len, err);
+    rc = kl_xfer_pack_answer(&a.base, answer, len, err);
 done:
     if (q)
         keyload__v1__queue_record__free_unpacked(q, NULL);
@@ -865,15 +934,15 @@ kl_code kl_transfer_receipt(kl_eval_ctx *c, const Keyload__V1__InspectQueueTrans
                        "source_queue and destination_queue must be in the same tenant/database");
     kl_code rc = kl_access_transfer_admin(c->who, dst.tenant, dst.database, err);
     if (rc == KL_OK)
-        rc = data_check(c, &dst, KEYLOAD__V1__PERMISSION__QUEUE_INSPECT, NULL, err);
+        rc = kl_xfer_data_check(c, &dst, KEYLOAD__V1__PERMISSION__QUEUE_INSPECT, NULL, err);
     if (rc == KL_OK)
-        rc = data_check(c, &src, KEYLOAD__V1__PERMISSION__QUEUE_INSPECT, NULL, err);
+        rc = kl_xfer_data_check(c, &src, KEYLOAD__V1__PERMISSION__QUEUE_INSPECT, NULL, err);
     if (rc == KL_OK)
         rc = kl_engine_load_queue(c->view, &dst, &qid, &q, err);
     if (rc != KL_OK)
         goto done;
     kl_key_transfer_dedup(&k, qid, src.queue, src.lane, r->transfer_id.data);
-    if ((rc = get_record(c->view, &k, &keyload__v1__dedup_record__descriptor, (ProtobufCMessage **)&dr, NULL,
+    if ((rc = kl_xfer_get_record(c->view, &k, &keyload__v1__dedup_record__descriptor, (ProtobufCMessage **)&dr, NULL,
                          err)) != KL_OK)
         goto done;
     if (dr == NULL) {
@@ -889,7 +958,7 @@ kl_code kl_transfer_receipt(kl_eval_ctx *c, const Keyload__V1__InspectQueueTrans
     a.target_commit = dr->effect;
     a.destination = &where;
     a.applied_index = kl_store_applied_index(c->view->store);
-    rc = pack_answer(&a.base, answer, len, err);
+    rc = kl_xfer_pack_answer(&a.base, answer, len, err);
 done:
     if (q)
         keyload__v1__queue_record__free_unpacked(q, NULL);
@@ -898,25 +967,19 @@ done:
     return rc;
 }
 
-/* What a coordination read has examined so far (COORDINATION-READ-001). */
-typedef struct {
-    const kl_eval_ctx *c;
-    uint64_t records, bytes;
-} charge_t;
-
-static kl_code charge(charge_t *ch, uint64_t bytes, const char *what, kl_err *err)
+kl_code kl_xfer_charge(kl_xfer_charge_t *ch, uint64_t bytes, const char *what, kl_err *err)
 {
     ch->records++;
     ch->bytes += bytes;
     if (ch->records > ch->c->limits->max_scan_records)
         return kl_fail(err, KL_RESOURCE_EXHAUSTED, "limit:MaxScanRecords",
-                       "listing pending transfers would examine more than MaxScanRecords (%llu) "
-                       "records (at a %s record); nothing is returned: ask for fewer items",
+                       "%s would examine more than MaxScanRecords (%llu) records (at a %s record); "
+                       "nothing is returned", ch->read,
                        (unsigned long long)ch->c->limits->max_scan_records, what);
     if (ch->bytes > ch->c->limits->max_query_read_bytes)
         return kl_fail(err, KL_RESOURCE_EXHAUSTED, "limit:MaxQueryReadBytes",
-                       "listing pending transfers would read more than MaxQueryReadBytes (%llu) "
-                       "bytes (at a %s record); nothing is returned: ask for fewer items",
+                       "%s would read more than MaxQueryReadBytes (%llu) bytes (at a %s record); "
+                       "nothing is returned", ch->read,
                        (unsigned long long)ch->c->limits->max_query_read_bytes, what);
     return KL_OK;
 }
@@ -944,7 +1007,7 @@ kl_code kl_transfer_pending(kl_eval_ctx *c, const Keyload__V1__ListPendingQueueT
                             const uint8_t partition_incarnation[16], uint64_t principal_bytes,
                             uint8_t **answer, size_t *len, kl_err *err)
 {
-    charge_t ch = {c, 0, 0};
+    kl_xfer_charge_t ch = {c, "listing pending transfers (ask for fewer items)", 0, 0};
     Keyload__V1__CatalogDatabase *d = NULL;
     Keyload__V1__QueueRecord *q = NULL;
     Keyload__V1__PendingCursor *cur = NULL;
@@ -959,11 +1022,11 @@ kl_code kl_transfer_pending(kl_eval_ctx *c, const Keyload__V1__ListPendingQueueT
     kl_code rc = kl_access_transfer_admin(c->who, r->tenant, r->database, err);
     /* The caller's principal record and the database record are examined too. */
     if (rc == KL_OK)
-        rc = charge(&ch, principal_bytes, "principal", err);
+        rc = kl_xfer_charge(&ch, principal_bytes, "principal", err);
     if (rc == KL_OK)
-        rc = catalog_database(c->view, r->tenant, r->database, &d, err);
+        rc = kl_xfer_catalog_database(c->view, r->tenant, r->database, &d, err);
     if (rc == KL_OK)
-        rc = charge(&ch, keyload__v1__catalog_database__get_packed_size(d), "database", err);
+        rc = kl_xfer_charge(&ch, keyload__v1__catalog_database__get_packed_size(d), "database", err);
     if (rc != KL_OK)
         goto done;
     kl_key prefix;
@@ -972,7 +1035,7 @@ kl_code kl_transfer_pending(kl_eval_ctx *c, const Keyload__V1__ListPendingQueueT
     if (r->source_queue != NULL) {
         kl_claims_lane(&src, r->source_queue);
         if ((rc = kl_engine_load_queue(c->view, &src, &qid, &q, err)) != KL_OK ||
-            (rc = charge(&ch, keyload__v1__queue_record__get_packed_size(q), "queue", err)) != KL_OK)
+            (rc = kl_xfer_charge(&ch, keyload__v1__queue_record__get_packed_size(q), "queue", err)) != KL_OK)
             goto done;
         /* An explicit lane narrows to it; an empty one lists every lane of the queue. */
         kl_key_transfer_pending_prefix(&prefix, d->database_id, qid,
@@ -1010,7 +1073,7 @@ kl_code kl_transfer_pending(kl_eval_ctx *c, const Keyload__V1__ListPendingQueueT
     items = calloc(pk.want, sizeof *items);
     itemp = calloc(pk.want, sizeof *itemp);
     if (!pk.keys || !pk.lens || !recs || !items || !itemp) {
-        rc = oom(err);
+        rc = kl_xfer_oom(err);
         goto done;
     }
     uint64_t limit = c->view->scan_limit;
@@ -1020,7 +1083,7 @@ kl_code kl_transfer_pending(kl_eval_ctx *c, const Keyload__V1__ListPendingQueueT
     if (rc != KL_OK)
         goto done;
     for (size_t i = 0; i < pk.n; i++) {
-        if ((rc = charge(&ch, pk.lens[i], "pending index", err)) != KL_OK)
+        if ((rc = kl_xfer_charge(&ch, pk.lens[i], "pending index", err)) != KL_OK)
             goto done;
         if (i == max)
             break; /* the look-ahead entry: examined, not listed */
@@ -1028,12 +1091,12 @@ kl_code kl_transfer_pending(kl_eval_ctx *c, const Keyload__V1__ListPendingQueueT
         const uint8_t *lane, *tid;
         size_t lane_len;
         if (kl_key_parse_transfer_pending(pk.keys[i], pk.lens[i], &eqid, &lane, &lane_len, &tid) != 0) {
-            rc = corrupt(err, "pending transfer index");
+            rc = kl_xfer_corrupt(err, "pending transfer index");
             goto done;
         }
         char lane_s[KL_NAME_LEN_MAX + 1];
         if (lane_len > KL_NAME_LEN_MAX) {
-            rc = corrupt(err, "pending transfer index");
+            rc = kl_xfer_corrupt(err, "pending transfer index");
             goto done;
         }
         memcpy(lane_s, lane, lane_len);
@@ -1042,22 +1105,22 @@ kl_code kl_transfer_pending(kl_eval_ctx *c, const Keyload__V1__ListPendingQueueT
         kl_key_transfer(&xk, eqid, lane_s, tid);
         size_t stored = 0;
         c->view->scan_limit = UINT64_MAX;
-        rc = get_record(c->view, &xk, &keyload__v1__transfer_record__descriptor, (ProtobufCMessage **)&recs[i],
+        rc = kl_xfer_get_record(c->view, &xk, &keyload__v1__transfer_record__descriptor, (ProtobufCMessage **)&recs[i],
                         &stored, err);
         c->view->scan_limit = limit;
         if (rc == KL_OK && recs[i] == NULL)
-            rc = corrupt(err, "transfer (pending index without intent)");
+            rc = kl_xfer_corrupt(err, "transfer (pending index without intent)");
         if (rc == KL_OK)
-            rc = charge(&ch, stored, "intent", err);
+            rc = kl_xfer_charge(&ch, stored, "intent", err);
         if (rc != KL_OK)
             goto done;
         Keyload__V1__TransferClaims *cl = NULL;
         if (kl_claims_decode("intent_token", recs[i]->intent_token.data, recs[i]->intent_token.len, NULL, &cl,
                              err) != KL_OK) {
-            rc = corrupt(err, "transfer intent");
+            rc = kl_xfer_corrupt(err, "transfer intent");
             goto done;
         }
-        rc = data_check(c, recs[i]->source, KEYLOAD__V1__PERMISSION__QUEUE_INSPECT, cl->message, err);
+        rc = kl_xfer_data_check(c, recs[i]->source, KEYLOAD__V1__PERMISSION__QUEUE_INSPECT, cl->message, err);
         keyload__v1__transfer_claims__free_unpacked(cl, NULL);
         if (rc != KL_OK)
             goto done;
@@ -1067,7 +1130,7 @@ kl_code kl_transfer_pending(kl_eval_ctx *c, const Keyload__V1__ListPendingQueueT
         items[i].transfer_id.len = 16;
         items[i].generation = recs[i]->generation;
         items[i].destination = recs[i]->destination;
-        items[i].intent_token = recs[i]->intent_token;
+        items[i].intent_token = recs[i]->attempt_token.len ? recs[i]->attempt_token : recs[i]->intent_token;
         itemp[i] = &items[i];
         n_items++;
     }
@@ -1082,7 +1145,7 @@ kl_code kl_transfer_pending(kl_eval_ctx *c, const Keyload__V1__ListPendingQueueT
         nc.after_key.len = pk.lens[n_items - 1];
         size_t cn = keyload__v1__pending_cursor__get_packed_size(&nc);
         if ((cbuf = malloc(cn)) == NULL) {
-            rc = oom(err);
+            rc = kl_xfer_oom(err);
             goto done;
         }
         keyload__v1__pending_cursor__pack(&nc, cbuf);
@@ -1092,7 +1155,7 @@ kl_code kl_transfer_pending(kl_eval_ctx *c, const Keyload__V1__ListPendingQueueT
     a.records_charged = ch.records;
     a.bytes_charged = ch.bytes;
     a.applied_index = kl_store_applied_index(c->view->store);
-    rc = pack_answer(&a.base, answer, len, err);
+    rc = kl_xfer_pack_answer(&a.base, answer, len, err);
     free(cbuf);
 done:
     for (size_t i = 0; recs && i < pk.want; i++)

@@ -37,12 +37,21 @@ kl_code kl_transfer_eval_accept(kl_eval_ctx *c, const Keyload__V1__AcceptQueueTr
                                 kl_err *err);
 kl_code kl_transfer_eval_complete(kl_eval_ctx *c, const Keyload__V1__CompleteQueueTransfer *m,
                                   kl_buf *out, kl_err *err);
+/* AdvanceQueueTransferAttempt (repair false) and AdvanceQueueTransferRepair (repair true),
+ * on the source (transfer_advance.c): verify the failure witness against the stored intent,
+ * compare-and-set its generation, append one history entry and store the next
+ * generation's signed token. An attempt advance takes one of the records and the bytes
+ * the intent reserved at Create (refused past MaxQueueTransferAcceptAttempts); a repair
+ * is charged against the lane when it commits. */
+kl_code kl_transfer_eval_advance(kl_eval_ctx *c, const Keyload__V1__QueueLaneRef *source_queue,
+                                 const ProtobufCBinaryData *transfer_id, const ProtobufCBinaryData *witness,
+                                 bool repair, kl_buf *out, kl_err *err);
 /* SetQueueTransfersPaused for one source lane (the database switch is catalog.c's). */
 kl_code kl_transfer_eval_pause_lane(kl_eval_ctx *c, const Keyload__V1__SetQueueTransfersPaused *m,
                                     kl_buf *out, kl_err *err);
 
 /* Whether the batch is one whose deterministic refusals the node commits (it holds an
- * Accept or Complete), and whether code is such a refusal (permission, schema, quota,
+ * Accept, Complete or an advance: a failed Advance keeps its command id), and whether code is such a refusal (permission, schema, quota,
  * expiry, mismatch: the same request would be refused the same way again). */
 bool kl_transfer_batch_records_refusals(const Keyload__V1__BatchRequest *b);
 bool kl_transfer_refusal_is_terminal(kl_code code);
@@ -60,6 +69,13 @@ kl_code kl_transfer_receipt(kl_eval_ctx *c, const Keyload__V1__InspectQueueTrans
  * size of the caller's principal record, which the read charges with the others. */
 kl_code kl_transfer_pending(kl_eval_ctx *c, const Keyload__V1__ListPendingQueueTransfersRequest *r,
                             const uint8_t partition_incarnation[16], uint64_t principal_bytes,
+                            uint8_t **answer, size_t *len, kl_err *err);
+/* keyload.v1.ReadQueueTransferFailure (transfer_failure.c; transfer.proto says what it
+ * answers). principal: the outcome namespace of the caller (as the node keys outcomes);
+ * principal_bytes: its stored record's size (charged); policy_epoch: the caller's current
+ * epoch. Writes nothing. */
+kl_code kl_transfer_failure(kl_eval_ctx *c, const Keyload__V1__ReadQueueTransferFailureRequest *r,
+                            const char *principal, uint64_t principal_bytes, uint64_t policy_epoch,
                             uint8_t **answer, size_t *len, kl_err *err);
 
 #endif

@@ -258,6 +258,26 @@ static kl_code check_mutation(size_t idx, const Keyload__V1__Mutation *m, kl_err
             return kl_fail(err, KL_INVALID_ARGUMENT, "receipt_token",
                            "mutations[%zu].complete_queue_transfer.receipt_token is missing", idx);
         return KL_OK;
+    case KEYLOAD__V1__MUTATION__KIND_ADVANCE_QUEUE_TRANSFER_ATTEMPT:
+    case KEYLOAD__V1__MUTATION__KIND_ADVANCE_QUEUE_TRANSFER_REPAIR: {
+        bool attempt = m->kind_case == KEYLOAD__V1__MUTATION__KIND_ADVANCE_QUEUE_TRANSFER_ATTEMPT;
+        const char *name = attempt ? "advance_queue_transfer_attempt" : "advance_queue_transfer_repair";
+        const Keyload__V1__QueueLaneRef *src = attempt ? m->advance_queue_transfer_attempt->source_queue
+                                                       : m->advance_queue_transfer_repair->source_queue;
+        const ProtobufCBinaryData *tid = attempt ? &m->advance_queue_transfer_attempt->transfer_id
+                                                 : &m->advance_queue_transfer_repair->transfer_id;
+        const ProtobufCBinaryData *wit = attempt ? &m->advance_queue_transfer_attempt->witness_token
+                                                 : &m->advance_queue_transfer_repair->witness_token;
+        snprintf(where, sizeof where, "mutations[%zu].%s.source_queue", idx, name);
+        if ((rc = check_ref(where, src, true, err)) != KL_OK)
+            return rc;
+        if ((rc = check_transfer_id(idx, name, tid, err)) != KL_OK)
+            return rc;
+        if (wit->len == 0)
+            return kl_fail(err, KL_INVALID_ARGUMENT, "witness_token", "mutations[%zu].%s.witness_token is missing",
+                           idx, name);
+        return KL_OK;
+    }
     case KEYLOAD__V1__MUTATION__KIND_SET_QUEUE_TRANSFERS_PAUSED: {
         const Keyload__V1__SetQueueTransfersPaused *p = m->set_queue_transfers_paused;
         if (p->source_queue != NULL) {
@@ -335,6 +355,10 @@ static const Keyload__V1__QueueLaneRef *mutation_ref(const Keyload__V1__Mutation
     case KEYLOAD__V1__MUTATION__KIND_CREATE_QUEUE_TRANSFER: return m->create_queue_transfer->source_queue;
     case KEYLOAD__V1__MUTATION__KIND_ACCEPT_QUEUE_TRANSFER: return m->accept_queue_transfer->destination_queue;
     case KEYLOAD__V1__MUTATION__KIND_COMPLETE_QUEUE_TRANSFER: return m->complete_queue_transfer->source_queue;
+    case KEYLOAD__V1__MUTATION__KIND_ADVANCE_QUEUE_TRANSFER_ATTEMPT:
+        return m->advance_queue_transfer_attempt->source_queue;
+    case KEYLOAD__V1__MUTATION__KIND_ADVANCE_QUEUE_TRANSFER_REPAIR:
+        return m->advance_queue_transfer_repair->source_queue;
     case KEYLOAD__V1__MUTATION__KIND_SET_QUEUE_TRANSFERS_PAUSED:
         return m->set_queue_transfers_paused->source_queue;
     default: return NULL;

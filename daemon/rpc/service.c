@@ -166,6 +166,7 @@ enum read_kind {
     READ_INSPECT_TRANSFER,
     READ_TRANSFER_RECEIPT,
     READ_PENDING_TRANSFERS,
+    READ_TRANSFER_FAILURE,
 };
 
 static void serve_read(kl_service *s, kl_rpc_call *call, int kind)
@@ -186,6 +187,9 @@ static void serve_read(kl_service *s, kl_rpc_call *call, int kind)
         break;
     case READ_PENDING_TRANSFERS:
         rc = kl_node_transfer_read(s->node, KL_NODE_PENDING_TRANSFERS, who, p, len, &answer, &alen, &err);
+        break;
+    case READ_TRANSFER_FAILURE:
+        rc = kl_node_transfer_read(s->node, KL_NODE_TRANSFER_FAILURE, who, p, len, &answer, &alen, &err);
         break;
     default:
         rc = kl_node_queue_stats(s->node, who, p, len, &answer, &alen, &err);
@@ -248,6 +252,11 @@ static void handle_transfer_receipt(void *owner, kl_rpc_call *call)
 static void handle_pending_transfers(void *owner, kl_rpc_call *call)
 {
     start_read(owner, call, READ_PENDING_TRANSFERS);
+}
+
+static void handle_transfer_failure(void *owner, kl_rpc_call *call)
+{
+    start_read(owner, call, READ_TRANSFER_FAILURE);
 }
 
 static int find_read(kl_service *s, uint64_t ctx)
@@ -374,6 +383,7 @@ static const kl_rpc_method gated[] = {
     {"keyload.v1.InspectQueueTransfer", handle_inspect_transfer},
     {"keyload.v1.InspectQueueTransferReceipt", handle_transfer_receipt},
     {"keyload.v1.ListPendingQueueTransfers", handle_pending_transfers},
+    {"keyload.v1.ReadQueueTransferFailure", handle_transfer_failure},
 };
 
 /* Every gated method's entry: the gate, then its handler. */
@@ -403,6 +413,7 @@ static const kl_rpc_method methods[] = {
     {"keyload.v1.InspectQueueTransfer", gate_then_handle},
     {"keyload.v1.InspectQueueTransferReceipt", gate_then_handle},
     {"keyload.v1.ListPendingQueueTransfers", gate_then_handle},
+    {"keyload.v1.ReadQueueTransferFailure", gate_then_handle},
 };
 
 const kl_rpc_method *kl_service_methods(size_t *count)

@@ -1,0 +1,226 @@
+/* keyload.v1.ReadQueueTransferFailure (transfer.h; KL-6): the fresh, bounded target read
+ * of the seeds' flowchart after a failed Accept. It writes nothing: the "would the same
+ * Accept pass now" question is answered by evaluating that Accept into a scratch overlay
+ * that is dropped. */
+#include "common/canon.h"
+#include "common/guid.h"
+#include "daemon/engine/access.h"
+#include "daemon/engine/claims.h"
+#include "daemon/engine/overlay.h"
+#include "daemon/engine/transfer.h"
+#include "daemon/engine/transfer_internal.h"
+
+#include <sodium.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define BATCH_METHOD "keyload.v1.Batch"
+
+/* Whether the stored outcome is the no-effect refusal of a batch of exactly one Accept of
+ * this token to this target under this command id: its request digest is that batch's. */
+static kl_code outcome_is_this_accept(const char *principal, const Keyload__V1__OutcomeRecord *o,
+                                      const Keyload__V1__ReadQueueTransferFailureRequest *r,
+                                      const Keyload__V1__QueueLaneRef *target, bool *yes, kl_err *err)
+{
+    Keyload__V1__AcceptQueueTransfer a = KEYLOAD__V1__ACCEPT_QUEUE_TRANSFER__INIT;
+    a.destination_queue = (Keyload__V1__QueueLaneRef *)target;
+    a.intent_token = r->intent_token;
+    Keyload__V1__Mutation m = KEYLOAD__V1__MUTATION__INIT;
+    m.kind_case = KEYLOAD__V1__MUTATION__KIND_ACCEPT_QUEUE_TRANSFER;
+    m.accept_queue_transfer = &a;
+    Keyload__V1__Mutation *mp = &m;
+    Keyload__V1__BatchRequest b = KEYLOAD__V1__BATCH_REQUEST__INIT;
+    b.command_id = r->failed_command_id;
+    b.n_mutations = 1;
+    b.mutations = &mp;
+    uint8_t digest[KL_DIGEST_LEN];
+    if (kl_canon_batch_digest(BATCH_METHOD, principal, &b, digest) != 0)
+        return kl_xfer_oom(err);
+    *yes = kl_xfer_bytes_eq(&o->request_digest, digest, sizeof digest);
+    return KL_OK;
+}
+
+static kl_code sign_witness(const kl_eval_ctx *c, const Keyload__V1__CatalogDatabase *d,
+                            const Keyload__V1__TransferClaims *ic, const ProtobufCBinaryData *failed_cmd,
+                            int32_t code, uint8_t **token, size_t *len, kl_err *err)
+{
+    uint8_t sk[64];
+    kl_code rc = kl_xfer_signing_key(c, d, sk, err);
+    if (rc != KL_OK)
+        return rc;
+    Keyload__V1__TransferClaims w = KEYLOAD__V1__TRANSFER_CLAIMS__INIT;
+    w.version = KL_CLAIMS_VERSION;
+    w.purpose = KEYLOAD__V1__CLAIM_PURPOSE__TRANSFER_FAILURE_WITNESS;
+    w.database_incarnation = d->incarnation;
+    w.source = ic->source;
+    w.target = ic->target;
+    w.transfer_id = ic->transfer_id;
+    w.generation = ic->generation;
+    w.principal_id = ic->principal_id;
+    w.fingerprint = ic->fingerprint;
+    w.issued_unix_ms = c->now_ms;
+    w.failed_command_id = *failed_cmd;
+    w.failure_code = code;
+    rc = kl_claims_sign(&w, sk, d->signing_key_id.data, token, len, err);
+    sodium_memzero(sk, sizeof sk);
+    return rc;
+}
+
+kl_code kl_transfer_failure(kl_eval_ctx *c, const Keyload__V1__ReadQueueTransferFailureRequest *r,
+                            const char *principal, uint64_t principal_bytes, uint64_t policy_epoch,
+                            uint8_t **answer, size_t *len, kl_err *err)
+{
+    kl_xfer_charge_t ch = {c, "reading a transfer failure", 0, 0};
+    Keyload__V1__QueueLaneRef dst;
+    kl_claims_lane(&dst, r->destination_queue);
+    Keyload__V1__SignedToken *tok = NULL;
+    Keyload__V1__TransferClaims *ic = NULL;
+    Keyload__V1__CatalogDatabase *d = NULL;
+    Keyload__V1__QueueRecord *q = NULL;
+    Keyload__V1__DedupRecord *dr = NULL;
+    Keyload__V1__OutcomeRecord *o = NULL;
+    uint8_t *witness = NULL;
+    size_t witness_len = 0;
+    uint64_t qid;
+    kl_key k;
+    kl_overlay scratch;
+    kl_overlay_init(&scratch);
+    kl_buf results = {0};
+    Keyload__V1__ReadQueueTransferFailureAnswer a = KEYLOAD__V1__READ_QUEUE_TRANSFER_FAILURE_ANSWER__INIT;
+    /* Who may ask is who may accept: the intent's principal, an administrator, with
+     * QueuePublish on the destination for the message's keys (checked after the token). */
+    kl_code rc = kl_access_transfer_admin(c->who, dst.tenant, dst.database, err);
+    if (rc == KL_OK)
+        rc = kl_xfer_charge(&ch, principal_bytes, "principal", err);
+    if (rc == KL_OK)
+        rc = kl_claims_decode("intent_token", r->intent_token.data, r->intent_token.len, &tok, &ic, err);
+    if (rc != KL_OK)
+        goto done;
+    if (strcmp(ic->principal_id, kl_xfer_caller_id(c)) != 0) {
+        rc = kl_fail(err, KL_PERMISSION_DENIED, "intent_principal",
+                     "the intent was created by another principal; only the principal that created a "
+                     "transfer may read its failures");
+        goto done;
+    }
+    if (ic->target == NULL || !kl_claims_lane_eq(ic->target, &dst) || ic->target->lane[0] == '\0') {
+        rc = kl_fail(err, KL_INVALID_ARGUMENT, "destination_queue",
+                     "destination_queue (%s/%s) is not the intent's target", dst.queue, dst.lane);
+        goto done;
+    }
+    if ((rc = kl_xfer_catalog_database(c->view, dst.tenant, dst.database, &d, err)) != KL_OK ||
+        (rc = kl_xfer_charge(&ch, keyload__v1__catalog_database__get_packed_size(d), "database", err)) != KL_OK ||
+        (rc = kl_claims_verify("intent_token", tok, d->signing_public_key.data, d->signing_key_id.data, err)) !=
+            KL_OK ||
+        (rc = kl_xfer_intent_claims_ok(ic, d, err)) != KL_OK ||
+        (rc = kl_xfer_data_check(c, &dst, KEYLOAD__V1__PERMISSION__QUEUE_PUBLISH, ic->message, err)) != KL_OK ||
+        (rc = kl_engine_load_queue(c->view, &dst, &qid, &q, err)) != KL_OK ||
+        (rc = kl_xfer_charge(&ch, keyload__v1__queue_record__get_packed_size(q), "queue", err)) != KL_OK)
+        goto done;
+    /* 1. A receipt always wins. */
+    size_t stored = 0;
+    kl_key_transfer_dedup(&k, qid, ic->source->queue, ic->source->lane, ic->transfer_id.data);
+    if ((rc = kl_xfer_get_record(c->view, &k, &keyload__v1__dedup_record__descriptor, (ProtobufCMessage **)&dr,
+                                 &stored, err)) != KL_OK ||
+        (rc = kl_xfer_charge(&ch, stored, "receipt", err)) != KL_OK)
+        goto done;
+    if (dr != NULL) {
+        if (!kl_xfer_bytes_eq(&dr->fingerprint, ic->fingerprint.data, ic->fingerprint.len)) {
+            rc = kl_fail(err, KL_CONFLICT, "transfer_id",
+                         "a different message was already accepted for this source lane and transfer_id");
+            goto done;
+        }
+        a.verdict = KEYLOAD__V1__FAILURE_VERDICT__RECEIPT_EXISTS;
+        a.receipt_token = dr->receipt_token;
+        a.target_commit = dr->effect;
+        goto answer;
+    }
+    /* 2. The failure authority: the committed no-effect refusal of exactly this Accept. */
+    if (!kl_guid_valid(r->failed_command_id.data, r->failed_command_id.len)) {
+        rc = kl_fail(err, KL_INVALID_ARGUMENT, "failed_command_id",
+                     "failed_command_id must be a 16-byte GUID that is not all zero");
+        goto done;
+    }
+    stored = 0;
+    kl_key_outcome(&k, principal, r->failed_command_id.data);
+    if ((rc = kl_xfer_get_record(c->view, &k, &keyload__v1__outcome_record__descriptor, (ProtobufCMessage **)&o,
+                                 &stored, err)) != KL_OK ||
+        (rc = kl_xfer_charge(&ch, stored, "outcome", err)) != KL_OK)
+        goto done;
+    if (o == NULL) {
+        rc = kl_fail(err, KL_NOT_FOUND, "failed_command_id",
+                     "no outcome is committed under failed_command_id for this principal on this partition");
+        goto done;
+    }
+    bool same = false;
+    if ((rc = outcome_is_this_accept(principal, o, r, &dst, &same, err)) != KL_OK)
+        goto done;
+    if (!same || o->error_code == 0 ||
+        (o->error_code != KL_RESOURCE_EXHAUSTED && o->error_code != KL_PERMISSION_DENIED) ||
+        (o->error_code == KL_PERMISSION_DENIED && strcmp(o->error_detail, "stale_authority") == 0)) {
+        rc = kl_fail(err, KL_FAILED_PRECONDITION, "failure_authority",
+                     "the outcome under failed_command_id is not a no-effect RESOURCE_EXHAUSTED or "
+                     "PERMISSION_DENIED refusal of a batch of exactly this one Accept; only such a "
+                     "failure can start an attempt advance or a policy repair");
+        goto done;
+    }
+    a.failure_code = o->error_code;
+    a.failure_detail = o->error_detail;
+    a.failure_policy_epoch = o->policy_epoch;
+    a.policy_epoch = policy_epoch;
+    /* 3. A denial repairs only after a real persisted policy change. */
+    if (o->error_code == KL_PERMISSION_DENIED && o->policy_epoch == policy_epoch) {
+        a.verdict = KEYLOAD__V1__FAILURE_VERDICT__UNCHANGED;
+        a.unchanged_detail = "policy_epoch";
+        goto answer;
+    }
+    /* 4. Would the same Accept pass now? Evaluated, never written. */
+    kl_view dry = *c->view;
+    dry.scratch = &scratch;
+    kl_eval_ctx dc = *c;
+    dc.view = &dry;
+    Keyload__V1__AcceptQueueTransfer acc = KEYLOAD__V1__ACCEPT_QUEUE_TRANSFER__INIT;
+    acc.destination_queue = &dst;
+    acc.intent_token = r->intent_token;
+    kl_err why;
+    kl_err_clear(&why);
+    kl_code would = kl_transfer_eval_accept(&dc, &acc, &results, &why);
+    c->view->scanned = dry.scanned;
+    if (would == KL_OK) {
+        if ((rc = sign_witness(c, d, ic, &r->failed_command_id, o->error_code, &witness, &witness_len, err)) !=
+            KL_OK)
+            goto done;
+        a.verdict = KEYLOAD__V1__FAILURE_VERDICT__WITNESS_ISSUED;
+        a.witness_token.data = witness;
+        a.witness_token.len = witness_len;
+    } else if (kl_transfer_refusal_is_terminal(would)) {
+        a.verdict = KEYLOAD__V1__FAILURE_VERDICT__UNCHANGED;
+        a.unchanged_detail = why.detail;
+    } else {
+        rc = would; /* transient (or internal): the caller reads again later */
+        *err = why;
+        goto done;
+    }
+answer:
+    a.records_charged = ch.records;
+    a.bytes_charged = ch.bytes;
+    a.applied_index = kl_store_applied_index(c->view->store);
+    rc = kl_xfer_pack_answer(&a.base, answer, len, err);
+done:
+    kl_overlay_free(&scratch);
+    kl_buf_free(&results);
+    free(witness);
+    if (tok)
+        keyload__v1__signed_token__free_unpacked(tok, NULL);
+    if (ic)
+        keyload__v1__transfer_claims__free_unpacked(ic, NULL);
+    if (d)
+        keyload__v1__catalog_database__free_unpacked(d, NULL);
+    if (q)
+        keyload__v1__queue_record__free_unpacked(q, NULL);
+    if (dr)
+        keyload__v1__dedup_record__free_unpacked(dr, NULL);
+    if (o)
+        keyload__v1__outcome_record__free_unpacked(o, NULL);
+    return rc;
+}
