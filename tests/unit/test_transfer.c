@@ -1092,6 +1092,402 @@ START_TEST(coordination_read_bounds_exact_and_one_over)
 END_TEST
 
 /* One test case per acceptance criterion, each test on fresh stores. */
+
+/* ---- RemoteTransferAdvanceTests (KL-6: capacity retry and policy repair) ---- */
+
+static void set_attempts(uint8_t cmd, uint64_t scan, uint64_t batch_bytes, uint64_t attempts)
+{
+    Keyload__V1__NullableU64 n = KEYLOAD__V1__NULLABLE_U64__INIT;
+    n.value = attempts;
+    Keyload__V1__DatabaseLimits l = KEYLOAD__V1__DATABASE_LIMITS__INIT;
+    l.max_scan_records = scan;
+    l.max_batch_bytes = batch_bytes;
+    l.max_queue_transfer_accept_attempts = attempts ? &n : NULL;
+    Keyload__V1__SetDatabaseLimits s = KEYLOAD__V1__SET_DATABASE_LIMITS__INIT;
+    s.tenant = "default";
+    s.database = "default";
+    s.limits = &l;
+    Keyload__V1__Mutation m = KEYLOAD__V1__MUTATION__INIT;
+    m.kind_case = KEYLOAD__V1__MUTATION__KIND_SET_DATABASE_LIMITS;
+    m.set_database_limits = &s;
+    size_t len;
+    uint8_t *req = pack1(cmd, &m, &len);
+    th_reply r = submit(&A, req, len);
+    ck_assert_msg(r.code == KL_OK, "set limits: %s", r.err.message);
+    th_reply_free(&r);
+    sync_catalog();
+}
+
+/* pack1's command id for cmd_byte. */
+static void cmd_of(uint8_t cmd[16], uint8_t cmd_byte)
+{
+    memset(cmd, 0x33, 16);
+    cmd[0] = cmd_byte;
+}
+
+/* ReadQueueTransferFailure on D; NULL when it answers an error (checked against want). */
+static Keyload__V1__ReadQueueTransferFailureAnswer *failure_read(const char *dst, const blob *token,
+                                                                 uint8_t failed_cmd, kl_code want,
+                                                                 const char *want_detail)
+{
+    Keyload__V1__QueueLaneRef d;
+    ref(&d, dst, "default");
+    uint8_t cmd[16];
+    cmd_of(cmd, failed_cmd);
+    Keyload__V1__ReadQueueTransferFailureRequest q = KEYLOAD__V1__READ_QUEUE_TRANSFER_FAILURE_REQUEST__INIT;
+    q.destination_queue = &d;
+    q.intent_token.data = token->p;
+    q.intent_token.len = token->n;
+    q.failed_command_id.data = cmd;
+    q.failed_command_id.len = 16;
+    size_t n = keyload__v1__read_queue_transfer_failure_request__get_packed_size(&q);
+    uint8_t *buf = malloc(n);
+    keyload__v1__read_queue_transfer_failure_request__pack(&q, buf);
+    uint8_t *ans;
+    size_t alen;
+    kl_err err;
+    kl_code rc = kl_node_transfer_read(D.node, KL_NODE_TRANSFER_FAILURE, "local", buf, n, &ans, &alen, &err);
+    free(buf);
+    ck_assert_msg(rc == want, "failure read: want %s, got %s %s: %s", kl_code_name(want), kl_code_name(rc),
+                  err.detail, err.message);
+    if (rc != KL_OK) {
+        if (want_detail)
+            ck_assert_str_eq(err.detail, want_detail);
+        return NULL;
+    }
+    Keyload__V1__ReadQueueTransferFailureAnswer *a =
+        keyload__v1__read_queue_transfer_failure_answer__unpack(NULL, alen, ans);
+    free(ans);
+    ck_assert_ptr_nonnull(a);
+    /* principal, database, queue, receipt (and the outcome when there is no receipt) */
+    ck_assert_uint_ge(a->records_charged, a->verdict == KEYLOAD__V1__FAILURE_VERDICT__RECEIPT_EXISTS ? 4 : 5);
+    return a;
+}
+
+static th_reply advance_req(uint8_t cmd, uint8_t tidb, const blob *witness, bool repair)
+{
+    uint8_t tid[16];
+    tid_of(tid, tidb);
+    Keyload__V1__QueueLaneRef s;
+    ref(&s, "src", NULL);
+    Keyload__V1__AdvanceQueueTransferAttempt a = KEYLOAD__V1__ADVANCE_QUEUE_TRANSFER_ATTEMPT__INIT;
+    Keyload__V1__AdvanceQueueTransferRepair rp = KEYLOAD__V1__ADVANCE_QUEUE_TRANSFER_REPAIR__INIT;
+    a.source_queue = rp.source_queue = &s;
+    a.transfer_id.data = rp.transfer_id.data = tid;
+    a.transfer_id.len = rp.transfer_id.len = 16;
+    a.witness_token.data = rp.witness_token.data = witness->p;
+    a.witness_token.len = rp.witness_token.len = witness->n;
+    Keyload__V1__Mutation m = KEYLOAD__V1__MUTATION__INIT;
+    if (repair) {
+        m.kind_case = KEYLOAD__V1__MUTATION__KIND_ADVANCE_QUEUE_TRANSFER_REPAIR;
+        m.advance_queue_transfer_repair = &rp;
+    } else {
+        m.kind_case = KEYLOAD__V1__MUTATION__KIND_ADVANCE_QUEUE_TRANSFER_ATTEMPT;
+        m.advance_queue_transfer_attempt = &a;
+    }
+    size_t len;
+    uint8_t *req = pack1(cmd, &m, &len);
+    return submit(&S, req, len);
+}
+
+/* Fills "small" (one message) on D, and empties it. */
+static void fill_small(uint8_t cmd)
+{
+    th_batch *b = th_batch_new(cmd);
+    th_enqueue(b, "small", NULL, "filler");
+    keyload__v1__batch_receipt__free_unpacked(th_run(&D, b, KL_OK), NULL);
+}
+static void drain_small(uint8_t cmd)
+{
+    th_batch *rb = th_batch_new(cmd);
+    th_receive(rb, "small", NULL, 1, 30000);
+    Keyload__V1__BatchReceipt *rr = th_run(&D, rb, KL_OK);
+    ck_assert_uint_eq(rr->results[0]->received->n_messages, 1);
+    th_batch *ab = th_batch_new((uint8_t)(cmd + 1));
+    th_ack(ab, "small", rr->results[0]->received->messages[0]->lease_token.data, 1);
+    keyload__v1__batch_receipt__free_unpacked(rr, NULL);
+    keyload__v1__batch_receipt__free_unpacked(th_run(&D, ab, KL_OK), NULL);
+}
+
+/* The stored size of the intent record of tidb on S. */
+static size_t intent_stored_size(uint8_t tidb)
+{
+    kl_view v = {.store = S.store, .scan_limit = UINT64_MAX};
+    kl_key k;
+    kl_err err;
+    kl_key_queue_name(&k, "default", "default", "src");
+    uint8_t *val;
+    size_t n;
+    bool found;
+    ck_assert_int_eq(kl_view_get(&v, k.b, k.len, &val, &n, &found, &err), KL_OK);
+    ck_assert(found);
+    uint64_t qid = kl_be64_get(val);
+    free(val);
+    uint8_t tid[16];
+    tid_of(tid, tidb);
+    kl_key_transfer(&k, qid, "default", tid);
+    ck_assert_int_eq(kl_view_get(&v, k.b, k.len, &val, &n, &found, &err), KL_OK);
+    ck_assert(found);
+    free(val);
+    return n;
+}
+
+/* Runs the capacity failure of tidb's current token to a witness: Accept (cmd) refused
+ * RESOURCE_EXHAUSTED while "small" is full, UNCHANGED while it stays full, then a witness
+ * once room was made. */
+static blob capacity_witness(uint8_t cmd, uint8_t tidb, const blob *token)
+{
+    fill_small((uint8_t)(cmd + 1));
+    th_reply r = accept_req(cmd, "small", NULL, token);
+    expect_err(&r, KL_RESOURCE_EXHAUSTED, NULL);
+    Keyload__V1__ReadQueueTransferFailureAnswer *a = failure_read("small", token, cmd, KL_OK, NULL);
+    ck_assert_int_eq(a->verdict, KEYLOAD__V1__FAILURE_VERDICT__UNCHANGED);
+    ck_assert_int_eq(a->failure_code, KL_RESOURCE_EXHAUSTED);
+    ck_assert_uint_eq(a->witness_token.len, 0);
+    keyload__v1__read_queue_transfer_failure_answer__free_unpacked(a, NULL);
+    drain_small((uint8_t)(cmd + 2));
+    a = failure_read("small", token, cmd, KL_OK, NULL);
+    ck_assert_int_eq(a->verdict, KEYLOAD__V1__FAILURE_VERDICT__WITNESS_ISSUED);
+    blob w;
+    blob_set(&w, a->witness_token.data, a->witness_token.len);
+    keyload__v1__read_queue_transfer_failure_answer__free_unpacked(a, NULL);
+    (void)tidb;
+    return w;
+}
+
+static Keyload__V1__TransferAdvanced *advanced_of(th_reply *r, Keyload__V1__BatchReceipt **rc)
+{
+    Keyload__V1__MutationResult *res = only_result(r, rc);
+    ck_assert_int_eq(res->kind_case, KEYLOAD__V1__MUTATION_RESULT__KIND_TRANSFER_ADVANCED);
+    return res->transfer_advanced;
+}
+
+START_TEST(advance_capacity_retry_delivers_once_at_next_generation)
+{
+    set_attempts(0xD0, 0, 0, 3);
+    blob intent = create_ok(0xD1, NULL, 70, "small", "payload");
+    Keyload__V1__InspectQueueTransferAnswer *i = inspect(NULL, 70);
+    ck_assert_uint_eq(i->reserved_records, 2);
+    ck_assert_uint_eq(i->retained_records, 3);
+    uint64_t reserve_each = i->reserved_bytes / 2;
+    ck_assert_uint_gt(reserve_each, intent.n);
+    keyload__v1__inspect_queue_transfer_answer__free_unpacked(i, NULL);
+    uint64_t recs0, bytes0;
+    lane_counters(&S, "src", "default", &recs0, &bytes0);
+    ck_assert_uint_eq(recs0, 3);
+    /* Nothing failed under this command id yet: no failure authority. */
+    Keyload__V1__ReadQueueTransferFailureAnswer *none = failure_read("small", &intent, 0xD2, KL_NOT_FOUND,
+                                                                     "failed_command_id");
+    ck_assert_ptr_null(none);
+    blob w = capacity_witness(0xD2, 70, &intent);
+    size_t before = intent_stored_size(70);
+    th_reply r = advance_req(0xD6, 70, &w, false);
+    Keyload__V1__BatchReceipt *rc;
+    Keyload__V1__TransferAdvanced *adv = advanced_of(&r, &rc);
+    ck_assert_uint_eq(adv->generation, 2);
+    ck_assert(!adv->already);
+    blob next;
+    blob_set(&next, adv->intent_token.data, adv->intent_token.len);
+    uint64_t exact = adv->charged_bytes;
+    keyload__v1__batch_receipt__free_unpacked(rc, NULL);
+    th_reply_free(&r);
+    /* One record plus its exact bytes: the stored record grew by exactly what was charged,
+     * and the lane gave back the rest of the one advance it had reserved. */
+    ck_assert_uint_eq(intent_stored_size(70) - before, exact);
+    uint64_t recs1, bytes1;
+    lane_counters(&S, "src", "default", &recs1, &bytes1);
+    ck_assert_uint_eq(recs1, recs0);
+    ck_assert_uint_eq(bytes0 - bytes1, reserve_each - exact);
+    i = inspect(NULL, 70);
+    ck_assert_uint_eq(i->generation, 2);
+    ck_assert_uint_eq(i->attempt_advances, 1);
+    ck_assert_uint_eq(i->reserved_records, 1);
+    ck_assert_uint_eq(i->retained_records, 3);
+    ck_assert_uint_eq(i->n_history, 2);
+    ck_assert_int_eq(i->history[1]->event, KEYLOAD__V1__TRANSFER_EVENT__ATTEMPT_ADVANCED);
+    ck_assert_int_eq(i->history[1]->failure_code, KL_RESOURCE_EXHAUSTED);
+    ck_assert(i->current_token.len == next.n && memcmp(i->current_token.data, next.p, next.n) == 0);
+    ck_assert(i->intent_token.len == intent.n && memcmp(i->intent_token.data, intent.p, intent.n) == 0);
+    keyload__v1__inspect_queue_transfer_answer__free_unpacked(i, NULL);
+    /* The same witness again, under another command id: the advance it made, not a second. */
+    th_reply again = advance_req(0xD7, 70, &w, false);
+    adv = advanced_of(&again, &rc);
+    ck_assert(adv->already);
+    ck_assert_uint_eq(adv->generation, 2);
+    keyload__v1__batch_receipt__free_unpacked(rc, NULL);
+    th_reply_free(&again);
+    /* The next generation's Accept enqueues exactly once; its receipt says generation 2. */
+    th_reply ok = accept_req(0xD8, "small", NULL, &next);
+    ck_assert_int_eq(ok.code, KL_OK);
+    th_reply_free(&ok);
+    ck_assert_uint_eq(th_queue_messages(&D, "small", NULL), 1);
+    blob receipt = read_receipt(NULL, 70);
+    (void)receipt;
+    free(receipt.p);
+    Keyload__V1__QueueLaneRef dref;
+    ref(&dref, "small", NULL);
+    /* The receipt wins over any later failure read, and over the generation-1 token. */
+    Keyload__V1__ReadQueueTransferFailureAnswer *fa = failure_read("small", &intent, 0xD2, KL_OK, NULL);
+    ck_assert_int_eq(fa->verdict, KEYLOAD__V1__FAILURE_VERDICT__RECEIPT_EXISTS);
+    blob rcpt;
+    blob_set(&rcpt, fa->receipt_token.data, fa->receipt_token.len);
+    keyload__v1__read_queue_transfer_failure_answer__free_unpacked(fa, NULL);
+    Keyload__V1__TransferClaims *rcl;
+    kl_err err;
+    ck_assert_int_eq(kl_claims_decode("receipt_token", rcpt.p, rcpt.n, NULL, &rcl, &err), KL_OK);
+    ck_assert_uint_eq(rcl->generation, 2);
+    keyload__v1__transfer_claims__free_unpacked(rcl, NULL);
+    th_reply dup = accept_req(0xD9, "small", NULL, &intent);
+    ck_assert(only_result(&dup, &rc)->transfer_accepted->deduplicated);
+    keyload__v1__batch_receipt__free_unpacked(rc, NULL);
+    th_reply_free(&dup);
+    ck_assert_uint_eq(th_queue_messages(&D, "small", NULL), 1);
+    /* Complete with it: Delivered, and the unused reservation goes back to the lane. */
+    th_reply done = complete_req(0xDA, NULL, 70, &rcpt);
+    ck_assert_int_eq(done.code, KL_OK);
+    th_reply_free(&done);
+    ck_assert_uint_eq(state_of(NULL, 70), KEYLOAD__V1__TRANSFER_STATE__DELIVERED);
+    uint64_t recs2, bytes2;
+    lane_counters(&S, "src", "default", &recs2, &bytes2);
+    ck_assert_uint_eq(recs2, recs1 - 1);
+    ck_assert_uint_eq(bytes2, bytes1 - reserve_each);
+    /* A delivered transfer takes no advance, even with a fresh command id. */
+    th_reply late = advance_req(0xDB, 70, &w, false);
+    expect_err(&late, KL_FAILED_PRECONDITION, "state");
+    free(rcpt.p);
+    free(next.p);
+    free(w.p);
+    free(intent.p);
+}
+END_TEST
+
+static void w_purpose(Keyload__V1__TransferClaims *c) { c->purpose = KEYLOAD__V1__CLAIM_PURPOSE__TRANSFER_RECEIPT; }
+static void w_generation(Keyload__V1__TransferClaims *c) { c->generation = 2; }
+static void w_transfer(Keyload__V1__TransferClaims *c) { c->transfer_id.data[1] ^= 1; }
+static void w_code(Keyload__V1__TransferClaims *c) { c->failure_code = KL_PERMISSION_DENIED; }
+static void w_command(Keyload__V1__TransferClaims *c) { memset(c->failed_command_id.data, 0, c->failed_command_id.len); }
+
+START_TEST(advance_witness_forgeries_refused_generation_unchanged)
+{
+    set_attempts(0xE0, 0, 0, 3);
+    blob intent = create_ok(0xE1, NULL, 71, "small", "payload");
+    blob w = capacity_witness(0xE2, 71, &intent);
+    struct {
+        void (*edit)(Keyload__V1__TransferClaims *);
+        const char *detail;
+    } cases[] = {
+        {w_purpose, "witness:purpose"},       {w_generation, "witness:generation"},
+        {w_transfer, "witness:transfer_id"},  {w_code, "witness:failure_code"},
+        {w_command, "witness:failed_command_id"},
+    };
+    for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
+        blob bad = resign(&w, cases[k].edit);
+        th_reply r = advance_req((uint8_t)(0xE8 + k), 71, &bad, false);
+        expect_err(&r, KL_FAILED_PRECONDITION, cases[k].detail);
+        /* Committed: the same command id answers the same. */
+        th_reply again = advance_req((uint8_t)(0xE8 + k), 71, &bad, false);
+        expect_err(&again, KL_FAILED_PRECONDITION, cases[k].detail);
+        free(bad.p);
+    }
+    /* A tampered signature, and a genuine witness offered to the repair. */
+    blob tampered;
+    blob_set(&tampered, w.p, w.n);
+    tampered.p[tampered.n - 1] ^= 1;
+    th_reply r = advance_req(0xF0, 71, &tampered, false);
+    expect_err(&r, KL_PERMISSION_DENIED, "witness_signature");
+    th_reply rep = advance_req(0xF1, 71, &w, true);
+    expect_err(&rep, KL_FAILED_PRECONDITION, "witness:failure_code");
+    /* The failure read signs nothing for an outcome that is not a failed Accept: the
+     * Create's command id was a success on another partition, a foreign one is absent. */
+    ck_assert_ptr_null(failure_read("small", &intent, 0xE1, KL_NOT_FOUND, "failed_command_id"));
+    fill_small(0xF2);
+    th_reply okacc = accept_req(0xF4, "dst", NULL, &intent); /* wrong target: refused, committed */
+    expect_err(&okacc, KL_INVALID_ARGUMENT, "destination_queue");
+    ck_assert_ptr_null(failure_read("small", &intent, 0xF4, KL_FAILED_PRECONDITION, "failure_authority"));
+    Keyload__V1__InspectQueueTransferAnswer *i = inspect(NULL, 71);
+    ck_assert_uint_eq(i->generation, 1);
+    ck_assert_uint_eq(i->attempt_advances, 0);
+    ck_assert_uint_eq(i->n_history, 1);
+    keyload__v1__inspect_queue_transfer_answer__free_unpacked(i, NULL);
+    free(tampered.p);
+    free(w.p);
+    free(intent.p);
+}
+END_TEST
+
+START_TEST(advance_ceiling_refused_exactly_at_max_attempts)
+{
+    set_attempts(0x80, 0, 0, 2);
+    blob intent = create_ok(0x81, NULL, 72, "small", "payload");
+    blob w1 = capacity_witness(0x82, 72, &intent);
+    th_reply r = advance_req(0x86, 72, &w1, false);
+    Keyload__V1__BatchReceipt *rc;
+    Keyload__V1__TransferAdvanced *adv = advanced_of(&r, &rc);
+    blob g2;
+    blob_set(&g2, adv->intent_token.data, adv->intent_token.len);
+    keyload__v1__batch_receipt__free_unpacked(rc, NULL);
+    th_reply_free(&r);
+    /* Attempt 2 (the ceiling) fails too; its witness cannot advance to a third. */
+    blob w2 = capacity_witness(0x88, 72, &g2);
+    th_reply over = advance_req(0x8C, 72, &w2, false);
+    expect_err(&over, KL_RESOURCE_EXHAUSTED, "limit:MaxQueueTransferAcceptAttempts");
+    Keyload__V1__InspectQueueTransferAnswer *i = inspect(NULL, 72);
+    ck_assert_uint_eq(i->generation, 2);
+    ck_assert_uint_eq(i->reserved_records, 0);
+    keyload__v1__inspect_queue_transfer_answer__free_unpacked(i, NULL);
+    /* A null ceiling (the default) reserves nothing and takes no attempt advance. */
+    set_attempts(0x8D, 0, 0, 0);
+    blob n1 = create_ok(0x8E, NULL, 73, "small", "payload");
+    i = inspect(NULL, 73);
+    ck_assert_uint_eq(i->reserved_records, 0);
+    ck_assert_ptr_null(i->max_accept_attempts);
+    keyload__v1__inspect_queue_transfer_answer__free_unpacked(i, NULL);
+    blob wn = capacity_witness(0x90, 73, &n1);
+    th_reply off = advance_req(0x94, 73, &wn, false);
+    expect_err(&off, KL_FAILED_PRECONDITION, "max_queue_transfer_accept_attempts");
+    free(wn.p);
+    free(n1.p);
+    free(w2.p);
+    free(g2.p);
+    free(w1.p);
+    free(intent.p);
+}
+END_TEST
+
+START_TEST(advance_reservation_counts_against_lane_exact_and_one_over)
+{
+    /* A ceiling of 4 reserves 3 advances: each intent holds 4 of the lane's records. */
+    set_attempts(0xA6, 12, 0, 4);
+    for (uint8_t k = 0; k < 3; k++) {
+        blob t = create_ok((uint8_t)(0xA7 + k), NULL, (uint8_t)(74 + k), "dst", "x");
+        free(t.p);
+    }
+    uint64_t recs, bytes;
+    lane_counters(&S, "src", "default", &recs, &bytes);
+    ck_assert_uint_eq(recs, 12);
+    th_reply r = create_req(0xAB, NULL, 77, "dst", "x");
+    expect_err(&r, KL_RESOURCE_EXHAUSTED, "limit:MaxScanRecords");
+    /* Bytes, on fresh lanes named as long as "default" (the same charge): exactly two
+     * intents' worth admits two, one byte less only one. */
+    uint64_t one = bytes / 3;
+    ck_assert_uint_eq(one * 3, bytes);
+    set_attempts(0xAC, 0, 2 * one, 4);
+    for (uint8_t k = 0; k < 2; k++) {
+        blob t = create_ok((uint8_t)(0xB0 + k), "lane_c1", (uint8_t)(78 + k), "dst", "x");
+        free(t.p);
+    }
+    lane_counters(&S, "src", "lane_c1", &recs, &bytes);
+    ck_assert_uint_eq(bytes, 2 * one);
+    th_reply r2 = create_req(0xB2, "lane_c1", 80, "dst", "x");
+    expect_err(&r2, KL_RESOURCE_EXHAUSTED, "limit:MaxBatchBytes");
+    set_attempts(0xB3, 0, 2 * one - 1, 4);
+    blob t = create_ok(0xB4, "lane_c2", 81, "dst", "x");
+    free(t.p);
+    th_reply r3 = create_req(0xB5, "lane_c2", 82, "dst", "x");
+    expect_err(&r3, KL_RESOURCE_EXHAUSTED, "limit:MaxBatchBytes");
+}
+END_TEST
+
 static TCase *criterion(Suite *s, const char *name)
 {
     TCase *t = tcase_create(name);
@@ -1126,5 +1522,10 @@ Suite *suite_transfer(void)
     tcase_add_test(ret, retention_catalog_drop_keeps_transfer_records);
     TCase *coord = criterion(s, "CoordinationReadTests");
     tcase_add_test(coord, coordination_read_bounds_exact_and_one_over);
+    TCase *adv = criterion(s, "RemoteTransferAdvanceTests");
+    tcase_add_test(adv, advance_capacity_retry_delivers_once_at_next_generation);
+    tcase_add_test(adv, advance_witness_forgeries_refused_generation_unchanged);
+    tcase_add_test(adv, advance_ceiling_refused_exactly_at_max_attempts);
+    tcase_add_test(adv, advance_reservation_counts_against_lane_exact_and_one_over);
     return s;
 }
