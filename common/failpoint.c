@@ -33,6 +33,7 @@ static const char *const fp_known[] = {
     "daemon.before_reply",           "peer.before_close",
     "coord.before_accept",           "coord.after_accept_sent",
     "coord.before_complete",         "coord.after_complete_sent",
+    "coord.before_advance",          "coord.after_advance",
 };
 
 static bool fp_name_known(const char *name)

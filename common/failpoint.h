@@ -32,6 +32,12 @@
  *                                   batch is not yet sent
  *   coord.after_complete_sent       the Complete was answered OK (Delivered committed),
  *                                   before the coordinator counts or logs it
+ * and on the recovery path of a retained quota/permission failure (KL-6):
+ *   coord.before_advance            a failure witness was issued; the Advance batch is not
+ *                                   yet sent ("between witness and Advance")
+ *   coord.after_advance             the Advance was answered OK (next generation committed),
+ *                                   before the turn ends ("between Advance and the next
+ *                                   Accept", which a later turn sends)
  * error(CODE) at a before_ site is handled like that batch refused with CODE (a terminal code
  * is recorded as a terminal failure, others are retried); at an after_ site the answer is
  * set aside and the turn retried later with the same command id. */

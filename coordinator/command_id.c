@@ -10,6 +10,8 @@ const char *kl_coord_step_name(kl_coord_step step)
     switch (step) {
     case KL_COORD_STEP_ACCEPT: return "accept";
     case KL_COORD_STEP_COMPLETE: return "complete";
+    case KL_COORD_STEP_ADVANCE: return "advance";
+    case KL_COORD_STEP_REPAIR: return "repair";
     default: return "unknown";
     }
 }
@@ -17,7 +19,8 @@ const char *kl_coord_step_name(kl_coord_step step)
 kl_code kl_coord_command_id(kl_coord_step step, const kl_coord_tuple *t, uint8_t out[16],
                             kl_err *err)
 {
-    if (step != KL_COORD_STEP_ACCEPT && step != KL_COORD_STEP_COMPLETE)
+    if (step != KL_COORD_STEP_ACCEPT && step != KL_COORD_STEP_COMPLETE && step != KL_COORD_STEP_ADVANCE &&
+        step != KL_COORD_STEP_REPAIR)
         return kl_fail(err, KL_INVALID_ARGUMENT, "step", "command id: unknown step %d",
                        (int)step);
     if (t == NULL || t->principal_id == NULL || t->tenant == NULL || t->database == NULL ||

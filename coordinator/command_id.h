@@ -27,9 +27,12 @@
 typedef enum kl_coord_step {
     KL_COORD_STEP_ACCEPT = 1,
     KL_COORD_STEP_COMPLETE = 2,
+    KL_COORD_STEP_ADVANCE = 3, /* AdvanceQueueTransferAttempt from this generation (KL-6) */
+    KL_COORD_STEP_REPAIR = 4,  /* AdvanceQueueTransferRepair from this generation */
 } kl_coord_step;
 
-/* "accept" / "complete" (what the encoding carries), "unknown" otherwise. */
+/* "accept" / "complete" / "advance" / "repair" (what the encoding carries), "unknown"
+ * otherwise. */
 const char *kl_coord_step_name(kl_coord_step step);
 
 /* The immutable tuple of one transfer generation, as the intent claims name it. */

@@ -42,6 +42,12 @@ typedef struct kl_coord_event {
     size_t fingerprint_len;
     uint8_t *token; /* the intent token, byte for byte */
     size_t token_len;
+    /* A retained failure (KL-6): the Accept of this generation was refused RESOURCE_EXHAUSTED
+     * or PERMISSION_DENIED without effect, under failed_command_id. Later turns run the
+     * seeds' recovery flowchart instead of resending it. */
+    bool has_failure;
+    kl_code failure_code;
+    uint8_t failed_command_id[16];
     /* Scheduling, owned by the buffer holding the event. */
     uint32_t attempt;   /* transient failures so far */
     int64_t due_ms;     /* monotonic ms before which the event is not popped */

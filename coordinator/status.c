@@ -117,6 +117,10 @@ static json_t *counters_json(kl_coord_stats *s)
         {"dropped", &s->dropped},
         {"proof_changed", &s->proof_changed},
         {"cancelled", &s->cancelled},
+        {"failures_retained", &s->failures_retained},
+        {"failure_reads", &s->failure_reads},
+        {"witnesses", &s->witnesses},
+        {"advanced", &s->advanced},
     };
     json_t *o = json_object();
     for (size_t i = 0; i < sizeof c / sizeof c[0]; i++)

@@ -16,6 +16,8 @@ typedef enum {
     OUT_RETRY,    /* transient: back to the buffer with backoff, same command ids */
     OUT_FAILED,   /* terminal refusal: stays pending, recorded, not retried */
     OUT_CANCELLED, /* SIGTERM: stopped between two calls; discovery finds it after a restart */
+    OUT_RECOVER,  /* a retained quota/permission failure: back to the buffer, later turns
+                   * run the recovery flowchart (KL-6) */
 } turn_out;
 
 typedef struct turn {
@@ -83,6 +85,12 @@ static turn_out authorize(turn *t)
     return tenant && admin ? OUT_CONTINUE : retry(t, "principal");
 }
 
+/* The token of the intent's current generation (what discovery listed). */
+static const ProtobufCBinaryData *current_token(const Keyload__V1__InspectQueueTransferAnswer *a)
+{
+    return a->current_token.len ? &a->current_token : &a->intent_token;
+}
+
 /* 2 and 5 (source half): the intent must still be this event's, and pending. */
 static turn_out inspect_source(turn *t, const char *stage)
 {
@@ -102,8 +110,8 @@ static turn_out inspect_source(turn *t, const char *stage)
         atomic_fetch_add(&t->co->stats.found_delivered, 1);
         KL_INFO("delivered", "%s stage=%s by=other", t->fields, stage);
         o = OUT_DONE;
-    } else if (a->intent_token.len != ev->token_len ||
-               memcmp(a->intent_token.data, ev->token, ev->token_len) != 0 ||
+    } else if (current_token(a)->len != ev->token_len ||
+               memcmp(current_token(a)->data, ev->token, ev->token_len) != 0 ||
                a->generation != ev->generation) {
         atomic_fetch_add(&t->co->stats.proof_changed, 1);
         KL_WARN("proof_changed", "%s stage=%s what=intent stored_gen=%" PRIu64
@@ -192,8 +200,18 @@ static turn_out accept(turn *t)
     kl_receipt *r = NULL;
     kl_code rc = kl_client_batch(t->co->client, b, &r, &t->err);
     kl_batch_free(b);
-    if (rc != KL_OK)
-        return refused(t, "accept", "accept");
+    if (rc != KL_OK) {
+        turn_out o = refused(t, "accept", "accept");
+        if (o == OUT_FAILED && (t->err.code == KL_RESOURCE_EXHAUSTED || t->err.code == KL_PERMISSION_DENIED)) {
+            /* The seeds' "retained original failure authority": kept with the event; a
+             * later turn reads the target afresh instead of resending this command. */
+            t->ev->has_failure = true;
+            t->ev->failure_code = t->err.code;
+            kl_guid_parse(cmd, t->ev->failed_command_id);
+            return OUT_RECOVER;
+        }
+        return o;
+    }
     const Keyload__V1__BatchReceipt *d = r->decoded;
     const Keyload__V1__TransferAccepted *ta =
         (d != NULL && d->n_results > 0 && d->results[0]->kind_case ==
@@ -283,9 +301,104 @@ static turn_out stop_point(turn *t, const char *next)
     return OUT_CANCELLED;
 }
 
+/* KL-6, the seeds' flowchart after a retained failure: one fresh bounded target read,
+ * then at most one Advance. RECEIPT_EXISTS goes on to the original Complete (the caller
+ * continues the ordinary path); a witness leads to one Advance, after which discovery
+ * lists the next generation and a later turn accepts it; UNCHANGED keeps the failure. */
+static turn_out recover(turn *t)
+{
+    kl_coord_event *ev = t->ev;
+    char failed[KL_GUID_TEXT_LEN + 1];
+    kl_guid_format(ev->failed_command_id, failed);
+    Keyload__V1__ReadQueueTransferFailureAnswer *a = NULL;
+    if (kl_client_read_transfer_failure(t->co->client, ev->dest_queue, ev->dest_lane, ev->token,
+                                        ev->token_len, failed, &a, &t->err) != KL_OK) {
+        if (kl_coord_refusal_is_terminal(t->err.code) || t->err.code == KL_NOT_FOUND) {
+            t->step = "failure_read";
+            return OUT_FAILED; /* no failure authority after all: an operator's case */
+        }
+        return retry(t, "failure_read");
+    }
+    atomic_fetch_add(&t->co->stats.failure_reads, 1);
+    turn_out o = OUT_CONTINUE;
+    switch (a->verdict) {
+    case KEYLOAD__V1__FAILURE_VERDICT__RECEIPT_EXISTS:
+        KL_INFO("failure_read", "%s verdict=receipt_exists failed_cmd=%s action=complete", t->fields, failed);
+        ev->has_failure = false;
+        break;
+    case KEYLOAD__V1__FAILURE_VERDICT__WITNESS_ISSUED: {
+        atomic_fetch_add(&t->co->stats.witnesses, 1);
+        bool repair = ev->failure_code == KL_PERMISSION_DENIED;
+        KL_INFO("failure_read", "%s verdict=witness failed_cmd=%s code=%s action=%s", t->fields, failed,
+                kl_code_name(ev->failure_code), repair ? "repair" : "advance");
+        char cmd[KL_GUID_TEXT_LEN + 1];
+        kl_batch *b = NULL;
+        if (command_id(t, repair ? KL_COORD_STEP_REPAIR : KL_COORD_STEP_ADVANCE, cmd) != KL_OK) {
+            o = retry(t, "command_id");
+            break;
+        }
+        if ((o = stop_point(t, "advance")) != OUT_CONTINUE)
+            break;
+        if (KL_FAILPOINT("coord.before_advance", &t->err) != KL_OK) {
+            o = retry(t, "before_advance");
+            break;
+        }
+        kl_code brc = kl_batch_new(cmd, &b, &t->err);
+        if (brc == KL_OK)
+            brc = (repair ? kl_batch_advance_transfer_repair : kl_batch_advance_transfer_attempt)(
+                b, ev->source_queue, ev->source_lane, ev->transfer_id_text, a->witness_token.data,
+                a->witness_token.len, &t->err);
+        if (brc != KL_OK) {
+            kl_batch_free(b);
+            t->step = repair ? "repair" : "advance";
+            o = OUT_FAILED;
+            break;
+        }
+        kl_receipt *r = NULL;
+        kl_code rc = kl_client_batch(t->co->client, b, &r, &t->err);
+        kl_batch_free(b);
+        if (rc != KL_OK) {
+            /* A failed Advance keeps its id: recorded, left to an operator. */
+            o = kl_coord_refusal_is_terminal(rc) ? (t->step = repair ? "repair" : "advance", OUT_FAILED)
+                                                 : retry(t, "advance");
+            break;
+        }
+        const Keyload__V1__BatchReceipt *d = r->decoded;
+        uint64_t gen = (d != NULL && d->n_results > 0 &&
+                        d->results[0]->kind_case == KEYLOAD__V1__MUTATION_RESULT__KIND_TRANSFER_ADVANCED)
+                           ? d->results[0]->transfer_advanced->generation
+                           : 0;
+        kl_receipt_free(r);
+        atomic_fetch_add(&t->co->stats.advanced, 1);
+        KL_INFO("advanced", "%s cmd=%s kind=%s new_gen=%" PRIu64 " note=next_generation_via_discovery",
+                t->fields, cmd, repair ? "repair" : "attempt", gen);
+        if (KL_FAILPOINT("coord.after_advance", &t->err) != KL_OK) {
+            o = retry(t, "after_advance");
+            break;
+        }
+        o = OUT_DROP; /* this generation is over; discovery lists the next */
+        break;
+    }
+    default:
+        KL_INFO("failure_read", "%s verdict=unchanged failed_cmd=%s code=%s still=%s action=wait", t->fields,
+                failed, kl_code_name(ev->failure_code), a->unchanged_detail ? a->unchanged_detail : "");
+        o = OUT_RECOVER;
+        break;
+    }
+    kl_transfer_failure_answer_free(a);
+    return o;
+}
+
 static turn_out drive(turn *t)
 {
     turn_out o;
+    if (t->ev->has_failure) {
+        if ((o = authorize(t)) != OUT_CONTINUE || (o = stop_point(t, "inspect_source")) != OUT_CONTINUE ||
+            (o = inspect_source(t, "inspect_source")) != OUT_CONTINUE ||
+            (o = stop_point(t, "failure_read")) != OUT_CONTINUE || (o = recover(t)) != OUT_CONTINUE)
+            return o;
+        /* The receipt exists: the ordinary path below finds it and completes. */
+    }
     if ((o = authorize(t)) != OUT_CONTINUE || (o = stop_point(t, "inspect_source")) != OUT_CONTINUE ||
         (o = inspect_source(t, "inspect_source")) != OUT_CONTINUE ||
         (o = stop_point(t, "read_receipt")) != OUT_CONTINUE)
@@ -378,6 +491,16 @@ bool kl_coord_turn(kl_coord *co, uint32_t worker)
                                kl_coord_unix_ms());
         kl_coord_buffer_done(buf, ev);
         break;
+    case OUT_RECOVER: {
+        /* Kept in the buffer (its slot is the transfer's), due after a growing wait. */
+        ev->attempt++;
+        uint32_t wait = kl_coord_backoff_ms(ev->attempt);
+        atomic_fetch_add(&co->stats.failures_retained, 1);
+        KL_WARN("failure_retained", "%s code=%s detail=\"%s\" next_ms=%" PRIu32, t.fields,
+                kl_code_name(ev->failure_code), clean(t.err.detail, detail, sizeof detail), wait);
+        kl_coord_buffer_requeue(buf, ev, kl_coord_now_ms() + wait);
+        break;
+    }
     case OUT_CANCELLED:
         atomic_fetch_add(&co->stats.cancelled, 1);
         KL_INFO("cancelled", "%s before=%s note=stopping_left_pending", t.fields, t.stage);

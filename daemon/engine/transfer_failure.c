@@ -88,8 +88,10 @@ kl_code kl_transfer_failure(kl_eval_ctx *c, const Keyload__V1__ReadQueueTransfer
     kl_overlay_init(&scratch);
     kl_buf results = {0};
     Keyload__V1__ReadQueueTransferFailureAnswer a = KEYLOAD__V1__READ_QUEUE_TRANSFER_FAILURE_ANSWER__INIT;
-    /* Who may ask is who may accept: the intent's principal, an administrator, with
-     * QueuePublish on the destination for the message's keys (checked after the token). */
+    /* Who may ask: the intent's principal, an administrator, with QueueInspect on the
+     * destination for the message's keys (checked after the token). Its QueuePublish is
+     * part of "would the Accept pass now" below: a denial still in force is UNCHANGED, so
+     * that a coordinator whose grant was revoked keeps waiting for the repair. */
     kl_code rc = kl_access_transfer_admin(c->who, dst.tenant, dst.database, err);
     if (rc == KL_OK)
         rc = kl_xfer_charge(&ch, principal_bytes, "principal", err);
@@ -113,7 +115,7 @@ kl_code kl_transfer_failure(kl_eval_ctx *c, const Keyload__V1__ReadQueueTransfer
         (rc = kl_claims_verify("intent_token", tok, d->signing_public_key.data, d->signing_key_id.data, err)) !=
             KL_OK ||
         (rc = kl_xfer_intent_claims_ok(ic, d, err)) != KL_OK ||
-        (rc = kl_xfer_data_check(c, &dst, KEYLOAD__V1__PERMISSION__QUEUE_PUBLISH, ic->message, err)) != KL_OK ||
+        (rc = kl_xfer_data_check(c, &dst, KEYLOAD__V1__PERMISSION__QUEUE_INSPECT, ic->message, err)) != KL_OK ||
         (rc = kl_engine_load_queue(c->view, &dst, &qid, &q, err)) != KL_OK ||
         (rc = kl_xfer_charge(&ch, keyload__v1__queue_record__get_packed_size(q), "queue", err)) != KL_OK)
         goto done;
