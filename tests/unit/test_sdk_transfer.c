@@ -389,10 +389,12 @@ START_TEST(test_transfer_inspect_json)
     ck_assert_str_eq(s, "{\"state\":\"OutputPending\",\"generation\":1,\"source\":" SRC_JSON
                         ",\"destination\":" DST_JSON ",\"principal_id\":\"admin\","
                         "\"fingerprint\":\"q80=\",\"max_accept_attempts\":null,"
+                        "\"attempt_advances\":0,\"retained_records\":0,\"retained_bytes\":0,"
+                        "\"reserved_records\":0,\"reserved_bytes\":0,"
                         "\"history\":[{\"event\":\"IntentCreated\",\"generation\":1,"
                         "\"unix_ms\":1000,\"term\":2,\"index\":10}],"
-                        "\"intent_token\":\"+/8=\",\"receipt_token\":null,"
-                        "\"applied_index\":33}");
+                        "\"intent_token\":\"+/8=\",\"current_token\":null,"
+                        "\"receipt_token\":null,\"applied_index\":33}");
     free(s);
 
     /* Delivered: both tokens and the verification event; a ceiling on attempts. */
