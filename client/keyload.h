@@ -427,10 +427,22 @@ void kl_principal_answer_free(Keyload__V1__ShowPrincipalAnswer *a);
  * all-zero ids are INVALID_ARGUMENT (detail "transfer_id"). Queue and lane names follow
  * the batch rules above (lane NULL or "": "default"); tenant and database are the client's.
  *
- * Routing (kl_batch_kind, kl_client_batch): Create and Complete go to the source queue's
- * partition, Accept to the destination queue's, a per-lane pause to its queue's; they may
- * share a batch with other queue data of that same partition. A database-wide pause is a
- * catalog mutation (partition 0, alone in its batch). */
+ * When an Accept of generation G was refused without effect (RESOURCE_EXHAUSTED: capacity;
+ * PERMISSION_DENIED: policy) and the cause was fixed (quota raised, grant restored), the
+ * transfer moves on through a new generation:
+ *   5. kl_client_read_transfer_failure (the intent token of G and the failed Accept's
+ *      command id) on the DESTINATION queue's partition: a fresh read that signs a failure
+ *      witness when the same Accept would now pass (or hands back the receipt if one exists);
+ *   6. AdvanceQueueTransferAttempt (capacity) or AdvanceQueueTransferRepair (policy) with
+ *      that witness on the SOURCE partition moves the intent to G+1 and returns the token of
+ *      G+1 (TransferAdvanced.intent_token; InspectQueueTransfer's current_token), which the
+ *      next Accept carries under a NEW command id. Attempt advances are bounded by the
+ *      database's MaxQueueTransferAcceptAttempts reserved at Create (null: none allowed).
+ *
+ * Routing (kl_batch_kind, kl_client_batch): Create, Complete and both advances go to the
+ * source queue's partition, Accept to the destination queue's, a per-lane pause to its
+ * queue's; they may share a batch with other queue data of that same partition. A
+ * database-wide pause is a catalog mutation (partition 0, alone in its batch). */
 
 /* Parses a transfer id (canonical GUID text) into 16 bytes; INVALID_ARGUMENT "transfer_id"
  * when empty, malformed or all zero. */
@@ -453,6 +465,20 @@ kl_code kl_batch_accept_transfer(kl_batch *b, const char *dest_queue, const char
 kl_code kl_batch_complete_transfer(kl_batch *b, const char *source_queue,
                                    const char *source_lane, const char *transfer_id,
                                    const uint8_t *receipt_token, size_t len, kl_err *err);
+/* keyload.v1.AdvanceQueueTransferAttempt: after a RESOURCE_EXHAUSTED Accept of the
+ * intent's current generation, moves it to the next generation with the failure witness
+ * that kl_client_read_transfer_failure issued (witness: its witness_token, copied; not
+ * empty). The receipt's TransferAdvanced carries the new generation's intent token.
+ * Errors name the field: source_queue, source_lane, transfer_id, witness_token. */
+kl_code kl_batch_advance_transfer_attempt(kl_batch *b, const char *source_queue,
+                                          const char *source_lane, const char *transfer_id,
+                                          const uint8_t *witness, size_t len, kl_err *err);
+/* keyload.v1.AdvanceQueueTransferRepair: the same after a PERMISSION_DENIED Accept, once
+ * the caller's policy changed so that the Accept would now pass (the witness says so). Not
+ * bounded by MaxQueueTransferAcceptAttempts. Same arguments and errors. */
+kl_code kl_batch_advance_transfer_repair(kl_batch *b, const char *source_queue,
+                                         const char *source_lane, const char *transfer_id,
+                                         const uint8_t *witness, size_t len, kl_err *err);
 /* keyload.v1.SetQueueTransfersPaused: pauses (paused true) or resumes admission of NEW
  * transfers. queue NULL: the whole client database (catalog mutation; lane must then be
  * NULL or ""); else that queue's lane. Pending transfers go on either way. */
@@ -461,6 +487,12 @@ kl_code kl_batch_pause_transfers(kl_batch *b, const char *queue, const char *lan
 
 /* "OutputPending" (1), "Delivered" (2), else "unknown": the seeds' state names. */
 const char *kl_transfer_state_name(uint32_t state);
+/* History events: "IntentCreated", "ReceiptVerified", "AttemptAdvanced", "PolicyRepaired",
+ * else "unknown". Reentrant; the string is static. */
+const char *kl_transfer_event_name(uint32_t event);
+/* keyload.v1.FailureVerdict: "ReceiptExists", "WitnessIssued", "Unchanged", else
+ * "unknown". Reentrant; the string is static. */
+const char *kl_failure_verdict_name(uint32_t verdict);
 
 /* Fresh transfer reads, served by the leader of the partition named below after its read
  * barrier (redirects, sessions and retries as for kl_client_queue_stats; a lost answer is
@@ -497,12 +529,34 @@ kl_code kl_client_pending_transfers(kl_client *c, const char *source_queue,
                                     kl_err *err);
 void kl_pending_transfers_free(Keyload__V1__ListPendingQueueTransfersAnswer *a);
 
+/* keyload.v1.ReadQueueTransferFailure on the destination queue's partition (a fresh read,
+ * sealed like the others when the client has a principal): what became of the Accept that
+ * carried intent_token (the token of the generation whose Accept failed; copied, not
+ * empty) under failed_command_id (canonical GUID text; detail "failed_command_id"). The
+ * caller must be the intent's principal. dest_queue/dest_lane: the intent's target lane
+ * (lane NULL or "": "default"). Verdicts: RECEIPT_EXISTS (receipt_token and target_commit:
+ * complete the transfer with it), WITNESS_ISSUED (witness_token: pass it to
+ * kl_batch_advance_transfer_attempt or _repair), UNCHANGED (unchanged_detail names the
+ * check that still refuses; nothing to do until it is fixed). NOT_FOUND or
+ * FAILED_PRECONDITION "failure_authority" when no such refused Accept is on record.
+ * Nothing is written. On KL_OK *out belongs to the caller
+ * (kl_transfer_failure_answer_free). Thread-safe. The answer carries tokens. */
+kl_code kl_client_read_transfer_failure(kl_client *c, const char *dest_queue,
+                                        const char *dest_lane, const uint8_t *intent_token,
+                                        size_t len, const char *failed_command_id,
+                                        Keyload__V1__ReadQueueTransferFailureAnswer **out,
+                                        kl_err *err);
+/* Frees an answer of kl_client_read_transfer_failure; NULL is accepted. */
+void kl_transfer_failure_answer_free(Keyload__V1__ReadQueueTransferFailureAnswer *a);
+
 /* A token's claims as one JSON object, for display only (client/sdk/transfer_json.c): the
  * signature is NOT verified and the message is never shown (only its body's length).
  * Keys: purpose ("TransferIntent"|"TransferReceipt"|"TransferFailureWitness"|"unknown"),
  * version, database_incarnation, source {tenant, database, queue, lane}, target {...},
  * transfer_id, generation, principal_id, fingerprint_hex, body_bytes (intents), effect
- * {message_id, partition, term, index} (receipts), issued_unix_ms, key_id. *out is malloc'd
+ * {message_id, partition, term, index} (receipts), failed_command_id (GUID text) and
+ * failure_code (a code name, e.g. "RESOURCE_EXHAUSTED") (failure witnesses),
+ * issued_unix_ms, key_id. *out is malloc'd
  * (free()). INVALID_ARGUMENT (detail "token") when the bytes are no SignedToken with
  * TransferClaims. */
 kl_code kl_transfer_token_describe(const uint8_t *token, size_t len, unsigned flags, char **out,
@@ -524,7 +578,7 @@ kl_code kl_transfer_token_describe(const uint8_t *token, size_t len, unsigned fl
  * [catalog_version,] results[] (each {"kind": "queue_created"|"queue_deleted"|"enqueued"|
  * "received"|"acked"|"released"|"database_created"|"bootstrapped"|"principal_changed"|
  * "database_limits_set"|"transfer_created"|"transfer_accepted"|"transfer_completed"|
- * "transfers_paused"|"unknown", ...}; received messages: message_id, lane,
+ * "transfers_paused"|"transfer_advanced"|"unknown", ...}; received messages: message_id, lane,
  * delivery_count, lease_token, lease_expires_unix_ms, enqueued_unix_ms, expires_at_unix_ms,
  * delay_ms, headers, fields, body[, body_utf8]; principal_changed: principal_id, key_id,
  * policy_epoch, changed, catalog_version; database_limits_set: limits {max_scan_records,
@@ -532,7 +586,8 @@ kl_code kl_transfer_token_describe(const uint8_t *token, size_t len, unsigned fl
  * null)}, catalog_version; transfer_created: intent_token, state ("OutputPending"|
  * "Delivered"), generation, existing; transfer_accepted: message_id, lane, partition, term,
  * index, deduplicated; transfer_completed: state, already; transfers_paused: paused,
- * changed, catalog_version).
+ * changed, catalog_version; transfer_advanced: generation, intent_token (the new
+ * generation's; left out with KL_JSON_OMIT_TOKENS), charged_bytes, already).
  * Stats keys: [queue,] queue_id, partition, messages, bytes, available, in_flight,
  * limits {max_messages, max_bytes, max_deliveries, dead_letter_queue}, applied_index.
  * Principal keys (kl_principal_to_json): principal_id, tenant, role ("none"|
@@ -541,16 +596,27 @@ kl_code kl_transfer_token_describe(const uint8_t *token, size_t len, unsigned fl
  * fields[], headers[]}), created_unix_ms, version, catalog_version.
  * Transfer keys (kl_transfer_to_json): state, generation, source and destination (each
  * {tenant, database, queue, lane}), principal_id, fingerprint, max_accept_attempts (null
- * when none), history[] ({event: "IntentCreated"|"ReceiptVerified"|"unknown", generation,
- * unix_ms, term, index}), intent_token, receipt_token (null until Delivered), applied_index.
+ * when none), attempt_advances, retained_records, retained_bytes, reserved_records,
+ * reserved_bytes, history[] ({event: "IntentCreated"|"ReceiptVerified"|"AttemptAdvanced"|
+ * "PolicyRepaired"|"unknown", generation, unix_ms, term, index, and for AttemptAdvanced and
+ * PolicyRepaired also failed_command_id (GUID text) and failure_code (code name)}),
+ * intent_token, current_token (the token of `generation`, the next Accept's input; null
+ * when the daemon sent none), receipt_token (null until Delivered), applied_index.
+ * Transfer failure keys (kl_transfer_failure_to_json): verdict ("ReceiptExists"|
+ * "WitnessIssued"|"Unchanged"|"unknown"), receipt_token (null unless ReceiptExists),
+ * target_commit ({message_id, partition, term, index}, null when absent), witness_token
+ * (null unless WitnessIssued), failure_code (code name), failure_detail, unchanged_detail,
+ * failure_policy_epoch, policy_epoch, records_charged, bytes_charged, applied_index.
  * Transfer receipt keys (kl_transfer_receipt_to_json): destination, target_commit
  * {message_id, partition, term, index}, receipt_token, applied_index.
  * Pending keys (kl_pending_transfers_to_json): items[] ({source, transfer_id, generation,
  * destination, intent_token}), next_cursor ("" when done), done, partition_incarnation,
  * cursor_reset, records_charged, bytes_charged, applied_index.
  * Error: {"error":{"code","message","detail"}}.
- * KL_JSON_OMIT_TOKENS leaves every token key out of the transfer objects (for listings
- * that must not disclose credentials, such as `keyload transfer pending`). */
+ * KL_JSON_OMIT_TOKENS leaves every token key out of the transfer objects, the transfer
+ * failure answer and a receipt's transfer_advanced results (for listings and logs that must
+ * not disclose credentials, such as `keyload transfer pending`). A receipt's
+ * transfer_created result keeps its intent_token either way (unchanged behaviour). */
 #define KL_JSON_PRETTY 1u
 #define KL_JSON_OMIT_TOKENS 2u
 char *kl_receipt_to_json(const Keyload__V1__BatchReceipt *r, unsigned flags);
@@ -564,6 +630,8 @@ char *kl_transfer_receipt_to_json(const Keyload__V1__InspectQueueTransferReceipt
                                   unsigned flags);
 char *kl_pending_transfers_to_json(const Keyload__V1__ListPendingQueueTransfersAnswer *a,
                                    unsigned flags);
+char *kl_transfer_failure_to_json(const Keyload__V1__ReadQueueTransferFailureAnswer *a,
+                                  unsigned flags);
 
 /* Standard base64 with padding (sodium_base64_VARIANT_ORIGINAL). encode returns a
  * malloc'd string (free()), NULL when out of memory. decode refuses anything else than

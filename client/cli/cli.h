@@ -160,13 +160,18 @@ kl_code cli_token_parse(const char *what, const uint8_t *data, size_t n, uint8_t
  * INVALID_ARGUMENT "usage" (reported by cli_error as a usage error). */
 kl_code cli_token_read(const char *what, const char *spec, uint8_t **out, size_t *out_len,
                        kl_err *err);
-/* Refuses a --token-out path that already exists (FAILED_PRECONDITION), checked before a
- * command is sent so that nothing commits whose token then has nowhere to go. */
-kl_code cli_token_out_check(const char *path, kl_err *err);
-/* Writes the raw token to path: created with mode 0600, never overwriting (common/keys.h). */
-kl_code cli_token_write(const char *path, const uint8_t *token, size_t len, kl_err *err);
+/* Refuses an output path (option `what`: "--token-out", "--witness-out", "--receipt-out")
+ * that already exists (FAILED_PRECONDITION, detail the option as a field name, e.g.
+ * "token_out"), checked before a command is sent so that nothing commits whose token then
+ * has nowhere to go. */
+kl_code cli_token_out_check(const char *what, const char *path, kl_err *err);
+/* Writes the raw token to path: created with mode 0600, never overwriting (common/keys.h);
+ * `what` names the option in errors. */
+kl_code cli_token_write(const char *what, const char *path, const uint8_t *token, size_t len,
+                        kl_err *err);
 
-/* ---- cmd_transfer.c: `transfer create|accept|complete|inspect|receipt|pending|pause|resume` */
+/* ---- cmd_transfer.c: `transfer create|accept|complete|inspect|receipt|pending|pause|resume|
+ * advance|repair|failure` */
 typedef enum cli_transfer_sub {
     CLI_TRANSFER_CREATE,
     CLI_TRANSFER_ACCEPT,
@@ -176,6 +181,9 @@ typedef enum cli_transfer_sub {
     CLI_TRANSFER_PENDING,
     CLI_TRANSFER_PAUSE,
     CLI_TRANSFER_RESUME,
+    CLI_TRANSFER_ADVANCE,        /* AdvanceQueueTransferAttempt */
+    CLI_TRANSFER_REPAIR,         /* AdvanceQueueTransferRepair */
+    CLI_TRANSFER_FAILURE,        /* ReadQueueTransferFailure */
 } cli_transfer_sub;
 
 typedef struct cli_transfer_args {
@@ -185,8 +193,11 @@ typedef struct cli_transfer_args {
     char *dest_queue;            /* --dest QUEUE[/LANE] (malloc'd) */
     const char *dest_lane;
     const char *id;              /* --id GUID (checked) */
-    const char *token;           /* --intent / --receipt: "@FILE" or "-" */
-    const char *token_out;       /* --token-out FILE (create, receipt) */
+    const char *token;           /* --intent / --receipt / --witness: "@FILE" or "-" */
+    const char *token_out;       /* --token-out FILE (create, receipt, advance, repair) */
+    const char *failed_command_id; /* failure --failed-command-id GUID (checked) */
+    const char *witness_out;     /* failure --witness-out FILE */
+    const char *receipt_out;     /* failure --receipt-out FILE */
     const char *command_id;      /* NULL: a fresh one */
     const char *body;            /* create: BODY */
     const char **headers, **fields; /* create: --header, --field specs in order (owned array) */

@@ -1,11 +1,14 @@
 /* cmd_transfer: `keyload transfer create | accept | complete | inspect | receipt | pending |
- * pause | resume` (DESIGN.md §7, §10). The mutations are batches under a command id (given
- * or fresh) and print their receipt; inspect, receipt and pending are fresh reads.
+ * pause | resume | advance | repair | failure` (DESIGN.md §7, §10). The mutations are
+ * batches under a command id (given or fresh) and print their receipt; inspect, receipt,
+ * pending and failure are fresh reads.
  *
  * Tokens: read only from @FILE or stdin (tokenfile.c); printed only where the command's
- * purpose is to hand one out (create: the intent token; receipt: the receipt token;
- * inspect: both), as one base64 line with a label, or written raw to --token-out. pending
- * lists transfers without their tokens (inspect one to get its token). */
+ * purpose is to hand one out (create, advance, repair: the intent token of the new
+ * generation; receipt: the receipt token; inspect: the intent and current tokens and the
+ * receipt's; failure: the witness or the receipt token), as one base64 line with a label,
+ * or written raw to --token-out / --witness-out / --receipt-out. pending lists transfers
+ * without their tokens (inspect one to get its token). */
 #include "client/cli/cli.h"
 #include "common/guid.h"
 
@@ -53,9 +56,32 @@
     "keyload [GLOBAL OPTIONS] transfer pause|resume [--source QUEUE[/LANE]] [--command-id GUID]\n" \
     "  stops (or restarts) admission of new transfers from the lane, or without --source\n"     \
     "  from the whole --database; pending transfers go on"
+#define USAGE_ADVANCE                                                                           \
+    "keyload [GLOBAL OPTIONS] transfer advance --source QUEUE[/LANE] --id GUID\n"               \
+    "         --witness @FILE|- [--token-out FILE] [--command-id GUID]\n"                       \
+    "  after an Accept refused RESOURCE_EXHAUSTED and a fix (quota, space), moves the intent\n" \
+    "  to its next generation with the failure witness from `transfer failure`, and prints\n"  \
+    "  the new generation's intent token (or writes it raw to --token-out FILE): the next\n"   \
+    "  Accept carries it under a new command id. Bounded by the database's\n"                  \
+    "  MaxQueueTransferAcceptAttempts (null: no attempt advance)\n" TOKEN_NOTE
+#define USAGE_REPAIR                                                                            \
+    "keyload [GLOBAL OPTIONS] transfer repair --source QUEUE[/LANE] --id GUID\n"                \
+    "         --witness @FILE|- [--token-out FILE] [--command-id GUID]\n"                       \
+    "  the same after an Accept refused PERMISSION_DENIED, once the grants were fixed (not\n"  \
+    "  bounded by the attempt ceiling)\n" TOKEN_NOTE
+#define USAGE_FAILURE                                                                           \
+    "keyload [GLOBAL OPTIONS] transfer failure --dest QUEUE[/LANE] --intent @FILE|-\n"         \
+    "         --failed-command-id GUID [--witness-out FILE] [--receipt-out FILE]\n"             \
+    "  a fresh read on the destination of what became of the Accept that carried this intent\n" \
+    "  token under --failed-command-id: ReceiptExists (complete with its receipt token),\n"    \
+    "  WitnessIssued (pass the witness token to `transfer advance` or `transfer repair`) or\n" \
+    "  Unchanged (what still refuses). Tokens are printed in base64, or written raw to\n"      \
+    "  --witness-out / --receipt-out FILE (mode 0600, never overwritten); nothing changes\n"   \
+    TOKEN_NOTE
 #define USAGE_TRANSFER                                                                          \
     USAGE_CREATE "\n       " USAGE_ACCEPT "\n       " USAGE_COMPLETE "\n       " USAGE_INSPECT  \
-                 "\n       " USAGE_RECEIPT "\n       " USAGE_PENDING "\n       " USAGE_PAUSE
+                 "\n       " USAGE_RECEIPT "\n       " USAGE_PENDING "\n       " USAGE_PAUSE    \
+                 "\n       " USAGE_FAILURE "\n       " USAGE_ADVANCE "\n       " USAGE_REPAIR
 
 /* What each subcommand takes. */
 enum {
@@ -68,6 +94,9 @@ enum {
     OPT_MESSAGE = 64,   /* --header, --field and BODY */
     OPT_COMMAND = 128,
     OPT_PAGE = 256,     /* --partition, --cursor, --max */
+    OPT_WITNESS = 512,
+    OPT_FAILED_CMD = 1024,
+    OPT_FAILURE_OUT = 2048, /* --witness-out, --receipt-out */
 };
 
 static const struct sub_spec {
@@ -90,6 +119,12 @@ static const struct sub_spec {
     {"pending", CLI_TRANSFER_PENDING, OPT_SOURCE | OPT_PAGE, 0, USAGE_PENDING},
     {"pause", CLI_TRANSFER_PAUSE, OPT_SOURCE | OPT_COMMAND, 0, USAGE_PAUSE},
     {"resume", CLI_TRANSFER_RESUME, OPT_SOURCE | OPT_COMMAND, 0, USAGE_PAUSE},
+    {"advance", CLI_TRANSFER_ADVANCE, OPT_SOURCE | OPT_ID | OPT_WITNESS | OPT_TOKEN_OUT | OPT_COMMAND,
+     OPT_SOURCE | OPT_ID | OPT_WITNESS, USAGE_ADVANCE},
+    {"repair", CLI_TRANSFER_REPAIR, OPT_SOURCE | OPT_ID | OPT_WITNESS | OPT_TOKEN_OUT | OPT_COMMAND,
+     OPT_SOURCE | OPT_ID | OPT_WITNESS, USAGE_REPAIR},
+    {"failure", CLI_TRANSFER_FAILURE, OPT_DEST | OPT_INTENT | OPT_FAILED_CMD | OPT_FAILURE_OUT,
+     OPT_DEST | OPT_INTENT | OPT_FAILED_CMD, USAGE_FAILURE},
 };
 #define SUB_COUNT (sizeof subs / sizeof subs[0])
 
@@ -101,6 +136,8 @@ static const struct opt_name {
     {"--intent", OPT_INTENT},       {"--receipt", OPT_RECEIPT},   {"--token-out", OPT_TOKEN_OUT},
     {"--header", OPT_MESSAGE},      {"--field", OPT_MESSAGE},     {"--command-id", OPT_COMMAND},
     {"--partition", OPT_PAGE},      {"--cursor", OPT_PAGE},       {"--max", OPT_PAGE},
+    {"--witness", OPT_WITNESS},     {"--failed-command-id", OPT_FAILED_CMD},
+    {"--witness-out", OPT_FAILURE_OUT}, {"--receipt-out", OPT_FAILURE_OUT},
 };
 
 void cli_transfer_args_clear(cli_transfer_args *o)
@@ -143,7 +180,8 @@ static int apply_option(cli *c, const char *name, const char *v, cli_transfer_ar
             return cli_usage(c, "--id: %s", err.message);
         return once(c, name, &o->id, v);
     }
-    if (strcmp(name, "--intent") == 0 || strcmp(name, "--receipt") == 0) {
+    if (strcmp(name, "--intent") == 0 || strcmp(name, "--receipt") == 0 ||
+        strcmp(name, "--witness") == 0) {
         if (strcmp(v, "-") != 0 && (v[0] != '@' || v[1] == '\0'))
             return cli_usage(c, "%s takes @FILE or - (stdin): tokens are never given on the "
                                 "command line", name);
@@ -151,6 +189,19 @@ static int apply_option(cli *c, const char *name, const char *v, cli_transfer_ar
     }
     if (strcmp(name, "--token-out") == 0)
         return once(c, name, &o->token_out, v);
+    if (strcmp(name, "--witness-out") == 0)
+        return once(c, name, &o->witness_out, v);
+    if (strcmp(name, "--receipt-out") == 0)
+        return once(c, name, &o->receipt_out, v);
+    if (strcmp(name, "--failed-command-id") == 0) {
+        /* The same GUID rules as --command-id (the Accept's own command id). */
+        if (v[0] == '\0' || !kl_guid_parse(v, id))
+            return cli_usage(c, "--failed-command-id must be a GUID in canonical form "
+                                "xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx");
+        if (!kl_guid_valid(id, sizeof id))
+            return cli_usage(c, "--failed-command-id must not be all zero");
+        return once(c, name, &o->failed_command_id, v);
+    }
     if (strcmp(name, "--header") == 0) {
         o->headers[o->n_headers++] = v;
         return CLI_EXIT_OK;
@@ -188,24 +239,31 @@ static const char *missing_text(int cls)
     case OPT_ID: return "--id GUID";
     case OPT_INTENT: return "--intent @FILE|-";
     case OPT_RECEIPT: return "--receipt @FILE|-";
+    case OPT_WITNESS: return "--witness @FILE|-";
+    case OPT_FAILED_CMD: return "--failed-command-id GUID";
     default: return "a BODY";
     }
 }
 
-/* The checks after parsing: required options, and what pending needs. */
+/* The checks after parsing: required options, and what pending and failure need. */
 static int check_complete(cli *c, const struct sub_spec *spec, const cli_transfer_args *o)
 {
+    /* A subcommand takes at most one token option, so o->token is that one. */
+    const int token_cls = spec->opts & (OPT_INTENT | OPT_RECEIPT | OPT_WITNESS);
     const int present = (o->source_queue ? OPT_SOURCE : 0) | (o->dest_queue ? OPT_DEST : 0) |
-                        (o->id ? OPT_ID : 0) |
-                        (o->token && spec->sub == CLI_TRANSFER_ACCEPT ? OPT_INTENT : 0) |
-                        (o->token && spec->sub == CLI_TRANSFER_COMPLETE ? OPT_RECEIPT : 0) |
+                        (o->id ? OPT_ID : 0) | (o->token ? token_cls : 0) |
+                        (o->failed_command_id ? OPT_FAILED_CMD : 0) |
                         (o->body ? OPT_MESSAGE : 0);
-    static const int order[] = {OPT_SOURCE, OPT_DEST, OPT_ID, OPT_INTENT, OPT_RECEIPT, OPT_MESSAGE};
+    static const int order[] = {OPT_SOURCE,  OPT_DEST,    OPT_ID,         OPT_INTENT,
+                                OPT_RECEIPT, OPT_WITNESS, OPT_FAILED_CMD, OPT_MESSAGE};
     for (size_t i = 0; i < sizeof order / sizeof order[0]; i++)
         if ((spec->required & order[i]) && !(present & order[i]))
             return cli_usage(c, "transfer %s needs %s", spec->name, missing_text(order[i]));
     if (spec->sub == CLI_TRANSFER_PENDING && o->source_queue == NULL && o->partition < 0)
         return cli_usage(c, "transfer pending needs --source QUEUE[/LANE] or --partition P");
+    if (o->witness_out != NULL && o->receipt_out != NULL &&
+        strcmp(o->witness_out, o->receipt_out) == 0)
+        return cli_usage(c, "--witness-out and --receipt-out must name different files");
     return CLI_EXIT_OK;
 }
 
@@ -257,7 +315,7 @@ int cli_transfer_parse(cli *c, int argc, char **argv, cli_transfer_args *o)
     c->usage = USAGE_TRANSFER;
     if (argc < 1)
         return cli_usage(c, "transfer needs a subcommand: create, accept, complete, inspect, "
-                            "receipt, pending, pause or resume");
+                            "receipt, pending, pause, resume, failure, advance or repair");
     const struct sub_spec *spec = NULL;
     for (size_t i = 0; i < SUB_COUNT; i++)
         if (strcmp(argv[0], subs[i].name) == 0)
@@ -268,7 +326,8 @@ int cli_transfer_parse(cli *c, int argc, char **argv, cli_transfer_args *o)
             return cli_help(c);
         }
         return cli_usage(c, "unknown transfer subcommand '%s' (create, accept, complete, "
-                            "inspect, receipt, pending, pause, resume)", argv[0]);
+                            "inspect, receipt, pending, pause, resume, failure, advance, "
+                            "repair)", argv[0]);
     }
     o->sub = spec->sub;
     c->usage = spec->usage;
@@ -317,18 +376,30 @@ static void print_inspect(const cli_transfer_args *o, const Keyload__V1__Inspect
     if (a->max_accept_attempts != NULL)
         printf("%" PRIu64 "\n", a->max_accept_attempts->value);
     else
-        printf("unlimited\n");
+        printf("null (no attempt advance)\n");
+    printf("  attempt advances %" PRIu64 "; retains %" PRIu64 " records, %" PRIu64
+           " bytes of its lane, of which reserved for advances %" PRIu64 " records, %" PRIu64
+           " bytes\n",
+           a->attempt_advances, a->retained_records, a->retained_bytes, a->reserved_records,
+           a->reserved_bytes);
     printf("  history:%s\n", a->n_history ? "" : " none");
     for (size_t i = 0; i < a->n_history; i++) {
         const Keyload__V1__TransferHistoryEntry *h = a->history[i];
         printf("    %s generation %" PRIu64 " at %" PRId64 " (unix ms), term %" PRIu64
-               ", index %" PRIu64 "\n",
-               h->event == KEYLOAD__V1__TRANSFER_EVENT__INTENT_CREATED     ? "IntentCreated"
-               : h->event == KEYLOAD__V1__TRANSFER_EVENT__RECEIPT_VERIFIED ? "ReceiptVerified"
-                                                                           : "unknown",
-               h->generation, h->unix_ms, h->term, h->index);
+               ", index %" PRIu64,
+               kl_transfer_event_name(h->event), h->generation, h->unix_ms, h->term, h->index);
+        if (h->event == KEYLOAD__V1__TRANSFER_EVENT__ATTEMPT_ADVANCED ||
+            h->event == KEYLOAD__V1__TRANSFER_EVENT__POLICY_REPAIRED) {
+            char id[KL_COMMAND_ID_TEXT_LEN + 1] = "?";
+            if (h->failed_command_id.len == 16)
+                kl_guid_format(h->failed_command_id.data, id);
+            printf("; after accept %s refused %s", id, kl_code_name(h->failure_code));
+        }
+        printf("\n");
     }
     print_token("intent token", &a->intent_token);
+    if (a->current_token.len > 0)
+        print_token("current token (the next accept's input)", &a->current_token);
     if (a->receipt_token.len > 0)
         print_token("receipt token", &a->receipt_token);
     printf("read at applied index %" PRIu64 "\n", a->applied_index);
@@ -363,14 +434,15 @@ static void print_pending(const Keyload__V1__ListPendingQueueTransfersAnswer *a)
 
 /* ---------------------------------------------------------------- running */
 
-/* Writes the token to --token-out when asked; on failure says how to get it again. */
-static int write_token_out(cli *c, const cli_transfer_args *o, const ProtobufCBinaryData *t,
-                           const char *again)
+/* Writes the token to path (option `what`) when asked; on failure says how to get it
+ * again. */
+static int write_token_out(cli *c, const char *what, const char *path,
+                           const ProtobufCBinaryData *t, const char *again)
 {
-    if (o->token_out == NULL)
+    if (path == NULL)
         return CLI_EXIT_OK;
     kl_err err;
-    if (cli_token_write(o->token_out, t->data, t->len, &err) != KL_OK) {
+    if (cli_token_write(what, path, t->data, t->len, &err) != KL_OK) {
         size_t used = strlen(err.message); /* appended; a long tail is cut, never overrun */
         if (used + 3 < sizeof err.message)
             snprintf(err.message + used, sizeof err.message - used, "; %s", again);
@@ -417,6 +489,16 @@ static kl_code add_mutation(const cli_transfer_args *o, kl_batch *b, kl_err *err
             rc = kl_batch_complete_transfer(b, o->source_queue, o->source_lane, o->id, tok, len,
                                             err);
         break;
+    case CLI_TRANSFER_ADVANCE:
+        if ((rc = cli_token_read("--witness", o->token, &tok, &len, err)) == KL_OK)
+            rc = kl_batch_advance_transfer_attempt(b, o->source_queue, o->source_lane, o->id,
+                                                   tok, len, err);
+        break;
+    case CLI_TRANSFER_REPAIR:
+        if ((rc = cli_token_read("--witness", o->token, &tok, &len, err)) == KL_OK)
+            rc = kl_batch_advance_transfer_repair(b, o->source_queue, o->source_lane, o->id,
+                                                  tok, len, err);
+        break;
     default: /* pause, resume */
         rc = kl_batch_pause_transfers(b, o->source_queue, o->source_lane,
                                       o->sub == CLI_TRANSFER_PAUSE, err);
@@ -432,6 +514,8 @@ static const int result_kind[] = {
     [CLI_TRANSFER_COMPLETE] = KEYLOAD__V1__MUTATION_RESULT__KIND_TRANSFER_COMPLETED,
     [CLI_TRANSFER_PAUSE] = KEYLOAD__V1__MUTATION_RESULT__KIND_TRANSFERS_PAUSED,
     [CLI_TRANSFER_RESUME] = KEYLOAD__V1__MUTATION_RESULT__KIND_TRANSFERS_PAUSED,
+    [CLI_TRANSFER_ADVANCE] = KEYLOAD__V1__MUTATION_RESULT__KIND_TRANSFER_ADVANCED,
+    [CLI_TRANSFER_REPAIR] = KEYLOAD__V1__MUTATION_RESULT__KIND_TRANSFER_ADVANCED,
 };
 
 /* The human line(s) of a committed mutation. */
@@ -462,6 +546,23 @@ static void print_change(const cli_transfer_args *o, const char *database,
                t->deduplicated ? "; deduplicated: an earlier accept enqueued it" : "", tag);
         break;
     }
+    case CLI_TRANSFER_ADVANCE:
+    case CLI_TRANSFER_REPAIR: {
+        const Keyload__V1__TransferAdvanced *t = res->transfer_advanced;
+        printf("%s transfer %s on %s/%s to generation %" PRIu64 "%s; charged %" PRIu64
+               " bytes %s\n",
+               o->sub == CLI_TRANSFER_ADVANCE ? "advanced (capacity retry)"
+                                              : "advanced (policy repair)",
+               o->id, o->source_queue, lane_text(o->source_lane), t->generation,
+               t->already ? " (already, with this witness)" : "", t->charged_bytes, tag);
+        if (o->token_out != NULL)
+            printf("intent token of generation %" PRIu64 " (%zu bytes) written to %s\n",
+                   t->generation, t->intent_token.len, o->token_out);
+        else
+            print_token("intent token", &t->intent_token);
+        printf("the next accept carries this token under a new --command-id\n");
+        break;
+    }
     case CLI_TRANSFER_COMPLETE:
         printf("completed transfer %s on %s/%s: %s%s %s\n", o->id, o->source_queue,
                lane_text(o->source_lane), kl_transfer_state_name(res->transfer_completed->state),
@@ -486,7 +587,7 @@ static void print_change(const cli_transfer_args *o, const char *database,
 static int change(cli *c, kl_client *client, const cli_transfer_args *o)
 {
     kl_err err;
-    if (o->token_out != NULL && cli_token_out_check(o->token_out, &err) != KL_OK)
+    if (o->token_out != NULL && cli_token_out_check("--token-out", o->token_out, &err) != KL_OK)
         return cli_error(c, &err);
     kl_batch *b;
     int rc = cli_new_batch(c, o->command_id, &b);
@@ -506,12 +607,21 @@ static int change(cli *c, kl_client *client, const cli_transfer_args *o)
     if (res == NULL) {
         rc = CLI_EXIT_ERROR;
     } else {
-        char again[160];
-        snprintf(again, sizeof again,
-                 "the transfer was created: run the same command with --command-id %s and "
-                 "another --token-out to get its token again", kl_batch_command_id(b));
-        if (o->sub == CLI_TRANSFER_CREATE)
-            rc = write_token_out(c, o, &res->transfer_created->intent_token, again);
+        char again[200];
+        if (o->sub == CLI_TRANSFER_CREATE) {
+            snprintf(again, sizeof again,
+                     "the transfer was created: run the same command with --command-id %s and "
+                     "another --token-out to get its token again", kl_batch_command_id(b));
+            rc = write_token_out(c, "--token-out", o->token_out,
+                                 &res->transfer_created->intent_token, again);
+        } else if (o->sub == CLI_TRANSFER_ADVANCE || o->sub == CLI_TRANSFER_REPAIR) {
+            snprintf(again, sizeof again,
+                     "the transfer was advanced: `transfer inspect` shows its current_token, or "
+                     "run the same command with --command-id %s and another --token-out",
+                     kl_batch_command_id(b));
+            rc = write_token_out(c, "--token-out", o->token_out,
+                                 &res->transfer_advanced->intent_token, again);
+        }
         if (rc == CLI_EXIT_OK && c->json)
             rc = cli_print_json(c, kl_receipt_to_json(r->decoded, 0));
         else if (rc == CLI_EXIT_OK)
@@ -541,13 +651,14 @@ static int inspect(cli *c, kl_client *client, const cli_transfer_args *o)
 static int receipt(cli *c, kl_client *client, const cli_transfer_args *o)
 {
     kl_err err;
-    if (o->token_out != NULL && cli_token_out_check(o->token_out, &err) != KL_OK)
+    if (o->token_out != NULL && cli_token_out_check("--token-out", o->token_out, &err) != KL_OK)
         return cli_error(c, &err);
     Keyload__V1__InspectQueueTransferReceiptAnswer *a;
     if (kl_client_transfer_receipt(client, o->dest_queue, o->source_queue, o->source_lane, o->id,
                                    &a, &err) != KL_OK)
         return cli_error(c, &err);
-    int rc = write_token_out(c, o, &a->receipt_token, "nothing was changed: run it again");
+    int rc = write_token_out(c, "--token-out", o->token_out, &a->receipt_token,
+                             "nothing was changed: run it again");
     if (rc == CLI_EXIT_OK && c->json) {
         rc = cli_print_json(c, kl_transfer_receipt_to_json(a, 0));
     } else if (rc == CLI_EXIT_OK) {
@@ -593,6 +704,80 @@ static int pending(cli *c, kl_client *client, const cli_transfer_args *o)
     return rc;
 }
 
+static void print_failure(const cli_transfer_args *o,
+                          const Keyload__V1__ReadQueueTransferFailureAnswer *a)
+{
+    printf("accept %s into %s/%s: %s\n", o->failed_command_id, o->dest_queue,
+           lane_text(o->dest_lane), kl_failure_verdict_name(a->verdict));
+    printf("  it was refused %s%s%s (policy epoch then %" PRIu64 ", now %" PRIu64 ")\n",
+           kl_code_name(a->failure_code), a->failure_detail[0] ? ": " : "", a->failure_detail,
+           a->failure_policy_epoch, a->policy_epoch);
+    const Keyload__V1__TargetEffect *e = a->target_commit;
+    switch (a->verdict) {
+    case KEYLOAD__V1__FAILURE_VERDICT__RECEIPT_EXISTS:
+        if (e != NULL)
+            printf("  a receipt exists: message %" PRIu64 " committed on partition %" PRId32
+                   " (term %" PRIu64 ", index %" PRIu64 "); complete the transfer with it\n",
+                   e->message_id, e->partition, e->term, e->index);
+        else
+            printf("  a receipt exists; complete the transfer with it\n");
+        if (o->receipt_out != NULL)
+            printf("receipt token (%zu bytes) written to %s\n", a->receipt_token.len,
+                   o->receipt_out);
+        else
+            print_token("receipt token", &a->receipt_token);
+        break;
+    case KEYLOAD__V1__FAILURE_VERDICT__WITNESS_ISSUED:
+        printf("  the same accept would now pass: pass the witness to `transfer %s`\n",
+               a->failure_code == KL_PERMISSION_DENIED ? "repair" : "advance");
+        if (o->witness_out != NULL)
+            printf("witness token (%zu bytes) written to %s\n", a->witness_token.len,
+                   o->witness_out);
+        else
+            print_token("witness token", &a->witness_token);
+        break;
+    default:
+        printf("  still refused%s%s; fix it and read again\n",
+               a->unchanged_detail[0] ? ": " : "", a->unchanged_detail);
+        break;
+    }
+    printf("charged %" PRIu64 " records, %" PRIu64 " bytes; applied index %" PRIu64 "\n",
+           a->records_charged, a->bytes_charged, a->applied_index);
+}
+
+static int failure(cli *c, kl_client *client, const cli_transfer_args *o)
+{
+    kl_err err;
+    /* Both files are checked before the read, so that a token never has nowhere to go. */
+    if ((o->witness_out != NULL &&
+         cli_token_out_check("--witness-out", o->witness_out, &err) != KL_OK) ||
+        (o->receipt_out != NULL &&
+         cli_token_out_check("--receipt-out", o->receipt_out, &err) != KL_OK))
+        return cli_error(c, &err);
+    uint8_t *tok = NULL;
+    size_t len = 0;
+    if (cli_token_read("--intent", o->token, &tok, &len, &err) != KL_OK)
+        return cli_error(c, &err);
+    Keyload__V1__ReadQueueTransferFailureAnswer *a;
+    kl_code code = kl_client_read_transfer_failure(client, o->dest_queue, o->dest_lane, tok, len,
+                                                   o->failed_command_id, &a, &err);
+    free(tok);
+    if (code != KL_OK)
+        return cli_error(c, &err);
+    static const char again[] = "nothing was changed: run it again";
+    int rc = CLI_EXIT_OK;
+    if (a->witness_token.len > 0)
+        rc = write_token_out(c, "--witness-out", o->witness_out, &a->witness_token, again);
+    if (rc == CLI_EXIT_OK && a->receipt_token.len > 0)
+        rc = write_token_out(c, "--receipt-out", o->receipt_out, &a->receipt_token, again);
+    if (rc == CLI_EXIT_OK && c->json)
+        rc = cli_print_json(c, kl_transfer_failure_to_json(a, 0));
+    else if (rc == CLI_EXIT_OK)
+        print_failure(o, a);
+    kl_transfer_failure_answer_free(a);
+    return rc;
+}
+
 int cli_cmd_transfer(cli *c, int argc, char **argv)
 {
     cli_transfer_args o;
@@ -609,6 +794,7 @@ int cli_cmd_transfer(cli *c, int argc, char **argv)
     case CLI_TRANSFER_INSPECT: rc = inspect(c, client, &o); break;
     case CLI_TRANSFER_RECEIPT: rc = receipt(c, client, &o); break;
     case CLI_TRANSFER_PENDING: rc = pending(c, client, &o); break;
+    case CLI_TRANSFER_FAILURE: rc = failure(c, client, &o); break;
     default: rc = change(c, client, &o); break;
     }
     kl_client_close(client);

@@ -126,16 +126,24 @@ kl_code cli_token_read(const char *what, const char *spec, uint8_t **out, size_t
     return rc;
 }
 
-kl_code cli_token_out_check(const char *path, kl_err *err)
+kl_code cli_token_out_check(const char *what, const char *path, kl_err *err)
 {
+    /* The detail is the option's name as a field: "--witness-out" -> "witness_out". */
+    char detail[KL_ERR_DETAIL_MAX];
+    const char *name = strncmp(what, "--", 2) == 0 ? what + 2 : what;
+    snprintf(detail, sizeof detail, "%s", name);
+    for (char *p = detail; *p; p++)
+        if (*p == '-')
+            *p = '_';
     struct stat st;
     if (lstat(path, &st) == 0)
-        return kl_fail(err, KL_FAILED_PRECONDITION, "token_out",
-                       "--token-out %s already exists (it is never overwritten)", path);
+        return kl_fail(err, KL_FAILED_PRECONDITION, detail,
+                       "%s %s already exists (it is never overwritten)", what, path);
     return KL_OK;
 }
 
-kl_code cli_token_write(const char *path, const uint8_t *token, size_t len, kl_err *err)
+kl_code cli_token_write(const char *what, const char *path, const uint8_t *token, size_t len,
+                        kl_err *err)
 {
-    return kl_keys_write_secret_file("--token-out", path, token, len, err);
+    return kl_keys_write_secret_file(what, path, token, len, err);
 }

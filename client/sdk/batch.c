@@ -313,7 +313,8 @@ const char *kl_sdk_mutation_queue(const Keyload__V1__Mutation *m)
     case KEYLOAD__V1__MUTATION__KIND_ACK: r = m->ack->queue; break;
     case KEYLOAD__V1__MUTATION__KIND_RELEASE: r = m->release->queue; break;
     /* Transfers: the partition that owns the state being changed (DESIGN.md §7): the
-     * source's intent for Create and Complete, the destination's receipt for Accept. */
+     * source's intent for Create, Complete and both advances, the destination's receipt
+     * for Accept. */
     case KEYLOAD__V1__MUTATION__KIND_CREATE_QUEUE_TRANSFER:
         r = m->create_queue_transfer->source_queue;
         break;
@@ -322,6 +323,12 @@ const char *kl_sdk_mutation_queue(const Keyload__V1__Mutation *m)
         break;
     case KEYLOAD__V1__MUTATION__KIND_COMPLETE_QUEUE_TRANSFER:
         r = m->complete_queue_transfer->source_queue;
+        break;
+    case KEYLOAD__V1__MUTATION__KIND_ADVANCE_QUEUE_TRANSFER_ATTEMPT:
+        r = m->advance_queue_transfer_attempt->source_queue;
+        break;
+    case KEYLOAD__V1__MUTATION__KIND_ADVANCE_QUEUE_TRANSFER_REPAIR:
+        r = m->advance_queue_transfer_repair->source_queue;
         break;
     case KEYLOAD__V1__MUTATION__KIND_SET_QUEUE_TRANSFERS_PAUSED:
         r = m->set_queue_transfers_paused->source_queue; /* NULL: database-wide */

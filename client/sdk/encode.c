@@ -23,6 +23,8 @@ typedef struct stamped {
         Keyload__V1__AcceptQueueTransfer at;
         Keyload__V1__CompleteQueueTransfer co;
         Keyload__V1__SetQueueTransfersPaused tp;
+        Keyload__V1__AdvanceQueueTransferAttempt aa;
+        Keyload__V1__AdvanceQueueTransferRepair ar;
     } sub;
     Keyload__V1__Grant grant;
     Keyload__V1__QueueLaneRef ref;
@@ -65,6 +67,18 @@ static bool stamp_transfer(stamped *s, const Keyload__V1__Mutation *src, char *t
         s->sub.co.source_queue = &s->ref;
         s->m.complete_queue_transfer = &s->sub.co;
         return stamp_ref(&s->ref, src->complete_queue_transfer->source_queue, tenant, database);
+    case KEYLOAD__V1__MUTATION__KIND_ADVANCE_QUEUE_TRANSFER_ATTEMPT:
+        s->sub.aa = *src->advance_queue_transfer_attempt;
+        s->sub.aa.source_queue = &s->ref;
+        s->m.advance_queue_transfer_attempt = &s->sub.aa;
+        return stamp_ref(&s->ref, src->advance_queue_transfer_attempt->source_queue, tenant,
+                         database);
+    case KEYLOAD__V1__MUTATION__KIND_ADVANCE_QUEUE_TRANSFER_REPAIR:
+        s->sub.ar = *src->advance_queue_transfer_repair;
+        s->sub.ar.source_queue = &s->ref;
+        s->m.advance_queue_transfer_repair = &s->sub.ar;
+        return stamp_ref(&s->ref, src->advance_queue_transfer_repair->source_queue, tenant,
+                         database);
     case KEYLOAD__V1__MUTATION__KIND_SET_QUEUE_TRANSFERS_PAUSED:
         s->sub.tp = *src->set_queue_transfers_paused;
         s->sub.tp.tenant = tenant;
@@ -120,6 +134,8 @@ static bool stamp(stamped *s, const Keyload__V1__Mutation *src, char *tenant, ch
     case KEYLOAD__V1__MUTATION__KIND_CREATE_QUEUE_TRANSFER:
     case KEYLOAD__V1__MUTATION__KIND_ACCEPT_QUEUE_TRANSFER:
     case KEYLOAD__V1__MUTATION__KIND_COMPLETE_QUEUE_TRANSFER:
+    case KEYLOAD__V1__MUTATION__KIND_ADVANCE_QUEUE_TRANSFER_ATTEMPT:
+    case KEYLOAD__V1__MUTATION__KIND_ADVANCE_QUEUE_TRANSFER_REPAIR:
     case KEYLOAD__V1__MUTATION__KIND_SET_QUEUE_TRANSFERS_PAUSED:
         return stamp_transfer(s, src, tenant, database);
     case KEYLOAD__V1__MUTATION__KIND_CREATE_QUEUE:

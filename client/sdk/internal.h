@@ -52,7 +52,8 @@ kl_code kl_sdk_oom(kl_err *err);
 
 /* The queue whose partition a mutation goes to (NULL when it names none: database
  * creation, principals, a database-wide transfer pause). For transfers: the source queue
- * (Create, Complete, a lane's pause) or the destination queue (Accept). */
+ * (Create, Complete, AdvanceAttempt, AdvanceRepair, a lane's pause) or the destination
+ * queue (Accept). */
 const char *kl_sdk_mutation_queue(const Keyload__V1__Mutation *m);
 /* True for the mutations that change the catalog on partition 0 (each alone in its batch):
  * database and queue creation, bootstrap, principals, database limits, a database-wide

@@ -251,7 +251,7 @@ static json_t *strings_json(char *const *v, size_t n)
     return arr;
 }
 
-static json_t *result_json(const Keyload__V1__MutationResult *r)
+static json_t *result_json(const Keyload__V1__MutationResult *r, unsigned flags)
 {
     json_t *o = json_object();
     if (o == NULL)
@@ -353,6 +353,20 @@ static json_t *result_json(const Keyload__V1__MutationResult *r)
              set(o, "state", json_string(kl_transfer_state_name(r->transfer_completed->state))) &&
              set(o, "already", json_boolean(r->transfer_completed->already));
         break;
+    case KEYLOAD__V1__MUTATION_RESULT__KIND_TRANSFER_ADVANCED: {
+        /* The next Accept's token, as transfer_json.c prints tokens: left out with
+         * KL_JSON_OMIT_TOKENS, null when the daemon sent none. */
+        const Keyload__V1__TransferAdvanced *t = r->transfer_advanced;
+        ok = set(o, "kind", json_string("transfer_advanced")) &&
+             set(o, "generation", u64(t->generation)) &&
+             ((flags & KL_JSON_OMIT_TOKENS) ||
+              set(o, "intent_token", t->intent_token.len
+                                         ? b64(t->intent_token.data, t->intent_token.len)
+                                         : json_null())) &&
+             set(o, "charged_bytes", u64(t->charged_bytes)) &&
+             set(o, "already", json_boolean(t->already));
+        break;
+    }
     case KEYLOAD__V1__MUTATION_RESULT__KIND_TRANSFERS_PAUSED:
         ok = set(o, "kind", json_string("transfers_paused")) &&
              set(o, "paused", json_boolean(r->transfers_paused->paused)) &&
@@ -393,7 +407,7 @@ char *kl_receipt_to_json(const Keyload__V1__BatchReceipt *r, unsigned flags)
          set(o, "results", json_array());
     json_t *results = ok ? json_object_get(o, "results") : NULL;
     for (size_t i = 0; ok && i < r->n_results; i++) {
-        json_t *x = result_json(r->results[i]);
+        json_t *x = result_json(r->results[i], flags);
         ok = x != NULL && json_array_append_new(results, x) == 0;
     }
     if (!ok) {

@@ -1,4 +1,4 @@
-/* transfer: remote queue transfers (DESIGN.md §7), the batch builders and the three reads
+/* transfer: remote queue transfers (DESIGN.md §7), the batch builders and the four reads
  * (client/keyload.h "remote transfers").
  *
  * The builders check only the shape (names, GUIDs, non-empty tokens) so that a caller gets
@@ -14,6 +14,7 @@
 #define METHOD_INSPECT "keyload.v1.InspectQueueTransfer"
 #define METHOD_RECEIPT "keyload.v1.InspectQueueTransferReceipt"
 #define METHOD_PENDING "keyload.v1.ListPendingQueueTransfers"
+#define METHOD_FAILURE "keyload.v1.ReadQueueTransferFailure"
 /* ListPendingQueueTransfersRequest.max_items ceiling (transfer.proto). */
 #define PENDING_MAX_ITEMS 1000u
 
@@ -35,6 +36,27 @@ const char *kl_transfer_state_name(uint32_t state)
     switch (state) {
     case KEYLOAD__V1__TRANSFER_STATE__OUTPUT_PENDING: return "OutputPending";
     case KEYLOAD__V1__TRANSFER_STATE__DELIVERED: return "Delivered";
+    default: return "unknown";
+    }
+}
+
+const char *kl_transfer_event_name(uint32_t event)
+{
+    switch (event) {
+    case KEYLOAD__V1__TRANSFER_EVENT__INTENT_CREATED: return "IntentCreated";
+    case KEYLOAD__V1__TRANSFER_EVENT__RECEIPT_VERIFIED: return "ReceiptVerified";
+    case KEYLOAD__V1__TRANSFER_EVENT__ATTEMPT_ADVANCED: return "AttemptAdvanced";
+    case KEYLOAD__V1__TRANSFER_EVENT__POLICY_REPAIRED: return "PolicyRepaired";
+    default: return "unknown";
+    }
+}
+
+const char *kl_failure_verdict_name(uint32_t verdict)
+{
+    switch (verdict) {
+    case KEYLOAD__V1__FAILURE_VERDICT__RECEIPT_EXISTS: return "ReceiptExists";
+    case KEYLOAD__V1__FAILURE_VERDICT__WITNESS_ISSUED: return "WitnessIssued";
+    case KEYLOAD__V1__FAILURE_VERDICT__UNCHANGED: return "Unchanged";
     default: return "unknown";
     }
 }
@@ -134,6 +156,58 @@ kl_code kl_batch_complete_transfer(kl_batch *b, const char *source_queue,
     return kl_sdk_batch_add(b, &m, err);
 }
 
+/* AdvanceQueueTransferAttempt and AdvanceQueueTransferRepair have one shape (source lane,
+ * transfer id, witness) under two message types: one builder serves both. */
+static kl_code advance(kl_batch *b, const char *source_queue, const char *source_lane,
+                       const char *transfer_id, const uint8_t *witness, size_t len, bool repair,
+                       kl_err *err)
+{
+    Keyload__V1__QueueLaneRef src;
+    uint8_t id[KL_GUID_LEN];
+    kl_code rc = lane_ref("source", source_queue, source_lane, &src, err);
+    if (rc == KL_OK)
+        rc = kl_transfer_id_parse(transfer_id, id, err);
+    if (rc == KL_OK)
+        rc = check_token("witness_token", witness, len, err);
+    if (rc != KL_OK)
+        return rc;
+    Keyload__V1__AdvanceQueueTransferAttempt at = KEYLOAD__V1__ADVANCE_QUEUE_TRANSFER_ATTEMPT__INIT;
+    Keyload__V1__AdvanceQueueTransferRepair rp = KEYLOAD__V1__ADVANCE_QUEUE_TRANSFER_REPAIR__INIT;
+    Keyload__V1__Mutation m = KEYLOAD__V1__MUTATION__INIT;
+    if (repair) {
+        rp.source_queue = &src;
+        rp.transfer_id.data = id;
+        rp.transfer_id.len = sizeof id;
+        rp.witness_token.data = (uint8_t *)witness; /* borrowed: the batch copies it */
+        rp.witness_token.len = len;
+        m.kind_case = KEYLOAD__V1__MUTATION__KIND_ADVANCE_QUEUE_TRANSFER_REPAIR;
+        m.advance_queue_transfer_repair = &rp;
+    } else {
+        at.source_queue = &src;
+        at.transfer_id.data = id;
+        at.transfer_id.len = sizeof id;
+        at.witness_token.data = (uint8_t *)witness;
+        at.witness_token.len = len;
+        m.kind_case = KEYLOAD__V1__MUTATION__KIND_ADVANCE_QUEUE_TRANSFER_ATTEMPT;
+        m.advance_queue_transfer_attempt = &at;
+    }
+    return kl_sdk_batch_add(b, &m, err);
+}
+
+kl_code kl_batch_advance_transfer_attempt(kl_batch *b, const char *source_queue,
+                                          const char *source_lane, const char *transfer_id,
+                                          const uint8_t *witness, size_t len, kl_err *err)
+{
+    return advance(b, source_queue, source_lane, transfer_id, witness, len, false, err);
+}
+
+kl_code kl_batch_advance_transfer_repair(kl_batch *b, const char *source_queue,
+                                         const char *source_lane, const char *transfer_id,
+                                         const uint8_t *witness, size_t len, kl_err *err)
+{
+    return advance(b, source_queue, source_lane, transfer_id, witness, len, true, err);
+}
+
 kl_code kl_batch_pause_transfers(kl_batch *b, const char *queue, const char *lane, bool paused,
                                  kl_err *err)
 {
@@ -167,7 +241,7 @@ static kl_code client_names(const kl_client *c, char *tenant, char *database, kl
 }
 
 /* Packs any request message into a malloc'd buffer (protobuf-c's generic packer, so one
- * helper serves the three request types). */
+ * helper serves every request type). */
 static kl_code pack(const ProtobufCMessage *msg, uint8_t **out, size_t *len, kl_err *err)
 {
     *len = protobuf_c_message_get_packed_size(msg);
@@ -329,4 +403,59 @@ void kl_pending_transfers_free(Keyload__V1__ListPendingQueueTransfersAnswer *a)
 {
     if (a != NULL)
         keyload__v1__list_pending_queue_transfers_answer__free_unpacked(a, NULL);
+}
+
+kl_code kl_client_read_transfer_failure(kl_client *c, const char *dest_queue,
+                                        const char *dest_lane, const uint8_t *intent_token,
+                                        size_t len, const char *failed_command_id,
+                                        Keyload__V1__ReadQueueTransferFailureAnswer **out,
+                                        kl_err *err)
+{
+    *out = NULL;
+    char tenant[KL_SDK_NAME_MAX + 1], db[KL_SDK_NAME_MAX + 1];
+    uint8_t cmd[KL_GUID_LEN];
+    Keyload__V1__QueueLaneRef dst;
+    kl_code rc = lane_ref("destination", dest_queue, dest_lane, &dst, err);
+    if (rc == KL_OK)
+        rc = check_token("intent_token", intent_token, len, err);
+    if (rc == KL_OK) {
+        if (failed_command_id == NULL || failed_command_id[0] == '\0')
+            rc = kl_fail(err, KL_INVALID_ARGUMENT, "failed_command_id",
+                         "failed_command_id must not be empty");
+        else if (!kl_guid_parse(failed_command_id, cmd))
+            rc = kl_fail(err, KL_INVALID_ARGUMENT, "failed_command_id",
+                         "failed_command_id must be a GUID in canonical form "
+                         "xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx");
+        else if (!kl_guid_valid(cmd, sizeof cmd))
+            rc = kl_fail(err, KL_INVALID_ARGUMENT, "failed_command_id",
+                         "failed_command_id must not be all zero");
+    }
+    if (rc == KL_OK)
+        rc = client_names(c, tenant, db, err);
+    if (rc != KL_OK)
+        return rc;
+    dst.tenant = tenant;
+    dst.database = db;
+    Keyload__V1__ReadQueueTransferFailureRequest r =
+        KEYLOAD__V1__READ_QUEUE_TRANSFER_FAILURE_REQUEST__INIT;
+    r.destination_queue = &dst; /* complete: the intent's target lane */
+    r.intent_token.data = (uint8_t *)intent_token;
+    r.intent_token.len = len;
+    r.failed_command_id.data = cmd;
+    r.failed_command_id.len = sizeof cmd;
+    uint8_t *req, *ans;
+    size_t req_len, ans_len;
+    if ((rc = pack(&r.base, &req, &req_len, err)) != KL_OK ||
+        (rc = read_call(c, dest_queue, -1, METHOD_FAILURE, req, req_len, &ans, &ans_len, err)) !=
+            KL_OK)
+        return rc;
+    *out = keyload__v1__read_queue_transfer_failure_answer__unpack(NULL, ans_len, ans);
+    free(ans);
+    return *out ? KL_OK : undecodable("ReadQueueTransferFailureAnswer", err);
+}
+
+void kl_transfer_failure_answer_free(Keyload__V1__ReadQueueTransferFailureAnswer *a)
+{
+    if (a != NULL)
+        keyload__v1__read_queue_transfer_failure_answer__free_unpacked(a, NULL);
 }

@@ -50,13 +50,11 @@ static json_t *effect_json(const Keyload__V1__TargetEffect *e)
                        set(o, "index", u64(e->index)));
 }
 
-static const char *event_name(Keyload__V1__TransferEvent e)
+/* The events that record a refused Accept (what failed, and how). */
+static bool names_failure(Keyload__V1__TransferEvent e)
 {
-    switch (e) {
-    case KEYLOAD__V1__TRANSFER_EVENT__INTENT_CREATED: return "IntentCreated";
-    case KEYLOAD__V1__TRANSFER_EVENT__RECEIPT_VERIFIED: return "ReceiptVerified";
-    default: return "unknown";
-    }
+    return e == KEYLOAD__V1__TRANSFER_EVENT__ATTEMPT_ADVANCED ||
+           e == KEYLOAD__V1__TRANSFER_EVENT__POLICY_REPAIRED;
 }
 
 static json_t *history_json(Keyload__V1__TransferHistoryEntry *const *h, size_t n)
@@ -64,10 +62,15 @@ static json_t *history_json(Keyload__V1__TransferHistoryEntry *const *h, size_t 
     json_t *arr = json_array();
     for (size_t i = 0; arr != NULL && i < n; i++) {
         json_t *o = json_object();
-        o = done(o, o != NULL && set(o, "event", json_string(event_name(h[i]->event))) &&
+        o = done(o, o != NULL &&
+                        set(o, "event", json_string(kl_transfer_event_name(h[i]->event))) &&
                         set(o, "generation", u64(h[i]->generation)) &&
                         set(o, "unix_ms", i64(h[i]->unix_ms)) && set(o, "term", u64(h[i]->term)) &&
-                        set(o, "index", u64(h[i]->index)));
+                        set(o, "index", u64(h[i]->index)) &&
+                        (!names_failure(h[i]->event) ||
+                         (set(o, "failed_command_id", kl_sdk_json_guid(&h[i]->failed_command_id)) &&
+                          set(o, "failure_code",
+                              json_string(kl_code_name(h[i]->failure_code))))));
         if (o == NULL || json_array_append_new(arr, o) != 0) {
             json_decref(arr);
             return NULL;
@@ -94,8 +97,14 @@ char *kl_transfer_to_json(const Keyload__V1__InspectQueueTransferAnswer *a, unsi
               set(o, "principal_id", text(a->principal_id)) &&
               set(o, "fingerprint", b64(a->fingerprint.data, a->fingerprint.len)) &&
               set(o, "max_accept_attempts", max ? u64(max->value) : json_null()) &&
+              set(o, "attempt_advances", u64(a->attempt_advances)) &&
+              set(o, "retained_records", u64(a->retained_records)) &&
+              set(o, "retained_bytes", u64(a->retained_bytes)) &&
+              set(o, "reserved_records", u64(a->reserved_records)) &&
+              set(o, "reserved_bytes", u64(a->reserved_bytes)) &&
               set(o, "history", history_json(a->history, a->n_history)) &&
               set_token(o, "intent_token", &a->intent_token, flags) &&
+              set_token(o, "current_token", &a->current_token, flags) &&
               set_token(o, "receipt_token", &a->receipt_token, flags) &&
               set(o, "applied_index", u64(a->applied_index));
     return kl_sdk_json_dump(done(o, ok), flags);
@@ -108,6 +117,27 @@ char *kl_transfer_receipt_to_json(const Keyload__V1__InspectQueueTransferReceipt
     bool ok = o != NULL && set(o, "destination", ref_json(a->destination)) &&
               set(o, "target_commit", effect_json(a->target_commit)) &&
               set_token(o, "receipt_token", &a->receipt_token, flags) &&
+              set(o, "applied_index", u64(a->applied_index));
+    return kl_sdk_json_dump(done(o, ok), flags);
+}
+
+char *kl_transfer_failure_to_json(const Keyload__V1__ReadQueueTransferFailureAnswer *a,
+                                  unsigned flags)
+{
+    json_t *o = json_object();
+    bool ok = o != NULL && set(o, "verdict", json_string(kl_failure_verdict_name(a->verdict))) &&
+              set_token(o, "receipt_token", &a->receipt_token, flags) &&
+              /* only a receipt has a target commit: null rather than a zero effect */
+              set(o, "target_commit", a->target_commit ? effect_json(a->target_commit)
+                                                       : json_null()) &&
+              set_token(o, "witness_token", &a->witness_token, flags) &&
+              set(o, "failure_code", json_string(kl_code_name(a->failure_code))) &&
+              set(o, "failure_detail", text(a->failure_detail)) &&
+              set(o, "unchanged_detail", text(a->unchanged_detail)) &&
+              set(o, "failure_policy_epoch", u64(a->failure_policy_epoch)) &&
+              set(o, "policy_epoch", u64(a->policy_epoch)) &&
+              set(o, "records_charged", u64(a->records_charged)) &&
+              set(o, "bytes_charged", u64(a->bytes_charged)) &&
               set(o, "applied_index", u64(a->applied_index));
     return kl_sdk_json_dump(done(o, ok), flags);
 }
@@ -181,6 +211,10 @@ static json_t *claims_json(const Keyload__V1__SignedToken *t, const Keyload__V1_
               /* the message's size, never its content */
               (c->message == NULL || set(o, "body_bytes", u64(c->message->body.len))) &&
               (c->effect == NULL || set(o, "effect", effect_json(c->effect))) &&
+              /* a failure witness: which Accept failed, and how */
+              (c->purpose != KEYLOAD__V1__CLAIM_PURPOSE__TRANSFER_FAILURE_WITNESS ||
+               (set(o, "failed_command_id", kl_sdk_json_guid(&c->failed_command_id)) &&
+                set(o, "failure_code", json_string(kl_code_name(c->failure_code))))) &&
               set(o, "issued_unix_ms", i64(c->issued_unix_ms)) &&
               set(o, "key_id", b64(t->key_id.data, t->key_id.len));
     return done(o, ok);

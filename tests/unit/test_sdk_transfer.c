@@ -389,10 +389,12 @@ START_TEST(test_transfer_inspect_json)
     ck_assert_str_eq(s, "{\"state\":\"OutputPending\",\"generation\":1,\"source\":" SRC_JSON
                         ",\"destination\":" DST_JSON ",\"principal_id\":\"admin\","
                         "\"fingerprint\":\"q80=\",\"max_accept_attempts\":null,"
+                        "\"attempt_advances\":0,\"retained_records\":0,\"retained_bytes\":0,"
+                        "\"reserved_records\":0,\"reserved_bytes\":0,"
                         "\"history\":[{\"event\":\"IntentCreated\",\"generation\":1,"
                         "\"unix_ms\":1000,\"term\":2,\"index\":10}],"
-                        "\"intent_token\":\"+/8=\",\"receipt_token\":null,"
-                        "\"applied_index\":33}");
+                        "\"intent_token\":\"+/8=\",\"current_token\":null,"
+                        "\"receipt_token\":null,\"applied_index\":33}");
     free(s);
 
     /* Delivered: both tokens and the verification event; a ceiling on attempts. */
@@ -605,15 +607,15 @@ START_TEST(test_cli_token_files)
     snprintf(spec, sizeof spec, "@%s", path);
     kl_err err;
     static const uint8_t tok[] = {0x0a, 0x90, 0x01, 0x00, 0x20};
-    ck_assert_int_eq(cli_token_out_check(path, NULL), KL_OK);
-    ck_assert_int_eq(cli_token_write(path, tok, sizeof tok, NULL), KL_OK);
+    ck_assert_int_eq(cli_token_out_check("--token-out", path, NULL), KL_OK);
+    ck_assert_int_eq(cli_token_write("--token-out", path, tok, sizeof tok, NULL), KL_OK);
     struct stat st;
     ck_assert_int_eq(stat(path, &st), 0);
     ck_assert_int_eq(st.st_mode & 0777, 0600);
     /* Never overwritten: refused up front and at the write. */
-    ck_assert_int_eq(cli_token_out_check(path, &err), KL_FAILED_PRECONDITION);
+    ck_assert_int_eq(cli_token_out_check("--token-out", path, &err), KL_FAILED_PRECONDITION);
     ck_assert_str_eq(err.detail, "token_out");
-    ck_assert_int_ne(cli_token_write(path, tok, 1, &err), KL_OK);
+    ck_assert_int_ne(cli_token_write("--token-out", path, tok, 1, &err), KL_OK);
     /* Read back raw, byte for byte. */
     uint8_t *out;
     size_t n;
