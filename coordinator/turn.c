@@ -382,6 +382,8 @@ static turn_out recover(turn *t)
     default:
         KL_INFO("failure_read", "%s verdict=unchanged failed_cmd=%s code=%s still=%s action=wait", t->fields,
                 failed, kl_code_name(ev->failure_code), a->unchanged_detail ? a->unchanged_detail : "");
+        kl_fail(&t->err, ev->failure_code, a->unchanged_detail ? a->unchanged_detail : "unchanged",
+                "the failed Accept would still be refused");
         o = OUT_RECOVER;
         break;
     }

@@ -1239,14 +1239,112 @@ void test_coord_principal(void)
     cc_keep = true;
 }
 
-/* ---- CoordinatorRevokedGrantTests ---- */
+/* ---- KL-6: retained failures, recovered ---- */
+
+/* The generation a token's claims carry, 0 when it does not decode. */
+static uint64_t cc_token_generation(const uint8_t *p, size_t n)
+{
+    Keyload__V1__SignedToken *t = keyload__v1__signed_token__unpack(NULL, n, p);
+    if (t == NULL)
+        return 0;
+    Keyload__V1__TransferClaims *c = keyload__v1__transfer_claims__unpack(NULL, t->claims.len, t->claims.data);
+    uint64_t g = c ? c->generation : 0;
+    if (c)
+        keyload__v1__transfer_claims__free_unpacked(c, NULL);
+    keyload__v1__signed_token__free_unpacked(t, NULL);
+    return g;
+}
+
+/* What the source says of a transfer: generation, how many history entries of `event`,
+ * the current token (into *cur when not NULL). false on error. */
+static bool cc_history(kl_client *c, const char *src, const char *tid, uint64_t *gen, uint32_t event, int *events,
+                       cc_tok *cur)
+{
+    Keyload__V1__InspectQueueTransferAnswer *a = NULL;
+    kl_err err;
+    if (kl_client_inspect_transfer(c, src, NULL, tid, &a, &err) != KL_OK)
+        return false;
+    *gen = a->generation;
+    *events = 0;
+    for (size_t i = 0; i < a->n_history; i++)
+        *events += a->history[i]->event == event;
+    bool ok = cur == NULL ||
+              cc_tok_set(cur, a->current_token.len ? a->current_token.data : a->intent_token.data,
+                         a->current_token.len ? a->current_token.len : a->intent_token.len);
+    kl_transfer_answer_free(a);
+    return ok;
+}
+
+/* Receives one message of queue and acks it (makes room in a full queue); its body (up to
+ * 63 bytes) into body when not NULL. */
+static bool cc_drain_one(kl_client *root, const char *queue, char body[64])
+{
+    kl_batch *b = NULL;
+    kl_receipt *r = NULL;
+    kl_err err;
+    if (kl_batch_new(NULL, &b, &err) != KL_OK || kl_batch_receive(b, queue, NULL, 1, 60000, &err) != KL_OK) {
+        kl_batch_free(b);
+        return false;
+    }
+    if (cc_send(root, b, &r, &err) != KL_OK || r->decoded->n_results != 1 ||
+        r->decoded->results[0]->received->n_messages != 1) {
+        kl_receipt_free(r);
+        return false;
+    }
+    const Keyload__V1__ReceivedMessage *got = r->decoded->results[0]->received->messages[0];
+    if (body != NULL) {
+        size_t l = got->message->body.len < 63 ? got->message->body.len : 63;
+        memcpy(body, got->message->body.data, l);
+        body[l] = '\0';
+    }
+    kl_bytes lease = {got->lease_token.data, got->lease_token.len};
+    bool ok = kl_batch_new(NULL, &b, &err) == KL_OK && kl_batch_ack(b, queue, &lease, 1, &err) == KL_OK &&
+              cc_send(root, b, NULL, &err) == KL_OK;
+    kl_receipt_free(r);
+    return ok;
+}
+
+static kl_code cc_enqueue(kl_client *root, const char *queue, const char *body, kl_err *err)
+{
+    kl_batch *b = NULL;
+    kl_message *m = NULL;
+    kl_code rc = kl_message_new(body, strlen(body), &m, err);
+    if (rc == KL_OK)
+        rc = kl_batch_new(NULL, &b, err);
+    if (rc == KL_OK)
+        rc = kl_batch_enqueue(b, queue, NULL, m, err);
+    kl_message_free(m);
+    if (rc != KL_OK) {
+        kl_batch_free(b);
+        return rc;
+    }
+    return cc_send(root, b, NULL, err);
+}
+
+/* The coordinator's deterministic Accept command id of the transfer's current generation. */
+static bool cc_accept_id(kl_client *c, const char *db, const char *src, const char *tid, char out[KL_GUID_TEXT_LEN + 1],
+                         cc_tok *token, char *dlane, size_t dlane_cap)
+{
+    Keyload__V1__InspectQueueTransferAnswer *ia = NULL;
+    kl_err err;
+    if (kl_client_inspect_transfer(c, src, NULL, tid, &ia, &err) != KL_OK)
+        return false;
+    bool ok = cc_command_id("accept", "coord", db, ia, tid, out) &&
+              cc_tok_set(token, ia->current_token.len ? ia->current_token.data : ia->intent_token.data,
+                         ia->current_token.len ? ia->current_token.len : ia->intent_token.len);
+    snprintf(dlane, dlane_cap, "%s", ia->destination ? ia->destination->lane : "");
+    kl_transfer_answer_free(ia);
+    return ok;
+}
+
+/* ---- CoordinatorPolicyRepairTests ---- */
 
 #define RV_DB "acme/rv"
 #define RV_N 3
 
 void test_coord_revoked(void)
 {
-    CC_BEGIN("CoordinatorRevokedGrantTests");
+    CC_BEGIN("CoordinatorPolicyRepairTests");
     CHECK(cc_database(RV_DB, why, sizeof why), "%s", why);
     CHECK(cc_queue(RV_DB, "src.rv", CC_SRC, &err) == KL_OK, "queue: %s", err.message);
     CHECK(cc_queue(RV_DB, "dst.rv", CC_DST, &err) == KL_OK, "queue: %s", err.message);
@@ -1269,118 +1367,227 @@ void test_coord_revoked(void)
     cc_opts o = {.db = RV_DB, .who = WHO_COORD, .workers = 1, .flush_ms = 5, .discovery_ms = 50};
     CHECK(cc_coord_config(0, "rv", &o), "config");
     cc_coord_start(0, NULL);
-    /* The status file (written every 2 s) lists the three terminal failures. */
-    json_t *st = NULL;
-    int64_t deadline = now_ms() + 20000;
-    long long failed = 0;
-    while (now_ms() < deadline) {
+    /* Each denied Accept is retained, and the fresh read says the epoch has not changed. */
+    for (int i = 0; i < RV_N; i++)
+        CHECK(cc_wait_log(0, "still=policy_epoch", tid[i], 20000) >= 1,
+              "transfer %d: no unchanged-epoch failure read in %s", i, cc_coords[0].log);
+    /* The status file is rewritten every 2 s. */
+    long long terminal = -1, retained = -1;
+    for (int64_t deadline = now_ms() + 10000; now_ms() < deadline && retained < RV_N; sleep_ms(200)) {
+        json_t *st = cc_status_load(0);
+        terminal = cc_counter(st, "terminal_failures");
+        retained = cc_counter(st, "failures_retained");
         json_decref(st);
-        st = cc_status_load(0);
-        json_t *c = json_object_get(json_object_get(st, "failed"), "count");
-        failed = json_is_integer(c) ? (long long)json_integer_value(c) : 0;
-        if (failed >= RV_N)
-            break;
-        sleep_ms(200);
     }
-    json_t *latest = json_object_get(json_object_get(st, "failed"), "latest");
-    size_t denied = 0;
-    for (size_t i = 0; i < json_array_size(latest); i++) {
-        json_t *e = json_array_get(latest, i);
-        const char *code = json_string_value(json_object_get(e, "code"));
-        const char *step = json_string_value(json_object_get(e, "step"));
-        const char *id = json_string_value(json_object_get(e, "transfer_id"));
-        for (int k = 0; k < RV_N; k++)
-            denied += code && step && id && strcmp(code, "PERMISSION_DENIED") == 0 && strcmp(step, "accept") == 0 &&
-                      strcmp(id, tid[k]) == 0;
-    }
-    long long terminal = cc_counter(st, "terminal_failures");
-    json_decref(st);
-    CHECK(failed == RV_N && denied == RV_N, "status file: %lld failures, %zu PERMISSION_DENIED accept entries for "
-          "these transfers (want %d, %d; log %s)", failed, denied, RV_N, RV_N, cc_coords[0].log);
-    CHECK(terminal == RV_N, "terminal_failures %lld (want %d: recorded once each, not retried)", terminal, RV_N);
+    CHECK(terminal == 0 && retained >= RV_N, "terminal_failures %lld (want 0), failures_retained %lld (want >= %d)",
+          terminal, retained, RV_N);
     for (int i = 0; i < RV_N; i++)
         CHECK(cc_state(op, "src.rv", NULL, tid[i], NULL) == KEYLOAD__V1__TRANSFER_STATE__OUTPUT_PENDING,
               "transfer %d is not pending", i);
     CHECK(cc_messages(root, "dst.rv") == 0, "the destination has messages");
 
-    /* The committed outcome under the coordinator's deterministic command id: the id
-     * derived here is the one in its log, and the same principal resending that Accept gets
-     * PERMISSION_DENIED, before and after the grant is restored (restoring policy does not
-     * mint a new command id). */
-    Keyload__V1__InspectQueueTransferAnswer *ia = NULL;
-    CHECK(kl_client_inspect_transfer(op, "src.rv", NULL, tid[0], &ia, &err) == KL_OK, "inspect: %s", err.message);
-    char acc[KL_GUID_TEXT_LEN + 1];
-    bool derived = cc_command_id("accept", "coord", RV_DB, ia, tid[0], acc);
+    /* By hand, under the coordinator's deterministic id (derived here): the committed
+     * denial answers the same, and with the epoch unchanged no witness is signed, so no
+     * repair can be made. */
+    char acc[KL_GUID_TEXT_LEN + 1], dlane[64];
     cc_tok intent;
-    bool tok_ok = cc_tok_set(&intent, ia->intent_token.data, ia->intent_token.len);
-    char dlane[64];
-    snprintf(dlane, sizeof dlane, "%s", ia->destination ? ia->destination->lane : "");
-    kl_transfer_answer_free(ia);
-    CHECK(derived && tok_ok, "deriving the command id");
+    CHECK(cc_accept_id(op, RV_DB, "src.rv", tid[0], acc, &intent, dlane, sizeof dlane), "deriving the command id");
     char needle[80];
     snprintf(needle, sizeof needle, "cmd=%s", acc);
-    CHECK(cc_log_count(0, "msg=\"accept_sent\"", needle) >= 1,
-          "the coordinator's log has no Accept under the derived command id %s", acc);
-    CHECK(cc_log_count(0, "msg=\"accept_sent\"", tid[0]) == 1, "the coordinator sent the refused Accept %d times",
-          cc_log_count(0, "msg=\"accept_sent\"", tid[0]));
-    for (int round = 0; round < 2; round++) {
-        kl_batch *b = NULL;
-        CHECK(kl_batch_new(acc, &b, &err) == KL_OK &&
-                  kl_batch_accept_transfer(b, "dst.rv", dlane, intent.b, intent.n, &err) == KL_OK,
-              "build: %s", err.message);
-        kl_code rc = cc_send(op, b, NULL, &err);
-        CHECK(rc == KL_PERMISSION_DENIED, "the deterministic Accept %s the grant is restored: %s %s (%s)",
-              round ? "after" : "before", kl_code_name(rc), err.detail, err.message);
-        fprintf(stderr, "    the deterministic Accept %s %s restoring the grant: PERMISSION_DENIED %s\n", acc,
-                round ? "after" : "before", err.detail);
-        if (round == 0) {
-            CHECK(cc_grant(RV_DB, WHO_COORD, KEYLOAD__V1__PERMISSION__QUEUE_PUBLISH, "dst.*", &err) == KL_OK,
-                  "restore the grant: %s", err.message);
-        }
-    }
-    /* The running coordinator does not retry them under new ids after the fix. */
-    sleep_ms(500);
-    for (int i = 0; i < RV_N; i++)
-        CHECK(cc_state(op, "src.rv", NULL, tid[i], NULL) == KEYLOAD__V1__TRANSFER_STATE__OUTPUT_PENDING,
-              "transfer %d moved after the grant came back", i);
-    CHECK(cc_messages(root, "dst.rv") == 0, "the destination has messages after the grant came back");
-    CHECK(cc_exited_with(cc_coord_stop(0), 0), "drain");
+    CHECK(cc_log_count(0, "msg=\"accept_sent\"", needle) == 1,
+          "the coordinator sent the refused Accept %s %d times (want once: a retained failure is not resent)", acc,
+          cc_log_count(0, "msg=\"accept_sent\"", needle));
+    kl_batch *b = NULL;
+    CHECK(kl_batch_new(acc, &b, &err) == KL_OK &&
+              kl_batch_accept_transfer(b, "dst.rv", dlane, intent.b, intent.n, &err) == KL_OK,
+          "build: %s", err.message);
+    kl_code rc = cc_send(op, b, NULL, &err);
+    CHECK(rc == KL_PERMISSION_DENIED, "the deterministic Accept: %s %s", kl_code_name(rc), err.detail);
+    Keyload__V1__ReadQueueTransferFailureAnswer *fa = NULL;
+    CHECK(kl_client_read_transfer_failure(op, "dst.rv", dlane, intent.b, intent.n, acc, &fa, &err) == KL_OK,
+          "failure read: %s %s", kl_code_name(err.code), err.message);
+    bool unchanged = fa->verdict == KEYLOAD__V1__FAILURE_VERDICT__UNCHANGED && fa->witness_token.len == 0 &&
+                     strcmp(fa->unchanged_detail, "policy_epoch") == 0 && fa->failure_code == KL_PERMISSION_DENIED;
+    kl_transfer_failure_answer_free(fa);
+    CHECK(unchanged, "with the epoch unchanged the failure read must answer Unchanged policy_epoch, no witness");
 
-    /* An operator authenticated as the same principal completes them with the public Accept
-     * and Complete under NEW command ids. */
-    for (int i = 0; i < RV_N; i++) {
-        CHECK(kl_client_inspect_transfer(op, "src.rv", NULL, tid[i], &ia, &err) == KL_OK, "inspect: %s", err.message);
-        tok_ok = cc_tok_set(&intent, ia->intent_token.data, ia->intent_token.len);
-        kl_transfer_answer_free(ia);
-        CHECK(tok_ok, "intent token");
-        cc_id c1, c2;
-        kl_command_id_new(c1);
-        kl_command_id_new(c2);
-        kl_batch *b = NULL;
-        kl_receipt *r = NULL;
-        CHECK(kl_batch_new(c1, &b, &err) == KL_OK &&
-                  kl_batch_accept_transfer(b, "dst.rv", NULL, intent.b, intent.n, &err) == KL_OK,
-              "build: %s", err.message);
-        CHECK(cc_send(op, b, &r, &err) == KL_OK, "operator Accept %d: %s %s (%s)", i, kl_code_name(err.code),
-              err.detail, err.message);
-        bool fresh = r->decoded->n_results == 1 &&
-                     r->decoded->results[0]->kind_case == KEYLOAD__V1__MUTATION_RESULT__KIND_TRANSFER_ACCEPTED &&
-                     !r->decoded->results[0]->transfer_accepted->deduplicated;
-        kl_receipt_free(r);
-        CHECK(fresh, "operator Accept %d: not a fresh TransferAccepted", i);
-        cc_tok rt;
-        CHECK(cc_receipt(op, "dst.rv", "src.rv", NULL, tid[i], &rt, &err) == KL_OK, "receipt %d: %s", i, err.message);
-        CHECK(kl_batch_new(c2, &b, &err) == KL_OK &&
-                  kl_batch_complete_transfer(b, "src.rv", NULL, tid[i], rt.b, rt.n, &err) == KL_OK,
-              "build: %s", err.message);
-        CHECK(cc_send(op, b, NULL, &err) == KL_OK, "operator Complete %d: %s %s (%s)", i, kl_code_name(err.code),
-              err.detail, err.message);
-        cc_tok dr;
-        CHECK(cc_state(op, "src.rv", NULL, tid[i], &dr) == KEYLOAD__V1__TRANSFER_STATE__DELIVERED &&
-                  cc_tok_eq(&rt, dr.b, dr.n),
-              "transfer %d not Delivered with the operator's receipt", i);
-    }
+    /* Restoring the grant is a real persisted policy change: the coordinator's next read
+     * gets a witness, repairs to generation 2, and delivers each exactly once. */
+    int64_t t_fix = now_ms();
+    CHECK(cc_grant(RV_DB, WHO_COORD, KEYLOAD__V1__PERMISSION__QUEUE_PUBLISH, "dst.*", &err) == KL_OK,
+          "restore the grant: %s", err.message);
+    for (int i = 0; i < RV_N; i++)
+        CHECK(cc_wait_state(op, "src.rv", NULL, tid[i], KEYLOAD__V1__TRANSFER_STATE__DELIVERED, 30000),
+              "transfer %d not Delivered within 30 s of the restore (log %s)", i, cc_coords[0].log);
+    fprintf(stderr, "    %d transfers repaired and delivered %lld ms after the grant came back\n", RV_N,
+            (long long)(now_ms() - t_fix));
+    CHECK(cc_exited_with(cc_coord_stop(0), 0), "drain");
     CHECK(cc_messages(root, "dst.rv") == RV_N, "dst.rv holds %lld (want %d)", cc_messages(root, "dst.rv"), RV_N);
+    for (int i = 0; i < RV_N; i++) {
+        uint64_t gen = 0;
+        int repaired = 0;
+        CHECK(cc_history(op, "src.rv", tid[i], &gen, KEYLOAD__V1__TRANSFER_EVENT__POLICY_REPAIRED, &repaired, NULL),
+              "inspect %d", i);
+        CHECK(gen == 2 && repaired == 1, "transfer %d: generation %llu, %d PolicyRepaired entries (want 2, 1)", i,
+              (unsigned long long)gen, repaired);
+        cc_tok rt;
+        CHECK(cc_state(op, "src.rv", NULL, tid[i], &rt) == KEYLOAD__V1__TRANSFER_STATE__DELIVERED &&
+                  cc_token_generation(rt.b, rt.n) == 2,
+              "transfer %d: the receipt is not generation 2's", i);
+        CHECK(cc_log_count(0, "kind=repair", tid[i]) == 1, "transfer %d: %d repairs logged (want 1)", i,
+              cc_log_count(0, "kind=repair", tid[i]));
+    }
+    /* The historical denial still answers the same: restoring policy minted no new id. */
+    CHECK(kl_batch_new(acc, &b, &err) == KL_OK &&
+              kl_batch_accept_transfer(b, "dst.rv", dlane, intent.b, intent.n, &err) == KL_OK,
+          "build: %s", err.message);
+    rc = cc_send(op, b, NULL, &err);
+    CHECK(rc == KL_PERMISSION_DENIED, "the generation-1 Accept after the repair: %s (want its committed denial)",
+          kl_code_name(rc));
+    CHECK(cc_messages(root, "dst.rv") == RV_N, "a resent Accept added a message");
+    cc_keep = true;
+}
+
+/* ---- CoordinatorCapacityRetryTests ---- */
+
+#define CAP_DB "acme/cap"
+
+/* kill -9 of the source partition's leader, and its restart (it rejoins as a follower). */
+static bool cc_kill_source_leader(char *why, size_t cap)
+{
+    int l = cc_leader(CC_SRC);
+    if (l < 0) {
+        snprintf(why, cap, "partition %d has no leader", CC_SRC);
+        return false;
+    }
+    cc_kill(CC_SRC, l);
+    fprintf(stderr, "    kill -9 p%dm%d (source leader)\n", CC_SRC, l);
+    cc_spawn(CC_SRC, l);
+    if (!cc_wait_all(30000)) {
+        snprintf(why, cap, "no leader on every partition 30 s after killing p%dm%d", CC_SRC, l);
+        return false;
+    }
+    return true;
+}
+
+void test_coord_capacity(void)
+{
+    CC_BEGIN("CoordinatorCapacityRetryTests");
+    CHECK(cc_database(CAP_DB, why, sizeof why), "%s", why);
+    kl_client *op = cc_client(WHO_COORD, CAP_DB), *root = cc_client(WHO_ROOT, CAP_DB);
+    CHECK(op && root, "clients");
+    kl_database_limits lim = {.has_max_queue_transfer_accept_attempts = true, .max_queue_transfer_accept_attempts = 3};
+    cc_id cmd;
+    kl_command_id_new(cmd);
+    kl_limits_result lres;
+    CHECK(kl_client_set_database_limits(root, cmd, &lim, &lres, NULL, &err) == KL_OK, "limits: %s", err.message);
+    CHECK(cc_queue(CAP_DB, "src.cap", CC_SRC, &err) == KL_OK, "queue: %s", err.message);
+    kl_batch *b = NULL;
+    kl_queue_options qo = {.pin_partition = true, .partition = CC_DST, .max_messages = 1};
+    CHECK(kl_batch_new(NULL, &b, &err) == KL_OK && kl_batch_create_queue(b, "dst.cap", &qo, &err) == KL_OK &&
+              cc_send(root, b, NULL, &err) == KL_OK,
+          "queue dst.cap: %s", err.message);
+    CHECK(cc_enqueue(root, "dst.cap", "filler", &err) == KL_OK, "filler: %s", err.message);
+    cc_id t1;
+    kl_command_id_new(t1);
+    CHECK(cc_create(op, "src.cap", NULL, t1, "dst.cap", NULL, "capacity-1", &err) == KL_OK, "create: %s", err.message);
+
+    /* Cut 1, between witness and Advance: the quota refusal is retained; room is made; the
+     * fresh read issues a witness and the coordinator exits before sending the Advance. */
+    cc_opts o = {.db = CAP_DB, .who = WHO_COORD, .workers = 1, .flush_ms = 5, .discovery_ms = 50};
+    CHECK(cc_coord_config(0, "cap", &o), "config");
+    cc_coord_start(0, "coord.before_advance=exit");
+    CHECK(cc_wait_log(0, "failure_retained", t1, 20000) >= 1, "no retained failure (log %s)", cc_coords[0].log);
+    CHECK(cc_messages(root, "dst.cap") == 1, "dst.cap changed while full");
+    CHECK(cc_drain_one(root, "dst.cap", NULL), "draining the filler");
+    int st = cc_coord_wait(0, 30000);
+    CHECK(cc_exited_with(st, CC_EXIT_FAILPOINT), "the coordinator did not exit at coord.before_advance (log %s)",
+          cc_coords[0].log);
+    CHECK(cc_log_count(0, "verdict=witness", t1) == 1, "no witness logged before the cut");
+    uint64_t gen = 0;
+    int adv = 0;
+    CHECK(cc_history(op, "src.cap", t1, &gen, KEYLOAD__V1__TRANSFER_EVENT__ATTEMPT_ADVANCED, &adv, NULL) && gen == 1 &&
+              adv == 0,
+          "after the cut before Advance: generation %llu, %d advances (want 1, 0)", (unsigned long long)gen, adv);
+    CHECK(cc_messages(root, "dst.cap") == 0, "a message appeared without an Accept");
+
+    /* Cut 2, between Advance and the next Accept, with the source leader killed -9 first:
+     * a restarted coordinator learns the failure again from the committed refusal (same
+     * command id), reads a witness, advances and exits before any Accept of generation 2. */
+    CHECK(cc_kill_source_leader(why, sizeof why), "%s", why);
+    CHECK(cc_coord_config(0, "cap2", &o), "config");
+    cc_coord_start(0, "coord.after_advance=exit");
+    st = cc_coord_wait(0, 40000);
+    CHECK(cc_exited_with(st, CC_EXIT_FAILPOINT), "the coordinator did not exit at coord.after_advance (log %s)",
+          cc_coords[0].log);
+    cc_tok g2;
+    CHECK(cc_history(op, "src.cap", t1, &gen, KEYLOAD__V1__TRANSFER_EVENT__ATTEMPT_ADVANCED, &adv, &g2) && gen == 2 &&
+              adv == 1,
+          "after the cut after Advance: generation %llu, %d advances (want 2, 1)", (unsigned long long)gen, adv);
+    CHECK(cc_token_generation(g2.b, g2.n) == 2, "the current token is not generation 2's");
+    CHECK(cc_messages(root, "dst.cap") == 0, "the destination has a message before generation 2 was accepted");
+
+    /* Then the source leader again, and a coordinator without cuts: exactly one message. */
+    CHECK(cc_kill_source_leader(why, sizeof why), "%s", why);
+    CHECK(cc_coord_config(0, "cap3", &o), "config");
+    cc_coord_start(0, NULL);
+    CHECK(cc_wait_state(op, "src.cap", NULL, t1, KEYLOAD__V1__TRANSFER_STATE__DELIVERED, 30000),
+          "not Delivered after the cuts (log %s)", cc_coords[0].log);
+    cc_tok rt;
+    CHECK(cc_state(op, "src.cap", NULL, t1, &rt) == KEYLOAD__V1__TRANSFER_STATE__DELIVERED &&
+              cc_token_generation(rt.b, rt.n) == 2,
+          "the receipt is not generation 2's");
+    char body[64] = "";
+    CHECK(cc_messages(root, "dst.cap") == 1 && cc_drain_one(root, "dst.cap", body) &&
+              strcmp(body, "capacity-1") == 0,
+          "dst.cap does not hold exactly the one transferred message (got '%s')", body);
+
+    /* A receipt that appears meanwhile wins over any witness: the queue is full again, a
+     * second transfer's Accept is refused and retained; while the coordinator holds that
+     * failure an operator, in ONE batch, acks the filler and accepts the transfer by hand
+     * under a new id (so no read ever sees room without the receipt); the coordinator's
+     * next fresh read finds that receipt and completes at generation 1, with no advance. */
+    CHECK(cc_exited_with(cc_coord_stop(0), 0), "drain");
+    CHECK(cc_enqueue(root, "dst.cap", "filler-2", &err) == KL_OK, "filler: %s", err.message);
+    cc_id t2;
+    kl_command_id_new(t2);
+    CHECK(cc_create(op, "src.cap", NULL, t2, "dst.cap", NULL, "capacity-2", &err) == KL_OK, "create: %s", err.message);
+    CHECK(cc_coord_config(0, "cap4", &o), "config");
+    cc_coord_start(0, NULL);
+    CHECK(cc_wait_log(0, "failure_retained", t2, 20000) >= 1, "no retained failure for the second transfer");
+    char acc[KL_GUID_TEXT_LEN + 1], dlane[64];
+    cc_tok intent;
+    CHECK(cc_accept_id(op, CAP_DB, "src.cap", t2, acc, &intent, dlane, sizeof dlane), "command id");
+    kl_receipt *r = NULL;
+    CHECK(kl_batch_new(NULL, &b, &err) == KL_OK && kl_batch_receive(b, "dst.cap", NULL, 1, 60000, &err) == KL_OK &&
+              cc_send(root, b, &r, &err) == KL_OK && r->decoded->results[0]->received->n_messages == 1,
+          "leasing the filler: %s", err.message);
+    kl_bytes lease = {r->decoded->results[0]->received->messages[0]->lease_token.data,
+                      r->decoded->results[0]->received->messages[0]->lease_token.len};
+    cc_id manual;
+    kl_command_id_new(manual);
+    /* The operator is "coord" (only the intent's principal may accept); it may not ack, so
+     * root grants it QueueConsume/QueueAck on dst.cap first. */
+    CHECK(cc_grant(CAP_DB, WHO_COORD, KEYLOAD__V1__PERMISSION__QUEUE_ACK, "dst.*", &err) == KL_OK, "grant: %s",
+          err.message);
+    CHECK(kl_batch_new(manual, &b, &err) == KL_OK && kl_batch_ack(b, "dst.cap", &lease, 1, &err) == KL_OK &&
+              kl_batch_accept_transfer(b, "dst.cap", dlane, intent.b, intent.n, &err) == KL_OK &&
+              cc_send(op, b, NULL, &err) == KL_OK,
+          "operator ack + Accept: %s %s (%s)", kl_code_name(err.code), err.detail, err.message);
+    kl_receipt_free(r);
+    CHECK(cc_wait_state(op, "src.cap", NULL, t2, KEYLOAD__V1__TRANSFER_STATE__DELIVERED, 30000),
+          "the second transfer not Delivered (log %s)", cc_coords[0].log);
+    CHECK(cc_log_count(0, "verdict=receipt_exists", t2) == 1, "the fresh read did not find the receipt (log %s)",
+          cc_coords[0].log);
+    CHECK(cc_log_count(0, "verdict=witness", t2) == 0, "a witness was issued although the receipt existed");
+    CHECK(cc_history(op, "src.cap", t2, &gen, KEYLOAD__V1__TRANSFER_EVENT__ATTEMPT_ADVANCED, &adv, NULL) && gen == 1 &&
+              adv == 0,
+          "second transfer: generation %llu, %d advances (want 1, 0)", (unsigned long long)gen, adv);
+    CHECK(cc_state(op, "src.cap", NULL, t2, &rt) == KEYLOAD__V1__TRANSFER_STATE__DELIVERED &&
+              cc_token_generation(rt.b, rt.n) == 1,
+          "the second receipt is not generation 1's");
+    CHECK(cc_messages(root, "dst.cap") == 1, "dst.cap holds %lld (want 1)", cc_messages(root, "dst.cap"));
+    CHECK(cc_exited_with(cc_coord_stop(0), 0), "drain");
     cc_keep = true;
 }
 

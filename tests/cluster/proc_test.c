@@ -1195,9 +1195,14 @@ int main(int argc, char **argv)
         {"CoordinatorPrincipalTests: a null principal discovers nothing and idles; another principal's transfers "
          "are not driven",
          test_coord_principal},
-        {"CoordinatorRevokedGrantTests: destination publish revoked: pending, PERMISSION_DENIED recorded under the "
-         "deterministic command id; the same principal completes them by hand under new ids",
+        {"CoordinatorPolicyRepairTests: destination publish revoked: each denied Accept retained, the fresh read "
+         "refuses a witness while the epoch is unchanged; the grant restored: repaired to generation 2 and "
+         "delivered once, the historical Accept still denied",
          test_coord_revoked},
+        {"CoordinatorCapacityRetryTests: quota refusal retained, room made, coordinator cut between witness and "
+         "Advance and between Advance and Accept with the source leader killed -9: delivered once at generation "
+         "2; a receipt that appears meanwhile wins over any witness",
+         test_coord_capacity},
         {"CoordinatorBacklogTests: 10,000 pending intents after a cold restart all delivered, coordinator RSS "
          "under 64 MiB",
          test_coord_backlog},
