@@ -25,6 +25,7 @@ Suite *suite_principal(void);
 Suite *suite_access(void);
 Suite *suite_tail_auth(void);
 Suite *suite_sdk_transfer(void);
+Suite *suite_sdk_advance(void);
 Suite *suite_transfer(void);
 Suite *suite_coordinator(void);
 
@@ -51,6 +52,7 @@ int main(void)
     srunner_add_suite(sr, suite_access());
     srunner_add_suite(sr, suite_tail_auth());
     srunner_add_suite(sr, suite_sdk_transfer());
+    srunner_add_suite(sr, suite_sdk_advance());
     srunner_add_suite(sr, suite_transfer());
     srunner_add_suite(sr, suite_coordinator());
     srunner_run_all(sr, CK_NORMAL);
