@@ -127,6 +127,7 @@ void test_coord_two(void);
 void test_coord_principal(void);
 void test_coord_revoked(void);
 void test_coord_capacity(void);
+void test_coord_advance(void);
 void test_coord_backlog(void);
 void cc_after_test(bool failed);
 void cc_stop_all(void);

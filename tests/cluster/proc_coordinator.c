@@ -1591,6 +1591,170 @@ void test_coord_capacity(void)
     cc_keep = true;
 }
 
+/* ---- RemoteTransferAdvanceTests (by hand through the SDK, no coordinator) ---- */
+
+#define ADV_DB "acme/adv"
+
+/* One capacity round by hand: fill dst.adv, Accept `token` under a fresh id (refused
+ * RESOURCE_EXHAUSTED), make room, read the failure: a witness into *w. */
+static bool adv_round(kl_client *op, kl_client *root, const cc_tok *token, cc_tok *w, char *why, size_t cap)
+{
+    kl_err err;
+    cc_id acc;
+    kl_command_id_new(acc);
+    kl_batch *b = NULL;
+    if (cc_enqueue(root, "dst.adv", "filler", &err) != KL_OK) {
+        snprintf(why, cap, "filler: %s", err.message);
+        return false;
+    }
+    if (kl_batch_new(acc, &b, &err) != KL_OK ||
+        kl_batch_accept_transfer(b, "dst.adv", NULL, token->b, token->n, &err) != KL_OK) {
+        kl_batch_free(b);
+        snprintf(why, cap, "build: %s", err.message);
+        return false;
+    }
+    kl_code rc = cc_send(op, b, NULL, &err);
+    if (rc != KL_RESOURCE_EXHAUSTED) {
+        snprintf(why, cap, "Accept into a full queue: %s (want RESOURCE_EXHAUSTED)", kl_code_name(rc));
+        return false;
+    }
+    if (!cc_drain_one(root, "dst.adv", NULL)) {
+        snprintf(why, cap, "making room");
+        return false;
+    }
+    Keyload__V1__ReadQueueTransferFailureAnswer *fa = NULL;
+    if (kl_client_read_transfer_failure(op, "dst.adv", NULL, token->b, token->n, acc, &fa, &err) != KL_OK) {
+        snprintf(why, cap, "failure read: %s %s", kl_code_name(err.code), err.message);
+        return false;
+    }
+    bool ok = fa->verdict == KEYLOAD__V1__FAILURE_VERDICT__WITNESS_ISSUED &&
+              cc_tok_set(w, fa->witness_token.data, fa->witness_token.len);
+    kl_transfer_failure_answer_free(fa);
+    if (!ok)
+        snprintf(why, cap, "the failure read issued no witness after room was made");
+    return ok;
+}
+
+static kl_code adv_send(kl_client *op, const char *tid, const cc_tok *w, Keyload__V1__TransferAdvanced *out,
+                        kl_err *err)
+{
+    kl_batch *b = NULL;
+    kl_receipt *r = NULL;
+    kl_code rc = kl_batch_new(NULL, &b, err);
+    if (rc == KL_OK)
+        rc = kl_batch_advance_transfer_attempt(b, "src.adv", NULL, tid, w->b, w->n, err);
+    if (rc != KL_OK) {
+        kl_batch_free(b);
+        return rc;
+    }
+    if ((rc = cc_send(op, b, &r, err)) == KL_OK) {
+        const Keyload__V1__TransferAdvanced *ta = r->decoded->results[0]->transfer_advanced;
+        out->generation = ta->generation;
+        out->charged_bytes = ta->charged_bytes;
+    }
+    kl_receipt_free(r);
+    return rc;
+}
+
+/* Inspect's accounting of the intent. */
+static bool adv_counts(kl_client *op, const char *tid, uint64_t *gen, uint64_t *recs, uint64_t *bytes,
+                       uint64_t *reserved, cc_tok *cur)
+{
+    Keyload__V1__InspectQueueTransferAnswer *a = NULL;
+    kl_err err;
+    if (kl_client_inspect_transfer(op, "src.adv", NULL, tid, &a, &err) != KL_OK)
+        return false;
+    *gen = a->generation;
+    *recs = a->retained_records;
+    *bytes = a->retained_bytes - a->reserved_bytes; /* charged, the reservation aside */
+    *reserved = a->reserved_records;
+    bool ok = cc_tok_set(cur, a->current_token.data, a->current_token.len);
+    kl_transfer_answer_free(a);
+    return ok;
+}
+
+void test_coord_advance(void)
+{
+    CC_BEGIN("RemoteTransferAdvanceTests");
+    CHECK(cc_database(ADV_DB, why, sizeof why), "%s", why);
+    kl_client *op = cc_client(WHO_COORD, ADV_DB), *root = cc_client(WHO_ROOT, ADV_DB);
+    CHECK(op && root, "clients");
+    kl_database_limits lim = {.has_max_queue_transfer_accept_attempts = true, .max_queue_transfer_accept_attempts = 3};
+    cc_id cmd;
+    kl_command_id_new(cmd);
+    kl_limits_result lres;
+    CHECK(kl_client_set_database_limits(root, cmd, &lim, &lres, NULL, &err) == KL_OK, "limits: %s", err.message);
+    CHECK(cc_queue(ADV_DB, "src.adv", CC_SRC, &err) == KL_OK, "queue: %s", err.message);
+    kl_batch *b = NULL;
+    kl_queue_options qo = {.pin_partition = true, .partition = CC_DST, .max_messages = 1};
+    CHECK(kl_batch_new(NULL, &b, &err) == KL_OK && kl_batch_create_queue(b, "dst.adv", &qo, &err) == KL_OK &&
+              cc_send(root, b, NULL, &err) == KL_OK,
+          "queue dst.adv: %s", err.message);
+    cc_id tid;
+    kl_command_id_new(tid);
+    CHECK(cc_create(op, "src.adv", NULL, tid, "dst.adv", NULL, "advance-me", &err) == KL_OK, "create: %s",
+          err.message);
+    uint64_t gen, recs, charged, reserved;
+    cc_tok cur, w;
+    CHECK(adv_counts(op, tid, &gen, &recs, &charged, &reserved, &cur) && gen == 1 && recs == 3 && reserved == 2,
+          "a new intent under a ceiling of 3: generation %llu, %llu records, %llu reserved (want 1, 3, 2)",
+          (unsigned long long)gen, (unsigned long long)recs, (unsigned long long)reserved);
+    CHECK(adv_round(op, root, &cur, &w, why, sizeof why), "round 1: %s", why);
+
+    /* Forgeries on the wire: a flipped signature byte, and the genuine witness replayed as
+     * a repair; each refused with the generation unchanged. */
+    cc_tok bad = w;
+    bad.b[bad.n - 1] ^= 1;
+    Keyload__V1__TransferAdvanced res = KEYLOAD__V1__TRANSFER_ADVANCED__INIT;
+    kl_code rc = adv_send(op, tid, &bad, &res, &err);
+    CHECK(rc == KL_PERMISSION_DENIED && strcmp(err.detail, "witness_signature") == 0,
+          "a tampered witness: %s %s (want PERMISSION_DENIED witness_signature)", kl_code_name(rc), err.detail);
+    CHECK(kl_batch_new(NULL, &b, &err) == KL_OK &&
+              kl_batch_advance_transfer_repair(b, "src.adv", NULL, tid, w.b, w.n, &err) == KL_OK,
+          "build: %s", err.message);
+    rc = cc_send(op, b, NULL, &err);
+    CHECK(rc == KL_FAILED_PRECONDITION && strcmp(err.detail, "witness:failure_code") == 0,
+          "a capacity witness as a repair: %s %s", kl_code_name(rc), err.detail);
+    CHECK(adv_counts(op, tid, &gen, &recs, &charged, &reserved, &cur) && gen == 1, "generation moved to %llu",
+          (unsigned long long)gen);
+
+    /* Two advances, each exactly one record (out of the reservation) plus its bytes; the
+     * third is refused exactly at the ceiling. */
+    for (int k = 1; k <= 3; k++) {
+        if (k > 1)
+            CHECK(adv_round(op, root, &cur, &w, why, sizeof why), "round %d: %s", k, why);
+        uint64_t before = charged, r0 = reserved;
+        rc = adv_send(op, tid, &w, &res, &err);
+        if (k == 3) {
+            CHECK(rc == KL_RESOURCE_EXHAUSTED && strcmp(err.detail, "limit:MaxQueueTransferAcceptAttempts") == 0,
+                  "advance past the ceiling: %s %s", kl_code_name(rc), err.detail);
+            CHECK(adv_counts(op, tid, &gen, &recs, &charged, &reserved, &cur) && gen == 3 && charged == before,
+                  "after the refusal: generation %llu (want 3), charged %llu (want %llu)", (unsigned long long)gen,
+                  (unsigned long long)charged, (unsigned long long)before);
+            break;
+        }
+        CHECK(rc == KL_OK && res.generation == (uint64_t)k + 1, "advance %d: %s %s", k, kl_code_name(rc), err.message);
+        CHECK(adv_counts(op, tid, &gen, &recs, &charged, &reserved, &cur) && gen == (uint64_t)k + 1 && recs == 3 &&
+                  reserved == r0 - 1 && charged == before + res.charged_bytes && res.charged_bytes > 0,
+              "advance %d: generation %llu records %llu reserved %llu charged %llu -> %llu by %llu", k,
+              (unsigned long long)gen, (unsigned long long)recs, (unsigned long long)reserved,
+              (unsigned long long)before, (unsigned long long)charged, (unsigned long long)res.charged_bytes);
+        fprintf(stderr, "    advance %d: generation %llu, charged one record and %llu bytes\n", k,
+                (unsigned long long)gen, (unsigned long long)res.charged_bytes);
+    }
+    /* Generation 3's Accept still goes through once there is room: exactly one message. */
+    kl_command_id_new(cmd);
+    CHECK(kl_batch_new(cmd, &b, &err) == KL_OK &&
+              kl_batch_accept_transfer(b, "dst.adv", NULL, cur.b, cur.n, &err) == KL_OK &&
+              cc_send(op, b, NULL, &err) == KL_OK,
+          "generation 3 Accept: %s %s", kl_code_name(err.code), err.message);
+    cc_tok rt;
+    CHECK(cc_receipt(op, "dst.adv", "src.adv", NULL, tid, &rt, &err) == KL_OK && cc_token_generation(rt.b, rt.n) == 3,
+          "the receipt is not generation 3's");
+    CHECK(cc_messages(root, "dst.adv") == 1, "dst.adv holds %lld (want 1)", cc_messages(root, "dst.adv"));
+    cc_keep = true;
+}
+
 /* ---- CoordinatorBacklogTests ---- */
 
 #define BIG_DB "acme/big"

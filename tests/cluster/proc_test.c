@@ -1203,6 +1203,9 @@ int main(int argc, char **argv)
          "Advance and between Advance and Accept with the source leader killed -9: delivered once at generation "
          "2; a receipt that appears meanwhile wins over any witness",
          test_coord_capacity},
+        {"RemoteTransferAdvanceTests: by hand on RF3: forged witnesses refused, each attempt advance charges one "
+         "record plus its exact bytes, the ceiling refuses exactly at MaxQueueTransferAcceptAttempts",
+         test_coord_advance},
         {"CoordinatorBacklogTests: 10,000 pending intents after a cold restart all delivered, coordinator RSS "
          "under 64 MiB",
          test_coord_backlog},
