@@ -18,6 +18,7 @@ SDK_SRC    := $(wildcard client/sdk/*.c)
 CLI_SRC    := $(wildcard client/cli/*.c)
 # The CLI without main.c: linked into the unit tests (argument parsing).
 CLI_LIB_SRC := $(filter-out client/cli/main.c,$(CLI_SRC))
+MCP_SRC    := $(wildcard client/mcp/*.c)
 COORD_SRC  := $(wildcard coordinator/*.c)
 # The coordinator without main.c: linked into the unit tests (config, command ids, buffers).
 COORD_LIB_SRC := $(filter-out coordinator/main.c,$(COORD_SRC))
@@ -31,7 +32,7 @@ CORE_OBJ   := $(call obj,$(GEN_C) $(COMMON_SRC))
 DAEMON_OBJ := $(call obj,$(DAEMON_SRC))
 SDK_OBJ    := $(call obj,$(SDK_SRC))
 
-BINS := bin/keyloadd bin/keyload bin/keyload-coordinator bin/keyload-bench
+BINS := bin/keyloadd bin/keyload bin/keyload-coordinator bin/keyload-mcp bin/keyload-bench
 
 .PHONY: all deps test unit-test process-test fuzz fuzz-run bench run clean
 all: $(BINS) lib/libkeyload.a
@@ -63,6 +64,10 @@ bin/keyload: $(call obj,$(CLI_SRC)) lib/libkeyload.a
 bin/keyload-coordinator: $(call obj,$(COORD_SRC)) lib/libkeyload.a
 	@mkdir -p bin
 	$(CC) $(CFLAGS) -o $@ $(call obj,$(COORD_SRC)) lib/libkeyload.a $(LIBS)
+
+bin/keyload-mcp: $(call obj,$(MCP_SRC)) lib/libkeyload.a
+	@mkdir -p bin
+	$(CC) $(CFLAGS) -o $@ $(call obj,$(MCP_SRC)) lib/libkeyload.a $(LIBS)
 
 bin/keyload-bench: $(call obj,$(BENCH_SRC)) lib/libkeyload.a
 	@mkdir -p bin
