@@ -34,7 +34,7 @@ SDK_OBJ    := $(call obj,$(SDK_SRC))
 
 BINS := bin/keyloadd bin/keyload bin/keyload-coordinator bin/keyload-mcp bin/keyload-bench
 
-.PHONY: all deps test unit-test process-test fuzz fuzz-run bench run clean
+.PHONY: all deps test unit-test process-test mcp-test fuzz fuzz-run bench run clean
 all: $(BINS) lib/libkeyload.a
 
 build/gen/%.pb-c.c build/gen/%.pb-c.h: proto/%.proto
@@ -89,6 +89,11 @@ unit-test: build/unit-tests
 
 process-test: all build/proc-test
 	@bash tests/support/suite.sh "process (real keyloadd, kill -9)" 900 bash tests/cluster/run.sh
+
+# The MCP server through the official MCP TypeScript SDK client (tests/mcp; npm ci installs
+# the pinned SDK from tests/mcp/package-lock.json).
+mcp-test: all
+	@bash tests/support/suite.sh "mcp (official client)" 300 bash tests/mcp/run.sh
 
 fuzz-run: fuzz
 	@bash tests/support/suite.sh "fuzz (libFuzzer, bounded)" 180 bash tests/fuzz/run.sh 60
