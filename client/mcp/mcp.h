@@ -7,7 +7,8 @@
  *
  * Files: main.c (environment, the bounded line loop), jsonrpc.c (framing, the MCP methods),
  * tools.c (the tool table machinery: schemas, argument checks, dispatch, the SDK client),
- * tools_queue.c (queues, messages, principals, databases), tools_transfer.c (transfers).
+ * tools_queue.c (queues, messages, principals, databases), tools_transfer.c (transfers),
+ * tools_status.c (the members' status).
  *
  * Errors, as the issue (KL-7) splits them: a malformed line, an unknown method, an unknown
  * tool and arguments that do not match the tool's inputSchema are JSON-RPC errors; anything
@@ -112,8 +113,14 @@ typedef struct mcp_arg {
 /* A mutation tool adds its mutation(s) to b; tools.c creates b under the optional argument
  * command_id, sends it and answers its receipt (kl_receipt_to_json). */
 typedef kl_code (*mcp_build_fn)(kl_client *c, kl_batch *b, const json_t *args, kl_err *err);
+/* What a read tool gets besides its arguments: the SDK client (NULL for a tool that does
+ * not need one) and the server's configuration. */
+typedef struct mcp_call {
+    kl_client *client;
+    const mcp_config *cfg;
+} mcp_call;
 /* A read tool answers one canonical JSON object (*json, malloc'd, the caller frees it). */
-typedef kl_code (*mcp_read_fn)(kl_client *c, const json_t *args, char **json, kl_err *err);
+typedef kl_code (*mcp_read_fn)(const mcp_call *call, const json_t *args, char **json, kl_err *err);
 
 typedef struct mcp_tool {
     const char *name;
@@ -121,12 +128,13 @@ typedef struct mcp_tool {
     const mcp_arg *args;  /* terminated by an entry with name NULL */
     mcp_build_fn build;   /* exactly one of build and read */
     mcp_read_fn read;
-    bool needs_client;    /* false: runs without a cluster (token describe) */
+    bool needs_client;    /* false: runs without an SDK client (token describe, status) */
 } mcp_tool;
 
 /* The tool groups, each a table terminated by an entry with name NULL. */
 extern const mcp_tool mcp_queue_tools[];
 extern const mcp_tool mcp_transfer_tools[];
+extern const mcp_tool mcp_status_tools[];
 
 /* Argument accessors for handlers; the arguments were checked against the schema first, so
  * a present argument has its declared type. */

@@ -5,7 +5,7 @@
  * the shape of a result: the SDK's canonical JSON as text and as structuredContent, or
  * isError with kl_error_to_json.
  *
- * Adding a tool: one entry in a table of tools_queue.c or tools_transfer.c (name,
+ * Adding a tool: one entry in a table of tools_queue.c, tools_transfer.c or tools_status.c (name,
  * description, argument list, and a build function for a mutation or a read function for
  * anything else). A mutation gets the optional command_id argument and its receipt answer
  * from here. */
@@ -34,7 +34,7 @@ bool mcp_rpc_fail(mcp_rpc_error *e, int code, const char *fmt, ...)
 
 /* ---------------------------------------------------------------- the table */
 
-static const mcp_tool *const groups[] = {mcp_queue_tools, mcp_transfer_tools};
+static const mcp_tool *const groups[] = {mcp_queue_tools, mcp_transfer_tools, mcp_status_tools};
 
 static const mcp_tool *find_tool(const char *name)
 {
@@ -370,7 +370,8 @@ bool mcp_tools_call(mcp_server *s, const json_t *params, json_t **result, mcp_rp
     char *json = NULL;
     kl_code rc = t->needs_client ? client_of(s, &c, &err) : KL_OK;
     if (rc == KL_OK)
-        rc = t->build != NULL ? run_mutation(t, c, args, &json, &err) : t->read(c, args, &json, &err);
+        rc = t->build != NULL ? run_mutation(t, c, args, &json, &err)
+                              : t->read(&(mcp_call){c, &s->cfg}, args, &json, &err);
     json_decref(empty);
     /* A malformed argument the schema cannot express (base64, a missing alternative) is
      * the handler's INVALID_ARGUMENT with detail "usage", as in the CLI (output.c). */

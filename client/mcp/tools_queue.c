@@ -140,8 +140,9 @@ static kl_code queue_delete(kl_client *c, kl_batch *b, const json_t *args, kl_er
     return kl_batch_delete_queue(b, mcp_arg_str(args, "queue"), err);
 }
 
-static kl_code queue_stats(kl_client *c, const json_t *args, char **json, kl_err *err)
+static kl_code queue_stats(const mcp_call *call, const json_t *args, char **json, kl_err *err)
 {
+    kl_client *c = call->client;
     const char *queue = mcp_arg_str(args, "queue");
     Keyload__V1__QueueStatsAnswer *s;
     kl_code rc = kl_client_queue_stats(c, queue, &s, err);
@@ -316,8 +317,9 @@ static kl_code principal_revoke(kl_client *c, kl_batch *b, const json_t *args, k
                        : rc;
 }
 
-static kl_code principal_show(kl_client *c, const json_t *args, char **json, kl_err *err)
+static kl_code principal_show(const mcp_call *call, const json_t *args, char **json, kl_err *err)
 {
+    kl_client *c = call->client;
     Keyload__V1__ShowPrincipalAnswer *a;
     kl_code rc = kl_client_show_principal(c, mcp_arg_str(args, "principal_id"), &a, err);
     if (rc != KL_OK)

@@ -95,8 +95,9 @@ static kl_code transfer_id_arg(const json_t *args, kl_err *err)
     return kl_transfer_id_parse(mcp_arg_str(args, "transfer_id"), id, err);
 }
 
-static kl_code transfer_inspect(kl_client *c, const json_t *args, char **json, kl_err *err)
+static kl_code transfer_inspect(const mcp_call *call, const json_t *args, char **json, kl_err *err)
 {
+    kl_client *c = call->client;
     Keyload__V1__InspectQueueTransferAnswer *a;
     kl_code rc = transfer_id_arg(args, err);
     if (rc == KL_OK)
@@ -110,8 +111,9 @@ static kl_code transfer_inspect(kl_client *c, const json_t *args, char **json, k
     return *json ? KL_OK : kl_fail(err, KL_INTERNAL, "oom", "out of memory");
 }
 
-static kl_code transfer_receipt(kl_client *c, const json_t *args, char **json, kl_err *err)
+static kl_code transfer_receipt(const mcp_call *call, const json_t *args, char **json, kl_err *err)
 {
+    kl_client *c = call->client;
     Keyload__V1__InspectQueueTransferReceiptAnswer *a;
     kl_code rc = transfer_id_arg(args, err);
     if (rc == KL_OK)
@@ -126,8 +128,9 @@ static kl_code transfer_receipt(kl_client *c, const json_t *args, char **json, k
     return *json ? KL_OK : kl_fail(err, KL_INTERNAL, "oom", "out of memory");
 }
 
-static kl_code transfer_pending(kl_client *c, const json_t *args, char **json, kl_err *err)
+static kl_code transfer_pending(const mcp_call *call, const json_t *args, char **json, kl_err *err)
 {
+    kl_client *c = call->client;
     int64_t partition = -1, max = 0;
     mcp_arg_int(args, "partition", &partition);
     mcp_arg_int(args, "max_items", &max);
@@ -153,8 +156,9 @@ static kl_code transfer_pending(kl_client *c, const json_t *args, char **json, k
 }
 
 /* A token's claims for display (signature NOT verified); needs no cluster. */
-static kl_code transfer_token_describe(kl_client *c, const json_t *args, char **json, kl_err *err)
+static kl_code transfer_token_describe(const mcp_call *call, const json_t *args, char **json, kl_err *err)
 {
+    kl_client *c = call->client;
     (void)c;
     uint8_t *tok;
     size_t len;

@@ -86,7 +86,7 @@ async function main() {
     'database_create', 'database_limits', 'principal_create', 'principal_show', 'principal_grant',
     'principal_revoke', 'principal_set_key', 'transfer_create', 'transfer_accept', 'transfer_complete',
     'transfer_inspect', 'transfer_receipt', 'transfer_pending', 'transfer_pause', 'transfer_resume',
-    'transfer_token_describe'];
+    'transfer_token_describe', 'cluster_status'];
   const names = tools.map((t) => t.name);
   check('tools/list names every operation', want.every((n) => names.includes(n)), names);
   check('every tool has an object inputSchema with required[] and additionalProperties false',
@@ -218,6 +218,19 @@ async function main() {
   check('principal_set_key bob', r?.results?.[0]?.kind === 'principal_changed', r);
   r = await call(asBob, 'principal_show', { principal_id: 'bob' });
   check('bob with his old key: isError UNAUTHENTICATED', errCode(r) === 'UNAUTHENTICATED', r);
+
+  // ---- cluster status: the same object shape as `keyload cluster-status --json`
+  r = okOf(await call(client, 'cluster_status', {}));
+  check('cluster_status: 3 partitions, each with a leader and 3 members up', r?.partitions?.length === 3 &&
+    r.partitions.every((p) => typeof p.leader === 'string' && p.members.length === 3 && p.members.every((x) => x.up)), r);
+  const cs = await run(bin('keyload'), ['--cluster', cluster.keyed, '--json', 'cluster-status']);
+  let csj = null;
+  try { csj = JSON.parse(cs.stdout); } catch { /* checked below */ }
+  const shape = (o) => JSON.stringify(o, (k, v) => (typeof v === 'number' ? 0 : v));
+  check('cluster_status and keyload cluster-status --json: same keys, nodes and leaders',
+    csj !== null && shape(csj.partitions.map((p) => ({ ...p, members: p.members.map((m) => ({ ...m, role: null })) }))) ===
+      shape(r.partitions.map((p) => ({ ...p, members: p.members.map((m) => ({ ...m, role: null })) }))) &&
+      csj.partitions.every((p, i) => p.leader === r.partitions[i].leader), { cli: csj, mcp: r });
 
   // ---- JSON-RPC errors: unknown tool, bad arguments
   check('unknown tool: McpError InvalidParams (-32602)', await rpcError(client, 'no_such_tool', {}) === ErrorCode.InvalidParams);
