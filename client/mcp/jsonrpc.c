@@ -78,6 +78,7 @@ static bool request(mcp_server *s, FILE *out, json_t *id, const char *method, co
     if (params != NULL && !json_is_object(params))
         return mcp_write_error(out, id, MCP_INVALID_PARAMS, "params must be an object");
     if (strcmp(method, "initialize") == 0) {
+        /* NULL with e still internal is out of memory: write_result answers that */
         result = initialize(s, params, &e);
         ok = result != NULL || e.code == MCP_INTERNAL_ERROR;
     } else if (strcmp(method, "ping") == 0) {
