@@ -18,6 +18,7 @@ SDK_SRC    := $(wildcard client/sdk/*.c)
 CLI_SRC    := $(wildcard client/cli/*.c)
 # The CLI without main.c: linked into the unit tests (argument parsing).
 CLI_LIB_SRC := $(filter-out client/cli/main.c,$(CLI_SRC))
+MCP_SRC    := $(wildcard client/mcp/*.c)
 COORD_SRC  := $(wildcard coordinator/*.c)
 # The coordinator without main.c: linked into the unit tests (config, command ids, buffers).
 COORD_LIB_SRC := $(filter-out coordinator/main.c,$(COORD_SRC))
@@ -31,9 +32,9 @@ CORE_OBJ   := $(call obj,$(GEN_C) $(COMMON_SRC))
 DAEMON_OBJ := $(call obj,$(DAEMON_SRC))
 SDK_OBJ    := $(call obj,$(SDK_SRC))
 
-BINS := bin/keyloadd bin/keyload bin/keyload-coordinator bin/keyload-bench
+BINS := bin/keyloadd bin/keyload bin/keyload-coordinator bin/keyload-mcp bin/keyload-bench
 
-.PHONY: all deps test unit-test process-test fuzz fuzz-run bench run clean
+.PHONY: all deps test unit-test process-test mcp-test fuzz fuzz-run bench run clean
 all: $(BINS) lib/libkeyload.a
 
 build/gen/%.pb-c.c build/gen/%.pb-c.h: proto/%.proto
@@ -64,6 +65,10 @@ bin/keyload-coordinator: $(call obj,$(COORD_SRC)) lib/libkeyload.a
 	@mkdir -p bin
 	$(CC) $(CFLAGS) -o $@ $(call obj,$(COORD_SRC)) lib/libkeyload.a $(LIBS)
 
+bin/keyload-mcp: $(call obj,$(MCP_SRC)) lib/libkeyload.a
+	@mkdir -p bin
+	$(CC) $(CFLAGS) -o $@ $(call obj,$(MCP_SRC)) lib/libkeyload.a $(LIBS)
+
 bin/keyload-bench: $(call obj,$(BENCH_SRC)) lib/libkeyload.a
 	@mkdir -p bin
 	$(CC) $(CFLAGS) -o $@ $(call obj,$(BENCH_SRC)) lib/libkeyload.a $(LIBS)
@@ -84,6 +89,11 @@ unit-test: build/unit-tests
 
 process-test: all build/proc-test
 	@bash tests/support/suite.sh "process (real keyloadd, kill -9)" 900 bash tests/cluster/run.sh
+
+# The MCP server through the official MCP TypeScript SDK client (tests/mcp; npm ci installs
+# the pinned SDK from tests/mcp/package-lock.json).
+mcp-test: all
+	@bash tests/support/suite.sh "mcp (official client)" 300 bash tests/mcp/run.sh
 
 fuzz-run: fuzz
 	@bash tests/support/suite.sh "fuzz (libFuzzer, bounded)" 180 bash tests/fuzz/run.sh 60

@@ -659,4 +659,21 @@ kl_code kl_member_status(const char *url, int timeout_ms, Keyload__V1__MemberSta
 /* Frees an answer of kl_member_status. NULL is accepted. */
 void kl_member_status_free(Keyload__V1__MemberStatusAnswer *a);
 
+/* Every member of the cluster file at cluster_path asked with kl_member_status, one at a
+ * time, each within member_timeout_ms (<= 0: KL_CLUSTER_STATUS_MEMBER_TIMEOUT_MS), as one
+ * canonical JSON object (client/sdk/cluster_status.c; what `keyload cluster-status --json`
+ * and keyload-mcp's cluster_status print):
+ *   {"cluster":NAME,"partitions":[{"id","leader" (node name or null),"term","commit_index",
+ *    "applied_index","catalog_version","serving","members":[{"node","client","up","role",
+ *    "term","commit_index","applied_index","last_index","serving","catalog_version",
+ *    "error"}]}]}
+ * A partition's numbers are its answering leader's (highest term), else those of the
+ * answering member with the highest (term, commit index), else null. A member that did not
+ * answer has "up" false, null numbers and role, and "error" "CODE: message". Members being
+ * down is no error: KL_OK whenever the report was made; an unreadable cluster file is its
+ * kl_cluster_load error. *out is malloc'd (free()). Reentrant. */
+#define KL_CLUSTER_STATUS_MEMBER_TIMEOUT_MS 500
+kl_code kl_cluster_status_to_json(const char *cluster_path, int member_timeout_ms, unsigned flags,
+                                  char **out, kl_err *err);
+
 #endif
