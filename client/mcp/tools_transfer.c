@@ -1,5 +1,5 @@
 /* tools_transfer: keyload-mcp's remote transfer tools (DESIGN.md §7), mirroring `keyload
- * transfer create|accept|complete|inspect|receipt|pending|pause|resume`
+ * transfer create|accept|complete|inspect|receipt|pending|pause|resume|failure|advance|repair`
  * (client/cli/cmd_transfer.c) and answering the same canonical JSON as its --json.
  *
  * Tokens travel as base64 strings: in the arguments of accept (intent_token) and complete
@@ -65,6 +65,33 @@ static kl_code transfer_complete(kl_client *c, kl_batch *b, const json_t *args, 
                                         mcp_arg_str(args, "transfer_id"), tok, len, err);
     free(tok);
     return rc;
+}
+
+/* advance and repair (KL-6): the witness from transfer_failure moves the intent to its
+ * next generation. */
+static kl_code advance_or_repair(kl_batch *b, const json_t *args, bool repair, kl_err *err)
+{
+    uint8_t *tok;
+    size_t len;
+    kl_code rc = mcp_arg_b64(args, "witness_token", &tok, &len, err);
+    if (rc == KL_OK)
+        rc = (repair ? kl_batch_advance_transfer_repair : kl_batch_advance_transfer_attempt)(
+            b, mcp_arg_str(args, "source_queue"), mcp_arg_str(args, "source_lane"),
+            mcp_arg_str(args, "transfer_id"), tok, len, err);
+    free(tok);
+    return rc;
+}
+
+static kl_code transfer_advance(kl_client *c, kl_batch *b, const json_t *args, kl_err *err)
+{
+    (void)c;
+    return advance_or_repair(b, args, false, err);
+}
+
+static kl_code transfer_repair(kl_client *c, kl_batch *b, const json_t *args, kl_err *err)
+{
+    (void)c;
+    return advance_or_repair(b, args, true, err);
 }
 
 static kl_code pause_or_resume(kl_batch *b, const json_t *args, bool paused, kl_err *err)
@@ -155,6 +182,26 @@ static kl_code transfer_pending(const mcp_call *call, const json_t *args, char *
     return *json ? KL_OK : kl_fail(err, KL_INTERNAL, "oom", "out of memory");
 }
 
+/* The fresh failure read after a refused Accept: its answer carries a witness or the
+ * receipt (tokens, base64), as `keyload transfer failure --json` prints it. */
+static kl_code transfer_failure(const mcp_call *call, const json_t *args, char **json, kl_err *err)
+{
+    uint8_t *tok;
+    size_t len;
+    kl_code rc = mcp_arg_b64(args, "intent_token", &tok, &len, err);
+    Keyload__V1__ReadQueueTransferFailureAnswer *a = NULL;
+    if (rc == KL_OK)
+        rc = kl_client_read_transfer_failure(call->client, mcp_arg_str(args, "dest_queue"),
+                                             mcp_arg_str(args, "dest_lane"), tok, len,
+                                             mcp_arg_str(args, "failed_command_id"), &a, err);
+    free(tok);
+    if (rc != KL_OK)
+        return rc;
+    *json = kl_transfer_failure_to_json(a, 0);
+    kl_transfer_failure_answer_free(a);
+    return *json ? KL_OK : kl_fail(err, KL_INTERNAL, "oom", "out of memory");
+}
+
 /* A token's claims for display (signature NOT verified); needs no cluster. */
 static kl_code transfer_token_describe(const mcp_call *call, const json_t *args, char **json, kl_err *err)
 {
@@ -208,6 +255,19 @@ static const mcp_arg pending_args[] = {
      0},
     END_ARG};
 static const mcp_arg pause_args[] = {SOURCE_ARGS(false), END_ARG};
+static const mcp_arg failure_args[] = {
+    DEST_ARGS,
+    {"intent_token", MCP_ARG_STRING, true,
+     "the token (base64) of the generation whose Accept was refused (transfer_inspect's "
+     "current_token)", 0, 0, NULL, 0},
+    {"failed_command_id", MCP_ARG_STRING, true, "the refused Accept's command id (GUID)", 0, 0,
+     NULL, 0},
+    END_ARG};
+static const mcp_arg advance_args[] = {
+    SOURCE_ARGS(true), ID_ARG,
+    {"witness_token", MCP_ARG_STRING, true, "the witness (base64) from transfer_failure", 0, 0,
+     NULL, 0},
+    END_ARG};
 static const mcp_arg describe_args[] = {
     {"token", MCP_ARG_STRING, true, "an intent or receipt token (base64)", 0, 0, NULL, 0},
     END_ARG};
@@ -236,6 +296,17 @@ const mcp_tool mcp_transfer_tools[] = {
      "database; pending transfers go on.", pause_args, transfer_pause, NULL, true},
     {"transfer_resume", "Resume admission of new transfers (the reverse of transfer_pause).",
      pause_args, transfer_resume, NULL, true},
+    {"transfer_failure",
+     "After an Accept refused RESOURCE_EXHAUSTED or PERMISSION_DENIED: a fresh destination read "
+     "answering ReceiptExists (complete with it), WitnessIssued (advance or repair with it) or "
+     "Unchanged.", failure_args, NULL, transfer_failure, true},
+    {"transfer_advance",
+     "Move an intent to its next generation after a capacity failure, with transfer_failure's "
+     "witness (bounded by MaxQueueTransferAcceptAttempts).", advance_args, transfer_advance,
+     NULL, true},
+    {"transfer_repair",
+     "Move an intent to its next generation after a denied Accept, once policy changed, with "
+     "transfer_failure's witness.", advance_args, transfer_repair, NULL, true},
     {"transfer_token_describe",
      "A token's claims for display (signature NOT verified; the message is not shown).",
      describe_args, NULL, transfer_token_describe, false},

@@ -86,7 +86,7 @@ async function main() {
     'database_create', 'database_limits', 'principal_create', 'principal_show', 'principal_grant',
     'principal_revoke', 'principal_set_key', 'transfer_create', 'transfer_accept', 'transfer_complete',
     'transfer_inspect', 'transfer_receipt', 'transfer_pending', 'transfer_pause', 'transfer_resume',
-    'transfer_token_describe', 'cluster_status'];
+    'transfer_token_describe', 'transfer_failure', 'transfer_advance', 'transfer_repair', 'cluster_status'];
   const names = tools.map((t) => t.name);
   check('tools/list names every operation', want.every((n) => names.includes(n)), names);
   check('every tool has an object inputSchema with required[] and additionalProperties false',
@@ -182,6 +182,43 @@ async function main() {
   check('transfer_create while paused: isError FAILED_PRECONDITION', errCode(r) === 'FAILED_PRECONDITION', r);
   r = okOf(await call(client, 'transfer_resume', { source_queue: 'src' }));
   check('transfer_resume src', r?.results?.[0]?.paused === false && r.results[0].changed === true, r);
+
+  // ---- KL-6: a capacity failure, its witness and the attempt advance, all through MCP
+  r = okOf(await call(client, 'database_limits', { max_transfer_accept_attempts: 3 }));
+  check('database_limits: MaxQueueTransferAcceptAttempts 3', r?.results?.[0]?.kind === 'database_limits_set', r);
+  r = okOf(await call(client, 'queue_create', { queue: 'full', partition: 2, max_messages: 1 }));
+  check('queue_create full (one message) on partition 2', r?.results?.[0]?.kind === 'queue_created', r);
+  okOf(await call(client, 'enqueue', { queue: 'full', body: 'filler' }));
+  const id2 = crypto.randomUUID();
+  r = okOf(await call(client, 'transfer_create', { source_queue: 'src', transfer_id: id2, dest_queue: 'full', body: 'retried by mcp' }));
+  const intent2 = r?.results?.[0]?.intent_token;
+  const acc2 = crypto.randomUUID();
+  r = await call(client, 'transfer_accept', { dest_queue: 'full', intent_token: intent2, command_id: acc2 });
+  check('transfer_accept into a full queue: isError RESOURCE_EXHAUSTED', errCode(r) === 'RESOURCE_EXHAUSTED', r);
+  r = okOf(await call(client, 'transfer_failure', { dest_queue: 'full', intent_token: intent2, failed_command_id: acc2 }));
+  check('transfer_failure while still full: Unchanged, no witness', r?.verdict === 'Unchanged' && !r.witness_token &&
+    r.failure_code === 'RESOURCE_EXHAUSTED', r);
+  r = okOf(await call(client, 'receive', { queue: 'full' }));
+  okOf(await call(client, 'ack', { queue: 'full', lease_tokens: [r?.results?.[0]?.messages?.[0]?.lease_token] }));
+  r = okOf(await call(client, 'transfer_failure', { dest_queue: 'full', intent_token: intent2, failed_command_id: acc2 }));
+  const witness = r?.witness_token;
+  check('transfer_failure after room was made: WitnessIssued', r?.verdict === 'WitnessIssued' && typeof witness === 'string', r);
+  r = await call(client, 'transfer_repair', { source_queue: 'src', transfer_id: id2, witness_token: witness });
+  check('transfer_repair with a capacity witness: isError FAILED_PRECONDITION', errCode(r) === 'FAILED_PRECONDITION', r);
+  r = okOf(await call(client, 'transfer_advance', { source_queue: 'src', transfer_id: id2, witness_token: witness }));
+  const adv = r?.results?.[0];
+  check('transfer_advance: generation 2 with its token', adv?.kind === 'transfer_advanced' && adv.generation === 2 &&
+    typeof adv.intent_token === 'string' && adv.intent_token !== intent2, r);
+  r = okOf(await call(client, 'transfer_inspect', { source_queue: 'src', transfer_id: id2 }));
+  check('transfer_inspect: generation 2, current_token is the advance\'s', r?.generation === 2 &&
+    r.current_token === adv.intent_token && r.attempt_advances === 1, r);
+  r = okOf(await call(client, 'transfer_accept', { dest_queue: 'full', intent_token: adv.intent_token }));
+  check('transfer_accept of generation 2: enqueued once', r?.results?.[0]?.deduplicated === false, r);
+  r = okOf(await call(client, 'transfer_failure', { dest_queue: 'full', intent_token: intent2, failed_command_id: acc2 }));
+  check('transfer_failure after the Accept: ReceiptExists (the receipt wins)', r?.verdict === 'ReceiptExists' &&
+    typeof r.receipt_token === 'string', r);
+  r = okOf(await call(client, 'queue_stats', { queue: 'full' }));
+  check('full holds exactly the transferred message', r?.messages === 1, r);
 
   // ---- databases
   r = okOf(await call(client, 'database_limits', { max_scan_records: 5000 }));
