@@ -448,6 +448,31 @@ static void batch_seeds(void)
     m_sp->set_queue_transfers_paused = sp;
     Keyload__V1__Mutation *xfer_pause[] = {m_sp};
     write_raw_batch("transfer-pause-lane", xfer_pause, 1, 0x54);
+    /* KL-6: both advances with a forged witness (refused, committed as no-effect). */
+    Keyload__V1__AdvanceQueueTransferAttempt *aa = calloc(1, sizeof *aa);
+    keyload__v1__advance_queue_transfer_attempt__init(aa);
+    aa->source_queue = ref("q", "out");
+    aa->transfer_id.data = tid;
+    aa->transfer_id.len = 16;
+    aa->witness_token.data = fake;
+    aa->witness_token.len = sizeof fake;
+    Keyload__V1__Mutation *m_aa = mut();
+    m_aa->kind_case = KEYLOAD__V1__MUTATION__KIND_ADVANCE_QUEUE_TRANSFER_ATTEMPT;
+    m_aa->advance_queue_transfer_attempt = aa;
+    Keyload__V1__Mutation *xfer_advance[] = {m_aa};
+    write_raw_batch("transfer-advance-forged", xfer_advance, 1, 0x55);
+    Keyload__V1__AdvanceQueueTransferRepair *ar = calloc(1, sizeof *ar);
+    keyload__v1__advance_queue_transfer_repair__init(ar);
+    ar->source_queue = ref("q", "out");
+    ar->transfer_id.data = tid;
+    ar->transfer_id.len = 16;
+    ar->witness_token.data = fake;
+    ar->witness_token.len = sizeof fake;
+    Keyload__V1__Mutation *m_ar = mut();
+    m_ar->kind_case = KEYLOAD__V1__MUTATION__KIND_ADVANCE_QUEUE_TRANSFER_REPAIR;
+    m_ar->advance_queue_transfer_repair = ar;
+    Keyload__V1__Mutation *xfer_repair[] = {m_ar};
+    write_raw_batch("transfer-repair-forged", xfer_repair, 1, 0x56);
 }
 
 int main(int argc, char **argv)
