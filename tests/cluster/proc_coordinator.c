@@ -34,13 +34,21 @@
  *   CoordinatorPrincipalTests    a null principal discovers nothing and says once that it
  *                                idles; another principal's transfers are not driven while
  *                                the coordinator's own are delivered.
- *   CoordinatorRevokedGrantTests the destination QueuePublish revoked: transfers stay
- *                                pending, the status file lists the PERMISSION_DENIED
- *                                terminal failures, the deterministic command id (computed
- *                                here from DESIGN.md §8's formula and found in the log)
- *                                answers PERMISSION_DENIED, also after the grant is back;
- *                                then the same principal completes them by hand under new
- *                                command ids.
+ *   CoordinatorPolicyRepairTests the destination QueuePublish revoked: each denied Accept is
+ *                                retained (no terminal failure), the fresh failure read
+ *                                refuses a witness while the policy epoch is unchanged, the
+ *                                deterministic Accept (id derived here) answers its committed
+ *                                denial; the grant restored: each repaired to generation 2
+ *                                and delivered once; the historical Accept still denied.
+ *   CoordinatorCapacityRetryTests (KL-6) a full destination: the quota refusal retained, room
+ *                                made, the coordinator cut (exit failpoints) between witness
+ *                                and Advance and between Advance and the next Accept, the
+ *                                source leader killed -9 before each restart: one message,
+ *                                generation 2's receipt; then a receipt made by an operator
+ *                                while the coordinator holds a failure wins over any witness.
+ *   RemoteTransferAdvanceTests   the same by hand through the SDK: forged witnesses refused,
+ *                                each advance one reserved record plus its exact bytes, the
+ *                                ceiling refused exactly at MaxQueueTransferAcceptAttempts.
  *   CoordinatorBacklogTests      10,000 intents over 100 lanes in both directions, a cold
  *                                restart, then 32 workers at 1 ms deliver them all; peak RSS
  *                                (VmHWM) under 64 MiB with a buffer bound smaller than the
