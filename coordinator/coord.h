@@ -50,7 +50,8 @@ typedef struct kl_coord_stats {
     atomic_uint_fast64_t dropped;           /* intent gone (NOT_FOUND) */
     atomic_uint_fast64_t proof_changed;
     atomic_uint_fast64_t cancelled;         /* turns stopped between two calls by SIGTERM */
-    atomic_uint_fast64_t failures_retained; /* Accepts refused quota/permission: recovering */
+    atomic_uint_fast64_t failures_retained; /* turns that ended keeping a quota/permission
+                                             * failure of an Accept (first one and waits) */
     atomic_uint_fast64_t failure_reads;     /* ReadQueueTransferFailure calls answered */
     atomic_uint_fast64_t witnesses;         /* of which issued a failure witness */
     atomic_uint_fast64_t advanced;          /* Advance (attempt or repair) committed */
