@@ -7,6 +7,7 @@
  * Runs under ASan+UBSan with leak detection: every test frees what it builds. */
 #include "client/cli/cli.h"
 #include "client/keyload.h"
+#include "tests/unit/sdk_xfer_fixture.h"
 #include "client/sdk/internal.h"
 #include "common/rpc.h"
 #include "tests/unit/harness.h"
@@ -23,20 +24,10 @@
 #include <unistd.h>
 #include <uv.h>
 
-#define CMD_ID "0f8fad5b-d9cb-469f-a165-70867728950e"
-#define XFER_ID "7c9e6679-7425-40de-944b-e07fc1f90ae7"
 #define FAILED_ID "1b4e28ba-2fa1-41d2-883f-0016d3cca427"
-#define ZERO_ID "00000000-0000-0000-0000-000000000000"
 
 static const uint8_t WITNESS[4] = {0x0a, 0x82, 0x01, 0x33};
 static const uint8_t INTENT[3] = {0x0a, 0x01, 0x44};
-
-static kl_batch *new_batch(void)
-{
-    kl_batch *b;
-    ck_assert_int_eq(kl_batch_new(CMD_ID, &b, NULL), KL_OK);
-    return b;
-}
 
 typedef kl_code (*advance_fn)(kl_batch *, const char *, const char *, const char *,
                               const uint8_t *, size_t, kl_err *);
@@ -49,7 +40,7 @@ static const advance_fn advances[2] = {kl_batch_advance_transfer_attempt,
 START_TEST(test_advance_builders_validate)
 {
     advance_fn fn = advances[_i];
-    kl_batch *b = new_batch();
+    kl_batch *b = xf_new_batch();
     kl_err err;
 #define REFUSED(call, field)                                                                   \
     do {                                                                                       \
@@ -78,18 +69,9 @@ START_TEST(test_advance_builders_validate)
 }
 END_TEST
 
-static void assert_ref(const Keyload__V1__QueueLaneRef *r, const char *queue, const char *lane)
-{
-    ck_assert_ptr_nonnull(r);
-    ck_assert_str_eq(r->tenant, "acme");
-    ck_assert_str_eq(r->database, "shop");
-    ck_assert_str_eq(r->queue, queue);
-    ck_assert_str_eq(r->lane, lane);
-}
-
 START_TEST(test_advance_encode)
 {
-    kl_batch *b = new_batch();
+    kl_batch *b = xf_new_batch();
     uint8_t witness[sizeof WITNESS];
     memcpy(witness, WITNESS, sizeof witness);
     ck_assert_int_eq(kl_batch_advance_transfer_attempt(b, "orders", "eu", XFER_ID, witness,
@@ -110,7 +92,7 @@ START_TEST(test_advance_encode)
     const Keyload__V1__Mutation *m0 = req->mutations[0], *m1 = req->mutations[1];
     ck_assert_int_eq(m0->kind_case, KEYLOAD__V1__MUTATION__KIND_ADVANCE_QUEUE_TRANSFER_ATTEMPT);
     const Keyload__V1__AdvanceQueueTransferAttempt *at = m0->advance_queue_transfer_attempt;
-    assert_ref(at->source_queue, "orders", "eu");
+    xf_assert_ref(at->source_queue, "orders", "eu");
     ck_assert_uint_eq(at->transfer_id.len, 16);
     ck_assert_int_eq(memcmp(at->transfer_id.data, id, 16), 0);
     ck_assert_uint_eq(at->witness_token.len, sizeof WITNESS);
@@ -118,7 +100,7 @@ START_TEST(test_advance_encode)
 
     ck_assert_int_eq(m1->kind_case, KEYLOAD__V1__MUTATION__KIND_ADVANCE_QUEUE_TRANSFER_REPAIR);
     const Keyload__V1__AdvanceQueueTransferRepair *rp = m1->advance_queue_transfer_repair;
-    assert_ref(rp->source_queue, "orders", "");
+    xf_assert_ref(rp->source_queue, "orders", "");
     ck_assert_int_eq(memcmp(rp->transfer_id.data, id, 16), 0);
     ck_assert_uint_eq(rp->witness_token.len, sizeof WITNESS);
     ck_assert_int_eq(memcmp(rp->witness_token.data, WITNESS, sizeof WITNESS), 0);
@@ -141,7 +123,7 @@ END_TEST
  * Complete, and may share a batch with that partition's other queue data. */
 START_TEST(test_advance_routing)
 {
-    kl_batch *b = new_batch();
+    kl_batch *b = xf_new_batch();
     kl_message *m;
     ck_assert_int_eq(kl_message_new("x", 1, &m, NULL), KL_OK);
     ck_assert_int_eq(kl_batch_advance_transfer_attempt(b, "src", "l", XFER_ID, WITNESS,
@@ -345,7 +327,7 @@ START_TEST(test_failure_read_goes_to_the_destination_partition)
     ck_assert_str_eq(rt.located, "archive");
     ck_assert_int_eq(rt.failure_partition, 1);
     ck_assert_ptr_nonnull(rt.seen);
-    assert_ref(rt.seen->destination_queue, "archive", "slow");
+    xf_assert_ref(rt.seen->destination_queue, "archive", "slow");
     ck_assert_uint_eq(rt.seen->intent_token.len, sizeof INTENT);
     ck_assert_int_eq(memcmp(rt.seen->intent_token.data, INTENT, sizeof INTENT), 0);
     uint8_t fid[16];
@@ -451,26 +433,12 @@ START_TEST(test_advanced_receipt_json)
 }
 END_TEST
 
-static Keyload__V1__QueueLaneRef lane(const char *queue, const char *name)
-{
-    Keyload__V1__QueueLaneRef r = KEYLOAD__V1__QUEUE_LANE_REF__INIT;
-    r.tenant = "acme";
-    r.database = "shop";
-    r.queue = (char *)queue;
-    r.lane = (char *)name;
-    return r;
-}
-
-#define SRC_JSON "{\"tenant\":\"acme\",\"database\":\"shop\",\"queue\":\"orders\",\"lane\":\"eu\"}"
-#define DST_JSON \
-    "{\"tenant\":\"acme\",\"database\":\"shop\",\"queue\":\"archive\",\"lane\":\"default\"}"
-
 START_TEST(test_inspect_json_after_advances)
 {
     static uint8_t itok[2] = {0xfb, 0xff}, ctok[1] = {0x02}, fp[2] = {0xab, 0xcd};
     uint8_t fid[16];
     ck_assert(kl_guid_parse(FAILED_ID, fid));
-    Keyload__V1__QueueLaneRef src = lane("orders", "eu"), dst = lane("archive", "default");
+    Keyload__V1__QueueLaneRef src = xf_lane("orders", "eu"), dst = xf_lane("archive", "default");
     Keyload__V1__TransferHistoryEntry h[3], *hp[3] = {&h[0], &h[1], &h[2]};
     for (int i = 0; i < 3; i++) {
         keyload__v1__transfer_history_entry__init(&h[i]);
@@ -609,7 +577,7 @@ START_TEST(test_witness_token_describe)
     uint8_t id[16], fid[16];
     ck_assert_int_eq(kl_transfer_id_parse(XFER_ID, id, NULL), KL_OK);
     ck_assert(kl_guid_parse(FAILED_ID, fid));
-    Keyload__V1__QueueLaneRef src = lane("orders", "eu"), dst = lane("archive", "default");
+    Keyload__V1__QueueLaneRef src = xf_lane("orders", "eu"), dst = xf_lane("archive", "default");
     Keyload__V1__TransferClaims c = KEYLOAD__V1__TRANSFER_CLAIMS__INIT;
     c.version = 1;
     c.purpose = KEYLOAD__V1__CLAIM_PURPOSE__TRANSFER_FAILURE_WITNESS;
@@ -646,40 +614,11 @@ END_TEST
 
 /* ------------------------------------------------------------ CLI arguments */
 
-static cli test_cli(void)
-{
-    cli c = {.cluster = "deploy/local-1.json", .database = "acme/shop", .timeout_ms = 1000};
-    return c;
-}
-
-static int tparse(cli *c, cli_transfer_args *o, const char *first, ...)
-{
-    char *argv[32];
-    int argc = 0;
-    va_list ap;
-    va_start(ap, first);
-    for (const char *s = first; s != NULL && argc < 31; s = va_arg(ap, const char *))
-        argv[argc++] = (char *)s;
-    va_end(ap);
-    argv[argc] = NULL;
-    c->last_usage[0] = '\0';
-    return cli_transfer_parse(c, argc, argv, o);
-}
-
-#define USAGE_ERR(needle, ...)                                                                 \
-    do {                                                                                       \
-        cli c_ = test_cli();                                                                   \
-        cli_transfer_args o_;                                                                  \
-        ck_assert_int_eq(tparse(&c_, &o_, __VA_ARGS__, (const char *)NULL), CLI_EXIT_USAGE);   \
-        ck_assert_msg(strstr(c_.last_usage, needle) != NULL, "want '%s' in '%s'", needle,      \
-                      c_.last_usage);                                                          \
-    } while (0)
-
 START_TEST(test_cli_advance_parse_ok)
 {
-    cli c = test_cli();
+    cli c = xf_test_cli();
     cli_transfer_args o;
-    ck_assert_int_eq(tparse(&c, &o, "advance", "--source", "orders/eu", "--id", XFER_ID,
+    ck_assert_int_eq(xf_tparse(&c, &o, "advance", "--source", "orders/eu", "--id", XFER_ID,
                             "--witness", "@/tmp/w", "--token-out", "/tmp/i2",
                             "--command-id", CMD_ID, NULL), CLI_EXIT_OK);
     ck_assert_int_eq(o.sub, CLI_TRANSFER_ADVANCE);
@@ -691,7 +630,7 @@ START_TEST(test_cli_advance_parse_ok)
     ck_assert_str_eq(o.command_id, CMD_ID);
     cli_transfer_args_clear(&o);
 
-    ck_assert_int_eq(tparse(&c, &o, "repair", "--source", "orders", "--id", XFER_ID,
+    ck_assert_int_eq(xf_tparse(&c, &o, "repair", "--source", "orders", "--id", XFER_ID,
                             "--witness=-", NULL), CLI_EXIT_OK);
     ck_assert_int_eq(o.sub, CLI_TRANSFER_REPAIR);
     ck_assert_str_eq(o.source_lane, "");
@@ -699,7 +638,7 @@ START_TEST(test_cli_advance_parse_ok)
     ck_assert_ptr_null(o.command_id);
     cli_transfer_args_clear(&o);
 
-    ck_assert_int_eq(tparse(&c, &o, "failure", "--dest", "archive/slow", "--intent", "@/tmp/i",
+    ck_assert_int_eq(xf_tparse(&c, &o, "failure", "--dest", "archive/slow", "--intent", "@/tmp/i",
                             "--failed-command-id", FAILED_ID, "--witness-out", "/tmp/w",
                             "--receipt-out", "/tmp/r", "--json", NULL), CLI_EXIT_OK);
     ck_assert_int_eq(o.sub, CLI_TRANSFER_FAILURE);
@@ -722,9 +661,9 @@ START_TEST(test_cli_advance_parse_usage_errors)
     USAGE_ERR("@FILE or -", "failure", "--dest", "b", "--intent", "CgGQAQAg",
               "--failed-command-id", FAILED_ID);
     {
-        cli c = test_cli();
+        cli c = xf_test_cli();
         cli_transfer_args o;
-        ck_assert_int_eq(tparse(&c, &o, "advance", "--source", "a", "--id", XFER_ID, "--witness",
+        ck_assert_int_eq(xf_tparse(&c, &o, "advance", "--source", "a", "--id", XFER_ID, "--witness",
                                 "CgGQAQAg", NULL), CLI_EXIT_USAGE);
         ck_assert_ptr_null(strstr(c.last_usage, "CgGQAQAg"));
     }
@@ -773,7 +712,7 @@ END_TEST
  * read, naming the option. */
 START_TEST(test_cli_failure_command_refusals)
 {
-    cli c = test_cli();
+    cli c = xf_test_cli();
     char *tok_arg[] = {"advance", "--source", "a", "--id", XFER_ID, "--witness", "CgGQAQAg", NULL};
     ck_assert_int_eq(cli_cmd_transfer(&c, 7, tok_arg), CLI_EXIT_USAGE);
     char *tok_arg2[] = {"failure", "--dest", "b", "--intent", "CgGQAQAg", "--failed-command-id",

@@ -4,6 +4,7 @@
  * No network. Runs under ASan+UBSan with leak detection: every test frees what it builds. */
 #include "client/cli/cli.h"
 #include "client/keyload.h"
+#include "tests/unit/sdk_xfer_fixture.h"
 #include "client/sdk/internal.h"
 
 #include <check.h>
@@ -14,19 +15,9 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#define CMD_ID "0f8fad5b-d9cb-469f-a165-70867728950e"
-#define XFER_ID "7c9e6679-7425-40de-944b-e07fc1f90ae7"
-#define ZERO_ID "00000000-0000-0000-0000-000000000000"
 
 static const uint8_t INTENT[5] = {0x0a, 0x81, 0x02, 0x00, 0xff};
 static const uint8_t RECEIPT[3] = {0x0a, 0x01, 0x7f};
-
-static kl_batch *new_batch(void)
-{
-    kl_batch *b;
-    ck_assert_int_eq(kl_batch_new(CMD_ID, &b, NULL), KL_OK);
-    return b;
-}
 
 static kl_message *new_message(const char *body)
 {
@@ -66,7 +57,7 @@ END_TEST
 /* Each refusal names its field, never echoes a token, and leaves the batch unchanged. */
 START_TEST(test_transfer_builders_validate)
 {
-    kl_batch *b = new_batch();
+    kl_batch *b = xf_new_batch();
     kl_message *m = new_message("hello");
     kl_err err;
 #define REFUSED(call, field)                                                                   \
@@ -100,15 +91,6 @@ START_TEST(test_transfer_builders_validate)
 }
 END_TEST
 
-static void assert_ref(const Keyload__V1__QueueLaneRef *r, const char *queue, const char *lane)
-{
-    ck_assert_ptr_nonnull(r);
-    ck_assert_str_eq(r->tenant, "acme");
-    ck_assert_str_eq(r->database, "shop");
-    ck_assert_str_eq(r->queue, queue);
-    ck_assert_str_eq(r->lane, lane);
-}
-
 static Keyload__V1__BatchRequest *encode(const kl_batch *b)
 {
     uint8_t *buf;
@@ -122,7 +104,7 @@ static Keyload__V1__BatchRequest *encode(const kl_batch *b)
 
 START_TEST(test_transfer_encode)
 {
-    kl_batch *b = new_batch();
+    kl_batch *b = xf_new_batch();
     kl_message *m = new_message("payload");
     ck_assert_int_eq(kl_batch_create_transfer(b, "orders", "eu", XFER_ID, "archive", NULL, m,
                                               NULL), KL_OK);
@@ -142,8 +124,8 @@ START_TEST(test_transfer_encode)
 
     ck_assert_int_eq(mu[0]->kind_case, KEYLOAD__V1__MUTATION__KIND_CREATE_QUEUE_TRANSFER);
     const Keyload__V1__CreateQueueTransfer *ct = mu[0]->create_queue_transfer;
-    assert_ref(ct->source_queue, "orders", "eu");
-    assert_ref(ct->destination, "archive", "");
+    xf_assert_ref(ct->source_queue, "orders", "eu");
+    xf_assert_ref(ct->destination, "archive", "");
     ck_assert_uint_eq(ct->transfer_id.len, 16);
     ck_assert_int_eq(memcmp(ct->transfer_id.data, id, 16), 0);
     ck_assert_ptr_nonnull(ct->message);
@@ -152,13 +134,13 @@ START_TEST(test_transfer_encode)
     ck_assert_uint_eq(ct->message->n_headers, 1);
 
     ck_assert_int_eq(mu[1]->kind_case, KEYLOAD__V1__MUTATION__KIND_ACCEPT_QUEUE_TRANSFER);
-    assert_ref(mu[1]->accept_queue_transfer->destination_queue, "archive", "");
+    xf_assert_ref(mu[1]->accept_queue_transfer->destination_queue, "archive", "");
     ck_assert_uint_eq(mu[1]->accept_queue_transfer->intent_token.len, sizeof INTENT);
     ck_assert_int_eq(memcmp(mu[1]->accept_queue_transfer->intent_token.data, INTENT,
                             sizeof INTENT), 0);
 
     ck_assert_int_eq(mu[2]->kind_case, KEYLOAD__V1__MUTATION__KIND_COMPLETE_QUEUE_TRANSFER);
-    assert_ref(mu[2]->complete_queue_transfer->source_queue, "orders", "eu");
+    xf_assert_ref(mu[2]->complete_queue_transfer->source_queue, "orders", "eu");
     ck_assert_int_eq(memcmp(mu[2]->complete_queue_transfer->transfer_id.data, id, 16), 0);
     ck_assert_uint_eq(mu[2]->complete_queue_transfer->receipt_token.len, sizeof RECEIPT);
     ck_assert_int_eq(memcmp(mu[2]->complete_queue_transfer->receipt_token.data, RECEIPT,
@@ -168,7 +150,7 @@ START_TEST(test_transfer_encode)
     const Keyload__V1__SetQueueTransfersPaused *tp = mu[3]->set_queue_transfers_paused;
     ck_assert_str_eq(tp->tenant, "acme");
     ck_assert_str_eq(tp->database, "shop");
-    assert_ref(tp->source_queue, "orders", "");
+    xf_assert_ref(tp->source_queue, "orders", "");
     ck_assert(tp->paused);
     keyload__v1__batch_request__free_unpacked(req, NULL);
 
@@ -184,7 +166,7 @@ START_TEST(test_transfer_encode)
     kl_batch_free(b);
 
     /* A database-wide resume: no source queue, tenant and database stamped. */
-    b = new_batch();
+    b = xf_new_batch();
     ck_assert_int_eq(kl_batch_pause_transfers(b, NULL, NULL, false, NULL), KL_OK);
     req = encode(b);
     tp = req->mutations[0]->set_queue_transfers_paused;
@@ -201,7 +183,7 @@ END_TEST
  * its queue, a database-wide pause to the catalog (alone in its batch). */
 START_TEST(test_transfer_routing)
 {
-    kl_batch *b = new_batch();
+    kl_batch *b = xf_new_batch();
     kl_message *m = new_message("x");
     kl_batch_route route;
     kl_err err;
@@ -225,7 +207,7 @@ START_TEST(test_transfer_routing)
     ck_assert_str_eq(err.detail, "mutations");
     kl_batch_free(b);
 
-    b = new_batch();
+    b = xf_new_batch();
     ck_assert_int_eq(kl_batch_create_transfer(b, "src", NULL, XFER_ID, "dst", NULL, m, NULL), KL_OK);
     ck_assert_int_eq(kl_batch_enqueue(b, "src", NULL, m, NULL), KL_OK);
     ck_assert_int_eq(kl_batch_pause_transfers(b, "src", NULL, false, NULL), KL_OK);
@@ -233,7 +215,7 @@ START_TEST(test_transfer_routing)
     ck_assert_int_eq(route, KL_ROUTE_QUEUE);
     kl_batch_free(b);
 
-    b = new_batch();
+    b = xf_new_batch();
     ck_assert_int_eq(kl_batch_pause_transfers(b, NULL, "", true, NULL), KL_OK);
     ck_assert_int_eq(kl_batch_kind(b, &route, NULL), KL_OK);
     ck_assert_int_eq(route, KL_ROUTE_CATALOG);
@@ -341,25 +323,10 @@ START_TEST(test_transfer_receipt_json)
 }
 END_TEST
 
-/* Lane refs of the answers: complete, in the client's database. */
-static Keyload__V1__QueueLaneRef lane(const char *queue, const char *name)
-{
-    Keyload__V1__QueueLaneRef r = KEYLOAD__V1__QUEUE_LANE_REF__INIT;
-    r.tenant = "acme";
-    r.database = "shop";
-    r.queue = (char *)queue;
-    r.lane = (char *)name;
-    return r;
-}
-
-#define SRC_JSON "{\"tenant\":\"acme\",\"database\":\"shop\",\"queue\":\"orders\",\"lane\":\"eu\"}"
-#define DST_JSON \
-    "{\"tenant\":\"acme\",\"database\":\"shop\",\"queue\":\"archive\",\"lane\":\"default\"}"
-
 START_TEST(test_transfer_inspect_json)
 {
     static uint8_t itok[2] = {0xfb, 0xff}, rtok[1] = {0x01}, fp[2] = {0xab, 0xcd};
-    Keyload__V1__QueueLaneRef src = lane("orders", "eu"), dst = lane("archive", "default");
+    Keyload__V1__QueueLaneRef src = xf_lane("orders", "eu"), dst = xf_lane("archive", "default");
     Keyload__V1__TransferHistoryEntry h[2], *hp[2] = {&h[0], &h[1]};
     keyload__v1__transfer_history_entry__init(&h[0]);
     h[0].event = KEYLOAD__V1__TRANSFER_EVENT__INTENT_CREATED;
@@ -421,7 +388,7 @@ END_TEST
 START_TEST(test_transfer_receipt_answer_json)
 {
     static uint8_t rtok[3] = {'a', 'b', 'c'};
-    Keyload__V1__QueueLaneRef dst = lane("archive", "default");
+    Keyload__V1__QueueLaneRef dst = xf_lane("archive", "default");
     Keyload__V1__TargetEffect e = KEYLOAD__V1__TARGET_EFFECT__INIT;
     e.message_id = 8;
     e.partition = 1;
@@ -452,7 +419,7 @@ END_TEST
 START_TEST(test_transfer_pending_json)
 {
     static uint8_t itok[1] = {0x7f}, cur[2] = {1, 2}, inc[1] = {9};
-    Keyload__V1__QueueLaneRef src = lane("orders", "eu"), dst = lane("archive", "default");
+    Keyload__V1__QueueLaneRef src = xf_lane("orders", "eu"), dst = xf_lane("archive", "default");
     uint8_t id[16];
     ck_assert_int_eq(kl_transfer_id_parse(XFER_ID, id, NULL), KL_OK);
     Keyload__V1__PendingQueueTransfer p = KEYLOAD__V1__PENDING_QUEUE_TRANSFER__INIT, *pp = &p;
@@ -498,7 +465,7 @@ static uint8_t *sample_token(size_t *len)
 {
     static uint8_t incarnation[16] = {1}, fp[4] = {0x00, 0x11, 0xfe, 0xff}, kid[8] = {7};
     static uint8_t sig[64];
-    Keyload__V1__QueueLaneRef src = lane("orders", "eu"), dst = lane("archive", "default");
+    Keyload__V1__QueueLaneRef src = xf_lane("orders", "eu"), dst = xf_lane("archive", "default");
     uint8_t id[16];
     ck_assert_int_eq(kl_transfer_id_parse(XFER_ID, id, NULL), KL_OK);
     Keyload__V1__EnqueueMessage m = KEYLOAD__V1__ENQUEUE_MESSAGE__INIT;
@@ -639,41 +606,11 @@ END_TEST
 
 /* ------------------------------------------------------------ CLI arguments */
 
-static cli test_cli(void)
-{
-    cli c = {.cluster = "deploy/local-1.json", .database = "acme/shop", .timeout_ms = 1000};
-    return c;
-}
-
-/* Parses `transfer ARGS...` (a NULL-terminated list); returns the exit code. */
-static int tparse(cli *c, cli_transfer_args *o, const char *first, ...)
-{
-    char *argv[32];
-    int argc = 0;
-    va_list ap;
-    va_start(ap, first);
-    for (const char *s = first; s != NULL && argc < 31; s = va_arg(ap, const char *))
-        argv[argc++] = (char *)s;
-    va_end(ap);
-    argv[argc] = NULL;
-    c->last_usage[0] = '\0';
-    return cli_transfer_parse(c, argc, argv, o);
-}
-
-#define USAGE_ERR(needle, ...)                                                                 \
-    do {                                                                                       \
-        cli c_ = test_cli();                                                                   \
-        cli_transfer_args o_;                                                                  \
-        ck_assert_int_eq(tparse(&c_, &o_, __VA_ARGS__, (const char *)NULL), CLI_EXIT_USAGE);   \
-        ck_assert_msg(strstr(c_.last_usage, needle) != NULL, "want '%s' in '%s'", needle,      \
-                      c_.last_usage);                                                          \
-    } while (0)
-
 START_TEST(test_cli_transfer_parse_ok)
 {
-    cli c = test_cli();
+    cli c = xf_test_cli();
     cli_transfer_args o;
-    ck_assert_int_eq(tparse(&c, &o, "create", "--source", "orders/eu", "--id", XFER_ID,
+    ck_assert_int_eq(xf_tparse(&c, &o, "create", "--source", "orders/eu", "--id", XFER_ID,
                             "--dest=archive", "--header", "a=1", "--field", "n:int=2",
                             "--field", "s=x", "--token-out", "/tmp/t", "--command-id", CMD_ID,
                             "the body", NULL), CLI_EXIT_OK);
@@ -691,7 +628,7 @@ START_TEST(test_cli_transfer_parse_ok)
     ck_assert_str_eq(o.command_id, CMD_ID);
     cli_transfer_args_clear(&o);
 
-    ck_assert_int_eq(tparse(&c, &o, "accept", "--dest", "archive/slow", "--intent", "-", "--json",
+    ck_assert_int_eq(xf_tparse(&c, &o, "accept", "--dest", "archive/slow", "--intent", "-", "--json",
                             NULL), CLI_EXIT_OK);
     ck_assert_int_eq(o.sub, CLI_TRANSFER_ACCEPT);
     ck_assert_str_eq(o.dest_lane, "slow");
@@ -699,28 +636,28 @@ START_TEST(test_cli_transfer_parse_ok)
     ck_assert(c.json);
     cli_transfer_args_clear(&o);
 
-    ck_assert_int_eq(tparse(&c, &o, "complete", "--source", "orders", "--id", XFER_ID,
+    ck_assert_int_eq(xf_tparse(&c, &o, "complete", "--source", "orders", "--id", XFER_ID,
                             "--receipt", "@/tmp/r", NULL), CLI_EXIT_OK);
     ck_assert_int_eq(o.sub, CLI_TRANSFER_COMPLETE);
     ck_assert_str_eq(o.token, "@/tmp/r");
     cli_transfer_args_clear(&o);
 
-    ck_assert_int_eq(tparse(&c, &o, "inspect", "--source", "orders", "--id", XFER_ID, NULL),
+    ck_assert_int_eq(xf_tparse(&c, &o, "inspect", "--source", "orders", "--id", XFER_ID, NULL),
                      CLI_EXIT_OK);
     ck_assert_int_eq(o.sub, CLI_TRANSFER_INSPECT);
     cli_transfer_args_clear(&o);
 
-    ck_assert_int_eq(tparse(&c, &o, "receipt", "--dest", "archive", "--source", "orders/eu",
+    ck_assert_int_eq(xf_tparse(&c, &o, "receipt", "--dest", "archive", "--source", "orders/eu",
                             "--id", XFER_ID, NULL), CLI_EXIT_OK);
     ck_assert_int_eq(o.sub, CLI_TRANSFER_RECEIPT);
     cli_transfer_args_clear(&o);
 
-    ck_assert_int_eq(tparse(&c, &o, "pending", "--source", "orders", NULL), CLI_EXIT_OK);
+    ck_assert_int_eq(xf_tparse(&c, &o, "pending", "--source", "orders", NULL), CLI_EXIT_OK);
     ck_assert_int_eq(o.partition, -1);
     ck_assert_uint_eq(o.max_items, 0);
     ck_assert_ptr_null(o.cursor);
     cli_transfer_args_clear(&o);
-    ck_assert_int_eq(tparse(&c, &o, "pending", "--partition", "2", "--cursor", "AQI=", "--max",
+    ck_assert_int_eq(xf_tparse(&c, &o, "pending", "--partition", "2", "--cursor", "AQI=", "--max",
                             "50", NULL), CLI_EXIT_OK);
     ck_assert_ptr_null(o.source_queue);
     ck_assert_int_eq(o.partition, 2);
@@ -728,11 +665,11 @@ START_TEST(test_cli_transfer_parse_ok)
     ck_assert_uint_eq(o.max_items, 50);
     cli_transfer_args_clear(&o);
 
-    ck_assert_int_eq(tparse(&c, &o, "pause", NULL), CLI_EXIT_OK);
+    ck_assert_int_eq(xf_tparse(&c, &o, "pause", NULL), CLI_EXIT_OK);
     ck_assert_int_eq(o.sub, CLI_TRANSFER_PAUSE);
     ck_assert_ptr_null(o.source_queue);
     cli_transfer_args_clear(&o);
-    ck_assert_int_eq(tparse(&c, &o, "resume", "--source", "orders/eu", NULL), CLI_EXIT_OK);
+    ck_assert_int_eq(xf_tparse(&c, &o, "resume", "--source", "orders/eu", NULL), CLI_EXIT_OK);
     ck_assert_int_eq(o.sub, CLI_TRANSFER_RESUME);
     ck_assert_str_eq(o.source_lane, "eu");
     cli_transfer_args_clear(&o);
@@ -741,9 +678,9 @@ END_TEST
 
 START_TEST(test_cli_transfer_parse_usage_errors)
 {
-    cli c = test_cli();
+    cli c = xf_test_cli();
     cli_transfer_args o;
-    ck_assert_int_eq(tparse(&c, &o, NULL), CLI_EXIT_USAGE);
+    ck_assert_int_eq(xf_tparse(&c, &o, NULL), CLI_EXIT_USAGE);
     USAGE_ERR("unknown transfer subcommand", "move");
     USAGE_ERR("needs --id", "create", "--source", "a", "--dest", "b", "body");
     USAGE_ERR("needs --dest", "create", "--source", "a", "--id", XFER_ID, "body");
@@ -767,7 +704,7 @@ START_TEST(test_cli_transfer_parse_usage_errors)
     USAGE_ERR("empty lane", "inspect", "--source", "a/", "--id", XFER_ID);
     USAGE_ERR("unknown option --lane", "pause", "--lane", "x");
     /* --help prints and stops. */
-    ck_assert_int_eq(tparse(&c, &o, "create", "--help", NULL), CLI_EXIT_OK);
+    ck_assert_int_eq(xf_tparse(&c, &o, "create", "--help", NULL), CLI_EXIT_OK);
     ck_assert(o.help);
     cli_transfer_args_clear(&o);
 }
