@@ -617,30 +617,40 @@ done:
 
 /* ---- Complete (source) ---- */
 
+const char *kl_xfer_claims_mismatch(const Keyload__V1__TransferClaims *c, Keyload__V1__ClaimPurpose purpose,
+                                    const Keyload__V1__TransferRecord *rec, const Keyload__V1__CatalogDatabase *d,
+                                    const ProtobufCBinaryData *tid)
+{
+    if (c->version != KL_CLAIMS_VERSION)
+        return "version";
+    if (c->purpose != purpose)
+        return "purpose";
+    if (!kl_xfer_bytes_eq(&c->database_incarnation, d->incarnation.data, d->incarnation.len))
+        return "incarnation";
+    if (strcmp(c->principal_id, rec->principal_id) != 0)
+        return "principal";
+    if (!kl_claims_lane_eq(c->source, rec->source))
+        return "source";
+    if (!kl_claims_lane_eq(c->target, rec->destination))
+        return "target";
+    if (!kl_xfer_bytes_eq(&c->transfer_id, tid->data, tid->len))
+        return "transfer_id";
+    if (!kl_xfer_bytes_eq(&c->fingerprint, rec->fingerprint.data, rec->fingerprint.len))
+        return "fingerprint";
+    return NULL;
+}
+
 /* Which claim of a verified receipt does not match the stored intent, or NULL. */
 static const char *receipt_mismatch(const Keyload__V1__TransferClaims *r, const Keyload__V1__TransferRecord *rec,
                                     const Keyload__V1__CatalogDatabase *d, const ProtobufCBinaryData *tid)
 {
-    if (r->version != KL_CLAIMS_VERSION)
-        return "version";
-    if (r->purpose != KEYLOAD__V1__CLAIM_PURPOSE__TRANSFER_RECEIPT)
-        return "purpose";
-    if (!kl_xfer_bytes_eq(&r->database_incarnation, d->incarnation.data, d->incarnation.len))
-        return "incarnation";
-    if (strcmp(r->principal_id, rec->principal_id) != 0)
-        return "principal";
-    if (!kl_claims_lane_eq(r->source, rec->source))
-        return "source";
-    if (!kl_claims_lane_eq(r->target, rec->destination))
-        return "target";
-    if (!kl_xfer_bytes_eq(&r->transfer_id, tid->data, tid->len))
-        return "transfer_id";
+    const char *bad = kl_xfer_claims_mismatch(r, KEYLOAD__V1__CLAIM_PURPOSE__TRANSFER_RECEIPT, rec, d, tid);
+    if (bad != NULL)
+        return bad;
     /* A receipt of any generation the intent reached stands: Accepts of all generations
      * share one dedup key, so at most one of them ever enqueued. */
     if (r->generation == 0 || r->generation > rec->generation)
         return "generation";
-    if (!kl_xfer_bytes_eq(&r->fingerprint, rec->fingerprint.data, rec->fingerprint.len))
-        return "fingerprint";
     if (r->effect == NULL)
         return "effect";
     return NULL;

@@ -19,22 +19,10 @@ static const char *witness_mismatch(const Keyload__V1__TransferClaims *w, const 
                                     const Keyload__V1__CatalogDatabase *d, const ProtobufCBinaryData *tid,
                                     kl_code want_failure)
 {
-    if (w->version != KL_CLAIMS_VERSION)
-        return "version";
-    if (w->purpose != KEYLOAD__V1__CLAIM_PURPOSE__TRANSFER_FAILURE_WITNESS)
-        return "purpose";
-    if (!kl_xfer_bytes_eq(&w->database_incarnation, d->incarnation.data, d->incarnation.len))
-        return "incarnation";
-    if (strcmp(w->principal_id, rec->principal_id) != 0)
-        return "principal";
-    if (!kl_claims_lane_eq(w->source, rec->source))
-        return "source";
-    if (!kl_claims_lane_eq(w->target, rec->destination))
-        return "target";
-    if (!kl_xfer_bytes_eq(&w->transfer_id, tid->data, tid->len))
-        return "transfer_id";
-    if (!kl_xfer_bytes_eq(&w->fingerprint, rec->fingerprint.data, rec->fingerprint.len))
-        return "fingerprint";
+    const char *bad =
+        kl_xfer_claims_mismatch(w, KEYLOAD__V1__CLAIM_PURPOSE__TRANSFER_FAILURE_WITNESS, rec, d, tid);
+    if (bad != NULL)
+        return bad;
     if (!kl_guid_valid(w->failed_command_id.data, w->failed_command_id.len))
         return "failed_command_id";
     if (w->failure_code != (int32_t)want_failure)

@@ -46,6 +46,12 @@ bool kl_xfer_bytes_eq(const ProtobufCBinaryData *a, const uint8_t *p, size_t n);
  * intent_claims:<claim> otherwise). */
 kl_code kl_xfer_intent_claims_ok(const Keyload__V1__TransferClaims *cl, const Keyload__V1__CatalogDatabase *d,
                                  kl_err *err);
+/* Which identity claim of a verified token of `purpose` does not match the stored intent
+ * (version, purpose, incarnation, principal, source, target, transfer_id, fingerprint), or
+ * NULL. The caller checks what is particular to the purpose. */
+const char *kl_xfer_claims_mismatch(const Keyload__V1__TransferClaims *c, Keyload__V1__ClaimPurpose purpose,
+                                    const Keyload__V1__TransferRecord *rec, const Keyload__V1__CatalogDatabase *d,
+                                    const ProtobufCBinaryData *tid);
 /* Packs m into a malloc'd answer. */
 kl_code kl_xfer_pack_answer(const ProtobufCMessage *m, uint8_t **answer, size_t *len, kl_err *err);
 
