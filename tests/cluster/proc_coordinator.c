@@ -1478,23 +1478,36 @@ static bool cc_kill_source_leader(char *why, size_t cap)
     return true;
 }
 
-void test_coord_capacity(void)
+/* A KL-6 suite's database: MaxQueueTransferAcceptAttempts 3, src (partition CC_SRC) and a
+ * one-message dst (partition CC_DST) queue. */
+static bool cc_capacity_db(const char *db, const char *src, const char *dst, char *why, size_t cap)
 {
-    CC_BEGIN("CoordinatorCapacityRetryTests");
-    CHECK(cc_database(CAP_DB, why, sizeof why), "%s", why);
-    kl_client *op = cc_client(WHO_COORD, CAP_DB), *root = cc_client(WHO_ROOT, CAP_DB);
-    CHECK(op && root, "clients");
+    kl_err err;
+    if (!cc_database(db, why, cap))
+        return false;
     kl_database_limits lim = {.has_max_queue_transfer_accept_attempts = true, .max_queue_transfer_accept_attempts = 3};
     cc_id cmd;
     kl_command_id_new(cmd);
     kl_limits_result lres;
-    CHECK(kl_client_set_database_limits(root, cmd, &lim, &lres, NULL, &err) == KL_OK, "limits: %s", err.message);
-    CHECK(cc_queue(CAP_DB, "src.cap", CC_SRC, &err) == KL_OK, "queue: %s", err.message);
     kl_batch *b = NULL;
     kl_queue_options qo = {.pin_partition = true, .partition = CC_DST, .max_messages = 1};
-    CHECK(kl_batch_new(NULL, &b, &err) == KL_OK && kl_batch_create_queue(b, "dst.cap", &qo, &err) == KL_OK &&
-              cc_send(root, b, NULL, &err) == KL_OK,
-          "queue dst.cap: %s", err.message);
+    if (kl_client_set_database_limits(cc_client(WHO_ROOT, db), cmd, &lim, &lres, NULL, &err) != KL_OK ||
+        cc_queue(db, src, CC_SRC, &err) != KL_OK || kl_batch_new(NULL, &b, &err) != KL_OK ||
+        kl_batch_create_queue(b, dst, &qo, &err) != KL_OK || cc_send(cc_client(WHO_ROOT, db), b, NULL, &err) != KL_OK) {
+        kl_batch_free(b);
+        snprintf(why, cap, "%s: limits and queues: %s %s", db, kl_code_name(err.code), err.message);
+        return false;
+    }
+    return true;
+}
+
+void test_coord_capacity(void)
+{
+    CC_BEGIN("CoordinatorCapacityRetryTests");
+    CHECK(cc_capacity_db(CAP_DB, "src.cap", "dst.cap", why, sizeof why), "%s", why);
+    kl_client *op = cc_client(WHO_COORD, CAP_DB), *root = cc_client(WHO_ROOT, CAP_DB);
+    CHECK(op && root, "clients");
+    kl_batch *b = NULL;
     CHECK(cc_enqueue(root, "dst.cap", "filler", &err) == KL_OK, "filler: %s", err.message);
     cc_id t1;
     kl_command_id_new(t1);
@@ -1684,20 +1697,11 @@ static bool adv_counts(kl_client *op, const char *tid, uint64_t *gen, uint64_t *
 void test_coord_advance(void)
 {
     CC_BEGIN("RemoteTransferAdvanceTests");
-    CHECK(cc_database(ADV_DB, why, sizeof why), "%s", why);
+    CHECK(cc_capacity_db(ADV_DB, "src.adv", "dst.adv", why, sizeof why), "%s", why);
     kl_client *op = cc_client(WHO_COORD, ADV_DB), *root = cc_client(WHO_ROOT, ADV_DB);
     CHECK(op && root, "clients");
-    kl_database_limits lim = {.has_max_queue_transfer_accept_attempts = true, .max_queue_transfer_accept_attempts = 3};
-    cc_id cmd;
-    kl_command_id_new(cmd);
-    kl_limits_result lres;
-    CHECK(kl_client_set_database_limits(root, cmd, &lim, &lres, NULL, &err) == KL_OK, "limits: %s", err.message);
-    CHECK(cc_queue(ADV_DB, "src.adv", CC_SRC, &err) == KL_OK, "queue: %s", err.message);
     kl_batch *b = NULL;
-    kl_queue_options qo = {.pin_partition = true, .partition = CC_DST, .max_messages = 1};
-    CHECK(kl_batch_new(NULL, &b, &err) == KL_OK && kl_batch_create_queue(b, "dst.adv", &qo, &err) == KL_OK &&
-              cc_send(root, b, NULL, &err) == KL_OK,
-          "queue dst.adv: %s", err.message);
+    cc_id cmd;
     cc_id tid;
     kl_command_id_new(tid);
     CHECK(cc_create(op, "src.adv", NULL, tid, "dst.adv", NULL, "advance-me", &err) == KL_OK, "create: %s",
