@@ -27,6 +27,7 @@ Suite *suite_tail_auth(void);
 Suite *suite_sdk_transfer(void);
 Suite *suite_transfer(void);
 Suite *suite_coordinator(void);
+Suite *suite_q1(void);
 
 int main(void)
 {
@@ -53,6 +54,7 @@ int main(void)
     srunner_add_suite(sr, suite_sdk_transfer());
     srunner_add_suite(sr, suite_transfer());
     srunner_add_suite(sr, suite_coordinator());
+    srunner_add_suite(sr, suite_q1());
     srunner_run_all(sr, CK_NORMAL);
     int failed = srunner_ntests_failed(sr);
     int run = srunner_ntests_run(sr);
