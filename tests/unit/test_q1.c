@@ -2,6 +2,7 @@
  * Every literal kind and escape, keyword case, errors with line:column that never echo
  * values, the limits, duplicate and unknown arguments, unknown aliases, and that each alias
  * becomes exactly the native request (decoded back and compared field by field). */
+#include "client/keyload.h"
 #include "common/guid.h"
 #include "common/q1.h"
 #include "common/q1_plan.h"
@@ -385,6 +386,57 @@ START_TEST(q1_argument_errors_name_the_argument)
 }
 END_TEST
 
+/* The SDK renders a QueryAnswer's native bytes with the native serializer: the row is
+ * byte for byte what kl_receipt_to_json / kl_transfer_to_json print. */
+START_TEST(q1_rows_use_the_canonical_serializer)
+{
+    uint8_t cmd[16] = {9, 8, 7, 6, 5, 4, 3, 2, 1, 1, 2, 3, 4, 5, 6, 7};
+    Keyload__V1__Enqueued enq = KEYLOAD__V1__ENQUEUED__INIT;
+    enq.message_id = 42;
+    enq.lane = "eu";
+    Keyload__V1__MutationResult res = KEYLOAD__V1__MUTATION_RESULT__INIT;
+    res.kind_case = KEYLOAD__V1__MUTATION_RESULT__KIND_ENQUEUED;
+    res.enqueued = &enq;
+    Keyload__V1__MutationResult *results[1] = {&res};
+    Keyload__V1__BatchReceipt r = KEYLOAD__V1__BATCH_RECEIPT__INIT;
+    r.command_id.data = cmd;
+    r.command_id.len = 16;
+    r.partition = 1;
+    r.term = 2;
+    r.index = 3;
+    r.results = results;
+    r.n_results = 1;
+    uint8_t rbuf[256], qbuf[512];
+    size_t rlen = keyload__v1__batch_receipt__pack(&r, rbuf);
+    Keyload__V1__QueryAnswer qa = KEYLOAD__V1__QUERY_ANSWER__INIT;
+    qa.alias = "keyload.queue.enqueue.v1";
+    qa.kind = KEYLOAD__V1__QUERY_RESULT_KIND__QUERY_RESULT_BATCH_RECEIPT;
+    qa.answer.data = rbuf;
+    qa.answer.len = rlen;
+    size_t qlen = keyload__v1__query_answer__pack(&qa, qbuf);
+    char *rows = NULL;
+    kl_err e;
+    ck_assert_int_eq(kl_query_answer_rows(qbuf, qlen, &rows, &e), KL_OK);
+    char *row = kl_receipt_to_json(&r, 0);
+    char want[1024];
+    snprintf(want, sizeof want, "[%s]", row);
+    ck_assert_str_eq(rows, want);
+    ck_assert_ptr_nonnull(strstr(rows, "\"message_id\":42"));
+    free(row);
+    free(rows);
+    /* an answer of no known kind, or whose native bytes do not decode, is INTERNAL */
+    qa.kind = 77;
+    qlen = keyload__v1__query_answer__pack(&qa, qbuf);
+    ck_assert_int_eq(kl_query_answer_rows(qbuf, qlen, &rows, &e), KL_INTERNAL);
+    ck_assert_ptr_null(rows);
+    qa.kind = KEYLOAD__V1__QUERY_RESULT_KIND__QUERY_RESULT_INSPECT_TRANSFER;
+    qa.answer.data = (uint8_t *)"\xff\xff\xff";
+    qa.answer.len = 3;
+    qlen = keyload__v1__query_answer__pack(&qa, qbuf);
+    ck_assert_int_eq(kl_query_answer_rows(qbuf, qlen, &rows, &e), KL_INTERNAL);
+}
+END_TEST
+
 Suite *suite_q1(void)
 {
     Suite *s = suite_create("q1");
@@ -398,6 +450,7 @@ Suite *suite_q1(void)
     tcase_add_test(t, q1_enqueue_maps_to_native_batch);
     tcase_add_test(t, q1_receive_ack_and_transfers_map);
     tcase_add_test(t, q1_argument_errors_name_the_argument);
+    tcase_add_test(t, q1_rows_use_the_canonical_serializer);
     suite_add_tcase(s, t);
     return s;
 }
