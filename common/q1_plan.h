@@ -7,8 +7,9 @@
  * before sending).
  *
  * Adding an alias = one row in the table of q1_plan.c + one mapping function filling the
- * native request from the arguments (the arg_* helpers there check presence and types and
- * name the argument at fault; any argument the function did not read is refused).
+ * native request from the arguments (the kl_q1_arg_* helpers of common/q1_args.h check
+ * presence and types and name the argument at fault; any argument the function did not read
+ * is refused).
  *
  * Errors: INVALID_ARGUMENT with the argument's name as detail ("unknown alias" has detail
  * "alias"); values never appear in messages. Thread-safety: reentrant. */
