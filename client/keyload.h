@@ -34,6 +34,7 @@
 #include "common/status.h"
 #include "keyload/v1/catalog.pb-c.h"
 #include "keyload/v1/claims.pb-c.h"
+#include "keyload/v1/query.pb-c.h"
 #include "keyload/v1/queue.pb-c.h"
 #include "keyload/v1/transfer.pb-c.h"
 
@@ -561,6 +562,34 @@ void kl_transfer_failure_answer_free(Keyload__V1__ReadQueueTransferFailureAnswer
  * TransferClaims. */
 kl_code kl_transfer_token_describe(const uint8_t *token, size_t len, unsigned flags, char **out,
                                    kl_err *err);
+
+/* ---------------------------------------------------------------- Q1 statements
+ *
+ * keyload.v1.Query (README "Q1 statements"; grammar and aliases there and in common/q1.h,
+ * common/q1_plan.h): `CALL alias(name => value, ...) [WITH COMMAND_ID 'guid'] [;]`.
+ * statement: NUL-terminated UTF-8, at most 65536 bytes. It is parsed and its arguments
+ * checked here first (INVALID_ARGUMENT naming the argument, or "statement" with line and
+ * column for a syntax error; never quoting values), then sent to the leader of the
+ * partition holding its routing queue (create/complete/inspect: source_queue;
+ * accept/inspect-receipt: destination_queue; enqueue/receive/ack: queue), in the client's
+ * database, sealed under the client's session like every call, following NOT_LEADER
+ * redirects; a lost answer is KL_DEADLINE_EXCEEDED "no_answer". The daemon re-parses it and
+ * runs it as the native call: mutating aliases as a Batch under the statement's COMMAND_ID
+ * or, without one, under a fresh id drawn once per kl_client_query call (so its internal
+ * resends cannot commit twice; a caller that retries by itself after
+ * KL_UNKNOWN_WRITE_OUTCOME must name the command id in the statement). It needs the Query
+ * permission on the routing queue plus what the native call needs; errors are the native
+ * ones (PERMISSION_DENIED "grant:Query", CONFLICT, RESOURCE_EXHAUSTED, ...).
+ * On KL_OK *rows_json (malloc'd, free(); the caller owns it) is a JSON array of rows, one
+ * line: mutating aliases give one row, the batch receipt as kl_receipt_to_json prints it
+ * (results[0] holds the alias's result); inspect.v1 one kl_transfer_to_json row;
+ * inspect-receipt.v1 one kl_transfer_receipt_to_json row. Rows hold tokens where the
+ * native answers do: treat them as credentials. Thread-safe. */
+kl_code kl_client_query(kl_client *c, const char *statement, char **rows_json, kl_err *err);
+
+/* The rows of an encoded keyload.v1.QueryAnswer, as kl_client_query returns them (for
+ * callers that send the Query RPC themselves). *rows_json malloc'd (free()). Reentrant. */
+kl_code kl_query_answer_rows(const uint8_t *answer, size_t len, char **rows_json, kl_err *err);
 
 /* ---------------------------------------------------------------- JSON and base64 */
 

@@ -832,6 +832,27 @@ done:
     return rc;
 }
 
+kl_code kl_node_query_access(kl_node *n, const char *principal, const char *tenant,
+                             const char *database, const char *queue, bool transfer, kl_err *err)
+{
+    Keyload__V1__QueueLaneRef q = KEYLOAD__V1__QUEUE_LANE_REF__INIT;
+    q.tenant = (char *)tenant;
+    q.database = (char *)database;
+    q.queue = (char *)queue;
+    kl_code rc = check_read_ref(&q, err);
+    if (rc != KL_OK)
+        return rc;
+    node_subject subj = {0};
+    kl_view view = {.store = n->store};
+    if ((rc = node_subject_load(n, &view, principal, NULL, &subj, err)) == KL_OK) {
+        uint64_t t0 = mono_ns(); /* node_subject_load counts its own time */
+        rc = kl_access_query(subj.who, &q, transfer, err);
+        n->authz_ns += mono_ns() - t0;
+    }
+    node_subject_free(&subj);
+    return rc;
+}
+
 static kl_code check_transfer_ref(const char *what, const Keyload__V1__QueueLaneRef *q, kl_err *err)
 {
     kl_code rc = check_read_ref(q, err);

@@ -103,6 +103,13 @@ int kl_node_encode_empty_entry(uint64_t index, uint64_t term, uint32_t raft_type
 kl_code kl_node_queue_stats(kl_node *n, const char *principal, const uint8_t *req, size_t len,
                             uint8_t **answer, size_t *answer_len, kl_err *err);
 
+/* The Query permission of a Q1 statement (daemon/rpc/query_serve.c) on tenant/database/queue
+ * for principal, over the applied catalog (engine/access.h kl_access_query; transfer: with
+ * every administrator flag off). KL_OK when allowed; the native operation's own checks come
+ * after, on its native path. */
+kl_code kl_node_query_access(kl_node *n, const char *principal, const char *tenant,
+                             const char *database, const char *queue, bool transfer, kl_err *err);
+
 /* Remote transfer reads (DESIGN.md §7) over applied state; the caller passed the read
  * barrier. req is the encoded request of the kind's RPC (transfer.proto); on KL_OK
  * *answer is the encoded answer (malloc'd). Authorization is transfer.c's. */

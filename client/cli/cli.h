@@ -225,6 +225,7 @@ int cli_cmd_ack(cli *c, int argc, char **argv);
 int cli_cmd_release(cli *c, int argc, char **argv);
 int cli_cmd_cluster_status(cli *c, int argc, char **argv);
 int cli_cmd_transfer(cli *c, int argc, char **argv);
+int cli_cmd_sql(cli *c, int argc, char **argv);
 
 /* Splits QUEUE[/LANE] into queue (malloc'd) and lane (pointer into spec, or "" when
  * absent). false after reporting a usage error. */

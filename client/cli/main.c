@@ -54,6 +54,9 @@ static const char HELP[] =
     "                  next generation after a PERMISSION_DENIED accept (policy repair)\n"
     "                  tokens are read from @FILE or - (stdin) only, as raw bytes or base64\n"
     "                  text; --token-out FILE writes the raw token (mode 0600, no overwrite)\n"
+    "  sql STATEMENT|@FILE|-   one Q1 statement: CALL alias(name => value, ...)\n"
+    "                  [WITH COMMAND_ID 'guid'] (README \"Q1 statements\"); prints its rows;\n"
+    "                  statements holding tokens belong in @FILE or - (stdin)\n"
     "  cluster-status [--json]   every member's role, term and indexes, per partition\n"
     "\n"
     "Every command that changes something takes --command-id GUID (default: a fresh random\n"
@@ -138,6 +141,8 @@ int main(int argc, char **argv)
         return cli_cmd_release(&c, rest_argc, rest);
     if (strcmp(cmd, "transfer") == 0)
         return cli_cmd_transfer(&c, rest_argc, rest);
+    if (strcmp(cmd, "sql") == 0)
+        return cli_cmd_sql(&c, rest_argc, rest);
     if (strcmp(cmd, "cluster-status") == 0)
         return cli_cmd_cluster_status(&c, rest_argc, rest);
     return cli_usage(&c, "unknown command '%s'", cmd);

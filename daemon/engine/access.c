@@ -159,3 +159,15 @@ kl_code kl_access_transfer_data(const kl_authz_subject *who, const Keyload__V1__
     data.admin_off = true;
     return queue_check(&data, q, perm, msg, err);
 }
+
+kl_code kl_access_query(const kl_authz_subject *who, const Keyload__V1__QueueLaneRef *q, bool transfer,
+                        kl_err *err)
+{
+    if (who == NULL)
+        return KL_OK;
+    kl_authz_subject s = *who;
+    s.admin_off = s.admin_off || transfer;
+    /* No field or header keys: what the statement writes or reads is checked by the native
+     * operation's own grants (QueuePublish, QueueConsume, QueueInspect) right after. */
+    return queue_check(&s, q, KEYLOAD__V1__PERMISSION__QUERY, NULL, err);
+}

@@ -23,6 +23,8 @@
  *   CompleteQueueTransfer       a persisted administrator, then QueuePublish on the source
  *   SetQueueTransfersPaused     a persisted administrator
  *   transfer reads              a persisted administrator, then QueueInspect (transfer.c)
+ *   Query (a Q1 statement)      Query on the statement's routing queue (kl_access_query), then
+ *                               the native operation's own check above
  *
  * A refusal is PERMISSION_DENIED naming the missing grant or role, never data. */
 #ifndef KL_ACCESS_H
@@ -53,5 +55,12 @@ kl_code kl_access_transfer_admin(const kl_authz_subject *who, const char *tenant
 kl_code kl_access_transfer_data(const kl_authz_subject *who, const Keyload__V1__QueueLaneRef *q,
                                 Keyload__V1__Permission perm, const Keyload__V1__EnqueueMessage *msg,
                                 kl_err *err);
+
+/* The Query permission (Q1 statements, daemon/rpc/query_serve.c) on q's queue, without
+ * field or header keys (the native operation checks those). transfer: the statement is a
+ * transfer alias, so it is evaluated with every administrator flag off, like the transfers'
+ * own data checks. KL_OK when who is NULL. */
+kl_code kl_access_query(const kl_authz_subject *who, const Keyload__V1__QueueLaneRef *q, bool transfer,
+                        kl_err *err);
 
 #endif

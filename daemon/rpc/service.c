@@ -3,6 +3,7 @@
 #include "common/failpoint.h"
 #include "daemon/rpc/tailer.h"
 #include "keyload/v1/catalog.pb-c.h"
+#include "keyload/v1/query.pb-c.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -59,6 +60,7 @@ struct kl_batch_call {
     kl_service *s;
     kl_rpc_call *call;
     int64_t answer_by_ms;          /* 0 = no deadline */
+    const char *query_alias;       /* a Q1 statement's (static): answer a QueryAnswer */
     struct kl_batch_call *prev, *next;
 };
 typedef struct kl_batch_call batch_call;
@@ -107,6 +109,7 @@ static void batch_answered(void *cookie, kl_code code, const kl_err *err, const 
     batch_call *bc = cookie;
     kl_rpc_call *call = bc->call;
     kl_service *s = bc->s;
+    const char *query_alias = bc->query_alias;
     batch_unlink(s, bc);
     free(bc);
     if (call == NULL)
@@ -117,7 +120,10 @@ static void batch_answered(void *cookie, kl_code code, const kl_err *err, const 
         kl_rpc_reply_error(call, &fe, NULL);
         return;
     }
-    if (code == KL_OK) {
+    if (code == KL_OK && query_alias != NULL)
+        kl_service_reply_query(call, query_alias, KEYLOAD__V1__QUERY_RESULT_KIND__QUERY_RESULT_BATCH_RECEIPT,
+                               receipt, len);
+    else if (code == KL_OK) {
         if (!kl_service_catalog_hold(s, call, receipt, len))
             kl_rpc_reply(call, receipt, len);
     }
@@ -134,6 +140,33 @@ static void handle_batch(void *owner, kl_rpc_call *call)
         return;
     size_t len;
     const uint8_t *p = kl_rpc_call_payload(call, &len);
+    kl_service_submit_batch(s, call, p, len, NULL);
+}
+
+void kl_service_reply_query(kl_rpc_call *call, const char *alias, int kind, const uint8_t *answer,
+                            size_t len)
+{
+    Keyload__V1__QueryAnswer a = KEYLOAD__V1__QUERY_ANSWER__INIT;
+    a.alias = (char *)alias;
+    a.kind = (Keyload__V1__QueryResultKind)kind;
+    a.answer.data = (uint8_t *)answer;
+    a.answer.len = len;
+    size_t n = keyload__v1__query_answer__get_packed_size(&a);
+    uint8_t *buf = malloc(n ? n : 1);
+    if (buf == NULL) {
+        kl_err e;
+        kl_fail(&e, KL_INTERNAL, "memory", "out of memory while answering the query");
+        kl_rpc_reply_error(call, &e, NULL);
+        return;
+    }
+    keyload__v1__query_answer__pack(&a, buf);
+    kl_rpc_reply(call, buf, n);
+    free(buf);
+}
+
+void kl_service_submit_batch(kl_service *s, kl_rpc_call *call, const uint8_t *p, size_t len,
+                             const char *query_alias)
+{
     batch_call *bc = malloc(sizeof *bc);
     if (bc == NULL) {
         kl_err e;
@@ -143,6 +176,7 @@ static void handle_batch(void *owner, kl_rpc_call *call)
     }
     bc->s = s;
     bc->call = call;
+    bc->query_alias = query_alias;
     int64_t deadline = kl_rpc_call_deadline_ms(call);
     bc->answer_by_ms = 0;
     if (deadline > 0) {
@@ -167,6 +201,7 @@ enum read_kind {
     READ_TRANSFER_RECEIPT,
     READ_PENDING_TRANSFERS,
     READ_TRANSFER_FAILURE,
+    READ_QUERY = KL_SERVICE_READ_QUERY,  /* a Q1 read statement: query_serve.c serves it */
 };
 
 static void serve_read(kl_service *s, kl_rpc_call *call, int kind)
@@ -178,6 +213,10 @@ static void serve_read(kl_service *s, kl_rpc_call *call, int kind)
     kl_err_clear(&err);
     const char *who = kl_service_principal(call);
     kl_code rc;
+    if (kind == READ_QUERY) {
+        kl_service_serve_query_read(s, call);
+        return;
+    }
     switch (kind) {
     case READ_INSPECT_TRANSFER:
         rc = kl_node_transfer_read(s->node, KL_NODE_INSPECT_TRANSFER, who, p, len, &answer, &alen, &err);
@@ -202,7 +241,7 @@ static void serve_read(kl_service *s, kl_rpc_call *call, int kind)
     free(answer);
 }
 
-static void start_read(kl_service *s, kl_rpc_call *call, int kind)
+void kl_service_start_read(kl_service *s, kl_rpc_call *call, int kind)
 {
     if (!kl_service_check_lease(s, call))
         return;
@@ -240,18 +279,18 @@ static void start_read(kl_service *s, kl_rpc_call *call, int kind)
     kl_rpc_reply_error(call, &err, NULL);
 }
 
-static void handle_queue_stats(void *owner, kl_rpc_call *call) { start_read(owner, call, READ_QUEUE_STATS); }
+static void handle_queue_stats(void *owner, kl_rpc_call *call) { kl_service_start_read(owner, call, READ_QUEUE_STATS); }
 static void handle_inspect_transfer(void *owner, kl_rpc_call *call)
 {
-    start_read(owner, call, READ_INSPECT_TRANSFER);
+    kl_service_start_read(owner, call, READ_INSPECT_TRANSFER);
 }
 static void handle_transfer_receipt(void *owner, kl_rpc_call *call)
 {
-    start_read(owner, call, READ_TRANSFER_RECEIPT);
+    kl_service_start_read(owner, call, READ_TRANSFER_RECEIPT);
 }
 static void handle_pending_transfers(void *owner, kl_rpc_call *call)
 {
-    start_read(owner, call, READ_PENDING_TRANSFERS);
+    kl_service_start_read(owner, call, READ_PENDING_TRANSFERS);
 }
 
 static void handle_transfer_failure(void *owner, kl_rpc_call *call)
@@ -384,6 +423,7 @@ static const kl_rpc_method gated[] = {
     {"keyload.v1.InspectQueueTransferReceipt", handle_transfer_receipt},
     {"keyload.v1.ListPendingQueueTransfers", handle_pending_transfers},
     {"keyload.v1.ReadQueueTransferFailure", handle_transfer_failure},
+    {"keyload.v1.Query", kl_service_query},
 };
 
 /* Every gated method's entry: the gate, then its handler. */
@@ -414,6 +454,7 @@ static const kl_rpc_method methods[] = {
     {"keyload.v1.InspectQueueTransferReceipt", gate_then_handle},
     {"keyload.v1.ListPendingQueueTransfers", gate_then_handle},
     {"keyload.v1.ReadQueueTransferFailure", gate_then_handle},
+    {"keyload.v1.Query", gate_then_handle},
 };
 
 const kl_rpc_method *kl_service_methods(size_t *count)

@@ -1,6 +1,8 @@
 /* service: the daemon's RPC method table. Each handler passes the payload to the node
  * (daemon/node.h) and turns its answer into an RPC answer; a member that does not lead
- * answers NOT_LEADER with the leader's client address when it knows it. Reads (QueueStats
+ * answers NOT_LEADER with the leader's client address when it knows it. keyload.v1.Query
+ * (Q1 statements, query_serve.c) runs each statement through these same batch and read paths.
+ * Reads (QueueStats
  * and the three transfer reads) pass the read-index barrier first (DESIGN.md §3): they are served from applied state only
  * once this member has confirmed it still leads and has applied up to the commit index.
  * Sessions (daemon/rpc/session_serve.c): keyload.v1.Hello establishes one; every other
@@ -114,6 +116,21 @@ bool kl_service_catalog_hold(kl_service *s, kl_rpc_call *call, const uint8_t *re
 void kl_service_hello(void *owner, kl_rpc_call *call);
 bool kl_service_gate(kl_service *s, kl_rpc_call *call);
 const char *kl_service_principal(const kl_rpc_call *call);
+
+/* Batches and reads as the native handlers run them, for Q1 statements (query_serve.c).
+ * submit_batch: req is copied by the node before it returns; query_alias NULL answers the
+ * stored receipt as is (keyload.v1.Batch), else a QueryAnswer carrying it. start_read: the
+ * read-index barrier, then serve by kind (KL_SERVICE_READ_QUERY: kl_service_serve_query_read). */
+#define KL_SERVICE_READ_QUERY 100
+void kl_service_submit_batch(kl_service *s, kl_rpc_call *call, const uint8_t *req, size_t len,
+                             const char *query_alias);
+void kl_service_start_read(kl_service *s, kl_rpc_call *call, int kind);
+/* Answers a QueryAnswer{alias, kind (keyload.v1.QueryResultKind), answer bytes}. */
+void kl_service_reply_query(kl_rpc_call *call, const char *alias, int kind, const uint8_t *answer,
+                            size_t len);
+/* keyload.v1.Query (query_serve.c), and its read half once the barrier passed. */
+void kl_service_query(void *owner, kl_rpc_call *call);
+void kl_service_serve_query_read(kl_service *s, kl_rpc_call *call);
 
 /* The method table, for kl_rpc_server_config. */
 const kl_rpc_method *kl_service_methods(size_t *count);

@@ -352,6 +352,53 @@ expect "dba: making a cluster administrator is refused (exit 1)" 1 as dba dba.ke
 expect "dba: grant alice on its database" 0 as dba dba.key --json principal grant alice QueueConsume --queue dbaq --fields '*' --headers '*'
 [ "$(jq -r '.results[0].changed' <<<"$out")" = true ] && ok "dba granted QueueConsume" || bad "dba grant: $out"
 
+# ---- Q1 statements (keyload sql, keyload.v1.Query): the native effect and the native errors ----
+echo "--- Q1 sql"
+qcmd=$(guid)
+q1enq="CALL keyload.queue.enqueue.v1(queue => 'orders.eu', body => 'q1 body', fields => {\"region\": \"eu\", \"amount\": 5}) WITH COMMAND_ID '$qcmd'"
+# alice may publish to orders.* (her grant was revoked above: given back), but not Query yet.
+expect "grant alice QueuePublish on orders.* again" 0 kl principal grant alice QueuePublish --queue 'orders.*' --fields amount,region
+expect "alice: the native enqueue is allowed" 0 as alice alice3.key --json enqueue orders.eu --field region=eu "native"
+expect "sql: alice without Query is refused (exit 1)" 1 as alice alice3.key --json sql "$q1enq"
+[ "$(jq -r '.error.code' <<<"$out")" = PERMISSION_DENIED ] && [ "$(jq -r '.error.detail' <<<"$out")" = grant:Query ] &&
+  ok "sql without Query: PERMISSION_DENIED grant:Query" || bad "sql without Query: $out"
+expect "grant alice Query on orders.*" 0 kl principal grant alice Query --queue 'orders.*'
+expect "sql: alice enqueues with CALL" 0 as alice alice3.key --json sql "$q1enq"
+qfirst=$(jq -c '.rows[0]' <<<"$out")
+[ "$(jq -r '.rows | length' <<<"$out")" = 1 ] && [ "$(jq -r '.rows[0].results[0].kind' <<<"$out")" = enqueued ] &&
+  [ "$(jq -r '.rows[0].command_id' <<<"$out")" = "$qcmd" ] && ok "sql: one row, the receipt under the statement's command id" ||
+  bad "sql enqueue: $out"
+expect "sql: replay with the same COMMAND_ID" 0 as alice alice3.key --json sql "$q1enq"
+[ -n "$qfirst" ] && [ "$(jq -c '.rows[0]' <<<"$out")" = "$qfirst" ] && ok "sql: replayed receipt identical" || bad "sql replay: $out / $qfirst"
+expect "sql: the native enqueue under that command id replays the same receipt" 0 as alice alice3.key --json enqueue orders.eu \
+  --command-id "$qcmd" --field region=eu --field amount:int=5 "q1 body"
+[ "$(jq -cS . <<<"$out")" = "$(jq -cS . <<<"$qfirst")" ] && ok "sql and native: one command, one receipt" || bad "sql vs native: $out / $qfirst"
+expect "sql: same COMMAND_ID, other body is CONFLICT (exit 1)" 1 as alice alice3.key --json sql \
+  "CALL keyload.queue.enqueue.v1(queue => 'orders.eu', body => 'other', fields => {\"region\": \"eu\", \"amount\": 5}) WITH COMMAND_ID '$qcmd'"
+[ "$(jq -r '.error.code' <<<"$out")" = CONFLICT ] && ok "sql: reused command id: CONFLICT" || bad "sql conflict: $out"
+expect "sql: a field outside alice's grant is refused as natively (exit 1)" 1 as alice alice3.key --json sql \
+  "CALL keyload.queue.enqueue.v1(queue => 'orders.eu', body => 'nope', fields => {\"secret\": \"zz-value\"})"
+[ "$(jq -r '.error.detail' <<<"$out")" = field_grant:QueuePublish ] && ! grep -q 'zz-value\|nope' <<<"$out" &&
+  ok "sql: field_grant:QueuePublish, no value echoed" || bad "sql field: $out"
+expect "sql: a syntax error is INVALID_ARGUMENT (exit 1)" 1 kl --json sql "CALL keyload.queue.enqueue.v1(queue => 'orders.eu' body => 'sekrit')"
+[ "$(jq -r '.error.code' <<<"$out")" = INVALID_ARGUMENT ] && grep -q "line 1, column 52: expected ',' or ')'" <<<"$(jq -r '.error.message' <<<"$out")" &&
+  ! grep -q sekrit <<<"$out" && ok "sql syntax error: line and column, no value" || bad "sql syntax: $out"
+expect "sql: an unknown alias is INVALID_ARGUMENT (exit 1)" 1 kl --json sql "CALL keyload.queue.purge.v1(queue => 'orders.eu')"
+[ "$(jq -r '.error.detail' <<<"$out")" = alias ] && ok "sql unknown alias: detail alias" || bad "sql alias: $out"
+expect "sql: a missing argument names it (exit 1)" 1 kl --json sql "call keyload.queue.receive.v1(max => 1)"
+[ "$(jq -r '.error.detail' <<<"$out")" = queue ] && ok "sql missing argument: detail queue" || bad "sql missing: $out"
+expect "sql: no STATEMENT is a usage error (exit 2)" 2 kl --json sql
+expect "sql: receive (the administrator passes Query)" 0 kl --json sql "CALL keyload.queue.receive.v1(queue => 'orders.eu', max => 1, lease_ms => 60000);"
+qlease=$(jq -r '.rows[0].results[0].messages[0].lease_token' <<<"$out" 2>/dev/null)
+[ "$(jq -r '.rows[0].results[0].kind' <<<"$out")" = received ] && [ -n "$qlease" ] && [ "$qlease" != null ] &&
+  ok "sql: received one message with a lease" || bad "sql receive: $out"
+printf "CALL keyload.queue.ack.v1(queue => 'orders.eu',\n  lease_tokens => '%s')\n" "$qlease" >"$keys/ack.q1"
+expect "sql: ack from @FILE" 0 kl --json sql "@$keys/ack.q1"
+[ "$(jq -r '.rows[0].results[0].count' <<<"$out")" = 1 ] && ok "sql: acked 1 (statement from a file)" || bad "sql ack: $out"
+expect "sql: the same ack from stdin fails as natively (exit 1)" 1 bash -c "timeout 60 ./bin/keyload --cluster '$keyed' --json sql - <'$keys/ack.q1'"
+[ "$(jq -r '.error.code' <<<"$out")" = FAILED_PRECONDITION ] && ok "sql: acked twice: FAILED_PRECONDITION" || bad "sql ack twice: $out"
+expect "sql: human output is one JSON line per row" 0 kl sql "CALL keyload.queue.enqueue.v1(queue => 'orders.eu', body => 'plain')"
+[ "$(wc -l <<<"$out")" = 1 ] && [ "$(jq -r '.results[0].kind' <<<"$out")" = enqueued ] && ok "sql human: one row line" || bad "sql human: $out"
 # Database limits: set by an administrator of the database; a limit left out is the cluster's.
 expect "database limits without options is a usage error (exit 2)" 2 kl --json database limits
 [ "$(jq -r '.error.detail' <<<"$out")" = usage ] && grep -q -- "--max-batch-bytes" <<<"$(jq -r '.error.message' <<<"$out")" &&
@@ -531,6 +578,36 @@ if [ "$up3" = 1 ]; then
     ok "3p: inspect shows Delivered and two history events" || bad "3p inspect: $out"
   expect "3p: transfer pending is empty" 0 k3 --json transfer pending --source xsrc
   [ "$(jq -r '.items | length' <<<"$out")" = 0 ] && ok "3p: nothing pending" || bad "3p pending after: $out"
+  # ---- the five transfer aliases through keyload sql: Query checked with admin flags off ----
+  sql_inspect="CALL keyload.queue-transfer.inspect.v1(source_queue => 'xsrc', transfer_id => '$xid')"
+  expect "3p sql: inspect without Query is refused, administrator or not (exit 1)" 1 k3 --json sql "$sql_inspect"
+  [ "$(jq -r '.error.detail' <<<"$out")" = grant:Query ] && ok "3p sql: grant:Query" || bad "3p sql no Query: $out"
+  expect "3p: grant root3 Query on x*" 0 k3 principal grant root3 Query --queue 'x*'
+  expect "3p sql: inspect" 0 k3 --json sql "$sql_inspect"
+  [ "$(jq -r '.rows[0].state' <<<"$out")" = Delivered ] && ok "3p sql: inspect row says Delivered" || bad "3p sql inspect: $out"
+  expect "3p sql: native inspect prints the same object" 0 k3 --json transfer inspect --source xsrc --id "$xid"
+  [ "$(jq -cS 'del(.applied_index)' <<<"$out")" = "$(k3 --json sql "$sql_inspect" | jq -cS '.rows[0] | del(.applied_index)')" ] &&
+    ok "3p sql: one serializer for native and CALL" || bad "3p sql vs native inspect: $out"
+  qid=$(guid)
+  expect "3p sql: create" 0 k3 --json sql "CALL keyload.queue-transfer.create.v1(source_queue => 'xsrc', transfer_id => '$qid', destination_queue => 'xdst', body => 'sql moved')"
+  qintent=$(jq -r '.rows[0].results[0].intent_token' <<<"$out")
+  [ "$(jq -r '.rows[0].results[0].state' <<<"$out")" = OutputPending ] && ok "3p sql: created OutputPending" || bad "3p sql create: $out"
+  acmd3=$(guid)
+  printf "CALL keyload.queue-transfer.accept.v1(destination_queue => 'xdst', intent_token => '%s') WITH COMMAND_ID '%s'" "$qintent" "$acmd3" >"$keys/accept.q1"
+  expect "3p sql: accept (statement from stdin)" 0 bash -c "timeout 60 ./bin/keyload --cluster '$cfg3' --principal root3 --key '$keys/root3.key' --json sql - <'$keys/accept.q1'"
+  qacc=$(jq -c '.rows[0]' <<<"$out")
+  [ "$(jq -r '.rows[0].results[0].kind' <<<"$out")" = transfer_accepted ] && [ "$(jq -r '.rows[0].partition' <<<"$out")" = 2 ] &&
+    ok "3p sql: accepted on the destination's partition" || bad "3p sql accept: $out"
+  expect "3p sql: accept replayed" 0 k3 --json sql "@$keys/accept.q1"
+  [ "$(jq -c '.rows[0]' <<<"$out")" = "$qacc" ] && ok "3p sql: replayed accept receipt identical" || bad "3p sql accept replay: $out"
+  expect "3p sql: inspect-receipt" 0 k3 --json sql "CALL keyload.queue-transfer.inspect-receipt.v1(destination_queue => 'xdst', source_queue => 'xsrc', transfer_id => '$qid')"
+  qrec=$(jq -r '.rows[0].receipt_token' <<<"$out")
+  [ -n "$qrec" ] && [ "$qrec" != null ] && ok "3p sql: receipt token read" || bad "3p sql receipt: $out"
+  printf "CALL keyload.queue-transfer.complete.v1(source_queue => 'xsrc', transfer_id => '%s', receipt_token => '%s');" "$qid" "$qrec" >"$keys/complete.q1"
+  expect "3p sql: complete" 0 k3 --json sql "@$keys/complete.q1"
+  [ "$(jq -r '.rows[0].results[0].state' <<<"$out")" = Delivered ] && ok "3p sql: complete -> Delivered" || bad "3p sql complete: $out"
+  expect "3p sql: inspect after complete" 0 k3 --json sql "CALL keyload.queue-transfer.inspect.v1(source_queue => 'xsrc', transfer_id => '$qid')"
+  [ "$(jq -r '.rows[0].state' <<<"$out")" = Delivered ] && ok "3p sql: the CALL-driven transfer is Delivered" || bad "3p sql inspect 2: $out"
   expect "3p: transfer pause xsrc" 0 k3 --json transfer pause --source xsrc
   expect "3p: a paused lane takes no new transfer" 1 k3 --json transfer create --source xsrc --id "$(guid)" --dest xdst "p"
   [ "$(jq -r '.error.detail' <<<"$out")" = transfers_paused ] && ok "3p: paused: transfers_paused" || bad "3p paused: $out"

@@ -3,7 +3,9 @@
 # Everything is built with clang into build/fuzz/, apart from the gcc objects in build/obj.
 #   build/fuzz/fuzz_envelope  libFuzzer + ASan + UBSan, project code instrumented for coverage
 #   build/fuzz/fuzz_batch     same, plus daemon/node.c: the write path over a real RocksDB
-#   build/fuzz/seedgen        writes both seed corpora (tests/fuzz/run.sh runs it)
+#   build/fuzz/fuzz_q1        same, over Q1 statements (common/q1.c, common/q1_plan.c); its
+#                             seeds are checked in (tests/fuzz/corpus-q1/)
+#   build/fuzz/seedgen        writes the two binary seed corpora (tests/fuzz/run.sh runs it)
 # common/rpc.c is left out: it is transport (nng), not frame decoding, and neither target
 # calls it.
 
@@ -20,9 +22,10 @@ FUZZ_PROJ   := $(FUZZ_GEN_C) $(filter-out common/rpc.c,$(wildcard common/*.c)) \
                $(wildcard daemon/engine/*.c) $(wildcard daemon/store/*.c)
 FUZZ_OBJ    := $(patsubst %.c,$(FUZZ_DIR)/obj/%.o,$(FUZZ_PROJ) tests/fuzz/fuzz_envelope.c)
 FUZZ_BATCH_OBJ := $(patsubst %.c,$(FUZZ_DIR)/obj/%.o,$(FUZZ_PROJ) daemon/node.c tests/fuzz/fuzz_batch.c)
+FUZZ_Q1_OBJ := $(patsubst %.c,$(FUZZ_DIR)/obj/%.o,$(FUZZ_PROJ) tests/fuzz/fuzz_q1.c)
 
 .PHONY: fuzz-all
-fuzz-all: $(FUZZ_DIR)/fuzz_envelope $(FUZZ_DIR)/fuzz_batch $(FUZZ_DIR)/seedgen
+fuzz-all: $(FUZZ_DIR)/fuzz_envelope $(FUZZ_DIR)/fuzz_batch $(FUZZ_DIR)/fuzz_q1 $(FUZZ_DIR)/seedgen
 
 build/gen/%.pb-c.c build/gen/%.pb-c.h: proto/%.proto
 	@mkdir -p build/gen
@@ -36,6 +39,9 @@ $(FUZZ_DIR)/fuzz_envelope: $(FUZZ_OBJ)
 	$(FUZZ_CC) $(FUZZ_SAN) -fsanitize=fuzzer -o $@ $^ $(FUZZ_LIBS)
 
 $(FUZZ_DIR)/fuzz_batch: $(FUZZ_BATCH_OBJ)
+	$(FUZZ_CC) $(FUZZ_SAN) -fsanitize=fuzzer -o $@ $^ $(FUZZ_LIBS)
+
+$(FUZZ_DIR)/fuzz_q1: $(FUZZ_Q1_OBJ)
 	$(FUZZ_CC) $(FUZZ_SAN) -fsanitize=fuzzer -o $@ $^ $(FUZZ_LIBS)
 
 # Plain build (no instrumentation): it only encodes a few messages.

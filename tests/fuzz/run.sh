@@ -1,12 +1,14 @@
 #!/usr/bin/env bash
-# run.sh [SECONDS]: bounded libFuzzer run of both fuzz targets (default 60 s in total):
-# build/fuzz/fuzz_envelope (client frames, stateless) for half of SECONDS, then
-# build/fuzz/fuzz_batch (the daemon's write path over a real RocksDB store) for the rest.
+# run.sh [SECONDS]: bounded libFuzzer run of the fuzz targets (default 60 s in total):
+# build/fuzz/fuzz_envelope (client frames, stateless) for 2/5 of SECONDS, then
+# build/fuzz/fuzz_batch (the daemon's write path over a real RocksDB store) for 2/5, then
+# build/fuzz/fuzz_q1 (Q1 statements: parser and alias mapping) for the rest.
 # Wall time is SECONDS plus a few seconds of start-up and shutdown (build time aside).
 #
 # Builds the fuzzers if needed (tests/fuzz/fuzz.mk), writes both seed corpora with
 # build/fuzz/seedgen, adds any checked-in inputs (tests/fuzz/corpus/ for fuzz_envelope,
-# tests/fuzz/corpus-batch/ for fuzz_batch; e.g. reproducers of fixed bugs), and fuzzes
+# tests/fuzz/corpus-batch/ for fuzz_batch, tests/fuzz/corpus-q1/ (the only seeds of
+# fuzz_q1: statement text); e.g. reproducers of fixed bugs), and fuzzes
 # copies of all that in a temporary directory, so the working tree is never touched.
 # fuzz_batch keeps its store in a temporary directory under /dev/shm (else under TMPDIR),
 # removed on exit even when the fuzzer dies. A crash, leak, UB report, violated property
@@ -19,18 +21,19 @@ cd "$(dirname "$0")/../.."
 make --no-print-directory -f tests/fuzz/fuzz.mk >/dev/null || { echo "fuzz: build failed"; exit 2; }
 
 # libFuzzer reads -max_total_time=0 as "no limit": each target gets at least 1 s.
-first=$(( secs / 2 )); [ "$first" -lt 1 ] && first=1
-second=$(( secs - first )); [ "$second" -lt 1 ] && second=1
+first=$(( secs * 2 / 5 )); [ "$first" -lt 1 ] && first=1
+second=$(( secs * 2 / 5 )); [ "$second" -lt 1 ] && second=1
+third=$(( secs - first - second )); [ "$third" -lt 1 ] && third=1
 
 work=$(mktemp -d "${TMPDIR:-/tmp}/keyload-fuzz.XXXXXX")
 shm=/dev/shm
 [ -d "$shm" ] && [ -w "$shm" ] || shm=${TMPDIR:-/tmp}
 store_root=$(mktemp -d "$shm/keyload-fuzz-run.XXXXXX")
 trap 'rm -rf "$work" "$store_root"' EXIT
-mkdir -p "$work/corpus-envelope" "$work/corpus-batch" build/fuzz/artifacts
+mkdir -p "$work/corpus-envelope" "$work/corpus-batch" "$work/corpus-q1" build/fuzz/artifacts
 build/fuzz/seedgen "$work/corpus-envelope" "$work/corpus-batch" >/dev/null ||
   { echo "fuzz: seed generation failed"; exit 2; }
-for pair in corpus:corpus-envelope corpus-batch:corpus-batch; do
+for pair in corpus:corpus-envelope corpus-batch:corpus-batch corpus-q1:corpus-q1; do
   src=tests/fuzz/${pair%%:*} dst=$work/${pair##*:}
   if [ -d "$src" ]; then
     find "$src" -maxdepth 1 -type f ! -name '.*' ! -name '*.md' -exec cp {} "$dst/" \;
@@ -75,9 +78,11 @@ run_target() {
   echo "fuzz: $name: no crash, leak, UB or violated property found"
 }
 
-dict_env=() dict_batch=()
+dict_env=() dict_batch=() dict_q1=()
 [ -f tests/fuzz/envelope.dict ] && dict_env=(-dict=tests/fuzz/envelope.dict)
 [ -f tests/fuzz/batch.dict ] && dict_batch=(-dict=tests/fuzz/batch.dict)
+[ -f tests/fuzz/q1.dict ] && dict_q1=(-dict=tests/fuzz/q1.dict)
 run_target fuzz_envelope "$first" "$work/corpus-envelope" build/fuzz/artifacts/ "${dict_env[@]}"
 run_target fuzz_batch "$second" "$work/corpus-batch" build/fuzz/artifacts/batch- "${dict_batch[@]}"
+run_target fuzz_q1 "$third" "$work/corpus-q1" build/fuzz/artifacts/q1- "${dict_q1[@]}"
 exit $failed
