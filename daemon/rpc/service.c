@@ -295,7 +295,7 @@ static void handle_pending_transfers(void *owner, kl_rpc_call *call)
 
 static void handle_transfer_failure(void *owner, kl_rpc_call *call)
 {
-    start_read(owner, call, READ_TRANSFER_FAILURE);
+    kl_service_start_read(owner, call, READ_TRANSFER_FAILURE);
 }
 
 static int find_read(kl_service *s, uint64_t ctx)
