@@ -257,6 +257,28 @@ void kl_key_list_clear(kl_key_list *l);
  * trailing '*' ("orders.*", "orders*", "*"); 1..128 bytes. INVALID_ARGUMENT, detail `what`. */
 kl_code kl_queue_pattern_check(const char *what, const char *pattern, kl_err *err);
 
+/* Principal key files (client/sdk/keyfile.c): libsodium's 64-byte Ed25519 secret key (seed
+ * || public key), mode 0600, the file kl_client_open_principal and `keyload --key` read.
+ * kl_key_file_new makes a new key pair, writes its secret half to path (created with
+ * O_EXCL: an existing file is FAILED_PRECONDITION, never overwritten; synced) and gives the
+ * public half for kl_batch_create_principal, kl_batch_set_principal_key or
+ * kl_bootstrap_proof. Write the file BEFORE sending the request that registers the key, so a
+ * commit never loses it; remove it yourself after a definite refusal (not after
+ * KL_UNKNOWN_WRITE_OUTCOME: the key may be registered). kl_key_file_public reads such a file
+ * (same mode rule) and gives its public half. The secret bytes are wiped from memory before
+ * returning and never leave the process. Errors name the file, never a key byte.
+ * Reentrant. */
+kl_code kl_key_file_new(const char *path, uint8_t public_key[32], kl_err *err);
+kl_code kl_key_file_public(const char *path, uint8_t public_key[32], kl_err *err);
+
+/* The proof a kl_batch_bootstrap carries (kl_canon_bootstrap_proof): reads the 32-byte
+ * cluster secret from cluster_secret_path (mode 0600; the launcher's
+ * var/<cluster>/cluster.secret) and computes the proof for database "TENANT/DB", admin_id
+ * and admin_public_key into proof. The secret is wiped before returning. Reentrant. */
+kl_code kl_bootstrap_proof(const char *cluster_secret_path, const char *database,
+                           const char *admin_id, const uint8_t admin_public_key[32],
+                           uint8_t proof[32], kl_err *err);
+
 /* A grant on the client's database (DESIGN.md §5): the permission, the queues it covers
  * and, except for QueueAck (which takes no lists), the field and header keys it allows
  * (borrowed arrays, validated like kl_key_list and sent sorted; n = 0 means none). */
