@@ -79,7 +79,7 @@ bin/keyload-mcp: $(call obj,$(MCP_SRC)) lib/libkeyload.a
 # Each example is one file, compiled as an SDK user would (README "Using the C SDK").
 bin/examples/%: client/examples/%.c client/keyload.h lib/libkeyload.a $(GEN_H)
 	@mkdir -p bin/examples
-	$(CC) $(CFLAGS_BASE) $(CFLAGS) -o $@ $< lib/libkeyload.a -lnng -lsodium -lprotobuf-c -ljansson -lpthread
+	$(CC) $(CFLAGS_BASE) $(CFLAGS) -o $@ $< lib/libkeyload.a -lnng -luv -lsodium -lprotobuf-c -ljansson -lpthread
 
 bin/keyload-bench: $(call obj,$(BENCH_SRC)) lib/libkeyload.a
 	@mkdir -p bin

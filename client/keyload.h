@@ -1,6 +1,9 @@
 /* keyload.h: libkeyload, the C client SDK for KeyLoad (DESIGN.md §2, §9, §10).
  *
- * Link with lib/libkeyload.a plus -lnng -lsodium -lprotobuf-c -ljansson -lpthread.
+ * Link with lib/libkeyload.a plus -lnng -luv -lsodium -lprotobuf-c -ljansson -lpthread
+ * (common/rpc.c, which the client calls go through, uses libuv locks), e.g.
+ *   cc -std=c11 -I. -Ibuild/gen app.c lib/libkeyload.a -lnng -luv -lsodium -lprotobuf-c \
+ *      -ljansson -lpthread
  * Include paths: the repository root and build/gen (generated protobuf-c headers).
  *
  * Model. A kl_client talks to a cluster described by a cluster file. A kl_batch is a list
