@@ -25,7 +25,18 @@
  * Threads. A kl_client is thread-safe: any number of threads may call its kl_client_*
  * functions at once. A kl_batch and a kl_message are not: one thread at a time may modify
  * one; a batch that nobody modifies may be sent from several threads at once. Every other
- * function is reentrant.
+ * function is reentrant. Answers and receipts are plain data: read them from any number of
+ * threads, free them from one.
+ *
+ * Deadlines. There is no per-call deadline: timeout_ms, given once to kl_client_open, bounds
+ * each request a kl_client_* call makes to a partition (connects, handshakes, redirects and
+ * resends to other members included). Most calls make one such request; a batch whose
+ * queue's placement is not cached yet first asks partition 0 (LocateQueue, one more
+ * timeout_ms), and a queue deletion makes two (its partition, then partition 0). For
+ * another bound open another client (clients are cheap until they dial). When the time is
+ * up: a write that may have reached a member is KL_UNKNOWN_WRITE_OUTCOME, a read
+ * KL_DEADLINE_EXCEEDED (detail "no_answer"), anything that reached no member
+ * KL_UNAVAILABLE (not executed). No call is cancelled from outside.
  *
  * Routing: catalog changes (databases, queue definitions, principals, limits) and catalog
  * reads (LocateQueue, ShowPrincipal) go to partition 0; queue data goes to the partition
@@ -57,8 +68,8 @@ typedef struct kl_client kl_client;
 
 /* Opens a client for the cluster file at cluster_path. database is "TENANT/DB" (NULL:
  * "default/default"); it fills the tenant and database of every request this client
- * sends. timeout_ms bounds each kl_client_* call as a whole, redirects and connects
- * included (<= 0: KL_DEFAULT_TIMEOUT_MS). No connection is made here: members are dialed
+ * sends. timeout_ms bounds each request to a partition, redirects and connects included
+ * (<= 0: KL_DEFAULT_TIMEOUT_MS; see "Deadlines" above). No connection is made here: members are dialed
  * on first use. On success *out belongs to the caller (kl_client_close).
  * Thread-safety: reentrant. */
 kl_code kl_client_open(const char *cluster_path, const char *database, int timeout_ms,
@@ -98,6 +109,7 @@ typedef struct kl_message kl_message;
 /* New message with a copy of body (len may be 0; body may then be NULL).
  * *out belongs to the caller (kl_message_free, which also accepts NULL). */
 kl_code kl_message_new(const void *body, size_t len, kl_message **out, kl_err *err);
+/* Frees m and everything it holds; views from kl_message_view end. NULL is accepted. */
 void kl_message_free(kl_message *m);
 
 /* Adds header key=value (both copied). key: 1..128 bytes of UTF-8, not already present;
@@ -165,12 +177,15 @@ typedef struct kl_database_limits {
  * malformed and all-zero GUIDs are INVALID_ARGUMENT (detail "command_id").
  * *out belongs to the caller (kl_batch_free). */
 kl_code kl_batch_new(const char *command_id, kl_batch **out, kl_err *err);
+/* Frees b and its copies of every input (a receipt it produced stays the caller's). NULL is
+ * accepted. */
 void kl_batch_free(kl_batch *b);
 
 /* The command id in canonical lower-case text; owned by b, valid until kl_batch_free. */
 const char *kl_batch_command_id(const kl_batch *b);
 /* The 16 command id bytes; owned by b, valid until kl_batch_free. */
 const uint8_t *kl_batch_command_id_bytes(const kl_batch *b);
+/* The number of mutations in b. */
 size_t kl_batch_count(const kl_batch *b);
 
 /* Mutations. queue (and dead_letter_queue): 1..128 bytes of letters, digits and . _ - :
@@ -324,7 +339,8 @@ typedef enum kl_batch_route {
     KL_ROUTE_CATALOG,      /* partition 0 */
     KL_ROUTE_DELETE_QUEUE, /* the queue's partition, then partition 0 */
 } kl_batch_route;
-/* INVALID_ARGUMENT when a catalog mutation or a queue deletion shares its batch. */
+/* Where b goes (*route). INVALID_ARGUMENT when a catalog mutation or a queue deletion shares
+ * its batch. Only reads b. */
 kl_code kl_batch_kind(const kl_batch *b, kl_batch_route *route, kl_err *err);
 /* Encodes the keyload.v1.BatchRequest the client would send, with every queue ref's tenant
  * and database taken from database ("TENANT/DB"). The same batch always encodes to the
@@ -350,11 +366,12 @@ typedef struct kl_receipt {
 /* Decodes receipt bytes (copied). *out belongs to the caller (kl_receipt_free, which also
  * accepts NULL). Reentrant; a receipt may be read from several threads at once. */
 kl_code kl_receipt_decode(const uint8_t *bytes, size_t len, kl_receipt **out, kl_err *err);
+/* Frees r, its bytes and its decoded view (pointers into them end). NULL is accepted. */
 void kl_receipt_free(kl_receipt *r);
 
 /* ---------------------------------------------------------------- calls */
 
-/* Sends the batch (kl_batch_partition decides where) and waits for its committed receipt.
+/* Sends the batch (kl_batch_kind decides where) and waits for its committed receipt.
  * On KL_OK *out belongs to the caller (kl_receipt_free); its command id is the batch's.
  * Outcomes worth knowing:
  *   KL_UNKNOWN_WRITE_OUTCOME: a request reached a member but no answer came back within
@@ -388,10 +405,11 @@ void kl_queue_stats_free(Keyload__V1__QueueStatsAnswer *s);
  * and arguments to learn the outcome; a replay answers the stored receipt byte for byte.
  * A replay whose authority changed since (the caller's policy epoch) is PERMISSION_DENIED
  * "stale_authority" and means the original did commit.
- * receipt (may be NULL): on KL_OK the whole receipt, the caller's (kl_receipt_free).
- * Thread-safe, as kl_client_batch. */
+ * out (may be NULL): the caller's struct, filled on KL_OK. receipt (may be NULL): on KL_OK
+ * the whole receipt, the caller's (kl_receipt_free). Thread-safe, as kl_client_batch. */
 
-/* A fresh random (version 4) command id in canonical lower-case text (36 chars + NUL). */
+/* A fresh random (version 4) command id in canonical lower-case text (36 chars + NUL) into
+ * the caller's buffer; also a good transfer id. Thread-safe. */
 #define KL_COMMAND_ID_TEXT_LEN 36
 void kl_command_id_new(char out[KL_COMMAND_ID_TEXT_LEN + 1]);
 
@@ -434,6 +452,7 @@ kl_code kl_client_set_database_limits(kl_client *c, const char *command_id,
  * On KL_OK *out belongs to the caller (kl_principal_answer_free). Thread-safe. */
 kl_code kl_client_show_principal(kl_client *c, const char *principal_id,
                                  Keyload__V1__ShowPrincipalAnswer **out, kl_err *err);
+/* Frees a ShowPrincipal answer; NULL is accepted. */
 void kl_principal_answer_free(Keyload__V1__ShowPrincipalAnswer *a);
 
 /* ---------------------------------------------------------------- remote transfers
@@ -581,9 +600,9 @@ void kl_transfer_failure_answer_free(Keyload__V1__ReadQueueTransferFailureAnswer
  * transfer_id, generation, principal_id, fingerprint_hex, body_bytes (intents), effect
  * {message_id, partition, term, index} (receipts), failed_command_id (GUID text) and
  * failure_code (a code name, e.g. "RESOURCE_EXHAUSTED") (failure witnesses),
- * issued_unix_ms, key_id. *out is malloc'd
+ * issued_unix_ms, key_id. flags: KL_JSON_PRETTY or 0 (below). *out is malloc'd
  * (free()). INVALID_ARGUMENT (detail "token") when the bytes are no SignedToken with
- * TransferClaims. */
+ * TransferClaims. Reentrant. */
 kl_code kl_transfer_token_describe(const uint8_t *token, size_t len, unsigned flags, char **out,
                                    kl_err *err);
 
