@@ -33,9 +33,16 @@ DAEMON_OBJ := $(call obj,$(DAEMON_SRC))
 SDK_OBJ    := $(call obj,$(SDK_SRC))
 
 BINS := bin/keyloadd bin/keyload bin/keyload-coordinator bin/keyload-mcp bin/keyload-bench
+# The C SDK's example programs (client/examples): only client/keyload.h and lib/libkeyload.a.
+EXAMPLE_SRC := $(wildcard client/examples/*.c)
+EXAMPLES    := $(patsubst client/examples/%.c,bin/examples/%,$(EXAMPLE_SRC))
 
-.PHONY: all deps test unit-test process-test mcp-test fuzz fuzz-run bench run clean
-all: $(BINS) lib/libkeyload.a
+.PHONY: all deps test unit-test process-test mcp-test examples-test fuzz fuzz-run bench run clean
+all: $(BINS) lib/libkeyload.a $(EXAMPLES)
+
+# client/keyload.h includes the generated protobuf-c headers: keep them after a build (not
+# intermediates to delete), so that programs outside this Makefile compile against the SDK.
+.SECONDARY: $(GEN_C) $(GEN_H)
 
 build/gen/%.pb-c.c build/gen/%.pb-c.h: proto/%.proto
 	@mkdir -p build/gen
@@ -69,6 +76,11 @@ bin/keyload-mcp: $(call obj,$(MCP_SRC)) lib/libkeyload.a
 	@mkdir -p bin
 	$(CC) $(CFLAGS) -o $@ $(call obj,$(MCP_SRC)) lib/libkeyload.a $(LIBS)
 
+# Each example is one file, compiled as an SDK user would (README "Using the C SDK").
+bin/examples/%: client/examples/%.c client/keyload.h lib/libkeyload.a $(GEN_H)
+	@mkdir -p bin/examples
+	$(CC) $(CFLAGS_BASE) $(CFLAGS) -o $@ $< lib/libkeyload.a -lnng -luv -lsodium -lprotobuf-c -ljansson -lpthread
+
 bin/keyload-bench: $(call obj,$(BENCH_SRC)) lib/libkeyload.a
 	@mkdir -p bin
 	$(CC) $(CFLAGS) -o $@ $(call obj,$(BENCH_SRC)) lib/libkeyload.a $(LIBS)
@@ -94,6 +106,11 @@ process-test: all build/proc-test
 # the pinned SDK from tests/mcp/package-lock.json).
 mcp-test: all
 	@bash tests/support/suite.sh "mcp (official client)" 300 bash tests/mcp/run.sh
+
+# The C SDK examples against a real RF3 cluster (tests/examples/run.sh), also once under
+# ASan+LSan.
+examples-test: all
+	@bash tests/support/suite.sh "examples (C SDK)" 180 bash tests/examples/run.sh
 
 fuzz-run: fuzz
 	@bash tests/support/suite.sh "fuzz (libFuzzer, bounded)" 180 bash tests/fuzz/run.sh 60

@@ -1,6 +1,9 @@
 /* keyload.h: libkeyload, the C client SDK for KeyLoad (DESIGN.md §2, §9, §10).
  *
- * Link with lib/libkeyload.a plus -lnng -lsodium -lprotobuf-c -ljansson -lpthread.
+ * Link with lib/libkeyload.a plus -lnng -luv -lsodium -lprotobuf-c -ljansson -lpthread
+ * (common/rpc.c, which the client calls go through, uses libuv locks), e.g.
+ *   cc -std=c11 -I. -Ibuild/gen app.c lib/libkeyload.a -lnng -luv -lsodium -lprotobuf-c \
+ *      -ljansson -lpthread
  * Include paths: the repository root and build/gen (generated protobuf-c headers).
  *
  * Model. A kl_client talks to a cluster described by a cluster file. A kl_batch is a list
@@ -22,7 +25,18 @@
  * Threads. A kl_client is thread-safe: any number of threads may call its kl_client_*
  * functions at once. A kl_batch and a kl_message are not: one thread at a time may modify
  * one; a batch that nobody modifies may be sent from several threads at once. Every other
- * function is reentrant.
+ * function is reentrant. Answers and receipts are plain data: read them from any number of
+ * threads, free them from one.
+ *
+ * Deadlines. There is no per-call deadline: timeout_ms, given once to kl_client_open, bounds
+ * each request a kl_client_* call makes to a partition (connects, handshakes, redirects and
+ * resends to other members included). Most calls make one such request; a batch whose
+ * queue's placement is not cached yet first asks partition 0 (LocateQueue, one more
+ * timeout_ms), and a queue deletion makes two (its partition, then partition 0). For
+ * another bound open another client (clients are cheap until they dial). When the time is
+ * up: a write that may have reached a member is KL_UNKNOWN_WRITE_OUTCOME, a read
+ * KL_DEADLINE_EXCEEDED (detail "no_answer"), anything that reached no member
+ * KL_UNAVAILABLE (not executed). No call is cancelled from outside.
  *
  * Routing: catalog changes (databases, queue definitions, principals, limits) and catalog
  * reads (LocateQueue, ShowPrincipal) go to partition 0; queue data goes to the partition
@@ -55,8 +69,8 @@ typedef struct kl_client kl_client;
 
 /* Opens a client for the cluster file at cluster_path. database is "TENANT/DB" (NULL:
  * "default/default"); it fills the tenant and database of every request this client
- * sends. timeout_ms bounds each kl_client_* call as a whole, redirects and connects
- * included (<= 0: KL_DEFAULT_TIMEOUT_MS). No connection is made here: members are dialed
+ * sends. timeout_ms bounds each request to a partition, redirects and connects included
+ * (<= 0: KL_DEFAULT_TIMEOUT_MS; see "Deadlines" above). No connection is made here: members are dialed
  * on first use. On success *out belongs to the caller (kl_client_close).
  * Thread-safety: reentrant. */
 kl_code kl_client_open(const char *cluster_path, const char *database, int timeout_ms,
@@ -96,6 +110,7 @@ typedef struct kl_message kl_message;
 /* New message with a copy of body (len may be 0; body may then be NULL).
  * *out belongs to the caller (kl_message_free, which also accepts NULL). */
 kl_code kl_message_new(const void *body, size_t len, kl_message **out, kl_err *err);
+/* Frees m and everything it holds; views from kl_message_view end. NULL is accepted. */
 void kl_message_free(kl_message *m);
 
 /* Adds header key=value (both copied). key: 1..128 bytes of UTF-8, not already present;
@@ -163,12 +178,15 @@ typedef struct kl_database_limits {
  * malformed and all-zero GUIDs are INVALID_ARGUMENT (detail "command_id").
  * *out belongs to the caller (kl_batch_free). */
 kl_code kl_batch_new(const char *command_id, kl_batch **out, kl_err *err);
+/* Frees b and its copies of every input (a receipt it produced stays the caller's). NULL is
+ * accepted. */
 void kl_batch_free(kl_batch *b);
 
 /* The command id in canonical lower-case text; owned by b, valid until kl_batch_free. */
 const char *kl_batch_command_id(const kl_batch *b);
 /* The 16 command id bytes; owned by b, valid until kl_batch_free. */
 const uint8_t *kl_batch_command_id_bytes(const kl_batch *b);
+/* The number of mutations in b. */
 size_t kl_batch_count(const kl_batch *b);
 
 /* Mutations. queue (and dead_letter_queue): 1..128 bytes of letters, digits and . _ - :
@@ -258,6 +276,28 @@ void kl_key_list_clear(kl_key_list *l);
  * trailing '*' ("orders.*", "orders*", "*"); 1..128 bytes. INVALID_ARGUMENT, detail `what`. */
 kl_code kl_queue_pattern_check(const char *what, const char *pattern, kl_err *err);
 
+/* Principal key files (client/sdk/keyfile.c): libsodium's 64-byte Ed25519 secret key (seed
+ * || public key), mode 0600, the file kl_client_open_principal and `keyload --key` read.
+ * kl_key_file_new makes a new key pair, writes its secret half to path (created with
+ * O_EXCL: an existing file is FAILED_PRECONDITION, never overwritten; synced) and gives the
+ * public half for kl_batch_create_principal, kl_batch_set_principal_key or
+ * kl_bootstrap_proof. Write the file BEFORE sending the request that registers the key, so a
+ * commit never loses it; remove it yourself after a definite refusal (not after
+ * KL_UNKNOWN_WRITE_OUTCOME: the key may be registered). kl_key_file_public reads such a file
+ * (same mode rule) and gives its public half. The secret bytes are wiped from memory before
+ * returning and never leave the process. Errors name the file, never a key byte.
+ * Reentrant. */
+kl_code kl_key_file_new(const char *path, uint8_t public_key[32], kl_err *err);
+kl_code kl_key_file_public(const char *path, uint8_t public_key[32], kl_err *err);
+
+/* The proof a kl_batch_bootstrap carries (kl_canon_bootstrap_proof): reads the 32-byte
+ * cluster secret from cluster_secret_path (mode 0600; the launcher's
+ * var/<cluster>/cluster.secret) and computes the proof for database "TENANT/DB", admin_id
+ * and admin_public_key into proof. The secret is wiped before returning. Reentrant. */
+kl_code kl_bootstrap_proof(const char *cluster_secret_path, const char *database,
+                           const char *admin_id, const uint8_t admin_public_key[32],
+                           uint8_t proof[32], kl_err *err);
+
 /* A grant on the client's database (DESIGN.md §5): the permission, the queues it covers
  * and, except for QueueAck (which takes no lists), the field and header keys it allows
  * (borrowed arrays, validated like kl_key_list and sent sorted; n = 0 means none). */
@@ -300,7 +340,8 @@ typedef enum kl_batch_route {
     KL_ROUTE_CATALOG,      /* partition 0 */
     KL_ROUTE_DELETE_QUEUE, /* the queue's partition, then partition 0 */
 } kl_batch_route;
-/* INVALID_ARGUMENT when a catalog mutation or a queue deletion shares its batch. */
+/* Where b goes (*route). INVALID_ARGUMENT when a catalog mutation or a queue deletion shares
+ * its batch. Only reads b. */
 kl_code kl_batch_kind(const kl_batch *b, kl_batch_route *route, kl_err *err);
 /* Encodes the keyload.v1.BatchRequest the client would send, with every queue ref's tenant
  * and database taken from database ("TENANT/DB"). The same batch always encodes to the
@@ -326,11 +367,12 @@ typedef struct kl_receipt {
 /* Decodes receipt bytes (copied). *out belongs to the caller (kl_receipt_free, which also
  * accepts NULL). Reentrant; a receipt may be read from several threads at once. */
 kl_code kl_receipt_decode(const uint8_t *bytes, size_t len, kl_receipt **out, kl_err *err);
+/* Frees r, its bytes and its decoded view (pointers into them end). NULL is accepted. */
 void kl_receipt_free(kl_receipt *r);
 
 /* ---------------------------------------------------------------- calls */
 
-/* Sends the batch (kl_batch_partition decides where) and waits for its committed receipt.
+/* Sends the batch (kl_batch_kind decides where) and waits for its committed receipt.
  * On KL_OK *out belongs to the caller (kl_receipt_free); its command id is the batch's.
  * Outcomes worth knowing:
  *   KL_UNKNOWN_WRITE_OUTCOME: a request reached a member but no answer came back within
@@ -364,10 +406,11 @@ void kl_queue_stats_free(Keyload__V1__QueueStatsAnswer *s);
  * and arguments to learn the outcome; a replay answers the stored receipt byte for byte.
  * A replay whose authority changed since (the caller's policy epoch) is PERMISSION_DENIED
  * "stale_authority" and means the original did commit.
- * receipt (may be NULL): on KL_OK the whole receipt, the caller's (kl_receipt_free).
- * Thread-safe, as kl_client_batch. */
+ * out (may be NULL): the caller's struct, filled on KL_OK. receipt (may be NULL): on KL_OK
+ * the whole receipt, the caller's (kl_receipt_free). Thread-safe, as kl_client_batch. */
 
-/* A fresh random (version 4) command id in canonical lower-case text (36 chars + NUL). */
+/* A fresh random (version 4) command id in canonical lower-case text (36 chars + NUL) into
+ * the caller's buffer; also a good transfer id. Thread-safe. */
 #define KL_COMMAND_ID_TEXT_LEN 36
 void kl_command_id_new(char out[KL_COMMAND_ID_TEXT_LEN + 1]);
 
@@ -410,6 +453,7 @@ kl_code kl_client_set_database_limits(kl_client *c, const char *command_id,
  * On KL_OK *out belongs to the caller (kl_principal_answer_free). Thread-safe. */
 kl_code kl_client_show_principal(kl_client *c, const char *principal_id,
                                  Keyload__V1__ShowPrincipalAnswer **out, kl_err *err);
+/* Frees a ShowPrincipal answer; NULL is accepted. */
 void kl_principal_answer_free(Keyload__V1__ShowPrincipalAnswer *a);
 
 /* ---------------------------------------------------------------- remote transfers
@@ -557,9 +601,9 @@ void kl_transfer_failure_answer_free(Keyload__V1__ReadQueueTransferFailureAnswer
  * transfer_id, generation, principal_id, fingerprint_hex, body_bytes (intents), effect
  * {message_id, partition, term, index} (receipts), failed_command_id (GUID text) and
  * failure_code (a code name, e.g. "RESOURCE_EXHAUSTED") (failure witnesses),
- * issued_unix_ms, key_id. *out is malloc'd
+ * issued_unix_ms, key_id. flags: KL_JSON_PRETTY or 0 (below). *out is malloc'd
  * (free()). INVALID_ARGUMENT (detail "token") when the bytes are no SignedToken with
- * TransferClaims. */
+ * TransferClaims. Reentrant. */
 kl_code kl_transfer_token_describe(const uint8_t *token, size_t len, unsigned flags, char **out,
                                    kl_err *err);
 

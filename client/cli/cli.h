@@ -95,10 +95,9 @@ const Keyload__V1__MutationResult *cli_single_result(cli *c, const kl_receipt *r
 /* ---- keyfile.c: key pairs of principals (admin bootstrap, principal create/rotate-key) */
 /* The public half of a principal's key pair: a new pair whose secret half is written to
  * key_out (mode 0600, refusing an existing file: the format --key reads), or the pair held
- * in key_in (to retry a command with the same key). Exactly one of them is non-NULL. `what`
- * names the file in errors. The secret half is wiped from memory before returning. */
-kl_code cli_key_pair(const char *what, const char *key_out, const char *key_in, uint8_t pk[32],
-                     kl_err *err);
+ * in key_in (to retry a command with the same key). Exactly one of them is non-NULL. The
+ * SDK's kl_key_file_new / kl_key_file_public do the work (and wipe the secret half). */
+kl_code cli_key_pair(const char *key_out, const char *key_in, uint8_t pk[32], kl_err *err);
 /* After the request registering that key: on KL_OK nothing; on an unknown outcome key_out is
  * kept and stderr says how to retry (retry_fmt: the command line, with --key-in and
  * --command-id); on any other error key_out is removed (it belongs to no principal).

@@ -1,15 +1,12 @@
 /* cmd_admin: `keyload admin bootstrap` (DESIGN.md §5, §10): the first cluster
- * administrator, proven by the cluster secret. The new key pair is made by keyfile.c; its
- * secret half is written (mode 0600, never over an existing file) before the request is
- * sent, so a bootstrap that commits never loses its key. A definite refusal removes the file
+ * administrator, proven by the cluster secret (kl_bootstrap_proof). The new key pair is made
+ * by keyfile.c; its secret half is written (mode 0600, never over an existing file) before
+ * the request is sent, so a bootstrap that commits never loses its key. A definite refusal removes the file
  * again; an unknown outcome keeps it, and the printed retry line reuses it (--key-in). */
 #include "client/cli/cli.h"
-#include "common/canon.h"
 #include "common/cluster.h"
-#include "common/keys.h"
 
 #include <inttypes.h>
-#include <sodium.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -96,15 +93,16 @@ static int bootstrap(cli *c, cli_args *a)
         snprintf(default_secret, sizeof default_secret, "var/%s/cluster.secret", cluster.name);
         o.secret_file = default_secret;
     }
-    uint8_t secret[KL_CLUSTER_SECRET_LEN], pk[32], proof[KL_DIGEST_LEN];
-    if (kl_keys_read_secret_file("cluster secret file", o.secret_file, secret, sizeof secret, &err) != KL_OK)
+    uint8_t pk[32], proof[32];
+    if (cli_key_pair(o.key_out, o.key_in, pk, &err) != KL_OK)
         return cli_error(c, &err);
-    if (cli_key_pair("administrator key file", o.key_out, o.key_in, pk, &err) != KL_OK) {
-        sodium_memzero(secret, sizeof secret);
+    /* The proof reads the cluster secret (SDK: kl_bootstrap_proof); a refusal here removes
+     * the key file just written, as any definite refusal does. */
+    kl_code code = kl_bootstrap_proof(o.secret_file, database, o.admin, pk, proof, &err);
+    if (code != KL_OK) {
+        cli_key_settle(code, o.key_out, "%s", ""); /* removes it */
         return cli_error(c, &err);
     }
-    int made = kl_canon_bootstrap_proof(secret, o.tenant, o.database, o.admin, pk, sizeof pk, proof);
-    sodium_memzero(secret, sizeof secret);
     kl_batch *b;
     if ((rc = cli_new_batch(c, o.command_id, &b)) != CLI_EXIT_OK) {
         cli_key_settle(KL_INVALID_ARGUMENT, o.key_out, "%s", ""); /* removes it */
@@ -112,8 +110,7 @@ static int bootstrap(cli *c, cli_args *a)
     }
     kl_client *client = NULL;
     kl_receipt *r = NULL;
-    kl_code code = made != 0 ? kl_fail(&err, KL_INTERNAL, "memory", "out of memory")
-                             : kl_batch_bootstrap(b, database, o.admin, pk, proof, &err);
+    code = kl_batch_bootstrap(b, database, o.admin, pk, proof, &err);
     if (code == KL_OK)
         code = cli_open(c, &client, &err);
     if (code == KL_OK)

@@ -327,7 +327,7 @@ static int change(cli *c, kl_client *client, const cli_principal_args *o)
     kl_code code;
     uint8_t pk[32];
     if (o->sub == CLI_PRINCIPAL_CREATE || o->sub == CLI_PRINCIPAL_ROTATE_KEY) {
-        if (cli_key_pair("principal key file", o->key_out, o->key_in, pk, &err) != KL_OK)
+        if (cli_key_pair(o->key_out, o->key_in, pk, &err) != KL_OK)
             return cli_error(c, &err);
     }
     kl_principal_result res;
