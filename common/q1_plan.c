@@ -74,6 +74,47 @@ static kl_code map_transfer_complete(kl_q1_args *a, target *t, kl_err *err)
     return KL_OK;
 }
 
+/* KL-6's advances: the same three arguments for both. */
+static kl_code advance_args(kl_q1_args *a, Keyload__V1__QueueLaneRef **src, ProtobufCBinaryData *tid,
+                            ProtobufCBinaryData *witness, kl_err *err)
+{
+    kl_code rc;
+    if ((rc = kl_q1_lane_ref(a, "source_queue", "source_lane", src, err)) != KL_OK ||
+        (rc = kl_q1_arg_guid(a, "transfer_id", tid, err)) != KL_OK)
+        return rc;
+    return kl_q1_arg_base64(a, "witness_token", true, witness, err);
+}
+
+static kl_code map_transfer_advance_attempt(kl_q1_args *a, target *t, kl_err *err)
+{
+    Keyload__V1__AdvanceQueueTransferAttempt *m = kl_q1_arena_alloc(&a->ar, sizeof *m);
+    if (m == NULL)
+        return kl_fail(err, KL_INTERNAL, "memory", "out of memory");
+    keyload__v1__advance_queue_transfer_attempt__init(m);
+    kl_code rc = advance_args(a, &m->source_queue, &m->transfer_id, &m->witness_token, err);
+    if (rc != KL_OK)
+        return rc;
+    t->mutation.kind_case = KEYLOAD__V1__MUTATION__KIND_ADVANCE_QUEUE_TRANSFER_ATTEMPT;
+    t->mutation.advance_queue_transfer_attempt = m;
+    t->route = m->source_queue->queue;
+    return KL_OK;
+}
+
+static kl_code map_transfer_advance_repair(kl_q1_args *a, target *t, kl_err *err)
+{
+    Keyload__V1__AdvanceQueueTransferRepair *m = kl_q1_arena_alloc(&a->ar, sizeof *m);
+    if (m == NULL)
+        return kl_fail(err, KL_INTERNAL, "memory", "out of memory");
+    keyload__v1__advance_queue_transfer_repair__init(m);
+    kl_code rc = advance_args(a, &m->source_queue, &m->transfer_id, &m->witness_token, err);
+    if (rc != KL_OK)
+        return rc;
+    t->mutation.kind_case = KEYLOAD__V1__MUTATION__KIND_ADVANCE_QUEUE_TRANSFER_REPAIR;
+    t->mutation.advance_queue_transfer_repair = m;
+    t->route = m->source_queue->queue;
+    return KL_OK;
+}
+
 static kl_code map_transfer_inspect(kl_q1_args *a, target *t, kl_err *err)
 {
     Keyload__V1__InspectQueueTransferRequest *r = kl_q1_arena_alloc(&a->ar, sizeof *r);
@@ -218,6 +259,10 @@ static const struct alias {
      "source_queue, source_lane, transfer_id", map_transfer_inspect},
     {"keyload.queue-transfer.inspect-receipt.v1", KL_Q1_OP_TRANSFER_RECEIPT, true,
      "destination_queue, source_queue, source_lane, transfer_id", map_transfer_inspect_receipt},
+    {"keyload.queue-transfer.advance-attempt.v1", KL_Q1_OP_BATCH, true,
+     "source_queue, source_lane, transfer_id, witness_token", map_transfer_advance_attempt},
+    {"keyload.queue-transfer.advance-repair.v1", KL_Q1_OP_BATCH, true,
+     "source_queue, source_lane, transfer_id, witness_token", map_transfer_advance_repair},
     {"keyload.queue.enqueue.v1", KL_Q1_OP_BATCH, false,
      "queue, lane, body | body_base64, headers, fields, expires_at_unix_ms, delay_ms", map_enqueue},
     {"keyload.queue.receive.v1", KL_Q1_OP_BATCH, false, "queue, lane, max, lease_ms", map_receive},

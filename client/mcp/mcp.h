@@ -8,7 +8,7 @@
  * Files: main.c (environment, the bounded line loop), jsonrpc.c (framing, the MCP methods),
  * tools.c (the tool table machinery: schemas, argument checks, dispatch, the SDK client),
  * tools_queue.c (queues, messages, principals, databases), tools_transfer.c (transfers),
- * tools_status.c (the members' status).
+ * tools_status.c (the members' status), tools_query.c (Q1 statements).
  *
  * Errors, as the issue (KL-7) splits them: a malformed line, an unknown method, an unknown
  * tool and arguments that do not match the tool's inputSchema are JSON-RPC errors; anything
@@ -129,12 +129,15 @@ typedef struct mcp_tool {
     mcp_build_fn build;   /* exactly one of build and read */
     mcp_read_fn read;
     bool needs_client;    /* false: runs without an SDK client (token describe, status) */
+    bool read_may_write;  /* a read tool whose call can still write (query: a mutating
+                           * CALL), so it is not announced read-only */
 } mcp_tool;
 
 /* The tool groups, each a table terminated by an entry with name NULL. */
 extern const mcp_tool mcp_queue_tools[];
 extern const mcp_tool mcp_transfer_tools[];
 extern const mcp_tool mcp_status_tools[];
+extern const mcp_tool mcp_query_tools[];
 
 /* Argument accessors for handlers; the arguments were checked against the schema first, so
  * a present argument has its declared type. */

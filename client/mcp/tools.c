@@ -34,7 +34,8 @@ bool mcp_rpc_fail(mcp_rpc_error *e, int code, const char *fmt, ...)
 
 /* ---------------------------------------------------------------- the table */
 
-static const mcp_tool *const groups[] = {mcp_queue_tools, mcp_transfer_tools, mcp_status_tools};
+static const mcp_tool *const groups[] = {mcp_queue_tools, mcp_transfer_tools, mcp_status_tools,
+                                         mcp_query_tools};
 
 static const mcp_tool *find_tool(const char *name)
 {
@@ -114,7 +115,7 @@ static json_t *tool_json(const mcp_tool *t)
     return json_pack("{s:s,s:s,s:{s:s,s:o,s:o,s:b},s:{s:b}}", "name", t->name, "description",
                      t->description, "inputSchema", "type", "object", "properties", props,
                      "required", req, "additionalProperties", 0, "annotations", "readOnlyHint",
-                     t->read != NULL);
+                     t->read != NULL && !t->read_may_write);
 }
 
 json_t *mcp_tools_list(void)

@@ -26,6 +26,6 @@ const mcp_tool mcp_status_tools[] = {
     {"cluster_status",
      "Every member's role, term, commit/applied index and catalog version, per partition, "
      "with each partition's leader (keyload cluster-status).", status_args, NULL,
-     cluster_status, false},
-    {NULL, NULL, NULL, NULL, NULL, false},
+     cluster_status, false, false},
+    {NULL, NULL, NULL, NULL, NULL, false, false},
 };

@@ -86,16 +86,18 @@ async function main() {
     'database_create', 'database_limits', 'principal_create', 'principal_show', 'principal_grant',
     'principal_revoke', 'principal_set_key', 'transfer_create', 'transfer_accept', 'transfer_complete',
     'transfer_inspect', 'transfer_receipt', 'transfer_pending', 'transfer_pause', 'transfer_resume',
-    'transfer_token_describe', 'transfer_failure', 'transfer_advance', 'transfer_repair', 'cluster_status'];
+    'transfer_token_describe', 'transfer_failure', 'transfer_advance', 'transfer_repair', 'cluster_status', 'query'];
   const names = tools.map((t) => t.name);
   check('tools/list names every operation', want.every((n) => names.includes(n)), names);
   check('every tool has an object inputSchema with required[] and additionalProperties false',
     tools.every((t) => t.inputSchema?.type === 'object' && Array.isArray(t.inputSchema.required) &&
       t.inputSchema.additionalProperties === false && typeof t.inputSchema.properties === 'object'),
     tools.filter((t) => t.inputSchema?.additionalProperties !== false).map((t) => t.name));
+  // query writes too (a mutating CALL) but names its command id in the statement.
   check('every mutation takes an optional command_id',
-    tools.filter((t) => !t.annotations?.readOnlyHint).every((t) => t.inputSchema.properties.command_id &&
+    tools.filter((t) => !t.annotations?.readOnlyHint && t.name !== 'query').every((t) => t.inputSchema.properties.command_id &&
       !t.inputSchema.required.includes('command_id')));
+  check('query is not announced read-only', tools.find((t) => t.name === 'query')?.annotations?.readOnlyHint === false);
 
   // ---- queues on different partitions
   let r = okOf(await call(client, 'queue_create', { queue: 'src', partition: 1 }));
@@ -183,6 +185,24 @@ async function main() {
   r = okOf(await call(client, 'transfer_resume', { source_queue: 'src' }));
   check('transfer_resume src', r?.results?.[0]?.paused === false && r.results[0].changed === true, r);
 
+  // ---- Q1 through the MCP query tool (the second Q1 route; `keyload sql` is the first)
+  r = await call(client, 'query', { statement: `CALL keyload.queue-transfer.inspect.v1(source_queue => 'src', transfer_id => '${id}')` });
+  check('query without the Query grant: isError PERMISSION_DENIED grant:Query', errCode(r) === 'PERMISSION_DENIED' &&
+    JSON.parse(r.content[0].text).error.detail === 'grant:Query', r);
+  okOf(await call(client, 'principal_grant', { principal_id: 'root', permission: 'Query', queue_pattern: '*' }));
+  r = okOf(await call(client, 'query', { statement: `CALL keyload.queue-transfer.inspect.v1(source_queue => 'src', transfer_id => '${id}')` }));
+  const native = okOf(await call(client, 'transfer_inspect', { source_queue: 'src', transfer_id: id }));
+  check('query inspect.v1: one row, the native transfer_inspect object field for field',
+    r?.rows?.length === 1 && JSON.stringify(r.rows[0]) === JSON.stringify(native), r);
+  const qcmd = crypto.randomUUID();
+  const stmt = `CALL keyload.queue.enqueue.v1(queue => 'src', body => 'via query') WITH COMMAND_ID '${qcmd}'`;
+  const q1 = okOf(await call(client, 'query', { statement: stmt }));
+  const q2 = okOf(await call(client, 'query', { statement: stmt }));
+  check('query enqueue.v1 under WITH COMMAND_ID: a receipt, replayed identically', q1?.rows?.[0]?.command_id === qcmd &&
+    q1.rows[0].results?.[0]?.kind === 'enqueued' && JSON.stringify(q1) === JSON.stringify(q2), q1);
+  r = await call(client, 'query', { statement: 'CALL nope(' });
+  check('query with a syntax error: isError INVALID_ARGUMENT', errCode(r) === 'INVALID_ARGUMENT', r);
+
   // ---- KL-6: a capacity failure, its witness and the attempt advance, all through MCP
   r = okOf(await call(client, 'database_limits', { max_transfer_accept_attempts: 3 }));
   check('database_limits: MaxQueueTransferAcceptAttempts 3', r?.results?.[0]?.kind === 'database_limits_set', r);
@@ -209,6 +229,12 @@ async function main() {
   const adv = r?.results?.[0];
   check('transfer_advance: generation 2 with its token', adv?.kind === 'transfer_advanced' && adv.generation === 2 &&
     typeof adv.intent_token === 'string' && adv.intent_token !== intent2, r);
+  r = okOf(await call(client, 'query', { statement: `CALL keyload.queue-transfer.advance-attempt.v1(source_queue => 'src', transfer_id => '${id2}', witness_token => '${witness}')` }));
+  check('query advance-attempt.v1 with the same witness: the advance already made, generation 2',
+    r?.rows?.[0]?.results?.[0]?.kind === 'transfer_advanced' && r.rows[0].results[0].already === true &&
+    r.rows[0].results[0].generation === 2, r);
+  r = await call(client, 'query', { statement: `CALL keyload.queue-transfer.advance-repair.v1(source_queue => 'src', transfer_id => '${id2}', witness_token => '${witness}')` });
+  check('query advance-repair.v1 with a capacity witness: isError FAILED_PRECONDITION', errCode(r) === 'FAILED_PRECONDITION', r);
   r = okOf(await call(client, 'transfer_inspect', { source_queue: 'src', transfer_id: id2 }));
   check('transfer_inspect: generation 2, current_token is the advance\'s', r?.generation === 2 &&
     r.current_token === adv.intent_token && r.attempt_advances === 1, r);

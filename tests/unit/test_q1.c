@@ -312,6 +312,37 @@ START_TEST(q1_receive_ack_and_transfers_map)
     ck_assert_str_eq(p.queue, "src");
     kl_q1_plan_free(&p);
 
+    /* KL-6's advances: source-routed batches carrying the witness. */
+    for (int repair = 0; repair < 2; repair++) {
+        snprintf(s, sizeof s,
+                 "CALL keyload.queue-transfer.advance-%s.v1(source_queue => 'src', source_lane => 'eu', "
+                 "transfer_id => '%s', witness_token => 'AQID')",
+                 repair ? "repair" : "attempt", id);
+        ck_assert_int_eq(plan(s, &p, &e), KL_OK);
+        ck_assert_int_eq(p.op, KL_Q1_OP_BATCH);
+        ck_assert_str_eq(p.queue, "src");
+        Keyload__V1__BatchRequest *ab = keyload__v1__batch_request__unpack(NULL, p.request_len, p.request);
+        ck_assert_ptr_nonnull(ab);
+        ck_assert_uint_eq(ab->n_mutations, 1);
+        const Keyload__V1__Mutation *am = ab->mutations[0];
+        ck_assert_int_eq(am->kind_case, repair ? KEYLOAD__V1__MUTATION__KIND_ADVANCE_QUEUE_TRANSFER_REPAIR
+                                               : KEYLOAD__V1__MUTATION__KIND_ADVANCE_QUEUE_TRANSFER_ATTEMPT);
+        const Keyload__V1__QueueLaneRef *src = repair ? am->advance_queue_transfer_repair->source_queue
+                                                      : am->advance_queue_transfer_attempt->source_queue;
+        const ProtobufCBinaryData *w = repair ? &am->advance_queue_transfer_repair->witness_token
+                                              : &am->advance_queue_transfer_attempt->witness_token;
+        ck_assert_str_eq(src->lane, "eu");
+        ck_assert_uint_eq(w->len, 3);
+        ck_assert_int_eq(w->data[2], 3);
+        keyload__v1__batch_request__free_unpacked(ab, NULL);
+        kl_q1_plan_free(&p);
+        /* the witness is required */
+        snprintf(s, sizeof s, "CALL keyload.queue-transfer.advance-%s.v1(source_queue => 'src', transfer_id => '%s')",
+                 repair ? "repair" : "attempt", id);
+        ck_assert_int_eq(plan(s, &p, &e), KL_INVALID_ARGUMENT);
+        ck_assert_str_eq(e.detail, "witness_token");
+    }
+
     snprintf(s, sizeof s, "CALL keyload.queue-transfer.inspect.v1(source_queue => 'src', source_lane => 'l', transfer_id => '%s')", id);
     ck_assert_int_eq(plan(s, &p, &e), KL_OK);
     ck_assert_int_eq(p.op, KL_Q1_OP_INSPECT_TRANSFER);
