@@ -1644,7 +1644,10 @@ static bool adv_round(kl_client *op, kl_client *root, const cc_tok *token, cc_to
         return false;
     }
     Keyload__V1__ReadQueueTransferFailureAnswer *fa = NULL;
-    if (kl_client_read_transfer_failure(op, "dst.adv", NULL, token->b, token->n, acc, &fa, &err) != KL_OK) {
+    int64_t t0 = now_ms();
+    kl_code frc = kl_client_read_transfer_failure(op, "dst.adv", NULL, token->b, token->n, acc, &fa, &err);
+    fprintf(stderr, "    failure read (RF3, sealed, read barrier): %lld ms\n", (long long)(now_ms() - t0));
+    if (frc != KL_OK) {
         snprintf(why, cap, "failure read: %s %s", kl_code_name(err.code), err.message);
         return false;
     }
@@ -1736,7 +1739,9 @@ void test_coord_advance(void)
         if (k > 1)
             CHECK(adv_round(op, root, &cur, &w, why, sizeof why), "round %d: %s", k, why);
         uint64_t before = charged, r0 = reserved;
+        int64_t t0 = now_ms();
         rc = adv_send(op, tid, &w, &res, &err);
+        fprintf(stderr, "    advance %d call: %lld ms (%s)\n", k, (long long)(now_ms() - t0), kl_code_name(rc));
         if (k == 3) {
             CHECK(rc == KL_RESOURCE_EXHAUSTED && strcmp(err.detail, "limit:MaxQueueTransferAcceptAttempts") == 0,
                   "advance past the ceiling: %s %s", kl_code_name(rc), err.detail);
