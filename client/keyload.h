@@ -591,6 +591,19 @@ kl_code kl_client_read_transfer_failure(kl_client *c, const char *dest_queue,
                                         size_t len, const char *failed_command_id,
                                         Keyload__V1__ReadQueueTransferFailureAnswer **out,
                                         kl_err *err);
+/* The same read for a denied Complete, on the SOURCE queue's partition: what became of the
+ * Complete that carried receipt_token for (source lane, transfer_id) under
+ * failed_command_id. Only a PERMISSION_DENIED Complete is witnessed, once the caller's
+ * policy epoch changed and the same Complete would now pass (WITNESS_ISSUED: pass the
+ * witness to kl_batch_advance_transfer_repair; the intent moves to its next generation and
+ * a Complete under a new command id then verifies the same receipt); UNCHANGED otherwise;
+ * FAILED_PRECONDITION "state" when the transfer is Delivered. Arguments are copied;
+ * errors name the field. On KL_OK *out belongs to the caller
+ * (kl_transfer_failure_answer_free). Thread-safe. The answer carries tokens. */
+kl_code kl_client_read_complete_failure(kl_client *c, const char *source_queue, const char *source_lane,
+                                        const char *transfer_id, const uint8_t *receipt_token, size_t len,
+                                        const char *failed_command_id,
+                                        Keyload__V1__ReadQueueTransferFailureAnswer **out, kl_err *err);
 /* Frees an answer of kl_client_read_transfer_failure; NULL is accepted. */
 void kl_transfer_failure_answer_free(Keyload__V1__ReadQueueTransferFailureAnswer *a);
 

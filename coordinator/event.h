@@ -43,9 +43,11 @@ typedef struct kl_coord_event {
     uint8_t *token; /* the intent token, byte for byte */
     size_t token_len;
     /* A retained failure (KL-6): the Accept of this generation was refused RESOURCE_EXHAUSTED
-     * or PERMISSION_DENIED without effect, under failed_command_id. Later turns run the
-     * seeds' recovery flowchart instead of resending it. */
+     * or PERMISSION_DENIED, or its Complete PERMISSION_DENIED, without effect, under
+     * failed_command_id. Later turns run the seeds' recovery flowchart instead of resending
+     * it. */
     bool has_failure;
+    bool failure_in_complete;  /* the denied command was the Complete (else the Accept) */
     kl_code failure_code;
     uint8_t failed_command_id[16];
     /* Scheduling, owned by the buffer holding the event. */

@@ -179,6 +179,15 @@ static turn_out refused(turn *t, const char *step, const char *stage)
     return retry(t, stage);
 }
 
+/* Keeps the failure of the command `cmd` (Accept or Complete) with the event. */
+static void retain(turn *t, bool in_complete, const char *cmd)
+{
+    t->ev->has_failure = true;
+    t->ev->failure_in_complete = in_complete;
+    t->ev->failure_code = t->err.code;
+    kl_guid_parse(cmd, t->ev->failed_command_id);
+}
+
 /* 4. One canonical Accept. */
 static turn_out accept(turn *t)
 {
@@ -205,9 +214,7 @@ static turn_out accept(turn *t)
         if (o == OUT_FAILED && (t->err.code == KL_RESOURCE_EXHAUSTED || t->err.code == KL_PERMISSION_DENIED)) {
             /* The seeds' "retained original failure authority": kept with the event; a
              * later turn reads the target afresh instead of resending this command. */
-            t->ev->has_failure = true;
-            t->ev->failure_code = t->err.code;
-            kl_guid_parse(cmd, t->ev->failed_command_id);
+            retain(t, false, cmd);
             return OUT_RECOVER;
         }
         return o;
@@ -255,6 +262,10 @@ static turn_out complete(turn *t, const Keyload__V1__InspectQueueTransferReceipt
     kl_batch_free(b);
     if (rc != KL_OK) {
         turn_out o = refused(t, "complete", "complete");
+        if (o == OUT_FAILED && t->err.code == KL_PERMISSION_DENIED) {
+            retain(t, true, cmd); /* a denied Complete waits for a policy repair */
+            return OUT_RECOVER;
+        }
         if (o != OUT_CONTINUE)
             return o;
         /* stale_authority: the Complete committed under the old authority; whether it
@@ -311,8 +322,27 @@ static turn_out recover(turn *t)
     char failed[KL_GUID_TEXT_LEN + 1];
     kl_guid_format(ev->failed_command_id, failed);
     Keyload__V1__ReadQueueTransferFailureAnswer *a = NULL;
-    if (kl_client_read_transfer_failure(t->co->client, ev->dest_queue, ev->dest_lane, ev->token,
-                                        ev->token_len, failed, &a, &t->err) != KL_OK) {
+    kl_code rrc;
+    if (ev->failure_in_complete) {
+        /* The denied Complete carried the destination's receipt: read it again, then ask
+         * the source about that Complete. */
+        Keyload__V1__InspectQueueTransferReceiptAnswer *rcpt = NULL;
+        turn_out o = read_receipt(t, "failure_read", &rcpt);
+        if (o != OUT_CONTINUE)
+            return o;
+        if (rcpt == NULL) {
+            kl_fail(&t->err, KL_FAILED_PRECONDITION, "proof_changed", "the receipt of a denied Complete is gone");
+            return retry(t, "failure_read");
+        }
+        rrc = kl_client_read_complete_failure(t->co->client, ev->source_queue, ev->source_lane, ev->transfer_id_text,
+                                              rcpt->receipt_token.data, rcpt->receipt_token.len, failed, &a,
+                                              &t->err);
+        kl_transfer_receipt_answer_free(rcpt);
+    } else {
+        rrc = kl_client_read_transfer_failure(t->co->client, ev->dest_queue, ev->dest_lane, ev->token,
+                                              ev->token_len, failed, &a, &t->err);
+    }
+    if (rrc != KL_OK) {
         if (kl_coord_refusal_is_terminal(t->err.code) || t->err.code == KL_NOT_FOUND) {
             t->step = "failure_read";
             return OUT_FAILED; /* no failure authority after all: an operator's case */
@@ -329,8 +359,9 @@ static turn_out recover(turn *t)
     case KEYLOAD__V1__FAILURE_VERDICT__WITNESS_ISSUED: {
         atomic_fetch_add(&t->co->stats.witnesses, 1);
         bool repair = ev->failure_code == KL_PERMISSION_DENIED;
-        KL_INFO("failure_read", "%s verdict=witness failed_cmd=%s code=%s action=%s", t->fields, failed,
-                kl_code_name(ev->failure_code), repair ? "repair" : "advance");
+        KL_INFO("failure_read", "%s verdict=witness step=%s failed_cmd=%s code=%s action=%s", t->fields,
+                ev->failure_in_complete ? "complete" : "accept", failed, kl_code_name(ev->failure_code),
+                repair ? "repair" : "advance");
         char cmd[KL_GUID_TEXT_LEN + 1];
         kl_batch *b = NULL;
         if (command_id(t, repair ? KL_COORD_STEP_REPAIR : KL_COORD_STEP_ADVANCE, cmd) != KL_OK) {

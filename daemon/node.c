@@ -909,10 +909,19 @@ kl_code kl_node_transfer_read(kl_node *n, kl_node_transfer_read_kind kind, const
             keyload__v1__read_queue_transfer_failure_request__unpack(NULL, len, req);
         if ((r = (ProtobufCMessage *)q) == NULL)
             break;
-        rc = check_transfer_ref("destination_queue.lane", q->destination_queue, err);
+        /* An Accept's failure names the destination, a Complete's the source (only one). */
+        const Keyload__V1__QueueLaneRef *on = q->source_queue ? q->source_queue : q->destination_queue;
+        if (q->source_queue != NULL && q->destination_queue != NULL)
+            rc = kl_fail(err, KL_INVALID_ARGUMENT, "source_queue",
+                         "name destination_queue (a failed Accept) or source_queue (a failed Complete), not both");
+        else if (q->source_queue != NULL) {
+            if ((rc = check_transfer_ref("source_queue.lane", q->source_queue, err)) == KL_OK)
+                rc = check_transfer_id(&q->transfer_id, err);
+        } else
+            rc = check_transfer_ref("destination_queue.lane", q->destination_queue, err);
         if (rc == KL_OK) {
-            tenant = q->destination_queue->tenant;
-            db = q->destination_queue->database;
+            tenant = on->tenant;
+            db = on->database;
         }
         break;
     }

@@ -183,6 +183,7 @@ typedef enum cli_transfer_sub {
     CLI_TRANSFER_ADVANCE,        /* AdvanceQueueTransferAttempt */
     CLI_TRANSFER_REPAIR,         /* AdvanceQueueTransferRepair */
     CLI_TRANSFER_FAILURE,        /* ReadQueueTransferFailure */
+    CLI_TRANSFER_COMPLETE_FAILURE, /* ReadQueueTransferFailure of a denied Complete */
 } cli_transfer_sub;
 
 typedef struct cli_transfer_args {

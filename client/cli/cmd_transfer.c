@@ -78,10 +78,17 @@
     "  Unchanged (what still refuses). Tokens are printed in base64, or written raw to\n"      \
     "  --witness-out / --receipt-out FILE (mode 0600, never overwritten); nothing changes\n"   \
     TOKEN_NOTE
+#define USAGE_COMPLETE_FAILURE                                                                  \
+    "keyload [GLOBAL OPTIONS] transfer complete-failure --source QUEUE[/LANE] --id GUID\n"      \
+    "         --receipt @FILE|- --failed-command-id GUID [--witness-out FILE]\n"               \
+    "  the same read on the source for a Complete refused PERMISSION_DENIED: once the grants\n" \
+    "  changed and the same Complete would pass, a witness for `transfer repair`; after the\n"  \
+    "  repair, `transfer complete` with the same receipt and a new command id\n" TOKEN_NOTE
 #define USAGE_TRANSFER                                                                          \
     USAGE_CREATE "\n       " USAGE_ACCEPT "\n       " USAGE_COMPLETE "\n       " USAGE_INSPECT  \
                  "\n       " USAGE_RECEIPT "\n       " USAGE_PENDING "\n       " USAGE_PAUSE    \
-                 "\n       " USAGE_FAILURE "\n       " USAGE_ADVANCE "\n       " USAGE_REPAIR
+                 "\n       " USAGE_FAILURE "\n       " USAGE_COMPLETE_FAILURE "\n       "        \
+                 USAGE_ADVANCE "\n       " USAGE_REPAIR
 
 /* What each subcommand takes. */
 enum {
@@ -125,6 +132,9 @@ static const struct sub_spec {
      OPT_SOURCE | OPT_ID | OPT_WITNESS, USAGE_REPAIR},
     {"failure", CLI_TRANSFER_FAILURE, OPT_DEST | OPT_INTENT | OPT_FAILED_CMD | OPT_FAILURE_OUT,
      OPT_DEST | OPT_INTENT | OPT_FAILED_CMD, USAGE_FAILURE},
+    {"complete-failure", CLI_TRANSFER_COMPLETE_FAILURE,
+     OPT_SOURCE | OPT_ID | OPT_RECEIPT | OPT_FAILED_CMD | OPT_FAILURE_OUT,
+     OPT_SOURCE | OPT_ID | OPT_RECEIPT | OPT_FAILED_CMD, USAGE_COMPLETE_FAILURE},
 };
 #define SUB_COUNT (sizeof subs / sizeof subs[0])
 
@@ -315,7 +325,8 @@ int cli_transfer_parse(cli *c, int argc, char **argv, cli_transfer_args *o)
     c->usage = USAGE_TRANSFER;
     if (argc < 1)
         return cli_usage(c, "transfer needs a subcommand: create, accept, complete, inspect, "
-                            "receipt, pending, pause, resume, failure, advance or repair");
+                            "receipt, pending, pause, resume, failure, complete-failure, advance or "
+                            "repair");
     const struct sub_spec *spec = NULL;
     for (size_t i = 0; i < SUB_COUNT; i++)
         if (strcmp(argv[0], subs[i].name) == 0)
@@ -326,8 +337,8 @@ int cli_transfer_parse(cli *c, int argc, char **argv, cli_transfer_args *o)
             return cli_help(c);
         }
         return cli_usage(c, "unknown transfer subcommand '%s' (create, accept, complete, "
-                            "inspect, receipt, pending, pause, resume, failure, advance, "
-                            "repair)", argv[0]);
+                            "inspect, receipt, pending, pause, resume, failure, complete-failure, "
+                            "advance, repair)", argv[0]);
     }
     o->sub = spec->sub;
     c->usage = spec->usage;
@@ -707,8 +718,12 @@ static int pending(cli *c, kl_client *client, const cli_transfer_args *o)
 static void print_failure(const cli_transfer_args *o,
                           const Keyload__V1__ReadQueueTransferFailureAnswer *a)
 {
-    printf("accept %s into %s/%s: %s\n", o->failed_command_id, o->dest_queue,
-           lane_text(o->dest_lane), kl_failure_verdict_name(a->verdict));
+    if (o->sub == CLI_TRANSFER_COMPLETE_FAILURE)
+        printf("complete %s of %s/%s: %s\n", o->failed_command_id, o->source_queue,
+               lane_text(o->source_lane), kl_failure_verdict_name(a->verdict));
+    else
+        printf("accept %s into %s/%s: %s\n", o->failed_command_id, o->dest_queue,
+               lane_text(o->dest_lane), kl_failure_verdict_name(a->verdict));
     printf("  it was refused %s%s%s (policy epoch then %" PRIu64 ", now %" PRIu64 ")\n",
            kl_code_name(a->failure_code), a->failure_detail[0] ? ": " : "", a->failure_detail,
            a->failure_policy_epoch, a->policy_epoch);
@@ -728,7 +743,8 @@ static void print_failure(const cli_transfer_args *o,
             print_token("receipt token", &a->receipt_token);
         break;
     case KEYLOAD__V1__FAILURE_VERDICT__WITNESS_ISSUED:
-        printf("  the same accept would now pass: pass the witness to `transfer %s`\n",
+        printf("  the same %s would now pass: pass the witness to `transfer %s`\n",
+               o->sub == CLI_TRANSFER_COMPLETE_FAILURE ? "complete" : "accept",
                a->failure_code == KL_PERMISSION_DENIED ? "repair" : "advance");
         if (o->witness_out != NULL)
             printf("witness token (%zu bytes) written to %s\n", a->witness_token.len,
@@ -756,11 +772,14 @@ static int failure(cli *c, kl_client *client, const cli_transfer_args *o)
         return cli_error(c, &err);
     uint8_t *tok = NULL;
     size_t len = 0;
-    if (cli_token_read("--intent", o->token, &tok, &len, &err) != KL_OK)
+    bool of_complete = o->sub == CLI_TRANSFER_COMPLETE_FAILURE;
+    if (cli_token_read(of_complete ? "--receipt" : "--intent", o->token, &tok, &len, &err) != KL_OK)
         return cli_error(c, &err);
     Keyload__V1__ReadQueueTransferFailureAnswer *a;
-    kl_code code = kl_client_read_transfer_failure(client, o->dest_queue, o->dest_lane, tok, len,
-                                                   o->failed_command_id, &a, &err);
+    kl_code code = of_complete ? kl_client_read_complete_failure(client, o->source_queue, o->source_lane, o->id,
+                                                                 tok, len, o->failed_command_id, &a, &err)
+                               : kl_client_read_transfer_failure(client, o->dest_queue, o->dest_lane, tok, len,
+                                                                 o->failed_command_id, &a, &err);
     free(tok);
     if (code != KL_OK)
         return cli_error(c, &err);
@@ -794,7 +813,8 @@ int cli_cmd_transfer(cli *c, int argc, char **argv)
     case CLI_TRANSFER_INSPECT: rc = inspect(c, client, &o); break;
     case CLI_TRANSFER_RECEIPT: rc = receipt(c, client, &o); break;
     case CLI_TRANSFER_PENDING: rc = pending(c, client, &o); break;
-    case CLI_TRANSFER_FAILURE: rc = failure(c, client, &o); break;
+    case CLI_TRANSFER_FAILURE:
+    case CLI_TRANSFER_COMPLETE_FAILURE: rc = failure(c, client, &o); break;
     default: rc = change(c, client, &o); break;
     }
     kl_client_close(client);

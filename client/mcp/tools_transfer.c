@@ -202,6 +202,25 @@ static kl_code transfer_failure(const mcp_call *call, const json_t *args, char *
     return *json ? KL_OK : kl_fail(err, KL_INTERNAL, "oom", "out of memory");
 }
 
+/* The same read on the source for a denied Complete. */
+static kl_code transfer_complete_failure(const mcp_call *call, const json_t *args, char **json, kl_err *err)
+{
+    uint8_t *tok;
+    size_t len;
+    kl_code rc = mcp_arg_b64(args, "receipt_token", &tok, &len, err);
+    Keyload__V1__ReadQueueTransferFailureAnswer *a = NULL;
+    if (rc == KL_OK)
+        rc = kl_client_read_complete_failure(call->client, mcp_arg_str(args, "source_queue"),
+                                             mcp_arg_str(args, "source_lane"), mcp_arg_str(args, "transfer_id"),
+                                             tok, len, mcp_arg_str(args, "failed_command_id"), &a, err);
+    free(tok);
+    if (rc != KL_OK)
+        return rc;
+    *json = kl_transfer_failure_to_json(a, 0);
+    kl_transfer_failure_answer_free(a);
+    return *json ? KL_OK : kl_fail(err, KL_INTERNAL, "oom", "out of memory");
+}
+
 /* A token's claims for display (signature NOT verified); needs no cluster. */
 static kl_code transfer_token_describe(const mcp_call *call, const json_t *args, char **json, kl_err *err)
 {
@@ -263,6 +282,13 @@ static const mcp_arg failure_args[] = {
     {"failed_command_id", MCP_ARG_STRING, true, "the refused Accept's command id (GUID)", 0, 0,
      NULL, 0},
     END_ARG};
+static const mcp_arg complete_failure_args[] = {
+    SOURCE_ARGS(true), ID_ARG,
+    {"receipt_token", MCP_ARG_STRING, true, "the receipt token (base64) the denied Complete carried",
+     0, 0, NULL, 0},
+    {"failed_command_id", MCP_ARG_STRING, true, "the denied Complete's command id (GUID)", 0, 0,
+     NULL, 0},
+    END_ARG};
 static const mcp_arg advance_args[] = {
     SOURCE_ARGS(true), ID_ARG,
     {"witness_token", MCP_ARG_STRING, true, "the witness (base64) from transfer_failure", 0, 0,
@@ -300,6 +326,10 @@ const mcp_tool mcp_transfer_tools[] = {
      "After an Accept refused RESOURCE_EXHAUSTED or PERMISSION_DENIED: a fresh destination read "
      "answering ReceiptExists (complete with it), WitnessIssued (advance or repair with it) or "
      "Unchanged.", failure_args, NULL, transfer_failure, true, false},
+    {"transfer_complete_failure",
+     "After a Complete refused PERMISSION_DENIED: a fresh source read answering WitnessIssued "
+     "(repair with it, then complete with a new command id) or Unchanged.",
+     complete_failure_args, NULL, transfer_complete_failure, true, false},
     {"transfer_advance",
      "Move an intent to its next generation after a capacity failure, with transfer_failure's "
      "witness (bounded by MaxQueueTransferAcceptAttempts).", advance_args, transfer_advance,

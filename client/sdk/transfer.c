@@ -405,6 +405,34 @@ void kl_pending_transfers_free(Keyload__V1__ListPendingQueueTransfersAnswer *a)
         keyload__v1__list_pending_queue_transfers_answer__free_unpacked(a, NULL);
 }
 
+static kl_code failed_id_parse(const char *failed_command_id, uint8_t cmd[KL_GUID_LEN], kl_err *err)
+{
+    if (failed_command_id == NULL || failed_command_id[0] == '\0')
+        return kl_fail(err, KL_INVALID_ARGUMENT, "failed_command_id", "failed_command_id must not be empty");
+    if (!kl_guid_parse(failed_command_id, cmd))
+        return kl_fail(err, KL_INVALID_ARGUMENT, "failed_command_id",
+                       "failed_command_id must be a GUID in canonical form "
+                       "xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx");
+    if (!kl_guid_valid(cmd, KL_GUID_LEN))
+        return kl_fail(err, KL_INVALID_ARGUMENT, "failed_command_id", "failed_command_id must not be all zero");
+    return KL_OK;
+}
+
+/* Sends a ReadQueueTransferFailure routed by `queue` (the lane refs in r are complete). */
+static kl_code failure_call(kl_client *c, const char *queue, Keyload__V1__ReadQueueTransferFailureRequest *r,
+                            Keyload__V1__ReadQueueTransferFailureAnswer **out, kl_err *err)
+{
+    uint8_t *req, *ans;
+    size_t req_len, ans_len;
+    kl_code rc;
+    if ((rc = pack(&r->base, &req, &req_len, err)) != KL_OK ||
+        (rc = read_call(c, queue, -1, METHOD_FAILURE, req, req_len, &ans, &ans_len, err)) != KL_OK)
+        return rc;
+    *out = keyload__v1__read_queue_transfer_failure_answer__unpack(NULL, ans_len, ans);
+    free(ans);
+    return *out ? KL_OK : undecodable("ReadQueueTransferFailureAnswer", err);
+}
+
 kl_code kl_client_read_transfer_failure(kl_client *c, const char *dest_queue,
                                         const char *dest_lane, const uint8_t *intent_token,
                                         size_t len, const char *failed_command_id,
@@ -418,18 +446,8 @@ kl_code kl_client_read_transfer_failure(kl_client *c, const char *dest_queue,
     kl_code rc = lane_ref("destination", dest_queue, dest_lane, &dst, err);
     if (rc == KL_OK)
         rc = check_token("intent_token", intent_token, len, err);
-    if (rc == KL_OK) {
-        if (failed_command_id == NULL || failed_command_id[0] == '\0')
-            rc = kl_fail(err, KL_INVALID_ARGUMENT, "failed_command_id",
-                         "failed_command_id must not be empty");
-        else if (!kl_guid_parse(failed_command_id, cmd))
-            rc = kl_fail(err, KL_INVALID_ARGUMENT, "failed_command_id",
-                         "failed_command_id must be a GUID in canonical form "
-                         "xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx");
-        else if (!kl_guid_valid(cmd, sizeof cmd))
-            rc = kl_fail(err, KL_INVALID_ARGUMENT, "failed_command_id",
-                         "failed_command_id must not be all zero");
-    }
+    if (rc == KL_OK)
+        rc = failed_id_parse(failed_command_id, cmd, err);
     if (rc == KL_OK)
         rc = client_names(c, tenant, db, err);
     if (rc != KL_OK)
@@ -443,15 +461,41 @@ kl_code kl_client_read_transfer_failure(kl_client *c, const char *dest_queue,
     r.intent_token.len = len;
     r.failed_command_id.data = cmd;
     r.failed_command_id.len = sizeof cmd;
-    uint8_t *req, *ans;
-    size_t req_len, ans_len;
-    if ((rc = pack(&r.base, &req, &req_len, err)) != KL_OK ||
-        (rc = read_call(c, dest_queue, -1, METHOD_FAILURE, req, req_len, &ans, &ans_len, err)) !=
-            KL_OK)
+    return failure_call(c, dest_queue, &r, out, err);
+}
+
+kl_code kl_client_read_complete_failure(kl_client *c, const char *source_queue, const char *source_lane,
+                                        const char *transfer_id, const uint8_t *receipt_token, size_t len,
+                                        const char *failed_command_id,
+                                        Keyload__V1__ReadQueueTransferFailureAnswer **out, kl_err *err)
+{
+    *out = NULL;
+    char tenant[KL_SDK_NAME_MAX + 1], db[KL_SDK_NAME_MAX + 1];
+    uint8_t cmd[KL_GUID_LEN], id[16];
+    Keyload__V1__QueueLaneRef src;
+    kl_code rc = lane_ref("source", source_queue, source_lane, &src, err);
+    if (rc == KL_OK)
+        rc = kl_transfer_id_parse(transfer_id, id, err);
+    if (rc == KL_OK)
+        rc = check_token("receipt_token", receipt_token, len, err);
+    if (rc == KL_OK)
+        rc = failed_id_parse(failed_command_id, cmd, err);
+    if (rc == KL_OK)
+        rc = client_names(c, tenant, db, err);
+    if (rc != KL_OK)
         return rc;
-    *out = keyload__v1__read_queue_transfer_failure_answer__unpack(NULL, ans_len, ans);
-    free(ans);
-    return *out ? KL_OK : undecodable("ReadQueueTransferFailureAnswer", err);
+    src.tenant = tenant;
+    src.database = db;
+    Keyload__V1__ReadQueueTransferFailureRequest r =
+        KEYLOAD__V1__READ_QUEUE_TRANSFER_FAILURE_REQUEST__INIT;
+    r.source_queue = &src; /* complete: the intent's source lane */
+    r.transfer_id.data = id;
+    r.transfer_id.len = sizeof id;
+    r.receipt_token.data = (uint8_t *)receipt_token;
+    r.receipt_token.len = len;
+    r.failed_command_id.data = cmd;
+    r.failed_command_id.len = sizeof cmd;
+    return failure_call(c, source_queue, &r, out, err);
 }
 
 void kl_transfer_failure_answer_free(Keyload__V1__ReadQueueTransferFailureAnswer *a)

@@ -1,5 +1,6 @@
 /* keyload.v1.ReadQueueTransferFailure (transfer.h; KL-6): the fresh, bounded target read
- * of the seeds' flowchart after a failed Accept. It writes nothing: the "would the same
+ * of the seeds' flowchart after a failed Accept (on the destination), and the same read for
+ * a denied Complete (on the source). It writes nothing: the "would the same
  * Accept pass now" question is answered by evaluating that Accept into a scratch overlay
  * that is dropped. */
 #include "common/canon.h"
@@ -67,10 +68,182 @@ static kl_code sign_witness(const kl_eval_ctx *c, const Keyload__V1__CatalogData
     return rc;
 }
 
+/* Whether the stored outcome is the no-effect refusal of a batch of exactly one Complete of
+ * this receipt for this transfer under this command id. */
+static kl_code outcome_is_this_complete(const char *principal, const Keyload__V1__OutcomeRecord *o,
+                                        const Keyload__V1__ReadQueueTransferFailureRequest *r,
+                                        const Keyload__V1__QueueLaneRef *source, bool *yes, kl_err *err)
+{
+    Keyload__V1__CompleteQueueTransfer cq = KEYLOAD__V1__COMPLETE_QUEUE_TRANSFER__INIT;
+    cq.source_queue = (Keyload__V1__QueueLaneRef *)source;
+    cq.transfer_id = r->transfer_id;
+    cq.receipt_token = r->receipt_token;
+    Keyload__V1__Mutation m = KEYLOAD__V1__MUTATION__INIT;
+    m.kind_case = KEYLOAD__V1__MUTATION__KIND_COMPLETE_QUEUE_TRANSFER;
+    m.complete_queue_transfer = &cq;
+    Keyload__V1__Mutation *mp = &m;
+    Keyload__V1__BatchRequest b = KEYLOAD__V1__BATCH_REQUEST__INIT;
+    b.command_id = r->failed_command_id;
+    b.n_mutations = 1;
+    b.mutations = &mp;
+    uint8_t digest[KL_DIGEST_LEN];
+    if (kl_canon_batch_digest(BATCH_METHOD, principal, &b, digest) != 0)
+        return kl_xfer_oom(err);
+    *yes = kl_xfer_bytes_eq(&o->request_digest, digest, sizeof digest);
+    return KL_OK;
+}
+
+/* The committed outcome under (principal, failed_command_id), charged; NOT_FOUND when none. */
+static kl_code load_outcome(kl_eval_ctx *c, kl_xfer_charge_t *ch, const char *principal,
+                            const ProtobufCBinaryData *cmd, Keyload__V1__OutcomeRecord **o, kl_err *err)
+{
+    if (!kl_guid_valid(cmd->data, cmd->len))
+        return kl_fail(err, KL_INVALID_ARGUMENT, "failed_command_id",
+                       "failed_command_id must be a 16-byte GUID that is not all zero");
+    kl_key k;
+    size_t stored = 0;
+    kl_key_outcome(&k, principal, cmd->data);
+    kl_code rc = kl_xfer_get_record(c->view, &k, &keyload__v1__outcome_record__descriptor, (ProtobufCMessage **)o,
+                                    &stored, err);
+    if (rc == KL_OK)
+        rc = kl_xfer_charge(ch, stored, "outcome", err);
+    if (rc == KL_OK && *o == NULL)
+        rc = kl_fail(err, KL_NOT_FOUND, "failed_command_id",
+                     "no outcome is committed under failed_command_id for this principal on this partition");
+    return rc;
+}
+
+/* The denied-Complete read on the source (transfer.proto): fresh authorization, a changed
+ * policy epoch, then the same Complete evaluated into a dropped overlay. */
+static kl_code complete_failure(kl_eval_ctx *c, const Keyload__V1__ReadQueueTransferFailureRequest *r,
+                                const char *principal, uint64_t principal_bytes, uint64_t policy_epoch,
+                                uint8_t **answer, size_t *len, kl_err *err)
+{
+    kl_xfer_charge_t ch = {c, "reading a transfer failure", 0, 0};
+    Keyload__V1__QueueLaneRef src;
+    kl_claims_lane(&src, r->source_queue);
+    Keyload__V1__QueueRecord *q = NULL;
+    Keyload__V1__TransferRecord *rec = NULL;
+    Keyload__V1__TransferClaims *ic = NULL;
+    Keyload__V1__CatalogDatabase *d = NULL;
+    Keyload__V1__OutcomeRecord *o = NULL;
+    uint8_t *witness = NULL;
+    size_t witness_len = 0, stored = 0;
+    uint64_t qid;
+    kl_key k;
+    kl_overlay scratch;
+    kl_overlay_init(&scratch);
+    kl_buf results = {0};
+    Keyload__V1__ReadQueueTransferFailureAnswer a = KEYLOAD__V1__READ_QUEUE_TRANSFER_FAILURE_ANSWER__INIT;
+    kl_code rc = kl_access_transfer_admin(c->who, src.tenant, src.database, err);
+    if (rc == KL_OK)
+        rc = kl_xfer_data_check(c, &src, KEYLOAD__V1__PERMISSION__QUEUE_INSPECT, NULL, err);
+    if (rc == KL_OK)
+        rc = kl_xfer_charge(&ch, principal_bytes, "principal", err);
+    if (rc == KL_OK)
+        rc = kl_engine_load_queue(c->view, &src, &qid, &q, err);
+    if (rc == KL_OK)
+        rc = kl_xfer_charge(&ch, keyload__v1__queue_record__get_packed_size(q), "queue", err);
+    if (rc != KL_OK)
+        goto done;
+    kl_key_transfer(&k, qid, src.lane, r->transfer_id.data);
+    if ((rc = kl_xfer_get_record(c->view, &k, &keyload__v1__transfer_record__descriptor, (ProtobufCMessage **)&rec,
+                                 &stored, err)) != KL_OK ||
+        (rc = kl_xfer_charge(&ch, stored, "intent", err)) != KL_OK)
+        goto done;
+    if (rec == NULL) {
+        rc = kl_fail(err, KL_NOT_FOUND, "transfer", "source lane %s/%s has no transfer with this transfer_id",
+                     src.queue, src.lane);
+        goto done;
+    }
+    if (rec->state != KEYLOAD__V1__TRANSFER_STATE__OUTPUT_PENDING) {
+        rc = kl_fail(err, KL_FAILED_PRECONDITION, "state", "the transfer is Delivered: nothing failed to repair");
+        goto done;
+    }
+    if ((rc = kl_xfer_catalog_database(c->view, src.tenant, src.database, &d, err)) != KL_OK ||
+        (rc = kl_xfer_charge(&ch, keyload__v1__catalog_database__get_packed_size(d), "database", err)) != KL_OK ||
+        (rc = load_outcome(c, &ch, principal, &r->failed_command_id, &o, err)) != KL_OK)
+        goto done;
+    bool same = false;
+    if ((rc = outcome_is_this_complete(principal, o, r, &src, &same, err)) != KL_OK)
+        goto done;
+    if (!same || o->error_code != KL_PERMISSION_DENIED || strcmp(o->error_detail, "stale_authority") == 0) {
+        rc = kl_fail(err, KL_FAILED_PRECONDITION, "failure_authority",
+                     "the outcome under failed_command_id is not a no-effect PERMISSION_DENIED refusal "
+                     "of a batch of exactly this one Complete; only such a failure can start a policy "
+                     "repair of a Complete");
+        goto done;
+    }
+    a.failure_code = o->error_code;
+    a.failure_detail = o->error_detail;
+    a.failure_policy_epoch = o->policy_epoch;
+    a.policy_epoch = policy_epoch;
+    if (o->policy_epoch == policy_epoch) {
+        a.verdict = KEYLOAD__V1__FAILURE_VERDICT__UNCHANGED;
+        a.unchanged_detail = "policy_epoch";
+        goto answer;
+    }
+    kl_view dry = *c->view;
+    dry.scratch = &scratch;
+    kl_eval_ctx dc = *c;
+    dc.view = &dry;
+    Keyload__V1__CompleteQueueTransfer cq = KEYLOAD__V1__COMPLETE_QUEUE_TRANSFER__INIT;
+    cq.source_queue = &src;
+    cq.transfer_id = r->transfer_id;
+    cq.receipt_token = r->receipt_token;
+    kl_err why;
+    kl_err_clear(&why);
+    kl_code would = kl_transfer_eval_complete(&dc, &cq, &results, &why);
+    c->view->scanned = dry.scanned;
+    if (would == KL_OK) {
+        if ((rc = kl_claims_decode("intent_token", rec->intent_token.data, rec->intent_token.len, NULL, &ic,
+                                   err)) != KL_OK) {
+            rc = kl_xfer_corrupt(err, "transfer intent");
+            goto done;
+        }
+        ic->generation = rec->generation; /* the generation whose Complete was denied */
+        if ((rc = sign_witness(c, d, ic, &r->failed_command_id, o->error_code, &witness, &witness_len, err)) !=
+            KL_OK)
+            goto done;
+        a.verdict = KEYLOAD__V1__FAILURE_VERDICT__WITNESS_ISSUED;
+        a.witness_token.data = witness;
+        a.witness_token.len = witness_len;
+    } else if (kl_transfer_refusal_is_terminal(would)) {
+        a.verdict = KEYLOAD__V1__FAILURE_VERDICT__UNCHANGED;
+        a.unchanged_detail = why.detail;
+    } else {
+        rc = would;
+        *err = why;
+        goto done;
+    }
+answer:
+    a.records_charged = ch.records;
+    a.bytes_charged = ch.bytes;
+    a.applied_index = kl_store_applied_index(c->view->store);
+    rc = kl_xfer_pack_answer(&a.base, answer, len, err);
+done:
+    kl_overlay_free(&scratch);
+    kl_buf_free(&results);
+    free(witness);
+    if (q)
+        keyload__v1__queue_record__free_unpacked(q, NULL);
+    if (rec)
+        keyload__v1__transfer_record__free_unpacked(rec, NULL);
+    if (ic)
+        keyload__v1__transfer_claims__free_unpacked(ic, NULL);
+    if (d)
+        keyload__v1__catalog_database__free_unpacked(d, NULL);
+    if (o)
+        keyload__v1__outcome_record__free_unpacked(o, NULL);
+    return rc;
+}
+
 kl_code kl_transfer_failure(kl_eval_ctx *c, const Keyload__V1__ReadQueueTransferFailureRequest *r,
                             const char *principal, uint64_t principal_bytes, uint64_t policy_epoch,
                             uint8_t **answer, size_t *len, kl_err *err)
 {
+    if (r->source_queue != NULL)
+        return complete_failure(c, r, principal, principal_bytes, policy_epoch, answer, len, err);
     kl_xfer_charge_t ch = {c, "reading a transfer failure", 0, 0};
     Keyload__V1__QueueLaneRef dst;
     kl_claims_lane(&dst, r->destination_queue);
@@ -138,22 +311,8 @@ kl_code kl_transfer_failure(kl_eval_ctx *c, const Keyload__V1__ReadQueueTransfer
         goto answer;
     }
     /* 2. The failure authority: the committed no-effect refusal of exactly this Accept. */
-    if (!kl_guid_valid(r->failed_command_id.data, r->failed_command_id.len)) {
-        rc = kl_fail(err, KL_INVALID_ARGUMENT, "failed_command_id",
-                     "failed_command_id must be a 16-byte GUID that is not all zero");
+    if ((rc = load_outcome(c, &ch, principal, &r->failed_command_id, &o, err)) != KL_OK)
         goto done;
-    }
-    stored = 0;
-    kl_key_outcome(&k, principal, r->failed_command_id.data);
-    if ((rc = kl_xfer_get_record(c->view, &k, &keyload__v1__outcome_record__descriptor, (ProtobufCMessage **)&o,
-                                 &stored, err)) != KL_OK ||
-        (rc = kl_xfer_charge(&ch, stored, "outcome", err)) != KL_OK)
-        goto done;
-    if (o == NULL) {
-        rc = kl_fail(err, KL_NOT_FOUND, "failed_command_id",
-                     "no outcome is committed under failed_command_id for this principal on this partition");
-        goto done;
-    }
     bool same = false;
     if ((rc = outcome_is_this_accept(principal, o, r, &dst, &same, err)) != KL_OK)
         goto done;

@@ -39,7 +39,11 @@
  *                                refuses a witness while the policy epoch is unchanged, the
  *                                deterministic Accept (id derived here) answers its committed
  *                                denial; the grant restored: each repaired to generation 2
- *                                and delivered once; the historical Accept still denied.
+ *                                and delivered once; the historical Accept still denied. Then
+ *                                the source publish grant revoked: the Accept commits, the
+ *                                Complete is denied and retained, and once the grant is back
+ *                                it is repaired (generation 2) and completed with the
+ *                                generation-1 receipt.
  *   CoordinatorCapacityRetryTests (KL-6) a full destination: the quota refusal retained, room
  *                                made, the coordinator cut (exit failpoints) between witness
  *                                and Advance and between Advance and the next Accept, the
@@ -1453,6 +1457,43 @@ void test_coord_revoked(void)
     CHECK(rc == KL_PERMISSION_DENIED, "the generation-1 Accept after the repair: %s (want its committed denial)",
           kl_code_name(rc));
     CHECK(cc_messages(root, "dst.rv") == RV_N, "a resent Accept added a message");
+
+    /* A denied Complete: the source publish grant revoked after the create, so the Accept
+     * commits and the Complete is refused; retained, read on the source (unchanged while
+     * revoked), repaired once the grant is back, then completed at generation 2 with the
+     * generation-1 receipt. */
+    cc_id tc;
+    kl_command_id_new(tc);
+    CHECK(cc_create(op, "src.rv", NULL, tc, "dst.rv", NULL, "denied-complete", &err) == KL_OK, "create: %s",
+          err.message);
+    kl_command_id_new(cmd);
+    CHECK(kl_client_revoke(root, cmd, "coord", KEYLOAD__V1__PERMISSION__QUEUE_PUBLISH, "src.*", &pres, NULL, &err) ==
+              KL_OK,
+          "revoke src.*: %s", err.message);
+    CHECK(cc_coord_config(0, "rv2", &o), "config");
+    cc_coord_start(0, NULL);
+    CHECK(cc_wait_log(0, "still=policy_epoch", tc, 20000) >= 1, "the denied Complete was not retained (log %s)",
+          cc_coords[0].log);
+    CHECK(cc_messages(root, "dst.rv") == RV_N + 1, "the Accept before the denied Complete did not commit");
+    CHECK(cc_state(op, "src.rv", NULL, tc, NULL) == KEYLOAD__V1__TRANSFER_STATE__OUTPUT_PENDING, "not pending");
+    CHECK(cc_grant(RV_DB, WHO_COORD, KEYLOAD__V1__PERMISSION__QUEUE_PUBLISH, "src.*", &err) == KL_OK,
+          "restore src.*: %s", err.message);
+    CHECK(cc_wait_state(op, "src.rv", NULL, tc, KEYLOAD__V1__TRANSFER_STATE__DELIVERED, 30000),
+          "the denied Complete was not repaired and delivered (log %s)", cc_coords[0].log);
+    CHECK(cc_exited_with(cc_coord_stop(0), 0), "drain");
+    uint64_t gen = 0;
+    int repaired = 0;
+    cc_tok rt;
+    CHECK(cc_history(op, "src.rv", tc, &gen, KEYLOAD__V1__TRANSFER_EVENT__POLICY_REPAIRED, &repaired, NULL) &&
+              gen == 2 && repaired == 1,
+          "denied Complete: generation %llu, %d repairs (want 2, 1)", (unsigned long long)gen, repaired);
+    CHECK(cc_state(op, "src.rv", NULL, tc, &rt) == KEYLOAD__V1__TRANSFER_STATE__DELIVERED &&
+              cc_token_generation(rt.b, rt.n) == 1,
+          "denied Complete: the receipt is not the generation-1 Accept's");
+    CHECK(cc_log_count(0, "step=complete", tc) == 1 && cc_log_count(0, "kind=repair", tc) == 1,
+          "denied Complete: the witness and the repair are not logged once each");
+    CHECK(cc_messages(root, "dst.rv") == RV_N + 1, "dst.rv holds %lld (want %d)", cc_messages(root, "dst.rv"),
+          RV_N + 1);
     cc_keep = true;
 }
 

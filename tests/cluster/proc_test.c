@@ -1197,7 +1197,7 @@ int main(int argc, char **argv)
          test_coord_principal},
         {"CoordinatorPolicyRepairTests: destination publish revoked: each denied Accept retained, the fresh read "
          "refuses a witness while the epoch is unchanged; the grant restored: repaired to generation 2 and "
-         "delivered once, the historical Accept still denied",
+         "delivered once, the historical Accept still denied; a denied Complete retained, repaired and delivered",
          test_coord_revoked},
         {"CoordinatorCapacityRetryTests: quota refusal retained, room made, coordinator cut between witness and "
          "Advance and between Advance and Accept with the source leader killed -9: delivered once at generation "

@@ -86,7 +86,7 @@ async function main() {
     'database_create', 'database_limits', 'principal_create', 'principal_show', 'principal_grant',
     'principal_revoke', 'principal_set_key', 'transfer_create', 'transfer_accept', 'transfer_complete',
     'transfer_inspect', 'transfer_receipt', 'transfer_pending', 'transfer_pause', 'transfer_resume',
-    'transfer_token_describe', 'transfer_failure', 'transfer_advance', 'transfer_repair', 'cluster_status', 'query'];
+    'transfer_token_describe', 'transfer_failure', 'transfer_complete_failure', 'transfer_advance', 'transfer_repair', 'cluster_status', 'query'];
   const names = tools.map((t) => t.name);
   check('tools/list names every operation', want.every((n) => names.includes(n)), names);
   check('every tool has an object inputSchema with required[] and additionalProperties false',
@@ -245,6 +245,10 @@ async function main() {
     typeof r.receipt_token === 'string', r);
   r = okOf(await call(client, 'queue_stats', { queue: 'full' }));
   check('full holds exactly the transferred message', r?.messages === 1, r);
+  r = await call(client, 'transfer_complete_failure', { source_queue: 'src', transfer_id: id2,
+    receipt_token: witness, failed_command_id: acc2 });
+  check('transfer_complete_failure for a command that was no Complete: isError NOT_FOUND or FAILED_PRECONDITION',
+    ['NOT_FOUND', 'FAILED_PRECONDITION'].includes(errCode(r)), r);
 
   // ---- databases
   r = okOf(await call(client, 'database_limits', { max_scan_records: 5000 }));

@@ -177,6 +177,17 @@ START_TEST(test_failure_read_refuses_before_network)
     REFUSED(kl_client_read_transfer_failure(c, "d", NULL, INTENT, sizeof INTENT, ZERO_ID, &a,
                                             &err), "failed_command_id");
     ck_assert_ptr_nonnull(strstr(err.message, "all zero"));
+    /* The denied-Complete read, on the source: its own arguments, each named. */
+    REFUSED(kl_client_read_complete_failure(c, "", NULL, XFER_ID, INTENT, sizeof INTENT, FAILED_ID, &a, &err),
+            "source_queue");
+    REFUSED(kl_client_read_complete_failure(c, "s", "a b", XFER_ID, INTENT, sizeof INTENT, FAILED_ID, &a, &err),
+            "source_lane");
+    REFUSED(kl_client_read_complete_failure(c, "s", NULL, ZERO_ID, INTENT, sizeof INTENT, FAILED_ID, &a, &err),
+            "transfer_id");
+    REFUSED(kl_client_read_complete_failure(c, "s", NULL, XFER_ID, INTENT, 0, FAILED_ID, &a, &err),
+            "receipt_token");
+    REFUSED(kl_client_read_complete_failure(c, "s", NULL, XFER_ID, INTENT, sizeof INTENT, "x", &a, &err),
+            "failed_command_id");
 #undef REFUSED
     kl_transfer_failure_answer_free(NULL);
     kl_client_close(c);
