@@ -18,8 +18,24 @@
 
 #define BATCH_METHOD "keyload.v1.Batch"
 
-/* Whether the stored outcome is the no-effect refusal of a batch of exactly one Accept of
- * this token to this target under this command id: its request digest is that batch's. */
+/* Whether the stored outcome is that of a batch of exactly this one mutation under the
+ * failed command id: its request digest is that batch's. */
+static kl_code outcome_is_batch_of(const char *principal, const Keyload__V1__OutcomeRecord *o,
+                                   const ProtobufCBinaryData *cmd, Keyload__V1__Mutation *m, bool *yes,
+                                   kl_err *err)
+{
+    Keyload__V1__BatchRequest b = KEYLOAD__V1__BATCH_REQUEST__INIT;
+    b.command_id = *cmd;
+    b.n_mutations = 1;
+    b.mutations = &m;
+    uint8_t digest[KL_DIGEST_LEN];
+    if (kl_canon_batch_digest(BATCH_METHOD, principal, &b, digest) != 0)
+        return kl_xfer_oom(err);
+    *yes = kl_xfer_bytes_eq(&o->request_digest, digest, sizeof digest);
+    return KL_OK;
+}
+
+/* ... of one Accept of this token to this target. */
 static kl_code outcome_is_this_accept(const char *principal, const Keyload__V1__OutcomeRecord *o,
                                       const Keyload__V1__ReadQueueTransferFailureRequest *r,
                                       const Keyload__V1__QueueLaneRef *target, bool *yes, kl_err *err)
@@ -30,16 +46,7 @@ static kl_code outcome_is_this_accept(const char *principal, const Keyload__V1__
     Keyload__V1__Mutation m = KEYLOAD__V1__MUTATION__INIT;
     m.kind_case = KEYLOAD__V1__MUTATION__KIND_ACCEPT_QUEUE_TRANSFER;
     m.accept_queue_transfer = &a;
-    Keyload__V1__Mutation *mp = &m;
-    Keyload__V1__BatchRequest b = KEYLOAD__V1__BATCH_REQUEST__INIT;
-    b.command_id = r->failed_command_id;
-    b.n_mutations = 1;
-    b.mutations = &mp;
-    uint8_t digest[KL_DIGEST_LEN];
-    if (kl_canon_batch_digest(BATCH_METHOD, principal, &b, digest) != 0)
-        return kl_xfer_oom(err);
-    *yes = kl_xfer_bytes_eq(&o->request_digest, digest, sizeof digest);
-    return KL_OK;
+    return outcome_is_batch_of(principal, o, &r->failed_command_id, &m, yes, err);
 }
 
 static kl_code sign_witness(const kl_eval_ctx *c, const Keyload__V1__CatalogDatabase *d,
@@ -68,8 +75,43 @@ static kl_code sign_witness(const kl_eval_ctx *c, const Keyload__V1__CatalogData
     return rc;
 }
 
-/* Whether the stored outcome is the no-effect refusal of a batch of exactly one Complete of
- * this receipt for this transfer under this command id. */
+/* The verdict of the evaluated command: a witness when it would pass now, UNCHANGED with the
+ * detail of a terminal refusal (why must outlive the answer); a transient refusal is the
+ * read's own error. */
+static kl_code settle(const kl_eval_ctx *c, const Keyload__V1__CatalogDatabase *d,
+                      const Keyload__V1__TransferClaims *ic, const Keyload__V1__OutcomeRecord *o,
+                      const ProtobufCBinaryData *failed, kl_code would, const kl_err *why,
+                      Keyload__V1__ReadQueueTransferFailureAnswer *a, uint8_t **witness, size_t *wlen, kl_err *err)
+{
+    if (would == KL_OK) {
+        kl_code rc = sign_witness(c, d, ic, failed, o->error_code, witness, wlen, err);
+        if (rc == KL_OK) {
+            a->verdict = KEYLOAD__V1__FAILURE_VERDICT__WITNESS_ISSUED;
+            a->witness_token.data = *witness;
+            a->witness_token.len = *wlen;
+        }
+        return rc;
+    }
+    if (kl_transfer_refusal_is_terminal(would)) {
+        a->verdict = KEYLOAD__V1__FAILURE_VERDICT__UNCHANGED;
+        a->unchanged_detail = (char *)why->detail;
+        return KL_OK;
+    }
+    *err = *why; /* transient (or internal): the caller reads again later */
+    return would;
+}
+
+static kl_code pack_verdict(const kl_eval_ctx *c, const kl_xfer_charge_t *ch,
+                            Keyload__V1__ReadQueueTransferFailureAnswer *a, uint8_t **answer, size_t *len,
+                            kl_err *err)
+{
+    a->records_charged = ch->records;
+    a->bytes_charged = ch->bytes;
+    a->applied_index = kl_store_applied_index(c->view->store);
+    return kl_xfer_pack_answer(&a->base, answer, len, err);
+}
+
+/* ... of one Complete of this receipt for this transfer. */
 static kl_code outcome_is_this_complete(const char *principal, const Keyload__V1__OutcomeRecord *o,
                                         const Keyload__V1__ReadQueueTransferFailureRequest *r,
                                         const Keyload__V1__QueueLaneRef *source, bool *yes, kl_err *err)
@@ -81,16 +123,7 @@ static kl_code outcome_is_this_complete(const char *principal, const Keyload__V1
     Keyload__V1__Mutation m = KEYLOAD__V1__MUTATION__INIT;
     m.kind_case = KEYLOAD__V1__MUTATION__KIND_COMPLETE_QUEUE_TRANSFER;
     m.complete_queue_transfer = &cq;
-    Keyload__V1__Mutation *mp = &m;
-    Keyload__V1__BatchRequest b = KEYLOAD__V1__BATCH_REQUEST__INIT;
-    b.command_id = r->failed_command_id;
-    b.n_mutations = 1;
-    b.mutations = &mp;
-    uint8_t digest[KL_DIGEST_LEN];
-    if (kl_canon_batch_digest(BATCH_METHOD, principal, &b, digest) != 0)
-        return kl_xfer_oom(err);
-    *yes = kl_xfer_bytes_eq(&o->request_digest, digest, sizeof digest);
-    return KL_OK;
+    return outcome_is_batch_of(principal, o, &r->failed_command_id, &m, yes, err);
 }
 
 /* The committed outcome under (principal, failed_command_id), charged; NOT_FOUND when none. */
@@ -196,31 +229,17 @@ static kl_code complete_failure(kl_eval_ctx *c, const Keyload__V1__ReadQueueTran
     kl_code would = kl_transfer_eval_complete(&dc, &cq, &results, &why);
     c->view->scanned = dry.scanned;
     if (would == KL_OK) {
-        if ((rc = kl_claims_decode("intent_token", rec->intent_token.data, rec->intent_token.len, NULL, &ic,
-                                   err)) != KL_OK) {
+        if (kl_claims_decode("intent_token", rec->intent_token.data, rec->intent_token.len, NULL, &ic, err) !=
+            KL_OK) {
             rc = kl_xfer_corrupt(err, "transfer intent");
             goto done;
         }
         ic->generation = rec->generation; /* the generation whose Complete was denied */
-        if ((rc = sign_witness(c, d, ic, &r->failed_command_id, o->error_code, &witness, &witness_len, err)) !=
-            KL_OK)
-            goto done;
-        a.verdict = KEYLOAD__V1__FAILURE_VERDICT__WITNESS_ISSUED;
-        a.witness_token.data = witness;
-        a.witness_token.len = witness_len;
-    } else if (kl_transfer_refusal_is_terminal(would)) {
-        a.verdict = KEYLOAD__V1__FAILURE_VERDICT__UNCHANGED;
-        a.unchanged_detail = why.detail;
-    } else {
-        rc = would;
-        *err = why;
-        goto done;
     }
+    if ((rc = settle(c, d, ic, o, &r->failed_command_id, would, &why, &a, &witness, &witness_len, err)) != KL_OK)
+        goto done;
 answer:
-    a.records_charged = ch.records;
-    a.bytes_charged = ch.bytes;
-    a.applied_index = kl_store_applied_index(c->view->store);
-    rc = kl_xfer_pack_answer(&a.base, answer, len, err);
+    rc = pack_verdict(c, &ch, &a, answer, len, err);
 done:
     kl_overlay_free(&scratch);
     kl_buf_free(&results);
@@ -347,26 +366,10 @@ kl_code kl_transfer_failure(kl_eval_ctx *c, const Keyload__V1__ReadQueueTransfer
     kl_err_clear(&why);
     kl_code would = kl_transfer_eval_accept(&dc, &acc, &results, &why);
     c->view->scanned = dry.scanned;
-    if (would == KL_OK) {
-        if ((rc = sign_witness(c, d, ic, &r->failed_command_id, o->error_code, &witness, &witness_len, err)) !=
-            KL_OK)
-            goto done;
-        a.verdict = KEYLOAD__V1__FAILURE_VERDICT__WITNESS_ISSUED;
-        a.witness_token.data = witness;
-        a.witness_token.len = witness_len;
-    } else if (kl_transfer_refusal_is_terminal(would)) {
-        a.verdict = KEYLOAD__V1__FAILURE_VERDICT__UNCHANGED;
-        a.unchanged_detail = why.detail;
-    } else {
-        rc = would; /* transient (or internal): the caller reads again later */
-        *err = why;
+    if ((rc = settle(c, d, ic, o, &r->failed_command_id, would, &why, &a, &witness, &witness_len, err)) != KL_OK)
         goto done;
-    }
 answer:
-    a.records_charged = ch.records;
-    a.bytes_charged = ch.bytes;
-    a.applied_index = kl_store_applied_index(c->view->store);
-    rc = kl_xfer_pack_answer(&a.base, answer, len, err);
+    rc = pack_verdict(c, &ch, &a, answer, len, err);
 done:
     kl_overlay_free(&scratch);
     kl_buf_free(&results);
