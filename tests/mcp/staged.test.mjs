@@ -377,7 +377,10 @@ async function main() {
     r.code === 0 && epoch2 > epoch1 && firstDiff(grantSet(principal), wanted) === null, { epoch1, epoch2 });
   for (const route of routes) {
     const s = S.get(route.name);
-    let a = await step(route, 'accept', s.t, s.intent, s.cmd.accept);
+    let a = await step(route, 'accept', s.t, s.intent, s.cmd.denied);
+    check(`c ${route.name}: the denied Accept's command id replayed after the restore: the same committed refusal ` +
+      '(restoring policy mints no new command id)', a.code === 'PERMISSION_DENIED' && a.error?.detail === 'grant:QueuePublish', a);
+    a = await step(route, 'accept', s.t, s.intent, s.cmd.accept);
     const res = a.value?.results?.[0];
     check(`c ${route.name}: Accept under a new command id enqueues once on partition 2 (the native receipt)`,
       a.code === 'OK' && a.value.command_id === s.cmd.accept && a.value.partition === 2 && res?.kind === 'transfer_accepted' &&
@@ -430,8 +433,9 @@ async function main() {
   for (const route of routes) {
     const s = S.get(route.name);
     let a = await step(route, 'create', s.t, s.cmd.create);
-    check(`e ${route.name}: the historical Create (same command id and content) now PERMISSION_DENIED stale_authority`,
-      a.code === 'PERMISSION_DENIED' && a.error?.detail === 'stale_authority', a);
+    check(`e ${route.name}: the historical Create (same command id and content) now PERMISSION_DENIED stale_authority, ` +
+      'saying the original committed (at its receipt\'s index)', a.code === 'PERMISSION_DENIED' && a.error?.detail === 'stale_authority' &&
+      a.error.message.includes(`original command committed (at index ${s.create.value.index})`), a);
     a = await step(route, 'inspect', s.t);
     check(`e ${route.name}: the original intent and the receipt evidence remain (same tokens, Delivered)`,
       a.code === 'OK' && a.value.state === 'Delivered' && a.value.intent_token === s.intent && a.value.receipt_token === s.proof, a);
