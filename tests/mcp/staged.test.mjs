@@ -294,7 +294,7 @@ async function main() {
       t: { id: uuid(), lane: route.name, body: `staged transfer via ${route.name}`, seq: i + 1 },
       fresh: { id: uuid(), lane: route.name, body: `fresh transfer via ${route.name}`, seq: 100 + i },
       cmd: { create: uuid(), tamper: uuid(), conflict: uuid(), denied: uuid(), accept: uuid(), complete: uuid(),
-        receive: uuid(), ack: uuid(), dedup: uuid(), emptyReceive: uuid() },
+        receive: uuid(), ack: uuid(), afterAck: uuid(), dedup: uuid(), emptyReceive: uuid() },
     });
   }
 
@@ -324,6 +324,14 @@ async function main() {
     a = await step(route, 'create', s.t, s.cmd.create);
     check(`a ${route.name}: the original Create replayed after the restart: the byte-identical receipt`,
       a.code === 'OK' && a.text === s.create.text, { replay: a.text, original: s.create.text });
+  }
+  // A Q1 alias runs as exactly its native batch: a route's Create replayed through another
+  // route (same command id, same content) answers the stored receipt, field for field.
+  for (const [owner, other] of [['sdk', 'sql'], ['mcp', 'mq'], ['sql', 'sdk'], ['mq', 'mcp']]) {
+    const s = S.get(owner);
+    const a = await step(routes.find((x) => x.name === other), 'create', s.t, s.cmd.create);
+    const d = a.code === 'OK' ? firstDiff(receiptOf(a), receiptOf(s.create)) : a.code;
+    check(`a ${owner}->${other}: ${owner}'s Create replayed through ${other}: the stored receipt, every field equal`, d === null, d);
   }
   let st = await stats();
   check('a: the destination queue holds none of these messages (0 messages on partition 2)', st?.messages === 0 && st.partition === 2, st);
@@ -429,6 +437,18 @@ async function main() {
     check(`d ${route.name}: the original Complete replayed: the identical receipt`, a.code === 'OK' && a.text === s.complete.text, a);
   }
 
+  // Every route reads every route's transfer the same: the four inspections of each
+  // transfer, parsed independently, equal field by field (but the read position).
+  for (const owner of routes) {
+    const t = S.get(owner.name).t;
+    const seen = [];
+    for (const route of routes) seen.push([route.name, await step(route, 'inspect', t)]);
+    const base = seen[0][1];
+    const diffs = seen.slice(1).map(([n, a]) => (a.code === 'OK' && base.code === 'OK' ? firstDiff(record(base.value), record(a.value)) : `${n} ${a.code}`))
+      .filter((d) => d !== null);
+    check(`d: ${owner.name}'s transfer inspected through all four routes: the same record field by field`, diffs.length === 0, diffs);
+  }
+
   // ================= e. the historical Create under the changed policy epoch
   for (const route of routes) {
     const s = S.get(route.name);
@@ -475,6 +495,9 @@ async function main() {
     const c = await step(byName[first], 'ack', [s.lease], s.cmd.ack);
     check(`f ${first}: exact duplicate replay on its own route: the identical receipt text`, c.code === 'OK' && c.text === a.text,
       { replay: c.text, original: a.text });
+    const e = await step(byName[first], 'receive', first, s.cmd.afterAck);
+    check(`f ${first}: after the ACK a receive on its destination lane returns nothing`,
+      e.code === 'OK' && Array.isArray(e.value.results?.[0]?.messages) && e.value.results[0].messages.length === 0, e);
   }
   st = await stats();
   check('f: the target ACKs took effect: the destination queue holds 0 messages', st?.messages === 0 && st?.in_flight === 0, st);
