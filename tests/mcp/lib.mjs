@@ -50,16 +50,19 @@ function portFree(port) {
   });
 }
 
-// 18 consecutive free ports (9 client, 9 peer) in 34000-34899, below the ephemeral range,
-// starting at a block chosen from the pid so parallel runs rarely collide.
+// 18 consecutive free ports (9 client, 9 peer) in 11000-11899, starting at a block chosen
+// from the pid so parallel runs rarely collide. Below Linux's ephemeral range (32768-60999
+// by default) and the process tests' ranges (13000 and up): inside the ephemeral range an
+// outgoing connection can take a member's port while the member is down (a cold restart
+// then fails "Address in use"), which is how 34000-34899 failed.
 async function freeBlock() {
   for (let i = 0; i < 50; i++) {
-    const base = 34000 + ((process.pid + i) % 50) * 18;
+    const base = 11000 + ((process.pid + i) % 50) * 18;
     let ok = true;
     for (let p = base; ok && p < base + 18; p++) ok = await portFree(p);
     if (ok) return base;
   }
-  throw new Error('no block of 18 free ports in 34000-34899');
+  throw new Error('no block of 18 free ports in 11000-11899');
 }
 
 const sleep = (ms) => new Promise((r) => setTimeout(r, ms));

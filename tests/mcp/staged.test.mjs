@@ -48,8 +48,11 @@ const timer = setTimeout(async () => {
 }, BUDGET_MS);
 for (const sig of ['SIGINT', 'SIGTERM', 'SIGHUP'])
   process.on(sig, async () => { await teardown(); process.exit(1); });
-// A reader that goes away (e.g. `| head`) must not leave the cluster running.
+// A reader that goes away (e.g. `| head`) or an error outside main() must not leave the
+// cluster running.
 process.stdout.on('error', async () => { await teardown(); process.exit(1); });
+for (const ev of ['uncaughtException', 'unhandledRejection'])
+  process.on(ev, async (e) => { check(`no ${ev}`, false, e?.stack ?? String(e)); await teardown(); summary(); process.exit(1); });
 
 // ---------------------------------------------------------------- helpers
 
