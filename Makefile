@@ -81,6 +81,12 @@ bin/examples/%: client/examples/%.c client/keyload.h lib/libkeyload.a $(GEN_H)
 	@mkdir -p bin/examples
 	$(CC) $(CFLAGS_BASE) $(CFLAGS) -o $@ $< lib/libkeyload.a -lnng -luv -lsodium -lprotobuf-c -ljansson -lpthread
 
+# The staged RF3 scenario's C SDK route (tests/mcp/staged.test.mjs): one operation per
+# invocation, compiled like the examples, from client/keyload.h and lib/libkeyload.a only.
+build/scenario-sdk: tests/scenario/sdk_route.c client/keyload.h lib/libkeyload.a $(GEN_H)
+	@mkdir -p build
+	$(CC) $(CFLAGS_BASE) $(CFLAGS) -o $@ $< lib/libkeyload.a -lnng -luv -lsodium -lprotobuf-c -ljansson -lpthread
+
 bin/keyload-bench: $(call obj,$(BENCH_SRC)) lib/libkeyload.a
 	@mkdir -p bin
 	$(CC) $(CFLAGS) -o $@ $(call obj,$(BENCH_SRC)) lib/libkeyload.a $(LIBS)
@@ -103,8 +109,9 @@ process-test: all build/proc-test
 	@bash tests/support/suite.sh "process (real keyloadd, kill -9)" 900 bash tests/cluster/run.sh
 
 # The MCP server through the official MCP TypeScript SDK client (tests/mcp; npm ci installs
-# the pinned SDK from tests/mcp/package-lock.json).
-mcp-test: all
+# the pinned SDK from tests/mcp/package-lock.json), then the staged RF3 transfer scenario
+# over the C SDK, the official MCP client and both Q1 routes (tests/mcp/staged.test.mjs).
+mcp-test: all build/scenario-sdk
 	@bash tests/support/suite.sh "mcp (official client)" 300 bash tests/mcp/run.sh
 
 # The C SDK examples against a real RF3 cluster (tests/examples/run.sh), also once under
@@ -119,7 +126,7 @@ fuzz:
 	@$(MAKE) --no-print-directory -f tests/fuzz/fuzz.mk
 
 test: deps
-	@$(MAKE) --no-print-directory all build/unit-tests build/proc-test
+	@$(MAKE) --no-print-directory all build/unit-tests build/proc-test build/scenario-sdk
 	@bash tests/support/test-all.sh
 
 bench: deps

@@ -33,8 +33,11 @@ export function run(file, args, { env, timeoutMs = 60000, input } = {}) {
   return new Promise((resolve) => {
     const child = execFile(file, args, { cwd: root, env: { ...process.env, ...env }, timeout: timeoutMs,
       killSignal: 'SIGKILL', maxBuffer: 64 << 20 }, (error, stdout, stderr) => {
-      resolve({ code: error ? (typeof error.code === 'number' ? error.code : -1) : 0, stdout, stderr });
+      resolve({ code: error ? (typeof error.code === 'number' ? error.code : -1) : 0, stdout, stderr,
+        ...(error && typeof error.code !== 'number' ? { error: `${error.code ?? ''} ${error.signal ?? ''} ${error.message}` } : {}) });
     });
+    // A program that exits before reading its input must not crash the test (EPIPE).
+    child.stdin.on('error', () => {});
     if (input !== undefined) child.stdin.end(input);
   });
 }
@@ -50,7 +53,8 @@ function portFree(port) {
 // 18 consecutive free ports (9 client, 9 peer) in 16000-16899: below Linux's ephemeral range
 // (32768+), where any process's outgoing connection may hold a port a member then fails to
 // bind (other suites own other ranges: README, "Tests and their budgets"); starting at a
-// block chosen from the pid so parallel runs rarely collide.
+// block chosen from the pid so parallel runs rarely collide. (34000-34899, used before, made a
+// cold restart fail "Address in use" while the members were down.)
 async function freeBlock() {
   for (let i = 0; i < 50; i++) {
     const base = 16000 + ((process.pid + i) % 50) * 18;
@@ -91,7 +95,11 @@ export class Cluster {
     fs.writeFileSync(this.cfg, JSON.stringify(tmpl));
     const r = await this.launcher('up');
     if (r.code !== 0) throw new Error(`keyload-cluster up failed: ${r.stderr}`);
-    // Every partition with a leader and every member answering (at most 30 s).
+    await this.ready();
+  }
+
+  // Every partition with a leader and every member answering (at most 30 s).
+  async ready() {
     for (let i = 0; i < 120; i++) {
       const st = await this.launcher('status', '--json');
       try {
@@ -102,6 +110,14 @@ export class Cluster {
       await sleep(250);
     }
     throw new Error('the cluster did not elect a leader in every partition within 30 s');
+  }
+
+  // `keyload-cluster restart --cold`: every member stopped (by pid file), then every member
+  // started again from its store; resolves once every partition has a leader again.
+  async restartCold() {
+    const r = await this.launcher('restart', '--cold');
+    if (r.code !== 0) throw new Error(`keyload-cluster restart --cold failed: ${r.stderr}`);
+    await this.ready();
   }
 
   // keyloadd keygen: a new principal key file (0600) and its public key (base64).

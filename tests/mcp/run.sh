@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
-# The MCP suite (KL-7 item 4): installs the pinned official MCP TypeScript SDK from
+# The MCP suite (KL-7 items 4 and 5): installs the pinned official MCP TypeScript SDK from
 # package-lock.json (npm ci; node_modules is never committed), then runs the raw stdio
-# protocol test and the official-client test against a real RF3 cluster. Prints every
-# check and one closing "N passed, N failed" line summing both (tests/support/test-all.sh
-# adds it to the total).
+# protocol test, the official-client test and the staged RF3 transfer scenario
+# (staged.test.mjs: the C SDK, the official MCP client and both Q1 routes; it needs
+# build/scenario-sdk, which `make mcp-test` builds), each against its own real RF3
+# cluster. Prints every check and one closing "N passed, N failed" line summing all three
+# (tests/support/test-all.sh adds it to the total).
 set -u
 cd "$(dirname "$0")"
 # The official SDK needs Node >= 18 (package.json "engines"); tests/support/deps.sh does not
@@ -18,8 +20,11 @@ if ! timeout 180 npm ci --no-audit --no-fund --loglevel=error >npm-ci.log 2>&1; 
   exit 1
 fi
 rm -f npm-ci.log
+if [ ! -x ../../build/scenario-sdk ]; then
+  echo "FAIL build/scenario-sdk is built (make build/scenario-sdk)"; echo "0 passed, 1 failed"; exit 1
+fi
 passed=0 failed=0 rc=0
-for t in raw.test.mjs mcp.test.mjs; do
+for t in raw.test.mjs mcp.test.mjs staged.test.mjs; do
   echo "--- $t"
   out=$(timeout -k 10 270 node "$t" 2>&1); code=$?
   # each script's own closing line, indented so that only the sum below is counted
