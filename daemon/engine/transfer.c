@@ -617,6 +617,24 @@ done:
 
 /* ---- Complete (source) ---- */
 
+kl_code kl_xfer_history_append(const kl_eval_ctx *c, const Keyload__V1__TransferRecord *rec,
+                               Keyload__V1__TransferEvent event, uint64_t generation,
+                               Keyload__V1__TransferHistoryEntry *h, Keyload__V1__TransferHistoryEntry ***out,
+                               kl_err *err)
+{
+    if ((*out = calloc(rec->n_history + 1, sizeof **out)) == NULL)
+        return kl_xfer_oom(err);
+    keyload__v1__transfer_history_entry__init(h);
+    h->event = event;
+    h->generation = generation;
+    h->unix_ms = c->now_ms;
+    h->term = c->term;
+    h->index = c->index;
+    memcpy(*out, rec->history, rec->n_history * sizeof **out);
+    (*out)[rec->n_history] = h;
+    return KL_OK;
+}
+
 const char *kl_xfer_claims_mismatch(const Keyload__V1__TransferClaims *c, Keyload__V1__ClaimPurpose purpose,
                                     const Keyload__V1__TransferRecord *rec, const Keyload__V1__CatalogDatabase *d,
                                     const ProtobufCBinaryData *tid)
@@ -710,18 +728,10 @@ kl_code kl_transfer_eval_complete(kl_eval_ctx *c, const Keyload__V1__CompleteQue
         rc = add_result(out, &res, err);
         goto done;
     }
-    if ((hist = calloc(rec->n_history + 1, sizeof *hist)) == NULL) {
-        rc = kl_xfer_oom(err);
+    Keyload__V1__TransferHistoryEntry h;
+    if ((rc = kl_xfer_history_append(c, rec, KEYLOAD__V1__TRANSFER_EVENT__RECEIPT_VERIFIED, rec->generation, &h,
+                                     &hist, err)) != KL_OK)
         goto done;
-    }
-    Keyload__V1__TransferHistoryEntry h = KEYLOAD__V1__TRANSFER_HISTORY_ENTRY__INIT;
-    h.event = KEYLOAD__V1__TRANSFER_EVENT__RECEIPT_VERIFIED;
-    h.generation = rec->generation;
-    h.unix_ms = c->now_ms;
-    h.term = c->term;
-    h.index = c->index;
-    memcpy(hist, rec->history, rec->n_history * sizeof *hist);
-    hist[rec->n_history] = &h;
     Keyload__V1__TransferHistoryEntry **old_hist = rec->history;
     size_t old_n = rec->n_history;
     ProtobufCBinaryData old_receipt = rec->receipt_token;

@@ -156,20 +156,11 @@ kl_code kl_transfer_eval_advance(kl_eval_ctx *c, const Keyload__V1__QueueLaneRef
     sodium_memzero(sk, sizeof sk);
     if (rc != KL_OK)
         goto done;
-    if ((hist = calloc(rec->n_history + 1, sizeof *hist)) == NULL) {
-        rc = kl_xfer_oom(err);
+    Keyload__V1__TransferHistoryEntry h;
+    if ((rc = kl_xfer_history_append(c, rec, event, rec->generation + 1, &h, &hist, err)) != KL_OK)
         goto done;
-    }
-    Keyload__V1__TransferHistoryEntry h = KEYLOAD__V1__TRANSFER_HISTORY_ENTRY__INIT;
-    h.event = event;
-    h.generation = rec->generation + 1;
-    h.unix_ms = c->now_ms;
-    h.term = c->term;
-    h.index = c->index;
     h.failed_command_id = w->failed_command_id;
     h.failure_code = w->failure_code;
-    memcpy(hist, rec->history, rec->n_history * sizeof *hist);
-    hist[rec->n_history] = &h;
     /* The exact bytes this advance adds to the stored record (charged_bytes was counted at
      * its widest when the intent was created, so its own growth is already paid for). */
     size_t before = keyload__v1__transfer_record__get_packed_size(rec);

@@ -52,6 +52,13 @@ kl_code kl_xfer_intent_claims_ok(const Keyload__V1__TransferClaims *cl, const Ke
 const char *kl_xfer_claims_mismatch(const Keyload__V1__TransferClaims *c, Keyload__V1__ClaimPurpose purpose,
                                     const Keyload__V1__TransferRecord *rec, const Keyload__V1__CatalogDatabase *d,
                                     const ProtobufCBinaryData *tid);
+/* rec's history with one more entry, *h (initialized here: event, generation and this
+ * commit's time, term and index; the caller may set more), as a new array *out (the caller
+ * frees it; the entries stay rec's and h's). */
+kl_code kl_xfer_history_append(const kl_eval_ctx *c, const Keyload__V1__TransferRecord *rec,
+                               Keyload__V1__TransferEvent event, uint64_t generation,
+                               Keyload__V1__TransferHistoryEntry *h, Keyload__V1__TransferHistoryEntry ***out,
+                               kl_err *err);
 /* Packs m into a malloc'd answer. */
 kl_code kl_xfer_pack_answer(const ProtobufCMessage *m, uint8_t **answer, size_t *len, kl_err *err);
 

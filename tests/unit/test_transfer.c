@@ -792,12 +792,16 @@ END_TEST
 
 /* ---- RemoteTransferRetentionTests (AC-XFER-004) ---- */
 
-static void set_db_limits(uint8_t cmd, uint64_t scan, uint64_t batch_bytes, uint64_t read_bytes)
+/* Replaces the database's limits (0: the cluster's; attempts 0: a null ceiling). */
+static void set_limits(uint8_t cmd, uint64_t scan, uint64_t batch_bytes, uint64_t read_bytes, uint64_t attempts)
 {
+    Keyload__V1__NullableU64 n = KEYLOAD__V1__NULLABLE_U64__INIT;
+    n.value = attempts;
     Keyload__V1__DatabaseLimits l = KEYLOAD__V1__DATABASE_LIMITS__INIT;
     l.max_scan_records = scan;
     l.max_batch_bytes = batch_bytes;
     l.max_query_read_bytes = read_bytes;
+    l.max_queue_transfer_accept_attempts = attempts ? &n : NULL;
     Keyload__V1__SetDatabaseLimits s = KEYLOAD__V1__SET_DATABASE_LIMITS__INIT;
     s.tenant = "default";
     s.database = "default";
@@ -811,6 +815,11 @@ static void set_db_limits(uint8_t cmd, uint64_t scan, uint64_t batch_bytes, uint
     ck_assert_msg(r.code == KL_OK, "set limits: %s", r.err.message);
     th_reply_free(&r);
     sync_catalog();
+}
+
+static void set_db_limits(uint8_t cmd, uint64_t scan, uint64_t batch_bytes, uint64_t read_bytes)
+{
+    set_limits(cmd, scan, batch_bytes, read_bytes, 0);
 }
 
 START_TEST(retention_record_bound_exact_and_one_over)
@@ -1095,27 +1104,10 @@ END_TEST
 
 /* ---- RemoteTransferAdvanceTests (KL-6: capacity retry and policy repair) ---- */
 
+/* set_db_limits with a MaxQueueTransferAcceptAttempts ceiling (0: null). */
 static void set_attempts(uint8_t cmd, uint64_t scan, uint64_t batch_bytes, uint64_t attempts)
 {
-    Keyload__V1__NullableU64 n = KEYLOAD__V1__NULLABLE_U64__INIT;
-    n.value = attempts;
-    Keyload__V1__DatabaseLimits l = KEYLOAD__V1__DATABASE_LIMITS__INIT;
-    l.max_scan_records = scan;
-    l.max_batch_bytes = batch_bytes;
-    l.max_queue_transfer_accept_attempts = attempts ? &n : NULL;
-    Keyload__V1__SetDatabaseLimits s = KEYLOAD__V1__SET_DATABASE_LIMITS__INIT;
-    s.tenant = "default";
-    s.database = "default";
-    s.limits = &l;
-    Keyload__V1__Mutation m = KEYLOAD__V1__MUTATION__INIT;
-    m.kind_case = KEYLOAD__V1__MUTATION__KIND_SET_DATABASE_LIMITS;
-    m.set_database_limits = &s;
-    size_t len;
-    uint8_t *req = pack1(cmd, &m, &len);
-    th_reply r = submit(&A, req, len);
-    ck_assert_msg(r.code == KL_OK, "set limits: %s", r.err.message);
-    th_reply_free(&r);
-    sync_catalog();
+    set_limits(cmd, scan, batch_bytes, 0, attempts);
 }
 
 /* pack1's command id for cmd_byte. */
