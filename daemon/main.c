@@ -1,7 +1,7 @@
 /* keyloadd: one replica of one partition (DESIGN.md §3).
  *
  *   keyloadd --cluster FILE --node pPmM [--data DIR] [--var DIR]
- *            [--cluster-secret FILE] [--member-key FILE]
+ *            [--cluster-secret FILE] [--member-key FILE] [--init-store]
  *   keyloadd keygen ...          key files (daemon/keygen.h)
  *
  * Keys (common/keys.h) are read and checked before anything else starts: a member key
@@ -9,12 +9,19 @@
  * gives a public_key must be started with --member-key. A refusal exits 2. Keys stay in
  * memory only and are never logged.
  *
+ * The store records the cluster (name and secret-derived id), partition and member it
+ * belongs to; another member's store is refused (exit 2). A directory without a store is
+ * refused (exit 2) unless --init-store is given: only a member's very first start may
+ * create one, because a member whose disk was wiped has forgotten its votes. --init-store on
+ * a store that is already this member's changes nothing.
+ *
  * Threads: the libuv loop is the executor and owns all partition state; nng threads
  * receive and send frames (common/rpc.c, daemon/repl/peer.c); the replication driver's
  * synced log writes run on libuv's thread pool, one at a time, and report back to the loop.
  * SIGTERM/SIGINT stop accepting requests, stop replication (letting an in-flight write
- * finish), answer what is left UNKNOWN_WRITE_OUTCOME and close the store. A storage failure
- * ends the process with exit code 1: recovery on restart re-applies the durable log. */
+ * finish), answer what is left UNKNOWN_WRITE_OUTCOME and close the store. A failed log write
+ * ends the process at once with exit code 1 (repl_fatal); a failed apply stops it the same
+ * way as a signal, with exit code 1. Recovery on restart re-applies the durable log. */
 #include "common/cluster.h"
 #include "common/failpoint.h"
 #include "common/keys.h"
@@ -36,6 +43,7 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <time.h>
+#include <unistd.h>
 #include <uv.h>
 
 typedef struct daemon_state {
@@ -128,13 +136,18 @@ static void repl_read_dropped(void *ctx, uint64_t read_ctx)
     kl_service_read_dropped(&((daemon_state *)ctx)->service, read_ctx);
 }
 
+/* A failed log write or fsync ends the process at once, without closing the store: after a
+ * failed fsync the kernel may have dropped the dirty pages and marked them clean, so nothing
+ * this process still holds (memtables, page cache, the round it was writing) may be trusted,
+ * written again, acknowledged or voted on. Restart recovers from what reached the disk. */
 static void repl_fatal(void *ctx, const kl_err *err)
 {
-    daemon_state *d = ctx;
-    KL_ERROR("storage failure; exiting so that recovery can re-apply the durable log", "detail=%s",
-             err->detail);
-    d->exit_code = 1;
-    begin_stop(d);
+    (void)ctx;
+    KL_ERROR("storage failure; exiting without another write so that recovery starts from the "
+             "durable log", "detail=%s error=\"%s\"", err->detail, err->message);
+    fflush(stdout);
+    fflush(stderr);
+    _exit(1);
 }
 
 /* ---- shutdown ---- */
@@ -223,11 +236,42 @@ static int load_keys(daemon_state *d, const char *node, const kl_member *me, con
     return 0;
 }
 
+/* Opens the member's store and checks whose it is. Returns 0, or the exit code after
+ * printing why: 2 when the store is not this member's to serve (another member's, none yet
+ * without --init-store, corrupt), 1 when the disk failed. */
+static int open_store(daemon_state *d, const kl_cluster *cluster, int partition, const kl_member *me,
+                      const char *node, const char *data_dir, bool init_store)
+{
+    uint8_t cluster_id[16];
+    bool has_secret = d->keys != NULL && d->keys->has_cluster_secret;
+    if (has_secret)
+        kl_store_cluster_id(d->keys->cluster_secret, sizeof d->keys->cluster_secret, cluster_id);
+    kl_store_identity id = {.cluster = cluster->name, .cluster_id = has_secret ? cluster_id : NULL,
+                            .partition = (uint32_t)partition, .member = (uint64_t)me->id};
+    kl_store_options so;
+    kl_store_options_default(&so);
+    so.init = init_store;
+    so.identity = &id;
+    kl_err err;
+    kl_err_clear(&err);
+    kl_code rc = kl_store_open(data_dir, &so, &d->store, &err);
+    if (rc == KL_OK)
+        return 0;
+    fprintf(stderr, "keyloadd: %s: %s\n", node, err.message);
+    KL_ERROR("store refused", "node=%s data=%s detail=%s", node, data_dir, err.detail);
+    return rc == KL_FAILED_PRECONDITION ? 2 : 1;
+}
+
 static void usage(void)
 {
     fprintf(stderr, "usage: keyloadd --cluster FILE --node pPmM [--data DIR] [--var DIR]\n"
-                    "                [--cluster-secret FILE] [--member-key FILE]\n"
-                    "       keyloadd keygen --help\n");
+                    "                [--cluster-secret FILE] [--member-key FILE] [--init-store]\n"
+                    "       keyloadd keygen --help\n"
+                    "  --init-store  create this member's store in an empty data directory. Pass it\n"
+                    "                on the member's first start only: without it an empty or wiped\n"
+                    "                directory is refused (exit 2), because a wiped member cannot\n"
+                    "                know which terms it voted in (README: Recovering a member).\n"
+                    "                On a store that is already this member's it changes nothing.\n");
 }
 
 int main(int argc, char **argv)
@@ -236,11 +280,13 @@ int main(int argc, char **argv)
         return kl_keygen_main(argc - 1, argv + 1);
     const char *cluster_file = NULL, *node_name = NULL, *data_dir = NULL, *var_root = "var";
     const char *cluster_secret_file = NULL, *member_key_file = NULL;
+    bool init_store = false;
     static const struct option opts[] = {
         {"cluster", required_argument, NULL, 'c'}, {"node", required_argument, NULL, 'n'},
         {"data", required_argument, NULL, 'd'},    {"var", required_argument, NULL, 'v'},
         {"cluster-secret", required_argument, NULL, 's'},
         {"member-key", required_argument, NULL, 'k'},
+        {"init-store", no_argument, NULL, 'i'},
         {"help", no_argument, NULL, 'h'},          {NULL, 0, NULL, 0}};
     int ch;
     while ((ch = getopt_long(argc, argv, "", opts, NULL)) != -1) {
@@ -251,6 +297,7 @@ int main(int argc, char **argv)
         case 'v': var_root = optarg; break;
         case 's': cluster_secret_file = optarg; break;
         case 'k': member_key_file = optarg; break;
+        case 'i': init_store = true; break;
         case 'h': usage(); return 0;
         default: usage(); return 2;
         }
@@ -287,19 +334,17 @@ int main(int argc, char **argv)
         return 2;
     if (data_dir == NULL)
         data_dir = me->data_dir;
-    if (mkdirs(data_dir) != 0) {
+    if (init_store && mkdirs(data_dir) != 0) {
         fprintf(stderr, "keyloadd: cannot create data directory %s: %s\n", data_dir, strerror(errno));
         kl_keys_free(d.keys);
         return 1;
     }
 
     d.loop = uv_default_loop();
-    kl_store_options so;
-    kl_store_options_default(&so);
-    if (kl_store_open(data_dir, &so, &d.store, &err) != KL_OK) {
-        fprintf(stderr, "keyloadd: %s\n", err.message);
+    int orc = open_store(&d, &cluster, partition, me, node_name, data_dir, init_store);
+    if (orc != 0) {
         kl_keys_free(d.keys);
-        return 1;
+        return orc;
     }
     kl_node_config nc = {.partition = partition, .partition_count = cluster.partition_count,
                          .limits = cluster.limits,
