@@ -19,7 +19,8 @@
  * receive and send frames (common/rpc.c, daemon/repl/peer.c); the replication driver's
  * synced log writes run on libuv's thread pool, one at a time, and report back to the loop.
  * SIGTERM/SIGINT stop accepting requests, stop replication (letting an in-flight write
- * finish), answer what is left UNKNOWN_WRITE_OUTCOME and close the store. A failed log write
+ * finish), answer what is left UNKNOWN_WRITE_OUTCOME and close the store, or exit after
+ * STOP_GRACE_MS whatever is still pending (as safe as kill -9). A failed log write
  * ends the process at once with exit code 1 (repl_fatal); a failed apply stops it the same
  * way as a signal, with exit code 1. Recovery on restart re-applies the durable log. */
 #include "common/cluster.h"
@@ -37,6 +38,8 @@
 
 #include <errno.h>
 #include <getopt.h>
+#include <pthread.h>
+#include <stdatomic.h>
 #include <sodium.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -152,11 +155,48 @@ static void repl_fatal(void *ctx, const kl_err *err)
 
 /* ---- shutdown ---- */
 
+/* How long an orderly stop may take before the process ends anyway. Some steps can block
+ * well past it: nng 1.5.2's nng_close can hang (bounded at 3 s for the replication socket,
+ * unbounded for the client socket, which closes on the loop thread), and a data partition's
+ * catalog tail is joined only after its RPC returns (up to 2.5 s). Ending here is as safe
+ * as kill -9, which the store is built for: the log is synced before anything is
+ * acknowledged and recovery re-applies it. */
+#define STOP_GRACE_MS 1500
+
+static _Atomic bool stop_finished;
+
+static void *stop_watchdog(void *arg)
+{
+    int code = *(const int *)arg; /* set before the stop began */
+    struct timespec ts = {STOP_GRACE_MS / 1000, (STOP_GRACE_MS % 1000) * 1000000L};
+    nanosleep(&ts, NULL);
+    if (atomic_load(&stop_finished))
+        return NULL;
+    KL_WARN("stop did not finish in time; exiting without waiting (recovery replays the log)",
+            "grace_ms=%d exit_code=%d", STOP_GRACE_MS, code);
+    fflush(stdout);
+    fflush(stderr);
+    _exit(code);
+}
+
+static void arm_stop_watchdog(int *exit_code)
+{
+    pthread_t t;
+    pthread_attr_t attr;
+    pthread_attr_init(&attr);
+    pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+    pthread_attr_setstacksize(&attr, 64 * 1024);
+    if (pthread_create(&t, &attr, stop_watchdog, exit_code) != 0)
+        KL_WARN("no stop watchdog thread; the stop may take longer", "grace_ms=%d", STOP_GRACE_MS);
+    pthread_attr_destroy(&attr);
+}
+
 static void begin_stop(daemon_state *d)
 {
     if (d->stopping)
         return;
     d->stopping = true;
+    arm_stop_watchdog(&d->exit_code);
     if (d->rpc) {
         kl_rpc_server_stop(d->rpc);
         d->rpc = NULL;
@@ -421,6 +461,7 @@ int main(int argc, char **argv)
     kl_sessions_free(d.service.sessions);
     kl_keys_free(d.keys);
     KL_INFO("stopped", "exit_code=%d", d.exit_code);
+    atomic_store(&stop_finished, true);
     return d.exit_code;
 
 fail_rpc:
