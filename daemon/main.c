@@ -45,6 +45,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <time.h>
 #include <unistd.h>
 #include <uv.h>
@@ -62,6 +63,11 @@ typedef struct daemon_state {
     bool stopping;
     int exit_code;
     kl_keys *keys;    /* cluster secret and member key pair, in memory only */
+    const char *data_dir;
+    uint64_t disk_reserve;       /* bytes that must stay free for a batch to be admitted */
+    int64_t disk_checked_ms;     /* monotonic time of the last statvfs */
+    uint64_t disk_free;          /* bytes free for unprivileged writers at that time */
+    bool disk_low;
 } daemon_state;
 
 static int64_t clock_ms(void *ctx)
@@ -82,6 +88,46 @@ static void node_next(void *ctx, uint64_t *index, uint64_t *term, bool *serving)
 {
     daemon_state *d = ctx;
     kl_repl_next(d->repl, index, term, serving);
+}
+
+/* Free space is read at most every DISK_CHECK_MS: one statvfs per batch would cost more
+ * than the check is worth, and space is only foreseen, not reserved, either way. */
+#define DISK_CHECK_MS 250
+#define DISK_RESERVE_MB_DEFAULT 64
+
+static int64_t mono_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+/* A batch is refused before it is proposed while the data directory's file system has
+ * less than the reserve free: a write that does hit ENOSPC ends the member (repl_fatal),
+ * so a full disk is better met with a retryable refusal. Served again once space returns. */
+static kl_code node_admit(void *ctx, kl_err *err)
+{
+    daemon_state *d = ctx;
+    int64_t now = mono_ms();
+    if (d->disk_checked_ms == 0 || now - d->disk_checked_ms >= DISK_CHECK_MS) {
+        struct statvfs sv;
+        d->disk_checked_ms = now;
+        if (statvfs(d->data_dir, &sv) != 0)
+            return KL_OK; /* unknown: the write itself will tell */
+        d->disk_free = (uint64_t)sv.f_bavail * sv.f_frsize;
+        bool low = d->disk_free < d->disk_reserve;
+        if (low != d->disk_low)
+            kl_log(low ? KL_LOG_WARN : KL_LOG_INFO, low ? "disk full: refusing writes" : "disk space back: writing again",
+                   "data=%s free_mb=%llu reserve_mb=%llu", d->data_dir,
+                   (unsigned long long)(d->disk_free >> 20), (unsigned long long)(d->disk_reserve >> 20));
+        d->disk_low = low;
+    }
+    if (!d->disk_low)
+        return KL_OK;
+    return kl_fail(err, KL_UNAVAILABLE, "disk_full",
+                   "the leader's data directory has %llu MiB free, below its reserve of %llu MiB "
+                   "(--disk-reserve-mb); nothing was written; retry once space is freed",
+                   (unsigned long long)(d->disk_free >> 20), (unsigned long long)(d->disk_reserve >> 20));
 }
 
 static kl_code node_propose(void *ctx, const uint8_t *entry, size_t len)
@@ -306,12 +352,17 @@ static void usage(void)
 {
     fprintf(stderr, "usage: keyloadd --cluster FILE --node pPmM [--data DIR] [--var DIR]\n"
                     "                [--cluster-secret FILE] [--member-key FILE] [--init-store]\n"
+                    "                [--disk-reserve-mb N]\n"
                     "       keyloadd keygen --help\n"
                     "  --init-store  create this member's store in an empty data directory. Pass it\n"
                     "                on the member's first start only: without it an empty or wiped\n"
                     "                directory is refused (exit 2), because a wiped member cannot\n"
                     "                know which terms it voted in (README: Recovering a member).\n"
-                    "                On a store that is already this member's it changes nothing.\n");
+                    "                On a store that is already this member's it changes nothing.\n"
+                    "  --disk-reserve-mb N  refuse batches (UNAVAILABLE, detail disk_full) while the\n"
+                    "                data directory's file system has less than N MiB free\n"
+                    "                (default %d); writing resumes once space returns.\n",
+            DISK_RESERVE_MB_DEFAULT);
 }
 
 int main(int argc, char **argv)
@@ -321,12 +372,14 @@ int main(int argc, char **argv)
     const char *cluster_file = NULL, *node_name = NULL, *data_dir = NULL, *var_root = "var";
     const char *cluster_secret_file = NULL, *member_key_file = NULL;
     bool init_store = false;
+    uint64_t disk_reserve_mb = DISK_RESERVE_MB_DEFAULT;
     static const struct option opts[] = {
         {"cluster", required_argument, NULL, 'c'}, {"node", required_argument, NULL, 'n'},
         {"data", required_argument, NULL, 'd'},    {"var", required_argument, NULL, 'v'},
         {"cluster-secret", required_argument, NULL, 's'},
         {"member-key", required_argument, NULL, 'k'},
         {"init-store", no_argument, NULL, 'i'},
+        {"disk-reserve-mb", required_argument, NULL, 'r'},
         {"help", no_argument, NULL, 'h'},          {NULL, 0, NULL, 0}};
     int ch;
     while ((ch = getopt_long(argc, argv, "", opts, NULL)) != -1) {
@@ -338,6 +391,17 @@ int main(int argc, char **argv)
         case 's': cluster_secret_file = optarg; break;
         case 'k': member_key_file = optarg; break;
         case 'i': init_store = true; break;
+        case 'r': {
+            char *end;
+            errno = 0;
+            unsigned long long mb = strtoull(optarg, &end, 10);
+            if (errno != 0 || end == optarg || *end != '\0' || mb > (1ull << 30)) {
+                fprintf(stderr, "keyloadd: --disk-reserve-mb must be a number of MiB (0..%llu)\n", 1ull << 30);
+                return 2;
+            }
+            disk_reserve_mb = mb;
+            break;
+        }
         case 'h': usage(); return 0;
         default: usage(); return 2;
         }
@@ -391,7 +455,10 @@ int main(int argc, char **argv)
                          .max_pending_bytes = 256u << 20, .max_pending_batches = 8192,
                          .cluster_secret = d.keys != NULL && d.keys->has_cluster_secret ? d.keys->cluster_secret : NULL,
                          .insecure_local_admin = cluster.insecure_local_admin};
-    kl_node_io io = {.ctx = &d, .next = node_next, .propose = node_propose, .clock_ms = clock_ms,
+    d.data_dir = data_dir;
+    d.disk_reserve = disk_reserve_mb << 20;
+    kl_node_io io = {.ctx = &d, .next = node_next, .propose = node_propose, .admit = node_admit,
+                     .clock_ms = clock_ms,
                      .random = random_bytes};
     if (kl_node_open(d.store, &nc, &io, &d.node, &err) != KL_OK) {
         fprintf(stderr, "keyloadd: %s\n", err.message);

@@ -23,6 +23,10 @@ struct kl_store {
     uint8_t incarnation[16];
     uint64_t applied;
     _Atomic uint64_t last;
+    /* Set by the first failed write. Nothing is written after it: RocksDB's WAL writer may
+     * be left in an error state (and this build asserts on a write after one), and after a
+     * failed fsync nothing of what the process holds is trusted; the member exits. */
+    _Atomic bool write_failed;
 };
 
 void kl_store_options_default(kl_store_options *o)
@@ -37,6 +41,28 @@ rocksdb_t *kl_store_db(kl_store *st) { return st->db; }
 const uint8_t *kl_store_incarnation(const kl_store *st) { return st->incarnation; }
 uint64_t kl_store_applied_index(const kl_store *st) { return st->applied; }
 uint64_t kl_store_last_index(const kl_store *st) { return atomic_load(&st->last); }
+
+/* One write of the store: refused once any write failed (see write_failed). */
+static void store_write(kl_store *st, const rocksdb_writeoptions_t *wo, rocksdb_writebatch_t *wb, char **rerr)
+{
+    if (atomic_load(&st->write_failed)) {
+        *rerr = strdup("IO error: an earlier write of this store failed; no further writes");
+        return;
+    }
+    rocksdb_write(st->db, (rocksdb_writeoptions_t *)wo, wb, rerr);
+    if (*rerr != NULL)
+        atomic_store(&st->write_failed, true);
+}
+
+/* store_write of one key. */
+static void store_put(kl_store *st, const rocksdb_writeoptions_t *wo, const uint8_t *key, size_t klen,
+                      const void *val, size_t vlen, char **rerr)
+{
+    rocksdb_writebatch_t *wb = rocksdb_writebatch_create();
+    rocksdb_writebatch_put(wb, (const char *)key, klen, (const char *)val, vlen);
+    store_write(st, wo, wb, rerr);
+    rocksdb_writebatch_destroy(wb);
+}
 
 static kl_code rocks_fail(kl_err *err, const char *what, char *rerr)
 {
@@ -108,7 +134,7 @@ static kl_code write_format(kl_store *st, const Keyload__V1__FormatRecord *f, kl
     kl_key k;
     kl_key_meta(&k, "format");
     char *rerr = NULL;
-    rocksdb_put(st->db, st->wsync, (const char *)k.b, k.len, (const char *)buf, n, &rerr);
+    store_put(st, st->wsync, k.b, k.len, buf, n, &rerr);
     free(buf);
     if (rerr != NULL)
         return rocks_fail(err, "write format record", rerr);
@@ -390,7 +416,7 @@ kl_code kl_store_append(kl_store *st, uint64_t index, const uint8_t *entry, size
     kl_key k;
     kl_key_log(&k, index);
     char *rerr = NULL;
-    rocksdb_put(st->db, st->wsync, (const char *)k.b, k.len, (const char *)entry, len, &rerr);
+    store_put(st, st->wsync, k.b, k.len, entry, len, &rerr);
     if (rerr != NULL)
         return rocks_fail(err, "log append", rerr);
     atomic_store(&st->last, index);
@@ -408,9 +434,11 @@ kl_code kl_store_log_write(kl_store *st, const Keyload__V1__HardState *hard, uin
     if (truncate_from != 0 && truncate_from <= st->applied)
         return kl_fail(err, KL_INTERNAL, "log", "store: truncation at %llu of applied entries (applied %llu)",
                        (unsigned long long)truncate_from, (unsigned long long)st->applied);
-    if (KL_FAILPOINT("store.log_write", err) != KL_OK)
+    if (KL_FAILPOINT("store.log_write", err) != KL_OK) {
+        atomic_store(&st->write_failed, true);
         return kl_fail(err, KL_INTERNAL, "log_write",
                        "store: log write failed: IO error: Input/output error (failpoint store.log_write)");
+    }
     rocksdb_writebatch_t *wb = rocksdb_writebatch_create();
     if (hard != NULL) {
         uint8_t buf[64];
@@ -437,7 +465,7 @@ kl_code kl_store_log_write(kl_store *st, const Keyload__V1__HardState *hard, uin
         rocksdb_writebatch_put(wb, (const char *)k.b, k.len, (const char *)items[i].bytes, items[i].len);
     }
     char *rerr = NULL;
-    rocksdb_write(st->db, st->wsync, wb, &rerr);
+    store_write(st, st->wsync, wb, &rerr);
     rocksdb_writebatch_destroy(wb);
     if (rerr != NULL)
         return rocks_fail(err, "log write", rerr);
@@ -456,7 +484,7 @@ kl_code kl_store_save_commit(kl_store *st, const Keyload__V1__HardState *hard, k
     kl_key_meta(&hk, "hard");
     rocksdb_writeoptions_t *wo = rocksdb_writeoptions_create();
     char *rerr = NULL;
-    rocksdb_put(st->db, wo, (const char *)hk.b, hk.len, (const char *)buf, hn, &rerr);
+    store_put(st, wo, hk.b, hk.len, buf, hn, &rerr);
     rocksdb_writeoptions_destroy(wo);
     if (rerr != NULL)
         return rocks_fail(err, "hard state write", rerr);
@@ -559,7 +587,7 @@ kl_code kl_store_apply(kl_store *st, const Keyload__V1__LogEntry *e, kl_err *err
     kl_be64_put(ab, e->index);
     rocksdb_writebatch_put(wb, (const char *)ak.b, ak.len, (const char *)ab, 8);
     char *rerr = NULL;
-    rocksdb_write(st->db, st->wnosync, wb, &rerr);
+    store_write(st, st->wnosync, wb, &rerr);
     if (rerr != NULL) {
         rc = rocks_fail(err, "apply", rerr);
         goto out;

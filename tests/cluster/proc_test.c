@@ -31,6 +31,7 @@
 #include <string.h>
 #include <sys/prctl.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -42,6 +43,7 @@ static char cluster_file[600];
 static char secret_file[600]; /* every daemon's cluster secret (databases' keys derive from it) */
 static pid_t daemon_pid = -1;
 static bool start_without_init; /* start_daemon leaves out --init-store */
+static const char *start_disk_reserve_mb; /* start_daemon passes --disk-reserve-mb this */
 int failures_in_test;
 
 int64_t now_ms(void)
@@ -248,8 +250,16 @@ static int start_daemon(const char *failpoints)
 {
     char log[700];
     snprintf(log, sizeof log, "%s/daemon.log", work);
-    char *argv[] = {(char *)daemon_bin, "--cluster", cluster_file, "--node", "p0m1", "--cluster-secret",
-                    secret_file, start_without_init ? NULL : "--init-store", NULL};
+    char *argv[9] = {(char *)daemon_bin, "--cluster", cluster_file, "--node", "p0m1", "--cluster-secret",
+                     secret_file};
+    int argc = 7;
+    if (!start_without_init)
+        argv[argc++] = "--init-store";
+    if (start_disk_reserve_mb != NULL) {
+        argv[argc++] = "--disk-reserve-mb";
+        argv[argc++] = (char *)start_disk_reserve_mb;
+    }
+    argv[argc] = NULL;
     pid_t pid = proc_exec(argv, log, failpoints, PROC_LIFETIME_S);
     daemon_pid = pid;
     int64_t deadline = now_ms() + 20000;
@@ -709,6 +719,177 @@ static void test_store_identity(void)
     rc = run_refused(out, sizeof out, "--cluster '%s' --node p0m1 --cluster-secret '%s'", cluster_file, cmd);
     CHECK(rc == 2 && strstr(out, "cluster 'proctest'"), "a store of another cluster secret was served (exit %d): %s",
           rc, out);
+}
+
+/* ---- a full disk: the store on a small loop-mounted ext4 image ---- */
+
+static char disk_img[700], disk_mnt[700], disk_loop[64];
+
+/* Unmounts, detaches and deletes whatever disk_setup made (also after a failed check). */
+static void disk_cleanup(void)
+{
+    char cmd[3000];
+    if (disk_mnt[0]) {
+        snprintf(cmd, sizeof cmd, "umount '%s' 2>/dev/null || umount -l '%s' 2>/dev/null; rmdir '%s' 2>/dev/null",
+                 disk_mnt, disk_mnt, disk_mnt);
+        if (system(cmd) != 0)
+            fprintf(stderr, "  cleanup: could not unmount %s\n", disk_mnt);
+        disk_mnt[0] = '\0';
+    }
+    if (disk_loop[0]) {
+        snprintf(cmd, sizeof cmd, "losetup -d '%s'", disk_loop);
+        if (system(cmd) != 0)
+            fprintf(stderr, "  cleanup: could not detach %s\n", disk_loop);
+        disk_loop[0] = '\0';
+    }
+    if (disk_img[0]) {
+        unlink(disk_img);
+        disk_img[0] = '\0';
+    }
+}
+
+/* A 64 MiB ext4 image on its own loop device, mounted at work/diskfull. */
+static bool disk_setup(void)
+{
+    snprintf(disk_img, sizeof disk_img, "%s/diskfull.img", work);
+    char cmd[3000];
+    snprintf(cmd, sizeof cmd, "truncate -s 64M '%s'", disk_img);
+    if (system(cmd) != 0)
+        return false;
+    snprintf(cmd, sizeof cmd, "timeout 20 losetup --find --show '%s'", disk_img);
+    FILE *p = popen(cmd, "r");
+    if (p == NULL)
+        return false;
+    bool got = fgets(disk_loop, sizeof disk_loop, p) != NULL;
+    if (pclose(p) != 0 || !got) {
+        disk_loop[0] = '\0';
+        return false;
+    }
+    disk_loop[strcspn(disk_loop, "\n")] = '\0';
+    snprintf(disk_mnt, sizeof disk_mnt, "%s/diskfull", work);
+    snprintf(cmd, sizeof cmd, "timeout 30 mkfs.ext4 -q -F '%s' && mkdir -p '%s' && timeout 20 mount '%s' '%s'",
+             disk_loop, disk_mnt, disk_loop, disk_mnt);
+    if (system(cmd) != 0) {
+        rmdir(disk_mnt);
+        disk_mnt[0] = '\0';
+        return false;
+    }
+    return true;
+}
+
+static uint64_t disk_free_mb(void)
+{
+    struct statvfs sv;
+    if (statvfs(disk_mnt, &sv) != 0)
+        return 0;
+    return (uint64_t)sv.f_bavail * sv.f_frsize >> 20;
+}
+
+static answer enqueue_one(const char *body)
+{
+    Keyload__V1__BatchRequest *b = batch_new(NULL);
+    add_enqueue(b, "q", body);
+    return send_batch(b, 5000);
+}
+
+/* The leader refuses batches with UNAVAILABLE "disk_full" before proposing anything while
+ * its file system is below the reserve, keeps serving reads, and writes again once space
+ * returns; the refused batches left nothing behind. */
+static void test_disk_full(void)
+{
+    CHECK(disk_setup(), "could not make and mount a loop ext4 image (needs root, losetup, mkfs.ext4)");
+    char data[800], filler[800], cmd[3000];
+    snprintf(data, sizeof data, "%s/data", disk_mnt);
+    snprintf(filler, sizeof filler, "%s/filler", disk_mnt);
+    static int port_seq;
+    write_cluster(22000 + (getpid() % 5000) + (port_seq++ % 50), data, "");
+    start_disk_reserve_mb = "16";
+    int started = start_daemon(NULL);
+    start_disk_reserve_mb = NULL;
+    CHECK(started == 0, "start on the loop file system");
+    create_queue("q", 0);
+    answer a = enqueue_one("before");
+    CHECK(a.code == KL_OK, "enqueue with space: %s %s", kl_code_name(a.code), a.err.message);
+    answer_free(&a);
+    uint64_t free_mb = disk_free_mb();
+    CHECK(free_mb > 24, "only %llu MiB free on a fresh 64 MiB image", (unsigned long long)free_mb);
+    /* Leave 8 MiB: under the 16 MiB reserve, room for what RocksDB still writes. */
+    snprintf(cmd, sizeof cmd, "fallocate -l %lluM '%s'", (unsigned long long)(free_mb - 8), filler);
+    CHECK(system(cmd) == 0, "fallocate");
+    sleep_ms(400); /* past the daemon's 250 ms free-space cache */
+    for (int i = 0; i < 3; i++) {
+        a = enqueue_one("refused");
+        CHECK(a.code == KL_UNAVAILABLE && strcmp(a.err.detail, "disk_full") == 0,
+              "enqueue on a full disk: %s detail %s (%s)", kl_code_name(a.code), a.err.detail, a.err.message);
+        CHECK(strstr(a.err.message, "reserve") != NULL && strstr(a.err.message, "16 MiB") != NULL,
+              "the refusal does not name the reserve: %s", a.err.message);
+        answer_free(&a);
+    }
+    CHECK(queue_messages("q", NULL) == 1, "reads stop or see a refused write while the disk is full");
+    int st;
+    CHECK(waitpid(daemon_pid, &st, WNOHANG) == 0, "the daemon exited on a full disk");
+    uint64_t refused_free = disk_free_mb();
+    unlink(filler);
+    int64_t back = now_ms(), deadline = back + 5000;
+    kl_code code = KL_UNAVAILABLE;
+    while (code != KL_OK && now_ms() < deadline) {
+        a = enqueue_one("after");
+        code = a.code;
+        answer_free(&a);
+        if (code != KL_OK)
+            sleep_ms(100);
+    }
+    CHECK(code == KL_OK, "no write accepted within 5 s of freeing space: %s", kl_code_name(code));
+    CHECK(queue_messages("q", NULL) == 2, "messages after the refusals: want 2 (before, after)");
+    printf("  disk full: refused while %llu MiB free (reserve 16), writing again %lld ms after space returned\n",
+           (unsigned long long)refused_free, (long long)(now_ms() - back));
+    CHECK(stop_daemon(SIGTERM) == 0, "stop");
+    /* Without a reserve the write itself hits ENOSPC: the member exits (1) without answering
+     * OK, and after space returns it restarts with every acknowledged message. */
+    start_without_init = true;
+    start_disk_reserve_mb = "0";
+    started = start_daemon(NULL);
+    start_disk_reserve_mb = NULL;
+    CHECK(started == 0, "restart without a reserve");
+    snprintf(cmd, sizeof cmd, "fallocate -l %lluM '%s'; dd if=/dev/zero of='%s.tail' bs=4k 2>/dev/null; sync",
+             (unsigned long long)disk_free_mb(), filler, filler);
+    CHECK(system(cmd) >= 0, "fill");
+    /* Large bodies: RocksDB preallocates the WAL, so small writes would fit in space it
+     * already holds. 100 x 200 KiB is past any preallocation of an 8 MiB memtable. */
+    int ok_on_full = 0;
+    static char body[200 << 10];
+    memset(body, 'z', sizeof body - 1);
+    for (int i = 0; i < 100; i++) {
+        int64_t t0 = now_ms();
+        a = enqueue_one(body);
+        ok_on_full += a.code == KL_OK;
+        answer_free(&a);
+        siginfo_t info = {0};
+        if (waitid(P_PID, (id_t)daemon_pid, &info, WEXITED | WNOHANG | WNOWAIT) == 0 && info.si_pid != 0)
+            break; /* exited; wait_daemon_exit reaps it */
+        if (now_ms() - t0 > 4000)
+            break;
+    }
+    st = wait_daemon_exit(5000);
+    start_without_init = false;
+    CHECK(!(st & 0x10000), "the daemon kept running on a full disk");
+    /* Exit code 1 from repl_fatal, or SIGABRT: this RocksDB build asserts inside the write
+     * that failed on ENOSPC before returning the error. Either way nothing was answered OK
+     * for it and the process is gone. */
+    CHECK((WIFEXITED(st) && WEXITSTATUS(st) == 1) || (WIFSIGNALED(st) && WTERMSIG(st) == SIGABRT),
+          "status %d on ENOSPC, want exit code 1 or SIGABRT", st);
+    snprintf(cmd, sizeof cmd, "%s.tail", filler);
+    unlink(cmd);
+    unlink(filler);
+    start_without_init = true;
+    started = start_daemon(NULL);
+    start_without_init = false;
+    CHECK(started == 0, "restart after space returned");
+    long long n = queue_messages("q", NULL);
+    CHECK(n >= 2 + ok_on_full, "messages after the ENOSPC exit: %lld, want at least %d", n, 2 + ok_on_full);
+    printf("  ENOSPC on the write: %s after %d acknowledged writes on the full disk, all %lld there\n",
+           WIFEXITED(st) ? "exit code 1" : "SIGABRT (RocksDB assertion)", ok_on_full, n);
+    CHECK(stop_daemon(SIGTERM) == 0, "stop");
 }
 
 /* ---- replica groups: several keyloadd members of one partition ---- */
@@ -1380,6 +1561,8 @@ int main(int argc, char **argv)
         {"store identity: a wiped member refuses to start without --init-store, another partition's or "
          "cluster's directory is refused naming both, --init-store on its own store changes nothing",
          test_store_identity},
+        {"disk full (loop-mounted ext4): batches refused UNAVAILABLE disk_full before anything is proposed, "
+         "reads go on, writes resume once space returns", test_disk_full},
         {"3 members, replica_count 3: leader killed, commits wait for all copies", test_group_rf3_all_copies},
         {"3 members, replica_count 3: a follower down: UNKNOWN_WRITE_OUTCOME, then UNAVAILABLE, then one effect",
          test_group_rf3_follower_down},
@@ -1459,6 +1642,7 @@ int main(int argc, char **argv)
         if (daemon_pid > 0)
             stop_daemon(SIGKILL); /* a failed check leaves no process behind */
         group_stop_all();
+        disk_cleanup(); /* after every daemon on it was stopped */
         pa_stop_all();
         mp_stop_all();
         ss_stop_all();
