@@ -365,14 +365,17 @@ static void usage(void)
             DISK_RESERVE_MB_DEFAULT);
 }
 
-int main(int argc, char **argv)
+typedef struct daemon_args {
+    const char *cluster_file, *node_name, *data_dir, *var_root;
+    const char *cluster_secret_file, *member_key_file;
+    bool init_store;
+    uint64_t disk_reserve_mb;
+} daemon_args;
+
+/* Returns -1 to go on, else the exit code (0 after --help, 2 on a usage error). */
+static int parse_args(int argc, char **argv, daemon_args *a)
 {
-    if (argc > 1 && strcmp(argv[1], "keygen") == 0)
-        return kl_keygen_main(argc - 1, argv + 1);
-    const char *cluster_file = NULL, *node_name = NULL, *data_dir = NULL, *var_root = "var";
-    const char *cluster_secret_file = NULL, *member_key_file = NULL;
-    bool init_store = false;
-    uint64_t disk_reserve_mb = DISK_RESERVE_MB_DEFAULT;
+    *a = (daemon_args){.var_root = "var", .disk_reserve_mb = DISK_RESERVE_MB_DEFAULT};
     static const struct option opts[] = {
         {"cluster", required_argument, NULL, 'c'}, {"node", required_argument, NULL, 'n'},
         {"data", required_argument, NULL, 'd'},    {"var", required_argument, NULL, 'v'},
@@ -384,13 +387,13 @@ int main(int argc, char **argv)
     int ch;
     while ((ch = getopt_long(argc, argv, "", opts, NULL)) != -1) {
         switch (ch) {
-        case 'c': cluster_file = optarg; break;
-        case 'n': node_name = optarg; break;
-        case 'd': data_dir = optarg; break;
-        case 'v': var_root = optarg; break;
-        case 's': cluster_secret_file = optarg; break;
-        case 'k': member_key_file = optarg; break;
-        case 'i': init_store = true; break;
+        case 'c': a->cluster_file = optarg; break;
+        case 'n': a->node_name = optarg; break;
+        case 'd': a->data_dir = optarg; break;
+        case 'v': a->var_root = optarg; break;
+        case 's': a->cluster_secret_file = optarg; break;
+        case 'k': a->member_key_file = optarg; break;
+        case 'i': a->init_store = true; break;
         case 'r': {
             char *end;
             errno = 0;
@@ -399,17 +402,33 @@ int main(int argc, char **argv)
                 fprintf(stderr, "keyloadd: --disk-reserve-mb must be a number of MiB (0..%llu)\n", 1ull << 30);
                 return 2;
             }
-            disk_reserve_mb = mb;
+            a->disk_reserve_mb = mb;
             break;
         }
         case 'h': usage(); return 0;
         default: usage(); return 2;
         }
     }
-    if (cluster_file == NULL || node_name == NULL) {
+    if (a->cluster_file == NULL || a->node_name == NULL) {
         usage();
         return 2;
     }
+    return -1;
+}
+
+int main(int argc, char **argv)
+{
+    if (argc > 1 && strcmp(argv[1], "keygen") == 0)
+        return kl_keygen_main(argc - 1, argv + 1);
+    daemon_args a;
+    int prc = parse_args(argc, argv, &a);
+    if (prc >= 0)
+        return prc;
+    const char *cluster_file = a.cluster_file, *node_name = a.node_name, *data_dir = a.data_dir;
+    const char *var_root = a.var_root, *cluster_secret_file = a.cluster_secret_file;
+    const char *member_key_file = a.member_key_file;
+    bool init_store = a.init_store;
+    uint64_t disk_reserve_mb = a.disk_reserve_mb;
     kl_log_set_component("keyloadd");
     kl_err err;
     kl_err_clear(&err);
