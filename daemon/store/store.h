@@ -9,7 +9,8 @@
  *    entry after `applied` (kl_store_applied_index).
  *  - The format record is checked at open: format_version must be known, unknown
  *    incompat bits refuse to open, unknown ro_compat bits refuse a writable open
- *    (keyloadd always writes), unknown compat bits are fine.
+ *    (keyloadd always writes), unknown compat bits are fine. Its identity (cluster,
+ *    partition, member) must match the configured one (kl_store_options).
  * Thread-safety: RocksDB is thread-safe; by convention only kl_store_append runs off the
  * executor thread (on the append worker), everything else runs on the executor. */
 #ifndef KL_STORE_H
