@@ -18,6 +18,11 @@
  *   daemon.after_append_before_reply  same stage, named for tests that cut before any answer
  *   daemon.after_apply_before_reply   state applied (unsynced), no client answered yet
  *   daemon.before_reply             answer encoded, not yet handed to nng
+ * Storage (daemon/store/store.c):
+ *   store.log_write                 the synced log write of a replication round (entries, hard
+ *                                   state); error(CODE) fails it as if the write or its fsync
+ *                                   returned EIO, and the member exits (any CODE: the site
+ *                                   always reports an I/O error)
  * Replication transport (daemon/repl/peer.c):
  *   peer.before_close               on the closer thread, before the socket's nng_close
  *                                   (sleep(MS) past PEER_CLOSE_MAX_MS: a close that hangs)

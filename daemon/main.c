@@ -1,7 +1,7 @@
 /* keyloadd: one replica of one partition (DESIGN.md §3).
  *
  *   keyloadd --cluster FILE --node pPmM [--data DIR] [--var DIR]
- *            [--cluster-secret FILE] [--member-key FILE]
+ *            [--cluster-secret FILE] [--member-key FILE] [--init-store]
  *   keyloadd keygen ...          key files (daemon/keygen.h)
  *
  * Keys (common/keys.h) are read and checked before anything else starts: a member key
@@ -9,12 +9,20 @@
  * gives a public_key must be started with --member-key. A refusal exits 2. Keys stay in
  * memory only and are never logged.
  *
+ * The store records the cluster (name and secret-derived id), partition and member it
+ * belongs to; another member's store is refused (exit 2). A directory without a store is
+ * refused (exit 2) unless --init-store is given: only a member's very first start may
+ * create one, because a member whose disk was wiped has forgotten its votes. --init-store on
+ * a store that is already this member's changes nothing.
+ *
  * Threads: the libuv loop is the executor and owns all partition state; nng threads
  * receive and send frames (common/rpc.c, daemon/repl/peer.c); the replication driver's
  * synced log writes run on libuv's thread pool, one at a time, and report back to the loop.
  * SIGTERM/SIGINT stop accepting requests, stop replication (letting an in-flight write
- * finish), answer what is left UNKNOWN_WRITE_OUTCOME and close the store. A storage failure
- * ends the process with exit code 1: recovery on restart re-applies the durable log. */
+ * finish), answer what is left UNKNOWN_WRITE_OUTCOME and close the store, or exit after
+ * STOP_GRACE_MS whatever is still pending (as safe as kill -9). A failed log write
+ * ends the process at once with exit code 1 (repl_fatal); a failed apply stops it the same
+ * way as a signal, with exit code 1. Recovery on restart re-applies the durable log. */
 #include "common/cluster.h"
 #include "common/failpoint.h"
 #include "common/keys.h"
@@ -30,12 +38,16 @@
 
 #include <errno.h>
 #include <getopt.h>
+#include <pthread.h>
+#include <stdatomic.h>
 #include <sodium.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <time.h>
+#include <unistd.h>
 #include <uv.h>
 
 typedef struct daemon_state {
@@ -51,6 +63,11 @@ typedef struct daemon_state {
     bool stopping;
     int exit_code;
     kl_keys *keys;    /* cluster secret and member key pair, in memory only */
+    const char *data_dir;
+    uint64_t disk_reserve;       /* bytes that must stay free for a batch to be admitted */
+    int64_t disk_checked_ms;     /* monotonic time of the last statvfs */
+    uint64_t disk_free;          /* bytes free for unprivileged writers at that time */
+    bool disk_low;
 } daemon_state;
 
 static int64_t clock_ms(void *ctx)
@@ -71,6 +88,46 @@ static void node_next(void *ctx, uint64_t *index, uint64_t *term, bool *serving)
 {
     daemon_state *d = ctx;
     kl_repl_next(d->repl, index, term, serving);
+}
+
+/* Free space is read at most every DISK_CHECK_MS: one statvfs per batch would cost more
+ * than the check is worth, and space is only foreseen, not reserved, either way. */
+#define DISK_CHECK_MS 250
+#define DISK_RESERVE_MB_DEFAULT 64
+
+static int64_t mono_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+/* A batch is refused before it is proposed while the data directory's file system has
+ * less than the reserve free: a write that does hit ENOSPC ends the member (repl_fatal),
+ * so a full disk is better met with a retryable refusal. Served again once space returns. */
+static kl_code node_admit(void *ctx, kl_err *err)
+{
+    daemon_state *d = ctx;
+    int64_t now = mono_ms();
+    if (d->disk_checked_ms == 0 || now - d->disk_checked_ms >= DISK_CHECK_MS) {
+        struct statvfs sv;
+        d->disk_checked_ms = now;
+        if (statvfs(d->data_dir, &sv) != 0)
+            return KL_OK; /* unknown: the write itself will tell */
+        d->disk_free = (uint64_t)sv.f_bavail * sv.f_frsize;
+        bool low = d->disk_free < d->disk_reserve;
+        if (low != d->disk_low)
+            kl_log(low ? KL_LOG_WARN : KL_LOG_INFO, low ? "disk full: refusing writes" : "disk space back: writing again",
+                   "data=%s free_mb=%llu reserve_mb=%llu", d->data_dir,
+                   (unsigned long long)(d->disk_free >> 20), (unsigned long long)(d->disk_reserve >> 20));
+        d->disk_low = low;
+    }
+    if (!d->disk_low)
+        return KL_OK;
+    return kl_fail(err, KL_UNAVAILABLE, "disk_full",
+                   "the leader's data directory has %llu MiB free, below its reserve of %llu MiB "
+                   "(--disk-reserve-mb); nothing was written; retry once space is freed",
+                   (unsigned long long)(d->disk_free >> 20), (unsigned long long)(d->disk_reserve >> 20));
 }
 
 static kl_code node_propose(void *ctx, const uint8_t *entry, size_t len)
@@ -128,22 +185,64 @@ static void repl_read_dropped(void *ctx, uint64_t read_ctx)
     kl_service_read_dropped(&((daemon_state *)ctx)->service, read_ctx);
 }
 
+/* A failed log write or fsync ends the process at once, without closing the store: after a
+ * failed fsync the kernel may have dropped the dirty pages and marked them clean, so nothing
+ * this process still holds (memtables, page cache, the round it was writing) may be trusted,
+ * written again, acknowledged or voted on. Restart recovers from what reached the disk. */
 static void repl_fatal(void *ctx, const kl_err *err)
 {
-    daemon_state *d = ctx;
-    KL_ERROR("storage failure; exiting so that recovery can re-apply the durable log", "detail=%s",
-             err->detail);
-    d->exit_code = 1;
-    begin_stop(d);
+    (void)ctx;
+    KL_ERROR("storage failure; exiting without another write so that recovery starts from the "
+             "durable log", "detail=%s error=\"%s\"", err->detail, err->message);
+    fflush(stdout);
+    fflush(stderr);
+    _exit(1);
 }
 
 /* ---- shutdown ---- */
+
+/* How long an orderly stop may take before the process ends anyway. Some steps can block
+ * well past it: nng 1.5.2's nng_close can hang (bounded at 3 s for the replication socket,
+ * unbounded for the client socket, which closes on the loop thread), and a data partition's
+ * catalog tail is joined only after its RPC returns (up to 2.5 s). Ending here is as safe
+ * as kill -9, which the store is built for: the log is synced before anything is
+ * acknowledged and recovery re-applies it. */
+#define STOP_GRACE_MS 1500
+
+static _Atomic bool stop_finished;
+
+static void *stop_watchdog(void *arg)
+{
+    int code = *(const int *)arg; /* set before the stop began */
+    struct timespec ts = {STOP_GRACE_MS / 1000, (STOP_GRACE_MS % 1000) * 1000000L};
+    nanosleep(&ts, NULL);
+    if (atomic_load(&stop_finished))
+        return NULL;
+    KL_WARN("stop did not finish in time; exiting without waiting (recovery replays the log)",
+            "grace_ms=%d exit_code=%d", STOP_GRACE_MS, code);
+    fflush(stdout);
+    fflush(stderr);
+    _exit(code);
+}
+
+static void arm_stop_watchdog(int *exit_code)
+{
+    pthread_t t;
+    pthread_attr_t attr;
+    pthread_attr_init(&attr);
+    pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+    pthread_attr_setstacksize(&attr, 64 * 1024);
+    if (pthread_create(&t, &attr, stop_watchdog, exit_code) != 0)
+        KL_WARN("no stop watchdog thread; the stop may take longer", "grace_ms=%d", STOP_GRACE_MS);
+    pthread_attr_destroy(&attr);
+}
 
 static void begin_stop(daemon_state *d)
 {
     if (d->stopping)
         return;
     d->stopping = true;
+    arm_stop_watchdog(&d->exit_code);
     if (d->rpc) {
         kl_rpc_server_stop(d->rpc);
         d->rpc = NULL;
@@ -223,42 +322,113 @@ static int load_keys(daemon_state *d, const char *node, const kl_member *me, con
     return 0;
 }
 
+/* Opens the member's store and checks whose it is. Returns 0, or the exit code after
+ * printing why: 2 when the store is not this member's to serve (another member's, none yet
+ * without --init-store, corrupt), 1 when the disk failed. */
+static int open_store(daemon_state *d, const kl_cluster *cluster, int partition, const kl_member *me,
+                      const char *node, const char *data_dir, bool init_store)
+{
+    uint8_t cluster_id[16];
+    bool has_secret = d->keys != NULL && d->keys->has_cluster_secret;
+    if (has_secret)
+        kl_store_cluster_id(d->keys->cluster_secret, sizeof d->keys->cluster_secret, cluster_id);
+    kl_store_identity id = {.cluster = cluster->name, .cluster_id = has_secret ? cluster_id : NULL,
+                            .partition = (uint32_t)partition, .member = (uint64_t)me->id};
+    kl_store_options so;
+    kl_store_options_default(&so);
+    so.init = init_store;
+    so.identity = &id;
+    kl_err err;
+    kl_err_clear(&err);
+    kl_code rc = kl_store_open(data_dir, &so, &d->store, &err);
+    if (rc == KL_OK)
+        return 0;
+    fprintf(stderr, "keyloadd: %s: %s\n", node, err.message);
+    KL_ERROR("store refused", "node=%s data=%s detail=%s", node, data_dir, err.detail);
+    return rc == KL_FAILED_PRECONDITION ? 2 : 1;
+}
+
 static void usage(void)
 {
     fprintf(stderr, "usage: keyloadd --cluster FILE --node pPmM [--data DIR] [--var DIR]\n"
-                    "                [--cluster-secret FILE] [--member-key FILE]\n"
-                    "       keyloadd keygen --help\n");
+                    "                [--cluster-secret FILE] [--member-key FILE] [--init-store]\n"
+                    "                [--disk-reserve-mb N]\n"
+                    "       keyloadd keygen --help\n"
+                    "  --init-store  create this member's store in an empty data directory. Pass it\n"
+                    "                on the member's first start only: without it an empty or wiped\n"
+                    "                directory is refused (exit 2), because a wiped member cannot\n"
+                    "                know which terms it voted in (README: Recovering a member).\n"
+                    "                On a store that is already this member's it changes nothing.\n"
+                    "  --disk-reserve-mb N  refuse batches (UNAVAILABLE, detail disk_full) while the\n"
+                    "                data directory's file system has less than N MiB free\n"
+                    "                (default %d); writing resumes once space returns.\n",
+            DISK_RESERVE_MB_DEFAULT);
+}
+
+typedef struct daemon_args {
+    const char *cluster_file, *node_name, *data_dir, *var_root;
+    const char *cluster_secret_file, *member_key_file;
+    bool init_store;
+    uint64_t disk_reserve_mb;
+} daemon_args;
+
+/* Returns -1 to go on, else the exit code (0 after --help, 2 on a usage error). */
+static int parse_args(int argc, char **argv, daemon_args *a)
+{
+    *a = (daemon_args){.var_root = "var", .disk_reserve_mb = DISK_RESERVE_MB_DEFAULT};
+    static const struct option opts[] = {
+        {"cluster", required_argument, NULL, 'c'}, {"node", required_argument, NULL, 'n'},
+        {"data", required_argument, NULL, 'd'},    {"var", required_argument, NULL, 'v'},
+        {"cluster-secret", required_argument, NULL, 's'},
+        {"member-key", required_argument, NULL, 'k'},
+        {"init-store", no_argument, NULL, 'i'},
+        {"disk-reserve-mb", required_argument, NULL, 'r'},
+        {"help", no_argument, NULL, 'h'},          {NULL, 0, NULL, 0}};
+    int ch;
+    while ((ch = getopt_long(argc, argv, "", opts, NULL)) != -1) {
+        switch (ch) {
+        case 'c': a->cluster_file = optarg; break;
+        case 'n': a->node_name = optarg; break;
+        case 'd': a->data_dir = optarg; break;
+        case 'v': a->var_root = optarg; break;
+        case 's': a->cluster_secret_file = optarg; break;
+        case 'k': a->member_key_file = optarg; break;
+        case 'i': a->init_store = true; break;
+        case 'r': {
+            char *end;
+            errno = 0;
+            unsigned long long mb = strtoull(optarg, &end, 10);
+            if (errno != 0 || end == optarg || *end != '\0' || mb > (1ull << 30)) {
+                fprintf(stderr, "keyloadd: --disk-reserve-mb must be a number of MiB (0..%llu)\n", 1ull << 30);
+                return 2;
+            }
+            a->disk_reserve_mb = mb;
+            break;
+        }
+        case 'h': usage(); return 0;
+        default: usage(); return 2;
+        }
+    }
+    if (a->cluster_file == NULL || a->node_name == NULL) {
+        usage();
+        return 2;
+    }
+    return -1;
 }
 
 int main(int argc, char **argv)
 {
     if (argc > 1 && strcmp(argv[1], "keygen") == 0)
         return kl_keygen_main(argc - 1, argv + 1);
-    const char *cluster_file = NULL, *node_name = NULL, *data_dir = NULL, *var_root = "var";
-    const char *cluster_secret_file = NULL, *member_key_file = NULL;
-    static const struct option opts[] = {
-        {"cluster", required_argument, NULL, 'c'}, {"node", required_argument, NULL, 'n'},
-        {"data", required_argument, NULL, 'd'},    {"var", required_argument, NULL, 'v'},
-        {"cluster-secret", required_argument, NULL, 's'},
-        {"member-key", required_argument, NULL, 'k'},
-        {"help", no_argument, NULL, 'h'},          {NULL, 0, NULL, 0}};
-    int ch;
-    while ((ch = getopt_long(argc, argv, "", opts, NULL)) != -1) {
-        switch (ch) {
-        case 'c': cluster_file = optarg; break;
-        case 'n': node_name = optarg; break;
-        case 'd': data_dir = optarg; break;
-        case 'v': var_root = optarg; break;
-        case 's': cluster_secret_file = optarg; break;
-        case 'k': member_key_file = optarg; break;
-        case 'h': usage(); return 0;
-        default: usage(); return 2;
-        }
-    }
-    if (cluster_file == NULL || node_name == NULL) {
-        usage();
-        return 2;
-    }
+    daemon_args a;
+    int prc = parse_args(argc, argv, &a);
+    if (prc >= 0)
+        return prc;
+    const char *cluster_file = a.cluster_file, *node_name = a.node_name, *data_dir = a.data_dir;
+    const char *var_root = a.var_root, *cluster_secret_file = a.cluster_secret_file;
+    const char *member_key_file = a.member_key_file;
+    bool init_store = a.init_store;
+    uint64_t disk_reserve_mb = a.disk_reserve_mb;
     kl_log_set_component("keyloadd");
     kl_err err;
     kl_err_clear(&err);
@@ -287,26 +457,27 @@ int main(int argc, char **argv)
         return 2;
     if (data_dir == NULL)
         data_dir = me->data_dir;
-    if (mkdirs(data_dir) != 0) {
+    if (init_store && mkdirs(data_dir) != 0) {
         fprintf(stderr, "keyloadd: cannot create data directory %s: %s\n", data_dir, strerror(errno));
         kl_keys_free(d.keys);
         return 1;
     }
 
     d.loop = uv_default_loop();
-    kl_store_options so;
-    kl_store_options_default(&so);
-    if (kl_store_open(data_dir, &so, &d.store, &err) != KL_OK) {
-        fprintf(stderr, "keyloadd: %s\n", err.message);
+    int orc = open_store(&d, &cluster, partition, me, node_name, data_dir, init_store);
+    if (orc != 0) {
         kl_keys_free(d.keys);
-        return 1;
+        return orc;
     }
     kl_node_config nc = {.partition = partition, .partition_count = cluster.partition_count,
                          .limits = cluster.limits,
                          .max_pending_bytes = 256u << 20, .max_pending_batches = 8192,
                          .cluster_secret = d.keys != NULL && d.keys->has_cluster_secret ? d.keys->cluster_secret : NULL,
                          .insecure_local_admin = cluster.insecure_local_admin};
-    kl_node_io io = {.ctx = &d, .next = node_next, .propose = node_propose, .clock_ms = clock_ms,
+    d.data_dir = data_dir;
+    d.disk_reserve = disk_reserve_mb << 20;
+    kl_node_io io = {.ctx = &d, .next = node_next, .propose = node_propose, .admit = node_admit,
+                     .clock_ms = clock_ms,
                      .random = random_bytes};
     if (kl_node_open(d.store, &nc, &io, &d.node, &err) != KL_OK) {
         fprintf(stderr, "keyloadd: %s\n", err.message);
@@ -376,6 +547,7 @@ int main(int argc, char **argv)
     kl_sessions_free(d.service.sessions);
     kl_keys_free(d.keys);
     KL_INFO("stopped", "exit_code=%d", d.exit_code);
+    atomic_store(&stop_finished, true);
     return d.exit_code;
 
 fail_rpc:

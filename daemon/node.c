@@ -599,6 +599,8 @@ void kl_node_submit_batch(kl_node *n, const char *principal, const uint8_t *req,
                      n->cfg.partition);
         goto fail;
     }
+    if (n->io.admit != NULL && (rc = n->io.admit(n->io.ctx, &err)) != KL_OK)
+        goto fail;
     if (kl_canon_batch_digest(BATCH_METHOD, principal, b, digest) != 0) {
         rc = kl_fail(&err, KL_INTERNAL, "memory", "out of memory computing the request digest");
         goto fail;

@@ -43,6 +43,10 @@ typedef struct kl_node_io {
     /* Proposes an encoded LogEntry at the index `next` returned. KL_OK: it is in the log,
      * not yet committed. KL_NOT_LEADER / KL_UNAVAILABLE: nothing was proposed. */
     kl_code (*propose)(void *ctx, const uint8_t *entry, size_t len);
+    /* Optional (NULL: always): whether this member can take a write now, asked by a serving
+     * leader before it evaluates a batch; non-OK refuses the batch with err (e.g. UNAVAILABLE
+     * "disk_full"), nothing proposed. */
+    kl_code (*admit)(void *ctx, kl_err *err);
     int64_t (*clock_ms)(void *ctx);
     void (*random)(uint8_t *buf, size_t n);
 } kl_node_io;

@@ -1,5 +1,6 @@
 #include "daemon/store/store.h"
 
+#include "common/failpoint.h"
 #include "daemon/store/keys.h"
 
 #include <sodium.h>
@@ -9,6 +10,7 @@
 #include <sys/stat.h>
 #include <errno.h>
 #include <time.h>
+#include <unistd.h>
 
 struct kl_store {
     rocksdb_t *db;
@@ -21,18 +23,46 @@ struct kl_store {
     uint8_t incarnation[16];
     uint64_t applied;
     _Atomic uint64_t last;
+    /* Set by the first failed write. Nothing is written after it: RocksDB's WAL writer may
+     * be left in an error state (and this build asserts on a write after one), and after a
+     * failed fsync nothing of what the process holds is trusted; the member exits. */
+    _Atomic bool write_failed;
 };
 
 void kl_store_options_default(kl_store_options *o)
 {
     o->write_buffer_bytes = 8u << 20;
     o->block_cache_bytes = 16u << 20;
+    o->init = true;
+    o->identity = NULL;
 }
 
 rocksdb_t *kl_store_db(kl_store *st) { return st->db; }
 const uint8_t *kl_store_incarnation(const kl_store *st) { return st->incarnation; }
 uint64_t kl_store_applied_index(const kl_store *st) { return st->applied; }
 uint64_t kl_store_last_index(const kl_store *st) { return atomic_load(&st->last); }
+
+/* One write of the store: refused once any write failed (see write_failed). */
+static void store_write(kl_store *st, const rocksdb_writeoptions_t *wo, rocksdb_writebatch_t *wb, char **rerr)
+{
+    if (atomic_load(&st->write_failed)) {
+        *rerr = strdup("IO error: an earlier write of this store failed; no further writes");
+        return;
+    }
+    rocksdb_write(st->db, (rocksdb_writeoptions_t *)wo, wb, rerr);
+    if (*rerr != NULL)
+        atomic_store(&st->write_failed, true);
+}
+
+/* store_write of one key. */
+static void store_put(kl_store *st, const rocksdb_writeoptions_t *wo, const uint8_t *key, size_t klen,
+                      const void *val, size_t vlen, char **rerr)
+{
+    rocksdb_writebatch_t *wb = rocksdb_writebatch_create();
+    rocksdb_writebatch_put(wb, (const char *)key, klen, (const char *)val, vlen);
+    store_write(st, wo, wb, rerr);
+    rocksdb_writebatch_destroy(wb);
+}
 
 static kl_code rocks_fail(kl_err *err, const char *what, char *rerr)
 {
@@ -104,15 +134,110 @@ static kl_code write_format(kl_store *st, const Keyload__V1__FormatRecord *f, kl
     kl_key k;
     kl_key_meta(&k, "format");
     char *rerr = NULL;
-    rocksdb_put(st->db, st->wsync, (const char *)k.b, k.len, (const char *)buf, n, &rerr);
+    store_put(st, st->wsync, k.b, k.len, buf, n, &rerr);
     free(buf);
     if (rerr != NULL)
         return rocks_fail(err, "write format record", rerr);
     return KL_OK;
 }
 
-/* Checks (or, for a new store, creates) the format record. */
-static kl_code check_format(kl_store *st, const char *dir, kl_err *err)
+void kl_store_cluster_id(const uint8_t *cluster_secret, size_t len, uint8_t out[16])
+{
+    static const char label[] = "keyload.v1 store cluster id";
+    crypto_generichash(out, 16, (const uint8_t *)label, sizeof label - 1, cluster_secret, len);
+}
+
+static void identity_fill(Keyload__V1__StoreIdentity *pb, const kl_store_identity *id)
+{
+    keyload__v1__store_identity__init(pb);
+    pb->cluster = (char *)id->cluster;
+    pb->cluster_id.data = (uint8_t *)id->cluster_id;
+    pb->cluster_id.len = id->cluster_id ? 16 : 0;
+    pb->partition = id->partition;
+    pb->member = id->member;
+}
+
+static void identity_describe(char *buf, size_t cap, const char *cluster, const uint8_t *cid, size_t cid_len,
+                              uint32_t partition, uint64_t member)
+{
+    char hex[33] = "none";
+    if (cid_len == 16)
+        sodium_bin2hex(hex, sizeof hex, cid, 16);
+    snprintf(buf, cap, "cluster '%.40s' id %.8s partition %u member %llu", cluster ? cluster : "",
+             hex, partition, (unsigned long long)member);
+}
+
+/* Compares the stored identity with the configured one. */
+static kl_code identity_check(const Keyload__V1__StoreIdentity *have, const kl_store_identity *want,
+                              const char *dir, kl_err *err)
+{
+    size_t want_len = want->cluster_id ? 16 : 0;
+    bool same = strcmp(have->cluster ? have->cluster : "", want->cluster) == 0 &&
+                have->cluster_id.len == want_len &&
+                (want_len == 0 || memcmp(have->cluster_id.data, want->cluster_id, 16) == 0) &&
+                have->partition == want->partition && have->member == want->member;
+    if (same)
+        return KL_OK;
+    char stored[160], configured[160];
+    identity_describe(stored, sizeof stored, have->cluster, have->cluster_id.data, have->cluster_id.len,
+                      have->partition, have->member);
+    identity_describe(configured, sizeof configured, want->cluster, want->cluster_id, want_len,
+                      want->partition, want->member);
+    return kl_fail(err, KL_FAILED_PRECONDITION, "store_identity",
+                   "store %s belongs to %s, not to this member (%s); refused", dir, stored,
+                   configured);
+}
+
+static kl_code refuse_uninitialised(const char *dir, kl_err *err)
+{
+    return kl_fail(err, KL_FAILED_PRECONDITION, "init_store",
+                   "store %s is empty (new or wiped). A wiped member cannot know which terms it "
+                   "voted in; only a new member's first start may pass --init-store (README: "
+                   "Recovering a member)", dir);
+}
+
+static kl_code create_format(kl_store *st, const kl_store_options *opt, kl_err *err)
+{
+    Keyload__V1__FormatRecord f = KEYLOAD__V1__FORMAT_RECORD__INIT;
+    Keyload__V1__StoreIdentity id;
+    f.format_version = KL_FORMAT_VERSION;
+    f.incompat = KL_FEAT_INCOMPAT_WRITESET_LOG;
+    f.compat = KL_FEAT_COMPAT_TRANSFERS;
+    randombytes_buf(st->incarnation, sizeof st->incarnation);
+    f.store_incarnation.data = st->incarnation;
+    f.store_incarnation.len = sizeof st->incarnation;
+    f.created_unix_ms = (int64_t)time(NULL) * 1000;
+    if (opt->identity != NULL) {
+        identity_fill(&id, opt->identity);
+        f.identity = &id;
+    }
+    return write_format(st, &f, err);
+}
+
+/* Rewrites the record when it lacks something this binary records: the transfers flag of a
+ * store from before transfers, or the identity of one from before identities (adopting the
+ * configured one: such a store was this member's under the old binary). */
+static kl_code upgrade_format(kl_store *st, Keyload__V1__FormatRecord *f, const kl_store_options *opt, kl_err *err)
+{
+    bool write = false;
+    if (!(f->compat & KL_FEAT_COMPAT_TRANSFERS)) {
+        f->compat |= KL_FEAT_COMPAT_TRANSFERS;
+        write = true;
+    }
+    Keyload__V1__StoreIdentity id;
+    Keyload__V1__StoreIdentity *old = f->identity;
+    if (old == NULL && opt->identity != NULL) {
+        identity_fill(&id, opt->identity);
+        f->identity = &id;
+        write = true;
+    }
+    kl_code rc = write ? write_format(st, f, err) : KL_OK;
+    f->identity = old;
+    return rc;
+}
+
+/* Checks (or, for a new store, creates) the format record and the identity in it. */
+static kl_code check_format(kl_store *st, const char *dir, const kl_store_options *opt, kl_err *err)
 {
     kl_key k;
     kl_key_meta(&k, "format");
@@ -122,17 +247,8 @@ static kl_code check_format(kl_store *st, const char *dir, kl_err *err)
     kl_code rc = kl_store_get(st, k.b, k.len, &v, &n, &found, err);
     if (rc != KL_OK)
         return rc;
-    if (!found) {
-        Keyload__V1__FormatRecord f = KEYLOAD__V1__FORMAT_RECORD__INIT;
-        f.format_version = KL_FORMAT_VERSION;
-        f.incompat = KL_FEAT_INCOMPAT_WRITESET_LOG;
-        f.compat = KL_FEAT_COMPAT_TRANSFERS;
-        randombytes_buf(st->incarnation, sizeof st->incarnation);
-        f.store_incarnation.data = st->incarnation;
-        f.store_incarnation.len = sizeof st->incarnation;
-        f.created_unix_ms = (int64_t)time(NULL) * 1000;
-        return write_format(st, &f, err);
-    }
+    if (!found)
+        return opt->init ? create_format(st, opt, err) : refuse_uninitialised(dir, err);
     Keyload__V1__FormatRecord *f = keyload__v1__format_record__unpack(NULL, n, v);
     free(v);
     if (f == NULL || f->store_incarnation.len != 16) {
@@ -145,11 +261,10 @@ static kl_code check_format(kl_store *st, const char *dir, kl_err *err)
     uint64_t unknown_incompat = f->incompat & ~KL_FEAT_INCOMPAT_KNOWN;
     uint64_t unknown_ro = f->ro_compat & ~KL_FEAT_RO_COMPAT_KNOWN;
     rc = KL_OK;
-    if (version == KL_FORMAT_VERSION && !unknown_incompat && !unknown_ro && !(f->compat & KL_FEAT_COMPAT_TRANSFERS)) {
-        /* A store from before transfers: mark it, so the flag says what it may hold. */
-        f->compat |= KL_FEAT_COMPAT_TRANSFERS;
-        rc = write_format(st, f, err);
-    }
+    if (f->identity != NULL && opt->identity != NULL)
+        rc = identity_check(f->identity, opt->identity, dir, err);
+    if (rc == KL_OK && version == KL_FORMAT_VERSION && !unknown_incompat && !unknown_ro)
+        rc = upgrade_format(st, f, opt, err);
     keyload__v1__format_record__free_unpacked(f, NULL);
     if (rc != KL_OK)
         return rc;
@@ -188,6 +303,16 @@ static kl_code find_last_index(kl_store *st, kl_err *err)
     return KL_OK;
 }
 
+static kl_code open_failed(const char *dir, const char *rerr, kl_err *err)
+{
+    if (strncmp(rerr, "Corruption", 10) == 0)
+        return kl_fail(err, KL_FAILED_PRECONDITION, "wal_corrupt",
+                       "store %s: corrupt WAL record (%.60s); acknowledged entries or votes may be "
+                       "lost, so it is not served. Keep the directory (README: Recovering a member)",
+                       dir, rerr);
+    return kl_fail(err, KL_UNAVAILABLE, "data", "store: cannot open %s: %.200s", dir, rerr);
+}
+
 kl_code kl_store_open(const char *dir, const kl_store_options *opt, kl_store **out, kl_err *err)
 {
     kl_store_options defaults;
@@ -195,16 +320,28 @@ kl_code kl_store_open(const char *dir, const kl_store_options *opt, kl_store **o
         kl_store_options_default(&defaults);
         opt = &defaults;
     }
-    if (mkdir(dir, 0700) != 0 && errno != EEXIST)
+    if (!opt->init) {
+        /* Refuse before RocksDB creates anything, so the directory stays as it was found. */
+        char current[4096];
+        snprintf(current, sizeof current, "%s/CURRENT", dir);
+        if (access(current, F_OK) != 0)
+            return refuse_uninitialised(dir, err);
+    } else if (mkdir(dir, 0700) != 0 && errno != EEXIST) {
         return kl_fail(err, KL_INTERNAL, "data", "store: cannot create directory %s: %s", dir,
                        strerror(errno));
+    }
     kl_store *st = calloc(1, sizeof *st);
     if (st == NULL)
         return kl_fail(err, KL_INTERNAL, "memory", "store: out of memory");
     kl_code rc;
     char *rerr = NULL;
     st->opts = rocksdb_options_create();
-    rocksdb_options_set_create_if_missing(st->opts, 1);
+    rocksdb_options_set_create_if_missing(st->opts, opt->init);
+    /* The log is synced before anything is acknowledged, so every complete WAL record may
+     * hold an acknowledged entry or a vote. Point-in-time recovery would silently stop at a
+     * corrupt record and drop those after it; tolerating only a torn last record (a write
+     * whose sync never returned) refuses every other corruption instead. */
+    rocksdb_options_set_wal_recovery_mode(st->opts, rocksdb_tolerate_corrupted_tail_records_recovery);
     rocksdb_options_set_write_buffer_size(st->opts, opt->write_buffer_bytes);
     rocksdb_options_set_max_write_buffer_number(st->opts, 2);
     rocksdb_options_set_max_background_jobs(st->opts, 1);
@@ -228,11 +365,11 @@ kl_code kl_store_open(const char *dir, const kl_store_options *opt, kl_store **o
     rocksdb_writeoptions_disable_WAL(st->wnosync, 1);
     st->db = rocksdb_open(st->opts, dir, &rerr);
     if (rerr != NULL) {
-        rc = kl_fail(err, KL_UNAVAILABLE, "data", "store: cannot open %s: %.200s", dir, rerr);
+        rc = open_failed(dir, rerr, err);
         rocksdb_free(rerr);
         goto fail_open;
     }
-    if ((rc = check_format(st, dir, err)) != KL_OK)
+    if ((rc = check_format(st, dir, opt, err)) != KL_OK)
         goto fail_checked;
     if ((rc = kl_store_meta_u64(st, "applied", &st->applied, err)) != KL_OK)
         goto fail_checked;
@@ -279,7 +416,7 @@ kl_code kl_store_append(kl_store *st, uint64_t index, const uint8_t *entry, size
     kl_key k;
     kl_key_log(&k, index);
     char *rerr = NULL;
-    rocksdb_put(st->db, st->wsync, (const char *)k.b, k.len, (const char *)entry, len, &rerr);
+    store_put(st, st->wsync, k.b, k.len, entry, len, &rerr);
     if (rerr != NULL)
         return rocks_fail(err, "log append", rerr);
     atomic_store(&st->last, index);
@@ -297,6 +434,11 @@ kl_code kl_store_log_write(kl_store *st, const Keyload__V1__HardState *hard, uin
     if (truncate_from != 0 && truncate_from <= st->applied)
         return kl_fail(err, KL_INTERNAL, "log", "store: truncation at %llu of applied entries (applied %llu)",
                        (unsigned long long)truncate_from, (unsigned long long)st->applied);
+    if (KL_FAILPOINT("store.log_write", err) != KL_OK) {
+        atomic_store(&st->write_failed, true);
+        return kl_fail(err, KL_INTERNAL, "log_write",
+                       "store: log write failed: IO error: Input/output error (failpoint store.log_write)");
+    }
     rocksdb_writebatch_t *wb = rocksdb_writebatch_create();
     if (hard != NULL) {
         uint8_t buf[64];
@@ -323,7 +465,7 @@ kl_code kl_store_log_write(kl_store *st, const Keyload__V1__HardState *hard, uin
         rocksdb_writebatch_put(wb, (const char *)k.b, k.len, (const char *)items[i].bytes, items[i].len);
     }
     char *rerr = NULL;
-    rocksdb_write(st->db, st->wsync, wb, &rerr);
+    store_write(st, st->wsync, wb, &rerr);
     rocksdb_writebatch_destroy(wb);
     if (rerr != NULL)
         return rocks_fail(err, "log write", rerr);
@@ -342,7 +484,7 @@ kl_code kl_store_save_commit(kl_store *st, const Keyload__V1__HardState *hard, k
     kl_key_meta(&hk, "hard");
     rocksdb_writeoptions_t *wo = rocksdb_writeoptions_create();
     char *rerr = NULL;
-    rocksdb_put(st->db, wo, (const char *)hk.b, hk.len, (const char *)buf, hn, &rerr);
+    store_put(st, wo, hk.b, hk.len, buf, hn, &rerr);
     rocksdb_writeoptions_destroy(wo);
     if (rerr != NULL)
         return rocks_fail(err, "hard state write", rerr);
@@ -445,7 +587,7 @@ kl_code kl_store_apply(kl_store *st, const Keyload__V1__LogEntry *e, kl_err *err
     kl_be64_put(ab, e->index);
     rocksdb_writebatch_put(wb, (const char *)ak.b, ak.len, (const char *)ab, 8);
     char *rerr = NULL;
-    rocksdb_write(st->db, st->wnosync, wb, &rerr);
+    store_write(st, st->wnosync, wb, &rerr);
     if (rerr != NULL) {
         rc = rocks_fail(err, "apply", rerr);
         goto out;

@@ -9,7 +9,8 @@
  *    entry after `applied` (kl_store_applied_index).
  *  - The format record is checked at open: format_version must be known, unknown
  *    incompat bits refuse to open, unknown ro_compat bits refuse a writable open
- *    (keyloadd always writes), unknown compat bits are fine.
+ *    (keyloadd always writes), unknown compat bits are fine. Its identity (cluster,
+ *    partition, member) must match the configured one (kl_store_options).
  * Thread-safety: RocksDB is thread-safe; by convention only kl_store_append runs off the
  * executor thread (on the append worker), everything else runs on the executor. */
 #ifndef KL_STORE_H
@@ -37,14 +38,37 @@
 
 typedef struct kl_store kl_store;
 
+/* The member a store belongs to (the FormatRecord's identity). */
+typedef struct kl_store_identity {
+    const char *cluster;
+    const uint8_t *cluster_id; /* 16 bytes (kl_store_cluster_id), or NULL without a secret */
+    uint32_t partition;
+    uint64_t member;
+} kl_store_identity;
+
 typedef struct kl_store_options {
     size_t write_buffer_bytes;  /* memtable size; small so nine daemons fit two cores */
     size_t block_cache_bytes;
+    /* May create a new store. False: a directory without a format record is refused
+     * (FAILED_PRECONDITION, detail "init_store"): an emptied directory must not pass for a
+     * new member, because the member it was cannot remember the terms it voted in. */
+    bool init;
+    /* Checked against the stored identity (FAILED_PRECONDITION, detail "store_identity",
+     * naming both); recorded in a new store and in one made before identities existed.
+     * NULL: not checked. */
+    const kl_store_identity *identity;
 } kl_store_options;
+
+/* The 16-byte cluster id recorded in a store: a keyed hash of the cluster secret, so that a
+ * store of another cluster with the same name is told apart without keeping the secret. */
+void kl_store_cluster_id(const uint8_t *cluster_secret, size_t len, uint8_t out[16]);
 
 void kl_store_options_default(kl_store_options *o);
 
-/* Opens (creating when empty) the store in dir. */
+/* Opens the store in dir, creating it when empty only if opt->init (NULL opt: defaults,
+ * which may create and check no identity). A corrupt synced WAL record refuses to open
+ * (FAILED_PRECONDITION, detail "wal_corrupt"); a torn last record of a write that never
+ * finished syncing is dropped, as it was never acknowledged. */
 kl_code kl_store_open(const char *dir, const kl_store_options *opt, kl_store **out, kl_err *err);
 void kl_store_close(kl_store *st);
 

@@ -170,7 +170,7 @@ if (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null; then
   exit 2
 fi
 
-"$daemon" --cluster "$tmp/cluster.json" --node p0m1 --data "$tmp/data" --cluster-secret "$tmp/cluster.secret" 2>"$log" &
+"$daemon" --cluster "$tmp/cluster.json" --node p0m1 --data "$tmp/data" --cluster-secret "$tmp/cluster.secret" --init-store 2>"$log" &
 pid=$!
 ready=0
 for _ in $(seq 1 200); do
@@ -265,7 +265,7 @@ start_member() {
   before=${before:-0}
   local key=()   # KL-3 clusters: the member's key pair (kl3_keys)
   [ -f "$d/$n.key" ] && key=(--member-key "$d/$n.key")
-  "$daemon" --cluster "$d/cluster.json" --node "$n" --data "$d/$n" --cluster-secret "$tmp/cluster.secret" "${key[@]}" 2>>"$d/$n.log" &
+  "$daemon" --cluster "$d/cluster.json" --node "$n" --data "$d/$n" --cluster-secret "$tmp/cluster.secret" --init-store "${key[@]}" 2>>"$d/$n.log" &
   p=$!
   mpid["$d $n"]=$p
   echo "$p" >"$d/pids/$n.pid"

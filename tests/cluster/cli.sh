@@ -442,7 +442,7 @@ JSON
 up3=1
 for p in 0 1 2; do
   ./bin/keyloadd --cluster "$cfg3" --node "p${p}m1" --var "$dir3" --cluster-secret "$dir3/cluster.secret" \
-    --member-key "$dir3/p${p}m1.key" >"$dir3/p${p}m1.log" 2>&1 &
+    --member-key "$dir3/p${p}m1.key" --init-store >"$dir3/p${p}m1.log" 2>&1 &
   pids3+=($!)
 done
 for p in 0 1 2; do

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # deploy/keyload-cluster end to end on a real RF3 cluster (3 partitions x 3 members, from
 # deploy/local-rf3.json): key files and their modes, keys generated once and reused,
-# members refusing a wrong or exposed key, `status --json` (leaders, members up or not),
+# members refusing a wrong or exposed key, a wiped member refused (the first-start marker),
+# `status --json` (leaders, members up or not),
 # kill, start, down; the coordinator: nothing without var/<name>/coordinator.json, and with
 # it started by up/start/restart --cold, shown by status, stopped by kill/down (config with
 # an administrator the test bootstraps). Its own cluster file and name, ports in
@@ -143,6 +144,20 @@ check "... saying whose key it is not" grep -q "does not belong to p1m2" <<<"$ou
 mv "$var/p1m2.key.orig" "$var/p1m2.key"
 check "start p1m2 with its own key" quiet kc start p1m2
 check "status shows p1m2 up again" wait_status "$all_up"
+
+# ---- a wiped member is refused: the launcher passes --init-store only on a first start
+check "every member has its first-start marker outside its data directory" \
+  [ "$(ls "$var"/p*m*.initialized 2>/dev/null | wc -l)" = 9 ]
+quiet kc kill p1m2
+mv "$var/p1m2" "$var/p1m2.saved"
+out=$(kc start p1m2 2>&1); rc=$?
+check "start of p1m2 with its data directory wiped fails" [ "$rc" -ne 0 ]
+check "... explaining the wiped store and --init-store" bash -c 'grep -q "wiped" <<<"$0" && grep -q -- "--init-store" <<<"$0"' "$out"
+check "... and creates no store there" [ ! -e "$var/p1m2/CURRENT" ]
+rm -rf "$var/p1m2"
+mv "$var/p1m2.saved" "$var/p1m2"
+check "p1m2 starts again on its own directory (no --init-store)" quiet kc start p1m2
+check "status shows p1m2 up after its directory came back" wait_status "$all_up"
 leaked=0
 for f in "$var/cluster.secret" "$var"/p*m*.key; do
   grep -rqF "$(base64 -w0 "$f")" "$var"/*.log && { leaked=1; echo "  $f appears in a log"; }

@@ -75,7 +75,10 @@ uint8_t *pack_free(Keyload__V1__BatchRequest *b, size_t *len);
  * SIGKILL when the test process dies first (PR_SET_PDEATHSIG; call it from the main
  * thread, whose exit is the test's). */
 pid_t proc_exec(char *const argv[], const char *log, const char *failpoints, unsigned lifetime_s);
-/* Starts keyloadd as member pPmM of the cluster file (log in work/), without failpoints. */
+/* Starts keyloadd as member pPmM of the cluster file (log in work/), without failpoints.
+ * Every helper passes --init-store: tests create their directories, and the flag changes
+ * nothing on a store that is already the member's (proc_test.c's store identity test
+ * starts members without it). */
 pid_t spawn_member(const char *cluster, int partition, int member);
 /* Makes a cluster secret file and a member key file with `keyloadd keygen` (removing old
  * ones first); pub_b64 receives the member's public key (base64, 44 characters). */

@@ -30,6 +30,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/prctl.h>
+#include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -40,6 +42,8 @@ char url[128];
 static char cluster_file[600];
 static char secret_file[600]; /* every daemon's cluster secret (databases' keys derive from it) */
 static pid_t daemon_pid = -1;
+static bool start_without_init; /* start_daemon leaves out --init-store */
+static const char *start_disk_reserve_mb; /* start_daemon passes --disk-reserve-mb this */
 int failures_in_test;
 
 int64_t now_ms(void)
@@ -246,8 +250,16 @@ static int start_daemon(const char *failpoints)
 {
     char log[700];
     snprintf(log, sizeof log, "%s/daemon.log", work);
-    char *argv[] = {(char *)daemon_bin, "--cluster", cluster_file, "--node", "p0m1", "--cluster-secret",
-                    secret_file, NULL};
+    char *argv[9] = {(char *)daemon_bin, "--cluster", cluster_file, "--node", "p0m1", "--cluster-secret",
+                     secret_file};
+    int argc = 7;
+    if (!start_without_init)
+        argv[argc++] = "--init-store";
+    if (start_disk_reserve_mb != NULL) {
+        argv[argc++] = "--disk-reserve-mb";
+        argv[argc++] = (char *)start_disk_reserve_mb;
+    }
+    argv[argc] = NULL;
     pid_t pid = proc_exec(argv, log, failpoints, PROC_LIFETIME_S);
     daemon_pid = pid;
     int64_t deadline = now_ms() + 20000;
@@ -621,6 +633,265 @@ static void test_refuses_non_store_dir(void)
     CHECK(WIFEXITED(st) && WEXITSTATUS(st) != 0, "daemon accepted a file as its data directory");
 }
 
+/* Runs keyloadd (bounded by 20 s) with the arguments after the binary; its stderr into
+ * out. Returns its exit status (-1 when it did not exit by itself). */
+static int run_refused(char *out, size_t cap, const char *fmt, ...)
+{
+    char args[2000], cmd[3400], log[700];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(args, sizeof args, fmt, ap);
+    va_end(ap);
+    snprintf(log, sizeof log, "%s/refused.log", work);
+    snprintf(cmd, sizeof cmd, "timeout -s KILL 20 '%s' %s >'%s' 2>&1", daemon_bin, args, log);
+    int st = system(cmd);
+    out[0] = '\0';
+    FILE *f = fopen(log, "r");
+    if (f) {
+        size_t n = fread(out, 1, cap - 1, f);
+        out[n] = '\0';
+        fclose(f);
+    }
+    return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+}
+
+static void test_store_identity(void)
+{
+    fresh_store("ident", NULL);
+    char data[700], cmd[1600], out[4096], other[700];
+    snprintf(data, sizeof data, "%s/ident", work);
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", data);
+    CHECK(system(cmd) == 0, "rm");
+    /* An empty directory without --init-store: refused, nothing created. */
+    int rc = run_refused(out, sizeof out, "--cluster '%s' --node p0m1 --cluster-secret '%s'", cluster_file,
+                         secret_file);
+    CHECK(rc == 2, "a member without a store started without --init-store (exit %d): %s", rc, out);
+    CHECK(strstr(out, "p0m1") && strstr(out, "--init-store") && strstr(out, "voted") && strstr(out, data),
+          "the refusal does not name the member, the flag, the reason and the directory: %s", out);
+    snprintf(cmd, sizeof cmd, "%s/CURRENT", data);
+    CHECK(access(cmd, F_OK) != 0, "the refused start created a store");
+    /* First start with --init-store, one message; later starts without it keep it. */
+    CHECK(start_daemon(NULL) == 0, "start with --init-store");
+    create_queue("q", 0);
+    Keyload__V1__BatchRequest *b = batch_new(NULL);
+    add_enqueue(b, "q", "kept");
+    answer a = send_batch(b, 5000);
+    CHECK(a.code == KL_OK, "enqueue: %s", a.err.message);
+    answer_free(&a);
+    CHECK(stop_daemon(SIGTERM) == 0, "stop");
+    start_without_init = true;
+    CHECK(start_daemon(NULL) == 0, "restart without --init-store");
+    CHECK(queue_messages("q", NULL) == 1, "the message is not there after the restart");
+    stop_daemon(SIGTERM);
+    start_without_init = false;
+    CHECK(start_daemon(NULL) == 0, "--init-store on the member's own store is refused");
+    CHECK(queue_messages("q", NULL) == 1, "--init-store on the member's own store changed it");
+    stop_daemon(SIGTERM);
+    /* Wiped: the directory emptied (as by a disk replacement) is refused, not a new member. */
+    snprintf(cmd, sizeof cmd, "rm -rf '%s' && mkdir '%s'", data, data);
+    CHECK(system(cmd) == 0, "wipe");
+    rc = run_refused(out, sizeof out, "--cluster '%s' --node p0m1 --cluster-secret '%s'", cluster_file,
+                     secret_file);
+    CHECK(rc == 2 && strstr(out, "wiped"), "a wiped member started (exit %d): %s", rc, out);
+    /* Another partition's directory: refused naming both, with --init-store too. */
+    CHECK(start_daemon(NULL) == 0, "start again with --init-store");
+    stop_daemon(SIGTERM);
+    snprintf(other, sizeof other, "%s/ident2.json", work);
+    FILE *f = fopen(other, "w");
+    fprintf(f, "{\"cluster\":\"proctest\",\"replica_count\":1,\"insecure_local_admin\":true,\"partitions\":["
+               "{\"id\":0,\"members\":[{\"id\":1,\"client\":\"%s\",\"data\":\"%s/unused\"}]},"
+               "{\"id\":1,\"members\":[{\"id\":1,\"client\":\"tcp://127.0.0.1:1\",\"data\":\"%s\"}]}]}\n",
+            url, work, data);
+    fclose(f);
+    for (int init = 0; init < 2; init++) {
+        rc = run_refused(out, sizeof out, "--cluster '%s' --node p1m1 --cluster-secret '%s'%s", other, secret_file,
+                         init ? " --init-store" : "");
+        CHECK(rc == 2, "p1m1 started on p0m1's directory (init %d, exit %d): %s", init, rc, out);
+        CHECK(strstr(out, "partition 0 member 1") && strstr(out, "partition 1 member 1") && strstr(out, data),
+              "the refusal does not name both identities and the directory: %s", out);
+    }
+    /* The same cluster name with another secret: another cluster. */
+    snprintf(cmd, sizeof cmd, "%s/other.secret", work);
+    f = fopen(cmd, "w");
+    fputs("0123456789abcdef0123456789abcdef", f);
+    fclose(f);
+    chmod(cmd, 0600);
+    rc = run_refused(out, sizeof out, "--cluster '%s' --node p0m1 --cluster-secret '%s'", cluster_file, cmd);
+    CHECK(rc == 2 && strstr(out, "cluster 'proctest'"), "a store of another cluster secret was served (exit %d): %s",
+          rc, out);
+}
+
+/* ---- a full disk: the store on a small loop-mounted ext4 image ---- */
+
+static char disk_img[700], disk_mnt[700], disk_loop[64];
+
+/* Unmounts, detaches and deletes whatever disk_setup made (also after a failed check). */
+static void disk_cleanup(void)
+{
+    char cmd[3000];
+    if (disk_mnt[0]) {
+        snprintf(cmd, sizeof cmd, "umount '%s' 2>/dev/null || umount -l '%s' 2>/dev/null; rmdir '%s' 2>/dev/null",
+                 disk_mnt, disk_mnt, disk_mnt);
+        if (system(cmd) != 0)
+            fprintf(stderr, "  cleanup: could not unmount %s\n", disk_mnt);
+        disk_mnt[0] = '\0';
+    }
+    if (disk_loop[0]) {
+        snprintf(cmd, sizeof cmd, "losetup -d '%s'", disk_loop);
+        if (system(cmd) != 0)
+            fprintf(stderr, "  cleanup: could not detach %s\n", disk_loop);
+        disk_loop[0] = '\0';
+    }
+    if (disk_img[0]) {
+        unlink(disk_img);
+        disk_img[0] = '\0';
+    }
+}
+
+/* A 64 MiB ext4 image on its own loop device, mounted at work/diskfull. */
+static bool disk_setup(void)
+{
+    snprintf(disk_img, sizeof disk_img, "%s/diskfull.img", work);
+    char cmd[3000];
+    snprintf(cmd, sizeof cmd, "truncate -s 64M '%s'", disk_img);
+    if (system(cmd) != 0)
+        return false;
+    snprintf(cmd, sizeof cmd, "timeout 20 losetup --find --show '%s'", disk_img);
+    FILE *p = popen(cmd, "r");
+    if (p == NULL)
+        return false;
+    bool got = fgets(disk_loop, sizeof disk_loop, p) != NULL;
+    if (pclose(p) != 0 || !got) {
+        disk_loop[0] = '\0';
+        return false;
+    }
+    disk_loop[strcspn(disk_loop, "\n")] = '\0';
+    snprintf(disk_mnt, sizeof disk_mnt, "%s/diskfull", work);
+    snprintf(cmd, sizeof cmd, "timeout 30 mkfs.ext4 -q -F '%s' && mkdir -p '%s' && timeout 20 mount '%s' '%s'",
+             disk_loop, disk_mnt, disk_loop, disk_mnt);
+    if (system(cmd) != 0) {
+        rmdir(disk_mnt);
+        disk_mnt[0] = '\0';
+        return false;
+    }
+    return true;
+}
+
+static uint64_t disk_free_mb(void)
+{
+    struct statvfs sv;
+    if (statvfs(disk_mnt, &sv) != 0)
+        return 0;
+    return (uint64_t)sv.f_bavail * sv.f_frsize >> 20;
+}
+
+static answer enqueue_one(const char *body)
+{
+    Keyload__V1__BatchRequest *b = batch_new(NULL);
+    add_enqueue(b, "q", body);
+    return send_batch(b, 5000);
+}
+
+/* The leader refuses batches with UNAVAILABLE "disk_full" before proposing anything while
+ * its file system is below the reserve, keeps serving reads, and writes again once space
+ * returns; the refused batches left nothing behind. */
+static void test_disk_full(void)
+{
+    CHECK(disk_setup(), "could not make and mount a loop ext4 image (needs root, losetup, mkfs.ext4)");
+    char data[800], filler[800], cmd[3000];
+    snprintf(data, sizeof data, "%s/data", disk_mnt);
+    snprintf(filler, sizeof filler, "%s/filler", disk_mnt);
+    static int port_seq;
+    write_cluster(22000 + (getpid() % 5000) + (port_seq++ % 50), data, "");
+    start_disk_reserve_mb = "16";
+    int started = start_daemon(NULL);
+    start_disk_reserve_mb = NULL;
+    CHECK(started == 0, "start on the loop file system");
+    create_queue("q", 0);
+    answer a = enqueue_one("before");
+    CHECK(a.code == KL_OK, "enqueue with space: %s %s", kl_code_name(a.code), a.err.message);
+    answer_free(&a);
+    uint64_t free_mb = disk_free_mb();
+    CHECK(free_mb > 24, "only %llu MiB free on a fresh 64 MiB image", (unsigned long long)free_mb);
+    /* Leave 8 MiB: under the 16 MiB reserve, room for what RocksDB still writes. */
+    snprintf(cmd, sizeof cmd, "fallocate -l %lluM '%s'", (unsigned long long)(free_mb - 8), filler);
+    CHECK(system(cmd) == 0, "fallocate");
+    sleep_ms(400); /* past the daemon's 250 ms free-space cache */
+    for (int i = 0; i < 3; i++) {
+        a = enqueue_one("refused");
+        CHECK(a.code == KL_UNAVAILABLE && strcmp(a.err.detail, "disk_full") == 0,
+              "enqueue on a full disk: %s detail %s (%s)", kl_code_name(a.code), a.err.detail, a.err.message);
+        CHECK(strstr(a.err.message, "reserve") != NULL && strstr(a.err.message, "16 MiB") != NULL,
+              "the refusal does not name the reserve: %s", a.err.message);
+        answer_free(&a);
+    }
+    CHECK(queue_messages("q", NULL) == 1, "reads stop or see a refused write while the disk is full");
+    int st;
+    CHECK(waitpid(daemon_pid, &st, WNOHANG) == 0, "the daemon exited on a full disk");
+    uint64_t refused_free = disk_free_mb();
+    unlink(filler);
+    int64_t back = now_ms(), deadline = back + 5000;
+    kl_code code = KL_UNAVAILABLE;
+    while (code != KL_OK && now_ms() < deadline) {
+        a = enqueue_one("after");
+        code = a.code;
+        answer_free(&a);
+        if (code != KL_OK)
+            sleep_ms(100);
+    }
+    CHECK(code == KL_OK, "no write accepted within 5 s of freeing space: %s", kl_code_name(code));
+    CHECK(queue_messages("q", NULL) == 2, "messages after the refusals: want 2 (before, after)");
+    printf("  disk full: refused while %llu MiB free (reserve 16), writing again %lld ms after space returned\n",
+           (unsigned long long)refused_free, (long long)(now_ms() - back));
+    CHECK(stop_daemon(SIGTERM) == 0, "stop");
+    /* Without a reserve the write itself hits ENOSPC: the member exits (1) without answering
+     * OK, and after space returns it restarts with every acknowledged message. */
+    start_without_init = true;
+    start_disk_reserve_mb = "0";
+    started = start_daemon(NULL);
+    start_disk_reserve_mb = NULL;
+    CHECK(started == 0, "restart without a reserve");
+    snprintf(cmd, sizeof cmd, "fallocate -l %lluM '%s'; dd if=/dev/zero of='%s.tail' bs=4k 2>/dev/null; sync",
+             (unsigned long long)disk_free_mb(), filler, filler);
+    CHECK(system(cmd) >= 0, "fill");
+    /* Large bodies: RocksDB preallocates the WAL, so small writes would fit in space it
+     * already holds. 100 x 200 KiB is past any preallocation of an 8 MiB memtable. */
+    int ok_on_full = 0;
+    static char body[200 << 10];
+    memset(body, 'z', sizeof body - 1);
+    for (int i = 0; i < 100; i++) {
+        int64_t t0 = now_ms();
+        a = enqueue_one(body);
+        ok_on_full += a.code == KL_OK;
+        answer_free(&a);
+        siginfo_t info = {0};
+        if (waitid(P_PID, (id_t)daemon_pid, &info, WEXITED | WNOHANG | WNOWAIT) == 0 && info.si_pid != 0)
+            break; /* exited; wait_daemon_exit reaps it */
+        if (now_ms() - t0 > 4000)
+            break;
+    }
+    st = wait_daemon_exit(5000);
+    start_without_init = false;
+    CHECK(!(st & 0x10000), "the daemon kept running on a full disk");
+    /* Exit code 1 from repl_fatal, or SIGABRT: this RocksDB build asserts inside the write
+     * that failed on ENOSPC before returning the error. Either way nothing was answered OK
+     * for it and the process is gone. */
+    CHECK((WIFEXITED(st) && WEXITSTATUS(st) == 1) || (WIFSIGNALED(st) && WTERMSIG(st) == SIGABRT),
+          "status %d on ENOSPC, want exit code 1 or SIGABRT", st);
+    snprintf(cmd, sizeof cmd, "%s.tail", filler);
+    unlink(cmd);
+    unlink(filler);
+    start_without_init = true;
+    started = start_daemon(NULL);
+    start_without_init = false;
+    CHECK(started == 0, "restart after space returned");
+    long long n = queue_messages("q", NULL);
+    CHECK(n >= 2 + ok_on_full, "messages after the ENOSPC exit: %lld, want at least %d", n, 2 + ok_on_full);
+    printf("  ENOSPC on the write: %s after %d acknowledged writes on the full disk, all %lld there\n",
+           WIFEXITED(st) ? "exit code 1" : "SIGABRT (RocksDB assertion)", ok_on_full, n);
+    CHECK(stop_daemon(SIGTERM) == 0, "stop");
+}
+
 /* ---- replica groups: several keyloadd members of one partition ---- */
 
 #define GROUP_MAX 3
@@ -655,7 +926,7 @@ pid_t spawn_keyloadd(const char *cluster, int partition, int member, const char 
              partition, member);
     snprintf(node, sizeof node, "p%dm%d", partition, member);
     const char *argv[] = {daemon_bin, "--cluster", cluster, "--node", node, "--cluster-secret", secret,
-                          member_key ? "--member-key" : NULL, member_key, NULL};
+                          "--init-store", member_key ? "--member-key" : NULL, member_key, NULL};
     return proc_exec((char *const *)argv, log, NULL, PROC_LIFETIME_S);
 }
 
@@ -691,7 +962,21 @@ pid_t spawn_member(const char *cluster, int partition, int member)
     return spawn_keyloadd(cluster, partition, member, secret_file, NULL);
 }
 
-static void group_start(int i) { group_pid[i] = spawn_member(cluster_file, 0, i + 1); }
+static const char *group_failpoints; /* armed in every member group_start starts */
+
+static void group_start(int i)
+{
+    if (group_failpoints == NULL) {
+        group_pid[i] = spawn_member(cluster_file, 0, i + 1);
+        return;
+    }
+    char node[16], log[700];
+    snprintf(node, sizeof node, "p0m%d", i + 1);
+    snprintf(log, sizeof log, "%s/%s-p0m%d.log", work, strrchr(cluster_file, '/') + 1, i + 1);
+    char *argv[] = {(char *)daemon_bin, "--cluster", cluster_file, "--node", node, "--cluster-secret",
+                    secret_file, "--init-store", NULL};
+    group_pid[i] = proc_exec(argv, log, group_failpoints, PROC_LIFETIME_S);
+}
 
 static void group_kill(int i, int sig)
 {
@@ -1105,6 +1390,134 @@ typedef struct {
     void (*fn)(void);
 } test_case;
 
+/* Waits up to timeout_ms for group member i to exit; its wait status, or -1 (still running). */
+static int group_wait_exit(int i, int timeout_ms, int64_t *exited_at)
+{
+    int64_t deadline = now_ms() + timeout_ms;
+    int st;
+    for (;;) {
+        if (waitpid(group_pid[i], &st, WNOHANG) == group_pid[i]) {
+            group_pid[i] = -1;
+            if (exited_at)
+                *exited_at = now_ms();
+            return st;
+        }
+        if (now_ms() >= deadline)
+            return -1;
+        sleep_ms(10);
+    }
+}
+
+/* A failed log write (failpoint store.log_write: EIO) on a follower ends that process with a
+ * non-zero status, promptly and without acknowledging the round; after a restart every
+ * acknowledged write is there, exactly once. */
+static void test_group_log_write_failure_exits(void)
+{
+    write_group("eio", 3, 3);
+    int leader = group_start_with_queue("q");
+    CHECK(leader >= 0, "the group did not create its database and queue");
+    if (leader < 0)
+        return;
+    int f = (leader + 1) % 3;
+    group_kill(f, SIGKILL);
+    char node[16], log[700];
+    snprintf(node, sizeof node, "p0m%d", f + 1);
+    snprintf(log, sizeof log, "%s/eio-failed-%s.log", work, node);
+    char *argv[] = {(char *)daemon_bin, "--cluster", cluster_file, "--node", node, "--cluster-secret",
+                    secret_file, NULL};
+    group_pid[f] = proc_exec(argv, log, "store.log_write=12*error(UNAVAILABLE)", PROC_LIFETIME_S);
+    int acked = 0, unknown = 0, st = -1;
+    int64_t exited_at = 0, first_refused = 0;
+    for (int i = 0; i < 200 && st == -1; i++) {
+        Keyload__V1__BatchRequest *b = batch_new(NULL);
+        add_enqueue(b, "q", "m");
+        answer a = group_batch(b, 1500, &leader);
+        if (a.code == KL_OK)
+            acked++;
+        else if (a.code == KL_UNKNOWN_WRITE_OUTCOME || a.code == KL_DEADLINE_EXCEEDED)
+            unknown++;
+        if (a.code != KL_OK && first_refused == 0)
+            first_refused = now_ms();
+        answer_free(&a);
+        st = group_wait_exit(f, 0, &exited_at);
+    }
+    if (st == -1)
+        st = group_wait_exit(f, 5000, &exited_at);
+    CHECK(st != -1, "the follower whose log write failed is still running");
+    CHECK(st != -1 && WIFEXITED(st) && WEXITSTATUS(st) == 1, "exit status %d, want exit code 1", st);
+    CHECK(first_refused == 0 || exited_at - first_refused < 3000,
+          "the follower exited %lld ms after commits stopped", (long long)(exited_at - first_refused));
+    char cmd[1600];
+    snprintf(cmd, sizeof cmd, "grep -q 'storage failure' '%s' && grep -q 'store.log_write' '%s'", log, log);
+    CHECK(system(cmd) == 0, "the follower did not log the failed log write (%s)", log);
+    CHECK(acked >= 5, "only %d writes were acknowledged before the failure", acked);
+    group_start(f);
+    Keyload__V1__BatchRequest *b = batch_new(NULL);
+    add_enqueue(b, "q", "after");
+    answer a = group_batch(b, 20000, NULL);
+    CHECK(a.code == KL_OK, "after the restart: %s %s", kl_code_name(a.code), a.err.message);
+    answer_free(&a);
+    long long n = group_messages("q");
+    CHECK(n >= acked + 1 && n <= acked + unknown + 1, "messages %lld, acknowledged %d (+%d unknown) + 1", n,
+          acked, unknown);
+    /* The restarted follower holds them too: it applied up to the leader's index. */
+    int64_t deadline = now_ms() + 10000;
+    while (member_applied(f) < member_applied(leader) && now_ms() < deadline)
+        sleep_ms(100);
+    CHECK(member_applied(f) >= member_applied(leader), "the restarted follower did not catch up");
+    printf("  log write failure: follower exited %lld ms after commits stopped; %d acknowledged, %d unknown\n",
+           (long long)(exited_at - first_refused), acked, unknown);
+}
+
+/* SIGTERM ends a member within 2 s also when a follower is gone (kill -9), the leader has
+ * writes it cannot commit and reads it cannot confirm, and closing the replication socket
+ * hangs (as nng 1.5.2's nng_close can; failpoint peer.before_close): leader first, then the
+ * remaining follower. */
+static void test_group_sigterm_with_follower_down(void)
+{
+    write_group("term", 3, 3);
+    group_failpoints = "peer.before_close=sleep(5000)";
+    int leader = group_start_with_queue("q");
+    group_failpoints = NULL;
+    CHECK(leader >= 0, "the group did not create its database and queue");
+    if (leader < 0)
+        return;
+    int down = (leader + 1) % 3, other = (leader + 2) % 3;
+    group_kill(down, SIGKILL);
+    /* A write that cannot commit (3 of 3 with one down), and fresh reads, left waiting. */
+    snprintf(url, sizeof url, "%s", group_url[leader]);
+    Keyload__V1__BatchRequest *b = batch_new(NULL);
+    add_enqueue(b, "q", "stuck");
+    answer a = send_batch(b, 1000);
+    answer_free(&a);
+    uint8_t buf[512];
+    size_t n = pack_stats_request("q", buf);
+    a = call("keyload.v1.QueueStats", buf, n, 500);
+    answer_free(&a);
+    sleep_ms(1500); /* the leader keeps sending to the dead follower */
+    int targets[2] = {leader, other};
+    char log[1600];
+    for (int k = 0; k < 2; k++) {
+        int i = targets[k];
+        int64_t t0 = now_ms(), t1 = 0;
+        kill(group_pid[i], SIGTERM);
+        int st = group_wait_exit(i, 10000, &t1);
+        CHECK(st != -1, "%s did not stop within 10 s of SIGTERM", k ? "the follower" : "the leader");
+        if (st == -1) {
+            group_kill(i, SIGKILL);
+            continue;
+        }
+        CHECK(t1 - t0 <= 2000, "%s took %lld ms to stop after SIGTERM", k ? "the follower" : "the leader",
+              (long long)(t1 - t0));
+        CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 0, "%s stopped with status %d",
+              k ? "the follower" : "the leader", st);
+        snprintf(log, sizeof log, "grep -q 'stop did not finish in time' '%s/term.json-p0m%d.log'", work, i + 1);
+        CHECK(system(log) == 0, "member %d did not log why it ended its stop early", i + 1);
+        printf("  SIGTERM with a follower down: %s stopped in %lld ms\n", k ? "follower" : "leader",
+               (long long)(t1 - t0));
+    }
+}
+
 int main(int argc, char **argv)
 {
     const char *only = NULL; /* --only TEXT: run the tests whose name contains TEXT */
@@ -1145,11 +1558,20 @@ int main(int argc, char **argv)
         {"quota refusals change nothing", test_quota_refusals_change_nothing},
         {"bad input answers clearly and changes nothing", test_bad_input},
         {"a non-store data directory is refused", test_refuses_non_store_dir},
+        {"store identity: a wiped member refuses to start without --init-store, another partition's or "
+         "cluster's directory is refused naming both, --init-store on its own store changes nothing",
+         test_store_identity},
+        {"disk full (loop-mounted ext4): batches refused UNAVAILABLE disk_full before anything is proposed, "
+         "reads go on, writes resume once space returns", test_disk_full},
         {"3 members, replica_count 3: leader killed, commits wait for all copies", test_group_rf3_all_copies},
         {"3 members, replica_count 3: a follower down: UNKNOWN_WRITE_OUTCOME, then UNAVAILABLE, then one effect",
          test_group_rf3_follower_down},
         {"3 members, replica_count 2: leader killed -9 mid-stream, nothing lost or doubled", test_group_rf2_failover},
         {"3 members, replica_count 2: a follower that missed 10,000 entries catches up", test_group_follower_catches_up},
+        {"3 members, replica_count 3: a follower whose log write fails (EIO) exits non-zero at once; "
+         "after its restart every acknowledged write is there", test_group_log_write_failure_exits},
+        {"3 members, replica_count 3: SIGTERM stops the leader and a follower within 2 s while "
+         "another follower is down", test_group_sigterm_with_follower_down},
         {"member keys: a forged replication message from a process that is not a member is refused, "
          "group state unchanged", test_peer_auth_refuses_intruders},
         {"3x3 cluster: catalog versions reach every data partition once, in order, across failover "
@@ -1220,6 +1642,7 @@ int main(int argc, char **argv)
         if (daemon_pid > 0)
             stop_daemon(SIGKILL); /* a failed check leaves no process behind */
         group_stop_all();
+        disk_cleanup(); /* after every daemon on it was stopped */
         pa_stop_all();
         mp_stop_all();
         ss_stop_all();

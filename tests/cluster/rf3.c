@@ -75,7 +75,7 @@ void rf3_spawn(rf3 *c, int p, int m, const char *failpoints)
     char node[16];
     snprintf(node, sizeof node, "p%dm%d", p, m + 1);
     char *argv[] = {(char *)daemon_bin, "--cluster", c->file, "--node", node, "--cluster-secret", c->secret,
-                    "--member-key", c->mkey[p][m], NULL};
+                    "--member-key", c->mkey[p][m], "--init-store", NULL};
     c->pid[p][m] = proc_exec(argv, c->log[p][m], failpoints, c->lifetime_s);
 }
 

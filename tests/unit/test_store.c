@@ -4,7 +4,11 @@
 #include "harness.h"
 
 #include <check.h>
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 static int kcmp(const kl_key *a, const kl_key *b)
 {
@@ -112,6 +116,144 @@ START_TEST(store_refuses_unknown_flags)
 }
 END_TEST
 
+/* ---- store identity and WAL recovery ---- */
+
+static const uint8_t id_a[16] = {1, 2, 3};
+
+static kl_code open_as(const char *dir, bool init, const char *cluster, uint32_t part, uint64_t member,
+                       kl_store **st, kl_err *err)
+{
+    kl_store_identity id = {.cluster = cluster, .cluster_id = id_a, .partition = part, .member = member};
+    kl_store_options o;
+    kl_store_options_default(&o);
+    o.init = init;
+    o.identity = &id;
+    return kl_store_open(dir, &o, st, err);
+}
+
+START_TEST(store_identity_is_checked)
+{
+    char dir[256], sub[300];
+    th_tmpdir(dir, sizeof dir);
+    snprintf(sub, sizeof sub, "%s/data", dir);
+    kl_store *st;
+    kl_err err;
+    /* No store and no init: refused, and nothing is created. */
+    ck_assert_int_eq(open_as(sub, false, "c1", 1, 2, &st, &err), KL_FAILED_PRECONDITION);
+    ck_assert_str_eq(err.detail, "init_store");
+    ck_assert_ptr_nonnull(strstr(err.message, "--init-store"));
+    ck_assert_int_ne(access(sub, F_OK), 0);
+    ck_assert_int_eq(open_as(sub, true, "c1", 1, 2, &st, &err), KL_OK);
+    kl_store_close(st);
+    /* Reopened without init: it is this member's. With init again: harmless. */
+    ck_assert_int_eq(open_as(sub, false, "c1", 1, 2, &st, &err), KL_OK);
+    kl_store_close(st);
+    ck_assert_int_eq(open_as(sub, true, "c1", 1, 2, &st, &err), KL_OK);
+    kl_store_close(st);
+    /* Another partition, member or cluster: refused naming both, also with init. */
+    ck_assert_int_eq(open_as(sub, true, "c1", 2, 2, &st, &err), KL_FAILED_PRECONDITION);
+    ck_assert_str_eq(err.detail, "store_identity");
+    ck_assert_ptr_nonnull(strstr(err.message, "partition 1 member 2"));
+    ck_assert_ptr_nonnull(strstr(err.message, "partition 2 member 2"));
+    ck_assert_ptr_nonnull(strstr(err.message, sub));
+    ck_assert_int_eq(open_as(sub, false, "c1", 1, 3, &st, &err), KL_FAILED_PRECONDITION);
+    ck_assert_int_eq(open_as(sub, false, "c2", 1, 2, &st, &err), KL_FAILED_PRECONDITION);
+    ck_assert_ptr_nonnull(strstr(err.message, "(cluster 'c2'"));
+    /* A store made before identities (no identity in its format record) adopts this one. */
+    th_rmrf(dir);
+    th_tmpdir(dir, sizeof dir);
+    ck_assert_int_eq(kl_store_open(dir, NULL, &st, &err), KL_OK);
+    kl_store_close(st);
+    ck_assert_int_eq(open_as(dir, false, "c1", 1, 2, &st, &err), KL_OK);
+    kl_store_close(st);
+    ck_assert_int_eq(open_as(dir, false, "c1", 0, 2, &st, &err), KL_FAILED_PRECONDITION);
+    th_rmrf(dir);
+}
+END_TEST
+
+/* A store with entries 1..n synced, copied while open: the image a power loss right after
+ * the last sync leaves (nothing flushed, everything in the WAL). Returns the WAL's path. */
+static void crash_image(const char *dir, const char *image, int n, char *wal, size_t cap)
+{
+    kl_store *st;
+    kl_err err;
+    ck_assert_int_eq(kl_store_open(dir, NULL, &st, &err), KL_OK);
+    uint8_t body[600];
+    for (int i = 1; i <= n; i++) {
+        memset(body, 'a' + i % 26, sizeof body);
+        kl_store_log_item it = {.index = (uint64_t)i, .bytes = body, .len = sizeof body};
+        ck_assert_int_eq(kl_store_log_write(st, NULL, 0, &it, 1, &err), KL_OK);
+    }
+    char cmd[700];
+    snprintf(cmd, sizeof cmd, "cp -a '%s' '%s' && ls '%s'/*.log | tail -n 1", dir, image, image);
+    FILE *p = popen(cmd, "r");
+    ck_assert_ptr_nonnull(p);
+    ck_assert_ptr_nonnull(fgets(wal, (int)cap, p));
+    pclose(p);
+    wal[strcspn(wal, "\n")] = '\0';
+    kl_store_close(st);
+}
+
+static long file_size(const char *path)
+{
+    struct stat sb;
+    ck_assert_int_eq(stat(path, &sb), 0);
+    return (long)sb.st_size;
+}
+
+START_TEST(store_wal_corruption_refuses)
+{
+    char dir[256], image[300], wal[512];
+    th_tmpdir(dir, sizeof dir);
+    snprintf(image, sizeof image, "%s-image", dir);
+    crash_image(dir, image, 20, wal, sizeof wal);
+    long size = file_size(wal);
+    ck_assert_int_gt(size, 20 * 600);
+    /* One flipped byte in the middle of the WAL: a synced record no longer reads. */
+    FILE *f = fopen(wal, "r+b");
+    ck_assert_ptr_nonnull(f);
+    fseek(f, size / 2, SEEK_SET);
+    int c = fgetc(f);
+    fseek(f, size / 2, SEEK_SET);
+    fputc(c ^ 0x40, f);
+    fclose(f);
+    kl_store *st;
+    kl_err err;
+    ck_assert_int_eq(kl_store_open(image, NULL, &st, &err), KL_FAILED_PRECONDITION);
+    ck_assert_str_eq(err.detail, "wal_corrupt");
+    ck_assert_ptr_nonnull(strstr(err.message, image));
+    ck_assert_ptr_nonnull(strstr(err.message, "Recovering a member"));
+    th_rmrf(image);
+    th_rmrf(dir);
+}
+END_TEST
+
+START_TEST(store_wal_torn_tail_recovers)
+{
+    char dir[256], image[300], wal[512];
+    th_tmpdir(dir, sizeof dir);
+    snprintf(image, sizeof image, "%s-image", dir);
+    crash_image(dir, image, 20, wal, sizeof wal);
+    /* The last record cut in half: a write whose sync never returned, never acknowledged. */
+    ck_assert_int_eq(truncate(wal, file_size(wal) - 300), 0);
+    kl_store *st;
+    kl_err err;
+    ck_assert_int_eq(kl_store_open(image, NULL, &st, &err), KL_OK);
+    ck_assert_uint_eq(kl_store_last_index(st), 19);
+    uint8_t *e;
+    size_t n;
+    bool found;
+    ck_assert_int_eq(kl_store_read_log(st, 19, &e, &n, &found, &err), KL_OK);
+    ck_assert(found);
+    ck_assert_uint_eq(n, 600);
+    ck_assert_uint_eq(e[0], 'a' + 19);
+    free(e);
+    kl_store_close(st);
+    th_rmrf(image);
+    th_rmrf(dir);
+}
+END_TEST
+
 Suite *suite_store(void)
 {
     Suite *s = suite_create("store");
@@ -120,6 +262,9 @@ Suite *suite_store(void)
     tcase_add_test(t, key_order_matches_numeric_order);
     tcase_add_test(t, store_append_apply_reopen);
     tcase_add_test(t, store_refuses_unknown_flags);
+    tcase_add_test(t, store_identity_is_checked);
+    tcase_add_test(t, store_wal_corruption_refuses);
+    tcase_add_test(t, store_wal_torn_tail_recovers);
     suite_add_tcase(s, t);
     return s;
 }
