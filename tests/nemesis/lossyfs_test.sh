@@ -39,6 +39,7 @@ cleanup() {
   rm -rf "$tmp"
 }
 trap cleanup EXIT
+trap 'exit 1' TERM INT
 finish() { echo "$passed passed, $failed failed"; [ "$failed" -eq 0 ]; exit $?; }
 
 [ "$(id -u)" -eq 0 ] || { bad "lossyfs needs root (FUSE mount with default_permissions)"; finish; }
