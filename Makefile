@@ -167,3 +167,8 @@ build/lossyfs: tests/nemesis/lossyfs.c
 .PHONY: lossyfs-test
 lossyfs-test: all build/lossyfs
 	@bash tests/support/suite.sh "lossyfs (FUSE power loss)" 300 bash tests/nemesis/lossyfs_test.sh
+
+# A one-member keyloadd whose wall clock steps +-1 h under libfaketime (Debian faketime).
+.PHONY: clockstep-test
+clockstep-test: all
+	@bash tests/support/suite.sh "clock steps (libfaketime)" 120 bash tests/nemesis/clockstep_test.sh

@@ -43,7 +43,10 @@ typedef struct kl_node_io {
     /* Proposes an encoded LogEntry at the index `next` returned. KL_OK: it is in the log,
      * not yet committed. KL_NOT_LEADER / KL_UNAVAILABLE: nothing was proposed. */
     kl_code (*propose)(void *ctx, const uint8_t *entry, size_t len);
-    int64_t (*clock_ms)(void *ctx);
+    int64_t (*clock_ms)(void *ctx);      /* wall clock, Unix ms */
+    /* CLOCK_BOOTTIME in ns: bounds how far entry time follows clock_ms (entry_clock.h).
+     * NULL: clock_ms is the only clock and never steps (a simulated clock in tests). */
+    int64_t (*boot_ns)(void *ctx);
     void (*random)(uint8_t *buf, size_t n);
 } kl_node_io;
 
