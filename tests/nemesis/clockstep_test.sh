@@ -15,7 +15,7 @@
 #  5. kill -9 and restart with the clock +1 h: a message expiring 20 s ahead is delivered
 #     (a restarted member resumes from its last entry time).
 # Entry time is bounded by CLOCK_BOOTTIME (daemon/entry_clock.h), so none of this depends on
-# the wall clock. Prints timings. Ports: two free ones in 26500-26999 picked from the pid;
+# the wall clock. Prints timings. Ports: two free ones in 14500-14999 picked from the pid;
 # the member is stopped by pid on every exit and the temporary directory removed.
 #   bash tests/nemesis/clockstep_test.sh      (after make all)
 # KEYLOADD=PATH runs another keyloadd binary (to see the test fail on one without the bound).
@@ -44,10 +44,10 @@ finish() { echo "$passed passed, $failed failed"; [ "$failed" -eq 0 ]; exit $?; 
 listening() { (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
 port=
 for i in $(seq 0 249); do
-  p=$(( 26500 + (($$ + i) % 250) * 2 ))
+  p=$(( 14500 + (($$ + i) % 250) * 2 ))
   listening "$p" || listening $((p + 1)) || { port=$p; break; }
 done
-[ -n "$port" ] || { bad "no two free ports in 26500-26999"; finish; }
+[ -n "$port" ] || { bad "no two free ports in 14500-14999"; finish; }
 cfg="$tmp/cluster.json"
 cat >"$cfg" <<JSON
 {"cluster":"clockstep$$","replica_count":1,"insecure_local_admin":true,

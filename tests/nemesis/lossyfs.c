@@ -11,13 +11,13 @@
  * since then is empty). Do it after kill -9 of the processes using the mount (like a machine
  * that lost power, nothing runs on it), then start them again on the same mount.
  * With --state FILE, lossyfs writes one line to FILE (replaced atomically) once the mount is
- * ready and again after each power loss:
- *   power_losses=N files=F bytes=B
+ * ready, after each power loss and after each SIGUSR2:
+ *   power_losses=N files=F bytes=B fsync_lies=L
  * (N power losses so far; F files and B bytes of unsynced data the last one dropped), so a
- * harness waits for N to grow instead of sleeping. The same line goes to stderr.
+ * harness waits for N to grow instead of sleeping. The same line goes to stderr, after one
+ * line per file put back. One lossyfs process serves one mount.
  * A lying disk, to prove a durability check can fail: `kill -USR2 PID` toggles a mode in
- * which fsync and fdatasync return success and make nothing durable; the state line then
- * ends with " fsync_lies=1" (" fsync_lies=0" after the next toggle).
+ * which fsync and fdatasync return success and make nothing durable (L = 1, else 0).
  *
  * The model, and what it does not model:
  *  - data: a write goes to the backing file at once, but the first time since the last
@@ -25,7 +25,9 @@
  *    saved (an undo record per inode; appends save nothing). fsync or fdatasync of any
  *    descriptor of the inode forgets the record and fsyncs the backing file; power loss
  *    truncates to the synced size and writes the saved bytes back. Reads see the latest
- *    write, as a page cache would. close() persists nothing.
+ *    write, as a page cache would. close() persists nothing. The kernel drops the mount's
+ *    page cache of a file when it is opened, so a process started after the power loss
+ *    reads what was put back.
  *  - truncate and fallocate are data changes like writes (the synced size is restored);
  *    hole punching and zero ranges are refused (EOPNOTSUPP), so callers fall back.
  *  - metadata (create, mkdir, rename, link, unlink, rmdir, chmod, utimens) is applied to the
@@ -48,7 +50,6 @@
 #include <fcntl.h>
 #include <pthread.h>
 #include <signal.h>
-#include <stdarg.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -56,7 +57,6 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <sys/statvfs.h>
-#include <sys/time.h>
 #include <unistd.h>
 
 /* Original bytes of [off, off + len) at the last sync. */

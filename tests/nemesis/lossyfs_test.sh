@@ -7,7 +7,7 @@
 # off by the kill may or may not be there; nothing else may appear); and, as a control that
 # this check can fail, a fourth round on a disk that lies about fsync loses acknowledged
 # enqueues and is seen to. Needs root and
-# /dev/fuse; prints timings. Ports: two free ones in 26000-26499 picked from the pid.
+# /dev/fuse; prints timings. Ports: two free ones in 14000-14499 picked from the pid.
 # Processes are tracked by pid and stopped on every exit; the mount is unmounted and the
 # temporary directory removed.
 #   bash tests/nemesis/lossyfs_test.sh      (after make all build/lossyfs)
@@ -56,6 +56,9 @@ power_loss() {
   for _ in $(seq 1 200); do [ "$(losses)" = $((before + 1)) ] && break; sleep 0.05; done
   [ "$(losses)" = $((before + 1)) ] || { bad "power loss $((before + 1)) not reported within 10 s"; return 1; }
   echo "     power loss $((before + 1)) took $(( $(ms) - t0 )) ms: $(cat "$state")"
+  local files; files=$(sed -n 's/.* files=\([0-9]*\).*/\1/p' "$state")
+  [ "${files:-0}" -gt 0 ] && grep "power loss: " "$tmp/lossyfs.err" | tail -n "$files" | sed "s|$mnt/||; s/^/       /"
+  return 0
 }
 
 t0=$(ms)
@@ -104,10 +107,10 @@ echo "--- (3) keyloadd on the mount: kill -9 + power loss + restart keeps every 
 listening() { (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
 port=
 for i in $(seq 0 249); do
-  p=$(( 26000 + (($$ + i) % 250) * 2 ))
+  p=$(( 14000 + (($$ + i) % 250) * 2 ))
   listening "$p" || listening $((p + 1)) || { port=$p; break; }
 done
-[ -n "$port" ] || { bad "no two free ports in 26000-26499"; finish; }
+[ -n "$port" ] || { bad "no two free ports in 14000-14499"; finish; }
 cfg="$tmp/cluster.json"
 cat >"$cfg" <<JSON
 {"cluster":"lossyfs$$","replica_count":1,"insecure_local_admin":true,
