@@ -1,8 +1,10 @@
 /* Unit tests of daemon/entry_clock.c: the rule a leader stamps entry time by, with the wall
  * clock (Unix ms) and CLOCK_BOOTTIME (ns) injected. A lease of LEASE ms granted at partition
  * time t ends when partition time reaches t + LEASE; the tests check when that happens in
- * elapsed boot time around a wall-clock step of one hour either way. */
+ * elapsed boot time around a wall-clock step of one hour either way; then the same through
+ * a kl_node over a real store (tests/unit/harness.h) whose boot clock the test moves. */
 #include "daemon/entry_clock.h"
+#include "harness.h"
 
 #include <check.h>
 #include <stdint.h>
@@ -133,6 +135,74 @@ START_TEST(entry_clock_new_leader_from_observed)
 }
 END_TEST
 
+/* ---- the rule as kl_node uses it: a real store, a wall clock that steps, a boot clock ---- */
+
+static th_node N;
+static char n_dir[256];
+
+static void node_setup(void)
+{
+    th_tmpdir(n_dir, sizeof n_dir);
+    th_open(&N, n_dir, NULL);
+    th_batch *b = th_batch_new(0x10);
+    th_create(b, "jobs", 0, 0, 0, NULL);
+    keyload__v1__batch_receipt__free_unpacked(th_run(&N, b, KL_OK), NULL);
+    b = th_batch_new(0x11);
+    th_enqueue(b, "jobs", NULL, "A");
+    keyload__v1__batch_receipt__free_unpacked(th_run(&N, b, KL_OK), NULL);
+    N.boot_clock = true; /* from here the boot clock moves apart from the wall clock */
+    N.boot_ms = N.now;
+}
+
+static void node_teardown(void)
+{
+    th_close(&N);
+    th_rmrf(n_dir);
+}
+
+/* Messages a receive of up to 10 with lease_ms gets now. */
+static size_t node_receive(uint8_t cmd, uint32_t lease_ms)
+{
+    th_batch *b = th_batch_new(cmd);
+    th_receive(b, "jobs", NULL, 10, lease_ms);
+    Keyload__V1__BatchReceipt *r = th_run(&N, b, KL_OK);
+    size_t n = r->results[0]->received->n_messages;
+    keyload__v1__batch_receipt__free_unpacked(r, NULL);
+    return n;
+}
+
+/* The leader's wall clock jumps an hour ahead 1 s after a 30 s lease: the lease holds until
+ * 30 s of boot time have passed; then the wall clock jumps two hours back: a 5 s lease still
+ * runs out after 5 s of boot time (no freeze). */
+START_TEST(entry_clock_node_steps)
+{
+    ck_assert_uint_eq(node_receive(0x20, 30000), 1);
+    N.now += HOUR;
+    N.boot_ms += 1000;
+    ck_assert_uint_eq(node_receive(0x21, 5000), 0); /* was: the lease ended with the jump */
+    N.boot_ms += 29000;
+    ck_assert_uint_eq(node_receive(0x22, 5000), 1); /* 30 s of real time later it ends */
+    N.now -= 2 * HOUR;
+    N.boot_ms += 5100;
+    ck_assert_uint_eq(node_receive(0x23, 30000), 1); /* was: frozen for an hour */
+}
+END_TEST
+
+/* A member restarted with its wall clock an hour ahead resumes partition time from its last
+ * entry: a 30 s lease granted just before the restart holds. */
+START_TEST(entry_clock_node_restart_resumes)
+{
+    ck_assert_uint_eq(node_receive(0x30, 30000), 1);
+    th_close(&N);
+    N.now += HOUR;
+    N.boot_ms += 2000;
+    th_reopen(&N);
+    ck_assert_uint_eq(node_receive(0x31, 5000), 0); /* was: the restart took the wall clock */
+    N.boot_ms += 30500; /* 30 s after the restart: its downtime is not counted */
+    ck_assert_uint_eq(node_receive(0x32, 5000), 1);
+}
+END_TEST
+
 Suite *suite_entry_clock(void)
 {
     Suite *s = suite_create("entry_clock");
@@ -142,6 +212,11 @@ Suite *suite_entry_clock(void)
     tcase_add_test(t, entry_clock_back_hour_does_not_freeze);
     tcase_add_test(t, entry_clock_converges_after_correction);
     tcase_add_test(t, entry_clock_new_leader_from_observed);
+    suite_add_tcase(s, t);
+    t = tcase_create("node");
+    tcase_add_checked_fixture(t, node_setup, node_teardown);
+    tcase_add_test(t, entry_clock_node_steps);
+    tcase_add_test(t, entry_clock_node_restart_resumes);
     suite_add_tcase(s, t);
     return s;
 }
