@@ -322,9 +322,12 @@ static void *power_thread(void *arg)
 
 /* ---- operations: passthrough relative to the backing directory ---- */
 
+/* Metadata operations use the path when there is one: fi->fh is a descriptor only for
+ * regular files (a directory's is its DIR *); without a path (a file unlinked while open)
+ * fi is that of a regular file. */
 static int lf_getattr(const char *path, struct stat *st, struct fuse_file_info *fi)
 {
-    int rc = fi ? fstat((int)fi->fh, st) : fstatat(G.backing, rel(path), st, AT_SYMLINK_NOFOLLOW);
+    int rc = path ? fstatat(G.backing, rel(path), st, AT_SYMLINK_NOFOLLOW) : fstat((int)fi->fh, st);
     return rc == 0 ? 0 : -errno;
 }
 
@@ -424,20 +427,20 @@ static int lf_rename(const char *from, const char *to, unsigned int flags)
 
 static int lf_chmod(const char *path, mode_t mode, struct fuse_file_info *fi)
 {
-    int rc = fi ? fchmod((int)fi->fh, mode) : fchmodat(G.backing, rel(path), mode, 0);
+    int rc = path ? fchmodat(G.backing, rel(path), mode, 0) : fchmod((int)fi->fh, mode);
     return rc == 0 ? 0 : -errno;
 }
 
 static int lf_chown(const char *path, uid_t uid, gid_t gid, struct fuse_file_info *fi)
 {
-    int rc = fi ? fchown((int)fi->fh, uid, gid)
-                : fchownat(G.backing, rel(path), uid, gid, AT_SYMLINK_NOFOLLOW);
+    int rc = path ? fchownat(G.backing, rel(path), uid, gid, AT_SYMLINK_NOFOLLOW)
+                  : fchown((int)fi->fh, uid, gid);
     return rc == 0 ? 0 : -errno;
 }
 
 static int lf_utimens(const char *path, const struct timespec tv[2], struct fuse_file_info *fi)
 {
-    int rc = fi ? futimens((int)fi->fh, tv) : utimensat(G.backing, rel(path), tv, AT_SYMLINK_NOFOLLOW);
+    int rc = path ? utimensat(G.backing, rel(path), tv, AT_SYMLINK_NOFOLLOW) : futimens((int)fi->fh, tv);
     return rc == 0 ? 0 : -errno;
 }
 

@@ -152,8 +152,8 @@ for round in 1 2 3; do
   : >"$tmp/tried"; : >"$tmp/acked"
   t0=$(ms)
   writer "$q" "r$round" & w_pid=$!
-  # kill -9 in the middle of the stream: after half of the enqueues were acknowledged
-  for _ in $(seq 1 600); do [ "$(wc -l <"$tmp/acked")" -ge $((N / 2)) ] && break; sleep 0.05; done
+  # kill -9 in the middle of the stream: after half of the enqueues were acknowledged (90 s)
+  for _ in $(seq 1 1800); do [ "$(wc -l <"$tmp/acked")" -ge $((N / 2)) ] && break; sleep 0.05; done
   kill -KILL "$d_pid"; wait "$d_pid" 2>/dev/null; d_pid=
   wait "$w_pid"; w_pid=
   acked=$(wc -l <"$tmp/acked") tried=$(wc -l <"$tmp/tried")
