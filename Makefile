@@ -155,3 +155,20 @@ build/raft-soak: tests/sim/soak.c tests/sim/raft_sim.c $(RAFT_SRC) common/status
 .PHONY: soak
 soak: build/raft-soak
 	./build/raft-soak $(SOAK_ARGS)
+
+# lossyfs (tests/nemesis/lossyfs.c): a FUSE passthrough filesystem that drops unsynced
+# writes on SIGUSR1 (power loss), for fault tests; tests/nemesis/lossyfs_test.sh tests it.
+LOSSYFS_CFLAGS := $(shell pkg-config --cflags fuse3 2>/dev/null)
+LOSSYFS_LIBS   := $(shell pkg-config --libs fuse3 2>/dev/null || echo -lfuse3 -lpthread)
+build/lossyfs: tests/nemesis/lossyfs.c
+	@mkdir -p build
+	$(CC) $(CFLAGS_BASE) $(CFLAGS) $(LOSSYFS_CFLAGS) -o $@ $< $(LOSSYFS_LIBS)
+
+.PHONY: lossyfs-test
+lossyfs-test: all build/lossyfs
+	@bash tests/support/suite.sh "lossyfs (FUSE power loss)" 300 bash tests/nemesis/lossyfs_test.sh
+
+# A one-member keyloadd whose wall clock steps +-1 h under libfaketime (Debian faketime).
+.PHONY: clockstep-test
+clockstep-test: all
+	@bash tests/support/suite.sh "clock steps (libfaketime)" 120 bash tests/nemesis/clockstep_test.sh

@@ -78,6 +78,14 @@ static int64_t clock_ms(void *ctx)
     return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
+static int64_t boot_ns(void *ctx)
+{
+    (void)ctx;
+    struct timespec ts;
+    clock_gettime(CLOCK_BOOTTIME, &ts);
+    return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
 static void random_bytes(uint8_t *buf, size_t n) { randombytes_buf(buf, n); }
 
 static void begin_stop(daemon_state *d);
@@ -477,7 +485,7 @@ int main(int argc, char **argv)
     d.data_dir = data_dir;
     d.disk_reserve = disk_reserve_mb << 20;
     kl_node_io io = {.ctx = &d, .next = node_next, .propose = node_propose, .admit = node_admit,
-                     .clock_ms = clock_ms,
+                     .clock_ms = clock_ms, .boot_ns = boot_ns,
                      .random = random_bytes};
     if (kl_node_open(d.store, &nc, &io, &d.node, &err) != KL_OK) {
         fprintf(stderr, "keyloadd: %s\n", err.message);

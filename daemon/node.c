@@ -10,6 +10,7 @@
 #include "daemon/engine/claims.h"
 #include "daemon/engine/engine.h"
 #include "daemon/engine/transfer.h"
+#include "daemon/entry_clock.h"
 #include "daemon/store/keys.h"
 #include "keyload/v1/queue.pb-c.h"
 #include "keyload/v1/store.pb-c.h"
@@ -46,7 +47,7 @@ struct kl_node {
     kl_overlay overlay;          /* writes of every pending batch, owner = entry index */
     pending *pend;
     size_t n_pend, cap_pend;
-    int64_t last_time;           /* max entry time so far */
+    kl_entry_clock clock;        /* partition time: the latest entry time and its reference */
     bool serving;                /* leader whose own-term entry is committed and applied */
     uint64_t pinc_proposed;      /* index of our incarnation proposal, 0 = none pending */
     bool broken;
@@ -71,12 +72,23 @@ bool kl_node_broken(const kl_node *n) { return n->broken; }
 uint64_t kl_node_applied_index(const kl_node *n) { return kl_store_applied_index(n->store); }
 size_t kl_node_pending_batches(const kl_node *n) { return n->n_pend; }
 
+/* Elapsed-time reference for entry_time: the driver's CLOCK_BOOTTIME, or, for a driver
+ * with one simulated clock (tests), that clock. */
+static int64_t boot_ns(kl_node *n)
+{
+    if (n->io.boot_ns)
+        return n->io.boot_ns(n->io.ctx);
+    return n->io.clock_ms(n->io.ctx) * 1000000;
+}
+
+/* The time of the entry being built (and "now" of a read): the leader's wall clock,
+ * clamped to [last + e (1 - r), last + e (1 + r)], where last is the previous entry time
+ * stamped or applied here, e the CLOCK_BOOTTIME elapsed since then and r = 1%
+ * (daemon/entry_clock.h has the rule and its bounds). So a clock step of this member, either
+ * way, ends no lease or expiry more than 1% early and never freezes partition time. */
 static int64_t entry_time(kl_node *n)
 {
-    int64_t now = n->io.clock_ms(n->io.ctx);
-    if (now > n->last_time)
-        n->last_time = now;
-    return n->last_time;
+    return kl_entry_clock_stamp(&n->clock, n->io.clock_ms(n->io.ctx), boot_ns(n));
 }
 
 static void pending_free(pending *p)
@@ -152,8 +164,7 @@ static kl_code apply_encoded(kl_node *n, const uint8_t *bytes, size_t len, kl_er
     Keyload__V1__LogEntry *e = keyload__v1__log_entry__unpack(NULL, len, bytes);
     if (e == NULL)
         return kl_fail(err, KL_INTERNAL, "log", "log entry does not decode");
-    if (e->time_unix_ms > n->last_time)
-        n->last_time = e->time_unix_ms;
+    kl_entry_clock_observe(&n->clock, e->time_unix_ms, boot_ns(n));
     kl_code rc = kl_store_apply(n->store, e, err);
     keyload__v1__log_entry__free_unpacked(e, NULL);
     return rc;
@@ -1120,6 +1131,33 @@ kl_code kl_node_show_principal(kl_node *n, const char *principal, const uint8_t 
 
 /* ---- open / close ---- */
 
+/* A restarted member's partition time resumes from the latest timed entry it applied
+ * before (no-ops carry none), referenced at open: its downtime is not counted, so a clock
+ * that stepped while it was down cannot end leases early either. A read failure leaves the
+ * clock unreferenced (the wall clock is taken once), as for a new partition. */
+static void clock_resume(kl_node *n)
+{
+    uint64_t applied = kl_store_applied_index(n->store);
+    for (uint64_t i = applied; i > 0 && applied - i < 64; i--) {
+        uint8_t *bytes = NULL;
+        size_t len;
+        bool found;
+        kl_err err;
+        if (kl_store_read_log(n->store, i, &bytes, &len, &found, &err) != KL_OK || !found)
+            return;
+        Keyload__V1__LogEntry *e = keyload__v1__log_entry__unpack(NULL, len, bytes);
+        free(bytes);
+        if (e == NULL)
+            return;
+        int64_t t = e->time_unix_ms;
+        keyload__v1__log_entry__free_unpacked(e, NULL);
+        if (t > 0) {
+            kl_entry_clock_observe(&n->clock, t, boot_ns(n));
+            return;
+        }
+    }
+}
+
 kl_code kl_node_open(kl_store *st, const kl_node_config *cfg, const kl_node_io *io, kl_node **out,
                      kl_err *err)
 {
@@ -1130,6 +1168,7 @@ kl_code kl_node_open(kl_store *st, const kl_node_config *cfg, const kl_node_io *
     n->cfg = *cfg;
     n->io = *io;
     kl_overlay_init(&n->overlay);
+    clock_resume(n);
     *out = n;
     return KL_OK;
 }

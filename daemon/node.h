@@ -47,7 +47,10 @@ typedef struct kl_node_io {
      * leader before it evaluates a batch; non-OK refuses the batch with err (e.g. UNAVAILABLE
      * "disk_full"), nothing proposed. */
     kl_code (*admit)(void *ctx, kl_err *err);
-    int64_t (*clock_ms)(void *ctx);
+    int64_t (*clock_ms)(void *ctx);      /* wall clock, Unix ms */
+    /* CLOCK_BOOTTIME in ns: bounds how far entry time follows clock_ms (entry_clock.h).
+     * NULL: clock_ms is the only clock and never steps (a simulated clock in tests). */
+    int64_t (*boot_ns)(void *ctx);
     void (*random)(uint8_t *buf, size_t n);
 } kl_node_io;
 

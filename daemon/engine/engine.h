@@ -40,7 +40,7 @@ typedef struct kl_eval_ctx {
     struct kl_signing_cache *signing;  /* NULL, or where derived database keys are kept */
     uint64_t index, term;    /* where this batch's entry will commit (leader: io.next);
                               * transfer receipts name it. 0 for reads. */
-    int64_t now_ms;          /* entry time: max(previous entry time, leader clock) */
+    int64_t now_ms;          /* entry time: the leader's clock, rate-bounded (daemon/entry_clock.h) */
     void (*random)(uint8_t *buf, size_t n);  /* lease tokens; injected so tests control it */
     /* Who asks, as this partition's applied catalog records it; NULL = the trusted local
      * administrator (insecure_local_admin clusters). Every mutation is authorized through

@@ -75,6 +75,11 @@ void th_drain(th_node *t)
 }
 
 static int64_t th_clock(void *ctx) { return ((th_node *)ctx)->now; }
+static int64_t th_boot(void *ctx)
+{
+    th_node *t = ctx;
+    return (t->boot_clock ? t->boot_ms : t->now) * 1000000;
+}
 
 static th_node *rand_owner;
 static void th_random(uint8_t *buf, size_t n)
@@ -133,7 +138,7 @@ void th_reopen(th_node *t)
                           .cluster_secret = th_cluster_secret, .insecure_local_admin = !t->require_sessions, .limits = t->limits, .max_pending_bytes = 1u << 26,
                           .max_pending_batches = 1024};
     kl_node_io io = {.ctx = t, .next = th_next, .propose = th_propose, .clock_ms = th_clock,
-                     .random = th_random};
+                     .boot_ns = th_boot, .random = th_random};
     ck_assert_int_eq(kl_node_open(t->store, &cfg, &io, &t->node, &err), KL_OK);
     /* One member: every durable entry is committed; re-apply the ones not yet applied, as
      * the driver's Raft group hands them out after a restart. */

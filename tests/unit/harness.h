@@ -31,6 +31,8 @@ typedef struct th_node {
     kl_store *store;
     kl_node *node;
     int64_t now;
+    bool boot_clock;              /* io.boot_ns reads boot_ms; false (default): now */
+    int64_t boot_ms;
     uint64_t rand_counter;
     bool auto_persist;            /* commit every proposal as soon as the submit returns */
     bool serving;                 /* what io.next reports */

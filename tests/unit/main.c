@@ -29,6 +29,7 @@ Suite *suite_sdk_advance(void);
 Suite *suite_transfer(void);
 Suite *suite_coordinator(void);
 Suite *suite_q1(void);
+Suite *suite_entry_clock(void);
 
 int main(void)
 {
@@ -57,6 +58,7 @@ int main(void)
     srunner_add_suite(sr, suite_transfer());
     srunner_add_suite(sr, suite_coordinator());
     srunner_add_suite(sr, suite_q1());
+    srunner_add_suite(sr, suite_entry_clock());
     srunner_run_all(sr, CK_NORMAL);
     int failed = srunner_ntests_failed(sr);
     int run = srunner_ntests_run(sr);
