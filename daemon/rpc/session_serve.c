@@ -31,6 +31,8 @@
 #include "daemon/rpc/service.h"
 
 #include "daemon/rpc/sessions.h"
+#include "daemon/rpc/tailer.h"
+#include "keyload/v1/catalog.pb-c.h"
 #include "keyload/v1/session.pb-c.h"
 
 #include <sodium.h>
@@ -156,6 +158,41 @@ static kl_code hello_accept(kl_service *s, const kl_session_hello *h,
     return rc;
 }
 
+/* Whether this member's applied catalog holds every principal whose creation was
+ * acknowledged: partition 0's serving leader (its own-term entry applied, so every
+ * committed change is), or a data partition's serving leader within its catalog lease
+ * (partition 0 answers a catalog change only once every partition still holding a lease
+ * applied it). A follower, a leader still catching up, or one whose lease ran out may lag. */
+static bool catalog_current(kl_service *s)
+{
+    uint64_t index, term;
+    bool serving = false;
+    if (s->repl == NULL)
+        return false;
+    kl_repl_next(s->repl, &index, &term, &serving);
+    if (!serving)
+        return false;
+    return s->tailer == NULL || kl_tailer_lease_valid(s->tailer, NULL);
+}
+
+/* The refusal of a Hello whose principal this member does not know: final only where the
+ * catalog is known current; elsewhere the principal may just not have arrived yet, and a
+ * client retrying (here or at the leader) will be let in. */
+static kl_code unknown_principal(kl_service *s, kl_err *err)
+{
+    if (catalog_current(s)) {
+        s->hello_refusals.unknown_principal++;
+        return kl_fail(err, KL_UNAUTHENTICATED, "principal",
+                       "no principal with the Hello's principal_id exists in the catalog");
+    }
+    s->hello_refusals.catalog_behind++;
+    return kl_fail(err, KL_UNAVAILABLE, "catalog_behind",
+                   "partition %d member %llu has not caught up with the catalog (it is not its "
+                   "partition's serving leader with a current catalog), so it cannot tell whether "
+                   "the Hello's principal exists; retry, or shake hands with the leader",
+                   s->partition->id, (unsigned long long)s->member_id);
+}
+
 static void hello(kl_service *s, kl_rpc_call *call);
 
 void kl_service_hello(void *owner, kl_rpc_call *call)
@@ -192,8 +229,7 @@ static void hello(kl_service *s, kl_rpc_call *call)
     if (rc == KL_OK)
         rc = kl_node_find_principal(s->node, h.principal_id, &p, &found, &err);
     if (rc == KL_OK && !found)
-        rc = kl_fail(&err, KL_UNAUTHENTICATED, "principal",
-                     "no principal with the Hello's principal_id exists in this member's catalog");
+        rc = unknown_principal(s, &err);
     if (rc == KL_OK)
         rc = hello_accept(s, &h, p, &answer, &err);
     if (p != NULL)
@@ -380,4 +416,12 @@ bool kl_service_gate(kl_service *s, kl_rpc_call *call)
         s->costs.session_ns += mono_ns() - t0;
     }
     return run;
+}
+
+void kl_service_session_status(kl_service *s, Keyload__V1__MemberSessionStatus *st)
+{
+    st->hello_unknown_principal = s->hello_refusals.unknown_principal;
+    st->hello_catalog_behind = s->hello_refusals.catalog_behind;
+    st->hello_replayed = s->hello_refusals.replayed;
+    st->sessions = s->sessions != NULL ? kl_sessions_count(s->sessions) : 0;
 }

@@ -1209,6 +1209,9 @@ int main(int argc, char **argv)
         {"CoordinatorBacklogTests: 10,000 pending intents after a cold restart all delivered, coordinator RSS "
          "under 64 MiB",
          test_coord_backlog},
+        {"conn: a member behind on the catalog answers a Hello UNAVAILABLE catalog_behind, never "
+         "UNAUTHENTICATED; the SDK retries it; a current catalog still refuses an unknown principal",
+         test_conn_catalog_behind},
     };
     int passed = 0, failed = 0;
     for (size_t i = 0; i < sizeof tests / sizeof tests[0]; i++) {
@@ -1227,6 +1230,7 @@ int main(int argc, char **argv)
         az_stop_all();
         xf_after_test(failures_in_test != 0);
         cc_after_test(failures_in_test != 0);
+        cn_stop_all();
         printf("%s %s (%lld ms)\n", failures_in_test ? "FAIL" : "ok  ", tests[i].name,
                (long long)(now_ms() - t0));
         fflush(stdout);
