@@ -38,6 +38,7 @@ typedef struct kl_service {
     uint64_t member_id;             /* this member's number in its partition */
     const struct kl_keys *keys;     /* NULL, or the keys main loaded (borrowed) */
     struct kl_sessions *sessions;   /* NULL without a member key: Hello refuses */
+    kl_rpc_server *client_rpc;      /* the client port, for its connection counters, or NULL */
     uint64_t leader;                /* last known leader id, 0 = unknown */
     uint64_t next_read;             /* read_ctx allocator */
     struct {

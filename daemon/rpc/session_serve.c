@@ -8,8 +8,10 @@
  * the session id random); a memory compromise exposes at most one window's sessions. The principal is looked up
  * by id in this member's applied catalog; the session is stored in s->sessions
  * (daemon/rpc/sessions.h: bounded, evicting). Refusals: UNAVAILABLE "member_key" (started
- * without --member-key), UNAUTHENTICATED "principal" (no such principal here) or the
- * detail of kl_session_accept; nothing is stored then.
+ * without --member-key), UNAUTHENTICATED "principal" (no such principal, where the catalog
+ * is known current) or UNAVAILABLE "catalog_behind" (elsewhere: it may not have arrived),
+ * the detail of kl_session_accept, or UNAUTHENTICATED "hello_replayed" (this very Hello was
+ * answered before: one Hello, one session); nothing is stored then.
  *
  * Gate: a request without session fields runs as today, as KL_LOCAL_PRINCIPAL. A request
  * whose Envelope carries a session_id must carry exactly 16 bytes of it, `sealed` and no
@@ -145,6 +147,11 @@ static kl_code hello_accept(kl_service *s, const kl_session_hello *h,
     if (e == NULL)
         return kl_fail(err, KL_UNAVAILABLE, "memory", "out of memory; retry");
     rc = kl_session_accept(h, &ap, answer, &e->s, err);
+    if (rc == KL_OK) { /* only a verified Hello is remembered: others cannot fill the set */
+        rc = kl_sessions_hello_seen(s->sessions, h->signature, sizeof h->signature, mono_ms(), err);
+        if (rc == KL_UNAUTHENTICATED)
+            s->hello_refusals.replayed++;
+    }
     if (rc == KL_OK) {
         memcpy(e->tenant, p->tenant, strlen(p->tenant) + 1);
         memcpy(e->key_id, p->key_id.data, KL_KEY_ID_LEN);
@@ -423,5 +430,13 @@ void kl_service_session_status(kl_service *s, Keyload__V1__MemberSessionStatus *
     st->hello_unknown_principal = s->hello_refusals.unknown_principal;
     st->hello_catalog_behind = s->hello_refusals.catalog_behind;
     st->hello_replayed = s->hello_refusals.replayed;
+    st->session_tenant_evictions = s->sessions != NULL ? kl_sessions_tenant_evictions(s->sessions) : 0;
     st->sessions = s->sessions != NULL ? kl_sessions_count(s->sessions) : 0;
+    if (s->client_rpc != NULL) {
+        kl_rpc_conn_stats cs;
+        kl_rpc_server_conn_stats(s->client_rpc, &cs);
+        st->client_connections = cs.open;
+        st->client_refused = cs.refused;
+        st->client_idle_closed = cs.idle_closed;
+    }
 }

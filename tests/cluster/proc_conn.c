@@ -363,3 +363,168 @@ void test_conn_catalog_behind(void)
     kl_client_close(late);
     cn_stop_all();
 }
+
+/* ---- limits: Hello replay, per-tenant sessions, connection cap and idle timeout ---- */
+
+/* Creates database db and principal id (role none, key written to key_path) without a
+ * session, as the trusted local administrator (insecure_local_admin). */
+static kl_code cn_local_principal(const char *db, const char *id, const char *key_path, kl_err *err)
+{
+    kl_client *c = NULL;
+    kl_batch *b = NULL;
+    kl_receipt *r = NULL;
+    uint8_t pk[32];
+    unlink(key_path);
+    kl_code rc = kl_key_file_new(key_path, pk, err);
+    if (rc == KL_OK)
+        rc = kl_client_open(cn_file, db, 10000, &c, err);
+    if (rc == KL_OK)
+        rc = kl_batch_new(NULL, &b, err);
+    if (rc == KL_OK)
+        rc = kl_batch_create_database(b, db, NULL, err);
+    if (rc == KL_OK)
+        rc = kl_client_batch(c, b, &r, err);
+    kl_batch_free(b);
+    kl_receipt_free(r);
+    char cmd[KL_COMMAND_ID_TEXT_LEN + 1];
+    kl_command_id_new(cmd);
+    if (rc == KL_OK)
+        rc = kl_client_create_principal(c, cmd, id, pk, KL_ROLE_NONE, NULL, NULL, err);
+    kl_client_close(c);
+    return rc;
+}
+
+static uint64_t cn_hellos(int p)
+{
+    uint64_t n = UINT64_MAX;
+    Keyload__V1__MemberStatusAnswer *st = cn_status(p);
+    if (st != NULL) {
+        n = st->hellos;
+        keyload__v1__member_status_answer__free_unpacked(st, NULL);
+    }
+    return n;
+}
+
+static void cn_replay_checks(const char *a_key)
+{
+    uint8_t hello[512];
+    kl_err err;
+    size_t n = cn_hello_bytes(0, "a1", a_key, hello);
+    CHECK(n > 0, "Hello bytes");
+    kl_code rc = cn_send_hello(0, hello, n, &err);
+    CHECK(rc == KL_OK, "first Hello: %s %s", kl_code_name(rc), err.detail);
+    for (int i = 0; i < 3; i++) {
+        rc = cn_send_hello(0, hello, n, &err);
+        CHECK(rc == KL_UNAUTHENTICATED && strcmp(err.detail, "hello_replayed") == 0,
+              "replay %d of a captured Hello: %s %s, want UNAUTHENTICATED hello_replayed", i + 1,
+              kl_code_name(rc), err.detail);
+    }
+    Keyload__V1__MemberSessionStatus ss = cn_counters(0);
+    CHECK(ss.hello_replayed == 3, "hello_replayed counted %llu, want 3",
+          (unsigned long long)ss.hello_replayed);
+}
+
+/* Tenant beta's SDK client holds a session; tenant acme's principal then makes many more
+ * Hellos than the table holds: beta's session must survive (its next request needs no new
+ * Hello). */
+static void cn_tenant_checks(const char *a_key, const char *b_key)
+{
+    kl_err err;
+    kl_client *b = NULL;
+    CHECK(kl_client_open_principal(cn_file, "beta/db", 5000, "b1", b_key, &b, &err) == KL_OK,
+          "b1 client: %s", err.message);
+    Keyload__V1__ShowPrincipalAnswer *sp = NULL;
+    kl_code rc = kl_client_show_principal(b, "b1", &sp, &err);
+    kl_principal_answer_free(sp);
+    sp = NULL;
+    if (rc != KL_OK)
+        kl_client_close(b);
+    CHECK(rc == KL_OK, "b1 shows itself: %s %s", kl_code_name(rc), err.message);
+    int ok = 0;
+    for (int i = 0; i < 12; i++)
+        ok += cn_hello(0, "a1", a_key, &err) == KL_OK;
+    uint64_t before = cn_hellos(0);
+    rc = kl_client_show_principal(b, "b1", &sp, &err);
+    kl_principal_answer_free(sp);
+    kl_client_close(b);
+    uint64_t after = cn_hellos(0);
+    Keyload__V1__MemberSessionStatus ss = cn_counters(0);
+    CHECK(ok == 12, "only %d of 12 Hellos of a1 were accepted", ok);
+    CHECK(rc == KL_OK, "b1 again: %s %s", kl_code_name(rc), err.message);
+    CHECK(after == before, "b1 had to shake hands again (%llu Hellos): tenant acme's Hellos evicted "
+          "tenant beta's session", (unsigned long long)(after - before));
+    CHECK(ss.session_tenant_evictions >= 9, "tenant evictions counted %llu, want >= 9",
+          (unsigned long long)ss.session_tenant_evictions);
+    printf("  12 Hellos of tenant acme at its limit of 3: %llu of its own sessions evicted, beta's kept\n",
+           (unsigned long long)ss.session_tenant_evictions);
+}
+
+/* Partition 1's client port holds at most 4 connections and closes one idle for 1500 ms. */
+static void cn_conn_checks(void)
+{
+    kl_rpc_client *held[4] = {0};
+    kl_err err;
+    int opened = 0;
+    for (int i = 0; i < 4; i++) {
+        uint8_t *ans = NULL;
+        size_t len = 0;
+        if (kl_rpc_client_open(cn_url[1], 1000, 0, &held[i], &err) == KL_OK &&
+            kl_rpc_invoke(held[i], "keyload.v1.MemberStatus", NULL, 0, 1000, &ans, &len, NULL, 0, &err) == KL_OK)
+            opened++;
+        free(ans);
+    }
+    kl_rpc_client *extra = NULL;
+    uint8_t *ans = NULL;
+    size_t len = 0;
+    kl_code rc = kl_rpc_client_open(cn_url[1], 300, 0, &extra, &err);
+    if (rc == KL_OK)
+        rc = kl_rpc_invoke(extra, "keyload.v1.MemberStatus", NULL, 0, 500, &ans, &len, NULL, 0, &err);
+    free(ans);
+    kl_rpc_client_close(extra);
+    kl_rpc_client_close(held[3]);
+    held[3] = NULL;
+    sleep_ms(100);
+    Keyload__V1__MemberSessionStatus ss = cn_counters(1);
+    for (int i = 0; i < 3; i++)
+        kl_rpc_client_close(held[i]);
+    CHECK(opened == 4, "only %d of 4 connections answered", opened);
+    CHECK(rc != KL_OK, "a fifth connection was served past client_max 4");
+    CHECK(ss.client_refused >= 1, "refusals counted %llu", (unsigned long long)ss.client_refused);
+
+    /* Idle: one connection answered once, then silent. */
+    kl_rpc_client *idle = NULL;
+    CHECK(kl_rpc_client_open(cn_url[1], 1000, 0, &idle, &err) == KL_OK, "connect: %s", err.message);
+    rc = kl_rpc_invoke(idle, "keyload.v1.MemberStatus", NULL, 0, 1000, &ans, &len, NULL, 0, &err);
+    free(ans);
+    uint64_t closed_before = cn_counters(1).client_idle_closed;
+    sleep_ms(2500);
+    ss = cn_counters(1);
+    kl_rpc_client_close(idle);
+    CHECK(rc == KL_OK, "the idle connection's first call: %s", err.message);
+    CHECK(ss.client_idle_closed > closed_before, "no connection closed after 2500 ms idle "
+          "(client_idle_ms 1500): %llu", (unsigned long long)ss.client_idle_closed);
+    printf("  cap 4: %llu refused; idle 1500 ms: %llu closed; %llu open now\n",
+           (unsigned long long)ss.client_refused, (unsigned long long)ss.client_idle_closed,
+           (unsigned long long)ss.client_connections);
+}
+
+void test_conn_limits(void)
+{
+    char a_key[700], b_key[700];
+    kl_err err;
+    CHECK(cn_write("connlim", ",\"insecure_local_admin\":true,\"connections\":{\"client_max\":4,"
+                              "\"client_idle_ms\":1500,\"sessions_max\":8,\"sessions_per_tenant\":3}"),
+          "keys or cluster file");
+    CHECK(cn_start_all(), "the two partitions did not serve");
+    snprintf(a_key, sizeof a_key, "%s/connlim-a1.key", work);
+    snprintf(b_key, sizeof b_key, "%s/connlim-b1.key", work);
+    kl_code rc = cn_local_principal("acme/db", "a1", a_key, &err);
+    CHECK(rc == KL_OK, "acme/db and a1: %s %s", kl_code_name(rc), err.message);
+    rc = cn_local_principal("beta/db", "b1", b_key, &err);
+    CHECK(rc == KL_OK, "beta/db and b1: %s %s", kl_code_name(rc), err.message);
+    /* Independent checks: each reports its own failure. */
+    cn_replay_checks(a_key);
+    cn_tenant_checks(a_key, b_key);
+    cn_conn_checks();
+    cn_stop_all();
+}

@@ -1212,6 +1212,9 @@ int main(int argc, char **argv)
         {"conn: a member behind on the catalog answers a Hello UNAVAILABLE catalog_behind, never "
          "UNAUTHENTICATED; the SDK retries it; a current catalog still refuses an unknown principal",
          test_conn_catalog_behind},
+        {"conn: a replayed Hello is refused, a tenant at its session limit evicts only its own, the "
+         "client port refuses past its cap and closes idle connections, each counted",
+         test_conn_limits},
     };
     int passed = 0, failed = 0;
     for (size_t i = 0; i < sizeof tests / sizeof tests[0]; i++) {
