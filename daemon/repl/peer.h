@@ -173,6 +173,14 @@ typedef struct kl_peer_config {
     uint32_t max_skew_ms;     /* accepted |hello clock - our clock|; 0 = default */
     kl_peer_recv_fn recv;
     void *owner; /* passed to recv */
+    /* Replication configuration (0 replica_count = none: hellos carry the bare cluster
+     * name). Hellos then carry the cluster name with the configuration index and a digest
+     * of (cluster, partition, index, every member's id, peer URL and public key,
+     * replica_count): a hello whose index is ours but whose digest is not is refused and
+     * counted in config_mismatch (logged with both sides' index and digest); another index
+     * is accepted (membership changes move the index on purpose). */
+    uint64_t config_index;
+    uint32_t replica_count;
 } kl_peer_config;
 
 typedef struct kl_peer_counters {
@@ -189,6 +197,8 @@ typedef struct kl_peer_counters {
                                open (authenticated mode) or a protocol error */
     uint64_t stalls;        /* connections closed by the ack watchdog */
     uint64_t connects;      /* handshakes completed, in total */
+    uint64_t config_mismatch; /* hellos refused: same configuration index, another digest
+                                 (also counted in refused) */
     uint32_t pipes_open;    /* nng pipes open now (handshaking or connected) */
     uint32_t connected;     /* peers connected now */
     bool authenticated;     /* this member runs in authenticated mode (see the top) */

@@ -432,6 +432,13 @@ void kl_service_session_status(kl_service *s, Keyload__V1__MemberSessionStatus *
     st->hello_replayed = s->hello_refusals.replayed;
     st->session_tenant_evictions = s->sessions != NULL ? kl_sessions_tenant_evictions(s->sessions) : 0;
     st->sessions = s->sessions != NULL ? kl_sessions_count(s->sessions) : 0;
+    if (s->repl != NULL) {
+        kl_peer_counters pc;
+        kl_repl_peer_stats(s->repl, &pc);
+        st->peer_connections = pc.pipes_open;
+        st->peer_refused = pc.refused;
+        st->peer_config_mismatch = pc.config_mismatch;
+    }
     if (s->client_rpc != NULL) {
         kl_rpc_conn_stats cs;
         kl_rpc_server_conn_stats(s->client_rpc, &cs);

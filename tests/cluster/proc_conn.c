@@ -528,3 +528,118 @@ void test_conn_limits(void)
     cn_conn_checks();
     cn_stop_all();
 }
+
+/* ---- peer configuration: a member whose cluster file differs is refused ---- */
+
+#define CG_N 3
+static pid_t cg_pid[CG_N] = {-1, -1, -1};
+static char cg_url[CG_N][64];
+
+static void cg_stop_all(void)
+{
+    for (int i = 0; i < CG_N; i++)
+        if (cg_pid[i] > 0) {
+            kill(cg_pid[i], SIGKILL);
+            waitpid(cg_pid[i], NULL, 0);
+            cg_pid[i] = -1;
+        }
+}
+
+/* One partition of three members with their public keys; replica_count rc. */
+static bool cg_write(const char *path, int base, int rc, char pub[CG_N][128], const char *name)
+{
+    FILE *f = fopen(path, "w");
+    if (f == NULL)
+        return false;
+    fprintf(f, "{\"cluster\":\"%s\",\"replica_count\":%d,\"insecure_local_admin\":true,"
+               "\"timers\":{\"tick_ms\":50,\"election_ms\":800,\"heartbeat_ms\":150},"
+               "\"partitions\":[{\"id\":0,\"members\":[", name, rc);
+    for (int i = 0; i < CG_N; i++) {
+        snprintf(cg_url[i], sizeof cg_url[i], "tcp://127.0.0.1:%d", base + i);
+        fprintf(f, "%s{\"id\":%d,\"client\":\"%s\",\"peer\":\"tcp://127.0.0.1:%d\",\"data\":\"%s/%s-m%d\","
+                   "\"public_key\":\"%s\"}", i ? "," : "", i + 1, cg_url[i], base + 10 + i, work, name, i + 1,
+                pub[i]);
+    }
+    fprintf(f, "]}]}\n");
+    fclose(f);
+    return true;
+}
+
+static Keyload__V1__MemberStatusAnswer *cg_status(int i) { return member_status(cg_url[i], 1000); }
+
+void test_conn_peer_config(void)
+{
+    static const char *name = "conncfg";
+    char pub[CG_N][128], key[CG_N][700], file_a[700], file_b[700], secret[700], cmd[2400];
+    int base = 28000 + (getpid() % 45) * 20;
+    snprintf(secret, sizeof secret, "%s/%s.secret", work, name);
+    for (int i = 0; i < CG_N; i++) {
+        snprintf(key[i], sizeof key[i], "%s/%s-m%d.key", work, name, i + 1);
+        bool ok = i == 0 ? keygen_files(secret, key[i], pub[i], sizeof pub[i])
+                         : member_keygen(key[i], pub[i], sizeof pub[i]);
+        CHECK(ok, "keygen");
+    }
+    snprintf(cmd, sizeof cmd, "rm -rf '%s/%s-m1' '%s/%s-m2' '%s/%s-m3'", work, name, work, name, work, name);
+    CHECK(system(cmd) == 0, "clean data directories");
+    snprintf(file_a, sizeof file_a, "%s/%s-a.json", work, name);
+    snprintf(file_b, sizeof file_b, "%s/%s-b.json", work, name);
+    /* Members 1 and 2: 2 of 3; member 3's file says 3 of 3. 1 and 2 commit alone. */
+    CHECK(cg_write(file_a, base, 2, pub, name) && cg_write(file_b, base, 3, pub, name), "cluster files");
+    for (int i = 0; i < CG_N; i++)
+        cg_pid[i] = spawn_keyloadd(i < 2 ? file_a : file_b, 0, i + 1, secret, key[i]);
+
+    bool serving = false;
+    for (int64_t deadline = now_ms() + 20000; !serving && now_ms() < deadline; sleep_ms(100))
+        for (int i = 0; i < 2 && !serving; i++) {
+            Keyload__V1__MemberStatusAnswer *st = cg_status(i);
+            serving = st != NULL && st->serving;
+            if (st != NULL)
+                keyload__v1__member_status_answer__free_unpacked(st, NULL);
+        }
+    CHECK(serving, "neither member 1 nor 2 serves");
+    kl_client *c = NULL;
+    kl_batch *b = NULL;
+    kl_receipt *r = NULL;
+    kl_err err;
+    kl_code rc = kl_client_open(file_a, "acme/db", 20000, &c, &err);
+    if (rc == KL_OK)
+        rc = kl_batch_new(NULL, &b, &err);
+    if (rc == KL_OK)
+        rc = kl_batch_create_database(b, "acme/db", NULL, &err);
+    if (rc == KL_OK)
+        rc = kl_client_batch(c, b, &r, &err);
+    kl_batch_free(b);
+    kl_receipt_free(r);
+    kl_client_close(c);
+    CHECK(rc == KL_OK, "members 1 and 2 (replica_count 2) did not commit: %s %s", kl_code_name(rc),
+          err.message);
+    sleep_ms(1500);
+    uint64_t mismatch = 0, commit = 0, odd_last = UINT64_MAX;
+    bool odd_leads = true;
+    for (int i = 0; i < CG_N; i++) {
+        Keyload__V1__MemberStatusAnswer *st = cg_status(i);
+        CHECK(st != NULL, "member %d does not answer", i + 1);
+        if (st->sessions != NULL)
+            mismatch += st->sessions->peer_config_mismatch;
+        if (i < 2 && st->commit_index > commit)
+            commit = st->commit_index;
+        if (i == 2) {
+            odd_last = st->last_index;
+            odd_leads = strcmp(st->role, "leader") == 0;
+        }
+        keyload__v1__member_status_answer__free_unpacked(st, NULL);
+    }
+    snprintf(cmd, sizeof cmd, "grep -q 'replication configuration differs at index 1' '%s/%s-a.json-p0m1.log' "
+                              "'%s/%s-a.json-p0m2.log'", work, name, work, name);
+    int logged = system(cmd);
+    cg_stop_all();
+    CHECK(mismatch >= 1, "no configuration mismatch counted by members 1 and 2");
+    CHECK(!odd_leads && odd_last < commit, "member 3 (other replica_count) replicated: last index %llu, "
+          "commit %llu", (unsigned long long)odd_last, (unsigned long long)commit);
+    CHECK(logged == 0, "the refusal was not logged naming the configuration");
+    printf("  member 3 (replica_count 3 vs 2): %llu handshakes refused as configuration mismatch; "
+           "members 1-2 committed to %llu, member 3 holds %llu entries\n",
+           (unsigned long long)mismatch, (unsigned long long)commit, (unsigned long long)odd_last);
+}
+
+void cn_stop_all_peers(void) { cg_stop_all(); }
