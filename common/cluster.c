@@ -91,7 +91,7 @@ static kl_code parse_connections(json_t *root, kl_conn_limits *c, kl_err *err)
     uint32_t *slots[] = {&c->client_max, &c->client_idle_ms, &c->peer_max, &c->peer_idle_ms,
                          &c->sessions_per_tenant, &c->sessions_max};
     static const json_int_t lo[] = {1, 0, 1, 0, 1, 1};
-    static const json_int_t hi[] = {65536, 86400000, 4096, 86400000, 4096, 4096};
+    static const json_int_t hi[] = {65536, 86400000, 32, 86400000, 4096, 4096};
     for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
         json_t *v = json_object_get(o, names[i]);
         if (v == NULL)

@@ -77,8 +77,10 @@ typedef struct kl_conn_limits {
 
 #define KL_CONN_CLIENT_MAX_DEFAULT 1024
 #define KL_CONN_CLIENT_IDLE_DEFAULT_MS 600000   /* ten minutes */
-#define KL_CONN_PEER_MAX_DEFAULT 256
-#define KL_CONN_PEER_IDLE_DEFAULT_MS 60000      /* heartbeats keep live links busy */
+#define KL_CONN_PEER_MAX_DEFAULT 32             /* the peer transport's own bound */
+/* Never by default: links between two followers carry nothing between elections, and a
+ * closed link is redialled at once. */
+#define KL_CONN_PEER_IDLE_DEFAULT_MS 0
 #define KL_CONN_SESSIONS_PER_TENANT_DEFAULT 1024
 #define KL_CONN_SESSIONS_MAX_DEFAULT 4096       /* the session table's size */
 

@@ -328,6 +328,8 @@ int main(int argc, char **argv)
        member of the partition has a public_key (daemon/repl/peer.h). */
     rcfg.member_secret = d.keys != NULL && d.keys->has_member_key ? d.keys->member_secret : NULL;
     rcfg.n_members = (size_t)part->member_count;
+    rcfg.peer_max = cluster.conn.peer_max;
+    rcfg.peer_idle_ms = cluster.conn.peer_idle_ms;
     kl_repl_callbacks cb = {.ctx = &d, .apply = repl_apply, .role = repl_role,
                             .read_ready = repl_read_ready, .read_dropped = repl_read_dropped,
                             .fatal = repl_fatal};

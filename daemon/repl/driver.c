@@ -871,7 +871,8 @@ kl_code kl_repl_start(uv_loop_t *loop, kl_store *store, const kl_repl_config *cf
                              .member_secret = cfg->member_secret,
                              .max_frame = r->max_frame, .recv = on_recv, .owner = r,
                              .config_index = KL_REPL_CONFIG_INDEX,
-                             .replica_count = cfg->replica_count};
+                             .replica_count = cfg->replica_count,
+                             .max_pipes = cfg->peer_max, .idle_ms = cfg->peer_idle_ms};
         for (size_t i = 0; i < cfg->n_members; i++) {
             if (i == self_slot)
                 continue;

@@ -87,6 +87,7 @@ typedef struct kl_repl_config {
     uint32_t replica_count;
     uint32_t tick_ms, election_ms, heartbeat_ms;   /* election_ticks = election_ms/tick_ms etc. */
     size_t max_frame;
+    uint32_t peer_max, peer_idle_ms;  /* peer port: kl_peer_config max_pipes, idle_ms */
 } kl_repl_config;
 
 /* Defaults for zero fields of kl_repl_config. */

@@ -131,6 +131,7 @@ typedef struct peer_pipe {
                         authenticated listener: and its first sealed frame opened) */
     bool dead;       /* refused or replaced: closing, its frames are dropped */
     uint64_t since;  /* ms when the pipe was added */
+    uint64_t last_rx; /* ms of its last frame (0 = none yet) */
     /* Authenticated mode. */
     bool dial_ready;        /* dialed: `dial` holds our HELLO, until the ANSWER checked out */
     kl_peer_auth_dial dial; /* dialed: our HELLO and its ephemeral secret key */
@@ -160,6 +161,8 @@ struct kl_peer {
     size_t max_frames;
     size_t max_bytes;
     uint32_t ack_timeout_ms;
+    size_t max_pipes;   /* connections at once, <= PEER_MAX_PIPES */
+    uint64_t idle_ms;   /* close a connection silent this long; 0 = never */
     kl_peer_recv_fn recv;
     void *owner;
     bool auth;                                  /* authenticated mode (peer.h) */
@@ -361,6 +364,22 @@ static void pipe_refuse(kl_peer *p, peer_pipe *pp, const char *why, uint64_t cla
     pp->dead = true;
     pipe_wipe_secrets(pp);
     refusal_note(p, pp->id, why, claim, act);
+}
+
+/* Under mu: closes a connection that carried no frame for idle_ms (counted, not logged as
+ * a refusal: nothing was wrong with it). */
+static void pipe_close_idle(kl_peer *p, peer_pipe *pp, peer_act *act)
+{
+    if (pp->member >= 0) {
+        peer_member *m = &p->members[pp->member];
+        if (m->pipe == pp->id)
+            member_drop(p, m, act);
+    }
+    pp->member = -1;
+    pp->dead = true;
+    pipe_wipe_secrets(pp);
+    p->st.idle_closed++;
+    act_close(act, pp->id);
 }
 
 /* Under mu: refuses for a peer_auth failure, the reason naming its detail (never a key). */
@@ -1187,6 +1206,8 @@ static void recv_cb(void *arg)
     uv_mutex_lock(&p->mu);
     p->last_rx = peer_now_ms();
     peer_pipe *pp = p->stopping ? NULL : pipe_find(p, pipe);
+    if (pp != NULL)
+        pp->last_rx = p->last_rx;
     if (pp == NULL || pp->dead) {
         /* Stopping, a pipe already removed, or one refused or replaced: its frames are
          * stale. */
@@ -1231,11 +1252,19 @@ static void pipe_added(kl_peer *p, nng_pipe np, peer_act *act)
             if (p->members[i].dialer == dialer)
                 member = (int)i;
     peer_pipe *slot = NULL;
-    for (size_t i = 0; i < PEER_MAX_PIPES && slot == NULL; i++)
-        if (p->pipes[i].id == 0)
+    size_t open = 0;
+    for (size_t i = 0; i < PEER_MAX_PIPES; i++) {
+        if (p->pipes[i].id != 0)
+            open++;
+        else if (slot == NULL)
             slot = &p->pipes[i];
+    }
+    if (open >= p->max_pipes)
+        slot = NULL;
     if (slot == NULL || (dialer != 0 && member < 0)) {
-        refusal_note(p, id, slot == NULL ? "too many connections" : "pipe from an unknown dialer",
+        if (slot == NULL)
+            p->st.refused_cap++;
+        refusal_note(p, id, slot == NULL ? "too many connections (peer_max)" : "pipe from an unknown dialer",
                      0, act);
         uv_mutex_unlock(&p->mu);
         return;
@@ -1394,6 +1423,9 @@ static void watchdog_cb(uv_timer_t *timer)
     }
     for (size_t i = 0; i < PEER_MAX_PIPES; i++) {
         peer_pipe *pp = &p->pipes[i];
+        uint64_t heard = pp->last_rx > pp->since ? pp->last_rx : pp->since;
+        if (pp->id != 0 && pp->hello_rx && !pp->dead && p->idle_ms != 0 && now - heard >= p->idle_ms)
+            pipe_close_idle(p, pp, &act);
         if (pp->id != 0 && !pp->hello_rx && !pp->dead && now - pp->since >= p->ack_timeout_ms)
             pipe_refuse(p, pp,
                         pp->confirming ? "no sealed frame after the handshake in time"
@@ -1725,6 +1757,8 @@ static kl_code peer_copy_config(kl_peer *p, const kl_peer_config *cfg, kl_err *e
                                               : KL_PEER_DEFAULT_QUEUED_BYTES;
     p->ack_timeout_ms = cfg->ack_timeout_ms != 0 ? cfg->ack_timeout_ms
                                                  : KL_PEER_DEFAULT_ACK_TIMEOUT_MS;
+    p->max_pipes = cfg->max_pipes != 0 && cfg->max_pipes < PEER_MAX_PIPES ? cfg->max_pipes : PEER_MAX_PIPES;
+    p->idle_ms = cfg->idle_ms;
     p->recv = cfg->recv;
     p->owner = cfg->owner;
     p->inbox = calloc(p->max_frames, sizeof *p->inbox);

@@ -181,6 +181,12 @@ typedef struct kl_peer_config {
      * is accepted (membership changes move the index on purpose). */
     uint64_t config_index;
     uint32_t replica_count;
+    /* Connections at once (0 or above the built-in bound of 32: that bound); one more is
+     * closed at once and counted in refused_cap. idle_ms (0 = never): a connection that
+     * completed its handshake and carried no frame for idle_ms is closed (the dialer's nng
+     * redials at once) and counted in idle_closed. */
+    uint32_t max_pipes;
+    uint32_t idle_ms;
 } kl_peer_config;
 
 typedef struct kl_peer_counters {
@@ -199,6 +205,8 @@ typedef struct kl_peer_counters {
     uint64_t connects;      /* handshakes completed, in total */
     uint64_t config_mismatch; /* hellos refused: same configuration index, another digest
                                  (also counted in refused) */
+    uint64_t refused_cap;   /* pipes closed at once: max_pipes open (also in refused) */
+    uint64_t idle_closed;   /* connections closed after idle_ms without a frame */
     uint32_t pipes_open;    /* nng pipes open now (handshaking or connected) */
     uint32_t connected;     /* peers connected now */
     bool authenticated;     /* this member runs in authenticated mode (see the top) */

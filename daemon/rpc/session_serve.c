@@ -436,8 +436,9 @@ void kl_service_session_status(kl_service *s, Keyload__V1__MemberSessionStatus *
         kl_peer_counters pc;
         kl_repl_peer_stats(s->repl, &pc);
         st->peer_connections = pc.pipes_open;
-        st->peer_refused = pc.refused;
+        st->peer_refused = pc.refused_cap;
         st->peer_config_mismatch = pc.config_mismatch;
+        st->peer_idle_closed = pc.idle_closed;
     }
     if (s->client_rpc != NULL) {
         kl_rpc_conn_stats cs;
