@@ -1041,17 +1041,19 @@ static void auth_listener_hello(kl_peer *p, peer_pipe *pp, nng_msg *msg, peer_ac
         kl_peer_auth_self me = peer_auth_self(p);
         char theirs[KL_PEER_AUTH_CLUSTER_MAX + 1];
         cfg = cfg_compare(p, hello.cluster, hello.cluster_len, cfg_why, sizeof cfg_why);
-        if (cfg == CFG_MISMATCH)
-            why = cfg_why;
-        else if (cfg == CFG_OTHER_INDEX) {
-            /* Another configuration index: answer under the dialer's identity. */
+        if (cfg == CFG_MISMATCH || cfg == CFG_OTHER_INDEX) {
+            /* Checked under the dialer's identity, so that only a member that proves its
+             * key is told (and counted) as differing; another index is answered so. */
             memcpy(theirs, hello.cluster, hello.cluster_len);
             theirs[hello.cluster_len] = '\0';
             me.cluster = theirs;
         }
-        if (why == NULL)
-            rc = kl_peer_auth_accept(&me, &hello, p->members[idx].public_key, peer_wall_ms(),
-                                     p->max_skew_ms, &answer, &keys, &e);
+        rc = kl_peer_auth_accept(&me, &hello, p->members[idx].public_key, peer_wall_ms(),
+                                 p->max_skew_ms, &answer, &keys, &e);
+        if (rc == KL_OK && cfg == CFG_MISMATCH) {
+            kl_peer_auth_keys_wipe(&keys);
+            why = cfg_why;
+        }
     }
     nng_msg_free(msg);
     nng_msg *out = NULL;

@@ -8,7 +8,17 @@
  * yet, so a Hello for it must be UNAVAILABLE "catalog_behind" (retryable), never
  * UNAUTHENTICATED; the SDK, retrying by the README's rule, gets its answer once partition
  * 0 continues. Where the catalog is current (partition 0's serving leader, partition 1
- * after catching up) an unknown principal is still UNAUTHENTICATED "principal". */
+ * after catching up) an unknown principal is still UNAUTHENTICATED "principal".
+ *
+ * Limits (same layout, connections.client_max 4, client_idle_ms 1500, sessions_max 8,
+ * sessions_per_tenant 3): a Hello sent again is refused "hello_replayed"; tenant acme's
+ * many Hellos evict only its own sessions, never tenant beta's; a fifth connection to a
+ * member is closed unserved; an idle one is closed after the timeout. Each is counted in
+ * MemberStatus.sessions.
+ *
+ * Peer configuration (one partition of three members on ports 28000..28999, keys): member
+ * 3's cluster file says replica_count 3, the others' 2; members 1 and 2 refuse its
+ * handshakes (counted, logged with both digests) and still commit between them. */
 #include "tests/cluster/proc.h"
 
 #include "client/keyload.h"
