@@ -72,6 +72,41 @@ static kl_code get_public_key(json_t *mj, size_t pi, size_t mi, kl_member *m, kl
     return KL_OK;
 }
 
+
+/* "connections": {"client_max", "client_idle_ms", "peer_max", "peer_idle_ms",
+ * "sessions_per_tenant", "sessions_max"}, each optional; idle 0 means never. A tenant bound
+ * above the table's size is the table's size. */
+static kl_code parse_connections(json_t *root, kl_conn_limits *c, kl_err *err)
+{
+    *c = (kl_conn_limits){KL_CONN_CLIENT_MAX_DEFAULT, KL_CONN_CLIENT_IDLE_DEFAULT_MS,
+                          KL_CONN_PEER_MAX_DEFAULT, KL_CONN_PEER_IDLE_DEFAULT_MS,
+                          KL_CONN_SESSIONS_PER_TENANT_DEFAULT, KL_CONN_SESSIONS_MAX_DEFAULT};
+    json_t *o = json_object_get(root, "connections");
+    if (o == NULL)
+        return KL_OK;
+    if (!json_is_object(o))
+        return kl_fail(err, KL_INVALID_ARGUMENT, "connections", "cluster file: connections must be an object");
+    static const char *const names[] = {"client_max", "client_idle_ms", "peer_max", "peer_idle_ms",
+                                        "sessions_per_tenant", "sessions_max"};
+    uint32_t *slots[] = {&c->client_max, &c->client_idle_ms, &c->peer_max, &c->peer_idle_ms,
+                         &c->sessions_per_tenant, &c->sessions_max};
+    static const json_int_t lo[] = {1, 0, 1, 0, 1, 1};
+    static const json_int_t hi[] = {65536, 86400000, 32, 86400000, 4096, 4096};
+    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
+        json_t *v = json_object_get(o, names[i]);
+        if (v == NULL)
+            continue;
+        if (!json_is_integer(v) || json_integer_value(v) < lo[i] || json_integer_value(v) > hi[i])
+            return kl_fail(err, KL_INVALID_ARGUMENT, names[i],
+                           "cluster file: connections.%s must be an integer %lld..%lld", names[i],
+                           (long long)lo[i], (long long)hi[i]);
+        *slots[i] = (uint32_t)json_integer_value(v);
+    }
+    if (c->sessions_per_tenant > c->sessions_max)
+        c->sessions_per_tenant = c->sessions_max;
+    return KL_OK;
+}
+
 static kl_code parse_root(json_t *root, const char *var_root, kl_cluster *c, kl_err *err)
 {
     memset(c, 0, sizeof *c);
@@ -102,6 +137,8 @@ static kl_code parse_root(json_t *root, const char *var_root, kl_cluster *c, kl_
             (rc = get_u64(limits, "DefaultQueueMaxBytes", &c->limits.default_queue_max_bytes, err)))
             return rc;
     }
+    if ((rc = parse_connections(root, &c->conn, err)) != KL_OK)
+        return rc;
     json_t *insecure = json_object_get(root, "insecure_local_admin");
     if (insecure != NULL && !json_is_boolean(insecure))
         return kl_fail(err, KL_INVALID_ARGUMENT, "insecure_local_admin",

@@ -68,6 +68,22 @@ typedef struct kl_timers {
 #define KL_CATALOG_LEASE_DEFAULT_MS 3000
 #define KL_CATALOG_LEASE_MIN_MS 1500
 
+/* "connections" in the cluster file: caps and idle timeouts of the client and peer ports
+ * (0 idle = never) and the sessions one tenant may hold on a member. Always set after
+ * kl_cluster_load (defaults below). */
+typedef struct kl_conn_limits {
+    uint32_t client_max, client_idle_ms, peer_max, peer_idle_ms, sessions_per_tenant, sessions_max;
+} kl_conn_limits;
+
+#define KL_CONN_CLIENT_MAX_DEFAULT 1024
+#define KL_CONN_CLIENT_IDLE_DEFAULT_MS 600000   /* ten minutes */
+#define KL_CONN_PEER_MAX_DEFAULT 32             /* the peer transport's own bound */
+/* Never by default: links between two followers carry nothing between elections, and a
+ * closed link is redialled at once. */
+#define KL_CONN_PEER_IDLE_DEFAULT_MS 0
+#define KL_CONN_SESSIONS_PER_TENANT_DEFAULT 1024
+#define KL_CONN_SESSIONS_MAX_DEFAULT 4096       /* the session table's size */
+
 typedef struct kl_member {
     int id;
     char client_url[KL_URL_MAX];
@@ -88,6 +104,7 @@ typedef struct kl_cluster {
     int replica_count;
     kl_limits limits;
     kl_timers timers;
+    kl_conn_limits conn;
     bool insecure_local_admin;
     int partition_count;
     kl_partition partitions[KL_CLUSTER_MAX_PARTITIONS];

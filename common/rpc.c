@@ -118,6 +118,7 @@ typedef struct rpc_slot {
     /* Owned by exactly one side at a time (nng callback or loop thread); handed over
      * through nng or the inbox mutex, which orders the accesses. */
     rpc_slot_state state;
+    uint32_t pipe;         /* the connection of the request it holds (0 = none) */
     nng_msg *frame;        /* received frame while QUEUED */
     struct rpc_slot *next; /* inbox link, under srv->mu */
 } rpc_slot;
@@ -140,6 +141,19 @@ struct kl_rpc_server {
 
     size_t calls_out; /* loop thread only: calls held by handlers */
     bool wake_closed; /* loop thread only */
+
+    /* Connections (under mu): one entry per open pipe. */
+    struct rpc_conn {
+        uint32_t pipe;
+        int inflight;     /* requests received and not yet answered */
+        int64_t last_ms;  /* monotonic: last request or answer */
+    } *conns;
+    size_t nconns, conns_cap;
+    int max_conns, idle_ms;
+    kl_rpc_conn_stats stats;
+    uv_timer_t idle_timer;
+    bool idle_timer_on;     /* loop thread only: initialised (and to be closed) */
+    bool idle_timer_closed; /* loop thread only */
 };
 
 struct kl_rpc_call {
@@ -160,6 +174,108 @@ static bool server_is_stopping(kl_rpc_server *srv)
     bool stopping = srv->stopping;
     uv_mutex_unlock(&srv->mu);
     return stopping;
+}
+
+/* ---- connections ---- */
+
+static int64_t rpc_mono_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+/* Under mu: the entry of pipe id, or NULL. */
+static struct rpc_conn *conn_find(kl_rpc_server *srv, uint32_t id)
+{
+    for (size_t i = 0; i < srv->nconns; i++)
+        if (srv->conns[i].pipe == id)
+            return &srv->conns[i];
+    return NULL;
+}
+
+/* nng thread: a pipe was negotiated (ADD_PRE: closing it now means the socket never
+ * uses it) or removed. */
+static void conn_event(nng_pipe p, nng_pipe_ev ev, void *arg)
+{
+    kl_rpc_server *srv = arg;
+    uint32_t id = nng_pipe_id(p);
+    uv_mutex_lock(&srv->mu);
+    if (ev == NNG_PIPE_EV_REM_POST) {
+        struct rpc_conn *c = conn_find(srv, id);
+        if (c != NULL) {
+            *c = srv->conns[--srv->nconns];
+            srv->stats.open = srv->nconns;
+        }
+        uv_mutex_unlock(&srv->mu);
+        return;
+    }
+    bool refuse = srv->max_conns > 0 && srv->nconns >= (size_t)srv->max_conns;
+    if (!refuse && srv->nconns == srv->conns_cap) {
+        size_t cap = srv->conns_cap ? 2 * srv->conns_cap : 64;
+        struct rpc_conn *grown = realloc(srv->conns, cap * sizeof *grown);
+        if (grown != NULL) {
+            srv->conns = grown;
+            srv->conns_cap = cap;
+        }
+        refuse = grown == NULL; /* cannot track it: refuse rather than serve blind */
+    }
+    if (refuse)
+        srv->stats.refused++;
+    else {
+        srv->conns[srv->nconns++] = (struct rpc_conn){.pipe = id, .last_ms = rpc_mono_ms()};
+        srv->stats.open = srv->nconns;
+    }
+    uv_mutex_unlock(&srv->mu);
+    if (refuse)
+        nng_pipe_close(p);
+}
+
+/* A request arrived on pipe id (delta +1) or its answer went (delta -1). Any thread. */
+static void conn_activity(kl_rpc_server *srv, uint32_t id, int delta)
+{
+    if (id == 0)
+        return;
+    uv_mutex_lock(&srv->mu);
+    struct rpc_conn *c = conn_find(srv, id);
+    if (c != NULL) {
+        c->inflight += delta;
+        if (c->inflight < 0)
+            c->inflight = 0;
+        c->last_ms = rpc_mono_ms();
+    }
+    uv_mutex_unlock(&srv->mu);
+}
+
+/* Loop thread: closes the connections idle for idle_ms (outside the lock: closing runs
+ * the REM_POST callback, which takes it). */
+static void conn_idle_cb(uv_timer_t *t)
+{
+    kl_rpc_server *srv = t->data;
+    enum { BATCH = 64 };
+    uint32_t close_ids[BATCH];
+    size_t n = 0;
+    int64_t now = rpc_mono_ms();
+    uv_mutex_lock(&srv->mu);
+    for (size_t i = 0; i < srv->nconns && n < BATCH; i++)
+        if (srv->conns[i].inflight == 0 && now - srv->conns[i].last_ms >= srv->idle_ms) {
+            close_ids[n++] = srv->conns[i].pipe;
+            srv->conns[i].last_ms = now; /* not picked again while its close is under way */
+        }
+    srv->stats.idle_closed += n;
+    uv_mutex_unlock(&srv->mu);
+    for (size_t i = 0; i < n; i++) {
+        nng_pipe p = NNG_PIPE_INITIALIZER;
+        memcpy(&p, &close_ids[i], sizeof close_ids[i]);
+        nng_pipe_close(p);
+    }
+}
+
+void kl_rpc_server_conn_stats(kl_rpc_server *srv, kl_rpc_conn_stats *out)
+{
+    uv_mutex_lock(&srv->mu);
+    *out = srv->stats;
+    uv_mutex_unlock(&srv->mu);
 }
 
 /* Arms the next receive on a slot, unless the server is stopping. Any thread. */
@@ -214,12 +330,16 @@ static void slot_cb(void *arg)
             if (rv != NNG_ECLOSED && rv != NNG_ECANCELED)
                 KL_WARN("rpc answer not sent", "op=nng_ctx_send error=\"%s\"", nng_strerror(rv));
         }
+        conn_activity(slot->srv, slot->pipe, -1);
+        slot->pipe = 0;
         slot_arm_recv(slot);
         return;
     case SLOT_RECV:
         if (rv == 0) {
             nng_msg *frame = nng_aio_get_msg(slot->aio);
             nng_aio_set_msg(slot->aio, NULL);
+            slot->pipe = nng_pipe_id(nng_msg_get_pipe(frame));
+            conn_activity(slot->srv, slot->pipe, +1);
             slot_deliver(slot, frame);
         } else if (rv == NNG_ECLOSED || rv == NNG_ECANCELED) {
             slot->state = SLOT_IDLE; /* stopping */
@@ -245,6 +365,8 @@ static void slot_send_answer(rpc_slot *slot, const Keyload__V1__Answer *ans)
     if (rv != 0) {
         KL_WARN("rpc answer dropped", "op=nng_msg_alloc bytes=%zu error=\"%s\"", size,
                 nng_strerror(rv));
+        conn_activity(slot->srv, slot->pipe, -1);
+        slot->pipe = 0;
         slot_arm_recv(slot);
         return;
     }
@@ -385,6 +507,7 @@ static void server_wake_cb(uv_async_t *handle)
 
 static void server_free(kl_rpc_server *srv)
 {
+    free(srv->conns);
     free(srv->slots);
     uv_mutex_destroy(&srv->mu);
     free(srv);
@@ -393,8 +516,16 @@ static void server_free(kl_rpc_server *srv)
 /* Loop thread: frees a stopped server once nothing refers to it any more. */
 static void server_maybe_free(kl_rpc_server *srv)
 {
-    if (srv->stopping && srv->wake_closed && srv->calls_out == 0)
+    if (srv->stopping && srv->wake_closed && srv->calls_out == 0 &&
+        (!srv->idle_timer_on || srv->idle_timer_closed))
         server_free(srv);
+}
+
+static void server_idle_timer_closed(uv_handle_t *handle)
+{
+    kl_rpc_server *srv = handle->data;
+    srv->idle_timer_closed = true;
+    server_maybe_free(srv);
 }
 
 static void server_wake_closed(uv_handle_t *handle)
@@ -494,6 +625,14 @@ kl_code kl_rpc_server_start(uv_loop_t *loop, const kl_rpc_server_config *cfg,
     }
     if ((rc = server_open_slots(srv, err)) != KL_OK)
         goto fail_sock;
+    srv->max_conns = cfg->max_conns > 0 ? cfg->max_conns : 0;
+    srv->idle_ms = cfg->idle_ms > 0 ? cfg->idle_ms : 0;
+    if ((rv = nng_pipe_notify(srv->sock, NNG_PIPE_EV_ADD_PRE, conn_event, srv)) != 0 ||
+        (rv = nng_pipe_notify(srv->sock, NNG_PIPE_EV_REM_POST, conn_event, srv)) != 0) {
+        rc = kl_fail(err, KL_INTERNAL, "socket", "rpc server: pipe notifications on %s failed: %s",
+                     cfg->listen_url, nng_strerror(rv));
+        goto fail_aios;
+    }
     if ((rv = nng_listen(srv->sock, cfg->listen_url, NULL, 0)) != 0) {
         rc = kl_fail(err, rpc_addr_code(rv), "listen_url", "rpc server: listen on %s failed: %s",
                      cfg->listen_url, nng_strerror(rv));
@@ -507,6 +646,12 @@ kl_code kl_rpc_server_start(uv_loop_t *loop, const kl_rpc_server_config *cfg,
         goto fail_aios;
     }
     srv->wake.data = srv;
+    if (srv->idle_ms > 0 && uv_timer_init(loop, &srv->idle_timer) == 0) {
+        uint64_t every = (uint64_t)(srv->idle_ms / 4 > 20 ? srv->idle_ms / 4 : 20);
+        srv->idle_timer.data = srv;
+        srv->idle_timer_on = true;
+        uv_timer_start(&srv->idle_timer, conn_idle_cb, every, every);
+    }
     for (int i = 0; i < srv->nslots; i++)
         slot_arm_recv(&srv->slots[i]);
     *out = srv;
@@ -544,6 +689,8 @@ void kl_rpc_server_stop(kl_rpc_server *srv)
     rpc_close_socket(srv->sock, "server");
     server_free_aios(srv, srv->nslots);
     server_drop_frames(server_take_inbox(srv));
+    if (srv->idle_timer_on)
+        uv_close((uv_handle_t *)&srv->idle_timer, server_idle_timer_closed);
     uv_close((uv_handle_t *)&srv->wake, server_wake_closed);
 }
 

@@ -51,7 +51,20 @@ typedef struct kl_rpc_server_config {
     void *owner;                   /* passed to every handler */
     size_t max_frame;              /* frame limit in bytes (MaxFrameBytes) */
     int contexts;                  /* < KL_RPC_MIN_CONTEXTS is raised to it */
+    /* Connections: at most max_conns at once (0 = no cap): one more is closed as soon as
+     * it is negotiated, before any request is read, and counted. idle_ms (0 = never): a
+     * connection with no request in flight and none received for idle_ms is closed and
+     * counted (a client's nng socket reconnects by itself when it sends again). */
+    int max_conns;
+    int idle_ms;
 } kl_rpc_server_config;
+
+/* Connection counters of a server (any thread): open now, refused over the cap, closed
+ * idle, since start. */
+typedef struct kl_rpc_conn_stats {
+    uint64_t open, refused, idle_closed;
+} kl_rpc_conn_stats;
+void kl_rpc_server_conn_stats(kl_rpc_server *srv, kl_rpc_conn_stats *out);
 
 /* Binds and starts receiving. Must be called on the loop thread. */
 kl_code kl_rpc_server_start(uv_loop_t *loop, const kl_rpc_server_config *cfg,

@@ -254,6 +254,7 @@ static void begin_stop(daemon_state *d)
     if (d->rpc) {
         kl_rpc_server_stop(d->rpc);
         d->rpc = NULL;
+        d->service.client_rpc = NULL;
     }
     kl_service_drop_reads(&d->service);
     kl_service_stop(&d->service);
@@ -506,6 +507,8 @@ int main(int argc, char **argv)
        member of the partition has a public_key (daemon/repl/peer.h). */
     rcfg.member_secret = d.keys != NULL && d.keys->has_member_key ? d.keys->member_secret : NULL;
     rcfg.n_members = (size_t)part->member_count;
+    rcfg.peer_max = cluster.conn.peer_max;
+    rcfg.peer_idle_ms = cluster.conn.peer_idle_ms;
     kl_repl_callbacks cb = {.ctx = &d, .apply = repl_apply, .role = repl_role,
                             .read_ready = repl_read_ready, .read_dropped = repl_read_dropped,
                             .fatal = repl_fatal};
@@ -516,7 +519,11 @@ int main(int argc, char **argv)
     d.service.keys = d.keys;
     /* Sessions need the member key (Hello is signed with it); without it none exist. */
     if (d.keys != NULL && d.keys->has_member_key &&
-        kl_sessions_new(KL_SESSIONS_MAX, KL_SESSIONS_PER_PRINCIPAL, &d.service.sessions, &err) != KL_OK) {
+        (kl_sessions_new(cluster.conn.sessions_max,
+                         cluster.conn.sessions_max < KL_SESSIONS_PER_PRINCIPAL ? cluster.conn.sessions_max
+                                                                               : KL_SESSIONS_PER_PRINCIPAL,
+                         &d.service.sessions, &err) != KL_OK ||
+         kl_sessions_set_per_tenant(d.service.sessions, cluster.conn.sessions_per_tenant, &err) != KL_OK)) {
         fprintf(stderr, "keyloadd: %s\n", err.message);
         goto fail_sessions;
     }
@@ -536,11 +543,14 @@ int main(int argc, char **argv)
     const kl_rpc_method *methods = kl_service_methods(&nmethods);
     kl_rpc_server_config rc = {.listen_url = me->client_url, .methods = methods,
                                .method_count = nmethods, .owner = &d.service,
-                               .max_frame = cluster.limits.max_frame_bytes, .contexts = 128};
+                               .max_frame = cluster.limits.max_frame_bytes, .contexts = 128,
+                               .max_conns = (int)cluster.conn.client_max,
+                               .idle_ms = (int)cluster.conn.client_idle_ms};
     if (kl_rpc_server_start(d.loop, &rc, &d.rpc, &err) != KL_OK) {
         fprintf(stderr, "keyloadd: %s\n", err.message);
         goto fail_rpc;
     }
+    d.service.client_rpc = d.rpc;
     uv_signal_init(d.loop, &d.sigterm);
     uv_signal_init(d.loop, &d.sigint);
     d.sigterm.data = d.sigint.data = &d;

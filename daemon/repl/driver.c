@@ -869,7 +869,10 @@ kl_code kl_repl_start(uv_loop_t *loop, kl_store *store, const kl_repl_config *cf
         kl_peer_config pc = {.cluster = r->cluster, .partition = cfg->partition,
                              .self = cfg->self, .listen_url = cfg->peer_urls[self_slot],
                              .member_secret = cfg->member_secret,
-                             .max_frame = r->max_frame, .recv = on_recv, .owner = r};
+                             .max_frame = r->max_frame, .recv = on_recv, .owner = r,
+                             .config_index = KL_REPL_CONFIG_INDEX,
+                             .replica_count = cfg->replica_count,
+                             .max_pipes = cfg->peer_max, .idle_ms = cfg->peer_idle_ms};
         for (size_t i = 0; i < cfg->n_members; i++) {
             if (i == self_slot)
                 continue;
@@ -988,4 +991,9 @@ void kl_repl_stop(kl_repl *r)
     }
     uv_timer_stop(&r->timer);
     uv_close((uv_handle_t *)&r->timer, on_timer_closed);
+}
+
+void kl_repl_peer_stats(kl_repl *r, kl_peer_counters *out)
+{
+    kl_peer_stats(r != NULL ? r->peer : NULL, out);
 }

@@ -40,6 +40,7 @@
 #define KL_REPL_DRIVER_H
 
 #include "common/status.h"
+#include "daemon/repl/peer.h"
 #include "daemon/repl/raft.h"
 #include "daemon/store/store.h"
 
@@ -86,6 +87,7 @@ typedef struct kl_repl_config {
     uint32_t replica_count;
     uint32_t tick_ms, election_ms, heartbeat_ms;   /* election_ticks = election_ms/tick_ms etc. */
     size_t max_frame;
+    uint32_t peer_max, peer_idle_ms;  /* peer port: kl_peer_config max_pipes, idle_ms */
 } kl_repl_config;
 
 /* Defaults for zero fields of kl_repl_config. */
@@ -138,5 +140,11 @@ void kl_repl_counters_get(const kl_repl *r, kl_repl_counters *out);
    (outstanding reads and proposals are the caller's to answer). Safe to call from inside a
    callback, and after fatal. Call once; no other kl_repl_* call after it. */
 void kl_repl_stop(kl_repl *r);
+
+/* The replication configuration's index, carried in peer hellos: constant until
+ * membership changes exist (they will move it). */
+#define KL_REPL_CONFIG_INDEX 1
+/* The peer transport's counters (zeros for a member alone). */
+void kl_repl_peer_stats(kl_repl *r, kl_peer_counters *out);
 
 #endif

@@ -131,6 +131,7 @@ typedef struct peer_pipe {
                         authenticated listener: and its first sealed frame opened) */
     bool dead;       /* refused or replaced: closing, its frames are dropped */
     uint64_t since;  /* ms when the pipe was added */
+    uint64_t last_rx; /* ms of its last frame (0 = none yet) */
     /* Authenticated mode. */
     bool dial_ready;        /* dialed: `dial` holds our HELLO, until the ANSWER checked out */
     kl_peer_auth_dial dial; /* dialed: our HELLO and its ephemeral secret key */
@@ -147,8 +148,11 @@ typedef struct peer_inbound {
 struct kl_peer {
     /* Immutable after start. */
     uv_loop_t *loop;
-    char *cluster;
+    char *cluster;      /* what hellos carry: the name, and the configuration when known */
     size_t cluster_len;
+    size_t name_len;    /* the cluster name's length: cluster's first name_len bytes */
+    bool has_config;    /* cluster carries PEER_CFG_MARK, index and digest */
+    uint64_t config_index;
     uint64_t self;
     char *listen_url;
     size_t n_members;
@@ -157,6 +161,8 @@ struct kl_peer {
     size_t max_frames;
     size_t max_bytes;
     uint32_t ack_timeout_ms;
+    size_t max_pipes;   /* connections at once, <= PEER_MAX_PIPES */
+    uint64_t idle_ms;   /* close a connection silent this long; 0 = never */
     kl_peer_recv_fn recv;
     void *owner;
     bool auth;                                  /* authenticated mode (peer.h) */
@@ -181,6 +187,7 @@ struct kl_peer {
     kl_peer_counters st;              /* under mu (pipes_open/connected computed on read) */
     uint64_t refusal_logged_at;       /* under mu */
     uint64_t refusals_unlogged;       /* under mu */
+    char cfg_why[192];                /* under mu: a configuration refusal's reason */
 
     int handles_open; /* loop thread only */
 };
@@ -192,7 +199,7 @@ typedef struct peer_act {
     peer_member *pump;
     bool wake;
     const char *refused;      /* reason, when a pipe was refused */
-    char refused_buf[64 + KL_ERR_DETAIL_MAX]; /* room for a reason composed on the spot */
+    char refused_buf[192 + KL_ERR_DETAIL_MAX]; /* room for a reason composed on the spot */
     uint32_t refused_pipe;
     uint64_t refused_claim;   /* member id the hello claimed, 0 = none */
     uint64_t refused_more;    /* refusals not logged since the last line */
@@ -329,7 +336,9 @@ static void refusal_note(kl_peer *p, uint32_t pipe, const char *why, uint64_t cl
 {
     p->st.refused++;
     act_close(act, pipe);
-    act->refused = why;
+    if (why != act->refused_buf) /* a copy: why may be a buffer another thread reuses */
+        snprintf(act->refused_buf, sizeof act->refused_buf, "%s", why);
+    act->refused = act->refused_buf;
     act->refused_pipe = pipe;
     act->refused_claim = claim;
     uint64_t now = peer_now_ms();
@@ -355,6 +364,22 @@ static void pipe_refuse(kl_peer *p, peer_pipe *pp, const char *why, uint64_t cla
     pp->dead = true;
     pipe_wipe_secrets(pp);
     refusal_note(p, pp->id, why, claim, act);
+}
+
+/* Under mu: closes a connection that carried no frame for idle_ms (counted, not logged as
+ * a refusal: nothing was wrong with it). */
+static void pipe_close_idle(kl_peer *p, peer_pipe *pp, peer_act *act)
+{
+    if (pp->member >= 0) {
+        peer_member *m = &p->members[pp->member];
+        if (m->pipe == pp->id)
+            member_drop(p, m, act);
+    }
+    pp->member = -1;
+    pp->dead = true;
+    pipe_wipe_secrets(pp);
+    p->st.idle_closed++;
+    act_close(act, pp->id);
 }
 
 /* Under mu: refuses for a peer_auth failure, the reason naming its detail (never a key). */
@@ -644,6 +669,117 @@ kl_code kl_peer_send(kl_peer *p, uint64_t to, const uint8_t *frame, size_t len)
 
 /* ------------------------------------------------------------------ receiving */
 
+/* ---- replication configuration in the hello ---- */
+
+#define PEER_CFG_MARK "/cfg"
+#define PEER_CFG_DIGEST_HEX 24 /* 12 digest bytes: enough to tell configurations apart */
+
+typedef struct peer_cfg_member {
+    uint64_t id;
+    const char *url;
+    const uint8_t *pk; /* NULL = none */
+} peer_cfg_member;
+
+static int cfg_member_cmp(const void *a, const void *b)
+{
+    uint64_t x = ((const peer_cfg_member *)a)->id, y = ((const peer_cfg_member *)b)->id;
+    return x < y ? -1 : x > y;
+}
+
+static void cfg_hash_str(crypto_generichash_state *h, const char *s)
+{
+    uint8_t n[8];
+    put_u64(n, s != NULL ? strlen(s) : 0);
+    crypto_generichash_update(h, n, sizeof n);
+    if (s != NULL)
+        crypto_generichash_update(h, (const uint8_t *)s, strlen(s));
+}
+
+/* The digest of what every member of the partition must agree on (peer.h). */
+static void cfg_digest(const kl_peer_config *cfg, uint8_t out[PEER_CFG_DIGEST_HEX / 2])
+{
+    peer_cfg_member ms[KL_PEER_MAX_PEERS + 1];
+    size_t n = 0;
+    ms[n++] = (peer_cfg_member){cfg->self, cfg->listen_url,
+                                cfg->member_secret != NULL ? cfg->member_secret + 32 : NULL};
+    for (size_t i = 0; i < cfg->n_peers && n < KL_PEER_MAX_PEERS + 1; i++)
+        ms[n++] = (peer_cfg_member){cfg->peers[i].id, cfg->peers[i].url, cfg->peers[i].public_key};
+    qsort(ms, n, sizeof ms[0], cfg_member_cmp);
+    crypto_generichash_state h;
+    uint8_t u[8];
+    crypto_generichash_init(&h, NULL, 0, PEER_CFG_DIGEST_HEX / 2);
+    cfg_hash_str(&h, "keyload.peer.config.v1");
+    cfg_hash_str(&h, cfg->cluster);
+    put_u64(u, (uint64_t)(uint32_t)cfg->partition);
+    crypto_generichash_update(&h, u, sizeof u);
+    put_u64(u, cfg->config_index);
+    crypto_generichash_update(&h, u, sizeof u);
+    put_u64(u, cfg->replica_count);
+    crypto_generichash_update(&h, u, sizeof u);
+    for (size_t i = 0; i < n; i++) {
+        put_u64(u, ms[i].id);
+        crypto_generichash_update(&h, u, sizeof u);
+        cfg_hash_str(&h, ms[i].url); /* as the cluster file writes it; NULL hashes as "" */
+        uint8_t has = ms[i].pk != NULL;
+        crypto_generichash_update(&h, &has, 1);
+        if (has)
+            crypto_generichash_update(&h, ms[i].pk, KL_PEER_PUBLIC_LEN);
+    }
+    crypto_generichash_final(&h, out, PEER_CFG_DIGEST_HEX / 2);
+}
+
+/* What hellos carry as the cluster: "NAME/cfgINDEX-DIGESTHEX" (printable, so it also fits
+ * peer_auth's NUL-terminated cluster string), or the bare name without a configuration. */
+static char *cfg_identity(const kl_peer_config *cfg)
+{
+    size_t cap = strlen(cfg->cluster) + sizeof PEER_CFG_MARK + 21 + 1 + PEER_CFG_DIGEST_HEX + 1;
+    char *out = malloc(cap);
+    if (out == NULL || cfg->replica_count == 0) {
+        free(out);
+        return strdup(cfg->cluster);
+    }
+    uint8_t d[PEER_CFG_DIGEST_HEX / 2];
+    char hex[PEER_CFG_DIGEST_HEX + 1];
+    cfg_digest(cfg, d);
+    sodium_bin2hex(hex, sizeof hex, d, sizeof d);
+    snprintf(out, cap, "%s" PEER_CFG_MARK "%" PRIu64 "-%s", cfg->cluster, cfg->config_index, hex);
+    return out;
+}
+
+typedef enum { CFG_SAME, CFG_OTHER_INDEX, CFG_OTHER_CLUSTER, CFG_MISMATCH } cfg_verdict;
+
+/* Compares a hello's cluster bytes with ours; on CFG_MISMATCH why names both sides. */
+static cfg_verdict cfg_compare(const kl_peer *p, const uint8_t *c, size_t len, char *why, size_t cap)
+{
+    if (len == p->cluster_len && memcmp(c, p->cluster, len) == 0)
+        return CFG_SAME;
+    if (!p->has_config || len < p->name_len || memcmp(c, p->cluster, p->name_len) != 0)
+        return CFG_OTHER_CLUSTER;
+    const char *ours = p->cluster + p->name_len;
+    char theirs[96];
+    size_t tl = len - p->name_len < sizeof theirs - 1 ? len - p->name_len : sizeof theirs - 1;
+    memcpy(theirs, c + p->name_len, tl);
+    theirs[tl] = '\0';
+    size_t mark = strlen(PEER_CFG_MARK);
+    if (tl == 0 || strncmp(theirs, PEER_CFG_MARK, mark) != 0) {
+        if (tl != 0)
+            return CFG_OTHER_CLUSTER; /* a longer name that merely starts like ours */
+        snprintf(why, cap, "replication configuration: ours %s, theirs none", ours + mark);
+        return CFG_MISMATCH;
+    }
+    char *end = NULL;
+    unsigned long long idx = strtoull(theirs + mark, &end, 10);
+    if (end == NULL || *end != '-')
+        return CFG_OTHER_CLUSTER;
+    if (idx != p->config_index)
+        return CFG_OTHER_INDEX;
+    snprintf(why, cap,
+             "replication configuration differs at index %llu (members, peer URLs, keys, "
+             "replica_count or partition): digest ours %s, theirs %s",
+             idx, strchr(ours, '-') + 1, end + 1);
+    return CFG_MISMATCH;
+}
+
 /* Under mu: checks a plain hello; returns the member index it names or -1 with *why set. */
 static int hello_check(const kl_peer *p, const peer_pipe *pp, const uint8_t *b, size_t len,
                        uint64_t *claim, const char **why)
@@ -668,8 +804,14 @@ static int hello_check(const kl_peer *p, const peer_pipe *pp, const uint8_t *b, 
         *why = "malformed hello";
         return -1;
     }
-    if (clen != p->cluster_len || memcmp(h + 22, p->cluster, clen) != 0) {
+    cfg_verdict v = cfg_compare(p, h + 22, clen, ((kl_peer *)p)->cfg_why, sizeof p->cfg_why);
+    if (v == CFG_OTHER_CLUSTER) {
         *why = "another cluster";
+        return -1;
+    }
+    if (v == CFG_MISMATCH) {
+        ((kl_peer *)p)->st.config_mismatch++;
+        *why = p->cfg_why;
         return -1;
     }
     if (to != p->self) {
@@ -882,6 +1024,8 @@ static void auth_listener_hello(kl_peer *p, peer_pipe *pp, nng_msg *msg, peer_ac
     kl_peer_auth_keys keys;
     memset(&keys, 0, sizeof keys);
     const char *why = NULL;
+    char cfg_why[sizeof p->cfg_why];
+    cfg_verdict cfg = CFG_SAME;
     int idx = -1;
     kl_code rc = kl_peer_auth_decode(b + PEER_HDR, len - PEER_HDR, &hello, &e);
     if (rc != KL_OK) {
@@ -895,8 +1039,21 @@ static void auth_listener_hello(kl_peer *p, peer_pipe *pp, nng_msg *msg, peer_ac
         why = "member should be dialed";
     } else {
         kl_peer_auth_self me = peer_auth_self(p);
+        char theirs[KL_PEER_AUTH_CLUSTER_MAX + 1];
+        cfg = cfg_compare(p, hello.cluster, hello.cluster_len, cfg_why, sizeof cfg_why);
+        if (cfg == CFG_MISMATCH || cfg == CFG_OTHER_INDEX) {
+            /* Checked under the dialer's identity, so that only a member that proves its
+             * key is told (and counted) as differing; another index is answered so. */
+            memcpy(theirs, hello.cluster, hello.cluster_len);
+            theirs[hello.cluster_len] = '\0';
+            me.cluster = theirs;
+        }
         rc = kl_peer_auth_accept(&me, &hello, p->members[idx].public_key, peer_wall_ms(),
                                  p->max_skew_ms, &answer, &keys, &e);
+        if (rc == KL_OK && cfg == CFG_MISMATCH) {
+            kl_peer_auth_keys_wipe(&keys);
+            why = cfg_why;
+        }
     }
     nng_msg_free(msg);
     nng_msg *out = NULL;
@@ -918,6 +1075,11 @@ static void auth_listener_hello(kl_peer *p, peer_pipe *pp, nng_msg *msg, peer_ac
         return;
     }
     if (why != NULL) {
+        if (cfg == CFG_MISMATCH) {
+            p->st.config_mismatch++;
+            snprintf(p->cfg_why, sizeof p->cfg_why, "%s", cfg_why);
+            why = p->cfg_why;
+        }
         pipe_refuse(p, pp, why, hello.from, act);
     } else if (rc != KL_OK) {
         pipe_refuse_auth(p, pp, "peer hello refused", &e, hello.from, act);
@@ -1046,6 +1208,8 @@ static void recv_cb(void *arg)
     uv_mutex_lock(&p->mu);
     p->last_rx = peer_now_ms();
     peer_pipe *pp = p->stopping ? NULL : pipe_find(p, pipe);
+    if (pp != NULL)
+        pp->last_rx = p->last_rx;
     if (pp == NULL || pp->dead) {
         /* Stopping, a pipe already removed, or one refused or replaced: its frames are
          * stale. */
@@ -1090,11 +1254,19 @@ static void pipe_added(kl_peer *p, nng_pipe np, peer_act *act)
             if (p->members[i].dialer == dialer)
                 member = (int)i;
     peer_pipe *slot = NULL;
-    for (size_t i = 0; i < PEER_MAX_PIPES && slot == NULL; i++)
-        if (p->pipes[i].id == 0)
+    size_t open = 0;
+    for (size_t i = 0; i < PEER_MAX_PIPES; i++) {
+        if (p->pipes[i].id != 0)
+            open++;
+        else if (slot == NULL)
             slot = &p->pipes[i];
+    }
+    if (open >= p->max_pipes)
+        slot = NULL;
     if (slot == NULL || (dialer != 0 && member < 0)) {
-        refusal_note(p, id, slot == NULL ? "too many connections" : "pipe from an unknown dialer",
+        if (slot == NULL)
+            p->st.refused_cap++;
+        refusal_note(p, id, slot == NULL ? "too many connections (peer_max)" : "pipe from an unknown dialer",
                      0, act);
         uv_mutex_unlock(&p->mu);
         return;
@@ -1253,6 +1425,9 @@ static void watchdog_cb(uv_timer_t *timer)
     }
     for (size_t i = 0; i < PEER_MAX_PIPES; i++) {
         peer_pipe *pp = &p->pipes[i];
+        uint64_t heard = pp->last_rx > pp->since ? pp->last_rx : pp->since;
+        if (pp->id != 0 && pp->hello_rx && !pp->dead && p->idle_ms != 0 && now - heard >= p->idle_ms)
+            pipe_close_idle(p, pp, &act);
         if (pp->id != 0 && !pp->hello_rx && !pp->dead && now - pp->since >= p->ack_timeout_ms)
             pipe_refuse(p, pp,
                         pp->confirming ? "no sealed frame after the handshake in time"
@@ -1558,8 +1733,14 @@ static kl_code peer_copy_config(kl_peer *p, const kl_peer_config *cfg, kl_err *e
         for (size_t i = 0; i < cfg->n_peers; i++)
             memcpy(p->members[i].public_key, cfg->peers[i].public_key, KL_PEER_PUBLIC_LEN);
     }
-    p->cluster_len = strlen(cfg->cluster);
-    p->cluster = strdup(cfg->cluster);
+    p->name_len = strlen(cfg->cluster);
+    p->has_config = cfg->replica_count != 0;
+    p->config_index = cfg->config_index;
+    p->cluster = cfg_identity(cfg);
+    p->cluster_len = p->cluster != NULL ? strlen(p->cluster) : 0;
+    if (p->cluster_len > KL_PEER_MAX_CLUSTER)
+        return kl_fail(err, KL_INVALID_ARGUMENT, "cluster",
+                       "peer: cluster name and configuration must fit %d bytes", KL_PEER_MAX_CLUSTER);
     p->listen_url = strdup(cfg->listen_url);
     if (p->cluster == NULL || p->listen_url == NULL)
         return kl_fail(err, KL_RESOURCE_EXHAUSTED, "memory", "peer: out of memory");
@@ -1578,6 +1759,8 @@ static kl_code peer_copy_config(kl_peer *p, const kl_peer_config *cfg, kl_err *e
                                               : KL_PEER_DEFAULT_QUEUED_BYTES;
     p->ack_timeout_ms = cfg->ack_timeout_ms != 0 ? cfg->ack_timeout_ms
                                                  : KL_PEER_DEFAULT_ACK_TIMEOUT_MS;
+    p->max_pipes = cfg->max_pipes != 0 && cfg->max_pipes < PEER_MAX_PIPES ? cfg->max_pipes : PEER_MAX_PIPES;
+    p->idle_ms = cfg->idle_ms;
     p->recv = cfg->recv;
     p->owner = cfg->owner;
     p->inbox = calloc(p->max_frames, sizeof *p->inbox);

@@ -173,6 +173,20 @@ typedef struct kl_peer_config {
     uint32_t max_skew_ms;     /* accepted |hello clock - our clock|; 0 = default */
     kl_peer_recv_fn recv;
     void *owner; /* passed to recv */
+    /* Replication configuration (0 replica_count = none: hellos carry the bare cluster
+     * name). Hellos then carry the cluster name with the configuration index and a digest
+     * of (cluster, partition, index, every member's id, peer URL and public key,
+     * replica_count): a hello whose index is ours but whose digest is not is refused and
+     * counted in config_mismatch (logged with both sides' index and digest); another index
+     * is accepted (membership changes move the index on purpose). */
+    uint64_t config_index;
+    uint32_t replica_count;
+    /* Connections at once (0 or above the built-in bound of 32: that bound); one more is
+     * closed at once and counted in refused_cap. idle_ms (0 = never): a connection that
+     * completed its handshake and carried no frame for idle_ms is closed (the dialer's nng
+     * redials at once) and counted in idle_closed. */
+    uint32_t max_pipes;
+    uint32_t idle_ms;
 } kl_peer_config;
 
 typedef struct kl_peer_counters {
@@ -189,6 +203,10 @@ typedef struct kl_peer_counters {
                                open (authenticated mode) or a protocol error */
     uint64_t stalls;        /* connections closed by the ack watchdog */
     uint64_t connects;      /* handshakes completed, in total */
+    uint64_t config_mismatch; /* hellos refused: same configuration index, another digest
+                                 (also counted in refused) */
+    uint64_t refused_cap;   /* pipes closed at once: max_pipes open (also in refused) */
+    uint64_t idle_closed;   /* connections closed after idle_ms without a frame */
     uint32_t pipes_open;    /* nng pipes open now (handshaking or connected) */
     uint32_t connected;     /* peers connected now */
     bool authenticated;     /* this member runs in authenticated mode (see the top) */

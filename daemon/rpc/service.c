@@ -361,6 +361,9 @@ static void handle_member_status(void *owner, kl_rpc_call *call)
     a.hellos = s->costs.hellos;
     a.hello_ns = s->costs.hello_ns;
     kl_node_authz_costs(s->node, &a.authz_requests, &a.authz_ns);
+    Keyload__V1__MemberSessionStatus ss = KEYLOAD__V1__MEMBER_SESSION_STATUS__INIT;
+    kl_service_session_status(s, &ss);
+    a.sessions = &ss;
     if (s->tailer != NULL && serving)
         a.catalog_lease_valid = kl_tailer_lease_valid(s->tailer, &a.catalog_lease_age_ms);
     const char *url = leader_url(s, NULL);

@@ -38,6 +38,7 @@ typedef struct kl_service {
     uint64_t member_id;             /* this member's number in its partition */
     const struct kl_keys *keys;     /* NULL, or the keys main loaded (borrowed) */
     struct kl_sessions *sessions;   /* NULL without a member key: Hello refuses */
+    kl_rpc_server *client_rpc;      /* the client port, for its connection counters, or NULL */
     uint64_t leader;                /* last known leader id, 0 = unknown */
     uint64_t next_read;             /* read_ctx allocator */
     struct {
@@ -76,6 +77,9 @@ typedef struct kl_service {
     struct {                         /* reported by MemberStatus, for make bench */
         uint64_t sealed_requests, session_ns, hellos, hello_ns;
     } costs;
+    struct {                         /* Hello refusals by detail (session_serve.c) */
+        uint64_t unknown_principal, catalog_behind, replayed;
+    } hello_refusals;
     uv_timer_t timer;                /* expires parked tails, barriers and batch deadlines */
     bool timer_started;
 } kl_service;
@@ -116,6 +120,9 @@ bool kl_service_catalog_hold(kl_service *s, kl_rpc_call *call, const uint8_t *re
 void kl_service_hello(void *owner, kl_rpc_call *call);
 bool kl_service_gate(kl_service *s, kl_rpc_call *call);
 const char *kl_service_principal(const kl_rpc_call *call);
+/* Fills st (MemberStatusAnswer.sessions) with the session and connection counters. */
+struct Keyload__V1__MemberSessionStatus;
+void kl_service_session_status(kl_service *s, struct Keyload__V1__MemberSessionStatus *st);
 
 /* Batches and reads as the native handlers run them, for Q1 statements (query_serve.c).
  * submit_batch: req is copied by the node before it returns; query_alias NULL answers the

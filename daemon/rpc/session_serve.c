@@ -8,8 +8,10 @@
  * the session id random); a memory compromise exposes at most one window's sessions. The principal is looked up
  * by id in this member's applied catalog; the session is stored in s->sessions
  * (daemon/rpc/sessions.h: bounded, evicting). Refusals: UNAVAILABLE "member_key" (started
- * without --member-key), UNAUTHENTICATED "principal" (no such principal here) or the
- * detail of kl_session_accept; nothing is stored then.
+ * without --member-key), UNAUTHENTICATED "principal" (no such principal, where the catalog
+ * is known current) or UNAVAILABLE "catalog_behind" (elsewhere: it may not have arrived),
+ * the detail of kl_session_accept, or UNAUTHENTICATED "hello_replayed" (this very Hello was
+ * answered before: one Hello, one session); nothing is stored then.
  *
  * Gate: a request without session fields runs as today, as KL_LOCAL_PRINCIPAL. A request
  * whose Envelope carries a session_id must carry exactly 16 bytes of it, `sealed` and no
@@ -31,6 +33,8 @@
 #include "daemon/rpc/service.h"
 
 #include "daemon/rpc/sessions.h"
+#include "daemon/rpc/tailer.h"
+#include "keyload/v1/catalog.pb-c.h"
 #include "keyload/v1/session.pb-c.h"
 
 #include <sodium.h>
@@ -143,6 +147,11 @@ static kl_code hello_accept(kl_service *s, const kl_session_hello *h,
     if (e == NULL)
         return kl_fail(err, KL_UNAVAILABLE, "memory", "out of memory; retry");
     rc = kl_session_accept(h, &ap, answer, &e->s, err);
+    if (rc == KL_OK) { /* only a verified Hello is remembered: others cannot fill the set */
+        rc = kl_sessions_hello_seen(s->sessions, h->signature, sizeof h->signature, mono_ms(), err);
+        if (rc == KL_UNAUTHENTICATED)
+            s->hello_refusals.replayed++;
+    }
     if (rc == KL_OK) {
         memcpy(e->tenant, p->tenant, strlen(p->tenant) + 1);
         memcpy(e->key_id, p->key_id.data, KL_KEY_ID_LEN);
@@ -154,6 +163,41 @@ static kl_code hello_accept(kl_service *s, const kl_session_hello *h,
     sodium_memzero(e, sizeof *e);
     free(e);
     return rc;
+}
+
+/* Whether this member's applied catalog holds every principal whose creation was
+ * acknowledged: partition 0's serving leader (its own-term entry applied, so every
+ * committed change is), or a data partition's serving leader within its catalog lease
+ * (partition 0 answers a catalog change only once every partition still holding a lease
+ * applied it). A follower, a leader still catching up, or one whose lease ran out may lag. */
+static bool catalog_current(kl_service *s)
+{
+    uint64_t index, term;
+    bool serving = false;
+    if (s->repl == NULL)
+        return false;
+    kl_repl_next(s->repl, &index, &term, &serving);
+    if (!serving)
+        return false;
+    return s->tailer == NULL || kl_tailer_lease_valid(s->tailer, NULL);
+}
+
+/* The refusal of a Hello whose principal this member does not know: final only where the
+ * catalog is known current; elsewhere the principal may just not have arrived yet, and a
+ * client retrying (here or at the leader) will be let in. */
+static kl_code unknown_principal(kl_service *s, kl_err *err)
+{
+    if (catalog_current(s)) {
+        s->hello_refusals.unknown_principal++;
+        return kl_fail(err, KL_UNAUTHENTICATED, "principal",
+                       "no principal with the Hello's principal_id exists in the catalog");
+    }
+    s->hello_refusals.catalog_behind++;
+    return kl_fail(err, KL_UNAVAILABLE, "catalog_behind",
+                   "partition %d member %llu has not caught up with the catalog (it is not its "
+                   "partition's serving leader with a current catalog), so it cannot tell whether "
+                   "the Hello's principal exists; retry, or shake hands with the leader",
+                   s->partition->id, (unsigned long long)s->member_id);
 }
 
 static void hello(kl_service *s, kl_rpc_call *call);
@@ -192,8 +236,7 @@ static void hello(kl_service *s, kl_rpc_call *call)
     if (rc == KL_OK)
         rc = kl_node_find_principal(s->node, h.principal_id, &p, &found, &err);
     if (rc == KL_OK && !found)
-        rc = kl_fail(&err, KL_UNAUTHENTICATED, "principal",
-                     "no principal with the Hello's principal_id exists in this member's catalog");
+        rc = unknown_principal(s, &err);
     if (rc == KL_OK)
         rc = hello_accept(s, &h, p, &answer, &err);
     if (p != NULL)
@@ -380,4 +423,28 @@ bool kl_service_gate(kl_service *s, kl_rpc_call *call)
         s->costs.session_ns += mono_ns() - t0;
     }
     return run;
+}
+
+void kl_service_session_status(kl_service *s, Keyload__V1__MemberSessionStatus *st)
+{
+    st->hello_unknown_principal = s->hello_refusals.unknown_principal;
+    st->hello_catalog_behind = s->hello_refusals.catalog_behind;
+    st->hello_replayed = s->hello_refusals.replayed;
+    st->session_tenant_evictions = s->sessions != NULL ? kl_sessions_tenant_evictions(s->sessions) : 0;
+    st->sessions = s->sessions != NULL ? kl_sessions_count(s->sessions) : 0;
+    if (s->repl != NULL) {
+        kl_peer_counters pc;
+        kl_repl_peer_stats(s->repl, &pc);
+        st->peer_connections = pc.pipes_open;
+        st->peer_refused = pc.refused_cap;
+        st->peer_config_mismatch = pc.config_mismatch;
+        st->peer_idle_closed = pc.idle_closed;
+    }
+    if (s->client_rpc != NULL) {
+        kl_rpc_conn_stats cs;
+        kl_rpc_server_conn_stats(s->client_rpc, &cs);
+        st->client_connections = cs.open;
+        st->client_refused = cs.refused;
+        st->client_idle_closed = cs.idle_closed;
+    }
 }

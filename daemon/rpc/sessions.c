@@ -26,10 +26,21 @@ typedef struct slot {
 typedef struct slot_meta {
     int64_t expires;           /* the entry's expires_unix_ms; 0 = free slot */
     uint64_t principal_hash;
+    uint64_t tenant_hash;
 } slot_meta;
 
+/* One generation of remembered Hellos: an open-addressed set of 16-byte digests, never
+ * deleted from, emptied whole when it becomes the older generation's replacement. */
+typedef struct hello_gen {
+    uint8_t (*keys)[16];       /* buckets; all-zero = empty */
+    size_t n;
+} hello_gen;
+
 struct kl_sessions {
-    size_t max, per_principal;
+    size_t max, per_principal, per_tenant;
+    size_t tenant_evictions;
+    hello_gen hello[2];        /* [0] current, [1] previous */
+    int64_t hello_rotated_ms;  /* when [0] became current */
     size_t count;
     slot *slots;               /* max */
     slot_meta *meta;           /* max */
@@ -73,13 +84,18 @@ kl_code kl_sessions_new(size_t max, size_t per_principal, kl_sessions **out, kl_
         t->free_stack = calloc(max, sizeof *t->free_stack);
         t->index = calloc(buckets, sizeof *t->index);
     }
-    if (t == NULL || t->slots == NULL || t->meta == NULL || t->free_stack == NULL || t->index == NULL) {
+    for (int g = 0; t != NULL && g < 2; g++)
+        t->hello[g].keys = calloc(2 * KL_HELLO_SEEN_MAX, sizeof *t->hello[g].keys);
+    if (t == NULL || t->slots == NULL || t->meta == NULL || t->free_stack == NULL || t->index == NULL ||
+        t->hello[0].keys == NULL || t->hello[1].keys == NULL) {
         kl_sessions_free(t);
         return kl_fail(err, KL_RESOURCE_EXHAUSTED, "memory",
                        "session table: out of memory for %zu sessions", max);
     }
     t->max = max;
     t->per_principal = per_principal;
+    t->per_tenant = max;
+    t->hello_rotated_ms = INT64_MIN;
     t->mask = buckets - 1;
     for (size_t i = 0; i < max; i++)
         t->free_stack[i] = (uint32_t)(max - 1 - i); /* slot 0 is taken first */
@@ -97,6 +113,8 @@ void kl_sessions_free(kl_sessions *t)
         free(t->slots);
     }
     free(t->meta);
+    free(t->hello[0].keys);
+    free(t->hello[1].keys);
     free(t->free_stack);
     free(t->index);
     free(t);
@@ -140,8 +158,79 @@ static void remove_slot(kl_sessions *t, size_t n)
     sodium_memzero(s, sizeof *s);
     t->meta[n].expires = 0;
     t->meta[n].principal_hash = 0;
+    t->meta[n].tenant_hash = 0;
     t->free_stack[t->free_n++] = (uint32_t)n;
     t->count--;
+}
+
+/* The slot to evict when the table is full: the oldest session of the tenant holding the
+ * most sessions, so that a tenant below the largest never loses one to another's Hellos.
+ * Counts tenants by hash in a scratch table (only when full); NULL scratch falls back to
+ * the table's oldest. */
+static size_t victim_of_largest_tenant(const kl_sessions *t, size_t oldest)
+{
+    size_t cap = 2 * t->max;
+    struct { uint64_t h; size_t n; } *cnt = calloc(cap, sizeof *cnt);
+    if (cnt == NULL)
+        return oldest;
+    size_t best_n = 0, victim = oldest;
+    for (size_t i = 0; i < t->max; i++) {
+        if (t->meta[i].expires == 0)
+            continue;
+        uint64_t h = t->meta[i].tenant_hash;
+        size_t b = (size_t)(h % cap);
+        while (cnt[b].n != 0 && cnt[b].h != h)
+            b = (b + 1) % cap;
+        cnt[b].h = h;
+        cnt[b].n++;
+    }
+    uint64_t best_h = 0;
+    for (size_t b = 0; b < cap; b++)
+        if (cnt[b].n > best_n) {
+            best_n = cnt[b].n;
+            best_h = cnt[b].h;
+        }
+    free(cnt);
+    victim = SIZE_MAX;
+    for (size_t i = 0; i < t->max; i++)
+        if (t->meta[i].expires != 0 && t->meta[i].tenant_hash == best_h &&
+            (victim == SIZE_MAX || t->meta[i].expires < t->meta[victim].expires))
+            victim = i;
+    return victim != SIZE_MAX ? victim : oldest;
+}
+
+/* One pass over the table for a put of a session of (h, th): drops the expired and finds
+ * the principal's and the tenant's counts and oldest sessions, and the table's oldest. */
+typedef struct put_scan {
+    size_t mine, oldest_mine, tenant, oldest_tenant, oldest;
+} put_scan;
+
+static void scan_for_put(kl_sessions *t, const kl_session_entry *e, uint64_t h, uint64_t th,
+                         int64_t now_ms, put_scan *sc, kl_sessions_evicted *ev)
+{
+    *sc = (put_scan){0, SIZE_MAX, 0, SIZE_MAX, SIZE_MAX};
+    for (size_t i = 0; i < t->max; i++) {
+        const slot_meta *m = &t->meta[i];
+        if (m->expires == 0)
+            continue;
+        if (now_ms >= m->expires) { /* kl_session_expired */
+            remove_slot(t, i);
+            ev->expired++;
+            continue;
+        }
+        if (sc->oldest == SIZE_MAX || m->expires < t->meta[sc->oldest].expires)
+            sc->oldest = i;
+        if (m->tenant_hash == th && strcmp(t->slots[i].e.tenant, e->tenant) == 0) {
+            sc->tenant++;
+            if (sc->oldest_tenant == SIZE_MAX || m->expires < t->meta[sc->oldest_tenant].expires)
+                sc->oldest_tenant = i;
+        }
+        if (m->principal_hash == h && strcmp(t->slots[i].e.s.principal_id, e->s.principal_id) == 0) {
+            sc->mine++;
+            if (sc->oldest_mine == SIZE_MAX || m->expires < t->meta[sc->oldest_mine].expires)
+                sc->oldest_mine = i;
+        }
+    }
 }
 
 kl_code kl_sessions_put(kl_sessions *t, const kl_session_entry *e, int64_t now_ms,
@@ -160,31 +249,19 @@ kl_code kl_sessions_put(kl_sessions *t, const kl_session_entry *e, int64_t now_m
     if (index_find(t, e->s.id) != SIZE_MAX)
         return kl_fail(err, KL_CONFLICT, "session_id", "session table: the session id is taken");
 
-    /* One pass: drop the expired, count the principal's, find the eviction candidates. */
-    uint64_t h = fnv1a(e->s.principal_id);
-    size_t mine = 0, oldest_mine = SIZE_MAX, oldest = SIZE_MAX;
-    for (size_t i = 0; i < t->max; i++) {
-        const slot_meta *m = &t->meta[i];
-        if (m->expires == 0)
-            continue;
-        if (now_ms >= m->expires) { /* kl_session_expired */
-            remove_slot(t, i);
-            ev->expired++;
-            continue;
-        }
-        if (oldest == SIZE_MAX || m->expires < t->meta[oldest].expires)
-            oldest = i;
-        if (m->principal_hash == h && strcmp(t->slots[i].e.s.principal_id, e->s.principal_id) == 0) {
-            mine++;
-            if (oldest_mine == SIZE_MAX || m->expires < t->meta[oldest_mine].expires)
-                oldest_mine = i;
-        }
-    }
-    if (mine >= t->per_principal) {
-        remove_slot(t, oldest_mine);
+    uint64_t h = fnv1a(e->s.principal_id), th = fnv1a(e->tenant);
+    put_scan sc;
+    scan_for_put(t, e, h, th, now_ms, &sc, ev);
+    /* Each bound evicts within itself: a principal its own, a tenant its own. */
+    if (sc.mine >= t->per_principal) {
+        remove_slot(t, sc.oldest_mine);
         ev->principal_evicted = 1;
+    } else if (sc.tenant >= t->per_tenant && t->per_tenant < t->max) {
+        remove_slot(t, sc.oldest_tenant);
+        ev->tenant_evicted = 1;
+        t->tenant_evictions++;
     } else if (t->count >= t->max) {
-        remove_slot(t, oldest);
+        remove_slot(t, victim_of_largest_tenant(t, sc.oldest));
         ev->table_evicted = 1;
     }
 
@@ -195,6 +272,7 @@ kl_code kl_sessions_put(kl_sessions *t, const kl_session_entry *e, int64_t now_m
     s->used = true;
     t->meta[n].expires = e->s.expires_unix_ms;
     t->meta[n].principal_hash = h;
+    t->meta[n].tenant_hash = th;
     size_t b = bucket_of(t, e->s.id);
     while (t->index[b] != 0)
         b = (b + 1) & t->mask;
@@ -242,4 +320,92 @@ size_t kl_sessions_count_principal(const kl_sessions *t, const char *principal_i
             strcmp(t->slots[i].e.s.principal_id, principal_id) == 0)
             n++;
     return n;
+}
+
+size_t kl_sessions_count_tenant(const kl_sessions *t, const char *tenant)
+{
+    uint64_t h = fnv1a(tenant);
+    size_t n = 0;
+    for (size_t i = 0; i < t->max; i++)
+        if (t->slots[i].used && t->meta[i].tenant_hash == h && strcmp(t->slots[i].e.tenant, tenant) == 0)
+            n++;
+    return n;
+}
+
+kl_code kl_sessions_set_per_tenant(kl_sessions *t, size_t per_tenant, kl_err *err)
+{
+    if (per_tenant < 1 || per_tenant > t->max)
+        return kl_fail(err, KL_INVALID_ARGUMENT, "sessions_per_tenant",
+                       "session table: sessions_per_tenant must be 1..%zu, got %zu", t->max, per_tenant);
+    t->per_tenant = per_tenant;
+    return KL_OK;
+}
+
+size_t kl_sessions_tenant_evictions(const kl_sessions *t) { return t->tenant_evictions; }
+
+/* ---- Hellos seen ---- */
+
+/* Two generations, each current for KL_HELLO_SEEN_WINDOW_MS: a digest stays remembered for
+ * at least one whole window after it was added, which covers every time its Hello is still
+ * fresh (at most twice the accepted skew after the first acceptance). */
+static void hello_rotate(kl_sessions *t, int64_t now_ms)
+{
+    if (t->hello_rotated_ms != INT64_MIN && now_ms - t->hello_rotated_ms < KL_HELLO_SEEN_WINDOW_MS)
+        return;
+    bool long_idle = t->hello_rotated_ms == INT64_MIN ||
+                     now_ms - t->hello_rotated_ms >= 2 * (int64_t)KL_HELLO_SEEN_WINDOW_MS;
+    hello_gen old = t->hello[1];
+    memset(old.keys, 0, 2 * KL_HELLO_SEEN_MAX * sizeof *old.keys);
+    old.n = 0;
+    t->hello[1] = t->hello[0];
+    t->hello[0] = old;
+    if (long_idle) { /* both generations are older than a window: forget both */
+        memset(t->hello[1].keys, 0, 2 * KL_HELLO_SEEN_MAX * sizeof *t->hello[1].keys);
+        t->hello[1].n = 0;
+    }
+    t->hello_rotated_ms = now_ms;
+}
+
+/* The bucket of key in g: where it is, or the empty one where it would go. */
+static size_t hello_bucket(const hello_gen *g, const uint8_t key[16], bool *found)
+{
+    static const uint8_t zero[16];
+    uint64_t h;
+    memcpy(&h, key, sizeof h);
+    size_t cap = 2 * KL_HELLO_SEEN_MAX;
+    for (size_t b = (size_t)(h % cap);; b = (b + 1) % cap) {
+        if (memcmp(g->keys[b], key, 16) == 0) {
+            *found = true;
+            return b;
+        }
+        if (memcmp(g->keys[b], zero, 16) == 0) {
+            *found = false;
+            return b;
+        }
+    }
+}
+
+kl_code kl_sessions_hello_seen(kl_sessions *t, const uint8_t *signature, size_t len, int64_t now_ms,
+                               kl_err *err)
+{
+    uint8_t key[16];
+    crypto_generichash(key, sizeof key, signature, len, NULL, 0);
+    key[0] |= 1; /* never the all-zero empty bucket */
+    hello_rotate(t, now_ms);
+    bool found;
+    for (int g = 0; g < 2; g++) {
+        hello_bucket(&t->hello[g], key, &found);
+        if (found)
+            return kl_fail(err, KL_UNAUTHENTICATED, "hello_replayed",
+                           "this Hello was already answered (a Hello is good for one session); "
+                           "make a new one");
+    }
+    if (t->hello[0].n >= KL_HELLO_SEEN_MAX)
+        return kl_fail(err, KL_UNAVAILABLE, "hello_rate",
+                       "more than %d Hellos within %d ms; retry shortly", KL_HELLO_SEEN_MAX,
+                       KL_HELLO_SEEN_WINDOW_MS);
+    size_t b = hello_bucket(&t->hello[0], key, &found);
+    memcpy(t->hello[0].keys[b], key, 16);
+    t->hello[0].n++;
+    return KL_OK;
 }

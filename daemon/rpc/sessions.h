@@ -13,6 +13,9 @@
  *     UNAUTHENTICATED "session_unknown" on its next request and shakes hands again. The
  *     per-principal bound keeps one principal from evicting more than its own sessions:
  *     filling the table takes max / per_principal principals.
+ *   - at most `per_tenant` sessions of one tenant (kl_sessions_set_per_tenant): a tenant at
+ *     it evicts its own; a full table evicts from the tenant holding the most, so one
+ *     tenant's Hellos never push out a smaller tenant's sessions.
  *   - Expired sessions are dropped lazily: by a lookup that finds one (UNAUTHENTICATED
  *     "session_expired") and by every put.
  * Lookups by session id use an open-addressed hash index (ids are random, so their first
@@ -33,6 +36,11 @@
 
 #define KL_SESSIONS_MAX 4096
 #define KL_SESSIONS_PER_PRINCIPAL 64
+/* Hellos remembered per window (two windows are kept), and the window: twice the skew a
+ * Hello's time may have (KL_SESSION_DEFAULT_SKEW_MS), so a Hello is remembered as long as
+ * it could be accepted. */
+#define KL_HELLO_SEEN_MAX 16384
+#define KL_HELLO_SEEN_WINDOW_MS (2 * KL_SESSION_DEFAULT_SKEW_MS)
 
 /* One established session and what it was authenticated against. */
 typedef struct kl_session_entry {
@@ -48,7 +56,8 @@ typedef struct kl_sessions kl_sessions;
 typedef struct kl_sessions_evicted {
     size_t expired;            /* expired sessions dropped */
     size_t principal_evicted;  /* 0 or 1: the principal's own session closest to expiry */
-    size_t table_evicted;      /* 0 or 1: the table's session closest to expiry */
+    size_t tenant_evicted;     /* 0 or 1: the tenant's own session closest to expiry */
+    size_t table_evicted;      /* 0 or 1: the largest tenant's session closest to expiry */
 } kl_sessions_evicted;
 
 /* A table of at most max (1..KL_SESSIONS_MAX) sessions, at most per_principal
@@ -76,5 +85,20 @@ bool kl_sessions_drop(kl_sessions *t, const uint8_t id[KL_SESSION_ID_LEN]);
 size_t kl_sessions_count(const kl_sessions *t);
 /* Sessions of principal_id in the table, expired ones included until dropped. */
 size_t kl_sessions_count_principal(const kl_sessions *t, const char *principal_id);
+size_t kl_sessions_count_tenant(const kl_sessions *t, const char *tenant);
+
+/* The per-tenant bound (1..max; max until set): a tenant at it loses its own session closest
+ * to expiry, never another tenant's. INVALID_ARGUMENT "sessions_per_tenant" outside. */
+kl_code kl_sessions_set_per_tenant(kl_sessions *t, size_t per_tenant, kl_err *err);
+/* Puts that evicted a session because its tenant was at its bound. */
+size_t kl_sessions_tenant_evictions(const kl_sessions *t);
+
+/* Replay refusal of Hellos: call with the signature of a Hello that verified, before its
+ * session is stored. KL_OK the first time (it is remembered for at least
+ * KL_HELLO_SEEN_WINDOW_MS of now_ms, a monotonic clock); UNAUTHENTICATED "hello_replayed"
+ * for a repeat; UNAVAILABLE "hello_rate" when KL_HELLO_SEEN_MAX Hellos arrived this window
+ * (refusing is the only safe answer once nothing more can be remembered). */
+kl_code kl_sessions_hello_seen(kl_sessions *t, const uint8_t *signature, size_t len, int64_t now_ms,
+                               kl_err *err);
 
 #endif

@@ -135,4 +135,11 @@ void test_coord_backlog(void);
 void cc_after_test(bool failed);
 void cc_stop_all(void);
 
+/* proc_conn.c (KL-8): sessions, connections and peer configuration under faults. */
+void test_conn_catalog_behind(void);
+void test_conn_limits(void);
+void test_conn_peer_config(void);
+void cn_stop_all_peers(void);
+void cn_stop_all(void);
+
 #endif

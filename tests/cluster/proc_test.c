@@ -1631,6 +1631,15 @@ int main(int argc, char **argv)
         {"CoordinatorBacklogTests: 10,000 pending intents after a cold restart all delivered, coordinator RSS "
          "under 64 MiB",
          test_coord_backlog},
+        {"conn: a member behind on the catalog answers a Hello UNAVAILABLE catalog_behind, never "
+         "UNAUTHENTICATED; the SDK retries it; a current catalog still refuses an unknown principal",
+         test_conn_catalog_behind},
+        {"conn: a replayed Hello is refused, a tenant at its session limit evicts only its own, the "
+         "client port refuses past its cap and closes idle connections, each counted",
+         test_conn_limits},
+        {"conn: a member started with another replica_count is refused by its peers (counted, logged "
+         "with both digests); the two that agree still commit",
+         test_conn_peer_config},
     };
     int passed = 0, failed = 0;
     for (size_t i = 0; i < sizeof tests / sizeof tests[0]; i++) {
@@ -1650,6 +1659,8 @@ int main(int argc, char **argv)
         az_stop_all();
         xf_after_test(failures_in_test != 0);
         cc_after_test(failures_in_test != 0);
+        cn_stop_all();
+        cn_stop_all_peers();
         printf("%s %s (%lld ms)\n", failures_in_test ? "FAIL" : "ok  ", tests[i].name,
                (long long)(now_ms() - t0));
         fflush(stdout);

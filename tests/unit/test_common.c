@@ -5,6 +5,7 @@
 #include "common/status.h"
 
 #include <check.h>
+#include <stdio.h>
 #include <string.h>
 
 START_TEST(status_names_round_trip)
@@ -102,6 +103,36 @@ START_TEST(cluster_parse_good)
 }
 END_TEST
 
+/* "connections": defaults, values taken, a tenant bound above the table's size clamped, and
+ * a value out of range refused naming it. */
+START_TEST(cluster_parse_connections)
+{
+    static kl_cluster c;
+    kl_err e;
+    ck_assert_int_eq(kl_cluster_parse(good_cluster, "v", &c, &e), KL_OK);
+    ck_assert_uint_eq(c.conn.client_max, KL_CONN_CLIENT_MAX_DEFAULT);
+    ck_assert_uint_eq(c.conn.client_idle_ms, KL_CONN_CLIENT_IDLE_DEFAULT_MS);
+    ck_assert_uint_eq(c.conn.peer_max, KL_CONN_PEER_MAX_DEFAULT);
+    ck_assert_uint_eq(c.conn.peer_idle_ms, 0);
+    ck_assert_uint_eq(c.conn.sessions_max, KL_CONN_SESSIONS_MAX_DEFAULT);
+    const char *fmt = "{\"cluster\":\"a\",\"replica_count\":1,\"connections\":%s,\"partitions\":"
+                      "[{\"id\":0,\"members\":[{\"id\":1,\"client\":\"x\"}]}]}";
+    char json[512];
+    snprintf(json, sizeof json, fmt,
+             "{\"client_max\":4,\"client_idle_ms\":0,\"sessions_max\":8,\"sessions_per_tenant\":100}");
+    ck_assert_int_eq(kl_cluster_parse(json, NULL, &c, &e), KL_OK);
+    ck_assert_uint_eq(c.conn.client_max, 4);
+    ck_assert_uint_eq(c.conn.client_idle_ms, 0);
+    ck_assert_uint_eq(c.conn.sessions_per_tenant, 8);
+    snprintf(json, sizeof json, fmt, "{\"peer_max\":33}");
+    ck_assert_int_eq(kl_cluster_parse(json, NULL, &c, &e), KL_INVALID_ARGUMENT);
+    ck_assert_str_eq(e.detail, "peer_max");
+    snprintf(json, sizeof json, fmt, "[]");
+    ck_assert_int_eq(kl_cluster_parse(json, NULL, &c, &e), KL_INVALID_ARGUMENT);
+    ck_assert_str_eq(e.detail, "connections");
+}
+END_TEST
+
 START_TEST(cluster_parse_refusals)
 {
     static kl_cluster c;
@@ -157,6 +188,7 @@ Suite *suite_cluster(void)
     TCase *t = tcase_create("file");
     tcase_add_test(t, cluster_parse_good);
     tcase_add_test(t, cluster_parse_refusals);
+    tcase_add_test(t, cluster_parse_connections);
     suite_add_tcase(s, t);
     return s;
 }

@@ -726,8 +726,10 @@ START_TEST(refuses_bad_frames)
     cluster_open(2, 2);
     member_start(1);
     td_raw w = {0};
+    /* The members' own replication configuration, so that its hello is accepted. */
     kl_peer_config pc = {.cluster = "unit-driver", .self = 2, .listen_url = mem[2].url,
-                         .n_peers = 1, .recv = raw_recv, .owner = &w};
+                         .n_peers = 1, .recv = raw_recv, .owner = &w,
+                         .config_index = KL_REPL_CONFIG_INDEX, .replica_count = 2};
     pc.peers[0].id = 1;
     pc.peers[0].url = mem[1].url;
     kl_peer *p;

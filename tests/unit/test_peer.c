@@ -169,6 +169,9 @@ typedef struct tm_opts {
     size_t max_frame, max_frames, max_bytes;
     uint32_t ack_timeout_ms;
     bool keyed; /* member key and every peer's public key: authenticated mode */
+    uint64_t config_index;  /* with replica_count != 0: hellos carry the configuration */
+    uint32_t replica_count;
+    uint32_t max_pipes, idle_ms;
 } tm_opts;
 
 /* Member keys from fixed seeds: tm_pk/tm_sk[id] for members 1..TM_MAX, [0] for a stranger. */
@@ -200,6 +203,10 @@ static void member_launch(uint64_t id, int n, const tm_opts *o, bool fresh)
         cfg.max_queued_frames = o->max_frames;
         cfg.max_queued_bytes = o->max_bytes;
         cfg.ack_timeout_ms = o->ack_timeout_ms;
+        cfg.config_index = o->config_index;
+        cfg.replica_count = o->replica_count;
+        cfg.max_pipes = o->max_pipes;
+        cfg.idle_ms = o->idle_ms;
         mem[id].keyed = o->keyed;
     }
     if (mem[id].keyed) {
@@ -1400,6 +1407,88 @@ START_TEST(test_keyed_and_plain_do_not_mix)
 }
 END_TEST
 
+/* Member 1 at (index 1, replica_count 2), member 2 at (index idx2, replica_count 3). */
+static void config_pair(bool keyed, uint64_t idx2)
+{
+    loop_open();
+    memset(send_seq, 0, sizeof send_seq);
+    url_for(1);
+    url_for(2);
+    member_start(1, 2, &(tm_opts){.keyed = keyed, .config_index = 1, .replica_count = 2});
+    member_start(2, 2, &(tm_opts){.keyed = keyed, .config_index = idx2, .replica_count = 3});
+}
+
+START_TEST(test_config_mismatch_at_same_index_refused)
+{
+    for (int keyed = 0; keyed < 2; keyed++) {
+        config_pair(keyed, 1);
+        uint64_t until = mono_ms() + 3000;
+        while (stats_of(1).config_mismatch < 2 && mono_ms() < until)
+            run_for(5);
+        ck_assert_uint_ge(stats_of(1).config_mismatch, 2); /* each redial refused again */
+        ck_assert_uint_ge(stats_of(1).refused, stats_of(1).config_mismatch);
+        ck_assert(!kl_peer_connected(mem[1].peer, 2));
+        ck_assert(!kl_peer_connected(mem[2].peer, 1));
+        loop_close();
+    }
+}
+END_TEST
+
+START_TEST(test_config_other_index_accepted)
+{
+    for (int keyed = 0; keyed < 2; keyed++) {
+        config_pair(keyed, 2);
+        wait_all_up(2);
+        ck_assert_uint_eq(stats_of(1).config_mismatch, 0);
+        ck_assert_int_eq(send_one(2, 1, 10), KL_OK);
+        expect_got(1, 2, 1, 3000);
+        loop_close();
+    }
+}
+END_TEST
+
+START_TEST(test_peer_port_cap_refuses_and_counts)
+{
+    /* Member 1 takes one connection at a time: of members 2 and 3 only one gets in. */
+    loop_open();
+    memset(send_seq, 0, sizeof send_seq);
+    for (uint64_t i = 1; i <= 3; i++)
+        url_for(i);
+    member_start(1, 3, &(tm_opts){.max_pipes = 1});
+    member_start(2, 3, NULL);
+    member_start(3, 3, NULL);
+    uint64_t until = mono_ms() + 3000;
+    while (stats_of(1).refused_cap < 2 && mono_ms() < until)
+        run_for(5);
+    ck_assert_uint_ge(stats_of(1).refused_cap, 2);
+    ck_assert_uint_le(stats_of(1).pipes_open, 1);
+    ck_assert(!(kl_peer_connected(mem[1].peer, 2) && kl_peer_connected(mem[1].peer, 3)));
+    loop_close();
+}
+END_TEST
+
+START_TEST(test_peer_idle_connection_closed)
+{
+    /* Connected, then silent for longer than idle_ms: closed (and redialled). */
+    loop_open();
+    memset(send_seq, 0, sizeof send_seq);
+    url_for(1);
+    url_for(2);
+    member_start(1, 2, &(tm_opts){.idle_ms = 300});
+    member_start(2, 2, NULL);
+    wait_all_up(2);
+    uint64_t until = mono_ms() + 3000;
+    while (stats_of(1).idle_closed < 1 && mono_ms() < until)
+        run_for(5);
+    ck_assert_uint_ge(stats_of(1).idle_closed, 1);
+    ck_assert_uint_eq(stats_of(1).config_mismatch, 0);
+    wait_all_up(2); /* the dialer comes back by itself */
+    ck_assert_int_eq(send_one(2, 1, 10), KL_OK);
+    expect_got(1, 2, 1, 3000);
+    loop_close();
+}
+END_TEST
+
 Suite *suite_peer(void)
 {
     Suite *s = suite_create("peer");
@@ -1423,6 +1512,10 @@ Suite *suite_peer(void)
     tcase_add_test(t, test_keyed_replayed_hello_replaces_nothing);
     tcase_add_test(t, test_keyed_dialer_checks_answer);
     tcase_add_test(t, test_keyed_and_plain_do_not_mix);
+    tcase_add_test(t, test_config_mismatch_at_same_index_refused);
+    tcase_add_test(t, test_config_other_index_accepted);
+    tcase_add_test(t, test_peer_port_cap_refuses_and_counts);
+    tcase_add_test(t, test_peer_idle_connection_closed);
     suite_add_tcase(s, t);
     return s;
 }

@@ -199,6 +199,88 @@ START_TEST(index_survives_churn)
 END_TEST
 
 /* The daemon's real bounds: the table holds KL_SESSIONS_MAX sessions and never more. */
+/* Tenant A at its bound loses its own oldest session, never tenant B's; a full table
+ * evicts from the tenant holding the most. */
+START_TEST(tenant_at_its_bound_evicts_only_its_own)
+{
+    kl_sessions *t = table(16, 16);
+    kl_err err;
+    ck_assert_int_eq(kl_sessions_set_per_tenant(t, 0, &err), KL_INVALID_ARGUMENT);
+    ck_assert_str_eq(err.detail, "sessions_per_tenant");
+    ck_assert_int_eq(kl_sessions_set_per_tenant(t, 8, &err), KL_OK);
+    kl_session_entry e;
+    kl_sessions_evicted ev;
+    for (uint32_t i = 0; i < 4; i++) { /* tenant B's four, closest to expiry of all */
+        entry(&e, 100 + i, "b1", NOW + 10 + i);
+        snprintf(e.tenant, sizeof e.tenant, "B");
+        ck_assert_int_eq(kl_sessions_put(t, &e, NOW, &ev, &err), KL_OK);
+    }
+    for (uint32_t i = 0; i < 40; i++) { /* tenant A: many principals, many Hellos */
+        char pr[16];
+        snprintf(pr, sizeof pr, "a%u", i % 5);
+        entry(&e, 200 + i, pr, NOW + 1000 + i);
+        snprintf(e.tenant, sizeof e.tenant, "A");
+        ck_assert_int_eq(kl_sessions_put(t, &e, NOW, &ev, &err), KL_OK);
+        ck_assert_uint_le(kl_sessions_count_tenant(t, "A"), 8);
+        ck_assert_uint_eq(kl_sessions_count_tenant(t, "B"), 4);
+    }
+    ck_assert_uint_eq(kl_sessions_tenant_evictions(t), 32);
+    for (uint32_t i = 0; i < 4; i++)
+        ck_assert(present(t, 100 + i, NOW));
+    ck_assert(present(t, 239, NOW));  /* A's newest */
+    ck_assert(!present(t, 200, NOW)); /* A's oldest went */
+    /* Table full (4 tenants C..F fill it): the largest tenant (A, 8) pays, not B. */
+    for (uint32_t i = 0; i < 8; i++) {
+        entry(&e, 300 + i, "c", NOW + 5000 + i);
+        snprintf(e.tenant, sizeof e.tenant, "C%u", i);
+        ck_assert_int_eq(kl_sessions_put(t, &e, NOW, &ev, &err), KL_OK);
+    }
+    ck_assert_uint_eq(kl_sessions_count_tenant(t, "B"), 4);
+    ck_assert_uint_eq(kl_sessions_count_tenant(t, "A"), 4);
+    kl_sessions_free(t);
+}
+END_TEST
+
+/* One Hello, one session: a repeat of the same signature is refused for at least a whole
+ * window; other Hellos pass; a generation that is full refuses (retryably). */
+START_TEST(hello_replay_is_refused_within_the_window)
+{
+    kl_sessions *t = table(8, 8);
+    kl_err err;
+    uint8_t sig[64], other[64];
+    randombytes_buf(sig, sizeof sig);
+    randombytes_buf(other, sizeof other);
+    int64_t now = 5000;
+    ck_assert_int_eq(kl_sessions_hello_seen(t, sig, sizeof sig, now, &err), KL_OK);
+    ck_assert_int_eq(kl_sessions_hello_seen(t, sig, sizeof sig, now, &err), KL_UNAUTHENTICATED);
+    ck_assert_str_eq(err.detail, "hello_replayed");
+    ck_assert_int_eq(kl_sessions_hello_seen(t, other, sizeof other, now + 1, &err), KL_OK);
+    /* Just under two windows later the first is still remembered (one rotation happened). */
+    ck_assert_int_eq(kl_sessions_hello_seen(t, sig, sizeof sig, now + KL_HELLO_SEEN_WINDOW_MS, &err),
+                     KL_UNAUTHENTICATED);
+    ck_assert_int_eq(kl_sessions_hello_seen(t, sig, sizeof sig, now + 2 * KL_HELLO_SEEN_WINDOW_MS - 1, &err),
+                     KL_UNAUTHENTICATED);
+    /* Long after every window (no Hello is fresh that long) it is forgotten. */
+    ck_assert_int_eq(kl_sessions_hello_seen(t, sig, sizeof sig, now + 5 * KL_HELLO_SEEN_WINDOW_MS, &err),
+                     KL_OK);
+    /* Fill the current generation: the next new Hello is UNAVAILABLE hello_rate. */
+    int64_t later = now + 10 * KL_HELLO_SEEN_WINDOW_MS;
+    kl_code rc = KL_OK;
+    int accepted = 0;
+    for (int i = 0; i < KL_HELLO_SEEN_MAX + 1 && rc == KL_OK; i++) {
+        uint8_t s2[64];
+        randombytes_buf(s2, sizeof s2);
+        rc = kl_sessions_hello_seen(t, s2, sizeof s2, later, &err);
+        if (rc == KL_OK)
+            accepted++;
+    }
+    ck_assert_int_eq(rc, KL_UNAVAILABLE);
+    ck_assert_str_eq(err.detail, "hello_rate");
+    ck_assert_int_eq(accepted, KL_HELLO_SEEN_MAX);
+    kl_sessions_free(t);
+}
+END_TEST
+
 START_TEST(daemon_bounds_hold)
 {
     kl_sessions *t = table(KL_SESSIONS_MAX, KL_SESSIONS_PER_PRINCIPAL);
@@ -230,6 +312,8 @@ Suite *suite_sessions(void)
     tcase_add_test(t, full_table_evicts_closest_to_expiry);
     tcase_add_test(t, index_survives_churn);
     tcase_add_test(t, daemon_bounds_hold);
+    tcase_add_test(t, tenant_at_its_bound_evicts_only_its_own);
+    tcase_add_test(t, hello_replay_is_refused_within_the_window);
     suite_add_tcase(s, t);
     return s;
 }
