@@ -166,6 +166,7 @@ struct kl_rpc_call {
     kl_rpc_seal_fn seal;
     kl_rpc_release_fn release;
     void *session_ctx;
+    int64_t deadline_ms; /* this server's wall clock, unix ms; 0 = none */
 };
 
 static bool server_is_stopping(kl_rpc_server *srv)
@@ -411,8 +412,10 @@ static kl_code server_check(const kl_rpc_server *srv, const Keyload__V1__Envelop
         rpc_printable_name(name, sizeof name, env->method);
         return kl_fail(err, KL_NOT_FOUND, "method", "unknown method \"%s\"", name);
     }
+    /* A relative budget cannot have run out on arrival as far as this server can tell;
+       only an absolute deadline from an older client is compared with our clock. */
     int64_t now = rpc_now_unix_ms();
-    if (env->deadline_unix_ms != 0 && now >= env->deadline_unix_ms)
+    if (env->timeout_ms == 0 && env->deadline_unix_ms != 0 && now >= env->deadline_unix_ms)
         return kl_fail(err, KL_DEADLINE_EXCEEDED, "deadline",
                        "request deadline passed %lld ms before the server read the request",
                        (long long)(now - env->deadline_unix_ms));
@@ -455,6 +458,8 @@ static void server_dispatch(kl_rpc_server *srv, rpc_slot *slot, nng_msg *frame)
     call->srv = srv;
     call->slot = slot;
     call->env = env;
+    call->deadline_ms = env->timeout_ms != 0 ? rpc_now_unix_ms() + (int64_t)env->timeout_ms
+                                             : env->deadline_unix_ms;
     slot->state = SLOT_HELD;
     srv->calls_out++;
     method->handler(srv->owner, call);
@@ -741,7 +746,7 @@ void *kl_rpc_call_session_ctx(const kl_rpc_call *call)
     return call->seal != NULL ? call->session_ctx : NULL;
 }
 
-int64_t kl_rpc_call_deadline_ms(const kl_rpc_call *call) { return call->env->deadline_unix_ms; }
+int64_t kl_rpc_call_deadline_ms(const kl_rpc_call *call) { return call->deadline_ms; }
 
 uint64_t kl_rpc_call_request_id(const kl_rpc_call *call) { return call->env->request_id; }
 
@@ -1003,6 +1008,10 @@ static kl_code client_encode(const kl_rpc_client *c, const char *method, const u
     env.method = (char *)method; /* only read by pack */
     env.request_id = request_id;
     env.deadline_unix_ms = deadline_ms;
+    if (deadline_ms != 0) {
+        int64_t left = deadline_ms - rpc_now_unix_ms();
+        env.timeout_ms = left < 1 ? 1 : left > (int64_t)UINT32_MAX ? UINT32_MAX : (uint32_t)left;
+    }
     env.payload.data = (uint8_t *)req;
     env.payload.len = req_len;
     if (sess != NULL) { /* only read by pack */

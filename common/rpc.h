@@ -82,7 +82,9 @@ void kl_rpc_server_stop(kl_rpc_server *srv);
 /* Accessors, valid until the call is answered. */
 const char *kl_rpc_call_method(const kl_rpc_call *call);
 const uint8_t *kl_rpc_call_payload(const kl_rpc_call *call, size_t *len);
-int64_t kl_rpc_call_deadline_ms(const kl_rpc_call *call); /* absolute unix ms; 0 = none */
+/* Absolute unix ms on this server's wall clock (from the request's relative budget when it
+   carries one, so client and server clocks need not agree); 0 = none. */
+int64_t kl_rpc_call_deadline_ms(const kl_rpc_call *call);
 uint64_t kl_rpc_call_request_id(const kl_rpc_call *call);
 
 /* Session fields of the request (DESIGN.md §5 "Sessions"; the Envelope's session_id,
