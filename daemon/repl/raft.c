@@ -411,12 +411,13 @@ static bool maybe_commit(kl_raft *r)
     return true;
 }
 
-/* Confirms, oldest first, the reads whose round Q2 members (self included) have answered.
- * Why Q2 (DESIGN.md §3: "answered by replica_count members"): Q2 + Q1 > N, so the answering
- * set meets every election quorum. A member that answered round q in our term had not voted
- * in a later term yet, so no newer leader existed when the read was recorded, and none had
- * committed anything our index misses. (N - Q1 + 1 answers would be enough for that; Q2 also
- * means a fresh read succeeds exactly when a write could, which is what callers expect.) */
+/* Confirms, oldest first, the reads whose round N - Q1 + 1 members (self included) have
+ * answered: the smallest set that meets every election quorum (Q1). A member that answered
+ * round q in our term had not voted in a later term yet, so no newer leader existed when the
+ * read was recorded, and none had committed anything our index misses (our commit covers
+ * every earlier term once our no-op committed). Requiring Q2 instead would make every read
+ * of a 3-of-3 group wait for the member that is down, though no rival can be elected. This
+ * is the check-quorum count (kl_raft_tick); etcd confirms with its election quorum. */
 static void release_reads(kl_raft *r)
 {
     size_t cap = r->cfg.max_pending_reads;
@@ -426,7 +427,7 @@ static void release_reads(kl_raft *r)
         for (size_t s = 0; s < r->n; s++)
             if (s != r->self && r->prs[s].read_ack >= pr->seq)
                 acks++;
-        if (acks < r->q2)
+        if (acks < r->qcheck)
             break;
         assert(r->done_len < cap);
         r->done[r->done_len++] = (kl_raft_read_state){.ctx = pr->ctx, .index = pr->index};
@@ -790,7 +791,7 @@ kl_code kl_raft_new(const kl_raft_config *cfg, kl_raft **out, kl_err *err)
     r->self = (size_t)slot_of(r, cfg->id);
     r->q2 = cfg->replica_count;
     kl_raft_quorums(r->n, r->q2, &r->q1);
-    /* Check-quorum threshold: see kl_raft_tick. */
+    /* Check-quorum and read-confirmation threshold: see kl_raft_tick and release_reads. */
     r->qcheck = (uint32_t)r->n - r->q1 + 1;
     r->rng = cfg->rand_seed ^ (cfg->id * 0x9e3779b97f4a7c15ull);
     r->reads = calloc(cfg->max_pending_reads, sizeof *r->reads);
@@ -960,7 +961,7 @@ kl_code kl_raft_read_index(kl_raft *r, uint64_t ctx, uint64_t *leader)
     r->reads[(r->reads_head + r->reads_len) % cap] =
         (pending_read){.ctx = ctx, .index = r->commit, .seq = ++r->read_seq};
     r->reads_len++;
-    release_reads(r); /* Q2 = 1: we alone are enough */
+    release_reads(r); /* N - Q1 + 1 = 1: we alone are enough */
     if (r->reads_len > 0)
         r->hb_dirty = true;
     return KL_OK;

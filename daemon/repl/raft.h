@@ -12,7 +12,9 @@
  * Quorums, for N members and replica_count Q2 (1 <= Q2 <= N):
  *   commit    an index of the current term commits once Q2 members have PERSISTED it; the
  *             leader counts itself only after the driver reported its own write (advance);
- *   election  Q1 = max(N - Q2 + 1, floor(N/2) + 1) votes, self included, for pre-votes and votes.
+ *   election  Q1 = max(N - Q2 + 1, floor(N/2) + 1) votes, self included, for pre-votes and votes;
+ *   read      N - Q1 + 1 members (self included) answer a read-index round: every such set
+ *             meets every election quorum, so no later leader can exist unseen.
  * Every Q1 set meets every Q2 set (no committed entry is lost across elections) and any two Q1
  * sets meet (one leader per term).
  *
@@ -234,7 +236,7 @@ kl_code kl_raft_step(kl_raft *r, const kl_raft_msg *m);
 kl_code kl_raft_propose(kl_raft *r, const void *data, size_t len, kl_raft_proposal *out);
 
 /* Read-index barrier: on a leader whose current term has a committed entry, records the
- * commit index and confirms leadership with a heartbeat round acknowledged by replica_count
+ * commit index and confirms leadership with a heartbeat round acknowledged by N - Q1 + 1
  * members (self included); then a read state {ctx, index} appears in a ready. KL_NOT_LEADER
  * on a follower (with *leader = the known leader) and on a leader whose own-term entry has
  * not committed yet (*leader = this member: retry shortly); KL_UNAVAILABLE past
