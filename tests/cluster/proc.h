@@ -90,6 +90,10 @@ pid_t spawn_keyloadd(const char *cluster, int partition, int member, const char 
 void test_peer_auth_refuses_intruders(void);
 void pa_stop_all(void);
 
+/* proc_reads.c */
+void test_reads_under_member_faults(void);
+void rd_stop_all(void);
+
 /* proc_catalog.c */
 void test_catalog_reaches_every_partition(void);
 void test_catalog_lease(void);

@@ -1156,6 +1156,9 @@ int main(int argc, char **argv)
          "and cold restart", test_catalog_reaches_every_partition},
         {"catalog lease: a data partition cut from partition 0 stops serving after its lease; "
          "a catalog change does not wait for a partition whose lease ran out", test_catalog_lease},
+        {"fresh reads RF3 3-of-3: one follower down answers OK within the read deadline, both down answer "
+         "UNAVAILABLE by it, a burst of 200 reads leaves MemberStatus and Hello answering",
+         test_reads_under_member_faults},
         {"sessions: Hello, sealed batches and reads; every forged, stale, replayed or mislabelled "
          "request refused and nothing run; a restart or the ttl ends a session", test_sessions},
         {"SDK sessions: one client with a principal goes sealed from many threads, shakes hands "
@@ -1222,6 +1225,7 @@ int main(int argc, char **argv)
         group_stop_all();
         pa_stop_all();
         mp_stop_all();
+        rd_stop_all();
         ss_stop_all();
         sk_stop_all();
         az_stop_all();
