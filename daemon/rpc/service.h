@@ -56,8 +56,9 @@ typedef struct kl_service {
     /* Partition 0 only: the catalog version each data partition reported applied in its
      * latest tail (learnt from the tails themselves; reset when leadership moves here). */
     uint64_t catalog_progress[KL_CLUSTER_MAX_PARTITIONS];
-    int64_t tail_seen_ms[KL_CLUSTER_MAX_PARTITIONS];  /* monotonic: its latest tail's arrival */
-    int64_t leader_since_ms;         /* monotonic: when this member last became leader */
+    /* CLOCK_BOOTTIME ms: arrival of its latest tail that reported every version applied here */
+    int64_t tail_current_ms[KL_CLUSTER_MAX_PARTITIONS];
+    int64_t leader_since_ms;         /* CLOCK_BOOTTIME ms: when this member last became leader */
     bool was_leader;
     struct {
         kl_rpc_call *call;           /* NULL = free slot */

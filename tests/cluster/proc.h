@@ -92,6 +92,7 @@ void pa_stop_all(void);
 
 /* proc_reads.c */
 void test_reads_under_member_faults(void);
+void test_catalog_barrier_bounded(void);
 void rd_stop_all(void);
 
 /* proc_catalog.c */

@@ -1,4 +1,4 @@
-/* Process tests of fresh reads under member faults, on
+/* Process tests of fresh reads and of partition 0's catalog barrier under member faults, on
  * a real cluster: two partitions of three keyloadd members each, replica_count 3 (3-of-3),
  * insecure local admin (raw unsealed calls), loopback ports 24000..24999. Every member is
  * started by fork/exec and killed by its pid (rd_stop_all, also after a failed check).
@@ -7,7 +7,10 @@
  * deadline (p50/p99 printed); with both down, reads answer UNAVAILABLE within their
  * deadline, and a burst of 200 reads with 1 s timeouts neither hangs nor takes the client
  * port from MemberStatus and Hello.
- */
+ *
+ * Barrier: with one follower of partition 1 down, partition 1 keeps tailing but cannot
+ * commit the new catalog version; a queue creation on partition 0 returns within
+ * catalog_lease_ms x (1 + drift) + margin instead of holding until its deadline. */
 #include "tests/cluster/proc.h"
 
 #include "common/rpc.h"
@@ -316,4 +319,23 @@ void test_reads_under_member_faults(void)
                     "(%d reads_full)\n",
             kl_code_name(br[0].code), br[0].detail, (long long)br[0].ms, refused, full);
     CHECK(rd_port_answers(1, l, 500, why, sizeof why), "after the burst: %s", why);
+}
+
+void test_catalog_barrier_bounded(void)
+{
+    char why[256];
+    CHECK(rd_setup("rdbarrier", why, sizeof why), "%s", why);
+    int l = rd_leader(1, 20000);
+    CHECK(l >= 0, "partition 1 has no serving leader");
+    /* Partition 1's leader keeps tailing but cannot commit the new version (3-of-3, one
+     * follower down): the creation waits at most for its catalog lease to run out. */
+    rd_kill(1, (l + 1) % RD_MEMBERS);
+    int64_t ms;
+    kl_err err;
+    kl_code rc = rd_create_queue("q2", 1, 15000, &ms, &err);
+    int64_t bound = RD_LEASE_MS + RD_LEASE_MS / 10 + 200 + RD_SLACK_MS;
+    fprintf(stderr, "  queue creation with partition 1 unable to commit: %s after %lld ms (bound %lld ms)\n",
+            kl_code_name(rc), (long long)ms, (long long)bound);
+    CHECK(rc == KL_OK, "create q2: %s %s", kl_code_name(rc), err.message);
+    CHECK(ms <= bound, "create q2 took %lld ms, bound %lld ms", (long long)ms, (long long)bound);
 }

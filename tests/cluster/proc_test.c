@@ -1159,6 +1159,8 @@ int main(int argc, char **argv)
         {"fresh reads RF3 3-of-3: one follower down answers OK within the read deadline, both down answer "
          "UNAVAILABLE by it, a burst of 200 reads leaves MemberStatus and Hello answering",
          test_reads_under_member_faults},
+        {"catalog barrier RF3 3-of-3: a data partition that tails but cannot commit holds a catalog change "
+         "no longer than its catalog lease", test_catalog_barrier_bounded},
         {"sessions: Hello, sealed batches and reads; every forged, stale, replayed or mislabelled "
          "request refused and nothing run; a restart or the ttl ends a session", test_sessions},
         {"SDK sessions: one client with a principal goes sealed from many threads, shakes hands "
