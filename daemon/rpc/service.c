@@ -127,6 +127,8 @@ static void batch_answered(void *cookie, kl_code code, const kl_err *err, const 
         kl_rpc_reply_error(call, &fe, NULL);
         return;
     }
+    if (code == KL_OK && !kl_service_lease_holds_for_receipt(s, call, receipt, len))
+        return;
     if (code == KL_OK && query_alias != NULL)
         kl_service_reply_query(call, query_alias, KEYLOAD__V1__QUERY_RESULT_KIND__QUERY_RESULT_BATCH_RECEIPT,
                                receipt, len);
@@ -339,6 +341,8 @@ void kl_service_read_ready(kl_service *s, uint64_t read_ctx)
         return;
     kl_rpc_call *call = s->reads[i].call;
     s->reads[i].ctx = 0;
+    if (!kl_service_lease_holds(s, call))
+        return;
     serve_read(s, call, s->reads[i].kind);
 }
 

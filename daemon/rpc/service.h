@@ -103,6 +103,11 @@ void kl_service_role(kl_service *s, bool leader);
 /* Data partitions: false (call answered UNAVAILABLE "catalog_lease") when this serving
  * leader's catalog lease has run out. */
 bool kl_service_check_lease(kl_service *s, kl_rpc_call *call);
+/* Data partitions, where an answer carries data out (a confirmed read, a committed Receive's
+ * receipt): false (call answered UNAVAILABLE "catalog_lease") when the lease does not hold
+ * now, whatever the role. The receipt form passes receipts that deliver no message. */
+bool kl_service_lease_holds(kl_service *s, kl_rpc_call *call);
+bool kl_service_lease_holds_for_receipt(kl_service *s, kl_rpc_call *call, const uint8_t *receipt, size_t len);
 void kl_service_expire_batches(kl_service *s);
 void kl_service_expire_reads(kl_service *s);
 void kl_service_catalog_tick(kl_service *s);   /* expire parked tails and barriers */

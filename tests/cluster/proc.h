@@ -93,6 +93,8 @@ void pa_stop_all(void);
 /* proc_reads.c */
 void test_reads_under_member_faults(void);
 void test_catalog_barrier_bounded(void);
+void test_receive_commits_after_lease(void);
+void test_read_confirmed_after_lease(void);
 void rd_stop_all(void);
 
 /* proc_catalog.c */

@@ -10,7 +10,11 @@
  *
  * Barrier: with one follower of partition 1 down, partition 1 keeps tailing but cannot
  * commit the new catalog version; a queue creation on partition 0 returns within
- * catalog_lease_ms x (1 + drift) + margin instead of holding until its deadline. */
+ * catalog_lease_ms x (1 + drift) + margin instead of holding until its deadline.
+ *
+ * Lease: a Receive admitted under a valid catalog lease that commits only after the lease
+ * ran out (partition 0 killed meanwhile) is refused UNAVAILABLE catalog_lease, no body out;
+ * so is a read admitted under a valid lease and confirmed only after it ran out. */
 #include "tests/cluster/proc.h"
 
 #include "common/rpc.h"
@@ -35,7 +39,7 @@ static char rd_url[RD_PARTS][RD_MEMBERS][64];
 static pid_t rd_pid[RD_PARTS][RD_MEMBERS];
 static bool rd_written;
 
-static void rd_write(const char *name)
+static void rd_write(const char *name, int election_ms, int lease_ms)
 {
     static int seq;
     int base = 24000 + (int)(getpid() % 45) * 20 + (seq++ % 2) * 10; /* clients base.., peers +6 */
@@ -46,8 +50,8 @@ static void rd_write(const char *name)
         fprintf(stderr, "  cannot remove old stores of %s\n", name);
     FILE *f = fopen(rd_file, "w");
     fprintf(f, "{\"cluster\":\"%s\",\"replica_count\":3,\"insecure_local_admin\":true,"
-               "\"timers\":{\"tick_ms\":50,\"election_ms\":1000,\"heartbeat_ms\":150,\"catalog_lease_ms\":%d},"
-               "\"partitions\":[", name, RD_LEASE_MS);
+               "\"timers\":{\"tick_ms\":50,\"election_ms\":%d,\"heartbeat_ms\":150,\"catalog_lease_ms\":%d},"
+               "\"partitions\":[", name, election_ms, lease_ms);
     for (int p = 0; p < RD_PARTS; p++) {
         fprintf(f, "%s{\"id\":%d,\"members\":[", p ? "," : "", p);
         for (int m = 0; m < RD_MEMBERS; m++) {
@@ -160,9 +164,9 @@ static kl_code rd_create_queue(const char *q, int pin, int timeout_ms, int64_t *
 
 /* Six members, default/default and queue q on partition 1 holding one message; false
  * with why filled when the cluster does not get there. */
-static bool rd_setup(const char *name, char *why, size_t cap)
+static bool rd_setup_timers(const char *name, int election_ms, int lease_ms, char *why, size_t cap)
 {
-    rd_write(name);
+    rd_write(name, election_ms, lease_ms);
     for (int p = 0; p < RD_PARTS; p++)
         for (int m = 0; m < RD_MEMBERS; m++)
             rd_pid[p][m] = spawn_member(rd_file, p, m + 1);
@@ -200,6 +204,11 @@ static bool rd_setup(const char *name, char *why, size_t cap)
         return false;
     }
     return true;
+}
+
+static bool rd_setup(const char *name, char *why, size_t cap)
+{
+    return rd_setup_timers(name, 1000, RD_LEASE_MS, why, cap);
 }
 
 static int cmp_i64(const void *a, const void *b)
@@ -338,4 +347,120 @@ void test_catalog_barrier_bounded(void)
             kl_code_name(rc), (long long)ms, (long long)bound);
     CHECK(rc == KL_OK, "create q2: %s %s", kl_code_name(rc), err.message);
     CHECK(ms <= bound, "create q2 took %lld ms, bound %lld ms", (long long)ms, (long long)bound);
+}
+
+/* ---- the catalog lease where a Receive commits ---- */
+
+typedef struct late_receive {
+    pthread_t th;
+    int leader;
+    kl_code code;
+    char detail[64];
+    long long delivered; /* messages in an OK receipt */
+} late_receive;
+
+static void *late_receive_main(void *arg)
+{
+    late_receive *r = arg;
+    Keyload__V1__BatchRequest *b = batch_new(NULL);
+    add_receive(b, "q", 10, 60000);
+    size_t len;
+    uint8_t *req = pack_free(b, &len);
+    answer a = rd_call_member(1, r->leader, "keyload.v1.Batch", req, len, 20000, NULL);
+    free(req);
+    r->code = a.code;
+    snprintf(r->detail, sizeof r->detail, "%.60s", a.err.detail);
+    r->delivered = 0;
+    if (a.code == KL_OK) {
+        Keyload__V1__BatchReceipt *rc = keyload__v1__batch_receipt__unpack(NULL, a.len, a.bytes);
+        if (rc != NULL && rc->n_results == 1 && rc->results[0]->received != NULL)
+            r->delivered = (long long)rc->results[0]->received->n_messages;
+        if (rc != NULL)
+            keyload__v1__batch_receipt__free_unpacked(rc, NULL);
+    }
+    answer_free(&a);
+    return NULL;
+}
+
+void test_receive_commits_after_lease(void)
+{
+    char why[256];
+    CHECK(rd_setup("rdlease", why, sizeof why), "%s", why);
+    int l = rd_leader(1, 20000);
+    CHECK(l >= 0, "partition 1 has no serving leader");
+    int f1 = (l + 1) % RD_MEMBERS;
+    /* A Receive admitted under a valid lease cannot commit (3-of-3, one follower down)... */
+    rd_kill(1, f1);
+    static late_receive lr;
+    lr = (late_receive){.leader = l};
+    CHECK(pthread_create(&lr.th, NULL, late_receive_main, &lr) == 0, "thread");
+    sleep_ms(300);
+    /* ...partition 0 goes away, so the lease runs out before the commit... */
+    for (int m = 0; m < RD_MEMBERS; m++)
+        rd_kill(0, m);
+    /* Its last tail began before partition 0 died, so the lease has run out RD_LEASE_MS
+     * later (MemberStatus cannot show it: a leader that cannot commit reports no lease). */
+    sleep_ms(RD_LEASE_MS + 700);
+    /* ...and commits once the follower is back: its messages must not be handed out. */
+    rd_pid[1][f1] = spawn_member(rd_file, 1, f1 + 1);
+    pthread_join(lr.th, NULL);
+    fprintf(stderr, "  a Receive committed after the catalog lease ran out: %s %s (%lld messages handed out)\n",
+            kl_code_name(lr.code), lr.detail, lr.delivered);
+    CHECK(lr.code == KL_UNAVAILABLE && strcmp(lr.detail, "catalog_lease") == 0 && lr.delivered == 0,
+          "the late Receive answered %s %s with %lld messages", kl_code_name(lr.code), lr.detail, lr.delivered);
+}
+
+/* ---- the catalog lease where a read is served ---- */
+
+typedef struct late_read {
+    pthread_t th;
+    int leader;
+    answer a;
+    int64_t ms;
+} late_read;
+
+static void *late_read_main(void *arg)
+{
+    late_read *r = arg;
+    uint8_t buf[512];
+    size_t n = pack_stats_request("q", buf);
+    r->a = rd_call_member(1, r->leader, "keyload.v1.QueueStats", buf, n, 5000, &r->ms);
+    return NULL;
+}
+
+void test_read_confirmed_after_lease(void)
+{
+    char why[256];
+    /* A long election timeout keeps the leader leading while its followers are paused; the
+     * shortest catalog lease runs out well within one read deadline. */
+    CHECK(rd_setup_timers("rdlread", 4000, 1500, why, sizeof why), "%s", why);
+    int l = rd_leader(1, 20000);
+    CHECK(l >= 0, "partition 1 has no serving leader");
+    int f1 = (l + 1) % RD_MEMBERS, f2 = (l + 2) % RD_MEMBERS;
+    /* The read is admitted under a valid lease but no follower can confirm it yet... */
+    kill(rd_pid[1][f1], SIGSTOP);
+    kill(rd_pid[1][f2], SIGSTOP);
+    for (int m = 0; m < RD_MEMBERS; m++)
+        rd_kill(0, m);
+    static late_read lr;
+    lr = (late_read){.leader = l};
+    if (pthread_create(&lr.th, NULL, late_read_main, &lr) != 0) {
+        kill(rd_pid[1][f1], SIGCONT);
+        kill(rd_pid[1][f2], SIGCONT);
+        CHECK(false, "thread");
+    }
+    /* ...the lease (1500 ms from a tail begun before partition 0 died) runs out, and then
+     * the followers confirm it: it must not be served. */
+    sleep_ms(1700);
+    kill(rd_pid[1][f1], SIGCONT);
+    kill(rd_pid[1][f2], SIGCONT);
+    pthread_join(lr.th, NULL);
+    kl_code rc = lr.a.code;
+    char detail[64];
+    snprintf(detail, sizeof detail, "%.60s", lr.a.err.detail);
+    answer_free(&lr.a);
+    fprintf(stderr, "  a read confirmed after the catalog lease ran out: %s %s after %lld ms\n", kl_code_name(rc),
+            detail, (long long)lr.ms);
+    CHECK(rc == KL_UNAVAILABLE && strcmp(detail, "catalog_lease") == 0, "the late read answered %s %s",
+          kl_code_name(rc), detail);
 }

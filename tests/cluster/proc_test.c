@@ -1161,6 +1161,10 @@ int main(int argc, char **argv)
          test_reads_under_member_faults},
         {"catalog barrier RF3 3-of-3: a data partition that tails but cannot commit holds a catalog change "
          "no longer than its catalog lease", test_catalog_barrier_bounded},
+        {"catalog lease RF3 3-of-3: a Receive that commits after its partition's lease ran out hands out "
+         "nothing (UNAVAILABLE catalog_lease)", test_receive_commits_after_lease},
+        {"catalog lease RF3 3-of-3: a read confirmed after its partition's lease ran out is not served "
+         "(UNAVAILABLE catalog_lease)", test_read_confirmed_after_lease},
         {"sessions: Hello, sealed batches and reads; every forged, stale, replayed or mislabelled "
          "request refused and nothing run; a restart or the ttl ends a session", test_sessions},
         {"SDK sessions: one client with a principal goes sealed from many threads, shakes hands "
