@@ -4,7 +4,8 @@
  *   idle        no ready outstanding; pump() takes the next one;
  *   persisting  a ready is outstanding and its synced write runs on the thread pool
  *               (persist_busy); ticks, steps, proposals and reads keep feeding the core,
- *               whose effects wait for the next ready;
+ *               whose effects wait for the next ready, except heartbeats and their answers,
+ *               which leave at once (send_urgent);
  *   finishing   finish_round() sends, applies, serves reads, reports the role and advances
  *               (pumping is set, so a callback that proposes does not start a nested round);
  *   failed      fatal was called: no more readies, no timer, no peer; waits for stop;
@@ -682,6 +683,20 @@ static void pump(kl_repl *r)
     r->pumping = false;
 }
 
+/* Heartbeats and their answers leave now, not with the next ready (kl_raft_take_urgent):
+ * a read-index round and its acknowledgements are never queued behind a log write that runs
+ * on the thread pool, nor behind the write of the ready they would otherwise ride in. */
+static void send_urgent(kl_repl *r)
+{
+    kl_raft_msg m[2 * KL_RAFT_MAX_MEMBERS];
+    size_t n;
+    do {
+        n = kl_raft_take_urgent(r->raft, m, sizeof m / sizeof m[0]);
+        for (size_t i = 0; i < n && live(r); i++)
+            send_msg(r, &m[i]);
+    } while (n == sizeof m / sizeof m[0] && live(r));
+}
+
 /* ---------------------------------------------------------------- receiving */
 
 /* A received entry must be what this member would store: a no-op without data, or a normal
@@ -742,6 +757,7 @@ static void on_recv(void *owner, uint64_t from, const uint8_t *frame, size_t len
         fail_core(r, "step");
         return;
     }
+    send_urgent(r);
     pump(r);
 }
 
@@ -754,6 +770,7 @@ static void on_tick(uv_timer_t *t)
         fail_core(r, "tick");
         return;
     }
+    send_urgent(r);
     pump(r);
 }
 
@@ -965,6 +982,7 @@ kl_code kl_repl_read_index(kl_repl *r, uint64_t read_ctx, uint64_t *leader)
     kl_raft_status_get(r->raft, &st);
     *read_at(r, r->rlen) = (pending_read){.ctx = read_ctx, .term = st.term, .state = READ_WAITING};
     r->rlen++;
+    send_urgent(r);
     pump(r);
     return KL_OK;
 }

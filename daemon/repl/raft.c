@@ -73,6 +73,7 @@ struct kl_raft {
     /* ready bookkeeping */
     bool ready_out;
     kl_raft_hard_state hs_handed; /* last hard state handed out (or loaded at start) */
+    uint64_t term_durable;        /* term of the last hard state reported written (advance) */
     kl_raft_role role_handed;
     uint64_t leader_handed, term_handed;
     uint64_t applied, applied_handed;
@@ -819,6 +820,7 @@ kl_code kl_raft_new(const kl_raft_config *cfg, kl_raft **out, kl_err *err)
     r->commit = max_u64(cfg->hard.commit, cfg->applied);
     r->applied = r->applied_handed = cfg->applied;
     r->hs_handed = cfg->hard;
+    r->term_durable = cfg->hard.term;
     r->role = r->role_handed = KL_RAFT_FOLLOWER;
     r->term_handed = r->term;
     become_follower(r, r->term, 0);
@@ -967,6 +969,32 @@ kl_code kl_raft_read_index(kl_raft *r, uint64_t ctx, uint64_t *leader)
     return KL_OK;
 }
 
+size_t kl_raft_take_urgent(kl_raft *r, kl_raft_msg *out, size_t cap)
+{
+    /* A heartbeat or its answer speaks for our term only; until the write that records a
+     * new term is reported, a restart could forget the term it claims. */
+    if (broken(r) || r->term != r->term_durable || cap == 0)
+        return 0;
+    if (r->role == KL_RAFT_LEADER && r->hb_dirty) {
+        bcast_heartbeat(r);
+        r->hb_dirty = false;
+    }
+    size_t n = 0, keep = 0;
+    for (size_t i = 0; i < r->out_len; i++) {
+        kl_raft_msg *m = &r->out[i];
+        bool urgent = n < cap && m->term == r->term_durable &&
+                      (m->type == KL_RAFT_MSG_HEARTBEAT || m->type == KL_RAFT_MSG_HEARTBEAT_RESP);
+        if (urgent) {
+            r->out_bytes -= msg_bytes(m);
+            out[n++] = *m;
+        } else {
+            r->out[keep++] = *m;
+        }
+    }
+    r->out_len = keep;
+    return n;
+}
+
 bool kl_raft_has_ready(const kl_raft *r)
 {
     if (r->ready_out)
@@ -1059,6 +1087,8 @@ kl_code kl_raft_advance(kl_raft *r, const kl_raft_ready *rd)
     if (broken(r))
         return KL_INTERNAL;
     kl_rlog_stable(&r->log);
+    if (rd->has_hard_state)
+        r->term_durable = rd->hard.term;
     assert(r->applied_handed <= r->commit);
     r->applied = r->applied_handed;
     free_ready_buffers(r);

@@ -243,6 +243,15 @@ kl_code kl_raft_propose(kl_raft *r, const void *data, size_t len, kl_raft_propos
  * max_pending_reads. Reads still pending when the member stops leading are dropped. */
 kl_code kl_raft_read_index(kl_raft *r, uint64_t ctx, uint64_t *leader);
 
+/* Heartbeats and heartbeat answers promise nothing about this member's log, only its term:
+ * once that term is durable (no ready that changed it is still outstanding) they may leave
+ * at once instead of waiting for the next ready, so a read-index round (or a check-quorum
+ * answer) is never queued behind an unrelated log write. Moves up to cap of them from the
+ * outbox into out (no entries: nothing to free; the caller sends them in order) and returns
+ * how many; a leader first flushes a pending read-index round into its heartbeats. Callable
+ * at any time, a ready outstanding or not. */
+size_t kl_raft_take_urgent(kl_raft *r, kl_raft_msg *out, size_t cap);
+
 /* True when kl_raft_get_ready would return something (or an error), and no ready is outstanding. */
 bool kl_raft_has_ready(const kl_raft *r);
 /* KL_FAILED_PRECONDITION while a previous ready has not been advanced; KL_UNAVAILABLE when

@@ -570,8 +570,23 @@ static void complete(sim *s, s_node *n)
     n->rd_out = false;
 }
 
+/* As the driver does after every step and tick: heartbeats and their answers leave at once,
+ * whatever write is outstanding (kl_raft_take_urgent). */
+static void send_urgent(sim *s, s_node *n)
+{
+    kl_raft_msg m[2 * KL_RAFT_MAX_MEMBERS];
+    size_t k;
+    do {
+        k = kl_raft_take_urgent(n->r, m, sizeof m / sizeof m[0]);
+        for (size_t i = 0; i < k; i++)
+            net_send(s, &m[i]);
+    } while (k == sizeof m / sizeof m[0]);
+}
+
 static void process_ready(sim *s, s_node *n)
 {
+    if (n->r && !s->failed)
+        send_urgent(s, n);
     for (int iter = 0; iter < 2 && n->r && !s->failed; iter++) {
         if (!n->rd_out) {
             if (!kl_raft_has_ready(n->r))

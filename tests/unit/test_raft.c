@@ -203,8 +203,14 @@ static void mc_flush(mc *c, int id)
             ck_assert_int_eq(kl_raft_get_ready(m->r, &m->rd), KL_OK);
             m->rd_out = true;
         }
-        if (m->hold)
+        if (m->hold) {
+            /* A slow disk holds the ready, not the messages that promise only the term. */
+            kl_raft_msg urgent[2 * KL_RAFT_MAX_MEMBERS];
+            size_t n = kl_raft_take_urgent(m->r, urgent, 2 * KL_RAFT_MAX_MEMBERS);
+            for (size_t i = 0; i < n; i++)
+                mc_enqueue(c, &urgent[i]);
             return;
+        }
         kl_raft_ready *rd = &m->rd;
         if (rd->has_hard_state)
             m->hs = rd->hard;
@@ -733,17 +739,17 @@ START_TEST(read_index_rules)
 
     /* A read is confirmed by a round answered by N - Q1 + 1 = 2 members (Q1 = 2 at 3-of-3):
      * one follower down does not hold it, two do. */
-    c.nd[1].hold = true;
-    c.nd[2].hold = true;
+    mc_isolate(&c, 2, true);
+    mc_isolate(&c, 3, true);
     ck_assert_int_eq(kl_raft_read_index(c.nd[0].r, 42, &leader), KL_OK);
     mc_tick(&c, 1, 6);
     ck_assert_uint_eq(c.nd[0].n_reads, 0);
-    c.nd[1].hold = false;
+    mc_isolate(&c, 2, false);
     mc_tick(&c, 1, 2);
     ck_assert_uint_eq(c.nd[0].n_reads, 1);
     ck_assert_uint_eq(c.nd[0].reads[0].ctx, 42);
     ck_assert_uint_eq(c.nd[0].reads[0].index, commit);
-    c.nd[2].hold = false;
+    mc_isolate(&c, 3, false);
     mc_settle(&c);
     /* The read state names the commit index at request time, not a later one. */
     uint64_t idx = mc_propose(&c, 1, "w");
@@ -770,6 +776,54 @@ START_TEST(read_index_rules)
     mc_flush(&c, 1);
     ck_assert_uint_eq(c.nd[0].n_reads, 1);
     ck_assert_uint_eq(c.nd[0].reads[0].ctx, 7);
+    mc_free(&c);
+}
+END_TEST
+
+/* Followers whose disks are busy with an unrelated write still answer a read's heartbeat
+ * round (kl_raft_take_urgent): the confirmation is not queued behind their fsync. A member
+ * whose new term is not durable yet answers nothing early. */
+START_TEST(read_confirmed_while_followers_write)
+{
+    mc c;
+    mc_init(&c, 3, 3);
+    mc_elect(&c, 1);
+    mc_settle(&c);
+    c.nd[1].hold = true;
+    c.nd[2].hold = true;
+    uint64_t idx = mc_propose(&c, 1, "slow");
+    mc_settle(&c); /* both followers now hold a ready with that entry, unwritten */
+    ck_assert(c.nd[1].rd_out && c.nd[1].rd.n_entries > 0);
+    ck_assert_uint_lt(mc_status(&c, 1).commit, idx);
+    uint64_t leader;
+    ck_assert_int_eq(kl_raft_read_index(c.nd[0].r, 77, &leader), KL_OK);
+    mc_settle(&c);
+    ck_assert_uint_eq(c.nd[0].n_reads, 1);
+    ck_assert_uint_eq(c.nd[0].reads[0].ctx, 77);
+    ck_assert_uint_lt(mc_status(&c, 1).commit, idx); /* still not written anywhere else */
+    c.nd[1].hold = false;
+    c.nd[2].hold = false;
+    mc_settle(&c);
+    ck_assert_uint_ge(mc_status(&c, 1).commit, idx);
+    mc_free(&c);
+
+    /* A heartbeat that raises the follower's term: the answer waits for that term's write. */
+    kl_raft_msg hb = {.type = KL_RAFT_MSG_HEARTBEAT, .from = 2, .to = 1, .term = 9, .ctx = 1};
+    uint64_t terms[] = {1};
+    lone_init(&c, terms, 1, 1);
+    ck_assert_int_eq(kl_raft_step(c.nd[0].r, &hb), KL_OK);
+    kl_raft_msg out[4];
+    ck_assert_uint_eq(kl_raft_take_urgent(c.nd[0].r, out, 4), 0);
+    kl_raft_ready *rd = lone_ready(&c);
+    ck_assert(rd->has_hard_state && rd->hard.term == 9);
+    hb.ctx = 2; /* arrives while term 9 is being written */
+    ck_assert_int_eq(kl_raft_step(c.nd[0].r, &hb), KL_OK);
+    ck_assert_uint_eq(kl_raft_take_urgent(c.nd[0].r, out, 4), 0);
+    lone_advance(&c);
+    ck_assert_uint_eq(kl_raft_take_urgent(c.nd[0].r, out, 4), 1);
+    ck_assert_int_eq(out[0].type, KL_RAFT_MSG_HEARTBEAT_RESP);
+    ck_assert_uint_eq(out[0].ctx, 2);
+    ck_assert_uint_eq(out[0].term, 9);
     mc_free(&c);
 }
 END_TEST
@@ -1129,6 +1183,7 @@ Suite *suite_raft(void)
     tcase_add_test(t, old_term_entries_commit_only_indirectly);
     tcase_add_test(t, leader_without_quorum_steps_down);
     tcase_add_test(t, read_index_rules);
+    tcase_add_test(t, read_confirmed_while_followers_write);
     tcase_add_test(t, proposals_and_caps);
     tcase_add_test(t, no_ack_survives_a_term_change);
     tcase_add_test(t, truncation_reported_and_hinted);
