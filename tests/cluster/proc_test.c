@@ -1165,6 +1165,9 @@ int main(int argc, char **argv)
          "nothing (UNAVAILABLE catalog_lease)", test_receive_commits_after_lease},
         {"catalog lease RF3 3-of-3: a read confirmed after its partition's lease ran out is not served "
          "(UNAVAILABLE catalog_lease)", test_read_confirmed_after_lease},
+        {"self-grant RF3 3-of-3 with sessions: an administrator's grant to itself with a data partition unable "
+         "to commit answers OK within the barrier bound, through the SDK's retry, and so does its replay",
+         test_self_grant_with_lagging_partition},
         {"sessions: Hello, sealed batches and reads; every forged, stale, replayed or mislabelled "
          "request refused and nothing run; a restart or the ttl ends a session", test_sessions},
         {"SDK sessions: one client with a principal goes sealed from many threads, shakes hands "
@@ -1232,6 +1235,7 @@ int main(int argc, char **argv)
         pa_stop_all();
         mp_stop_all();
         rd_stop_all();
+        rd_stop_sessions();
         ss_stop_all();
         sk_stop_all();
         az_stop_all();
