@@ -400,8 +400,9 @@ static void node_subject_free(node_subject *s)
 
 /* Looks up a committed outcome. Returns KL_OK with *found and, when found, handled (the
  * caller was answered). A replay whose principal's policy epoch differs from the one its
- * outcome recorded (after the original's own effect: epoch_after_effect) is refused PERMISSION_DENIED "stale_authority" (DESIGN.md §9): the original
- * did commit and its outcome stays stored; a fresh command id runs under current grants. */
+ * outcome recorded (after the original's own effect: epoch_after_effect) is refused
+ * PERMISSION_DENIED "stale_authority": the original did commit and its outcome stays
+ * stored; a fresh command id runs under current grants. */
 static kl_code replay_committed(kl_node *n, const char *principal, const uint8_t cmd[16],
                                 const uint8_t digest[KL_DIGEST_LEN], uint64_t policy_epoch, bool *found,
                                 kl_node_reply_fn fn, void *cookie, kl_err *err)
