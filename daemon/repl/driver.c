@@ -417,21 +417,46 @@ static void reads_confirm(kl_repl *r, const kl_raft_read_state *rs)
     }
 }
 
-/* After the round's applies: drops the waiting reads the core dropped (accepted in an earlier
- * term than the ready's, or in its term when the ready says this member no longer leads; a
- * read accepted after the ready was taken is of a later term and left alone), then serves
- * confirmed reads whose index is applied, oldest first. Stops if a callback stopped us. */
+/* After the round's applies (the ready's confirmations were taken when the ready was, in
+ * pump): drops the waiting reads the core dropped (accepted in an earlier term than the
+ * ready's, or in its term when the ready says this member no longer leads; a read accepted
+ * after the ready was taken is of a later term and left alone), then serves confirmed reads
+ * whose index is applied, oldest first. Stops if a callback stopped us. */
+static void reads_serve(kl_repl *r);
+
 static void reads_settle(kl_repl *r)
 {
     const kl_raft_ready *rd = &r->rd;
-    for (size_t i = 0; i < r->rd.n_reads && live(r); i++)
-        reads_confirm(r, &rd->reads[i]);
     for (size_t i = 0; i < r->rlen && live(r); i++) {
         pending_read *p = read_at(r, i);
         if (p->state == READ_WAITING &&
             (p->term < rd->term || (p->term == rd->term && rd->role != KL_RAFT_LEADER)))
             read_dropped(r, p);
     }
+    reads_serve(r);
+}
+
+/* Confirmations taken out of the core at once (kl_raft_take_reads) rather than with the
+ * next ready, so a read whose round completed while a log write runs is served now when its
+ * index is applied. Not from inside a round: the round serves them itself. */
+static void reads_early(kl_repl *r)
+{
+    if (r->pumping || !live(r))
+        return;
+    kl_raft_read_state rs[16];
+    size_t n;
+    do {
+        n = kl_raft_take_reads(r->raft, rs, sizeof rs / sizeof rs[0]);
+        for (size_t i = 0; i < n && live(r); i++)
+            reads_confirm(r, &rs[i]);
+    } while (n == sizeof rs / sizeof rs[0] && live(r));
+    reads_serve(r);
+}
+
+/* Serves, oldest first, the confirmed reads whose index is applied; stops at the first
+ * read still waiting or not applied yet. */
+static void reads_serve(kl_repl *r)
+{
     while (r->rlen > 0 && live(r)) {
         pending_read *p = read_at(r, 0);
         if (p->state == READ_WAITING || (p->state == READ_CONFIRMED && p->index > r->applied))
@@ -615,6 +640,11 @@ static void pump(kl_repl *r)
             fail_core(r, "get_ready");
             break;
         }
+        /* Confirmations count from now, before any taken later by reads_early. */
+        for (size_t i = 0; i < r->rd.n_reads && live(r); i++)
+            reads_confirm(r, &r->rd.reads[i]);
+        if (!live(r))
+            break;
         if (commit_only(r)) {
             /* Only the commit index moved: no fsync and no thread hop (see
              * kl_store_save_commit), so a commit costs one synced write, not two. */
@@ -758,6 +788,7 @@ static void on_recv(void *owner, uint64_t from, const uint8_t *frame, size_t len
         return;
     }
     send_urgent(r);
+    reads_early(r);
     pump(r);
 }
 

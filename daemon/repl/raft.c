@@ -995,6 +995,17 @@ size_t kl_raft_take_urgent(kl_raft *r, kl_raft_msg *out, size_t cap)
     return n;
 }
 
+size_t kl_raft_take_reads(kl_raft *r, kl_raft_read_state *out, size_t cap)
+{
+    size_t n = r->done_len < cap ? r->done_len : cap;
+    if (n == 0)
+        return 0;
+    memcpy(out, r->done, n * sizeof *out);
+    memmove(r->done, r->done + n, (r->done_len - n) * sizeof *r->done);
+    r->done_len -= n;
+    return n;
+}
+
 bool kl_raft_has_ready(const kl_raft *r)
 {
     if (r->ready_out)

@@ -252,6 +252,12 @@ kl_code kl_raft_read_index(kl_raft *r, uint64_t ctx, uint64_t *leader);
  * at any time, a ready outstanding or not. */
 size_t kl_raft_take_urgent(kl_raft *r, kl_raft_msg *out, size_t cap);
 
+/* Read states confirmed since the last ready, handed out now rather than in the next ready
+ * (a confirmation needs no write of ours, so the driver may serve it while a log write
+ * runs). Moves up to cap of them, oldest first, into out and returns how many; every read
+ * state still appears exactly once, here or in a ready, and in confirmation order. */
+size_t kl_raft_take_reads(kl_raft *r, kl_raft_read_state *out, size_t cap);
+
 /* True when kl_raft_get_ready would return something (or an error), and no ready is outstanding. */
 bool kl_raft_has_ready(const kl_raft *r);
 /* KL_FAILED_PRECONDITION while a previous ready has not been advanced; KL_UNAVAILABLE when
