@@ -322,17 +322,18 @@ void test_reads_under_member_faults(void)
     CHECK(br[0].code == KL_UNAVAILABLE && br[0].ms <= RD_READ_DEADLINE_MS + RD_SLACK_MS,
           "a read with both followers down: %s %s after %lld ms (deadline %d ms)", kl_code_name(br[0].code),
           br[0].detail, (long long)br[0].ms, RD_READ_DEADLINE_MS);
-    int refused = 0, full = 0;
+    int refused = 0, full = 0, expired = 0;
     for (int i = 1; i <= RD_BURST; i++) {
         CHECK(br[i].code == KL_UNAVAILABLE || br[i].code == KL_NOT_LEADER,
               "burst read %d: %s %s after %lld ms (1 s timeout)", i, kl_code_name(br[i].code), br[i].detail,
               (long long)br[i].ms);
         refused++;
         full += strcmp(br[i].detail, "reads_full") == 0;
+        expired += strcmp(br[i].detail, "read_deadline") == 0;
     }
     fprintf(stderr, "  both followers down: a read answered %s/%s in %lld ms; %d burst reads answered "
-                    "(%d reads_full)\n",
-            kl_code_name(br[0].code), br[0].detail, (long long)br[0].ms, refused, full);
+                    "(%d reads_full, %d read_deadline)\n",
+            kl_code_name(br[0].code), br[0].detail, (long long)br[0].ms, refused, full, expired);
     CHECK(rd_port_answers(1, l, 500, why, sizeof why), "after the burst: %s", why);
 }
 
