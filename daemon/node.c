@@ -410,9 +410,10 @@ static void node_subject_free(node_subject *s)
 }
 
 /* Looks up a committed outcome. Returns KL_OK with *found and, when found, handled (the
- * caller was answered). A replay whose principal's policy epoch changed since the original
- * committed is refused PERMISSION_DENIED "stale_authority" (DESIGN.md §9): the original
- * did commit and its outcome stays stored; a fresh command id runs under current grants. */
+ * caller was answered). A replay whose principal's policy epoch differs from the one its
+ * outcome recorded (after the original's own effect: epoch_after_effect) is refused
+ * PERMISSION_DENIED "stale_authority": the original did commit and its outcome stays
+ * stored; a fresh command id runs under current grants. */
 static kl_code replay_committed(kl_node *n, const char *principal, const uint8_t cmd[16],
                                 const uint8_t digest[KL_DIGEST_LEN], uint64_t policy_epoch, bool *found,
                                 kl_node_reply_fn fn, void *cookie, kl_err *err)
@@ -456,6 +457,31 @@ static kl_code replay_committed(kl_node *n, const char *principal, const uint8_t
     fn(cookie, KL_OK, NULL, o->receipt.data, o->receipt.len);
     keyload__v1__outcome_record__free_unpacked(o, NULL);
     return KL_OK;
+}
+
+/* The caller's policy epoch with this batch's own effect in (the view's scratch holds it):
+ * what its outcome records, so that a batch changing its own principal (an administrator
+ * granting itself) does not make its own replay stale, while any later change still does.
+ * Outcomes stored before this rule hold the epoch before the effect and replay as they
+ * always did. Only partition 0 changes principals, so elsewhere it is the admission epoch. */
+static kl_code epoch_after_effect(kl_node *n, kl_view *v, const char *principal, const node_subject *subj,
+                                  uint64_t *out, kl_err *err)
+{
+    *out = subj->policy_epoch;
+    if (subj->record == NULL || n->cfg.partition != 0)
+        return KL_OK;
+    Keyload__V1__CatalogPrincipal *rec = NULL;
+    bool found = false;
+    uint64_t limit = v->scan_limit, scanned = v->scanned;
+    v->scan_limit = UINT64_MAX; /* a catalog read is not the request's scan */
+    kl_code rc = kl_catalog_find_principal(v, principal, &rec, &found, err);
+    v->scan_limit = limit;
+    v->scanned = scanned;
+    if (rc == KL_OK && found)
+        *out = rec->policy_epoch;
+    if (rec != NULL)
+        keyload__v1__catalog_principal__free_unpacked(rec, NULL);
+    return rc;
 }
 
 /* Encodes BatchReceipt fields 1-5, the results (field 6), field 7 and (when not 0)
@@ -677,7 +703,10 @@ void kl_node_submit_batch(kl_node *n, const char *principal, const uint8_t *req,
         n->pend = np;
         n->cap_pend = cap;
     }
-    if ((rc = encode_write_set(principal, subj.policy_epoch, b, digest, &scratch, &receipt,
+    uint64_t epoch_after = subj.policy_epoch;
+    if (!refused && (rc = epoch_after_effect(n, &view, principal, &subj, &epoch_after, &err)) != KL_OK)
+        goto fail;
+    if ((rc = encode_write_set(principal, epoch_after, b, digest, &scratch, &receipt,
                                refused ? &refusal : NULL, index, &ws, &err)) != KL_OK)
         goto fail;
     if (encode_entry(&entry, index, term, ctx.now_ms, NULL, &ws, 0) != 0) {

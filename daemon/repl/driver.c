@@ -4,7 +4,8 @@
  *   idle        no ready outstanding; pump() takes the next one;
  *   persisting  a ready is outstanding and its synced write runs on the thread pool
  *               (persist_busy); ticks, steps, proposals and reads keep feeding the core,
- *               whose effects wait for the next ready;
+ *               whose effects wait for the next ready, except heartbeats and their answers,
+ *               which leave at once (send_urgent);
  *   finishing   finish_round() sends, applies, serves reads, reports the role and advances
  *               (pumping is set, so a callback that proposes does not start a nested round);
  *   failed      fatal was called: no more readies, no timer, no peer; waits for stop;
@@ -416,21 +417,46 @@ static void reads_confirm(kl_repl *r, const kl_raft_read_state *rs)
     }
 }
 
-/* After the round's applies: drops the waiting reads the core dropped (accepted in an earlier
- * term than the ready's, or in its term when the ready says this member no longer leads; a
- * read accepted after the ready was taken is of a later term and left alone), then serves
- * confirmed reads whose index is applied, oldest first. Stops if a callback stopped us. */
+/* After the round's applies (the ready's confirmations were taken when the ready was, in
+ * pump): drops the waiting reads the core dropped (accepted in an earlier term than the
+ * ready's, or in its term when the ready says this member no longer leads; a read accepted
+ * after the ready was taken is of a later term and left alone), then serves confirmed reads
+ * whose index is applied, oldest first. Stops if a callback stopped us. */
+static void reads_serve(kl_repl *r);
+
 static void reads_settle(kl_repl *r)
 {
     const kl_raft_ready *rd = &r->rd;
-    for (size_t i = 0; i < r->rd.n_reads && live(r); i++)
-        reads_confirm(r, &rd->reads[i]);
     for (size_t i = 0; i < r->rlen && live(r); i++) {
         pending_read *p = read_at(r, i);
         if (p->state == READ_WAITING &&
             (p->term < rd->term || (p->term == rd->term && rd->role != KL_RAFT_LEADER)))
             read_dropped(r, p);
     }
+    reads_serve(r);
+}
+
+/* Confirmations taken out of the core at once (kl_raft_take_reads) rather than with the
+ * next ready, so a read whose round completed while a log write runs is served now when its
+ * index is applied. Not from inside a round: the round serves them itself. */
+static void reads_early(kl_repl *r)
+{
+    if (r->pumping || !live(r))
+        return;
+    kl_raft_read_state rs[16];
+    size_t n;
+    do {
+        n = kl_raft_take_reads(r->raft, rs, sizeof rs / sizeof rs[0]);
+        for (size_t i = 0; i < n && live(r); i++)
+            reads_confirm(r, &rs[i]);
+    } while (n == sizeof rs / sizeof rs[0] && live(r));
+    reads_serve(r);
+}
+
+/* Serves, oldest first, the confirmed reads whose index is applied; stops at the first
+ * read still waiting or not applied yet. */
+static void reads_serve(kl_repl *r)
+{
     while (r->rlen > 0 && live(r)) {
         pending_read *p = read_at(r, 0);
         if (p->state == READ_WAITING || (p->state == READ_CONFIRMED && p->index > r->applied))
@@ -614,6 +640,11 @@ static void pump(kl_repl *r)
             fail_core(r, "get_ready");
             break;
         }
+        /* Confirmations count from now, before any taken later by reads_early. */
+        for (size_t i = 0; i < r->rd.n_reads && live(r); i++)
+            reads_confirm(r, &r->rd.reads[i]);
+        if (!live(r))
+            break;
         if (commit_only(r)) {
             /* Only the commit index moved: no fsync and no thread hop (see
              * kl_store_save_commit), so a commit costs one synced write, not two. */
@@ -682,6 +713,20 @@ static void pump(kl_repl *r)
     r->pumping = false;
 }
 
+/* Heartbeats and their answers leave now, not with the next ready (kl_raft_take_urgent):
+ * a read-index round and its acknowledgements are never queued behind a log write that runs
+ * on the thread pool, nor behind the write of the ready they would otherwise ride in. */
+static void send_urgent(kl_repl *r)
+{
+    kl_raft_msg m[2 * KL_RAFT_MAX_MEMBERS];
+    size_t n;
+    do {
+        n = kl_raft_take_urgent(r->raft, m, sizeof m / sizeof m[0]);
+        for (size_t i = 0; i < n && live(r); i++)
+            send_msg(r, &m[i]);
+    } while (n == sizeof m / sizeof m[0] && live(r));
+}
+
 /* ---------------------------------------------------------------- receiving */
 
 /* A received entry must be what this member would store: a no-op without data, or a normal
@@ -742,6 +787,8 @@ static void on_recv(void *owner, uint64_t from, const uint8_t *frame, size_t len
         fail_core(r, "step");
         return;
     }
+    send_urgent(r);
+    reads_early(r);
     pump(r);
 }
 
@@ -754,6 +801,7 @@ static void on_tick(uv_timer_t *t)
         fail_core(r, "tick");
         return;
     }
+    send_urgent(r);
     pump(r);
 }
 
@@ -968,6 +1016,7 @@ kl_code kl_repl_read_index(kl_repl *r, uint64_t read_ctx, uint64_t *leader)
     kl_raft_status_get(r->raft, &st);
     *read_at(r, r->rlen) = (pending_read){.ctx = read_ctx, .term = st.term, .state = READ_WAITING};
     r->rlen++;
+    send_urgent(r);
     pump(r);
     return KL_OK;
 }

@@ -73,6 +73,7 @@ struct kl_raft {
     /* ready bookkeeping */
     bool ready_out;
     kl_raft_hard_state hs_handed; /* last hard state handed out (or loaded at start) */
+    uint64_t term_durable;        /* term of the last hard state reported written (advance) */
     kl_raft_role role_handed;
     uint64_t leader_handed, term_handed;
     uint64_t applied, applied_handed;
@@ -411,12 +412,13 @@ static bool maybe_commit(kl_raft *r)
     return true;
 }
 
-/* Confirms, oldest first, the reads whose round Q2 members (self included) have answered.
- * Why Q2 (DESIGN.md §3: "answered by replica_count members"): Q2 + Q1 > N, so the answering
- * set meets every election quorum. A member that answered round q in our term had not voted
- * in a later term yet, so no newer leader existed when the read was recorded, and none had
- * committed anything our index misses. (N - Q1 + 1 answers would be enough for that; Q2 also
- * means a fresh read succeeds exactly when a write could, which is what callers expect.) */
+/* Confirms, oldest first, the reads whose round N - Q1 + 1 members (self included) have
+ * answered: the smallest set that meets every election quorum (Q1). A member that answered
+ * round q in our term had not voted in a later term yet, so no newer leader existed when the
+ * read was recorded, and none had committed anything our index misses (our commit covers
+ * every earlier term once our no-op committed). Requiring Q2 instead would make every read
+ * of a 3-of-3 group wait for the member that is down, though no rival can be elected. This
+ * is the check-quorum count (kl_raft_tick); etcd confirms with its election quorum. */
 static void release_reads(kl_raft *r)
 {
     size_t cap = r->cfg.max_pending_reads;
@@ -426,7 +428,7 @@ static void release_reads(kl_raft *r)
         for (size_t s = 0; s < r->n; s++)
             if (s != r->self && r->prs[s].read_ack >= pr->seq)
                 acks++;
-        if (acks < r->q2)
+        if (acks < r->qcheck)
             break;
         assert(r->done_len < cap);
         r->done[r->done_len++] = (kl_raft_read_state){.ctx = pr->ctx, .index = pr->index};
@@ -790,7 +792,7 @@ kl_code kl_raft_new(const kl_raft_config *cfg, kl_raft **out, kl_err *err)
     r->self = (size_t)slot_of(r, cfg->id);
     r->q2 = cfg->replica_count;
     kl_raft_quorums(r->n, r->q2, &r->q1);
-    /* Check-quorum threshold: see kl_raft_tick. */
+    /* Check-quorum and read-confirmation threshold: see kl_raft_tick and release_reads. */
     r->qcheck = (uint32_t)r->n - r->q1 + 1;
     r->rng = cfg->rand_seed ^ (cfg->id * 0x9e3779b97f4a7c15ull);
     r->reads = calloc(cfg->max_pending_reads, sizeof *r->reads);
@@ -818,6 +820,7 @@ kl_code kl_raft_new(const kl_raft_config *cfg, kl_raft **out, kl_err *err)
     r->commit = max_u64(cfg->hard.commit, cfg->applied);
     r->applied = r->applied_handed = cfg->applied;
     r->hs_handed = cfg->hard;
+    r->term_durable = cfg->hard.term;
     r->role = r->role_handed = KL_RAFT_FOLLOWER;
     r->term_handed = r->term;
     become_follower(r, r->term, 0);
@@ -960,10 +963,47 @@ kl_code kl_raft_read_index(kl_raft *r, uint64_t ctx, uint64_t *leader)
     r->reads[(r->reads_head + r->reads_len) % cap] =
         (pending_read){.ctx = ctx, .index = r->commit, .seq = ++r->read_seq};
     r->reads_len++;
-    release_reads(r); /* Q2 = 1: we alone are enough */
+    release_reads(r); /* N - Q1 + 1 = 1: we alone are enough */
     if (r->reads_len > 0)
         r->hb_dirty = true;
     return KL_OK;
+}
+
+size_t kl_raft_take_urgent(kl_raft *r, kl_raft_msg *out, size_t cap)
+{
+    /* A heartbeat or its answer speaks for our term only; until the write that records a
+     * new term is reported, a restart could forget the term it claims. */
+    if (broken(r) || r->term != r->term_durable || cap == 0)
+        return 0;
+    if (r->role == KL_RAFT_LEADER && r->hb_dirty) {
+        bcast_heartbeat(r);
+        r->hb_dirty = false;
+    }
+    size_t n = 0, keep = 0;
+    for (size_t i = 0; i < r->out_len; i++) {
+        kl_raft_msg *m = &r->out[i];
+        bool urgent = n < cap && m->term == r->term_durable &&
+                      (m->type == KL_RAFT_MSG_HEARTBEAT || m->type == KL_RAFT_MSG_HEARTBEAT_RESP);
+        if (urgent) {
+            r->out_bytes -= msg_bytes(m);
+            out[n++] = *m;
+        } else {
+            r->out[keep++] = *m;
+        }
+    }
+    r->out_len = keep;
+    return n;
+}
+
+size_t kl_raft_take_reads(kl_raft *r, kl_raft_read_state *out, size_t cap)
+{
+    size_t n = r->done_len < cap ? r->done_len : cap;
+    if (n == 0)
+        return 0;
+    memcpy(out, r->done, n * sizeof *out);
+    memmove(r->done, r->done + n, (r->done_len - n) * sizeof *r->done);
+    r->done_len -= n;
+    return n;
 }
 
 bool kl_raft_has_ready(const kl_raft *r)
@@ -1058,6 +1098,8 @@ kl_code kl_raft_advance(kl_raft *r, const kl_raft_ready *rd)
     if (broken(r))
         return KL_INTERNAL;
     kl_rlog_stable(&r->log);
+    if (rd->has_hard_state)
+        r->term_durable = rd->hard.term;
     assert(r->applied_handed <= r->commit);
     r->applied = r->applied_handed;
     free_ready_buffers(r);

@@ -12,7 +12,9 @@
  * Quorums, for N members and replica_count Q2 (1 <= Q2 <= N):
  *   commit    an index of the current term commits once Q2 members have PERSISTED it; the
  *             leader counts itself only after the driver reported its own write (advance);
- *   election  Q1 = max(N - Q2 + 1, floor(N/2) + 1) votes, self included, for pre-votes and votes.
+ *   election  Q1 = max(N - Q2 + 1, floor(N/2) + 1) votes, self included, for pre-votes and votes;
+ *   read      N - Q1 + 1 members (self included) answer a read-index round: every such set
+ *             meets every election quorum, so no later leader can exist unseen.
  * Every Q1 set meets every Q2 set (no committed entry is lost across elections) and any two Q1
  * sets meet (one leader per term).
  *
@@ -234,12 +236,27 @@ kl_code kl_raft_step(kl_raft *r, const kl_raft_msg *m);
 kl_code kl_raft_propose(kl_raft *r, const void *data, size_t len, kl_raft_proposal *out);
 
 /* Read-index barrier: on a leader whose current term has a committed entry, records the
- * commit index and confirms leadership with a heartbeat round acknowledged by replica_count
+ * commit index and confirms leadership with a heartbeat round acknowledged by N - Q1 + 1
  * members (self included); then a read state {ctx, index} appears in a ready. KL_NOT_LEADER
  * on a follower (with *leader = the known leader) and on a leader whose own-term entry has
  * not committed yet (*leader = this member: retry shortly); KL_UNAVAILABLE past
  * max_pending_reads. Reads still pending when the member stops leading are dropped. */
 kl_code kl_raft_read_index(kl_raft *r, uint64_t ctx, uint64_t *leader);
+
+/* Heartbeats and heartbeat answers promise nothing about this member's log, only its term:
+ * once that term is durable (no ready that changed it is still outstanding) they may leave
+ * at once instead of waiting for the next ready, so a read-index round (or a check-quorum
+ * answer) is never queued behind an unrelated log write. Moves up to cap of them from the
+ * outbox into out (no entries: nothing to free; the caller sends them in order) and returns
+ * how many; a leader first flushes a pending read-index round into its heartbeats. Callable
+ * at any time, a ready outstanding or not. */
+size_t kl_raft_take_urgent(kl_raft *r, kl_raft_msg *out, size_t cap);
+
+/* Read states confirmed since the last ready, handed out now rather than in the next ready
+ * (a confirmation needs no write of ours, so the driver may serve it while a log write
+ * runs). Moves up to cap of them, oldest first, into out and returns how many; every read
+ * state still appears exactly once, here or in a ready, and in confirmation order. */
+size_t kl_raft_take_reads(kl_raft *r, kl_raft_read_state *out, size_t cap);
 
 /* True when kl_raft_get_ready would return something (or an error), and no ready is outstanding. */
 bool kl_raft_has_ready(const kl_raft *r);

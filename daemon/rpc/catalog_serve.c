@@ -8,8 +8,11 @@
  * leader's knowledge of every data partition's progress.
  *
  * Barrier: a catalog batch is answered only once every data partition has reported the
- * version it created (or its deadline comes: UNAVAILABLE naming the partitions still
- * behind; a retry with the same command id waits again, because replays pass here too).
+ * version it created, or can no longer serve under an older one: its latest tail that
+ * reported every version applied here is older than its catalog lease (with drift and
+ * margin). A tail that still lags extends nothing. Failing both by the caller's deadline:
+ * UNAVAILABLE naming the partitions still behind; a retry with the same command id waits
+ * again, because replays pass here too.
  * Everything parked is answered from the loop: on apply, on a tail, or on the timer. */
 #include "daemon/rpc/service.h"
 
@@ -29,10 +32,12 @@
 #define BARRIER_DEFAULT_MS 5000   /* without a caller deadline */
 #define BARRIER_MARGIN_MS 100     /* answer this long before the caller gives up */
 
-static int64_t mono_ms(void)
+/* Lease arithmetic runs on CLOCK_BOOTTIME: it keeps counting while the host is suspended,
+ * as the data partitions' leases (tailer.c) do, so a suspend cannot stretch a bound. */
+static int64_t boot_ms(void)
 {
     struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
+    clock_gettime(CLOCK_BOOTTIME, &ts);
     return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
@@ -169,7 +174,7 @@ void kl_service_catalog_tail(void *owner, kl_rpc_call *call)
                      s->cluster->partition_count - 1);
     else if (kl_tail_auth_required(s->cluster, part))
         /* Nothing of a request that does not verify is recorded: not its progress, not its
-         * arrival (which keeps a partition's lease counted as live). */
+         * arrival (which may count the partition as current). */
         rc = kl_tail_auth_verify_request(s->cluster, r, wall_ms(), &err);
     keyload__v1__catalog_tail_request__free_unpacked(r, NULL);
     if (rc != KL_OK) {
@@ -181,7 +186,11 @@ void kl_service_catalog_tail(void *owner, kl_rpc_call *call)
         kl_service_reply_not_leader(s, call, &err);
         return;
     }
-    s->tail_seen_ms[part] = mono_ms();
+    /* Only a tail that already has every version applied here restarts the partition's
+     * lease clock: one that lags (its leader cannot commit the change it was given, say)
+     * shows the partition alive, not current, and must not keep a barrier waiting. */
+    if (applied >= applied_version(s))
+        s->tail_current_ms[part] = boot_ms();
     if (applied > s->catalog_progress[part]) {
         s->catalog_progress[part] = applied;
         check_barriers(s, false);
@@ -207,22 +216,31 @@ void kl_service_catalog_tail(void *owner, kl_rpc_call *call)
 /* ---- barrier ---- */
 
 #define LEASE_MARGIN_MS 200 /* covers the time between a tail's send and its arrival here */
+#define LEASE_DRIFT_PCT 10  /* the data partition's clock may run this much slower than ours */
+
+/* How long after its latest current tail (see kl_service_catalog_tail) a data partition can
+ * still serve under an older catalog: its lease starts no later than that tail's send. */
+static int64_t lease_bound_ms(const kl_service *s)
+{
+    int64_t lease = (int64_t)s->cluster->timers.catalog_lease_ms;
+    return lease + lease * LEASE_DRIFT_PCT / 100 + LEASE_MARGIN_MS;
+}
 
 /* Writes the data partitions that have not reported `version` into buf; returns how many.
- * A partition not heard from for longer than its catalog lease (counted from this
- * leadership's start at the earliest) serves nothing under an older catalog any more, so
- * it no longer holds the barrier. */
+ * A partition whose latest current tail (counted from this leadership's start at the
+ * earliest) is older than lease_bound_ms serves nothing under an older catalog any more,
+ * so it no longer holds the barrier. */
 static int laggards(kl_service *s, uint64_t version, char *buf, size_t cap)
 {
     int n = 0;
     size_t used = 0;
     buf[0] = '\0';
-    int64_t now = mono_ms();
+    int64_t now = boot_ms(), bound = lease_bound_ms(s);
     for (int p = 1; p < s->cluster->partition_count; p++) {
         if (s->catalog_progress[p] >= version)
             continue;
-        int64_t seen = s->tail_seen_ms[p] > s->leader_since_ms ? s->tail_seen_ms[p] : s->leader_since_ms;
-        if (now - seen > (int64_t)s->cluster->timers.catalog_lease_ms + LEASE_MARGIN_MS)
+        int64_t current = s->tail_current_ms[p] > s->leader_since_ms ? s->tail_current_ms[p] : s->leader_since_ms;
+        if (now - current > bound)
             continue;
         int w = snprintf(buf + used, cap - used, "%s%d", n ? ", " : "", p);
         if (w > 0 && (size_t)w < cap - used)
@@ -253,9 +271,10 @@ static void check_barriers(kl_service *s, bool expire)
         } else if (expire || now >= s->barriers[i].until_ms) {
             kl_err err;
             kl_fail(&err, KL_UNAVAILABLE, "catalog_barrier",
-                    "catalog version %llu is committed but partitions %s have not applied it yet; "
-                    "retry with the same command id to wait again",
-                    (unsigned long long)s->barriers[i].version, lag);
+                    "catalog version %llu is committed but partitions %s have not applied it yet "
+                    "(each stops serving under the older catalog at most %lld ms after its last "
+                    "current tail); retry with the same command id to wait again",
+                    (unsigned long long)s->barriers[i].version, lag, (long long)lease_bound_ms(s));
             kl_rpc_reply_error(call, &err, NULL);
             barrier_free(s, i);
         }
@@ -390,7 +409,7 @@ void kl_service_applied(kl_service *s)
 void kl_service_role(kl_service *s, bool leader)
 {
     if (leader && !s->was_leader)
-        s->leader_since_ms = mono_ms();
+        s->leader_since_ms = boot_ms();
     s->was_leader = leader;
     if (leader)
         return;
@@ -398,11 +417,8 @@ void kl_service_role(kl_service *s, bool leader)
     wake_tails(s, true);
 }
 
-bool kl_service_check_lease(kl_service *s, kl_rpc_call *call)
+static void reply_lease_refused(kl_service *s, kl_rpc_call *call, int64_t age)
 {
-    int64_t age;
-    if (s->tailer == NULL || !serving(s) || kl_tailer_lease_valid(s->tailer, &age))
-        return true;
     kl_err err;
     if (age < 0)
         kl_fail(&err, KL_UNAVAILABLE, "catalog_lease",
@@ -414,5 +430,53 @@ bool kl_service_check_lease(kl_service *s, kl_rpc_call *call)
                 "ago (catalog_lease_ms %u); partition 0 is unreachable or slow; retry",
                 s->partition->id, (long long)age, s->cluster->timers.catalog_lease_ms);
     kl_rpc_reply_error(call, &err, NULL);
+}
+
+bool kl_service_check_lease(kl_service *s, kl_rpc_call *call)
+{
+    int64_t age;
+    if (s->tailer == NULL || !serving(s) || kl_tailer_lease_valid(s->tailer, &age))
+        return true;
+    reply_lease_refused(s, call, age);
+    return false;
+}
+
+/* Where data leaves: a grant revoked on partition 0 returns once this partition applied it
+ * or its lease ran out, so an answer handed out after that under the older catalog could
+ * reach a principal whose revoke already returned. Admission checked the lease, but a read
+ * waits for its round and a Receive for its commit; here the lease is checked again,
+ * whatever the role now (a member that stopped leading has no lease to rely on). */
+bool kl_service_lease_holds(kl_service *s, kl_rpc_call *call)
+{
+    int64_t age;
+    if (s->tailer == NULL || kl_tailer_lease_valid(s->tailer, &age))
+        return true;
+    reply_lease_refused(s, call, age);
+    return false;
+}
+
+/* Whether a committed batch's receipt hands out message bodies (a Receive that leased some). */
+static bool receipt_delivers(const uint8_t *receipt, size_t len)
+{
+    Keyload__V1__BatchReceipt *r = keyload__v1__batch_receipt__unpack(NULL, len, receipt);
+    if (r == NULL)
+        return true; /* cannot tell: treat it as data */
+    bool delivers = false;
+    for (size_t i = 0; i < r->n_results && !delivers; i++)
+        delivers = r->results[i]->kind_case == KEYLOAD__V1__MUTATION_RESULT__KIND_RECEIVED &&
+                   r->results[i]->received != NULL && r->results[i]->received->n_messages > 0;
+    keyload__v1__batch_receipt__free_unpacked(r, NULL);
+    return delivers;
+}
+
+bool kl_service_lease_holds_for_receipt(kl_service *s, kl_rpc_call *call, const uint8_t *receipt, size_t len)
+{
+    int64_t age;
+    if (s->tailer == NULL || kl_tailer_lease_valid(s->tailer, &age) || !receipt_delivers(receipt, len))
+        return true;
+    /* Committed, so the leased messages stay leased until their lease ends and then return
+     * to the queue; a retry with the same command id replays this receipt once the lease
+     * holds again, or answers stale_authority if the principal's grants changed. */
+    reply_lease_refused(s, call, age);
     return false;
 }

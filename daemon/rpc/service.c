@@ -74,6 +74,13 @@ static int64_t wall_now_ms(void)
     return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
+static int64_t mono_now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
 static void batch_unlink(kl_service *s, batch_call *bc)
 {
     if (bc->prev)
@@ -120,6 +127,8 @@ static void batch_answered(void *cookie, kl_code code, const kl_err *err, const 
         kl_rpc_reply_error(call, &fe, NULL);
         return;
     }
+    if (code == KL_OK && !kl_service_lease_holds_for_receipt(s, call, receipt, len))
+        return;
     if (code == KL_OK && query_alias != NULL)
         kl_service_reply_query(call, query_alias, KEYLOAD__V1__QUERY_RESULT_KIND__QUERY_RESULT_BATCH_RECEIPT,
                                receipt, len);
@@ -241,6 +250,22 @@ static void serve_read(kl_service *s, kl_rpc_call *call, int kind)
     free(answer);
 }
 
+/* When a read admitted now must be answered (monotonic ms): KL_SERVICE_READ_DEADLINE_MS,
+ * or sooner so the answer reaches a caller whose own deadline is nearer before it gives up. */
+static int64_t read_answer_by(kl_rpc_call *call, int64_t now)
+{
+    int64_t budget = KL_SERVICE_READ_DEADLINE_MS;
+    int64_t deadline = kl_rpc_call_deadline_ms(call);
+    if (deadline > 0) {
+        int64_t left = deadline - wall_now_ms();
+        int64_t margin = left / 4 < DEADLINE_MARGIN_MS ? left / 4 : DEADLINE_MARGIN_MS;
+        left -= margin > 0 ? margin : 0;
+        if (left < budget)
+            budget = left > 0 ? left : 0;
+    }
+    return now + budget;
+}
+
 void kl_service_start_read(kl_service *s, kl_rpc_call *call, int kind)
 {
     if (!kl_service_check_lease(s, call))
@@ -258,10 +283,13 @@ void kl_service_start_read(kl_service *s, kl_rpc_call *call, int kind)
     }
     uint64_t ctx = ++s->next_read;
     uint64_t leader = 0;
+    int64_t now = mono_now_ms();
     /* Registered first: the barrier may confirm inside kl_repl_read_index (one member). */
     s->reads[slot].ctx = ctx;
     s->reads[slot].call = call;
     s->reads[slot].kind = kind;
+    s->reads[slot].started_ms = now;
+    s->reads[slot].answer_by_ms = read_answer_by(call, now);
     kl_code rc = kl_repl_read_index(s->repl, ctx, &leader);
     if (rc == KL_OK)
         return;
@@ -313,6 +341,8 @@ void kl_service_read_ready(kl_service *s, uint64_t read_ctx)
         return;
     kl_rpc_call *call = s->reads[i].call;
     s->reads[i].ctx = 0;
+    if (!kl_service_lease_holds(s, call))
+        return;
     serve_read(s, call, s->reads[i].kind);
 }
 
@@ -326,6 +356,29 @@ void kl_service_read_dropped(kl_service *s, uint64_t read_ctx)
     kl_err err;
     kl_fail(&err, KL_UNAVAILABLE, "leader_changed", "leadership changed during the read; retry");
     kl_rpc_reply_error(call, &err, NULL);
+}
+
+/* A read whose round was not confirmed by its deadline: this leader did not hear from
+ * enough members (or they answer slowly). Nothing was read, so retrying is safe; the slot
+ * and the caller's context are freed now, and a confirmation arriving later finds no read. */
+void kl_service_expire_reads(kl_service *s)
+{
+    int64_t now = mono_now_ms();
+    for (int i = 0; i < KL_SERVICE_MAX_READS; i++) {
+        if (s->reads[i].ctx == 0 || now < s->reads[i].answer_by_ms)
+            continue;
+        kl_rpc_call *call = s->reads[i].call;
+        s->reads[i].ctx = 0;
+        kl_raft_status st;
+        kl_repl_status(s->repl, &st);
+        kl_err err;
+        kl_fail(&err, KL_UNAVAILABLE, "read_deadline",
+                "partition %d's leader could not confirm this read within %lld ms: %d of its %d "
+                "members (itself included) must answer a heartbeat round and fewer did; nothing "
+                "was read, retry", s->partition->id, (long long)(now - s->reads[i].started_ms),
+                s->partition->member_count - (int)st.q1 + 1, s->partition->member_count);
+        kl_rpc_reply_error(call, &err, NULL);
+    }
 }
 
 void kl_service_drop_reads(kl_service *s)
@@ -393,6 +446,7 @@ static void on_timer(uv_timer_t *t)
     kl_service *s = t->data;
     kl_service_catalog_tick(s);
     kl_service_expire_batches(s);
+    kl_service_expire_reads(s);
 }
 
 void kl_service_start(kl_service *s, uv_loop_t *loop)

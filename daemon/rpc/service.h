@@ -18,7 +18,12 @@
 #include "daemon/repl/driver.h"
 
 #define KL_LOCAL_PRINCIPAL KL_CATALOG_RESERVED_PRINCIPAL
-#define KL_SERVICE_MAX_READS 256
+/* Fresh reads waiting for their read-index round: well below the client port's contexts
+ * (main.c opens 128), so waiting reads never take the last ones and MemberStatus and Hello
+ * always find one. Each answers by KL_SERVICE_READ_DEADLINE_MS at the latest (sooner when
+ * the caller's deadline is nearer), below the SDK's default timeout. */
+#define KL_SERVICE_MAX_READS 48
+#define KL_SERVICE_READ_DEADLINE_MS 2000
 #define KL_SERVICE_MAX_TAILS 64      /* parked CatalogTail long-polls (partition 0) */
 #define KL_SERVICE_MAX_BARRIERS 256  /* catalog batches waiting for the data partitions */
 #define KL_TAIL_WAIT_MAX_MS 2000     /* longest a CatalogTail is held empty */
@@ -45,13 +50,16 @@ typedef struct kl_service {
         uint64_t ctx;               /* 0 = free slot */
         kl_rpc_call *call;
         int kind;                   /* which read (service.c read_kind) */
+        int64_t answer_by_ms;       /* monotonic: then UNAVAILABLE read_deadline */
+        int64_t started_ms;         /* monotonic: when it was admitted */
     } reads[KL_SERVICE_MAX_READS];  /* reads waiting for their barrier */
 
     /* Partition 0 only: the catalog version each data partition reported applied in its
      * latest tail (learnt from the tails themselves; reset when leadership moves here). */
     uint64_t catalog_progress[KL_CLUSTER_MAX_PARTITIONS];
-    int64_t tail_seen_ms[KL_CLUSTER_MAX_PARTITIONS];  /* monotonic: its latest tail's arrival */
-    int64_t leader_since_ms;         /* monotonic: when this member last became leader */
+    /* CLOCK_BOOTTIME ms: arrival of its latest tail that reported every version applied here */
+    int64_t tail_current_ms[KL_CLUSTER_MAX_PARTITIONS];
+    int64_t leader_since_ms;         /* CLOCK_BOOTTIME ms: when this member last became leader */
     bool was_leader;
     struct {
         kl_rpc_call *call;           /* NULL = free slot */
@@ -99,7 +107,13 @@ void kl_service_role(kl_service *s, bool leader);
 /* Data partitions: false (call answered UNAVAILABLE "catalog_lease") when this serving
  * leader's catalog lease has run out. */
 bool kl_service_check_lease(kl_service *s, kl_rpc_call *call);
+/* Data partitions, where an answer carries data out (a confirmed read, a committed Receive's
+ * receipt): false (call answered UNAVAILABLE "catalog_lease") when the lease does not hold
+ * now, whatever the role. The receipt form passes receipts that deliver no message. */
+bool kl_service_lease_holds(kl_service *s, kl_rpc_call *call);
+bool kl_service_lease_holds_for_receipt(kl_service *s, kl_rpc_call *call, const uint8_t *receipt, size_t len);
 void kl_service_expire_batches(kl_service *s);
+void kl_service_expire_reads(kl_service *s);
 void kl_service_catalog_tick(kl_service *s);   /* expire parked tails and barriers */
 void kl_service_catalog_stop(kl_service *s);   /* answer everything parked */
 void kl_service_reply_not_leader(kl_service *s, kl_rpc_call *call, const kl_err *err);

@@ -35,7 +35,7 @@ struct kl_tailer {
     bool serving, stop;
     uint64_t epoch;              /* bumped on every change of `serving` */
     uint64_t applied;            /* catalog version applied on this member */
-    /* The catalog lease: the start (monotonic ms) of the latest tail after whose answer
+    /* The catalog lease: the start (CLOCK_BOOTTIME ms) of the latest tail after whose answer
      * this member had applied everything partition 0 had; 0 = none this leadership. A
      * tail that brought changes counts once they are applied (pending_*). */
     int64_t lease_start_ms;
@@ -57,10 +57,12 @@ static int64_t wall_ms(void)
     return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
+/* CLOCK_BOOTTIME: the lease keeps ageing while the host is suspended, as partition 0's
+ * bound on it (catalog_serve.c) assumes. */
 static int64_t mono_ms(void)
 {
     struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
+    clock_gettime(CLOCK_BOOTTIME, &ts);
     return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 

@@ -93,6 +93,15 @@ pid_t spawn_keyloadd(const char *cluster, int partition, int member, const char 
 void test_peer_auth_refuses_intruders(void);
 void pa_stop_all(void);
 
+/* proc_reads.c */
+void test_reads_under_member_faults(void);
+void test_catalog_barrier_bounded(void);
+void test_receive_commits_after_lease(void);
+void test_read_confirmed_after_lease(void);
+void test_self_grant_with_lagging_partition(void);
+void rd_stop_sessions(void);
+void rd_stop_all(void);
+
 /* proc_catalog.c */
 void test_catalog_reaches_every_partition(void);
 void test_catalog_lease(void);

@@ -1578,6 +1578,18 @@ int main(int argc, char **argv)
          "and cold restart", test_catalog_reaches_every_partition},
         {"catalog lease: a data partition cut from partition 0 stops serving after its lease; "
          "a catalog change does not wait for a partition whose lease ran out", test_catalog_lease},
+        {"fresh reads RF3 3-of-3: one follower down answers OK within the read deadline, both down answer "
+         "UNAVAILABLE by it, a burst of 200 reads leaves MemberStatus and Hello answering",
+         test_reads_under_member_faults},
+        {"catalog barrier RF3 3-of-3: a data partition that tails but cannot commit holds a catalog change "
+         "no longer than its catalog lease", test_catalog_barrier_bounded},
+        {"catalog lease RF3 3-of-3: a Receive that commits after its partition's lease ran out hands out "
+         "nothing (UNAVAILABLE catalog_lease)", test_receive_commits_after_lease},
+        {"catalog lease RF3 3-of-3: a read confirmed after its partition's lease ran out is not served "
+         "(UNAVAILABLE catalog_lease)", test_read_confirmed_after_lease},
+        {"self-grant RF3 3-of-3 with sessions: an administrator's grant to itself with a data partition unable "
+         "to commit answers OK within the barrier bound, through the SDK's retry, and so does its replay",
+         test_self_grant_with_lagging_partition},
         {"sessions: Hello, sealed batches and reads; every forged, stale, replayed or mislabelled "
          "request refused and nothing run; a restart or the ttl ends a session", test_sessions},
         {"SDK sessions: one client with a principal goes sealed from many threads, shakes hands "
@@ -1654,6 +1666,8 @@ int main(int argc, char **argv)
         disk_cleanup(); /* after every daemon on it was stopped */
         pa_stop_all();
         mp_stop_all();
+        rd_stop_all();
+        rd_stop_sessions();
         ss_stop_all();
         sk_stop_all();
         az_stop_all();

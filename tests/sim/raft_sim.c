@@ -538,6 +538,24 @@ static void free_msg(kl_raft_msg *m)
     free(m->entries);
 }
 
+/* A read state handed out by n, in a ready or early: each read once, never stale. */
+static void read_confirmed(sim *s, s_node *n, const kl_raft_read_state *rs)
+{
+    if (rs->ctx >= s->n_reads || s->reads[rs->ctx].node != n->id || s->reads[rs->ctx].done) {
+        fail(s, "n%llu: unexpected read state ctx %llu", (unsigned long long)n->id,
+             (unsigned long long)rs->ctx);
+        return;
+    }
+    s_read *q = &s->reads[rs->ctx];
+    q->done = true;
+    if (rs->index < q->min_index)
+        fail(s, "stale read: n%llu confirmed read %llu at index %llu, but %llu was "
+                "committed before it was asked", (unsigned long long)n->id,
+             (unsigned long long)rs->ctx, (unsigned long long)rs->index,
+             (unsigned long long)q->min_index);
+    s->res->reads_ok++;
+}
+
 /* The driver's half of the contract: persist, then send, then apply, then advance. */
 static void complete(sim *s, s_node *n)
 {
@@ -547,22 +565,8 @@ static void complete(sim *s, s_node *n)
         net_send(s, &rd->msgs[i]);
     for (size_t i = 0; i < rd->n_committed && !s->failed; i++)
         apply_entry(s, n, &rd->committed[i]);
-    for (size_t i = 0; i < rd->n_reads && !s->failed; i++) {
-        const kl_raft_read_state *rs = &rd->reads[i];
-        if (rs->ctx >= s->n_reads || s->reads[rs->ctx].node != n->id || s->reads[rs->ctx].done) {
-            fail(s, "n%llu: unexpected read state ctx %llu", (unsigned long long)n->id,
-                 (unsigned long long)rs->ctx);
-            break;
-        }
-        s_read *q = &s->reads[rs->ctx];
-        q->done = true;
-        if (rs->index < q->min_index)
-            fail(s, "stale read: n%llu confirmed read %llu at index %llu, but %llu was "
-                    "committed before it was asked", (unsigned long long)n->id,
-                 (unsigned long long)rs->ctx, (unsigned long long)rs->index,
-                 (unsigned long long)q->min_index);
-        s->res->reads_ok++;
-    }
+    for (size_t i = 0; i < rd->n_reads && !s->failed; i++)
+        read_confirmed(s, n, &rd->reads[i]);
     n->applied_durable = n->applied;
     kl_code rc = kl_raft_advance(n->r, rd);
     if (rc != KL_OK)
@@ -570,8 +574,30 @@ static void complete(sim *s, s_node *n)
     n->rd_out = false;
 }
 
+/* As the driver does after every step and tick: heartbeats and their answers leave at once,
+ * and confirmed reads are taken, whatever write is outstanding (kl_raft_take_urgent,
+ * kl_raft_take_reads). */
+static void send_urgent(sim *s, s_node *n)
+{
+    kl_raft_msg m[2 * KL_RAFT_MAX_MEMBERS];
+    size_t k;
+    do {
+        k = kl_raft_take_urgent(n->r, m, sizeof m / sizeof m[0]);
+        for (size_t i = 0; i < k; i++)
+            net_send(s, &m[i]);
+    } while (k == sizeof m / sizeof m[0]);
+    kl_raft_read_state rs[8];
+    do {
+        k = kl_raft_take_reads(n->r, rs, 8);
+        for (size_t i = 0; i < k && !s->failed; i++)
+            read_confirmed(s, n, &rs[i]);
+    } while (k == 8 && !s->failed);
+}
+
 static void process_ready(sim *s, s_node *n)
 {
+    if (n->r && !s->failed)
+        send_urgent(s, n);
     for (int iter = 0; iter < 2 && n->r && !s->failed; iter++) {
         if (!n->rd_out) {
             if (!kl_raft_has_ready(n->r))

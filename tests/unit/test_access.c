@@ -231,6 +231,43 @@ START_TEST(replay_after_epoch_change_is_stale_authority)
 }
 END_TEST
 
+/* A batch's own effect does not make its replay stale: an administrator granting itself
+ * bumps its own epoch, and the replay of that very command answers the original receipt.
+ * A later revoke then restore (same grants, new epoch) still makes that replay stale. */
+START_TEST(own_effect_does_not_make_replay_stale)
+{
+    bootstrap_root();
+    make_queue("q");
+    uint64_t before = epoch_of("root");
+    th_batch *b = th_batch_new(0x41);
+    th_grant(b, "root", PUB, "q", NULL, NULL);
+    T.principal = "root";
+    Keyload__V1__BatchReceipt *r1 = th_run(&T, b, KL_OK);
+    ck_assert_uint_eq(epoch_of("root"), before + 1);
+    b = th_batch_new(0x41); /* the SDK's retry after UNAVAILABLE catalog_barrier */
+    th_grant(b, "root", PUB, "q", NULL, NULL);
+    Keyload__V1__BatchReceipt *r2 = th_run(&T, b, KL_OK);
+    ck_assert_uint_eq(r2->index, r1->index); /* the stored receipt, no second effect */
+    ck_assert_uint_eq(r2->term, r1->term);
+    ck_assert_uint_eq(epoch_of("root"), before + 1);
+    keyload__v1__batch_receipt__free_unpacked(r1, NULL);
+    keyload__v1__batch_receipt__free_unpacked(r2, NULL);
+    b = th_batch_new(0x42);
+    th_revoke(b, "root", PUB, "q");
+    run_as("root", b, KL_OK, NULL);
+    b = th_batch_new(0x43);
+    th_grant(b, "root", PUB, "q", NULL, NULL);
+    run_as("root", b, KL_OK, NULL);
+    ck_assert_uint_eq(epoch_of("root"), before + 3);
+    kl_err err;
+    b = th_batch_new(0x41);
+    th_grant(b, "root", PUB, "q", NULL, NULL);
+    T.principal = "root";
+    th_run_err(&T, b, KL_PERMISSION_DENIED, &err);
+    ck_assert_str_eq(err.detail, "stale_authority");
+}
+END_TEST
+
 /* Receive hands out only what the consumer may read: a message with a field outside its
  * grant refuses the whole Receive and leases nothing. */
 START_TEST(receive_checks_each_message_it_hands_out)
@@ -422,6 +459,7 @@ Suite *suite_access(void)
     tcase_add_test(t, requests_without_a_session_are_refused);
     tcase_add_test(t, grants_decide_publish);
     tcase_add_test(t, replay_after_epoch_change_is_stale_authority);
+    tcase_add_test(t, own_effect_does_not_make_replay_stale);
     tcase_add_test(t, receive_checks_each_message_it_hands_out);
     tcase_add_test(t, roles_and_key_rotation);
     tcase_add_test(t, transfers_need_admin_then_data_grants);

@@ -203,8 +203,19 @@ static void mc_flush(mc *c, int id)
             ck_assert_int_eq(kl_raft_get_ready(m->r, &m->rd), KL_OK);
             m->rd_out = true;
         }
-        if (m->hold)
+        if (m->hold) {
+            /* A slow disk holds the ready, not the messages that promise only the term. */
+            kl_raft_msg urgent[2 * KL_RAFT_MAX_MEMBERS];
+            size_t n = kl_raft_take_urgent(m->r, urgent, 2 * KL_RAFT_MAX_MEMBERS);
+            for (size_t i = 0; i < n; i++)
+                mc_enqueue(c, &urgent[i]);
+            /* Confirmed reads need no write of ours either: the driver serves them now. */
+            kl_raft_read_state rs[8];
+            size_t k = kl_raft_take_reads(m->r, rs, 8);
+            for (size_t i = 0; i < k && m->n_reads < 64; i++)
+                m->reads[m->n_reads++] = rs[i];
             return;
+        }
         kl_raft_ready *rd = &m->rd;
         if (rd->has_hard_state)
             m->hs = rd->hard;
@@ -731,16 +742,20 @@ START_TEST(read_index_rules)
     ck_assert(mc_status(&c, 1).leader_ready);
     uint64_t commit = mc_status(&c, 1).commit;
 
-    /* A read is confirmed only by a round answered by replica_count (3) members. */
-    c.nd[2].hold = true;
+    /* A read is confirmed by a round answered by N - Q1 + 1 = 2 members (Q1 = 2 at 3-of-3):
+     * one follower down does not hold it, two do. */
+    mc_isolate(&c, 2, true);
+    mc_isolate(&c, 3, true);
     ck_assert_int_eq(kl_raft_read_index(c.nd[0].r, 42, &leader), KL_OK);
     mc_tick(&c, 1, 6);
     ck_assert_uint_eq(c.nd[0].n_reads, 0);
-    c.nd[2].hold = false;
+    mc_isolate(&c, 2, false);
     mc_tick(&c, 1, 2);
     ck_assert_uint_eq(c.nd[0].n_reads, 1);
     ck_assert_uint_eq(c.nd[0].reads[0].ctx, 42);
     ck_assert_uint_eq(c.nd[0].reads[0].index, commit);
+    mc_isolate(&c, 3, false);
+    mc_settle(&c);
     /* The read state names the commit index at request time, not a later one. */
     uint64_t idx = mc_propose(&c, 1, "w");
     ck_assert_int_eq(kl_raft_read_index(c.nd[0].r, 43, &leader), KL_OK);
@@ -766,6 +781,82 @@ START_TEST(read_index_rules)
     mc_flush(&c, 1);
     ck_assert_uint_eq(c.nd[0].n_reads, 1);
     ck_assert_uint_eq(c.nd[0].reads[0].ctx, 7);
+    mc_free(&c);
+}
+END_TEST
+
+/* Followers whose disks are busy with an unrelated write still answer a read's heartbeat
+ * round (kl_raft_take_urgent): the confirmation is not queued behind their fsync. A member
+ * whose new term is not durable yet answers nothing early. */
+START_TEST(read_confirmed_while_followers_write)
+{
+    mc c;
+    mc_init(&c, 3, 3);
+    mc_elect(&c, 1);
+    mc_settle(&c);
+    c.nd[1].hold = true;
+    c.nd[2].hold = true;
+    uint64_t idx = mc_propose(&c, 1, "slow");
+    mc_settle(&c); /* both followers now hold a ready with that entry, unwritten */
+    ck_assert(c.nd[1].rd_out && c.nd[1].rd.n_entries > 0);
+    ck_assert_uint_lt(mc_status(&c, 1).commit, idx);
+    uint64_t leader;
+    ck_assert_int_eq(kl_raft_read_index(c.nd[0].r, 77, &leader), KL_OK);
+    mc_settle(&c);
+    ck_assert_uint_eq(c.nd[0].n_reads, 1);
+    ck_assert_uint_eq(c.nd[0].reads[0].ctx, 77);
+    ck_assert_uint_lt(mc_status(&c, 1).commit, idx); /* still not written anywhere else */
+    c.nd[1].hold = false;
+    c.nd[2].hold = false;
+    mc_settle(&c);
+    ck_assert_uint_ge(mc_status(&c, 1).commit, idx);
+    mc_free(&c);
+
+    /* A heartbeat that raises the follower's term: the answer waits for that term's write. */
+    kl_raft_msg hb = {.type = KL_RAFT_MSG_HEARTBEAT, .from = 2, .to = 1, .term = 9, .ctx = 1};
+    uint64_t terms[] = {1};
+    lone_init(&c, terms, 1, 1);
+    ck_assert_int_eq(kl_raft_step(c.nd[0].r, &hb), KL_OK);
+    kl_raft_msg out[4];
+    ck_assert_uint_eq(kl_raft_take_urgent(c.nd[0].r, out, 4), 0);
+    kl_raft_ready *rd = lone_ready(&c);
+    ck_assert(rd->has_hard_state && rd->hard.term == 9);
+    hb.ctx = 2; /* arrives while term 9 is being written */
+    ck_assert_int_eq(kl_raft_step(c.nd[0].r, &hb), KL_OK);
+    ck_assert_uint_eq(kl_raft_take_urgent(c.nd[0].r, out, 4), 0);
+    lone_advance(&c);
+    ck_assert_uint_eq(kl_raft_take_urgent(c.nd[0].r, out, 4), 1);
+    ck_assert_int_eq(out[0].type, KL_RAFT_MSG_HEARTBEAT_RESP);
+    ck_assert_uint_eq(out[0].ctx, 2);
+    ck_assert_uint_eq(out[0].term, 9);
+    mc_free(&c);
+}
+END_TEST
+
+/* A leader whose own disk is busy with a write still learns that its read was confirmed
+ * (kl_raft_take_reads), instead of after that write and the next ready. */
+START_TEST(read_confirmed_while_leader_writes)
+{
+    mc c;
+    mc_init(&c, 3, 3);
+    mc_elect(&c, 1);
+    mc_settle(&c);
+    uint64_t commit = mc_status(&c, 1).commit;
+    c.nd[0].hold = true;
+    uint64_t idx = mc_propose(&c, 1, "slow");
+    mc_settle(&c); /* the leader's ready with that entry stays outstanding */
+    ck_assert(c.nd[0].rd_out);
+    uint64_t leader;
+    ck_assert_int_eq(kl_raft_read_index(c.nd[0].r, 88, &leader), KL_OK);
+    mc_settle(&c);
+    ck_assert_uint_eq(c.nd[0].n_reads, 1);
+    ck_assert_uint_eq(c.nd[0].reads[0].ctx, 88);
+    ck_assert_uint_eq(c.nd[0].reads[0].index, commit);
+    c.nd[0].hold = false;
+    mc_settle(&c);
+    mc_tick(&c, 1, 2);
+    ck_assert_uint_ge(mc_status(&c, 1).commit, idx);
+    ck_assert_uint_eq(c.nd[0].n_reads, 1); /* handed out once, not again in a ready */
     mc_free(&c);
 }
 END_TEST
@@ -1125,6 +1216,8 @@ Suite *suite_raft(void)
     tcase_add_test(t, old_term_entries_commit_only_indirectly);
     tcase_add_test(t, leader_without_quorum_steps_down);
     tcase_add_test(t, read_index_rules);
+    tcase_add_test(t, read_confirmed_while_followers_write);
+    tcase_add_test(t, read_confirmed_while_leader_writes);
     tcase_add_test(t, proposals_and_caps);
     tcase_add_test(t, no_ack_survives_a_term_change);
     tcase_add_test(t, truncation_reported_and_hinted);
