@@ -98,9 +98,14 @@ build/proc-test: $(call obj,$(wildcard tests/cluster/*.c)) $(SDK_OBJ) $(CORE_OBJ
 # The nemesis harness (tests/nemesis): a driver linked with the SDK, run by tests/nemesis/run.sh
 # in network namespaces (root). `make nemesis SECONDS=N [SEED=S] [SCHEDULE=test]` soaks;
 # nemesis-test is make test's bounded run in which every fault kind runs at least 3 times.
-NEMESIS_SRC := $(wildcard tests/nemesis/*.c)
-build/nemesis: $(filter-out build/obj/tests/nemesis/lossyfs.o,$(call obj,$(NEMESIS_SRC))) lib/libkeyload.a
-	$(CC) $(CFLAGS) -o $@ $^ $(LIBS)
+# build/nemesis-clockshim.so offsets one member's wall clock (the clock-step fault).
+NEMESIS_SRC := $(filter-out tests/nemesis/lossyfs.c tests/nemesis/clockshim.c,$(wildcard tests/nemesis/*.c))
+build/nemesis: $(call obj,$(NEMESIS_SRC)) lib/libkeyload.a build/nemesis-clockshim.so
+	$(CC) $(CFLAGS) -o $@ $(call obj,$(NEMESIS_SRC)) lib/libkeyload.a $(LIBS)
+
+build/nemesis-clockshim.so: tests/nemesis/clockshim.c
+	@mkdir -p build
+	$(CC) -std=c11 -Wall -Wextra -Werror -O2 -shared -fPIC -o $@ $< -ldl
 
 SECONDS ?= 120
 SCHEDULE ?= soak

@@ -251,7 +251,11 @@ int nm_check_history(void)
     bad += check_transfers();
     bad += check_revokes();
     bad += check_reads();
-    bad += report("answers among documented codes", 1, (int)nm_hist.bad_codes, nm_hist.first_bad);
+    size_t answers = 0;
+    for (int k = 0; k < OP_KINDS; k++)
+        for (int c = 0; c <= KL_CODE_COUNT; c++)
+            answers += nm_hist.codes[k][c];
+    bad += report("answers among documented codes", answers, (int)nm_hist.bad_codes, nm_hist.first_bad);
     printf("    (UNAUTHENTICATED answers to principals that exist: %llu)\n",
            (unsigned long long)nm_hist.unknown_principal);
     bad += check_liveness();

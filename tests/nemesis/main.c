@@ -132,13 +132,16 @@ static void member_names(void)
 
 static void child_env(nm_member *mb)
 {
-    if (nm.faketime_lib[0]) {
-        /* Every member runs under libfaketime at offset +0 so that any one of them can be
-         * stepped later; the monotonic clock stays real (timers, elections). */
+    /* Every member runs with its wall clock offset by its clock file ("+0" unless stepped) so
+     * that any one of them can be stepped later; the monotonic clock stays real. */
+    if (nm.libfaketime) {
         setenv("LD_PRELOAD", nm.faketime_lib, 1);
         setenv("FAKETIME_TIMESTAMP_FILE", mb->clock_file, 1);
         setenv("FAKETIME_NO_CACHE", "1", 1);
         setenv("FAKETIME_DONT_FAKE_MONOTONIC", "1", 1);
+    } else if (nm.faketime_lib[0]) {
+        setenv("LD_PRELOAD", nm.faketime_lib, 1);
+        setenv("NEMESIS_CLOCK_FILE", mb->clock_file, 1);
     }
     if (mb->failpoints[0])
         setenv("KEYLOAD_FAILPOINTS", mb->failpoints, 1);
@@ -301,14 +304,18 @@ static void probe_daemon(void)
     sh_out(cmd, out, sizeof out);
     nm.eio_available = strstr(out, "store.log_write") == NULL && strstr(out, "KEYLOAD_FAILPOINTS") == NULL &&
                        strstr(out, "failpoint") == NULL;
-    const char *libs[] = {"/usr/lib/x86_64-linux-gnu/faketime/libfaketimeMT.so.1",
-                          "/usr/lib/aarch64-linux-gnu/faketime/libfaketimeMT.so.1", NULL};
-    for (int i = 0; libs[i]; i++)
-        if (access(libs[i], R_OK) == 0 && getenv("NEMESIS_NO_FAKETIME") == NULL) {
-            snprintf(nm.faketime_lib, sizeof nm.faketime_lib, "%s", libs[i]);
-            break;
-        }
-    printf("nemesis: daemon --init-store: %s; store.log_write failpoint: %s; libfaketime: %s\n",
+    /* NEMESIS_CLOCK=libfaketime runs the members under Debian's libfaketime instead of
+     * build/nemesis-clockshim.so (see clockshim.c for why that is not the default);
+     * NEMESIS_CLOCK=none preloads nothing. */
+    const char *mode = getenv("NEMESIS_CLOCK") ? getenv("NEMESIS_CLOCK") : "shim";
+    nm.libfaketime = strcmp(mode, "libfaketime") == 0;
+    if (nm.libfaketime)
+        snprintf(nm.faketime_lib, sizeof nm.faketime_lib, "/usr/lib/x86_64-linux-gnu/faketime/libfaketimeMT.so.1");
+    else if (strcmp(mode, "none") != 0)
+        snprintf(nm.faketime_lib, sizeof nm.faketime_lib, "%s/build/nemesis-clockshim.so", nm.root);
+    if (nm.faketime_lib[0] && access(nm.faketime_lib, R_OK) != 0)
+        nm.faketime_lib[0] = 0;
+    printf("nemesis: daemon --init-store: %s; store.log_write failpoint: %s; wall clock preload: %s\n",
            nm.init_store_flag ? "yes (first start only)" : "no", nm.eio_available ? "accepted" : "not accepted",
            nm.faketime_lib[0] ? nm.faketime_lib : "none");
     if (!nm.eio_available)

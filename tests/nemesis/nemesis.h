@@ -45,7 +45,8 @@ typedef struct nm_cluster {
     char tag[32];
     char file[600];
     char secret[600];
-    char faketime_lib[256]; /* empty: clock faults unavailable */
+    char faketime_lib[600]; /* the wall clock preload; empty: clock faults unavailable */
+    bool libfaketime;       /* it is libfaketime (else build/nemesis-clockshim.so) */
     bool init_store_flag;   /* keyloadd --help mentions --init-store */
     bool eio_available;     /* the daemon accepts the store.log_write failpoint */
     nm_member mb[NM_PARTS][NM_MEMBERS];
