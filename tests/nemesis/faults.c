@@ -357,6 +357,20 @@ static int inject(nm_fault f, char *what, size_t cap)
     }
 }
 
+/* A partition that does not serve again in time after a heal is a finding (counted by
+ * check.c); its members are then restarted (kill -9 + start) so that the rest of the run
+ * still tests something. */
+static void revive(int p)
+{
+    printf("            partition %d: restarting its members so the run goes on\n", p);
+    for (int m = 0; m < NM_MEMBERS; m++) {
+        nm_member_kill(&nm.mb[p][m]);
+        nm_member_start(&nm.mb[p][m]);
+    }
+    int64_t ms = nm_wait_serving(p, serve_wait_ms);
+    printf("            partition %d %s\n", p, ms < 0 ? "still does not serve" : "serves again");
+}
+
 static void run_one(int n, nm_fault f)
 {
     char what[400] = "";
@@ -364,28 +378,36 @@ static void run_one(int n, nm_fault f)
     int p = inject(f, what, sizeof what);
     int64_t healed = nm_now_ms();
     int64_t worst = 0;
-    bool served = true;
+    int stuck = -1;
     for (int q = (p < 0 ? 0 : p); q < (p < 0 ? NM_PARTS : p + 1); q++) {
         int64_t ms = nm_wait_serving(q, serve_wait_ms);
         if (ms < 0)
-            served = false;
+            stuck = q;
         else if (ms > worst)
             worst = ms;
     }
     stats[f].runs++;
-    if (served) {
+    nm_hist.heals++;
+    if (stuck < 0) {
         stats[f].heal_ms_sum += worst;
         if (worst > stats[f].heal_ms_max)
             stats[f].heal_ms_max = worst;
     } else {
         stats[f].not_served++;
+        nm_hist.serve_timeouts++;
+        if (!nm_hist.first_serve_timeout[0])
+            snprintf(nm_hist.first_serve_timeout, sizeof nm_hist.first_serve_timeout, "fault %d %s: %.200s", n,
+                     names[f], what);
     }
     printf("  fault %3d %-16s %s; %s after heal: %s (%lld ms in all)\n", n, names[f], what,
-           p < 0 ? "all partitions" : "partition", served ? "serving" : "NOT serving in time",
+           p < 0 ? "all partitions" : "partition", stuck < 0 ? "serving" : "NOT serving in time",
            (long long)(nm_now_ms() - t0));
-    if (served)
+    if (stuck < 0)
         printf("            serving again %lld ms after the heal\n", (long long)(nm_now_ms() - healed));
     restart_dead(true);
+    for (int q = 0; q < NM_PARTS; q++)
+        if (nm_leader(q, 500) < 0 && nm_wait_serving(q, serve_wait_ms) < 0)
+            revive(q);
 }
 
 bool nm_faults_run(uint64_t seed, int64_t deadline_ms, int min_each)

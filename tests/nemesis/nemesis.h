@@ -122,8 +122,13 @@ bool nm_workload_start(uint64_t seed);
 void nm_workload_stop(void);
 void nm_workload_report(void);
 
-/* check.c: every check counts; returns the number of violations. */
+/* check.c: every check counts; returns the number of violations. nm_check_offline runs the
+ * checks that need no running cluster (nm_check_history adds "every process answers"). */
 int nm_check_history(void);
+int nm_check_offline(void);
+extern bool nm_check_quiet; /* no per-check lines (the self-test) */
+/* selftest.c: each check fed a made-up history with known violations; failures. */
+int nm_selftest(void);
 
 /* The recorded history (workload.c owns it; check.c reads it after the workload stopped). */
 typedef enum nm_outcome { OUT_OK, OUT_REFUSED, OUT_UNKNOWN } nm_outcome;
@@ -188,6 +193,9 @@ typedef struct nm_history {
     uint64_t unknown_principal; /* UNAUTHENTICATED for a principal that exists */
     uint64_t fresh_inspect_missing;
     uint64_t bad_codes;          /* answers outside an operation's documented codes */
+    uint64_t heals;              /* faults healed (and the final heal) */
+    uint64_t serve_timeouts;     /* heals after which a partition did not serve in time */
+    char first_serve_timeout[256];
     char first_bad[256];
 } nm_history;
 

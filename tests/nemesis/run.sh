@@ -18,6 +18,9 @@ for tool in ip nft losetup mkfs.ext4; do
   command -v "$tool" >/dev/null || { echo "nemesis: $tool is missing; run make deps" >&2; exit 2; }
 done
 
+# The checks first, on made-up histories: a check that cannot fail stops the run here.
+"$root/build/nemesis" --self-test || { echo "0 passed, 1 failed"; exit 1; }
+
 tag=$$
 hub="klnh$tag"
 work="$root/build/nemesis-$tag"
