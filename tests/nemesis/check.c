@@ -265,6 +265,10 @@ int nm_check_offline(void)
         for (int c = 0; c <= KL_CODE_COUNT; c++)
             answers += nm_hist.codes[k][c];
     bad += report("answers among documented codes", answers, (int)nm_hist.bad_codes, nm_hist.first_bad);
+    for (size_t i = 0; i < nm_hist.n_bad_kinds && !nm_check_quiet; i++)
+        printf("    outside the documented codes: %s\n", nm_hist.bad_kinds[i]);
+    bad += report("member exits after a failed log write", nm_hist.eio_no_exit + (size_t)0, (int)nm_hist.eio_no_exit,
+                  "a member kept running after store.log_write failed");
     if (!nm_check_quiet)
         printf("    (UNAUTHENTICATED answers to principals that exist: %llu)\n",
            (unsigned long long)nm_hist.unknown_principal);

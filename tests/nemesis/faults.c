@@ -313,6 +313,8 @@ static int f_eio(char *what, size_t cap)
     bool exited = !nm_member_alive(mb);
     if (exited)
         stats[F_EIO].extra++;
+    else
+        nm_hist.eio_no_exit++;
     snprintf(what, cap, "%s restarted with store.log_write failing on its 5th write: %s", mb->node,
              exited ? "it exited" : "it did NOT exit within 15 s");
     nm_member_kill(mb);

@@ -197,6 +197,9 @@ typedef struct nm_history {
     uint64_t serve_timeouts;     /* heals after which a partition did not serve in time */
     char first_serve_timeout[256];
     char first_bad[256];
+    char bad_kinds[16][160];     /* each distinct (operation, code, detail) outside the codes */
+    size_t n_bad_kinds;
+    uint64_t eio_no_exit;        /* members that kept running after their log write failed */
 } nm_history;
 
 extern nm_history nm_hist;

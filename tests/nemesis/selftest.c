@@ -133,6 +133,9 @@ static int histories_of_the_rest(void)
     reset();
     nm_hist.heals = 4, nm_hist.serve_timeouts = 1;
     failed += expect("partition not serving after a heal", 1);
+    reset();
+    nm_hist.eio_no_exit = 1;
+    failed += expect("member running after a failed log write", 1);
     return failed;
 }
 

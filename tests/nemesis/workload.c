@@ -67,6 +67,13 @@ static void note(nm_op k, kl_code rc, const kl_err *err)
         nm_hist.unknown_principal++;
     if (!documented(k, rc)) {
         nm_hist.bad_codes++;
+        char kind[160];
+        snprintf(kind, sizeof kind, "%s %s %.100s", op_names[k], kl_code_name(rc), err ? err->detail : "");
+        size_t i = 0;
+        while (i < nm_hist.n_bad_kinds && strcmp(nm_hist.bad_kinds[i], kind) != 0)
+            i++;
+        if (i == nm_hist.n_bad_kinds && i < sizeof nm_hist.bad_kinds / sizeof nm_hist.bad_kinds[0])
+            snprintf(nm_hist.bad_kinds[nm_hist.n_bad_kinds++], sizeof nm_hist.bad_kinds[0], "%s", kind);
         if (!nm_hist.first_bad[0])
             snprintf(nm_hist.first_bad, sizeof nm_hist.first_bad, "%s answered %s (%.60s: %.120s)", op_names[k],
                      kl_code_name(rc), err ? err->detail : "", err ? err->message : "");
