@@ -24,9 +24,9 @@ typedef struct fault_stats {
 static fault_stats stats[F_KINDS];
 static uint64_t rng;
 static int unexpected_exits;
-/* How long a partition may take to serve again after a heal before the harness says so
- * and moves on (shorter in the make-test schedule, which has a budget). */
-static int serve_wait_ms = 60000;
+/* How long a partition may take to serve again after a heal: longer is a counted finding
+ * (a 60 s forward clock step of a leader, healed after 3 s, has left it unserving 58 s). */
+static const int serve_wait_ms = 30000;
 
 const char *nm_fault_name(nm_fault f) { return f < F_KINDS ? names[f] : "?"; }
 
@@ -106,9 +106,9 @@ static void set_clock(nm_member *mb, long offset_s)
 }
 
 /* Drops mb's replication traffic to or from its partition's other members with nftables in
- * mb's namespace: outgoing = every packet it sends to their peer port (its own dials:
- * appends and votes it sends as leader or candidate) and from its own peer port (its answers
- * on connections they dialled); incoming = the mirror image. */
+ * mb's namespace, on both the connections mb dialled (their peer port) and theirs (its own
+ * peer port): outgoing drops what mb sends, incoming what it receives. TCP being two-way, a
+ * one-way packet cut also stalls the other direction's data once unacknowledged. */
 static void oneway_cut(nm_member *mb, bool outgoing, char *what, size_t cap)
 {
     char set[128] = "";
@@ -130,13 +130,15 @@ static void oneway_cut(nm_member *mb, bool outgoing, char *what, size_t cap)
     mb->nft_rules = true;
     if (outgoing)
         snprintf(what, cap,
-                 "%s -> {%s} cut: drops what %s sends to their peer port %d (its appends/votes/heartbeats) and from its "
-                 "own peer port (its acks/vote answers to them); it still hears them",
+                 "%s -> {%s} cut: every packet %s sends on its replication links with them (to their peer port %d "
+                 "and from its own) is dropped: its appends, votes and acks never arrive; theirs still arrive until "
+                 "TCP stalls for want of its ACKs; client ports (catalog tail, clients) untouched",
                  mb->node, names_txt, mb->node, NM_PEER_PORT);
     else
         snprintf(what, cap,
-                 "{%s} -> %s cut: drops what %s receives from their peer port %d (their acks and answers) and on its "
-                 "own peer port (their appends/votes/heartbeats); it can still send",
+                 "{%s} -> %s cut: every packet %s receives on its replication links with them (from their peer port "
+                 "%d and to its own) is dropped: their appends, votes and acks never arrive; its own still leave until "
+                 "TCP stalls for want of their ACKs; client ports untouched",
                  names_txt, mb->node, mb->node, NM_PEER_PORT);
 }
 
@@ -415,8 +417,6 @@ static void run_one(int n, nm_fault f)
 bool nm_faults_run(uint64_t seed, int64_t deadline_ms, int min_each)
 {
     rng = seed * 2654435761u + 88172645463325252ull;
-    if (min_each > 0)
-        serve_wait_ms = 30000;
     nm_fault plan[F_KINDS * 8];
     int n_plan = 0;
     for (int k = 0; k < F_KINDS; k++) {

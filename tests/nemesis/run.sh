@@ -45,6 +45,8 @@ cleanup() {
   for n in "${nodes[@]}"; do ip netns del "kln$tag-$n" 2>/dev/null; done
   ip netns del "$hub" 2>/dev/null
   echo "nemesis: removed namespaces $hub, kln$tag-*, the disk image and its loop device"
+  # Stores and logs stay for a failed run (they explain it) and go after a passed one.
+  if [ "${rc:-1}" -eq 0 ]; then rm -rf "$work"; else echo "nemesis: logs and stores kept in $work"; fi
 }
 trap cleanup EXIT
 trap 'exit 130' INT TERM
@@ -83,6 +85,7 @@ echo "nemesis: $disk_node's store on $loopdev (ext4, 64 MiB) at $mnt"
 ip netns exec "$hub" "$root/build/nemesis" --root "$root" --work "$work" --tag "$tag" \
   --seconds "$secs" --seed "$seed" --schedule "$schedule" --disk-node "$disk_node" --disk-dir "$mnt" &
 drv_pid=$!
+rc=1
 wait "$drv_pid"
 rc=$?
 drv_pid=""
