@@ -267,6 +267,12 @@ int nm_check_offline(void)
     bad += report("answers among documented codes", answers, (int)nm_hist.bad_codes, nm_hist.first_bad);
     for (size_t i = 0; i < nm_hist.n_bad_kinds && !nm_check_quiet; i++)
         printf("    outside the documented codes: %s\n", nm_hist.bad_kinds[i]);
+    bad += report("read answers with a follower down", nm_hist.probe_reads, (int)nm_hist.probe_no_answer,
+                  "a queue stats got no answer within the client's 2 s deadline");
+    if (nm_hist.probe_reads && !nm_check_quiet)
+        printf("    (read latency with one follower down: mean %lld ms, max %lld ms over %llu reads)\n",
+               (long long)(nm_hist.probe_sum_ms / (int64_t)nm_hist.probe_reads), (long long)nm_hist.probe_max_ms,
+               (unsigned long long)nm_hist.probe_reads);
     bad += report("member exits after a failed log write", nm_hist.eio_no_exit + (size_t)0, (int)nm_hist.eio_no_exit,
                   "a member kept running after store.log_write failed");
     if (!nm_check_quiet)

@@ -207,14 +207,23 @@ static void member_restart_after(nm_member *mb, int ms)
     nm_member_start(mb);
 }
 
-/* kill -9, held down, restarted. */
+/* kill -9, held down, restarted. While a data partition's follower is down, fresh reads of
+ * its queue are timed: its leader must still answer them. */
 static int f_kill(bool leader, char *what, size_t cap)
 {
     int p = pick(NM_PARTS);
     nm_member *mb = target(p, leader);
     snprintf(what, cap, "%s (pid %d)", mb->node, (int)mb->pid);
     nm_member_kill(mb);
-    member_restart_after(mb, hold_ms());
+    int ms = hold_ms();
+    if (!leader && p > 0) {
+        int64_t until = nm_now_ms() + ms;
+        nm_sleep_ms(500);
+        for (int reads = 0; reads < 2 || nm_now_ms() < until; reads++)
+            nm_probe_read(p - 1);
+        ms = 0;
+    }
+    member_restart_after(mb, ms);
     return p;
 }
 
@@ -414,7 +423,7 @@ static void run_one(int n, nm_fault f)
             revive(q);
 }
 
-bool nm_faults_run(uint64_t seed, int64_t deadline_ms, int min_each)
+bool nm_faults_run(uint64_t seed, int64_t deadline_ms, int min_each, int64_t hard_deadline_ms)
 {
     rng = seed * 2654435761u + 88172645463325252ull;
     nm_fault plan[F_KINDS * 8];
@@ -451,6 +460,10 @@ bool nm_faults_run(uint64_t seed, int64_t deadline_ms, int min_each)
     /* The planned faults all run (the make-test budget covers them); then random ones until
      * the deadline. */
     while (n < n_plan || nm_now_ms() < deadline_ms) {
+        if (hard_deadline_ms > 0 && nm_now_ms() > hard_deadline_ms) {
+            printf("  fault plan cut short after %d of %d faults: the run's budget is nearly spent\n", n, n_plan);
+            return n >= n_plan;
+        }
         nm_fault f = n < n_plan ? plan[n] : (nm_fault)pick(F_KINDS);
         if (!available(f))
             continue;

@@ -95,8 +95,9 @@ typedef enum nm_fault {
 } nm_fault;
 const char *nm_fault_name(nm_fault f);
 /* Runs the fault schedule until deadline_ms; test schedule: each available kind at least
- * min_each times. Returns false when the harness itself failed. */
-bool nm_faults_run(uint64_t seed, int64_t deadline_ms, int min_each);
+ * min_each times. No fault starts after hard_deadline_ms (0: none); returns false when the
+ * planned faults did not all run. */
+bool nm_faults_run(uint64_t seed, int64_t deadline_ms, int min_each, int64_t hard_deadline_ms);
 /* Heals everything: links up, rules gone, clocks back, processes continued and restarted. */
 void nm_heal_all(void);
 void nm_faults_report(void);
@@ -121,6 +122,8 @@ bool nm_setup(void);
 bool nm_workload_start(uint64_t seed);
 void nm_workload_stop(void);
 void nm_workload_report(void);
+/* A timed fresh read of workload queue q (0: nq-a on partition 1, 1: nq-b on partition 2). */
+void nm_probe_read(int q);
 
 /* check.c: every check counts; returns the number of violations. nm_check_offline runs the
  * checks that need no running cluster (nm_check_history adds "every process answers"). */
@@ -199,7 +202,9 @@ typedef struct nm_history {
     char first_bad[256];
     char bad_kinds[16][160];     /* each distinct (operation, code, detail) outside the codes */
     size_t n_bad_kinds;
-    uint64_t eio_no_exit;        /* members that kept running after their log write failed */
+    uint64_t eio_no_exit;
+    uint64_t probe_reads, probe_no_answer; /* reads with one follower down (nm_probe_read) */
+    int64_t probe_max_ms, probe_sum_ms;        /* members that kept running after their log write failed */
 } nm_history;
 
 extern nm_history nm_hist;

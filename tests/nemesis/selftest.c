@@ -134,6 +134,9 @@ static int histories_of_the_rest(void)
     nm_hist.heals = 4, nm_hist.serve_timeouts = 1;
     failed += expect("partition not serving after a heal", 1);
     reset();
+    nm_hist.probe_reads = 3, nm_hist.probe_no_answer = 1;
+    failed += expect("read unanswered with a follower down", 1);
+    reset();
     nm_hist.eio_no_exit = 1;
     failed += expect("member running after a failed log write", 1);
     return failed;

@@ -535,6 +535,32 @@ static void *grants(void *arg)
     return NULL;
 }
 
+static kl_client *probe_client;
+
+/* One fresh read (queue stats) of workload queue q from the fault thread, timed; used while
+ * a follower of q's partition is down, when the leader must still answer within the
+ * client's deadline (an answer of any code counts: UNAVAILABLE is an answer). */
+void nm_probe_read(int q)
+{
+    if (probe_client == NULL && (probe_client = open_as("root", nm.root_key)) == NULL)
+        return;
+    Keyload__V1__QueueStatsAnswer *s = NULL;
+    kl_err err = {0};
+    int64_t t0 = nm_now_ms();
+    kl_code rc = kl_client_queue_stats(probe_client, nm_queues[q], &s, &err);
+    int64_t ms = nm_now_ms() - t0;
+    kl_queue_stats_free(s);
+    note(OP_STATS, rc, &err);
+    pthread_mutex_lock(&nm_hist.mu);
+    nm_hist.probe_reads++;
+    if (rc == KL_DEADLINE_EXCEEDED)
+        nm_hist.probe_no_answer++;
+    if (ms > nm_hist.probe_max_ms)
+        nm_hist.probe_max_ms = ms;
+    nm_hist.probe_sum_ms += ms;
+    pthread_mutex_unlock(&nm_hist.mu);
+}
+
 bool nm_workload_start(uint64_t seed)
 {
     wl_seed = seed;
@@ -557,6 +583,8 @@ void nm_workload_stop(void)
     for (int i = 0; i < n_threads; i++)
         pthread_join(threads[i], NULL);
     n_threads = 0;
+    kl_client_close(probe_client);
+    probe_client = NULL;
 }
 
 void nm_workload_report(void)
