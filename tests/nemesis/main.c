@@ -418,6 +418,9 @@ int main(int argc, char **argv)
     signal(SIGTERM, on_signal);
     signal(SIGINT, on_signal);
     signal(SIGPIPE, SIG_IGN);
+    /* A bound on the whole run even if run.sh is gone: SIGALRM ends this process, and every
+     * member and the coordinator die with it (PR_SET_PDEATHSIG). */
+    alarm((unsigned)opt_seconds + 1200);
     int64_t t_start = nm_now_ms();
     printf("nemesis: seed %llu, %d s, schedule %s (replay: make nemesis SEED=%llu SECONDS=%d)\n",
            (unsigned long long)opt_seed, opt_seconds, opt_schedule, (unsigned long long)opt_seed,

@@ -45,10 +45,18 @@ static bool retryable(kl_code rc)
 }
 
 /* Whether an answer is among the codes the README documents for this operation in this
- * workload: the retryable ones everywhere, plus the refusals the workload provokes. */
-static bool documented(nm_op k, kl_code rc)
+ * workload: the retryable ones everywhere, plus the refusals the workload provokes. A
+ * replay (the same command id sent again) of the consumer's may also answer
+ * PERMISSION_DENIED stale_authority: its grants changed since the original committed (the
+ * workload revokes and restores them), which the seeds require to make a replay stale. The
+ * other principals' grants never change here, so their replays are never stale. */
+static bool documented(nm_op k, kl_code rc, const kl_err *err, bool replay)
 {
     if (rc == KL_OK || retryable(rc))
+        return true;
+    bool consumer_op = k == OP_RECEIVE || k == OP_ACK || k == OP_RELEASE;
+    if (replay && consumer_op && rc == KL_PERMISSION_DENIED && err != NULL &&
+        strcmp(err->detail, "stale_authority") == 0)
         return true;
     switch (k) {
     case OP_RECEIVE: return rc == KL_PERMISSION_DENIED; /* while the grant is revoked */
@@ -59,13 +67,13 @@ static bool documented(nm_op k, kl_code rc)
     }
 }
 
-static void note(nm_op k, kl_code rc, const kl_err *err)
+static void note(nm_op k, kl_code rc, const kl_err *err, bool replay)
 {
     pthread_mutex_lock(&nm_hist.mu);
     nm_hist.codes[k][rc >= 0 && rc < KL_CODE_COUNT ? rc : KL_CODE_COUNT]++;
     if (rc == KL_UNAUTHENTICATED)
         nm_hist.unknown_principal++;
-    if (!documented(k, rc)) {
+    if (!documented(k, rc, err, replay)) {
         nm_hist.bad_codes++;
         char kind[160];
         snprintf(kind, sizeof kind, "%s %s %.100s", op_names[k], kl_code_name(rc), err ? err->detail : "");
@@ -86,11 +94,11 @@ static nm_outcome send_batch(kl_client *c, const kl_batch *b, nm_op k, kl_receip
 {
     bool maybe = false;
     int64_t give_up = nm_now_ms() + GIVE_UP_MS;
-    for (;;) {
+    for (int attempt = 0;; attempt++) {
         kl_err err = {0};
         kl_receipt *r = NULL;
         kl_code rc = kl_client_batch(c, b, &r, &err);
-        note(k, rc, &err);
+        note(k, rc, &err, attempt > 0 || k == OP_REPLAY);
         *last = rc;
         if (rc == KL_OK) {
             *out = r;
@@ -419,7 +427,7 @@ static void *reader(void *arg)
             Keyload__V1__QueueStatsAnswer *s = NULL;
             kl_err err = {0};
             kl_code rc = kl_client_queue_stats(c, nm_queues[q], &s, &err);
-            note(OP_STATS, rc, &err);
+            note(OP_STATS, rc, &err, false);
             if (rc == KL_OK) {
                 rd.acks_sent_before_end = atomic_load(&ack_sent[q]);
                 rd.messages = s->messages;
@@ -446,7 +454,7 @@ static void inspect_fresh(kl_client *c, const nm_xfer *x)
         Keyload__V1__InspectQueueTransferAnswer *a = NULL;
         kl_err err = {0};
         kl_code rc = kl_client_inspect_transfer(c, "nx-src", NULL, x->id, &a, &err);
-        note(OP_INSPECT, rc, &err);
+        note(OP_INSPECT, rc, &err, false);
         kl_transfer_answer_free(a);
         if (rc == KL_NOT_FOUND) {
             pthread_mutex_lock(&nm_hist.mu);
@@ -513,7 +521,7 @@ static void *grants(void *arg)
                 kl_err err = {0};
                 rc = restore ? kl_client_grant(c, cmd, "consumer", &g, NULL, NULL, &err)
                              : kl_client_revoke(c, cmd, "consumer", g.permission, g.queue_pattern, NULL, NULL, &err);
-                note(restore ? OP_RESTORE : OP_REVOKE, rc, &err);
+                note(restore ? OP_RESTORE : OP_REVOKE, rc, &err, false);
                 maybe = maybe || rc == KL_UNKNOWN_WRITE_OUTCOME || rc == KL_DEADLINE_EXCEEDED;
                 /* The grant must come back whatever happens: retried until it answers. */
                 if (!retryable(rc) && (rc == KL_OK || !restore))
@@ -550,7 +558,7 @@ void nm_probe_read(int q)
     kl_code rc = kl_client_queue_stats(probe_client, nm_queues[q], &s, &err);
     int64_t ms = nm_now_ms() - t0;
     kl_queue_stats_free(s);
-    note(OP_STATS, rc, &err);
+    note(OP_STATS, rc, &err, false);
     pthread_mutex_lock(&nm_hist.mu);
     nm_hist.probe_reads++;
     if (rc == KL_DEADLINE_EXCEEDED)
