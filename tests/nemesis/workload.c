@@ -107,8 +107,9 @@ static nm_outcome send_batch(kl_client *c, const kl_batch *b, nm_op k, kl_receip
         kl_receipt_free(r);
         if (rc == KL_UNKNOWN_WRITE_OUTCOME || rc == KL_DEADLINE_EXCEEDED)
             maybe = true;
+        /* Only UNAVAILABLE / NOT_LEADER / refusals so far: never executed (README). */
         if (!retryable(rc) || nm_now_ms() > give_up)
-            return maybe || retryable(rc) ? (maybe ? OUT_UNKNOWN : OUT_REFUSED) : OUT_REFUSED;
+            return maybe ? OUT_UNKNOWN : OUT_REFUSED;
         nm_sleep_ms(100 + rand() % 200);
     }
 }
