@@ -37,7 +37,7 @@ BINS := bin/keyloadd bin/keyload bin/keyload-coordinator bin/keyload-mcp bin/key
 EXAMPLE_SRC := $(wildcard client/examples/*.c)
 EXAMPLES    := $(patsubst client/examples/%.c,bin/examples/%,$(EXAMPLE_SRC))
 
-.PHONY: all deps test unit-test process-test mcp-test examples-test fuzz fuzz-run bench run clean
+.PHONY: all deps test unit-test process-test mcp-test examples-test fuzz fuzz-run bench run clean nemesis nemesis-test
 all: $(BINS) lib/libkeyload.a $(EXAMPLES)
 
 # client/keyload.h includes the generated protobuf-c headers: keep them after a build (not
@@ -95,6 +95,26 @@ bin/keyload-bench: $(call obj,$(BENCH_SRC)) lib/libkeyload.a
 build/proc-test: $(call obj,$(wildcard tests/cluster/*.c)) $(SDK_OBJ) $(CORE_OBJ)
 	$(CC) $(CFLAGS) -o $@ $^ $(LIBS)
 
+# The nemesis harness (tests/nemesis): a driver linked with the SDK, run by tests/nemesis/run.sh
+# in network namespaces (root). `make nemesis SECONDS=N [SEED=S] [SCHEDULE=test]` soaks;
+# nemesis-test is make test's bounded run in which every fault kind runs at least 3 times.
+# build/nemesis-clockshim.so offsets one member's wall clock (the clock-step fault).
+NEMESIS_SRC := $(filter-out tests/nemesis/lossyfs.c tests/nemesis/clockshim.c,$(wildcard tests/nemesis/*.c))
+build/nemesis: $(call obj,$(NEMESIS_SRC)) lib/libkeyload.a build/nemesis-clockshim.so
+	$(CC) $(CFLAGS) -o $@ $(call obj,$(NEMESIS_SRC)) lib/libkeyload.a $(LIBS)
+
+build/nemesis-clockshim.so: tests/nemesis/clockshim.c
+	@mkdir -p build
+	$(CC) -std=c11 -Wall -Wextra -Werror -O2 -shared -fPIC -o $@ $< -ldl
+
+SECONDS ?= 120
+SCHEDULE ?= soak
+nemesis: all build/nemesis
+	@bash tests/nemesis/run.sh $(SECONDS) "$(SEED)" $(SCHEDULE)
+
+nemesis-test: all build/nemesis
+	@bash tests/support/suite.sh "nemesis (faults on real processes)" 600 bash tests/nemesis/run.sh 60 "$(SEED)" test
+
 # Unit tests: one Check runner, everything built with AddressSanitizer + UBSan.
 build/unit-tests: $(call san,$(UNIT_SRC) $(GEN_C) $(COMMON_SRC) $(DAEMON_SRC) $(SDK_SRC) $(CLI_LIB_SRC) $(COORD_LIB_SRC))
 	$(CC) $(SAN) -o $@ $^ $(LIBS) $(CHECK_LIBS)
@@ -126,7 +146,7 @@ fuzz:
 	@$(MAKE) --no-print-directory -f tests/fuzz/fuzz.mk
 
 test: deps
-	@$(MAKE) --no-print-directory all build/unit-tests build/proc-test build/scenario-sdk
+	@$(MAKE) --no-print-directory all build/unit-tests build/proc-test build/scenario-sdk build/nemesis
 	@bash tests/support/test-all.sh
 
 bench: deps

@@ -2,7 +2,9 @@
 # Installs KeyLoad's Debian packages (DESIGN.md §2). Idempotent: installs only what is missing.
 set -euo pipefail
 pkgs=(libprotobuf-c-dev protobuf-c-compiler libnng-dev libsodium-dev librocksdb-dev libuv1-dev
-      check libsubunit-dev pkg-config libjansson-dev clang libclang-rt-14-dev gcc make jq)
+      check libsubunit-dev pkg-config libjansson-dev clang libclang-rt-14-dev gcc make jq
+      # the nemesis harness (tests/nemesis): clocks, one-way cuts, namespaces, disk images, FUSE
+      faketime nftables iproute2 e2fsprogs fuse3 libfuse3-dev)
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

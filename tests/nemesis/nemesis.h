@@ -1,0 +1,226 @@
+/* nemesis: a fault-injection harness on real processes. tests/nemesis/run.sh builds the
+ * network namespaces and the disk image, then runs build/nemesis in the hub namespace:
+ * main.c starts the cluster (3 partitions x 3 members, replica_count 3, each member in its
+ * own namespace) and the coordinator, workload.c drives a recorded client workload through
+ * the C SDK, faults.c injects the faults a seed picks and heals them, check.c checks the
+ * history. Every process is started by this program and stopped by its pid. */
+#ifndef KL_NEMESIS_H
+#define KL_NEMESIS_H
+
+#include "client/keyload.h"
+
+#include <pthread.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#define NM_PARTS 3
+#define NM_MEMBERS 3
+#define NM_CLIENT_PORT 7000
+#define NM_PEER_PORT 7100
+#define NM_ELECTION_MS 1000
+#define NM_DATABASE "nem/db"
+
+typedef struct nm_member {
+    int p, m;
+    char node[8];
+    char ns[64];
+    char addr[32];
+    char url[64];
+    char key[600];
+    char data[600];
+    char log[600];
+    char clock_file[600]; /* libfaketime's FAKETIME_TIMESTAMP_FILE: "+0" unless stepped */
+    pid_t pid;            /* > 0 while this program started it and has not reaped it */
+    bool started_once;
+    bool paused;
+    bool link_down;
+    bool nft_rules;
+    char failpoints[128]; /* armed at its next start only, then cleared */
+} nm_member;
+
+typedef struct nm_cluster {
+    char root[512];
+    char work[512];
+    char tag[32];
+    char file[600];
+    char secret[600];
+    char faketime_lib[600]; /* the wall clock preload; empty: clock faults unavailable */
+    bool libfaketime;       /* it is libfaketime (else build/nemesis-clockshim.so) */
+    bool init_store_flag;   /* keyloadd --help mentions --init-store */
+    bool eio_available;     /* the daemon accepts the store.log_write failpoint */
+    nm_member mb[NM_PARTS][NM_MEMBERS];
+    char disk_node[8];
+    char disk_dir[512];
+    char coord_cfg[600];
+    char coord_log[600];
+    pid_t coord_pid;
+    char root_key[600], consumer_key[600], coord_key[600];
+} nm_cluster;
+
+extern nm_cluster nm;
+
+int64_t nm_now_ms(void);
+void nm_sleep_ms(int ms);
+/* Runs a shell command; its exit status (-1 if it could not run). Quiet unless it fails. */
+int nm_sh(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+
+/* main.c: processes */
+bool nm_member_start(nm_member *mb);
+void nm_member_kill(nm_member *mb);
+bool nm_member_alive(nm_member *mb);
+bool nm_coord_start(void);
+void nm_coord_kill(void);
+bool nm_coord_alive(void);
+/* The member of p that serves as leader (with a valid catalog lease on a data partition),
+ * or -1; MemberStatus needs no session. */
+int nm_leader(int p, int timeout_ms);
+/* ms until partition p serves again (polled), or -1 after timeout_ms. */
+int64_t nm_wait_serving(int p, int timeout_ms);
+
+/* faults.c */
+typedef enum nm_fault {
+    F_KILL_LEADER,
+    F_KILL_FOLLOWER,
+    F_KILL_COORD,
+    F_COLD_RESTART,
+    F_PAUSE,
+    F_PARTITION,
+    F_ONEWAY,
+    F_CLOCK,
+    F_DISK_FULL,
+    F_EIO,
+    F_POWER_LOSS,
+    F_KINDS
+} nm_fault;
+const char *nm_fault_name(nm_fault f);
+/* Runs the fault schedule until deadline_ms; test schedule: each available kind at least
+ * min_each times. No fault starts after hard_deadline_ms (0: none); returns false when the
+ * planned faults did not all run. */
+bool nm_faults_run(uint64_t seed, int64_t deadline_ms, int min_each, int64_t hard_deadline_ms);
+/* Heals everything: links up, rules gone, clocks back, processes continued and restarted. */
+void nm_heal_all(void);
+void nm_faults_report(void);
+/* Removes a fault's leftovers on exit (nft tables live in namespaces run.sh deletes). */
+void nm_faults_cleanup(void);
+
+/* workload.c */
+typedef enum nm_op {
+    OP_ENQUEUE,
+    OP_RECEIVE,
+    OP_ACK,
+    OP_RELEASE,
+    OP_STATS,
+    OP_TRANSFER,
+    OP_INSPECT,
+    OP_REVOKE,
+    OP_RESTORE,
+    OP_REPLAY,
+    OP_KINDS
+} nm_op;
+bool nm_setup(void);
+bool nm_workload_start(uint64_t seed);
+void nm_workload_stop(void);
+void nm_workload_report(void);
+/* A timed fresh read of workload queue q (0: nq-a on partition 1, 1: nq-b on partition 2). */
+void nm_probe_read(int q);
+
+/* check.c: every check counts; returns the number of violations. nm_check_offline runs the
+ * checks that need no running cluster (nm_check_history adds "every process answers"). */
+int nm_check_history(void);
+int nm_check_offline(void);
+extern bool nm_check_quiet; /* no per-check lines (the self-test) */
+/* selftest.c: each check fed a made-up history with known violations; failures. */
+int nm_selftest(void);
+
+/* The recorded history (workload.c owns it; check.c reads it after the workload stopped). */
+typedef enum nm_outcome { OUT_OK, OUT_REFUSED, OUT_UNKNOWN } nm_outcome;
+
+typedef struct nm_enq {
+    char body[32];
+    int queue;
+    nm_outcome out;
+    uint64_t message_id;
+} nm_enq;
+
+typedef struct nm_delivery {
+    char body[32];
+    int queue;
+    int64_t t_send; /* first attempt of its receive */
+    int64_t t_end;
+    bool consumer;  /* received by the consumer principal (the one revoked) */
+} nm_delivery;
+
+typedef struct nm_ack {
+    char body[32];
+    int queue;
+    nm_outcome out;
+    int64_t t_end;
+} nm_ack;
+
+typedef struct nm_read {
+    int queue;
+    uint64_t messages;
+    uint64_t enq_ok_before_send;
+    uint64_t acks_sent_before_end;
+} nm_read;
+
+typedef struct nm_xfer {
+    char id[40];
+    char body[32];
+    nm_outcome out;
+} nm_xfer;
+
+typedef struct nm_revoke {
+    int64_t t_ok;        /* revoke answered OK */
+    int64_t t_restore;   /* restore sent (INT64_MAX while none) */
+} nm_revoke;
+
+typedef struct nm_history {
+    pthread_mutex_t mu;
+    nm_enq *enq;
+    size_t n_enq, cap_enq;
+    nm_delivery *dlv;
+    size_t n_dlv, cap_dlv;
+    nm_ack *ack;
+    size_t n_ack, cap_ack;
+    nm_read *rd;
+    size_t n_rd, cap_rd;
+    nm_xfer *xf;
+    size_t n_xf, cap_xf;
+    nm_revoke rv[4096];
+    size_t n_rv;
+    uint64_t codes[OP_KINDS][KL_CODE_COUNT + 1];
+    uint64_t replay_mismatch;   /* replays of an OK command id that answered otherwise */
+    uint64_t replays;
+    uint64_t unknown_principal; /* UNAUTHENTICATED for a principal that exists */
+    uint64_t fresh_inspect_missing;
+    uint64_t bad_codes;          /* answers outside an operation's documented codes */
+    uint64_t heals;              /* faults healed (and the final heal) */
+    uint64_t serve_timeouts;     /* heals after which a partition did not serve in time */
+    char first_serve_timeout[256];
+    char first_bad[256];
+    char bad_kinds[16][160];     /* each distinct (operation, code, detail) outside the codes */
+    size_t n_bad_kinds;
+    uint64_t eio_no_exit;
+    uint64_t probe_reads, probe_no_answer; /* reads with one follower down (nm_probe_read) */
+    int64_t probe_max_ms, probe_sum_ms;        /* members that kept running after their log write failed */
+} nm_history;
+
+extern nm_history nm_hist;
+extern const char *const nm_queues[2];
+
+/* After healing: every remaining message of the workload queues (bodies) and of the
+ * transfer destination, and each transfer's state. */
+typedef struct nm_final {
+    char (*remain)[32];
+    size_t n_remain;
+    char (*dest)[32];
+    size_t n_dest;
+    int *xfer_state; /* per nm_hist.xf: 2 Delivered, 1 pending, 0 not found, -1 unreadable */
+    bool drained;
+} nm_final;
+extern nm_final nm_fin;
+bool nm_final_state(void);
+
+#endif
