@@ -109,10 +109,10 @@ build/nemesis-clockshim.so: tests/nemesis/clockshim.c
 
 SECONDS ?= 120
 SCHEDULE ?= soak
-nemesis: all build/nemesis
+nemesis: all build/nemesis build/lossyfs
 	@bash tests/nemesis/run.sh $(SECONDS) "$(SEED)" $(SCHEDULE)
 
-nemesis-test: all build/nemesis
+nemesis-test: all build/nemesis build/lossyfs
 	@bash tests/support/suite.sh "nemesis (faults on real processes)" 600 bash tests/nemesis/run.sh 60 "$(SEED)" test
 
 # Unit tests: one Check runner, everything built with AddressSanitizer + UBSan.
@@ -146,7 +146,7 @@ fuzz:
 	@$(MAKE) --no-print-directory -f tests/fuzz/fuzz.mk
 
 test: deps
-	@$(MAKE) --no-print-directory all build/unit-tests build/proc-test build/scenario-sdk build/nemesis
+	@$(MAKE) --no-print-directory all build/unit-tests build/proc-test build/scenario-sdk build/nemesis build/lossyfs
 	@bash tests/support/test-all.sh
 
 bench: deps
@@ -186,7 +186,7 @@ build/lossyfs: tests/nemesis/lossyfs.c
 
 .PHONY: lossyfs-test
 lossyfs-test: all build/lossyfs
-	@bash tests/support/suite.sh "lossyfs (FUSE power loss)" 300 bash tests/nemesis/lossyfs_test.sh
+	@bash tests/support/suite.sh "lossyfs (FUSE power loss)" 120 bash tests/nemesis/lossyfs_test.sh
 
 # A one-member keyloadd whose wall clock steps +-1 h under libfaketime (Debian faketime).
 .PHONY: clockstep-test

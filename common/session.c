@@ -206,16 +206,18 @@ kl_code kl_session_accept(const kl_session_hello *hello, const kl_session_accept
                        (unsigned long long)hello->member, (unsigned long long)p->member);
 
     /* Freshness: |now - unix_ms| <= max_skew, computed without signed overflow (the true
-     * difference of two int64 always fits in a uint64). */
+     * difference of two int64 always fits in a uint64). Retryable: this member cannot tell
+     * whose clock is wrong, and a stepped member clock is corrected without the client
+     * doing anything (another member may also answer meanwhile). */
     if (hello->unix_ms < p->now_ms &&
         (uint64_t)p->now_ms - (uint64_t)hello->unix_ms > (uint64_t)p->max_skew_ms)
-        return kl_fail(err, KL_UNAUTHENTICATED, "stale_hello",
+        return kl_fail(err, KL_UNAVAILABLE, "stale_hello",
                        "Hello: unix_ms is %llu ms behind this member's clock (max skew %lld ms)",
                        (unsigned long long)((uint64_t)p->now_ms - (uint64_t)hello->unix_ms),
                        (long long)p->max_skew_ms);
     if (hello->unix_ms > p->now_ms &&
         (uint64_t)hello->unix_ms - (uint64_t)p->now_ms > (uint64_t)p->max_skew_ms)
-        return kl_fail(err, KL_UNAUTHENTICATED, "future_hello",
+        return kl_fail(err, KL_UNAVAILABLE, "future_hello",
                        "Hello: unix_ms is %llu ms ahead of this member's clock (max skew %lld ms)",
                        (unsigned long long)((uint64_t)hello->unix_ms - (uint64_t)p->now_ms),
                        (long long)p->max_skew_ms);

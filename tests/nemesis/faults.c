@@ -40,16 +40,18 @@ static uint64_t next(void)
 
 static int pick(int n) { return (int)(next() % (uint64_t)n); }
 
-/* Power loss needs tests/nemesis/lossyfs.c (a FUSE passthrough that can drop every write
- * not yet fsynced, written by its own author) and its control script
- * tests/nemesis/lossyfs-drop.sh DATA_DIR, which drops the unsynced writes under a store
- * that lossyfs serves; until both exist the fault is reported as not run. */
-static bool lossyfs_present(void)
+/* Power loss needs a member whose store lives on lossyfs (tests/nemesis/lossyfs.c, which
+ * can drop every write not yet fsynced): run.sh mounts it and names the member with
+ * --lossy-node/--lossy-dir; tests/nemesis/lossyfs-drop.sh then cuts the power. */
+static bool lossyfs_present(void) { return nm.lossy_dir[0] != 0 && nm.lossy_node[0] != 0; }
+
+static nm_member *lossy_member(void)
 {
-    char src[700], ctl[700];
-    snprintf(src, sizeof src, "%s/tests/nemesis/lossyfs.c", nm.root);
-    snprintf(ctl, sizeof ctl, "%s/tests/nemesis/lossyfs-drop.sh", nm.root);
-    return access(src, R_OK) == 0 && access(ctl, X_OK) == 0;
+    for (int p = 0; p < NM_PARTS; p++)
+        for (int m = 0; m < NM_MEMBERS; m++)
+            if (strcmp(nm.mb[p][m].node, nm.lossy_node) == 0)
+                return &nm.mb[p][m];
+    return &nm.mb[1][NM_MEMBERS - 1];
 }
 
 /* NEMESIS_FAULTS="kind,kind" (names as printed) runs only those kinds; "none" none. */
@@ -341,11 +343,12 @@ static int f_eio(char *what, size_t cap)
 /* Power loss: kill -9, then lossyfs drops every write not yet fsynced, then restart. */
 static int f_power(char *what, size_t cap)
 {
-    nm_member *mb = disk_member();
+    nm_member *mb = lossy_member();
     nm_member_kill(mb);
-    int rc = nm_sh("test -x '%s/tests/nemesis/lossyfs-drop.sh' && '%s/tests/nemesis/lossyfs-drop.sh' '%s'", nm.root,
-                   nm.root, mb->data);
-    snprintf(what, cap, "%s killed, unsynced writes dropped: %s", mb->node, rc == 0 ? "yes" : "NO (hook missing)");
+    int rc = nm_sh("bash '%s/tests/nemesis/lossyfs-drop.sh' '%s'", nm.root, nm.lossy_dir);
+    if (rc != 0)
+        nm_hist.power_loss_failed++;
+    snprintf(what, cap, "%s killed, unsynced writes dropped: %s", mb->node, rc == 0 ? "yes" : "NO (lossyfs did not confirm)");
     nm_member_start(mb);
     return mb->p;
 }
@@ -436,7 +439,7 @@ bool nm_faults_run(uint64_t seed, int64_t deadline_ms, int min_each, int64_t har
             printf("nemesis: fault %s not run (%s)\n", names[k],
                    !selected((nm_fault)k) ? "not selected by NEMESIS_FAULTS"
                    : k == F_EIO          ? "unavailable in this daemon build"
-                   : k == F_POWER_LOSS ? "tests/nemesis/lossyfs.c or lossyfs-drop.sh does not exist"
+                   : k == F_POWER_LOSS ? "no member store on lossyfs (run.sh mounts one)"
                                        : "unavailable here");
             continue;
         }

@@ -123,6 +123,8 @@ static void member_names(void)
             snprintf(mb->clock_file, sizeof mb->clock_file, "%s/%s.clock", nm.work, mb->node);
             if (strcmp(mb->node, nm.disk_node) == 0 && nm.disk_dir[0])
                 snprintf(mb->data, sizeof mb->data, "%s/data", nm.disk_dir);
+            else if (strcmp(mb->node, nm.lossy_node) == 0 && nm.lossy_dir[0])
+                snprintf(mb->data, sizeof mb->data, "%s/data", nm.lossy_dir);
             else
                 snprintf(mb->data, sizeof mb->data, "%s/data-%s", nm.work, mb->node);
         }
@@ -344,7 +346,8 @@ static bool parse_args(int argc, char **argv)
 {
     static const struct option opts[] = {{"root", 1, 0, 'r'},     {"work", 1, 0, 'w'},      {"tag", 1, 0, 't'},
                                          {"seconds", 1, 0, 's'},  {"seed", 1, 0, 'S'},      {"schedule", 1, 0, 'c'},
-                                         {"disk-node", 1, 0, 'n'}, {"disk-dir", 1, 0, 'd'}, {0, 0, 0, 0}};
+                                         {"disk-node", 1, 0, 'n'}, {"disk-dir", 1, 0, 'd'},
+                                         {"lossy-node", 1, 0, 'N'}, {"lossy-dir", 1, 0, 'D'}, {0, 0, 0, 0}};
     int o;
     while ((o = getopt_long(argc, argv, "", opts, NULL)) != -1) {
         switch (o) {
@@ -356,6 +359,8 @@ static bool parse_args(int argc, char **argv)
         case 'c': opt_schedule = optarg; break;
         case 'n': snprintf(nm.disk_node, sizeof nm.disk_node, "%s", optarg); break;
         case 'd': snprintf(nm.disk_dir, sizeof nm.disk_dir, "%s", optarg); break;
+        case 'N': snprintf(nm.lossy_node, sizeof nm.lossy_node, "%s", optarg); break;
+        case 'D': snprintf(nm.lossy_dir, sizeof nm.lossy_dir, "%s", optarg); break;
         default: return false;
         }
     }

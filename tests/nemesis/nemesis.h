@@ -52,6 +52,8 @@ typedef struct nm_cluster {
     nm_member mb[NM_PARTS][NM_MEMBERS];
     char disk_node[8];
     char disk_dir[512];
+    char lossy_node[8];   /* the member whose store is on lossyfs (power loss); "" = none */
+    char lossy_dir[512];  /* its mount point; lossy.pid and lossy.state beside it */
     char coord_cfg[600];
     char coord_log[600];
     pid_t coord_pid;
@@ -202,9 +204,10 @@ typedef struct nm_history {
     char first_bad[256];
     char bad_kinds[16][160];     /* each distinct (operation, code, detail) outside the codes */
     size_t n_bad_kinds;
-    uint64_t eio_no_exit;
+    uint64_t eio_no_exit;        /* members that kept running after their log write failed */
+    uint64_t power_loss_failed;  /* power losses lossyfs did not confirm */
     uint64_t probe_reads, probe_no_answer; /* reads with one follower down (nm_probe_read) */
-    int64_t probe_max_ms, probe_sum_ms;        /* members that kept running after their log write failed */
+    int64_t probe_max_ms, probe_sum_ms;
 } nm_history;
 
 extern nm_history nm_hist;

@@ -32,6 +32,11 @@ nodes=()
 for p in 0 1 2; do for m in 1 2 3; do nodes+=("p${p}m${m}"); done; done
 # The member whose store lives on the small image (a data partition follower at start).
 disk_node=p2m3
+# The member whose store lives on lossyfs (power loss: unsynced writes dropped).
+lossy_node=p1m3
+lossy_back="$work/lossy-backing"
+lossy_mnt="$work/lossy"
+lossy_pid=""
 
 cleanup() {
   trap - EXIT INT TERM
@@ -39,6 +44,10 @@ cleanup() {
     kill -TERM "$drv_pid" 2>/dev/null; sleep 2; kill -KILL "$drv_pid" 2>/dev/null
   fi
   wait 2>/dev/null
+  if mountpoint -q "$lossy_mnt" 2>/dev/null; then
+    fusermount3 -u "$lossy_mnt" 2>/dev/null || fusermount3 -uz "$lossy_mnt" 2>/dev/null
+  fi
+  [ -n "$lossy_pid" ] && kill -KILL "$lossy_pid" 2>/dev/null
   if mountpoint -q "$mnt" 2>/dev/null; then umount -l "$mnt" 2>/dev/null; fi
   [ -n "$loopdev" ] && losetup -d "$loopdev" 2>/dev/null
   rm -f "$img"
@@ -82,8 +91,28 @@ loopdev=$(losetup --find --show "$img") || exit 1
 mkdir -p "$mnt" && mount "$loopdev" "$mnt" || exit 1
 echo "nemesis: $disk_node's store on $loopdev (ext4, 64 MiB) at $mnt"
 
+lossy_args=()
+if [ -x "$root/build/lossyfs" ] && command -v fusermount3 >/dev/null; then
+  mkdir -p "$lossy_back" "$lossy_mnt"
+  "$root/build/lossyfs" --state "$lossy_mnt.state" "$lossy_back" "$lossy_mnt" 2>"$work/lossyfs.log" &
+  lossy_pid=$!
+  echo "$lossy_pid" >"$lossy_mnt.pid"
+  for _ in $(seq 1 50); do
+    grep -q '^power_losses=' "$lossy_mnt.state" 2>/dev/null && mountpoint -q "$lossy_mnt" && break
+    sleep 0.1
+  done
+  if mountpoint -q "$lossy_mnt"; then
+    echo "nemesis: $lossy_node's store on lossyfs (pid $lossy_pid) at $lossy_mnt"
+    lossy_args=(--lossy-node "$lossy_node" --lossy-dir "$lossy_mnt")
+  else
+    echo "nemesis: lossyfs did not mount: $(tail -2 "$work/lossyfs.log")"; exit 1
+  fi
+else
+  echo "nemesis: build/lossyfs or fusermount3 missing: power loss cannot run"; exit 1
+fi
+
 ip netns exec "$hub" "$root/build/nemesis" --root "$root" --work "$work" --tag "$tag" \
-  --seconds "$secs" --seed "$seed" --schedule "$schedule" --disk-node "$disk_node" --disk-dir "$mnt" &
+  --seconds "$secs" --seed "$seed" --schedule "$schedule" --disk-node "$disk_node" --disk-dir "$mnt" "${lossy_args[@]}" &
 drv_pid=$!
 rc=1
 wait "$drv_pid"

@@ -139,6 +139,9 @@ static int histories_of_the_rest(void)
     reset();
     nm_hist.eio_no_exit = 1;
     failed += expect("member running after a failed log write", 1);
+    reset();
+    nm_hist.power_loss_failed = 1;
+    failed += expect("power loss not confirmed", 1);
     return failed;
 }
 

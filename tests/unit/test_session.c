@@ -397,17 +397,17 @@ START_TEST(session_hello_freshness)
     ck_assert_int_eq(kl_session_accept(&w.client.hello, &p, &a, &d, &e), KL_OK);
     /* One ms beyond: stale (the daemon's clock is ahead) or future (behind). */
     p = params_for(&w, NOW + SKEW + 1);
-    ASSERT_FAIL(kl_session_accept(&w.client.hello, &p, &a, &d, &e), e, KL_UNAUTHENTICATED,
+    ASSERT_FAIL(kl_session_accept(&w.client.hello, &p, &a, &d, &e), e, KL_UNAVAILABLE,
                 "stale_hello");
     p = params_for(&w, NOW - SKEW - 1);
-    ASSERT_FAIL(kl_session_accept(&w.client.hello, &p, &a, &d, &e), e, KL_UNAUTHENTICATED,
+    ASSERT_FAIL(kl_session_accept(&w.client.hello, &p, &a, &d, &e), e, KL_UNAVAILABLE,
                 "future_hello");
     /* Extreme clocks do not overflow. */
     p = params_for(&w, INT64_MAX - TTL);
-    ASSERT_FAIL(kl_session_accept(&w.client.hello, &p, &a, &d, &e), e, KL_UNAUTHENTICATED,
+    ASSERT_FAIL(kl_session_accept(&w.client.hello, &p, &a, &d, &e), e, KL_UNAVAILABLE,
                 "stale_hello");
     p = params_for(&w, INT64_MIN);
-    ASSERT_FAIL(kl_session_accept(&w.client.hello, &p, &a, &d, &e), e, KL_UNAUTHENTICATED,
+    ASSERT_FAIL(kl_session_accept(&w.client.hello, &p, &a, &d, &e), e, KL_UNAVAILABLE,
                 "future_hello");
     p = params_for(&w, INT64_MAX);
     ASSERT_FAIL(kl_session_accept(&w.client.hello, &p, &a, &d, &e), e, KL_INVALID_ARGUMENT,
