@@ -41,7 +41,7 @@ static int report(const char *name, size_t checked, int bad, const char *example
 /* Per body: acks answered OK and unknown, and the latest OK ack's answer time. */
 typedef struct ack_sum {
     body_t body;
-    int ok, unknown;
+    int ok, unknown, refused;
     int64_t t_ok;
 } ack_sum;
 
@@ -55,6 +55,7 @@ static ack_sum *ack_table(size_t *n_out)
         snprintf(t[n].body, sizeof t[n].body, "%s", nm_hist.ack[i].body);
         t[n].ok = nm_hist.ack[i].out == OUT_OK;
         t[n].unknown = nm_hist.ack[i].out == OUT_UNKNOWN;
+        t[n].refused = nm_hist.ack[i].out == OUT_REFUSED;
         t[n].t_ok = t[n].ok ? nm_hist.ack[i].t_end : INT64_MAX;
         n++;
     }
@@ -64,6 +65,7 @@ static ack_sum *ack_table(size_t *n_out)
         if (w > 0 && strcmp(t[w - 1].body, t[i].body) == 0) {
             t[w - 1].ok += t[i].ok;
             t[w - 1].unknown += t[i].unknown;
+            t[w - 1].refused += t[i].refused;
             if (t[i].t_ok < t[w - 1].t_ok)
                 t[w - 1].t_ok = t[i].t_ok;
         } else {
@@ -86,7 +88,7 @@ static const ack_sum *ack_of(const ack_sum *t, size_t n, const char *body)
 static int check_enqueues(body_t *remain, size_t n_remain, const ack_sum *acks, size_t n_acks)
 {
     int lost = 0, dup = 0, after_ack = 0, refused_seen = 0;
-    char ex_lost[64] = "", ex_dup[128] = "", ex_after[128] = "", ex_ref[64] = "";
+    char ex_lost[128] = "", ex_dup[128] = "", ex_after[128] = "", ex_ref[64] = "";
     for (size_t i = 0; i < nm_hist.n_enq; i++) {
         const nm_enq *e = &nm_hist.enq[i];
         size_t r = count_in(remain, n_remain, e->body);
@@ -101,7 +103,7 @@ static int check_enqueues(body_t *remain, size_t n_remain, const ack_sum *acks, 
             snprintf(ok > 0 ? ex_after : ex_dup, 128, "%s (remaining %zu, acked %d)", e->body, r, ok);
         } else if (e->out == OUT_OK && r == 0 && ok == 0 && unk == 0) {
             lost++;
-            snprintf(ex_lost, sizeof ex_lost, "%s", e->body);
+            snprintf(ex_lost, sizeof ex_lost, "%s (acks refused: %d)", e->body, a ? a->refused : 0);
         }
     }
     int bad = report("enqueue OK present (none lost)", nm_hist.n_enq, lost, ex_lost);

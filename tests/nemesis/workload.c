@@ -39,6 +39,13 @@ static const char *op_names[OP_KINDS] = {"enqueue", "receive", "ack", "release",
         (arr)[(n)++] = (val);                                                                    \
     } while (0)
 
+/* PERMISSION_DENIED stale_authority says the command id's original committed and withholds
+ * its receipt: the batch took effect, with an outcome this client cannot see. */
+static bool is_stale_authority(kl_code rc, const kl_err *err)
+{
+    return rc == KL_PERMISSION_DENIED && err != NULL && strcmp(err->detail, "stale_authority") == 0;
+}
+
 static bool retryable(kl_code rc)
 {
     return rc == KL_UNAVAILABLE || rc == KL_UNKNOWN_WRITE_OUTCOME || rc == KL_DEADLINE_EXCEEDED || rc == KL_NOT_LEADER;
@@ -46,7 +53,8 @@ static bool retryable(kl_code rc)
 
 /* Whether an answer is among the codes the README documents for this operation in this
  * workload: the retryable ones everywhere, plus the refusals the workload provokes. A
- * replay (the same command id sent again) of the consumer's may also answer
+ * replay (the same command id sent again, by this workload or inside the SDK, which
+ * retries its own command id after UNAVAILABLE) of the consumer's may also answer
  * PERMISSION_DENIED stale_authority: its grants changed since the original committed (the
  * workload revokes and restores them), which the seeds require to make a replay stale. The
  * other principals' grants never change here, so their replays are never stale. */
@@ -55,8 +63,8 @@ static bool documented(nm_op k, kl_code rc, const kl_err *err, bool replay)
     if (rc == KL_OK || retryable(rc))
         return true;
     bool consumer_op = k == OP_RECEIVE || k == OP_ACK || k == OP_RELEASE;
-    if (replay && consumer_op && rc == KL_PERMISSION_DENIED && err != NULL &&
-        strcmp(err->detail, "stale_authority") == 0)
+    (void)replay;
+    if (consumer_op && is_stale_authority(rc, err))
         return true;
     switch (k) {
     case OP_RECEIVE: return rc == KL_PERMISSION_DENIED; /* while the grant is revoked */
@@ -105,6 +113,8 @@ static nm_outcome send_batch(kl_client *c, const kl_batch *b, nm_op k, kl_receip
             return OUT_OK;
         }
         kl_receipt_free(r);
+        if (is_stale_authority(rc, &err))
+            return OUT_UNKNOWN; /* committed; which messages it leased or acked is settled from the end state */
         if (rc == KL_UNKNOWN_WRITE_OUTCOME || rc == KL_DEADLINE_EXCEEDED)
             maybe = true;
         /* Only UNAVAILABLE / NOT_LEADER / refusals so far: never executed (README). */
