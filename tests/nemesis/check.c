@@ -275,9 +275,9 @@ int nm_check_offline(void)
         printf("    (read latency with one follower down: mean %lld ms, max %lld ms over %llu reads)\n",
                (long long)(nm_hist.probe_sum_ms / (int64_t)nm_hist.probe_reads), (long long)nm_hist.probe_max_ms,
                (unsigned long long)nm_hist.probe_reads);
-    bad += report("member exits after a failed log write", nm_hist.eio_no_exit + (size_t)0, (int)nm_hist.eio_no_exit,
+    bad += report("member exits after a failed log write", nm_hist.eio_runs, (int)nm_hist.eio_no_exit,
                   "a member kept running after store.log_write failed");
-    bad += report("power losses confirmed by lossyfs", nm_hist.power_loss_failed, (int)nm_hist.power_loss_failed,
+    bad += report("power losses confirmed by lossyfs", nm_hist.power_loss_runs, (int)nm_hist.power_loss_failed,
                   "lossyfs did not confirm a power loss within 10 s");
     if (!nm_check_quiet)
         printf("    (UNAUTHENTICATED answers to principals that exist: %llu)\n",

@@ -329,6 +329,7 @@ static int f_eio(char *what, size_t cap)
     while (nm_member_alive(mb) && nm_now_ms() - t0 < 15000)
         nm_sleep_ms(100);
     bool exited = !nm_member_alive(mb);
+    nm_hist.eio_runs++;
     if (exited)
         stats[F_EIO].extra++;
     else
@@ -346,6 +347,7 @@ static int f_power(char *what, size_t cap)
     nm_member *mb = lossy_member();
     nm_member_kill(mb);
     int rc = nm_sh("bash '%s/tests/nemesis/lossyfs-drop.sh' '%s'", nm.root, nm.lossy_dir);
+    nm_hist.power_loss_runs++;
     if (rc != 0)
         nm_hist.power_loss_failed++;
     snprintf(what, cap, "%s killed, unsynced writes dropped: %s", mb->node, rc == 0 ? "yes" : "NO (lossyfs did not confirm)");

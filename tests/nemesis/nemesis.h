@@ -206,6 +206,7 @@ typedef struct nm_history {
     size_t n_bad_kinds;
     uint64_t eio_no_exit;        /* members that kept running after their log write failed */
     uint64_t power_loss_failed;  /* power losses lossyfs did not confirm */
+    uint64_t eio_runs, power_loss_runs; /* those faults injected */
     uint64_t probe_reads, probe_no_answer; /* reads with one follower down (nm_probe_read) */
     int64_t probe_max_ms, probe_sum_ms;
 } nm_history;
