@@ -151,6 +151,8 @@ static void child_env(nm_member *mb)
         unsetenv("KEYLOAD_FAILPOINTS");
 }
 
+#define NM_DISK_RESERVE_MB "8"
+
 static pid_t spawn(char *const argv[], const char *log, nm_member *mb)
 {
     pid_t pid = fork();
@@ -192,6 +194,12 @@ bool nm_member_start(nm_member *mb)
     argv[n++] = mb->key;
     if (nm.init_store_flag && !mb->started_once)
         argv[n++] = "--init-store";
+    /* The 64 MiB image is below the default 64 MiB reserve: that member would refuse every
+       batch as soon as it led. Filling the image still crosses this smaller reserve. */
+    if (strcmp(mb->node, nm.disk_node) == 0 && nm.disk_dir[0]) {
+        argv[n++] = "--disk-reserve-mb";
+        argv[n++] = NM_DISK_RESERVE_MB;
+    }
     argv[n] = NULL;
     mb->pid = spawn(argv, mb->log, mb);
     mb->failpoints[0] = 0;

@@ -43,11 +43,15 @@ cleanup() {
   if [ -n "$drv_pid" ] && kill -0 "$drv_pid" 2>/dev/null; then
     kill -TERM "$drv_pid" 2>/dev/null; sleep 2; kill -KILL "$drv_pid" 2>/dev/null
   fi
-  wait 2>/dev/null
+  [ -n "$drv_pid" ] && wait "$drv_pid" 2>/dev/null
+  # Not a bare wait: lossyfs runs until its mount goes, which is what comes next.
   if mountpoint -q "$lossy_mnt" 2>/dev/null; then
     fusermount3 -u "$lossy_mnt" 2>/dev/null || fusermount3 -uz "$lossy_mnt" 2>/dev/null
   fi
-  [ -n "$lossy_pid" ] && kill -KILL "$lossy_pid" 2>/dev/null
+  if [ -n "$lossy_pid" ]; then
+    kill -KILL "$lossy_pid" 2>/dev/null
+    wait "$lossy_pid" 2>/dev/null
+  fi
   if mountpoint -q "$mnt" 2>/dev/null; then umount -l "$mnt" 2>/dev/null; fi
   [ -n "$loopdev" ] && losetup -d "$loopdev" 2>/dev/null
   rm -f "$img"
