@@ -192,3 +192,9 @@ lossyfs-test: all build/lossyfs
 .PHONY: clockstep-test
 clockstep-test: all
 	@bash tests/support/suite.sh "clock steps (libfaketime)" 120 bash tests/nemesis/clockstep_test.sh
+
+# A data partition's leader an hour ahead while its catalog tail fails, then corrected: it
+# serves again within seconds (the tail's retry pauses are timed on CLOCK_MONOTONIC).
+.PHONY: tailclock-test
+tailclock-test: all build/nemesis-clockshim.so
+	@bash tests/support/suite.sh "catalog tail over a clock step" 60 bash tests/nemesis/tailclock_test.sh

@@ -66,11 +66,14 @@ static int64_t mono_ms(void)
     return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
-/* Waits on cv for at most ms (mu held). */
+/* Waits on cv for at most ms (mu held). The deadline is on CLOCK_MONOTONIC (cv is set up
+ * so): on the wall clock, a step back while a pause runs (an operator's or NTP's correction
+ * after the clock ran ahead) would stretch a 200 ms pause by the size of the step, and no
+ * tail would renew the catalog lease meanwhile. */
 static void wait_ms(kl_tailer *t, int64_t ms)
 {
     struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
+    clock_gettime(CLOCK_MONOTONIC, &ts);
     ts.tv_sec += ms / 1000;
     ts.tv_nsec += (long)(ms % 1000) * 1000000L;
     if (ts.tv_nsec >= 1000000000L) {
@@ -266,7 +269,14 @@ kl_code kl_tailer_start(uv_loop_t *loop, const kl_cluster *cluster, int partitio
     kl_node_catalog_status(node, &t->applied, &changes);
     if (pthread_mutex_init(&t->mu, NULL) != 0)
         goto fail_mutex;
-    if (pthread_cond_init(&t->cv, NULL) != 0)
+    pthread_condattr_t attr;
+    if (pthread_condattr_init(&attr) != 0)
+        goto fail_cond;
+    int crv = pthread_condattr_setclock(&attr, CLOCK_MONOTONIC);
+    if (crv == 0)
+        crv = pthread_cond_init(&t->cv, &attr);
+    pthread_condattr_destroy(&attr);
+    if (crv != 0)
         goto fail_cond;
     if (uv_async_init(loop, &t->async, on_answer) != 0)
         goto fail_async;
