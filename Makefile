@@ -126,7 +126,7 @@ unit-test: build/unit-tests
 	@bash tests/support/suite.sh "unit (Check, ASan+UBSan)" 300 env ASAN_OPTIONS=detect_leaks=1 LSAN_OPTIONS=suppressions=$(CURDIR)/tests/unit/lsan.supp:print_suppressions=1 ./build/unit-tests
 
 process-test: all build/proc-test
-	@bash tests/support/suite.sh "process (real keyloadd, kill -9)" 900 bash tests/cluster/run.sh
+	@bash tests/support/suite.sh "process (real keyloadd, kill -9)" 840 bash tests/cluster/run.sh
 
 # The MCP server through the official MCP TypeScript SDK client (tests/mcp; npm ci installs
 # the pinned SDK from tests/mcp/package-lock.json), then the staged RF3 transfer scenario
