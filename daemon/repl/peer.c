@@ -352,8 +352,8 @@ static void refusal_note(kl_peer *p, uint32_t pipe, const char *why, uint64_t cl
     }
 }
 
-/* Under mu: closes a tracked pipe for a protocol reason; its member loses it. */
-static void pipe_refuse(kl_peer *p, peer_pipe *pp, const char *why, uint64_t claim, peer_act *act)
+/* Under mu: marks a tracked pipe dead and forgets its keys; its member loses it. */
+static void pipe_detach(kl_peer *p, peer_pipe *pp, peer_act *act)
 {
     if (pp->member >= 0) {
         peer_member *m = &p->members[pp->member];
@@ -363,6 +363,12 @@ static void pipe_refuse(kl_peer *p, peer_pipe *pp, const char *why, uint64_t cla
     pp->member = -1;
     pp->dead = true;
     pipe_wipe_secrets(pp);
+}
+
+/* Under mu: closes a tracked pipe for a protocol reason. */
+static void pipe_refuse(kl_peer *p, peer_pipe *pp, const char *why, uint64_t claim, peer_act *act)
+{
+    pipe_detach(p, pp, act);
     refusal_note(p, pp->id, why, claim, act);
 }
 
@@ -370,14 +376,7 @@ static void pipe_refuse(kl_peer *p, peer_pipe *pp, const char *why, uint64_t cla
  * a refusal: nothing was wrong with it). */
 static void pipe_close_idle(kl_peer *p, peer_pipe *pp, peer_act *act)
 {
-    if (pp->member >= 0) {
-        peer_member *m = &p->members[pp->member];
-        if (m->pipe == pp->id)
-            member_drop(p, m, act);
-    }
-    pp->member = -1;
-    pp->dead = true;
-    pipe_wipe_secrets(pp);
+    pipe_detach(p, pp, act);
     p->st.idle_closed++;
     act_close(act, pp->id);
 }
