@@ -2,6 +2,7 @@
  * hub namespace; it writes the cluster file with the members' namespace addresses, starts
  * every member with `ip netns exec` (which execs, so the pid is the daemon's), sets up the
  * principals and queues, runs workload and faults, heals, checks and prints the report. */
+#include <assert.h>
 #include "tests/nemesis/nemesis.h"
 
 #include <errno.h>
@@ -177,7 +178,7 @@ bool nm_member_start(nm_member *mb)
         return true;
     char bin[600];
     snprintf(bin, sizeof bin, "%s/bin/keyloadd", nm.root);
-    char *argv[16];
+    char *argv[24]; /* the most below is 18, NULL included */
     int n = 0;
     argv[n++] = "ip";
     argv[n++] = "netns";
@@ -200,6 +201,7 @@ bool nm_member_start(nm_member *mb)
         argv[n++] = "--disk-reserve-mb";
         argv[n++] = NM_DISK_RESERVE_MB;
     }
+    assert((size_t)n < sizeof argv / sizeof argv[0]);
     argv[n] = NULL;
     mb->pid = spawn(argv, mb->log, mb);
     mb->failpoints[0] = 0;
