@@ -2,9 +2,9 @@
  * hub namespace; it writes the cluster file with the members' namespace addresses, starts
  * every member with `ip netns exec` (which execs, so the pid is the daemon's), sets up the
  * principals and queues, runs workload and faults, heals, checks and prints the report. */
-#include <assert.h>
 #include "tests/nemesis/nemesis.h"
 
+#include <assert.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <getopt.h>
