@@ -71,6 +71,11 @@ static bool documented(nm_op k, kl_code rc, const kl_err *err, bool replay)
     case OP_ACK:
     case OP_RELEASE: return rc == KL_FAILED_PRECONDITION; /* a lease that expired */
     case OP_INSPECT: return rc == KL_NOT_FOUND;         /* checked by the caller */
+    /* Transfer records are kept for ever, and a lane retains at most MaxBatchBytes and
+       MaxScanRecords of them (README "Transfer records are never discarded"): a long run
+       fills nx-src's lane and each further create is refused naming the limit. */
+    case OP_TRANSFER:
+        return rc == KL_RESOURCE_EXHAUSTED && err != NULL && strncmp(err->detail, "limit:", 6) == 0;
     default: return false;
     }
 }
