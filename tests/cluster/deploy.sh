@@ -209,9 +209,11 @@ check "... a new coordinator process runs" bash -c '[ -n "$0" ] && [ "$0" != "$1
 
 # ---- down, then up again: same keys
 member_pids=$(cat "$var"/p*m*.pid 2>/dev/null)
-check "down" quiet kc down
+down_out=$(kc down 2>&1); down_rc=$?
+check "down" [ $down_rc -eq 0 ]
 still=0
-for p in $member_pids; do gone "$p" || still=1; done
+for p in $member_pids; do gone "$p" || { still=1; echo "# pid $p still runs: $(ps -o pid=,stat=,wchan=,args= -p "$p")"; }; done
+[ $still -eq 0 ] || printf '# down printed:\n%s\n' "$down_out"
 check "down stopped every member" [ $still -eq 0 ]
 check "down stopped the coordinator (pid $c2 gone)" gone "$c2"
 check "... with SIGTERM: it logged a clean stop and wrote a final snapshot" \

@@ -902,13 +902,15 @@ START_TEST(test_window_queue_and_watchdog)
 {
     /* A member 1 (raw, listening) that completes the handshake but never acknowledges:
      * member 2 puts exactly the data window (2 frames) into nng, queues the next 8, refuses
-     * the rest without blocking, and the watchdog closes the silent connection. */
+     * the rest without blocking, and the watchdog closes the silent connection. The ack
+     * timeout is long enough that a slow sanitizer build finishes the 100 sends before the
+     * watchdog can fire in the middle of them. */
     loop_open();
     url_for(1);
     url_for(2);
     raw_sock r;
     raw_open(&r, mem[1].url, true);
-    member_start(2, 2, &(tm_opts){.max_frames = 8, .ack_timeout_ms = 300});
+    member_start(2, 2, &(tm_opts){.max_frames = 8, .ack_timeout_ms = 1500});
     raw_accept(&r, 3000);
     uint8_t b[512];
     long n = raw_recv(&r, b, sizeof b, 3000);
@@ -947,9 +949,9 @@ START_TEST(test_window_queue_and_watchdog)
     ck_assert_uint_eq(st.dropped_queue_full, 90);
 
     /* The watchdog gives up on the silent peer; the queued frames go with the connection. */
-    ck_assert(run_until(raw_closed, &r, 2000));
+    ck_assert(run_until(raw_closed, &r, 5000));
     tm_pair p21 = {2, 1};
-    ck_assert(run_until(peer_down, &p21, 2000)); /* member 2 sees the close on its own time */
+    ck_assert(run_until(peer_down, &p21, 5000)); /* member 2 sees the close on its own time */
     st = stats_of(2);
     ck_assert_uint_eq(st.stalls, 1);
     ck_assert_uint_eq(st.dropped_disconnect, 8);
