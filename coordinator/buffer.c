@@ -218,6 +218,16 @@ kl_coord_event *kl_coord_buffer_pop_due(kl_coord_buffer *b, int64_t now_ms)
     return ev;
 }
 
+bool kl_coord_buffer_next_due(kl_coord_buffer *b, int64_t *due_ms)
+{
+    pthread_mutex_lock(&b->mu);
+    bool any = b->n_heap > 0;
+    if (any)
+        *due_ms = b->slots[b->heap[0]]->due_ms;
+    pthread_mutex_unlock(&b->mu);
+    return any;
+}
+
 void kl_coord_buffer_requeue(kl_coord_buffer *b, kl_coord_event *ev, int64_t due_ms)
 {
     pthread_mutex_lock(&b->mu);

@@ -12,7 +12,7 @@
  * Order: events are popped by (due time, arrival), a binary heap; an event retried after a
  * transient failure goes back with a later due time. Dedup: an open-addressing table of the
  * identity keys of all held events. Thread-safe: one mutex; discovery pushes from its
- * thread while the worker pops on its own. */
+ * thread while the scheduler pops on the coordinator's loop. */
 #ifndef KL_COORD_BUFFER_H
 #define KL_COORD_BUFFER_H
 
@@ -42,6 +42,8 @@ kl_coord_push kl_coord_buffer_push(kl_coord_buffer *b, kl_coord_event *ev, int64
 /* The queued event due first if it is due at now_ms, marked in flight (it keeps its slot
  * and its key); NULL when none is due. */
 kl_coord_event *kl_coord_buffer_pop_due(kl_coord_buffer *b, int64_t now_ms);
+/* When the queued event due first is due (monotonic ms): false when nothing is queued. */
+bool kl_coord_buffer_next_due(kl_coord_buffer *b, int64_t *due_ms);
 /* Puts an in-flight event back, due at due_ms (a retry). */
 void kl_coord_buffer_requeue(kl_coord_buffer *b, kl_coord_event *ev, int64_t due_ms);
 /* Removes an in-flight event and frees it (done, dropped or terminally failed). */

@@ -15,9 +15,11 @@ typedef struct num_opt {
 
 static const num_opt TOP_NUMS[] = {
     {"flush_interval_ms", "flush_interval_ms", 1, 60000, KL_COORD_DEFAULT_FLUSH_MS},
-    {"workers", "workers", 1, 256, KL_COORD_DEFAULT_WORKERS},
+    {"workers", "workers", 1, KL_COORD_WORKERS_MAX, KL_COORD_DEFAULT_WORKERS},
     {"buffer_capacity", "buffer_capacity", 1, 100000, KL_COORD_DEFAULT_BUFFER},
     {"call_timeout_ms", "call_timeout_ms", 100, 600000, KL_COORD_DEFAULT_CALL_TIMEOUT_MS},
+    /* libuv's threadpool holds at most 1024 threads. */
+    {"call_threads", "call_threads", 1, 1024, KL_COORD_DEFAULT_CALL_THREADS},
 };
 static const num_opt DISC_NUMS[] = {
     {"interval_ms", "discovery.interval_ms", 1, 600000, KL_COORD_DEFAULT_DISCOVERY_MS},
@@ -179,6 +181,7 @@ static kl_code parse_root(json_t *root, kl_coord_config *c, kl_err *err)
     c->workers = (uint32_t)v[1];
     c->buffer_capacity = (uint32_t)v[2];
     c->call_timeout_ms = (uint32_t)v[3];
+    c->call_threads = (uint32_t)v[4];
 
     json_t *d = json_object_get(root, "discovery");
     if (d != NULL && !json_is_object(d))

@@ -4,9 +4,10 @@
  *     "database": "TENANT/DB",                           required
  *     "transfer_coordinator_principal_id": "ops" | null, required key; null = no discovery
  *     "principal_key_file": "var/local/ops.key",         required unless the principal is null
- *     "flush_interval_ms": 100,        1..60000
- *     "workers": 4,                    1..256
- *     "buffer_capacity": 1024,         events per worker buffer, 1..100000
+ *     "flush_interval_ms": 10,         1..60000: a worker starts at most one turn per interval
+ *     "workers": 128,                  turns in flight at most, 1..4096 (not threads)
+ *     "buffer_capacity": 32,           events per worker buffer, 1..100000
+ *     "call_threads": 64,              calls in flight at most (the SDK blocks), 1..1024
  *     "discovery": { "interval_ms": 500,        1..600000
  *                    "max_records": 64,         items per page, 1..1000
  *                    "max_bytes": 4194304,      intent-token bytes held per page, 1024..1 GiB
@@ -31,9 +32,16 @@
 #define KL_COORD_PATH_MAX 512
 #define KL_COORD_NAME_MAX 128
 
-#define KL_COORD_DEFAULT_FLUSH_MS 100
-#define KL_COORD_DEFAULT_WORKERS 4
-#define KL_COORD_DEFAULT_BUFFER 1024
+/* Sized so a default coordinator keeps up with a cluster's client-driven transfer rate:
+ * a turn is 8 calls (6 fresh reads, 2 commits), so matching 32 clients that make 4 calls
+ * per transfer takes about twice their concurrency in calls, and more turns than call
+ * threads keep every thread busy while turns wait for their flush pace. Idle workers cost
+ * nothing (no timer), and the buffers hold 128 x 32 = 4096 events at most. */
+#define KL_COORD_DEFAULT_FLUSH_MS 10
+#define KL_COORD_DEFAULT_WORKERS 128
+#define KL_COORD_WORKERS_MAX 4096
+#define KL_COORD_DEFAULT_BUFFER 32
+#define KL_COORD_DEFAULT_CALL_THREADS 64
 #define KL_COORD_DEFAULT_DISCOVERY_MS 500
 #define KL_COORD_DEFAULT_MAX_RECORDS 64
 #define KL_COORD_DEFAULT_MAX_BYTES (4u << 20)
@@ -57,6 +65,7 @@ typedef struct kl_coord_config {
     uint32_t discovery_max_work;
     char status_file[KL_COORD_PATH_MAX];
     uint32_t call_timeout_ms;
+    uint32_t call_threads;
 } kl_coord_config;
 
 /* Parses a configuration text. Pure (no file is opened): what the files hold is checked

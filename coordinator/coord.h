@@ -36,6 +36,8 @@ typedef struct kl_coord_stats {
     atomic_uint_fast64_t buffer_full;       /* refused by a full buffer (page stopped) */
     atomic_uint_fast64_t list_errors;       /* failed ListPendingQueueTransfers pages */
     atomic_uint_fast64_t turns;             /* worker turns that handled a transfer */
+    atomic_uint_fast64_t turns_in_flight;   /* turns begun and not yet finished */
+    atomic_uint_fast64_t turns_in_flight_peak;
     atomic_uint_fast64_t accept_sent;
     atomic_uint_fast64_t accepted;
     atomic_uint_fast64_t accept_deduplicated;
@@ -72,6 +74,10 @@ typedef struct kl_coord {
     kl_coord_stats stats;
     atomic_bool stopping;
     int64_t started_unix_ms;
+    /* Called (from discovery's thread) after events were added to the buffers, so idle
+     * workers start at once instead of polling. NULL: nobody listens. */
+    void (*wake)(void *arg);
+    void *wake_arg;
 
     pthread_mutex_t lanes_mu;      /* guards the four below */
     kl_coord_lane_count lanes[KL_COORD_LANES_MAX];

@@ -216,6 +216,8 @@ static void page_partition(kl_coord_discovery *d, part_state *p, round_counts *r
             rc->malformed += t == KL_COORD_TAKE_MALFORMED;
         }
         rc->full |= full;
+        if (page_dispatched > 0 && co->wake != NULL)
+            co->wake(co->wake_arg); /* idle workers start now, not at a poll */
         if (over) {
             /* The page held more token bytes than a page may: the items after j were not
              * looked at, so the cursor stays at this page's start and the page shrinks. */

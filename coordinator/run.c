@@ -8,33 +8,39 @@
 
 #include <inttypes.h>
 #include <signal.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <uv.h>
 
+typedef struct runner runner;
+
 typedef struct worker {
-    kl_coord *co;
+    runner *r;
     uint32_t index;
-    kl_coord_ticker ticker;
+    uv_timer_t timer;      /* armed only while the buffer holds something */
+    uv_work_t work;        /* the turn's call in flight on the pool */
+    kl_coord_turn turn;
+    bool busy;             /* a turn is in flight */
+    bool started_once;
+    int64_t last_start_ms; /* the flush pace: next turn no earlier than this + interval */
 } worker;
 
-typedef struct runner {
+struct runner {
     kl_coord *co;
     kl_coord_discovery *disc;
     kl_coord_ticker disc_ticker;
+    bool disc_running;
     worker *workers;
-    uint32_t n_started;
+    uint32_t n_workers;
+    uint32_t in_flight;    /* turns, loop thread only */
     uv_loop_t loop;
     uv_signal_t sigterm, sigint;
     uv_timer_t status;
-} runner;
+    uv_async_t wake;       /* discovery -> loop: events were dispatched */
+};
 
-static void on_worker_tick(void *arg)
-{
-    worker *w = arg;
-    if (!atomic_load(&w->co->stopping))
-        kl_coord_turn(w->co, w->index);
-}
+static void schedule(worker *w);
 
 static void on_discovery_tick(void *arg)
 {
@@ -50,57 +56,208 @@ static void write_status(kl_coord *co, bool final)
 
 static void on_status(uv_timer_t *h) { write_status(h->data, false); }
 
+/* The drain is over once no turn is in flight: the loop may end. */
+static void check_drained(runner *r)
+{
+    if (atomic_load(&r->co->stopping) && r->in_flight == 0)
+        uv_stop(&r->loop);
+}
+
+/* ------------------------------------------------------------ one turn on the loop */
+
+static void work_cb(uv_work_t *req)
+{
+    worker *w = req->data;
+    kl_coord_turn_exec(&w->turn);
+}
+
+static void after_work_cb(uv_work_t *req, int status);
+
+static void submit(worker *w)
+{
+    w->work.data = w;
+    if (uv_queue_work(&w->r->loop, &w->work, work_cb, after_work_cb) != 0)
+        after_work_cb(&w->work, UV_ECANCELED); /* cannot happen with a live loop */
+}
+
+static void end_turn(worker *w, kl_coord_turn_out o)
+{
+    runner *r = w->r;
+    kl_coord_turn_finish(&w->turn, o);
+    w->busy = false;
+    r->in_flight--;
+    atomic_fetch_sub(&r->co->stats.turns_in_flight, 1);
+    schedule(w);
+    check_drained(r);
+}
+
+/* A call's answer is back on the loop: the machine decides the next call (or the end). A
+ * call the pool never started (cancelled by a stop) ends the turn through the same
+ * cancellation path as a stop seen between two calls. */
+static void after_work_cb(uv_work_t *req, int status)
+{
+    worker *w = req->data;
+    kl_coord_turn_out o = status == UV_ECANCELED ? kl_coord_turn_cancel(&w->turn)
+                                                 : kl_coord_turn_next(&w->turn);
+    if (o == KL_COORD_TURN_CONTINUE)
+        submit(w);
+    else
+        end_turn(w, o);
+}
+
+static void start_turn(worker *w, int64_t now)
+{
+    runner *r = w->r;
+    kl_coord *co = r->co;
+    kl_coord_event *ev = kl_coord_buffer_pop_due(co->buffers[w->index], now);
+    if (ev == NULL)
+        return;
+    w->busy = true;
+    w->started_once = true;
+    w->last_start_ms = now;
+    r->in_flight++;
+    atomic_fetch_add(&co->stats.turns, 1);
+    uint64_t n = atomic_fetch_add(&co->stats.turns_in_flight, 1) + 1;
+    if (n > atomic_load(&co->stats.turns_in_flight_peak))
+        atomic_store(&co->stats.turns_in_flight_peak, n); /* the loop is the only writer */
+    kl_coord_turn_begin(&w->turn, co, ev, w->index);
+    submit(w);
+}
+
+static void on_worker_timer(uv_timer_t *h) { schedule(h->data); }
+
+/* An idle worker: start its next turn now if one is due and the flush pace allows it, else
+ * arm its timer for that moment; nothing queued: no timer (discovery wakes it). */
+static void schedule(worker *w)
+{
+    kl_coord *co = w->r->co;
+    if (w->busy || atomic_load(&co->stopping))
+        return;
+    int64_t due;
+    if (!kl_coord_buffer_next_due(co->buffers[w->index], &due)) {
+        uv_timer_stop(&w->timer);
+        return;
+    }
+    int64_t at = w->started_once ? w->last_start_ms + co->cfg.flush_interval_ms : due;
+    if (due > at)
+        at = due;
+    int64_t now = kl_coord_now_ms();
+    uint64_t wait = at > now ? (uint64_t)(at - now) : 0;
+    if (wait == 0) {
+        uv_timer_stop(&w->timer);
+        start_turn(w, now);
+        if (w->busy)
+            return;
+        wait = co->cfg.flush_interval_ms; /* only the loop pops: not reached, but never spin */
+    }
+    uv_timer_start(&w->timer, on_worker_timer, wait, 0);
+}
+
+/* ------------------------------------------------------------ wake-ups and the stop */
+
+static void wake_loop(void *arg) { uv_async_send(arg); }
+
+static void on_wake(uv_async_t *h)
+{
+    runner *r = h->data;
+    for (uint32_t i = 0; i < r->n_workers; i++)
+        schedule(&r->workers[i]);
+}
+
 static void on_signal(uv_signal_t *h, int signum)
 {
     runner *r = h->data;
-    KL_INFO("stopping", "signal=%d note=finishing_current_turns", signum);
+    KL_INFO("stopping", "signal=%d turns_in_flight=%" PRIu32 " note=ending_turns_between_calls",
+            signum, r->in_flight);
     atomic_store(&r->co->stopping, true);
-    uv_stop(&r->loop);
+    for (uint32_t i = 0; i < r->n_workers; i++) {
+        worker *w = &r->workers[i];
+        uv_timer_stop(&w->timer);
+        if (w->busy) /* queued, not started: its turn ends "cancelled" (after_work_cb) */
+            uv_cancel((uv_req_t *)&w->work);
+    }
+    check_drained(r);
 }
 
-static void stop_tickers(runner *r)
+static void noop_work(uv_work_t *req) { (void)req; }
+static void noop_after(uv_work_t *req, int status)
 {
-    kl_coord_ticker_stop(&r->disc_ticker);
-    for (uint32_t i = r->n_started; i > 0; i--)
-        kl_coord_ticker_stop(&r->workers[i - 1].ticker);
-    r->n_started = 0;
+    (void)status;
+    free(req);
 }
 
-/* Starts discovery and the workers; on failure stops what was started. */
-static kl_code start_tickers(runner *r, kl_err *err)
+/* Sizes libuv's threadpool (process-wide, fixed at its first use) and starts it now, while
+ * the signals the loop handles are blocked, so its threads inherit that mask. */
+static kl_code start_pool(runner *r, kl_err *err)
+{
+    char n[16];
+    snprintf(n, sizeof n, "%" PRIu32, r->co->cfg.call_threads);
+    setenv("UV_THREADPOOL_SIZE", n, 1);
+    uv_work_t *req = calloc(1, sizeof *req);
+    if (req == NULL || uv_queue_work(&r->loop, req, noop_work, noop_after) != 0) {
+        free(req);
+        return kl_fail(err, KL_INTERNAL, "call_threads", "coordinator: cannot start %s call threads", n);
+    }
+    return KL_OK;
+}
+
+/* The worker slots (timers on the loop), the call pool and discovery. */
+static kl_code start_workers(runner *r, kl_err *err)
 {
     kl_coord *co = r->co;
-    kl_code rc;
     r->workers = calloc(co->cfg.workers, sizeof *r->workers);
     if (r->workers == NULL)
         return kl_fail(err, KL_INTERNAL, "memory", "coordinator: out of memory");
     for (uint32_t i = 0; i < co->cfg.workers; i++) {
         worker *w = &r->workers[i];
-        w->co = co;
+        w->r = r;
         w->index = i;
-        /* Spread the first turns over one interval so workers do not fire in lockstep. */
-        uint64_t first = (uint64_t)co->cfg.flush_interval_ms * i / co->cfg.workers;
-        if ((rc = kl_coord_ticker_start(&w->ticker, first, co->cfg.flush_interval_ms,
-                                        on_worker_tick, w, err)) != KL_OK)
-            goto fail_workers;
-        r->n_started++;
+        uv_timer_init(&r->loop, &w->timer);
+        w->timer.data = w;
+        r->n_workers++;
     }
-    if ((rc = kl_coord_discovery_new(co, &r->disc, err)) != KL_OK)
-        goto fail_workers;
-    if ((rc = kl_coord_ticker_start(&r->disc_ticker, 0, co->cfg.discovery_interval_ms,
-                                    on_discovery_tick, r->disc, err)) != KL_OK)
-        goto fail_discovery;
-    return KL_OK;
+    kl_code rc = start_pool(r, err);
+    if (rc == KL_OK)
+        rc = kl_coord_discovery_new(co, &r->disc, err);
+    if (rc != KL_OK)
+        return rc;
+    co->wake_arg = &r->wake;
+    co->wake = wake_loop;
+    rc = kl_coord_ticker_start(&r->disc_ticker, 0, co->cfg.discovery_interval_ms,
+                               on_discovery_tick, r->disc, err);
+    r->disc_running = rc == KL_OK;
+    return rc;
+}
 
-fail_discovery:
+/* Joins discovery (it may still wake the loop until then) and closes every handle. */
+static void close_all(runner *r)
+{
+    if (r->disc_running)
+        kl_coord_ticker_stop(&r->disc_ticker);
+    r->disc_running = false;
+    r->co->wake = NULL;
     kl_coord_discovery_free(r->disc);
     r->disc = NULL;
-fail_workers:
-    atomic_store(&co->stopping, true);
-    stop_tickers(r);
+    for (uint32_t i = 0; i < r->n_workers; i++)
+        uv_close((uv_handle_t *)&r->workers[i].timer, NULL);
+    uv_close((uv_handle_t *)&r->wake, NULL);
+    uv_close((uv_handle_t *)&r->sigterm, NULL);
+    uv_close((uv_handle_t *)&r->sigint, NULL);
+    uv_close((uv_handle_t *)&r->status, NULL);
+    uv_run(&r->loop, UV_RUN_DEFAULT);
     free(r->workers);
     r->workers = NULL;
-    return rc;
+    r->n_workers = 0;
+}
+
+static void init_handles(runner *r)
+{
+    uv_signal_init(&r->loop, &r->sigterm);
+    uv_signal_init(&r->loop, &r->sigint);
+    uv_timer_init(&r->loop, &r->status);
+    uv_async_init(&r->loop, &r->wake, on_wake);
+    r->sigterm.data = r->sigint.data = r->wake.data = r;
+    r->status.data = r->co;
 }
 
 kl_code kl_coord_run(kl_coord *co, kl_err *err)
@@ -108,63 +265,52 @@ kl_code kl_coord_run(kl_coord *co, kl_err *err)
     runner r;
     memset(&r, 0, sizeof r);
     r.co = co;
-    kl_code rc = KL_INTERNAL;
+    kl_code rc = KL_OK;
     /* Block the signals the main loop handles while threads start: they inherit the mask,
-     * so SIGTERM is only ever taken by the main thread (never interrupting a worker's
-     * call). */
+     * so SIGTERM is only ever taken by the main thread (never interrupting a call). */
     sigset_t sigs, old;
     sigemptyset(&sigs);
     sigaddset(&sigs, SIGTERM);
     sigaddset(&sigs, SIGINT);
     pthread_sigmask(SIG_BLOCK, &sigs, &old);
     if (uv_loop_init(&r.loop) != 0) {
-        rc = kl_fail(err, KL_INTERNAL, "uv", "coordinator: cannot create the main loop");
-        goto fail_loop;
+        pthread_sigmask(SIG_SETMASK, &old, NULL);
+        return kl_fail(err, KL_INTERNAL, "uv", "coordinator: cannot create the main loop");
     }
-    uv_signal_init(&r.loop, &r.sigterm);
-    uv_signal_init(&r.loop, &r.sigint);
-    uv_timer_init(&r.loop, &r.status);
-    r.sigterm.data = r.sigint.data = &r;
-    r.status.data = co;
+    init_handles(&r);
     if (co->cfg.has_principal) {
-        KL_INFO("starting", "database=%s principal=%s workers=%" PRIu32 " flush_interval_ms=%"
-                PRIu32 " buffer_capacity=%" PRIu32 " partitions=%d",
-                co->cfg.database, co->cfg.principal_id, co->cfg.workers,
-                co->cfg.flush_interval_ms, co->cfg.buffer_capacity,
-                co->cluster->partition_count);
-        if ((rc = start_tickers(&r, err)) != KL_OK)
-            goto fail_tickers;
+        KL_INFO("starting", "database=%s principal=%s workers=%" PRIu32 " call_threads=%" PRIu32
+                " flush_interval_ms=%" PRIu32 " buffer_capacity=%" PRIu32 " partitions=%d",
+                co->cfg.database, co->cfg.principal_id, co->cfg.workers, co->cfg.call_threads,
+                co->cfg.flush_interval_ms, co->cfg.buffer_capacity, co->cluster->partition_count);
+        rc = start_workers(&r, err);
     } else {
         KL_INFO("idle", "database=%s reason=transfer_coordinator_principal_id_is_null "
                 "note=no_discovery_waiting_for_SIGTERM", co->cfg.database);
     }
-    uv_signal_start(&r.sigterm, on_signal, SIGTERM);
-    uv_signal_start(&r.sigint, on_signal, SIGINT);
-    uv_timer_start(&r.status, on_status, 0, KL_COORD_STATUS_EVERY_MS);
-    /* Unblocked only now that the handlers exist: a SIGTERM that arrived during start-up
-     * (main blocked it before opening) is taken here and drains like any other. */
-    pthread_sigmask(SIG_UNBLOCK, &sigs, NULL);
-
-    uv_run(&r.loop, UV_RUN_DEFAULT); /* until on_signal */
-
-    uv_timer_stop(&r.status);
-    stop_tickers(&r);
-    write_status(co, true);
-    KL_INFO("stopped", "delivered=%" PRIu64 " terminal_failures=%" PRIu64 " retries=%" PRIu64,
-            (uint64_t)atomic_load(&co->stats.delivered),
-            (uint64_t)atomic_load(&co->stats.terminal_failures),
-            (uint64_t)atomic_load(&co->stats.retries));
-    kl_coord_discovery_free(r.disc);
-    free(r.workers);
-    rc = KL_OK;
-
-fail_tickers:
-    uv_close((uv_handle_t *)&r.sigterm, NULL);
-    uv_close((uv_handle_t *)&r.sigint, NULL);
-    uv_close((uv_handle_t *)&r.status, NULL);
-    uv_run(&r.loop, UV_RUN_DEFAULT);
+    if (rc == KL_OK) {
+        uv_signal_start(&r.sigterm, on_signal, SIGTERM);
+        uv_signal_start(&r.sigint, on_signal, SIGINT);
+        uv_timer_start(&r.status, on_status, 0, KL_COORD_STATUS_EVERY_MS);
+        /* Unblocked only now that the handlers exist: a SIGTERM that arrived during start-up
+         * (main blocked it before opening) is taken here and drains like any other. */
+        pthread_sigmask(SIG_UNBLOCK, &sigs, NULL);
+        uv_run(&r.loop, UV_RUN_DEFAULT); /* until the drain after a signal */
+        uv_timer_stop(&r.status);
+    } else {
+        atomic_store(&co->stopping, true);
+    }
+    close_all(&r);
+    if (rc == KL_OK) {
+        write_status(co, true);
+        KL_INFO("stopped", "delivered=%" PRIu64 " terminal_failures=%" PRIu64 " retries=%" PRIu64
+                " turns_in_flight_peak=%" PRIu64,
+                (uint64_t)atomic_load(&co->stats.delivered),
+                (uint64_t)atomic_load(&co->stats.terminal_failures),
+                (uint64_t)atomic_load(&co->stats.retries),
+                (uint64_t)atomic_load(&co->stats.turns_in_flight_peak));
+    }
     uv_loop_close(&r.loop);
-fail_loop:
     pthread_sigmask(SIG_SETMASK, &old, NULL);
     return rc;
 }

@@ -106,6 +106,8 @@ static json_t *counters_json(kl_coord_stats *s)
         {"buffer_full", &s->buffer_full},
         {"list_errors", &s->list_errors},
         {"turns", &s->turns},
+        {"turns_in_flight", &s->turns_in_flight},
+        {"turns_in_flight_peak", &s->turns_in_flight_peak},
         {"accept_sent", &s->accept_sent},
         {"accepted", &s->accepted},
         {"accept_deduplicated", &s->accept_deduplicated},

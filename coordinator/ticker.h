@@ -1,17 +1,16 @@
-/* ticker: a thread running its own libuv loop with one repeating timer (the seeds' "Orleans
- * timer" for workers, and the discovery pace).
+/* ticker: a thread running its own libuv loop with one repeating timer (the discovery pace;
+ * workers are not threads, run.h).
  *
  * The callback runs on the ticker's thread, synchronously: the SDK calls it makes are
  * blocking and bounded by the client's call timeout, so the loop has nothing else to serve
- * meanwhile and a turn is never interleaved with another on the same ticker. If a callback
+ * meanwhile and a round is never interleaved with another. If a callback
  * overruns the interval, the next one starts right after it (libuv repeat semantics), never
  * two at once.
  *
  * Stop: kl_coord_ticker_stop wakes the loop through a uv_async; the loop stops the timer
  * once the running callback (if any) returned, closes its handles and ends; then the thread
  * is joined. So a stop waits for at most one callback and never interrupts a call midway;
- * a worker's callback (turn.h) also returns at its next point between two calls once the
- * coordinator is stopping, so in practice a stop waits for one call. */
+ * a discovery round also returns between two pages once the coordinator is stopping. */
 #ifndef KL_COORD_TICKER_H
 #define KL_COORD_TICKER_H
 

@@ -334,6 +334,8 @@ typedef struct cc_opts {
     const char *db;
     int who; /* -1: "transfer_coordinator_principal_id": null */
     unsigned workers, flush_ms, buffer, discovery_ms, max_records, call_timeout_ms;
+    unsigned call_threads; /* 0: the default */
+    bool defaults;         /* write no tuning key at all: the shipped defaults */
 } cc_opts;
 
 /* Writes coordinator slot i's config (its own log and status file, named after tag) and
@@ -355,13 +357,20 @@ static bool cc_coord_config(int i, const char *tag, const cc_opts *o)
     else
         fprintf(f, "\"transfer_coordinator_principal_id\":\"%s\",\"principal_key_file\":\"%s\",", cc_who_id[o->who],
                 cc_whos[o->who].key_path);
+    if (o->defaults) {
+        fprintf(f, "\"status_file\":\"%s\"}\n", c->status);
+        return fclose(f) == 0;
+    }
     fprintf(f,
             "\"flush_interval_ms\":%u,\"workers\":%u,\"buffer_capacity\":%u,"
             "\"discovery\":{\"interval_ms\":%u,\"max_records\":%u,\"max_bytes\":4194304,\"max_work\":16},"
-            "\"status_file\":\"%s\",\"call_timeout_ms\":%u}\n",
+            "\"status_file\":\"%s\",\"call_timeout_ms\":%u",
             o->flush_ms ? o->flush_ms : 5, o->workers ? o->workers : 1, o->buffer ? o->buffer : 1024,
             o->discovery_ms ? o->discovery_ms : 50, o->max_records ? o->max_records : 64, c->status,
             o->call_timeout_ms ? o->call_timeout_ms : 3000);
+    if (o->call_threads)
+        fprintf(f, ",\"call_threads\":%u", o->call_threads);
+    fprintf(f, "}\n");
     return fclose(f) == 0;
 }
 
@@ -1171,6 +1180,180 @@ void test_coord_two(void)
     /* Every source intent Delivered: none left on the partition's listing, checked on a
      * full page (not only the first item). */
     CHECK(cc_pending_on(op, CC_SRC, 1000) == 0, "pending intents left on partition %d", CC_SRC);
+    cc_keep = true;
+}
+
+/* ---- CoordinatorInFlightTests ---- */
+
+#define MANY_DB "acme/many"
+#define MANY_LANES 12
+#define MANY_PER_LANE 50
+#define MANY_TOTAL (MANY_LANES * MANY_PER_LANE)
+#define MANY_WORKERS 400
+
+/* The number after `key=` on coordinator i's first log line holding msg, -1 without one. */
+static long cc_log_number(int i, const char *msg, const char *key)
+{
+    FILE *f = fopen(cc_coords[i].log, "r");
+    if (f == NULL)
+        return -1;
+    char line[2048];
+    long v = -1;
+    while (v < 0 && fgets(line, sizeof line, f)) {
+        const char *k = strstr(line, msg) ? strstr(line, key) : NULL;
+        if (k != NULL)
+            v = strtol(k + strlen(key), NULL, 10);
+    }
+    fclose(f);
+    return v;
+}
+
+/* Threads of a live process (/proc/PID/status), -1 when unreadable. */
+static long cc_threads(pid_t pid)
+{
+    char path[64], line[256];
+    snprintf(path, sizeof path, "/proc/%d/status", (int)pid);
+    FILE *f = fopen(path, "r");
+    if (f == NULL)
+        return -1;
+    long n = -1;
+    while (fgets(line, sizeof line, f))
+        if (strncmp(line, "Threads:", 8) == 0)
+            n = strtol(line + 8, NULL, 10);
+    fclose(f);
+    return n;
+}
+
+/* CPU time (user + system) of a live process in clock ticks, -1 when unreadable. */
+static long long cc_cpu_ticks(pid_t pid)
+{
+    char path[64], buf[2048];
+    snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
+    FILE *f = fopen(path, "r");
+    if (f == NULL)
+        return -1;
+    size_t n = fread(buf, 1, sizeof buf - 1, f);
+    fclose(f);
+    buf[n] = '\0';
+    const char *p = strrchr(buf, ')'); /* the command name may hold spaces */
+    unsigned long long ut = 0, st = 0;
+    if (p == NULL || sscanf(p + 2, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %llu %llu", &ut, &st) != 2)
+        return -1;
+    return (long long)(ut + st);
+}
+
+/* Hundreds of turns in flight on one loop, a few call threads: a SIGTERM among them ends
+ * every one through the cancellation path (exit 0, final status, nothing in flight), and a
+ * second coordinator then delivers all of them exactly once, its peak of turns in flight
+ * in the hundreds while its threads stay a handful. */
+void test_coord_many(void)
+{
+    CC_BEGIN("CoordinatorInFlightTests");
+    CHECK(cc_database(MANY_DB, why, sizeof why), "%s", why);
+    CHECK(cc_queue(MANY_DB, "src.many", CC_SRC, &err) == KL_OK, "queue: %s", err.message);
+    CHECK(cc_queue(MANY_DB, "dst.many", CC_DST, &err) == KL_OK, "queue: %s", err.message);
+    cc_plan plan = {.db = MANY_DB, .src = "src.many", .dst = "dst.many", .tag = "many", .who = WHO_COORD,
+                    .lanes = MANY_LANES, .per_lane = MANY_PER_LANE, .per_batch = 50};
+    long made = cc_make_all(&plan, 1, 6, why, sizeof why);
+    CHECK(made == MANY_TOTAL, "created %ld of %d: %s", made, MANY_TOTAL, why);
+    kl_client *root = cc_client(WHO_ROOT, MANY_DB), *op = cc_client(WHO_COORD, MANY_DB);
+    CHECK(root && op, "clients");
+
+    /* 1. Four call threads for 400 workers: the turns pile up between their calls. */
+    cc_opts o = {.db = MANY_DB, .who = WHO_COORD, .workers = MANY_WORKERS, .flush_ms = 1, .buffer = 2,
+                 .discovery_ms = 50, .max_records = 256, .call_threads = 4};
+    CHECK(cc_coord_config(0, "many-stop", &o), "config");
+    cc_coord_start(0, NULL);
+    int64_t deadline = now_ms() + 60000;
+    while (cc_log_count(0, "msg=\"delivered\"", "by=self") < 20 && now_ms() < deadline)
+        sleep_ms(20);
+    CHECK(cc_log_count(0, "msg=\"delivered\"", "by=self") >= 20, "no 20 deliveries within 60 s (log %s)",
+          cc_coords[0].log);
+    int64_t t0 = now_ms();
+    int st = cc_coord_stop(0);
+    int64_t drain_ms = now_ms() - t0;
+    long at_stop = cc_log_number(0, "msg=\"stopping\"", "turns_in_flight=");
+    int cancelled = cc_log_count(0, "msg=\"cancelled\"", NULL);
+    json_t *s1 = cc_status_load(0);
+    fprintf(stderr, "    SIGTERM with %ld turns in flight (4 call threads): drained in %lld ms, %d cancelled\n",
+            at_stop, (long long)drain_ms, cancelled);
+    CHECK(cc_exited_with(st, 0), "drain: wait status %d", st);
+    CHECK(at_stop >= 100, "only %ld turns in flight at the stop (want hundreds; log %s)", at_stop, cc_coords[0].log);
+    CHECK(cancelled >= at_stop / 2 && cancelled <= at_stop, "%d cancelled of %ld in flight", cancelled, at_stop);
+    CHECK(s1 != NULL && cc_counter(s1, "turns_in_flight") == 0 && cc_counter(s1, "cancelled") == cancelled &&
+              json_is_true(json_object_get(s1, "final")),
+          "final status: in flight %lld, cancelled %lld", s1 ? cc_counter(s1, "turns_in_flight") : -1,
+          s1 ? cc_counter(s1, "cancelled") : -1);
+    json_decref(s1);
+    CHECK(cc_log_count(0, "msg=\"complete_sent\"", NULL) >= 20, "fewer Completes than deliveries");
+
+    /* 2. Again, to the end: every transfer once, hundreds in flight, few threads. */
+    o.call_threads = 16;
+    CHECK(cc_coord_config(0, "many-run", &o), "config");
+    cc_coord_start(0, NULL);
+    pid_t pid = cc_coords[0].pid;
+    long pending = -1, threads_max = 0;
+    long long held = -1;
+    deadline = now_ms() + 120000;
+    while (now_ms() < deadline) {
+        long th = cc_threads(pid);
+        threads_max = th > threads_max ? th : threads_max;
+        pending = cc_pending_on(op, CC_SRC, 1);
+        held = cc_messages(root, "dst.many");
+        if (pending == 0 && held >= MANY_TOTAL)
+            break;
+        sleep_ms(100);
+    }
+    st = cc_coord_stop(0);
+    json_t *s2 = cc_status_load(0);
+    long long peak = s2 ? cc_counter(s2, "turns_in_flight_peak") : -1;
+    json_decref(s2);
+    fprintf(stderr, "    %lld delivered; peak %lld turns in flight (%d workers, 16 call threads), at most %ld "
+                    "threads\n", held, peak, MANY_WORKERS, threads_max);
+    CHECK(pending == 0 && held == MANY_TOTAL, "%ld pending, %lld destination messages (want 0, %d)", pending, held,
+          MANY_TOTAL);
+    CHECK(cc_exited_with(st, 0), "drain: wait status %d", st);
+    CHECK(peak >= 200, "peak %lld turns in flight (want hundreds)", peak);
+    CHECK(threads_max > 0 && threads_max < MANY_WORKERS / 8, "%ld threads for %d workers", threads_max,
+          MANY_WORKERS);
+    /* Exactly once: each lane holds its 50 bodies, none twice. */
+    static char bodies[MANY_PER_LANE + 1][64];
+    for (int l = 0; l < MANY_LANES; l++) {
+        char lane[16];
+        snprintf(lane, sizeof lane, "l%02d", l);
+        int n = cc_receive(root, "dst.many", lane, MANY_PER_LANE + 1, bodies);
+        CHECK(n == MANY_PER_LANE, "lane %s holds %d messages (want %d)", lane, n, MANY_PER_LANE);
+        bool seen[MANY_PER_LANE] = {false};
+        for (int i = 0; i < n; i++) {
+            int bl, bi;
+            CHECK(sscanf(bodies[i], "many-%d-%d", &bl, &bi) == 2 && bl == l && bi >= 0 && bi < MANY_PER_LANE &&
+                      !seen[bi],
+                  "unexpected or repeated body %s in lane %s", bodies[i], lane);
+            seen[bi] = true;
+        }
+    }
+
+    /* 3. Idle with the default config (nothing pending): under 1% of a core over 10 s. */
+    cc_opts d = {.db = MANY_DB, .who = WHO_COORD, .defaults = true};
+    CHECK(cc_coord_config(0, "many-idle", &d), "config");
+    cc_coord_start(0, NULL);
+    pid = cc_coords[0].pid;
+    CHECK(cc_wait_log(0, "msg=\"discovery_round\"", NULL, 10000) >= 1,
+          "the default coordinator made no discovery round (log %s)", cc_coords[0].log);
+    sleep_ms(2000); /* past start-up: sessions made, first rounds done */
+    long hz = sysconf(_SC_CLK_TCK);
+    long long c0 = cc_cpu_ticks(pid);
+    int64_t w0 = now_ms();
+    sleep_ms(10000);
+    long long c1 = cc_cpu_ticks(pid);
+    int64_t w1 = now_ms();
+    long idle_threads = cc_threads(pid);
+    st = cc_coord_stop(0);
+    double pct = c0 >= 0 && c1 >= c0 ? 100.0 * (double)(c1 - c0) / (double)hz / ((double)(w1 - w0) / 1000.0) : -1;
+    fprintf(stderr, "    idle default coordinator: %lld ticks of CPU in %lld ms = %.2f%% of a core (%ld threads)\n",
+            c1 - c0, (long long)(w1 - w0), pct, idle_threads);
+    CHECK(pct >= 0 && pct < 1.0, "idle default coordinator used %.2f%% of a core (want under 1%%)", pct);
+    CHECK(cc_exited_with(st, 0), "idle drain: wait status %d", st);
     cc_keep = true;
 }
 

@@ -1626,6 +1626,9 @@ int main(int argc, char **argv)
         {"TwoCoordinatorTests: two coordinators race over 500 transfers, each delivered with exactly one "
          "destination effect",
          test_coord_two},
+        {"CoordinatorInFlightTests: hundreds of turns in flight on one loop and a few call threads; SIGTERM "
+         "cancels them through one path, then all delivered exactly once",
+         test_coord_many},
         {"CoordinatorPrincipalTests: a null principal discovers nothing and idles; another principal's transfers "
          "are not driven",
          test_coord_principal},

@@ -267,9 +267,10 @@ START_TEST(test_config_defaults)
     ck_assert(c.has_principal);
     ck_assert_str_eq(c.principal_id, "ops");
     ck_assert_str_eq(c.principal_key_file, "k.key");
-    ck_assert_uint_eq(c.flush_interval_ms, 100);
-    ck_assert_uint_eq(c.workers, 4);
-    ck_assert_uint_eq(c.buffer_capacity, 1024);
+    ck_assert_uint_eq(c.flush_interval_ms, 10);
+    ck_assert_uint_eq(c.workers, 128);
+    ck_assert_uint_eq(c.buffer_capacity, 32);
+    ck_assert_uint_eq(c.call_threads, 64);
     ck_assert_uint_eq(c.discovery_interval_ms, 500);
     ck_assert_uint_eq(c.discovery_max_records, 64);
     ck_assert_uint_eq(c.discovery_max_bytes, 4u << 20);
@@ -278,7 +279,8 @@ START_TEST(test_config_defaults)
     ck_assert_str_eq(c.status_file, "var/c1/coordinator-ops.status.json");
 
     ck_assert_int_eq(kl_coord_config_parse(
-                         MIN_CONFIG ", \"flush_interval_ms\": 1, \"workers\": 256, "
+                         MIN_CONFIG ", \"flush_interval_ms\": 1, \"workers\": 4096, "
+                                    "\"call_threads\": 1024, "
                                     "\"buffer_capacity\": 100000, \"call_timeout_ms\": 250, "
                                     "\"status_file\": \"/tmp/s.json\", \"discovery\": "
                                     "{\"interval_ms\": 20, \"max_records\": 1000, "
@@ -286,7 +288,8 @@ START_TEST(test_config_defaults)
                          &c, NULL),
                      KL_OK);
     ck_assert_uint_eq(c.flush_interval_ms, 1);
-    ck_assert_uint_eq(c.workers, 256);
+    ck_assert_uint_eq(c.workers, 4096);
+    ck_assert_uint_eq(c.call_threads, 1024);
     ck_assert_uint_eq(c.buffer_capacity, 100000);
     ck_assert_uint_eq(c.call_timeout_ms, 250);
     ck_assert_str_eq(c.status_file, "/tmp/s.json");
@@ -361,7 +364,9 @@ START_TEST(test_config_bad_fields_named)
         {MIN_CONFIG ", \"flush_interval_ms\": \"100\"}", "flush_interval_ms"},
         {MIN_CONFIG ", \"flush_interval_ms\": 1.5}", "flush_interval_ms"},
         {MIN_CONFIG ", \"workers\": 0}", "workers"},
-        {MIN_CONFIG ", \"workers\": 257}", "workers"},
+        {MIN_CONFIG ", \"workers\": 4097}", "workers"},
+        {MIN_CONFIG ", \"call_threads\": 0}", "call_threads"},
+        {MIN_CONFIG ", \"call_threads\": 1025}", "call_threads"},
         {MIN_CONFIG ", \"workers\": -1}", "workers"},
         {MIN_CONFIG ", \"buffer_capacity\": 0}", "buffer_capacity"},
         {MIN_CONFIG ", \"buffer_capacity\": 100001}", "buffer_capacity"},
@@ -801,6 +806,477 @@ START_TEST(test_terminal_codes)
 }
 END_TEST
 
+/* ------------------------------------------------------------ the turn state machine */
+
+/* Packs and unpacks m: an answer owned the way the SDK's are (freed by its _free). */
+static void *owned(const ProtobufCMessage *m)
+{
+    size_t len = protobuf_c_message_get_packed_size(m);
+    uint8_t *buf = malloc(len ? len : 1);
+    protobuf_c_message_pack(m, buf);
+    void *out = protobuf_c_message_unpack(m->descriptor, NULL, len, buf);
+    free(buf);
+    ck_assert_ptr_nonnull(out);
+    return out;
+}
+
+/* A turn over a fresh event of worker 0's buffer, popped as the scheduler pops it. */
+typedef struct turn_fixture {
+    kl_coord *co;
+    kl_coord_event *ev;
+    kl_coord_turn t;
+} turn_fixture;
+
+static void turn_init(turn_fixture *f, bool with_failure, bool failure_in_complete)
+{
+    f->co = test_coord(1, 4);
+    kl_coord_event *ev = make_event(1, "orders");
+    ev->has_failure = with_failure;
+    ev->failure_in_complete = failure_in_complete;
+    ev->failure_code = failure_in_complete ? KL_PERMISSION_DENIED : KL_RESOURCE_EXHAUSTED;
+    ck_assert_int_eq(kl_coord_buffer_push(f->co->buffers[0], ev, 0), KL_COORD_PUSH_ADDED);
+    f->ev = kl_coord_buffer_pop_due(f->co->buffers[0], kl_coord_now_ms());
+    ck_assert_ptr_eq(f->ev, ev);
+    kl_coord_turn_begin(&f->t, f->co, f->ev, 0);
+}
+
+static void turn_clear(turn_fixture *f) { test_coord_free(f->co); }
+
+static void set_error(kl_coord_turn *t, kl_code code, const char *detail)
+{
+    t->rc = code;
+    kl_fail(&t->err, code, detail, "test: %s", detail);
+}
+
+static kl_coord_turn_out feed_principal(kl_coord_turn *t, kl_code rc, const char *tenant)
+{
+    ck_assert(t->at == KL_COORD_AT_PRINCIPAL || t->at == KL_COORD_AT_RECOVER_PRINCIPAL);
+    if (rc != KL_OK) {
+        set_error(t, rc, "principal_read");
+        return kl_coord_turn_next(t);
+    }
+    Keyload__V1__CatalogPrincipal p = KEYLOAD__V1__CATALOG_PRINCIPAL__INIT;
+    p.tenant = (char *)tenant;
+    p.database_admin = true;
+    p.database = "d";
+    Keyload__V1__ShowPrincipalAnswer a = KEYLOAD__V1__SHOW_PRINCIPAL_ANSWER__INIT;
+    a.principal = &p;
+    t->rc = KL_OK;
+    t->ans.principal = owned(&a.base);
+    return kl_coord_turn_next(t);
+}
+
+/* The source intent: `state`, this event's token unless `other_token`. */
+static kl_coord_turn_out feed_source(kl_coord_turn *t, kl_code rc, Keyload__V1__TransferState state,
+                                     bool other_token)
+{
+    if (rc != KL_OK) {
+        set_error(t, rc, "source_read");
+        return kl_coord_turn_next(t);
+    }
+    uint8_t other[4] = {1, 2, 3, 4};
+    Keyload__V1__InspectQueueTransferAnswer a = KEYLOAD__V1__INSPECT_QUEUE_TRANSFER_ANSWER__INIT;
+    a.state = state;
+    a.generation = t->ev->generation;
+    a.intent_token.data = other_token ? other : t->ev->token;
+    a.intent_token.len = other_token ? sizeof other : t->ev->token_len;
+    t->rc = KL_OK;
+    t->ans.source = owned(&a.base);
+    return kl_coord_turn_next(t);
+}
+
+#define PENDING KEYLOAD__V1__TRANSFER_STATE__OUTPUT_PENDING
+
+/* The destination receipt: `bytes` as its token, NULL for NOT_FOUND. */
+static kl_coord_turn_out feed_receipt(kl_coord_turn *t, const char *bytes)
+{
+    if (bytes == NULL) {
+        set_error(t, KL_NOT_FOUND, "receipt");
+        return kl_coord_turn_next(t);
+    }
+    Keyload__V1__InspectQueueTransferReceiptAnswer a =
+        KEYLOAD__V1__INSPECT_QUEUE_TRANSFER_RECEIPT_ANSWER__INIT;
+    a.receipt_token.data = (uint8_t *)bytes;
+    a.receipt_token.len = strlen(bytes);
+    t->rc = KL_OK;
+    t->ans.receipt = owned(&a.base);
+    return kl_coord_turn_next(t);
+}
+
+/* A batch answered OK (no receipt body needed by the machine) or refused with code/detail. */
+static kl_coord_turn_out feed_batch(kl_coord_turn *t, kl_code rc, const char *detail)
+{
+    ck_assert_ptr_nonnull(t->batch);
+    if (rc != KL_OK) {
+        set_error(t, rc, detail);
+        return kl_coord_turn_next(t);
+    }
+    t->rc = KL_OK;
+    t->ans.batch = NULL;
+    return kl_coord_turn_next(t);
+}
+
+static kl_coord_turn_out feed_failure(kl_coord_turn *t, Keyload__V1__FailureVerdict v)
+{
+    ck_assert(t->at == KL_COORD_AT_FAILURE_READ);
+    uint8_t witness[3] = {9, 9, 9};
+    Keyload__V1__ReadQueueTransferFailureAnswer a = KEYLOAD__V1__READ_QUEUE_TRANSFER_FAILURE_ANSWER__INIT;
+    a.verdict = v;
+    if (v == KEYLOAD__V1__FAILURE_VERDICT__WITNESS_ISSUED) {
+        a.witness_token.data = witness;
+        a.witness_token.len = sizeof witness;
+    }
+    t->rc = KL_OK;
+    t->ans.failure = owned(&a.base);
+    return kl_coord_turn_next(t);
+}
+
+#define CONT KL_COORD_TURN_CONTINUE
+#define AT(x) ck_assert_str_eq(kl_coord_turn_at_name(f.t.at), kl_coord_turn_at_name(KL_COORD_AT_##x)); \
+    ck_assert_int_eq(f.t.at, KL_COORD_AT_##x)
+
+/* The accept id of the fixture's event, derived independently of the machine. */
+static void expected_cmd(turn_fixture *f, kl_coord_step step, char out[KL_GUID_TEXT_LEN + 1])
+{
+    kl_coord_tuple tu = {.principal_id = "ops", .tenant = "t", .database = "d", .source = &f->t.src,
+                         .transfer_id = f->ev->transfer_id, .destination = &f->t.dst,
+                         .fingerprint = f->ev->fingerprint, .fingerprint_len = f->ev->fingerprint_len,
+                         .generation = f->ev->generation};
+    uint8_t id[16];
+    ck_assert_int_eq(kl_coord_command_id(step, &tu, id, NULL), KL_OK);
+    kl_guid_format(id, out);
+}
+
+/* The seeds' order without a receipt: principal, source, receipt, Accept, reread, source,
+ * receipt, Complete; the batches under the deterministic ids. */
+START_TEST(test_turn_order_with_accept)
+{
+    turn_fixture f;
+    turn_init(&f, false, false);
+    char want[KL_GUID_TEXT_LEN + 1];
+    AT(PRINCIPAL);
+    ck_assert_int_eq(feed_principal(&f.t, KL_OK, "t"), CONT);
+    AT(SOURCE);
+    ck_assert_int_eq(feed_source(&f.t, KL_OK, PENDING, false), CONT);
+    AT(RECEIPT);
+    ck_assert_int_eq(feed_receipt(&f.t, NULL), CONT);
+    AT(ACCEPT);
+    expected_cmd(&f, KL_COORD_STEP_ACCEPT, want);
+    ck_assert_str_eq(f.t.cmd, want);
+    ck_assert_int_eq(feed_batch(&f.t, KL_OK, NULL), CONT);
+    AT(REREAD);
+    ck_assert_int_eq(feed_receipt(&f.t, "R1"), CONT);
+    AT(RECHECK_SOURCE);
+    ck_assert_int_eq(feed_source(&f.t, KL_OK, PENDING, false), CONT);
+    AT(RECHECK_RECEIPT);
+    ck_assert_int_eq(feed_receipt(&f.t, "R1"), CONT);
+    AT(COMPLETE);
+    expected_cmd(&f, KL_COORD_STEP_COMPLETE, want);
+    ck_assert_str_eq(f.t.cmd, want);
+    ck_assert_int_eq(feed_batch(&f.t, KL_OK, NULL), KL_COORD_TURN_DONE);
+    ck_assert_uint_eq(atomic_load(&f.co->stats.accepted), 1);
+    ck_assert_uint_eq(atomic_load(&f.co->stats.delivered), 1);
+    kl_coord_turn_finish(&f.t, KL_COORD_TURN_DONE);
+    size_t q, fl, b;
+    kl_coord_buffer_counts(f.co->buffers[0], &q, &fl, &b);
+    ck_assert_uint_eq(q + fl, 0); /* done: the slot is free */
+    turn_clear(&f);
+}
+END_TEST
+
+/* A receipt already there: no Accept; the proof read first is the one Complete carries. */
+START_TEST(test_turn_order_receipt_present)
+{
+    turn_fixture f;
+    turn_init(&f, false, false);
+    ck_assert_int_eq(feed_principal(&f.t, KL_OK, "t"), CONT);
+    ck_assert_int_eq(feed_source(&f.t, KL_OK, PENDING, false), CONT);
+    ck_assert_int_eq(feed_receipt(&f.t, "R1"), CONT);
+    AT(RECHECK_SOURCE);
+    ck_assert_int_eq(feed_source(&f.t, KL_OK, PENDING, false), CONT);
+    AT(RECHECK_RECEIPT);
+    ck_assert_int_eq(feed_receipt(&f.t, "R1"), CONT);
+    AT(COMPLETE);
+    ck_assert_uint_eq(atomic_load(&f.co->stats.accept_sent), 0);
+    ck_assert_int_eq(feed_batch(&f.t, KL_OK, NULL), KL_COORD_TURN_DONE);
+    kl_coord_turn_finish(&f.t, KL_COORD_TURN_DONE);
+    turn_clear(&f);
+}
+END_TEST
+
+/* A retry goes back to the buffer with backoff and the same event (same ids later). */
+static void finish_retry(turn_fixture *f, const char *stage)
+{
+    ck_assert_str_eq(f->t.stage, stage);
+    kl_coord_turn_finish(&f->t, KL_COORD_TURN_RETRY);
+    ck_assert_uint_eq(f->ev->attempt, 1);
+    int64_t due;
+    ck_assert(kl_coord_buffer_next_due(f->co->buffers[0], &due));
+    ck_assert_int_ge(due, kl_coord_now_ms() + KL_COORD_BACKOFF_FIRST_MS - 5);
+    ck_assert_uint_eq(atomic_load(&f->co->stats.retries), 1);
+}
+
+START_TEST(test_turn_principal_and_source_failures)
+{
+    turn_fixture f;
+    /* The principal read fails: transient. */
+    turn_init(&f, false, false);
+    ck_assert_int_eq(feed_principal(&f.t, KL_UNAVAILABLE, NULL), KL_COORD_TURN_RETRY);
+    finish_retry(&f, "principal");
+    turn_clear(&f);
+    /* The principal moved to another tenant: nothing is sent, retried. */
+    turn_init(&f, false, false);
+    ck_assert_int_eq(feed_principal(&f.t, KL_OK, "elsewhere"), KL_COORD_TURN_RETRY);
+    ck_assert_str_eq(f.t.err.detail, "principal_tenant");
+    finish_retry(&f, "principal");
+    turn_clear(&f);
+    /* The intent is gone: dropped. */
+    turn_init(&f, false, false);
+    ck_assert_int_eq(feed_principal(&f.t, KL_OK, "t"), CONT);
+    ck_assert_int_eq(feed_source(&f.t, KL_NOT_FOUND, PENDING, false), KL_COORD_TURN_DROP);
+    kl_coord_turn_finish(&f.t, KL_COORD_TURN_DROP);
+    ck_assert_uint_eq(atomic_load(&f.co->stats.dropped), 1);
+    turn_clear(&f);
+    /* Delivered by someone else: done. */
+    turn_init(&f, false, false);
+    ck_assert_int_eq(feed_principal(&f.t, KL_OK, "t"), CONT);
+    ck_assert_int_eq(feed_source(&f.t, KL_OK, KEYLOAD__V1__TRANSFER_STATE__DELIVERED, false),
+                     KL_COORD_TURN_DONE);
+    kl_coord_turn_finish(&f.t, KL_COORD_TURN_DONE);
+    ck_assert_uint_eq(atomic_load(&f.co->stats.found_delivered), 1);
+    turn_clear(&f);
+    /* Another intent token stored: dropped (discovery brings the current one). */
+    turn_init(&f, false, false);
+    ck_assert_int_eq(feed_principal(&f.t, KL_OK, "t"), CONT);
+    ck_assert_int_eq(feed_source(&f.t, KL_OK, PENDING, true), KL_COORD_TURN_DROP);
+    kl_coord_turn_finish(&f.t, KL_COORD_TURN_DROP);
+    ck_assert_uint_eq(atomic_load(&f.co->stats.proof_changed), 1);
+    turn_clear(&f);
+    /* The source read fails: transient. */
+    turn_init(&f, false, false);
+    ck_assert_int_eq(feed_principal(&f.t, KL_OK, "t"), CONT);
+    ck_assert_int_eq(feed_source(&f.t, KL_UNAVAILABLE, PENDING, false), KL_COORD_TURN_RETRY);
+    finish_retry(&f, "inspect_source");
+    turn_clear(&f);
+}
+END_TEST
+
+/* Up to the Accept (receipt absent). */
+static void to_accept(turn_fixture *f)
+{
+    turn_init(f, false, false);
+    ck_assert_int_eq(feed_principal(&f->t, KL_OK, "t"), CONT);
+    ck_assert_int_eq(feed_source(&f->t, KL_OK, PENDING, false), CONT);
+    ck_assert_int_eq(feed_receipt(&f->t, NULL), CONT);
+    ck_assert_int_eq(f->t.at, KL_COORD_AT_ACCEPT);
+}
+
+START_TEST(test_turn_accept_failures)
+{
+    turn_fixture f;
+    /* A terminal refusal: recorded, left pending, not retried. */
+    to_accept(&f);
+    ck_assert_int_eq(feed_batch(&f.t, KL_FAILED_PRECONDITION, "state"), KL_COORD_TURN_FAILED);
+    ck_assert_str_eq(f.t.step, "accept");
+    kl_coord_turn_finish(&f.t, KL_COORD_TURN_FAILED);
+    ck_assert_uint_eq(kl_coord_failed_count(f.co->failed), 1);
+    turn_clear(&f);
+    /* A quota refusal: the failure is retained with the event under the Accept's id. */
+    to_accept(&f);
+    char cmd[KL_GUID_TEXT_LEN + 1];
+    strcpy(cmd, f.t.cmd);
+    ck_assert_int_eq(feed_batch(&f.t, KL_RESOURCE_EXHAUSTED, "limit:MaxScanRecords"),
+                     KL_COORD_TURN_RECOVER);
+    ck_assert(f.ev->has_failure && !f.ev->failure_in_complete);
+    char failed[KL_GUID_TEXT_LEN + 1];
+    kl_guid_format(f.ev->failed_command_id, failed);
+    ck_assert_str_eq(failed, cmd);
+    kl_coord_turn_finish(&f.t, KL_COORD_TURN_RECOVER);
+    turn_clear(&f);
+    /* A transient failure: retried (same ids). */
+    to_accept(&f);
+    ck_assert_int_eq(feed_batch(&f.t, KL_UNAVAILABLE, "no_answer"), KL_COORD_TURN_RETRY);
+    finish_retry(&f, "accept");
+    turn_clear(&f);
+    /* Answered OK but the after_accept_sent failpoint fired: the answer is set aside. */
+    to_accept(&f);
+    f.t.after_failed = true;
+    ck_assert_int_eq(feed_batch(&f.t, KL_OK, NULL), KL_COORD_TURN_RETRY);
+    finish_retry(&f, "after_accept_sent");
+    turn_clear(&f);
+    /* Still no receipt after an Accept that answered OK: the outcome is unknown. */
+    to_accept(&f);
+    ck_assert_int_eq(feed_batch(&f.t, KL_OK, NULL), CONT);
+    ck_assert_int_eq(feed_receipt(&f.t, NULL), KL_COORD_TURN_RETRY);
+    ck_assert_int_eq(f.t.err.code, KL_UNKNOWN_WRITE_OUTCOME);
+    finish_retry(&f, "reread_receipt");
+    turn_clear(&f);
+    /* A replay answered stale_authority: it did commit; the reread says what it did (a
+     * refusal when there is still no receipt). */
+    to_accept(&f);
+    ck_assert_int_eq(feed_batch(&f.t, KL_PERMISSION_DENIED, "stale_authority"), CONT);
+    AT(REREAD);
+    ck_assert_int_eq(feed_receipt(&f.t, NULL), KL_COORD_TURN_FAILED);
+    ck_assert_str_eq(f.t.step, "accept");
+    kl_coord_turn_finish(&f.t, KL_COORD_TURN_FAILED);
+    turn_clear(&f);
+}
+END_TEST
+
+/* Up to the Complete (receipt "R1" present). */
+static void to_complete(turn_fixture *f)
+{
+    turn_init(f, false, false);
+    ck_assert_int_eq(feed_principal(&f->t, KL_OK, "t"), CONT);
+    ck_assert_int_eq(feed_source(&f->t, KL_OK, PENDING, false), CONT);
+    ck_assert_int_eq(feed_receipt(&f->t, "R1"), CONT);
+    ck_assert_int_eq(feed_source(&f->t, KL_OK, PENDING, false), CONT);
+    ck_assert_int_eq(feed_receipt(&f->t, "R1"), CONT);
+    ck_assert_int_eq(f->t.at, KL_COORD_AT_COMPLETE);
+}
+
+START_TEST(test_turn_recheck_and_complete_failures)
+{
+    turn_fixture f;
+    /* The receipt changed between the two reads: refused, retried. */
+    turn_init(&f, false, false);
+    ck_assert_int_eq(feed_principal(&f.t, KL_OK, "t"), CONT);
+    ck_assert_int_eq(feed_source(&f.t, KL_OK, PENDING, false), CONT);
+    ck_assert_int_eq(feed_receipt(&f.t, "R1"), CONT);
+    ck_assert_int_eq(feed_source(&f.t, KL_OK, PENDING, false), CONT);
+    ck_assert_int_eq(feed_receipt(&f.t, "R2"), KL_COORD_TURN_RETRY);
+    ck_assert_str_eq(f.t.err.detail, "proof_changed");
+    finish_retry(&f, "recheck_receipt");
+    turn_clear(&f);
+    /* ... or vanished. */
+    turn_init(&f, false, false);
+    ck_assert_int_eq(feed_principal(&f.t, KL_OK, "t"), CONT);
+    ck_assert_int_eq(feed_source(&f.t, KL_OK, PENDING, false), CONT);
+    ck_assert_int_eq(feed_receipt(&f.t, "R1"), CONT);
+    ck_assert_int_eq(feed_source(&f.t, KL_OK, PENDING, false), CONT);
+    ck_assert_int_eq(feed_receipt(&f.t, NULL), KL_COORD_TURN_RETRY);
+    finish_retry(&f, "recheck_receipt");
+    turn_clear(&f);
+    /* A denied Complete waits for a repair, its failure retained. */
+    to_complete(&f);
+    ck_assert_int_eq(feed_batch(&f.t, KL_PERMISSION_DENIED, "grant:QueuePublish"),
+                     KL_COORD_TURN_RECOVER);
+    ck_assert(f.ev->has_failure && f.ev->failure_in_complete);
+    kl_coord_turn_finish(&f.t, KL_COORD_TURN_RECOVER);
+    turn_clear(&f);
+    /* A terminal Complete refusal. */
+    to_complete(&f);
+    ck_assert_int_eq(feed_batch(&f.t, KL_CONFLICT, "receipt"), KL_COORD_TURN_FAILED);
+    ck_assert_str_eq(f.t.step, "complete");
+    kl_coord_turn_finish(&f.t, KL_COORD_TURN_FAILED);
+    turn_clear(&f);
+    /* A stale Complete replay: the source says whether it moved the intent. */
+    to_complete(&f);
+    ck_assert_int_eq(feed_batch(&f.t, KL_PERMISSION_DENIED, "stale_authority"), CONT);
+    AT(COMPLETE_STALE);
+    ck_assert_int_eq(feed_source(&f.t, KL_OK, KEYLOAD__V1__TRANSFER_STATE__DELIVERED, false),
+                     KL_COORD_TURN_DONE);
+    kl_coord_turn_finish(&f.t, KL_COORD_TURN_DONE);
+    turn_clear(&f);
+    to_complete(&f);
+    ck_assert_int_eq(feed_batch(&f.t, KL_PERMISSION_DENIED, "stale_authority"), CONT);
+    ck_assert_int_eq(feed_source(&f.t, KL_OK, PENDING, false), KL_COORD_TURN_FAILED);
+    kl_coord_turn_finish(&f.t, KL_COORD_TURN_FAILED);
+    turn_clear(&f);
+    /* A transient Complete failure. */
+    to_complete(&f);
+    ck_assert_int_eq(feed_batch(&f.t, KL_DEADLINE_EXCEEDED, "no_answer"), KL_COORD_TURN_RETRY);
+    finish_retry(&f, "complete");
+    turn_clear(&f);
+}
+END_TEST
+
+/* A stop ends the turn before the call it would have made, at every point. */
+START_TEST(test_turn_cancelled_between_calls)
+{
+    turn_fixture f;
+    turn_init(&f, false, false);
+    ck_assert_int_eq(feed_principal(&f.t, KL_OK, "t"), CONT);
+    ck_assert_int_eq(feed_source(&f.t, KL_OK, PENDING, false), CONT);
+    ck_assert_int_eq(feed_receipt(&f.t, NULL), CONT);
+    ck_assert_int_eq(feed_batch(&f.t, KL_OK, NULL), CONT);
+    atomic_store(&f.co->stopping, true);
+    ck_assert_int_eq(feed_receipt(&f.t, "R1"), KL_COORD_TURN_CANCELLED);
+    ck_assert_str_eq(f.t.stage, "recheck_source");
+    kl_coord_turn_finish(&f.t, KL_COORD_TURN_CANCELLED);
+    ck_assert_uint_eq(atomic_load(&f.co->stats.cancelled), 1);
+    size_t q, fl, b;
+    kl_coord_buffer_counts(f.co->buffers[0], &q, &fl, &b);
+    ck_assert_uint_eq(q + fl, 0);
+    turn_clear(&f);
+    /* A call the pool never started is cancelled through the same path. */
+    turn_init(&f, false, false);
+    ck_assert_int_eq(kl_coord_turn_cancel(&f.t), KL_COORD_TURN_CANCELLED);
+    ck_assert_str_eq(f.t.stage, "principal");
+    kl_coord_turn_finish(&f.t, KL_COORD_TURN_CANCELLED);
+    turn_clear(&f);
+}
+END_TEST
+
+/* A retained failure: principal, source, one failure read, then Advance / Complete path /
+ * wait; a denied Complete rereads its receipt before the failure read. */
+START_TEST(test_turn_recovery_paths)
+{
+    turn_fixture f;
+    turn_init(&f, true, false);
+    AT(RECOVER_PRINCIPAL);
+    ck_assert_int_eq(feed_principal(&f.t, KL_OK, "t"), CONT);
+    AT(RECOVER_SOURCE);
+    ck_assert_int_eq(feed_source(&f.t, KL_OK, PENDING, false), CONT);
+    AT(FAILURE_READ);
+    ck_assert_int_eq(feed_failure(&f.t, KEYLOAD__V1__FAILURE_VERDICT__WITNESS_ISSUED), CONT);
+    AT(ADVANCE);
+    char want[KL_GUID_TEXT_LEN + 1];
+    expected_cmd(&f, KL_COORD_STEP_ADVANCE, want);
+    ck_assert_str_eq(f.t.cmd, want);
+    ck_assert_int_eq(feed_batch(&f.t, KL_OK, NULL), KL_COORD_TURN_DROP);
+    ck_assert_uint_eq(atomic_load(&f.co->stats.advanced), 1);
+    kl_coord_turn_finish(&f.t, KL_COORD_TURN_DROP);
+    turn_clear(&f);
+    /* RECEIPT_EXISTS: the ordinary path from its first step. */
+    turn_init(&f, true, false);
+    ck_assert_int_eq(feed_principal(&f.t, KL_OK, "t"), CONT);
+    ck_assert_int_eq(feed_source(&f.t, KL_OK, PENDING, false), CONT);
+    ck_assert_int_eq(feed_failure(&f.t, KEYLOAD__V1__FAILURE_VERDICT__RECEIPT_EXISTS), CONT);
+    AT(PRINCIPAL);
+    ck_assert(!f.ev->has_failure);
+    kl_coord_turn_finish(&f.t, kl_coord_turn_cancel(&f.t));
+    turn_clear(&f);
+    /* Unchanged: the failure is kept, the event waits. */
+    turn_init(&f, true, false);
+    ck_assert_int_eq(feed_principal(&f.t, KL_OK, "t"), CONT);
+    ck_assert_int_eq(feed_source(&f.t, KL_OK, PENDING, false), CONT);
+    ck_assert_int_eq(feed_failure(&f.t, KEYLOAD__V1__FAILURE_VERDICT__UNCHANGED), KL_COORD_TURN_RECOVER);
+    kl_coord_turn_finish(&f.t, KL_COORD_TURN_RECOVER);
+    turn_clear(&f);
+    /* A denied Complete: its receipt first, a repair after the witness. */
+    turn_init(&f, true, true);
+    ck_assert_int_eq(feed_principal(&f.t, KL_OK, "t"), CONT);
+    ck_assert_int_eq(feed_source(&f.t, KL_OK, PENDING, false), CONT);
+    AT(FAILURE_RECEIPT);
+    ck_assert_int_eq(feed_receipt(&f.t, "R1"), CONT);
+    ck_assert_int_eq(feed_failure(&f.t, KEYLOAD__V1__FAILURE_VERDICT__WITNESS_ISSUED), CONT);
+    expected_cmd(&f, KL_COORD_STEP_REPAIR, want);
+    ck_assert_str_eq(f.t.cmd, want);
+    ck_assert_int_eq(feed_batch(&f.t, KL_FAILED_PRECONDITION, "witness"), KL_COORD_TURN_FAILED);
+    ck_assert_str_eq(f.t.step, "repair");
+    kl_coord_turn_finish(&f.t, KL_COORD_TURN_FAILED);
+    turn_clear(&f);
+    /* ... whose receipt is gone: retried. */
+    turn_init(&f, true, true);
+    ck_assert_int_eq(feed_principal(&f.t, KL_OK, "t"), CONT);
+    ck_assert_int_eq(feed_source(&f.t, KL_OK, PENDING, false), CONT);
+    ck_assert_int_eq(feed_receipt(&f.t, NULL), KL_COORD_TURN_RETRY);
+    finish_retry(&f, "failure_read");
+    turn_clear(&f);
+}
+END_TEST
+
 Suite *suite_coordinator(void)
 {
     Suite *s = suite_create("coordinator");
@@ -822,6 +1298,13 @@ Suite *suite_coordinator(void)
     tcase_add_test(tc, test_dispatch_by_identity);
     tcase_add_test(tc, test_status_snapshot);
     tcase_add_test(tc, test_terminal_codes);
+    tcase_add_test(tc, test_turn_order_with_accept);
+    tcase_add_test(tc, test_turn_order_receipt_present);
+    tcase_add_test(tc, test_turn_principal_and_source_failures);
+    tcase_add_test(tc, test_turn_accept_failures);
+    tcase_add_test(tc, test_turn_recheck_and_complete_failures);
+    tcase_add_test(tc, test_turn_cancelled_between_calls);
+    tcase_add_test(tc, test_turn_recovery_paths);
     suite_add_tcase(s, tc);
     return s;
 }
