@@ -113,7 +113,7 @@ typedef struct kl_coord_turn {
     const char *step;                   /* "accept" / "complete" ... for a terminal failure */
     bool stale;                         /* a replay answered stale_authority */
     int64_t call_start_us;              /* timing of the call in flight */
-    char timing[160];                   /* "principal:812,source:1203,..." */
+    char timing[256];                   /* "principal:812,inspect_source:1203,..." */
     char fields[700];                   /* the event's common log fields */
 } kl_coord_turn;
 
