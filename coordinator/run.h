@@ -9,8 +9,9 @@
  * coordinator does not poll. Each call of a turn runs on the call pool (libuv's
  * threadpool, `call_threads` threads, because the SDK's calls block); its answer comes back
  * to the loop, which decides the next call. So the calls in flight are at most
- * min(workers, call_threads) and the turns in flight at most `workers`; both are fixed by
- * the configuration, and every turn holds one event of a bounded buffer. Discovery runs on
+ * min(workers, call_threads), the pool's queue holds at most one call per turn, and the
+ * turns in flight are at most `workers`: all fixed by the configuration, and every turn
+ * holds one event of a bounded buffer (whose refusal is counted as buffer_full). Discovery runs on
  * its own ticker thread (discovery.interval_ms) and shares the thread-safe kl_client. With
  * a null principal there are no workers and no discovery: the process says once that it
  * idles and waits for a signal.

@@ -1281,6 +1281,9 @@ Suite *suite_coordinator(void)
 {
     Suite *s = suite_create("coordinator");
     TCase *tc = tcase_create("coordinator");
+    /* The buffer stress builds 20,000 events under ASan: seconds of CPU, several times that
+     * on a loaded machine (Check's default is 4 s). */
+    tcase_set_timeout(tc, 30);
     tcase_add_test(tc, test_command_id_deterministic);
     tcase_add_test(tc, test_command_id_separation);
     tcase_add_test(tc, test_command_id_never_zero_and_refusals);
