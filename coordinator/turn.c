@@ -401,7 +401,8 @@ static kl_coord_turn_out on_accept(turn *t)
 {
     if (t->rc != KL_OK) {
         kl_coord_turn_out o = refused(t, "accept", t->stage ? t->stage : "accept");
-        if (o == KL_COORD_TURN_FAILED &&
+        /* Only a refusal the daemon committed is retained (t->stage names an injected one). */
+        if (o == KL_COORD_TURN_FAILED && t->stage == NULL &&
             (t->err.code == KL_RESOURCE_EXHAUSTED || t->err.code == KL_PERMISSION_DENIED)) {
             /* The seeds' "retained original failure authority": kept with the event; a
              * later turn reads the target afresh instead of resending this command. */
@@ -487,7 +488,7 @@ static kl_coord_turn_out on_complete(turn *t)
 {
     if (t->rc != KL_OK) {
         kl_coord_turn_out o = refused(t, "complete", t->stage ? t->stage : "complete");
-        if (o == KL_COORD_TURN_FAILED && t->err.code == KL_PERMISSION_DENIED) {
+        if (o == KL_COORD_TURN_FAILED && t->stage == NULL && t->err.code == KL_PERMISSION_DENIED) {
             retain(t, true); /* a denied Complete waits for a policy repair */
             return KL_COORD_TURN_RECOVER;
         }

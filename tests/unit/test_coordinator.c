@@ -1093,6 +1093,20 @@ START_TEST(test_turn_accept_failures)
     ck_assert_str_eq(failed, cmd);
     kl_coord_turn_finish(&f.t, KL_COORD_TURN_RECOVER);
     turn_clear(&f);
+    /* The same code injected at coord.before_accept: nothing committed, so nothing to
+     * retain: a terminal failure of the step. */
+    to_accept(&f);
+    f.t.stage = "before_accept";
+    ck_assert_int_eq(feed_batch(&f.t, KL_RESOURCE_EXHAUSTED, "failpoint"), KL_COORD_TURN_FAILED);
+    ck_assert(!f.ev->has_failure);
+    kl_coord_turn_finish(&f.t, KL_COORD_TURN_FAILED);
+    turn_clear(&f);
+    /* An injected transient code is retried under the failpoint's name. */
+    to_accept(&f);
+    f.t.stage = "before_accept";
+    ck_assert_int_eq(feed_batch(&f.t, KL_UNAVAILABLE, "failpoint"), KL_COORD_TURN_RETRY);
+    finish_retry(&f, "before_accept");
+    turn_clear(&f);
     /* A transient failure: retried (same ids). */
     to_accept(&f);
     ck_assert_int_eq(feed_batch(&f.t, KL_UNAVAILABLE, "no_answer"), KL_COORD_TURN_RETRY);
