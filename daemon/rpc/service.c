@@ -414,6 +414,8 @@ static void handle_member_status(void *owner, kl_rpc_call *call)
     a.hellos = s->costs.hellos;
     a.hello_ns = s->costs.hello_ns;
     kl_node_authz_costs(s->node, &a.authz_requests, &a.authz_ns);
+    a.not_leader_batches = s->costs.not_leader_batches;
+    kl_node_subject_cache_costs(s->node, &a.subject_cache_hits, &a.subject_cache_misses);
     Keyload__V1__MemberSessionStatus ss = KEYLOAD__V1__MEMBER_SESSION_STATUS__INIT;
     kl_service_session_status(s, &ss);
     a.sessions = &ss;
