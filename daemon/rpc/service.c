@@ -173,9 +173,30 @@ void kl_service_reply_query(kl_rpc_call *call, const char *alias, int kind, cons
     free(buf);
 }
 
+/* Whether this member serves the partition now; if not, the call is answered NOT_LEADER
+ * (or UNAVAILABLE while it leads but cannot commit) before its payload is decoded,
+ * validated or anything is read: the node would refuse it anyway, after all that work. */
+static bool serving_or_refuse(kl_service *s, kl_rpc_call *call)
+{
+    uint64_t index, term;
+    bool serving;
+    kl_repl_next(s->repl, &index, &term, &serving);
+    if (serving)
+        return true;
+    s->costs.not_leader_batches++;
+    kl_err e;
+    kl_fail(&e, KL_NOT_LEADER, "not_leader",
+            "this member does not lead partition %d now; send the batch to the leader",
+            s->partition->id);
+    kl_service_reply_not_leader(s, call, &e);
+    return false;
+}
+
 void kl_service_submit_batch(kl_service *s, kl_rpc_call *call, const uint8_t *p, size_t len,
                              const char *query_alias)
 {
+    if (!serving_or_refuse(s, call))
+        return;
     batch_call *bc = malloc(sizeof *bc);
     if (bc == NULL) {
         kl_err e;
