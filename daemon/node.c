@@ -470,7 +470,8 @@ static kl_code epoch_after_effect(kl_node *n, kl_view *v, const char *principal,
                                   uint64_t *out, kl_err *err)
 {
     *out = subj->policy_epoch;
-    if (subj->record == NULL || n->cfg.partition != 0)
+    /* Without a catalog change in the batch or pending, the record is the one loaded. */
+    if (subj->record == NULL || n->cfg.partition != 0 || !kl_subject_cache_view_changes_catalog(v))
         return KL_OK;
     Keyload__V1__CatalogPrincipal *rec = NULL;
     bool found = false;

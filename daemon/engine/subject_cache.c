@@ -73,14 +73,19 @@ static bool overlay_holds(const kl_overlay *o, const kl_key *k)
     return o != NULL && kl_overlay_find(o, k->b, k->len) != NULL;
 }
 
+bool kl_subject_cache_view_changes_catalog(const kl_view *v)
+{
+    kl_key k;
+    kl_key_meta(&k, "catalog_version");
+    return overlay_holds(v->pending, &k) || overlay_holds(v->scratch, &k);
+}
+
 /* Whether the slots may answer for view v; empties them when the applied catalog version
  * moved since they were filled. */
 static kl_code usable(kl_subject_cache *c, kl_view *v, bool *ok, kl_err *err)
 {
-    kl_key k;
-    kl_key_meta(&k, "catalog_version");
     *ok = false;
-    if (overlay_holds(v->pending, &k) || overlay_holds(v->scratch, &k))
+    if (kl_subject_cache_view_changes_catalog(v))
         return KL_OK;
     uint64_t applied = kl_store_applied_index(v->store);
     if (!c->checked || applied != c->checked_applied) {

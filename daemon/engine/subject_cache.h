@@ -50,4 +50,8 @@ kl_code kl_subject_cache_database(kl_subject_cache *c, kl_view *v, const char *t
 
 void kl_subject_cache_stats_get(const kl_subject_cache *c, kl_subject_cache_stats *out);
 
+/* Whether view v's overlays (pending or scratch) hold a catalog change: only then can a
+ * principal or database record read through v differ from the applied one. */
+bool kl_subject_cache_view_changes_catalog(const kl_view *v);
+
 #endif
