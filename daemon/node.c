@@ -7,6 +7,7 @@
 #include "common/log.h"
 #include "daemon/engine/access.h"
 #include "daemon/engine/catalog.h"
+#include "daemon/engine/subject_cache.h"
 #include "daemon/engine/claims.h"
 #include "daemon/engine/engine.h"
 #include "daemon/engine/transfer.h"
@@ -53,6 +54,7 @@ struct kl_node {
     bool broken;
     uint64_t authz_requests, authz_ns;  /* for MemberStatus (make bench) */
     kl_signing_cache signing;    /* derived database signing keys (wiped at close) */
+    kl_subject_cache *subjects;  /* decoded principals and databases per catalog version */
 };
 
 static uint64_t mono_ns(void)
@@ -66,6 +68,14 @@ void kl_node_authz_costs(const kl_node *n, uint64_t *requests, uint64_t *ns)
 {
     *requests = n->authz_requests;
     *ns = n->authz_ns;
+}
+
+void kl_node_subject_cache_costs(const kl_node *n, uint64_t *hits, uint64_t *misses)
+{
+    kl_subject_cache_stats st;
+    kl_subject_cache_stats_get(n->subjects, &st);
+    *hits = st.hits;
+    *misses = st.misses + st.bypasses;
 }
 
 bool kl_node_broken(const kl_node *n) { return n->broken; }
@@ -313,12 +323,9 @@ static kl_code database_limits(kl_node *n, kl_view *v, const char *tenant, const
     *out = n->cfg.limits;
     if (tenant == NULL)
         return KL_OK;
-    Keyload__V1__CatalogDatabase *d;
+    const Keyload__V1__CatalogDatabase *d;
     bool found;
-    uint64_t limit = v->scan_limit;
-    v->scan_limit = UINT64_MAX; /* a catalog read is not the request's scan */
-    kl_code rc = kl_catalog_get_database(v, tenant, db, &d, &found, err);
-    v->scan_limit = limit;
+    kl_code rc = kl_subject_cache_database(n->subjects, v, tenant, db, &d, &found, err);
     v->scanned = 0;
     if (rc != KL_OK || !found)
         return rc;
@@ -329,7 +336,6 @@ static kl_code database_limits(kl_node *n, kl_view *v, const char *tenant, const
         out->max_batch_bytes = l->max_batch_bytes;
     if (l && l->max_query_read_bytes && l->max_query_read_bytes < out->max_query_read_bytes)
         out->max_query_read_bytes = l->max_query_read_bytes;
-    keyload__v1__catalog_database__free_unpacked(d, NULL);
     return KL_OK;
 }
 
@@ -344,7 +350,9 @@ static void reply_err(kl_node_reply_fn fn, void *cookie, const kl_err *err)
  * as applied (and proposed) here, never anything the request claims. */
 typedef struct node_subject {
     kl_authz_subject subject;
-    Keyload__V1__CatalogPrincipal *record;  /* owned; NULL for the local administrator */
+    /* Borrowed from n->subjects until the next principal lookup; NULL for the local
+     * administrator. */
+    const Keyload__V1__CatalogPrincipal *record;
     const kl_authz_subject *who;            /* &subject, or NULL: the trusted local administrator */
     uint64_t policy_epoch;                  /* 0 for the local administrator */
 } node_subject;
@@ -386,11 +394,7 @@ static kl_code subject_load(kl_node *n, kl_view *v, const char *principal,
                        "(keyload --principal ID --key FILE)");
     }
     bool found;
-    uint64_t limit = v->scan_limit, scanned = v->scanned;
-    v->scan_limit = UINT64_MAX; /* a catalog read is not the request's scan */
-    kl_code rc = kl_catalog_find_principal(v, principal, &out->record, &found, err);
-    v->scan_limit = limit;
-    v->scanned = scanned;
+    kl_code rc = kl_subject_cache_principal(n->subjects, v, principal, &out->record, &found, err);
     if (rc != KL_OK)
         return rc;
     if (!found)
@@ -404,9 +408,7 @@ static kl_code subject_load(kl_node *n, kl_view *v, const char *principal,
 
 static void node_subject_free(node_subject *s)
 {
-    if (s->record != NULL)
-        keyload__v1__catalog_principal__free_unpacked(s->record, NULL);
-    s->record = NULL;
+    s->record = NULL; /* the cache owns it */
 }
 
 /* Looks up a committed outcome. Returns KL_OK with *found and, when found, handled (the
@@ -468,7 +470,8 @@ static kl_code epoch_after_effect(kl_node *n, kl_view *v, const char *principal,
                                   uint64_t *out, kl_err *err)
 {
     *out = subj->policy_epoch;
-    if (subj->record == NULL || n->cfg.partition != 0)
+    /* Without a catalog change in the batch or pending, the record is the one loaded. */
+    if (subj->record == NULL || n->cfg.partition != 0 || !kl_subject_cache_view_changes_catalog(v))
         return KL_OK;
     Keyload__V1__CatalogPrincipal *rec = NULL;
     bool found = false;
@@ -1113,6 +1116,14 @@ kl_code kl_node_find_principal(kl_node *n, const char *principal_id,
     return kl_catalog_find_principal(&view, principal_id, out, found, err);
 }
 
+kl_code kl_node_find_principal_cached(kl_node *n, const char *principal_id,
+                                      const Keyload__V1__CatalogPrincipal **out, bool *found,
+                                      kl_err *err)
+{
+    kl_view view = {.store = n->store, .scan_limit = 16};
+    return kl_subject_cache_principal(n->subjects, &view, principal_id, out, found, err);
+}
+
 kl_code kl_node_show_principal(kl_node *n, const char *principal, const uint8_t *req, size_t len,
                                uint8_t **answer, size_t *answer_len, kl_err *err)
 {
@@ -1197,6 +1208,10 @@ kl_code kl_node_open(kl_store *st, const kl_node_config *cfg, const kl_node_io *
     n->cfg = *cfg;
     n->io = *io;
     kl_overlay_init(&n->overlay);
+    if ((n->subjects = kl_subject_cache_new()) == NULL) {
+        free(n);
+        return kl_fail(err, KL_INTERNAL, "memory", "out of memory");
+    }
     clock_resume(n);
     *out = n;
     return KL_OK;
@@ -1213,5 +1228,6 @@ void kl_node_close(kl_node *n)
     free(n->pend);
     kl_overlay_free(&n->overlay);
     kl_signing_cache_wipe(&n->signing);
+    kl_subject_cache_free(n->subjects);
     free(n);
 }

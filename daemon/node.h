@@ -150,11 +150,18 @@ kl_code kl_node_show_principal(kl_node *n, const char *principal, const uint8_t 
  * *out is unpacked (caller frees with keyload__v1__catalog_principal__free_unpacked). */
 kl_code kl_node_find_principal(kl_node *n, const char *principal_id,
                                Keyload__V1__CatalogPrincipal **out, bool *found, kl_err *err);
+/* The same record from the decoded cache of this member's applied catalog: *out is
+ * borrowed, valid until the node's next principal lookup (loop thread only). */
+kl_code kl_node_find_principal_cached(kl_node *n, const char *principal_id,
+                                      const Keyload__V1__CatalogPrincipal **out, bool *found,
+                                      kl_err *err);
 
 bool kl_node_broken(const kl_node *n);
 /* Requests whose principal was loaded for authorization, and the time (ns) spent loading
  * records and evaluating grants, since the node opened. */
 void kl_node_authz_costs(const kl_node *n, uint64_t *requests, uint64_t *ns);
+/* Principal and database lookups answered by the decoded cache, and the others. */
+void kl_node_subject_cache_costs(const kl_node *n, uint64_t *hits, uint64_t *misses);
 uint64_t kl_node_applied_index(const kl_node *n);
 size_t kl_node_pending_batches(const kl_node *n);
 

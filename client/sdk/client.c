@@ -2,7 +2,10 @@
  * (Batch, QueueStats; reads on partition 0 for LocateQueue and principal.c's ShowPrincipal;
  * kl_sdk_partition_read for transfer.c's reads on a queue's or a named partition).
  *
- * Routing: members of the target partition are tried in cluster-file order; a NOT_LEADER
+ * Routing: the partition's last known leader is tried first (remembered per partition and
+ * shared by every thread using the client: from the member that last answered, or a
+ * NOT_LEADER answer naming one), then the members in cluster-file order; a member that
+ * answers NOT_LEADER or UNAVAILABLE, or does not answer, is forgotten as leader. A NOT_LEADER
  * answer naming a member of that partition is followed (at most KL_MAX_REDIRECTS times);
  * an address that is not a member of the partition is not dialed. When a whole round ends
  * without an answer but some member was alive (NOT_LEADER without a leader, or
@@ -37,8 +40,9 @@ struct kl_client {
     char tenant[KL_SDK_NAME_MAX + 1];
     char database[KL_SDK_NAME_MAX + 1];
     int timeout_ms;
-    pthread_mutex_t mu; /* guards conns and placements */
+    pthread_mutex_t mu; /* guards conns, leaders and placements */
     kl_rpc_client *conns[KL_CLUSTER_MAX_PARTITIONS][KL_CLUSTER_MAX_MEMBERS];
+    int leaders[KL_CLUSTER_MAX_PARTITIONS]; /* member slot + 1 of the last known leader; 0 = none */
     /* Queue placements (fixed at creation, so a cached one is wrong only after the queue
      * was deleted and created again elsewhere: the partition then answers NOT_FOUND
      * "wrong_partition" and the entry is dropped). Queues of this client's database. */
@@ -153,6 +157,31 @@ static kl_code conn_get(kl_client *c, int pi, const kl_partition *p, int mi, int
     return KL_OK;
 }
 
+/* The member slot of partition slot pi to try first, or -1. */
+static int leader_get(kl_client *c, int pi)
+{
+    pthread_mutex_lock(&c->mu);
+    int mi = c->leaders[pi] - 1;
+    pthread_mutex_unlock(&c->mu);
+    return mi;
+}
+
+static void leader_set(kl_client *c, int pi, int mi)
+{
+    pthread_mutex_lock(&c->mu);
+    c->leaders[pi] = mi + 1;
+    pthread_mutex_unlock(&c->mu);
+}
+
+/* mi did not serve: forget it as leader, unless another thread learned of a leader since. */
+static void leader_forget(kl_client *c, int pi, int mi)
+{
+    pthread_mutex_lock(&c->mu);
+    if (c->leaders[pi] == mi + 1)
+        c->leaders[pi] = 0;
+    pthread_mutex_unlock(&c->mu);
+}
+
 static int member_index(const kl_partition *p, const char *url)
 {
     for (int i = 0; i < p->member_count; i++)
@@ -205,7 +234,8 @@ static kl_code call_partition(kl_client *c, int pid, const call_spec *s, uint8_t
     const kl_partition *p = &c->cluster.partitions[pi];
 
     const int64_t deadline = now_ms() + c->timeout_ms;
-    int next = 0, target = -1, redirects = 0;
+    int next = 0, target = leader_get(c, pi), redirects = 0;
+    int hinted = target; /* tried first, so skipped in the first pass over the members */
     int64_t pause = 50;
     bool alive = false;       /* some member answered this round without serving us */
     bool maybe_sent = false;  /* a request may have been executed without our knowing */
@@ -220,6 +250,8 @@ static kl_code call_partition(kl_client *c, int pid, const call_spec *s, uint8_t
             target = -1;
         } else if (next < p->member_count) {
             mi = next++;
+            if (mi == hinted)
+                continue;
         } else {
             int64_t left = deadline - now_ms();
             if (!alive || left <= pause)
@@ -229,6 +261,7 @@ static kl_code call_partition(kl_client *c, int pid, const call_spec *s, uint8_t
             next = 0;
             redirects = 0;
             alive = false;
+            hinted = -1;
             continue;
         }
         int64_t left = deadline - now_ms();
@@ -243,6 +276,7 @@ static kl_code call_partition(kl_client *c, int pid, const call_spec *s, uint8_t
         kl_err e;
         kl_err_clear(&e);
         if (conn_get(c, pi, p, mi, attempt_ms, &conn, &e) != KL_OK) {
+            leader_forget(c, pi, mi);
             last = e;
             continue;
         }
@@ -253,13 +287,21 @@ static kl_code call_partition(kl_client *c, int pid, const call_spec *s, uint8_t
                                                 sizeof leader, &e)
                          : kl_rpc_invoke(conn, s->method, s->req, s->req_len, attempt_ms, ans,
                                          ans_len, leader, sizeof leader, &e);
-        switch (rc) {
-        case KL_OK:
+        if (rc == KL_OK) {
+            leader_set(c, pi, mi);
             return KL_OK;
+        }
+        if (rc == KL_UNAVAILABLE || rc == KL_DEADLINE_EXCEEDED || rc == KL_UNKNOWN_WRITE_OUTCOME)
+            leader_forget(c, pi, mi); /* it may have stopped leading */
+        switch (rc) {
         case KL_NOT_LEADER: {
             alive = true;
             last = e;
             int li = leader[0] ? member_index(p, leader) : -1;
+            if (li >= 0)
+                leader_set(c, pi, li);
+            else
+                leader_forget(c, pi, mi);
             if (li >= 0 && redirects < KL_MAX_REDIRECTS) {
                 redirects++;
                 target = li;

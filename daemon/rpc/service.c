@@ -173,9 +173,30 @@ void kl_service_reply_query(kl_rpc_call *call, const char *alias, int kind, cons
     free(buf);
 }
 
+/* Whether this member serves the partition now; if not, the call is answered NOT_LEADER
+ * (or UNAVAILABLE while it leads but cannot commit) before its payload is decoded,
+ * validated or anything is read: the node would refuse it anyway, after all that work. */
+static bool serving_or_refuse(kl_service *s, kl_rpc_call *call)
+{
+    uint64_t index, term;
+    bool serving;
+    kl_repl_next(s->repl, &index, &term, &serving);
+    if (serving)
+        return true;
+    s->costs.not_leader_batches++;
+    kl_err e;
+    kl_fail(&e, KL_NOT_LEADER, "not_leader",
+            "this member does not lead partition %d now; send the batch to the leader",
+            s->partition->id);
+    kl_service_reply_not_leader(s, call, &e);
+    return false;
+}
+
 void kl_service_submit_batch(kl_service *s, kl_rpc_call *call, const uint8_t *p, size_t len,
                              const char *query_alias)
 {
+    if (!serving_or_refuse(s, call))
+        return;
     batch_call *bc = malloc(sizeof *bc);
     if (bc == NULL) {
         kl_err e;
@@ -414,6 +435,8 @@ static void handle_member_status(void *owner, kl_rpc_call *call)
     a.hellos = s->costs.hellos;
     a.hello_ns = s->costs.hello_ns;
     kl_node_authz_costs(s->node, &a.authz_requests, &a.authz_ns);
+    a.not_leader_batches = s->costs.not_leader_batches;
+    kl_node_subject_cache_costs(s->node, &a.subject_cache_hits, &a.subject_cache_misses);
     Keyload__V1__MemberSessionStatus ss = KEYLOAD__V1__MEMBER_SESSION_STATUS__INIT;
     kl_service_session_status(s, &ss);
     a.sessions = &ss;

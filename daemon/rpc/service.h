@@ -84,6 +84,7 @@ typedef struct kl_service {
     } hello_kx;
     struct {                         /* reported by MemberStatus, for make bench */
         uint64_t sealed_requests, session_ns, hellos, hello_ns;
+        uint64_t not_leader_batches;  /* Batches refused before decoding: not serving */
     } costs;
     struct {                         /* Hello refusals by detail (session_serve.c) */
         uint64_t unknown_principal, catalog_behind, replayed;

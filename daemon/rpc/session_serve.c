@@ -314,9 +314,9 @@ static void release_sealed(void *ctx)
 static kl_code session_current(kl_service *s, const kl_session_entry *e, bool *current,
                                kl_err *err)
 {
-    Keyload__V1__CatalogPrincipal *p = NULL;
+    const Keyload__V1__CatalogPrincipal *p = NULL;
     bool found = false;
-    kl_code rc = kl_node_find_principal(s->node, e->s.principal_id, &p, &found, err);
+    kl_code rc = kl_node_find_principal_cached(s->node, e->s.principal_id, &p, &found, err);
     if (rc != KL_OK)
         return rc;
     *current = found && strcmp(p->tenant, e->tenant) == 0 &&
@@ -324,8 +324,6 @@ static kl_code session_current(kl_service *s, const kl_session_entry *e, bool *c
                memcmp(p->key_id.data, e->key_id, KL_KEY_ID_LEN) == 0 &&
                p->public_key.len == KL_SESSION_SIGN_PUBLIC_LEN &&
                memcmp(p->public_key.data, e->public_key, KL_SESSION_SIGN_PUBLIC_LEN) == 0;
-    if (p != NULL)
-        keyload__v1__catalog_principal__free_unpacked(p, NULL);
     return KL_OK;
 }
 

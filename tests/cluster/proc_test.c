@@ -1518,6 +1518,113 @@ static void test_group_sigterm_with_follower_down(void)
     }
 }
 
+/* Batches this member refused before decoding them because it did not serve (MemberStatus
+ * not_leader_batches), or -1 when it does not answer. */
+static long long not_leader_batches(int i)
+{
+    Keyload__V1__MemberStatusAnswer *s = member_status(group_url[i], 2000);
+    if (s == NULL)
+        return -1;
+    long long n = (long long)s->not_leader_batches;
+    keyload__v1__member_status_answer__free_unpacked(s, NULL);
+    return n;
+}
+
+/* A follower answers a Batch NOT_LEADER, naming the leader, before it decodes, validates or
+ * reads anything: bytes that are no BatchRequest get NOT_LEADER from a follower and
+ * INVALID_ARGUMENT only from the leader. */
+static void test_group_follower_refuses_before_decoding(void)
+{
+    write_group("refuse", 3, 2);
+    int leader = group_start_with_queue("q");
+    CHECK(leader >= 0, "the group did not create its database and queue");
+    static const uint8_t garbage[] = {0xff, 0xff, 0xff, 0xff, 0xff, 0xff};
+    for (int i = 0; i < group_n; i++) {
+        long long before = not_leader_batches(i);
+        snprintf(url, sizeof url, "%s", group_url[i]);
+        answer a = call("keyload.v1.Batch", garbage, sizeof garbage, 5000);
+        kl_code code = a.code;
+        char detail[sizeof a.err.detail];
+        snprintf(detail, sizeof detail, "%s", a.err.detail);
+        answer_free(&a);
+        long long after = not_leader_batches(i);
+        if (i == leader) {
+            CHECK(code == KL_INVALID_ARGUMENT && strcmp(detail, "payload") == 0,
+                  "leader m%d: %s %s", i + 1, kl_code_name(code), detail);
+            CHECK(after == before, "the leader counted %lld refusals", after - before);
+        } else {
+            CHECK(code == KL_NOT_LEADER, "follower m%d answered %s %s, not NOT_LEADER", i + 1,
+                  kl_code_name(code), detail);
+            CHECK(before >= 0 && after == before + 1, "follower m%d counted %lld -> %lld", i + 1, before, after);
+        }
+    }
+}
+
+/* Waits until member i reports a leader other than itself; true when it did in time. */
+static bool knows_leader(int i, int timeout_ms)
+{
+    int64_t deadline = now_ms() + timeout_ms;
+    while (now_ms() < deadline) {
+        Keyload__V1__MemberStatusAnswer *s = member_status(group_url[i], 1000);
+        bool ok = s != NULL && s->leader != 0 && s->leader != (uint64_t)(i + 1) && s->leader_address[0];
+        if (s != NULL)
+            keyload__v1__member_status_answer__free_unpacked(s, NULL);
+        if (ok)
+            return true;
+        sleep_ms(100);
+    }
+    return false;
+}
+
+/* The SDK where the leader is not the first-listed member: members 2 and 3 elect one before
+ * member 1 starts; of 20 batches from one client, at most the first meets member 1's
+ * NOT_LEADER (without the SDK's leader cache, every one did). */
+static void test_group_sdk_leader_not_first(void)
+{
+    write_group("sdkleader", 3, 2);
+    group_start(1);
+    group_start(2);
+    Keyload__V1__BatchRequest *b = batch_new(NULL);
+    add_create_database(b);
+    int leader = -1;
+    answer a = group_batch(b, 20000, &leader);
+    CHECK(a.code == KL_OK, "create database: %s %s", kl_code_name(a.code), a.err.message);
+    answer_free(&a);
+    b = batch_new(NULL);
+    add_create(b, "q", 0);
+    a = group_batch(b, 20000, &leader);
+    CHECK(a.code == KL_OK, "create queue: %s %s", kl_code_name(a.code), a.err.message);
+    answer_free(&a);
+    group_start(0);
+    CHECK(knows_leader(0, 20000), "member 1 learned no leader");
+    long long before = not_leader_batches(0);
+    kl_client *c;
+    kl_err err;
+    CHECK(kl_client_open(cluster_file, "default/default", 10000, &c, &err) == KL_OK, "open: %s", err.message);
+    int ok = 0;
+    for (int i = 0; i < 20; i++) {
+        kl_batch *kb;
+        kl_message *m;
+        kl_receipt *r = NULL;
+        if (kl_batch_new(NULL, &kb, &err) != KL_OK)
+            break;
+        if (kl_message_new("x", 1, &m, &err) == KL_OK) {
+            if (kl_batch_enqueue(kb, "q", NULL, m, &err) == KL_OK && kl_client_batch(c, kb, &r, &err) == KL_OK)
+                ok++;
+            kl_message_free(m);
+        }
+        kl_receipt_free(r);
+        kl_batch_free(kb);
+    }
+    kl_client_close(c);
+    long long after = not_leader_batches(0);
+    printf("  leader m%d; NOT_LEADER answers of the first-listed member for 20 SDK batches: %lld\n",
+           leader + 1, after - before);
+    CHECK(ok == 20, "%d of 20 batches committed (last: %s)", ok, err.message);
+    CHECK(leader != 0, "member 1 led");
+    CHECK(before >= 0 && after - before <= 1, "%lld redirects for 20 batches", after - before);
+}
+
 int main(int argc, char **argv)
 {
     const char *only = NULL; /* --only TEXT: run the tests whose name contains TEXT */
@@ -1572,6 +1679,10 @@ int main(int argc, char **argv)
          "after its restart every acknowledged write is there", test_group_log_write_failure_exits},
         {"3 members, replica_count 3: SIGTERM stops the leader and a follower within 2 s while "
          "another follower is down", test_group_sigterm_with_follower_down},
+        {"3 members: a follower answers a Batch NOT_LEADER before decoding it (garbage included)",
+         test_group_follower_refuses_before_decoding},
+        {"3 members, leader not first-listed: the SDK meets a follower's NOT_LEADER once, not per batch",
+         test_group_sdk_leader_not_first},
         {"member keys: a forged replication message from a process that is not a member is refused, "
          "group state unchanged", test_peer_auth_refuses_intruders},
         {"3x3 cluster: catalog versions reach every data partition once, in order, across failover "

@@ -30,6 +30,8 @@ Suite *suite_transfer(void);
 Suite *suite_coordinator(void);
 Suite *suite_q1(void);
 Suite *suite_entry_clock(void);
+Suite *suite_subject_cache(void);
+Suite *suite_sdk_leader(void);
 
 int main(void)
 {
@@ -59,6 +61,8 @@ int main(void)
     srunner_add_suite(sr, suite_coordinator());
     srunner_add_suite(sr, suite_q1());
     srunner_add_suite(sr, suite_entry_clock());
+    srunner_add_suite(sr, suite_subject_cache());
+    srunner_add_suite(sr, suite_sdk_leader());
     srunner_run_all(sr, CK_NORMAL);
     int failed = srunner_ntests_failed(sr);
     int run = srunner_ntests_run(sr);

@@ -1,0 +1,233 @@
+/* The SDK's leader cache against two scripted members (real kl_rpc_servers on loopback):
+ * a client remembers each partition's last leader, shared by every thread using it, so
+ * only the first call meets a follower's NOT_LEADER; a NOT_LEADER naming another member,
+ * or an UNAVAILABLE, moves the next calls on. */
+#include "client/keyload.h"
+#include "common/rpc.h"
+#include "tests/unit/harness.h"
+#include "tests/unit/ports.h"
+
+#include <check.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <uv.h>
+
+enum { LEADS, FOLLOWS, UNAVAILABLE_ONCE };
+
+typedef struct member {
+    uv_loop_t loop;
+    uv_async_t ctl;
+    pthread_t thread;
+    kl_rpc_server *srv;
+    char url[64];
+    atomic_int mode;
+    atomic_int calls;
+    struct member *other; /* the leader a follower names */
+} member;
+
+static member mb[2];
+
+static void answer_receipt(kl_rpc_call *call)
+{
+    size_t len;
+    const uint8_t *p = kl_rpc_call_payload(call, &len);
+    Keyload__V1__BatchRequest *b = keyload__v1__batch_request__unpack(NULL, len, p);
+    Keyload__V1__BatchReceipt r = KEYLOAD__V1__BATCH_RECEIPT__INIT;
+    r.command_id = b->command_id;
+    r.index = 7;
+    uint8_t buf[256];
+    size_t n = keyload__v1__batch_receipt__pack(&r, buf);
+    keyload__v1__batch_request__free_unpacked(b, NULL);
+    kl_rpc_reply(call, buf, n);
+}
+
+static void on_batch(void *owner, kl_rpc_call *call)
+{
+    member *m = owner;
+    atomic_fetch_add(&m->calls, 1);
+    kl_err e;
+    int mode = atomic_load(&m->mode);
+    if (mode == LEADS) {
+        answer_receipt(call);
+    } else if (mode == FOLLOWS) {
+        kl_fail(&e, KL_NOT_LEADER, "not_leader", "this member does not lead partition 0 now");
+        kl_rpc_reply_error(call, &e, m->other->url);
+    } else {
+        atomic_store(&m->mode, FOLLOWS);
+        kl_fail(&e, KL_UNAVAILABLE, "leader_not_ready", "this member cannot commit yet; retry");
+        kl_rpc_reply_error(call, &e, NULL);
+    }
+}
+
+static const kl_rpc_method methods[] = {{"keyload.v1.Batch", on_batch}};
+
+static void on_ctl(uv_async_t *h)
+{
+    member *m = h->data;
+    kl_rpc_server_stop(m->srv);
+    uv_close((uv_handle_t *)&m->ctl, NULL);
+}
+
+static void *loop_main(void *arg)
+{
+    uv_run(&((member *)arg)->loop, UV_RUN_DEFAULT);
+    return NULL;
+}
+
+static void member_start(member *m, int mode, member *other)
+{
+    memset(m, 0, sizeof *m);
+    atomic_store(&m->mode, mode);
+    m->other = other;
+    ck_assert_int_eq(uv_loop_init(&m->loop), 0);
+    ck_assert_int_eq(uv_async_init(&m->loop, &m->ctl, on_ctl), 0);
+    m->ctl.data = m;
+    snprintf(m->url, sizeof m->url, "tcp://127.0.0.1:%d", th_free_port());
+    kl_rpc_server_config cfg = {.listen_url = m->url, .methods = methods, .method_count = 1,
+                                .owner = m, .max_frame = 1 << 20};
+    kl_err err;
+    ck_assert_msg(kl_rpc_server_start(&m->loop, &cfg, &m->srv, &err) == KL_OK, "%s", err.message);
+    ck_assert_int_eq(pthread_create(&m->thread, NULL, loop_main, m), 0);
+}
+
+static void member_stop(member *m)
+{
+    ck_assert_int_eq(uv_async_send(&m->ctl), 0);
+    ck_assert_int_eq(pthread_join(m->thread, NULL), 0);
+    ck_assert_int_eq(uv_loop_close(&m->loop), 0);
+}
+
+static int calls(member *m) { return atomic_load(&m->calls); }
+
+static char dir[256], path[512];
+
+/* mb[0] follows (first in the cluster file), mb[1] leads. */
+static void setup(void)
+{
+    member_start(&mb[0], FOLLOWS, &mb[1]);
+    member_start(&mb[1], LEADS, &mb[0]);
+    th_tmpdir(dir, sizeof dir);
+    snprintf(path, sizeof path, "%s/cluster.json", dir);
+    FILE *f = fopen(path, "w");
+    ck_assert_ptr_nonnull(f);
+    fprintf(f, "{\"cluster\":\"sdk\",\"replica_count\":1,\"insecure_local_admin\":true,\"partitions\":[{\"id\":0,"
+               "\"members\":[{\"id\":1,\"client\":\"%s\"},{\"id\":2,\"client\":\"%s\"}]}]}\n",
+            mb[0].url, mb[1].url);
+    fclose(f);
+}
+
+static void teardown(void)
+{
+    member_stop(&mb[0]);
+    member_stop(&mb[1]);
+    th_rmrf(dir);
+}
+
+static void send_one(kl_client *c)
+{
+    kl_err err;
+    kl_batch *b;
+    kl_message *m;
+    ck_assert_int_eq(kl_batch_new(NULL, &b, &err), KL_OK);
+    ck_assert_int_eq(kl_message_new("x", 1, &m, &err), KL_OK);
+    ck_assert_int_eq(kl_batch_enqueue(b, "q", NULL, m, &err), KL_OK);
+    kl_receipt *r = NULL;
+    kl_code rc = kl_client_batch(c, b, &r, &err);
+    ck_assert_msg(rc == KL_OK, "%s %s", kl_code_name(rc), err.message);
+    ck_assert_uint_eq(r->decoded->index, 7);
+    kl_receipt_free(r);
+    kl_message_free(m);
+    kl_batch_free(b);
+}
+
+static kl_client *open_client(void)
+{
+    kl_client *c;
+    kl_err err;
+    ck_assert_int_eq(kl_client_open(path, "t/d", 5000, &c, &err), KL_OK);
+    return c;
+}
+
+/* Only the first call meets the first-listed follower. */
+START_TEST(the_leader_is_remembered)
+{
+    kl_client *c = open_client();
+    for (int i = 0; i < 5; i++)
+        send_one(c);
+    ck_assert_int_eq(calls(&mb[0]), 1);
+    ck_assert_int_eq(calls(&mb[1]), 5);
+    kl_client_close(c);
+}
+END_TEST
+
+/* The leader moves: the old one answers NOT_LEADER naming the new one, once. */
+START_TEST(not_leader_moves_the_cache)
+{
+    kl_client *c = open_client();
+    send_one(c);
+    send_one(c);
+    atomic_store(&mb[1].mode, FOLLOWS);
+    atomic_store(&mb[0].mode, LEADS);
+    for (int i = 0; i < 3; i++)
+        send_one(c);
+    ck_assert_int_eq(calls(&mb[1]), 3); /* 2 served, 1 redirect */
+    ck_assert_int_eq(calls(&mb[0]), 4); /* 1 redirect, 3 served */
+    kl_client_close(c);
+}
+END_TEST
+
+/* A cached leader that answers UNAVAILABLE is forgotten: the call goes on to the other
+ * member, which serves it and every call after it. */
+START_TEST(unavailable_forgets_the_leader)
+{
+    kl_client *c = open_client();
+    send_one(c); /* mb[0] redirects, mb[1] serves: mb[1] cached */
+    atomic_store(&mb[0].mode, LEADS);
+    atomic_store(&mb[1].mode, UNAVAILABLE_ONCE); /* then it follows, naming mb[0] */
+    for (int i = 0; i < 3; i++)
+        send_one(c);
+    ck_assert_int_eq(calls(&mb[1]), 2);
+    ck_assert_int_eq(calls(&mb[0]), 4);
+    kl_client_close(c);
+}
+END_TEST
+
+static void *sender(void *arg)
+{
+    for (int i = 0; i < 10; i++)
+        send_one(arg);
+    return NULL;
+}
+
+/* Every thread of one client uses what any of them learned. */
+START_TEST(threads_share_the_cache)
+{
+    kl_client *c = open_client();
+    send_one(c);
+    pthread_t t[4];
+    for (int i = 0; i < 4; i++)
+        ck_assert_int_eq(pthread_create(&t[i], NULL, sender, c), 0);
+    for (int i = 0; i < 4; i++)
+        ck_assert_int_eq(pthread_join(t[i], NULL), 0);
+    ck_assert_int_eq(calls(&mb[0]), 1);
+    ck_assert_int_eq(calls(&mb[1]), 41);
+    kl_client_close(c);
+}
+END_TEST
+
+Suite *suite_sdk_leader(void)
+{
+    Suite *s = suite_create("sdk_leader");
+    TCase *t = tcase_create("sdk_leader");
+    tcase_add_checked_fixture(t, setup, teardown);
+    tcase_set_timeout(t, 30);
+    tcase_add_test(t, the_leader_is_remembered);
+    tcase_add_test(t, not_leader_moves_the_cache);
+    tcase_add_test(t, unavailable_forgets_the_leader);
+    tcase_add_test(t, threads_share_the_cache);
+    suite_add_tcase(s, t);
+    return s;
+}
