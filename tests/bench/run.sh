@@ -898,13 +898,18 @@ coord_default_cell() {
   kl4_cli "$d" queue create cdef --partition 1 "${big[@]}" || { echo "bench: queue cdef could not be created"; failed=1; return 1; }
   coord_cfg "$d" "$cfg"
   start_coord "$cfg" "$log" || { failed=1; return 1; }
-  n=$(( 200 * secs ))
-  out=$(timeout 300 "$bench" --coord-create "$n" "${xc[@]}" --queue cdef --dest-queue cdst --clients 32 \
-        --lane-tag def --drain-seconds 120)
+  # About BENCH_SECONDS of work at the client-driven rate of this run (100..2000 transfers):
+  # a coordinator that keeps up drains it in that time; a slower one takes longer, up to 300 s.
+  n=$(python3 -c 'import sys
+try: r = float(sys.argv[1])
+except ValueError: r = 100
+print(int(min(2000, max(100, r * float(sys.argv[2])))))' "$(kv transfers_per_s "$xline32")" "$secs")
+  out=$(timeout 400 "$bench" --coord-create "$n" "${xc[@]}" --queue cdef --dest-queue cdst --clients 32 \
+        --lane-tag def --drain-seconds 300)
   rc=$?
   echo "bench: coordinator, default config: ${out:-no result (exit $rc)}"
   [ $rc -eq 0 ] && [ -n "$out" ] || failed=1
-  [ "$(kv drained "$out")" = 1 ] || { echo "bench: not everything was delivered within 120 s; coordinator log tail:"; tail -n 5 "$log"; }
+  [ "$(kv drained "$out")" = 1 ] || { echo "bench: not everything was delivered within 300 s; coordinator log tail:"; tail -n 5 "$log"; }
   coord_default=$out
   stop_pid "$cpid" keyload-coordinator
   cpid=""
@@ -1076,18 +1081,7 @@ if [ $want_peers = 1 ]; then  # ---- KL-9 summary ----
   : >"$peer_res"
   for k in "${!peer[@]}"; do printf '%s\t%s\n' "$k" "${peer[$k]}" >>"$peer_res"; done
   printf 'coord_default\t%s\nlongpoll\t%s\njs_source\t%s\n' "$coord_default" "$longpoll" "$js_source" >>"$peer_res"
-  if python3 "$root/tests/bench/peers/summary.py" "$peer_res" "$peer_out/lat" "$tmp/summary.tsv" &&
-     jq -Rn '[inputs | split("\t") | {(.[0]): (.[1] | fromjson)}] | add' "$tmp/summary.tsv" >"$peer_out/summary.json"; then
-    echo "bench: wrote $peer_out/summary.json"
-  else
-    echo "bench: the KL-9 summary could not be written"; failed=1
-  fi
-  if timeout 60 gnuplot -e "latdir='$peer_out/lat'; out='$peer_out/latency.png'" "$root/tests/bench/peers/latency.gp" \
-       2>"$tmp/gnuplot.err"; then
-    echo "bench: wrote $peer_out/latency.png (raw latencies: $peer_out/lat/CELL.rRUN.txt, us, one a line)"
-  else
-    echo "bench: gnuplot failed:"; tail -n 5 "$tmp/gnuplot.err"; failed=1
-  fi
+  peers_summary "$peer_res" "$peer_out" "$tmp" || failed=1
 fi
 echo "bench: total run time $(( $(date +%s) - bench_t0 )) s (BENCH_PARTS=$parts, ${secs}s per cell)"
 if [ ${#crashes[@]} -gt 0 ]; then

@@ -8,7 +8,8 @@
 //       bench clients), bodies of B bytes (default 100). Prints one "js:" line: msgs/s,
 //       p50/p99/max in microseconds, errors and, with --pids, the user+sys CPU of those
 //       processes (/proc/PID/stat, before and after the measured window) per acknowledged
-//       message. --lat-out writes every measured latency (microseconds, one per line).
+//       message, and the client's own CPU (client_cpu_pct: 100 = one core busy, so the
+//       client and not the servers limited the rate). --lat-out writes every measured latency (microseconds, one per line).
 //       --msg-id 1 (the default) sends each message with a unique Nats-Msg-Id, so JetStream
 //       does the duplicate tracking KeyLoad's command ids get (its window is 2 minutes).
 //   node js.mjs source  --servers URL,URL,URL [--timeout-s S]
@@ -89,12 +90,14 @@ async function publish(nc) {
   for (let i = 0; i < inFlight; i++) ws.push(worker(i));
   await sleep(warmup * 1000);
   const c0 = pids.length ? cpuUs(pids) : 0;
+  const u0 = process.cpuUsage();
   const m0 = process.hrtime.bigint();
   measuring = true;
   await sleep(seconds * 1000);
   measuring = false;
   const m1 = process.hrtime.bigint();
   const c1 = pids.length ? cpuUs(pids) : 0;
+  const u1 = process.cpuUsage(u0);
   stop = true;
   await Promise.all(ws);
   const secs = Number(m1 - m0) / 1e9;
@@ -104,7 +107,8 @@ async function publish(nc) {
   console.log(`js: in_flight=${inFlight} body=${body.length} seconds=${secs.toFixed(2)} msgs=${ok} ` +
               `msgs_per_s=${(ok / secs).toFixed(1)} p50_us=${pct(lat, 50).toFixed(1)} ` +
               `p99_us=${pct(lat, 99).toFixed(1)} max_us=${(lat[lat.length - 1] || 0).toFixed(1)} ` +
-              `errors=${errors} cpu_us_per_msg=${cpu} cpu_pids=${pids.length} msg_id=${msgId ? 1 : 0}`);
+              `errors=${errors} cpu_us_per_msg=${cpu} cpu_pids=${pids.length} msg_id=${msgId ? 1 : 0} ` +
+              `client_cpu_pct=${((u1.user + u1.system) / 1e4 / secs).toFixed(0)}`);
   if (firstErr) console.error(`js: first error: ${firstErr}`);
 }
 

@@ -111,3 +111,22 @@ pg_down() {
   [ -n "$pg_dir" ] && rm -rf "$pg_dir"
   pg_dir=""
 }
+
+# peers_summary RESULTS OUT TMP: prints the KL-9 comparison (summary.py) from RESULTS
+# ("CELL,RUN<TAB>line" rows), writes OUT/summary.json (jq) and OUT/latency.png (gnuplot)
+# from the latencies in OUT/lat. Non-zero when either file could not be written.
+peers_summary() {
+  local res=$1 out=$2 t=$3 rc=0
+  if python3 "$peers_dir/summary.py" "$res" "$out/lat" "$t/summary.tsv" &&
+     jq -Rn '[inputs | split("\t") | {(.[0]): (.[1] | fromjson)}] | add' "$t/summary.tsv" >"$out/summary.json"; then
+    echo "bench: wrote $out/summary.json"
+  else
+    echo "bench: the KL-9 summary could not be written"; rc=1
+  fi
+  if timeout 60 gnuplot -e "latdir='$out/lat'; out='$out/latency.png'" "$peers_dir/latency.gp" 2>"$t/gnuplot.err"; then
+    echo "bench: wrote $out/latency.png (raw latencies: $out/lat/CELL.rRUN.txt, us, one a line)"
+  else
+    echo "bench: gnuplot failed:"; tail -n 5 "$t/gnuplot.err"; rc=1
+  fi
+  return $rc
+}

@@ -6,7 +6,8 @@ alternating runs (rf3_1, js_1, rf3_64, js_64, xfer_1, pg_1, xfer_32, pg_8) or co
 longpoll, js_source; LINE is that run's key=value output line. Prints every run, the medians
 and each KL-9 target as a ratio with PASS/MISS; writes OUT_TSV ("key<TAB>JSON value", which
 run.sh turns into summary.json with jq) and, for the plot, LATDIR/CELL.pct (percentile
-curves of all runs of a cell together: "nines latency_us" rows, nines = -log10(1 - q)).
+curves of all runs of a cell together: "nines latency_us" rows, nines = -log10(1 - q)) and
+LATDIR/titles.gp (each cell's sample count for the plot's key).
 """
 import glob
 import json
@@ -88,7 +89,7 @@ def percentiles(latdir, cell):
     n = len(vals)
     with open(os.path.join(latdir, "%s.pct" % cell), "w") as out:
         if n == 0:
-            out.write("0 0\n")  # gnuplot needs a row; the key says the cell had no data
+            out.write("0 1\n")  # a valid row (log scale) so the other curves still plot
             return 0
         step = max(1, n // 2000)
         for i in range(0, n, step):
@@ -119,7 +120,8 @@ def main():
         ("KeyLoad RF3 sealed p99 us", series(runs, "rf3_64", "p99_us"), " us"),
         ("JetStream R3 p99 us", series(runs, "js_64", "p99_us"), " us"),
         ("KeyLoad CPU us per msg (3 members)", series(runs, "rf3_64", "cpu_us_per_msg"), " us"),
-        ("JetStream CPU us per msg (3 servers)", series(runs, "js_64", "cpu_us_per_msg"), " us")])
+        ("JetStream CPU us per msg (3 servers)", series(runs, "js_64", "cpu_us_per_msg"), " us"),
+        ("JetStream client CPU % (one node process)", series(runs, "js_64", "client_cpu_pct"), "%")])
     show("transfers (KeyLoad: Create+Accept+receipt read+Complete, RF3 x 3 partitions):", [
         ("KeyLoad client-driven, 1 in flight /s", series(runs, "xfer_1", "transfers_per_s"), ""),
         ("PostgreSQL outbox, 1 client /s", series(runs, "pg_1", "transfers_per_s"), ""),
@@ -181,6 +183,10 @@ def main():
     counts = {c: percentiles(latdir, c) for c in
               ("rf3_1", "js_1", "rf3_64", "js_64", "xfer_1", "pg_1", "xfer_32", "pg_8")}
     s["latency_samples"] = counts
+    # Curve titles with their sample counts (latency.gp loads them): an empty cell says so.
+    with open(os.path.join(latdir, "titles.gp"), "w") as f:
+        for c, n in counts.items():
+            f.write('n_%s = "%s"\n' % (c, "n=%d" % n if n else "NO DATA"))
     s["runs"] = {cell: [runs[cell][i] for i in sorted(runs[cell])] for cell in sorted(runs)}
     with open(out_tsv, "w") as f:
         for k, v in s.items():
