@@ -137,6 +137,8 @@ def main():
 
     m = lambda cell, key: median(series(runs, cell, key))
     s["rf3_sealed_1c_p50_us"] = m("rf3_1", "p50_us")
+    s["rf3_sealed_1c_p99_us"] = m("rf3_1", "p99_us")
+    s["js_1c_p99_us"] = m("js_1", "p99_us")
     s["rf3_sealed_64_msgs_per_s"] = m("rf3_64", "msgs_per_s")
     s["rf3_sealed_64_p99_us"] = m("rf3_64", "p99_us")
     s["cpu_us_per_msg_rf3_64"] = m("rf3_64", "cpu_us_per_msg")
@@ -144,6 +146,7 @@ def main():
     s["js_64_msgs_per_s"] = m("js_64", "msgs_per_s")
     s["js_64_p99_us"] = m("js_64", "p99_us")
     s["js_cpu_us_per_msg_64"] = m("js_64", "cpu_us_per_msg")
+    s["js_64_client_cpu_pct"] = m("js_64", "client_cpu_pct")
     s["xfer_client_1_per_s"] = m("xfer_1", "transfers_per_s")
     s["xfer_client_32_per_s"] = m("xfer_32", "transfers_per_s")
     s["xfer_coord_per_s"] = num(cd.get("transfers_per_s"))

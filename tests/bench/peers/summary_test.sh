@@ -56,6 +56,7 @@ check "summary.json has every KL-9 key" [ "$(jq '[has("rf3_sealed_1c_p50_us", "r
 check "medians of three runs" [ "$(jq -c '[.rf3_sealed_1c_p50_us, .js_1c_p50_us, .rf3_sealed_64_msgs_per_s,
   .js_64_p99_us, .cpu_us_per_msg_rf3_64, .js_cpu_us_per_msg_64, .xfer_client_32_per_s, .pg_outbox_8c_per_s]' "$j" 2>/dev/null)" \
   = "[500,600,10000,5000,40,20,1000,1000]" ]
+check "1c p99 medians too" [ "$(jq -c '[.rf3_sealed_1c_p99_us, .js_1c_p99_us]' "$j" 2>/dev/null)" = "[1500,900]" ]
 check "a cell without runs is null" [ "$(jq '.pg_outbox_1c_per_s' "$j" 2>/dev/null)" = null ]
 check "1c p50 500/600 PASS" grep -q "1 publisher p50: 500.0 us / 600.0 us = 0.83x (target <= 1.0x) PASS" <<<"$out"
 check "64 msgs/s 10000/9000 PASS" grep -q "JetStream 64 msgs/s: 10000.0 msgs/s / 9000.0 msgs/s = 1.11x (target >= 1.0x) PASS" <<<"$out"
