@@ -642,7 +642,7 @@ EOF
 fi  # KL-3 summary
 
 # ---- KL-9: a sealed RF3 cluster against NATS JetStream R3, alternating ----
- # longpoll_cell DIR: an idle consumer (principal benchcons, QueueConsume on the empty queue
+# longpoll_cell DIR: an idle consumer (principal benchcons, QueueConsume on the empty queue
 # lp) runs `keyload receive lp --wait-ms 10000` once; the leader's last log index (MemberStatus)
 # before and after gives the entries appended meanwhile (the CLI's own session included).
 # Sets $longpoll to "entries=N wait_ms=M" or to why there is no figure.
@@ -676,7 +676,7 @@ longpoll_cell() {
   longpoll="entries=$((after - before)) wait_ms=$(((t1 - t0) / 1000000))"
   echo "bench: long-poll receive, 10 s on an empty queue: $longpoll"
 }
-declare -A peer    # "CELL,RUN" -> that run's output line (CELL: rf3_1c js_1c rf3_64 js_64 xfer_1 pg_1 ...)
+declare -A peer    # "CELL,RUN" -> that run's output line (CELL: rf3_1 js_1 rf3_64 js_64 xfer_1 pg_1 xfer_32 pg_8)
 peer_out=$root/var/bench
 js_source=""
 longpoll=""
@@ -786,15 +786,19 @@ declare -A pline   # FLUSH -> the coord: line of the paced run (32 workers, 20 c
 coord_rss=""       # "hwm_kib=... rss_kib=... buffered=... capacity=..."
 coord_warn=0
 coord_warn_first=""
+# coord_setup DIR: once per cluster, what every coordinator cell needs. The coordinator's
+# principal is benchxfer, already a database administrator with QueuePublish and
+# QueueInspect; transfers need these two as well (admin flags are off for data grants).
+coord_ready=0
+coord_setup() {
+  [ $coord_ready = 1 ] && return 0
+  kl4_cli "$1" principal grant benchxfer QueueConsume --queue '*' &&
+    kl4_cli "$1" principal grant benchxfer QueueAck --queue '*' &&
+    kl4_cli "$1" queue create cdst --partition 2 "${big[@]}" && coord_ready=1
+}
 coord_part() {
   local d=$1 f w n rate out rc cfg log
-  # The coordinator's principal: benchxfer, already a database administrator with
-  # QueuePublish and QueueInspect; transfers need these two as well (admin flags are off
-  # for data grants).
-  if ! { kl4_cli "$d" principal grant benchxfer QueueConsume --queue '*' &&
-         kl4_cli "$d" principal grant benchxfer QueueAck --queue '*' &&
-         kl4_cli "$d" queue create cdst --partition 2 "${big[@]}" &&
-         kl4_cli "$d" queue create crss --partition 1 "${big[@]}"; }; then
+  if ! { coord_setup "$d" && kl4_cli "$d" queue create crss --partition 1 "${big[@]}"; }; then
     echo "bench: KL-5 setup (grants, queues cdst/crss) failed:"
     tail -n 5 "$d/setup.log"
     failed=1
@@ -886,13 +890,13 @@ median_run() {
 }
 # coord_default_cell DIR: KL-9's coordinator-driven rate at the default config (no flush or
 # workers given), measured as the KL-5 cells are (32 creating clients, queue cdef -> cdst).
+# It runs before the KL-5 part: that part leaves 10,000 transfers pending, which a
+# coordinator started afterwards would drive too, in competition with these.
 coord_default=""
 coord_default_cell() {
   local d=$1 n cfg=$1/coord-default.json log=$1/coord-default.log out rc
   local xc=(--cluster "$d/cluster.json" --principal benchxfer --key "$d/xfer.key" --database bench/kl4)
-  if [ "$parts" = peers ] && ! { kl4_cli "$d" principal grant benchxfer QueueConsume --queue '*' &&
-         kl4_cli "$d" principal grant benchxfer QueueAck --queue '*' &&
-         kl4_cli "$d" queue create cdst --partition 2 "${big[@]}"; }; then
+  if ! coord_setup "$d"; then
     echo "bench: coordinator setup (grants, queue cdst) failed:"; tail -n 5 "$d/setup.log"; failed=1; return 1
   fi
   kl4_cli "$d" queue create cdef --partition 1 "${big[@]}" || { echo "bench: queue cdef could not be created"; failed=1; return 1; }
@@ -991,10 +995,10 @@ if [ "$parts" = all ] || [ "$parts" = xfer ] || [ "$parts" = coord ] || [ "$part
   # KL-4's members' warnings, before KL-5 adds its own (counted separately).
   x_warn=$(cat "$x"/p*m*.log | grep -c 'level=\(warn\|error\)')
   x_warn_first=$(cat "$x"/p*m*.log | grep 'level=\(warn\|error\)' | head -n 5)
+  [ "${x_ok:-0}" = 1 ] && [ $want_peers = 1 ] && coord_default_cell "$x"
   if [ "${x_ok:-0}" = 1 ] && { [ "$parts" = all ] || [ "$parts" = coord ]; }; then
     coord_part "$x"
   fi
-  [ "${x_ok:-0}" = 1 ] && [ $want_peers = 1 ] && coord_default_cell "$x"
   stop_cluster "$x"
 fi
 if [ "$parts" = all ] || [ "$parts" = xfer ] || [ "$parts" = coord ]; then  # ---- KL-4/KL-5 summary ----

@@ -128,9 +128,10 @@ def main():
         ("KeyLoad client-driven, 32 in flight /s", series(runs, "xfer_32", "transfers_per_s"), ""),
         ("PostgreSQL outbox, 8 clients /s", series(runs, "pg_8", "transfers_per_s"), "")])
     cd = kv(other.get("coord_default"))
-    print("  coordinator-driven, default config: %s transfers/s (one run: N=%s delivered=%s p50 %s ms)"
+    print("  coordinator-driven, default config: %s transfers/s (one run: N=%s delivered=%s p50 %s ms)%s"
           % (cd.get("transfers_per_s", "n/a"), cd.get("transfers", "?"), cd.get("delivered", "?"),
-             cd.get("p50_ms", "?")))
+             cd.get("p50_ms", "?"), "" if cd.get("drained", "1") == "1" else
+             " NOT DRAINED: the rate covers only what was delivered before the bench gave up"))
     src = kv(other.get("js_source"))
     print("  JetStream sourcing (stream COPY sourcing BENCH, async, no receipt; informational): %s msgs/s "
           "(%s of %s copied)" % (src.get("msgs_per_s", "n/a"), src.get("copied", "?"), src.get("msgs", "?")))
