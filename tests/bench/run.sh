@@ -90,6 +90,7 @@
 #              routes +10),
 #              BENCH_PARTS=kl3, xfer, coord or peers runs only the KL-3 part, the KL-4 part, the
 #              KL-4 and KL-5 parts, or the KL-9 peers part (default: everything),
+#              BENCH_CLI (the CLI to use, default bin/keyload),
 #              BENCH_KEEP=1 keeps the temporary directory (daemon logs, data) for inspection.
 # Every process this script starts is tracked by pid and stopped by pid on exit.
 set -u
@@ -114,7 +115,7 @@ want_peers=0
 bench_t0=$(date +%s)
 bench=bin/keyload-bench
 daemon=bin/keyloadd
-cli=bin/keyload
+cli=${BENCH_CLI:-bin/keyload}  # BENCH_CLI: another build of the CLI (e.g. one with receive --wait-ms)
 coordinator=bin/keyload-coordinator
 for b in "$bench" "$daemon" "$cli" "$coordinator"; do
   [ -x "$b" ] || { echo "bench: $b is missing; run make first"; exit 2; }
@@ -124,7 +125,7 @@ mkdir -p var
 tmp=$(mktemp -d "$root/var/bench-XXXXXX")
 # Run private copies: a `make` elsewhere in the tree must not swap binaries under a restart.
 mkdir -p "$tmp/bin"
-cp "$bench" "$daemon" "$cli" "$coordinator" "$tmp/bin/" || exit 2
+cp "$bench" "$daemon" "$coordinator" "$tmp/bin/" && cp "$cli" "$tmp/bin/keyload" || exit 2
 bench=$tmp/bin/keyload-bench
 daemon=$tmp/bin/keyloadd
 cli=$tmp/bin/keyload
