@@ -37,7 +37,7 @@ BINS := bin/keyloadd bin/keyload bin/keyload-coordinator bin/keyload-mcp bin/key
 EXAMPLE_SRC := $(wildcard client/examples/*.c)
 EXAMPLES    := $(patsubst client/examples/%.c,bin/examples/%,$(EXAMPLE_SRC))
 
-.PHONY: all deps test unit-test process-test mcp-test examples-test fuzz fuzz-run bench run clean nemesis nemesis-test
+.PHONY: all deps test unit-test process-test mcp-test examples-test fuzz fuzz-run bench peers run clean nemesis nemesis-test
 all: $(BINS) lib/libkeyload.a $(EXAMPLES)
 
 # client/keyload.h includes the generated protobuf-c headers: keep them after a build (not
@@ -152,6 +152,12 @@ test: deps
 bench: deps
 	@$(MAKE) --no-print-directory all
 	@bash tests/bench/run.sh
+
+# KL-9's peers alone (NATS JetStream R3, a PostgreSQL outbox) against the KeyLoad cells they
+# are compared with; `make bench` runs them too (BENCH_PARTS=peers of tests/bench/run.sh).
+peers: deps
+	@$(MAKE) --no-print-directory all
+	@BENCH_PARTS=peers bash tests/bench/run.sh
 
 run: deps
 	@$(MAKE) --no-print-directory all

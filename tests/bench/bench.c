@@ -89,6 +89,12 @@
  *       and derives rate and latency from each transfer's commit history (coord.h). Prints
  *       one "coord:" line.
  *
+ *   Common to the bench and --transfer: --lat-out FILE writes every measured latency there
+ *   (microseconds, ascending, one a line; what tests/bench/run.sh plots). The bench also takes
+ *   --cpu-pids PID,PID,...: the user+sys CPU time of those processes (/proc/PID/stat) from
+ *   the end of the warm-up to the end of the run, divided by the messages acknowledged in
+ *   that window, is added as cpu_us_per_msg (the members' cost per message).
+ *
  * Output lines start with "fsync:", "bench:", "leader:", "caughtup:", "failover:", "transfer:" or "coord:" so
  * scripts can pick them out. Exit code 0 when the run completed (errors are counted and
  * reported, not fatal), 1 when it could not run at all (cannot connect, cannot create the
@@ -166,6 +172,9 @@ typedef struct options {
     double drain_s;          /* --coord-create: longest wait for the coordinator */
     int no_wait;             /* --coord-create: create only */
     double coord_rate;       /* --coord-create: creates per second (0: as fast as possible) */
+    const char *lat_out;     /* bench, --transfer: every measured latency (us, one a line) */
+    long cpu_pids[MAX_URLS]; /* bench: processes whose CPU is counted per acknowledged message */
+    int n_cpu_pids;
 } options;
 
 /* The cluster file of --cluster (large: a static, loaded once by main). */
@@ -833,6 +842,39 @@ static void cost_print(const cost_snap *x, const cost_snap *y, double p50_us)
            p50_us > 0 ? 100.0 * per / p50_us : 0.0);
 }
 
+static int proc_cpu(long pid, double *stat_ns, double *sched_ns);
+
+/* --lat-out: the sorted latencies (ns) as microseconds, one a line. */
+static int lat_write(const char *path, const uint64_t *v, size_t n)
+{
+    FILE *f = fopen(path, "w");
+    if (f == NULL) {
+        fprintf(stderr, "keyload-bench: --lat-out %s: %s\n", path, strerror(errno));
+        return -1;
+    }
+    for (size_t i = 0; i < n; i++)
+        fprintf(f, "%.1f\n", (double)v[i] / 1e3);
+    if (fclose(f) != 0) {
+        fprintf(stderr, "keyload-bench: --lat-out %s: %s\n", path, strerror(errno));
+        return -1;
+    }
+    return 0;
+}
+
+/* --cpu-pids: user+sys of every listed process in ns (/proc/PID/stat, clock ticks); -1 when
+ * one of them cannot be read (it has ended: the figure would be wrong, so none is given). */
+static double cpu_pids_ns(const options *o)
+{
+    double sum = 0;
+    for (int i = 0; i < o->n_cpu_pids; i++) {
+        double st, sched;
+        if (proc_cpu(o->cpu_pids[i], &st, &sched) != 0)
+            return -1;
+        sum += st;
+    }
+    return sum;
+}
+
 static int run_bench(const options *o)
 {
     /* Several members: wait for a serving leader and start there. */
@@ -899,13 +941,21 @@ static int run_bench(const options *o)
     atomic_store(&g_measure_from, from);
     atomic_store(&g_go, 1);
     int64_t end;
+    double cpu0 = -1, cpu1 = -1;
     if (o->ops > 0) {
         for (int i = 0; i < o->clients; i++)
             pthread_join(cs[i].thread, NULL);
         end = now_ns();
     } else {
         end = from + (int64_t)(o->seconds * 1e9);
+        /* The members' CPU over exactly the measured window (warm-up excluded). */
+        if (o->n_cpu_pids > 0) {
+            sleep_ns(from - now_ns());
+            cpu0 = cpu_pids_ns(o);
+        }
         sleep_ns(end - now_ns());
+        if (o->n_cpu_pids > 0)
+            cpu1 = cpu_pids_ns(o);
         atomic_store(&g_measure_to, end);
         atomic_store(&g_stop, 1);
         for (int i = 0; i < o->clients; i++)
@@ -942,6 +992,8 @@ static int run_bench(const options *o)
     double sum = 0;
     for (size_t i = 0; i < n; i++)
         sum += (double)all[i];
+    if (o->lat_out != NULL && lat_write(o->lat_out, all, n) != 0)
+        open_failed = o->clients;
     printf("bench: %sclients=%d batch=%d body=%d seconds=%.2f batches=%llu batches_per_s=%.1f "
            "msgs_per_s=%.1f p50_us=%.1f p99_us=%.1f mean_us=%.1f max_us=%.1f errors=%llu",
            o->read ? "read=1 " : sealed ? "sealed=1 " : "", o->clients, o->batch_size, o->body_size, secs, (unsigned long long)ok, ok / secs,
@@ -950,6 +1002,13 @@ static int run_bench(const options *o)
            (unsigned long long)(errors + (uint64_t)open_failed));
     if (sealed)
         cost_print(&before, &after, pct(all, n, 50) / 1e3);
+    if (o->n_cpu_pids > 0) {
+        uint64_t msgs = ok * (uint64_t)(o->read ? 1 : o->batch_size);
+        if (cpu0 >= 0 && cpu1 >= 0 && msgs > 0)
+            printf(" cpu_us_per_msg=%.1f cpu_pids=%d", (cpu1 - cpu0) / 1e3 / (double)msgs, o->n_cpu_pids);
+        else
+            printf(" cpu_us_per_msg=n/a cpu_pids=%d", o->n_cpu_pids);
+    }
     printf("\n");
     fflush(stdout);
     /* Report each distinct first error once, so a broken run says why. */
@@ -1176,6 +1235,8 @@ static int run_transfer(const options *o)
     double sum = 0;
     for (size_t i = 0; i < n; i++)
         sum += (double)all[i];
+    if (o->lat_out != NULL && lat_write(o->lat_out, all, n) != 0)
+        open_failed = o->clients;
     printf("transfer: clients=%d body=%d lane_every=%ld seconds=%.2f transfers=%llu transfers_per_s=%.1f "
            "p50_us=%.1f p99_us=%.1f mean_us=%.1f max_us=%.1f errors=%llu\n",
            o->clients, o->body_size, o->lane_every, secs, (unsigned long long)ok, ok / secs, pct(all, n, 50) / 1e3,
@@ -1209,8 +1270,10 @@ static int run_leader_of(const options *o)
     if (li < 0)
         return 1;
     char node[32];
-    printf("leader: node=%s member=%llu url=%s term=%llu\n", ms_node(&ms, li, node, sizeof node),
-           (unsigned long long)a->member, ms.url[li], (unsigned long long)a->term);
+    printf("leader: node=%s member=%llu url=%s term=%llu commit_index=%llu applied_index=%llu last_index=%llu\n",
+           ms_node(&ms, li, node, sizeof node), (unsigned long long)a->member, ms.url[li],
+           (unsigned long long)a->term, (unsigned long long)a->commit_index, (unsigned long long)a->applied_index,
+           (unsigned long long)a->last_index);
     keyload__v1__member_status_answer__free_unpacked(a, NULL);
     ms_close(&ms);
     return 0;
@@ -1826,6 +1889,7 @@ static void usage(FILE *f)
             "       keyload-bench --coord-create N --cluster FILE --principal ID --key FILE --database TENANT/DB\n"
             "                     --queue SOURCE --dest-queue DEST [--clients C] [--lane-every L] [--lane-tag TAG]\n"
             "                     [--drain-seconds S] [--rate R] [--no-wait]\n"
+            "The bench and --transfer also take --lat-out FILE; the bench --cpu-pids PID,PID,...\n"
             "URL may be a comma-separated list of the members of one partition (at most %d).\n",
             MAX_URLS);
 }
@@ -1856,6 +1920,19 @@ static int parse_int(const char *s, long lo, long hi, long *out)
     return 0;
 }
 
+/* --cpu-pids: a comma-separated list of at most MAX_URLS pids (modified in place). */
+static int parse_pids(char *list, options *o)
+{
+    o->n_cpu_pids = 0;
+    for (char *save = NULL, *t = strtok_r(list, ",", &save); t != NULL; t = strtok_r(NULL, ",", &save)) {
+        long v;
+        if (o->n_cpu_pids == MAX_URLS || parse_int(t, 2, 1L << 30, &v) != 0)
+            return -1;
+        o->cpu_pids[o->n_cpu_pids++] = v;
+    }
+    return o->n_cpu_pids > 0 ? 0 : -1;
+}
+
 int main(int argc, char **argv)
 {
     options o = {.url = "tcp://127.0.0.1:7401", .queue = "bench", .clients = 1, .batch_size = 1,
@@ -1883,6 +1960,7 @@ int main(int argc, char **argv)
         {"coord-create", required_argument, NULL, 'Z'}, {"lane-tag", required_argument, NULL, 'T'},
         {"drain-seconds", required_argument, NULL, 'G'}, {"no-wait", no_argument, NULL, 'Y'},
         {"rate", required_argument, NULL, 'V'},
+        {"lat-out", required_argument, NULL, 'l'},    {"cpu-pids", required_argument, NULL, 'U'},
         {NULL, 0, NULL, 0}};
     int ch, li = -1;
     long v;
@@ -1936,6 +2014,11 @@ int main(int argc, char **argv)
             break;
         }
         case 'D': o.dest_queue = optarg; break;
+        case 'l': o.lat_out = optarg; break;
+        case 'U':
+            if (parse_pids(optarg, &o) != 0)
+                goto bad;
+            break;
         case 'E':
             if (parse_int(optarg, 1, 1000000, &v) != 0)
                 goto bad;

@@ -59,6 +59,21 @@
 #   (KL-5 a) coordinator transfers/s at 32 workers / KL-4 client-driven transfers/s at 32 in
 #            flight (same run)                                            target >= 80%
 #   (KL-5 b) coordinator VmHWM with 10,000 pending                        target <  64 MiB
+# Then KL-9, the peers (BENCH_PARTS=peers runs only this; `make peers`), each comparison the
+# median of three alternating runs (KeyLoad, peer, KeyLoad, peer, ...), all three printed:
+# a sealed RF3 cluster as in KL-3 (principal benchpub) against NATS JetStream R3 (three local
+# nats-server processes, file storage, stream BENCH with 3 replicas; tests/bench/peers/js.mjs
+# with the pinned npm client): 1 client / 1 synchronous publisher (p50) and 64 in flight
+# (msgs/s, p99, user+sys CPU of the three members / three servers per acknowledged message);
+# JetStream sourcing (stream COPY sourcing BENCH) once, informational; the idle long-poll
+# (log entries the leader appends during a 10 s `keyload receive --wait-ms 10000` on an
+# empty queue; only when the CLI has --wait-ms). Then the KL-4 transfers at 1 and 32 in
+# flight alternate with a PostgreSQL 15 outbox (a private cluster under var/bench/pg, unix
+# socket only, fsync and synchronous_commit on; tests/bench/peers/pg.mjs: three commits per
+# transfer) at 1 and 8 clients, and a coordinator with the default config drives transfers
+# created by 32 clients. Prints every KL-9 target as a ratio with PASS/MISS, writes
+# var/bench/summary.json (jq), the raw latencies (us, one a line) under var/bench/lat/ and
+# var/bench/latency.png (gnuplot: percentile curves of KeyLoad and its peer per cell).
 # Targets are reported PASS/MISS; they do not fail the run. The script fails only when a
 # daemon cannot be started or a benchmark cannot run.
 # Environment: BENCH_SECONDS (per cell, default 5), BENCH_PORT (default 7491),
@@ -70,8 +85,12 @@
 #              BENCH_HANDSHAKES (Hellos measured, default 1000),
 #              BENCH_XFER_PORT (first client port of the KL-4 cluster, default 18100: clients
 #              +0..8, peers +50..58),
-#              BENCH_PARTS=kl3, xfer or coord runs only the KL-3 part, the KL-4 part, or the KL-4
-#              and KL-5 parts (default: everything),
+#              BENCH_PEERS_PORT (first client port of the peers' sealed RF3 cluster, default
+#              18031; peers +100), BENCH_JS_PORT (JetStream clients, default 14222..14224,
+#              routes +10),
+#              BENCH_PARTS=kl3, xfer, coord or peers runs only the KL-3 part, the KL-4 part, the
+#              KL-4 and KL-5 parts, or the KL-9 peers part (default: everything),
+#              BENCH_CLI (the CLI to use, default bin/keyload),
 #              BENCH_KEEP=1 keeps the temporary directory (daemon logs, data) for inspection.
 # Every process this script starts is tracked by pid and stopped by pid on exit.
 set -u
@@ -88,10 +107,15 @@ hs_port=${BENCH_HANDSHAKE_PORT:-18001}
 hs_n=${BENCH_HANDSHAKES:-1000}
 parts=${BENCH_PARTS:-all}
 xfer_port=${BENCH_XFER_PORT:-18100}
-case $parts in all|kl3|xfer|coord) ;; *) echo "bench: BENCH_PARTS must be all, kl3, xfer or coord"; exit 2 ;; esac
+case $parts in all|kl3|xfer|coord|peers) ;; *) echo "bench: BENCH_PARTS must be all, kl3, xfer, coord or peers"; exit 2 ;; esac
+peers_port=${BENCH_PEERS_PORT:-18031}
+js_port=${BENCH_JS_PORT:-14222}
+want_peers=0
+{ [ "$parts" = all ] || [ "$parts" = peers ]; } && want_peers=1
+bench_t0=$(date +%s)
 bench=bin/keyload-bench
 daemon=bin/keyloadd
-cli=bin/keyload
+cli=${BENCH_CLI:-bin/keyload}  # BENCH_CLI: another build of the CLI (e.g. one with receive --wait-ms)
 coordinator=bin/keyload-coordinator
 for b in "$bench" "$daemon" "$cli" "$coordinator"; do
   [ -x "$b" ] || { echo "bench: $b is missing; run make first"; exit 2; }
@@ -101,7 +125,7 @@ mkdir -p var
 tmp=$(mktemp -d "$root/var/bench-XXXXXX")
 # Run private copies: a `make` elsewhere in the tree must not swap binaries under a restart.
 mkdir -p "$tmp/bin"
-cp "$bench" "$daemon" "$cli" "$coordinator" "$tmp/bin/" || exit 2
+cp "$bench" "$daemon" "$coordinator" "$tmp/bin/" && cp "$cli" "$tmp/bin/keyload" || exit 2
 bench=$tmp/bin/keyload-bench
 daemon=$tmp/bin/keyloadd
 cli=$tmp/bin/keyload
@@ -131,6 +155,8 @@ stop_cluster() {  # DIR: every member of that cluster we started
   done
 }
 cleanup() {
+  declare -F js_down >/dev/null && js_down
+  declare -F pg_down >/dev/null && pg_down
   stop_pid "$cpid" keyload-coordinator
   cpid=""
   stop_pid "$pid" keyloadd
@@ -420,8 +446,8 @@ kl3_setup() {
 declare -A kline
 kl3_ok=0
 hs_out=""
-if [ "$parts" = xfer ] || [ "$parts" = coord ]; then
-  :  # KL-4 (and KL-5) only
+if [ "$parts" = xfer ] || [ "$parts" = coord ] || [ "$parts" = peers ]; then
+  :  # KL-4 (and KL-5) or the peers only
 elif ! "$cli" principal --help >/dev/null 2>&1; then
   echo "bench: $cli has no 'principal' command; the KL-3 part cannot run"
   failed=1
@@ -616,6 +642,89 @@ else:
 EOF
 fi  # KL-3 summary
 
+# ---- KL-9: a sealed RF3 cluster against NATS JetStream R3, alternating ----
+# longpoll_cell DIR: an idle consumer (principal benchcons, QueueConsume on the empty queue
+# lp) runs `keyload receive lp --wait-ms 10000` once; the leader's last log index (MemberStatus)
+# before and after gives the entries appended meanwhile (the CLI's own session included).
+# Sets $longpoll to "entries=N wait_ms=M" or to why there is no figure.
+longpoll_cell() {
+  local d=$1 before after t0 t1 rc urls
+  urls=$(cluster_urls "$peers_port")
+  if ! "$cli" receive --help 2>&1 | grep -q -- '--wait-ms'; then
+    longpoll="not available (keyload receive has no --wait-ms)"
+    echo "bench: long-poll receive: $longpoll"
+    return 0
+  fi
+  if ! { kl3_admin "$d" queue create lp --partition 0 && kl3_admin "$d" principal create benchcons --key-out "$d/cons.key" &&
+         kl3_admin "$d" principal grant benchcons QueueConsume --queue lp; }; then
+    longpoll="setup failed"; failed=1
+    echo "bench: long-poll setup (queue lp, principal benchcons) failed:"; tail -n 5 "$d/setup.log"
+    return 1
+  fi
+  sleep 1   # let the setup's commits settle (applied everywhere) before the first reading
+  before=$(kv last_index "$("$bench" --leader-of "$urls")")
+  t0=$(date +%s%N)
+  timeout 30 "$cli" --cluster "$d/cluster.json" --database bench/kl3 --timeout 20000 --principal benchcons \
+    --key "$d/cons.key" receive lp --wait-ms 10000 >>"$d/setup.log" 2>&1
+  rc=$?
+  t1=$(date +%s%N)
+  after=$(kv last_index "$("$bench" --leader-of "$urls")")
+  if [ $rc -ne 0 ] || [ -z "$before" ] || [ -z "$after" ]; then
+    longpoll="failed (receive exit $rc)"; failed=1
+    echo "bench: long-poll receive failed (exit $rc):"; tail -n 3 "$d/setup.log"
+    return 1
+  fi
+  longpoll="entries=$((after - before)) wait_ms=$(((t1 - t0) / 1000000))"
+  echo "bench: long-poll receive, 10 s on an empty queue: $longpoll"
+}
+declare -A peer    # "CELL,RUN" -> that run's output line (CELL: rf3_1 js_1 rf3_64 js_64 xfer_1 pg_1 xfer_32 pg_8)
+peer_out=$root/var/bench
+js_source=""
+longpoll=""
+if [ $want_peers = 1 ]; then
+  # shellcheck source=tests/bench/peers/peers.sh
+  . "$root/tests/bench/peers/peers.sh"
+  peers_npm || exit 2
+  mkdir -p "$peer_out/lat"
+  chmod 755 "$peer_out"   # the postgres user creates its cluster below it
+  rm -f "$peer_out"/lat/*.txt "$peer_out/summary.json" "$peer_out/latency.png"
+  pr=$tmp/peers-rf3
+  ports_free "$peers_port" || exit 2
+  kl3_keys "$pr" p0m1 p0m2 p0m3 || exit 2
+  pr_timers=$(make_cluster "$pr" bench-peers 3 "$peers_port" sealed) || exit 2
+  for n in p0m1 p0m2 p0m3; do start_member "$pr" "$n"; done
+  ldr=$("$bench" --leader-of "$(cluster_urls "$peers_port")") || { echo "bench: peers RF3 cluster elected no serving leader"; exit 1; }
+  echo "bench: peers RF3 cluster ready, sessions required ($pr_timers); $ldr"
+  kl3_setup "$pr" publisher || exit 1
+  pr_pids="${mpid["$pr p0m1"]},${mpid["$pr p0m2"]},${mpid["$pr p0m3"]}"
+  js_up "$tmp/js" "$js_port" || exit 1
+  echo "bench: JetStream R3 ready ($js_urls, pids $(js_pids))"
+  pr_sealed=(--cluster "$pr/cluster.json" --principal benchpub --key "$pr/pub.key" --database bench/kl3 --queue kl3
+             --batch-size 1 --seconds "$secs")
+  for r in 1 2 3; do
+    for c in 1 64; do
+      out=$(timeout $((secs * 3 + 120)) "$bench" "${pr_sealed[@]}" --clients "$c" --cpu-pids "$pr_pids" \
+            --lat-out "$peer_out/lat/rf3_$c.r$r.txt")
+      rc=$?
+      echo "bench: peers run $r KeyLoad RF3 sealed, $c in flight: ${out:-no result (exit $rc)}"
+      [ $rc -eq 0 ] && [ -n "$out" ] || failed=1
+      peer[rf3_$c,$r]=$out
+      members_alive "$pr" || exit 1
+      out=$(timeout $((secs * 3 + 60)) node "$root/tests/bench/peers/js.mjs" publish --servers "$js_urls" \
+            --in-flight "$c" --seconds "$secs" --pids "$(js_pids)" --lat-out "$peer_out/lat/js_$c.r$r.txt")
+      rc=$?
+      echo "bench: peers run $r JetStream R3, $c in flight: ${out:-no result (exit $rc)}"
+      [ $rc -eq 0 ] && [ -n "$out" ] || failed=1
+      peer[js_$c,$r]=$out
+    done
+  done
+  js_source=$(timeout 120 node "$root/tests/bench/peers/js.mjs" source --servers "$js_urls" --timeout-s 90)
+  echo "bench: JetStream sourcing (informational): ${js_source:-no result}"
+  js_down
+  longpoll_cell "$pr"
+  stop_cluster "$pr"
+fi
+
 # ---- KL-4: remote transfers on an RF3 cluster of 3 partitions x 3 members ----
 # kl4_cluster DIR PORT: DIR/cluster.json from deploy/local-rf3.json (timers, limits, three
 # partitions of three members), sessions required: member pPmM's client port PORT+3P+M-1,
@@ -678,15 +787,19 @@ declare -A pline   # FLUSH -> the coord: line of the paced run (32 workers, 20 c
 coord_rss=""       # "hwm_kib=... rss_kib=... buffered=... capacity=..."
 coord_warn=0
 coord_warn_first=""
+# coord_setup DIR: once per cluster, what every coordinator cell needs. The coordinator's
+# principal is benchxfer, already a database administrator with QueuePublish and
+# QueueInspect; transfers need these two as well (admin flags are off for data grants).
+coord_ready=0
+coord_setup() {
+  [ $coord_ready = 1 ] && return 0
+  kl4_cli "$1" principal grant benchxfer QueueConsume --queue '*' &&
+    kl4_cli "$1" principal grant benchxfer QueueAck --queue '*' &&
+    kl4_cli "$1" queue create cdst --partition 2 "${big[@]}" && coord_ready=1
+}
 coord_part() {
   local d=$1 f w n rate out rc cfg log
-  # The coordinator's principal: benchxfer, already a database administrator with
-  # QueuePublish and QueueInspect; transfers need these two as well (admin flags are off
-  # for data grants).
-  if ! { kl4_cli "$d" principal grant benchxfer QueueConsume --queue '*' &&
-         kl4_cli "$d" principal grant benchxfer QueueAck --queue '*' &&
-         kl4_cli "$d" queue create cdst --partition 2 "${big[@]}" &&
-         kl4_cli "$d" queue create crss --partition 1 "${big[@]}"; }; then
+  if ! { coord_setup "$d" && kl4_cli "$d" queue create crss --partition 1 "${big[@]}"; }; then
     echo "bench: KL-5 setup (grants, queues cdst/crss) failed:"
     tail -n 5 "$d/setup.log"
     failed=1
@@ -789,7 +902,43 @@ coord_part() {
 xline1=""
 xline32=""
 xenq=""
-if [ "$parts" = all ] || [ "$parts" = xfer ] || [ "$parts" = coord ]; then
+# median_run CELL KEY ROUNDS: the run (1..ROUNDS) of peer[CELL,run] whose KEY is the median.
+median_run() {
+  local r
+  for r in $(seq 1 "$3"); do printf '%s %s\n' "$(kv "$2" "${peer[$1,$r]:-}")" "$r"; done |
+    sort -g | sed -n "$(( ($3 + 1) / 2 ))p" | awk '{print $2}'
+}
+# coord_default_cell DIR: KL-9's coordinator-driven rate at the default config (no flush or
+# workers given), measured as the KL-5 cells are (32 creating clients, queue cdef -> cdst).
+# It runs before the KL-5 part: that part leaves 10,000 transfers pending, which a
+# coordinator started afterwards would drive too, in competition with these.
+coord_default=""
+coord_default_cell() {
+  local d=$1 n cfg=$1/coord-default.json log=$1/coord-default.log out rc
+  local xc=(--cluster "$d/cluster.json" --principal benchxfer --key "$d/xfer.key" --database bench/kl4)
+  if ! coord_setup "$d"; then
+    echo "bench: coordinator setup (grants, queue cdst) failed:"; tail -n 5 "$d/setup.log"; failed=1; return 1
+  fi
+  kl4_cli "$d" queue create cdef --partition 1 "${big[@]}" || { echo "bench: queue cdef could not be created"; failed=1; return 1; }
+  coord_cfg "$d" "$cfg"
+  start_coord "$cfg" "$log" || { failed=1; return 1; }
+  # About BENCH_SECONDS of work at the client-driven rate of this run (100..2000 transfers):
+  # a coordinator that keeps up drains it in that time; a slower one takes longer, up to 300 s.
+  n=$(python3 -c 'import sys
+try: r = float(sys.argv[1])
+except ValueError: r = 100
+print(int(min(2000, max(100, r * float(sys.argv[2])))))' "$(kv transfers_per_s "$xline32")" "$secs")
+  out=$(timeout 400 "$bench" --coord-create "$n" "${xc[@]}" --queue cdef --dest-queue cdst --clients 32 \
+        --lane-tag def --drain-seconds 300)
+  rc=$?
+  echo "bench: coordinator, default config: ${out:-no result (exit $rc)}"
+  [ $rc -eq 0 ] && [ -n "$out" ] || failed=1
+  [ "$(kv drained "$out")" = 1 ] || { echo "bench: not everything was delivered within 300 s; coordinator log tail:"; tail -n 5 "$log"; }
+  coord_default=$out
+  stop_pid "$cpid" keyload-coordinator
+  cpid=""
+}
+if [ "$parts" = all ] || [ "$parts" = xfer ] || [ "$parts" = coord ] || [ "$parts" = peers ]; then
   x=$tmp/kl4
   xnodes="p0m1 p0m2 p0m3 p1m1 p1m2 p1m3 p2m1 p2m2 p2m3"
   for i in $(seq 0 8); do
@@ -821,21 +970,42 @@ if [ "$parts" = all ] || [ "$parts" = xfer ] || [ "$parts" = coord ]; then
      kl4_cli "$x" principal grant benchxfer QueuePublish --queue '*' &&
      kl4_cli "$x" principal grant benchxfer QueueInspect --queue '*'; then
     xcommon=(--cluster "$x/cluster.json" --principal benchxfer --key "$x/xfer.key" --database bench/kl4)
-    for c in 1 32; do
-      out=$(timeout $((secs * 3 + 180)) "$bench" --transfer "${xcommon[@]}" --queue xsrc --dest-queue xdst \
-            --clients "$c" --seconds "$secs")
-      rc=$?
-      echo "${out:-bench: transfer clients=$c: no result (exit $rc)}"
-      [ $rc -eq 0 ] && [ -n "$out" ] || failed=1
-      if [ "$c" = 1 ]; then xline1=$out; else xline32=$out; fi
-      members_alive "$x" || exit 1
+    # With the peers: three rounds, each transfer cell followed by the PostgreSQL outbox
+    # (1 client after 1 in flight, 8 clients after 32).
+    rounds=1
+    [ $want_peers = 1 ] && { rounds=3; pg_up "$peer_out/pg" || exit 1; }
+    for r in $(seq 1 $rounds); do
+      for c in 1 32; do
+        lat=()
+        [ $want_peers = 1 ] && lat=(--lat-out "$peer_out/lat/xfer_$c.r$r.txt")
+        out=$(timeout $((secs * 3 + 180)) "$bench" --transfer "${xcommon[@]}" --queue xsrc --dest-queue xdst \
+              --clients "$c" --seconds "$secs" "${lat[@]}")
+        rc=$?
+        echo "${out:-bench: transfer clients=$c: no result (exit $rc)}"
+        [ $rc -eq 0 ] && [ -n "$out" ] || failed=1
+        peer[xfer_$c,$r]=$out
+        members_alive "$x" || exit 1
+        [ $want_peers = 1 ] || continue
+        pc=$(( c == 1 ? 1 : 8 ))
+        out=$(timeout $((secs * 3 + 60)) node "$root/tests/bench/peers/pg.mjs" transfer --host "$pg_dir" \
+              --clients "$pc" --seconds "$secs" --lat-out "$peer_out/lat/pg_$pc.r$r.txt")
+        rc=$?
+        echo "bench: peers run $r PostgreSQL outbox, $pc clients: ${out:-no result (exit $rc)}"
+        [ $rc -eq 0 ] && [ -n "$out" ] || failed=1
+        peer[pg_$pc,$r]=$out
+      done
     done
-    xenq=$(timeout $((secs * 3 + 120)) "$bench" "${xcommon[@]}" --queue xenq --clients 32 --batch-size 1 \
-           --seconds "$secs")
-    rc=$?
-    echo "${xenq:-bench: KL-4 enqueue: no result (exit $rc)}"
-    [ $rc -eq 0 ] && [ -n "$xenq" ] || failed=1
-    members_alive "$x" || exit 1
+    [ $want_peers = 1 ] && pg_down
+    xline1=${peer[xfer_1,$(median_run xfer_1 transfers_per_s "$rounds")]:-}
+    xline32=${peer[xfer_32,$(median_run xfer_32 transfers_per_s "$rounds")]:-}
+    if [ "$parts" != peers ]; then
+      xenq=$(timeout $((secs * 3 + 120)) "$bench" "${xcommon[@]}" --queue xenq --clients 32 --batch-size 1 \
+             --seconds "$secs")
+      rc=$?
+      echo "${xenq:-bench: KL-4 enqueue: no result (exit $rc)}"
+      [ $rc -eq 0 ] && [ -n "$xenq" ] || failed=1
+      members_alive "$x" || exit 1
+    fi
     x_ok=1
   else
     echo "bench: KL-4 setup (bootstrap, queues xsrc/xdst/xenq, principal benchxfer, grants) failed:"
@@ -845,11 +1015,13 @@ if [ "$parts" = all ] || [ "$parts" = xfer ] || [ "$parts" = coord ]; then
   # KL-4's members' warnings, before KL-5 adds its own (counted separately).
   x_warn=$(cat "$x"/p*m*.log | grep -c 'level=\(warn\|error\)')
   x_warn_first=$(cat "$x"/p*m*.log | grep 'level=\(warn\|error\)' | head -n 5)
+  [ "${x_ok:-0}" = 1 ] && [ $want_peers = 1 ] && coord_default_cell "$x"
   if [ "${x_ok:-0}" = 1 ] && { [ "$parts" = all ] || [ "$parts" = coord ]; }; then
     coord_part "$x"
   fi
   stop_cluster "$x"
-
+fi
+if [ "$parts" = all ] || [ "$parts" = xfer ] || [ "$parts" = coord ]; then  # ---- KL-4/KL-5 summary ----
   echo
   echo "=== KL-4: remote transfers, RF3 (3 partitions x 3 members, replica_count 3, sessions required), ${secs}s per cell ==="
   echo "one transfer = Create (xsrc, partition 1) + Accept (xdst, partition 2) + receipt read + Complete, as the"
@@ -939,6 +1111,14 @@ EOF5
     fi
   fi
 fi
+if [ $want_peers = 1 ]; then  # ---- KL-9 summary ----
+  peer_res=$tmp/peers.tsv
+  : >"$peer_res"
+  for k in "${!peer[@]}"; do printf '%s\t%s\n' "$k" "${peer[$k]}" >>"$peer_res"; done
+  printf 'coord_default\t%s\nlongpoll\t%s\njs_source\t%s\n' "$coord_default" "$longpoll" "$js_source" >>"$peer_res"
+  peers_summary "$peer_res" "$peer_out" "$tmp" || failed=1
+fi
+echo "bench: total run time $(( $(date +%s) - bench_t0 )) s (BENCH_PARTS=$parts, ${secs}s per cell)"
 if [ ${#crashes[@]} -gt 0 ]; then
   echo "bench: FAILED: members exited by themselves during the failover runs:"
   printf '  %s\n' "${crashes[@]}"

@@ -4,7 +4,9 @@ set -euo pipefail
 pkgs=(libprotobuf-c-dev protobuf-c-compiler libnng-dev libsodium-dev librocksdb-dev libuv1-dev
       check libsubunit-dev pkg-config libjansson-dev clang libclang-rt-14-dev gcc make jq
       # the nemesis harness (tests/nemesis): clocks, one-way cuts, namespaces, disk images, FUSE
-      faketime nftables iproute2 e2fsprogs fuse3 libfuse3-dev)
+      faketime nftables iproute2 e2fsprogs fuse3 libfuse3-dev
+      # the peers of `make peers` (tests/bench/peers): JetStream, a PostgreSQL outbox, the plot
+      nats-server postgresql gnuplot-nox)
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
