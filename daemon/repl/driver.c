@@ -18,6 +18,7 @@
 #include "common/log.h"
 #include "common/proto_check.h"
 #include "daemon/repl/peer.h"
+#include "daemon/repl/stages.h"
 #include "keyload/v1/raft.pb-c.h"
 
 #include <assert.h>
@@ -29,6 +30,9 @@
 
 #define NOOP_MAX 32 /* an encoded LogEntry{term, index, raft_type}: 3 tags + 2 varints + 1 */
 #define FRAME_SLACK KL_REPL_FRAME_SLACK
+/* Stage timings are logged every this many ticks when there were writes (about 2 s at the
+ * default tick): short enough that each benchmark cell gets its own line. */
+#define STAGES_REPORT_TICKS 40
 
 enum { READ_WAITING = 0, READ_CONFIRMED = 1, READ_DONE = 2 };
 
@@ -94,6 +98,9 @@ struct kl_repl {
     size_t frame_cap;
 
     kl_repl_counters counters;
+    kl_stages *stages;   /* per-stage timing (stages.h); NULL if it could not be allocated */
+    uint64_t seen_commit; /* highest commit index stamped in stages */
+    uint32_t report_ticks;
     bool failed, stopped, timer_closed;
 };
 
@@ -273,6 +280,7 @@ static void pump(kl_repl *r);
 static void free_all(kl_repl *r)
 {
     kl_raft_free(r->raft);
+    kl_stages_free(r->stages);
     free(r->job.items);
     free(r->job.noops);
     free(r->reads);
@@ -326,6 +334,32 @@ static void fail_core(kl_repl *r, const char *what)
 }
 
 static bool live(const kl_repl *r) { return !r->failed && !r->stopped; }
+
+/* Stamps the commit time of indexes that committed since the last call (stages.h). */
+static void note_commit(kl_repl *r)
+{
+    kl_raft_status st;
+    kl_raft_status_get(r->raft, &st);
+    if (st.commit > r->seen_commit) {
+        kl_stages_mark_range(r->stages, r->seen_commit + 1, st.commit, KL_STAGE_COMMIT,
+                             kl_stages_now());
+        r->seen_commit = st.commit;
+    }
+}
+
+/* Stamps stage for the entries of the persist job. */
+static void note_job(kl_repl *r, kl_stage stage)
+{
+    const persist_job *j = &r->job;
+    if (j->n_items == 0)
+        return;
+    uint64_t now = kl_stages_now();
+    uint64_t lo = j->items[0].index, hi = j->items[j->n_items - 1].index;
+    kl_stages_mark_range(r->stages, lo, hi, stage, now);
+    if (stage == KL_STAGE_PERSIST_DONE && r->rd.role != KL_RAFT_LEADER)
+        for (size_t i = 0; i < j->n_items; i++)
+            kl_stages_follower_done(r->stages, j->items[i].index, now);
+}
 
 /* ---------------------------------------------------------------- sending */
 
@@ -500,6 +534,7 @@ static void apply_committed(kl_repl *r, uint64_t upto)
         r->applied_term = e->term;
         if (r->cb.apply != NULL)
             r->cb.apply(r->cb.ctx, &view);
+        kl_stages_applied(r->stages, e->index, kl_stages_now());
     }
 }
 
@@ -538,6 +573,8 @@ static void finish_round(kl_repl *r)
     }
     if (kl_raft_advance(r->raft, rd) != KL_OK)
         fail_core(r, "advance");
+    else
+        note_commit(r);
 }
 
 static void persist_run(uv_work_t *w)
@@ -567,6 +604,7 @@ static void persist_after(uv_work_t *w, int status)
         return;
     }
     r->counters.persists++;
+    note_job(r, KL_STAGE_PERSIST_DONE);
     r->pumping = true;
     finish_round(r);
     r->pumping = false;
@@ -701,6 +739,7 @@ static void pump(kl_repl *r)
                 break;
             }
             r->persist_busy = true;
+            note_job(r, KL_STAGE_PERSIST_START);
             if (early) {
                 for (size_t i = 0; i < r->rd.n_msgs && live(r); i++)
                     send_msg(r, &r->rd.msgs[i]);
@@ -777,6 +816,11 @@ static void on_recv(void *owner, uint64_t from, const uint8_t *frame, size_t len
                                         .data = e->data.len ? e->data.data : NULL,
                                         .len = e->data.len};
     }
+    if (m.type == KL_RAFT_MSG_APPEND && m.n_entries > 0) {
+        uint64_t now = kl_stages_now();
+        for (size_t i = 0; i < m.n_entries; i++)
+            kl_stages_mark(r->stages, m.entries[i].index, KL_STAGE_PROPOSE, now);
+    }
     kl_code rc = kl_raft_step(r->raft, &m);
     keyload__v1__raft_message__free_unpacked(pm, NULL);
     if (rc == KL_INVALID_ARGUMENT) {
@@ -787,6 +831,7 @@ static void on_recv(void *owner, uint64_t from, const uint8_t *frame, size_t len
         fail_core(r, "step");
         return;
     }
+    note_commit(r);
     send_urgent(r);
     reads_early(r);
     pump(r);
@@ -800,6 +845,10 @@ static void on_tick(uv_timer_t *t)
     if (kl_raft_tick(r->raft) != KL_OK) {
         fail_core(r, "tick");
         return;
+    }
+    if (++r->report_ticks >= STAGES_REPORT_TICKS) {
+        r->report_ticks = 0;
+        kl_stages_report(r->stages, r->self, false);
     }
     send_urgent(r);
     pump(r);
@@ -895,6 +944,8 @@ kl_code kl_repl_start(uv_loop_t *loop, kl_store *store, const kl_repl_config *cf
     rc_.last_index = kl_store_last_index(store);
     rc_.applied = kl_store_applied_index(store);
     r->applied = rc_.applied;
+    r->seen_commit = commit;
+    r->stages = kl_stages_new(); /* timing only: runs without it if memory is short */
     if (r->applied > 0 && st_term(r, r->applied, &r->applied_term) != KL_OK) {
         rc = kl_fail(err, KL_INTERNAL, "log", "cannot read the term of applied entry %llu",
                      (unsigned long long)r->applied);
@@ -994,6 +1045,7 @@ kl_code kl_repl_propose(kl_repl *r, const uint8_t *data, size_t len, uint64_t *l
     if (rc != KL_OK)
         return rc;
     assert(p.index == index && p.term == term);
+    kl_stages_mark(r->stages, p.index, KL_STAGE_PROPOSE, kl_stages_now());
     pump(r);
     return KL_OK;
 }
@@ -1034,6 +1086,7 @@ void kl_repl_stop(kl_repl *r)
     if (r == NULL || r->stopped)
         return;
     r->stopped = true;
+    kl_stages_report(r->stages, r->self, true);
     if (r->peer != NULL) {
         kl_peer_stop(r->peer);
         r->peer = NULL;
