@@ -69,6 +69,8 @@ struct kl_repl {
     kl_raft *raft;
     kl_peer *peer; /* NULL when alone, after a failure or after stop */
     uv_timer_t timer;
+    uv_check_t flush; /* once per loop iteration, after I/O: see on_flush */
+    int open_handles; /* timer and flush until both are closed after stop */
 
     /* the round */
     kl_raft_ready rd;
@@ -101,7 +103,7 @@ struct kl_repl {
     kl_stages *stages;   /* per-stage timing (stages.h); NULL if it could not be allocated */
     uint64_t seen_commit; /* highest commit index stamped in stages */
     uint32_t report_ticks;
-    bool failed, stopped, timer_closed;
+    bool failed, stopped;
 };
 
 /* ---------------------------------------------------------------- LogEntry header */
@@ -293,7 +295,7 @@ static void free_all(kl_repl *r)
 
 static void maybe_free(kl_repl *r)
 {
-    if (!r->stopped || !r->timer_closed || r->persist_busy)
+    if (!r->stopped || r->open_handles > 0 || r->persist_busy)
         return;
     void (*stopped)(void *) = r->cb.stopped;
     void *ctx = r->cb.ctx;
@@ -302,10 +304,10 @@ static void maybe_free(kl_repl *r)
         stopped(ctx);
 }
 
-static void on_timer_closed(uv_handle_t *h)
+static void on_handle_closed(uv_handle_t *h)
 {
     kl_repl *r = h->data;
-    r->timer_closed = true;
+    r->open_handles--;
     maybe_free(r);
 }
 
@@ -316,6 +318,7 @@ static void fail(kl_repl *r, const kl_err *err)
         return;
     r->failed = true;
     uv_timer_stop(&r->timer);
+    uv_check_stop(&r->flush);
     if (r->peer != NULL) {
         kl_peer_stop(r->peer);
         r->peer = NULL;
@@ -513,6 +516,24 @@ static bool role_changed(const kl_repl *r, kl_raft_role role, uint64_t term, uin
            leader != r->rep_leader || ready != r->rep_ready;
 }
 
+static void apply_one(kl_repl *r, const kl_raft_entry *e)
+{
+    assert(e->index == r->applied + 1);
+    kl_raft_entry view = *e;
+    if (view.type == KL_RAFT_ENTRY_NOOP) {
+        view.data = NULL;
+        view.len = 0;
+    }
+    r->applied = e->index;
+    r->applied_term = e->term;
+    uint64_t t0 = kl_stages_now();
+    if (r->cb.apply != NULL)
+        r->cb.apply(r->cb.ctx, &view);
+    uint64_t t1 = kl_stages_now();
+    kl_stages_span(r->stages, KL_SPAN_APPLY_CALL, t0, t1);
+    kl_stages_applied(r->stages, e->index, t1);
+}
+
 /* Hands the ready's committed entries up to index `upto` to apply, in order, each index once
  * per process (an index already applied, e.g. early, is skipped). */
 static void apply_committed(kl_repl *r, uint64_t upto)
@@ -524,17 +545,7 @@ static void apply_committed(kl_repl *r, uint64_t upto)
             break;
         if (e->index <= r->applied)
             continue; /* exactly once per index: never hand out an index twice */
-        assert(e->index == r->applied + 1);
-        kl_raft_entry view = *e;
-        if (view.type == KL_RAFT_ENTRY_NOOP) {
-            view.data = NULL;
-            view.len = 0;
-        }
-        r->applied = e->index;
-        r->applied_term = e->term;
-        if (r->cb.apply != NULL)
-            r->cb.apply(r->cb.ctx, &view);
-        kl_stages_applied(r->stages, e->index, kl_stages_now());
+        apply_one(r, e);
     }
 }
 
@@ -766,6 +777,44 @@ static void send_urgent(kl_repl *r)
     } while (n == sizeof m / sizeof m[0] && live(r));
 }
 
+/* While a log write runs, entries that committed meanwhile and that an earlier write already
+ * made durable here are applied now (kl_raft_take_committed), and their callers answered,
+ * instead of after the unrelated write. Never inside a round, and only once every committed
+ * entry of the outstanding ready was applied (the rest of them belong to the running write,
+ * and nothing may be applied past them). */
+static void apply_early(kl_repl *r)
+{
+    if (r->pumping || !live(r) || !r->persist_busy)
+        return;
+    const kl_raft_ready *rd = &r->rd;
+    if (rd->n_committed > 0 && rd->committed[rd->n_committed - 1].index > r->applied)
+        return;
+    r->pumping = true;
+    const kl_raft_entry *e;
+    size_t n;
+    while (live(r) && (n = kl_raft_take_committed(r->raft, &e)) > 0) {
+        for (size_t i = 0; i < n && live(r); i++) {
+            apply_one(r, &e[i]);
+            r->counters.early_applies++;
+        }
+    }
+    r->pumping = false;
+    reads_serve(r);
+}
+
+/* Once per loop iteration, after the poll phase: everything that arrived in this iteration
+ * (proposals, acknowledgements) is turned into at most one append per follower and into
+ * applies, while a write may still run. */
+static void on_flush(uv_check_t *h)
+{
+    kl_repl *r = h->data;
+    if (!live(r))
+        return;
+    send_urgent(r);
+    apply_early(r);
+    pump(r);
+}
+
 /* ---------------------------------------------------------------- receiving */
 
 /* A received entry must be what this member would store: a no-op without data, or a normal
@@ -833,6 +882,7 @@ static void on_recv(void *owner, uint64_t from, const uint8_t *frame, size_t len
     }
     note_commit(r);
     send_urgent(r);
+    apply_early(r);
     reads_early(r);
     pump(r);
 }
@@ -986,6 +1036,10 @@ kl_code kl_repl_start(uv_loop_t *loop, kl_store *store, const kl_repl_config *cf
     uv_timer_init(loop, &r->timer);
     r->timer.data = r;
     uv_timer_start(&r->timer, on_tick, tick, tick);
+    uv_check_init(loop, &r->flush);
+    r->flush.data = r;
+    uv_check_start(&r->flush, on_flush);
+    r->open_handles = 2;
     if (cfg->n_members == 1) {
         /* Alone, no other member can lead: let the election timeout pass at once instead of
          * leaving every restart unavailable for one to two election timeouts. */
@@ -1092,7 +1146,9 @@ void kl_repl_stop(kl_repl *r)
         r->peer = NULL;
     }
     uv_timer_stop(&r->timer);
-    uv_close((uv_handle_t *)&r->timer, on_timer_closed);
+    uv_check_stop(&r->flush);
+    uv_close((uv_handle_t *)&r->timer, on_handle_closed);
+    uv_close((uv_handle_t *)&r->flush, on_handle_closed);
 }
 
 void kl_repl_peer_stats(kl_repl *r, kl_peer_counters *out)

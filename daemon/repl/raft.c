@@ -83,6 +83,10 @@ struct kl_raft {
     size_t rd_n_msgs;
     kl_raft_read_state *rd_reads;
     size_t rd_n_reads;
+    kl_raft_entry *tc_ents; /* the last kl_raft_take_committed hand-out, freed by the next */
+    size_t tc_n;
+    kl_raft_msg *ug;        /* the last kl_raft_take_urgent hand-out (entries), likewise */
+    size_t ug_n, ug_cap;
 };
 
 /* ---------------------------------------------------------------- small helpers */
@@ -839,11 +843,27 @@ static void free_ready_buffers(kl_raft *r)
     r->rd_n_ents = r->rd_n_committed = r->rd_n_msgs = r->rd_n_reads = 0;
 }
 
+static void free_taken(kl_raft *r)
+{
+    kl_rlog_free_entries(r->tc_ents, r->tc_n);
+    r->tc_ents = NULL;
+    r->tc_n = 0;
+}
+
+static void free_urgent(kl_raft *r)
+{
+    free_msgs(r->ug, r->ug_n);
+    r->ug_n = 0;
+}
+
 void kl_raft_free(kl_raft *r)
 {
     if (r == NULL)
         return;
     free_ready_buffers(r);
+    free_taken(r);
+    free_urgent(r);
+    free(r->ug);
     drop_outbox(r);
     free(r->out);
     free(r->reads);
@@ -973,19 +993,40 @@ size_t kl_raft_take_urgent(kl_raft *r, kl_raft_msg *out, size_t cap)
 {
     /* A heartbeat or its answer speaks for our term only; until the write that records a
      * new term is reported, a restart could forget the term it claims. */
+    free_urgent(r);
     if (broken(r) || r->term != r->term_durable || cap == 0)
         return 0;
+    if (r->ug_cap < cap) {
+        kl_raft_msg *ug = realloc(r->ug, cap * sizeof *ug);
+        if (ug == NULL)
+            return 0; /* everything waits for the next ready */
+        r->ug = ug;
+        r->ug_cap = cap;
+    }
     if (r->role == KL_RAFT_LEADER && r->hb_dirty) {
         bcast_heartbeat(r);
         r->hb_dirty = false;
     }
+    /* A leader's appends promise nothing about its own disk (it counts itself only once its
+     * write is reported), so proposals made while its write runs leave now and the followers
+     * write them in parallel with it (thesis §10.2.1). All proposals since the last call
+     * share one append per follower. */
+    if (r->role == KL_RAFT_LEADER && r->append_dirty) {
+        bcast_append(r, false);
+        r->append_dirty = false;
+        if (broken(r))
+            return 0;
+    }
     size_t n = 0, keep = 0;
     for (size_t i = 0; i < r->out_len; i++) {
         kl_raft_msg *m = &r->out[i];
+        bool leader_append = m->type == KL_RAFT_MSG_APPEND && r->role == KL_RAFT_LEADER;
         bool urgent = n < cap && m->term == r->term_durable &&
-                      (m->type == KL_RAFT_MSG_HEARTBEAT || m->type == KL_RAFT_MSG_HEARTBEAT_RESP);
+                      (m->type == KL_RAFT_MSG_HEARTBEAT || m->type == KL_RAFT_MSG_HEARTBEAT_RESP ||
+                       leader_append);
         if (urgent) {
             r->out_bytes -= msg_bytes(m);
+            r->ug[r->ug_n++] = *m;
             out[n++] = *m;
         } else {
             r->out[keep++] = *m;
@@ -1003,6 +1044,35 @@ size_t kl_raft_take_reads(kl_raft *r, kl_raft_read_state *out, size_t cap)
     memcpy(out, r->done, n * sizeof *out);
     memmove(r->done, r->done + n, (r->done_len - n) * sizeof *r->done);
     r->done_len -= n;
+    return n;
+}
+
+size_t kl_raft_take_committed(kl_raft *r, const kl_raft_entry **out)
+{
+    free_taken(r);
+    *out = NULL;
+    if (broken(r))
+        return 0;
+    /* The rule that makes an apply safe: only entries this member's own log write has made
+     * durable (persisted moves only when the driver reports the write, and drops below a
+     * pending truncation), so applied state, which skips the WAL, can never reach disk
+     * ahead of the log entry it came from. Committed entries of the outstanding ready are
+     * above that line until it is advanced. */
+    uint64_t from = r->ready_out ? r->applied_handed : r->applied;
+    uint64_t hi = min_u64(r->commit, r->log.persisted);
+    if (hi <= from)
+        return 0;
+    kl_raft_entry *ents = NULL;
+    size_t n = 0;
+    if (!kl_rlog_copy(&r->log, from + 1, hi + 1, r->cfg.max_apply_bytes,
+                      KL_RAFT_MAX_MSG_ENTRIES, &ents, &n))
+        return 0; /* out of memory (or storage failure, which the next call reports) */
+    r->tc_ents = ents;
+    r->tc_n = n;
+    r->applied_handed = from + n;
+    if (!r->ready_out)
+        r->applied = r->applied_handed;
+    *out = ents;
     return n;
 }
 

@@ -25,7 +25,7 @@ struct kl_stages {
 };
 
 static const char *const span_names[KL_SPAN_COUNT] = {
-    "queue", "write", "quorum", "apply", "total", "f_queue", "f_write",
+    "queue", "write", "quorum", "apply", "total", "f_queue", "f_write", "apply_call",
 };
 
 kl_stages *kl_stages_new(void) { return calloc(1, sizeof(kl_stages)); }
@@ -71,6 +71,12 @@ static void push(kl_stages *s, kl_stage_span span, uint64_t from, uint64_t to)
     uint64_t us = to > from ? (to - from) / 1000 : 0;
     sp->us[sp->n % KL_STAGES_SAMPLES] = us > UINT32_MAX ? UINT32_MAX : (uint32_t)us;
     sp->n++;
+}
+
+void kl_stages_span(kl_stages *s, kl_stage_span span, uint64_t from, uint64_t to)
+{
+    if (s != NULL)
+        push(s, span, from, to);
 }
 
 void kl_stages_applied(kl_stages *s, uint64_t index, uint64_t now)
@@ -142,7 +148,7 @@ void kl_stages_report(kl_stages *s, uint64_t member, bool force)
     size_t total = s->spans[KL_SPAN_TOTAL].n + s->spans[KL_SPAN_F_WRITE].n;
     if (total == 0 || (!force && total < 64))
         return;
-    char line[512];
+    char line[768];
     size_t off = 0;
     for (int i = 0; i < KL_SPAN_COUNT; i++) {
         uint32_t p50, p99;

@@ -36,7 +36,8 @@ typedef enum kl_stage_span {
     KL_SPAN_TOTAL = 4,   /* propose -> applied */
     KL_SPAN_F_QUEUE = 5, /* follower: received -> write start */
     KL_SPAN_F_WRITE = 6, /* follower: write start -> done (ack sent) */
-    KL_SPAN_COUNT = 7,
+    KL_SPAN_APPLY_CALL = 7, /* time inside the node's apply callback, per entry */
+    KL_SPAN_COUNT = 8,
 } kl_stage_span;
 
 typedef struct kl_stages kl_stages;
@@ -53,6 +54,8 @@ void kl_stages_mark_range(kl_stages *s, uint64_t lo, uint64_t hi, kl_stage stage
 void kl_stages_applied(kl_stages *s, uint64_t index, uint64_t now);
 /* Follower: index's write completed; turns its record into samples. */
 void kl_stages_follower_done(kl_stages *s, uint64_t index, uint64_t now);
+/* Adds one sample of span: to - from (ns), if both are set. */
+void kl_stages_span(kl_stages *s, kl_stage_span span, uint64_t from, uint64_t to);
 /* Logs and resets when there are samples; with force also when few. member names the log. */
 void kl_stages_report(kl_stages *s, uint64_t member, bool force);
 /* For tests: the number of samples and the median of span (us), 0 if none. */
