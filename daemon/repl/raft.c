@@ -395,6 +395,14 @@ static void bcast_heartbeat(kl_raft *r)
     }
 }
 
+/* How a new commit index reaches the followers ("commit travels"): no round of its own.
+ * Every append carries the leader's commit index, so under load the next append (new entries, sent at once)
+ * brings it; when nothing else goes out, the next periodic heartbeat carries
+ * min(match, commit). Only the leader's answer to the client waits for the commit, and the
+ * leader applies without telling anyone; a follower learns it at most one heartbeat
+ * interval later. An empty append per commit per follower would cost a frame in the
+ * peer's window, a ready and a commit save on every follower for every commit. */
+
 /* Commit by counting (Raft §5.3, §5.4.2, with Q2): the highest index persisted by Q2
  * members, the leader counted only up to what its driver reported durable, commits if it is
  * of the current term. */
@@ -592,8 +600,7 @@ static void handle_append_resp(kl_raft *r, size_t s, const kl_raft_msg *m)
         become_replicate(pr);
     else
         infl_free_to(pr, r->cfg.max_inflight, m->index);
-    if (maybe_commit(r))
-        bcast_append(r, true);
+    (void)maybe_commit(r); /* no round of its own: see "commit travels" */
     while (send_append(r, s, false))
         ;
 }
@@ -1176,8 +1183,8 @@ kl_code kl_raft_advance(kl_raft *r, const kl_raft_ready *rd)
     r->ready_out = false;
     kl_rlog_evict(&r->log);
     /* Our own write may complete a commit quorum. */
-    if (r->role == KL_RAFT_LEADER && maybe_commit(r))
-        bcast_append(r, true);
+    if (r->role == KL_RAFT_LEADER)
+        (void)maybe_commit(r);
     kl_rlog_check(&r->log);
     return status_of(r);
 }

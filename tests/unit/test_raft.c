@@ -751,6 +751,62 @@ START_TEST(follower_acks_only_after_its_write)
 }
 END_TEST
 
+/* A commit needs no round of its own: no empty append follows it; the next append carries
+ * it, or, with nothing else going out, the next heartbeat. */
+static bool empty_append_queued(mc *c)
+{
+    for (size_t i = 0; i < c->qlen; i++)
+        if (c->q[i].type == KL_RAFT_MSG_APPEND && c->q[i].n_entries == 0)
+            return true;
+    return false;
+}
+
+START_TEST(commit_carried_on_append)
+{
+    mc c;
+    mc_init(&c, 3, 3);
+    mc_elect(&c, 1);
+    mc_settle(&c);
+    uint64_t a = mc_propose(&c, 1, "a");
+    /* Deliver one message at a time: after the acknowledgements commit a, nothing empty. */
+    for (int k = 0; k < 1000 && mc_status(&c, 1).commit < a; k++) {
+        for (int i = 1; i <= 3; i++)
+            mc_flush(&c, i);
+        ck_assert_uint_gt(c.qlen, 0);
+        kl_raft_msg msg = c.q[0];
+        memmove(c.q, c.q + 1, (c.qlen - 1) * sizeof *c.q);
+        c.qlen--;
+        ck_assert_int_eq(kl_raft_step(c.nd[msg.to - 1].r, &msg), KL_OK);
+        free_msg(&msg);
+    }
+    ck_assert_uint_eq(mc_status(&c, 1).commit, a);
+    mc_flush(&c, 1);
+    ck_assert(!empty_append_queued(&c));
+    mc_settle(&c);
+    ck_assert_uint_lt(mc_status(&c, 2).commit, a); /* nobody told n2 yet */
+    uint64_t b = mc_propose(&c, 1, "b");
+    mc_flush(&c, 1);
+    bool carried = false;
+    for (size_t i = 0; i < c.qlen; i++)
+        if (c.q[i].type == KL_RAFT_MSG_APPEND && c.q[i].to == 2) {
+            ck_assert_uint_eq(c.q[i].n_entries, 1);
+            ck_assert_uint_eq(c.q[i].entries[0].index, b);
+            ck_assert_uint_eq(c.q[i].commit, a);
+            carried = true;
+        }
+    ck_assert(carried);
+    mc_settle(&c);
+    ck_assert_uint_ge(mc_status(&c, 2).commit, a);
+    /* Nothing else going out: the periodic heartbeat brings b's commit. */
+    ck_assert_uint_eq(mc_status(&c, 1).commit, b);
+    ck_assert_uint_lt(mc_status(&c, 2).commit, b);
+    mc_tick(&c, 1, 3);
+    ck_assert_uint_eq(mc_status(&c, 2).commit, b);
+    ck_assert_uint_eq(mc_status(&c, 3).commit, b);
+    mc_free(&c);
+}
+END_TEST
+
 /* kl_raft_take_committed hands out only entries this member's own write made durable: a
  * follower that knows a commit covering entries of its outstanding write gets them only
  * after that write is reported. */
@@ -765,8 +821,9 @@ START_TEST(no_apply_before_own_write)
     c.nd[2].hold = true; /* n3's next write stays outstanding */
     uint64_t b = mc_propose(&c, 1, "b");
     mc_settle(&c);
-    mc_tick(&c, 1, 4); /* heartbeats: n3 learns commit >= b */
     ck_assert_uint_ge(mc_status(&c, 1).commit, b);
+    (void)mc_propose(&c, 1, "carrier"); /* its append tells n3 that b committed */
+    mc_settle(&c);
     ck_assert_uint_ge(mc_status(&c, 3).commit, b);
     ck_assert(c.nd[2].rd_out);
     const kl_raft_entry *e;
@@ -1025,6 +1082,7 @@ START_TEST(proposals_and_caps)
     ck_assert_int_eq(kl_raft_propose(c.nd[0].r, "z", 1, &p), KL_OK);
     mc_settle(&c);
     ck_assert_uint_eq(mc_status(&c, 1).commit, p.index);
+    mc_tick(&c, 1, 3); /* the last commit reaches n2 with the next heartbeat */
     ck_assert_uint_eq(mc_status(&c, 2).commit, p.index);
     mc_free(&c);
 }
@@ -1351,6 +1409,7 @@ Suite *suite_raft(void)
     tcase_add_test(t, leader_appends_leave_while_it_writes);
     tcase_add_test(t, follower_acks_only_after_its_write);
     tcase_add_test(t, no_apply_before_own_write);
+    tcase_add_test(t, commit_carried_on_append);
     tcase_add_test(t, committed_entries_taken_while_a_write_runs);
     tcase_add_test(t, old_term_entries_commit_only_indirectly);
     tcase_add_test(t, leader_without_quorum_steps_down);
