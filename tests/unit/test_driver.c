@@ -11,6 +11,7 @@
 #include "common/failpoint.h"
 #include "daemon/repl/driver.h"
 #include "daemon/repl/peer.h"
+#include "daemon/repl/stages.h"
 #include "keyload/v1/raft.pb-c.h"
 #include "keyload/v1/store.pb-c.h"
 
@@ -880,6 +881,41 @@ START_TEST(applies_while_a_slow_write_runs)
 }
 END_TEST
 
+/* The stage timer (stages.h): spans per index from the stamps given, an index stamped out of
+ * order or overwritten by a newer one in the ring is not measured, report resets. */
+START_TEST(stage_spans)
+{
+    kl_stages *s = kl_stages_new();
+    ck_assert_ptr_nonnull(s);
+    const uint64_t us = 1000;
+    for (uint64_t i = 1; i <= 100; i++) {
+        uint64_t t0 = i * 1000000;
+        kl_stages_mark(s, i, KL_STAGE_PROPOSE, t0);
+        kl_stages_mark(s, i, KL_STAGE_PERSIST_START, t0 + 10 * us);
+        kl_stages_mark(s, i, KL_STAGE_PERSIST_DONE, t0 + 110 * us);
+    }
+    kl_stages_mark_range(s, 1, 100, KL_STAGE_COMMIT, 100 * 1000000 + 500 * us);
+    kl_stages_mark(s, 100, KL_STAGE_COMMIT, 1); /* already stamped: ignored */
+    for (uint64_t i = 1; i <= 100; i++)
+        kl_stages_applied(s, i, 100 * 1000000 + 600 * us);
+    kl_stages_applied(s, 100, 200 * 1000000); /* applied once only */
+    kl_stages_applied(s, 5000, 1);            /* never proposed: nothing */
+    ck_assert_uint_eq(kl_stages_count(s, KL_SPAN_TOTAL), 100);
+    ck_assert_uint_eq(kl_stages_median(s, KL_SPAN_QUEUE), 10);
+    ck_assert_uint_eq(kl_stages_median(s, KL_SPAN_WRITE), 100);
+    ck_assert_uint_eq(kl_stages_median(s, KL_SPAN_APPLY), 100);
+    /* A follower's entry: received, written, acknowledged. */
+    kl_stages_mark(s, 7 + KL_STAGES_RING, KL_STAGE_PROPOSE, 1000 * us);
+    kl_stages_mark(s, 7 + KL_STAGES_RING, KL_STAGE_PERSIST_START, 1300 * us);
+    kl_stages_follower_done(s, 7 + KL_STAGES_RING, 2300 * us);
+    ck_assert_uint_eq(kl_stages_median(s, KL_SPAN_F_QUEUE), 300);
+    ck_assert_uint_eq(kl_stages_median(s, KL_SPAN_F_WRITE), 1000);
+    kl_stages_report(s, 1, true);
+    ck_assert_uint_eq(kl_stages_count(s, KL_SPAN_TOTAL), 0);
+    kl_stages_free(s);
+}
+END_TEST
+
 START_TEST(config_refused)
 {
     cluster_open(3, 2);
@@ -913,6 +949,7 @@ Suite *suite_driver(void)
     TCase *t = tcase_create("driver");
     tcase_set_timeout(t, 60);
     tcase_add_test(t, config_refused);
+    tcase_add_test(t, stage_spans);
     tcase_add_test(t, single_member);
     tcase_add_test(t, three_members_elect_and_replicate);
     tcase_add_test(t, replica_count_three_blocks_then_catches_up);
