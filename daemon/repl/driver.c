@@ -18,6 +18,7 @@
 #include "common/log.h"
 #include "common/proto_check.h"
 #include "daemon/repl/peer.h"
+#include "daemon/repl/stages.h"
 #include "keyload/v1/raft.pb-c.h"
 
 #include <assert.h>
@@ -29,6 +30,9 @@
 
 #define NOOP_MAX 32 /* an encoded LogEntry{term, index, raft_type}: 3 tags + 2 varints + 1 */
 #define FRAME_SLACK KL_REPL_FRAME_SLACK
+/* Stage timings are logged every this many ticks when there were writes (about 2 s at the
+ * default tick): short enough that each benchmark cell gets its own line. */
+#define STAGES_REPORT_TICKS 40
 
 enum { READ_WAITING = 0, READ_CONFIRMED = 1, READ_DONE = 2 };
 
@@ -65,6 +69,8 @@ struct kl_repl {
     kl_raft *raft;
     kl_peer *peer; /* NULL when alone, after a failure or after stop */
     uv_timer_t timer;
+    uv_check_t flush; /* once per loop iteration, after I/O: see on_flush */
+    int open_handles; /* timer and flush until both are closed after stop */
 
     /* the round */
     kl_raft_ready rd;
@@ -94,7 +100,10 @@ struct kl_repl {
     size_t frame_cap;
 
     kl_repl_counters counters;
-    bool failed, stopped, timer_closed;
+    kl_stages *stages;   /* per-stage timing (stages.h); NULL if it could not be allocated */
+    uint64_t seen_commit; /* highest commit index stamped in stages */
+    uint32_t report_ticks;
+    bool failed, stopped;
 };
 
 /* ---------------------------------------------------------------- LogEntry header */
@@ -273,6 +282,7 @@ static void pump(kl_repl *r);
 static void free_all(kl_repl *r)
 {
     kl_raft_free(r->raft);
+    kl_stages_free(r->stages);
     free(r->job.items);
     free(r->job.noops);
     free(r->reads);
@@ -285,7 +295,7 @@ static void free_all(kl_repl *r)
 
 static void maybe_free(kl_repl *r)
 {
-    if (!r->stopped || !r->timer_closed || r->persist_busy)
+    if (!r->stopped || r->open_handles > 0 || r->persist_busy)
         return;
     void (*stopped)(void *) = r->cb.stopped;
     void *ctx = r->cb.ctx;
@@ -294,10 +304,10 @@ static void maybe_free(kl_repl *r)
         stopped(ctx);
 }
 
-static void on_timer_closed(uv_handle_t *h)
+static void on_handle_closed(uv_handle_t *h)
 {
     kl_repl *r = h->data;
-    r->timer_closed = true;
+    r->open_handles--;
     maybe_free(r);
 }
 
@@ -308,6 +318,7 @@ static void fail(kl_repl *r, const kl_err *err)
         return;
     r->failed = true;
     uv_timer_stop(&r->timer);
+    uv_check_stop(&r->flush);
     if (r->peer != NULL) {
         kl_peer_stop(r->peer);
         r->peer = NULL;
@@ -326,6 +337,32 @@ static void fail_core(kl_repl *r, const char *what)
 }
 
 static bool live(const kl_repl *r) { return !r->failed && !r->stopped; }
+
+/* Stamps the commit time of indexes that committed since the last call (stages.h). */
+static void note_commit(kl_repl *r)
+{
+    kl_raft_status st;
+    kl_raft_status_get(r->raft, &st);
+    if (st.commit > r->seen_commit) {
+        kl_stages_mark_range(r->stages, r->seen_commit + 1, st.commit, KL_STAGE_COMMIT,
+                             kl_stages_now());
+        r->seen_commit = st.commit;
+    }
+}
+
+/* Stamps stage for the entries of the persist job. */
+static void note_job(kl_repl *r, kl_stage stage)
+{
+    const persist_job *j = &r->job;
+    if (j->n_items == 0)
+        return;
+    uint64_t now = kl_stages_now();
+    uint64_t lo = j->items[0].index, hi = j->items[j->n_items - 1].index;
+    kl_stages_mark_range(r->stages, lo, hi, stage, now);
+    if (stage == KL_STAGE_PERSIST_DONE && r->rd.role != KL_RAFT_LEADER)
+        for (size_t i = 0; i < j->n_items; i++)
+            kl_stages_follower_done(r->stages, j->items[i].index, now);
+}
 
 /* ---------------------------------------------------------------- sending */
 
@@ -479,6 +516,24 @@ static bool role_changed(const kl_repl *r, kl_raft_role role, uint64_t term, uin
            leader != r->rep_leader || ready != r->rep_ready;
 }
 
+static void apply_one(kl_repl *r, const kl_raft_entry *e)
+{
+    assert(e->index == r->applied + 1);
+    kl_raft_entry view = *e;
+    if (view.type == KL_RAFT_ENTRY_NOOP) {
+        view.data = NULL;
+        view.len = 0;
+    }
+    r->applied = e->index;
+    r->applied_term = e->term;
+    uint64_t t0 = kl_stages_now();
+    if (r->cb.apply != NULL)
+        r->cb.apply(r->cb.ctx, &view);
+    uint64_t t1 = kl_stages_now();
+    kl_stages_span(r->stages, KL_SPAN_APPLY_CALL, t0, t1);
+    kl_stages_applied(r->stages, e->index, t1);
+}
+
 /* Hands the ready's committed entries up to index `upto` to apply, in order, each index once
  * per process (an index already applied, e.g. early, is skipped). */
 static void apply_committed(kl_repl *r, uint64_t upto)
@@ -490,16 +545,7 @@ static void apply_committed(kl_repl *r, uint64_t upto)
             break;
         if (e->index <= r->applied)
             continue; /* exactly once per index: never hand out an index twice */
-        assert(e->index == r->applied + 1);
-        kl_raft_entry view = *e;
-        if (view.type == KL_RAFT_ENTRY_NOOP) {
-            view.data = NULL;
-            view.len = 0;
-        }
-        r->applied = e->index;
-        r->applied_term = e->term;
-        if (r->cb.apply != NULL)
-            r->cb.apply(r->cb.ctx, &view);
+        apply_one(r, e);
     }
 }
 
@@ -538,6 +584,8 @@ static void finish_round(kl_repl *r)
     }
     if (kl_raft_advance(r->raft, rd) != KL_OK)
         fail_core(r, "advance");
+    else
+        note_commit(r);
 }
 
 static void persist_run(uv_work_t *w)
@@ -567,6 +615,7 @@ static void persist_after(uv_work_t *w, int status)
         return;
     }
     r->counters.persists++;
+    note_job(r, KL_STAGE_PERSIST_DONE);
     r->pumping = true;
     finish_round(r);
     r->pumping = false;
@@ -701,6 +750,7 @@ static void pump(kl_repl *r)
                 break;
             }
             r->persist_busy = true;
+            note_job(r, KL_STAGE_PERSIST_START);
             if (early) {
                 for (size_t i = 0; i < r->rd.n_msgs && live(r); i++)
                     send_msg(r, &r->rd.msgs[i]);
@@ -725,6 +775,44 @@ static void send_urgent(kl_repl *r)
         for (size_t i = 0; i < n && live(r); i++)
             send_msg(r, &m[i]);
     } while (n == sizeof m / sizeof m[0] && live(r));
+}
+
+/* While a log write runs, entries that committed meanwhile and that an earlier write already
+ * made durable here are applied now (kl_raft_take_committed), and their callers answered,
+ * instead of after the unrelated write. Never inside a round, and only once every committed
+ * entry of the outstanding ready was applied (the rest of them belong to the running write,
+ * and nothing may be applied past them). */
+static void apply_early(kl_repl *r)
+{
+    if (r->pumping || !live(r) || !r->persist_busy)
+        return;
+    const kl_raft_ready *rd = &r->rd;
+    if (rd->n_committed > 0 && rd->committed[rd->n_committed - 1].index > r->applied)
+        return;
+    r->pumping = true;
+    const kl_raft_entry *e;
+    size_t n;
+    while (live(r) && (n = kl_raft_take_committed(r->raft, &e)) > 0) {
+        for (size_t i = 0; i < n && live(r); i++) {
+            apply_one(r, &e[i]);
+            r->counters.early_applies++;
+        }
+    }
+    r->pumping = false;
+    reads_serve(r);
+}
+
+/* Once per loop iteration, after the poll phase: everything that arrived in this iteration
+ * (proposals, acknowledgements) is turned into at most one append per follower and into
+ * applies, while a write may still run. */
+static void on_flush(uv_check_t *h)
+{
+    kl_repl *r = h->data;
+    if (!live(r))
+        return;
+    send_urgent(r);
+    apply_early(r);
+    pump(r);
 }
 
 /* ---------------------------------------------------------------- receiving */
@@ -777,6 +865,11 @@ static void on_recv(void *owner, uint64_t from, const uint8_t *frame, size_t len
                                         .data = e->data.len ? e->data.data : NULL,
                                         .len = e->data.len};
     }
+    if (m.type == KL_RAFT_MSG_APPEND && m.n_entries > 0) {
+        uint64_t now = kl_stages_now();
+        for (size_t i = 0; i < m.n_entries; i++)
+            kl_stages_mark(r->stages, m.entries[i].index, KL_STAGE_PROPOSE, now);
+    }
     kl_code rc = kl_raft_step(r->raft, &m);
     keyload__v1__raft_message__free_unpacked(pm, NULL);
     if (rc == KL_INVALID_ARGUMENT) {
@@ -787,7 +880,9 @@ static void on_recv(void *owner, uint64_t from, const uint8_t *frame, size_t len
         fail_core(r, "step");
         return;
     }
+    note_commit(r);
     send_urgent(r);
+    apply_early(r);
     reads_early(r);
     pump(r);
 }
@@ -800,6 +895,10 @@ static void on_tick(uv_timer_t *t)
     if (kl_raft_tick(r->raft) != KL_OK) {
         fail_core(r, "tick");
         return;
+    }
+    if (++r->report_ticks >= STAGES_REPORT_TICKS) {
+        r->report_ticks = 0;
+        kl_stages_report(r->stages, r->self, false);
     }
     send_urgent(r);
     pump(r);
@@ -895,6 +994,8 @@ kl_code kl_repl_start(uv_loop_t *loop, kl_store *store, const kl_repl_config *cf
     rc_.last_index = kl_store_last_index(store);
     rc_.applied = kl_store_applied_index(store);
     r->applied = rc_.applied;
+    r->seen_commit = commit;
+    r->stages = kl_stages_new(); /* timing only: runs without it if memory is short */
     if (r->applied > 0 && st_term(r, r->applied, &r->applied_term) != KL_OK) {
         rc = kl_fail(err, KL_INTERNAL, "log", "cannot read the term of applied entry %llu",
                      (unsigned long long)r->applied);
@@ -935,6 +1036,10 @@ kl_code kl_repl_start(uv_loop_t *loop, kl_store *store, const kl_repl_config *cf
     uv_timer_init(loop, &r->timer);
     r->timer.data = r;
     uv_timer_start(&r->timer, on_tick, tick, tick);
+    uv_check_init(loop, &r->flush);
+    r->flush.data = r;
+    uv_check_start(&r->flush, on_flush);
+    r->open_handles = 2;
     if (cfg->n_members == 1) {
         /* Alone, no other member can lead: let the election timeout pass at once instead of
          * leaving every restart unavailable for one to two election timeouts. */
@@ -994,6 +1099,7 @@ kl_code kl_repl_propose(kl_repl *r, const uint8_t *data, size_t len, uint64_t *l
     if (rc != KL_OK)
         return rc;
     assert(p.index == index && p.term == term);
+    kl_stages_mark(r->stages, p.index, KL_STAGE_PROPOSE, kl_stages_now());
     pump(r);
     return KL_OK;
 }
@@ -1034,12 +1140,15 @@ void kl_repl_stop(kl_repl *r)
     if (r == NULL || r->stopped)
         return;
     r->stopped = true;
+    kl_stages_report(r->stages, r->self, true);
     if (r->peer != NULL) {
         kl_peer_stop(r->peer);
         r->peer = NULL;
     }
     uv_timer_stop(&r->timer);
-    uv_close((uv_handle_t *)&r->timer, on_timer_closed);
+    uv_check_stop(&r->flush);
+    uv_close((uv_handle_t *)&r->timer, on_handle_closed);
+    uv_close((uv_handle_t *)&r->flush, on_handle_closed);
 }
 
 void kl_repl_peer_stats(kl_repl *r, kl_peer_counters *out)

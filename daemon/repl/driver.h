@@ -1,7 +1,8 @@
 /* driver: runs one partition member's replication on the member's libuv loop (DESIGN.md §3-4).
  *
  * Owns one kl_raft (the pure core, raft.h), one kl_peer (frames to the other members, peer.h;
- * none when the member is alone), one uv_timer_t (ticks) and the log-persistence worker: one
+ * none when the member is alone), one uv_timer_t (ticks), one uv_check_t (the per-iteration
+ * flush below) and the log-persistence worker: one
  * kl_store_log_write at a time on libuv's thread pool (uv_queue_work). The kl_store is
  * borrowed: it must outlive the driver, and the caller applies committed entries to it.
  *
@@ -9,15 +10,37 @@
  * after each persist completes, never re-entrantly (a callback that proposes only marks the
  * round for another pass):
  *   1. if no persist is in flight and the core has a ready, take it;
- *   2. if it carries a hard state, a truncation or entries, write them in one synced RocksDB
+ *   2. apply its committed entries that an earlier write already made durable here;
+ *   3. if it carries a hard state, a truncation or entries, write them in one synced RocksDB
  *      batch on the thread pool ('L' records are encoded keyload.v1.LogEntry: a normal
  *      entry's data IS those bytes, a no-op is stored as LogEntry{term, index, raft_type=1});
- *   3. on the loop, once durable: send the messages (keyload.v1.RaftMessage, raft.proto),
- *      call apply for each committed entry in order, read_ready for confirmed reads whose
- *      index is applied, read_dropped for reads the core dropped, role if anything changed,
- *      then kl_raft_advance and go back to 1.
- * A ready with nothing to persist does step 3 inline. Sending only after the synced write is
- * what makes a vote grant or an append acknowledgement a true statement about the disk.
+ *      a leader whose term is already durable sends the ready's messages now;
+ *   4. on the loop, once durable: send the messages (keyload.v1.RaftMessage, raft.proto),
+ *      call apply for the remaining committed entries in order, read_ready for confirmed
+ *      reads whose index is applied, read_dropped for reads the core dropped, role if
+ *      anything changed, then kl_raft_advance and go back to 1.
+ * A ready with nothing to persist does step 4 inline. One write runs at a time; whatever
+ * arrives meanwhile accumulates in the core and becomes the next write.
+ * While a write runs, nothing unrelated waits for it: once per loop iteration (a uv_check
+ * after the poll phase) and after every received frame, the leader's new appends and every
+ * heartbeat, heartbeat answer and read confirmation leave (kl_raft_take_urgent, take_reads),
+ * and entries that committed meanwhile and that an EARLIER write made durable here are
+ * applied (kl_raft_take_committed), their reads served.
+ * The rules that keep this safe (each enforced where noted):
+ *   - a follower acknowledges, and a member grants a vote, only in step 4 of the round whose
+ *     synced write holds the entries or the vote (append answers never leave as urgent);
+ *   - the leader counts itself toward a commit only once its write was reported
+ *     (kl_raft_advance moves the core's persisted index);
+ *   - term and vote are synced before any message of that term leaves: urgent messages
+ *     and early leader sends wait while a ready that changes the term is outstanding;
+ *   - an entry is applied only after its own local log write completed (applies skip the
+ *     WAL, so an earlier apply could reach an SST file ahead of its log entry and the member
+ *     would refuse to start): step 2 stops below the write's truncation point and
+ *     kl_raft_take_committed stops at the core's persisted index;
+ *   - a truncation never races a write it would overwrite: it travels in the next ready,
+ *     whose write starts only after the running one completed.
+ * Sending only after the synced write is what makes a vote grant or an append
+ * acknowledgement a true statement about the disk.
  *
  * Received frames are decoded and checked before the core sees them: a frame that does not
  * decode, carries unknown fields, names a `from` other than the member the connection's hello
@@ -33,7 +56,8 @@
  * thread touches only the store (kl_store_log_write) and the round's buffers.
  *
  * Invariants: at most one persist in flight; the core's ready is advanced only after its
- * write completed and its messages, applies and reads were handed out; apply sees every index
+ * write completed and its messages, applies and reads were handed out; every applied index
+ * is in the synced log; apply sees every index
  * from the store's applied_index + 1 on, exactly once per index for the lifetime of the
  * process, in log order; read_ready for a read is called only once applied >= its index. */
 #ifndef KL_REPL_DRIVER_H
@@ -132,6 +156,7 @@ typedef struct kl_repl_counters {
     uint64_t send_drops;   /* messages kl_peer_send refused (no connection, queue full, size) */
     uint64_t persists;     /* synced writes completed */
     uint64_t rounds;       /* readies processed */
+    uint64_t early_applies; /* entries applied while an unrelated log write ran */
 } kl_repl_counters;
 void kl_repl_counters_get(const kl_repl *r, kl_repl_counters *out);
 

@@ -83,6 +83,10 @@ struct kl_raft {
     size_t rd_n_msgs;
     kl_raft_read_state *rd_reads;
     size_t rd_n_reads;
+    kl_raft_entry *tc_ents; /* the last kl_raft_take_committed hand-out, freed by the next */
+    size_t tc_n;
+    kl_raft_msg *ug;        /* the last kl_raft_take_urgent hand-out (entries), likewise */
+    size_t ug_n, ug_cap;
 };
 
 /* ---------------------------------------------------------------- small helpers */
@@ -391,6 +395,14 @@ static void bcast_heartbeat(kl_raft *r)
     }
 }
 
+/* How a new commit index reaches the followers ("commit travels"): no round of its own.
+ * Every append carries the leader's commit index, so under load the next append (new entries, sent at once)
+ * brings it; when nothing else goes out, the next periodic heartbeat carries
+ * min(match, commit). Only the leader's answer to the client waits for the commit, and the
+ * leader applies without telling anyone; a follower learns it at most one heartbeat
+ * interval later. An empty append per commit per follower would cost a frame in the
+ * peer's window, a ready and a commit save on every follower for every commit. */
+
 /* Commit by counting (Raft §5.3, §5.4.2, with Q2): the highest index persisted by Q2
  * members, the leader counted only up to what its driver reported durable, commits if it is
  * of the current term. */
@@ -588,8 +600,7 @@ static void handle_append_resp(kl_raft *r, size_t s, const kl_raft_msg *m)
         become_replicate(pr);
     else
         infl_free_to(pr, r->cfg.max_inflight, m->index);
-    if (maybe_commit(r))
-        bcast_append(r, true);
+    (void)maybe_commit(r); /* no round of its own: see "commit travels" */
     while (send_append(r, s, false))
         ;
 }
@@ -839,11 +850,27 @@ static void free_ready_buffers(kl_raft *r)
     r->rd_n_ents = r->rd_n_committed = r->rd_n_msgs = r->rd_n_reads = 0;
 }
 
+static void free_taken(kl_raft *r)
+{
+    kl_rlog_free_entries(r->tc_ents, r->tc_n);
+    r->tc_ents = NULL;
+    r->tc_n = 0;
+}
+
+static void free_urgent(kl_raft *r)
+{
+    free_msgs(r->ug, r->ug_n);
+    r->ug_n = 0;
+}
+
 void kl_raft_free(kl_raft *r)
 {
     if (r == NULL)
         return;
     free_ready_buffers(r);
+    free_taken(r);
+    free_urgent(r);
+    free(r->ug);
     drop_outbox(r);
     free(r->out);
     free(r->reads);
@@ -973,19 +1000,40 @@ size_t kl_raft_take_urgent(kl_raft *r, kl_raft_msg *out, size_t cap)
 {
     /* A heartbeat or its answer speaks for our term only; until the write that records a
      * new term is reported, a restart could forget the term it claims. */
+    free_urgent(r);
     if (broken(r) || r->term != r->term_durable || cap == 0)
         return 0;
+    if (r->ug_cap < cap) {
+        kl_raft_msg *ug = realloc(r->ug, cap * sizeof *ug);
+        if (ug == NULL)
+            return 0; /* everything waits for the next ready */
+        r->ug = ug;
+        r->ug_cap = cap;
+    }
     if (r->role == KL_RAFT_LEADER && r->hb_dirty) {
         bcast_heartbeat(r);
         r->hb_dirty = false;
     }
+    /* A leader's appends promise nothing about its own disk (it counts itself only once its
+     * write is reported), so proposals made while its write runs leave now and the followers
+     * write them in parallel with it (thesis §10.2.1). All proposals since the last call
+     * share one append per follower. */
+    if (r->role == KL_RAFT_LEADER && r->append_dirty) {
+        bcast_append(r, false);
+        r->append_dirty = false;
+        if (broken(r))
+            return 0;
+    }
     size_t n = 0, keep = 0;
     for (size_t i = 0; i < r->out_len; i++) {
         kl_raft_msg *m = &r->out[i];
+        bool leader_append = m->type == KL_RAFT_MSG_APPEND && r->role == KL_RAFT_LEADER;
         bool urgent = n < cap && m->term == r->term_durable &&
-                      (m->type == KL_RAFT_MSG_HEARTBEAT || m->type == KL_RAFT_MSG_HEARTBEAT_RESP);
+                      (m->type == KL_RAFT_MSG_HEARTBEAT || m->type == KL_RAFT_MSG_HEARTBEAT_RESP ||
+                       leader_append);
         if (urgent) {
             r->out_bytes -= msg_bytes(m);
+            r->ug[r->ug_n++] = *m;
             out[n++] = *m;
         } else {
             r->out[keep++] = *m;
@@ -1003,6 +1051,35 @@ size_t kl_raft_take_reads(kl_raft *r, kl_raft_read_state *out, size_t cap)
     memcpy(out, r->done, n * sizeof *out);
     memmove(r->done, r->done + n, (r->done_len - n) * sizeof *r->done);
     r->done_len -= n;
+    return n;
+}
+
+size_t kl_raft_take_committed(kl_raft *r, const kl_raft_entry **out)
+{
+    free_taken(r);
+    *out = NULL;
+    if (broken(r))
+        return 0;
+    /* The rule that makes an apply safe: only entries this member's own log write has made
+     * durable (persisted moves only when the driver reports the write, and drops below a
+     * pending truncation), so applied state, which skips the WAL, can never reach disk
+     * ahead of the log entry it came from. Committed entries of the outstanding ready are
+     * above that line until it is advanced. */
+    uint64_t from = r->ready_out ? r->applied_handed : r->applied;
+    uint64_t hi = min_u64(r->commit, r->log.persisted);
+    if (hi <= from)
+        return 0;
+    kl_raft_entry *ents = NULL;
+    size_t n = 0;
+    if (!kl_rlog_copy(&r->log, from + 1, hi + 1, r->cfg.max_apply_bytes,
+                      KL_RAFT_MAX_MSG_ENTRIES, &ents, &n))
+        return 0; /* out of memory (or storage failure, which the next call reports) */
+    r->tc_ents = ents;
+    r->tc_n = n;
+    r->applied_handed = from + n;
+    if (!r->ready_out)
+        r->applied = r->applied_handed;
+    *out = ents;
     return n;
 }
 
@@ -1106,8 +1183,8 @@ kl_code kl_raft_advance(kl_raft *r, const kl_raft_ready *rd)
     r->ready_out = false;
     kl_rlog_evict(&r->log);
     /* Our own write may complete a commit quorum. */
-    if (r->role == KL_RAFT_LEADER && maybe_commit(r))
-        bcast_append(r, true);
+    if (r->role == KL_RAFT_LEADER)
+        (void)maybe_commit(r);
     kl_rlog_check(&r->log);
     return status_of(r);
 }

@@ -243,13 +243,16 @@ kl_code kl_raft_propose(kl_raft *r, const void *data, size_t len, kl_raft_propos
  * max_pending_reads. Reads still pending when the member stops leading are dropped. */
 kl_code kl_raft_read_index(kl_raft *r, uint64_t ctx, uint64_t *leader);
 
-/* Heartbeats and heartbeat answers promise nothing about this member's log, only its term:
- * once that term is durable (no ready that changed it is still outstanding) they may leave
- * at once instead of waiting for the next ready, so a read-index round (or a check-quorum
- * answer) is never queued behind an unrelated log write. Moves up to cap of them from the
- * outbox into out (no entries: nothing to free; the caller sends them in order) and returns
- * how many; a leader first flushes a pending read-index round into its heartbeats. Callable
- * at any time, a ready outstanding or not. */
+/* Heartbeats, heartbeat answers and a leader's appends promise nothing about this member's
+ * log, only its term: once that term is durable (no ready that changed it is still
+ * outstanding) they may leave at once instead of waiting for the next ready, so a read-index
+ * round (or a check-quorum answer) is never queued behind an unrelated log write, and
+ * followers write new entries while the leader does. Append answers and vote grants never
+ * leave here: they wait for the write that makes them true. Moves up to cap of them from the
+ * outbox into out (the caller sends them in order; their entries stay owned by the core and
+ * valid until the next kl_raft_take_urgent or kl_raft_free) and returns how many; a leader
+ * first flushes a pending read-index round into its heartbeats and new proposals into
+ * appends. Callable at any time, a ready outstanding or not. */
 size_t kl_raft_take_urgent(kl_raft *r, kl_raft_msg *out, size_t cap);
 
 /* Read states confirmed since the last ready, handed out now rather than in the next ready
@@ -257,6 +260,15 @@ size_t kl_raft_take_urgent(kl_raft *r, kl_raft_msg *out, size_t cap);
  * runs). Moves up to cap of them, oldest first, into out and returns how many; every read
  * state still appears exactly once, here or in a ready, and in confirmation order. */
 size_t kl_raft_take_reads(kl_raft *r, kl_raft_read_state *out, size_t cap);
+
+/* Committed entries this member's own synced log write has already made durable, handed
+ * out now rather than in the next ready, so the driver can apply them while an unrelated
+ * write runs. Returns how many (in log order, continuing after every committed entry
+ * handed out before, in a ready or here); *out stays valid until the next call or
+ * kl_raft_free. The caller applies them in order
+ * after any committed entries of an outstanding ready it has not applied yet (those are
+ * never durable-but-unapplied: they belong to that ready's write). */
+size_t kl_raft_take_committed(kl_raft *r, const kl_raft_entry **out);
 
 /* True when kl_raft_get_ready would return something (or an error), and no ready is outstanding. */
 bool kl_raft_has_ready(const kl_raft *r);

@@ -431,9 +431,11 @@ kl_code kl_store_log_write(kl_store *st, const Keyload__V1__HardState *hard, uin
     if (truncate_from > last + 1)
         return kl_fail(err, KL_INTERNAL, "log", "store: truncation at %llu past the log end %llu",
                        (unsigned long long)truncate_from, (unsigned long long)last);
-    if (truncate_from != 0 && truncate_from <= st->applied)
+    /* The loop thread may apply while this write runs (below its truncation point). */
+    uint64_t applied = __atomic_load_n(&st->applied, __ATOMIC_RELAXED);
+    if (truncate_from != 0 && truncate_from <= applied)
         return kl_fail(err, KL_INTERNAL, "log", "store: truncation at %llu of applied entries (applied %llu)",
-                       (unsigned long long)truncate_from, (unsigned long long)st->applied);
+                       (unsigned long long)truncate_from, (unsigned long long)applied);
     if (KL_FAILPOINT("store.log_write", err) != KL_OK) {
         atomic_store(&st->write_failed, true);
         return kl_fail(err, KL_INTERNAL, "log_write",
@@ -592,7 +594,7 @@ kl_code kl_store_apply(kl_store *st, const Keyload__V1__LogEntry *e, kl_err *err
         rc = rocks_fail(err, "apply", rerr);
         goto out;
     }
-    st->applied = e->index;
+    __atomic_store_n(&st->applied, e->index, __ATOMIC_RELAXED); /* read by a running log write */
 out:
     rocksdb_writebatch_destroy(wb);
     return rc;

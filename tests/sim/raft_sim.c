@@ -358,6 +358,10 @@ static void persist(sim *s, s_node *n, const kl_raft_ready *rd)
     }
     if (rd->truncate_from) {
         s->res->truncations++;
+        if (rd->truncate_from <= n->applied_durable)
+            fail(s, "n%llu: truncation at %llu of applied state (applied %llu)",
+                 (unsigned long long)n->id, (unsigned long long)rd->truncate_from,
+                 (unsigned long long)n->applied_durable);
         if (rd->truncate_from > n->len + 1 ||
             (rd->n_entries > 0 && rd->entries[0].index != rd->truncate_from))
             fail(s, "n%llu: bad truncate_from %llu", (unsigned long long)n->id,
@@ -422,6 +426,12 @@ static void node_start(sim *s, s_node *n)
     c.max_pending_reads = 1 + below(s, 16);
     c.max_outbox_msgs = 16 + below(s, 256);
     c.max_outbox_bytes = 4096 + below(s, 65536);
+    if (n->applied_durable > n->len) {
+        fail(s, "n%llu: applied state %llu ahead of the durable log %zu: the member could not "
+                "restart", (unsigned long long)n->id, (unsigned long long)n->applied_durable,
+             n->len);
+        return;
+    }
     c.hard = n->hs;
     c.last_index = n->len;
     c.applied = n->applied_durable;
@@ -461,6 +471,16 @@ static void apply_entry(sim *s, s_node *n, const kl_raft_entry *e)
     if (e->index != n->applied + 1) {
         fail(s, "n%llu applied %llu after %llu", (unsigned long long)n->id,
              (unsigned long long)e->index, (unsigned long long)n->applied);
+        return;
+    }
+    /* Applied state skips the WAL: an entry applied before this member's own synced write of
+     * it could reach disk ahead of its log entry. So the durable log must hold exactly this
+     * entry, and no outstanding write may be about to cut it. */
+    if (e->index > n->len || n->log[e->index - 1].term != e->term ||
+        (n->rd_out && n->rd.truncate_from != 0 && e->index >= n->rd.truncate_from)) {
+        fail(s, "n%llu applied (%llu, term %llu) before its own log write of it completed",
+             (unsigned long long)n->id, (unsigned long long)e->index,
+             (unsigned long long)e->term);
         return;
     }
     uint64_t h = entry_hash(e->term, e->type, e->data, e->len);
@@ -556,22 +576,60 @@ static void read_confirmed(sim *s, s_node *n, const kl_raft_read_state *rs)
     s->res->reads_ok++;
 }
 
+/* As the driver does when it takes a ready: its committed entries that an earlier write
+ * already made durable here (below any truncation the new write makes) are applied before
+ * the write starts; the rest wait for it (complete). */
+static void apply_durable_committed(sim *s, s_node *n)
+{
+    uint64_t durable = n->len;
+    if (n->rd.truncate_from != 0 && n->rd.truncate_from - 1 < durable)
+        durable = n->rd.truncate_from - 1;
+    for (size_t i = 0; i < n->rd.n_committed && !s->failed; i++) {
+        const kl_raft_entry *e = &n->rd.committed[i];
+        if (e->index > durable)
+            break;
+        if (e->index > n->applied)
+            apply_entry(s, n, e);
+    }
+}
+
 /* The driver's half of the contract: persist, then send, then apply, then advance. */
 static void complete(sim *s, s_node *n)
 {
     kl_raft_ready *rd = &n->rd;
     persist(s, n, rd);
+    n->rd_out = false; /* the write completed; advance follows */
     for (size_t i = 0; i < rd->n_msgs; i++)
         net_send(s, &rd->msgs[i]);
     for (size_t i = 0; i < rd->n_committed && !s->failed; i++)
-        apply_entry(s, n, &rd->committed[i]);
+        if (rd->committed[i].index > n->applied) /* not applied early (take_ready) */
+            apply_entry(s, n, &rd->committed[i]);
     for (size_t i = 0; i < rd->n_reads && !s->failed; i++)
         read_confirmed(s, n, &rd->reads[i]);
     n->applied_durable = n->applied;
     kl_code rc = kl_raft_advance(n->r, rd);
     if (rc != KL_OK)
         fail(s, "n%llu: advance = %s", (unsigned long long)n->id, kl_code_name(rc));
-    n->rd_out = false;
+}
+
+/* Applies what an earlier write already made durable here while the outstanding one runs
+ * (the driver's apply_early): only once the outstanding ready's own committed entries are
+ * applied. Applied state may reach disk at once or not (applies skip the WAL): sometimes it
+ * is recorded as durable, so a restart must find every such entry in its log. */
+static void apply_taken(sim *s, s_node *n)
+{
+    if (n->rd_out && n->rd.n_committed > 0 &&
+        n->rd.committed[n->rd.n_committed - 1].index > n->applied)
+        return;
+    const kl_raft_entry *e;
+    size_t k;
+    while (!s->failed && (k = kl_raft_take_committed(n->r, &e)) > 0) {
+        for (size_t i = 0; i < k && !s->failed; i++)
+            apply_entry(s, n, &e[i]);
+        s->res->early_applies += k;
+    }
+    if (pct(s, 50))
+        n->applied_durable = n->applied;
 }
 
 /* As the driver does after every step and tick: heartbeats and their answers leave at once,
@@ -592,6 +650,8 @@ static void send_urgent(sim *s, s_node *n)
         for (size_t i = 0; i < k && !s->failed; i++)
             read_confirmed(s, n, &rs[i]);
     } while (k == 8 && !s->failed);
+    if (!s->failed)
+        apply_taken(s, n);
 }
 
 static void process_ready(sim *s, s_node *n)
@@ -609,6 +669,7 @@ static void process_ready(sim *s, s_node *n)
             }
             n->rd_out = true;
             n->rd_wait = s->chaos && pct(s, s->slow_pct) ? 1 + (int)below(s, 4) : 0;
+            apply_durable_committed(s, n);
         }
         if (n->stall)
             return;

@@ -17,6 +17,12 @@
  *                        a durable vote never changes within a term;
  *   read index           a confirmed read's index covers every entry committed anywhere
  *                        before the read was requested (linearizable reads);
+ *   apply after write    an entry is applied only when this member's durable log holds it
+ *                        and no outstanding write truncates it; applied state recorded as
+ *                        durable never runs ahead of the durable log at a restart.
+ * Writes complete late (a ready may stay outstanding over several steps while messages,
+ * ticks, proposals and early applies go on) and a crash keeps or discards the outstanding
+ * write at random.
  * then a liveness phase heals everything and requires a leader to commit a new proposal on a
  * quorum, and every member to apply it, within a bound. */
 #ifndef KL_TESTS_RAFT_SIM_H
@@ -40,6 +46,7 @@ typedef struct sim_result {
     /* what the run exercised */
     uint64_t leaders, committed, crashes, partitions, delivered, dropped;
     uint64_t proposals, acked, reads_ok, liveness_steps, truncations;
+    uint64_t early_applies; /* entries applied while an unrelated write was outstanding */
 } sim_result;
 
 /* Runs one seed; returns res->ok. Aborts (assert) only if the core's own invariants break. */

@@ -112,13 +112,14 @@ int main(int argc, char **argv)
         bool ok = sim_run(&o, &r);
         printf("%s seed %llu: leaders %llu committed %llu crashes %llu partitions %llu "
                "delivered %llu dropped %llu proposals %llu acked %llu reads %llu truncations %llu "
-               "liveness %llu\n",
+               "early_applies %llu liveness %llu\n",
                ok ? "ok" : "FAIL", (unsigned long long)seed, (unsigned long long)r.leaders,
                (unsigned long long)r.committed, (unsigned long long)r.crashes,
                (unsigned long long)r.partitions, (unsigned long long)r.delivered,
                (unsigned long long)r.dropped, (unsigned long long)r.proposals,
                (unsigned long long)r.acked, (unsigned long long)r.reads_ok,
-               (unsigned long long)r.truncations, (unsigned long long)r.liveness_steps);
+               (unsigned long long)r.truncations, (unsigned long long)r.early_applies,
+               (unsigned long long)r.liveness_steps);
         if (!ok)
             printf("step %llu: %s\n", (unsigned long long)r.fail_step, r.why);
         return ok ? 0 : 1;

@@ -8,8 +8,10 @@
  * and every driver instance must have handed out indexes exactly once, in order, starting at
  * its store's applied_index + 1. Timers are short (tick 10 ms, election 500 ms) but still
  * generous for a loaded 2-core machine under ASan. */
+#include "common/failpoint.h"
 #include "daemon/repl/driver.h"
 #include "daemon/repl/peer.h"
+#include "daemon/repl/stages.h"
 #include "keyload/v1/raft.pb-c.h"
 #include "keyload/v1/store.pb-c.h"
 
@@ -106,6 +108,26 @@ static void run_for(uint64_t ms) { (void)run_until(never, NULL, ms); }
 
 /* ---------------------------------------------------------------- the fake node */
 
+/* Applies skip the WAL: the entry must already be in this member's synced log, with the
+ * term being applied (the store's last index moves only after the synced write). */
+static bool own_log_holds(td_member *m, const kl_raft_entry *e)
+{
+    if (kl_store_last_index(m->store) < e->index)
+        return false;
+    uint8_t *buf = NULL;
+    size_t len = 0;
+    bool found = false;
+    kl_err err;
+    if (kl_store_read_log(m->store, e->index, &buf, &len, &found, &err) != KL_OK || !found)
+        return false;
+    Keyload__V1__LogEntry *le = keyload__v1__log_entry__unpack(NULL, len, buf);
+    bool ok = le != NULL && le->term == e->term && le->index == e->index;
+    if (le != NULL)
+        keyload__v1__log_entry__free_unpacked(le, NULL);
+    free(buf);
+    return ok;
+}
+
 static void cb_apply(void *ctx, const kl_raft_entry *e)
 {
     td_member *m = ctx;
@@ -116,6 +138,11 @@ static void cb_apply(void *ctx, const kl_raft_entry *e)
         return;
     }
     m->next_expect++;
+    if (!own_log_holds(m, e)) {
+        fprintf(stderr, "member %llu: apply of %llu before its own log write of it completed\n",
+                (unsigned long long)m->id, (unsigned long long)e->index);
+        m->bad++;
+    }
     Keyload__V1__LogEntry *le = NULL, noop = KEYLOAD__V1__LOG_ENTRY__INIT;
     uint64_t cmd = 0;
     if (e->type == KL_RAFT_ENTRY_NOOP) {
@@ -827,6 +854,68 @@ START_TEST(refuses_bad_frames)
 }
 END_TEST
 
+/* With every synced log write slow (the store.log_write failpoint sleeps), entries that
+ * committed on an earlier write are applied while the next write runs (early_applies), and
+ * still never before this member's own write of them completed (cb_apply checks the store's
+ * log at every apply, on every member). */
+START_TEST(applies_while_a_slow_write_runs)
+{
+    cluster_open(3, 3);
+    for (int i = 1; i <= 3; i++)
+        member_start(i);
+    int l = wait_leader();
+    kl_err err;
+    ck_assert_int_eq(kl_failpoint_configure("store.log_write=sleep(40)", &err), KL_OK);
+    uint64_t last = 0;
+    for (int round = 0; round < 20; round++) {
+        last = propose_many(l, 3);
+        run_for(7);
+    }
+    wait_all_applied(last, 20000);
+    ck_assert_int_eq(kl_failpoint_configure(NULL, &err), KL_OK);
+    kl_repl_counters c;
+    kl_repl_counters_get(mem[l].repl, &c);
+    ck_assert_uint_gt(c.early_applies, 0);
+    check_consistent();
+    cluster_close();
+}
+END_TEST
+
+/* The stage timer (stages.h): spans per index from the stamps given, an index stamped out of
+ * order or overwritten by a newer one in the ring is not measured, report resets. */
+START_TEST(stage_spans)
+{
+    kl_stages *s = kl_stages_new();
+    ck_assert_ptr_nonnull(s);
+    const uint64_t us = 1000;
+    for (uint64_t i = 1; i <= 100; i++) {
+        uint64_t t0 = i * 1000000;
+        kl_stages_mark(s, i, KL_STAGE_PROPOSE, t0);
+        kl_stages_mark(s, i, KL_STAGE_PERSIST_START, t0 + 10 * us);
+        kl_stages_mark(s, i, KL_STAGE_PERSIST_DONE, t0 + 110 * us);
+    }
+    kl_stages_mark_range(s, 1, 100, KL_STAGE_COMMIT, 100 * 1000000 + 500 * us);
+    kl_stages_mark(s, 100, KL_STAGE_COMMIT, 1); /* already stamped: ignored */
+    for (uint64_t i = 1; i <= 100; i++)
+        kl_stages_applied(s, i, 100 * 1000000 + 600 * us);
+    kl_stages_applied(s, 100, 200 * 1000000); /* applied once only */
+    kl_stages_applied(s, 5000, 1);            /* never proposed: nothing */
+    ck_assert_uint_eq(kl_stages_count(s, KL_SPAN_TOTAL), 100);
+    ck_assert_uint_eq(kl_stages_median(s, KL_SPAN_QUEUE), 10);
+    ck_assert_uint_eq(kl_stages_median(s, KL_SPAN_WRITE), 100);
+    ck_assert_uint_eq(kl_stages_median(s, KL_SPAN_APPLY), 100);
+    /* A follower's entry: received, written, acknowledged. */
+    kl_stages_mark(s, 7 + KL_STAGES_RING, KL_STAGE_PROPOSE, 1000 * us);
+    kl_stages_mark(s, 7 + KL_STAGES_RING, KL_STAGE_PERSIST_START, 1300 * us);
+    kl_stages_follower_done(s, 7 + KL_STAGES_RING, 2300 * us);
+    ck_assert_uint_eq(kl_stages_median(s, KL_SPAN_F_QUEUE), 300);
+    ck_assert_uint_eq(kl_stages_median(s, KL_SPAN_F_WRITE), 1000);
+    kl_stages_report(s, 1, true);
+    ck_assert_uint_eq(kl_stages_count(s, KL_SPAN_TOTAL), 0);
+    kl_stages_free(s);
+}
+END_TEST
+
 START_TEST(config_refused)
 {
     cluster_open(3, 2);
@@ -860,6 +949,7 @@ Suite *suite_driver(void)
     TCase *t = tcase_create("driver");
     tcase_set_timeout(t, 60);
     tcase_add_test(t, config_refused);
+    tcase_add_test(t, stage_spans);
     tcase_add_test(t, single_member);
     tcase_add_test(t, three_members_elect_and_replicate);
     tcase_add_test(t, replica_count_three_blocks_then_catches_up);
@@ -868,6 +958,7 @@ Suite *suite_driver(void)
     tcase_add_test(t, returning_leader_replaces_its_uncommitted_suffix);
     tcase_add_test(t, read_dropped_when_leadership_lost);
     tcase_add_test(t, refuses_bad_frames);
+    tcase_add_test(t, applies_while_a_slow_write_runs);
     suite_add_tcase(s, t);
     return s;
 }

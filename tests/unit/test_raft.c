@@ -39,6 +39,7 @@ typedef struct mnode {
     uint64_t applied;
     bool hold; /* the disk never answers: the ready stays outstanding, nothing is sent */
     bool rd_out;
+    bool rd_sent; /* a leader's ready messages went out before its write (as the driver's) */
     kl_raft_ready rd;
     kl_raft_read_state reads[64];
     size_t n_reads;
@@ -139,7 +140,7 @@ static void mc_start(mc *c, int id)
     mc_config(c, m, &cfg);
     kl_err err;
     ck_assert_msg(kl_raft_new(&cfg, &m->r, &err) == KL_OK, "start n%d: %s", id, err.message);
-    m->rd_out = false;
+    m->rd_out = m->rd_sent = false;
 }
 
 static void mc_init(mc *c, int n, uint32_t q2)
@@ -159,7 +160,7 @@ static void mc_crash(mc *c, int id)
     mnode *m = &c->nd[id - 1];
     kl_raft_free(m->r);
     m->r = NULL;
-    m->rd_out = false;
+    m->rd_out = m->rd_sent = false;
     m->n_reads = 0;
 }
 
@@ -204,6 +205,15 @@ static void mc_flush(mc *c, int id)
             m->rd_out = true;
         }
         if (m->hold) {
+            /* A leader's messages promise nothing about its disk: like the driver, send
+             * them before the write unless the ready changes term or vote. */
+            if (!m->rd_sent && m->rd.role == KL_RAFT_LEADER &&
+                (!m->rd.has_hard_state ||
+                 (m->rd.hard.term == m->hs.term && m->rd.hard.vote == m->hs.vote))) {
+                for (size_t i = 0; i < m->rd.n_msgs; i++)
+                    mc_enqueue(c, &m->rd.msgs[i]);
+                m->rd_sent = true;
+            }
             /* A slow disk holds the ready, not the messages that promise only the term. */
             kl_raft_msg urgent[2 * KL_RAFT_MAX_MEMBERS];
             size_t n = kl_raft_take_urgent(m->r, urgent, 2 * KL_RAFT_MAX_MEMBERS);
@@ -226,8 +236,9 @@ static void mc_flush(mc *c, int id)
             mc_disk_append(m, rd->entries[i].term, rd->entries[i].type, rd->entries[i].data,
                            rd->entries[i].len);
         }
-        for (size_t i = 0; i < rd->n_msgs; i++)
+        for (size_t i = 0; i < rd->n_msgs && !m->rd_sent; i++)
             mc_enqueue(c, &rd->msgs[i]);
+        m->rd_sent = false;
         for (size_t i = 0; i < rd->n_committed; i++) {
             ck_assert_uint_eq(rd->committed[i].index, m->applied + 1);
             m->applied = rd->committed[i].index;
@@ -649,30 +660,211 @@ START_TEST(old_term_entries_commit_only_indirectly)
 }
 END_TEST
 
-/* The leader counts itself only once its driver reported its own write. */
+/* The leader counts itself only once its driver reported its own write, even though its
+ * appends leave before that write completes (Q2 = 2 with n3 cut off: n2's copy plus the
+ * leader's own are the only way to commit). */
 START_TEST(leader_counts_itself_after_persisting)
 {
     mc c;
-    mc_init(&c, 3, 1);
+    mc_init(&c, 3, 2);
+    mc_isolate(&c, 3, true);
     mc_elect(&c, 1);
     mc_settle(&c);
-    kl_raft_status st = mc_status(&c, 1);
-    ck_assert(st.leader_ready);
+    ck_assert(mc_status(&c, 1).leader_ready);
     uint64_t a = mc_propose(&c, 1, "first");
-    mc_flush(&c, 1); /* a is durable on n1, its appends are queued */
-    ck_assert_uint_eq(mc_status(&c, 1).commit, a);
-    uint64_t b = mc_propose(&c, 1, "second");
-    c.nd[0].hold = true;
-    mc_flush(&c, 1); /* b's ready is out, the write not done */
-    ck_assert(c.nd[0].rd_out);
-    /* n2 acknowledges a meanwhile: the leader re-counts, and must not count itself for b. */
     mc_settle(&c);
-    ck_assert_uint_eq(mc_status(&c, 2).last_index, a);
+    ck_assert_uint_eq(mc_status(&c, 1).commit, a);
+    c.nd[0].hold = true;
+    uint64_t b = mc_propose(&c, 1, "second");
+    mc_settle(&c); /* b's ready is out, the write not done; its appends went anyway */
+    ck_assert(c.nd[0].rd_out);
+    ck_assert_uint_eq(mc_status(&c, 2).persisted, b);
+    /* n2 acknowledged b: one copy of two, the leader's own not yet reported. */
     ck_assert_uint_eq(mc_status(&c, 1).commit, a);
     c.nd[0].hold = false;
     mc_flush(&c, 1);
     ck_assert_uint_eq(mc_status(&c, 1).commit, b);
+    mc_settle(&c);
     ck_assert_uint_eq(c.nd[0].applied, b);
+    mc_free(&c);
+}
+END_TEST
+
+/* A leader's new appends go out while its own write runs (kl_raft_take_urgent), all
+ * proposals made meanwhile in one append per follower. */
+START_TEST(leader_appends_leave_while_it_writes)
+{
+    mc c;
+    mc_init(&c, 3, 3);
+    mc_elect(&c, 1);
+    mc_settle(&c);
+    mnode *l = &c.nd[0];
+    uint64_t a = mc_propose(&c, 1, "a");
+    ck_assert_int_eq(kl_raft_get_ready(l->r, &l->rd), KL_OK); /* a's write starts */
+    l->rd_out = true;
+    uint64_t b = mc_propose(&c, 1, "b");
+    uint64_t d = mc_propose(&c, 1, "d");
+    kl_raft_msg m[2 * KL_RAFT_MAX_MEMBERS];
+    size_t n = kl_raft_take_urgent(l->r, m, 2 * KL_RAFT_MAX_MEMBERS);
+    size_t appends = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (m[i].type != KL_RAFT_MSG_APPEND)
+            continue;
+        appends++;
+        ck_assert_uint_eq(m[i].n_entries, 2);
+        ck_assert_uint_eq(m[i].entries[0].index, b);
+        ck_assert_uint_eq(m[i].entries[1].index, d);
+        ck_assert_uint_eq(m[i].index, a); /* optimistic: a is not acknowledged yet */
+    }
+    ck_assert_uint_eq(appends, 2);
+    ck_assert_uint_eq(mc_status(&c, 1).persisted, a - 1);
+    for (size_t i = 0; i < n; i++)
+        mc_enqueue(&c, &m[i]); /* they overtake a's appends, which the ready still holds */
+    mc_settle(&c);
+    mc_tick(&c, 1, 4);
+    ck_assert_uint_eq(mc_status(&c, 1).commit, d);
+    mc_free(&c);
+}
+END_TEST
+
+/* A follower's acknowledgement never leaves before its write: not through take_urgent while
+ * the ready is held, only with the ready once the write is reported. */
+START_TEST(follower_acks_only_after_its_write)
+{
+    mc c;
+    mc_init(&c, 3, 3);
+    mc_elect(&c, 1);
+    mc_settle(&c);
+    c.nd[1].hold = true;
+    uint64_t a = mc_propose(&c, 1, "a");
+    for (int k = 0; k < 20; k++) {
+        /* 3-of-3: an acknowledgement of a from n2 is the only way a could commit. */
+        mc_settle(&c);
+        ck_assert_uint_lt(mc_status(&c, 1).commit, a);
+        ck_assert_uint_eq(mc_status(&c, 2).last_index, a);
+        ck_assert_int_eq(kl_raft_tick(c.nd[0].r), KL_OK); /* heartbeats, resends */
+    }
+    c.nd[1].hold = false;
+    mc_settle(&c);
+    ck_assert_uint_eq(mc_status(&c, 1).commit, a);
+    mc_free(&c);
+}
+END_TEST
+
+/* A commit needs no round of its own: no empty append follows it; the next append carries
+ * it, or, with nothing else going out, the next heartbeat. */
+static bool empty_append_queued(mc *c)
+{
+    for (size_t i = 0; i < c->qlen; i++)
+        if (c->q[i].type == KL_RAFT_MSG_APPEND && c->q[i].n_entries == 0)
+            return true;
+    return false;
+}
+
+START_TEST(commit_carried_on_append)
+{
+    mc c;
+    mc_init(&c, 3, 3);
+    mc_elect(&c, 1);
+    mc_settle(&c);
+    uint64_t a = mc_propose(&c, 1, "a");
+    /* Deliver one message at a time: after the acknowledgements commit a, nothing empty. */
+    for (int k = 0; k < 1000 && mc_status(&c, 1).commit < a; k++) {
+        for (int i = 1; i <= 3; i++)
+            mc_flush(&c, i);
+        ck_assert_uint_gt(c.qlen, 0);
+        kl_raft_msg msg = c.q[0];
+        memmove(c.q, c.q + 1, (c.qlen - 1) * sizeof *c.q);
+        c.qlen--;
+        ck_assert_int_eq(kl_raft_step(c.nd[msg.to - 1].r, &msg), KL_OK);
+        free_msg(&msg);
+    }
+    ck_assert_uint_eq(mc_status(&c, 1).commit, a);
+    mc_flush(&c, 1);
+    ck_assert(!empty_append_queued(&c));
+    mc_settle(&c);
+    ck_assert_uint_lt(mc_status(&c, 2).commit, a); /* nobody told n2 yet */
+    uint64_t b = mc_propose(&c, 1, "b");
+    mc_flush(&c, 1);
+    bool carried = false;
+    for (size_t i = 0; i < c.qlen; i++)
+        if (c.q[i].type == KL_RAFT_MSG_APPEND && c.q[i].to == 2) {
+            ck_assert_uint_eq(c.q[i].n_entries, 1);
+            ck_assert_uint_eq(c.q[i].entries[0].index, b);
+            ck_assert_uint_eq(c.q[i].commit, a);
+            carried = true;
+        }
+    ck_assert(carried);
+    mc_settle(&c);
+    ck_assert_uint_ge(mc_status(&c, 2).commit, a);
+    /* Nothing else going out: the periodic heartbeat brings b's commit. */
+    ck_assert_uint_eq(mc_status(&c, 1).commit, b);
+    ck_assert_uint_lt(mc_status(&c, 2).commit, b);
+    mc_tick(&c, 1, 3);
+    ck_assert_uint_eq(mc_status(&c, 2).commit, b);
+    ck_assert_uint_eq(mc_status(&c, 3).commit, b);
+    mc_free(&c);
+}
+END_TEST
+
+/* kl_raft_take_committed hands out only entries this member's own write made durable: a
+ * follower that knows a commit covering entries of its outstanding write gets them only
+ * after that write is reported. */
+START_TEST(no_apply_before_own_write)
+{
+    mc c;
+    mc_init(&c, 3, 2);
+    mc_elect(&c, 1);
+    mc_settle(&c);
+    uint64_t a = mc_propose(&c, 1, "a");
+    mc_settle(&c);
+    c.nd[2].hold = true; /* n3's next write stays outstanding */
+    uint64_t b = mc_propose(&c, 1, "b");
+    mc_settle(&c);
+    ck_assert_uint_ge(mc_status(&c, 1).commit, b);
+    (void)mc_propose(&c, 1, "carrier"); /* its append tells n3 that b committed */
+    mc_settle(&c);
+    ck_assert_uint_ge(mc_status(&c, 3).commit, b);
+    ck_assert(c.nd[2].rd_out);
+    const kl_raft_entry *e;
+    size_t n = kl_raft_take_committed(c.nd[2].r, &e);
+    for (size_t i = 0; i < n; i++)
+        ck_assert_uint_le(e[i].index, mc_status(&c, 3).persisted);
+    ck_assert_uint_lt(mc_status(&c, 3).persisted, b);
+    ck_assert_uint_eq(kl_raft_take_committed(c.nd[2].r, &e), 0);
+    (void)a;
+    mc_free(&c);
+}
+END_TEST
+
+/* While a leader's write runs, entries that committed on earlier writes are handed out at
+ * once (kl_raft_take_committed), in order and once: not again in the next ready. */
+START_TEST(committed_entries_taken_while_a_write_runs)
+{
+    mc c;
+    mc_init(&c, 3, 3);
+    mc_elect(&c, 1);
+    mc_settle(&c);
+    mnode *l = &c.nd[0];
+    uint64_t a = mc_propose(&c, 1, "a");
+    mc_flush(&c, 1); /* a durable on n1, appends queued, not delivered */
+    uint64_t applied_before = l->applied;
+    ck_assert_uint_lt(applied_before, a);
+    l->hold = true;
+    uint64_t b = mc_propose(&c, 1, "b");
+    mc_flush(&c, 1); /* b's write outstanding */
+    ck_assert(l->rd_out);
+    mc_settle(&c); /* followers acknowledge a (and b): a commits while b's write runs */
+    ck_assert_uint_ge(mc_status(&c, 1).commit, a);
+    const kl_raft_entry *e;
+    size_t n = kl_raft_take_committed(l->r, &e);
+    ck_assert_uint_eq(n, a - applied_before);
+    ck_assert_uint_eq(e[n - 1].index, a);
+    l->applied = a;
+    ck_assert_uint_eq(kl_raft_take_committed(l->r, &e), 0); /* b is not durable here yet */
+    l->hold = false;
+    mc_settle(&c); /* mc_flush asserts the ready's committed entries continue after a */
+    ck_assert_uint_eq(l->applied, b);
     mc_free(&c);
 }
 END_TEST
@@ -890,6 +1082,7 @@ START_TEST(proposals_and_caps)
     ck_assert_int_eq(kl_raft_propose(c.nd[0].r, "z", 1, &p), KL_OK);
     mc_settle(&c);
     ck_assert_uint_eq(mc_status(&c, 1).commit, p.index);
+    mc_tick(&c, 1, 3); /* the last commit reaches n2 with the next heartbeat */
     ck_assert_uint_eq(mc_status(&c, 2).commit, p.index);
     mc_free(&c);
 }
@@ -1213,6 +1406,11 @@ Suite *suite_raft(void)
     tcase_add_test(t, prevote_keeps_terms);
     tcase_add_test(t, commit_needs_q2_persisted);
     tcase_add_test(t, leader_counts_itself_after_persisting);
+    tcase_add_test(t, leader_appends_leave_while_it_writes);
+    tcase_add_test(t, follower_acks_only_after_its_write);
+    tcase_add_test(t, no_apply_before_own_write);
+    tcase_add_test(t, commit_carried_on_append);
+    tcase_add_test(t, committed_entries_taken_while_a_write_runs);
     tcase_add_test(t, old_term_entries_commit_only_indirectly);
     tcase_add_test(t, leader_without_quorum_steps_down);
     tcase_add_test(t, read_index_rules);
