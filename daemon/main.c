@@ -68,6 +68,8 @@ typedef struct daemon_state {
     int64_t disk_checked_ms;     /* monotonic time of the last statvfs */
     uint64_t disk_free;          /* bytes free for unprivileged writers at that time */
     bool disk_low;
+    uv_prepare_t flush_prep;     /* proposes the node's open group before the loop waits */
+    bool flush_prep_ready;
 } daemon_state;
 
 static int64_t clock_ms(void *ctx)
@@ -136,6 +138,25 @@ static kl_code node_admit(void *ctx, kl_err *err)
                    "the leader's data directory has %llu MiB free, below its reserve of %llu MiB "
                    "(--disk-reserve-mb); nothing was written; retry once space is freed",
                    (unsigned long long)(d->disk_free >> 20), (unsigned long long)(d->disk_reserve >> 20));
+}
+
+/* Batches evaluated in one loop turn share one log entry: the group is proposed in the
+ * prepare phase, just before the loop would wait for I/O. */
+static void on_flush_prep(uv_prepare_t *h)
+{
+    daemon_state *d = h->data;
+    uv_prepare_stop(h);
+    if (d->node != NULL)
+        kl_node_flush(d->node);
+}
+
+static void node_flush_soon(void *ctx)
+{
+    daemon_state *d = ctx;
+    if (d->flush_prep_ready && !d->stopping)
+        uv_prepare_start(&d->flush_prep, on_flush_prep);
+    else if (d->node != NULL)
+        kl_node_flush(d->node);
 }
 
 static kl_code node_propose(void *ctx, const uint8_t *entry, size_t len)
@@ -269,6 +290,9 @@ static void begin_stop(daemon_state *d)
     }
     kl_node_close(d->node);
     d->node = NULL;
+    if (d->flush_prep_ready)
+        uv_close((uv_handle_t *)&d->flush_prep, NULL);
+    d->flush_prep_ready = false;
     uv_close((uv_handle_t *)&d->sigterm, NULL);
     uv_close((uv_handle_t *)&d->sigint, NULL);
 }
@@ -487,7 +511,7 @@ int main(int argc, char **argv)
     d.disk_reserve = disk_reserve_mb << 20;
     kl_node_io io = {.ctx = &d, .next = node_next, .propose = node_propose, .admit = node_admit,
                      .clock_ms = clock_ms, .boot_ns = boot_ns,
-                     .random = random_bytes};
+                     .random = random_bytes, .flush_soon = node_flush_soon};
     if (kl_node_open(d.store, &nc, &io, &d.node, &err) != KL_OK) {
         fprintf(stderr, "keyloadd: %s\n", err.message);
         goto fail_node;
@@ -551,6 +575,9 @@ int main(int argc, char **argv)
         goto fail_rpc;
     }
     d.service.client_rpc = d.rpc;
+    uv_prepare_init(d.loop, &d.flush_prep);
+    d.flush_prep.data = &d;
+    d.flush_prep_ready = true;
     uv_signal_init(d.loop, &d.sigterm);
     uv_signal_init(d.loop, &d.sigint);
     d.sigterm.data = d.sigint.data = &d;

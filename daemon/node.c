@@ -22,6 +22,16 @@
 
 #define BATCH_METHOD "keyload.v1.Batch"
 
+/* Bounds of one grouped entry (several batches' write-sets in one LogEntry). Batches: every
+ * member applies an entry in one RocksDB write and the leader answers its callers in one
+ * pass, so the count bounds how long one apply holds the loop. Bytes: the entry must fit one
+ * replication frame (the peer link's limit is MaxFrameBytes + 64 KiB, less the append's
+ * slack, so the bound is also capped at MaxFrameBytes), and a smaller one keeps a follower's
+ * decode and the frames queued behind it on the link short. A batch whose write-set alone
+ * is larger still goes out, alone, as before grouping. */
+#define NODE_GROUP_MAX_BATCHES 64
+#define NODE_GROUP_MAX_BYTES (512u << 10)
+
 typedef struct waiter {
     kl_node_reply_fn fn;
     void *cookie;
@@ -41,6 +51,24 @@ typedef struct pending {
     size_t n_waiters, cap_waiters;
 } pending;
 
+/* One batch's write-set as the leader built it, owning its bytes: the leader applies its own
+ * entries from these rather than decoding what it proposed. `ws` is first, so a
+ * Keyload__V1__WriteSet * taken from it is also the node_ws *. */
+typedef struct node_ws {
+    Keyload__V1__WriteSet ws;
+    Keyload__V1__KvOp *ops;
+    Keyload__V1__KvOp **opp;
+    uint8_t *blob;               /* principal, ids, receipt, keys and values */
+} node_ws;
+
+/* A LogEntry of the leader's own: the group being filled, or one proposed and not applied. */
+typedef struct node_entry {
+    uint64_t index, term;
+    int64_t time_ms;
+    Keyload__V1__WriteSet **sets;  /* each a node_ws */
+    size_t n, cap;
+} node_entry;
+
 struct kl_node {
     kl_store *store;
     kl_node_config cfg;
@@ -55,6 +83,15 @@ struct kl_node {
     uint64_t authz_requests, authz_ns;  /* for MemberStatus (make bench) */
     kl_signing_cache signing;    /* derived database signing keys (wiped at close) */
     kl_subject_cache *subjects;  /* decoded principals and databases per catalog version */
+    /* The group: batches evaluated since the last proposal, one entry at group.index. Its
+     * writes are in `overlay` (owner group.index) so later batches see them; group_undo
+     * keeps the overlay entries they replaced, restored if the proposal fails. */
+    node_entry group;            /* open while group.n > 0 */
+    kl_buf group_bytes;          /* its write-sets encoded, each as LogEntry field 5 */
+    kl_overlay group_undo;
+    node_entry *proposed;        /* own entries proposed, not applied yet, in index order */
+    size_t n_proposed, cap_proposed;
+    kl_node_costs costs;
 };
 
 static uint64_t mono_ns(void)
@@ -79,6 +116,7 @@ void kl_node_subject_cache_costs(const kl_node *n, uint64_t *hits, uint64_t *mis
 }
 
 bool kl_node_broken(const kl_node *n) { return n->broken; }
+void kl_node_costs_get(const kl_node *n, kl_node_costs *out) { *out = n->costs; }
 uint64_t kl_node_applied_index(const kl_node *n) { return kl_store_applied_index(n->store); }
 size_t kl_node_pending_batches(const kl_node *n) { return n->n_pend; }
 
@@ -169,15 +207,154 @@ int kl_node_encode_empty_entry(uint64_t index, uint64_t term, uint32_t raft_type
     return 0;
 }
 
+static void ws_free(Keyload__V1__WriteSet *w)
+{
+    node_ws *nw = (node_ws *)w;
+    if (nw == NULL)
+        return;
+    free(nw->ops);
+    free(nw->opp);
+    free(nw->blob);
+    free(nw);
+}
+
+static void entry_free(node_entry *e)
+{
+    for (size_t i = 0; i < e->n; i++)
+        ws_free(e->sets[i]);
+    free(e->sets);
+    *e = (node_entry){0};
+}
+
+static uint8_t *blob_put(uint8_t **at, const void *p, size_t n)
+{
+    uint8_t *start = *at;
+    if (n)
+        memcpy(start, p, n);
+    *at += n;
+    return start;
+}
+
+/* A write-set of every scratch write, its bytes copied (the scratch moves into the pending
+ * overlay, where later batches may replace them). principal NULL: a tailed catalog change. */
+static node_ws *ws_build(const char *principal, const uint8_t *cmd, const uint8_t *digest,
+                         uint64_t policy_epoch, const kl_buf *receipt, const kl_overlay *scratch,
+                         uint64_t catalog_version)
+{
+    size_t plen = principal ? strlen(principal) + 1 : 0, total = plen + (cmd ? 16 : 0) +
+                  (digest ? KL_DIGEST_LEN : 0) + (receipt ? receipt->len : 0);
+    for (size_t i = 0; i < scratch->n; i++)
+        total += scratch->v[i].klen + scratch->v[i].vlen;
+    node_ws *nw = calloc(1, sizeof *nw);
+    if (nw == NULL)
+        return NULL;
+    nw->ops = calloc(scratch->n ? scratch->n : 1, sizeof *nw->ops);
+    nw->opp = calloc(scratch->n ? scratch->n : 1, sizeof *nw->opp);
+    nw->blob = malloc(total ? total : 1);
+    if (nw->ops == NULL || nw->opp == NULL || nw->blob == NULL) {
+        ws_free(&nw->ws);
+        return NULL;
+    }
+    keyload__v1__write_set__init(&nw->ws);
+    uint8_t *at = nw->blob;
+    if (principal)
+        nw->ws.principal = (char *)blob_put(&at, principal, plen);
+    if (cmd)
+        nw->ws.command_id = (ProtobufCBinaryData){16, blob_put(&at, cmd, 16)};
+    if (digest)
+        nw->ws.request_digest = (ProtobufCBinaryData){KL_DIGEST_LEN, blob_put(&at, digest, KL_DIGEST_LEN)};
+    if (receipt)
+        nw->ws.receipt = (ProtobufCBinaryData){receipt->len, blob_put(&at, receipt->p, receipt->len)};
+    nw->ws.policy_epoch = policy_epoch;
+    nw->ws.catalog_version = catalog_version;
+    for (size_t i = 0; i < scratch->n; i++) {
+        const kl_ov_entry *o = &scratch->v[i];
+        keyload__v1__kv_op__init(&nw->ops[i]);
+        nw->ops[i].del = o->del;
+        nw->ops[i].key = (ProtobufCBinaryData){o->klen, blob_put(&at, o->key, o->klen)};
+        nw->ops[i].value = (ProtobufCBinaryData){o->vlen, blob_put(&at, o->val, o->vlen)};
+        nw->opp[i] = &nw->ops[i];
+    }
+    nw->ws.n_ops = scratch->n;
+    nw->ws.ops = nw->opp;
+    return nw;
+}
+
+/* Appends w, encoded, as LogEntry field 5. */
+static kl_code ws_pack(const Keyload__V1__WriteSet *w, kl_buf *out, kl_err *err)
+{
+    size_t wn = keyload__v1__write_set__get_packed_size(w);
+    uint8_t *wb = malloc(wn ? wn : 1);
+    if (wb == NULL)
+        return kl_fail(err, KL_INTERNAL, "memory", "out of memory encoding a write-set");
+    keyload__v1__write_set__pack(w, wb);
+    int bad = kl_buf_append_field(out, (5 << 3) | 2, wb, wn);
+    free(wb);
+    return bad ? kl_fail(err, KL_INTERNAL, "memory", "out of memory encoding a write-set") : KL_OK;
+}
+
 static kl_code apply_encoded(kl_node *n, const uint8_t *bytes, size_t len, kl_err *err)
 {
+    uint64_t t0 = mono_ns();
     Keyload__V1__LogEntry *e = keyload__v1__log_entry__unpack(NULL, len, bytes);
     if (e == NULL)
         return kl_fail(err, KL_INTERNAL, "log", "log entry does not decode");
+    uint64_t t1 = mono_ns();
     kl_entry_clock_observe(&n->clock, e->time_unix_ms, boot_ns(n));
     kl_code rc = kl_store_apply(n->store, e, err);
     keyload__v1__log_entry__free_unpacked(e, NULL);
+    n->costs.apply_decode_ns += t1 - t0;
+    n->costs.apply_write_ns += mono_ns() - t1;
     return rc;
+}
+
+/* The leader's own entry at (index, term), if it proposed one and still holds it: the
+ * stored bytes are then exactly what it encoded (one entry per index and term), so it
+ * applies the write-sets it kept. Older kept entries were overwritten: dropped. */
+static node_entry *proposed_take(kl_node *n, uint64_t index, uint64_t term)
+{
+    size_t drop = 0;
+    while (drop < n->n_proposed && n->proposed[drop].index < index)
+        entry_free(&n->proposed[drop++]);
+    if (drop) {
+        memmove(n->proposed, n->proposed + drop, (n->n_proposed - drop) * sizeof *n->proposed);
+        n->n_proposed -= drop;
+    }
+    if (n->n_proposed == 0 || n->proposed[0].index != index)
+        return NULL;
+    if (n->proposed[0].term != term) {
+        entry_free(&n->proposed[0]);
+        memmove(n->proposed, n->proposed + 1, (n->n_proposed - 1) * sizeof *n->proposed);
+        n->n_proposed--;
+        return NULL;
+    }
+    return &n->proposed[0];
+}
+
+static kl_code apply_own(kl_node *n, node_entry *own, kl_err *err)
+{
+    uint64_t t0 = mono_ns();
+    Keyload__V1__LogEntry e = KEYLOAD__V1__LOG_ENTRY__INIT;
+    e.term = own->term;
+    e.index = own->index;
+    e.time_unix_ms = own->time_ms;
+    e.n_write_sets = own->n;
+    e.write_sets = own->sets;
+    kl_entry_clock_observe(&n->clock, e.time_unix_ms, boot_ns(n));
+    kl_code rc = kl_store_apply(n->store, &e, err);
+    entry_free(own);
+    memmove(n->proposed, n->proposed + 1, (n->n_proposed - 1) * sizeof *n->proposed);
+    n->n_proposed--;
+    n->costs.own_entries_applied++;
+    n->costs.apply_write_ns += mono_ns() - t0;
+    return rc;
+}
+
+static void proposed_clear(kl_node *n)
+{
+    for (size_t i = 0; i < n->n_proposed; i++)
+        entry_free(&n->proposed[i]);
+    n->n_proposed = 0;
 }
 
 /* Answers every caller of the pending batch at `index` (if any): OK with its receipt when
@@ -208,6 +385,14 @@ static void answer_index(kl_node *n, uint64_t index, uint64_t term)
     n->n_pend = w;
 }
 
+/* Forgets the group (its batches' pending entries and overlay writes are the caller's). */
+static void group_reset(kl_node *n)
+{
+    entry_free(&n->group);
+    n->group_bytes.len = 0;
+    kl_overlay_clear(&n->group_undo);
+}
+
 /* Answers every pending caller with err and forgets all pending state. */
 static void drop_pending(kl_node *n, const kl_err *err)
 {
@@ -219,6 +404,87 @@ static void drop_pending(kl_node *n, const kl_err *err)
     }
     n->n_pend = 0;
     kl_overlay_clear(&n->overlay);
+    group_reset(n);
+    proposed_clear(n);
+}
+
+/* The group was not proposed: answers each of its batches err (nothing of them is in the
+ * log) and takes their writes out of the pending overlay, restoring what they replaced, so
+ * the overlay is again exactly the proposed entries' writes. */
+static void group_fail(kl_node *n, const kl_err *err)
+{
+    uint64_t index = n->group.index;
+    size_t w = 0;
+    for (size_t i = 0; i < n->n_pend; i++) {
+        pending *p = &n->pend[i];
+        if (p->index != index) {
+            n->pend[w++] = *p;
+            continue;
+        }
+        for (size_t j = 0; j < p->n_waiters; j++)
+            p->waiters[j].fn(p->waiters[j].cookie, err->code, err, NULL, 0);
+        pending_free(p);
+    }
+    n->n_pend = w;
+    kl_overlay_drop_owner(&n->overlay, index);
+    kl_err oom;
+    for (size_t i = 0; i < n->group_undo.n; i++) {
+        const kl_ov_entry *u = &n->group_undo.v[i];
+        if (kl_overlay_set(&n->overlay, u->key, u->klen, u->val, u->vlen, u->del, u->owner, &oom) != KL_OK)
+            n->broken = true; /* the overlay lost a pending write: only a restart is exact */
+    }
+    group_reset(n);
+}
+
+/* Keeps the group's entry for the leader's own apply. Out of memory only costs the
+ * shortcut: the apply then decodes the stored entry like a follower. */
+static void proposed_keep(kl_node *n)
+{
+    if (n->n_proposed == n->cap_proposed) {
+        size_t cap = n->cap_proposed ? n->cap_proposed * 2 : 16;
+        node_entry *np = realloc(n->proposed, cap * sizeof *np);
+        if (np == NULL) {
+            entry_free(&n->group);
+            return;
+        }
+        n->proposed = np;
+        n->cap_proposed = cap;
+    }
+    n->proposed[n->n_proposed++] = n->group;
+    n->group = (node_entry){0};
+}
+
+void kl_node_flush(kl_node *n)
+{
+    if (n->group.n == 0)
+        return;
+    uint64_t t0 = mono_ns();
+    kl_buf entry = {0};
+    kl_err err;
+    kl_code rc = KL_OK;
+    if (encode_entry(&entry, n->group.index, n->group.term, n->group.time_ms, NULL, &n->group_bytes, 0) != 0) {
+        rc = kl_fail(&err, KL_INTERNAL, "memory", "out of memory encoding the log entry");
+    } else {
+        kl_err fe;
+        (void)KL_FAILPOINT("daemon.before_append", &fe);
+        uint64_t t1 = mono_ns();
+        n->costs.encode_ns += t1 - t0;
+        /* Proposed means in the log, not committed: the callers are answered at apply. */
+        rc = n->io.propose(n->io.ctx, entry.p, entry.len);
+        n->costs.propose_ns += mono_ns() - t1;
+        if (rc != KL_OK)
+            kl_fail(&err, rc, rc == KL_NOT_LEADER ? "not_leader" : "unavailable",
+                    "the batch could not be proposed (%s); nothing was written, retry", kl_code_name(rc));
+    }
+    kl_buf_free(&entry);
+    if (rc != KL_OK) {
+        group_fail(n, &err);
+        return;
+    }
+    n->costs.entries_proposed++;
+    n->costs.batches_grouped += n->group.n;
+    proposed_keep(n);
+    group_reset(n);
 }
 
 static bool pending_at(const kl_node *n, uint64_t index)
@@ -234,6 +500,12 @@ kl_code kl_node_apply(kl_node *n, uint64_t index, uint64_t term, const uint8_t *
 {
     kl_code rc;
     kl_err fe;
+    if (n->group.n > 0 && index >= n->group.index) {
+        /* The log filled the group's slot without it: leadership moved on. */
+        kl_fail(&fe, KL_NOT_LEADER, "not_leader",
+                "leadership changed before the batch was proposed; nothing was written, retry");
+        group_fail(n, &fe);
+    }
     /* The cut points of a client's batch: its entry is durable and committed, nobody has
      * been answered. Only entries with a waiting caller pass them, so a restart's no-op
      * does not. */
@@ -242,7 +514,10 @@ kl_code kl_node_apply(kl_node *n, uint64_t index, uint64_t term, const uint8_t *
         (void)KL_FAILPOINT("daemon.after_append_before_apply", &fe);
         (void)KL_FAILPOINT("daemon.after_append_before_reply", &fe);
     }
-    if (entry == NULL) {
+    node_entry *own = proposed_take(n, index, term);
+    if (own != NULL) {
+        rc = apply_own(n, own, err);
+    } else if (entry == NULL) {
         uint8_t *e;
         size_t elen;
         if (kl_node_encode_empty_entry(index, term, 1, &e, &elen) != 0)
@@ -286,6 +561,7 @@ static void propose_incarnation(kl_node *n)
     free(v);
     if (found)
         return;
+    kl_node_flush(n); /* the next index must be free */
     uint64_t index, term;
     bool serving;
     n->io.next(n->io.ctx, &index, &term, &serving);
@@ -506,54 +782,12 @@ static int encode_receipt(kl_buf *out, const Keyload__V1__BatchRequest *b, int p
            (catalog_version && kl_buf_append_varint_field(out, (8 << 3) | 0, catalog_version));
 }
 
-/* Sets ws's ops to every scratch write and appends ws, encoded, as LogEntry field 5. */
-static kl_code pack_write_set(Keyload__V1__WriteSet *ws, const kl_overlay *scratch, kl_buf *out,
-                              kl_err *err)
-{
-    kl_code rc = KL_OK;
-    Keyload__V1__KvOp *ops = calloc(scratch->n ? scratch->n : 1, sizeof *ops);
-    Keyload__V1__KvOp **opp = calloc(scratch->n ? scratch->n : 1, sizeof *opp);
-    uint8_t *wb = NULL;
-    if (ops == NULL || opp == NULL) {
-        rc = kl_fail(err, KL_INTERNAL, "memory", "out of memory encoding a write-set");
-        goto done;
-    }
-    for (size_t i = 0; i < scratch->n; i++) {
-        keyload__v1__kv_op__init(&ops[i]);
-        ops[i].del = scratch->v[i].del;
-        ops[i].key.data = scratch->v[i].key;
-        ops[i].key.len = scratch->v[i].klen;
-        ops[i].value.data = scratch->v[i].val;
-        ops[i].value.len = scratch->v[i].vlen;
-        opp[i] = &ops[i];
-    }
-    ws->n_ops = scratch->n;
-    ws->ops = opp;
-    size_t wn = keyload__v1__write_set__get_packed_size(ws);
-    wb = malloc(wn);
-    if (wb == NULL) {
-        rc = kl_fail(err, KL_INTERNAL, "memory", "out of memory encoding a write-set");
-        goto done;
-    }
-    keyload__v1__write_set__pack(ws, wb);
-    if (kl_buf_append_field(out, (5 << 3) | 2, wb, wn) != 0)
-        rc = kl_fail(err, KL_INTERNAL, "memory", "out of memory encoding a write-set");
-done:
-    ws->n_ops = 0;
-    ws->ops = NULL;
-    free(ops);
-    free(opp);
-    free(wb);
-    return rc;
-}
-
-/* Adds the outcome record to the scratch overlay and encodes the write-set (every scratch
- * write) as LogEntry field 5 into out. */
-static kl_code encode_write_set(const char *principal, uint64_t policy_epoch,
-                                const Keyload__V1__BatchRequest *b,
-                                const uint8_t digest[KL_DIGEST_LEN], kl_overlay *scratch,
-                                const kl_buf *receipt, const kl_err *refusal, uint64_t index,
-                                kl_buf *out, kl_err *err)
+/* Adds the batch's outcome record to its scratch writes: the outcome is one more write of
+ * the batch, applied with it and visible to later batches through the pending overlay. */
+static kl_code batch_outcome(const char *principal, uint64_t policy_epoch,
+                             const Keyload__V1__BatchRequest *b, const uint8_t digest[KL_DIGEST_LEN],
+                             kl_overlay *scratch, const kl_buf *receipt, const kl_err *refusal,
+                             uint64_t index, kl_err *err)
 {
     Keyload__V1__OutcomeRecord o = KEYLOAD__V1__OUTCOME_RECORD__INIT;
     if (refusal != NULL) {
@@ -574,21 +808,184 @@ static kl_code encode_write_set(const char *principal, uint64_t policy_epoch,
     keyload__v1__outcome_record__pack(&o, ob);
     kl_key ok;
     kl_key_outcome(&ok, principal, b->command_id.data);
-    /* The outcome is one more write of the batch: applied with it, and visible to later
-     * batches through the pending overlay. */
     kl_code rc = kl_overlay_set(scratch, ok.b, ok.len, ob, on, false, 0, err);
     free(ob);
+    return rc;
+}
+
+/* One batch evaluated for a slot (index, term), ready to join the group there. */
+typedef struct batch_eval {
+    kl_overlay scratch;          /* its writes, the outcome record included */
+    kl_buf results, receipt;
+    kl_catalog_batch catalog;
+    node_ws *ws;                 /* its write-set (bytes owned) */
+    kl_buf packed;               /* the same, encoded as LogEntry field 5 */
+    bool refused;                /* a committed refusal: only the outcome is written */
+    kl_err refusal;
+} batch_eval;
+
+static void batch_eval_free(batch_eval *ev)
+{
+    kl_overlay_free(&ev->scratch);
+    kl_buf_free(&ev->results);
+    kl_buf_free(&ev->receipt);
+    kl_buf_free(&ev->catalog.items);
+    kl_buf_free(&ev->packed);
+    if (ev->ws != NULL)
+        ws_free(&ev->ws->ws);
+    memset(ev, 0, sizeof *ev);
+    kl_overlay_init(&ev->scratch);
+}
+
+/* Evaluates b against applied state plus every pending write, as the entry at (index,
+ * term) with time now, and builds its receipt, outcome and write-set. */
+static kl_code batch_evaluate(kl_node *n, const char *principal, const Keyload__V1__BatchRequest *b,
+                              const uint8_t digest[KL_DIGEST_LEN], const node_subject *subj,
+                              const kl_limits *limits, uint64_t index, uint64_t term, int64_t now,
+                              batch_eval *ev, kl_err *err)
+{
+    kl_view view = {.store = n->store, .pending = &n->overlay, .scratch = &ev->scratch,
+                    .scan_limit = limits->max_scan_records};
+    kl_eval_ctx ctx = {.view = &view, .limits = limits, .partition = n->cfg.partition,
+                       .partition_count = n->cfg.partition_count, .now_ms = now,
+                       .random = n->io.random, .index = index, .term = term,
+                       .catalog = n->cfg.partition == 0 ? &ev->catalog : NULL,
+                       .cluster_secret = n->cfg.cluster_secret, .who = subj->who,
+                       .clock_ns = mono_ns, .signing = &n->signing};
+    uint64_t t0 = mono_ns();
+    kl_code rc = kl_engine_eval_batch(&ctx, b, &ev->results, err);
+    n->authz_ns += ctx.authz_ns;
+    n->costs.eval_ns += mono_ns() - t0;
+    if (rc != KL_OK) {
+        if (!kl_transfer_batch_records_refusals(b) || !kl_transfer_refusal_is_terminal(rc))
+            return rc;
+        /* A deterministic refusal of Accept or Complete commits as a no-effect outcome:
+         * nothing of the batch is written, and its command id answers this forever. */
+        ev->refusal = *err;
+        ev->refused = true;
+        kl_overlay_clear(&ev->scratch);
+    }
+    t0 = mono_ns();
+    if (!ev->refused && encode_receipt(&ev->receipt, b, n->cfg.partition, index, term, now, &ev->results,
+                                       digest, ev->catalog.version) != 0)
+        return kl_fail(err, KL_INTERNAL, "memory", "out of memory encoding the receipt");
+    uint64_t epoch_after = subj->policy_epoch;
+    if (!ev->refused && (rc = epoch_after_effect(n, &view, principal, subj, &epoch_after, err)) != KL_OK)
+        return rc;
+    if ((rc = batch_outcome(principal, epoch_after, b, digest, &ev->scratch, &ev->receipt,
+                            ev->refused ? &ev->refusal : NULL, index, err)) != KL_OK)
+        return rc;
+    ev->ws = ws_build(principal, b->command_id.data, digest, epoch_after, &ev->receipt, &ev->scratch, 0);
+    if (ev->ws == NULL)
+        return kl_fail(err, KL_INTERNAL, "memory", "out of memory encoding a write-set");
+    rc = ws_pack(&ev->ws->ws, &ev->packed, err);
+    n->costs.encode_ns += mono_ns() - t0;
+    return rc;
+}
+
+/* Where a batch evaluated now lands: the open group's slot while it is still the log's next
+ * one and the group has room for another batch; otherwise the group is proposed first (or
+ * refused, when the log moved under it: another term) and the batch opens the next. */
+static void group_next(kl_node *n, uint64_t *index, uint64_t *term, bool *serving)
+{
+    if (n->group.n >= NODE_GROUP_MAX_BATCHES)
+        kl_node_flush(n);
+    n->io.next(n->io.ctx, index, term, serving);
+    if (n->group.n > 0 && (*index != n->group.index || *term != n->group.term)) {
+        kl_node_flush(n);
+        n->io.next(n->io.ctx, index, term, serving);
+    }
+}
+
+static bool group_fits(const kl_node *n, const batch_eval *ev)
+{
+    size_t bound = NODE_GROUP_MAX_BYTES;
+    if (n->cfg.limits.max_frame_bytes < bound)
+        bound = (size_t)n->cfg.limits.max_frame_bytes;
+    return n->group.n == 0 || n->group_bytes.len + ev->packed.len <= bound;
+}
+
+/* Records the pending-overlay entries the batch's writes will replace (the first time the
+ * group replaces each), so that a refused proposal restores them. */
+static kl_code group_note_undo(kl_node *n, const kl_overlay *scratch, kl_err *err)
+{
+    for (size_t i = 0; i < scratch->n; i++) {
+        const kl_ov_entry *s = &scratch->v[i];
+        const kl_ov_entry *old = kl_overlay_find(&n->overlay, s->key, s->klen);
+        if (old == NULL || old->owner == n->group.index)
+            continue;
+        kl_code rc = kl_overlay_set(&n->group_undo, old->key, old->klen, old->val, old->vlen, old->del,
+                                    old->owner, err);
+        if (rc != KL_OK)
+            return rc;
+    }
+    return KL_OK;
+}
+
+/* Adds the evaluated batch to the group at (index, term) (opening it when empty): its
+ * write-set, its writes into the pending overlay, and its pending outcome with the caller
+ * waiting. Nothing is proposed here; kl_node_flush does, for the whole group. */
+static kl_code group_join(kl_node *n, const char *principal, const Keyload__V1__BatchRequest *b,
+                          const uint8_t digest[KL_DIGEST_LEN], batch_eval *ev, uint64_t index,
+                          uint64_t term, int64_t now, kl_node_reply_fn fn, void *cookie, kl_err *err)
+{
+    if (n->n_pend == n->cap_pend) {
+        size_t cap = n->cap_pend ? n->cap_pend * 2 : 64;
+        pending *np = realloc(n->pend, cap * sizeof *np);
+        if (np == NULL)
+            return kl_fail(err, KL_INTERNAL, "memory", "out of memory");
+        n->pend = np;
+        n->cap_pend = cap;
+    }
+    if (n->group.n == n->group.cap) {
+        size_t cap = n->group.cap ? n->group.cap * 2 : 8;
+        Keyload__V1__WriteSet **ns = realloc(n->group.sets, cap * sizeof *ns);
+        if (ns == NULL)
+            return kl_fail(err, KL_INTERNAL, "memory", "out of memory");
+        n->group.sets = ns;
+        n->group.cap = cap;
+    }
+    if (n->group.n == 0) {
+        n->group.index = index;
+        n->group.term = term;
+        n->group.time_ms = now;
+    }
+    kl_code rc = group_note_undo(n, &ev->scratch, err);
     if (rc != KL_OK)
         return rc;
-    Keyload__V1__WriteSet ws = KEYLOAD__V1__WRITE_SET__INIT;
-    ws.principal = (char *)principal;
-    ws.command_id = b->command_id;
-    ws.request_digest.data = (uint8_t *)digest;
-    ws.request_digest.len = KL_DIGEST_LEN;
-    ws.policy_epoch = policy_epoch;
-    ws.receipt.data = receipt->p;
-    ws.receipt.len = receipt->len;
-    return pack_write_set(&ws, scratch, out, err);
+    size_t bytes_before = n->group_bytes.len;
+    if (kl_buf_append(&n->group_bytes, ev->packed.p, ev->packed.len) != 0)
+        return kl_fail(err, KL_INTERNAL, "memory", "out of memory");
+    pending *p = &n->pend[n->n_pend];
+    memset(p, 0, sizeof *p);
+    p->principal = strdup(principal);
+    if (p->principal == NULL || pending_add_waiter(p, fn, cookie) != 0) {
+        pending_free(p);
+        n->group_bytes.len = bytes_before;
+        return kl_fail(err, KL_INTERNAL, "memory", "out of memory");
+    }
+    if ((rc = kl_overlay_absorb(&n->overlay, &ev->scratch, index, err)) != KL_OK) {
+        /* The pending overlay is now partial; no safe way back but a restart. */
+        pending_free(p);
+        n->group_bytes.len = bytes_before;
+        n->broken = true;
+        return rc;
+    }
+    memcpy(p->command_id, b->command_id.data, 16);
+    memcpy(p->digest, digest, KL_DIGEST_LEN);
+    p->index = index;
+    p->term = term;
+    p->receipt = ev->receipt.p;
+    p->receipt_len = ev->receipt.len;
+    p->refused = ev->refused;
+    if (ev->refused)
+        p->refusal = ev->refusal;
+    ev->receipt = (kl_buf){0};
+    n->n_pend++;
+    n->group.sets[n->group.n++] = &ev->ws->ws;
+    ev->ws = NULL;
+    n->costs.batches++;
+    return KL_OK;
 }
 
 void kl_node_submit_batch(kl_node *n, const char *principal, const uint8_t *req, size_t len,
@@ -608,12 +1005,11 @@ void kl_node_submit_batch(kl_node *n, const char *principal, const uint8_t *req,
         reply_err(fn, cookie, &err);
         return;
     }
-    kl_overlay scratch;
-    kl_overlay_init(&scratch);
-    kl_buf results = {0}, receipt = {0}, ws = {0}, entry = {0};
-    kl_catalog_batch catalog = {0};
+    batch_eval ev;
+    memset(&ev, 0, sizeof ev);
+    kl_overlay_init(&ev.scratch);
     uint8_t digest[KL_DIGEST_LEN];
-    kl_view view = {.store = n->store, .pending = &n->overlay, .scratch = &scratch};
+    kl_view view = {.store = n->store, .pending = &n->overlay};
     kl_limits limits;
     const char *tenant, *db;
     node_subject subj = {0};
@@ -632,7 +1028,7 @@ void kl_node_submit_batch(kl_node *n, const char *principal, const uint8_t *req,
         goto fail;
     uint64_t index, term;
     bool serving;
-    n->io.next(n->io.ctx, &index, &term, &serving);
+    group_next(n, &index, &term, &serving);
     if (!serving) {
         rc = kl_fail(&err, KL_NOT_LEADER, "not_leader",
                      "this member does not lead partition %d now; send the batch to the leader",
@@ -670,95 +1066,38 @@ void kl_node_submit_batch(kl_node *n, const char *principal, const uint8_t *req,
                      "the write pipeline is full (%zu batches pending); retry shortly", n->n_pend);
         goto fail;
     }
-    view.scan_limit = limits.max_scan_records;
-    kl_eval_ctx ctx = {.view = &view, .limits = &limits, .partition = n->cfg.partition,
-                       .partition_count = n->cfg.partition_count, .now_ms = entry_time(n),
-                       .random = n->io.random, .index = index, .term = term,
-                       .catalog = n->cfg.partition == 0 ? &catalog : NULL,
-                       .cluster_secret = n->cfg.cluster_secret, .who = subj.who,
-                       .clock_ns = mono_ns, .signing = &n->signing};
-    rc = kl_engine_eval_batch(&ctx, b, &results, &err);
-    n->authz_ns += ctx.authz_ns;
-    bool refused = false;
-    kl_err refusal;
-    if (rc != KL_OK) {
-        if (!kl_transfer_batch_records_refusals(b) || !kl_transfer_refusal_is_terminal(rc))
-            goto fail;
-        /* A deterministic refusal of Accept or Complete commits as a no-effect outcome:
-         * nothing of the batch is written, and its command id answers this forever. */
-        refusal = err;
-        refused = true;
-        kl_overlay_clear(&scratch);
-        rc = KL_OK;
-    }
-    if (!refused && encode_receipt(&receipt, b, n->cfg.partition, index, term, ctx.now_ms, &results, digest,
-                                   catalog.version) != 0) {
-        rc = kl_fail(&err, KL_INTERNAL, "memory", "out of memory encoding the receipt");
+    /* Batches of one group share its slot and its time. */
+    int64_t now = n->group.n > 0 ? n->group.time_ms : entry_time(n);
+    if ((rc = batch_evaluate(n, principal, b, digest, &subj, &limits, index, term, now, &ev, &err)) != KL_OK)
         goto fail;
-    }
-    if (n->n_pend == n->cap_pend) {
-        size_t cap = n->cap_pend ? n->cap_pend * 2 : 64;
-        pending *np = realloc(n->pend, cap * sizeof *np);
-        if (np == NULL) {
-            rc = kl_fail(&err, KL_INTERNAL, "memory", "out of memory");
+    if (!group_fits(n, &ev)) {
+        /* Its write-set would take the group past its byte bound: propose the group, and
+         * evaluate this batch again for the slot after it (its receipt names its index). */
+        batch_eval_free(&ev);
+        kl_node_flush(n);
+        group_next(n, &index, &term, &serving);
+        if (!serving) {
+            rc = kl_fail(&err, KL_NOT_LEADER, "not_leader",
+                         "this member does not lead partition %d now; send the batch to the leader",
+                         n->cfg.partition);
             goto fail;
         }
-        n->pend = np;
-        n->cap_pend = cap;
+        now = entry_time(n);
+        if ((rc = batch_evaluate(n, principal, b, digest, &subj, &limits, index, term, now, &ev, &err)) != KL_OK)
+            goto fail;
     }
-    uint64_t epoch_after = subj.policy_epoch;
-    if (!refused && (rc = epoch_after_effect(n, &view, principal, &subj, &epoch_after, &err)) != KL_OK)
+    if ((rc = group_join(n, principal, b, digest, &ev, index, term, now, fn, cookie, &err)) != KL_OK)
         goto fail;
-    if ((rc = encode_write_set(principal, epoch_after, b, digest, &scratch, &receipt,
-                               refused ? &refusal : NULL, index, &ws, &err)) != KL_OK)
-        goto fail;
-    if (encode_entry(&entry, index, term, ctx.now_ms, NULL, &ws, 0) != 0) {
-        rc = kl_fail(&err, KL_INTERNAL, "memory", "out of memory encoding the log entry");
-        goto fail;
-    }
-    kl_err fe;
-    (void)KL_FAILPOINT("daemon.before_append", &fe);
-    /* Proposed means in the log, not committed: the caller is answered at apply. */
-    if ((rc = n->io.propose(n->io.ctx, entry.p, entry.len)) != KL_OK) {
-        kl_fail(&err, rc, rc == KL_NOT_LEADER ? "not_leader" : "unavailable",
-                "the batch could not be proposed (%s); nothing was written, retry", kl_code_name(rc));
-        goto fail;
-    }
-    if ((rc = kl_overlay_absorb(&n->overlay, &scratch, index, &err)) != KL_OK) {
-        /* The pending overlay is now partial; no safe way back but a restart. */
-        n->broken = true;
-        goto fail;
-    }
-    p = &n->pend[n->n_pend];
-    memset(p, 0, sizeof *p);
-    p->principal = strdup(principal);
-    memcpy(p->command_id, b->command_id.data, 16);
-    memcpy(p->digest, digest, KL_DIGEST_LEN);
-    p->index = index;
-    p->term = term;
-    p->receipt = receipt.p;
-    p->receipt_len = receipt.len;
-    p->refused = refused;
-    if (refused)
-        p->refusal = refusal;
-    receipt.p = NULL;
-    if (p->principal == NULL || pending_add_waiter(p, fn, cookie) != 0) {
-        pending_free(p);
-        n->broken = true;
-        rc = kl_fail(&err, KL_INTERNAL, "memory", "out of memory");
-        goto fail;
-    }
-    n->n_pend++;
+    /* The caller is now answered at apply, or by the group's failure. */
+    if (n->io.flush_soon == NULL)
+        kl_node_flush(n);
+    else if (n->group.n == 1)
+        n->io.flush_soon(n->io.ctx);
     goto done;
 fail:
     reply_err(fn, cookie, &err);
 done:
-    kl_overlay_free(&scratch);
-    kl_buf_free(&results);
-    kl_buf_free(&receipt);
-    kl_buf_free(&ws);
-    kl_buf_free(&entry);
-    kl_buf_free(&catalog.items);
+    batch_eval_free(&ev);
     node_subject_free(&subj);
     keyload__v1__batch_request__free_unpacked(b, NULL);
 }
@@ -772,6 +1111,7 @@ kl_code kl_node_submit_catalog(kl_node *n, const uint8_t *change, size_t len, kl
     if (n->cfg.partition == 0)
         return kl_fail(err, KL_FAILED_PRECONDITION, "catalog_partition",
                        "partition 0 owns the catalog; it does not tail it");
+    kl_node_flush(n); /* the next index must be free */
     uint64_t index, term;
     bool serving;
     n->io.next(n->io.ctx, &index, &term, &serving);
@@ -797,9 +1137,14 @@ kl_code kl_node_submit_catalog(kl_node *n, const uint8_t *change, size_t len, kl
     int64_t now = entry_time(n);
     if ((rc = kl_catalog_apply_change(&view, n->cfg.partition, now, ch, err)) != KL_OK)
         goto done;
-    Keyload__V1__WriteSet w = KEYLOAD__V1__WRITE_SET__INIT;
-    w.catalog_version = ch->version;
-    if ((rc = pack_write_set(&w, &scratch, &ws, err)) != KL_OK)
+    node_ws *w = ws_build(NULL, NULL, NULL, 0, NULL, &scratch, ch->version);
+    if (w == NULL) {
+        rc = kl_fail(err, KL_INTERNAL, "memory", "out of memory encoding a write-set");
+        goto done;
+    }
+    rc = ws_pack(&w->ws, &ws, err);
+    ws_free(&w->ws);
+    if (rc != KL_OK)
         goto done;
     if (encode_entry(&entry, index, term, now, NULL, &ws, 0) != 0) {
         rc = kl_fail(err, KL_INTERNAL, "memory", "out of memory encoding the log entry");
@@ -1212,6 +1557,7 @@ kl_code kl_node_open(kl_store *st, const kl_node_config *cfg, const kl_node_io *
         free(n);
         return kl_fail(err, KL_INTERNAL, "memory", "out of memory");
     }
+    kl_overlay_init(&n->group_undo);
     clock_resume(n);
     *out = n;
     return KL_OK;
@@ -1225,7 +1571,18 @@ void kl_node_close(kl_node *n)
     kl_fail(&err, KL_UNKNOWN_WRITE_OUTCOME, "shutdown",
             "the member shut down before the batch was answered; retry with the same command id");
     drop_pending(n, &err);
+    const kl_node_costs *c = &n->costs;
+    KL_INFO("write path costs", "batches=%llu entries_proposed=%llu batches_per_entry=%.2f "
+            "own_entries_applied=%llu eval_ns=%llu encode_ns=%llu propose_ns=%llu apply_decode_ns=%llu "
+            "apply_write_ns=%llu", (unsigned long long)c->batches, (unsigned long long)c->entries_proposed,
+            c->entries_proposed ? (double)c->batches_grouped / (double)c->entries_proposed : 0.0,
+            (unsigned long long)c->own_entries_applied, (unsigned long long)c->eval_ns,
+            (unsigned long long)c->encode_ns, (unsigned long long)c->propose_ns,
+            (unsigned long long)c->apply_decode_ns, (unsigned long long)c->apply_write_ns);
     free(n->pend);
+    free(n->proposed);
+    kl_buf_free(&n->group_bytes);
+    kl_overlay_free(&n->group_undo);
     kl_overlay_free(&n->overlay);
     kl_signing_cache_wipe(&n->signing);
     kl_subject_cache_free(n->subjects);

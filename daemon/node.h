@@ -3,11 +3,16 @@
  * It owns the pending overlay (writes of proposed, not yet applied batches) and the table
  * of pending outcomes. The replication driver (daemon/repl/driver.h, or a test) supplies the
  * log through kl_node_io: on the leader a batch is validated, evaluated against applied
- * state plus pending writes, encoded as one LogEntry whose (term, index) the log promised
- * (io.next) and proposed (io.propose); every member applies committed entries through
- * kl_node_apply, in log order, and the leader answers a batch's callers only when its entry
- * applies. Group commit happens below: the driver persists every entry proposed since its
- * last synced write in one write.
+ * state plus pending writes, and its write-set joins the group: the one LogEntry at the slot
+ * (term, index) the log promised (io.next) that every batch evaluated until kl_node_flush
+ * shares, up to a count and a byte bound (node.c). kl_node_flush proposes the group
+ * (io.propose); every member applies committed entries through kl_node_apply, in log order,
+ * each entry's write-sets in order in one RocksDB write, and the leader answers a batch's
+ * callers only when its entry applies (the leader applies its own entries from the
+ * write-sets it built, without decoding them). A receipt's `index` is the index of the entry
+ * that committed the batch, which batches of one group share; the command id tells them
+ * apart. Group commit also happens below: the driver persists every entry proposed since
+ * its last synced write in one write.
  *
  * Invariants:
  *  - a (principal, command id) is either committed (outcome in the store), pending (in the
@@ -52,7 +57,26 @@ typedef struct kl_node_io {
      * NULL: clock_ms is the only clock and never steps (a simulated clock in tests). */
     int64_t (*boot_ns)(void *ctx);
     void (*random)(uint8_t *buf, size_t n);
+    /* Optional: the node opened a group; the driver calls kl_node_flush soon, at the latest
+     * before the loop waits for I/O again, so that the batches evaluated meanwhile share one
+     * entry. NULL: every batch is proposed as its own entry before submit returns. */
+    void (*flush_soon)(void *ctx);
 } kl_node_io;
+
+/* Where a member's write path spends its time (ns on the loop thread), and how many
+ * batches and entries it carried; logged when the node closes. */
+typedef struct kl_node_costs {
+    uint64_t batches;              /* batches that joined a group */
+    uint64_t batches_grouped;      /* of those, in entries proposed */
+    uint64_t entries_proposed;
+    uint64_t own_entries_applied;  /* applied from the leader's kept write-sets */
+    uint64_t eval_ns;              /* engine evaluation */
+    uint64_t encode_ns;            /* receipt, outcome, write-set and entry encoding */
+    uint64_t propose_ns;           /* io.propose */
+    uint64_t apply_decode_ns;      /* unpacking stored entries at apply */
+    uint64_t apply_write_ns;       /* the store's apply */
+} kl_node_costs;
+void kl_node_costs_get(const kl_node *n, kl_node_costs *out);
 
 typedef struct kl_node_config {
     int partition;
@@ -81,6 +105,12 @@ void kl_node_close(kl_node *n);
  * returns. NOT_LEADER when this member does not serve writes now. */
 void kl_node_submit_batch(kl_node *n, const char *principal, const uint8_t *req, size_t len,
                           kl_node_reply_fn reply, void *cookie);
+
+/* Proposes the open group, if any, as one LogEntry. A refused proposal answers every batch
+ * of the group (nothing of them was written) and takes their writes out of the pending
+ * overlay. Called by the driver after io.flush_soon, and by the node itself before anything
+ * else is proposed. */
+void kl_node_flush(kl_node *n);
 
 /* Proposes an encoded CatalogChange tailed from partition 0 (data partitions only). KL_OK
  * when proposed, or when that version is already applied or proposed (nothing to do).

@@ -146,11 +146,11 @@ kl_code kl_overlay_absorb(kl_overlay *dst, kl_overlay *src, uint64_t owner, kl_e
     return KL_OK;
 }
 
-void kl_overlay_drop_upto(kl_overlay *o, uint64_t index)
+static void drop_if(kl_overlay *o, uint64_t lo, uint64_t hi)
 {
     size_t w = 0;
     for (size_t r = 0; r < o->n; r++) {
-        if (o->v[r].owner <= index) {
+        if (o->v[r].owner >= lo && o->v[r].owner <= hi) {
             o->bytes -= o->v[r].klen + o->v[r].vlen;
             free(o->v[r].key);
             free(o->v[r].val);
@@ -160,3 +160,7 @@ void kl_overlay_drop_upto(kl_overlay *o, uint64_t index)
     }
     o->n = w;
 }
+
+void kl_overlay_drop_upto(kl_overlay *o, uint64_t index) { drop_if(o, 0, index); }
+
+void kl_overlay_drop_owner(kl_overlay *o, uint64_t owner) { drop_if(o, owner, owner); }

@@ -44,6 +44,8 @@ size_t kl_overlay_lower_bound(const kl_overlay *o, const uint8_t *key, size_t kl
 kl_code kl_overlay_absorb(kl_overlay *dst, kl_overlay *src, uint64_t owner, kl_err *err);
 /* Drops the entries whose owner <= index (they are applied to RocksDB now). */
 void kl_overlay_drop_upto(kl_overlay *o, uint64_t index);
+/* Drops the entries whose owner is exactly `owner` (an entry that was never proposed). */
+void kl_overlay_drop_owner(kl_overlay *o, uint64_t owner);
 
 int kl_key_compare(const uint8_t *a, size_t alen, const uint8_t *b, size_t blen);
 

@@ -801,6 +801,7 @@ typedef struct cost_snap {
     bool ok;
     uint64_t member, term;
     uint64_t sealed_requests, session_ns, authz_requests, authz_ns, hellos, hello_ns;
+    uint64_t applied_index;
 } cost_snap;
 
 static void cost_read(member_set *ms, int li, cost_snap *out)
@@ -816,7 +817,7 @@ static void cost_read(member_set *ms, int li, cost_snap *out)
     *out = (cost_snap){.ok = true, .member = a->member, .term = a->term,
                        .sealed_requests = a->sealed_requests, .session_ns = a->session_ns,
                        .authz_requests = a->authz_requests, .authz_ns = a->authz_ns,
-                       .hellos = a->hellos, .hello_ns = a->hello_ns};
+                       .hellos = a->hellos, .hello_ns = a->hello_ns, .applied_index = a->applied_index};
     keyload__v1__member_status_answer__free_unpacked(a, NULL);
 }
 
@@ -840,6 +841,10 @@ static void cost_print(const cost_snap *x, const cost_snap *y, double p50_us)
            (unsigned long long)(y->hellos - x->hellos), (unsigned long long)(y->hello_ns - x->hello_ns),
            (double)sess / (double)req / 1e3, (double)authz / (double)req / 1e3, per,
            p50_us > 0 ? 100.0 * per / p50_us : 0.0);
+    /* Log entries the leader applied per request: below 1 when batches share an entry
+     * (the status calls themselves append nothing). */
+    printf(" entries=%llu entries_per_req=%.3f", (unsigned long long)(y->applied_index - x->applied_index),
+           (double)(y->applied_index - x->applied_index) / (double)req);
 }
 
 static int proc_cpu(long pid, double *stat_ns, double *sched_ns);

@@ -34,6 +34,8 @@ static void th_next(void *ctx, uint64_t *index, uint64_t *term, bool *serving)
 static kl_code th_propose(void *ctx, const uint8_t *entry, size_t len)
 {
     th_node *t = ctx;
+    if (t->propose_code != KL_OK)
+        return t->propose_code;
     ck_assert_uint_lt(t->n_props, sizeof t->props / sizeof t->props[0]);
     th_prop *p = &t->props[t->n_props++];
     p->index = t->next_index++;
@@ -43,6 +45,8 @@ static kl_code th_propose(void *ctx, const uint8_t *entry, size_t len)
     p->len = len;
     return KL_OK;
 }
+
+static void th_flush_soon(void *ctx) { ((th_node *)ctx)->flush_asked++; }
 
 static void pop_prop(th_node *t)
 {
@@ -138,7 +142,8 @@ void th_reopen(th_node *t)
                           .cluster_secret = th_cluster_secret, .insecure_local_admin = !t->require_sessions, .limits = t->limits, .max_pending_bytes = 1u << 26,
                           .max_pending_batches = 1024};
     kl_node_io io = {.ctx = t, .next = th_next, .propose = th_propose, .clock_ms = th_clock,
-                     .boot_ns = th_boot, .random = th_random};
+                     .boot_ns = th_boot, .random = th_random,
+                     .flush_soon = t->group ? th_flush_soon : NULL};
     ck_assert_int_eq(kl_node_open(t->store, &cfg, &io, &t->node, &err), KL_OK);
     /* One member: every durable entry is committed; re-apply the ones not yet applied, as
      * the driver's Raft group hands them out after a restart. */

@@ -46,6 +46,9 @@ typedef struct th_node {
     bool require_sessions;        /* false (default): insecure_local_admin, as "local" */
     const char *principal;        /* who th_submit acts as; NULL = "local" (no session) */
     const char *reader;           /* who th_queue_messages reads as; NULL = "local" */
+    bool group;                   /* io.flush_soon set: batches wait in the group for kl_node_flush */
+    int flush_asked;              /* io.flush_soon calls */
+    kl_code propose_code;         /* non-OK: io.propose refuses with it */
 } th_node;
 
 /* The cluster secret every harness node has (database signing keys derive from it). */

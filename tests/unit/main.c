@@ -32,6 +32,7 @@ Suite *suite_q1(void);
 Suite *suite_entry_clock(void);
 Suite *suite_subject_cache(void);
 Suite *suite_sdk_leader(void);
+Suite *suite_group(void);
 
 int main(void)
 {
@@ -63,6 +64,7 @@ int main(void)
     srunner_add_suite(sr, suite_entry_clock());
     srunner_add_suite(sr, suite_subject_cache());
     srunner_add_suite(sr, suite_sdk_leader());
+    srunner_add_suite(sr, suite_group());
     srunner_run_all(sr, CK_NORMAL);
     int failed = srunner_ntests_failed(sr);
     int run = srunner_ntests_run(sr);
