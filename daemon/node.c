@@ -11,6 +11,7 @@
 #include "daemon/engine/engine.h"
 #include "daemon/engine/transfer.h"
 #include "daemon/entry_clock.h"
+#include "daemon/park.h"
 #include "daemon/store/keys.h"
 #include "keyload/v1/queue.pb-c.h"
 #include "keyload/v1/store.pb-c.h"
@@ -53,6 +54,7 @@ struct kl_node {
     bool broken;
     uint64_t authz_requests, authz_ns;  /* for MemberStatus (make bench) */
     kl_signing_cache signing;    /* derived database signing keys (wiped at close) */
+    kl_park park;                /* Receives waiting for messages (park.h) */
 };
 
 static uint64_t mono_ns(void)
@@ -159,6 +161,23 @@ int kl_node_encode_empty_entry(uint64_t index, uint64_t term, uint32_t raft_type
     return 0;
 }
 
+/* Wakes the parked Receives whose queues this applied entry made messages available in
+ * (or changed the leases and delays of). */
+static void park_note_entry(kl_node *n, const Keyload__V1__LogEntry *e)
+{
+    for (size_t i = 0; i < e->n_write_sets; i++)
+        for (size_t j = 0; j < e->write_sets[i]->n_ops; j++)
+            kl_park_note_key(&n->park, e->write_sets[i]->ops[j]->key.data, e->write_sets[i]->ops[j]->key.len);
+}
+
+/* Answers every parked Receive with err: nothing of theirs was proposed. */
+static void park_drop(kl_node *n, const kl_err *err)
+{
+    kl_parked *p;
+    while ((p = kl_park_take_any(&n->park)) != NULL)
+        kl_parked_answer(p, err->code, err, NULL, 0);
+}
+
 static kl_code apply_encoded(kl_node *n, const uint8_t *bytes, size_t len, kl_err *err)
 {
     Keyload__V1__LogEntry *e = keyload__v1__log_entry__unpack(NULL, len, bytes);
@@ -166,6 +185,8 @@ static kl_code apply_encoded(kl_node *n, const uint8_t *bytes, size_t len, kl_er
         return kl_fail(err, KL_INTERNAL, "log", "log entry does not decode");
     kl_entry_clock_observe(&n->clock, e->time_unix_ms, boot_ns(n));
     kl_code rc = kl_store_apply(n->store, e, err);
+    if (rc == KL_OK && n->park.n > 0)
+        park_note_entry(n, e);
     keyload__v1__log_entry__free_unpacked(e, NULL);
     return rc;
 }
@@ -249,6 +270,9 @@ kl_code kl_node_apply(kl_node *n, uint64_t index, uint64_t term, const uint8_t *
         kl_fail(&lost, KL_UNKNOWN_WRITE_OUTCOME, "apply_failed",
                 "the member failed to apply committed state; retry with the same command id");
         drop_pending(n, &lost);
+        kl_fail(&lost, KL_UNAVAILABLE, "node_broken",
+                "this member stopped accepting writes after a storage failure; nothing was written, retry");
+        park_drop(n, &lost);
         return rc;
     }
     if (waited)
@@ -298,6 +322,10 @@ void kl_node_role(kl_node *n, bool serving)
                 "this member stopped leading before the batch was answered; retry with the same "
                 "command id");
         drop_pending(n, &lost);
+        kl_fail(&lost, KL_NOT_LEADER, "leader_changed",
+                "this member stopped leading while the receive waited for messages; nothing was "
+                "written, retry on the leader");
+        park_drop(n, &lost);
         n->pinc_proposed = 0;
     }
     n->serving = serving;
@@ -588,8 +616,65 @@ static kl_code encode_write_set(const char *principal, uint64_t policy_epoch,
     return pack_write_set(&ws, scratch, out, err);
 }
 
-void kl_node_submit_batch(kl_node *n, const char *principal, const uint8_t *req, size_t len,
-                          kl_node_reply_fn fn, void *cookie)
+/* A batch of Receives that leases nothing: parked until messages come or its wait ends
+ * (wait_ms, bounded by the caller's wait_cap_ms; `again`: it waited already), else answered
+ * with its empty results under index 0: nothing is proposed and no outcome stored. */
+static void idle_answer(kl_node *n, const Keyload__V1__BatchRequest *b, const char *principal,
+                        const uint8_t *req, size_t len, const uint8_t digest[KL_DIGEST_LEN],
+                        int64_t wait_cap_ms, kl_parked *again, const kl_buf *results, int64_t entry_ms,
+                        kl_node_reply_fn fn, void *cookie)
+{
+    bool receive_only;
+    uint32_t wait_ms;
+    kl_park_receive_only(b, &receive_only, &wait_ms);
+    int64_t now = n->io.clock_ms(n->io.ctx);
+    int64_t until = again ? again->until_ms : now + (wait_ms < wait_cap_ms ? (int64_t)wait_ms : wait_cap_ms);
+    kl_err err;
+    kl_code rc = KL_OK;
+    if (now < until) {
+        kl_parked *p = again ? again : kl_parked_new(principal, b->command_id.data, digest, req, len);
+        kl_view base = {.store = n->store, .pending = &n->overlay, .scan_limit = UINT64_MAX};
+        if (p == NULL || (again == NULL && kl_parked_add_waiter(p, fn, cookie) != 0))
+            rc = kl_fail(&err, KL_UNAVAILABLE, "memory", "out of memory parking the receive; retry");
+        if (rc == KL_OK && (rc = kl_park_watch(&base, b, p, &err)) == KL_OK) {
+            p->until_ms = until;
+            p->woken = false;
+            rc = kl_park_insert(&n->park, p, &err);
+        }
+        if (rc == KL_OK)
+            return;
+        if (again == NULL)
+            kl_parked_free(p);
+        fn(cookie, rc, &err, NULL, 0); /* again: fn answers every waiter and frees it */
+        return;
+    }
+    kl_buf receipt = {0};
+    if (encode_receipt(&receipt, b, n->cfg.partition, 0, 0, entry_ms, results, digest, 0) != 0) {
+        kl_fail(&err, KL_INTERNAL, "memory", "out of memory encoding the receipt");
+        fn(cookie, err.code, &err, NULL, 0);
+    } else {
+        fn(cookie, KL_OK, NULL, receipt.p, receipt.len);
+    }
+    kl_buf_free(&receipt);
+}
+
+/* Whether a batch that evaluated without refusal holds only Receives that lease nothing
+ * and do no housekeeping: such a batch changes nothing, so it commits nothing. */
+static kl_code batch_idle(kl_node *n, const Keyload__V1__BatchRequest *b, const kl_overlay *scratch,
+                          bool *idle, kl_err *err)
+{
+    uint32_t wait_ms;
+    kl_park_receive_only(b, idle, &wait_ms);
+    if (!*idle)
+        return KL_OK;
+    kl_view base = {.store = n->store, .pending = &n->overlay, .scan_limit = UINT64_MAX};
+    return kl_park_idle(&base, scratch, idle, err);
+}
+
+/* kl_node_submit_batch; wait_cap_ms bounds how long an idle Receive may be parked, and
+ * `again` is a parked request evaluated again (fn/cookie then answer all its waiters). */
+static void submit(kl_node *n, const char *principal, const uint8_t *req, size_t len, int64_t wait_cap_ms,
+                   kl_parked *again, kl_node_reply_fn fn, void *cookie)
 {
     kl_err err;
     kl_err_clear(&err);
@@ -656,6 +741,18 @@ void kl_node_submit_batch(kl_node *n, const char *principal, const uint8_t *req,
         }
         goto done;
     }
+    kl_parked *parked = kl_park_find(&n->park, principal, b->command_id.data);
+    if (parked != NULL) {
+        /* A retry of a Receive that waits for messages: answered with it. */
+        if (memcmp(parked->digest, digest, KL_DIGEST_LEN) != 0)
+            rc = kl_fail(&err, KL_CONFLICT, "command_id_reused",
+                         "command_id is in use by a different batch that waits for messages");
+        else if (kl_parked_add_waiter(parked, fn, cookie) != 0)
+            rc = kl_fail(&err, KL_INTERNAL, "memory", "out of memory");
+        if (rc != KL_OK)
+            goto fail;
+        goto done;
+    }
     bool found;
     if ((rc = replay_committed(n, principal, b->command_id.data, digest, subj.policy_epoch, &found, fn,
                                cookie, &err)) != KL_OK)
@@ -687,6 +784,13 @@ void kl_node_submit_batch(kl_node *n, const char *principal, const uint8_t *req,
         refused = true;
         kl_overlay_clear(&scratch);
         rc = KL_OK;
+    }
+    bool idle = false;
+    if (!refused && (rc = batch_idle(n, b, &scratch, &idle, &err)) != KL_OK)
+        goto fail;
+    if (idle) {
+        idle_answer(n, b, principal, req, len, digest, wait_cap_ms, again, &results, ctx.now_ms, fn, cookie);
+        goto done;
     }
     if (!refused && encode_receipt(&receipt, b, n->cfg.partition, index, term, ctx.now_ms, &results, digest,
                                    catalog.version) != 0) {
@@ -759,6 +863,38 @@ done:
     node_subject_free(&subj);
     keyload__v1__batch_request__free_unpacked(b, NULL);
 }
+
+void kl_node_submit_batch(kl_node *n, const char *principal, const uint8_t *req, size_t len,
+                          kl_node_reply_fn fn, void *cookie)
+{
+    submit(n, principal, req, len, KL_RECEIVE_WAIT_MS_MAX, NULL, fn, cookie);
+}
+
+void kl_node_submit_batch_wait(kl_node *n, const char *principal, const uint8_t *req, size_t len,
+                               int64_t wait_cap_ms, kl_node_reply_fn fn, void *cookie)
+{
+    submit(n, principal, req, len, wait_cap_ms > 0 ? wait_cap_ms : 0, NULL, fn, cookie);
+}
+
+void kl_node_park_tick(kl_node *n)
+{
+    int64_t now = n->io.clock_ms(n->io.ctx);
+    /* Each request at most once per tick: one parked again stays due when its queue's
+     * due lease has not reached partition time yet. */
+    size_t budget = n->park.n;
+    kl_parked *p;
+    while (budget-- > 0 && (p = kl_park_take_due(&n->park, now)) != NULL)
+        submit(n, p->principal, p->req, p->len, 0, p, kl_parked_answer, p);
+}
+
+bool kl_node_park_due(const kl_node *n)
+{
+    return kl_park_any_due(&n->park, n->io.clock_ms(n->io.ctx));
+}
+
+size_t kl_node_parked(const kl_node *n) { return n->park.n; }
+
+void kl_node_park_drop(kl_node *n, const kl_err *err) { park_drop(n, err); }
 
 /* ---- catalog tail ---- */
 
@@ -1210,6 +1346,9 @@ void kl_node_close(kl_node *n)
     kl_fail(&err, KL_UNKNOWN_WRITE_OUTCOME, "shutdown",
             "the member shut down before the batch was answered; retry with the same command id");
     drop_pending(n, &err);
+    kl_fail(&err, KL_UNAVAILABLE, "shutdown",
+            "the member shut down while the receive waited for messages; nothing was written, retry");
+    park_drop(n, &err);
     free(n->pend);
     kl_overlay_free(&n->overlay);
     kl_signing_cache_wipe(&n->signing);

@@ -30,6 +30,7 @@ Suite *suite_transfer(void);
 Suite *suite_coordinator(void);
 Suite *suite_q1(void);
 Suite *suite_entry_clock(void);
+Suite *suite_park(void);
 
 int main(void)
 {
@@ -59,6 +60,7 @@ int main(void)
     srunner_add_suite(sr, suite_coordinator());
     srunner_add_suite(sr, suite_q1());
     srunner_add_suite(sr, suite_entry_clock());
+    srunner_add_suite(sr, suite_park());
     srunner_run_all(sr, CK_NORMAL);
     int failed = srunner_ntests_failed(sr);
     int run = srunner_ntests_run(sr);
