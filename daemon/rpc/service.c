@@ -484,9 +484,9 @@ static void on_timer(uv_timer_t *t)
 {
     kl_service *s = t->data;
     kl_service_catalog_tick(s);
+    park_tick(s); /* first: a wait that ended answers empty, not unknown by its deadline */
     kl_service_expire_batches(s);
     kl_service_expire_reads(s);
-    park_tick(s);
 }
 
 void kl_service_start(kl_service *s, uv_loop_t *loop)
