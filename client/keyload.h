@@ -33,7 +33,8 @@
  * resends to other members included). Most calls make one such request; a batch whose
  * queue's placement is not cached yet first asks partition 0 (LocateQueue, one more
  * timeout_ms), and a queue deletion makes two (its partition, then partition 0). For
- * another bound open another client (clients are cheap until they dial). When the time is
+ * another bound open another client (clients are cheap until they dial). A batch whose
+ * Receive waits for messages (kl_batch_receive_wait) adds its wait to that bound. When the time is
  * up: a write that may have reached a member is KL_UNKNOWN_WRITE_OUTCOME, a read
  * KL_DEADLINE_EXCEEDED (detail "no_answer"), anything that reached no member
  * KL_UNAVAILABLE (not executed). No call is cancelled from outside.

@@ -24,9 +24,11 @@ static char pl_file[700];
 static char pl_url[PL_MEMBERS][64];
 static pid_t pl_pid[PL_MEMBERS] = {-1, -1, -1};
 
-static void pl_write(void)
+/* Ports 22000..22999 (below the ephemeral range, apart from the other tests' ranges):
+ * clients base..base+2, peers base+5..base+7. */
+static void pl_write(int attempt)
 {
-    int base = 34000 + (getpid() % 300) * 4; /* 34000..35199: apart from the other groups */
+    int base = 22000 + (int)((getpid() + attempt * 37) % 100) * 10;
     snprintf(pl_file, sizeof pl_file, "%s/poll.json", work);
     FILE *f = fopen(pl_file, "w");
     /* A short client idle timeout: a waiting Receive must outlive it. */
@@ -36,8 +38,8 @@ static void pl_write(void)
                "\"partitions\":[{\"id\":0,\"members\":[");
     for (int i = 0; i < PL_MEMBERS; i++) {
         snprintf(pl_url[i], sizeof pl_url[i], "tcp://127.0.0.1:%d", base + i);
-        fprintf(f, "%s{\"id\":%d,\"client\":\"%s\",\"peer\":\"tcp://127.0.0.1:%d\",\"data\":\"%s/poll-m%d\"}",
-                i ? "," : "", i + 1, pl_url[i], base + 200 + i, work, i + 1);
+        fprintf(f, "%s{\"id\":%d,\"client\":\"%s\",\"peer\":\"tcp://127.0.0.1:%d\",\"data\":\"%s/poll%d-m%d\"}",
+                i ? "," : "", i + 1, pl_url[i], base + 5 + i, work, attempt, i + 1);
     }
     fprintf(f, "]}]}\n");
     fclose(f);
@@ -180,11 +182,32 @@ static int cmp_i64(const void *a, const void *b)
     return x < y ? -1 : x > y;
 }
 
+/* Whether every member still runs (one whose port was taken has exited). */
+static bool pl_all_running(void)
+{
+    for (int i = 0; i < PL_MEMBERS; i++)
+        if (pl_pid[i] <= 0 || waitpid(pl_pid[i], NULL, WNOHANG) != 0) {
+            pl_pid[i] = -1;
+            return false;
+        }
+    return true;
+}
+
 static int pl_setup(void)
 {
-    pl_write();
-    for (int i = 0; i < PL_MEMBERS; i++)
-        pl_pid[i] = spawn_member(pl_file, 0, i + 1);
+    bool running = false;
+    for (int attempt = 0; attempt < 3 && !running; attempt++) {
+        pl_stop_all();
+        pl_write(attempt);
+        for (int i = 0; i < PL_MEMBERS; i++)
+            pl_pid[i] = spawn_member(pl_file, 0, i + 1);
+        sleep_ms(1000);
+        running = pl_all_running();
+        if (!running)
+            fprintf(stderr, "  a member did not start (port in use?); trying other ports\n");
+    }
+    if (!running)
+        return -1;
     int leader = pl_leader(30000);
     if (leader < 0)
         return -1;
@@ -406,11 +429,41 @@ static void poll_leader_killed(int leader)
           s.messages);
 }
 
+/* The SDK lets a waiting call run past its timeout: a 3 s wait under a 1 s client timeout
+ * ends with the empty answer, not a lost one. */
+static void poll_sdk_deadline(void)
+{
+    kl_client *c = NULL;
+    kl_batch *b = NULL;
+    kl_receipt *r = NULL;
+    kl_err err;
+    kl_code rc = kl_client_open(pl_file, NULL, 1000, &c, &err);
+    if (rc == KL_OK)
+        rc = kl_batch_new(NULL, &b, &err);
+    if (rc == KL_OK)
+        rc = kl_batch_receive_wait(b, PL_QUEUE, NULL, 1, 60000, 3000, &err);
+    int64_t t0 = now_ms();
+    if (rc == KL_OK)
+        rc = kl_client_batch(c, b, &r, &err);
+    int64_t took = now_ms() - t0;
+    long n = rc == KL_OK ? (long)r->decoded->results[0]->received->n_messages : -1;
+    uint64_t index = rc == KL_OK ? r->decoded->index : 1;
+    kl_receipt_free(r);
+    kl_batch_free(b);
+    kl_client_close(c);
+    printf("  SDK, 1 s timeout, 3 s wait: %s after %lld ms\n", kl_code_name(rc), (long long)took);
+    CHECK(rc == KL_OK && n == 0 && index == 0, "SDK wait: %s %s", kl_code_name(rc), rc == KL_OK ? "" : err.message);
+    CHECK(took >= 2900 && took < 4500, "the SDK's wait took %lld ms", (long long)took);
+}
+
 void test_long_poll(void)
 {
     int leader = pl_setup();
     CHECK(leader >= 0, "the group did not start");
     poll_idle(leader);
+    if (failures_in_test)
+        return;
+    poll_sdk_deadline();
     if (failures_in_test)
         return;
     poll_wakes(leader);

@@ -2,6 +2,7 @@
  * Receive commits nothing, a waiting one parks and wakes on the apply that makes a message
  * available, on a lease's end or at its wait's end; retries join it; leadership loss, the
  * cap and closing answer it. Plus the pure parts of the park table. */
+#include "client/sdk/internal.h"
 #include "daemon/engine/engine.h"
 #include "daemon/park.h"
 #include "daemon/store/keys.h"
@@ -285,6 +286,22 @@ START_TEST(parked_requests_are_capped)
 }
 END_TEST
 
+START_TEST(sdk_receive_wait_is_bounded_and_sets_the_calls_wait)
+{
+    kl_batch *b;
+    kl_err err;
+    ck_assert_int_eq(kl_batch_new(NULL, &b, &err), KL_OK);
+    ck_assert_int_eq(kl_batch_receive_wait(b, "q", NULL, 1, 0, KL_RECEIVE_WAIT_MS_MAX + 1, &err), KL_INVALID_ARGUMENT);
+    ck_assert_str_eq(err.detail, "wait_ms");
+    ck_assert_uint_eq(kl_batch_count(b), 0);
+    ck_assert_int_eq(kl_batch_receive(b, "q", NULL, 1, 0, &err), KL_OK);
+    ck_assert_uint_eq(kl_sdk_batch_wait_ms(b), 0);
+    ck_assert_int_eq(kl_batch_receive_wait(b, "q", "eu", 1, 0, 2500, &err), KL_OK);
+    ck_assert_uint_eq(kl_sdk_batch_wait_ms(b), 2500);
+    kl_batch_free(b);
+}
+END_TEST
+
 /* ---- the table alone ---- */
 
 static kl_parked *parked(uint8_t cmd, uint64_t qid)
@@ -373,6 +390,7 @@ Suite *suite_park(void)
     TCase *k = tcase_create("table");
     tcase_add_test(k, table_wakes_only_watchers_of_the_changed_queue);
     tcase_add_test(k, table_due_by_time_and_find);
+    tcase_add_test(k, sdk_receive_wait_is_bounded_and_sets_the_calls_wait);
     suite_add_tcase(s, k);
     return s;
 }
