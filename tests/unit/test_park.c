@@ -8,7 +8,10 @@
 #include "daemon/store/keys.h"
 #include "harness.h"
 
+#include "common/canon.h"
+
 #include <check.h>
+#include <sodium.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -302,6 +305,72 @@ START_TEST(sdk_receive_wait_is_bounded_and_sets_the_calls_wait)
 }
 END_TEST
 
+/* ---- as principals: a woken request is authorized again ---- */
+
+#define PUB KEYLOAD__V1__PERMISSION__QUEUE_PUBLISH
+#define CONSUME KEYLOAD__V1__PERMISSION__QUEUE_CONSUME
+
+static void setup_sessions(void)
+{
+    th_tmpdir(dir, sizeof dir);
+    th_open(&T, dir, NULL);
+    T.require_sessions = true;
+    th_close(&T);
+    th_reopen(&T);
+    T.reader = "root";
+}
+
+static void run_as(const char *who, th_batch *b)
+{
+    T.principal = who;
+    keyload__v1__batch_receipt__free_unpacked(th_run(&T, b, KL_OK), NULL);
+}
+
+START_TEST(a_woken_receive_is_authorized_again)
+{
+    uint8_t pk[32], sk[64], proof[32];
+    crypto_sign_keypair(pk, sk);
+    ck_assert_int_eq(kl_canon_bootstrap_proof(th_cluster_secret, "default", "boot", "root", pk, 32, proof), 0);
+    th_batch *b = th_batch_new(0xB0);
+    th_bootstrap(b, "default", "boot", "root", pk, proof);
+    run_as(NULL, b);
+    b = th_batch_new(0xB1);
+    th_create(b, "q", 0, 0, 0, NULL);
+    run_as("root", b);
+    crypto_sign_keypair(pk, sk);
+    b = th_batch_new(0xB4);
+    th_create_principal(b, "alice", pk, false, NULL);
+    run_as("root", b);
+    b = th_batch_new(0xB5);
+    th_grant(b, "alice", CONSUME, "q", "*", "*");
+    run_as("root", b);
+    b = th_batch_new(0xB6);
+    th_grant(b, "root", PUB, "q", "*", "*");
+    run_as("root", b);
+    b = th_batch_new(0xB2);
+    th_receive_wait(b, "q", 1, 1000, 10000);
+    T.principal = "alice";
+    th_reply r = {0};
+    submit(b, &r);
+    ck_assert_int_eq(r.count, 0); /* alice may consume: it waits */
+    b = th_batch_new(0xB3);
+    th_revoke(b, "alice", CONSUME, "q");
+    run_as("root", b);
+    ck_assert_int_eq(r.count, 0); /* a catalog change wakes nothing */
+    b = th_batch_new(0xB7);
+    th_enqueue(b, "q", NULL, "secret");
+    run_as("root", b);
+    kl_node_park_tick(T.node);
+    th_drain(&T);
+    ck_assert_int_eq(r.count, 1);
+    ck_assert_int_eq(r.code, KL_PERMISSION_DENIED);
+    uint64_t in_flight;
+    ck_assert_uint_eq(th_queue_messages(&T, "q", &in_flight), 1);
+    ck_assert_uint_eq(in_flight, 0); /* nothing was leased to alice */
+    th_reply_free(&r);
+}
+END_TEST
+
 /* ---- the table alone ---- */
 
 static kl_parked *parked(uint8_t cmd, uint64_t qid)
@@ -387,6 +456,11 @@ Suite *suite_park(void)
     tcase_add_test(t, closing_answers_unavailable);
     tcase_add_test(t, parked_requests_are_capped);
     suite_add_tcase(s, t);
+    TCase *a = tcase_create("principals");
+    tcase_set_timeout(a, 60);
+    tcase_add_checked_fixture(a, setup_sessions, teardown);
+    tcase_add_test(a, a_woken_receive_is_authorized_again);
+    suite_add_tcase(s, a);
     TCase *k = tcase_create("table");
     tcase_add_test(k, table_wakes_only_watchers_of_the_changed_queue);
     tcase_add_test(k, table_due_by_time_and_find);
