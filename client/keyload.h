@@ -33,7 +33,8 @@
  * resends to other members included). Most calls make one such request; a batch whose
  * queue's placement is not cached yet first asks partition 0 (LocateQueue, one more
  * timeout_ms), and a queue deletion makes two (its partition, then partition 0). For
- * another bound open another client (clients are cheap until they dial). When the time is
+ * another bound open another client (clients are cheap until they dial). A batch whose
+ * Receive waits for messages (kl_batch_receive_wait) adds its wait to that bound. When the time is
  * up: a write that may have reached a member is KL_UNKNOWN_WRITE_OUTCOME, a read
  * KL_DEADLINE_EXCEEDED (detail "no_answer"), anything that reached no member
  * KL_UNAVAILABLE (not executed). No call is cancelled from outside.
@@ -203,6 +204,19 @@ kl_code kl_batch_enqueue(kl_batch *b, const char *queue, const char *lane,
  * default for either (the daemon also enforces their maximums). */
 kl_code kl_batch_receive(kl_batch *b, const char *queue, const char *lane,
                          uint32_t max_messages, uint32_t lease_ms, kl_err *err);
+/* Longest Receive wait (the daemon's limit too). */
+#define KL_RECEIVE_WAIT_MS_MAX 30000
+/* kl_batch_receive that waits (long poll): when no message is available, the leader holds
+ * the request up to wait_ms (0..KL_RECEIVE_WAIT_MS_MAX) and answers as soon as one is, or
+ * with no message when the wait ends. A batch whose Receives lease nothing commits nothing
+ * (its receipt's index is 0, no outcome is stored). The call's time grows by the batch's
+ * longest wait: each request to the partition may take timeout_ms + wait_ms (and one
+ * attempt at a member timeout_ms / 4 + wait_ms), so the wait ends before the call gives up.
+ * A member that stops leading or shuts down while holding it answers NOT_LEADER or
+ * UNAVAILABLE and the SDK sends the same request on; a member already holding
+ * KL_PARK_MAX (48) waiting requests refuses RESOURCE_EXHAUSTED "parked_receives". */
+kl_code kl_batch_receive_wait(kl_batch *b, const char *queue, const char *lane, uint32_t max_messages,
+                              uint32_t lease_ms, uint32_t wait_ms, kl_err *err);
 
 /* A borrowed byte string (lease tokens). */
 typedef struct kl_bytes {

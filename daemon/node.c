@@ -12,6 +12,7 @@
 #include "daemon/engine/engine.h"
 #include "daemon/engine/transfer.h"
 #include "daemon/entry_clock.h"
+#include "daemon/park.h"
 #include "daemon/store/keys.h"
 #include "keyload/v1/queue.pb-c.h"
 #include "keyload/v1/store.pb-c.h"
@@ -92,6 +93,7 @@ struct kl_node {
     node_entry *proposed;        /* own entries proposed, not applied yet, in index order */
     size_t n_proposed, cap_proposed;
     kl_node_costs costs;
+    kl_park park;                /* Receives waiting for messages (park.h) */
 };
 
 static uint64_t mono_ns(void)
@@ -293,6 +295,23 @@ static kl_code ws_pack(const Keyload__V1__WriteSet *w, kl_buf *out, kl_err *err)
     return bad ? kl_fail(err, KL_INTERNAL, "memory", "out of memory encoding a write-set") : KL_OK;
 }
 
+/* Wakes the parked Receives whose queues this applied entry made messages available in
+ * (or changed the leases and delays of). */
+static void park_note_entry(kl_node *n, const Keyload__V1__LogEntry *e)
+{
+    for (size_t i = 0; i < e->n_write_sets; i++)
+        for (size_t j = 0; j < e->write_sets[i]->n_ops; j++)
+            kl_park_note_key(&n->park, e->write_sets[i]->ops[j]->key.data, e->write_sets[i]->ops[j]->key.len);
+}
+
+/* Answers every parked Receive with err: nothing of theirs was proposed. */
+static void park_drop(kl_node *n, const kl_err *err)
+{
+    kl_parked *p;
+    while ((p = kl_park_take_any(&n->park)) != NULL)
+        kl_parked_answer(p, err->code, err, NULL, 0);
+}
+
 static kl_code apply_encoded(kl_node *n, const uint8_t *bytes, size_t len, kl_err *err)
 {
     uint64_t t0 = mono_ns();
@@ -302,6 +321,8 @@ static kl_code apply_encoded(kl_node *n, const uint8_t *bytes, size_t len, kl_er
     uint64_t t1 = mono_ns();
     kl_entry_clock_observe(&n->clock, e->time_unix_ms, boot_ns(n));
     kl_code rc = kl_store_apply(n->store, e, err);
+    if (rc == KL_OK && n->park.n > 0)
+        park_note_entry(n, e);
     keyload__v1__log_entry__free_unpacked(e, NULL);
     n->costs.apply_decode_ns += t1 - t0;
     n->costs.apply_write_ns += mono_ns() - t1;
@@ -342,6 +363,9 @@ static kl_code apply_own(kl_node *n, node_entry *own, kl_err *err)
     e.write_sets = own->sets;
     kl_entry_clock_observe(&n->clock, e.time_unix_ms, boot_ns(n));
     kl_code rc = kl_store_apply(n->store, &e, err);
+    /* The leader holds the parked Receives, and its own entries skip apply_encoded. */
+    if (rc == KL_OK && n->park.n > 0)
+        park_note_entry(n, &e);
     entry_free(own);
     memmove(n->proposed, n->proposed + 1, (n->n_proposed - 1) * sizeof *n->proposed);
     n->n_proposed--;
@@ -534,6 +558,9 @@ kl_code kl_node_apply(kl_node *n, uint64_t index, uint64_t term, const uint8_t *
         kl_fail(&lost, KL_UNKNOWN_WRITE_OUTCOME, "apply_failed",
                 "the member failed to apply committed state; retry with the same command id");
         drop_pending(n, &lost);
+        kl_fail(&lost, KL_UNAVAILABLE, "node_broken",
+                "this member stopped accepting writes after a storage failure; nothing was written, retry");
+        park_drop(n, &lost);
         return rc;
     }
     if (waited)
@@ -584,6 +611,10 @@ void kl_node_role(kl_node *n, bool serving)
                 "this member stopped leading before the batch was answered; retry with the same "
                 "command id");
         drop_pending(n, &lost);
+        kl_fail(&lost, KL_NOT_LEADER, "leader_changed",
+                "this member stopped leading while the receive waited for messages; nothing was "
+                "written, retry on the leader");
+        park_drop(n, &lost);
         n->pinc_proposed = 0;
     }
     n->serving = serving;
@@ -813,6 +844,19 @@ static kl_code batch_outcome(const char *principal, uint64_t policy_epoch,
     return rc;
 }
 
+/* Whether a batch that evaluated without refusal holds only Receives that lease nothing
+ * and do no housekeeping: such a batch changes nothing, so it commits nothing. */
+static kl_code batch_idle(kl_node *n, const Keyload__V1__BatchRequest *b, const kl_overlay *scratch,
+                          bool *idle, kl_err *err)
+{
+    uint32_t wait_ms;
+    kl_park_receive_only(b, idle, &wait_ms);
+    if (!*idle)
+        return KL_OK;
+    kl_view base = {.store = n->store, .pending = &n->overlay, .scan_limit = UINT64_MAX};
+    return kl_park_idle(&base, scratch, idle, err);
+}
+
 /* One batch evaluated for a slot (index, term), ready to join the group there. */
 typedef struct batch_eval {
     kl_overlay scratch;          /* its writes, the outcome record included */
@@ -822,6 +866,7 @@ typedef struct batch_eval {
     kl_buf packed;               /* the same, encoded as LogEntry field 5 */
     bool refused;                /* a committed refusal: only the outcome is written */
     kl_err refusal;
+    bool idle;                   /* only Receives that lease nothing: nothing to commit */
 } batch_eval;
 
 static void batch_eval_free(batch_eval *ev)
@@ -865,6 +910,11 @@ static kl_code batch_evaluate(kl_node *n, const char *principal, const Keyload__
         ev->refused = true;
         kl_overlay_clear(&ev->scratch);
     }
+    /* Checked before the outcome record joins the scratch writes. */
+    if (!ev->refused && (rc = batch_idle(n, b, &ev->scratch, &ev->idle, err)) != KL_OK)
+        return rc;
+    if (ev->idle)
+        return KL_OK;
     t0 = mono_ns();
     if (!ev->refused && encode_receipt(&ev->receipt, b, n->cfg.partition, index, term, now, &ev->results,
                                        digest, ev->catalog.version) != 0)
@@ -988,8 +1038,52 @@ static kl_code group_join(kl_node *n, const char *principal, const Keyload__V1__
     return KL_OK;
 }
 
-void kl_node_submit_batch(kl_node *n, const char *principal, const uint8_t *req, size_t len,
-                          kl_node_reply_fn fn, void *cookie)
+/* A batch of Receives that leases nothing: parked until messages come or its wait ends
+ * (wait_ms, bounded by the caller's wait_cap_ms; `again`: it waited already), else answered
+ * with its empty results under index 0: nothing is proposed and no outcome stored. */
+static void idle_answer(kl_node *n, const Keyload__V1__BatchRequest *b, const char *principal,
+                        const uint8_t *req, size_t len, const uint8_t digest[KL_DIGEST_LEN],
+                        int64_t wait_cap_ms, kl_parked *again, const kl_buf *results, int64_t entry_ms,
+                        kl_node_reply_fn fn, void *cookie)
+{
+    bool receive_only;
+    uint32_t wait_ms;
+    kl_park_receive_only(b, &receive_only, &wait_ms);
+    int64_t now = n->io.clock_ms(n->io.ctx);
+    int64_t until = again ? again->until_ms : now + (wait_ms < wait_cap_ms ? (int64_t)wait_ms : wait_cap_ms);
+    kl_err err;
+    kl_code rc = KL_OK;
+    if (now < until) {
+        kl_parked *p = again ? again : kl_parked_new(principal, b->command_id.data, digest, req, len);
+        kl_view base = {.store = n->store, .pending = &n->overlay, .scan_limit = UINT64_MAX};
+        if (p == NULL || (again == NULL && kl_parked_add_waiter(p, fn, cookie) != 0))
+            rc = kl_fail(&err, KL_UNAVAILABLE, "memory", "out of memory parking the receive; retry");
+        if (rc == KL_OK && (rc = kl_park_watch(&base, b, p, &err)) == KL_OK) {
+            p->until_ms = until;
+            p->woken = false;
+            rc = kl_park_insert(&n->park, p, &err);
+        }
+        if (rc == KL_OK)
+            return;
+        if (again == NULL)
+            kl_parked_free(p);
+        fn(cookie, rc, &err, NULL, 0); /* again: fn answers every waiter and frees it */
+        return;
+    }
+    kl_buf receipt = {0};
+    if (encode_receipt(&receipt, b, n->cfg.partition, 0, 0, entry_ms, results, digest, 0) != 0) {
+        kl_fail(&err, KL_INTERNAL, "memory", "out of memory encoding the receipt");
+        fn(cookie, err.code, &err, NULL, 0);
+    } else {
+        fn(cookie, KL_OK, NULL, receipt.p, receipt.len);
+    }
+    kl_buf_free(&receipt);
+}
+
+/* kl_node_submit_batch; wait_cap_ms bounds how long an idle Receive may be parked, and
+ * `again` is a parked request evaluated again (fn/cookie then answer all its waiters). */
+static void submit(kl_node *n, const char *principal, const uint8_t *req, size_t len, int64_t wait_cap_ms,
+                   kl_parked *again, kl_node_reply_fn fn, void *cookie)
 {
     kl_err err;
     kl_err_clear(&err);
@@ -1055,6 +1149,18 @@ void kl_node_submit_batch(kl_node *n, const char *principal, const uint8_t *req,
         }
         goto done;
     }
+    kl_parked *parked = kl_park_find(&n->park, principal, b->command_id.data);
+    if (parked != NULL) {
+        /* A retry of a Receive that waits for messages: answered with it. */
+        if (memcmp(parked->digest, digest, KL_DIGEST_LEN) != 0)
+            rc = kl_fail(&err, KL_CONFLICT, "command_id_reused",
+                         "command_id is in use by a different batch that waits for messages");
+        else if (kl_parked_add_waiter(parked, fn, cookie) != 0)
+            rc = kl_fail(&err, KL_INTERNAL, "memory", "out of memory");
+        if (rc != KL_OK)
+            goto fail;
+        goto done;
+    }
     bool found;
     if ((rc = replay_committed(n, principal, b->command_id.data, digest, subj.policy_epoch, &found, fn,
                                cookie, &err)) != KL_OK)
@@ -1070,6 +1176,10 @@ void kl_node_submit_batch(kl_node *n, const char *principal, const uint8_t *req,
     int64_t now = n->group.n > 0 ? n->group.time_ms : entry_time(n);
     if ((rc = batch_evaluate(n, principal, b, digest, &subj, &limits, index, term, now, &ev, &err)) != KL_OK)
         goto fail;
+    if (ev.idle) {
+        idle_answer(n, b, principal, req, len, digest, wait_cap_ms, again, &ev.results, now, fn, cookie);
+        goto done;
+    }
     if (!group_fits(n, &ev)) {
         /* Its write-set would take the group past its byte bound: propose the group, and
          * evaluate this batch again for the slot after it (its receipt names its index). */
@@ -1085,6 +1195,10 @@ void kl_node_submit_batch(kl_node *n, const char *principal, const uint8_t *req,
         now = entry_time(n);
         if ((rc = batch_evaluate(n, principal, b, digest, &subj, &limits, index, term, now, &ev, &err)) != KL_OK)
             goto fail;
+        if (ev.idle) {
+            idle_answer(n, b, principal, req, len, digest, wait_cap_ms, again, &ev.results, now, fn, cookie);
+            goto done;
+        }
     }
     if ((rc = group_join(n, principal, b, digest, &ev, index, term, now, fn, cookie, &err)) != KL_OK)
         goto fail;
@@ -1101,6 +1215,38 @@ done:
     node_subject_free(&subj);
     keyload__v1__batch_request__free_unpacked(b, NULL);
 }
+
+void kl_node_submit_batch(kl_node *n, const char *principal, const uint8_t *req, size_t len,
+                          kl_node_reply_fn fn, void *cookie)
+{
+    submit(n, principal, req, len, KL_RECEIVE_WAIT_MS_MAX, NULL, fn, cookie);
+}
+
+void kl_node_submit_batch_wait(kl_node *n, const char *principal, const uint8_t *req, size_t len,
+                               int64_t wait_cap_ms, kl_node_reply_fn fn, void *cookie)
+{
+    submit(n, principal, req, len, wait_cap_ms > 0 ? wait_cap_ms : 0, NULL, fn, cookie);
+}
+
+void kl_node_park_tick(kl_node *n)
+{
+    int64_t now = n->io.clock_ms(n->io.ctx);
+    /* Each request at most once per tick: one parked again stays due when its queue's
+     * due lease has not reached partition time yet. */
+    size_t budget = n->park.n;
+    kl_parked *p;
+    while (budget-- > 0 && (p = kl_park_take_due(&n->park, now)) != NULL)
+        submit(n, p->principal, p->req, p->len, 0, p, kl_parked_answer, p);
+}
+
+bool kl_node_park_due(const kl_node *n)
+{
+    return kl_park_any_due(&n->park, n->io.clock_ms(n->io.ctx));
+}
+
+size_t kl_node_parked(const kl_node *n) { return n->park.n; }
+
+void kl_node_park_drop(kl_node *n, const kl_err *err) { park_drop(n, err); }
 
 /* ---- catalog tail ---- */
 
@@ -1579,6 +1725,9 @@ void kl_node_close(kl_node *n)
             (unsigned long long)c->own_entries_applied, (unsigned long long)c->eval_ns,
             (unsigned long long)c->encode_ns, (unsigned long long)c->propose_ns,
             (unsigned long long)c->apply_decode_ns, (unsigned long long)c->apply_write_ns);
+    kl_fail(&err, KL_UNAVAILABLE, "shutdown",
+            "the member shut down while the receive waited for messages; nothing was written, retry");
+    park_drop(n, &err);
     free(n->pend);
     free(n->proposed);
     kl_buf_free(&n->group_bytes);

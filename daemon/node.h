@@ -111,6 +111,22 @@ void kl_node_submit_batch(kl_node *n, const char *principal, const uint8_t *req,
  * overlay. Called by the driver after io.flush_soon, and by the node itself before anything
  * else is proposed. */
 void kl_node_flush(kl_node *n);
+/* kl_node_submit_batch for a caller that can wait at most wait_cap_ms (its deadline): a
+ * batch of Receives that leases nothing commits nothing; when a Receive asks to wait
+ * (wait_ms) the request is parked (daemon/park.h) until messages come or the wait,
+ * bounded by wait_cap_ms, ends. kl_node_submit_batch bounds it by KL_RECEIVE_WAIT_MS_MAX.
+ * A parked request is answered NOT_LEADER when this member stops leading, UNAVAILABLE when
+ * it closes; the cap refuses RESOURCE_EXHAUSTED "parked_receives". */
+void kl_node_submit_batch_wait(kl_node *n, const char *principal, const uint8_t *req, size_t len,
+                               int64_t wait_cap_ms, kl_node_reply_fn fn, void *cookie);
+/* Evaluates again the parked requests that are due (woken by an applied entry, a lease or
+ * delay ending, or their wait ending). Call it often (the service's timer) and soon after
+ * an apply for which kl_node_park_due says so. */
+void kl_node_park_tick(kl_node *n);
+bool kl_node_park_due(const kl_node *n);
+size_t kl_node_parked(const kl_node *n);
+/* Answers every parked request with err (e.g. the catalog lease ran out). */
+void kl_node_park_drop(kl_node *n, const kl_err *err);
 
 /* Proposes an encoded CatalogChange tailed from partition 0 (data partitions only). KL_OK
  * when proposed, or when that version is already applied or proposed (nothing to do).

@@ -14,7 +14,9 @@
     "  --field types: k=v (string), k:string=v, k:int=5, k:double=1.5, k:bool=true,\n"        \
     "                 k:bytes=BASE64"
 #define USAGE_RECEIVE                                                                         \
-    "keyload [GLOBAL OPTIONS] receive QUEUE[/LANE] [--max N] [--lease-ms MS] [--command-id GUID]"
+    "keyload [GLOBAL OPTIONS] receive QUEUE[/LANE] [--max N] [--lease-ms MS] [--wait-ms MS]\n"  \
+    "         [--command-id GUID]\n"                                                         \
+    "  --wait-ms: when no message is available, wait up to MS (0..30000) for one"
 
 /* Reads a whole file ("-" = stdin) into *out (malloc'd). */
 static int read_body_file(cli *c, const char *path, uint8_t **out, size_t *len)
@@ -254,7 +256,7 @@ int cli_cmd_receive(cli *c, int argc, char **argv)
 {
     c->usage = USAGE_RECEIVE;
     const char *target = NULL, *command_id = NULL, *pos;
-    uint64_t max = 1, lease_ms = 0;
+    uint64_t max = 1, lease_ms = 0, wait_ms = 0;
     cli_args a;
     cli_args_init(&a, argc, argv);
     cli_arg_kind k;
@@ -280,6 +282,9 @@ int cli_cmd_receive(cli *c, int argc, char **argv)
         } else if (cli_opt_is(&a, "--lease-ms")) {
             if (!cli_parse_u64(c, "--lease-ms", v, UINT32_MAX, &lease_ms))
                 return CLI_EXIT_USAGE;
+        } else if (cli_opt_is(&a, "--wait-ms")) {
+            if (!cli_parse_u64(c, "--wait-ms", v, KL_RECEIVE_WAIT_MS_MAX, &wait_ms))
+                return CLI_EXIT_USAGE;
         } else if (cli_opt_is(&a, "--command-id")) {
             command_id = v;
         } else {
@@ -301,7 +306,7 @@ int cli_cmd_receive(cli *c, int argc, char **argv)
     kl_err err;
     kl_receipt *r = NULL;
     const Keyload__V1__MutationResult *res = NULL;
-    if (kl_batch_receive(b, queue, lane, (uint32_t)max, (uint32_t)lease_ms, &err) != KL_OK)
+    if (kl_batch_receive_wait(b, queue, lane, (uint32_t)max, (uint32_t)lease_ms, (uint32_t)wait_ms, &err) != KL_OK)
         rc = cli_error(c, &err);
     else
         rc = cli_send_result(c, b, KEYLOAD__V1__MUTATION_RESULT__KIND_RECEIVED, &r, &res);

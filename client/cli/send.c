@@ -52,7 +52,10 @@ const char *cli_receipt_tag(const kl_receipt *r, char *buf, size_t cap)
     char id[KL_GUID_TEXT_LEN + 1] = "?";
     if (d->command_id.len == KL_GUID_LEN)
         kl_guid_format(d->command_id.data, id);
-    snprintf(buf, cap, "(command %s, index %llu)", id, (unsigned long long)d->index);
+    if (d->index == 0) /* a Receive that leased nothing: nothing was committed */
+        snprintf(buf, cap, "(command %s, nothing committed)", id);
+    else
+        snprintf(buf, cap, "(command %s, index %llu)", id, (unsigned long long)d->index);
     return buf;
 }
 

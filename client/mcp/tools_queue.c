@@ -167,11 +167,13 @@ static kl_code enqueue(kl_client *c, kl_batch *b, const json_t *args, kl_err *er
 static kl_code receive(kl_client *c, kl_batch *b, const json_t *args, kl_err *err)
 {
     (void)c;
-    int64_t max = 1, lease_ms = 0; /* the CLI's defaults: one message, the daemon's lease */
+    /* the CLI's defaults: one message, the daemon's lease, no wait */
+    int64_t max = 1, lease_ms = 0, wait_ms = 0;
     mcp_arg_int(args, "max", &max);
     mcp_arg_int(args, "lease_ms", &lease_ms);
-    return kl_batch_receive(b, mcp_arg_str(args, "queue"), mcp_arg_str(args, "lane"),
-                            (uint32_t)max, (uint32_t)lease_ms, err);
+    mcp_arg_int(args, "wait_ms", &wait_ms);
+    return kl_batch_receive_wait(b, mcp_arg_str(args, "queue"), mcp_arg_str(args, "lane"),
+                                 (uint32_t)max, (uint32_t)lease_ms, (uint32_t)wait_ms, err);
 }
 
 /* ack and release: the lease tokens (base64) decoded, then one mutation. */
@@ -350,6 +352,9 @@ static const mcp_arg receive_args[] = {
     {"max", MCP_ARG_INTEGER, false, "messages to lease at most (default 1)", 1, U32_MAX_, NULL, 0},
     {"lease_ms", MCP_ARG_INTEGER, false, "visibility timeout in ms (0: the daemon's default)", 0,
      U32_MAX_, NULL, 0},
+    {"wait_ms", MCP_ARG_INTEGER, false,
+     "when no message is available, wait up to this long for one (long poll; 0: answer at once)",
+     0, KL_RECEIVE_WAIT_MS_MAX, NULL, 0},
     END_ARG};
 static const mcp_arg lease_args[] = {
     QUEUE_ARG(true),
@@ -401,7 +406,8 @@ const mcp_tool mcp_queue_tools[] = {
      enqueue_args, enqueue, NULL, true, false},
     {"receive",
      "Lease up to max messages (keyload receive); answers the receipt with each message, its "
-     "body and its lease token.", receive_args, receive, NULL, true, false},
+     "body and its lease token. With wait_ms it waits for messages when none are available; a "
+     "receive that leases nothing commits nothing (receipt index 0).", receive_args, receive, NULL, true, false},
     {"ack", "Acknowledge leased messages by lease token (keyload ack).", lease_args, ack, NULL,
      true, false},
     {"release", "Give leased messages back now (keyload release).", lease_args, release, NULL,

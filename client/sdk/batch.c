@@ -176,6 +176,23 @@ kl_code kl_batch_enqueue(kl_batch *b, const char *queue, const char *lane,
 kl_code kl_batch_receive(kl_batch *b, const char *queue, const char *lane,
                          uint32_t max_messages, uint32_t lease_ms, kl_err *err)
 {
+    return kl_batch_receive_wait(b, queue, lane, max_messages, lease_ms, 0, err);
+}
+
+uint32_t kl_sdk_batch_wait_ms(const kl_batch *b)
+{
+    uint32_t w = 0;
+    for (size_t i = 0; i < b->n; i++)
+        if (b->muts[i]->kind_case == KEYLOAD__V1__MUTATION__KIND_RECEIVE && b->muts[i]->receive->wait_ms > w)
+            w = b->muts[i]->receive->wait_ms;
+    return w;
+}
+
+kl_code kl_batch_receive_wait(kl_batch *b, const char *queue, const char *lane, uint32_t max_messages,
+                              uint32_t lease_ms, uint32_t wait_ms, kl_err *err)
+{
+    if (wait_ms > KL_RECEIVE_WAIT_MS_MAX)
+        return kl_fail(err, KL_INVALID_ARGUMENT, "wait_ms", "wait_ms must be 0..%d", KL_RECEIVE_WAIT_MS_MAX);
     kl_code rc = check_lane(queue, lane, err);
     if (rc != KL_OK)
         return rc;
@@ -185,6 +202,7 @@ kl_code kl_batch_receive(kl_batch *b, const char *queue, const char *lane,
     rv.lane = &ref;
     rv.max_messages = max_messages;
     rv.lease_ms = lease_ms;
+    rv.wait_ms = wait_ms;
     Keyload__V1__Mutation m = KEYLOAD__V1__MUTATION__INIT;
     m.kind_case = KEYLOAD__V1__MUTATION__KIND_RECEIVE;
     m.receive = &rv;

@@ -207,6 +207,7 @@ typedef struct call_spec {
     const char *command_id;    /* text, for messages (mutations only) */
     const uint8_t *req;
     size_t req_len;
+    int wait_ms;               /* a Receive may be held this long for messages (long poll) */
 } call_spec;
 
 static kl_code unknown_outcome(const call_spec *s, int timeout_ms, kl_err *err)
@@ -233,12 +234,13 @@ static kl_code call_partition(kl_client *c, int pid, const call_spec *s, uint8_t
                        "partition %d is not in the cluster file", pid);
     const kl_partition *p = &c->cluster.partitions[pi];
 
-    const int64_t deadline = now_ms() + c->timeout_ms;
+    const int64_t deadline = now_ms() + c->timeout_ms + s->wait_ms;
     int next = 0, target = leader_get(c, pi), redirects = 0;
     int hinted = target; /* tried first, so skipped in the first pass over the members */
     int64_t pause = 50;
     bool alive = false;       /* some member answered this round without serving us */
     bool maybe_sent = false;  /* a request may have been executed without our knowing */
+    uint64_t lost = 0;        /* members whose connection failed during this call */
     kl_err last;
     kl_fail(&last, KL_UNAVAILABLE, "no_member",
             "no member of partition %d could be reached", pid);
@@ -277,9 +279,15 @@ static kl_code call_partition(kl_client *c, int pid, const call_spec *s, uint8_t
         kl_err_clear(&e);
         if (conn_get(c, pi, p, mi, attempt_ms, &conn, &e) != KL_OK) {
             leader_forget(c, pi, mi);
+            lost |= 1ull << (mi & 63);
             last = e;
             continue;
         }
+        /* A Receive may wait at the member: the attempt grows by its wait, except at a
+         * member whose connection failed in this call (a send to a dead member waits the
+         * whole attempt for a connection that never comes). */
+        if (s->wait_ms > 0 && !(lost >> (mi & 63) & 1))
+            attempt_ms = (int)(left < per + s->wait_ms ? left : per + s->wait_ms);
         char leader[KL_URL_MAX] = "";
         kl_code rc = c->principal != NULL
                          ? kl_sdk_sealed_invoke(c->principal, p, pi, mi, conn, s->method, s->req,
@@ -311,6 +319,8 @@ static kl_code call_partition(kl_client *c, int pid, const call_spec *s, uint8_t
         case KL_UNAVAILABLE:
             /* Not sent, or refused before being proposed: the next member may serve it. */
             alive = alive || !local_failure(&e);
+            if (local_failure(&e))
+                lost |= 1ull << (mi & 63);
             last = e;
             continue;
         case KL_DEADLINE_EXCEEDED:
@@ -318,6 +328,7 @@ static kl_code call_partition(kl_client *c, int pid, const call_spec *s, uint8_t
                 /* Lost answer or connection: it may have executed. Retrying elsewhere
                  * with the same bytes is safe and may still learn the outcome. */
                 maybe_sent = true;
+                lost |= 1ull << (mi & 63);
                 alive = true;
                 last = e;
                 continue;
@@ -492,7 +503,8 @@ static kl_code send_batch(kl_client *c, const kl_batch *b, int pid, const uint8_
                           kl_receipt **out, kl_err *err)
 {
     call_spec s = {.method = METHOD_BATCH, .mutation = true,
-                   .command_id = kl_batch_command_id(b), .req = req, .req_len = req_len};
+                   .command_id = kl_batch_command_id(b), .req = req, .req_len = req_len,
+                   .wait_ms = (int)kl_sdk_batch_wait_ms(b)};
     uint8_t *ans;
     size_t ans_len;
     kl_code rc = call_partition(c, pid, &s, &ans, &ans_len, err);

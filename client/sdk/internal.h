@@ -28,6 +28,9 @@ struct kl_batch {
      * client fills them when encoding. */
     Keyload__V1__Mutation **muts;
 };
+/* The longest Receive.wait_ms of the batch (0: none waits). */
+uint32_t kl_sdk_batch_wait_ms(const kl_batch *b);
+
 
 /* Name rules: 1..KL_SDK_NAME_MAX bytes; identifiers hold only letters, digits and . _ - :
  * (the daemon's rule, daemon/engine/validate.c). `what` names the field in the error. */

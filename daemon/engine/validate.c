@@ -207,6 +207,9 @@ static kl_code check_mutation(size_t idx, const Keyload__V1__Mutation *m, kl_err
             return kl_fail(err, KL_INVALID_ARGUMENT, "lease_ms",
                            "mutations[%zu].receive.lease_ms must be 0..%lld", idx,
                            (long long)KL_LEASE_MS_MAX);
+        if (m->receive->wait_ms > KL_RECEIVE_WAIT_MS_MAX)
+            return kl_fail(err, KL_INVALID_ARGUMENT, "wait_ms",
+                           "mutations[%zu].receive.wait_ms must be 0..%d", idx, KL_RECEIVE_WAIT_MS_MAX);
         return KL_OK;
     case KEYLOAD__V1__MUTATION__KIND_ACK:
         snprintf(where, sizeof where, "mutations[%zu].ack.queue", idx);

@@ -404,6 +404,7 @@ void kl_service_applied(kl_service *s)
         waiting = s->tails[i].call != NULL;
     if (waiting)
         wake_tails(s, false);
+    kl_service_park_applied(s);
 }
 
 void kl_service_role(kl_service *s, bool leader)

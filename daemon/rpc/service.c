@@ -1,6 +1,8 @@
 #include "daemon/rpc/service.h"
 
 #include "common/failpoint.h"
+#include "daemon/engine/engine.h"
+#include "daemon/park.h"
 #include "daemon/rpc/tailer.h"
 #include "keyload/v1/catalog.pb-c.h"
 #include "keyload/v1/query.pb-c.h"
@@ -66,6 +68,11 @@ struct kl_batch_call {
 typedef struct kl_batch_call batch_call;
 
 #define DEADLINE_MARGIN_MS 100     /* answer this long before the caller's deadline */
+/* A parked Receive's wait ends this long before its answer-by time: its idle answer comes
+ * at the next tick (TIMER_MS) at the latest, before the deadline would call it unknown. */
+#define PARK_SLACK_MS 60
+_Static_assert(KL_PARK_MAX + KL_SERVICE_MAX_READS < 128,
+               "parked receives and waiting reads must leave client contexts (main.c: 128) free");
 
 static int64_t wall_now_ms(void)
 {
@@ -221,7 +228,39 @@ void kl_service_submit_batch(kl_service *s, kl_rpc_call *call, const uint8_t *p,
     s->batches = bc;
     /* The outcome namespace is per principal: a session's batches never meet the local
      * principal's command ids, nor another principal's. */
-    kl_node_submit_batch(s->node, kl_service_principal(call), p, len, batch_answered, bc);
+    int64_t wait_cap = KL_RECEIVE_WAIT_MS_MAX;
+    if (bc->answer_by_ms > 0)
+        wait_cap = bc->answer_by_ms - wall_now_ms() - PARK_SLACK_MS;
+    kl_node_submit_batch_wait(s->node, kl_service_principal(call), p, len, wait_cap, batch_answered, bc);
+}
+
+/* Parked Receives due now are evaluated again, each under the catalog lease: one that ran
+ * out answers them all UNAVAILABLE (nothing was written; retrying helps once it holds). */
+static void park_tick(kl_service *s)
+{
+    int64_t age;
+    if (kl_node_parked(s->node) == 0)
+        return;
+    if (s->tailer != NULL && !kl_tailer_lease_valid(s->tailer, &age)) {
+        kl_err e;
+        kl_fail(&e, KL_UNAVAILABLE, "catalog_lease",
+                "partition %d's catalog lease ran out while the receive waited for messages "
+                "(partition 0 is unreachable or behind); nothing was written, retry",
+                s->partition->id);
+        kl_node_park_drop(s->node, &e);
+        return;
+    }
+    kl_node_park_tick(s->node);
+}
+
+static void on_park_timer(uv_timer_t *t) { park_tick(t->data); }
+
+/* After an apply: a Receive it woke is served on the next loop turn, outside the driver's
+ * apply (which must not propose from inside). */
+void kl_service_park_applied(kl_service *s)
+{
+    if (s->park_timer_started && kl_node_park_due(s->node))
+        uv_timer_start(&s->park_timer, on_park_timer, 0, 0);
 }
 
 /* Fresh reads, served once the barrier confirmed this member leads and has applied. */
@@ -468,6 +507,7 @@ static void on_timer(uv_timer_t *t)
 {
     kl_service *s = t->data;
     kl_service_catalog_tick(s);
+    park_tick(s); /* first: a wait that ended answers empty, not unknown by its deadline */
     kl_service_expire_batches(s);
     kl_service_expire_reads(s);
 }
@@ -478,6 +518,9 @@ void kl_service_start(kl_service *s, uv_loop_t *loop)
     s->timer.data = s;
     uv_timer_start(&s->timer, on_timer, TIMER_MS, TIMER_MS);
     s->timer_started = true;
+    uv_timer_init(loop, &s->park_timer);
+    s->park_timer.data = s;
+    s->park_timer_started = true;
 }
 
 void kl_service_stop(kl_service *s)
@@ -486,6 +529,11 @@ void kl_service_stop(kl_service *s)
         uv_timer_stop(&s->timer);
         uv_close((uv_handle_t *)&s->timer, NULL);
         s->timer_started = false;
+    }
+    if (s->park_timer_started) {
+        uv_timer_stop(&s->park_timer);
+        uv_close((uv_handle_t *)&s->park_timer, NULL);
+        s->park_timer_started = false;
     }
     kl_service_catalog_stop(s);
     kl_service_hello_kx_wipe(s);

@@ -91,6 +91,8 @@ typedef struct kl_service {
     } hello_refusals;
     uv_timer_t timer;                /* expires parked tails, barriers and batch deadlines */
     bool timer_started;
+    uv_timer_t park_timer;           /* serves parked Receives an apply woke, next loop turn */
+    bool park_timer_started;
 } kl_service;
 
 /* Starts the service's timer on loop (call once before serving); kl_service_stop closes
@@ -101,6 +103,8 @@ void kl_service_stop(kl_service *s);
 /* Called after every applied entry: wakes tails and barriers waiting for a new catalog
  * version. Cheap when nothing waits. */
 void kl_service_applied(kl_service *s);
+/* After every applied entry: schedules the parked Receives it woke. */
+void kl_service_park_applied(kl_service *s);
 /* Leadership moved: forget the progress learnt as leader. */
 void kl_service_role(kl_service *s, bool leader);
 

@@ -202,6 +202,19 @@ expect "delete an empty queue" 0 kl --json queue delete picked
 expect "deleted queue stats is NOT_FOUND" 1 kl --json queue stats picked
 [ "$(jq -r '.error.code' <<<"$out")" = NOT_FOUND ] && ok "deleted: NOT_FOUND" || bad "deleted stats: $out"
 expect "re-create a deleted queue" 0 kl --json queue create picked
+# Long poll: a receive that leases nothing commits nothing; --wait-ms waits for a message.
+expect "create lp" 0 kl queue create lp
+expect "receive on an empty queue" 0 kl receive lp
+grep -q "nothing committed" <<<"$out" && ok "empty receive: nothing committed" || bad "empty receive: $out"
+t0=$(date +%s%N)
+( sleep 1; kl enqueue lp late >/dev/null ) &
+lp_pid=$!
+expect "receive --wait-ms 20000" 0 kl --json receive lp --wait-ms 20000
+wait "$lp_pid"
+ms=$(( ($(date +%s%N) - t0) / 1000000 ))
+[ "$(jq -r '.results[0].messages[0].body_utf8' <<<"$out")" = late ] && [ "$ms" -lt 10000 ] &&
+  ok "the long poll got the message enqueued meanwhile (${ms} ms)" || bad "long poll ($ms ms): $out"
+expect "--wait-ms over 30000 is a usage error (exit 2)" 2 kl receive lp --wait-ms 30001
 expect "all-zero GUID is refused" 1 kl --json enqueue --command-id 00000000-0000-0000-0000-000000000000 jobs x
 expect "unknown command exits 2" 2 kl frobnicate
 expect "database without subcommand exits 2" 2 kl database

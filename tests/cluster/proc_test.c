@@ -1767,6 +1767,10 @@ int main(int argc, char **argv)
         {"conn: a member started with another replica_count is refused by its peers (counted, logged "
          "with both digests); the two that agree still commit",
          test_conn_peer_config},
+        {"long poll: empty receives and an idle 10 s wait append no entry and outlive the idle timeout, "
+         "a message enqueued meanwhile is delivered at once, a retry joins, the cap refuses, a killed "
+         "leader's waiting receive goes on at the next",
+         test_long_poll},
     };
     int passed = 0, failed = 0;
     for (size_t i = 0; i < sizeof tests / sizeof tests[0]; i++) {
@@ -1790,6 +1794,7 @@ int main(int argc, char **argv)
         cc_after_test(failures_in_test != 0);
         cn_stop_all();
         cn_stop_all_peers();
+        pl_stop_all();
         printf("%s %s (%lld ms)\n", failures_in_test ? "FAIL" : "ok  ", tests[i].name,
                (long long)(now_ms() - t0));
         fflush(stdout);

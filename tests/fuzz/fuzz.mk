@@ -21,7 +21,7 @@ FUZZ_GEN_H  := $(FUZZ_GEN_C:.c=.h)
 FUZZ_PROJ   := $(FUZZ_GEN_C) $(filter-out common/rpc.c,$(wildcard common/*.c)) \
                $(wildcard daemon/engine/*.c) $(wildcard daemon/store/*.c)
 FUZZ_OBJ    := $(patsubst %.c,$(FUZZ_DIR)/obj/%.o,$(FUZZ_PROJ) tests/fuzz/fuzz_envelope.c)
-FUZZ_BATCH_OBJ := $(patsubst %.c,$(FUZZ_DIR)/obj/%.o,$(FUZZ_PROJ) daemon/node.c daemon/entry_clock.c tests/fuzz/fuzz_batch.c)
+FUZZ_BATCH_OBJ := $(patsubst %.c,$(FUZZ_DIR)/obj/%.o,$(FUZZ_PROJ) daemon/node.c daemon/entry_clock.c daemon/park.c tests/fuzz/fuzz_batch.c)
 FUZZ_Q1_OBJ := $(patsubst %.c,$(FUZZ_DIR)/obj/%.o,$(FUZZ_PROJ) tests/fuzz/fuzz_q1.c)
 
 .PHONY: fuzz-all

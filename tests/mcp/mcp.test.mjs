@@ -137,6 +137,23 @@ async function main() {
   r = okOf(await call(client, 'queue_stats', { queue: 'src' }));
   check('queue_stats after ack: 0 messages', r?.messages === 0, r);
 
+  // ---- long poll: a receive that leases nothing commits nothing; wait_ms waits for a message
+  let t0 = Date.now();
+  r = okOf(await call(client, 'receive', { queue: 'src', lane: 'eu', wait_ms: 500 }));
+  check('receive wait_ms 500 on an empty lane: no message, nothing committed (index 0), after the wait',
+    r?.results?.[0]?.messages?.length === 0 && r.index === 0 && Date.now() - t0 >= 450, { r, ms: Date.now() - t0 });
+  const other = (await connect('root', rootKey)).client;
+  t0 = Date.now();
+  const waiting = call(client, 'receive', { queue: 'src', lane: 'eu', wait_ms: 15000 });
+  await new Promise((res) => setTimeout(res, 500));
+  okOf(await call(other, 'enqueue', { queue: 'src', lane: 'eu', body: 'while waiting' }));
+  r = okOf(await waiting);
+  m = r?.results?.[0]?.messages?.[0];
+  check('receive wait_ms 15000: the message enqueued meanwhile, long before the wait ends',
+    m?.body_utf8 === 'while waiting' && r.index > 0 && Date.now() - t0 < 10000, { r, ms: Date.now() - t0 });
+  okOf(await call(client, 'ack', { queue: 'src', lease_tokens: [m.lease_token] }));
+  check('wait_ms over 30000: -32602', await rpcError(client, 'receive', { queue: 'src', wait_ms: 30001 }) === ErrorCode.InvalidParams);
+
   // ---- grants the transfer checks need (an administrator's data grants are checked too)
   for (const p of ['QueuePublish', 'QueueConsume', 'QueueInspect']) {
     r = okOf(await call(client, 'principal_grant', { principal_id: 'root', permission: p, queue_pattern: '*', fields: ['*'], headers: ['*'] }));

@@ -489,6 +489,12 @@ void th_receive(th_batch *b, const char *queue, const char *lane, uint32_t max, 
     m->receive = r;
 }
 
+void th_receive_wait(th_batch *b, const char *queue, uint32_t max, uint32_t lease_ms, uint32_t wait_ms)
+{
+    th_receive(b, queue, NULL, max, lease_ms);
+    b->b.mutations[b->b.n_mutations - 1]->receive->wait_ms = wait_ms;
+}
+
 static ProtobufCBinaryData *tokens(th_batch *b, const uint8_t *t, size_t n)
 {
     ProtobufCBinaryData *v = own(b, n * sizeof *v);

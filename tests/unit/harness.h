@@ -104,6 +104,8 @@ void th_enqueue_keys(th_batch *b, const char *queue, const char *body, const cha
                      const char *header);
 void th_enqueue(th_batch *b, const char *queue, const char *lane, const char *body);
 void th_receive(th_batch *b, const char *queue, const char *lane, uint32_t max, uint32_t lease_ms);
+/* A Receive (default lane) that waits up to wait_ms for messages. */
+void th_receive_wait(th_batch *b, const char *queue, uint32_t max, uint32_t lease_ms, uint32_t wait_ms);
 void th_ack(th_batch *b, const char *queue, const uint8_t *tokens, size_t n);
 void th_release(th_batch *b, const char *queue, const uint8_t *tokens, size_t n);
 /* Encodes and frees the batch. */
