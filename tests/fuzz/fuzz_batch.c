@@ -948,6 +948,19 @@ static Keyload__V1__BatchReceipt *check_receipt(const reply *r, const uint8_t *r
     if (rc->command_id.len != b->command_id.len ||
         memcmp(rc->command_id.data, b->command_id.data, b->command_id.len) != 0)
         die("the receipt names another command id");
+    if (rc->index == 0) {
+        /* Nothing committed: allowed only for Receives that leased nothing. */
+        if (rc->term != 0 || rc->n_results != b->n_mutations)
+            die("an uncommitted receipt: term %llu, %zu results for %zu mutations",
+                (unsigned long long)rc->term, rc->n_results, b->n_mutations);
+        for (size_t i = 0; i < b->n_mutations; i++)
+            if (b->mutations[i]->kind_case != KEYLOAD__V1__MUTATION__KIND_RECEIVE ||
+                rc->results[i]->kind_case != KEYLOAD__V1__MUTATION_RESULT__KIND_RECEIVED ||
+                rc->results[i]->received->n_messages != 0)
+                die("an uncommitted receipt for a batch that is not only Receives leasing nothing");
+        keyload__v1__batch_request__free_unpacked(b, NULL);
+        return rc;
+    }
     if (rc->partition != 0 || rc->term != 1 || rc->index < 2 || rc->request_digest.len != KL_DIGEST_LEN)
         die("receipt header: partition %d term %llu index %llu digest %zu bytes", rc->partition,
             (unsigned long long)rc->term, (unsigned long long)rc->index, rc->request_digest.len);
@@ -1048,10 +1061,27 @@ static Keyload__V1__BatchReceipt *check_receipt(const reply *r, const uint8_t *r
     return rc;
 }
 
+/* Whether an OK reply is the receipt of a batch that committed nothing (index 0). */
+static bool receipt_uncommitted(const reply *r)
+{
+    Keyload__V1__BatchReceipt *rc = keyload__v1__batch_receipt__unpack(NULL, r->len, r->receipt);
+    bool idle = rc != NULL && rc->index == 0;
+    if (rc != NULL)
+        keyload__v1__batch_receipt__free_unpacked(rc, NULL);
+    return idle;
+}
+
+/* The replay promise is per committed command id: a batch that committed nothing is
+ * evaluated again, so only its being uncommitted again is compared, not its bytes. */
 static void expect_same(const reply *a, const reply *b, const char *what)
 {
     if (a->code != b->code)
         die("%s: %s, first time %s", what, kl_code_name(b->code), kl_code_name(a->code));
+    if (a->code == KL_OK && receipt_uncommitted(a)) {
+        if (!receipt_uncommitted(b))
+            die("%s: committed, first time nothing committed", what);
+        return;
+    }
     if (a->code == KL_OK && (a->len != b->len || memcmp(a->receipt, b->receipt, a->len) != 0))
         die("%s: a different receipt", what);
 }
