@@ -89,7 +89,7 @@ TXT
     # Relative paths: the launcher runs the coordinator from the repository root.
     (umask 077; jq -n --arg cl "$var/cluster.json" --arg db "$db" --arg key "$ckey" \
       '{cluster_file: $cl, database: $db, transfer_coordinator_principal_id: "coordinator",
-        principal_key_file: $key, flush_interval_ms: 100, workers: 4}' >"$ccfg.tmp")
+        principal_key_file: $key}' >"$ccfg.tmp")
     mv "$ccfg.tmp" "$ccfg"
     show "cat $ccfg   # written once, mode 0600; the launcher starts the coordinator when it exists"
   else
