@@ -1080,6 +1080,13 @@ static void idle_answer(kl_node *n, const Keyload__V1__BatchRequest *b, const ch
     kl_buf_free(&receipt);
 }
 
+static kl_code refuse_not_leader(const kl_node *n, kl_err *err)
+{
+    return kl_fail(err, KL_NOT_LEADER, "not_leader",
+                   "this member does not lead partition %d now; send the batch to the leader",
+                   n->cfg.partition);
+}
+
 /* kl_node_submit_batch; wait_cap_ms bounds how long an idle Receive may be parked, and
  * `again` is a parked request evaluated again (fn/cookie then answer all its waiters). */
 static void submit(kl_node *n, const char *principal, const uint8_t *req, size_t len, int64_t wait_cap_ms,
@@ -1124,9 +1131,7 @@ static void submit(kl_node *n, const char *principal, const uint8_t *req, size_t
     bool serving;
     group_next(n, &index, &term, &serving);
     if (!serving) {
-        rc = kl_fail(&err, KL_NOT_LEADER, "not_leader",
-                     "this member does not lead partition %d now; send the batch to the leader",
-                     n->cfg.partition);
+        rc = refuse_not_leader(n, &err);
         goto fail;
     }
     if (n->io.admit != NULL && (rc = n->io.admit(n->io.ctx, &err)) != KL_OK)
@@ -1172,33 +1177,28 @@ static void submit(kl_node *n, const char *principal, const uint8_t *req, size_t
                      "the write pipeline is full (%zu batches pending); retry shortly", n->n_pend);
         goto fail;
     }
-    /* Batches of one group share its slot and its time. */
+    /* Batches of one group share its slot and its time. At most two passes: after the
+     * flush the group is empty, and an empty group fits any batch. */
     int64_t now = n->group.n > 0 ? n->group.time_ms : entry_time(n);
-    if ((rc = batch_evaluate(n, principal, b, digest, &subj, &limits, index, term, now, &ev, &err)) != KL_OK)
-        goto fail;
-    if (ev.idle) {
-        idle_answer(n, b, principal, req, len, digest, wait_cap_ms, again, &ev.results, now, fn, cookie);
-        goto done;
-    }
-    if (!group_fits(n, &ev)) {
-        /* Its write-set would take the group past its byte bound: propose the group, and
-         * evaluate this batch again for the slot after it (its receipt names its index). */
-        batch_eval_free(&ev);
-        kl_node_flush(n);
-        group_next(n, &index, &term, &serving);
-        if (!serving) {
-            rc = kl_fail(&err, KL_NOT_LEADER, "not_leader",
-                         "this member does not lead partition %d now; send the batch to the leader",
-                         n->cfg.partition);
-            goto fail;
-        }
-        now = entry_time(n);
+    for (;;) {
         if ((rc = batch_evaluate(n, principal, b, digest, &subj, &limits, index, term, now, &ev, &err)) != KL_OK)
             goto fail;
         if (ev.idle) {
             idle_answer(n, b, principal, req, len, digest, wait_cap_ms, again, &ev.results, now, fn, cookie);
             goto done;
         }
+        if (group_fits(n, &ev))
+            break;
+        /* Its write-set would take the group past its byte bound: propose the group, and
+         * evaluate this batch again for the slot after it (its receipt names its index). */
+        batch_eval_free(&ev);
+        kl_node_flush(n);
+        group_next(n, &index, &term, &serving);
+        if (!serving) {
+            rc = refuse_not_leader(n, &err);
+            goto fail;
+        }
+        now = entry_time(n);
     }
     if ((rc = group_join(n, principal, b, digest, &ev, index, term, now, fn, cookie, &err)) != KL_OK)
         goto fail;
