@@ -733,8 +733,13 @@ static void pump(kl_repl *r)
             bool early = r->rd.role == KL_RAFT_LEADER &&
                          (!r->rd.has_hard_state ||
                           (r->rd.hard.term == r->durable_term && r->rd.hard.vote == r->durable_vote));
-            r->durable_term = r->rd.hard.term;
-            r->durable_vote = r->rd.hard.vote;
+            if (r->rd.has_hard_state) {
+                /* A ready without a hard state carries none (its fields are zero): the
+                 * durable term and vote stay what the last write synced, or every later
+                 * commit-only ready would look like a term change and cost an fsync. */
+                r->durable_term = r->rd.hard.term;
+                r->durable_vote = r->rd.hard.vote;
+            }
             kl_err err;
             if (!job_fill(r)) {
                 kl_fail(&err, KL_INTERNAL, "memory", "out of memory preparing a log write");

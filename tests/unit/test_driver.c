@@ -498,6 +498,37 @@ START_TEST(three_members_elect_and_replicate)
 }
 END_TEST
 
+/* One at a time (a lone client): each entry costs the leader one synced write. A ready
+ * that carries only a new commit index must not be taken for a term or vote change (which
+ * would add an fsync per entry and hold the leader's appends behind its own write). */
+START_TEST(one_synced_write_per_lone_entry)
+{
+    cluster_open(3, 3);
+    for (int i = 1; i <= 3; i++)
+        member_start(i);
+    int l = wait_leader();
+    uint64_t last = propose_many(l, 3);
+    wait_all_applied(last, 10000);
+    run_for(50);
+    kl_repl_counters before, after;
+    kl_repl_counters_get(mem[l].repl, &before);
+    enum { N = 20 };
+    for (int i = 0; i < N; i++) {
+        last = propose_many(l, 1);
+        uint64_t deadline = mono_ms() + 5000;
+        while (mem[l].applied < last && mono_ms() < deadline)
+            run_for(1);
+        ck_assert_uint_ge(mem[l].applied, last);
+    }
+    kl_repl_counters_get(mem[l].repl, &after);
+    uint64_t writes = after.persists - before.persists;
+    ck_assert_msg(writes >= N && writes <= N + 2, "%llu synced writes for %d entries",
+                  (unsigned long long)writes, N);
+    check_consistent();
+    cluster_close();
+}
+END_TEST
+
 START_TEST(replica_count_three_blocks_then_catches_up)
 {
     cluster_open(3, 3);
@@ -958,6 +989,7 @@ Suite *suite_driver(void)
     tcase_add_test(t, single_member);
     tcase_add_test(t, three_members_elect_and_replicate);
     tcase_add_test(t, replica_count_three_blocks_then_catches_up);
+    tcase_add_test(t, one_synced_write_per_lone_entry);
     tcase_add_test(t, leader_failover);
     tcase_add_test(t, restart_replays_from_applied);
     tcase_add_test(t, returning_leader_replaces_its_uncommitted_suffix);
