@@ -711,19 +711,19 @@ static void pump(kl_repl *r)
         }
         if (r->rd.has_hard_state || r->rd.truncate_from != 0 || r->rd.n_entries > 0) {
             /* Committed entries already in this member's durable log are applied (and their
-             * callers answered) now, not after this round's fsync: they are durable on a
-             * commit quorum, and waiting would make every reply under load cost two fsyncs.
-             * Entries this very write makes durable (a follower's) wait for it. Done before
-             * the write starts, so no apply ever waits behind the synced write.
+             * callers answered) while this round's write runs, not after its fsync: they
+             * are durable on a commit quorum, and waiting would make every reply under load
+             * cost two fsyncs. Entries this very write makes durable (a follower's) wait for
+             * it. The bound is taken before the write starts (the store's last index moves
+             * when it completes), and the write starts first: its fsync does not hold the
+             * applies up (kl_store_log_write syncs outside RocksDB's write queue), while an
+             * apply before it would delay every follower's acknowledgement.
              * An index this write truncates is not "already durable": the stored entry
              * there is the one being replaced, and applying its successor first would
              * leave applied state ahead of the log the write then refuses to cut. */
             uint64_t durable = kl_store_last_index(r->store);
             if (r->rd.truncate_from != 0 && r->rd.truncate_from - 1 < durable)
                 durable = r->rd.truncate_from - 1;
-            apply_committed(r, durable);
-            if (!live(r))
-                break;
             /* A leader's messages (appends, heartbeats) promise nothing about its own
              * disk: they go out now, so followers persist while the leader does (Raft
              * thesis §10.2.1). Its own copy counts toward a commit only once this write
@@ -761,6 +761,7 @@ static void pump(kl_repl *r)
                     send_msg(r, &r->rd.msgs[i]);
                 r->msgs_sent = true;
             }
+            apply_committed(r, durable);
             break;
         }
         finish_round(r);
@@ -816,6 +817,7 @@ static void on_flush(uv_check_t *h)
     if (!live(r))
         return;
     send_urgent(r);
+    pump(r);
     apply_early(r);
     pump(r);
 }
@@ -887,6 +889,7 @@ static void on_recv(void *owner, uint64_t from, const uint8_t *frame, size_t len
     }
     note_commit(r);
     send_urgent(r);
+    pump(r); /* a received append's write starts before anything is applied */
     apply_early(r);
     reads_early(r);
     pump(r);

@@ -10,11 +10,14 @@
  * after each persist completes, never re-entrantly (a callback that proposes only marks the
  * round for another pass):
  *   1. if no persist is in flight and the core has a ready, take it;
- *   2. apply its committed entries that an earlier write already made durable here;
- *   3. if it carries a hard state, a truncation or entries, write them in one synced RocksDB
+ *   2. if it carries a hard state, a truncation or entries, write them in one synced RocksDB
  *      batch on the thread pool ('L' records are encoded keyload.v1.LogEntry: a normal
  *      entry's data IS those bytes, a no-op is stored as LogEntry{term, index, raft_type=1});
  *      a leader whose term is already durable sends the ready's messages now;
+ *   3. while that write runs, apply the ready's committed entries that an EARLIER write
+ *      already made durable here (the bound is the store's last index before the write
+ *      started; the write syncs outside RocksDB's write queue, so these applies never wait
+ *      for its fsync);
  *   4. on the loop, once durable: send the messages (keyload.v1.RaftMessage, raft.proto),
  *      call apply for the remaining committed entries in order, read_ready for confirmed
  *      reads whose index is applied, read_dropped for reads the core dropped, role if
@@ -35,7 +38,7 @@
  *     and early leader sends wait while a ready that changes the term is outstanding;
  *   - an entry is applied only after its own local log write completed (applies skip the
  *     WAL, so an earlier apply could reach an SST file ahead of its log entry and the member
- *     would refuse to start): step 2 stops below the write's truncation point and
+ *     would refuse to start): step 3 stops below the write's truncation point and
  *     kl_raft_take_committed stops at the core's persisted index;
  *   - a truncation never races a write it would overwrite: it travels in the next ready,
  *     whose write starts only after the running one completed.
