@@ -47,7 +47,7 @@ typedef struct kl_store_identity {
 } kl_store_identity;
 
 typedef struct kl_store_options {
-    size_t write_buffer_bytes;  /* memtable size; small so nine daemons fit two cores */
+    size_t write_buffer_bytes;  /* memtable size (two of them at most) */
     size_t block_cache_bytes;
     /* May create a new store. False: a directory without a format record is refused
      * (FAILED_PRECONDITION, detail "init_store"): an emptied directory must not pass for a
