@@ -120,7 +120,7 @@ nemesis-test: all build/nemesis build/lossyfs
 build/golden: $(call obj,$(wildcard tests/golden/*.c)) $(DAEMON_OBJ) $(CORE_OBJ)
 	$(CC) $(CFLAGS) -o $@ $^ $(LIBS)
 
-golden-test: build/golden
+golden-test: build/golden bin/keyloadd
 	@bash tests/support/suite.sh "golden (byte-for-byte vectors, old store replay)" 120 bash tests/golden/check.sh
 
 # Unit tests: one Check runner, everything built with AddressSanitizer + UBSan.

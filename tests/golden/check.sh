@@ -2,7 +2,8 @@
 # make golden-test: regenerates the golden vectors with this tree's code and compares them
 # byte for byte with the checked-in ones (tests/golden/vectors), printing the first
 # difference of each file; then opens the checked-in store fixture written by an older
-# binary and replays every command id it recorded (tests/golden/README.md).
+# binary and replays every command id it recorded, in process and through a real
+# bin/keyloadd (tests/golden/README.md).
 #   --update   rewrites tests/golden/vectors (only for a deliberate, reviewed format change)
 set -u
 cd "$(dirname "$0")/../.."
@@ -47,6 +48,12 @@ if tar -xzf "$fixture" -C "$work/store" && ./build/golden replay "$work/store/fi
 else
   grep -v 'msg="write path costs"' "$work/replay.log" | tail -n 5
   echo "FAIL replay of $fixture"; failed=$((failed + 1))
+fi
+daemon_fixture=tests/golden/daemon-store-fixture-1e56d67.tar.gz
+if bash tests/golden/daemon-fixture.sh replay "$daemon_fixture"; then
+  echo "ok   replay of $daemon_fixture by bin/keyloadd"; passed=$((passed + 1))
+else
+  echo "FAIL replay of $daemon_fixture by bin/keyloadd"; failed=$((failed + 1))
 fi
 echo "$passed passed, $failed failed"
 [ "$failed" -eq 0 ]

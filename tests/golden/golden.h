@@ -86,6 +86,21 @@ void golden_canon_vectors(FILE *out);
  * (the state key space) to state_out. */
 void golden_dump_store(golden_node *g, FILE *state_out, FILE *log_out);
 
+/* One line of a fixture's requests.txt: "name partition principal code request answer
+ * detail" (hex; "-" for an empty answer or detail). Pointers point into the line; req and
+ * ans are malloc'd. */
+typedef struct golden_request {
+    const char *name, *principal, *code, *detail;
+    int partition;
+    uint8_t *req, *ans;
+    size_t req_len, ans_len;
+} golden_request;
+void golden_parse_request(char *line, golden_request *q);
+/* 0 when the reply is the recorded answer; else prints the first difference and returns 1. */
+int golden_compare(const golden_request *q, const golden_reply *r);
+/* The daemon fixture's commands (net.c); -1 when argv is none of them. */
+int golden_net_main(int argc, char **argv);
+
 void golden_hex(FILE *out, const uint8_t *p, size_t n);
 void golden_die(const char *fmt, ...) __attribute__((format(printf, 1, 2), noreturn));
 

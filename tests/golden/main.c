@@ -5,7 +5,8 @@
  *   golden fixture DIR      the workload's stores in DIR/p0..p2 and DIR/requests.txt
  *   golden replay DIR       opens DIR's stores, replays every request of requests.txt and
  *                           compares each answer byte for byte
- *   golden bench N          the workload, then N enqueue/receive/ack rounds (callgrind) */
+ *   golden bench N          the workload, then N enqueue/receive/ack rounds (callgrind)
+ *   golden secret | net-write | net-replay   the daemon fixture (net.c) */
 #include "tests/golden/build.h"
 #include "tests/golden/golden.h"
 
@@ -134,6 +135,10 @@ int main(int argc, char **argv)
         return golden_replay(argv[2]);
     if (argc == 3 && strcmp(argv[1], "bench") == 0)
         return golden_bench(strtol(argv[2], NULL, 10));
-    fprintf(stderr, "usage: golden vectors OUT | fixture DIR | replay DIR | bench N\n");
+    int rc = golden_net_main(argc, argv);
+    if (rc >= 0)
+        return rc;
+    fprintf(stderr, "usage: golden vectors OUT | fixture DIR | replay DIR | bench N | secret FILE |\n"
+                    "              net-write URL DIR | net-replay URL DIR\n");
     return 2;
 }

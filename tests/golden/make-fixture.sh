@@ -7,7 +7,7 @@
 # only on the commit it is named after; a new fixture is a new file, never a rewrite.
 set -eu
 cd "$(dirname "$0")/../.."
-commit=$(git rev-parse --short=7 HEAD)
+commit=$(git log -1 --format=%h -- daemon common proto)  # the code that wrote the stores
 make --no-print-directory build/golden >/dev/null
 work=$(mktemp -d /tmp/kl-golden-fixture.XXXXXX)
 trap 'rm -rf "$work"' EXIT

@@ -37,37 +37,51 @@ static void print_diff(const char *name, const uint8_t *want, size_t wn, const u
     printf("\n");
 }
 
-/* One line of requests.txt: name partition principal code request answer detail. Returns 0
- * when the replay answers the same. */
-static int replay_line(golden_run *run, char *line)
+void golden_parse_request(char *line, golden_request *q)
 {
     char *save = NULL;
-    char *name = strtok_r(line, " \n", &save), *part = strtok_r(NULL, " \n", &save);
-    char *principal = strtok_r(NULL, " \n", &save), *code = strtok_r(NULL, " \n", &save);
-    char *req_hex = strtok_r(NULL, " \n", &save), *ans_hex = strtok_r(NULL, " \n", &save);
-    char *detail = strtok_r(NULL, " \n", &save);
-    if (detail == NULL)
+    memset(q, 0, sizeof *q);
+    q->name = strtok_r(line, " \n", &save);
+    const char *part = strtok_r(NULL, " \n", &save);
+    q->principal = strtok_r(NULL, " \n", &save);
+    q->code = strtok_r(NULL, " \n", &save);
+    const char *req_hex = strtok_r(NULL, " \n", &save), *ans_hex = strtok_r(NULL, " \n", &save);
+    q->detail = strtok_r(NULL, " \n", &save);
+    if (q->detail == NULL)
         golden_die("malformed requests.txt line");
-    int p = atoi(part);
-    if (p < 0 || p >= GOLDEN_PARTITIONS)
-        golden_die("partition %d", p);
-    size_t rn, an;
-    uint8_t *req = unhex(req_hex, &rn), *ans = unhex(strcmp(ans_hex, "-") == 0 ? "" : ans_hex, &an);
-    golden_reply r;
-    golden_submit(&run->nodes[p], principal, req, rn, &r);
-    int bad = 0;
-    const char *now_detail = r.code != KL_OK && r.err.detail[0] ? r.err.detail : "-";
-    if (strcmp(kl_code_name(r.code), code) != 0 || strcmp(now_detail, detail) != 0) {
-        printf("FAIL replay %s: stored %s %s, now %s %s: %s\n", name, code, detail, kl_code_name(r.code),
-               now_detail, r.err.message);
-        bad = 1;
-    } else if (r.len != an || (an && memcmp(r.receipt, ans, an) != 0)) {
-        print_diff(name, ans, an, r.receipt, r.len);
-        bad = 1;
+    q->partition = atoi(part);
+    if (q->partition < 0 || q->partition >= GOLDEN_PARTITIONS)
+        golden_die("partition %d", q->partition);
+    q->req = unhex(req_hex, &q->req_len);
+    q->ans = unhex(strcmp(ans_hex, "-") == 0 ? "" : ans_hex, &q->ans_len);
+}
+
+int golden_compare(const golden_request *q, const golden_reply *r)
+{
+    const char *now_detail = r->code != KL_OK && r->err.detail[0] ? r->err.detail : "-";
+    if (strcmp(kl_code_name(r->code), q->code) != 0 || strcmp(now_detail, q->detail) != 0) {
+        printf("FAIL replay %s: stored %s %s, now %s %s: %s\n", q->name, q->code, q->detail, kl_code_name(r->code),
+               now_detail, r->err.message);
+        return 1;
     }
+    if (r->len != q->ans_len || (q->ans_len && memcmp(r->receipt, q->ans, q->ans_len) != 0)) {
+        print_diff(q->name, q->ans, q->ans_len, r->receipt, r->len);
+        return 1;
+    }
+    return 0;
+}
+
+/* Replays one recorded request on its partition; 0 when answered the same. */
+static int replay_line(golden_run *run, char *line)
+{
+    golden_request q;
+    golden_parse_request(line, &q);
+    golden_reply r;
+    golden_submit(&run->nodes[q.partition], q.principal, q.req, q.req_len, &r);
+    int bad = golden_compare(&q, &r);
     golden_reply_free(&r);
-    free(req);
-    free(ans);
+    free(q.req);
+    free(q.ans);
     return bad;
 }
 
