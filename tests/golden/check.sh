@@ -42,6 +42,16 @@ for f in $(ls "$vec" "$work/out" | grep -v ':$' | sort -u); do
     failed=$((failed + 1))
   fi
 done
+# A follower applies the stored entries (decoding them); the leader applied the write-sets it
+# kept. Both must leave the same bytes.
+for p in 0 1 2; do
+  if cmp -s "$work/out/p$p.state" "$work/out/p$p.follower.state"; then
+    echo "ok   golden p$p follower state equals the leader's"; passed=$((passed + 1))
+  else
+    echo "FAIL golden p$p: a follower's state differs from the leader's (first difference):"
+    first_diff "$work/out/p$p.state" "$work/out/p$p.follower.state"; failed=$((failed + 1))
+  fi
+done
 mkdir -p "$work/store"
 if tar -xzf "$fixture" -C "$work/store" && ./build/golden replay "$work/store/fixture" 2>"$work/replay.log"; then
   echo "ok   replay of $fixture"; passed=$((passed + 1))

@@ -35,7 +35,7 @@ static void next(void *ctx, uint64_t *index, uint64_t *term, bool *serving)
     golden_node *g = ctx;
     *index = g->next_index;
     *term = g->term;
-    *serving = true;
+    *serving = g->serving;
 }
 
 static kl_code propose(void *ctx, const uint8_t *entry, size_t len)
@@ -109,11 +109,45 @@ static void reapply_log(golden_node *g)
     g->next_index = last + 1;
 }
 
+static void open_node(golden_node *g, const char *dir, int partition, bool serving);
+
 void golden_open(golden_node *g, const char *dir, int partition)
+{
+    open_node(g, dir, partition, true);
+}
+
+/* A follower applies entries from their stored bytes (the leader applies its own from the
+ * write-sets it kept): every log entry of leader, written and applied in order. */
+void golden_follow(golden_node *leader, golden_node *g, const char *dir)
+{
+    open_node(g, dir, leader->partition, false);
+    kl_err err;
+    uint64_t last = kl_store_last_index(leader->store);
+    for (uint64_t i = 1; i <= last; i++) {
+        uint8_t *bytes;
+        size_t len;
+        bool found;
+        if (kl_store_read_log(leader->store, i, &bytes, &len, &found, &err) != KL_OK || !found)
+            golden_die("p%d: log entry %llu missing", g->partition, (unsigned long long)i);
+        Keyload__V1__LogEntry *e = keyload__v1__log_entry__unpack(NULL, len, bytes);
+        if (e == NULL)
+            golden_die("p%d: log entry %llu does not decode", g->partition, (unsigned long long)i);
+        uint64_t term = e->term;
+        keyload__v1__log_entry__free_unpacked(e, NULL);
+        kl_store_log_item it = {i, bytes, len};
+        if (kl_store_log_write(g->store, NULL, 0, &it, 1, &err) != KL_OK ||
+            kl_node_apply(g->node, i, term, bytes, len, &err) != KL_OK)
+            golden_die("p%d: follower apply %llu: %s", g->partition, (unsigned long long)i, err.message);
+        free(bytes);
+    }
+}
+
+static void open_node(golden_node *g, const char *dir, int partition, bool serving)
 {
     memset(g, 0, sizeof *g);
     snprintf(g->dir, sizeof g->dir, "%s", dir);
     g->partition = partition;
+    g->serving = serving;
     kl_err err;
     if (kl_store_open(dir, NULL, &g->store, &err) != KL_OK)
         golden_die("p%d: store open %s: %s", partition, dir, err.message);
@@ -126,6 +160,8 @@ void golden_open(golden_node *g, const char *dir, int partition)
     if (kl_node_open(g->store, &cfg, &io, &g->node, &err) != KL_OK)
         golden_die("p%d: node open: %s", partition, err.message);
     reapply_log(g);
+    if (!serving)
+        return;
     g->term++; /* a (re)started member leads a new term */
     kl_node_role(g->node, true);
     commit_all(g); /* the partition incarnation entry of a new store */

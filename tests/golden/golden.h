@@ -32,6 +32,7 @@ typedef struct golden_node {
     kl_store *store;
     kl_node *node;
     uint64_t term, next_index;
+    bool serving;                 /* leads (golden_open) or follows (golden_follow) */
     golden_prop props[64];
     size_t n_props;
 } golden_node;
@@ -70,6 +71,9 @@ extern int64_t golden_now;
 /* Opens (creating when empty) partition p's store under dir and its node; entries logged
  * but not yet applied are applied, as a restarted member does. Exits on failure. */
 void golden_open(golden_node *g, const char *dir, int partition);
+/* Opens a new store in dir as a follower of leader's partition and applies every entry of
+ * leader's log from its stored bytes, as a follower does. */
+void golden_follow(golden_node *leader, golden_node *g, const char *dir);
 void golden_close(golden_node *g);
 /* Submits one encoded BatchRequest as principal, commits whatever it proposed. */
 void golden_submit(golden_node *g, const char *principal, const uint8_t *req, size_t len,

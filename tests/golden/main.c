@@ -68,6 +68,26 @@ static void write_steps(golden_run *run, FILE *out)
     }
 }
 
+/* pN.follower.state: the state a follower builds from partition N's stored log entries
+ * (the decode-and-apply path, which the leader's own applies skip). */
+static void write_follower_dumps(golden_run *run, const char *tmp, const char *out)
+{
+    for (int p = 0; p < GOLDEN_PARTITIONS; p++) {
+        char dir[768], name[32];
+        snprintf(dir, sizeof dir, "%s/f%d", tmp, p);
+        if (mkdir(dir, 0700) != 0)
+            golden_die("mkdir %s", dir);
+        golden_node f;
+        golden_follow(&run->nodes[p], &f, dir);
+        snprintf(name, sizeof name, "p%d.follower.state", p);
+        FILE *s = open_out(out, name), *l = fopen("/dev/null", "w");
+        golden_dump_store(&f, s, l);
+        fclose(s);
+        fclose(l);
+        golden_close(&f);
+    }
+}
+
 static int cmd_vectors(const char *out)
 {
     FILE *f = open_out(out, "canon.txt");
@@ -95,6 +115,7 @@ static int cmd_vectors(const char *out)
         fclose(s);
         fclose(l);
     }
+    write_follower_dumps(&run, tmp, out);
     close_all(&run);
     nftw(tmp, rm_one, 16, FTW_DEPTH | FTW_PHYS);
     return 0;
