@@ -84,6 +84,8 @@ void golden_reply_free(golden_reply *r);
 
 /* The scripted workload over run->nodes (already open). */
 void golden_workload(golden_run *run);
+/* Refused batches after the workload: code, detail and message of each, to run->tokens. */
+void golden_refusals(golden_run *run);
 /* Every mutation kind's sample request: canonical encoding, wire bytes and digest. */
 void golden_canon_vectors(FILE *out);
 /* Every key and value of g's store, hex, in key order; 'L' (log) keys to log_out, the rest
