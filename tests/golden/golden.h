@@ -84,6 +84,8 @@ void golden_reply_free(golden_reply *r);
 
 /* The scripted workload over run->nodes (already open). */
 void golden_workload(golden_run *run);
+/* The node's reads over the workload's state: each answer, to run->tokens. */
+void golden_reads(golden_run *run);
 /* Refused batches after the workload: code, detail and message of each, to run->tokens. */
 void golden_refusals(golden_run *run);
 /* Every mutation kind's sample request: canonical encoding, wire bytes and digest. */

@@ -101,8 +101,9 @@ static int cmd_vectors(const char *out)
     open_all(&run, tmp);
     FILE *w = open_out(out, "workload.txt");
     run.tokens = w;
-    fprintf(w, "# reads (tokens) in workload order, the refusals after it, then every step's request, reply and receipt\n");
+    fprintf(w, "# reads (tokens) in workload order, reads and refusals after it, then every step's request, reply and receipt\n");
     golden_workload(&run);
+    golden_reads(&run);
     golden_refusals(&run);
     fputc('\n', w);
     write_steps(&run, w);
