@@ -37,7 +37,7 @@ BINS := bin/keyloadd bin/keyload bin/keyload-coordinator bin/keyload-mcp bin/key
 EXAMPLE_SRC := $(wildcard client/examples/*.c)
 EXAMPLES    := $(patsubst client/examples/%.c,bin/examples/%,$(EXAMPLE_SRC))
 
-.PHONY: all deps test unit-test process-test mcp-test examples-test fuzz fuzz-run bench peers run clean nemesis nemesis-test
+.PHONY: all deps test golden-test unit-test process-test mcp-test examples-test fuzz fuzz-run bench peers run clean nemesis nemesis-test
 all: $(BINS) lib/libkeyload.a $(EXAMPLES)
 
 # client/keyload.h includes the generated protobuf-c headers: keep them after a build (not
@@ -115,6 +115,14 @@ nemesis: all build/nemesis build/lossyfs
 nemesis-test: all build/nemesis build/lossyfs
 	@bash tests/support/suite.sh "nemesis (faults on real processes)" 600 bash tests/nemesis/run.sh 60 "$(SEED)" test
 
+# Golden vectors (tests/golden): canonical encodings, digests, stored records and receipts
+# of a fixed workload, and the replay of a store written by an older binary, byte for byte.
+build/golden: $(call obj,$(wildcard tests/golden/*.c)) $(DAEMON_OBJ) $(CORE_OBJ)
+	$(CC) $(CFLAGS) -o $@ $^ $(LIBS)
+
+golden-test: build/golden bin/keyloadd
+	@bash tests/support/suite.sh "golden (byte-for-byte vectors, old store replay)" 120 bash tests/golden/check.sh
+
 # Unit tests: one Check runner, everything built with AddressSanitizer + UBSan.
 build/unit-tests: $(call san,$(UNIT_SRC) $(GEN_C) $(COMMON_SRC) $(DAEMON_SRC) $(SDK_SRC) $(CLI_LIB_SRC) $(COORD_LIB_SRC))
 	$(CC) $(SAN) -o $@ $^ $(LIBS) $(CHECK_LIBS)
@@ -146,7 +154,7 @@ fuzz:
 	@$(MAKE) --no-print-directory -f tests/fuzz/fuzz.mk
 
 test: deps
-	@$(MAKE) --no-print-directory all build/unit-tests build/proc-test build/scenario-sdk build/nemesis build/lossyfs
+	@$(MAKE) --no-print-directory all build/golden build/unit-tests build/proc-test build/scenario-sdk build/nemesis build/lossyfs
 	@bash tests/support/test-all.sh
 
 bench: deps
