@@ -4,6 +4,7 @@ occurs in the product code, the comment/string distinction, and --check's exit c
 
 Run: python3 tests/structure/test_design_cites.py"""
 import os
+import re
 import subprocess
 import sys
 import tempfile
@@ -120,6 +121,61 @@ class DesignCites(unittest.TestCase):
                         if path.endswith((".c", ".h")) else "# nothing to see\n")
         r = run(self.root, "--check")
         self.assertEqual(r.returncode, 0, r.stdout)
+
+
+class ArchitectureDoc(unittest.TestCase):
+    """docs/ARCHITECTURE.md has the sections others cite, every mapping target is one of
+    them, and its dependency block is well formed and acyclic."""
+
+    def setUp(self):
+        sys.path.insert(0, os.path.dirname(SCRIPT))
+        import design_cites
+        self.dc = design_cites
+        root = os.path.join(os.path.dirname(SCRIPT), "..", "..")
+        with open(os.path.join(root, "docs", "ARCHITECTURE.md"), encoding="utf-8") as f:
+            self.doc = f.read()
+
+    def test_sections(self):
+        heads = [l[3:].strip() for l in self.doc.split("\n") if l.startswith("## ")]
+        self.assertEqual(tuple(heads), self.dc.SECTIONS)
+
+    def test_mapping_targets_are_sections(self):
+        dc = self.dc
+        targets = list(dc.SECTION_MAP.values()) + list(dc.SUBSECTION_MAP.values())
+        targets += [t for _, _, t in dc.CONTEXT_RULES] + [t for _, t in dc.BARE_RULES] + [dc.BARE_DEFAULT]
+        targets += [re.search(r'"([^"]+)"', v).group(1) for v in dc.EXACT_MAP.values()]
+        for t in targets:
+            self.assertIn(t, dc.SECTIONS)
+        for n in range(1, 13):  # every section of DESIGN.md has a home
+            self.assertIn(str(n), dc.SECTION_MAP)
+
+    def test_deps_block(self):
+        m = re.search(r"^```deps\n(.*?)^```$", self.doc, re.S | re.M)
+        self.assertIsNotNone(m, "no ```deps block")
+        edges = {}
+        for line in m.group(1).splitlines():
+            e = re.fullmatch(r"([a-z0-9_]+(?:/[a-z0-9_]+)*) -> ([a-z0-9_]+(?:/[a-z0-9_]+)*)", line)
+            self.assertIsNotNone(e, "not an edge: %r" % line)
+            self.assertNotEqual(e.group(1), e.group(2))
+            edges.setdefault(e.group(1), set()).add(e.group(2))
+        state = {}
+
+        def visit(v, path):
+            state[v] = 1
+            for w in sorted(edges.get(v, ())):
+                self.assertNotEqual(state.get(w), 1, "cycle: %s" % " -> ".join(path + [w]))
+                if w not in state:
+                    visit(w, path + [w])
+            state[v] = 2
+
+        for v in sorted(edges):
+            if v not in state:
+                visit(v, [v])
+        # Upward edges the target graph forbids.
+        for a, b in (("engine/catalog", "engine/queue"), ("engine/queue", "engine/transfer"),
+                     ("engine/catalog", "engine/transfer"), ("repl/raft_log", "repl/raft"),
+                     ("park", "node"), ("rpc/tailer", "rpc/service"), ("store/store", "engine/view")):
+            self.assertNotIn(b, edges.get(a, set()), "%s -> %s is allowed" % (a, b))
 
 
 if __name__ == "__main__":
