@@ -57,7 +57,7 @@ const char *bench_ms_node(const bench_members *s, int i, char *buf, size_t cap)
 
 /* keyload.v1.MemberStatus of member i; *out belongs to the caller. */
 kl_code bench_ms_status(bench_members *s, int i, int timeout_ms, Keyload__V1__MemberStatusAnswer **out,
-                         kl_err *err)
+                        kl_err *err)
 {
     *out = NULL;
     kl_rpc_client *c = bench_ms_conn(s, i, timeout_ms, err);
