@@ -135,7 +135,7 @@ void test_xfer_coordination_read(void);
 void xf_after_test(bool failed);
 void xf_stop_all(void);
 
-/* proc_coordinator.c (KL-5): keyload-coordinator processes on their own RF3 cluster, shared
+/* proc_coord_*.c (proc_coord.h): keyload-coordinator processes on their own RF3 cluster, shared
  * by the suites like proc_transfer.c's; cc_after_test always kills the suite's
  * coordinators and stops the cluster after a failed suite, cc_stop_all stops everything. */
 void test_coord_recovery(void);

@@ -1,5 +1,5 @@
 /* rf3: the sessions-required RF3 cluster the transfer and coordinator process tests run on
- * (tests/cluster/proc_transfer.c, proc_coordinator.c): 3 partitions x 3 members,
+ * (tests/cluster/proc_transfer.c, proc_coord_*.c): 3 partitions x 3 members,
  * replica_count 3, a cluster secret and a key pair per member with the public keys in the
  * cluster file, generous timers (nine daemons and a coordinator share two cores).
  *
