@@ -1,8 +1,9 @@
 /* store: one member's RocksDB instance holding both the replication log and the
  * partition state, so they share one WAL (DESIGN.md §3).
  *
- *  - kl_store_append: writes log entries with sync=true. This is the durable write of a
- *    commit; once it returns, the entry survives kill -9 and power loss.
+ *  - kl_store_log_write: the replication round's durable write (hard state, truncation,
+ *    log entries) in one WriteBatch, synced before it returns; once it returns, the entries
+ *    survive kill -9 and power loss, and kl_store_last_index moves.
  *  - kl_store_apply: writes one committed entry's write-sets together with
  *    'M'"applied" in one WriteBatch that bypasses the WAL (so it is never synced). A crash
  *    may lose it, state and applied index together; recovery re-applies every logged
@@ -11,8 +12,9 @@
  *    incompat bits refuse to open, unknown ro_compat bits refuse a writable open
  *    (keyloadd always writes), unknown compat bits are fine. Its identity (cluster,
  *    partition, member) must match the configured one (kl_store_options).
- * Thread-safety: RocksDB is thread-safe; by convention only kl_store_append runs off the
- * executor thread (on the append worker), everything else runs on the executor. */
+ * Thread-safety: RocksDB is thread-safe; by convention only kl_store_log_write (and the
+ * test helper kl_store_append) runs off the loop thread, on the replication driver's
+ * persistence worker; everything else runs on the loop thread. */
 #ifndef KL_STORE_H
 #define KL_STORE_H
 
@@ -86,8 +88,8 @@ rocksdb_iterator_t *kl_store_iterator(kl_store *st);
  * not 8 bytes. */
 kl_code kl_store_meta_u64(kl_store *st, const char *meta, uint64_t *out, kl_err *err);
 
-/* Appends encoded entry `index` (must be last_index + 1) with sync=true. Safe to call from
- * the append worker thread while the executor reads. Updates last_index on success. */
+/* Appends encoded entry `index` (must be last_index + 1) with sync=true; unit tests write
+ * logs with it, the daemon uses kl_store_log_write. Updates last_index on success. */
 kl_code kl_store_append(kl_store *st, uint64_t index, const uint8_t *entry, size_t len, kl_err *err);
 /* One log record for kl_store_log_write: the encoded LogEntry stored under 'L' index. */
 typedef struct kl_store_log_item {
@@ -99,7 +101,7 @@ typedef struct kl_store_log_item {
 /* The durable half of a replication round, in one synced WriteBatch: the hard state (when
  * not NULL), removal of every log entry >= truncate_from (when nonzero), and the items
  * (consecutive indexes, starting at truncate_from when truncating, else at last_index + 1).
- * Safe to call from the append worker thread. */
+ * Safe to call from the persistence worker while the loop thread reads and applies. */
 kl_code kl_store_log_write(kl_store *st, const Keyload__V1__HardState *hard, uint64_t truncate_from,
                            const kl_store_log_item *items, size_t n, kl_err *err);
 /* Writes the hard state WITHOUT syncing (but through the WAL). Only for a change of the
