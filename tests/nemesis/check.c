@@ -277,6 +277,9 @@ int nm_check_offline(void)
                (unsigned long long)nm_hist.probe_reads);
     bad += report("member exits after a failed log write", nm_hist.eio_runs, (int)nm_hist.eio_no_exit,
                   "a member kept running after store.log_write failed");
+    if (nm_hist.eio_idle && !nm_check_quiet)
+        printf("    (%llu more runs not counted: their partition committed too little to make the member write)\n",
+               (unsigned long long)nm_hist.eio_idle);
     bad += report("power losses confirmed by lossyfs", nm_hist.power_loss_runs, (int)nm_hist.power_loss_failed,
                   "lossyfs did not confirm a power loss within 10 s");
     if (!nm_check_quiet)

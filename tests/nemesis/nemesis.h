@@ -205,6 +205,8 @@ typedef struct nm_history {
     char bad_kinds[16][160];     /* each distinct (operation, code, detail) outside the codes */
     size_t n_bad_kinds;
     uint64_t eio_no_exit;        /* members that kept running after their log write failed */
+    uint64_t eio_idle;           /* eio runs whose partition committed too little to make
+                                  * the member write 5 times: not counted in eio_runs */
     uint64_t power_loss_failed;  /* power losses lossyfs did not confirm */
     uint64_t eio_runs, power_loss_runs; /* those faults injected */
     uint64_t probe_reads, probe_no_answer; /* reads with one follower down (nm_probe_read) */
