@@ -1,4 +1,5 @@
 #include "daemon/engine/catalog.h"
+#include "daemon/engine/record.h"
 #include "daemon/engine/transfer.h"
 
 #include "common/canon.h"
@@ -10,13 +11,6 @@
 
 #include <stdlib.h>
 #include <string.h>
-
-static kl_code oom(kl_err *err) { return kl_fail(err, KL_INTERNAL, "memory", "out of memory"); }
-
-static kl_code corrupt(kl_err *err, const char *what)
-{
-    return kl_fail(err, KL_INTERNAL, "store", "stored %s record does not decode", what);
-}
 
 static kl_code meta_get(kl_view *v, const char *name, uint64_t *out, kl_err *err)
 {
@@ -59,7 +53,7 @@ static kl_code get_record(kl_view *v, const kl_key *k, const ProtobufCMessageDes
         return rc;
     *out = protobuf_c_message_unpack(desc, NULL, n, val);
     free(val);
-    return *out ? KL_OK : corrupt(err, what);
+    return *out ? KL_OK : kl_record_corrupt(err, what);
 }
 
 kl_code kl_catalog_get_database(kl_view *v, const char *tenant, const char *database,
@@ -129,7 +123,7 @@ static kl_code drop_local_queue(kl_view *v, const Keyload__V1__CatalogQueue *q, 
         Keyload__V1__QueueRecord *rec = keyload__v1__queue_record__unpack(NULL, n, val);
         free(val);
         if (rec == NULL)
-            return corrupt(err, "queue");
+            return kl_record_corrupt(err, "queue");
         bool keep = rec->messages > 0;
         keyload__v1__queue_record__free_unpacked(rec, NULL);
         /* Transfer intents and dedup receipts are never discarded (DESIGN.md §7): a queue
@@ -233,11 +227,11 @@ static kl_code record_item(kl_eval_ctx *c, const Keyload__V1__CatalogItem *item,
     size_t n = keyload__v1__catalog_item__get_packed_size(item);
     uint8_t *b = malloc(n ? n : 1);
     if (b == NULL)
-        return oom(err);
+        return kl_record_oom(err);
     keyload__v1__catalog_item__pack(item, b);
     int bad = kl_buf_append_field(&c->catalog->items, (2 << 3) | 2, b, n);
     free(b);
-    return bad ? oom(err) : KL_OK;
+    return bad ? kl_record_oom(err) : KL_OK;
 }
 
 static kl_code next_version(kl_eval_ctx *c, kl_err *err)
@@ -427,7 +421,7 @@ kl_code kl_catalog_find_principal(kl_view *v, const char *principal_id,
     char tenant[KL_KEY_MAX];
     if (n == 0 || n >= sizeof tenant || memchr(val, 0, n) != NULL) {
         free(val);
-        return corrupt(err, "catalog principal index");
+        return kl_record_corrupt(err, "catalog principal index");
     }
     memcpy(tenant, val, n);
     tenant[n] = '\0';
@@ -435,7 +429,7 @@ kl_code kl_catalog_find_principal(kl_view *v, const char *principal_id,
     if ((rc = kl_catalog_get_principal(v, tenant, principal_id, out, found, err)) != KL_OK)
         return rc;
     if (!*found) /* the two records are written together */
-        return corrupt(err, "catalog principal index");
+        return kl_record_corrupt(err, "catalog principal index");
     return KL_OK;
 }
 
@@ -477,7 +471,7 @@ static kl_code principal_new(kl_eval_ctx *c, char *id, char *tenant, const Proto
                              uint8_t key_id[KL_KEY_ID_LEN], Keyload__V1__CatalogPrincipal *p, kl_err *err)
 {
     if (kl_keys_key_id(public_key->data, key_id) != 0)
-        return oom(err);
+        return kl_record_oom(err);
     keyload__v1__catalog_principal__init(p);
     p->principal_id = id;
     p->tenant = tenant;
@@ -502,7 +496,7 @@ kl_code kl_catalog_eval_bootstrap(kl_eval_ctx *c, const Keyload__V1__Bootstrap *
     uint8_t expect[KL_DIGEST_LEN];
     if (kl_canon_bootstrap_proof(c->cluster_secret, m->tenant, m->database, m->admin_id,
                                  m->admin_public_key.data, m->admin_public_key.len, expect) != 0)
-        return oom(err);
+        return kl_record_oom(err);
     bool proven = m->proof.len == KL_DIGEST_LEN && sodium_memcmp(expect, m->proof.data, KL_DIGEST_LEN) == 0;
     sodium_memzero(expect, sizeof expect);
     if (!proven)
@@ -703,7 +697,7 @@ kl_code kl_catalog_eval_set_principal_key(kl_eval_ctx *c, const Keyload__V1__Set
         if (pk == NULL || kid == NULL || kl_keys_key_id(m->public_key.data, kid) != 0) {
             free(pk);
             free(kid);
-            rc = oom(err);
+            rc = kl_record_oom(err);
             goto done;
         }
         memcpy(pk, m->public_key.data, m->public_key.len);
@@ -930,7 +924,7 @@ kl_code kl_catalog_finish(kl_eval_ctx *c, kl_err *err)
     keyload__v1__catalog_change__pack(&head, hb);
     if (kl_buf_append(&b, hb, hn) || kl_buf_append(&b, c->catalog->items.p, c->catalog->items.len)) {
         kl_buf_free(&b);
-        return oom(err);
+        return kl_record_oom(err);
     }
     kl_key k;
     kl_key_catalog_change(&k, c->catalog->version);

@@ -1,7 +1,8 @@
 /* Evaluation of queue mutations (engine.h). Records are protobuf messages; every write
  * goes to the view's scratch overlay. See daemon/store/keys.h for the layout and its
  * invariants, which every function here preserves. */
-#include "daemon/engine/engine.h"
+#include "daemon/engine/queue.h"
+#include "daemon/engine/record.h"
 #include "daemon/engine/catalog.h"
 #include "daemon/engine/access.h"
 #include "daemon/engine/transfer.h"
@@ -15,62 +16,10 @@
 
 #define PROMOTE_BATCH 256
 
-void kl_buf_free(kl_buf *b)
-{
-    free(b->p);
-    memset(b, 0, sizeof *b);
-}
-
-int kl_buf_append(kl_buf *b, const void *p, size_t n)
-{
-    if (b->len + n > b->cap) {
-        size_t cap = b->cap ? b->cap : 256;
-        while (cap < b->len + n)
-            cap *= 2;
-        uint8_t *np = realloc(b->p, cap);
-        if (np == NULL)
-            return -1;
-        b->p = np;
-        b->cap = cap;
-    }
-    if (n)
-        memcpy(b->p + b->len, p, n);
-    b->len += n;
-    return 0;
-}
-
 static const char *lane_name(const Keyload__V1__QueueLaneRef *r)
 {
     return (r->lane && r->lane[0]) ? r->lane : "default";
 }
-
-/* Writes tag then v as a varint into hdr (at least 11 bytes); returns the length. */
-static size_t tag_varint(uint8_t *hdr, uint8_t tag, uint64_t v)
-{
-    size_t h = 0;
-    hdr[h++] = tag;
-    do {
-        uint8_t byte = v & 0x7f;
-        v >>= 7;
-        hdr[h++] = (uint8_t)(byte | (v ? 0x80 : 0));
-    } while (v);
-    return h;
-}
-
-int kl_buf_append_field(kl_buf *b, uint8_t tag, const uint8_t *p, size_t n)
-{
-    uint8_t hdr[11];
-    size_t h = tag_varint(hdr, tag, n);
-    return kl_buf_append(b, hdr, h) || kl_buf_append(b, p, n) ? -1 : 0;
-}
-
-int kl_buf_append_varint_field(kl_buf *b, uint8_t tag, uint64_t v)
-{
-    uint8_t hdr[11];
-    return kl_buf_append(b, hdr, tag_varint(hdr, tag, v));
-}
-
-static kl_code oom(kl_err *err) { return kl_fail(err, KL_INTERNAL, "memory", "out of memory"); }
 
 static kl_code put_msg(kl_view *v, const kl_key *k, const ProtobufCMessage *m, kl_err *err)
 {
@@ -80,11 +29,6 @@ static kl_code put_msg(kl_view *v, const kl_key *k, const ProtobufCMessage *m, k
 static kl_code put_empty(kl_view *v, const kl_key *k, const char *val, kl_err *err)
 {
     return kl_view_put(v, k->b, k->len, (const uint8_t *)val, val ? strlen(val) : 0, err);
-}
-
-static kl_code corrupt(kl_err *err, const char *what)
-{
-    return kl_fail(err, KL_INTERNAL, "store", "stored %s record does not decode", what);
 }
 
 /* NOT_FOUND for a queue this partition does not hold: when the catalog copy places it on
@@ -122,7 +66,7 @@ static kl_code load_queue_any(kl_view *v, const Keyload__V1__QueueLaneRef *r, ui
         return queue_missing(v, r, err);
     if (n != 8) {
         free(val);
-        return corrupt(err, "queue name");
+        return kl_record_corrupt(err, "queue name");
     }
     *qid = kl_be64_get(val);
     free(val);
@@ -130,10 +74,10 @@ static kl_code load_queue_any(kl_view *v, const Keyload__V1__QueueLaneRef *r, ui
     if ((rc = kl_view_get(v, k.b, k.len, &val, &n, &found, err)) != KL_OK)
         return rc;
     if (!found)
-        return corrupt(err, "queue");
+        return kl_record_corrupt(err, "queue");
     *rec = keyload__v1__queue_record__unpack(NULL, n, val);
     free(val);
-    return *rec ? KL_OK : corrupt(err, "queue");
+    return *rec ? KL_OK : kl_record_corrupt(err, "queue");
 }
 
 /* Like load_queue_any, but a deleted queue is NOT_FOUND. */
@@ -181,10 +125,10 @@ static kl_code load_message(kl_view *v, uint64_t qid, const char *lane, uint64_t
     if (rc != KL_OK)
         return rc;
     if (!found)
-        return corrupt(err, "message index");
+        return kl_record_corrupt(err, "message index");
     *out = keyload__v1__message_record__unpack(NULL, n, val);
     free(val);
-    return *out ? KL_OK : corrupt(err, "message");
+    return *out ? KL_OK : kl_record_corrupt(err, "message");
 }
 
 static kl_code save_message(kl_view *v, uint64_t qid, const char *lane,
@@ -220,19 +164,6 @@ static kl_code remove_message(kl_view *v, Keyload__V1__QueueRecord *q, const cha
     return KL_OK;
 }
 
-kl_code kl_engine_add_result(kl_buf *out, const Keyload__V1__MutationResult *r, kl_err *err)
-{
-    size_t n = keyload__v1__mutation_result__get_packed_size(r);
-    uint8_t *buf = malloc(n ? n : 1);
-    if (buf == NULL)
-        return oom(err);
-    keyload__v1__mutation_result__pack(r, buf);
-    /* BatchReceipt.results is field 6, length-delimited. */
-    int bad = kl_buf_append_field(out, (6 << 3) | 2, buf, n);
-    free(buf);
-    return bad ? oom(err) : KL_OK;
-}
-
 /* ---- create / delete ---- */
 
 /* Closes an empty queue on its own partition: it takes no more messages, and its records
@@ -265,7 +196,7 @@ static kl_code close_local_queue(kl_eval_ctx *c, const Keyload__V1__QueueLaneRef
 
 /* On the queue's partition: close it (step 1 of the SDK's delete). On partition 0: drop
  * the definition from the catalog (step 2), closing it first when it lives there too. */
-static kl_code eval_delete(kl_eval_ctx *c, const Keyload__V1__DeleteQueue *m, kl_buf *out, kl_err *err)
+kl_code kl_queue_eval_delete(kl_eval_ctx *c, const Keyload__V1__DeleteQueue *m, kl_buf *out, kl_err *err)
 {
     const Keyload__V1__QueueLaneRef *r = m->queue;
     uint64_t qid;
@@ -361,7 +292,7 @@ kl_code kl_engine_load_queue(kl_view *v, const Keyload__V1__QueueLaneRef *ref, u
     return load_queue(v, ref, qid, rec, err);
 }
 
-static kl_code eval_enqueue(kl_eval_ctx *c, const Keyload__V1__Enqueue *m, kl_buf *out, kl_err *err)
+kl_code kl_queue_eval_enqueue(kl_eval_ctx *c, const Keyload__V1__Enqueue *m, kl_buf *out, kl_err *err)
 {
     uint64_t qid, seq;
     kl_code rc = kl_engine_enqueue_message(c, m->lane, m->message, &qid, &seq, err);
@@ -505,7 +436,7 @@ static kl_code promote_due(kl_eval_ctx *c, Keyload__V1__QueueRecord *q, size_t *
 {
     due_list *d = malloc(sizeof *d);
     if (d == NULL)
-        return oom(err);
+        return kl_record_oom(err);
     kl_code rc = KL_OK;
     while (*budget > 0) {
         d->now = c->now_ms;
@@ -551,7 +482,7 @@ static int collect_avail(void *arg, const uint8_t *key, size_t klen, const uint8
     return a->n == a->want;
 }
 
-static kl_code eval_receive(kl_eval_ctx *c, const Keyload__V1__Receive *m, kl_buf *out, kl_err *err)
+kl_code kl_queue_eval_receive(kl_eval_ctx *c, const Keyload__V1__Receive *m, kl_buf *out, kl_err *err)
 {
     uint64_t qid;
     Keyload__V1__QueueRecord *q;
@@ -569,7 +500,7 @@ static kl_code eval_receive(kl_eval_ctx *c, const Keyload__V1__Receive *m, kl_bu
     size_t got = 0;
     uint64_t read_bytes = 0;
     if (!recs || !rm || !rmp || !tokens || !al) {
-        rc = oom(err);
+        rc = kl_record_oom(err);
         goto done;
     }
     size_t housekeeping = housekeeping_cap(c);
@@ -709,7 +640,7 @@ static kl_code resolve_lease(kl_eval_ctx *c, const char *op, size_t i, uint64_t 
     Keyload__V1__LeaseRecord *lr = keyload__v1__lease_record__unpack(NULL, n, val);
     free(val);
     if (lr == NULL)
-        return corrupt(err, "lease");
+        return kl_record_corrupt(err, "lease");
     if (lr->queue_id != qid) {
         keyload__v1__lease_record__free_unpacked(lr, NULL);
         return kl_fail(err, KL_INVALID_ARGUMENT, "lease_tokens",
@@ -722,7 +653,7 @@ static kl_code resolve_lease(kl_eval_ctx *c, const char *op, size_t i, uint64_t 
         return rc;
     if ((*msg)->lease_token.len != 16 || memcmp((*msg)->lease_token.data, token, 16) != 0) {
         keyload__v1__message_record__free_unpacked(*msg, NULL);
-        return corrupt(err, "lease");
+        return kl_record_corrupt(err, "lease");
     }
     if ((*msg)->visible_at_unix_ms <= c->now_ms) {
         keyload__v1__message_record__free_unpacked(*msg, NULL);
@@ -732,8 +663,8 @@ static kl_code resolve_lease(kl_eval_ctx *c, const char *op, size_t i, uint64_t 
     return KL_OK;
 }
 
-static kl_code eval_ack_release(kl_eval_ctx *c, const Keyload__V1__QueueLaneRef *ref, size_t ntok,
-                                const ProtobufCBinaryData *toks, bool ack, kl_buf *out, kl_err *err)
+kl_code kl_queue_eval_ack_release(kl_eval_ctx *c, const Keyload__V1__QueueLaneRef *ref, size_t ntok,
+                                  const ProtobufCBinaryData *toks, bool ack, kl_buf *out, kl_err *err)
 {
     uint64_t qid;
     Keyload__V1__QueueRecord *q;
@@ -773,99 +704,6 @@ static kl_code eval_ack_release(kl_eval_ctx *c, const Keyload__V1__QueueLaneRef 
         res.released = &r;
     }
     return kl_engine_add_result(out, &res, err);
-}
-
-kl_code kl_engine_eval_batch(kl_eval_ctx *c, const Keyload__V1__BatchRequest *b, kl_buf *results,
-                             kl_err *err)
-{
-    for (size_t i = 0; i < b->n_mutations; i++) {
-        const Keyload__V1__Mutation *m = b->mutations[i];
-        uint64_t t0 = c->clock_ns ? c->clock_ns() : 0;
-        kl_code rc = kl_access_mutation(c->who, m, err);
-        if (c->clock_ns)
-            c->authz_ns += c->clock_ns() - t0;
-        switch (rc != KL_OK ? KEYLOAD__V1__MUTATION__KIND__NOT_SET : m->kind_case) {
-        case KEYLOAD__V1__MUTATION__KIND__NOT_SET:
-            if (rc == KL_OK) /* kl_access_mutation refuses a mutation without a kind */
-                rc = kl_fail(err, KL_INVALID_ARGUMENT, "mutations", "mutations[%zu] has no known kind", i);
-            break;
-        case KEYLOAD__V1__MUTATION__KIND_CREATE_QUEUE:
-            rc = kl_catalog_eval_create_queue(c, m->create_queue, results, err);
-            break;
-        case KEYLOAD__V1__MUTATION__KIND_CREATE_DATABASE:
-            rc = kl_catalog_eval_create_database(c, m->create_database, results, err);
-            break;
-        case KEYLOAD__V1__MUTATION__KIND_BOOTSTRAP:
-            rc = kl_catalog_eval_bootstrap(c, m->bootstrap, results, err);
-            break;
-        case KEYLOAD__V1__MUTATION__KIND_CREATE_PRINCIPAL:
-            rc = kl_catalog_eval_create_principal(c, m->create_principal, results, err);
-            break;
-        case KEYLOAD__V1__MUTATION__KIND_GRANT_PERMISSION:
-            rc = kl_catalog_eval_grant(c, m->grant_permission, results, err);
-            break;
-        case KEYLOAD__V1__MUTATION__KIND_REVOKE_PERMISSION:
-            rc = kl_catalog_eval_revoke(c, m->revoke_permission, results, err);
-            break;
-        case KEYLOAD__V1__MUTATION__KIND_SET_PRINCIPAL_KEY:
-            rc = kl_catalog_eval_set_principal_key(c, m->set_principal_key, results, err);
-            break;
-        case KEYLOAD__V1__MUTATION__KIND_SET_DATABASE_LIMITS:
-            rc = kl_catalog_eval_set_database_limits(c, m->set_database_limits, results, err);
-            break;
-        case KEYLOAD__V1__MUTATION__KIND_CREATE_QUEUE_TRANSFER:
-            rc = kl_transfer_eval_create(c, m->create_queue_transfer, results, err);
-            break;
-        case KEYLOAD__V1__MUTATION__KIND_ACCEPT_QUEUE_TRANSFER:
-            rc = kl_transfer_eval_accept(c, m->accept_queue_transfer, results, err);
-            break;
-        case KEYLOAD__V1__MUTATION__KIND_COMPLETE_QUEUE_TRANSFER:
-            rc = kl_transfer_eval_complete(c, m->complete_queue_transfer, results, err);
-            break;
-        case KEYLOAD__V1__MUTATION__KIND_ADVANCE_QUEUE_TRANSFER_ATTEMPT: {
-            const Keyload__V1__AdvanceQueueTransferAttempt *a = m->advance_queue_transfer_attempt;
-            rc = kl_transfer_eval_advance(c, a->source_queue, &a->transfer_id, &a->witness_token, false,
-                                          results, err);
-            break;
-        }
-        case KEYLOAD__V1__MUTATION__KIND_ADVANCE_QUEUE_TRANSFER_REPAIR: {
-            const Keyload__V1__AdvanceQueueTransferRepair *a = m->advance_queue_transfer_repair;
-            rc = kl_transfer_eval_advance(c, a->source_queue, &a->transfer_id, &a->witness_token, true,
-                                          results, err);
-            break;
-        }
-        case KEYLOAD__V1__MUTATION__KIND_SET_QUEUE_TRANSFERS_PAUSED:
-            rc = m->set_queue_transfers_paused->source_queue == NULL
-                     ? kl_catalog_eval_set_transfers_paused(c, m->set_queue_transfers_paused, results, err)
-                     : kl_transfer_eval_pause_lane(c, m->set_queue_transfers_paused, results, err);
-            break;
-        case KEYLOAD__V1__MUTATION__KIND_DELETE_QUEUE: rc = eval_delete(c, m->delete_queue, results, err); break;
-        case KEYLOAD__V1__MUTATION__KIND_ENQUEUE: rc = eval_enqueue(c, m->enqueue, results, err); break;
-        case KEYLOAD__V1__MUTATION__KIND_RECEIVE: rc = eval_receive(c, m->receive, results, err); break;
-        case KEYLOAD__V1__MUTATION__KIND_ACK:
-            rc = eval_ack_release(c, m->ack->queue, m->ack->n_lease_tokens, m->ack->lease_tokens, true, results, err);
-            break;
-        case KEYLOAD__V1__MUTATION__KIND_RELEASE:
-            rc = eval_ack_release(c, m->release->queue, m->release->n_lease_tokens, m->release->lease_tokens,
-                                  false, results, err);
-            break;
-        default:
-            rc = kl_fail(err, KL_INVALID_ARGUMENT, "mutations", "mutations[%zu] has no known kind", i);
-        }
-        if (rc != KL_OK) {
-            /* Prefix the mutation index so the caller knows which one failed. */
-            char msg[KL_ERR_MESSAGE_MAX];
-            memcpy(msg, err->message, sizeof msg);
-            if (strncmp(msg, "mutations[", 10) != 0) {
-                int h = snprintf(err->message, sizeof err->message, "mutations[%zu]: ", i);
-                if (h > 0 && (size_t)h < sizeof err->message)
-                    memccpy(err->message + h, msg, '\0', sizeof err->message - (size_t)h - 1);
-                err->message[sizeof err->message - 1] = '\0';
-            }
-            return rc;
-        }
-    }
-    return kl_catalog_finish(c, err);
 }
 
 typedef struct {

@@ -16,13 +16,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-kl_code kl_xfer_oom(kl_err *err) { return kl_fail(err, KL_INTERNAL, "memory", "out of memory"); }
-
-kl_code kl_xfer_corrupt(kl_err *err, const char *what)
-{
-    return kl_fail(err, KL_INTERNAL, "store", "stored %s record does not decode", what);
-}
-
 const char *kl_xfer_caller_id(const kl_eval_ctx *c)
 {
     return (c->who && c->who->principal) ? c->who->principal->principal_id : KL_CATALOG_RESERVED_PRINCIPAL;
@@ -126,7 +119,7 @@ kl_code kl_xfer_get_record(kl_view *v, const kl_key *k, const ProtobufCMessageDe
     free(val);
     if (stored)
         *stored = n;
-    return *out ? KL_OK : kl_xfer_corrupt(err, d->short_name);
+    return *out ? KL_OK : kl_record_corrupt(err, d->short_name);
 }
 
 kl_code kl_xfer_lane_load(kl_view *v, uint64_t qid, const char *lane, Keyload__V1__LaneTransferRecord **out,
@@ -137,7 +130,7 @@ kl_code kl_xfer_lane_load(kl_view *v, uint64_t qid, const char *lane, Keyload__V
     kl_code rc = kl_xfer_get_record(v, &k, &keyload__v1__lane_transfer_record__descriptor, (ProtobufCMessage **)out,
                             NULL, err);
     if (rc == KL_OK && *out == NULL && (*out = keyload__v1__lane_transfer_record__unpack(NULL, 0, NULL)) == NULL)
-        rc = kl_xfer_oom(err);
+        rc = kl_record_oom(err);
     return rc;
 }
 
@@ -296,7 +289,7 @@ kl_code kl_transfer_eval_create(kl_eval_ctx *c, const Keyload__V1__CreateQueueTr
     if ((rc = kl_xfer_catalog_database(c->view, src.tenant, src.database, &d, err)) != KL_OK)
         goto done;
     if (kl_canon_message_fingerprint(m->message, fp) != 0) {
-        rc = kl_xfer_oom(err);
+        rc = kl_record_oom(err);
         goto done;
     }
     kl_key_transfer(&k, qid, src.lane, m->transfer_id.data);
@@ -460,7 +453,7 @@ kl_code kl_xfer_intent_claims_ok(const Keyload__V1__TransferClaims *cl, const Ke
     else if (cl->message == NULL)
         bad = "message";
     else if (kl_canon_message_fingerprint(cl->message, fp) != 0)
-        return kl_xfer_oom(err);
+        return kl_record_oom(err);
     else if (!kl_xfer_bytes_eq(&cl->fingerprint, fp, sizeof fp))
         bad = "fingerprint";
     if (bad == NULL)
@@ -623,7 +616,7 @@ kl_code kl_xfer_history_append(const kl_eval_ctx *c, const Keyload__V1__Transfer
                                kl_err *err)
 {
     if ((*out = calloc(rec->n_history + 1, sizeof **out)) == NULL)
-        return kl_xfer_oom(err);
+        return kl_record_oom(err);
     keyload__v1__transfer_history_entry__init(h);
     h->event = event;
     h->generation = generation;
@@ -745,7 +738,7 @@ kl_code kl_transfer_eval_complete(kl_eval_ctx *c, const Keyload__V1__CompleteQue
         if ((rc = kl_xfer_lane_load(c->view, qid, src.lane, &lane, err)) != KL_OK)
             goto restore;
         if (lane->records < rec->reserved_records || lane->bytes < rec->reserved_bytes) {
-            rc = kl_xfer_corrupt(err, "lane transfer counters (below an intent's reservation)");
+            rc = kl_record_corrupt(err, "lane transfer counters (below an intent's reservation)");
             goto restore;
         }
         lane->records -= rec->reserved_records;
@@ -872,7 +865,7 @@ kl_code kl_xfer_pack_answer(const ProtobufCMessage *m, uint8_t **answer, size_t 
 {
     *len = protobuf_c_message_get_packed_size(m);
     if ((*answer = malloc(*len ? *len : 1)) == NULL)
-        return kl_xfer_oom(err);
+        return kl_record_oom(err);
     protobuf_c_message_pack(m, *answer);
     return KL_OK;
 }
@@ -904,7 +897,7 @@ kl_code kl_transfer_inspect(kl_eval_ctx *c, const Keyload__V1__InspectQueueTrans
     /* The answer discloses the message (inside the intent token): QueueInspect with its
      * field and header keys. */
     if ((rc = kl_claims_decode("intent_token", rec->intent_token.data, rec->intent_token.len, NULL, &cl, err)) != KL_OK) {
-        rc = kl_xfer_corrupt(err, "transfer intent");
+        rc = kl_record_corrupt(err, "transfer intent");
         goto done;
     }
     if ((rc = kl_xfer_data_check(c, &src, KEYLOAD__V1__PERMISSION__QUEUE_INSPECT, cl->message, err)) != KL_OK)
@@ -1093,7 +1086,7 @@ kl_code kl_transfer_pending(kl_eval_ctx *c, const Keyload__V1__ListPendingQueueT
     items = calloc(pk.want, sizeof *items);
     itemp = calloc(pk.want, sizeof *itemp);
     if (!pk.keys || !pk.lens || !recs || !items || !itemp) {
-        rc = kl_xfer_oom(err);
+        rc = kl_record_oom(err);
         goto done;
     }
     uint64_t limit = c->view->scan_limit;
@@ -1111,12 +1104,12 @@ kl_code kl_transfer_pending(kl_eval_ctx *c, const Keyload__V1__ListPendingQueueT
         const uint8_t *lane, *tid;
         size_t lane_len;
         if (kl_key_parse_transfer_pending(pk.keys[i], pk.lens[i], &eqid, &lane, &lane_len, &tid) != 0) {
-            rc = kl_xfer_corrupt(err, "pending transfer index");
+            rc = kl_record_corrupt(err, "pending transfer index");
             goto done;
         }
         char lane_s[KL_NAME_LEN_MAX + 1];
         if (lane_len > KL_NAME_LEN_MAX) {
-            rc = kl_xfer_corrupt(err, "pending transfer index");
+            rc = kl_record_corrupt(err, "pending transfer index");
             goto done;
         }
         memcpy(lane_s, lane, lane_len);
@@ -1129,7 +1122,7 @@ kl_code kl_transfer_pending(kl_eval_ctx *c, const Keyload__V1__ListPendingQueueT
                         &stored, err);
         c->view->scan_limit = limit;
         if (rc == KL_OK && recs[i] == NULL)
-            rc = kl_xfer_corrupt(err, "transfer (pending index without intent)");
+            rc = kl_record_corrupt(err, "transfer (pending index without intent)");
         if (rc == KL_OK)
             rc = kl_xfer_charge(&ch, stored, "intent", err);
         if (rc != KL_OK)
@@ -1137,7 +1130,7 @@ kl_code kl_transfer_pending(kl_eval_ctx *c, const Keyload__V1__ListPendingQueueT
         Keyload__V1__TransferClaims *cl = NULL;
         if (kl_claims_decode("intent_token", recs[i]->intent_token.data, recs[i]->intent_token.len, NULL, &cl,
                              err) != KL_OK) {
-            rc = kl_xfer_corrupt(err, "transfer intent");
+            rc = kl_record_corrupt(err, "transfer intent");
             goto done;
         }
         rc = kl_xfer_data_check(c, recs[i]->source, KEYLOAD__V1__PERMISSION__QUEUE_INSPECT, cl->message, err);
@@ -1165,7 +1158,7 @@ kl_code kl_transfer_pending(kl_eval_ctx *c, const Keyload__V1__ListPendingQueueT
         nc.after_key.len = pk.lens[n_items - 1];
         size_t cn = keyload__v1__pending_cursor__get_packed_size(&nc);
         if ((cbuf = malloc(cn)) == NULL) {
-            rc = kl_xfer_oom(err);
+            rc = kl_record_oom(err);
             goto done;
         }
         keyload__v1__pending_cursor__pack(&nc, cbuf);

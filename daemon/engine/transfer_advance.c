@@ -143,7 +143,7 @@ kl_code kl_transfer_eval_advance(kl_eval_ctx *c, const Keyload__V1__QueueLaneRef
     /* The next generation's token: the immutable intent's claims, one generation on. */
     if ((rc = kl_claims_decode("intent_token", rec->intent_token.data, rec->intent_token.len, NULL, &ic, err)) !=
         KL_OK) {
-        rc = kl_xfer_corrupt(err, "transfer intent");
+        rc = kl_record_corrupt(err, "transfer intent");
         goto done;
     }
     if ((rc = kl_xfer_data_check(c, &src, KEYLOAD__V1__PERMISSION__QUEUE_PUBLISH, NULL, err)) != KL_OK ||

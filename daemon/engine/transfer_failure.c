@@ -30,7 +30,7 @@ static kl_code outcome_is_batch_of(const char *principal, const Keyload__V1__Out
     b.mutations = &m;
     uint8_t digest[KL_DIGEST_LEN];
     if (kl_canon_batch_digest(BATCH_METHOD, principal, &b, digest) != 0)
-        return kl_xfer_oom(err);
+        return kl_record_oom(err);
     *yes = kl_xfer_bytes_eq(&o->request_digest, digest, sizeof digest);
     return KL_OK;
 }
@@ -231,7 +231,7 @@ static kl_code complete_failure(kl_eval_ctx *c, const Keyload__V1__ReadQueueTran
     if (would == KL_OK) {
         if (kl_claims_decode("intent_token", rec->intent_token.data, rec->intent_token.len, NULL, &ic, err) !=
             KL_OK) {
-            rc = kl_xfer_corrupt(err, "transfer intent");
+            rc = kl_record_corrupt(err, "transfer intent");
             goto done;
         }
         ic->generation = rec->generation; /* the generation whose Complete was denied */
