@@ -1,6 +1,7 @@
 /* buf: growable byte buffer (buf.h). */
 #include "daemon/engine/buf.h"
 
+#include <assert.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -12,6 +13,8 @@ void kl_buf_free(kl_buf *b)
 
 int kl_buf_append(kl_buf *b, const void *p, size_t n)
 {
+    /* invariant: a buffer's contents fit its allocation */
+    assert(b->len <= b->cap && (b->cap == 0 || b->p != NULL));
     if (b->len + n > b->cap) {
         size_t cap = b->cap ? b->cap : 256;
         while (cap < b->len + n)

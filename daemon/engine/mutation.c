@@ -9,6 +9,7 @@
 #include "daemon/engine/transfer.h"
 #include "daemon/engine/validate.h"
 
+#include <assert.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -21,7 +22,7 @@ static kl_code eval_create_queue(kl_eval_ctx *c, const Keyload__V1__Mutation *m,
 
 static kl_code eval_delete_queue(kl_eval_ctx *c, const Keyload__V1__Mutation *m, kl_buf *out, kl_err *err)
 {
-    return kl_queue_eval_delete(c, m->delete_queue, out, err);
+    return kl_catalog_eval_delete_queue(c, m->delete_queue, out, err);
 }
 
 static kl_code eval_enqueue(kl_eval_ctx *c, const Keyload__V1__Mutation *m, kl_buf *out, kl_err *err)
@@ -193,6 +194,8 @@ static const kl_mutation_kind kinds[] = {
     ROW(ADVANCE_QUEUE_TRANSFER_REPAIR, kl_validate_advance_queue_transfer, kl_access_advance_queue_transfer, kl_canon_advance_queue_transfer_repair,
         eval_advance_queue_transfer_repair, ref_advance_queue_transfer_repair, NULL),
 };
+_Static_assert(sizeof kinds / sizeof kinds[0] == KEYLOAD__V1__MUTATION__KIND_ADVANCE_QUEUE_TRANSFER_REPAIR + 1,
+               "one row per mutation kind, up to the last kind queue.proto defines");
 
 const kl_mutation_kind *kl_mutation_kind_of(int kind)
 {
@@ -290,6 +293,10 @@ static void prefix_index(kl_err *err, size_t i)
 kl_code kl_engine_eval_batch(kl_eval_ctx *c, const Keyload__V1__BatchRequest *b, kl_buf *results,
                              kl_err *err)
 {
+    /* invariant: an evaluation context carries a view, limits and a source of lease tokens */
+    assert(c->view != NULL && c->limits != NULL && c->random != NULL);
+    /* invariant: only partition 0 evaluates into a catalog batch */
+    assert(c->catalog == NULL || c->partition == 0);
     for (size_t i = 0; i < b->n_mutations; i++) {
         const Keyload__V1__Mutation *m = b->mutations[i];
         uint64_t t0 = c->clock_ns ? c->clock_ns() : 0;

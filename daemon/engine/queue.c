@@ -3,9 +3,8 @@
  * invariants, which every function here preserves. */
 #include "daemon/engine/queue.h"
 #include "daemon/engine/record.h"
-#include "daemon/engine/catalog.h"
+#include "daemon/engine/catalog_read.h"
 #include "daemon/engine/access.h"
-#include "daemon/engine/transfer.h"
 
 #include "daemon/store/keys.h"
 #include "keyload/v1/store.pb-c.h"
@@ -166,10 +165,101 @@ static kl_code remove_message(kl_view *v, Keyload__V1__QueueRecord *q, const cha
 
 /* ---- create / delete ---- */
 
+/* The queue's own records on the partition it is placed on. */
+kl_code kl_queue_create_local(kl_view *v, const Keyload__V1__CatalogQueue *q, kl_err *err)
+{
+    kl_key nk, qk;
+    kl_key_queue_name(&nk, q->tenant, q->database, q->queue);
+    uint8_t idb[8];
+    kl_be64_put(idb, q->queue_id);
+    kl_code rc = kl_view_put(v, nk.b, nk.len, idb, 8, err);
+    if (rc != KL_OK)
+        return rc;
+    Keyload__V1__QueueLaneRef name = KEYLOAD__V1__QUEUE_LANE_REF__INIT;
+    name.tenant = q->tenant;
+    name.database = q->database;
+    name.queue = q->queue;
+    Keyload__V1__QueueLimits none = KEYLOAD__V1__QUEUE_LIMITS__INIT;
+    Keyload__V1__QueueRecord rec = KEYLOAD__V1__QUEUE_RECORD__INIT;
+    rec.queue_id = q->queue_id;
+    rec.name = &name;
+    rec.partition = q->partition;
+    rec.limits = q->limits ? q->limits : &none;
+    rec.created_unix_ms = q->created_unix_ms;
+    kl_key_queue(&qk, q->queue_id);
+    return kl_view_put_msg(v, qk.b, qk.len, &rec.base, err);
+}
+
+/* Removes the queue's records once it is closed and empty. A queue that still holds
+ * messages (its partition never closed it: the drop did not come from the SDK's two-step
+ * delete) keeps its records, so no message is lost; it stays reachable by name. */
+kl_code kl_queue_drop_local(kl_view *v, const Keyload__V1__CatalogQueue *q, kl_err *err)
+{
+    kl_key nk, qk;
+    kl_key_queue_name(&nk, q->tenant, q->database, q->queue);
+    uint8_t *val;
+    size_t n;
+    bool found;
+    kl_code rc = kl_view_get(v, nk.b, nk.len, &val, &n, &found, err);
+    if (rc != KL_OK || !found)
+        return rc;
+    uint64_t qid = n == 8 ? kl_be64_get(val) : 0;
+    free(val);
+    if (qid != q->queue_id)
+        return KL_OK; /* another incarnation of the name; not ours to remove */
+    kl_key_queue(&qk, qid);
+    if ((rc = kl_view_get(v, qk.b, qk.len, &val, &n, &found, err)) != KL_OK)
+        return rc;
+    if (found) {
+        Keyload__V1__QueueRecord *rec = keyload__v1__queue_record__unpack(NULL, n, val);
+        free(val);
+        if (rec == NULL)
+            return kl_record_corrupt(err, "queue");
+        bool keep = rec->messages > 0;
+        keyload__v1__queue_record__free_unpacked(rec, NULL);
+        /* Transfer intents and dedup receipts are never discarded (DESIGN.md §7): a queue
+         * retaining any keeps its records here, like one holding messages. */
+        if (!keep && (rc = kl_queue_retains_transfers(v, qid, &keep, err)) != KL_OK)
+            return rc;
+        if (keep)
+            return KL_OK;
+        if ((rc = kl_view_del(v, qk.b, qk.len, err)) != KL_OK)
+            return rc;
+    }
+    return kl_view_del(v, nk.b, nk.len, err);
+}
+
+typedef struct {
+    bool any;
+} retains_scan;
+
+static int find_retained(void *arg, const uint8_t *key, size_t klen, const uint8_t *val, size_t vlen)
+{
+    (void)key;
+    (void)klen;
+    retains_scan *r = arg;
+    Keyload__V1__LaneTransferRecord *l = keyload__v1__lane_transfer_record__unpack(NULL, vlen, val);
+    if (l == NULL || l->records > 0)
+        r->any = true; /* an unreadable counter is treated as retaining: never lose records */
+    if (l)
+        keyload__v1__lane_transfer_record__free_unpacked(l, NULL);
+    return r->any;
+}
+
+kl_code kl_queue_retains_transfers(kl_view *v, uint64_t qid, bool *retains, kl_err *err)
+{
+    retains_scan r = {false};
+    kl_key k;
+    kl_key_lane_transfers_queue(&k, qid);
+    kl_code rc = kl_view_scan(v, k.b, k.len, find_retained, &r, err);
+    *retains = r.any;
+    return rc;
+}
+
+
 /* Closes an empty queue on its own partition: it takes no more messages, and its records
  * go when the catalog's drop arrives. Deleting a closed queue again answers the same. */
-static kl_code close_local_queue(kl_eval_ctx *c, const Keyload__V1__QueueLaneRef *ref, uint64_t *qid,
-                                 kl_err *err)
+kl_code kl_queue_close_local(kl_eval_ctx *c, const Keyload__V1__QueueLaneRef *ref, uint64_t *qid, kl_err *err)
 {
     Keyload__V1__QueueRecord *q;
     kl_code rc = load_queue_any(c->view, ref, qid, &q, err);
@@ -180,7 +270,7 @@ static kl_code close_local_queue(kl_eval_ctx *c, const Keyload__V1__QueueLaneRef
         rc = kl_fail(err, KL_FAILED_PRECONDITION, "queue_not_empty",
                      "queue '%s' holds %llu messages; a queue holding messages cannot be deleted",
                      ref->queue, (unsigned long long)q->messages);
-    else if ((rc = kl_transfer_queue_retains(c->view, *qid, &retains, err)) != KL_OK)
+    else if ((rc = kl_queue_retains_transfers(c->view, *qid, &retains, err)) != KL_OK)
         ;
     else if (retains)
         rc = kl_fail(err, KL_FAILED_PRECONDITION, "queue_has_transfers",
@@ -192,38 +282,6 @@ static kl_code close_local_queue(kl_eval_ctx *c, const Keyload__V1__QueueLaneRef
     }
     keyload__v1__queue_record__free_unpacked(q, NULL);
     return rc;
-}
-
-/* On the queue's partition: close it (step 1 of the SDK's delete). On partition 0: drop
- * the definition from the catalog (step 2), closing it first when it lives there too. */
-kl_code kl_queue_eval_delete(kl_eval_ctx *c, const Keyload__V1__DeleteQueue *m, kl_buf *out, kl_err *err)
-{
-    const Keyload__V1__QueueLaneRef *r = m->queue;
-    uint64_t qid;
-    kl_code rc = KL_OK;
-    if (c->catalog != NULL) {
-        Keyload__V1__CatalogQueue *def;
-        bool found;
-        if ((rc = kl_catalog_get_queue(c->view, r->tenant, r->database, r->queue, &def, &found, err)) != KL_OK)
-            return rc;
-        if (!found)
-            return kl_fail(err, KL_NOT_FOUND, "queue", "queue '%s' does not exist in %s/%s", r->queue,
-                           r->tenant, r->database);
-        if (def->partition == c->partition)
-            rc = close_local_queue(c, r, &qid, err);
-        if (rc == KL_OK)
-            rc = kl_catalog_eval_drop_queue(c, def, out, err);
-        keyload__v1__catalog_queue__free_unpacked(def, NULL);
-        return rc;
-    }
-    if ((rc = close_local_queue(c, r, &qid, err)) != KL_OK)
-        return rc;
-    Keyload__V1__QueueDeleted qd = KEYLOAD__V1__QUEUE_DELETED__INIT;
-    qd.queue_id = qid;
-    Keyload__V1__MutationResult res = KEYLOAD__V1__MUTATION_RESULT__INIT;
-    res.kind_case = KEYLOAD__V1__MUTATION_RESULT__KIND_QUEUE_DELETED;
-    res.queue_deleted = &qd;
-    return kl_engine_add_result(out, &res, err);
 }
 
 /* ---- enqueue ---- */
@@ -482,6 +540,33 @@ static int collect_avail(void *arg, const uint8_t *key, size_t klen, const uint8
     return a->n == a->want;
 }
 
+/* Leases an available message under a fresh token: its 'A' entry becomes a 'T' entry at
+ * the lease's end, and a lease record points from the token to the message. */
+static kl_code lease_message(kl_eval_ctx *c, uint64_t qid, const char *lane, Keyload__V1__MessageRecord *msg,
+                             uint8_t token[16], int64_t lease_ms, kl_err *err)
+{
+    kl_key k;
+    kl_code rc;
+    kl_key_available(&k, qid, lane, msg->seq);
+    c->random(token, 16);
+    msg->delivery_count++;
+    msg->lease_token.data = token;
+    msg->lease_token.len = 16;
+    msg->visible_at_unix_ms = c->now_ms + lease_ms;
+    if ((rc = kl_view_del(c->view, k.b, k.len, err)) != KL_OK ||
+        (rc = save_message(c->view, qid, lane, msg, err)) != KL_OK)
+        return rc;
+    kl_key_timed(&k, qid, msg->visible_at_unix_ms, msg->seq);
+    if ((rc = put_empty(c->view, &k, lane, err)) != KL_OK)
+        return rc;
+    Keyload__V1__LeaseRecord lr = KEYLOAD__V1__LEASE_RECORD__INIT;
+    lr.queue_id = qid;
+    lr.lane = (char *)lane;
+    lr.seq = msg->seq;
+    kl_key_lease(&k, token);
+    return put_msg(c->view, &k, &lr.base, err);
+}
+
 kl_code kl_queue_eval_receive(kl_eval_ctx *c, const Keyload__V1__Receive *m, kl_buf *out, kl_err *err)
 {
     uint64_t qid;
@@ -521,8 +606,6 @@ kl_code kl_queue_eval_receive(kl_eval_ctx *c, const Keyload__V1__Receive *m, kl_
             Keyload__V1__MessageRecord *msg;
             if ((rc = load_message(c->view, qid, lane, al->seq[i], &msg, err)) != KL_OK)
                 goto done;
-            kl_key k;
-            kl_key_available(&k, qid, lane, msg->seq);
             if (msg->message->expires_at_unix_ms != 0 && msg->message->expires_at_unix_ms <= c->now_ms) {
                 /* Expired while waiting: it is never delivered. Past the housekeeping cap the
                  * Receive stops here and answers with what it has. */
@@ -555,27 +638,7 @@ kl_code kl_queue_eval_receive(kl_eval_ctx *c, const Keyload__V1__Receive *m, kl_
                 break;
             }
             read_bytes += body;
-            c->random(tokens[got], 16);
-            msg->delivery_count++;
-            msg->lease_token.data = tokens[got];
-            msg->lease_token.len = 16;
-            msg->visible_at_unix_ms = c->now_ms + lease_ms;
-            if ((rc = kl_view_del(c->view, k.b, k.len, err)) != KL_OK ||
-                (rc = save_message(c->view, qid, lane, msg, err)) != KL_OK) {
-                keyload__v1__message_record__free_unpacked(msg, NULL);
-                goto done;
-            }
-            kl_key_timed(&k, qid, msg->visible_at_unix_ms, msg->seq);
-            if ((rc = put_empty(c->view, &k, lane, err)) != KL_OK) {
-                keyload__v1__message_record__free_unpacked(msg, NULL);
-                goto done;
-            }
-            Keyload__V1__LeaseRecord lr = KEYLOAD__V1__LEASE_RECORD__INIT;
-            lr.queue_id = qid;
-            lr.lane = (char *)lane;
-            lr.seq = msg->seq;
-            kl_key_lease(&k, tokens[got]);
-            if ((rc = put_msg(c->view, &k, &lr.base, err)) != KL_OK) {
+            if ((rc = lease_message(c, qid, lane, msg, tokens[got], lease_ms, err)) != KL_OK) {
                 keyload__v1__message_record__free_unpacked(msg, NULL);
                 goto done;
             }
