@@ -182,155 +182,212 @@ static void canon_db_limits(kl_canon *c, const Keyload__V1__DatabaseLimits *l)
     kl_canon_u64(c, 4, a ? a->value : 0);
 }
 
+void kl_canon_create_queue(kl_canon *c, const Keyload__V1__Mutation *m)
+{
+    const Keyload__V1__CreateQueue *q = m->create_queue;
+    kl_canon_lane(c, 1, q->queue);
+    const Keyload__V1__QueueLimits *l = q->limits;
+    kl_canon_u64(c, 2, l ? l->max_messages : 0);
+    kl_canon_u64(c, 2, l ? l->max_bytes : 0);
+    kl_canon_u64(c, 2, l ? l->max_deliveries : 0);
+    kl_canon_str(c, 2, l ? l->dead_letter_queue : "");
+    kl_canon_u64(c, 3, (uint64_t)(int64_t)q->partition);
+}
+
+void kl_canon_delete_queue(kl_canon *c, const Keyload__V1__Mutation *m)
+{
+    kl_canon_lane(c, 1, m->delete_queue->queue);
+}
+
+void kl_canon_bootstrap(kl_canon *c, const Keyload__V1__Mutation *m)
+{
+    const Keyload__V1__Bootstrap *b = m->bootstrap;
+    kl_canon_str(c, 1, b->tenant);
+    kl_canon_str(c, 2, b->database);
+    kl_canon_str(c, 3, b->admin_id);
+    kl_canon_bytes(c, 4, b->admin_public_key.data, b->admin_public_key.len);
+    kl_canon_bytes(c, 5, b->proof.data, b->proof.len);
+}
+
+void kl_canon_create_database(kl_canon *c, const Keyload__V1__Mutation *m)
+{
+    const Keyload__V1__CreateDatabase *d = m->create_database;
+    kl_canon_str(c, 1, d->tenant);
+    kl_canon_str(c, 2, d->database);
+    canon_db_limits(c, d->limits);
+}
+
+void kl_canon_enqueue(kl_canon *c, const Keyload__V1__Mutation *m)
+{
+    kl_canon_lane(c, 1, m->enqueue->lane);
+    kl_canon_message(c, 2, m->enqueue->message);
+}
+
+void kl_canon_receive(kl_canon *c, const Keyload__V1__Mutation *m)
+{
+    kl_canon_lane(c, 1, m->receive->lane);
+    kl_canon_u64(c, 2, m->receive->max_messages);
+    kl_canon_u64(c, 3, m->receive->lease_ms);
+}
+
+void kl_canon_ack(kl_canon *c, const Keyload__V1__Mutation *m)
+{
+    kl_canon_lane(c, 1, m->ack->queue);
+    canon_tokens(c, m->ack->lease_tokens, m->ack->n_lease_tokens);
+}
+
+void kl_canon_release(kl_canon *c, const Keyload__V1__Mutation *m)
+{
+    kl_canon_lane(c, 1, m->release->queue);
+    canon_tokens(c, m->release->lease_tokens, m->release->n_lease_tokens);
+}
+
+void kl_canon_create_principal(kl_canon *c, const Keyload__V1__Mutation *m)
+{
+    const Keyload__V1__CreatePrincipal *p = m->create_principal;
+    kl_canon_str(c, 1, p->tenant);
+    kl_canon_str(c, 2, p->principal_id);
+    kl_canon_bytes(c, 3, p->public_key.data, p->public_key.len);
+    kl_canon_u64(c, 4, p->cluster_admin ? 1 : 0);
+    kl_canon_u64(c, 5, p->database_admin ? 1 : 0);
+    kl_canon_str(c, 6, p->database);
+}
+
+void kl_canon_grant_permission(kl_canon *c, const Keyload__V1__Mutation *m)
+{
+    const Keyload__V1__Grant *g = m->grant_permission->grant;
+    kl_canon_str(c, 1, m->grant_permission->principal_id);
+    if (g == NULL) {
+        uint8_t z = 0;
+        put(c, &z, 1);
+        return;
+    }
+    uint8_t t = 2;
+    put(c, &t, 1);
+    kl_canon_str(c, 1, g->database);
+    kl_canon_u64(c, 2, (uint64_t)g->permission);
+    kl_canon_str(c, 3, g->queue_pattern);
+    /* Lists are kept as sent: the stored grant sorts them, but a different order is
+     * still a different request only in bytes, and validation refuses duplicates. */
+    put_be(c, g->n_fields, 4);
+    for (size_t i = 0; i < g->n_fields; i++)
+        kl_canon_str(c, 4, g->fields[i]);
+    put_be(c, g->n_headers, 4);
+    for (size_t i = 0; i < g->n_headers; i++)
+        kl_canon_str(c, 5, g->headers[i]);
+}
+
+void kl_canon_revoke_permission(kl_canon *c, const Keyload__V1__Mutation *m)
+{
+    const Keyload__V1__RevokePermission *r = m->revoke_permission;
+    kl_canon_str(c, 1, r->principal_id);
+    kl_canon_str(c, 2, r->database);
+    kl_canon_u64(c, 3, (uint64_t)r->permission);
+    kl_canon_str(c, 4, r->queue_pattern);
+}
+
+void kl_canon_set_principal_key(kl_canon *c, const Keyload__V1__Mutation *m)
+{
+    kl_canon_str(c, 1, m->set_principal_key->principal_id);
+    kl_canon_bytes(c, 2, m->set_principal_key->public_key.data, m->set_principal_key->public_key.len);
+}
+
+void kl_canon_set_database_limits(kl_canon *c, const Keyload__V1__Mutation *m)
+{
+    const Keyload__V1__SetDatabaseLimits *d = m->set_database_limits;
+    kl_canon_str(c, 1, d->tenant);
+    kl_canon_str(c, 2, d->database);
+    canon_db_limits(c, d->limits);
+}
+
+void kl_canon_create_queue_transfer(kl_canon *c, const Keyload__V1__Mutation *m)
+{
+    const Keyload__V1__CreateQueueTransfer *t = m->create_queue_transfer;
+    kl_canon_lane(c, 1, t->source_queue);
+    kl_canon_bytes(c, 2, t->transfer_id.data, t->transfer_id.len);
+    kl_canon_lane(c, 3, t->destination);
+    kl_canon_message(c, 4, t->message);
+}
+
+void kl_canon_accept_queue_transfer(kl_canon *c, const Keyload__V1__Mutation *m)
+{
+    kl_canon_lane(c, 1, m->accept_queue_transfer->destination_queue);
+    kl_canon_bytes(c, 2, m->accept_queue_transfer->intent_token.data,
+                   m->accept_queue_transfer->intent_token.len);
+}
+
+void kl_canon_complete_queue_transfer(kl_canon *c, const Keyload__V1__Mutation *m)
+{
+    kl_canon_lane(c, 1, m->complete_queue_transfer->source_queue);
+    kl_canon_bytes(c, 2, m->complete_queue_transfer->transfer_id.data,
+                   m->complete_queue_transfer->transfer_id.len);
+    kl_canon_bytes(c, 3, m->complete_queue_transfer->receipt_token.data,
+                   m->complete_queue_transfer->receipt_token.len);
+}
+
+void kl_canon_set_queue_transfers_paused(kl_canon *c, const Keyload__V1__Mutation *m)
+{
+    const Keyload__V1__SetQueueTransfersPaused *p = m->set_queue_transfers_paused;
+    kl_canon_str(c, 1, p->tenant);
+    kl_canon_str(c, 2, p->database);
+    kl_canon_lane(c, 3, p->source_queue);
+    kl_canon_u64(c, 4, p->paused ? 1 : 0);
+}
+
+void kl_canon_advance_queue_transfer_attempt(kl_canon *c, const Keyload__V1__Mutation *m)
+{
+    const Keyload__V1__AdvanceQueueTransferAttempt *a = m->advance_queue_transfer_attempt;
+    kl_canon_lane(c, 1, a->source_queue);
+    kl_canon_bytes(c, 2, a->transfer_id.data, a->transfer_id.len);
+    kl_canon_bytes(c, 3, a->witness_token.data, a->witness_token.len);
+}
+
+void kl_canon_advance_queue_transfer_repair(kl_canon *c, const Keyload__V1__Mutation *m)
+{
+    const Keyload__V1__AdvanceQueueTransferRepair *a = m->advance_queue_transfer_repair;
+    kl_canon_lane(c, 1, a->source_queue);
+    kl_canon_bytes(c, 2, a->transfer_id.data, a->transfer_id.len);
+    kl_canon_bytes(c, 3, a->witness_token.data, a->witness_token.len);
+}
+
+/* Each kind's body encoder, by kind number; a kind without one encodes as its kind byte
+ * alone. daemon/engine/mutation.c's table points at the same functions. */
+static void (*const canon_kinds[])(kl_canon *c, const Keyload__V1__Mutation *m) = {
+    [KEYLOAD__V1__MUTATION__KIND_CREATE_QUEUE] = kl_canon_create_queue,
+    [KEYLOAD__V1__MUTATION__KIND_DELETE_QUEUE] = kl_canon_delete_queue,
+    [KEYLOAD__V1__MUTATION__KIND_BOOTSTRAP] = kl_canon_bootstrap,
+    [KEYLOAD__V1__MUTATION__KIND_CREATE_DATABASE] = kl_canon_create_database,
+    [KEYLOAD__V1__MUTATION__KIND_ENQUEUE] = kl_canon_enqueue,
+    [KEYLOAD__V1__MUTATION__KIND_RECEIVE] = kl_canon_receive,
+    [KEYLOAD__V1__MUTATION__KIND_ACK] = kl_canon_ack,
+    [KEYLOAD__V1__MUTATION__KIND_RELEASE] = kl_canon_release,
+    [KEYLOAD__V1__MUTATION__KIND_CREATE_PRINCIPAL] = kl_canon_create_principal,
+    [KEYLOAD__V1__MUTATION__KIND_GRANT_PERMISSION] = kl_canon_grant_permission,
+    [KEYLOAD__V1__MUTATION__KIND_REVOKE_PERMISSION] = kl_canon_revoke_permission,
+    [KEYLOAD__V1__MUTATION__KIND_SET_PRINCIPAL_KEY] = kl_canon_set_principal_key,
+    [KEYLOAD__V1__MUTATION__KIND_SET_DATABASE_LIMITS] = kl_canon_set_database_limits,
+    [KEYLOAD__V1__MUTATION__KIND_CREATE_QUEUE_TRANSFER] = kl_canon_create_queue_transfer,
+    [KEYLOAD__V1__MUTATION__KIND_ACCEPT_QUEUE_TRANSFER] = kl_canon_accept_queue_transfer,
+    [KEYLOAD__V1__MUTATION__KIND_COMPLETE_QUEUE_TRANSFER] = kl_canon_complete_queue_transfer,
+    [KEYLOAD__V1__MUTATION__KIND_SET_QUEUE_TRANSFERS_PAUSED] = kl_canon_set_queue_transfers_paused,
+    [KEYLOAD__V1__MUTATION__KIND_ADVANCE_QUEUE_TRANSFER_ATTEMPT] = kl_canon_advance_queue_transfer_attempt,
+    [KEYLOAD__V1__MUTATION__KIND_ADVANCE_QUEUE_TRANSFER_REPAIR] = kl_canon_advance_queue_transfer_repair,
+};
+
+kl_canon_mutation_fn kl_canon_mutation_encoder(int kind)
+{
+    if (kind < 0 || (size_t)kind >= sizeof canon_kinds / sizeof canon_kinds[0])
+        return NULL;
+    return canon_kinds[kind];
+}
+
 void kl_canon_mutation(kl_canon *c, const Keyload__V1__Mutation *m)
 {
     uint8_t kind = (uint8_t)m->kind_case;
     put(c, &kind, 1);
-    switch (m->kind_case) {
-    case KEYLOAD__V1__MUTATION__KIND_CREATE_QUEUE: {
-        const Keyload__V1__CreateQueue *q = m->create_queue;
-        kl_canon_lane(c, 1, q->queue);
-        const Keyload__V1__QueueLimits *l = q->limits;
-        kl_canon_u64(c, 2, l ? l->max_messages : 0);
-        kl_canon_u64(c, 2, l ? l->max_bytes : 0);
-        kl_canon_u64(c, 2, l ? l->max_deliveries : 0);
-        kl_canon_str(c, 2, l ? l->dead_letter_queue : "");
-        kl_canon_u64(c, 3, (uint64_t)(int64_t)q->partition);
-        break;
-    }
-    case KEYLOAD__V1__MUTATION__KIND_DELETE_QUEUE:
-        kl_canon_lane(c, 1, m->delete_queue->queue);
-        break;
-    case KEYLOAD__V1__MUTATION__KIND_BOOTSTRAP: {
-        const Keyload__V1__Bootstrap *b = m->bootstrap;
-        kl_canon_str(c, 1, b->tenant);
-        kl_canon_str(c, 2, b->database);
-        kl_canon_str(c, 3, b->admin_id);
-        kl_canon_bytes(c, 4, b->admin_public_key.data, b->admin_public_key.len);
-        kl_canon_bytes(c, 5, b->proof.data, b->proof.len);
-        break;
-    }
-    case KEYLOAD__V1__MUTATION__KIND_CREATE_DATABASE: {
-        const Keyload__V1__CreateDatabase *d = m->create_database;
-        kl_canon_str(c, 1, d->tenant);
-        kl_canon_str(c, 2, d->database);
-        canon_db_limits(c, d->limits);
-        break;
-    }
-    case KEYLOAD__V1__MUTATION__KIND_ENQUEUE:
-        kl_canon_lane(c, 1, m->enqueue->lane);
-        kl_canon_message(c, 2, m->enqueue->message);
-        break;
-    case KEYLOAD__V1__MUTATION__KIND_RECEIVE:
-        kl_canon_lane(c, 1, m->receive->lane);
-        kl_canon_u64(c, 2, m->receive->max_messages);
-        kl_canon_u64(c, 3, m->receive->lease_ms);
-        break;
-    case KEYLOAD__V1__MUTATION__KIND_ACK:
-        kl_canon_lane(c, 1, m->ack->queue);
-        canon_tokens(c, m->ack->lease_tokens, m->ack->n_lease_tokens);
-        break;
-    case KEYLOAD__V1__MUTATION__KIND_RELEASE:
-        kl_canon_lane(c, 1, m->release->queue);
-        canon_tokens(c, m->release->lease_tokens, m->release->n_lease_tokens);
-        break;
-    case KEYLOAD__V1__MUTATION__KIND_CREATE_PRINCIPAL: {
-        const Keyload__V1__CreatePrincipal *p = m->create_principal;
-        kl_canon_str(c, 1, p->tenant);
-        kl_canon_str(c, 2, p->principal_id);
-        kl_canon_bytes(c, 3, p->public_key.data, p->public_key.len);
-        kl_canon_u64(c, 4, p->cluster_admin ? 1 : 0);
-        kl_canon_u64(c, 5, p->database_admin ? 1 : 0);
-        kl_canon_str(c, 6, p->database);
-        break;
-    }
-    case KEYLOAD__V1__MUTATION__KIND_GRANT_PERMISSION: {
-        const Keyload__V1__Grant *g = m->grant_permission->grant;
-        kl_canon_str(c, 1, m->grant_permission->principal_id);
-        if (g == NULL) {
-            uint8_t z = 0;
-            put(c, &z, 1);
-            break;
-        }
-        uint8_t t = 2;
-        put(c, &t, 1);
-        kl_canon_str(c, 1, g->database);
-        kl_canon_u64(c, 2, (uint64_t)g->permission);
-        kl_canon_str(c, 3, g->queue_pattern);
-        /* Lists are kept as sent: the stored grant sorts them, but a different order is
-         * still a different request only in bytes, and validation refuses duplicates. */
-        put_be(c, g->n_fields, 4);
-        for (size_t i = 0; i < g->n_fields; i++)
-            kl_canon_str(c, 4, g->fields[i]);
-        put_be(c, g->n_headers, 4);
-        for (size_t i = 0; i < g->n_headers; i++)
-            kl_canon_str(c, 5, g->headers[i]);
-        break;
-    }
-    case KEYLOAD__V1__MUTATION__KIND_REVOKE_PERMISSION: {
-        const Keyload__V1__RevokePermission *r = m->revoke_permission;
-        kl_canon_str(c, 1, r->principal_id);
-        kl_canon_str(c, 2, r->database);
-        kl_canon_u64(c, 3, (uint64_t)r->permission);
-        kl_canon_str(c, 4, r->queue_pattern);
-        break;
-    }
-    case KEYLOAD__V1__MUTATION__KIND_SET_PRINCIPAL_KEY:
-        kl_canon_str(c, 1, m->set_principal_key->principal_id);
-        kl_canon_bytes(c, 2, m->set_principal_key->public_key.data, m->set_principal_key->public_key.len);
-        break;
-    case KEYLOAD__V1__MUTATION__KIND_SET_DATABASE_LIMITS: {
-        const Keyload__V1__SetDatabaseLimits *d = m->set_database_limits;
-        kl_canon_str(c, 1, d->tenant);
-        kl_canon_str(c, 2, d->database);
-        canon_db_limits(c, d->limits);
-        break;
-    }
-    case KEYLOAD__V1__MUTATION__KIND_CREATE_QUEUE_TRANSFER: {
-        const Keyload__V1__CreateQueueTransfer *t = m->create_queue_transfer;
-        kl_canon_lane(c, 1, t->source_queue);
-        kl_canon_bytes(c, 2, t->transfer_id.data, t->transfer_id.len);
-        kl_canon_lane(c, 3, t->destination);
-        kl_canon_message(c, 4, t->message);
-        break;
-    }
-    case KEYLOAD__V1__MUTATION__KIND_ACCEPT_QUEUE_TRANSFER:
-        kl_canon_lane(c, 1, m->accept_queue_transfer->destination_queue);
-        kl_canon_bytes(c, 2, m->accept_queue_transfer->intent_token.data,
-                       m->accept_queue_transfer->intent_token.len);
-        break;
-    case KEYLOAD__V1__MUTATION__KIND_COMPLETE_QUEUE_TRANSFER:
-        kl_canon_lane(c, 1, m->complete_queue_transfer->source_queue);
-        kl_canon_bytes(c, 2, m->complete_queue_transfer->transfer_id.data,
-                       m->complete_queue_transfer->transfer_id.len);
-        kl_canon_bytes(c, 3, m->complete_queue_transfer->receipt_token.data,
-                       m->complete_queue_transfer->receipt_token.len);
-        break;
-    case KEYLOAD__V1__MUTATION__KIND_SET_QUEUE_TRANSFERS_PAUSED: {
-        const Keyload__V1__SetQueueTransfersPaused *p = m->set_queue_transfers_paused;
-        kl_canon_str(c, 1, p->tenant);
-        kl_canon_str(c, 2, p->database);
-        kl_canon_lane(c, 3, p->source_queue);
-        kl_canon_u64(c, 4, p->paused ? 1 : 0);
-        break;
-    }
-    case KEYLOAD__V1__MUTATION__KIND_ADVANCE_QUEUE_TRANSFER_ATTEMPT: {
-        const Keyload__V1__AdvanceQueueTransferAttempt *a = m->advance_queue_transfer_attempt;
-        kl_canon_lane(c, 1, a->source_queue);
-        kl_canon_bytes(c, 2, a->transfer_id.data, a->transfer_id.len);
-        kl_canon_bytes(c, 3, a->witness_token.data, a->witness_token.len);
-        break;
-    }
-    case KEYLOAD__V1__MUTATION__KIND_ADVANCE_QUEUE_TRANSFER_REPAIR: {
-        const Keyload__V1__AdvanceQueueTransferRepair *a = m->advance_queue_transfer_repair;
-        kl_canon_lane(c, 1, a->source_queue);
-        kl_canon_bytes(c, 2, a->transfer_id.data, a->transfer_id.len);
-        kl_canon_bytes(c, 3, a->witness_token.data, a->witness_token.len);
-        break;
-    }
-    default:
-        break;
-    }
+    kl_canon_mutation_fn f = kl_canon_mutation_encoder((int)m->kind_case);
+    if (f != NULL)
+        f(c, m);
 }
 
 static int finish(kl_canon *c, uint8_t out[KL_DIGEST_LEN])

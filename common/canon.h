@@ -41,6 +41,31 @@ void kl_canon_lane(kl_canon *c, uint8_t tag, const Keyload__V1__QueueLaneRef *r)
 void kl_canon_message(kl_canon *c, uint8_t tag, const Keyload__V1__EnqueueMessage *m);
 void kl_canon_mutation(kl_canon *c, const Keyload__V1__Mutation *m);
 
+/* One mutation kind's body (what follows its kind byte). Each is the canonical-encoding
+ * column of that kind's row in the daemon's mutation table (daemon/engine/mutation.h). */
+typedef void (*kl_canon_mutation_fn)(kl_canon *c, const Keyload__V1__Mutation *m);
+/* The body encoder of a kind number, or NULL for a kind that has none. */
+kl_canon_mutation_fn kl_canon_mutation_encoder(int kind);
+void kl_canon_create_queue(kl_canon *c, const Keyload__V1__Mutation *m);
+void kl_canon_delete_queue(kl_canon *c, const Keyload__V1__Mutation *m);
+void kl_canon_bootstrap(kl_canon *c, const Keyload__V1__Mutation *m);
+void kl_canon_create_database(kl_canon *c, const Keyload__V1__Mutation *m);
+void kl_canon_enqueue(kl_canon *c, const Keyload__V1__Mutation *m);
+void kl_canon_receive(kl_canon *c, const Keyload__V1__Mutation *m);
+void kl_canon_ack(kl_canon *c, const Keyload__V1__Mutation *m);
+void kl_canon_release(kl_canon *c, const Keyload__V1__Mutation *m);
+void kl_canon_create_principal(kl_canon *c, const Keyload__V1__Mutation *m);
+void kl_canon_grant_permission(kl_canon *c, const Keyload__V1__Mutation *m);
+void kl_canon_revoke_permission(kl_canon *c, const Keyload__V1__Mutation *m);
+void kl_canon_set_principal_key(kl_canon *c, const Keyload__V1__Mutation *m);
+void kl_canon_set_database_limits(kl_canon *c, const Keyload__V1__Mutation *m);
+void kl_canon_create_queue_transfer(kl_canon *c, const Keyload__V1__Mutation *m);
+void kl_canon_accept_queue_transfer(kl_canon *c, const Keyload__V1__Mutation *m);
+void kl_canon_complete_queue_transfer(kl_canon *c, const Keyload__V1__Mutation *m);
+void kl_canon_set_queue_transfers_paused(kl_canon *c, const Keyload__V1__Mutation *m);
+void kl_canon_advance_queue_transfer_attempt(kl_canon *c, const Keyload__V1__Mutation *m);
+void kl_canon_advance_queue_transfer_repair(kl_canon *c, const Keyload__V1__Mutation *m);
+
 /* BLAKE2b-256 of the canonical encoding of (method, principal, batch). Returns -1 on OOM. */
 int kl_canon_batch_digest(const char *method, const char *principal,
                           const Keyload__V1__BatchRequest *batch, uint8_t out[KL_DIGEST_LEN]);

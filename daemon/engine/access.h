@@ -33,8 +33,27 @@
 #include "daemon/engine/authz.h"
 #include "keyload/v1/queue.pb-c.h"
 
-/* The check of one mutation before it is evaluated. KL_OK when who is NULL. */
-kl_code kl_access_mutation(const kl_authz_subject *who, const Keyload__V1__Mutation *m, kl_err *err);
+/* The check of one mutation kind before it is evaluated: the access column of its row in
+ * daemon/engine/mutation.c (kl_mutation_access). who is never NULL here: the trusted local
+ * administrator passes before the row is consulted. m->kind_case is the function's kind.
+ * principal_change serves GrantPermission, RevokePermission and SetPrincipalKey;
+ * advance_queue_transfer both Advance kinds. */
+kl_code kl_access_enqueue(const kl_authz_subject *who, const Keyload__V1__Mutation *m, kl_err *err);
+kl_code kl_access_receive(const kl_authz_subject *who, const Keyload__V1__Mutation *m, kl_err *err);
+kl_code kl_access_ack(const kl_authz_subject *who, const Keyload__V1__Mutation *m, kl_err *err);
+kl_code kl_access_release(const kl_authz_subject *who, const Keyload__V1__Mutation *m, kl_err *err);
+kl_code kl_access_create_queue(const kl_authz_subject *who, const Keyload__V1__Mutation *m, kl_err *err);
+kl_code kl_access_delete_queue(const kl_authz_subject *who, const Keyload__V1__Mutation *m, kl_err *err);
+kl_code kl_access_set_database_limits(const kl_authz_subject *who, const Keyload__V1__Mutation *m, kl_err *err);
+kl_code kl_access_create_database(const kl_authz_subject *who, const Keyload__V1__Mutation *m, kl_err *err);
+kl_code kl_access_create_principal(const kl_authz_subject *who, const Keyload__V1__Mutation *m, kl_err *err);
+kl_code kl_access_principal_change(const kl_authz_subject *who, const Keyload__V1__Mutation *m, kl_err *err);
+kl_code kl_access_bootstrap(const kl_authz_subject *who, const Keyload__V1__Mutation *m, kl_err *err);
+kl_code kl_access_create_queue_transfer(const kl_authz_subject *who, const Keyload__V1__Mutation *m, kl_err *err);
+kl_code kl_access_accept_queue_transfer(const kl_authz_subject *who, const Keyload__V1__Mutation *m, kl_err *err);
+kl_code kl_access_complete_queue_transfer(const kl_authz_subject *who, const Keyload__V1__Mutation *m, kl_err *err);
+kl_code kl_access_advance_queue_transfer(const kl_authz_subject *who, const Keyload__V1__Mutation *m, kl_err *err);
+kl_code kl_access_set_queue_transfers_paused(const kl_authz_subject *who, const Keyload__V1__Mutation *m, kl_err *err);
 
 /* A message Receive is about to hand out: every field and header key must be readable
  * under who's QueueConsume grants on q's queue. KL_OK when who is NULL. */

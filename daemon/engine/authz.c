@@ -2,6 +2,7 @@
  * permissions, tenants, databases, queues and key names (all identifiers, i.e. schema);
  * never a value, a body or anything that failed the identifier rule. */
 #include "daemon/engine/authz.h"
+#include "daemon/engine/record.h"
 
 #include "common/grants.h"
 #include "common/names.h"
@@ -11,8 +12,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-
-static kl_code oom(kl_err *err) { return kl_fail(err, KL_INTERNAL, "memory", "out of memory"); }
 
 static const char *str_or_empty(const char *s) { return s ? s : ""; }
 
@@ -499,10 +498,10 @@ kl_code kl_authz_apply_grant(Keyload__V1__CatalogPrincipal *p, const Keyload__V1
         return rc;
     char **fields, **headers;
     if (!copy_list(grant->fields, grant->n_fields, &fields))
-        return oom(err);
+        return kl_record_oom(err);
     if (!copy_list(grant->headers, grant->n_headers, &headers)) {
         free_list(fields, grant->n_fields);
-        return oom(err);
+        return kl_record_oom(err);
     }
     if (at >= 0) {
         Keyload__V1__Grant *g = p->grants[at];
@@ -524,7 +523,7 @@ kl_code kl_authz_apply_grant(Keyload__V1__CatalogPrincipal *p, const Keyload__V1
             free(pat);
             free_list(fields, grant->n_fields);
             free_list(headers, grant->n_headers);
-            return oom(err);
+            return kl_record_oom(err);
         }
         keyload__v1__grant__init(g);
         g->database = db;
@@ -588,7 +587,7 @@ kl_code kl_authz_set_roles(Keyload__V1__CatalogPrincipal *p, const kl_authz_role
         return rc;
     char *copy = strdup(db);
     if (copy == NULL)
-        return oom(err);
+        return kl_record_oom(err);
     if (p->database != NULL && p->database != protobuf_c_empty_string)
         free(p->database);
     p->database = copy;

@@ -1,5 +1,6 @@
 #include "daemon/engine/catalog.h"
-#include "daemon/engine/transfer.h"
+#include "daemon/engine/record.h"
+#include "daemon/engine/queue.h"
 
 #include "common/canon.h"
 #include "common/keys.h"
@@ -8,15 +9,9 @@
 
 #include <sodium.h>
 
+#include <assert.h>
 #include <stdlib.h>
 #include <string.h>
-
-static kl_code oom(kl_err *err) { return kl_fail(err, KL_INTERNAL, "memory", "out of memory"); }
-
-static kl_code corrupt(kl_err *err, const char *what)
-{
-    return kl_fail(err, KL_INTERNAL, "store", "stored %s record does not decode", what);
-}
 
 static kl_code meta_get(kl_view *v, const char *name, uint64_t *out, kl_err *err)
 {
@@ -47,102 +42,7 @@ kl_code kl_catalog_version(kl_view *v, uint64_t *out, kl_err *err)
     return meta_get(v, "catalog_version", out, err);
 }
 
-/* Reads the record under k and unpacks it as `desc`; *found false when absent. */
-static kl_code get_record(kl_view *v, const kl_key *k, const ProtobufCMessageDescriptor *desc,
-                          const char *what, ProtobufCMessage **out, bool *found, kl_err *err)
-{
-    uint8_t *val;
-    size_t n;
-    *out = NULL;
-    kl_code rc = kl_view_get(v, k->b, k->len, &val, &n, found, err);
-    if (rc != KL_OK || !*found)
-        return rc;
-    *out = protobuf_c_message_unpack(desc, NULL, n, val);
-    free(val);
-    return *out ? KL_OK : corrupt(err, what);
-}
-
-kl_code kl_catalog_get_database(kl_view *v, const char *tenant, const char *database,
-                                Keyload__V1__CatalogDatabase **out, bool *found, kl_err *err)
-{
-    kl_key k;
-    kl_key_catalog_database(&k, tenant, database);
-    return get_record(v, &k, &keyload__v1__catalog_database__descriptor, "catalog database", (ProtobufCMessage **)out, found, err);
-}
-
-kl_code kl_catalog_get_queue(kl_view *v, const char *tenant, const char *database, const char *queue,
-                             Keyload__V1__CatalogQueue **out, bool *found, kl_err *err)
-{
-    kl_key k;
-    kl_key_catalog_queue(&k, tenant, database, queue);
-    return get_record(v, &k, &keyload__v1__catalog_queue__descriptor, "catalog queue", (ProtobufCMessage **)out, found, err);
-}
-
 /* ---- applying items (both sides) ---- */
-
-/* The queue's own records on the partition it is placed on. */
-static kl_code create_local_queue(kl_view *v, const Keyload__V1__CatalogQueue *q, kl_err *err)
-{
-    kl_key nk, qk;
-    kl_key_queue_name(&nk, q->tenant, q->database, q->queue);
-    uint8_t idb[8];
-    kl_be64_put(idb, q->queue_id);
-    kl_code rc = kl_view_put(v, nk.b, nk.len, idb, 8, err);
-    if (rc != KL_OK)
-        return rc;
-    Keyload__V1__QueueLaneRef name = KEYLOAD__V1__QUEUE_LANE_REF__INIT;
-    name.tenant = q->tenant;
-    name.database = q->database;
-    name.queue = q->queue;
-    Keyload__V1__QueueLimits none = KEYLOAD__V1__QUEUE_LIMITS__INIT;
-    Keyload__V1__QueueRecord rec = KEYLOAD__V1__QUEUE_RECORD__INIT;
-    rec.queue_id = q->queue_id;
-    rec.name = &name;
-    rec.partition = q->partition;
-    rec.limits = q->limits ? q->limits : &none;
-    rec.created_unix_ms = q->created_unix_ms;
-    kl_key_queue(&qk, q->queue_id);
-    return kl_view_put_msg(v, qk.b, qk.len, &rec.base, err);
-}
-
-/* Removes the queue's records once it is closed and empty. A queue that still holds
- * messages (its partition never closed it: the drop did not come from the SDK's two-step
- * delete) keeps its records, so no message is lost; it stays reachable by name. */
-static kl_code drop_local_queue(kl_view *v, const Keyload__V1__CatalogQueue *q, kl_err *err)
-{
-    kl_key nk, qk;
-    kl_key_queue_name(&nk, q->tenant, q->database, q->queue);
-    uint8_t *val;
-    size_t n;
-    bool found;
-    kl_code rc = kl_view_get(v, nk.b, nk.len, &val, &n, &found, err);
-    if (rc != KL_OK || !found)
-        return rc;
-    uint64_t qid = n == 8 ? kl_be64_get(val) : 0;
-    free(val);
-    if (qid != q->queue_id)
-        return KL_OK; /* another incarnation of the name; not ours to remove */
-    kl_key_queue(&qk, qid);
-    if ((rc = kl_view_get(v, qk.b, qk.len, &val, &n, &found, err)) != KL_OK)
-        return rc;
-    if (found) {
-        Keyload__V1__QueueRecord *rec = keyload__v1__queue_record__unpack(NULL, n, val);
-        free(val);
-        if (rec == NULL)
-            return corrupt(err, "queue");
-        bool keep = rec->messages > 0;
-        keyload__v1__queue_record__free_unpacked(rec, NULL);
-        /* Transfer intents and dedup receipts are never discarded (DESIGN.md §7): a queue
-         * retaining any keeps its records here, like one holding messages. */
-        if (!keep && (rc = kl_transfer_queue_retains(v, qid, &keep, err)) != KL_OK)
-            return rc;
-        if (keep)
-            return KL_OK;
-        if ((rc = kl_view_del(v, qk.b, qk.len, err)) != KL_OK)
-            return rc;
-    }
-    return kl_view_del(v, nk.b, nk.len, err);
-}
 
 kl_code kl_catalog_apply_item(kl_view *v, int partition, int64_t now_ms,
                               const Keyload__V1__CatalogItem *item, kl_err *err)
@@ -171,14 +71,14 @@ kl_code kl_catalog_apply_item(kl_view *v, int partition, int64_t now_ms,
         kl_key_catalog_queue(&k, q->tenant, q->database, q->queue);
         if ((rc = kl_view_put_msg(v, k.b, k.len, &q->base, err)) != KL_OK)
             return rc;
-        return q->partition == partition ? create_local_queue(v, q, err) : KL_OK;
+        return q->partition == partition ? kl_queue_create_local(v, q, err) : KL_OK;
     }
     case KEYLOAD__V1__CATALOG_ITEM__KIND_DROP_QUEUE: {
         const Keyload__V1__CatalogQueue *q = item->drop_queue;
         kl_key_catalog_queue(&k, q->tenant, q->database, q->queue);
         if ((rc = kl_view_del(v, k.b, k.len, err)) != KL_OK)
             return rc;
-        return q->partition == partition ? drop_local_queue(v, q, err) : KL_OK;
+        return q->partition == partition ? kl_queue_drop_local(v, q, err) : KL_OK;
     }
     default:
         return kl_fail(err, KL_INTERNAL, "catalog", "catalog change holds an item of unknown kind");
@@ -227,17 +127,19 @@ static kl_code need_catalog(kl_eval_ctx *c, const char *what, kl_err *err)
 /* Applies the item here (partition 0's own records) and adds it to the batch's change. */
 static kl_code record_item(kl_eval_ctx *c, const Keyload__V1__CatalogItem *item, kl_err *err)
 {
+    /* invariant: catalog items are recorded only into partition 0's catalog batch (need_catalog) */
+    assert(c->catalog != NULL);
     kl_code rc = kl_catalog_apply_item(c->view, c->partition, c->now_ms, item, err);
     if (rc != KL_OK)
         return rc;
     size_t n = keyload__v1__catalog_item__get_packed_size(item);
     uint8_t *b = malloc(n ? n : 1);
     if (b == NULL)
-        return oom(err);
+        return kl_record_oom(err);
     keyload__v1__catalog_item__pack(item, b);
     int bad = kl_buf_append_field(&c->catalog->items, (2 << 3) | 2, b, n);
     free(b);
-    return bad ? oom(err) : KL_OK;
+    return bad ? kl_record_oom(err) : KL_OK;
 }
 
 static kl_code next_version(kl_eval_ctx *c, kl_err *err)
@@ -405,40 +307,6 @@ kl_code kl_catalog_eval_create_database(kl_eval_ctx *c, const Keyload__V1__Creat
 
 /* ---- bootstrap and principals ---- */
 
-kl_code kl_catalog_get_principal(kl_view *v, const char *tenant, const char *principal_id,
-                                 Keyload__V1__CatalogPrincipal **out, bool *found, kl_err *err)
-{
-    kl_key k;
-    kl_key_catalog_principal(&k, tenant, principal_id);
-    return get_record(v, &k, &keyload__v1__catalog_principal__descriptor, "catalog principal", (ProtobufCMessage **)out, found, err);
-}
-
-kl_code kl_catalog_find_principal(kl_view *v, const char *principal_id,
-                                  Keyload__V1__CatalogPrincipal **out, bool *found, kl_err *err)
-{
-    *out = NULL;
-    kl_key k;
-    kl_key_catalog_principal_index(&k, principal_id);
-    uint8_t *val;
-    size_t n;
-    kl_code rc = kl_view_get(v, k.b, k.len, &val, &n, found, err);
-    if (rc != KL_OK || !*found)
-        return rc;
-    char tenant[KL_KEY_MAX];
-    if (n == 0 || n >= sizeof tenant || memchr(val, 0, n) != NULL) {
-        free(val);
-        return corrupt(err, "catalog principal index");
-    }
-    memcpy(tenant, val, n);
-    tenant[n] = '\0';
-    free(val);
-    if ((rc = kl_catalog_get_principal(v, tenant, principal_id, out, found, err)) != KL_OK)
-        return rc;
-    if (!*found) /* the two records are written together */
-        return corrupt(err, "catalog principal index");
-    return KL_OK;
-}
-
 /* CONFLICT "principal_exists" when principal_id names a principal of any tenant. */
 static kl_code principal_id_free(kl_view *v, const char *principal_id, kl_err *err)
 {
@@ -477,7 +345,7 @@ static kl_code principal_new(kl_eval_ctx *c, char *id, char *tenant, const Proto
                              uint8_t key_id[KL_KEY_ID_LEN], Keyload__V1__CatalogPrincipal *p, kl_err *err)
 {
     if (kl_keys_key_id(public_key->data, key_id) != 0)
-        return oom(err);
+        return kl_record_oom(err);
     keyload__v1__catalog_principal__init(p);
     p->principal_id = id;
     p->tenant = tenant;
@@ -502,7 +370,7 @@ kl_code kl_catalog_eval_bootstrap(kl_eval_ctx *c, const Keyload__V1__Bootstrap *
     uint8_t expect[KL_DIGEST_LEN];
     if (kl_canon_bootstrap_proof(c->cluster_secret, m->tenant, m->database, m->admin_id,
                                  m->admin_public_key.data, m->admin_public_key.len, expect) != 0)
-        return oom(err);
+        return kl_record_oom(err);
     bool proven = m->proof.len == KL_DIGEST_LEN && sodium_memcmp(expect, m->proof.data, KL_DIGEST_LEN) == 0;
     sodium_memzero(expect, sizeof expect);
     if (!proven)
@@ -703,7 +571,7 @@ kl_code kl_catalog_eval_set_principal_key(kl_eval_ctx *c, const Keyload__V1__Set
         if (pk == NULL || kid == NULL || kl_keys_key_id(m->public_key.data, kid) != 0) {
             free(pk);
             free(kid);
-            rc = oom(err);
+            rc = kl_record_oom(err);
             goto done;
         }
         memcpy(pk, m->public_key.data, m->public_key.len);
@@ -895,6 +763,39 @@ kl_code kl_catalog_eval_create_queue(kl_eval_ctx *c, const Keyload__V1__CreateQu
     return kl_engine_add_result(results, &res, err);
 }
 
+/* On the queue's partition: close it (step 1 of the SDK's delete). On partition 0: drop
+ * the definition from the catalog (step 2), closing it first when it lives there too. */
+kl_code kl_catalog_eval_delete_queue(kl_eval_ctx *c, const Keyload__V1__DeleteQueue *m, kl_buf *out,
+                                     kl_err *err)
+{
+    const Keyload__V1__QueueLaneRef *r = m->queue;
+    uint64_t qid;
+    kl_code rc = KL_OK;
+    if (c->catalog != NULL) {
+        Keyload__V1__CatalogQueue *def;
+        bool found;
+        if ((rc = kl_catalog_get_queue(c->view, r->tenant, r->database, r->queue, &def, &found, err)) != KL_OK)
+            return rc;
+        if (!found)
+            return kl_fail(err, KL_NOT_FOUND, "queue", "queue '%s' does not exist in %s/%s", r->queue,
+                           r->tenant, r->database);
+        if (def->partition == c->partition)
+            rc = kl_queue_close_local(c, r, &qid, err);
+        if (rc == KL_OK)
+            rc = kl_catalog_eval_drop_queue(c, def, out, err);
+        keyload__v1__catalog_queue__free_unpacked(def, NULL);
+        return rc;
+    }
+    if ((rc = kl_queue_close_local(c, r, &qid, err)) != KL_OK)
+        return rc;
+    Keyload__V1__QueueDeleted qd = KEYLOAD__V1__QUEUE_DELETED__INIT;
+    qd.queue_id = qid;
+    Keyload__V1__MutationResult res = KEYLOAD__V1__MUTATION_RESULT__INIT;
+    res.kind_case = KEYLOAD__V1__MUTATION_RESULT__KIND_QUEUE_DELETED;
+    res.queue_deleted = &qd;
+    return kl_engine_add_result(out, &res, err);
+}
+
 kl_code kl_catalog_eval_drop_queue(kl_eval_ctx *c, const Keyload__V1__CatalogQueue *def,
                                    kl_buf *results, kl_err *err)
 {
@@ -930,7 +831,7 @@ kl_code kl_catalog_finish(kl_eval_ctx *c, kl_err *err)
     keyload__v1__catalog_change__pack(&head, hb);
     if (kl_buf_append(&b, hb, hn) || kl_buf_append(&b, c->catalog->items.p, c->catalog->items.len)) {
         kl_buf_free(&b);
-        return oom(err);
+        return kl_record_oom(err);
     }
     kl_key k;
     kl_key_catalog_change(&k, c->catalog->version);

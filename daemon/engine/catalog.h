@@ -12,6 +12,7 @@
 #ifndef KL_CATALOG_H
 #define KL_CATALOG_H
 
+#include "daemon/engine/catalog_read.h"
 #include "daemon/engine/engine.h"
 #include "keyload/v1/catalog.pb-c.h"
 
@@ -24,12 +25,6 @@ typedef struct kl_catalog_batch {
 /* The catalog version applied in this view (meta "catalog_version"), 0 when none. */
 kl_code kl_catalog_version(kl_view *v, uint64_t *out, kl_err *err);
 
-/* Definition lookups; *found false when absent. On found, *out is unpacked (caller frees
- * with the protobuf-c free function). */
-kl_code kl_catalog_get_database(kl_view *v, const char *tenant, const char *database,
-                                Keyload__V1__CatalogDatabase **out, bool *found, kl_err *err);
-kl_code kl_catalog_get_queue(kl_view *v, const char *tenant, const char *database, const char *queue,
-                             Keyload__V1__CatalogQueue **out, bool *found, kl_err *err);
 
 /* Catalog mutations, partition 0 only (ctx->catalog set). Each appends its result to
  * results and its item to ctx->catalog. */
@@ -70,14 +65,11 @@ kl_code kl_catalog_eval_set_database_limits(kl_eval_ctx *c, const Keyload__V1__S
  * Setting it to what it is changes nothing (no new version). */
 kl_code kl_catalog_eval_set_transfers_paused(kl_eval_ctx *c, const Keyload__V1__SetQueueTransfersPaused *m,
                                              kl_buf *results, kl_err *err);
-kl_code kl_catalog_get_principal(kl_view *v, const char *tenant, const char *principal_id,
-                                 Keyload__V1__CatalogPrincipal **out, bool *found, kl_err *err);
-/* A principal by id alone, through the 'C' 'I' index (principal ids are unique across the
- * cluster; Bootstrap refuses a taken id with CONFLICT "principal_exists"). *found false
- * when absent; on found *out is unpacked (caller frees). INTERNAL when the index and the
- * record disagree (they are written together). */
-kl_code kl_catalog_find_principal(kl_view *v, const char *principal_id,
-                                  Keyload__V1__CatalogPrincipal **out, bool *found, kl_err *err);
+/* DeleteQueue. On the queue's partition: close it (step 1 of the SDK's delete). On
+ * partition 0: drop the definition from the catalog (step 2), closing it first when it
+ * lives there too. */
+kl_code kl_catalog_eval_delete_queue(kl_eval_ctx *c, const Keyload__V1__DeleteQueue *m, kl_buf *out,
+                                     kl_err *err);
 /* Removes a queue's definition. The queue's own partition has already emptied and closed
  * it (for a queue on partition 0 the caller did that in the same batch). */
 kl_code kl_catalog_eval_drop_queue(kl_eval_ctx *c, const Keyload__V1__CatalogQueue *def,

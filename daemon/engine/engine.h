@@ -14,6 +14,8 @@
 #include "common/canon.h"
 #include "common/cluster.h"
 #include "common/names.h"
+#include "daemon/engine/buf.h"
+#include "daemon/engine/record.h"
 #include "daemon/engine/view.h"
 #include "keyload/v1/queue.pb-c.h"
 
@@ -56,21 +58,6 @@ typedef struct kl_eval_ctx {
     uint64_t authz_ns;
 } kl_eval_ctx;
 
-/* Byte buffer of encoded MutationResult fields (each: field-6 tag, length, bytes). */
-typedef struct kl_buf {
-    uint8_t *p;
-    size_t len, cap;
-} kl_buf;
-void kl_buf_free(kl_buf *b);
-int kl_buf_append(kl_buf *b, const void *p, size_t n);
-/* Appends one protobuf length-delimited field (tag byte, varint length, bytes), so that
- * encoded messages can be built by concatenation in field order. Returns -1 on OOM. */
-int kl_buf_append_field(kl_buf *b, uint8_t tag, const uint8_t *p, size_t n);
-/* Appends one varint field (tag byte, then v). Returns -1 on OOM. */
-int kl_buf_append_varint_field(kl_buf *b, uint8_t tag, uint64_t v);
-
-/* Appends one encoded MutationResult (BatchReceipt field 6) to out. */
-kl_code kl_engine_add_result(kl_buf *out, const Keyload__V1__MutationResult *r, kl_err *err);
 
 /* Shape checks needing no state: command id, mutation count, names, message sizes.
  * encoded_len is the request's wire size, checked against MaxBatchBytes. */

@@ -1,10 +1,10 @@
 /* Evaluation of queue mutations (engine.h). Records are protobuf messages; every write
  * goes to the view's scratch overlay. See daemon/store/keys.h for the layout and its
  * invariants, which every function here preserves. */
-#include "daemon/engine/engine.h"
-#include "daemon/engine/catalog.h"
+#include "daemon/engine/queue.h"
+#include "daemon/engine/record.h"
+#include "daemon/engine/catalog_read.h"
 #include "daemon/engine/access.h"
-#include "daemon/engine/transfer.h"
 
 #include "daemon/store/keys.h"
 #include "keyload/v1/store.pb-c.h"
@@ -15,62 +15,10 @@
 
 #define PROMOTE_BATCH 256
 
-void kl_buf_free(kl_buf *b)
-{
-    free(b->p);
-    memset(b, 0, sizeof *b);
-}
-
-int kl_buf_append(kl_buf *b, const void *p, size_t n)
-{
-    if (b->len + n > b->cap) {
-        size_t cap = b->cap ? b->cap : 256;
-        while (cap < b->len + n)
-            cap *= 2;
-        uint8_t *np = realloc(b->p, cap);
-        if (np == NULL)
-            return -1;
-        b->p = np;
-        b->cap = cap;
-    }
-    if (n)
-        memcpy(b->p + b->len, p, n);
-    b->len += n;
-    return 0;
-}
-
 static const char *lane_name(const Keyload__V1__QueueLaneRef *r)
 {
     return (r->lane && r->lane[0]) ? r->lane : "default";
 }
-
-/* Writes tag then v as a varint into hdr (at least 11 bytes); returns the length. */
-static size_t tag_varint(uint8_t *hdr, uint8_t tag, uint64_t v)
-{
-    size_t h = 0;
-    hdr[h++] = tag;
-    do {
-        uint8_t byte = v & 0x7f;
-        v >>= 7;
-        hdr[h++] = (uint8_t)(byte | (v ? 0x80 : 0));
-    } while (v);
-    return h;
-}
-
-int kl_buf_append_field(kl_buf *b, uint8_t tag, const uint8_t *p, size_t n)
-{
-    uint8_t hdr[11];
-    size_t h = tag_varint(hdr, tag, n);
-    return kl_buf_append(b, hdr, h) || kl_buf_append(b, p, n) ? -1 : 0;
-}
-
-int kl_buf_append_varint_field(kl_buf *b, uint8_t tag, uint64_t v)
-{
-    uint8_t hdr[11];
-    return kl_buf_append(b, hdr, tag_varint(hdr, tag, v));
-}
-
-static kl_code oom(kl_err *err) { return kl_fail(err, KL_INTERNAL, "memory", "out of memory"); }
 
 static kl_code put_msg(kl_view *v, const kl_key *k, const ProtobufCMessage *m, kl_err *err)
 {
@@ -80,11 +28,6 @@ static kl_code put_msg(kl_view *v, const kl_key *k, const ProtobufCMessage *m, k
 static kl_code put_empty(kl_view *v, const kl_key *k, const char *val, kl_err *err)
 {
     return kl_view_put(v, k->b, k->len, (const uint8_t *)val, val ? strlen(val) : 0, err);
-}
-
-static kl_code corrupt(kl_err *err, const char *what)
-{
-    return kl_fail(err, KL_INTERNAL, "store", "stored %s record does not decode", what);
 }
 
 /* NOT_FOUND for a queue this partition does not hold: when the catalog copy places it on
@@ -122,7 +65,7 @@ static kl_code load_queue_any(kl_view *v, const Keyload__V1__QueueLaneRef *r, ui
         return queue_missing(v, r, err);
     if (n != 8) {
         free(val);
-        return corrupt(err, "queue name");
+        return kl_record_corrupt(err, "queue name");
     }
     *qid = kl_be64_get(val);
     free(val);
@@ -130,10 +73,10 @@ static kl_code load_queue_any(kl_view *v, const Keyload__V1__QueueLaneRef *r, ui
     if ((rc = kl_view_get(v, k.b, k.len, &val, &n, &found, err)) != KL_OK)
         return rc;
     if (!found)
-        return corrupt(err, "queue");
+        return kl_record_corrupt(err, "queue");
     *rec = keyload__v1__queue_record__unpack(NULL, n, val);
     free(val);
-    return *rec ? KL_OK : corrupt(err, "queue");
+    return *rec ? KL_OK : kl_record_corrupt(err, "queue");
 }
 
 /* Like load_queue_any, but a deleted queue is NOT_FOUND. */
@@ -181,10 +124,10 @@ static kl_code load_message(kl_view *v, uint64_t qid, const char *lane, uint64_t
     if (rc != KL_OK)
         return rc;
     if (!found)
-        return corrupt(err, "message index");
+        return kl_record_corrupt(err, "message index");
     *out = keyload__v1__message_record__unpack(NULL, n, val);
     free(val);
-    return *out ? KL_OK : corrupt(err, "message");
+    return *out ? KL_OK : kl_record_corrupt(err, "message");
 }
 
 static kl_code save_message(kl_view *v, uint64_t qid, const char *lane,
@@ -220,25 +163,103 @@ static kl_code remove_message(kl_view *v, Keyload__V1__QueueRecord *q, const cha
     return KL_OK;
 }
 
-kl_code kl_engine_add_result(kl_buf *out, const Keyload__V1__MutationResult *r, kl_err *err)
+/* ---- create / delete ---- */
+
+/* The queue's own records on the partition it is placed on. */
+kl_code kl_queue_create_local(kl_view *v, const Keyload__V1__CatalogQueue *q, kl_err *err)
 {
-    size_t n = keyload__v1__mutation_result__get_packed_size(r);
-    uint8_t *buf = malloc(n ? n : 1);
-    if (buf == NULL)
-        return oom(err);
-    keyload__v1__mutation_result__pack(r, buf);
-    /* BatchReceipt.results is field 6, length-delimited. */
-    int bad = kl_buf_append_field(out, (6 << 3) | 2, buf, n);
-    free(buf);
-    return bad ? oom(err) : KL_OK;
+    kl_key nk, qk;
+    kl_key_queue_name(&nk, q->tenant, q->database, q->queue);
+    uint8_t idb[8];
+    kl_be64_put(idb, q->queue_id);
+    kl_code rc = kl_view_put(v, nk.b, nk.len, idb, 8, err);
+    if (rc != KL_OK)
+        return rc;
+    Keyload__V1__QueueLaneRef name = KEYLOAD__V1__QUEUE_LANE_REF__INIT;
+    name.tenant = q->tenant;
+    name.database = q->database;
+    name.queue = q->queue;
+    Keyload__V1__QueueLimits none = KEYLOAD__V1__QUEUE_LIMITS__INIT;
+    Keyload__V1__QueueRecord rec = KEYLOAD__V1__QUEUE_RECORD__INIT;
+    rec.queue_id = q->queue_id;
+    rec.name = &name;
+    rec.partition = q->partition;
+    rec.limits = q->limits ? q->limits : &none;
+    rec.created_unix_ms = q->created_unix_ms;
+    kl_key_queue(&qk, q->queue_id);
+    return kl_view_put_msg(v, qk.b, qk.len, &rec.base, err);
 }
 
-/* ---- create / delete ---- */
+/* Removes the queue's records once it is closed and empty. A queue that still holds
+ * messages (its partition never closed it: the drop did not come from the SDK's two-step
+ * delete) keeps its records, so no message is lost; it stays reachable by name. */
+kl_code kl_queue_drop_local(kl_view *v, const Keyload__V1__CatalogQueue *q, kl_err *err)
+{
+    kl_key nk, qk;
+    kl_key_queue_name(&nk, q->tenant, q->database, q->queue);
+    uint8_t *val;
+    size_t n;
+    bool found;
+    kl_code rc = kl_view_get(v, nk.b, nk.len, &val, &n, &found, err);
+    if (rc != KL_OK || !found)
+        return rc;
+    uint64_t qid = n == 8 ? kl_be64_get(val) : 0;
+    free(val);
+    if (qid != q->queue_id)
+        return KL_OK; /* another incarnation of the name; not ours to remove */
+    kl_key_queue(&qk, qid);
+    if ((rc = kl_view_get(v, qk.b, qk.len, &val, &n, &found, err)) != KL_OK)
+        return rc;
+    if (found) {
+        Keyload__V1__QueueRecord *rec = keyload__v1__queue_record__unpack(NULL, n, val);
+        free(val);
+        if (rec == NULL)
+            return kl_record_corrupt(err, "queue");
+        bool keep = rec->messages > 0;
+        keyload__v1__queue_record__free_unpacked(rec, NULL);
+        /* Transfer intents and dedup receipts are never discarded (DESIGN.md §7): a queue
+         * retaining any keeps its records here, like one holding messages. */
+        if (!keep && (rc = kl_queue_retains_transfers(v, qid, &keep, err)) != KL_OK)
+            return rc;
+        if (keep)
+            return KL_OK;
+        if ((rc = kl_view_del(v, qk.b, qk.len, err)) != KL_OK)
+            return rc;
+    }
+    return kl_view_del(v, nk.b, nk.len, err);
+}
+
+typedef struct {
+    bool any;
+} retains_scan;
+
+static int find_retained(void *arg, const uint8_t *key, size_t klen, const uint8_t *val, size_t vlen)
+{
+    (void)key;
+    (void)klen;
+    retains_scan *r = arg;
+    Keyload__V1__LaneTransferRecord *l = keyload__v1__lane_transfer_record__unpack(NULL, vlen, val);
+    if (l == NULL || l->records > 0)
+        r->any = true; /* an unreadable counter is treated as retaining: never lose records */
+    if (l)
+        keyload__v1__lane_transfer_record__free_unpacked(l, NULL);
+    return r->any;
+}
+
+kl_code kl_queue_retains_transfers(kl_view *v, uint64_t qid, bool *retains, kl_err *err)
+{
+    retains_scan r = {false};
+    kl_key k;
+    kl_key_lane_transfers_queue(&k, qid);
+    kl_code rc = kl_view_scan(v, k.b, k.len, find_retained, &r, err);
+    *retains = r.any;
+    return rc;
+}
+
 
 /* Closes an empty queue on its own partition: it takes no more messages, and its records
  * go when the catalog's drop arrives. Deleting a closed queue again answers the same. */
-static kl_code close_local_queue(kl_eval_ctx *c, const Keyload__V1__QueueLaneRef *ref, uint64_t *qid,
-                                 kl_err *err)
+kl_code kl_queue_close_local(kl_eval_ctx *c, const Keyload__V1__QueueLaneRef *ref, uint64_t *qid, kl_err *err)
 {
     Keyload__V1__QueueRecord *q;
     kl_code rc = load_queue_any(c->view, ref, qid, &q, err);
@@ -249,7 +270,7 @@ static kl_code close_local_queue(kl_eval_ctx *c, const Keyload__V1__QueueLaneRef
         rc = kl_fail(err, KL_FAILED_PRECONDITION, "queue_not_empty",
                      "queue '%s' holds %llu messages; a queue holding messages cannot be deleted",
                      ref->queue, (unsigned long long)q->messages);
-    else if ((rc = kl_transfer_queue_retains(c->view, *qid, &retains, err)) != KL_OK)
+    else if ((rc = kl_queue_retains_transfers(c->view, *qid, &retains, err)) != KL_OK)
         ;
     else if (retains)
         rc = kl_fail(err, KL_FAILED_PRECONDITION, "queue_has_transfers",
@@ -261,38 +282,6 @@ static kl_code close_local_queue(kl_eval_ctx *c, const Keyload__V1__QueueLaneRef
     }
     keyload__v1__queue_record__free_unpacked(q, NULL);
     return rc;
-}
-
-/* On the queue's partition: close it (step 1 of the SDK's delete). On partition 0: drop
- * the definition from the catalog (step 2), closing it first when it lives there too. */
-static kl_code eval_delete(kl_eval_ctx *c, const Keyload__V1__DeleteQueue *m, kl_buf *out, kl_err *err)
-{
-    const Keyload__V1__QueueLaneRef *r = m->queue;
-    uint64_t qid;
-    kl_code rc = KL_OK;
-    if (c->catalog != NULL) {
-        Keyload__V1__CatalogQueue *def;
-        bool found;
-        if ((rc = kl_catalog_get_queue(c->view, r->tenant, r->database, r->queue, &def, &found, err)) != KL_OK)
-            return rc;
-        if (!found)
-            return kl_fail(err, KL_NOT_FOUND, "queue", "queue '%s' does not exist in %s/%s", r->queue,
-                           r->tenant, r->database);
-        if (def->partition == c->partition)
-            rc = close_local_queue(c, r, &qid, err);
-        if (rc == KL_OK)
-            rc = kl_catalog_eval_drop_queue(c, def, out, err);
-        keyload__v1__catalog_queue__free_unpacked(def, NULL);
-        return rc;
-    }
-    if ((rc = close_local_queue(c, r, &qid, err)) != KL_OK)
-        return rc;
-    Keyload__V1__QueueDeleted qd = KEYLOAD__V1__QUEUE_DELETED__INIT;
-    qd.queue_id = qid;
-    Keyload__V1__MutationResult res = KEYLOAD__V1__MUTATION_RESULT__INIT;
-    res.kind_case = KEYLOAD__V1__MUTATION_RESULT__KIND_QUEUE_DELETED;
-    res.queue_deleted = &qd;
-    return kl_engine_add_result(out, &res, err);
 }
 
 /* ---- enqueue ---- */
@@ -361,7 +350,7 @@ kl_code kl_engine_load_queue(kl_view *v, const Keyload__V1__QueueLaneRef *ref, u
     return load_queue(v, ref, qid, rec, err);
 }
 
-static kl_code eval_enqueue(kl_eval_ctx *c, const Keyload__V1__Enqueue *m, kl_buf *out, kl_err *err)
+kl_code kl_queue_eval_enqueue(kl_eval_ctx *c, const Keyload__V1__Enqueue *m, kl_buf *out, kl_err *err)
 {
     uint64_t qid, seq;
     kl_code rc = kl_engine_enqueue_message(c, m->lane, m->message, &qid, &seq, err);
@@ -505,7 +494,7 @@ static kl_code promote_due(kl_eval_ctx *c, Keyload__V1__QueueRecord *q, size_t *
 {
     due_list *d = malloc(sizeof *d);
     if (d == NULL)
-        return oom(err);
+        return kl_record_oom(err);
     kl_code rc = KL_OK;
     while (*budget > 0) {
         d->now = c->now_ms;
@@ -551,7 +540,34 @@ static int collect_avail(void *arg, const uint8_t *key, size_t klen, const uint8
     return a->n == a->want;
 }
 
-static kl_code eval_receive(kl_eval_ctx *c, const Keyload__V1__Receive *m, kl_buf *out, kl_err *err)
+/* Leases an available message under a fresh token: its 'A' entry becomes a 'T' entry at
+ * the lease's end, and a lease record points from the token to the message. */
+static kl_code lease_message(kl_eval_ctx *c, uint64_t qid, const char *lane, Keyload__V1__MessageRecord *msg,
+                             uint8_t token[16], int64_t lease_ms, kl_err *err)
+{
+    kl_key k;
+    kl_code rc;
+    kl_key_available(&k, qid, lane, msg->seq);
+    c->random(token, 16);
+    msg->delivery_count++;
+    msg->lease_token.data = token;
+    msg->lease_token.len = 16;
+    msg->visible_at_unix_ms = c->now_ms + lease_ms;
+    if ((rc = kl_view_del(c->view, k.b, k.len, err)) != KL_OK ||
+        (rc = save_message(c->view, qid, lane, msg, err)) != KL_OK)
+        return rc;
+    kl_key_timed(&k, qid, msg->visible_at_unix_ms, msg->seq);
+    if ((rc = put_empty(c->view, &k, lane, err)) != KL_OK)
+        return rc;
+    Keyload__V1__LeaseRecord lr = KEYLOAD__V1__LEASE_RECORD__INIT;
+    lr.queue_id = qid;
+    lr.lane = (char *)lane;
+    lr.seq = msg->seq;
+    kl_key_lease(&k, token);
+    return put_msg(c->view, &k, &lr.base, err);
+}
+
+kl_code kl_queue_eval_receive(kl_eval_ctx *c, const Keyload__V1__Receive *m, kl_buf *out, kl_err *err)
 {
     uint64_t qid;
     Keyload__V1__QueueRecord *q;
@@ -569,7 +585,7 @@ static kl_code eval_receive(kl_eval_ctx *c, const Keyload__V1__Receive *m, kl_bu
     size_t got = 0;
     uint64_t read_bytes = 0;
     if (!recs || !rm || !rmp || !tokens || !al) {
-        rc = oom(err);
+        rc = kl_record_oom(err);
         goto done;
     }
     size_t housekeeping = housekeeping_cap(c);
@@ -590,8 +606,6 @@ static kl_code eval_receive(kl_eval_ctx *c, const Keyload__V1__Receive *m, kl_bu
             Keyload__V1__MessageRecord *msg;
             if ((rc = load_message(c->view, qid, lane, al->seq[i], &msg, err)) != KL_OK)
                 goto done;
-            kl_key k;
-            kl_key_available(&k, qid, lane, msg->seq);
             if (msg->message->expires_at_unix_ms != 0 && msg->message->expires_at_unix_ms <= c->now_ms) {
                 /* Expired while waiting: it is never delivered. Past the housekeeping cap the
                  * Receive stops here and answers with what it has. */
@@ -624,27 +638,7 @@ static kl_code eval_receive(kl_eval_ctx *c, const Keyload__V1__Receive *m, kl_bu
                 break;
             }
             read_bytes += body;
-            c->random(tokens[got], 16);
-            msg->delivery_count++;
-            msg->lease_token.data = tokens[got];
-            msg->lease_token.len = 16;
-            msg->visible_at_unix_ms = c->now_ms + lease_ms;
-            if ((rc = kl_view_del(c->view, k.b, k.len, err)) != KL_OK ||
-                (rc = save_message(c->view, qid, lane, msg, err)) != KL_OK) {
-                keyload__v1__message_record__free_unpacked(msg, NULL);
-                goto done;
-            }
-            kl_key_timed(&k, qid, msg->visible_at_unix_ms, msg->seq);
-            if ((rc = put_empty(c->view, &k, lane, err)) != KL_OK) {
-                keyload__v1__message_record__free_unpacked(msg, NULL);
-                goto done;
-            }
-            Keyload__V1__LeaseRecord lr = KEYLOAD__V1__LEASE_RECORD__INIT;
-            lr.queue_id = qid;
-            lr.lane = (char *)lane;
-            lr.seq = msg->seq;
-            kl_key_lease(&k, tokens[got]);
-            if ((rc = put_msg(c->view, &k, &lr.base, err)) != KL_OK) {
+            if ((rc = lease_message(c, qid, lane, msg, tokens[got], lease_ms, err)) != KL_OK) {
                 keyload__v1__message_record__free_unpacked(msg, NULL);
                 goto done;
             }
@@ -709,7 +703,7 @@ static kl_code resolve_lease(kl_eval_ctx *c, const char *op, size_t i, uint64_t 
     Keyload__V1__LeaseRecord *lr = keyload__v1__lease_record__unpack(NULL, n, val);
     free(val);
     if (lr == NULL)
-        return corrupt(err, "lease");
+        return kl_record_corrupt(err, "lease");
     if (lr->queue_id != qid) {
         keyload__v1__lease_record__free_unpacked(lr, NULL);
         return kl_fail(err, KL_INVALID_ARGUMENT, "lease_tokens",
@@ -722,7 +716,7 @@ static kl_code resolve_lease(kl_eval_ctx *c, const char *op, size_t i, uint64_t 
         return rc;
     if ((*msg)->lease_token.len != 16 || memcmp((*msg)->lease_token.data, token, 16) != 0) {
         keyload__v1__message_record__free_unpacked(*msg, NULL);
-        return corrupt(err, "lease");
+        return kl_record_corrupt(err, "lease");
     }
     if ((*msg)->visible_at_unix_ms <= c->now_ms) {
         keyload__v1__message_record__free_unpacked(*msg, NULL);
@@ -732,8 +726,8 @@ static kl_code resolve_lease(kl_eval_ctx *c, const char *op, size_t i, uint64_t 
     return KL_OK;
 }
 
-static kl_code eval_ack_release(kl_eval_ctx *c, const Keyload__V1__QueueLaneRef *ref, size_t ntok,
-                                const ProtobufCBinaryData *toks, bool ack, kl_buf *out, kl_err *err)
+kl_code kl_queue_eval_ack_release(kl_eval_ctx *c, const Keyload__V1__QueueLaneRef *ref, size_t ntok,
+                                  const ProtobufCBinaryData *toks, bool ack, kl_buf *out, kl_err *err)
 {
     uint64_t qid;
     Keyload__V1__QueueRecord *q;
@@ -773,99 +767,6 @@ static kl_code eval_ack_release(kl_eval_ctx *c, const Keyload__V1__QueueLaneRef 
         res.released = &r;
     }
     return kl_engine_add_result(out, &res, err);
-}
-
-kl_code kl_engine_eval_batch(kl_eval_ctx *c, const Keyload__V1__BatchRequest *b, kl_buf *results,
-                             kl_err *err)
-{
-    for (size_t i = 0; i < b->n_mutations; i++) {
-        const Keyload__V1__Mutation *m = b->mutations[i];
-        uint64_t t0 = c->clock_ns ? c->clock_ns() : 0;
-        kl_code rc = kl_access_mutation(c->who, m, err);
-        if (c->clock_ns)
-            c->authz_ns += c->clock_ns() - t0;
-        switch (rc != KL_OK ? KEYLOAD__V1__MUTATION__KIND__NOT_SET : m->kind_case) {
-        case KEYLOAD__V1__MUTATION__KIND__NOT_SET:
-            if (rc == KL_OK) /* kl_access_mutation refuses a mutation without a kind */
-                rc = kl_fail(err, KL_INVALID_ARGUMENT, "mutations", "mutations[%zu] has no known kind", i);
-            break;
-        case KEYLOAD__V1__MUTATION__KIND_CREATE_QUEUE:
-            rc = kl_catalog_eval_create_queue(c, m->create_queue, results, err);
-            break;
-        case KEYLOAD__V1__MUTATION__KIND_CREATE_DATABASE:
-            rc = kl_catalog_eval_create_database(c, m->create_database, results, err);
-            break;
-        case KEYLOAD__V1__MUTATION__KIND_BOOTSTRAP:
-            rc = kl_catalog_eval_bootstrap(c, m->bootstrap, results, err);
-            break;
-        case KEYLOAD__V1__MUTATION__KIND_CREATE_PRINCIPAL:
-            rc = kl_catalog_eval_create_principal(c, m->create_principal, results, err);
-            break;
-        case KEYLOAD__V1__MUTATION__KIND_GRANT_PERMISSION:
-            rc = kl_catalog_eval_grant(c, m->grant_permission, results, err);
-            break;
-        case KEYLOAD__V1__MUTATION__KIND_REVOKE_PERMISSION:
-            rc = kl_catalog_eval_revoke(c, m->revoke_permission, results, err);
-            break;
-        case KEYLOAD__V1__MUTATION__KIND_SET_PRINCIPAL_KEY:
-            rc = kl_catalog_eval_set_principal_key(c, m->set_principal_key, results, err);
-            break;
-        case KEYLOAD__V1__MUTATION__KIND_SET_DATABASE_LIMITS:
-            rc = kl_catalog_eval_set_database_limits(c, m->set_database_limits, results, err);
-            break;
-        case KEYLOAD__V1__MUTATION__KIND_CREATE_QUEUE_TRANSFER:
-            rc = kl_transfer_eval_create(c, m->create_queue_transfer, results, err);
-            break;
-        case KEYLOAD__V1__MUTATION__KIND_ACCEPT_QUEUE_TRANSFER:
-            rc = kl_transfer_eval_accept(c, m->accept_queue_transfer, results, err);
-            break;
-        case KEYLOAD__V1__MUTATION__KIND_COMPLETE_QUEUE_TRANSFER:
-            rc = kl_transfer_eval_complete(c, m->complete_queue_transfer, results, err);
-            break;
-        case KEYLOAD__V1__MUTATION__KIND_ADVANCE_QUEUE_TRANSFER_ATTEMPT: {
-            const Keyload__V1__AdvanceQueueTransferAttempt *a = m->advance_queue_transfer_attempt;
-            rc = kl_transfer_eval_advance(c, a->source_queue, &a->transfer_id, &a->witness_token, false,
-                                          results, err);
-            break;
-        }
-        case KEYLOAD__V1__MUTATION__KIND_ADVANCE_QUEUE_TRANSFER_REPAIR: {
-            const Keyload__V1__AdvanceQueueTransferRepair *a = m->advance_queue_transfer_repair;
-            rc = kl_transfer_eval_advance(c, a->source_queue, &a->transfer_id, &a->witness_token, true,
-                                          results, err);
-            break;
-        }
-        case KEYLOAD__V1__MUTATION__KIND_SET_QUEUE_TRANSFERS_PAUSED:
-            rc = m->set_queue_transfers_paused->source_queue == NULL
-                     ? kl_catalog_eval_set_transfers_paused(c, m->set_queue_transfers_paused, results, err)
-                     : kl_transfer_eval_pause_lane(c, m->set_queue_transfers_paused, results, err);
-            break;
-        case KEYLOAD__V1__MUTATION__KIND_DELETE_QUEUE: rc = eval_delete(c, m->delete_queue, results, err); break;
-        case KEYLOAD__V1__MUTATION__KIND_ENQUEUE: rc = eval_enqueue(c, m->enqueue, results, err); break;
-        case KEYLOAD__V1__MUTATION__KIND_RECEIVE: rc = eval_receive(c, m->receive, results, err); break;
-        case KEYLOAD__V1__MUTATION__KIND_ACK:
-            rc = eval_ack_release(c, m->ack->queue, m->ack->n_lease_tokens, m->ack->lease_tokens, true, results, err);
-            break;
-        case KEYLOAD__V1__MUTATION__KIND_RELEASE:
-            rc = eval_ack_release(c, m->release->queue, m->release->n_lease_tokens, m->release->lease_tokens,
-                                  false, results, err);
-            break;
-        default:
-            rc = kl_fail(err, KL_INVALID_ARGUMENT, "mutations", "mutations[%zu] has no known kind", i);
-        }
-        if (rc != KL_OK) {
-            /* Prefix the mutation index so the caller knows which one failed. */
-            char msg[KL_ERR_MESSAGE_MAX];
-            memcpy(msg, err->message, sizeof msg);
-            if (strncmp(msg, "mutations[", 10) != 0) {
-                int h = snprintf(err->message, sizeof err->message, "mutations[%zu]: ", i);
-                if (h > 0 && (size_t)h < sizeof err->message)
-                    memccpy(err->message + h, msg, '\0', sizeof err->message - (size_t)h - 1);
-                err->message[sizeof err->message - 1] = '\0';
-            }
-            return rc;
-        }
-    }
-    return kl_catalog_finish(c, err);
 }
 
 typedef struct {

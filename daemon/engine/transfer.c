@@ -16,13 +16,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-kl_code kl_xfer_oom(kl_err *err) { return kl_fail(err, KL_INTERNAL, "memory", "out of memory"); }
-
-kl_code kl_xfer_corrupt(kl_err *err, const char *what)
-{
-    return kl_fail(err, KL_INTERNAL, "store", "stored %s record does not decode", what);
-}
-
 const char *kl_xfer_caller_id(const kl_eval_ctx *c)
 {
     return (c->who && c->who->principal) ? c->who->principal->principal_id : KL_CATALOG_RESERVED_PRINCIPAL;
@@ -126,7 +119,7 @@ kl_code kl_xfer_get_record(kl_view *v, const kl_key *k, const ProtobufCMessageDe
     free(val);
     if (stored)
         *stored = n;
-    return *out ? KL_OK : kl_xfer_corrupt(err, d->short_name);
+    return *out ? KL_OK : kl_record_corrupt(err, d->short_name);
 }
 
 kl_code kl_xfer_lane_load(kl_view *v, uint64_t qid, const char *lane, Keyload__V1__LaneTransferRecord **out,
@@ -137,7 +130,7 @@ kl_code kl_xfer_lane_load(kl_view *v, uint64_t qid, const char *lane, Keyload__V
     kl_code rc = kl_xfer_get_record(v, &k, &keyload__v1__lane_transfer_record__descriptor, (ProtobufCMessage **)out,
                             NULL, err);
     if (rc == KL_OK && *out == NULL && (*out = keyload__v1__lane_transfer_record__unpack(NULL, 0, NULL)) == NULL)
-        rc = kl_xfer_oom(err);
+        rc = kl_record_oom(err);
     return rc;
 }
 
@@ -262,6 +255,126 @@ static size_t accept_batch_size(const Keyload__V1__QueueLaneRef *target, const u
 
 /* ---- Create (source) ---- */
 
+/* CreateQueueTransfer under a transfer id already taken on the source lane: the same
+ * destination and message answer the existing intent, anything else conflicts. The
+ * stored token is returned as it is. */
+static kl_code create_existing(const Keyload__V1__TransferRecord *prior, const Keyload__V1__QueueLaneRef *src,
+                               const Keyload__V1__QueueLaneRef *dst, const uint8_t fp[KL_DIGEST_LEN], kl_buf *out,
+                               kl_err *err)
+{
+    if (!kl_claims_lane_eq(prior->destination, dst) || !kl_xfer_bytes_eq(&prior->fingerprint, fp, KL_DIGEST_LEN))
+        return kl_fail(err, KL_CONFLICT, "transfer_id",
+                       "transfer_id is already used on source lane %s/%s with another %s; a "
+                       "transfer's destination and message never change",
+                       src->queue, src->lane,
+                       kl_claims_lane_eq(prior->destination, dst) ? "message" : "destination");
+    Keyload__V1__TransferCreated tc = KEYLOAD__V1__TRANSFER_CREATED__INIT;
+    Keyload__V1__MutationResult res = KEYLOAD__V1__MUTATION_RESULT__INIT;
+    res.kind_case = KEYLOAD__V1__MUTATION_RESULT__KIND_TRANSFER_CREATED;
+    res.transfer_created = &tc;
+    tc.intent_token = prior->intent_token;
+    tc.state = prior->state;
+    tc.generation = prior->generation;
+    tc.existing = true;
+    return add_result(out, &res, err);
+}
+
+/* Signs the intent token of a new transfer (claims filled into *cl, which the stored
+ * record then shares), refusing one whose Accept batch could never be committed. */
+static kl_code sign_intent(kl_eval_ctx *c, const Keyload__V1__CatalogDatabase *d,
+                           const Keyload__V1__CreateQueueTransfer *m, Keyload__V1__QueueLaneRef *src,
+                           Keyload__V1__QueueLaneRef *dst, const uint8_t fp[KL_DIGEST_LEN],
+                           Keyload__V1__TransferClaims *cl, uint8_t **token, size_t *token_len, kl_err *err)
+{
+    uint8_t sk[64];
+    kl_code rc;
+    if ((rc = kl_xfer_signing_key(c, d, sk, err)) != KL_OK)
+        return rc;
+    cl->version = KL_CLAIMS_VERSION;
+    cl->purpose = KEYLOAD__V1__CLAIM_PURPOSE__TRANSFER_INTENT;
+    cl->database_incarnation = d->incarnation;
+    cl->source = src;
+    cl->target = dst;
+    cl->transfer_id = m->transfer_id;
+    cl->generation = 1;
+    cl->principal_id = (char *)kl_xfer_caller_id(c);
+    cl->message = m->message;
+    cl->fingerprint.data = (uint8_t *)fp;
+    cl->fingerprint.len = KL_DIGEST_LEN;
+    cl->issued_unix_ms = c->now_ms;
+    rc = kl_claims_sign(cl, sk, d->signing_key_id.data, token, token_len, err);
+    sodium_memzero(sk, sizeof sk);
+    if (rc != KL_OK)
+        return rc;
+    /* Never commit an intent the destination could not accept: the whole Accept batch
+     * carrying this token must fit MaxBatchBytes (and a frame). */
+    size_t accept = accept_batch_size(dst, *token, *token_len + KL_XFER_TOKEN_GROWTH);
+    if (accept > c->limits->max_batch_bytes || accept + FRAME_OVERHEAD > c->limits->max_frame_bytes) {
+        rc = kl_fail(err, KL_RESOURCE_EXHAUSTED, "limit:MaxBatchBytes",
+                     "the Accept batch that would carry this transfer's intent token is %zu bytes, "
+                     "over MaxBatchBytes (%llu) or the frame limit; send a smaller message",
+                     accept, (unsigned long long)c->limits->max_batch_bytes);
+        return rc;
+    }
+    return KL_OK;
+}
+
+/* Stores a new transfer's record under k (and its pending 'Y' key), charged with the
+ * reservations its accept-attempt ceiling needs, and charges the source lane. */
+static kl_code store_intent(kl_eval_ctx *c, const Keyload__V1__CatalogDatabase *d, uint64_t qid,
+                            Keyload__V1__QueueLaneRef *src, Keyload__V1__QueueLaneRef *dst,
+                            Keyload__V1__LaneTransferRecord *lane, const ProtobufCBinaryData *transfer_id,
+                            uint8_t *token, size_t token_len, const Keyload__V1__TransferClaims *cl,
+                            const kl_key *k, kl_err *err)
+{
+    kl_code rc;
+    Keyload__V1__TransferHistoryEntry h = KEYLOAD__V1__TRANSFER_HISTORY_ENTRY__INIT;
+    h.event = KEYLOAD__V1__TRANSFER_EVENT__INTENT_CREATED;
+    h.generation = 1;
+    h.unix_ms = c->now_ms;
+    h.term = c->term;
+    h.index = c->index;
+    Keyload__V1__TransferHistoryEntry *hp = &h;
+    Keyload__V1__TransferRecord rec = KEYLOAD__V1__TRANSFER_RECORD__INIT;
+    rec.state = KEYLOAD__V1__TRANSFER_STATE__OUTPUT_PENDING;
+    rec.generation = 1;
+    rec.intent_token.data = token;
+    rec.intent_token.len = token_len;
+    rec.destination = dst;
+    rec.fingerprint = cl->fingerprint;
+    rec.principal_id = cl->principal_id;
+    rec.n_history = 1;
+    rec.history = &hp;
+    rec.max_accept_attempts = d->limits ? d->limits->max_queue_transfer_accept_attempts : NULL;
+    rec.created_unix_ms = c->now_ms;
+    rec.source = src;
+    rec.database_id = d->database_id;
+    /* Charged: the record as stored now, the most its receipt can add, and its 'X' and 'Y'
+     * keys. The charged_bytes field itself is counted at its longest (10 bytes). */
+    kl_key yk;
+    kl_key_transfer_pending(&yk, d->database_id, qid, src->lane, transfer_id->data);
+    /* A ceiling of N reserves N-1 attempt advances: one record and the widest advance's
+     * bytes each (KL-6), so an advance never needs room the lane may no longer have. */
+    uint64_t reserve_records = 0, reserve_bytes = 0;
+    if (rec.max_accept_attempts != NULL && rec.max_accept_attempts->value > 1) {
+        reserve_records = rec.max_accept_attempts->value - 1;
+        reserve_bytes = reserve_records * kl_xfer_advance_reserve(cl);
+    }
+    rec.reserved_records = reserve_records;
+    rec.reserved_bytes = reserve_bytes;
+    uint64_t charge = keyload__v1__transfer_record__get_packed_size(&rec) + 1 + 10 + receipt_reserve(cl) +
+                      k->len + yk.len;
+    rec.charged_bytes = charge;
+    if ((rc = kl_xfer_admit(c, lane, 1 + reserve_records, charge + reserve_bytes, "source", src, err)) != KL_OK)
+        return rc;
+    if ((rc = kl_view_put_msg(c->view, k->b, k->len, &rec.base, err)) != KL_OK ||
+        (rc = kl_view_put(c->view, yk.b, yk.len, NULL, 0, err)) != KL_OK)
+        return rc;
+    lane->records += 1 + reserve_records;
+    lane->bytes += charge + reserve_bytes;
+    return kl_xfer_lane_save(c->view, qid, src->lane, lane, err);
+}
+
 kl_code kl_transfer_eval_create(kl_eval_ctx *c, const Keyload__V1__CreateQueueTransfer *m, kl_buf *out,
                                 kl_err *err)
 {
@@ -275,7 +388,6 @@ kl_code kl_transfer_eval_create(kl_eval_ctx *c, const Keyload__V1__CreateQueueTr
     Keyload__V1__LaneTransferRecord *lane = NULL;
     uint8_t *token = NULL;
     size_t token_len = 0;
-    uint8_t sk[64];
     uint8_t fp[KL_DIGEST_LEN];
     uint64_t qid;
     kl_key k;
@@ -296,7 +408,7 @@ kl_code kl_transfer_eval_create(kl_eval_ctx *c, const Keyload__V1__CreateQueueTr
     if ((rc = kl_xfer_catalog_database(c->view, src.tenant, src.database, &d, err)) != KL_OK)
         goto done;
     if (kl_canon_message_fingerprint(m->message, fp) != 0) {
-        rc = kl_xfer_oom(err);
+        rc = kl_record_oom(err);
         goto done;
     }
     kl_key_transfer(&k, qid, src.lane, m->transfer_id.data);
@@ -308,21 +420,7 @@ kl_code kl_transfer_eval_create(kl_eval_ctx *c, const Keyload__V1__CreateQueueTr
     res.kind_case = KEYLOAD__V1__MUTATION_RESULT__KIND_TRANSFER_CREATED;
     res.transfer_created = &tc;
     if (prior != NULL) {
-        /* The id is taken: the same destination and message answer the existing intent,
-         * anything else conflicts. The stored token is returned as it is. */
-        if (!kl_claims_lane_eq(prior->destination, &dst) || !kl_xfer_bytes_eq(&prior->fingerprint, fp, sizeof fp)) {
-            rc = kl_fail(err, KL_CONFLICT, "transfer_id",
-                         "transfer_id is already used on source lane %s/%s with another %s; a "
-                         "transfer's destination and message never change",
-                         src.queue, src.lane,
-                         kl_claims_lane_eq(prior->destination, &dst) ? "message" : "destination");
-            goto done;
-        }
-        tc.intent_token = prior->intent_token;
-        tc.state = prior->state;
-        tc.generation = prior->generation;
-        tc.existing = true;
-        rc = add_result(out, &res, err);
+        rc = create_existing(prior, &src, &dst, fp, out, err);
         goto done;
     }
     if (m->message->expires_at_unix_ms != 0 && m->message->expires_at_unix_ms <= c->now_ms) {
@@ -340,80 +438,10 @@ kl_code kl_transfer_eval_create(kl_eval_ctx *c, const Keyload__V1__CreateQueueTr
                      d->transfers_paused ? "" : " --source QUEUE/LANE");
         goto done;
     }
-    if ((rc = kl_xfer_signing_key(c, d, sk, err)) != KL_OK)
-        goto done;
     Keyload__V1__TransferClaims cl = KEYLOAD__V1__TRANSFER_CLAIMS__INIT;
-    cl.version = KL_CLAIMS_VERSION;
-    cl.purpose = KEYLOAD__V1__CLAIM_PURPOSE__TRANSFER_INTENT;
-    cl.database_incarnation = d->incarnation;
-    cl.source = &src;
-    cl.target = &dst;
-    cl.transfer_id = m->transfer_id;
-    cl.generation = 1;
-    cl.principal_id = (char *)kl_xfer_caller_id(c);
-    cl.message = m->message;
-    cl.fingerprint.data = fp;
-    cl.fingerprint.len = sizeof fp;
-    cl.issued_unix_ms = c->now_ms;
-    rc = kl_claims_sign(&cl, sk, d->signing_key_id.data, &token, &token_len, err);
-    sodium_memzero(sk, sizeof sk);
-    if (rc != KL_OK)
+    if ((rc = sign_intent(c, d, m, &src, &dst, fp, &cl, &token, &token_len, err)) != KL_OK)
         goto done;
-    /* Never commit an intent the destination could not accept: the whole Accept batch
-     * carrying this token must fit MaxBatchBytes (and a frame). */
-    size_t accept = accept_batch_size(&dst, token, token_len + KL_XFER_TOKEN_GROWTH);
-    if (accept > c->limits->max_batch_bytes || accept + FRAME_OVERHEAD > c->limits->max_frame_bytes) {
-        rc = kl_fail(err, KL_RESOURCE_EXHAUSTED, "limit:MaxBatchBytes",
-                     "the Accept batch that would carry this transfer's intent token is %zu bytes, "
-                     "over MaxBatchBytes (%llu) or the frame limit; send a smaller message",
-                     accept, (unsigned long long)c->limits->max_batch_bytes);
-        goto done;
-    }
-    Keyload__V1__TransferHistoryEntry h = KEYLOAD__V1__TRANSFER_HISTORY_ENTRY__INIT;
-    h.event = KEYLOAD__V1__TRANSFER_EVENT__INTENT_CREATED;
-    h.generation = 1;
-    h.unix_ms = c->now_ms;
-    h.term = c->term;
-    h.index = c->index;
-    Keyload__V1__TransferHistoryEntry *hp = &h;
-    Keyload__V1__TransferRecord rec = KEYLOAD__V1__TRANSFER_RECORD__INIT;
-    rec.state = KEYLOAD__V1__TRANSFER_STATE__OUTPUT_PENDING;
-    rec.generation = 1;
-    rec.intent_token.data = token;
-    rec.intent_token.len = token_len;
-    rec.destination = &dst;
-    rec.fingerprint = cl.fingerprint;
-    rec.principal_id = cl.principal_id;
-    rec.n_history = 1;
-    rec.history = &hp;
-    rec.max_accept_attempts = d->limits ? d->limits->max_queue_transfer_accept_attempts : NULL;
-    rec.created_unix_ms = c->now_ms;
-    rec.source = &src;
-    rec.database_id = d->database_id;
-    /* Charged: the record as stored now, the most its receipt can add, and its 'X' and 'Y'
-     * keys. The charged_bytes field itself is counted at its longest (10 bytes). */
-    kl_key yk;
-    kl_key_transfer_pending(&yk, d->database_id, qid, src.lane, m->transfer_id.data);
-    /* A ceiling of N reserves N-1 attempt advances: one record and the widest advance's
-     * bytes each (KL-6), so an advance never needs room the lane may no longer have. */
-    uint64_t reserve_records = 0, reserve_bytes = 0;
-    if (rec.max_accept_attempts != NULL && rec.max_accept_attempts->value > 1) {
-        reserve_records = rec.max_accept_attempts->value - 1;
-        reserve_bytes = reserve_records * kl_xfer_advance_reserve(&cl);
-    }
-    rec.reserved_records = reserve_records;
-    rec.reserved_bytes = reserve_bytes;
-    uint64_t charge = keyload__v1__transfer_record__get_packed_size(&rec) + 1 + 10 + receipt_reserve(&cl) +
-                      k.len + yk.len;
-    rec.charged_bytes = charge;
-    if ((rc = kl_xfer_admit(c, lane, 1 + reserve_records, charge + reserve_bytes, "source", &src, err)) != KL_OK)
-        goto done;
-    if ((rc = kl_view_put_msg(c->view, k.b, k.len, &rec.base, err)) != KL_OK ||
-        (rc = kl_view_put(c->view, yk.b, yk.len, NULL, 0, err)) != KL_OK)
-        goto done;
-    lane->records += 1 + reserve_records;
-    lane->bytes += charge + reserve_bytes;
-    if ((rc = kl_xfer_lane_save(c->view, qid, src.lane, lane, err)) != KL_OK)
+    if ((rc = store_intent(c, d, qid, &src, &dst, lane, &m->transfer_id, token, token_len, &cl, &k, err)) != KL_OK)
         goto done;
     tc.intent_token.data = token;
     tc.intent_token.len = token_len;
@@ -460,7 +488,7 @@ kl_code kl_xfer_intent_claims_ok(const Keyload__V1__TransferClaims *cl, const Ke
     else if (cl->message == NULL)
         bad = "message";
     else if (kl_canon_message_fingerprint(cl->message, fp) != 0)
-        return kl_xfer_oom(err);
+        return kl_record_oom(err);
     else if (!kl_xfer_bytes_eq(&cl->fingerprint, fp, sizeof fp))
         bad = "fingerprint";
     if (bad == NULL)
@@ -488,6 +516,32 @@ static kl_code accept_result(kl_buf *out, const Keyload__V1__TargetEffect *e, co
     return add_result(out, &res, err);
 }
 
+/* Signs the receipt of an Accept: the intent's claims, naming the effect e it has here. */
+static kl_code sign_receipt(const kl_eval_ctx *c, const Keyload__V1__CatalogDatabase *d,
+                            const Keyload__V1__TransferClaims *cl, Keyload__V1__QueueLaneRef *dst,
+                            Keyload__V1__TargetEffect *e, uint8_t **token, size_t *token_len, kl_err *err)
+{
+    uint8_t sk[64];
+    kl_code rc = kl_xfer_signing_key(c, d, sk, err);
+    if (rc != KL_OK)
+        return rc;
+    Keyload__V1__TransferClaims rcl = KEYLOAD__V1__TRANSFER_CLAIMS__INIT;
+    rcl.version = KL_CLAIMS_VERSION;
+    rcl.purpose = KEYLOAD__V1__CLAIM_PURPOSE__TRANSFER_RECEIPT;
+    rcl.database_incarnation = d->incarnation;
+    rcl.source = cl->source;
+    rcl.target = dst;
+    rcl.transfer_id = cl->transfer_id;
+    rcl.generation = cl->generation;
+    rcl.principal_id = cl->principal_id;
+    rcl.fingerprint = cl->fingerprint;
+    rcl.effect = e;
+    rcl.issued_unix_ms = c->now_ms;
+    rc = kl_claims_sign(&rcl, sk, d->signing_key_id.data, token, token_len, err);
+    sodium_memzero(sk, sizeof sk);
+    return rc;
+}
+
 kl_code kl_transfer_eval_accept(kl_eval_ctx *c, const Keyload__V1__AcceptQueueTransfer *m, kl_buf *out,
                                 kl_err *err)
 {
@@ -501,7 +555,6 @@ kl_code kl_transfer_eval_accept(kl_eval_ctx *c, const Keyload__V1__AcceptQueueTr
     Keyload__V1__LaneTransferRecord *lane = NULL;
     uint8_t *token = NULL;
     size_t token_len = 0;
-    uint8_t sk[64];
     uint64_t qid;
     kl_key k;
     /* DESIGN.md §7's order: caller, destination, signature and claims, authorization,
@@ -549,8 +602,7 @@ kl_code kl_transfer_eval_accept(kl_eval_ctx *c, const Keyload__V1__AcceptQueueTr
                      "the transferred message expired before the destination accepted it");
         goto done;
     }
-    if ((rc = kl_xfer_lane_load(c->view, qid, dst.lane, &lane, err)) != KL_OK ||
-        (rc = kl_xfer_signing_key(c, d, sk, err)) != KL_OK)
+    if ((rc = kl_xfer_lane_load(c->view, qid, dst.lane, &lane, err)) != KL_OK)
         goto done;
     /* The receipt names the message before it is stored: its id is the queue's next. */
     Keyload__V1__TargetEffect e = KEYLOAD__V1__TARGET_EFFECT__INIT;
@@ -558,21 +610,7 @@ kl_code kl_transfer_eval_accept(kl_eval_ctx *c, const Keyload__V1__AcceptQueueTr
     e.partition = c->partition;
     e.term = c->term;
     e.index = c->index;
-    Keyload__V1__TransferClaims rcl = KEYLOAD__V1__TRANSFER_CLAIMS__INIT;
-    rcl.version = KL_CLAIMS_VERSION;
-    rcl.purpose = KEYLOAD__V1__CLAIM_PURPOSE__TRANSFER_RECEIPT;
-    rcl.database_incarnation = d->incarnation;
-    rcl.source = cl->source;
-    rcl.target = &dst;
-    rcl.transfer_id = cl->transfer_id;
-    rcl.generation = cl->generation;
-    rcl.principal_id = cl->principal_id;
-    rcl.fingerprint = cl->fingerprint;
-    rcl.effect = &e;
-    rcl.issued_unix_ms = c->now_ms;
-    rc = kl_claims_sign(&rcl, sk, d->signing_key_id.data, &token, &token_len, err);
-    sodium_memzero(sk, sizeof sk);
-    if (rc != KL_OK)
+    if ((rc = sign_receipt(c, d, cl, &dst, &e, &token, &token_len, err)) != KL_OK)
         goto done;
     Keyload__V1__DedupRecord dr = KEYLOAD__V1__DEDUP_RECORD__INIT;
     dr.fingerprint = cl->fingerprint;
@@ -623,7 +661,7 @@ kl_code kl_xfer_history_append(const kl_eval_ctx *c, const Keyload__V1__Transfer
                                kl_err *err)
 {
     if ((*out = calloc(rec->n_history + 1, sizeof **out)) == NULL)
-        return kl_xfer_oom(err);
+        return kl_record_oom(err);
     keyload__v1__transfer_history_entry__init(h);
     h->event = event;
     h->generation = generation;
@@ -745,7 +783,7 @@ kl_code kl_transfer_eval_complete(kl_eval_ctx *c, const Keyload__V1__CompleteQue
         if ((rc = kl_xfer_lane_load(c->view, qid, src.lane, &lane, err)) != KL_OK)
             goto restore;
         if (lane->records < rec->reserved_records || lane->bytes < rec->reserved_bytes) {
-            rc = kl_xfer_corrupt(err, "lane transfer counters (below an intent's reservation)");
+            rc = kl_record_corrupt(err, "lane transfer counters (below an intent's reservation)");
             goto restore;
         }
         lane->records -= rec->reserved_records;
@@ -839,40 +877,13 @@ bool kl_transfer_refusal_is_terminal(kl_code code)
            code == KL_CONFLICT || code == KL_INVALID_ARGUMENT;
 }
 
-typedef struct {
-    bool any;
-} retains_scan;
-
-static int find_retained(void *arg, const uint8_t *key, size_t klen, const uint8_t *val, size_t vlen)
-{
-    (void)key;
-    (void)klen;
-    retains_scan *r = arg;
-    Keyload__V1__LaneTransferRecord *l = keyload__v1__lane_transfer_record__unpack(NULL, vlen, val);
-    if (l == NULL || l->records > 0)
-        r->any = true; /* an unreadable counter is treated as retaining: never lose records */
-    if (l)
-        keyload__v1__lane_transfer_record__free_unpacked(l, NULL);
-    return r->any;
-}
-
-kl_code kl_transfer_queue_retains(kl_view *v, uint64_t qid, bool *retains, kl_err *err)
-{
-    retains_scan r = {false};
-    kl_key k;
-    kl_key_lane_transfers_queue(&k, qid);
-    kl_code rc = kl_view_scan(v, k.b, k.len, find_retained, &r, err);
-    *retains = r.any;
-    return rc;
-}
-
 /* ---- reads ---- */
 
 kl_code kl_xfer_pack_answer(const ProtobufCMessage *m, uint8_t **answer, size_t *len, kl_err *err)
 {
     *len = protobuf_c_message_get_packed_size(m);
     if ((*answer = malloc(*len ? *len : 1)) == NULL)
-        return kl_xfer_oom(err);
+        return kl_record_oom(err);
     protobuf_c_message_pack(m, *answer);
     return KL_OK;
 }
@@ -904,7 +915,7 @@ kl_code kl_transfer_inspect(kl_eval_ctx *c, const Keyload__V1__InspectQueueTrans
     /* The answer discloses the message (inside the intent token): QueueInspect with its
      * field and header keys. */
     if ((rc = kl_claims_decode("intent_token", rec->intent_token.data, rec->intent_token.len, NULL, &cl, err)) != KL_OK) {
-        rc = kl_xfer_corrupt(err, "transfer intent");
+        rc = kl_record_corrupt(err, "transfer intent");
         goto done;
     }
     if ((rc = kl_xfer_data_check(c, &src, KEYLOAD__V1__PERMISSION__QUEUE_INSPECT, cl->message, err)) != KL_OK)
@@ -1023,6 +1034,80 @@ static int collect_pending(void *arg, const uint8_t *key, size_t klen, const uin
     return p->n == p->want;
 }
 
+/* One listed pending transfer: its intent record (charged, *rec unpacked for the caller
+ * to free) behind the pending index key, checked readable under the caller's QueueInspect
+ * grants, described in *item (which borrows from *rec and key). */
+static kl_code pending_item(kl_eval_ctx *c, kl_xfer_charge_t *ch, const uint8_t *key, size_t klen, uint64_t limit,
+                            Keyload__V1__TransferRecord **rec, Keyload__V1__PendingQueueTransfer *item,
+                            kl_err *err)
+{
+    kl_code rc;
+    uint64_t eqid;
+    const uint8_t *lane, *tid;
+    size_t lane_len;
+    if (kl_key_parse_transfer_pending(key, klen, &eqid, &lane, &lane_len, &tid) != 0)
+        return kl_record_corrupt(err, "pending transfer index");
+    char lane_s[KL_NAME_LEN_MAX + 1];
+    if (lane_len > KL_NAME_LEN_MAX)
+        return kl_record_corrupt(err, "pending transfer index");
+    memcpy(lane_s, lane, lane_len);
+    lane_s[lane_len] = 0;
+    kl_key xk;
+    kl_key_transfer(&xk, eqid, lane_s, tid);
+    size_t stored = 0;
+    c->view->scan_limit = UINT64_MAX;
+    rc = kl_xfer_get_record(c->view, &xk, &keyload__v1__transfer_record__descriptor, (ProtobufCMessage **)rec, &stored,
+                            err);
+    c->view->scan_limit = limit;
+    if (rc == KL_OK && *rec == NULL)
+        rc = kl_record_corrupt(err, "transfer (pending index without intent)");
+    if (rc == KL_OK)
+        rc = kl_xfer_charge(ch, stored, "intent", err);
+    if (rc != KL_OK)
+        return rc;
+    Keyload__V1__TransferClaims *cl = NULL;
+    if (kl_claims_decode("intent_token", (*rec)->intent_token.data, (*rec)->intent_token.len, NULL, &cl,
+                         err) != KL_OK)
+        return kl_record_corrupt(err, "transfer intent");
+    rc = kl_xfer_data_check(c, (*rec)->source, KEYLOAD__V1__PERMISSION__QUEUE_INSPECT, cl->message, err);
+    keyload__v1__transfer_claims__free_unpacked(cl, NULL);
+    if (rc != KL_OK)
+        return rc;
+    keyload__v1__pending_queue_transfer__init(item);
+    item->source = (*rec)->source;
+    item->transfer_id.data = (uint8_t *)tid;
+    item->transfer_id.len = 16;
+    item->generation = (*rec)->generation;
+    item->destination = (*rec)->destination;
+    item->intent_token = (*rec)->attempt_token.len ? (*rec)->attempt_token : (*rec)->intent_token;
+    return KL_OK;
+}
+
+/* Where a listing resumes from its request's cursor: strictly after the last key listed
+ * (start, *slen), or from the beginning with *reset set when the cursor comes from another
+ * incarnation of the partition, whose positions mean nothing here. *cur is unpacked for
+ * the caller to free. */
+static kl_code pending_resume(const Keyload__V1__ListPendingQueueTransfersRequest *r, const kl_key *prefix,
+                              const uint8_t partition_incarnation[16], Keyload__V1__PendingCursor **cur,
+                              uint8_t start[KL_KEY_MAX + 1], size_t *slen, protobuf_c_boolean *reset, kl_err *err)
+{
+    *cur = keyload__v1__pending_cursor__unpack(NULL, r->cursor.len, r->cursor.data);
+    const Keyload__V1__PendingCursor *c = *cur;
+    if (c == NULL || c->partition_incarnation.len != 16 || c->after_key.len > KL_KEY_MAX ||
+        c->after_key.len < prefix->len || memcmp(c->after_key.data, prefix->b, prefix->len) != 0)
+        return kl_fail(err, KL_INVALID_ARGUMENT, "cursor",
+                       "cursor is not a next_cursor of this listing (same database and queue)");
+    if (memcmp(c->partition_incarnation.data, partition_incarnation, 16) != 0) {
+        *reset = true;
+    } else {
+        /* Resume strictly after the last key listed: append a zero byte. */
+        memcpy(start, c->after_key.data, c->after_key.len);
+        start[c->after_key.len] = 0;
+        *slen = c->after_key.len + 1;
+    }
+    return KL_OK;
+}
+
 kl_code kl_transfer_pending(kl_eval_ctx *c, const Keyload__V1__ListPendingQueueTransfersRequest *r,
                             const uint8_t partition_incarnation[16], uint64_t principal_bytes,
                             uint8_t **answer, size_t *len, kl_err *err)
@@ -1068,23 +1153,9 @@ kl_code kl_transfer_pending(kl_eval_ctx *c, const Keyload__V1__ListPendingQueueT
     a.partition_incarnation.len = 16;
     uint8_t start[KL_KEY_MAX + 1];
     size_t slen = 0;
-    if (r->cursor.len > 0) {
-        cur = keyload__v1__pending_cursor__unpack(NULL, r->cursor.len, r->cursor.data);
-        if (cur == NULL || cur->partition_incarnation.len != 16 || cur->after_key.len > KL_KEY_MAX ||
-            cur->after_key.len < prefix.len || memcmp(cur->after_key.data, prefix.b, prefix.len) != 0) {
-            rc = kl_fail(err, KL_INVALID_ARGUMENT, "cursor",
-                         "cursor is not a next_cursor of this listing (same database and queue)");
-            goto done;
-        }
-        if (memcmp(cur->partition_incarnation.data, partition_incarnation, 16) != 0) {
-            a.cursor_reset = true; /* another incarnation: its positions mean nothing here */
-        } else {
-            /* Resume strictly after the last key listed: append a zero byte. */
-            memcpy(start, cur->after_key.data, cur->after_key.len);
-            start[cur->after_key.len] = 0;
-            slen = cur->after_key.len + 1;
-        }
-    }
+    if (r->cursor.len > 0 &&
+        (rc = pending_resume(r, &prefix, partition_incarnation, &cur, start, &slen, &a.cursor_reset, err)) != KL_OK)
+        goto done;
     /* One key more than the page, to learn whether the listing is done. */
     pk.want = (size_t)max + 1;
     pk.keys = malloc(pk.want * sizeof *pk.keys);
@@ -1093,7 +1164,7 @@ kl_code kl_transfer_pending(kl_eval_ctx *c, const Keyload__V1__ListPendingQueueT
     items = calloc(pk.want, sizeof *items);
     itemp = calloc(pk.want, sizeof *itemp);
     if (!pk.keys || !pk.lens || !recs || !items || !itemp) {
-        rc = kl_xfer_oom(err);
+        rc = kl_record_oom(err);
         goto done;
     }
     uint64_t limit = c->view->scan_limit;
@@ -1107,50 +1178,8 @@ kl_code kl_transfer_pending(kl_eval_ctx *c, const Keyload__V1__ListPendingQueueT
             goto done;
         if (i == max)
             break; /* the look-ahead entry: examined, not listed */
-        uint64_t eqid;
-        const uint8_t *lane, *tid;
-        size_t lane_len;
-        if (kl_key_parse_transfer_pending(pk.keys[i], pk.lens[i], &eqid, &lane, &lane_len, &tid) != 0) {
-            rc = kl_xfer_corrupt(err, "pending transfer index");
+        if ((rc = pending_item(c, &ch, pk.keys[i], pk.lens[i], limit, &recs[i], &items[i], err)) != KL_OK)
             goto done;
-        }
-        char lane_s[KL_NAME_LEN_MAX + 1];
-        if (lane_len > KL_NAME_LEN_MAX) {
-            rc = kl_xfer_corrupt(err, "pending transfer index");
-            goto done;
-        }
-        memcpy(lane_s, lane, lane_len);
-        lane_s[lane_len] = 0;
-        kl_key xk;
-        kl_key_transfer(&xk, eqid, lane_s, tid);
-        size_t stored = 0;
-        c->view->scan_limit = UINT64_MAX;
-        rc = kl_xfer_get_record(c->view, &xk, &keyload__v1__transfer_record__descriptor, (ProtobufCMessage **)&recs[i],
-                        &stored, err);
-        c->view->scan_limit = limit;
-        if (rc == KL_OK && recs[i] == NULL)
-            rc = kl_xfer_corrupt(err, "transfer (pending index without intent)");
-        if (rc == KL_OK)
-            rc = kl_xfer_charge(&ch, stored, "intent", err);
-        if (rc != KL_OK)
-            goto done;
-        Keyload__V1__TransferClaims *cl = NULL;
-        if (kl_claims_decode("intent_token", recs[i]->intent_token.data, recs[i]->intent_token.len, NULL, &cl,
-                             err) != KL_OK) {
-            rc = kl_xfer_corrupt(err, "transfer intent");
-            goto done;
-        }
-        rc = kl_xfer_data_check(c, recs[i]->source, KEYLOAD__V1__PERMISSION__QUEUE_INSPECT, cl->message, err);
-        keyload__v1__transfer_claims__free_unpacked(cl, NULL);
-        if (rc != KL_OK)
-            goto done;
-        keyload__v1__pending_queue_transfer__init(&items[i]);
-        items[i].source = recs[i]->source;
-        items[i].transfer_id.data = (uint8_t *)tid;
-        items[i].transfer_id.len = 16;
-        items[i].generation = recs[i]->generation;
-        items[i].destination = recs[i]->destination;
-        items[i].intent_token = recs[i]->attempt_token.len ? recs[i]->attempt_token : recs[i]->intent_token;
         itemp[i] = &items[i];
         n_items++;
     }
@@ -1165,7 +1194,7 @@ kl_code kl_transfer_pending(kl_eval_ctx *c, const Keyload__V1__ListPendingQueueT
         nc.after_key.len = pk.lens[n_items - 1];
         size_t cn = keyload__v1__pending_cursor__get_packed_size(&nc);
         if ((cbuf = malloc(cn)) == NULL) {
-            rc = kl_xfer_oom(err);
+            rc = kl_record_oom(err);
             goto done;
         }
         keyload__v1__pending_cursor__pack(&nc, cbuf);

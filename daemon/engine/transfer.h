@@ -56,8 +56,6 @@ kl_code kl_transfer_eval_pause_lane(kl_eval_ctx *c, const Keyload__V1__SetQueueT
 bool kl_transfer_batch_records_refusals(const Keyload__V1__BatchRequest *b);
 bool kl_transfer_refusal_is_terminal(kl_code code);
 
-/* Whether queue qid retains transfer records (DeleteQueue refuses then). */
-kl_code kl_transfer_queue_retains(kl_view *v, uint64_t qid, bool *retains, kl_err *err);
 
 /* Reads over applied state (the caller passed the read barrier). c->who is the caller; the
  * answers are malloc'd protobuf answers packed into *answer (caller frees). */

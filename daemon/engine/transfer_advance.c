@@ -58,6 +58,89 @@ static kl_code advanced_result(kl_buf *out, const Keyload__V1__TransferRecord *r
     return kl_engine_add_result(out, &res, err);
 }
 
+/* Why this advance cannot be made now, or KL_OK: a delivered intent, a witness of
+ * another generation, or (attempt advances only) no ceiling or no reserved attempt left. */
+static kl_code advance_refusal(const Keyload__V1__TransferRecord *rec, const Keyload__V1__TransferClaims *w,
+                               bool repair, kl_err *err)
+{
+    if (rec->state != KEYLOAD__V1__TRANSFER_STATE__OUTPUT_PENDING) {
+        return kl_fail(err, KL_FAILED_PRECONDITION, "state",
+                       "the transfer is Delivered; a delivered transfer never takes another attempt");
+    }
+    if (w->generation != rec->generation) {
+        return kl_fail(err, KL_FAILED_PRECONDITION, "witness:generation",
+                       "the witness is for generation %llu but the intent is at generation %llu; nothing "
+                       "changed", (unsigned long long)w->generation, (unsigned long long)rec->generation);
+    }
+    if (!repair) {
+        if (rec->max_accept_attempts == NULL) {
+            return kl_fail(err, KL_FAILED_PRECONDITION, "max_queue_transfer_accept_attempts",
+                           "the intent was created while its database's MaxQueueTransferAcceptAttempts was "
+                           "null, so it takes no attempt advance; an operator may accept it with a new "
+                           "command id");
+        }
+        if (rec->attempt_advances + 1 >= rec->max_accept_attempts->value || rec->reserved_records == 0) {
+            return kl_fail(err, KL_RESOURCE_EXHAUSTED, "limit:MaxQueueTransferAcceptAttempts",
+                           "the intent has had %llu Accept attempts, its MaxQueueTransferAcceptAttempts "
+                           "(%llu) reserved at creation; it stays OutputPending",
+                           (unsigned long long)rec->attempt_advances + 1,
+                           (unsigned long long)rec->max_accept_attempts->value);
+        }
+    }
+    return KL_OK;
+}
+
+/* Charges an advance's exact bytes: an attempt advance turns one reserved record into a
+ * charged one and gives the reservation's slack back; a repair, for which nothing was
+ * reserved, needs room on the lane now. */
+static kl_code charge_advance(const kl_eval_ctx *c, Keyload__V1__TransferRecord *rec,
+                              Keyload__V1__LaneTransferRecord *lane, uint64_t exact, uint64_t reserve, bool repair,
+                              const Keyload__V1__QueueLaneRef *src, kl_err *err)
+{
+    if (!repair) {
+        /* One reserved record becomes a charged one; the reservation's slack goes back. */
+        if (exact > reserve || rec->reserved_bytes < reserve || lane->bytes < reserve) {
+            return kl_fail(err, KL_INTERNAL, "advance_reserve",
+                           "an attempt advance needs %llu bytes, more than the %llu its intent reserved",
+                           (unsigned long long)exact, (unsigned long long)reserve);
+        }
+        rec->reserved_records--;
+        rec->reserved_bytes -= reserve;
+        lane->bytes -= reserve - exact;
+    } else {
+        /* Nothing was reserved for repairs: the lane must have room now. */
+        kl_code rc = kl_xfer_admit(c, lane, 1, exact, "source", src, err);
+        if (rc != KL_OK)
+            return rc;
+        lane->records += 1;
+        lane->bytes += exact;
+    }
+    return KL_OK;
+}
+
+/* The next generation's token: the immutable intent's claims (*ic, unpacked for the
+ * caller to free), one generation on, signed once the caller may publish to the source.
+ * *reserve: the bytes an attempt advance reserved for it. */
+static kl_code sign_next_generation(const kl_eval_ctx *c, const Keyload__V1__QueueLaneRef *src,
+                                    const Keyload__V1__TransferRecord *rec, const Keyload__V1__CatalogDatabase *d,
+                                    Keyload__V1__TransferClaims **ic, uint64_t *reserve, uint8_t **token,
+                                    size_t *token_len, kl_err *err)
+{
+    uint8_t sk[64];
+    kl_code rc;
+    if (kl_claims_decode("intent_token", rec->intent_token.data, rec->intent_token.len, NULL, ic, err) != KL_OK)
+        return kl_record_corrupt(err, "transfer intent");
+    if ((rc = kl_xfer_data_check(c, src, KEYLOAD__V1__PERMISSION__QUEUE_PUBLISH, NULL, err)) != KL_OK ||
+        (rc = kl_xfer_signing_key(c, d, sk, err)) != KL_OK)
+        return rc;
+    *reserve = kl_xfer_advance_reserve(*ic);
+    (*ic)->generation = rec->generation + 1;
+    (*ic)->issued_unix_ms = c->now_ms;
+    rc = kl_claims_sign(*ic, sk, d->signing_key_id.data, token, token_len, err);
+    sodium_memzero(sk, sizeof sk);
+    return rc;
+}
+
 kl_code kl_transfer_eval_advance(kl_eval_ctx *c, const Keyload__V1__QueueLaneRef *source_queue,
                                  const ProtobufCBinaryData *transfer_id, const ProtobufCBinaryData *witness,
                                  bool repair, kl_buf *out, kl_err *err)
@@ -73,7 +156,6 @@ kl_code kl_transfer_eval_advance(kl_eval_ctx *c, const Keyload__V1__QueueLaneRef
     Keyload__V1__TransferHistoryEntry **hist = NULL;
     uint8_t *token = NULL;
     size_t token_len = 0;
-    uint8_t sk[64];
     uint64_t qid;
     kl_key k;
     const kl_code want = repair ? KL_PERMISSION_DENIED : KL_RESOURCE_EXHAUSTED;
@@ -112,49 +194,10 @@ kl_code kl_transfer_eval_advance(kl_eval_ctx *c, const Keyload__V1__QueueLaneRef
         rc = advanced_result(out, rec, current->data, current->len, 0, true, err);
         goto done;
     }
-    if (rec->state != KEYLOAD__V1__TRANSFER_STATE__OUTPUT_PENDING) {
-        rc = kl_fail(err, KL_FAILED_PRECONDITION, "state",
-                     "the transfer is Delivered; a delivered transfer never takes another attempt");
+    if ((rc = advance_refusal(rec, w, repair, err)) != KL_OK)
         goto done;
-    }
-    if (w->generation != rec->generation) {
-        rc = kl_fail(err, KL_FAILED_PRECONDITION, "witness:generation",
-                     "the witness is for generation %llu but the intent is at generation %llu; nothing "
-                     "changed", (unsigned long long)w->generation, (unsigned long long)rec->generation);
-        goto done;
-    }
-    if (!repair) {
-        if (rec->max_accept_attempts == NULL) {
-            rc = kl_fail(err, KL_FAILED_PRECONDITION, "max_queue_transfer_accept_attempts",
-                         "the intent was created while its database's MaxQueueTransferAcceptAttempts was "
-                         "null, so it takes no attempt advance; an operator may accept it with a new "
-                         "command id");
-            goto done;
-        }
-        if (rec->attempt_advances + 1 >= rec->max_accept_attempts->value || rec->reserved_records == 0) {
-            rc = kl_fail(err, KL_RESOURCE_EXHAUSTED, "limit:MaxQueueTransferAcceptAttempts",
-                         "the intent has had %llu Accept attempts, its MaxQueueTransferAcceptAttempts "
-                         "(%llu) reserved at creation; it stays OutputPending",
-                         (unsigned long long)rec->attempt_advances + 1,
-                         (unsigned long long)rec->max_accept_attempts->value);
-            goto done;
-        }
-    }
-    /* The next generation's token: the immutable intent's claims, one generation on. */
-    if ((rc = kl_claims_decode("intent_token", rec->intent_token.data, rec->intent_token.len, NULL, &ic, err)) !=
-        KL_OK) {
-        rc = kl_xfer_corrupt(err, "transfer intent");
-        goto done;
-    }
-    if ((rc = kl_xfer_data_check(c, &src, KEYLOAD__V1__PERMISSION__QUEUE_PUBLISH, NULL, err)) != KL_OK ||
-        (rc = kl_xfer_signing_key(c, d, sk, err)) != KL_OK)
-        goto done;
-    uint64_t reserve = kl_xfer_advance_reserve(ic);
-    ic->generation = rec->generation + 1;
-    ic->issued_unix_ms = c->now_ms;
-    rc = kl_claims_sign(ic, sk, d->signing_key_id.data, &token, &token_len, err);
-    sodium_memzero(sk, sizeof sk);
-    if (rc != KL_OK)
+    uint64_t reserve = 0;
+    if ((rc = sign_next_generation(c, &src, rec, d, &ic, &reserve, &token, &token_len, err)) != KL_OK)
         goto done;
     Keyload__V1__TransferHistoryEntry h;
     if ((rc = kl_xfer_history_append(c, rec, event, rec->generation + 1, &h, &hist, err)) != KL_OK)
@@ -179,24 +222,8 @@ kl_code kl_transfer_eval_advance(kl_eval_ctx *c, const Keyload__V1__QueueLaneRef
     uint64_t exact = after > before ? after - before : 0;
     if ((rc = kl_xfer_lane_load(c->view, qid, src.lane, &lane, err)) != KL_OK)
         goto restore;
-    if (!repair) {
-        /* One reserved record becomes a charged one; the reservation's slack goes back. */
-        if (exact > reserve || rec->reserved_bytes < reserve || lane->bytes < reserve) {
-            rc = kl_fail(err, KL_INTERNAL, "advance_reserve",
-                         "an attempt advance needs %llu bytes, more than the %llu its intent reserved",
-                         (unsigned long long)exact, (unsigned long long)reserve);
-            goto restore;
-        }
-        rec->reserved_records--;
-        rec->reserved_bytes -= reserve;
-        lane->bytes -= reserve - exact;
-    } else {
-        /* Nothing was reserved for repairs: the lane must have room now. */
-        if ((rc = kl_xfer_admit(c, lane, 1, exact, "source", &src, err)) != KL_OK)
-            goto restore;
-        lane->records += 1;
-        lane->bytes += exact;
-    }
+    if ((rc = charge_advance(c, rec, lane, exact, reserve, repair, &src, err)) != KL_OK)
+        goto restore;
     rec->charged_bytes += exact;
     if ((rc = kl_view_put_msg(c->view, k.b, k.len, &rec->base, err)) == KL_OK &&
         (rc = kl_xfer_lane_save(c->view, qid, src.lane, lane, err)) == KL_OK)

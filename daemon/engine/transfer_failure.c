@@ -30,7 +30,7 @@ static kl_code outcome_is_batch_of(const char *principal, const Keyload__V1__Out
     b.mutations = &m;
     uint8_t digest[KL_DIGEST_LEN];
     if (kl_canon_batch_digest(BATCH_METHOD, principal, &b, digest) != 0)
-        return kl_xfer_oom(err);
+        return kl_record_oom(err);
     *yes = kl_xfer_bytes_eq(&o->request_digest, digest, sizeof digest);
     return KL_OK;
 }
@@ -231,7 +231,7 @@ static kl_code complete_failure(kl_eval_ctx *c, const Keyload__V1__ReadQueueTran
     if (would == KL_OK) {
         if (kl_claims_decode("intent_token", rec->intent_token.data, rec->intent_token.len, NULL, &ic, err) !=
             KL_OK) {
-            rc = kl_xfer_corrupt(err, "transfer intent");
+            rc = kl_record_corrupt(err, "transfer intent");
             goto done;
         }
         ic->generation = rec->generation; /* the generation whose Complete was denied */
@@ -255,6 +255,32 @@ done:
     if (o)
         keyload__v1__outcome_record__free_unpacked(o, NULL);
     return rc;
+}
+
+/* Whether a committed outcome is a no-effect refusal that may start an attempt advance
+ * (RESOURCE_EXHAUSTED) or a policy repair (PERMISSION_DENIED, not a stale authority). */
+static bool is_failure_authority(const Keyload__V1__OutcomeRecord *o)
+{
+    return o->error_code != 0 && (o->error_code == KL_RESOURCE_EXHAUSTED || o->error_code == KL_PERMISSION_DENIED) &&
+           !(o->error_code == KL_PERMISSION_DENIED && strcmp(o->error_detail, "stale_authority") == 0);
+}
+
+/* Evaluates the same Accept against the applied state into a scratch overlay the caller
+ * drops (never written); returns what it would answer, *why its refusal. */
+static kl_code dry_accept(kl_eval_ctx *c, const Keyload__V1__ReadQueueTransferFailureRequest *r,
+                          Keyload__V1__QueueLaneRef *dst, kl_overlay *scratch, kl_buf *results, kl_err *why)
+{
+    kl_view dry = *c->view;
+    dry.scratch = scratch;
+    kl_eval_ctx dc = *c;
+    dc.view = &dry;
+    Keyload__V1__AcceptQueueTransfer acc = KEYLOAD__V1__ACCEPT_QUEUE_TRANSFER__INIT;
+    acc.destination_queue = dst;
+    acc.intent_token = r->intent_token;
+    kl_err_clear(why);
+    kl_code would = kl_transfer_eval_accept(&dc, &acc, results, why);
+    c->view->scanned = dry.scanned;
+    return would;
 }
 
 kl_code kl_transfer_failure(kl_eval_ctx *c, const Keyload__V1__ReadQueueTransferFailureRequest *r,
@@ -335,9 +361,7 @@ kl_code kl_transfer_failure(kl_eval_ctx *c, const Keyload__V1__ReadQueueTransfer
     bool same = false;
     if ((rc = outcome_is_this_accept(principal, o, r, &dst, &same, err)) != KL_OK)
         goto done;
-    if (!same || o->error_code == 0 ||
-        (o->error_code != KL_RESOURCE_EXHAUSTED && o->error_code != KL_PERMISSION_DENIED) ||
-        (o->error_code == KL_PERMISSION_DENIED && strcmp(o->error_detail, "stale_authority") == 0)) {
+    if (!same || !is_failure_authority(o)) {
         rc = kl_fail(err, KL_FAILED_PRECONDITION, "failure_authority",
                      "the outcome under failed_command_id is not a no-effect RESOURCE_EXHAUSTED or "
                      "PERMISSION_DENIED refusal of a batch of exactly this one Accept; only such a "
@@ -355,17 +379,8 @@ kl_code kl_transfer_failure(kl_eval_ctx *c, const Keyload__V1__ReadQueueTransfer
         goto answer;
     }
     /* 4. Would the same Accept pass now? Evaluated, never written. */
-    kl_view dry = *c->view;
-    dry.scratch = &scratch;
-    kl_eval_ctx dc = *c;
-    dc.view = &dry;
-    Keyload__V1__AcceptQueueTransfer acc = KEYLOAD__V1__ACCEPT_QUEUE_TRANSFER__INIT;
-    acc.destination_queue = &dst;
-    acc.intent_token = r->intent_token;
     kl_err why;
-    kl_err_clear(&why);
-    kl_code would = kl_transfer_eval_accept(&dc, &acc, &results, &why);
-    c->view->scanned = dry.scanned;
+    kl_code would = dry_accept(c, r, &dst, &scratch, &results, &why);
     if ((rc = settle(c, d, ic, o, &r->failed_command_id, would, &why, &a, &witness, &witness_len, err)) != KL_OK)
         goto done;
 answer:

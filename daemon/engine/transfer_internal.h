@@ -8,13 +8,12 @@
 #define KL_TRANSFER_INTERNAL_H
 
 #include "daemon/engine/engine.h"
+#include "daemon/engine/record.h"
 #include "daemon/store/keys.h"
 #include "keyload/v1/catalog.pb-c.h"
 #include "keyload/v1/claims.pb-c.h"
 #include "keyload/v1/store.pb-c.h"
 
-kl_code kl_xfer_oom(kl_err *err);
-kl_code kl_xfer_corrupt(kl_err *err, const char *what);
 /* The caller's principal id (the reserved local one when c->who is NULL). */
 const char *kl_xfer_caller_id(const kl_eval_ctx *c);
 /* The database's catalog record, with its signing key and incarnation (FAILED_PRECONDITION

@@ -9,6 +9,7 @@
 #include "common/keys.h"
 #include "daemon/engine/access.h"
 #include "daemon/engine/catalog.h"
+#include "daemon/engine/mutation.h"
 #include "daemon/store/keys.h"
 
 #include <check.h>
@@ -412,25 +413,25 @@ START_TEST(transfers_need_admin_then_data_grants)
     kl_err err;
     /* A cluster administrator without data grants: refused on the data check. */
     p.cluster_admin = true;
-    ck_assert_int_eq(kl_access_mutation(&who, &m, &err), KL_PERMISSION_DENIED);
+    ck_assert_int_eq(kl_mutation_access(&who, &m, &err), KL_PERMISSION_DENIED);
     ck_assert_str_eq(err.detail, "grant:QueuePublish");
     /* Grants on the source only: the destination is checked too. */
     p.n_grants = 1;
     p.grants = both;
-    ck_assert_int_eq(kl_access_mutation(&who, &m, &err), KL_PERMISSION_DENIED);
+    ck_assert_int_eq(kl_mutation_access(&who, &m, &err), KL_PERMISSION_DENIED);
     ck_assert_ptr_nonnull(strstr(err.message, "dst"));
     p.n_grants = 2;
-    ck_assert_int_eq(kl_access_mutation(&who, &m, &err), KL_OK);
+    ck_assert_int_eq(kl_mutation_access(&who, &m, &err), KL_OK);
     /* The same grants without an administrator role: refused first. */
     p.cluster_admin = false;
-    ck_assert_int_eq(kl_access_mutation(&who, &m, &err), KL_PERMISSION_DENIED);
+    ck_assert_int_eq(kl_mutation_access(&who, &m, &err), KL_PERMISSION_DENIED);
     ck_assert_str_eq(err.detail, "role:administrator");
     /* A database administrator of another database is none here. */
     p.database_admin = true;
     p.database = "other";
-    ck_assert_int_eq(kl_access_mutation(&who, &m, &err), KL_PERMISSION_DENIED);
+    ck_assert_int_eq(kl_mutation_access(&who, &m, &err), KL_PERMISSION_DENIED);
     p.database = "default";
-    ck_assert_int_eq(kl_access_mutation(&who, &m, &err), KL_OK);
+    ck_assert_int_eq(kl_mutation_access(&who, &m, &err), KL_OK);
     /* A field the grants do not allow refuses, administrator or not. */
     Keyload__V1__FieldValue fv = KEYLOAD__V1__FIELD_VALUE__INIT;
     fv.kind_case = KEYLOAD__V1__FIELD_VALUE__KIND_BOOL_VALUE;
@@ -440,13 +441,41 @@ START_TEST(transfers_need_admin_then_data_grants)
     Keyload__V1__Field *fp = &f;
     msg.n_fields = 1;
     msg.fields = &fp;
-    ck_assert_int_eq(kl_access_mutation(&who, &m, &err), KL_PERMISSION_DENIED);
+    ck_assert_int_eq(kl_mutation_access(&who, &m, &err), KL_PERMISSION_DENIED);
     ck_assert_str_eq(err.detail, "field_grant:QueuePublish");
     /* Another tenant's administrator: refused on the tenant. */
     msg.n_fields = 0;
     p.tenant = "elsewhere";
-    ck_assert_int_eq(kl_access_mutation(&who, &m, &err), KL_PERMISSION_DENIED);
+    ck_assert_int_eq(kl_mutation_access(&who, &m, &err), KL_PERMISSION_DENIED);
     ck_assert_str_eq(err.detail, "tenant");
+}
+END_TEST
+
+/* The mutation table has one complete row for every kind the protocol defines, and its
+ * canonical-encoding column is the encoder the request digest uses for that kind. */
+START_TEST(mutation_table_has_a_full_row_per_kind)
+{
+    ck_assert_ptr_null(kl_mutation_kind_of(KEYLOAD__V1__MUTATION__KIND__NOT_SET));
+    const ProtobufCFieldDescriptor *f = keyload__v1__mutation__descriptor.fields;
+    size_t n = keyload__v1__mutation__descriptor.n_fields;
+    int max = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (f[i].quantifier_offset == 0)
+            continue; /* not a member of the kind oneof */
+        int kind = (int)f[i].id;
+        max = kind > max ? kind : max;
+        const kl_mutation_kind *k = kl_mutation_kind_of(kind);
+        ck_assert_msg(k != NULL, "kind %d (%s) has no row", kind, f[i].name);
+        ck_assert_ptr_nonnull(k->validate);
+        ck_assert_ptr_nonnull(k->access);
+        ck_assert_ptr_nonnull(k->eval);
+        ck_assert_msg(k->canon != NULL && k->canon == kl_canon_mutation_encoder(kind),
+                      "kind %d (%s): the row's canonical encoder is not the digest's", kind, f[i].name);
+    }
+    ck_assert_int_eq(max, KEYLOAD__V1__MUTATION__KIND_ADVANCE_QUEUE_TRANSFER_REPAIR);
+    ck_assert_ptr_null(kl_mutation_kind_of(max + 1));
+    ck_assert_ptr_null(kl_canon_mutation_encoder(max + 1));
+    ck_assert_ptr_null(kl_mutation_kind_of(-1));
 }
 END_TEST
 
@@ -463,6 +492,7 @@ Suite *suite_access(void)
     tcase_add_test(t, receive_checks_each_message_it_hands_out);
     tcase_add_test(t, roles_and_key_rotation);
     tcase_add_test(t, transfers_need_admin_then_data_grants);
+    tcase_add_test(t, mutation_table_has_a_full_row_per_kind);
     suite_add_tcase(s, t);
     return s;
 }
