@@ -101,7 +101,7 @@ void kl_service_serve_query_read(kl_service *s, kl_rpc_call *call)
     if (rc == KL_OK)
         rc = kl_node_query_access(s->node, who, tenant, database, plan.queue, plan.transfer, &err);
     if (rc == KL_OK) {
-        kl_node_transfer_read_kind kind = plan.op == KL_Q1_OP_INSPECT_TRANSFER
+        kl_node_read_kind kind = plan.op == KL_Q1_OP_INSPECT_TRANSFER
                                               ? KL_NODE_INSPECT_TRANSFER
                                               : KL_NODE_TRANSFER_RECEIPT;
         rc = kl_node_transfer_read(s->node, kind, who, plan.request, plan.request_len, &answer,
