@@ -51,45 +51,11 @@ static kl_code prepare(kl_rpc_call *call, kl_q1_plan *plan, char *tenant, char *
     return rc;
 }
 
-void kl_service_query(void *owner, kl_rpc_call *call)
+/* The read half of a Q1 read statement, once its barrier passed: the statement is parsed
+ * again and served as the transfer read it maps to. */
+static void serve_query_read(kl_service *s, kl_rpc_call *call, kl_node_read_kind query)
 {
-    kl_service *s = owner;
-    if (!kl_service_check_lease(s, call))
-        return;
-    kl_q1_plan plan;
-    char tenant[KL_NAME_LEN_MAX + 1], database[KL_NAME_LEN_MAX + 1];
-    kl_err err;
-    kl_err_clear(&err);
-    if (prepare(call, &plan, tenant, database, &err) != KL_OK) {
-        kl_rpc_reply_error(call, &err, NULL);
-        return;
-    }
-    if (plan.op != KL_Q1_OP_BATCH) {
-        /* Authorized after the barrier, against the state the read will see. */
-        kl_service_start_read(s, call, KL_SERVICE_READ_QUERY);
-        kl_q1_plan_free(&plan);
-        return;
-    }
-    /* A member that does not lead says so before judging permissions on its catalog. */
-    uint64_t next_index, next_term;
-    bool serving;
-    kl_repl_next(s->repl, &next_index, &next_term, &serving);
-    if (!serving) {
-        kl_fail(&err, KL_NOT_LEADER, "not_leader",
-                "this member does not lead partition %d now; send the query to the leader",
-                s->partition->id);
-        kl_service_reply_not_leader(s, call, &err);
-    } else if (kl_node_query_access(s->node, kl_service_principal(call), tenant, database, plan.queue,
-                                    plan.transfer, &err) != KL_OK) {
-        kl_rpc_reply_error(call, &err, NULL);
-    } else {
-        kl_service_submit_batch(s, call, plan.request, plan.request_len, plan.alias);
-    }
-    kl_q1_plan_free(&plan);
-}
-
-void kl_service_serve_query_read(kl_service *s, kl_rpc_call *call)
-{
+    (void)query; /* KL_NODE_QUERY_READ: the statement names the read */
     kl_q1_plan plan;
     char tenant[KL_NAME_LEN_MAX + 1], database[KL_NAME_LEN_MAX + 1];
     kl_err err;
@@ -112,5 +78,42 @@ void kl_service_serve_query_read(kl_service *s, kl_rpc_call *call)
     else
         kl_rpc_reply_error(call, &err, NULL);
     free(answer);
+    kl_q1_plan_free(&plan);
+}
+
+void kl_service_query(void *owner, kl_rpc_call *call)
+{
+    kl_service *s = owner;
+    if (!kl_service_check_lease(s, call))
+        return;
+    kl_q1_plan plan;
+    char tenant[KL_NAME_LEN_MAX + 1], database[KL_NAME_LEN_MAX + 1];
+    kl_err err;
+    kl_err_clear(&err);
+    if (prepare(call, &plan, tenant, database, &err) != KL_OK) {
+        kl_rpc_reply_error(call, &err, NULL);
+        return;
+    }
+    if (plan.op != KL_Q1_OP_BATCH) {
+        /* Authorized after the barrier, against the state the read will see. */
+        kl_service_start_read(s, call, KL_NODE_QUERY_READ, serve_query_read);
+        kl_q1_plan_free(&plan);
+        return;
+    }
+    /* A member that does not lead says so before judging permissions on its catalog. */
+    uint64_t next_index, next_term;
+    bool serving;
+    kl_repl_next(s->repl, &next_index, &next_term, &serving);
+    if (!serving) {
+        kl_fail(&err, KL_NOT_LEADER, "not_leader",
+                "this member does not lead partition %d now; send the query to the leader",
+                s->partition->id);
+        kl_service_reply_not_leader(s, call, &err);
+    } else if (kl_node_query_access(s->node, kl_service_principal(call), tenant, database, plan.queue,
+                                    plan.transfer, &err) != KL_OK) {
+        kl_rpc_reply_error(call, &err, NULL);
+    } else {
+        kl_service_submit_batch(s, call, plan.request, plan.request_len, plan.alias);
+    }
     kl_q1_plan_free(&plan);
 }

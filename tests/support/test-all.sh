@@ -7,7 +7,7 @@ log=$(mktemp)
 trap 'rm -f "$log"' EXIT
 start=$(date +%s)
 rc=0
-for target in unit-test process-test mcp-test examples-test fuzz-run lossyfs-test clockstep-test tailclock-test nemesis-test; do
+for target in unit-test layers-test process-test mcp-test examples-test fuzz-run lossyfs-test clockstep-test tailclock-test nemesis-test; do
   make --no-print-directory "$target" 2>&1 | tee -a "$log"
   [ "${PIPESTATUS[0]}" -eq 0 ] || rc=1
 done
