@@ -37,7 +37,7 @@ BINS := bin/keyloadd bin/keyload bin/keyload-coordinator bin/keyload-mcp bin/key
 EXAMPLE_SRC := $(wildcard client/examples/*.c)
 EXAMPLES    := $(patsubst client/examples/%.c,bin/examples/%,$(EXAMPLE_SRC))
 
-.PHONY: all deps test golden-test unit-test process-test mcp-test examples-test fuzz fuzz-run bench peers run clean nemesis nemesis-test
+.PHONY: all deps test golden-test unit-test layers-test process-test mcp-test examples-test fuzz fuzz-run bench peers run clean nemesis nemesis-test
 all: $(BINS) lib/libkeyload.a $(EXAMPLES)
 
 # client/keyload.h includes the generated protobuf-c headers: keep them after a build (not
@@ -132,6 +132,12 @@ deps:
 
 unit-test: build/unit-tests
 	@bash tests/support/suite.sh "unit (Check, ASan+UBSan)" 300 env ASAN_OPTIONS=detect_leaks=1 LSAN_OPTIONS=suppressions=$(CURDIR)/tests/unit/lsan.supp:print_suppressions=1 ./build/unit-tests
+
+# No call cycle between the files of daemon/rpc, between the node's files, nor between the
+# engine's modules (nm of the
+# objects `make all` built; tests/support/call_layers.sh).
+layers-test: all
+	@bash tests/support/suite.sh "call layers (nm)" 60 bash tests/support/call_layers.sh build/obj 'daemon/rpc/*.o' 'daemon/node*.o' 'daemon/engine/*.o'
 
 process-test: all build/proc-test
 	@bash tests/support/suite.sh "process (real keyloadd, kill -9)" 840 bash tests/cluster/run.sh

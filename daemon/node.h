@@ -163,18 +163,29 @@ kl_code kl_node_queue_stats(kl_node *n, const char *principal, const uint8_t *re
 kl_code kl_node_query_access(kl_node *n, const char *principal, const char *tenant,
                              const char *database, const char *queue, bool transfer, kl_err *err);
 
-/* Remote transfer reads (DESIGN.md §7) over applied state; the caller passed the read
- * barrier. req is the encoded request of the kind's RPC (transfer.proto); on KL_OK
- * *answer is the encoded answer (malloc'd). Authorization is transfer.c's. */
-typedef enum kl_node_transfer_read_kind {
+/* The reads a member serves over applied state once the caller passed the read barrier: one
+ * kind per read RPC. KL_NODE_QUERY_READ is a Q1 read statement (daemon/rpc/query_serve.c):
+ * the rpc layer maps it to the transfer read its statement names once parsed. */
+typedef enum kl_node_read_kind {
+    KL_NODE_QUEUE_STATS,               /* keyload.v1.QueueStats */
     KL_NODE_INSPECT_TRANSFER,          /* keyload.v1.InspectQueueTransfer */
     KL_NODE_TRANSFER_RECEIPT,          /* keyload.v1.InspectQueueTransferReceipt */
     KL_NODE_PENDING_TRANSFERS,         /* keyload.v1.ListPendingQueueTransfers */
     KL_NODE_TRANSFER_FAILURE,          /* keyload.v1.ReadQueueTransferFailure */
-} kl_node_transfer_read_kind;
-kl_code kl_node_transfer_read(kl_node *n, kl_node_transfer_read_kind kind, const char *principal,
+    KL_NODE_QUERY_READ,                /* keyload.v1.Query, a read statement */
+} kl_node_read_kind;
+
+/* Remote transfer reads (DESIGN.md §7) over applied state; the caller passed the read
+ * barrier. req is the encoded request of the kind's RPC (transfer.proto); on KL_OK
+ * *answer is the encoded answer (malloc'd). Authorization is transfer.c's. kind is one of
+ * the four transfer kinds. */
+kl_code kl_node_transfer_read(kl_node *n, kl_node_read_kind kind, const char *principal,
                               const uint8_t *req, size_t len, uint8_t **answer, size_t *answer_len,
                               kl_err *err);
+/* The read of `kind` (QueueStats or a transfer read), as kl_node_queue_stats and
+ * kl_node_transfer_read answer it. */
+kl_code kl_node_read(kl_node *n, kl_node_read_kind kind, const char *principal, const uint8_t *req,
+                     size_t len, uint8_t **answer, size_t *answer_len, kl_err *err);
 
 /* The catalog version this member has applied, and how many catalog changes it applied
  * (equal unless something is badly wrong). Reads applied state; 0 when none. */

@@ -51,6 +51,36 @@ static kl_code prepare(kl_rpc_call *call, kl_q1_plan *plan, char *tenant, char *
     return rc;
 }
 
+/* The read half of a Q1 read statement, once its barrier passed: the statement is parsed
+ * again and served as the transfer read it maps to. */
+static void serve_query_read(kl_service *s, kl_rpc_call *call, kl_node_read_kind query)
+{
+    (void)query; /* KL_NODE_QUERY_READ: the statement names the read */
+    kl_q1_plan plan;
+    char tenant[KL_NAME_LEN_MAX + 1], database[KL_NAME_LEN_MAX + 1];
+    kl_err err;
+    kl_err_clear(&err);
+    uint8_t *answer = NULL;
+    size_t alen = 0;
+    const char *who = kl_service_principal(call);
+    kl_code rc = prepare(call, &plan, tenant, database, &err);
+    if (rc == KL_OK)
+        rc = kl_node_query_access(s->node, who, tenant, database, plan.queue, plan.transfer, &err);
+    if (rc == KL_OK) {
+        kl_node_read_kind kind = plan.op == KL_Q1_OP_INSPECT_TRANSFER
+                                              ? KL_NODE_INSPECT_TRANSFER
+                                              : KL_NODE_TRANSFER_RECEIPT;
+        rc = kl_node_transfer_read(s->node, kind, who, plan.request, plan.request_len, &answer,
+                                   &alen, &err);
+    }
+    if (rc == KL_OK)
+        kl_service_reply_query(call, plan.alias, (int)plan.op, answer, alen);
+    else
+        kl_rpc_reply_error(call, &err, NULL);
+    free(answer);
+    kl_q1_plan_free(&plan);
+}
+
 void kl_service_query(void *owner, kl_rpc_call *call)
 {
     kl_service *s = owner;
@@ -66,7 +96,7 @@ void kl_service_query(void *owner, kl_rpc_call *call)
     }
     if (plan.op != KL_Q1_OP_BATCH) {
         /* Authorized after the barrier, against the state the read will see. */
-        kl_service_start_read(s, call, KL_SERVICE_READ_QUERY);
+        kl_service_start_read(s, call, KL_NODE_QUERY_READ, serve_query_read);
         kl_q1_plan_free(&plan);
         return;
     }
@@ -85,32 +115,5 @@ void kl_service_query(void *owner, kl_rpc_call *call)
     } else {
         kl_service_submit_batch(s, call, plan.request, plan.request_len, plan.alias);
     }
-    kl_q1_plan_free(&plan);
-}
-
-void kl_service_serve_query_read(kl_service *s, kl_rpc_call *call)
-{
-    kl_q1_plan plan;
-    char tenant[KL_NAME_LEN_MAX + 1], database[KL_NAME_LEN_MAX + 1];
-    kl_err err;
-    kl_err_clear(&err);
-    uint8_t *answer = NULL;
-    size_t alen = 0;
-    const char *who = kl_service_principal(call);
-    kl_code rc = prepare(call, &plan, tenant, database, &err);
-    if (rc == KL_OK)
-        rc = kl_node_query_access(s->node, who, tenant, database, plan.queue, plan.transfer, &err);
-    if (rc == KL_OK) {
-        kl_node_transfer_read_kind kind = plan.op == KL_Q1_OP_INSPECT_TRANSFER
-                                              ? KL_NODE_INSPECT_TRANSFER
-                                              : KL_NODE_TRANSFER_RECEIPT;
-        rc = kl_node_transfer_read(s->node, kind, who, plan.request, plan.request_len, &answer,
-                                   &alen, &err);
-    }
-    if (rc == KL_OK)
-        kl_service_reply_query(call, plan.alias, (int)plan.op, answer, alen);
-    else
-        kl_rpc_reply_error(call, &err, NULL);
-    free(answer);
     kl_q1_plan_free(&plan);
 }

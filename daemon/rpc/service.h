@@ -17,6 +17,9 @@
 #include "daemon/node.h"
 #include "daemon/repl/driver.h"
 
+#include <protobuf-c/protobuf-c.h>
+#include <time.h>
+
 #define KL_LOCAL_PRINCIPAL KL_CATALOG_RESERVED_PRINCIPAL
 /* Fresh reads waiting for their read-index round: well below the client port's contexts
  * (main.c opens 128), so waiting reads never take the last ones and MemberStatus and Hello
@@ -30,9 +33,13 @@
 #define KL_TAIL_MAX_CHANGES 64       /* changes per CatalogTail answer */
 
 struct kl_batch_call;
+struct kl_service;
 struct kl_tailer;
 struct kl_sessions;
 struct kl_keys;
+
+/* Serves a read whose barrier passed (read_serve.c). */
+typedef void (*kl_service_read_fn)(struct kl_service *s, kl_rpc_call *call, kl_node_read_kind kind);
 
 typedef struct kl_service {
     kl_node *node;
@@ -49,7 +56,8 @@ typedef struct kl_service {
     struct {
         uint64_t ctx;               /* 0 = free slot */
         kl_rpc_call *call;
-        int kind;                   /* which read (service.c read_kind) */
+        kl_node_read_kind kind;     /* which read */
+        kl_service_read_fn serve;   /* serves it once the barrier passed */
         int64_t answer_by_ms;       /* monotonic: then UNAVAILABLE read_deadline */
         int64_t started_ms;         /* monotonic: when it was admitted */
     } reads[KL_SERVICE_MAX_READS];  /* reads waiting for their barrier */
@@ -108,7 +116,7 @@ void kl_service_park_applied(kl_service *s);
 /* Leadership moved: forget the progress learnt as leader. */
 void kl_service_role(kl_service *s, bool leader);
 
-/* Internal to daemon/rpc: */
+/* Internal to daemon/rpc. Lease checks (lease.c): */
 /* Data partitions: false (call answered UNAVAILABLE "catalog_lease") when this serving
  * leader's catalog lease has run out. */
 bool kl_service_check_lease(kl_service *s, kl_rpc_call *call);
@@ -117,11 +125,13 @@ bool kl_service_check_lease(kl_service *s, kl_rpc_call *call);
  * now, whatever the role. The receipt form passes receipts that deliver no message. */
 bool kl_service_lease_holds(kl_service *s, kl_rpc_call *call);
 bool kl_service_lease_holds_for_receipt(kl_service *s, kl_rpc_call *call, const uint8_t *receipt, size_t len);
-void kl_service_expire_batches(kl_service *s);
-void kl_service_expire_reads(kl_service *s);
+void kl_service_expire_batches(kl_service *s);  /* batch_serve.c */
+void kl_service_expire_reads(kl_service *s);    /* read_serve.c */
+/* NOT_LEADER with the leader's address, or UNAVAILABLE while leading without commit (reply.c). */
+void kl_service_reply_not_leader(kl_service *s, kl_rpc_call *call, const kl_err *err);
+/* The catalog's methods and its parked tails and barriers (catalog_serve.c). */
 void kl_service_catalog_tick(kl_service *s);   /* expire parked tails and barriers */
 void kl_service_catalog_stop(kl_service *s);   /* answer everything parked */
-void kl_service_reply_not_leader(kl_service *s, kl_rpc_call *call, const kl_err *err);
 void kl_service_catalog_tail(void *owner, kl_rpc_call *call);
 void kl_service_locate_queue(void *owner, kl_rpc_call *call);
 void kl_service_show_principal(void *owner, kl_rpc_call *call);
@@ -143,20 +153,67 @@ const char *kl_service_principal(const kl_rpc_call *call);
 struct Keyload__V1__MemberSessionStatus;
 void kl_service_session_status(kl_service *s, struct Keyload__V1__MemberSessionStatus *st);
 
-/* Batches and reads as the native handlers run them, for Q1 statements (query_serve.c).
- * submit_batch: req is copied by the node before it returns; query_alias NULL answers the
- * stored receipt as is (keyload.v1.Batch), else a QueryAnswer carrying it. start_read: the
- * read-index barrier, then serve by kind (KL_SERVICE_READ_QUERY: kl_service_serve_query_read). */
-#define KL_SERVICE_READ_QUERY 100
+/* Batches and reads as the native handlers run them, also for Q1 statements (query_serve.c).
+ * submit_batch (batch_serve.c): req is copied by the node before it returns; query_alias
+ * NULL answers the stored receipt as is (keyload.v1.Batch), else a QueryAnswer carrying it.
+ * start_read (read_serve.c): the read-index barrier, then serve(s, call, kind);
+ * kl_service_serve_read serves the node's read of that kind. */
 void kl_service_submit_batch(kl_service *s, kl_rpc_call *call, const uint8_t *req, size_t len,
                              const char *query_alias);
-void kl_service_start_read(kl_service *s, kl_rpc_call *call, int kind);
-/* Answers a QueryAnswer{alias, kind (keyload.v1.QueryResultKind), answer bytes}. */
+void kl_service_start_read(kl_service *s, kl_rpc_call *call, kl_node_read_kind kind,
+                           kl_service_read_fn serve);
+void kl_service_serve_read(kl_service *s, kl_rpc_call *call, kl_node_read_kind kind);
+/* Answers a QueryAnswer{alias, kind (keyload.v1.QueryResultKind), answer bytes} (reply.c). */
 void kl_service_reply_query(kl_rpc_call *call, const char *alias, int kind, const uint8_t *answer,
                             size_t len);
-/* keyload.v1.Query (query_serve.c), and its read half once the barrier passed. */
+/* keyload.v1.Query (query_serve.c). */
 void kl_service_query(void *owner, kl_rpc_call *call);
-void kl_service_serve_query_read(kl_service *s, kl_rpc_call *call);
+/* keyload.v1.Batch (batch_serve.c). */
+void kl_service_batch(void *owner, kl_rpc_call *call);
+/* Evaluates again the parked Receives that are due, under the catalog lease (batch_serve.c). */
+void kl_service_park_tick(kl_service *s);
+/* The leader's client URL, or NULL when unknown or this member; *leader_out (may be NULL)
+ * the leader's id (reply.c). */
+const char *kl_service_leader_url(const kl_service *s, uint64_t *leader_out);
+/* Whether this member serves its partition now (lease.c). */
+bool kl_service_serving(kl_service *s);
+/* After every applied entry: wakes the tails waiting for a new catalog version. */
+void kl_service_catalog_applied(kl_service *s);
+
+#define KL_SERVICE_DEADLINE_MARGIN_MS 100  /* answer this long before the caller's deadline */
+
+static inline int64_t kl_service_wall_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+static inline int64_t kl_service_mono_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+/* What a method does with partition state; it decides the method's path. */
+typedef enum kl_service_access {
+    KL_SERVICE_LOCAL,    /* answered from this member's own state (status, session, catalog) */
+    KL_SERVICE_READ,     /* the read barrier, then the node's read of the row's kind */
+    KL_SERVICE_WRITE,    /* submitted to the node, answered at commit */
+    KL_SERVICE_QUERY,    /* a Q1 statement: a read or a write, as the statement says */
+} kl_service_access;
+
+/* One row of the method table (service.c). */
+typedef struct kl_service_method {
+    const char *name;                            /* e.g. "keyload.v1.Batch" */
+    const ProtobufCMessageDescriptor *request;   /* the payload's message type */
+    kl_rpc_handler handler;                      /* NULL for a READ row */
+    bool gated;                                  /* the session gate first (all but Hello) */
+    kl_service_access access;
+    kl_node_read_kind read;                      /* a READ row's read */
+} kl_service_method;
+const kl_service_method *kl_service_method_table(size_t *count);
 
 /* The method table, for kl_rpc_server_config. */
 const kl_rpc_method *kl_service_methods(size_t *count);

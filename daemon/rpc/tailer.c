@@ -3,7 +3,6 @@
 #include "common/keys.h"
 #include "common/log.h"
 #include "common/rpc.h"
-#include "daemon/rpc/service.h"
 #include "daemon/rpc/tail_auth.h"
 #include "keyload/v1/catalog.pb-c.h"
 

@@ -34,6 +34,8 @@ Suite *suite_subject_cache(void);
 Suite *suite_sdk_leader(void);
 Suite *suite_group(void);
 Suite *suite_park(void);
+Suite *suite_node_read(void);
+Suite *suite_service(void);
 
 int main(void)
 {
@@ -67,6 +69,8 @@ int main(void)
     srunner_add_suite(sr, suite_sdk_leader());
     srunner_add_suite(sr, suite_group());
     srunner_add_suite(sr, suite_park());
+    srunner_add_suite(sr, suite_node_read());
+    srunner_add_suite(sr, suite_service());
     srunner_run_all(sr, CK_NORMAL);
     int failed = srunner_ntests_failed(sr);
     int run = srunner_ntests_run(sr);
