@@ -134,8 +134,7 @@ unit-test: build/unit-tests
 	@bash tests/support/suite.sh "unit (Check, ASan+UBSan)" 300 env ASAN_OPTIONS=detect_leaks=1 LSAN_OPTIONS=suppressions=$(CURDIR)/tests/unit/lsan.supp:print_suppressions=1 ./build/unit-tests
 
 # No call cycle between the files of daemon/rpc, between the node's files, nor between the
-# engine's modules (nm of the
-# objects `make all` built; tests/support/call_layers.sh).
+# engine's modules (nm of the objects `make all` built; tests/support/call_layers.sh).
 layers-test: all
 	@bash tests/support/suite.sh "call layers (nm)" 60 bash tests/support/call_layers.sh build/obj 'daemon/rpc/*.o' 'daemon/node*.o' 'daemon/engine/*.o'
 
