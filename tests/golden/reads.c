@@ -36,7 +36,7 @@ static void read_one(golden_run *run, const char *name, int p, const char *princ
     print_answer(run, name, p, rc, &err, ans, alen);
 }
 
-static void transfer_read(golden_run *run, const char *name, int p, kl_node_transfer_read_kind kind,
+static void transfer_read(golden_run *run, const char *name, int p, kl_node_read_kind kind,
                           const uint8_t *req, size_t len)
 {
     uint8_t *ans = NULL;

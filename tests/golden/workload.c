@@ -136,7 +136,7 @@ static void queue_steps(golden_run *run)
 }
 
 /* A transfer read on node p; the answer is printed to the tokens file and returned. */
-static uint8_t *xfer_read(golden_run *run, int p, kl_node_transfer_read_kind kind, const char *what,
+static uint8_t *xfer_read(golden_run *run, int p, kl_node_read_kind kind, const char *what,
                           const uint8_t *req, size_t len, size_t *alen)
 {
     uint8_t *ans;
