@@ -139,6 +139,13 @@ mcp-test: all build/scenario-sdk
 examples-test: all
 	@bash tests/support/suite.sh "examples (C SDK)" 180 bash tests/examples/run.sh
 
+# The module structure (tests/structure/check.sh, after its self-test): include and call
+# cycles, functions over 120 lines, edges outside the allowed graph; strict except for the
+# findings that tests/structure/exceptions.txt still lists.
+.PHONY: structure-test
+structure-test: all
+	@bash tests/support/suite.sh "structure (cycles, function length, allowed graph)" 120 sh -c 'bash tests/structure/selftest.sh && bash tests/structure/check.sh --strict'
+
 fuzz-run: fuzz
 	@bash tests/support/suite.sh "fuzz (libFuzzer, bounded)" 180 bash tests/fuzz/run.sh 60
 
