@@ -27,6 +27,7 @@
 
 #include "common/cluster.h"
 #include "common/status.h"
+#include "daemon/reply.h"
 #include "daemon/store/store.h"
 #include "keyload/v1/catalog.pb-c.h"
 
@@ -34,11 +35,6 @@
 #include <stdint.h>
 
 typedef struct kl_node kl_node;
-
-/* Answer to one submitted batch. On KL_OK, receipt holds the stored receipt bytes (valid
- * during the call only); otherwise err explains. */
-typedef void (*kl_node_reply_fn)(void *cookie, kl_code code, const kl_err *err,
-                                 const uint8_t *receipt, size_t len);
 
 typedef struct kl_node_io {
     void *ctx;

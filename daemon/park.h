@@ -17,7 +17,7 @@
 
 #include "common/canon.h"
 #include "daemon/engine/view.h"
-#include "daemon/node.h"
+#include "daemon/reply.h"
 #include "keyload/v1/queue.pb-c.h"
 
 #include <stdbool.h>
