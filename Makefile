@@ -141,10 +141,11 @@ examples-test: all
 
 # The module structure (tests/structure/check.sh, after its self-test): include and call
 # cycles, functions over 120 lines, edges outside the allowed graph; strict except for the
-# findings that tests/structure/exceptions.txt still lists.
+# findings that tests/structure/exceptions.txt still lists. Then the limits in one header
+# (tests/structure/limits.sh).
 .PHONY: structure-test
 structure-test: all
-	@bash tests/support/suite.sh "structure (cycles, function length, allowed graph)" 120 sh -c 'bash tests/structure/selftest.sh && bash tests/structure/check.sh --strict'
+	@bash tests/support/suite.sh "structure (cycles, function length, allowed graph, limits)" 120 sh -c 'bash tests/structure/selftest.sh && bash tests/structure/check.sh --strict && bash tests/structure/limits.sh'
 
 fuzz-run: fuzz
 	@bash tests/support/suite.sh "fuzz (libFuzzer, bounded)" 180 bash tests/fuzz/run.sh 60

@@ -46,6 +46,7 @@
 #ifndef KL_KEYLOAD_H
 #define KL_KEYLOAD_H
 
+#include "common/limits.h"
 #include "common/status.h"
 #include "keyload/v1/catalog.pb-c.h"
 #include "keyload/v1/claims.pb-c.h"
@@ -59,10 +60,7 @@
 
 #define KL_DEFAULT_TIMEOUT_MS 5000
 #define KL_DEFAULT_DATABASE "default/default"
-/* Longest tenant, database, queue, lane, header key and field key, in bytes. */
-#define KL_SDK_NAME_MAX 128
-/* Redirects (NOT_LEADER with a leader address) followed per request. */
-#define KL_MAX_REDIRECTS 3
+/* KL_SDK_NAME_MAX (longest name), KL_MAX_REDIRECTS, KL_KEY_LIST_MAX, KL_RECEIVE_WAIT_MS_MAX: common/limits.h. */
 
 /* ---------------------------------------------------------------- client */
 
@@ -204,8 +202,6 @@ kl_code kl_batch_enqueue(kl_batch *b, const char *queue, const char *lane,
  * default for either (the daemon also enforces their maximums). */
 kl_code kl_batch_receive(kl_batch *b, const char *queue, const char *lane,
                          uint32_t max_messages, uint32_t lease_ms, kl_err *err);
-/* Longest Receive wait (the daemon's limit too). */
-#define KL_RECEIVE_WAIT_MS_MAX 30000
 /* kl_batch_receive that waits (long poll): when no message is available, the leader holds
  * the request up to wait_ms (0..KL_RECEIVE_WAIT_MS_MAX) and answers as soon as one is, or
  * with no message when the wait ends. A batch whose Receives lease nothing commits nothing
@@ -274,7 +270,6 @@ const char *kl_permission_name(Keyload__V1__Permission p);
  * (letters, digits, . _ - :) or the single entry "*" (every key; then the only entry); at
  * most KL_KEY_LIST_MAX keys, no duplicates; kept sorted bytewise (as the catalog stores
  * them). EMPTY MEANS NONE: a grant with no fields lets the principal use no field at all. */
-#define KL_KEY_LIST_MAX 64
 typedef struct kl_key_list {
     char **keys;
     size_t n;

@@ -8,12 +8,12 @@
 
 void kl_limits_default(kl_limits *l)
 {
-    l->max_batch_bytes = 1u << 20;
-    l->max_scan_records = 10000;
-    l->max_query_read_bytes = 4u << 20;
-    l->max_frame_bytes = 4u << 20;
-    l->default_queue_max_messages = 1000000;
-    l->default_queue_max_bytes = 1ull << 30;
+    l->max_batch_bytes = KL_DEFAULT_MAX_BATCH_BYTES;
+    l->max_scan_records = KL_DEFAULT_MAX_SCAN_RECORDS;
+    l->max_query_read_bytes = KL_DEFAULT_MAX_QUERY_READ_BYTES;
+    l->max_frame_bytes = KL_DEFAULT_MAX_FRAME_BYTES;
+    l->default_queue_max_messages = KL_DEFAULT_QUEUE_MAX_MESSAGES;
+    l->default_queue_max_bytes = KL_DEFAULT_QUEUE_MAX_BYTES;
 }
 
 static kl_code get_u64(json_t *obj, const char *key, uint64_t *out, kl_err *err)

@@ -25,14 +25,13 @@
 #ifndef KL_RPC_H
 #define KL_RPC_H
 
+#include "common/limits.h"
 #include "common/status.h"
 
 #include <stddef.h>
 #include <stdint.h>
 #include <uv.h>
 
-#define KL_RPC_MIN_CONTEXTS 64
-#define KL_RPC_DEFAULT_FRAME_LIMIT (4u << 20)
 
 typedef struct kl_rpc_server kl_rpc_server;
 typedef struct kl_rpc_call kl_rpc_call;

@@ -5,6 +5,8 @@
 #ifndef KL_STATUS_H
 #define KL_STATUS_H
 
+#include "common/limits.h"
+
 #include <stddef.h>
 
 typedef enum kl_code {
@@ -23,9 +25,6 @@ typedef enum kl_code {
     KL_INTERNAL = 12,
     KL_CODE_COUNT = 13
 } kl_code;
-
-#define KL_ERR_MESSAGE_MAX 256
-#define KL_ERR_DETAIL_MAX 128
 
 typedef struct kl_err {
     kl_code code;

@@ -499,7 +499,7 @@ static void repl_config(kl_repl_config *rcfg, const kl_cluster *cluster, int par
                            .replica_count = (uint32_t)cluster->replica_count,
                            .tick_ms = cluster->timers.tick_ms, .election_ms = cluster->timers.election_ms,
                            .heartbeat_ms = cluster->timers.heartbeat_ms,
-                           .max_frame = cluster->limits.max_frame_bytes + (64u << 10)};
+                           .max_frame = cluster->limits.max_frame_bytes + KL_REPL_FRAME_OVERHEAD};
     for (int i = 0; i < part->member_count; i++) {
         rcfg->members[i] = (uint64_t)part->members[i].id;
         rcfg->peer_urls[i] = part->members[i].peer_url[0] ? part->members[i].peer_url : NULL;
@@ -551,7 +551,7 @@ static int start_serving(daemon_state *d, kl_cluster *cluster, int partition, co
     const kl_rpc_method *methods = kl_service_methods(&nmethods);
     kl_rpc_server_config rc = {.listen_url = me->client_url, .methods = methods,
                                .method_count = nmethods, .owner = &d->service,
-                               .max_frame = cluster->limits.max_frame_bytes, .contexts = 128,
+                               .max_frame = cluster->limits.max_frame_bytes, .contexts = KL_CLIENT_RPC_CONTEXTS,
                                .max_conns = (int)cluster->conn.client_max,
                                .idle_ms = (int)cluster->conn.client_idle_ms};
     if (kl_rpc_server_start(d->loop, &rc, &d->rpc, err) != KL_OK) {

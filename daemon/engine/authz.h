@@ -24,13 +24,13 @@
 #ifndef KL_AUTHZ_H
 #define KL_AUTHZ_H
 
+#include "common/limits.h"
 #include "common/status.h"
 #include "keyload/v1/catalog.pb-c.h"
 
 #include <stdbool.h>
 #include <stddef.h>
 
-#define KL_AUTHZ_LIST_MAX 64 /* entries in one grant's fields or headers list */
 
 /* Who asks: the stored record (borrowed) and, for the transfer paths, admin_off, which
  * evaluates the request as if both administrator flags were false (DESIGN.md §5: data,

@@ -12,6 +12,7 @@
 #ifndef KL_CLAIMS_H
 #define KL_CLAIMS_H
 
+#include "common/limits.h"
 #include "common/status.h"
 #include "keyload/v1/claims.pb-c.h"
 
@@ -21,9 +22,6 @@
 
 #define KL_CLAIMS_DOMAIN "keyload.transfer-token.v1"
 #define KL_CLAIMS_VERSION 1
-/* A token never exceeds this; bigger input is refused before decoding. Intent tokens carry
- * the message, so the real bound is MaxBatchBytes, which the source checks at admission. */
-#define KL_CLAIMS_TOKEN_MAX (64u * 1024 * 1024)
 
 /* Signs claims with sk (64-byte libsodium Ed25519 secret key) under key_id (8 bytes).
  * *token is malloc'd (caller frees). INTERNAL only on OOM. */

@@ -46,7 +46,6 @@
 #include <string.h>
 #include <time.h>
 
-_Static_assert(KL_PEER_MAX_CLUSTER == KL_PEER_AUTH_CLUSTER_MAX, "cluster name bound");
 _Static_assert(KL_PEER_SECRET_LEN == KL_PEER_AUTH_SECRET_LEN, "member secret key");
 _Static_assert(KL_PEER_PUBLIC_LEN == KL_PEER_AUTH_PUBLIC_LEN, "member public key");
 

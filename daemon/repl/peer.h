@@ -128,6 +128,7 @@
 #ifndef KL_REPL_PEER_H
 #define KL_REPL_PEER_H
 
+#include "common/limits.h"
 #include "common/status.h"
 
 #include <stdbool.h>
@@ -135,13 +136,9 @@
 #include <stdint.h>
 #include <uv.h>
 
-#define KL_PEER_MAX_PEERS 9
-#define KL_PEER_MAX_CLUSTER 255
-#define KL_PEER_DEFAULT_MAX_FRAME (4u << 20)
 #define KL_PEER_DEFAULT_QUEUED_FRAMES 1024
 #define KL_PEER_DEFAULT_QUEUED_BYTES (64u << 20)
 #define KL_PEER_DEFAULT_ACK_TIMEOUT_MS 5000
-#define KL_PEER_DEFAULT_MAX_SKEW_MS 30000 /* hello clocks, authenticated mode */
 #define KL_PEER_SECRET_LEN 64             /* Ed25519 member secret key (common/keys.h) */
 #define KL_PEER_PUBLIC_LEN 32             /* Ed25519 member public key */
 

@@ -57,6 +57,7 @@
 #ifndef KL_REPL_RAFT_H
 #define KL_REPL_RAFT_H
 
+#include "common/limits.h"
 #include "common/status.h"
 #include "daemon/repl/raft_entry.h"
 
@@ -64,9 +65,6 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define KL_RAFT_MAX_MEMBERS 9
-#define KL_RAFT_MAX_INFLIGHT 256     /* append messages in flight per follower, upper bound */
-#define KL_RAFT_MAX_MSG_ENTRIES 1024 /* entries in one append message */
 
 typedef enum kl_raft_role {
     KL_RAFT_FOLLOWER = 0,

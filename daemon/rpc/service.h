@@ -12,6 +12,7 @@
 #define KL_SERVICE_H
 
 #include "common/cluster.h"
+#include "common/limits.h"
 #include "common/rpc.h"
 #include "daemon/engine/catalog.h"
 #include "daemon/node.h"
@@ -22,12 +23,7 @@
  * (main.c opens 128), so waiting reads never take the last ones and MemberStatus and Hello
  * always find one. Each answers by KL_SERVICE_READ_DEADLINE_MS at the latest (sooner when
  * the caller's deadline is nearer), below the SDK's default timeout. */
-#define KL_SERVICE_MAX_READS 48
 #define KL_SERVICE_READ_DEADLINE_MS 2000
-#define KL_SERVICE_MAX_TAILS 64      /* parked CatalogTail long-polls (partition 0) */
-#define KL_SERVICE_MAX_BARRIERS 256  /* catalog batches waiting for the data partitions */
-#define KL_TAIL_WAIT_MAX_MS 2000     /* longest a CatalogTail is held empty */
-#define KL_TAIL_MAX_CHANGES 64       /* changes per CatalogTail answer */
 
 struct kl_batch_call;
 struct kl_tailer;

@@ -27,6 +27,7 @@
 
 #include "common/cluster.h"
 #include "common/keys.h"
+#include "common/limits.h"
 #include "common/session.h"
 #include "common/status.h"
 
@@ -34,8 +35,6 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define KL_SESSIONS_MAX 4096
-#define KL_SESSIONS_PER_PRINCIPAL 64
 /* Hellos remembered per window (two windows are kept), and the window: twice the skew a
  * Hello's time may have (KL_SESSION_DEFAULT_SKEW_MS), so a Hello is remembered as long as
  * it could be accepted. */
