@@ -116,6 +116,17 @@ fi
   [ -f "$exceptions" ] && awk '{ print "X", NR, $0 }' "$exceptions"
 } > "$tmp/input"
 
+# Sizes, for the record (no check): the largest files, and assert() calls per thousand
+# lines in each directory.
+echo "== sizes: largest files (lines) =="
+xargs wc -l < "$tmp/files" | grep -v ' total$' | sort -rn | head -5
+echo "== assert() per 1000 lines, by directory =="
+xargs awk '{ d = FILENAME; sub(/\/[^\/]*$/, "", d); lines[d]++ }
+           /(^|[^_A-Za-z0-9])assert[ \t]*\(/ { asserts[d]++ }
+           END { for (d in lines) printf "%-22s %6d lines %4d asserts %5.2f per 1000\n",
+                                        d, lines[d], asserts[d], 1000 * asserts[d] / lines[d] }' \
+  < "$tmp/files" | sort
+
 awk -v strict="$strict" -v maxlen="$maxlen" -v allowed_src="$allowed_src" \
     -v exceptions_src="$exceptions" -v print_exceptions="$print_exc" \
     -f "$here/graph.awk" "$tmp/input"
