@@ -37,7 +37,7 @@ BINS := bin/keyloadd bin/keyload bin/keyload-coordinator bin/keyload-mcp bin/key
 EXAMPLE_SRC := $(wildcard client/examples/*.c)
 EXAMPLES    := $(patsubst client/examples/%.c,bin/examples/%,$(EXAMPLE_SRC))
 
-.PHONY: all deps test golden-test unit-test layers-test process-test mcp-test examples-test fuzz fuzz-run bench peers run clean nemesis nemesis-test
+.PHONY: all deps test golden-test unit-test process-test mcp-test examples-test fuzz fuzz-run bench peers run clean nemesis nemesis-test
 all: $(BINS) lib/libkeyload.a $(EXAMPLES)
 
 # client/keyload.h includes the generated protobuf-c headers: keep them after a build (not
@@ -121,7 +121,7 @@ build/golden: $(call obj,$(wildcard tests/golden/*.c)) $(DAEMON_OBJ) $(CORE_OBJ)
 	$(CC) $(CFLAGS) -o $@ $^ $(LIBS)
 
 golden-test: build/golden bin/keyloadd
-	@bash tests/support/suite.sh "golden (byte-for-byte vectors, old store replay)" 120 bash tests/golden/check.sh
+	@bash tests/support/suite.sh "golden (byte-for-byte vectors, old store replay)" 60 bash tests/golden/check.sh
 
 # Unit tests: one Check runner, everything built with AddressSanitizer + UBSan.
 build/unit-tests: $(call san,$(UNIT_SRC) $(GEN_C) $(COMMON_SRC) $(DAEMON_SRC) $(SDK_SRC) $(CLI_LIB_SRC) $(COORD_LIB_SRC))
@@ -133,11 +133,6 @@ deps:
 unit-test: build/unit-tests
 	@bash tests/support/suite.sh "unit (Check, ASan+UBSan)" 300 env ASAN_OPTIONS=detect_leaks=1 LSAN_OPTIONS=suppressions=$(CURDIR)/tests/unit/lsan.supp:print_suppressions=1 ./build/unit-tests
 
-# No call cycle between the files of daemon/rpc, between the node's files, nor between the
-# engine's modules (nm of the objects `make all` built; tests/support/call_layers.sh).
-layers-test: all
-	@bash tests/support/suite.sh "call layers (nm)" 60 bash tests/support/call_layers.sh build/obj 'daemon/rpc/*.o' 'daemon/node*.o' 'daemon/engine/*.o'
-
 process-test: all build/proc-test
 	@bash tests/support/suite.sh "process (real keyloadd, kill -9)" 840 bash tests/cluster/run.sh
 
@@ -145,15 +140,23 @@ process-test: all build/proc-test
 # the pinned SDK from tests/mcp/package-lock.json), then the staged RF3 transfer scenario
 # over the C SDK, the official MCP client and both Q1 routes (tests/mcp/staged.test.mjs).
 mcp-test: all build/scenario-sdk
-	@bash tests/support/suite.sh "mcp (official client)" 300 bash tests/mcp/run.sh
+	@bash tests/support/suite.sh "mcp (official client)" 240 bash tests/mcp/run.sh
 
 # The C SDK examples against a real RF3 cluster (tests/examples/run.sh), also once under
 # ASan+LSan.
 examples-test: all
-	@bash tests/support/suite.sh "examples (C SDK)" 180 bash tests/examples/run.sh
+	@bash tests/support/suite.sh "examples (C SDK)" 120 bash tests/examples/run.sh
+
+# The module structure (tests/structure/check.sh, after its self-test): include and call
+# cycles, functions over 120 lines, edges outside the allowed graph; strict except for the
+# findings that tests/structure/exceptions.txt still lists. Then the limits in one header
+# (tests/structure/limits.sh).
+.PHONY: structure-test
+structure-test: all
+	@bash tests/support/suite.sh "structure (cycles, function length, allowed graph, limits)" 90 sh -c 'bash tests/structure/selftest.sh && bash tests/structure/check.sh --strict && bash tests/structure/limits.sh && python3 tests/structure/test_design_cites.py && python3 tests/structure/design_cites.py --check'
 
 fuzz-run: fuzz
-	@bash tests/support/suite.sh "fuzz (libFuzzer, bounded)" 180 bash tests/fuzz/run.sh 60
+	@bash tests/support/suite.sh "fuzz (libFuzzer, bounded)" 150 bash tests/fuzz/run.sh 60
 
 fuzz:
 	@$(MAKE) --no-print-directory -f tests/fuzz/fuzz.mk
@@ -166,7 +169,7 @@ bench: deps
 	@$(MAKE) --no-print-directory all
 	@bash tests/bench/run.sh
 
-# KL-9's peers alone (NATS JetStream R3, a PostgreSQL outbox) against the KeyLoad cells they
+# The peers alone (NATS JetStream R3, a PostgreSQL outbox) against the KeyLoad cells they
 # are compared with; `make bench` runs them too (BENCH_PARTS=peers of tests/bench/run.sh).
 peers: deps
 	@$(MAKE) --no-print-directory all

@@ -1,4 +1,4 @@
-/* keyload.h: libkeyload, the C client SDK for KeyLoad (DESIGN.md §2, §9, §10).
+/* keyload.h: libkeyload, the C client SDK for KeyLoad (ARCHITECTURE.md "Processes", "Sessions and RPC").
  *
  * Link with lib/libkeyload.a plus -lnng -luv -lsodium -lprotobuf-c -ljansson -lpthread
  * (common/rpc.c, which the client calls go through, uses libuv locks), e.g.
@@ -46,6 +46,7 @@
 #ifndef KL_KEYLOAD_H
 #define KL_KEYLOAD_H
 
+#include "common/limits.h"
 #include "common/status.h"
 #include "keyload/v1/catalog.pb-c.h"
 #include "keyload/v1/claims.pb-c.h"
@@ -59,10 +60,7 @@
 
 #define KL_DEFAULT_TIMEOUT_MS 5000
 #define KL_DEFAULT_DATABASE "default/default"
-/* Longest tenant, database, queue, lane, header key and field key, in bytes. */
-#define KL_SDK_NAME_MAX 128
-/* Redirects (NOT_LEADER with a leader address) followed per request. */
-#define KL_MAX_REDIRECTS 3
+/* KL_SDK_NAME_MAX (longest name), KL_MAX_REDIRECTS, KL_KEY_LIST_MAX, KL_RECEIVE_WAIT_MS_MAX: common/limits.h. */
 
 /* ---------------------------------------------------------------- client */
 
@@ -77,7 +75,7 @@ typedef struct kl_client kl_client;
 kl_code kl_client_open(const char *cluster_path, const char *database, int timeout_ms,
                        kl_client **out, kl_err *err);
 
-/* kl_client_open for a principal (DESIGN.md §5 "Sessions"): key_path is the principal's
+/* kl_client_open for a principal (ARCHITECTURE.md "Sessions and RPC"): key_path is the principal's
  * 64-byte Ed25519 secret key (a file of mode 0600 or stricter, as `keyload admin bootstrap
  * --key-out` writes it). Every call (Batch, QueueStats, LocateQueue) then goes sealed:
  * each member is greeted with keyload.v1.Hello on first use and its answer verified with
@@ -204,8 +202,6 @@ kl_code kl_batch_enqueue(kl_batch *b, const char *queue, const char *lane,
  * default for either (the daemon also enforces their maximums). */
 kl_code kl_batch_receive(kl_batch *b, const char *queue, const char *lane,
                          uint32_t max_messages, uint32_t lease_ms, kl_err *err);
-/* Longest Receive wait (the daemon's limit too). */
-#define KL_RECEIVE_WAIT_MS_MAX 30000
 /* kl_batch_receive that waits (long poll): when no message is available, the leader holds
  * the request up to wait_ms (0..KL_RECEIVE_WAIT_MS_MAX) and answers as soon as one is, or
  * with no message when the wait ends. A batch whose Receives lease nothing commits nothing
@@ -243,7 +239,7 @@ kl_code kl_batch_bootstrap(kl_batch *b, const char *database, const char *admin_
 
 /* ---------------------------------------------------------------- principals (batch side)
  *
- * Principal management and database limits are catalog mutations (DESIGN.md §5): each goes
+ * Principal management and database limits are catalog mutations (ARCHITECTURE.md "Engine"): each goes
  * alone in its batch to partition 0's leader. Like queue refs, they name no tenant or
  * database here: kl_batch_encode (and so kl_client_batch) fills in the client's database
  * "TENANT/DB": the principal's tenant is TENANT, a grant's database and a database
@@ -264,7 +260,7 @@ typedef enum kl_role {
 kl_code kl_role_parse(const char *text, kl_role *out, kl_err *err);
 const char *kl_role_name(kl_role role);
 
-/* Permission names as DESIGN.md §5 spells them: "QueuePublish", "QueueConsume", "QueueAck",
+/* Permission names as ARCHITECTURE.md "Engine" spells them: "QueuePublish", "QueueConsume", "QueueAck",
  * "QueueInspect", "Query" (exact case). parse: INVALID_ARGUMENT (detail "permission", the
  * message lists the names) for anything else. name: "unknown" for an unknown value. */
 kl_code kl_permission_parse(const char *text, Keyload__V1__Permission *out, kl_err *err);
@@ -274,7 +270,6 @@ const char *kl_permission_name(Keyload__V1__Permission p);
  * (letters, digits, . _ - :) or the single entry "*" (every key; then the only entry); at
  * most KL_KEY_LIST_MAX keys, no duplicates; kept sorted bytewise (as the catalog stores
  * them). EMPTY MEANS NONE: a grant with no fields lets the principal use no field at all. */
-#define KL_KEY_LIST_MAX 64
 typedef struct kl_key_list {
     char **keys;
     size_t n;
@@ -312,7 +307,7 @@ kl_code kl_bootstrap_proof(const char *cluster_secret_path, const char *database
                            const char *admin_id, const uint8_t admin_public_key[32],
                            uint8_t proof[32], kl_err *err);
 
-/* A grant on the client's database (DESIGN.md §5): the permission, the queues it covers
+/* A grant on the client's database (ARCHITECTURE.md "Engine"): the permission, the queues it covers
  * and, except for QueueAck (which takes no lists), the field and header keys it allows
  * (borrowed arrays, validated like kl_key_list and sent sorted; n = 0 means none). */
 typedef struct kl_grant {
@@ -472,7 +467,7 @@ void kl_principal_answer_free(Keyload__V1__ShowPrincipalAnswer *a);
 
 /* ---------------------------------------------------------------- remote transfers
  *
- * DESIGN.md §7 (client/sdk/transfer.c). A transfer moves one message from a source lane to
+ * ARCHITECTURE.md "Engine" (client/sdk/transfer.c). A transfer moves one message from a source lane to
  * a destination lane on another partition of the same database, exactly once:
  *   1. CreateQueueTransfer on the SOURCE queue's partition commits an intent
  *      (OutputPending) and returns a signed intent token (TransferCreated.intent_token);
@@ -692,7 +687,7 @@ kl_code kl_query_answer_rows(const uint8_t *answer, size_t len, char **rows_json
  * limits {max_messages, max_bytes, max_deliveries, dead_letter_queue}, applied_index.
  * Principal keys (kl_principal_to_json): principal_id, tenant, role ("none"|
  * "database-admin"|"cluster-admin"), database (the administered one, else ""), public_key,
- * key_id, policy_epoch, grants[] ({database, permission (DESIGN.md name), queue_pattern,
+ * key_id, policy_epoch, grants[] ({database, permission (ARCHITECTURE.md "Engine" name), queue_pattern,
  * fields[], headers[]}), created_unix_ms, version, catalog_version.
  * Transfer keys (kl_transfer_to_json): state, generation, source and destination (each
  * {tenant, database, queue, lane}), principal_id, fingerprint, max_accept_attempts (null

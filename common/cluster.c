@@ -8,12 +8,12 @@
 
 void kl_limits_default(kl_limits *l)
 {
-    l->max_batch_bytes = 1u << 20;
-    l->max_scan_records = 10000;
-    l->max_query_read_bytes = 4u << 20;
-    l->max_frame_bytes = 4u << 20;
-    l->default_queue_max_messages = 1000000;
-    l->default_queue_max_bytes = 1ull << 30;
+    l->max_batch_bytes = KL_DEFAULT_MAX_BATCH_BYTES;
+    l->max_scan_records = KL_DEFAULT_MAX_SCAN_RECORDS;
+    l->max_query_read_bytes = KL_DEFAULT_MAX_QUERY_READ_BYTES;
+    l->max_frame_bytes = KL_DEFAULT_MAX_FRAME_BYTES;
+    l->default_queue_max_messages = KL_DEFAULT_QUEUE_MAX_MESSAGES;
+    l->default_queue_max_bytes = KL_DEFAULT_QUEUE_MAX_BYTES;
 }
 
 static kl_code get_u64(json_t *obj, const char *key, uint64_t *out, kl_err *err)
@@ -107,24 +107,9 @@ static kl_code parse_connections(json_t *root, kl_conn_limits *c, kl_err *err)
     return KL_OK;
 }
 
-static kl_code parse_root(json_t *root, const char *var_root, kl_cluster *c, kl_err *err)
+static kl_code parse_limits(json_t *root, kl_cluster *c, kl_err *err)
 {
-    memset(c, 0, sizeof *c);
-    kl_limits_default(&c->limits);
-    if (!json_is_object(root))
-        return kl_fail(err, KL_INVALID_ARGUMENT, "cluster", "cluster file: not a JSON object");
-    kl_code rc = copy_str(root, "cluster", c->name, sizeof c->name, true, "", err);
-    if (rc != KL_OK)
-        return rc;
-    for (const char *p = c->name; *p; p++)
-        if (!((*p >= 'a' && *p <= 'z') || (*p >= '0' && *p <= '9') || *p == '-' || *p == '_'))
-            return kl_fail(err, KL_INVALID_ARGUMENT, "cluster",
-                           "cluster file: cluster name may hold only a-z, 0-9, '-' and '_'");
-    json_t *rcnt = json_object_get(root, "replica_count");
-    if (!json_is_integer(rcnt))
-        return kl_fail(err, KL_INVALID_ARGUMENT, "replica_count",
-                       "cluster file: replica_count must be an integer");
-    c->replica_count = (int)json_integer_value(rcnt);
+    kl_code rc;
     json_t *limits = json_object_get(root, "limits");
     if (limits != NULL) {
         if (!json_is_object(limits))
@@ -137,13 +122,12 @@ static kl_code parse_root(json_t *root, const char *var_root, kl_cluster *c, kl_
             (rc = get_u64(limits, "DefaultQueueMaxBytes", &c->limits.default_queue_max_bytes, err)))
             return rc;
     }
-    if ((rc = parse_connections(root, &c->conn, err)) != KL_OK)
-        return rc;
-    json_t *insecure = json_object_get(root, "insecure_local_admin");
-    if (insecure != NULL && !json_is_boolean(insecure))
-        return kl_fail(err, KL_INVALID_ARGUMENT, "insecure_local_admin",
-                       "cluster file: insecure_local_admin must be true or false");
-    c->insecure_local_admin = json_is_true(insecure);
+    return KL_OK;
+}
+
+/* The timers, each within its range, then the defaults of those left out. */
+static kl_code parse_timers(json_t *root, kl_cluster *c, kl_err *err)
+{
     json_t *timers = json_object_get(root, "timers");
     if (timers != NULL) {
         static const char *const names[] = {"tick_ms", "election_ms", "heartbeat_ms", "catalog_lease_ms"};
@@ -179,6 +163,106 @@ static kl_code parse_root(json_t *root, const char *var_root, kl_cluster *c, kl_
         c->timers.catalog_lease_ms = KL_CATALOG_LEASE_DEFAULT_MS;
     if (c->timers.session_ttl_ms == 0)
         c->timers.session_ttl_ms = KL_SESSION_TTL_DEFAULT_MS;
+    return KL_OK;
+}
+
+/* Member j of partition i (p), appended to p's members. */
+static kl_code parse_member(json_t *mj, size_t i, size_t j, kl_partition *p, const kl_cluster *c,
+                            const char *var_root, kl_err *err)
+{
+    kl_member *m = &p->members[p->member_count];
+    kl_code rc;
+    json_t *mid = json_object_get(mj, "id");
+    if (!json_is_integer(mid) || json_integer_value(mid) <= 0 ||
+        json_integer_value(mid) > 1000)
+        return kl_fail(err, KL_INVALID_ARGUMENT, "members.id",
+                       "cluster file: partitions[%zu].members[%zu].id must be 1..1000", i, j);
+    m->id = (int)json_integer_value(mid);
+    for (int k = 0; k < p->member_count; k++)
+        if (p->members[k].id == m->id)
+            return kl_fail(err, KL_INVALID_ARGUMENT, "members.id",
+                           "cluster file: member id %d appears twice in partition %d",
+                           m->id, p->id);
+    if ((rc = copy_str(mj, "client", m->client_url, sizeof m->client_url, true, "member", err)) ||
+        (rc = copy_str(mj, "peer", m->peer_url, sizeof m->peer_url, false, "member", err)) ||
+        (rc = copy_str(mj, "data", m->data_dir, sizeof m->data_dir, false, "member", err)) ||
+        (rc = get_public_key(mj, i, j, m, err)))
+        return rc;
+    if (m->data_dir[0] == '\0') {
+        char path[KL_PATH_MAX];
+        int n = snprintf(path, sizeof path, "%s/%s/p%dm%d", var_root ? var_root : "var",
+                         c->name, p->id, m->id);
+        if (n < 0 || (size_t)n >= sizeof path)
+            return kl_fail(err, KL_INVALID_ARGUMENT, "data",
+                           "cluster file: data directory path is too long");
+        memcpy(m->data_dir, path, (size_t)n + 1);
+    }
+    p->member_count++;
+    return KL_OK;
+}
+
+/* Partition i of the cluster file, appended to c's partitions. */
+static kl_code parse_partition(json_t *pj, size_t i, kl_cluster *c, const char *var_root, kl_err *err)
+{
+    kl_partition *p = &c->partitions[c->partition_count];
+    json_t *id = json_object_get(pj, "id");
+    if (!json_is_integer(id) || json_integer_value(id) < 0 || json_integer_value(id) > 1000000)
+        return kl_fail(err, KL_INVALID_ARGUMENT, "partitions.id",
+                       "cluster file: partitions[%zu].id must be a non-negative integer", i);
+    p->id = (int)json_integer_value(id);
+    if (kl_cluster_find_partition(c, p->id) != NULL)
+        return kl_fail(err, KL_INVALID_ARGUMENT, "partitions.id",
+                       "cluster file: partition id %d appears twice", p->id);
+    json_t *mem = json_object_get(pj, "members");
+    if (!json_is_array(mem) || json_array_size(mem) == 0 ||
+        json_array_size(mem) > KL_CLUSTER_MAX_MEMBERS)
+        return kl_fail(err, KL_INVALID_ARGUMENT, "partitions.members",
+                       "cluster file: partitions[%zu].members must hold 1..%d members", i,
+                       KL_CLUSTER_MAX_MEMBERS);
+    size_t j;
+    json_t *mj;
+    json_array_foreach(mem, j, mj) {
+        kl_code rc = parse_member(mj, i, j, p, c, var_root, err);
+        if (rc != KL_OK)
+            return rc;
+    }
+    if (c->replica_count < 1 || c->replica_count > p->member_count)
+        return kl_fail(err, KL_INVALID_ARGUMENT, "replica_count",
+                       "cluster file: replica_count %d is outside 1..%d (members of partition %d)",
+                       c->replica_count, p->member_count, p->id);
+    c->partition_count++;
+    return KL_OK;
+}
+
+static kl_code parse_root(json_t *root, const char *var_root, kl_cluster *c, kl_err *err)
+{
+    memset(c, 0, sizeof *c);
+    kl_limits_default(&c->limits);
+    if (!json_is_object(root))
+        return kl_fail(err, KL_INVALID_ARGUMENT, "cluster", "cluster file: not a JSON object");
+    kl_code rc = copy_str(root, "cluster", c->name, sizeof c->name, true, "", err);
+    if (rc != KL_OK)
+        return rc;
+    for (const char *p = c->name; *p; p++)
+        if (!((*p >= 'a' && *p <= 'z') || (*p >= '0' && *p <= '9') || *p == '-' || *p == '_'))
+            return kl_fail(err, KL_INVALID_ARGUMENT, "cluster",
+                           "cluster file: cluster name may hold only a-z, 0-9, '-' and '_'");
+    json_t *rcnt = json_object_get(root, "replica_count");
+    if (!json_is_integer(rcnt))
+        return kl_fail(err, KL_INVALID_ARGUMENT, "replica_count",
+                       "cluster file: replica_count must be an integer");
+    c->replica_count = (int)json_integer_value(rcnt);
+    if ((rc = parse_limits(root, c, err)) != KL_OK)
+        return rc;
+    if ((rc = parse_connections(root, &c->conn, err)) != KL_OK)
+        return rc;
+    json_t *insecure = json_object_get(root, "insecure_local_admin");
+    if (insecure != NULL && !json_is_boolean(insecure))
+        return kl_fail(err, KL_INVALID_ARGUMENT, "insecure_local_admin",
+                       "cluster file: insecure_local_admin must be true or false");
+    c->insecure_local_admin = json_is_true(insecure);
+    if ((rc = parse_timers(root, c, err)) != KL_OK)
+        return rc;
     if (c->limits.max_frame_bytes <= c->limits.max_batch_bytes)
         return kl_fail(err, KL_INVALID_ARGUMENT, "MaxFrameBytes",
                        "cluster file: limits.MaxFrameBytes must exceed limits.MaxBatchBytes");
@@ -191,57 +275,8 @@ static kl_code parse_root(json_t *root, const char *var_root, kl_cluster *c, kl_
     size_t i;
     json_t *pj;
     json_array_foreach(parts, i, pj) {
-        kl_partition *p = &c->partitions[c->partition_count];
-        json_t *id = json_object_get(pj, "id");
-        if (!json_is_integer(id) || json_integer_value(id) < 0 || json_integer_value(id) > 1000000)
-            return kl_fail(err, KL_INVALID_ARGUMENT, "partitions.id",
-                           "cluster file: partitions[%zu].id must be a non-negative integer", i);
-        p->id = (int)json_integer_value(id);
-        if (kl_cluster_find_partition(c, p->id) != NULL)
-            return kl_fail(err, KL_INVALID_ARGUMENT, "partitions.id",
-                           "cluster file: partition id %d appears twice", p->id);
-        json_t *mem = json_object_get(pj, "members");
-        if (!json_is_array(mem) || json_array_size(mem) == 0 ||
-            json_array_size(mem) > KL_CLUSTER_MAX_MEMBERS)
-            return kl_fail(err, KL_INVALID_ARGUMENT, "partitions.members",
-                           "cluster file: partitions[%zu].members must hold 1..%d members", i,
-                           KL_CLUSTER_MAX_MEMBERS);
-        size_t j;
-        json_t *mj;
-        json_array_foreach(mem, j, mj) {
-            kl_member *m = &p->members[p->member_count];
-            json_t *mid = json_object_get(mj, "id");
-            if (!json_is_integer(mid) || json_integer_value(mid) <= 0 ||
-                json_integer_value(mid) > 1000)
-                return kl_fail(err, KL_INVALID_ARGUMENT, "members.id",
-                               "cluster file: partitions[%zu].members[%zu].id must be 1..1000", i, j);
-            m->id = (int)json_integer_value(mid);
-            for (int k = 0; k < p->member_count; k++)
-                if (p->members[k].id == m->id)
-                    return kl_fail(err, KL_INVALID_ARGUMENT, "members.id",
-                                   "cluster file: member id %d appears twice in partition %d",
-                                   m->id, p->id);
-            if ((rc = copy_str(mj, "client", m->client_url, sizeof m->client_url, true, "member", err)) ||
-                (rc = copy_str(mj, "peer", m->peer_url, sizeof m->peer_url, false, "member", err)) ||
-                (rc = copy_str(mj, "data", m->data_dir, sizeof m->data_dir, false, "member", err)) ||
-                (rc = get_public_key(mj, i, j, m, err)))
-                return rc;
-            if (m->data_dir[0] == '\0') {
-                char path[KL_PATH_MAX];
-                int n = snprintf(path, sizeof path, "%s/%s/p%dm%d", var_root ? var_root : "var",
-                                 c->name, p->id, m->id);
-                if (n < 0 || (size_t)n >= sizeof path)
-                    return kl_fail(err, KL_INVALID_ARGUMENT, "data",
-                                   "cluster file: data directory path is too long");
-                memcpy(m->data_dir, path, (size_t)n + 1);
-            }
-            p->member_count++;
-        }
-        if (c->replica_count < 1 || c->replica_count > p->member_count)
-            return kl_fail(err, KL_INVALID_ARGUMENT, "replica_count",
-                           "cluster file: replica_count %d is outside 1..%d (members of partition %d)",
-                           c->replica_count, p->member_count, p->id);
-        c->partition_count++;
+        if ((rc = parse_partition(pj, i, c, var_root, err)) != KL_OK)
+            return rc;
     }
     return KL_OK;
 }

@@ -11,7 +11,7 @@
  *         { "id": 1, "client": "tcp://127.0.0.1:7400", "peer": "tcp://127.0.0.1:7500",
  *           "public_key": "<base64 of the member's 32-byte Ed25519 public key; optional>" } ] } ] }
  *
- * Node names are p<partition>m<member> (DESIGN.md §10). A member's data directory is
+ * Node names are p<partition>m<member> (ARCHITECTURE.md "Processes"). A member's data directory is
  * var/<cluster>/<node> unless the member names "data". Invariants after a successful
  * parse: 1 <= replica_count <= members of every partition; ids unique; every limit > 0;
  * MaxFrameBytes > MaxBatchBytes (a whole batch must fit one frame).
@@ -24,16 +24,12 @@
 #ifndef KL_CLUSTER_H
 #define KL_CLUSTER_H
 
+#include "common/limits.h"
 #include "common/status.h"
 
 #include <stdbool.h>
 #include <stdint.h>
 
-#define KL_CLUSTER_MAX_PARTITIONS 64
-#define KL_CLUSTER_MAX_MEMBERS 9
-#define KL_NAME_MAX 128
-#define KL_URL_MAX 256
-#define KL_PATH_MAX 512
 #define KL_CLUSTER_PUBLIC_KEY_LEN 32   /* Ed25519 public key (common/keys.h) */
 
 typedef struct kl_limits {
@@ -52,37 +48,20 @@ typedef struct kl_timers {
     uint32_t election_ms;
     uint32_t heartbeat_ms;
     /* A data partition's leader serves requests only this long after the start of its last
-     * successful catalog tail (DESIGN.md §5); partition 0 treats a partition silent for
+     * successful catalog tail (ARCHITECTURE.md "Replication"); partition 0 treats a partition silent for
      * longer as no longer serving. Always set after kl_cluster_load. */
     uint32_t catalog_lease_ms;
-    /* Lifetime of a client session (DESIGN.md §5 "Sessions"), "session_ttl_ms" in the file,
+    /* Lifetime of a client session (ARCHITECTURE.md "Sessions and RPC"), "session_ttl_ms" in the file,
      * KL_SESSION_TTL_MIN_MS..KL_SESSION_TTL_MAX_MS. Always set after kl_cluster_load. */
     uint32_t session_ttl_ms;
 } kl_timers;
 
-#define KL_SESSION_TTL_DEFAULT_MS 3600000   /* one hour */
-#define KL_SESSION_TTL_MIN_MS 1000
-#define KL_SESSION_TTL_MAX_MS 86400000      /* one day */
-
-#define KL_CATALOG_TAIL_WAIT_MS 1000      /* longest a tail asks partition 0 to hold it */
-#define KL_CATALOG_LEASE_DEFAULT_MS 3000
-#define KL_CATALOG_LEASE_MIN_MS 1500
-
 /* "connections" in the cluster file: caps and idle timeouts of the client and peer ports
  * (0 idle = never) and the sessions one tenant may hold on a member. Always set after
- * kl_cluster_load (defaults below). */
+ * kl_cluster_load (defaults in common/limits.h). */
 typedef struct kl_conn_limits {
     uint32_t client_max, client_idle_ms, peer_max, peer_idle_ms, sessions_per_tenant, sessions_max;
 } kl_conn_limits;
-
-#define KL_CONN_CLIENT_MAX_DEFAULT 1024
-#define KL_CONN_CLIENT_IDLE_DEFAULT_MS 600000   /* ten minutes */
-#define KL_CONN_PEER_MAX_DEFAULT 32             /* the peer transport's own bound */
-/* Never by default: links between two followers carry nothing between elections, and a
- * closed link is redialled at once. */
-#define KL_CONN_PEER_IDLE_DEFAULT_MS 0
-#define KL_CONN_SESSIONS_PER_TENANT_DEFAULT 1024
-#define KL_CONN_SESSIONS_MAX_DEFAULT 4096       /* the session table's size */
 
 typedef struct kl_member {
     int id;

@@ -1,4 +1,4 @@
-/* failpoint: named cut points for recovery tests (DESIGN.md §11).
+/* failpoint: named cut points for recovery tests (ARCHITECTURE.md "Processes").
  *
  * Armed only by the environment variable KEYLOAD_FAILPOINTS, read once by
  * kl_failpoint_init():  KEYLOAD_FAILPOINTS="name=action[,name=action...]"
@@ -37,7 +37,7 @@
  *                                   batch is not yet sent
  *   coord.after_complete_sent       the Complete was answered OK (Delivered committed),
  *                                   before the coordinator counts or logs it
- * and on the recovery path of a retained quota/permission failure (KL-6):
+ * and on the recovery path of a retained quota/permission failure:
  *   coord.before_advance            a failure witness was issued; the Advance batch is not
  *                                   yet sent ("between witness and Advance")
  *   coord.after_advance             the Advance was answered OK (next generation committed),

@@ -1,4 +1,4 @@
-/* grants: the names of permissions and the queue-pattern rule (DESIGN.md §5), shared by
+/* grants: the names of permissions and the queue-pattern rule (ARCHITECTURE.md "Engine"), shared by
  * the daemon's evaluator (daemon/engine/authz.h) and the SDK so that both accept and name
  * exactly the same things. Pure, reentrant.
  *

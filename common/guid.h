@@ -1,5 +1,5 @@
 /* guid: 16-byte GUIDs (command ids, transfer ids) in canonical text form
- * xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx. Empty and all-zero GUIDs are invalid (DESIGN.md §9). */
+ * xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx. Empty and all-zero GUIDs are invalid (ARCHITECTURE.md "Sessions and RPC"). */
 #ifndef KL_GUID_H
 #define KL_GUID_H
 

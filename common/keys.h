@@ -1,5 +1,5 @@
-/* keys: the cluster secret and a member's Ed25519 key pair, read from files (DESIGN.md §5
- * "Keys").
+/* keys: the cluster secret and a member's Ed25519 key pair, read from files (ARCHITECTURE.md
+ * "Processes").
  *
  * Files are raw bytes, written by `keyloadd keygen` (daemon/keygen.c):
  *   cluster secret   exactly 32 bytes (random)
@@ -57,7 +57,7 @@ kl_code kl_keys_read_secret_file(const char *what, const char *path, uint8_t *ou
 kl_code kl_keys_write_secret_file(const char *what, const char *path, const uint8_t *data,
                                   size_t len, kl_err *err);
 
-/* A database's signing key pair (DESIGN.md §5 "Keys"), derived the same on every member:
+/* A database's signing key pair (ARCHITECTURE.md "Processes"), derived the same on every member:
  * seed = crypto_kdf_derive_from_key(32 bytes, subkey id database_id, context "KLdbsign",
  * cluster_secret), then crypto_sign_seed_keypair(seed). key_id is the first 8 bytes of
  * BLAKE2b-256(pk) (crypto_generichash, no key), what the catalog records next to pk. The

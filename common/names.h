@@ -6,9 +6,9 @@
 #ifndef KL_NAMES_H
 #define KL_NAMES_H
 
+#include "common/limits.h"
 #include "common/status.h"
 
-#define KL_NAME_LEN_MAX 128
 
 /* KL_OK or INVALID_ARGUMENT naming `what` (detail = what) and the first bad byte's offset. */
 kl_code kl_name_check(const char *what, const char *s, kl_err *err);

@@ -1,5 +1,5 @@
 /* peer_auth: the authenticated handshake and frame sealing of replication links between the
- * members of one partition (DESIGN.md §5 "Replication links between members use the same
+ * members of one partition (ARCHITECTURE.md "Sessions and RPC" "Replication links between members use the same
  * handshake with member keys"), the pure core. No sockets, no clock, no global state: time
  * is a parameter; randomness is libsodium's. daemon/repl/peer.c wraps it in its frames.
  *
@@ -50,6 +50,7 @@
 #ifndef KL_PEER_AUTH_H
 #define KL_PEER_AUTH_H
 
+#include "common/limits.h"
 #include "common/status.h"
 
 #include <stdbool.h>
@@ -64,7 +65,6 @@
 #define KL_PEER_AUTH_SIG_LEN 64       /* crypto_sign_BYTES */
 #define KL_PEER_AUTH_PUBLIC_LEN 32    /* member public key, crypto_sign_PUBLICKEYBYTES */
 #define KL_PEER_AUTH_SECRET_LEN 64    /* member secret key, crypto_sign_SECRETKEYBYTES */
-#define KL_PEER_AUTH_CLUSTER_MAX 255
 #define KL_PEER_AUTH_FIXED (4 + 1 + 1 + 8 + 8 + 4 + 8 + KL_PEER_AUTH_KX_LEN + 1 + KL_PEER_AUTH_SIG_LEN)
 #define KL_PEER_AUTH_MAX (KL_PEER_AUTH_FIXED + KL_PEER_AUTH_CLUSTER_MAX)
 #define KL_PEER_AUTH_COUNTER_LEN 8

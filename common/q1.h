@@ -1,4 +1,4 @@
-/* q1: the parser of Q1 statements (KL-7; README "Q1 statements"). Pure: text in, a parsed
+/* q1: the parser of Q1 statements (README "Q1 statements"). Pure: text in, a parsed
  * call or a kl_err out; no I/O, no global state. The daemon (which executes statements) and
  * the SDK (which routes them) both link it, so both read a statement exactly alike.
  *
@@ -20,6 +20,7 @@
 #ifndef KL_Q1_H
 #define KL_Q1_H
 
+#include "common/limits.h"
 #include "common/status.h"
 
 #include <jansson.h>
@@ -27,10 +28,6 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define KL_Q1_STATEMENT_MAX 65536
-#define KL_Q1_ARGS_MAX 32
-#define KL_Q1_NAME_MAX 128
-#define KL_Q1_JSON_DEPTH_MAX 16
 
 typedef enum kl_q1_kind {
     KL_Q1_STRING,

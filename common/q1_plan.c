@@ -74,7 +74,7 @@ static kl_code map_transfer_complete(kl_q1_args *a, target *t, kl_err *err)
     return KL_OK;
 }
 
-/* KL-6's advances: the same three arguments for both. */
+/* The two transfer advances: the same three arguments for both. */
 static kl_code advance_args(kl_q1_args *a, Keyload__V1__QueueLaneRef **src, ProtobufCBinaryData *tid,
                             ProtobufCBinaryData *witness, kl_err *err)
 {

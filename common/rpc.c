@@ -1,4 +1,4 @@
-/* rpc: request/answer over nng REQ/REP (see rpc.h, DESIGN.md §2, §9).
+/* rpc: request/answer over nng REQ/REP (see rpc.h, ARCHITECTURE.md "Processes", "Sessions and RPC").
  *
  * Server threading. Each of the server's `contexts` slots owns one nng context and one
  * aio and cycles RECV -> QUEUED -> HELD -> SEND -> RECV. The aio callback runs on an nng

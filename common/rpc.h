@@ -1,4 +1,4 @@
-/* rpc: gRPC-style request/answer over nng (DESIGN.md §2, §9).
+/* rpc: gRPC-style request/answer over nng (ARCHITECTURE.md "Processes", "Sessions and RPC").
  *
  * Frames: a request is a packed keyload.v1.Envelope, an answer a packed keyload.v1.Answer.
  *
@@ -25,14 +25,13 @@
 #ifndef KL_RPC_H
 #define KL_RPC_H
 
+#include "common/limits.h"
 #include "common/status.h"
 
 #include <stddef.h>
 #include <stdint.h>
 #include <uv.h>
 
-#define KL_RPC_MIN_CONTEXTS 64
-#define KL_RPC_DEFAULT_FRAME_LIMIT (4u << 20)
 
 typedef struct kl_rpc_server kl_rpc_server;
 typedef struct kl_rpc_call kl_rpc_call;
@@ -87,7 +86,7 @@ const uint8_t *kl_rpc_call_payload(const kl_rpc_call *call, size_t *len);
 int64_t kl_rpc_call_deadline_ms(const kl_rpc_call *call);
 uint64_t kl_rpc_call_request_id(const kl_rpc_call *call);
 
-/* Session fields of the request (DESIGN.md §5 "Sessions"; the Envelope's session_id,
+/* Session fields of the request (ARCHITECTURE.md "Sessions and RPC"; the Envelope's session_id,
  * counter and sealed): empty/0 when the request carries no session. rpc.c only carries
  * them: checking and opening a session is the owner's (daemon/rpc/service.c). */
 const uint8_t *kl_rpc_call_session_id(const kl_rpc_call *call, size_t *len);
@@ -144,7 +143,7 @@ kl_code kl_rpc_invoke(kl_rpc_client *c, const char *method, const uint8_t *req, 
                       int timeout_ms, uint8_t **answer, size_t *answer_len, char *leader_out,
                       size_t leader_cap, kl_err *err);
 
-/* The session fields of a request (DESIGN.md §5 "Sessions"): the Envelope carries them
+/* The session fields of a request (ARCHITECTURE.md "Sessions and RPC"): the Envelope carries them
  * and `sealed` instead of a clear payload. Pointers are borrowed for the call. */
 #define KL_RPC_SESSION_ID_LEN 16
 typedef struct kl_rpc_session_request {

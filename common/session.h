@@ -1,4 +1,4 @@
-/* session: per-session authentication and sealing (DESIGN.md §5 "Sessions"), the pure core.
+/* session: per-session authentication and sealing (ARCHITECTURE.md "Sessions and RPC"), the pure core.
  * No sockets, no clock, no global state: time and randomness are parameters.
  *
  * Handshake (wire: proto/keyload/v1/session.proto):
@@ -41,6 +41,7 @@
 #ifndef KL_SESSION_H
 #define KL_SESSION_H
 
+#include "common/limits.h"
 #include "common/status.h"
 #include "keyload/v1/session.pb-c.h"
 
@@ -57,9 +58,6 @@
 #define KL_SESSION_SIGN_PUBLIC_LEN 32  /* crypto_sign_PUBLICKEYBYTES */
 #define KL_SESSION_SIGN_SECRET_LEN 64  /* crypto_sign_SECRETKEYBYTES */
 #define KL_SESSION_SEAL_OVERHEAD 16    /* crypto_aead_xchacha20poly1305_ietf_ABYTES */
-#define KL_SESSION_PRINCIPAL_MAX 128   /* bytes of principal_id, without the NUL */
-#define KL_SESSION_CLUSTER_MAX 127     /* bytes of cluster, without the NUL (KL_NAME_MAX - 1) */
-#define KL_SESSION_AD_MAX 256          /* bytes of the caller's associated data */
 #define KL_SESSION_WINDOW 64           /* request counters the replay window remembers */
 #define KL_SESSION_DEFAULT_SKEW_MS 30000
 

@@ -1,9 +1,11 @@
-/* status: the status codes every RPC answers (DESIGN.md §9) and the error value
+/* status: the status codes every RPC answers (ARCHITECTURE.md "Sessions and RPC") and the error value
  * functions fill in. Codes equal keyload.v1.StatusCode on the wire.
  * Invariant: a kl_err's message names the field or limit at fault and never holds
  * tokens, keys or message bodies; callers format only names and numbers into it. */
 #ifndef KL_STATUS_H
 #define KL_STATUS_H
+
+#include "common/limits.h"
 
 #include <stddef.h>
 
@@ -23,9 +25,6 @@ typedef enum kl_code {
     KL_INTERNAL = 12,
     KL_CODE_COUNT = 13
 } kl_code;
-
-#define KL_ERR_MESSAGE_MAX 256
-#define KL_ERR_DETAIL_MAX 128
 
 typedef struct kl_err {
     kl_code code;

@@ -1,4 +1,4 @@
-/* buffer: one worker's bounded, deduplicated, in-memory queue of events (DESIGN.md §8:
+/* buffer: one worker's bounded, deduplicated, in-memory queue of events (ARCHITECTURE.md "Coordinator":
  * "bounded in-memory worker buffers"; seeds: the buffer is disposable, discovery rebuilds
  * it after a restart).
  *

@@ -54,6 +54,6 @@ kl_code kl_coord_command_id(kl_coord_step step, const kl_coord_tuple *t, uint8_t
     for (int i = 0; i < 16; i++)
         any |= out[i];
     if (any == 0)
-        out[15] = 1; /* a zero GUID is invalid (DESIGN.md §9); still deterministic */
+        out[15] = 1; /* a zero GUID is invalid (ARCHITECTURE.md "Sessions and RPC"); still deterministic */
     return KL_OK;
 }

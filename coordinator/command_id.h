@@ -1,4 +1,4 @@
-/* command_id: the coordinator's deterministic command ids (DESIGN.md §8; seeds "Command IDs
+/* command_id: the coordinator's deterministic command ids (ARCHITECTURE.md "Coordinator"; seeds "Command IDs
  * are deterministic digests of the immutable transfer tuple").
  *
  * id = the first 16 bytes of BLAKE2b-256 over the canonical encoding (common/canon.h) of
@@ -27,7 +27,7 @@
 typedef enum kl_coord_step {
     KL_COORD_STEP_ACCEPT = 1,
     KL_COORD_STEP_COMPLETE = 2,
-    KL_COORD_STEP_ADVANCE = 3, /* AdvanceQueueTransferAttempt from this generation (KL-6) */
+    KL_COORD_STEP_ADVANCE = 3, /* AdvanceQueueTransferAttempt from this generation */
     KL_COORD_STEP_REPAIR = 4,  /* AdvanceQueueTransferRepair from this generation */
 } kl_coord_step;
 

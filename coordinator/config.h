@@ -1,4 +1,4 @@
-/* config: the keyload-coordinator's JSON configuration (DESIGN.md §8, KL-5).
+/* config: the keyload-coordinator's JSON configuration (ARCHITECTURE.md "Coordinator").
  *
  *   { "cluster_file": "var/local/cluster.json",         required
  *     "database": "TENANT/DB",                           required

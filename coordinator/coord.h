@@ -1,9 +1,9 @@
-/* coord: the keyload-coordinator's shared state (DESIGN.md §8): configuration, cluster
+/* coord: the keyload-coordinator's shared state (ARCHITECTURE.md "Coordinator"): configuration, cluster
  * file, the one kl_client every thread shares (it is thread-safe), one buffer per worker,
  * the failed table, counters, and the per-lane pending counts of the last discovery round.
  *
  * Lifetime: kl_coord_open builds everything (unwinding on failure); threads (discovery.h,
- * worker.h) borrow it; kl_coord_close frees it after every thread was joined. Nothing here
+ * run.h, turn.h) borrow it; kl_coord_close frees it after every thread was joined. Nothing here
  * is persisted: everything is rebuilt by discovery after a restart.
  *
  * Threads: counters are atomics; the lane table has its own mutex; buffers and the failed

@@ -1,5 +1,5 @@
 /* discovery: finds the pending intents the coordinator drives and dispatches them to the
- * worker buffers (DESIGN.md §8; seeds: "Silo-local discovery of pending intents is bounded
+ * worker buffers (ARCHITECTURE.md "Coordinator"; seeds: "Silo-local discovery of pending intents is bounded
  * by the operation's native count, byte and work ceilings ... A failed dispatch retains
  * the discovered cursor so a known failed intent does not starve later work").
  *

@@ -1,11 +1,11 @@
-/* event: one pending transfer the coordinator drives (DESIGN.md §8), as discovery found it.
+/* event: one pending transfer the coordinator drives (ARCHITECTURE.md "Coordinator"), as discovery found it.
  *
  * An event owns copies of everything it names: the source and destination queue and lane
  * (tenant and database are the coordinator's own, checked at discovery), the transfer id,
  * generation, fingerprint and the intent token bytes. It is one allocation: the struct,
  * then the four names, then the token.
  *
- * Memory (KL-5's RSS bound): an event costs sizeof(kl_coord_event) (about 200 bytes) plus
+ * Memory (the coordinator's RSS bound): an event costs sizeof(kl_coord_event) (about 200 bytes) plus
  * its four names (at most 4 x 129 bytes) plus its intent token plus malloc overhead; an
  * intent token is the signed claims with the whole message, so it is at most the cluster's
  * MaxBatchBytes and usually a few hundred bytes. Events live only in the worker buffers
@@ -42,7 +42,7 @@ typedef struct kl_coord_event {
     size_t fingerprint_len;
     uint8_t *token; /* the intent token, byte for byte */
     size_t token_len;
-    /* A retained failure (KL-6): the Accept of this generation was refused RESOURCE_EXHAUSTED
+    /* A retained failure: the Accept of this generation was refused RESOURCE_EXHAUSTED
      * or PERMISSION_DENIED, or its Complete PERMISSION_DENIED, without effect, under
      * failed_command_id. Later turns run the seeds' recovery flowchart instead of resending
      * it. */

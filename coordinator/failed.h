@@ -1,4 +1,4 @@
-/* failed: the transfers the coordinator knows failed terminally (DESIGN.md §7: permission,
+/* failed: the transfers the coordinator knows failed terminally (ARCHITECTURE.md "Engine": permission,
  * schema, quota, expiry, mismatch refusals of Accept or Complete, which the daemon commits
  * as no-effect outcomes under the command id).
  *

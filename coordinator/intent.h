@@ -1,4 +1,4 @@
-/* intent: what the coordinator reads from an intent token (DESIGN.md §7) without verifying
+/* intent: what the coordinator reads from an intent token (ARCHITECTURE.md "Engine") without verifying
  * it. The daemon verifies every token it is handed; the coordinator only needs the claims
  * to decide whether an intent is its own (created by its principal, in its tenant and
  * database) and to derive command ids (fingerprint, generation). A forged token gains

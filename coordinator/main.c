@@ -1,5 +1,5 @@
 /* keyload-coordinator: drives remote queue transfers from OutputPending to Delivered
- * (DESIGN.md §8, KL-5).
+ * (ARCHITECTURE.md "Coordinator").
  *
  *   keyload-coordinator --config FILE            run until SIGTERM/SIGINT (exit 0)
  *   keyload-coordinator --check --config FILE    validate the config (and the cluster file

@@ -1,4 +1,4 @@
-/* status: the coordinator's status snapshot (KL-5 "status view"), a JSON file written
+/* status: the coordinator's status snapshot (its "status view"), a JSON file written
  * atomically (temporary file of mode 0600 in the same folder, fsync, rename) every few
  * seconds and at exit, and printed by `keyload-coordinator --status`.
  *

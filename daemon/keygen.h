@@ -1,4 +1,4 @@
-/* keygen: `keyloadd keygen`, the key files a cluster needs (DESIGN.md §5 "Keys").
+/* keygen: `keyloadd keygen`, the key files a cluster needs (ARCHITECTURE.md "Processes").
  *
  *   keyloadd keygen --secret-out FILE           a member's Ed25519 key pair: the 64-byte
  *                                               secret key goes to FILE, the public key is

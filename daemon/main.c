@@ -1,4 +1,4 @@
-/* keyloadd: one replica of one partition (DESIGN.md §3).
+/* keyloadd: one replica of one partition (ARCHITECTURE.md "Processes").
  *
  *   keyloadd --cluster FILE --node pPmM [--data DIR] [--var DIR]
  *            [--cluster-secret FILE] [--member-key FILE] [--init-store]
@@ -31,7 +31,7 @@
 #include "daemon/keygen.h"
 #include "daemon/node.h"
 #include "daemon/repl/driver.h"
-#include "daemon/rpc/service.h"
+#include "daemon/rpc/serve.h"
 #include "daemon/rpc/sessions.h"
 #include "daemon/rpc/tailer.h"
 #include "daemon/store/store.h"
@@ -449,6 +449,156 @@ static int parse_args(int argc, char **argv, daemon_args *a)
     return -1;
 }
 
+/* Failpoints, libsodium, the cluster file and this member's place in it. Returns -1 to go
+ * on, else the exit code. */
+static int load_cluster(const daemon_args *a, kl_cluster *cluster, int *partition,
+                        const kl_member **me, kl_err *err)
+{
+    if (kl_failpoint_init(err) != KL_OK) {
+        fprintf(stderr, "keyloadd: %s\n", err->message);
+        return 2;
+    }
+    if (sodium_init() < 0) {
+        fprintf(stderr, "keyloadd: libsodium failed to initialise\n");
+        return 1;
+    }
+    if (kl_cluster_load(a->cluster_file, a->var_root, cluster, err) != KL_OK) {
+        fprintf(stderr, "keyloadd: %s\n", err->message);
+        return 2;
+    }
+    *me = kl_cluster_find_node(cluster, a->node_name, partition);
+    if (*me == NULL) {
+        fprintf(stderr, "keyloadd: node '%s' is not in cluster file %s (names look like p0m1)\n",
+                a->node_name, a->cluster_file);
+        return 2;
+    }
+    return -1;
+}
+
+/* The node over the open store; the node copies its config and io. */
+static kl_code open_node(daemon_state *d, const kl_cluster *cluster, int partition,
+                         const char *data_dir, uint64_t disk_reserve_mb, kl_err *err)
+{
+    kl_node_config nc = {.partition = partition, .partition_count = cluster->partition_count,
+                         .limits = cluster->limits,
+                         .max_pending_bytes = 256u << 20, .max_pending_batches = 8192,
+                         .cluster_secret = d->keys != NULL && d->keys->has_cluster_secret ? d->keys->cluster_secret : NULL,
+                         .insecure_local_admin = cluster->insecure_local_admin};
+    d->data_dir = data_dir;
+    d->disk_reserve = disk_reserve_mb << 20;
+    kl_node_io io = {.ctx = d, .next = node_next, .propose = node_propose, .admit = node_admit,
+                     .clock_ms = clock_ms, .boot_ns = boot_ns,
+                     .random = random_bytes, .flush_soon = node_flush_soon};
+    return kl_node_open(d->store, &nc, &io, &d->node, err);
+}
+
+static void repl_config(kl_repl_config *rcfg, const kl_cluster *cluster, int partition,
+                        const kl_partition *part, const kl_member *me, const daemon_state *d)
+{
+    *rcfg = (kl_repl_config){.cluster = cluster->name, .partition = partition, .self = (uint64_t)me->id,
+                           .replica_count = (uint32_t)cluster->replica_count,
+                           .tick_ms = cluster->timers.tick_ms, .election_ms = cluster->timers.election_ms,
+                           .heartbeat_ms = cluster->timers.heartbeat_ms,
+                           .max_frame = cluster->limits.max_frame_bytes + KL_REPL_FRAME_OVERHEAD};
+    for (int i = 0; i < part->member_count; i++) {
+        rcfg->members[i] = (uint64_t)part->members[i].id;
+        rcfg->peer_urls[i] = part->members[i].peer_url[0] ? part->members[i].peer_url : NULL;
+        rcfg->public_keys[i] = part->members[i].has_public_key ? part->members[i].public_key : NULL;
+    }
+    /* Replication links authenticate with member keys when this member has one and every
+       member of the partition has a public_key (daemon/repl/peer.h). */
+    rcfg->member_secret = d->keys != NULL && d->keys->has_member_key ? d->keys->member_secret : NULL;
+    rcfg->n_members = (size_t)part->member_count;
+    rcfg->peer_max = cluster->conn.peer_max;
+    rcfg->peer_idle_ms = cluster->conn.peer_idle_ms;
+}
+
+/* The sessions, the service, the catalog tailer (data partitions), replication and the
+ * client port, in that order. On failure what was started is stopped again and 1 returned;
+ * the caller still closes the node and the store. */
+static int start_serving(daemon_state *d, kl_cluster *cluster, int partition, const kl_partition *part,
+                         const kl_member *me, const kl_repl_config *rcfg,
+                         const kl_repl_callbacks *cb, kl_err *err)
+{
+    d->service.node = d->node;
+    d->service.cluster = cluster;
+    d->service.partition = part;
+    d->service.member_id = (uint64_t)me->id;
+    d->service.keys = d->keys;
+    /* Sessions need the member key (Hello is signed with it); without it none exist. */
+    if (d->keys != NULL && d->keys->has_member_key &&
+        (kl_sessions_new(cluster->conn.sessions_max,
+                         cluster->conn.sessions_max < KL_SESSIONS_PER_PRINCIPAL ? cluster->conn.sessions_max
+                                                                                : KL_SESSIONS_PER_PRINCIPAL,
+                         &d->service.sessions, err) != KL_OK ||
+         kl_sessions_set_per_tenant(d->service.sessions, cluster->conn.sessions_per_tenant, err) != KL_OK)) {
+        fprintf(stderr, "keyloadd: %s\n", err->message);
+        goto fail_sessions;
+    }
+    kl_service_start(&d->service, d->loop);
+    if (partition != 0 && kl_tailer_start(d->loop, cluster, partition, (uint64_t)me->id, d->keys, d->node,
+                                              &d->tailer, err) != KL_OK) {
+        fprintf(stderr, "keyloadd: %s\n", err->message);
+        goto fail_tailer;
+    }
+    d->service.tailer = d->tailer;
+    if (kl_repl_start(d->loop, d->store, rcfg, cb, &d->repl, err) != KL_OK) {
+        fprintf(stderr, "keyloadd: %s\n", err->message);
+        goto fail_repl;
+    }
+    d->service.repl = d->repl;
+    size_t nmethods;
+    const kl_rpc_method *methods = kl_service_methods(&nmethods);
+    kl_rpc_server_config rc = {.listen_url = me->client_url, .methods = methods,
+                               .method_count = nmethods, .owner = &d->service,
+                               .max_frame = cluster->limits.max_frame_bytes, .contexts = KL_CLIENT_RPC_CONTEXTS,
+                               .max_conns = (int)cluster->conn.client_max,
+                               .idle_ms = (int)cluster->conn.client_idle_ms};
+    if (kl_rpc_server_start(d->loop, &rc, &d->rpc, err) != KL_OK) {
+        fprintf(stderr, "keyloadd: %s\n", err->message);
+        goto fail_rpc;
+    }
+    d->service.client_rpc = d->rpc;
+    return 0;
+
+fail_rpc:
+    kl_repl_stop(d->repl);
+fail_repl:
+    if (d->tailer)
+        kl_tailer_stop(d->tailer);
+fail_tailer:
+    kl_service_stop(&d->service);
+    uv_run(d->loop, UV_RUN_DEFAULT);
+fail_sessions:
+    kl_sessions_free(d->service.sessions);
+    return 1;
+}
+
+/* Runs the loop until a signal stops it, then closes what is left; the exit code. */
+static int serve(daemon_state *d, const kl_cluster *cluster, int partition, const kl_partition *part,
+                 const kl_member *me, const char *node_name, const char *data_dir)
+{
+    uv_prepare_init(d->loop, &d->flush_prep);
+    d->flush_prep.data = d;
+    d->flush_prep_ready = true;
+    uv_signal_init(d->loop, &d->sigterm);
+    uv_signal_init(d->loop, &d->sigint);
+    d->sigterm.data = d->sigint.data = d;
+    uv_signal_start(&d->sigterm, on_signal, SIGTERM);
+    uv_signal_start(&d->sigint, on_signal, SIGINT);
+    KL_INFO("ready", "node=%s partition=%d members=%d replica_count=%d listen=%s data=%s applied_index=%llu",
+            node_name, partition, part->member_count, cluster->replica_count, me->client_url, data_dir,
+            (unsigned long long)kl_store_applied_index(d->store));
+    uv_run(d->loop, UV_RUN_DEFAULT);
+    kl_store_close(d->store);
+    uv_loop_close(d->loop);
+    kl_sessions_free(d->service.sessions);
+    kl_keys_free(d->keys);
+    KL_INFO("stopped", "exit_code=%d", d->exit_code);
+    atomic_store(&stop_finished, true);
+    return d->exit_code;
+}
+
 int main(int argc, char **argv)
 {
     if (argc > 1 && strcmp(argv[1], "keygen") == 0)
@@ -457,155 +607,49 @@ int main(int argc, char **argv)
     int prc = parse_args(argc, argv, &a);
     if (prc >= 0)
         return prc;
-    const char *cluster_file = a.cluster_file, *node_name = a.node_name, *data_dir = a.data_dir;
-    const char *var_root = a.var_root, *cluster_secret_file = a.cluster_secret_file;
-    const char *member_key_file = a.member_key_file;
-    bool init_store = a.init_store;
-    uint64_t disk_reserve_mb = a.disk_reserve_mb;
+    const char *node_name = a.node_name, *data_dir = a.data_dir;
     kl_log_set_component("keyloadd");
     kl_err err;
     kl_err_clear(&err);
-    if (kl_failpoint_init(&err) != KL_OK) {
-        fprintf(stderr, "keyloadd: %s\n", err.message);
-        return 2;
-    }
-    if (sodium_init() < 0) {
-        fprintf(stderr, "keyloadd: libsodium failed to initialise\n");
-        return 1;
-    }
     static kl_cluster cluster;
-    if (kl_cluster_load(cluster_file, var_root, &cluster, &err) != KL_OK) {
-        fprintf(stderr, "keyloadd: %s\n", err.message);
-        return 2;
-    }
     int partition;
-    const kl_member *me = kl_cluster_find_node(&cluster, node_name, &partition);
-    if (me == NULL) {
-        fprintf(stderr, "keyloadd: node '%s' is not in cluster file %s (names look like p0m1)\n",
-                node_name, cluster_file);
-        return 2;
-    }
+    const kl_member *me;
+    int lrc = load_cluster(&a, &cluster, &partition, &me, &err);
+    if (lrc >= 0)
+        return lrc;
     static daemon_state d;
-    if (load_keys(&d, node_name, me, cluster_file, cluster_secret_file, member_key_file) != 0)
+    if (load_keys(&d, node_name, me, a.cluster_file, a.cluster_secret_file, a.member_key_file) != 0)
         return 2;
     if (data_dir == NULL)
         data_dir = me->data_dir;
-    if (init_store && mkdirs(data_dir) != 0) {
+    if (a.init_store && mkdirs(data_dir) != 0) {
         fprintf(stderr, "keyloadd: cannot create data directory %s: %s\n", data_dir, strerror(errno));
         kl_keys_free(d.keys);
         return 1;
     }
 
     d.loop = uv_default_loop();
-    int orc = open_store(&d, &cluster, partition, me, node_name, data_dir, init_store);
+    int orc = open_store(&d, &cluster, partition, me, node_name, data_dir, a.init_store);
     if (orc != 0) {
         kl_keys_free(d.keys);
         return orc;
     }
-    kl_node_config nc = {.partition = partition, .partition_count = cluster.partition_count,
-                         .limits = cluster.limits,
-                         .max_pending_bytes = 256u << 20, .max_pending_batches = 8192,
-                         .cluster_secret = d.keys != NULL && d.keys->has_cluster_secret ? d.keys->cluster_secret : NULL,
-                         .insecure_local_admin = cluster.insecure_local_admin};
-    d.data_dir = data_dir;
-    d.disk_reserve = disk_reserve_mb << 20;
-    kl_node_io io = {.ctx = &d, .next = node_next, .propose = node_propose, .admit = node_admit,
-                     .clock_ms = clock_ms, .boot_ns = boot_ns,
-                     .random = random_bytes, .flush_soon = node_flush_soon};
-    if (kl_node_open(d.store, &nc, &io, &d.node, &err) != KL_OK) {
+    if (open_node(&d, &cluster, partition, data_dir, a.disk_reserve_mb, &err) != KL_OK) {
         fprintf(stderr, "keyloadd: %s\n", err.message);
         goto fail_node;
     }
     const kl_partition *part = kl_cluster_find_partition(&cluster, partition);
-    kl_repl_config rcfg = {.cluster = cluster.name, .partition = partition, .self = (uint64_t)me->id,
-                           .replica_count = (uint32_t)cluster.replica_count,
-                           .tick_ms = cluster.timers.tick_ms, .election_ms = cluster.timers.election_ms,
-                           .heartbeat_ms = cluster.timers.heartbeat_ms,
-                           .max_frame = cluster.limits.max_frame_bytes + (64u << 10)};
-    for (int i = 0; i < part->member_count; i++) {
-        rcfg.members[i] = (uint64_t)part->members[i].id;
-        rcfg.peer_urls[i] = part->members[i].peer_url[0] ? part->members[i].peer_url : NULL;
-        rcfg.public_keys[i] = part->members[i].has_public_key ? part->members[i].public_key : NULL;
-    }
-    /* Replication links authenticate with member keys when this member has one and every
-       member of the partition has a public_key (daemon/repl/peer.h). */
-    rcfg.member_secret = d.keys != NULL && d.keys->has_member_key ? d.keys->member_secret : NULL;
-    rcfg.n_members = (size_t)part->member_count;
-    rcfg.peer_max = cluster.conn.peer_max;
-    rcfg.peer_idle_ms = cluster.conn.peer_idle_ms;
+    kl_repl_config rcfg;
+    repl_config(&rcfg, &cluster, partition, part, me, &d);
     kl_repl_callbacks cb = {.ctx = &d, .apply = repl_apply, .role = repl_role,
                             .read_ready = repl_read_ready, .read_dropped = repl_read_dropped,
                             .fatal = repl_fatal};
-    d.service.node = d.node;
-    d.service.cluster = &cluster;
-    d.service.partition = part;
-    d.service.member_id = (uint64_t)me->id;
-    d.service.keys = d.keys;
-    /* Sessions need the member key (Hello is signed with it); without it none exist. */
-    if (d.keys != NULL && d.keys->has_member_key &&
-        (kl_sessions_new(cluster.conn.sessions_max,
-                         cluster.conn.sessions_max < KL_SESSIONS_PER_PRINCIPAL ? cluster.conn.sessions_max
-                                                                               : KL_SESSIONS_PER_PRINCIPAL,
-                         &d.service.sessions, &err) != KL_OK ||
-         kl_sessions_set_per_tenant(d.service.sessions, cluster.conn.sessions_per_tenant, &err) != KL_OK)) {
-        fprintf(stderr, "keyloadd: %s\n", err.message);
-        goto fail_sessions;
+    if (start_serving(&d, &cluster, partition, part, me, &rcfg, &cb, &err) != 0) {
+        kl_node_close(d.node);
+        goto fail_node;
     }
-    kl_service_start(&d.service, d.loop);
-    if (partition != 0 && kl_tailer_start(d.loop, &cluster, partition, (uint64_t)me->id, d.keys, d.node,
-                                              &d.tailer, &err) != KL_OK) {
-        fprintf(stderr, "keyloadd: %s\n", err.message);
-        goto fail_tailer;
-    }
-    d.service.tailer = d.tailer;
-    if (kl_repl_start(d.loop, d.store, &rcfg, &cb, &d.repl, &err) != KL_OK) {
-        fprintf(stderr, "keyloadd: %s\n", err.message);
-        goto fail_repl;
-    }
-    d.service.repl = d.repl;
-    size_t nmethods;
-    const kl_rpc_method *methods = kl_service_methods(&nmethods);
-    kl_rpc_server_config rc = {.listen_url = me->client_url, .methods = methods,
-                               .method_count = nmethods, .owner = &d.service,
-                               .max_frame = cluster.limits.max_frame_bytes, .contexts = 128,
-                               .max_conns = (int)cluster.conn.client_max,
-                               .idle_ms = (int)cluster.conn.client_idle_ms};
-    if (kl_rpc_server_start(d.loop, &rc, &d.rpc, &err) != KL_OK) {
-        fprintf(stderr, "keyloadd: %s\n", err.message);
-        goto fail_rpc;
-    }
-    d.service.client_rpc = d.rpc;
-    uv_prepare_init(d.loop, &d.flush_prep);
-    d.flush_prep.data = &d;
-    d.flush_prep_ready = true;
-    uv_signal_init(d.loop, &d.sigterm);
-    uv_signal_init(d.loop, &d.sigint);
-    d.sigterm.data = d.sigint.data = &d;
-    uv_signal_start(&d.sigterm, on_signal, SIGTERM);
-    uv_signal_start(&d.sigint, on_signal, SIGINT);
-    KL_INFO("ready", "node=%s partition=%d members=%d replica_count=%d listen=%s data=%s applied_index=%llu",
-            node_name, partition, part->member_count, cluster.replica_count, me->client_url, data_dir,
-            (unsigned long long)kl_store_applied_index(d.store));
-    uv_run(d.loop, UV_RUN_DEFAULT);
-    kl_store_close(d.store);
-    uv_loop_close(d.loop);
-    kl_sessions_free(d.service.sessions);
-    kl_keys_free(d.keys);
-    KL_INFO("stopped", "exit_code=%d", d.exit_code);
-    atomic_store(&stop_finished, true);
-    return d.exit_code;
+    return serve(&d, &cluster, partition, part, me, node_name, data_dir);
 
-fail_rpc:
-    kl_repl_stop(d.repl);
-fail_repl:
-    if (d.tailer)
-        kl_tailer_stop(d.tailer);
-fail_tailer:
-    kl_service_stop(&d.service);
-    uv_run(d.loop, UV_RUN_DEFAULT);
-fail_sessions:
-    kl_sessions_free(d.service.sessions);
-    kl_node_close(d.node);
 fail_node:
     kl_store_close(d.store);
     kl_keys_free(d.keys);

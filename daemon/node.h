@@ -1,4 +1,4 @@
-/* node: the partition state machine on one member (DESIGN.md §3 write path), without I/O.
+/* node: the partition state machine on one member (ARCHITECTURE.md "Write path"), without I/O.
  *
  * It owns the pending overlay (writes of proposed, not yet applied batches) and the table
  * of pending outcomes. The replication driver (daemon/repl/driver.h, or a test) supplies the
@@ -27,6 +27,7 @@
 
 #include "common/cluster.h"
 #include "common/status.h"
+#include "daemon/reply.h"
 #include "daemon/store/store.h"
 #include "keyload/v1/catalog.pb-c.h"
 
@@ -34,11 +35,6 @@
 #include <stdint.h>
 
 typedef struct kl_node kl_node;
-
-/* Answer to one submitted batch. On KL_OK, receipt holds the stored receipt bytes (valid
- * during the call only); otherwise err explains. */
-typedef void (*kl_node_reply_fn)(void *cookie, kl_code code, const kl_err *err,
-                                 const uint8_t *receipt, size_t len);
 
 typedef struct kl_node_io {
     void *ctx;
@@ -175,7 +171,7 @@ typedef enum kl_node_read_kind {
     KL_NODE_QUERY_READ,                /* keyload.v1.Query, a read statement */
 } kl_node_read_kind;
 
-/* Remote transfer reads (DESIGN.md §7) over applied state; the caller passed the read
+/* Remote transfer reads (ARCHITECTURE.md "Engine") over applied state; the caller passed the read
  * barrier. req is the encoded request of the kind's RPC (transfer.proto); on KL_OK
  * *answer is the encoded answer (malloc'd). Authorization is transfer.c's. kind is one of
  * the four transfer kinds. */

@@ -85,7 +85,7 @@ struct kl_node {
     kl_park park;                /* Receives waiting for messages (park.h) */
 };
 
-/* Who a request acts as (DESIGN.md §5): the principal's record in this partition's catalog
+/* Who a request acts as (ARCHITECTURE.md "Engine"): the principal's record in this partition's catalog
  * as applied (and proposed) here, never anything the request claims. */
 typedef struct node_subject {
     kl_authz_subject subject;

@@ -57,7 +57,7 @@ static kl_code replay_committed(kl_node *n, const char *principal, const uint8_t
                        "command_id was already used for a different batch (committed at index %llu)", at);
     }
     if (o->error_code != 0) {
-        /* A committed refusal answers the same every time (DESIGN.md §7), whatever the
+        /* A committed refusal answers the same every time (ARCHITECTURE.md "Engine"), whatever the
          * principal's grants became: it had no effect, so there is no outcome to withhold
          * from changed authority (stale_authority would wrongly say it committed one). */
         kl_err e;

@@ -16,20 +16,14 @@
 #define KL_PARK_H
 
 #include "common/canon.h"
+#include "common/limits.h"
 #include "daemon/engine/view.h"
-#include "daemon/node.h"
+#include "daemon/reply.h"
 #include "keyload/v1/queue.pb-c.h"
 
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
-
-/* Parked requests per member. Each holds one of the client port's 128 request contexts
- * (daemon/main.c) while it waits; with the 48 reads waiting for their barrier
- * (KL_SERVICE_MAX_READS) this leaves 32 for batches, MemberStatus and Hello. */
-#define KL_PARK_MAX 48
-/* Queues one parked request watches; a batch reading more is woken by any queue's change. */
-#define KL_PARK_WATCH_MAX 8
 
 typedef struct kl_park_waiter {
     kl_node_reply_fn fn;

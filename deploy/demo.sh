@@ -4,7 +4,7 @@
 # administrator (once; its key stays in var/<cluster>/admin.key), and walks through a
 # queue's life as that administrator: create a queue and let partition 0 place it, let a
 # second principal publish to it under a grant, receive, ack, stats, delete.
-# Then a remote transfer driven by the coordinator (KL-5): a dedicated principal
+# Then a remote transfer driven by the coordinator: a dedicated principal
 # `coordinator` (a database administrator with the data grants transfers need, created
 # once, key in var/<cluster>/coordinator.key), the coordinator's config
 # var/<cluster>/coordinator.json (mode 0600, written once) naming it, the coordinator started

@@ -1,4 +1,4 @@
-/* cli: what the keyload CLI's files share (DESIGN.md §10).
+/* cli: what the keyload CLI's files share (ARCHITECTURE.md "Processes").
  *
  * Exit codes: 0 success, 1 an error status (from the SDK or a member), 2 a usage error.
  * With --json exactly one JSON object goes to stdout, success or failure; without it,
@@ -144,8 +144,8 @@ typedef struct cli_database_args {
  * argument after the subcommand). Returns CLI_EXIT_OK or CLI_EXIT_USAGE (reported). */
 int cli_database_parse(cli *c, const char *sub, int argc, char **argv, cli_database_args *o);
 
-/* ---- tokenfile.c: transfer tokens on disk or stdin, never on the command line (DESIGN.md
- * §10: `ps` and shell history would keep them). */
+/* ---- tokenfile.c: transfer tokens on disk or stdin, never on the command line (ARCHITECTURE.md
+ * "Sessions and RPC": `ps` and shell history would keep them). */
 /* The largest token file read (an intent token carries its message). */
 #define CLI_TOKEN_MAX_BYTES (64u << 20)
 /* Decodes a token file's content: when, after trimming ASCII whitespace, every byte is in

@@ -1,4 +1,4 @@
-/* cmd_admin: `keyload admin bootstrap` (DESIGN.md §5, §10): the first cluster
+/* cmd_admin: `keyload admin bootstrap` (ARCHITECTURE.md "Engine", "Processes"): the first cluster
  * administrator, proven by the cluster secret (kl_bootstrap_proof). The new key pair is made
  * by keyfile.c; its secret half is written (mode 0600, never over an existing file) before
  * the request is sent, so a bootstrap that commits never loses its key. A definite refusal removes the file

@@ -1,5 +1,5 @@
-/* cmd_principal: `keyload principal create | show | grant | revoke | rotate-key` (DESIGN.md
- * §5, §10). Every change is a catalog mutation on partition 0 under a command id (given or
+/* cmd_principal: `keyload principal create | show | grant | revoke | rotate-key` (ARCHITECTURE.md
+ * "Engine", "Processes"). Every change is a catalog mutation on partition 0 under a command id (given or
  * fresh) and prints its receipt; show reads the stored record. The principal's tenant, a
  * grant's database and a database administrator's database are the client's --database.
  * Only public keys and key ids are ever printed (base64 in JSON); secret keys go to the

@@ -1,4 +1,4 @@
-/* cmd_sql: `keyload sql STATEMENT|@FILE|-` (DESIGN.md §10): one Q1 statement through
+/* cmd_sql: `keyload sql STATEMENT|@FILE|-` (ARCHITECTURE.md "Processes"): one Q1 statement through
  * kl_client_query. A statement that carries a token (accept.v1, complete.v1, ack.v1) should
  * come from @FILE or - (stdin): on the command line `ps` and shell history keep it. Output:
  * each row as one JSON line; with --json one object {"rows": [...]}. */

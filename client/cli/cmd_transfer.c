@@ -1,5 +1,5 @@
 /* cmd_transfer: `keyload transfer create | accept | complete | inspect | receipt | pending |
- * pause | resume | advance | repair | failure` (DESIGN.md §7, §10). The mutations are
+ * pause | resume | advance | repair | failure` (ARCHITECTURE.md "Engine", "Processes"). The mutations are
  * batches under a command id (given or fresh) and print their receipt; inspect, receipt,
  * pending and failure are fresh reads.
  *

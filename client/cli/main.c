@@ -1,4 +1,4 @@
-/* keyload: the command-line client (DESIGN.md §10). main reads the global options and
+/* keyload: the command-line client (ARCHITECTURE.md "Processes"). main reads the global options and
  * the environment, then hands the rest of the command line to one command. */
 #include "client/cli/cli.h"
 

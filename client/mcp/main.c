@@ -1,4 +1,4 @@
-/* keyload-mcp: the stdio MCP server (DESIGN.md §1, §10; KL-7). main owns the configuration
+/* keyload-mcp: the stdio MCP server (ARCHITECTURE.md "Processes"). main owns the configuration
  * (the CLI's environment variables) and the read loop: one request per line on stdin, each
  * at most MCP_MAX_LINE_BYTES long (a longer one is answered with a JSON-RPC error and
  * skipped), until end of input. stdout carries only protocol lines (jsonrpc.c); every log

@@ -1,4 +1,4 @@
-/* mcp: what the files of keyload-mcp share (DESIGN.md §1 "official MCP client route", §10).
+/* mcp: what the files of keyload-mcp share (ARCHITECTURE.md "Processes").
  *
  * keyload-mcp is a stdio MCP server: JSON-RPC 2.0, one message per line on stdin, one
  * answer per line on stdout (nothing else ever goes there), logs on stderr. Its tools are
@@ -10,7 +10,7 @@
  * tools_queue.c (queues, messages, principals, databases), tools_transfer.c (transfers),
  * tools_status.c (the members' status), tools_query.c (Q1 statements).
  *
- * Errors, as the issue (KL-7) splits them: a malformed line, an unknown method, an unknown
+ * Errors, split by who is at fault: a malformed line, an unknown method, an unknown
  * tool and arguments that do not match the tool's inputSchema are JSON-RPC errors; anything
  * the SDK or a member refuses (any kl_code but KL_OK) is a tool result with isError true and
  * {"error":{"code","message","detail"}} (kl_error_to_json). Tokens, keys and message bodies

@@ -1,4 +1,4 @@
-/* tools_transfer: keyload-mcp's remote transfer tools (DESIGN.md §7), mirroring `keyload
+/* tools_transfer: keyload-mcp's remote transfer tools (ARCHITECTURE.md "Engine"), mirroring `keyload
  * transfer create|accept|complete|inspect|receipt|pending|pause|resume|failure|advance|repair`
  * (client/cli/cmd_transfer.c) and answering the same canonical JSON as its --json.
  *
@@ -67,7 +67,7 @@ static kl_code transfer_complete(kl_client *c, kl_batch *b, const json_t *args, 
     return rc;
 }
 
-/* advance and repair (KL-6): the witness from transfer_failure moves the intent to its
+/* advance and repair: the witness from transfer_failure moves the intent to its
  * next generation. */
 static kl_code advance_or_repair(kl_batch *b, const json_t *args, bool repair, kl_err *err)
 {

@@ -330,7 +330,7 @@ const char *kl_sdk_mutation_queue(const Keyload__V1__Mutation *m)
     case KEYLOAD__V1__MUTATION__KIND_RECEIVE: r = m->receive->lane; break;
     case KEYLOAD__V1__MUTATION__KIND_ACK: r = m->ack->queue; break;
     case KEYLOAD__V1__MUTATION__KIND_RELEASE: r = m->release->queue; break;
-    /* Transfers: the partition that owns the state being changed (DESIGN.md §7): the
+    /* Transfers: the partition that owns the state being changed (ARCHITECTURE.md "Engine"): the
      * source's intent for Create, Complete and both advances, the destination's receipt
      * for Accept. */
     case KEYLOAD__V1__MUTATION__KIND_CREATE_QUEUE_TRANSFER:

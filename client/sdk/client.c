@@ -219,16 +219,78 @@ static kl_code unknown_outcome(const call_spec *s, int timeout_ms, kl_err *err)
                    timeout_ms, s->command_id);
 }
 
+/* The index of partition pid in the cluster file, or -1. */
+static int partition_slot(const kl_client *c, int pid)
+{
+    int pi = -1;
+    for (int i = 0; i < c->cluster.partition_count; i++)
+        if (c->cluster.partitions[i].id == pid)
+            pi = i;
+    return pi;
+}
+
+/* One attempt at member mi: sealed in the principal's session when the client has one. */
+static kl_code invoke_member(kl_client *c, const kl_partition *p, int pi, int mi, kl_rpc_client *conn,
+                             const call_spec *s, int attempt_ms, uint8_t **ans, size_t *ans_len,
+                             char *leader, size_t leader_cap, kl_err *e)
+{
+    return c->principal != NULL
+               ? kl_sdk_sealed_invoke(c->principal, p, pi, mi, conn, s->method, s->req,
+                                      s->req_len, attempt_ms, ans, ans_len, leader,
+                                      leader_cap, e)
+               : kl_rpc_invoke(conn, s->method, s->req, s->req_len, attempt_ms, ans,
+                               ans_len, leader, leader_cap, e);
+}
+
+/* NOT_LEADER from member mi: remember the leader it named (or forget mi) and go there
+ * next, at most KL_MAX_REDIRECTS times per round. */
+static void follow_redirect(kl_client *c, int pi, const kl_partition *p, int mi, const char *leader,
+                            int *redirects, int *target)
+{
+    int li = leader[0] ? member_index(p, leader) : -1;
+    if (li >= 0)
+        leader_set(c, pi, li);
+    else
+        leader_forget(c, pi, mi);
+    if (li >= 0 && *redirects < KL_MAX_REDIRECTS) {
+        (*redirects)++;
+        *target = li;
+    }
+}
+
+/* The answer of a call that did not succeed, from its last error and whether a request
+ * may have executed unseen. */
+static kl_code call_failed(const kl_client *c, int pid, const call_spec *s, const kl_err *last,
+                           bool maybe_sent, kl_err *err)
+{
+    if (last->code == KL_UNKNOWN_WRITE_OUTCOME && s->mutation)
+        return kl_fail(err, KL_UNKNOWN_WRITE_OUTCOME, last->detail,
+                       "%s; the batch may or may not have committed: retry with the same "
+                       "command id %s", last->message, s->command_id);
+    if (maybe_sent && (last->code == KL_UNAVAILABLE || last->code == KL_NOT_LEADER ||
+                       last->code == KL_DEADLINE_EXCEEDED || last->code == KL_UNKNOWN_WRITE_OUTCOME)) {
+        if (s->mutation)
+            return unknown_outcome(s, c->timeout_ms, err);
+        return kl_fail(err, KL_DEADLINE_EXCEEDED, "no_answer", "no answer within %d ms",
+                       c->timeout_ms);
+    }
+    if (last->code == KL_UNAVAILABLE)
+        return kl_fail(err, KL_UNAVAILABLE, last->detail,
+                       "no member of partition %d took the request (it was not executed); "
+                       "last: %s",
+                       pid, last->message);
+    if (err != NULL)
+        *err = *last;
+    return last->code;
+}
+
 /* Sends s to partition pid; on KL_OK *ans (malloc'd) holds the answer payload. */
 static kl_code call_partition(kl_client *c, int pid, const call_spec *s, uint8_t **ans,
                               size_t *ans_len, kl_err *err)
 {
     *ans = NULL;
     *ans_len = 0;
-    int pi = -1;
-    for (int i = 0; i < c->cluster.partition_count; i++)
-        if (c->cluster.partitions[i].id == pid)
-            pi = i;
+    int pi = partition_slot(c, pid);
     if (pi < 0)
         return kl_fail(err, KL_INVALID_ARGUMENT, "partition",
                        "partition %d is not in the cluster file", pid);
@@ -289,12 +351,8 @@ static kl_code call_partition(kl_client *c, int pid, const call_spec *s, uint8_t
         if (s->wait_ms > 0 && !(lost >> (mi & 63) & 1))
             attempt_ms = (int)(left < per + s->wait_ms ? left : per + s->wait_ms);
         char leader[KL_URL_MAX] = "";
-        kl_code rc = c->principal != NULL
-                         ? kl_sdk_sealed_invoke(c->principal, p, pi, mi, conn, s->method, s->req,
-                                                s->req_len, attempt_ms, ans, ans_len, leader,
-                                                sizeof leader, &e)
-                         : kl_rpc_invoke(conn, s->method, s->req, s->req_len, attempt_ms, ans,
-                                         ans_len, leader, sizeof leader, &e);
+        kl_code rc = invoke_member(c, p, pi, mi, conn, s, attempt_ms, ans, ans_len, leader,
+                                   sizeof leader, &e);
         if (rc == KL_OK) {
             leader_set(c, pi, mi);
             return KL_OK;
@@ -302,20 +360,11 @@ static kl_code call_partition(kl_client *c, int pid, const call_spec *s, uint8_t
         if (rc == KL_UNAVAILABLE || rc == KL_DEADLINE_EXCEEDED || rc == KL_UNKNOWN_WRITE_OUTCOME)
             leader_forget(c, pi, mi); /* it may have stopped leading */
         switch (rc) {
-        case KL_NOT_LEADER: {
+        case KL_NOT_LEADER:
             alive = true;
             last = e;
-            int li = leader[0] ? member_index(p, leader) : -1;
-            if (li >= 0)
-                leader_set(c, pi, li);
-            else
-                leader_forget(c, pi, mi);
-            if (li >= 0 && redirects < KL_MAX_REDIRECTS) {
-                redirects++;
-                target = li;
-            }
+            follow_redirect(c, pi, p, mi, leader, &redirects, &target);
             continue;
-        }
         case KL_UNAVAILABLE:
             /* Not sent, or refused before being proposed: the next member may serve it. */
             alive = alive || !local_failure(&e);
@@ -351,25 +400,7 @@ static kl_code call_partition(kl_client *c, int pid, const call_spec *s, uint8_t
         }
     }
 done:
-    if (last.code == KL_UNKNOWN_WRITE_OUTCOME && s->mutation)
-        return kl_fail(err, KL_UNKNOWN_WRITE_OUTCOME, last.detail,
-                       "%s; the batch may or may not have committed: retry with the same "
-                       "command id %s", last.message, s->command_id);
-    if (maybe_sent && (last.code == KL_UNAVAILABLE || last.code == KL_NOT_LEADER ||
-                       last.code == KL_DEADLINE_EXCEEDED || last.code == KL_UNKNOWN_WRITE_OUTCOME)) {
-        if (s->mutation)
-            return unknown_outcome(s, c->timeout_ms, err);
-        return kl_fail(err, KL_DEADLINE_EXCEEDED, "no_answer", "no answer within %d ms",
-                       c->timeout_ms);
-    }
-    if (last.code == KL_UNAVAILABLE)
-        return kl_fail(err, KL_UNAVAILABLE, last.detail,
-                       "no member of partition %d took the request (it was not executed); "
-                       "last: %s",
-                       pid, last.message);
-    if (err != NULL)
-        *err = last;
-    return last.code;
+    return call_failed(c, pid, s, &last, maybe_sent, err);
 }
 
 kl_code kl_sdk_catalog_read(kl_client *c, const char *method, const uint8_t *req, size_t req_len,

@@ -43,7 +43,7 @@ static bool stamp_ref(Keyload__V1__QueueLaneRef *to, const Keyload__V1__QueueLan
     return true;
 }
 
-/* Transfers name up to two lanes, both in the client's database (DESIGN.md §7: the
+/* Transfers name up to two lanes, both in the client's database (ARCHITECTURE.md "Engine": the
  * destination must be in the same tenant/database). */
 static bool stamp_transfer(stamped *s, const Keyload__V1__Mutation *src, char *tenant,
                            char *database)

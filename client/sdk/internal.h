@@ -89,7 +89,7 @@ kl_code kl_sdk_partition_read(kl_client *c, const char *queue, int partition,
                               const char *method, const uint8_t *req, size_t req_len,
                               uint8_t **ans, size_t *ans_len, kl_err *err);
 
-/* ---- sealed.c: requests under a session (DESIGN.md §5 "Sessions"). */
+/* ---- sealed.c: requests under a session (ARCHITECTURE.md "Sessions and RPC"). */
 typedef struct kl_sdk_principal kl_sdk_principal;
 
 /* Reads the principal's 64-byte Ed25519 secret key from key_path (mode 0600, common/keys.h)

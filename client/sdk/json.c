@@ -251,11 +251,9 @@ static json_t *strings_json(char *const *v, size_t n)
     return arr;
 }
 
-static json_t *result_json(const Keyload__V1__MutationResult *r, unsigned flags)
+/* The fields of a catalog change's result (queues, databases, principals, limits, pausing). */
+static bool catalog_result_json(json_t *o, const Keyload__V1__MutationResult *r)
 {
-    json_t *o = json_object();
-    if (o == NULL)
-        return NULL;
     bool ok;
     switch (r->kind_case) {
     case KEYLOAD__V1__MUTATION_RESULT__KIND_QUEUE_CREATED:
@@ -309,26 +307,24 @@ static json_t *result_json(const Keyload__V1__MutationResult *r, unsigned flags)
              set(o, "limits", limits_json(r->database_limits_set->limits)) &&
              set(o, "catalog_version", u64(r->database_limits_set->catalog_version));
         break;
-    case KEYLOAD__V1__MUTATION_RESULT__KIND_ENQUEUED:
-        ok = set(o, "kind", json_string("enqueued")) &&
-             set(o, "message_id", u64(r->enqueued->message_id)) &&
-             set(o, "lane", text(r->enqueued->lane));
+    case KEYLOAD__V1__MUTATION_RESULT__KIND_TRANSFERS_PAUSED:
+        ok = set(o, "kind", json_string("transfers_paused")) &&
+             set(o, "paused", json_boolean(r->transfers_paused->paused)) &&
+             set(o, "changed", json_boolean(r->transfers_paused->changed)) &&
+             set(o, "catalog_version", u64(r->transfers_paused->catalog_version));
         break;
-    case KEYLOAD__V1__MUTATION_RESULT__KIND_RECEIVED: {
-        ok = set(o, "kind", json_string("received")) && set(o, "messages", json_array());
-        json_t *arr = json_object_get(o, "messages");
-        for (size_t i = 0; ok && i < r->received->n_messages; i++) {
-            json_t *m = received_message(r->received->messages[i]);
-            ok = m != NULL && json_array_append_new(arr, m) == 0;
-        }
+    default:
+        ok = false; /* result_json sends only the kinds above here */
         break;
     }
-    case KEYLOAD__V1__MUTATION_RESULT__KIND_ACKED:
-        ok = set(o, "kind", json_string("acked")) && set(o, "count", u64(r->acked->count));
-        break;
-    case KEYLOAD__V1__MUTATION_RESULT__KIND_RELEASED:
-        ok = set(o, "kind", json_string("released")) && set(o, "count", u64(r->released->count));
-        break;
+    return ok;
+}
+
+/* The fields of a transfer step's result. */
+static bool transfer_result_json(json_t *o, const Keyload__V1__MutationResult *r, unsigned flags)
+{
+    bool ok;
+    switch (r->kind_case) {
     case KEYLOAD__V1__MUTATION_RESULT__KIND_TRANSFER_CREATED: {
         /* The intent token is what creating a transfer is for: it is returned here. */
         const Keyload__V1__TransferCreated *t = r->transfer_created;
@@ -367,11 +363,54 @@ static json_t *result_json(const Keyload__V1__MutationResult *r, unsigned flags)
              set(o, "already", json_boolean(t->already));
         break;
     }
+    default:
+        ok = false; /* result_json sends only the kinds above here */
+        break;
+    }
+    return ok;
+}
+
+static json_t *result_json(const Keyload__V1__MutationResult *r, unsigned flags)
+{
+    json_t *o = json_object();
+    if (o == NULL)
+        return NULL;
+    bool ok;
+    switch (r->kind_case) {
+    case KEYLOAD__V1__MUTATION_RESULT__KIND_QUEUE_CREATED:
+    case KEYLOAD__V1__MUTATION_RESULT__KIND_QUEUE_DELETED:
+    case KEYLOAD__V1__MUTATION_RESULT__KIND_BOOTSTRAPPED:
+    case KEYLOAD__V1__MUTATION_RESULT__KIND_DATABASE_CREATED:
+    case KEYLOAD__V1__MUTATION_RESULT__KIND_PRINCIPAL_CHANGED:
+    case KEYLOAD__V1__MUTATION_RESULT__KIND_DATABASE_LIMITS_SET:
     case KEYLOAD__V1__MUTATION_RESULT__KIND_TRANSFERS_PAUSED:
-        ok = set(o, "kind", json_string("transfers_paused")) &&
-             set(o, "paused", json_boolean(r->transfers_paused->paused)) &&
-             set(o, "changed", json_boolean(r->transfers_paused->changed)) &&
-             set(o, "catalog_version", u64(r->transfers_paused->catalog_version));
+        ok = catalog_result_json(o, r);
+        break;
+    case KEYLOAD__V1__MUTATION_RESULT__KIND_ENQUEUED:
+        ok = set(o, "kind", json_string("enqueued")) &&
+             set(o, "message_id", u64(r->enqueued->message_id)) &&
+             set(o, "lane", text(r->enqueued->lane));
+        break;
+    case KEYLOAD__V1__MUTATION_RESULT__KIND_RECEIVED: {
+        ok = set(o, "kind", json_string("received")) && set(o, "messages", json_array());
+        json_t *arr = json_object_get(o, "messages");
+        for (size_t i = 0; ok && i < r->received->n_messages; i++) {
+            json_t *m = received_message(r->received->messages[i]);
+            ok = m != NULL && json_array_append_new(arr, m) == 0;
+        }
+        break;
+    }
+    case KEYLOAD__V1__MUTATION_RESULT__KIND_ACKED:
+        ok = set(o, "kind", json_string("acked")) && set(o, "count", u64(r->acked->count));
+        break;
+    case KEYLOAD__V1__MUTATION_RESULT__KIND_RELEASED:
+        ok = set(o, "kind", json_string("released")) && set(o, "count", u64(r->released->count));
+        break;
+    case KEYLOAD__V1__MUTATION_RESULT__KIND_TRANSFER_CREATED:
+    case KEYLOAD__V1__MUTATION_RESULT__KIND_TRANSFER_ACCEPTED:
+    case KEYLOAD__V1__MUTATION_RESULT__KIND_TRANSFER_COMPLETED:
+    case KEYLOAD__V1__MUTATION_RESULT__KIND_TRANSFER_ADVANCED:
+        ok = transfer_result_json(o, r, flags);
         break;
     default:
         ok = set(o, "kind", json_string("unknown"));

@@ -1,4 +1,4 @@
-/* principal: principal management and database limits (DESIGN.md §5), the batch builders
+/* principal: principal management and database limits (ARCHITECTURE.md "Engine"), the batch builders
  * and the one-call forms (client/keyload.h "principals"), plus ShowPrincipal.
  *
  * The builders check only the shape of what they send, so that a user gets an error naming

@@ -1,4 +1,4 @@
-/* sealed: the SDK's side of DESIGN.md §5 "Sessions" (common/session.h is the pure core,
+/* sealed: the SDK's side of ARCHITECTURE.md "Sessions and RPC" (common/session.h is the pure core,
  * daemon/rpc/session_serve.c the daemon's side).
  *
  * A client opened with a principal (kl_client_open_principal) holds the principal's id and

@@ -1,4 +1,4 @@
-/* transfer: remote queue transfers (DESIGN.md §7), the batch builders and the four reads
+/* transfer: remote queue transfers (ARCHITECTURE.md "Engine"), the batch builders and the four reads
  * (client/keyload.h "remote transfers").
  *
  * The builders check only the shape (names, GUIDs, non-empty tokens) so that a caller gets

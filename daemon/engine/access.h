@@ -1,4 +1,4 @@
-/* access: which authorization check each batch mutation and read needs (DESIGN.md §5), on
+/* access: which authorization check each batch mutation and read needs (ARCHITECTURE.md "Engine"), on
  * top of the one evaluator in authz.h. Pure: the caller passes the subject read from its
  * own applied catalog (never what a request claims), or NULL for the trusted built-in
  * local administrator of "insecure_local_admin" clusters (common/cluster.h).
@@ -65,7 +65,7 @@ kl_code kl_access_received(const kl_authz_subject *who, const Keyload__V1__Queue
 kl_code kl_access_inspect(const kl_authz_subject *who, const Keyload__V1__QueueLaneRef *q, kl_err *err);
 kl_code kl_access_tenant(const kl_authz_subject *who, const char *tenant, kl_err *err);
 
-/* Transfers (DESIGN.md §5): the caller must be a persisted administrator of the database,
+/* Transfers (ARCHITECTURE.md "Engine"): the caller must be a persisted administrator of the database,
  * read from its stored record; KL_OK when who is NULL. */
 kl_code kl_access_transfer_admin(const kl_authz_subject *who, const char *tenant, const char *database,
                                  kl_err *err);

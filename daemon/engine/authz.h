@@ -1,4 +1,4 @@
-/* authz: the one authorization evaluator (DESIGN.md §5) and the rules for changing what a
+/* authz: the one authorization evaluator (ARCHITECTURE.md "Engine") and the rules for changing what a
  * principal may do. Pure code: no I/O, no store access; callers pass the principal's
  * stored catalog record (Keyload__V1__CatalogPrincipal), never what a request claims.
  *
@@ -15,7 +15,7 @@
  * must be allowed by at least one of them (each key is its own permission).
  *
  * Errors: PERMISSION_DENIED with detail "tenant", "grant:<Permission>",
- * "field_grant:<Permission>" or "header_grant:<Permission>" (Permission as in DESIGN.md:
+ * "field_grant:<Permission>" or "header_grant:<Permission>" (Permission as in ARCHITECTURE.md "Engine":
  * QueuePublish, QueueConsume, QueueAck, QueueInspect, Query) and a message naming the
  * permission, the queue (the pattern that would have to match it) and the key names
  * refused. Field and header VALUES and message bodies never appear; a key outside the
@@ -24,16 +24,16 @@
 #ifndef KL_AUTHZ_H
 #define KL_AUTHZ_H
 
+#include "common/limits.h"
 #include "common/status.h"
 #include "keyload/v1/catalog.pb-c.h"
 
 #include <stdbool.h>
 #include <stddef.h>
 
-#define KL_AUTHZ_LIST_MAX 64 /* entries in one grant's fields or headers list */
 
 /* Who asks: the stored record (borrowed) and, for the transfer paths, admin_off, which
- * evaluates the request as if both administrator flags were false (DESIGN.md §5: data,
+ * evaluates the request as if both administrator flags were false (ARCHITECTURE.md "Engine": data,
  * field and header checks of transfers run with every administrator flag forced off). */
 typedef struct kl_authz_subject {
     const Keyload__V1__CatalogPrincipal *principal;

@@ -377,7 +377,7 @@ kl_code kl_catalog_eval_bootstrap(kl_eval_ctx *c, const Keyload__V1__Bootstrap *
         return kl_fail(err, KL_UNAUTHENTICATED, "bootstrap_proof",
                        "the bootstrap's proof of the cluster secret does not verify (wrong cluster "
                        "secret file?)");
-    /* "local" is who every request without a session acts as (daemon/rpc/service.h): a
+    /* "local" is who every request without a session acts as (daemon/rpc/serve.h): a
      * principal of that name would share its command-id namespace and outcomes. */
     if (strcmp(m->admin_id, KL_CATALOG_RESERVED_PRINCIPAL) == 0)
         return kl_fail(err, KL_INVALID_ARGUMENT, "admin_id",

@@ -1,4 +1,4 @@
-/* catalog: the catalog's records in a partition's state (DESIGN.md §5).
+/* catalog: the catalog's records in a partition's state (ARCHITECTURE.md "Engine").
  *
  * Partition 0 owns the catalog: its batches create databases and queue definitions, and
  * each catalog batch becomes one catalog version (a CatalogChange stored under 'C' 'V').

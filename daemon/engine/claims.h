@@ -1,4 +1,4 @@
-/* claims: signed transfer tokens (proto/keyload/v1/claims.proto; DESIGN.md §7).
+/* claims: signed transfer tokens (proto/keyload/v1/claims.proto; ARCHITECTURE.md "Engine").
  *
  * A token is an encoded SignedToken: the exact encoded TransferClaims, the signing key's
  * id and an Ed25519 signature by the database signing key over the domain string
@@ -12,6 +12,7 @@
 #ifndef KL_CLAIMS_H
 #define KL_CLAIMS_H
 
+#include "common/limits.h"
 #include "common/status.h"
 #include "keyload/v1/claims.pb-c.h"
 
@@ -21,9 +22,6 @@
 
 #define KL_CLAIMS_DOMAIN "keyload.transfer-token.v1"
 #define KL_CLAIMS_VERSION 1
-/* A token never exceeds this; bigger input is refused before decoding. Intent tokens carry
- * the message, so the real bound is MaxBatchBytes, which the source checks at admission. */
-#define KL_CLAIMS_TOKEN_MAX (64u * 1024 * 1024)
 
 /* Signs claims with sk (64-byte libsodium Ed25519 secret key) under key_id (8 bytes).
  * *token is malloc'd (caller frees). INTERNAL only on OOM. */
@@ -31,7 +29,7 @@ kl_code kl_claims_sign(const Keyload__V1__TransferClaims *claims, const uint8_t 
                        const uint8_t key_id[8], uint8_t **token, size_t *token_len, kl_err *err);
 
 /* Decodes a token WITHOUT checking its signature (to compare the caller with the intent's
- * principal before spending a verification; DESIGN.md §7's order). *out is unpacked
+ * principal before spending a verification; the order in ARCHITECTURE.md "Engine"). *out is unpacked
  * (keyload__v1__transfer_claims__free_unpacked); *signed_tok too, when not NULL.
  * INVALID_ARGUMENT detail `what` when it does not decode. */
 kl_code kl_claims_decode(const char *what, const uint8_t *token, size_t len,

@@ -1,4 +1,4 @@
-/* engine: validation and evaluation of batches into write-sets (DESIGN.md §3, §6).
+/* engine: validation and evaluation of batches into write-sets (ARCHITECTURE.md "Write path", "Engine").
  *
  * Pure with respect to I/O: it reads through a kl_view and writes only into the view's
  * scratch overlay; time, partition and limits come in through kl_eval_ctx. Given the same
@@ -13,23 +13,13 @@
 
 #include "common/canon.h"
 #include "common/cluster.h"
+#include "common/limits.h"
 #include "common/names.h"
 #include "daemon/engine/buf.h"
 #include "daemon/engine/record.h"
 #include "daemon/engine/view.h"
 #include "keyload/v1/queue.pb-c.h"
 
-#define KL_HEADER_VALUE_MAX 4096
-#define KL_MAP_ENTRIES_MAX 64
-#define KL_BATCH_MUTATIONS_MAX 1000
-#define KL_RECEIVE_MAX 1000
-#define KL_LEASE_MS_MAX (12LL * 3600 * 1000)
-#define KL_LEASE_MS_DEFAULT 30000
-/* Longest a Receive may wait for messages (Receive.wait_ms): below the SDK's default
- * timeout plus this wait, and short enough that a parked request never pins a client
- * context for long. */
-#define KL_RECEIVE_WAIT_MS_MAX 30000
-#define KL_DELAY_MS_MAX (7LL * 24 * 3600 * 1000)
 
 struct kl_catalog_batch;
 struct kl_signing_cache;

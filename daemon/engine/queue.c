@@ -217,7 +217,7 @@ kl_code kl_queue_drop_local(kl_view *v, const Keyload__V1__CatalogQueue *q, kl_e
             return kl_record_corrupt(err, "queue");
         bool keep = rec->messages > 0;
         keyload__v1__queue_record__free_unpacked(rec, NULL);
-        /* Transfer intents and dedup receipts are never discarded (DESIGN.md §7): a queue
+        /* Transfer intents and dedup receipts are never discarded (ARCHITECTURE.md "Engine"): a queue
          * retaining any keeps its records here, like one holding messages. */
         if (!keep && (rc = kl_queue_retains_transfers(v, qid, &keep, err)) != KL_OK)
             return rc;

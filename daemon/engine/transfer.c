@@ -93,7 +93,7 @@ kl_code kl_xfer_signing_key(const kl_eval_ctx *c, const Keyload__V1__CatalogData
     return rc;
 }
 
-/* Data, field and header checks run with every administrator flag off (DESIGN.md §5). */
+/* Data, field and header checks run with every administrator flag off (ARCHITECTURE.md "Engine"). */
 kl_code kl_xfer_data_check(const kl_eval_ctx *c, const Keyload__V1__QueueLaneRef *q, Keyload__V1__Permission perm,
                           const Keyload__V1__EnqueueMessage *msg, kl_err *err)
 {
@@ -354,7 +354,7 @@ static kl_code store_intent(kl_eval_ctx *c, const Keyload__V1__CatalogDatabase *
     kl_key yk;
     kl_key_transfer_pending(&yk, d->database_id, qid, src->lane, transfer_id->data);
     /* A ceiling of N reserves N-1 attempt advances: one record and the widest advance's
-     * bytes each (KL-6), so an advance never needs room the lane may no longer have. */
+     * bytes each, so an advance never needs room the lane may no longer have. */
     uint64_t reserve_records = 0, reserve_bytes = 0;
     if (rec.max_accept_attempts != NULL && rec.max_accept_attempts->value > 1) {
         reserve_records = rec.max_accept_attempts->value - 1;
@@ -557,7 +557,7 @@ kl_code kl_transfer_eval_accept(kl_eval_ctx *c, const Keyload__V1__AcceptQueueTr
     size_t token_len = 0;
     uint64_t qid;
     kl_key k;
-    /* DESIGN.md §7's order: caller, destination, signature and claims, authorization,
+    /* the order in ARCHITECTURE.md "Engine": caller, destination, signature and claims, authorization,
      * dedup, then quota and expiry, then the effect. */
     kl_code rc = kl_claims_decode("intent_token", m->intent_token.data, m->intent_token.len, &tok, &cl, err);
     if (rc != KL_OK)

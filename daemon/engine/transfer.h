@@ -1,4 +1,4 @@
-/* transfer: remote queue transfers (DESIGN.md §7; seeds ADR-088) on one partition.
+/* transfer: remote queue transfers (ARCHITECTURE.md "Engine"; seeds ADR-088) on one partition.
  *
  * Source side (the source queue's partition): CreateQueueTransfer commits an immutable
  * intent ('X' record, state OutputPending, signed intent token holding the owned message)
@@ -25,11 +25,11 @@
 #ifndef KL_TRANSFER_H
 #define KL_TRANSFER_H
 
+#include "common/limits.h"
 #include "daemon/engine/engine.h"
 #include "keyload/v1/transfer.pb-c.h"
 
 #define KL_TRANSFER_PENDING_PAGE_DEFAULT 64
-#define KL_TRANSFER_PENDING_PAGE_MAX 1000
 
 kl_code kl_transfer_eval_create(kl_eval_ctx *c, const Keyload__V1__CreateQueueTransfer *m, kl_buf *out,
                                 kl_err *err);

@@ -1,4 +1,4 @@
-/* AdvanceQueueTransferAttempt and AdvanceQueueTransferRepair (transfer.h; KL-6): the
+/* AdvanceQueueTransferAttempt and AdvanceQueueTransferRepair (transfer.h): the
  * source's side of the seeds' capacity retry and policy repair. Every write goes to the
  * view's scratch overlay, so a refusal anywhere leaves nothing behind; a refusal is then
  * committed by the node under the caller's command id like Accept's and Complete's. */

@@ -1,4 +1,4 @@
-/* keyload.v1.ReadQueueTransferFailure (transfer.h; KL-6): the fresh, bounded target read
+/* keyload.v1.ReadQueueTransferFailure (transfer.h): the fresh, bounded target read
  * of the seeds' flowchart after a failed Accept (on the destination), and the same read for
  * a denied Complete (on the source). It writes nothing: the "would the same
  * Accept pass now" question is answered by evaluating that Accept into a scratch overlay

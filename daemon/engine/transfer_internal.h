@@ -25,7 +25,7 @@ kl_code kl_xfer_catalog_queue(kl_view *v, const Keyload__V1__QueueLaneRef *r, Ke
 /* The database's Ed25519 signing secret (derived, cached in c->signing; caller wipes). */
 kl_code kl_xfer_signing_key(const kl_eval_ctx *c, const Keyload__V1__CatalogDatabase *d, uint8_t sk[64],
                             kl_err *err);
-/* Data, field and header checks with every administrator flag off (DESIGN.md §5). */
+/* Data, field and header checks with every administrator flag off (ARCHITECTURE.md "Engine"). */
 kl_code kl_xfer_data_check(const kl_eval_ctx *c, const Keyload__V1__QueueLaneRef *q,
                            Keyload__V1__Permission perm, const Keyload__V1__EnqueueMessage *msg, kl_err *err);
 /* A point read of one protobuf record; *out NULL when absent; *stored its stored size. */

@@ -1,5 +1,5 @@
 /* view: reads of "applied state + pending write-sets + this batch's own writes", and the
- * batch's writes, for the evaluator (DESIGN.md §3 step 3). Layers, highest first:
+ * batch's writes, for the evaluator (ARCHITECTURE.md "Write path" step 7). Layers, highest first:
  * scratch (this batch), pending (proposed, unapplied batches), RocksDB (applied).
  * Every record a view reads counts against its scan budget (MaxScanRecords), so one
  * batch or read can only examine a bounded number of records. */

@@ -1,4 +1,4 @@
-/* driver: runs one partition member's replication on the member's libuv loop (DESIGN.md §3-4).
+/* driver: runs one partition member's replication on the member's libuv loop (ARCHITECTURE.md "Replication").
  *
  * Owns one kl_raft (the pure core, raft.h), one kl_peer (frames to the other members, peer.h;
  * none when the member is alone), one uv_timer_t (ticks), one uv_check_t (the per-iteration
@@ -145,7 +145,7 @@ void kl_repl_next(const kl_repl *r, uint64_t *index, uint64_t *term, bool *servi
    after a failure or stop, or when the core's unpersisted limits are full. A proposal on a leader that is not yet serving is accepted
    (the caller decides whether to wait for serving). */
 kl_code kl_repl_propose(kl_repl *r, const uint8_t *data, size_t len, uint64_t *leader);
-/* Read-index barrier (DESIGN.md §3). KL_OK: read_ready or read_dropped will be called once
+/* Read-index barrier (ARCHITECTURE.md "Read path"). KL_OK: read_ready or read_dropped will be called once
    for read_ctx (read_ctx values of outstanding reads should be distinct). KL_NOT_LEADER with
    *leader = the known leader (this member itself while its no-op has not committed: retry
    shortly); KL_UNAVAILABLE when too many reads are outstanding, after a failure or stop. */

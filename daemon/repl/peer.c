@@ -46,7 +46,6 @@
 #include <string.h>
 #include <time.h>
 
-_Static_assert(KL_PEER_MAX_CLUSTER == KL_PEER_AUTH_CLUSTER_MAX, "cluster name bound");
 _Static_assert(KL_PEER_SECRET_LEN == KL_PEER_AUTH_SECRET_LEN, "member secret key");
 _Static_assert(KL_PEER_PUBLIC_LEN == KL_PEER_AUTH_PUBLIC_LEN, "member public key");
 
@@ -1570,7 +1569,7 @@ static void quiesce_cb(uv_timer_t *timer)
     uv_thread_t closer;
     uv_thread_options_t opt = {.flags = UV_THREAD_HAS_STACK_SIZE, .stack_size = 256 * 1024};
     if (uv_thread_create_ex(&closer, &opt, closer_main, p) != 0) {
-        closer_main(p); /* no thread: close here, as before */
+        closer_main(p); /* no thread: close on this one (it may block) */
         return;
     }
     /* Never joined: the loop learns of its end through p->wake, or gives up on it. */

@@ -1,4 +1,4 @@
-/* peer: the member-to-member frame transport of replication (DESIGN.md §3-4, KL-2).
+/* peer: the member-to-member frame transport of replication (ARCHITECTURE.md "Replication").
  *
  * Moves opaque frames (Raft messages, encoded by the caller) between the members of one
  * partition. It never looks inside a frame and never logs one.
@@ -11,7 +11,7 @@
  * loop), one bounded outbound queue per peer, one uv_async_t (nng threads -> loop) and one
  * uv_timer_t (watchdog).
  *
- * Two modes, fixed at start (KL-3, DESIGN.md §5):
+ * Two modes, fixed at start (ARCHITECTURE.md "Sessions and RPC"):
  *   authenticated  when this member has a member key (member_secret) AND every other member
  *                  of the partition has a public key (peers[].public_key; the cluster file's
  *                  "public_key", which deploy/keyload-cluster always writes). Hellos are the
@@ -128,6 +128,7 @@
 #ifndef KL_REPL_PEER_H
 #define KL_REPL_PEER_H
 
+#include "common/limits.h"
 #include "common/status.h"
 
 #include <stdbool.h>
@@ -135,13 +136,9 @@
 #include <stdint.h>
 #include <uv.h>
 
-#define KL_PEER_MAX_PEERS 9
-#define KL_PEER_MAX_CLUSTER 255
-#define KL_PEER_DEFAULT_MAX_FRAME (4u << 20)
 #define KL_PEER_DEFAULT_QUEUED_FRAMES 1024
 #define KL_PEER_DEFAULT_QUEUED_BYTES (64u << 20)
 #define KL_PEER_DEFAULT_ACK_TIMEOUT_MS 5000
-#define KL_PEER_DEFAULT_MAX_SKEW_MS 30000 /* hello clocks, authenticated mode */
 #define KL_PEER_SECRET_LEN 64             /* Ed25519 member secret key (common/keys.h) */
 #define KL_PEER_PUBLIC_LEN 32             /* Ed25519 member public key */
 

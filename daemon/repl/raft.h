@@ -1,4 +1,4 @@
-/* raft: the replication core of one partition member, as a pure state machine (DESIGN.md §4).
+/* raft: the replication core of one partition member, as a pure state machine (ARCHITECTURE.md "Replication").
  *
  * Raft (Ongaro & Ousterhout 2014) with pre-vote and flexible quorums (Howard et al. 2016), in the
  * style of etcd/raft: no sockets, clock, disk, threads or global state in here. The driver feeds
@@ -57,15 +57,14 @@
 #ifndef KL_REPL_RAFT_H
 #define KL_REPL_RAFT_H
 
+#include "common/limits.h"
 #include "common/status.h"
+#include "daemon/repl/raft_entry.h"
 
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
-#define KL_RAFT_MAX_MEMBERS 9
-#define KL_RAFT_MAX_INFLIGHT 256     /* append messages in flight per follower, upper bound */
-#define KL_RAFT_MAX_MSG_ENTRIES 1024 /* entries in one append message */
 
 typedef enum kl_raft_role {
     KL_RAFT_FOLLOWER = 0,
@@ -73,19 +72,6 @@ typedef enum kl_raft_role {
     KL_RAFT_CANDIDATE = 2,
     KL_RAFT_LEADER = 3,
 } kl_raft_role;
-
-typedef enum kl_raft_entry_type {
-    KL_RAFT_ENTRY_NORMAL = 0, /* opaque bytes from kl_raft_propose */
-    KL_RAFT_ENTRY_NOOP = 1,   /* the entry a new leader appends at the start of its term */
-} kl_raft_entry_type;
-
-typedef struct kl_raft_entry {
-    uint64_t term;  /* >= 1 */
-    uint64_t index; /* >= 1 */
-    uint8_t type;   /* kl_raft_entry_type */
-    uint8_t *data;  /* owned by whoever holds the struct (see the header comment); NULL if len 0 */
-    size_t len;
-} kl_raft_entry;
 
 /* What must survive a crash besides the log. commit is persisted too, so that a restarted
  * member knows how far it may apply without hearing from a leader. */
@@ -129,19 +115,6 @@ typedef struct kl_raft_read_state {
     uint64_t ctx;
     uint64_t index;
 } kl_raft_read_state;
-
-/* The driver's durable log, read back by the core for entries it no longer keeps in memory.
- * The core only asks for indexes it knows are persisted (1 <= index <= the persisted last). */
-typedef struct kl_raft_storage {
-    void *ctx;
-    /* Term of the stored entry at index. */
-    kl_code (*term)(void *ctx, uint64_t index, uint64_t *term);
-    /* Stored entries lo .. hi-1 in order into out[0 .. *n): at least one when lo < hi, then
-     * stopping at hi, at cap entries, or before the total data length would pass max_bytes.
-     * Each out[i].data is a malloc'd copy (NULL when len is 0) that the core takes over. */
-    kl_code (*entries)(void *ctx, uint64_t lo, uint64_t hi, size_t max_bytes, kl_raft_entry *out,
-                       size_t cap, size_t *n);
-} kl_raft_storage;
 
 typedef struct kl_raft_config {
     uint64_t id;                                 /* this member, nonzero, one of members */
@@ -206,7 +179,7 @@ typedef struct kl_raft_status {
     uint32_t reachable; /* leader only: members (itself included) it heard from in the last
                          * election timeout; below q2, new writes cannot commit now */
     bool leader_ready;  /* leader whose no-op (own-term entry) has committed: it may serve
-                         * read_index; DESIGN.md §3 also holds client batches until then */
+                         * read_index; ARCHITECTURE.md "Write path" also holds client batches until then */
 } kl_raft_status;
 
 typedef struct kl_raft kl_raft;

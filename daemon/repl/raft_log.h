@@ -15,7 +15,11 @@
 #ifndef KL_REPL_RAFT_LOG_H
 #define KL_REPL_RAFT_LOG_H
 
-#include "daemon/repl/raft.h"
+#include "daemon/repl/raft_entry.h"
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
 
 typedef struct kl_rlog {
     kl_raft_storage st;

@@ -2,7 +2,7 @@
  * with a deadline, answered when the node answers (through the catalog barrier on partition
  * 0) or UNKNOWN_WRITE_OUTCOME when its deadline comes first; and the parked Receives the
  * node holds, evaluated again on the timer or after an apply that woke them. */
-#include "daemon/rpc/service.h"
+#include "daemon/rpc/serve.h"
 
 #include "common/failpoint.h"
 #include "daemon/engine/engine.h"

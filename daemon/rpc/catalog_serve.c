@@ -1,4 +1,4 @@
-/* The catalog's RPCs (DESIGN.md §5): CatalogTail and the catalog barrier on partition 0,
+/* The catalog's RPCs (ARCHITECTURE.md "Replication"): CatalogTail and the catalog barrier on partition 0,
  * LocateQueue on any member.
  *
  * Tail: a data partition's leader long-polls partition 0's leader with the version it has
@@ -14,7 +14,7 @@
  * UNAVAILABLE naming the partitions still behind; a retry with the same command id waits
  * again, because replays pass here too.
  * Everything parked is answered from the loop: on apply, on a tail, or on the timer. */
-#include "daemon/rpc/service.h"
+#include "daemon/rpc/serve.h"
 
 #include "common/log.h"
 #include "daemon/engine/engine.h"

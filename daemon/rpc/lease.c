@@ -2,7 +2,7 @@
  * lease): at admission, and again where data leaves (a confirmed read, a committed
  * Receive's receipt). A refusal is UNAVAILABLE "catalog_lease": nothing was written, and
  * retrying helps once the lease holds again. */
-#include "daemon/rpc/service.h"
+#include "daemon/rpc/serve.h"
 
 #include "daemon/rpc/tailer.h"
 #include "keyload/v1/queue.pb-c.h"

@@ -7,7 +7,7 @@
  * read-index barrier and node read as keyload.v1.InspectQueueTransfer(Receipt). The answer is
  * the native answer's bytes inside a QueryAnswer; errors keep their native codes. The gate
  * (sessions) ran before any of this, as for every gated method. */
-#include "daemon/rpc/service.h"
+#include "daemon/rpc/serve.h"
 
 #include "common/guid.h"
 #include "common/names.h"

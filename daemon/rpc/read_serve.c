@@ -4,7 +4,7 @@
  * deadline. Each waiting read holds one slot (KL_SERVICE_MAX_READS) with its kind and the
  * function that serves it: kl_service_serve_read for the native reads, query_serve.c's for
  * a Q1 read statement. */
-#include "daemon/rpc/service.h"
+#include "daemon/rpc/serve.h"
 
 #include <assert.h>
 #include <stdlib.h>

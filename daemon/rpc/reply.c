@@ -1,6 +1,6 @@
 /* reply: the answers every method shares: NOT_LEADER with the leader's client address (or
  * UNAVAILABLE while this member leads but cannot commit), and a Q1 statement's QueryAnswer. */
-#include "daemon/rpc/service.h"
+#include "daemon/rpc/serve.h"
 
 #include "keyload/v1/query.pb-c.h"
 
@@ -28,7 +28,7 @@ void kl_service_reply_not_leader(kl_service *s, kl_rpc_call *call, const kl_err 
     const char *url = kl_service_leader_url(s, NULL);
     kl_err e = *err;
     if (st.role == KL_RAFT_LEADER && st.leader_ready && st.reachable < st.q2) {
-        /* Refused before anything was proposed, so UNAVAILABLE (DESIGN.md §9). */
+        /* Refused before anything was proposed, so UNAVAILABLE (ARCHITECTURE.md "Sessions and RPC"). */
         kl_fail(&e, KL_UNAVAILABLE, "replicas_unavailable",
                 "this member leads partition %d but cannot commit now: replica_count is %u and "
                 "only %u members (itself included) answered within the last election timeout; "
@@ -37,7 +37,7 @@ void kl_service_reply_not_leader(kl_service *s, kl_rpc_call *call, const kl_err 
         url = NULL;
     } else if (st.role == KL_RAFT_LEADER) {
         /* Elected, but its first entry has not committed: replica_count members must persist
-         * it. Refused before anything was proposed, so UNAVAILABLE (DESIGN.md §9). */
+         * it. Refused before anything was proposed, so UNAVAILABLE (ARCHITECTURE.md "Sessions and RPC"). */
         kl_fail(&e, KL_UNAVAILABLE, "leader_not_ready",
                 "this member leads partition %d but cannot commit yet: %u members must persist "
                 "its first entry (some are down or behind); retry shortly",

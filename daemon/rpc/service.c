@@ -5,7 +5,7 @@
  * downward: reply.c and lease.c (shared answers and checks) under batch_serve.c, read_serve.c
  * and catalog_serve.c, under query_serve.c, under this file; session_serve.c (the gate) and
  * tailer.c under them all. */
-#include "daemon/rpc/service.h"
+#include "daemon/rpc/serve.h"
 
 #include "daemon/rpc/tailer.h"
 #include "keyload/v1/catalog.pb-c.h"

@@ -1,4 +1,4 @@
-/* session_serve: the daemon's half of DESIGN.md §5 "Sessions" (common/session.h is the pure
+/* session_serve: the daemon's half of ARCHITECTURE.md "Sessions and RPC" (common/session.h is the pure
  * core): the keyload.v1.Hello method and the gate every other method passes.
  *
  * Hello: any member answers (each member has its own sessions). Its X25519 pair is reused
@@ -30,7 +30,7 @@
  * (with the request's counter, as common/session.h binds every answer). So an on-path peer
  * can neither read an OK answer nor pass off a forged or swapped status as the daemon's;
  * the refusals above are necessarily unsealed (no session to seal with). */
-#include "daemon/rpc/service.h"
+#include "daemon/rpc/serve.h"
 
 #include "daemon/rpc/sessions.h"
 #include "daemon/rpc/tailer.h"
@@ -340,7 +340,7 @@ static bool open_session(kl_service *s, kl_rpc_call *call)
     const char *method = kl_rpc_call_method(call);
     if (sid_len == 0) {
         if (sealed_len == 0 && counter == 0)
-            return true; /* no session: as before sessions existed */
+            return true; /* no session: the request acts as the local principal */
         reply_fail(call, KL_INVALID_ARGUMENT, "session_id",
                    "an Envelope with sealed or counter needs its session_id");
         return false;

@@ -1,5 +1,5 @@
-/* sessions: the bounded in-memory table of one member's established sessions (DESIGN.md §5
- * "Sessions"). Pure: no clock (now_ms is a parameter), no I/O, no global state; the daemon
+/* sessions: the bounded in-memory table of one member's established sessions (ARCHITECTURE.md
+ * "Sessions and RPC"). Pure: no clock (now_ms is a parameter), no I/O, no global state; the daemon
  * keeps one table on its loop thread (not thread-safe).
  *
  * Bounds and refusals (every bound is fixed when the table is made):
@@ -27,6 +27,7 @@
 
 #include "common/cluster.h"
 #include "common/keys.h"
+#include "common/limits.h"
 #include "common/session.h"
 #include "common/status.h"
 
@@ -34,8 +35,6 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define KL_SESSIONS_MAX 4096
-#define KL_SESSIONS_PER_PRINCIPAL 64
 /* Hellos remembered per window (two windows are kept), and the window: twice the skew a
  * Hello's time may have (KL_SESSION_DEFAULT_SKEW_MS), so a Hello is remembered as long as
  * it could be accepted. */

@@ -1,4 +1,4 @@
-/* tail_auth: member signatures on keyload.v1.CatalogTail (DESIGN.md §5).
+/* tail_auth: member signatures on keyload.v1.CatalogTail (ARCHITECTURE.md "Replication").
  *
  * Why: the tail's request reports a data partition's applied catalog version, and partition
  * 0 answers a catalog change (a revocation) once every partition reported it; its answer

@@ -1,4 +1,4 @@
-/* tailer: a data partition's catalog tail (DESIGN.md §5).
+/* tailer: a data partition's catalog tail (ARCHITECTURE.md "Replication").
  *
  * While this member is the partition's serving leader, one thread long-polls partition
  * 0's leader (keyload.v1.CatalogTail) with the catalog version this member has applied,
@@ -9,7 +9,7 @@
  * from its own applied version, and the store applies a version only at current + 1, so
  * re-proposals after a leader change are harmless.
  *
- * The catalog lease (DESIGN.md §5): the leader serves requests only within catalog_lease_ms
+ * The catalog lease (ARCHITECTURE.md "Replication"): the leader serves requests only within catalog_lease_ms
  * of the start of its latest tail after which it had applied everything partition 0 had
  * (a tail that brings changes counts once they are applied). A new leadership starts with
  * no lease, so a restarted or newly elected leader serves nothing before it has caught up.

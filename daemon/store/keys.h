@@ -46,10 +46,11 @@
 #ifndef KL_KEYS_H
 #define KL_KEYS_H
 
+#include "common/limits.h"
+
 #include <stddef.h>
 #include <stdint.h>
 
-#define KL_KEY_MAX 512
 
 typedef struct kl_key {
     uint8_t b[KL_KEY_MAX];

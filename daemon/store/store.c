@@ -564,7 +564,7 @@ kl_code kl_store_apply(kl_store *st, const Keyload__V1__LogEntry *e, kl_err *err
                 continue;
             catalog = ws->catalog_version;
         } else if (ws->command_id.len == 16) {
-            /* Second line of defence (DESIGN.md §3): a write-set whose outcome already
+            /* Second line of defence (ARCHITECTURE.md "Write path"): a write-set whose outcome already
              * exists was applied before and must not apply twice. */
             kl_key ok;
             kl_key_outcome(&ok, ws->principal, ws->command_id.data);

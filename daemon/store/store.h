@@ -1,5 +1,5 @@
 /* store: one member's RocksDB instance holding both the replication log and the
- * partition state, so they share one WAL (DESIGN.md §3).
+ * partition state, so they share one WAL (ARCHITECTURE.md "Store layout").
  *
  *  - kl_store_log_write: the replication round's durable write (hard state, truncation,
  *    log entries) in one WriteBatch, synced before it returns; once it returns, the entries
@@ -32,7 +32,7 @@
 /* The store may hold remote-transfer records ('X', 'Y', 'R', 'W' keys and the catalog's
  * transfers_paused switches). Compat: a binary that does not know them opens the store,
  * serves everything else and never touches them, which leaves every intent and receipt in
- * place and transfers paused (DESIGN.md §3). */
+ * place and transfers paused (ARCHITECTURE.md "Store layout"). */
 #define KL_FEAT_COMPAT_TRANSFERS (1ull << 0)
 #define KL_FEAT_COMPAT_KNOWN KL_FEAT_COMPAT_TRANSFERS
 #define KL_FEAT_RO_COMPAT_KNOWN 0ull

@@ -1,7 +1,7 @@
 /* The daemon's RPC method table (daemon/rpc/service.c): one row per method, the rpc
  * server's table built from the same rows, and each row's request type, gate and path
  * consistent with its name; the READ rows cover every read kind the node serves. */
-#include "daemon/rpc/service.h"
+#include "daemon/rpc/serve.h"
 
 #include <check.h>
 #include <stdio.h>

@@ -1,17 +1,22 @@
-/* service: the daemon's RPC method table. Each handler passes the payload to the node
- * (daemon/node.h) and turns its answer into an RPC answer; a member that does not lead
- * answers NOT_LEADER with the leader's client address when it knows it. keyload.v1.Query
- * (Q1 statements, query_serve.c) runs each statement through these same batch and read paths.
- * Reads (QueueStats
- * and the three transfer reads) pass the read-index barrier first (DESIGN.md §3): they are served from applied state only
+/* serve: the daemon's RPC layer as its files share it: the service state (kl_service) and the
+ * functions each file of daemon/rpc offers the others. It has no .c of its own, so that every
+ * file of the layer depends on it and none on another through it: service.c (the method
+ * table) calls down into batch_serve.c, read_serve.c, query_serve.c, catalog_serve.c,
+ * session_serve.c, which call down into lease.c and reply.c.
+ * Each handler passes the payload to the node (daemon/node.h) and turns its answer into an
+ * RPC answer; a member that does not lead answers NOT_LEADER with the leader's client address
+ * when it knows it. keyload.v1.Query (Q1 statements, query_serve.c) runs each statement
+ * through these same batch and read paths. Reads (QueueStats and the four transfer reads)
+ * pass the read-index barrier first (ARCHITECTURE.md "Read path"): they are served from applied state only
  * once this member has confirmed it still leads and has applied up to the commit index.
  * Sessions (daemon/rpc/session_serve.c): keyload.v1.Hello establishes one; every other
  * method passes the session gate first, which opens a sealed request and makes its answer
- * sealed. A request without a session acts as the fixed local principal, as before KL-3. */
-#ifndef KL_SERVICE_H
-#define KL_SERVICE_H
+ * sealed. A request without a session acts as the fixed local principal. */
+#ifndef KL_RPC_SERVE_H
+#define KL_RPC_SERVE_H
 
 #include "common/cluster.h"
+#include "common/limits.h"
 #include "common/rpc.h"
 #include "daemon/engine/catalog.h"
 #include "daemon/node.h"
@@ -25,12 +30,7 @@
  * (main.c opens 128), so waiting reads never take the last ones and MemberStatus and Hello
  * always find one. Each answers by KL_SERVICE_READ_DEADLINE_MS at the latest (sooner when
  * the caller's deadline is nearer), below the SDK's default timeout. */
-#define KL_SERVICE_MAX_READS 48
 #define KL_SERVICE_READ_DEADLINE_MS 2000
-#define KL_SERVICE_MAX_TAILS 64      /* parked CatalogTail long-polls (partition 0) */
-#define KL_SERVICE_MAX_BARRIERS 256  /* catalog batches waiting for the data partitions */
-#define KL_TAIL_WAIT_MAX_MS 2000     /* longest a CatalogTail is held empty */
-#define KL_TAIL_MAX_CHANGES 64       /* changes per CatalogTail answer */
 
 struct kl_batch_call;
 struct kl_service;

@@ -1,0 +1,167 @@
+/* limits: the compile-time limits of the daemon, the SDK and the tools, in one place, with
+ * the relations between them checked when anything that includes this header compiles.
+ * The headers that used to define them include this one, so every name is unchanged.
+ * Sizes fixed by a format or by libsodium (key, signature and GUID lengths) stay beside
+ * the format. Limits set in the cluster file ("limits", "connections", "timers") have their
+ * defaults and ranges here; the file may lower or raise them within the ranges. What each
+ * bounds: ARCHITECTURE.md "Limits". Pure macros: no include, no type. */
+#ifndef KL_LIMITS_H
+#define KL_LIMITS_H
+
+/* ---------------------------------------------------------------- errors (common/status.h) */
+#define KL_ERR_MESSAGE_MAX 256
+#define KL_ERR_DETAIL_MAX 128
+
+/* ---------------------------------------------------------------- names (common/names.h) */
+#define KL_NAME_LEN_MAX 128
+/* Longest tenant, database, queue, lane, header key and field key, in bytes. */
+#define KL_SDK_NAME_MAX 128
+
+/* ---------------------------------------------------------------- cluster file (common/cluster.h) */
+#define KL_CLUSTER_MAX_PARTITIONS 64
+#define KL_CLUSTER_MAX_MEMBERS 9
+#define KL_NAME_MAX 128
+#define KL_URL_MAX 256
+#define KL_PATH_MAX 512
+
+/* "limits": the defaults of the cluster file's MaxBatchBytes .. DefaultQueueMaxBytes. */
+#define KL_DEFAULT_MAX_BATCH_BYTES (1u << 20)
+#define KL_DEFAULT_MAX_SCAN_RECORDS 10000
+#define KL_DEFAULT_MAX_QUERY_READ_BYTES (4u << 20)
+#define KL_DEFAULT_MAX_FRAME_BYTES (4u << 20)
+#define KL_DEFAULT_QUEUE_MAX_MESSAGES 1000000
+#define KL_DEFAULT_QUEUE_MAX_BYTES (1ull << 30)
+
+/* "timers" */
+#define KL_SESSION_TTL_DEFAULT_MS 3600000   /* one hour */
+#define KL_SESSION_TTL_MIN_MS 1000
+#define KL_SESSION_TTL_MAX_MS 86400000      /* one day */
+
+#define KL_CATALOG_TAIL_WAIT_MS 1000      /* longest a tail asks partition 0 to hold it */
+#define KL_CATALOG_LEASE_DEFAULT_MS 3000
+#define KL_CATALOG_LEASE_MIN_MS 1500
+
+/* "connections" */
+#define KL_CONN_CLIENT_MAX_DEFAULT 1024
+#define KL_CONN_CLIENT_IDLE_DEFAULT_MS 600000   /* ten minutes */
+#define KL_CONN_PEER_MAX_DEFAULT 32             /* the peer transport's own bound */
+/* Never by default: links between two followers carry nothing between elections, and a
+ * closed link is redialled at once. */
+#define KL_CONN_PEER_IDLE_DEFAULT_MS 0
+#define KL_CONN_SESSIONS_PER_TENANT_DEFAULT 1024
+#define KL_CONN_SESSIONS_MAX_DEFAULT 4096       /* the session table's size */
+
+/* ---------------------------------------------------------------- RPC (common/rpc.h) */
+#define KL_RPC_MIN_CONTEXTS 64
+#define KL_RPC_DEFAULT_FRAME_LIMIT (4u << 20)
+/* Request contexts of a member's client port (daemon/main.c). */
+#define KL_CLIENT_RPC_CONTEXTS 128
+
+/* ---------------------------------------------------------------- sessions (common/session.h) */
+#define KL_SESSION_PRINCIPAL_MAX 128   /* bytes of principal_id, without the NUL */
+#define KL_SESSION_CLUSTER_MAX 127     /* bytes of cluster, without the NUL (KL_NAME_MAX - 1) */
+#define KL_SESSION_AD_MAX 256          /* bytes of the caller's associated data */
+
+/* ---------------------------------------------------------------- Q1 (common/q1.h) */
+#define KL_Q1_STATEMENT_MAX 65536
+#define KL_Q1_ARGS_MAX 32
+#define KL_Q1_NAME_MAX 128
+#define KL_Q1_JSON_DEPTH_MAX 16
+
+/* ---------------------------------------------------------------- SDK (client/keyload.h) */
+/* Redirects (NOT_LEADER with a leader address) followed per request. */
+#define KL_MAX_REDIRECTS 3
+/* Keys in a grant's field or header key list (kl_key_list). */
+#define KL_KEY_LIST_MAX 64
+
+/* ---------------------------------------------------------------- mutations (daemon/engine) */
+#define KL_HEADER_VALUE_MAX 4096
+#define KL_MAP_ENTRIES_MAX 64
+#define KL_BATCH_MUTATIONS_MAX 1000
+#define KL_RECEIVE_MAX 1000
+#define KL_LEASE_MS_MAX (12LL * 3600 * 1000)
+#define KL_LEASE_MS_DEFAULT 30000
+/* Longest a Receive may wait for messages (Receive.wait_ms): below the SDK's default
+ * timeout plus this wait, and short enough that a parked request never pins a client
+ * context for long. The SDK's limit too (client/keyload.h). */
+#define KL_RECEIVE_WAIT_MS_MAX 30000
+#define KL_DELAY_MS_MAX (7LL * 24 * 3600 * 1000)
+#define KL_AUTHZ_LIST_MAX 64 /* entries in one grant's fields or headers list */
+/* A token never exceeds this; bigger input is refused before decoding. Intent tokens carry
+ * the message, so the real bound is MaxBatchBytes, which the source checks at admission. */
+#define KL_CLAIMS_TOKEN_MAX (64u * 1024 * 1024)
+#define KL_TRANSFER_PENDING_PAGE_MAX 1000
+
+/* ---------------------------------------------------------------- store (daemon/store/keys.h) */
+#define KL_KEY_MAX 512
+
+/* ---------------------------------------------------------------- parked Receives (daemon/park.h) */
+/* Parked requests per member. Each holds one of the client port's KL_CLIENT_RPC_CONTEXTS
+ * request contexts while it waits; with the KL_SERVICE_MAX_READS reads waiting for their
+ * barrier this leaves the rest for batches, MemberStatus and Hello. */
+#define KL_PARK_MAX 48
+/* Queues one parked request watches; a batch reading more is woken by any queue's change. */
+#define KL_PARK_WATCH_MAX 8
+
+/* ---------------------------------------------------------------- service (daemon/rpc) */
+/* Fresh reads waiting for their read-index round: well below the client port's contexts,
+ * so waiting reads never take the last ones and MemberStatus and Hello always find one. */
+#define KL_SERVICE_MAX_READS 48
+#define KL_SERVICE_MAX_TAILS 64      /* parked CatalogTail long-polls (partition 0) */
+#define KL_SERVICE_MAX_BARRIERS 256  /* catalog batches waiting for the data partitions */
+#define KL_TAIL_WAIT_MAX_MS 2000     /* longest a CatalogTail is held empty */
+#define KL_TAIL_MAX_CHANGES 64       /* changes per CatalogTail answer */
+#define KL_SESSIONS_MAX 4096
+#define KL_SESSIONS_PER_PRINCIPAL 64
+
+/* ---------------------------------------------------------------- replication (daemon/repl) */
+#define KL_RAFT_MAX_MEMBERS 9
+#define KL_RAFT_MAX_INFLIGHT 256     /* append messages in flight per follower, upper bound */
+#define KL_RAFT_MAX_MSG_ENTRIES 1024 /* entries in one append message */
+#define KL_PEER_MAX_PEERS 9
+#define KL_PEER_MAX_CLUSTER 255
+#define KL_PEER_AUTH_CLUSTER_MAX 255
+#define KL_PEER_DEFAULT_MAX_FRAME (4u << 20)
+#define KL_PEER_DEFAULT_MAX_SKEW_MS 30000 /* hello clocks, authenticated mode */
+/* A replication frame carries a batch's entry plus the append message around it: the peer
+ * frame limit is the cluster's MaxFrameBytes plus this (daemon/main.c). */
+#define KL_REPL_FRAME_OVERHEAD (64u << 10)
+
+/* ---------------------------------------------------------------- relations */
+/* Every member of a partition fits the Raft configuration, its per-member bitmask (a
+ * uint32_t in raft.c) and the peer transport's member table. */
+_Static_assert(KL_CLUSTER_MAX_MEMBERS <= KL_RAFT_MAX_MEMBERS, "a partition's members fit the Raft config");
+_Static_assert(KL_RAFT_MAX_MEMBERS <= 32, "raft.c keeps one bit per member in a uint32_t");
+_Static_assert(KL_CLUSTER_MAX_MEMBERS <= KL_PEER_MAX_PEERS, "a partition's members fit the peer table");
+/* A cluster name (a KL_NAME_MAX buffer with its NUL) fits the session Hello and the peer
+ * handshake; the driver and the handshake agree on the bound. */
+_Static_assert(KL_SESSION_CLUSTER_MAX == KL_NAME_MAX - 1, "session cluster bound is a cluster name");
+_Static_assert(KL_NAME_MAX - 1 <= KL_PEER_MAX_CLUSTER, "a cluster name fits the peer handshake");
+_Static_assert(KL_PEER_MAX_CLUSTER == KL_PEER_AUTH_CLUSTER_MAX, "cluster name bound");
+/* Every name the daemon accepts fits the SDK's name buffers, and the SDK's key lists hold
+ * exactly what a grant may hold. */
+_Static_assert(KL_NAME_LEN_MAX <= KL_SDK_NAME_MAX, "valid names fit the SDK's buffers");
+_Static_assert(KL_KEY_LIST_MAX == KL_AUTHZ_LIST_MAX, "SDK key list and grant list agree");
+/* The default limits pass the cluster file's own check (MaxFrameBytes > MaxBatchBytes), and
+ * a frame of the default size is accepted by the RPC and the replication transports. */
+_Static_assert(KL_DEFAULT_MAX_FRAME_BYTES > KL_DEFAULT_MAX_BATCH_BYTES, "default frame holds a batch");
+_Static_assert(KL_DEFAULT_MAX_FRAME_BYTES <= KL_RPC_DEFAULT_FRAME_LIMIT, "default frame fits the RPC default");
+_Static_assert(KL_DEFAULT_MAX_BATCH_BYTES + KL_REPL_FRAME_OVERHEAD <= KL_PEER_DEFAULT_MAX_FRAME,
+               "a default batch with its append overhead fits the peer default frame");
+_Static_assert(KL_DEFAULT_MAX_QUERY_READ_BYTES <= KL_DEFAULT_MAX_FRAME_BYTES, "a full read fits a frame");
+/* Parked Receives and waiting reads never take every client context: Hello and
+ * MemberStatus always find one. */
+_Static_assert(KL_PARK_MAX + KL_SERVICE_MAX_READS < KL_CLIENT_RPC_CONTEXTS, "contexts left for batches and Hello");
+_Static_assert(KL_RPC_MIN_CONTEXTS <= KL_CLIENT_RPC_CONTEXTS, "the client port opens at least the minimum");
+/* Defaults within their ranges; the catalog lease outlives the longest tail it waits on. */
+_Static_assert(KL_SESSION_TTL_MIN_MS <= KL_SESSION_TTL_DEFAULT_MS && KL_SESSION_TTL_DEFAULT_MS <= KL_SESSION_TTL_MAX_MS,
+               "session TTL default in range");
+_Static_assert(KL_CATALOG_LEASE_MIN_MS <= KL_CATALOG_LEASE_DEFAULT_MS, "catalog lease default in range");
+_Static_assert(KL_CATALOG_TAIL_WAIT_MS < KL_CATALOG_LEASE_MIN_MS, "a lease outlives one tail's hold");
+_Static_assert(KL_CATALOG_TAIL_WAIT_MS <= KL_TAIL_WAIT_MAX_MS, "partition 0 holds a tail as long as asked");
+_Static_assert(KL_CONN_SESSIONS_PER_TENANT_DEFAULT <= KL_CONN_SESSIONS_MAX_DEFAULT, "tenant share within the table");
+_Static_assert(KL_CONN_SESSIONS_MAX_DEFAULT <= KL_SESSIONS_MAX, "default session table within its maximum");
+_Static_assert(KL_SESSIONS_PER_PRINCIPAL <= KL_SESSIONS_MAX, "per-principal sessions within the table");
+_Static_assert(KL_LEASE_MS_DEFAULT <= KL_LEASE_MS_MAX, "default lease within the maximum");
+
+#endif
