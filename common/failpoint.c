@@ -31,7 +31,7 @@ static const char *const fp_known[] = {
     "daemon.before_append",          "daemon.after_append_before_apply",
     "daemon.after_append_before_reply", "daemon.after_apply_before_reply",
     "daemon.before_reply",           "peer.before_close",
-    "store.log_write",
+    "store.log_write",               "rpc.dial_returned",
     "coord.before_accept",           "coord.after_accept_sent",
     "coord.before_complete",         "coord.after_complete_sent",
     "coord.before_advance",          "coord.after_advance",

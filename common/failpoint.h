@@ -26,6 +26,10 @@
  * Replication transport (daemon/repl/peer.c):
  *   peer.before_close               on the closer thread, before the socket's nng_close
  *                                   (sleep(MS) past PEER_CLOSE_MAX_MS: a close that hangs)
+ * RPC client (common/rpc.c):
+ *   rpc.dial_returned               on a bounded dial's helper thread, after nng's dial
+ *                                   returned (sleep(MS): a dial that does not end when its
+ *                                   dialer is closed, as nng 1.5.2's sometimes does not)
  * Coordinator sites (keyload-coordinator, coordinator/turn.c; each worker turn passes them in
  * this order; run with "workers": 1 when a test needs the N-th hit to be an exact transfer):
  *   coord.before_accept             no receipt was found; the Accept batch (deterministic

@@ -16,6 +16,7 @@
  * a handler that answers late never touches a closed socket. */
 #include "common/rpc.h"
 
+#include "common/failpoint.h"
 #include "common/log.h"
 #include "keyload/v1/rpc.pb-c.h"
 
@@ -829,6 +830,7 @@ void kl_rpc_reply_error(kl_rpc_call *call, const kl_err *err, const char *leader
 
 struct kl_rpc_client {
     nng_socket sock;
+    bool dial_abandoned; /* a dial thread never returned: the socket is left open (see below) */
     char url[]; /* for error messages */
 };
 
@@ -850,17 +852,33 @@ typedef struct rpc_dial_job {
     pthread_cond_t cv;
     bool done; /* under mu */
     int rv;    /* under mu */
+    int refs;  /* under mu: the waiting caller and the dial thread; the last one frees */
 } rpc_dial_job;
+
+static void rpc_dial_job_release(rpc_dial_job *job)
+{
+    pthread_mutex_lock(&job->mu);
+    bool last = --job->refs == 0;
+    pthread_mutex_unlock(&job->mu);
+    if (!last)
+        return;
+    pthread_cond_destroy(&job->cv);
+    pthread_mutex_destroy(&job->mu);
+    free(job);
+}
 
 static void *rpc_dial_thread(void *arg)
 {
     rpc_dial_job *job = arg;
     int rv = nng_dialer_start(job->dialer, 0);
+    kl_err fe;
+    (void)KL_FAILPOINT("rpc.dial_returned", &fe);
     pthread_mutex_lock(&job->mu);
     job->rv = rv;
     job->done = true;
     pthread_cond_signal(&job->cv);
     pthread_mutex_unlock(&job->mu);
+    rpc_dial_job_release(job);
     return NULL;
 }
 
@@ -875,52 +893,88 @@ static void rpc_deadline_after(struct timespec *ts, int ms)
     }
 }
 
+/* Waits on job->cv until the dial is done or `until`; returns whether it is done. */
+static bool rpc_dial_wait(rpc_dial_job *job, const struct timespec *until)
+{
+    pthread_mutex_lock(&job->mu);
+    while (!job->done && pthread_cond_timedwait(&job->cv, &job->mu, until) != ETIMEDOUT)
+        ;
+    bool done = job->done;
+    pthread_mutex_unlock(&job->mu);
+    return done;
+}
+
+/* How long the dial thread gets to return after its dialer was closed before the caller
+ * stops waiting for it. */
+#define RPC_DIAL_CLOSE_WAIT_MS 1000
+
 /* nng 1.5.2 has no connect timeout: a synchronous dial to an address that never answers
  * waits for the kernel's SYN retries (minutes) or nng's handshake timeout. So the
  * synchronous dial runs on a helper thread while we wait at most timeout_ms; on timeout,
- * closing the dialer cancels the attempt and the helper returns promptly. A refused
- * connection still fails fast, with nng's reason. */
-static int rpc_dial_bounded(nng_dialer dialer, int timeout_ms, bool *timed_out)
+ * closing the dialer cancels the attempt and the helper usually returns promptly. Not
+ * always: nng 1.5.2 can leave a synchronous dial waiting for ever after its dialer was
+ * closed, so the caller waits RPC_DIAL_CLOSE_WAIT_MS more at most and then leaves the
+ * thread detached (it frees the job if it ever returns); a wait that must be bounded never
+ * depends on nng. A refused connection still fails fast, with nng's reason. */
+static int rpc_dial_bounded(nng_dialer dialer, int timeout_ms, bool *timed_out, bool *abandoned)
 {
-    rpc_dial_job job = {.dialer = dialer};
+    *timed_out = false;
+    *abandoned = false;
+    rpc_dial_job *job = calloc(1, sizeof *job);
+    if (job == NULL)
+        return NNG_ENOMEM;
+    job->dialer = dialer;
+    job->refs = 2;
     pthread_condattr_t attr;
     int rv = NNG_ENOMEM;
-    *timed_out = false;
     if (pthread_condattr_init(&attr) != 0)
-        return rv;
+        goto fail_job;
     if (pthread_condattr_setclock(&attr, CLOCK_MONOTONIC) != 0)
         goto fail_attr;
-    if (pthread_mutex_init(&job.mu, NULL) != 0)
+    if (pthread_mutex_init(&job->mu, NULL) != 0)
         goto fail_attr;
-    if (pthread_cond_init(&job.cv, &attr) != 0)
+    if (pthread_cond_init(&job->cv, &attr) != 0)
         goto fail_mutex;
+    pthread_condattr_destroy(&attr);
     pthread_t thread;
-    if (pthread_create(&thread, NULL, rpc_dial_thread, &job) != 0)
-        goto fail_cond;
+    if (pthread_create(&thread, NULL, rpc_dial_thread, job) != 0) {
+        pthread_cond_destroy(&job->cv);
+        pthread_mutex_destroy(&job->mu);
+        free(job);
+        return NNG_ENOMEM;
+    }
 
     struct timespec until;
     rpc_deadline_after(&until, timeout_ms);
-    pthread_mutex_lock(&job.mu);
-    while (!job.done && pthread_cond_timedwait(&job.cv, &job.mu, &until) != ETIMEDOUT)
-        ;
-    bool done = job.done;
-    pthread_mutex_unlock(&job.mu);
+    bool done = rpc_dial_wait(job, &until);
     if (!done) {
         *timed_out = true;
         int crv = nng_dialer_close(dialer);
         if (crv != 0 && crv != NNG_ECLOSED)
             KL_WARN("rpc dialer close failed", "op=nng_dialer_close error=\"%s\"",
                     nng_strerror(crv));
+        rpc_deadline_after(&until, RPC_DIAL_CLOSE_WAIT_MS);
+        done = rpc_dial_wait(job, &until);
     }
-    pthread_join(thread, NULL);
-    rv = job.rv; /* the thread has exited: no lock needed */
+    if (done) {
+        pthread_join(thread, NULL);
+        rv = job->rv; /* the thread has exited: no lock needed */
+    } else {
+        KL_WARN("rpc dial did not end after its dialer was closed; leaving it",
+                "op=nng_dialer_start waited_ms=%d", timeout_ms + RPC_DIAL_CLOSE_WAIT_MS);
+        pthread_detach(thread);
+        *abandoned = true;
+        rv = NNG_ETIMEDOUT;
+    }
+    rpc_dial_job_release(job);
+    return rv;
 
-fail_cond:
-    pthread_cond_destroy(&job.cv);
 fail_mutex:
-    pthread_mutex_destroy(&job.mu);
+    pthread_mutex_destroy(&job->mu);
 fail_attr:
     pthread_condattr_destroy(&attr);
+fail_job:
+    free(job);
     return rv;
 }
 
@@ -933,7 +987,7 @@ static kl_code client_dial(kl_rpc_client *c, int connect_timeout_ms, kl_err *err
                        nng_strerror(rv));
     bool timed_out = false;
     if (connect_timeout_ms > 0)
-        rv = rpc_dial_bounded(dialer, connect_timeout_ms, &timed_out);
+        rv = rpc_dial_bounded(dialer, connect_timeout_ms, &timed_out, &c->dial_abandoned);
     else
         rv = nng_dialer_start(dialer, 0);
     if (timed_out)
@@ -955,6 +1009,7 @@ kl_code kl_rpc_client_open(const char *url, int connect_timeout_ms, size_t max_f
     kl_rpc_client *c = malloc(sizeof *c + url_len + 1);
     if (c == NULL)
         return kl_fail(err, KL_RESOURCE_EXHAUSTED, "memory", "rpc client: out of memory");
+    c->dial_abandoned = false;
     memcpy(c->url, url, url_len + 1);
 
     kl_code rc;
@@ -985,7 +1040,10 @@ kl_code kl_rpc_client_open(const char *url, int connect_timeout_ms, size_t max_f
     return KL_OK;
 
 fail_sock:
-    rpc_close_socket(c->sock, url);
+    /* Closing a socket whose dial never returned could wait for that dial too: it is left
+     * open, one socket and one thread kept for the life of the process. */
+    if (!c->dial_abandoned)
+        rpc_close_socket(c->sock, url);
 fail_free:
     free(c);
     return rc;

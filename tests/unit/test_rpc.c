@@ -2,6 +2,7 @@
  * its libuv loop on a thread, driven by the rpc client and by raw REQ sockets for frames
  * the client would never send. Every test stops the server, closes the loop and frees
  * everything, so LeakSanitizer checks the shutdown paths too. */
+#include "common/failpoint.h"
 #include "common/rpc.h"
 
 #include "keyload/v1/rpc.pb-c.h"
@@ -591,6 +592,38 @@ START_TEST(test_connect_timeout)
 }
 END_TEST
 
+/* A dial that does not end when its dialer is closed (nng 1.5.2 can leave one waiting for
+ * ever) still bounds the open: the caller gives up RPC_DIAL_CLOSE_WAIT_MS (1 s) after its
+ * timeout and leaves the thread behind. */
+START_TEST(test_connect_timeout_dial_never_returns)
+{
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    ck_assert_int_ge(fd, 0);
+    struct sockaddr_in sa = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    ck_assert_int_eq(bind(fd, (struct sockaddr *)&sa, sizeof sa), 0);
+    ck_assert_int_eq(listen(fd, 8), 0);
+    socklen_t sl = sizeof sa;
+    ck_assert_int_eq(getsockname(fd, (struct sockaddr *)&sa, &sl), 0);
+    char url[64];
+    snprintf(url, sizeof url, "tcp://127.0.0.1:%d", ntohs(sa.sin_port));
+    kl_err err;
+    ck_assert_int_eq(kl_failpoint_configure("rpc.dial_returned=sleep(4000)", &err), KL_OK);
+    kl_rpc_client *c = NULL;
+    int64_t t0 = mono_ms();
+    kl_code rc = kl_rpc_client_open(url, 300, 0, &c, &err);
+    int64_t elapsed = mono_ms() - t0;
+    ck_assert_int_eq(kl_failpoint_configure(NULL, &err), KL_OK);
+    ck_assert_int_eq(rc, KL_UNAVAILABLE);
+    ck_assert_ptr_null(c);
+    ck_assert_ptr_nonnull(strstr(err.message, "300 ms"));
+    ck_assert_int_ge(elapsed, 1250);
+    ck_assert_int_lt(elapsed, 3000);
+    /* The left thread ends on its own and frees its job (LeakSanitizer checks at exit). */
+    usleep(4500 * 1000);
+    close(fd);
+}
+END_TEST
+
 START_TEST(test_start_errors)
 {
     /* Nobody runs this loop: start and stop happen on this thread, which owns it. */
@@ -634,6 +667,7 @@ Suite *suite_rpc(void)
     tcase_add_test(tc, test_stop_with_call_in_flight);
     tcase_add_test(tc, test_connect_refused);
     tcase_add_test(tc, test_connect_timeout);
+    tcase_add_test(tc, test_connect_timeout_dial_never_returns);
     tcase_add_test(tc, test_start_errors);
     suite_add_tcase(s, tc);
     return s;
