@@ -137,6 +137,7 @@ static void wake_tails(kl_service *s, bool all)
 }
 
 static void check_barriers(kl_service *s, bool expire);
+static void tail_confirmed(kl_service *s, kl_rpc_call *call, kl_node_read_kind kind);
 
 void kl_service_catalog_tail(void *owner, kl_rpc_call *call)
 {
@@ -152,11 +153,6 @@ void kl_service_catalog_tail(void *owner, kl_rpc_call *call)
     }
     int part = r->partition;
     uint64_t applied = r->applied_version;
-    uint32_t wait_ms = r->wait_ms;
-    uint8_t req_sig[KL_TAIL_AUTH_SIG_LEN];
-    bool signed_request = r->signature.len == KL_TAIL_AUTH_SIG_LEN;
-    if (signed_request)
-        memcpy(req_sig, r->signature.data, sizeof req_sig);
     kl_code rc = KL_OK;
     if (s->partition->id != 0)
         rc = kl_fail(&err, KL_FAILED_PRECONDITION, "catalog_partition",
@@ -187,6 +183,36 @@ void kl_service_catalog_tail(void *owner, kl_rpc_call *call)
         s->catalog_progress[part] = applied;
         check_barriers(s, false);
     }
+    /* The answer waits for a read-index round started after the tail arrived: the data
+     * partition renews its catalog lease from this answer (from the tail's send), so it must
+     * come from a member that still led partition 0 after the send. A leader deposed before
+     * the tail arrived could otherwise answer an older catalog, and the data partition would
+     * serve a revoked grant after the new leader's barrier let the revoke return. */
+    kl_service_start_read(s, call, KL_NODE_QUEUE_STATS, tail_confirmed);
+}
+
+/* The tail's read-index round confirmed this member's leadership: answers now, or holds an
+ * empty answer until a newer version is applied or the requested wait ends. */
+static void tail_confirmed(kl_service *s, kl_rpc_call *call, kl_node_read_kind kind)
+{
+    (void)kind; /* a tail is not a node read: the barrier is all it borrows */
+    size_t len;
+    const uint8_t *p = kl_rpc_call_payload(call, &len);
+    Keyload__V1__CatalogTailRequest *r = keyload__v1__catalog_tail_request__unpack(NULL, len, p);
+    if (r == NULL) {
+        kl_err err;
+        kl_fail(&err, KL_INVALID_ARGUMENT, "payload", "the CatalogTail request does not decode");
+        kl_rpc_reply_error(call, &err, NULL);
+        return;
+    }
+    int part = r->partition;
+    uint64_t applied = r->applied_version;
+    uint32_t wait_ms = r->wait_ms;
+    uint8_t req_sig[KL_TAIL_AUTH_SIG_LEN];
+    bool signed_request = r->signature.len == KL_TAIL_AUTH_SIG_LEN;
+    if (signed_request)
+        memcpy(req_sig, r->signature.data, sizeof req_sig);
+    keyload__v1__catalog_tail_request__free_unpacked(r, NULL);
     if (applied_version(s) > applied || wait_ms == 0) {
         answer_tail(s, call, applied, signed_request ? req_sig : NULL);
         return;

@@ -102,6 +102,7 @@ void test_reads_under_member_faults(void);
 void test_catalog_barrier_bounded(void);
 void test_receive_commits_after_lease(void);
 void test_read_confirmed_after_lease(void);
+void test_tail_needs_confirmed_leader(void);
 void test_self_grant_with_lagging_partition(void);
 void rd_stop_sessions(void);
 void rd_stop_all(void);

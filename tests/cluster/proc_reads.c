@@ -472,6 +472,61 @@ void test_read_confirmed_after_lease(void)
           kl_code_name(rc), detail);
 }
 
+/* ---- a catalog tail is answered only by a confirmed partition-0 leader ---- */
+
+static answer rd_tail(int m, int timeout_ms, int64_t *ms)
+{
+    Keyload__V1__CatalogTailRequest tr = KEYLOAD__V1__CATALOG_TAIL_REQUEST__INIT;
+    tr.partition = 1;
+    tr.applied_version = 0;
+    tr.wait_ms = 0;
+    uint8_t buf[64];
+    size_t n = keyload__v1__catalog_tail_request__pack(&tr, buf);
+    return rd_call_member(0, m, "keyload.v1.CatalogTail", buf, n, timeout_ms, ms);
+}
+
+void test_tail_needs_confirmed_leader(void)
+{
+    char why[256];
+    /* A long election timeout keeps partition 0's leader leading while both its followers
+     * are paused: it cannot confirm that it still leads, so it must not answer a tail (a data
+     * partition renews its catalog lease from the answer). */
+    CHECK(rd_setup_timers("rdltail", 4000, 3000, why, sizeof why), "%s", why);
+    int l = rd_leader(0, 20000);
+    CHECK(l >= 0, "partition 0 has no serving leader");
+    int64_t ms = 0;
+    answer a = rd_tail(l, 3000, &ms);
+    kl_code rc = a.code;
+    answer_free(&a);
+    CHECK(rc == KL_OK, "a tail to the leader with its followers up answered %s", kl_code_name(rc));
+    int f1 = (l + 1) % RD_MEMBERS, f2 = (l + 2) % RD_MEMBERS;
+    kill(rd_pid[0][f1], SIGSTOP);
+    kill(rd_pid[0][f2], SIGSTOP);
+    a = rd_tail(l, 3000, &ms);
+    rc = a.code;
+    char detail[64];
+    snprintf(detail, sizeof detail, "%.60s", a.err.detail);
+    answer_free(&a);
+    kill(rd_pid[0][f1], SIGCONT);
+    kill(rd_pid[0][f2], SIGCONT);
+    fprintf(stderr, "  a tail to a leader that cannot confirm its leadership: %s %s after %lld ms\n",
+            kl_code_name(rc), detail, (long long)ms);
+    CHECK(rc != KL_OK, "a leader that could not confirm its leadership answered a tail OK after %lld ms",
+          (long long)ms);
+    /* Once it can confirm again, tails are answered. */
+    int64_t deadline = now_ms() + 10000;
+    do {
+        a = rd_tail(l, 3000, &ms);
+        rc = a.code;
+        answer_free(&a);
+        if (rc == KL_OK)
+            break;
+        l = rd_leader(0, 5000);
+        sleep_ms(100);
+    } while (now_ms() < deadline && l >= 0);
+    CHECK(rc == KL_OK, "no tail answered OK within 10 s after the followers resumed (last %s)", kl_code_name(rc));
+}
+
 /* ---- an administrator's grant to itself while a data partition cannot commit ---- */
 
 static rf3 rd_sc;         /* the sessions cluster of test_self_grant_with_lagging_partition */

@@ -1699,6 +1699,8 @@ int main(int argc, char **argv)
          "nothing (UNAVAILABLE catalog_lease)", test_receive_commits_after_lease},
         {"catalog lease RF3 3-of-3: a read confirmed after its partition's lease ran out is not served "
          "(UNAVAILABLE catalog_lease)", test_read_confirmed_after_lease},
+        {"catalog tail RF3 3-of-3: partition 0's leader answers a tail only after confirming it still leads "
+         "(its followers paused: no answer)", test_tail_needs_confirmed_leader},
         {"self-grant RF3 3-of-3 with sessions: an administrator's grant to itself with a data partition unable "
          "to commit answers OK within the barrier bound, through the SDK's retry, and so does its replay",
          test_self_grant_with_lagging_partition},
