@@ -53,6 +53,7 @@
 
 /* ---------------------------------------------------------------- RPC (common/rpc.h) */
 #define KL_RPC_MIN_CONTEXTS 64
+#define KL_RPC_MAX_METHODS 64 /* methods one RPC server serves (its sorted lookup table) */
 #define KL_RPC_DEFAULT_FRAME_LIMIT (4u << 20)
 /* Request contexts of a member's client port (daemon/main.c). */
 #define KL_CLIENT_RPC_CONTEXTS 128

@@ -130,6 +130,7 @@ struct kl_rpc_server {
     nng_socket sock;
     const kl_rpc_method *methods;
     size_t method_count;
+    uint8_t by_name[KL_RPC_MAX_METHODS]; /* indexes into methods, sorted by name */
     void *owner;
     size_t max_frame;
     int nslots;
@@ -390,11 +391,21 @@ static void slot_answer_err(rpc_slot *slot, uint64_t request_id, const kl_err *e
     slot_send_answer(slot, &ans);
 }
 
+/* O(log n) name comparisons over the table sorted once at start (server_sort_methods). */
 static const kl_rpc_method *server_find_method(const kl_rpc_server *srv, const char *name)
 {
-    for (size_t i = 0; i < srv->method_count; i++)
-        if (srv->methods[i].name != NULL && strcmp(srv->methods[i].name, name) == 0)
-            return &srv->methods[i];
+    size_t lo = 0, hi = srv->method_count;
+    while (lo < hi) {
+        size_t mid = lo + (hi - lo) / 2;
+        const kl_rpc_method *m = &srv->methods[srv->by_name[mid]];
+        int c = strcmp(name, m->name);
+        if (c == 0)
+            return m;
+        if (c < 0)
+            hi = mid;
+        else
+            lo = mid + 1;
+    }
     return NULL;
 }
 
@@ -582,11 +593,35 @@ static kl_code server_check_config(uv_loop_t *loop, const kl_rpc_server_config *
     if (cfg->method_count > 0 && cfg->methods == NULL)
         return kl_fail(err, KL_INVALID_ARGUMENT, "methods",
                        "rpc server: method_count is %zu but methods is NULL", cfg->method_count);
-    for (size_t i = 0; i < cfg->method_count; i++)
+    if (cfg->method_count > KL_RPC_MAX_METHODS)
+        return kl_fail(err, KL_INVALID_ARGUMENT, "methods",
+                       "rpc server: %zu methods, at most KL_RPC_MAX_METHODS (%d)", cfg->method_count,
+                       KL_RPC_MAX_METHODS);
+    for (size_t i = 0; i < cfg->method_count; i++) {
         if (cfg->methods[i].name == NULL || cfg->methods[i].handler == NULL)
             return kl_fail(err, KL_INVALID_ARGUMENT, "methods",
                            "rpc server: method %zu has no name or no handler", i);
+        for (size_t j = 0; j < i; j++)
+            if (strcmp(cfg->methods[i].name, cfg->methods[j].name) == 0)
+                return kl_fail(err, KL_INVALID_ARGUMENT, "methods",
+                               "rpc server: method \"%s\" is listed twice", cfg->methods[i].name);
+    }
     return KL_OK;
+}
+
+/* Fills srv->by_name: the methods' indexes sorted by name (an insertion sort of at most
+ * KL_RPC_MAX_METHODS entries, once per server). */
+static void server_sort_methods(kl_rpc_server *srv)
+{
+    _Static_assert(KL_RPC_MAX_METHODS <= 256, "method indexes fit a byte");
+    for (size_t i = 0; i < srv->method_count; i++) {
+        size_t j = i;
+        while (j > 0 && strcmp(srv->methods[srv->by_name[j - 1]].name, srv->methods[i].name) > 0) {
+            srv->by_name[j] = srv->by_name[j - 1];
+            j--;
+        }
+        srv->by_name[j] = (uint8_t)i;
+    }
 }
 
 kl_code kl_rpc_server_start(uv_loop_t *loop, const kl_rpc_server_config *cfg,
@@ -603,6 +638,7 @@ kl_code kl_rpc_server_start(uv_loop_t *loop, const kl_rpc_server_config *cfg,
     srv->loop = loop;
     srv->methods = cfg->methods;
     srv->method_count = cfg->method_count;
+    server_sort_methods(srv);
     srv->owner = cfg->owner;
     srv->max_frame = cfg->max_frame != 0 ? cfg->max_frame : KL_RPC_DEFAULT_FRAME_LIMIT;
     srv->nslots = cfg->contexts < KL_RPC_MIN_CONTEXTS ? KL_RPC_MIN_CONTEXTS : cfg->contexts;

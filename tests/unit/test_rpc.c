@@ -643,6 +643,18 @@ START_TEST(test_start_errors)
     ck_assert_int_eq(kl_rpc_server_start(&f.loop, &cfg, &second, &err), KL_INVALID_ARGUMENT);
     cfg.listen_url = NULL;
     ck_assert_int_eq(kl_rpc_server_start(&f.loop, &cfg, &second, &err), KL_INVALID_ARGUMENT);
+    /* The lookup table is sorted once at start: a name listed twice, or more methods than
+     * it holds, is refused before anything listens. */
+    static const kl_rpc_method twice[] = {{"test.Echo", h_echo}, {"test.Empty", h_empty}, {"test.Echo", h_empty}};
+    cfg.listen_url = "tcp://127.0.0.1:1";
+    cfg.methods = twice;
+    cfg.method_count = 3;
+    ck_assert_int_eq(kl_rpc_server_start(&f.loop, &cfg, &second, &err), KL_INVALID_ARGUMENT);
+    ck_assert_ptr_nonnull(strstr(err.message, "listed twice"));
+    cfg.methods = fx_methods;
+    cfg.method_count = KL_RPC_MAX_METHODS + 1;
+    ck_assert_int_eq(kl_rpc_server_start(&f.loop, &cfg, &second, &err), KL_INVALID_ARGUMENT);
+    ck_assert_ptr_nonnull(strstr(err.message, "KL_RPC_MAX_METHODS"));
 
     kl_rpc_server_stop(f.srv);
     ck_assert_int_eq(uv_run(&f.loop, UV_RUN_DEFAULT), 0); /* runs the close callback */
