@@ -94,7 +94,7 @@ static int encode_entry(kl_buf *out, uint64_t index, uint64_t term, int64_t time
     }
     size_t n = keyload__v1__log_entry__get_packed_size(&e);
     uint8_t head[96];
-    /* invariant: a LogEntry's head (term, index, time, incarnation) fits its buffer */
+    /* invariant I-NODE-7: a LogEntry's head (term, index, time, incarnation) fits its buffer */
     assert(n <= sizeof head);
     keyload__v1__log_entry__pack(&e, head);
     out->len = 0;
@@ -188,7 +188,7 @@ node_ws *node_ws_build(const char *principal, const uint8_t *cmd, const uint8_t 
     }
     nw->ws.n_ops = scratch->n;
     nw->ws.ops = nw->opp;
-    /* invariant: a write-set's blob holds exactly its parts, nothing past its end */
+    /* invariant I-NODE-8: a write-set's blob holds exactly its parts, nothing past its end */
     assert((size_t)(at - nw->blob) == total);
     return nw;
 }
@@ -420,7 +420,7 @@ void kl_node_flush(kl_node *n)
         proposed_keep(n);
         group_reset(n);
     }
-    /* invariant: a flush leaves no open group: proposed, or refused and undone */
+    /* invariant I-NODE-9: a flush leaves no open group: proposed, or refused and undone */
     assert(n->group.n == 0 && n->group_bytes.len == 0 && n->group_undo.n == 0);
 }
 
@@ -482,7 +482,7 @@ kl_code kl_node_apply(kl_node *n, uint64_t index, uint64_t term, const uint8_t *
     if (index == n->pinc_proposed)
         n->pinc_proposed = 0;
     answer_index(n, index, term);
-    /* invariant: the open group's slot lies after every applied index */
+    /* invariant I-NODE-10: the open group's slot lies after every applied index */
     assert(n->group.n == 0 || n->group.index > index);
     return KL_OK;
 }

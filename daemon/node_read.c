@@ -180,7 +180,7 @@ static kl_code transfer_read_decode(kl_node_read_kind kind, const uint8_t *req, 
         break;
     }
     default:
-        /* invariant: only a transfer kind reaches the transfer reads */
+        /* invariant I-NODE-12: only a transfer kind reaches the transfer reads */
         assert(!"a transfer read of another kind");
         break;
     }
@@ -228,7 +228,7 @@ static kl_code transfer_read_serve(kl_eval_ctx *ctx, kl_node_read_kind kind, Pro
         break;
     }
     default:
-        /* invariant: only a transfer kind reaches the transfer reads */
+        /* invariant I-NODE-12: only a transfer kind reaches the transfer reads */
         assert(!"a transfer read of another kind");
         rc = kl_fail(err, KL_INTERNAL, "read_kind", "not a transfer read");
         break;
@@ -402,7 +402,7 @@ kl_code kl_node_read(kl_node *n, kl_node_read_kind kind, const char *principal, 
     case KL_NODE_QUERY_READ:
         break;
     }
-    /* invariant: a Q1 read is served as the transfer read its statement maps to */
+    /* invariant I-NODE-13: a Q1 read is served as the transfer read its statement maps to */
     assert(kind != KL_NODE_QUERY_READ);
     return kl_fail(err, KL_INTERNAL, "read_kind", "not a read the node serves by kind");
 }

@@ -310,7 +310,7 @@ static kl_code group_join(kl_node *n, const char *principal, const Keyload__V1__
         n->group.term = term;
         n->group.time_ms = now;
     }
-    /* invariant: every batch of a group was evaluated for the group's slot, with its
+    /* invariant I-NODE-11: every batch of a group was evaluated for the group's slot, with its
      * write-set built */
     assert(n->group.index == index && n->group.term == term && ev->ws != NULL);
     kl_code rc = group_note_undo(n, &ev->scratch, err);

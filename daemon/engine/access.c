@@ -99,7 +99,7 @@ kl_code kl_access_create_principal(const kl_authz_subject *who, const Keyload__V
 kl_code kl_access_principal_change(const kl_authz_subject *who, const Keyload__V1__Mutation *m, kl_err *err)
 {
     (void)m;
-    /* invariant: a row's access check runs only for a subject read from the catalog */
+    /* invariant I-ENG-10: a row's access check runs only for a subject read from the catalog */
     assert(who != NULL);
     /* Checked against the target's stored record, which catalog.c reads. */
     return kl_access_tenant(who, who->principal ? who->principal->tenant : NULL, err);

@@ -13,7 +13,7 @@ void kl_buf_free(kl_buf *b)
 
 int kl_buf_append(kl_buf *b, const void *p, size_t n)
 {
-    /* invariant: a buffer's contents fit its allocation */
+    /* invariant I-ENG-11: a buffer's contents fit its allocation */
     assert(b->len <= b->cap && (b->cap == 0 || b->p != NULL));
     if (b->len + n > b->cap) {
         size_t cap = b->cap ? b->cap : 256;

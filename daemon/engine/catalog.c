@@ -127,7 +127,7 @@ static kl_code need_catalog(kl_eval_ctx *c, const char *what, kl_err *err)
 /* Applies the item here (partition 0's own records) and adds it to the batch's change. */
 static kl_code record_item(kl_eval_ctx *c, const Keyload__V1__CatalogItem *item, kl_err *err)
 {
-    /* invariant: catalog items are recorded only into partition 0's catalog batch (need_catalog) */
+    /* invariant I-ENG-9: catalog items are recorded only into partition 0's catalog batch (need_catalog) */
     assert(c->catalog != NULL);
     kl_code rc = kl_catalog_apply_item(c->view, c->partition, c->now_ms, item, err);
     if (rc != KL_OK)

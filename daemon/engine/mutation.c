@@ -293,9 +293,9 @@ static void prefix_index(kl_err *err, size_t i)
 kl_code kl_engine_eval_batch(kl_eval_ctx *c, const Keyload__V1__BatchRequest *b, kl_buf *results,
                              kl_err *err)
 {
-    /* invariant: an evaluation context carries a view, limits and a source of lease tokens */
+    /* invariant I-ENG-7: an evaluation context carries a view, limits and a source of lease tokens */
     assert(c->view != NULL && c->limits != NULL && c->random != NULL);
-    /* invariant: only partition 0 evaluates into a catalog batch */
+    /* invariant I-ENG-8: only partition 0 evaluates into a catalog batch */
     assert(c->catalog == NULL || c->partition == 0);
     for (size_t i = 0; i < b->n_mutations; i++) {
         const Keyload__V1__Mutation *m = b->mutations[i];

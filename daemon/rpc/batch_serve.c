@@ -34,7 +34,7 @@ _Static_assert(KL_PARK_MAX + KL_SERVICE_MAX_READS < 128,
 
 static void batch_unlink(kl_service *s, batch_call *bc)
 {
-    /* invariant: a batch the node has not answered is linked in s->batches */
+    /* invariant I-RPC-1: a batch the node has not answered is linked in s->batches */
     assert(bc->prev != NULL ? bc->prev->next == bc : s->batches == bc);
     if (bc->prev)
         bc->prev->next = bc->next;

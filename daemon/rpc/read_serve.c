@@ -62,7 +62,7 @@ void kl_service_start_read(kl_service *s, kl_rpc_call *call, kl_node_read_kind k
     uint64_t ctx = ++s->next_read;
     uint64_t leader = 0;
     int64_t now = kl_service_mono_ms();
-    /* invariant: every waiting read has the function that serves it */
+    /* invariant I-RPC-3: every waiting read has the function that serves it */
     assert(serve != NULL);
     /* Registered first: the barrier may confirm inside kl_repl_read_index (one member). */
     s->reads[slot].ctx = ctx;

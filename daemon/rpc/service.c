@@ -158,7 +158,7 @@ static const kl_service_method table[SERVICE_METHOD_COUNT] = {
 /* A call of method m: the session gate unless m is open, then m's path. */
 static void dispatch(kl_service *s, kl_rpc_call *call, const kl_service_method *m)
 {
-    /* invariant: a READ row is served by its kind, every other row by its handler */
+    /* invariant I-RPC-2: a READ row is served by its kind, every other row by its handler */
     assert((m->access == KL_SERVICE_READ) == (m->handler == NULL));
     if (m->gated && !kl_service_gate(s, call))
         return; /* refused and answered by the gate */
