@@ -225,7 +225,13 @@ static void tail_confirmed(kl_service *s, kl_rpc_call *call, kl_node_read_kind k
         s->tails[i].applied = applied;
         s->tails[i].signed_request = signed_request;
         memcpy(s->tails[i].req_sig, req_sig, sizeof req_sig);
-        s->tails[i].until_ms = wall_ms() + (wait_ms < KL_TAIL_WAIT_MAX_MS ? wait_ms : KL_TAIL_WAIT_MAX_MS);
+        int64_t until = wall_ms() + (wait_ms < KL_TAIL_WAIT_MAX_MS ? wait_ms : KL_TAIL_WAIT_MAX_MS);
+        /* The barrier took part of the caller's budget: the empty answer still arrives
+         * before the caller gives up on it. */
+        int64_t deadline = kl_rpc_call_deadline_ms(call);
+        if (deadline > 0 && deadline - BARRIER_MARGIN_MS < until)
+            until = deadline - BARRIER_MARGIN_MS;
+        s->tails[i].until_ms = until;
         return;
     }
     answer_tail(s, call, applied, signed_request ? req_sig : NULL); /* every slot taken: answer empty now */
