@@ -22,6 +22,9 @@ check() { local n=$1; shift; if "$@"; then ok "$n"; else bad "$n"; fi; }
 quiet() { "$@" >/dev/null 2>&1; }
 # A pid has ended when it is gone or a zombie not yet reaped by its (re)parent.
 gone() { ! kill -0 "$1" 2>/dev/null || [ "$(ps -o stat= -p "$1" 2>/dev/null | cut -c1)" = Z ]; }
+# starttime PID: the process's start time in clock ticks since boot (field 22 of its stat), or
+# nothing when there is no such process.
+starttime() { sed -n 's/^.*) [A-Za-z] \(.*\)$/\1/p' "/proc/$1/stat" 2>/dev/null | awk '{print $19}'; }
 
 cleanup() {
   local f p pids=()
@@ -208,11 +211,17 @@ c2=$(coord_pid)
 check "... a new coordinator process runs" bash -c '[ -n "$0" ] && [ "$0" != "$1" ] && kill -0 "$0"' "$c2" "$c1"
 
 # ---- down, then up again: same keys
-member_pids=$(cat "$var"/p*m*.pid 2>/dev/null)
+# A member is identified by its pid and its start time: pid_max is 32768 here, and during
+# `down` a freed pid can go to one of the many short-lived processes around it.
+member_ids=$(for f in "$var"/p*m*.pid; do p=$(cat "$f" 2>/dev/null) && echo "$p:$(starttime "$p")"; done)
 down_out=$(kc down 2>&1); down_rc=$?
 check "down" [ $down_rc -eq 0 ]
 still=0
-for p in $member_pids; do gone "$p" || { still=1; echo "# pid $p still runs: $(ps -o pid=,stat=,wchan=,args= -p "$p")"; }; done
+for id in $member_ids; do
+  p=${id%%:*}
+  { gone "$p" || [ "$(starttime "$p")" != "${id#*:}" ]; } ||
+    { still=1; echo "# pid $p still runs: $(ps -o pid=,stat=,wchan=,args= -p "$p")"; }
+done
 [ $still -eq 0 ] || printf '# down printed:\n%s\n' "$down_out"
 check "down stopped every member" [ $still -eq 0 ]
 check "down stopped the coordinator (pid $c2 gone)" gone "$c2"
