@@ -2,7 +2,7 @@
 #   $(MAKE) -f tests/fuzz/fuzz.mk
 # Everything is built with clang into build/fuzz/, apart from the gcc objects in build/obj.
 #   build/fuzz/fuzz_envelope  libFuzzer + ASan + UBSan, project code instrumented for coverage
-#   build/fuzz/fuzz_batch     same, plus daemon/node.c: the write path over a real RocksDB
+#   build/fuzz/fuzz_batch     same, plus daemon/node*.c: the write path over a real RocksDB
 #   build/fuzz/fuzz_q1        same, over Q1 statements (common/q1.c, common/q1_plan.c); its
 #                             seeds are checked in (tests/fuzz/corpus-q1/)
 #   build/fuzz/seedgen        writes the two binary seed corpora (tests/fuzz/run.sh runs it)
@@ -21,7 +21,7 @@ FUZZ_GEN_H  := $(FUZZ_GEN_C:.c=.h)
 FUZZ_PROJ   := $(FUZZ_GEN_C) $(filter-out common/rpc.c,$(wildcard common/*.c)) \
                $(wildcard daemon/engine/*.c) $(wildcard daemon/store/*.c)
 FUZZ_OBJ    := $(patsubst %.c,$(FUZZ_DIR)/obj/%.o,$(FUZZ_PROJ) tests/fuzz/fuzz_envelope.c)
-FUZZ_BATCH_OBJ := $(patsubst %.c,$(FUZZ_DIR)/obj/%.o,$(FUZZ_PROJ) daemon/node.c daemon/entry_clock.c daemon/park.c tests/fuzz/fuzz_batch.c)
+FUZZ_BATCH_OBJ := $(patsubst %.c,$(FUZZ_DIR)/obj/%.o,$(FUZZ_PROJ) $(wildcard daemon/node*.c) daemon/entry_clock.c daemon/park.c tests/fuzz/fuzz_batch.c)
 FUZZ_Q1_OBJ := $(patsubst %.c,$(FUZZ_DIR)/obj/%.o,$(FUZZ_PROJ) tests/fuzz/fuzz_q1.c)
 
 .PHONY: fuzz-all
