@@ -30,6 +30,7 @@
 #include "common/rpc.h"
 #include "daemon/keygen.h"
 #include "daemon/node.h"
+#include "daemon/notify.h"
 #include "daemon/repl/driver.h"
 #include "daemon/rpc/serve.h"
 #include "daemon/rpc/sessions.h"
@@ -297,12 +298,23 @@ static void begin_stop(daemon_state *d)
     uv_close((uv_handle_t *)&d->sigint, NULL);
 }
 
+/* Tells a service manager (systemd Type=notify) about the member; a failure is logged and
+ * otherwise ignored, because serving matters more than the manager's view of it. */
+static void notify_manager(const char *state)
+{
+    kl_err err;
+    kl_err_clear(&err);
+    if (kl_notify(state, &err) != KL_OK)
+        KL_WARN("notify failed", "detail=%s error=\"%s\"", err.detail, err.message);
+}
+
 static void on_signal(uv_signal_t *h, int signum)
 {
     daemon_state *d = h->data;
     if (d->stopping)
         return;
     KL_INFO("stopping", "signal=%d", signum);
+    notify_manager("STOPPING=1");
     begin_stop(d);
 }
 
@@ -589,6 +601,9 @@ static int serve(daemon_state *d, const kl_cluster *cluster, int partition, cons
     KL_INFO("ready", "node=%s partition=%d members=%d replica_count=%d listen=%s data=%s applied_index=%llu",
             node_name, partition, part->member_count, cluster->replica_count, me->client_url, data_dir,
             (unsigned long long)kl_store_applied_index(d->store));
+    /* Started, not yet caught up: a rolling restart waits for catch-up separately
+     * (`keyload cluster-status --wait-ready NODE`), since only the leader can judge it. */
+    notify_manager("READY=1\nSTATUS=started; replicating");
     uv_run(d->loop, UV_RUN_DEFAULT);
     kl_store_close(d->store);
     uv_loop_close(d->loop);
