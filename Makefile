@@ -37,8 +37,13 @@ BINS := bin/keyloadd bin/keyload bin/keyload-coordinator bin/keyload-mcp bin/key
 EXAMPLE_SRC := $(wildcard client/examples/*.c)
 EXAMPLES    := $(patsubst client/examples/%.c,bin/examples/%,$(EXAMPLE_SRC))
 
-.PHONY: all deps test golden-test unit-test process-test mcp-test examples-test fuzz fuzz-run bench peers run clean nemesis nemesis-test
+.PHONY: all install deps test golden-test unit-test process-test mcp-test examples-test fuzz fuzz-run bench peers run clean nemesis nemesis-test
 all: $(BINS) lib/libkeyload.a $(EXAMPLES)
+
+# make install [PREFIX=/usr/local] [DESTDIR=] [SYSCONFDIR=/etc/keyload] [STATEDIR=/var/lib/keyload]
+# [UNITDIR=PREFIX/lib/systemd/system]: programs, systemd units, sysusers entry, man pages.
+install: $(BINS)
+	PREFIX="$(PREFIX)" DESTDIR="$(DESTDIR)" SYSCONFDIR="$(SYSCONFDIR)" STATEDIR="$(STATEDIR)" UNITDIR="$(UNITDIR)" bash deploy/install.sh
 
 # client/keyload.h includes the generated protobuf-c headers: keep them after a build (not
 # intermediates to delete), so that programs outside this Makefile compile against the SDK.

@@ -58,6 +58,8 @@ static const char HELP[] =
     "                  [WITH COMMAND_ID 'guid'] (README \"Q1 statements\"); prints its rows;\n"
     "                  statements holding tokens belong in @FILE or - (stdin)\n"
     "  cluster-status [--json]   every member's role, term and indexes, per partition\n"
+    "  cluster-status --wait-ready NODE [--wait-ms MS]\n"
+    "                  wait until NODE follows its leader and caught up (rolling restarts)\n"
     "\n"
     "Every command that changes something takes --command-id GUID (default: a fresh random\n"
     "id) and prints it with its receipt. Replaying the same command id with the same\n"

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Process tests: real keyloadd processes on loopback (build/proc-test), then the CLI
 # end to end (tests/cluster/cli.sh), then the launcher on an RF3 cluster
-# (tests/cluster/deploy.sh). Work directories live under var/ and are removed.
+# (tests/cluster/deploy.sh), then `make install` and the systemd units' start lines
+# (tests/cluster/install.sh). Work directories live under var/ and /tmp and are removed.
 set -u
 cd "$(dirname "$0")/../.."
 work=$(mktemp -d "$PWD/var/proctest.XXXXXX" 2>/dev/null || { mkdir -p var && mktemp -d "$PWD/var/proctest.XXXXXX"; })
@@ -15,4 +16,5 @@ if [ -f tests/cluster/cli.sh ]; then
   bash tests/cluster/cli.sh || rc=1
 fi
 bash tests/cluster/deploy.sh || rc=1   # the launcher on RF3: keys, status, kill, down
+bash tests/cluster/install.sh || rc=1  # make install, systemd units, --wait-ready
 exit $rc
