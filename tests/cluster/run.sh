@@ -2,7 +2,8 @@
 # Process tests: real keyloadd processes on loopback (build/proc-test), then the CLI
 # end to end (tests/cluster/cli.sh), then the launcher on an RF3 cluster
 # (tests/cluster/deploy.sh), then `make install` and the systemd units' start lines
-# (tests/cluster/install.sh). Work directories live under var/ and /tmp and are removed.
+# (tests/cluster/install.sh), and three hosts in network namespaces started from the
+# installed units (tests/cluster/hosts.sh). Work directories live under var/ and /tmp and are removed.
 set -u
 cd "$(dirname "$0")/../.."
 work=$(mktemp -d "$PWD/var/proctest.XXXXXX" 2>/dev/null || { mkdir -p var && mktemp -d "$PWD/var/proctest.XXXXXX"; })
@@ -17,4 +18,5 @@ if [ -f tests/cluster/cli.sh ]; then
 fi
 bash tests/cluster/deploy.sh || rc=1   # the launcher on RF3: keys, status, kill, down
 bash tests/cluster/install.sh || rc=1  # make install, systemd units, --wait-ready
+bash tests/cluster/hosts.sh || rc=1    # three hosts in network namespaces, from the units
 exit $rc
