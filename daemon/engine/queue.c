@@ -905,15 +905,23 @@ const kl_mutation_kind kl_queue_kind_receive = {
 
 /* ---- Ack ---- */
 
-static kl_code validate_ack(size_t idx, const Keyload__V1__Mutation *m, kl_err *err)
+/* Ack and Release carry the same fields: the queue (no lane) and its lease tokens. what
+ * is the kind's field name ("ack", "release"), which the messages name. */
+static kl_code validate_settle(size_t idx, const char *what, const Keyload__V1__QueueLaneRef *queue, size_t ntok,
+                               const ProtobufCBinaryData *toks, kl_err *err)
 {
     char where[96];
     kl_code rc;
-    snprintf(where, sizeof where, "mutations[%zu].ack.queue", idx);
-    if ((rc = kl_validate_ref(where, m->ack->queue, false, err)) != KL_OK)
+    snprintf(where, sizeof where, "mutations[%zu].%s.queue", idx, what);
+    if ((rc = kl_validate_ref(where, queue, false, err)) != KL_OK)
         return rc;
-    snprintf(where, sizeof where, "mutations[%zu].ack", idx);
-    return kl_validate_tokens(where, m->ack->n_lease_tokens, m->ack->lease_tokens, err);
+    snprintf(where, sizeof where, "mutations[%zu].%s", idx, what);
+    return kl_validate_tokens(where, ntok, toks, err);
+}
+
+static kl_code validate_ack(size_t idx, const Keyload__V1__Mutation *m, kl_err *err)
+{
+    return validate_settle(idx, "ack", m->ack->queue, m->ack->n_lease_tokens, m->ack->lease_tokens, err);
 }
 
 static kl_code access_ack(const kl_authz_subject *who, const Keyload__V1__Mutation *m, kl_err *err)
@@ -940,13 +948,8 @@ const kl_mutation_kind kl_queue_kind_ack = {
 
 static kl_code validate_release(size_t idx, const Keyload__V1__Mutation *m, kl_err *err)
 {
-    char where[96];
-    kl_code rc;
-    snprintf(where, sizeof where, "mutations[%zu].release.queue", idx);
-    if ((rc = kl_validate_ref(where, m->release->queue, false, err)) != KL_OK)
-        return rc;
-    snprintf(where, sizeof where, "mutations[%zu].release", idx);
-    return kl_validate_tokens(where, m->release->n_lease_tokens, m->release->lease_tokens, err);
+    return validate_settle(idx, "release", m->release->queue, m->release->n_lease_tokens,
+                           m->release->lease_tokens, err);
 }
 
 static kl_code access_release(const kl_authz_subject *who, const Keyload__V1__Mutation *m, kl_err *err)
