@@ -1,7 +1,9 @@
 /* access: which authorization check each batch mutation and read needs (ARCHITECTURE.md "Engine"), on
- * top of the one evaluator in authz.h. Pure: the caller passes the subject read from its
- * own applied catalog (never what a request claims), or NULL for the trusted built-in
- * local administrator of "insecure_local_admin" clusters (common/cluster.h).
+ * top of the one evaluator in authz.h. The helpers here serve the reads and the kinds'
+ * access functions, which live with each kind in the module that evaluates it
+ * (daemon/engine/kind.h). Pure: the caller passes the subject read from its own applied
+ * catalog (never what a request claims), or NULL for the trusted built-in local
+ * administrator of "insecure_local_admin" clusters (common/cluster.h).
  *
  *   Enqueue                     QueuePublish on the lane's queue, with the message's field
  *                               and header keys
@@ -33,27 +35,14 @@
 #include "daemon/engine/authz.h"
 #include "keyload/v1/queue.pb-c.h"
 
-/* The check of one mutation kind before it is evaluated: the access column of its row in
- * daemon/engine/mutation.c (kl_mutation_access). who is never NULL here: the trusted local
- * administrator passes before the row is consulted. m->kind_case is the function's kind.
- * principal_change serves GrantPermission, RevokePermission and SetPrincipalKey;
- * advance_queue_transfer both Advance kinds. */
-kl_code kl_access_enqueue(const kl_authz_subject *who, const Keyload__V1__Mutation *m, kl_err *err);
-kl_code kl_access_receive(const kl_authz_subject *who, const Keyload__V1__Mutation *m, kl_err *err);
-kl_code kl_access_ack(const kl_authz_subject *who, const Keyload__V1__Mutation *m, kl_err *err);
-kl_code kl_access_release(const kl_authz_subject *who, const Keyload__V1__Mutation *m, kl_err *err);
-kl_code kl_access_create_queue(const kl_authz_subject *who, const Keyload__V1__Mutation *m, kl_err *err);
-kl_code kl_access_delete_queue(const kl_authz_subject *who, const Keyload__V1__Mutation *m, kl_err *err);
-kl_code kl_access_set_database_limits(const kl_authz_subject *who, const Keyload__V1__Mutation *m, kl_err *err);
-kl_code kl_access_create_database(const kl_authz_subject *who, const Keyload__V1__Mutation *m, kl_err *err);
-kl_code kl_access_create_principal(const kl_authz_subject *who, const Keyload__V1__Mutation *m, kl_err *err);
-kl_code kl_access_principal_change(const kl_authz_subject *who, const Keyload__V1__Mutation *m, kl_err *err);
-kl_code kl_access_bootstrap(const kl_authz_subject *who, const Keyload__V1__Mutation *m, kl_err *err);
-kl_code kl_access_create_queue_transfer(const kl_authz_subject *who, const Keyload__V1__Mutation *m, kl_err *err);
-kl_code kl_access_accept_queue_transfer(const kl_authz_subject *who, const Keyload__V1__Mutation *m, kl_err *err);
-kl_code kl_access_complete_queue_transfer(const kl_authz_subject *who, const Keyload__V1__Mutation *m, kl_err *err);
-kl_code kl_access_advance_queue_transfer(const kl_authz_subject *who, const Keyload__V1__Mutation *m, kl_err *err);
-kl_code kl_access_set_queue_transfers_paused(const kl_authz_subject *who, const Keyload__V1__Mutation *m, kl_err *err);
+/* perm on q's queue, with msg's field and header keys when msg is set; INVALID_ARGUMENT
+ * "queue" when q is NULL. who is not NULL. */
+kl_code kl_access_queue(const kl_authz_subject *who, const Keyload__V1__QueueLaneRef *q,
+                        Keyload__V1__Permission perm, const Keyload__V1__EnqueueMessage *msg,
+                        kl_err *err);
+/* A cluster administrator of tenant (CreateDatabase), its role on the stored record and not
+ * switched off for the request. who is not NULL. */
+kl_code kl_access_cluster_admin(const kl_authz_subject *who, const char *tenant, kl_err *err);
 
 /* A message Receive is about to hand out: every field and header key must be readable
  * under who's QueueConsume grants on q's queue. KL_OK when who is NULL. */

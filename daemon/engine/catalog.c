@@ -4,12 +4,16 @@
 
 #include "common/canon.h"
 #include "common/keys.h"
+#include "daemon/engine/access.h"
 #include "daemon/engine/authz.h"
+#include "daemon/engine/kind.h"
+#include "daemon/engine/validate.h"
 #include "daemon/store/keys.h"
 
 #include <sodium.h>
 
 #include <assert.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -841,3 +845,331 @@ kl_code kl_catalog_finish(kl_eval_ctx *c, kl_err *err)
         return rc;
     return bump_counters(c->view, c->catalog->version, err);
 }
+
+/* ==== the rows of the catalog kinds (daemon/engine/kind.h) ====
+ * Each kind's shape checks, authorization, evaluation and database ref, and the
+ * descriptor daemon/engine/mutation.c indexes by kind number. */
+
+/* The changes_catalog column of the kinds that always change it. */
+static bool catalog_always(const Keyload__V1__Mutation *m)
+{
+    (void)m;
+    return true;
+}
+
+/* ---- CreateQueue ---- */
+
+static kl_code validate_create_queue(size_t idx, const Keyload__V1__Mutation *m, kl_err *err)
+{
+    char where[96];
+    kl_code rc;
+    snprintf(where, sizeof where, "mutations[%zu].create_queue.queue", idx);
+    if ((rc = kl_validate_ref(where, m->create_queue->queue, false, err)) != KL_OK)
+        return rc;
+    if (m->create_queue->partition < -1)
+        return kl_fail(err, KL_INVALID_ARGUMENT, "partition",
+                       "mutations[%zu].create_queue.partition must be -1 (choose) or a partition id",
+                       idx);
+    if (m->create_queue->limits && m->create_queue->limits->dead_letter_queue[0] != '\0') {
+        snprintf(where, sizeof where, "mutations[%zu].create_queue.limits.dead_letter_queue", idx);
+        return kl_name_check(where, m->create_queue->limits->dead_letter_queue, err);
+    }
+    return KL_OK;
+}
+
+static kl_code access_create_queue(const kl_authz_subject *who, const Keyload__V1__Mutation *m, kl_err *err)
+{
+    if (m->create_queue->queue == NULL)
+        return kl_fail(err, KL_INVALID_ARGUMENT, "queue", "the mutation names no queue");
+    return kl_authz_require_admin(who, m->create_queue->queue->tenant,
+                                  m->create_queue->queue->database, err);
+}
+
+static kl_code eval_create_queue(kl_eval_ctx *c, const Keyload__V1__Mutation *m, kl_buf *out, kl_err *err)
+{
+    return kl_catalog_eval_create_queue(c, m->create_queue, out, err);
+}
+
+static const Keyload__V1__QueueLaneRef *ref_create_queue(const Keyload__V1__Mutation *m) { return m->create_queue->queue; }
+
+const kl_mutation_kind kl_catalog_kind_create_queue = {
+    .validate = validate_create_queue,
+    .access = access_create_queue,
+    .canon = kl_canon_create_queue,
+    .eval = eval_create_queue,
+    .ref = ref_create_queue,
+    .changes_catalog = catalog_always,
+};
+
+/* ---- DeleteQueue ---- */
+
+static kl_code validate_delete_queue(size_t idx, const Keyload__V1__Mutation *m, kl_err *err)
+{
+    char where[96];
+    snprintf(where, sizeof where, "mutations[%zu].delete_queue.queue", idx);
+    return kl_validate_ref(where, m->delete_queue->queue, false, err);
+}
+
+static kl_code access_delete_queue(const kl_authz_subject *who, const Keyload__V1__Mutation *m, kl_err *err)
+{
+    if (m->delete_queue->queue == NULL)
+        return kl_fail(err, KL_INVALID_ARGUMENT, "queue", "the mutation names no queue");
+    return kl_authz_require_admin(who, m->delete_queue->queue->tenant,
+                                  m->delete_queue->queue->database, err);
+}
+
+static kl_code eval_delete_queue(kl_eval_ctx *c, const Keyload__V1__Mutation *m, kl_buf *out, kl_err *err)
+{
+    return kl_catalog_eval_delete_queue(c, m->delete_queue, out, err);
+}
+
+static const Keyload__V1__QueueLaneRef *ref_delete_queue(const Keyload__V1__Mutation *m) { return m->delete_queue->queue; }
+
+const kl_mutation_kind kl_catalog_kind_delete_queue = {
+    .validate = validate_delete_queue,
+    .access = access_delete_queue,
+    .canon = kl_canon_delete_queue,
+    .eval = eval_delete_queue,
+    .ref = ref_delete_queue,
+};
+
+/* ---- CreateDatabase ---- */
+
+static kl_code validate_create_database(size_t idx, const Keyload__V1__Mutation *m, kl_err *err)
+{
+    char where[96];
+    kl_code rc;
+    snprintf(where, sizeof where, "mutations[%zu].create_database.tenant", idx);
+    if ((rc = kl_name_check(where, m->create_database->tenant, err)) != KL_OK)
+        return rc;
+    snprintf(where, sizeof where, "mutations[%zu].create_database.database", idx);
+    return kl_name_check(where, m->create_database->database, err);
+}
+
+static kl_code access_create_database(const kl_authz_subject *who, const Keyload__V1__Mutation *m, kl_err *err)
+{
+    return kl_access_cluster_admin(who, m->create_database->tenant, err);
+}
+
+static kl_code eval_create_database(kl_eval_ctx *c, const Keyload__V1__Mutation *m, kl_buf *out, kl_err *err)
+{
+    return kl_catalog_eval_create_database(c, m->create_database, out, err);
+}
+
+const kl_mutation_kind kl_catalog_kind_create_database = {
+    .validate = validate_create_database,
+    .access = access_create_database,
+    .canon = kl_canon_create_database,
+    .eval = eval_create_database,
+    .changes_catalog = catalog_always,
+};
+
+/* ---- Bootstrap ---- */
+
+static kl_code validate_bootstrap(size_t idx, const Keyload__V1__Mutation *m, kl_err *err)
+{
+    char where[96];
+    kl_code rc;
+    const Keyload__V1__Bootstrap *b = m->bootstrap;
+    snprintf(where, sizeof where, "mutations[%zu].bootstrap.tenant", idx);
+    if ((rc = kl_name_check(where, b->tenant, err)) != KL_OK)
+        return rc;
+    snprintf(where, sizeof where, "mutations[%zu].bootstrap.database", idx);
+    if ((rc = kl_name_check(where, b->database, err)) != KL_OK)
+        return rc;
+    snprintf(where, sizeof where, "mutations[%zu].bootstrap.admin_id", idx);
+    if ((rc = kl_name_check(where, b->admin_id, err)) != KL_OK)
+        return rc;
+    if (b->admin_public_key.len != 32)
+        return kl_fail(err, KL_INVALID_ARGUMENT, "admin_public_key",
+                       "mutations[%zu].bootstrap.admin_public_key must be a 32-byte Ed25519 key", idx);
+    if (b->proof.len != 32)
+        return kl_fail(err, KL_INVALID_ARGUMENT, "proof", "mutations[%zu].bootstrap.proof must be 32 bytes",
+                       idx);
+    return KL_OK;
+}
+
+static kl_code access_bootstrap(const kl_authz_subject *who, const Keyload__V1__Mutation *m, kl_err *err)
+{
+    (void)m;
+    (void)who;
+    (void)err;
+    return KL_OK;
+}
+
+static kl_code eval_bootstrap(kl_eval_ctx *c, const Keyload__V1__Mutation *m, kl_buf *out, kl_err *err)
+{
+    return kl_catalog_eval_bootstrap(c, m->bootstrap, out, err);
+}
+
+const kl_mutation_kind kl_catalog_kind_bootstrap = {
+    .validate = validate_bootstrap,
+    .access = access_bootstrap,
+    .canon = kl_canon_bootstrap,
+    .eval = eval_bootstrap,
+    .changes_catalog = catalog_always,
+};
+
+/* ---- CreatePrincipal ---- */
+
+static kl_code validate_create_principal(size_t idx, const Keyload__V1__Mutation *m, kl_err *err)
+{
+    char where[96];
+    kl_code rc;
+    const Keyload__V1__CreatePrincipal *p = m->create_principal;
+    snprintf(where, sizeof where, "mutations[%zu].create_principal.tenant", idx);
+    if ((rc = kl_name_check(where, p->tenant, err)) != KL_OK)
+        return rc;
+    snprintf(where, sizeof where, "mutations[%zu].create_principal.principal_id", idx);
+    if ((rc = kl_name_check(where, p->principal_id, err)) != KL_OK)
+        return rc;
+    if (p->public_key.len != 32)
+        return kl_fail(err, KL_INVALID_ARGUMENT, "public_key",
+                       "mutations[%zu].create_principal.public_key must be a 32-byte Ed25519 key", idx);
+    return KL_OK; /* roles: kl_authz_set_roles checks their shape */
+}
+
+static kl_code access_create_principal(const kl_authz_subject *who, const Keyload__V1__Mutation *m, kl_err *err)
+{
+    const Keyload__V1__CreatePrincipal *cp = m->create_principal;
+    Keyload__V1__CatalogPrincipal target = KEYLOAD__V1__CATALOG_PRINCIPAL__INIT;
+    target.tenant = cp->tenant;
+    kl_authz_roles to = {.cluster_admin = cp->cluster_admin, .database_admin = cp->database_admin,
+                         .database = cp->database};
+    return kl_authz_can_set_roles(who, &target, &to, err);
+}
+
+static kl_code eval_create_principal(kl_eval_ctx *c, const Keyload__V1__Mutation *m, kl_buf *out, kl_err *err)
+{
+    return kl_catalog_eval_create_principal(c, m->create_principal, out, err);
+}
+
+const kl_mutation_kind kl_catalog_kind_create_principal = {
+    .validate = validate_create_principal,
+    .access = access_create_principal,
+    .canon = kl_canon_create_principal,
+    .eval = eval_create_principal,
+    .changes_catalog = catalog_always,
+};
+
+/* ---- GrantPermission ---- */
+
+static kl_code validate_grant_permission(size_t idx, const Keyload__V1__Mutation *m, kl_err *err)
+{
+    char where[96];
+    kl_code rc;
+    snprintf(where, sizeof where, "mutations[%zu].grant_permission.principal_id", idx);
+    if ((rc = kl_name_check(where, m->grant_permission->principal_id, err)) != KL_OK)
+        return rc;
+    if (m->grant_permission->grant == NULL)
+        return kl_fail(err, KL_INVALID_ARGUMENT, "grant", "mutations[%zu].grant_permission.grant is missing", idx);
+    return kl_authz_validate_grant(m->grant_permission->grant, err);
+}
+
+static kl_code access_principal_change(const kl_authz_subject *who, const Keyload__V1__Mutation *m, kl_err *err)
+{
+    (void)m;
+    /* invariant I-ENG-10: a row's access check runs only for a subject read from the catalog */
+    assert(who != NULL);
+    /* Checked against the target's stored record, which catalog.c reads. */
+    return kl_access_tenant(who, who->principal ? who->principal->tenant : NULL, err);
+}
+
+static kl_code eval_grant_permission(kl_eval_ctx *c, const Keyload__V1__Mutation *m, kl_buf *out, kl_err *err)
+{
+    return kl_catalog_eval_grant(c, m->grant_permission, out, err);
+}
+
+const kl_mutation_kind kl_catalog_kind_grant_permission = {
+    .validate = validate_grant_permission,
+    .access = access_principal_change,
+    .canon = kl_canon_grant_permission,
+    .eval = eval_grant_permission,
+    .changes_catalog = catalog_always,
+};
+
+/* ---- RevokePermission ---- */
+
+static kl_code validate_revoke_permission(size_t idx, const Keyload__V1__Mutation *m, kl_err *err)
+{
+    char where[96];
+    kl_code rc;
+    snprintf(where, sizeof where, "mutations[%zu].revoke_permission.principal_id", idx);
+    if ((rc = kl_name_check(where, m->revoke_permission->principal_id, err)) != KL_OK)
+        return rc;
+    snprintf(where, sizeof where, "mutations[%zu].revoke_permission.database", idx);
+    return kl_name_check(where, m->revoke_permission->database, err);
+}
+
+static kl_code eval_revoke_permission(kl_eval_ctx *c, const Keyload__V1__Mutation *m, kl_buf *out, kl_err *err)
+{
+    return kl_catalog_eval_revoke(c, m->revoke_permission, out, err);
+}
+
+const kl_mutation_kind kl_catalog_kind_revoke_permission = {
+    .validate = validate_revoke_permission,
+    .access = access_principal_change,
+    .canon = kl_canon_revoke_permission,
+    .eval = eval_revoke_permission,
+    .changes_catalog = catalog_always,
+};
+
+/* ---- SetPrincipalKey ---- */
+
+static kl_code validate_set_principal_key(size_t idx, const Keyload__V1__Mutation *m, kl_err *err)
+{
+    char where[96];
+    kl_code rc;
+    snprintf(where, sizeof where, "mutations[%zu].set_principal_key.principal_id", idx);
+    if ((rc = kl_name_check(where, m->set_principal_key->principal_id, err)) != KL_OK)
+        return rc;
+    if (m->set_principal_key->public_key.len != 32)
+        return kl_fail(err, KL_INVALID_ARGUMENT, "public_key",
+                       "mutations[%zu].set_principal_key.public_key must be a 32-byte Ed25519 key", idx);
+    return KL_OK;
+}
+
+static kl_code eval_set_principal_key(kl_eval_ctx *c, const Keyload__V1__Mutation *m, kl_buf *out, kl_err *err)
+{
+    return kl_catalog_eval_set_principal_key(c, m->set_principal_key, out, err);
+}
+
+const kl_mutation_kind kl_catalog_kind_set_principal_key = {
+    .validate = validate_set_principal_key,
+    .access = access_principal_change,
+    .canon = kl_canon_set_principal_key,
+    .eval = eval_set_principal_key,
+    .changes_catalog = catalog_always,
+};
+
+/* ---- SetDatabaseLimits ---- */
+
+static kl_code validate_set_database_limits(size_t idx, const Keyload__V1__Mutation *m, kl_err *err)
+{
+    char where[96];
+    kl_code rc;
+    snprintf(where, sizeof where, "mutations[%zu].set_database_limits.tenant", idx);
+    if ((rc = kl_name_check(where, m->set_database_limits->tenant, err)) != KL_OK)
+        return rc;
+    snprintf(where, sizeof where, "mutations[%zu].set_database_limits.database", idx);
+    return kl_name_check(where, m->set_database_limits->database, err);
+}
+
+static kl_code access_set_database_limits(const kl_authz_subject *who, const Keyload__V1__Mutation *m, kl_err *err)
+{
+    return kl_authz_require_admin(who, m->set_database_limits->tenant,
+                                  m->set_database_limits->database, err);
+}
+
+static kl_code eval_set_database_limits(kl_eval_ctx *c, const Keyload__V1__Mutation *m, kl_buf *out, kl_err *err)
+{
+    return kl_catalog_eval_set_database_limits(c, m->set_database_limits, out, err);
+}
+
+const kl_mutation_kind kl_catalog_kind_set_database_limits = {
+    .validate = validate_set_database_limits,
+    .access = access_set_database_limits,
+    .canon = kl_canon_set_database_limits,
+    .eval = eval_set_database_limits,
+    .changes_catalog = catalog_always,
+};

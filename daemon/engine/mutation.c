@@ -3,205 +3,44 @@
 
 #include "common/guid.h"
 #include "common/proto_check.h"
-#include "daemon/engine/access.h"
 #include "daemon/engine/catalog.h"
-#include "daemon/engine/queue.h"
-#include "daemon/engine/transfer.h"
-#include "daemon/engine/validate.h"
 
 #include <assert.h>
 #include <stdio.h>
 #include <string.h>
 
-/* ---- evaluate column: each kind's submessage handed to its module ---- */
+/* ---- the table: each kind's descriptor, exported by the module that evaluates it ---- */
 
-static kl_code eval_create_queue(kl_eval_ctx *c, const Keyload__V1__Mutation *m, kl_buf *out, kl_err *err)
-{
-    return kl_catalog_eval_create_queue(c, m->create_queue, out, err);
-}
-
-static kl_code eval_delete_queue(kl_eval_ctx *c, const Keyload__V1__Mutation *m, kl_buf *out, kl_err *err)
-{
-    return kl_catalog_eval_delete_queue(c, m->delete_queue, out, err);
-}
-
-static kl_code eval_enqueue(kl_eval_ctx *c, const Keyload__V1__Mutation *m, kl_buf *out, kl_err *err)
-{
-    return kl_queue_eval_enqueue(c, m->enqueue, out, err);
-}
-
-static kl_code eval_receive(kl_eval_ctx *c, const Keyload__V1__Mutation *m, kl_buf *out, kl_err *err)
-{
-    return kl_queue_eval_receive(c, m->receive, out, err);
-}
-
-static kl_code eval_ack(kl_eval_ctx *c, const Keyload__V1__Mutation *m, kl_buf *out, kl_err *err)
-{
-    return kl_queue_eval_ack_release(c, m->ack->queue, m->ack->n_lease_tokens, m->ack->lease_tokens, true, out, err);
-}
-
-static kl_code eval_release(kl_eval_ctx *c, const Keyload__V1__Mutation *m, kl_buf *out, kl_err *err)
-{
-    return kl_queue_eval_ack_release(c, m->release->queue, m->release->n_lease_tokens,
-                                     m->release->lease_tokens, false, out, err);
-}
-
-static kl_code eval_create_database(kl_eval_ctx *c, const Keyload__V1__Mutation *m, kl_buf *out, kl_err *err)
-{
-    return kl_catalog_eval_create_database(c, m->create_database, out, err);
-}
-
-static kl_code eval_bootstrap(kl_eval_ctx *c, const Keyload__V1__Mutation *m, kl_buf *out, kl_err *err)
-{
-    return kl_catalog_eval_bootstrap(c, m->bootstrap, out, err);
-}
-
-static kl_code eval_create_principal(kl_eval_ctx *c, const Keyload__V1__Mutation *m, kl_buf *out, kl_err *err)
-{
-    return kl_catalog_eval_create_principal(c, m->create_principal, out, err);
-}
-
-static kl_code eval_grant_permission(kl_eval_ctx *c, const Keyload__V1__Mutation *m, kl_buf *out, kl_err *err)
-{
-    return kl_catalog_eval_grant(c, m->grant_permission, out, err);
-}
-
-static kl_code eval_revoke_permission(kl_eval_ctx *c, const Keyload__V1__Mutation *m, kl_buf *out, kl_err *err)
-{
-    return kl_catalog_eval_revoke(c, m->revoke_permission, out, err);
-}
-
-static kl_code eval_set_principal_key(kl_eval_ctx *c, const Keyload__V1__Mutation *m, kl_buf *out, kl_err *err)
-{
-    return kl_catalog_eval_set_principal_key(c, m->set_principal_key, out, err);
-}
-
-static kl_code eval_set_database_limits(kl_eval_ctx *c, const Keyload__V1__Mutation *m, kl_buf *out, kl_err *err)
-{
-    return kl_catalog_eval_set_database_limits(c, m->set_database_limits, out, err);
-}
-
-static kl_code eval_create_queue_transfer(kl_eval_ctx *c, const Keyload__V1__Mutation *m, kl_buf *out, kl_err *err)
-{
-    return kl_transfer_eval_create(c, m->create_queue_transfer, out, err);
-}
-
-static kl_code eval_accept_queue_transfer(kl_eval_ctx *c, const Keyload__V1__Mutation *m, kl_buf *out, kl_err *err)
-{
-    return kl_transfer_eval_accept(c, m->accept_queue_transfer, out, err);
-}
-
-static kl_code eval_complete_queue_transfer(kl_eval_ctx *c, const Keyload__V1__Mutation *m, kl_buf *out, kl_err *err)
-{
-    return kl_transfer_eval_complete(c, m->complete_queue_transfer, out, err);
-}
-
-static kl_code eval_set_queue_transfers_paused(kl_eval_ctx *c, const Keyload__V1__Mutation *m, kl_buf *out,
-                                               kl_err *err)
-{
-    /* Without a source queue it is the database's switch, kept in the catalog. */
-    return m->set_queue_transfers_paused->source_queue == NULL
-               ? kl_catalog_eval_set_transfers_paused(c, m->set_queue_transfers_paused, out, err)
-               : kl_transfer_eval_pause_lane(c, m->set_queue_transfers_paused, out, err);
-}
-
-static kl_code eval_advance_queue_transfer_attempt(kl_eval_ctx *c, const Keyload__V1__Mutation *m, kl_buf *out,
-                                                   kl_err *err)
-{
-    const Keyload__V1__AdvanceQueueTransferAttempt *a = m->advance_queue_transfer_attempt;
-    return kl_transfer_eval_advance(c, a->source_queue, &a->transfer_id, &a->witness_token, false, out, err);
-}
-
-static kl_code eval_advance_queue_transfer_repair(kl_eval_ctx *c, const Keyload__V1__Mutation *m, kl_buf *out,
-                                                  kl_err *err)
-{
-    const Keyload__V1__AdvanceQueueTransferRepair *a = m->advance_queue_transfer_repair;
-    return kl_transfer_eval_advance(c, a->source_queue, &a->transfer_id, &a->witness_token, true, out, err);
-}
-
-/* ---- ref column: the queue ref that names the batch's database ---- */
-
-static const Keyload__V1__QueueLaneRef *ref_create_queue(const Keyload__V1__Mutation *m) { return m->create_queue->queue; }
-static const Keyload__V1__QueueLaneRef *ref_delete_queue(const Keyload__V1__Mutation *m) { return m->delete_queue->queue; }
-static const Keyload__V1__QueueLaneRef *ref_enqueue(const Keyload__V1__Mutation *m) { return m->enqueue->lane; }
-static const Keyload__V1__QueueLaneRef *ref_receive(const Keyload__V1__Mutation *m) { return m->receive->lane; }
-static const Keyload__V1__QueueLaneRef *ref_ack(const Keyload__V1__Mutation *m) { return m->ack->queue; }
-static const Keyload__V1__QueueLaneRef *ref_release(const Keyload__V1__Mutation *m) { return m->release->queue; }
-static const Keyload__V1__QueueLaneRef *ref_create_queue_transfer(const Keyload__V1__Mutation *m) { return m->create_queue_transfer->source_queue; }
-static const Keyload__V1__QueueLaneRef *ref_accept_queue_transfer(const Keyload__V1__Mutation *m) { return m->accept_queue_transfer->destination_queue; }
-static const Keyload__V1__QueueLaneRef *ref_complete_queue_transfer(const Keyload__V1__Mutation *m) { return m->complete_queue_transfer->source_queue; }
-static const Keyload__V1__QueueLaneRef *ref_set_queue_transfers_paused(const Keyload__V1__Mutation *m) { return m->set_queue_transfers_paused->source_queue; }
-static const Keyload__V1__QueueLaneRef *ref_advance_queue_transfer_attempt(const Keyload__V1__Mutation *m) { return m->advance_queue_transfer_attempt->source_queue; }
-static const Keyload__V1__QueueLaneRef *ref_advance_queue_transfer_repair(const Keyload__V1__Mutation *m) { return m->advance_queue_transfer_repair->source_queue; }
-
-/* ---- changes_catalog column ---- */
-
-static bool catalog_always(const Keyload__V1__Mutation *m)
-{
-    (void)m;
-    return true;
-}
-
-/* SetQueueTransfersPaused changes the catalog only as the database's switch. */
-static bool catalog_pause_switch(const Keyload__V1__Mutation *m)
-{
-    return m->set_queue_transfers_paused->source_queue == NULL;
-}
-
-/* ---- the table ---- */
-
-#define ROW(KIND, VALIDATE, ACCESS, CANON, EVAL, REF, CATALOG)                                              \
-    [KEYLOAD__V1__MUTATION__KIND_##KIND] = {.validate = VALIDATE, .access = ACCESS, .canon = CANON,          \
-                                            .eval = EVAL, .ref = REF, .changes_catalog = CATALOG}
-
-static const kl_mutation_kind kinds[] = {
-    ROW(CREATE_QUEUE, kl_validate_create_queue, kl_access_create_queue, kl_canon_create_queue,
-        eval_create_queue, ref_create_queue, catalog_always),
-    ROW(DELETE_QUEUE, kl_validate_delete_queue, kl_access_delete_queue, kl_canon_delete_queue,
-        eval_delete_queue, ref_delete_queue, NULL),
-    ROW(ENQUEUE, kl_validate_enqueue, kl_access_enqueue, kl_canon_enqueue,
-        eval_enqueue, ref_enqueue, NULL),
-    ROW(RECEIVE, kl_validate_receive, kl_access_receive, kl_canon_receive,
-        eval_receive, ref_receive, NULL),
-    ROW(ACK, kl_validate_ack, kl_access_ack, kl_canon_ack,
-        eval_ack, ref_ack, NULL),
-    ROW(RELEASE, kl_validate_release, kl_access_release, kl_canon_release,
-        eval_release, ref_release, NULL),
-    ROW(CREATE_DATABASE, kl_validate_create_database, kl_access_create_database, kl_canon_create_database,
-        eval_create_database, NULL, catalog_always),
-    ROW(BOOTSTRAP, kl_validate_bootstrap, kl_access_bootstrap, kl_canon_bootstrap,
-        eval_bootstrap, NULL, catalog_always),
-    ROW(CREATE_PRINCIPAL, kl_validate_create_principal, kl_access_create_principal, kl_canon_create_principal,
-        eval_create_principal, NULL, catalog_always),
-    ROW(GRANT_PERMISSION, kl_validate_grant_permission, kl_access_principal_change, kl_canon_grant_permission,
-        eval_grant_permission, NULL, catalog_always),
-    ROW(REVOKE_PERMISSION, kl_validate_revoke_permission, kl_access_principal_change, kl_canon_revoke_permission,
-        eval_revoke_permission, NULL, catalog_always),
-    ROW(SET_PRINCIPAL_KEY, kl_validate_set_principal_key, kl_access_principal_change, kl_canon_set_principal_key,
-        eval_set_principal_key, NULL, catalog_always),
-    ROW(SET_DATABASE_LIMITS, kl_validate_set_database_limits, kl_access_set_database_limits, kl_canon_set_database_limits,
-        eval_set_database_limits, NULL, catalog_always),
-    ROW(CREATE_QUEUE_TRANSFER, kl_validate_create_queue_transfer, kl_access_create_queue_transfer, kl_canon_create_queue_transfer,
-        eval_create_queue_transfer, ref_create_queue_transfer, NULL),
-    ROW(ACCEPT_QUEUE_TRANSFER, kl_validate_accept_queue_transfer, kl_access_accept_queue_transfer, kl_canon_accept_queue_transfer,
-        eval_accept_queue_transfer, ref_accept_queue_transfer, NULL),
-    ROW(COMPLETE_QUEUE_TRANSFER, kl_validate_complete_queue_transfer, kl_access_complete_queue_transfer, kl_canon_complete_queue_transfer,
-        eval_complete_queue_transfer, ref_complete_queue_transfer, NULL),
-    ROW(SET_QUEUE_TRANSFERS_PAUSED, kl_validate_set_queue_transfers_paused, kl_access_set_queue_transfers_paused, kl_canon_set_queue_transfers_paused,
-        eval_set_queue_transfers_paused, ref_set_queue_transfers_paused, catalog_pause_switch),
-    ROW(ADVANCE_QUEUE_TRANSFER_ATTEMPT, kl_validate_advance_queue_transfer, kl_access_advance_queue_transfer, kl_canon_advance_queue_transfer_attempt,
-        eval_advance_queue_transfer_attempt, ref_advance_queue_transfer_attempt, NULL),
-    ROW(ADVANCE_QUEUE_TRANSFER_REPAIR, kl_validate_advance_queue_transfer, kl_access_advance_queue_transfer, kl_canon_advance_queue_transfer_repair,
-        eval_advance_queue_transfer_repair, ref_advance_queue_transfer_repair, NULL),
+static const kl_mutation_kind *const kinds[] = {
+    [KEYLOAD__V1__MUTATION__KIND_CREATE_QUEUE] = &kl_catalog_kind_create_queue,
+    [KEYLOAD__V1__MUTATION__KIND_DELETE_QUEUE] = &kl_catalog_kind_delete_queue,
+    [KEYLOAD__V1__MUTATION__KIND_ENQUEUE] = &kl_queue_kind_enqueue,
+    [KEYLOAD__V1__MUTATION__KIND_RECEIVE] = &kl_queue_kind_receive,
+    [KEYLOAD__V1__MUTATION__KIND_ACK] = &kl_queue_kind_ack,
+    [KEYLOAD__V1__MUTATION__KIND_RELEASE] = &kl_queue_kind_release,
+    [KEYLOAD__V1__MUTATION__KIND_CREATE_DATABASE] = &kl_catalog_kind_create_database,
+    [KEYLOAD__V1__MUTATION__KIND_BOOTSTRAP] = &kl_catalog_kind_bootstrap,
+    [KEYLOAD__V1__MUTATION__KIND_CREATE_PRINCIPAL] = &kl_catalog_kind_create_principal,
+    [KEYLOAD__V1__MUTATION__KIND_GRANT_PERMISSION] = &kl_catalog_kind_grant_permission,
+    [KEYLOAD__V1__MUTATION__KIND_REVOKE_PERMISSION] = &kl_catalog_kind_revoke_permission,
+    [KEYLOAD__V1__MUTATION__KIND_SET_PRINCIPAL_KEY] = &kl_catalog_kind_set_principal_key,
+    [KEYLOAD__V1__MUTATION__KIND_SET_DATABASE_LIMITS] = &kl_catalog_kind_set_database_limits,
+    [KEYLOAD__V1__MUTATION__KIND_CREATE_QUEUE_TRANSFER] = &kl_transfer_kind_create_queue_transfer,
+    [KEYLOAD__V1__MUTATION__KIND_ACCEPT_QUEUE_TRANSFER] = &kl_transfer_kind_accept_queue_transfer,
+    [KEYLOAD__V1__MUTATION__KIND_COMPLETE_QUEUE_TRANSFER] = &kl_transfer_kind_complete_queue_transfer,
+    [KEYLOAD__V1__MUTATION__KIND_SET_QUEUE_TRANSFERS_PAUSED] = &kl_transfer_kind_set_queue_transfers_paused,
+    [KEYLOAD__V1__MUTATION__KIND_ADVANCE_QUEUE_TRANSFER_ATTEMPT] = &kl_transfer_advance_kind_attempt,
+    [KEYLOAD__V1__MUTATION__KIND_ADVANCE_QUEUE_TRANSFER_REPAIR] = &kl_transfer_advance_kind_repair,
 };
 _Static_assert(sizeof kinds / sizeof kinds[0] == KEYLOAD__V1__MUTATION__KIND_ADVANCE_QUEUE_TRANSFER_REPAIR + 1,
                "one row per mutation kind, up to the last kind queue.proto defines");
 
 const kl_mutation_kind *kl_mutation_kind_of(int kind)
 {
-    if (kind <= 0 || (size_t)kind >= sizeof kinds / sizeof kinds[0] || kinds[kind].eval == NULL)
+    if (kind <= 0 || (size_t)kind >= sizeof kinds / sizeof kinds[0] || kinds[kind] == NULL ||
+        kinds[kind]->eval == NULL)
         return NULL;
-    return &kinds[kind];
+    return kinds[kind];
 }
 
 kl_code kl_mutation_access(const kl_authz_subject *who, const Keyload__V1__Mutation *m, kl_err *err)

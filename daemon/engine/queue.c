@@ -5,6 +5,8 @@
 #include "daemon/engine/record.h"
 #include "daemon/engine/catalog_read.h"
 #include "daemon/engine/access.h"
+#include "daemon/engine/kind.h"
+#include "daemon/engine/validate.h"
 
 #include "daemon/store/keys.h"
 #include "keyload/v1/store.pb-c.h"
@@ -820,3 +822,153 @@ kl_code kl_engine_queue_stats(kl_eval_ctx *c, const Keyload__V1__QueueLaneRef *r
     keyload__v1__queue_record__free_unpacked(q, NULL);
     return rc;
 }
+
+/* ==== the rows of the queue kinds (daemon/engine/kind.h) ====
+ * Each kind's shape checks, authorization, evaluation and database ref, and the
+ * descriptor daemon/engine/mutation.c indexes by kind number. */
+
+/* ---- Enqueue ---- */
+
+static kl_code validate_enqueue(size_t idx, const Keyload__V1__Mutation *m, kl_err *err)
+{
+    char where[96];
+    kl_code rc;
+    snprintf(where, sizeof where, "mutations[%zu].enqueue.lane", idx);
+    if ((rc = kl_validate_ref(where, m->enqueue->lane, true, err)) != KL_OK)
+        return rc;
+    snprintf(where, sizeof where, "mutations[%zu].enqueue", idx);
+    return kl_validate_message(where, m->enqueue->message, err);
+}
+
+static kl_code access_enqueue(const kl_authz_subject *who, const Keyload__V1__Mutation *m, kl_err *err)
+{
+    return kl_access_queue(who, m->enqueue->lane, KEYLOAD__V1__PERMISSION__QUEUE_PUBLISH,
+                           m->enqueue->message, err);
+}
+
+static kl_code eval_enqueue(kl_eval_ctx *c, const Keyload__V1__Mutation *m, kl_buf *out, kl_err *err)
+{
+    return kl_queue_eval_enqueue(c, m->enqueue, out, err);
+}
+
+static const Keyload__V1__QueueLaneRef *ref_enqueue(const Keyload__V1__Mutation *m) { return m->enqueue->lane; }
+
+const kl_mutation_kind kl_queue_kind_enqueue = {
+    .validate = validate_enqueue,
+    .access = access_enqueue,
+    .canon = kl_canon_enqueue,
+    .eval = eval_enqueue,
+    .ref = ref_enqueue,
+};
+
+/* ---- Receive ---- */
+
+static kl_code validate_receive(size_t idx, const Keyload__V1__Mutation *m, kl_err *err)
+{
+    char where[96];
+    kl_code rc;
+    snprintf(where, sizeof where, "mutations[%zu].receive.lane", idx);
+    if ((rc = kl_validate_ref(where, m->receive->lane, true, err)) != KL_OK)
+        return rc;
+    if (m->receive->max_messages > KL_RECEIVE_MAX)
+        return kl_fail(err, KL_INVALID_ARGUMENT, "max_messages",
+                       "mutations[%zu].receive.max_messages must be 0..%d", idx, KL_RECEIVE_MAX);
+    if (m->receive->lease_ms > KL_LEASE_MS_MAX)
+        return kl_fail(err, KL_INVALID_ARGUMENT, "lease_ms",
+                       "mutations[%zu].receive.lease_ms must be 0..%lld", idx,
+                       (long long)KL_LEASE_MS_MAX);
+    if (m->receive->wait_ms > KL_RECEIVE_WAIT_MS_MAX)
+        return kl_fail(err, KL_INVALID_ARGUMENT, "wait_ms",
+                       "mutations[%zu].receive.wait_ms must be 0..%d", idx, KL_RECEIVE_WAIT_MS_MAX);
+    return KL_OK;
+}
+
+static kl_code access_receive(const kl_authz_subject *who, const Keyload__V1__Mutation *m, kl_err *err)
+{
+    return kl_access_queue(who, m->receive->lane, KEYLOAD__V1__PERMISSION__QUEUE_CONSUME, NULL, err);
+}
+
+static kl_code eval_receive(kl_eval_ctx *c, const Keyload__V1__Mutation *m, kl_buf *out, kl_err *err)
+{
+    return kl_queue_eval_receive(c, m->receive, out, err);
+}
+
+static const Keyload__V1__QueueLaneRef *ref_receive(const Keyload__V1__Mutation *m) { return m->receive->lane; }
+
+const kl_mutation_kind kl_queue_kind_receive = {
+    .validate = validate_receive,
+    .access = access_receive,
+    .canon = kl_canon_receive,
+    .eval = eval_receive,
+    .ref = ref_receive,
+};
+
+/* ---- Ack ---- */
+
+/* Ack and Release carry the same fields: the queue (no lane) and its lease tokens. what
+ * is the kind's field name ("ack", "release"), which the messages name. */
+static kl_code validate_settle(size_t idx, const char *what, const Keyload__V1__QueueLaneRef *queue, size_t ntok,
+                               const ProtobufCBinaryData *toks, kl_err *err)
+{
+    char where[96];
+    kl_code rc;
+    snprintf(where, sizeof where, "mutations[%zu].%s.queue", idx, what);
+    if ((rc = kl_validate_ref(where, queue, false, err)) != KL_OK)
+        return rc;
+    snprintf(where, sizeof where, "mutations[%zu].%s", idx, what);
+    return kl_validate_tokens(where, ntok, toks, err);
+}
+
+static kl_code validate_ack(size_t idx, const Keyload__V1__Mutation *m, kl_err *err)
+{
+    return validate_settle(idx, "ack", m->ack->queue, m->ack->n_lease_tokens, m->ack->lease_tokens, err);
+}
+
+static kl_code access_ack(const kl_authz_subject *who, const Keyload__V1__Mutation *m, kl_err *err)
+{
+    return kl_access_queue(who, m->ack->queue, KEYLOAD__V1__PERMISSION__QUEUE_ACK, NULL, err);
+}
+
+static kl_code eval_ack(kl_eval_ctx *c, const Keyload__V1__Mutation *m, kl_buf *out, kl_err *err)
+{
+    return kl_queue_eval_ack_release(c, m->ack->queue, m->ack->n_lease_tokens, m->ack->lease_tokens, true, out, err);
+}
+
+static const Keyload__V1__QueueLaneRef *ref_ack(const Keyload__V1__Mutation *m) { return m->ack->queue; }
+
+const kl_mutation_kind kl_queue_kind_ack = {
+    .validate = validate_ack,
+    .access = access_ack,
+    .canon = kl_canon_ack,
+    .eval = eval_ack,
+    .ref = ref_ack,
+};
+
+/* ---- Release ---- */
+
+static kl_code validate_release(size_t idx, const Keyload__V1__Mutation *m, kl_err *err)
+{
+    return validate_settle(idx, "release", m->release->queue, m->release->n_lease_tokens,
+                           m->release->lease_tokens, err);
+}
+
+static kl_code access_release(const kl_authz_subject *who, const Keyload__V1__Mutation *m, kl_err *err)
+{
+    return kl_access_queue(who, m->release->queue, KEYLOAD__V1__PERMISSION__QUEUE_ACK, NULL, err);
+}
+
+static kl_code eval_release(kl_eval_ctx *c, const Keyload__V1__Mutation *m, kl_buf *out, kl_err *err)
+{
+    return kl_queue_eval_ack_release(c, m->release->queue, m->release->n_lease_tokens,
+                                     m->release->lease_tokens, false, out, err);
+}
+
+static const Keyload__V1__QueueLaneRef *ref_release(const Keyload__V1__Mutation *m) { return m->release->queue; }
+
+const kl_mutation_kind kl_queue_kind_release = {
+    .validate = validate_release,
+    .access = access_release,
+    .canon = kl_canon_release,
+    .eval = eval_release,
+    .ref = ref_release,
+};

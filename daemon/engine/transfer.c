@@ -8,6 +8,8 @@
 #include "daemon/engine/access.h"
 #include "daemon/engine/catalog.h"
 #include "daemon/engine/claims.h"
+#include "daemon/engine/kind.h"
+#include "daemon/engine/validate.h"
 #include "daemon/store/keys.h"
 #include "keyload/v1/store.pb-c.h"
 
@@ -1223,3 +1225,194 @@ done:
         keyload__v1__catalog_database__free_unpacked(d, NULL);
     return rc;
 }
+
+/* ==== the rows of the transfer kinds (daemon/engine/kind.h) ====
+ * Each kind's shape checks, authorization, evaluation and database ref, and the
+ * descriptor daemon/engine/mutation.c indexes by kind number. */
+
+/* SetQueueTransfersPaused changes the catalog only as the database's switch. */
+static bool catalog_pause_switch(const Keyload__V1__Mutation *m)
+{
+    return m->set_queue_transfers_paused->source_queue == NULL;
+}
+
+/* ---- CreateQueueTransfer ---- */
+
+static kl_code validate_create_queue_transfer(size_t idx, const Keyload__V1__Mutation *m, kl_err *err)
+{
+    char where[96];
+    kl_code rc;
+    const Keyload__V1__CreateQueueTransfer *t = m->create_queue_transfer;
+    snprintf(where, sizeof where, "mutations[%zu].create_queue_transfer.source_queue", idx);
+    if ((rc = kl_validate_ref(where, t->source_queue, true, err)) != KL_OK)
+        return rc;
+    snprintf(where, sizeof where, "mutations[%zu].create_queue_transfer.destination", idx);
+    if ((rc = kl_validate_ref(where, t->destination, true, err)) != KL_OK)
+        return rc;
+    if ((rc = kl_validate_transfer_id(idx, "create_queue_transfer", &t->transfer_id, err)) != KL_OK)
+        return rc;
+    if (strcmp(t->source_queue->tenant, t->destination->tenant) != 0 ||
+        strcmp(t->source_queue->database, t->destination->database) != 0)
+        return kl_fail(err, KL_INVALID_ARGUMENT, "destination",
+                       "mutations[%zu].create_queue_transfer.destination must be in the source's "
+                       "tenant/database (%s/%s): transfers stay inside one database",
+                       idx, t->source_queue->tenant, t->source_queue->database);
+    snprintf(where, sizeof where, "mutations[%zu].create_queue_transfer", idx);
+    return kl_validate_message(where, t->message, err);
+}
+
+static kl_code access_create_queue_transfer(const kl_authz_subject *who, const Keyload__V1__Mutation *m, kl_err *err)
+{
+    const Keyload__V1__CreateQueueTransfer *t = m->create_queue_transfer;
+    kl_code rc = kl_access_transfer_admin(who, t->source_queue->tenant, t->source_queue->database, err);
+    if (rc == KL_OK)
+        rc = kl_access_transfer_data(who, t->source_queue, KEYLOAD__V1__PERMISSION__QUEUE_PUBLISH,
+                                     t->message, err);
+    if (rc == KL_OK)
+        rc = kl_access_transfer_data(who, t->destination, KEYLOAD__V1__PERMISSION__QUEUE_PUBLISH,
+                                     t->message, err);
+    return rc;
+}
+
+static kl_code eval_create_queue_transfer(kl_eval_ctx *c, const Keyload__V1__Mutation *m, kl_buf *out, kl_err *err)
+{
+    return kl_transfer_eval_create(c, m->create_queue_transfer, out, err);
+}
+
+static const Keyload__V1__QueueLaneRef *ref_create_queue_transfer(const Keyload__V1__Mutation *m) { return m->create_queue_transfer->source_queue; }
+
+const kl_mutation_kind kl_transfer_kind_create_queue_transfer = {
+    .validate = validate_create_queue_transfer,
+    .access = access_create_queue_transfer,
+    .canon = kl_canon_create_queue_transfer,
+    .eval = eval_create_queue_transfer,
+    .ref = ref_create_queue_transfer,
+};
+
+/* ---- AcceptQueueTransfer ---- */
+
+static kl_code validate_accept_queue_transfer(size_t idx, const Keyload__V1__Mutation *m, kl_err *err)
+{
+    char where[96];
+    kl_code rc;
+    snprintf(where, sizeof where, "mutations[%zu].accept_queue_transfer.destination_queue", idx);
+    if ((rc = kl_validate_ref(where, m->accept_queue_transfer->destination_queue, true, err)) != KL_OK)
+        return rc;
+    if (m->accept_queue_transfer->intent_token.len == 0)
+        return kl_fail(err, KL_INVALID_ARGUMENT, "intent_token",
+                       "mutations[%zu].accept_queue_transfer.intent_token is missing", idx);
+    return KL_OK;
+}
+
+static kl_code access_accept_queue_transfer(const kl_authz_subject *who, const Keyload__V1__Mutation *m, kl_err *err)
+{
+    /* The data check needs the intent's message: transfer.c runs it after the token. */
+    return kl_access_transfer_admin(who, m->accept_queue_transfer->destination_queue->tenant,
+                                    m->accept_queue_transfer->destination_queue->database, err);
+}
+
+static kl_code eval_accept_queue_transfer(kl_eval_ctx *c, const Keyload__V1__Mutation *m, kl_buf *out, kl_err *err)
+{
+    return kl_transfer_eval_accept(c, m->accept_queue_transfer, out, err);
+}
+
+static const Keyload__V1__QueueLaneRef *ref_accept_queue_transfer(const Keyload__V1__Mutation *m) { return m->accept_queue_transfer->destination_queue; }
+
+const kl_mutation_kind kl_transfer_kind_accept_queue_transfer = {
+    .validate = validate_accept_queue_transfer,
+    .access = access_accept_queue_transfer,
+    .canon = kl_canon_accept_queue_transfer,
+    .eval = eval_accept_queue_transfer,
+    .ref = ref_accept_queue_transfer,
+};
+
+/* ---- CompleteQueueTransfer ---- */
+
+static kl_code validate_complete_queue_transfer(size_t idx, const Keyload__V1__Mutation *m, kl_err *err)
+{
+    char where[96];
+    kl_code rc;
+    snprintf(where, sizeof where, "mutations[%zu].complete_queue_transfer.source_queue", idx);
+    if ((rc = kl_validate_ref(where, m->complete_queue_transfer->source_queue, true, err)) != KL_OK)
+        return rc;
+    if ((rc = kl_validate_transfer_id(idx, "complete_queue_transfer", &m->complete_queue_transfer->transfer_id,
+                                      err)) != KL_OK)
+        return rc;
+    if (m->complete_queue_transfer->receipt_token.len == 0)
+        return kl_fail(err, KL_INVALID_ARGUMENT, "receipt_token",
+                       "mutations[%zu].complete_queue_transfer.receipt_token is missing", idx);
+    return KL_OK;
+}
+
+static kl_code access_complete_queue_transfer(const kl_authz_subject *who, const Keyload__V1__Mutation *m, kl_err *err)
+{
+    const Keyload__V1__CompleteQueueTransfer *t = m->complete_queue_transfer;
+    kl_code rc = kl_access_transfer_admin(who, t->source_queue->tenant, t->source_queue->database, err);
+    if (rc == KL_OK)
+        rc = kl_access_transfer_data(who, t->source_queue, KEYLOAD__V1__PERMISSION__QUEUE_PUBLISH, NULL, err);
+    return rc;
+}
+
+static kl_code eval_complete_queue_transfer(kl_eval_ctx *c, const Keyload__V1__Mutation *m, kl_buf *out, kl_err *err)
+{
+    return kl_transfer_eval_complete(c, m->complete_queue_transfer, out, err);
+}
+
+static const Keyload__V1__QueueLaneRef *ref_complete_queue_transfer(const Keyload__V1__Mutation *m) { return m->complete_queue_transfer->source_queue; }
+
+const kl_mutation_kind kl_transfer_kind_complete_queue_transfer = {
+    .validate = validate_complete_queue_transfer,
+    .access = access_complete_queue_transfer,
+    .canon = kl_canon_complete_queue_transfer,
+    .eval = eval_complete_queue_transfer,
+    .ref = ref_complete_queue_transfer,
+};
+
+/* ---- SetQueueTransfersPaused ---- */
+
+static kl_code validate_set_queue_transfers_paused(size_t idx, const Keyload__V1__Mutation *m, kl_err *err)
+{
+    char where[96];
+    kl_code rc;
+    const Keyload__V1__SetQueueTransfersPaused *p = m->set_queue_transfers_paused;
+    if (p->source_queue != NULL) {
+        snprintf(where, sizeof where, "mutations[%zu].set_queue_transfers_paused.source_queue", idx);
+        if ((rc = kl_validate_ref(where, p->source_queue, true, err)) != KL_OK)
+            return rc;
+        if (strcmp(p->source_queue->tenant, p->tenant) != 0 || strcmp(p->source_queue->database, p->database) != 0)
+            return kl_fail(err, KL_INVALID_ARGUMENT, "source_queue",
+                           "mutations[%zu].set_queue_transfers_paused.source_queue must be in "
+                           "its tenant/database", idx);
+    }
+    snprintf(where, sizeof where, "mutations[%zu].set_queue_transfers_paused.tenant", idx);
+    if ((rc = kl_name_check(where, p->tenant, err)) != KL_OK)
+        return rc;
+    snprintf(where, sizeof where, "mutations[%zu].set_queue_transfers_paused.database", idx);
+    return kl_name_check(where, p->database, err);
+}
+
+static kl_code access_set_queue_transfers_paused(const kl_authz_subject *who, const Keyload__V1__Mutation *m, kl_err *err)
+{
+    return kl_access_transfer_admin(who, m->set_queue_transfers_paused->tenant,
+                                    m->set_queue_transfers_paused->database, err);
+}
+
+static kl_code eval_set_queue_transfers_paused(kl_eval_ctx *c, const Keyload__V1__Mutation *m, kl_buf *out,
+                                               kl_err *err)
+{
+    /* Without a source queue it is the database's switch, kept in the catalog. */
+    return m->set_queue_transfers_paused->source_queue == NULL
+               ? kl_catalog_eval_set_transfers_paused(c, m->set_queue_transfers_paused, out, err)
+               : kl_transfer_eval_pause_lane(c, m->set_queue_transfers_paused, out, err);
+}
+
+static const Keyload__V1__QueueLaneRef *ref_set_queue_transfers_paused(const Keyload__V1__Mutation *m) { return m->set_queue_transfers_paused->source_queue; }
+
+const kl_mutation_kind kl_transfer_kind_set_queue_transfers_paused = {
+    .validate = validate_set_queue_transfers_paused,
+    .access = access_set_queue_transfers_paused,
+    .canon = kl_canon_set_queue_transfers_paused,
+    .eval = eval_set_queue_transfers_paused,
+    .ref = ref_set_queue_transfers_paused,
+    .changes_catalog = catalog_pause_switch,
+};

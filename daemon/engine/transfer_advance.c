@@ -5,8 +5,10 @@
 #include "common/guid.h"
 #include "daemon/engine/access.h"
 #include "daemon/engine/claims.h"
+#include "daemon/engine/kind.h"
 #include "daemon/engine/transfer.h"
 #include "daemon/engine/transfer_internal.h"
+#include "daemon/engine/validate.h"
 
 #include <sodium.h>
 #include <stdio.h>
@@ -251,3 +253,78 @@ done:
         keyload__v1__lane_transfer_record__free_unpacked(lane, NULL);
     return rc;
 }
+
+/* ==== the rows of the Advance kinds (daemon/engine/kind.h) ====
+ * Each kind's shape checks, authorization, evaluation and database ref, and the
+ * descriptor daemon/engine/mutation.c indexes by kind number. */
+
+/* ---- AdvanceQueueTransferAttempt ---- */
+
+static kl_code validate_advance_queue_transfer(size_t idx, const Keyload__V1__Mutation *m, kl_err *err)
+{
+    char where[96];
+    kl_code rc;
+    bool attempt = m->kind_case == KEYLOAD__V1__MUTATION__KIND_ADVANCE_QUEUE_TRANSFER_ATTEMPT;
+    const char *name = attempt ? "advance_queue_transfer_attempt" : "advance_queue_transfer_repair";
+    const Keyload__V1__QueueLaneRef *src = attempt ? m->advance_queue_transfer_attempt->source_queue
+                                                   : m->advance_queue_transfer_repair->source_queue;
+    const ProtobufCBinaryData *tid = attempt ? &m->advance_queue_transfer_attempt->transfer_id
+                                             : &m->advance_queue_transfer_repair->transfer_id;
+    const ProtobufCBinaryData *wit = attempt ? &m->advance_queue_transfer_attempt->witness_token
+                                             : &m->advance_queue_transfer_repair->witness_token;
+    snprintf(where, sizeof where, "mutations[%zu].%s.source_queue", idx, name);
+    if ((rc = kl_validate_ref(where, src, true, err)) != KL_OK)
+        return rc;
+    if ((rc = kl_validate_transfer_id(idx, name, tid, err)) != KL_OK)
+        return rc;
+    if (wit->len == 0)
+        return kl_fail(err, KL_INVALID_ARGUMENT, "witness_token", "mutations[%zu].%s.witness_token is missing",
+                       idx, name);
+    return KL_OK;
+}
+
+static kl_code access_advance_queue_transfer(const kl_authz_subject *who, const Keyload__V1__Mutation *m, kl_err *err)
+{
+    /* The same fields in both; the data check (QueuePublish on the source, like
+     * Complete) runs in transfer_advance.c after the witness. */
+    const Keyload__V1__QueueLaneRef *src = m->kind_case == KEYLOAD__V1__MUTATION__KIND_ADVANCE_QUEUE_TRANSFER_ATTEMPT
+                                               ? m->advance_queue_transfer_attempt->source_queue
+                                               : m->advance_queue_transfer_repair->source_queue;
+    return kl_access_transfer_admin(who, src->tenant, src->database, err);
+}
+
+static kl_code eval_advance_queue_transfer_attempt(kl_eval_ctx *c, const Keyload__V1__Mutation *m, kl_buf *out,
+                                                   kl_err *err)
+{
+    const Keyload__V1__AdvanceQueueTransferAttempt *a = m->advance_queue_transfer_attempt;
+    return kl_transfer_eval_advance(c, a->source_queue, &a->transfer_id, &a->witness_token, false, out, err);
+}
+
+static const Keyload__V1__QueueLaneRef *ref_advance_queue_transfer_attempt(const Keyload__V1__Mutation *m) { return m->advance_queue_transfer_attempt->source_queue; }
+
+const kl_mutation_kind kl_transfer_advance_kind_attempt = {
+    .validate = validate_advance_queue_transfer,
+    .access = access_advance_queue_transfer,
+    .canon = kl_canon_advance_queue_transfer_attempt,
+    .eval = eval_advance_queue_transfer_attempt,
+    .ref = ref_advance_queue_transfer_attempt,
+};
+
+/* ---- AdvanceQueueTransferRepair ---- */
+
+static kl_code eval_advance_queue_transfer_repair(kl_eval_ctx *c, const Keyload__V1__Mutation *m, kl_buf *out,
+                                                  kl_err *err)
+{
+    const Keyload__V1__AdvanceQueueTransferRepair *a = m->advance_queue_transfer_repair;
+    return kl_transfer_eval_advance(c, a->source_queue, &a->transfer_id, &a->witness_token, true, out, err);
+}
+
+static const Keyload__V1__QueueLaneRef *ref_advance_queue_transfer_repair(const Keyload__V1__Mutation *m) { return m->advance_queue_transfer_repair->source_queue; }
+
+const kl_mutation_kind kl_transfer_advance_kind_repair = {
+    .validate = validate_advance_queue_transfer,
+    .access = access_advance_queue_transfer,
+    .canon = kl_canon_advance_queue_transfer_repair,
+    .eval = eval_advance_queue_transfer_repair,
+    .ref = ref_advance_queue_transfer_repair,
+};

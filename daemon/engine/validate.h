@@ -1,32 +1,26 @@
-/* validate: the stateless shape checks of each mutation kind, the validate column of its
- * row in daemon/engine/mutation.c. idx is the mutation's index in its batch; every
+/* validate: the field-shape checks that the kinds' validate functions share (each kind's
+ * own checks are in the module that evaluates it; daemon/engine/kind.h). Stateless; every
  * refusal is INVALID_ARGUMENT naming the mutation index and field at fault, never their
- * contents beyond names, which are identifiers. Each expects m->kind_case to be its kind. */
+ * contents beyond names, which are identifiers. */
 #ifndef KL_VALIDATE_H
 #define KL_VALIDATE_H
 
 #include "common/status.h"
 #include "keyload/v1/queue.pb-c.h"
 
+#include <stdbool.h>
 #include <stddef.h>
 
-kl_code kl_validate_create_queue(size_t idx, const Keyload__V1__Mutation *m, kl_err *err);
-kl_code kl_validate_create_database(size_t idx, const Keyload__V1__Mutation *m, kl_err *err);
-kl_code kl_validate_bootstrap(size_t idx, const Keyload__V1__Mutation *m, kl_err *err);
-kl_code kl_validate_create_principal(size_t idx, const Keyload__V1__Mutation *m, kl_err *err);
-kl_code kl_validate_grant_permission(size_t idx, const Keyload__V1__Mutation *m, kl_err *err);
-kl_code kl_validate_revoke_permission(size_t idx, const Keyload__V1__Mutation *m, kl_err *err);
-kl_code kl_validate_set_principal_key(size_t idx, const Keyload__V1__Mutation *m, kl_err *err);
-kl_code kl_validate_set_database_limits(size_t idx, const Keyload__V1__Mutation *m, kl_err *err);
-kl_code kl_validate_delete_queue(size_t idx, const Keyload__V1__Mutation *m, kl_err *err);
-kl_code kl_validate_enqueue(size_t idx, const Keyload__V1__Mutation *m, kl_err *err);
-kl_code kl_validate_receive(size_t idx, const Keyload__V1__Mutation *m, kl_err *err);
-kl_code kl_validate_ack(size_t idx, const Keyload__V1__Mutation *m, kl_err *err);
-kl_code kl_validate_release(size_t idx, const Keyload__V1__Mutation *m, kl_err *err);
-kl_code kl_validate_create_queue_transfer(size_t idx, const Keyload__V1__Mutation *m, kl_err *err);
-kl_code kl_validate_accept_queue_transfer(size_t idx, const Keyload__V1__Mutation *m, kl_err *err);
-kl_code kl_validate_complete_queue_transfer(size_t idx, const Keyload__V1__Mutation *m, kl_err *err);
-kl_code kl_validate_advance_queue_transfer(size_t idx, const Keyload__V1__Mutation *m, kl_err *err);
-kl_code kl_validate_set_queue_transfers_paused(size_t idx, const Keyload__V1__Mutation *m, kl_err *err);
+/* A queue ref at where ("mutations[i].kind.field"): tenant, database and queue names, and
+ * the lane's name when lane_allowed (a lane where none is allowed is refused). */
+kl_code kl_validate_ref(const char *where, const Keyload__V1__QueueLaneRef *r, bool lane_allowed,
+                        kl_err *err);
+/* An EnqueueMessage at where + ".message": header and field counts, keys, value sizes,
+ * expiry and delay. */
+kl_code kl_validate_message(const char *where, const Keyload__V1__EnqueueMessage *m, kl_err *err);
+/* where + ".lease_tokens": 1..KL_RECEIVE_MAX tokens of 16 bytes each. */
+kl_code kl_validate_tokens(const char *where, size_t n, const ProtobufCBinaryData *t, kl_err *err);
+/* mutations[idx].what.transfer_id: a 16-byte GUID that is not all zero. */
+kl_code kl_validate_transfer_id(size_t idx, const char *what, const ProtobufCBinaryData *id, kl_err *err);
 
 #endif

@@ -137,7 +137,24 @@ static void wake_tails(kl_service *s, bool all)
 }
 
 static void check_barriers(kl_service *s, bool expire);
-static void tail_confirmed(kl_service *s, kl_rpc_call *call, kl_node_read_kind kind);
+static void tail_confirmed(kl_service *s, kl_rpc_call *call, kl_node_read_kind kind,
+                           const kl_service_read_args *args);
+
+_Static_assert(sizeof ((kl_service_read_args *)0)->tail.req_sig == KL_TAIL_AUTH_SIG_LEN &&
+                   sizeof ((kl_service *)0)->tails[0].req_sig == KL_TAIL_AUTH_SIG_LEN,
+               "a kept tail signature is a whole tail_auth signature");
+
+/* What the tail keeps of its request for tail_confirmed: decoded here, once. */
+static void tail_args(const Keyload__V1__CatalogTailRequest *r, kl_service_read_args *a)
+{
+    memset(a, 0, sizeof *a);
+    a->tail.partition = r->partition;
+    a->tail.applied = r->applied_version;
+    a->tail.wait_ms = r->wait_ms;
+    a->tail.signed_request = r->signature.len == KL_TAIL_AUTH_SIG_LEN;
+    if (a->tail.signed_request)
+        memcpy(a->tail.req_sig, r->signature.data, sizeof a->tail.req_sig);
+}
 
 void kl_service_catalog_tail(void *owner, kl_rpc_call *call)
 {
@@ -151,8 +168,10 @@ void kl_service_catalog_tail(void *owner, kl_rpc_call *call)
         kl_rpc_reply_error(call, &err, NULL);
         return;
     }
-    int part = r->partition;
-    uint64_t applied = r->applied_version;
+    kl_service_read_args args;
+    tail_args(r, &args);
+    int part = args.tail.partition;
+    uint64_t applied = args.tail.applied;
     kl_code rc = KL_OK;
     if (s->partition->id != 0)
         rc = kl_fail(&err, KL_FAILED_PRECONDITION, "catalog_partition",
@@ -188,31 +207,20 @@ void kl_service_catalog_tail(void *owner, kl_rpc_call *call)
      * come from a member that still led partition 0 after the send. A leader deposed before
      * the tail arrived could otherwise answer an older catalog, and the data partition would
      * serve a revoked grant after the new leader's barrier let the revoke return. */
-    kl_service_start_read(s, call, KL_NODE_QUEUE_STATS, tail_confirmed);
+    kl_service_start_read(s, call, KL_NODE_QUEUE_STATS, tail_confirmed, &args);
 }
 
 /* The tail's read-index round confirmed this member's leadership: answers now, or holds an
  * empty answer until a newer version is applied or the requested wait ends. */
-static void tail_confirmed(kl_service *s, kl_rpc_call *call, kl_node_read_kind kind)
+static void tail_confirmed(kl_service *s, kl_rpc_call *call, kl_node_read_kind kind,
+                           const kl_service_read_args *args)
 {
     (void)kind; /* a tail is not a node read: the barrier is all it borrows */
-    size_t len;
-    const uint8_t *p = kl_rpc_call_payload(call, &len);
-    Keyload__V1__CatalogTailRequest *r = keyload__v1__catalog_tail_request__unpack(NULL, len, p);
-    if (r == NULL) {
-        kl_err err;
-        kl_fail(&err, KL_INVALID_ARGUMENT, "payload", "the CatalogTail request does not decode");
-        kl_rpc_reply_error(call, &err, NULL);
-        return;
-    }
-    int part = r->partition;
-    uint64_t applied = r->applied_version;
-    uint32_t wait_ms = r->wait_ms;
-    uint8_t req_sig[KL_TAIL_AUTH_SIG_LEN];
-    bool signed_request = r->signature.len == KL_TAIL_AUTH_SIG_LEN;
-    if (signed_request)
-        memcpy(req_sig, r->signature.data, sizeof req_sig);
-    keyload__v1__catalog_tail_request__free_unpacked(r, NULL);
+    int part = args->tail.partition;
+    uint64_t applied = args->tail.applied;
+    uint32_t wait_ms = args->tail.wait_ms;
+    bool signed_request = args->tail.signed_request;
+    const uint8_t *req_sig = args->tail.req_sig;
     if (applied_version(s) > applied || wait_ms == 0) {
         answer_tail(s, call, applied, signed_request ? req_sig : NULL);
         return;
@@ -224,7 +232,7 @@ static void tail_confirmed(kl_service *s, kl_rpc_call *call, kl_node_read_kind k
         s->tails[i].partition = part;
         s->tails[i].applied = applied;
         s->tails[i].signed_request = signed_request;
-        memcpy(s->tails[i].req_sig, req_sig, sizeof req_sig);
+        memcpy(s->tails[i].req_sig, req_sig, sizeof s->tails[i].req_sig);
         int64_t until = wall_ms() + (wait_ms < KL_TAIL_WAIT_MAX_MS ? wait_ms : KL_TAIL_WAIT_MAX_MS);
         /* The barrier took part of the caller's budget: the empty answer still arrives
          * before the caller gives up on it. */

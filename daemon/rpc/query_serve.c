@@ -53,9 +53,11 @@ static kl_code prepare(kl_rpc_call *call, kl_q1_plan *plan, char *tenant, char *
 
 /* The read half of a Q1 read statement, once its barrier passed: the statement is parsed
  * again and served as the transfer read it maps to. */
-static void serve_query_read(kl_service *s, kl_rpc_call *call, kl_node_read_kind query)
+static void serve_query_read(kl_service *s, kl_rpc_call *call, kl_node_read_kind query,
+                             const kl_service_read_args *args)
 {
     (void)query; /* KL_NODE_QUERY_READ: the statement names the read */
+    (void)args;
     kl_q1_plan plan;
     char tenant[KL_NAME_LEN_MAX + 1], database[KL_NAME_LEN_MAX + 1];
     kl_err err;
@@ -96,7 +98,7 @@ void kl_service_query(void *owner, kl_rpc_call *call)
     }
     if (plan.op != KL_Q1_OP_BATCH) {
         /* Authorized after the barrier, against the state the read will see. */
-        kl_service_start_read(s, call, KL_NODE_QUERY_READ, serve_query_read);
+        kl_service_start_read(s, call, KL_NODE_QUERY_READ, serve_query_read, NULL);
         kl_q1_plan_free(&plan);
         return;
     }

@@ -8,10 +8,13 @@
 
 #include <assert.h>
 #include <stdlib.h>
+#include <string.h>
 
 /* Serves a read of `kind` that passed its barrier: the node's read of that kind. */
-void kl_service_serve_read(kl_service *s, kl_rpc_call *call, kl_node_read_kind kind)
+void kl_service_serve_read(kl_service *s, kl_rpc_call *call, kl_node_read_kind kind,
+                           const kl_service_read_args *args)
 {
+    (void)args; /* the node decodes its reads itself */
     size_t len, alen;
     const uint8_t *p = kl_rpc_call_payload(call, &len);
     uint8_t *answer;
@@ -44,7 +47,7 @@ static int64_t read_answer_by(kl_rpc_call *call, int64_t now)
 }
 
 void kl_service_start_read(kl_service *s, kl_rpc_call *call, kl_node_read_kind kind,
-                           kl_service_read_fn serve)
+                           kl_service_read_fn serve, const kl_service_read_args *args)
 {
     if (!kl_service_check_lease(s, call))
         return;
@@ -69,6 +72,10 @@ void kl_service_start_read(kl_service *s, kl_rpc_call *call, kl_node_read_kind k
     s->reads[slot].call = call;
     s->reads[slot].kind = kind;
     s->reads[slot].serve = serve;
+    if (args != NULL)
+        s->reads[slot].args = *args;
+    else
+        memset(&s->reads[slot].args, 0, sizeof s->reads[slot].args);
     s->reads[slot].started_ms = now;
     s->reads[slot].answer_by_ms = read_answer_by(call, now);
     kl_code rc = kl_repl_read_index(s->repl, ctx, &leader);
@@ -102,10 +109,11 @@ void kl_service_read_ready(kl_service *s, uint64_t read_ctx)
     if (i < 0)
         return;
     kl_rpc_call *call = s->reads[i].call;
+    kl_service_read_args args = s->reads[i].args; /* the slot is free from here on */
     s->reads[i].ctx = 0;
     if (!kl_service_lease_holds(s, call))
         return;
-    s->reads[i].serve(s, call, s->reads[i].kind);
+    s->reads[i].serve(s, call, s->reads[i].kind, &args);
 }
 
 void kl_service_read_dropped(kl_service *s, uint64_t read_ctx)

@@ -38,8 +38,21 @@ struct kl_tailer;
 struct kl_sessions;
 struct kl_keys;
 
-/* Serves a read whose barrier passed (read_serve.c). */
-typedef void (*kl_service_read_fn)(struct kl_service *s, kl_rpc_call *call, kl_node_read_kind kind);
+/* What a waiting read keeps of its request, decoded once when it arrived, for the function
+ * that serves it. Only the catalog tail keeps anything (catalog_serve.c). */
+typedef struct kl_service_read_args {
+    struct {
+        int partition;
+        uint64_t applied;        /* the catalog version the data partition has applied */
+        uint32_t wait_ms;        /* how long an empty answer may be held */
+        bool signed_request;     /* req_sig holds the request's signature (tail_auth.h) */
+        uint8_t req_sig[64];
+    } tail;
+} kl_service_read_args;
+
+/* Serves a read whose barrier passed (read_serve.c); args as the read was started with. */
+typedef void (*kl_service_read_fn)(struct kl_service *s, kl_rpc_call *call, kl_node_read_kind kind,
+                                   const kl_service_read_args *args);
 
 typedef struct kl_service {
     kl_node *node;
@@ -58,6 +71,7 @@ typedef struct kl_service {
         kl_rpc_call *call;
         kl_node_read_kind kind;     /* which read */
         kl_service_read_fn serve;   /* serves it once the barrier passed */
+        kl_service_read_args args;  /* what serve needs of the request */
         int64_t answer_by_ms;       /* monotonic: then UNAVAILABLE read_deadline */
         int64_t started_ms;         /* monotonic: when it was admitted */
     } reads[KL_SERVICE_MAX_READS];  /* reads waiting for their barrier */
@@ -156,13 +170,15 @@ void kl_service_session_status(kl_service *s, struct Keyload__V1__MemberSessionS
 /* Batches and reads as the native handlers run them, also for Q1 statements (query_serve.c).
  * submit_batch (batch_serve.c): req is copied by the node before it returns; query_alias
  * NULL answers the stored receipt as is (keyload.v1.Batch), else a QueryAnswer carrying it.
- * start_read (read_serve.c): the read-index barrier, then serve(s, call, kind);
- * kl_service_serve_read serves the node's read of that kind. */
+ * start_read (read_serve.c): the read-index barrier, then serve(s, call, kind, args), args a
+ * copy of what the caller passed (NULL: zeroes); kl_service_serve_read serves the node's
+ * read of that kind. */
 void kl_service_submit_batch(kl_service *s, kl_rpc_call *call, const uint8_t *req, size_t len,
                              const char *query_alias);
 void kl_service_start_read(kl_service *s, kl_rpc_call *call, kl_node_read_kind kind,
-                           kl_service_read_fn serve);
-void kl_service_serve_read(kl_service *s, kl_rpc_call *call, kl_node_read_kind kind);
+                           kl_service_read_fn serve, const kl_service_read_args *args);
+void kl_service_serve_read(kl_service *s, kl_rpc_call *call, kl_node_read_kind kind,
+                           const kl_service_read_args *args);
 /* Answers a QueryAnswer{alias, kind (keyload.v1.QueryResultKind), answer bytes} (reply.c). */
 void kl_service_reply_query(kl_rpc_call *call, const char *alias, int kind, const uint8_t *answer,
                             size_t len);

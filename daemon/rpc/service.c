@@ -163,7 +163,7 @@ static void dispatch(kl_service *s, kl_rpc_call *call, const kl_service_method *
     if (m->gated && !kl_service_gate(s, call))
         return; /* refused and answered by the gate */
     if (m->access == KL_SERVICE_READ) {
-        kl_service_start_read(s, call, m->read, kl_service_serve_read);
+        kl_service_start_read(s, call, m->read, kl_service_serve_read, NULL);
         return;
     }
     m->handler(s, call);

@@ -451,8 +451,48 @@ START_TEST(transfers_need_admin_then_data_grants)
 }
 END_TEST
 
-/* The mutation table has one complete row for every kind the protocol defines, and its
- * canonical-encoding column is the encoder the request digest uses for that kind. */
+/* Checks a descriptor's ref column against the kind's message (sd): a kind whose message
+ * holds a single QueueLaneRef field must name its batch's database through one of them,
+ * and a kind whose message holds none must have no ref. Each such field of the message is
+ * set to a distinct ref, so the row's answer is one of the message's own refs. */
+static void check_ref_column(int kind, const ProtobufCFieldDescriptor *kf, const kl_mutation_kind *k)
+{
+    const ProtobufCMessageDescriptor *sd = kf->descriptor;
+    void *sub = calloc(1, sd->sizeof_message);
+    ck_assert_ptr_nonnull(sub);
+    protobuf_c_message_init(sd, sub);
+    Keyload__V1__QueueLaneRef refs[8];
+    size_t nrefs = 0;
+    for (unsigned j = 0; j < sd->n_fields; j++) {
+        const ProtobufCFieldDescriptor *g = &sd->fields[j];
+        if (g->type != PROTOBUF_C_TYPE_MESSAGE || g->label == PROTOBUF_C_LABEL_REPEATED ||
+            g->descriptor != &keyload__v1__queue_lane_ref__descriptor)
+            continue;
+        ck_assert_uint_lt(nrefs, sizeof refs / sizeof refs[0]);
+        keyload__v1__queue_lane_ref__init(&refs[nrefs]);
+        *(Keyload__V1__QueueLaneRef **)((char *)sub + g->offset) = &refs[nrefs++];
+    }
+    if (nrefs == 0) {
+        ck_assert_msg(k->ref == NULL, "kind %d (%s) names no queue but its row has a ref", kind, kf->name);
+        /* Nothing routes it but partition 0: it must be a catalog change, alone in its batch. */
+        ck_assert_msg(k->changes_catalog != NULL, "kind %d (%s) names no queue and changes no catalog",
+                      kind, kf->name);
+    } else {
+        ck_assert_msg(k->ref != NULL, "kind %d (%s) holds a queue ref but its row has none", kind, kf->name);
+        Keyload__V1__Mutation m = KEYLOAD__V1__MUTATION__INIT;
+        m.kind_case = (Keyload__V1__Mutation__KindCase)kind;
+        *(void **)((char *)&m + kf->offset) = sub;
+        const Keyload__V1__QueueLaneRef *r = k->ref(&m);
+        ck_assert_msg(r >= refs && r < refs + nrefs, "kind %d (%s): the row's ref is not one of its message's",
+                      kind, kf->name);
+    }
+    free(sub);
+}
+
+/* The mutation table has one complete row for every kind the protocol defines: validate,
+ * access, canonical encoding and evaluate set, a ref exactly when the kind's message holds
+ * a queue ref, and its canonical-encoding column is the encoder the request digest uses
+ * for that kind. A half-added kind fails here. */
 START_TEST(mutation_table_has_a_full_row_per_kind)
 {
     ck_assert_ptr_null(kl_mutation_kind_of(KEYLOAD__V1__MUTATION__KIND__NOT_SET));
@@ -471,6 +511,7 @@ START_TEST(mutation_table_has_a_full_row_per_kind)
         ck_assert_ptr_nonnull(k->eval);
         ck_assert_msg(k->canon != NULL && k->canon == kl_canon_mutation_encoder(kind),
                       "kind %d (%s): the row's canonical encoder is not the digest's", kind, f[i].name);
+        check_ref_column(kind, &f[i], k);
     }
     ck_assert_int_eq(max, KEYLOAD__V1__MUTATION__KIND_ADVANCE_QUEUE_TRANSFER_REPAIR);
     ck_assert_ptr_null(kl_mutation_kind_of(max + 1));
