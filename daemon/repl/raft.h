@@ -48,8 +48,9 @@
  *                The driver decides when, only for an I it has applied (I <= the applied index
  *                reported through kl_raft_advance) and whose applied state is durable, and it
  *                must keep a snapshot of its state machine at exactly I that it can stream
- *                until it compacts further. It deletes the entries itself, in any write, since
- *                the core never asks for an index <= I again (kl_raft_storage). The snapshot
+ *                until it compacts further. It calls kl_raft_compact first (the core reads the
+ *                term at I from storage during the call) and then deletes the entries itself,
+ *                in any write, since the core never asks for an index <= I again. The snapshot
  *                point must be durable with it: a restart passes it in kl_raft_config.
  *   sending      a leader that needs an entry <= its snap_index for a follower puts that
  *                follower in snapshot state and emits, in rd.msgs, one KL_RAFT_MSG_SNAPSHOT
