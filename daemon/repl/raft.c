@@ -72,7 +72,6 @@ struct kl_raft {
     bool snap_pending;
     kl_raft_snapshot snap_pend;
     uint64_t snap_pend_from;
-    bool rd_snap; /* the outstanding ready installs a snapshot */
 
     uint64_t read_seq;        /* read-index rounds, numbered across terms */
     pending_read *reads;      /* ring of unconfirmed reads, cap max_pending_reads */
@@ -639,7 +638,7 @@ static bool install_pending(kl_raft *r)
     if (!r->snap_pending)
         return false; /* answered: nothing to install */
     r->snap_pending = false;
-    /* invariant: a snapshot is installed only past the commit index, by a follower */
+    /* invariant I-SNAP-3: installed only by a follower, past its commit, no ready out */
     assert(sn.index > r->commit && r->role == KL_RAFT_FOLLOWER && !r->ready_out);
     kl_rlog_restore(&r->log, sn.index, sn.term);
     r->commit = sn.index;
@@ -1261,9 +1260,9 @@ kl_code kl_raft_get_ready(kl_raft *r, kl_raft_ready *rd)
         return KL_FAILED_PRECONDITION;
     if (broken(r))
         return KL_INTERNAL;
+    bool install = install_pending(r);
     /* Coalesced sends: all proposals since the last ready travel in one append per follower,
      * and all read-index requests share one heartbeat round. */
-    bool install = install_pending(r);
     if (r->role == KL_RAFT_LEADER) {
         if (r->append_dirty)
             bcast_append(r, false);
@@ -1305,7 +1304,6 @@ kl_code kl_raft_get_ready(kl_raft *r, kl_raft_ready *rd)
     rd->committed = com;
     rd->n_committed = n_com;
     r->applied_handed = install ? r->commit : r->applied + n_com;
-    r->rd_snap = install;
     rd->has_snapshot = install;
     if (install) {
         rd->snapshot = r->snap_pend;
@@ -1344,7 +1342,6 @@ kl_code kl_raft_advance(kl_raft *r, const kl_raft_ready *rd)
         r->term_durable = rd->hard.term;
     assert(r->applied_handed <= r->commit);
     r->applied = r->applied_handed;
-    r->rd_snap = false;
     free_ready_buffers(r);
     r->ready_out = false;
     kl_rlog_evict(&r->log);
@@ -1359,7 +1356,7 @@ kl_code kl_raft_compact(kl_raft *r, uint64_t index)
 {
     if (broken(r))
         return KL_INTERNAL;
-    /* invariant: only applied entries are compacted (applied <= commit <= last) */
+    /* invariant I-SNAP-1: only applied entries are compacted (applied <= commit) */
     assert(index <= r->applied);
     if (index <= r->log.snap_index)
         return KL_OK;

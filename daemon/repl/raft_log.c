@@ -136,7 +136,7 @@ bool kl_rlog_append(kl_rlog *l, uint64_t term, uint8_t type, uint8_t *data, size
 
 void kl_rlog_truncate(kl_rlog *l, uint64_t from)
 {
-    /* invariant: no entry <= commit is ever truncated (commit >= snap_index) */
+    /* invariant I-REPL-4: no entry <= commit is ever truncated (commit >= snap_index) */
     assert(from > l->snap_index && from <= l->last);
     for (uint64_t i = from > l->mem_first ? from : l->mem_first; i <= l->last; i++) {
         kl_raft_entry *e = at(l, i);
@@ -177,7 +177,7 @@ void kl_rlog_truncate(kl_rlog *l, uint64_t from)
 
 void kl_rlog_compact(kl_rlog *l, uint64_t index)
 {
-    /* invariant: only durable entries are compacted */
+    /* invariant I-SNAP-1: only durable (applied) entries are compacted */
     assert(index >= l->snap_index && index <= l->persisted);
     uint64_t t = kl_rlog_term(l, index);
     if (l->fatal)
@@ -200,6 +200,7 @@ void kl_rlog_compact(kl_rlog *l, uint64_t index)
 
 void kl_rlog_restore(kl_rlog *l, uint64_t index, uint64_t term)
 {
+    /* invariant I-SNAP-3: an install replaces the log only with no ready outstanding */
     assert(!l->handed && term > 0);
     for (size_t i = 0; i < l->len; i++)
         free(l->ents[l->head + i].data);
@@ -268,7 +269,7 @@ bool kl_rlog_copy(kl_rlog *l, uint64_t lo, uint64_t hi, size_t max_bytes, size_t
         hi = l->last + 1;
     if (lo >= hi || max_n == 0)
         return true;
-    /* invariant: nobody reads a compacted entry */
+    /* invariant I-SNAP-2: nothing at or below the snapshot index is read */
     assert(lo > l->snap_index);
     size_t want = (size_t)(hi - lo) < max_n ? (size_t)(hi - lo) : max_n;
     kl_raft_entry *e = calloc(want, sizeof *e);
@@ -350,6 +351,7 @@ void kl_rlog_evict(kl_rlog *l)
 #ifndef NDEBUG
 void kl_rlog_check(const kl_rlog *l)
 {
+    /* invariant I-SNAP-1: the compacted prefix is durable and below the window */
     assert(l->snap_index <= l->persisted && l->persisted <= l->last);
     assert(l->mem_first <= l->persisted + 1 && l->snap_index < l->mem_first);
     assert(l->mem_first + l->len == l->last + 1);
