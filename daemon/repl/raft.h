@@ -26,7 +26,8 @@
  *
  * The ready/advance contract (the same rule as etcd's):
  *   1. while kl_raft_has_ready(), call kl_raft_get_ready(r, &rd);
- *   2. persist rd.hard (if rd.has_hard_state), delete stored entries >= rd.truncate_from (if
+ *   2. install rd.snapshot (if rd.has_snapshot: see "Snapshots and compaction" below), then
+ *      persist rd.hard (if rd.has_hard_state), delete stored entries >= rd.truncate_from (if
  *      nonzero) and write rd.entries, ATOMICALLY (one synced RocksDB write batch); if that is
  *      impossible: term and vote first (no entry may carry a term past the stored one), then
  *      the truncation and the entries, then commit (never past the stored log);
@@ -78,10 +79,13 @@
  * before kl_raft_advance. Such a ready carries no entries and no committed entries; after
  * its advance the applied index is the snapshot index. The install changes neither term nor
  * vote (the snapshot carries no term or vote of its sender, only its own (index, term,
- * configuration)). A crash before the install completed restarts from the old state.
+ * configuration)); the message's term is handled like an append's (a later term is
+ * adopted, an older one refused). A crash before the install completed restarts from the
+ * old state.
  *
  * Ownership: every pointer inside a kl_raft_ready (entries, messages and their entries,
- * committed entries, read states) is owned by the kl_raft and stays valid until
+ * committed entries, read states; a snapshot and the snapshot in a message are values) is
+ * owned by the kl_raft and stays valid until
  * kl_raft_advance or kl_raft_free, whichever comes first. Pointers passed IN (step's message,
  * propose's data) are borrowed for the call only: the core copies what it keeps. Entries the
  * storage callback returns are handed over: the core frees their data with free().
