@@ -383,6 +383,13 @@ static bool frame_reserve(kl_repl *r, size_t n)
 
 static void send_msg(kl_repl *r, const kl_raft_msg *m)
 {
+    if (m->type == KL_RAFT_MSG_SNAPSHOT) {
+        /* This driver never compacts (kl_raft_compact), so its core never asks for a
+         * snapshot; should it, there is no stream to serve it: report it failed. */
+        r->counters.send_drops++;
+        (void)kl_raft_report_snapshot(r->raft, m->to, false);
+        return;
+    }
     if (r->peer == NULL || m->n_entries > KL_RAFT_MAX_MSG_ENTRIES) {
         r->counters.send_drops++;
         return;
@@ -689,6 +696,14 @@ static void pump(kl_repl *r)
             fail_core(r, "get_ready");
             break;
         }
+        if (r->rd.has_snapshot) {
+            /* Unreachable: on_recv never steps a snapshot in. Never advance past an install
+             * that did not happen. */
+            kl_err err;
+            kl_fail(&err, KL_INTERNAL, "raft", "snapshot install asked of a driver without one");
+            fail(r, &err);
+            break;
+        }
         /* Confirmations count from now, before any taken later by reads_early. */
         for (size_t i = 0; i < r->rd.n_reads && live(r); i++)
             reads_confirm(r, &r->rd.reads[i]);
@@ -850,6 +865,7 @@ static void on_recv(void *owner, uint64_t from, const uint8_t *frame, size_t len
     char path[64];
     bool ok = pm != NULL && !kl_proto_has_unknown(&pm->base, path, sizeof path) &&
               pm->from == from && pm->to == r->self && pm->type < KL_RAFT_MSG_TYPE_COUNT &&
+              pm->type != KL_RAFT_MSG_SNAPSHOT && /* only a staged stream steps one in */
               pm->n_entries <= KL_RAFT_MAX_MSG_ENTRIES;
     for (size_t i = 0; ok && i < pm->n_entries; i++)
         ok = check_entry(pm->entries[i]);

@@ -9,6 +9,10 @@
  *   a leader's log only grows, and its first entry of a term is the no-op;
  *   applied <= commit; at most one ready is outstanding;
  *   for every follower progress on a leader: match < next <= last + 1;
+ *   snap_index <= applied: only applied entries are compacted, and an install makes the
+ *   snapshot index applied and committed at once; nothing <= snap_index is ever read;
+ *   a snapshot is installed only by a follower, only past its commit, only with no ready
+ *   outstanding; a follower progress in snapshot state gets no appends;
  *   unsent messages always speak for the current term: they are dropped when the term
  *   changes, because an append acknowledgement queued in term T may describe entries that a
  *   term-T' leader has truncated since (sending it would be a lie about what is durable). */
@@ -22,14 +26,16 @@
 #include <stdlib.h>
 #include <string.h>
 
-enum { PR_PROBE = 0, PR_REPLICATE = 1 };
+enum { PR_PROBE = 0, PR_REPLICATE = 1, PR_SNAPSHOT = 2 };
 
 /* What a leader knows about one follower (etcd's tracker.Progress). */
 typedef struct progress {
     uint64_t match;    /* highest index the follower acknowledged as persisted and matching */
     uint64_t next;     /* next index to send */
     uint8_t state;     /* PR_PROBE: find the match point, one append at a time;
-                        * PR_REPLICATE: stream optimistically, up to max_inflight appends */
+                        * PR_REPLICATE: stream optimistically, up to max_inflight appends;
+                        * PR_SNAPSHOT: the driver streams a snapshot; nothing else goes */
+    uint64_t pending_snap; /* PR_SNAPSHOT: the index of the snapshot being streamed */
     bool probe_sent;   /* probe: an append is out; wait for its answer or a heartbeat answer */
     bool active;       /* heard from since the last check-quorum */
     uint64_t read_ack; /* highest read-index round confirmed by this follower in this term */
@@ -60,6 +66,12 @@ struct kl_raft {
     bool append_dirty; /* leader: new entries to send, flushed into the next ready */
     bool hb_dirty;     /* leader: a read-index round wants a heartbeat, likewise */
     uint64_t noop_index; /* leader: index of this term's no-op; ready once commit reaches it */
+    kl_raft_conf conf;   /* this member's configuration, as snapshots name it */
+
+    /* follower: a snapshot stepped in, installed by the next ready (kl_raft_get_ready) */
+    bool snap_pending;
+    kl_raft_snapshot snap_pend;
+    uint64_t snap_pend_from;
 
     uint64_t read_seq;        /* read-index rounds, numbered across terms */
     pending_read *reads;      /* ring of unconfirmed reads, cap max_pending_reads */
@@ -146,8 +158,9 @@ static kl_raft_msg msg_to(const kl_raft *r, uint8_t type, uint64_t to)
 }
 
 /* Queues m, taking over its entries. Past the outbox limits the message is dropped, exactly
- * as a lossy network would: Raft recovers from that, and memory stays bounded. */
-static void send(kl_raft *r, kl_raft_msg *m)
+ * as a lossy network would: Raft recovers from that, and memory stays bounded. Returns
+ * whether it was queued. */
+static bool send(kl_raft *r, kl_raft_msg *m)
 {
     size_t b = msg_bytes(m);
     if (r->out_len >= r->cfg.max_outbox_msgs || r->out_bytes + b > r->cfg.max_outbox_bytes)
@@ -162,9 +175,10 @@ static void send(kl_raft *r, kl_raft_msg *m)
     }
     r->out[r->out_len++] = *m;
     r->out_bytes += b;
-    return;
+    return true;
 drop:
     kl_rlog_free_entries(m->entries, m->n_entries);
+    return false;
 }
 
 static void drop_outbox(kl_raft *r)
@@ -305,6 +319,8 @@ static void become_leader(kl_raft *r)
 
 static bool paused(const kl_raft *r, const progress *pr)
 {
+    if (pr->state == PR_SNAPSHOT)
+        return true; /* one snapshot in flight, and nothing after it until it is reported */
     if (pr->state == PR_PROBE)
         return pr->probe_sent;
     return pr->infl_count >= r->cfg.max_inflight;
@@ -341,6 +357,24 @@ static void become_replicate(progress *pr)
     pr->infl_start = pr->infl_count = 0;
 }
 
+/* The follower in slot s needs entries this leader compacted: ask the driver (through the
+ * outbox, so after this ready's write like any message) to stream the snapshot. Should the
+ * outbox drop it, the follower stays in probe and the next probe tries again. */
+static void send_snapshot(kl_raft *r, size_t s)
+{
+    progress *pr = &r->prs[s];
+    kl_raft_msg m = msg_to(r, KL_RAFT_MSG_SNAPSHOT, r->cfg.members[s]);
+    m.snap = (kl_raft_snapshot){
+        .index = r->log.snap_index, .term = r->log.snap_term, .conf = r->conf};
+    m.commit = r->commit;
+    if (!send(r, &m))
+        return;
+    pr->state = PR_SNAPSHOT;
+    pr->pending_snap = r->log.snap_index;
+    pr->probe_sent = false;
+    pr->infl_start = pr->infl_count = 0;
+}
+
 /* One append to the follower in slot s, if its flow allows. send_if_empty: also when there is
  * no entry to send (a probe, or to carry a new commit index). Returns whether one was queued. */
 static bool send_append(kl_raft *r, size_t s, bool send_if_empty)
@@ -349,6 +383,10 @@ static bool send_append(kl_raft *r, size_t s, bool send_if_empty)
     assert(pr->match < pr->next && pr->next <= r->log.last + 1);
     if (paused(r, pr))
         return false;
+    if (pr->next - 1 < r->log.snap_index) {
+        send_snapshot(r, s); /* the entry before next, or next itself, is compacted */
+        return false;
+    }
     kl_raft_msg m = msg_to(r, KL_RAFT_MSG_APPEND, r->cfg.members[s]);
     m.index = pr->next - 1;
     m.log_term = kl_rlog_term(&r->log, m.index);
@@ -552,6 +590,64 @@ static void handle_append(kl_raft *r, const kl_raft_msg *m)
     send(r, &resp);
 }
 
+/* A snapshot the driver staged (raft.h "Snapshots and compaction"). What it covers is
+ * committed, so a follower whose commit already covers it only says how far it is, and one
+ * whose log holds its (index, term) holds everything in it (log matching) and keeps its
+ * entries after it. Otherwise the install waits for the next ready: a write may be
+ * outstanding, and the log it replaces must not change under it. */
+static void answer_or_keep_snapshot(kl_raft *r, const kl_raft_snapshot *sn, uint64_t from,
+                                    bool keep)
+{
+    kl_raft_msg resp = msg_to(r, KL_RAFT_MSG_APPEND_RESP, from);
+    if (sn->index <= r->commit) {
+        resp.index = r->commit;
+        send(r, &resp);
+        return;
+    }
+    if (kl_rlog_match(&r->log, sn->index, sn->term)) {
+        /* The acknowledgement leaves with the next ready, after the write of every entry up
+         * to the last one: a promise like any append answer. */
+        commit_to(r, sn->index);
+        resp.index = sn->index;
+        send(r, &resp);
+        return;
+    }
+    if (broken(r) || !keep)
+        return;
+    if (!r->snap_pending || sn->index >= r->snap_pend.index) {
+        r->snap_pending = true;
+        r->snap_pend = *sn;
+        r->snap_pend_from = from;
+    }
+}
+
+/* Called by kl_raft_get_ready with no ready outstanding: the pending snapshot, if any, is
+ * looked at again (appends may have caught the log up since) and installed if still needed.
+ * Returns whether the ready being built installs it. */
+static bool install_pending(kl_raft *r)
+{
+    if (!r->snap_pending)
+        return false;
+    r->snap_pending = false;
+    /* A member that campaigns or leads never installs: its log is not behind the commit it
+     * could win with (a leader holds every committed entry), and its log may only grow. */
+    if (r->role != KL_RAFT_FOLLOWER)
+        return false;
+    kl_raft_snapshot sn = r->snap_pend;
+    answer_or_keep_snapshot(r, &sn, r->snap_pend_from, true);
+    if (!r->snap_pending)
+        return false; /* answered: nothing to install */
+    r->snap_pending = false;
+    /* invariant I-SNAP-3: installed only by a follower, past its commit, no ready out */
+    assert(sn.index > r->commit && r->role == KL_RAFT_FOLLOWER && !r->ready_out);
+    kl_rlog_restore(&r->log, sn.index, sn.term);
+    r->commit = sn.index;
+    kl_raft_msg resp = msg_to(r, KL_RAFT_MSG_APPEND_RESP, r->snap_pend_from);
+    resp.index = sn.index;
+    send(r, &resp);
+    return true;
+}
+
 static void handle_heartbeat(kl_raft *r, const kl_raft_msg *m)
 {
     /* The leader sends min(match, commit), so the entries are ours already; the clamp only
@@ -574,6 +670,8 @@ static void handle_append_resp(kl_raft *r, size_t s, const kl_raft_msg *m)
             hint = kl_rlog_conflict_by_term(&r->log, hint, m->log_term);
         if (broken(r))
             return;
+        if (pr->state == PR_SNAPSHOT)
+            return; /* answers an append from before the snapshot; the report decides */
         if (pr->state == PR_REPLICATE) {
             if (m->index <= pr->match)
                 return; /* stale */
@@ -594,6 +692,16 @@ static void handle_append_resp(kl_raft *r, size_t s, const kl_raft_msg *m)
     }
     if (pr->next < pr->match + 1)
         pr->next = pr->match + 1;
+    if (pr->state == PR_SNAPSHOT) {
+        /* The follower's acknowledgement of the snapshot index (or past it) is the delivery
+         * report too: whatever the driver reports later finds the follower moved on. */
+        if (pr->match < pr->pending_snap) {
+            if (updated)
+                (void)maybe_commit(r);
+            return;
+        }
+        become_probe(pr);
+    }
     if (!updated && !(pr->state == PR_PROBE && m->index == pr->match))
         return;
     if (pr->state == PR_PROBE)
@@ -631,7 +739,8 @@ static bool in_lease(const kl_raft *r)
 
 static void step_msg(kl_raft *r, const kl_raft_msg *m)
 {
-    bool from_leader = m->type == KL_RAFT_MSG_APPEND || m->type == KL_RAFT_MSG_HEARTBEAT;
+    bool from_leader = m->type == KL_RAFT_MSG_APPEND || m->type == KL_RAFT_MSG_HEARTBEAT ||
+                       m->type == KL_RAFT_MSG_SNAPSHOT;
     bool vote_req = m->type == KL_RAFT_MSG_PREVOTE || m->type == KL_RAFT_MSG_VOTE;
     if (m->term > r->term) {
         /* Leader stickiness (etcd's check-quorum lease): while we heard from a leader within
@@ -693,8 +802,34 @@ static void step_msg(kl_raft *r, const kl_raft_msg *m)
     r->leader = m->from;
     if (m->type == KL_RAFT_MSG_APPEND)
         handle_append(r, m);
+    else if (m->type == KL_RAFT_MSG_SNAPSHOT)
+        answer_or_keep_snapshot(r, &m->snap, m->from, true);
     else
         handle_heartbeat(r, m);
+}
+
+static bool conf_equal(const kl_raft_conf *a, const kl_raft_conf *b)
+{
+    if (a->n_members != b->n_members || a->replica_count != b->replica_count ||
+        a->n_members > KL_RAFT_MAX_MEMBERS)
+        return false;
+    for (uint32_t i = 0; i < a->n_members; i++) {
+        bool found = false;
+        for (uint32_t j = 0; j < b->n_members && !found; j++)
+            found = a->members[i] == b->members[j];
+        if (!found)
+            return false;
+    }
+    return true;
+}
+
+/* A snapshot names a point no later than its sender's term, and the configuration is static:
+ * one naming another member set is not ours to install. */
+static bool snapshot_valid(const kl_raft *r, const kl_raft_msg *m)
+{
+    const kl_raft_snapshot *sn = &m->snap;
+    return sn->index >= 1 && sn->term >= 1 && sn->term <= m->term &&
+           conf_equal(&sn->conf, &r->conf);
 }
 
 /* Peer input is not trusted: anything that could trip an assertion is refused here. */
@@ -703,6 +838,8 @@ static bool msg_valid(const kl_raft *r, const kl_raft_msg *m)
     if (m->type >= KL_RAFT_MSG_TYPE_COUNT || m->term == 0)
         return false;
     if (m->to != r->cfg.id || m->from == r->cfg.id || slot_of(r, m->from) < 0)
+        return false;
+    if (m->type == KL_RAFT_MSG_SNAPSHOT && (m->n_entries > 0 || !snapshot_valid(r, m)))
         return false;
     if (m->n_entries == 0)
         return true;
@@ -737,6 +874,22 @@ void kl_raft_config_default(kl_raft_config *c)
     c->max_pending_reads = 1024;
     c->max_outbox_msgs = 4096;
     c->max_outbox_bytes = 64u << 20;
+}
+
+/* The snapshot point a restart passes in: a compacted prefix is applied state. */
+static kl_code check_snapshot_point(const kl_raft_config *c, kl_err *err)
+{
+    if ((c->snap_index == 0) != (c->snap_term == 0) || c->snap_term > c->hard.term)
+        return kl_fail(err, KL_INVALID_ARGUMENT, "snap_term",
+                       "snapshot term %llu at index %llu (persisted term %llu)",
+                       (unsigned long long)c->snap_term, (unsigned long long)c->snap_index,
+                       (unsigned long long)c->hard.term);
+    if (c->snap_index > c->last_index || c->snap_index > c->applied)
+        return kl_fail(err, KL_INVALID_ARGUMENT, "snap_index",
+                       "snapshot index %llu past the last index %llu or the applied index %llu",
+                       (unsigned long long)c->snap_index, (unsigned long long)c->last_index,
+                       (unsigned long long)c->applied);
+    return KL_OK;
 }
 
 static kl_code check_config(const kl_raft_config *c, kl_err *err)
@@ -786,7 +939,7 @@ static kl_code check_config(const kl_raft_config *c, kl_err *err)
                        "commit %llu or applied %llu past the last index %llu",
                        (unsigned long long)c->hard.commit, (unsigned long long)c->applied,
                        (unsigned long long)c->last_index);
-    return KL_OK;
+    return check_snapshot_point(c, err);
 }
 
 kl_code kl_raft_new(const kl_raft_config *cfg, kl_raft **out, kl_err *err)
@@ -805,6 +958,9 @@ kl_code kl_raft_new(const kl_raft_config *cfg, kl_raft **out, kl_err *err)
     kl_raft_quorums(r->n, r->q2, &r->q1);
     /* Check-quorum and read-confirmation threshold: see kl_raft_tick and release_reads. */
     r->qcheck = (uint32_t)r->n - r->q1 + 1;
+    memcpy(r->conf.members, cfg->members, sizeof r->conf.members);
+    r->conf.n_members = (uint32_t)cfg->n_members;
+    r->conf.replica_count = cfg->replica_count;
     r->rng = cfg->rand_seed ^ (cfg->id * 0x9e3779b97f4a7c15ull);
     r->reads = calloc(cfg->max_pending_reads, sizeof *r->reads);
     r->done = calloc(cfg->max_pending_reads, sizeof *r->done);
@@ -813,8 +969,8 @@ kl_code kl_raft_new(const kl_raft_config *cfg, kl_raft **out, kl_err *err)
         kl_raft_free(r);
         return kl_fail(err, KL_UNAVAILABLE, "memory", "out of memory");
     }
-    if (kl_rlog_init(&r->log, &cfg->storage, cfg->last_index, cfg->max_cached_entries,
-                     cfg->max_cached_bytes) != KL_OK) {
+    if (kl_rlog_init(&r->log, &cfg->storage, cfg->snap_index, cfg->snap_term, cfg->last_index,
+                     cfg->max_cached_entries, cfg->max_cached_bytes) != KL_OK) {
         kl_raft_free(r);
         return kl_fail(err, KL_INTERNAL, "storage", "reading the last log entry failed");
     }
@@ -1092,7 +1248,7 @@ bool kl_raft_has_ready(const kl_raft *r)
     return r->term != r->hs_handed.term || r->vote != r->hs_handed.vote ||
            r->commit != r->hs_handed.commit || r->log.persisted < r->log.last ||
            r->log.pending_trunc != 0 || r->out_len > 0 || r->done_len > 0 ||
-           r->append_dirty || r->hb_dirty || r->applied < r->commit ||
+           r->append_dirty || r->hb_dirty || r->applied < r->commit || r->snap_pending ||
            r->role != r->role_handed || r->leader != r->leader_handed ||
            r->term != r->term_handed;
 }
@@ -1104,6 +1260,7 @@ kl_code kl_raft_get_ready(kl_raft *r, kl_raft_ready *rd)
         return KL_FAILED_PRECONDITION;
     if (broken(r))
         return KL_INTERNAL;
+    bool install = install_pending(r);
     /* Coalesced sends: all proposals since the last ready travel in one append per follower,
      * and all read-index requests share one heartbeat round. */
     if (r->role == KL_RAFT_LEADER) {
@@ -1122,7 +1279,8 @@ kl_code kl_raft_get_ready(kl_raft *r, kl_raft_ready *rd)
                                  SIZE_MAX, &ents, &n_ents))
         return status_of(r) == KL_OK ? KL_UNAVAILABLE : KL_INTERNAL;
     assert(n_ents == unp);
-    if (r->applied < r->commit &&
+    /* An install hands out no committed entries: the snapshot holds them all. */
+    if (!install && r->applied < r->commit &&
         !kl_rlog_copy(&r->log, r->applied + 1, r->commit + 1, r->cfg.max_apply_bytes,
                       KL_RAFT_MAX_MSG_ENTRIES, &com, &n_com)) {
         kl_rlog_free_entries(ents, n_ents);
@@ -1145,7 +1303,12 @@ kl_code kl_raft_get_ready(kl_raft *r, kl_raft_ready *rd)
     r->rd_n_committed = n_com;
     rd->committed = com;
     rd->n_committed = n_com;
-    r->applied_handed = r->applied + n_com;
+    r->applied_handed = install ? r->commit : r->applied + n_com;
+    rd->has_snapshot = install;
+    if (install) {
+        rd->snapshot = r->snap_pend;
+        rd->snapshot_from = r->snap_pend_from;
+    }
     r->rd_msgs = r->out;
     r->rd_n_msgs = r->out_len;
     rd->msgs = r->out;
@@ -1189,12 +1352,47 @@ kl_code kl_raft_advance(kl_raft *r, const kl_raft_ready *rd)
     return status_of(r);
 }
 
+kl_code kl_raft_compact(kl_raft *r, uint64_t index)
+{
+    if (broken(r))
+        return KL_INTERNAL;
+    /* invariant I-SNAP-1: only applied entries are compacted (applied <= commit) */
+    assert(index <= r->applied);
+    if (index <= r->log.snap_index)
+        return KL_OK;
+    kl_rlog_compact(&r->log, index);
+    kl_rlog_check(&r->log);
+    return status_of(r);
+}
+
+kl_code kl_raft_report_snapshot(kl_raft *r, uint64_t to, bool ok)
+{
+    if (broken(r))
+        return KL_INTERNAL;
+    int s = slot_of(r, to);
+    if (s < 0 || (size_t)s == r->self)
+        return KL_INVALID_ARGUMENT;
+    progress *pr = &r->prs[s];
+    if (r->role != KL_RAFT_LEADER || pr->state != PR_SNAPSHOT)
+        return KL_OK; /* stale: another term, or the follower already answered */
+    uint64_t snap = pr->pending_snap;
+    become_probe(pr);
+    if (ok)
+        pr->next = max_u64(pr->match, snap) + 1;
+    /* Probe only once the follower answers (its install acknowledgement, or a heartbeat):
+     * it may still be installing, and a probe now would be refused and ask for the
+     * snapshot again. After a failure this waits a heartbeat interval before the retry. */
+    pr->probe_sent = true;
+    return KL_OK;
+}
+
 void kl_raft_status_get(const kl_raft *r, kl_raft_status *st)
 {
     *st = (kl_raft_status){
         .id = r->cfg.id, .role = r->role, .leader = r->leader, .term = r->term,
         .vote = r->vote, .commit = r->commit, .applied = r->applied,
         .last_index = r->log.last, .last_term = r->log.last_term,
+        .snap_index = r->log.snap_index, .snap_term = r->log.snap_term,
         .persisted = r->log.persisted, .q1 = r->q1, .q2 = r->q2,
         .leader_ready = r->role == KL_RAFT_LEADER && r->commit >= r->noop_index,
         .reachable = r->role == KL_RAFT_LEADER ? r->reachable : 0,
@@ -1206,7 +1404,7 @@ kl_code kl_raft_term_at(kl_raft *r, uint64_t index, uint64_t *term)
     *term = 0;
     if (broken(r))
         return KL_INTERNAL;
-    if (index > r->log.last)
+    if (index > r->log.last || (index > 0 && index < r->log.snap_index))
         return KL_NOT_FOUND;
     *term = kl_rlog_term(&r->log, index);
     return status_of(r);
@@ -1227,7 +1425,7 @@ const char *kl_raft_msg_type_name(int type)
 {
     static const char *const names[KL_RAFT_MSG_TYPE_COUNT] = {
         "prevote", "prevote-resp", "vote", "vote-resp",
-        "append", "append-resp", "heartbeat", "heartbeat-resp",
+        "append", "append-resp", "heartbeat", "heartbeat-resp", "snapshot",
     };
     return type >= 0 && type < KL_RAFT_MSG_TYPE_COUNT ? names[type] : "unknown";
 }

@@ -26,7 +26,8 @@
  *
  * The ready/advance contract (the same rule as etcd's):
  *   1. while kl_raft_has_ready(), call kl_raft_get_ready(r, &rd);
- *   2. persist rd.hard (if rd.has_hard_state), delete stored entries >= rd.truncate_from (if
+ *   2. install rd.snapshot (if rd.has_snapshot: see "Snapshots and compaction" below), then
+ *      persist rd.hard (if rd.has_hard_state), delete stored entries >= rd.truncate_from (if
  *      nonzero) and write rd.entries, ATOMICALLY (one synced RocksDB write batch); if that is
  *      impossible: term and vote first (no entry may carry a term past the stored one), then
  *      the truncation and the entries, then commit (never past the stored log);
@@ -40,11 +41,51 @@
  * ready. A failed write is not reported to the core: the driver must drop this kl_raft and
  * start a new one from what is on disk (a crash is the only failure Raft needs to handle).
  *
- * Snapshots are out of scope: the log is never compacted while any member may still need an
- * entry, so every entry from index 1 stays readable through kl_raft_storage.
+ * Snapshots and compaction (Raft §7; ARCHITECTURE.md "Replication"). The log starts after a
+ * snapshot point (snap_index, snap_term): entries <= snap_index are compacted away and only
+ * the state machine's snapshot holds them. A new member has snap_index 0 and nothing is
+ * compacted. Three places, all driven by the driver:
+ *   compaction   kl_raft_compact(r, I) tells the core the driver dropped stored entries <= I.
+ *                The driver decides when, only for an I it has applied (I <= the applied index
+ *                reported through kl_raft_advance) and whose applied state is durable, and it
+ *                must keep a snapshot of its state machine at exactly I that it can stream
+ *                until it compacts further. It calls kl_raft_compact first (the core reads the
+ *                term at I from storage during the call) and then deletes the entries itself,
+ *                in any write, since the core never asks for an index <= I again. The snapshot
+ *                point must be durable with it: a restart passes it in kl_raft_config.
+ *   sending      a leader that needs an entry <= its snap_index for a follower puts that
+ *                follower in snapshot state and emits, in rd.msgs, one KL_RAFT_MSG_SNAPSHOT
+ *                whose snap names (index, term, configuration). The driver does not send it
+ *                as a frame: it streams its snapshot at that index to m.to in chunks and
+ *                calls kl_raft_report_snapshot(r, m.to, ok) exactly once when the receiver
+ *                has every byte (ok) or the stream failed (or it has no snapshot at that
+ *                index any more: not ok). Until then, or until the follower acknowledges the
+ *                snapshot index, nothing else is sent to that follower but heartbeats: one
+ *                snapshot in flight per follower, at most.
+ *   installing   the receiving driver stages the streamed bytes and verifies them, then
+ *                steps a KL_RAFT_MSG_SNAPSHOT (term, from and snap as the sender's core
+ *                emitted it) into the core. The core ignores one whose index its commit
+ *                already covers (it answers with its commit), only commits up to it when
+ *                its log already holds the snapshot's (index, term) (the entries after it
+ *                stay), and otherwise asks, in the next ready, for the install:
+ *                rd.has_snapshot with rd.snapshot. The driver keeps every staged snapshot
+ *                until a ready installs it or one with a higher index, and drops staged
+ *                ones when it restarts (so does the core).
+ * A ready with has_snapshot is handled before anything else of that ready: the driver makes
+ * the staged state machine at (index, term) current, deletes every stored log entry, records
+ * (index, term) as its snapshot point and writes rd.hard (commit = index), ATOMICALLY and
+ * synced, before any of rd.msgs leaves (they include the acknowledgement, an append answer
+ * with index = snapshot index: a promise that the install is durable, like any ack) and
+ * before kl_raft_advance. Such a ready carries no entries and no committed entries; after
+ * its advance the applied index is the snapshot index. The install changes neither term nor
+ * vote (the snapshot carries no term or vote of its sender, only its own (index, term,
+ * configuration)); the message's term is handled like an append's (a later term is
+ * adopted, an older one refused). A crash before the install completed restarts from the
+ * old state.
  *
  * Ownership: every pointer inside a kl_raft_ready (entries, messages and their entries,
- * committed entries, read states) is owned by the kl_raft and stays valid until
+ * committed entries, read states; a snapshot and the snapshot in a message are values) is
+ * owned by the kl_raft and stays valid until
  * kl_raft_advance or kl_raft_free, whichever comes first. Pointers passed IN (step's message,
  * propose's data) are borrowed for the call only: the core copies what it keeps. Entries the
  * storage callback returns are handed over: the core frees their data with free().
@@ -92,8 +133,26 @@ typedef enum kl_raft_msg_type {
                                    * log_term = the follower's guess for fast backtracking */
     KL_RAFT_MSG_HEARTBEAT = 6,    /* commit; ctx = read-index round being confirmed */
     KL_RAFT_MSG_HEARTBEAT_RESP = 7, /* ctx echoed */
-    KL_RAFT_MSG_TYPE_COUNT = 8,
+    KL_RAFT_MSG_SNAPSHOT = 8,     /* snap = the snapshot to stream or install (not a frame) */
+    KL_RAFT_MSG_TYPE_COUNT = 9,
 } kl_raft_msg_type;
+
+/* A member list with its replica_count: what a snapshot says the configuration is. Static
+ * today (a snapshot must name the receiver's own configuration), carried so that a later
+ * membership change has it where it belongs. */
+typedef struct kl_raft_conf {
+    uint64_t members[KL_RAFT_MAX_MEMBERS];
+    uint32_t n_members;
+    uint32_t replica_count;
+} kl_raft_conf;
+
+/* A snapshot point: the state machine after applying every entry up to index, whose entry
+ * there had term. Never the sender's term, vote or log. */
+typedef struct kl_raft_snapshot {
+    uint64_t index;
+    uint64_t term;
+    kl_raft_conf conf;
+} kl_raft_snapshot;
 
 typedef struct kl_raft_msg {
     uint8_t type; /* kl_raft_msg_type */
@@ -107,6 +166,7 @@ typedef struct kl_raft_msg {
     uint64_t ctx;
     kl_raft_entry *entries;
     size_t n_entries;
+    kl_raft_snapshot snap; /* KL_RAFT_MSG_SNAPSHOT only */
 } kl_raft_msg;
 
 /* A confirmed read: the read identified by ctx may be served from applied state once the
@@ -136,8 +196,10 @@ typedef struct kl_raft_config {
     size_t max_outbox_bytes;
     /* What the driver found on disk at start (all zero for a new member). */
     kl_raft_hard_state hard;
-    uint64_t last_index; /* last stored log index */
-    uint64_t applied;    /* last index the state machine has applied */
+    uint64_t snap_index; /* durable snapshot point: entries <= it are compacted (0 = none) */
+    uint64_t snap_term;  /* term at snap_index (0 iff snap_index is 0) */
+    uint64_t last_index; /* last stored log index (>= snap_index; equal when the log is empty) */
+    uint64_t applied;    /* last index the state machine has applied (>= snap_index) */
     kl_raft_storage storage;
 } kl_raft_config;
 
@@ -154,6 +216,10 @@ typedef struct kl_raft_ready {
     size_t n_committed;
     const kl_raft_read_state *reads;
     size_t n_reads;
+    /* Install the staged snapshot and replace the stored log by it, first (see above). */
+    bool has_snapshot;
+    kl_raft_snapshot snapshot;
+    uint64_t snapshot_from; /* the member whose stream was staged */
     /* Soft state, never persisted: when role leaves KL_RAFT_LEADER, every proposal still in
      * flight has an unknown outcome and every pending read_index was dropped. */
     kl_raft_role role;
@@ -174,6 +240,7 @@ typedef struct kl_raft_status {
     uint64_t term, vote, commit;
     uint64_t applied;   /* last index handed out for applying and advanced */
     uint64_t last_index, last_term;
+    uint64_t snap_index, snap_term; /* compacted up to here; the log starts at snap_index + 1 */
     uint64_t persisted; /* last index the driver reported durable */
     uint32_t q1, q2;
     uint32_t reachable; /* leader only: members (itself included) it heard from in the last
@@ -243,6 +310,18 @@ size_t kl_raft_take_reads(kl_raft *r, kl_raft_read_state *out, size_t cap);
  * never durable-but-unapplied: they belong to that ready's write). */
 size_t kl_raft_take_committed(kl_raft *r, const kl_raft_entry **out);
 
+/* The driver dropped its stored entries <= index (see "Snapshots and compaction" above).
+ * index must be <= the applied index reported through kl_raft_advance (an assert: a driver
+ * bug); an index at or below the current snapshot point changes nothing. */
+kl_code kl_raft_compact(kl_raft *r, uint64_t index);
+
+/* The snapshot stream to member `to` that a KL_RAFT_MSG_SNAPSHOT asked for is over: ok when
+ * the receiver holds every byte, false when it failed. The follower is probed again from the
+ * snapshot index + 1 (ok) or from its last known match (not ok) once it answers a heartbeat
+ * or the snapshot. A report for a follower not in snapshot state, or on a member that no
+ * longer leads, changes nothing. KL_INVALID_ARGUMENT when `to` is not another member. */
+kl_code kl_raft_report_snapshot(kl_raft *r, uint64_t to, bool ok);
+
 /* True when kl_raft_get_ready would return something (or an error), and no ready is outstanding. */
 bool kl_raft_has_ready(const kl_raft *r);
 /* KL_FAILED_PRECONDITION while a previous ready has not been advanced; KL_UNAVAILABLE when
@@ -253,7 +332,8 @@ kl_code kl_raft_advance(kl_raft *r, const kl_raft_ready *rd);
 
 void kl_raft_status_get(const kl_raft *r, kl_raft_status *st);
 /* Term of the entry at index as this member currently sees it (0 for index 0); KL_NOT_FOUND
- * past the last index. */
+ * past the last index and below the snapshot index (compacted; the snapshot index itself has
+ * the snapshot's term). */
 kl_code kl_raft_term_at(kl_raft *r, uint64_t index, uint64_t *term);
 
 const char *kl_raft_role_name(kl_raft_role role);

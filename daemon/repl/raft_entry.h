@@ -22,7 +22,10 @@ typedef struct kl_raft_entry {
 } kl_raft_entry;
 
 /* The driver's durable log, read back by the core for entries it no longer keeps in memory.
- * The core only asks for indexes it knows are persisted (1 <= index <= the persisted last). */
+ * The core only asks for indexes it knows are persisted and not compacted: first <= index <=
+ * the persisted last, where first = snapshot index + 1. The core knows the snapshot point
+ * itself (kl_raft_config at start, then kl_raft_compact and snapshot installs), so the
+ * storage never answers for the snapshot index. */
 typedef struct kl_raft_storage {
     void *ctx;
     /* Term of the stored entry at index. */

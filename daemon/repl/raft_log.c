@@ -11,18 +11,22 @@ static kl_raft_entry *at(const kl_rlog *l, uint64_t index)
     return &l->ents[l->head + (size_t)(index - l->mem_first)];
 }
 
-kl_code kl_rlog_init(kl_rlog *l, const kl_raft_storage *st, uint64_t last_index,
-                     size_t cache_entries, size_t cache_bytes)
+kl_code kl_rlog_init(kl_rlog *l, const kl_raft_storage *st, uint64_t snap_index,
+                     uint64_t snap_term, uint64_t last_index, size_t cache_entries,
+                     size_t cache_bytes)
 {
     memset(l, 0, sizeof *l);
     l->st = *st;
+    l->snap_index = snap_index;
+    l->snap_term = snap_term;
+    l->last_term = snap_term;
     l->last = last_index;
     l->mem_first = last_index + 1;
     l->persisted = last_index;
     l->written_hi = last_index;
     l->cache_entries = cache_entries;
     l->cache_bytes = cache_bytes;
-    if (last_index > 0) {
+    if (last_index > snap_index) {
         uint64_t t = 0;
         if (st->term(st->ctx, last_index, &t) != KL_OK || t == 0)
             return KL_INTERNAL;
@@ -42,6 +46,8 @@ void kl_rlog_free(kl_rlog *l)
 static uint64_t stored_term(kl_rlog *l, uint64_t index)
 {
     uint64_t t = 0;
+    if (index == l->snap_index)
+        return l->snap_term;
     if (l->fatal)
         return 0;
     if (l->st.term(l->st.ctx, index, &t) != KL_OK || t == 0) {
@@ -53,7 +59,7 @@ static uint64_t stored_term(kl_rlog *l, uint64_t index)
 
 uint64_t kl_rlog_term(kl_rlog *l, uint64_t index)
 {
-    if (index == 0 || index > l->last)
+    if (index == 0 || index > l->last || index < l->snap_index)
         return 0;
     if (index == l->last)
         return l->last_term;
@@ -67,6 +73,8 @@ bool kl_rlog_match(kl_rlog *l, uint64_t index, uint64_t term)
 {
     if (index == 0)
         return term == 0;
+    if (index < l->snap_index)
+        return false;
     return index <= l->last && kl_rlog_term(l, index) == term && !l->fatal;
 }
 
@@ -75,6 +83,8 @@ uint64_t kl_rlog_conflict_by_term(kl_rlog *l, uint64_t index, uint64_t term)
     if (index > l->last)
         index = l->last;
     while (index > 0) {
+        if (index <= l->snap_index)
+            return index;
         uint64_t t = kl_rlog_term(l, index);
         if (l->fatal)
             return 0;
@@ -126,7 +136,8 @@ bool kl_rlog_append(kl_rlog *l, uint64_t term, uint8_t type, uint8_t *data, size
 
 void kl_rlog_truncate(kl_rlog *l, uint64_t from)
 {
-    assert(from >= 1 && from <= l->last);
+    /* invariant I-REPL-4: no entry <= commit is ever truncated (commit >= snap_index) */
+    assert(from > l->snap_index && from <= l->last);
     for (uint64_t i = from > l->mem_first ? from : l->mem_first; i <= l->last; i++) {
         kl_raft_entry *e = at(l, i);
         l->mem_bytes -= e->len;
@@ -154,14 +165,51 @@ void kl_rlog_truncate(kl_rlog *l, uint64_t from)
     if (l->handed && l->handed_hi >= from)
         l->handed_hi = from - 1;
     l->last = from - 1;
-    if (l->last == 0)
-        l->last_term = 0;
+    if (l->last == l->snap_index)
+        l->last_term = l->snap_term;
     else if (l->last >= l->mem_first)
         l->last_term = at(l, l->last)->term;
     else
         l->last_term = stored_term(l, l->last);
     if (l->len == 0)
         l->mem_first = l->last + 1;
+}
+
+void kl_rlog_compact(kl_rlog *l, uint64_t index)
+{
+    /* invariant I-SNAP-1: only durable (applied) entries are compacted */
+    assert(index >= l->snap_index && index <= l->persisted);
+    uint64_t t = kl_rlog_term(l, index);
+    if (l->fatal)
+        return;
+    while (l->len > 0 && l->mem_first <= index) {
+        kl_raft_entry *e = &l->ents[l->head];
+        l->mem_bytes -= e->len; /* durable: never counted in unp_bytes */
+        free(e->data);
+        l->head++;
+        l->len--;
+        l->mem_first++;
+    }
+    if (l->len == 0) {
+        l->head = 0;
+        l->mem_first = l->last + 1;
+    }
+    l->snap_index = index;
+    l->snap_term = t;
+}
+
+void kl_rlog_restore(kl_rlog *l, uint64_t index, uint64_t term)
+{
+    /* invariant I-SNAP-3: an install replaces the log only with no ready outstanding */
+    assert(!l->handed && term > 0);
+    for (size_t i = 0; i < l->len; i++)
+        free(l->ents[l->head + i].data);
+    l->head = l->len = 0;
+    l->snap_index = l->last = l->persisted = l->written_hi = index;
+    l->snap_term = l->last_term = term;
+    l->mem_first = index + 1;
+    l->pending_trunc = 0;
+    l->unp_bytes = l->mem_bytes = 0;
 }
 
 uint64_t kl_rlog_unpersisted(const kl_rlog *l) { return l->last - l->persisted; }
@@ -221,6 +269,8 @@ bool kl_rlog_copy(kl_rlog *l, uint64_t lo, uint64_t hi, size_t max_bytes, size_t
         hi = l->last + 1;
     if (lo >= hi || max_n == 0)
         return true;
+    /* invariant I-SNAP-2: nothing at or below the snapshot index is read */
+    assert(lo > l->snap_index);
     size_t want = (size_t)(hi - lo) < max_n ? (size_t)(hi - lo) : max_n;
     kl_raft_entry *e = calloc(want, sizeof *e);
     if (e == NULL)
@@ -301,8 +351,9 @@ void kl_rlog_evict(kl_rlog *l)
 #ifndef NDEBUG
 void kl_rlog_check(const kl_rlog *l)
 {
-    assert(l->persisted <= l->last);
-    assert(l->mem_first <= l->persisted + 1);
+    /* invariant I-SNAP-1: the compacted prefix is durable and below the window */
+    assert(l->snap_index <= l->persisted && l->persisted <= l->last);
+    assert(l->mem_first <= l->persisted + 1 && l->snap_index < l->mem_first);
     assert(l->mem_first + l->len == l->last + 1);
     assert(l->head + l->len <= l->cap || l->len == 0);
     assert(!l->handed || (l->persisted <= l->handed_hi && l->handed_hi <= l->last));

@@ -2,11 +2,13 @@
  *
  * Owns an in-memory window of entries [mem_first, last]: every entry the driver has not yet
  * reported durable, plus a bounded cache of recent durable ones. Entries before the window
- * are read from the driver's storage (kl_raft_storage). It also tracks what the driver has
+ * and after the snapshot point (snap_index, snap_term) are read from the driver's storage
+ * (kl_raft_storage); entries <= snap_index are compacted and nobody reads them. It also tracks what the driver has
  * written, so that a truncation of entries the driver may already hold is reported once.
  *
  * Invariants (kl_rlog_check asserts the O(1) ones; -DKL_RAFT_DEEP_CHECK walks the window too):
- *   persisted <= last and mem_first <= persisted + 1: no unpersisted entry lives only on disk;
+ *   snap_index <= persisted <= last and mem_first <= persisted + 1: no unpersisted entry
+ *   lives only on disk, and nothing compacted was unpersisted; snap_index < mem_first;
  *   the window holds exactly indexes mem_first .. last, contiguous, owning their data;
  *   unp_bytes = data bytes of entries (persisted, last]; mem_bytes = data bytes of the window;
  *   while a ready is outstanding, persisted <= handed_hi <= last;
@@ -26,6 +28,7 @@ typedef struct kl_rlog {
     kl_raft_entry *ents; /* window: ents[head .. head + len) hold mem_first .. last */
     size_t head, len, cap;
     uint64_t mem_first;
+    uint64_t snap_index, snap_term; /* compacted up to snap_index; its entry had snap_term */
     uint64_t last, last_term;
     uint64_t persisted;     /* entries <= persisted are durable with their current content */
     uint64_t written_hi;    /* highest index the driver's store may hold (maybe stale) */
@@ -37,16 +40,21 @@ typedef struct kl_rlog {
     bool fatal;
 } kl_rlog;
 
-/* Starts from a store whose last index is last_index. KL_INTERNAL if the store fails. */
-kl_code kl_rlog_init(kl_rlog *l, const kl_raft_storage *st, uint64_t last_index,
-                     size_t cache_entries, size_t cache_bytes);
+/* Starts from a store compacted up to (snap_index, snap_term) whose last index is last_index
+ * (>= snap_index). KL_INTERNAL if the store fails. */
+kl_code kl_rlog_init(kl_rlog *l, const kl_raft_storage *st, uint64_t snap_index,
+                     uint64_t snap_term, uint64_t last_index, size_t cache_entries,
+                     size_t cache_bytes);
 void kl_rlog_free(kl_rlog *l);
 
-/* Term at index; 0 for index 0, for index > last, and after a storage failure (fatal set). */
+/* Term at index; 0 for index 0, for index > last, below snap_index (compacted: unknown),
+ * and after a storage failure (fatal set). */
 uint64_t kl_rlog_term(kl_rlog *l, uint64_t index);
-/* index <= last and the entry there has this term (index 0 matches term 0). */
+/* snap_index <= index <= last and the entry there has this term (index 0 matches term 0). */
 bool kl_rlog_match(kl_rlog *l, uint64_t index, uint64_t term);
-/* Largest j <= index whose term is <= term (0 if none): etcd's findConflictByTerm. */
+/* Largest j <= index whose term is <= term (0 if none): etcd's findConflictByTerm. Stops at
+ * snap_index (or at index itself when that is below it): terms below are unknown, and the
+ * callers treat such a point as "needs the snapshot" (leader) or as committed (follower). */
 uint64_t kl_rlog_conflict_by_term(kl_rlog *l, uint64_t index, uint64_t term);
 
 /* Appends at last + 1, taking over data (malloc'd or NULL). False if memory ran out (nothing
@@ -54,6 +62,14 @@ uint64_t kl_rlog_conflict_by_term(kl_rlog *l, uint64_t index, uint64_t term);
 bool kl_rlog_append(kl_rlog *l, uint64_t term, uint8_t type, uint8_t *data, size_t len);
 /* Removes entries >= from (1 <= from <= last). The caller guarantees from > commit. */
 void kl_rlog_truncate(kl_rlog *l, uint64_t from);
+
+/* Entries <= index (snap_index <= index <= persisted) are compacted: dropped from the window,
+ * never read again; the term at index is kept as snap_term. */
+void kl_rlog_compact(kl_rlog *l, uint64_t index);
+/* The log is replaced by a snapshot at (index, term): empty after it, persisted = index (the
+ * install is in the ready handed out right after this; the caller keeps every reader off it
+ * until then). Only with no ready outstanding. */
+void kl_rlog_restore(kl_rlog *l, uint64_t index, uint64_t term);
 
 /* Unpersisted count and bytes, for the caps. */
 uint64_t kl_rlog_unpersisted(const kl_rlog *l);

@@ -19,6 +19,14 @@ typedef struct s_ent {
     uint64_t h; /* hash of the whole prefix 1..index */
 } s_ent;
 
+/* A snapshot as the simulated driver keeps, streams and stages it: the point, the prefix hash
+ * of the log up to it (log matching across installs) and the state machine digest there. */
+typedef struct s_snap {
+    uint64_t index, term, h, dig;
+} s_snap;
+
+#define SIM_STAGED 4
+
 struct sim;
 
 typedef struct s_node {
@@ -27,9 +35,16 @@ typedef struct s_node {
     kl_raft *r; /* NULL while crashed */
     /* the simulated disk */
     kl_raft_hard_state hs;
-    s_ent *log;
+    s_ent *log; /* log[k] holds index snap_index + 1 + k */
     size_t len, cap;
-    uint64_t applied_durable;
+    uint64_t snap_index, snap_term, snap_h, snap_dig; /* compacted up to snap_index */
+    uint64_t applied_durable, dig_durable;
+    /* the simulated state machine: digest after each applied index (valid above snap_index
+     * up to applied; the disk's snapshot and applied_durable survive a crash) */
+    uint64_t dig, *digs;
+    size_t cap_digs;
+    s_snap staged[SIM_STAGED]; /* streamed snapshots waiting for an install (volatile) */
+    int n_staged;
     /* the simulated driver */
     bool rd_out;
     kl_raft_ready rd;
@@ -42,6 +57,7 @@ typedef struct s_node {
 typedef struct s_msg {
     uint64_t at;
     kl_raft_msg m;
+    s_snap pay; /* KL_RAFT_MSG_SNAPSHOT: the streamed bytes */
 } s_msg;
 
 typedef struct s_prop {
@@ -56,6 +72,7 @@ typedef struct s_read {
 
 typedef struct s_commit {
     uint64_t term, commit_term, h;
+    uint64_t dig; /* applied: the state machine digest after this index */
 } s_commit;
 
 typedef struct s_hslot {
@@ -74,6 +91,7 @@ typedef struct sim {
     /* per-seed knobs */
     int drop_pct, dup_pct, max_delay, crash_pm, restart_pct, part_pm, heal_pct, prop_pct,
         read_pct, slow_pct, tick_pct;
+    uint64_t snap_threshold, snap_trailing; /* compaction: how far applied runs ahead, kept */
     uint32_t election_ticks, heartbeat_ticks;
     bool chaos;
     /* global truth */
@@ -169,6 +187,15 @@ static s_node *node_by_id(sim *s, uint64_t id)
     return id >= 1 && id <= (uint64_t)s->n ? &s->nodes[id - 1] : NULL;
 }
 
+static uint64_t disk_last(const s_node *n) { return n->snap_index + n->len; }
+static s_ent *dent(s_node *n, uint64_t i) { return &n->log[i - n->snap_index - 1]; }
+
+static void set_dig(s_node *n, uint64_t index, uint64_t d)
+{
+    n->digs = grow(n->digs, &n->cap_digs, index + 1, sizeof *n->digs);
+    n->digs[index] = d;
+}
+
 bool sim_parse_config(const char *str, int *n, int *q2)
 {
     int a, b;
@@ -230,12 +257,15 @@ static uint64_t term_of(sim *s, s_node *n, uint64_t index)
 
 static void check_leader_has(sim *s, s_node *l, uint64_t from, uint64_t lterm)
 {
-    for (uint64_t i = from; i <= s->n_committed && !s->failed; i++) {
+    kl_raft_status st;
+    kl_raft_status_get(l->r, &st);
+    /* Below its snapshot index the leader holds the entries only as applied state, which
+     * came from a committed (index, term) (checked at every install and compaction). */
+    for (uint64_t i = from > st.snap_index ? from : st.snap_index; i <= s->n_committed && !s->failed;
+         i++) {
         const s_commit *c = &s->committed[i - 1];
-        if (c->commit_term >= lterm)
+        if (i == 0 || c->commit_term >= lterm)
             continue;
-        kl_raft_status st;
-        kl_raft_status_get(l->r, &st);
         if (i > st.last_index || term_of(s, l, i) != c->term)
             fail(s, "leader completeness: leader n%llu of term %llu lacks committed (%llu, "
                     "term %llu)", (unsigned long long)l->id, (unsigned long long)lterm,
@@ -283,7 +313,7 @@ static void record_committed(sim *s, uint64_t index, uint64_t term, uint64_t cte
 static uint64_t core_persisted(const s_node *n)
 {
     if (n->r == NULL)
-        return n->len;
+        return disk_last(n);
     kl_raft_status st;
     kl_raft_status_get(n->r, &st);
     return st.persisted;
@@ -295,13 +325,14 @@ static kl_code st_term(void *ctx, uint64_t index, uint64_t *term)
     uint64_t persisted = core_persisted(n);
     /* The core promised to read only what it knows is durable; stale entries above that
      * (written before a truncation was reported) must never be read. */
-    if (index == 0 || index > n->len || index > persisted) {
-        fail(n->sim, "n%llu: core read term of %llu (stored %zu, persisted %llu)",
-             (unsigned long long)n->id, (unsigned long long)index, n->len,
+    if (index <= n->snap_index || index > disk_last(n) || index > persisted) {
+        fail(n->sim, "n%llu: core read term of %llu (stored %llu..%llu, persisted %llu)",
+             (unsigned long long)n->id, (unsigned long long)index,
+             (unsigned long long)n->snap_index + 1, (unsigned long long)disk_last(n),
              (unsigned long long)persisted);
         return KL_INTERNAL;
     }
-    *term = n->log[index - 1].term;
+    *term = dent(n, index)->term;
     return KL_OK;
 }
 
@@ -311,15 +342,16 @@ static kl_code st_entries(void *ctx, uint64_t lo, uint64_t hi, size_t max_bytes,
     s_node *n = ctx;
     uint64_t persisted = core_persisted(n);
     *cnt = 0;
-    if (lo == 0 || hi > n->len + 1 || hi > persisted + 1 || lo >= hi) {
-        fail(n->sim, "n%llu: core read entries %llu..%llu (stored %zu, persisted %llu)",
+    if (lo <= n->snap_index || hi > disk_last(n) + 1 || hi > persisted + 1 || lo >= hi) {
+        fail(n->sim, "n%llu: core read entries %llu..%llu (stored %llu..%llu, persisted %llu)",
              (unsigned long long)n->id, (unsigned long long)lo, (unsigned long long)hi,
-             n->len, (unsigned long long)persisted);
+             (unsigned long long)n->snap_index + 1, (unsigned long long)disk_last(n),
+             (unsigned long long)persisted);
         return KL_INTERNAL;
     }
     size_t k = 0, bytes = 0;
     for (uint64_t i = lo; i < hi && k < cap; i++) {
-        const s_ent *e = &n->log[i - 1];
+        const s_ent *e = dent(n, i);
         if (k > 0 && bytes + e->len > max_bytes)
             break;
         out[k] = (kl_raft_entry){.term = e->term, .index = i, .type = e->type, .len = e->len};
@@ -336,14 +368,57 @@ static kl_code st_entries(void *ctx, uint64_t lo, uint64_t hi, size_t max_bytes,
 
 static void disk_truncate(s_node *n, uint64_t from)
 {
-    for (size_t i = from - 1; i < n->len; i++)
-        free(n->log[i].data);
-    n->len = from - 1;
+    for (uint64_t i = from; i <= disk_last(n); i++)
+        free(dent(n, i)->data);
+    n->len = (size_t)(from - 1 - n->snap_index);
+}
+
+/* The install of a ready's snapshot (raft.h "Snapshots and compaction"): the staged stream
+ * with that (index, term) becomes the state machine, and the log is replaced by its point. */
+static void disk_install(sim *s, s_node *n, const kl_raft_snapshot *sn)
+{
+    const s_snap *st = NULL;
+    for (int i = 0; i < n->n_staged; i++)
+        if (n->staged[i].index == sn->index && n->staged[i].term == sn->term)
+            st = &n->staged[i];
+    if (st == NULL) {
+        fail(s, "n%llu: ready installs (%llu, term %llu), which was never staged",
+             (unsigned long long)n->id, (unsigned long long)sn->index,
+             (unsigned long long)sn->term);
+        return;
+    }
+    s_snap p = *st;
+    if (p.index <= n->applied_durable || p.index <= n->applied)
+        fail(s, "apply order: n%llu installs %llu with %llu already applied (an index twice)",
+             (unsigned long long)n->id, (unsigned long long)p.index,
+             (unsigned long long)n->applied);
+    if (p.index > s->n_committed || s->committed[p.index - 1].term != p.term)
+        fail(s, "n%llu installs (%llu, term %llu), which is not committed",
+             (unsigned long long)n->id, (unsigned long long)p.index, (unsigned long long)p.term);
+    else if (p.index > s->n_applied || s->applied[p.index - 1].dig != p.dig)
+        fail(s, "n%llu installs a snapshot at %llu whose digest no member had there",
+             (unsigned long long)n->id, (unsigned long long)p.index);
+    ht_check(s, p.index, p.term, p.h, n->id);
+    disk_truncate(n, n->snap_index + 1);
+    n->snap_index = p.index;
+    n->snap_term = p.term;
+    n->snap_h = p.h;
+    n->snap_dig = p.dig;
+    n->applied_durable = p.index;
+    n->dig_durable = p.dig;
+    int keep = 0;
+    for (int i = 0; i < n->n_staged; i++)
+        if (n->staged[i].index > p.index)
+            n->staged[keep++] = n->staged[i];
+    n->n_staged = keep;
+    s->res->installs++;
 }
 
 /* Performs the durable part of a ready: hard state, truncation, entries; one atomic write. */
 static void persist(sim *s, s_node *n, const kl_raft_ready *rd)
 {
+    if (rd->has_snapshot)
+        disk_install(s, n, &rd->snapshot);
     if (rd->has_hard_state) {
         const kl_raft_hard_state *h = &rd->hard;
         if (h->term < n->hs.term || h->commit < n->hs.commit)
@@ -362,7 +437,7 @@ static void persist(sim *s, s_node *n, const kl_raft_ready *rd)
             fail(s, "n%llu: truncation at %llu of applied state (applied %llu)",
                  (unsigned long long)n->id, (unsigned long long)rd->truncate_from,
                  (unsigned long long)n->applied_durable);
-        if (rd->truncate_from > n->len + 1 ||
+        if (rd->truncate_from > disk_last(n) + 1 || rd->truncate_from <= n->snap_index ||
             (rd->n_entries > 0 && rd->entries[0].index != rd->truncate_from))
             fail(s, "n%llu: bad truncate_from %llu", (unsigned long long)n->id,
                  (unsigned long long)rd->truncate_from);
@@ -371,13 +446,14 @@ static void persist(sim *s, s_node *n, const kl_raft_ready *rd)
     }
     for (size_t i = 0; i < rd->n_entries && !s->failed; i++) {
         const kl_raft_entry *e = &rd->entries[i];
-        if (e->index != n->len + 1) {
-            fail(s, "n%llu: ready entry %llu does not follow stored %zu", (unsigned long long)n->id,
-                 (unsigned long long)e->index, n->len);
+        if (e->index != disk_last(n) + 1) {
+            fail(s, "n%llu: ready entry %llu does not follow stored %llu",
+                 (unsigned long long)n->id, (unsigned long long)e->index,
+                 (unsigned long long)disk_last(n));
             return;
         }
         n->log = grow(n->log, &n->cap, n->len + 1, sizeof *n->log);
-        uint64_t prev = n->len ? n->log[n->len - 1].h : 0;
+        uint64_t prev = n->len ? n->log[n->len - 1].h : n->snap_h;
         s_ent *d = &n->log[n->len++];
         d->term = e->term;
         d->type = e->type;
@@ -391,11 +467,12 @@ static void persist(sim *s, s_node *n, const kl_raft_ready *rd)
         ht_check(s, e->index, e->term, d->h, n->id);
     }
     /* What is on disk must be restartable: commit inside the log, no committed entry cut. */
-    if (n->hs.commit > n->len)
-        fail(s, "n%llu: durable commit %llu past the durable log %zu", (unsigned long long)n->id,
-             (unsigned long long)n->hs.commit, n->len);
-    for (uint64_t i = 1; i <= n->hs.commit && i <= s->n_committed && rd->truncate_from; i++)
-        if (n->log[i - 1].term != s->committed[i - 1].term)
+    if (n->hs.commit > disk_last(n))
+        fail(s, "n%llu: durable commit %llu past the durable log %llu", (unsigned long long)n->id,
+             (unsigned long long)n->hs.commit, (unsigned long long)disk_last(n));
+    for (uint64_t i = n->snap_index + 1; i <= n->hs.commit && i <= s->n_committed && rd->truncate_from;
+         i++)
+        if (dent(n, i)->term != s->committed[i - 1].term)
             fail(s, "n%llu: durable log lost committed %llu", (unsigned long long)n->id,
                  (unsigned long long)i);
 }
@@ -426,14 +503,17 @@ static void node_start(sim *s, s_node *n)
     c.max_pending_reads = 1 + below(s, 16);
     c.max_outbox_msgs = 16 + below(s, 256);
     c.max_outbox_bytes = 4096 + below(s, 65536);
-    if (n->applied_durable > n->len) {
-        fail(s, "n%llu: applied state %llu ahead of the durable log %zu: the member could not "
-                "restart", (unsigned long long)n->id, (unsigned long long)n->applied_durable,
-             n->len);
+    if (n->applied_durable > disk_last(n) || n->applied_durable < n->snap_index) {
+        fail(s, "n%llu: applied state %llu outside the durable log %llu..%llu: the member "
+                "could not restart", (unsigned long long)n->id,
+             (unsigned long long)n->applied_durable, (unsigned long long)n->snap_index,
+             (unsigned long long)disk_last(n));
         return;
     }
     c.hard = n->hs;
-    c.last_index = n->len;
+    c.snap_index = n->snap_index;
+    c.snap_term = n->snap_term;
+    c.last_index = disk_last(n);
     c.applied = n->applied_durable;
     c.storage = (kl_raft_storage){.ctx = n, .term = st_term, .entries = st_entries};
     kl_err err;
@@ -445,12 +525,16 @@ static void node_start(sim *s, s_node *n)
     }
     n->rd_out = false;
     n->applied = n->applied_durable;
+    n->dig = n->dig_durable;
+    set_dig(n, n->applied, n->dig);
+    n->n_staged = 0;
     n->commit_seen = 0;
     n->checked_commit = 0;
     n->leader_checked_term = 0;
-    trace(s, "n%llu start term %llu vote %llu commit %llu last %zu applied %llu",
+    trace(s, "n%llu start term %llu vote %llu commit %llu snap %llu last %llu applied %llu",
           (unsigned long long)n->id, (unsigned long long)n->hs.term,
-          (unsigned long long)n->hs.vote, (unsigned long long)n->hs.commit, n->len,
+          (unsigned long long)n->hs.vote, (unsigned long long)n->hs.commit,
+          (unsigned long long)n->snap_index, (unsigned long long)disk_last(n),
           (unsigned long long)n->applied_durable);
 }
 
@@ -463,20 +547,22 @@ static void node_crash(sim *s, s_node *n)
     kl_raft_free(n->r);
     n->r = NULL;
     n->rd_out = false;
+    n->n_staged = 0; /* staged streams do not survive a crash */
     s->res->crashes++;
 }
 
 static void apply_entry(sim *s, s_node *n, const kl_raft_entry *e)
 {
     if (e->index != n->applied + 1) {
-        fail(s, "n%llu applied %llu after %llu", (unsigned long long)n->id,
+        fail(s, "apply order: n%llu applied %llu after %llu (an index twice, or one skipped "
+                "without a snapshot)", (unsigned long long)n->id,
              (unsigned long long)e->index, (unsigned long long)n->applied);
         return;
     }
     /* Applied state skips the WAL: an entry applied before this member's own synced write of
      * it could reach disk ahead of its log entry. So the durable log must hold exactly this
      * entry, and no outstanding write may be about to cut it. */
-    if (e->index > n->len || n->log[e->index - 1].term != e->term ||
+    if (e->index <= n->snap_index || e->index > disk_last(n) || dent(n, e->index)->term != e->term ||
         (n->rd_out && n->rd.truncate_from != 0 && e->index >= n->rd.truncate_from)) {
         fail(s, "n%llu applied (%llu, term %llu) before its own log write of it completed",
              (unsigned long long)n->id, (unsigned long long)e->index,
@@ -484,14 +570,19 @@ static void apply_entry(sim *s, s_node *n, const kl_raft_entry *e)
         return;
     }
     uint64_t h = entry_hash(e->term, e->type, e->data, e->len);
+    n->dig = mix64(n->dig ^ h);
+    set_dig(n, e->index, n->dig);
     if (e->index <= s->n_applied) {
         s_commit *a = &s->applied[e->index - 1];
         if (a->term != e->term || a->h != h)
             fail(s, "state machine safety: n%llu applied a different entry at %llu",
                  (unsigned long long)n->id, (unsigned long long)e->index);
+        else if (a->dig != n->dig)
+            fail(s, "snapshots: n%llu's state machine digest at %llu differs from another "
+                    "member's", (unsigned long long)n->id, (unsigned long long)e->index);
     } else {
         s->applied = grow(s->applied, &s->cap_applied, e->index, sizeof *s->applied);
-        s->applied[e->index - 1] = (s_commit){.term = e->term, .h = h};
+        s->applied[e->index - 1] = (s_commit){.term = e->term, .h = h, .dig = n->dig};
         s->n_applied = e->index;
     }
     if (e->index <= s->n_committed && s->committed[e->index - 1].term != e->term)
@@ -524,10 +615,26 @@ static void apply_entry(sim *s, s_node *n, const kl_raft_entry *e)
     }
 }
 
-static void net_send(sim *s, const kl_raft_msg *m)
+/* The end of a snapshot stream, told to the sender's core (whatever instance runs now: a
+ * report to a restarted or deposed member must change nothing harmful). */
+static void snap_report(sim *s, const kl_raft_msg *m, bool ok)
+{
+    s_node *f = node_by_id(s, m->from);
+    if (!ok)
+        s->res->snapshots_failed++;
+    if (f == NULL || f->r == NULL)
+        return;
+    kl_code rc = kl_raft_report_snapshot(f->r, m->to, ok);
+    if (rc != KL_OK)
+        fail(s, "n%llu: report_snapshot = %s", (unsigned long long)f->id, kl_code_name(rc));
+}
+
+static void net_send_pay(sim *s, const kl_raft_msg *m, const s_snap *pay)
 {
     if (s->chaos && pct(s, s->drop_pct)) {
         s->res->dropped++;
+        if (m->type == KL_RAFT_MSG_SNAPSHOT)
+            snap_report(s, m, false);
         return;
     }
     int copies = 1 + (s->chaos && pct(s, s->dup_pct));
@@ -536,6 +643,7 @@ static void net_send(sim *s, const kl_raft_msg *m)
         s_msg *d = &s->net[s->net_len++];
         d->at = s->now + 1 + below(s, (uint64_t)s->max_delay);
         d->m = *m;
+        d->pay = pay ? *pay : (s_snap){0};
         d->m.entries = NULL;
         if (m->n_entries) {
             d->m.entries = malloc(m->n_entries * sizeof *m->entries);
@@ -549,6 +657,75 @@ static void net_send(sim *s, const kl_raft_msg *m)
             }
         }
     }
+}
+
+static void net_send(sim *s, const kl_raft_msg *m) { net_send_pay(s, m, NULL); }
+
+/* A snapshot request from the core: stream the disk's snapshot if it is still the one asked
+ * for (a later compaction replaced it: report the failure, the core asks again). */
+static void send_snapshot(sim *s, s_node *n, const kl_raft_msg *m)
+{
+    if (n->snap_index != m->snap.index || n->snap_term != m->snap.term) {
+        snap_report(s, m, false);
+        return;
+    }
+    s_snap p = {n->snap_index, n->snap_term, n->snap_h, n->snap_dig};
+    s->res->snapshots_sent++;
+    trace(s, "n%llu streams snapshot %llu (term %llu) to n%llu", (unsigned long long)n->id,
+          (unsigned long long)p.index, (unsigned long long)p.term, (unsigned long long)m->to);
+    net_send_pay(s, m, &p);
+}
+
+/* The receiving driver keeps the highest staged snapshots until an install (raft.h). */
+static void stage(s_node *n, const s_snap *p)
+{
+    int low = 0;
+    for (int i = 0; i < n->n_staged; i++) {
+        if (n->staged[i].index == p->index && n->staged[i].term == p->term)
+            return;
+        if (n->staged[i].index < n->staged[low].index)
+            low = i;
+    }
+    if (n->n_staged < SIM_STAGED)
+        n->staged[n->n_staged++] = *p;
+    else if (n->staged[low].index < p->index)
+        n->staged[low] = *p;
+}
+
+/* Compaction on a threshold, keeping a trailing window: only what this member applied
+ * durably and saw committed (so the committed truth has every index it drops). */
+static void maybe_compact(sim *s, s_node *n)
+{
+    kl_raft_status st;
+    kl_raft_status_get(n->r, &st);
+    uint64_t top = n->applied_durable;
+    if (st.applied < top)
+        top = st.applied;
+    if (n->checked_commit < top)
+        top = n->checked_commit;
+    if (top < n->snap_index + s->snap_threshold || top <= s->snap_trailing)
+        return;
+    uint64_t to = top - s->snap_trailing;
+    if (to <= n->snap_index)
+        return;
+    /* The core first (it reads the term at `to`), then the disk, as raft.h orders it. */
+    kl_code rc = kl_raft_compact(n->r, to);
+    if (rc != KL_OK) {
+        fail(s, "n%llu: compact = %s", (unsigned long long)n->id, kl_code_name(rc));
+        return;
+    }
+    const s_ent *e = dent(n, to);
+    n->snap_term = e->term;
+    n->snap_h = e->h;
+    n->snap_dig = n->digs[to];
+    size_t drop = (size_t)(to - n->snap_index);
+    for (size_t i = 0; i < drop; i++)
+        free(n->log[i].data);
+    memmove(n->log, n->log + drop, (n->len - drop) * sizeof *n->log);
+    n->len -= drop;
+    n->snap_index = to;
+    s->res->compactions++;
+    trace(s, "n%llu compacts to %llu", (unsigned long long)n->id, (unsigned long long)to);
 }
 
 static void free_msg(kl_raft_msg *m)
@@ -581,7 +758,7 @@ static void read_confirmed(sim *s, s_node *n, const kl_raft_read_state *rs)
  * the write starts; the rest wait for it (complete). */
 static void apply_durable_committed(sim *s, s_node *n)
 {
-    uint64_t durable = n->len;
+    uint64_t durable = disk_last(n);
     if (n->rd.truncate_from != 0 && n->rd.truncate_from - 1 < durable)
         durable = n->rd.truncate_from - 1;
     for (size_t i = 0; i < n->rd.n_committed && !s->failed; i++) {
@@ -599,17 +776,31 @@ static void complete(sim *s, s_node *n)
     kl_raft_ready *rd = &n->rd;
     persist(s, n, rd);
     n->rd_out = false; /* the write completed; advance follows */
-    for (size_t i = 0; i < rd->n_msgs; i++)
-        net_send(s, &rd->msgs[i]);
+    for (size_t i = 0; i < rd->n_msgs && !s->failed; i++) {
+        if (rd->msgs[i].type == KL_RAFT_MSG_SNAPSHOT)
+            send_snapshot(s, n, &rd->msgs[i]);
+        else
+            net_send(s, &rd->msgs[i]);
+    }
+    if (rd->has_snapshot && !s->failed) {
+        /* The install skipped the state machine to the snapshot (disk_install checked it
+         * moves forward): the one allowed jump in apply order. */
+        n->applied = rd->snapshot.index;
+        n->dig = n->snap_dig;
+        set_dig(n, n->applied, n->dig);
+    }
     for (size_t i = 0; i < rd->n_committed && !s->failed; i++)
         if (rd->committed[i].index > n->applied) /* not applied early (take_ready) */
             apply_entry(s, n, &rd->committed[i]);
     for (size_t i = 0; i < rd->n_reads && !s->failed; i++)
         read_confirmed(s, n, &rd->reads[i]);
     n->applied_durable = n->applied;
+    n->dig_durable = n->dig;
     kl_code rc = kl_raft_advance(n->r, rd);
     if (rc != KL_OK)
         fail(s, "n%llu: advance = %s", (unsigned long long)n->id, kl_code_name(rc));
+    else if (!s->failed)
+        maybe_compact(s, n);
 }
 
 /* Applies what an earlier write already made durable here while the outstanding one runs
@@ -628,8 +819,10 @@ static void apply_taken(sim *s, s_node *n)
             apply_entry(s, n, &e[i]);
         s->res->early_applies += k;
     }
-    if (pct(s, 50))
+    if (pct(s, 50)) {
         n->applied_durable = n->applied;
+        n->dig_durable = n->dig;
+    }
 }
 
 /* As the driver does after every step and tick: heartbeats and their answers leave at once,
@@ -862,8 +1055,12 @@ static void deliver(sim *s)
         s_node *from = node_by_id(s, m->from), *to = node_by_id(s, m->to);
         if (to == NULL || to->r == NULL || from->group != to->group) {
             s->res->dropped++;
+            if (m->type == KL_RAFT_MSG_SNAPSHOT)
+                snap_report(s, m, false);
             continue;
         }
+        if (m->type == KL_RAFT_MSG_SNAPSHOT)
+            stage(to, &s->net[i].pay); /* every byte arrived and was verified */
         trace(s, "n%llu <- n%llu %s term %llu idx %llu lterm %llu commit %llu n %zu%s ctx %llu",
               (unsigned long long)m->to, (unsigned long long)m->from,
               kl_raft_msg_type_name(m->type), (unsigned long long)m->term,
@@ -873,6 +1070,8 @@ static void deliver(sim *s)
         kl_code rc = kl_raft_step(to->r, m);
         if (rc != KL_OK)
             fail(s, "n%llu: step = %s", (unsigned long long)to->id, kl_code_name(rc));
+        if (m->type == KL_RAFT_MSG_SNAPSHOT)
+            snap_report(s, m, true);
         s->res->delivered++;
     }
     for (size_t i = 0; i < due; i++)
@@ -914,7 +1113,12 @@ static void check(sim *s)
                      (unsigned long long)st.term);
             }
         }
-        for (uint64_t i = n->checked_commit + 1; i <= st.commit && !s->failed; i++)
+        /* Below the snapshot index the terms are gone; installs and compactions check that
+         * their point is committed. */
+        uint64_t from = n->checked_commit + 1;
+        if (from < st.snap_index)
+            from = st.snap_index;
+        for (uint64_t i = from; i <= st.commit && !s->failed; i++)
             record_committed(s, i, term_of(s, n, i), st.term, n->id);
         n->checked_commit = st.commit;
         if (st.role == KL_RAFT_LEADER && n->leader_checked_term != st.term) {
@@ -1025,8 +1229,9 @@ static void sim_free(sim *s)
     for (int i = 0; i < s->n; i++) {
         s_node *n = &s->nodes[i];
         kl_raft_free(n->r);
-        disk_truncate(n, 1);
+        disk_truncate(n, n->snap_index + 1);
         free(n->log);
+        free(n->digs);
     }
     for (size_t i = 0; i < s->net_len; i++)
         free_msg(&s->net[i].m);
@@ -1061,6 +1266,9 @@ bool sim_run(const sim_opts *o, sim_result *res)
     s->read_pct = (int)below(s, 20);
     s->slow_pct = (int)below(s, 40);
     s->tick_pct = 70 + (int)below(s, 31);
+    /* Compaction: small values so that followers fall behind the first index often. */
+    s->snap_threshold = 1 + below(s, 24);
+    s->snap_trailing = below(s, 8);
     /* Raft needs broadcast time << election timeout: keep the timeout above a heartbeat
      * interval plus a round trip (two deliveries), by a margin varied per seed. In the chaos
      * phase slow disks and drops still push runs past it, which is the point. */

@@ -19,7 +19,18 @@
  *                        before the read was requested (linearizable reads);
  *   apply after write    an entry is applied only when this member's durable log holds it
  *                        and no outstanding write truncates it; applied state recorded as
- *                        durable never runs ahead of the durable log at a restart.
+ *                        durable never runs ahead of the durable log at a restart;
+ *   apply order          a member applies index i + 1 after i, never an index twice and
+ *                        never skipping one, except by installing a snapshot past it;
+ *   snapshots            each member's state machine keeps a digest of what it applied: the
+ *                        digest at every index is the same on every member, a snapshot
+ *                        installs exactly the digest its sender had at its index, and only
+ *                        a committed (index, term) is ever installed.
+ * Members compact their logs on a threshold with a trailing window (small, drawn per seed),
+ * up to what they applied durably; a leader that needs a compacted entry streams its
+ * snapshot (a simulated message carrying (index, term, prefix hash, digest)) that the
+ * network drops, delays, duplicates and partitions like any other, and reports delivery or
+ * failure to the core; a crash with an install outstanding keeps it or not at random.
  * Writes complete late (a ready may stay outstanding over several steps while messages,
  * ticks, proposals and early applies go on) and a crash keeps or discards the outstanding
  * write at random.
@@ -47,6 +58,7 @@ typedef struct sim_result {
     uint64_t leaders, committed, crashes, partitions, delivered, dropped;
     uint64_t proposals, acked, reads_ok, liveness_steps, truncations;
     uint64_t early_applies; /* entries applied while an unrelated write was outstanding */
+    uint64_t compactions, installs, snapshots_sent, snapshots_failed;
 } sim_result;
 
 /* Runs one seed; returns res->ok. Aborts (assert) only if the core's own invariants break. */

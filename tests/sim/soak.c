@@ -112,14 +112,17 @@ int main(int argc, char **argv)
         bool ok = sim_run(&o, &r);
         printf("%s seed %llu: leaders %llu committed %llu crashes %llu partitions %llu "
                "delivered %llu dropped %llu proposals %llu acked %llu reads %llu truncations %llu "
-               "early_applies %llu liveness %llu\n",
+               "early_applies %llu liveness %llu compactions %llu installs %llu "
+               "snapshots sent %llu failed %llu\n",
                ok ? "ok" : "FAIL", (unsigned long long)seed, (unsigned long long)r.leaders,
                (unsigned long long)r.committed, (unsigned long long)r.crashes,
                (unsigned long long)r.partitions, (unsigned long long)r.delivered,
                (unsigned long long)r.dropped, (unsigned long long)r.proposals,
                (unsigned long long)r.acked, (unsigned long long)r.reads_ok,
                (unsigned long long)r.truncations, (unsigned long long)r.early_applies,
-               (unsigned long long)r.liveness_steps);
+               (unsigned long long)r.liveness_steps, (unsigned long long)r.compactions,
+               (unsigned long long)r.installs, (unsigned long long)r.snapshots_sent,
+               (unsigned long long)r.snapshots_failed);
         if (!ok)
             printf("step %llu: %s\n", (unsigned long long)r.fail_step, r.why);
         return ok ? 0 : 1;
@@ -145,7 +148,7 @@ int main(int argc, char **argv)
         pid_t pid = fork();
         if (pid == 0) {
             close(p[0]);
-            uint64_t done = 0, failed = 0;
+            uint64_t done = 0, failed = 0, comp = 0, inst = 0, sent = 0;
             for (uint64_t k = (uint64_t)w;; k += (uint64_t)jobs) {
                 if (seeds && k >= seeds)
                     break;
@@ -161,27 +164,34 @@ int main(int argc, char **argv)
                     replay_line(stdout, &o);
                     fflush(stdout);
                 }
+                comp += r.compactions;
+                inst += r.installs;
+                sent += r.snapshots_sent;
                 done++;
             }
-            char b[64];
-            int n = snprintf(b, sizeof b, "%llu %llu\n", (unsigned long long)done,
-                             (unsigned long long)failed);
+            char b[128];
+            int n = snprintf(b, sizeof b, "%llu %llu %llu %llu %llu\n", (unsigned long long)done,
+                             (unsigned long long)failed, (unsigned long long)comp,
+                             (unsigned long long)inst, (unsigned long long)sent);
             (void)!write(p[1], b, (size_t)n);
             _exit(0);
         }
         close(p[1]);
         fds[w] = p[0];
     }
-    uint64_t total = 0, failed = 0;
+    uint64_t total = 0, failed = 0, comp = 0, inst = 0, sent = 0;
     int crashed = 0;
     for (int w = 0; w < jobs; w++) {
-        char b[64] = "";
+        char b[128] = "";
         ssize_t n = read(fds[w], b, sizeof b - 1);
         close(fds[w]);
-        unsigned long long d = 0, f = 0;
-        if (n > 0 && sscanf(b, "%llu %llu", &d, &f) == 2) {
+        unsigned long long d = 0, f = 0, c = 0, i = 0, sn = 0;
+        if (n > 0 && sscanf(b, "%llu %llu %llu %llu %llu", &d, &f, &c, &i, &sn) == 5) {
             total += d;
             failed += f;
+            comp += c;
+            inst += i;
+            sent += sn;
         } else {
             crashed++;
         }
@@ -192,5 +202,7 @@ int main(int argc, char **argv)
     printf("raft soak: %llu seeds in %.1f s (%.1f seeds/s), %llu failed%s\n",
            (unsigned long long)total, dt, dt > 0 ? total / dt : 0.0,
            (unsigned long long)failed, crashed ? ", a worker aborted (see above)" : "");
+    printf("raft soak: %llu compactions, %llu snapshots streamed, %llu installed\n",
+           (unsigned long long)comp, (unsigned long long)sent, (unsigned long long)inst);
     return failed == 0 && crashed == 0 ? 0 : 1;
 }

@@ -45,6 +45,12 @@ typedef struct mnode {
     size_t n_reads;
     bool fail_storage;
     uint64_t storage_reads;
+    /* Snapshots: log[] keeps its absolute indexing, but entries <= snap_index are compacted
+     * (a read of one is counted, and must never happen). */
+    uint64_t snap_index, snap_term;
+    uint64_t compacted_reads, installs;
+    kl_raft_snapshot staged; /* the last snapshot stream that arrived (the driver's stage) */
+    bool has_staged;
 } mnode;
 
 typedef struct mc {
@@ -63,7 +69,9 @@ static kl_code mc_term(void *ctx, uint64_t index, uint64_t *term)
 {
     mnode *m = ctx;
     m->storage_reads++;
-    if (m->fail_storage || index == 0 || index > m->len)
+    if (index != 0 && index <= m->snap_index)
+        m->compacted_reads++;
+    if (m->fail_storage || index <= m->snap_index || index > m->len)
         return KL_INTERNAL;
     *term = m->log[index - 1].term;
     return KL_OK;
@@ -75,7 +83,9 @@ static kl_code mc_entries(void *ctx, uint64_t lo, uint64_t hi, size_t max_bytes,
     mnode *m = ctx;
     m->storage_reads++;
     *n = 0;
-    if (m->fail_storage || lo == 0 || hi > m->len + 1)
+    if (lo != 0 && lo <= m->snap_index)
+        m->compacted_reads++;
+    if (m->fail_storage || lo <= m->snap_index || hi > m->len + 1)
         return KL_INTERNAL;
     size_t bytes = 0;
     for (uint64_t i = lo; i < hi && *n < cap; i++) {
@@ -128,6 +138,8 @@ static void mc_config(mc *c, mnode *m, kl_raft_config *cfg)
     if (c->max_msg_bytes)
         cfg->max_msg_bytes = c->max_msg_bytes;
     cfg->hard = m->hs;
+    cfg->snap_index = m->snap_index;
+    cfg->snap_term = m->snap_term;
     cfg->last_index = m->len;
     cfg->applied = m->applied;
     cfg->storage = (kl_raft_storage){.ctx = m, .term = mc_term, .entries = mc_entries};
@@ -162,6 +174,7 @@ static void mc_crash(mc *c, int id)
     m->r = NULL;
     m->rd_out = m->rd_sent = false;
     m->n_reads = 0;
+    m->has_staged = false; /* a staged stream does not survive a restart */
 }
 
 static void mc_free(mc *c)
@@ -191,6 +204,54 @@ static void mc_enqueue(mc *c, const kl_raft_msg *m)
             }
         }
     }
+}
+
+/* A ready's install, first of all its durable parts: the staged stream must be the one named;
+ * the log is replaced by the snapshot point and the state machine jumps to it. */
+static void mc_install(mnode *m, const kl_raft_ready *rd)
+{
+    if (!rd->has_snapshot)
+        return;
+    ck_assert(m->has_staged);
+    ck_assert_uint_eq(m->staged.index, rd->snapshot.index);
+    ck_assert_uint_eq(m->staged.term, rd->snapshot.term);
+    ck_assert_uint_gt(rd->snapshot.index, m->applied);
+    ck_assert_uint_eq(rd->n_entries, 0);
+    ck_assert_uint_eq(rd->n_committed, 0);
+    mc_disk_truncate(m, 1);
+    for (uint64_t i = 0; i < rd->snapshot.index; i++)
+        mc_disk_append(m, rd->snapshot.term, KL_RAFT_ENTRY_NOOP, NULL, 0); /* unreadable */
+    m->snap_index = rd->snapshot.index;
+    m->snap_term = rd->snapshot.term;
+    m->applied = rd->snapshot.index;
+    m->has_staged = false;
+    m->installs++;
+}
+
+/* Compaction as raft.h orders it: the core first, then the disk. */
+static void mc_compact(mnode *m, uint64_t index)
+{
+    ck_assert_int_eq(kl_raft_compact(m->r, index), KL_OK);
+    if (index > m->snap_index) {
+        m->snap_term = m->log[index - 1].term;
+        m->snap_index = index;
+    }
+}
+
+/* Delivery of one message, unless its link is cut; a snapshot request stands for the whole
+ * stream: staged at the receiver, stepped in, and its end reported to the sender. */
+static void mc_deliver(mc *c, const kl_raft_msg *msg)
+{
+    mnode *to = &c->nd[msg->to - 1], *from = &c->nd[msg->from - 1];
+    bool ok = to->r && !c->cut[msg->from][msg->to];
+    if (ok && msg->type == KL_RAFT_MSG_SNAPSHOT) {
+        to->staged = msg->snap;
+        to->has_staged = true;
+    }
+    if (ok)
+        ck_assert_int_eq(kl_raft_step(to->r, msg), KL_OK);
+    if (msg->type == KL_RAFT_MSG_SNAPSHOT && from->r)
+        ck_assert_int_eq(kl_raft_report_snapshot(from->r, msg->to, ok), KL_OK);
 }
 
 /* The driver: persist, send, apply, advance; or, while held, keep the ready outstanding. */
@@ -227,6 +288,7 @@ static void mc_flush(mc *c, int id)
             return;
         }
         kl_raft_ready *rd = &m->rd;
+        mc_install(m, rd);
         if (rd->has_hard_state)
             m->hs = rd->hard;
         if (rd->truncate_from)
@@ -263,11 +325,8 @@ static void mc_settle(mc *c)
         memcpy(batch, c->q, n * sizeof *batch);
         c->qlen = 0;
         for (size_t i = 0; i < n; i++) {
-            kl_raft_msg *msg = &batch[i];
-            mnode *to = &c->nd[msg->to - 1];
-            if (to->r && !c->cut[msg->from][msg->to])
-                ck_assert_int_eq(kl_raft_step(to->r, msg), KL_OK);
-            free_msg(msg);
+            mc_deliver(c, &batch[i]);
+            free_msg(&batch[i]);
         }
         free(batch);
     }
@@ -285,9 +344,7 @@ static void mc_pump(mc *c, void (*check)(mc *))
         kl_raft_msg msg = c->q[0];
         memmove(c->q, c->q + 1, (c->qlen - 1) * sizeof *c->q);
         c->qlen--;
-        mnode *to = &c->nd[msg.to - 1];
-        if (to->r && !c->cut[msg.from][msg.to])
-            ck_assert_int_eq(kl_raft_step(to->r, &msg), KL_OK);
+        mc_deliver(c, &msg);
         free_msg(&msg);
         check(c);
     }
@@ -373,6 +430,7 @@ static void lone_advance(mc *c)
 {
     mnode *m = &c->nd[0];
     kl_raft_ready *rd = &m->rd;
+    mc_install(m, rd);
     if (rd->has_hard_state)
         m->hs = rd->hard;
     if (rd->truncate_from)
@@ -1312,6 +1370,398 @@ START_TEST(storage_failure_is_fatal)
 }
 END_TEST
 
+/* ------------------------------------------------------------------ snapshots and compaction */
+
+static void no_compacted_reads(mc *c)
+{
+    for (int i = 0; i < c->n; i++)
+        ck_assert_msg(c->nd[i].compacted_reads == 0, "n%d read a compacted entry", i + 1);
+}
+
+START_TEST(compaction_moves_the_first_index)
+{
+    mc c;
+    mc_init(&c, 3, 2);
+    c.cache_entries = 0; /* every persisted entry is read back through storage */
+    for (int i = 1; i <= 3; i++) {
+        mc_crash(&c, i);
+        mc_start(&c, i);
+    }
+    mc_elect(&c, 1);
+    for (int i = 0; i < 10; i++)
+        mc_propose(&c, 1, "entry");
+    mc_settle(&c);
+    mc_tick(&c, 1, 2);
+    ck_assert_uint_eq(c.nd[0].applied, 11);
+    uint64_t term = mc_status(&c, 1).term;
+    mc_compact(&c.nd[0], 8);
+    kl_raft_status st = mc_status(&c, 1);
+    ck_assert_uint_eq(st.snap_index, 8);
+    ck_assert_uint_eq(st.snap_term, term);
+    uint64_t t;
+    ck_assert_int_eq(kl_raft_term_at(c.nd[0].r, 7, &t), KL_NOT_FOUND);
+    ck_assert_int_eq(kl_raft_term_at(c.nd[0].r, 8, &t), KL_OK);
+    ck_assert_uint_eq(t, term);
+    /* At or below the snapshot point: nothing changes. */
+    mc_compact(&c.nd[0], 5);
+    ck_assert_uint_eq(mc_status(&c, 1).snap_index, 8);
+    /* The followers hold everything: replication goes on past the compacted prefix. */
+    uint64_t idx = mc_propose(&c, 1, "after");
+    mc_settle(&c);
+    mc_tick(&c, 1, 2);
+    ck_assert_uint_eq(mc_status(&c, 2).commit, idx);
+    /* A restart starts from the snapshot point on disk. (All restart: a member that heard
+     * from n1 lately would ignore its pre-votes.) */
+    for (int i = 1; i <= 3; i++) {
+        mc_crash(&c, i);
+        mc_start(&c, i);
+    }
+    st = mc_status(&c, 1);
+    ck_assert_uint_eq(st.snap_index, 8);
+    ck_assert_uint_eq(st.snap_term, term);
+    ck_assert_uint_eq(st.last_index, idx);
+    ck_assert_uint_ge(st.commit, 11);
+    mc_elect(&c, 1);
+    idx = mc_propose(&c, 1, "again");
+    mc_settle(&c);
+    mc_tick(&c, 1, 2);
+    ck_assert_uint_eq(mc_status(&c, 3).commit, idx);
+    ck_assert_uint_gt(c.nd[0].storage_reads, 0);
+    no_compacted_reads(&c);
+    mc_free(&c);
+}
+END_TEST
+
+START_TEST(snapshot_point_config_refusals)
+{
+    mc c;
+    memset(&c, 0, sizeof c);
+    c.n = 3;
+    c.q2 = 2;
+    c.nd[0].id = 1;
+    mnode *m = &c.nd[0];
+    for (int i = 0; i < 5; i++)
+        mc_disk_append(m, 1, KL_RAFT_ENTRY_NORMAL, "x", 1);
+    m->hs.term = 2;
+    m->snap_index = 3;
+    m->snap_term = 1;
+    m->applied = 3;
+    kl_raft_config cfg;
+    kl_raft *r = NULL;
+    kl_err err;
+    mc_config(&c, m, &cfg);
+    ck_assert_int_eq(kl_raft_new(&cfg, &r, &err), KL_OK);
+    kl_raft_free(r);
+    r = NULL;
+    cfg.snap_term = 0; /* a snapshot point without its term */
+    ck_assert_int_eq(kl_raft_new(&cfg, &r, &err), KL_INVALID_ARGUMENT);
+    ck_assert_str_eq(err.detail, "snap_term");
+    mc_config(&c, m, &cfg);
+    cfg.snap_term = 3; /* past the persisted term */
+    ck_assert_int_eq(kl_raft_new(&cfg, &r, &err), KL_INVALID_ARGUMENT);
+    ck_assert_str_eq(err.detail, "snap_term");
+    mc_config(&c, m, &cfg);
+    cfg.applied = 2; /* the state machine is behind its own snapshot */
+    ck_assert_int_eq(kl_raft_new(&cfg, &r, &err), KL_INVALID_ARGUMENT);
+    ck_assert_str_eq(err.detail, "snap_index");
+    mc_config(&c, m, &cfg);
+    cfg.snap_index = 6; /* past the last index */
+    cfg.applied = 5;
+    ck_assert_int_eq(kl_raft_new(&cfg, &r, &err), KL_INVALID_ARGUMENT);
+    ck_assert_str_eq(err.detail, "snap_index");
+    ck_assert_ptr_null(r);
+    mc_disk_truncate(m, 1);
+}
+END_TEST
+
+/* Runs one delivery round: flush everyone, then deliver what was queued. With `hold_to`, a
+ * snapshot request for that member is taken out instead (returned through *held) and the
+ * round stops; with `forbid_to`, neither an append nor a snapshot request may be addressed
+ * to that member. Returns false once nothing was queued. */
+static bool snap_round(mc *c, int hold_to, kl_raft_msg *held, bool *got, int forbid_to)
+{
+    for (int i = 0; i < c->n; i++)
+        mc_flush(c, i + 1);
+    if (c->qlen == 0)
+        return false;
+    size_t n = c->qlen;
+    kl_raft_msg *batch = malloc(n * sizeof *batch);
+    memcpy(batch, c->q, n * sizeof *batch);
+    c->qlen = 0;
+    for (size_t i = 0; i < n; i++) {
+        const kl_raft_msg *m = &batch[i];
+        bool is_snap = m->type == KL_RAFT_MSG_SNAPSHOT;
+        ck_assert_msg(!(forbid_to && m->to == (uint64_t)forbid_to &&
+                        (is_snap || m->type == KL_RAFT_MSG_APPEND)),
+                      "%s to n%d while its snapshot is out", kl_raft_msg_type_name(m->type),
+                      forbid_to);
+        if (hold_to && is_snap && m->to == (uint64_t)hold_to && !*got) {
+            *held = *m; /* the caller owns it now */
+            *got = true;
+            continue;
+        }
+        mc_deliver(c, m);
+        free_msg(&batch[i]);
+    }
+    free(batch);
+    return true;
+}
+
+/* Ticks the leader until it asks for a snapshot for `to`; returns the request. */
+static kl_raft_msg take_snapshot_request(mc *c, int leader, int to)
+{
+    kl_raft_msg held = {0};
+    bool got = false;
+    for (int k = 0; k < 40 && !got; k++) {
+        ck_assert_int_eq(kl_raft_tick(c->nd[leader - 1].r), KL_OK);
+        for (int round = 0; round < 50 && snap_round(c, to, &held, &got, 0); round++)
+            ;
+    }
+    ck_assert_msg(got, "no snapshot request for n%d", to);
+    return held;
+}
+
+/* Ticks while the snapshot to `to` is out: no second one and no append may go to it. */
+static void settle_with_snapshot_out(mc *c, int leader, int to, int ticks)
+{
+    bool got = false;
+    for (int k = 0; k < ticks; k++) {
+        ck_assert_int_eq(kl_raft_tick(c->nd[leader - 1].r), KL_OK);
+        for (int round = 0; round < 50 && snap_round(c, 0, NULL, &got, to); round++)
+            ;
+    }
+}
+
+START_TEST(lagging_follower_gets_one_snapshot)
+{
+    mc c;
+    mc_init(&c, 3, 2);
+    mc_elect(&c, 1);
+    mc_isolate(&c, 3, true);
+    for (int i = 0; i < 10; i++)
+        mc_propose(&c, 1, "entry");
+    mc_settle(&c);
+    mc_tick(&c, 1, 2);
+    ck_assert_uint_eq(c.nd[0].applied, 11);
+    mc_compact(&c.nd[0], 11);
+    mc_isolate(&c, 3, false);
+    kl_raft_status f_before = mc_status(&c, 3);
+    ck_assert_uint_lt(f_before.last_index, 11);
+
+    /* The first stream fails: nothing else goes to n3 until it is reported, then the leader
+     * asks again (once n3 answers a heartbeat). */
+    kl_raft_msg sm = take_snapshot_request(&c, 1, 3);
+    ck_assert_uint_eq(sm.snap.index, 11);
+    ck_assert_uint_eq(sm.snap.term, mc_status(&c, 1).term);
+    ck_assert_uint_eq(sm.snap.conf.n_members, 3);
+    ck_assert_uint_eq(sm.snap.conf.replica_count, 2);
+    ck_assert_uint_eq(sm.n_entries, 0);
+    settle_with_snapshot_out(&c, 1, 3, 6);
+    ck_assert_int_eq(kl_raft_report_snapshot(c.nd[0].r, 3, false), KL_OK);
+    free_msg(&sm);
+    sm = take_snapshot_request(&c, 1, 3);
+    ck_assert_uint_eq(sm.snap.index, 11);
+
+    /* This one arrives, but n3's disk is slow: the install ready is outstanding and no
+     * acknowledgement leaves before it is durable. A crash then loses it. */
+    c.nd[2].hold = true;
+    mc_deliver(&c, &sm);
+    free_msg(&sm);
+    mc_flush(&c, 3);
+    ck_assert(c.nd[2].rd_out);
+    ck_assert(c.nd[2].rd.has_snapshot);
+    ck_assert_uint_eq(c.nd[2].rd.snapshot.index, 11);
+    ck_assert_uint_eq(c.nd[2].rd.snapshot_from, 1);
+    ck_assert(c.nd[2].rd.has_hard_state);
+    ck_assert_uint_eq(c.nd[2].rd.hard.commit, 11);
+    ck_assert_uint_eq(c.nd[2].rd.hard.term, f_before.term);
+    ck_assert_uint_eq(c.nd[2].rd.hard.vote, f_before.vote);
+    for (size_t i = 0; i < c.qlen; i++)
+        ck_assert_msg(!(c.q[i].from == 3 && c.q[i].type == KL_RAFT_MSG_APPEND_RESP),
+                      "acknowledged before the install was durable");
+    mc_crash(&c, 3);
+    c.nd[2].hold = false;
+    mc_start(&c, 3);
+    ck_assert_uint_eq(mc_status(&c, 3).snap_index, 0);
+    ck_assert_uint_eq(mc_status(&c, 3).last_index, f_before.last_index);
+
+    /* The leader heard nothing back: after the report it asks again, and this one installs. */
+    mc_tick(&c, 1, 4);
+    ck_assert_uint_eq(c.nd[2].installs, 1);
+    kl_raft_status st = mc_status(&c, 3);
+    ck_assert_uint_eq(st.snap_index, 11);
+    ck_assert_uint_ge(st.commit, 11);
+    ck_assert_uint_ge(st.applied, 11);
+    ck_assert_uint_eq(st.term, f_before.term); /* Raft §7: the receiver keeps term and vote */
+    ck_assert_uint_eq(st.vote, f_before.vote);
+    uint64_t idx = mc_propose(&c, 1, "after");
+    mc_settle(&c);
+    mc_tick(&c, 1, 2);
+    ck_assert_uint_eq(mc_status(&c, 3).commit, idx);
+    ck_assert_uint_eq(c.nd[2].applied, idx);
+    no_compacted_reads(&c);
+    mc_free(&c);
+}
+END_TEST
+
+static kl_raft_msg snap_msg(uint64_t term, uint64_t index, uint64_t snap_term)
+{
+    return (kl_raft_msg){
+        .type = KL_RAFT_MSG_SNAPSHOT, .from = 2, .to = 1, .term = term,
+        .snap = {.index = index, .term = snap_term,
+                 .conf = {.members = {1, 2, 3}, .n_members = 3, .replica_count = 2}}};
+}
+
+/* The append answer to n2 in a ready: its index (asserts there is exactly one). */
+static uint64_t ready_ack(const kl_raft_ready *rd)
+{
+    int found = 0;
+    uint64_t index = 0;
+    for (size_t i = 0; i < rd->n_msgs; i++)
+        if (rd->msgs[i].type == KL_RAFT_MSG_APPEND_RESP && rd->msgs[i].to == 2) {
+            ck_assert(!rd->msgs[i].reject);
+            index = rd->msgs[i].index;
+            found++;
+        }
+    ck_assert_int_eq(found, 1);
+    return index;
+}
+
+static void lone_stage(mc *c, const kl_raft_msg *m)
+{
+    c->nd[0].staged = m->snap;
+    c->nd[0].has_staged = true;
+    ck_assert_int_eq(kl_raft_step(c->nd[0].r, m), KL_OK);
+}
+
+START_TEST(snapshot_older_than_commit_is_answered)
+{
+    mc c;
+    const uint64_t terms[] = {1, 1, 1, 1, 1};
+    lone_init(&c, terms, 5, 1);
+    mc_crash(&c, 1);
+    c.nd[0].hs.commit = 4;
+    mc_start(&c, 1);
+    kl_raft_msg m = snap_msg(1, 3, 1);
+    lone_stage(&c, &m);
+    kl_raft_ready *rd = lone_ready(&c);
+    ck_assert(!rd->has_snapshot);
+    ck_assert_uint_eq(ready_ack(rd), 4);
+    lone_advance(&c);
+    ck_assert_uint_eq(mc_status(&c, 1).snap_index, 0);
+    ck_assert_uint_eq(mc_status(&c, 1).last_index, 5);
+    mc_free(&c);
+}
+END_TEST
+
+START_TEST(snapshot_in_the_log_keeps_the_suffix)
+{
+    mc c;
+    const uint64_t terms[] = {1, 1, 2, 2, 2};
+    lone_init(&c, terms, 5, 2);
+    kl_raft_msg m = snap_msg(2, 3, 2);
+    lone_stage(&c, &m);
+    kl_raft_ready *rd = lone_ready(&c);
+    ck_assert(!rd->has_snapshot);
+    ck_assert(rd->has_hard_state);
+    ck_assert_uint_eq(rd->hard.commit, 3);
+    ck_assert_uint_eq(ready_ack(rd), 3);
+    lone_advance(&c);
+    kl_raft_status st = mc_status(&c, 1);
+    ck_assert_uint_eq(st.last_index, 5);
+    ck_assert_uint_eq(st.snap_index, 0);
+    ck_assert_uint_eq(st.commit, 3);
+    mc_free(&c);
+}
+END_TEST
+
+START_TEST(snapshot_install_keeps_term_and_vote)
+{
+    mc c;
+    const uint64_t terms[] = {1, 1};
+    lone_init(&c, terms, 2, 3);
+    mc_crash(&c, 1);
+    c.nd[0].hs.vote = 3;
+    mc_start(&c, 1);
+    kl_raft_msg m = snap_msg(3, 10, 2);
+    lone_stage(&c, &m);
+    /* An older snapshot stepped in while this one waits does not replace it. */
+    kl_raft_msg older = snap_msg(3, 7, 2);
+    ck_assert_int_eq(kl_raft_step(c.nd[0].r, &older), KL_OK);
+    kl_raft_ready *rd = lone_ready(&c);
+    ck_assert(rd->has_snapshot);
+    ck_assert_uint_eq(rd->snapshot.index, 10);
+    ck_assert_uint_eq(rd->snapshot.term, 2);
+    ck_assert_uint_eq(rd->snapshot_from, 2);
+    ck_assert(rd->has_hard_state);
+    ck_assert_uint_eq(rd->hard.term, 3);
+    ck_assert_uint_eq(rd->hard.vote, 3);
+    ck_assert_uint_eq(rd->hard.commit, 10);
+    ck_assert_uint_eq(rd->n_entries, 0);
+    ck_assert_uint_eq(rd->n_committed, 0);
+    ck_assert_uint_eq(rd->truncate_from, 0);
+    ck_assert_uint_eq(ready_ack(rd), 10);
+    /* Until the install is advanced nothing below it may be handed out for applying. */
+    const kl_raft_entry *e;
+    ck_assert_uint_eq(kl_raft_take_committed(c.nd[0].r, &e), 0);
+    lone_advance(&c);
+    kl_raft_status st = mc_status(&c, 1);
+    ck_assert_uint_eq(st.snap_index, 10);
+    ck_assert_uint_eq(st.snap_term, 2);
+    ck_assert_uint_eq(st.last_index, 10);
+    ck_assert_uint_eq(st.last_term, 2);
+    ck_assert_uint_eq(st.commit, 10);
+    ck_assert_uint_eq(st.applied, 10);
+    ck_assert_uint_eq(st.term, 3);
+    ck_assert_uint_eq(st.vote, 3);
+    /* The log goes on from the snapshot point. */
+    kl_raft_entry ent = {.term = 3, .index = 11, .type = KL_RAFT_ENTRY_NOOP};
+    kl_raft_msg app = {.type = KL_RAFT_MSG_APPEND, .from = 2, .to = 1, .term = 3, .index = 10,
+                       .log_term = 2, .commit = 11, .entries = &ent, .n_entries = 1};
+    ck_assert_int_eq(kl_raft_step(c.nd[0].r, &app), KL_OK);
+    rd = lone_ready(&c);
+    ck_assert_uint_eq(rd->n_entries, 1);
+    ck_assert_uint_eq(ready_ack(rd), 11);
+    lone_advance(&c);
+    ck_assert_uint_eq(mc_status(&c, 1).commit, 11);
+    no_compacted_reads(&c);
+    mc_free(&c);
+}
+END_TEST
+
+START_TEST(malformed_snapshot_refused)
+{
+    mc c;
+    lone_init(&c, NULL, 0, 2);
+    kl_raft_msg bad[6];
+    for (int i = 0; i < 6; i++)
+        bad[i] = snap_msg(2, 5, 1);
+    bad[0].snap.term = 3;            /* a point in a term past the message's */
+    bad[1].snap.index = 0;           /* no point */
+    bad[2].snap.conf.members[2] = 4; /* another member set */
+    bad[3].snap.conf.replica_count = 3;
+    bad[4].snap.conf.n_members = 10;
+    kl_raft_entry e = {.term = 1, .index = 6};
+    bad[5].entries = &e; /* a snapshot carries no entries */
+    bad[5].n_entries = 1;
+    for (int i = 0; i < 6; i++)
+        ck_assert_msg(kl_raft_step(c.nd[0].r, &bad[i]) == KL_INVALID_ARGUMENT,
+                      "bad snapshot %d", i);
+    ck_assert(!kl_raft_has_ready(c.nd[0].r));
+    /* The same members in another order are the same configuration. */
+    kl_raft_msg ok = snap_msg(2, 5, 1);
+    ok.snap.conf.members[0] = 3;
+    ok.snap.conf.members[2] = 1;
+    ck_assert_int_eq(kl_raft_step(c.nd[0].r, &ok), KL_OK);
+    ck_assert(kl_raft_has_ready(c.nd[0].r));
+    /* Reports name another member; on a follower they change nothing. */
+    ck_assert_int_eq(kl_raft_report_snapshot(c.nd[0].r, 1, true), KL_INVALID_ARGUMENT);
+    ck_assert_int_eq(kl_raft_report_snapshot(c.nd[0].r, 9, true), KL_INVALID_ARGUMENT);
+    ck_assert_int_eq(kl_raft_report_snapshot(c.nd[0].r, 2, true), KL_OK);
+    mc_free(&c);
+}
+END_TEST
+
 /* ------------------------------------------------------------------ simulator cases */
 
 #define SIM_SEEDS 200 /* per configuration: 6 x 200 = 1,200 seeds, plus the long runs */
@@ -1422,6 +1872,13 @@ Suite *suite_raft(void)
     tcase_add_test(t, ready_contract_and_bad_input);
     tcase_add_test(t, restart_resumes_from_disk);
     tcase_add_test(t, storage_failure_is_fatal);
+    tcase_add_test(t, compaction_moves_the_first_index);
+    tcase_add_test(t, snapshot_point_config_refusals);
+    tcase_add_test(t, lagging_follower_gets_one_snapshot);
+    tcase_add_test(t, snapshot_older_than_commit_is_answered);
+    tcase_add_test(t, snapshot_in_the_log_keeps_the_suffix);
+    tcase_add_test(t, snapshot_install_keeps_term_and_vote);
+    tcase_add_test(t, malformed_snapshot_refused);
     suite_add_tcase(s, t);
     TCase *sim = tcase_create("simulator");
     tcase_set_timeout(sim, 120);
