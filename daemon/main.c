@@ -169,6 +169,8 @@ static kl_code node_propose(void *ctx, const uint8_t *entry, size_t len)
 
 /* ---- the driver's callbacks ---- */
 
+static void repl_fatal(void *ctx, const kl_err *err);
+
 static void repl_apply(void *ctx, const kl_raft_entry *e)
 {
     daemon_state *d = ctx;
@@ -176,6 +178,11 @@ static void repl_apply(void *ctx, const kl_raft_entry *e)
     if (d->node == NULL)
         return;
     if (kl_node_apply(d->node, e->index, e->term, e->len ? e->data : NULL, e->len, &err) != KL_OK) {
+        kl_err first;
+        /* An apply refused because the persist worker's log write just failed: that failure
+         * is the cause, and it ends the process the same way, before its report arrives. */
+        if (kl_store_first_failure(d->store, &first))
+            repl_fatal(d, &first);
         KL_ERROR("apply failed; exiting so that recovery can re-apply the durable log",
                  "index=%llu detail=%s", (unsigned long long)e->index, err.detail);
         d->exit_code = 1;

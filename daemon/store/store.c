@@ -28,7 +28,35 @@ struct kl_store {
      * be left in an error state (and this build asserts on a write after one), and after a
      * failed fsync nothing of what the process holds is trusted; the member exits. */
     _Atomic bool write_failed;
+    /* The first failure's error, readable once first_failure_set is true (release/acquire):
+     * a write refused after it (an apply racing the persist worker's failed log write) then
+     * reports the cause instead of only "an earlier write failed". */
+    _Atomic bool failure_claimed;
+    _Atomic bool first_failure_set;
+    kl_err first_failure;
 };
+
+/* Marks the store failed (no write after this one) and keeps the first cause. Any thread. */
+static void mark_failed(kl_store *st, const char *what, const char *why)
+{
+    bool expected = false;
+    if (atomic_compare_exchange_strong(&st->failure_claimed, &expected, true)) {
+        kl_fail(&st->first_failure, KL_INTERNAL, "store", "store: %s failed: %.160s", what, why ? why : "?");
+        atomic_store_explicit(&st->first_failure_set, true, memory_order_release);
+    }
+    atomic_store(&st->write_failed, true);
+}
+
+bool kl_store_first_failure(kl_store *st, kl_err *out)
+{
+    if (!atomic_load(&st->write_failed))
+        return false;
+    if (atomic_load_explicit(&st->first_failure_set, memory_order_acquire))
+        *out = st->first_failure;
+    else /* the failing thread is still writing its cause down */
+        kl_fail(out, KL_INTERNAL, "store", "store: a write failed (its cause is being recorded)");
+    return true;
+}
 
 void kl_store_options_default(kl_store_options *o)
 {
@@ -56,7 +84,7 @@ static void store_write(kl_store *st, const rocksdb_writeoptions_t *wo, rocksdb_
     }
     rocksdb_write(st->db, (rocksdb_writeoptions_t *)wo, wb, rerr);
     if (*rerr != NULL)
-        atomic_store(&st->write_failed, true);
+        mark_failed(st, "write", *rerr);
 }
 
 /* store_write of one key. */
@@ -445,7 +473,7 @@ kl_code kl_store_log_write(kl_store *st, const Keyload__V1__HardState *hard, uin
         return kl_fail(err, KL_INTERNAL, "log", "store: truncation at %llu of applied entries (applied %llu)",
                        (unsigned long long)truncate_from, (unsigned long long)applied);
     if (KL_FAILPOINT("store.log_write", err) != KL_OK) {
-        atomic_store(&st->write_failed, true);
+        mark_failed(st, "log write", "IO error: Input/output error (failpoint store.log_write)");
         return kl_fail(err, KL_INTERNAL, "log_write",
                        "store: log write failed: IO error: Input/output error (failpoint store.log_write)");
     }
@@ -486,7 +514,7 @@ kl_code kl_store_log_write(kl_store *st, const Keyload__V1__HardState *hard, uin
     if (rerr == NULL) {
         rocksdb_flush_wal(st->db, 1, &rerr);
         if (rerr != NULL)
-            atomic_store(&st->write_failed, true);
+            mark_failed(st, "log sync", rerr);
     }
     if (rerr != NULL)
         return rocks_fail(err, "log write", rerr);

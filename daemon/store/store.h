@@ -75,6 +75,10 @@ kl_code kl_store_open(const char *dir, const kl_store_options *opt, kl_store **o
 void kl_store_close(kl_store *st);
 
 const uint8_t *kl_store_incarnation(const kl_store *st); /* 16 bytes */
+/* Whether a write of this store failed; then *out is the first failure's error. After one
+ * failure every later write is refused (a failed write or fsync leaves nothing trusted):
+ * the member must exit and recover from the durable log. Any thread. */
+bool kl_store_first_failure(kl_store *st, kl_err *out);
 uint64_t kl_store_applied_index(const kl_store *st);
 uint64_t kl_store_last_index(const kl_store *st);
 rocksdb_t *kl_store_db(kl_store *st);

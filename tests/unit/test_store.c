@@ -1,5 +1,6 @@
 /* Key layout and the store's format/feature-flag checks, against a real RocksDB. */
 #include "daemon/store/keys.h"
+#include "common/failpoint.h"
 #include "daemon/store/store.h"
 #include "harness.h"
 
@@ -171,6 +172,37 @@ START_TEST(store_identity_is_checked)
 }
 END_TEST
 
+/* After a failed log write every later write is refused, and the refusal's reader (an apply
+ * racing the persist worker) can name the first failure as the cause. */
+START_TEST(store_first_failure_is_kept)
+{
+    char dir[256];
+    th_tmpdir(dir, sizeof dir);
+    kl_store *st;
+    kl_err err;
+    ck_assert_int_eq(kl_store_open(dir, NULL, &st, &err), KL_OK);
+    kl_err first;
+    ck_assert(!kl_store_first_failure(st, &first));
+    uint8_t body[16] = {0};
+    kl_store_log_item it = {.index = 1, .bytes = body, .len = sizeof body};
+    ck_assert_int_eq(kl_failpoint_configure("store.log_write=error(UNAVAILABLE)", &err), KL_OK);
+    ck_assert_int_eq(kl_store_log_write(st, NULL, 0, &it, 1, &err), KL_INTERNAL);
+    ck_assert_int_eq(kl_failpoint_configure(NULL, &err), KL_OK);
+    ck_assert(kl_store_first_failure(st, &first));
+    ck_assert_ptr_nonnull(strstr(first.message, "failpoint store.log_write"));
+    /* Nothing is written after it: neither the log nor an apply. */
+    ck_assert_int_eq(kl_store_log_write(st, NULL, 0, &it, 1, &err), KL_INTERNAL);
+    Keyload__V1__LogEntry e = KEYLOAD__V1__LOG_ENTRY__INIT;
+    e.index = 1;
+    ck_assert_int_eq(kl_store_apply(st, &e, &err), KL_INTERNAL);
+    ck_assert(kl_store_first_failure(st, &first));
+    ck_assert_ptr_nonnull(strstr(first.message, "failpoint store.log_write")); /* still the first */
+    ck_assert_uint_eq(kl_store_last_index(st), 0);
+    kl_store_close(st);
+    th_rmrf(dir);
+}
+END_TEST
+
 /* A store with entries 1..n synced, copied while open: the image a power loss right after
  * the last sync leaves (nothing flushed, everything in the WAL). Returns the WAL's path. */
 static void crash_image(const char *dir, const char *image, int n, char *wal, size_t cap)
@@ -265,6 +297,7 @@ Suite *suite_store(void)
     tcase_add_test(t, store_identity_is_checked);
     tcase_add_test(t, store_wal_corruption_refuses);
     tcase_add_test(t, store_wal_torn_tail_recovers);
+    tcase_add_test(t, store_first_failure_is_kept);
     suite_add_tcase(s, t);
     return s;
 }
