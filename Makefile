@@ -92,7 +92,7 @@ bin/keyload-bench: $(call obj,$(BENCH_SRC)) lib/libkeyload.a
 	$(CC) $(CFLAGS) -o $@ $(call obj,$(BENCH_SRC)) lib/libkeyload.a $(LIBS)
 
 # Process tests: a driver that starts real keyloadd processes.
-build/proc-test: $(call obj,$(wildcard tests/cluster/*.c)) $(SDK_OBJ) $(CORE_OBJ)
+build/proc-test: $(call obj,$(wildcard tests/cluster/*.c) daemon/store/store.c daemon/store/keys.c) $(SDK_OBJ) $(CORE_OBJ)
 	$(CC) $(CFLAGS) -o $@ $^ $(LIBS)
 
 # The nemesis harness (tests/nemesis): a driver linked with the SDK, run by tests/nemesis/run.sh
