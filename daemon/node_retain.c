@@ -3,6 +3,7 @@
 
 #include "common/limits.h"
 #include "daemon/store/keys.h"
+#include "keyload/v1/store.pb-c.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -159,4 +160,133 @@ kl_code kl_retain_sweep(kl_view *v, int64_t entry_ms, int64_t retention_ms, kl_e
     kl_key mk;
     kl_key_meta(&mk, KL_RETAIN_MARK_META);
     return kl_view_put(v, mk.b, mk.len, rec, sizeof rec, err);
+}
+
+/* Packs r into a malloc'd buffer. */
+static kl_code pack_receipt(const Keyload__V1__BatchReceipt *r, uint8_t **out, size_t *out_len, kl_err *err)
+{
+    *out_len = keyload__v1__batch_receipt__get_packed_size(r);
+    if ((*out = malloc(*out_len ? *out_len : 1)) == NULL)
+        return kl_fail(err, KL_INTERNAL, "memory", "out of memory encoding a receipt");
+    keyload__v1__batch_receipt__pack(r, *out);
+    return KL_OK;
+}
+
+static bool batch_receives(const Keyload__V1__BatchRequest *b)
+{
+    for (size_t i = 0; i < b->n_mutations; i++)
+        if (b->mutations[i]->kind_case == KEYLOAD__V1__MUTATION__KIND_RECEIVE)
+            return true;
+    return false;
+}
+
+/* Drops every received message's body from r; whether any was dropped. */
+static bool drop_bodies(Keyload__V1__BatchReceipt *r)
+{
+    bool any = false;
+    for (size_t i = 0; i < r->n_results; i++) {
+        Keyload__V1__MutationResult *res = r->results[i];
+        if (res->kind_case != KEYLOAD__V1__MUTATION_RESULT__KIND_RECEIVED)
+            continue;
+        for (size_t j = 0; j < res->received->n_messages; j++) {
+            Keyload__V1__ReceivedMessage *m = res->received->messages[j];
+            if (m->message != NULL) {
+                keyload__v1__enqueue_message__free_unpacked(m->message, NULL);
+                m->message = NULL;
+                any = true;
+            }
+        }
+    }
+    return any;
+}
+
+kl_code kl_retain_strip_bodies(const Keyload__V1__BatchRequest *b, const uint8_t *receipt, size_t len,
+                               uint8_t **out, size_t *out_len, kl_err *err)
+{
+    *out = NULL;
+    *out_len = 0;
+    if (!batch_receives(b))
+        return KL_OK;
+    Keyload__V1__BatchReceipt *r = keyload__v1__batch_receipt__unpack(NULL, len, receipt);
+    if (r == NULL)
+        return KL_OK; /* stored whole */
+    /* Only a receipt that re-encodes to the same bytes can be rebuilt byte for byte later. */
+    uint8_t *again = NULL;
+    size_t again_len = 0;
+    kl_code rc = pack_receipt(r, &again, &again_len, err);
+    bool canonical = rc == KL_OK && again_len == len && memcmp(again, receipt, len) == 0;
+    free(again);
+    if (rc == KL_OK && canonical && drop_bodies(r))
+        rc = pack_receipt(r, out, out_len, err);
+    keyload__v1__batch_receipt__free_unpacked(r, NULL);
+    return rc;
+}
+
+static kl_code released(kl_err *err)
+{
+    return kl_fail(err, KL_FAILED_PRECONDITION, "receive_outcome_released",
+                   "this command id's Receive committed, but a message it leased was acknowledged or "
+                   "released since, or its lease passed on, so the bodies are no longer held for a "
+                   "replay; receive again with a fresh command id");
+}
+
+/* The body of received message m, read back through its lease; *out NULL when it is gone. */
+static kl_code body_of(kl_view *v, const Keyload__V1__ReceivedMessage *m, Keyload__V1__EnqueueMessage **out,
+                       kl_err *err)
+{
+    *out = NULL;
+    if (m->lease_token.len != 16)
+        return KL_OK;
+    kl_key k;
+    kl_key_lease(&k, m->lease_token.data);
+    uint8_t *val = NULL;
+    size_t len = 0;
+    bool found = false;
+    kl_code rc = kl_view_get(v, k.b, k.len, &val, &len, &found, err);
+    if (rc != KL_OK || !found)
+        return rc;
+    Keyload__V1__LeaseRecord *lr = keyload__v1__lease_record__unpack(NULL, len, val);
+    free(val);
+    if (lr == NULL)
+        return kl_fail(err, KL_INTERNAL, "store", "a stored lease record does not decode");
+    kl_key_message(&k, lr->queue_id, lr->lane, lr->seq);
+    keyload__v1__lease_record__free_unpacked(lr, NULL);
+    found = false;
+    if ((rc = kl_view_get(v, k.b, k.len, &val, &len, &found, err)) != KL_OK || !found)
+        return rc;
+    Keyload__V1__MessageRecord *rec = keyload__v1__message_record__unpack(NULL, len, val);
+    free(val);
+    if (rec == NULL)
+        return kl_fail(err, KL_INTERNAL, "store", "a stored message record does not decode");
+    if (rec->seq == m->message_id && rec->lease_token.len == 16 &&
+        memcmp(rec->lease_token.data, m->lease_token.data, 16) == 0) {
+        *out = rec->message;
+        rec->message = NULL;
+    }
+    keyload__v1__message_record__free_unpacked(rec, NULL);
+    return KL_OK;
+}
+
+kl_code kl_retain_restore_bodies(kl_view *v, const uint8_t *stored, size_t len, uint8_t **out, size_t *out_len,
+                                 kl_err *err)
+{
+    *out = NULL;
+    Keyload__V1__BatchReceipt *r = keyload__v1__batch_receipt__unpack(NULL, len, stored);
+    if (r == NULL)
+        return kl_fail(err, KL_INTERNAL, "store", "a stored receipt does not decode");
+    kl_code rc = KL_OK;
+    for (size_t i = 0; rc == KL_OK && i < r->n_results; i++) {
+        Keyload__V1__MutationResult *res = r->results[i];
+        if (res->kind_case != KEYLOAD__V1__MUTATION_RESULT__KIND_RECEIVED)
+            continue;
+        for (size_t j = 0; rc == KL_OK && j < res->received->n_messages; j++) {
+            Keyload__V1__ReceivedMessage *m = res->received->messages[j];
+            if ((rc = body_of(v, m, &m->message, err)) == KL_OK && m->message == NULL)
+                rc = released(err);
+        }
+    }
+    if (rc == KL_OK)
+        rc = pack_receipt(r, out, out_len, err);
+    keyload__v1__batch_receipt__free_unpacked(r, NULL);
+    return rc;
 }

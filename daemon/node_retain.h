@@ -45,4 +45,15 @@ kl_code kl_retain_index(kl_overlay *scratch, int64_t time_ms, const char *princi
  * KL_OUTCOME_SWEEP_MAX outcomes (and their index keys) below it, oldest first. */
 kl_code kl_retain_sweep(kl_view *v, int64_t entry_ms, int64_t retention_ms, kl_err *err);
 
+/* Receive outcomes hold no second copy of the leased bodies. kl_retain_strip_bodies: the
+ * receipt without the received messages' `message`, when b holds a Receive, something was
+ * removed and the receipt re-encodes byte for byte (else *out NULL: store it whole).
+ * kl_retain_restore_bodies: the original receipt again, each body read back through its
+ * lease ('K' then 'G', the lease token still the message's); a lease that is gone refuses
+ * FAILED_PRECONDITION receive_outcome_released. *out is malloc'd. */
+kl_code kl_retain_strip_bodies(const Keyload__V1__BatchRequest *b, const uint8_t *receipt, size_t len,
+                               uint8_t **out, size_t *out_len, kl_err *err);
+kl_code kl_retain_restore_bodies(kl_view *v, const uint8_t *stored, size_t len, uint8_t **out, size_t *out_len,
+                                 kl_err *err);
+
 #endif

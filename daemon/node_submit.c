@@ -107,8 +107,22 @@ static kl_code replay_committed(kl_node *n, const char *principal, const Keyload
                        "returned again: use a fresh command id under the current grants",
                        at, was, (unsigned long long)policy_epoch);
     }
-    fn(cookie, KL_OK, NULL, o->receipt.data, o->receipt.len);
+    if (!o->receipt_bodies_elided) {
+        fn(cookie, KL_OK, NULL, o->receipt.data, o->receipt.len);
+        keyload__v1__outcome_record__free_unpacked(o, NULL);
+        return KL_OK;
+    }
+    /* A Receive's outcome without its bodies: read back through the leases, or refused
+     * (ARCHITECTURE.md "Store layout"). */
+    kl_view v = {.store = n->store, .pending = &n->overlay, .scan_limit = UINT64_MAX};
+    uint8_t *full = NULL;
+    size_t full_len = 0;
+    kl_code rc2 = kl_retain_restore_bodies(&v, o->receipt.data, o->receipt.len, &full, &full_len, err);
     keyload__v1__outcome_record__free_unpacked(o, NULL);
+    if (rc2 != KL_OK)
+        return rc2;
+    fn(cookie, KL_OK, NULL, full, full_len);
+    free(full);
     return KL_OK;
 }
 
@@ -161,7 +175,7 @@ static int encode_receipt(kl_buf *out, const Keyload__V1__BatchRequest *b, int p
  * the batch, applied with it and visible to later batches through the pending overlay. */
 static kl_code batch_outcome(const char *principal, uint64_t policy_epoch,
                              const Keyload__V1__BatchRequest *b, const uint8_t digest[KL_DIGEST_LEN],
-                             kl_overlay *scratch, const kl_buf *receipt, const kl_err *refusal,
+                             kl_overlay *scratch, const kl_buf *receipt, bool elided, const kl_err *refusal,
                              uint64_t index, kl_err *err)
 {
     Keyload__V1__OutcomeRecord o = KEYLOAD__V1__OUTCOME_RECORD__INIT;
@@ -177,6 +191,7 @@ static kl_code batch_outcome(const char *principal, uint64_t policy_epoch,
     o.index = index;
     o.policy_epoch = policy_epoch;
     o.first_sent_unix_ms = b->first_sent_unix_ms;
+    o.receipt_bodies_elided = elided;
     size_t on = keyload__v1__outcome_record__get_packed_size(&o);
     uint8_t *ob = malloc(on);
     if (ob == NULL)
@@ -284,14 +299,23 @@ static kl_code batch_evaluate(kl_node *n, const char *principal, const Keyload__
     uint64_t epoch_after = subj->policy_epoch;
     if (!ev->refused && (rc = epoch_after_effect(n, &view, principal, subj, &epoch_after, err)) != KL_OK)
         return rc;
-    if ((rc = batch_outcome(principal, epoch_after, b, digest, &ev->scratch, &ev->receipt,
-                            ev->refused ? &ev->refusal : NULL, index, err)) != KL_OK)
+    /* What is stored (outcome and write-set): the receipt without a Receive's bodies; the
+     * caller is answered the whole receipt. */
+    uint8_t *lean = NULL;
+    size_t lean_len = 0;
+    if (!ev->refused && (rc = kl_retain_strip_bodies(b, ev->receipt.p, ev->receipt.len, &lean, &lean_len, err)) != KL_OK)
         return rc;
-    if ((rc = batch_retention(n, principal, b, ev, now, err)) != KL_OK)
+    kl_buf stored = lean != NULL ? (kl_buf){.p = lean, .len = lean_len} : ev->receipt;
+    rc = batch_outcome(principal, epoch_after, b, digest, &ev->scratch, &stored, lean != NULL,
+                       ev->refused ? &ev->refusal : NULL, index, err);
+    if (rc == KL_OK)
+        rc = batch_retention(n, principal, b, ev, now, err);
+    if (rc == KL_OK && (ev->ws = node_ws_build(principal, b->command_id.data, digest, epoch_after, &stored,
+                                                &ev->scratch, 0)) == NULL)
+        rc = kl_fail(err, KL_INTERNAL, "memory", "out of memory encoding a write-set");
+    free(lean);
+    if (rc != KL_OK)
         return rc;
-    ev->ws = node_ws_build(principal, b->command_id.data, digest, epoch_after, &ev->receipt, &ev->scratch, 0);
-    if (ev->ws == NULL)
-        return kl_fail(err, KL_INTERNAL, "memory", "out of memory encoding a write-set");
     rc = node_ws_pack(&ev->ws->ws, &ev->packed, err);
     n->costs.encode_ns += node_mono_ns() - t0;
     return rc;

@@ -4,6 +4,8 @@
  * outcome_expired, and the kept-for-ever kinds are never indexed. */
 #include "tests/unit/harness.h"
 
+#include "keyload/v1/store.pb-c.h"
+
 #include "common/limits.h"
 #include "daemon/node_retain.h"
 #include "daemon/store/keys.h"
@@ -208,6 +210,93 @@ START_TEST(retain_sweep_is_bounded)
 }
 END_TEST
 
+/* The stored OutcomeRecord of command id `id` (enqueue_req's numbering), or NULL. */
+static Keyload__V1__OutcomeRecord *stored_outcome(th_node *t, unsigned id)
+{
+    uint8_t cmd[16] = {0x5e, 0x7a};
+    cmd[14] = (uint8_t)(id >> 8);
+    cmd[15] = (uint8_t)id;
+    kl_key k;
+    kl_key_outcome(&k, "local", cmd);
+    uint8_t *v;
+    size_t n;
+    bool found;
+    kl_err e;
+    ck_assert_int_eq(kl_store_get(t->store, k.b, k.len, &v, &n, &found, &e), KL_OK);
+    if (!found)
+        return NULL;
+    Keyload__V1__OutcomeRecord *o = keyload__v1__outcome_record__unpack(NULL, n, v);
+    free(v);
+    ck_assert_ptr_nonnull(o);
+    return o;
+}
+
+static kl_code receive_once(th_node *t, unsigned id, th_reply *r)
+{
+    uint8_t cmd[16] = {0x5e, 0x7a};
+    cmd[14] = (uint8_t)(id >> 8);
+    cmd[15] = (uint8_t)id;
+    th_batch *b = th_batch_new(1);
+    th_batch_cmd(b, cmd);
+    th_receive(b, "q", NULL, 10, 30000);
+    size_t len;
+    uint8_t *req = th_batch_pack(b, &len);
+    memset(r, 0, sizeof *r);
+    th_submit(t, req, len, r);
+    free(req);
+    ck_assert_int_eq(r->count, 1);
+    return r->code;
+}
+
+/* A Receive's outcome holds no body: the stored receipt is the answer without them, a
+ * replay while the leases are held answers the original bytes, and once a lease is
+ * acknowledged the replay is refused receive_outcome_released. */
+START_TEST(retain_receive_outcome_without_bodies)
+{
+    static th_node t;
+    char dir[256];
+    open_retaining(&t, dir, sizeof dir);
+    th_reply e1, e2, rcv, again;
+    ck_assert_int_eq(submit_req(&t, 1, 0, &e1), KL_OK);
+    ck_assert_int_eq(submit_req(&t, 2, 0, &e2), KL_OK);
+    th_reply_free(&e1);
+    th_reply_free(&e2);
+    ck_assert_int_eq(receive_once(&t, 3, &rcv), KL_OK);
+    Keyload__V1__BatchReceipt *full = keyload__v1__batch_receipt__unpack(NULL, rcv.len, rcv.receipt);
+    ck_assert_ptr_nonnull(full);
+    ck_assert_uint_eq(full->results[0]->received->n_messages, 2);
+    ck_assert_ptr_nonnull(full->results[0]->received->messages[0]->message);
+    Keyload__V1__OutcomeRecord *o = stored_outcome(&t, 3);
+    ck_assert_ptr_nonnull(o);
+    ck_assert(o->receipt_bodies_elided);
+    ck_assert_uint_lt(o->receipt.len, rcv.len);
+    ck_assert_ptr_null(memmem(o->receipt.data, o->receipt.len, "body", 4));
+    keyload__v1__outcome_record__free_unpacked(o, NULL);
+    ck_assert_int_eq(receive_once(&t, 3, &again), KL_OK);
+    ck_assert_uint_eq(again.len, rcv.len);
+    ck_assert_mem_eq(again.receipt, rcv.receipt, rcv.len);
+    th_reply_free(&again);
+    /* Restart: the replay reads the bodies back from the re-applied store. */
+    th_close(&t);
+    th_reopen(&t);
+    ck_assert_int_eq(receive_once(&t, 3, &again), KL_OK);
+    ck_assert_mem_eq(again.receipt, rcv.receipt, rcv.len);
+    th_reply_free(&again);
+    th_batch *ack = th_batch_new(9);
+    th_ack(ack, "q", full->results[0]->received->messages[1]->lease_token.data, 1);
+    Keyload__V1__BatchReceipt *ar = th_run(&t, ack, KL_OK);
+    keyload__v1__batch_receipt__free_unpacked(ar, NULL);
+    ck_assert_int_eq(receive_once(&t, 3, &again), KL_FAILED_PRECONDITION);
+    ck_assert_str_eq(again.err.detail, "receive_outcome_released");
+    ck_assert_ptr_null(strstr(again.err.message, "body"));
+    th_reply_free(&again);
+    keyload__v1__batch_receipt__free_unpacked(full, NULL);
+    th_reply_free(&rcv);
+    th_close(&t);
+    th_rmrf(dir);
+}
+END_TEST
+
 Suite *suite_retain(void)
 {
     Suite *s = suite_create("retain");
@@ -217,6 +306,7 @@ Suite *suite_retain(void)
     tcase_add_test(t, retain_kept_for_ever_kinds);
     tcase_add_test(t, retain_replay_then_expire);
     tcase_add_test(t, retain_sweep_is_bounded);
+    tcase_add_test(t, retain_receive_outcome_without_bodies);
     suite_add_tcase(s, t);
     return s;
 }
