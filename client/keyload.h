@@ -187,6 +187,16 @@ const char *kl_batch_command_id(const kl_batch *b);
 const uint8_t *kl_batch_command_id_bytes(const kl_batch *b);
 /* The number of mutations in b. */
 size_t kl_batch_count(const kl_batch *b);
+/* When b's command id was first used (Unix ms, this machine's clock): set by kl_batch_new
+ * and sent with every send and retry of b, so that once the partition has dropped the
+ * command's outcome (timers.outcome_retention_ms) a retry is refused FAILED_PRECONDITION
+ * "outcome_expired" instead of running again as new. A program that keeps a command id to
+ * replay it later (another process, after a crash) keeps this value with it and sets it on
+ * the new batch; a batch made without it gets a fresh time and, after the outcome expired,
+ * runs as new. Batches holding a transfer mutation never send it: their outcomes never
+ * expire. A value below 0 is INVALID_ARGUMENT "first_sent_unix_ms". */
+int64_t kl_batch_first_sent_unix_ms(const kl_batch *b);
+kl_code kl_batch_set_first_sent_unix_ms(kl_batch *b, int64_t unix_ms, kl_err *err);
 
 /* Mutations. queue (and dead_letter_queue): 1..128 bytes of letters, digits and . _ - :
  * (the daemon's rule; it checks again). lane: NULL or "" means "default", else like a

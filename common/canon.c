@@ -413,6 +413,10 @@ int kl_canon_batch_digest(const char *method, const char *principal,
     put_be(&c, batch->n_mutations, 4);
     for (size_t i = 0; i < batch->n_mutations; i++)
         kl_canon_mutation(&c, batch->mutations[i]);
+    /* Only when set, so that the digest of a batch without it (every batch before the field
+     * existed, and every stored command id) stays byte for byte the same. */
+    if (batch->first_sent_unix_ms != 0)
+        kl_canon_u64(&c, 5, (uint64_t)batch->first_sent_unix_ms);
     return finish(&c, out);
 }
 

@@ -154,6 +154,15 @@ static kl_code parse_timers(json_t *root, kl_cluster *c, kl_err *err)
                                KL_SESSION_TTL_MIN_MS, KL_SESSION_TTL_MAX_MS);
             c->timers.session_ttl_ms = (uint32_t)json_integer_value(ttl);
         }
+        json_t *ret = json_object_get(timers, "outcome_retention_ms");
+        if (ret != NULL) {
+            if (!json_is_integer(ret) || json_integer_value(ret) < KL_OUTCOME_RETENTION_MIN_MS ||
+                json_integer_value(ret) > KL_OUTCOME_RETENTION_MAX_MS)
+                return kl_fail(err, KL_INVALID_ARGUMENT, "outcome_retention_ms",
+                               "cluster file: timers.outcome_retention_ms must be %lld..%lld milliseconds",
+                               KL_OUTCOME_RETENTION_MIN_MS, KL_OUTCOME_RETENTION_MAX_MS);
+            c->timers.outcome_retention_ms = (int64_t)json_integer_value(ret);
+        }
         if (c->timers.catalog_lease_ms != 0 && c->timers.catalog_lease_ms < KL_CATALOG_LEASE_MIN_MS)
             return kl_fail(err, KL_INVALID_ARGUMENT, "catalog_lease_ms",
                            "cluster file: timers.catalog_lease_ms must be at least %d (a catalog tail "
@@ -163,6 +172,8 @@ static kl_code parse_timers(json_t *root, kl_cluster *c, kl_err *err)
         c->timers.catalog_lease_ms = KL_CATALOG_LEASE_DEFAULT_MS;
     if (c->timers.session_ttl_ms == 0)
         c->timers.session_ttl_ms = KL_SESSION_TTL_DEFAULT_MS;
+    if (c->timers.outcome_retention_ms == 0)
+        c->timers.outcome_retention_ms = KL_OUTCOME_RETENTION_DEFAULT_MS;
     return KL_OK;
 }
 

@@ -5,7 +5,8 @@
  *                 "MaxFrameBytes": ..., "DefaultQueueMaxMessages": ...,
  *                 "DefaultQueueMaxBytes": ... },
  *     "timers": { "tick_ms": 50, "election_ms": 1000, "heartbeat_ms": 150,
- *                 "catalog_lease_ms": 3000, "session_ttl_ms": 3600000 },
+ *                 "catalog_lease_ms": 3000, "session_ttl_ms": 3600000,
+ *                 "outcome_retention_ms": 86400000 },
  *     "insecure_local_admin": false,
  *     "partitions": [ { "id": 0, "members": [
  *         { "id": 1, "client": "tcp://127.0.0.1:7400", "peer": "tcp://127.0.0.1:7500",
@@ -54,6 +55,10 @@ typedef struct kl_timers {
     /* Lifetime of a client session (ARCHITECTURE.md "Sessions and RPC"), "session_ttl_ms" in the file,
      * KL_SESSION_TTL_MIN_MS..KL_SESSION_TTL_MAX_MS. Always set after kl_cluster_load. */
     uint32_t session_ttl_ms;
+    /* How long outcomes of ordinary batches are kept for replay (ARCHITECTURE.md "Store
+     * layout"), "outcome_retention_ms", KL_OUTCOME_RETENTION_MIN_MS..KL_OUTCOME_RETENTION_MAX_MS.
+     * Only a leader reads it: it stamps the horizon into its entries. Always set after load. */
+    int64_t outcome_retention_ms;
 } kl_timers;
 
 /* "connections" in the cluster file: caps and idle timeouts of the client and peer ports

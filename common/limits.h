@@ -40,6 +40,17 @@
 #define KL_CATALOG_TAIL_WAIT_MS 1000      /* longest a tail asks partition 0 to hold it */
 #define KL_CATALOG_LEASE_DEFAULT_MS 3000
 #define KL_CATALOG_LEASE_MIN_MS 1500
+/* How long a batch's outcome is kept for replay ("outcome_retention_ms"; ARCHITECTURE.md
+ * "Store layout"). At least 10 s: a retry after an unknown answer must find the outcome. */
+#define KL_OUTCOME_RETENTION_DEFAULT_MS 86400000ll   /* one day */
+#define KL_OUTCOME_RETENTION_MIN_MS 10000ll
+#define KL_OUTCOME_RETENTION_MAX_MS 31536000000ll    /* one year */
+/* Expired outcomes one log entry deletes at most: bounds the apply of one entry, while
+ * sweeping faster than a busy partition commits batches (one entry holds up to 64). */
+#define KL_OUTCOME_SWEEP_MAX 256
+/* How far a batch's first_sent_unix_ms may be ahead of partition time: the clock skew a
+ * session Hello may have (KL_SESSION_DEFAULT_SKEW_MS). Further ahead is refused. */
+#define KL_FIRST_SENT_AHEAD_MAX_MS 30000ll
 
 /* "connections" */
 #define KL_CONN_CLIENT_MAX_DEFAULT 1024
@@ -164,5 +175,10 @@ _Static_assert(KL_CONN_SESSIONS_PER_TENANT_DEFAULT <= KL_CONN_SESSIONS_MAX_DEFAU
 _Static_assert(KL_CONN_SESSIONS_MAX_DEFAULT <= KL_SESSIONS_MAX, "default session table within its maximum");
 _Static_assert(KL_SESSIONS_PER_PRINCIPAL <= KL_SESSIONS_MAX, "per-principal sessions within the table");
 _Static_assert(KL_LEASE_MS_DEFAULT <= KL_LEASE_MS_MAX, "default lease within the maximum");
+_Static_assert(KL_OUTCOME_RETENTION_MIN_MS <= KL_OUTCOME_RETENTION_DEFAULT_MS &&
+                   KL_OUTCOME_RETENTION_DEFAULT_MS <= KL_OUTCOME_RETENTION_MAX_MS,
+               "outcome retention default in range");
+/* The sweep keeps up: one entry deletes at least as many outcomes as it can add. */
+_Static_assert(KL_OUTCOME_SWEEP_MAX >= 64, "an entry sweeps at least a full group's outcomes");
 
 #endif

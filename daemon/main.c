@@ -502,7 +502,8 @@ static kl_code open_node(daemon_state *d, const kl_cluster *cluster, int partiti
                          .limits = cluster->limits,
                          .max_pending_bytes = 256u << 20, .max_pending_batches = 8192,
                          .cluster_secret = d->keys != NULL && d->keys->has_cluster_secret ? d->keys->cluster_secret : NULL,
-                         .insecure_local_admin = cluster->insecure_local_admin};
+                         .insecure_local_admin = cluster->insecure_local_admin,
+                         .outcome_retention_ms = cluster->timers.outcome_retention_ms};
     d->data_dir = data_dir;
     d->disk_reserve = disk_reserve_mb << 20;
     kl_node_io io = {.ctx = d, .next = node_next, .propose = node_propose, .admit = node_admit,

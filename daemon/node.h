@@ -85,6 +85,9 @@ typedef struct kl_node_config {
      * "insecure_local_admin"); false: they are refused UNAUTHENTICATED "session_required",
      * except a Batch holding only Bootstrap. */
     bool insecure_local_admin;
+    /* How long outcomes of ordinary batches are kept (cluster file
+     * timers.outcome_retention_ms); 0 = for ever: no expiry index, no mark, no sweep. */
+    int64_t outcome_retention_ms;
 } kl_node_config;
 
 kl_code kl_node_open(kl_store *st, const kl_node_config *cfg, const kl_node_io *io, kl_node **out,

@@ -32,6 +32,7 @@ typedef struct pending {
     char *principal;
     uint8_t command_id[16];
     uint8_t digest[KL_DIGEST_LEN];
+    int64_t first_sent_ms;       /* the batch's first_sent_unix_ms (0 = not given) */
     uint64_t index, term;
     uint8_t *receipt;
     size_t receipt_len;

@@ -7,6 +7,7 @@
 #include "common/failpoint.h"
 #include "daemon/engine/catalog.h"
 #include "daemon/engine/transfer.h"
+#include "daemon/node_retain.h"
 #include "daemon/store/keys.h"
 #include "keyload/v1/store.pb-c.h"
 
@@ -30,15 +31,45 @@ static void reply_err(kl_node_reply_fn fn, void *cookie, const kl_err *err)
 {
     fn(cookie, err->code, err, NULL, 0);
 }
+/* Whether a request with digest `digest` is the one stored with `stored` (and its
+ * first-sent time): the same digest, or the same batch sent again with another
+ * first_sent_unix_ms (a retry from a process that did not keep it): the digest of b with the
+ * stored first-sent time matches. Replays stay byte for byte the original's. */
+static bool same_request(const char *principal, const Keyload__V1__BatchRequest *b,
+                         const uint8_t digest[KL_DIGEST_LEN], const uint8_t stored[KL_DIGEST_LEN],
+                         int64_t stored_first_sent)
+{
+    if (memcmp(digest, stored, KL_DIGEST_LEN) == 0)
+        return true;
+    if (b->first_sent_unix_ms == stored_first_sent)
+        return false;
+    Keyload__V1__BatchRequest again = *b;
+    again.first_sent_unix_ms = stored_first_sent;
+    uint8_t d[KL_DIGEST_LEN];
+    return kl_canon_batch_digest(BATCH_METHOD, principal, &again, d) == 0 &&
+           memcmp(d, stored, KL_DIGEST_LEN) == 0;
+}
+
+/* The first-sent time of a parked request (0 when it has none or does not decode). */
+static int64_t parked_first_sent(const kl_parked *p)
+{
+    Keyload__V1__BatchRequest *b = keyload__v1__batch_request__unpack(NULL, p->len, p->req);
+    int64_t t = b != NULL ? b->first_sent_unix_ms : 0;
+    if (b != NULL)
+        keyload__v1__batch_request__free_unpacked(b, NULL);
+    return t;
+}
+
 /* Looks up a committed outcome. Returns KL_OK with *found and, when found, handled (the
  * caller was answered). A replay whose principal's policy epoch differs from the one its
  * outcome recorded (after the original's own effect: epoch_after_effect) is refused
  * PERMISSION_DENIED "stale_authority": the original did commit and its outcome stays
  * stored; a fresh command id runs under current grants. */
-static kl_code replay_committed(kl_node *n, const char *principal, const uint8_t cmd[16],
+static kl_code replay_committed(kl_node *n, const char *principal, const Keyload__V1__BatchRequest *b,
                                 const uint8_t digest[KL_DIGEST_LEN], uint64_t policy_epoch, bool *found,
                                 kl_node_reply_fn fn, void *cookie, kl_err *err)
 {
+    const uint8_t *cmd = b->command_id.data;
     kl_key k;
     kl_key_outcome(&k, principal, cmd);
     uint8_t *val;
@@ -50,7 +81,8 @@ static kl_code replay_committed(kl_node *n, const char *principal, const uint8_t
     free(val);
     if (o == NULL)
         return kl_fail(err, KL_INTERNAL, "store", "stored outcome record does not decode");
-    if (o->request_digest.len != KL_DIGEST_LEN || memcmp(o->request_digest.data, digest, KL_DIGEST_LEN) != 0) {
+    if (o->request_digest.len != KL_DIGEST_LEN ||
+        !same_request(principal, b, digest, o->request_digest.data, o->first_sent_unix_ms)) {
         unsigned long long at = (unsigned long long)o->index;
         keyload__v1__outcome_record__free_unpacked(o, NULL);
         return kl_fail(err, KL_CONFLICT, "command_id_reused",
@@ -75,8 +107,22 @@ static kl_code replay_committed(kl_node *n, const char *principal, const uint8_t
                        "returned again: use a fresh command id under the current grants",
                        at, was, (unsigned long long)policy_epoch);
     }
-    fn(cookie, KL_OK, NULL, o->receipt.data, o->receipt.len);
+    if (!o->receipt_bodies_elided) {
+        fn(cookie, KL_OK, NULL, o->receipt.data, o->receipt.len);
+        keyload__v1__outcome_record__free_unpacked(o, NULL);
+        return KL_OK;
+    }
+    /* A Receive's outcome without its bodies: read back through the leases, or refused
+     * (ARCHITECTURE.md "Store layout"). */
+    kl_view v = {.store = n->store, .pending = &n->overlay, .scan_limit = UINT64_MAX};
+    uint8_t *full = NULL;
+    size_t full_len = 0;
+    kl_code rc2 = kl_retain_restore_bodies(&v, o->receipt.data, o->receipt.len, &full, &full_len, err);
     keyload__v1__outcome_record__free_unpacked(o, NULL);
+    if (rc2 != KL_OK)
+        return rc2;
+    fn(cookie, KL_OK, NULL, full, full_len);
+    free(full);
     return KL_OK;
 }
 
@@ -129,7 +175,7 @@ static int encode_receipt(kl_buf *out, const Keyload__V1__BatchRequest *b, int p
  * the batch, applied with it and visible to later batches through the pending overlay. */
 static kl_code batch_outcome(const char *principal, uint64_t policy_epoch,
                              const Keyload__V1__BatchRequest *b, const uint8_t digest[KL_DIGEST_LEN],
-                             kl_overlay *scratch, const kl_buf *receipt, const kl_err *refusal,
+                             kl_overlay *scratch, const kl_buf *receipt, bool elided, const kl_err *refusal,
                              uint64_t index, kl_err *err)
 {
     Keyload__V1__OutcomeRecord o = KEYLOAD__V1__OUTCOME_RECORD__INIT;
@@ -144,6 +190,8 @@ static kl_code batch_outcome(const char *principal, uint64_t policy_epoch,
     o.receipt.len = receipt->len;
     o.index = index;
     o.policy_epoch = policy_epoch;
+    o.first_sent_unix_ms = b->first_sent_unix_ms;
+    o.receipt_bodies_elided = elided;
     size_t on = keyload__v1__outcome_record__get_packed_size(&o);
     uint8_t *ob = malloc(on);
     if (ob == NULL)
@@ -194,6 +242,25 @@ static void batch_eval_free(batch_eval *ev)
     kl_overlay_init(&ev->scratch);
 }
 
+/* Retention's writes of an evaluated batch (ARCHITECTURE.md "Store layout"): the
+ * expiry index of its outcome when that expires, and, for the first batch of an entry, the
+ * mark's advance and the sweep below it. */
+static kl_code batch_retention(kl_node *n, const char *principal, const Keyload__V1__BatchRequest *b,
+                               batch_eval *ev, int64_t now, kl_err *err)
+{
+    int64_t retention = n->cfg.outcome_retention_ms;
+    if (retention <= 0)
+        return KL_OK;
+    kl_code rc = KL_OK;
+    if (kl_retain_batch_expires(b, ev->refused))
+        rc = kl_retain_index(&ev->scratch, kl_retain_index_time(now, b->first_sent_unix_ms), principal,
+                             b->command_id.data, err);
+    if (rc != KL_OK || n->group.n > 0)
+        return rc;
+    kl_view v = {.store = n->store, .pending = &n->overlay, .scratch = &ev->scratch, .scan_limit = UINT64_MAX};
+    return kl_retain_sweep(&v, now, retention, err);
+}
+
 /* Evaluates b against applied state plus every pending write, as the entry at (index,
  * term) with time now, and builds its receipt, outcome and write-set. */
 static kl_code batch_evaluate(kl_node *n, const char *principal, const Keyload__V1__BatchRequest *b,
@@ -232,12 +299,23 @@ static kl_code batch_evaluate(kl_node *n, const char *principal, const Keyload__
     uint64_t epoch_after = subj->policy_epoch;
     if (!ev->refused && (rc = epoch_after_effect(n, &view, principal, subj, &epoch_after, err)) != KL_OK)
         return rc;
-    if ((rc = batch_outcome(principal, epoch_after, b, digest, &ev->scratch, &ev->receipt,
-                            ev->refused ? &ev->refusal : NULL, index, err)) != KL_OK)
+    /* What is stored (outcome and write-set): the receipt without a Receive's bodies; the
+     * caller is answered the whole receipt. */
+    uint8_t *lean = NULL;
+    size_t lean_len = 0;
+    if (!ev->refused && (rc = kl_retain_strip_bodies(b, ev->receipt.p, ev->receipt.len, &lean, &lean_len, err)) != KL_OK)
         return rc;
-    ev->ws = node_ws_build(principal, b->command_id.data, digest, epoch_after, &ev->receipt, &ev->scratch, 0);
-    if (ev->ws == NULL)
-        return kl_fail(err, KL_INTERNAL, "memory", "out of memory encoding a write-set");
+    kl_buf stored = lean != NULL ? (kl_buf){.p = lean, .len = lean_len} : ev->receipt;
+    rc = batch_outcome(principal, epoch_after, b, digest, &ev->scratch, &stored, lean != NULL,
+                       ev->refused ? &ev->refusal : NULL, index, err);
+    if (rc == KL_OK)
+        rc = batch_retention(n, principal, b, ev, now, err);
+    if (rc == KL_OK && (ev->ws = node_ws_build(principal, b->command_id.data, digest, epoch_after, &stored,
+                                                &ev->scratch, 0)) == NULL)
+        rc = kl_fail(err, KL_INTERNAL, "memory", "out of memory encoding a write-set");
+    free(lean);
+    if (rc != KL_OK)
+        return rc;
     rc = node_ws_pack(&ev->ws->ws, &ev->packed, err);
     n->costs.encode_ns += node_mono_ns() - t0;
     return rc;
@@ -336,6 +414,7 @@ static kl_code group_join(kl_node *n, const char *principal, const Keyload__V1__
     }
     memcpy(p->command_id, b->command_id.data, 16);
     memcpy(p->digest, digest, KL_DIGEST_LEN);
+    p->first_sent_ms = b->first_sent_unix_ms;
     p->index = index;
     p->term = term;
     p->receipt = ev->receipt.p;
@@ -466,7 +545,7 @@ static kl_code submit_dedupe(submit_req *r)
         return kl_fail(r->err, KL_INTERNAL, "memory", "out of memory computing the request digest");
     pending *p = node_pending_find(n, r->principal, cmd);
     if (p != NULL) {
-        if (memcmp(p->digest, r->digest, KL_DIGEST_LEN) != 0)
+        if (!same_request(r->principal, r->b, r->digest, p->digest, p->first_sent_ms))
             return kl_fail(r->err, KL_CONFLICT, "command_id_reused",
                            "command_id is in use by a different batch that is still committing");
         /* Same request still in flight: wait for that entry's commit. */
@@ -478,7 +557,7 @@ static kl_code submit_dedupe(submit_req *r)
     kl_parked *parked = kl_park_find(&n->park, r->principal, cmd);
     if (parked != NULL) {
         /* A retry of a Receive that waits for messages: answered with it. */
-        if (memcmp(parked->digest, r->digest, KL_DIGEST_LEN) != 0)
+        if (!same_request(r->principal, r->b, r->digest, parked->digest, parked_first_sent(parked)))
             rc = kl_fail(r->err, KL_CONFLICT, "command_id_reused",
                          "command_id is in use by a different batch that waits for messages");
         else if (kl_parked_add_waiter(parked, r->fn, r->cookie) != 0)
@@ -487,11 +566,19 @@ static kl_code submit_dedupe(submit_req *r)
         return rc;
     }
     bool found;
-    if ((rc = replay_committed(n, r->principal, cmd, r->digest, r->subj.policy_epoch, &found, r->fn,
+    if ((rc = replay_committed(n, r->principal, r->b, r->digest, r->subj.policy_epoch, &found, r->fn,
                                r->cookie, r->err)) != KL_OK)
         return rc;
     r->answered = found;
-    return KL_OK;
+    if (found || r->b->first_sent_unix_ms == 0 || n->cfg.outcome_retention_ms <= 0)
+        return KL_OK;
+    /* No outcome: new, or expired. The applied mark, because the deletes below it are
+     * applied in the same write as the mark (ARCHITECTURE.md "Store layout"). */
+    int64_t mark, cursor;
+    kl_view applied = {.store = n->store, .scan_limit = UINT64_MAX};
+    if ((rc = kl_retain_mark_read(&applied, &mark, &cursor, r->err)) != KL_OK)
+        return rc;
+    return kl_retain_check_expired(r->b->first_sent_unix_ms, mark, r->err);
 }
 
 /* Step 4: room in the write pipeline, then the evaluation for the group's slot (batches of
@@ -505,6 +592,8 @@ static kl_code submit_evaluate(submit_req *r)
         return kl_fail(r->err, KL_UNAVAILABLE, "write_pipeline_full",
                        "the write pipeline is full (%zu batches pending); retry shortly", n->n_pend);
     r->now = n->group.n > 0 ? n->group.time_ms : node_entry_time(n);
+    if ((rc = kl_retain_check_first_sent(r->b->first_sent_unix_ms, r->now, r->err)) != KL_OK)
+        return rc;
     for (;;) {
         if ((rc = batch_evaluate(n, r->principal, r->b, r->digest, &r->subj, &r->limits, r->index, r->term,
                                  r->now, &r->ev, r->err)) != KL_OK)

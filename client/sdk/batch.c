@@ -5,6 +5,7 @@
 #include <sodium.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 kl_code kl_batch_new(const char *command_id, kl_batch **out, kl_err *err)
 {
@@ -28,7 +29,21 @@ kl_code kl_batch_new(const char *command_id, kl_batch **out, kl_err *err)
         return kl_sdk_oom(err);
     memcpy(b->command_id, id, sizeof id);
     kl_guid_format(id, b->command_id_text);
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    b->first_sent_ms = (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
     *out = b;
+    return KL_OK;
+}
+
+int64_t kl_batch_first_sent_unix_ms(const kl_batch *b) { return b->first_sent_ms; }
+
+kl_code kl_batch_set_first_sent_unix_ms(kl_batch *b, int64_t unix_ms, kl_err *err)
+{
+    if (unix_ms < 0)
+        return kl_fail(err, KL_INVALID_ARGUMENT, "first_sent_unix_ms",
+                       "first_sent_unix_ms must not be negative");
+    b->first_sent_ms = unix_ms;
     return KL_OK;
 }
 

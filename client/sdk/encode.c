@@ -185,6 +185,25 @@ static bool stamp(stamped *s, const Keyload__V1__Mutation *src, char *tenant, ch
     return true;
 }
 
+/* Whether b holds a transfer mutation (its outcome is kept for ever). */
+static bool holds_transfer(const kl_batch *b)
+{
+    for (size_t i = 0; i < b->n; i++) {
+        switch (b->muts[i]->kind_case) {
+        case KEYLOAD__V1__MUTATION__KIND_CREATE_QUEUE_TRANSFER:
+        case KEYLOAD__V1__MUTATION__KIND_ACCEPT_QUEUE_TRANSFER:
+        case KEYLOAD__V1__MUTATION__KIND_COMPLETE_QUEUE_TRANSFER:
+        case KEYLOAD__V1__MUTATION__KIND_ADVANCE_QUEUE_TRANSFER_ATTEMPT:
+        case KEYLOAD__V1__MUTATION__KIND_ADVANCE_QUEUE_TRANSFER_REPAIR:
+        case KEYLOAD__V1__MUTATION__KIND_SET_QUEUE_TRANSFERS_PAUSED:
+            return true;
+        default:
+            break;
+        }
+    }
+    return false;
+}
+
 kl_code kl_batch_encode(const kl_batch *b, const char *database, uint8_t **out,
                         size_t *out_len, kl_err *err)
 {
@@ -219,6 +238,10 @@ kl_code kl_batch_encode(const kl_batch *b, const char *database, uint8_t **out,
     req.command_id.len = KL_GUID_LEN;
     req.n_mutations = b->n;
     req.mutations = ptrs;
+    /* Transfer outcomes never expire, so their batches carry no first-sent time: the
+     * coordinator's deterministic command ids then replay across its restarts unchanged. */
+    if (!holds_transfer(b))
+        req.first_sent_unix_ms = b->first_sent_ms;
     size_t len = keyload__v1__batch_request__get_packed_size(&req);
     uint8_t *buf = malloc(len ? len : 1);
     if (buf == NULL) {

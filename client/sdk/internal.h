@@ -22,6 +22,9 @@ struct kl_message {
 struct kl_batch {
     uint8_t command_id[KL_GUID_LEN];
     char command_id_text[KL_GUID_TEXT_LEN + 1];
+    /* When this command id was first used (Unix ms): set when the batch is made, kept by
+     * every send and retry of it (kl_batch_set_first_sent_unix_ms carries it further). */
+    int64_t first_sent_ms;
     size_t n, cap;
     /* Each mutation is owned (unpacked or malloc'd throughout) and freed with
      * keyload__v1__mutation__free_unpacked. Queue refs leave tenant/database empty: the

@@ -28,6 +28,7 @@ static kl_code outcome_is_batch_of(const char *principal, const Keyload__V1__Out
     b.command_id = *cmd;
     b.n_mutations = 1;
     b.mutations = &m;
+    b.first_sent_unix_ms = o->first_sent_unix_ms; /* in the digest when the sender set it */
     uint8_t digest[KL_DIGEST_LEN];
     if (kl_canon_batch_digest(BATCH_METHOD, principal, &b, digest) != 0)
         return kl_record_oom(err);

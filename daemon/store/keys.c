@@ -155,6 +155,26 @@ void kl_key_outcome(kl_key *k, const char *principal, const uint8_t command_id[1
     k_raw(k, command_id, 16);
 }
 
+void kl_key_outcome_expiry(kl_key *k, int64_t time_ms, const char *principal, const uint8_t command_id[16])
+{
+    k_tag(k, 'E');
+    k_u64(k, (uint64_t)time_ms);
+    k_str0(k, principal);
+    k_raw(k, command_id, 16);
+}
+
+int kl_key_parse_outcome_expiry(const uint8_t *key, size_t len, int64_t *time_ms, kl_key *outcome)
+{
+    /* tag, time, at least the NUL after the principal, the command id */
+    if (len < 1 + 8 + 1 + 16 || key[0] != 'E' || key[len - 17] != 0 || len - 8 > sizeof outcome->b)
+        return -1;
+    *time_ms = (int64_t)kl_be64_get(key + 1);
+    outcome->b[0] = 'O';
+    memcpy(outcome->b + 1, key + 9, len - 9);
+    outcome->len = len - 8;
+    return 0;
+}
+
 int kl_key_parse_timed(const uint8_t *key, size_t len, uint64_t *qid, int64_t *time_ms, uint64_t *seq)
 {
     if (len != 25 || key[0] != 'T')

@@ -8,7 +8,9 @@
  *                                    "next_database" u64 (partition 0),
  *                                    "catalog_version" u64 (catalog version applied here),
  *                                    "catalog_changes" u64 (catalog changes applied here),
- *                                    "cluster_admins" u64 (partition 0: 0 until bootstrap)
+ *                                    "cluster_admins" u64 (partition 0: 0 until bootstrap),
+ *                                    "outcome_mark" mark(8) cursor(8): the outcome low-water
+ *                                    mark and the expiry time the sweep has reached
  *   'C' 'T' tenant                   CatalogTenant   } the catalog: authoritative on
  *   'C' 'D' tenant 0 database        CatalogDatabase } partition 0, a copy (as of this
  *   'C' 'Q' tenant 0 database 0 queue CatalogQueue   } log position) on data partitions
@@ -25,6 +27,8 @@
  *   'T' qid(8) time(8) seq(8)        lane: the message is leased or delayed until `time`
  *   'K' token(16)                    LeaseRecord: which message a lease token names
  *   'O' principal 0 command_id(16)   OutcomeRecord of a committed batch (or committed refusal)
+ *   'E' time(8) principal 0 command_id(16)  empty: the outcome of that batch expires once the
+ *                                    low-water mark passes `time` (only expiring outcomes)
  *   'X' qid(8) lane 0 transfer(16)   TransferRecord: a source intent (never expired)
  *   'Y' db(8) qid(8) lane 0 transfer(16)  empty: the intent is OutputPending (db = database id)
  *   'R' qid(8) srcqueue 0 srclane 0 transfer(16)  DedupRecord on the destination queue qid
@@ -73,6 +77,9 @@ void kl_key_timed(kl_key *k, uint64_t qid, int64_t time_ms, uint64_t seq);
 void kl_key_timed_queue(kl_key *k, uint64_t qid);
 void kl_key_lease(kl_key *k, const uint8_t token[16]);
 void kl_key_outcome(kl_key *k, const char *principal, const uint8_t command_id[16]);
+void kl_key_outcome_expiry(kl_key *k, int64_t time_ms, const char *principal, const uint8_t command_id[16]);
+/* 'E' key -> its time and the 'O' key of the outcome it names; -1 when not an 'E' key. */
+int kl_key_parse_outcome_expiry(const uint8_t *key, size_t len, int64_t *time_ms, kl_key *outcome);
 void kl_key_catalog_tenant(kl_key *k, const char *tenant);
 void kl_key_catalog_database(kl_key *k, const char *tenant, const char *database);
 void kl_key_catalog_queue(kl_key *k, const char *tenant, const char *database, const char *queue);

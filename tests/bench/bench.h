@@ -45,6 +45,7 @@ typedef struct bench_options {
     int timeout_ms;
     int samples;             /* fsync probe */
     int read;                /* QueueStats instead of Batch */
+    int cycle;               /* each request: enqueue, then receive it and ack it (bench_cycle.c) */
     const char *cluster_file; /* sealed bench, --handshake: members and their public keys */
     const char *principal;   /* sealed bench, --handshake: act as this principal */
     const char *key_file;    /* its Ed25519 secret key */
@@ -75,5 +76,10 @@ int bench_run_wait_caught_up(const bench_options *o);
 int bench_run_failover(const bench_options *o);
 int bench_run_handshake(const bench_options *o);
 int bench_run_transfer(const bench_options *o);
+/* --cycle: after an acknowledged enqueue into lane, receive one message of that lane and
+ * acknowledge it on the same connection (so a run ends with an empty queue). */
+struct kl_rpc_client;
+kl_code bench_cycle_rest(struct kl_rpc_client *c, const bench_options *o, const char *queue, const char *lane,
+                         kl_err *err);
 
 #endif

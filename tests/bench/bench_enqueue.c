@@ -75,6 +75,10 @@ static void *client_main(void *arg)
         body[i] = (uint8_t)('a' + (i + cs->id) % 26);
     Keyload__V1__QueueLaneRef lane;
     bench_lane_ref(&lane, o->queue);
+    char own_lane[16];
+    snprintf(own_lane, sizeof own_lane, "c%d", cs->id);
+    if (o->cycle)
+        lane.lane = own_lane;
     Keyload__V1__EnqueueMessage msg = KEYLOAD__V1__ENQUEUE_MESSAGE__INIT;
     msg.body.data = body;
     msg.body.len = (size_t)o->body_size;
@@ -131,6 +135,8 @@ static void *client_main(void *arg)
         if (rc == KL_OK && !o->read)
             rc = check_receipt(o, ans, alen, &err);
         free(ans);
+        if (rc == KL_OK && o->cycle)
+            rc = bench_cycle_rest(c, o, o->queue, own_lane, &err);
         int64_t to = atomic_load(&bench_measure_to);
         bool measured = t0 >= atomic_load(&bench_measure_from) && (to == 0 || t1 <= to);
         if (rc != KL_OK) {

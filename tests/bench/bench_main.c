@@ -15,6 +15,9 @@
  *       batches/s, messages/s, p50/p99/max latency in microseconds, errors.
  *       With --read the clients send keyload.v1.QueueStats reads instead (no log append,
  *       no fsync): the RPC and executor floor that every write pays on top of its fsync.
+ *       With --cycle each request is a cycle: the enqueue (batch size 1), then a Receive of
+ *       one message and its Ack, each its own batch, in the client's own lane ("c<N>"), so a
+ *       run ends with an empty queue (tests/bench/retain_disk.sh measures disk per member).
  *
  *       --url may list several members of one partition (URL,URL,URL): the bench then asks
  *       each for keyload.v1.MemberStatus, waits (up to 60 s) until one leads and serves, and
@@ -114,7 +117,7 @@ static void usage(FILE *f)
 {
     fprintf(f,
             "usage: keyload-bench [--url URL] [--clients N] [--batch-size B] [--seconds S | --ops N]\n"
-            "                     [--body-size BYTES] [--queue NAME] [--warmup S] [--timeout-ms MS] [--read]\n"
+            "                     [--body-size BYTES] [--queue NAME] [--warmup S] [--timeout-ms MS] [--read] [--cycle]\n"
             "       keyload-bench --fsync-probe DIR [--samples N]\n"
             "       keyload-bench --leader-of URL,URL,... | --wait-caught-up URL,URL,...\n"
             "       keyload-bench --failover --url URL,URL,... --pid-dir DIR [--run N] [--attempt-ms MS] [--queue NAME]\n"
@@ -176,7 +179,7 @@ static const struct option bench_longopts[] = {
     {"samples", required_argument, NULL, 'n'},    {"body-size", required_argument, NULL, 'B'},
     {"queue", required_argument, NULL, 'q'},      {"warmup", required_argument, NULL, 'w'},
     {"timeout-ms", required_argument, NULL, 't'}, {"help", no_argument, NULL, 'h'},
-    {"read", no_argument, NULL, 'r'},             {"leader-of", required_argument, NULL, 'L'},
+    {"read", no_argument, NULL, 'r'},             {"cycle", no_argument, NULL, 'y'},             {"leader-of", required_argument, NULL, 'L'},
     {"wait-caught-up", required_argument, NULL, 'W'}, {"failover", no_argument, NULL, 'F'},
     {"pid-dir", required_argument, NULL, 'P'},    {"run", required_argument, NULL, 'R'},
     {"attempt-ms", required_argument, NULL, 'A'},
@@ -323,6 +326,7 @@ static int apply_load_option(int ch, char *arg, bench_options *o)
         break;
     }
     case 'r': o->read = 1; break;
+    case 'y': o->cycle = 1; break;
     default: return OPT_OTHER;
     }
     return OPT_TAKEN;

@@ -89,6 +89,10 @@ bool member_keygen(const char *path, char *pub_b64, size_t cap);
 /* The same with a given cluster secret file and member key file (NULL: none). */
 pid_t spawn_keyloadd(const char *cluster, int partition, int member, const char *secret, const char *member_key);
 
+/* proc_retain.c */
+void test_outcome_retention(void);
+void rt_stop_all(void);
+
 /* proc_poll.c */
 void test_long_poll(void);
 void pl_stop_all(void);

@@ -1773,6 +1773,10 @@ int main(int argc, char **argv)
          "a message enqueued meanwhile is delivered at once, a retry joins, the cap refuses, a killed "
          "leader's waiting receive goes on at the next",
          test_long_poll},
+        {"outcome retention (3 members, retention 10 s): replays before the horizon, swept on every member "
+         "after it, the old command id refused outcome_expired, a transfer mutation's outcome kept, a member "
+         "killed -9 after the sweep agrees",
+         test_outcome_retention},
     };
     int passed = 0, failed = 0;
     for (size_t i = 0; i < sizeof tests / sizeof tests[0]; i++) {
@@ -1797,6 +1801,7 @@ int main(int argc, char **argv)
         cn_stop_all();
         cn_stop_all_peers();
         pl_stop_all();
+        rt_stop_all();
         printf("%s %s (%lld ms)\n", failures_in_test ? "FAIL" : "ok  ", tests[i].name,
                (long long)(now_ms() - t0));
         fflush(stdout);

@@ -95,6 +95,34 @@ static void one_vector(FILE *out, const sample *s, uint8_t cmd_byte)
     free(wire);
 }
 
+/* A one-enqueue batch carrying first_sent_unix_ms: its wire bytes and digest (the field is
+ * covered only when set; the vectors above have it unset and keep their old digests). */
+static void first_sent_vector(FILE *out, Keyload__V1__Mutation *enq)
+{
+    uint8_t cmd[16], d[KL_DIGEST_LEN];
+    memset(cmd, 0xC2, sizeof cmd);
+    Keyload__V1__Mutation *one[1] = {enq};
+    size_t len;
+    uint8_t *wire = gb_pack(cmd, one, 1, &len);
+    Keyload__V1__BatchRequest *b = keyload__v1__batch_request__unpack(NULL, len, wire);
+    if (b == NULL)
+        golden_die("first_sent batch");
+    b->first_sent_unix_ms = 1767225600123;
+    size_t n = keyload__v1__batch_request__get_packed_size(b);
+    uint8_t *w2 = malloc(n);
+    if (w2 == NULL || kl_canon_batch_digest(GOLDEN_BATCH_METHOD, GOLDEN_PRINCIPAL, b, d) != 0)
+        golden_die("first_sent batch: out of memory");
+    keyload__v1__batch_request__pack(b, w2);
+    fprintf(out, "first_sent_batch wire ");
+    golden_hex(out, w2, n);
+    fprintf(out, "\nfirst_sent_batch digest ");
+    golden_hex(out, d, sizeof d);
+    fprintf(out, "\n");
+    free(w2);
+    keyload__v1__batch_request__free_unpacked(b, NULL);
+    free(wire);
+}
+
 /* The other two canonical digests: a message fingerprint (transfers) and a bootstrap proof. */
 static void other_digests(FILE *out, Keyload__V1__Mutation **all, size_t n)
 {
@@ -123,6 +151,7 @@ static void other_digests(FILE *out, Keyload__V1__Mutation **all, size_t n)
     fprintf(out, "\n");
     keyload__v1__batch_request__free_unpacked(b, NULL);
     free(wire);
+    first_sent_vector(out, all[2]);
 }
 
 void golden_canon_vectors(FILE *out)

@@ -140,7 +140,7 @@ void th_reopen(th_node *t)
     ck_assert_int_eq(kl_store_open(t->dir, NULL, &t->store, &err), KL_OK);
     kl_node_config cfg = {.partition = t->partition, .partition_count = t->partition_count,
                           .cluster_secret = th_cluster_secret, .insecure_local_admin = !t->require_sessions, .limits = t->limits, .max_pending_bytes = 1u << 26,
-                          .max_pending_batches = 1024};
+                          .max_pending_batches = 1024, .outcome_retention_ms = t->outcome_retention_ms};
     kl_node_io io = {.ctx = t, .next = th_next, .propose = th_propose, .clock_ms = th_clock,
                      .boot_ns = th_boot, .random = th_random,
                      .flush_soon = t->group ? th_flush_soon : NULL};

@@ -49,6 +49,7 @@ typedef struct th_node {
     bool group;                   /* io.flush_soon set: batches wait in the group for kl_node_flush */
     int flush_asked;              /* io.flush_soon calls */
     kl_code propose_code;         /* non-OK: io.propose refuses with it */
+    int64_t outcome_retention_ms; /* the node's (read at th_reopen); 0 (default): for ever */
 } th_node;
 
 /* The cluster secret every harness node has (database signing keys derive from it). */

@@ -126,6 +126,27 @@ START_TEST(digest_is_canonical)
 }
 END_TEST
 
+/* first_sent_unix_ms is covered only when set: 0 leaves the digest as it was before the
+ * field existed; any set value changes it, and two values differ. */
+START_TEST(digest_covers_first_sent_only_when_set)
+{
+    one_enqueue x;
+    uint8_t d0[32], d1[32], d2[32], again[32];
+    build(&x, false, "hello", "");
+    ck_assert_int_eq(x.b.first_sent_unix_ms, 0);
+    ck_assert_int_eq(kl_canon_batch_digest("keyload.v1.Batch", "p", &x.b, d0), 0);
+    x.b.first_sent_unix_ms = 1767225600000;
+    ck_assert_int_eq(kl_canon_batch_digest("keyload.v1.Batch", "p", &x.b, d1), 0);
+    ck_assert(memcmp(d0, d1, 32) != 0);
+    x.b.first_sent_unix_ms = 1767225600001;
+    ck_assert_int_eq(kl_canon_batch_digest("keyload.v1.Batch", "p", &x.b, d2), 0);
+    ck_assert(memcmp(d1, d2, 32) != 0);
+    x.b.first_sent_unix_ms = 0;
+    ck_assert_int_eq(kl_canon_batch_digest("keyload.v1.Batch", "p", &x.b, again), 0);
+    ck_assert_mem_eq(d0, again, 32);
+}
+END_TEST
+
 START_TEST(digest_ignores_wire_encoding)
 {
     /* Pack, unpack and digest again: same typed batch, same digest. */
@@ -233,6 +254,7 @@ Suite *suite_codec(void)
     TCase *t = tcase_create("codec");
     tcase_add_test(t, envelope_round_trip);
     tcase_add_test(t, digest_is_canonical);
+    tcase_add_test(t, digest_covers_first_sent_only_when_set);
     tcase_add_test(t, digest_ignores_wire_encoding);
     tcase_add_test(t, fingerprint_known_answer);
     tcase_add_test(t, digest_covers_every_kind);

@@ -171,6 +171,31 @@ START_TEST(cluster_parse_refusals)
 }
 END_TEST
 
+/* "timers.outcome_retention_ms": the default when left out, a value in range taken, and
+ * one below the minimum (or not an integer) refused naming the field. */
+START_TEST(cluster_parse_outcome_retention)
+{
+    static kl_cluster c;
+    kl_err e;
+    ck_assert_int_eq(kl_cluster_parse(good_cluster, "v", &c, &e), KL_OK);
+    ck_assert_int_eq(c.timers.outcome_retention_ms, KL_OUTCOME_RETENTION_DEFAULT_MS);
+    ck_assert_int_eq(c.timers.outcome_retention_ms, 86400000);
+    const char *fmt = "{\"cluster\":\"a\",\"replica_count\":1,\"timers\":{\"outcome_retention_ms\":%s},"
+                      "\"partitions\":[{\"id\":0,\"members\":[{\"id\":1,\"client\":\"x\"}]}]}";
+    char json[512];
+    snprintf(json, sizeof json, fmt, "10000");
+    ck_assert_int_eq(kl_cluster_parse(json, NULL, &c, &e), KL_OK);
+    ck_assert_int_eq(c.timers.outcome_retention_ms, 10000);
+    const char *bad[] = {"9999", "0", "-1", "\"1h\"", "31536000001"};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        snprintf(json, sizeof json, fmt, bad[i]);
+        ck_assert_int_eq(kl_cluster_parse(json, NULL, &c, &e), KL_INVALID_ARGUMENT);
+        ck_assert_str_eq(e.detail, "outcome_retention_ms");
+        ck_assert_ptr_nonnull(strstr(e.message, "timers.outcome_retention_ms"));
+    }
+}
+END_TEST
+
 Suite *suite_common(void)
 {
     Suite *s = suite_create("common");
@@ -189,6 +214,7 @@ Suite *suite_cluster(void)
     tcase_add_test(t, cluster_parse_good);
     tcase_add_test(t, cluster_parse_refusals);
     tcase_add_test(t, cluster_parse_connections);
+    tcase_add_test(t, cluster_parse_outcome_retention);
     suite_add_tcase(s, t);
     return s;
 }

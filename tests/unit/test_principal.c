@@ -245,6 +245,8 @@ START_TEST(test_grant_sorted_and_stamped)
     kl_batch *b2;
     ck_assert_int_eq(kl_batch_new(GUID_A, &b2, NULL), KL_OK);
     ck_assert_int_eq(kl_batch_grant(b2, "bob", &g2, NULL), KL_OK);
+    /* A rebuilt batch carries its own first-sent time unless given the original's. */
+    ck_assert_int_eq(kl_batch_set_first_sent_unix_ms(b2, kl_batch_first_sent_unix_ms(b), NULL), KL_OK);
     uint8_t *x, *y;
     size_t xl, yl;
     ck_assert_int_eq(kl_batch_encode(b, "acme/shop", &x, &xl, NULL), KL_OK);

@@ -1,0 +1,92 @@
+#!/usr/bin/env bash
+# retain_disk.sh: disk per member of a 3-member partition (replica_count 3) after N
+# enqueue + receive + ack cycles of 100-byte messages, ending with an empty queue.
+#
+#   tests/bench/retain_disk.sh [--keyloadd BIN] [--cycles N] [--clients C]
+#                              [--retention-ms MS] [--work DIR]
+#
+# Starts three members of BIN (default bin/keyloadd) under insecure_local_admin, measures
+# `du` of each member's data directory after setup, runs `keyload-bench --cycle --ops N`
+# (each cycle: an enqueue, a Receive of it, its Ack, three batches), and with
+# --retention-ms (timers.outcome_retention_ms; left out of the cluster file otherwise, so an
+# older binary runs unchanged) waits until the horizon has passed; every run then does 300
+# more cycles, whose entries sweep the expired outcomes (sweeps ride on writes); the
+# growth per cycle counts them. Then it stops every
+# member with SIGTERM (which flushes the applied state) and prints, per member: du before
+# and after, the growth per cycle, and the store's census by key tag (build/store-census):
+# log ('L') versus outcomes ('O' + 'E') versus the rest. Members are killed by pid on exit.
+set -u
+cd "$(dirname "$0")/../.."
+daemon=$PWD/bin/keyloadd cycles=20000 clients=4 retention="" work=""
+while [ $# -gt 0 ]; do
+  case $1 in
+    --keyloadd) daemon=$2; shift ;;
+    --cycles) cycles=$2; shift ;;
+    --clients) clients=$2; shift ;;
+    --retention-ms) retention=$2; shift ;;
+    --work) work=$2; shift ;;
+    *) echo "retain_disk: unknown argument $1" >&2; exit 2 ;;
+  esac
+  shift
+done
+bench=$PWD/bin/keyload-bench census=$PWD/build/store-census
+for b in "$daemon" "$bench" "$census"; do
+  [ -x "$b" ] || { echo "retain_disk: $b missing (make all build/store-census)" >&2; exit 2; }
+done
+work=${work:-$(mktemp -d /tmp/kl-retain-disk.XXXXXX)}
+mkdir -p "$work"
+pids=()
+cleanup() { for p in "${pids[@]}"; do kill -9 "$p" 2>/dev/null; done; }
+trap cleanup EXIT
+
+base=$((11000 + ($$ % 90) * 10))   # below the ephemeral range; clients base..base+2, peers base+5..base+7
+timers='"tick_ms":50,"election_ms":2000,"heartbeat_ms":300'
+[ -n "$retention" ] && timers="$timers,\"outcome_retention_ms\":$retention"
+urls=()
+{
+  printf '{"cluster":"rdisk","replica_count":3,"insecure_local_admin":true,"timers":{%s},' "$timers"
+  printf '"partitions":[{"id":0,"members":['
+  for i in 1 2 3; do
+    [ "$i" -gt 1 ] && printf ','
+    printf '{"id":%d,"client":"tcp://127.0.0.1:%d","peer":"tcp://127.0.0.1:%d","data":"%s/m%d"}' \
+      "$i" $((base + i - 1)) $((base + 4 + i)) "$work" "$i"
+    urls+=("tcp://127.0.0.1:$((base + i - 1))")
+  done
+  printf ']}]}\n'
+} > "$work/cluster.json"
+"$daemon" keygen --cluster-secret-out "$work/cluster.secret" >/dev/null || exit 2
+start() {
+  timeout -s KILL 7200 "$daemon" --cluster "$work/cluster.json" --node "p0m$1" --cluster-secret "$work/cluster.secret" \
+    --init-store 2>>"$work/m$1.log" &
+  pids[$1]=$!
+}
+for i in 1 2 3; do start "$i"; done
+all=$(IFS=,; echo "${urls[*]}")
+"$bench" --leader-of "$all" >/dev/null || { echo "retain_disk: no leader"; exit 1; }
+# Setup (database, queue) and one cycle, then the fresh size.
+"$bench" --url "$all" --cycle --clients 1 --ops 1 --queue rd >/dev/null 2>"$work/setup.log" ||
+  { echo "retain_disk: setup failed"; tail -n 5 "$work/setup.log"; exit 1; }
+"$bench" --wait-caught-up "$all" >/dev/null
+sync
+for i in 1 2 3; do before[$i]=$(du -sb "$work/m$i" | cut -f1); done
+t0=$(date +%s)
+"$bench" --url "$all" --cycle --clients "$clients" --ops "$cycles" --queue rd --timeout-ms 20000 2>"$work/bench.log" |
+  tee "$work/bench.out"
+t1=$(date +%s)
+# 300 more cycles in every run (so runs with and without retention compare): after the
+# horizon has passed when there is one, so that their entries sweep what expired.
+trailing=300
+[ -n "$retention" ] && sleep $(( (retention + 999) / 1000 + 2 ))
+"$bench" --url "$all" --cycle --clients "$clients" --ops "$trailing" --queue rd >/dev/null 2>>"$work/bench.log"
+"$bench" --wait-caught-up "$all" >/dev/null
+for i in 1 2 3; do kill -TERM "${pids[$i]}"; done
+for i in 1 2 3; do wait "${pids[$i]}" 2>/dev/null; done
+pids=()
+sync
+echo "retain_disk: keyloadd=$daemon cycles=$cycles+$trailing clients=$clients retention_ms=${retention:-unset} run_s=$((t1 - t0))"
+for i in 1 2 3; do
+  after=$(du -sb "$work/m$i" | cut -f1)
+  growth=$((after - before[i]))
+  echo "member m$i: du_before=${before[$i]} du_after=$after growth=$growth per_cycle=$((growth / (cycles + trailing)))"
+  "$census" "$work/m$i" | sed 's/^/  /'
+done
