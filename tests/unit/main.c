@@ -36,6 +36,7 @@ Suite *suite_group(void);
 Suite *suite_park(void);
 Suite *suite_node_read(void);
 Suite *suite_service(void);
+Suite *suite_snapshot(void);
 
 int main(void)
 {
@@ -71,6 +72,7 @@ int main(void)
     srunner_add_suite(sr, suite_park());
     srunner_add_suite(sr, suite_node_read());
     srunner_add_suite(sr, suite_service());
+    srunner_add_suite(sr, suite_snapshot());
     srunner_run_all(sr, CK_NORMAL);
     int failed = srunner_ntests_failed(sr);
     int run = srunner_ntests_run(sr);
