@@ -1,5 +1,5 @@
 /* snapshot: a member's replicated state as a stream of bounded, digested chunks, and the
- * staged, resumable install of such a stream (ARCHITECTURE.md "Snapshots").
+ * staged, resumable install of such a stream (ARCHITECTURE.md "Store layout").
  *
  * Production reads a RocksDB snapshot (a sequence-number pin) through an iterator, not a
  * checkpoint: it needs no flush, no disk space and no directory of hard links, its view is

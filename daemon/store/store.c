@@ -652,7 +652,7 @@ kl_code kl_store_debug_set_flags(const char *dir, uint64_t compat, uint64_t ro_c
     return rc;
 }
 
-/* ---- Log compaction and snapshot install (ARCHITECTURE.md "Snapshots"). */
+/* ---- Log compaction and snapshot install (ARCHITECTURE.md "Store layout"). */
 
 /* The member's own meta records, in byte order (the install deletes the gaps between). */
 static const char *const local_meta[] = {"applied", "format", "hard", "install", "log_start"};
@@ -796,7 +796,7 @@ kl_code kl_store_compact_log(kl_store *st, uint64_t first, const uint8_t *config
     if (rerr != NULL)
         return rocks_fail(err, "log compaction", rerr);
     atomic_store(&st->first, first);
-    /* invariant: the log starts at most one past the durably applied index */
+    /* invariant: I-SNAP-1 the log starts at most one past the durably applied index */
     assert(st->durable >= first - 1);
     return KL_OK;
 }

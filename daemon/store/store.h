@@ -119,7 +119,7 @@ kl_code kl_store_read_log(kl_store *st, uint64_t index, uint8_t **entry, size_t 
  * plus 'M'"applied", in one unsynced WriteBatch. */
 kl_code kl_store_apply(kl_store *st, const Keyload__V1__LogEntry *entry, kl_err *err);
 
-/* ---- Log compaction and snapshot install (ARCHITECTURE.md "Store layout", "Snapshots").
+/* ---- Log compaction and snapshot install (ARCHITECTURE.md "Store layout").
  * The log starts at first_index; 'M'"log_start" records (first_index, prev_term, config):
  * the term of entry first_index - 1 and the membership configuration as of it, both opaque
  * to the store except prev_term. A store without the record starts at 1 (prev_term 0, no
