@@ -962,9 +962,13 @@ kl_code kl_store_install(kl_store *st, uint32_t nfiles, uint64_t index, uint64_t
     if (rerr != NULL)
         return rocks_fail(err, "install begin", rerr);
     kl_code rc = KL_FAILPOINT("store.install_begun", err);
+    if (rc == KL_OK)
+        rc = install_complete(st, nfiles, index, term, config, config_len, err);
+    /* Past the marker the old state is gone and the new one not whole: nothing may be
+     * written (or served) before an open finishes the install. */
     if (rc != KL_OK)
-        return rc;
-    return install_complete(st, nfiles, index, term, config, config_len, err);
+        atomic_store(&st->write_failed, true);
+    return rc;
 }
 
 /* At open: finishes an install a crash interrupted after its marker, then loads the log

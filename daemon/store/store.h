@@ -168,7 +168,9 @@ const char *kl_store_dir(const kl_store *st);
  * removes the marker. kl_store_open finds a marker left by a crash and finishes the same
  * steps from the staged files, so a crash leaves the old state (before the marker) or the
  * new one (after), never a mix. The staged files are removed at the end. Refused with
- * FAILED_PRECONDITION "snapshot_stale" when index <= the applied index. The caller must
+ * FAILED_PRECONDITION "snapshot_stale" when index <= the applied index. Any other error
+ * once the marker is written leaves the store refusing every write: the member must close
+ * it and exit, and the next open finishes the install. The caller must
  * have stopped applies and log writes (no persistence-worker write in flight). Cost: two
  * synced writes, one ingestion (a sequential copy of the staged bytes, so the disk holds
  * the state twice meanwhile, and a flush of the memtable first), memory O(nfiles). */

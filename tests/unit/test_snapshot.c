@@ -563,6 +563,43 @@ START_TEST(snapshot_corrupt_chunk_refused)
 }
 END_TEST
 
+/* An install that fails after its marker (the ingestion's error, by failpoint) leaves a
+ * store that takes no write; the next open finishes the install. */
+START_TEST(snapshot_install_error_stops_writes)
+{
+    char sdir[256], ddir[256];
+    kl_store *src = make_source(sdir, sizeof sdir, 1500, 0);
+    kl_store *dst = make_target(ddir, sizeof ddir);
+    uint8_t want[32];
+    uint64_t want_count;
+    state_digest(src, want, &want_count);
+    chunks c;
+    read_all(src, &c);
+    kl_snap_install *in;
+    kl_err err;
+    bool done = false;
+    ck_assert_int_eq(kl_snap_install_open(dst, &in, &err), KL_OK);
+    for (int i = 0; i < c.n; i++)
+        ck_assert_int_eq(kl_snap_install_chunk(in, c.b[i], c.len[i], &done, &err), KL_OK);
+    ck_assert(done);
+    ck_assert_int_eq(kl_failpoint_configure("store.install_ingested=error(INTERNAL)", &err), KL_OK);
+    ck_assert_int_eq(kl_snap_install_commit(in, &err), KL_INTERNAL);
+    ck_assert_int_eq(kl_failpoint_configure("", &err), KL_OK);
+    kl_snap_install_close(in);
+    uint8_t buf[2048];
+    size_t n = pack_entry(buf, 4, 9, false);
+    ck_assert_int_eq(kl_store_append(dst, 4, buf, n, &err), KL_INTERNAL);
+    kl_store_close(dst);
+    dst = open_store(ddir);
+    check_installed(dst, want, want_count, 1500);
+    kl_store_close(dst);
+    kl_store_close(src);
+    free_chunks(&c);
+    th_rmrf(sdir);
+    th_rmrf(ddir);
+}
+END_TEST
+
 /* Builds a chunk as a sender would (the format of snapshot.h), digest included. */
 static size_t forge_chunk(uint8_t *out, const uint8_t prev[32], uint64_t index, uint64_t seq, uint32_t flags,
                           const uint8_t *body, size_t body_len)
@@ -783,6 +820,7 @@ Suite *suite_snapshot(void)
     tcase_add_test(t, snapshot_resumes_after_cut_and_restart);
     tcase_add_test(t, snapshot_corrupt_chunk_refused);
     tcase_add_test(t, snapshot_refuses_local_keys_and_bad_count);
+    tcase_add_test(t, snapshot_install_error_stops_writes);
     suite_add_tcase(s, t);
     t = tcase_create("install_crash");
     tcase_set_timeout(t, 120);
