@@ -8,7 +8,9 @@
  *                                    "next_database" u64 (partition 0),
  *                                    "catalog_version" u64 (catalog version applied here),
  *                                    "catalog_changes" u64 (catalog changes applied here),
- *                                    "cluster_admins" u64 (partition 0: 0 until bootstrap)
+ *                                    "cluster_admins" u64 (partition 0: 0 until bootstrap),
+ *                                    "log_start", "install" (store.h: log compaction and
+ *                                    snapshot install; local, like "format"/"hard"/"applied")
  *   'C' 'T' tenant                   CatalogTenant   } the catalog: authoritative on
  *   'C' 'D' tenant 0 database        CatalogDatabase } partition 0, a copy (as of this
  *   'C' 'Q' tenant 0 database 0 queue CatalogQueue   } log position) on data partitions
