@@ -525,6 +525,56 @@ START_TEST(snapshot_resumes_after_cut_and_restart)
 }
 END_TEST
 
+/* A cut without a restart: the receiver's position includes records still in its open
+ * staged file, and a new sender resumes from it. */
+START_TEST(snapshot_resumes_after_cut_in_process)
+{
+    char sdir[256], ddir[256];
+    kl_store *src = make_source(sdir, sizeof sdir, 4000, 0);
+    kl_store *dst = make_target(ddir, sizeof ddir);
+    uint8_t want[32];
+    uint64_t want_count;
+    state_digest(src, want, &want_count);
+    chunks c;
+    read_all(src, &c);
+    ck_assert_int_ge(c.n, 5);
+    kl_snap_install *in;
+    kl_err err;
+    bool done;
+    ck_assert_int_eq(kl_snap_install_open(dst, &in, &err), KL_OK);
+    for (int i = 0; i < 3; i++)
+        ck_assert_int_eq(kl_snap_install_chunk(in, c.b[i], c.len[i], &done, &err), KL_OK);
+    ck_assert_int_eq(kl_snap_install_chunk(in, c.b[4], c.len[4], &done, &err), KL_FAILED_PRECONDITION);
+    ck_assert_str_eq(err.detail, "snapshot_resume");
+    ck_assert_int_eq(kl_snap_install_chunk(in, c.b[1], c.len[1], &done, &err), KL_FAILED_PRECONDITION);
+    bool staged;
+    uint64_t index, term;
+    kl_snap_pos pos;
+    kl_snap_install_pos(in, &staged, &index, &term, &pos);
+    ck_assert(staged);
+    ck_assert_uint_eq(pos.seq, 3);
+    kl_snap_reader *r;
+    ck_assert_int_eq(kl_snap_reader_open(src, (const uint8_t *)"members:1,2,3", 13, &r, &err), KL_OK);
+    kl_snap_reader_seek(r, &pos);
+    for (done = false; !done;) {
+        const uint8_t *p;
+        size_t n;
+        bool last;
+        ck_assert_int_eq(kl_snap_reader_next(r, &p, &n, &last, &err), KL_OK);
+        ck_assert_int_eq(kl_snap_install_chunk(in, p, n, &done, &err), KL_OK);
+    }
+    kl_snap_reader_close(r);
+    ck_assert_int_eq(kl_snap_install_commit(in, &err), KL_OK);
+    kl_snap_install_close(in);
+    check_installed(dst, want, want_count, 4000);
+    kl_store_close(dst);
+    kl_store_close(src);
+    free_chunks(&c);
+    th_rmrf(sdir);
+    th_rmrf(ddir);
+}
+END_TEST
+
 START_TEST(snapshot_corrupt_chunk_refused)
 {
     char sdir[256], ddir[256];
@@ -825,6 +875,7 @@ Suite *suite_snapshot(void)
     tcase_set_timeout(t, 120);
     tcase_add_test(t, snapshot_roundtrip);
     tcase_add_test(t, snapshot_resumes_after_cut_and_restart);
+    tcase_add_test(t, snapshot_resumes_after_cut_in_process);
     tcase_add_test(t, snapshot_corrupt_chunk_refused);
     tcase_add_test(t, snapshot_refuses_local_keys_and_bad_count);
     tcase_add_test(t, snapshot_install_error_stops_writes);
