@@ -129,6 +129,11 @@ nemesis-test: all build/nemesis build/lossyfs
 build/golden: $(call obj,$(wildcard tests/golden/*.c)) $(DAEMON_OBJ) $(CORE_OBJ)
 	$(CC) $(CFLAGS) -o $@ $^ $(LIBS)
 
+# Snapshot production and install of a generated state: time and peak RSS per phase
+# (tests/bench/snapshot/snap_bench.c; not part of `make test`).
+build/snap-bench: $(call obj,tests/bench/snapshot/snap_bench.c) $(DAEMON_OBJ) $(CORE_OBJ)
+	$(CC) $(CFLAGS) -o $@ $^ $(LIBS)
+
 golden-test: build/golden bin/keyloadd
 	@bash tests/support/suite.sh "golden (byte-for-byte vectors, old store replay)" 60 bash tests/golden/check.sh
 

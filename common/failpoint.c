@@ -35,6 +35,8 @@ static const char *const fp_known[] = {
     "coord.before_accept",           "coord.after_accept_sent",
     "coord.before_complete",         "coord.after_complete_sent",
     "coord.before_advance",          "coord.after_advance",
+    "store.install_begun",           "store.install_ingested",
+    "store.install_finished",
 };
 
 static bool fp_name_known(const char *name)

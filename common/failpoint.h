@@ -23,6 +23,10 @@
  *                                   state); error(CODE) fails it as if the write or its fsync
  *                                   returned EIO, and the member exits (any CODE: the site
  *                                   always reports an I/O error)
+ *   store.install_begun             snapshot install: old state and log deleted with the
+ *                                   install marker (synced), staged files not yet ingested
+ *   store.install_ingested          staged files ingested, applied/log start not yet moved
+ *   store.install_finished          install complete and synced, staging not yet removed
  * Replication transport (daemon/repl/peer.c):
  *   peer.before_close               on the closer thread, before the socket's nng_close
  *                                   (sleep(MS) past PEER_CLOSE_MAX_MS: a close that hangs)

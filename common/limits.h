@@ -107,6 +107,20 @@
 /* ---------------------------------------------------------------- store (daemon/store/keys.h) */
 #define KL_KEY_MAX 512
 
+/* ---------------------------------------------------------------- snapshots (daemon/store/snapshot.h) */
+/* A snapshot chunk stops taking records once its body holds this many bytes, so a chunk is
+ * at most this plus one record (KL_SNAP_CHUNK_MAX): the memory of both ends per chunk. */
+#define KL_SNAP_CHUNK_BYTES (1u << 20)
+#define KL_SNAP_CONFIG_MAX 4096          /* configuration bytes in a snapshot / log_start */
+/* Largest value a snapshot record carries: a transfer intent holds its token. */
+#define KL_SNAP_VALUE_MAX (KL_CLAIMS_TOKEN_MAX + (64u << 10))
+#define KL_SNAP_CHUNK_OVERHEAD 128       /* fixed chunk fields and a record's two lengths */
+#define KL_SNAP_CHUNK_MAX \
+    (KL_SNAP_CHUNK_BYTES + KL_KEY_MAX + KL_SNAP_VALUE_MAX + KL_SNAP_CONFIG_MAX + KL_SNAP_CHUNK_OVERHEAD)
+/* The receiver finishes (syncs) a staged SST file once it holds this many bytes and saves
+ * its resume point then: a restart re-fetches at most this much. */
+#define KL_SNAP_STAGE_FILE_BYTES (64u << 20)
+
 /* ---------------------------------------------------------------- parked Receives (daemon/park.h) */
 /* Parked requests per member. Each holds one of the client port's KL_CLIENT_RPC_CONTEXTS
  * request contexts while it waits; with the KL_SERVICE_MAX_READS reads waiting for their
@@ -140,6 +154,10 @@
 #define KL_REPL_FRAME_OVERHEAD (64u << 10)
 
 /* ---------------------------------------------------------------- relations */
+/* A snapshot record's key is a store key; the chunk bound holds the largest record. */
+_Static_assert(KL_SNAP_VALUE_MAX >= KL_CLAIMS_TOKEN_MAX, "a snapshot carries every stored value");
+_Static_assert(KL_SNAP_CHUNK_BYTES < KL_SNAP_STAGE_FILE_BYTES, "a staged file holds whole chunks");
+_Static_assert(KL_SNAP_CHUNK_MAX < (1ull << 32), "chunk lengths are u32");
 /* Every member of a partition fits the Raft configuration, its per-member bitmask (a
  * uint32_t in raft.c) and the peer transport's member table. */
 _Static_assert(KL_CLUSTER_MAX_MEMBERS <= KL_RAFT_MAX_MEMBERS, "a partition's members fit the Raft config");

@@ -11,6 +11,8 @@
  *                                    "cluster_admins" u64 (partition 0: 0 until bootstrap),
  *                                    "outcome_mark" mark(8) cursor(8): the outcome low-water
  *                                    mark and the expiry time the sweep has reached
+ *                                    "log_start", "install" (store.h: log compaction and
+ *                                    snapshot install; local, like "format"/"hard"/"applied")
  *   'C' 'T' tenant                   CatalogTenant   } the catalog: authoritative on
  *   'C' 'D' tenant 0 database        CatalogDatabase } partition 0, a copy (as of this
  *   'C' 'Q' tenant 0 database 0 queue CatalogQueue   } log position) on data partitions

@@ -3,6 +3,7 @@
 #include "common/failpoint.h"
 #include "daemon/store/keys.h"
 
+#include <assert.h>
 #include <sodium.h>
 #include <stdatomic.h>
 #include <stdlib.h>
@@ -24,6 +25,9 @@ struct kl_store {
     uint8_t incarnation[16];
     uint64_t applied;
     _Atomic uint64_t last;
+    _Atomic uint64_t first;  /* first log index ('M'"log_start"; 1 without it) */
+    uint64_t durable;        /* applied index known to be in SST files */
+    char *dir;
     /* Set by the first failed write. Nothing is written after it: RocksDB's WAL writer may
      * be left in an error state (and this build asserts on a write after one), and after a
      * failed fsync nothing of what the process holds is trusted; the member exits. */
@@ -74,6 +78,9 @@ rocksdb_t *kl_store_db(kl_store *st) { return st->db; }
 const uint8_t *kl_store_incarnation(const kl_store *st) { return st->incarnation; }
 uint64_t kl_store_applied_index(const kl_store *st) { return st->applied; }
 uint64_t kl_store_last_index(const kl_store *st) { return atomic_load(&st->last); }
+uint64_t kl_store_first_index(const kl_store *st) { return atomic_load(&st->first); }
+uint64_t kl_store_durable_applied(const kl_store *st) { return st->durable; }
+const char *kl_store_dir(const kl_store *st) { return st->dir; }
 
 /* One write of the store: refused once any write failed (see write_failed). */
 static void store_write(kl_store *st, const rocksdb_writeoptions_t *wo, rocksdb_writebatch_t *wb, char **rerr)
@@ -332,6 +339,8 @@ static kl_code find_last_index(kl_store *st, kl_err *err)
             last = kl_be64_get((const uint8_t *)key + 1);
     }
     rocksdb_iter_destroy(it);
+    if (last < atomic_load(&st->first) - 1) /* compacted or installed up to its end */
+        last = atomic_load(&st->first) - 1;
     atomic_store(&st->last, last);
     return KL_OK;
 }
@@ -345,6 +354,8 @@ static kl_code open_failed(const char *dir, const char *rerr, kl_err *err)
                        dir, rerr);
     return kl_fail(err, KL_UNAVAILABLE, "data", "store: cannot open %s: %.200s", dir, rerr);
 }
+
+static kl_code store_open_log_start(kl_store *st, const char *dir, kl_err *err);
 
 kl_code kl_store_open(const char *dir, const kl_store_options *opt, kl_store **out, kl_err *err)
 {
@@ -364,8 +375,10 @@ kl_code kl_store_open(const char *dir, const kl_store_options *opt, kl_store **o
                        strerror(errno));
     }
     kl_store *st = calloc(1, sizeof *st);
-    if (st == NULL)
+    if (st == NULL || (st->dir = strdup(dir)) == NULL) {
+        free(st);
         return kl_fail(err, KL_INTERNAL, "memory", "store: out of memory");
+    }
     kl_code rc;
     char *rerr = NULL;
     st->opts = rocksdb_options_create();
@@ -406,7 +419,7 @@ kl_code kl_store_open(const char *dir, const kl_store_options *opt, kl_store **o
     }
     if ((rc = check_format(st, dir, opt, err)) != KL_OK)
         goto fail_checked;
-    if ((rc = kl_store_meta_u64(st, "applied", &st->applied, err)) != KL_OK)
+    if ((rc = store_open_log_start(st, dir, err)) != KL_OK)
         goto fail_checked;
     if ((rc = find_last_index(st, err)) != KL_OK)
         goto fail_checked;
@@ -441,6 +454,7 @@ void kl_store_close(kl_store *st)
     rocksdb_options_destroy(st->opts);
     rocksdb_block_based_options_destroy(st->table);
     rocksdb_cache_destroy(st->cache);
+    free(st->dir);
     free(st);
 }
 
@@ -664,4 +678,366 @@ kl_code kl_store_debug_set_flags(const char *dir, uint64_t compat, uint64_t ro_c
     rc = write_format(st, &f, err);
     kl_store_close(st);
     return rc;
+}
+
+/* ---- Log compaction and snapshot install (ARCHITECTURE.md "Store layout"). */
+
+/* The member's own meta records, in byte order (the install deletes the gaps between). */
+static const char *const local_meta[] = {"applied", "format", "hard", "install", "log_start"};
+#define LOCAL_META_N (sizeof local_meta / sizeof local_meta[0])
+
+bool kl_store_key_is_local(const uint8_t *key, size_t len)
+{
+    if (len == 0)
+        return false;
+    if (key[0] == 'L')
+        return true;
+    if (key[0] != 'M')
+        return false;
+    for (size_t i = 0; i < LOCAL_META_N; i++)
+        if (len - 1 == strlen(local_meta[i]) && memcmp(key + 1, local_meta[i], len - 1) == 0)
+            return true;
+    return false;
+}
+
+static void log_start_put(rocksdb_writebatch_t *wb, uint64_t first, uint64_t prev_term,
+                          const uint8_t *config, size_t config_len)
+{
+    uint8_t buf[16 + KL_SNAP_CONFIG_MAX];
+    kl_be64_put(buf, first);
+    kl_be64_put(buf + 8, prev_term);
+    if (config_len > 0)
+        memcpy(buf + 16, config, config_len);
+    kl_key k;
+    kl_key_meta(&k, "log_start");
+    rocksdb_writebatch_put(wb, (const char *)k.b, k.len, (const char *)buf, 16 + config_len);
+}
+
+kl_code kl_store_log_start(kl_store *st, uint64_t *first, uint64_t *prev_term, uint8_t **config,
+                           size_t *config_len, kl_err *err)
+{
+    kl_key k;
+    kl_key_meta(&k, "log_start");
+    uint8_t *v;
+    size_t n;
+    bool found;
+    *first = 1;
+    *prev_term = 0;
+    *config = NULL;
+    *config_len = 0;
+    kl_code rc = kl_store_get(st, k.b, k.len, &v, &n, &found, err);
+    if (rc != KL_OK || !found)
+        return rc;
+    if (n < 16 || n > 16 + KL_SNAP_CONFIG_MAX || kl_be64_get(v) == 0) {
+        free(v);
+        return kl_fail(err, KL_INTERNAL, "log_start", "store: meta log_start is corrupt (%zu bytes)", n);
+    }
+    *first = kl_be64_get(v);
+    *prev_term = kl_be64_get(v + 8);
+    if (n > 16) {
+        memmove(v, v + 16, n - 16);
+        *config = v;
+        *config_len = n - 16;
+    } else {
+        free(v);
+    }
+    return KL_OK;
+}
+
+kl_code kl_store_make_durable(kl_store *st, uint64_t *durable, kl_err *err)
+{
+    uint64_t applied = st->applied; /* applies run on this thread: none during the flush */
+    rocksdb_flushoptions_t *fo = rocksdb_flushoptions_create();
+    rocksdb_flushoptions_set_wait(fo, 1);
+    char *rerr = NULL;
+    rocksdb_flush(st->db, fo, &rerr);
+    rocksdb_flushoptions_destroy(fo);
+    if (rerr != NULL)
+        return rocks_fail(err, "flush", rerr);
+    if (applied > st->durable)
+        st->durable = applied;
+    *durable = st->durable;
+    return KL_OK;
+}
+
+/* Term of log entry `index`: 0 for index 0, log_start's prev_term just below the log. */
+static kl_code entry_term(kl_store *st, uint64_t index, uint64_t *term, kl_err *err)
+{
+    *term = 0;
+    if (index == 0)
+        return KL_OK;
+    if (index == atomic_load(&st->first) - 1) {
+        uint64_t first;
+        uint8_t *cfg;
+        size_t cfg_len;
+        kl_code rc = kl_store_log_start(st, &first, term, &cfg, &cfg_len, err);
+        free(cfg);
+        return rc;
+    }
+    uint8_t *v;
+    size_t n;
+    bool found;
+    kl_code rc = kl_store_read_log(st, index, &v, &n, &found, err);
+    if (rc != KL_OK)
+        return rc;
+    if (!found)
+        return kl_fail(err, KL_INTERNAL, "log", "store: log entry %llu is missing",
+                       (unsigned long long)index);
+    Keyload__V1__LogEntry *e = keyload__v1__log_entry__unpack(NULL, n, v);
+    free(v);
+    if (e == NULL)
+        return kl_fail(err, KL_INTERNAL, "log", "store: log entry %llu does not decode",
+                       (unsigned long long)index);
+    *term = e->term;
+    keyload__v1__log_entry__free_unpacked(e, NULL);
+    return KL_OK;
+}
+
+kl_code kl_store_compact_log(kl_store *st, uint64_t first, const uint8_t *config, size_t config_len,
+                             kl_err *err)
+{
+    uint64_t old_first = atomic_load(&st->first);
+    if (first <= old_first)
+        return KL_OK;
+    if (config_len > KL_SNAP_CONFIG_MAX)
+        return kl_fail(err, KL_INVALID_ARGUMENT, "config",
+                       "store: configuration of %zu bytes exceeds KL_SNAP_CONFIG_MAX (%d)", config_len,
+                       KL_SNAP_CONFIG_MAX);
+    if (first - 1 > st->durable)
+        return kl_fail(err, KL_FAILED_PRECONDITION, "compact_not_durable",
+                       "store: log compaction below %llu refused: applied state is durable only "
+                       "up to %llu (make it durable first)",
+                       (unsigned long long)first, (unsigned long long)st->durable);
+    uint64_t prev_term;
+    kl_code rc = entry_term(st, first - 1, &prev_term, err);
+    if (rc != KL_OK)
+        return rc;
+    rocksdb_writebatch_t *wb = rocksdb_writebatch_create();
+    kl_key lo, hi;
+    kl_key_log(&lo, old_first);
+    kl_key_log(&hi, first);
+    rocksdb_writebatch_delete_range(wb, (const char *)lo.b, lo.len, (const char *)hi.b, hi.len);
+    log_start_put(wb, first, prev_term, config, config_len);
+    char *rerr = NULL;
+    store_write(st, st->wsync, wb, &rerr);
+    rocksdb_writebatch_destroy(wb);
+    if (rerr != NULL)
+        return rocks_fail(err, "log compaction", rerr);
+    atomic_store(&st->first, first);
+    /* invariant: I-STORE-13 the log starts at most one past the durably applied index */
+    assert(st->durable >= first - 1);
+    return KL_OK;
+}
+
+/* Deletes every replicated key and the whole log: the complement of the local meta
+ * records, as range tombstones. Tags are ASCII, so "\xff" bounds the key space. */
+static void delete_state_and_log(rocksdb_writebatch_t *wb)
+{
+    kl_key from;
+    from.len = 0;
+    for (size_t i = 0; i <= LOCAL_META_N; i++) {
+        kl_key to;
+        if (i < LOCAL_META_N) {
+            kl_key_meta(&to, local_meta[i]);
+        } else {
+            to.b[0] = 0xff;
+            to.len = 1;
+        }
+        rocksdb_writebatch_delete_range(wb, (const char *)from.b, from.len, (const char *)to.b, to.len);
+        if (i < LOCAL_META_N) {
+            from = to;
+            from.b[from.len++] = 0; /* the first key after this record */
+        }
+    }
+}
+
+static void install_path(const kl_store *st, char *out, size_t cap, const char *prefix, uint32_t i)
+{
+    snprintf(out, cap, "%s/install/%s%06u.sst", st->dir, prefix, i);
+}
+
+/* Ingests the staged files by copy. Not by link or move: ingestion writes the global
+ * sequence number into the file it ingests, and a staged file changed that way is refused
+ * by a second ingestion, which the open needs when a crash cut the install after this step
+ * but before its last write. The staged originals stay until the install finished. */
+static kl_code install_ingest(kl_store *st, uint32_t nfiles, kl_err *err)
+{
+    if (nfiles == 0)
+        return KL_OK;
+    char **names = calloc(nfiles, sizeof *names);
+    if (names == NULL)
+        return kl_fail(err, KL_INTERNAL, "memory", "store: out of memory");
+    kl_code rc = KL_OK;
+    for (uint32_t i = 0; i < nfiles && rc == KL_OK; i++) {
+        names[i] = malloc(4200);
+        if (names[i] == NULL) {
+            rc = kl_fail(err, KL_INTERNAL, "memory", "store: out of memory");
+            break;
+        }
+        install_path(st, names[i], 4200, "", i);
+        if (access(names[i], R_OK) != 0)
+            rc = kl_fail(err, KL_INTERNAL, "install_incomplete",
+                         "store %s: staged snapshot file %u: %s", st->dir, i, strerror(errno));
+    }
+    if (rc == KL_OK) {
+        rocksdb_ingestexternalfileoptions_t *io = rocksdb_ingestexternalfileoptions_create();
+        rocksdb_ingestexternalfileoptions_set_move_files(io, 0);
+        char *rerr = NULL;
+        rocksdb_ingest_external_file(st->db, (const char *const *)names, nfiles, io, &rerr);
+        rocksdb_ingestexternalfileoptions_destroy(io);
+        if (rerr != NULL)
+            rc = rocks_fail(err, "snapshot ingestion", rerr);
+    }
+    for (uint32_t i = 0; i < nfiles; i++)
+        free(names[i]);
+    free(names);
+    return rc;
+}
+
+static void install_remove_stage(kl_store *st)
+{
+    char path[4200];
+    for (uint32_t i = 0;; i++) {
+        install_path(st, path, sizeof path, "", i);
+        if (unlink(path) != 0)
+            break;
+    }
+    snprintf(path, sizeof path, "%s/install/STATE", st->dir);
+    unlink(path);
+}
+
+/* The last step: applied, log start and commit move to the snapshot; the marker goes. */
+static kl_code install_finish(kl_store *st, uint64_t index, uint64_t term, const uint8_t *config,
+                              size_t config_len, kl_err *err)
+{
+    uint64_t hterm, vote, commit;
+    kl_code rc = kl_store_load_hard(st, &hterm, &vote, &commit, err);
+    if (rc != KL_OK)
+        return rc;
+    rocksdb_writebatch_t *wb = rocksdb_writebatch_create();
+    Keyload__V1__HardState h = KEYLOAD__V1__HARD_STATE__INIT;
+    h.term = hterm;
+    h.vote = vote;
+    h.commit = index;
+    uint8_t hb[64];
+    size_t hn = keyload__v1__hard_state__pack(&h, hb);
+    kl_key k;
+    kl_key_meta(&k, "hard");
+    rocksdb_writebatch_put(wb, (const char *)k.b, k.len, (const char *)hb, hn);
+    uint8_t ab[8];
+    kl_be64_put(ab, index);
+    kl_key_meta(&k, "applied");
+    rocksdb_writebatch_put(wb, (const char *)k.b, k.len, (const char *)ab, 8);
+    log_start_put(wb, index + 1, term, config, config_len);
+    kl_key_meta(&k, "install");
+    rocksdb_writebatch_delete(wb, (const char *)k.b, k.len);
+    char *rerr = NULL;
+    store_write(st, st->wsync, wb, &rerr);
+    rocksdb_writebatch_destroy(wb);
+    if (rerr != NULL)
+        return rocks_fail(err, "install finish", rerr);
+    if ((rc = KL_FAILPOINT("store.install_finished", err)) != KL_OK)
+        return rc;
+    __atomic_store_n(&st->applied, index, __ATOMIC_RELAXED);
+    st->durable = index;
+    atomic_store(&st->first, index + 1);
+    atomic_store(&st->last, index);
+    install_remove_stage(st);
+    return KL_OK;
+}
+
+/* Ingestion and finish: the steps after the marker, also run by the open after a crash. */
+static kl_code install_complete(kl_store *st, uint32_t nfiles, uint64_t index, uint64_t term,
+                                const uint8_t *config, size_t config_len, kl_err *err)
+{
+    kl_code rc = install_ingest(st, nfiles, err);
+    if (rc == KL_OK)
+        rc = KL_FAILPOINT("store.install_ingested", err);
+    if (rc == KL_OK)
+        rc = install_finish(st, index, term, config, config_len, err);
+    return rc;
+}
+
+kl_code kl_store_install(kl_store *st, uint32_t nfiles, uint64_t index, uint64_t term,
+                         const uint8_t *config, size_t config_len, kl_err *err)
+{
+    if (index <= st->applied)
+        return kl_fail(err, KL_FAILED_PRECONDITION, "snapshot_stale",
+                       "store: snapshot at %llu is not past the applied index %llu",
+                       (unsigned long long)index, (unsigned long long)st->applied);
+    if (config_len > KL_SNAP_CONFIG_MAX)
+        return kl_fail(err, KL_INVALID_ARGUMENT, "config",
+                       "store: configuration of %zu bytes exceeds KL_SNAP_CONFIG_MAX (%d)", config_len,
+                       KL_SNAP_CONFIG_MAX);
+    /* 'M'"install": index(8) term(8) nfiles(4) config */
+    uint8_t mark[20 + KL_SNAP_CONFIG_MAX];
+    kl_be64_put(mark, index);
+    kl_be64_put(mark + 8, term);
+    mark[16] = (uint8_t)(nfiles >> 24);
+    mark[17] = (uint8_t)(nfiles >> 16);
+    mark[18] = (uint8_t)(nfiles >> 8);
+    mark[19] = (uint8_t)nfiles;
+    if (config_len > 0)
+        memcpy(mark + 20, config, config_len);
+    rocksdb_writebatch_t *wb = rocksdb_writebatch_create();
+    delete_state_and_log(wb);
+    kl_key k;
+    kl_key_meta(&k, "install");
+    rocksdb_writebatch_put(wb, (const char *)k.b, k.len, (const char *)mark, 20 + config_len);
+    char *rerr = NULL;
+    store_write(st, st->wsync, wb, &rerr);
+    rocksdb_writebatch_destroy(wb);
+    if (rerr != NULL)
+        return rocks_fail(err, "install begin", rerr);
+    kl_code rc = KL_FAILPOINT("store.install_begun", err);
+    if (rc == KL_OK)
+        rc = install_complete(st, nfiles, index, term, config, config_len, err);
+    /* Past the marker the old state is gone and the new one not whole: nothing may be
+     * written (or served) before an open finishes the install. */
+    if (rc != KL_OK)
+        atomic_store(&st->write_failed, true);
+    return rc;
+}
+
+/* At open: finishes an install a crash interrupted after its marker, then loads the log
+ * start and the applied index and checks that the log still reaches the state. */
+static kl_code store_open_log_start(kl_store *st, const char *dir, kl_err *err)
+{
+    kl_key k;
+    kl_key_meta(&k, "install");
+    uint8_t *v;
+    size_t n;
+    bool found;
+    kl_code rc = kl_store_get(st, k.b, k.len, &v, &n, &found, err);
+    if (rc != KL_OK)
+        return rc;
+    if (found) {
+        if (n < 20 || n > 20 + KL_SNAP_CONFIG_MAX) {
+            free(v);
+            return kl_fail(err, KL_INTERNAL, "install_incomplete",
+                           "store %s: install marker is corrupt (%zu bytes)", dir, n);
+        }
+        uint32_t nfiles = (uint32_t)v[16] << 24 | (uint32_t)v[17] << 16 | (uint32_t)v[18] << 8 | v[19];
+        rc = install_complete(st, nfiles, kl_be64_get(v), kl_be64_get(v + 8), v + 20, n - 20, err);
+        free(v);
+        if (rc != KL_OK)
+            return rc;
+    }
+    uint64_t first, prev_term;
+    uint8_t *cfg;
+    size_t cfg_len;
+    if ((rc = kl_store_log_start(st, &first, &prev_term, &cfg, &cfg_len, err)) != KL_OK)
+        return rc;
+    free(cfg);
+    atomic_store(&st->first, first);
+    if ((rc = kl_store_meta_u64(st, "applied", &st->applied, err)) != KL_OK)
+        return rc;
+    /* Applied state read at open is in SST files: applies never reach the WAL. */
+    st->durable = st->applied;
+    if (st->applied < first - 1)
+        return kl_fail(err, KL_INTERNAL, "log_start",
+                       "store %s: the log starts at %llu but the state is applied only to %llu; "
+                       "entries in between are gone. Keep the directory (README: Recovering a member)",
+                       dir, (unsigned long long)first, (unsigned long long)st->applied);
+    return KL_OK;
 }

@@ -123,6 +123,64 @@ kl_code kl_store_read_log(kl_store *st, uint64_t index, uint8_t **entry, size_t 
  * plus 'M'"applied", in one unsynced WriteBatch. */
 kl_code kl_store_apply(kl_store *st, const Keyload__V1__LogEntry *entry, kl_err *err);
 
+/* ---- Log compaction and snapshot install (ARCHITECTURE.md "Store layout").
+ * The log starts at first_index; 'M'"log_start" records (first_index, prev_term, config):
+ * the term of entry first_index - 1 and the membership configuration as of it, both opaque
+ * to the store except prev_term. A store without the record starts at 1 (prev_term 0, no
+ * configuration). Local keys (the log, and the meta records "format", "hard", "applied",
+ * "log_start", "install") belong to this member; every other key is replicated state,
+ * which a snapshot carries and an install replaces. */
+
+/* True for a key that is this member's own (see above), never part of a snapshot. O(1). */
+bool kl_store_key_is_local(const uint8_t *key, size_t len);
+
+/* Makes the applied state durable: applies skip the WAL, so this flushes the memtables to
+ * SST files and waits for the flush (RocksDB syncs the files and the MANIFEST). Returns in
+ * *durable the applied index that a crash can no longer roll back below. Cost: one flush of
+ * up to two memtables (kl_store_options.write_buffer_bytes each), written and fsynced on
+ * RocksDB's flush thread while the caller blocks (tens of ms for 8 MiB); the persistence
+ * worker's log writes go on meanwhile. Loop thread only (it must not race an apply). */
+kl_code kl_store_make_durable(kl_store *st, uint64_t *durable, kl_err *err);
+/* The applied index last made durable (kl_store_make_durable, an install, or the open). */
+uint64_t kl_store_durable_applied(const kl_store *st);
+/* First index the log holds (1 until a compaction or install); the log is empty when it
+ * exceeds kl_store_last_index. Any thread. */
+uint64_t kl_store_first_index(const kl_store *st);
+/* The 'M'"log_start" record: first index, term of the entry before it, and the
+ * configuration bytes given to the compaction or install that wrote it (*config malloc'd,
+ * NULL when none; caller frees). One point read. */
+kl_code kl_store_log_start(kl_store *st, uint64_t *first, uint64_t *prev_term, uint8_t **config,
+                           size_t *config_len, kl_err *err);
+/* Deletes every log entry with index < first (one DeleteRange, synced with the new
+ * 'M'"log_start" record, in one WriteBatch). config: the configuration as of entry first - 1
+ * (at most KL_SNAP_CONFIG_MAX bytes; stored, not interpreted). Refused with
+ * FAILED_PRECONDITION "compact_not_durable" when entry first - 1 is not durably applied
+ * (first - 1 > kl_store_durable_applied): a crash would roll the state back below the log
+ * and the entries to re-apply would be gone. first <= kl_store_first_index is a no-op.
+ * Cost: one synced write of O(1) bytes (the range tombstone; RocksDB's compactions drop the
+ * entries later) plus one point read of entry first - 1 for its term. Loop thread only. */
+kl_code kl_store_compact_log(kl_store *st, uint64_t first, const uint8_t *config, size_t config_len,
+                             kl_err *err);
+/* Where staged snapshot files live: "<store dir>/install" (kl_snap_install). */
+const char *kl_store_dir(const kl_store *st);
+/* Replaces the replicated state with the nfiles SST files <store dir>/install/%06u.sst
+ * (0 .. nfiles-1, sorted, non-overlapping, no local key; written by kl_snap_install) as the
+ * state at snapshot (index, term). Atomic as seen by any later open: a synced 'M'"install"
+ * marker is written together with the deletion of the old state and log; the files are
+ * then ingested (copied into the store, so the staged originals can be ingested again), and a final synced batch sets "applied" = index, "log_start"
+ * = (index + 1, term, config), the hard state's commit = index (term and vote kept), and
+ * removes the marker. kl_store_open finds a marker left by a crash and finishes the same
+ * steps from the staged files, so a crash leaves the old state (before the marker) or the
+ * new one (after), never a mix. The staged files are removed at the end. Refused with
+ * FAILED_PRECONDITION "snapshot_stale" when index <= the applied index. Any other error
+ * once the marker is written leaves the store refusing every write: the member must close
+ * it and exit, and the next open finishes the install. The caller must
+ * have stopped applies and log writes (no persistence-worker write in flight). Cost: two
+ * synced writes, one ingestion (a sequential copy of the staged bytes, so the disk holds
+ * the state twice meanwhile, and a flush of the memtable first), memory O(nfiles). */
+kl_code kl_store_install(kl_store *st, uint32_t nfiles, uint64_t index, uint64_t term,
+                         const uint8_t *config, size_t config_len, kl_err *err);
+
 /* Test hook: rewrites the format record's flags (to prove refusal of unknown ones). */
 kl_code kl_store_debug_set_flags(const char *dir, uint64_t compat, uint64_t ro_compat,
                                  uint64_t incompat, uint32_t version, kl_err *err);

@@ -38,6 +38,7 @@ Suite *suite_node_read(void);
 Suite *suite_service(void);
 Suite *suite_notify(void);
 Suite *suite_retain(void);
+Suite *suite_snapshot(void);
 
 int main(void)
 {
@@ -75,6 +76,7 @@ int main(void)
     srunner_add_suite(sr, suite_service());
     srunner_add_suite(sr, suite_notify());
     srunner_add_suite(sr, suite_retain());
+    srunner_add_suite(sr, suite_snapshot());
     srunner_run_all(sr, CK_NORMAL);
     int failed = srunner_ntests_failed(sr);
     int run = srunner_ntests_run(sr);
