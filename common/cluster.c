@@ -1,5 +1,7 @@
 #include "common/cluster.h"
 
+#include "common/metrics.h"
+
 #include <jansson.h>
 #include <sodium.h>
 #include <stdbool.h>
@@ -197,8 +199,21 @@ static kl_code parse_member(json_t *mj, size_t i, size_t j, kl_partition *p, con
     if ((rc = copy_str(mj, "client", m->client_url, sizeof m->client_url, true, "member", err)) ||
         (rc = copy_str(mj, "peer", m->peer_url, sizeof m->peer_url, false, "member", err)) ||
         (rc = copy_str(mj, "data", m->data_dir, sizeof m->data_dir, false, "member", err)) ||
+        (rc = copy_str(mj, "metrics", m->metrics_addr, sizeof m->metrics_addr, false, "member", err)) ||
+        (rc = copy_str(mj, "metrics_token_file", m->metrics_token_file, sizeof m->metrics_token_file,
+                       false, "member", err)) ||
         (rc = get_public_key(mj, i, j, m, err)))
         return rc;
+    if (m->metrics_addr[0] != '\0' &&
+        kl_metrics_addr_check(m->metrics_addr, "metrics", err) != KL_OK)
+        return kl_fail(err, KL_INVALID_ARGUMENT, "metrics",
+                       "cluster file: partitions[%zu].members[%zu].metrics must be HOST:PORT with an "
+                       "IP address or localhost and a port 1..65535 (e.g. 127.0.0.1:9401)", i, j);
+    if (m->metrics_addr[0] != '\0' && m->metrics_token_file[0] == '\0' &&
+        !kl_metrics_addr_is_loopback(m->metrics_addr))
+        return kl_fail(err, KL_INVALID_ARGUMENT, "metrics_token_file",
+                       "cluster file: partitions[%zu].members[%zu].metrics is not a loopback address: "
+                       "give metrics_token_file (a bearer token scrapers must send)", i, j);
     if (m->data_dir[0] == '\0') {
         char path[KL_PATH_MAX];
         int n = snprintf(path, sizeof path, "%s/%s/p%dm%d", var_root ? var_root : "var",

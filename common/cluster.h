@@ -73,6 +73,10 @@ typedef struct kl_member {
     char client_url[KL_URL_MAX];
     char peer_url[KL_URL_MAX];
     char data_dir[KL_PATH_MAX];      /* resolved, see above */
+    /* "metrics": HOST:PORT of the member's Prometheus endpoint, "" = none; a host that is
+     * not loopback needs "metrics_token_file" (common/metrics_http.h). */
+    char metrics_addr[KL_URL_MAX];
+    char metrics_token_file[KL_PATH_MAX];
     bool has_public_key;             /* the member's "public_key" was given */
     uint8_t public_key[KL_CLUSTER_PUBLIC_KEY_LEN];
 } kl_member;

@@ -17,6 +17,24 @@
 /* Longest tenant, database, queue, lane, header key and field key, in bytes. */
 #define KL_SDK_NAME_MAX 128
 
+/* ---------------------------------------------------------------- metrics (common/metrics.h) */
+/* Queues a member reports per-queue series for (depth, in flight) in one scrape; the
+ * series of the queues past it are counted in keyload_metrics_series_dropped_total. */
+#define KL_METRICS_QUEUES_MAX 256
+/* Records one scrape may read for the per-queue series (queue records plus leased/delayed
+ * index entries): bounds the loop time a scrape takes whatever the queues hold. */
+#define KL_METRICS_SCAN_RECORDS_MAX 100000
+/* Distinct (code, detail) pairs of keyload_refusals_total; later pairs count as "other". */
+#define KL_METRICS_REFUSALS_MAX 128
+/* Buckets of one histogram, +Inf not counted. */
+#define KL_METRICS_HIST_BUCKETS_MAX 24
+/* Longest a scrape waits for the loop thread to render (then 503, retryable). */
+#define KL_METRICS_RENDER_WAIT_MS 2000
+/* Longest metrics bearer token (bytes of its file, trailing newline trimmed), and the
+ * shortest accepted (a guessable token would be no protection). */
+#define KL_METRICS_TOKEN_MAX 256
+#define KL_METRICS_TOKEN_MIN 16
+
 /* ---------------------------------------------------------------- cluster file (common/cluster.h) */
 #define KL_CLUSTER_MAX_PARTITIONS 64
 #define KL_CLUSTER_MAX_MEMBERS 9
@@ -198,5 +216,11 @@ _Static_assert(KL_OUTCOME_RETENTION_MIN_MS <= KL_OUTCOME_RETENTION_DEFAULT_MS &&
                "outcome retention default in range");
 /* The sweep keeps up: one entry deletes at least as many outcomes as it can add. */
 _Static_assert(KL_OUTCOME_SWEEP_MAX >= 64, "an entry sweeps at least a full group's outcomes");
+
+/* A scrape answers before a scraper's usual 10 s timeout; a token is at least its minimum. */
+_Static_assert(KL_METRICS_RENDER_WAIT_MS < 10000, "a scrape answers within a scraper's timeout");
+_Static_assert(KL_METRICS_TOKEN_MIN <= KL_METRICS_TOKEN_MAX, "metrics token bounds");
+_Static_assert(KL_METRICS_QUEUES_MAX >= 1, "at least one queue's series");
+_Static_assert(KL_METRICS_SCAN_RECORDS_MAX > KL_METRICS_QUEUES_MAX, "the scan budget reads every capped queue record");
 
 #endif

@@ -156,6 +156,8 @@ struct kl_rpc_server {
     uv_timer_t idle_timer;
     bool idle_timer_on;     /* loop thread only: initialised (and to be closed) */
     bool idle_timer_closed; /* loop thread only */
+    void (*on_refusal)(void *ctx, int code, const char *detail);
+    void *refusal_ctx;
 };
 
 struct kl_rpc_call {
@@ -640,6 +642,8 @@ kl_code kl_rpc_server_start(uv_loop_t *loop, const kl_rpc_server_config *cfg,
     srv->method_count = cfg->method_count;
     server_sort_methods(srv);
     srv->owner = cfg->owner;
+    srv->on_refusal = cfg->on_refusal;
+    srv->refusal_ctx = cfg->refusal_ctx;
     srv->max_frame = cfg->max_frame != 0 ? cfg->max_frame : KL_RPC_DEFAULT_FRAME_LIMIT;
     srv->nslots = cfg->contexts < KL_RPC_MIN_CONTEXTS ? KL_RPC_MIN_CONTEXTS : cfg->contexts;
 
@@ -853,6 +857,8 @@ void kl_rpc_reply_error(kl_rpc_call *call, const kl_err *err, const char *leader
         e.message[sizeof e.message - 1] = '\0';
         e.detail[sizeof e.detail - 1] = '\0';
     }
+    if (call->srv->on_refusal != NULL)
+        call->srv->on_refusal(call->srv->refusal_ctx, (int)e.code, e.detail);
     Keyload__V1__Answer ans = KEYLOAD__V1__ANSWER__INIT;
     ans.code = (Keyload__V1__StatusCode)e.code;
     ans.message = e.message;

@@ -56,6 +56,10 @@ typedef struct kl_rpc_server_config {
      * counted (a client's nng socket reconnects by itself when it sends again). */
     int max_conns;
     int idle_ms;
+    /* Optional: called on the loop thread with every error answer's code and detail (the
+     * detail is the program's fixed string, never client text), e.g. to count refusals. */
+    void (*on_refusal)(void *ctx, int code, const char *detail);
+    void *refusal_ctx;
 } kl_rpc_server_config;
 
 /* Connection counters of a server (any thread): open now, refused over the cap, closed

@@ -1,5 +1,6 @@
 #include "coordinator/config.h"
 
+#include "common/metrics.h"
 #include "common/names.h"
 
 #include <jansson.h>
@@ -32,7 +33,8 @@ static const num_opt DISC_NUMS[] = {
 
 static const char *const TOP_STRS[] = {"cluster_file", "database",
                                        "transfer_coordinator_principal_id",
-                                       "principal_key_file", "status_file", "discovery"};
+                                       "principal_key_file", "status_file", "discovery",
+                                       "metrics", "metrics_token_file"};
 
 static kl_code bad(kl_err *err, const char *path, const char *what)
 {
@@ -128,6 +130,23 @@ static kl_code default_status_file(kl_coord_config *c, kl_err *err)
     return KL_OK;
 }
 
+/* "metrics" and "metrics_token_file": both optional; a non-loopback address needs the file. */
+static kl_code get_metrics(json_t *root, kl_coord_config *c, kl_err *err)
+{
+    kl_code rc;
+    if ((rc = get_str(root, "metrics", false, c->metrics_addr, sizeof c->metrics_addr, err)) != KL_OK ||
+        (rc = get_str(root, "metrics_token_file", false, c->metrics_token_file,
+                      sizeof c->metrics_token_file, err)) != KL_OK)
+        return rc;
+    if (c->metrics_addr[0] == '\0')
+        return KL_OK;
+    if (kl_metrics_addr_check(c->metrics_addr, "metrics", err) != KL_OK)
+        return bad(err, "metrics", "must be HOST:PORT with an IP address or localhost and a port 1..65535");
+    if (c->metrics_token_file[0] == '\0' && !kl_metrics_addr_is_loopback(c->metrics_addr))
+        return bad(err, "metrics_token_file", "is required: metrics is not a loopback address");
+    return KL_OK;
+}
+
 static kl_code parse_root(json_t *root, kl_coord_config *c, kl_err *err)
 {
     memset(c, 0, sizeof *c);
@@ -203,6 +222,8 @@ static kl_code parse_root(json_t *root, kl_coord_config *c, kl_err *err)
     c->discovery_max_bytes = dv[2];
     c->discovery_max_work = (uint32_t)dv[3];
 
+    if ((rc = get_metrics(root, c, err)) != KL_OK)
+        return rc;
     if (json_object_get(root, "status_file") != NULL)
         return get_str(root, "status_file", false, c->status_file, sizeof c->status_file, err);
     return default_status_file(c, err);

@@ -64,6 +64,10 @@ typedef struct kl_coord_config {
     uint64_t discovery_max_bytes;
     uint32_t discovery_max_work;
     char status_file[KL_COORD_PATH_MAX];
+    /* "metrics": HOST:PORT of the Prometheus endpoint ("" = none); a host that is not
+     * loopback needs "metrics_token_file" (common/metrics_http.h). */
+    char metrics_addr[KL_COORD_PATH_MAX];
+    char metrics_token_file[KL_COORD_PATH_MAX];
     uint32_t call_timeout_ms;
     uint32_t call_threads;
 } kl_coord_config;

@@ -48,6 +48,7 @@ typedef struct kl_coord_stats {
                                              * the source's state is the truth */
     atomic_uint_fast64_t found_delivered;   /* found Delivered (someone else completed it) */
     atomic_uint_fast64_t terminal_failures;
+    atomic_uint_fast64_t terminal_by_code[KL_CODE_COUNT]; /* the same, by the failing call's code */
     atomic_uint_fast64_t retries;
     atomic_uint_fast64_t dropped;           /* intent gone (NOT_FOUND) */
     atomic_uint_fast64_t proof_changed;

@@ -1,7 +1,9 @@
 #include "coordinator/run.h"
 
 #include "common/log.h"
+#include "common/metrics_http.h"
 #include "coordinator/discovery.h"
+#include "coordinator/metrics.h"
 #include "coordinator/status.h"
 #include "coordinator/ticker.h"
 #include "coordinator/turn.h"
@@ -38,6 +40,7 @@ struct runner {
     uv_signal_t sigterm, sigint;
     uv_timer_t status;
     uv_async_t wake;       /* discovery -> loop: events were dispatched */
+    kl_metrics_http *metrics; /* the config's "metrics" endpoint, if any */
 };
 
 static void schedule(worker *w);
@@ -244,6 +247,8 @@ static void close_all(runner *r)
     uv_close((uv_handle_t *)&r->sigterm, NULL);
     uv_close((uv_handle_t *)&r->sigint, NULL);
     uv_close((uv_handle_t *)&r->status, NULL);
+    kl_metrics_http_stop(r->metrics);
+    r->metrics = NULL;
     uv_run(&r->loop, UV_RUN_DEFAULT);
     free(r->workers);
     r->workers = NULL;
@@ -278,13 +283,17 @@ kl_code kl_coord_run(kl_coord *co, kl_err *err)
         return kl_fail(err, KL_INTERNAL, "uv", "coordinator: cannot create the main loop");
     }
     init_handles(&r);
-    if (co->cfg.has_principal) {
+    if (co->cfg.metrics_addr[0] != '\0')
+        rc = kl_metrics_http_start(&r.loop, co->cfg.metrics_addr,
+                                   co->cfg.metrics_token_file[0] ? co->cfg.metrics_token_file : NULL,
+                                   kl_coord_metrics_render, co, &r.metrics, err);
+    if (rc == KL_OK && co->cfg.has_principal) {
         KL_INFO("starting", "database=%s principal=%s workers=%" PRIu32 " call_threads=%" PRIu32
                 " flush_interval_ms=%" PRIu32 " buffer_capacity=%" PRIu32 " partitions=%d",
                 co->cfg.database, co->cfg.principal_id, co->cfg.workers, co->cfg.call_threads,
                 co->cfg.flush_interval_ms, co->cfg.buffer_capacity, co->cluster->partition_count);
         rc = start_workers(&r, err);
-    } else {
+    } else if (rc == KL_OK) {
         KL_INFO("idle", "database=%s reason=transfer_coordinator_principal_id_is_null "
                 "note=no_discovery_waiting_for_SIGTERM", co->cfg.database);
     }

@@ -689,6 +689,8 @@ void kl_coord_turn_finish(kl_coord_turn *t, kl_coord_turn_out out)
         break;
     case KL_COORD_TURN_FAILED:
         atomic_fetch_add(&co->stats.terminal_failures, 1);
+        if (t->err.code > KL_OK && t->err.code < KL_CODE_COUNT)
+            atomic_fetch_add(&co->stats.terminal_by_code[t->err.code], 1);
         KL_ERROR("terminal_failure", "%s step=%s code=%s detail=\"%s\" error=\"%s\" "
                  "action=left_pending", t->fields, t->step ? t->step : "unknown",
                  kl_code_name(t->err.code), clean(t->err.detail, detail, sizeof detail),

@@ -27,8 +27,10 @@
 #include "common/failpoint.h"
 #include "common/keys.h"
 #include "common/log.h"
+#include "common/metrics_http.h"
 #include "common/rpc.h"
 #include "daemon/keygen.h"
+#include "daemon/metrics.h"
 #include "daemon/node.h"
 #include "daemon/notify.h"
 #include "daemon/repl/driver.h"
@@ -71,6 +73,8 @@ typedef struct daemon_state {
     bool disk_low;
     uv_prepare_t flush_prep;     /* proposes the node's open group before the loop waits */
     bool flush_prep_ready;
+    kl_dmetrics metrics;         /* loop thread only (daemon/metrics.h) */
+    kl_metrics_http *metrics_http; /* the member's "metrics" endpoint, if any */
 } daemon_state;
 
 static int64_t clock_ms(void *ctx)
@@ -189,6 +193,7 @@ static void repl_apply(void *ctx, const kl_raft_entry *e)
         begin_stop(d);
         return;
     }
+    kl_dmetrics_applied(&d->metrics, e->len);
     uint64_t version, changes;
     kl_node_catalog_status(d->node, &version, &changes);
     if (version != d->catalog_version) {
@@ -205,6 +210,7 @@ static void repl_role(void *ctx, kl_raft_role role, uint64_t term, uint64_t lead
     KL_INFO("role", "role=%s term=%llu leader=%llu serving=%d", kl_raft_role_name(role),
             (unsigned long long)term, (unsigned long long)leader, leader_ready);
     d->service.leader = leader;
+    kl_dmetrics_role(&d->metrics, role == KL_RAFT_CANDIDATE, leader);
     if (d->node)
         kl_node_role(d->node, role == KL_RAFT_LEADER && leader_ready);
     kl_service_role(&d->service, role == KL_RAFT_LEADER);
@@ -280,6 +286,8 @@ static void begin_stop(daemon_state *d)
         return;
     d->stopping = true;
     arm_stop_watchdog(&d->exit_code);
+    kl_metrics_http_stop(d->metrics_http); /* before what a render reads goes away */
+    d->metrics_http = NULL;
     if (d->rpc) {
         kl_rpc_server_stop(d->rpc);
         d->rpc = NULL;
@@ -533,6 +541,30 @@ static void repl_config(kl_repl_config *rcfg, const kl_cluster *cluster, int par
     rcfg->peer_idle_ms = cluster->conn.peer_idle_ms;
 }
 
+/* Renders the member's page on the loop thread (common/metrics_http.h hands it over). */
+static void render_metrics(void *ctx, kl_metrics_buf *out)
+{
+    daemon_state *d = ctx;
+    kl_dmetrics_src src = {.m = &d->metrics, .node = d->node, .repl = d->repl, .store = d->store,
+                           .sessions = d->service.sessions};
+    kl_dmetrics_render(&src, out);
+}
+
+/* The member's "metrics" endpoint when the cluster file gives one; 1 when it cannot start. */
+static int start_metrics(daemon_state *d, int partition, const kl_member *me, kl_err *err)
+{
+    d->metrics.partition = partition;
+    d->metrics.member = (uint64_t)me->id;
+    if (me->metrics_addr[0] == '\0')
+        return 0;
+    if (kl_metrics_http_start(d->loop, me->metrics_addr, me->metrics_token_file[0] ? me->metrics_token_file : NULL,
+                              render_metrics, d, &d->metrics_http, err) != KL_OK) {
+        fprintf(stderr, "keyloadd: %s\n", err->message);
+        return 1;
+    }
+    return 0;
+}
+
 /* The sessions, the service, the catalog tailer (data partitions), replication and the
  * client port, in that order. On failure what was started is stopped again and 1 returned;
  * the caller still closes the node and the store. */
@@ -573,14 +605,21 @@ static int start_serving(daemon_state *d, kl_cluster *cluster, int partition, co
                                .method_count = nmethods, .owner = &d->service,
                                .max_frame = cluster->limits.max_frame_bytes, .contexts = KL_CLIENT_RPC_CONTEXTS,
                                .max_conns = (int)cluster->conn.client_max,
-                               .idle_ms = (int)cluster->conn.client_idle_ms};
+                               .idle_ms = (int)cluster->conn.client_idle_ms,
+                               .on_refusal = kl_dmetrics_refusal_hook, .refusal_ctx = &d->metrics};
     if (kl_rpc_server_start(d->loop, &rc, &d->rpc, err) != KL_OK) {
         fprintf(stderr, "keyloadd: %s\n", err->message);
         goto fail_rpc;
     }
     d->service.client_rpc = d->rpc;
+    if (start_metrics(d, partition, me, err) != 0)
+        goto fail_metrics;
     return 0;
 
+fail_metrics:
+    kl_rpc_server_stop(d->rpc);
+    d->rpc = NULL;
+    d->service.client_rpc = NULL;
 fail_rpc:
     kl_repl_stop(d->repl);
 fail_repl:

@@ -186,6 +186,12 @@ kl_code kl_node_transfer_read(kl_node *n, kl_node_read_kind kind, const char *pr
 kl_code kl_node_read(kl_node *n, kl_node_read_kind kind, const char *principal, const uint8_t *req,
                      size_t len, uint8_t **answer, size_t *answer_len, kl_err *err);
 
+/* Per-queue depth and in-flight over applied state for metrics (engine/queue.h
+ * kl_queue_gauges), at most max queues, reading at most scan_limit records. */
+typedef struct kl_queue_gauge kl_queue_gauge;
+kl_code kl_node_queue_gauges(kl_node *n, kl_queue_gauge *out, size_t max, uint64_t scan_limit,
+                             size_t *filled, size_t *total, kl_err *err);
+
 /* The catalog version this member has applied, and how many catalog changes it applied
  * (equal unless something is badly wrong). Reads applied state; 0 when none. */
 void kl_node_catalog_status(kl_node *n, uint64_t *version, uint64_t *changes);

@@ -6,6 +6,7 @@
 #include "common/guid.h"
 #include "common/names.h"
 #include "daemon/engine/catalog.h"
+#include "daemon/engine/queue.h"
 #include "daemon/engine/transfer.h"
 #include "daemon/store/keys.h"
 #include "keyload/v1/queue.pb-c.h"
@@ -405,4 +406,11 @@ kl_code kl_node_read(kl_node *n, kl_node_read_kind kind, const char *principal, 
     /* invariant I-NODE-13: a Q1 read is served as the transfer read its statement maps to */
     assert(kind != KL_NODE_QUERY_READ);
     return kl_fail(err, KL_INTERNAL, "read_kind", "not a read the node serves by kind");
+}
+
+kl_code kl_node_queue_gauges(kl_node *n, kl_queue_gauge *out, size_t max, uint64_t scan_limit,
+                             size_t *filled, size_t *total, kl_err *err)
+{
+    kl_view view = {.store = n->store, .scan_limit = scan_limit};
+    return kl_queue_gauges(&view, n->io.clock_ms(n->io.ctx), out, max, filled, total, err);
 }

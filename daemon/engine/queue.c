@@ -972,3 +972,45 @@ const kl_mutation_kind kl_queue_kind_release = {
     .eval = eval_release,
     .ref = ref_release,
 };
+
+typedef struct gauge_scan {
+    kl_queue_gauge *out;
+    size_t max, filled, total;
+} gauge_scan;
+
+static int gauge_queue(void *arg, const uint8_t *key, size_t klen, const uint8_t *val, size_t vlen)
+{
+    gauge_scan *g = arg;
+    if (klen != 9)
+        return 0;
+    Keyload__V1__QueueRecord *q = keyload__v1__queue_record__unpack(NULL, vlen, val);
+    if (q == NULL || q->deleted) {
+        if (q)
+            keyload__v1__queue_record__free_unpacked(q, NULL);
+        return 0;
+    }
+    if (g->filled < g->max)
+        g->out[g->filled++] = (kl_queue_gauge){.qid = kl_be64_get(key + 1), .messages = q->messages,
+                                               .bytes = q->bytes};
+    g->total++;
+    keyload__v1__queue_record__free_unpacked(q, NULL);
+    return 0;
+}
+
+kl_code kl_queue_gauges(kl_view *v, int64_t now_ms, kl_queue_gauge *out, size_t max,
+                        size_t *filled, size_t *total, kl_err *err)
+{
+    gauge_scan g = {.out = out, .max = max};
+    kl_key k;
+    kl_key_queue(&k, 0);
+    kl_code rc = kl_view_scan(v, k.b, 1, gauge_queue, &g, err);
+    *filled = g.filled;
+    *total = g.total;
+    for (size_t i = 0; rc == KL_OK && i < g.filled; i++) {
+        timed_count t = {now_ms, 0};
+        kl_key_timed_queue(&k, out[i].qid);
+        rc = kl_view_scan(v, k.b, k.len, count_timed, &t, err);
+        out[i].in_flight = t.in_flight;
+    }
+    return rc;
+}

@@ -32,4 +32,15 @@ kl_code kl_queue_drop_local(kl_view *v, const Keyload__V1__CatalogQueue *q, kl_e
 /* Whether queue qid retains transfer records (DeleteQueue refuses then). */
 kl_code kl_queue_retains_transfers(kl_view *v, uint64_t qid, bool *retains, kl_err *err);
 
+/* Per-queue gauges for metrics (ARCHITECTURE.md "Metrics"): the partition's live queues in
+ * queue id order. The first `max` get their depth (retained messages) and in-flight count
+ * (leased or delayed at now_ms: a scan of their 'T' records) in out; *total counts every
+ * live queue. Every record read is charged to v's scan limit, which bounds the cost: past
+ * it the answer is RESOURCE_EXHAUSTED with what was filled so far in *filled. */
+typedef struct kl_queue_gauge {
+    uint64_t qid, messages, bytes, in_flight;
+} kl_queue_gauge;
+kl_code kl_queue_gauges(kl_view *v, int64_t now_ms, kl_queue_gauge *out, size_t max,
+                        size_t *filled, size_t *total, kl_err *err);
+
 #endif

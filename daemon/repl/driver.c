@@ -354,9 +354,13 @@ static void note_commit(kl_repl *r)
 static void note_job(kl_repl *r, kl_stage stage)
 {
     const persist_job *j = &r->job;
+    uint64_t now = kl_stages_now();
+    if (stage == KL_STAGE_PERSIST_START)
+        kl_stages_write_begin(r->stages, now); /* the fsync histogram, one per write */
+    else if (stage == KL_STAGE_PERSIST_DONE)
+        kl_stages_write_end(r->stages, now);
     if (j->n_items == 0)
         return;
-    uint64_t now = kl_stages_now();
     uint64_t lo = j->items[0].index, hi = j->items[j->n_items - 1].index;
     kl_stages_mark_range(r->stages, lo, hi, stage, now);
     if (stage == KL_STAGE_PERSIST_DONE && r->rd.role != KL_RAFT_LEADER)
@@ -622,6 +626,8 @@ static void persist_after(uv_work_t *w, int status)
         return;
     }
     r->counters.persists++;
+    for (size_t i = 0; i < j->n_items; i++) /* metrics: what this member appended */
+        r->counters.entries_appended++, r->counters.bytes_appended += j->items[i].len;
     note_job(r, KL_STAGE_PERSIST_DONE);
     r->pumping = true;
     finish_round(r);
@@ -1158,6 +1164,8 @@ void kl_repl_status(const kl_repl *r, kl_raft_status *st)
 }
 
 void kl_repl_counters_get(const kl_repl *r, kl_repl_counters *out) { *out = r->counters; }
+
+const kl_stages *kl_repl_stages(const kl_repl *r) { return r->stages; }
 
 void kl_repl_stop(kl_repl *r)
 {

@@ -69,6 +69,7 @@
 #include "common/status.h"
 #include "daemon/repl/peer.h"
 #include "daemon/repl/raft.h"
+#include "daemon/repl/stages.h"
 #include "daemon/store/store.h"
 
 #include <stdbool.h>
@@ -160,8 +161,14 @@ typedef struct kl_repl_counters {
     uint64_t persists;     /* synced writes completed */
     uint64_t rounds;       /* readies processed */
     uint64_t early_applies; /* entries applied while an unrelated log write ran */
+    uint64_t entries_appended, bytes_appended; /* log entries (and their bytes) synced here */
+    /* Metrics hooks (ARCHITECTURE.md "Metrics"): the snapshot and log-compaction work
+     * increments these where it takes/installs a snapshot and compacts the log. */
+    uint64_t snapshots, compactions;
 } kl_repl_counters;
 void kl_repl_counters_get(const kl_repl *r, kl_repl_counters *out);
+/* The stage timings and their histograms (stages.h); NULL when they could not be allocated. */
+const kl_stages *kl_repl_stages(const kl_repl *r);
 
 /* Stops ticking and networking; waits (by callback) for an in-flight persist; then frees.
    Keep running the loop after stop. No callback but `stopped` is called after stop

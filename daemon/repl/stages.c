@@ -22,13 +22,42 @@ struct kl_stages {
     stage_rec ring[KL_STAGES_RING];
     span_samples spans[KL_SPAN_COUNT];
     uint64_t last_report_ns;
+    uint64_t write_start_ns; /* the running synced write's start, 0 = none */
+    kl_metrics_hist commit_hist, fsync_hist;
 };
 
 static const char *const span_names[KL_SPAN_COUNT] = {
     "queue", "write", "quorum", "apply", "total", "f_queue", "f_write", "apply_call",
 };
 
-kl_stages *kl_stages_new(void) { return calloc(1, sizeof(kl_stages)); }
+kl_stages *kl_stages_new(void)
+{
+    kl_stages *s = calloc(1, sizeof(kl_stages));
+    if (s != NULL) {
+        kl_metrics_hist_init(&s->commit_hist, kl_metrics_latency_bounds, kl_metrics_latency_nbounds);
+        kl_metrics_hist_init(&s->fsync_hist, kl_metrics_latency_bounds, kl_metrics_latency_nbounds);
+    }
+    return s;
+}
+
+void kl_stages_write_begin(kl_stages *s, uint64_t now)
+{
+    if (s != NULL)
+        s->write_start_ns = now;
+}
+
+void kl_stages_write_end(kl_stages *s, uint64_t now)
+{
+    if (s == NULL || s->write_start_ns == 0)
+        return;
+    uint64_t from = s->write_start_ns;
+    kl_metrics_hist_observe(&s->fsync_hist, now > from ? (double)(now - from) / 1e9 : 0);
+    s->write_start_ns = 0;
+}
+
+const kl_metrics_hist *kl_stages_commit_hist(const kl_stages *s) { return s ? &s->commit_hist : NULL; }
+
+const kl_metrics_hist *kl_stages_fsync_hist(const kl_stages *s) { return s ? &s->fsync_hist : NULL; }
 
 void kl_stages_free(kl_stages *s) { free(s); }
 
@@ -95,6 +124,8 @@ void kl_stages_applied(kl_stages *s, uint64_t index, uint64_t now)
     push(s, KL_SPAN_QUORUM, t[KL_STAGE_PERSIST_DONE], commit);
     push(s, KL_SPAN_APPLY, commit, now);
     push(s, KL_SPAN_TOTAL, t[KL_STAGE_PROPOSE], now);
+    if (commit > t[KL_STAGE_PROPOSE])
+        kl_metrics_hist_observe(&s->commit_hist, (double)(commit - t[KL_STAGE_PROPOSE]) / 1e9);
     r->index = 0;
 }
 

@@ -11,6 +11,8 @@
 #ifndef KL_REPL_STAGES_H
 #define KL_REPL_STAGES_H
 
+#include "common/metrics.h"
+
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -58,6 +60,13 @@ void kl_stages_follower_done(kl_stages *s, uint64_t index, uint64_t now);
 void kl_stages_span(kl_stages *s, kl_stage_span span, uint64_t from, uint64_t to);
 /* Logs and resets when there are samples; with force also when few. member names the log. */
 void kl_stages_report(kl_stages *s, uint64_t member, bool force);
+/* Prometheus histograms fed from the same stamps, never reset (ARCHITECTURE.md "Metrics"):
+ * commit latency, leader only, propose -> commit, one observation per own entry; fsync
+ * latency, one observation per synced log write (leader and follower), start -> done. */
+void kl_stages_write_begin(kl_stages *s, uint64_t now);
+void kl_stages_write_end(kl_stages *s, uint64_t now);
+const kl_metrics_hist *kl_stages_commit_hist(const kl_stages *s);
+const kl_metrics_hist *kl_stages_fsync_hist(const kl_stages *s);
 /* For tests: the number of samples and the median of span (us), 0 if none. */
 size_t kl_stages_count(const kl_stages *s, kl_stage_span span);
 uint64_t kl_stages_median(const kl_stages *s, kl_stage_span span);

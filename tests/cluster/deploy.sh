@@ -50,7 +50,8 @@ jq --arg name "$name" --argjson base "$base" '
   | .partitions |= (to_entries | map(.key as $pi | .value
       | .members |= (to_entries | map(.key as $mi | .value
           | .client = "tcp://127.0.0.1:\($base + $pi * 3 + $mi)"
-          | .peer = "tcp://127.0.0.1:\($base + 9 + $pi * 3 + $mi)"))))' deploy/local-rf3.json >"$cfg"
+          | .peer = "tcp://127.0.0.1:\($base + 9 + $pi * 3 + $mi)"
+          | .metrics = "127.0.0.2:\($base + $pi * 3 + $mi)"))))' deploy/local-rf3.json >"$cfg"
 [ "$(jq '[.partitions[].members[]] | length' "$cfg")" = 9 ] || { echo "FAIL local-rf3.json has not 9 members"; echo "0 passed, 1 failed"; exit 1; }
 
 kc() { timeout 60 deploy/keyload-cluster --config "$cfg" "$@"; }
@@ -95,6 +96,8 @@ if wait_status "$all_up"; then ok "status --json: 3 partitions, each with a lead
 else bad "status --json never showed every leader and member: $(jq -c . <<<"$st" 2>/dev/null)"; fi
 check "status --json carries term, commit and applied indexes and catalog version" \
   [ "$(jq -r 'all(.partitions[]; (.term | type) == "number" and (.commit_index | type) == "number" and (.applied_index | type) == "number" and (.catalog_version | type) == "number")' <<<"$st")" = true ]
+check "status --json shows every member's metrics address (nodes and partitions)" \
+  [ "$(jq -r '[.nodes[].metrics, .partitions[].members[].metrics] | map(select(startswith("127.0.0.2:"))) | length' <<<"$st")" = 18 ]
 check "status --json keeps the pid-file list" [ "$(jq -r '[.nodes[] | select(.state == "running" and .pid != null)] | length' <<<"$st")" = 9 ]
 human=$(kc status 2>&1)
 check "status prints one line per partition" [ "$(grep -c '^partition [0-2]: leader p[0-2]m[1-3]' <<<"$human")" = 3 ]

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Process tests: real keyloadd processes on loopback (build/proc-test), then the CLI
 # end to end (tests/cluster/cli.sh), then the launcher on an RF3 cluster
-# (tests/cluster/deploy.sh), then `make install` and the systemd units' start lines
+# (tests/cluster/deploy.sh), Prometheus metrics (tests/cluster/metrics.sh), then `make install` and the systemd units' start lines
 # (tests/cluster/install.sh), and three hosts in network namespaces started from the
 # installed units (tests/cluster/hosts.sh). Work directories live under var/ and /tmp and are removed.
 set -u
@@ -17,6 +17,7 @@ if [ -f tests/cluster/cli.sh ]; then
   bash tests/cluster/cli.sh || rc=1
 fi
 bash tests/cluster/deploy.sh || rc=1   # the launcher on RF3: keys, status, kill, down
+bash tests/cluster/metrics.sh || rc=1  # /metrics of an RF3 partition and the coordinator, parsed
 bash tests/cluster/install.sh || rc=1  # make install, systemd units, --wait-ready
 bash tests/cluster/hosts.sh || rc=1    # three hosts in network namespaces, from the units
 exit $rc

@@ -40,7 +40,7 @@ ARCH = "ARCHITECTURE.md"
 # The sections of docs/ARCHITECTURE.md (others cite them by name; keep in step).
 SECTIONS = (
     "Processes", "Layers and dependencies", "Write path", "Read path", "Replication",
-    "Store layout", "Engine", "Sessions and RPC", "Coordinator", "Invariants", "Seed rules",
+    "Store layout", "Engine", "Sessions and RPC", "Coordinator", "Metrics", "Invariants", "Seed rules",
     "Limits",
 )
 

@@ -6,7 +6,9 @@ pkgs=(libprotobuf-c-dev protobuf-c-compiler libnng-dev libsodium-dev librocksdb-
       # the nemesis harness (tests/nemesis): clocks, one-way cuts, namespaces, disk images, FUSE
       faketime nftables iproute2 e2fsprogs fuse3 libfuse3-dev
       # the peers of `make peers` (tests/bench/peers): JetStream, a PostgreSQL outbox, the plot
-      nats-server postgresql gnuplot-nox)
+      nats-server postgresql gnuplot-nox
+      # the metrics test's parser (tests/cluster/metrics.sh): Prometheus' own text parser
+      python3-prometheus-client)
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

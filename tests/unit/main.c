@@ -39,6 +39,7 @@ Suite *suite_service(void);
 Suite *suite_notify(void);
 Suite *suite_retain(void);
 Suite *suite_snapshot(void);
+Suite *suite_metrics(void);
 
 int main(void)
 {
@@ -77,6 +78,7 @@ int main(void)
     srunner_add_suite(sr, suite_notify());
     srunner_add_suite(sr, suite_retain());
     srunner_add_suite(sr, suite_snapshot());
+    srunner_add_suite(sr, suite_metrics());
     srunner_run_all(sr, CK_NORMAL);
     int failed = srunner_ntests_failed(sr);
     int run = srunner_ntests_run(sr);

@@ -257,6 +257,29 @@ END_TEST
     "{\"cluster_file\": \"var/c1/cluster.json\", \"database\": \"t/d\", "               \
     "\"transfer_coordinator_principal_id\": \"ops\", \"principal_key_file\": \"k.key\""
 
+/* "metrics": HOST:PORT; a non-loopback one needs "metrics_token_file". */
+START_TEST(test_config_metrics)
+{
+    kl_coord_config c;
+    kl_err err;
+    ck_assert_int_eq(kl_coord_config_parse(MIN_CONFIG "}", &c, NULL), KL_OK);
+    ck_assert_str_eq(c.metrics_addr, "");
+    ck_assert_int_eq(kl_coord_config_parse(MIN_CONFIG ", \"metrics\": \"127.0.0.1:9400\"}", &c, &err), KL_OK);
+    ck_assert_str_eq(c.metrics_addr, "127.0.0.1:9400");
+    ck_assert_int_eq(kl_coord_config_parse(MIN_CONFIG ", \"metrics\": \"127.0.0.1\"}", &c, &err),
+                     KL_INVALID_ARGUMENT);
+    ck_assert_str_eq(err.detail, "metrics");
+    ck_assert_int_eq(kl_coord_config_parse(MIN_CONFIG ", \"metrics\": \"10.0.0.1:9400\"}", &c, &err),
+                     KL_INVALID_ARGUMENT);
+    ck_assert_str_eq(err.detail, "metrics_token_file");
+    ck_assert_int_eq(kl_coord_config_parse(MIN_CONFIG ", \"metrics\": \"10.0.0.1:9400\", "
+                                                      "\"metrics_token_file\": \"/etc/keyload/m.token\"}",
+                                           &c, &err),
+                     KL_OK);
+    ck_assert_str_eq(c.metrics_token_file, "/etc/keyload/m.token");
+}
+END_TEST
+
 START_TEST(test_config_defaults)
 {
     kl_coord_config c;
@@ -1302,6 +1325,7 @@ Suite *suite_coordinator(void)
     tcase_add_test(tc, test_command_id_separation);
     tcase_add_test(tc, test_command_id_never_zero_and_refusals);
     tcase_add_test(tc, test_config_defaults);
+    tcase_add_test(tc, test_config_metrics);
     tcase_add_test(tc, test_config_null_principal);
     tcase_add_test(tc, test_config_bad_fields_named);
     tcase_add_test(tc, test_buffer_bounded_dedup);
