@@ -37,6 +37,7 @@ Suite *suite_park(void);
 Suite *suite_node_read(void);
 Suite *suite_service(void);
 Suite *suite_notify(void);
+Suite *suite_settings(void);
 
 int main(void)
 {
@@ -73,6 +74,7 @@ int main(void)
     srunner_add_suite(sr, suite_node_read());
     srunner_add_suite(sr, suite_service());
     srunner_add_suite(sr, suite_notify());
+    srunner_add_suite(sr, suite_settings());
     srunner_run_all(sr, CK_NORMAL);
     int failed = srunner_ntests_failed(sr);
     int run = srunner_ntests_run(sr);
