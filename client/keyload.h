@@ -347,6 +347,16 @@ kl_code kl_batch_set_principal_key(kl_batch *b, const char *principal_id,
 /* keyload.v1.SetDatabaseLimits: REPLACES all of the database's limits (a limit left 0 goes
  * back to the cluster's, an absent accept-attempts limit to null). limits may be NULL. */
 kl_code kl_batch_set_database_limits(kl_batch *b, const kl_database_limits *limits, kl_err *err);
+/* The limits a change names (SetDatabaseLimits.fields in queue.proto). */
+#define KL_DB_FIELD_SCAN_RECORDS 1u
+#define KL_DB_FIELD_BATCH_BYTES 2u
+#define KL_DB_FIELD_QUERY_READ_BYTES 4u
+#define KL_DB_FIELD_ACCEPT_ATTEMPTS 8u
+/* keyload.v1.SetDatabaseLimits changing ONLY the limits named in `fields` (a non-zero OR of
+ * KL_DB_FIELD_*) to their values in limits; the others stay as stored. The daemon merges when
+ * it evaluates the batch, so a concurrent change of another limit is kept. */
+kl_code kl_batch_change_database_limits(kl_batch *b, const kl_database_limits *limits, uint32_t fields,
+                                        kl_err *err);
 
 /* Where a batch goes. Creating a database or a queue, and pausing the transfers of a whole
  * database, change the catalog on partition 0;
@@ -464,6 +474,10 @@ typedef struct kl_limits_result {
 kl_code kl_client_set_database_limits(kl_client *c, const char *command_id,
                                       const kl_database_limits *limits, kl_limits_result *out,
                                       kl_receipt **receipt, kl_err *err);
+/* The same for kl_batch_change_database_limits: only the limits in `fields` change. */
+kl_code kl_client_change_database_limits(kl_client *c, const char *command_id,
+                                         const kl_database_limits *limits, uint32_t fields,
+                                         kl_limits_result *out, kl_receipt **receipt, kl_err *err);
 
 /* keyload.v1.ShowPrincipal on partition 0's leader: the principal's stored record (public
  * key, key id, roles, grants, policy epoch; never a secret). Only the principal itself or
@@ -474,6 +488,19 @@ kl_code kl_client_show_principal(kl_client *c, const char *principal_id,
                                  Keyload__V1__ShowPrincipalAnswer **out, kl_err *err);
 /* Frees a ShowPrincipal answer; NULL is accepted. */
 void kl_principal_answer_free(Keyload__V1__ShowPrincipalAnswer *a);
+
+/* keyload.v1.ListCatalog on partition 0's leader: one page, in name order, of the tenant's
+ * databases (kind CATALOG_LIST_DATABASES; with database "TENANT/DB" just that one, which is
+ * how its current limits are read), a database's queues (CATALOG_LIST_QUEUES; database
+ * NULL: the client's) or the tenant's principals (CATALOG_LIST_PRINCIPALS). The tenant is
+ * database's, else the client's. cursor (cursor_len bytes; NULL/0 from the start) is a
+ * previous answer's next_cursor, opaque; max 0 is the daemon's default page. Only
+ * administrators may list (PERMISSION_DENIED "role:administrator"); a malformed cursor is
+ * INVALID_ARGUMENT "cursor". On KL_OK *out belongs to the caller (kl_catalog_list_free). */
+kl_code kl_client_list_catalog(kl_client *c, Keyload__V1__CatalogListKind kind, const char *database,
+                               const uint8_t *cursor, size_t cursor_len, uint32_t max,
+                               Keyload__V1__ListCatalogAnswer **out, kl_err *err);
+void kl_catalog_list_free(Keyload__V1__ListCatalogAnswer *a);
 
 /* ---------------------------------------------------------------- remote transfers
  *
@@ -730,6 +757,10 @@ char *kl_queue_stats_to_json(const char *queue, const Keyload__V1__QueueStatsAns
                              unsigned flags);
 char *kl_error_to_json(const kl_err *err, unsigned flags);
 char *kl_principal_to_json(const Keyload__V1__ShowPrincipalAnswer *a, unsigned flags);
+/* A ListCatalog page: {"databases"|"queues"|"principals": [...], "next_cursor": base64 or
+ * null, "catalog_version"}, the key named by kind. Principals as above. */
+char *kl_catalog_list_to_json(const Keyload__V1__ListCatalogAnswer *a, Keyload__V1__CatalogListKind kind,
+                              unsigned flags);
 char *kl_transfer_to_json(const Keyload__V1__InspectQueueTransferAnswer *a, unsigned flags);
 char *kl_transfer_receipt_to_json(const Keyload__V1__InspectQueueTransferReceiptAnswer *a,
                                   unsigned flags);

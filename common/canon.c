@@ -298,6 +298,9 @@ void kl_canon_set_database_limits(kl_canon *c, const Keyload__V1__Mutation *m)
     kl_canon_str(c, 1, d->tenant);
     kl_canon_str(c, 2, d->database);
     canon_db_limits(c, d->limits);
+    /* Only when set, so a request without it keeps the encoding (and digest) it always had. */
+    if (d->fields != 0)
+        kl_canon_u64(c, 5, d->fields);
 }
 
 void kl_canon_create_queue_transfer(kl_canon *c, const Keyload__V1__Mutation *m)

@@ -121,6 +121,14 @@
  * the message, so the real bound is MaxBatchBytes, which the source checks at admission. */
 #define KL_CLAIMS_TOKEN_MAX (64u * 1024 * 1024)
 #define KL_TRANSFER_PENDING_PAGE_MAX 1000
+/* ListCatalog (daemon/engine/catalog_read.h): records per page when the request names no
+ * max, the most one may name, and the bytes of records one answer gathers (a page stops
+ * early, with a cursor, before passing it; its first record always goes in). */
+#define KL_CATALOG_LIST_DEFAULT 100
+#define KL_CATALOG_LIST_MAX 1000
+#define KL_CATALOG_LIST_ANSWER_BYTES (256u << 10)
+/* A ListCatalog cursor: version byte, list kind, the last record's name. */
+#define KL_CATALOG_CURSOR_MAX (2 + KL_NAME_LEN_MAX)
 
 /* ---------------------------------------------------------------- store (daemon/store/keys.h) */
 #define KL_KEY_MAX 512
@@ -197,6 +205,9 @@ _Static_assert(KL_DEFAULT_MAX_FRAME_BYTES <= KL_RPC_DEFAULT_FRAME_LIMIT, "defaul
 _Static_assert(KL_DEFAULT_MAX_BATCH_BYTES + KL_REPL_FRAME_OVERHEAD <= KL_PEER_DEFAULT_MAX_FRAME,
                "a default batch with its append overhead fits the peer default frame");
 _Static_assert(KL_DEFAULT_MAX_QUERY_READ_BYTES <= KL_DEFAULT_MAX_FRAME_BYTES, "a full read fits a frame");
+_Static_assert(KL_CATALOG_LIST_DEFAULT <= KL_CATALOG_LIST_MAX, "the default page is allowed");
+_Static_assert(KL_CATALOG_LIST_ANSWER_BYTES * 2 <= KL_DEFAULT_MAX_FRAME_BYTES,
+               "a catalog page (with its one record over the bound) fits a default frame");
 /* Parked Receives and waiting reads never take every client context: Hello and
  * MemberStatus always find one. */
 _Static_assert(KL_PARK_MAX + KL_SERVICE_MAX_READS < KL_CLIENT_RPC_CONTEXTS, "contexts left for batches and Hello");

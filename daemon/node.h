@@ -196,6 +196,12 @@ kl_code kl_node_queue_gauges(kl_node *n, kl_queue_gauge *out, size_t max, uint64
  * (equal unless something is badly wrong). Reads applied state; 0 when none. */
 void kl_node_catalog_status(kl_node *n, uint64_t *version, uint64_t *changes);
 
+/* ListCatalog over this member's applied catalog (catalog.proto ListCatalogRequest): one
+ * page of databases, queues or principals for an administrator of the tenant
+ * (kl_access_list_catalog). principal as for kl_node_show_principal. */
+kl_code kl_node_list_catalog(kl_node *n, const char *principal, const uint8_t *req, size_t len,
+                             uint8_t **answer, size_t *answer_len, kl_err *err);
+
 /* The stored CatalogChange of `version` (partition 0); *bytes malloc'd when found. */
 kl_code kl_node_catalog_change(kl_node *n, uint64_t version, uint8_t **bytes, size_t *len, bool *found,
                                kl_err *err);

@@ -5,7 +5,9 @@
 
 #include "common/guid.h"
 #include "common/names.h"
+#include "daemon/engine/access.h"
 #include "daemon/engine/catalog.h"
+#include "daemon/engine/catalog_read.h"
 #include "daemon/engine/queue.h"
 #include "daemon/engine/transfer.h"
 #include "daemon/store/keys.h"
@@ -386,6 +388,95 @@ kl_code kl_node_show_principal(kl_node *n, const char *principal, const uint8_t 
         keyload__v1__catalog_principal__free_unpacked(p, NULL);
     node_subject_free(&subj);
     keyload__v1__show_principal_request__free_unpacked(r, NULL);
+    return rc;
+}
+
+/* ListCatalog's kind, names and page size, checked before any key is built from them. */
+static kl_code list_check(const Keyload__V1__ListCatalogRequest *r, const char *tenant, const char *database,
+                          size_t *max, kl_err *err)
+{
+    if (r->kind != KEYLOAD__V1__CATALOG_LIST_KIND__CATALOG_LIST_DATABASES &&
+        r->kind != KEYLOAD__V1__CATALOG_LIST_KIND__CATALOG_LIST_QUEUES &&
+        r->kind != KEYLOAD__V1__CATALOG_LIST_KIND__CATALOG_LIST_PRINCIPALS)
+        return kl_fail(err, KL_INVALID_ARGUMENT, "kind", "kind must be databases, queues or principals");
+    if (r->max > KL_CATALOG_LIST_MAX)
+        return kl_fail(err, KL_INVALID_ARGUMENT, "max", "max is at most %d records per page",
+                       KL_CATALOG_LIST_MAX);
+    *max = r->max ? r->max : KL_CATALOG_LIST_DEFAULT;
+    kl_code rc = kl_name_check("tenant", tenant, err);
+    if (rc == KL_OK && (database[0] != '\0' || r->kind == KEYLOAD__V1__CATALOG_LIST_KIND__CATALOG_LIST_QUEUES))
+        rc = kl_name_check("database", database, err);
+    return rc;
+}
+
+/* One database as a one-record page (how its limits are read back). */
+static kl_code list_one_database(kl_view *v, const char *tenant, const char *database,
+                                 Keyload__V1__ListCatalogAnswer *a, kl_err *err)
+{
+    Keyload__V1__CatalogDatabase *d = NULL;
+    bool found = false;
+    kl_code rc = kl_catalog_get_database(v, tenant, database, &d, &found, err);
+    if (rc == KL_OK && !found)
+        return kl_fail(err, KL_NOT_FOUND, "database", "database %s/%s does not exist", tenant, database);
+    if (rc != KL_OK)
+        return rc;
+    if ((a->databases = malloc(sizeof *a->databases)) == NULL) {
+        keyload__v1__catalog_database__free_unpacked(d, NULL);
+        return kl_fail(err, KL_INTERNAL, "memory", "out of memory");
+    }
+    a->databases[0] = d;
+    a->n_databases = 1;
+    return KL_OK;
+}
+
+static kl_code list_pack(kl_node *n, Keyload__V1__ListCatalogAnswer *a, uint8_t **answer, size_t *answer_len,
+                         kl_err *err)
+{
+    uint64_t changes;
+    kl_node_catalog_status(n, &a->catalog_version, &changes);
+    *answer_len = keyload__v1__list_catalog_answer__get_packed_size(a);
+    if ((*answer = malloc(*answer_len ? *answer_len : 1)) == NULL)
+        return kl_fail(err, KL_INTERNAL, "memory", "out of memory");
+    keyload__v1__list_catalog_answer__pack(a, *answer);
+    return KL_OK;
+}
+
+kl_code kl_node_list_catalog(kl_node *n, const char *principal, const uint8_t *req, size_t len,
+                             uint8_t **answer, size_t *answer_len, kl_err *err)
+{
+    Keyload__V1__ListCatalogRequest *r = keyload__v1__list_catalog_request__unpack(NULL, len, req);
+    if (r == NULL)
+        return kl_fail(err, KL_INVALID_ARGUMENT, "payload", "the ListCatalog request does not decode");
+    node_subject subj = {0};
+    Keyload__V1__ListCatalogAnswer a = KEYLOAD__V1__LIST_CATALOG_ANSWER__INIT;
+    kl_view view = {.store = n->store, .scan_limit = 16};
+    char after[KL_NAME_LEN_MAX + 1];
+    const char *tenant = r->tenant ? r->tenant : "", *database = r->database ? r->database : "";
+    size_t max = 0;
+    kl_code rc = node_subject_load(n, &view, principal, NULL, &subj, err);
+    if (rc == KL_OK && tenant[0] == '\0' && subj.who != NULL)
+        tenant = subj.record->tenant; /* the caller's own tenant, the only one it may read */
+    if (rc == KL_OK)
+        rc = list_check(r, tenant, database, &max, err);
+    if (rc == KL_OK)
+        rc = kl_access_list_catalog(subj.who, r->kind, tenant, &database, err);
+    if (rc == KL_OK && r->cursor.len > 0)
+        rc = kl_catalog_cursor_decode(r->kind, r->cursor.data, r->cursor.len, after, err);
+    if (rc == KL_OK) {
+        /* The page's records and the one after it, which says whether another page follows. */
+        view.scanned = 0;
+        view.scan_limit = max + 2;
+        if (r->kind == KEYLOAD__V1__CATALOG_LIST_KIND__CATALOG_LIST_DATABASES && database[0] != '\0')
+            rc = list_one_database(&view, tenant, database, &a, err);
+        else
+            rc = kl_catalog_list(&view, r->kind, tenant, database, r->cursor.len > 0 ? after : NULL, max,
+                                 KL_CATALOG_LIST_ANSWER_BYTES, &a, err);
+    }
+    if (rc == KL_OK)
+        rc = list_pack(n, &a, answer, answer_len, err);
+    kl_catalog_page_free(&a);
+    node_subject_free(&subj);
+    keyload__v1__list_catalog_request__free_unpacked(r, NULL);
     return rc;
 }
 

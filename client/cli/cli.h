@@ -137,6 +137,7 @@ typedef struct cli_database_args {
     const char *name;            /* TENANT/DB, NULL: --database */
     kl_database_limits limits;
     bool any_limit;              /* at least one limit option was given */
+    uint32_t fields;             /* the KL_DB_FIELD_* bits of the limit options given */
     const char *command_id;
     bool help;
 } cli_database_args;
@@ -213,6 +214,13 @@ typedef struct cli_transfer_args {
  * usage error, which names the option or argument at fault. */
 int cli_transfer_parse(cli *c, int argc, char **argv, cli_transfer_args *o);
 void cli_transfer_args_clear(cli_transfer_args *o);
+
+/* ---- cmd_list.c: ListCatalog pages (database/queue/principal list) and a database's
+ * current limits (`database limits` without a limit option). */
+int cli_list(cli *c, Keyload__V1__CatalogListKind kind, int argc, char **argv);
+int cli_show_db_limits(cli *c, const char *name);
+/* "MaxScanRecords N, MaxBatchBytes the cluster's, ..." without a newline. */
+void cli_print_db_limits(const Keyload__V1__DatabaseLimits *l);
 
 /* ---- commands */
 int cli_cmd_admin(cli *c, int argc, char **argv);

@@ -1,5 +1,6 @@
 /* cmd_database: `keyload database create [TENANT/DB]` and `keyload database limits`
- * (catalog changes on partition 0). Both take the same limit options. */
+ * (catalog changes on partition 0; both take the same limit options), `database list`
+ * and `database limits` without options (reads, cmd_list.c). */
 #include "client/cli/cli.h"
 
 #include <inttypes.h>
@@ -16,29 +17,33 @@
 #define USAGE_LIMITS                                                                           \
     "keyload [GLOBAL OPTIONS] database limits [TENANT/DB] " LIMIT_OPTIONS "\n"                 \
     "         [--command-id GUID]\n"                                                           \
-    "  sets ALL of the database's limits at once: a limit left out goes back to the cluster\n" \
-    "  file's value (the accept attempts to null); each may only tighten the cluster's.\n"     \
-    "  TENANT/DB defaults to --database. At least one limit option is needed (the current\n"   \
-    "  limits cannot be read back yet)"
-#define USAGE_DATABASE USAGE_CREATE "\n       " USAGE_LIMITS
+    "  without a limit option prints the database's current limits; with some, changes\n"     \
+    "  exactly those and leaves the others (merged by the daemon, so a concurrent change of\n" \
+    "  another limit is kept). 0 means the cluster file's value, null no accept limit; each\n" \
+    "  may only tighten the cluster's. TENANT/DB defaults to --database"
+#define USAGE_LIST "keyload [GLOBAL OPTIONS] database list [--cursor B64] [--max N]"
+#define USAGE_DATABASE USAGE_CREATE "\n       " USAGE_LIMITS "\n       " USAGE_LIST
 
-/* One limit option (1 applied, 0 not a limit option, -1 usage error reported). */
+/* One limit option: its KL_DB_FIELD_* bit when applied, 0 not a limit option, -1 usage
+ * error reported. */
 static int limit_option(cli *c, cli_args *a, kl_database_limits *lim)
 {
     static const struct {
         const char *name;
         size_t offset;
+        int bit;
     } plain[] = {
-        {"--max-scan-records", offsetof(kl_database_limits, max_scan_records)},
-        {"--max-batch-bytes", offsetof(kl_database_limits, max_batch_bytes)},
-        {"--max-query-read-bytes", offsetof(kl_database_limits, max_query_read_bytes)},
+        {"--max-scan-records", offsetof(kl_database_limits, max_scan_records), KL_DB_FIELD_SCAN_RECORDS},
+        {"--max-batch-bytes", offsetof(kl_database_limits, max_batch_bytes), KL_DB_FIELD_BATCH_BYTES},
+        {"--max-query-read-bytes", offsetof(kl_database_limits, max_query_read_bytes),
+         KL_DB_FIELD_QUERY_READ_BYTES},
     };
     for (size_t i = 0; i < sizeof plain / sizeof plain[0]; i++) {
         if (!cli_opt_is(a, plain[i].name))
             continue;
         const char *v = cli_opt_value(c, a);
         uint64_t *dst = (uint64_t *)((char *)lim + plain[i].offset);
-        return v != NULL && cli_parse_u64(c, plain[i].name, v, UINT64_MAX, dst) ? 1 : -1;
+        return v != NULL && cli_parse_u64(c, plain[i].name, v, UINT64_MAX, dst) ? plain[i].bit : -1;
     }
     if (!cli_opt_is(a, "--max-transfer-accept-attempts"))
         return 0;
@@ -48,7 +53,7 @@ static int limit_option(cli *c, cli_args *a, kl_database_limits *lim)
     if (strcmp(v, "null") == 0) {
         lim->has_max_queue_transfer_accept_attempts = false;
         lim->max_queue_transfer_accept_attempts = 0;
-        return 1;
+        return KL_DB_FIELD_ACCEPT_ATTEMPTS;
     }
     uint64_t n;
     if (!cli_parse_u64(c, "--max-transfer-accept-attempts", v, UINT64_MAX, &n))
@@ -59,7 +64,7 @@ static int limit_option(cli *c, cli_args *a, kl_database_limits *lim)
     }
     lim->has_max_queue_transfer_accept_attempts = true;
     lim->max_queue_transfer_accept_attempts = n;
-    return 1;
+    return KL_DB_FIELD_ACCEPT_ATTEMPTS;
 }
 
 int cli_database_parse(cli *c, const char *sub, int argc, char **argv, cli_database_args *o)
@@ -87,6 +92,7 @@ int cli_database_parse(cli *c, const char *sub, int argc, char **argv, cli_datab
             return CLI_EXIT_USAGE;
         if (l > 0) {
             o->any_limit = true;
+            o->fields |= (uint32_t)l;
         } else if (cli_opt_is(&a, "--command-id")) {
             if ((o->command_id = cli_opt_value(c, &a)) == NULL)
                 return CLI_EXIT_USAGE;
@@ -142,10 +148,12 @@ static int database_limits(cli *c, int argc, char **argv)
     int rc = cli_database_parse(c, "limits", argc, argv, &o);
     if (rc != CLI_EXIT_OK || o.help)
         return rc;
-    if (!o.any_limit)
-        return cli_usage(c, "database limits needs at least one of --max-scan-records, "
-                            "--max-batch-bytes, --max-query-read-bytes, "
-                            "--max-transfer-accept-attempts (the current limits cannot be read back yet)");
+    if (!o.any_limit) {
+        if (o.command_id != NULL)
+            return cli_usage(c, "--command-id needs a limit option to change (without one, the "
+                                "current limits are printed)");
+        return cli_show_db_limits(c, o.name);
+    }
     if (o.name != NULL)
         c->database = o.name; /* the client opens on the database whose limits change */
     char fresh[KL_COMMAND_ID_TEXT_LEN + 1];
@@ -160,7 +168,7 @@ static int database_limits(cli *c, int argc, char **argv)
         return cli_error(c, &err);
     kl_limits_result res;
     kl_receipt *r = NULL;
-    kl_code code = kl_client_set_database_limits(client, cmd, &o.limits, &res, &r, &err);
+    kl_code code = kl_client_change_database_limits(client, cmd, &o.limits, o.fields, &res, &r, &err);
     if (code != KL_OK) {
         kl_client_close(client);
         return cli_error(c, &err);
@@ -190,12 +198,14 @@ int cli_cmd_database(cli *c, int argc, char **argv)
 {
     c->usage = USAGE_DATABASE;
     if (argc < 1)
-        return cli_usage(c, "database needs a subcommand: create or limits");
+        return cli_usage(c, "database needs a subcommand: create, limits or list");
     if (strcmp(argv[0], "create") == 0)
         return database_create(c, argc - 1, argv + 1);
     if (strcmp(argv[0], "limits") == 0)
         return database_limits(c, argc - 1, argv + 1);
+    if (strcmp(argv[0], "list") == 0)
+        return cli_list(c, KEYLOAD__V1__CATALOG_LIST_KIND__CATALOG_LIST_DATABASES, argc - 1, argv + 1);
     if (strcmp(argv[0], "--help") == 0 || strcmp(argv[0], "-h") == 0)
         return cli_help(c);
-    return cli_usage(c, "unknown database subcommand '%s' (create, limits)", argv[0]);
+    return cli_usage(c, "unknown database subcommand '%s' (create, limits, list)", argv[0]);
 }

@@ -34,7 +34,7 @@
     "  working once this returns"
 #define USAGE_PRINCIPAL                                                                        \
     USAGE_CREATE "\n       " USAGE_SHOW "\n       " USAGE_GRANT "\n       " USAGE_REVOKE       \
-                 "\n       " USAGE_ROTATE
+                 "\n       " USAGE_ROTATE "\n       keyload [GLOBAL OPTIONS] principal list [--cursor B64] [--max N]"
 
 /* What each subcommand takes. */
 enum {
@@ -129,7 +129,7 @@ int cli_principal_parse(cli *c, int argc, char **argv, cli_principal_args *o)
     memset(o, 0, sizeof *o);
     c->usage = USAGE_PRINCIPAL;
     if (argc < 1)
-        return cli_usage(c, "principal needs a subcommand: create, show, grant, revoke or rotate-key");
+        return cli_usage(c, "principal needs a subcommand: create, show, list, grant, revoke or rotate-key");
     const struct sub_spec *spec = NULL;
     for (size_t i = 0; i < SUB_COUNT; i++)
         if (strcmp(argv[0], subs[i].name) == 0)
@@ -139,7 +139,7 @@ int cli_principal_parse(cli *c, int argc, char **argv, cli_principal_args *o)
             o->help = true;
             return cli_help(c);
         }
-        return cli_usage(c, "unknown principal subcommand '%s' (create, show, grant, revoke, "
+        return cli_usage(c, "unknown principal subcommand '%s' (create, show, list, grant, revoke, "
                             "rotate-key)", argv[0]);
     }
     o->sub = spec->sub;
@@ -369,6 +369,8 @@ static int change(cli *c, kl_client *client, const cli_principal_args *o)
 
 int cli_cmd_principal(cli *c, int argc, char **argv)
 {
+    if (argc >= 1 && strcmp(argv[0], "list") == 0)
+        return cli_list(c, KEYLOAD__V1__CATALOG_LIST_KIND__CATALOG_LIST_PRINCIPALS, argc - 1, argv + 1);
     cli_principal_args o;
     int rc = cli_principal_parse(c, argc, argv, &o);
     if (rc != CLI_EXIT_OK || o.help)

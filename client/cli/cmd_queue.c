@@ -1,4 +1,4 @@
-/* cmd_queue: `keyload queue create | delete | stats`. */
+/* cmd_queue: `keyload queue create | delete | stats | list` (list: cmd_list.c). */
 #include "client/cli/cli.h"
 
 #include <inttypes.h>
@@ -6,7 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define USAGE_QUEUE "keyload [GLOBAL OPTIONS] queue create|delete|stats NAME [OPTIONS]"
+#define USAGE_QUEUE "keyload [GLOBAL OPTIONS] queue create|delete|stats NAME [OPTIONS] | list [TENANT/DB]"
 #define USAGE_CREATE                                                                          \
     "keyload [GLOBAL OPTIONS] queue create NAME [--partition P] [--max-messages N]\n"        \
     "         [--max-bytes N] [--max-deliveries N] [--dlq NAME] [--command-id GUID]"
@@ -205,18 +205,21 @@ int cli_cmd_queue(cli *c, int argc, char **argv)
         return CLI_EXIT_USAGE;
     if (k == CLI_OPTION) {
         if (cli_opt_is(&a, "--help") || cli_opt_is(&a, "-h")) {
-            printf("usage: %s\n       %s\n       %s\n", USAGE_CREATE, USAGE_DELETE, USAGE_STATS);
+            printf("usage: %s\n       %s\n       %s\n       %s\n", USAGE_CREATE, USAGE_DELETE, USAGE_STATS,
+                   "keyload [GLOBAL OPTIONS] queue list [TENANT/DB] [--cursor B64] [--max N]");
             return CLI_EXIT_OK;
         }
         return cli_usage(c, "queue: put options after the subcommand (create, delete, stats)");
     }
     if (k == CLI_END)
-        return cli_usage(c, "queue needs a subcommand: create, delete or stats");
+        return cli_usage(c, "queue needs a subcommand: create, delete, stats or list");
     if (strcmp(sub, "create") == 0)
         return queue_create(c, &a);
     if (strcmp(sub, "delete") == 0)
         return queue_delete(c, &a);
     if (strcmp(sub, "stats") == 0)
         return queue_stats(c, &a);
-    return cli_usage(c, "unknown queue subcommand '%s' (create, delete, stats)", sub);
+    if (strcmp(sub, "list") == 0)
+        return cli_list(c, KEYLOAD__V1__CATALOG_LIST_KIND__CATALOG_LIST_QUEUES, argc - 1, argv + 1);
+    return cli_usage(c, "unknown queue subcommand '%s' (create, delete, stats, list)", sub);
 }

@@ -39,7 +39,8 @@ static const char *const encodings[] = {"utf8", "base64", NULL};
     {"max_query_read_bytes", MCP_ARG_INTEGER, false, "MaxQueryReadBytes (0: the cluster's)", 0, \
      0, NULL, 0},                                                                                 \
     {"max_transfer_accept_attempts", MCP_ARG_INTEGER, false,                                      \
-     "MaxQueueTransferAcceptAttempts (absent: null)", 1, INT64_MAX, NULL, 0}
+     "MaxQueueTransferAcceptAttempts (database_create: absent is null; database_limits: absent " \
+     "keeps it)", 1, INT64_MAX, NULL, 0}
 
 /* ---------------------------------------------------------------- shared builders */
 
@@ -226,12 +227,72 @@ static kl_code database_create(kl_client *c, kl_batch *b, const json_t *args, kl
     return kl_batch_create_database(b, db ? db : kl_client_database(c), &l, err);
 }
 
+/* Changes only the limits given (the daemon merges them into the stored ones). */
 static kl_code database_limits(kl_client *c, kl_batch *b, const json_t *args, kl_err *err)
 {
     (void)c;
+    static const struct {
+        const char *name;
+        uint32_t bit;
+    } named[] = {{"max_scan_records", KL_DB_FIELD_SCAN_RECORDS},
+                 {"max_batch_bytes", KL_DB_FIELD_BATCH_BYTES},
+                 {"max_query_read_bytes", KL_DB_FIELD_QUERY_READ_BYTES},
+                 {"max_transfer_accept_attempts", KL_DB_FIELD_ACCEPT_ATTEMPTS}};
     kl_database_limits l;
     limits_from_args(args, &l);
-    return kl_batch_set_database_limits(b, &l, err);
+    uint32_t fields = 0;
+    int64_t n;
+    for (size_t i = 0; i < sizeof named / sizeof named[0]; i++)
+        if (mcp_arg_int(args, named[i].name, &n))
+            fields |= named[i].bit;
+    if (fields == 0)
+        return kl_fail(err, KL_INVALID_ARGUMENT, "limits",
+                       "name at least one limit to change (database_show reads the current ones)");
+    return kl_batch_change_database_limits(b, &l, fields, err);
+}
+
+/* One ListCatalog page of `kind` as `keyload ... list --json` prints it. */
+static kl_code list_page(const mcp_call *call, const json_t *args, Keyload__V1__CatalogListKind kind,
+                         const char *database, char **json, kl_err *err)
+{
+    int64_t max = 0;
+    mcp_arg_int(args, "max", &max);
+    uint8_t *cursor = NULL;
+    size_t cursor_len = 0;
+    const char *ct = mcp_arg_str(args, "cursor");
+    kl_code rc = ct != NULL && ct[0] != '\0' ? mcp_arg_b64(args, "cursor", &cursor, &cursor_len, err) : KL_OK;
+    Keyload__V1__ListCatalogAnswer *a = NULL;
+    if (rc == KL_OK)
+        rc = kl_client_list_catalog(call->client, kind, database, cursor, cursor_len, (uint32_t)max, &a, err);
+    free(cursor);
+    if (rc != KL_OK)
+        return rc;
+    *json = kl_catalog_list_to_json(a, kind, 0);
+    kl_catalog_list_free(a);
+    return *json ? KL_OK : kl_fail(err, KL_INTERNAL, "oom", "out of memory");
+}
+
+static kl_code database_list(const mcp_call *call, const json_t *args, char **json, kl_err *err)
+{
+    return list_page(call, args, KEYLOAD__V1__CATALOG_LIST_KIND__CATALOG_LIST_DATABASES, NULL, json, err);
+}
+
+static kl_code database_show(const mcp_call *call, const json_t *args, char **json, kl_err *err)
+{
+    const char *db = mcp_arg_str(args, "database");
+    return list_page(call, args, KEYLOAD__V1__CATALOG_LIST_KIND__CATALOG_LIST_DATABASES,
+                     db ? db : kl_client_database(call->client), json, err);
+}
+
+static kl_code queue_list(const mcp_call *call, const json_t *args, char **json, kl_err *err)
+{
+    return list_page(call, args, KEYLOAD__V1__CATALOG_LIST_KIND__CATALOG_LIST_QUEUES,
+                     mcp_arg_str(args, "database"), json, err);
+}
+
+static kl_code principal_list(const mcp_call *call, const json_t *args, char **json, kl_err *err)
+{
+    return list_page(call, args, KEYLOAD__V1__CATALOG_LIST_KIND__CATALOG_LIST_PRINCIPALS, NULL, json, err);
 }
 
 /* ---------------------------------------------------------------- principals */
@@ -366,6 +427,15 @@ static const mcp_arg database_create_args[] = {
      NULL, 0},
     LIMIT_ARGS, END_ARG};
 static const mcp_arg database_limits_args[] = {LIMIT_ARGS, END_ARG};
+#define DATABASE_ARG                                                                             \
+    {"database", MCP_ARG_STRING, false, "TENANT/DB (default: the server's KEYLOAD_DATABASE)", 0, 0, \
+     NULL, 0}
+#define PAGE_ARGS                                                                                 \
+    {"cursor", MCP_ARG_STRING, false, "next_cursor of the previous page (base64)", 0, 0, NULL, 0}, \
+    {"max", MCP_ARG_INTEGER, false, "page size (default 100)", 1, KL_CATALOG_LIST_MAX, NULL, 0}
+static const mcp_arg database_show_args[] = {DATABASE_ARG, END_ARG};
+static const mcp_arg page_args[] = {PAGE_ARGS, END_ARG};
+static const mcp_arg queue_list_args[] = {DATABASE_ARG, PAGE_ARGS, END_ARG};
 static const mcp_arg principal_create_args[] = {
     {"principal_id", MCP_ARG_STRING, true, "the new principal's id", 0, 0, NULL, 0},
     {"public_key", MCP_ARG_STRING, true,
@@ -414,8 +484,17 @@ const mcp_tool mcp_queue_tools[] = {
      true, false},
     {"database_create", "Create a database (keyload database create; a cluster administrator's "
      "right).", database_create_args, database_create, NULL, true, false},
-    {"database_limits", "Replace ALL limits of the database (keyload database limits): a limit "
-     "left out goes back to the cluster's.", database_limits_args, database_limits, NULL, true, false},
+    {"database_limits", "Change the named limits of the database and keep the others (keyload "
+     "database limits); 0 puts a limit back to the cluster's.", database_limits_args, database_limits,
+     NULL, true, false},
+    {"database_show", "A database's stored record with its current limits (keyload database "
+     "limits without options).", database_show_args, NULL, database_show, true, false},
+    {"database_list", "One page of the tenant's databases (keyload database list; administrators).",
+     page_args, NULL, database_list, true, false},
+    {"queue_list", "One page of a database's queues (keyload queue list; administrators).",
+     queue_list_args, NULL, queue_list, true, false},
+    {"principal_list", "One page of the tenant's principals (keyload principal list; administrators).",
+     page_args, NULL, principal_list, true, false},
     {"principal_create", "Create a principal with its public key (keyload principal create).",
      principal_create_args, principal_create, NULL, true, false},
     {"principal_show", "A principal's stored record: roles, grants, policy epoch (keyload "

@@ -494,10 +494,9 @@ static json_t *grant_json(const Keyload__V1__Grant *g)
     return o;
 }
 
-char *kl_principal_to_json(const Keyload__V1__ShowPrincipalAnswer *a, unsigned flags)
+/* A stored principal's public fields (it holds no secret). */
+static json_t *principal_obj(const Keyload__V1__CatalogPrincipal *p)
 {
-    static const Keyload__V1__CatalogPrincipal none = KEYLOAD__V1__CATALOG_PRINCIPAL__INIT;
-    const Keyload__V1__CatalogPrincipal *p = a->principal ? a->principal : &none;
     kl_role role = p->cluster_admin ? KL_ROLE_CLUSTER_ADMIN
                    : p->database_admin ? KL_ROLE_DATABASE_ADMIN : KL_ROLE_NONE;
     json_t *o = json_object();
@@ -513,8 +512,78 @@ char *kl_principal_to_json(const Keyload__V1__ShowPrincipalAnswer *a, unsigned f
         json_t *g = grant_json(p->grants[i]);
         ok = g != NULL && json_array_append_new(grants, g) == 0;
     }
-    ok = ok && set(o, "created_unix_ms", i64(p->created_unix_ms)) &&
-         set(o, "version", u64(p->version)) && set(o, "catalog_version", u64(a->catalog_version));
+    ok = ok && set(o, "created_unix_ms", i64(p->created_unix_ms)) && set(o, "version", u64(p->version));
+    if (!ok) {
+        json_decref(o);
+        return NULL;
+    }
+    return o;
+}
+
+char *kl_principal_to_json(const Keyload__V1__ShowPrincipalAnswer *a, unsigned flags)
+{
+    static const Keyload__V1__CatalogPrincipal none = KEYLOAD__V1__CATALOG_PRINCIPAL__INIT;
+    json_t *o = principal_obj(a->principal ? a->principal : &none);
+    if (o == NULL || !set(o, "catalog_version", u64(a->catalog_version))) {
+        json_decref(o);
+        return NULL;
+    }
+    return dump(o, flags);
+}
+
+static json_t *database_obj(const Keyload__V1__CatalogDatabase *d)
+{
+    json_t *o = json_object();
+    bool ok = o != NULL && set(o, "tenant", text(d->tenant)) && set(o, "database", text(d->database)) &&
+              set(o, "database_id", u64(d->database_id)) && set(o, "limits", limits_json(d->limits)) &&
+              set(o, "transfers_paused", json_boolean(d->transfers_paused)) &&
+              set(o, "created_unix_ms", i64(d->created_unix_ms)) && set(o, "version", u64(d->version));
+    if (!ok) {
+        json_decref(o);
+        return NULL;
+    }
+    return o;
+}
+
+static json_t *queue_obj(const Keyload__V1__CatalogQueue *q)
+{
+    static const Keyload__V1__QueueLimits none = KEYLOAD__V1__QUEUE_LIMITS__INIT;
+    const Keyload__V1__QueueLimits *l = q->limits ? q->limits : &none;
+    json_t *o = json_object();
+    bool ok = o != NULL && set(o, "tenant", text(q->tenant)) && set(o, "database", text(q->database)) &&
+              set(o, "queue", text(q->queue)) && set(o, "queue_id", u64(q->queue_id)) &&
+              set(o, "partition", i64(q->partition)) && set(o, "max_messages", u64(l->max_messages)) &&
+              set(o, "max_bytes", u64(l->max_bytes)) && set(o, "max_deliveries", u64(l->max_deliveries)) &&
+              set(o, "dead_letter_queue", text(l->dead_letter_queue)) &&
+              set(o, "created_unix_ms", i64(q->created_unix_ms)) && set(o, "version", u64(q->version));
+    if (!ok) {
+        json_decref(o);
+        return NULL;
+    }
+    return o;
+}
+
+char *kl_catalog_list_to_json(const Keyload__V1__ListCatalogAnswer *a, Keyload__V1__CatalogListKind kind,
+                              unsigned flags)
+{
+    json_t *o = json_object(), *items = json_array();
+    bool ok = o != NULL && items != NULL;
+    const char *key = kind == KEYLOAD__V1__CATALOG_LIST_KIND__CATALOG_LIST_QUEUES       ? "queues"
+                      : kind == KEYLOAD__V1__CATALOG_LIST_KIND__CATALOG_LIST_PRINCIPALS ? "principals"
+                                                                                        : "databases";
+    for (size_t i = 0; ok && i < a->n_databases; i++)
+        ok = json_array_append_new(items, database_obj(a->databases[i])) == 0;
+    for (size_t i = 0; ok && i < a->n_queues; i++)
+        ok = json_array_append_new(items, queue_obj(a->queues[i])) == 0;
+    for (size_t i = 0; ok && i < a->n_principals; i++)
+        ok = json_array_append_new(items, principal_obj(a->principals[i])) == 0;
+    if (ok) {
+        ok = set(o, key, items); /* set owns items from here, even when it fails */
+        items = NULL;
+    }
+    ok = ok && set(o, "next_cursor", a->next_cursor.len ? b64(a->next_cursor.data, a->next_cursor.len) : json_null()) &&
+         set(o, "catalog_version", u64(a->catalog_version));
+    json_decref(items);
     if (!ok) {
         json_decref(o);
         return NULL;

@@ -16,6 +16,7 @@
 #include <string.h>
 
 #define METHOD_SHOW_PRINCIPAL "keyload.v1.ShowPrincipal"
+#define METHOD_LIST_CATALOG "keyload.v1.ListCatalog"
 
 /* ---------------------------------------------------------------- names */
 
@@ -290,7 +291,26 @@ kl_code kl_batch_set_principal_key(kl_batch *b, const char *principal_id,
     return kl_sdk_batch_add(b, &m, err);
 }
 
+static kl_code limits_mutation(kl_batch *b, const kl_database_limits *limits, uint32_t fields, kl_err *err);
+static kl_code limits_call(kl_client *c, const char *command_id, const kl_database_limits *limits,
+                           uint32_t fields, kl_limits_result *out, kl_receipt **receipt, kl_err *err);
+
 kl_code kl_batch_set_database_limits(kl_batch *b, const kl_database_limits *limits, kl_err *err)
+{
+    return limits_mutation(b, limits, 0, err);
+}
+
+kl_code kl_batch_change_database_limits(kl_batch *b, const kl_database_limits *limits, uint32_t fields,
+                                        kl_err *err)
+{
+    if (fields == 0 || (fields & ~(uint32_t)15) != 0)
+        return kl_fail(err, KL_INVALID_ARGUMENT, "fields",
+                       "fields must name at least one limit and only KL_DB_FIELD_* bits");
+    return limits_mutation(b, limits, fields, err);
+}
+
+/* SetDatabaseLimits: fields 0 replaces every limit (the encoding it always had). */
+static kl_code limits_mutation(kl_batch *b, const kl_database_limits *limits, uint32_t fields, kl_err *err)
 {
     Keyload__V1__DatabaseLimits lim;
     Keyload__V1__NullableU64 attempts;
@@ -299,6 +319,7 @@ kl_code kl_batch_set_database_limits(kl_batch *b, const kl_database_limits *limi
         return rc;
     Keyload__V1__SetDatabaseLimits sl = KEYLOAD__V1__SET_DATABASE_LIMITS__INIT;
     sl.limits = &lim; /* tenant and database: stamped at encoding */
+    sl.fields = fields;
     Keyload__V1__Mutation m = KEYLOAD__V1__MUTATION__INIT;
     m.kind_case = KEYLOAD__V1__MUTATION__KIND_SET_DATABASE_LIMITS;
     m.set_database_limits = &sl;
@@ -438,11 +459,26 @@ kl_code kl_client_set_database_limits(kl_client *c, const char *command_id,
                                       const kl_database_limits *limits, kl_limits_result *out,
                                       kl_receipt **receipt, kl_err *err)
 {
+    return limits_call(c, command_id, limits, 0, out, receipt, err);
+}
+
+kl_code kl_client_change_database_limits(kl_client *c, const char *command_id,
+                                         const kl_database_limits *limits, uint32_t fields,
+                                         kl_limits_result *out, kl_receipt **receipt, kl_err *err)
+{
+    if (fields == 0)
+        return kl_fail(err, KL_INVALID_ARGUMENT, "fields", "fields must name at least one limit");
+    return limits_call(c, command_id, limits, fields, out, receipt, err);
+}
+
+static kl_code limits_call(kl_client *c, const char *command_id, const kl_database_limits *limits,
+                           uint32_t fields, kl_limits_result *out, kl_receipt **receipt, kl_err *err)
+{
     if (out != NULL)
         memset(out, 0, sizeof *out);
     kl_batch *b;
     kl_code rc = new_batch(command_id, &b, err);
-    if (rc == KL_OK && (rc = kl_batch_set_database_limits(b, limits, err)) != KL_OK)
+    if (rc == KL_OK && (rc = limits_mutation(b, limits, fields, err)) != KL_OK)
         kl_batch_free(b);
     if (rc != KL_OK)
         return rc;
@@ -505,4 +541,46 @@ void kl_principal_answer_free(Keyload__V1__ShowPrincipalAnswer *a)
 {
     if (a != NULL)
         keyload__v1__show_principal_answer__free_unpacked(a, NULL);
+}
+
+kl_code kl_client_list_catalog(kl_client *c, Keyload__V1__CatalogListKind kind, const char *database,
+                               const uint8_t *cursor, size_t cursor_len, uint32_t max,
+                               Keyload__V1__ListCatalogAnswer **out, kl_err *err)
+{
+    *out = NULL;
+    char tenant[KL_SDK_NAME_MAX + 1], db[KL_SDK_NAME_MAX + 1];
+    const char *which = database != NULL ? database : kl_client_database(c);
+    kl_code rc = kl_sdk_split_database(which, tenant, db, err);
+    if (rc != KL_OK)
+        return rc;
+    Keyload__V1__ListCatalogRequest lr = KEYLOAD__V1__LIST_CATALOG_REQUEST__INIT;
+    lr.kind = kind;
+    lr.tenant = tenant;
+    /* A database list names one database only when asked for one. */
+    lr.database = kind == KEYLOAD__V1__CATALOG_LIST_KIND__CATALOG_LIST_DATABASES && database == NULL ? "" : db;
+    lr.cursor.data = (uint8_t *)cursor;
+    lr.cursor.len = cursor != NULL ? cursor_len : 0;
+    lr.max = max;
+    size_t len = keyload__v1__list_catalog_request__get_packed_size(&lr);
+    uint8_t *req = malloc(len ? len : 1);
+    if (req == NULL)
+        return kl_fail(err, KL_INTERNAL, "memory", "out of memory");
+    keyload__v1__list_catalog_request__pack(&lr, req);
+    uint8_t *ans;
+    size_t ans_len;
+    rc = kl_sdk_catalog_read(c, METHOD_LIST_CATALOG, req, len, &ans, &ans_len, err);
+    free(req);
+    if (rc != KL_OK)
+        return rc;
+    *out = keyload__v1__list_catalog_answer__unpack(NULL, ans_len, ans);
+    free(ans);
+    if (*out == NULL)
+        return kl_fail(err, KL_INTERNAL, "answer", "the answer does not decode as keyload.v1.ListCatalogAnswer");
+    return KL_OK;
+}
+
+void kl_catalog_list_free(Keyload__V1__ListCatalogAnswer *a)
+{
+    if (a != NULL)
+        keyload__v1__list_catalog_answer__free_unpacked(a, NULL);
 }

@@ -1,5 +1,7 @@
 #include "daemon/engine/access.h"
 
+#include "keyload/v1/catalog.pb-c.h"
+
 #include <string.h>
 
 kl_code kl_access_queue(const kl_authz_subject *who, const Keyload__V1__QueueLaneRef *q,
@@ -87,4 +89,29 @@ kl_code kl_access_query(const kl_authz_subject *who, const Keyload__V1__QueueLan
     /* No field or header keys: what the statement writes or reads is checked by the native
      * operation's own grants (QueuePublish, QueueConsume, QueueInspect) right after. */
     return kl_access_queue(&s, q, KEYLOAD__V1__PERMISSION__QUERY, NULL, err);
+}
+
+kl_code kl_access_list_catalog(const kl_authz_subject *who, int kind, const char *tenant,
+                               const char **database, kl_err *err)
+{
+    if (who == NULL)
+        return KL_OK;
+    kl_code rc = kl_access_tenant(who, tenant, err);
+    if (rc != KL_OK)
+        return rc;
+    /* A read: the stored roles decide, whatever the subject's admin_off says. */
+    kl_authz_subject stored = *who;
+    stored.admin_off = false;
+    const Keyload__V1__CatalogPrincipal *p = who->principal;
+    if (kind == KEYLOAD__V1__CATALOG_LIST_KIND__CATALOG_LIST_QUEUES)
+        return kl_authz_require_admin(&stored, tenant, *database, err);
+    if (!p->cluster_admin && !p->database_admin)
+        return kl_fail(err, KL_PERMISSION_DENIED, "role:administrator",
+                       "listing databases or principals needs an administrator of tenant %s", tenant);
+    if (kind == KEYLOAD__V1__CATALOG_LIST_KIND__CATALOG_LIST_DATABASES && !p->cluster_admin) {
+        if ((*database)[0] != '\0')
+            return kl_authz_require_admin(&stored, tenant, *database, err);
+        *database = p->database; /* a database administrator lists the one it administers */
+    }
+    return KL_OK;
 }

@@ -54,6 +54,14 @@ kl_code kl_access_received(const kl_authz_subject *who, const Keyload__V1__Queue
 kl_code kl_access_inspect(const kl_authz_subject *who, const Keyload__V1__QueueLaneRef *q, kl_err *err);
 kl_code kl_access_tenant(const kl_authz_subject *who, const char *tenant, kl_err *err);
 
+/* ListCatalog (kind a Keyload__V1__CatalogListKind): administrators of tenant only, on the
+ * stored record. QUEUES: an administrator of *database. DATABASES and PRINCIPALS: a cluster
+ * or database administrator of the tenant (PERMISSION_DENIED "role:administrator" else); a
+ * database administrator's DATABASES list is its own database alone (*database is set to it
+ * when empty, and another one is refused). KL_OK when who is NULL. */
+kl_code kl_access_list_catalog(const kl_authz_subject *who, int kind, const char *tenant,
+                               const char **database, kl_err *err);
+
 /* Transfers (ARCHITECTURE.md "Engine"): the caller must be a persisted administrator of the database,
  * read from its stored record; KL_OK when who is NULL. */
 kl_code kl_access_transfer_admin(const kl_authz_subject *who, const char *tenant, const char *database,

@@ -595,27 +595,57 @@ done:
     return rc;
 }
 
+void kl_catalog_merge_db_limits(const Keyload__V1__DatabaseLimits *stored,
+                                const Keyload__V1__DatabaseLimits *req, uint32_t fields,
+                                Keyload__V1__DatabaseLimits *out, Keyload__V1__NullableU64 *attempts)
+{
+    static const Keyload__V1__DatabaseLimits none = KEYLOAD__V1__DATABASE_LIMITS__INIT;
+    const Keyload__V1__DatabaseLimits *s = stored != NULL ? stored : &none;
+    const Keyload__V1__DatabaseLimits *r = req != NULL ? req : &none;
+    if (fields == 0)
+        fields = KL_CATALOG_FIELDS_ALL;
+    keyload__v1__database_limits__init(out);
+    keyload__v1__nullable_u64__init(attempts);
+    out->max_scan_records = (fields & KL_CATALOG_FIELD_SCAN_RECORDS ? r : s)->max_scan_records;
+    out->max_batch_bytes = (fields & KL_CATALOG_FIELD_BATCH_BYTES ? r : s)->max_batch_bytes;
+    out->max_query_read_bytes = (fields & KL_CATALOG_FIELD_QUERY_READ_BYTES ? r : s)->max_query_read_bytes;
+    const Keyload__V1__NullableU64 *a =
+        (fields & KL_CATALOG_FIELD_ACCEPT_ATTEMPTS ? r : s)->max_queue_transfer_accept_attempts;
+    if (a != NULL) {
+        attempts->value = a->value;
+        out->max_queue_transfer_accept_attempts = attempts;
+    }
+}
+
 kl_code kl_catalog_eval_set_database_limits(kl_eval_ctx *c, const Keyload__V1__SetDatabaseLimits *m,
                                             kl_buf *results, kl_err *err)
 {
     Keyload__V1__CatalogDatabase *d = NULL;
     bool found = false;
+    Keyload__V1__DatabaseLimits merged;
+    Keyload__V1__NullableU64 attempts;
     kl_code rc = need_catalog(c, "set_database_limits", err);
-    if (rc == KL_OK)
-        rc = check_db_limits(c, m->limits, err);
+    if (rc == KL_OK && m->fields == 0)
+        rc = check_db_limits(c, m->limits, err); /* a full replacement: refused as it always was */
     if (rc == KL_OK)
         rc = kl_catalog_get_database(c->view, m->tenant, m->database, &d, &found, err);
     if (rc == KL_OK && !found)
         rc = kl_fail(err, KL_NOT_FOUND, "database", "database %s/%s does not exist", m->tenant, m->database);
+    /* Merged from the record this evaluation reads, never from what a client read earlier,
+     * so a change of another limit committed in between stays; the result is what gets
+     * checked (an accept-attempts limit against the MaxScanRecords it will live with). */
+    if (rc == KL_OK) {
+        kl_catalog_merge_db_limits(d->limits, m->limits, m->fields, &merged, &attempts);
+        rc = check_db_limits(c, &merged, err);
+    }
     if (rc == KL_OK)
         rc = next_version(c, err);
     if (rc != KL_OK)
         goto done;
-    Keyload__V1__DatabaseLimits none = KEYLOAD__V1__DATABASE_LIMITS__INIT;
     Keyload__V1__DatabaseLimits *stored = d->limits;
     uint64_t created = d->version;
     /* The record keeps the version that created it; the change carries the new one. */
-    d->limits = m->limits != NULL ? m->limits : &none;
+    d->limits = &merged;
     Keyload__V1__CatalogItem it = KEYLOAD__V1__CATALOG_ITEM__INIT;
     it.kind_case = KEYLOAD__V1__CATALOG_ITEM__KIND_PUT_DATABASE;
     it.put_database = d;
@@ -1152,7 +1182,15 @@ static kl_code validate_set_database_limits(size_t idx, const Keyload__V1__Mutat
     if ((rc = kl_name_check(where, m->set_database_limits->tenant, err)) != KL_OK)
         return rc;
     snprintf(where, sizeof where, "mutations[%zu].set_database_limits.database", idx);
-    return kl_name_check(where, m->set_database_limits->database, err);
+    if ((rc = kl_name_check(where, m->set_database_limits->database, err)) != KL_OK)
+        return rc;
+    if ((m->set_database_limits->fields & ~KL_CATALOG_FIELDS_ALL) != 0) {
+        snprintf(where, sizeof where, "mutations[%zu].set_database_limits.fields", idx);
+        return kl_fail(err, KL_INVALID_ARGUMENT, where,
+                       "fields may only name limits 1 (MaxScanRecords), 2 (MaxBatchBytes), "
+                       "4 (MaxQueryReadBytes) and 8 (MaxQueueTransferAcceptAttempts)");
+    }
+    return KL_OK;
 }
 
 static kl_code access_set_database_limits(const kl_authz_subject *who, const Keyload__V1__Mutation *m, kl_err *err)

@@ -59,8 +59,23 @@ kl_code kl_catalog_eval_revoke(kl_eval_ctx *c, const Keyload__V1__RevokePermissi
                                kl_err *err);
 kl_code kl_catalog_eval_set_principal_key(kl_eval_ctx *c, const Keyload__V1__SetPrincipalKey *m,
                                           kl_buf *results, kl_err *err);
+/* SetDatabaseLimits: `fields` 0 replaces every limit; otherwise only the limits whose bit
+ * is set change, merged into the stored limits here, at evaluation (so a concurrent change
+ * of another limit is kept). The merged limits are checked against the cluster's. */
 kl_code kl_catalog_eval_set_database_limits(kl_eval_ctx *c, const Keyload__V1__SetDatabaseLimits *m,
                                             kl_buf *results, kl_err *err);
+/* The bits of SetDatabaseLimits.fields (queue.proto). */
+#define KL_CATALOG_FIELD_SCAN_RECORDS 1u
+#define KL_CATALOG_FIELD_BATCH_BYTES 2u
+#define KL_CATALOG_FIELD_QUERY_READ_BYTES 4u
+#define KL_CATALOG_FIELD_ACCEPT_ATTEMPTS 8u
+#define KL_CATALOG_FIELDS_ALL 15u
+/* The limits a SetDatabaseLimits leaves in force: each limit whose bit is in `fields` (0:
+ * all) from req (NULL: all zero, accept attempts null), every other from stored (NULL: the
+ * same). *out is initialized here; its accept attempts, when not null, point at *attempts. */
+void kl_catalog_merge_db_limits(const Keyload__V1__DatabaseLimits *stored,
+                                const Keyload__V1__DatabaseLimits *req, uint32_t fields,
+                                Keyload__V1__DatabaseLimits *out, Keyload__V1__NullableU64 *attempts);
 /* SetQueueTransfersPaused without a source queue: the database's transfers_paused switch.
  * Setting it to what it is changes nothing (no new version). */
 kl_code kl_catalog_eval_set_transfers_paused(kl_eval_ctx *c, const Keyload__V1__SetQueueTransfersPaused *m,

@@ -387,15 +387,17 @@ void kl_service_locate_queue(void *owner, kl_rpc_call *call)
     free(answer);
 }
 
-/* ShowPrincipal: partition 0's leader, from its applied catalog (like LocateQueue). */
-void kl_service_show_principal(void *owner, kl_rpc_call *call)
+typedef kl_code (*catalog_read_fn)(kl_node *n, const char *principal, const uint8_t *req, size_t len,
+                                   uint8_t **answer, size_t *answer_len, kl_err *err);
+
+/* A read of partition 0's leader's applied catalog (like LocateQueue): refused elsewhere. */
+static void serve_catalog_read(kl_service *s, kl_rpc_call *call, catalog_read_fn read, const char *what)
 {
-    kl_service *s = owner;
     kl_err err;
     kl_err_clear(&err);
     if (s->partition->id != 0) {
         kl_fail(&err, KL_FAILED_PRECONDITION, "catalog_partition",
-                "principals are read on partition 0; this is partition %d", s->partition->id);
+                "%s are read on partition 0; this is partition %d", what, s->partition->id);
         kl_rpc_reply_error(call, &err, NULL);
         return;
     }
@@ -407,12 +409,22 @@ void kl_service_show_principal(void *owner, kl_rpc_call *call)
     size_t len, alen;
     const uint8_t *p = kl_rpc_call_payload(call, &len);
     uint8_t *answer;
-    if (kl_node_show_principal(s->node, kl_service_principal(call), p, len, &answer, &alen, &err) != KL_OK) {
+    if (read(s->node, kl_service_principal(call), p, len, &answer, &alen, &err) != KL_OK) {
         kl_rpc_reply_error(call, &err, NULL);
         return;
     }
     kl_rpc_reply(call, answer, alen);
     free(answer);
+}
+
+void kl_service_show_principal(void *owner, kl_rpc_call *call)
+{
+    serve_catalog_read(owner, call, kl_node_show_principal, "principals");
+}
+
+void kl_service_list_catalog(void *owner, kl_rpc_call *call)
+{
+    serve_catalog_read(owner, call, kl_node_list_catalog, "catalog lists");
 }
 
 /* ---- lifecycle ---- */

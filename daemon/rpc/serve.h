@@ -149,6 +149,7 @@ void kl_service_catalog_stop(kl_service *s);   /* answer everything parked */
 void kl_service_catalog_tail(void *owner, kl_rpc_call *call);
 void kl_service_locate_queue(void *owner, kl_rpc_call *call);
 void kl_service_show_principal(void *owner, kl_rpc_call *call);
+void kl_service_list_catalog(void *owner, kl_rpc_call *call);
 /* Wipes the Hello key pair (session_serve.c); at stop. */
 void kl_service_hello_kx_wipe(kl_service *s);
 /* Partition 0: holds a committed catalog batch's answer until every data partition has

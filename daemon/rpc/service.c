@@ -131,6 +131,8 @@ void kl_service_applied(kl_service *s)
     X(QUEUE_STATS, "keyload.v1.QueueStats", queue_stats_request, NULL, true, READ, KL_NODE_QUEUE_STATS) \
     X(SHOW_PRINCIPAL, "keyload.v1.ShowPrincipal", show_principal_request, kl_service_show_principal,   \
       true, LOCAL, KL_NODE_QUERY_READ)                                                                  \
+    X(LIST_CATALOG, "keyload.v1.ListCatalog", list_catalog_request, kl_service_list_catalog, true,      \
+      LOCAL, KL_NODE_QUERY_READ)                                                                        \
     X(INSPECT_TRANSFER, "keyload.v1.InspectQueueTransfer", inspect_queue_transfer_request, NULL, true,  \
       READ, KL_NODE_INSPECT_TRANSFER)                                                                   \
     X(TRANSFER_RECEIPT, "keyload.v1.InspectQueueTransferReceipt",                                      \

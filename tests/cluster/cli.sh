@@ -412,12 +412,19 @@ expect "sql: the same ack from stdin fails as natively (exit 1)" 1 bash -c "time
 [ "$(jq -r '.error.code' <<<"$out")" = FAILED_PRECONDITION ] && ok "sql: acked twice: FAILED_PRECONDITION" || bad "sql ack twice: $out"
 expect "sql: human output is one JSON line per row" 0 kl sql "CALL keyload.queue.enqueue.v1(queue => 'orders.eu', body => 'plain')"
 [ "$(wc -l <<<"$out")" = 1 ] && [ "$(jq -r '.results[0].kind' <<<"$out")" = enqueued ] && ok "sql human: one row line" || bad "sql human: $out"
-# Database limits: set by an administrator of the database; a limit left out is the cluster's.
-expect "database limits without options is a usage error (exit 2)" 2 kl --json database limits
-[ "$(jq -r '.error.detail' <<<"$out")" = usage ] && grep -q -- "--max-batch-bytes" <<<"$(jq -r '.error.message' <<<"$out")" &&
-  ok "limits usage error names the options" || bad "limits usage: $out"
+# Database limits: read back, and each option changes its limit only (the daemon merges).
+expect "database limits without options prints the current limits" 0 kl --json database limits
+[ "$(jq -r '.databases[0].database' <<<"$out")" = default ] && [ "$(jq -r '.databases[0].limits.max_batch_bytes' <<<"$out")" = 0 ] &&
+  [ "$(jq -r '.databases[0].limits.max_queue_transfer_accept_attempts' <<<"$out")" = null ] &&
+  ok "limits read back: the cluster's (0), accept attempts null" || bad "limits read: $out"
+expect "database limits --command-id without a limit is a usage error (exit 2)" 2 kl --json database limits --command-id "$(guid)"
+[ "$(jq -r '.error.detail' <<<"$out")" = usage ] && ok "limits: --command-id alone is a usage error" || bad "limits usage: $out"
 expect "database limits above the cluster's is INVALID_ARGUMENT (exit 1)" 1 kl --json database limits --max-batch-bytes 999999999
-[ "$(jq -r '.error.code' <<<"$out")" = INVALID_ARGUMENT ] && ok "limit above the cluster's refused" || bad "big limit: $out"
+[ "$(jq -r '.error.code' <<<"$out")" = INVALID_ARGUMENT ] && [ "$(jq -r '.error.detail' <<<"$out")" = MaxBatchBytes ] &&
+  ok "limit above the cluster's refused naming MaxBatchBytes" || bad "big limit: $out"
+big=$(head -c 1500 /dev/zero | tr '\0' x)
+expect "queue create keep" 0 kl queue create keep
+expect "a 1500-byte message retained before the limit is lowered" 0 kl enqueue keep "$big"
 lcmd=$(guid)
 expect "database limits --max-batch-bytes 1024" 0 kl --json database limits --max-batch-bytes 1024 --command-id "$lcmd"
 [ "$(jq -r '.results[0].kind' <<<"$out")" = database_limits_set ] && [ "$(jq -r '.results[0].limits.max_batch_bytes' <<<"$out")" = 1024 ] &&
@@ -426,16 +433,35 @@ expect "database limits --max-batch-bytes 1024" 0 kl --json database limits --ma
 lfirst=$out
 expect "database limits replay" 0 kl --json database limits --max-batch-bytes 1024 --command-id "$lcmd"
 [ "$lfirst" = "$out" ] && ok "replayed limits receipt identical" || bad "limits replay: $out"
-big=$(head -c 1500 /dev/zero | tr '\0' x)
 expect "a batch over the database's MaxBatchBytes is refused (exit 1)" 1 kl --json enqueue orders.eu "$big"
 [ "$(jq -r '.error.code' <<<"$out")" = RESOURCE_EXHAUSTED ] && [ "$(jq -r '.error.detail' <<<"$out")" = limit:MaxBatchBytes ] &&
   ok "too large: RESOURCE_EXHAUSTED limit:MaxBatchBytes" || bad "too large: $out"
+expect "the message stored before the lower limit is still received" 0 kl --json receive keep --max 1
+[ "$(jq -r '.results[0].messages[0].body_utf8' <<<"$out")" = "$big" ] &&
+  ok "lowering MaxBatchBytes kept the retained 1500-byte message" || bad "retained: $(head -c 200 <<<"$out")"
 expect "the same batch in another database is fine" 0 kl --database default/sess enqueue sq "$big"
 expect "dba: database limits (human)" 0 as dba dba.key database limits --max-scan-records 100 --max-transfer-accept-attempts 5
-grep -q "^limits of default/default: MaxScanRecords 100, MaxBatchBytes the cluster's, MaxQueryReadBytes the cluster's, MaxQueueTransferAcceptAttempts 5; catalog version" <<<"$out" &&
-  ok "dba set limits; MaxBatchBytes back to the cluster's" || bad "dba limits: $out"
+grep -q "^limits of default/default: MaxScanRecords 100, MaxBatchBytes 1024, MaxQueryReadBytes the cluster's, MaxQueueTransferAcceptAttempts 5; catalog version" <<<"$out" &&
+  ok "dba changed two limits; MaxBatchBytes stays 1024" || bad "dba limits: $out"
+expect "database limits read back (human)" 0 kl database limits default/default
+grep -q "^limits of default/default: MaxScanRecords 100, MaxBatchBytes 1024, MaxQueryReadBytes the cluster's, MaxQueueTransferAcceptAttempts 5; catalog version [0-9]*$" <<<"$out" &&
+  ok "limits read back as changed" || bad "limits read back: $out"
 expect "accept attempts above MaxScanRecords is INVALID_ARGUMENT (exit 1)" 1 kl --json database limits --max-scan-records 10 --max-transfer-accept-attempts 11
 [ "$(jq -r '.error.code' <<<"$out")" = INVALID_ARGUMENT ] && ok "accept attempts > MaxScanRecords refused" || bad "attempts: $out"
+expect "MaxScanRecords alone below the stored accept attempts is INVALID_ARGUMENT (exit 1)" 1 kl --json database limits --max-scan-records 3
+[ "$(jq -r '.error.detail' <<<"$out")" = MaxQueueTransferAcceptAttempts ] &&
+  ok "the merged limits are checked: stored accept attempts 5 > MaxScanRecords 3" || bad "merged check: $out"
+# Two changes of different limits from two processes at once: both hold.
+kl --json database limits --max-query-read-bytes 65536 >"$keys/l1.out" 2>&1 & lp1=$!
+as dba dba.key --json database limits --max-scan-records 200 >"$keys/l2.out" 2>&1 & lp2=$!
+wait "$lp1"; r1=$?; wait "$lp2"; r2=$?
+[ "$r1" = 0 ] && [ "$r2" = 0 ] && ok "two concurrent limit changes answered OK" || bad "concurrent: $(cat "$keys/l1.out" "$keys/l2.out")"
+expect "both concurrent changes are visible" 0 kl --json database limits
+[ "$(jq -r '.databases[0].limits.max_query_read_bytes' <<<"$out")" = 65536 ] && [ "$(jq -r '.databases[0].limits.max_scan_records' <<<"$out")" = 200 ] &&
+  [ "$(jq -r '.databases[0].limits.max_batch_bytes' <<<"$out")" = 1024 ] &&
+  [ "$(jq -r '.databases[0].limits.max_queue_transfer_accept_attempts' <<<"$out")" = 5 ] &&
+  ok "both concurrent changes kept, the other limits untouched" || bad "concurrent read: $out"
+expect "database limits --max-batch-bytes 0: back to the cluster's" 0 kl database limits --max-batch-bytes 0
 expect "the large batch fits again" 0 kl --json enqueue orders.eu "$big"
 deploy/keyload-cluster --config "$cfg" down >/dev/null 2>&1
 
@@ -534,6 +560,45 @@ if [ "$up3" = 1 ]; then
   expect "3p: right after the revoke, bob3 is refused" 1 b3 --json enqueue q2 "too late"
   [ "$(jq -r '.error.code' <<<"$out")" = PERMISSION_DENIED ] && ok "3p: the revoke holds at once on partition 2" ||
     bad "3p after revoke: $out"
+  # ---- catalog lists (ListCatalog on partition 0), paged past --max ----
+  for qn in p5 p3 p1 p4 p2; do expect "3p: queue create $qn" 0 k3 queue create "$qn"; done
+  want=$(printf '%s\n' p1 p2 p3 p4 p5 q q-text q2 | LC_ALL=C sort)
+  got=""; cur=""; pages=0
+  while [ "$pages" -lt 10 ]; do
+    if [ -n "$cur" ]; then expect "3p: queue list page $((pages + 1))" 0 k3 --json queue list --max 3 --cursor "$cur"
+    else expect "3p: queue list page 1" 0 k3 --json queue list --max 3; fi
+    pages=$((pages + 1))
+    [ "$(jq '.queues | length' <<<"$out")" -le 3 ] || bad "3p: a page holds more than --max: $out"
+    got+=$(jq -r '.queues[].queue' <<<"$out")$'\n'
+    cur=$(jq -r '.next_cursor // empty' <<<"$out")
+    [ -z "$cur" ] && break
+  done
+  [ "$(sed '/^$/d' <<<"$got")" = "$want" ] && [ "$pages" = 3 ] &&
+    ok "3p: queue list in 3 pages of at most 3: every queue exactly once, in name order" || bad "3p queue pages ($pages): $got"
+  expect "3p: queue list (human) prints the next cursor" 0 k3 queue list --max 7
+  [ "$(grep -c 'partition [0-2]  id ' <<<"$out")" = 7 ] && hcur=$(sed -n 's/^next cursor: //p' <<<"$out") && [ -n "$hcur" ] &&
+    ok "3p: human list: 7 lines and a next cursor" || bad "3p human list: $out"
+  expect "3p: the human cursor continues the list" 0 k3 --json queue list --cursor "$hcur"
+  [ "$(jq -r '[.queues[].queue] | join(",")' <<<"$out")" = q2 ] && [ "$(jq -r '.next_cursor' <<<"$out")" = null ] &&
+    ok "3p: last page: q2, no cursor" || bad "3p last page: $out"
+  expect "3p: a malformed cursor is INVALID_ARGUMENT (exit 1)" 1 k3 --json queue list --cursor CQkJ
+  [ "$(jq -r '.error.code' <<<"$out")" = INVALID_ARGUMENT ] && [ "$(jq -r '.error.detail' <<<"$out")" = cursor ] &&
+    ok "3p: malformed cursor refused naming cursor" || bad "3p bad cursor: $out"
+  expect "3p: a cursor that is not base64 is a usage error (exit 2)" 2 k3 --json queue list --cursor '!!'
+  expect "3p: --max above the limit is a usage error (exit 2)" 2 k3 --json queue list --max 1001
+  expect "3p: database list --max 1" 0 k3 --json database list --max 1
+  d1=$(jq -r '.databases[0].database' <<<"$out"); dcur=$(jq -r '.next_cursor' <<<"$out")
+  expect "3p: database list page 2" 0 k3 --json database list --max 1 --cursor "$dcur"
+  [ "$d1" = default ] && [ "$(jq -r '[.databases[].database] | join(",")' <<<"$out")" = first ] &&
+    [ "$(jq -r '.next_cursor' <<<"$out")" = null ] && ok "3p: database list: default, then first" || bad "3p db list: $d1 $out"
+  expect "3p: principal list" 0 k3 --json principal list
+  [ "$(jq -r '[.principals[].principal_id] | join(",")' <<<"$out")" = bob3,root3 ] &&
+    [ "$(jq -r '.principals[1].role' <<<"$out")" = cluster-admin ] && ok "3p: principal list: bob3, root3" || bad "3p principal list: $out"
+  for what in "principal list" "queue list" "database list" "database limits"; do
+    expect "3p: bob3 (no administrator): $what is refused (exit 1)" 1 b3 --json $what
+    [ "$(jq -r '.error.code' <<<"$out")" = PERMISSION_DENIED ] && [ "$(jq -r '.error.detail' <<<"$out")" = role:administrator ] &&
+      ok "3p: bob3 $what: PERMISSION_DENIED role:administrator" || bad "3p bob3 $what: $out"
+  done
   # ---- remote transfers (DESIGN.md §7, §10): partition 1 -> partition 2 by hand ----
   echo "--- transfers"
   expect "3p: queue create xsrc on partition 1" 0 k3 --json queue create xsrc --partition 1

@@ -172,5 +172,11 @@ void golden_canon_vectors(FILE *out)
         all[i] = s[i].m;
     }
     other_digests(out, all, n);
+    /* Later additions to a kind, appended so the vectors above stay as they were: a
+     * SetDatabaseLimits that changes only the limits its `fields` names (bits 1 and 8). */
+    Keyload__V1__Mutation *partial = gb_set_db_limits("acme", "main", gb_db_limits(250, 0, 0, true, 7));
+    partial->set_database_limits->fields = 1u | 8u;
+    fprintf(out, "\n");
+    one_vector(out, &(sample){"set_database_limits_fields", partial}, 0x80);
     golden_arena_free();
 }

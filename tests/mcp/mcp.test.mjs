@@ -83,7 +83,7 @@ async function main() {
   check('ping answered', true);
   const { tools } = await client.listTools();
   const want = ['queue_create', 'queue_delete', 'queue_stats', 'enqueue', 'receive', 'ack', 'release',
-    'database_create', 'database_limits', 'principal_create', 'principal_show', 'principal_grant',
+    'database_create', 'database_limits', 'database_show', 'database_list', 'queue_list', 'principal_list', 'principal_create', 'principal_show', 'principal_grant',
     'principal_revoke', 'principal_set_key', 'transfer_create', 'transfer_accept', 'transfer_complete',
     'transfer_inspect', 'transfer_receipt', 'transfer_pending', 'transfer_pause', 'transfer_resume',
     'transfer_token_describe', 'transfer_failure', 'transfer_complete_failure', 'transfer_advance', 'transfer_repair', 'cluster_status', 'query'];
@@ -271,6 +271,24 @@ async function main() {
   r = okOf(await call(client, 'database_limits', { max_scan_records: 5000 }));
   check('database_limits: MaxScanRecords 5000', r?.results?.[0]?.kind === 'database_limits_set' &&
     r.results[0].limits.max_scan_records === 5000, r);
+  r = okOf(await call(client, 'database_show', {}));
+  check('database_show: MaxScanRecords 5000 and the accept attempts 3 set before are both kept',
+    r?.databases?.[0]?.limits?.max_scan_records === 5000 && r.databases[0].limits.max_queue_transfer_accept_attempts === 3, r);
+  r = await call(client, 'database_limits', {});
+  check('database_limits without a limit: isError INVALID_ARGUMENT', errCode(r) === 'INVALID_ARGUMENT', r);
+  {
+    const seen = [];
+    let cursor, pages = 0;
+    do {
+      r = okOf(await call(client, 'queue_list', cursor ? { max: 1, cursor } : { max: 1 }));
+      seen.push(...(r?.queues ?? []).map((q) => q.queue));
+      cursor = r?.next_cursor ?? undefined;
+      pages++;
+    } while (cursor && pages < 50);
+    check('queue_list one per page: every queue once, in name order, src and full among them',
+      seen.length === pages && new Set(seen).size === seen.length && seen.includes('src') && seen.includes('full') &&
+      JSON.stringify(seen) === JSON.stringify([...seen].sort()), seen);
+  }
   r = okOf(await call(client, 'database_create', { database: 'default/other' }));
   check('database_create default/other', r?.results?.[0]?.kind === 'database_created', r);
 

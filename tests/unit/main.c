@@ -40,6 +40,7 @@ Suite *suite_notify(void);
 Suite *suite_retain(void);
 Suite *suite_snapshot(void);
 Suite *suite_metrics(void);
+Suite *suite_settings(void);
 
 int main(void)
 {
@@ -79,6 +80,7 @@ int main(void)
     srunner_add_suite(sr, suite_retain());
     srunner_add_suite(sr, suite_snapshot());
     srunner_add_suite(sr, suite_metrics());
+    srunner_add_suite(sr, suite_settings());
     srunner_run_all(sr, CK_NORMAL);
     int failed = srunner_ntests_failed(sr);
     int run = srunner_ntests_run(sr);
