@@ -122,7 +122,7 @@ nemesis: all build/nemesis build/lossyfs
 	@bash tests/nemesis/run.sh $(SECONDS) "$(SEED)" $(SCHEDULE)
 
 nemesis-test: all build/nemesis build/lossyfs
-	@bash tests/support/suite.sh "nemesis (faults on real processes)" 600 bash tests/nemesis/run.sh 60 "$(SEED)" test
+	@bash tests/support/suite.sh "nemesis (faults on real processes)" 480 bash tests/nemesis/run.sh 60 "$(SEED)" test
 
 # Golden vectors (tests/golden): canonical encodings, digests, stored records and receipts
 # of a fixed workload, and the replay of a store written by an older binary, byte for byte.
@@ -145,7 +145,7 @@ deps:
 	@bash tests/support/deps.sh
 
 unit-test: build/unit-tests
-	@bash tests/support/suite.sh "unit (Check, ASan+UBSan)" 300 env ASAN_OPTIONS=detect_leaks=1 LSAN_OPTIONS=suppressions=$(CURDIR)/tests/unit/lsan.supp:print_suppressions=1 ./build/unit-tests
+	@bash tests/support/suite.sh "unit (Check, ASan+UBSan)" 420 env ASAN_OPTIONS=detect_leaks=1 LSAN_OPTIONS=suppressions=$(CURDIR)/tests/unit/lsan.supp:print_suppressions=1 ./build/unit-tests
 
 process-test: all build/proc-test
 	@bash tests/support/suite.sh "process (real keyloadd, kill -9)" 840 bash tests/cluster/run.sh

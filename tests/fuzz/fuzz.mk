@@ -6,8 +6,8 @@
 #   build/fuzz/fuzz_q1        same, over Q1 statements (common/q1.c, common/q1_plan.c); its
 #                             seeds are checked in (tests/fuzz/corpus-q1/)
 #   build/fuzz/seedgen        writes the two binary seed corpora (tests/fuzz/run.sh runs it)
-# common/rpc.c is left out: it is transport (nng), not frame decoding, and neither target
-# calls it.
+# common/rpc.c and common/metrics_http.c are left out: they are transport (nng's sockets and
+# HTTP server), not decoding, and no target calls them.
 
 FUZZ_CC    := clang
 FUZZ_DIR   := build/fuzz
@@ -18,7 +18,7 @@ FUZZ_LIBS  := -lrocksdb -luv -lsodium -lprotobuf-c -ljansson -lpthread -lm
 FUZZ_PROTOS := $(wildcard proto/keyload/v1/*.proto)
 FUZZ_GEN_C  := $(patsubst proto/%.proto,build/gen/%.pb-c.c,$(FUZZ_PROTOS))
 FUZZ_GEN_H  := $(FUZZ_GEN_C:.c=.h)
-FUZZ_PROJ   := $(FUZZ_GEN_C) $(filter-out common/rpc.c,$(wildcard common/*.c)) \
+FUZZ_PROJ   := $(FUZZ_GEN_C) $(filter-out common/rpc.c common/metrics_http.c,$(wildcard common/*.c)) \
                $(wildcard daemon/engine/*.c) $(wildcard daemon/store/*.c)
 FUZZ_OBJ    := $(patsubst %.c,$(FUZZ_DIR)/obj/%.o,$(FUZZ_PROJ) tests/fuzz/fuzz_envelope.c)
 FUZZ_BATCH_OBJ := $(patsubst %.c,$(FUZZ_DIR)/obj/%.o,$(FUZZ_PROJ) $(wildcard daemon/node*.c) daemon/entry_clock.c daemon/park.c tests/fuzz/fuzz_batch.c)
