@@ -66,8 +66,9 @@
 /* Expired outcomes one log entry deletes at most: bounds the apply of one entry, while
  * sweeping faster than a busy partition commits batches (one entry holds up to 64). */
 #define KL_OUTCOME_SWEEP_MAX 256
-/* How far a batch's first_sent_unix_ms may be ahead of partition time: the clock skew a
- * session Hello may have (KL_SESSION_DEFAULT_SKEW_MS). Further ahead is refused. */
+/* How far a batch's first_sent_unix_ms may be ahead of the later of partition time and the
+ * leader's wall clock: the clock skew a session Hello may have (KL_SESSION_DEFAULT_SKEW_MS).
+ * Further ahead is refused UNAVAILABLE first_sent_ahead. */
 #define KL_FIRST_SENT_AHEAD_MAX_MS 30000ll
 
 /* "connections" */

@@ -41,16 +41,20 @@ int64_t kl_retain_mark_next(int64_t mark, int64_t entry_ms, int64_t retention_ms
     return horizon > mark ? horizon : mark;
 }
 
-kl_code kl_retain_check_first_sent(int64_t first_sent_ms, int64_t entry_ms, kl_err *err)
+kl_code kl_retain_check_first_sent(int64_t first_sent_ms, int64_t entry_ms, int64_t wall_ms, kl_err *err)
 {
     if (first_sent_ms < 0)
         return kl_fail(err, KL_INVALID_ARGUMENT, "first_sent_unix_ms",
                        "first_sent_unix_ms must not be negative (0 = not given)");
-    if (first_sent_ms > entry_ms && first_sent_ms - entry_ms > KL_FIRST_SENT_AHEAD_MAX_MS)
-        return kl_fail(err, KL_INVALID_ARGUMENT, "first_sent_unix_ms",
-                       "first_sent_unix_ms is %lld ms ahead of the partition's time (at most %lld); "
-                       "check the client's clock",
-                       (long long)(first_sent_ms - entry_ms), (long long)KL_FIRST_SENT_AHEAD_MAX_MS);
+    /* Partition time may lag the wall clock for long after a clock step or an outage (it
+     * catches up slowly, entry_clock.h), so the bound is taken from the later of the two. */
+    int64_t ref = wall_ms > entry_ms ? wall_ms : entry_ms;
+    if (first_sent_ms > ref && first_sent_ms - ref > KL_FIRST_SENT_AHEAD_MAX_MS)
+        return kl_fail(err, KL_UNAVAILABLE, "first_sent_ahead",
+                       "first_sent_unix_ms is %lld ms ahead of this leader's clock and of the "
+                       "partition's time (at most %lld); the clocks disagree: retry once they "
+                       "agree (check the client's clock)",
+                       (long long)(first_sent_ms - ref), (long long)KL_FIRST_SENT_AHEAD_MAX_MS);
     return KL_OK;
 }
 

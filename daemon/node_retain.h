@@ -29,9 +29,13 @@ bool kl_retain_batch_expires(const Keyload__V1__BatchRequest *b, bool refused);
 int64_t kl_retain_index_time(int64_t entry_ms, int64_t first_sent_ms);
 /* The mark after an entry of time entry_ms: never lower than mark; retention_ms 0 = off. */
 int64_t kl_retain_mark_next(int64_t mark, int64_t entry_ms, int64_t retention_ms);
-/* first_sent_unix_ms against partition time: negative, or further ahead than
- * KL_FIRST_SENT_AHEAD_MAX_MS, is INVALID_ARGUMENT naming the field. 0 (not given) passes. */
-kl_code kl_retain_check_first_sent(int64_t first_sent_ms, int64_t entry_ms, kl_err *err);
+/* first_sent_unix_ms against the leader's clocks: negative is INVALID_ARGUMENT naming the
+ * field; further than KL_FIRST_SENT_AHEAD_MAX_MS ahead of both the partition time entry_ms
+ * and the leader's wall clock wall_ms is UNAVAILABLE "first_sent_ahead" (retryable: clocks
+ * that disagree come back into step). 0 (not given) passes. The bound keeps a client from
+ * holding its outcomes past the retention by naming a far future; it is never lowered to
+ * partition time alone, which lags the wall clock after a clock step or an outage. */
+kl_code kl_retain_check_first_sent(int64_t first_sent_ms, int64_t entry_ms, int64_t wall_ms, kl_err *err);
 /* A batch whose outcome is not stored: first-sent below the mark means its outcome may have
  * been deleted, so it must not run as new: FAILED_PRECONDITION outcome_expired. */
 kl_code kl_retain_check_expired(int64_t first_sent_ms, int64_t mark, kl_err *err);

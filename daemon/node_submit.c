@@ -592,7 +592,8 @@ static kl_code submit_evaluate(submit_req *r)
         return kl_fail(r->err, KL_UNAVAILABLE, "write_pipeline_full",
                        "the write pipeline is full (%zu batches pending); retry shortly", n->n_pend);
     r->now = n->group.n > 0 ? n->group.time_ms : node_entry_time(n);
-    if ((rc = kl_retain_check_first_sent(r->b->first_sent_unix_ms, r->now, r->err)) != KL_OK)
+    if ((rc = kl_retain_check_first_sent(r->b->first_sent_unix_ms, r->now, n->io.clock_ms(n->io.ctx),
+                                         r->err)) != KL_OK)
         return rc;
     for (;;) {
         if ((rc = batch_evaluate(n, r->principal, r->b, r->digest, &r->subj, &r->limits, r->index, r->term,
