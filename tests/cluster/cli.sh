@@ -2,7 +2,7 @@
 # CLI end to end against real keyloadd processes: the §10 contract (exit codes, --json
 # shapes, replay with --command-id, tokens from stdin), the catalog on partition 0
 # (`database create`, queue placement, the two-step queue delete) and principals
-# (DESIGN.md §5: bootstrap, sessions, create, grant, revoke, show, key rotation, limits).
+# (ARCHITECTURE.md "Sessions and RPC": bootstrap, sessions, create, grant, revoke, show, key rotation, limits).
 # Sessions are required (neither cluster file sets insecure_local_admin): every command
 # after `admin bootstrap` runs as a principal (KEYLOAD_PRINCIPAL/KEYLOAD_KEY).
 # Part 1: a one-member, one-partition cluster started by deploy/keyload-cluster (which
@@ -229,7 +229,7 @@ expect "database still there after restart (CONFLICT)" 1 kl --json database crea
 [ "$(jq -r '.error.code' <<<"$out")" = CONFLICT ] && ok "catalog survives kill -9" || bad "after restart: $out"
 expect "database create replay after restart" 0 kl database create --command-id "$dbcmd"
 
-# ---- principals (DESIGN.md §5): create, grants with field and header lists, revoke,
+# ---- principals (ARCHITECTURE.md "Sessions and RPC"): create, grants with field and header lists, revoke,
 # show, key rotation, a database administrator, database limits ----
 echo "--- principals"
 as() { local who=$1 key=$2; shift 2; timeout -k 5 60 ./bin/keyload --cluster "$keyed" --principal "$who" --key "$keys/$key" "$@"; }
@@ -599,7 +599,7 @@ if [ "$up3" = 1 ]; then
     [ "$(jq -r '.error.code' <<<"$out")" = PERMISSION_DENIED ] && [ "$(jq -r '.error.detail' <<<"$out")" = role:administrator ] &&
       ok "3p: bob3 $what: PERMISSION_DENIED role:administrator" || bad "3p bob3 $what: $out"
   done
-  # ---- remote transfers (DESIGN.md §7, §10): partition 1 -> partition 2 by hand ----
+  # ---- remote transfers (ARCHITECTURE.md "Seed rules"): partition 1 -> partition 2 by hand ----
   echo "--- transfers"
   expect "3p: queue create xsrc on partition 1" 0 k3 --json queue create xsrc --partition 1
   expect "3p: queue create xdst on partition 2" 0 k3 --json queue create xdst --partition 2

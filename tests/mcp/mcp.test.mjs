@@ -1,5 +1,5 @@
 // bin/keyload-mcp driven by the official MCP TypeScript SDK (Client + StdioClientTransport)
-// against a real RF3 cluster (DESIGN.md §1 "official MCP client route"; KL-7 item 4):
+// against a real RF3 cluster (the official MCP client route, ARCHITECTURE.md "Processes"):
 // negotiation, tools/list schemas, every tool called with its effect checked, tool failures
 // as isError results with the KeyLoad code, and unknown tools / bad arguments as JSON-RPC
 // errors. Everything it starts is stopped on exit, failure or timeout (by pid).

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Installs KeyLoad's Debian packages (DESIGN.md §2). Idempotent: installs only what is missing.
+# Installs KeyLoad's Debian packages (README "Dependencies"). Idempotent: installs only what is missing.
 set -euo pipefail
 pkgs=(libprotobuf-c-dev protobuf-c-compiler libnng-dev libsodium-dev librocksdb-dev libuv1-dev
       check libsubunit-dev pkg-config libjansson-dev clang libclang-rt-14-dev gcc make jq

@@ -1,4 +1,4 @@
-/* Unit tests of keyload-coordinator's pure parts (coordinator/, DESIGN.md §8): deterministic
+/* Unit tests of keyload-coordinator's pure parts (coordinator/, ARCHITECTURE.md "Coordinator"): deterministic
  * command ids, the config, the bounded deduplicating buffers, the failed table, intent-token
  * decoding and discovery's per-item decision. No network. Runs under ASan+UBSan with leak
  * detection: every test frees what it builds. */
