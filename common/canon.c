@@ -451,3 +451,18 @@ int kl_canon_bootstrap_proof(const uint8_t secret[32], const char *tenant, const
     kl_canon_free(&c);
     return 0;
 }
+
+bool kl_canon_kind_keeps_outcome(Keyload__V1__Mutation__KindCase kind)
+{
+    switch (kind) {
+    case KEYLOAD__V1__MUTATION__KIND_CREATE_QUEUE_TRANSFER:
+    case KEYLOAD__V1__MUTATION__KIND_ACCEPT_QUEUE_TRANSFER:
+    case KEYLOAD__V1__MUTATION__KIND_COMPLETE_QUEUE_TRANSFER:
+    case KEYLOAD__V1__MUTATION__KIND_ADVANCE_QUEUE_TRANSFER_ATTEMPT:
+    case KEYLOAD__V1__MUTATION__KIND_ADVANCE_QUEUE_TRANSFER_REPAIR:
+    case KEYLOAD__V1__MUTATION__KIND_SET_QUEUE_TRANSFERS_PAUSED:
+        return true;
+    default:
+        return false;
+    }
+}

@@ -16,6 +16,7 @@
 
 #include "keyload/v1/queue.pb-c.h"
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -65,6 +66,12 @@ void kl_canon_complete_queue_transfer(kl_canon *c, const Keyload__V1__Mutation *
 void kl_canon_set_queue_transfers_paused(kl_canon *c, const Keyload__V1__Mutation *m);
 void kl_canon_advance_queue_transfer_attempt(kl_canon *c, const Keyload__V1__Mutation *m);
 void kl_canon_advance_queue_transfer_repair(kl_canon *c, const Keyload__V1__Mutation *m);
+
+/* Whether a batch holding a mutation of this kind keeps its outcome for ever: the
+ * transfer kinds and the transfers pause, whose command ids are deterministic and replay
+ * across a coordinator's restarts (ARCHITECTURE.md "Outcome retention"). The SDK (which then
+ * sends no first-sent time) and the daemon (which then writes no expiry) must agree. O(1). */
+bool kl_canon_kind_keeps_outcome(Keyload__V1__Mutation__KindCase kind);
 
 /* BLAKE2b-256 of the canonical encoding of (method, principal, batch). Returns -1 on OOM. */
 int kl_canon_batch_digest(const char *method, const char *principal,

@@ -1,6 +1,7 @@
 /* node_retain: outcome retention; see node_retain.h and ARCHITECTURE.md "Store layout". */
 #include "daemon/node_retain.h"
 
+#include "common/canon.h"
 #include "common/limits.h"
 #include "daemon/store/keys.h"
 #include "keyload/v1/store.pb-c.h"
@@ -12,19 +13,9 @@ bool kl_retain_batch_expires(const Keyload__V1__BatchRequest *b, bool refused)
 {
     if (refused)
         return false;
-    for (size_t i = 0; i < b->n_mutations; i++) {
-        switch (b->mutations[i]->kind_case) {
-        case KEYLOAD__V1__MUTATION__KIND_CREATE_QUEUE_TRANSFER:
-        case KEYLOAD__V1__MUTATION__KIND_ACCEPT_QUEUE_TRANSFER:
-        case KEYLOAD__V1__MUTATION__KIND_COMPLETE_QUEUE_TRANSFER:
-        case KEYLOAD__V1__MUTATION__KIND_ADVANCE_QUEUE_TRANSFER_ATTEMPT:
-        case KEYLOAD__V1__MUTATION__KIND_ADVANCE_QUEUE_TRANSFER_REPAIR:
-        case KEYLOAD__V1__MUTATION__KIND_SET_QUEUE_TRANSFERS_PAUSED:
+    for (size_t i = 0; i < b->n_mutations; i++)
+        if (kl_canon_kind_keeps_outcome(b->mutations[i]->kind_case))
             return false;
-        default:
-            break;
-        }
-    }
     return true;
 }
 

@@ -2,6 +2,7 @@
  * queue ref, principal, grant, limits change and transfer. The batch itself stays untouched (it may be shared between threads), so the
  * refs and their parents are shallow-copied for the duration of the pack. */
 #include "client/sdk/internal.h"
+#include "common/canon.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -188,19 +189,9 @@ static bool stamp(stamped *s, const Keyload__V1__Mutation *src, char *tenant, ch
 /* Whether b holds a transfer mutation (its outcome is kept for ever). */
 static bool holds_transfer(const kl_batch *b)
 {
-    for (size_t i = 0; i < b->n; i++) {
-        switch (b->muts[i]->kind_case) {
-        case KEYLOAD__V1__MUTATION__KIND_CREATE_QUEUE_TRANSFER:
-        case KEYLOAD__V1__MUTATION__KIND_ACCEPT_QUEUE_TRANSFER:
-        case KEYLOAD__V1__MUTATION__KIND_COMPLETE_QUEUE_TRANSFER:
-        case KEYLOAD__V1__MUTATION__KIND_ADVANCE_QUEUE_TRANSFER_ATTEMPT:
-        case KEYLOAD__V1__MUTATION__KIND_ADVANCE_QUEUE_TRANSFER_REPAIR:
-        case KEYLOAD__V1__MUTATION__KIND_SET_QUEUE_TRANSFERS_PAUSED:
+    for (size_t i = 0; i < b->n; i++)
+        if (kl_canon_kind_keeps_outcome(b->muts[i]->kind_case))
             return true;
-        default:
-            break;
-        }
-    }
     return false;
 }
 
