@@ -9,7 +9,9 @@
 # member answers 401 without or with a wrong token and 200 with it; no scrape contains a
 # body or the principal's name; `keyload-cluster status --json` shows each member's
 # metrics address. Also: a cluster file with a malformed or non-loopback-without-token
-# metrics address is refused naming the field. Ports 15000-15899 (below the ephemeral
+# metrics address is refused naming the field, and `keyloadd --metrics-addr` (with
+# --metrics-token-file) overrides the cluster file's address under the same refusals (a
+# one-member daemon started directly, before the cluster, on this run's ports). Ports 15000-15899 (below the ephemeral
 # range), nine per run from the pid; every process is stopped by pid file on exit.
 set -u
 cd "$(dirname "$0")/../.." || exit 1
@@ -23,7 +25,9 @@ ok() { passed=$((passed + 1)); echo "ok   $1"; }
 bad() { failed=$((failed + 1)); echo "FAIL $1"; }
 check() { local n=$1; shift; if "$@"; then ok "$n"; else bad "$n"; fi; }
 kc() { timeout -k 5 60 deploy/keyload-cluster --config "$cfg" "$@"; }
+dpid=""
 cleanup() {
+  [ -n "$dpid" ] && { kill -KILL "$dpid" 2>/dev/null; wait "$dpid" 2>/dev/null; }
   kc down >/dev/null 2>&1
   rm -rf "var/$name" "$work"
 }
@@ -53,6 +57,57 @@ jq '.partitions[0].members[2] |= del(.metrics_token_file)' "$cfg" >"$badcfg"
 out=$(timeout 20 ./bin/keyload --cluster "$badcfg" --json cluster-status 2>&1)
 grep -q 'metrics_token_file' <<<"$out" && ok "0.0.0.0 without a token file is refused naming metrics_token_file" ||
   bad "non-loopback without token: $out"
+
+# ---- keyloadd --metrics-addr / --metrics-token-file override the member's cluster-file values
+one="$work/one.json"
+cat >"$one" <<JSON
+{"cluster":"${name}one","replica_count":1,"partitions":[{"id":0,"members":[
+  {"id":1,"client":"tcp://127.0.0.1:$base","peer":"tcp://127.0.0.1:$((base + 3))","metrics":"127.0.0.1:$((base + 6))"}]}]}
+JSON
+kd() { timeout -k 5 20 ./bin/keyloadd --cluster "$one" --node p0m1 --var "$work/var" --init-store "$@"; }
+out=$(kd --metrics-addr "0.0.0.0:$((base + 8))" 2>&1); rc=$?
+[ $rc = 2 ] && grep -q -- '--metrics-addr is not a loopback address' <<<"$out" && grep -q -- '--metrics-token-file' <<<"$out" &&
+  ok "keyloadd --metrics-addr 0.0.0.0 without a token file exits 2 naming --metrics-token-file" ||
+  bad "--metrics-addr 0.0.0.0 without a token: rc=$rc $out"
+out=$(kd --metrics-addr "127.0.0.1" 2>&1); rc=$?
+[ $rc = 2 ] && grep -q -- '--metrics-addr must be HOST:PORT' <<<"$out" &&
+  ok "keyloadd --metrics-addr without a port exits 2 naming --metrics-addr" || bad "--metrics-addr malformed: rc=$rc $out"
+out=$(kd --metrics-addr "example.com:$((base + 7))" --metrics-token-file "$token" 2>&1); rc=$?
+[ $rc = 2 ] && grep -q -- '--metrics-addr must be HOST:PORT' <<<"$out" &&
+  ok "keyloadd --metrics-addr with a host name exits 2 even with a token file" || bad "--metrics-addr host name: rc=$rc $out"
+check "the refused starts created no store" [ ! -e "$work/var/${name}one/p0m1" ]
+check "keyloadd --help names --metrics-addr and --metrics-token-file" \
+  bash -c './bin/keyloadd --help 2>&1 | grep -q -- "--metrics-addr HOST:PORT" && ./bin/keyloadd --help 2>&1 | grep -q -- "--metrics-token-file FILE"'
+# the override serves on its address (with the token it needs); the cluster file's is unused
+daemon_up() { # daemon_up URL [token]: waits up to 10 s for an HTTP answer, prints its status
+  local st=""
+  for _ in $(seq 1 100); do
+    st=$(timeout -k 2 5 /usr/bin/python3 tests/cluster/metrics_scrape.py "$1" ${2:+--token "$2"} --status-only 2>/dev/null |
+         jq -r .status 2>/dev/null) && [ -n "$st" ] && break
+    kill -0 "$dpid" 2>/dev/null || break
+    sleep 0.1
+  done
+  echo "${st:-none}"
+}
+for variant in loopback token; do
+  if [ $variant = loopback ]; then
+    ./bin/keyloadd --cluster "$one" --node p0m1 --var "$work/var" --init-store \
+      --metrics-addr "127.0.0.2:$((base + 7))" >"$work/one.log" 2>&1 &
+    dpid=$!; u="http://127.0.0.2:$((base + 7))/metrics"
+    check "--metrics-addr 127.0.0.2 (loopback, no token): 200" [ "$(daemon_up "$u")" = 200 ]
+  else
+    ./bin/keyloadd --cluster "$one" --node p0m1 --var "$work/var" \
+      --metrics-addr "0.0.0.0:$((base + 8))" --metrics-token-file "$token" >"$work/one.log" 2>&1 &
+    dpid=$!; u="http://127.0.0.1:$((base + 8))/metrics"
+    check "--metrics-addr 0.0.0.0 with --metrics-token-file: 200 with the token" [ "$(daemon_up "$u" "$token")" = 200 ]
+    check "--metrics-addr 0.0.0.0 with --metrics-token-file: 401 without it" [ "$(daemon_up "$u")" = 401 ]
+  fi
+  st=$(timeout -k 2 5 /usr/bin/python3 tests/cluster/metrics_scrape.py "http://127.0.0.1:$((base + 6))/metrics" --status-only 2>&1)
+  [ $? = 2 ] && ok "$variant: the cluster file's metrics address is not served" || bad "$variant: cluster-file address answered: $st"
+  kill -TERM "$dpid" 2>/dev/null
+  for _ in $(seq 1 100); do kill -0 "$dpid" 2>/dev/null || break; sleep 0.1; done
+  kill -KILL "$dpid" 2>/dev/null; wait "$dpid" 2>/dev/null; dpid=""
+done
 
 if ! /usr/bin/python3 -c 'import prometheus_client' 2>/dev/null; then
   bad "python3-prometheus-client is not installed (make deps)"; echo "$passed passed, $failed failed"; exit 1
