@@ -204,16 +204,11 @@ static kl_code parse_member(json_t *mj, size_t i, size_t j, kl_partition *p, con
                        false, "member", err)) ||
         (rc = get_public_key(mj, i, j, m, err)))
         return rc;
-    if (m->metrics_addr[0] != '\0' &&
-        kl_metrics_addr_check(m->metrics_addr, "metrics", err) != KL_OK)
-        return kl_fail(err, KL_INVALID_ARGUMENT, "metrics",
-                       "cluster file: partitions[%zu].members[%zu].metrics must be HOST:PORT with an "
-                       "IP address or localhost and a port 1..65535 (e.g. 127.0.0.1:9401)", i, j);
-    if (m->metrics_addr[0] != '\0' && m->metrics_token_file[0] == '\0' &&
-        !kl_metrics_addr_is_loopback(m->metrics_addr))
-        return kl_fail(err, KL_INVALID_ARGUMENT, "metrics_token_file",
-                       "cluster file: partitions[%zu].members[%zu].metrics is not a loopback address: "
-                       "give metrics_token_file (a bearer token scrapers must send)", i, j);
+    char where[80];
+    snprintf(where, sizeof where, "cluster file: partitions[%zu].members[%zu].metrics", i, j);
+    if ((rc = kl_metrics_endpoint_check(m->metrics_addr, m->metrics_token_file, where, "metrics_token_file",
+                                        err)) != KL_OK)
+        return rc;
     if (m->data_dir[0] == '\0') {
         char path[KL_PATH_MAX];
         int n = snprintf(path, sizeof path, "%s/%s/p%dm%d", var_root ? var_root : "var",

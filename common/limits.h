@@ -17,6 +17,11 @@
 /* Longest tenant, database, queue, lane, header key and field key, in bytes. */
 #define KL_SDK_NAME_MAX 128
 
+/* ---------------------------------------------------------------- scan hints (daemon/engine/view.h) */
+/* Prefixes whose first live key a leader remembers (per lane 'A' and per queue 'T' ranges
+ * the Receives scan); past it the oldest is forgotten and that prefix is learnt again. */
+#define KL_SCAN_HINTS_MAX 64
+
 /* ---------------------------------------------------------------- metrics (common/metrics.h) */
 /* Queues a member reports per-queue series for (depth, in flight) in one scrape; the
  * series of the queues past it are counted in keyload_metrics_series_dropped_total. */
@@ -232,6 +237,7 @@ _Static_assert(KL_OUTCOME_SWEEP_MAX >= 64, "an entry sweeps at least a full grou
 /* A scrape answers before a scraper's usual 10 s timeout; a token is at least its minimum. */
 _Static_assert(KL_METRICS_RENDER_WAIT_MS < 10000, "a scrape answers within a scraper's timeout");
 _Static_assert(KL_METRICS_TOKEN_MIN <= KL_METRICS_TOKEN_MAX, "metrics token bounds");
+_Static_assert(KL_SCAN_HINTS_MAX >= 2, "a Receive's two ranges (its lane's and its queue's) fit at once");
 _Static_assert(KL_METRICS_QUEUES_MAX >= 1, "at least one queue's series");
 _Static_assert(KL_METRICS_SCAN_RECORDS_MAX > KL_METRICS_QUEUES_MAX, "the scan budget reads every capped queue record");
 

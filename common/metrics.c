@@ -258,3 +258,19 @@ bool kl_metrics_addr_is_loopback(const char *addr)
         return inet_pton(AF_INET6, host, bin) == 1 && memcmp(bin, in6addr_loopback.s6_addr, 16) == 0;
     return inet_pton(AF_INET, host, bin) == 1 && bin[0] == 127;
 }
+
+kl_code kl_metrics_endpoint_check(const char *addr, const char *token_file, const char *addr_name,
+                                  const char *token_name, kl_err *err)
+{
+    if (addr == NULL || addr[0] == '\0')
+        return KL_OK;
+    if (kl_metrics_addr_check(addr, "metrics", err) != KL_OK)
+        return kl_fail(err, KL_INVALID_ARGUMENT, "metrics",
+                       "%s must be HOST:PORT with an IP address or localhost and a port 1..65535 "
+                       "(e.g. 127.0.0.1:9401)", addr_name);
+    if ((token_file == NULL || token_file[0] == '\0') && !kl_metrics_addr_is_loopback(addr))
+        return kl_fail(err, KL_INVALID_ARGUMENT, "metrics_token_file",
+                       "%s is not a loopback address: give %s (a bearer token scrapers must send)",
+                       addr_name, token_name);
+    return KL_OK;
+}

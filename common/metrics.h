@@ -86,5 +86,12 @@ bool kl_metrics_addr_is_loopback(const char *addr);
 /* Checks `host:port` (host an IPv4 address, `localhost` or `[v6]`; port 1..65535).
  * KL_INVALID_ARGUMENT naming `field` when malformed. Pure. */
 kl_code kl_metrics_addr_check(const char *addr, const char *field, kl_err *err);
+/* The rules every member metrics endpoint obeys, whether the cluster file or `keyloadd
+ * --metrics-addr` gives it: "" = no endpoint (OK); else addr must pass kl_metrics_addr_check
+ * (detail `metrics`), and a non-loopback addr needs a token file (detail
+ * `metrics_token_file`). addr_name and token_name say where the user wrote them, for the
+ * message; neither the token nor the file's content is read here. Pure. */
+kl_code kl_metrics_endpoint_check(const char *addr, const char *token_file, const char *addr_name,
+                                  const char *token_name, kl_err *err);
 
 #endif

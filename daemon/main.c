@@ -2,6 +2,7 @@
  *
  *   keyloadd --cluster FILE --node pPmM [--data DIR] [--var DIR]
  *            [--cluster-secret FILE] [--member-key FILE] [--init-store]
+ *            [--metrics-addr HOST:PORT] [--metrics-token-file FILE]
  *   keyloadd keygen ...          key files (daemon/keygen.h)
  *
  * Keys (common/keys.h) are read and checked before anything else starts: a member key
@@ -412,7 +413,8 @@ static void usage(void)
 {
     fprintf(stderr, "usage: keyloadd --cluster FILE --node pPmM [--data DIR] [--var DIR]\n"
                     "                [--cluster-secret FILE] [--member-key FILE] [--init-store]\n"
-                    "                [--disk-reserve-mb N]\n"
+                    "                [--disk-reserve-mb N] [--metrics-addr HOST:PORT]\n"
+                    "                [--metrics-token-file FILE]\n"
                     "       keyloadd keygen --help\n"
                     "  --init-store  create this member's store in an empty data directory. Pass it\n"
                     "                on the member's first start only: without it an empty or wiped\n"
@@ -421,13 +423,20 @@ static void usage(void)
                     "                On a store that is already this member's it changes nothing.\n"
                     "  --disk-reserve-mb N  refuse batches (UNAVAILABLE, detail disk_full) while the\n"
                     "                data directory's file system has less than N MiB free\n"
-                    "                (default %d); writing resumes once space returns.\n",
+                    "                (default %d); writing resumes once space returns.\n"
+                    "  --metrics-addr HOST:PORT  serve Prometheus /metrics there instead of the\n"
+                    "                member's \"metrics\" in the cluster file. HOST is an IP address or\n"
+                    "                localhost; an address that is not loopback (127.0.0.0/8, ::1,\n"
+                    "                localhost) needs a token file, else keyloadd exits 2.\n"
+                    "  --metrics-token-file FILE  the bearer token scrapers must send, instead of\n"
+                    "                the member's \"metrics_token_file\" in the cluster file.\n",
             DISK_RESERVE_MB_DEFAULT);
 }
 
 typedef struct daemon_args {
     const char *cluster_file, *node_name, *data_dir, *var_root;
     const char *cluster_secret_file, *member_key_file;
+    const char *metrics_addr, *metrics_token_file; /* NULL: the cluster file's */
     bool init_store;
     uint64_t disk_reserve_mb;
 } daemon_args;
@@ -443,6 +452,8 @@ static int parse_args(int argc, char **argv, daemon_args *a)
         {"member-key", required_argument, NULL, 'k'},
         {"init-store", no_argument, NULL, 'i'},
         {"disk-reserve-mb", required_argument, NULL, 'r'},
+        {"metrics-addr", required_argument, NULL, 'm'},
+        {"metrics-token-file", required_argument, NULL, 't'},
         {"help", no_argument, NULL, 'h'},          {NULL, 0, NULL, 0}};
     int ch;
     while ((ch = getopt_long(argc, argv, "", opts, NULL)) != -1) {
@@ -454,6 +465,8 @@ static int parse_args(int argc, char **argv, daemon_args *a)
         case 's': a->cluster_secret_file = optarg; break;
         case 'k': a->member_key_file = optarg; break;
         case 'i': a->init_store = true; break;
+        case 'm': a->metrics_addr = optarg; break;
+        case 't': a->metrics_token_file = optarg; break;
         case 'r': {
             char *end;
             errno = 0;
@@ -471,6 +484,31 @@ static int parse_args(int argc, char **argv, daemon_args *a)
     }
     if (a->cluster_file == NULL || a->node_name == NULL) {
         usage();
+        return 2;
+    }
+    return -1;
+}
+
+/* --metrics-addr and --metrics-token-file replace the member's cluster-file values (m is a
+ * member of the caller's own cluster copy) under the same rules (common/metrics.h
+ * kl_metrics_endpoint_check); a refusal exits 2 before any store is opened. */
+static int metrics_override(const daemon_args *a, kl_member *m, kl_err *err)
+{
+    if (a->metrics_addr == NULL && a->metrics_token_file == NULL)
+        return -1;
+    if ((a->metrics_addr != NULL &&
+         snprintf(m->metrics_addr, sizeof m->metrics_addr, "%s", a->metrics_addr) >= (int)sizeof m->metrics_addr) ||
+        (a->metrics_token_file != NULL &&
+         snprintf(m->metrics_token_file, sizeof m->metrics_token_file, "%s", a->metrics_token_file) >=
+             (int)sizeof m->metrics_token_file)) {
+        fprintf(stderr, "keyloadd: --metrics-addr must be under %d bytes, --metrics-token-file under %d\n",
+                KL_URL_MAX, KL_PATH_MAX);
+        return 2;
+    }
+    if (kl_metrics_endpoint_check(m->metrics_addr, m->metrics_token_file,
+                                  a->metrics_addr != NULL ? "--metrics-addr" : "the cluster file's metrics",
+                                  "--metrics-token-file (or the member's metrics_token_file)", err) != KL_OK) {
+        fprintf(stderr, "keyloadd: %s\n", err->message);
         return 2;
     }
     return -1;
@@ -499,7 +537,7 @@ static int load_cluster(const daemon_args *a, kl_cluster *cluster, int *partitio
                 a->node_name, a->cluster_file);
         return 2;
     }
-    return -1;
+    return metrics_override(a, (kl_member *)*me, err);
 }
 
 /* The node over the open store; the node copies its config and io. */

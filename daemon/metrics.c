@@ -171,6 +171,34 @@ static void render_queues(const kl_dmetrics_src *s, kl_metrics_buf *b)
                    "Queues per scrape that get per-queue series.", KL_METRICS_QUEUES_MAX);
 }
 
+/* Transfers: counters of the events this member applied (node.c note_transfers), failures
+ * by status code (a closed set: every code's series is written, zeros included), and the
+ * partition's OutputPending intents read from applied state within the scan budget. */
+static void render_transfers(const kl_dmetrics_src *s, kl_metrics_buf *b)
+{
+    kl_node_transfer_counts t;
+    kl_node_transfer_counts_get(s->node, &t);
+    kl_metrics_one(b, "keyload_transfers_created_total", "counter",
+                   "Transfer intents this member applied on their source partition since it started.", t.created);
+    kl_metrics_one(b, "keyload_transfers_delivered_total", "counter",
+                   "Transfer intents this member applied as Delivered (Complete) since it started.", t.delivered);
+    kl_metrics_family(b, "keyload_transfers_failed_total", "counter",
+                      "Committed terminal refusals of transfer steps (Accept, Complete, advance) this member "
+                      "applied since it started, by status code.");
+    for (int c = 1; c < KL_CODE_COUNT; c++) {
+        kl_metrics_label l = {"code", kl_code_name(c)};
+        kl_metrics_u64(b, "keyload_transfers_failed_total", &l, 1, t.failed[c]);
+    }
+    uint64_t pending = 0;
+    kl_err err;
+    if (kl_node_transfers_pending(s->node, KL_METRICS_SCAN_RECORDS_MAX, &pending, &err) != KL_OK) {
+        s->m->scrape_errors++; /* past the budget: no sample rather than a wrong one */
+        return;
+    }
+    kl_metrics_one(b, "keyload_transfers_pending", "gauge",
+                   "Transfer intents of this partition in state OutputPending (as this member applied).", pending);
+}
+
 void kl_dmetrics_render(const kl_dmetrics_src *s, kl_metrics_buf *b)
 {
     char part[16], mem[24];
@@ -191,6 +219,7 @@ void kl_dmetrics_render(const kl_dmetrics_src *s, kl_metrics_buf *b)
         kl_metrics_one(b, "keyload_batches_total", "counter", "Batches this member evaluated as leader.", nc.batches);
         kl_metrics_one(b, "keyload_parked_receives", "gauge", "Receives waiting for messages.", kl_node_parked(s->node));
         render_queues(s, b);
+        render_transfers(s, b);
     }
     kl_metrics_one(b, "keyload_sessions", "gauge", "Open client sessions on this member.",
                    s->sessions ? kl_sessions_count(s->sessions) : 0);

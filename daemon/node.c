@@ -26,6 +26,7 @@ void kl_node_subject_cache_costs(const kl_node *n, uint64_t *hits, uint64_t *mis
 
 bool kl_node_broken(const kl_node *n) { return n->broken; }
 void kl_node_costs_get(const kl_node *n, kl_node_costs *out) { *out = n->costs; }
+void kl_node_transfer_counts_get(const kl_node *n, kl_node_transfer_counts *out) { *out = n->xfer; }
 uint64_t kl_node_applied_index(const kl_node *n) { return kl_store_applied_index(n->store); }
 size_t kl_node_pending_batches(const kl_node *n) { return n->n_pend; }
 
@@ -215,6 +216,46 @@ static void park_note_entry(kl_node *n, const Keyload__V1__LogEntry *e)
             kl_park_note_key(&n->park, e->write_sets[i]->ops[j]->key.data, e->write_sets[i]->ops[j]->key.len);
 }
 
+/* Counts an applied entry's transfer events (kl_node_transfer_counts) from its write-sets'
+ * keys: one byte compared per op, and only a committed refusal's outcome (a client batch
+ * stored without a receipt) is decoded. Only counts: nothing here can fail the apply. */
+static void note_transfers(kl_node *n, const Keyload__V1__LogEntry *e)
+{
+    for (size_t i = 0; i < e->n_write_sets; i++) {
+        const Keyload__V1__WriteSet *w = e->write_sets[i];
+        bool refusal = w->principal != NULL && w->principal[0] != '\0' && w->receipt.len == 0;
+        for (size_t j = 0; j < w->n_ops; j++) {
+            const Keyload__V1__KvOp *op = w->ops[j];
+            if (op->key.len == 0)
+                continue;
+            if (op->key.data[0] == 'Y') {
+                if (op->del)
+                    n->xfer.delivered++;
+                else
+                    n->xfer.created++;
+            } else if (refusal && op->key.data[0] == 'O' && !op->del) {
+                Keyload__V1__OutcomeRecord *o = keyload__v1__outcome_record__unpack(NULL, op->value.len,
+                                                                                    op->value.data);
+                if (o != NULL && o->error_code > 0 && o->error_code < KL_CODE_COUNT)
+                    n->xfer.failed[o->error_code]++;
+                keyload__v1__outcome_record__free_unpacked(o, NULL);
+            }
+        }
+    }
+}
+
+/* Keeps the scan hints true across the apply of e (engine/view.h): each put may lower one.
+ * Called before the store applies it; lowering a hint early is always safe. */
+static void note_hints(kl_node *n, const Keyload__V1__LogEntry *e)
+{
+    kl_scan_hints_begin_apply(&n->hints, kl_store_applied_index(n->store), e->index);
+    for (size_t i = 0; i < e->n_write_sets; i++)
+        for (size_t j = 0; j < e->write_sets[i]->n_ops; j++)
+            if (!e->write_sets[i]->ops[j]->del)
+                kl_scan_hints_note_put(&n->hints, e->write_sets[i]->ops[j]->key.data,
+                                       e->write_sets[i]->ops[j]->key.len);
+}
+
 /* Answers every parked Receive with err: nothing of theirs was proposed. */
 static void park_drop(kl_node *n, const kl_err *err)
 {
@@ -231,9 +272,12 @@ static kl_code apply_encoded(kl_node *n, const uint8_t *bytes, size_t len, kl_er
         return kl_fail(err, KL_INTERNAL, "log", "log entry does not decode");
     uint64_t t1 = node_mono_ns();
     kl_entry_clock_observe(&n->clock, e->time_unix_ms, boot_ns(n));
+    note_hints(n, e);
     kl_code rc = kl_store_apply(n->store, e, err);
     if (rc == KL_OK && n->park.n > 0)
         park_note_entry(n, e);
+    if (rc == KL_OK)
+        note_transfers(n, e);
     keyload__v1__log_entry__free_unpacked(e, NULL);
     n->costs.apply_decode_ns += t1 - t0;
     n->costs.apply_write_ns += node_mono_ns() - t1;
@@ -273,10 +317,13 @@ static kl_code apply_own(kl_node *n, node_entry *own, kl_err *err)
     e.n_write_sets = own->n;
     e.write_sets = own->sets;
     kl_entry_clock_observe(&n->clock, e.time_unix_ms, boot_ns(n));
+    note_hints(n, &e);
     kl_code rc = kl_store_apply(n->store, &e, err);
     /* The leader holds the parked Receives, and its own entries skip apply_encoded. */
     if (rc == KL_OK && n->park.n > 0)
         park_note_entry(n, &e);
+    if (rc == KL_OK)
+        note_transfers(n, &e);
     entry_free(own);
     memmove(n->proposed, n->proposed + 1, (n->n_proposed - 1) * sizeof *n->proposed);
     n->n_proposed--;

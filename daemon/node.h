@@ -74,6 +74,16 @@ typedef struct kl_node_costs {
 } kl_node_costs;
 void kl_node_costs_get(const kl_node *n, kl_node_costs *out);
 
+/* Transfer events in the entries this member applied since it started, read from their
+ * write-sets (ARCHITECTURE.md "Metrics"): intents created ('Y' pending keys written),
+ * intents Delivered ('Y' keys deleted by Complete), and committed terminal refusals (an
+ * Accept, Complete or advance whose outcome records an error) by status code. */
+typedef struct kl_node_transfer_counts {
+    uint64_t created, delivered;
+    uint64_t failed[KL_CODE_COUNT];
+} kl_node_transfer_counts;
+void kl_node_transfer_counts_get(const kl_node *n, kl_node_transfer_counts *out);
+
 typedef struct kl_node_config {
     int partition;
     int partition_count;          /* partitions in the cluster (queue placement) */
@@ -189,6 +199,9 @@ kl_code kl_node_read(kl_node *n, kl_node_read_kind kind, const char *principal, 
 /* Per-queue depth and in-flight over applied state for metrics (engine/queue.h
  * kl_queue_gauges), at most max queues, reading at most scan_limit records. */
 typedef struct kl_queue_gauge kl_queue_gauge;
+/* The partition's OutputPending intents as applied (its 'Y' records), reading at most
+ * scan_limit records: RESOURCE_EXHAUSTED past it. */
+kl_code kl_node_transfers_pending(kl_node *n, uint64_t scan_limit, uint64_t *count, kl_err *err);
 kl_code kl_node_queue_gauges(kl_node *n, kl_queue_gauge *out, size_t max, uint64_t scan_limit,
                              size_t *filled, size_t *total, kl_err *err);
 

@@ -83,6 +83,8 @@ struct kl_node {
     node_entry *proposed;        /* own entries proposed, not applied yet, in index order */
     size_t n_proposed, cap_proposed;
     kl_node_costs costs;
+    kl_node_transfer_counts xfer; /* bumped on apply (node.c note_transfers) */
+    kl_scan_hints hints;         /* where evaluation scans seek (engine/view.h), kept on apply */
     kl_park park;                /* Receives waiting for messages (park.h) */
 };
 

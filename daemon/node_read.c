@@ -499,6 +499,12 @@ kl_code kl_node_read(kl_node *n, kl_node_read_kind kind, const char *principal, 
     return kl_fail(err, KL_INTERNAL, "read_kind", "not a read the node serves by kind");
 }
 
+kl_code kl_node_transfers_pending(kl_node *n, uint64_t scan_limit, uint64_t *count, kl_err *err)
+{
+    kl_view view = {.store = n->store, .scan_limit = scan_limit};
+    return kl_transfer_pending_count(&view, count, err);
+}
+
 kl_code kl_node_queue_gauges(kl_node *n, kl_queue_gauge *out, size_t max, uint64_t scan_limit,
                              size_t *filled, size_t *total, kl_err *err)
 {

@@ -269,7 +269,7 @@ static kl_code batch_evaluate(kl_node *n, const char *principal, const Keyload__
                               batch_eval *ev, kl_err *err)
 {
     kl_view view = {.store = n->store, .pending = &n->overlay, .scratch = &ev->scratch,
-                    .scan_limit = limits->max_scan_records};
+                    .scan_limit = limits->max_scan_records, .hints = &n->hints};
     kl_eval_ctx ctx = node_eval_ctx(n, &view, limits, subj, now);
     ctx.index = index;
     ctx.term = term;

@@ -17,6 +17,11 @@ bool mcp_arg_int(const json_t *args, const char *name, int64_t *out)
     return true;
 }
 
+bool mcp_arg_null(const json_t *args, const char *name)
+{
+    return json_is_null(json_object_get(args, name));
+}
+
 bool mcp_arg_bool(const json_t *args, const char *name, bool dflt)
 {
     const json_t *v = json_object_get(args, name);

@@ -95,6 +95,8 @@ void mcp_server_close(mcp_server *s);
 typedef enum mcp_arg_type {
     MCP_ARG_STRING,
     MCP_ARG_INTEGER,      /* a JSON integer within [min, max] */
+    MCP_ARG_INTEGER_OR_NULL, /* the same or JSON null (schema type ["integer", "null"]): null
+                              * says "set to none", which leaving the argument out cannot */
     MCP_ARG_BOOLEAN,
     MCP_ARG_STRING_ARRAY, /* at most MCP_MAX_ARRAY_ITEMS strings */
     MCP_ARG_STRING_MAP,   /* an object of at most MCP_MAX_MAP_ENTRIES string values */
@@ -105,7 +107,7 @@ typedef struct mcp_arg {
     mcp_arg_type type;
     bool required;
     const char *description;
-    int64_t min, max;             /* MCP_ARG_INTEGER only; both 0: [0, INT64_MAX] */
+    int64_t min, max;             /* MCP_ARG_INTEGER(_OR_NULL) only; both 0: [0, INT64_MAX] */
     const char *const *choices;   /* MCP_ARG_STRING: NULL-terminated enum, or NULL */
     size_t min_items;             /* MCP_ARG_STRING_ARRAY */
 } mcp_arg;
@@ -144,6 +146,7 @@ extern const mcp_tool mcp_query_tools[];
 const char *mcp_arg_str(const json_t *args, const char *name);   /* NULL when absent */
 bool mcp_arg_int(const json_t *args, const char *name, int64_t *out); /* false when absent */
 bool mcp_arg_bool(const json_t *args, const char *name, bool dflt);
+bool mcp_arg_null(const json_t *args, const char *name); /* present and JSON null */
 /* A base64 argument decoded; INVALID_ARGUMENT "usage" (a JSON-RPC invalid params error)
  * naming the argument, never its text, when it is not canonical base64. *out malloc'd. */
 kl_code mcp_arg_b64(const json_t *args, const char *name, uint8_t **out, size_t *len,

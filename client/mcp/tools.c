@@ -82,9 +82,12 @@ static json_t *arg_schema(const mcp_arg *a)
         }
         break;
     case MCP_ARG_INTEGER:
+    case MCP_ARG_INTEGER_OR_NULL:
         integer_range(a, &min, &max);
         p = json_pack("{s:s,s:I,s:I}", "type", "integer", "minimum", (json_int_t)min, "maximum",
                       (json_int_t)max);
+        if (p != NULL && a->type == MCP_ARG_INTEGER_OR_NULL)
+            json_object_set_new(p, "type", json_pack("[s,s]", "integer", "null"));
         break;
     case MCP_ARG_BOOLEAN:
         p = json_pack("{s:s}", "type", "boolean");
@@ -164,6 +167,10 @@ static bool check_value(const mcp_tool *t, const mcp_arg *a, const json_t *v, mc
                                 t->name, a->name);
         }
         return true;
+    case MCP_ARG_INTEGER_OR_NULL:
+        if (json_is_null(v))
+            return true;
+        /* fall through */
     case MCP_ARG_INTEGER:
         integer_range(a, &min, &max);
         if (!json_is_integer(v))

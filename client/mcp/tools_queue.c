@@ -38,9 +38,9 @@ static const char *const encodings[] = {"utf8", "base64", NULL};
      0},                                                                                          \
     {"max_query_read_bytes", MCP_ARG_INTEGER, false, "MaxQueryReadBytes (0: the cluster's)", 0, \
      0, NULL, 0},                                                                                 \
-    {"max_transfer_accept_attempts", MCP_ARG_INTEGER, false,                                      \
-     "MaxQueueTransferAcceptAttempts (database_create: absent is null; database_limits: absent " \
-     "keeps it)", 1, INT64_MAX, NULL, 0}
+    {"max_transfer_accept_attempts", MCP_ARG_INTEGER_OR_NULL, false,                              \
+     "MaxQueueTransferAcceptAttempts, null for none (database_create: absent is null; "         \
+     "database_limits: absent keeps it, null removes it)", 1, INT64_MAX, NULL, 0}
 
 /* ---------------------------------------------------------------- shared builders */
 
@@ -242,8 +242,10 @@ static kl_code database_limits(kl_client *c, kl_batch *b, const json_t *args, kl
     limits_from_args(args, &l);
     uint32_t fields = 0;
     int64_t n;
+    /* null names the field with no value: limits_from_args left it unset, so the daemon
+     * merges "none" into the stored limits (the CLI's --max-transfer-accept-attempts null). */
     for (size_t i = 0; i < sizeof named / sizeof named[0]; i++)
-        if (mcp_arg_int(args, named[i].name, &n))
+        if (mcp_arg_int(args, named[i].name, &n) || mcp_arg_null(args, named[i].name))
             fields |= named[i].bit;
     if (fields == 0)
         return kl_fail(err, KL_INVALID_ARGUMENT, "limits",

@@ -1416,3 +1416,19 @@ const kl_mutation_kind kl_transfer_kind_set_queue_transfers_paused = {
     .ref = ref_set_queue_transfers_paused,
     .changes_catalog = catalog_pause_switch,
 };
+
+static int count_pending(void *arg, const uint8_t *key, size_t klen, const uint8_t *val, size_t vlen)
+{
+    (void)key, (void)klen, (void)val, (void)vlen;
+    ++*(uint64_t *)arg;
+    return 0;
+}
+
+kl_code kl_transfer_pending_count(kl_view *v, uint64_t *count, kl_err *err)
+{
+    kl_key prefix;
+    kl_key_transfer_pending_prefix(&prefix, 0, 0, NULL);
+    *count = 0;
+    /* the tag byte alone: the 'Y' keys of every database */
+    return kl_view_scan(v, prefix.b, 1, count_pending, count, err);
+}

@@ -68,6 +68,9 @@ kl_code kl_transfer_receipt(kl_eval_ctx *c, const Keyload__V1__InspectQueueTrans
 kl_code kl_transfer_pending(kl_eval_ctx *c, const Keyload__V1__ListPendingQueueTransfersRequest *r,
                             const uint8_t partition_incarnation[16], uint64_t principal_bytes,
                             uint8_t **answer, size_t *len, kl_err *err);
+/* The partition's OutputPending intents: its 'Y' records, every database's (metrics). Reads
+ * within v's scan budget: RESOURCE_EXHAUSTED past it. */
+kl_code kl_transfer_pending_count(kl_view *v, uint64_t *count, kl_err *err);
 /* keyload.v1.ReadQueueTransferFailure (transfer_failure.c; transfer.proto says what it
  * answers). principal: the outcome namespace of the caller (as the node keys outcomes);
  * principal_bytes: its stored record's size (charged); policy_epoch: the caller's current

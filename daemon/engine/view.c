@@ -86,6 +86,91 @@ static const kl_ov_entry *ov_cur(ov_cursor *c, const uint8_t *p, size_t plen)
     return has_prefix(e->key, e->klen, p, plen) ? e : NULL;
 }
 
+static void hints_reset(kl_scan_hints *h, uint64_t applied)
+{
+    for (size_t i = 0; i < KL_SCAN_HINTS_MAX; i++)
+        h->h[i].state = 0;
+    memset(h->tags, 0, sizeof h->tags);
+    h->next = 0;
+    h->applied = applied;
+}
+
+void kl_scan_hints_begin_apply(kl_scan_hints *h, uint64_t applied, uint64_t index)
+{
+    if (h->applied != applied)
+        hints_reset(h, applied);
+    h->applied = index;
+}
+
+void kl_scan_hints_note_put(kl_scan_hints *h, const uint8_t *key, size_t klen)
+{
+    if (klen == 0 || !(h->tags[key[0] >> 3] & (1u << (key[0] & 7))))
+        return;
+    for (size_t i = 0; i < KL_SCAN_HINTS_MAX; i++) {
+        kl_scan_hint *e = &h->h[i];
+        if (e->state < 2 || !has_prefix(key, klen, e->prefix, e->plen) ||
+            (e->state == 2 && kl_key_compare(key, klen, e->key, e->klen) >= 0))
+            continue;
+        if (klen > KL_KEY_MAX) { /* not a key of ours: learn the prefix again */
+            e->state = 1;
+            continue;
+        }
+        memcpy(e->key, key, klen);
+        e->klen = klen;
+        e->state = 2;
+    }
+}
+
+/* The prefix's hint for the store as it is now (a new, learning one if none). */
+static kl_scan_hint *hint_for(kl_scan_hints *h, const kl_store *st, const uint8_t *prefix, size_t plen)
+{
+    if (plen == 0 || plen > KL_KEY_MAX)
+        return NULL;
+    if (h->applied != kl_store_applied_index(st))
+        hints_reset(h, kl_store_applied_index(st));
+    for (size_t i = 0; i < KL_SCAN_HINTS_MAX; i++)
+        if (h->h[i].state != 0 && h->h[i].plen == plen && memcmp(h->h[i].prefix, prefix, plen) == 0)
+            return &h->h[i];
+    kl_scan_hint *e = &h->h[h->next];
+    h->next = (h->next + 1) % KL_SCAN_HINTS_MAX;
+    memcpy(e->prefix, prefix, plen);
+    e->plen = plen;
+    e->state = 1;
+    h->tags[prefix[0] >> 3] |= (uint8_t)(1u << (prefix[0] & 7));
+    return e;
+}
+
+/* Seeks the store iterator for a scan of prefix from start: at the prefix's hint when that
+ * lies past start, and learns the hint when the seek began at the prefix or the hint. *none:
+ * the store holds no live key of the prefix at or after where the scan starts. */
+static void scan_seek(kl_view *v, rocksdb_iterator_t *it, const uint8_t *prefix, size_t plen,
+                      const uint8_t *start, size_t slen, bool *none)
+{
+    kl_scan_hint *e = v->hints ? hint_for(v->hints, v->store, prefix, plen) : NULL;
+    bool from_known = slen == plen; /* start is the prefix itself */
+    if (e != NULL && e->state == 3) {
+        *none = true;
+        return;
+    }
+    if (e != NULL && e->state == 2 && kl_key_compare(e->key, e->klen, start, slen) > 0) {
+        start = e->key;
+        slen = e->klen;
+        from_known = true;
+    }
+    rocksdb_iter_seek(it, (const char *)start, slen);
+    if (e == NULL || !from_known)
+        return;
+    size_t rklen = 0;
+    const uint8_t *rk = rocksdb_iter_valid(it) ? (const uint8_t *)rocksdb_iter_key(it, &rklen) : NULL;
+    if (rk != NULL && has_prefix(rk, rklen, prefix, plen) && rklen <= KL_KEY_MAX) {
+        memcpy(e->key, rk, rklen);
+        e->klen = rklen;
+        e->state = 2;
+    } else {
+        e->state = 3;
+    }
+}
+
 kl_code kl_view_scan(kl_view *v, const uint8_t *prefix, size_t plen, kl_view_scan_fn fn,
                      void *arg, kl_err *err)
 {
@@ -102,12 +187,13 @@ kl_code kl_view_scan_from(kl_view *v, const uint8_t *prefix, size_t plen, const 
     ov_cursor sc = {v->scratch, v->scratch ? kl_overlay_lower_bound(v->scratch, start, slen) : 0};
     ov_cursor pc = {v->pending, v->pending ? kl_overlay_lower_bound(v->pending, start, slen) : 0};
     rocksdb_iterator_t *it = kl_store_iterator(v->store);
-    rocksdb_iter_seek(it, (const char *)start, slen);
+    bool store_none = false;
+    scan_seek(v, it, prefix, plen, start, slen, &store_none);
     kl_code rc = KL_OK;
     for (;;) {
         const uint8_t *rk = NULL;
         size_t rklen = 0;
-        if (rocksdb_iter_valid(it)) {
+        if (!store_none && rocksdb_iter_valid(it)) {
             rk = (const uint8_t *)rocksdb_iter_key(it, &rklen);
             if (!has_prefix(rk, rklen, prefix, plen))
                 rk = NULL;
@@ -150,11 +236,13 @@ kl_code kl_view_scan_from(kl_view *v, const uint8_t *prefix, size_t plen, const 
                 break;
             stop = fn(arg, kbuf, kcopy, val, vlen);
         }
+        /* Stopping first: advancing the store iterator past the last key wanted would walk
+         * whatever tombstones follow it up to the next live key. */
+        if (stop)
+            break;
         if (s_eq) sc.i++;
         if (p_eq) pc.i++;
         if (r_eq) rocksdb_iter_next(it);
-        if (stop)
-            break;
     }
     rocksdb_iter_destroy(it);
     return rc;

@@ -6,10 +6,41 @@
 #ifndef KL_VIEW_H
 #define KL_VIEW_H
 
+#include "common/limits.h"
 #include "daemon/engine/overlay.h"
 #include "daemon/store/store.h"
 
 #include <protobuf-c/protobuf-c.h>
+
+/* Scan hints (ARCHITECTURE.md "Write path" step 7): for a scanned prefix, a key below which the
+ * applied store holds no live key of that prefix, so a scan seeks its RocksDB iterator
+ * there instead of walking the tombstones acked messages and settled leases leave at the
+ * front of a lane's 'A' range and a queue's 'T' range (they stay until compaction). Only
+ * where the store iterator starts changes: the overlays are still merged from the scan's
+ * start and the live keys visited, their order and the budget charged are the same, so no
+ * answer or write-set differs.
+ * A hint is learnt from the first live store key a scan from the prefix (or from the hint)
+ * lands on, and lowered by every put the node applies under its prefix (deletes only make
+ * it conservative). The table holds for one applied index: a store that moved any other way
+ * (a snapshot installed) finds it stale and it is emptied. Loop thread only. */
+typedef struct kl_scan_hint {
+    uint8_t prefix[KL_KEY_MAX];
+    size_t plen;
+    uint8_t key[KL_KEY_MAX];  /* no live store key of the prefix below it */
+    size_t klen;
+    uint8_t state;            /* 0 unused, 1 learning (no key yet), 2 key, 3 none live at all */
+} kl_scan_hint;
+typedef struct kl_scan_hints {
+    uint64_t applied;         /* the store's applied index the hints hold for */
+    size_t next;              /* the slot a new prefix takes (round robin) */
+    uint8_t tags[32];         /* first bytes of the hinted prefixes (a filter for puts) */
+    kl_scan_hint h[KL_SCAN_HINTS_MAX];
+} kl_scan_hints;
+
+/* Before the node applies an entry to a store at applied index `applied`: empties the
+ * table if it held for another index, then lowers the hints each put (key) will pass. */
+void kl_scan_hints_begin_apply(kl_scan_hints *h, uint64_t applied, uint64_t index);
+void kl_scan_hints_note_put(kl_scan_hints *h, const uint8_t *key, size_t klen);
 
 typedef struct kl_view {
     kl_store *store;
@@ -17,6 +48,7 @@ typedef struct kl_view {
     kl_overlay *scratch;   /* may be NULL for read-only views */
     uint64_t scanned;
     uint64_t scan_limit;
+    kl_scan_hints *hints;  /* may be NULL: every scan seeks from its start */
 } kl_view;
 
 /* Point read. On found, *val is malloc'd (caller frees). RESOURCE_EXHAUSTED past the

@@ -9,7 +9,13 @@
 # member answers 401 without or with a wrong token and 200 with it; no scrape contains a
 # body or the principal's name; `keyload-cluster status --json` shows each member's
 # metrics address. Also: a cluster file with a malformed or non-loopback-without-token
-# metrics address is refused naming the field. Ports 15000-15899 (below the ephemeral
+# metrics address is refused naming the field, and `keyloadd --metrics-addr` (with
+# --metrics-token-file) overrides the cluster file's address under the same refusals (a
+# one-member daemon started directly, before the cluster, on this run's ports). Then the
+# daemon's transfer series on a three-partition cluster (RF1, the same ports once the RF3
+# one is down): one transfer delivered (partition 1 -> 2) moves created, pending and
+# delivered on partition 1; one Accept into a full queue, a committed RESOURCE_EXHAUSTED
+# refusal, moves failed{code=RESOURCE_EXHAUSTED} on partition 2. Ports 15000-15899 (below the ephemeral
 # range), nine per run from the pid; every process is stopped by pid file on exit.
 set -u
 cd "$(dirname "$0")/../.." || exit 1
@@ -23,9 +29,12 @@ ok() { passed=$((passed + 1)); echo "ok   $1"; }
 bad() { failed=$((failed + 1)); echo "FAIL $1"; }
 check() { local n=$1; shift; if "$@"; then ok "$n"; else bad "$n"; fi; }
 kc() { timeout -k 5 60 deploy/keyload-cluster --config "$cfg" "$@"; }
+dpid=""
 cleanup() {
+  [ -n "$dpid" ] && { kill -KILL "$dpid" 2>/dev/null; wait "$dpid" 2>/dev/null; }
   kc down >/dev/null 2>&1
-  rm -rf "var/$name" "$work"
+  [ -f "$work/cluster3.json" ] && timeout -k 5 60 deploy/keyload-cluster --config "$work/cluster3.json" down >/dev/null 2>&1
+  rm -rf "var/$name" "var/${name}x" "$work"
 }
 trap cleanup EXIT
 trap 'exit 1' INT TERM
@@ -53,6 +62,57 @@ jq '.partitions[0].members[2] |= del(.metrics_token_file)' "$cfg" >"$badcfg"
 out=$(timeout 20 ./bin/keyload --cluster "$badcfg" --json cluster-status 2>&1)
 grep -q 'metrics_token_file' <<<"$out" && ok "0.0.0.0 without a token file is refused naming metrics_token_file" ||
   bad "non-loopback without token: $out"
+
+# ---- keyloadd --metrics-addr / --metrics-token-file override the member's cluster-file values
+one="$work/one.json"
+cat >"$one" <<JSON
+{"cluster":"${name}one","replica_count":1,"partitions":[{"id":0,"members":[
+  {"id":1,"client":"tcp://127.0.0.1:$base","peer":"tcp://127.0.0.1:$((base + 3))","metrics":"127.0.0.1:$((base + 6))"}]}]}
+JSON
+kd() { timeout -k 5 20 ./bin/keyloadd --cluster "$one" --node p0m1 --var "$work/var" --init-store "$@"; }
+out=$(kd --metrics-addr "0.0.0.0:$((base + 8))" 2>&1); rc=$?
+[ $rc = 2 ] && grep -q -- '--metrics-addr is not a loopback address' <<<"$out" && grep -q -- '--metrics-token-file' <<<"$out" &&
+  ok "keyloadd --metrics-addr 0.0.0.0 without a token file exits 2 naming --metrics-token-file" ||
+  bad "--metrics-addr 0.0.0.0 without a token: rc=$rc $out"
+out=$(kd --metrics-addr "127.0.0.1" 2>&1); rc=$?
+[ $rc = 2 ] && grep -q -- '--metrics-addr must be HOST:PORT' <<<"$out" &&
+  ok "keyloadd --metrics-addr without a port exits 2 naming --metrics-addr" || bad "--metrics-addr malformed: rc=$rc $out"
+out=$(kd --metrics-addr "example.com:$((base + 7))" --metrics-token-file "$token" 2>&1); rc=$?
+[ $rc = 2 ] && grep -q -- '--metrics-addr must be HOST:PORT' <<<"$out" &&
+  ok "keyloadd --metrics-addr with a host name exits 2 even with a token file" || bad "--metrics-addr host name: rc=$rc $out"
+check "the refused starts created no store" [ ! -e "$work/var/${name}one/p0m1" ]
+check "keyloadd --help names --metrics-addr and --metrics-token-file" \
+  bash -c './bin/keyloadd --help 2>&1 | grep -q -- "--metrics-addr HOST:PORT" && ./bin/keyloadd --help 2>&1 | grep -q -- "--metrics-token-file FILE"'
+# the override serves on its address (with the token it needs); the cluster file's is unused
+daemon_up() { # daemon_up URL [token]: waits up to 10 s for an HTTP answer, prints its status
+  local st=""
+  for _ in $(seq 1 100); do
+    st=$(timeout -k 2 5 /usr/bin/python3 tests/cluster/metrics_scrape.py "$1" ${2:+--token "$2"} --status-only 2>/dev/null |
+         jq -r .status 2>/dev/null) && [ -n "$st" ] && break
+    kill -0 "$dpid" 2>/dev/null || break
+    sleep 0.1
+  done
+  echo "${st:-none}"
+}
+for variant in loopback token; do
+  if [ $variant = loopback ]; then
+    ./bin/keyloadd --cluster "$one" --node p0m1 --var "$work/var" --init-store \
+      --metrics-addr "127.0.0.2:$((base + 7))" >"$work/one.log" 2>&1 &
+    dpid=$!; u="http://127.0.0.2:$((base + 7))/metrics"
+    check "--metrics-addr 127.0.0.2 (loopback, no token): 200" [ "$(daemon_up "$u")" = 200 ]
+  else
+    ./bin/keyloadd --cluster "$one" --node p0m1 --var "$work/var" \
+      --metrics-addr "0.0.0.0:$((base + 8))" --metrics-token-file "$token" >"$work/one.log" 2>&1 &
+    dpid=$!; u="http://127.0.0.1:$((base + 8))/metrics"
+    check "--metrics-addr 0.0.0.0 with --metrics-token-file: 200 with the token" [ "$(daemon_up "$u" "$token")" = 200 ]
+    check "--metrics-addr 0.0.0.0 with --metrics-token-file: 401 without it" [ "$(daemon_up "$u")" = 401 ]
+  fi
+  st=$(timeout -k 2 5 /usr/bin/python3 tests/cluster/metrics_scrape.py "http://127.0.0.1:$((base + 6))/metrics" --status-only 2>&1)
+  [ $? = 2 ] && ok "$variant: the cluster file's metrics address is not served" || bad "$variant: cluster-file address answered: $st"
+  kill -TERM "$dpid" 2>/dev/null
+  for _ in $(seq 1 100); do kill -0 "$dpid" 2>/dev/null || break; sleep 0.1; done
+  kill -KILL "$dpid" 2>/dev/null; wait "$dpid" 2>/dev/null; dpid=""
+done
 
 if ! /usr/bin/python3 -c 'import prometheus_client' 2>/dev/null; then
   bad "python3-prometheus-client is not installed (make deps)"; echo "$passed passed, $failed failed"; exit 1
@@ -187,5 +247,67 @@ grep -q metrics_token_file <<<"$out" && ok "coordinator: a non-loopback metrics 
 
 grep -q 'code=NOT_FOUND,detail=queue' <<<"$all_refusals" &&
   ok "the enqueue to a missing queue is counted as a refusal by code and detail" || bad "refusals: $all_refusals"
+
+# ---- transfers counted by the daemon (three partitions, one member each, the same ports)
+kc down >/dev/null 2>&1
+cfg3="$work/cluster3.json"
+cat >"$cfg3" <<JSON
+{"cluster":"${name}x","replica_count":1,"timers":{"tick_ms":50,"election_ms":800,"heartbeat_ms":150},
+ "partitions":[
+  {"id":0,"members":[{"id":1,"client":"tcp://127.0.0.1:$base","peer":"tcp://127.0.0.1:$((base + 3))","metrics":"127.0.0.1:$((base + 6))"}]},
+  {"id":1,"members":[{"id":1,"client":"tcp://127.0.0.1:$((base + 1))","peer":"tcp://127.0.0.1:$((base + 4))","metrics":"127.0.0.1:$((base + 7))"}]},
+  {"id":2,"members":[{"id":1,"client":"tcp://127.0.0.1:$((base + 2))","peer":"tcp://127.0.0.1:$((base + 5))","metrics":"127.0.0.1:$((base + 8))"}]}]}
+JSON
+if ! timeout -k 5 60 deploy/keyload-cluster --config "$cfg3" up >/dev/null; then
+  bad "three-partition cluster up"; tail -n 5 "var/${name}x"/*.log
+else
+  k3() { timeout -k 5 60 ./bin/keyload --cluster "var/${name}x/cluster.json" "$@"; }
+  s1="http://127.0.0.1:$((base + 7))/metrics" s2="http://127.0.0.1:$((base + 8))/metrics"
+  unset KEYLOAD_PRINCIPAL KEYLOAD_KEY
+  k3 admin bootstrap --tenant default --database first --admin metricsroot --key-out "$keys/root3.key" >/dev/null ||
+    bad "3p bootstrap"
+  export KEYLOAD_PRINCIPAL=metricsroot KEYLOAD_KEY="$keys/root3.key"
+  k3 database create >/dev/null || bad "3p database create"
+  k3 queue create xsrc --partition 1 >/dev/null && k3 queue create xdst --partition 2 >/dev/null &&
+    k3 queue create xfull --partition 2 --max-messages 1 >/dev/null || bad "3p queues"
+  for perm in QueuePublish QueueInspect QueueConsume QueueAck; do
+    k3 principal grant metricsroot "$perm" --queue 'x*' >/dev/null || bad "grant $perm"
+  done
+  p1a=$(scrape "$s1") p2a=$(scrape "$s2")
+  fam=$(jq -r '[.families.keyload_transfers_created.type, .families.keyload_transfers_delivered.type,
+                .families.keyload_transfers_failed.type, .families.keyload_transfers_pending.type] | join(",")' <<<"$p1a")
+  check "transfer families: created, delivered, failed (counters), pending (gauge): $fam" [ "$fam" = counter,counter,counter,gauge ]
+  codes=$(jq -r '[.samples | keys[] | select(startswith("keyload_transfers_failed_total{"))] | length' <<<"$p2a")
+  check "failed_total has one series per status code, the closed set (12: $codes)" [ "$codes" = 12 ]
+  x1=$(python3 -c 'import uuid; print(uuid.uuid4())') x2=$(python3 -c 'import uuid; print(uuid.uuid4())')
+  k3 --json transfer create --source xsrc --id "$x1" --dest xdst --token-out "$work/i1.tok" "moved $marker" >/dev/null &&
+    k3 --json transfer create --source xsrc --id "$x2" --dest xfull --token-out "$work/i2.tok" "stuck $marker" >/dev/null ||
+    bad "transfer create"
+  p1b=$(scrape "$s1")
+  numeq() { [ "$(jq -n --arg a "$1" '($a | tonumber? // "none") == '"$2")" = true ]; }
+  numeq "$(val "$p1b" 'keyload_transfers_pending{}')" 2 &&
+    [ "$(jq -n "$(val "$p1b" 'keyload_transfers_created_total{}') - $(val "$p1a" 'keyload_transfers_created_total{}')")" = 2 ] &&
+    ok "partition 1 after two creates: pending 2, created +2" ||
+    bad "after creates: pending $(val "$p1b" 'keyload_transfers_pending{}') created $(val "$p1b" 'keyload_transfers_created_total{}')"
+  k3 enqueue xfull filler >/dev/null || bad "fill xfull"
+  k3 --json transfer accept --dest xdst --intent "@$work/i1.tok" >/dev/null &&
+    k3 --json transfer receipt --dest xdst --source xsrc --id "$x1" --token-out "$work/r1.tok" >/dev/null &&
+    k3 --json transfer complete --source xsrc --id "$x1" --receipt "@$work/r1.tok" >/dev/null || bad "deliver x1"
+  out=$(k3 --json transfer accept --dest xfull --intent "@$work/i2.tok" 2>&1)
+  [ "$(jq -r '.error.code' <<<"$out" 2>/dev/null)" = RESOURCE_EXHAUSTED ] || bad "accept into a full queue: $out"
+  p1c=$(scrape "$s1" --raw "$work/p1.txt") p2c=$(scrape "$s2" --raw "$work/p2.txt")
+  dd=$(jq -n "$(val "$p1c" 'keyload_transfers_delivered_total{}') - $(val "$p1a" 'keyload_transfers_delivered_total{}')")
+  [ "$dd" = 1 ] && numeq "$(val "$p1c" 'keyload_transfers_pending{}')" 1 &&
+    ok "partition 1 after the Complete: delivered +1, pending 1" ||
+    bad "after complete: delivered +$dd pending $(val "$p1c" 'keyload_transfers_pending{}')"
+  fd=$(jq -n "$(val "$p2c" 'keyload_transfers_failed_total{code=RESOURCE_EXHAUSTED}') - $(val "$p2a" 'keyload_transfers_failed_total{code=RESOURCE_EXHAUSTED}')")
+  other=$(jq -r '[.samples | to_entries[] | select((.key | startswith("keyload_transfers_failed_total{")) and
+                  (.key | contains("RESOURCE_EXHAUSTED") | not) and .value > 0)] | length' <<<"$p2c")
+  [ "$fd" = 1 ] && [ "$other" = 0 ] && ok "partition 2 after the refused Accept: failed{code=RESOURCE_EXHAUSTED} +1, no other code" ||
+    bad "failed by code: +$fd, others $other"
+  numeq "$(val "$p1c" 'keyload_transfers_failed_total{code=RESOURCE_EXHAUSTED}')" 0 &&
+    ok "the failure is counted where it committed (partition 2), not on partition 1" || bad "p1 failed: $(val "$p1c" 'keyload_transfers_failed_total{code=RESOURCE_EXHAUSTED}')"
+  if grep -q "$marker" "$work/p1.txt" "$work/p2.txt"; then bad "a transfer body appears in a scrape"; else ok "no transfer body in the scrapes"; fi
+fi
 echo "$passed passed, $failed failed"
 [ "$failed" -eq 0 ]

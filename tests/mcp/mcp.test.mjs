@@ -98,6 +98,11 @@ async function main() {
     tools.filter((t) => !t.annotations?.readOnlyHint && t.name !== 'query').every((t) => t.inputSchema.properties.command_id &&
       !t.inputSchema.required.includes('command_id')));
   check('query is not announced read-only', tools.find((t) => t.name === 'query')?.annotations?.readOnlyHint === false);
+  {
+    const p = tools.find((t) => t.name === 'database_limits')?.inputSchema?.properties?.max_transfer_accept_attempts;
+    check('database_limits max_transfer_accept_attempts: schema type [integer, null]',
+      JSON.stringify(p?.type) === '["integer","null"]' && p.minimum === 1, p);
+  }
 
   // ---- queues on different partitions
   let r = okOf(await call(client, 'queue_create', { queue: 'src', partition: 1 }));
@@ -276,6 +281,15 @@ async function main() {
     r?.databases?.[0]?.limits?.max_scan_records === 5000 && r.databases[0].limits.max_queue_transfer_accept_attempts === 3, r);
   r = await call(client, 'database_limits', {});
   check('database_limits without a limit: isError INVALID_ARGUMENT', errCode(r) === 'INVALID_ARGUMENT', r);
+  // null sets the accept-attempts limit back to none (the CLI's `null`); absence keeps it
+  r = okOf(await call(client, 'database_limits', { max_transfer_accept_attempts: null }));
+  check('database_limits max_transfer_accept_attempts null: accepted', r?.results?.[0]?.kind === 'database_limits_set', r);
+  r = okOf(await call(client, 'database_show', {}));
+  check('database_show after null: no accept-attempts limit, MaxScanRecords 5000 kept',
+    r?.databases?.[0]?.limits?.max_scan_records === 5000 &&
+    r.databases[0].limits.max_queue_transfer_accept_attempts == null, r);
+  check('database_limits max_scan_records null (not nullable): -32602',
+    await rpcError(client, 'database_limits', { max_scan_records: null }) === ErrorCode.InvalidParams);
   {
     const seen = [];
     let cursor, pages = 0;

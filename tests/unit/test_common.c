@@ -196,6 +196,58 @@ START_TEST(cluster_parse_outcome_retention)
 }
 END_TEST
 
+/* A member's "metrics" and "metrics_token_file" (ARCHITECTURE.md "Metrics"): a loopback
+ * address is taken without a token file; a malformed address is refused naming `metrics`
+ * and the member's path; an address that is not loopback without a token file is refused
+ * naming `metrics_token_file`, and taken with one; not a string is refused naming the key. */
+START_TEST(cluster_parse_metrics_refusals)
+{
+    static kl_cluster c;
+    kl_err e;
+    const char *fmt = "{\"cluster\":\"a\",\"replica_count\":1,\"partitions\":[{\"id\":0,\"members\":["
+                      "{\"id\":1,\"client\":\"x\"},{\"id\":2,\"client\":\"y\",%s}]}]}";
+    char json[512];
+    const char *good[] = {"\"metrics\":\"127.0.0.1:9401\"", "\"metrics\":\"127.9.9.9:1\"",
+                          "\"metrics\":\"localhost:65535\"", "\"metrics\":\"[::1]:9401\"",
+                          "\"metrics\":\"0.0.0.0:9401\",\"metrics_token_file\":\"/etc/keyload/t\"",
+                          "\"metrics\":\"10.1.2.3:9401\",\"metrics_token_file\":\"t\"",
+                          "\"metrics\":\"[::]:9401\",\"metrics_token_file\":\"t\""};
+    for (size_t i = 0; i < sizeof good / sizeof good[0]; i++) {
+        snprintf(json, sizeof json, fmt, good[i]);
+        ck_assert_msg(kl_cluster_parse(json, NULL, &c, &e) == KL_OK, "%s: %s", good[i], e.message);
+        ck_assert(c.partitions[0].members[1].metrics_addr[0] != '\0');
+        ck_assert_str_eq(c.partitions[0].members[0].metrics_addr, ""); /* none given: no endpoint */
+    }
+    const char *malformed[] = {"127.0.0.1", "127.0.0.1:", "127.0.0.1:0", "127.0.0.1:65536",
+                               "127.0.0.1:94x1", ":9401", "example.com:9401", "::1:9401",
+                               "[::1]9401", "[nope]:1", "256.0.0.1:1", "http://127.0.0.1:1"};
+    for (size_t i = 0; i < sizeof malformed / sizeof malformed[0]; i++) {
+        char item[96];
+        snprintf(item, sizeof item, "\"metrics\":\"%s\",\"metrics_token_file\":\"t\"", malformed[i]);
+        snprintf(json, sizeof json, fmt, item);
+        ck_assert_msg(kl_cluster_parse(json, NULL, &c, &e) == KL_INVALID_ARGUMENT, "%s accepted", malformed[i]);
+        ck_assert_str_eq(e.detail, "metrics");
+        ck_assert_ptr_nonnull(strstr(e.message, "partitions[0].members[1].metrics"));
+    }
+    const char *open_addr[] = {"0.0.0.0:9401", "10.0.0.1:9401", "[::]:9401", "128.0.0.1:1"};
+    for (size_t i = 0; i < sizeof open_addr / sizeof open_addr[0]; i++) {
+        char item[96];
+        snprintf(item, sizeof item, "\"metrics\":\"%s\"", open_addr[i]);
+        snprintf(json, sizeof json, fmt, item);
+        ck_assert_msg(kl_cluster_parse(json, NULL, &c, &e) == KL_INVALID_ARGUMENT, "%s accepted", open_addr[i]);
+        ck_assert_str_eq(e.detail, "metrics_token_file");
+        ck_assert_ptr_nonnull(strstr(e.message, "partitions[0].members[1].metrics is not a loopback"));
+    }
+    const char *bad_type[][2] = {{"\"metrics\":9401", "metrics"}, {"\"metrics\":\"\"", "metrics"},
+                                 {"\"metrics\":\"0.0.0.0:1\",\"metrics_token_file\":7", "metrics_token_file"}};
+    for (size_t i = 0; i < sizeof bad_type / sizeof bad_type[0]; i++) {
+        snprintf(json, sizeof json, fmt, bad_type[i][0]);
+        ck_assert_int_eq(kl_cluster_parse(json, NULL, &c, &e), KL_INVALID_ARGUMENT);
+        ck_assert_str_eq(e.detail, bad_type[i][1]);
+    }
+}
+END_TEST
+
 Suite *suite_common(void)
 {
     Suite *s = suite_create("common");
@@ -215,6 +267,7 @@ Suite *suite_cluster(void)
     tcase_add_test(t, cluster_parse_refusals);
     tcase_add_test(t, cluster_parse_connections);
     tcase_add_test(t, cluster_parse_outcome_retention);
+    tcase_add_test(t, cluster_parse_metrics_refusals);
     suite_add_tcase(s, t);
     return s;
 }

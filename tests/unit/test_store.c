@@ -1,8 +1,11 @@
 /* Key layout and the store's format/feature-flag checks, against a real RocksDB. */
 #include "daemon/store/keys.h"
 #include "common/failpoint.h"
+#include "daemon/engine/view.h"
 #include "daemon/store/store.h"
 #include "harness.h"
+
+#include <rocksdb/c.h>
 
 #include <check.h>
 #include <stdio.h>
@@ -286,6 +289,136 @@ START_TEST(store_wal_torn_tail_recovers)
 }
 END_TEST
 
+/* ---- scan hints (engine/view.h) against a real RocksDB ---- */
+
+#define HINT_N 2000
+
+/* Applies one entry of a single write-set (ops of keys[i], deleted when del) at `index`,
+ * telling the hints first as the node does, unless `noted` is false (a store changed some
+ * other way, as by an installed snapshot). */
+static void apply_ops(kl_store *st, kl_scan_hints *h, uint64_t index, const kl_key *keys, size_t n, bool del,
+                      bool noted)
+{
+    Keyload__V1__KvOp *ops = calloc(n, sizeof *ops);
+    Keyload__V1__KvOp **opp = calloc(n, sizeof *opp);
+    ck_assert(ops != NULL && opp != NULL);
+    for (size_t i = 0; i < n; i++) {
+        keyload__v1__kv_op__init(&ops[i]);
+        ops[i].del = del;
+        ops[i].key = (ProtobufCBinaryData){keys[i].len, (uint8_t *)keys[i].b};
+        ops[i].value = (ProtobufCBinaryData){del ? 0 : 1, (uint8_t *)"v"};
+        opp[i] = &ops[i];
+    }
+    Keyload__V1__WriteSet ws = KEYLOAD__V1__WRITE_SET__INIT;
+    ws.n_ops = n;
+    ws.ops = opp;
+    Keyload__V1__WriteSet *wsp = &ws;
+    Keyload__V1__LogEntry e = KEYLOAD__V1__LOG_ENTRY__INIT;
+    e.index = index;
+    e.n_write_sets = 1;
+    e.write_sets = &wsp;
+    kl_err err;
+    if (noted) {
+        kl_scan_hints_begin_apply(h, kl_store_applied_index(st), index);
+        for (size_t i = 0; i < n; i++)
+            if (!del)
+                kl_scan_hints_note_put(h, keys[i].b, keys[i].len);
+    }
+    ck_assert_int_eq(kl_store_apply(st, &e, &err), KL_OK);
+    free(ops);
+    free(opp);
+}
+
+typedef struct first_keys {
+    uint64_t seq[4];
+    size_t n, want;
+} first_keys;
+
+static int take_first(void *arg, const uint8_t *key, size_t klen, const uint8_t *val, size_t vlen)
+{
+    (void)val, (void)vlen;
+    first_keys *f = arg;
+    uint64_t qid, seq;
+    if (kl_key_parse_available(key, klen, &qid, &seq) != 0)
+        return 1;
+    f->seq[f->n++] = seq;
+    return f->n == f->want;
+}
+
+/* Scans lane `lane` of queue 7 for its first available key; *skipped: the tombstones RocksDB
+ * stepped over meanwhile (its perf context). Returns the seq found, 0 for none. */
+static uint64_t first_available(kl_store *st, kl_scan_hints *h, const char *lane, uint64_t *skipped)
+{
+    kl_view v = {.store = st, .scan_limit = UINT64_MAX, .hints = h};
+    kl_key p;
+    kl_key_available_lane(&p, 7, lane);
+    first_keys f = {.want = 1};
+    kl_err err;
+    rocksdb_perfcontext_t *pc = rocksdb_perfcontext_create();
+    rocksdb_perfcontext_reset(pc);
+    ck_assert_int_eq(kl_view_scan(&v, p.b, p.len, take_first, &f, &err), KL_OK);
+    *skipped = rocksdb_perfcontext_metric(pc, rocksdb_internal_delete_skipped_count);
+    rocksdb_perfcontext_destroy(pc);
+    return f.n ? f.seq[0] : 0;
+}
+
+/* A lane whose first HINT_N messages were leased (their 'A' keys deleted) and whose last one
+ * is available: without hints every scan steps over the HINT_N - 1 tombstones; with them only
+ * the first (learning) scan does, and later ones seek to the live key. Every scan still
+ * answers the same key; a put below the hint, a lane with no live key that gets one, and a
+ * store changed without the hints being told (as by an installed snapshot) are all seen. */
+START_TEST(scan_hints_seek_past_tombstones_and_stay_exact)
+{
+    char dir[256];
+    th_tmpdir(dir, sizeof dir);
+    kl_store *st;
+    kl_err err;
+    ck_assert_int_eq(kl_store_open(dir, NULL, &st, &err), KL_OK);
+    rocksdb_set_perf_level(2 /* enable_count */);
+    static kl_scan_hints h; /* zeroed, as in the node */
+    static kl_key keys[HINT_N];
+    for (size_t i = 0; i < HINT_N; i++)
+        kl_key_available(&keys[i], 7, "l", i + 1);
+    apply_ops(st, &h, 1, keys, HINT_N, false, true);
+    apply_ops(st, &h, 2, keys, HINT_N - 1, true, true);
+    /* tombstones after the lane too: lane "m" (sorts after "l") held and lost 500 keys */
+    static kl_key mkeys[500];
+    for (size_t i = 0; i < 500; i++)
+        kl_key_available(&mkeys[i], 7, "m", i + 1);
+    apply_ops(st, &h, 3, mkeys, 500, false, true);
+    apply_ops(st, &h, 4, mkeys, 500, true, true);
+    uint64_t skipped;
+    ck_assert_uint_eq(first_available(st, NULL, "l", &skipped), HINT_N);
+    ck_assert_uint_ge(skipped, HINT_N - 1); /* what every Receive paid without hints */
+    ck_assert_uint_eq(first_available(st, &h, "l", &skipped), HINT_N); /* learns */
+    for (int i = 0; i < 3; i++) {
+        ck_assert_uint_eq(first_available(st, &h, "l", &skipped), HINT_N);
+        ck_assert_uint_le(skipped, 2);
+    }
+    /* a message made available again below the hint (a lease expired) */
+    kl_key again;
+    kl_key_available(&again, 7, "l", 5);
+    apply_ops(st, &h, 5, &again, 1, false, true);
+    ck_assert_uint_eq(first_available(st, &h, "l", &skipped), 5);
+    /* lane "m" has no live key: learnt as none, then a put there is found */
+    ck_assert_uint_eq(first_available(st, &h, "m", &skipped), 0);
+    ck_assert_uint_eq(first_available(st, &h, "m", &skipped), 0);
+    ck_assert_uint_eq(skipped, 0);
+    kl_key m9;
+    kl_key_available(&m9, 7, "m", 900);
+    apply_ops(st, &h, 6, &m9, 1, false, true);
+    ck_assert_uint_eq(first_available(st, &h, "m", &skipped), 900);
+    /* changed without telling the hints (a snapshot would): the table is found stale */
+    kl_key two;
+    kl_key_available(&two, 7, "l", 2);
+    apply_ops(st, &h, 7, &two, 1, false, false);
+    ck_assert_uint_eq(first_available(st, &h, "l", &skipped), 2);
+    rocksdb_set_perf_level(1 /* disable */);
+    kl_store_close(st);
+    th_rmrf(dir);
+}
+END_TEST
+
 Suite *suite_store(void)
 {
     Suite *s = suite_create("store");
@@ -298,6 +431,7 @@ Suite *suite_store(void)
     tcase_add_test(t, store_wal_corruption_refuses);
     tcase_add_test(t, store_wal_torn_tail_recovers);
     tcase_add_test(t, store_first_failure_is_kept);
+    tcase_add_test(t, scan_hints_seek_past_tombstones_and_stay_exact);
     suite_add_tcase(s, t);
     return s;
 }
