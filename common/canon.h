@@ -65,6 +65,7 @@ void kl_canon_complete_queue_transfer(kl_canon *c, const Keyload__V1__Mutation *
 void kl_canon_set_queue_transfers_paused(kl_canon *c, const Keyload__V1__Mutation *m);
 void kl_canon_advance_queue_transfer_attempt(kl_canon *c, const Keyload__V1__Mutation *m);
 void kl_canon_advance_queue_transfer_repair(kl_canon *c, const Keyload__V1__Mutation *m);
+void kl_canon_set_transfer_hold(kl_canon *c, const Keyload__V1__Mutation *m);
 
 /* BLAKE2b-256 of the canonical encoding of (method, principal, batch). Returns -1 on OOM. */
 int kl_canon_batch_digest(const char *method, const char *principal,
