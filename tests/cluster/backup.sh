@@ -76,7 +76,7 @@ finish() {
 }
 
 # ---- the original cluster: an administrator, a queue on partition 1, 30 messages, 10 acked
-if ! timeout 60 deploy/keyload-cluster --config "$cfg" up >/dev/null; then bad "original cluster up"; finish; fi
+if ! out=$(timeout 60 deploy/keyload-cluster --config "$cfg" up 2>&1); then bad "original cluster up"; echo "$out" | tail -5; finish; fi
 ok "original cluster up"
 key="$work/root.key"
 check "admin bootstrap" timeout 60 ./bin/keyload --cluster "$var/cluster.json" admin bootstrap --tenant bk \
@@ -150,7 +150,11 @@ out=$(KEYLOAD_FAILPOINTS='cli.backup.after_hold=sleep(1500)' timeout 60 ./bin/ke
 check "a cut slower than its hold is refused UNAVAILABLE hold_expired, leaving no backup" \
   [ "$(jq -r '"\(.error.code) \(.error.detail)"' <<<"$out" 2>/dev/null)" = "UNAVAILABLE hold_expired" -a ! -e "$work/slow" ]
 
-# ---- transfers in flight: 10 more pending, the coordinator (principal root) running during the backup
+# ---- transfers in flight: 10 more pending, the coordinator (principal root) running during the
+# backup, but slowed before each Complete (3 s) so that they are still pending in the cut
+timeout 60 deploy/keyload-cluster --config "$cfg" kill coordinator >/dev/null 2>&1
+KEYLOAD_FAILPOINTS='coord.before_complete=sleep(3000)' timeout 60 deploy/keyload-cluster --config "$cfg" start coordinator >/dev/null ||
+  bad "coordinator restarted with coord.before_complete=sleep(3000)"
 ids=()
 for i in $(seq 1 10); do
   id=$(guid); ids+=("$id")
@@ -171,6 +175,8 @@ check "manifest: 3 partitions, each with index, term, digest" \
   [ "$(jq '[.partitions[] | select(.index > 0 and .term > 0 and (.digest | length) == 64)] | length' "$work/bk/manifest.json" 2>/dev/null)" = 3 ]
 check "manifest: partition 0 streamed last, database incarnation listed" \
   [ "$(jq -r '[.partitions[-1].id, (.databases[0].incarnation | length)] | @tsv' "$work/bk/manifest.json" 2>/dev/null)" = "0	32" ]
+out=$(./bin/keyload --cluster "$var/cluster.json" --database bk/db --principal root --key "$key" --json transfer pending --source xsrc 2>&1)
+echo "     transfers pending on the original right after the backup: $(jq -r '.items | length' <<<"$out" 2>/dev/null)"
 check "manifest: every partition was pinned inside its hold (pin entry time < hold end)" \
   [ "$(jq '[.partitions[] | select(.pin_entry_unix_ms > 0 and .pin_entry_unix_ms < .hold_until_unix_ms)] | length' "$work/bk/manifest.json" 2>/dev/null)" = 3 ]
 check "no .partial directory is left" [ ! -e "$work/bk.partial" ]
@@ -280,6 +286,7 @@ check "restored: xdst holds each of the 16 transferred messages exactly once" \
 [ "$(grep -v '^$' <<<"$got" | sort)" = "$(sort <<<"$exp")" ] || echo "     xdst: $(grep -v '^$' <<<"$got" | sort | tr '\n' ' ')"
 delivered=$(grep -c 'msg="delivered"' "$rvar/coordinator.log" 2>/dev/null)
 echo "     transfers delivered by the original's coordinator before it stopped: $(grep -c 'msg="delivered"' "$var/coordinator.log" 2>/dev/null), by the restored one's: $delivered"
+check "transfers pending in the cut were delivered by the restored cluster's coordinator ($delivered)" [ "${delivered:-0}" -gt 0 ]
 out=$(kr --json enqueue jobs after-restore 2>&1)
 mid=$(jq -r '.results[0].message_id // 0' <<<"$out" 2>/dev/null)
 check "restored cluster takes new writes, numbered after the restored messages (id $mid > 30)" [ "${mid:-0}" -gt 30 ]
