@@ -162,6 +162,9 @@
 #define KL_TRANSFER_HOLD_MAX_MS 120000
 /* The hold `keyload admin backup` sets unless told otherwise (--hold-ms). */
 #define KL_TRANSFER_HOLD_DEFAULT_MS 15000
+/* How long `keyload admin backup` waits for one call unless --timeout says otherwise: a
+ * BackupOpen answers only after its pin counted the partition's records (7 s per GiB). */
+#define KL_BACKUP_CALL_TIMEOUT_MS 600000
 /* What a BackupChunk answer adds to its chunk (fields, sealing), kept below the frame. */
 #define KL_BACKUP_ANSWER_OVERHEAD 1024
 

@@ -5,7 +5,7 @@
 # backup` is timed (wall, and its own ms/cut_ms), its size taken, the original stopped and
 # `deploy/keyload-cluster restore` timed (check + 9 installs + starts), and the restored
 # queue's message count compared. Prints one "backup-bench:" line. Own cluster name and
-# ports 35000-35099; every process is stopped on exit by pid file, never by name.
+# ports 29500-29599 (below the ephemeral range); every process is stopped on exit by pid file, never by name.
 #   STATE_MIB=200 bash tests/bench/backup.sh
 set -u
 cd "$(dirname "$0")/../.." || exit 1
@@ -46,15 +46,15 @@ mkcfg() { # name port-base out
             | .client = "tcp://127.0.0.1:\($base + $pi * 3 + $mi)"
             | .peer = "tcp://127.0.0.1:\($base + 9 + $pi * 3 + $mi)"))))' deploy/local-rf3.json >"$3"
 }
-mkcfg "$name" 35000 "$cfg"
-mkcfg "$rname" 35050 "$rcfg"
+mkcfg "$name" 29500 "$cfg"
+mkcfg "$rname" 29550 "$rcfg"
 now_ms() { echo $(( $(date +%s%N) / 1000000 )); }
 
 timeout 120 deploy/keyload-cluster --config "$cfg" up >/dev/null || die "cluster up failed"
 key="$work/root.key"
 timeout 60 ./bin/keyload --cluster "$var/cluster.json" admin bootstrap --tenant bk --database db --admin root \
   --key-out "$key" --cluster-secret "$var/cluster.secret" >/dev/null || die "bootstrap failed"
-k() { timeout 120 ./bin/keyload --cluster "$1/cluster.json" --database bk/db --principal root --key "$key" "${@:2}"; }
+k() { timeout 1200 ./bin/keyload --cluster "$1/cluster.json" --database bk/db --principal root --key "$key" "${@:2}"; }
 k "$var" queue create big --partition 1 --max-bytes $(( 8 << 30 )) --max-messages 100000000 >/dev/null || die "queue create failed"
 k "$var" principal grant root QueuePublish --queue big >/dev/null || die "grant failed"
 batches=$(( state_mib * 1024 / 512 ))   # 8 x 64 KiB per batch
@@ -66,7 +66,7 @@ msgs=$(k "$var" --json queue stats big | jq -r '.messages')
 member_bytes=$(du -sb "$var/p1m1" | cut -f1)
 
 t0=$(now_ms)
-out=$(k "$var" --json admin backup --out "$work/bk" 2>&1) || die "backup failed: $out"
+out=$(k "$var" --json admin backup --out "$work/bk" --hold-ms 120000 2>&1) || die "backup failed: $out"
 backup_wall=$(( $(now_ms) - t0 ))
 backup_bytes=$(du -sb "$work/bk" | cut -f1)
 timeout 120 deploy/keyload-cluster --config "$cfg" down >/dev/null 2>&1

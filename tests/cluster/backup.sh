@@ -6,8 +6,8 @@
 # anything is installed; the original is stopped and `deploy/keyload-cluster restore` brings
 # the backup up as a new cluster (new name, ports, member keys, store identities; the same
 # cluster secret), where every message enqueued before the backup and not acknowledged is
-# present exactly once and the acknowledged ones are gone. Ports 33000-33799; every process
-# is stopped on exit by pid file, never by name.
+# present exactly once and the acknowledged ones are gone. Ports 28000-29239 (below the
+# ephemeral range); every process is stopped on exit by pid file, never by name.
 set -u
 cd "$(dirname "$0")/../.." || exit 1
 t_start=$(date +%s)
@@ -15,12 +15,12 @@ name="bk$$" rname="bkr$$"
 # original: base..base+17, restored: base+20..base+37, solo: base+19, +20, +419, +420; a
 # window nobody listens in (other suites run beside this one on a shared machine)
 base=""
-for try in $(seq 0 18); do
-  b=$(( 33000 + (($$ + try) % 19) * 40 ))
-  busy=$(ss -Htln 2>/dev/null | awk -v lo="$b" -v hi="$((b + 39))" '{n = split($4, a, ":"); p = a[n] + 0; if ((p >= lo && p <= hi) || (p >= lo + 400 && p <= hi + 400)) print p}' | head -1)
+for try in $(seq 0 19); do
+  b=$(( 28000 + (($$ + try) % 20) * 40 ))   # below the ephemeral range (32768 on Linux)
+  busy=$(ss -Htan 2>/dev/null | awk -v lo="$b" -v hi="$((b + 39))" '{n = split($4, a, ":"); p = a[n] + 0; if ((p >= lo && p <= hi) || (p >= lo + 400 && p <= hi + 400)) print p}' | head -1)
   [ -z "$busy" ] && { base=$b; break; }
 done
-[ -n "$base" ] || { echo "FAIL no free port window in 33000-33799"; exit 1; }
+[ -n "$base" ] || { echo "FAIL no free port window in 28000-29239"; exit 1; }
 mkdir -p var
 work=$(mktemp -d "$PWD/var/backuptest-XXXXXX")
 cfg="$work/orig.json" rcfg="$work/restored.json"
@@ -145,10 +145,19 @@ done
 check "after the hold the coordinator delivered the 5 early transfers" \
   [ "$(k --json transfer pending --source xsrc 2>/dev/null | jq -r '.items | length' 2>/dev/null)" = 0 ]
 
-out=$(KEYLOAD_FAILPOINTS='cli.backup.after_hold=sleep(1500)' timeout 60 ./bin/keyload --cluster "$var/cluster.json" \
-  --principal root --key "$key" --json admin backup --out "$work/slow" --hold-ms 1000 2>&1)
-check "a cut slower than its hold is refused UNAVAILABLE hold_expired, leaving no backup" \
+# A cut slower than its hold: the tool sleeps 3 s after holding for 1 s, and a write lands
+# on every partition meanwhile, so every pinned entry is past its partition's hold.
+k queue create zero --partition 0 >/dev/null
+KEYLOAD_FAILPOINTS='cli.backup.after_hold=sleep(3000)' timeout 60 ./bin/keyload --cluster "$var/cluster.json" \
+  --principal root --key "$key" --json admin backup --out "$work/slow" --hold-ms 1000 >"$work/slow.out" 2>&1 &
+slow=$!
+sleep 1.6
+for q in zero jobs load; do k enqueue "$q" "slow-cut" >/dev/null; done
+wait "$slow"
+out=$(cat "$work/slow.out")
+check "a cut slower than its hold is refused UNAVAILABLE hold_expired (the member's pinned entry is past the hold), leaving no backup" \
   [ "$(jq -r '"\(.error.code) \(.error.detail)"' <<<"$out" 2>/dev/null)" = "UNAVAILABLE hold_expired" -a ! -e "$work/slow" ]
+[ "$(jq -r '.error.detail' <<<"$out" 2>/dev/null)" = hold_expired ] || echo "     slow cut: $out"
 
 # ---- transfers in flight: 10 more pending, the coordinator (principal root) running during the
 # backup, but slowed before each Complete (3 s) so that they are still pending in the cut
