@@ -48,6 +48,7 @@
 
 #include "common/limits.h"
 #include "common/status.h"
+#include "keyload/v1/backup.pb-c.h"
 #include "keyload/v1/catalog.pb-c.h"
 #include "keyload/v1/claims.pb-c.h"
 #include "keyload/v1/query.pb-c.h"
@@ -501,6 +502,23 @@ kl_code kl_client_list_catalog(kl_client *c, Keyload__V1__CatalogListKind kind, 
                                const uint8_t *cursor, size_t cursor_len, uint32_t max,
                                Keyload__V1__ListCatalogAnswer **out, kl_err *err);
 void kl_catalog_list_free(Keyload__V1__ListCatalogAnswer *a);
+
+/* ---------------------------------------------------------------- backups */
+/* A partition's backup stream (ARCHITECTURE.md "Backup and restore"), cluster administrators
+ * only (PERMISSION_DENIED "role:cluster_admin"). Open pins the leader's state after a read
+ * barrier; chunk reads chunk `seq` (0, 1, ... in order; the same seq again after a lost
+ * answer) as daemon/store/snapshot.h lays it out; close releases the pin (an idle stream is
+ * closed by the member after BackupOpenAnswer.idle_ms). A stream closed or held by another
+ * member is NOT_FOUND "backup_stream": start again. Answers are the caller's to free
+ * (keyload__v1__backup_*_answer__free_unpacked). */
+kl_code kl_client_backup_open(kl_client *c, int partition, Keyload__V1__BackupOpenAnswer **out, kl_err *err);
+kl_code kl_client_backup_chunk(kl_client *c, int partition, uint64_t stream, uint64_t seq,
+                               Keyload__V1__BackupChunkAnswer **out, kl_err *err);
+kl_code kl_client_backup_close(kl_client *c, int partition, uint64_t stream, kl_err *err);
+/* SetTransferHold on one partition (cluster administrators): CompleteQueueTransfer is
+ * refused there (UNAVAILABLE "transfer_hold") until hold_ms of partition time after the
+ * hold's entry; 0 releases it. *until_unix_ms: the partition time it ends at (0 released). */
+kl_code kl_client_transfer_hold(kl_client *c, int partition, uint32_t hold_ms, int64_t *until_unix_ms, kl_err *err);
 
 /* ---------------------------------------------------------------- remote transfers
  *

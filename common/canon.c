@@ -353,6 +353,11 @@ void kl_canon_advance_queue_transfer_repair(kl_canon *c, const Keyload__V1__Muta
     kl_canon_bytes(c, 3, a->witness_token.data, a->witness_token.len);
 }
 
+void kl_canon_set_transfer_hold(kl_canon *c, const Keyload__V1__Mutation *m)
+{
+    kl_canon_u64(c, 1, m->set_transfer_hold->hold_ms);
+}
+
 /* Each kind's body encoder, by kind number; a kind without one encodes as its kind byte
  * alone. daemon/engine/mutation.c's table points at the same functions. */
 static void (*const canon_kinds[])(kl_canon *c, const Keyload__V1__Mutation *m) = {
@@ -375,6 +380,7 @@ static void (*const canon_kinds[])(kl_canon *c, const Keyload__V1__Mutation *m) 
     [KEYLOAD__V1__MUTATION__KIND_SET_QUEUE_TRANSFERS_PAUSED] = kl_canon_set_queue_transfers_paused,
     [KEYLOAD__V1__MUTATION__KIND_ADVANCE_QUEUE_TRANSFER_ATTEMPT] = kl_canon_advance_queue_transfer_attempt,
     [KEYLOAD__V1__MUTATION__KIND_ADVANCE_QUEUE_TRANSFER_REPAIR] = kl_canon_advance_queue_transfer_repair,
+    [KEYLOAD__V1__MUTATION__KIND_SET_TRANSFER_HOLD] = kl_canon_set_transfer_hold,
 };
 
 kl_canon_mutation_fn kl_canon_mutation_encoder(int kind)

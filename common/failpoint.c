@@ -36,7 +36,7 @@ static const char *const fp_known[] = {
     "coord.before_complete",         "coord.after_complete_sent",
     "coord.before_advance",          "coord.after_advance",
     "store.install_begun",           "store.install_ingested",
-    "store.install_finished",
+    "store.install_finished",        "cli.backup.after_hold",
 };
 
 static bool fp_name_known(const char *name)

@@ -153,6 +153,26 @@
  * its resume point then: a restart re-fetches at most this much. */
 #define KL_SNAP_STAGE_FILE_BYTES (64u << 20)
 
+/* ---------------------------------------------------------------- backups (daemon/rpc/backup_serve.c) */
+/* Backup streams one member holds at once: each pins old SST files and memtables until it
+ * is closed, so a few are enough (one backup needs one per partition, on its leader). */
+#define KL_BACKUP_MAX_STREAMS 4
+/* A stream nobody asked a chunk of for this long is closed (a killed backup tool). */
+#define KL_BACKUP_IDLE_MS 30000
+/* A stream is closed this long after it was opened, whatever it does: a pin kept for hours
+ * would keep every overwritten file on disk. Over an hour a stream reads about 100 GiB. */
+#define KL_BACKUP_STREAM_MAX_MS (3600 * 1000)
+/* The longest transfer hold a backup may set (SetTransferHold.hold_ms): a backup pins every
+ * partition well within it, and a hold left by a killed backup ends within it. */
+#define KL_TRANSFER_HOLD_MAX_MS 120000
+/* The hold `keyload admin backup` sets unless told otherwise (--hold-ms). */
+#define KL_TRANSFER_HOLD_DEFAULT_MS 15000
+/* How long `keyload admin backup` waits for one call unless --timeout says otherwise: a
+ * BackupOpen answers only after its pin counted the partition's records (7 s per GiB). */
+#define KL_BACKUP_CALL_TIMEOUT_MS 600000
+/* What a BackupChunk answer adds to its chunk (fields, sealing), kept below the frame. */
+#define KL_BACKUP_ANSWER_OVERHEAD 1024
+
 /* ---------------------------------------------------------------- parked Receives (daemon/park.h) */
 /* Parked requests per member. Each holds one of the client port's KL_CLIENT_RPC_CONTEXTS
  * request contexts while it waits; with the KL_SERVICE_MAX_READS reads waiting for their
@@ -190,6 +210,12 @@
 _Static_assert(KL_SNAP_VALUE_MAX >= KL_CLAIMS_TOKEN_MAX, "a snapshot carries every stored value");
 _Static_assert(KL_SNAP_CHUNK_BYTES < KL_SNAP_STAGE_FILE_BYTES, "a staged file holds whole chunks");
 _Static_assert(KL_SNAP_CHUNK_MAX < (1ull << 32), "chunk lengths are u32");
+/* A chunk of ordinary records fits a client frame; one holding a record over about 3 MiB
+ * is refused by the stream (INTERNAL "backup_chunk_frame"), never cut. */
+_Static_assert(KL_SNAP_CHUNK_BYTES * 2 + KL_SNAP_CONFIG_MAX + KL_BACKUP_ANSWER_OVERHEAD <= KL_RPC_DEFAULT_FRAME_LIMIT,
+               "a backup chunk answer fits a client frame");
+_Static_assert(KL_BACKUP_IDLE_MS < KL_BACKUP_STREAM_MAX_MS, "the idle close comes first");
+_Static_assert(KL_TRANSFER_HOLD_DEFAULT_MS <= KL_TRANSFER_HOLD_MAX_MS, "the default hold is allowed");
 /* Every member of a partition fits the Raft configuration, its per-member bitmask (a
  * uint32_t in raft.c) and the peer transport's member table. */
 _Static_assert(KL_CLUSTER_MAX_MEMBERS <= KL_RAFT_MAX_MEMBERS, "a partition's members fit the Raft config");

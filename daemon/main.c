@@ -33,6 +33,7 @@
 #include "daemon/keygen.h"
 #include "daemon/metrics.h"
 #include "daemon/node.h"
+#include "daemon/restore.h"
 #include "daemon/notify.h"
 #include "daemon/repl/driver.h"
 #include "daemon/rpc/serve.h"
@@ -414,13 +415,16 @@ static void usage(void)
     fprintf(stderr, "usage: keyloadd --cluster FILE --node pPmM [--data DIR] [--var DIR]\n"
                     "                [--cluster-secret FILE] [--member-key FILE] [--init-store]\n"
                     "                [--disk-reserve-mb N] [--metrics-addr HOST:PORT]\n"
-                    "                [--metrics-token-file FILE]\n"
+                    "                [--metrics-token-file FILE] [--restore-from DIR/partition-P]\n"
                     "       keyloadd keygen --help\n"
                     "  --init-store  create this member's store in an empty data directory. Pass it\n"
                     "                on the member's first start only: without it an empty or wiped\n"
                     "                directory is refused (exit 2), because a wiped member cannot\n"
                     "                know which terms it voted in (README: Recovering a member).\n"
                     "                On a store that is already this member's it changes nothing.\n"
+                    "  --restore-from D  with --init-store: install the backup of this member's\n"
+                    "                partition from D (keyload admin backup) into the new store, then\n"
+                    "                serve it (README: Backup and restore).\n"
                     "  --disk-reserve-mb N  refuse batches (UNAVAILABLE, detail disk_full) while the\n"
                     "                data directory's file system has less than N MiB free\n"
                     "                (default %d); writing resumes once space returns.\n"
@@ -439,6 +443,7 @@ typedef struct daemon_args {
     const char *metrics_addr, *metrics_token_file; /* NULL: the cluster file's */
     bool init_store;
     uint64_t disk_reserve_mb;
+    const char *restore_from;
 } daemon_args;
 
 /* Returns -1 to go on, else the exit code (0 after --help, 2 on a usage error). */
@@ -454,6 +459,7 @@ static int parse_args(int argc, char **argv, daemon_args *a)
         {"disk-reserve-mb", required_argument, NULL, 'r'},
         {"metrics-addr", required_argument, NULL, 'm'},
         {"metrics-token-file", required_argument, NULL, 't'},
+        {"restore-from", required_argument, NULL, 'R'},
         {"help", no_argument, NULL, 'h'},          {NULL, 0, NULL, 0}};
     int ch;
     while ((ch = getopt_long(argc, argv, "", opts, NULL)) != -1) {
@@ -467,6 +473,7 @@ static int parse_args(int argc, char **argv, daemon_args *a)
         case 'i': a->init_store = true; break;
         case 'm': a->metrics_addr = optarg; break;
         case 't': a->metrics_token_file = optarg; break;
+        case 'R': a->restore_from = optarg; break;
         case 'r': {
             char *end;
             errno = 0;
@@ -481,6 +488,10 @@ static int parse_args(int argc, char **argv, daemon_args *a)
         case 'h': usage(); return 0;
         default: usage(); return 2;
         }
+    }
+    if (a->restore_from != NULL && !a->init_store) {
+        fprintf(stderr, "keyloadd: --restore-from needs --init-store (a restore makes a new member's store)\n");
+        return 2;
     }
     if (a->cluster_file == NULL || a->node_name == NULL) {
         usage();
@@ -611,6 +622,7 @@ static int start_serving(daemon_state *d, kl_cluster *cluster, int partition, co
                          const kl_repl_callbacks *cb, kl_err *err)
 {
     d->service.node = d->node;
+    d->service.store = d->store;
     d->service.cluster = cluster;
     d->service.partition = part;
     d->service.member_id = (uint64_t)me->id;
@@ -733,6 +745,14 @@ int main(int argc, char **argv)
     if (orc != 0) {
         kl_keys_free(d.keys);
         return orc;
+    }
+    uint64_t rindex, rterm;
+    if (a.restore_from != NULL && kl_restore_install(d.store, a.restore_from, partition, &rindex, &rterm, &err) != KL_OK) {
+        fprintf(stderr, "keyloadd: restore from %s refused (%s): %s\n", a.restore_from, err.detail, err.message);
+        KL_ERROR("restore refused", "node=%s from=%s detail=%s", node_name, a.restore_from, err.detail);
+        kl_store_close(d.store);
+        kl_keys_free(d.keys);
+        return 2;
     }
     if (open_node(&d, &cluster, partition, data_dir, a.disk_reserve_mb, &err) != KL_OK) {
         fprintf(stderr, "keyloadd: %s\n", err.message);

@@ -224,6 +224,8 @@ void cli_print_db_limits(const Keyload__V1__DatabaseLimits *l);
 
 /* ---- commands */
 int cli_cmd_admin(cli *c, int argc, char **argv);
+/* admin backup / admin restore (cmd_backup.c); argv after the subcommand. */
+int cli_cmd_backup(cli *c, bool restore, int argc, char **argv);
 int cli_cmd_database(cli *c, int argc, char **argv);
 int cli_cmd_principal(cli *c, int argc, char **argv);
 int cli_cmd_queue(cli *c, int argc, char **argv);

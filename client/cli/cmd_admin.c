@@ -146,12 +146,14 @@ int cli_cmd_admin(cli *c, int argc, char **argv)
 {
     c->usage = USAGE_ADMIN;
     if (argc < 1)
-        return cli_usage(c, "admin needs a subcommand: bootstrap");
+        return cli_usage(c, "admin needs a subcommand: bootstrap, backup, restore");
     cli_args a;
     cli_args_init(&a, argc - 1, argv + 1);
     if (strcmp(argv[0], "bootstrap") == 0)
         return bootstrap(c, &a);
+    if (strcmp(argv[0], "backup") == 0 || strcmp(argv[0], "restore") == 0)
+        return cli_cmd_backup(c, argv[0][0] == 'r', argc - 1, argv + 1);
     if (strcmp(argv[0], "--help") == 0 || strcmp(argv[0], "-h") == 0)
         return cli_help(c);
-    return cli_usage(c, "unknown admin subcommand (bootstrap)");
+    return cli_usage(c, "unknown admin subcommand (bootstrap, backup, restore)");
 }

@@ -12,6 +12,8 @@ static const char HELP[] =
     "Commands:\n"
     "  admin bootstrap --tenant T --database D --admin NAME --key-out FILE [--cluster-secret FILE]\n"
     "                  the first cluster administrator (only once; needs the cluster secret)\n"
+    "  admin backup --out DIR   every partition's state, as a transfer-consistent backup\n"
+    "  admin restore --in DIR --check   verify a backup against the cluster file\n"
     "  database create [TENANT/DB] [--max-scan-records N] [--max-batch-bytes N]\n"
     "                  [--max-query-read-bytes N] [--max-transfer-accept-attempts N|null]\n"
     "                  (default TENANT/DB: --database)\n"

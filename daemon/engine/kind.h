@@ -25,6 +25,9 @@ typedef struct kl_mutation_kind {
     const Keyload__V1__QueueLaneRef *(*ref)(const Keyload__V1__Mutation *m);
     /* true: the mutation changes the catalog (it must be alone in its batch). NULL: never. */
     bool (*changes_catalog)(const Keyload__V1__Mutation *m);
+    /* Names no queue and changes no catalog: its caller sends it to each partition it means
+     * (SetTransferHold, a backup's hold on every partition), not through a queue's route. */
+    bool per_partition;
 } kl_mutation_kind;
 
 /* engine/queue */
@@ -49,6 +52,9 @@ extern const kl_mutation_kind kl_transfer_kind_create_queue_transfer;
 extern const kl_mutation_kind kl_transfer_kind_accept_queue_transfer;
 extern const kl_mutation_kind kl_transfer_kind_complete_queue_transfer;
 extern const kl_mutation_kind kl_transfer_kind_set_queue_transfers_paused;
+
+/* engine/hold */
+extern const kl_mutation_kind kl_hold_kind_set_transfer_hold;
 
 /* engine/transfer_advance */
 extern const kl_mutation_kind kl_transfer_advance_kind_attempt;

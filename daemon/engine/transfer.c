@@ -8,6 +8,7 @@
 #include "daemon/engine/access.h"
 #include "daemon/engine/catalog.h"
 #include "daemon/engine/claims.h"
+#include "daemon/engine/hold.h"
 #include "daemon/engine/kind.h"
 #include "daemon/engine/validate.h"
 #include "daemon/store/keys.h"
@@ -1353,8 +1354,13 @@ static kl_code access_complete_queue_transfer(const kl_authz_subject *who, const
     return rc;
 }
 
+/* A backup's hold refuses it first (ARCHITECTURE.md "Backup and restore"); the failure
+ * path's dry run of Complete (transfer_failure.c) asks what Complete would do, not when. */
 static kl_code eval_complete_queue_transfer(kl_eval_ctx *c, const Keyload__V1__Mutation *m, kl_buf *out, kl_err *err)
 {
+    kl_code rc = kl_hold_check_complete(c, err);
+    if (rc != KL_OK)
+        return rc;
     return kl_transfer_eval_complete(c, m->complete_queue_transfer, out, err);
 }
 

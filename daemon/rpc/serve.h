@@ -64,6 +64,8 @@ typedef struct kl_service {
     const struct kl_keys *keys;     /* NULL, or the keys main loaded (borrowed) */
     struct kl_sessions *sessions;   /* NULL without a member key: Hello refuses */
     kl_rpc_server *client_rpc;      /* the client port, for its connection counters, or NULL */
+    kl_store *store;                /* the member's store (backup streams read it) */
+    struct kl_backup_streams *backups; /* backup_serve.c's streams, NULL until the first */
     uint64_t leader;                /* last known leader id, 0 = unknown */
     uint64_t next_read;             /* read_ctx allocator */
     struct {
@@ -150,6 +152,13 @@ void kl_service_catalog_tail(void *owner, kl_rpc_call *call);
 void kl_service_locate_queue(void *owner, kl_rpc_call *call);
 void kl_service_show_principal(void *owner, kl_rpc_call *call);
 void kl_service_list_catalog(void *owner, kl_rpc_call *call);
+/* Backup streams (backup_serve.c): the three methods, the idle/age expiry run by the
+ * service timer, and the stop that answers and releases every stream. */
+void kl_service_backup_open(void *owner, kl_rpc_call *call);
+void kl_service_backup_chunk(void *owner, kl_rpc_call *call);
+void kl_service_backup_close(void *owner, kl_rpc_call *call);
+void kl_service_backup_tick(kl_service *s);
+void kl_service_backup_stop(kl_service *s);
 /* Wipes the Hello key pair (session_serve.c); at stop. */
 void kl_service_hello_kx_wipe(kl_service *s);
 /* Partition 0: holds a committed catalog batch's answer until every data partition has

@@ -8,6 +8,7 @@
 #include "daemon/rpc/serve.h"
 
 #include "daemon/rpc/tailer.h"
+#include "keyload/v1/backup.pb-c.h"
 #include "keyload/v1/catalog.pb-c.h"
 #include "keyload/v1/query.pb-c.h"
 #include "keyload/v1/queue.pb-c.h"
@@ -80,6 +81,7 @@ static void on_timer(uv_timer_t *t)
     kl_service_park_tick(s); /* first: a wait that ended answers empty, not unknown by its deadline */
     kl_service_expire_batches(s);
     kl_service_expire_reads(s);
+    kl_service_backup_tick(s);
 }
 
 void kl_service_start(kl_service *s, uv_loop_t *loop)
@@ -106,6 +108,7 @@ void kl_service_stop(kl_service *s)
         s->park_timer_started = false;
     }
     kl_service_catalog_stop(s);
+    kl_service_backup_stop(s);
     kl_service_hello_kx_wipe(s);
 }
 
@@ -141,7 +144,13 @@ void kl_service_applied(kl_service *s)
       NULL, true, READ, KL_NODE_PENDING_TRANSFERS)                                                      \
     X(TRANSFER_FAILURE, "keyload.v1.ReadQueueTransferFailure", read_queue_transfer_failure_request,    \
       NULL, true, READ, KL_NODE_TRANSFER_FAILURE)                                                       \
-    X(QUERY, "keyload.v1.Query", query_request, kl_service_query, true, QUERY, KL_NODE_QUERY_READ)
+    X(QUERY, "keyload.v1.Query", query_request, kl_service_query, true, QUERY, KL_NODE_QUERY_READ)      \
+    X(BACKUP_OPEN, "keyload.v1.BackupOpen", backup_open_request, kl_service_backup_open, true, LOCAL,   \
+      KL_NODE_QUERY_READ)                                                                               \
+    X(BACKUP_CHUNK, "keyload.v1.BackupChunk", backup_chunk_request, kl_service_backup_chunk, true,      \
+      LOCAL, KL_NODE_QUERY_READ)                                                                        \
+    X(BACKUP_CLOSE, "keyload.v1.BackupClose", backup_close_request, kl_service_backup_close, true,      \
+      LOCAL, KL_NODE_QUERY_READ)
 
 enum {
 #define SERVICE_ID(id, name, req, handler, gated, access, kind) SERVICE_##id,

@@ -9,6 +9,8 @@
  *                                    "catalog_version" u64 (catalog version applied here),
  *                                    "catalog_changes" u64 (catalog changes applied here),
  *                                    "cluster_admins" u64 (partition 0: 0 until bootstrap),
+ *                                    "transfer_hold" u64 (partition time Complete is held
+ *                                    until by a backup, engine/hold.h; absent: none),
  *                                    "outcome_mark" mark(8) cursor(8): the outcome low-water
  *                                    mark and the expiry time the sweep has reached
  *                                    "log_start", "install" (store.h: log compaction and

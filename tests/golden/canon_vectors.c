@@ -154,13 +154,34 @@ static void other_digests(FILE *out, Keyload__V1__Mutation **all, size_t n)
     first_sent_vector(out, all[2]);
 }
 
+/* Kinds added after the vectors were first written: their samples are appended at the end
+ * (and left out of the all-kinds batch), so every vector above stays as it was. */
+static size_t later_samples(sample *s)
+{
+    size_t n = 0;
+    Keyload__V1__SetTransferHold *h = calloc(1, sizeof *h);
+    Keyload__V1__Mutation *m = calloc(1, sizeof *m);
+    if (h == NULL || m == NULL)
+        golden_die("later samples: out of memory");
+    keyload__v1__set_transfer_hold__init(h);
+    h->hold_ms = 15000;
+    keyload__v1__mutation__init(m);
+    m->kind_case = KEYLOAD__V1__MUTATION__KIND_SET_TRANSFER_HOLD;
+    m->set_transfer_hold = h;
+    s[n++] = (sample){"set_transfer_hold", m};
+    return n;
+}
+
 void golden_canon_vectors(FILE *out)
 {
-    sample s[32];
-    size_t n = samples(s);
-    /* A new mutation kind needs its sample here before the vectors can be written. */
-    if (n != keyload__v1__mutation__descriptor.n_fields)
-        golden_die("%zu samples for %u mutation kinds", n, keyload__v1__mutation__descriptor.n_fields);
+    sample s[32], later[8];
+    size_t n = samples(s), nl = later_samples(later);
+    /* A new mutation kind needs its sample (in later_samples) before the vectors can be written. */
+    if (n + nl != keyload__v1__mutation__descriptor.n_fields)
+        golden_die("%zu samples for %u mutation kinds", n + nl, keyload__v1__mutation__descriptor.n_fields);
+    for (size_t i = 0; i < nl; i++)
+        if ((unsigned)later[i].m->kind_case != keyload__v1__mutation__descriptor.fields[n + i].id)
+            golden_die("later sample %zu is not kind %u", i, keyload__v1__mutation__descriptor.fields[n + i].id);
     for (size_t i = 0; i < n; i++)
         if ((unsigned)s[i].m->kind_case != keyload__v1__mutation__descriptor.fields[i].id)
             golden_die("sample %zu is not kind %u", i, keyload__v1__mutation__descriptor.fields[i].id);
@@ -178,5 +199,9 @@ void golden_canon_vectors(FILE *out)
     partial->set_database_limits->fields = 1u | 8u;
     fprintf(out, "\n");
     one_vector(out, &(sample){"set_database_limits_fields", partial}, 0x80);
+    for (size_t i = 0; i < nl; i++)
+        one_vector(out, &later[i], (uint8_t)(0x81 + i));
     golden_arena_free();
+    for (size_t i = 0; i < nl; i++)
+        keyload__v1__mutation__free_unpacked(later[i].m, NULL);
 }

@@ -474,9 +474,11 @@ static void check_ref_column(int kind, const ProtobufCFieldDescriptor *kf, const
     }
     if (nrefs == 0) {
         ck_assert_msg(k->ref == NULL, "kind %d (%s) names no queue but its row has a ref", kind, kf->name);
-        /* Nothing routes it but partition 0: it must be a catalog change, alone in its batch. */
-        ck_assert_msg(k->changes_catalog != NULL, "kind %d (%s) names no queue and changes no catalog",
-                      kind, kf->name);
+        /* Nothing routes it but partition 0: it must be a catalog change, alone in its batch,
+         * or a kind its caller addresses to each partition itself. */
+        ck_assert_msg(k->changes_catalog != NULL || k->per_partition,
+                      "kind %d (%s) names no queue, changes no catalog and is not per partition", kind, kf->name);
+        ck_assert_msg(k->changes_catalog == NULL || !k->per_partition, "kind %d (%s) is both", kind, kf->name);
     } else {
         ck_assert_msg(k->ref != NULL, "kind %d (%s) holds a queue ref but its row has none", kind, kf->name);
         Keyload__V1__Mutation m = KEYLOAD__V1__MUTATION__INIT;
@@ -513,7 +515,7 @@ START_TEST(mutation_table_has_a_full_row_per_kind)
                       "kind %d (%s): the row's canonical encoder is not the digest's", kind, f[i].name);
         check_ref_column(kind, &f[i], k);
     }
-    ck_assert_int_eq(max, KEYLOAD__V1__MUTATION__KIND_ADVANCE_QUEUE_TRANSFER_REPAIR);
+    ck_assert_int_eq(max, KEYLOAD__V1__MUTATION__KIND_SET_TRANSFER_HOLD);
     ck_assert_ptr_null(kl_mutation_kind_of(max + 1));
     ck_assert_ptr_null(kl_canon_mutation_encoder(max + 1));
     ck_assert_ptr_null(kl_mutation_kind_of(-1));
