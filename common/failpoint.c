@@ -36,7 +36,8 @@ static const char *const fp_known[] = {
     "coord.before_complete",         "coord.after_complete_sent",
     "coord.before_advance",          "coord.after_advance",
     "store.install_begun",           "store.install_ingested",
-    "store.install_finished",
+    "store.install_finished",        "repl.after_compact",
+    "repl.snapshot_chunk_staged",
 };
 
 static bool fp_name_known(const char *name)

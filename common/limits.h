@@ -148,6 +148,15 @@
  * its resume point then: a restart re-fetches at most this much. */
 #define KL_SNAP_STAGE_FILE_BYTES (64u << 20)
 
+/* Log compaction (cluster file "snapshot"; daemon/repl/driver.h): a member compacts once its
+ * log holds more than threshold applied entries, keeping the last trailing ones so that a
+ * follower a little behind catches up from the log rather than by snapshot. The defaults
+ * are etcd's order (SnapshotCount, SnapshotCatchUpEntries). */
+#define KL_SNAP_THRESHOLD_DEFAULT 10000u
+#define KL_SNAP_TRAILING_DEFAULT 5000u
+#define KL_SNAP_THRESHOLD_MIN 8u
+#define KL_SNAP_THRESHOLD_MAX 1000000000u
+
 /* ---------------------------------------------------------------- parked Receives (daemon/park.h) */
 /* Parked requests per member. Each holds one of the client port's KL_CLIENT_RPC_CONTEXTS
  * request contexts while it waits; with the KL_SERVICE_MAX_READS reads waiting for their
@@ -185,6 +194,12 @@
 _Static_assert(KL_SNAP_VALUE_MAX >= KL_CLAIMS_TOKEN_MAX, "a snapshot carries every stored value");
 _Static_assert(KL_SNAP_CHUNK_BYTES < KL_SNAP_STAGE_FILE_BYTES, "a staged file holds whole chunks");
 _Static_assert(KL_SNAP_CHUNK_MAX < (1ull << 32), "chunk lengths are u32");
+/* The default compaction keeps a trailing window below its threshold, so every compaction
+ * drops at least threshold - trailing entries (a trailing window at or past the threshold
+ * would compact nothing, every round). */
+_Static_assert(KL_SNAP_THRESHOLD_MIN <= KL_SNAP_THRESHOLD_DEFAULT &&
+                   KL_SNAP_THRESHOLD_DEFAULT <= KL_SNAP_THRESHOLD_MAX, "default threshold in range");
+_Static_assert(KL_SNAP_TRAILING_DEFAULT < KL_SNAP_THRESHOLD_DEFAULT, "default trailing window below the threshold");
 /* Every member of a partition fits the Raft configuration, its per-member bitmask (a
  * uint32_t in raft.c) and the peer transport's member table. */
 _Static_assert(KL_CLUSTER_MAX_MEMBERS <= KL_RAFT_MAX_MEMBERS, "a partition's members fit the Raft config");
@@ -205,6 +220,11 @@ _Static_assert(KL_DEFAULT_MAX_FRAME_BYTES > KL_DEFAULT_MAX_BATCH_BYTES, "default
 _Static_assert(KL_DEFAULT_MAX_FRAME_BYTES <= KL_RPC_DEFAULT_FRAME_LIMIT, "default frame fits the RPC default");
 _Static_assert(KL_DEFAULT_MAX_BATCH_BYTES + KL_REPL_FRAME_OVERHEAD <= KL_PEER_DEFAULT_MAX_FRAME,
                "a default batch with its append overhead fits the peer default frame");
+/* A snapshot chunk of ordinary records travels in one default replication frame; one
+ * holding a large value (up to KL_SNAP_CHUNK_MAX, past any frame) or any chunk over a
+ * smaller frame limit goes in pieces (daemon/repl/snapwire.h). */
+_Static_assert(KL_SNAP_CHUNK_BYTES + KL_REPL_FRAME_OVERHEAD <= KL_PEER_DEFAULT_MAX_FRAME,
+               "an ordinary snapshot chunk fits a default peer frame");
 _Static_assert(KL_DEFAULT_MAX_QUERY_READ_BYTES <= KL_DEFAULT_MAX_FRAME_BYTES, "a full read fits a frame");
 _Static_assert(KL_CATALOG_LIST_DEFAULT <= KL_CATALOG_LIST_MAX, "the default page is allowed");
 _Static_assert(KL_CATALOG_LIST_ANSWER_BYTES * 2 <= KL_DEFAULT_MAX_FRAME_BYTES,
