@@ -42,8 +42,8 @@ for b in "$daemon" "$bench" "$census"; do
 done
 work=${work:-$(mktemp -d /tmp/kl-retain-disk.XXXXXX)}
 mkdir -p "$work"
-pids=()
-cleanup() { for p in "${pids[@]}"; do kill -9 "$p" 2>/dev/null; done; }
+pids=() dogs=()
+cleanup() { for p in "${pids[@]}" "${dogs[@]}"; do kill -9 "$p" 2>/dev/null; done; }
 trap cleanup EXIT
 
 base=$((11000 + ($$ % 90) * 10))   # below the ephemeral range; clients base..base+2, peers base+5..base+7
@@ -65,10 +65,14 @@ urls=()
   printf ']}]}\n'
 } > "$work/cluster.json"
 "$daemon" keygen --cluster-secret-out "$work/cluster.secret" >/dev/null || exit 2
+# keyloadd itself is the child, so kill -9 by pid at exit reaches it (a timeout wrapper
+# left it running); a watchdog bounds its lifetime.
 start() {
-  timeout -s KILL 7200 "$daemon" --cluster "$work/cluster.json" --node "p0m$1" --cluster-secret "$work/cluster.secret" \
+  "$daemon" --cluster "$work/cluster.json" --node "p0m$1" --cluster-secret "$work/cluster.secret" \
     --init-store 2>>"$work/m$1.log" &
   pids[$1]=$!
+  ( sleep 7200; kill -9 "${pids[$1]}" 2>/dev/null ) &
+  dogs+=($!)
 }
 for i in 1 2 3; do start "$i"; done
 all=$(IFS=,; echo "${urls[*]}")
