@@ -3,6 +3,7 @@
 
 #include "common/failpoint.h"
 #include "common/log.h"
+#include "daemon/repl/stages.h"
 #include "daemon/store/snapshot.h"
 
 #include <assert.h>
@@ -196,6 +197,7 @@ void kl_snapwire_start(kl_snapwire *w, const kl_raft_msg *m, uint64_t now_ms)
     kl_snap_reader_close(o->rd); /* a replaced stream: the core asked again, no report */
     *o = (snap_out){.to = m->to, .term = m->term, .conf = m->snap.conf};
     kl_err err;
+    uint64_t t0 = kl_stages_now();
     if (kl_snap_reader_open(w->st, NULL, 0, &o->rd, &err) != KL_OK) {
         KL_ERROR("snapshot open failed", "member=%llu to=%llu error=\"%s\"",
                  (unsigned long long)w->self, (unsigned long long)m->to, err.message);
@@ -213,9 +215,11 @@ void kl_snapwire_start(kl_snapwire *w, const kl_raft_msg *m, uint64_t now_ms)
     o->stream = ++w->next_stream;
     o->heard_ms = o->progress_ms = now_ms;
     o->waiting_resume = true;
-    KL_INFO("snapshot stream started", "member=%llu to=%llu asked=%llu index=%llu term=%llu keys=%llu",
-            (unsigned long long)w->self, (unsigned long long)m->to, (unsigned long long)m->snap.index,
-            (unsigned long long)o->index, (unsigned long long)o->sterm, (unsigned long long)keys);
+    /* open_ms: the reader's key count pass, on the loop (snapshot.h): a stall to watch. */
+    KL_INFO("snapshot stream started", "member=%llu to=%llu asked=%llu index=%llu term=%llu keys=%llu "
+            "open_ms=%.1f", (unsigned long long)w->self, (unsigned long long)m->to,
+            (unsigned long long)m->snap.index, (unsigned long long)o->index,
+            (unsigned long long)o->sterm, (unsigned long long)keys, (double)(kl_stages_now() - t0) / 1e6);
     (void)out_send(w, o, KL_SNAPWIRE_BEGIN, 0, 0, 0, NULL, 0);
 }
 
