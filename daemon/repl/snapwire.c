@@ -239,7 +239,8 @@ static void out_answer(kl_snapwire *w, snap_out *o, const Keyload__V1__RaftMessa
         if (pm->snap_after.len > KL_KEY_MAX ||
             (pm->snap_digest.len != KL_SNAP_DIGEST_BYTES && pm->snap_digest.len != 0))
             return; /* malformed: the resync timer asks again */
-        memcpy(pos.after, pm->snap_after.data, pm->snap_after.len);
+        if (pm->snap_after.len) /* an empty bytes field has no data pointer */
+            memcpy(pos.after, pm->snap_after.data, pm->snap_after.len);
         pos.after_len = pm->snap_after.len;
         if (pm->snap_digest.len)
             memcpy(pos.digest, pm->snap_digest.data, KL_SNAP_DIGEST_BYTES);
