@@ -40,18 +40,24 @@ static size_t sw_pack_entry(uint8_t *buf, uint64_t index, uint64_t term)
     return keyload__v1__log_entry__pack(&e, buf);
 }
 
+/* Entries 1..n in synced log writes of 500, each applied after its write. */
 static void sw_fill(kl_store *st, uint64_t n, uint64_t term)
 {
-    static uint8_t buf[2048];
+    enum { PER = 500 };
+    static uint8_t bufs[PER][2048];
+    kl_store_log_item items[PER];
     kl_err err;
-    for (uint64_t i = 1; i <= n; i++) {
-        size_t len = sw_pack_entry(buf, i, term);
-        kl_store_log_item it = {.index = i, .bytes = buf, .len = len};
-        ck_assert_int_eq(kl_store_log_write(st, NULL, 0, &it, 1, &err), KL_OK);
-        Keyload__V1__LogEntry *e = keyload__v1__log_entry__unpack(NULL, len, buf);
-        ck_assert_ptr_nonnull(e);
-        ck_assert_int_eq(kl_store_apply(st, e, &err), KL_OK);
-        keyload__v1__log_entry__free_unpacked(e, NULL);
+    for (uint64_t i = 1; i <= n;) {
+        size_t k = 0;
+        for (; k < PER && i <= n; k++, i++)
+            items[k] = (kl_store_log_item){.index = i, .bytes = bufs[k], .len = sw_pack_entry(bufs[k], i, term)};
+        ck_assert_int_eq(kl_store_log_write(st, NULL, 0, items, k, &err), KL_OK);
+        for (size_t j = 0; j < k; j++) {
+            Keyload__V1__LogEntry *e = keyload__v1__log_entry__unpack(NULL, items[j].len, items[j].bytes);
+            ck_assert_ptr_nonnull(e);
+            ck_assert_int_eq(kl_store_apply(st, e, &err), KL_OK);
+            keyload__v1__log_entry__free_unpacked(e, NULL);
+        }
     }
 }
 
