@@ -179,6 +179,39 @@ static kl_code parse_timers(json_t *root, kl_cluster *c, kl_err *err)
     return KL_OK;
 }
 
+/* "snapshot": the compaction policy, each setting in range, then the defaults. */
+static kl_code parse_snapshot(json_t *root, kl_snapshot_policy *p, kl_err *err)
+{
+    p->threshold_entries = KL_SNAP_THRESHOLD_DEFAULT;
+    p->trailing_entries = KL_SNAP_TRAILING_DEFAULT;
+    json_t *snap = json_object_get(root, "snapshot");
+    if (snap == NULL)
+        return KL_OK;
+    if (!json_is_object(snap))
+        return kl_fail(err, KL_INVALID_ARGUMENT, "snapshot", "cluster file: snapshot must be an object");
+    json_t *th = json_object_get(snap, "threshold_entries");
+    if (th != NULL) {
+        if (!json_is_integer(th) || json_integer_value(th) < KL_SNAP_THRESHOLD_MIN ||
+            json_integer_value(th) > KL_SNAP_THRESHOLD_MAX)
+            return kl_fail(err, KL_INVALID_ARGUMENT, "threshold_entries",
+                           "cluster file: snapshot.threshold_entries must be %u..%u entries",
+                           KL_SNAP_THRESHOLD_MIN, KL_SNAP_THRESHOLD_MAX);
+        p->threshold_entries = (uint32_t)json_integer_value(th);
+    }
+    json_t *tr = json_object_get(snap, "trailing_entries");
+    if (tr == NULL && p->trailing_entries >= p->threshold_entries)
+        p->trailing_entries = p->threshold_entries / 2; /* a small threshold, default window */
+    if (tr != NULL) {
+        if (!json_is_integer(tr) || json_integer_value(tr) < 0 ||
+            json_integer_value(tr) >= (json_int_t)p->threshold_entries)
+            return kl_fail(err, KL_INVALID_ARGUMENT, "trailing_entries",
+                           "cluster file: snapshot.trailing_entries must be 0..%u (below "
+                           "snapshot.threshold_entries)", p->threshold_entries - 1);
+        p->trailing_entries = (uint32_t)json_integer_value(tr);
+    }
+    return KL_OK;
+}
+
 /* Member j of partition i (p), appended to p's members. */
 static kl_code parse_member(json_t *mj, size_t i, size_t j, kl_partition *p, const kl_cluster *c,
                             const char *var_root, kl_err *err)
@@ -283,6 +316,8 @@ static kl_code parse_root(json_t *root, const char *var_root, kl_cluster *c, kl_
                        "cluster file: insecure_local_admin must be true or false");
     c->insecure_local_admin = json_is_true(insecure);
     if ((rc = parse_timers(root, c, err)) != KL_OK)
+        return rc;
+    if ((rc = parse_snapshot(root, &c->snapshot, err)) != KL_OK)
         return rc;
     if (c->limits.max_frame_bytes <= c->limits.max_batch_bytes)
         return kl_fail(err, KL_INVALID_ARGUMENT, "MaxFrameBytes",

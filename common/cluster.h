@@ -7,6 +7,7 @@
  *     "timers": { "tick_ms": 50, "election_ms": 1000, "heartbeat_ms": 150,
  *                 "catalog_lease_ms": 3000, "session_ttl_ms": 3600000,
  *                 "outcome_retention_ms": 86400000 },
+ *     "snapshot": { "threshold_entries": 10000, "trailing_entries": 5000 },
  *     "insecure_local_admin": false,
  *     "partitions": [ { "id": 0, "members": [
  *         { "id": 1, "client": "tcp://127.0.0.1:7400", "peer": "tcp://127.0.0.1:7500",
@@ -61,6 +62,15 @@ typedef struct kl_timers {
     int64_t outcome_retention_ms;
 } kl_timers;
 
+/* Log compaction ("snapshot" in the cluster file; ARCHITECTURE.md "Replication"): once a
+ * member's log holds more than threshold_entries applied entries it makes its state durable
+ * and drops them but the last trailing_entries. KL_SNAP_THRESHOLD_MIN..KL_SNAP_THRESHOLD_MAX
+ * and 0..threshold_entries - 1; always set after kl_cluster_load (defaults in limits.h). */
+typedef struct kl_snapshot_policy {
+    uint32_t threshold_entries;
+    uint32_t trailing_entries;
+} kl_snapshot_policy;
+
 /* "connections" in the cluster file: caps and idle timeouts of the client and peer ports
  * (0 idle = never) and the sessions one tenant may hold on a member. Always set after
  * kl_cluster_load (defaults in common/limits.h). */
@@ -93,6 +103,7 @@ typedef struct kl_cluster {
     kl_limits limits;
     kl_timers timers;
     kl_conn_limits conn;
+    kl_snapshot_policy snapshot;
     bool insecure_local_admin;
     int partition_count;
     kl_partition partitions[KL_CLUSTER_MAX_PARTITIONS];

@@ -37,6 +37,7 @@ static const char *const fp_known[] = {
     "coord.before_advance",          "coord.after_advance",
     "store.install_begun",           "store.install_ingested",
     "store.install_finished",        "cli.backup.after_hold",
+    "repl.after_compact",            "repl.snapshot_chunk_staged",
 };
 
 static bool fp_name_known(const char *name)

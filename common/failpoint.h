@@ -27,6 +27,10 @@
  *                                   install marker (synced), staged files not yet ingested
  *   store.install_ingested          staged files ingested, applied/log start not yet moved
  *   store.install_finished          install complete and synced, staging not yet removed
+ * Replication (daemon/repl/driver.c, snapwire.c):
+ *   repl.after_compact              the log was just compacted (entries deleted, synced)
+ *   repl.snapshot_chunk_staged      a follower staged one more chunk of a snapshot stream
+ *                                   (exit: the receiver dies mid-install)
  * Replication transport (daemon/repl/peer.c):
  *   peer.before_close               on the closer thread, before the socket's nng_close
  *                                   (sleep(MS) past PEER_CLOSE_MAX_MS: a close that hangs)

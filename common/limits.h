@@ -172,6 +172,14 @@
 #define KL_BACKUP_CALL_TIMEOUT_MS 600000
 /* What a BackupChunk answer adds to its chunk (fields, sealing), kept below the frame. */
 #define KL_BACKUP_ANSWER_OVERHEAD 1024
+/* Log compaction (cluster file "snapshot"; daemon/repl/driver.h): a member compacts once its
+ * log holds more than threshold applied entries, keeping the last trailing ones so that a
+ * follower a little behind catches up from the log rather than by snapshot. The defaults
+ * are etcd's order (SnapshotCount, SnapshotCatchUpEntries). */
+#define KL_SNAP_THRESHOLD_DEFAULT 10000u
+#define KL_SNAP_TRAILING_DEFAULT 5000u
+#define KL_SNAP_THRESHOLD_MIN 8u
+#define KL_SNAP_THRESHOLD_MAX 1000000000u
 
 /* ---------------------------------------------------------------- parked Receives (daemon/park.h) */
 /* Parked requests per member. Each holds one of the client port's KL_CLIENT_RPC_CONTEXTS
@@ -216,6 +224,12 @@ _Static_assert(KL_SNAP_CHUNK_BYTES * 2 + KL_SNAP_CONFIG_MAX + KL_BACKUP_ANSWER_O
                "a backup chunk answer fits a client frame");
 _Static_assert(KL_BACKUP_IDLE_MS < KL_BACKUP_STREAM_MAX_MS, "the idle close comes first");
 _Static_assert(KL_TRANSFER_HOLD_DEFAULT_MS <= KL_TRANSFER_HOLD_MAX_MS, "the default hold is allowed");
+/* The default compaction keeps a trailing window below its threshold, so every compaction
+ * drops at least threshold - trailing entries (a trailing window at or past the threshold
+ * would compact nothing, every round). */
+_Static_assert(KL_SNAP_THRESHOLD_MIN <= KL_SNAP_THRESHOLD_DEFAULT &&
+                   KL_SNAP_THRESHOLD_DEFAULT <= KL_SNAP_THRESHOLD_MAX, "default threshold in range");
+_Static_assert(KL_SNAP_TRAILING_DEFAULT < KL_SNAP_THRESHOLD_DEFAULT, "default trailing window below the threshold");
 /* Every member of a partition fits the Raft configuration, its per-member bitmask (a
  * uint32_t in raft.c) and the peer transport's member table. */
 _Static_assert(KL_CLUSTER_MAX_MEMBERS <= KL_RAFT_MAX_MEMBERS, "a partition's members fit the Raft config");
@@ -236,6 +250,11 @@ _Static_assert(KL_DEFAULT_MAX_FRAME_BYTES > KL_DEFAULT_MAX_BATCH_BYTES, "default
 _Static_assert(KL_DEFAULT_MAX_FRAME_BYTES <= KL_RPC_DEFAULT_FRAME_LIMIT, "default frame fits the RPC default");
 _Static_assert(KL_DEFAULT_MAX_BATCH_BYTES + KL_REPL_FRAME_OVERHEAD <= KL_PEER_DEFAULT_MAX_FRAME,
                "a default batch with its append overhead fits the peer default frame");
+/* A snapshot chunk of ordinary records travels in one default replication frame; one
+ * holding a large value (up to KL_SNAP_CHUNK_MAX, past any frame) or any chunk over a
+ * smaller frame limit goes in pieces (daemon/repl/snapwire.h). */
+_Static_assert(KL_SNAP_CHUNK_BYTES + KL_REPL_FRAME_OVERHEAD <= KL_PEER_DEFAULT_MAX_FRAME,
+               "an ordinary snapshot chunk fits a default peer frame");
 _Static_assert(KL_DEFAULT_MAX_QUERY_READ_BYTES <= KL_DEFAULT_MAX_FRAME_BYTES, "a full read fits a frame");
 _Static_assert(KL_CATALOG_LIST_DEFAULT <= KL_CATALOG_LIST_MAX, "the default page is allowed");
 _Static_assert(KL_CATALOG_LIST_ANSWER_BYTES * 2 <= KL_DEFAULT_MAX_FRAME_BYTES,

@@ -588,6 +588,8 @@ static void repl_config(kl_repl_config *rcfg, const kl_cluster *cluster, int par
     rcfg->n_members = (size_t)part->member_count;
     rcfg->peer_max = cluster->conn.peer_max;
     rcfg->peer_idle_ms = cluster->conn.peer_idle_ms;
+    rcfg->snapshot_threshold = cluster->snapshot.threshold_entries;
+    rcfg->snapshot_trailing = cluster->snapshot.trailing_entries;
 }
 
 /* Renders the member's page on the loop thread (common/metrics_http.h hands it over). */

@@ -15,9 +15,11 @@
  * points into them (normal entries) and into no-op encodings the driver owns (job.noops). */
 #include "daemon/repl/driver.h"
 
+#include "common/failpoint.h"
 #include "common/log.h"
 #include "common/proto_check.h"
 #include "daemon/repl/peer.h"
+#include "daemon/repl/snapwire.h"
 #include "daemon/repl/stages.h"
 #include "keyload/v1/raft.pb-c.h"
 
@@ -68,6 +70,8 @@ struct kl_repl {
 
     kl_raft *raft;
     kl_peer *peer; /* NULL when alone, after a failure or after stop */
+    kl_snapwire *sw; /* snapshot streams (NULL when alone) */
+    uint32_t snap_threshold, snap_trailing; /* compaction policy (driver.h) */
     uv_timer_t timer;
     uv_check_t flush; /* once per loop iteration, after I/O: see on_flush */
     int open_handles; /* timer and flush until both are closed after stop */
@@ -278,9 +282,11 @@ static kl_code st_entries(void *ctx, uint64_t lo, uint64_t hi, size_t max_bytes,
 /* ---------------------------------------------------------------- lifecycle helpers */
 
 static void pump(kl_repl *r);
+static void maybe_compact(kl_repl *r);
 
 static void free_all(kl_repl *r)
 {
+    kl_snapwire_free(r->sw);
     kl_raft_free(r->raft);
     kl_stages_free(r->stages);
     free(r->job.items);
@@ -388,10 +394,11 @@ static bool frame_reserve(kl_repl *r, size_t n)
 static void send_msg(kl_repl *r, const kl_raft_msg *m)
 {
     if (m->type == KL_RAFT_MSG_SNAPSHOT) {
-        /* This driver never compacts (kl_raft_compact), so its core never asks for a
-         * snapshot; should it, there is no stream to serve it: report it failed. */
-        r->counters.send_drops++;
-        (void)kl_raft_report_snapshot(r->raft, m->to, false);
+        /* Not a frame: the snapshot is streamed (snapwire.h), and reported when it ends. */
+        if (r->sw != NULL && r->peer != NULL)
+            kl_snapwire_start(r->sw, m, uv_now(r->loop));
+        else
+            (void)kl_raft_report_snapshot(r->raft, m->to, false);
         return;
     }
     if (r->peer == NULL || m->n_entries > KL_RAFT_MAX_MSG_ENTRIES) {
@@ -632,6 +639,7 @@ static void persist_after(uv_work_t *w, int status)
     r->pumping = true;
     finish_round(r);
     r->pumping = false;
+    maybe_compact(r);
     pump(r);
 }
 
@@ -681,6 +689,50 @@ static bool job_fill(kl_repl *r)
     return true;
 }
 
+/* A ready with has_snapshot (raft.h "Snapshots and compaction"), before anything else of
+ * it: no write is in flight (pump takes a ready only then) and nothing is applied early
+ * (apply_early needs a write in flight). The staged state becomes current, atomically and
+ * synced, with the log replaced by the snapshot point (kl_store_install keeps term and vote
+ * and sets commit); a term adopted from the sender is synced after it, still before any of
+ * the ready's messages (the acknowledgement) leaves in finish_round. */
+static bool install_snapshot(kl_repl *r)
+{
+    const kl_raft_snapshot *sn = &r->rd.snapshot;
+    kl_err err;
+    uint64_t t0 = kl_stages_now();
+    if (r->sw == NULL) {
+        kl_fail(&err, KL_INTERNAL, "raft", "snapshot install asked of a member alone");
+        fail(r, &err);
+        return false;
+    }
+    if (kl_snapwire_install(r->sw, sn, &err) != KL_OK) {
+        fail(r, &err);
+        return false;
+    }
+    const kl_raft_ready *rd = &r->rd;
+    if (rd->has_hard_state && (rd->hard.term != r->durable_term || rd->hard.vote != r->durable_vote)) {
+        Keyload__V1__HardState h = KEYLOAD__V1__HARD_STATE__INIT;
+        h.term = rd->hard.term;
+        h.vote = rd->hard.vote;
+        h.commit = rd->hard.commit;
+        if (kl_store_log_write(r->store, &h, 0, NULL, 0, &err) != KL_OK) {
+            fail(r, &err);
+            return false;
+        }
+        r->durable_term = h.term;
+        r->durable_vote = h.vote;
+    }
+    r->applied = sn->index;
+    r->applied_term = sn->term;
+    if (r->seen_commit < sn->index)
+        r->seen_commit = sn->index;
+    r->counters.snapshots++;
+    KL_INFO("snapshot installed", "member=%llu index=%llu term=%llu from=%llu ms=%.1f",
+            (unsigned long long)r->self, (unsigned long long)sn->index, (unsigned long long)sn->term,
+            (unsigned long long)rd->snapshot_from, (double)(kl_stages_now() - t0) / 1e6);
+    return true;
+}
+
 /* True when the ready's only durable change is the commit index. */
 static bool commit_only(const kl_repl *r)
 {
@@ -702,14 +754,8 @@ static void pump(kl_repl *r)
             fail_core(r, "get_ready");
             break;
         }
-        if (r->rd.has_snapshot) {
-            /* Unreachable: on_recv never steps a snapshot in. Never advance past an install
-             * that did not happen. */
-            kl_err err;
-            kl_fail(&err, KL_INTERNAL, "raft", "snapshot install asked of a driver without one");
-            fail(r, &err);
-            break;
-        }
+        if (r->rd.has_snapshot && !install_snapshot(r))
+            break; /* failed: never advance past an install that did not happen */
         /* Confirmations count from now, before any taken later by reads_early. */
         for (size_t i = 0; i < r->rd.n_reads && live(r); i++)
             reads_confirm(r, &r->rd.reads[i]);
@@ -862,6 +908,30 @@ static bool check_entry(const Keyload__V1__RaftEntry *e)
            term == e->term && index == e->index && type == KL_RAFT_ENTRY_NORMAL;
 }
 
+static void after_recv(kl_repl *r);
+
+/* A snapshot stream frame (snapwire.h): checked like any frame (from the hello's member, to
+ * us, no unknown field, no entries), then handed to the streams; a staged snapshot it
+ * completes is stepped into the core from there. */
+static void on_recv_snapshot(kl_repl *r, uint64_t from, Keyload__V1__RaftMessage *pm, char *path,
+                             size_t cap)
+{
+    bool ok = r->sw != NULL && !kl_proto_has_unknown(&pm->base, path, cap) && pm->from == from &&
+              pm->to == r->self && pm->n_entries == 0;
+    if (!ok)
+        r->counters.refused++;
+    /* A staged snapshot's install ready comes after the running write: hold new streams off
+     * until then (the sender resyncs). */
+    if (!ok || (pm->type == KL_SNAPWIRE_MSG_DATA && kl_snapwire_install_waiting(r->sw) && r->persist_busy)) {
+        keyload__v1__raft_message__free_unpacked(pm, NULL);
+        return;
+    }
+    kl_snapwire_recv(r->sw, from, pm, uv_now(r->loop));
+    keyload__v1__raft_message__free_unpacked(pm, NULL);
+    if (live(r))
+        after_recv(r);
+}
+
 static void on_recv(void *owner, uint64_t from, const uint8_t *frame, size_t len)
 {
     kl_repl *r = owner;
@@ -869,6 +939,10 @@ static void on_recv(void *owner, uint64_t from, const uint8_t *frame, size_t len
         return;
     Keyload__V1__RaftMessage *pm = keyload__v1__raft_message__unpack(NULL, len, frame);
     char path[64];
+    if (pm != NULL && (pm->type == KL_SNAPWIRE_MSG_DATA || pm->type == KL_SNAPWIRE_MSG_ANSWER)) {
+        on_recv_snapshot(r, from, pm, path, sizeof path);
+        return;
+    }
     bool ok = pm != NULL && !kl_proto_has_unknown(&pm->base, path, sizeof path) &&
               pm->from == from && pm->to == r->self && pm->type < KL_RAFT_MSG_TYPE_COUNT &&
               pm->type != KL_RAFT_MSG_SNAPSHOT && /* only a staged stream steps one in */
@@ -909,12 +983,98 @@ static void on_recv(void *owner, uint64_t from, const uint8_t *frame, size_t len
         fail_core(r, "step");
         return;
     }
+    after_recv(r);
+}
+
+/* What every accepted frame is followed by. */
+static void after_recv(kl_repl *r)
+{
     note_commit(r);
     send_urgent(r);
     pump(r); /* a received append's write starts before anything is applied */
     apply_early(r);
     reads_early(r);
     pump(r);
+}
+
+/* ---------------------------------------------------------------- snapshots and compaction */
+
+static bool sw_send(void *ctx, uint64_t to, const Keyload__V1__RaftMessage *pm)
+{
+    kl_repl *r = ctx;
+    size_t n = keyload__v1__raft_message__get_packed_size(pm);
+    if (r->peer == NULL || n > r->max_frame || !frame_reserve(r, n)) {
+        r->counters.send_drops++;
+        return false;
+    }
+    keyload__v1__raft_message__pack(pm, r->frame);
+    if (kl_peer_send(r->peer, to, r->frame, n) != KL_OK) {
+        r->counters.send_drops++;
+        return false;
+    }
+    return true;
+}
+
+static void sw_report(void *ctx, uint64_t to, bool ok)
+{
+    kl_repl *r = ctx;
+    if (ok)
+        r->counters.snapshots++; /* taken and delivered */
+    if (kl_raft_report_snapshot(r->raft, to, ok) == KL_INTERNAL)
+        fail_core(r, "report_snapshot");
+}
+
+static bool sw_step(void *ctx, const kl_raft_msg *m)
+{
+    kl_repl *r = ctx;
+    kl_code rc = kl_raft_step(r->raft, m);
+    if (rc == KL_INVALID_ARGUMENT)
+        r->counters.refused++;
+    else if (rc != KL_OK)
+        fail_core(r, "step");
+    return rc == KL_OK;
+}
+
+/* Log compaction (driver.h "Compaction"): once the log holds more than snap_threshold
+ * applied entries, make the applied state durable (applies skip the WAL: a crash must not
+ * roll it back below the first kept entry) and drop every entry up to the durable applied
+ * index minus snap_trailing, telling the core first (raft.h). Only with no ready
+ * outstanding: the core may free entries a ready's messages still point to. Blocks the loop
+ * for one memtable flush and one small synced write; the time is logged. */
+static void maybe_compact(kl_repl *r)
+{
+    if (!live(r) || r->persist_busy || r->pumping)
+        return;
+    kl_raft_status st;
+    kl_raft_status_get(r->raft, &st);
+    if (st.applied - st.snap_index <= r->snap_threshold)
+        return;
+    uint64_t t0 = kl_stages_now(), durable;
+    kl_err err;
+    if (kl_store_make_durable(r->store, &durable, &err) != KL_OK) {
+        fail(r, &err);
+        return;
+    }
+    uint64_t t1 = kl_stages_now();
+    uint64_t upto = durable < st.applied ? durable : st.applied;
+    if (upto <= st.snap_index + r->snap_trailing)
+        return;
+    upto -= r->snap_trailing;
+    if (kl_raft_compact(r->raft, upto) != KL_OK) {
+        fail_core(r, "compact");
+        return;
+    }
+    if (kl_store_compact_log(r->store, upto + 1, NULL, 0, &err) != KL_OK) {
+        fail(r, &err);
+        return;
+    }
+    uint64_t t2 = kl_stages_now();
+    r->counters.compactions++;
+    (void)KL_FAILPOINT("repl.after_compact", &err);
+    KL_INFO("log compacted", "member=%llu upto=%llu applied=%llu durable=%llu flush_ms=%.2f "
+            "stall_ms=%.2f", (unsigned long long)r->self, (unsigned long long)upto,
+            (unsigned long long)st.applied, (unsigned long long)durable, (double)(t1 - t0) / 1e6,
+            (double)(t2 - t0) / 1e6);
 }
 
 static void on_tick(uv_timer_t *t)
@@ -932,6 +1092,14 @@ static void on_tick(uv_timer_t *t)
     }
     send_urgent(r);
     pump(r);
+    if (r->sw != NULL && live(r)) {
+        kl_raft_status st;
+        kl_raft_status_get(r->raft, &st);
+        kl_snapwire_tick(r->sw, st.role == KL_RAFT_LEADER, uv_now(r->loop));
+        if (!r->persist_busy && !r->pumping)
+            kl_snapwire_settle(r->sw);
+    }
+    maybe_compact(r);
 }
 
 /* ---------------------------------------------------------------- public API */
@@ -969,10 +1137,46 @@ static kl_code check_config(const kl_repl_config *c, size_t *self_slot, kl_err *
         return kl_fail(err, KL_INVALID_ARGUMENT, "heartbeat_ms",
                        "heartbeat_ms %u must be at least one tick (%u ms) and below election_ms %u",
                        heartbeat, tick, election);
+    if (c->snapshot_threshold != 0 &&
+        (c->snapshot_threshold < KL_SNAP_THRESHOLD_MIN || c->snapshot_trailing >= c->snapshot_threshold))
+        return kl_fail(err, KL_INVALID_ARGUMENT, "snapshot_threshold",
+                       "snapshot threshold %u must be at least %u and above the trailing %u",
+                       c->snapshot_threshold, KL_SNAP_THRESHOLD_MIN, c->snapshot_trailing);
     size_t frame = c->max_frame ? c->max_frame : KL_PEER_DEFAULT_MAX_FRAME;
     if (frame < 4 * FRAME_SLACK)
         return kl_fail(err, KL_INVALID_ARGUMENT, "max_frame", "max_frame %zu below %d bytes",
                        frame, 4 * FRAME_SLACK);
+    return KL_OK;
+}
+
+/* What the core starts from: the hard state, the last and applied index, and the snapshot
+ * point (entries up to the store's first index - 1 were compacted or installed; the term
+ * there is log_start's). */
+static kl_code load_persisted(kl_repl *r, kl_raft_config *c, kl_err *err)
+{
+    uint64_t term, vote, commit, first, prev_term;
+    kl_code rc = kl_store_load_hard(r->store, &term, &vote, &commit, err);
+    if (rc != KL_OK)
+        return rc;
+    r->durable_term = term;
+    r->durable_vote = vote;
+    c->hard = (kl_raft_hard_state){.term = term, .vote = vote, .commit = commit};
+    c->last_index = kl_store_last_index(r->store);
+    c->applied = kl_store_applied_index(r->store);
+    r->applied = c->applied;
+    r->seen_commit = commit;
+    uint8_t *conf_bytes = NULL;
+    size_t conf_len;
+    if ((rc = kl_store_log_start(r->store, &first, &prev_term, &conf_bytes, &conf_len, err)) != KL_OK)
+        return rc;
+    free(conf_bytes);
+    c->snap_index = first - 1;
+    c->snap_term = prev_term;
+    if (r->applied > 0 && r->applied == c->snap_index)
+        r->applied_term = prev_term;
+    else if (r->applied > 0 && st_term(r, r->applied, &r->applied_term) != KL_OK)
+        return kl_fail(err, KL_INTERNAL, "log", "cannot read the term of applied entry %llu",
+                       (unsigned long long)r->applied);
     return KL_OK;
 }
 
@@ -995,6 +1199,8 @@ kl_code kl_repl_start(uv_loop_t *loop, kl_store *store, const kl_repl_config *cf
     r->self = cfg->self;
     r->n_members = cfg->n_members;
     r->max_frame = cfg->max_frame ? cfg->max_frame : KL_PEER_DEFAULT_MAX_FRAME;
+    r->snap_threshold = or_default(cfg->snapshot_threshold, KL_SNAP_THRESHOLD_DEFAULT);
+    r->snap_trailing = cfg->snapshot_threshold ? cfg->snapshot_trailing : KL_SNAP_TRAILING_DEFAULT;
     snprintf(r->cluster, sizeof r->cluster, "%s", cfg->cluster);
 
     kl_raft_config rc_;
@@ -1015,22 +1221,9 @@ kl_code kl_repl_start(uv_loop_t *loop, kl_store *store, const kl_repl_config *cf
     if (budget < rc_.max_msg_bytes)
         rc_.max_msg_bytes = budget;
     rc_.storage = (kl_raft_storage){.ctx = r, .term = st_term, .entries = st_entries};
-    uint64_t term, vote, commit;
-    if ((rc = kl_store_load_hard(store, &term, &vote, &commit, err)) != KL_OK)
+    if ((rc = load_persisted(r, &rc_, err)) != KL_OK)
         goto fail;
-    r->durable_term = term;
-    r->durable_vote = vote;
-    rc_.hard = (kl_raft_hard_state){.term = term, .vote = vote, .commit = commit};
-    rc_.last_index = kl_store_last_index(store);
-    rc_.applied = kl_store_applied_index(store);
-    r->applied = rc_.applied;
-    r->seen_commit = commit;
     r->stages = kl_stages_new(); /* timing only: runs without it if memory is short */
-    if (r->applied > 0 && st_term(r, r->applied, &r->applied_term) != KL_OK) {
-        rc = kl_fail(err, KL_INTERNAL, "log", "cannot read the term of applied entry %llu",
-                     (unsigned long long)r->applied);
-        goto fail;
-    }
 
     r->rcap = 2 * rc_.max_pending_reads;
     r->reads = calloc(r->rcap, sizeof *r->reads);
@@ -1062,6 +1255,9 @@ kl_code kl_repl_start(uv_loop_t *loop, kl_store *store, const kl_repl_config *cf
         }
         if ((rc = kl_peer_start(loop, &pc, &r->peer, err)) != KL_OK)
             goto fail;
+        kl_snapwire_io sio = {.ctx = r, .send = sw_send, .report = sw_report, .step = sw_step};
+        if ((rc = kl_snapwire_new(store, cfg->self, r->max_frame - FRAME_SLACK, &sio, &r->sw, err)) != KL_OK)
+            goto fail;
     }
     uv_timer_init(loop, &r->timer);
     r->timer.data = r;
@@ -1078,10 +1274,10 @@ kl_code kl_repl_start(uv_loop_t *loop, kl_store *store, const kl_repl_config *cf
         pump(r);
     }
     KL_INFO("replication started", "member=%llu members=%zu replica_count=%u term=%llu "
-            "last_index=%llu applied=%llu commit=%llu", (unsigned long long)r->self,
-            cfg->n_members, cfg->replica_count, (unsigned long long)term,
+            "last_index=%llu applied=%llu commit=%llu snap_index=%llu", (unsigned long long)r->self,
+            cfg->n_members, cfg->replica_count, (unsigned long long)rc_.hard.term,
             (unsigned long long)rc_.last_index, (unsigned long long)rc_.applied,
-            (unsigned long long)commit);
+            (unsigned long long)rc_.hard.commit, (unsigned long long)rc_.snap_index);
     *out = r;
     return KL_OK;
 

@@ -45,6 +45,17 @@
  * Sending only after the synced write is what makes a vote grant or an append
  * acknowledgement a true statement about the disk.
  *
+ * Compaction and snapshots (raft.h "Snapshots and compaction"). After a round completes
+ * (no ready outstanding) and on every tick, once the core's applied index is more than
+ * snapshot_threshold past its snapshot point, the driver makes the applied state durable
+ * (kl_store_make_durable: a memtable flush, on the loop) and compacts up to
+ * min(durable applied, applied) - snapshot_trailing: kl_raft_compact first, then
+ * kl_store_compact_log (one synced write). The state machine IS the snapshot: a leader asked
+ * for one streams its current applied state (snapwire.h), at an index at least the
+ * compacted one. A follower installs a streamed snapshot through the core's has_snapshot
+ * ready before anything else of that ready and before its messages (the acknowledgement)
+ * leave. At start the snapshot point is the store's log_start (first index - 1, prev term).
+ *
  * Received frames are decoded and checked before the core sees them: a frame that does not
  * decode, carries unknown fields, names a `from` other than the member the connection's hello
  * named or a `to` other than this member, has more than KL_RAFT_MAX_MSG_ENTRIES entries, an
@@ -116,6 +127,9 @@ typedef struct kl_repl_config {
     uint32_t tick_ms, election_ms, heartbeat_ms;   /* election_ticks = election_ms/tick_ms etc. */
     size_t max_frame;
     uint32_t peer_max, peer_idle_ms;  /* peer port: kl_peer_config max_pipes, idle_ms */
+    /* Compaction (see "Compaction and snapshots" above): 0 threshold = the defaults of
+       common/limits.h; otherwise KL_SNAP_THRESHOLD_MIN <= threshold and trailing < threshold. */
+    uint32_t snapshot_threshold, snapshot_trailing;
 } kl_repl_config;
 
 /* Defaults for zero fields of kl_repl_config. */

@@ -56,8 +56,10 @@
  *   sending      a leader that needs an entry <= its snap_index for a follower puts that
  *                follower in snapshot state and emits, in rd.msgs, one KL_RAFT_MSG_SNAPSHOT
  *                whose snap names (index, term, configuration). The driver does not send it
- *                as a frame: it streams its snapshot at that index to m.to in chunks and
- *                calls kl_raft_report_snapshot(r, m.to, ok) exactly once when the receiver
+ *                as a frame: it streams its snapshot at that index, or at any later index it
+ *                applied (committed, so as good; the receiver then steps that point in and
+ *                acknowledges it, which the progress takes like any acknowledgement), to m.to
+ *                in chunks and calls kl_raft_report_snapshot(r, m.to, ok) exactly once when the receiver
  *                has every byte (ok) or the stream failed (or it has no snapshot at that
  *                index any more: not ok). Until then, or until the follower acknowledges the
  *                snapshot index, nothing else is sent to that follower but heartbeats: one

@@ -3,7 +3,8 @@
 # enqueue + receive + ack cycles of 100-byte messages, ending with an empty queue.
 #
 #   tests/bench/retain_disk.sh [--keyloadd BIN] [--cycles N] [--clients C]
-#                              [--retention-ms MS] [--work DIR]
+#                              [--retention-ms MS] [--snapshot-threshold N]
+#                              [--snapshot-trailing N] [--work DIR]
 #
 # Starts three members of BIN (default bin/keyloadd) under insecure_local_admin, measures
 # `du` of each member's data directory after setup, runs `keyload-bench --cycle --ops N`
@@ -11,19 +12,25 @@
 # --retention-ms (timers.outcome_retention_ms; left out of the cluster file otherwise, so an
 # older binary runs unchanged) waits until the horizon has passed; every run then does 300
 # more cycles, whose entries sweep the expired outcomes (sweeps ride on writes); the
-# growth per cycle counts them. Then it stops every
+# growth per cycle counts them. --snapshot-threshold/--snapshot-trailing write the cluster
+# file's "snapshot" policy (log compaction; left out otherwise: the binary's defaults).
+# Before stopping, du of every running member is printed too (no flush, no manual
+# compaction: what an operator sees), with the size of a fresh member (after setup) and the
+# number of compactions each member logged. Then it stops every
 # member with SIGTERM (which flushes the applied state) and prints, per member: du before
 # and after, the growth per cycle, and the store's census by key tag (build/store-census):
 # log ('L') versus outcomes ('O' + 'E') versus the rest. Members are killed by pid on exit.
 set -u
 cd "$(dirname "$0")/../.."
-daemon=$PWD/bin/keyloadd cycles=20000 clients=4 retention="" work=""
+daemon=$PWD/bin/keyloadd cycles=20000 clients=4 retention="" work="" sthreshold="" strailing=""
 while [ $# -gt 0 ]; do
   case $1 in
     --keyloadd) daemon=$2; shift ;;
     --cycles) cycles=$2; shift ;;
     --clients) clients=$2; shift ;;
     --retention-ms) retention=$2; shift ;;
+    --snapshot-threshold) sthreshold=$2; shift ;;
+    --snapshot-trailing) strailing=$2; shift ;;
     --work) work=$2; shift ;;
     *) echo "retain_disk: unknown argument $1" >&2; exit 2 ;;
   esac
@@ -35,8 +42,8 @@ for b in "$daemon" "$bench" "$census"; do
 done
 work=${work:-$(mktemp -d /tmp/kl-retain-disk.XXXXXX)}
 mkdir -p "$work"
-pids=()
-cleanup() { for p in "${pids[@]}"; do kill -9 "$p" 2>/dev/null; done; }
+pids=() dogs=()
+cleanup() { for p in "${pids[@]}" "${dogs[@]}"; do kill -9 "$p" 2>/dev/null; done; }
 trap cleanup EXIT
 
 base=$((11000 + ($$ % 90) * 10))   # below the ephemeral range; clients base..base+2, peers base+5..base+7
@@ -45,6 +52,9 @@ timers='"tick_ms":50,"election_ms":2000,"heartbeat_ms":300'
 urls=()
 {
   printf '{"cluster":"rdisk","replica_count":3,"insecure_local_admin":true,"timers":{%s},' "$timers"
+  if [ -n "$sthreshold" ]; then
+    printf '"snapshot":{"threshold_entries":%d%s},' "$sthreshold" "${strailing:+,\"trailing_entries\":$strailing}"
+  fi
   printf '"partitions":[{"id":0,"members":['
   for i in 1 2 3; do
     [ "$i" -gt 1 ] && printf ','
@@ -55,10 +65,14 @@ urls=()
   printf ']}]}\n'
 } > "$work/cluster.json"
 "$daemon" keygen --cluster-secret-out "$work/cluster.secret" >/dev/null || exit 2
+# keyloadd itself is the child, so kill -9 by pid at exit reaches it (a timeout wrapper
+# left it running); a watchdog bounds its lifetime.
 start() {
-  timeout -s KILL 7200 "$daemon" --cluster "$work/cluster.json" --node "p0m$1" --cluster-secret "$work/cluster.secret" \
+  "$daemon" --cluster "$work/cluster.json" --node "p0m$1" --cluster-secret "$work/cluster.secret" \
     --init-store 2>>"$work/m$1.log" &
   pids[$1]=$!
+  ( sleep 7200; kill -9 "${pids[$1]}" 2>/dev/null ) &
+  dogs+=($!)
 }
 for i in 1 2 3; do start "$i"; done
 all=$(IFS=,; echo "${urls[*]}")
@@ -79,11 +93,17 @@ trailing=300
 [ -n "$retention" ] && sleep $(( (retention + 999) / 1000 + 2 ))
 "$bench" --url "$all" --cycle --clients "$clients" --ops "$trailing" --queue rd >/dev/null 2>>"$work/bench.log"
 "$bench" --wait-caught-up "$all" >/dev/null
+sync
+for i in 1 2 3; do
+  echo "member m$i running: du_fresh=${before[$i]} du_now=$(du -sb "$work/m$i" | cut -f1)" \
+    "compactions=$(grep -c 'log compacted' "$work/m$i.log")"
+done
 for i in 1 2 3; do kill -TERM "${pids[$i]}"; done
 for i in 1 2 3; do wait "${pids[$i]}" 2>/dev/null; done
 pids=()
 sync
-echo "retain_disk: keyloadd=$daemon cycles=$cycles+$trailing clients=$clients retention_ms=${retention:-unset} run_s=$((t1 - t0))"
+echo "retain_disk: keyloadd=$daemon cycles=$cycles+$trailing clients=$clients retention_ms=${retention:-unset}" \
+  "snapshot_threshold=${sthreshold:-default} snapshot_trailing=${strailing:-default} run_s=$((t1 - t0))"
 for i in 1 2 3; do
   after=$(du -sb "$work/m$i" | cut -f1)
   growth=$((after - before[i]))

@@ -92,6 +92,10 @@ pid_t spawn_keyloadd(const char *cluster, int partition, int member, const char 
 /* proc_retain.c */
 void test_outcome_retention(void);
 void rt_stop_all(void);
+void test_snapshot_catchup(void);
+void test_snapshot_kill_after_compact(void);
+void test_snapshot_cut_midstream(void);
+void sn_stop_all(void);
 
 /* proc_poll.c */
 void test_long_poll(void);

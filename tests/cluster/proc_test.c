@@ -1777,6 +1777,14 @@ int main(int argc, char **argv)
          "after it, the old command id refused outcome_expired, a transfer mutation's outcome kept, a member "
          "killed -9 after the sweep agrees",
          test_outcome_retention},
+        {"snapshot catch-up (3 members, replica_count 2, threshold 200): a follower killed while the leader "
+         "compacts past it installs a snapshot and ends with the same replicated state",
+         test_snapshot_catchup},
+        {"snapshot: every member killed -9 right after its first compaction restarts and serves with every "
+         "acknowledged batch",
+         test_snapshot_kill_after_compact},
+        {"snapshot: a stream cut midway (the receiver dies after 3 chunks) completes after its restart",
+         test_snapshot_cut_midstream},
     };
     int passed = 0, failed = 0;
     for (size_t i = 0; i < sizeof tests / sizeof tests[0]; i++) {
@@ -1802,6 +1810,7 @@ int main(int argc, char **argv)
         cn_stop_all_peers();
         pl_stop_all();
         rt_stop_all();
+        sn_stop_all();
         printf("%s %s (%lld ms)\n", failures_in_test ? "FAIL" : "ok  ", tests[i].name,
                (long long)(now_ms() - t0));
         fflush(stdout);

@@ -670,10 +670,19 @@ static void send_snapshot(sim *s, s_node *n, const kl_raft_msg *m)
         return;
     }
     s_snap p = {n->snap_index, n->snap_term, n->snap_h, n->snap_dig};
+    kl_raft_msg at = *m;
+    if (n->applied > n->snap_index && pct(s, 50)) {
+        /* The daemon streams its CURRENT applied state (snapwire.h), at an index A >= the
+         * one asked for, and names A in the message the receiver steps: model both. */
+        const s_ent *e = dent(n, n->applied);
+        p = (s_snap){n->applied, e->term, e->h, n->digs[n->applied]};
+        at.snap.index = p.index;
+        at.snap.term = p.term;
+    }
     s->res->snapshots_sent++;
     trace(s, "n%llu streams snapshot %llu (term %llu) to n%llu", (unsigned long long)n->id,
           (unsigned long long)p.index, (unsigned long long)p.term, (unsigned long long)m->to);
-    net_send_pay(s, m, &p);
+    net_send_pay(s, &at, &p);
 }
 
 /* The receiving driver keeps the highest staged snapshots until an install (raft.h). */

@@ -39,6 +39,7 @@ Suite *suite_service(void);
 Suite *suite_notify(void);
 Suite *suite_retain(void);
 Suite *suite_snapshot(void);
+Suite *suite_snapwire(void);
 Suite *suite_metrics(void);
 Suite *suite_settings(void);
 
@@ -79,6 +80,7 @@ int main(void)
     srunner_add_suite(sr, suite_notify());
     srunner_add_suite(sr, suite_retain());
     srunner_add_suite(sr, suite_snapshot());
+    srunner_add_suite(sr, suite_snapwire());
     srunner_add_suite(sr, suite_metrics());
     srunner_add_suite(sr, suite_settings());
     srunner_run_all(sr, CK_NORMAL);

@@ -248,6 +248,45 @@ START_TEST(cluster_parse_metrics_refusals)
 }
 END_TEST
 
+/* "snapshot": defaults when left out, values in range taken (a small threshold without a
+ * trailing window gets half of it), and each out-of-range value refused naming its field. */
+START_TEST(cluster_parse_snapshot_policy)
+{
+    static kl_cluster c;
+    kl_err e;
+    ck_assert_int_eq(kl_cluster_parse(good_cluster, "v", &c, &e), KL_OK);
+    ck_assert_uint_eq(c.snapshot.threshold_entries, KL_SNAP_THRESHOLD_DEFAULT);
+    ck_assert_uint_eq(c.snapshot.trailing_entries, KL_SNAP_TRAILING_DEFAULT);
+    const char *fmt = "{\"cluster\":\"a\",\"replica_count\":1,\"snapshot\":%s,"
+                      "\"partitions\":[{\"id\":0,\"members\":[{\"id\":1,\"client\":\"x\"}]}]}";
+    char json[512];
+    snprintf(json, sizeof json, fmt, "{\"threshold_entries\":200,\"trailing_entries\":50}");
+    ck_assert_int_eq(kl_cluster_parse(json, NULL, &c, &e), KL_OK);
+    ck_assert_uint_eq(c.snapshot.threshold_entries, 200);
+    ck_assert_uint_eq(c.snapshot.trailing_entries, 50);
+    snprintf(json, sizeof json, fmt, "{\"threshold_entries\":100}");
+    ck_assert_int_eq(kl_cluster_parse(json, NULL, &c, &e), KL_OK);
+    ck_assert_uint_eq(c.snapshot.trailing_entries, 50);
+    snprintf(json, sizeof json, fmt, "{\"trailing_entries\":0}");
+    ck_assert_int_eq(kl_cluster_parse(json, NULL, &c, &e), KL_OK);
+    ck_assert_uint_eq(c.snapshot.trailing_entries, 0);
+    static const struct { const char *v, *field; } bad[] = {
+        {"{\"threshold_entries\":7}", "threshold_entries"},
+        {"{\"threshold_entries\":1000000001}", "threshold_entries"},
+        {"{\"threshold_entries\":\"10k\"}", "threshold_entries"},
+        {"{\"threshold_entries\":100,\"trailing_entries\":100}", "trailing_entries"},
+        {"{\"trailing_entries\":-1}", "trailing_entries"},
+        {"{\"trailing_entries\":10000}", "trailing_entries"},
+        {"7", "snapshot"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        snprintf(json, sizeof json, fmt, bad[i].v);
+        ck_assert_int_eq(kl_cluster_parse(json, NULL, &c, &e), KL_INVALID_ARGUMENT);
+        ck_assert_str_eq(e.detail, bad[i].field);
+    }
+}
+END_TEST
+
 Suite *suite_common(void)
 {
     Suite *s = suite_create("common");
@@ -267,6 +306,7 @@ Suite *suite_cluster(void)
     tcase_add_test(t, cluster_parse_refusals);
     tcase_add_test(t, cluster_parse_connections);
     tcase_add_test(t, cluster_parse_outcome_retention);
+    tcase_add_test(t, cluster_parse_snapshot_policy);
     tcase_add_test(t, cluster_parse_metrics_refusals);
     suite_add_tcase(s, t);
     return s;
