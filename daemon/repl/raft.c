@@ -123,6 +123,34 @@ static int slot_of(const kl_raft *r, uint64_t id) { return kl_rconf_slot(&r->mc,
 
 static bool self_voter(const kl_raft *r) { return kl_rconf_is_voter(&r->mc, r->mc.self); }
 
+/* The configuration as of the commit index: the latest CONF entry at or below it, or the
+ * snapshot's. */
+static const kl_raft_conf *committed_conf(const kl_raft *r)
+{
+    const kl_raft_conf *com = &r->ch.base;
+    for (size_t i = 0; i < r->ch.n && r->ch.index[i] <= r->commit; i++)
+        com = &r->ch.conf[i];
+    return com;
+}
+
+/* MEMBERSHIP.md rule 7: a member stops campaigning once a configuration without it as a
+ * voter committed, not when it is appended: until then its vote and its log may be what
+ * the members still in the joint configuration need to finish the change (it then leads
+ * without counting itself in C_new, and steps down when C_new commits). */
+static bool may_campaign(const kl_raft *r)
+{
+    if (self_voter(r))
+        return true;
+    const kl_raft_conf *c = committed_conf(r);
+    for (uint32_t i = 0; i < c->n_members; i++)
+        if (c->members[i] == r->cfg.id)
+            return true;
+    for (uint32_t i = 0; i < c->n_old; i++)
+        if (c->old_members[i] == r->cfg.id)
+            return true;
+    return false;
+}
+
 static bool broken(const kl_raft *r) { return r->fatal || r->log.fatal; }
 static kl_code status_of(const kl_raft *r) { return broken(r) ? KL_INTERNAL : KL_OK; }
 
@@ -892,17 +920,6 @@ static bool snapshot_valid(const kl_raft_msg *m)
            kl_raft_conf_check(&sn->conf, NULL) == KL_OK;
 }
 
-/* A leader of a newer configuration may be a member this one does not know yet, and a vote
- * may come from one; answers only matter from members of our configuration. */
-static bool from_known_or_may_be_new(const kl_raft *r, const kl_raft_msg *m)
-{
-    if (slot_of(r, m->from) >= 0)
-        return true;
-    return m->type == KL_RAFT_MSG_APPEND || m->type == KL_RAFT_MSG_HEARTBEAT ||
-           m->type == KL_RAFT_MSG_SNAPSHOT || m->type == KL_RAFT_MSG_PREVOTE ||
-           m->type == KL_RAFT_MSG_VOTE;
-}
-
 static bool entry_valid(const kl_raft_entry *e)
 {
     if (e->type > KL_RAFT_ENTRY_CONF || (e->len > 0 && e->data == NULL))
@@ -917,8 +934,10 @@ static bool msg_valid(const kl_raft *r, const kl_raft_msg *m)
 {
     if (m->type >= KL_RAFT_MSG_TYPE_COUNT || m->term == 0)
         return false;
-    if (m->to != r->cfg.id || m->from == r->cfg.id || m->from == 0 ||
-        !from_known_or_may_be_new(r, m))
+    /* Any sender: a leader of a newer configuration may be a member this one does not know
+     * yet, and answers from a member just removed are still in flight (step_msg ignores
+     * answers from outside the configuration). */
+    if (m->to != r->cfg.id || m->from == r->cfg.id || m->from == 0)
         return false;
     if (m->type == KL_RAFT_MSG_SNAPSHOT && (m->n_entries > 0 || !snapshot_valid(m)))
         return false;
@@ -1220,7 +1239,7 @@ kl_code kl_raft_tick(kl_raft *r)
         return KL_INTERNAL;
     if (r->role == KL_RAFT_LEADER)
         tick_leader(r);
-    else if (++r->election_elapsed >= r->timeout && self_voter(r))
+    else if (++r->election_elapsed >= r->timeout && may_campaign(r))
         become_pre_candidate(r);
     else if (r->election_elapsed >= r->timeout)
         reset_timers(r); /* learners and removed members never campaign */
@@ -1601,7 +1620,12 @@ static kl_code check_caught_up(kl_raft *r, const uint64_t *ids, size_t n, kl_err
     return KL_OK;
 }
 
-/* MEMBERSHIP.md rule 6: one change at a time, after an entry of this term committed. */
+/* MEMBERSHIP.md rule 6: one voting change at a time. Every CONF entry past the commit index
+ * must be a learner-only change of the committed voters: those never move a quorum, and a
+ * joint entry may follow them (it commits them with it). Demanding a committed entry of the
+ * leader's own term first would make a dead member of a 3-of-3 partition irreplaceable: a
+ * leader elected after the death can never commit its no-op (MEMBERSHIP.md "Replacing a
+ * dead member"). */
 static kl_code conf_change_allowed(kl_raft *r, kl_raft_proposal *out, kl_err *err)
 {
     if (broken(r))
@@ -1610,13 +1634,20 @@ static kl_code conf_change_allowed(kl_raft *r, kl_raft_proposal *out, kl_err *er
         out->leader = r->leader;
         return kl_fail(err, KL_NOT_LEADER, "leader", "not the leader");
     }
-    if (r->commit < r->noop_index)
-        return kl_fail(err, KL_UNAVAILABLE, "leader",
-                       "no entry of term %llu committed yet", (unsigned long long)r->term);
-    if (r->conf_index > r->commit)
-        return kl_fail(err, KL_UNAVAILABLE, "conf",
-                       "the configuration entry at %llu is not committed yet",
-                       (unsigned long long)r->conf_index);
+    const kl_raft_conf *com = committed_conf(r);
+    for (size_t i = 0; i < r->ch.n; i++) {
+        const kl_raft_conf *c = &r->ch.conf[i];
+        if (r->ch.index[i] <= r->commit)
+            continue;
+        kl_raft_conf voters = *c;
+        voters.n_learners = 0;
+        kl_raft_conf cv = *com;
+        cv.n_learners = 0;
+        if (!kl_rconf_equal(&voters, &cv))
+            return kl_fail(err, KL_UNAVAILABLE, "conf",
+                           "the configuration entry at %llu is not committed yet",
+                           (unsigned long long)r->ch.index[i]);
+    }
     if (kl_rconf_hist_full(&r->ch))
         return kl_fail(err, KL_UNAVAILABLE, "conf",
                        "%d configuration entries past the snapshot point: compact first",

@@ -275,7 +275,9 @@ uint64_t kl_rconf_commit_candidate(const kl_rconf *rc, const uint64_t *match,
         uint64_t o = kth(rc, match, rc->mask_old, rc->r_old);
         c_r = o < c_r ? o : c_r;
     }
-    uint64_t i = c_d;
+    /* Data entries need both counts; in a joint configuration Q2 of the new half can run
+     * ahead of R of the old one. */
+    uint64_t i = c_d < c_r ? c_d : c_r;
     while (i < c_r && kl_rconf_hist_has(h, i + 1))
         i++;
     return i;

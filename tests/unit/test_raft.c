@@ -1261,8 +1261,7 @@ START_TEST(ready_contract_and_bad_input)
     kl_raft_msg bad[6];
     for (int i = 0; i < 6; i++)
         bad[i] = vote_msg(KL_RAFT_MSG_VOTE, 3, 9, 0, 0);
-    bad[0].from = 9;  /* an answer from a non-member (a vote request from one is fine: it may */
-    bad[0].type = KL_RAFT_MSG_VOTE_RESP; /* be a voter of a configuration we lack yet) */
+    bad[0].from = 0;  /* no sender (a non-member may be one of a configuration we lack) */
     bad[1].from = 1;  /* ourselves */
     bad[2].to = 2;    /* not for us */
     bad[3].term = 0;  /* no term */
