@@ -123,6 +123,9 @@ static int slot_of(const kl_raft *r, uint64_t id) { return kl_rconf_slot(&r->mc,
 
 static bool self_voter(const kl_raft *r) { return kl_rconf_is_voter(&r->mc, r->mc.self); }
 
+/* This member's log or snapshot has held a configuration entry. */
+static bool conf_seen(const kl_raft *r) { return r->conf_index != 0 || r->ch.n > 0; }
+
 /* The configuration as of the commit index: the latest CONF entry at or below it, or the
  * snapshot's. */
 static const kl_raft_conf *committed_conf(const kl_raft *r)
@@ -187,8 +190,15 @@ static kl_raft_msg msg_to(const kl_raft *r, uint8_t type, uint64_t to)
 /* Queues m, taking over its entries. Past the outbox limits the message is dropped, exactly
  * as a lossy network would: Raft recovers from that, and memory stays bounded. Returns
  * whether it was queued. */
+static bool conf_seen(const kl_raft *r);
+
 static bool send(kl_raft *r, kl_raft_msg *m)
 {
+    /* A follower of a changing membership tells the leader its commit index (see
+     * adopt_commit); a static one sends exactly what it always did. */
+    if ((m->type == KL_RAFT_MSG_APPEND_RESP || m->type == KL_RAFT_MSG_HEARTBEAT_RESP) &&
+        conf_seen(r))
+        m->commit = r->commit;
     size_t b = msg_bytes(m);
     if (r->out_len >= r->cfg.max_outbox_msgs || r->out_bytes + b > r->cfg.max_outbox_bytes)
         goto drop;
@@ -757,10 +767,26 @@ static void handle_heartbeat(kl_raft *r, const kl_raft_msg *m)
     send(r, &resp);
 }
 
+/* A follower's commit index is committed (only a leader's commit ever reaches it), and this
+ * leader's log holds every committed entry: adopting it is no counting of earlier-term
+ * copies (Raft §5.4.2 forbids that). A new leader needs it to know that an earlier-term
+ * configuration entry committed: where the no-op can never commit (a dead member at
+ * replica_count = N), nothing else would ever tell it, and no further change could go. */
+static void adopt_commit(kl_raft *r, const kl_raft_msg *m)
+{
+    if (m->commit > r->commit) {
+        commit_to(r, min_u64(m->commit, r->log.last));
+        leave_if_removed(r);
+    }
+}
+
 static void handle_append_resp(kl_raft *r, size_t s, const kl_raft_msg *m)
 {
     progress *pr = &r->prs[s];
     pr->active = true;
+    adopt_commit(r, m);
+    if (r->role != KL_RAFT_LEADER)
+        return;
     if (m->index > r->log.last)
         return; /* claims entries we never had: malformed or from a past life; ignore */
     if (m->reject) {
@@ -818,6 +844,9 @@ static void handle_heartbeat_resp(kl_raft *r, size_t s, const kl_raft_msg *m)
 {
     progress *pr = &r->prs[s];
     pr->active = true;
+    adopt_commit(r, m);
+    if (r->role != KL_RAFT_LEADER)
+        return;
     pr->probe_sent = false;
     /* If every append in flight was lost, acks will never free the window: free one slot, so
      * the next append goes out, and its rejection puts the follower back into probe. */

@@ -1331,7 +1331,7 @@ static void memb_drive(sim *s)
 
 /* Durability: every data entry the leader l commits is durable on replica_count voters of
  * the newest configuration in its log (MEMBERSHIP.md rule 3), counted on the disks. */
-static void dur_check(sim *s, s_node *l, const kl_raft_status *st)
+static void dur_check(sim *s, s_node *l, const kl_raft_status *st, uint64_t known)
 {
     if (l->dur_term != st->term) {
         l->dur_term = st->term; /* what it committed before it led, earlier leaders checked */
@@ -1342,8 +1342,9 @@ static void dur_check(sim *s, s_node *l, const kl_raft_status *st)
     uint64_t ci;
     kl_raft_conf_get(l->r, &c, &ci, NULL);
     for (uint64_t i = l->dur_checked + 1; i <= st->commit && !s->failed; i++) {
-        if (i < st->snap_index)
-            continue; /* applied and compacted in this very step: checked by no one */
+        if (i < st->snap_index || i <= known)
+            continue; /* compacted in this very step, or committed (and checked) earlier: a
+                       * leader adopts a follower's commit index */
         uint64_t t = term_of(s, l, i);
         int copies = 0, type = -1;
         for (int k = 0; k < s->n; k++) {
@@ -1373,6 +1374,7 @@ static void dur_check(sim *s, s_node *l, const kl_raft_status *st)
 
 static void check(sim *s)
 {
+    uint64_t known = s->n_committed; /* committed anywhere before this step */
     for (int k = 0; k < s->n && !s->failed; k++) {
         s_node *n = &s->nodes[k];
         if (!n->r)
@@ -1412,7 +1414,7 @@ static void check(sim *s)
             record_committed(s, i, term_of(s, n, i), st.term, n->id);
         n->checked_commit = st.commit;
         if (st.role == KL_RAFT_LEADER)
-            dur_check(s, n, &st);
+            dur_check(s, n, &st, known);
         if (st.role == KL_RAFT_LEADER && n->leader_checked_term != st.term) {
             check_leader_has(s, n, 1, st.term);
             n->leader_checked_term = st.term;
