@@ -15,7 +15,9 @@
  *   outstanding; a follower progress in snapshot state gets no appends;
  *   unsent messages always speak for the current term: they are dropped when the term
  *   changes, because an append acknowledgement queued in term T may describe entries that a
- *   term-T' leader has truncated since (sending it would be a lie about what is durable). */
+ *   term-T' leader has truncated since (sending it would be a lie about what is durable);
+ *   the configuration in effect is the latest CONF entry in the log, else the snapshot's,
+ *   and every configuration used passed kl_raft_conf_check (I-MEMB-1, I-MEMB-4). */
 #include "daemon/repl/raft.h"
 
 #include "daemon/repl/raft_conf.h"

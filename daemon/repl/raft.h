@@ -98,13 +98,21 @@
  *                index of the current term all of whose entries meet their rule. Read rounds
  *                and check-quorum need R in each half. Learners receive appends and
  *                snapshots, never vote, never campaign and count for nothing.
- *   changes      one at a time, through kl_raft_propose_conf_change, only on a leader whose
- *                own-term entry committed and whose log holds no uncommitted CONF entry:
- *                learners only (C -> C'), else C_old -> joint(C_old, C_new) -> C_new; every
- *                new voter must be a caught-up learner first; replica_count <= voters in
- *                every configuration. A leader not in C_new leads until C_new commits, then
- *                steps down; a member that is no voter of its latest configuration never
- *                campaigns.
+ *   changes      one voting change at a time, through kl_raft_propose_conf_change on the
+ *                leader, only when every CONF entry past its commit index is a learner-only
+ *                change (a joint entry may follow those and commits them with it; no
+ *                committed entry of the leader's own term is required: at replica_count = N
+ *                with a dead member its no-op never commits): learners only (C -> C'), else
+ *                C_old -> joint(C_old, C_new) -> C_new; every new voter must be a caught-up
+ *                learner first; replica_count <= voters in every configuration. A leader not
+ *                in C_new leads until C_new commits, then steps down. A member campaigns
+ *                while it is a voter of its latest configuration or of the committed one (a
+ *                removed leader that lost touch before C_new committed may have to finish
+ *                the change), never once a configuration without it committed.
+ *   commit news  followers whose log has held a CONF entry report their commit index in
+ *                append and heartbeat answers, and a leader adopts a reported one (it is
+ *                committed, and the leader's log holds every committed entry): a new leader
+ *                whose no-op cannot commit still learns that an earlier-term CONF entry did.
  *   the driver   (a) persists CONF entries like any other and applies them in order (their
  *                data is kl_raft_conf_decode's); (b) on rd.conf_changed connects to the
  *                members of rd.conf it has no link to and may drop links to members no
@@ -367,9 +375,9 @@ kl_code kl_raft_report_snapshot(kl_raft *r, uint64_t to, bool ok);
  * keys); the core ignores it. KL_OK with out->index 0 when the configuration in effect
  * already is target. Refusals, err naming the field:
  *   KL_NOT_LEADER          not the leader (out->leader = the known one);
- *   KL_UNAVAILABLE         "leader": no entry of this term committed yet; "conf": an earlier
- *                          configuration entry is not committed yet, or the log already
- *                          holds KL_RAFT_MAX_CONF_HISTORY of them past the snapshot point;
+ *   KL_UNAVAILABLE         "conf": an earlier voting configuration entry is not committed
+ *                          yet, or the log already holds KL_RAFT_MAX_CONF_HISTORY of them
+ *                          past the snapshot point;
  *                          "members": a learner to promote is still catching up; the
  *                          unpersisted limits: all retryable;
  *   KL_INVALID_ARGUMENT    "replica_count" above the voters (or 0), "members" (zero,
