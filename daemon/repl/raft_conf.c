@@ -270,6 +270,8 @@ uint64_t kl_rconf_commit_candidate(const kl_rconf *rc, const uint64_t *match,
                                    const kl_rconf_hist *h)
 {
     uint64_t c_d = kth(rc, match, rc->mask_new, rc->q2_new);
+    if (rc->c.n_old == 0 && h->n == 0)
+        return c_d; /* one configuration, no CONF entry to extend over: R <= Q2, so c_D */
     uint64_t c_r = kth(rc, match, rc->mask_new, rc->r_new);
     if (rc->c.n_old > 0) {
         uint64_t o = kth(rc, match, rc->mask_old, rc->r_old);
