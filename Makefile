@@ -202,7 +202,7 @@ clean:
 # cluster simulator over many seeds at -O2 in parallel workers and prints seeds/s and every
 # failing seed with its replay command. SOAK_ARGS, e.g. "--seconds 600" or "--seeds 100000".
 SOAK_ARGS ?= --seconds 300
-RAFT_SRC  := daemon/repl/raft.c daemon/repl/raft_log.c  # the pure core: the simulator is its driver
+RAFT_SRC  := daemon/repl/raft.c daemon/repl/raft_log.c daemon/repl/raft_conf.c  # the pure core: the simulator is its driver
 build/raft-soak: tests/sim/soak.c tests/sim/raft_sim.c $(RAFT_SRC) common/status.c \
                  $(wildcard tests/sim/*.h daemon/repl/*.h) common/status.h
 	@mkdir -p build

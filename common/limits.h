@@ -204,6 +204,12 @@
 #define KL_RAFT_MAX_MEMBERS 9
 #define KL_RAFT_MAX_INFLIGHT 256     /* append messages in flight per follower, upper bound */
 #define KL_RAFT_MAX_MSG_ENTRIES 1024 /* entries in one append message */
+/* Configuration entries a member's log may hold past its snapshot point (raft_conf.h):
+ * changes commit one at a time, so a handful suffice; compaction folds older ones. */
+#define KL_RAFT_MAX_CONF_HISTORY 16
+/* A configuration entry's encoding: an 8-byte header, then voters, learners and outgoing
+ * voters as u64 ids (daemon/repl/raft_conf.c). */
+#define KL_RAFT_CONF_MAX_BYTES (8 + 3 * 8 * KL_RAFT_MAX_MEMBERS)
 #define KL_PEER_MAX_PEERS 9
 #define KL_PEER_MAX_CLUSTER 255
 #define KL_PEER_AUTH_CLUSTER_MAX 255
@@ -234,6 +240,9 @@ _Static_assert(KL_SNAP_TRAILING_DEFAULT < KL_SNAP_THRESHOLD_DEFAULT, "default tr
  * uint32_t in raft.c) and the peer transport's member table. */
 _Static_assert(KL_CLUSTER_MAX_MEMBERS <= KL_RAFT_MAX_MEMBERS, "a partition's members fit the Raft config");
 _Static_assert(KL_RAFT_MAX_MEMBERS <= 32, "raft.c keeps one bit per member in a uint32_t");
+/* A configuration entry encodes each count in one byte (raft_conf.c). */
+_Static_assert(KL_RAFT_MAX_MEMBERS <= 255, "configuration counts fit a byte");
+_Static_assert(KL_RAFT_MAX_CONF_HISTORY >= 3, "a change in flight needs its entry and two predecessors");
 _Static_assert(KL_CLUSTER_MAX_MEMBERS <= KL_PEER_MAX_PEERS, "a partition's members fit the peer table");
 /* A cluster name (a KL_NAME_MAX buffer with its NUL) fits the session Hello and the peer
  * handshake; the driver and the handshake agree on the bound. */

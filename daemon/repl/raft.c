@@ -15,9 +15,12 @@
  *   outstanding; a follower progress in snapshot state gets no appends;
  *   unsent messages always speak for the current term: they are dropped when the term
  *   changes, because an append acknowledgement queued in term T may describe entries that a
- *   term-T' leader has truncated since (sending it would be a lie about what is durable). */
+ *   term-T' leader has truncated since (sending it would be a lie about what is durable);
+ *   the configuration in effect is the latest CONF entry in the log, else the snapshot's,
+ *   and every configuration used passed kl_raft_conf_check (I-MEMB-1, I-MEMB-4). */
 #include "daemon/repl/raft.h"
 
+#include "daemon/repl/raft_conf.h"
 #include "daemon/repl/raft_log.h"
 
 #include <assert.h>
@@ -49,8 +52,13 @@ typedef struct pending_read {
 
 struct kl_raft {
     kl_raft_config cfg;
-    size_t n, self; /* member count; this member's slot in cfg.members */
-    uint32_t q1, q2, qcheck;
+    /* The configuration in effect (the latest in the log) with its member table: per-member
+     * arrays (prs, vote bits) are indexed by its slots. ch: the CONF entries past the
+     * snapshot point and the configuration at it (raft_conf.h). */
+    kl_rconf mc;
+    kl_rconf_hist ch;
+    uint64_t conf_index;   /* index of the entry of mc.c, 0 = the base */
+    bool conf_dirty;       /* mc changed since the last ready */
     uint32_t reachable; /* leader: members (self included) heard in the last check window */
     kl_rlog log;
     bool fatal;
@@ -66,7 +74,6 @@ struct kl_raft {
     bool append_dirty; /* leader: new entries to send, flushed into the next ready */
     bool hb_dirty;     /* leader: a read-index round wants a heartbeat, likewise */
     uint64_t noop_index; /* leader: index of this term's no-op; ready once commit reaches it */
-    kl_raft_conf conf;   /* this member's configuration, as snapshots name it */
 
     /* follower: a snapshot stepped in, installed by the next ready (kl_raft_get_ready) */
     bool snap_pending;
@@ -114,15 +121,40 @@ static uint64_t splitmix64(uint64_t *s)
     return z ^ (z >> 31);
 }
 
-static int slot_of(const kl_raft *r, uint64_t id)
+static int slot_of(const kl_raft *r, uint64_t id) { return kl_rconf_slot(&r->mc, id); }
+
+static bool self_voter(const kl_raft *r) { return kl_rconf_is_voter(&r->mc, r->mc.self); }
+
+/* This member's log or snapshot has held a configuration entry. */
+static bool conf_seen(const kl_raft *r) { return r->conf_index != 0 || r->ch.n > 0; }
+
+/* The configuration as of the commit index: the latest CONF entry at or below it, or the
+ * snapshot's. */
+static const kl_raft_conf *committed_conf(const kl_raft *r)
 {
-    for (size_t i = 0; i < r->n; i++)
-        if (r->cfg.members[i] == id)
-            return (int)i;
-    return -1;
+    const kl_raft_conf *com = &r->ch.base;
+    for (size_t i = 0; i < r->ch.n && r->ch.index[i] <= r->commit; i++)
+        com = &r->ch.conf[i];
+    return com;
 }
 
-static int popcount(uint32_t v) { return __builtin_popcount(v); }
+/* MEMBERSHIP.md rule 7: a member stops campaigning once a configuration without it as a
+ * voter committed, not when it is appended: until then its vote and its log may be what
+ * the members still in the joint configuration need to finish the change (it then leads
+ * without counting itself in C_new, and steps down when C_new commits). */
+static bool may_campaign(const kl_raft *r)
+{
+    if (self_voter(r))
+        return true;
+    const kl_raft_conf *c = committed_conf(r);
+    for (uint32_t i = 0; i < c->n_members; i++)
+        if (c->members[i] == r->cfg.id)
+            return true;
+    for (uint32_t i = 0; i < c->n_old; i++)
+        if (c->old_members[i] == r->cfg.id)
+            return true;
+    return false;
+}
 
 static bool broken(const kl_raft *r) { return r->fatal || r->log.fatal; }
 static kl_code status_of(const kl_raft *r) { return broken(r) ? KL_INTERNAL : KL_OK; }
@@ -160,8 +192,15 @@ static kl_raft_msg msg_to(const kl_raft *r, uint8_t type, uint64_t to)
 /* Queues m, taking over its entries. Past the outbox limits the message is dropped, exactly
  * as a lossy network would: Raft recovers from that, and memory stays bounded. Returns
  * whether it was queued. */
+static bool conf_seen(const kl_raft *r);
+
 static bool send(kl_raft *r, kl_raft_msg *m)
 {
+    /* A follower of a changing membership tells the leader its commit index (see
+     * adopt_commit); a static one sends exactly what it always did. */
+    if ((m->type == KL_RAFT_MSG_APPEND_RESP || m->type == KL_RAFT_MSG_HEARTBEAT_RESP) &&
+        conf_seen(r))
+        m->commit = r->commit;
     size_t b = msg_bytes(m);
     if (r->out_len >= r->cfg.max_outbox_msgs || r->out_bytes + b > r->cfg.max_outbox_bytes)
         goto drop;
@@ -234,6 +273,8 @@ static void become_candidate(kl_raft *r);
 /* Records a (pre-)vote answer; returns true if the round is decided (and acted upon). */
 static bool poll(kl_raft *r, size_t slot, bool granted)
 {
+    if (!kl_rconf_is_voter(&r->mc, slot))
+        return false; /* a learner's answer counts for nothing */
     uint32_t bit = 1u << slot;
     if ((r->granted | r->rejected) & bit)
         return false; /* a duplicate answer */
@@ -241,15 +282,15 @@ static bool poll(kl_raft *r, size_t slot, bool granted)
         r->granted |= bit;
     else
         r->rejected |= bit;
-    if ((uint32_t)popcount(r->granted) >= r->q1) {
+    if (kl_rconf_won(&r->mc, r->granted)) {
         if (r->role == KL_RAFT_PRE_CANDIDATE)
             become_candidate(r);
         else
             become_leader(r);
         return true;
     }
-    /* Once more than N - Q1 refused, Q1 grants are out of reach. */
-    if ((uint32_t)popcount(r->rejected) >= (uint32_t)r->n - r->q1 + 1) {
+    /* Once more than N - Q1 refused (in either half), Q1 grants are out of reach. */
+    if (kl_rconf_lost(&r->mc, r->rejected)) {
         become_follower(r, r->term, 0);
         return true;
     }
@@ -258,10 +299,10 @@ static bool poll(kl_raft *r, size_t slot, bool granted)
 
 static void request_votes(kl_raft *r, uint8_t type, uint64_t term)
 {
-    for (size_t s = 0; s < r->n; s++) {
-        if (s == r->self)
+    for (size_t s = 0; s < r->mc.n; s++) {
+        if (s == r->mc.self || !kl_rconf_is_voter(&r->mc, s))
             continue;
-        kl_raft_msg m = msg_to(r, type, r->cfg.members[s]);
+        kl_raft_msg m = msg_to(r, type, r->mc.ids[s]);
         m.term = term;
         m.index = r->log.last;
         m.log_term = r->log.last_term;
@@ -277,7 +318,7 @@ static void become_pre_candidate(kl_raft *r)
     r->leader = 0;
     r->granted = r->rejected = 0;
     reset_timers(r);
-    if (poll(r, r->self, true))
+    if (poll(r, r->mc.self, true))
         return;
     request_votes(r, KL_RAFT_MSG_PREVOTE, r->term + 1);
 }
@@ -290,7 +331,7 @@ static void become_candidate(kl_raft *r)
     r->leader = 0;
     r->granted = r->rejected = 0;
     reset_timers(r);
-    if (poll(r, r->self, true))
+    if (poll(r, r->mc.self, true))
         return;
     request_votes(r, KL_RAFT_MSG_VOTE, r->term);
 }
@@ -300,9 +341,9 @@ static void become_leader(kl_raft *r)
     assert(r->role == KL_RAFT_CANDIDATE);
     r->role = KL_RAFT_LEADER;
     r->leader = r->cfg.id;
-    r->reachable = (uint32_t)r->n; /* the voters just answered; the first check corrects it */
+    r->reachable = r->mc.c.n_members; /* the voters just answered; the first check corrects it */
     reset_timers(r);
-    for (size_t s = 0; s < r->n; s++)
+    for (size_t s = 0; s < r->mc.n; s++)
         r->prs[s] = (progress){.match = 0, .next = r->log.last + 1, .state = PR_PROBE};
     /* The no-op of the new term (Raft §8): earlier-term entries commit only indirectly, through
      * an entry of the leader's own term, and read-index needs one committed too. It bypasses
@@ -313,6 +354,76 @@ static void become_leader(kl_raft *r)
     }
     r->noop_index = r->log.last;
     r->append_dirty = true;
+}
+
+/* ---------------------------------------------------------------- membership */
+
+/* The configuration in effect is the latest in the log (raft.h "Membership"): rebuild the
+ * member table from it, keeping each remaining member's progress; a new member starts in
+ * probe from the end of the log, like every follower of a new leader. */
+static void conf_refresh(kl_raft *r)
+{
+    uint64_t idx;
+    const kl_raft_conf *c = kl_rconf_hist_latest(&r->ch, &idx);
+    if (idx == r->conf_index && kl_rconf_equal(c, &r->mc.c))
+        return;
+    kl_rconf old = r->mc;
+    progress prs[KL_RAFT_MAX_MEMBERS];
+    memcpy(prs, r->prs, sizeof prs);
+    kl_rconf_build(&r->mc, c, r->cfg.id);
+    for (size_t s = 0; s < r->mc.n; s++) {
+        int o = kl_rconf_slot(&old, r->mc.ids[s]);
+        r->prs[s] = o >= 0 ? prs[o] : (progress){.next = r->log.last + 1, .state = PR_PROBE};
+    }
+    r->granted = r->rejected = 0; /* only followers and leaders change configuration */
+    r->conf_index = idx;
+    r->conf_dirty = true;
+}
+
+/* Appends one entry, taking over d; a CONF entry is the configuration in effect from now on
+ * (Raft thesis §4.1). False when it could not be appended (memory, or the configuration
+ * history is full: a follower then takes no more entries until it compacts). */
+static bool append_entry(kl_raft *r, uint64_t term, uint8_t type, uint8_t *d, size_t len)
+{
+    kl_raft_conf c;
+    if (type == KL_RAFT_ENTRY_CONF) {
+        if (kl_rconf_hist_full(&r->ch))
+            return false;
+        kl_code rc = kl_raft_conf_decode(d, len, &c, NULL, NULL);
+        /* invariant I-MEMB-4: a CONF entry reaching the log decodes (msg_valid and
+         * kl_raft_propose_conf_change checked it) */
+        assert(rc == KL_OK);
+        (void)rc;
+    }
+    if (!kl_rlog_append(&r->log, term, type, d, len))
+        return false;
+    if (type == KL_RAFT_ENTRY_CONF) {
+        kl_rconf_hist_push(&r->ch, r->log.last, &c);
+        conf_refresh(r);
+    }
+    return true;
+}
+
+/* Removes entries >= from; a configuration entry among them is rolled back to the latest
+ * one still in the log (or the snapshot's). */
+static void truncate_log(kl_raft *r, uint64_t from)
+{
+    kl_rlog_truncate(&r->log, from);
+    if (kl_rconf_hist_truncate(&r->ch, from))
+        conf_refresh(r);
+}
+
+static void bcast_heartbeat(kl_raft *r);
+
+/* MEMBERSHIP.md rule 7: a leader that is no voter of the committed (non-joint)
+ * configuration in effect tells the followers its commit and steps down. */
+static void leave_if_removed(kl_raft *r)
+{
+    if (r->role != KL_RAFT_LEADER || r->mc.c.n_old != 0 || r->conf_index > r->commit ||
+        self_voter(r))
+        return;
+    bcast_heartbeat(r);
+    become_follower(r, r->term, 0);
 }
 
 /* ---------------------------------------------------------------- leader: replication */
@@ -363,9 +474,9 @@ static void become_replicate(progress *pr)
 static void send_snapshot(kl_raft *r, size_t s)
 {
     progress *pr = &r->prs[s];
-    kl_raft_msg m = msg_to(r, KL_RAFT_MSG_SNAPSHOT, r->cfg.members[s]);
+    kl_raft_msg m = msg_to(r, KL_RAFT_MSG_SNAPSHOT, r->mc.ids[s]);
     m.snap = (kl_raft_snapshot){
-        .index = r->log.snap_index, .term = r->log.snap_term, .conf = r->conf};
+        .index = r->log.snap_index, .term = r->log.snap_term, .conf = r->ch.base};
     m.commit = r->commit;
     if (!send(r, &m))
         return;
@@ -387,7 +498,7 @@ static bool send_append(kl_raft *r, size_t s, bool send_if_empty)
         send_snapshot(r, s); /* the entry before next, or next itself, is compacted */
         return false;
     }
-    kl_raft_msg m = msg_to(r, KL_RAFT_MSG_APPEND, r->cfg.members[s]);
+    kl_raft_msg m = msg_to(r, KL_RAFT_MSG_APPEND, r->mc.ids[s]);
     m.index = pr->next - 1;
     m.log_term = kl_rlog_term(&r->log, m.index);
     m.commit = r->commit;
@@ -414,18 +525,18 @@ static bool send_append(kl_raft *r, size_t s, bool send_if_empty)
 
 static void bcast_append(kl_raft *r, bool send_if_empty)
 {
-    for (size_t s = 0; s < r->n; s++)
-        if (s != r->self)
+    for (size_t s = 0; s < r->mc.n; s++)
+        if (s != r->mc.self)
             while (send_append(r, s, send_if_empty) && !send_if_empty)
                 ; /* replicate state: stream until the window or the log is exhausted */
 }
 
 static void bcast_heartbeat(kl_raft *r)
 {
-    for (size_t s = 0; s < r->n; s++) {
-        if (s == r->self)
+    for (size_t s = 0; s < r->mc.n; s++) {
+        if (s == r->mc.self)
             continue;
-        kl_raft_msg m = msg_to(r, KL_RAFT_MSG_HEARTBEAT, r->cfg.members[s]);
+        kl_raft_msg m = msg_to(r, KL_RAFT_MSG_HEARTBEAT, r->mc.ids[s]);
         /* Never more than the follower is known to hold: it cannot check the entries. */
         m.commit = min_u64(r->prs[s].match, r->commit);
         m.ctx = r->read_seq;
@@ -441,24 +552,22 @@ static void bcast_heartbeat(kl_raft *r)
  * interval later. An empty append per commit per follower would cost a frame in the
  * peer's window, a ready and a commit save on every follower for every commit. */
 
+static void leave_if_removed(kl_raft *r);
+
 /* Commit by counting (Raft §5.3, §5.4.2, with Q2): the highest index persisted by Q2
  * members, the leader counted only up to what its driver reported durable, commits if it is
- * of the current term. */
+ * of the current term. With configuration entries the count is MEMBERSHIP.md rule 4
+ * (kl_rconf_commit_candidate); without, it is exactly the Q2 count. */
 static bool maybe_commit(kl_raft *r)
 {
     uint64_t v[KL_RAFT_MAX_MEMBERS];
-    for (size_t s = 0; s < r->n; s++)
-        v[s] = s == r->self ? r->log.persisted : r->prs[s].match;
-    for (size_t i = 1; i < r->n; i++) /* insertion sort, descending; n <= 9 */
-        for (size_t j = i; j > 0 && v[j] > v[j - 1]; j--) {
-            uint64_t t = v[j];
-            v[j] = v[j - 1];
-            v[j - 1] = t;
-        }
-    uint64_t c = v[r->q2 - 1];
+    for (size_t s = 0; s < r->mc.n; s++)
+        v[s] = s == r->mc.self ? r->log.persisted : r->prs[s].match;
+    uint64_t c = kl_rconf_commit_candidate(&r->mc, v, &r->ch);
     if (c <= r->commit || kl_rlog_term(&r->log, c) != r->term)
         return false;
     commit_to(r, c);
+    leave_if_removed(r);
     return true;
 }
 
@@ -474,11 +583,11 @@ static void release_reads(kl_raft *r)
     size_t cap = r->cfg.max_pending_reads;
     while (r->reads_len > 0) {
         pending_read *pr = &r->reads[r->reads_head];
-        uint32_t acks = 1;
-        for (size_t s = 0; s < r->n; s++)
-            if (s != r->self && r->prs[s].read_ack >= pr->seq)
-                acks++;
-        if (acks < r->qcheck)
+        uint32_t acks = r->mc.self < r->mc.n ? 1u << r->mc.self : 0;
+        for (size_t s = 0; s < r->mc.n; s++)
+            if (s != r->mc.self && r->prs[s].read_ack >= pr->seq)
+                acks |= 1u << s;
+        if (!kl_rconf_survives(&r->mc, acks))
             break;
         assert(r->done_len < cap);
         r->done[r->done_len++] = (kl_raft_read_state){.ctx = pr->ctx, .index = pr->index};
@@ -564,7 +673,7 @@ static void handle_append(kl_raft *r, const kl_raft_msg *m)
             /* Log matching (Raft §5.3): the suffix from the first conflict goes. It can never
              * hold a committed entry: a leader's log contains every committed entry. */
             assert(e->index > r->commit);
-            kl_rlog_truncate(&r->log, e->index);
+            truncate_log(r, e->index);
             break;
         }
     }
@@ -577,7 +686,7 @@ static void handle_append(kl_raft *r, const kl_raft_msg *m)
             break;
         if (e->len > 0)
             memcpy(d, e->data, e->len);
-        if (!kl_rlog_append(&r->log, e->term, e->type, d, e->len)) {
+        if (!append_entry(r, e->term, e->type, d, e->len)) {
             free(d);
             break;
         }
@@ -641,6 +750,8 @@ static bool install_pending(kl_raft *r)
     /* invariant I-SNAP-3: installed only by a follower, past its commit, no ready out */
     assert(sn.index > r->commit && r->role == KL_RAFT_FOLLOWER && !r->ready_out);
     kl_rlog_restore(&r->log, sn.index, sn.term);
+    r->ch = (kl_rconf_hist){.base = sn.conf};
+    conf_refresh(r);
     r->commit = sn.index;
     kl_raft_msg resp = msg_to(r, KL_RAFT_MSG_APPEND_RESP, r->snap_pend_from);
     resp.index = sn.index;
@@ -658,10 +769,26 @@ static void handle_heartbeat(kl_raft *r, const kl_raft_msg *m)
     send(r, &resp);
 }
 
+/* A follower's commit index is committed (only a leader's commit ever reaches it), and this
+ * leader's log holds every committed entry: adopting it is no counting of earlier-term
+ * copies (Raft §5.4.2 forbids that). A new leader needs it to know that an earlier-term
+ * configuration entry committed: where the no-op can never commit (a dead member at
+ * replica_count = N), nothing else would ever tell it, and no further change could go. */
+static void adopt_commit(kl_raft *r, const kl_raft_msg *m)
+{
+    if (m->commit > r->commit) {
+        commit_to(r, min_u64(m->commit, r->log.last));
+        leave_if_removed(r);
+    }
+}
+
 static void handle_append_resp(kl_raft *r, size_t s, const kl_raft_msg *m)
 {
     progress *pr = &r->prs[s];
     pr->active = true;
+    adopt_commit(r, m);
+    if (r->role != KL_RAFT_LEADER)
+        return;
     if (m->index > r->log.last)
         return; /* claims entries we never had: malformed or from a past life; ignore */
     if (m->reject) {
@@ -709,6 +836,8 @@ static void handle_append_resp(kl_raft *r, size_t s, const kl_raft_msg *m)
     else
         infl_free_to(pr, r->cfg.max_inflight, m->index);
     (void)maybe_commit(r); /* no round of its own: see "commit travels" */
+    if (r->role != KL_RAFT_LEADER)
+        return; /* removed by the configuration that just committed */
     while (send_append(r, s, false))
         ;
 }
@@ -717,6 +846,9 @@ static void handle_heartbeat_resp(kl_raft *r, size_t s, const kl_raft_msg *m)
 {
     progress *pr = &r->prs[s];
     pr->active = true;
+    adopt_commit(r, m);
+    if (r->role != KL_RAFT_LEADER)
+        return;
     pr->probe_sent = false;
     /* If every append in flight was lost, acks will never free the window: free one slot, so
      * the next append goes out, and its rejection puts the follower back into probe. */
@@ -777,6 +909,8 @@ static void step_msg(kl_raft *r, const kl_raft_msg *m)
     int slot = slot_of(r, m->from);
     switch (r->role) {
     case KL_RAFT_LEADER:
+        if (slot < 0)
+            return; /* an answer from a member no longer in the configuration */
         if (m->type == KL_RAFT_MSG_APPEND_RESP)
             handle_append_resp(r, (size_t)slot, m);
         else if (m->type == KL_RAFT_MSG_HEARTBEAT_RESP)
@@ -808,28 +942,22 @@ static void step_msg(kl_raft *r, const kl_raft_msg *m)
         handle_heartbeat(r, m);
 }
 
-static bool conf_equal(const kl_raft_conf *a, const kl_raft_conf *b)
-{
-    if (a->n_members != b->n_members || a->replica_count != b->replica_count ||
-        a->n_members > KL_RAFT_MAX_MEMBERS)
-        return false;
-    for (uint32_t i = 0; i < a->n_members; i++) {
-        bool found = false;
-        for (uint32_t j = 0; j < b->n_members && !found; j++)
-            found = a->members[i] == b->members[j];
-        if (!found)
-            return false;
-    }
-    return true;
-}
-
-/* A snapshot names a point no later than its sender's term, and the configuration is static:
- * one naming another member set is not ours to install. */
-static bool snapshot_valid(const kl_raft *r, const kl_raft_msg *m)
+/* A snapshot names a point no later than its sender's term, and a well-formed configuration
+ * (the configuration at its index, which the install makes ours). */
+static bool snapshot_valid(const kl_raft_msg *m)
 {
     const kl_raft_snapshot *sn = &m->snap;
     return sn->index >= 1 && sn->term >= 1 && sn->term <= m->term &&
-           conf_equal(&sn->conf, &r->conf);
+           kl_raft_conf_check(&sn->conf, NULL) == KL_OK;
+}
+
+static bool entry_valid(const kl_raft_entry *e)
+{
+    if (e->type > KL_RAFT_ENTRY_CONF || (e->len > 0 && e->data == NULL))
+        return false;
+    kl_raft_conf c;
+    return e->type != KL_RAFT_ENTRY_CONF ||
+           kl_raft_conf_decode(e->data, e->len, &c, NULL, NULL) == KL_OK;
 }
 
 /* Peer input is not trusted: anything that could trip an assertion is refused here. */
@@ -837,9 +965,12 @@ static bool msg_valid(const kl_raft *r, const kl_raft_msg *m)
 {
     if (m->type >= KL_RAFT_MSG_TYPE_COUNT || m->term == 0)
         return false;
-    if (m->to != r->cfg.id || m->from == r->cfg.id || slot_of(r, m->from) < 0)
+    /* Any sender: a leader of a newer configuration may be a member this one does not know
+     * yet, and answers from a member just removed are still in flight (step_msg ignores
+     * answers from outside the configuration). */
+    if (m->to != r->cfg.id || m->from == r->cfg.id || m->from == 0)
         return false;
-    if (m->type == KL_RAFT_MSG_SNAPSHOT && (m->n_entries > 0 || !snapshot_valid(r, m)))
+    if (m->type == KL_RAFT_MSG_SNAPSHOT && (m->n_entries > 0 || !snapshot_valid(m)))
         return false;
     if (m->n_entries == 0)
         return true;
@@ -850,7 +981,7 @@ static bool msg_valid(const kl_raft *r, const kl_raft_msg *m)
     for (size_t i = 0; i < m->n_entries; i++) {
         const kl_raft_entry *e = &m->entries[i];
         if (e->index != m->index + 1 + i || e->term < prev_term || e->term > m->term ||
-            e->type > KL_RAFT_ENTRY_NOOP || (e->len > 0 && e->data == NULL))
+            !entry_valid(e))
             return false;
         prev_term = e->term;
     }
@@ -892,7 +1023,9 @@ static kl_code check_snapshot_point(const kl_raft_config *c, kl_err *err)
     return KL_OK;
 }
 
-static kl_code check_config(const kl_raft_config *c, kl_err *err)
+/* The static member list (a driver that passes no kl_raft_conf): as before membership
+ * changes, the id must be a member and the vote for one. */
+static kl_code check_members(const kl_raft_config *c, kl_err *err)
 {
     if (c->n_members < 1 || c->n_members > KL_RAFT_MAX_MEMBERS)
         return kl_fail(err, KL_INVALID_ARGUMENT, "n_members", "n_members %zu outside 1..%d",
@@ -914,6 +1047,22 @@ static kl_code check_config(const kl_raft_config *c, kl_err *err)
     if (kl_raft_quorums(c->n_members, c->replica_count, &q1) != KL_OK)
         return kl_fail(err, KL_INVALID_ARGUMENT, "replica_count",
                        "replica_count %u outside 1..%zu", c->replica_count, c->n_members);
+    bool vote_ok = c->hard.vote == 0;
+    for (size_t i = 0; i < c->n_members; i++)
+        vote_ok |= c->hard.vote == c->members[i];
+    if (!vote_ok)
+        return kl_fail(err, KL_INVALID_ARGUMENT, "hard.vote", "vote for non-member %llu",
+                       (unsigned long long)c->hard.vote);
+    return KL_OK;
+}
+
+static kl_code check_config(const kl_raft_config *c, kl_err *err)
+{
+    /* A replicated configuration may leave this member out (removed, or not added yet) and
+     * its vote may have gone to a member of another one. */
+    kl_code rc = c->conf.n_members > 0 ? kl_raft_conf_check(&c->conf, err) : check_members(c, err);
+    if (rc != KL_OK)
+        return rc;
     if (c->election_ticks < 2 || c->heartbeat_ticks < 1 ||
         c->heartbeat_ticks >= c->election_ticks)
         return kl_fail(err, KL_INVALID_ARGUMENT, "heartbeat_ticks",
@@ -928,18 +1077,55 @@ static kl_code check_config(const kl_raft_config *c, kl_err *err)
         return kl_fail(err, KL_INVALID_ARGUMENT, "limits", "every max_* limit must be >= 1");
     if (c->storage.term == NULL || c->storage.entries == NULL)
         return kl_fail(err, KL_INVALID_ARGUMENT, "storage", "storage callbacks missing");
-    bool vote_ok = c->hard.vote == 0;
-    for (size_t i = 0; i < c->n_members; i++)
-        vote_ok |= c->hard.vote == c->members[i];
-    if (!vote_ok)
-        return kl_fail(err, KL_INVALID_ARGUMENT, "hard.vote", "vote for non-member %llu",
-                       (unsigned long long)c->hard.vote);
     if (c->hard.commit > c->last_index || c->applied > c->last_index)
         return kl_fail(err, KL_INVALID_ARGUMENT, "hard.commit",
                        "commit %llu or applied %llu past the last index %llu",
                        (unsigned long long)c->hard.commit, (unsigned long long)c->applied,
                        (unsigned long long)c->last_index);
     return check_snapshot_point(c, err);
+}
+
+/* The CONF entries of the stored log past the snapshot point, found through the driver's
+ * optional storage.last_conf (a store without it holds none: raft_entry.h). */
+static kl_code load_conf_history(kl_raft *r, kl_err *err)
+{
+    const kl_raft_storage *st = &r->cfg.storage;
+    if (st->last_conf == NULL)
+        return KL_OK;
+    uint64_t idx[KL_RAFT_MAX_CONF_HISTORY];
+    size_t n = 0;
+    for (uint64_t hi = r->log.last; hi > r->log.snap_index;) {
+        uint64_t i = 0;
+        if (st->last_conf(st->ctx, hi, &i) != KL_OK)
+            return kl_fail(err, KL_INTERNAL, "storage", "finding configuration entries failed");
+        if (i <= r->log.snap_index)
+            break;
+        if (i > hi || n == KL_RAFT_MAX_CONF_HISTORY)
+            return kl_fail(err, KL_INTERNAL, "storage",
+                           "configuration entry %llu past %llu, or more than %d of them",
+                           (unsigned long long)i, (unsigned long long)hi,
+                           KL_RAFT_MAX_CONF_HISTORY);
+        idx[n++] = i;
+        hi = i - 1;
+    }
+    while (n > 0) {
+        uint64_t i = idx[--n];
+        kl_raft_entry *e = NULL;
+        size_t k = 0;
+        kl_raft_conf c;
+        if (!kl_rlog_copy(&r->log, i, i + 1, SIZE_MAX, 1, &e, &k))
+            return kl_fail(err, KL_INTERNAL, "storage", "reading configuration entry %llu failed",
+                           (unsigned long long)i);
+        kl_code rc = e[0].type == KL_RAFT_ENTRY_CONF
+                         ? kl_raft_conf_decode(e[0].data, e[0].len, &c, NULL, NULL)
+                         : KL_INVALID_ARGUMENT;
+        kl_rlog_free_entries(e, k);
+        if (rc != KL_OK)
+            return kl_fail(err, KL_INTERNAL, "storage", "stored entry %llu is no valid configuration",
+                           (unsigned long long)i);
+        kl_rconf_hist_push(&r->ch, i, &c);
+    }
+    return KL_OK;
 }
 
 kl_code kl_raft_new(const kl_raft_config *cfg, kl_raft **out, kl_err *err)
@@ -952,15 +1138,13 @@ kl_code kl_raft_new(const kl_raft_config *cfg, kl_raft **out, kl_err *err)
     if (r == NULL)
         return kl_fail(err, KL_UNAVAILABLE, "memory", "out of memory");
     r->cfg = *cfg;
-    r->n = cfg->n_members;
-    r->self = (size_t)slot_of(r, cfg->id);
-    r->q2 = cfg->replica_count;
-    kl_raft_quorums(r->n, r->q2, &r->q1);
-    /* Check-quorum and read-confirmation threshold: see kl_raft_tick and release_reads. */
-    r->qcheck = (uint32_t)r->n - r->q1 + 1;
-    memcpy(r->conf.members, cfg->members, sizeof r->conf.members);
-    r->conf.n_members = (uint32_t)cfg->n_members;
-    r->conf.replica_count = cfg->replica_count;
+    r->ch.base = cfg->conf;
+    if (cfg->conf.n_members == 0) {
+        memcpy(r->ch.base.members, cfg->members, sizeof r->ch.base.members);
+        r->ch.base.n_members = (uint32_t)cfg->n_members;
+        r->ch.base.replica_count = cfg->replica_count;
+    }
+    kl_rconf_build(&r->mc, &r->ch.base, cfg->id);
     r->rng = cfg->rand_seed ^ (cfg->id * 0x9e3779b97f4a7c15ull);
     r->reads = calloc(cfg->max_pending_reads, sizeof *r->reads);
     r->done = calloc(cfg->max_pending_reads, sizeof *r->done);
@@ -974,6 +1158,12 @@ kl_code kl_raft_new(const kl_raft_config *cfg, kl_raft **out, kl_err *err)
         kl_raft_free(r);
         return kl_fail(err, KL_INTERNAL, "storage", "reading the last log entry failed");
     }
+    if (load_conf_history(r, err) != KL_OK) {
+        kl_raft_free(r);
+        return err ? err->code : KL_INTERNAL;
+    }
+    conf_refresh(r);
+    r->conf_dirty = false; /* the driver started from this configuration's log */
     if (r->log.last_term > cfg->hard.term) {
         uint64_t lt = r->log.last_term;
         kl_raft_free(r);
@@ -1054,15 +1244,16 @@ static void tick_leader(kl_raft *r)
     r->election_elapsed++;
     if (r->election_elapsed >= r->cfg.election_ticks) {
         r->election_elapsed = 0;
-        uint32_t heard = 1;
-        for (size_t s = 0; s < r->n; s++) {
-            if (s == r->self)
+        uint32_t heard = r->mc.self < r->mc.n ? 1u << r->mc.self : 0;
+        for (size_t s = 0; s < r->mc.n; s++) {
+            if (s == r->mc.self)
                 continue;
-            heard += r->prs[s].active;
+            if (r->prs[s].active)
+                heard |= 1u << s;
             r->prs[s].active = false;
         }
-        r->reachable = heard;
-        if (heard < r->qcheck) {
+        r->reachable = kl_rconf_voters_in(&r->mc, heard);
+        if (!kl_rconf_survives(&r->mc, heard)) {
             become_follower(r, r->term, 0);
             return;
         }
@@ -1079,8 +1270,10 @@ kl_code kl_raft_tick(kl_raft *r)
         return KL_INTERNAL;
     if (r->role == KL_RAFT_LEADER)
         tick_leader(r);
-    else if (++r->election_elapsed >= r->timeout)
+    else if (++r->election_elapsed >= r->timeout && may_campaign(r))
         become_pre_candidate(r);
+    else if (r->election_elapsed >= r->timeout)
+        reset_timers(r); /* learners and removed members never campaign */
     kl_rlog_check(&r->log);
     return status_of(r);
 }
@@ -1250,7 +1443,7 @@ bool kl_raft_has_ready(const kl_raft *r)
            r->log.pending_trunc != 0 || r->out_len > 0 || r->done_len > 0 ||
            r->append_dirty || r->hb_dirty || r->applied < r->commit || r->snap_pending ||
            r->role != r->role_handed || r->leader != r->leader_handed ||
-           r->term != r->term_handed;
+           r->term != r->term_handed || r->conf_dirty;
 }
 
 kl_code kl_raft_get_ready(kl_raft *r, kl_raft_ready *rd)
@@ -1322,6 +1515,12 @@ kl_code kl_raft_get_ready(kl_raft *r, kl_raft_ready *rd)
     r->done_len = 0;
     rd->reads = r->rd_reads;
     rd->n_reads = r->rd_n_reads;
+    if (r->conf_dirty) {
+        rd->conf_changed = true;
+        rd->conf = r->mc.c;
+        rd->conf_index = r->conf_index;
+        r->conf_dirty = false;
+    }
     rd->role = r->role_handed = r->role;
     rd->leader = r->leader_handed = r->leader;
     rd->term = r->term_handed = r->term;
@@ -1361,6 +1560,7 @@ kl_code kl_raft_compact(kl_raft *r, uint64_t index)
     if (index <= r->log.snap_index)
         return KL_OK;
     kl_rlog_compact(&r->log, index);
+    kl_rconf_hist_compact(&r->ch, index);
     kl_rlog_check(&r->log);
     return status_of(r);
 }
@@ -1370,8 +1570,10 @@ kl_code kl_raft_report_snapshot(kl_raft *r, uint64_t to, bool ok)
     if (broken(r))
         return KL_INTERNAL;
     int s = slot_of(r, to);
-    if (s < 0 || (size_t)s == r->self)
+    if (to == 0 || to == r->cfg.id)
         return KL_INVALID_ARGUMENT;
+    if (s < 0)
+        return KL_OK; /* no longer a member: nothing to probe */
     progress *pr = &r->prs[s];
     if (r->role != KL_RAFT_LEADER || pr->state != PR_SNAPSHOT)
         return KL_OK; /* stale: another term, or the follower already answered */
@@ -1393,7 +1595,8 @@ void kl_raft_status_get(const kl_raft *r, kl_raft_status *st)
         .vote = r->vote, .commit = r->commit, .applied = r->applied,
         .last_index = r->log.last, .last_term = r->log.last_term,
         .snap_index = r->log.snap_index, .snap_term = r->log.snap_term,
-        .persisted = r->log.persisted, .q1 = r->q1, .q2 = r->q2,
+        .persisted = r->log.persisted, .q1 = r->mc.q1_new, .q2 = r->mc.q2_new,
+        .joint = r->mc.c.n_old > 0, .conf_index = r->conf_index,
         .leader_ready = r->role == KL_RAFT_LEADER && r->commit >= r->noop_index,
         .reachable = r->role == KL_RAFT_LEADER ? r->reachable : 0,
     };
@@ -1428,4 +1631,110 @@ const char *kl_raft_msg_type_name(int type)
         "append", "append-resp", "heartbeat", "heartbeat-resp", "snapshot",
     };
     return type >= 0 && type < KL_RAFT_MSG_TYPE_COUNT ? names[type] : "unknown";
+}
+
+/* ---------------------------------------------------------------- membership API */
+
+/* MEMBERSHIP.md rule 8: a learner becomes a voter only within one follower write of the
+ * leader's log, so the joint step cannot stall on it. */
+static kl_code check_caught_up(kl_raft *r, const uint64_t *ids, size_t n, kl_err *err)
+{
+    for (size_t i = 0; i < n; i++) {
+        int s = slot_of(r, ids[i]);
+        uint64_t behind = s < 0 ? r->log.last : r->log.last - min_u64(r->prs[s].match, r->log.last);
+        if (behind > r->cfg.max_unpersisted_entries)
+            return kl_fail(err, KL_UNAVAILABLE, "members",
+                           "learner %llu is %llu entries behind (at most %zu to be promoted)",
+                           (unsigned long long)ids[i], (unsigned long long)behind,
+                           r->cfg.max_unpersisted_entries);
+    }
+    return KL_OK;
+}
+
+/* MEMBERSHIP.md rule 6: one voting change at a time. Every CONF entry past the commit index
+ * must be a learner-only change of the committed voters: those never move a quorum, and a
+ * joint entry may follow them (it commits them with it). Demanding a committed entry of the
+ * leader's own term first would make a dead member of a 3-of-3 partition irreplaceable: a
+ * leader elected after the death can never commit its no-op (MEMBERSHIP.md "Replacing a
+ * dead member"). */
+static kl_code conf_change_allowed(kl_raft *r, kl_raft_proposal *out, kl_err *err)
+{
+    if (broken(r))
+        return kl_fail(err, KL_INTERNAL, "storage", "the replication core stopped");
+    if (r->role != KL_RAFT_LEADER) {
+        out->leader = r->leader;
+        return kl_fail(err, KL_NOT_LEADER, "leader", "not the leader");
+    }
+    const kl_raft_conf *com = committed_conf(r);
+    for (size_t i = 0; i < r->ch.n; i++) {
+        const kl_raft_conf *c = &r->ch.conf[i];
+        if (r->ch.index[i] <= r->commit)
+            continue;
+        kl_raft_conf voters = *c;
+        voters.n_learners = 0;
+        kl_raft_conf cv = *com;
+        cv.n_learners = 0;
+        if (!kl_rconf_equal(&voters, &cv))
+            return kl_fail(err, KL_UNAVAILABLE, "conf",
+                           "the configuration entry at %llu is not committed yet",
+                           (unsigned long long)r->ch.index[i]);
+    }
+    if (kl_rconf_hist_full(&r->ch))
+        return kl_fail(err, KL_UNAVAILABLE, "conf",
+                       "%d configuration entries past the snapshot point: compact first",
+                       KL_RAFT_MAX_CONF_HISTORY);
+    return KL_OK;
+}
+
+kl_code kl_raft_propose_conf_change(kl_raft *r, const kl_raft_conf *target, const void *ctx,
+                                    size_t ctx_len, kl_raft_proposal *out, kl_err *err)
+{
+    memset(out, 0, sizeof *out);
+    kl_code rc = conf_change_allowed(r, out, err);
+    if (rc != KL_OK)
+        return rc;
+    out->leader = r->cfg.id;
+    kl_raft_conf next;
+    bool same;
+    uint64_t promote[KL_RAFT_MAX_MEMBERS];
+    size_t n_promote;
+    if ((rc = kl_rconf_next(&r->mc.c, target, &next, &same, promote, &n_promote, err)) != KL_OK)
+        return rc;
+    if (same)
+        return KL_OK;
+    if ((rc = check_caught_up(r, promote, n_promote, err)) != KL_OK)
+        return rc;
+    if (ctx_len > r->cfg.max_unpersisted_bytes || (ctx_len > 0 && ctx == NULL))
+        return kl_fail(err, KL_INVALID_ARGUMENT, "ctx", "context of %zu bytes (at most %zu)",
+                       ctx_len, r->cfg.max_unpersisted_bytes);
+    size_t len = KL_RAFT_CONF_MAX_BYTES + ctx_len;
+    if (kl_rlog_unpersisted(&r->log) >= r->cfg.max_unpersisted_entries ||
+        r->log.unp_bytes + len > r->cfg.max_unpersisted_bytes)
+        return kl_fail(err, KL_UNAVAILABLE, "max_unpersisted_entries",
+                       "too many entries not yet written");
+    uint8_t *d = malloc(len);
+    if (d == NULL)
+        return kl_fail(err, KL_UNAVAILABLE, "memory", "out of memory");
+    size_t n = kl_raft_conf_encode(&next, d);
+    if (ctx_len > 0)
+        memcpy(d + n, ctx, ctx_len);
+    if (!append_entry(r, r->term, KL_RAFT_ENTRY_CONF, d, n + ctx_len)) {
+        free(d);
+        return kl_fail(err, KL_UNAVAILABLE, "memory", "out of memory");
+    }
+    r->append_dirty = true;
+    out->index = r->log.last;
+    out->term = r->term;
+    return KL_OK;
+}
+
+void kl_raft_conf_get(const kl_raft *r, kl_raft_conf *latest, uint64_t *latest_index,
+                      kl_raft_conf *at_snapshot)
+{
+    if (latest)
+        *latest = r->mc.c;
+    if (latest_index)
+        *latest_index = r->conf_index;
+    if (at_snapshot)
+        *at_snapshot = r->ch.base;
 }

@@ -85,6 +85,50 @@
  * adopted, an older one refused). A crash before the install completed restarts from the
  * old state.
  *
+ * Membership (Raft thesis §4, joint consensus; docs/MEMBERSHIP.md has the rules and the
+ * proof). The configuration is replicated: a KL_RAFT_ENTRY_CONF entry holds a whole
+ * kl_raft_conf (kl_raft_conf_encode) and the proposer's opaque context after it. A member
+ * uses the LATEST configuration in its log, committed or not, from the moment the entry is
+ * appended; a truncation that removes it falls back to the previous one; a snapshot install
+ * uses the snapshot's. With no CONF entry ever proposed, the configuration is the static one
+ * the driver passes in and every quorum is the one described above, unchanged.
+ *   quorums      per configuration C (N voters, Q2 = replica_count): Q1(C) as above and
+ *                R(C) = N - Q1(C) + 1. An election needs Q1 grants from the voters of each
+ *                configuration in effect (both halves of a joint one). A CONF entry commits
+ *                on R persisted copies among the voters of each half; a NORMAL or NOOP entry
+ *                on that and on Q2 voters of the newest half; the commit index is the largest
+ *                index of the current term all of whose entries meet their rule. Read rounds
+ *                and check-quorum need R in each half. Learners receive appends and
+ *                snapshots, never vote, never campaign and count for nothing.
+ *   changes      one voting change at a time, through kl_raft_propose_conf_change on the
+ *                leader, only when every CONF entry past its commit index is a learner-only
+ *                change (a joint entry may follow those and commits them with it; no
+ *                committed entry of the leader's own term is required: at replica_count = N
+ *                with a dead member its no-op never commits): learners only (C -> C'), else
+ *                C_old -> joint(C_old, C_new) -> C_new; every new voter must be a caught-up
+ *                learner first; replica_count <= voters in every configuration. A leader not
+ *                in C_new leads until C_new commits, then steps down. A member campaigns
+ *                while it is a voter of its latest configuration or of the committed one (a
+ *                removed leader that lost touch before C_new committed may have to finish
+ *                the change), never once a configuration without it committed.
+ *   commit news  followers whose log has held a CONF entry report their commit index in
+ *                append and heartbeat answers, and a leader adopts a reported one (it is
+ *                committed, and the leader's log holds every committed entry): a new leader
+ *                whose no-op cannot commit still learns that an earlier-term CONF entry did.
+ *   the driver   (a) persists CONF entries like any other and applies them in order (their
+ *                data is kl_raft_conf_decode's); (b) on rd.conf_changed connects to the
+ *                members of rd.conf it has no link to and may drop links to members no
+ *                longer in it, before sending rd.msgs (messages only go to members of the
+ *                configuration in effect, but a message to a removed member may still be in
+ *                rd.msgs after a fall-back: dropping it is harmless); (c) stores with each
+ *                snapshot the configuration at its index (kl_raft_conf_get's at_snapshot
+ *                right after kl_raft_compact, or rd.snapshot.conf for an install), and
+ *                passes it back in kl_raft_config.conf at restart; (d) implements
+ *                storage.last_conf once its log can hold CONF entries; (e) accepts messages
+ *                from members it does not know yet: a leader of a newer configuration may
+ *                be one (the core takes appends, heartbeats, snapshots and vote requests
+ *                from any member, answers from the members of its configuration only).
+ *
  * Ownership: every pointer inside a kl_raft_ready (entries, messages and their entries,
  * committed entries, read states; a snapshot and the snapshot in a message are values) is
  * owned by the kl_raft and stays valid until
@@ -138,15 +182,6 @@ typedef enum kl_raft_msg_type {
     KL_RAFT_MSG_SNAPSHOT = 8,     /* snap = the snapshot to stream or install (not a frame) */
     KL_RAFT_MSG_TYPE_COUNT = 9,
 } kl_raft_msg_type;
-
-/* A member list with its replica_count: what a snapshot says the configuration is. Static
- * today (a snapshot must name the receiver's own configuration), carried so that a later
- * membership change has it where it belongs. */
-typedef struct kl_raft_conf {
-    uint64_t members[KL_RAFT_MAX_MEMBERS];
-    uint32_t n_members;
-    uint32_t replica_count;
-} kl_raft_conf;
 
 /* A snapshot point: the state machine after applying every entry up to index, whose entry
  * there had term. Never the sender's term, vote or log. */
@@ -202,6 +237,9 @@ typedef struct kl_raft_config {
     uint64_t snap_term;  /* term at snap_index (0 iff snap_index is 0) */
     uint64_t last_index; /* last stored log index (>= snap_index; equal when the log is empty) */
     uint64_t applied;    /* last index the state machine has applied (>= snap_index) */
+    /* The configuration at snap_index when conf.n_members > 0 (members, n_members and
+     * replica_count are then ignored and id need not be in it): see "Membership". */
+    kl_raft_conf conf;
     kl_raft_storage storage;
 } kl_raft_config;
 
@@ -222,6 +260,11 @@ typedef struct kl_raft_ready {
     bool has_snapshot;
     kl_raft_snapshot snapshot;
     uint64_t snapshot_from; /* the member whose stream was staged */
+    /* The configuration in effect (the latest in the log, committed or not) changed since
+     * the last ready: connect to new members, stop waiting for removed ones ("Membership"). */
+    bool conf_changed;
+    kl_raft_conf conf;
+    uint64_t conf_index; /* index of its entry; 0 = the snapshot's or the starting one */
     /* Soft state, never persisted: when role leaves KL_RAFT_LEADER, every proposal still in
      * flight has an unknown outcome and every pending read_index was dropped. */
     kl_raft_role role;
@@ -247,6 +290,8 @@ typedef struct kl_raft_status {
     uint32_t q1, q2;
     uint32_t reachable; /* leader only: members (itself included) it heard from in the last
                          * election timeout; below q2, new writes cannot commit now */
+    bool joint;         /* a joint configuration is in effect */
+    uint64_t conf_index;   /* index of the configuration entry in effect (0: none in the log) */
     bool leader_ready;  /* leader whose no-op (own-term entry) has committed: it may serve
                          * read_index; ARCHITECTURE.md "Write path" also holds client batches until then */
 } kl_raft_status;
@@ -320,9 +365,36 @@ kl_code kl_raft_compact(kl_raft *r, uint64_t index);
 /* The snapshot stream to member `to` that a KL_RAFT_MSG_SNAPSHOT asked for is over: ok when
  * the receiver holds every byte, false when it failed. The follower is probed again from the
  * snapshot index + 1 (ok) or from its last known match (not ok) once it answers a heartbeat
- * or the snapshot. A report for a follower not in snapshot state, or on a member that no
- * longer leads, changes nothing. KL_INVALID_ARGUMENT when `to` is not another member. */
+ * or the snapshot. A report for a follower not in snapshot state, on a member that no
+ * longer leads, or for a member no longer in the configuration, changes nothing.
+ * KL_INVALID_ARGUMENT when `to` is 0 or this member. */
 kl_code kl_raft_report_snapshot(kl_raft *r, uint64_t to, bool ok);
+
+/* Proposes the next step from the configuration in effect towards target (a non-joint
+ * configuration; see "Membership"): the learner-only change, the joint step, or, while joint,
+ * the leave step (target must then be the new half). ctx (may be NULL when ctx_len is 0) is
+ * carried after the configuration in the entry's data for the driver (member addresses and
+ * keys); the core ignores it. KL_OK with out->index 0 when the configuration in effect
+ * already is target. Refusals, err naming the field:
+ *   KL_NOT_LEADER          not the leader (out->leader = the known one);
+ *   KL_UNAVAILABLE         "conf": an earlier voting configuration entry is not committed
+ *                          yet, or the log already holds KL_RAFT_MAX_CONF_HISTORY of them
+ *                          past the snapshot point;
+ *                          "members": a learner to promote is still catching up; the
+ *                          unpersisted limits: all retryable;
+ *   KL_INVALID_ARGUMENT    "replica_count" above the voters (or 0), "members" (zero,
+ *                          repeated or too many distinct ids), "learners", "conf" (joint);
+ *   KL_FAILED_PRECONDITION "members": a new voter that is not a learner yet (an unknown
+ *                          member: add it as a learner first); "conf": a target other than
+ *                          the new half while joint. */
+kl_code kl_raft_propose_conf_change(kl_raft *r, const kl_raft_conf *target, const void *ctx,
+                                    size_t ctx_len, kl_raft_proposal *out, kl_err *err);
+
+/* The configuration in effect (latest in the log) and its index (0: none in the log), and
+ * the one at the snapshot point (what a snapshot taken at snap_index must carry); any
+ * pointer may be NULL. */
+void kl_raft_conf_get(const kl_raft *r, kl_raft_conf *latest, uint64_t *latest_index,
+                      kl_raft_conf *at_snapshot);
 
 /* True when kl_raft_get_ready would return something (or an error), and no ready is outstanding. */
 bool kl_raft_has_ready(const kl_raft *r);

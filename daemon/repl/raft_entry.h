@@ -3,14 +3,18 @@
 #ifndef KL_REPL_RAFT_ENTRY_H
 #define KL_REPL_RAFT_ENTRY_H
 
+#include "common/limits.h"
 #include "common/status.h"
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
 typedef enum kl_raft_entry_type {
     KL_RAFT_ENTRY_NORMAL = 0, /* opaque bytes from kl_raft_propose */
     KL_RAFT_ENTRY_NOOP = 1,   /* the entry a new leader appends at the start of its term */
+    KL_RAFT_ENTRY_CONF = 2,   /* a configuration (raft.h "Membership"): kl_raft_conf_encode
+                               * bytes, then the proposer's opaque context */
 } kl_raft_entry_type;
 
 typedef struct kl_raft_entry {
@@ -35,6 +39,37 @@ typedef struct kl_raft_storage {
      * Each out[i].data is a malloc'd copy (NULL when len is 0) that the core takes over. */
     kl_code (*entries)(void *ctx, uint64_t lo, uint64_t hi, size_t max_bytes, kl_raft_entry *out,
                        size_t cap, size_t *n);
+    /* Optional (NULL: the stored log holds no KL_RAFT_ENTRY_CONF entry, as in every store
+     * written before membership changes existed). Index of the last stored CONF entry <= hi
+     * past the snapshot point, 0 if none; the core calls it only in kl_raft_new, to find the
+     * configuration entries of the log it restarts from. */
+    kl_code (*last_conf)(void *ctx, uint64_t hi, uint64_t *index);
 } kl_raft_storage;
+
+/* A configuration ("Membership" in raft.h): the voters with their replica_count, the learners,
+ * and, in a joint configuration, the outgoing voters with theirs. What a snapshot says the
+ * configuration is at its index. A driver that knows nothing of membership changes fills
+ * members, n_members and replica_count and leaves the rest zero. */
+typedef struct kl_raft_conf {
+    uint64_t members[KL_RAFT_MAX_MEMBERS]; /* voters (the incoming half of a joint one) */
+    uint32_t n_members;
+    uint32_t replica_count;
+    uint64_t learners[KL_RAFT_MAX_MEMBERS]; /* non-voters, disjoint from members (a voter being
+                                              * demoted may also be in old_members) */
+    uint32_t n_learners;
+    uint64_t old_members[KL_RAFT_MAX_MEMBERS]; /* joint only: the outgoing voters */
+    uint32_t n_old;                            /* 0: not joint */
+    uint32_t old_replica_count;                /* joint only */
+} kl_raft_conf;
+
+/* A KL_RAFT_ENTRY_CONF entry's data: encode writes the configuration's bytes (at most
+ * KL_RAFT_CONF_MAX_BYTES, common/limits.h) into buf and returns their length; decode
+ * validates data and fills conf, with *ctx_off = where the proposer's context starts
+ * (KL_INVALID_ARGUMENT, err naming the field, for anything malformed). */
+size_t kl_raft_conf_encode(const kl_raft_conf *conf, uint8_t *buf);
+kl_code kl_raft_conf_decode(const uint8_t *data, size_t len, kl_raft_conf *conf,
+                            size_t *ctx_off, kl_err *err);
+/* Validates a configuration (joint or not); err names the field at fault. */
+kl_code kl_raft_conf_check(const kl_raft_conf *conf, kl_err *err);
 
 #endif

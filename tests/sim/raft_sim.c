@@ -26,6 +26,7 @@ typedef struct s_snap {
 } s_snap;
 
 #define SIM_STAGED 4
+#define SIM_MAX_NODES 16 /* identities per run: the first n plus those membership adds */
 
 struct sim;
 
@@ -52,6 +53,12 @@ typedef struct s_node {
     bool stall;  /* the disk never completes (tests hold a member back) */
     uint64_t commit_seen, checked_commit, applied, leader_checked_term;
     int group; /* partition group; messages cross groups only when equal */
+    /* membership: the configuration at the disk's snapshot point (what a driver stores with
+     * its snapshot), and an identity that is gone for good (its disk wiped or its machine
+     * dead: it never restarts; its disk is still counted as the copies it held) */
+    kl_raft_conf snap_conf;
+    bool retired;
+    uint64_t dur_term, dur_checked; /* durability check: leader term and index checked */
 } s_node;
 
 typedef struct s_msg {
@@ -85,13 +92,20 @@ typedef struct sim {
     bool failed;
     uint64_t rng, now;
     int n;
-    s_node nodes[9];
+    s_node nodes[SIM_MAX_NODES];
     s_msg *net;
     size_t net_len, net_cap;
     /* per-seed knobs */
     int drop_pct, dup_pct, max_delay, crash_pm, restart_pct, part_pm, heal_pct, prop_pct,
         read_pct, slow_pct, tick_pct;
     uint64_t snap_threshold, snap_trailing; /* compaction: how far applied runs ahead, kept */
+    /* membership: per-mille chance per chaos step to start a change (0: static seed), the
+     * change under way (target, steps spent) and what the run did */
+    int memb_pm;
+    bool op_on;
+    kl_raft_conf op_target;
+    uint64_t op_steps;
+    int ops_started;
     uint32_t election_ticks, heartbeat_ticks;
     bool chaos;
     /* global truth */
@@ -366,6 +380,21 @@ static kl_code st_entries(void *ctx, uint64_t lo, uint64_t hi, size_t max_bytes,
     return KL_OK;
 }
 
+/* The driver's optional index of configuration entries (raft_entry.h), here a scan. */
+static kl_code st_last_conf(void *ctx, uint64_t hi, uint64_t *index)
+{
+    s_node *n = ctx;
+    *index = 0;
+    if (hi > disk_last(n))
+        hi = disk_last(n);
+    for (uint64_t i = hi; i > n->snap_index; i--)
+        if (dent(n, i)->type == KL_RAFT_ENTRY_CONF) {
+            *index = i;
+            break;
+        }
+    return KL_OK;
+}
+
 static void disk_truncate(s_node *n, uint64_t from)
 {
     for (uint64_t i = from; i <= disk_last(n); i++)
@@ -404,6 +433,7 @@ static void disk_install(sim *s, s_node *n, const kl_raft_snapshot *sn)
     n->snap_term = p.term;
     n->snap_h = p.h;
     n->snap_dig = p.dig;
+    n->snap_conf = sn->conf;
     n->applied_durable = p.index;
     n->dig_durable = p.dig;
     int keep = 0;
@@ -479,15 +509,21 @@ static void persist(sim *s, s_node *n, const kl_raft_ready *rd)
 
 /* ---------------------------------------------------------------- members */
 
+static void trace_conf(sim *s, const char *what, const kl_raft_conf *c);
+
 static void node_start(sim *s, s_node *n)
 {
     kl_raft_config c;
     kl_raft_config_default(&c);
     c.id = n->id;
-    c.n_members = (size_t)s->n;
-    for (int i = 0; i < s->n; i++)
-        c.members[i] = (uint64_t)i + 1;
-    c.replica_count = (uint32_t)s->o.q2;
+    if (s->memb_pm > 0) {
+        c.conf = n->snap_conf; /* the configuration stored with the disk's snapshot */
+    } else {
+        c.n_members = (size_t)s->o.n; /* a driver that knows nothing of membership */
+        for (int i = 0; i < s->o.n; i++)
+            c.members[i] = (uint64_t)i + 1;
+        c.replica_count = (uint32_t)s->o.q2;
+    }
     c.election_ticks = s->election_ticks;
     c.heartbeat_ticks = s->heartbeat_ticks;
     c.rand_seed = rnd(s);
@@ -515,7 +551,8 @@ static void node_start(sim *s, s_node *n)
     c.snap_term = n->snap_term;
     c.last_index = disk_last(n);
     c.applied = n->applied_durable;
-    c.storage = (kl_raft_storage){.ctx = n, .term = st_term, .entries = st_entries};
+    c.storage = (kl_raft_storage){.ctx = n, .term = st_term, .entries = st_entries,
+                                  .last_conf = s->memb_pm > 0 ? st_last_conf : NULL};
     kl_err err;
     n->r = NULL;
     kl_code rc = kl_raft_new(&c, &n->r, &err);
@@ -536,6 +573,15 @@ static void node_start(sim *s, s_node *n)
           (unsigned long long)n->hs.vote, (unsigned long long)n->hs.commit,
           (unsigned long long)n->snap_index, (unsigned long long)disk_last(n),
           (unsigned long long)n->applied_durable);
+    if (s->memb_pm > 0 && s->o.trace) {
+        kl_raft_conf c;
+        uint64_t ci;
+        kl_raft_conf_get(n->r, &c, &ci, NULL);
+        char what[64];
+        snprintf(what, sizeof what, "n%llu starts with (at %llu)", (unsigned long long)n->id,
+                 (unsigned long long)ci);
+        trace_conf(s, what, &c);
+    }
 }
 
 static void node_crash(sim *s, s_node *n)
@@ -724,6 +770,7 @@ static void maybe_compact(sim *s, s_node *n)
         return;
     }
     const s_ent *e = dent(n, to);
+    kl_raft_conf_get(n->r, NULL, NULL, &n->snap_conf);
     n->snap_term = e->term;
     n->snap_h = e->h;
     n->snap_dig = n->digs[to];
@@ -887,7 +934,7 @@ static void process_ready(sim *s, s_node *n)
 
 static s_node *random_live(sim *s)
 {
-    int live[9], k = 0;
+    int live[SIM_MAX_NODES], k = 0;
     for (int i = 0; i < s->n; i++)
         if (s->nodes[i].r)
             live[k++] = i;
@@ -916,7 +963,7 @@ static s_node *some_leader(sim *s)
  * grow the divergent tails that later elections must truncate. */
 static s_node *any_leader(sim *s)
 {
-    int ls[9], k = 0;
+    int ls[SIM_MAX_NODES], k = 0;
     for (int i = 0; i < s->n; i++) {
         if (!s->nodes[i].r)
             continue;
@@ -1011,7 +1058,7 @@ static void faults(sim *s)
             node_crash(s, n);
     }
     for (int i = 0; i < s->n; i++)
-        if (!s->nodes[i].r && pct(s, s->restart_pct))
+        if (!s->nodes[i].r && !s->nodes[i].retired && pct(s, s->restart_pct))
             node_start(s, &s->nodes[i]);
     bool split = false;
     for (int i = 0; i < s->n; i++)
@@ -1090,8 +1137,253 @@ static void deliver(sim *s)
     s->net_len -= due;
 }
 
+/* ---------------------------------------------------------------- membership */
+
+static bool has_id(const uint64_t *ids, uint32_t n, uint64_t id)
+{
+    for (uint32_t i = 0; i < n; i++)
+        if (ids[i] == id)
+            return true;
+    return false;
+}
+
+static bool conf_voter(const kl_raft_conf *c, uint64_t id)
+{
+    return has_id(c->members, c->n_members, id) || has_id(c->old_members, c->n_old, id);
+}
+
+static bool conf_member(const kl_raft_conf *c, uint64_t id)
+{
+    return conf_voter(c, id) || has_id(c->learners, c->n_learners, id);
+}
+
+static bool same_ids(const uint64_t *a, uint32_t na, const uint64_t *b, uint32_t nb)
+{
+    if (na != nb)
+        return false;
+    for (uint32_t i = 0; i < na; i++)
+        if (!has_id(b, nb, a[i]))
+            return false;
+    return true;
+}
+
+static bool conf_same(const kl_raft_conf *a, const kl_raft_conf *b)
+{
+    return a->n_old == 0 && b->n_old == 0 && a->replica_count == b->replica_count &&
+           same_ids(a->members, a->n_members, b->members, b->n_members) &&
+           same_ids(a->learners, a->n_learners, b->learners, b->n_learners);
+}
+
+static void trace_conf(sim *s, const char *what, const kl_raft_conf *c)
+{
+    if (!s->o.trace)
+        return;
+    char b[256];
+    int k = 0;
+    k += snprintf(b + k, sizeof b - (size_t)k, "%u of {", c->replica_count);
+    for (uint32_t i = 0; i < c->n_members; i++)
+        k += snprintf(b + k, sizeof b - (size_t)k, " n%llu", (unsigned long long)c->members[i]);
+    k += snprintf(b + k, sizeof b - (size_t)k, " } learners {");
+    for (uint32_t i = 0; i < c->n_learners; i++)
+        k += snprintf(b + k, sizeof b - (size_t)k, " n%llu", (unsigned long long)c->learners[i]);
+    k += snprintf(b + k, sizeof b - (size_t)k, " } old %u of {", c->old_replica_count);
+    for (uint32_t i = 0; i < c->n_old; i++)
+        k += snprintf(b + k, sizeof b - (size_t)k, " n%llu", (unsigned long long)c->old_members[i]);
+    trace(s, "%s %s }", what, b);
+}
+
+/* A new identity on an empty disk, started with cur plus itself as a learner (what a
+ * driver learns from any member that answers before it joins). */
+static uint64_t node_new(sim *s, const kl_raft_conf *cur)
+{
+    s_node *n = &s->nodes[s->n];
+    memset(n, 0, sizeof *n);
+    n->sim = s;
+    n->id = (uint64_t)s->n + 1;
+    s->n++;
+    n->snap_conf = *cur;
+    n->snap_conf.learners[n->snap_conf.n_learners++] = n->id;
+    node_start(s, n);
+    s->res->added++;
+    trace(s, "n%llu created (a new identity, empty disk)", (unsigned long long)n->id);
+    return n->id;
+}
+
+/* Gone for good: the machine died or its directory was wiped. */
+static void node_retire(sim *s, s_node *n)
+{
+    if (n->r)
+        node_crash(s, n);
+    n->retired = true;
+    trace(s, "n%llu retired for good", (unsigned long long)n->id);
+}
+
+static void remove_random_voter(sim *s, kl_raft_conf *t, bool kill)
+{
+    uint32_t k = (uint32_t)below(s, t->n_members);
+    s_node *x = node_by_id(s, t->members[k]);
+    t->members[k] = t->members[--t->n_members];
+    s->res->removed++;
+    if (kill && x) {
+        node_retire(s, x); /* the member to replace is dead before the change starts */
+        s->res->dead_replaced++;
+    }
+}
+
+/* Picks a change from the leader's committed configuration: grow by one or two new
+ * identities, shrink by one or two voters, or replace one (often dead already). */
+static void memb_start(sim *s)
+{
+    s_node *l = some_leader(s);
+    if (l == NULL)
+        return;
+    kl_raft_conf cur, t;
+    uint64_t ci;
+    kl_raft_status st;
+    kl_raft_conf_get(l->r, &cur, &ci, NULL);
+    kl_raft_status_get(l->r, &st);
+    if (cur.n_old > 0 || ci > st.commit)
+        return;
+    t = cur;
+    t.n_learners = 0;
+    uint32_t n = cur.n_members;
+    int kind = (int)below(s, 3), room = SIM_MAX_NODES - s->n;
+    if (kind == 0 && n < 7 && room >= 2) {
+        for (int k = 1 + (int)below(s, 2); k > 0; k--)
+            t.members[t.n_members++] = node_new(s, &cur);
+        if (pct(s, 30))
+            t.replica_count = 1 + (uint32_t)below(s, t.n_members);
+    } else if (kind == 1 && n >= 2) {
+        for (int k = n >= 4 ? 1 + (int)below(s, 2) : 1; k > 0; k--)
+            remove_random_voter(s, &t, false);
+        if (t.replica_count > t.n_members)
+            t.replica_count = t.n_members;
+    } else if (kind == 2 && room >= 1) {
+        /* Killed first only where the others can still elect (n - 1 >= Q1): at 1-of-3 every
+         * member must vote, and no configuration change can be elected without a leader. */
+        uint32_t q1 = n - cur.replica_count + 1 > n / 2 + 1 ? n - cur.replica_count + 1 : n / 2 + 1;
+        remove_random_voter(s, &t, n - 1 >= q1 && pct(s, 60));
+        t.members[t.n_members++] = node_new(s, &cur);
+    } else {
+        return;
+    }
+    s->op_on = true;
+    s->op_target = t;
+    s->op_steps = 0;
+    s->res->ops_started++;
+    trace_conf(s, "membership: target", &t);
+}
+
+/* The change is over: members left out stop (or keep running, left alone, at times). */
+static void memb_done(sim *s, const kl_raft_conf *cur)
+{
+    s->op_on = false;
+    s->res->ops_done++;
+    trace_conf(s, "membership: committed", cur);
+    for (int i = 0; i < s->n; i++) {
+        s_node *x = &s->nodes[i];
+        if (!x->retired && !conf_member(cur, x->id) && pct(s, 70))
+            node_retire(s, x);
+    }
+}
+
+/* The next step towards the target from the leader's log: leave a joint configuration,
+ * add the new voters as learners, or the target itself (the joint step). */
+static void memb_drive(sim *s)
+{
+    s->op_steps++;
+    s_node *l = some_leader(s);
+    if (l == NULL)
+        return;
+    kl_raft_conf cur, next;
+    uint64_t ci;
+    kl_raft_status st;
+    kl_raft_conf_get(l->r, &cur, &ci, NULL);
+    kl_raft_status_get(l->r, &st);
+    if (conf_same(&cur, &s->op_target) && ci <= st.commit) {
+        memb_done(s, &cur);
+        return;
+    }
+    if (!pct(s, 30))
+        return;
+    next = cur;
+    if (cur.n_old > 0) {
+        next.n_old = 0;
+        next.old_replica_count = 0;
+    } else {
+        bool missing = false;
+        for (uint32_t i = 0; i < s->op_target.n_members; i++) {
+            uint64_t id = s->op_target.members[i];
+            if (!conf_member(&cur, id)) {
+                next.learners[next.n_learners++] = id;
+                missing = true;
+            }
+        }
+        if (!missing)
+            next = s->op_target;
+    }
+    static const char ctx[] = "addresses and keys";
+    kl_raft_proposal p;
+    kl_err err = {0};
+    kl_code rc = kl_raft_propose_conf_change(l->r, &next, ctx, pct(s, 50) ? sizeof ctx : 0, &p,
+                                             &err);
+    if (rc == KL_OK && p.index > 0) {
+        s->res->conf_proposals++;
+        trace(s, "n%llu proposes a configuration at (%llu, term %llu)",
+              (unsigned long long)l->id, (unsigned long long)p.index, (unsigned long long)p.term);
+        trace_conf(s, "membership: proposed", &next);
+    } else if (rc != KL_OK && rc != KL_NOT_LEADER && rc != KL_UNAVAILABLE) {
+        fail(s, "n%llu: conf change refused: %s (%s)", (unsigned long long)l->id,
+             kl_code_name(rc), err.message);
+    }
+}
+
+/* Durability: every data entry the leader l commits is durable on replica_count voters of
+ * the newest configuration in its log (MEMBERSHIP.md rule 3), counted on the disks. */
+static void dur_check(sim *s, s_node *l, const kl_raft_status *st, uint64_t known)
+{
+    if (l->dur_term != st->term) {
+        l->dur_term = st->term; /* what it committed before it led, earlier leaders checked */
+        l->dur_checked = st->commit;
+        return;
+    }
+    kl_raft_conf c;
+    uint64_t ci;
+    kl_raft_conf_get(l->r, &c, &ci, NULL);
+    for (uint64_t i = l->dur_checked + 1; i <= st->commit && !s->failed; i++) {
+        if (i < st->snap_index || i <= known)
+            continue; /* compacted in this very step, or committed (and checked) earlier: a
+                       * leader adopts a follower's commit index */
+        uint64_t t = term_of(s, l, i);
+        int copies = 0, type = -1;
+        for (int k = 0; k < s->n; k++) {
+            s_node *x = &s->nodes[k];
+            bool held = i <= x->snap_index;
+            if (!held && i <= disk_last(x) && dent(x, i)->term == t) {
+                held = true;
+                type = dent(x, i)->type;
+            }
+            copies += held && has_id(c.members, c.n_members, x->id);
+        }
+        if (type != KL_RAFT_ENTRY_NORMAL)
+            continue;
+        s->res->dur_checked++;
+        if (copies < (int)c.replica_count)
+            fail(s, "durability: n%llu committed data entry (%llu, term %llu) with %d copies "
+                    "on the voters of its newest configuration, replica_count %u",
+                 (unsigned long long)l->id, (unsigned long long)i, (unsigned long long)t,
+                 copies, c.replica_count);
+    }
+    l->dur_checked = st->commit;
+    /* MEMBERSHIP.md rule 7: once a configuration without it committed, it does not lead. */
+    if (!conf_voter(&c, l->id) && ci <= st->commit)
+        fail(s, "removal: n%llu leads term %llu after committing a configuration without it",
+             (unsigned long long)l->id, (unsigned long long)st->term);
+}
+
 static void check(sim *s)
 {
+    uint64_t known = s->n_committed; /* committed anywhere before this step */
     for (int k = 0; k < s->n && !s->failed; k++) {
         s_node *n = &s->nodes[k];
         if (!n->r)
@@ -1130,6 +1422,8 @@ static void check(sim *s)
         for (uint64_t i = from; i <= st.commit && !s->failed; i++)
             record_committed(s, i, term_of(s, n, i), st.term, n->id);
         n->checked_commit = st.commit;
+        if (st.role == KL_RAFT_LEADER)
+            dur_check(s, n, &st, known);
         if (st.role == KL_RAFT_LEADER && n->leader_checked_term != st.term) {
             check_leader_has(s, n, 1, st.term);
             n->leader_checked_term = st.term;
@@ -1143,7 +1437,11 @@ static void step(sim *s)
     if (s->chaos) {
         faults(s);
         clients(s);
+        if (!s->op_on && permille(s, s->memb_pm))
+            memb_start(s);
     }
+    if (s->op_on && !s->failed)
+        memb_drive(s);
     for (int i = 0; i < s->n && !s->failed; i++) {
         s_node *n = &s->nodes[i];
         if (n->r && (!s->chaos || pct(s, s->tick_pct))) {
@@ -1169,7 +1467,7 @@ static void liveness(sim *s)
         n->group = 0;
         n->stall = false;
         n->rd_wait = 0;
-        if (!n->r)
+        if (!n->r && !n->retired)
             node_start(s, n);
     }
     /* Elections, plus catching up the longest log one round trip per entry at worst
@@ -1177,10 +1475,15 @@ static void liveness(sim *s)
     uint64_t longest = 0;
     for (int i = 0; i < s->n; i++) {
         kl_raft_status st;
+        if (s->nodes[i].r == NULL)
+            continue;
         kl_raft_status_get(s->nodes[i].r, &st);
         longest = st.last_index > longest ? st.last_index : longest;
     }
     uint64_t bound = 400 + 40ull * s->election_ticks + 2ull * ((uint64_t)s->max_delay + 1) * longest;
+    if (s->op_on)
+        bound += 1000 + 40ull * s->election_ticks; /* three configuration entries to commit */
+    kl_raft_conf fin_conf = {0};
     bool proposed = false, committed = false;
     uint64_t fin_term = 0, fin_index = 0, fin = 0;
     for (uint64_t k = 0; k < bound && !s->failed; k++) {
@@ -1200,8 +1503,9 @@ static void liveness(sim *s)
                     }
                 }
             }
-            if (proposed && s->props[fin].acked) {
+            if (proposed && s->props[fin].acked && !s->op_on) {
                 committed = true;
+                kl_raft_conf_get(node_by_id(s, s->props[fin].node)->r, &fin_conf, NULL, NULL);
                 fin_index = s->props[fin].index;
                 trace(s, "liveness: final proposal committed at %llu", (unsigned long long)fin_index);
             }
@@ -1209,7 +1513,8 @@ static void liveness(sim *s)
         }
         bool all = true;
         for (int i = 0; i < s->n; i++)
-            all &= s->nodes[i].applied >= fin_index;
+            all &= s->nodes[i].applied >= fin_index ||
+                   (s->memb_pm > 0 && !conf_member(&fin_conf, s->nodes[i].id));
         if (all)
             return;
     }
@@ -1289,9 +1594,17 @@ bool sim_run(const sim_opts *o, sim_result *res)
           s->drop_pct, s->dup_pct, s->max_delay, s->crash_pm, s->restart_pct, s->part_pm,
           s->heal_pct, s->prop_pct, s->read_pct, s->slow_pct, s->tick_pct, s->heartbeat_ticks,
           s->election_ticks);
+    /* Membership in most seeds; the others run the static configuration as a driver that
+     * knows nothing of it passes it. */
+    s->memb_pm = pct(s, 70) ? 2 + (int)below(s, 10) : 0;
+    kl_raft_conf c0 = {.n_members = (uint32_t)s->n, .replica_count = (uint32_t)o->q2};
     for (int i = 0; i < s->n; i++) {
+        c0.members[i] = (uint64_t)i + 1;
         s->nodes[i].sim = s;
         s->nodes[i].id = (uint64_t)i + 1;
+    }
+    for (int i = 0; i < s->n; i++) {
+        s->nodes[i].snap_conf = c0;
         node_start(s, &s->nodes[i]);
     }
     for (int k = 0; k < o->steps && !s->failed; k++)

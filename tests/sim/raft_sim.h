@@ -34,8 +34,22 @@
  * Writes complete late (a ready may stay outstanding over several steps while messages,
  * ticks, proposals and early applies go on) and a crash keeps or discards the outstanding
  * write at random.
- * then a liveness phase heals everything and requires a leader to commit a new proposal on a
- * quorum, and every member to apply it, within a bound. */
+ * Membership (raft.h "Membership"), in the seeds that draw it: an operator drives changes
+ * towards a random target through kl_raft_propose_conf_change on whichever member leads,
+ * calling it again after every refusal, leader change or fall-back: grow by one or two new
+ * identities (a new identity starts empty with the configuration plus itself as a learner,
+ * catches up, then becomes a voter by the joint step), shrink by one or two (the leader
+ * included at times; replica_count lowered when it must), and replace one, often after
+ * killing it for good first (a dead member of a 3-of-3 or 2-of-3 partition). A retired
+ * identity never restarts; its disk still counts for the copies it held. On top of the
+ * checks above:
+ *   durability           every data entry a leader commits is, at that step, durable on
+ *                        replica_count voters of the newest configuration in its log;
+ *   removal              a member that is no voter of the configuration it applied never
+ *                        leads afterwards (it never campaigns).
+ * Then a liveness phase heals everything, lets the operator finish a change under way, and
+ * requires a leader to commit a new proposal on a quorum, and every member of its
+ * configuration to apply it, within a bound. */
 #ifndef KL_TESTS_RAFT_SIM_H
 #define KL_TESTS_RAFT_SIM_H
 
@@ -59,6 +73,10 @@ typedef struct sim_result {
     uint64_t proposals, acked, reads_ok, liveness_steps, truncations;
     uint64_t early_applies; /* entries applied while an unrelated write was outstanding */
     uint64_t compactions, installs, snapshots_sent, snapshots_failed;
+    /* membership: changes started and finished (the target configuration committed), CONF
+     * entries proposed, members added and removed, dead members replaced, and data entries
+     * whose copies on the newest configuration's voters were counted at their commit */
+    uint64_t ops_started, ops_done, conf_proposals, added, removed, dead_replaced, dur_checked;
 } sim_result;
 
 /* Runs one seed; returns res->ok. Aborts (assert) only if the core's own invariants break. */

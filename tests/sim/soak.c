@@ -123,6 +123,12 @@ int main(int argc, char **argv)
                (unsigned long long)r.liveness_steps, (unsigned long long)r.compactions,
                (unsigned long long)r.installs, (unsigned long long)r.snapshots_sent,
                (unsigned long long)r.snapshots_failed);
+        printf("membership: %llu changes started, %llu committed, %llu CONF entries proposed, "
+               "%llu added, %llu removed, %llu dead replaced, %llu data entries' copies "
+               "counted\n", (unsigned long long)r.ops_started, (unsigned long long)r.ops_done,
+               (unsigned long long)r.conf_proposals, (unsigned long long)r.added,
+               (unsigned long long)r.removed, (unsigned long long)r.dead_replaced,
+               (unsigned long long)r.dur_checked);
         if (!ok)
             printf("step %llu: %s\n", (unsigned long long)r.fail_step, r.why);
         return ok ? 0 : 1;
@@ -148,7 +154,7 @@ int main(int argc, char **argv)
         pid_t pid = fork();
         if (pid == 0) {
             close(p[0]);
-            uint64_t done = 0, failed = 0, comp = 0, inst = 0, sent = 0;
+            uint64_t done = 0, failed = 0, comp = 0, inst = 0, sent = 0, ops = 0, dead = 0;
             for (uint64_t k = (uint64_t)w;; k += (uint64_t)jobs) {
                 if (seeds && k >= seeds)
                     break;
@@ -167,26 +173,33 @@ int main(int argc, char **argv)
                 comp += r.compactions;
                 inst += r.installs;
                 sent += r.snapshots_sent;
+                ops += r.ops_done;
+                dead += r.dead_replaced;
                 done++;
             }
             char b[128];
-            int n = snprintf(b, sizeof b, "%llu %llu %llu %llu %llu\n", (unsigned long long)done,
-                             (unsigned long long)failed, (unsigned long long)comp,
-                             (unsigned long long)inst, (unsigned long long)sent);
+            int n = snprintf(b, sizeof b, "%llu %llu %llu %llu %llu %llu %llu\n",
+                             (unsigned long long)done, (unsigned long long)failed,
+                             (unsigned long long)comp, (unsigned long long)inst,
+                             (unsigned long long)sent, (unsigned long long)ops,
+                             (unsigned long long)dead);
             (void)!write(p[1], b, (size_t)n);
             _exit(0);
         }
         close(p[1]);
         fds[w] = p[0];
     }
-    uint64_t total = 0, failed = 0, comp = 0, inst = 0, sent = 0;
+    uint64_t total = 0, failed = 0, comp = 0, inst = 0, sent = 0, ops = 0, dead = 0;
     int crashed = 0;
     for (int w = 0; w < jobs; w++) {
         char b[128] = "";
         ssize_t n = read(fds[w], b, sizeof b - 1);
         close(fds[w]);
-        unsigned long long d = 0, f = 0, c = 0, i = 0, sn = 0;
-        if (n > 0 && sscanf(b, "%llu %llu %llu %llu %llu", &d, &f, &c, &i, &sn) == 5) {
+        unsigned long long d = 0, f = 0, c = 0, i = 0, sn = 0, op = 0, de = 0;
+        if (n > 0 && sscanf(b, "%llu %llu %llu %llu %llu %llu %llu", &d, &f, &c, &i, &sn, &op,
+                            &de) == 7) {
+            ops += op;
+            dead += de;
             total += d;
             failed += f;
             comp += c;
@@ -204,5 +217,7 @@ int main(int argc, char **argv)
            (unsigned long long)failed, crashed ? ", a worker aborted (see above)" : "");
     printf("raft soak: %llu compactions, %llu snapshots streamed, %llu installed\n",
            (unsigned long long)comp, (unsigned long long)sent, (unsigned long long)inst);
+    printf("raft soak: %llu membership changes committed, %llu of them replacing a dead member\n",
+           (unsigned long long)ops, (unsigned long long)dead);
     return failed == 0 && crashed == 0 ? 0 : 1;
 }

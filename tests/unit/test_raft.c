@@ -51,6 +51,7 @@ typedef struct mnode {
     uint64_t compacted_reads, installs;
     kl_raft_snapshot staged; /* the last snapshot stream that arrived (the driver's stage) */
     bool has_staged;
+    kl_raft_conf conf0; /* when set: the configuration it starts from (a new member's) */
 } mnode;
 
 typedef struct mc {
@@ -143,6 +144,8 @@ static void mc_config(mc *c, mnode *m, kl_raft_config *cfg)
     cfg->last_index = m->len;
     cfg->applied = m->applied;
     cfg->storage = (kl_raft_storage){.ctx = m, .term = mc_term, .entries = mc_entries};
+    if (m->conf0.n_members > 0)
+        cfg->conf = m->conf0;
 }
 
 static void mc_start(mc *c, int id)
@@ -1261,7 +1264,7 @@ START_TEST(ready_contract_and_bad_input)
     kl_raft_msg bad[6];
     for (int i = 0; i < 6; i++)
         bad[i] = vote_msg(KL_RAFT_MSG_VOTE, 3, 9, 0, 0);
-    bad[0].from = 9;  /* not a member */
+    bad[0].from = 0;  /* no sender (a non-member may be one of a configuration we lack) */
     bad[1].from = 1;  /* ourselves */
     bad[2].to = 2;    /* not for us */
     bad[3].term = 0;  /* no term */
@@ -1738,8 +1741,9 @@ START_TEST(malformed_snapshot_refused)
         bad[i] = snap_msg(2, 5, 1);
     bad[0].snap.term = 3;            /* a point in a term past the message's */
     bad[1].snap.index = 0;           /* no point */
-    bad[2].snap.conf.members[2] = 4; /* another member set */
-    bad[3].snap.conf.replica_count = 3;
+    bad[2].snap.conf.members[2] = 2; /* a member listed twice (another, valid member set is
+                                      * the configuration at the snapshot's index: adopted) */
+    bad[3].snap.conf.replica_count = 4; /* above the voters */
     bad[4].snap.conf.n_members = 10;
     kl_raft_entry e = {.term = 1, .index = 6};
     bad[5].entries = &e; /* a snapshot carries no entries */
@@ -1756,7 +1760,9 @@ START_TEST(malformed_snapshot_refused)
     ck_assert(kl_raft_has_ready(c.nd[0].r));
     /* Reports name another member; on a follower they change nothing. */
     ck_assert_int_eq(kl_raft_report_snapshot(c.nd[0].r, 1, true), KL_INVALID_ARGUMENT);
-    ck_assert_int_eq(kl_raft_report_snapshot(c.nd[0].r, 9, true), KL_INVALID_ARGUMENT);
+    ck_assert_int_eq(kl_raft_report_snapshot(c.nd[0].r, 0, true), KL_INVALID_ARGUMENT);
+    /* A stream to a member the configuration no longer holds may end late: nothing to do. */
+    ck_assert_int_eq(kl_raft_report_snapshot(c.nd[0].r, 9, true), KL_OK);
     ck_assert_int_eq(kl_raft_report_snapshot(c.nd[0].r, 2, true), KL_OK);
     mc_free(&c);
 }
@@ -1785,6 +1791,204 @@ static void sim_on_abort(int sig)
     signal(SIGABRT, SIG_DFL);
     abort();
 }
+
+/* ------------------------------------------------------------------ membership */
+
+static kl_raft_conf conf_of(const uint64_t *voters, uint32_t n, uint32_t q2,
+                            const uint64_t *learners, uint32_t nl)
+{
+    kl_raft_conf c = {.n_members = n, .replica_count = q2, .n_learners = nl};
+    memcpy(c.members, voters, n * sizeof *voters);
+    if (nl)
+        memcpy(c.learners, learners, nl * sizeof *learners);
+    return c;
+}
+
+START_TEST(conf_encoding_and_refusals)
+{
+    uint64_t v[3] = {1, 2, 4}, l[1] = {7};
+    kl_raft_conf c = conf_of(v, 3, 2, l, 1), d;
+    c.old_members[0] = 1;
+    c.old_members[1] = 2;
+    c.old_members[2] = 3;
+    c.n_old = 3;
+    c.old_replica_count = 3;
+    uint8_t buf[KL_RAFT_CONF_MAX_BYTES + 4];
+    size_t n = kl_raft_conf_encode(&c, buf), off = 0;
+    ck_assert_uint_eq(n, 8 + 7 * 8);
+    memcpy(buf + n, "ctx!", 4);
+    kl_err err;
+    ck_assert_int_eq(kl_raft_conf_decode(buf, n + 4, &d, &off, &err), KL_OK);
+    ck_assert_uint_eq(off, n);
+    ck_assert_mem_eq(&c, &d, sizeof c);
+    /* Malformed bytes and invalid configurations are refused, naming the field. */
+    ck_assert_int_eq(kl_raft_conf_decode(buf, 7, &d, &off, &err), KL_INVALID_ARGUMENT);
+    ck_assert_str_eq(err.detail, "conf");
+    ck_assert_int_eq(kl_raft_conf_decode(buf, n - 1, &d, &off, &err), KL_INVALID_ARGUMENT);
+    buf[2] = 4; /* replica_count 4 over 3 voters */
+    ck_assert_int_eq(kl_raft_conf_decode(buf, n, &d, &off, &err), KL_INVALID_ARGUMENT);
+    ck_assert_str_eq(err.detail, "replica_count");
+    buf[2] = 2;
+    buf[0] = 2; /* unknown version */
+    ck_assert_int_eq(kl_raft_conf_decode(buf, n, &d, &off, &err), KL_INVALID_ARGUMENT);
+    c = conf_of(v, 3, 2, v, 1); /* a voter that is a learner too */
+    ck_assert_int_eq(kl_raft_conf_check(&c, &err), KL_INVALID_ARGUMENT);
+    ck_assert_str_eq(err.detail, "learners");
+    v[2] = 2; /* listed twice */
+    c = conf_of(v, 3, 2, NULL, 0);
+    ck_assert_int_eq(kl_raft_conf_check(&c, &err), KL_INVALID_ARGUMENT);
+    ck_assert_str_eq(err.detail, "members");
+}
+END_TEST
+
+static kl_code mc_change(mc *c, int id, const kl_raft_conf *t, kl_raft_proposal *p, kl_err *err)
+{
+    return kl_raft_propose_conf_change(c->nd[id - 1].r, t, NULL, 0, p, err);
+}
+
+/* A new member (id = c->n + 1) started with cur plus itself as a learner. */
+static void mc_add_node(mc *c, const kl_raft_conf *cur)
+{
+    mnode *m = &c->nd[c->n];
+    m->id = (uint64_t)c->n + 1;
+    m->conf0 = *cur;
+    m->conf0.learners[m->conf0.n_learners++] = m->id;
+    c->n++;
+    mc_start(c, (int)m->id);
+}
+
+START_TEST(conf_change_refusals)
+{
+    mc c;
+    mc_init(&c, 3, 3);
+    mc_elect(&c, 1);
+    mc_settle(&c);
+    kl_raft_proposal p;
+    kl_err err;
+    uint64_t v3[3] = {1, 2, 3}, v4[3] = {1, 2, 4}, v2[2] = {1, 2}, l4[1] = {4};
+    kl_raft_conf same = conf_of(v3, 3, 3, NULL, 0), t;
+    ck_assert_int_eq(mc_change(&c, 2, &same, &p, &err), KL_NOT_LEADER);
+    ck_assert_uint_eq(p.leader, 1);
+    ck_assert_int_eq(mc_change(&c, 1, &same, &p, &err), KL_OK);
+    ck_assert_uint_eq(p.index, 0); /* nothing to do */
+    t = conf_of(v2, 2, 3, NULL, 0); /* replica_count above the voters */
+    ck_assert_int_eq(mc_change(&c, 1, &t, &p, &err), KL_INVALID_ARGUMENT);
+    ck_assert_str_eq(err.detail, "replica_count");
+    t = conf_of(v4, 3, 3, NULL, 0); /* 4 is unknown: it must be a learner first */
+    ck_assert_int_eq(mc_change(&c, 1, &t, &p, &err), KL_FAILED_PRECONDITION);
+    ck_assert_str_eq(err.detail, "members");
+    t = same;
+    t.n_old = 3; /* the caller names a plain target; the core makes the joint step */
+    memcpy(t.old_members, v3, sizeof v3);
+    t.old_replica_count = 3;
+    ck_assert_int_eq(mc_change(&c, 1, &t, &p, &err), KL_INVALID_ARGUMENT);
+    ck_assert_str_eq(err.detail, "conf");
+    /* A voting change not committed yet holds the next one back (followers' disks held). */
+    c.nd[1].hold = c.nd[2].hold = true;
+    t = conf_of(v2, 2, 2, NULL, 0);
+    ck_assert_int_eq(mc_change(&c, 1, &t, &p, &err), KL_OK);
+    ck_assert_uint_gt(p.index, 0);
+    mc_settle(&c);
+    kl_raft_status st = mc_status(&c, 1);
+    ck_assert(st.joint);
+    ck_assert_uint_eq(st.conf_index, p.index);
+    ck_assert_uint_lt(st.commit, p.index);
+    ck_assert_int_eq(mc_change(&c, 1, &t, &p, &err), KL_UNAVAILABLE);
+    ck_assert_str_eq(err.detail, "conf");
+    /* Once the joint entry commits, only the leave step to its new half goes. */
+    c.nd[1].hold = c.nd[2].hold = false;
+    mc_tick(&c, 1, 3);
+    ck_assert_uint_ge(mc_status(&c, 1).commit, st.conf_index);
+    kl_raft_conf other = conf_of(v3, 3, 2, l4, 1);
+    ck_assert_int_eq(mc_change(&c, 1, &other, &p, &err), KL_FAILED_PRECONDITION);
+    ck_assert_str_eq(err.detail, "conf");
+    ck_assert_int_eq(mc_change(&c, 1, &t, &p, &err), KL_OK);
+    ck_assert_uint_gt(p.index, st.conf_index);
+    mc_free(&c);
+}
+END_TEST
+
+/* MEMBERSHIP.md "Replacing a dead member": 3-of-3, C dead for good. A write waits; the
+ * learner and joint entries go in behind it, and once D holds everything the write commits
+ * with three copies on A, B, D, and so does the joint entry on R = 2 of each half. */
+START_TEST(replace_dead_member_at_3of3)
+{
+    mc c;
+    mc_init(&c, 3, 3);
+    mc_elect(&c, 1);
+    mc_settle(&c);
+    mc_crash(&c, 3);
+    uint64_t x = mc_propose(&c, 1, "x");
+    mc_tick(&c, 1, 6);
+    ck_assert_uint_lt(mc_status(&c, 1).commit, x); /* two copies of three: no commit */
+    uint64_t v3[3] = {1, 2, 3}, v4[3] = {1, 2, 4}, l4[1] = {4};
+    kl_raft_conf cur = conf_of(v3, 3, 3, NULL, 0);
+    mc_add_node(&c, &cur);
+    kl_raft_proposal p;
+    kl_err err;
+    kl_raft_conf learner = conf_of(v3, 3, 3, l4, 1), target = conf_of(v4, 3, 3, NULL, 0);
+    ck_assert_int_eq(mc_change(&c, 1, &learner, &p, &err), KL_OK);
+    uint64_t li = p.index;
+    mc_tick(&c, 1, 6);
+    ck_assert_uint_lt(mc_status(&c, 1).commit, li); /* behind the write that cannot commit */
+    ck_assert_uint_eq(mc_status(&c, 4).last_index, mc_status(&c, 1).last_index);
+    /* The learner-only entry is no voting change: the joint step may follow it. */
+    ck_assert_int_eq(mc_change(&c, 1, &target, &p, &err), KL_OK);
+    uint64_t ji = p.index;
+    mc_tick(&c, 1, 6);
+    ck_assert_uint_ge(mc_status(&c, 1).commit, ji);
+    ck_assert_uint_eq(c.nd[3].len, mc_status(&c, 1).last_index); /* D holds x durably */
+    ck_assert_int_eq(mc_change(&c, 1, &target, &p, &err), KL_OK); /* leave */
+    mc_tick(&c, 1, 6);
+    kl_raft_status st = mc_status(&c, 1);
+    ck_assert(!st.joint);
+    ck_assert_uint_ge(st.commit, p.index);
+    uint64_t y = mc_propose(&c, 1, "y");
+    mc_tick(&c, 1, 4);
+    ck_assert_uint_ge(mc_status(&c, 1).commit, y);
+    ck_assert_uint_ge(mc_status(&c, 4).commit, y); /* D is a voter now, and applies */
+    mc_free(&c);
+}
+END_TEST
+
+/* MEMBERSHIP.md rule 7: the leader removes itself, leads until C_new commits, then steps
+ * down for good; the two that remain elect one of them. */
+START_TEST(removed_leader_steps_down)
+{
+    mc c;
+    mc_init(&c, 3, 2);
+    mc_elect(&c, 1);
+    mc_settle(&c);
+    uint64_t v23[2] = {2, 3};
+    kl_raft_conf t = conf_of(v23, 2, 2, NULL, 0);
+    kl_raft_proposal p;
+    kl_err err;
+    ck_assert_int_eq(mc_change(&c, 1, &t, &p, &err), KL_OK);
+    mc_settle(&c);
+    ck_assert_int_eq(mc_status(&c, 1).role, KL_RAFT_LEADER); /* joint: still a voter of C_old */
+    ck_assert_int_eq(mc_change(&c, 1, &t, &p, &err), KL_OK);
+    mc_settle(&c);
+    kl_raft_status st = mc_status(&c, 1);
+    ck_assert_int_eq(st.role, KL_RAFT_FOLLOWER);
+    ck_assert_uint_ge(st.commit, p.index);
+    mc_tick(&c, 1, 60); /* a removed member never campaigns */
+    ck_assert_int_ne(mc_status(&c, 1).role, KL_RAFT_PRE_CANDIDATE);
+    ck_assert_int_ne(mc_status(&c, 1).role, KL_RAFT_CANDIDATE);
+    ck_assert_uint_eq(mc_status(&c, 1).term, st.term);
+    int l = 0;
+    for (int k = 0; k < 200 && l == 0; k++) {
+        mc_tick(&c, 2 + k % 2, 1);
+        l = mc_status(&c, 2).role == KL_RAFT_LEADER ? 2 : mc_status(&c, 3).role == KL_RAFT_LEADER ? 3 : 0;
+    }
+    ck_assert_int_ne(l, 0);
+    uint64_t y = mc_propose(&c, l, "y");
+    mc_settle(&c);
+    mc_tick(&c, l, 3);
+    ck_assert_uint_ge(mc_status(&c, l).commit, y);
+    ck_assert_int_eq(mc_status(&c, 1).role, KL_RAFT_FOLLOWER);
+    mc_free(&c);
+}
+END_TEST
 
 static void sim_seeds(const char *config, uint64_t first, int seeds, int steps)
 {
@@ -1879,6 +2083,10 @@ Suite *suite_raft(void)
     tcase_add_test(t, snapshot_in_the_log_keeps_the_suffix);
     tcase_add_test(t, snapshot_install_keeps_term_and_vote);
     tcase_add_test(t, malformed_snapshot_refused);
+    tcase_add_test(t, conf_encoding_and_refusals);
+    tcase_add_test(t, conf_change_refusals);
+    tcase_add_test(t, replace_dead_member_at_3of3);
+    tcase_add_test(t, removed_leader_steps_down);
     suite_add_tcase(s, t);
     TCase *sim = tcase_create("simulator");
     tcase_set_timeout(sim, 120);
