@@ -58,7 +58,10 @@
  *                whose snap names (index, term, configuration). The driver does not send it
  *                as a frame: it streams its snapshot at that index, or at any later index it
  *                applied (committed, so as good; the receiver then steps that point in and
- *                acknowledges it, which the progress takes like any acknowledgement), to m.to
+ *                acknowledges it, which the progress takes like any acknowledgement; the
+ *                point it names then carries the configuration as of that later index, the
+ *                latest KL_RAFT_ENTRY_CONF at or below it, or the install would lose a
+ *                configuration change), to m.to
  *                in chunks and calls kl_raft_report_snapshot(r, m.to, ok) exactly once when the receiver
  *                has every byte (ok) or the stream failed (or it has no snapshot at that
  *                index any more: not ok). Until then, or until the follower acknowledges the

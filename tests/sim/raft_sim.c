@@ -724,6 +724,19 @@ static void send_snapshot(sim *s, s_node *n, const kl_raft_msg *m)
         p = (s_snap){n->applied, e->term, e->h, n->digs[n->applied]};
         at.snap.index = p.index;
         at.snap.term = p.term;
+        /* ... with the configuration as of A, not the one as of the index asked for: a
+         * configuration entry between them would otherwise be lost by the install. */
+        for (uint64_t i = n->applied; i > n->snap_index; i--) {
+            const s_ent *c = dent(n, i);
+            if (c->type != KL_RAFT_ENTRY_CONF)
+                continue;
+            size_t off;
+            kl_err err;
+            if (kl_raft_conf_decode(c->data, c->len, &at.snap.conf, &off, &err) != KL_OK)
+                fail(s, "n%llu: CONF entry %llu does not decode: %s", (unsigned long long)n->id,
+                     (unsigned long long)i, err.message);
+            break;
+        }
     }
     s->res->snapshots_sent++;
     trace(s, "n%llu streams snapshot %llu (term %llu) to n%llu", (unsigned long long)n->id,
