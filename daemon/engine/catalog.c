@@ -17,33 +17,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-static kl_code meta_get(kl_view *v, const char *name, uint64_t *out, kl_err *err)
-{
-    kl_key k;
-    kl_key_meta(&k, name);
-    uint8_t *val;
-    size_t n;
-    bool found;
-    kl_code rc = kl_view_get(v, k.b, k.len, &val, &n, &found, err);
-    if (rc != KL_OK)
-        return rc;
-    *out = (found && n == 8) ? kl_be64_get(val) : 0;
-    free(val);
-    return KL_OK;
-}
-
-static kl_code meta_put(kl_view *v, const char *name, uint64_t value, kl_err *err)
-{
-    kl_key k;
-    kl_key_meta(&k, name);
-    uint8_t b[8];
-    kl_be64_put(b, value);
-    return kl_view_put(v, k.b, k.len, b, 8, err);
-}
-
 kl_code kl_catalog_version(kl_view *v, uint64_t *out, kl_err *err)
 {
-    return meta_get(v, "catalog_version", out, err);
+    return kl_view_get_meta_u64(v, "catalog_version", out, err);
 }
 
 /* ---- applying items (both sides) ---- */
@@ -92,11 +68,11 @@ kl_code kl_catalog_apply_item(kl_view *v, int partition, int64_t now_ms,
 static kl_code bump_counters(kl_view *v, uint64_t version, kl_err *err)
 {
     uint64_t changes;
-    kl_code rc = meta_get(v, "catalog_changes", &changes, err);
+    kl_code rc = kl_view_get_meta_u64(v, "catalog_changes", &changes, err);
     if (rc == KL_OK)
-        rc = meta_put(v, "catalog_version", version, err);
+        rc = kl_view_put_meta_u64(v, "catalog_version", version, err);
     if (rc == KL_OK)
-        rc = meta_put(v, "catalog_changes", changes + 1, err);
+        rc = kl_view_put_meta_u64(v, "catalog_changes", changes + 1, err);
     return rc;
 }
 
@@ -160,11 +136,11 @@ static kl_code next_version(kl_eval_ctx *c, kl_err *err)
 static kl_code allocate(kl_view *v, const char *counter, uint64_t *out, kl_err *err)
 {
     uint64_t next;
-    kl_code rc = meta_get(v, counter, &next, err);
+    kl_code rc = kl_view_get_meta_u64(v, counter, &next, err);
     if (rc != KL_OK)
         return rc;
     *out = next ? next : 1;
-    return meta_put(v, counter, *out + 1, err);
+    return kl_view_put_meta_u64(v, counter, *out + 1, err);
 }
 
 static kl_code check_db_limit(const char *name, uint64_t asked, uint64_t cluster, kl_err *err)
@@ -388,7 +364,7 @@ kl_code kl_catalog_eval_bootstrap(kl_eval_ctx *c, const Keyload__V1__Bootstrap *
                        "admin_id '%s' is reserved (requests without a session act as it)",
                        KL_CATALOG_RESERVED_PRINCIPAL);
     uint64_t admins;
-    if ((rc = meta_get(c->view, "cluster_admins", &admins, err)) != KL_OK)
+    if ((rc = kl_view_get_meta_u64(c->view, "cluster_admins", &admins, err)) != KL_OK)
         return rc;
     if (admins > 0)
         return kl_fail(err, KL_FAILED_PRECONDITION, "bootstrap_done",
@@ -406,7 +382,7 @@ kl_code kl_catalog_eval_bootstrap(kl_eval_ctx *c, const Keyload__V1__Bootstrap *
     if ((rc = principal_new(c, m->admin_id, m->tenant, &m->admin_public_key, key_id, &p, err)) != KL_OK)
         return rc;
     p.cluster_admin = true;
-    if ((rc = put_principal(c, &p, err)) != KL_OK || (rc = meta_put(c->view, "cluster_admins", 1, err)) != KL_OK)
+    if ((rc = put_principal(c, &p, err)) != KL_OK || (rc = kl_view_put_meta_u64(c->view, "cluster_admins", 1, err)) != KL_OK)
         return rc;
     Keyload__V1__Bootstrapped bs = KEYLOAD__V1__BOOTSTRAPPED__INIT;
     bs.database = &made.dc;
@@ -500,8 +476,8 @@ kl_code kl_catalog_eval_create_principal(kl_eval_ctx *c, const Keyload__V1__Crea
         return rc;
     if (m->cluster_admin) {
         uint64_t admins;
-        if ((rc = meta_get(c->view, "cluster_admins", &admins, err)) != KL_OK ||
-            (rc = meta_put(c->view, "cluster_admins", admins + 1, err)) != KL_OK)
+        if ((rc = kl_view_get_meta_u64(c->view, "cluster_admins", &admins, err)) != KL_OK ||
+            (rc = kl_view_put_meta_u64(c->view, "cluster_admins", admins + 1, err)) != KL_OK)
             return rc;
     }
     return principal_result(c, &p, true, results, err);

@@ -13,27 +13,13 @@
 
 #define HOLD_META "transfer_hold"
 
-static kl_code hold_until(kl_view *v, int64_t *until, kl_err *err)
-{
-    kl_key k;
-    kl_key_meta(&k, HOLD_META);
-    uint8_t *val;
-    size_t n;
-    bool found;
-    kl_code rc = kl_view_get(v, k.b, k.len, &val, &n, &found, err);
-    if (rc != KL_OK)
-        return rc;
-    *until = found && n == 8 ? (int64_t)kl_be64_get(val) : 0;
-    free(val);
-    return KL_OK;
-}
-
 kl_code kl_hold_check_complete(kl_eval_ctx *c, kl_err *err)
 {
-    int64_t until;
-    kl_code rc = hold_until(c->view, &until, err);
+    uint64_t stored;
+    kl_code rc = kl_view_get_meta_u64(c->view, HOLD_META, &stored, err);
     if (rc != KL_OK)
         return rc;
+    int64_t until = (int64_t)stored;
     if (until > c->now_ms)
         return kl_fail(err, KL_UNAVAILABLE, "transfer_hold",
                        "partition %d holds Complete for a backup until partition time %lld (%lld ms more); "
@@ -64,14 +50,12 @@ static kl_code eval_set_transfer_hold(kl_eval_ctx *c, const Keyload__V1__Mutatio
 {
     uint32_t ms = m->set_transfer_hold->hold_ms;
     int64_t until = ms > 0 ? c->now_ms + ms : 0;
-    kl_key k;
-    kl_key_meta(&k, HOLD_META);
     kl_code rc;
     if (until > 0) {
-        uint8_t b[8];
-        kl_be64_put(b, (uint64_t)until);
-        rc = kl_view_put(c->view, k.b, k.len, b, 8, err);
+        rc = kl_view_put_meta_u64(c->view, HOLD_META, (uint64_t)until, err);
     } else {
+        kl_key k;
+        kl_key_meta(&k, HOLD_META);
         rc = kl_view_del(c->view, k.b, k.len, err);
     }
     if (rc != KL_OK)

@@ -1,5 +1,7 @@
 #include "daemon/engine/view.h"
 
+#include "daemon/store/keys.h"
+
 #include <stdlib.h>
 #include <string.h>
 
@@ -246,4 +248,28 @@ kl_code kl_view_scan_from(kl_view *v, const uint8_t *prefix, size_t plen, const 
     }
     rocksdb_iter_destroy(it);
     return rc;
+}
+
+kl_code kl_view_get_meta_u64(kl_view *v, const char *name, uint64_t *out, kl_err *err)
+{
+    kl_key k;
+    kl_key_meta(&k, name);
+    uint8_t *val;
+    size_t n;
+    bool found;
+    kl_code rc = kl_view_get(v, k.b, k.len, &val, &n, &found, err);
+    if (rc != KL_OK)
+        return rc;
+    *out = (found && n == 8) ? kl_be64_get(val) : 0;
+    free(val);
+    return KL_OK;
+}
+
+kl_code kl_view_put_meta_u64(kl_view *v, const char *name, uint64_t value, kl_err *err)
+{
+    kl_key k;
+    kl_key_meta(&k, name);
+    uint8_t b[8];
+    kl_be64_put(b, value);
+    return kl_view_put(v, k.b, k.len, b, 8, err);
 }

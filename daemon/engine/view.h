@@ -57,6 +57,10 @@ kl_code kl_view_get(kl_view *v, const uint8_t *key, size_t klen, uint8_t **val, 
                     bool *found, kl_err *err);
 kl_code kl_view_put(kl_view *v, const uint8_t *key, size_t klen, const uint8_t *val, size_t vlen,
                     kl_err *err);
+/* A meta record 'M' name holding a big-endian u64 (ARCHITECTURE.md "Store layout"): the get
+ * answers 0 when the record is absent or not 8 bytes long. One point read / one put. */
+kl_code kl_view_get_meta_u64(kl_view *v, const char *name, uint64_t *out, kl_err *err);
+kl_code kl_view_put_meta_u64(kl_view *v, const char *name, uint64_t value, kl_err *err);
 /* Packs a protobuf message and puts it under key. */
 kl_code kl_view_put_msg(kl_view *v, const uint8_t *key, size_t klen, const ProtobufCMessage *m,
                         kl_err *err);
