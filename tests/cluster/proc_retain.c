@@ -11,6 +11,7 @@
 #include "common/rpc.h"
 #include "daemon/store/keys.h"
 #include "daemon/store/store.h"
+#include "tests/cluster/store_scan.h"
 
 #include <rocksdb/c.h>
 #include <signal.h>
@@ -225,6 +226,32 @@ typedef struct rt_outcomes {
     int64_t mark;
 } rt_outcomes;
 
+static bool rt_keep(const uint8_t *k, size_t kl, void *arg)
+{
+    (void)arg;
+    bool mark = kl == 1 + strlen("outcome_mark") && memcmp(k, "Moutcome_mark", kl) == 0;
+    return k[0] == 'O' || k[0] == 'E' || mark;
+}
+
+typedef struct rt_scan {
+    rt_outcomes *o;
+    const uint8_t *cmd_a, *cmd_p;
+} rt_scan;
+
+static void rt_count(const uint8_t *k, size_t kl, const uint8_t *v, size_t vl, void *arg)
+{
+    rt_scan *s = arg;
+    if (k[0] == 'O') {
+        s->o->outcomes++;
+        s->o->has_a |= kl >= 16 && memcmp(k + kl - 16, s->cmd_a, 16) == 0;
+        s->o->has_pause |= kl >= 16 && memcmp(k + kl - 16, s->cmd_p, 16) == 0;
+    } else if (k[0] == 'E') {
+        s->o->index_keys++;
+    } else if (vl == 16) {
+        s->o->mark = (int64_t)kl_be64_get(v);
+    }
+}
+
 static bool rt_read_store(int i, const uint8_t cmd_a[16], const uint8_t cmd_p[16], rt_outcomes *o, char *why,
                           size_t cap)
 {
@@ -235,33 +262,9 @@ static bool rt_read_store(int i, const uint8_t cmd_a[16], const uint8_t cmd_p[16
         snprintf(why, cap, "open the store of member %d: %s", i + 1, err.message);
         return false;
     }
-    uint8_t acc[32] = {0};
-    rocksdb_iterator_t *it = kl_store_iterator(st);
-    for (rocksdb_iter_seek_to_first(it); rocksdb_iter_valid(it); rocksdb_iter_next(it)) {
-        size_t kl, vl;
-        const uint8_t *k = (const uint8_t *)rocksdb_iter_key(it, &kl);
-        const uint8_t *v = (const uint8_t *)rocksdb_iter_value(it, &vl);
-        bool mark = kl == 1 + strlen("outcome_mark") && memcmp(k, "Moutcome_mark", kl) == 0;
-        if (kl == 0 || (k[0] != 'O' && k[0] != 'E' && !mark))
-            continue;
-        if (k[0] == 'O') {
-            o->outcomes++;
-            o->has_a |= kl >= 16 && memcmp(k + kl - 16, cmd_a, 16) == 0;
-            o->has_pause |= kl >= 16 && memcmp(k + kl - 16, cmd_p, 16) == 0;
-        } else if (k[0] == 'E') {
-            o->index_keys++;
-        } else if (vl == 16) {
-            o->mark = (int64_t)kl_be64_get(v);
-        }
-        /* A running FNV-style fold is enough to tell members apart. */
-        for (size_t j = 0; j < kl; j++)
-            acc[j % 32] = (uint8_t)(acc[j % 32] * 31 + k[j]);
-        for (size_t j = 0; j < vl; j++)
-            acc[(j + 7) % 32] = (uint8_t)(acc[(j + 7) % 32] * 131 + v[j]);
-    }
-    rocksdb_iter_destroy(it);
+    rt_scan scan = {.o = o, .cmd_a = cmd_a, .cmd_p = cmd_p};
+    store_scan_digest(st, rt_keep, rt_count, &scan, o->digest);
     kl_store_close(st);
-    memcpy(o->digest, acc, 32);
     return true;
 }
 

@@ -20,6 +20,7 @@
 #include "common/rpc.h"
 #include "daemon/store/keys.h"
 #include "daemon/store/store.h"
+#include "tests/cluster/store_scan.h"
 
 #include <rocksdb/c.h>
 #include <signal.h>
@@ -271,6 +272,20 @@ typedef struct sn_store {
     uint8_t digest[32];
 } sn_store;
 
+static bool sn_keep(const uint8_t *k, size_t kl, void *arg)
+{
+    (void)arg;
+    return !kl_store_key_is_local(k, kl);
+}
+
+static void sn_count(const uint8_t *k, size_t kl, const uint8_t *v, size_t vl, void *arg)
+{
+    (void)kl, (void)v, (void)vl;
+    sn_store *o = arg;
+    o->messages += k[0] == 'G';
+    o->outcomes += k[0] == 'O';
+}
+
 static bool sn_read_store(int i, sn_store *o, const uint64_t *acked, int n_acked, char *why, size_t cap)
 {
     memset(o, 0, sizeof *o);
@@ -282,26 +297,7 @@ static bool sn_read_store(int i, sn_store *o, const uint64_t *acked, int n_acked
     }
     o->first = kl_store_first_index(st);
     o->applied = kl_store_applied_index(st);
-    crypto_generichash_state h;
-    crypto_generichash_init(&h, NULL, 0, sizeof o->digest);
-    rocksdb_iterator_t *it = kl_store_iterator(st);
-    for (rocksdb_iter_seek_to_first(it); rocksdb_iter_valid(it); rocksdb_iter_next(it)) {
-        size_t kl, vl;
-        const uint8_t *k = (const uint8_t *)rocksdb_iter_key(it, &kl);
-        const uint8_t *v = (const uint8_t *)rocksdb_iter_value(it, &vl);
-        if (kl == 0 || kl_store_key_is_local(k, kl))
-            continue;
-        o->messages += k[0] == 'G';
-        o->outcomes += k[0] == 'O';
-        uint8_t lens[16];
-        kl_be64_put(lens, kl);
-        kl_be64_put(lens + 8, vl);
-        crypto_generichash_update(&h, lens, sizeof lens);
-        crypto_generichash_update(&h, k, kl);
-        crypto_generichash_update(&h, v, vl);
-    }
-    rocksdb_iter_destroy(it);
-    crypto_generichash_final(&h, o->digest, sizeof o->digest);
+    store_scan_digest(st, sn_keep, sn_count, o, o->digest);
     bool all = true;
     for (int n = 0; n < n_acked && all; n++) {
         /* 'O' principal 0 command_id: the local administrator's outcomes end with the id. */
