@@ -18,6 +18,7 @@
 #include "common/failpoint.h"
 #include "common/log.h"
 #include "common/proto_check.h"
+#include "daemon/repl/confstore.h"
 #include "daemon/repl/peer.h"
 #include "daemon/repl/snapwire.h"
 #include "daemon/repl/stages.h"
@@ -54,6 +55,8 @@ typedef struct persist_job {
     size_t n_items, cap_items;
     uint8_t *noops; /* NOOP_MAX bytes per entry slot, for no-op encodings */
     size_t cap_noops;
+    uint8_t *confs[KL_RAFT_MAX_CONF_HISTORY]; /* stored records of CONF entries (confstore.h) */
+    size_t n_confs;
     kl_code rc;
     kl_err err;
 } persist_job;
@@ -71,6 +74,7 @@ struct kl_repl {
     kl_raft *raft;
     kl_peer *peer; /* NULL when alone, after a failure or after stop */
     kl_snapwire *sw; /* snapshot streams (NULL when alone) */
+    kl_confstore cs; /* stored and applied configurations (confstore.h) */
     uint32_t snap_threshold, snap_trailing; /* compaction policy (driver.h) */
     uv_timer_t timer;
     uv_check_t flush; /* once per loop iteration, after I/O: see on_flush */
@@ -249,7 +253,7 @@ static kl_code st_entries(void *ctx, uint64_t lo, uint64_t hi, size_t max_bytes,
         uint64_t term = 0, index = 0;
         uint32_t type = 0;
         if (rc == KL_OK && (!log_header(buf, len, false, &term, &index, &type) || term == 0 ||
-                            index != i || type > KL_RAFT_ENTRY_NOOP)) {
+                            index != i || type > KL_RAFT_ENTRY_CONF)) {
             KL_ERROR("raft log entry does not decode", "index=%llu", (unsigned long long)i);
             free(buf);
             rc = KL_INTERNAL;
@@ -260,7 +264,22 @@ static kl_code st_entries(void *ctx, uint64_t lo, uint64_t hi, size_t max_bytes,
             *n = 0;
             return rc;
         }
-        size_t dlen = type == KL_RAFT_ENTRY_NORMAL ? len : 0;
+        if (type == KL_RAFT_ENTRY_CONF) { /* the core's data is the blob inside */
+            uint8_t *blob = NULL;
+            size_t blen = 0;
+            rc = kl_confstore_blob_of(buf, len, &blob, &blen);
+            free(buf);
+            if (rc != KL_OK) {
+                KL_ERROR("raft configuration entry does not decode", "index=%llu", (unsigned long long)i);
+                for (size_t j = 0; j < got; j++)
+                    free(out[j].data);
+                *n = 0;
+                return rc;
+            }
+            buf = blob;
+            len = blen;
+        }
+        size_t dlen = type == KL_RAFT_ENTRY_NOOP ? 0 : len;
         if (got > 0 && bytes + dlen > max_bytes) {
             free(buf);
             break;
@@ -279,6 +298,12 @@ static kl_code st_entries(void *ctx, uint64_t lo, uint64_t hi, size_t max_bytes,
     return KL_OK;
 }
 
+static kl_code st_last_conf(void *ctx, uint64_t hi, uint64_t *index)
+{
+    *index = kl_confstore_last(&((kl_repl *)ctx)->cs, hi);
+    return KL_OK;
+}
+
 /* ---------------------------------------------------------------- lifecycle helpers */
 
 static void pump(kl_repl *r);
@@ -288,6 +313,9 @@ static void free_all(kl_repl *r)
 {
     kl_snapwire_free(r->sw);
     kl_raft_free(r->raft);
+    kl_confstore_free(&r->cs);
+    for (size_t i = 0; i < r->job.n_confs; i++)
+        free(r->job.confs[i]);
     kl_stages_free(r->stages);
     free(r->job.items);
     free(r->job.noops);
@@ -538,7 +566,14 @@ static void apply_one(kl_repl *r, const kl_raft_entry *e)
 {
     assert(e->index == r->applied + 1);
     kl_raft_entry view = *e;
-    if (view.type == KL_RAFT_ENTRY_NOOP) {
+    if (view.type == KL_RAFT_ENTRY_CONF && !kl_confstore_applied(&r->cs, e->index, e->data, e->len)) {
+        kl_err err;
+        kl_fail(&err, KL_INTERNAL, "memory", "out of memory recording a configuration");
+        fail(r, &err);
+        return;
+    }
+    /* The state machine sees a configuration like a no-op: only the driver keeps it. */
+    if (view.type == KL_RAFT_ENTRY_NOOP || view.type == KL_RAFT_ENTRY_CONF) {
         view.data = NULL;
         view.len = 0;
     }
@@ -606,6 +641,32 @@ static void finish_round(kl_repl *r)
         note_commit(r);
 }
 
+/* The job's write completed: the stored log's CONF entries follow it (confstore.h). */
+static void conf_job_done(kl_repl *r, persist_job *j)
+{
+    if (j->truncate_from > 0)
+        kl_confstore_truncated(&r->cs, j->truncate_from);
+    for (size_t i = 0; i < r->rd.n_entries; i++)
+        if (r->rd.entries[i].type == KL_RAFT_ENTRY_CONF)
+            kl_confstore_stored(&r->cs, r->rd.entries[i].index);
+    for (size_t i = 0; i < j->n_confs; i++)
+        free(j->confs[i]);
+    j->n_confs = 0;
+}
+
+/* The stored record of a CONF entry (confstore.h), owned by the job until its write ends. */
+static bool job_conf(persist_job *j, const kl_raft_entry *e, kl_store_log_item *it)
+{
+    if (j->n_confs >= KL_RAFT_MAX_CONF_HISTORY)
+        return false; /* the core keeps fewer past its snapshot point: cannot happen */
+    uint8_t *b = kl_confstore_record(e->term, e->index, e->data, e->len, &it->len);
+    if (b == NULL)
+        return false;
+    j->confs[j->n_confs++] = b;
+    it->bytes = b;
+    return true;
+}
+
 static void persist_run(uv_work_t *w)
 {
     persist_job *j = w->data;
@@ -635,6 +696,7 @@ static void persist_after(uv_work_t *w, int status)
     r->counters.persists++;
     for (size_t i = 0; i < j->n_items; i++) /* metrics: what this member appended */
         r->counters.entries_appended++, r->counters.bytes_appended += j->items[i].len;
+    conf_job_done(r, j);
     note_job(r, KL_STAGE_PERSIST_DONE);
     r->pumping = true;
     finish_round(r);
@@ -677,6 +739,9 @@ static bool job_fill(kl_repl *r)
             uint8_t *b = j->noops + i * NOOP_MAX;
             it->bytes = b;
             it->len = encode_noop(e->term, e->index, b);
+        } else if (e->type == KL_RAFT_ENTRY_CONF) {
+            if (!job_conf(j, e, it))
+                return false;
         } else {
             /* Proposals and received entries were checked to be LogEntry bytes of this
              * term and index (kl_repl_propose, check_entry). */
@@ -687,6 +752,23 @@ static bool job_fill(kl_repl *r)
     }
     j->n_items = rd->n_entries;
     return true;
+}
+
+/* After an install the log is gone and the configuration is the snapshot's, as
+ * kl_store_install stored it in 'M'"log_start" (raft.h "Membership" (c)). */
+static bool install_conf(kl_repl *r, uint64_t index, kl_err *err)
+{
+    uint64_t first, prev_term;
+    uint8_t *b = NULL;
+    size_t n = 0;
+    if (kl_store_log_start(r->store, &first, &prev_term, &b, &n, err) != KL_OK)
+        return false;
+    kl_confstore_truncated(&r->cs, index + 1);
+    bool ok = kl_confstore_rebase(&r->cs, index, b, b != NULL ? n : 0);
+    free(b);
+    if (!ok)
+        kl_fail(err, KL_INTERNAL, "memory", "out of memory recording a configuration");
+    return ok;
 }
 
 /* A ready with has_snapshot (raft.h "Snapshots and compaction"), before anything else of
@@ -721,6 +803,10 @@ static bool install_snapshot(kl_repl *r)
         }
         r->durable_term = h.term;
         r->durable_vote = h.vote;
+    }
+    if (!install_conf(r, sn->index, &err)) {
+        fail(r, &err);
+        return false;
     }
     r->applied = sn->index;
     r->applied_term = sn->term;
@@ -900,6 +986,8 @@ static bool check_entry(const Keyload__V1__RaftEntry *e)
         return false;
     if (e->type == KL_RAFT_ENTRY_NOOP)
         return e->data.len == 0;
+    if (e->type == KL_RAFT_ENTRY_CONF) /* a configuration and its member directory */
+        return kl_confstore_blob_ok(e->data.data, e->data.len, NULL);
     if (e->type != KL_RAFT_ENTRY_NORMAL || e->data.len == 0)
         return false;
     uint64_t term, index;
@@ -1024,6 +1112,15 @@ static void sw_report(void *ctx, uint64_t to, bool ok)
         fail_core(r, "report_snapshot");
 }
 
+/* A stream reads the applied state: it carries the configuration as of the applied index
+ * (raft.h "Snapshots and compaction": a later index than the core asked for carries the
+ * latest CONF entry at or below it). */
+static void sw_config(void *ctx, const uint8_t **blob, size_t *len)
+{
+    kl_repl *r = ctx;
+    kl_confstore_at(&r->cs, r->applied, blob, len);
+}
+
 static bool sw_step(void *ctx, const kl_raft_msg *m)
 {
     kl_repl *r = ctx;
@@ -1064,7 +1161,11 @@ static void maybe_compact(kl_repl *r)
         fail_core(r, "compact");
         return;
     }
-    if (kl_store_compact_log(r->store, upto + 1, NULL, 0, &err) != KL_OK) {
+    const uint8_t *blob;
+    size_t blen;
+    kl_confstore_at(&r->cs, upto, &blob, &blen); /* raft.h "Membership" (c) */
+    if (kl_store_compact_log(r->store, upto + 1, blob, blen, &err) != KL_OK ||
+        !kl_confstore_rebase(&r->cs, upto, blob, blen)) {
         fail(r, &err);
         return;
     }
@@ -1170,6 +1271,12 @@ static kl_code load_persisted(kl_repl *r, kl_raft_config *c, kl_err *err)
     if ((rc = kl_store_log_start(r->store, &first, &prev_term, &conf_bytes, &conf_len, err)) != KL_OK)
         return rc;
     free(conf_bytes);
+    /* Once a configuration is stored (at the snapshot point or in the log), it, not the
+     * cluster file, is the member set: the core takes the base and finds the log's CONF
+     * entries through storage.last_conf (raft.h "Membership" (c), (d)). */
+    if ((rc = kl_confstore_load(&r->cs, r->store, c->applied, &c->conf, err)) != KL_OK)
+        return rc;
+    c->storage.last_conf = st_last_conf;
     c->snap_index = first - 1;
     c->snap_term = prev_term;
     if (r->applied > 0 && r->applied == c->snap_index)
@@ -1255,7 +1362,8 @@ kl_code kl_repl_start(uv_loop_t *loop, kl_store *store, const kl_repl_config *cf
         }
         if ((rc = kl_peer_start(loop, &pc, &r->peer, err)) != KL_OK)
             goto fail;
-        kl_snapwire_io sio = {.ctx = r, .send = sw_send, .report = sw_report, .step = sw_step};
+        kl_snapwire_io sio = {.ctx = r, .send = sw_send, .report = sw_report, .step = sw_step,
+                              .config = sw_config};
         if ((rc = kl_snapwire_new(store, cfg->self, r->max_frame - FRAME_SLACK, &sio, &r->sw, err)) != KL_OK)
             goto fail;
     }
@@ -1357,6 +1465,38 @@ void kl_repl_status(const kl_repl *r, kl_raft_status *st)
 {
     kl_raft_status_get(r->raft, st);
     st->leader_ready = live(r) && st->role == KL_RAFT_LEADER && r->applied_term == st->term;
+}
+
+kl_code kl_repl_propose_conf(kl_repl *r, const kl_raft_conf *target, const uint8_t *directory,
+                             size_t directory_len, uint64_t *index, uint64_t *leader, kl_err *err)
+{
+    *index = 0;
+    *leader = 0;
+    if (!live(r))
+        return kl_fail(err, KL_UNAVAILABLE, "replication", "replication stopped");
+    if (directory_len > KL_MEMBER_CONF_BLOB_MAX - KL_RAFT_CONF_MAX_BYTES)
+        return kl_fail(err, KL_INVALID_ARGUMENT, "directory", "member directory of %zu bytes "
+                       "(at most %d)", directory_len, KL_MEMBER_CONF_BLOB_MAX - KL_RAFT_CONF_MAX_BYTES);
+    kl_raft_proposal p;
+    kl_code rc = kl_raft_propose_conf_change(r->raft, target, directory, directory_len, &p, err);
+    if (rc == KL_INTERNAL) {
+        fail_core(r, "propose_conf_change");
+        return rc;
+    }
+    *leader = p.leader;
+    if (rc == KL_OK) {
+        *index = p.index;
+        pump(r);
+    }
+    return rc;
+}
+
+void kl_repl_conf(const kl_repl *r, kl_raft_conf *conf, uint64_t *index, bool *committed)
+{
+    kl_raft_conf_get(r->raft, conf, index, NULL);
+    kl_raft_status st;
+    kl_raft_status_get(r->raft, &st);
+    *committed = *index <= st.commit;
 }
 
 void kl_repl_counters_get(const kl_repl *r, kl_repl_counters *out) { *out = r->counters; }

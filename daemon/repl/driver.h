@@ -94,7 +94,8 @@ typedef struct kl_repl_callbacks {
     void *ctx;
     /* A committed entry, in log order, exactly once per index for the lifetime of the process,
        starting at store applied_index + 1. e->data is the stored LogEntry bytes for a normal
-       entry (NULL/0 for a no-op). The callee applies it to the store synchronously. */
+       entry (NULL/0 for a no-op and for a configuration entry, which the driver keeps and
+       the state machine applies as a no-op). The callee applies it to the store synchronously. */
     void (*apply)(void *ctx, const kl_raft_entry *e);
     /* Role, term or leader changed, or leader_ready became true (leader whose own-term no-op
        is committed AND applied: it may now serve). Called after the apply calls of the same round. */
@@ -168,6 +169,21 @@ kl_code kl_repl_read_index(kl_repl *r, uint64_t read_ctx, uint64_t *leader);
 /* The core's status, except leader_ready, which is the driver's: leader whose own-term no-op
    is committed AND applied (the same flag the role callback reports). */
 void kl_repl_status(const kl_repl *r, kl_raft_status *st);
+
+/* Membership (raft.h "Membership"; docs/MEMBERSHIP.md). Proposes the next step from the
+ * configuration in effect towards target (kl_raft_propose_conf_change: learners only, or
+ * enter joint, or leave joint), the entry carrying directory (an encoded MemberDirectory,
+ * membership.proto) after the configuration. *index = the entry's index (0 when the
+ * configuration in effect already is target). Errors as kl_raft_propose_conf_change's, err
+ * naming the field; KL_INVALID_ARGUMENT "directory" when it could not fit a configuration
+ * blob (KL_MEMBER_CONF_BLOB_MAX). The driver persists and applies CONF entries, stores the
+ * configuration with every compaction and install, and restarts from it (the cluster file
+ * then no longer says who the members are). */
+kl_code kl_repl_propose_conf(kl_repl *r, const kl_raft_conf *target, const uint8_t *directory,
+                             size_t directory_len, uint64_t *index, uint64_t *leader, kl_err *err);
+/* The configuration in effect (the latest in the log), its entry's index (0: the stored base
+ * or the cluster file's) and whether that index is committed. */
+void kl_repl_conf(const kl_repl *r, kl_raft_conf *conf, uint64_t *index, bool *committed);
 
 typedef struct kl_repl_counters {
     uint64_t refused;      /* received frames dropped by the checks above */

@@ -12,6 +12,7 @@
 #include "daemon/repl/driver.h"
 #include "daemon/repl/peer.h"
 #include "daemon/repl/stages.h"
+#include "keyload/v1/membership.pb-c.h"
 #include "keyload/v1/raft.pb-c.h"
 #include "keyload/v1/store.pb-c.h"
 
@@ -145,12 +146,12 @@ static void cb_apply(void *ctx, const kl_raft_entry *e)
     }
     Keyload__V1__LogEntry *le = NULL, noop = KEYLOAD__V1__LOG_ENTRY__INIT;
     uint64_t cmd = 0;
-    if (e->type == KL_RAFT_ENTRY_NOOP) {
+    if (e->type == KL_RAFT_ENTRY_NOOP || e->type == KL_RAFT_ENTRY_CONF) {
         if (e->data != NULL || e->len != 0)
             m->bad++;
         noop.term = e->term;
         noop.index = e->index;
-        noop.raft_type = KL_RAFT_ENTRY_NOOP;
+        noop.raft_type = e->type;
     } else {
         le = keyload__v1__log_entry__unpack(NULL, e->len, e->data);
         if (le == NULL || le->term != e->term || le->index != e->index || le->n_write_sets != 1 ||
@@ -226,8 +227,11 @@ static void cb_stopped(void *ctx)
 
 /* ---------------------------------------------------------------- fixture */
 
+static uint32_t td_snap_threshold; /* 0: the driver's default compaction policy */
+
 static void cluster_open(int n, uint32_t rc)
 {
+    td_snap_threshold = 0;
     memset(mem, 0, sizeof mem);
     n_mem = n;
     replica_count = rc;
@@ -251,7 +255,8 @@ static void member_start(int id)
     ck_assert(!m->running);
     kl_repl_config cfg = {.cluster = "unit-driver", .self = m->id, .n_members = (size_t)n_mem,
                           .replica_count = replica_count, .tick_ms = 10, .election_ms = 500,
-                          .heartbeat_ms = 50};
+                          .heartbeat_ms = 50, .snapshot_threshold = td_snap_threshold,
+                          .snapshot_trailing = td_snap_threshold ? 2 : 0};
     for (int i = 1; i <= n_mem; i++) {
         cfg.members[i - 1] = (uint64_t)i;
         cfg.peer_urls[i - 1] = mem[i].url;
@@ -666,6 +671,162 @@ START_TEST(restart_replays_from_applied)
 }
 END_TEST
 
+/* ---------------------------------------------------------------- membership */
+
+/* An encoded MemberDirectory naming members 1..n with their peer URLs. */
+static size_t td_directory(int n, uint8_t *buf, size_t cap)
+{
+    Keyload__V1__MemberInfo info[TD_MAX], *ptrs[TD_MAX];
+    for (int i = 0; i < n; i++) {
+        keyload__v1__member_info__init(&info[i]);
+        info[i].id = (uint64_t)(i + 1);
+        info[i].peer_url = mem[i + 1].url;
+        info[i].client_url = "tcp://127.0.0.1:1";
+        ptrs[i] = &info[i];
+    }
+    Keyload__V1__MemberDirectory d = KEYLOAD__V1__MEMBER_DIRECTORY__INIT;
+    d.n_members = (size_t)n;
+    d.members = ptrs;
+    size_t len = keyload__v1__member_directory__get_packed_size(&d);
+    ck_assert_uint_le(len, cap);
+    return keyload__v1__member_directory__pack(&d, buf);
+}
+
+typedef struct td_conf_wait {
+    int id;
+    uint32_t replica_count;
+} td_conf_wait;
+
+/* The member's configuration in effect is committed, not joint, with this replica_count. */
+static bool conf_committed(void *arg)
+{
+    td_conf_wait *w = arg;
+    kl_raft_conf c;
+    uint64_t index;
+    bool committed;
+    kl_repl_conf(mem[w->id].repl, &c, &index, &committed);
+    return committed && index > 0 && c.n_old == 0 && c.replica_count == w->replica_count;
+}
+
+/* Runs the change from {1,2,3} at 2-of-3 to 3-of-3 on the leader: joint, then leave. */
+static void change_to_3of3(int l, const uint8_t *dir, size_t dir_len)
+{
+    uint64_t v[3] = {1, 2, 3};
+    kl_raft_conf target = {.n_members = 3, .replica_count = 3};
+    memcpy(target.members, v, sizeof v);
+    uint64_t index, leader;
+    kl_err err;
+    for (int step = 0; step < 2; step++) {
+        kl_code rc;
+        for (int tries = 0; (rc = kl_repl_propose_conf(mem[l].repl, &target, dir, dir_len, &index,
+                                                       &leader, &err)) == KL_UNAVAILABLE && tries < 200; tries++)
+            run_for(20); /* the joint entry commits before its leave step may follow */
+        ck_assert_msg(rc == KL_OK, "step %d: %s (%s)", step, kl_code_name(rc), err.message);
+        ck_assert_uint_gt(index, 0);
+        wait_all_applied(index, 10000);
+    }
+    td_conf_wait w = {.id = l, .replica_count = 3};
+    ck_assert(run_until(conf_committed, &w, 10000));
+}
+
+static void restart_all(void)
+{
+    for (int i = 1; i <= n_mem; i++) {
+        member_stop(i);
+        member_reopen_store(i);
+    }
+    for (int i = 1; i <= n_mem; i++)
+        member_start(i); /* with the cluster file's 2-of-3 (member_start) */
+}
+
+/* raft.h "Membership" (a), (c), (d): CONF entries are persisted, applied (as no-ops for the
+ * state machine) and found again at restart, so the configuration they hold, not the cluster
+ * file's, is the one in effect after a restart of every member. Fails when the driver
+ * refuses CONF entries or restarts from the cluster file. */
+START_TEST(configuration_survives_restart)
+{
+    cluster_open(3, 2);
+    for (int i = 1; i <= 3; i++)
+        member_start(i);
+    int l = wait_leader();
+    uint64_t last = propose_many(l, 5);
+    wait_all_applied(last, 10000);
+    uint8_t dir[1024];
+    size_t dir_len = td_directory(3, dir, sizeof dir);
+    change_to_3of3(l, dir, dir_len);
+    for (int i = 1; i <= 3; i++) {
+        kl_raft_status st;
+        kl_repl_status(mem[i].repl, &st);
+        ck_assert_uint_eq(st.q2, 3);
+    }
+    restart_all();
+    l = wait_leader();
+    for (int i = 1; i <= 3; i++) {
+        kl_raft_status st;
+        kl_repl_status(mem[i].repl, &st);
+        ck_assert_uint_eq(st.q2, 3); /* the log's configuration, not the cluster file's 2 */
+        ck_assert(!st.joint);
+        ck_assert_uint_gt(st.conf_index, 0);
+    }
+    last = propose_many(l, 5);
+    wait_all_applied(last, 10000);
+    check_consistent();
+    cluster_close();
+}
+END_TEST
+
+/* raft.h "Membership" (c): a compaction past the CONF entries stores the configuration, with
+ * its member directory, as 'M'"log_start"'s; a restart takes it from there (the log no
+ * longer holds the entry). Fails when compaction stores no configuration (the restart would
+ * fall back to the cluster file's 2-of-3). */
+START_TEST(configuration_survives_compaction_and_restart)
+{
+    cluster_open(3, 2);
+    td_snap_threshold = 8;
+    for (int i = 1; i <= 3; i++)
+        member_start(i);
+    int l = wait_leader();
+    uint8_t dir[1024];
+    size_t dir_len = td_directory(3, dir, sizeof dir);
+    change_to_3of3(l, dir, dir_len);
+    uint64_t last = 0;
+    for (int k = 0; k < 6; k++) { /* well past the threshold: every member compacts */
+        last = propose_many(l, 10);
+        wait_all_applied(last, 10000);
+    }
+    for (int i = 1; i <= 3; i++) {
+        kl_raft_status st;
+        kl_repl_status(mem[i].repl, &st);
+        ck_assert_uint_gt(st.snap_index, st.conf_index); /* the CONF entries were compacted */
+        uint64_t first, prev_term;
+        uint8_t *blob = NULL;
+        size_t len = 0;
+        kl_err err;
+        ck_assert_int_eq(kl_store_log_start(mem[i].store, &first, &prev_term, &blob, &len, &err), KL_OK);
+        kl_raft_conf c;
+        size_t off = 0;
+        ck_assert_ptr_nonnull(blob);
+        ck_assert_int_eq(kl_raft_conf_decode(blob, len, &c, &off, &err), KL_OK);
+        ck_assert_uint_eq(c.replica_count, 3);
+        ck_assert_uint_eq(len - off, dir_len); /* the directory travels with it */
+        ck_assert_int_eq(memcmp(blob + off, dir, dir_len), 0);
+        free(blob);
+    }
+    restart_all();
+    l = wait_leader();
+    for (int i = 1; i <= 3; i++) {
+        kl_raft_status st;
+        kl_repl_status(mem[i].repl, &st);
+        ck_assert_uint_eq(st.q2, 3);
+        ck_assert_uint_eq(st.conf_index, 0); /* from the stored base, not the log */
+    }
+    last = propose_many(l, 5);
+    wait_all_applied(last, 10000);
+    check_consistent();
+    cluster_close();
+}
+END_TEST
+
 START_TEST(read_dropped_when_leadership_lost)
 {
     cluster_open(3, 3);
@@ -992,6 +1153,8 @@ Suite *suite_driver(void)
     tcase_add_test(t, one_synced_write_per_lone_entry);
     tcase_add_test(t, leader_failover);
     tcase_add_test(t, restart_replays_from_applied);
+    tcase_add_test(t, configuration_survives_restart);
+    tcase_add_test(t, configuration_survives_compaction_and_restart);
     tcase_add_test(t, returning_leader_replaces_its_uncommitted_suffix);
     tcase_add_test(t, read_dropped_when_leadership_lost);
     tcase_add_test(t, refuses_bad_frames);
