@@ -214,6 +214,9 @@
 #define KL_MEMBER_URL_MAX 160
 /* One MemberInfo encoded: id (tag + varint), two URLs and a key (tag + length + bytes). */
 #define KL_MEMBER_INFO_MAX (1 + 10 + 2 * (1 + 2 + KL_MEMBER_URL_MAX) + 1 + 1 + 32)
+/* Members whose addresses and keys a member remembers from the directories it saw (the
+ * configurations of a change in flight name at most 3 x KL_RAFT_MAX_MEMBERS distinct ones). */
+#define KL_MEMBER_MAX_KNOWN (4 * KL_RAFT_MAX_MEMBERS)
 /* A configuration blob (a CONF entry's data, 'M'"log_start"'s and a snapshot's
  * configuration): the conf encoding, then a MemberDirectory of every member of both halves. */
 #define KL_MEMBER_CONF_BLOB_MAX \

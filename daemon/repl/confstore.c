@@ -5,6 +5,7 @@
 #include "keyload/v1/membership.pb-c.h"
 #include "keyload/v1/store.pb-c.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -104,6 +105,8 @@ static kl_code load_base(kl_confstore *cs, kl_store *st, kl_raft_conf *base_conf
         return kl_fail(err, KL_INTERNAL, "log_start", "the stored configuration does not decode");
     }
     cs->base = (kl_confstore_item){.index = first - 1, .blob = n > 0 ? b : NULL, .len = n};
+    if (n > 0)
+        kl_confstore_learn(cs, b, n);
     if (n == 0)
         free(b);
     return KL_OK;
@@ -120,6 +123,7 @@ kl_code kl_confstore_load(kl_confstore *cs, kl_store *st, uint64_t applied, kl_r
         size_t blen;
         if ((rc = scan_one(st, i, &blob, &blen, err)) != KL_OK || blob == NULL)
             continue;
+        kl_confstore_learn(cs, blob, blen);
         if (cs->n_stored >= KL_RAFT_MAX_CONF_HISTORY) {
             free(blob);
             rc = kl_fail(err, KL_INTERNAL, "log", "more than %d configuration entries in the log",
@@ -216,4 +220,56 @@ bool kl_confstore_rebase(kl_confstore *cs, uint64_t index, const uint8_t *blob, 
     memmove(cs->stored, cs->stored + k, (cs->n_stored - k) * sizeof cs->stored[0]);
     cs->n_stored -= k;
     return true;
+}
+
+void kl_confstore_learn_one(kl_confstore *cs, uint64_t id, const char *peer_url,
+                            const char *client_url, const uint8_t *key)
+{
+    if (id == 0)
+        return;
+    kl_confstore_member *m = (kl_confstore_member *)kl_confstore_member_of(cs, id);
+    if (m == NULL) {
+        if (cs->n_known == KL_MEMBER_MAX_KNOWN) { /* forget the oldest */
+            memmove(cs->known, cs->known + 1, (cs->n_known - 1) * sizeof cs->known[0]);
+            cs->n_known--;
+        }
+        m = &cs->known[cs->n_known++];
+    }
+    memset(m, 0, sizeof *m);
+    m->id = id;
+    if (peer_url != NULL)
+        snprintf(m->peer_url, sizeof m->peer_url, "%s", peer_url);
+    if (client_url != NULL)
+        snprintf(m->client_url, sizeof m->client_url, "%s", client_url);
+    if (key != NULL) {
+        memcpy(m->public_key, key, sizeof m->public_key);
+        m->has_key = true;
+    }
+}
+
+void kl_confstore_learn(kl_confstore *cs, const uint8_t *blob, size_t len)
+{
+    kl_raft_conf c;
+    size_t off;
+    if (blob == NULL || kl_raft_conf_decode(blob, len, &c, &off, NULL) != KL_OK)
+        return;
+    Keyload__V1__MemberDirectory *d = keyload__v1__member_directory__unpack(NULL, len - off, blob + off);
+    if (d == NULL)
+        return;
+    for (size_t i = 0; i < d->n_members; i++) {
+        const Keyload__V1__MemberInfo *mi = d->members[i];
+        bool key = mi->public_key.len == 32;
+        if (strlen(mi->peer_url) > KL_MEMBER_URL_MAX || strlen(mi->client_url) > KL_MEMBER_URL_MAX)
+            continue; /* the proposer checked the limits; never truncate an address */
+        kl_confstore_learn_one(cs, mi->id, mi->peer_url, mi->client_url, key ? mi->public_key.data : NULL);
+    }
+    keyload__v1__member_directory__free_unpacked(d, NULL);
+}
+
+const kl_confstore_member *kl_confstore_member_of(const kl_confstore *cs, uint64_t id)
+{
+    for (size_t i = 0; i < cs->n_known; i++)
+        if (cs->known[i].id == id)
+            return &cs->known[i];
+    return NULL;
 }

@@ -37,6 +37,16 @@ typedef struct kl_confstore_item {
     size_t len;
 } kl_confstore_item;
 
+/* What the member directories said about one member (the latest blob naming it wins). */
+typedef struct kl_confstore_member {
+    uint64_t id;
+    char peer_url[KL_MEMBER_URL_MAX + 1];
+    char client_url[KL_MEMBER_URL_MAX + 1];
+    uint8_t public_key[32];
+    bool has_key;
+} kl_confstore_member;
+
+
 typedef struct kl_confstore {
     /* indexes of the stored CONF entries past the snapshot point, ascending */
     uint64_t stored[KL_RAFT_MAX_CONF_HISTORY];
@@ -46,6 +56,9 @@ typedef struct kl_confstore {
     kl_confstore_item base;
     kl_confstore_item applied[KL_RAFT_MAX_CONF_HISTORY];
     size_t n_applied;
+    /* every member any directory (or the cluster file's seed) named, oldest dropped first */
+    kl_confstore_member known[KL_MEMBER_MAX_KNOWN];
+    size_t n_known;
 } kl_confstore;
 
 /* Encodes the stored record of a CONF entry into a malloc'd buffer (NULL when out of memory). */
@@ -80,5 +93,14 @@ void kl_confstore_at(const kl_confstore *cs, uint64_t index, const uint8_t **blo
 /* Entries <= index were compacted or replaced by a snapshot whose configuration is blob:
  * it becomes the base; applied entries <= index and stored indexes <= index go. */
 bool kl_confstore_rebase(kl_confstore *cs, uint64_t index, const uint8_t *blob, size_t len);
+
+/* Remembers how to reach and authenticate the members a blob's directory names (a blob that
+ * does not decode teaches nothing). */
+void kl_confstore_learn(kl_confstore *cs, const uint8_t *blob, size_t len);
+/* The same for one member (the cluster file's seed members); key may be NULL. */
+void kl_confstore_learn_one(kl_confstore *cs, uint64_t id, const char *peer_url,
+                            const char *client_url, const uint8_t *key);
+/* What is known of member id, NULL when nothing. */
+const kl_confstore_member *kl_confstore_member_of(const kl_confstore *cs, uint64_t id);
 
 #endif

@@ -75,6 +75,8 @@ struct kl_repl {
     kl_peer *peer; /* NULL when alone, after a failure or after stop */
     kl_snapwire *sw; /* snapshot streams (NULL when alone) */
     kl_confstore cs; /* stored and applied configurations (confstore.h) */
+    uint64_t known_peers[3 * KL_RAFT_MAX_MEMBERS]; /* members the peer knows (conf_peers) */
+    size_t n_known_peers;
     uint32_t snap_threshold, snap_trailing; /* compaction policy (driver.h) */
     uv_timer_t timer;
     uv_check_t flush; /* once per loop iteration, after I/O: see on_flush */
@@ -819,6 +821,86 @@ static bool install_snapshot(kl_repl *r)
     return true;
 }
 
+static bool conf_has_voter_new(const kl_raft_conf *c, uint64_t id)
+{
+    for (uint32_t i = 0; i < c->n_members; i++)
+        if (c->members[i] == id)
+            return true;
+    return false;
+}
+
+static bool conf_has(const kl_raft_conf *c, uint64_t id)
+{
+    for (uint32_t i = 0; i < c->n_members; i++)
+        if (c->members[i] == id)
+            return true;
+    for (uint32_t i = 0; i < c->n_learners; i++)
+        if (c->learners[i] == id)
+            return true;
+    for (uint32_t i = 0; i < c->n_old; i++)
+        if (c->old_members[i] == id)
+            return true;
+    return false;
+}
+
+/* Adds one member of the configuration in effect to the peer transport; a member whose
+ * address or key no directory gave is logged and left out (it dials us if its id is
+ * higher; otherwise the change that added it carried no directory entry for it). */
+static void conf_peer_add(kl_repl *r, uint64_t id)
+{
+    const kl_confstore_member *m = kl_confstore_member_of(&r->cs, id);
+    kl_err err;
+    if (kl_peer_add(r->peer, id, m ? m->peer_url : NULL, m && m->has_key ? m->public_key : NULL,
+                    &err) != KL_OK)
+        KL_WARN("member not reachable", "member=%llu peer=%llu error=\"%s\"",
+                (unsigned long long)r->self, (unsigned long long)id, err.message);
+}
+
+static void conf_peers_sync(kl_repl *r, const kl_raft_conf *c, uint64_t index);
+
+/* raft.h "Membership" (b): the ready's entries may name new members (their directory is
+ * learnt first); on conf_changed the peer transport follows the configuration in effect:
+ * it connects to every member of either half and every learner, and drops the others. */
+static void conf_peers(kl_repl *r)
+{
+    const kl_raft_ready *rd = &r->rd;
+    for (size_t i = 0; i < rd->n_entries; i++)
+        if (rd->entries[i].type == KL_RAFT_ENTRY_CONF)
+            kl_confstore_learn(&r->cs, rd->entries[i].data, rd->entries[i].len);
+    if (rd->conf_changed)
+        conf_peers_sync(r, &rd->conf, rd->conf_index);
+}
+
+/* The peer transport follows configuration c (see conf_peers). */
+static void conf_peers_sync(kl_repl *r, const kl_raft_conf *c, uint64_t index)
+{
+    if (r->peer == NULL)
+        return;
+    KL_INFO("configuration in effect", "member=%llu index=%llu voters=%u learners=%u old=%u "
+            "replica_count=%u", (unsigned long long)r->self, (unsigned long long)index,
+            c->n_members, c->n_learners, c->n_old, c->replica_count);
+    for (uint32_t i = 0; i < c->n_members; i++)
+        if (c->members[i] != r->self)
+            conf_peer_add(r, c->members[i]);
+    for (uint32_t i = 0; i < c->n_learners; i++)
+        if (c->learners[i] != r->self)
+            conf_peer_add(r, c->learners[i]);
+    for (uint32_t i = 0; i < c->n_old; i++)
+        if (c->old_members[i] != r->self)
+            conf_peer_add(r, c->old_members[i]);
+    for (size_t i = 0; i < r->n_known_peers; i++)
+        if (!conf_has(c, r->known_peers[i]))
+            (void)kl_peer_remove(r->peer, r->known_peers[i]);
+    r->n_known_peers = 0;
+    for (uint32_t i = 0; i < c->n_members; i++)
+        r->known_peers[r->n_known_peers++] = c->members[i];
+    for (uint32_t i = 0; i < c->n_learners; i++)
+        r->known_peers[r->n_known_peers++] = c->learners[i];
+    for (uint32_t i = 0; i < c->n_old; i++)
+        if (!conf_has_voter_new(c, c->old_members[i]))
+            r->known_peers[r->n_known_peers++] = c->old_members[i];
+}
+
 /* True when the ready's only durable change is the commit index. */
 static bool commit_only(const kl_repl *r)
 {
@@ -842,6 +924,7 @@ static void pump(kl_repl *r)
         }
         if (r->rd.has_snapshot && !install_snapshot(r))
             break; /* failed: never advance past an install that did not happen */
+        conf_peers(r);
         /* Confirmations count from now, before any taken later by reads_early. */
         for (size_t i = 0; i < r->rd.n_reads && live(r); i++)
             reads_confirm(r, &r->rd.reads[i]);
@@ -1221,13 +1304,20 @@ static kl_code check_config(const kl_repl_config *c, size_t *self_slot, kl_err *
             found = true;
             *self_slot = i;
         }
-        if (c->n_members > 1 && (c->peer_urls[i] == NULL || c->peer_urls[i][0] == '\0'))
+        if ((c->n_members > 1 || c->join) && (c->peer_urls[i] == NULL || c->peer_urls[i][0] == '\0'))
             return kl_fail(err, KL_INVALID_ARGUMENT, "peer_urls", "member %llu has no peer URL",
                            (unsigned long long)c->members[i]);
     }
-    if (c->self == 0 || !found)
+    if (c->join && (found || c->join_peer_url == NULL || c->join_peer_url[0] == '\0'))
+        return kl_fail(err, KL_INVALID_ARGUMENT, found ? "self" : "join_peer_url",
+                       found ? "a joining member %llu must not be one of the seed members"
+                             : "a joining member %llu needs its own peer URL",
+                       (unsigned long long)c->self);
+    if (c->self == 0 || (!found && !c->join))
         return kl_fail(err, KL_INVALID_ARGUMENT, "self", "member %llu is not in members",
                        (unsigned long long)c->self);
+    if (c->join)
+        *self_slot = SIZE_MAX;
     uint32_t tick = or_default(c->tick_ms, KL_REPL_DEFAULT_TICK_MS);
     uint32_t election = or_default(c->election_ms, KL_REPL_DEFAULT_ELECTION_MS);
     uint32_t heartbeat = or_default(c->heartbeat_ms, KL_REPL_DEFAULT_HEARTBEAT_MS);
@@ -1287,6 +1377,44 @@ static kl_code load_persisted(kl_repl *r, kl_raft_config *c, kl_err *err)
     return KL_OK;
 }
 
+/* The peer transport (seed members, then the configuration in effect) and the snapshot
+ * streams of a member that is not alone. */
+static kl_code start_links(kl_repl *r, uv_loop_t *loop, const kl_repl_config *cfg, size_t self_slot,
+                           kl_err *err)
+{
+    /* A joining member announces configuration index 0: it has no seed configuration
+     * of its own to compare (peer.h kl_peer_add). */
+    kl_peer_config pc = {.cluster = r->cluster, .partition = cfg->partition,
+                         .self = cfg->self,
+                         .listen_url = cfg->join ? cfg->join_peer_url : cfg->peer_urls[self_slot],
+                         .member_secret = cfg->member_secret,
+                         .max_frame = r->max_frame, .recv = on_recv, .owner = r,
+                         .config_index = cfg->join ? 0 : KL_REPL_CONFIG_INDEX,
+                         .replica_count = cfg->replica_count,
+                         .max_pipes = cfg->peer_max, .idle_ms = cfg->peer_idle_ms};
+    for (size_t i = 0; i < cfg->n_members; i++) {
+        if (i == self_slot)
+            continue;
+        pc.peers[pc.n_peers].id = cfg->members[i];
+        pc.peers[pc.n_peers].url = cfg->peer_urls[i];
+        pc.peers[pc.n_peers].public_key = cfg->public_keys[i];
+        pc.n_peers++;
+        r->known_peers[r->n_known_peers++] = cfg->members[i];
+    }
+    kl_code rc = kl_peer_start(loop, &pc, &r->peer, err);
+    if (rc != KL_OK)
+        return rc;
+    kl_raft_conf latest; /* a stored configuration, not the cluster file, says who */
+    uint64_t latest_index;
+    kl_raft_conf_get(r->raft, &latest, &latest_index, NULL);
+    conf_peers_sync(r, &latest, latest_index);
+    kl_snapwire_io sio = {.ctx = r, .send = sw_send, .report = sw_report, .step = sw_step,
+                          .config = sw_config};
+    if ((rc = kl_snapwire_new(r->store, cfg->self, r->max_frame - FRAME_SLACK, &sio, &r->sw, err)) != KL_OK)
+        return rc;
+    return KL_OK;
+}
+
 kl_code kl_repl_start(uv_loop_t *loop, kl_store *store, const kl_repl_config *cfg,
                       const kl_repl_callbacks *cb, kl_repl **out, kl_err *err)
 {
@@ -1330,6 +1458,17 @@ kl_code kl_repl_start(uv_loop_t *loop, kl_store *store, const kl_repl_config *cf
     rc_.storage = (kl_raft_storage){.ctx = r, .term = st_term, .entries = st_entries};
     if ((rc = load_persisted(r, &rc_, err)) != KL_OK)
         goto fail;
+    if (cfg->join && rc_.conf.n_members == 0) {
+        /* Not a member yet: the seed configuration as the base, without this member, until
+         * the leader's log (a learner entry naming it) or snapshot says otherwise. */
+        memcpy(rc_.conf.members, cfg->members, cfg->n_members * sizeof cfg->members[0]);
+        rc_.conf.n_members = (uint32_t)cfg->n_members;
+        rc_.conf.replica_count = cfg->replica_count;
+    }
+    for (size_t i = 0; i < cfg->n_members; i++) /* the seed; directories override it */
+        if (kl_confstore_member_of(&r->cs, cfg->members[i]) == NULL)
+            kl_confstore_learn_one(&r->cs, cfg->members[i], cfg->peer_urls[i], NULL,
+                                   cfg->public_keys[i]);
     r->stages = kl_stages_new(); /* timing only: runs without it if memory is short */
 
     r->rcap = 2 * rc_.max_pending_reads;
@@ -1344,29 +1483,8 @@ kl_code kl_repl_start(uv_loop_t *loop, kl_store *store, const kl_repl_config *cf
     if ((rc = kl_raft_new(&rc_, &r->raft, err)) != KL_OK)
         goto fail;
 
-    if (cfg->n_members > 1) {
-        kl_peer_config pc = {.cluster = r->cluster, .partition = cfg->partition,
-                             .self = cfg->self, .listen_url = cfg->peer_urls[self_slot],
-                             .member_secret = cfg->member_secret,
-                             .max_frame = r->max_frame, .recv = on_recv, .owner = r,
-                             .config_index = KL_REPL_CONFIG_INDEX,
-                             .replica_count = cfg->replica_count,
-                             .max_pipes = cfg->peer_max, .idle_ms = cfg->peer_idle_ms};
-        for (size_t i = 0; i < cfg->n_members; i++) {
-            if (i == self_slot)
-                continue;
-            pc.peers[pc.n_peers].id = cfg->members[i];
-            pc.peers[pc.n_peers].url = cfg->peer_urls[i];
-            pc.peers[pc.n_peers].public_key = cfg->public_keys[i];
-            pc.n_peers++;
-        }
-        if ((rc = kl_peer_start(loop, &pc, &r->peer, err)) != KL_OK)
-            goto fail;
-        kl_snapwire_io sio = {.ctx = r, .send = sw_send, .report = sw_report, .step = sw_step,
-                              .config = sw_config};
-        if ((rc = kl_snapwire_new(store, cfg->self, r->max_frame - FRAME_SLACK, &sio, &r->sw, err)) != KL_OK)
-            goto fail;
-    }
+    if ((cfg->n_members > 1 || cfg->join) && (rc = start_links(r, loop, cfg, self_slot, err)) != KL_OK)
+        goto fail;
     uv_timer_init(loop, &r->timer);
     r->timer.data = r;
     uv_timer_start(&r->timer, on_tick, tick, tick);
@@ -1374,7 +1492,7 @@ kl_code kl_repl_start(uv_loop_t *loop, kl_store *store, const kl_repl_config *cf
     r->flush.data = r;
     uv_check_start(&r->flush, on_flush);
     r->open_handles = 2;
-    if (cfg->n_members == 1) {
+    if (cfg->n_members == 1 && !cfg->join) {
         /* Alone, no other member can lead: let the election timeout pass at once instead of
          * leaving every restart unavailable for one to two election timeouts. */
         for (uint32_t i = 0; i < 2 * rc_.election_ticks + 1; i++)

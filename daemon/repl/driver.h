@@ -131,6 +131,14 @@ typedef struct kl_repl_config {
     /* Compaction (see "Compaction and snapshots" above): 0 threshold = the defaults of
        common/limits.h; otherwise KL_SNAP_THRESHOLD_MIN <= threshold and trailing < threshold. */
     uint32_t snapshot_threshold, snapshot_trailing;
+    /* A NEW member joining a running partition (ARCHITECTURE.md "Membership in the driver"):
+       self is not among members (the seed members it first contacts, with their URLs and
+       keys), join_peer_url is its own peer URL. It starts from the seed configuration
+       without itself, never campaigns until a configuration makes it a voter, and takes the
+       leader's appends or snapshot once a learner entry naming it reached the members. Once
+       its store holds a configuration, that configuration is the one in effect. */
+    bool join;
+    const char *join_peer_url;
 } kl_repl_config;
 
 /* Defaults for zero fields of kl_repl_config. */

@@ -227,11 +227,16 @@ static void cb_stopped(void *ctx)
 
 /* ---------------------------------------------------------------- fixture */
 
+static int td_seed_n; /* members the cluster file lists (0: all n_mem) */
+static bool td_join[TD_MAX + 1]; /* started as a joining member (kl_repl_config.join) */
+
 static uint32_t td_snap_threshold; /* 0: the driver's default compaction policy */
 
 static void cluster_open(int n, uint32_t rc)
 {
     td_snap_threshold = 0;
+    td_seed_n = 0;
+    memset(td_join, 0, sizeof td_join);
     memset(mem, 0, sizeof mem);
     n_mem = n;
     replica_count = rc;
@@ -253,14 +258,17 @@ static void member_start(int id)
 {
     td_member *m = &mem[id];
     ck_assert(!m->running);
-    kl_repl_config cfg = {.cluster = "unit-driver", .self = m->id, .n_members = (size_t)n_mem,
+    int seeds = td_seed_n ? td_seed_n : n_mem;
+    kl_repl_config cfg = {.cluster = "unit-driver", .self = m->id, .n_members = (size_t)seeds,
                           .replica_count = replica_count, .tick_ms = 10, .election_ms = 500,
                           .heartbeat_ms = 50, .snapshot_threshold = td_snap_threshold,
                           .snapshot_trailing = td_snap_threshold ? 2 : 0};
-    for (int i = 1; i <= n_mem; i++) {
+    for (int i = 1; i <= seeds; i++) {
         cfg.members[i - 1] = (uint64_t)i;
         cfg.peer_urls[i - 1] = mem[i].url;
     }
+    cfg.join = td_join[id];
+    cfg.join_peer_url = m->url;
     kl_repl_callbacks cb = {.ctx = m, .apply = cb_apply, .role = cb_role,
                             .read_ready = cb_read_ready, .read_dropped = cb_read_dropped,
                             .fatal = cb_fatal, .stopped = cb_stopped};
@@ -827,6 +835,97 @@ START_TEST(configuration_survives_compaction_and_restart)
 }
 END_TEST
 
+typedef struct td_conf_is {
+    int id;
+    kl_raft_conf want;
+} td_conf_is;
+
+/* The member's configuration in effect is `want`, committed. */
+static bool conf_is(void *arg)
+{
+    td_conf_is *w = arg;
+    kl_raft_conf c;
+    uint64_t index;
+    bool committed;
+    kl_repl_conf(mem[w->id].repl, &c, &index, &committed);
+    c.n_old = w->want.n_old; /* compare the voters and learners the caller cares about */
+    return committed && c.n_members == w->want.n_members && c.n_learners == w->want.n_learners &&
+           c.replica_count == w->want.replica_count &&
+           !memcmp(c.members, w->want.members, c.n_members * sizeof c.members[0]);
+}
+
+/* Proposes every step towards target on the leader until it is in effect everywhere. */
+static void change_to(int l, const kl_raft_conf *target, const uint8_t *dir, size_t dir_len)
+{
+    for (int step = 0; step < 3; step++) {
+        uint64_t index = 0, leader;
+        kl_err err;
+        kl_code rc;
+        for (int tries = 0; (rc = kl_repl_propose_conf(mem[l].repl, target, dir, dir_len, &index,
+                                                       &leader, &err)) == KL_UNAVAILABLE && tries < 500; tries++)
+            run_for(20); /* the previous step commits, or a learner catches up */
+        ck_assert_msg(rc == KL_OK, "step %d: %s (%s)", step, kl_code_name(rc), err.message);
+        if (index == 0)
+            return; /* target in effect */
+        wait_all_applied(index, 15000);
+    }
+}
+
+/* raft.h "Membership" (b), (e): a NEW member started with an empty store in join mode (not in
+ * the cluster file's members) is added as a learner, takes the leader's log, is promoted
+ * through the joint step and then counts in every commit; the peer transports connect to it
+ * at run time from the directory the learner entry carried; a restart of all three keeps it
+ * a voter. Fails without kl_peer_add on conf_changed (the leader never reaches member 3) or
+ * without the join mode (member 3 refuses to start). */
+START_TEST(new_member_joins_and_is_promoted)
+{
+    cluster_open(3, 2);
+    td_seed_n = 2; /* the cluster file names members 1 and 2 */
+    member_start(1);
+    member_start(2);
+    int l = wait_leader();
+    uint64_t last = propose_many(l, 5);
+    wait_all_applied(last, 10000);
+    uint8_t dir[1024];
+    size_t dir_len = td_directory(3, dir, sizeof dir);
+    kl_raft_conf learner = {.n_members = 2, .replica_count = 2, .members = {1, 2},
+                            .n_learners = 1, .learners = {3}};
+    change_to(l, &learner, dir, dir_len);
+    td_join[3] = true;
+    member_start(3);
+    last = propose_many(l, 5);
+    wait_all_applied(last, 15000); /* member 3 applied everything: it holds the log */
+    kl_raft_conf voters = {.n_members = 3, .replica_count = 2, .members = {1, 2, 3}};
+    change_to(l, &voters, dir, dir_len);
+    for (int i = 1; i <= 3; i++) {
+        td_conf_is w = {.id = i, .want = voters};
+        ck_assert_msg(run_until(conf_is, &w, 10000), "member %d: not 2-of-{1,2,3}", i);
+    }
+    /* 2-of-3 with member 3 counting: stop the other follower, writes still commit. */
+    int other = l == 1 ? 2 : 1;
+    member_stop(other);
+    last = propose_many(l, 5);
+    td_applied a = {.id = 3, .index = last};
+    ck_assert_msg(run_until(member_applied, &a, 10000), "member 3 does not count in commits");
+    member_reopen_store(other);
+    member_start(other);
+    wait_all_applied(last, 10000);
+    restart_all();
+    l = wait_leader();
+    for (int i = 1; i <= 3; i++) {
+        kl_raft_status st;
+        kl_repl_status(mem[i].repl, &st);
+        ck_assert_uint_gt(st.conf_index, 0);
+        td_conf_is w = {.id = i, .want = voters};
+        ck_assert(conf_is(&w));
+    }
+    last = propose_many(l, 5);
+    wait_all_applied(last, 10000);
+    check_consistent();
+    cluster_close();
+}
+END_TEST
+
 START_TEST(read_dropped_when_leadership_lost)
 {
     cluster_open(3, 3);
@@ -1155,6 +1254,7 @@ Suite *suite_driver(void)
     tcase_add_test(t, restart_replays_from_applied);
     tcase_add_test(t, configuration_survives_restart);
     tcase_add_test(t, configuration_survives_compaction_and_restart);
+    tcase_add_test(t, new_member_joins_and_is_promoted);
     tcase_add_test(t, returning_leader_replaces_its_uncommitted_suffix);
     tcase_add_test(t, read_dropped_when_leadership_lost);
     tcase_add_test(t, refuses_bad_frames);
