@@ -217,6 +217,9 @@
 /* Members whose addresses and keys a member remembers from the directories it saw (the
  * configurations of a change in flight name at most 3 x KL_RAFT_MAX_MEMBERS distinct ones). */
 #define KL_MEMBER_MAX_KNOWN (4 * KL_RAFT_MAX_MEMBERS)
+/* How long the leader runs one membership change (its learner's catch-up included) before
+ * it abandons it; the entries already in the log stay, and a retry resumes from them. */
+#define KL_MEMBER_CHANGE_MS 600000u
 /* A configuration blob (a CONF entry's data, 'M'"log_start"'s and a snapshot's
  * configuration): the conf encoding, then a MemberDirectory of every member of both halves. */
 #define KL_MEMBER_CONF_BLOB_MAX \

@@ -1617,6 +1617,11 @@ void kl_repl_conf(const kl_repl *r, kl_raft_conf *conf, uint64_t *index, bool *c
     *committed = *index <= st.commit;
 }
 
+const kl_confstore_member *kl_repl_member(const kl_repl *r, uint64_t id)
+{
+    return kl_confstore_member_of(&r->cs, id);
+}
+
 void kl_repl_counters_get(const kl_repl *r, kl_repl_counters *out) { *out = r->counters; }
 
 const kl_stages *kl_repl_stages(const kl_repl *r) { return r->stages; }

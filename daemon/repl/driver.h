@@ -78,6 +78,7 @@
 #define KL_REPL_DRIVER_H
 
 #include "common/status.h"
+#include "daemon/repl/confstore.h"
 #include "daemon/repl/peer.h"
 #include "daemon/repl/raft.h"
 #include "daemon/repl/stages.h"
@@ -192,6 +193,9 @@ kl_code kl_repl_propose_conf(kl_repl *r, const kl_raft_conf *target, const uint8
 /* The configuration in effect (the latest in the log), its entry's index (0: the stored base
  * or the cluster file's) and whether that index is committed. */
 void kl_repl_conf(const kl_repl *r, kl_raft_conf *conf, uint64_t *index, bool *committed);
+/* What the member directories (or the cluster file's seed) say about member id: its URLs
+ * and key; NULL when nothing. Valid until the next call into the driver. */
+const kl_confstore_member *kl_repl_member(const kl_repl *r, uint64_t id);
 
 typedef struct kl_repl_counters {
     uint64_t refused;      /* received frames dropped by the checks above */
