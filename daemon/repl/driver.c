@@ -1458,9 +1458,12 @@ kl_code kl_repl_start(uv_loop_t *loop, kl_store *store, const kl_repl_config *cf
     rc_.storage = (kl_raft_storage){.ctx = r, .term = st_term, .entries = st_entries};
     if ((rc = load_persisted(r, &rc_, err)) != KL_OK)
         goto fail;
-    if (cfg->join && rc_.conf.n_members == 0) {
-        /* Not a member yet: the seed configuration as the base, without this member, until
-         * the leader's log (a learner entry naming it) or snapshot says otherwise. */
+    if (rc_.conf.n_members == 0 && (cfg->join || r->cs.n_stored > 0)) {
+        /* The seed configuration as the base, passed as a replicated one: a joining member
+         * is not in it, and once the log holds configuration entries this member's vote
+         * may have gone to a member the seed does not name (the core refuses such a vote
+         * against a static member list). A joining member takes the leader's log (a learner
+         * entry naming it) or snapshot. */
         memcpy(rc_.conf.members, cfg->members, cfg->n_members * sizeof cfg->members[0]);
         rc_.conf.n_members = (uint32_t)cfg->n_members;
         rc_.conf.replica_count = cfg->replica_count;
