@@ -1382,14 +1382,16 @@ static kl_code load_persisted(kl_repl *r, kl_raft_config *c, kl_err *err)
 static kl_code start_links(kl_repl *r, uv_loop_t *loop, const kl_repl_config *cfg, size_t self_slot,
                            kl_err *err)
 {
-    /* A joining member announces configuration index 0: it has no seed configuration
-     * of its own to compare (peer.h kl_peer_add). */
+    /* A joining member, and one whose store holds a replicated configuration, announces
+     * configuration index 0: the cluster file is not what says who the members are any
+     * more, so its seed is not compared (peer.h kl_peer_add). */
+    bool replicated = cfg->join || r->cs.n_stored > 0 || r->cs.base.len > 0;
     kl_peer_config pc = {.cluster = r->cluster, .partition = cfg->partition,
                          .self = cfg->self,
                          .listen_url = cfg->join ? cfg->join_peer_url : cfg->peer_urls[self_slot],
                          .member_secret = cfg->member_secret,
                          .max_frame = r->max_frame, .recv = on_recv, .owner = r,
-                         .config_index = cfg->join ? 0 : KL_REPL_CONFIG_INDEX,
+                         .config_index = replicated ? 0 : KL_REPL_CONFIG_INDEX,
                          .replica_count = cfg->replica_count,
                          .max_pipes = cfg->peer_max, .idle_ms = cfg->peer_idle_ms};
     for (size_t i = 0; i < cfg->n_members; i++) {

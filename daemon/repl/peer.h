@@ -237,8 +237,9 @@ void kl_peer_stats(const kl_peer *p, kl_peer_counters *out);
  * dialing it; its hellos are refused from then on (an unknown member). The handshake's
  * configuration check is unchanged: it compares the SEED configuration (the cluster file's, at
  * config_index 1) between members started from the same cluster file; a member started to
- * join announces config_index 0 and is not compared (another index), so the check still
- * catches two members started from different cluster files. Loop thread. */
+ * join, or whose store holds a replicated configuration (the driver decides), announces
+ * config_index 0 and is not compared (another index), so the check still catches two members
+ * of a never-changed partition started from different cluster files. Loop thread. */
 kl_code kl_peer_add(kl_peer *p, uint64_t id, const char *url, const uint8_t *public_key, kl_err *err);
 kl_code kl_peer_remove(kl_peer *p, uint64_t id);
 

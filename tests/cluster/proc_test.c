@@ -1523,8 +1523,8 @@ static bool all_present_once(int acked)
 
 /* Grow a 3-member partition (replica_count 2) by a 4th member that joins with an empty
  * store (keyloadd --join), promote it, then remove member 1, all under a steady write load;
- * kill -9 of every member and a restart from the SEED cluster file (which still names
- * member 1 and not 4) keeps the new configuration {2, 3, 4}; every acknowledged message is
+ * kill -9 of every member and a restart (2 and 3 from the SEED cluster file, which names
+ * member 1 and not 4; 4 from the full file without --join) keeps {2, 3, 4}; every acknowledged message is
  * there once (received from the new leader); a retried remove answers done. */
 static void test_member_grow_and_remove(void)
 {
@@ -1591,7 +1591,11 @@ static void test_member_grow_and_remove(void)
     group_stop_all();
     group_start(1); /* the seed file: a stored configuration, not the file, says who */
     group_start(2);
-    group_pid[3] = proc_exec(argv, log, NULL, PROC_LIFETIME_S);
+    /* Member 4 now without --join, from the full file (which still names member 1): its
+     * stored configuration decides, and members run from different files still connect. */
+    char *argv2[] = {(char *)daemon_bin, "--cluster", full, "--node", "p0m4", "--cluster-secret", secret_file,
+                     NULL};
+    group_pid[3] = proc_exec(argv2, log, NULL, PROC_LIFETIME_S);
     bool ok = false;
     for (int64_t t = now_ms(); !ok && now_ms() - t < 30000; sleep_ms(200))
         ok = members_are(1, three, 3) && members_are(2, three, 3) && members_are(3, three, 3);
