@@ -769,8 +769,8 @@ static cfg_verdict cfg_compare(const kl_peer *p, const uint8_t *c, size_t len, c
     unsigned long long idx = strtoull(theirs + mark, &end, 10);
     if (end == NULL || *end != '-')
         return CFG_OTHER_CLUSTER;
-    if (idx != p->config_index)
-        return CFG_OTHER_INDEX;
+    if (idx != p->config_index || idx == 0)
+        return CFG_OTHER_INDEX; /* index 0: a member with no seed to compare (peer.h kl_peer_add) */
     snprintf(why, cap,
              "replication configuration differs at index %llu (members, peer URLs, keys, "
              "replica_count or partition): digest ours %s, theirs %s",
