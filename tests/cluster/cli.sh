@@ -419,6 +419,21 @@ expect "database limits without options prints the current limits" 0 kl --json d
   ok "limits read back: the cluster's (0), accept attempts null" || bad "limits read: $out"
 expect "database limits --command-id without a limit is a usage error (exit 2)" 2 kl --json database limits --command-id "$(guid)"
 [ "$(jq -r '.error.detail' <<<"$out")" = usage ] && ok "limits: --command-id alone is a usage error" || bad "limits usage: $out"
+# Membership: usage errors, the configuration in effect, a refused change naming its field.
+expect "cluster without members|member is a usage error (exit 2)" 2 kl --json cluster
+expect "cluster members without --partition is a usage error (exit 2)" 2 kl --json cluster members
+expect "cluster member with an unknown op is a usage error (exit 2)" 2 kl --json cluster member frob --partition 0 --id 5
+expect "cluster member add without --peer-url is a usage error (exit 2)" 2 kl --json cluster member add --partition 0 --id 5
+expect "cluster member replace without --old is a usage error (exit 2)" 2 kl --json cluster member replace --partition 0 --id 5 --peer-url tcp://127.0.0.1:1
+expect "cluster member add with a short --public-key is a usage error (exit 2)" 2 kl --json cluster member add --partition 0 --id 5 --peer-url tcp://127.0.0.1:1 --public-key abcd
+expect "cluster members answers the configuration in effect" 0 kl --json cluster members --partition 0
+[ "$(jq -r '.voters | length' <<<"$out")" -ge 1 ] && [ "$(jq -r '.committed' <<<"$out")" != null ] && [ "$(jq -r '.joint' <<<"$out")" = false ] &&
+  ok "members: voters, committed, not joint" || bad "members: $out"
+expect "an add whose replica_count exceeds the target's voters is INVALID_ARGUMENT (exit 1)" 1 kl --json cluster member add --partition 0 --id 5 --peer-url tcp://127.0.0.1:1 --replica-count 5
+[ "$(jq -r '.error.code' <<<"$out")" = INVALID_ARGUMENT ] && [ "$(jq -r '.error.detail' <<<"$out")" = replica_count ] &&
+  ok "add refused naming replica_count" || bad "add replica_count: $out"
+expect "removing a member that is no voter is done already (a retry after it finished)" 0 kl --json cluster member remove --partition 0 --id 99
+[ "$(jq -r '.voters | length' <<<"$out")" -ge 1 ] && ok "remove of a non-voter answers the configuration" || bad "remove non-voter: $out"
 expect "database limits above the cluster's is INVALID_ARGUMENT (exit 1)" 1 kl --json database limits --max-batch-bytes 999999999
 [ "$(jq -r '.error.code' <<<"$out")" = INVALID_ARGUMENT ] && [ "$(jq -r '.error.detail' <<<"$out")" = MaxBatchBytes ] &&
   ok "limit above the cluster's refused naming MaxBatchBytes" || bad "big limit: $out"
