@@ -3,7 +3,8 @@
  * kl_sdk_partition_read for transfer.c's reads on a queue's or a named partition).
  *
  * Routing: the partition's last known leader is tried first (remembered per partition and
- * shared by every thread using the client: from the member that last answered, or a
+ * shared by every thread and every kl_client of the process that opened the same cluster
+ * name: from the member that last answered, or a
  * NOT_LEADER answer naming one), then the members in cluster-file order; a member that
  * answers NOT_LEADER or UNAVAILABLE, or does not answer, is forgotten as leader. A NOT_LEADER
  * answer naming a member of that partition is followed (at most KL_MAX_REDIRECTS times);
@@ -40,9 +41,9 @@ struct kl_client {
     char tenant[KL_SDK_NAME_MAX + 1];
     char database[KL_SDK_NAME_MAX + 1];
     int timeout_ms;
-    pthread_mutex_t mu; /* guards conns, leaders and placements */
+    pthread_mutex_t mu; /* guards conns and placements */
     kl_rpc_client *conns[KL_CLUSTER_MAX_PARTITIONS][KL_CLUSTER_MAX_MEMBERS];
-    int leaders[KL_CLUSTER_MAX_PARTITIONS]; /* member slot + 1 of the last known leader; 0 = none */
+    struct leader_cache *leaders; /* shared with every client of this cluster name */
     /* Queue placements (fixed at creation, so a cached one is wrong only after the queue
      * was deleted and created again elsewhere: the partition then answers NOT_FOUND
      * "wrong_partition" and the entry is dropped). Queues of this client's database. */
@@ -53,6 +54,64 @@ struct kl_client {
     size_t next_placement;
     kl_sdk_principal *principal; /* NULL: requests go unsealed (the local principal) */
 };
+
+/* ------------------------------------------------------------ the process's leader cache
+ *
+ * One cache per cluster name, shared by every kl_client of the process that opened that
+ * cluster (refcounted, freed with the last), so a second client (another thread's, a
+ * CLI's helper, the coordinator's discovery) does not pay the redirect the first already
+ * paid. It remembers each partition's leader by the member's client URL: a client whose
+ * cluster file lists other members for that partition simply finds no match and starts
+ * from its first member. */
+typedef struct leader_cache {
+    struct leader_cache *next;
+    char cluster[KL_NAME_MAX];
+    int refs;                 /* guarded by leader_caches_mu */
+    pthread_mutex_t mu;       /* guards leaders */
+    struct {
+        int partition;        /* partition id; -1 = free */
+        char url[KL_URL_MAX];
+    } leaders[KL_CLUSTER_MAX_PARTITIONS];
+} leader_cache;
+
+static pthread_mutex_t leader_caches_mu = PTHREAD_MUTEX_INITIALIZER;
+static leader_cache *leader_caches;
+
+static leader_cache *leader_cache_acquire(const char *cluster)
+{
+    pthread_mutex_lock(&leader_caches_mu);
+    leader_cache *lc = leader_caches;
+    while (lc != NULL && strcmp(lc->cluster, cluster) != 0)
+        lc = lc->next;
+    if (lc == NULL && (lc = calloc(1, sizeof *lc)) != NULL) {
+        snprintf(lc->cluster, sizeof lc->cluster, "%s", cluster);
+        for (int i = 0; i < KL_CLUSTER_MAX_PARTITIONS; i++)
+            lc->leaders[i].partition = -1;
+        pthread_mutex_init(&lc->mu, NULL);
+        lc->next = leader_caches;
+        leader_caches = lc;
+    }
+    if (lc != NULL)
+        lc->refs++;
+    pthread_mutex_unlock(&leader_caches_mu);
+    return lc;
+}
+
+static void leader_cache_release(leader_cache *lc)
+{
+    if (lc == NULL)
+        return;
+    pthread_mutex_lock(&leader_caches_mu);
+    if (--lc->refs == 0) {
+        leader_cache **pp = &leader_caches;
+        while (*pp != lc)
+            pp = &(*pp)->next;
+        *pp = lc->next;
+        pthread_mutex_destroy(&lc->mu);
+        free(lc);
+    }
+    pthread_mutex_unlock(&leader_caches_mu);
+}
 
 kl_code kl_client_open_principal(const char *cluster_path, const char *database,
                                  int timeout_ms, const char *principal_id, const char *key_path,
@@ -94,7 +153,13 @@ kl_code kl_client_open(const char *cluster_path, const char *database, int timeo
     }
     snprintf(c->database_text, sizeof c->database_text, "%s/%s", c->tenant, c->database);
     c->timeout_ms = timeout_ms > 0 ? timeout_ms : KL_DEFAULT_TIMEOUT_MS;
+    c->leaders = leader_cache_acquire(c->cluster.name);
+    if (c->leaders == NULL) {
+        free(c);
+        return kl_sdk_oom(err);
+    }
     if (pthread_mutex_init(&c->mu, NULL) != 0) {
+        leader_cache_release(c->leaders);
         free(c);
         return kl_fail(err, KL_INTERNAL, "mutex", "cannot create a mutex");
     }
@@ -111,6 +176,7 @@ void kl_client_close(kl_client *c)
             if (c->conns[p][m] != NULL)
                 kl_rpc_client_close(c->conns[p][m]);
     kl_sdk_principal_free(c->principal);
+    leader_cache_release(c->leaders);
     pthread_mutex_destroy(&c->mu);
     free(c);
 }
@@ -157,37 +223,62 @@ static kl_code conn_get(kl_client *c, int pi, const kl_partition *p, int mi, int
     return KL_OK;
 }
 
-/* The member slot of partition slot pi to try first, or -1. */
-static int leader_get(kl_client *c, int pi)
-{
-    pthread_mutex_lock(&c->mu);
-    int mi = c->leaders[pi] - 1;
-    pthread_mutex_unlock(&c->mu);
-    return mi;
-}
-
-static void leader_set(kl_client *c, int pi, int mi)
-{
-    pthread_mutex_lock(&c->mu);
-    c->leaders[pi] = mi + 1;
-    pthread_mutex_unlock(&c->mu);
-}
-
-/* mi did not serve: forget it as leader, unless another thread learned of a leader since. */
-static void leader_forget(kl_client *c, int pi, int mi)
-{
-    pthread_mutex_lock(&c->mu);
-    if (c->leaders[pi] == mi + 1)
-        c->leaders[pi] = 0;
-    pthread_mutex_unlock(&c->mu);
-}
-
 static int member_index(const kl_partition *p, const char *url)
 {
     for (int i = 0; i < p->member_count; i++)
         if (strcmp(p->members[i].client_url, url) == 0)
             return i;
     return -1;
+}
+
+/* The entry of partition id pid (created when `create`), or -1. Called under lc->mu. */
+static int leader_slot(leader_cache *lc, int pid, bool create)
+{
+    int free_slot = -1;
+    for (int i = 0; i < KL_CLUSTER_MAX_PARTITIONS; i++) {
+        if (lc->leaders[i].partition == pid)
+            return i;
+        if (lc->leaders[i].partition < 0 && free_slot < 0)
+            free_slot = i;
+    }
+    if (create && free_slot >= 0)
+        lc->leaders[free_slot].partition = pid;
+    return create ? free_slot : -1;
+}
+
+/* The member slot of partition slot pi to try first, or -1. */
+static int leader_get(kl_client *c, int pi)
+{
+    const kl_partition *p = &c->cluster.partitions[pi];
+    leader_cache *lc = c->leaders;
+    pthread_mutex_lock(&lc->mu);
+    int i = leader_slot(lc, p->id, false);
+    int mi = i >= 0 && lc->leaders[i].url[0] ? member_index(p, lc->leaders[i].url) : -1;
+    pthread_mutex_unlock(&lc->mu);
+    return mi;
+}
+
+static void leader_set(kl_client *c, int pi, int mi)
+{
+    const kl_partition *p = &c->cluster.partitions[pi];
+    leader_cache *lc = c->leaders;
+    pthread_mutex_lock(&lc->mu);
+    int i = leader_slot(lc, p->id, true);
+    if (i >= 0)
+        snprintf(lc->leaders[i].url, sizeof lc->leaders[i].url, "%s", p->members[mi].client_url);
+    pthread_mutex_unlock(&lc->mu);
+}
+
+/* mi did not serve: forget it as leader, unless another caller learned of a leader since. */
+static void leader_forget(kl_client *c, int pi, int mi)
+{
+    const kl_partition *p = &c->cluster.partitions[pi];
+    leader_cache *lc = c->leaders;
+    pthread_mutex_lock(&lc->mu);
+    int i = leader_slot(lc, p->id, false);
+    if (i >= 0 && strcmp(lc->leaders[i].url, p->members[mi].client_url) == 0)
+        lc->leaders[i].url[0] = '\0';
+    pthread_mutex_unlock(&lc->mu);
 }
 
 /* UNAVAILABLE raised by our side of the transport (common/rpc.c) rather than answered by a

@@ -1,5 +1,6 @@
 /* The SDK's leader cache against two scripted members (real kl_rpc_servers on loopback):
- * a client remembers each partition's last leader, shared by every thread using it, so
+ * a client remembers each partition's last leader, shared by every thread using it and
+ * every other client of the process that opened the same cluster, so
  * only the first call meets a follower's NOT_LEADER; a NOT_LEADER naming another member,
  * or an UNAVAILABLE, moves the next calls on. */
 #include "client/keyload.h"
@@ -218,6 +219,40 @@ START_TEST(threads_share_the_cache)
 }
 END_TEST
 
+/* A second client of the same cluster starts where the first one learned: no redirect. */
+START_TEST(clients_of_one_cluster_share_the_cache)
+{
+    kl_client *a = open_client();
+    send_one(a); /* mb[0] redirects, mb[1] serves */
+    kl_client *b = open_client();
+    for (int i = 0; i < 3; i++)
+        send_one(b);
+    ck_assert_int_eq(calls(&mb[0]), 1);
+    ck_assert_int_eq(calls(&mb[1]), 4);
+    kl_client_close(a);
+    kl_client_close(b);
+}
+END_TEST
+
+/* What one client forgets (its cached leader answered UNAVAILABLE) and then learns, the
+ * other uses at once: it never asks the member the first one gave up on. */
+START_TEST(clients_share_what_is_forgotten)
+{
+    kl_client *a = open_client();
+    kl_client *b = open_client();
+    send_one(a); /* mb[0] redirects, mb[1] serves: mb[1] cached */
+    send_one(b); /* straight to mb[1] */
+    atomic_store(&mb[0].mode, LEADS);
+    atomic_store(&mb[1].mode, UNAVAILABLE_ONCE); /* then it follows, naming mb[0] */
+    send_one(a); /* mb[1] refuses and is forgotten; mb[0] serves and is cached */
+    kl_client_close(a);
+    send_one(b); /* straight to mb[0]; a cache of its own would have asked mb[1] first */
+    ck_assert_int_eq(calls(&mb[1]), 3); /* 2 served, 1 refused */
+    ck_assert_int_eq(calls(&mb[0]), 3); /* 1 redirect, 2 served */
+    kl_client_close(b);
+}
+END_TEST
+
 Suite *suite_sdk_leader(void)
 {
     Suite *s = suite_create("sdk_leader");
@@ -228,6 +263,8 @@ Suite *suite_sdk_leader(void)
     tcase_add_test(t, not_leader_moves_the_cache);
     tcase_add_test(t, unavailable_forgets_the_leader);
     tcase_add_test(t, threads_share_the_cache);
+    tcase_add_test(t, clients_of_one_cluster_share_the_cache);
+    tcase_add_test(t, clients_share_what_is_forgotten);
     suite_add_tcase(s, t);
     return s;
 }
