@@ -15,8 +15,9 @@
  * at once or later from the loop thread; the call is freed by that answer. Each held
  * call occupies one of the `contexts`, so at most `contexts` calls are in flight.
  *
- * Client: one nng REQ socket per target URL; calls are blocking, thread-safe (each uses
- * its own nng context) and bounded by a timeout. nng's automatic resend is disabled,
+ * Client: one nng REQ socket per target URL; calls are blocking (kl_rpc_invoke) or driven
+ * by an aio callback (kl_rpc_op, below), thread-safe (each uses its own nng context) and
+ * bounded by a timeout. nng's automatic resend is disabled,
  * so one call sends its request once: a retry is always the caller's decision (with a
  * new request and the same command id). After the first connection, nng reconnects by
  * itself when the connection drops; a call made while disconnected waits for it up to

@@ -93,6 +93,8 @@
 #              only the two cells of the coordinator target, BENCH_ROUNDS times alternating
 #              (client-driven, 32 in flight; a coordinator with the default config),
 #              BENCH_BIN (a directory holding another build's binaries, for A/B runs),
+#              BENCH_COORD_WORKERS (that cell's coordinator with this many workers instead
+#              of the default config),
 #              BENCH_CLI (the CLI to use, default bin/keyload),
 #              BENCH_KEEP=1 keeps the temporary directory (daemon logs, data) for inspection.
 # Every process this script starts is tracked by pid and stopped by pid on exit.
@@ -928,7 +930,7 @@ coord_default_cell() {  # DIR [QUEUE, default cdef]
     echo "bench: coordinator setup (grants, queue cdst) failed:"; tail -n 5 "$d/setup.log"; failed=1; return 1
   fi
   kl4_cli "$d" queue create "$q" --partition 1 "${big[@]}" || { echo "bench: queue $q could not be created"; failed=1; return 1; }
-  coord_cfg "$d" "$cfg"
+  if [ -n "${BENCH_COORD_WORKERS:-}" ]; then coord_cfg "$d" "$cfg" 10 "$BENCH_COORD_WORKERS"; else coord_cfg "$d" "$cfg"; fi
   start_coord "$cfg" "$log" || { failed=1; return 1; }
   # About BENCH_SECONDS of work at the client-driven rate of this run (100..2000 transfers):
   # a coordinator that keeps up drains it in that time; a slower one takes longer, up to 300 s.
