@@ -435,6 +435,7 @@ kl_code kl_client_batch(kl_client *c, const kl_batch *b, kl_receipt **out, kl_er
  * session handshake ends when that handshake does (bounded by the timeout). */
 typedef struct kl_call kl_call;
 typedef void (*kl_call_done_fn)(kl_call *call, void *arg);
+/* The call's status once done ran; err (may be NULL) is written only when it is not KL_OK. */
 kl_code kl_call_result(const kl_call *call, kl_err *err);
 void kl_call_cancel(kl_call *call);
 void kl_call_free(kl_call *call);

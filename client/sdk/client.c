@@ -754,12 +754,12 @@ void kl_call_cancel(kl_call *call)
     kl_rpc_op_cancel(call->op);
 }
 
+/* err is written only on failure, as every blocking call of the SDK does (callers reuse
+ * one kl_err across calls). */
 kl_code kl_call_result(const kl_call *call, kl_err *err)
 {
     if (err != NULL && call->rc != KL_OK)
         *err = call->err;
-    else if (err != NULL)
-        kl_err_clear(err);
     return call->rc;
 }
 

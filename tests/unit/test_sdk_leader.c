@@ -263,6 +263,29 @@ START_TEST(clients_share_what_is_forgotten)
 }
 END_TEST
 
+/* A call that succeeds leaves the caller's kl_err as it was (callers reuse one across
+ * calls and read it only after a failure, as the SDK always allowed). */
+START_TEST(a_success_leaves_err_alone)
+{
+    kl_client *c = open_client();
+    kl_message *m;
+    kl_err err;
+    kl_batch *b;
+    ck_assert_int_eq(kl_batch_new(NULL, &b, &err), KL_OK);
+    ck_assert_int_eq(kl_message_new("x", 1, &m, &err), KL_OK);
+    ck_assert_int_eq(kl_batch_enqueue(b, "q", NULL, m, &err), KL_OK);
+    kl_fail(&err, KL_NOT_FOUND, "earlier", "an earlier failure");
+    kl_receipt *r = NULL;
+    ck_assert_int_eq(kl_client_batch(c, b, &r, &err), KL_OK);
+    ck_assert_str_eq(err.detail, "earlier");
+    ck_assert_int_eq(err.code, KL_NOT_FOUND);
+    kl_receipt_free(r);
+    kl_message_free(m);
+    kl_batch_free(b);
+    kl_client_close(c);
+}
+END_TEST
+
 /* ---- the asynchronous API over the same members */
 
 typedef struct waiter {
@@ -456,6 +479,7 @@ Suite *suite_sdk_leader(void)
     t = tcase_create("sdk_async");
     tcase_add_checked_fixture(t, setup, teardown);
     tcase_set_timeout(t, 30);
+    tcase_add_test(t, a_success_leaves_err_alone);
     tcase_add_test(t, async_batch_follows_a_redirect);
     tcase_add_test(t, async_cancel_after_send_is_unknown_outcome);
     tcase_add_test(t, async_deadline_without_a_waiting_thread);
