@@ -289,7 +289,7 @@ static kl_code start_pool(runner *r, kl_err *err)
     return KL_OK;
 }
 
-/* The worker slots (timers on the loop), the call pool and discovery. */
+/* The worker slots (timers on the loop), the failpoint pool (armed only) and discovery. */
 static kl_code start_workers(runner *r, kl_err *err)
 {
     kl_coord *co = r->co;

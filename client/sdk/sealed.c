@@ -23,8 +23,11 @@
  * expired is replaced before use.
  *
  * Threads: each slot has its own mutex. It guards the counter (allocated and sealed under
- * it, so concurrent calls never share one) and the handshake (one Hello per slot at a
- * time; other callers of that member wait for it). The answer is opened outside the lock
+ * it, so concurrent calls never share one) and the handshake flag (one Hello per slot at
+ * a time; other requests for that member queue as the slot's waiters, holding no thread
+ * and no lock, and are resumed when the Hello ends). Every request is one attempt machine
+ * (kl_sdk_sealed_att) advanced by its call's rpc op (client.c), so the same code serves the
+ * blocking and the asynchronous API. The answer is opened outside the lock
  * with a copy of the session as it was when the request was sealed, so answers may come
  * back in any order and a slot replaced meanwhile does not matter. Copies and the
  * principal's secret key are wiped (sodium_memzero). */
@@ -44,7 +47,7 @@
 #define METHOD_HELLO "keyload.v1.Hello"
 /* A session this close to its end is replaced before use rather than refused in flight. */
 #define SESSION_EXPIRY_MARGIN_MS 250
-/* Sends of one request per call of kl_sdk_sealed_invoke (first try + re-handshakes). */
+/* Sends of one request per attempt (kl_sdk_sealed_att: first try + re-handshakes). */
 #define SEALED_TRIES 3
 
 typedef struct member_slot {
