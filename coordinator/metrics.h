@@ -3,7 +3,7 @@
  *
  * Thread rule: the render runs on the coordinator's loop thread (the endpoint hands it
  * over); it reads kl_coord_stats, which are atomics written by the loop, discovery's thread
- * and the call pool, and the published lane counts under lanes_mu. Labels: status code
+ * and (armed test failpoints only) libuv's pool, and the published lane counts under lanes_mu. Labels: status code
  * names only; never a lane, queue or principal name. */
 #ifndef KL_COORD_METRICS_H
 #define KL_COORD_METRICS_H
