@@ -51,6 +51,7 @@
 #include "keyload/v1/backup.pb-c.h"
 #include "keyload/v1/catalog.pb-c.h"
 #include "keyload/v1/claims.pb-c.h"
+#include "keyload/v1/membership.pb-c.h"
 #include "keyload/v1/query.pb-c.h"
 #include "keyload/v1/queue.pb-c.h"
 #include "keyload/v1/transfer.pb-c.h"
@@ -515,6 +516,15 @@ kl_code kl_client_backup_open(kl_client *c, int partition, Keyload__V1__BackupOp
 kl_code kl_client_backup_chunk(kl_client *c, int partition, uint64_t stream, uint64_t seq,
                                Keyload__V1__BackupChunkAnswer **out, kl_err *err);
 kl_code kl_client_backup_close(kl_client *c, int partition, uint64_t stream, kl_err *err);
+
+/* ---------------------------------------------------------------- membership */
+/* A partition's configuration in effect as its leader knows it (Members), and a membership
+ * change run by the leader (MemberChange: cluster administrators only; see
+ * membership.proto for the ops, the refusals and the retry rule). Answers are the caller's to
+ * free (keyload__v1__member*_answer__free_unpacked). */
+kl_code kl_client_members(kl_client *c, int partition, Keyload__V1__MembersAnswer **out, kl_err *err);
+kl_code kl_client_member_change(kl_client *c, int partition, const Keyload__V1__MemberChangeRequest *req,
+                                Keyload__V1__MemberChangeAnswer **out, kl_err *err);
 /* SetTransferHold on one partition (cluster administrators): CompleteQueueTransfer is
  * refused there (UNAVAILABLE "transfer_hold") until hold_ms of partition time after the
  * hold's entry; 0 releases it. *until_unix_ms: the partition time it ends at (0 released). */

@@ -210,6 +210,20 @@
 /* A configuration entry's encoding: an 8-byte header, then voters, learners and outgoing
  * voters as u64 ids (daemon/repl/raft_conf.c). */
 #define KL_RAFT_CONF_MAX_BYTES (8 + 3 * 8 * KL_RAFT_MAX_MEMBERS)
+/* A member URL in a configuration's member directory (membership.proto MemberInfo). */
+#define KL_MEMBER_URL_MAX 160
+/* One MemberInfo encoded: id (tag + varint), two URLs and a key (tag + length + bytes). */
+#define KL_MEMBER_INFO_MAX (1 + 10 + 2 * (1 + 2 + KL_MEMBER_URL_MAX) + 1 + 1 + 32)
+/* Members whose addresses and keys a member remembers from the directories it saw (the
+ * configurations of a change in flight name at most 3 x KL_RAFT_MAX_MEMBERS distinct ones). */
+#define KL_MEMBER_MAX_KNOWN (4 * KL_RAFT_MAX_MEMBERS)
+/* How long the leader runs one membership change (its learner's catch-up included) before
+ * it abandons it; the entries already in the log stay, and a retry resumes from them. */
+#define KL_MEMBER_CHANGE_MS 600000u
+/* A configuration blob (a CONF entry's data, 'M'"log_start"'s and a snapshot's
+ * configuration): the conf encoding, then a MemberDirectory of every member of both halves. */
+#define KL_MEMBER_CONF_BLOB_MAX \
+    (KL_RAFT_CONF_MAX_BYTES + KL_RAFT_MAX_MEMBERS * (1 + 2 + KL_MEMBER_INFO_MAX))
 #define KL_PEER_MAX_PEERS 9
 #define KL_PEER_MAX_CLUSTER 255
 #define KL_PEER_AUTH_CLUSTER_MAX 255
@@ -242,6 +256,8 @@ _Static_assert(KL_CLUSTER_MAX_MEMBERS <= KL_RAFT_MAX_MEMBERS, "a partition's mem
 _Static_assert(KL_RAFT_MAX_MEMBERS <= 32, "raft.c keeps one bit per member in a uint32_t");
 /* A configuration entry encodes each count in one byte (raft_conf.c). */
 _Static_assert(KL_RAFT_MAX_MEMBERS <= 255, "configuration counts fit a byte");
+_Static_assert(KL_MEMBER_CONF_BLOB_MAX <= KL_SNAP_CONFIG_MAX,
+               "a configuration with its member directory fits a snapshot's configuration");
 _Static_assert(KL_RAFT_MAX_CONF_HISTORY >= 3, "a change in flight needs its entry and two predecessors");
 _Static_assert(KL_CLUSTER_MAX_MEMBERS <= KL_PEER_MAX_PEERS, "a partition's members fit the peer table");
 /* A cluster name (a KL_NAME_MAX buffer with its NUL) fits the session Hello and the peer

@@ -416,6 +416,7 @@ static void usage(void)
                     "                [--cluster-secret FILE] [--member-key FILE] [--init-store]\n"
                     "                [--disk-reserve-mb N] [--metrics-addr HOST:PORT]\n"
                     "                [--metrics-token-file FILE] [--restore-from DIR/partition-P]\n"
+                    "                [--join]\n"
                     "       keyloadd keygen --help\n"
                     "  --init-store  create this member's store in an empty data directory. Pass it\n"
                     "                on the member's first start only: without it an empty or wiped\n"
@@ -433,7 +434,13 @@ static void usage(void)
                     "                localhost; an address that is not loopback (127.0.0.0/8, ::1,\n"
                     "                localhost) needs a token file, else keyloadd exits 2.\n"
                     "  --metrics-token-file FILE  the bearer token scrapers must send, instead of\n"
-                    "                the member's \"metrics_token_file\" in the cluster file.\n",
+                    "                the member's \"metrics_token_file\" in the cluster file.\n"
+                    "  --join        this member is new to its partition (with --init-store on an\n"
+                    "                empty directory): the partition's other members in the cluster\n"
+                    "                file are the running ones it first contacts; it takes their log\n"
+                    "                once a membership change made it a learner, and never\n"
+                    "                campaigns before a configuration makes it a voter. Keep passing\n"
+                    "                it until the change finished (docs/MEMBERSHIP.md).\n",
             DISK_RESERVE_MB_DEFAULT);
 }
 
@@ -442,6 +449,7 @@ typedef struct daemon_args {
     const char *cluster_secret_file, *member_key_file;
     const char *metrics_addr, *metrics_token_file; /* NULL: the cluster file's */
     bool init_store;
+    bool join;
     uint64_t disk_reserve_mb;
     const char *restore_from;
 } daemon_args;
@@ -460,6 +468,7 @@ static int parse_args(int argc, char **argv, daemon_args *a)
         {"metrics-addr", required_argument, NULL, 'm'},
         {"metrics-token-file", required_argument, NULL, 't'},
         {"restore-from", required_argument, NULL, 'R'},
+        {"join", no_argument, NULL, 'j'},
         {"help", no_argument, NULL, 'h'},          {NULL, 0, NULL, 0}};
     int ch;
     while ((ch = getopt_long(argc, argv, "", opts, NULL)) != -1) {
@@ -471,6 +480,7 @@ static int parse_args(int argc, char **argv, daemon_args *a)
         case 's': a->cluster_secret_file = optarg; break;
         case 'k': a->member_key_file = optarg; break;
         case 'i': a->init_store = true; break;
+        case 'j': a->join = true; break;
         case 'm': a->metrics_addr = optarg; break;
         case 't': a->metrics_token_file = optarg; break;
         case 'R': a->restore_from = optarg; break;
@@ -570,7 +580,8 @@ static kl_code open_node(daemon_state *d, const kl_cluster *cluster, int partiti
 }
 
 static void repl_config(kl_repl_config *rcfg, const kl_cluster *cluster, int partition,
-                        const kl_partition *part, const kl_member *me, const daemon_state *d)
+                        const kl_partition *part, const kl_member *me, const daemon_state *d,
+                        bool join)
 {
     *rcfg = (kl_repl_config){.cluster = cluster->name, .partition = partition, .self = (uint64_t)me->id,
                            .replica_count = (uint32_t)cluster->replica_count,
@@ -586,6 +597,20 @@ static void repl_config(kl_repl_config *rcfg, const kl_cluster *cluster, int par
        member of the partition has a public_key (daemon/repl/peer.h). */
     rcfg->member_secret = d->keys != NULL && d->keys->has_member_key ? d->keys->member_secret : NULL;
     rcfg->n_members = (size_t)part->member_count;
+    if (join) { /* the seed is the others: this member is not in the configuration yet */
+        size_t k = 0;
+        for (size_t i = 0; i < rcfg->n_members; i++) {
+            if (rcfg->members[i] == (uint64_t)me->id)
+                continue;
+            rcfg->members[k] = rcfg->members[i];
+            rcfg->peer_urls[k] = rcfg->peer_urls[i];
+            rcfg->public_keys[k] = rcfg->public_keys[i];
+            k++;
+        }
+        rcfg->n_members = k;
+        rcfg->join = true;
+        rcfg->join_peer_url = me->peer_url;
+    }
     rcfg->peer_max = cluster->conn.peer_max;
     rcfg->peer_idle_ms = cluster->conn.peer_idle_ms;
     rcfg->snapshot_threshold = cluster->snapshot.threshold_entries;
@@ -762,7 +787,7 @@ int main(int argc, char **argv)
     }
     const kl_partition *part = kl_cluster_find_partition(&cluster, partition);
     kl_repl_config rcfg;
-    repl_config(&rcfg, &cluster, partition, part, me, &d);
+    repl_config(&rcfg, &cluster, partition, part, me, &d, a.join);
     kl_repl_callbacks cb = {.ctx = &d, .apply = repl_apply, .role = repl_role,
                             .read_ready = repl_read_ready, .read_dropped = repl_read_dropped,
                             .fatal = repl_fatal};

@@ -234,6 +234,7 @@ int cli_cmd_receive(cli *c, int argc, char **argv);
 int cli_cmd_ack(cli *c, int argc, char **argv);
 int cli_cmd_release(cli *c, int argc, char **argv);
 int cli_cmd_cluster_status(cli *c, int argc, char **argv);
+int cli_cmd_cluster(cli *c, int argc, char **argv);
 int cli_cmd_transfer(cli *c, int argc, char **argv);
 int cli_cmd_sql(cli *c, int argc, char **argv);
 

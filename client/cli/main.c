@@ -61,7 +61,10 @@ static const char HELP[] =
     "                  statements holding tokens belong in @FILE or - (stdin)\n"
     "  cluster-status [--json]   every member's role, term and indexes, per partition\n"
     "  cluster-status --wait-ready NODE [--wait-ms MS]\n"
-    "                  wait until NODE follows its leader and caught up (rolling restarts)\n"
+    "                  wait until NODE follows its leader and caught up (rolling restarts)\n"    "  cluster members --partition P   the configuration in effect: voters, learners,\n"
+    "                  replica_count, joint or not, the member directory (any member's view)\n"
+    "  cluster member add|remove|replace --partition P ...   a membership change run by\n"
+    "                  the leader (cluster administrators); waits until it finished\n"
     "\n"
     "Every command that changes something takes --command-id GUID (default: a fresh random\n"
     "id) and prints it with its receipt. Replaying the same command id with the same\n"
@@ -149,5 +152,7 @@ int main(int argc, char **argv)
         return cli_cmd_sql(&c, rest_argc, rest);
     if (strcmp(cmd, "cluster-status") == 0)
         return cli_cmd_cluster_status(&c, rest_argc, rest);
+    if (strcmp(cmd, "cluster") == 0)
+        return cli_cmd_cluster(&c, rest_argc, rest);
     return cli_usage(&c, "unknown command '%s'", cmd);
 }

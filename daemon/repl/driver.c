@@ -18,6 +18,7 @@
 #include "common/failpoint.h"
 #include "common/log.h"
 #include "common/proto_check.h"
+#include "daemon/repl/confstore.h"
 #include "daemon/repl/peer.h"
 #include "daemon/repl/snapwire.h"
 #include "daemon/repl/stages.h"
@@ -54,6 +55,8 @@ typedef struct persist_job {
     size_t n_items, cap_items;
     uint8_t *noops; /* NOOP_MAX bytes per entry slot, for no-op encodings */
     size_t cap_noops;
+    uint8_t *confs[KL_RAFT_MAX_CONF_HISTORY]; /* stored records of CONF entries (confstore.h) */
+    size_t n_confs;
     kl_code rc;
     kl_err err;
 } persist_job;
@@ -71,6 +74,9 @@ struct kl_repl {
     kl_raft *raft;
     kl_peer *peer; /* NULL when alone, after a failure or after stop */
     kl_snapwire *sw; /* snapshot streams (NULL when alone) */
+    kl_confstore cs; /* stored and applied configurations (confstore.h) */
+    uint64_t known_peers[3 * KL_RAFT_MAX_MEMBERS]; /* members the peer knows (conf_peers) */
+    size_t n_known_peers;
     uint32_t snap_threshold, snap_trailing; /* compaction policy (driver.h) */
     uv_timer_t timer;
     uv_check_t flush; /* once per loop iteration, after I/O: see on_flush */
@@ -249,7 +255,7 @@ static kl_code st_entries(void *ctx, uint64_t lo, uint64_t hi, size_t max_bytes,
         uint64_t term = 0, index = 0;
         uint32_t type = 0;
         if (rc == KL_OK && (!log_header(buf, len, false, &term, &index, &type) || term == 0 ||
-                            index != i || type > KL_RAFT_ENTRY_NOOP)) {
+                            index != i || type > KL_RAFT_ENTRY_CONF)) {
             KL_ERROR("raft log entry does not decode", "index=%llu", (unsigned long long)i);
             free(buf);
             rc = KL_INTERNAL;
@@ -260,7 +266,22 @@ static kl_code st_entries(void *ctx, uint64_t lo, uint64_t hi, size_t max_bytes,
             *n = 0;
             return rc;
         }
-        size_t dlen = type == KL_RAFT_ENTRY_NORMAL ? len : 0;
+        if (type == KL_RAFT_ENTRY_CONF) { /* the core's data is the blob inside */
+            uint8_t *blob = NULL;
+            size_t blen = 0;
+            rc = kl_confstore_blob_of(buf, len, &blob, &blen);
+            free(buf);
+            if (rc != KL_OK) {
+                KL_ERROR("raft configuration entry does not decode", "index=%llu", (unsigned long long)i);
+                for (size_t j = 0; j < got; j++)
+                    free(out[j].data);
+                *n = 0;
+                return rc;
+            }
+            buf = blob;
+            len = blen;
+        }
+        size_t dlen = type == KL_RAFT_ENTRY_NOOP ? 0 : len;
         if (got > 0 && bytes + dlen > max_bytes) {
             free(buf);
             break;
@@ -279,6 +300,12 @@ static kl_code st_entries(void *ctx, uint64_t lo, uint64_t hi, size_t max_bytes,
     return KL_OK;
 }
 
+static kl_code st_last_conf(void *ctx, uint64_t hi, uint64_t *index)
+{
+    *index = kl_confstore_last(&((kl_repl *)ctx)->cs, hi);
+    return KL_OK;
+}
+
 /* ---------------------------------------------------------------- lifecycle helpers */
 
 static void pump(kl_repl *r);
@@ -288,6 +315,9 @@ static void free_all(kl_repl *r)
 {
     kl_snapwire_free(r->sw);
     kl_raft_free(r->raft);
+    kl_confstore_free(&r->cs);
+    for (size_t i = 0; i < r->job.n_confs; i++)
+        free(r->job.confs[i]);
     kl_stages_free(r->stages);
     free(r->job.items);
     free(r->job.noops);
@@ -538,7 +568,14 @@ static void apply_one(kl_repl *r, const kl_raft_entry *e)
 {
     assert(e->index == r->applied + 1);
     kl_raft_entry view = *e;
-    if (view.type == KL_RAFT_ENTRY_NOOP) {
+    if (view.type == KL_RAFT_ENTRY_CONF && !kl_confstore_applied(&r->cs, e->index, e->data, e->len)) {
+        kl_err err;
+        kl_fail(&err, KL_INTERNAL, "memory", "out of memory recording a configuration");
+        fail(r, &err);
+        return;
+    }
+    /* The state machine sees a configuration like a no-op: only the driver keeps it. */
+    if (view.type == KL_RAFT_ENTRY_NOOP || view.type == KL_RAFT_ENTRY_CONF) {
         view.data = NULL;
         view.len = 0;
     }
@@ -606,6 +643,32 @@ static void finish_round(kl_repl *r)
         note_commit(r);
 }
 
+/* The job's write completed: the stored log's CONF entries follow it (confstore.h). */
+static void conf_job_done(kl_repl *r, persist_job *j)
+{
+    if (j->truncate_from > 0)
+        kl_confstore_truncated(&r->cs, j->truncate_from);
+    for (size_t i = 0; i < r->rd.n_entries; i++)
+        if (r->rd.entries[i].type == KL_RAFT_ENTRY_CONF)
+            kl_confstore_stored(&r->cs, r->rd.entries[i].index);
+    for (size_t i = 0; i < j->n_confs; i++)
+        free(j->confs[i]);
+    j->n_confs = 0;
+}
+
+/* The stored record of a CONF entry (confstore.h), owned by the job until its write ends. */
+static bool job_conf(persist_job *j, const kl_raft_entry *e, kl_store_log_item *it)
+{
+    if (j->n_confs >= KL_RAFT_MAX_CONF_HISTORY)
+        return false; /* the core keeps fewer past its snapshot point: cannot happen */
+    uint8_t *b = kl_confstore_record(e->term, e->index, e->data, e->len, &it->len);
+    if (b == NULL)
+        return false;
+    j->confs[j->n_confs++] = b;
+    it->bytes = b;
+    return true;
+}
+
 static void persist_run(uv_work_t *w)
 {
     persist_job *j = w->data;
@@ -635,6 +698,7 @@ static void persist_after(uv_work_t *w, int status)
     r->counters.persists++;
     for (size_t i = 0; i < j->n_items; i++) /* metrics: what this member appended */
         r->counters.entries_appended++, r->counters.bytes_appended += j->items[i].len;
+    conf_job_done(r, j);
     note_job(r, KL_STAGE_PERSIST_DONE);
     r->pumping = true;
     finish_round(r);
@@ -677,6 +741,9 @@ static bool job_fill(kl_repl *r)
             uint8_t *b = j->noops + i * NOOP_MAX;
             it->bytes = b;
             it->len = encode_noop(e->term, e->index, b);
+        } else if (e->type == KL_RAFT_ENTRY_CONF) {
+            if (!job_conf(j, e, it))
+                return false;
         } else {
             /* Proposals and received entries were checked to be LogEntry bytes of this
              * term and index (kl_repl_propose, check_entry). */
@@ -687,6 +754,23 @@ static bool job_fill(kl_repl *r)
     }
     j->n_items = rd->n_entries;
     return true;
+}
+
+/* After an install the log is gone and the configuration is the snapshot's, as
+ * kl_store_install stored it in 'M'"log_start" (raft.h "Membership" (c)). */
+static bool install_conf(kl_repl *r, uint64_t index, kl_err *err)
+{
+    uint64_t first, prev_term;
+    uint8_t *b = NULL;
+    size_t n = 0;
+    if (kl_store_log_start(r->store, &first, &prev_term, &b, &n, err) != KL_OK)
+        return false;
+    kl_confstore_truncated(&r->cs, index + 1);
+    bool ok = kl_confstore_rebase(&r->cs, index, b, b != NULL ? n : 0);
+    free(b);
+    if (!ok)
+        kl_fail(err, KL_INTERNAL, "memory", "out of memory recording a configuration");
+    return ok;
 }
 
 /* A ready with has_snapshot (raft.h "Snapshots and compaction"), before anything else of
@@ -722,6 +806,10 @@ static bool install_snapshot(kl_repl *r)
         r->durable_term = h.term;
         r->durable_vote = h.vote;
     }
+    if (!install_conf(r, sn->index, &err)) {
+        fail(r, &err);
+        return false;
+    }
     r->applied = sn->index;
     r->applied_term = sn->term;
     if (r->seen_commit < sn->index)
@@ -731,6 +819,86 @@ static bool install_snapshot(kl_repl *r)
             (unsigned long long)r->self, (unsigned long long)sn->index, (unsigned long long)sn->term,
             (unsigned long long)rd->snapshot_from, (double)(kl_stages_now() - t0) / 1e6);
     return true;
+}
+
+static bool conf_has_voter_new(const kl_raft_conf *c, uint64_t id)
+{
+    for (uint32_t i = 0; i < c->n_members; i++)
+        if (c->members[i] == id)
+            return true;
+    return false;
+}
+
+static bool conf_has(const kl_raft_conf *c, uint64_t id)
+{
+    for (uint32_t i = 0; i < c->n_members; i++)
+        if (c->members[i] == id)
+            return true;
+    for (uint32_t i = 0; i < c->n_learners; i++)
+        if (c->learners[i] == id)
+            return true;
+    for (uint32_t i = 0; i < c->n_old; i++)
+        if (c->old_members[i] == id)
+            return true;
+    return false;
+}
+
+/* Adds one member of the configuration in effect to the peer transport; a member whose
+ * address or key no directory gave is logged and left out (it dials us if its id is
+ * higher; otherwise the change that added it carried no directory entry for it). */
+static void conf_peer_add(kl_repl *r, uint64_t id)
+{
+    const kl_confstore_member *m = kl_confstore_member_of(&r->cs, id);
+    kl_err err;
+    if (kl_peer_add(r->peer, id, m ? m->peer_url : NULL, m && m->has_key ? m->public_key : NULL,
+                    &err) != KL_OK)
+        KL_WARN("member not reachable", "member=%llu peer=%llu error=\"%s\"",
+                (unsigned long long)r->self, (unsigned long long)id, err.message);
+}
+
+static void conf_peers_sync(kl_repl *r, const kl_raft_conf *c, uint64_t index);
+
+/* raft.h "Membership" (b): the ready's entries may name new members (their directory is
+ * learnt first); on conf_changed the peer transport follows the configuration in effect:
+ * it connects to every member of either half and every learner, and drops the others. */
+static void conf_peers(kl_repl *r)
+{
+    const kl_raft_ready *rd = &r->rd;
+    for (size_t i = 0; i < rd->n_entries; i++)
+        if (rd->entries[i].type == KL_RAFT_ENTRY_CONF)
+            kl_confstore_learn(&r->cs, rd->entries[i].data, rd->entries[i].len);
+    if (rd->conf_changed)
+        conf_peers_sync(r, &rd->conf, rd->conf_index);
+}
+
+/* The peer transport follows configuration c (see conf_peers). */
+static void conf_peers_sync(kl_repl *r, const kl_raft_conf *c, uint64_t index)
+{
+    if (r->peer == NULL)
+        return;
+    KL_INFO("configuration in effect", "member=%llu index=%llu voters=%u learners=%u old=%u "
+            "replica_count=%u", (unsigned long long)r->self, (unsigned long long)index,
+            c->n_members, c->n_learners, c->n_old, c->replica_count);
+    for (uint32_t i = 0; i < c->n_members; i++)
+        if (c->members[i] != r->self)
+            conf_peer_add(r, c->members[i]);
+    for (uint32_t i = 0; i < c->n_learners; i++)
+        if (c->learners[i] != r->self)
+            conf_peer_add(r, c->learners[i]);
+    for (uint32_t i = 0; i < c->n_old; i++)
+        if (c->old_members[i] != r->self)
+            conf_peer_add(r, c->old_members[i]);
+    for (size_t i = 0; i < r->n_known_peers; i++)
+        if (!conf_has(c, r->known_peers[i]))
+            (void)kl_peer_remove(r->peer, r->known_peers[i]);
+    r->n_known_peers = 0;
+    for (uint32_t i = 0; i < c->n_members; i++)
+        r->known_peers[r->n_known_peers++] = c->members[i];
+    for (uint32_t i = 0; i < c->n_learners; i++)
+        r->known_peers[r->n_known_peers++] = c->learners[i];
+    for (uint32_t i = 0; i < c->n_old; i++)
+        if (!conf_has_voter_new(c, c->old_members[i]))
+            r->known_peers[r->n_known_peers++] = c->old_members[i];
 }
 
 /* True when the ready's only durable change is the commit index. */
@@ -756,6 +924,7 @@ static void pump(kl_repl *r)
         }
         if (r->rd.has_snapshot && !install_snapshot(r))
             break; /* failed: never advance past an install that did not happen */
+        conf_peers(r);
         /* Confirmations count from now, before any taken later by reads_early. */
         for (size_t i = 0; i < r->rd.n_reads && live(r); i++)
             reads_confirm(r, &r->rd.reads[i]);
@@ -900,6 +1069,8 @@ static bool check_entry(const Keyload__V1__RaftEntry *e)
         return false;
     if (e->type == KL_RAFT_ENTRY_NOOP)
         return e->data.len == 0;
+    if (e->type == KL_RAFT_ENTRY_CONF) /* a configuration and its member directory */
+        return kl_confstore_blob_ok(e->data.data, e->data.len, NULL);
     if (e->type != KL_RAFT_ENTRY_NORMAL || e->data.len == 0)
         return false;
     uint64_t term, index;
@@ -1024,6 +1195,15 @@ static void sw_report(void *ctx, uint64_t to, bool ok)
         fail_core(r, "report_snapshot");
 }
 
+/* A stream reads the applied state: it carries the configuration as of the applied index
+ * (raft.h "Snapshots and compaction": a later index than the core asked for carries the
+ * latest CONF entry at or below it). */
+static void sw_config(void *ctx, const uint8_t **blob, size_t *len)
+{
+    kl_repl *r = ctx;
+    kl_confstore_at(&r->cs, r->applied, blob, len);
+}
+
 static bool sw_step(void *ctx, const kl_raft_msg *m)
 {
     kl_repl *r = ctx;
@@ -1064,7 +1244,11 @@ static void maybe_compact(kl_repl *r)
         fail_core(r, "compact");
         return;
     }
-    if (kl_store_compact_log(r->store, upto + 1, NULL, 0, &err) != KL_OK) {
+    const uint8_t *blob;
+    size_t blen;
+    kl_confstore_at(&r->cs, upto, &blob, &blen); /* raft.h "Membership" (c) */
+    if (kl_store_compact_log(r->store, upto + 1, blob, blen, &err) != KL_OK ||
+        !kl_confstore_rebase(&r->cs, upto, blob, blen)) {
         fail(r, &err);
         return;
     }
@@ -1120,13 +1304,20 @@ static kl_code check_config(const kl_repl_config *c, size_t *self_slot, kl_err *
             found = true;
             *self_slot = i;
         }
-        if (c->n_members > 1 && (c->peer_urls[i] == NULL || c->peer_urls[i][0] == '\0'))
+        if ((c->n_members > 1 || c->join) && (c->peer_urls[i] == NULL || c->peer_urls[i][0] == '\0'))
             return kl_fail(err, KL_INVALID_ARGUMENT, "peer_urls", "member %llu has no peer URL",
                            (unsigned long long)c->members[i]);
     }
-    if (c->self == 0 || !found)
+    if (c->join && (found || c->join_peer_url == NULL || c->join_peer_url[0] == '\0'))
+        return kl_fail(err, KL_INVALID_ARGUMENT, found ? "self" : "join_peer_url",
+                       found ? "a joining member %llu must not be one of the seed members"
+                             : "a joining member %llu needs its own peer URL",
+                       (unsigned long long)c->self);
+    if (c->self == 0 || (!found && !c->join))
         return kl_fail(err, KL_INVALID_ARGUMENT, "self", "member %llu is not in members",
                        (unsigned long long)c->self);
+    if (c->join)
+        *self_slot = SIZE_MAX;
     uint32_t tick = or_default(c->tick_ms, KL_REPL_DEFAULT_TICK_MS);
     uint32_t election = or_default(c->election_ms, KL_REPL_DEFAULT_ELECTION_MS);
     uint32_t heartbeat = or_default(c->heartbeat_ms, KL_REPL_DEFAULT_HEARTBEAT_MS);
@@ -1170,6 +1361,12 @@ static kl_code load_persisted(kl_repl *r, kl_raft_config *c, kl_err *err)
     if ((rc = kl_store_log_start(r->store, &first, &prev_term, &conf_bytes, &conf_len, err)) != KL_OK)
         return rc;
     free(conf_bytes);
+    /* Once a configuration is stored (at the snapshot point or in the log), it, not the
+     * cluster file, is the member set: the core takes the base and finds the log's CONF
+     * entries through storage.last_conf (raft.h "Membership" (c), (d)). */
+    if ((rc = kl_confstore_load(&r->cs, r->store, c->applied, &c->conf, err)) != KL_OK)
+        return rc;
+    c->storage.last_conf = st_last_conf;
     c->snap_index = first - 1;
     c->snap_term = prev_term;
     if (r->applied > 0 && r->applied == c->snap_index)
@@ -1177,6 +1374,44 @@ static kl_code load_persisted(kl_repl *r, kl_raft_config *c, kl_err *err)
     else if (r->applied > 0 && st_term(r, r->applied, &r->applied_term) != KL_OK)
         return kl_fail(err, KL_INTERNAL, "log", "cannot read the term of applied entry %llu",
                        (unsigned long long)r->applied);
+    return KL_OK;
+}
+
+/* The peer transport (seed members, then the configuration in effect) and the snapshot
+ * streams of a member that is not alone. */
+static kl_code start_links(kl_repl *r, uv_loop_t *loop, const kl_repl_config *cfg, size_t self_slot,
+                           kl_err *err)
+{
+    /* A joining member announces configuration index 0: it has no seed configuration
+     * of its own to compare (peer.h kl_peer_add). */
+    kl_peer_config pc = {.cluster = r->cluster, .partition = cfg->partition,
+                         .self = cfg->self,
+                         .listen_url = cfg->join ? cfg->join_peer_url : cfg->peer_urls[self_slot],
+                         .member_secret = cfg->member_secret,
+                         .max_frame = r->max_frame, .recv = on_recv, .owner = r,
+                         .config_index = cfg->join ? 0 : KL_REPL_CONFIG_INDEX,
+                         .replica_count = cfg->replica_count,
+                         .max_pipes = cfg->peer_max, .idle_ms = cfg->peer_idle_ms};
+    for (size_t i = 0; i < cfg->n_members; i++) {
+        if (i == self_slot)
+            continue;
+        pc.peers[pc.n_peers].id = cfg->members[i];
+        pc.peers[pc.n_peers].url = cfg->peer_urls[i];
+        pc.peers[pc.n_peers].public_key = cfg->public_keys[i];
+        pc.n_peers++;
+        r->known_peers[r->n_known_peers++] = cfg->members[i];
+    }
+    kl_code rc = kl_peer_start(loop, &pc, &r->peer, err);
+    if (rc != KL_OK)
+        return rc;
+    kl_raft_conf latest; /* a stored configuration, not the cluster file, says who */
+    uint64_t latest_index;
+    kl_raft_conf_get(r->raft, &latest, &latest_index, NULL);
+    conf_peers_sync(r, &latest, latest_index);
+    kl_snapwire_io sio = {.ctx = r, .send = sw_send, .report = sw_report, .step = sw_step,
+                          .config = sw_config};
+    if ((rc = kl_snapwire_new(r->store, cfg->self, r->max_frame - FRAME_SLACK, &sio, &r->sw, err)) != KL_OK)
+        return rc;
     return KL_OK;
 }
 
@@ -1223,6 +1458,17 @@ kl_code kl_repl_start(uv_loop_t *loop, kl_store *store, const kl_repl_config *cf
     rc_.storage = (kl_raft_storage){.ctx = r, .term = st_term, .entries = st_entries};
     if ((rc = load_persisted(r, &rc_, err)) != KL_OK)
         goto fail;
+    if (cfg->join && rc_.conf.n_members == 0) {
+        /* Not a member yet: the seed configuration as the base, without this member, until
+         * the leader's log (a learner entry naming it) or snapshot says otherwise. */
+        memcpy(rc_.conf.members, cfg->members, cfg->n_members * sizeof cfg->members[0]);
+        rc_.conf.n_members = (uint32_t)cfg->n_members;
+        rc_.conf.replica_count = cfg->replica_count;
+    }
+    for (size_t i = 0; i < cfg->n_members; i++) /* the seed; directories override it */
+        if (kl_confstore_member_of(&r->cs, cfg->members[i]) == NULL)
+            kl_confstore_learn_one(&r->cs, cfg->members[i], cfg->peer_urls[i], NULL,
+                                   cfg->public_keys[i]);
     r->stages = kl_stages_new(); /* timing only: runs without it if memory is short */
 
     r->rcap = 2 * rc_.max_pending_reads;
@@ -1237,28 +1483,8 @@ kl_code kl_repl_start(uv_loop_t *loop, kl_store *store, const kl_repl_config *cf
     if ((rc = kl_raft_new(&rc_, &r->raft, err)) != KL_OK)
         goto fail;
 
-    if (cfg->n_members > 1) {
-        kl_peer_config pc = {.cluster = r->cluster, .partition = cfg->partition,
-                             .self = cfg->self, .listen_url = cfg->peer_urls[self_slot],
-                             .member_secret = cfg->member_secret,
-                             .max_frame = r->max_frame, .recv = on_recv, .owner = r,
-                             .config_index = KL_REPL_CONFIG_INDEX,
-                             .replica_count = cfg->replica_count,
-                             .max_pipes = cfg->peer_max, .idle_ms = cfg->peer_idle_ms};
-        for (size_t i = 0; i < cfg->n_members; i++) {
-            if (i == self_slot)
-                continue;
-            pc.peers[pc.n_peers].id = cfg->members[i];
-            pc.peers[pc.n_peers].url = cfg->peer_urls[i];
-            pc.peers[pc.n_peers].public_key = cfg->public_keys[i];
-            pc.n_peers++;
-        }
-        if ((rc = kl_peer_start(loop, &pc, &r->peer, err)) != KL_OK)
-            goto fail;
-        kl_snapwire_io sio = {.ctx = r, .send = sw_send, .report = sw_report, .step = sw_step};
-        if ((rc = kl_snapwire_new(store, cfg->self, r->max_frame - FRAME_SLACK, &sio, &r->sw, err)) != KL_OK)
-            goto fail;
-    }
+    if ((cfg->n_members > 1 || cfg->join) && (rc = start_links(r, loop, cfg, self_slot, err)) != KL_OK)
+        goto fail;
     uv_timer_init(loop, &r->timer);
     r->timer.data = r;
     uv_timer_start(&r->timer, on_tick, tick, tick);
@@ -1266,7 +1492,7 @@ kl_code kl_repl_start(uv_loop_t *loop, kl_store *store, const kl_repl_config *cf
     r->flush.data = r;
     uv_check_start(&r->flush, on_flush);
     r->open_handles = 2;
-    if (cfg->n_members == 1) {
+    if (cfg->n_members == 1 && !cfg->join) {
         /* Alone, no other member can lead: let the election timeout pass at once instead of
          * leaving every restart unavailable for one to two election timeouts. */
         for (uint32_t i = 0; i < 2 * rc_.election_ticks + 1; i++)
@@ -1357,6 +1583,43 @@ void kl_repl_status(const kl_repl *r, kl_raft_status *st)
 {
     kl_raft_status_get(r->raft, st);
     st->leader_ready = live(r) && st->role == KL_RAFT_LEADER && r->applied_term == st->term;
+}
+
+kl_code kl_repl_propose_conf(kl_repl *r, const kl_raft_conf *target, const uint8_t *directory,
+                             size_t directory_len, uint64_t *index, uint64_t *leader, kl_err *err)
+{
+    *index = 0;
+    *leader = 0;
+    if (!live(r))
+        return kl_fail(err, KL_UNAVAILABLE, "replication", "replication stopped");
+    if (directory_len > KL_MEMBER_CONF_BLOB_MAX - KL_RAFT_CONF_MAX_BYTES)
+        return kl_fail(err, KL_INVALID_ARGUMENT, "directory", "member directory of %zu bytes "
+                       "(at most %d)", directory_len, KL_MEMBER_CONF_BLOB_MAX - KL_RAFT_CONF_MAX_BYTES);
+    kl_raft_proposal p;
+    kl_code rc = kl_raft_propose_conf_change(r->raft, target, directory, directory_len, &p, err);
+    if (rc == KL_INTERNAL) {
+        fail_core(r, "propose_conf_change");
+        return rc;
+    }
+    *leader = p.leader;
+    if (rc == KL_OK) {
+        *index = p.index;
+        pump(r);
+    }
+    return rc;
+}
+
+void kl_repl_conf(const kl_repl *r, kl_raft_conf *conf, uint64_t *index, bool *committed)
+{
+    kl_raft_conf_get(r->raft, conf, index, NULL);
+    kl_raft_status st;
+    kl_raft_status_get(r->raft, &st);
+    *committed = *index <= st.commit;
+}
+
+const kl_confstore_member *kl_repl_member(const kl_repl *r, uint64_t id)
+{
+    return kl_confstore_member_of(&r->cs, id);
 }
 
 void kl_repl_counters_get(const kl_repl *r, kl_repl_counters *out) { *out = r->counters; }

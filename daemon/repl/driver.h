@@ -78,6 +78,7 @@
 #define KL_REPL_DRIVER_H
 
 #include "common/status.h"
+#include "daemon/repl/confstore.h"
 #include "daemon/repl/peer.h"
 #include "daemon/repl/raft.h"
 #include "daemon/repl/stages.h"
@@ -94,7 +95,8 @@ typedef struct kl_repl_callbacks {
     void *ctx;
     /* A committed entry, in log order, exactly once per index for the lifetime of the process,
        starting at store applied_index + 1. e->data is the stored LogEntry bytes for a normal
-       entry (NULL/0 for a no-op). The callee applies it to the store synchronously. */
+       entry (NULL/0 for a no-op and for a configuration entry, which the driver keeps and
+       the state machine applies as a no-op). The callee applies it to the store synchronously. */
     void (*apply)(void *ctx, const kl_raft_entry *e);
     /* Role, term or leader changed, or leader_ready became true (leader whose own-term no-op
        is committed AND applied: it may now serve). Called after the apply calls of the same round. */
@@ -130,6 +132,14 @@ typedef struct kl_repl_config {
     /* Compaction (see "Compaction and snapshots" above): 0 threshold = the defaults of
        common/limits.h; otherwise KL_SNAP_THRESHOLD_MIN <= threshold and trailing < threshold. */
     uint32_t snapshot_threshold, snapshot_trailing;
+    /* A NEW member joining a running partition (ARCHITECTURE.md "Membership in the driver"):
+       self is not among members (the seed members it first contacts, with their URLs and
+       keys), join_peer_url is its own peer URL. It starts from the seed configuration
+       without itself, never campaigns until a configuration makes it a voter, and takes the
+       leader's appends or snapshot once a learner entry naming it reached the members. Once
+       its store holds a configuration, that configuration is the one in effect. */
+    bool join;
+    const char *join_peer_url;
 } kl_repl_config;
 
 /* Defaults for zero fields of kl_repl_config. */
@@ -168,6 +178,24 @@ kl_code kl_repl_read_index(kl_repl *r, uint64_t read_ctx, uint64_t *leader);
 /* The core's status, except leader_ready, which is the driver's: leader whose own-term no-op
    is committed AND applied (the same flag the role callback reports). */
 void kl_repl_status(const kl_repl *r, kl_raft_status *st);
+
+/* Membership (raft.h "Membership"; docs/MEMBERSHIP.md). Proposes the next step from the
+ * configuration in effect towards target (kl_raft_propose_conf_change: learners only, or
+ * enter joint, or leave joint), the entry carrying directory (an encoded MemberDirectory,
+ * membership.proto) after the configuration. *index = the entry's index (0 when the
+ * configuration in effect already is target). Errors as kl_raft_propose_conf_change's, err
+ * naming the field; KL_INVALID_ARGUMENT "directory" when it could not fit a configuration
+ * blob (KL_MEMBER_CONF_BLOB_MAX). The driver persists and applies CONF entries, stores the
+ * configuration with every compaction and install, and restarts from it (the cluster file
+ * then no longer says who the members are). */
+kl_code kl_repl_propose_conf(kl_repl *r, const kl_raft_conf *target, const uint8_t *directory,
+                             size_t directory_len, uint64_t *index, uint64_t *leader, kl_err *err);
+/* The configuration in effect (the latest in the log), its entry's index (0: the stored base
+ * or the cluster file's) and whether that index is committed. */
+void kl_repl_conf(const kl_repl *r, kl_raft_conf *conf, uint64_t *index, bool *committed);
+/* What the member directories (or the cluster file's seed) say about member id: its URLs
+ * and key; NULL when nothing. Valid until the next call into the driver. */
+const kl_confstore_member *kl_repl_member(const kl_repl *r, uint64_t id);
 
 typedef struct kl_repl_counters {
     uint64_t refused;      /* received frames dropped by the checks above */

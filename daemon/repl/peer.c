@@ -1900,3 +1900,96 @@ fail_free:
     peer_free(p);
     return rc;
 }
+
+/* ------------------------------------------------------------------ membership at run time */
+
+/* Under mu: a free member slot (never used, or removed and no thread sending from it). */
+static peer_member *member_slot_free(kl_peer *p)
+{
+    for (size_t i = 0; i < p->n_members; i++)
+        if (p->members[i].id == 0 && !p->members[i].pumping && p->members[i].pipe == 0)
+            return &p->members[i];
+    return p->n_members < KL_PEER_MAX_PEERS ? &p->members[p->n_members] : NULL;
+}
+
+kl_code kl_peer_add(kl_peer *p, uint64_t id, const char *url, const uint8_t *public_key, kl_err *err)
+{
+    if (p == NULL || id == 0 || id == p->self)
+        return kl_fail(err, KL_INVALID_ARGUMENT, "member_id", "peer: cannot add member %" PRIu64, id);
+    if (member_index(p, id) >= 0)
+        return KL_OK;
+    if (id < p->self && (url == NULL || url[0] == '\0'))
+        return kl_fail(err, KL_INVALID_ARGUMENT, "peer_url", "peer: member %" PRIu64 " has no peer URL", id);
+    if (p->auth && public_key == NULL)
+        return kl_fail(err, KL_INVALID_ARGUMENT, "public_key",
+                       "peer: member %" PRIu64 " has no public key (links are authenticated)", id);
+    char *u = id < p->self ? strdup(url) : NULL;
+    if (id < p->self && u == NULL)
+        return kl_fail(err, KL_RESOURCE_EXHAUSTED, "memory", "peer: out of memory");
+    uv_mutex_lock(&p->mu);
+    peer_member *m = member_slot_free(p);
+    if (m == NULL) {
+        uv_mutex_unlock(&p->mu);
+        free(u);
+        return kl_fail(err, KL_RESOURCE_EXHAUSTED, "members", "peer: at most %d other members",
+                       KL_PEER_MAX_PEERS);
+    }
+    free(m->url);
+    memset(m, 0, sizeof *m);
+    m->url = u;
+    if (p->auth)
+        memcpy(m->public_key, public_key, KL_PEER_PUBLIC_LEN);
+    m->id = id; /* last: hello checks find the member only once it is complete */
+    if (m == &p->members[p->n_members])
+        p->n_members++;
+    uv_mutex_unlock(&p->mu);
+    if (u == NULL)
+        return KL_OK; /* a higher id dials us */
+    nng_dialer d;
+    int rv = nng_dialer_create(&d, p->sock, u);
+    if (rv == 0) {
+        uv_mutex_lock(&p->mu);
+        m->dialer = nng_dialer_id(d);
+        uv_mutex_unlock(&p->mu);
+        rv = nng_dialer_start(d, NNG_FLAG_NONBLOCK);
+    }
+    if (rv != 0) /* the member stays known: it may still dial us after a restart of ours */
+        return kl_fail(err, peer_addr_code(rv), "peer_url", "peer: cannot dial member %" PRIu64 " at %s: %s",
+                       id, u, nng_strerror(rv));
+    KL_INFO("peer member added", "listen=%s member=%" PRIu64, p->listen_url, id);
+    return KL_OK;
+}
+
+kl_code kl_peer_remove(kl_peer *p, uint64_t id)
+{
+    if (p == NULL)
+        return KL_OK;
+    peer_act act = {0};
+    uv_mutex_lock(&p->mu);
+    int idx = member_index(p, id);
+    if (idx < 0) {
+        uv_mutex_unlock(&p->mu);
+        return KL_OK;
+    }
+    peer_member *m = &p->members[idx];
+    if (m->pipe != 0)
+        act_close(&act, m->pipe);
+    for (size_t i = 0; i < PEER_MAX_PIPES; i++) /* no pipe may name the slot any more */
+        if (p->pipes[i].id != 0 && p->pipes[i].member == idx) {
+            act_close(&act, p->pipes[i].id);
+            pipe_detach(p, &p->pipes[i], &act);
+        }
+    member_drop(p, m, &act);
+    uint32_t dialer = m->dialer;
+    m->dialer = 0;
+    m->id = 0; /* unknown from now on: its hellos are refused */
+    uv_mutex_unlock(&p->mu);
+    if (dialer != 0) {
+        nng_dialer d = NNG_DIALER_INITIALIZER;
+        d.id = dialer;
+        (void)nng_dialer_close(d);
+    }
+    act_run(p, &act);
+    KL_INFO("peer member removed", "listen=%s member=%" PRIu64, p->listen_url, id);
+    return KL_OK;
+}

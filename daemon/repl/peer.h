@@ -228,6 +228,20 @@ bool kl_peer_connected(const kl_peer *p, uint64_t id);
  * function and a typedef of one name). */
 void kl_peer_stats(const kl_peer *p, kl_peer_counters *out);
 
+/* Membership changes (ARCHITECTURE.md "Replication", "Membership in the driver"): a member
+ * added at run time is known from now on, dialed when its id is below ours (url required)
+ * and, in authenticated mode, checked against public_key (required then). Adding a known id
+ * does nothing. KL_INVALID_ARGUMENT naming member_id, peer_url or public_key;
+ * KL_RESOURCE_EXHAUSTED "members" past KL_PEER_MAX_PEERS others; the dial error otherwise (the
+ * member stays known). Removing closes its connection, drops its queued frames and stops
+ * dialing it; its hellos are refused from then on (an unknown member). The handshake's
+ * configuration check is unchanged: it compares the SEED configuration (the cluster file's, at
+ * config_index 1) between members started from the same cluster file; a member started to
+ * join announces config_index 0 and is not compared (another index), so the check still
+ * catches two members started from different cluster files. Loop thread. */
+kl_code kl_peer_add(kl_peer *p, uint64_t id, const char *url, const uint8_t *public_key, kl_err *err);
+kl_code kl_peer_remove(kl_peer *p, uint64_t id);
+
 /* Returns at once: from now on nothing is sent or delivered, queued frames are dropped
  * (counted in dropped_disconnect). The socket is closed from the loop once the
  * connections fell quiet (at most ~0.3 s later; this works around an nng 1.5.2 hang, see

@@ -1651,12 +1651,26 @@ static kl_code check_caught_up(kl_raft *r, const uint64_t *ids, size_t n, kl_err
     return KL_OK;
 }
 
+/* The voters of c (learners dropped); with new_half, those of a joint c's new half alone. */
+static kl_raft_conf voters_of(const kl_raft_conf *c, bool new_half)
+{
+    kl_raft_conf v = *c;
+    v.n_learners = 0;
+    if (new_half) {
+        v.n_old = 0;
+        v.old_replica_count = 0;
+    }
+    return v;
+}
+
 /* MEMBERSHIP.md rule 6: one voting change at a time. Every CONF entry past the commit index
- * must be a learner-only change of the committed voters: those never move a quorum, and a
- * joint entry may follow them (it commits them with it). Demanding a committed entry of the
- * leader's own term first would make a dead member of a 3-of-3 partition irreplaceable: a
- * leader elected after the death can never commit its no-op (MEMBERSHIP.md "Replacing a
- * dead member"). */
+ * must keep the voters of the committed configuration C, or, when C is joint, may be its
+ * leave step (voters = C's new half): learner-only changes never move a quorum, and every
+ * configuration one step from a committed joint one still needs its new half's quorums
+ * (MEMBERSHIP.md "Refinements", leave step as base). A joint entry may follow them and
+ * commits them with it. Demanding a committed entry of the leader's own term first would
+ * make a dead member of a 3-of-3 partition irreplaceable: a leader elected after the death
+ * can never commit its no-op (MEMBERSHIP.md "Replacing a dead member"). */
 static kl_code conf_change_allowed(kl_raft *r, kl_raft_proposal *out, kl_err *err)
 {
     if (broken(r))
@@ -1666,15 +1680,12 @@ static kl_code conf_change_allowed(kl_raft *r, kl_raft_proposal *out, kl_err *er
         return kl_fail(err, KL_NOT_LEADER, "leader", "not the leader");
     }
     const kl_raft_conf *com = committed_conf(r);
+    kl_raft_conf cv = voters_of(com, false), half = voters_of(com, true);
     for (size_t i = 0; i < r->ch.n; i++) {
-        const kl_raft_conf *c = &r->ch.conf[i];
         if (r->ch.index[i] <= r->commit)
             continue;
-        kl_raft_conf voters = *c;
-        voters.n_learners = 0;
-        kl_raft_conf cv = *com;
-        cv.n_learners = 0;
-        if (!kl_rconf_equal(&voters, &cv))
+        kl_raft_conf voters = voters_of(&r->ch.conf[i], false);
+        if (!kl_rconf_equal(&voters, &cv) && !(com->n_old > 0 && kl_rconf_equal(&voters, &half)))
             return kl_fail(err, KL_UNAVAILABLE, "conf",
                            "the configuration entry at %llu is not committed yet",
                            (unsigned long long)r->ch.index[i]);

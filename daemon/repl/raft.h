@@ -105,9 +105,10 @@
  *                snapshots, never vote, never campaign and count for nothing.
  *   changes      one voting change at a time, through kl_raft_propose_conf_change on the
  *                leader, only when every CONF entry past its commit index is a learner-only
- *                change (a joint entry may follow those and commits them with it; no
- *                committed entry of the leader's own term is required: at replica_count = N
- *                with a dead member its no-op never commits): learners only (C -> C'), else
+ *                change or the leave step of a committed joint one (a joint entry may
+ *                follow those and commits them with it; no committed entry of the
+ *                leader's own term is required: at replica_count = N with a dead member
+ *                its no-op never commits): learners only (C -> C'), else
  *                C_old -> joint(C_old, C_new) -> C_new; every new voter must be a caught-up
  *                learner first; replica_count <= voters in every configuration. A leader not
  *                in C_new leads until C_new commits, then steps down. A member campaigns

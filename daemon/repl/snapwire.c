@@ -98,6 +98,9 @@ static bool out_send(kl_snapwire *w, snap_out *o, uint32_t flags, uint64_t seq, 
     pm.snap_members = o->conf.members;
     pm.n_snap_members = o->conf.n_members;
     pm.snap_replica_count = o->conf.replica_count;
+    uint8_t conf[KL_RAFT_CONF_MAX_BYTES];
+    pm.snap_conf.data = conf;
+    pm.snap_conf.len = kl_raft_conf_encode(&o->conf, conf);
     pm.snap_flags = flags;
     pm.snap_seq = seq;
     pm.snap_offset = off;
@@ -198,7 +201,14 @@ void kl_snapwire_start(kl_snapwire *w, const kl_raft_msg *m, uint64_t now_ms)
     *o = (snap_out){.to = m->to, .term = m->term, .conf = m->snap.conf};
     kl_err err;
     uint64_t t0 = kl_stages_now();
-    if (kl_snap_reader_open(w->st, NULL, 0, &o->rd, &err) != KL_OK) {
+    const uint8_t *blob = NULL;
+    size_t blen = 0;
+    if (w->io.config != NULL)
+        w->io.config(w->io.ctx, &blob, &blen);
+    kl_raft_conf bconf; /* the configuration as of the applied index the stream reads */
+    if (blen > 0 && kl_raft_conf_decode(blob, blen, &bconf, &(size_t){0}, NULL) == KL_OK)
+        o->conf = bconf;
+    if (kl_snap_reader_open(w->st, blob, blen, &o->rd, &err) != KL_OK) {
         KL_ERROR("snapshot open failed", "member=%llu to=%llu error=\"%s\"",
                  (unsigned long long)w->self, (unsigned long long)m->to, err.message);
         o->active = true;
@@ -341,6 +351,10 @@ static void in_begin(kl_snapwire *w, uint64_t from, const Keyload__V1__RaftMessa
     w->in_conf = (kl_raft_conf){.n_members = (uint32_t)pm->n_snap_members,
                                 .replica_count = pm->snap_replica_count};
     memcpy(w->in_conf.members, pm->snap_members, pm->n_snap_members * sizeof(uint64_t));
+    kl_raft_conf full; /* the core checks it again when the snapshot is stepped in */
+    if (pm->snap_conf.len > 0 &&
+        kl_raft_conf_decode(pm->snap_conf.data, pm->snap_conf.len, &full, &(size_t){0}, NULL) == KL_OK)
+        w->in_conf = full;
     in_resume(w, true);
 }
 

@@ -75,6 +75,9 @@ typedef struct kl_snapwire_io {
     void (*report)(void *ctx, uint64_t to, bool ok);
     /* Steps a staged snapshot into the core; false when the core refused it as malformed. */
     bool (*step)(void *ctx, const kl_raft_msg *m);
+    /* Optional: the configuration blob (confstore.h) as of the applied state a stream reads
+     * now, NULL/0 for the static one; streamed in the snapshot and stored by the install. */
+    void (*config)(void *ctx, const uint8_t **blob, size_t *len);
 } kl_snapwire_io;
 
 /* piece_max: the bytes of chunk one frame carries (the frame limit minus the framing). */

@@ -66,6 +66,7 @@ typedef struct kl_service {
     kl_rpc_server *client_rpc;      /* the client port, for its connection counters, or NULL */
     kl_store *store;                /* the member's store (backup streams read it) */
     struct kl_backup_streams *backups; /* backup_serve.c's streams, NULL until the first */
+    struct kl_member_change *mchange; /* member_serve.c's change in flight, NULL until one */
     uint64_t leader;                /* last known leader id, 0 = unknown */
     uint64_t next_read;             /* read_ctx allocator */
     struct {
@@ -158,6 +159,12 @@ void kl_service_backup_open(void *owner, kl_rpc_call *call);
 void kl_service_backup_chunk(void *owner, kl_rpc_call *call);
 void kl_service_backup_close(void *owner, kl_rpc_call *call);
 void kl_service_backup_tick(kl_service *s);
+/* Membership (member_serve.c): the Members and MemberChange methods, the change's steps run
+ * by the service timer, and its release at stop. */
+void kl_service_members(void *owner, kl_rpc_call *call);
+void kl_service_member_change(void *owner, kl_rpc_call *call);
+void kl_service_member_tick(kl_service *s);
+void kl_service_member_stop(kl_service *s);
 void kl_service_backup_stop(kl_service *s);
 /* Wipes the Hello key pair (session_serve.c); at stop. */
 void kl_service_hello_kx_wipe(kl_service *s);

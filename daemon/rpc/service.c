@@ -10,6 +10,7 @@
 #include "daemon/rpc/tailer.h"
 #include "keyload/v1/backup.pb-c.h"
 #include "keyload/v1/catalog.pb-c.h"
+#include "keyload/v1/membership.pb-c.h"
 #include "keyload/v1/query.pb-c.h"
 #include "keyload/v1/queue.pb-c.h"
 #include "keyload/v1/session.pb-c.h"
@@ -82,6 +83,7 @@ static void on_timer(uv_timer_t *t)
     kl_service_expire_batches(s);
     kl_service_expire_reads(s);
     kl_service_backup_tick(s);
+    kl_service_member_tick(s);
 }
 
 void kl_service_start(kl_service *s, uv_loop_t *loop)
@@ -109,6 +111,7 @@ void kl_service_stop(kl_service *s)
     }
     kl_service_catalog_stop(s);
     kl_service_backup_stop(s);
+    kl_service_member_stop(s);
     kl_service_hello_kx_wipe(s);
 }
 
@@ -150,6 +153,10 @@ void kl_service_applied(kl_service *s)
     X(BACKUP_CHUNK, "keyload.v1.BackupChunk", backup_chunk_request, kl_service_backup_chunk, true,      \
       LOCAL, KL_NODE_QUERY_READ)                                                                        \
     X(BACKUP_CLOSE, "keyload.v1.BackupClose", backup_close_request, kl_service_backup_close, true,      \
+      LOCAL, KL_NODE_QUERY_READ)                                                                        \
+    X(MEMBERS, "keyload.v1.Members", members_request, kl_service_members, true, LOCAL,                   \
+      KL_NODE_QUERY_READ)                                                                               \
+    X(MEMBER_CHANGE, "keyload.v1.MemberChange", member_change_request, kl_service_member_change, true,  \
       LOCAL, KL_NODE_QUERY_READ)
 
 enum {

@@ -16,6 +16,7 @@
 #include "common/status.h"
 #include "keyload/v1/queue.pb-c.h"
 #include "keyload/v1/catalog.pb-c.h"
+#include "keyload/v1/membership.pb-c.h"
 #include "keyload/v1/rpc.pb-c.h"
 
 #include <errno.h>
@@ -894,7 +895,7 @@ static void test_disk_full(void)
 
 /* ---- replica groups: several keyloadd members of one partition ---- */
 
-#define GROUP_MAX 3
+#define GROUP_MAX 4
 static int group_n;
 static char group_url[GROUP_MAX][128];
 static pid_t group_pid[GROUP_MAX];
@@ -1386,6 +1387,210 @@ static void test_group_rf2_failover(void)
     group_stop_all();
 }
 
+/* ---- membership changes on real members (docs/MEMBERSHIP.md) ---- */
+
+/* A one-partition cluster file of members 1..n at fixed ports (client base + i, peer
+ * base + 100 + i): the seed (3) and, for the joining member, the same plus member 4. */
+static void write_members_file(const char *path, const char *name, int n, int base)
+{
+    FILE *f = fopen(path, "w");
+    fprintf(f, "{\"cluster\":\"%s\",\"replica_count\":2,\"insecure_local_admin\":true,"
+               "\"timers\":{\"tick_ms\":50,\"election_ms\":1000,\"heartbeat_ms\":150},"
+               "\"partitions\":[{\"id\":0,\"members\":[", name);
+    for (int i = 0; i < n; i++)
+        fprintf(f, "%s{\"id\":%d,\"client\":\"tcp://127.0.0.1:%d\",\"peer\":\"tcp://127.0.0.1:%d\","
+                   "\"data\":\"%s/%s-m%d\"}", i ? "," : "", i + 1, base + i, base + 100 + i, work, name, i + 1);
+    fprintf(f, "]}]}\n");
+    fclose(f);
+}
+
+/* The configuration member i answers (Members), or NULL. */
+static Keyload__V1__MembersAnswer *members_of(int i)
+{
+    snprintf(url, sizeof url, "%s", group_url[i]);
+    answer a = call("keyload.v1.Members", (const uint8_t *)"", 0, 2000);
+    Keyload__V1__MembersAnswer *m = a.code == KL_OK ? keyload__v1__members_answer__unpack(NULL, a.len, a.bytes) : NULL;
+    answer_free(&a);
+    return m;
+}
+
+/* Member i reports exactly `want` (n voters) as its committed, non-joint configuration. */
+static bool members_are(int i, const uint64_t *want, size_t n)
+{
+    Keyload__V1__MembersAnswer *m = members_of(i);
+    bool ok = m != NULL && m->committed && !m->joint && m->n_voters == n && m->n_learners == 0;
+    for (size_t k = 0; ok && k < n; k++) {
+        bool f = false;
+        for (size_t j = 0; j < m->n_voters; j++)
+            f = f || m->voters[j] == want[k];
+        ok = f;
+    }
+    if (m != NULL)
+        keyload__v1__members_answer__free_unpacked(m, NULL);
+    return ok;
+}
+
+/* One acknowledged enqueue of "m-<k>" (retried under the same command id). */
+static bool mgrow_enqueue(int k)
+{
+    uint8_t cmd[16];
+    kl_guid_random(cmd);
+    char body[32];
+    snprintf(body, sizeof body, "m-%d", k);
+    for (int attempt = 0; attempt < 30; attempt++) {
+        Keyload__V1__BatchRequest *b = batch_new(cmd);
+        add_enqueue(b, "jobs", body);
+        answer a = group_batch(b, 10000, NULL);
+        kl_code code = a.code;
+        answer_free(&a);
+        if (code == KL_OK)
+            return true;
+        sleep_ms(100);
+    }
+    return false;
+}
+
+/* Sends a MemberChange to whichever member leads, then keeps writing (one acknowledged
+ * enqueue per round, counted in *acked) until member `probe` reports `want`. */
+static bool change_under_load(Keyload__V1__MemberChangeRequest *q, const uint64_t *want, size_t n, int probe,
+                              int *acked, int64_t *took_ms)
+{
+    size_t len = keyload__v1__member_change_request__get_packed_size(q);
+    uint8_t req[512];
+    keyload__v1__member_change_request__pack(q, req);
+    int64_t t0 = now_ms();
+    answer a = group_call("keyload.v1.MemberChange", req, len, 20000, NULL);
+    kl_code code = a.code;
+    if (code != KL_OK)
+        fprintf(stderr, "  MemberChange %s: %s %s\n", q->op, kl_code_name(code), a.err.message);
+    answer_free(&a);
+    if (code != KL_OK)
+        return false;
+    while (now_ms() - t0 < 60000) {
+        if (mgrow_enqueue(*acked))
+            (*acked)++;
+        if (members_are(probe, want, n)) {
+            *took_ms = now_ms() - t0;
+            return true;
+        }
+    }
+    return false;
+}
+
+/* Receives every message of "jobs" from the leader; true when each of m-0 .. m-(acked-1)
+ * is there exactly once. */
+static bool all_present_once(int acked)
+{
+    bool *seen = calloc((size_t)acked + 1, 1);
+    int dup = 0, n = 0;
+    for (int round = 0; round < 50; round++) {
+        Keyload__V1__BatchRequest *b = batch_new(NULL);
+        add_receive(b, "jobs", 100, 600000);
+        answer a = group_batch(b, 20000, NULL);
+        if (a.code != KL_OK) {
+            answer_free(&a);
+            break;
+        }
+        Keyload__V1__BatchReceipt *rc = keyload__v1__batch_receipt__unpack(NULL, a.len, a.bytes);
+        Keyload__V1__Received *got = rc->results[0]->received;
+        size_t cnt = got->n_messages;
+        for (size_t i = 0; i < cnt; i++) {
+            char buf[40] = {0};
+            size_t l = got->messages[i]->message->body.len;
+            memcpy(buf, got->messages[i]->message->body.data, l < 39 ? l : 39);
+            int k;
+            if (sscanf(buf, "m-%d", &k) == 1 && k >= 0 && k < acked) {
+                dup += seen[k];
+                seen[k] = true;
+                n++;
+            }
+        }
+        keyload__v1__batch_receipt__free_unpacked(rc, NULL);
+        answer_free(&a);
+        if (cnt == 0)
+            break;
+    }
+    free(seen);
+    if (dup != 0 || n != acked)
+        fprintf(stderr, "  %d of %d acknowledged messages present, %d twice\n", n, acked, dup);
+    return dup == 0 && n == acked;
+}
+
+/* Grow a 3-member partition (replica_count 2) by a 4th member that joins with an empty
+ * store (keyloadd --join), promote it, then remove member 1, all under a steady write load;
+ * kill -9 of every member and a restart from the SEED cluster file (which still names
+ * member 1 and not 4) keeps the new configuration {2, 3, 4}; every acknowledged message is
+ * there once (received from the new leader); a retried remove answers done. */
+static void test_member_grow_and_remove(void)
+{
+    int64_t t_start = now_ms();
+    int base = 32000 + (getpid() % 300) * 3;
+    char seed[580], full[580];
+    snprintf(seed, sizeof seed, "%s/mgrow.json", work);
+    snprintf(full, sizeof full, "%s/mgrow-full.json", work);
+    write_members_file(seed, "mgrow", 3, base);
+    write_members_file(full, "mgrow", 4, base);
+    snprintf(cluster_file, sizeof cluster_file, "%s", seed);
+    group_n = 3;
+    for (int i = 0; i < GROUP_MAX; i++) {
+        snprintf(group_url[i], sizeof group_url[i], "tcp://127.0.0.1:%d", base + i);
+        group_pid[i] = -1;
+    }
+    CHECK(group_start_with_queue("jobs") >= 0, "the group did not create its database and queue");
+    int acked = 0;
+    for (int k = 0; k < 20; k++)
+        acked += mgrow_enqueue(acked);
+    char log[700];
+    snprintf(log, sizeof log, "%s/mgrow-p0m4.log", work);
+    char *argv[] = {(char *)daemon_bin, "--cluster", full, "--node", "p0m4", "--cluster-secret", secret_file,
+                    "--init-store", "--join", NULL};
+    group_pid[3] = proc_exec(argv, log, NULL, PROC_LIFETIME_S);
+    group_n = 4;
+    char peer4[64], client4[64];
+    snprintf(peer4, sizeof peer4, "tcp://127.0.0.1:%d", base + 103);
+    snprintf(client4, sizeof client4, "tcp://127.0.0.1:%d", base + 3);
+    Keyload__V1__MemberInfo info = KEYLOAD__V1__MEMBER_INFO__INIT;
+    info.id = 4;
+    info.peer_url = peer4;
+    info.client_url = client4;
+    Keyload__V1__MemberChangeRequest q = KEYLOAD__V1__MEMBER_CHANGE_REQUEST__INIT;
+    q.op = "add";
+    q.member = &info;
+    uint64_t four[4] = {1, 2, 3, 4}, three[3] = {2, 3, 4};
+    int64_t took;
+    CHECK(change_under_load(&q, four, 4, 3, &acked, &took), "member 4 did not become a voter");
+    printf("  add member 4 (learner, catch-up, joint, leave) under load: %lld ms, %d writes acked so far\n",
+           (long long)took, acked);
+    Keyload__V1__MemberChangeRequest r = KEYLOAD__V1__MEMBER_CHANGE_REQUEST__INIT;
+    r.op = "remove";
+    r.old_member_id = 1;
+    CHECK(change_under_load(&r, three, 3, 3, &acked, &took), "member 1 was not removed");
+    printf("  remove member 1 under load: %lld ms, %d writes acked\n", (long long)took, acked);
+    /* A retried request for a finished change answers done. */
+    size_t rlen = keyload__v1__member_change_request__get_packed_size(&r);
+    uint8_t rbuf[64];
+    keyload__v1__member_change_request__pack(&r, rbuf);
+    answer again = group_call("keyload.v1.MemberChange", rbuf, rlen, 20000, NULL);
+    Keyload__V1__MemberChangeAnswer *ra =
+        again.code == KL_OK ? keyload__v1__member_change_answer__unpack(NULL, again.len, again.bytes) : NULL;
+    CHECK(ra != NULL && ra->done, "a retried remove: %s", kl_code_name(again.code));
+    keyload__v1__member_change_answer__free_unpacked(ra, NULL);
+    answer_free(&again);
+    group_stop_all();
+    group_start(1); /* the seed file: a stored configuration, not the file, says who */
+    group_start(2);
+    group_pid[3] = proc_exec(argv, log, NULL, PROC_LIFETIME_S);
+    bool ok = false;
+    for (int64_t t = now_ms(); !ok && now_ms() - t < 30000; sleep_ms(200))
+        ok = members_are(1, three, 3) && members_are(2, three, 3) && members_are(3, three, 3);
+    CHECK(ok, "after a restart of all members the configuration is not {2, 3, 4}");
+    CHECK(all_present_once(acked), "acknowledged messages lost or doubled");
+    printf("  %d acknowledged messages present once after the restart; test %lld ms\n", acked,
+           (long long)(now_ms() - t_start));
+    group_stop_all();
+    group_n = 3;
+}
+
 typedef struct {
     const char *name;
     void (*fn)(void);
@@ -1675,6 +1880,9 @@ int main(int argc, char **argv)
         {"3 members, replica_count 3: a follower down: UNKNOWN_WRITE_OUTCOME, then UNAVAILABLE, then one effect",
          test_group_rf3_follower_down},
         {"3 members, replica_count 2: leader killed -9 mid-stream, nothing lost or doubled", test_group_rf2_failover},
+        {"membership: a 4th member joins empty (--join) as learner and is promoted, member 1 is removed, "
+         "under writes; a restart of all from the seed file keeps {2,3,4}; nothing acknowledged lost",
+         test_member_grow_and_remove},
         {"3 members, replica_count 2: a follower that missed 10,000 entries catches up", test_group_follower_catches_up},
         {"3 members, replica_count 3: a follower whose log write fails (EIO) exits non-zero at once; "
          "after its restart every acknowledged write is there", test_group_log_write_failure_exits},

@@ -12,6 +12,7 @@
 #include "daemon/repl/driver.h"
 #include "daemon/repl/peer.h"
 #include "daemon/repl/stages.h"
+#include "keyload/v1/membership.pb-c.h"
 #include "keyload/v1/raft.pb-c.h"
 #include "keyload/v1/store.pb-c.h"
 
@@ -145,12 +146,12 @@ static void cb_apply(void *ctx, const kl_raft_entry *e)
     }
     Keyload__V1__LogEntry *le = NULL, noop = KEYLOAD__V1__LOG_ENTRY__INIT;
     uint64_t cmd = 0;
-    if (e->type == KL_RAFT_ENTRY_NOOP) {
+    if (e->type == KL_RAFT_ENTRY_NOOP || e->type == KL_RAFT_ENTRY_CONF) {
         if (e->data != NULL || e->len != 0)
             m->bad++;
         noop.term = e->term;
         noop.index = e->index;
-        noop.raft_type = KL_RAFT_ENTRY_NOOP;
+        noop.raft_type = e->type;
     } else {
         le = keyload__v1__log_entry__unpack(NULL, e->len, e->data);
         if (le == NULL || le->term != e->term || le->index != e->index || le->n_write_sets != 1 ||
@@ -226,8 +227,16 @@ static void cb_stopped(void *ctx)
 
 /* ---------------------------------------------------------------- fixture */
 
+static int td_seed_n; /* members the cluster file lists (0: all n_mem) */
+static bool td_join[TD_MAX + 1]; /* started as a joining member (kl_repl_config.join) */
+
+static uint32_t td_snap_threshold; /* 0: the driver's default compaction policy */
+
 static void cluster_open(int n, uint32_t rc)
 {
+    td_snap_threshold = 0;
+    td_seed_n = 0;
+    memset(td_join, 0, sizeof td_join);
     memset(mem, 0, sizeof mem);
     n_mem = n;
     replica_count = rc;
@@ -249,13 +258,17 @@ static void member_start(int id)
 {
     td_member *m = &mem[id];
     ck_assert(!m->running);
-    kl_repl_config cfg = {.cluster = "unit-driver", .self = m->id, .n_members = (size_t)n_mem,
+    int seeds = td_seed_n ? td_seed_n : n_mem;
+    kl_repl_config cfg = {.cluster = "unit-driver", .self = m->id, .n_members = (size_t)seeds,
                           .replica_count = replica_count, .tick_ms = 10, .election_ms = 500,
-                          .heartbeat_ms = 50};
-    for (int i = 1; i <= n_mem; i++) {
+                          .heartbeat_ms = 50, .snapshot_threshold = td_snap_threshold,
+                          .snapshot_trailing = td_snap_threshold ? 2 : 0};
+    for (int i = 1; i <= seeds; i++) {
         cfg.members[i - 1] = (uint64_t)i;
         cfg.peer_urls[i - 1] = mem[i].url;
     }
+    cfg.join = td_join[id];
+    cfg.join_peer_url = m->url;
     kl_repl_callbacks cb = {.ctx = m, .apply = cb_apply, .role = cb_role,
                             .read_ready = cb_read_ready, .read_dropped = cb_read_dropped,
                             .fatal = cb_fatal, .stopped = cb_stopped};
@@ -666,6 +679,253 @@ START_TEST(restart_replays_from_applied)
 }
 END_TEST
 
+/* ---------------------------------------------------------------- membership */
+
+/* An encoded MemberDirectory naming members 1..n with their peer URLs. */
+static size_t td_directory(int n, uint8_t *buf, size_t cap)
+{
+    Keyload__V1__MemberInfo info[TD_MAX], *ptrs[TD_MAX];
+    for (int i = 0; i < n; i++) {
+        keyload__v1__member_info__init(&info[i]);
+        info[i].id = (uint64_t)(i + 1);
+        info[i].peer_url = mem[i + 1].url;
+        info[i].client_url = "tcp://127.0.0.1:1";
+        ptrs[i] = &info[i];
+    }
+    Keyload__V1__MemberDirectory d = KEYLOAD__V1__MEMBER_DIRECTORY__INIT;
+    d.n_members = (size_t)n;
+    d.members = ptrs;
+    size_t len = keyload__v1__member_directory__get_packed_size(&d);
+    ck_assert_uint_le(len, cap);
+    return keyload__v1__member_directory__pack(&d, buf);
+}
+
+typedef struct td_conf_wait {
+    int id;
+    uint32_t replica_count;
+} td_conf_wait;
+
+/* The member's configuration in effect is committed, not joint, with this replica_count. */
+static bool conf_committed(void *arg)
+{
+    td_conf_wait *w = arg;
+    kl_raft_conf c;
+    uint64_t index;
+    bool committed;
+    kl_repl_conf(mem[w->id].repl, &c, &index, &committed);
+    return committed && index > 0 && c.n_old == 0 && c.replica_count == w->replica_count;
+}
+
+/* Runs the change from {1,2,3} at 2-of-3 to 3-of-3 on the leader: joint, then leave. */
+static void change_to_3of3(int l, const uint8_t *dir, size_t dir_len)
+{
+    uint64_t v[3] = {1, 2, 3};
+    kl_raft_conf target = {.n_members = 3, .replica_count = 3};
+    memcpy(target.members, v, sizeof v);
+    uint64_t index, leader;
+    kl_err err;
+    for (int step = 0; step < 2; step++) {
+        kl_code rc;
+        for (int tries = 0; (rc = kl_repl_propose_conf(mem[l].repl, &target, dir, dir_len, &index,
+                                                       &leader, &err)) == KL_UNAVAILABLE && tries < 200; tries++)
+            run_for(20); /* the joint entry commits before its leave step may follow */
+        ck_assert_msg(rc == KL_OK, "step %d: %s (%s)", step, kl_code_name(rc), err.message);
+        ck_assert_uint_gt(index, 0);
+        wait_all_applied(index, 10000);
+    }
+    td_conf_wait w = {.id = l, .replica_count = 3};
+    ck_assert(run_until(conf_committed, &w, 10000));
+}
+
+static void restart_all(void)
+{
+    for (int i = 1; i <= n_mem; i++) {
+        member_stop(i);
+        member_reopen_store(i);
+    }
+    for (int i = 1; i <= n_mem; i++)
+        member_start(i); /* with the cluster file's 2-of-3 (member_start) */
+}
+
+/* raft.h "Membership" (a), (c), (d): CONF entries are persisted, applied (as no-ops for the
+ * state machine) and found again at restart, so the configuration they hold, not the cluster
+ * file's, is the one in effect after a restart of every member. Fails when the driver
+ * refuses CONF entries or restarts from the cluster file. */
+START_TEST(configuration_survives_restart)
+{
+    cluster_open(3, 2);
+    for (int i = 1; i <= 3; i++)
+        member_start(i);
+    int l = wait_leader();
+    uint64_t last = propose_many(l, 5);
+    wait_all_applied(last, 10000);
+    uint8_t dir[1024];
+    size_t dir_len = td_directory(3, dir, sizeof dir);
+    change_to_3of3(l, dir, dir_len);
+    for (int i = 1; i <= 3; i++) {
+        kl_raft_status st;
+        kl_repl_status(mem[i].repl, &st);
+        ck_assert_uint_eq(st.q2, 3);
+    }
+    restart_all();
+    l = wait_leader();
+    for (int i = 1; i <= 3; i++) {
+        kl_raft_status st;
+        kl_repl_status(mem[i].repl, &st);
+        ck_assert_uint_eq(st.q2, 3); /* the log's configuration, not the cluster file's 2 */
+        ck_assert(!st.joint);
+        ck_assert_uint_gt(st.conf_index, 0);
+    }
+    last = propose_many(l, 5);
+    wait_all_applied(last, 10000);
+    check_consistent();
+    cluster_close();
+}
+END_TEST
+
+/* raft.h "Membership" (c): a compaction past the CONF entries stores the configuration, with
+ * its member directory, as 'M'"log_start"'s; a restart takes it from there (the log no
+ * longer holds the entry). Fails when compaction stores no configuration (the restart would
+ * fall back to the cluster file's 2-of-3). */
+START_TEST(configuration_survives_compaction_and_restart)
+{
+    cluster_open(3, 2);
+    td_snap_threshold = 8;
+    for (int i = 1; i <= 3; i++)
+        member_start(i);
+    int l = wait_leader();
+    uint8_t dir[1024];
+    size_t dir_len = td_directory(3, dir, sizeof dir);
+    change_to_3of3(l, dir, dir_len);
+    uint64_t last = 0;
+    for (int k = 0; k < 6; k++) { /* well past the threshold: every member compacts */
+        last = propose_many(l, 10);
+        wait_all_applied(last, 10000);
+    }
+    for (int i = 1; i <= 3; i++) {
+        kl_raft_status st;
+        kl_repl_status(mem[i].repl, &st);
+        ck_assert_uint_gt(st.snap_index, st.conf_index); /* the CONF entries were compacted */
+        uint64_t first, prev_term;
+        uint8_t *blob = NULL;
+        size_t len = 0;
+        kl_err err;
+        ck_assert_int_eq(kl_store_log_start(mem[i].store, &first, &prev_term, &blob, &len, &err), KL_OK);
+        kl_raft_conf c;
+        size_t off = 0;
+        ck_assert_ptr_nonnull(blob);
+        ck_assert_int_eq(kl_raft_conf_decode(blob, len, &c, &off, &err), KL_OK);
+        ck_assert_uint_eq(c.replica_count, 3);
+        ck_assert_uint_eq(len - off, dir_len); /* the directory travels with it */
+        ck_assert_int_eq(memcmp(blob + off, dir, dir_len), 0);
+        free(blob);
+    }
+    restart_all();
+    l = wait_leader();
+    for (int i = 1; i <= 3; i++) {
+        kl_raft_status st;
+        kl_repl_status(mem[i].repl, &st);
+        ck_assert_uint_eq(st.q2, 3);
+        ck_assert_uint_eq(st.conf_index, 0); /* from the stored base, not the log */
+    }
+    last = propose_many(l, 5);
+    wait_all_applied(last, 10000);
+    check_consistent();
+    cluster_close();
+}
+END_TEST
+
+typedef struct td_conf_is {
+    int id;
+    kl_raft_conf want;
+} td_conf_is;
+
+/* The member's configuration in effect is `want`, committed. */
+static bool conf_is(void *arg)
+{
+    td_conf_is *w = arg;
+    kl_raft_conf c;
+    uint64_t index;
+    bool committed;
+    kl_repl_conf(mem[w->id].repl, &c, &index, &committed);
+    c.n_old = w->want.n_old; /* compare the voters and learners the caller cares about */
+    return committed && c.n_members == w->want.n_members && c.n_learners == w->want.n_learners &&
+           c.replica_count == w->want.replica_count &&
+           !memcmp(c.members, w->want.members, c.n_members * sizeof c.members[0]);
+}
+
+/* Proposes every step towards target on the leader until it is in effect everywhere. */
+static void change_to(int l, const kl_raft_conf *target, const uint8_t *dir, size_t dir_len)
+{
+    for (int step = 0; step < 3; step++) {
+        uint64_t index = 0, leader;
+        kl_err err;
+        kl_code rc;
+        for (int tries = 0; (rc = kl_repl_propose_conf(mem[l].repl, target, dir, dir_len, &index,
+                                                       &leader, &err)) == KL_UNAVAILABLE && tries < 500; tries++)
+            run_for(20); /* the previous step commits, or a learner catches up */
+        ck_assert_msg(rc == KL_OK, "step %d: %s (%s)", step, kl_code_name(rc), err.message);
+        if (index == 0)
+            return; /* target in effect */
+        wait_all_applied(index, 15000);
+    }
+}
+
+/* raft.h "Membership" (b), (e): a NEW member started with an empty store in join mode (not in
+ * the cluster file's members) is added as a learner, takes the leader's log, is promoted
+ * through the joint step and then counts in every commit; the peer transports connect to it
+ * at run time from the directory the learner entry carried; a restart of all three keeps it
+ * a voter. Fails without kl_peer_add on conf_changed (the leader never reaches member 3) or
+ * without the join mode (member 3 refuses to start). */
+START_TEST(new_member_joins_and_is_promoted)
+{
+    cluster_open(3, 2);
+    td_seed_n = 2; /* the cluster file names members 1 and 2 */
+    member_start(1);
+    member_start(2);
+    int l = wait_leader();
+    uint64_t last = propose_many(l, 5);
+    wait_all_applied(last, 10000);
+    uint8_t dir[1024];
+    size_t dir_len = td_directory(3, dir, sizeof dir);
+    kl_raft_conf learner = {.n_members = 2, .replica_count = 2, .members = {1, 2},
+                            .n_learners = 1, .learners = {3}};
+    change_to(l, &learner, dir, dir_len);
+    td_join[3] = true;
+    member_start(3);
+    last = propose_many(l, 5);
+    wait_all_applied(last, 15000); /* member 3 applied everything: it holds the log */
+    kl_raft_conf voters = {.n_members = 3, .replica_count = 2, .members = {1, 2, 3}};
+    change_to(l, &voters, dir, dir_len);
+    for (int i = 1; i <= 3; i++) {
+        td_conf_is w = {.id = i, .want = voters};
+        ck_assert_msg(run_until(conf_is, &w, 10000), "member %d: not 2-of-{1,2,3}", i);
+    }
+    /* 2-of-3 with member 3 counting: stop the other follower, writes still commit. */
+    int other = l == 1 ? 2 : 1;
+    member_stop(other);
+    last = propose_many(l, 5);
+    td_applied a = {.id = 3, .index = last};
+    ck_assert_msg(run_until(member_applied, &a, 10000), "member 3 does not count in commits");
+    member_reopen_store(other);
+    member_start(other);
+    wait_all_applied(last, 10000);
+    restart_all();
+    l = wait_leader();
+    for (int i = 1; i <= 3; i++) {
+        kl_raft_status st;
+        kl_repl_status(mem[i].repl, &st);
+        ck_assert_uint_gt(st.conf_index, 0);
+        td_conf_is w = {.id = i, .want = voters};
+        ck_assert(conf_is(&w));
+    }
+    last = propose_many(l, 5);
+    wait_all_applied(last, 10000);
+    check_consistent();
+    cluster_close();
+}
+END_TEST
+
 START_TEST(read_dropped_when_leadership_lost)
 {
     cluster_open(3, 3);
@@ -992,6 +1252,9 @@ Suite *suite_driver(void)
     tcase_add_test(t, one_synced_write_per_lone_entry);
     tcase_add_test(t, leader_failover);
     tcase_add_test(t, restart_replays_from_applied);
+    tcase_add_test(t, configuration_survives_restart);
+    tcase_add_test(t, configuration_survives_compaction_and_restart);
+    tcase_add_test(t, new_member_joins_and_is_promoted);
     tcase_add_test(t, returning_leader_replaces_its_uncommitted_suffix);
     tcase_add_test(t, read_dropped_when_leadership_lost);
     tcase_add_test(t, refuses_bad_frames);

@@ -2035,6 +2035,18 @@ START_TEST(sim_long_runs)
 }
 END_TEST
 
+/* Seeds the soak found stuck (liveness): a joint configuration committed, its leave entry
+ * reached the survivors but not their commit index, and the leader that committed it died
+ * for good. The new leader can commit nothing without the dead member, so it must be
+ * allowed to replace it from the leave entry's configuration (MEMBERSHIP.md "Refinements",
+ * leave step as base). Same step count as the soak's default, so the runs are the soak's. */
+START_TEST(sim_leave_entry_as_base)
+{
+    sim_seeds("3of3", 3760, 1, 2000);
+    sim_seeds("4of5", 3243, 1, 2000);
+}
+END_TEST
+
 /* The same seed gives the same run: what makes a printed seed worth anything. */
 START_TEST(sim_is_deterministic)
 {
@@ -2091,6 +2103,7 @@ Suite *suite_raft(void)
     TCase *sim = tcase_create("simulator");
     tcase_set_timeout(sim, 120);
     tcase_add_test(sim, sim_is_deterministic);
+    tcase_add_test(sim, sim_leave_entry_as_base);
     tcase_add_test(sim, sim_3of3);
     tcase_add_test(sim, sim_2of3);
     tcase_add_test(sim, sim_1of3);
