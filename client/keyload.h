@@ -418,6 +418,32 @@ void kl_receipt_free(kl_receipt *r);
  * Thread-safe. b is only read. */
 kl_code kl_client_batch(kl_client *c, const kl_batch *b, kl_receipt **out, kl_err *err);
 
+/* ---- The asynchronous API: the same calls without a waiting thread.
+ *
+ * kl_client_batch_start and the *_start reads below make exactly the call their blocking
+ * twin makes (same routing, leader cache, redirects, retries within the client's timeout,
+ * sealed sessions and outcomes: the blocking forms are these calls, waited for). KL_OK
+ * means started: done(call, arg) then runs exactly once, on an SDK thread (or on the
+ * caller's own thread before the start returns, when the call ends at once), after the
+ * outputs were written; kl_call_result gives its status (err as the blocking form's).
+ * done must not block for long and must not free the call; free it afterwards with
+ * kl_call_free (which waits for done to return). Any other status: nothing was started,
+ * done never runs and no kl_call exists. The inputs (b, names, tokens) are copied or only
+ * read before start returns, except b of kl_client_batch_start, which must live until
+ * done. kl_call_cancel ends a call early: not yet sent, it fails UNAVAILABLE "cancelled";
+ * a batch that may have been sent ends UNKNOWN_WRITE_OUTCOME (resend it under the same
+ * command id), a read DEADLINE_EXCEEDED "no_answer". A call waiting for another call's
+ * session handshake ends when that handshake does (bounded by the timeout). */
+typedef struct kl_call kl_call;
+typedef void (*kl_call_done_fn)(kl_call *call, void *arg);
+/* The call's status once done ran; err (may be NULL) is written only when it is not KL_OK. */
+kl_code kl_call_result(const kl_call *call, kl_err *err);
+void kl_call_cancel(kl_call *call);
+void kl_call_free(kl_call *call);
+
+kl_code kl_client_batch_start(kl_client *c, const kl_batch *b, kl_receipt **out,
+                              kl_call_done_fn done, void *arg, kl_call **call, kl_err *err);
+
 /* Fresh statistics of one queue: a read behind the read barrier of the queue's partition,
  * located like a batch; it never changes anything. A lost answer is KL_DEADLINE_EXCEEDED
  * (detail "no_answer"). On KL_OK *out belongs to the caller (kl_queue_stats_free).
@@ -488,6 +514,11 @@ kl_code kl_client_change_database_limits(kl_client *c, const char *command_id,
  * On KL_OK *out belongs to the caller (kl_principal_answer_free). Thread-safe. */
 kl_code kl_client_show_principal(kl_client *c, const char *principal_id,
                                  Keyload__V1__ShowPrincipalAnswer **out, kl_err *err);
+/* kl_client_show_principal as a kl_call (see kl_client_batch_start). */
+kl_code kl_client_show_principal_start(kl_client *c, const char *principal_id,
+                                       Keyload__V1__ShowPrincipalAnswer **out,
+                                       kl_call_done_fn done, void *arg, kl_call **call,
+                                       kl_err *err);
 /* Frees a ShowPrincipal answer; NULL is accepted. */
 void kl_principal_answer_free(Keyload__V1__ShowPrincipalAnswer *a);
 
@@ -624,6 +655,29 @@ const char *kl_failure_verdict_name(uint32_t verdict);
 kl_code kl_client_inspect_transfer(kl_client *c, const char *source_queue,
                                    const char *source_lane, const char *transfer_id,
                                    Keyload__V1__InspectQueueTransferAnswer **out, kl_err *err);
+/* The reads a transfer coordinator makes, as kl_calls (see kl_client_batch_start). */
+kl_code kl_client_inspect_transfer_start(kl_client *c, const char *source_queue,
+                                         const char *source_lane, const char *transfer_id,
+                                         Keyload__V1__InspectQueueTransferAnswer **out,
+                                         kl_call_done_fn done, void *arg, kl_call **call,
+                                         kl_err *err);
+kl_code kl_client_transfer_receipt_start(kl_client *c, const char *dest_queue,
+                                         const char *source_queue, const char *source_lane,
+                                         const char *transfer_id,
+                                         Keyload__V1__InspectQueueTransferReceiptAnswer **out,
+                                         kl_call_done_fn done, void *arg, kl_call **call,
+                                         kl_err *err);
+kl_code kl_client_read_transfer_failure_start(kl_client *c, const char *dest_queue,
+                                              const char *dest_lane, const uint8_t *intent_token,
+                                              size_t len, const char *failed_command_id,
+                                              Keyload__V1__ReadQueueTransferFailureAnswer **out,
+                                              kl_call_done_fn done, void *arg, kl_call **call,
+                                              kl_err *err);
+kl_code kl_client_read_complete_failure_start(
+    kl_client *c, const char *source_queue, const char *source_lane, const char *transfer_id,
+    const uint8_t *receipt_token, size_t len, const char *failed_command_id,
+    Keyload__V1__ReadQueueTransferFailureAnswer **out, kl_call_done_fn done, void *arg,
+    kl_call **call, kl_err *err);
 void kl_transfer_answer_free(Keyload__V1__InspectQueueTransferAnswer *a);
 
 /* keyload.v1.InspectQueueTransferReceipt on the destination queue's partition: the dedup

@@ -1030,8 +1030,8 @@ static kl_code client_dial(kl_rpc_client *c, int connect_timeout_ms, kl_err *err
     bool timed_out = false;
     if (connect_timeout_ms > 0)
         rv = rpc_dial_bounded(dialer, connect_timeout_ms, &timed_out, &c->dial_abandoned);
-    else
-        rv = nng_dialer_start(dialer, 0);
+    else /* < 0: connect in the background; a send waits for it up to its own timeout */
+        rv = nng_dialer_start(dialer, connect_timeout_ms < 0 ? NNG_FLAG_NONBLOCK : 0);
     if (timed_out)
         return kl_fail(err, KL_UNAVAILABLE, "connect", "rpc: could not connect to %s within %d ms",
                        c->url, connect_timeout_ms);
@@ -1382,3 +1382,223 @@ kl_code kl_rpc_invoke_session(kl_rpc_client *c, const char *method,
     }
     return rc;
 }
+
+/* ------------------------------------------------------------------ client, asynchronous
+ *
+ * The same exchange as rpc_invoke, driven by nng's aio callback instead of a waiting
+ * thread: send, then receive until the deadline, then `done`. The answer is decoded by
+ * kl_rpc_op_result on the caller's side with the same client_decode as a blocking call, so
+ * both forms report exactly the same statuses. */
+
+enum { RPC_OP_IDLE, RPC_OP_SEND, RPC_OP_RECV };
+
+struct kl_rpc_op {
+    nng_aio *aio;
+    /* Pauses have their own aio: in nng 1.5.2 an aio once used by nng_sleep_aio reports a
+     * later timeout as success (its sleep flag outlives the sleep). */
+    nng_aio *sleep_aio;
+    nng_ctx ctx;
+    bool ctx_open;
+    int state;
+    pthread_mutex_t mu;       /* guards cancelled against the send -> receive switch */
+    bool cancelled;
+    kl_rpc_client *c;         /* the exchange in flight (borrowed) */
+    const char *method;       /* borrowed: a literal of the caller */
+    uint64_t request_id;
+    int64_t deadline_ms;
+    int timeout_ms;
+    nng_msg *reply;           /* the answer, once received */
+    kl_err err;               /* why there is no answer (send or receive failure) */
+    kl_code rc;               /* KL_OK once reply holds an answer */
+    kl_rpc_op_done done;
+    void *arg;
+};
+
+/* A cancel that came while an operation was being started (its nng_aio_cancel found
+ * nothing to cancel yet) is applied now. A cancel is for good: the op's owner ends. */
+static void rpc_op_recheck_cancel(kl_rpc_op *op)
+{
+    pthread_mutex_lock(&op->mu);
+    if (op->cancelled) {
+        nng_aio_cancel(op->aio);
+        nng_aio_cancel(op->sleep_aio);
+    }
+    pthread_mutex_unlock(&op->mu);
+}
+
+static void rpc_op_finish(kl_rpc_op *op)
+{
+    if (op->ctx_open)
+        client_ctx_close(op->c, op->ctx);
+    op->ctx_open = false;
+    op->state = RPC_OP_IDLE;
+    op->done(op->arg);
+}
+
+/* The receive half: started unless a cancel came first; a cancel racing with the start
+ * is applied right after it. */
+static void rpc_op_recv(kl_rpc_op *op)
+{
+    pthread_mutex_lock(&op->mu);
+    bool cancelled = op->cancelled;
+    pthread_mutex_unlock(&op->mu);
+    if (cancelled) {
+        op->rc = kl_fail(&op->err, KL_DEADLINE_EXCEEDED, "no_answer",
+                         "rpc: %s to %s was cancelled after it was sent; the request may have "
+                         "been executed", op->method, op->c->url);
+        rpc_op_finish(op);
+        return;
+    }
+    int64_t left = op->deadline_ms - rpc_now_unix_ms();
+    if (left < 1)
+        left = 1;
+    op->state = RPC_OP_RECV;
+    nng_aio_set_timeout(op->aio, (nng_duration)(left > INT_MAX ? INT_MAX : left));
+    nng_ctx_recv(op->ctx, op->aio);
+    rpc_op_recheck_cancel(op);
+}
+
+static void rpc_op_cb(void *arg)
+{
+    kl_rpc_op *op = arg;
+    int rv = nng_aio_result(op->aio);
+    if (op->state == RPC_OP_SEND) {
+        if (rv == 0) {
+            rpc_op_recv(op);
+            return;
+        }
+        nng_msg_free(nng_aio_get_msg(op->aio)); /* a failed send leaves the message with us */
+        nng_aio_set_msg(op->aio, NULL);
+        if (rv == NNG_ETIMEDOUT)
+            op->rc = kl_fail(&op->err, KL_UNAVAILABLE, "no_connection",
+                             "rpc: %s not sent: no connection to %s within %d ms", op->method,
+                             op->c->url, op->timeout_ms);
+        else
+            op->rc = kl_fail(&op->err, KL_UNAVAILABLE, rv == NNG_ECANCELED ? "cancelled" : "send",
+                             "rpc: sending %s to %s failed: %s", op->method, op->c->url,
+                             nng_strerror(rv));
+    } else if (rv == 0) {
+        op->reply = nng_aio_get_msg(op->aio);
+        nng_aio_set_msg(op->aio, NULL);
+        op->rc = KL_OK;
+    } else {
+        op->rc = kl_fail(&op->err, KL_DEADLINE_EXCEEDED, "no_answer",
+                         "rpc: no answer to %s from %s within %d ms (%s); the request may have "
+                         "been executed", op->method, op->c->url, op->timeout_ms,
+                         nng_strerror(rv));
+    }
+    rpc_op_finish(op);
+}
+
+/* A pause (kl_rpc_sleep_start) is over or cancelled. */
+static void rpc_op_sleep_cb(void *arg)
+{
+    kl_rpc_op *op = arg;
+    op->done(op->arg);
+}
+
+kl_code kl_rpc_op_new(kl_rpc_op_done done, void *arg, kl_rpc_op **out, kl_err *err)
+{
+    kl_rpc_op *op = calloc(1, sizeof *op);
+    if (op == NULL || pthread_mutex_init(&op->mu, NULL) != 0) {
+        free(op);
+        return kl_fail(err, KL_RESOURCE_EXHAUSTED, "memory", "rpc: out of memory for a call");
+    }
+    if (nng_aio_alloc(&op->aio, rpc_op_cb, op) != 0 ||
+        nng_aio_alloc(&op->sleep_aio, rpc_op_sleep_cb, op) != 0) {
+        nng_aio_free(op->aio);
+        pthread_mutex_destroy(&op->mu);
+        free(op);
+        return kl_fail(err, KL_RESOURCE_EXHAUSTED, "memory", "rpc: out of memory for a call");
+    }
+    op->done = done;
+    op->arg = arg;
+    *out = op;
+    return KL_OK;
+}
+
+void kl_rpc_op_free(kl_rpc_op *op)
+{
+    if (op == NULL)
+        return;
+    nng_aio_free(op->aio); /* waits for a callback still running */
+    nng_aio_free(op->sleep_aio);
+    nng_msg_free(op->reply);
+    pthread_mutex_destroy(&op->mu);
+    free(op);
+}
+
+kl_code kl_rpc_op_start(kl_rpc_op *op, kl_rpc_client *c, const char *method, const uint8_t *req,
+                        size_t req_len, const kl_rpc_session_request *sess, int timeout_ms,
+                        kl_err *err)
+{
+    if (timeout_ms <= 0)
+        return kl_fail(err, KL_INVALID_ARGUMENT, "timeout_ms",
+                       "rpc call: timeout_ms must be positive, got %d", timeout_ms);
+    nng_msg_free(op->reply);
+    op->reply = NULL;
+    op->c = c;
+    op->method = method;
+    op->timeout_ms = timeout_ms;
+    op->deadline_ms = rpc_now_unix_ms() + timeout_ms;
+    op->request_id = rpc_request_id();
+    op->rc = KL_INTERNAL;
+    kl_err_clear(&op->err);
+    nng_msg *msg;
+    kl_code rc = client_encode(c, method, req, req_len, sess, op->request_id, op->deadline_ms,
+                               &msg, err);
+    if (rc != KL_OK)
+        return rc;
+    int rv = nng_ctx_open(&op->ctx, c->sock);
+    if (rv != 0) {
+        nng_msg_free(msg);
+        return kl_fail(err, KL_UNAVAILABLE, "context",
+                       "rpc: opening a context on %s for %s failed: %s", c->url, method,
+                       nng_strerror(rv));
+    }
+    op->ctx_open = true;
+    op->state = RPC_OP_SEND;
+    nng_aio_set_msg(op->aio, msg);
+    nng_aio_set_timeout(op->aio, timeout_ms);
+    nng_ctx_send(op->ctx, op->aio);
+    rpc_op_recheck_cancel(op);
+    return KL_OK;
+}
+
+void kl_rpc_op_cancel(kl_rpc_op *op)
+{
+    pthread_mutex_lock(&op->mu);
+    op->cancelled = true;
+    pthread_mutex_unlock(&op->mu);
+    nng_aio_cancel(op->aio);
+    nng_aio_cancel(op->sleep_aio);
+}
+
+kl_code kl_rpc_op_result(kl_rpc_op *op, uint8_t **answer, size_t *answer_len,
+                         kl_rpc_session_answer *sess_out, char *leader_out, size_t leader_cap,
+                         kl_err *err)
+{
+    *answer = NULL;
+    *answer_len = 0;
+    if (sess_out != NULL)
+        memset(sess_out, 0, sizeof *sess_out);
+    if (leader_out != NULL && leader_cap > 0)
+        leader_out[0] = '\0';
+    if (op->rc != KL_OK) {
+        if (err != NULL)
+            *err = op->err;
+        return op->rc;
+    }
+    kl_code rc = client_decode(op->c, op->reply, op->request_id, op->method, answer, answer_len,
+                               sess_out, leader_out, leader_cap, err);
+    nng_msg_free(op->reply);
+    op->reply = NULL;
+    return rc;
+}
+
+void kl_rpc_sleep_start(kl_rpc_op *op, int ms)
+{
+    nng_sleep_aio(ms, op->sleep_aio);
+    rpc_op_recheck_cancel(op);
+}
+

@@ -15,8 +15,9 @@
  * at once or later from the loop thread; the call is freed by that answer. Each held
  * call occupies one of the `contexts`, so at most `contexts` calls are in flight.
  *
- * Client: one nng REQ socket per target URL; calls are blocking, thread-safe (each uses
- * its own nng context) and bounded by a timeout. nng's automatic resend is disabled,
+ * Client: one nng REQ socket per target URL; calls are blocking (kl_rpc_invoke) or driven
+ * by an aio callback (kl_rpc_op, below), thread-safe (each uses its own nng context) and
+ * bounded by a timeout. nng's automatic resend is disabled,
  * so one call sends its request once: a retry is always the caller's decision (with a
  * new request and the same command id). After the first connection, nng reconnects by
  * itself when the connection drops; a call made while disconnected waits for it up to
@@ -127,8 +128,9 @@ void kl_rpc_reply_error(kl_rpc_call *call, const kl_err *err, const char *leader
 typedef struct kl_rpc_client kl_rpc_client;
 
 /* Dials url (synchronously, bounded by connect_timeout_ms). UNAVAILABLE if it cannot.
- * connect_timeout_ms <= 0 waits as long as the OS does; max_frame 0 means
- * KL_RPC_DEFAULT_FRAME_LIMIT. */
+ * connect_timeout_ms 0 waits as long as the OS does; < 0 does not wait at all (the
+ * connection is made in the background, and a call waits for it up to its own timeout:
+ * UNAVAILABLE "no_connection", not sent); max_frame 0 means KL_RPC_DEFAULT_FRAME_LIMIT. */
 kl_code kl_rpc_client_open(const char *url, int connect_timeout_ms, size_t max_frame,
                            kl_rpc_client **out, kl_err *err);
 void kl_rpc_client_close(kl_rpc_client *c);
@@ -147,26 +149,55 @@ kl_code kl_rpc_invoke(kl_rpc_client *c, const char *method, const uint8_t *req, 
                       int timeout_ms, uint8_t **answer, size_t *answer_len, char *leader_out,
                       size_t leader_cap, kl_err *err);
 
+/* The asynchronous form of kl_rpc_invoke / kl_rpc_invoke_session: one exchange at a time
+ * per op, completed by nng's aio callback instead of a waiting thread. done(arg) runs once
+ * per successful kl_rpc_op_start (or kl_rpc_sleep_start), on an nng thread; it may start
+ * the op again. kl_rpc_op_result then gives exactly what the blocking call would have
+ * returned (same codes and details: UNAVAILABLE = not sent, DEADLINE_EXCEEDED "no_answer"
+ * = the outcome is unknown). kl_rpc_op_cancel ends the exchange in flight early: before
+ * the send it is UNAVAILABLE "cancelled" (not sent), after it DEADLINE_EXCEEDED
+ * "no_answer". kl_rpc_op_free waits for a callback still running: never call it from
+ * done. */
+typedef struct kl_rpc_op kl_rpc_op;
+typedef void (*kl_rpc_op_done)(void *arg);
+typedef struct kl_rpc_session_request kl_rpc_session_request;
+typedef struct kl_rpc_session_answer kl_rpc_session_answer;
+kl_code kl_rpc_op_new(kl_rpc_op_done done, void *arg, kl_rpc_op **out, kl_err *err);
+void kl_rpc_op_free(kl_rpc_op *op);
+/* sess NULL: a clear request (req, req_len); else a request under a session (req unused).
+ * Errors before anything was sent are returned here, and done is not called. */
+kl_code kl_rpc_op_start(kl_rpc_op *op, kl_rpc_client *c, const char *method, const uint8_t *req,
+                        size_t req_len, const kl_rpc_session_request *sess, int timeout_ms,
+                        kl_err *err);
+void kl_rpc_op_cancel(kl_rpc_op *op);
+/* The answer of the exchange just done (as kl_rpc_invoke; sess_out as
+ * kl_rpc_invoke_session, NULL for a clear request). */
+kl_code kl_rpc_op_result(kl_rpc_op *op, uint8_t **answer, size_t *answer_len,
+                         kl_rpc_session_answer *sess_out, char *leader_out, size_t leader_cap,
+                         kl_err *err);
+/* done(arg) after ms (or at once when cancelled): an op's pause between two exchanges. */
+void kl_rpc_sleep_start(kl_rpc_op *op, int ms);
+
 /* The session fields of a request (ARCHITECTURE.md "Sessions and RPC"): the Envelope carries them
  * and `sealed` instead of a clear payload. Pointers are borrowed for the call. */
 #define KL_RPC_SESSION_ID_LEN 16
-typedef struct kl_rpc_session_request {
+struct kl_rpc_session_request {
     const uint8_t *session_id;       /* KL_RPC_SESSION_ID_LEN bytes */
     size_t session_id_len;
     uint64_t counter;
     const uint8_t *sealed;
     size_t sealed_len;
-} kl_rpc_session_request;
+};
 
 /* The session fields of an Answer. sealed is malloc'd (NULL when the Answer carried none);
  * release with kl_rpc_session_answer_free. */
-typedef struct kl_rpc_session_answer {
+struct kl_rpc_session_answer {
     uint8_t session_id[KL_RPC_SESSION_ID_LEN]; /* valid when session_id_len is 16 */
     size_t session_id_len;
     uint64_t counter;
     uint8_t *sealed;
     size_t sealed_len;
-} kl_rpc_session_answer;
+};
 
 void kl_rpc_session_answer_free(kl_rpc_session_answer *a);
 

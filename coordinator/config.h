@@ -7,7 +7,7 @@
  *     "flush_interval_ms": 10,         1..60000: a worker starts at most one turn per interval
  *     "workers": 128,                  turns in flight at most, 1..4096 (not threads)
  *     "buffer_capacity": 32,           events per worker buffer, 1..100000
- *     "call_threads": 64,              calls in flight at most (the SDK blocks), 1..1024
+ *     "call_threads": 64,              threads for armed failpoints only (tests), 1..1024
  *     "discovery": { "interval_ms": 500,        1..600000
  *                    "max_records": 64,         items per page, 1..1000
  *                    "max_bytes": 4194304,      intent-token bytes held per page, 1024..1 GiB

@@ -1,5 +1,6 @@
 #include "coordinator/run.h"
 
+#include "common/failpoint.h"
 #include "common/log.h"
 #include "common/metrics_http.h"
 #include "coordinator/discovery.h"
@@ -9,6 +10,7 @@
 #include "coordinator/turn.h"
 
 #include <inttypes.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -21,7 +23,11 @@ typedef struct worker {
     runner *r;
     uint32_t index;
     uv_timer_t timer;      /* armed only while the buffer holds something */
-    uv_work_t work;        /* the turn's call in flight on the pool */
+    uv_work_t work;        /* an armed before_ failpoint, on libuv's pool (tests only) */
+    bool in_pool;          /* work is queued or running */
+    bool before_ok;        /* work's verdict */
+    bool cancelled;        /* the call in flight was cancelled by the stop */
+    struct worker *next_done; /* in the runner's done list, waiting for the loop */
     kl_coord_turn turn;
     bool busy;             /* a turn is in flight */
     bool started_once;
@@ -40,6 +46,9 @@ struct runner {
     uv_signal_t sigterm, sigint;
     uv_timer_t status;
     uv_async_t wake;       /* discovery -> loop: events were dispatched */
+    uv_async_t calls_done; /* SDK threads -> loop: calls ended (done list) */
+    pthread_mutex_t done_mu;
+    worker *done_head;     /* under done_mu */
     kl_metrics_http *metrics; /* the config's "metrics" endpoint, if any */
 };
 
@@ -66,46 +75,115 @@ static void check_drained(runner *r)
         uv_stop(&r->loop);
 }
 
-/* ------------------------------------------------------------ one turn on the loop */
+/* ------------------------------------------------------------ one turn on the loop
+ *
+ * A turn's calls run on the SDK's asynchronous API: no thread waits for them, so every
+ * worker may have its turn in flight at once. A call's end (on an SDK thread) puts its
+ * worker on the done list and wakes the loop, which collects the answer and moves the
+ * machine on. Armed before_ failpoints (tests) run on libuv's pool, where a sleep parks
+ * that turn only. */
 
-static void work_cb(uv_work_t *req)
-{
-    worker *w = req->data;
-    kl_coord_turn_exec(&w->turn);
-}
-
-static void after_work_cb(uv_work_t *req, int status);
-
-static void submit(worker *w)
-{
-    w->work.data = w;
-    if (uv_queue_work(&w->r->loop, &w->work, work_cb, after_work_cb) != 0)
-        after_work_cb(&w->work, UV_ECANCELED); /* cannot happen with a live loop */
-}
+static void submit(worker *w);
 
 static void end_turn(worker *w, kl_coord_turn_out o)
 {
     runner *r = w->r;
     kl_coord_turn_finish(&w->turn, o);
     w->busy = false;
+    w->cancelled = false;
     r->in_flight--;
     atomic_fetch_sub(&r->co->stats.turns_in_flight, 1);
     schedule(w);
     check_drained(r);
 }
 
-/* A call's answer is back on the loop: the machine decides the next call (or the end). A
- * call the pool never started (cancelled by a stop) ends the turn through the same
- * cancellation path as a stop seen between two calls. */
-static void after_work_cb(uv_work_t *req, int status)
+/* The result in w->turn is there: the machine decides the next call (or the end). */
+static void turn_result(worker *w)
 {
-    worker *w = req->data;
-    kl_coord_turn_out o = status == UV_ECANCELED ? kl_coord_turn_cancel(&w->turn)
-                                                 : kl_coord_turn_next(&w->turn);
+    kl_coord_turn_out o = kl_coord_turn_next(&w->turn);
     if (o == KL_COORD_TURN_CONTINUE)
         submit(w);
     else
         end_turn(w, o);
+}
+
+/* Any SDK thread (or the loop, when a call ends at once). */
+static void on_call_done(kl_call *call, void *arg)
+{
+    (void)call;
+    worker *w = arg;
+    runner *r = w->r;
+    pthread_mutex_lock(&r->done_mu);
+    w->next_done = r->done_head;
+    r->done_head = w;
+    pthread_mutex_unlock(&r->done_mu);
+    uv_async_send(&r->calls_done);
+}
+
+/* A call cancelled by the stop ends its turn "cancelled" whatever it answered. */
+static void on_calls_done(uv_async_t *h)
+{
+    runner *r = h->data;
+    pthread_mutex_lock(&r->done_mu);
+    worker *w = r->done_head;
+    r->done_head = NULL;
+    pthread_mutex_unlock(&r->done_mu);
+    while (w != NULL) {
+        worker *next = w->next_done;
+        w->next_done = NULL;
+        if (w->cancelled) {
+            end_turn(w, kl_coord_turn_cancel(&w->turn));
+        } else {
+            kl_coord_turn_collect(&w->turn);
+            turn_result(w);
+        }
+        w = next;
+    }
+}
+
+/* Starts the call after its before_ failpoint passed; a call that cannot start has its
+ * result already. */
+static void start_call(worker *w)
+{
+    if (!kl_coord_turn_start(&w->turn, on_call_done, w))
+        turn_result(w);
+}
+
+static void work_cb(uv_work_t *req)
+{
+    worker *w = req->data;
+    w->before_ok = kl_coord_turn_before(&w->turn);
+}
+
+static void after_work_cb(uv_work_t *req, int status)
+{
+    worker *w = req->data;
+    w->in_pool = false;
+    if (status == UV_ECANCELED)
+        end_turn(w, kl_coord_turn_cancel(&w->turn)); /* queued when the stop came */
+    else if (!w->before_ok)
+        turn_result(w);
+    else if (atomic_load(&w->r->co->stopping))
+        end_turn(w, kl_coord_turn_cancel(&w->turn)); /* stopped while the failpoint ran */
+    else
+        start_call(w);
+}
+
+/* The call named by the turn's machine. */
+static void submit(worker *w)
+{
+    if (kl_failpoints_armed && kl_coord_turn_has_failpoint(&w->turn)) {
+        w->work.data = w;
+        w->in_pool = true;
+        if (uv_queue_work(&w->r->loop, &w->work, work_cb, after_work_cb) != 0)
+            after_work_cb(&w->work, UV_ECANCELED); /* cannot happen with a live loop */
+        return;
+    }
+    if (!kl_coord_turn_before(&w->turn)) {
+        turn_result(w);
+        return;
+    }
+    start_call(w);
 }
 
 static void start_turn(worker *w, int64_t now)
@@ -176,8 +254,12 @@ static void on_signal(uv_signal_t *h, int signum)
     for (uint32_t i = 0; i < r->n_workers; i++) {
         worker *w = &r->workers[i];
         uv_timer_stop(&w->timer);
-        if (w->busy) /* queued, not started: its turn ends "cancelled" (after_work_cb) */
+        if (w->busy && w->in_pool) /* queued, not started: ends "cancelled" (after_work_cb) */
             uv_cancel((uv_req_t *)&w->work);
+        if (w->busy && w->turn.call != NULL) { /* ends at once, "cancelled" (on_calls_done) */
+            w->cancelled = true;
+            kl_call_cancel(w->turn.call);
+        }
     }
     check_drained(r);
 }
@@ -190,9 +272,12 @@ static void noop_after(uv_work_t *req, int status)
 }
 
 /* Sizes libuv's threadpool (process-wide, fixed at its first use) and starts it now, while
- * the signals the loop handles are blocked, so its threads inherit that mask. */
+ * the signals the loop handles are blocked, so its threads inherit that mask. Only armed
+ * failpoints use it (tests): calls need no thread. */
 static kl_code start_pool(runner *r, kl_err *err)
 {
+    if (!kl_failpoints_armed)
+        return KL_OK;
     char n[16];
     snprintf(n, sizeof n, "%" PRIu32, r->co->cfg.call_threads);
     setenv("UV_THREADPOOL_SIZE", n, 1);
@@ -244,6 +329,7 @@ static void close_all(runner *r)
     for (uint32_t i = 0; i < r->n_workers; i++)
         uv_close((uv_handle_t *)&r->workers[i].timer, NULL);
     uv_close((uv_handle_t *)&r->wake, NULL);
+    uv_close((uv_handle_t *)&r->calls_done, NULL);
     uv_close((uv_handle_t *)&r->sigterm, NULL);
     uv_close((uv_handle_t *)&r->sigint, NULL);
     uv_close((uv_handle_t *)&r->status, NULL);
@@ -261,7 +347,9 @@ static void init_handles(runner *r)
     uv_signal_init(&r->loop, &r->sigint);
     uv_timer_init(&r->loop, &r->status);
     uv_async_init(&r->loop, &r->wake, on_wake);
-    r->sigterm.data = r->sigint.data = r->wake.data = r;
+    uv_async_init(&r->loop, &r->calls_done, on_calls_done);
+    pthread_mutex_init(&r->done_mu, NULL);
+    r->sigterm.data = r->sigint.data = r->wake.data = r->calls_done.data = r;
     r->status.data = r->co;
 }
 
@@ -320,6 +408,7 @@ kl_code kl_coord_run(kl_coord *co, kl_err *err)
                 (uint64_t)atomic_load(&co->stats.turns_in_flight_peak));
     }
     uv_loop_close(&r.loop);
+    pthread_mutex_destroy(&r.done_mu);
     pthread_sigmask(SIG_SETMASK, &old, NULL);
     return rc;
 }

@@ -68,96 +68,132 @@ static bool is_stale(const kl_err *e)
     return e->code == KL_PERMISSION_DENIED && strcmp(e->detail, "stale_authority") == 0;
 }
 
-/* ------------------------------------------------------------ the calls (exec) */
+/* ------------------------------------------------------------ the calls */
 
 static void note_answer(turn *t);
 
-/* A batch call with its two failpoints around it: they run where the call runs (a sleep
- * there parks this turn only, and a stop requested meanwhile is seen right after). `sent`
- * names the log line and counter of a batch that is really sent (NULL: none). */
-static void exec_batch(turn *t, const char *before, const char *after, const char *sent,
-                       atomic_uint_fast64_t *counter)
+/* The failpoints around the batch of `at` (NULL for a read). */
+static const char *before_failpoint(kl_coord_turn_at at)
 {
-    if (KL_FAILPOINT(before, &t->err) != KL_OK) {
-        t->rc = t->err.code;
-        t->stage = before + strlen("coord.");
-        return;
-    }
-    if (sent != NULL) {
-        atomic_fetch_add(counter, 1);
-        KL_INFO(sent, "%s cmd=%s attempt=%" PRIu32, t->fields, t->cmd, t->ev->attempt + 1);
-    }
-    t->rc = kl_client_batch(t->co->client, t->batch, &t->ans.batch, &t->err);
-    if (t->rc == KL_OK)
-        note_answer(t); /* logged where the failpoint below can be seen to follow it */
-    if (t->rc == KL_OK && KL_FAILPOINT(after, &t->err) != KL_OK) {
-        t->after_failed = true;
-        t->stage = after + strlen("coord.");
-    }
+    return at == KL_COORD_AT_ACCEPT     ? "coord.before_accept"
+           : at == KL_COORD_AT_COMPLETE ? "coord.before_complete"
+           : at == KL_COORD_AT_ADVANCE  ? "coord.before_advance"
+                                        : NULL;
 }
 
-static void exec_failure_read(turn *t)
+static const char *after_failpoint(kl_coord_turn_at at)
 {
-    kl_coord_event *ev = t->ev;
-    char failed[KL_GUID_TEXT_LEN + 1];
-    kl_guid_format(ev->failed_command_id, failed);
-    if (ev->failure_in_complete)
-        t->rc = kl_client_read_complete_failure(
-            t->co->client, ev->source_queue, ev->source_lane, ev->transfer_id_text,
-            t->failure_rcpt->receipt_token.data, t->failure_rcpt->receipt_token.len, failed,
-            &t->ans.failure, &t->err);
-    else
-        t->rc = kl_client_read_transfer_failure(t->co->client, ev->dest_queue, ev->dest_lane,
-                                                ev->token, ev->token_len, failed,
-                                                &t->ans.failure, &t->err);
+    return at == KL_COORD_AT_ACCEPT     ? "coord.after_accept_sent"
+           : at == KL_COORD_AT_COMPLETE ? "coord.after_complete_sent"
+           : at == KL_COORD_AT_ADVANCE  ? "coord.after_advance"
+                                        : NULL;
 }
 
-void kl_coord_turn_exec(kl_coord_turn *t)
+bool kl_coord_turn_has_failpoint(const kl_coord_turn *t)
 {
-    kl_client *c = t->co->client;
-    kl_coord_event *ev = t->ev;
+    return before_failpoint(t->at) != NULL;
+}
+
+bool kl_coord_turn_before(kl_coord_turn *t)
+{
     memset(&t->ans, 0, sizeof t->ans);
     kl_err_clear(&t->err);
     t->stage = NULL;
     t->after_failed = false;
     t->answer_noted = false;
     t->call_start_us = now_us();
+    const char *fp = before_failpoint(t->at);
+    if (fp == NULL)
+        return true;
+    if (KL_FAILPOINT(fp, &t->err) != KL_OK) {
+        t->rc = t->err.code;
+        t->stage = fp + strlen("coord.");
+        return false;
+    }
+    /* The log line and counter of a batch that is really sent. */
+    if (t->at == KL_COORD_AT_ACCEPT || t->at == KL_COORD_AT_COMPLETE) {
+        bool accept = t->at == KL_COORD_AT_ACCEPT;
+        atomic_fetch_add(accept ? &t->co->stats.accept_sent : &t->co->stats.complete_sent, 1);
+        KL_INFO(accept ? "accept_sent" : "complete_sent", "%s cmd=%s attempt=%" PRIu32,
+                t->fields, t->cmd, t->ev->attempt + 1);
+    }
+    return true;
+}
+
+static kl_code start_failure_read(turn *t, kl_call_done_fn done, void *arg)
+{
+    kl_coord_event *ev = t->ev;
+    char failed[KL_GUID_TEXT_LEN + 1];
+    kl_guid_format(ev->failed_command_id, failed);
+    if (ev->failure_in_complete)
+        return kl_client_read_complete_failure_start(
+            t->co->client, ev->source_queue, ev->source_lane, ev->transfer_id_text,
+            t->failure_rcpt->receipt_token.data, t->failure_rcpt->receipt_token.len, failed,
+            &t->ans.failure, done, arg, &t->call, &t->err);
+    return kl_client_read_transfer_failure_start(t->co->client, ev->dest_queue, ev->dest_lane,
+                                                 ev->token, ev->token_len, failed,
+                                                 &t->ans.failure, done, arg, &t->call, &t->err);
+}
+
+bool kl_coord_turn_start(kl_coord_turn *t, kl_call_done_fn done, void *arg)
+{
+    kl_client *c = t->co->client;
+    kl_coord_event *ev = t->ev;
+    kl_code rc;
+    t->call = NULL;
     switch (t->at) {
     case KL_COORD_AT_RECOVER_PRINCIPAL:
     case KL_COORD_AT_PRINCIPAL:
-        t->rc = kl_client_show_principal(c, t->co->cfg.principal_id, &t->ans.principal, &t->err);
+        rc = kl_client_show_principal_start(c, t->co->cfg.principal_id, &t->ans.principal, done,
+                                            arg, &t->call, &t->err);
         break;
     case KL_COORD_AT_RECOVER_SOURCE:
     case KL_COORD_AT_SOURCE:
     case KL_COORD_AT_RECHECK_SOURCE:
     case KL_COORD_AT_COMPLETE_STALE:
-        t->rc = kl_client_inspect_transfer(c, ev->source_queue, ev->source_lane,
-                                           ev->transfer_id_text, &t->ans.source, &t->err);
+        rc = kl_client_inspect_transfer_start(c, ev->source_queue, ev->source_lane,
+                                              ev->transfer_id_text, &t->ans.source, done, arg,
+                                              &t->call, &t->err);
         break;
     case KL_COORD_AT_FAILURE_RECEIPT:
     case KL_COORD_AT_RECEIPT:
     case KL_COORD_AT_REREAD:
     case KL_COORD_AT_RECHECK_RECEIPT:
-        t->rc = kl_client_transfer_receipt(c, ev->dest_queue, ev->source_queue, ev->source_lane,
-                                           ev->transfer_id_text, &t->ans.receipt, &t->err);
+        rc = kl_client_transfer_receipt_start(c, ev->dest_queue, ev->source_queue,
+                                              ev->source_lane, ev->transfer_id_text,
+                                              &t->ans.receipt, done, arg, &t->call, &t->err);
         break;
     case KL_COORD_AT_FAILURE_READ:
-        exec_failure_read(t);
+        rc = start_failure_read(t, done, arg);
         break;
     case KL_COORD_AT_ACCEPT:
-        exec_batch(t, "coord.before_accept", "coord.after_accept_sent", "accept_sent",
-                   &t->co->stats.accept_sent);
-        break;
     case KL_COORD_AT_COMPLETE:
-        exec_batch(t, "coord.before_complete", "coord.after_complete_sent", "complete_sent",
-                   &t->co->stats.complete_sent);
-        break;
     case KL_COORD_AT_ADVANCE:
-        exec_batch(t, "coord.before_advance", "coord.after_advance", NULL, NULL);
+        rc = kl_client_batch_start(c, t->batch, &t->ans.batch, done, arg, &t->call, &t->err);
         break;
     default:
-        t->rc = kl_fail(&t->err, KL_INTERNAL, "turn_state", "no call at state %d", (int)t->at);
+        rc = kl_fail(&t->err, KL_INTERNAL, "turn_state", "no call at state %d", (int)t->at);
         break;
+    }
+    if (rc == KL_OK)
+        return true;
+    t->rc = rc;
+    t->call = NULL;
+    return false;
+}
+
+void kl_coord_turn_collect(kl_coord_turn *t)
+{
+    t->rc = kl_call_result(t->call, &t->err);
+    kl_call_free(t->call);
+    t->call = NULL;
+    const char *after = after_failpoint(t->at);
+    if (t->rc != KL_OK || after == NULL)
+        return;
+    note_answer(t); /* logged where the failpoint below can be seen to follow it */
+    if (KL_FAILPOINT(after, &t->err) != KL_OK) {
+        t->after_failed = true;
+        t->stage = after + strlen("coord.");
     }
 }
 
@@ -716,6 +752,7 @@ void kl_coord_turn_finish(kl_coord_turn *t, kl_coord_turn_out out)
         kl_coord_buffer_done(buf, ev);
         break;
     }
+    kl_call_free(t->call); /* not collected: the turn ended without its answer */
     free_answer(t, t->at);
     kl_transfer_receipt_answer_free(t->first);
     kl_transfer_receipt_answer_free(t->failure_rcpt);

@@ -23,18 +23,21 @@
  * new id. Everything else is transient: the event goes back to the buffer with exponential
  * backoff (event.h), same command ids. Nothing is ever reported as rolled back.
  *
- * Shape: the machine never blocks. kl_coord_turn_begin names the first call in t->at;
- * kl_coord_turn_exec makes that one call (blocking, any thread: the SDK is synchronous) and
- * stores its result in t; kl_coord_turn_next consumes the result on the scheduler's thread
- * and either names the next call in t->at (KL_COORD_TURN_CONTINUE) or ends the turn with an
- * outcome that kl_coord_turn_finish applies to the buffer. Unit tests drive next() with
- * hand-made results in place of exec().
+ * Shape: the machine never blocks, and neither do its calls. kl_coord_turn_begin names
+ * the first call in t->at; kl_coord_turn_before runs that call's before_ failpoint;
+ * kl_coord_turn_start starts the call on the SDK's asynchronous API (kl_call: no thread
+ * waits for it) and kl_coord_turn_collect, on the scheduler's thread once the call's done
+ * ran, stores its result in t; kl_coord_turn_next consumes the result and either names the
+ * next call in t->at (KL_COORD_TURN_CONTINUE) or ends the turn with an outcome that
+ * kl_coord_turn_finish applies to the buffer. Unit tests drive next() with hand-made
+ * results in place of the call.
  *
  * Cancellation: once the coordinator is stopping (SIGTERM), next() ends the turn before the
- * call it would have made (log "cancelled", before=<that call>); a call in flight is never
- * abandoned midway, and a call that was queued but never started is cancelled through the
- * same path (kl_coord_turn_cancel). The transfer stays as the cluster has it, and the next
- * run rediscovers it under the same ids.
+ * call it would have made (log "cancelled", before=<that call>); a call in flight is
+ * cancelled (kl_call_cancel) and its turn ends through the same path
+ * (kl_coord_turn_cancel) without looking at what it answered. Either way the transfer
+ * stays as the cluster has it (a cancelled Accept or Complete may or may not have
+ * committed), and the next run rediscovers it and repeats the same ids.
  *
  * Every decision is one log line (component "coordinator"): transfer id as GUID text,
  * lanes, generation, codes and details; never a token or a message body. The "delivered"
@@ -43,7 +46,9 @@
  * Failpoints (common/failpoint.h): coord.before_accept, coord.after_accept_sent,
  * coord.before_complete, coord.after_complete_sent, coord.before_advance,
  * coord.after_advance. An error(CODE) action makes that stage fail with CODE (and is
- * handled like a real failure of it); they are evaluated on the scheduler's thread. */
+ * handled like a real failure of it). The before_ ones run where a sleep parks this turn
+ * only (run.c: on libuv's pool while failpoints are armed); the after_ ones run on the
+ * scheduler's thread. */
 #ifndef KL_COORD_TURN_H
 #define KL_COORD_TURN_H
 
@@ -88,6 +93,7 @@ typedef struct kl_coord_turn {
     kl_coord_event *ev;
     uint32_t worker;
     kl_coord_turn_at at;                /* the call to make / just made */
+    kl_call *call;                      /* the call in flight (started, not collected) */
     Keyload__V1__QueueLaneRef src, dst; /* complete refs (command id inputs) */
     /* The call's input when it is a batch (Accept, Complete, Advance). */
     kl_batch *batch;
@@ -127,9 +133,18 @@ const char *kl_coord_turn_at_name(kl_coord_turn_at at);
 /* Starts a turn of worker `worker` over ev (popped from that worker's buffer, in flight):
  * t->at is the first call. */
 void kl_coord_turn_begin(kl_coord_turn *t, kl_coord *co, kl_coord_event *ev, uint32_t worker);
-/* Makes the call named by t->at and stores its result (blocking, bounded by the client's
- * call timeout; touches only t and the thread-safe client). */
-void kl_coord_turn_exec(kl_coord_turn *t);
+/* Whether the call named by t->at has failpoints (the batches). */
+bool kl_coord_turn_has_failpoint(const kl_coord_turn *t);
+/* Clears the previous result and runs the before_ failpoint of t->at (any thread; a sleep
+ * there waits): false = it failed, and t holds that result (no call is made). */
+bool kl_coord_turn_before(kl_coord_turn *t);
+/* Starts the call named by t->at (SDK asynchronous API, bounded by the client's timeout):
+ * true = in flight, done(t->call, arg) runs once on an SDK thread; false = it could not
+ * start and t holds that result. */
+bool kl_coord_turn_start(kl_coord_turn *t, kl_call_done_fn done, void *arg);
+/* After done, on the scheduler's thread: the call's result into t (then its after_
+ * failpoint); the call is freed. */
+void kl_coord_turn_collect(kl_coord_turn *t);
 /* Consumes the result of t->at: CONTINUE with the next call in t->at, or the outcome. */
 kl_coord_turn_out kl_coord_turn_next(kl_coord_turn *t);
 /* The call named by t->at will not be made (stopping): CANCELLED. */

@@ -3,7 +3,8 @@
  * kl_sdk_partition_read for transfer.c's reads on a queue's or a named partition).
  *
  * Routing: the partition's last known leader is tried first (remembered per partition and
- * shared by every thread using the client: from the member that last answered, or a
+ * shared by every thread and every kl_client of the process that opened the same cluster
+ * name: from the member that last answered, or a
  * NOT_LEADER answer naming one), then the members in cluster-file order; a member that
  * answers NOT_LEADER or UNAVAILABLE, or does not answer, is forgotten as leader. A NOT_LEADER
  * answer naming a member of that partition is followed (at most KL_MAX_REDIRECTS times);
@@ -22,6 +23,7 @@
 #include "keyload/v1/catalog.pb-c.h"
 
 #include <pthread.h>
+#include <stdatomic.h>
 #include <sodium.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -40,9 +42,9 @@ struct kl_client {
     char tenant[KL_SDK_NAME_MAX + 1];
     char database[KL_SDK_NAME_MAX + 1];
     int timeout_ms;
-    pthread_mutex_t mu; /* guards conns, leaders and placements */
+    pthread_mutex_t mu; /* guards conns and placements */
     kl_rpc_client *conns[KL_CLUSTER_MAX_PARTITIONS][KL_CLUSTER_MAX_MEMBERS];
-    int leaders[KL_CLUSTER_MAX_PARTITIONS]; /* member slot + 1 of the last known leader; 0 = none */
+    struct leader_cache *leaders; /* shared with every client of this cluster name */
     /* Queue placements (fixed at creation, so a cached one is wrong only after the queue
      * was deleted and created again elsewhere: the partition then answers NOT_FOUND
      * "wrong_partition" and the entry is dropped). Queues of this client's database. */
@@ -53,6 +55,64 @@ struct kl_client {
     size_t next_placement;
     kl_sdk_principal *principal; /* NULL: requests go unsealed (the local principal) */
 };
+
+/* ------------------------------------------------------------ the process's leader cache
+ *
+ * One cache per cluster name, shared by every kl_client of the process that opened that
+ * cluster (refcounted, freed with the last), so a second client (another thread's, a
+ * CLI's helper, the coordinator's discovery) does not pay the redirect the first already
+ * paid. It remembers each partition's leader by the member's client URL: a client whose
+ * cluster file lists other members for that partition simply finds no match and starts
+ * from its first member. */
+typedef struct leader_cache {
+    struct leader_cache *next;
+    char cluster[KL_NAME_MAX];
+    int refs;                 /* guarded by leader_caches_mu */
+    pthread_mutex_t mu;       /* guards leaders */
+    struct {
+        int partition;        /* partition id; -1 = free */
+        char url[KL_URL_MAX];
+    } leaders[KL_CLUSTER_MAX_PARTITIONS];
+} leader_cache;
+
+static pthread_mutex_t leader_caches_mu = PTHREAD_MUTEX_INITIALIZER;
+static leader_cache *leader_caches;
+
+static leader_cache *leader_cache_acquire(const char *cluster)
+{
+    pthread_mutex_lock(&leader_caches_mu);
+    leader_cache *lc = leader_caches;
+    while (lc != NULL && strcmp(lc->cluster, cluster) != 0)
+        lc = lc->next;
+    if (lc == NULL && (lc = calloc(1, sizeof *lc)) != NULL) {
+        snprintf(lc->cluster, sizeof lc->cluster, "%s", cluster);
+        for (int i = 0; i < KL_CLUSTER_MAX_PARTITIONS; i++)
+            lc->leaders[i].partition = -1;
+        pthread_mutex_init(&lc->mu, NULL);
+        lc->next = leader_caches;
+        leader_caches = lc;
+    }
+    if (lc != NULL)
+        lc->refs++;
+    pthread_mutex_unlock(&leader_caches_mu);
+    return lc;
+}
+
+static void leader_cache_release(leader_cache *lc)
+{
+    if (lc == NULL)
+        return;
+    pthread_mutex_lock(&leader_caches_mu);
+    if (--lc->refs == 0) {
+        leader_cache **pp = &leader_caches;
+        while (*pp != lc)
+            pp = &(*pp)->next;
+        *pp = lc->next;
+        pthread_mutex_destroy(&lc->mu);
+        free(lc);
+    }
+    pthread_mutex_unlock(&leader_caches_mu);
+}
 
 kl_code kl_client_open_principal(const char *cluster_path, const char *database,
                                  int timeout_ms, const char *principal_id, const char *key_path,
@@ -94,7 +154,13 @@ kl_code kl_client_open(const char *cluster_path, const char *database, int timeo
     }
     snprintf(c->database_text, sizeof c->database_text, "%s/%s", c->tenant, c->database);
     c->timeout_ms = timeout_ms > 0 ? timeout_ms : KL_DEFAULT_TIMEOUT_MS;
+    c->leaders = leader_cache_acquire(c->cluster.name);
+    if (c->leaders == NULL) {
+        free(c);
+        return kl_sdk_oom(err);
+    }
     if (pthread_mutex_init(&c->mu, NULL) != 0) {
+        leader_cache_release(c->leaders);
         free(c);
         return kl_fail(err, KL_INTERNAL, "mutex", "cannot create a mutex");
     }
@@ -111,6 +177,7 @@ void kl_client_close(kl_client *c)
             if (c->conns[p][m] != NULL)
                 kl_rpc_client_close(c->conns[p][m]);
     kl_sdk_principal_free(c->principal);
+    leader_cache_release(c->leaders);
     pthread_mutex_destroy(&c->mu);
     free(c);
 }
@@ -122,13 +189,6 @@ static int64_t now_ms(void)
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
-static void sleep_ms(int64_t ms)
-{
-    struct timespec ts = {.tv_sec = ms / 1000, .tv_nsec = (long)(ms % 1000) * 1000000L};
-    while (nanosleep(&ts, &ts) != 0)
-        ;
 }
 
 /* The connection to member slot (pi, mi) of partition p, dialed on first use. */
@@ -157,37 +217,62 @@ static kl_code conn_get(kl_client *c, int pi, const kl_partition *p, int mi, int
     return KL_OK;
 }
 
-/* The member slot of partition slot pi to try first, or -1. */
-static int leader_get(kl_client *c, int pi)
-{
-    pthread_mutex_lock(&c->mu);
-    int mi = c->leaders[pi] - 1;
-    pthread_mutex_unlock(&c->mu);
-    return mi;
-}
-
-static void leader_set(kl_client *c, int pi, int mi)
-{
-    pthread_mutex_lock(&c->mu);
-    c->leaders[pi] = mi + 1;
-    pthread_mutex_unlock(&c->mu);
-}
-
-/* mi did not serve: forget it as leader, unless another thread learned of a leader since. */
-static void leader_forget(kl_client *c, int pi, int mi)
-{
-    pthread_mutex_lock(&c->mu);
-    if (c->leaders[pi] == mi + 1)
-        c->leaders[pi] = 0;
-    pthread_mutex_unlock(&c->mu);
-}
-
 static int member_index(const kl_partition *p, const char *url)
 {
     for (int i = 0; i < p->member_count; i++)
         if (strcmp(p->members[i].client_url, url) == 0)
             return i;
     return -1;
+}
+
+/* The entry of partition id pid (created when `create`), or -1. Called under lc->mu. */
+static int leader_slot(leader_cache *lc, int pid, bool create)
+{
+    int free_slot = -1;
+    for (int i = 0; i < KL_CLUSTER_MAX_PARTITIONS; i++) {
+        if (lc->leaders[i].partition == pid)
+            return i;
+        if (lc->leaders[i].partition < 0 && free_slot < 0)
+            free_slot = i;
+    }
+    if (create && free_slot >= 0)
+        lc->leaders[free_slot].partition = pid;
+    return create ? free_slot : -1;
+}
+
+/* The member slot of partition slot pi to try first, or -1. */
+static int leader_get(kl_client *c, int pi)
+{
+    const kl_partition *p = &c->cluster.partitions[pi];
+    leader_cache *lc = c->leaders;
+    pthread_mutex_lock(&lc->mu);
+    int i = leader_slot(lc, p->id, false);
+    int mi = i >= 0 && lc->leaders[i].url[0] ? member_index(p, lc->leaders[i].url) : -1;
+    pthread_mutex_unlock(&lc->mu);
+    return mi;
+}
+
+static void leader_set(kl_client *c, int pi, int mi)
+{
+    const kl_partition *p = &c->cluster.partitions[pi];
+    leader_cache *lc = c->leaders;
+    pthread_mutex_lock(&lc->mu);
+    int i = leader_slot(lc, p->id, true);
+    if (i >= 0)
+        snprintf(lc->leaders[i].url, sizeof lc->leaders[i].url, "%s", p->members[mi].client_url);
+    pthread_mutex_unlock(&lc->mu);
+}
+
+/* mi did not serve: forget it as leader, unless another caller learned of a leader since. */
+static void leader_forget(kl_client *c, int pi, int mi)
+{
+    const kl_partition *p = &c->cluster.partitions[pi];
+    leader_cache *lc = c->leaders;
+    pthread_mutex_lock(&lc->mu);
+    int i = leader_slot(lc, p->id, false);
+    if (i >= 0 && strcmp(lc->leaders[i].url, p->members[mi].client_url) == 0)
+        lc->leaders[i].url[0] = '\0';
+    pthread_mutex_unlock(&lc->mu);
 }
 
 /* UNAVAILABLE raised by our side of the transport (common/rpc.c) rather than answered by a
@@ -229,35 +314,6 @@ static int partition_slot(const kl_client *c, int pid)
     return pi;
 }
 
-/* One attempt at member mi: sealed in the principal's session when the client has one. */
-static kl_code invoke_member(kl_client *c, const kl_partition *p, int pi, int mi, kl_rpc_client *conn,
-                             const call_spec *s, int attempt_ms, uint8_t **ans, size_t *ans_len,
-                             char *leader, size_t leader_cap, kl_err *e)
-{
-    return c->principal != NULL
-               ? kl_sdk_sealed_invoke(c->principal, p, pi, mi, conn, s->method, s->req,
-                                      s->req_len, attempt_ms, ans, ans_len, leader,
-                                      leader_cap, e)
-               : kl_rpc_invoke(conn, s->method, s->req, s->req_len, attempt_ms, ans,
-                               ans_len, leader, leader_cap, e);
-}
-
-/* NOT_LEADER from member mi: remember the leader it named (or forget mi) and go there
- * next, at most KL_MAX_REDIRECTS times per round. */
-static void follow_redirect(kl_client *c, int pi, const kl_partition *p, int mi, const char *leader,
-                            int *redirects, int *target)
-{
-    int li = leader[0] ? member_index(p, leader) : -1;
-    if (li >= 0)
-        leader_set(c, pi, li);
-    else
-        leader_forget(c, pi, mi);
-    if (li >= 0 && *redirects < KL_MAX_REDIRECTS) {
-        (*redirects)++;
-        *target = li;
-    }
-}
-
 /* The answer of a call that did not succeed, from its last error and whether a request
  * may have executed unseen. */
 static kl_code call_failed(const kl_client *c, int pid, const call_spec *s, const kl_err *last,
@@ -282,133 +338,6 @@ static kl_code call_failed(const kl_client *c, int pid, const call_spec *s, cons
     if (err != NULL)
         *err = *last;
     return last->code;
-}
-
-/* Sends s to partition pid; on KL_OK *ans (malloc'd) holds the answer payload. */
-static kl_code call_partition(kl_client *c, int pid, const call_spec *s, uint8_t **ans,
-                              size_t *ans_len, kl_err *err)
-{
-    *ans = NULL;
-    *ans_len = 0;
-    int pi = partition_slot(c, pid);
-    if (pi < 0)
-        return kl_fail(err, KL_INVALID_ARGUMENT, "partition",
-                       "partition %d is not in the cluster file", pid);
-    const kl_partition *p = &c->cluster.partitions[pi];
-
-    const int64_t deadline = now_ms() + c->timeout_ms + s->wait_ms;
-    int next = 0, target = leader_get(c, pi), redirects = 0;
-    int hinted = target; /* tried first, so skipped in the first pass over the members */
-    int64_t pause = 50;
-    bool alive = false;       /* some member answered this round without serving us */
-    bool maybe_sent = false;  /* a request may have been executed without our knowing */
-    uint64_t lost = 0;        /* members whose connection failed during this call */
-    kl_err last;
-    kl_fail(&last, KL_UNAVAILABLE, "no_member",
-            "no member of partition %d could be reached", pid);
-
-    for (;;) {
-        int mi;
-        if (target >= 0) {
-            mi = target;
-            target = -1;
-        } else if (next < p->member_count) {
-            mi = next++;
-            if (mi == hinted)
-                continue;
-        } else {
-            int64_t left = deadline - now_ms();
-            if (!alive || left <= pause)
-                break;
-            sleep_ms(pause);
-            pause = pause * 2 > 800 ? 800 : pause * 2;
-            next = 0;
-            redirects = 0;
-            alive = false;
-            hinted = -1;
-            continue;
-        }
-        int64_t left = deadline - now_ms();
-        if (left <= 0)
-            break;
-        /* One member gets at most a quarter of the call's time, so a dead member (whose
-         * connection waits for a reconnect that never comes) cannot use it all up. A
-         * resend carries the same bytes, so it is as safe as waiting. */
-        int64_t per = c->timeout_ms / 4 > KL_MIN_ATTEMPT_MS ? c->timeout_ms / 4 : KL_MIN_ATTEMPT_MS;
-        int attempt_ms = (int)(left < per ? left : per);
-        kl_rpc_client *conn;
-        kl_err e;
-        kl_err_clear(&e);
-        if (conn_get(c, pi, p, mi, attempt_ms, &conn, &e) != KL_OK) {
-            leader_forget(c, pi, mi);
-            lost |= 1ull << (mi & 63);
-            last = e;
-            continue;
-        }
-        /* A Receive may wait at the member: the attempt grows by its wait, except at a
-         * member whose connection failed in this call (a send to a dead member waits the
-         * whole attempt for a connection that never comes). */
-        if (s->wait_ms > 0 && !(lost >> (mi & 63) & 1))
-            attempt_ms = (int)(left < per + s->wait_ms ? left : per + s->wait_ms);
-        char leader[KL_URL_MAX] = "";
-        kl_code rc = invoke_member(c, p, pi, mi, conn, s, attempt_ms, ans, ans_len, leader,
-                                   sizeof leader, &e);
-        if (rc == KL_OK) {
-            leader_set(c, pi, mi);
-            return KL_OK;
-        }
-        if (rc == KL_UNAVAILABLE || rc == KL_DEADLINE_EXCEEDED || rc == KL_UNKNOWN_WRITE_OUTCOME)
-            leader_forget(c, pi, mi); /* it may have stopped leading */
-        switch (rc) {
-        case KL_NOT_LEADER:
-            alive = true;
-            last = e;
-            follow_redirect(c, pi, p, mi, leader, &redirects, &target);
-            continue;
-        case KL_UNAVAILABLE:
-            /* Not sent, or refused before being proposed: the next member may serve it. */
-            alive = alive || !local_failure(&e);
-            if (local_failure(&e))
-                lost |= 1ull << (mi & 63);
-            last = e;
-            continue;
-        case KL_DEADLINE_EXCEEDED:
-            if (strcmp(e.detail, "no_answer") == 0) {
-                /* Lost answer or connection: it may have executed. Retrying elsewhere
-                 * with the same bytes is safe and may still learn the outcome. */
-                maybe_sent = true;
-                lost |= 1ull << (mi & 63);
-                alive = true;
-                last = e;
-                continue;
-            }
-            /* The server's own deadline check: refused before execution. */
-            last = e;
-            goto done;
-        case KL_UNKNOWN_WRITE_OUTCOME:
-            /* The leader changed (or the deadline came) after proposing it: the same
-             * bytes, sent again while time remains, either find the committed outcome
-             * or commit it once. Only when time runs out is the outcome unknown. */
-            maybe_sent = true;
-            alive = true;
-            last = e;
-            continue;
-        default:
-            /* A definitive answer (INVALID_ARGUMENT, CONFLICT, NOT_FOUND, ...). */
-            last = e;
-            goto done;
-        }
-    }
-done:
-    return call_failed(c, pid, s, &last, maybe_sent, err);
-}
-
-kl_code kl_sdk_catalog_read(kl_client *c, const char *method, const uint8_t *req, size_t req_len,
-                            uint8_t **ans, size_t *ans_len, kl_err *err)
-{
-    call_spec s = {.method = method, .mutation = false, .command_id = "", .req = req,
-                   .req_len = req_len};
-    return call_partition(c, 0, &s, ans, ans_len, err);
 }
 
 static bool placement_get(kl_client *c, const char *queue, int *partition)
@@ -447,45 +376,6 @@ static void placement_forget(kl_client *c, const char *queue)
     pthread_mutex_unlock(&c->mu);
 }
 
-/* The partition holding `queue` of the client's database: from the cache, or asked of
- * partition 0 (keyload.v1.LocateQueue). A one-partition cluster holds everything on 0. */
-static kl_code locate(kl_client *c, const char *queue, int *partition, kl_err *err)
-{
-    if (c->cluster.partition_count <= 1) {
-        *partition = 0;
-        return KL_OK;
-    }
-    if (placement_get(c, queue, partition))
-        return KL_OK;
-    Keyload__V1__QueueLaneRef ref = KEYLOAD__V1__QUEUE_LANE_REF__INIT;
-    ref.tenant = c->tenant;
-    ref.database = c->database;
-    ref.queue = (char *)queue;
-    Keyload__V1__LocateQueueRequest lr = KEYLOAD__V1__LOCATE_QUEUE_REQUEST__INIT;
-    lr.queue = &ref;
-    uint8_t req[512];
-    size_t len = keyload__v1__locate_queue_request__get_packed_size(&lr);
-    if (len > sizeof req)
-        return kl_fail(err, KL_INVALID_ARGUMENT, "queue", "queue reference too long");
-    keyload__v1__locate_queue_request__pack(&lr, req);
-    uint8_t *ans;
-    size_t ans_len;
-    kl_code rc = kl_sdk_catalog_read(c, METHOD_LOCATE, req, len, &ans, &ans_len, err);
-    if (rc != KL_OK)
-        return rc;
-    Keyload__V1__LocateQueueAnswer *a = keyload__v1__locate_queue_answer__unpack(NULL, ans_len, ans);
-    free(ans);
-    if (a == NULL || a->queue == NULL) {
-        if (a)
-            keyload__v1__locate_queue_answer__free_unpacked(a, NULL);
-        return kl_fail(err, KL_INTERNAL, "answer", "the answer does not decode as keyload.v1.LocateQueueAnswer");
-    }
-    *partition = a->queue->partition;
-    keyload__v1__locate_queue_answer__free_unpacked(a, NULL);
-    placement_put(c, queue, *partition);
-    return KL_OK;
-}
-
 /* A partition answered that the queue lives elsewhere: the cached placement is stale
  * (the queue was deleted and created again). */
 static bool moved_elsewhere(kl_code rc, const kl_err *err, int pid)
@@ -493,18 +383,638 @@ static bool moved_elsewhere(kl_code rc, const kl_err *err, int pid)
     return rc == KL_NOT_FOUND && err != NULL && strcmp(err->detail, "wrong_partition") == 0 && pid != 0;
 }
 
-/* The one partition all of b's queues live on. */
+/* ------------------------------------------------------------ a call, as a machine
+ *
+ * Every call of this file runs as one kl_call: a partition call (pc_*: the routing loop
+ * above, one attempt at a time) inside an upper step (locate the queue, then send; a
+ * queue deletion's two steps; a stale placement's second try). Attempts run on the call's
+ * own rpc op and end in its aio callback, so no thread waits for them; the blocking API
+ * starts the same machine and waits for its end (call_wait), so there is one
+ * implementation of routing, redirects, retries and sessions. */
+
+typedef struct kl_call kl_call;
+typedef void (*call_step_fn)(kl_call *call);
+
+
+struct kl_call {
+    kl_client *c;
+    kl_rpc_op *op;
+    atomic_bool cancelled;
+    bool blocking_dial;        /* on the caller's thread: a first dial may wait, as ever */
+    /* ---- the partition call in flight */
+    call_spec s;
+    int pid, pi;
+    const kl_partition *p;
+    int64_t deadline;
+    int next, target, redirects, hinted, mi;
+    int64_t pause;
+    bool alive, maybe_sent, sealed, pausing;
+    uint64_t lost;
+    kl_err last;
+    kl_sdk_sealed_att att;
+    call_step_fn pc_done;      /* the upper step after the partition call */
+    kl_code pc_rc;
+    uint8_t *pc_ans;
+    size_t pc_ans_len;
+    /* ---- the upper steps */
+    const kl_batch *batch;     /* borrowed until done */
+    kl_batch_route route;
+    const char *queue;         /* a read located by queue (borrowed copy below) */
+    char queue_buf[KL_SDK_NAME_MAX + 1];
+    const char *locating;      /* the queue whose placement is being asked */
+    call_step_fn step_after_locate;
+    uint8_t locate_req[512];
+    int tries;                 /* stale-placement retries */
+    int step;                  /* a queue deletion: 1 = close where it lives, 2 = drop */
+    uint8_t *req;              /* owned */
+    size_t req_len;
+    const char *method;
+    /* ---- the result */
+    kl_sdk_decode_fn decode;
+    void *out;                 /* decode's output (typed reads), or a kl_receipt ** */
+    uint8_t **raw;             /* the raw answer (untyped reads) */
+    size_t *raw_len;
+    kl_code rc;
+    kl_err err;
+    kl_call_done_fn done;
+    void *arg;
+    /* ---- a blocking caller's wait */
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    bool finished;
+};
+
+static void pc_advance(kl_call *call);
+
+static void call_finish(kl_call *call, kl_code rc)
+{
+    call->rc = rc;
+    free(call->req);
+    call->req = NULL;
+    call->done(call, call->arg);
+}
+
+/* The partition call ends (call->pc_rc; on KL_OK call->pc_ans holds the answer). */
+static void pc_end(kl_call *call, kl_code rc)
+{
+    call->pc_rc = rc;
+    if (call->sealed)
+        kl_sdk_sealed_att_clear(&call->att);
+    call->pc_done(call);
+}
+
+static void pc_fail(kl_call *call)
+{
+    pc_end(call, call_failed(call->c, call->pid, &call->s, &call->last, call->maybe_sent,
+                             &call->err));
+}
+
+/* Sends spec to partition pid; `then` runs when it is answered or given up. */
+static void pc_start(kl_call *call, int pid, const call_spec *s, call_step_fn then)
+{
+    kl_client *c = call->c;
+    call->s = *s;
+    call->pid = pid;
+    call->pc_done = then;
+    call->pc_ans = NULL;
+    call->pc_ans_len = 0;
+    call->sealed = false;
+    call->pausing = false;
+    call->pi = partition_slot(c, pid);
+    if (call->pi < 0) {
+        pc_end(call, kl_fail(&call->err, KL_INVALID_ARGUMENT, "partition",
+                             "partition %d is not in the cluster file", pid));
+        return;
+    }
+    call->p = &c->cluster.partitions[call->pi];
+    call->deadline = now_ms() + c->timeout_ms + s->wait_ms;
+    call->next = 0;
+    call->target = leader_get(c, call->pi);
+    call->hinted = call->target; /* tried first, so skipped in the first pass */
+    call->redirects = 0;
+    call->pause = 50;
+    call->alive = false;      /* some member answered this round without serving us */
+    call->maybe_sent = false; /* a request may have been executed without our knowing */
+    call->lost = 0;           /* members whose connection failed during this call */
+    kl_fail(&call->last, KL_UNAVAILABLE, "no_member",
+            "no member of partition %d could be reached", pid);
+    pc_advance(call);
+}
+
+/* NOT_LEADER from member mi: remember the leader it named (or forget mi) and go there
+ * next, at most KL_MAX_REDIRECTS times per round. */
+static void follow_redirect(kl_call *call, const char *leader)
+{
+    int li = leader[0] ? member_index(call->p, leader) : -1;
+    if (li >= 0)
+        leader_set(call->c, call->pi, li);
+    else
+        leader_forget(call->c, call->pi, call->mi);
+    if (li >= 0 && call->redirects < KL_MAX_REDIRECTS) {
+        call->redirects++;
+        call->target = li;
+    }
+}
+
+/* The result of one attempt at call->mi: true = the partition call is over (pc_end ran). */
+static bool pc_attempt_result(kl_call *call, kl_code rc, const kl_err *e, uint8_t *ans,
+                              size_t ans_len, const char *leader)
+{
+    int mi = call->mi;
+    if (rc == KL_OK) {
+        leader_set(call->c, call->pi, mi);
+        call->pc_ans = ans;
+        call->pc_ans_len = ans_len;
+        pc_end(call, KL_OK);
+        return true;
+    }
+    if (rc == KL_UNAVAILABLE || rc == KL_DEADLINE_EXCEEDED || rc == KL_UNKNOWN_WRITE_OUTCOME)
+        leader_forget(call->c, call->pi, mi); /* it may have stopped leading */
+    call->last = *e;
+    switch (rc) {
+    case KL_NOT_LEADER:
+        call->alive = true;
+        follow_redirect(call, leader);
+        return false;
+    case KL_UNAVAILABLE:
+        /* Not sent, or refused before being proposed: the next member may serve it. */
+        call->alive = call->alive || !local_failure(e);
+        if (local_failure(e))
+            call->lost |= 1ull << (mi & 63);
+        return false;
+    case KL_DEADLINE_EXCEEDED:
+        if (strcmp(e->detail, "no_answer") == 0) {
+            /* Lost answer or connection: it may have executed. Retrying elsewhere with
+             * the same bytes is safe and may still learn the outcome. */
+            call->maybe_sent = true;
+            call->lost |= 1ull << (mi & 63);
+            call->alive = true;
+            return false;
+        }
+        break; /* the server's own deadline check: refused before execution */
+    case KL_UNKNOWN_WRITE_OUTCOME:
+        /* The leader changed (or the deadline came) after proposing it: the same bytes,
+         * sent again while time remains, either find the committed outcome or commit it
+         * once. Only when time runs out is the outcome unknown. */
+        call->maybe_sent = true;
+        call->alive = true;
+        return false;
+    default: /* a definitive answer (INVALID_ARGUMENT, CONFLICT, NOT_FOUND, ...) */
+        break;
+    }
+    pc_fail(call);
+    return true;
+}
+
+/* Starts one attempt at member mi: true = it already ended (pc_attempt_result ran, and
+ * said whether the partition call is over in *over). */
+static bool pc_attempt(kl_call *call, int64_t left, bool *over)
+{
+    kl_client *c = call->c;
+    int mi = call->mi;
+    /* One member gets at most a quarter of the call's time, so a dead member (whose
+     * connection waits for a reconnect that never comes) cannot use it all up. A resend
+     * carries the same bytes, so it is as safe as waiting. */
+    int64_t per = c->timeout_ms / 4 > KL_MIN_ATTEMPT_MS ? c->timeout_ms / 4 : KL_MIN_ATTEMPT_MS;
+    int attempt_ms = (int)(left < per ? left : per);
+    kl_rpc_client *conn;
+    kl_err e;
+    kl_err_clear(&e);
+    if (conn_get(c, call->pi, call->p, mi, call->blocking_dial ? attempt_ms : -1, &conn, &e) !=
+        KL_OK) {
+        leader_forget(c, call->pi, mi);
+        call->lost |= 1ull << (mi & 63);
+        call->last = e;
+        *over = false;
+        return true;
+    }
+    /* A Receive may wait at the member: the attempt grows by its wait, except at a member
+     * whose connection failed in this call (a send to a dead member waits the whole
+     * attempt for a connection that never comes). */
+    if (call->s.wait_ms > 0 && !(call->lost >> (mi & 63) & 1))
+        attempt_ms = (int)(left < per + call->s.wait_ms ? left : per + call->s.wait_ms);
+    kl_code rc;
+    if (c->principal != NULL) {
+        call->sealed = true;
+        rc = kl_sdk_sealed_att_init(&call->att, c->principal, call->p, call->pi, mi, conn,
+                                    call->op, call->s.method, call->s.req, call->s.req_len,
+                                    attempt_ms, &e);
+        if (rc == KL_OK && !kl_sdk_sealed_begin(&call->att))
+            return false;
+        if (rc == KL_OK) {
+            rc = call->att.rc;
+            e = call->att.err;
+        }
+        *over = pc_attempt_result(call, rc, &e, call->att.ans, call->att.ans_len,
+                                  call->att.leader);
+        return true;
+    }
+    rc = kl_rpc_op_start(call->op, conn, call->s.method, call->s.req, call->s.req_len, NULL,
+                         attempt_ms, &e);
+    if (rc == KL_OK)
+        return false;
+    *over = pc_attempt_result(call, rc, &e, NULL, 0, "");
+    return true;
+}
+
+/* The routing loop: the cached leader first, then the members in order, rounds repeated
+ * after a growing pause while some member was alive and time remains. Returns when an
+ * attempt or a pause is in flight, or the partition call is over. */
+static void pc_advance(kl_call *call)
+{
+    const kl_partition *p = call->p;
+    for (;;) {
+        if (atomic_load(&call->cancelled)) {
+            if (!call->maybe_sent)
+                kl_fail(&call->last, KL_UNAVAILABLE, "cancelled",
+                        "the call was cancelled; %s was not sent", call->s.method);
+            pc_fail(call);
+            return;
+        }
+        if (call->target >= 0) {
+            call->mi = call->target;
+            call->target = -1;
+        } else if (call->next < p->member_count) {
+            call->mi = call->next++;
+            if (call->mi == call->hinted)
+                continue;
+        } else {
+            int64_t left = call->deadline - now_ms();
+            if (!call->alive || left <= call->pause) {
+                pc_fail(call);
+                return;
+            }
+            call->pausing = true;
+            kl_rpc_sleep_start(call->op, (int)call->pause);
+            return;
+        }
+        int64_t left = call->deadline - now_ms();
+        if (left <= 0) {
+            pc_fail(call);
+            return;
+        }
+        bool over = false;
+        if (!pc_attempt(call, left, &over))
+            return; /* in flight: call_op_done goes on */
+        if (over)
+            return;
+    }
+}
+
+/* The pause between two rounds is over: a new round from the first member. */
+static void pc_round(kl_call *call)
+{
+    call->pausing = false;
+    call->pause = call->pause * 2 > 800 ? 800 : call->pause * 2;
+    call->next = 0;
+    call->redirects = 0;
+    call->alive = false;
+    call->hinted = -1;
+    pc_advance(call);
+}
+
+/* The call's rpc op is done (an nng thread): an attempt's exchange, or a pause. */
+static void call_op_done(void *arg)
+{
+    kl_call *call = arg;
+    call->blocking_dial = false; /* an nng thread from now on: never wait for a dial */
+    if (call->pausing) {
+        pc_round(call);
+        return;
+    }
+    bool over;
+    if (call->sealed) {
+        if (!kl_sdk_sealed_answered(&call->att))
+            return;
+        over = pc_attempt_result(call, call->att.rc, &call->att.err, call->att.ans,
+                                 call->att.ans_len, call->att.leader);
+    } else {
+        uint8_t *ans = NULL;
+        size_t ans_len = 0;
+        char leader[KL_URL_MAX] = "";
+        kl_err e;
+        kl_err_clear(&e);
+        kl_code rc = kl_rpc_op_result(call->op, &ans, &ans_len, NULL, leader, sizeof leader, &e);
+        over = pc_attempt_result(call, rc, &e, ans, ans_len, leader);
+    }
+    if (!over)
+        pc_advance(call);
+}
+
+/* A Hello this call's attempt waited for has ended: the attempt goes on. */
+static void call_wake(void *arg)
+{
+    kl_call *call = arg;
+    call->blocking_dial = false;
+    if (!kl_sdk_sealed_begin(&call->att))
+        return;
+    if (!pc_attempt_result(call, call->att.rc, &call->att.err, call->att.ans,
+                           call->att.ans_len, call->att.leader))
+        pc_advance(call);
+}
+
+static kl_code call_new(kl_client *c, kl_call_done_fn done, void *arg, kl_call **out,
+                        kl_err *err)
+{
+    kl_call *call = calloc(1, sizeof *call);
+    if (call == NULL)
+        return kl_sdk_oom(err);
+    if (kl_rpc_op_new(call_op_done, call, &call->op, err) != KL_OK) {
+        free(call);
+        return err != NULL ? err->code : KL_RESOURCE_EXHAUSTED;
+    }
+    pthread_mutex_init(&call->mu, NULL);
+    pthread_cond_init(&call->cv, NULL);
+    call->c = c;
+    call->att.wake = call_wake;
+    call->att.arg = call;
+    call->done = done;
+    call->arg = arg;
+    call->rc = KL_INTERNAL;
+    *out = call;
+    return KL_OK;
+}
+
+void kl_call_free(kl_call *call)
+{
+    if (call == NULL)
+        return;
+    kl_rpc_op_free(call->op); /* waits for its callback, if one still runs */
+    kl_sdk_sealed_att_clear(&call->att);
+    free(call->pc_ans);
+    free(call->req);
+    pthread_cond_destroy(&call->cv);
+    pthread_mutex_destroy(&call->mu);
+    free(call);
+}
+
+void kl_call_cancel(kl_call *call)
+{
+    atomic_store(&call->cancelled, true);
+    kl_rpc_op_cancel(call->op);
+}
+
+/* err is written only on failure, as every blocking call of the SDK does (callers reuse
+ * one kl_err across calls). */
+kl_code kl_call_result(const kl_call *call, kl_err *err)
+{
+    if (err != NULL && call->rc != KL_OK)
+        *err = call->err;
+    return call->rc;
+}
+
+/* ---- the blocking API: the same machine, waited for */
+
+static void call_signal(kl_call *call, void *arg)
+{
+    (void)arg;
+    pthread_mutex_lock(&call->mu);
+    call->finished = true;
+    pthread_cond_signal(&call->cv);
+    pthread_mutex_unlock(&call->mu);
+}
+
+/* Waits for a call started with call_signal as its done, frees it, returns its result. */
+static kl_code call_wait(kl_call *call, kl_err *err)
+{
+    pthread_mutex_lock(&call->mu);
+    while (!call->finished)
+        pthread_cond_wait(&call->cv, &call->mu);
+    pthread_mutex_unlock(&call->mu);
+    kl_code rc = kl_call_result(call, err);
+    kl_call_free(call);
+    return rc;
+}
+
+/* ---- reads */
+
+/* The answer of a read: decoded into call->out, or handed over raw. */
+static void read_answered(kl_call *call)
+{
+    kl_code rc = call->pc_rc;
+    if (rc == KL_OK && call->decode != NULL)
+        rc = call->decode(call->pc_ans, call->pc_ans_len, call->out, &call->err);
+    if (rc == KL_OK && call->raw != NULL) {
+        *call->raw = call->pc_ans;
+        *call->raw_len = call->pc_ans_len;
+        call->pc_ans = NULL;
+    }
+    free(call->pc_ans);
+    call->pc_ans = NULL;
+    call_finish(call, rc);
+}
+
+static void read_send(kl_call *call);
+static void locate_start(kl_call *call, const char *queue, call_step_fn then);
+
+/* A read located by queue: a stale cached placement (NOT_FOUND "wrong_partition") is
+ * forgotten and the queue located again, once. */
+static void read_by_queue_answered(kl_call *call)
+{
+    if (moved_elsewhere(call->pc_rc, &call->err, call->pid) && call->tries++ == 0) {
+        free(call->pc_ans);
+        call->pc_ans = NULL;
+        placement_forget(call->c, call->queue);
+        locate_start(call, call->queue, read_send);
+        return;
+    }
+    read_answered(call);
+}
+
+static void read_send(kl_call *call)
+{
+    int pid;
+    if (call->pc_rc != KL_OK) { /* locating failed */
+        call_finish(call, call->pc_rc);
+        return;
+    }
+    if (!placement_get(call->c, call->queue, &pid))
+        pid = 0; /* a one-partition cluster */
+    call_spec s = {.method = call->method, .command_id = "", .req = call->req,
+                   .req_len = call->req_len};
+    pc_start(call, pid, &s, read_by_queue_answered);
+}
+
+/* Starts a read of req on `partition`, or on the partition of `queue` (partition < 0). */
+static void read_start(kl_call *call, const char *queue, int partition)
+{
+    call_spec s = {.method = call->method, .command_id = "", .req = call->req,
+                   .req_len = call->req_len};
+    if (partition >= 0) {
+        pc_start(call, partition, &s, read_answered);
+        return;
+    }
+    snprintf(call->queue_buf, sizeof call->queue_buf, "%s", queue);
+    call->queue = call->queue_buf;
+    locate_start(call, call->queue, read_send);
+}
+
+/* Copies req (the call outlives the caller's buffer). */
+static kl_code call_take_req(kl_call *call, const char *method, const uint8_t *req,
+                             size_t req_len, kl_err *err)
+{
+    call->method = method;
+    call->req = malloc(req_len ? req_len : 1);
+    if (call->req == NULL)
+        return kl_sdk_oom(err);
+    if (req_len > 0)
+        memcpy(call->req, req, req_len);
+    call->req_len = req_len;
+    return KL_OK;
+}
+
+kl_code kl_sdk_read(kl_client *c, const char *queue, int partition, const char *method,
+                    const uint8_t *req, size_t req_len, kl_sdk_decode_fn dec, void *out,
+                    const kl_sdk_async *as, kl_err *err)
+{
+    kl_call *call;
+    kl_code rc = call_new(c, as != NULL ? as->done : call_signal, as != NULL ? as->arg : NULL,
+                          &call, err);
+    if (rc == KL_OK && (rc = call_take_req(call, method, req, req_len, err)) != KL_OK)
+        kl_call_free(call);
+    if (rc != KL_OK)
+        return rc;
+    call->decode = dec;
+    call->out = out;
+    if (as == NULL) {
+        call->blocking_dial = true;
+        read_start(call, queue, partition);
+        return call_wait(call, err);
+    }
+    *as->call = call;
+    read_start(call, queue, partition);
+    return KL_OK;
+}
+
+/* The blocking read: the machine, waited for; the raw answer is the caller's. */
+static kl_code read_wait(kl_client *c, const char *queue, int partition, const char *method,
+                         const uint8_t *req, size_t req_len, uint8_t **ans, size_t *ans_len,
+                         kl_err *err)
+{
+    *ans = NULL;
+    *ans_len = 0;
+    kl_call *call;
+    kl_code rc = call_new(c, call_signal, NULL, &call, err);
+    if (rc == KL_OK && (rc = call_take_req(call, method, req, req_len, err)) != KL_OK)
+        kl_call_free(call);
+    if (rc != KL_OK)
+        return rc;
+    call->blocking_dial = true;
+    call->raw = ans;
+    call->raw_len = ans_len;
+    read_start(call, queue, partition);
+    return call_wait(call, err);
+}
+
+kl_code kl_sdk_catalog_read(kl_client *c, const char *method, const uint8_t *req, size_t req_len,
+                            uint8_t **ans, size_t *ans_len, kl_err *err)
+{
+    return read_wait(c, NULL, 0, method, req, req_len, ans, ans_len, err);
+}
+
+kl_code kl_sdk_partition_read(kl_client *c, const char *queue, int partition,
+                              const char *method, const uint8_t *req, size_t req_len,
+                              uint8_t **ans, size_t *ans_len, kl_err *err)
+{
+    return read_wait(c, queue, partition, method, req, req_len, ans, ans_len, err);
+}
+
+/* ---- placements */
+
+/* The LocateQueue answer: the placement is remembered, then the caller's step runs (with
+ * call->pc_rc the locate's status). */
+static void located(kl_call *call)
+{
+    call_step_fn then = call->step_after_locate;
+    if (call->pc_rc == KL_OK) {
+        Keyload__V1__LocateQueueAnswer *a =
+            keyload__v1__locate_queue_answer__unpack(NULL, call->pc_ans_len, call->pc_ans);
+        if (a == NULL || a->queue == NULL)
+            call->pc_rc = kl_fail(&call->err, KL_INTERNAL, "answer",
+                                  "the answer does not decode as keyload.v1.LocateQueueAnswer");
+        else
+            placement_put(call->c, call->locating, a->queue->partition);
+        if (a != NULL)
+            keyload__v1__locate_queue_answer__free_unpacked(a, NULL);
+    }
+    free(call->pc_ans);
+    call->pc_ans = NULL;
+    then(call);
+}
+
+/* The partition holding `queue` of the client's database: from the cache, or asked of
+ * partition 0 (keyload.v1.LocateQueue); `then` runs with it placed (or call->pc_rc set).
+ * A one-partition cluster holds everything on 0. */
+static void locate_start(kl_call *call, const char *queue, call_step_fn then)
+{
+    kl_client *c = call->c;
+    int pid;
+    call->pc_rc = KL_OK;
+    if (c->cluster.partition_count <= 1 || placement_get(c, queue, &pid)) {
+        then(call);
+        return;
+    }
+    Keyload__V1__QueueLaneRef ref = KEYLOAD__V1__QUEUE_LANE_REF__INIT;
+    ref.tenant = c->tenant;
+    ref.database = c->database;
+    ref.queue = (char *)queue;
+    Keyload__V1__LocateQueueRequest lr = KEYLOAD__V1__LOCATE_QUEUE_REQUEST__INIT;
+    lr.queue = &ref;
+    size_t len = keyload__v1__locate_queue_request__get_packed_size(&lr);
+    if (len > sizeof call->locate_req) {
+        call->pc_rc = kl_fail(&call->err, KL_INVALID_ARGUMENT, "queue", "queue reference too long");
+        then(call);
+        return;
+    }
+    keyload__v1__locate_queue_request__pack(&lr, call->locate_req);
+    call->locating = queue;
+    call->step_after_locate = then;
+    call_spec s = {.method = METHOD_LOCATE, .command_id = "", .req = call->locate_req,
+                   .req_len = len};
+    pc_start(call, 0, &s, located);
+}
+
+/* ---- batches */
+
+static void batch_send(kl_call *call);
+
+/* The first queue of the batch whose placement is not known yet, or NULL. */
+static const char *batch_unplaced(kl_call *call)
+{
+    int pid;
+    if (call->c->cluster.partition_count <= 1)
+        return NULL;
+    for (size_t i = 0; i < call->batch->n; i++) {
+        const char *q = kl_sdk_mutation_queue(call->batch->muts[i]);
+        if (q != NULL && !placement_get(call->c, q, &pid))
+            return q;
+    }
+    return NULL;
+}
+
+/* Locates the batch's queues one at a time, then sends it. */
+static void batch_locate(kl_call *call)
+{
+    if (call->pc_rc != KL_OK) {
+        call_finish(call, call->pc_rc);
+        return;
+    }
+    const char *q = batch_unplaced(call);
+    if (q != NULL)
+        locate_start(call, q, batch_locate);
+    else
+        batch_send(call);
+}
+
+/* The one partition all of b's queues live on (every placement known). */
 static kl_code batch_partition(kl_client *c, const kl_batch *b, int *partition, kl_err *err)
 {
     const char *first = NULL;
     for (size_t i = 0; i < b->n; i++) {
         const char *q = kl_sdk_mutation_queue(b->muts[i]);
-        if (q == NULL)
+        int p = 0;
+        if (q == NULL || (c->cluster.partition_count > 1 && !placement_get(c, q, &p)))
             continue;
-        int p;
-        kl_code rc = locate(c, q, &p, err);
-        if (rc != KL_OK)
-            return rc;
         if (first != NULL && p != *partition)
             return kl_fail(err, KL_INVALID_ARGUMENT, "partition",
                            "queues '%s' (partition %d) and '%s' (partition %d) live on different "
@@ -529,34 +1039,82 @@ static void forget_batch_placements(kl_client *c, const kl_batch *b)
     }
 }
 
-/* Sends the encoded batch to partition pid and decodes its receipt. */
-static kl_code send_batch(kl_client *c, const kl_batch *b, int pid, const uint8_t *req, size_t req_len,
-                          kl_receipt **out, kl_err *err)
+/* The receipt of the batch from the answer: it must name the batch's command id. */
+static kl_code batch_receipt(kl_call *call, kl_receipt **out)
 {
-    call_spec s = {.method = METHOD_BATCH, .mutation = true,
-                   .command_id = kl_batch_command_id(b), .req = req, .req_len = req_len,
-                   .wait_ms = (int)kl_sdk_batch_wait_ms(b)};
-    uint8_t *ans;
-    size_t ans_len;
-    kl_code rc = call_partition(c, pid, &s, &ans, &ans_len, err);
-    if (rc != KL_OK)
-        return rc;
-    rc = kl_receipt_decode(ans, ans_len, out, err);
-    free(ans);
+    *out = NULL;
+    kl_code rc = kl_receipt_decode(call->pc_ans, call->pc_ans_len, out, &call->err);
+    free(call->pc_ans);
+    call->pc_ans = NULL;
     if (rc != KL_OK)
         return rc;
     const ProtobufCBinaryData *id = &(*out)->decoded->command_id;
-    if (id->len != KL_GUID_LEN || memcmp(id->data, kl_batch_command_id_bytes(b), KL_GUID_LEN)) {
+    if (id->len != KL_GUID_LEN ||
+        memcmp(id->data, kl_batch_command_id_bytes(call->batch), KL_GUID_LEN) != 0) {
         kl_receipt_free(*out);
         *out = NULL;
-        return kl_fail(err, KL_INTERNAL, "command_id",
+        return kl_fail(&call->err, KL_INTERNAL, "command_id",
                        "the receipt names another command id than the batch (%s)",
-                       kl_batch_command_id(b));
+                       kl_batch_command_id(call->batch));
     }
     return KL_OK;
 }
 
-kl_code kl_client_batch(kl_client *c, const kl_batch *b, kl_receipt **out, kl_err *err)
+static void batch_pc(kl_call *call, int pid, call_step_fn then)
+{
+    call_spec s = {.method = METHOD_BATCH, .mutation = true,
+                   .command_id = kl_batch_command_id(call->batch), .req = call->req,
+                   .req_len = call->req_len, .wait_ms = (int)kl_sdk_batch_wait_ms(call->batch)};
+    pc_start(call, pid, &s, then);
+}
+
+static void batch_answered(kl_call *call)
+{
+    const kl_batch *b = call->batch;
+    kl_receipt *r = NULL;
+    kl_code rc = call->pc_rc;
+    if (rc == KL_OK)
+        rc = batch_receipt(call, &r);
+    if (rc == KL_OK && call->step == 1) { /* closed where it lives: now drop the definition */
+        kl_receipt_free(r);
+        call->step = 2;
+        batch_pc(call, 0, batch_answered);
+        return;
+    }
+    if (rc == KL_OK && call->step == 2)
+        placement_forget(call->c, kl_sdk_mutation_queue(b->muts[0]));
+    if (moved_elsewhere(rc, &call->err, call->pid) && call->tries++ == 0) {
+        forget_batch_placements(call->c, b);
+        call->step = 0;
+        call->pc_rc = KL_OK;
+        batch_locate(call);
+        return;
+    }
+    if (rc == KL_OK && call->route == KL_ROUTE_CATALOG && r->decoded->n_results == 1 &&
+        r->decoded->results[0]->kind_case == KEYLOAD__V1__MUTATION_RESULT__KIND_QUEUE_CREATED &&
+        call->c->cluster.partition_count > 1)
+        placement_put(call->c, kl_sdk_mutation_queue(b->muts[0]),
+                      r->decoded->results[0]->queue_created->partition);
+    *(kl_receipt **)call->out = r;
+    call_finish(call, rc);
+}
+
+static void batch_send(kl_call *call)
+{
+    int pid = 0;
+    kl_code rc = batch_partition(call->c, call->batch, &pid, &call->err);
+    if (rc != KL_OK) {
+        call_finish(call, rc);
+        return;
+    }
+    /* A queue's deletion: step 1 closes it where it lives (replays answer the same). */
+    call->step = call->route == KL_ROUTE_DELETE_QUEUE && pid != 0 ? 1 : 0;
+    batch_pc(call, pid, batch_answered);
+}
+
+/* Validates and encodes b into a new call (nothing sent yet). */
+static kl_code batch_call(kl_client *c, const kl_batch *b, kl_receipt **out,
+                          kl_call_done_fn done, void *arg, kl_call **callp, kl_err *err)
 {
     *out = NULL;
     kl_batch_route route;
@@ -565,8 +1123,7 @@ kl_code kl_client_batch(kl_client *c, const kl_batch *b, kl_receipt **out, kl_er
         return rc;
     uint8_t *req;
     size_t req_len;
-    rc = kl_batch_encode(b, c->database_text, &req, &req_len, err);
-    if (rc != KL_OK)
+    if ((rc = kl_batch_encode(b, c->database_text, &req, &req_len, err)) != KL_OK)
         return rc;
     if (req_len > c->cluster.limits.max_batch_bytes) {
         free(req);
@@ -574,65 +1131,49 @@ kl_code kl_client_batch(kl_client *c, const kl_batch *b, kl_receipt **out, kl_er
                        "batch of %zu bytes exceeds MaxBatchBytes (%llu)", req_len,
                        (unsigned long long)c->cluster.limits.max_batch_bytes);
     }
-    int pid = 0;
-    if (route == KL_ROUTE_CATALOG) {
-        rc = send_batch(c, b, 0, req, req_len, out, err);
-        if (rc == KL_OK && (*out)->decoded->n_results == 1 &&
-            (*out)->decoded->results[0]->kind_case == KEYLOAD__V1__MUTATION_RESULT__KIND_QUEUE_CREATED &&
-            c->cluster.partition_count > 1)
-            placement_put(c, kl_sdk_mutation_queue(b->muts[0]),
-                          (*out)->decoded->results[0]->queue_created->partition);
+    kl_call *call;
+    if ((rc = call_new(c, done, arg, &call, err)) != KL_OK) {
         free(req);
         return rc;
     }
-    for (int attempt = 0; attempt < 2; attempt++) {
-        if ((rc = batch_partition(c, b, &pid, err)) != KL_OK)
-            break;
-        if (route == KL_ROUTE_DELETE_QUEUE && pid != 0) {
-            /* Step 1: close the queue where it lives (replays answer the same). */
-            kl_receipt *closed = NULL;
-            rc = send_batch(c, b, pid, req, req_len, &closed, err);
-            kl_receipt_free(closed);
-            if (rc == KL_OK) {
-                pid = 0; /* step 2: drop the definition */
-                rc = send_batch(c, b, 0, req, req_len, out, err);
-                if (rc == KL_OK)
-                    placement_forget(c, kl_sdk_mutation_queue(b->muts[0]));
-            }
-        } else {
-            rc = send_batch(c, b, pid, req, req_len, out, err);
-        }
-        if (moved_elsewhere(rc, err, pid)) {
-            forget_batch_placements(c, b);
-            continue;
-        }
-        break;
+    call->method = METHOD_BATCH;
+    call->req = req;
+    call->req_len = req_len;
+    call->batch = b;
+    call->route = route;
+    call->out = out;
+    *callp = call;
+    return KL_OK;
+}
+
+static void batch_go(kl_call *call)
+{
+    if (call->route == KL_ROUTE_CATALOG) {
+        batch_pc(call, 0, batch_answered);
+        return;
     }
-    free(req);
+    call->pc_rc = KL_OK;
+    batch_locate(call);
+}
+
+kl_code kl_client_batch_start(kl_client *c, const kl_batch *b, kl_receipt **out,
+                              kl_call_done_fn done, void *arg, kl_call **callp, kl_err *err)
+{
+    kl_code rc = batch_call(c, b, out, done, arg, callp, err);
+    if (rc == KL_OK)
+        batch_go(*callp);
     return rc;
 }
 
-kl_code kl_sdk_partition_read(kl_client *c, const char *queue, int partition,
-                              const char *method, const uint8_t *req, size_t req_len,
-                              uint8_t **ans, size_t *ans_len, kl_err *err)
+kl_code kl_client_batch(kl_client *c, const kl_batch *b, kl_receipt **out, kl_err *err)
 {
-    call_spec s = {.method = method, .mutation = false, .command_id = "", .req = req,
-                   .req_len = req_len};
-    if (partition >= 0)
-        return call_partition(c, partition, &s, ans, ans_len, err);
-    kl_code rc = KL_OK;
-    for (int attempt = 0; attempt < 2; attempt++) {
-        int pid;
-        if ((rc = locate(c, queue, &pid, err)) != KL_OK)
-            break;
-        rc = call_partition(c, pid, &s, ans, ans_len, err);
-        if (moved_elsewhere(rc, err, pid)) {
-            placement_forget(c, queue);
-            continue;
-        }
-        break;
-    }
-    return rc;
+    kl_call *call;
+    kl_code rc = batch_call(c, b, out, call_signal, NULL, &call, err);
+    if (rc != KL_OK)
+        return rc;
+    call->blocking_dial = true;
+    batch_go(call);
+    return call_wait(call, err);
 }
 
 kl_code kl_client_queue_stats(kl_client *c, const char *queue,

@@ -8,6 +8,7 @@
 #include "common/cluster.h"
 #include "common/guid.h"
 #include "common/rpc.h"
+#include "common/session.h"
 
 #include <stdbool.h>
 #include <stddef.h>
@@ -92,6 +93,19 @@ kl_code kl_sdk_partition_read(kl_client *c, const char *queue, int partition,
                               const char *method, const uint8_t *req, size_t req_len,
                               uint8_t **ans, size_t *ans_len, kl_err *err);
 
+/* ---- client.c: a typed read (kl_sdk_partition_read's routing) whose answer dec decodes
+ * into out: waited for when as is NULL; else started as a kl_call (*as->call; done runs
+ * once, on an SDK thread, after *out is filled) and KL_OK means started. req is copied. */
+typedef kl_code (*kl_sdk_decode_fn)(const uint8_t *ans, size_t len, void *out, kl_err *err);
+typedef struct kl_sdk_async {
+    kl_call_done_fn done;
+    void *arg;
+    kl_call **call;
+} kl_sdk_async;
+kl_code kl_sdk_read(kl_client *c, const char *queue, int partition, const char *method,
+                    const uint8_t *req, size_t req_len, kl_sdk_decode_fn dec, void *out,
+                    const kl_sdk_async *as, kl_err *err);
+
 /* ---- sealed.c: requests under a session (ARCHITECTURE.md "Sessions and RPC"). */
 typedef struct kl_sdk_principal kl_sdk_principal;
 
@@ -104,14 +118,51 @@ kl_code kl_sdk_principal_new(const char *principal_id, const char *key_path,
 /* Wipes the key and every session. NULL is accepted. */
 void kl_sdk_principal_free(kl_sdk_principal *pr);
 
-/* kl_rpc_invoke under the session with member slot mi of partition index pi (p is that
- * partition), shaking hands first when the slot has no live session and again (at most
- * twice) when the member answers session_unknown / session_expired / session_revoked or
- * replayed_counter, all within timeout_ms. Same results as kl_rpc_invoke; *ans is the
- * opened answer. Thread-safe. */
-kl_code kl_sdk_sealed_invoke(kl_sdk_principal *pr, const kl_partition *p, int pi, int mi,
-                             kl_rpc_client *conn, const char *method, const uint8_t *req,
-                             size_t req_len, int timeout_ms, uint8_t **ans, size_t *ans_len,
-                             char *leader, size_t leader_cap, kl_err *err);
+/* One request under the session with member slot mi of partition index pi (p is that
+ * partition), as a machine driven by its caller's rpc op (client.c's call): a Hello first
+ * when the slot has no live session (one Hello per slot at a time: other requests for that
+ * member wait for it and are resumed through wake(arg)), the request sealed under a fresh
+ * counter, and again (at most three sends in all) when the member answers session_unknown
+ * / session_expired / session_revoked or replayed_counter, all within timeout_ms. The
+ * result (att->rc, att->err, att->ans, att->leader) is what kl_rpc_invoke would return
+ * for a clear request; att->ans is the opened answer. kl_sdk_sealed_begin and
+ * kl_sdk_sealed_answered (called when att->op's exchange is done) return true when the
+ * attempt is over, false when it started an exchange on att->op or waits for a Hello. */
+typedef struct kl_sdk_sealed_att kl_sdk_sealed_att;
+struct kl_sdk_sealed_att {
+    kl_sdk_principal *pr;
+    const kl_partition *p;
+    int pi, mi;
+    kl_rpc_client *conn;
+    kl_rpc_op *op;
+    const char *method;
+    const uint8_t *req;
+    size_t req_len;
+    int64_t deadline, hello_at; /* CLOCK_MONOTONIC ms */
+    int tries;
+    bool in_hello, hc_live;
+    kl_session_client hc;       /* the Hello in flight */
+    kl_session cs;              /* the session the request was sealed under */
+    uint64_t counter, generation;
+    uint8_t *sealed;
+    size_t sealed_cap, cap, sealed_len;
+    char who[32];
+    kl_sdk_sealed_att *next_waiter;
+    void (*wake)(void *arg);    /* a Hello this attempt waited for has ended */
+    void *arg;
+    kl_code rc;
+    kl_err err;
+    uint8_t *ans;
+    size_t ans_len;
+    char leader[KL_URL_MAX];
+};
+kl_code kl_sdk_sealed_att_init(kl_sdk_sealed_att *att, kl_sdk_principal *pr, const kl_partition *p,
+                               int pi, int mi, kl_rpc_client *conn, kl_rpc_op *op,
+                               const char *method, const uint8_t *req, size_t req_len,
+                               int timeout_ms, kl_err *err);
+bool kl_sdk_sealed_begin(kl_sdk_sealed_att *att);
+bool kl_sdk_sealed_answered(kl_sdk_sealed_att *att);
+/* Wipes what the attempt holds (the sealed copy, the session copy, a Hello's keys). */
+void kl_sdk_sealed_att_clear(kl_sdk_sealed_att *att);
 
 #endif

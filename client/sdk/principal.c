@@ -507,8 +507,22 @@ static kl_code limits_call(kl_client *c, const char *command_id, const kl_databa
     return KL_OK;
 }
 
-kl_code kl_client_show_principal(kl_client *c, const char *principal_id,
-                                 Keyload__V1__ShowPrincipalAnswer **out, kl_err *err)
+static kl_code dec_show_principal(const uint8_t *ans, size_t len, void *out, kl_err *err)
+{
+    Keyload__V1__ShowPrincipalAnswer **o = out;
+    *o = keyload__v1__show_principal_answer__unpack(NULL, len, ans);
+    if (*o == NULL || (*o)->principal == NULL) {
+        kl_principal_answer_free(*o);
+        *o = NULL;
+        return kl_fail(err, KL_INTERNAL, "answer",
+                       "the answer does not decode as keyload.v1.ShowPrincipalAnswer");
+    }
+    return KL_OK;
+}
+
+static kl_code show_principal(kl_client *c, const char *principal_id,
+                              Keyload__V1__ShowPrincipalAnswer **out, const kl_sdk_async *as,
+                              kl_err *err)
 {
     *out = NULL;
     kl_code rc = check_principal(principal_id, err);
@@ -521,20 +535,23 @@ kl_code kl_client_show_principal(kl_client *c, const char *principal_id,
     if (len > sizeof req)
         return kl_fail(err, KL_INVALID_ARGUMENT, "principal_id", "principal_id is too long");
     keyload__v1__show_principal_request__pack(&sr, req);
-    uint8_t *ans;
-    size_t ans_len;
-    rc = kl_sdk_catalog_read(c, METHOD_SHOW_PRINCIPAL, req, len, &ans, &ans_len, err);
-    if (rc != KL_OK)
-        return rc;
-    *out = keyload__v1__show_principal_answer__unpack(NULL, ans_len, ans);
-    free(ans);
-    if (*out == NULL || (*out)->principal == NULL) {
-        kl_principal_answer_free(*out);
-        *out = NULL;
-        return kl_fail(err, KL_INTERNAL, "answer",
-                       "the answer does not decode as keyload.v1.ShowPrincipalAnswer");
-    }
-    return KL_OK;
+    return kl_sdk_read(c, NULL, 0, METHOD_SHOW_PRINCIPAL, req, len, dec_show_principal, out, as,
+                       err);
+}
+
+kl_code kl_client_show_principal(kl_client *c, const char *principal_id,
+                                 Keyload__V1__ShowPrincipalAnswer **out, kl_err *err)
+{
+    return show_principal(c, principal_id, out, NULL, err);
+}
+
+kl_code kl_client_show_principal_start(kl_client *c, const char *principal_id,
+                                       Keyload__V1__ShowPrincipalAnswer **out,
+                                       kl_call_done_fn done, void *arg, kl_call **call,
+                                       kl_err *err)
+{
+    kl_sdk_async as = {.done = done, .arg = arg, .call = call};
+    return show_principal(c, principal_id, out, &as, err);
 }
 
 void kl_principal_answer_free(Keyload__V1__ShowPrincipalAnswer *a)

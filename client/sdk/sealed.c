@@ -50,6 +50,8 @@
 typedef struct member_slot {
     pthread_mutex_t mu;
     bool ready;          /* s holds an established session */
+    bool handshaking;    /* a Hello is in flight: other requests wait for it */
+    kl_sdk_sealed_att *waiters; /* requests waiting for that Hello, resumed when it ends */
     uint64_t generation; /* incremented whenever s is replaced or dropped */
     kl_session s;
 } member_slot;
@@ -142,65 +144,105 @@ void kl_sdk_principal_free(kl_sdk_principal *pr)
     free(pr);
 }
 
-/* Hello on conn; on KL_OK slot->s is the new session. Called with slot->mu held. */
-static kl_code handshake(kl_sdk_principal *pr, member_slot *slot, const kl_partition *p, int mi,
-                         kl_rpc_client *conn, int timeout_ms, kl_err *err)
+static member_slot *att_slot(const kl_sdk_sealed_att *att)
 {
-    const kl_member *m = &p->members[mi];
-    kl_session_client hc;
-    kl_code rc = kl_session_hello_new(pr->id, pr->secret, pr->cluster, p->id, (uint64_t)m->id,
-                                      wall_ms(), NULL, NULL, &hc, err);
+    return &att->pr->slots[att->pi * KL_CLUSTER_MAX_MEMBERS + att->mi];
+}
+
+/* The attempt is over with rc (att->err says why). */
+static bool att_end(kl_sdk_sealed_att *att, kl_code rc)
+{
+    att->rc = rc;
+    return true;
+}
+
+/* Sends the Hello of att's slot (the caller set slot->handshaking). */
+static kl_code hello_send(kl_sdk_sealed_att *att, int left, kl_err *err)
+{
+    const kl_member *m = &att->p->members[att->mi];
+    kl_code rc = kl_session_hello_new(att->pr->id, att->pr->secret, att->pr->cluster, att->p->id,
+                                      (uint64_t)m->id, wall_ms(), NULL, NULL, &att->hc, err);
     if (rc != KL_OK)
         return rc;
+    att->hc_live = true;
     Keyload__V1__Hello hm = KEYLOAD__V1__HELLO__INIT;
-    kl_session_hello_to_pb(&hc.hello, &hm);
+    kl_session_hello_to_pb(&att->hc.hello, &hm);
     uint8_t buf[512];
     size_t n = keyload__v1__hello__get_packed_size(&hm);
-    if (n > sizeof buf) {
-        kl_session_client_wipe(&hc);
+    if (n > sizeof buf)
         return kl_fail(err, KL_INTERNAL, "hello", "the Hello does not fit %zu bytes", sizeof buf);
-    }
     keyload__v1__hello__pack(&hm, buf);
+    att->in_hello = true;
+    rc = kl_rpc_op_start(att->op, att->conn, METHOD_HELLO, buf, n, NULL, left, err);
+    if (rc != KL_OK)
+        att->in_hello = false;
+    return rc;
+}
+
+/* The HelloAnswer: verified with the member's public key, it becomes the slot's session. */
+static kl_code hello_answer(kl_sdk_sealed_att *att, member_slot *slot, kl_err *err)
+{
+    const kl_member *m = &att->p->members[att->mi];
     uint8_t *ans = NULL;
     size_t ans_len = 0;
-    rc = kl_rpc_invoke(conn, METHOD_HELLO, buf, n, timeout_ms, &ans, &ans_len, NULL, 0, err);
+    kl_code rc = kl_rpc_op_result(att->op, &ans, &ans_len, NULL, NULL, 0, err);
+    kl_session fresh;
+    memset(&fresh, 0, sizeof fresh);
     if (rc == KL_OK) {
         Keyload__V1__HelloAnswer *ha = keyload__v1__hello_answer__unpack(NULL, ans_len, ans);
         kl_session_hello_answer a;
         memset(&a, 0, sizeof a);
         if (ha == NULL)
             rc = kl_fail(err, KL_INTERNAL, "hello_answer",
-                         "member p%dm%d's HelloAnswer does not decode", p->id, m->id);
+                         "member p%dm%d's HelloAnswer does not decode", att->p->id, m->id);
         else
             rc = kl_session_answer_from_pb(ha, &a, err);
         if (ha != NULL)
             keyload__v1__hello_answer__free_unpacked(ha, NULL);
-        kl_session fresh;
         if (rc == KL_OK)
-            rc = kl_session_finish(&hc, &a, m->public_key, &fresh, err);
-        if (rc == KL_OK) {
-            kl_session_wipe(&slot->s);
-            slot->s = fresh;
-            slot->ready = true;
-            slot->generation++;
-            kl_session_wipe(&fresh);
-        } else if (err != NULL && err->code == KL_UNAUTHENTICATED) {
+            rc = kl_session_finish(&att->hc, &a, m->public_key, &fresh, err);
+        if (rc != KL_OK && err != NULL && err->code == KL_UNAUTHENTICATED) {
             char detail[sizeof err->detail];
             snprintf(detail, sizeof detail, "%s", err->detail);
             kl_fail(err, KL_UNAUTHENTICATED, detail,
                     "member p%dm%d's HelloAnswer does not verify with its public_key in the "
-                    "cluster file (%s)", p->id, m->id, detail);
+                    "cluster file (%s)", att->p->id, m->id, detail);
         }
     }
     free(ans);
-    kl_session_client_wipe(&hc);
+    pthread_mutex_lock(&slot->mu);
+    if (rc == KL_OK) {
+        kl_session_wipe(&slot->s);
+        slot->s = fresh;
+        slot->ready = true;
+        slot->generation++;
+    }
+    slot->handshaking = false;
+    pthread_mutex_unlock(&slot->mu);
+    kl_session_wipe(&fresh);
     if (rc == KL_DEADLINE_EXCEEDED)
         /* The Hello went unanswered, so the request itself was never sent: not an unknown
          * outcome, and the member may be starting (the caller tries again). */
         rc = kl_fail(err, KL_UNAVAILABLE, "hello_no_answer",
                      "member p%dm%d did not answer the Hello within %d ms; the request was not "
-                     "sent", p->id, m->id, timeout_ms);
+                     "sent", att->p->id, m->id, (int)(att->deadline - att->hello_at));
     return rc;
+}
+
+/* Resumes every request that waited for this slot's Hello (outside the slot's lock: each
+ * seals under it again, or shakes hands itself when this Hello failed). */
+static void wake_waiters(member_slot *slot)
+{
+    pthread_mutex_lock(&slot->mu);
+    kl_sdk_sealed_att *w = slot->waiters;
+    slot->waiters = NULL;
+    pthread_mutex_unlock(&slot->mu);
+    while (w != NULL) {
+        kl_sdk_sealed_att *next = w->next_waiter;
+        w->next_waiter = NULL;
+        w->wake(w->arg);
+        w = next;
+    }
 }
 
 /* method || 0x00 || code || detail: the daemon's answer AD (session_serve.c). */
@@ -277,87 +319,166 @@ static kl_code open_answer(const kl_session *cs, uint64_t counter, const char *m
     return KL_OK;
 }
 
-kl_code kl_sdk_sealed_invoke(kl_sdk_principal *pr, const kl_partition *p, int pi, int mi,
-                             kl_rpc_client *conn, const char *method, const uint8_t *req,
-                             size_t req_len, int timeout_ms, uint8_t **ans, size_t *ans_len,
-                             char *leader, size_t leader_cap, kl_err *err)
+/* One send of the request under the slot's session (sealed with a fresh counter), a Hello
+ * first when the slot has no live session, or a wait for another request's Hello. */
+bool kl_sdk_sealed_begin(kl_sdk_sealed_att *att)
 {
-    *ans = NULL;
-    *ans_len = 0;
+    member_slot *slot = att_slot(att);
+    kl_err *err = &att->err;
+    int64_t left = att->deadline - mono_ms();
+    if (left <= 0) {
+        kl_fail(err, KL_UNAVAILABLE, "no_connection", "%s: no time left to shake hands again; %s not sent",
+                att->who, att->method);
+        return att_end(att, KL_UNAVAILABLE);
+    }
+    kl_code rc = KL_OK;
+    pthread_mutex_lock(&slot->mu);
+    if (!slot->ready || kl_session_expired(&slot->s, wall_ms() + SESSION_EXPIRY_MARGIN_MS)) {
+        if (slot->handshaking) { /* resumed by wake_waiters */
+            att->next_waiter = slot->waiters;
+            slot->waiters = att;
+            pthread_mutex_unlock(&slot->mu);
+            return false;
+        }
+        slot->handshaking = true;
+        pthread_mutex_unlock(&slot->mu);
+        att->hello_at = mono_ms();
+        rc = hello_send(att, (int)left, err);
+        if (rc == KL_OK)
+            return false;
+        pthread_mutex_lock(&slot->mu);
+        slot->handshaking = false;
+        pthread_mutex_unlock(&slot->mu);
+        wake_waiters(slot);
+        return att_end(att, rc);
+    }
+    att->counter = slot->s.next_counter;
+    rc = kl_session_seal_request(&slot->s, att->counter, att->req, att->req_len,
+                                 (const uint8_t *)att->method, strlen(att->method), att->sealed,
+                                 att->cap, &att->sealed_len, err);
+    kl_session_wipe(&att->cs);
+    att->cs = slot->s; /* the session as it was when this request was sealed */
+    att->generation = slot->generation;
+    pthread_mutex_unlock(&slot->mu);
+    if (rc != KL_OK)
+        return att_end(att, rc);
+    kl_rpc_session_request sr = {.session_id = att->cs.id, .session_id_len = KL_SESSION_ID_LEN,
+                                 .counter = att->counter, .sealed = att->sealed,
+                                 .sealed_len = att->sealed_len};
+    rc = kl_rpc_op_start(att->op, att->conn, att->method, NULL, 0, &sr, (int)left, err);
+    return rc == KL_OK ? false : att_end(att, rc);
+}
+
+/* The request's answer: a refusal a new session cures is sent again (at most
+ * SEALED_TRIES sends), anything else is opened or verified under the session. */
+static bool sealed_answered(kl_sdk_sealed_att *att)
+{
+    kl_rpc_session_answer sa;
+    kl_err e;
+    kl_err_clear(&e);
+    uint8_t *clear = NULL;
+    size_t clear_len = 0;
+    kl_code rc = kl_rpc_op_result(att->op, &clear, &clear_len, &sa, att->leader,
+                                  sizeof att->leader, &e);
+    free(clear); /* an answer under a session carries its payload sealed */
+    if (rc == KL_OK && clear_len > 0) {
+        kl_rpc_session_answer_free(&sa);
+        rc = kl_fail(&e, KL_UNAUTHENTICATED, "clear_payload",
+                     "%s answered %s with a clear payload beside its session", att->who,
+                     att->method);
+    }
+    bool drop = false;
+    if (retryable_refusal(rc, &e, &sa, &drop)) {
+        member_slot *slot = att_slot(att);
+        if (drop) {
+            pthread_mutex_lock(&slot->mu);
+            if (slot->generation == att->generation) { /* nobody replaced it meanwhile */
+                kl_session_wipe(&slot->s);
+                slot->ready = false;
+                slot->generation++;
+            }
+            pthread_mutex_unlock(&slot->mu);
+        }
+        kl_rpc_session_answer_free(&sa);
+        att->err = e;
+        att->rc = rc;
+        if (++att->tries < SEALED_TRIES)
+            return kl_sdk_sealed_begin(att); /* the same request bytes, sealed again */
+        return true;
+    }
+    bool answered = rc == KL_OK || sa.session_id_len > 0 || sa.sealed_len > 0;
+    if (answered)
+        rc = open_answer(&att->cs, att->counter, att->method, rc, &e, &sa, att->who, &att->ans,
+                         &att->ans_len, &e);
+    kl_rpc_session_answer_free(&sa);
+    att->err = e;
+    att->rc = rc;
+    return true;
+}
+
+bool kl_sdk_sealed_answered(kl_sdk_sealed_att *att)
+{
+    if (!att->in_hello)
+        return sealed_answered(att);
+    att->in_hello = false;
+    member_slot *slot = att_slot(att);
+    kl_code rc = hello_answer(att, slot, &att->err);
+    kl_session_client_wipe(&att->hc);
+    att->hc_live = false;
+    wake_waiters(slot);
+    if (rc != KL_OK)
+        return att_end(att, rc);
+    return kl_sdk_sealed_begin(att);
+}
+
+kl_code kl_sdk_sealed_att_init(kl_sdk_sealed_att *att, kl_sdk_principal *pr, const kl_partition *p,
+                               int pi, int mi, kl_rpc_client *conn, kl_rpc_op *op,
+                               const char *method, const uint8_t *req, size_t req_len,
+                               int timeout_ms, kl_err *err)
+{
     int idx = pi * KL_CLUSTER_MAX_MEMBERS + mi;
     if (idx < 0 || idx >= pr->slot_count || mi >= p->member_count)
         return kl_fail(err, KL_INTERNAL, "member", "no session slot for member %d of partition %d",
                        mi, p->id);
-    member_slot *slot = &pr->slots[idx];
-    char who[32];
-    snprintf(who, sizeof who, "member p%dm%d", p->id, p->members[mi].id);
-    const int64_t deadline = mono_ms() + timeout_ms;
     size_t cap = req_len + KL_SESSION_SEAL_OVERHEAD;
-    uint8_t *sealed = malloc(cap);
-    if (sealed == NULL)
-        return kl_sdk_oom(err);
-    kl_code rc = KL_INTERNAL;
-    for (int attempt = 0; attempt < SEALED_TRIES; attempt++) {
-        int64_t left = deadline - mono_ms();
-        if (left <= 0) {
-            rc = kl_fail(err, KL_UNAVAILABLE, "no_connection",
-                         "%s: no time left to shake hands again; %s not sent", who, method);
-            break;
-        }
-        kl_session cs; /* the session as it was when this request was sealed */
-        uint64_t counter = 0, generation;
-        size_t sealed_len = 0;
-        pthread_mutex_lock(&slot->mu);
-        rc = KL_OK;
-        if (!slot->ready || kl_session_expired(&slot->s, wall_ms() + SESSION_EXPIRY_MARGIN_MS))
-            rc = handshake(pr, slot, p, mi, conn, (int)left, err);
-        if (rc == KL_OK) {
-            counter = slot->s.next_counter;
-            rc = kl_session_seal_request(&slot->s, counter, req, req_len, (const uint8_t *)method,
-                                         strlen(method), sealed, cap, &sealed_len, err);
-        }
-        cs = slot->s;
-        generation = slot->generation;
-        pthread_mutex_unlock(&slot->mu);
-        if (rc != KL_OK) {
-            kl_session_wipe(&cs);
-            break;
-        }
-        left = deadline - mono_ms();
-        kl_rpc_session_request sr = {.session_id = cs.id, .session_id_len = KL_SESSION_ID_LEN,
-                                     .counter = counter, .sealed = sealed, .sealed_len = sealed_len};
-        kl_rpc_session_answer sa;
-        kl_err e;
-        kl_err_clear(&e);
-        rc = kl_rpc_invoke_session(conn, method, &sr, left > 0 ? (int)left : 1, &sa, leader,
-                                   leader_cap, &e);
-        bool drop = false;
-        if (retryable_refusal(rc, &e, &sa, &drop)) {
-            if (drop) {
-                pthread_mutex_lock(&slot->mu);
-                if (slot->generation == generation) { /* nobody replaced it meanwhile */
-                    kl_session_wipe(&slot->s);
-                    slot->ready = false;
-                    slot->generation++;
-                }
-                pthread_mutex_unlock(&slot->mu);
-            }
-            kl_rpc_session_answer_free(&sa);
-            kl_session_wipe(&cs);
-            if (err != NULL)
-                *err = e;
-            continue; /* the same request bytes, sealed again */
-        }
-        bool answered = rc == KL_OK || sa.session_id_len > 0 || sa.sealed_len > 0;
-        if (answered)
-            rc = open_answer(&cs, counter, method, rc, &e, &sa, who, ans, ans_len, &e);
-        kl_rpc_session_answer_free(&sa);
-        kl_session_wipe(&cs);
-        if (err != NULL)
-            *err = e;
-        break;
+    if (att->sealed_cap < cap) {
+        uint8_t *grown = realloc(att->sealed, cap);
+        if (grown == NULL)
+            return kl_sdk_oom(err);
+        att->sealed = grown;
+        att->sealed_cap = cap;
     }
-    sodium_memzero(sealed, cap);
-    free(sealed);
-    return rc;
+    att->cap = cap;
+    att->pr = pr;
+    att->p = p;
+    att->pi = pi;
+    att->mi = mi;
+    att->conn = conn;
+    att->op = op;
+    att->method = method;
+    att->req = req;
+    att->req_len = req_len;
+    att->deadline = mono_ms() + timeout_ms;
+    att->tries = 0;
+    att->in_hello = false;
+    att->ans = NULL;
+    att->ans_len = 0;
+    att->leader[0] = '\0';
+    att->rc = KL_INTERNAL;
+    kl_err_clear(&att->err);
+    snprintf(att->who, sizeof att->who, "member p%dm%d", p->id, p->members[mi].id);
+    return KL_OK;
+}
+
+void kl_sdk_sealed_att_clear(kl_sdk_sealed_att *att)
+{
+    if (att->hc_live)
+        kl_session_client_wipe(&att->hc);
+    att->hc_live = false;
+    kl_session_wipe(&att->cs);
+    if (att->sealed != NULL)
+        sodium_memzero(att->sealed, att->sealed_cap);
+    free(att->sealed);
+    att->sealed = NULL;
+    att->sealed_cap = 0;
 }

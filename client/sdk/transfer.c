@@ -267,9 +267,43 @@ static kl_code undecodable(const char *type, kl_err *err)
                    type);
 }
 
-kl_code kl_client_inspect_transfer(kl_client *c, const char *source_queue,
-                                   const char *source_lane, const char *transfer_id,
-                                   Keyload__V1__InspectQueueTransferAnswer **out, kl_err *err)
+/* The typed reads the asynchronous API offers: one decoder each, used by both forms. */
+static kl_code dec_inspect(const uint8_t *ans, size_t len, void *out, kl_err *err)
+{
+    Keyload__V1__InspectQueueTransferAnswer **o = out;
+    *o = keyload__v1__inspect_queue_transfer_answer__unpack(NULL, len, ans);
+    return *o ? KL_OK : undecodable("InspectQueueTransferAnswer", err);
+}
+
+static kl_code dec_receipt(const uint8_t *ans, size_t len, void *out, kl_err *err)
+{
+    Keyload__V1__InspectQueueTransferReceiptAnswer **o = out;
+    *o = keyload__v1__inspect_queue_transfer_receipt_answer__unpack(NULL, len, ans);
+    return *o ? KL_OK : undecodable("InspectQueueTransferReceiptAnswer", err);
+}
+
+static kl_code dec_failure(const uint8_t *ans, size_t len, void *out, kl_err *err)
+{
+    Keyload__V1__ReadQueueTransferFailureAnswer **o = out;
+    *o = keyload__v1__read_queue_transfer_failure_answer__unpack(NULL, len, ans);
+    return *o ? KL_OK : undecodable("ReadQueueTransferFailureAnswer", err);
+}
+
+/* Sends req (freed here) on the queue's partition and decodes the answer into out: waited
+ * for when as is NULL, else started as a kl_call (kl_sdk_read). */
+static kl_code typed_read(kl_client *c, const char *queue, const char *method, uint8_t *req,
+                          size_t len, kl_sdk_decode_fn dec, void *out, const kl_sdk_async *as,
+                          kl_err *err)
+{
+    kl_code rc = kl_sdk_read(c, queue, -1, method, req, len, dec, out, as, err);
+    free(req);
+    return rc;
+}
+
+static kl_code inspect_transfer(kl_client *c, const char *source_queue, const char *source_lane,
+                                const char *transfer_id,
+                                Keyload__V1__InspectQueueTransferAnswer **out,
+                                const kl_sdk_async *as, kl_err *err)
 {
     *out = NULL;
     char tenant[KL_SDK_NAME_MAX + 1], db[KL_SDK_NAME_MAX + 1];
@@ -288,15 +322,28 @@ kl_code kl_client_inspect_transfer(kl_client *c, const char *source_queue,
     r.source_queue = &src;
     r.transfer_id.data = id;
     r.transfer_id.len = sizeof id;
-    uint8_t *req, *ans;
-    size_t len, ans_len;
-    if ((rc = pack(&r.base, &req, &len, err)) != KL_OK ||
-        (rc = read_call(c, source_queue, -1, METHOD_INSPECT, req, len, &ans, &ans_len, err)) !=
-            KL_OK)
+    uint8_t *req;
+    size_t len;
+    if ((rc = pack(&r.base, &req, &len, err)) != KL_OK)
         return rc;
-    *out = keyload__v1__inspect_queue_transfer_answer__unpack(NULL, ans_len, ans);
-    free(ans);
-    return *out ? KL_OK : undecodable("InspectQueueTransferAnswer", err);
+    return typed_read(c, source_queue, METHOD_INSPECT, req, len, dec_inspect, out, as, err);
+}
+
+kl_code kl_client_inspect_transfer(kl_client *c, const char *source_queue,
+                                   const char *source_lane, const char *transfer_id,
+                                   Keyload__V1__InspectQueueTransferAnswer **out, kl_err *err)
+{
+    return inspect_transfer(c, source_queue, source_lane, transfer_id, out, NULL, err);
+}
+
+kl_code kl_client_inspect_transfer_start(kl_client *c, const char *source_queue,
+                                         const char *source_lane, const char *transfer_id,
+                                         Keyload__V1__InspectQueueTransferAnswer **out,
+                                         kl_call_done_fn done, void *arg, kl_call **call,
+                                         kl_err *err)
+{
+    kl_sdk_async as = {.done = done, .arg = arg, .call = call};
+    return inspect_transfer(c, source_queue, source_lane, transfer_id, out, &as, err);
 }
 
 void kl_transfer_answer_free(Keyload__V1__InspectQueueTransferAnswer *a)
@@ -305,11 +352,10 @@ void kl_transfer_answer_free(Keyload__V1__InspectQueueTransferAnswer *a)
         keyload__v1__inspect_queue_transfer_answer__free_unpacked(a, NULL);
 }
 
-kl_code kl_client_transfer_receipt(kl_client *c, const char *dest_queue,
-                                   const char *source_queue, const char *source_lane,
-                                   const char *transfer_id,
-                                   Keyload__V1__InspectQueueTransferReceiptAnswer **out,
-                                   kl_err *err)
+static kl_code transfer_receipt(kl_client *c, const char *dest_queue, const char *source_queue,
+                                const char *source_lane, const char *transfer_id,
+                                Keyload__V1__InspectQueueTransferReceiptAnswer **out,
+                                const kl_sdk_async *as, kl_err *err)
 {
     *out = NULL;
     char tenant[KL_SDK_NAME_MAX + 1], db[KL_SDK_NAME_MAX + 1];
@@ -332,15 +378,31 @@ kl_code kl_client_transfer_receipt(kl_client *c, const char *dest_queue,
     r.source_queue = &src;
     r.transfer_id.data = id;
     r.transfer_id.len = sizeof id;
-    uint8_t *req, *ans;
-    size_t len, ans_len;
-    if ((rc = pack(&r.base, &req, &len, err)) != KL_OK ||
-        (rc = read_call(c, dest_queue, -1, METHOD_RECEIPT, req, len, &ans, &ans_len, err)) !=
-            KL_OK)
+    uint8_t *req;
+    size_t len;
+    if ((rc = pack(&r.base, &req, &len, err)) != KL_OK)
         return rc;
-    *out = keyload__v1__inspect_queue_transfer_receipt_answer__unpack(NULL, ans_len, ans);
-    free(ans);
-    return *out ? KL_OK : undecodable("InspectQueueTransferReceiptAnswer", err);
+    return typed_read(c, dest_queue, METHOD_RECEIPT, req, len, dec_receipt, out, as, err);
+}
+
+kl_code kl_client_transfer_receipt(kl_client *c, const char *dest_queue,
+                                   const char *source_queue, const char *source_lane,
+                                   const char *transfer_id,
+                                   Keyload__V1__InspectQueueTransferReceiptAnswer **out,
+                                   kl_err *err)
+{
+    return transfer_receipt(c, dest_queue, source_queue, source_lane, transfer_id, out, NULL, err);
+}
+
+kl_code kl_client_transfer_receipt_start(kl_client *c, const char *dest_queue,
+                                         const char *source_queue, const char *source_lane,
+                                         const char *transfer_id,
+                                         Keyload__V1__InspectQueueTransferReceiptAnswer **out,
+                                         kl_call_done_fn done, void *arg, kl_call **call,
+                                         kl_err *err)
+{
+    kl_sdk_async as = {.done = done, .arg = arg, .call = call};
+    return transfer_receipt(c, dest_queue, source_queue, source_lane, transfer_id, out, &as, err);
 }
 
 void kl_transfer_receipt_answer_free(Keyload__V1__InspectQueueTransferReceiptAnswer *a)
@@ -420,24 +482,22 @@ static kl_code failed_id_parse(const char *failed_command_id, uint8_t cmd[KL_GUI
 
 /* Sends a ReadQueueTransferFailure routed by `queue` (the lane refs in r are complete). */
 static kl_code failure_call(kl_client *c, const char *queue, Keyload__V1__ReadQueueTransferFailureRequest *r,
-                            Keyload__V1__ReadQueueTransferFailureAnswer **out, kl_err *err)
+                            Keyload__V1__ReadQueueTransferFailureAnswer **out,
+                            const kl_sdk_async *as, kl_err *err)
 {
-    uint8_t *req, *ans;
-    size_t req_len, ans_len;
-    kl_code rc;
-    if ((rc = pack(&r->base, &req, &req_len, err)) != KL_OK ||
-        (rc = read_call(c, queue, -1, METHOD_FAILURE, req, req_len, &ans, &ans_len, err)) != KL_OK)
+    uint8_t *req;
+    size_t req_len;
+    kl_code rc = pack(&r->base, &req, &req_len, err);
+    if (rc != KL_OK)
         return rc;
-    *out = keyload__v1__read_queue_transfer_failure_answer__unpack(NULL, ans_len, ans);
-    free(ans);
-    return *out ? KL_OK : undecodable("ReadQueueTransferFailureAnswer", err);
+    return typed_read(c, queue, METHOD_FAILURE, req, req_len, dec_failure, out, as, err);
 }
 
-kl_code kl_client_read_transfer_failure(kl_client *c, const char *dest_queue,
-                                        const char *dest_lane, const uint8_t *intent_token,
-                                        size_t len, const char *failed_command_id,
-                                        Keyload__V1__ReadQueueTransferFailureAnswer **out,
-                                        kl_err *err)
+static kl_code read_transfer_failure(kl_client *c, const char *dest_queue, const char *dest_lane,
+                                     const uint8_t *intent_token, size_t len,
+                                     const char *failed_command_id,
+                                     Keyload__V1__ReadQueueTransferFailureAnswer **out,
+                                     const kl_sdk_async *as, kl_err *err)
 {
     *out = NULL;
     char tenant[KL_SDK_NAME_MAX + 1], db[KL_SDK_NAME_MAX + 1];
@@ -461,13 +521,37 @@ kl_code kl_client_read_transfer_failure(kl_client *c, const char *dest_queue,
     r.intent_token.len = len;
     r.failed_command_id.data = cmd;
     r.failed_command_id.len = sizeof cmd;
-    return failure_call(c, dest_queue, &r, out, err);
+    return failure_call(c, dest_queue, &r, out, as, err);
 }
 
-kl_code kl_client_read_complete_failure(kl_client *c, const char *source_queue, const char *source_lane,
-                                        const char *transfer_id, const uint8_t *receipt_token, size_t len,
-                                        const char *failed_command_id,
-                                        Keyload__V1__ReadQueueTransferFailureAnswer **out, kl_err *err)
+kl_code kl_client_read_transfer_failure(kl_client *c, const char *dest_queue,
+                                        const char *dest_lane, const uint8_t *intent_token,
+                                        size_t len, const char *failed_command_id,
+                                        Keyload__V1__ReadQueueTransferFailureAnswer **out,
+                                        kl_err *err)
+{
+    return read_transfer_failure(c, dest_queue, dest_lane, intent_token, len, failed_command_id,
+                                 out, NULL, err);
+}
+
+kl_code kl_client_read_transfer_failure_start(kl_client *c, const char *dest_queue,
+                                              const char *dest_lane, const uint8_t *intent_token,
+                                              size_t len, const char *failed_command_id,
+                                              Keyload__V1__ReadQueueTransferFailureAnswer **out,
+                                              kl_call_done_fn done, void *arg, kl_call **call,
+                                              kl_err *err)
+{
+    kl_sdk_async as = {.done = done, .arg = arg, .call = call};
+    return read_transfer_failure(c, dest_queue, dest_lane, intent_token, len, failed_command_id,
+                                 out, &as, err);
+}
+
+static kl_code read_complete_failure(kl_client *c, const char *source_queue,
+                                     const char *source_lane, const char *transfer_id,
+                                     const uint8_t *receipt_token, size_t len,
+                                     const char *failed_command_id,
+                                     Keyload__V1__ReadQueueTransferFailureAnswer **out,
+                                     const kl_sdk_async *as, kl_err *err)
 {
     *out = NULL;
     char tenant[KL_SDK_NAME_MAX + 1], db[KL_SDK_NAME_MAX + 1];
@@ -495,7 +579,27 @@ kl_code kl_client_read_complete_failure(kl_client *c, const char *source_queue, 
     r.receipt_token.len = len;
     r.failed_command_id.data = cmd;
     r.failed_command_id.len = sizeof cmd;
-    return failure_call(c, source_queue, &r, out, err);
+    return failure_call(c, source_queue, &r, out, as, err);
+}
+
+kl_code kl_client_read_complete_failure(kl_client *c, const char *source_queue, const char *source_lane,
+                                        const char *transfer_id, const uint8_t *receipt_token, size_t len,
+                                        const char *failed_command_id,
+                                        Keyload__V1__ReadQueueTransferFailureAnswer **out, kl_err *err)
+{
+    return read_complete_failure(c, source_queue, source_lane, transfer_id, receipt_token, len,
+                                 failed_command_id, out, NULL, err);
+}
+
+kl_code kl_client_read_complete_failure_start(
+    kl_client *c, const char *source_queue, const char *source_lane, const char *transfer_id,
+    const uint8_t *receipt_token, size_t len, const char *failed_command_id,
+    Keyload__V1__ReadQueueTransferFailureAnswer **out, kl_call_done_fn done, void *arg,
+    kl_call **call, kl_err *err)
+{
+    kl_sdk_async as = {.done = done, .arg = arg, .call = call};
+    return read_complete_failure(c, source_queue, source_lane, transfer_id, receipt_token, len,
+                                 failed_command_id, out, &as, err);
 }
 
 void kl_transfer_failure_answer_free(Keyload__V1__ReadQueueTransferFailureAnswer *a)

@@ -89,7 +89,12 @@
 #              18031; peers +100), BENCH_JS_PORT (JetStream clients, default 14222..14224,
 #              routes +10),
 #              BENCH_PARTS=kl3, xfer, coord or peers runs only the KL-3 part, the KL-4 part, the
-#              KL-4 and KL-5 parts, or the KL-9 peers part (default: everything),
+#              KL-4 and KL-5 parts, or the KL-9 peers part (default: everything); xcoord runs
+#              only the two cells of the coordinator target, BENCH_ROUNDS times alternating
+#              (client-driven, 32 in flight; a coordinator with the default config),
+#              BENCH_BIN (a directory holding another build's binaries, for A/B runs),
+#              BENCH_COORD_WORKERS (that cell's coordinator with this many workers instead
+#              of the default config),
 #              BENCH_CLI (the CLI to use, default bin/keyload),
 #              BENCH_KEEP=1 keeps the temporary directory (daemon logs, data) for inspection.
 # Every process this script starts is tracked by pid and stopped by pid on exit.
@@ -107,16 +112,17 @@ hs_port=${BENCH_HANDSHAKE_PORT:-18001}
 hs_n=${BENCH_HANDSHAKES:-1000}
 parts=${BENCH_PARTS:-all}
 xfer_port=${BENCH_XFER_PORT:-18100}
-case $parts in all|kl3|xfer|coord|peers) ;; *) echo "bench: BENCH_PARTS must be all, kl3, xfer, coord or peers"; exit 2 ;; esac
+case $parts in all|kl3|xfer|coord|peers|xcoord) ;; *) echo "bench: BENCH_PARTS must be all, kl3, xfer, coord or peers"; exit 2 ;; esac
 peers_port=${BENCH_PEERS_PORT:-18031}
 js_port=${BENCH_JS_PORT:-14222}
 want_peers=0
 { [ "$parts" = all ] || [ "$parts" = peers ]; } && want_peers=1
 bench_t0=$(date +%s)
-bench=bin/keyload-bench
-daemon=bin/keyloadd
-cli=${BENCH_CLI:-bin/keyload}  # BENCH_CLI: another build of the CLI (e.g. one with receive --wait-ms)
-coordinator=bin/keyload-coordinator
+bin=${BENCH_BIN:-bin}
+bench=$bin/keyload-bench
+daemon=$bin/keyloadd
+cli=${BENCH_CLI:-$bin/keyload}  # BENCH_CLI: another build of the CLI (e.g. one with receive --wait-ms)
+coordinator=$bin/keyload-coordinator
 for b in "$bench" "$daemon" "$cli" "$coordinator"; do
   [ -x "$b" ] || { echo "bench: $b is missing; run make first"; exit 2; }
 done
@@ -446,7 +452,7 @@ kl3_setup() {
 declare -A kline
 kl3_ok=0
 hs_out=""
-if [ "$parts" = xfer ] || [ "$parts" = coord ] || [ "$parts" = peers ]; then
+if [ "$parts" = xfer ] || [ "$parts" = coord ] || [ "$parts" = peers ] || [ "$parts" = xcoord ]; then
   :  # KL-4 (and KL-5) or the peers only
 elif ! "$cli" principal --help >/dev/null 2>&1; then
   echo "bench: $cli has no 'principal' command; the KL-3 part cannot run"
@@ -917,14 +923,14 @@ median_run() {
 # It runs before the KL-5 part: that part leaves 10,000 transfers pending, which a
 # coordinator started afterwards would drive too, in competition with these.
 coord_default=""
-coord_default_cell() {
-  local d=$1 n cfg=$1/coord-default.json log=$1/coord-default.log out rc
+coord_default_cell() {  # DIR [QUEUE, default cdef]
+  local d=$1 q=${2:-cdef} n cfg=$1/coord-default.json log=$1/coord-default.log out rc
   local xc=(--cluster "$d/cluster.json" --principal benchxfer --key "$d/xfer.key" --database bench/kl4)
   if ! coord_setup "$d"; then
     echo "bench: coordinator setup (grants, queue cdst) failed:"; tail -n 5 "$d/setup.log"; failed=1; return 1
   fi
-  kl4_cli "$d" queue create cdef --partition 1 "${big[@]}" || { echo "bench: queue cdef could not be created"; failed=1; return 1; }
-  coord_cfg "$d" "$cfg"
+  kl4_cli "$d" queue create "$q" --partition 1 "${big[@]}" || { echo "bench: queue $q could not be created"; failed=1; return 1; }
+  if [ -n "${BENCH_COORD_WORKERS:-}" ]; then coord_cfg "$d" "$cfg" 10 "$BENCH_COORD_WORKERS"; else coord_cfg "$d" "$cfg"; fi
   start_coord "$cfg" "$log" || { failed=1; return 1; }
   # About BENCH_SECONDS of work at the client-driven rate of this run (100..2000 transfers):
   # a coordinator that keeps up drains it in that time; a slower one takes longer, up to 300 s.
@@ -932,7 +938,7 @@ coord_default_cell() {
 try: r = float(sys.argv[1])
 except ValueError: r = 100
 print(int(min(2000, max(100, r * float(sys.argv[2])))))' "$(kv transfers_per_s "$xline32")" "$secs")
-  out=$(timeout 400 "$bench" --coord-create "$n" "${xc[@]}" --queue cdef --dest-queue cdst --clients 32 \
+  out=$(timeout 400 "$bench" --coord-create "$n" "${xc[@]}" --queue "$q" --dest-queue cdst --clients 32 \
         --lane-tag def --drain-seconds 300)
   rc=$?
   echo "bench: coordinator, default config: ${out:-no result (exit $rc)}"
@@ -942,7 +948,7 @@ print(int(min(2000, max(100, r * float(sys.argv[2])))))' "$(kv transfers_per_s "
   stop_pid "$cpid" keyload-coordinator
   cpid=""
 }
-if [ "$parts" = all ] || [ "$parts" = xfer ] || [ "$parts" = coord ] || [ "$parts" = peers ]; then
+if [ "$parts" = all ] || [ "$parts" = xfer ] || [ "$parts" = coord ] || [ "$parts" = peers ] || [ "$parts" = xcoord ]; then
   x=$tmp/kl4
   xnodes="p0m1 p0m2 p0m3 p1m1 p1m2 p1m3 p2m1 p2m2 p2m3"
   for i in $(seq 0 8); do
@@ -978,8 +984,10 @@ if [ "$parts" = all ] || [ "$parts" = xfer ] || [ "$parts" = coord ] || [ "$part
     # (1 client after 1 in flight, 8 clients after 32).
     rounds=1
     [ $want_peers = 1 ] && { rounds=3; pg_up "$peer_out/pg" || exit 1; }
+    cells="1 32"
+    [ "$parts" = xcoord ] && { rounds=${BENCH_ROUNDS:-1}; cells=32; }
     for r in $(seq 1 $rounds); do
-      for c in 1 32; do
+      for c in $cells; do
         lat=()
         [ $want_peers = 1 ] && lat=(--lat-out "$peer_out/lat/xfer_$c.r$r.txt")
         out=$(timeout $((secs * 3 + 180)) "$bench" --transfer "${xcommon[@]}" --queue xsrc --dest-queue xdst \
@@ -989,6 +997,7 @@ if [ "$parts" = all ] || [ "$parts" = xfer ] || [ "$parts" = coord ] || [ "$part
         [ $rc -eq 0 ] && [ -n "$out" ] || failed=1
         peer[xfer_$c,$r]=$out
         members_alive "$x" || exit 1
+        [ "$parts" = xcoord ] && { xline32=$out; coord_default_cell "$x" "cdef$r"; }
         [ $want_peers = 1 ] || continue
         pc=$(( c == 1 ? 1 : 8 ))
         out=$(timeout $((secs * 3 + 60)) node "$root/tests/bench/peers/pg.mjs" transfer --host "$pg_dir" \
@@ -1002,7 +1011,7 @@ if [ "$parts" = all ] || [ "$parts" = xfer ] || [ "$parts" = coord ] || [ "$part
     [ $want_peers = 1 ] && pg_down
     xline1=${peer[xfer_1,$(median_run xfer_1 transfers_per_s "$rounds")]:-}
     xline32=${peer[xfer_32,$(median_run xfer_32 transfers_per_s "$rounds")]:-}
-    if [ "$parts" != peers ]; then
+    if [ "$parts" != peers ] && [ "$parts" != xcoord ]; then
       xenq=$(timeout $((secs * 3 + 120)) "$bench" "${xcommon[@]}" --queue xenq --clients 32 --batch-size 1 \
              --seconds "$secs")
       rc=$?

@@ -150,6 +150,7 @@ void xf_stop_all(void);
 void test_coord_recovery(void);
 void test_coord_two(void);
 void test_coord_many(void);
+void test_coord_leader_kill(void);
 void test_coord_principal(void);
 void test_coord_revoked(void);
 void test_coord_capacity(void);

@@ -1948,9 +1948,13 @@ int main(int argc, char **argv)
         {"TwoCoordinatorTests: two coordinators race over 500 transfers, each delivered with exactly one "
          "destination effect",
          test_coord_two},
-        {"CoordinatorInFlightTests: hundreds of turns in flight on one loop and a few call threads; SIGTERM "
+        {"CoordinatorInFlightTests: hundreds of turns in flight on one loop, no thread per call; SIGTERM "
          "cancels them through one path, then all delivered exactly once",
          test_coord_many},
+        {"CoordinatorLeaderKillTests: a default coordinator's calls in flight when the destination leader is "
+         "killed -9 are retried under the same ids and follow the new leader; all delivered exactly once, no "
+         "thread per call",
+         test_coord_leader_kill},
         {"CoordinatorPrincipalTests: a null principal discovers nothing and idles; another principal's transfers "
          "are not driven",
          test_coord_principal},
