@@ -18,6 +18,7 @@ if [ -f tests/cluster/cli.sh ]; then
   bash tests/cluster/cli.sh || rc=1
 fi
 bash tests/cluster/deploy.sh || rc=1   # the launcher on RF3: keys, status, kill, down
+bash tests/cluster/replace.sh || rc=1  # the launcher's replace of a killed member under writes
 bash tests/cluster/metrics.sh || rc=1  # /metrics of an RF3 partition and the coordinator, parsed
 bash tests/cluster/backup.sh || rc=1   # backup under load with transfers, damaged/truncated refused, restore
 bash tests/cluster/install.sh || rc=1  # make install, systemd units, --wait-ready
