@@ -42,6 +42,8 @@ typedef struct progress {
     bool probe_sent;   /* probe: an append is out; wait for its answer or a heartbeat answer */
     bool active;       /* heard from since the last check-quorum */
     uint64_t read_ack; /* highest read-index round confirmed by this follower in this term */
+    uint64_t ctx_sent; /* highest read-index round sent to this follower (read_seq never
+                        * decreases, across terms too) */
     uint64_t infl[KL_RAFT_MAX_INFLIGHT]; /* ring: last index of each append in flight */
     uint32_t infl_start, infl_count;
 } progress;
@@ -510,6 +512,12 @@ static bool send_append(kl_raft *r, size_t s, bool send_if_empty)
         return false; /* out of memory or storage failure: as if the message were lost */
     if (m.n_entries == 0 && !send_if_empty)
         return false;
+    if (r->reads_len > 0) {
+        /* It leaves after every pending read arrived: it is a confirmation round for them
+         * (see release_reads), so no heartbeat of its own goes to this follower. */
+        m.ctx = r->read_seq;
+        pr->ctx_sent = r->read_seq;
+    }
     if (pr->state == PR_REPLICATE) {
         if (m.n_entries > 0) {
             uint64_t last = m.entries[m.n_entries - 1].index;
@@ -540,6 +548,22 @@ static void bcast_heartbeat(kl_raft *r)
         /* Never more than the follower is known to hold: it cannot check the entries. */
         m.commit = min_u64(r->prs[s].match, r->commit);
         m.ctx = r->read_seq;
+        r->prs[s].ctx_sent = r->read_seq;
+        send(r, &m);
+    }
+}
+
+/* The round for the reads queued since the last one: a heartbeat to every follower that no
+ * append has already carried it to (send_append). Called after the appends are flushed. */
+static void bcast_read_round(kl_raft *r)
+{
+    for (size_t s = 0; s < r->mc.n; s++) {
+        if (s == r->mc.self || r->prs[s].ctx_sent >= r->read_seq)
+            continue;
+        kl_raft_msg m = msg_to(r, KL_RAFT_MSG_HEARTBEAT, r->mc.ids[s]);
+        m.commit = min_u64(r->prs[s].match, r->commit);
+        m.ctx = r->read_seq;
+        r->prs[s].ctx_sent = r->read_seq;
         send(r, &m);
     }
 }
@@ -572,7 +596,13 @@ static bool maybe_commit(kl_raft *r)
 }
 
 /* Confirms, oldest first, the reads whose round N - Q1 + 1 members (self included) have
- * answered: the smallest set that meets every election quorum (Q1). A member that answered
+ * answered: the smallest set that meets every election quorum (Q1).
+ * The rule, exactly: a read numbered seq (read_seq when it arrived) is served only when
+ * N - Q1 + 1 members (the leader included) answered, in the leader's current term, a message
+ * carrying ctx >= seq. Every heartbeat and append carries ctx = read_seq as of its sending,
+ * so only a message sent AFTER the read arrived can carry ctx >= seq: an answer to an append
+ * or heartbeat sent before it names a smaller ctx and never counts. Answers of another term
+ * never reach here (step_msg), and read_ack only moves up to read_seq (note_read_ack). A member that answered
  * round q in our term had not voted in a later term yet, so no newer leader existed when the
  * read was recorded, and none had committed anything our index misses (our commit covers
  * every earlier term once our no-op committed). Requiring Q2 instead would make every read
@@ -638,6 +668,13 @@ static bool room_for(const kl_raft *r, size_t len)
 
 static void handle_append(kl_raft *r, const kl_raft_msg *m)
 {
+    if (m->ctx != 0) {
+        /* The read round it carries is answered now, whatever becomes of the entries: like a
+         * heartbeat answer it promises only our term, not our disk. */
+        kl_raft_msg rr = msg_to(r, KL_RAFT_MSG_READ_RESP, m->from);
+        rr.ctx = m->ctx;
+        send(r, &rr);
+    }
     kl_raft_msg resp = msg_to(r, KL_RAFT_MSG_APPEND_RESP, m->from);
     if (m->index < r->commit) {
         /* Everything up to commit matches any leader's log (state machine safety); say so, and
@@ -842,6 +879,15 @@ static void handle_append_resp(kl_raft *r, size_t s, const kl_raft_msg *m)
         ;
 }
 
+/* The follower answered, in our current term, a round numbered ctx (release_reads). */
+static void note_read_ack(kl_raft *r, progress *pr, uint64_t ctx)
+{
+    if (ctx > pr->read_ack && ctx <= r->read_seq) {
+        pr->read_ack = ctx;
+        release_reads(r);
+    }
+}
+
 static void handle_heartbeat_resp(kl_raft *r, size_t s, const kl_raft_msg *m)
 {
     progress *pr = &r->prs[s];
@@ -858,10 +904,16 @@ static void handle_heartbeat_resp(kl_raft *r, size_t s, const kl_raft_msg *m)
     }
     if (pr->match < r->log.last)
         send_append(r, s, true);
-    if (m->ctx > pr->read_ack && m->ctx <= r->read_seq) {
-        pr->read_ack = m->ctx;
-        release_reads(r);
-    }
+    note_read_ack(r, pr, m->ctx);
+}
+
+/* A follower's answer to the read-index round an append carried, sent on arrival (before
+ * the append's write): it speaks for the term only, like a heartbeat answer, and moves
+ * nothing in the replication flow. */
+static void handle_read_resp(kl_raft *r, size_t s, const kl_raft_msg *m)
+{
+    r->prs[s].active = true;
+    note_read_ack(r, &r->prs[s], m->ctx);
 }
 
 static bool in_lease(const kl_raft *r)
@@ -915,6 +967,8 @@ static void step_msg(kl_raft *r, const kl_raft_msg *m)
             handle_append_resp(r, (size_t)slot, m);
         else if (m->type == KL_RAFT_MSG_HEARTBEAT_RESP)
             handle_heartbeat_resp(r, (size_t)slot, m);
+        else if (m->type == KL_RAFT_MSG_READ_RESP)
+            handle_read_resp(r, (size_t)slot, m);
         return; /* anything else is stale */
     case KL_RAFT_PRE_CANDIDATE:
     case KL_RAFT_CANDIDATE:
@@ -1359,19 +1413,20 @@ size_t kl_raft_take_urgent(kl_raft *r, kl_raft_msg *out, size_t cap)
         r->ug = ug;
         r->ug_cap = cap;
     }
-    if (r->role == KL_RAFT_LEADER && r->hb_dirty) {
-        bcast_heartbeat(r);
-        r->hb_dirty = false;
-    }
     /* A leader's appends promise nothing about its own disk (it counts itself only once its
      * write is reported), so proposals made while its write runs leave now and the followers
      * write them in parallel with it (thesis §10.2.1). All proposals since the last call
-     * share one append per follower. */
+     * share one append per follower; they carry the read round too, and only the followers
+     * they miss get a heartbeat for it. */
     if (r->role == KL_RAFT_LEADER && r->append_dirty) {
         bcast_append(r, false);
         r->append_dirty = false;
         if (broken(r))
             return 0;
+    }
+    if (r->role == KL_RAFT_LEADER && r->hb_dirty) {
+        bcast_read_round(r);
+        r->hb_dirty = false;
     }
     size_t n = 0, keep = 0;
     for (size_t i = 0; i < r->out_len; i++) {
@@ -1379,7 +1434,7 @@ size_t kl_raft_take_urgent(kl_raft *r, kl_raft_msg *out, size_t cap)
         bool leader_append = m->type == KL_RAFT_MSG_APPEND && r->role == KL_RAFT_LEADER;
         bool urgent = n < cap && m->term == r->term_durable &&
                       (m->type == KL_RAFT_MSG_HEARTBEAT || m->type == KL_RAFT_MSG_HEARTBEAT_RESP ||
-                       leader_append);
+                       m->type == KL_RAFT_MSG_READ_RESP || leader_append);
         if (urgent) {
             r->out_bytes -= msg_bytes(m);
             r->ug[r->ug_n++] = *m;
@@ -1455,12 +1510,12 @@ kl_code kl_raft_get_ready(kl_raft *r, kl_raft_ready *rd)
         return KL_INTERNAL;
     bool install = install_pending(r);
     /* Coalesced sends: all proposals since the last ready travel in one append per follower,
-     * and all read-index requests share one heartbeat round. */
+     * and all read-index requests share one round, carried by those appends where they go. */
     if (r->role == KL_RAFT_LEADER) {
         if (r->append_dirty)
             bcast_append(r, false);
         if (r->hb_dirty)
-            bcast_heartbeat(r);
+            bcast_read_round(r);
         r->append_dirty = r->hb_dirty = false;
         if (broken(r))
             return KL_INTERNAL;
@@ -1629,6 +1684,7 @@ const char *kl_raft_msg_type_name(int type)
     static const char *const names[KL_RAFT_MSG_TYPE_COUNT] = {
         "prevote", "prevote-resp", "vote", "vote-resp",
         "append", "append-resp", "heartbeat", "heartbeat-resp", "snapshot",
+        "reserved-9", "read-resp",
     };
     return type >= 0 && type < KL_RAFT_MSG_TYPE_COUNT ? names[type] : "unknown";
 }

@@ -177,14 +177,17 @@ typedef enum kl_raft_msg_type {
     KL_RAFT_MSG_PREVOTE_RESP = 1, /* reject = refused; a grant carries the pre-vote's term */
     KL_RAFT_MSG_VOTE = 2,         /* index/log_term = the candidate's last entry */
     KL_RAFT_MSG_VOTE_RESP = 3,
-    KL_RAFT_MSG_APPEND = 4,       /* index/log_term = the entry before entries[0]; commit */
+    KL_RAFT_MSG_APPEND = 4,       /* index/log_term = the entry before entries[0]; commit;
+                                   * ctx = read-index round it also confirms, 0 = none */
     KL_RAFT_MSG_APPEND_RESP = 5,  /* accept: index = last index now persisted and matching;
                                    * reject: index = the refused prev index, reject_hint and
                                    * log_term = the follower's guess for fast backtracking */
     KL_RAFT_MSG_HEARTBEAT = 6,    /* commit; ctx = read-index round being confirmed */
     KL_RAFT_MSG_HEARTBEAT_RESP = 7, /* ctx echoed */
     KL_RAFT_MSG_SNAPSHOT = 8,     /* snap = the snapshot to stream or install (not a frame) */
-    KL_RAFT_MSG_TYPE_COUNT = 9,
+    /* 9: never a core message (on the wire, a snapshot stream's answer: snapwire.h) */
+    KL_RAFT_MSG_READ_RESP = 10,   /* ctx of an append echoed at once, before its write */
+    KL_RAFT_MSG_TYPE_COUNT = 11,
 } kl_raft_msg_type;
 
 /* A snapshot point: the state machine after applying every entry up to index, whose entry

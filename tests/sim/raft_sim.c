@@ -99,6 +99,12 @@ typedef struct sim {
     int drop_pct, dup_pct, max_delay, crash_pm, restart_pct, part_pm, heal_pct, prop_pct,
         read_pct, slow_pct, tick_pct;
     uint64_t snap_threshold, snap_trailing; /* compaction: how far applied runs ahead, kept */
+    /* Stragglers: per mille of messages held for 1..3 election timeouts (an answer stuck in
+     * a queue while the cluster elects and commits elsewhere: a read round must never count
+     * it). Drawn from a stream of their own, and 0 for half the seeds, so that the main
+     * stream, and every seed without stragglers, run exactly as before. */
+    int late_pm;
+    uint64_t late_rng;
     /* membership: per-mille chance per chaos step to start a change (0: static seed), the
      * change under way (target, steps spent) and what the run did */
     int memb_pm;
@@ -688,6 +694,11 @@ static void net_send_pay(sim *s, const kl_raft_msg *m, const s_snap *pay)
         s->net = grow(s->net, &s->net_cap, s->net_len + 1, sizeof *s->net);
         s_msg *d = &s->net[s->net_len++];
         d->at = s->now + 1 + below(s, (uint64_t)s->max_delay);
+        if (s->chaos && s->late_pm > 0) {
+            uint64_t z = mix64(++s->late_rng);
+            if ((int)(z % 1000) < s->late_pm)
+                d->at += (1 + (z >> 32) % 3) * s->election_ticks;
+        }
         d->m = *m;
         d->pay = pay ? *pay : (s_snap){0};
         d->m.entries = NULL;
@@ -1141,6 +1152,8 @@ static void deliver(sim *s)
             fail(s, "n%llu: step = %s", (unsigned long long)to->id, kl_code_name(rc));
         if (m->type == KL_RAFT_MSG_SNAPSHOT)
             snap_report(s, m, true);
+        if (m->type == KL_RAFT_MSG_READ_RESP)
+            s->res->read_resps++;
         s->res->delivered++;
     }
     for (size_t i = 0; i < due; i++)
@@ -1601,6 +1614,8 @@ bool sim_run(const sim_opts *o, sim_result *res)
      * phase slow disks and drops still push runs past it, which is the point. */
     s->heartbeat_ticks = 1 + (uint32_t)below(s, 3);
     s->election_ticks = s->heartbeat_ticks + 2 * (uint32_t)s->max_delay + 2 + (uint32_t)below(s, 10);
+    s->late_rng = mix64(s->rng ^ 0x5157a66e7ull);
+    s->late_pm = s->late_rng % 2 ? 1 + (int)((s->late_rng >> 8) % 20) : 0;
     s->chaos = true;
     trace(s, "knobs: drop %d%% dup %d%% delay 1..%d crash %d/1000 restart %d%% partition %d/1000 "
              "heal %d%% propose %d%% read %d%% slow disk %d%% tick %d%% heartbeat %u election %u",

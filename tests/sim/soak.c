@@ -111,7 +111,8 @@ int main(int argc, char **argv)
         sim_result r;
         bool ok = sim_run(&o, &r);
         printf("%s seed %llu: leaders %llu committed %llu crashes %llu partitions %llu "
-               "delivered %llu dropped %llu proposals %llu acked %llu reads %llu truncations %llu "
+               "delivered %llu dropped %llu proposals %llu acked %llu reads %llu (read-resps %llu) "
+               "truncations %llu "
                "early_applies %llu liveness %llu compactions %llu installs %llu "
                "snapshots sent %llu failed %llu\n",
                ok ? "ok" : "FAIL", (unsigned long long)seed, (unsigned long long)r.leaders,
@@ -119,6 +120,7 @@ int main(int argc, char **argv)
                (unsigned long long)r.partitions, (unsigned long long)r.delivered,
                (unsigned long long)r.dropped, (unsigned long long)r.proposals,
                (unsigned long long)r.acked, (unsigned long long)r.reads_ok,
+               (unsigned long long)r.read_resps,
                (unsigned long long)r.truncations, (unsigned long long)r.early_applies,
                (unsigned long long)r.liveness_steps, (unsigned long long)r.compactions,
                (unsigned long long)r.installs, (unsigned long long)r.snapshots_sent,

@@ -262,6 +262,14 @@ static void mc_flush(mc *c, int id)
 {
     mnode *m = &c->nd[id - 1];
     for (int guard = 0; m->r && guard < 100; guard++) {
+        if (!m->rd_out && m->hold) {
+            /* As the driver does after every step (send_urgent before pump): what needs no
+             * write leaves before the next ready takes the outbox. */
+            kl_raft_msg urgent[2 * KL_RAFT_MAX_MEMBERS];
+            size_t n = kl_raft_take_urgent(m->r, urgent, 2 * KL_RAFT_MAX_MEMBERS);
+            for (size_t i = 0; i < n; i++)
+                mc_enqueue(c, &urgent[i]);
+        }
         if (!m->rd_out) {
             if (!kl_raft_has_ready(m->r))
                 return;
@@ -1082,6 +1090,89 @@ START_TEST(read_confirmed_while_followers_write)
     ck_assert_int_eq(out[0].type, KL_RAFT_MSG_HEARTBEAT_RESP);
     ck_assert_uint_eq(out[0].ctx, 2);
     ck_assert_uint_eq(out[0].term, 9);
+    mc_free(&c);
+}
+END_TEST
+
+/* Drops every queued message of type from the cluster's network; returns how many. */
+static size_t mc_drop_type(mc *c, uint8_t type)
+{
+    size_t keep = 0, dropped = 0;
+    for (size_t i = 0; i < c->qlen; i++) {
+        if (c->q[i].type == type) {
+            free_msg(&c->q[i]);
+            dropped++;
+        } else {
+            c->q[keep++] = c->q[i];
+        }
+    }
+    c->qlen = keep;
+    return dropped;
+}
+
+static size_t mc_count_type(const mc *c, uint8_t type, uint64_t ctx)
+{
+    size_t n = 0;
+    for (size_t i = 0; i < c->qlen; i++)
+        n += c->q[i].type == type && c->q[i].ctx == ctx;
+    return n;
+}
+
+/* A read-index round rides on the appends that go anyway; the followers answer it on arrival
+ * (READ_RESP), not after the append's write, and no heartbeat goes beside it. Only a message
+ * sent AFTER the read arrived may confirm it: answers to appends sent before never count. */
+START_TEST(read_round_rides_on_appends)
+{
+    mc c;
+    mc_init(&c, 3, 3); /* N - Q1 + 1 = 2: the leader and one follower */
+    mc_elect(&c, 1);
+    mc_settle(&c);
+    uint64_t commit = mc_status(&c, 1).commit;
+    uint64_t leader;
+
+    /* An append sent before the read, delivered and answered only after it arrived. */
+    uint64_t early = mc_propose(&c, 1, "before");
+    mc_flush(&c, 1);
+    ck_assert_uint_eq(mc_count_type(&c, KL_RAFT_MSG_APPEND, 0), 2); /* no read pending: ctx 0 */
+    ck_assert_int_eq(kl_raft_read_index(c.nd[0].r, 55, &leader), KL_OK);
+    mc_flush(&c, 1);
+    ck_assert_uint_eq(mc_drop_type(&c, KL_RAFT_MSG_HEARTBEAT), 2); /* its own round: lost */
+    mc_settle(&c); /* the early appends are written and answered; the entry commits */
+    ck_assert_uint_ge(mc_status(&c, 1).commit, early);
+    ck_assert_uint_eq(c.nd[0].n_reads, 0); /* their answers came after the read: not counted */
+
+    /* The next append carries the round: no heartbeat beside it, and the followers answer
+     * while their writes of it are still running. */
+    c.nd[1].hold = true;
+    c.nd[2].hold = true;
+    uint64_t later = mc_propose(&c, 1, "after");
+    mc_flush(&c, 1);
+    ck_assert_uint_eq(mc_count_type(&c, KL_RAFT_MSG_HEARTBEAT, 1), 0);
+    ck_assert_uint_eq(mc_count_type(&c, KL_RAFT_MSG_APPEND, 1), 2); /* ctx = the read's round */
+    mc_settle(&c);
+    ck_assert_uint_lt(mc_status(&c, 1).commit, later); /* nobody else wrote it yet */
+    ck_assert_uint_eq(c.nd[0].n_reads, 1);
+    ck_assert_uint_eq(c.nd[0].reads[0].ctx, 55);
+    ck_assert_uint_eq(c.nd[0].reads[0].index, commit); /* the commit when the read arrived */
+    c.nd[1].hold = false;
+    c.nd[2].hold = false;
+    mc_settle(&c);
+    ck_assert_uint_ge(mc_status(&c, 1).commit, later);
+
+    /* A READ_RESP naming an older round confirms nothing; one naming this round does. */
+    ck_assert_int_eq(kl_raft_read_index(c.nd[0].r, 56, &leader), KL_OK);
+    mc_flush(&c, 1);
+    ck_assert_uint_eq(mc_drop_type(&c, KL_RAFT_MSG_HEARTBEAT), 2);
+    uint64_t term = mc_status(&c, 1).term;
+    kl_raft_msg old = {.type = KL_RAFT_MSG_READ_RESP, .from = 2, .to = 1, .term = term, .ctx = 1};
+    ck_assert_int_eq(kl_raft_step(c.nd[0].r, &old), KL_OK);
+    mc_settle(&c);
+    ck_assert_uint_eq(c.nd[0].n_reads, 1);
+    kl_raft_msg fresh = {.type = KL_RAFT_MSG_READ_RESP, .from = 2, .to = 1, .term = term, .ctx = 2};
+    ck_assert_int_eq(kl_raft_step(c.nd[0].r, &fresh), KL_OK);
+    mc_settle(&c);
+    ck_assert_uint_eq(c.nd[0].n_reads, 2);
+    ck_assert_uint_eq(c.nd[0].reads[1].ctx, 56);
     mc_free(&c);
 }
 END_TEST
@@ -2082,6 +2173,7 @@ Suite *suite_raft(void)
     tcase_add_test(t, read_index_rules);
     tcase_add_test(t, read_confirmed_while_followers_write);
     tcase_add_test(t, read_confirmed_while_leader_writes);
+    tcase_add_test(t, read_round_rides_on_appends);
     tcase_add_test(t, proposals_and_caps);
     tcase_add_test(t, no_ack_survives_a_term_change);
     tcase_add_test(t, truncation_reported_and_hinted);
