@@ -28,6 +28,9 @@
  *   store.install_ingested          staged files ingested, applied/log start not yet moved
  *   store.install_finished          install complete and synced, staging not yet removed
  * Replication (daemon/repl/driver.c, snapwire.c):
+ *   repl.compact_flush              a compaction's flush of the applied state, on the thread
+ *                                   pool, before it starts (sleep(MS): a slow flush; the
+ *                                   loop goes on)
  *   repl.after_compact              the log was just compacted (entries deleted, synced)
  *   repl.snapshot_chunk_staged      a follower staged one more chunk of a snapshot stream
  *                                   (exit: the receiver dies mid-install)

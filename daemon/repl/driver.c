@@ -82,6 +82,14 @@ struct kl_repl {
     bool pumping;
     bool msgs_sent;     /* this round's messages went out before its write (a leader's) */
     persist_job job;
+    struct { /* the compaction's flush on the thread pool (maybe_compact) */
+        uv_work_t work;
+        bool busy;
+        uint64_t applied;  /* read on the loop before the flush started: durable once it ends */
+        uint64_t t0, flush_ns, wait_ns;
+        kl_code rc;
+        kl_err err;
+    } cflush;
 
     /* applied state as this driver handed it out */
     uint64_t applied, applied_term;
@@ -301,7 +309,7 @@ static void free_all(kl_repl *r)
 
 static void maybe_free(kl_repl *r)
 {
-    if (!r->stopped || r->open_handles > 0 || r->persist_busy)
+    if (!r->stopped || r->open_handles > 0 || r->persist_busy || r->cflush.busy)
         return;
     void (*stopped)(void *) = r->cb.stopped;
     void *ctx = r->cb.ctx;
@@ -1035,31 +1043,90 @@ static bool sw_step(void *ctx, const kl_raft_msg *m)
     return rc == KL_OK;
 }
 
-/* Log compaction (driver.h "Compaction"): once the log holds more than snap_threshold
- * applied entries, make the applied state durable (applies skip the WAL: a crash must not
- * roll it back below the first kept entry) and drop every entry up to the durable applied
- * index minus snap_trailing, telling the core first (raft.h). Only with no ready
- * outstanding: the core may free entries a ready's messages still point to. Blocks the loop
- * for one memtable flush and one small synced write; the time is logged. */
+/* The compaction's flush, on the thread pool (maybe_compact). */
+static void cflush_run(uv_work_t *w)
+{
+    kl_repl *r = w->data;
+    kl_err_clear(&r->cflush.err);
+    (void)KL_FAILPOINT("repl.compact_flush", &r->cflush.err);
+    uint64_t t0 = kl_stages_now();
+    r->cflush.rc = kl_store_flush(r->store, &r->cflush.err);
+    r->cflush.flush_ns = kl_stages_now() - t0;
+}
+
+static void cflush_after(uv_work_t *w, int status)
+{
+    kl_repl *r = w->data;
+    r->cflush.busy = false;
+    if (r->stopped) {
+        maybe_free(r);
+        return;
+    }
+    if (r->failed)
+        return;
+    if (status != 0)
+        r->cflush.rc = kl_fail(&r->cflush.err, KL_INTERNAL, "flush", "the compaction flush was cancelled");
+    if (r->cflush.rc != KL_OK) {
+        fail(r, &r->cflush.err);
+        return;
+    }
+    /* An install while the flush ran made its own, higher, index durable (a snapshot is
+     * installed only past the commit index): noting the older one then changes nothing. */
+    kl_store_note_durable(r->store, r->cflush.applied);
+    r->cflush.wait_ns = kl_stages_now() - r->cflush.t0;
+    maybe_compact(r);
+}
+
+/* Starts the flush that makes the applied state durable, off the loop: applies go on
+ * meanwhile (the flush covers every write made before it starts, and only the index read
+ * now, before it starts, is noted durable when it ends). */
+static void cflush_start(kl_repl *r, uint64_t applied)
+{
+    r->cflush.work.data = r;
+    r->cflush.applied = applied;
+    r->cflush.t0 = kl_stages_now();
+    int urc = uv_queue_work(r->loop, &r->cflush.work, cflush_run, cflush_after);
+    if (urc != 0) {
+        kl_err err;
+        kl_fail(&err, KL_INTERNAL, "flush", "cannot queue the compaction flush: %s", uv_strerror(urc));
+        fail(r, &err);
+        return;
+    }
+    r->cflush.busy = true;
+    KL_INFO("compaction flush started", "member=%llu applied=%llu", (unsigned long long)r->self,
+            (unsigned long long)applied);
+}
+
+/* Log compaction (driver.h "Compaction"; ARCHITECTURE.md "Snapshots and log compaction"):
+ * once the log holds more than snap_threshold applied entries, drop every entry up to the
+ * durable applied index minus snap_trailing, telling the core first (raft.h). Applies skip
+ * the WAL, so the applied state is made durable first (a crash must not roll it back below
+ * the first kept entry), by a flush on the thread pool (cflush_start): the loop never waits
+ * for it. A durable index far enough along (applied - durable <= threshold - trailing: the
+ * compaction brings the log under the threshold) is compacted at once; otherwise a flush
+ * starts and its completion calls here again. The compaction itself only with no ready
+ * outstanding (the core may free entries a ready's messages still point to): one small
+ * synced write on the loop, whose time is logged as stall_ms. */
 static void maybe_compact(kl_repl *r)
 {
-    if (!live(r) || r->persist_busy || r->pumping)
+    if (!live(r) || r->cflush.busy)
         return;
     kl_raft_status st;
     kl_raft_status_get(r->raft, &st);
     if (st.applied - st.snap_index <= r->snap_threshold)
         return;
-    uint64_t t0 = kl_stages_now(), durable;
-    kl_err err;
-    if (kl_store_make_durable(r->store, &durable, &err) != KL_OK) {
-        fail(r, &err);
+    uint64_t durable = kl_store_durable_applied(r->store);
+    if (durable > st.applied)
+        durable = st.applied; /* applied state as the core knows it */
+    if (st.applied - durable > r->snap_threshold - r->snap_trailing ||
+        durable <= st.snap_index + r->snap_trailing) {
+        cflush_start(r, kl_store_applied_index(r->store));
         return;
     }
-    uint64_t t1 = kl_stages_now();
-    uint64_t upto = durable < st.applied ? durable : st.applied;
-    if (upto <= st.snap_index + r->snap_trailing)
-        return;
-    upto -= r->snap_trailing;
+    if (r->persist_busy || r->pumping)
+        return; /* persist_after calls again */
+    uint64_t t0 = kl_stages_now(), upto = durable - r->snap_trailing;
+    kl_err err;
     if (kl_raft_compact(r->raft, upto) != KL_OK) {
         fail_core(r, "compact");
         return;
@@ -1068,13 +1135,12 @@ static void maybe_compact(kl_repl *r)
         fail(r, &err);
         return;
     }
-    uint64_t t2 = kl_stages_now();
     r->counters.compactions++;
     (void)KL_FAILPOINT("repl.after_compact", &err);
-    KL_INFO("log compacted", "member=%llu upto=%llu applied=%llu durable=%llu flush_ms=%.2f "
+    KL_INFO("log compacted", "member=%llu upto=%llu applied=%llu durable=%llu flush_ms=%.2f wait_ms=%.2f "
             "stall_ms=%.2f", (unsigned long long)r->self, (unsigned long long)upto,
-            (unsigned long long)st.applied, (unsigned long long)durable, (double)(t1 - t0) / 1e6,
-            (double)(t2 - t0) / 1e6);
+            (unsigned long long)st.applied, (unsigned long long)durable, (double)r->cflush.flush_ns / 1e6,
+            (double)r->cflush.wait_ns / 1e6, (double)(kl_stages_now() - t0) / 1e6);
 }
 
 static void on_tick(uv_timer_t *t)

@@ -440,6 +440,66 @@ void test_snapshot_kill_after_compact(void)
     sn_stop_all();
 }
 
+/* The term member i reports (0 when it does not answer). */
+static uint64_t sn_term_of(int i)
+{
+    Keyload__V1__MemberStatusAnswer *s = sn_status(i);
+    uint64_t t = s != NULL ? s->term : 0;
+    if (s)
+        keyload__v1__member_status_answer__free_unpacked(s, NULL);
+    return t;
+}
+
+/* A compaction's flush runs off the loop: while every member's first flush takes 4 s
+ * (failpoint repl.compact_flush=1*sleep(4000), on the thread pool), batches are still
+ * acknowledged within a second each (on the loop, the flush would hold every member's loop,
+ * and so every batch, for the 4 s); then every member is killed -9 during that flush, before
+ * it compacted anything, and after the restart every acknowledged batch is there. */
+void test_snapshot_kill_during_flush(void)
+{
+    int leader = sn_setup("repl.compact_flush=1*sleep(4000)");
+    CHECK(leader >= 0, "the group did not start");
+    uint64_t term0 = sn_term_of(leader);
+    static uint64_t acked[2000];
+    int n = 0, during = 0;
+    int64_t worst_ms = 0, flush_seen = -1;
+    /* Write until the leader's flush has been running for 2.5 s (or 2 * threshold batches). */
+    for (int k = 0; k < 2 * SN_THRESHOLD + 400 && (flush_seen < 0 || now_ms() - flush_seen < 2500); k++) {
+        int64_t t = now_ms();
+        bool ok = sn_fill(leader, 1, 1, 100, 20000 + (uint64_t)k, acked + n) == 1;
+        n += ok;
+        int64_t took = now_ms() - t;
+        worst_ms = took > worst_ms ? took : worst_ms; /* a stalled loop holds the batch in flight */
+        if (flush_seen >= 0)
+            during += ok;
+        else if (sn_log_has(leader, "compaction flush started"))
+            flush_seen = now_ms();
+    }
+    CHECK(flush_seen >= 0, "the leader never started a compaction flush (%d batches)", n);
+    fprintf(stderr, "  %d batches acknowledged, %d while the flush ran; slowest %lld ms\n", n, during,
+            (long long)worst_ms);
+    CHECK(during >= 5 && worst_ms < 1000, "the loop stalled during the flush: %d batches in 2.5 s, slowest %lld ms",
+          during, (long long)worst_ms);
+    for (int i = 0; i < SN_MEMBERS; i++)
+        sn_kill(i);
+    for (int i = 0; i < SN_MEMBERS; i++)
+        CHECK(!sn_log_has(i, "log compacted"), "member %d compacted before the kill (flush not cut)", i + 1);
+    CHECK(sn_term_of(leader) == 0 && term0 > 0, "the leader still answers after the kill");
+    for (int i = 0; i < SN_MEMBERS; i++)
+        sn_spawn(i, NULL);
+    leader = sn_leader(30000);
+    CHECK(leader >= 0, "no leader after the restart");
+    /* Past the threshold again: the restarted members compact (and so flush) for real. */
+    int more = sn_fill(leader, SN_THRESHOLD + 100, 1, 100, 30000, acked + n);
+    CHECK(more == SN_THRESHOLD + 100, "only %d of %d batches acknowledged after the restart", more,
+          SN_THRESHOLD + 100);
+    n += more;
+    CHECK(sn_log_has(leader, "log compacted"), "the leader never compacted after the restart");
+    sn_store s[SN_MEMBERS];
+    sn_compare(acked, n, (uint64_t)n, false, s);
+    sn_stop_all();
+}
+
 void test_snapshot_cut_midstream(void)
 {
     int leader = sn_setup(NULL);

@@ -1783,6 +1783,9 @@ int main(int argc, char **argv)
         {"snapshot: every member killed -9 right after its first compaction restarts and serves with every "
          "acknowledged batch",
          test_snapshot_kill_after_compact},
+        {"snapshot: a compaction's flush runs off the loop (batches acknowledged while it takes 4 s) and every "
+         "member killed -9 during it restarts with every acknowledged batch",
+         test_snapshot_kill_during_flush},
         {"snapshot: a stream cut midway (the receiver dies after 3 chunks) completes after its restart",
          test_snapshot_cut_midstream},
     };
