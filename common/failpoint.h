@@ -32,6 +32,9 @@
  *                                   pool, before it starts (sleep(MS): a slow flush; the
  *                                   loop goes on)
  *   repl.after_compact              the log was just compacted (entries deleted, synced)
+ *   repl.snapshot_open              a leader opens a snapshot reader for a follower, on the
+ *                                   thread pool (sleep(MS): a large state's key count; the
+ *                                   loop and its heartbeats go on)
  *   repl.snapshot_chunk_staged      a follower staged one more chunk of a snapshot stream
  *                                   (exit: the receiver dies mid-install)
  * Replication transport (daemon/repl/peer.c):

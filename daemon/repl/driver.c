@@ -1321,7 +1321,7 @@ kl_code kl_repl_start(uv_loop_t *loop, kl_store *store, const kl_repl_config *cf
         }
         if ((rc = kl_peer_start(loop, &pc, &r->peer, err)) != KL_OK)
             goto fail;
-        kl_snapwire_io sio = {.ctx = r, .send = sw_send, .report = sw_report, .step = sw_step};
+        kl_snapwire_io sio = {.loop = loop, .ctx = r, .send = sw_send, .report = sw_report, .step = sw_step};
         if ((rc = kl_snapwire_new(store, cfg->self, r->max_frame - FRAME_SLACK, &sio, &r->sw, err)) != KL_OK)
             goto fail;
     }

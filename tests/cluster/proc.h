@@ -95,6 +95,7 @@ void rt_stop_all(void);
 void test_snapshot_catchup(void);
 void test_snapshot_kill_after_compact(void);
 void test_snapshot_kill_during_flush(void);
+void test_snapshot_open_off_loop(void);
 void test_snapshot_cut_midstream(void);
 void sn_stop_all(void);
 

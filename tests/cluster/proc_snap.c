@@ -500,6 +500,46 @@ void test_snapshot_kill_during_flush(void)
     sn_stop_all();
 }
 
+/* A leader opening a snapshot for a follower keeps leading: the open (the reader's key
+ * count, seconds per GiB) runs on the thread pool. The failpoint repl.snapshot_open=
+ * 1*sleep(3000) makes the open take 3 s, three election timeouts: on the loop, the other
+ * follower would stop hearing heartbeats and elect a new leader. Here every member keeps
+ * the term, batches are acknowledged within a second meanwhile, and the follower installs
+ * the snapshot. */
+void test_snapshot_open_off_loop(void)
+{
+    int leader = sn_setup("repl.snapshot_open=1*sleep(3000)");
+    CHECK(leader >= 0, "the group did not start");
+    static uint64_t acked[2000];
+    int f = (leader + 1) % SN_MEMBERS;
+    sn_kill(f);
+    int n = sn_fill(leader, 3 * SN_THRESHOLD, 1, 100, 40000, acked);
+    CHECK(n == 3 * SN_THRESHOLD, "only %d batches acknowledged with a follower down", n);
+    CHECK(sn_log_has(leader, "log compacted"), "the leader never compacted its log");
+    uint64_t term = sn_term_of(leader);
+    sn_spawn(f, NULL);
+    int64_t t0 = now_ms(), worst_ms = 0;
+    int during = 0;
+    for (int k = 0; k < 1000 && now_ms() - t0 < 20000 && !sn_log_has(f, "snapshot installed"); k++) {
+        int64_t t = now_ms();
+        if (sn_fill(leader, 1, 1, 100, 41000 + (uint64_t)k, acked + n) == 1)
+            n++, during++;
+        worst_ms = now_ms() - t > worst_ms ? now_ms() - t : worst_ms;
+    }
+    fprintf(stderr, "  %d batches acknowledged while the snapshot opened and streamed; slowest %lld ms\n",
+            during, (long long)worst_ms);
+    CHECK(sn_log_has(f, "snapshot installed"), "member %d never installed the snapshot", f + 1);
+    CHECK(sn_log_has(leader, "snapshot stream started"), "the leader never opened a snapshot");
+    for (int i = 0; i < SN_MEMBERS; i++)
+        CHECK(sn_term_of(i) == term, "member %d is in term %llu, not %llu: an election while the leader "
+              "opened the snapshot", i + 1, (unsigned long long)sn_term_of(i), (unsigned long long)term);
+    CHECK(during >= 10 && worst_ms < 1000, "the leader stalled: %d batches, slowest %lld ms", during,
+          (long long)worst_ms);
+    sn_store st[SN_MEMBERS];
+    sn_compare(acked, n, (uint64_t)n, false, st);
+    sn_stop_all();
+}
+
 void test_snapshot_cut_midstream(void)
 {
     int leader = sn_setup(NULL);
