@@ -180,6 +180,17 @@
 #define KL_SNAP_TRAILING_DEFAULT 5000u
 #define KL_SNAP_THRESHOLD_MIN 8u
 #define KL_SNAP_THRESHOLD_MAX 1000000000u
+/* The same in bytes of log written since the snapshot point, whatever the entry count: a
+ * leader's entry groups many batches (of up to KL_DEFAULT_MAX_BATCH_BYTES each), so under
+ * load 5000 entries may hold tens of MiB or GiB (24 batches of 100-byte cycles per entry at
+ * 128 clients, 14 KiB each: 72 MB in the default trailing window). A member compacts once more than
+ * KL_SNAP_LOG_BYTES were logged since its snapshot point and keeps at most
+ * KL_SNAP_TRAILING_BYTES of trailing entries (and at most the trailing count); the bytes
+ * are counted in samples of about KL_SNAP_LOG_SAMPLE_BYTES (driver.c), since a restart or
+ * an install (the log before them is not counted: the entry count still bounds it). */
+#define KL_SNAP_LOG_BYTES (16u << 20)
+#define KL_SNAP_TRAILING_BYTES (8u << 20)
+#define KL_SNAP_LOG_SAMPLE_BYTES 4096u
 
 /* ---------------------------------------------------------------- parked Receives (daemon/park.h) */
 /* Parked requests per member. Each holds one of the client port's KL_CLIENT_RPC_CONTEXTS
@@ -236,6 +247,9 @@ _Static_assert(KL_TRANSFER_HOLD_DEFAULT_MS <= KL_TRANSFER_HOLD_MAX_MS, "the defa
 _Static_assert(KL_SNAP_THRESHOLD_MIN <= KL_SNAP_THRESHOLD_DEFAULT &&
                    KL_SNAP_THRESHOLD_DEFAULT <= KL_SNAP_THRESHOLD_MAX, "default threshold in range");
 _Static_assert(KL_SNAP_TRAILING_DEFAULT < KL_SNAP_THRESHOLD_DEFAULT, "default trailing window below the threshold");
+/* A byte-triggered compaction drops at least KL_SNAP_LOG_BYTES - KL_SNAP_TRAILING_BYTES. */
+_Static_assert(KL_SNAP_TRAILING_BYTES < KL_SNAP_LOG_BYTES, "trailing bytes below the byte threshold");
+_Static_assert(KL_SNAP_LOG_SAMPLE_BYTES * 64 <= KL_SNAP_TRAILING_BYTES, "samples fine against the window");
 /* Every member of a partition fits the Raft configuration, its per-member bitmask (a
  * uint32_t in raft.c) and the peer transport's member table. */
 _Static_assert(KL_CLUSTER_MAX_MEMBERS <= KL_RAFT_MAX_MEMBERS, "a partition's members fit the Raft config");

@@ -96,6 +96,7 @@ void test_snapshot_catchup(void);
 void test_snapshot_kill_after_compact(void);
 void test_snapshot_kill_during_flush(void);
 void test_snapshot_open_off_loop(void);
+void test_snapshot_log_bytes_bound(void);
 void test_snapshot_cut_midstream(void);
 void sn_stop_all(void);
 

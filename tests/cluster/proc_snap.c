@@ -41,6 +41,7 @@ static char sn_log[SN_MEMBERS][760];
 static pid_t sn_pid[SN_MEMBERS] = {-1, -1, -1};
 static int sn_status_at_exit[SN_MEMBERS]; /* wait status of the member's last reaped process */
 static int sn_run;
+static int sn_threshold = SN_THRESHOLD; /* the cluster file's threshold_entries (sn_write) */
 
 /* Ports 26000..26899 (apart from the other tests' ranges): clients base..base+2, peers
  * base+5..base+7. */
@@ -53,7 +54,7 @@ static void sn_write(int attempt)
                "\"timers\":{\"tick_ms\":50,\"election_ms\":1000,\"heartbeat_ms\":150},"
                "\"snapshot\":{\"threshold_entries\":%d,\"trailing_entries\":%d},"
                "\"partitions\":[{\"id\":0,\"members\":[",
-            SN_THRESHOLD, SN_TRAILING);
+            sn_threshold, SN_TRAILING);
     for (int i = 0; i < SN_MEMBERS; i++) {
         snprintf(sn_url[i], sizeof sn_url[i], "tcp://127.0.0.1:%d", base + i);
         snprintf(sn_data[i], sizeof sn_data[i], "%s/snap%d-%d-m%d", work, sn_run, attempt, i + 1);
@@ -537,6 +538,31 @@ void test_snapshot_open_off_loop(void)
           (long long)worst_ms);
     sn_store st[SN_MEMBERS];
     sn_compare(acked, n, (uint64_t)n, false, st);
+    sn_stop_all();
+}
+
+/* The log is bounded in bytes too: with threshold_entries 100000 (never reached here),
+ * 100 entries of 320 KB (32 MB) still make every member compact (KL_SNAP_LOG_BYTES, 16 MiB)
+ * and keep at most about KL_SNAP_TRAILING_BYTES of trailing entries: its log then holds at
+ * most the byte threshold's worth (52 such entries) instead of all 100. */
+void test_snapshot_log_bytes_bound(void)
+{
+    sn_threshold = 100000;
+    int leader = sn_setup(NULL);
+    sn_threshold = SN_THRESHOLD;
+    CHECK(leader >= 0, "the group did not start");
+    static uint64_t acked[200];
+    int n = sn_fill(leader, 100, 80, 4000, 70000, acked);
+    CHECK(n == 100, "only %d of 100 large batches acknowledged", n);
+    CHECK(sn_log_has(leader, "log compacted"), "the leader never compacted its 32 MB log");
+    sn_store s[SN_MEMBERS];
+    sn_compare(acked, n, 80 * (uint64_t)n, false, s);
+    for (int i = 0; i < SN_MEMBERS && !failures_in_test; i++) {
+        uint64_t kept = s[i].applied + 1 - s[i].first;
+        CHECK(s[i].first > 1 && kept <= (16u << 20) / (80 * 4000) + 2,
+              "member %d keeps %llu entries of 320 KB (log starts at %llu)", i + 1, (unsigned long long)kept,
+              (unsigned long long)s[i].first);
+    }
     sn_stop_all();
 }
 

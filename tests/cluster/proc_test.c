@@ -1789,6 +1789,9 @@ int main(int argc, char **argv)
         {"snapshot: a leader opening a snapshot for a follower for 3 s keeps its term and acknowledges "
          "batches meanwhile (the open runs off the loop)",
          test_snapshot_open_off_loop},
+        {"snapshot: the log is bounded in bytes too (32 MB of large entries, far under the entry threshold, "
+         "compacted to the byte window on every member)",
+         test_snapshot_log_bytes_bound},
         {"snapshot: a stream cut midway (the receiver dies after 3 chunks) completes after its restart",
          test_snapshot_cut_midstream},
     };
