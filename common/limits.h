@@ -143,6 +143,11 @@
 /* A snapshot chunk stops taking records once its body holds this many bytes, so a chunk is
  * at most this plus one record (KL_SNAP_CHUNK_MAX): the memory of both ends per chunk. */
 #define KL_SNAP_CHUNK_BYTES (1u << 20)
+/* Bytes of snapshot chunks a leader has in flight to one follower past its last
+ * acknowledgement (daemon/repl/snapwire.h): a new chunk is read only while fewer are in
+ * flight, so the peer queue holds at most this plus one chunk, whatever the records hold
+ * (a window counted in chunks held four chunks of up to KL_SNAP_CHUNK_MAX each). */
+#define KL_SNAPWIRE_WINDOW_BYTES (4u << 20)
 #define KL_SNAP_CONFIG_MAX 4096          /* configuration bytes in a snapshot / log_start */
 /* Largest value a snapshot record carries: a transfer intent holds its token. */
 #define KL_SNAP_VALUE_MAX (KL_CLAIMS_TOKEN_MAX + (64u << 10))
@@ -235,6 +240,7 @@
 _Static_assert(KL_SNAP_VALUE_MAX >= KL_CLAIMS_TOKEN_MAX, "a snapshot carries every stored value");
 _Static_assert(KL_SNAP_CHUNK_BYTES < KL_SNAP_STAGE_FILE_BYTES, "a staged file holds whole chunks");
 _Static_assert(KL_SNAP_CHUNK_MAX < (1ull << 32), "chunk lengths are u32");
+_Static_assert(KL_SNAPWIRE_WINDOW_BYTES >= 2 * KL_SNAP_CHUNK_BYTES, "the window holds two ordinary chunks");
 /* A chunk of ordinary records fits a client frame; one holding a record over about 3 MiB
  * is refused by the stream (INTERNAL "backup_chunk_frame"), never cut. */
 _Static_assert(KL_SNAP_CHUNK_BYTES * 2 + KL_SNAP_CONFIG_MAX + KL_BACKUP_ANSWER_OVERHEAD <= KL_RPC_DEFAULT_FRAME_LIMIT,

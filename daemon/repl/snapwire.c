@@ -31,6 +31,8 @@ typedef struct snap_out {
     kl_snap_reader *rd;
     uint64_t index, sterm;
     uint64_t next_seq, acked; /* chunks [acked, next_seq) are in flight */
+    uint64_t inflight;        /* their bytes: lens[seq % KL_SNAPWIRE_WINDOW] each */
+    uint32_t lens[KL_SNAPWIRE_WINDOW];
     uint64_t heard_ms, progress_ms;
 } snap_out;
 
@@ -184,7 +186,7 @@ static void out_finish(kl_snapwire *w, snap_out *o, bool ok, const char *why)
 static void out_pump(kl_snapwire *w, snap_out *o)
 {
     while (o->active && !o->waiting_resume && !o->produced_last &&
-           o->next_seq < o->acked + KL_SNAPWIRE_WINDOW) {
+           o->next_seq < o->acked + KL_SNAPWIRE_WINDOW && o->inflight < KL_SNAPWIRE_WINDOW_BYTES) {
         const uint8_t *chunk;
         size_t len;
         bool last;
@@ -209,6 +211,8 @@ static void out_pump(kl_snapwire *w, snap_out *o)
             }
         }
         w->c.chunks_sent++;
+        o->lens[o->next_seq % KL_SNAPWIRE_WINDOW] = (uint32_t)len;
+        o->inflight += len;
         o->next_seq++;
         o->produced_last = last;
     }
@@ -329,6 +333,7 @@ static void out_answer(kl_snapwire *w, snap_out *o, const Keyload__V1__RaftMessa
             memcpy(pos.digest, pm->snap_digest.data, KL_SNAP_DIGEST_BYTES);
         kl_snap_reader_seek(o->rd, &pos);
         o->next_seq = o->acked = pos.seq;
+        o->inflight = 0;
         o->produced_last = false;
         o->waiting_resume = false;
         o->progress_ms = now_ms;
@@ -336,7 +341,8 @@ static void out_answer(kl_snapwire *w, snap_out *o, const Keyload__V1__RaftMessa
     } else if (pm->snap_flags & KL_SNAPWIRE_ACK) {
         if (pm->snap_seq <= o->acked || pm->snap_seq > o->next_seq)
             return; /* stale, or for chunks of before a resume */
-        o->acked = pm->snap_seq;
+        for (; o->acked < pm->snap_seq; o->acked++)
+            o->inflight -= o->lens[o->acked % KL_SNAPWIRE_WINDOW];
         o->progress_ms = now_ms;
     }
     out_pump(w, o);

@@ -15,10 +15,12 @@
  * then). A second request for F while a stream runs replaces it without a report (the core
  * only asks again after a report, a lost leadership or a restart).
  *
- * Flow control: at most KL_SNAPWIRE_WINDOW chunks past the last one F acknowledged are in
- * flight; each chunk (<= KL_SNAP_CHUNK_MAX) is cut into pieces that fit a peer frame. The
- * sender's memory is the reader's one chunk; the receiver's is one chunk being reassembled;
- * the peer queue holds the window. Never the state.
+ * Flow control: a chunk is read and sent only while the chunks past the last one F
+ * acknowledged hold fewer than KL_SNAPWIRE_WINDOW_BYTES (common/limits.h) and number fewer
+ * than KL_SNAPWIRE_WINDOW; each chunk (<= KL_SNAP_CHUNK_MAX) is cut into pieces that fit a
+ * peer frame. The sender's memory is the reader's one chunk; the receiver's is one chunk
+ * being reassembled; the peer queue holds the window: under KL_SNAPWIRE_WINDOW_BYTES plus
+ * one chunk. Never the state.
  *
  * Resuming: a stream starts with a begin frame; F answers "resume" with its staged position
  * (kl_snap_install_pos: the chunk expected next, the last key and running digest) when it
@@ -42,7 +44,8 @@
  * Threading: loop thread only, but for a reader's open on io.loop's thread pool (which
  * touches only the store and its own slot). Invariants: at most one outgoing stream per
  * follower and one
- * incoming reassembly; outgoing chunks in flight <= KL_SNAPWIRE_WINDOW per stream. */
+ * incoming reassembly; outgoing chunks in flight <= KL_SNAPWIRE_WINDOW per stream, their
+ * bytes < KL_SNAPWIRE_WINDOW_BYTES + KL_SNAP_CHUNK_MAX. */
 #ifndef KL_REPL_SNAPWIRE_H
 #define KL_REPL_SNAPWIRE_H
 
@@ -56,7 +59,7 @@
 #include <stdint.h>
 #include <uv.h>
 
-#define KL_SNAPWIRE_WINDOW 4           /* chunks in flight per stream */
+#define KL_SNAPWIRE_WINDOW 16          /* chunks in flight per stream (and their bytes: limits.h) */
 #define KL_SNAPWIRE_RESYNC_MS 1000     /* silence before the begin frame is sent again */
 #define KL_SNAPWIRE_STALL_MS 30000     /* no acknowledged chunk for this long: the stream failed */
 
