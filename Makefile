@@ -180,7 +180,7 @@ test: deps
 	@bash tests/support/test-all.sh
 
 bench: deps
-	@$(MAKE) --no-print-directory all
+	@$(MAKE) --no-print-directory all build/store-census
 	@bash tests/bench/run.sh
 
 # The peers alone (NATS JetStream R3, a PostgreSQL outbox) against the KeyLoad cells they

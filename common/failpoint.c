@@ -38,6 +38,7 @@ static const char *const fp_known[] = {
     "store.install_begun",           "store.install_ingested",
     "store.install_finished",        "cli.backup.after_hold",
     "repl.after_compact",            "repl.snapshot_chunk_staged",
+    "repl.compact_flush",            "repl.snapshot_open",
 };
 
 static bool fp_name_known(const char *name)

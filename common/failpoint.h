@@ -28,7 +28,13 @@
  *   store.install_ingested          staged files ingested, applied/log start not yet moved
  *   store.install_finished          install complete and synced, staging not yet removed
  * Replication (daemon/repl/driver.c, snapwire.c):
+ *   repl.compact_flush              a compaction's flush of the applied state, on the thread
+ *                                   pool, before it starts (sleep(MS): a slow flush; the
+ *                                   loop goes on)
  *   repl.after_compact              the log was just compacted (entries deleted, synced)
+ *   repl.snapshot_open              a leader opens a snapshot reader for a follower, on the
+ *                                   thread pool (sleep(MS): a large state's key count; the
+ *                                   loop and its heartbeats go on)
  *   repl.snapshot_chunk_staged      a follower staged one more chunk of a snapshot stream
  *                                   (exit: the receiver dies mid-install)
  * Replication transport (daemon/repl/peer.c):

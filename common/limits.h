@@ -143,6 +143,11 @@
 /* A snapshot chunk stops taking records once its body holds this many bytes, so a chunk is
  * at most this plus one record (KL_SNAP_CHUNK_MAX): the memory of both ends per chunk. */
 #define KL_SNAP_CHUNK_BYTES (1u << 20)
+/* Bytes of snapshot chunks a leader has in flight to one follower past its last
+ * acknowledgement (daemon/repl/snapwire.h): a new chunk is read only while fewer are in
+ * flight, so the peer queue holds at most this plus one chunk, whatever the records hold
+ * (a window counted in chunks held four chunks of up to KL_SNAP_CHUNK_MAX each). */
+#define KL_SNAPWIRE_WINDOW_BYTES (4u << 20)
 #define KL_SNAP_CONFIG_MAX 4096          /* configuration bytes in a snapshot / log_start */
 /* Largest value a snapshot record carries: a transfer intent holds its token. */
 #define KL_SNAP_VALUE_MAX (KL_CLAIMS_TOKEN_MAX + (64u << 10))
@@ -180,6 +185,17 @@
 #define KL_SNAP_TRAILING_DEFAULT 5000u
 #define KL_SNAP_THRESHOLD_MIN 8u
 #define KL_SNAP_THRESHOLD_MAX 1000000000u
+/* The same in bytes of log written since the snapshot point, whatever the entry count: a
+ * leader's entry groups many batches (of up to KL_DEFAULT_MAX_BATCH_BYTES each), so under
+ * load 5000 entries may hold tens of MiB or GiB (24 batches of 100-byte cycles per entry at
+ * 128 clients, 14 KiB each: 72 MB in the default trailing window). A member compacts once more than
+ * KL_SNAP_LOG_BYTES were logged since its snapshot point and keeps at most
+ * KL_SNAP_TRAILING_BYTES of trailing entries (and at most the trailing count); the bytes
+ * are counted in samples of about KL_SNAP_LOG_SAMPLE_BYTES (driver.c), since a restart or
+ * an install (the log before them is not counted: the entry count still bounds it). */
+#define KL_SNAP_LOG_BYTES (16u << 20)
+#define KL_SNAP_TRAILING_BYTES (8u << 20)
+#define KL_SNAP_LOG_SAMPLE_BYTES 4096u
 
 /* ---------------------------------------------------------------- parked Receives (daemon/park.h) */
 /* Parked requests per member. Each holds one of the client port's KL_CLIENT_RPC_CONTEXTS
@@ -243,6 +259,7 @@ _Static_assert(KL_PEER_BATCH_MAX_FRAMES >= KL_RAFT_MAX_INFLIGHT, "one batch carr
 _Static_assert(KL_SNAP_VALUE_MAX >= KL_CLAIMS_TOKEN_MAX, "a snapshot carries every stored value");
 _Static_assert(KL_SNAP_CHUNK_BYTES < KL_SNAP_STAGE_FILE_BYTES, "a staged file holds whole chunks");
 _Static_assert(KL_SNAP_CHUNK_MAX < (1ull << 32), "chunk lengths are u32");
+_Static_assert(KL_SNAPWIRE_WINDOW_BYTES >= 2 * KL_SNAP_CHUNK_BYTES, "the window holds two ordinary chunks");
 /* A chunk of ordinary records fits a client frame; one holding a record over about 3 MiB
  * is refused by the stream (INTERNAL "backup_chunk_frame"), never cut. */
 _Static_assert(KL_SNAP_CHUNK_BYTES * 2 + KL_SNAP_CONFIG_MAX + KL_BACKUP_ANSWER_OVERHEAD <= KL_RPC_DEFAULT_FRAME_LIMIT,
@@ -255,6 +272,9 @@ _Static_assert(KL_TRANSFER_HOLD_DEFAULT_MS <= KL_TRANSFER_HOLD_MAX_MS, "the defa
 _Static_assert(KL_SNAP_THRESHOLD_MIN <= KL_SNAP_THRESHOLD_DEFAULT &&
                    KL_SNAP_THRESHOLD_DEFAULT <= KL_SNAP_THRESHOLD_MAX, "default threshold in range");
 _Static_assert(KL_SNAP_TRAILING_DEFAULT < KL_SNAP_THRESHOLD_DEFAULT, "default trailing window below the threshold");
+/* A byte-triggered compaction drops at least KL_SNAP_LOG_BYTES - KL_SNAP_TRAILING_BYTES. */
+_Static_assert(KL_SNAP_TRAILING_BYTES < KL_SNAP_LOG_BYTES, "trailing bytes below the byte threshold");
+_Static_assert(KL_SNAP_LOG_SAMPLE_BYTES * 64 <= KL_SNAP_TRAILING_BYTES, "samples fine against the window");
 /* Every member of a partition fits the Raft configuration, its per-member bitmask (a
  * uint32_t in raft.c) and the peer transport's member table. */
 _Static_assert(KL_CLUSTER_MAX_MEMBERS <= KL_RAFT_MAX_MEMBERS, "a partition's members fit the Raft config");

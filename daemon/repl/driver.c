@@ -61,6 +61,13 @@ typedef struct persist_job {
     kl_err err;
 } persist_job;
 
+/* Log bytes through an index (log_bytes_note): ranges of about KL_SNAP_LOG_SAMPLE_BYTES,
+ * enough of them to cover twice the byte threshold. */
+typedef struct lb_sample {
+    uint64_t index, cum; /* bytes logged through entry index */
+} lb_sample;
+#define LB_N (2 * KL_SNAP_LOG_BYTES / KL_SNAP_LOG_SAMPLE_BYTES)
+
 struct kl_repl {
     uv_loop_t *loop;
     kl_store *store;
@@ -88,6 +95,21 @@ struct kl_repl {
     bool pumping;
     bool msgs_sent;     /* this round's messages went out before its write (a leader's) */
     persist_job job;
+    struct { /* the compaction's flush on the thread pool (maybe_compact) */
+        uv_work_t work;
+        bool busy;
+        uint64_t applied;  /* read on the loop before the flush started: durable once it ends */
+        uint64_t t0, flush_ns, wait_ns;
+        bool fresh; /* it ended and no compaction followed yet: compact before flushing again */
+        kl_code rc;
+        kl_err err;
+    } cflush;
+    struct { /* bytes this member logged, sampled by index (log_bytes_note) */
+        lb_sample s[LB_N]; /* a ring: sample k is s[(head + k) % LB_N], increasing index */
+        size_t head, len;
+        uint64_t base; /* bytes logged up to the oldest sample's range */
+        uint64_t cum;  /* bytes logged since the start or the last install */
+    } lb;
 
     /* applied state as this driver handed it out */
     uint64_t applied, applied_term;
@@ -310,6 +332,7 @@ static kl_code st_last_conf(void *ctx, uint64_t hi, uint64_t *index)
 
 static void pump(kl_repl *r);
 static void maybe_compact(kl_repl *r);
+static void log_bytes_note(kl_repl *r, const persist_job *j);
 
 static void free_all(kl_repl *r)
 {
@@ -331,7 +354,7 @@ static void free_all(kl_repl *r)
 
 static void maybe_free(kl_repl *r)
 {
-    if (!r->stopped || r->open_handles > 0 || r->persist_busy)
+    if (!r->stopped || r->open_handles > 0 || r->persist_busy || r->cflush.busy)
         return;
     void (*stopped)(void *) = r->cb.stopped;
     void *ctx = r->cb.ctx;
@@ -699,6 +722,7 @@ static void persist_after(uv_work_t *w, int status)
     for (size_t i = 0; i < j->n_items; i++) /* metrics: what this member appended */
         r->counters.entries_appended++, r->counters.bytes_appended += j->items[i].len;
     conf_job_done(r, j);
+    log_bytes_note(r, j);
     note_job(r, KL_STAGE_PERSIST_DONE);
     r->pumping = true;
     finish_round(r);
@@ -812,6 +836,8 @@ static bool install_snapshot(kl_repl *r)
     }
     r->applied = sn->index;
     r->applied_term = sn->term;
+    r->lb.len = 0; /* the log was replaced: bytes count from here */
+    r->lb.base = r->lb.cum;
     if (r->seen_commit < sn->index)
         r->seen_commit = sn->index;
     r->counters.snapshots++;
@@ -1198,10 +1224,13 @@ static void sw_report(void *ctx, uint64_t to, bool ok)
 /* A stream reads the applied state: it carries the configuration as of the applied index
  * (raft.h "Snapshots and compaction": a later index than the core asked for carries the
  * latest CONF entry at or below it). */
-static void sw_config(void *ctx, const uint8_t **blob, size_t *len)
+static bool sw_config(void *ctx, uint64_t index, const uint8_t **blob, size_t *len)
 {
     kl_repl *r = ctx;
-    kl_confstore_at(&r->cs, r->applied, blob, len);
+    if (index < r->cs.base.index)
+        return false; /* compacted past the reader's pin meanwhile: history below is gone */
+    kl_confstore_at(&r->cs, index, blob, len);
+    return true;
 }
 
 static bool sw_step(void *ctx, const kl_raft_msg *m)
@@ -1215,31 +1244,169 @@ static bool sw_step(void *ctx, const kl_raft_msg *m)
     return rc == KL_OK;
 }
 
-/* Log compaction (driver.h "Compaction"): once the log holds more than snap_threshold
- * applied entries, make the applied state durable (applies skip the WAL: a crash must not
- * roll it back below the first kept entry) and drop every entry up to the durable applied
- * index minus snap_trailing, telling the core first (raft.h). Only with no ready
- * outstanding: the core may free entries a ready's messages still point to. Blocks the loop
- * for one memtable flush and one small synced write; the time is logged. */
-static void maybe_compact(kl_repl *r)
+/* The compaction's flush, on the thread pool (maybe_compact). */
+static void cflush_run(uv_work_t *w)
 {
-    if (!live(r) || r->persist_busy || r->pumping)
+    kl_repl *r = w->data;
+    kl_err_clear(&r->cflush.err);
+    (void)KL_FAILPOINT("repl.compact_flush", &r->cflush.err);
+    uint64_t t0 = kl_stages_now();
+    r->cflush.rc = kl_store_flush(r->store, &r->cflush.err);
+    r->cflush.flush_ns = kl_stages_now() - t0;
+}
+
+static void cflush_after(uv_work_t *w, int status)
+{
+    kl_repl *r = w->data;
+    r->cflush.busy = false;
+    if (r->stopped) {
+        maybe_free(r);
         return;
-    kl_raft_status st;
-    kl_raft_status_get(r->raft, &st);
-    if (st.applied - st.snap_index <= r->snap_threshold)
+    }
+    if (r->failed)
         return;
-    uint64_t t0 = kl_stages_now(), durable;
-    kl_err err;
-    if (kl_store_make_durable(r->store, &durable, &err) != KL_OK) {
+    if (status != 0)
+        r->cflush.rc = kl_fail(&r->cflush.err, KL_INTERNAL, "flush", "the compaction flush was cancelled");
+    if (r->cflush.rc != KL_OK) {
+        fail(r, &r->cflush.err);
+        return;
+    }
+    /* An install while the flush ran made its own, higher, index durable (a snapshot is
+     * installed only past the commit index): noting the older one then changes nothing. */
+    kl_store_note_durable(r->store, r->cflush.applied);
+    r->cflush.wait_ns = kl_stages_now() - r->cflush.t0;
+    r->cflush.fresh = true;
+    maybe_compact(r);
+}
+
+/* Starts the flush that makes the applied state durable, off the loop: applies go on
+ * meanwhile (the flush covers every write made before it starts, and only the index read
+ * now, before it starts, is noted durable when it ends). */
+static void cflush_start(kl_repl *r, uint64_t applied)
+{
+    r->cflush.work.data = r;
+    r->cflush.applied = applied;
+    r->cflush.t0 = kl_stages_now();
+    int urc = uv_queue_work(r->loop, &r->cflush.work, cflush_run, cflush_after);
+    if (urc != 0) {
+        kl_err err;
+        kl_fail(&err, KL_INTERNAL, "flush", "cannot queue the compaction flush: %s", uv_strerror(urc));
         fail(r, &err);
         return;
     }
-    uint64_t t1 = kl_stages_now();
-    uint64_t upto = durable < st.applied ? durable : st.applied;
-    if (upto <= st.snap_index + r->snap_trailing)
+    r->cflush.busy = true;
+    KL_INFO("compaction flush started", "member=%llu applied=%llu", (unsigned long long)r->self,
+            (unsigned long long)applied);
+}
+
+static lb_sample *lb_at(kl_repl *r, size_t k) { return &r->lb.s[(r->lb.head + k) % LB_N]; }
+
+/* After a synced write: the samples its truncation replaced go (a sample straddling the cut
+ * goes whole: the count errs by at most one sample), its entries are counted, extending the
+ * last sample while it holds less than KL_SNAP_LOG_SAMPLE_BYTES; the oldest falls out of
+ * a full ring (into base). */
+static void log_bytes_note(kl_repl *r, const persist_job *j)
+{
+    if (j->truncate_from != 0) {
+        while (r->lb.len > 0 && lb_at(r, r->lb.len - 1)->index >= j->truncate_from)
+            r->lb.len--;
+        r->lb.cum = r->lb.len ? lb_at(r, r->lb.len - 1)->cum : r->lb.base;
+    }
+    for (size_t i = 0; i < j->n_items; i++) {
+        r->lb.cum += j->items[i].len;
+        uint64_t prev = r->lb.len > 1 ? lb_at(r, r->lb.len - 2)->cum : r->lb.base;
+        if (r->lb.len > 0 && lb_at(r, r->lb.len - 1)->cum - prev < KL_SNAP_LOG_SAMPLE_BYTES) {
+            *lb_at(r, r->lb.len - 1) = (lb_sample){j->items[i].index, r->lb.cum};
+            continue;
+        }
+        if (r->lb.len == LB_N) {
+            r->lb.base = lb_at(r, 0)->cum;
+            r->lb.head = (r->lb.head + 1) % LB_N;
+            r->lb.len--;
+        }
+        *lb_at(r, r->lb.len++) = (lb_sample){j->items[i].index, r->lb.cum};
+    }
+}
+
+/* Bytes logged through entry x, as far as the samples tell (base below the oldest). */
+static uint64_t lb_through(kl_repl *r, uint64_t x)
+{
+    size_t lo = 0, hi = r->lb.len; /* the number of samples with index <= x */
+    while (lo < hi) {
+        size_t mid = lo + (hi - lo) / 2;
+        if (lb_at(r, mid)->index <= x)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    return lo ? lb_at(r, lo - 1)->cum : r->lb.base;
+}
+
+/* The lowest sampled index i <= durable whose later entries through durable hold at most
+ * KL_SNAP_TRAILING_BYTES: the compaction point the byte window asks for (0: none). */
+static uint64_t log_bytes_point(kl_repl *r, uint64_t durable)
+{
+    uint64_t end = lb_through(r, durable);
+    if (end - r->lb.base <= KL_SNAP_TRAILING_BYTES)
+        return 0;
+    uint64_t want = end - KL_SNAP_TRAILING_BYTES;
+    size_t lo = 0, hi = r->lb.len; /* the first sample with cum >= want */
+    while (lo < hi) {
+        size_t mid = lo + (hi - lo) / 2;
+        if (lb_at(r, mid)->cum < want)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    return lo < r->lb.len && lb_at(r, lo)->index <= durable ? lb_at(r, lo)->index : 0;
+}
+
+/* Where a compaction with this durable index may cut: the trailing count and the trailing
+ * bytes both respected (the higher point), never past durable. */
+static uint64_t compact_point(kl_repl *r, uint64_t durable)
+{
+    uint64_t upto = durable > r->snap_trailing ? durable - r->snap_trailing : 0;
+    uint64_t by_bytes = log_bytes_point(r, durable);
+    return by_bytes > upto ? by_bytes : upto;
+}
+
+/* Log compaction (driver.h "Compaction"; ARCHITECTURE.md "Snapshots and log compaction"):
+ * once the log holds more than snap_threshold applied entries or KL_SNAP_LOG_BYTES since
+ * the snapshot point, drop every entry up to the durable applied index minus the trailing
+ * window (snap_trailing entries, at most KL_SNAP_TRAILING_BYTES), telling the core first
+ * (raft.h). Applies skip the WAL, so the applied state is made durable first (a crash must
+ * not roll it back below the first kept entry), by a flush on the thread pool
+ * (cflush_start): the loop never waits for it. A durable index far enough along (the
+ * compaction brings the log under both thresholds), or the first chance after a flush, is
+ * compacted at once; otherwise a flush starts and its completion calls here again. The
+ * compaction itself only with no ready outstanding (the core may free entries a ready's
+ * messages still point to): one small synced write on the loop, logged as stall_ms. */
+static void maybe_compact(kl_repl *r)
+{
+    if (!live(r) || r->cflush.busy)
         return;
-    upto -= r->snap_trailing;
+    kl_raft_status st;
+    kl_raft_status_get(r->raft, &st);
+    if (st.applied - st.snap_index <= r->snap_threshold && r->lb.cum - lb_through(r, st.snap_index) <= KL_SNAP_LOG_BYTES)
+        return;
+    uint64_t durable = kl_store_durable_applied(r->store);
+    if (durable > st.applied)
+        durable = st.applied; /* applied state as the core knows it */
+    uint64_t upto = compact_point(r, durable);
+    bool enough = upto > st.snap_index && st.applied - upto <= r->snap_threshold &&
+                  r->lb.cum - lb_through(r, upto) <= KL_SNAP_LOG_BYTES;
+    if (!enough && !r->cflush.fresh && kl_store_applied_index(r->store) > kl_store_durable_applied(r->store)) {
+        cflush_start(r, kl_store_applied_index(r->store));
+        return;
+    }
+    if (upto <= st.snap_index) {
+        r->cflush.fresh = false; /* nothing to cut even so: the next call may flush again */
+        return;
+    }
+    if (r->persist_busy || r->pumping)
+        return; /* persist_after calls again */
+    uint64_t t0 = kl_stages_now();
+    kl_err err;
     if (kl_raft_compact(r->raft, upto) != KL_OK) {
         fail_core(r, "compact");
         return;
@@ -1252,13 +1419,14 @@ static void maybe_compact(kl_repl *r)
         fail(r, &err);
         return;
     }
-    uint64_t t2 = kl_stages_now();
+    r->cflush.fresh = false;
     r->counters.compactions++;
     (void)KL_FAILPOINT("repl.after_compact", &err);
-    KL_INFO("log compacted", "member=%llu upto=%llu applied=%llu durable=%llu flush_ms=%.2f "
-            "stall_ms=%.2f", (unsigned long long)r->self, (unsigned long long)upto,
-            (unsigned long long)st.applied, (unsigned long long)durable, (double)(t1 - t0) / 1e6,
-            (double)(t2 - t0) / 1e6);
+    KL_INFO("log compacted", "member=%llu upto=%llu applied=%llu durable=%llu log_bytes_kept=%llu flush_ms=%.2f "
+            "wait_ms=%.2f stall_ms=%.2f", (unsigned long long)r->self, (unsigned long long)upto,
+            (unsigned long long)st.applied, (unsigned long long)durable,
+            (unsigned long long)(r->lb.cum - lb_through(r, upto)), (double)r->cflush.flush_ns / 1e6,
+            (double)r->cflush.wait_ns / 1e6, (double)(kl_stages_now() - t0) / 1e6);
 }
 
 static void on_tick(uv_timer_t *t)
@@ -1410,7 +1578,7 @@ static kl_code start_links(kl_repl *r, uv_loop_t *loop, const kl_repl_config *cf
     uint64_t latest_index;
     kl_raft_conf_get(r->raft, &latest, &latest_index, NULL);
     conf_peers_sync(r, &latest, latest_index);
-    kl_snapwire_io sio = {.ctx = r, .send = sw_send, .report = sw_report, .step = sw_step,
+    kl_snapwire_io sio = {.loop = loop, .ctx = r, .send = sw_send, .report = sw_report, .step = sw_step,
                           .config = sw_config};
     if ((rc = kl_snapwire_new(r->store, cfg->self, r->max_frame - FRAME_SLACK, &sio, &r->sw, err)) != KL_OK)
         return rc;

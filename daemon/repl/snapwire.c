@@ -15,6 +15,15 @@
 
 typedef struct snap_out {
     bool active;
+    bool opening;   /* the reader opens on the thread pool (open_work); the slot is taken */
+    bool abandoned; /* ended (reported) while opening: close the reader when it comes */
+    uint64_t asked; /* the index the core named */
+    struct kl_snapwire *w;
+    uv_work_t work;
+    kl_snap_reader *opened; /* open_work's result, its code and error */
+    kl_code open_rc;
+    kl_err open_err;
+    uint64_t open_ns;
     bool waiting_resume; /* begin sent (or a piece could not be queued): wait for a resume */
     bool produced_last;
     uint64_t to, stream, term;
@@ -22,6 +31,8 @@ typedef struct snap_out {
     kl_snap_reader *rd;
     uint64_t index, sterm;
     uint64_t next_seq, acked; /* chunks [acked, next_seq) are in flight */
+    uint64_t inflight;        /* their bytes: lens[seq % KL_SNAPWIRE_WINDOW] each */
+    uint32_t lens[KL_SNAPWIRE_WINDOW];
     uint64_t heard_ms, progress_ms;
 } snap_out;
 
@@ -41,6 +52,7 @@ struct kl_snapwire {
     size_t asm_len, asm_total;
     uint64_t asm_seq, resume_sent;
     kl_snapwire_counters c;
+    bool closing; /* kl_snapwire_free ran while a reader was opening: open_done frees */
 };
 
 kl_code kl_snapwire_new(kl_store *st, uint64_t self, size_t piece_max, const kl_snapwire_io *io,
@@ -63,15 +75,32 @@ kl_code kl_snapwire_new(kl_store *st, uint64_t self, size_t piece_max, const kl_
     return KL_OK;
 }
 
+static bool any_opening(const kl_snapwire *w)
+{
+    for (size_t i = 0; i < KL_RAFT_MAX_MEMBERS; i++)
+        if (w->out[i].opening)
+            return true;
+    return false;
+}
+
 void kl_snapwire_free(kl_snapwire *w)
 {
     if (w == NULL)
         return;
-    for (size_t i = 0; i < KL_RAFT_MAX_MEMBERS; i++)
+    for (size_t i = 0; i < KL_RAFT_MAX_MEMBERS; i++) {
         kl_snap_reader_close(w->out[i].rd);
+        w->out[i].rd = NULL;
+        w->out[i].active = false;
+    }
     if (w->in != NULL)
         kl_snap_install_close(w->in);
+    w->in = NULL;
     free(w->asm_buf);
+    w->asm_buf = NULL;
+    if (any_opening(w)) {
+        w->closing = true; /* open_done frees: its work still points into w */
+        return;
+    }
     free(w);
 }
 
@@ -135,7 +164,7 @@ static snap_out *out_find(kl_snapwire *w, uint64_t to, bool make)
     for (size_t i = 0; i < KL_RAFT_MAX_MEMBERS; i++) {
         if (w->out[i].to == to && (w->out[i].active || make))
             return &w->out[i];
-        if (free_slot == NULL && !w->out[i].active)
+        if (free_slot == NULL && !w->out[i].active && !w->out[i].opening)
             free_slot = &w->out[i];
     }
     return make ? free_slot : NULL;
@@ -160,7 +189,7 @@ static void out_finish(kl_snapwire *w, snap_out *o, bool ok, const char *why)
 static void out_pump(kl_snapwire *w, snap_out *o)
 {
     while (o->active && !o->waiting_resume && !o->produced_last &&
-           o->next_seq < o->acked + KL_SNAPWIRE_WINDOW) {
+           o->next_seq < o->acked + KL_SNAPWIRE_WINDOW && o->inflight < KL_SNAPWIRE_WINDOW_BYTES) {
         const uint8_t *chunk;
         size_t len;
         bool last;
@@ -185,9 +214,98 @@ static void out_pump(kl_snapwire *w, snap_out *o)
             }
         }
         w->c.chunks_sent++;
+        o->lens[o->next_seq % KL_SNAPWIRE_WINDOW] = (uint32_t)len;
+        o->inflight += len;
         o->next_seq++;
         o->produced_last = last;
     }
+}
+
+/* The reader is open (or failed to): the stream's begin frame leaves. */
+/* The configuration as of the index the reader pinned goes into its header chunk and is the
+ * point's configuration in the stream (raft.h "Snapshots": a later index carries its own). */
+static bool out_config(kl_snapwire *w, snap_out *o)
+{
+    if (w->io.config == NULL)
+        return true;
+    const uint8_t *blob = NULL;
+    size_t blen = 0;
+    kl_err err;
+    if (!w->io.config(w->io.ctx, o->index, &blob, &blen)) {
+        out_finish(w, o, false, "config");
+        return false;
+    }
+    kl_raft_conf bconf;
+    if (blen > 0 && kl_raft_conf_decode(blob, blen, &bconf, &(size_t){0}, NULL) == KL_OK)
+        o->conf = bconf;
+    if (kl_snap_reader_set_config(o->rd, blob, blen, &err) != KL_OK) {
+        KL_ERROR("snapshot open failed", "member=%llu to=%llu error=\"%s\"", (unsigned long long)w->self,
+                 (unsigned long long)o->to, err.message);
+        out_finish(w, o, false, "config");
+        return false;
+    }
+    return true;
+}
+
+static void out_opened(kl_snapwire *w, snap_out *o, uint64_t now_ms)
+{
+    if (o->open_rc != KL_OK) {
+        KL_ERROR("snapshot open failed", "member=%llu to=%llu error=\"%s\"",
+                 (unsigned long long)w->self, (unsigned long long)o->to, o->open_err.message);
+        out_finish(w, o, false, "open");
+        return;
+    }
+    o->rd = o->opened;
+    o->opened = NULL;
+    uint64_t keys;
+    kl_snap_reader_meta(o->rd, &o->index, &o->sterm, &keys);
+    if (o->index < o->asked) {
+        out_finish(w, o, false, "behind"); /* applied below the compaction: never the case */
+        return;
+    }
+    if (!out_config(w, o))
+        return;
+    o->stream = ++w->next_stream;
+    o->heard_ms = o->progress_ms = now_ms;
+    o->waiting_resume = true;
+    /* open_ms: the reader's key count pass, on the thread pool (snapshot.h). */
+    KL_INFO("snapshot stream started", "member=%llu to=%llu asked=%llu index=%llu term=%llu keys=%llu "
+            "open_ms=%.1f", (unsigned long long)w->self, (unsigned long long)o->to,
+            (unsigned long long)o->asked, (unsigned long long)o->index,
+            (unsigned long long)o->sterm, (unsigned long long)keys, (double)o->open_ns / 1e6);
+    (void)out_send(w, o, KL_SNAPWIRE_BEGIN, 0, 0, 0, NULL, 0);
+}
+
+static void open_work(uv_work_t *wk)
+{
+    snap_out *o = wk->data;
+    kl_err_clear(&o->open_err);
+    uint64_t t0 = kl_stages_now();
+    o->open_rc = KL_FAILPOINT("repl.snapshot_open", &o->open_err);
+    if (o->open_rc == KL_OK)
+        o->open_rc = kl_snap_reader_open(o->w->st, NULL, 0, &o->opened, &o->open_err);
+    o->open_ns = kl_stages_now() - t0;
+}
+
+static void open_done(uv_work_t *wk, int status)
+{
+    snap_out *o = wk->data;
+    kl_snapwire *w = o->w;
+    o->opening = false;
+    if (status != 0 && o->open_rc == KL_OK) {
+        kl_snap_reader_close(o->opened);
+        o->opened = NULL;
+        o->open_rc = kl_fail(&o->open_err, KL_INTERNAL, "snapshot", "the reader's open was cancelled");
+    }
+    if (w->closing || o->abandoned || !o->active) {
+        kl_snap_reader_close(o->opened);
+        o->opened = NULL;
+        o->abandoned = false;
+        if (w->closing && !any_opening(w))
+            free(w);
+        return;
+    }
+    out_opened(w, o, uv_now(w->io.loop));
 }
 
 void kl_snapwire_start(kl_snapwire *w, const kl_raft_msg *m, uint64_t now_ms)
@@ -197,40 +315,29 @@ void kl_snapwire_start(kl_snapwire *w, const kl_raft_msg *m, uint64_t now_ms)
         w->io.report(w->io.ctx, m->to, false);
         return;
     }
-    kl_snap_reader_close(o->rd); /* a replaced stream: the core asked again, no report */
-    *o = (snap_out){.to = m->to, .term = m->term, .conf = m->snap.conf};
-    kl_err err;
-    uint64_t t0 = kl_stages_now();
-    const uint8_t *blob = NULL;
-    size_t blen = 0;
-    if (w->io.config != NULL)
-        w->io.config(w->io.ctx, &blob, &blen);
-    kl_raft_conf bconf; /* the configuration as of the applied index the stream reads */
-    if (blen > 0 && kl_raft_conf_decode(blob, blen, &bconf, &(size_t){0}, NULL) == KL_OK)
-        o->conf = bconf;
-    if (kl_snap_reader_open(w->st, blob, blen, &o->rd, &err) != KL_OK) {
-        KL_ERROR("snapshot open failed", "member=%llu to=%llu error=\"%s\"",
-                 (unsigned long long)w->self, (unsigned long long)m->to, err.message);
+    if (o->opening) { /* replaced before its reader opened: that open serves this request */
+        o->term = m->term;
+        o->conf = m->snap.conf;
+        o->asked = m->snap.index;
+        o->abandoned = false;
         o->active = true;
-        out_finish(w, o, false, "open");
         return;
     }
-    uint64_t keys;
-    kl_snap_reader_meta(o->rd, &o->index, &o->sterm, &keys);
-    o->active = true;
-    if (o->index < m->snap.index) {
-        out_finish(w, o, false, "behind"); /* applied below the compaction: never the case */
+    kl_snap_reader_close(o->rd); /* a replaced stream: the core asked again, no report */
+    *o = (snap_out){.to = m->to, .term = m->term, .conf = m->snap.conf, .asked = m->snap.index,
+                    .w = w, .active = true};
+    if (w->io.loop == NULL) {
+        open_work(&(uv_work_t){.data = o});
+        out_opened(w, o, now_ms);
         return;
     }
-    o->stream = ++w->next_stream;
-    o->heard_ms = o->progress_ms = now_ms;
-    o->waiting_resume = true;
-    /* open_ms: the reader's key count pass, on the loop (snapshot.h): a stall to watch. */
-    KL_INFO("snapshot stream started", "member=%llu to=%llu asked=%llu index=%llu term=%llu keys=%llu "
-            "open_ms=%.1f", (unsigned long long)w->self, (unsigned long long)m->to,
-            (unsigned long long)m->snap.index, (unsigned long long)o->index,
-            (unsigned long long)o->sterm, (unsigned long long)keys, (double)(kl_stages_now() - t0) / 1e6);
-    (void)out_send(w, o, KL_SNAPWIRE_BEGIN, 0, 0, 0, NULL, 0);
+    o->work.data = o;
+    o->opening = true;
+    if (uv_queue_work(w->io.loop, &o->work, open_work, open_done) != 0) {
+        o->opening = false;
+        o->open_rc = kl_fail(&o->open_err, KL_INTERNAL, "snapshot", "cannot queue the reader's open");
+        out_opened(w, o, now_ms);
+    }
 }
 
 static void out_answer(kl_snapwire *w, snap_out *o, const Keyload__V1__RaftMessage *pm, uint64_t now_ms)
@@ -256,6 +363,7 @@ static void out_answer(kl_snapwire *w, snap_out *o, const Keyload__V1__RaftMessa
             memcpy(pos.digest, pm->snap_digest.data, KL_SNAP_DIGEST_BYTES);
         kl_snap_reader_seek(o->rd, &pos);
         o->next_seq = o->acked = pos.seq;
+        o->inflight = 0;
         o->produced_last = false;
         o->waiting_resume = false;
         o->progress_ms = now_ms;
@@ -263,7 +371,8 @@ static void out_answer(kl_snapwire *w, snap_out *o, const Keyload__V1__RaftMessa
     } else if (pm->snap_flags & KL_SNAPWIRE_ACK) {
         if (pm->snap_seq <= o->acked || pm->snap_seq > o->next_seq)
             return; /* stale, or for chunks of before a resume */
-        o->acked = pm->snap_seq;
+        for (; o->acked < pm->snap_seq; o->acked++)
+            o->inflight -= o->lens[o->acked % KL_SNAPWIRE_WINDOW];
         o->progress_ms = now_ms;
     }
     out_pump(w, o);
@@ -275,6 +384,13 @@ void kl_snapwire_tick(kl_snapwire *w, bool leading, uint64_t now_ms)
         snap_out *o = &w->out[i];
         if (!o->active)
             continue;
+        if (o->opening) { /* no frame out yet: nothing to resync or stall */
+            if (!leading) {
+                out_finish(w, o, false, "not_leader");
+                o->abandoned = true;
+            }
+            continue;
+        }
         if (!leading)
             out_finish(w, o, false, "not_leader");
         else if (now_ms - o->progress_ms > KL_SNAPWIRE_STALL_MS)
@@ -433,7 +549,7 @@ void kl_snapwire_recv(kl_snapwire *w, uint64_t from, const Keyload__V1__RaftMess
 {
     if (pm->type == KL_SNAPWIRE_MSG_ANSWER) {
         snap_out *o = out_find(w, from, false);
-        if (o != NULL && o->stream == pm->snap_stream)
+        if (o != NULL && o->rd != NULL && o->stream == pm->snap_stream)
             out_answer(w, o, pm, now_ms);
         return;
     }

@@ -15,10 +15,12 @@
  * then). A second request for F while a stream runs replaces it without a report (the core
  * only asks again after a report, a lost leadership or a restart).
  *
- * Flow control: at most KL_SNAPWIRE_WINDOW chunks past the last one F acknowledged are in
- * flight; each chunk (<= KL_SNAP_CHUNK_MAX) is cut into pieces that fit a peer frame. The
- * sender's memory is the reader's one chunk; the receiver's is one chunk being reassembled;
- * the peer queue holds the window. Never the state.
+ * Flow control: a chunk is read and sent only while the chunks past the last one F
+ * acknowledged hold fewer than KL_SNAPWIRE_WINDOW_BYTES (common/limits.h) and number fewer
+ * than KL_SNAPWIRE_WINDOW; each chunk (<= KL_SNAP_CHUNK_MAX) is cut into pieces that fit a
+ * peer frame. The sender's memory is the reader's one chunk; the receiver's is one chunk
+ * being reassembled; the peer queue holds the window: under KL_SNAPWIRE_WINDOW_BYTES plus
+ * one chunk. Never the state.
  *
  * Resuming: a stream starts with a begin frame; F answers "resume" with its staged position
  * (kl_snap_install_pos: the chunk expected next, the last key and running digest) when it
@@ -39,8 +41,11 @@
  * (receiver to sender: resume with a position, ack of every chunk below snap_seq, done,
  * refused), both tagged with the stream id. Frames of another stream are ignored.
  *
- * Threading: loop thread only. Invariants: at most one outgoing stream per follower and one
- * incoming reassembly; outgoing chunks in flight <= KL_SNAPWIRE_WINDOW per stream. */
+ * Threading: loop thread only, but for a reader's open on io.loop's thread pool (which
+ * touches only the store and its own slot). Invariants: at most one outgoing stream per
+ * follower and one
+ * incoming reassembly; outgoing chunks in flight <= KL_SNAPWIRE_WINDOW per stream, their
+ * bytes < KL_SNAPWIRE_WINDOW_BYTES + KL_SNAP_CHUNK_MAX. */
 #ifndef KL_REPL_SNAPWIRE_H
 #define KL_REPL_SNAPWIRE_H
 
@@ -52,8 +57,9 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <uv.h>
 
-#define KL_SNAPWIRE_WINDOW 4           /* chunks in flight per stream */
+#define KL_SNAPWIRE_WINDOW 16          /* chunks in flight per stream (and their bytes: limits.h) */
 #define KL_SNAPWIRE_RESYNC_MS 1000     /* silence before the begin frame is sent again */
 #define KL_SNAPWIRE_STALL_MS 30000     /* no acknowledged chunk for this long: the stream failed */
 
@@ -68,6 +74,10 @@
 typedef struct kl_snapwire kl_snapwire;
 
 typedef struct kl_snapwire_io {
+    /* The loop whose thread pool opens readers (kl_snap_reader_open counts every key of the
+     * state: seconds per GiB, which must not hold the leader's loop and its heartbeats).
+     * NULL: the reader opens on the caller's thread, inside kl_snapwire_start (tests). */
+    uv_loop_t *loop;
     void *ctx;
     /* Packs and sends one frame; false when it was not queued. */
     bool (*send)(void *ctx, uint64_t to, const Keyload__V1__RaftMessage *pm);
@@ -75,18 +85,25 @@ typedef struct kl_snapwire_io {
     void (*report)(void *ctx, uint64_t to, bool ok);
     /* Steps a staged snapshot into the core; false when the core refused it as malformed. */
     bool (*step)(void *ctx, const kl_raft_msg *m);
-    /* Optional: the configuration blob (confstore.h) as of the applied state a stream reads
-     * now, NULL/0 for the static one; streamed in the snapshot and stored by the install. */
-    void (*config)(void *ctx, const uint8_t **blob, size_t *len);
+    /* Optional: the configuration blob (confstore.h) as of applied index `index` (the point
+     * a reader pinned), NULL/0 for the static one; streamed in the snapshot and stored by the
+     * install. False when it can no longer tell (a compaction moved past index meanwhile):
+     * the stream then fails and the core asks again. */
+    bool (*config)(void *ctx, uint64_t index, const uint8_t **blob, size_t *len);
 } kl_snapwire_io;
 
 /* piece_max: the bytes of chunk one frame carries (the frame limit minus the framing). */
 kl_code kl_snapwire_new(kl_store *st, uint64_t self, size_t piece_max, const kl_snapwire_io *io,
                         kl_snapwire **out, kl_err *err);
-/* Closes every reader and the staging (staged files stay for a later resume). */
+/* Closes every reader and the staging (staged files stay for a later resume). A reader
+ * still opening on the thread pool is closed, and the rest freed, when its open ends: keep
+ * running the loop (the store must stay open until then; uv_run returns only after it). */
 void kl_snapwire_free(kl_snapwire *w);
 
-/* Leader: the core's KL_RAFT_MSG_SNAPSHOT m; starts (or replaces) the stream to m->to. */
+/* Leader: the core's KL_RAFT_MSG_SNAPSHOT m; starts (or replaces) the stream to m->to.
+ * With io.loop, the reader opens on its thread pool and the stream's begin frame leaves
+ * once it is open; a stream ended (reported) or replaced meanwhile takes the open's result
+ * as it comes: closed, or used for the newest request. */
 void kl_snapwire_start(kl_snapwire *w, const kl_raft_msg *m, uint64_t now_ms);
 /* A type 8 or 9 frame from `from` (already checked to come from and be addressed to the
  * right members). */

@@ -6,6 +6,7 @@
 #include <fcntl.h>
 #include <sodium.h>
 #include <stdio.h>
+#include <assert.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -216,6 +217,20 @@ kl_code kl_snap_reader_open(kl_store *st, const uint8_t *config, size_t config_l
         return rc;
     }
     *out = r;
+    return KL_OK;
+}
+
+kl_code kl_snap_reader_set_config(kl_snap_reader *r, const uint8_t *config, size_t config_len, kl_err *err)
+{
+    if (config_len > KL_SNAP_CONFIG_MAX)
+        return kl_fail(err, KL_INVALID_ARGUMENT, "config",
+                       "snapshot: configuration of %zu bytes exceeds KL_SNAP_CONFIG_MAX (%d)", config_len,
+                       KL_SNAP_CONFIG_MAX);
+    /* invariant: the header chunk (seq 0), which carries the configuration, is not produced yet */
+    assert(r->pos.seq == 0 && r->len == 0);
+    if (config_len > 0)
+        memcpy(r->config, config, config_len);
+    r->config_len = config_len;
     return KL_OK;
 }
 

@@ -74,10 +74,14 @@ typedef struct kl_snap_reader kl_snap_reader;
  * key_count = the state records. config (at most KL_SNAP_CONFIG_MAX bytes, copied) is the
  * membership configuration as of index, opaque here. Cost: one pass over the whole state
  * to count its keys (reads every block once, bypassing the block cache); memory O(1).
- * Refused: INVALID_ARGUMENT "config" when config is too long. Loop thread (it reads the
- * applied index). */
+ * Refused: INVALID_ARGUMENT "config" when config is too long. Any thread (the applied index
+ * it reads is atomic): the repl driver opens on libuv's thread pool, where the configuration
+ * as of the pinned index is not known yet, and sets it with kl_snap_reader_set_config. */
 kl_code kl_snap_reader_open(kl_store *st, const uint8_t *config, size_t config_len, kl_snap_reader **out,
                             kl_err *err);
+/* Replaces the configuration the header chunk carries (copied); only before the first
+ * kl_snap_reader_next. Refused as kl_snap_reader_open refuses it. */
+kl_code kl_snap_reader_set_config(kl_snap_reader *r, const uint8_t *config, size_t config_len, kl_err *err);
 void kl_snap_reader_meta(const kl_snap_reader *r, uint64_t *index, uint64_t *term, uint64_t *key_count);
 /* Resumes at pos (as the receiver reported it) instead of where the reader stands. O(log n)
  * seek on the next kl_snap_reader_next. */

@@ -750,9 +750,8 @@ kl_code kl_store_log_start(kl_store *st, uint64_t *first, uint64_t *prev_term, u
     return KL_OK;
 }
 
-kl_code kl_store_make_durable(kl_store *st, uint64_t *durable, kl_err *err)
+kl_code kl_store_flush(kl_store *st, kl_err *err)
 {
-    uint64_t applied = st->applied; /* applies run on this thread: none during the flush */
     rocksdb_flushoptions_t *fo = rocksdb_flushoptions_create();
     rocksdb_flushoptions_set_wait(fo, 1);
     char *rerr = NULL;
@@ -760,8 +759,22 @@ kl_code kl_store_make_durable(kl_store *st, uint64_t *durable, kl_err *err)
     rocksdb_flushoptions_destroy(fo);
     if (rerr != NULL)
         return rocks_fail(err, "flush", rerr);
+    return KL_OK;
+}
+
+void kl_store_note_durable(kl_store *st, uint64_t applied)
+{
     if (applied > st->durable)
         st->durable = applied;
+}
+
+kl_code kl_store_make_durable(kl_store *st, uint64_t *durable, kl_err *err)
+{
+    uint64_t applied = st->applied; /* applies run on this thread: none during the flush */
+    kl_code rc = kl_store_flush(st, err);
+    if (rc != KL_OK)
+        return rc;
+    kl_store_note_durable(st, applied);
     *durable = st->durable;
     return KL_OK;
 }

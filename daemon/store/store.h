@@ -139,8 +139,16 @@ bool kl_store_key_is_local(const uint8_t *key, size_t len);
  * *durable the applied index that a crash can no longer roll back below. Cost: one flush of
  * up to two memtables (kl_store_options.write_buffer_bytes each), written and fsynced on
  * RocksDB's flush thread while the caller blocks (tens of ms for 8 MiB); the persistence
- * worker's log writes go on meanwhile. Loop thread only (it must not race an apply). */
+ * worker's log writes go on meanwhile. Loop thread only (it reads the applied index). */
 kl_code kl_store_make_durable(kl_store *st, uint64_t *durable, kl_err *err);
+/* kl_store_make_durable in two halves, for a caller that must not block its loop on the
+ * flush (the replication driver's compaction, ARCHITECTURE.md "Snapshots and log
+ * compaction"): read applied = kl_store_applied_index on the loop thread, then run
+ * kl_store_flush on any thread (a flush covers every write made before it starts, applies
+ * racing it included), then, back on the loop thread, kl_store_note_durable(applied).
+ * Only an index read before the flush started may be noted: that is what makes it durable. */
+kl_code kl_store_flush(kl_store *st, kl_err *err);
+void kl_store_note_durable(kl_store *st, uint64_t applied);
 /* The applied index last made durable (kl_store_make_durable, an install, or the open). */
 uint64_t kl_store_durable_applied(const kl_store *st);
 /* First index the log holds (1 until a compaction or install); the log is empty when it

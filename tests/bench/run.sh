@@ -88,10 +88,12 @@
 #              BENCH_PEERS_PORT (first client port of the peers' sealed RF3 cluster, default
 #              18031; peers +100), BENCH_JS_PORT (JetStream clients, default 14222..14224,
 #              routes +10),
-#              BENCH_PARTS=kl3, xfer, coord or peers runs only the KL-3 part, the KL-4 part, the
-#              KL-4 and KL-5 parts, or the KL-9 peers part (default: everything); xcoord runs
-#              only the two cells of the coordinator target, BENCH_ROUNDS times alternating
-#              (client-driven, 32 in flight; a coordinator with the default config),
+#              BENCH_PARTS=kl3, xfer, coord, peers or retain runs only the KL-3 part, the KL-4
+#              part, the KL-4 and KL-5 parts, the KL-9 peers part, or the KL-10 disk part
+#              (default: everything); xcoord runs only the two cells of the coordinator
+#              target, BENCH_ROUNDS times alternating (client-driven, 32 in flight; a
+#              coordinator with the default config),
+#              BENCH_RETAIN_CYCLES (KL-10 disk part, default 1000000: about 20 minutes),
 #              BENCH_BIN (a directory holding another build's binaries, for A/B runs),
 #              BENCH_COORD_WORKERS (that cell's coordinator with this many workers instead
 #              of the default config),
@@ -112,7 +114,7 @@ hs_port=${BENCH_HANDSHAKE_PORT:-18001}
 hs_n=${BENCH_HANDSHAKES:-1000}
 parts=${BENCH_PARTS:-all}
 xfer_port=${BENCH_XFER_PORT:-18100}
-case $parts in all|kl3|xfer|coord|peers|xcoord) ;; *) echo "bench: BENCH_PARTS must be all, kl3, xfer, coord or peers"; exit 2 ;; esac
+case $parts in all|kl3|xfer|coord|peers|xcoord|retain) ;; *) echo "bench: BENCH_PARTS must be all, kl3, xfer, coord, peers, xcoord or retain"; exit 2 ;; esac
 peers_port=${BENCH_PEERS_PORT:-18031}
 js_port=${BENCH_JS_PORT:-14222}
 want_peers=0
@@ -452,7 +454,7 @@ kl3_setup() {
 declare -A kline
 kl3_ok=0
 hs_out=""
-if [ "$parts" = xfer ] || [ "$parts" = coord ] || [ "$parts" = peers ] || [ "$parts" = xcoord ]; then
+if [ "$parts" = xfer ] || [ "$parts" = coord ] || [ "$parts" = peers ] || [ "$parts" = xcoord ] || [ "$parts" = retain ]; then
   :  # KL-4 (and KL-5) or the peers only
 elif ! "$cli" principal --help >/dev/null 2>&1; then
   echo "bench: $cli has no 'principal' command; the KL-3 part cannot run"
@@ -1130,6 +1132,14 @@ if [ $want_peers = 1 ]; then  # ---- KL-9 summary ----
   for k in "${!peer[@]}"; do printf '%s\t%s\n' "$k" "${peer[$k]}" >>"$peer_res"; done
   printf 'coord_default\t%s\nlongpoll\t%s\njs_source\t%s\n' "$coord_default" "$longpoll" "$js_source" >>"$peer_res"
   peers_summary "$peer_res" "$peer_out" "$tmp" || failed=1
+fi
+if [ "$parts" = all ] || [ "$parts" = retain ]; then
+  # ---- KL-10: disk per member after 10^6 enqueue + receive + ack cycles (retain_disk.sh:
+  # 3 members, outcome_retention_ms 20000, default compaction policy, du once the horizon
+  # passed, no manual compaction; target growth <= 64 MiB per member) ----
+  echo "== KL-10 disk per member after ${BENCH_RETAIN_CYCLES:-1000000} cycles =="
+  bash tests/bench/retain_disk.sh --cycles "${BENCH_RETAIN_CYCLES:-1000000}" --retention-ms 20000 \
+    --work "$tmp/retain" || echo "bench: the KL-10 disk part failed"
 fi
 echo "bench: total run time $(( $(date +%s) - bench_t0 )) s (BENCH_PARTS=$parts, ${secs}s per cell)"
 if [ ${#crashes[@]} -gt 0 ]; then

@@ -94,6 +94,9 @@ void test_outcome_retention(void);
 void rt_stop_all(void);
 void test_snapshot_catchup(void);
 void test_snapshot_kill_after_compact(void);
+void test_snapshot_kill_during_flush(void);
+void test_snapshot_open_off_loop(void);
+void test_snapshot_log_bytes_bound(void);
 void test_snapshot_cut_midstream(void);
 void sn_stop_all(void);
 

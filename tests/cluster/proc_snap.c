@@ -42,6 +42,7 @@ static char sn_log[SN_MEMBERS][760];
 static pid_t sn_pid[SN_MEMBERS] = {-1, -1, -1};
 static int sn_status_at_exit[SN_MEMBERS]; /* wait status of the member's last reaped process */
 static int sn_run;
+static int sn_threshold = SN_THRESHOLD; /* the cluster file's threshold_entries (sn_write) */
 
 /* Ports 26000..26899 (apart from the other tests' ranges): clients base..base+2, peers
  * base+5..base+7. */
@@ -54,7 +55,7 @@ static void sn_write(int attempt)
                "\"timers\":{\"tick_ms\":50,\"election_ms\":1000,\"heartbeat_ms\":150},"
                "\"snapshot\":{\"threshold_entries\":%d,\"trailing_entries\":%d},"
                "\"partitions\":[{\"id\":0,\"members\":[",
-            SN_THRESHOLD, SN_TRAILING);
+            sn_threshold, SN_TRAILING);
     for (int i = 0; i < SN_MEMBERS; i++) {
         snprintf(sn_url[i], sizeof sn_url[i], "tcp://127.0.0.1:%d", base + i);
         snprintf(sn_data[i], sizeof sn_data[i], "%s/snap%d-%d-m%d", work, sn_run, attempt, i + 1);
@@ -433,6 +434,131 @@ void test_snapshot_kill_after_compact(void)
     sn_compare(acked, n, 2 * (uint64_t)n + 1, false, s);
     for (int i = 0; i < SN_MEMBERS && !failures_in_test; i++)
         CHECK(s[i].first > 1, "member %d's compaction before its death did not last", i + 1);
+    sn_stop_all();
+}
+
+/* The term member i reports (0 when it does not answer). */
+static uint64_t sn_term_of(int i)
+{
+    Keyload__V1__MemberStatusAnswer *s = sn_status(i);
+    uint64_t t = s != NULL ? s->term : 0;
+    if (s)
+        keyload__v1__member_status_answer__free_unpacked(s, NULL);
+    return t;
+}
+
+/* A compaction's flush runs off the loop: while every member's first flush takes 4 s
+ * (failpoint repl.compact_flush=1*sleep(4000), on the thread pool), batches are still
+ * acknowledged within a second each (on the loop, the flush would hold every member's loop,
+ * and so every batch, for the 4 s); then every member is killed -9 during that flush, before
+ * it compacted anything, and after the restart every acknowledged batch is there. */
+void test_snapshot_kill_during_flush(void)
+{
+    int leader = sn_setup("repl.compact_flush=1*sleep(4000)");
+    CHECK(leader >= 0, "the group did not start");
+    uint64_t term0 = sn_term_of(leader);
+    static uint64_t acked[2000];
+    int n = 0, during = 0;
+    int64_t worst_ms = 0, flush_seen = -1;
+    /* Write until the leader's flush has been running for 2.5 s (or 2 * threshold batches). */
+    for (int k = 0; k < 2 * SN_THRESHOLD + 400 && (flush_seen < 0 || now_ms() - flush_seen < 2500); k++) {
+        int64_t t = now_ms();
+        bool ok = sn_fill(leader, 1, 1, 100, 20000 + (uint64_t)k, acked + n) == 1;
+        n += ok;
+        int64_t took = now_ms() - t;
+        worst_ms = took > worst_ms ? took : worst_ms; /* a stalled loop holds the batch in flight */
+        if (flush_seen >= 0)
+            during += ok;
+        else if (sn_log_has(leader, "compaction flush started"))
+            flush_seen = now_ms();
+    }
+    CHECK(flush_seen >= 0, "the leader never started a compaction flush (%d batches)", n);
+    fprintf(stderr, "  %d batches acknowledged, %d while the flush ran; slowest %lld ms\n", n, during,
+            (long long)worst_ms);
+    CHECK(during >= 5 && worst_ms < 1000, "the loop stalled during the flush: %d batches in 2.5 s, slowest %lld ms",
+          during, (long long)worst_ms);
+    for (int i = 0; i < SN_MEMBERS; i++)
+        sn_kill(i);
+    for (int i = 0; i < SN_MEMBERS; i++)
+        CHECK(!sn_log_has(i, "log compacted"), "member %d compacted before the kill (flush not cut)", i + 1);
+    CHECK(sn_term_of(leader) == 0 && term0 > 0, "the leader still answers after the kill");
+    for (int i = 0; i < SN_MEMBERS; i++)
+        sn_spawn(i, NULL);
+    leader = sn_leader(30000);
+    CHECK(leader >= 0, "no leader after the restart");
+    /* Past the threshold again: the restarted members compact (and so flush) for real. */
+    int more = sn_fill(leader, SN_THRESHOLD + 100, 1, 100, 30000, acked + n);
+    CHECK(more == SN_THRESHOLD + 100, "only %d of %d batches acknowledged after the restart", more,
+          SN_THRESHOLD + 100);
+    n += more;
+    CHECK(sn_log_has(leader, "log compacted"), "the leader never compacted after the restart");
+    sn_store s[SN_MEMBERS];
+    sn_compare(acked, n, (uint64_t)n, false, s);
+    sn_stop_all();
+}
+
+/* A leader opening a snapshot for a follower keeps leading: the open (the reader's key
+ * count, seconds per GiB) runs on the thread pool. The failpoint repl.snapshot_open=
+ * 1*sleep(3000) makes the open take 3 s, three election timeouts: on the loop, the other
+ * follower would stop hearing heartbeats and elect a new leader. Here every member keeps
+ * the term, batches are acknowledged within a second meanwhile, and the follower installs
+ * the snapshot. */
+void test_snapshot_open_off_loop(void)
+{
+    int leader = sn_setup("repl.snapshot_open=1*sleep(3000)");
+    CHECK(leader >= 0, "the group did not start");
+    static uint64_t acked[2000];
+    int f = (leader + 1) % SN_MEMBERS;
+    sn_kill(f);
+    int n = sn_fill(leader, 3 * SN_THRESHOLD, 1, 100, 40000, acked);
+    CHECK(n == 3 * SN_THRESHOLD, "only %d batches acknowledged with a follower down", n);
+    CHECK(sn_log_has(leader, "log compacted"), "the leader never compacted its log");
+    uint64_t term = sn_term_of(leader);
+    sn_spawn(f, NULL);
+    int64_t t0 = now_ms(), worst_ms = 0;
+    int during = 0;
+    for (int k = 0; k < 1000 && now_ms() - t0 < 20000 && !sn_log_has(f, "snapshot installed"); k++) {
+        int64_t t = now_ms();
+        if (sn_fill(leader, 1, 1, 100, 41000 + (uint64_t)k, acked + n) == 1)
+            n++, during++;
+        worst_ms = now_ms() - t > worst_ms ? now_ms() - t : worst_ms;
+    }
+    fprintf(stderr, "  %d batches acknowledged while the snapshot opened and streamed; slowest %lld ms\n",
+            during, (long long)worst_ms);
+    CHECK(sn_log_has(f, "snapshot installed"), "member %d never installed the snapshot", f + 1);
+    CHECK(sn_log_has(leader, "snapshot stream started"), "the leader never opened a snapshot");
+    for (int i = 0; i < SN_MEMBERS; i++)
+        CHECK(sn_term_of(i) == term, "member %d is in term %llu, not %llu: an election while the leader "
+              "opened the snapshot", i + 1, (unsigned long long)sn_term_of(i), (unsigned long long)term);
+    CHECK(during >= 10 && worst_ms < 1000, "the leader stalled: %d batches, slowest %lld ms", during,
+          (long long)worst_ms);
+    sn_store st[SN_MEMBERS];
+    sn_compare(acked, n, (uint64_t)n, false, st);
+    sn_stop_all();
+}
+
+/* The log is bounded in bytes too: with threshold_entries 100000 (never reached here),
+ * 100 entries of 320 KB (32 MB) still make every member compact (KL_SNAP_LOG_BYTES, 16 MiB)
+ * and keep at most about KL_SNAP_TRAILING_BYTES of trailing entries: its log then holds at
+ * most the byte threshold's worth (52 such entries) instead of all 100. */
+void test_snapshot_log_bytes_bound(void)
+{
+    sn_threshold = 100000;
+    int leader = sn_setup(NULL);
+    sn_threshold = SN_THRESHOLD;
+    CHECK(leader >= 0, "the group did not start");
+    static uint64_t acked[200];
+    int n = sn_fill(leader, 100, 80, 4000, 70000, acked);
+    CHECK(n == 100, "only %d of 100 large batches acknowledged", n);
+    CHECK(sn_log_has(leader, "log compacted"), "the leader never compacted its 32 MB log");
+    sn_store s[SN_MEMBERS];
+    sn_compare(acked, n, 80 * (uint64_t)n, false, s);
+    for (int i = 0; i < SN_MEMBERS && !failures_in_test; i++) {
+        uint64_t kept = s[i].applied + 1 - s[i].first;
+        CHECK(s[i].first > 1 && kept <= (16u << 20) / (80 * 4000) + 2,
+              "member %d keeps %llu entries of 320 KB (log starts at %llu)", i + 1, (unsigned long long)kept,
+              (unsigned long long)s[i].first);
+    }
     sn_stop_all();
 }
 

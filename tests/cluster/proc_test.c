@@ -2157,6 +2157,15 @@ int main(int argc, char **argv)
         {"snapshot: every member killed -9 right after its first compaction restarts and serves with every "
          "acknowledged batch",
          test_snapshot_kill_after_compact},
+        {"snapshot: a compaction's flush runs off the loop (batches acknowledged while it takes 4 s) and every "
+         "member killed -9 during it restarts with every acknowledged batch",
+         test_snapshot_kill_during_flush},
+        {"snapshot: a leader opening a snapshot for a follower for 3 s keeps its term and acknowledges "
+         "batches meanwhile (the open runs off the loop)",
+         test_snapshot_open_off_loop},
+        {"snapshot: the log is bounded in bytes too (32 MB of large entries, far under the entry threshold, "
+         "compacted to the byte window on every member)",
+         test_snapshot_log_bytes_bound},
         {"snapshot: a stream cut midway (the receiver dies after 3 chunks) completes after its restart",
          test_snapshot_cut_midstream},
     };

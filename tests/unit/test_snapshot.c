@@ -8,6 +8,7 @@
 #include "harness.h"
 
 #include <check.h>
+#include <pthread.h>
 #include <signal.h>
 #include <sodium.h>
 #include <stdio.h>
@@ -216,6 +217,56 @@ START_TEST(compaction_refused_above_durable)
     ck_assert_mem_eq(cfg, "cfg2", 4);
     free(cfg);
     ck_assert_int_eq(put_entry(st, 11, 5, false), 0); /* the log goes on after it */
+    kl_store_close(st);
+    th_rmrf(dir);
+}
+END_TEST
+
+typedef struct flush_arg {
+    kl_store *st;
+    kl_code rc;
+} flush_arg;
+
+static void *flush_thread(void *p)
+{
+    flush_arg *a = p;
+    kl_err err;
+    a->rc = kl_store_flush(a->st, &err);
+    return NULL;
+}
+
+/* The driver's off-loop flush: the applied index read before the flush starts is what
+ * becomes durable, whatever is applied while the flush runs on another thread; the log
+ * may be compacted to it and no further. */
+START_TEST(flush_off_thread_notes_index_read_before)
+{
+    char dir[256];
+    th_tmpdir(dir, sizeof dir);
+    kl_store *st = open_store(dir);
+    kl_err err;
+    for (uint64_t i = 1; i <= 10; i++)
+        ck_assert_int_eq(put_entry(st, i, 1, false), 0);
+    uint64_t applied = kl_store_applied_index(st);
+    ck_assert_uint_eq(applied, 10);
+    flush_arg a = {.st = st, .rc = KL_INTERNAL};
+    pthread_t t;
+    ck_assert_int_eq(pthread_create(&t, NULL, flush_thread, &a), 0);
+    for (uint64_t i = 11; i <= 15; i++) /* applies racing the flush */
+        ck_assert_int_eq(put_entry(st, i, 1, false), 0);
+    ck_assert_uint_eq(kl_store_durable_applied(st), 0); /* nothing noted before the flush ends */
+    ck_assert_int_eq(pthread_join(t, NULL), 0);
+    ck_assert_int_eq(a.rc, KL_OK);
+    kl_store_note_durable(st, applied);
+    ck_assert_uint_eq(kl_store_durable_applied(st), 10);
+    kl_store_note_durable(st, 4); /* never backwards */
+    ck_assert_uint_eq(kl_store_durable_applied(st), 10);
+    ck_assert_int_eq(kl_store_compact_log(st, 12, NULL, 0, &err), KL_FAILED_PRECONDITION);
+    ck_assert_str_eq(err.detail, "compact_not_durable");
+    ck_assert_int_eq(kl_store_compact_log(st, 11, NULL, 0, &err), KL_OK);
+    kl_store_close(st);
+    st = open_store(dir);
+    ck_assert_uint_eq(kl_store_first_index(st), 11);
+    ck_assert_uint_ge(kl_store_applied_index(st), 10);
     kl_store_close(st);
     th_rmrf(dir);
 }
@@ -868,6 +919,7 @@ Suite *suite_snapshot(void)
     TCase *t = tcase_create("compaction");
     tcase_set_timeout(t, 60);
     tcase_add_test(t, compaction_refused_above_durable);
+    tcase_add_test(t, flush_off_thread_notes_index_read_before);
     tcase_add_test(t, compaction_survives_kill9);
     tcase_add_test(t, open_refuses_log_past_state);
     suite_add_tcase(s, t);

@@ -5,6 +5,8 @@
  * in at the reader's (index, term), and an install that leaves the receiver with the
  * sender's replicated state. */
 #include "daemon/repl/snapwire.h"
+#include "common/limits.h"
+#include "daemon/store/snapshot.h"
 #include "daemon/store/keys.h"
 #include "daemon/store/store.h"
 #include "harness.h"
@@ -206,6 +208,109 @@ START_TEST(snapwire_streams_through_loss)
 }
 END_TEST
 
+/* Entries 1..n, each one record "B<index>" of `vlen` bytes, logged and applied. */
+static void sw_fill_big(kl_store *st, uint64_t n, size_t vlen)
+{
+    uint8_t *val = malloc(vlen), *buf = malloc(vlen + 256);
+    kl_err err;
+    for (uint64_t i = 1; i <= n; i++) {
+        char key[32];
+        snprintf(key, sizeof key, "B%08llu", (unsigned long long)i);
+        memset(val, (int)i, vlen);
+        Keyload__V1__KvOp op = KEYLOAD__V1__KV_OP__INIT;
+        op.key.data = (uint8_t *)key;
+        op.key.len = strlen(key);
+        op.value.data = val;
+        op.value.len = vlen;
+        Keyload__V1__KvOp *ops[1] = {&op};
+        Keyload__V1__WriteSet ws = KEYLOAD__V1__WRITE_SET__INIT;
+        ws.n_ops = 1;
+        ws.ops = ops;
+        Keyload__V1__WriteSet *wss[1] = {&ws};
+        Keyload__V1__LogEntry e = KEYLOAD__V1__LOG_ENTRY__INIT;
+        e.index = i;
+        e.term = 4;
+        e.n_write_sets = 1;
+        e.write_sets = wss;
+        kl_store_log_item it = {.index = i, .bytes = buf, .len = keyload__v1__log_entry__pack(&e, buf)};
+        ck_assert_int_eq(kl_store_log_write(st, NULL, 0, &it, 1, &err), KL_OK);
+        ck_assert_int_eq(kl_store_apply(st, &e, &err), KL_OK);
+    }
+    free(val);
+    free(buf);
+}
+
+/* Chunk bytes the queued frames carry (the pieces of type 8 data frames), freeing them. */
+static uint64_t sw_drain_data_bytes(uint64_t *stream)
+{
+    uint64_t bytes = 0;
+    while (wire.len > 0) {
+        sw_frame fr = wire.q[wire.head];
+        wire.head = (wire.head + 1) % SW_QMAX;
+        wire.len--;
+        Keyload__V1__RaftMessage *pm = keyload__v1__raft_message__unpack(NULL, fr.len, fr.bytes);
+        ck_assert_ptr_nonnull(pm);
+        if (pm->type == KL_SNAPWIRE_MSG_DATA && (pm->snap_flags & KL_SNAPWIRE_BEGIN))
+            *stream = pm->snap_stream;
+        else if (pm->type == KL_SNAPWIRE_MSG_DATA)
+            bytes += pm->snap_piece.len;
+        keyload__v1__raft_message__free_unpacked(pm, NULL);
+        free(fr.bytes);
+    }
+    return bytes;
+}
+
+/* The window is bounded in bytes: with records of 3 MiB (one per chunk), a receiver that
+ * acknowledges nothing has less than KL_SNAPWIRE_WINDOW_BYTES plus one chunk sent to it
+ * (a window of 4 chunks held 9 MiB and more), and an acknowledgement lets the next go. */
+START_TEST(snapwire_window_bounded_in_bytes)
+{
+    memset(&wire, 0, sizeof wire);
+    char sdir[256];
+    th_tmpdir(sdir, sizeof sdir);
+    kl_store *src;
+    kl_err err;
+    ck_assert_int_eq(kl_store_open(sdir, NULL, &src, &err), KL_OK);
+    enum { VLEN = 3 << 20 };
+    sw_fill_big(src, 8, VLEN);
+    kl_snapwire_io io = {.send = sw_send, .report = sw_report, .step = sw_step};
+    kl_snapwire *l;
+    ck_assert_int_eq(kl_snapwire_new(src, 1, 1u << 20, &io, &l, &err), KL_OK);
+    kl_raft_msg m = {.type = KL_RAFT_MSG_SNAPSHOT, .from = 1, .to = 2, .term = 5,
+                     .snap = {.index = 8, .term = 4,
+                              .conf = {.members = {1, 2, 3}, .n_members = 3, .replica_count = 2}}};
+    kl_snapwire_start(l, &m, 1000);
+    uint64_t stream = 0;
+    ck_assert_uint_eq(sw_drain_data_bytes(&stream), 0); /* the begin frame alone */
+    ck_assert_uint_ne(stream, 0);
+    Keyload__V1__RaftMessage a = KEYLOAD__V1__RAFT_MESSAGE__INIT;
+    uint8_t digest[KL_SNAP_DIGEST_BYTES] = {0};
+    a.type = KL_SNAPWIRE_MSG_ANSWER;
+    a.from = 2;
+    a.to = 1;
+    a.term = 5;
+    a.snap_stream = stream;
+    a.snap_index = 8;
+    a.snap_term = 4;
+    a.snap_flags = KL_SNAPWIRE_RESUME; /* from chunk 0 */
+    a.snap_digest.data = digest;
+    a.snap_digest.len = sizeof digest;
+    kl_snapwire_recv(l, 2, &a, 1001);
+    uint64_t sent = sw_drain_data_bytes(&stream);
+    ck_assert_uint_ge(sent, VLEN);
+    ck_assert_uint_lt(sent, KL_SNAPWIRE_WINDOW_BYTES + VLEN + 4096);
+    a.snap_flags = KL_SNAPWIRE_ACK; /* chunks 0 (the header) and 1 staged */
+    a.snap_seq = 2;
+    a.snap_digest.len = 0;
+    kl_snapwire_recv(l, 2, &a, 1002);
+    ck_assert_uint_ge(sw_drain_data_bytes(&stream), VLEN);
+    ck_assert_int_eq(wire.reports, 0);
+    kl_snapwire_free(l);
+    kl_store_close(src);
+    th_rmrf(sdir);
+}
+END_TEST
+
 /* A stream that stops making progress is reported failed once, after the stall bound, and
  * one whose sender stops leading is reported at the next tick. */
 START_TEST(snapwire_reports_stall_and_lost_leadership)
@@ -253,6 +358,7 @@ Suite *suite_snapwire(void)
     tcase_set_timeout(t, 120);
     tcase_add_test(t, snapwire_streams_through_loss);
     tcase_add_test(t, snapwire_reports_stall_and_lost_leadership);
+    tcase_add_test(t, snapwire_window_bounded_in_bytes);
     suite_add_tcase(s, t);
     return s;
 }
