@@ -13,7 +13,7 @@ START_TEST(test_server_methods_are_the_table)
     const kl_service_method *t = kl_service_method_table(&nt);
     const kl_rpc_method *m = kl_service_methods(&nm);
     ck_assert_uint_eq(nt, nm);
-    ck_assert_uint_eq(nt, 16); /* 13, and BackupOpen, BackupChunk, BackupClose */
+    ck_assert_uint_eq(nt, 18); /* 13, BackupOpen, BackupChunk, BackupClose, Members, MemberChange */
     for (size_t i = 0; i < nt; i++) {
         ck_assert_str_eq(m[i].name, t[i].name);
         ck_assert_ptr_nonnull(m[i].handler);
