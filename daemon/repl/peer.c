@@ -1404,9 +1404,12 @@ static void watchdog_cb(uv_timer_t *timer)
     uint64_t who[KL_PEER_MAX_PEERS];
     bool ack[KL_PEER_MAX_PEERS] = {false};
     size_t n = 0;
-    uint64_t now = peer_now_ms();
 
     uv_mutex_lock(&p->mu);
+    /* Read under mu: nng threads stamp wait_since, last_rx and since under it, so a clock
+     * read before the lock could be older than a stamp and `now - stamp` would wrap to a
+     * huge age (a healthy connection closed as stalled or idle). */
+    uint64_t now = peer_now_ms();
     for (size_t i = 0; i < p->n_members; i++) {
         peer_member *m = &p->members[i];
         if (m->pipe != 0 && m->connected && m->ack_data && !m->ack_now) {
