@@ -413,12 +413,31 @@ struct kl_snap_install {
     rocksdb_envoptions_t *env;
     rocksdb_sstfilewriter_t *w; /* the file being written (number `files`), or NULL */
     uint64_t wbytes;
+    int wclass;                 /* key_class of every record in the open file */
     uint64_t file_bytes;        /* KL_SNAP_STAGE_FILE_BYTES (tests lower it) */
 };
+
+/* Which side of the store's local key range ('L', 'M': kl_store_key_is_local) a key is on:
+ * 0 below, 1 inside, 2 above. A staged file holds one class only, so a file of class 0 or 2
+ * overlaps nothing the store keeps across an install and is ingested by link; class 1
+ * holds the replicated 'M' records between the local ones and is copied (store.h
+ * "kl_store_install"). */
+static int key_class(const uint8_t *k, size_t kl)
+{
+    if (kl == 0 || k[0] < 'L')
+        return 0;
+    return k[0] <= 'M' ? 1 : 2;
+}
 
 static void stage_file(const kl_snap_install *in, uint32_t i, char *out, size_t cap)
 {
     snprintf(out, cap, "%s/%06u.sst", in->dir, i);
+}
+
+/* The mark of a staged file that must be ingested by copy (KL_STORE_INSTALL_COPY_SUFFIX). */
+static void stage_copy_mark(const kl_snap_install *in, uint32_t i, char *out, size_t cap)
+{
+    snprintf(out, cap, "%s/%06u%s", in->dir, i, KL_STORE_INSTALL_COPY_SUFFIX);
 }
 
 static kl_code sys_fail(kl_err *err, const char *what, const char *path)
@@ -515,6 +534,8 @@ static void writer_drop(kl_snap_install *in)
     char path[KL_PATH_MAX + 32];
     stage_file(in, in->files, path, sizeof path);
     unlink(path);
+    stage_copy_mark(in, in->files, path, sizeof path);
+    unlink(path);
 }
 
 /* Removes staged files from number `from` on (they are numbered without gaps). */
@@ -522,6 +543,8 @@ static void stage_unlink_from(kl_snap_install *in, uint32_t from)
 {
     char path[KL_PATH_MAX + 32];
     for (uint32_t i = from;; i++) {
+        stage_copy_mark(in, i, path, sizeof path);
+        unlink(path);
         stage_file(in, i, path, sizeof path);
         if (unlink(path) != 0)
             break;
@@ -699,8 +722,10 @@ static kl_code records_check(kl_snap_install *in, const chunk_view *v, uint64_t 
     return KL_OK;
 }
 
-/* Finishes the open staged file (SstFileWriter syncs it) and saves the resume point. */
-static kl_code stage_file_finish(kl_snap_install *in, kl_err *err)
+/* Finishes the open staged file (SstFileWriter syncs it). What a restart keeps is decided
+ * by the next state_save: a file finished in the middle of a chunk is dropped by a resume
+ * from the point saved before it. */
+static kl_code stage_writer_finish(kl_snap_install *in, kl_err *err)
 {
     if (in->w != NULL) {
         char *rerr = NULL;
@@ -720,17 +745,41 @@ static kl_code stage_file_finish(kl_snap_install *in, kl_err *err)
             return rc;
         in->files++;
     }
-    return state_save(in, err);
+    return KL_OK;
+}
+
+/* Finishes the open staged file and saves the resume point. */
+static kl_code stage_file_finish(kl_snap_install *in, kl_err *err)
+{
+    kl_code rc = stage_writer_finish(in, err);
+    return rc != KL_OK ? rc : state_save(in, err);
 }
 
 static kl_code stage_put(kl_snap_install *in, const uint8_t *k, size_t kl, const uint8_t *val, size_t vl,
                          kl_err *err)
 {
     char *rerr = NULL;
+    int cls = key_class(k, kl);
+    if (in->w != NULL && in->wclass != cls) {
+        kl_code rc = stage_writer_finish(in, err);
+        if (rc != KL_OK) { /* back to the saved resume point, as below */
+            if (!state_load(in))
+                kl_snap_install_discard(in);
+            return rc;
+        }
+    }
     if (in->w == NULL) {
         char path[KL_PATH_MAX + 32];
+        if (cls == 1) { /* marked before any record is in it: never linked by mistake */
+            stage_copy_mark(in, in->files, path, sizeof path);
+            int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+            if (fd < 0)
+                return sys_fail(err, "create", path);
+            close(fd);
+        }
         stage_file(in, in->files, path, sizeof path);
         in->w = rocksdb_sstfilewriter_create(in->env, in->opts);
+        in->wclass = cls;
         rocksdb_sstfilewriter_open(in->w, path, &rerr);
     }
     if (rerr == NULL)

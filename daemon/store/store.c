@@ -875,41 +875,120 @@ static void install_path(const kl_store *st, char *out, size_t cap, const char *
     snprintf(out, cap, "%s/install/%s%06u.sst", st->dir, prefix, i);
 }
 
-/* Ingests the staged files by copy. Not by link or move: ingestion writes the global
- * sequence number into the file it ingests, and a staged file changed that way is refused
- * by a second ingestion, which the open needs when a crash cut the install after this step
- * but before its last write. The staged originals stay until the install finished. */
+/* One rocksdb_ingest_external_file of names[0..n), moved (the names are links of our own)
+ * or copied. */
+static kl_code ingest_files(kl_store *st, char **names, uint32_t n, bool move, kl_err *err)
+{
+    if (n == 0)
+        return KL_OK;
+    rocksdb_ingestexternalfileoptions_t *io = rocksdb_ingestexternalfileoptions_create();
+    rocksdb_ingestexternalfileoptions_set_move_files(io, move ? 1 : 0);
+    char *rerr = NULL;
+    rocksdb_ingest_external_file(st->db, (const char *const *)names, n, io, &rerr);
+    rocksdb_ingestexternalfileoptions_destroy(io);
+    return rerr != NULL ? rocks_fail(err, "snapshot ingestion", rerr) : KL_OK;
+}
+
+/* Drops what the install marker's range deletion covers (the old state and log) from the
+ * SST files, tombstones included, so that an ingested file below or above the local keys
+ * overlaps nothing: RocksDB then ingests it at sequence number 0 and never writes into it.
+ * Costs a pass over the old state (little on a new or wiped member). */
+static kl_code install_clear_old(kl_store *st)
+{
+    rocksdb_compactoptions_t *co = rocksdb_compactoptions_create();
+    rocksdb_compactoptions_set_bottommost_level_compaction(co, 2); /* kForce: drop tombstones */
+    rocksdb_compact_range_opt(st->db, co, NULL, 0, NULL, 0);
+    rocksdb_compactoptions_destroy(co);
+    char *v = rocksdb_property_value(st->db, "rocksdb.num-snapshots");
+    bool none = v != NULL && strcmp(v, "0") == 0;
+    rocksdb_free(v);
+    return none ? KL_OK : KL_FAILED_PRECONDITION; /* a snapshot held: link nothing */
+}
+
+/* Whether any key outside the local range ('L' .. 'M') is there: after the marker's
+ * deletion only an ingestion of linked files puts one back. */
+static bool install_linked_done(kl_store *st)
+{
+    rocksdb_readoptions_t *ro = rocksdb_readoptions_create();
+    rocksdb_iterator_t *it = rocksdb_create_iterator(st->db, ro);
+    rocksdb_iter_seek_to_first(it);
+    bool found = rocksdb_iter_valid(it) && ((const uint8_t *)rocksdb_iter_key(it, &(size_t){0}))[0] < 'L';
+    if (!found) {
+        rocksdb_iter_seek(it, "N", 1);
+        found = rocksdb_iter_valid(it);
+    }
+    rocksdb_iter_destroy(it);
+    rocksdb_readoptions_destroy(ro);
+    return found;
+}
+
+/* Ingests the staged files. A staged original must stay as it was until the install
+ * finished: ingestion writes a global sequence number into a file that overlaps the store's
+ * keys, a changed file is refused by a second ingestion, and the open after a crash between
+ * this step and the last write ingests again. So a file marked KL_STORE_INSTALL_COPY_SUFFIX
+ * (it holds replicated 'M' records between the local ones) is copied; every other file is
+ * hard-linked under a name of its own and moved in, which costs no copy: install_clear_old
+ * left nothing it could overlap, so RocksDB writes nothing into it (with a RocksDB snapshot
+ * held it would, and then everything is copied). The linked files go in first, in one
+ * ingestion; a second run (the open after a crash) skips them once their keys are there and
+ * copies the marked ones again (a copy overlapping an earlier one is harmless: same
+ * records). */
 static kl_code install_ingest(kl_store *st, uint32_t nfiles, kl_err *err)
 {
     if (nfiles == 0)
         return KL_OK;
-    char **names = calloc(nfiles, sizeof *names);
-    if (names == NULL)
+    char **copies = calloc(nfiles, sizeof *copies);
+    char **links = calloc(nfiles, sizeof *links);
+    if (copies == NULL || links == NULL) {
+        free(copies);
+        free(links);
         return kl_fail(err, KL_INTERNAL, "memory", "store: out of memory");
+    }
+    bool clear = install_clear_old(st) == KL_OK;
+    bool done = install_linked_done(st);
+    uint32_t ncopy = 0, nlink = 0;
     kl_code rc = KL_OK;
     for (uint32_t i = 0; i < nfiles && rc == KL_OK; i++) {
-        names[i] = malloc(4200);
-        if (names[i] == NULL) {
-            rc = kl_fail(err, KL_INTERNAL, "memory", "store: out of memory");
-            break;
-        }
-        install_path(st, names[i], 4200, "", i);
-        if (access(names[i], R_OK) != 0)
+        char path[4200], other[4200];
+        install_path(st, path, sizeof path, "", i);
+        if (access(path, R_OK) != 0) {
             rc = kl_fail(err, KL_INTERNAL, "install_incomplete",
                          "store %s: staged snapshot file %u: %s", st->dir, i, strerror(errno));
+            break;
+        }
+        install_path(st, other, sizeof other, "", i);
+        snprintf(other + strlen(other) - 4, 16, "%s", KL_STORE_INSTALL_COPY_SUFFIX);
+        bool copy = access(other, F_OK) == 0;
+        if (!copy && done)
+            continue; /* linked in before a crash: its records are in the store */
+        if (!copy && clear) {
+            install_path(st, other, sizeof other, "", i);
+            snprintf(other + strlen(other) - 4, 16, ".link");
+            unlink(other);
+            if (link(path, other) != 0) {
+                rc = kl_fail(err, KL_INTERNAL, "install_link",
+                             "store %s: cannot link staged snapshot file %u: %s", st->dir, i, strerror(errno));
+                break;
+            }
+        }
+        char *name = strdup(!copy && clear ? other : path);
+        if (name == NULL)
+            rc = kl_fail(err, KL_INTERNAL, "memory", "store: out of memory");
+        else if (!copy && clear)
+            links[nlink++] = name;
+        else
+            copies[ncopy++] = name;
     }
-    if (rc == KL_OK) {
-        rocksdb_ingestexternalfileoptions_t *io = rocksdb_ingestexternalfileoptions_create();
-        rocksdb_ingestexternalfileoptions_set_move_files(io, 0);
-        char *rerr = NULL;
-        rocksdb_ingest_external_file(st->db, (const char *const *)names, nfiles, io, &rerr);
-        rocksdb_ingestexternalfileoptions_destroy(io);
-        if (rerr != NULL)
-            rc = rocks_fail(err, "snapshot ingestion", rerr);
+    if (rc == KL_OK)
+        rc = ingest_files(st, links, nlink, true, err);
+    if (rc == KL_OK)
+        rc = ingest_files(st, copies, ncopy, false, err);
+    for (uint32_t i = 0; i < nfiles; i++) {
+        free(copies[i]);
+        free(links[i]);
     }
-    for (uint32_t i = 0; i < nfiles; i++)
-        free(names[i]);
-    free(names);
+    free(copies);
+    free(links);
     return rc;
 }
 
@@ -917,6 +996,12 @@ static void install_remove_stage(kl_store *st)
 {
     char path[4200];
     for (uint32_t i = 0;; i++) {
+        install_path(st, path, sizeof path, "", i);
+        snprintf(path + strlen(path) - 4, 16, "%s", KL_STORE_INSTALL_COPY_SUFFIX);
+        unlink(path);
+        install_path(st, path, sizeof path, "", i);
+        snprintf(path + strlen(path) - 4, 16, ".link");
+        unlink(path);
         install_path(st, path, sizeof path, "", i);
         if (unlink(path) != 0)
             break;

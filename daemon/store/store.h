@@ -171,11 +171,14 @@ kl_code kl_store_compact_log(kl_store *st, uint64_t first, const uint8_t *config
                              kl_err *err);
 /* Where staged snapshot files live: "<store dir>/install" (kl_snap_install). */
 const char *kl_store_dir(const kl_store *st);
+/* A staged file "<store dir>/install/%06u.sst" with a file of this suffix in place of
+ * ".sst" beside it is ingested by copy; every other one by a hard link (kl_store_install). */
+#define KL_STORE_INSTALL_COPY_SUFFIX ".copy"
 /* Replaces the replicated state with the nfiles SST files <store dir>/install/%06u.sst
  * (0 .. nfiles-1, sorted, non-overlapping, no local key; written by kl_snap_install) as the
  * state at snapshot (index, term). Atomic as seen by any later open: a synced 'M'"install"
  * marker is written together with the deletion of the old state and log; the files are
- * then ingested (copied into the store, so the staged originals can be ingested again), and a final synced batch sets "applied" = index, "log_start"
+ * then ingested, and a final synced batch sets "applied" = index, "log_start"
  * = (index + 1, term, config), the hard state's commit = index (term and vote kept), and
  * removes the marker. kl_store_open finds a marker left by a crash and finishes the same
  * steps from the staged files, so a crash leaves the old state (before the marker) or the
@@ -183,9 +186,15 @@ const char *kl_store_dir(const kl_store *st);
  * FAILED_PRECONDITION "snapshot_stale" when index <= the applied index. Any other error
  * once the marker is written leaves the store refusing every write: the member must close
  * it and exit, and the next open finishes the install. The caller must
- * have stopped applies and log writes (no persistence-worker write in flight). Cost: two
- * synced writes, one ingestion (a sequential copy of the staged bytes, so the disk holds
- * the state twice meanwhile, and a flush of the memtable first), memory O(nfiles). */
+ * have stopped applies and log writes (no persistence-worker write in flight).
+ * Ingestion never changes a staged original, so the open can ingest it again: the old
+ * state is first compacted away (tombstones included), then the files of keys below or
+ * above the local range ('L', 'M') are hard-linked in, which RocksDB does without writing
+ * into them because they overlap nothing, and the few files marked
+ * KL_STORE_INSTALL_COPY_SUFFIX (replicated 'M' records, which lie between local ones) are
+ * copied. While a RocksDB snapshot is held every file is copied. Cost: two synced writes,
+ * a compaction of the old state, a copy of the marked files, memory O(nfiles); the state is
+ * on disk once (the staged files become the store's). */
 kl_code kl_store_install(kl_store *st, uint32_t nfiles, uint64_t index, uint64_t term,
                          const uint8_t *config, size_t config_len, kl_err *err);
 

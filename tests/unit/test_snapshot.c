@@ -14,6 +14,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -708,6 +709,106 @@ START_TEST(snapshot_install_error_stops_writes)
 }
 END_TEST
 
+/* The digest of a whole file, and its link count; false when it cannot be read. */
+static bool file_digest(const char *path, uint8_t out[32], nlink_t *links)
+{
+    struct stat sb;
+    FILE *f = fopen(path, "rb");
+    if (f == NULL || fstat(fileno(f), &sb) != 0) {
+        if (f != NULL)
+            fclose(f);
+        return false;
+    }
+    *links = sb.st_nlink;
+    crypto_generichash_state h;
+    crypto_generichash_init(&h, NULL, 0, 32);
+    uint8_t buf[65536];
+    size_t n;
+    while ((n = fread(buf, 1, sizeof buf, f)) > 0)
+        crypto_generichash_update(&h, buf, n);
+    fclose(f);
+    crypto_generichash_final(&h, out, 32);
+    return true;
+}
+
+/* The install links the staged files of keys below and above the local range into the store
+ * and copies the marked ones (replicated 'M' records) without changing any staged original:
+ * after the ingestion (cut there by failpoint) every staged file is byte-identical to what
+ * was staged, the linked ones are shared with the store (a second link), and the next open
+ * finishes the install from them. */
+START_TEST(snapshot_install_links_without_changing_staged_files)
+{
+    char sdir[256], ddir[256];
+    kl_store *src = make_source(sdir, sizeof sdir, 1500, 0);
+    rocksdb_writeoptions_t *wo = rocksdb_writeoptions_create();
+    static const char *const extra[] = {"Ab", "Mcv", "Mi", "Zy"}; /* none of old_keys */
+    for (size_t i = 0; i < sizeof extra / sizeof extra[0]; i++) {
+        char *rerr = NULL;
+        rocksdb_put(kl_store_db(src), wo, extra[i], strlen(extra[i]), "v", 1, &rerr);
+        ck_assert_ptr_null(rerr);
+    }
+    rocksdb_writeoptions_destroy(wo);
+    kl_store *dst = make_target(ddir, sizeof ddir);
+    uint8_t want[32];
+    uint64_t want_count;
+    state_digest(src, want, &want_count);
+    chunks c;
+    read_all(src, &c);
+    kl_snap_install *in;
+    kl_err err;
+    bool done = false;
+    ck_assert_int_eq(kl_snap_install_open(dst, &in, &err), KL_OK);
+    kl_snap_install_debug_file_bytes(in, 1 << 20); /* several staged files */
+    for (int i = 0; i < c.n; i++)
+        ck_assert_int_eq(kl_snap_install_chunk(in, c.b[i], c.len[i], &done, &err), KL_OK);
+    ck_assert(done);
+    enum { MAXF = 64 };
+    uint8_t before[MAXF][32];
+    bool copied[MAXF];
+    int nfiles = 0, ncopy = 0;
+    for (; nfiles < MAXF; nfiles++) {
+        char path[600];
+        nlink_t links;
+        snprintf(path, sizeof path, "%s/install/%06d.sst", ddir, nfiles);
+        if (!file_digest(path, before[nfiles], &links))
+            break;
+        ck_assert_uint_eq(links, 1);
+        snprintf(path, sizeof path, "%s/install/%06d%s", ddir, nfiles, KL_STORE_INSTALL_COPY_SUFFIX);
+        copied[nfiles] = access(path, F_OK) == 0;
+        ncopy += copied[nfiles];
+    }
+    ck_assert_int_ge(nfiles, 3);
+    ck_assert_int_eq(ncopy, 1); /* "Mcv" .. "Mnext_queue" in a file of their own */
+    ck_assert_int_eq(kl_failpoint_configure("store.install_ingested=error(INTERNAL)", &err), KL_OK);
+    ck_assert_int_eq(kl_snap_install_commit(in, &err), KL_INTERNAL);
+    ck_assert_int_eq(kl_failpoint_configure("", &err), KL_OK);
+    kl_snap_install_close(in);
+    for (int i = 0; i < nfiles; i++) {
+        char path[600];
+        uint8_t after[32];
+        nlink_t links;
+        snprintf(path, sizeof path, "%s/install/%06d.sst", ddir, i);
+        ck_assert(file_digest(path, after, &links));
+        ck_assert_mem_eq(after, before[i], 32);
+        ck_assert_msg(copied[i] ? links == 1 : links == 2, "staged file %d: %u links", i, (unsigned)links);
+    }
+    kl_store_close(dst);
+    dst = open_store(ddir);
+    check_installed(dst, want, want_count, 1500);
+    char path[600];
+    snprintf(path, sizeof path, "%s/install/%06d.sst", ddir, 0);
+    ck_assert_int_ne(access(path, F_OK), 0); /* the staging is gone */
+    kl_store_close(dst);
+    dst = open_store(ddir);
+    check_installed(dst, want, want_count, 1500);
+    kl_store_close(dst);
+    kl_store_close(src);
+    free_chunks(&c);
+    th_rmrf(sdir);
+    th_rmrf(ddir);
+}
+END_TEST
+
 /* Builds a chunk as a sender would (the format of snapshot.h), digest included. */
 static size_t forge_chunk(uint8_t *out, const uint8_t prev[32], uint64_t index, uint64_t seq, uint32_t flags,
                           const uint8_t *body, size_t body_len)
@@ -931,6 +1032,7 @@ Suite *suite_snapshot(void)
     tcase_add_test(t, snapshot_corrupt_chunk_refused);
     tcase_add_test(t, snapshot_refuses_local_keys_and_bad_count);
     tcase_add_test(t, snapshot_install_error_stops_writes);
+    tcase_add_test(t, snapshot_install_links_without_changing_staged_files);
     suite_add_tcase(s, t);
     t = tcase_create("install_crash");
     tcase_set_timeout(t, 120);
