@@ -3,6 +3,7 @@
  *   bench_enqueue.c    the enqueue benchmark (unsealed, or sealed with bench_sealed.c)
  *   bench_fsync.c      --fsync-probe
  *   bench_leader.c     --leader-of, --wait-caught-up
+ *   bench_serve.c      --serve-probe
  *   bench_failover.c   --failover
  *   bench_handshake.c  --handshake
  *   bench_transfer.c   --transfer
@@ -24,7 +25,8 @@
 #define URL_MAX 256
 #define LEADER_WAIT_NS (60 * 1000000000LL)
 
-enum bench_mode { MODE_BENCH, MODE_FSYNC, MODE_LEADER, MODE_CAUGHT_UP, MODE_FAILOVER, MODE_HANDSHAKE, MODE_TRANSFER, MODE_COORD };
+enum bench_mode { MODE_BENCH, MODE_FSYNC, MODE_LEADER, MODE_CAUGHT_UP, MODE_FAILOVER, MODE_HANDSHAKE, MODE_TRANSFER, MODE_COORD,
+                  MODE_SERVE };
 
 typedef struct bench_options {
     int mode;
@@ -46,6 +48,8 @@ typedef struct bench_options {
     int samples;             /* fsync probe */
     int read;                /* QueueStats instead of Batch */
     int cycle;               /* each request: enqueue, then receive it and ack it (bench_cycle.c) */
+    long long since_ms;      /* --serve-probe: CLOCK_REALTIME ms its times count from (0: its start) */
+    int random_body;         /* each enqueued body new random bytes (incompressible state) */
     const char *cluster_file; /* sealed bench, --handshake: members and their public keys */
     const char *principal;   /* sealed bench, --handshake: act as this principal */
     const char *key_file;    /* its Ed25519 secret key */
@@ -73,6 +77,7 @@ int bench_run_enqueue(const bench_options *o);
 int bench_run_fsync(const bench_options *o);
 int bench_run_leader_of(const bench_options *o);
 int bench_run_wait_caught_up(const bench_options *o);
+int bench_run_serve_probe(const bench_options *o);
 int bench_run_failover(const bench_options *o);
 int bench_run_handshake(const bench_options *o);
 int bench_run_transfer(const bench_options *o);

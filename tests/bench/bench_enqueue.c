@@ -4,6 +4,7 @@
 #include "tests/bench/bench_fixture.h"
 #include "common/guid.h"
 
+#include <sodium.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -63,10 +64,15 @@ static void *client_main(void *arg)
     uint8_t *buf = NULL;
     size_t cap = 0;
     /* One request template: B enqueues of the same body; only the command id changes. */
-    uint8_t *body = malloc((size_t)o->body_size + 1);
+    /* --random-body: each mutation its own body, new random bytes every batch, so that the
+     * store cannot compress the state (a large-state benchmark measures its real size). */
+    size_t n_bodies = o->random_body ? (size_t)o->batch_size : 1;
+    uint8_t *body = malloc(n_bodies * (size_t)o->body_size + 1);
     Keyload__V1__Mutation *muts = calloc((size_t)o->batch_size, sizeof *muts);
     Keyload__V1__Mutation **mptr = calloc((size_t)o->batch_size, sizeof *mptr);
-    if (body == NULL || muts == NULL || mptr == NULL) {
+    Keyload__V1__EnqueueMessage *msgs = calloc(n_bodies, sizeof *msgs);
+    Keyload__V1__Enqueue *enqs = calloc(n_bodies, sizeof *enqs);
+    if (body == NULL || muts == NULL || mptr == NULL || msgs == NULL || enqs == NULL) {
         snprintf(cs->first_err_msg, sizeof cs->first_err_msg, "out of memory");
         cs->open_failed = 1;
         goto out;
@@ -79,16 +85,18 @@ static void *client_main(void *arg)
     snprintf(own_lane, sizeof own_lane, "c%d", cs->id);
     if (o->cycle)
         lane.lane = own_lane;
-    Keyload__V1__EnqueueMessage msg = KEYLOAD__V1__ENQUEUE_MESSAGE__INIT;
-    msg.body.data = body;
-    msg.body.len = (size_t)o->body_size;
-    Keyload__V1__Enqueue enq = KEYLOAD__V1__ENQUEUE__INIT;
-    enq.lane = &lane;
-    enq.message = &msg;
+    for (size_t i = 0; i < n_bodies; i++) {
+        keyload__v1__enqueue_message__init(&msgs[i]);
+        msgs[i].body.data = body + i * (size_t)o->body_size;
+        msgs[i].body.len = (size_t)o->body_size;
+        keyload__v1__enqueue__init(&enqs[i]);
+        enqs[i].lane = &lane;
+        enqs[i].message = &msgs[i];
+    }
     for (int i = 0; i < o->batch_size; i++) {
         keyload__v1__mutation__init(&muts[i]);
         muts[i].kind_case = KEYLOAD__V1__MUTATION__KIND_ENQUEUE;
-        muts[i].enqueue = &enq;
+        muts[i].enqueue = &enqs[o->random_body ? (size_t)i : 0];
         mptr[i] = &muts[i];
     }
     uint8_t id[KL_GUID_LEN];
@@ -121,6 +129,8 @@ static void *client_main(void *arg)
         size_t len = stats_len;
         if (!o->read) {
             kl_guid_random(id);
+            if (o->random_body)
+                randombytes_buf(body, n_bodies * (size_t)o->body_size);
             len = bench_pack_batch(&b, &buf, &cap);
         }
         uint8_t *ans = NULL;
@@ -155,6 +165,8 @@ out:
     free(buf);
     free(mptr);
     free(muts);
+    free(enqs);
+    free(msgs);
     free(body);
     kl_rpc_client_close(c);
     return NULL;

@@ -18,6 +18,10 @@
  *       With --cycle each request is a cycle: the enqueue (batch size 1), then a Receive of
  *       one message and its Ack, each its own batch, in the client's own lane ("c<N>"), so a
  *       run ends with an empty queue (tests/bench/retain_disk.sh measures disk per member).
+ *       With --random-body every message gets its own body of new random bytes per batch
+ *       (sealed: one body per batch, shared by its messages)
+ *       (otherwise one repeating pattern, which RocksDB compresses to a few percent): the
+ *       large-state benchmarks use it so that the state on disk is as large as its records.
  *
  *       --url may list several members of one partition (URL,URL,URL): the bench then asks
  *       each for keyload.v1.MemberStatus, waits (up to 60 s) until one leads and serves, and
@@ -55,6 +59,14 @@
  *       CPU per Hello is the Hello phase's per call minus the MemberStatus phases' (the cost
  *       of any RPC on nng). Also reports hello_ns/hellos from MemberStatus (loop thread).
  *       Prints one "handshake:" line.
+ *
+ *   keyload-bench --serve-probe URL,URL,... [--since-ms EPOCH_MS] [--queue NAME]
+ *       When a restarted member (the first URL) and its partition serve again: ms from
+ *       EPOCH_MS (CLOCK_REALTIME, taken before the restart) to the member's first
+ *       MemberStatus answer, to its having applied the serving leader's commit index, and to
+ *       the first enqueue acknowledged and QueueStats read answered by the serving leader
+ *       (the queue must exist). Prints "serve: answer_ms=... caught_up_ms=... write_ms=...
+ *       read_ms=...". See bench_serve.c.
  *
  *   keyload-bench --failover --url URL,URL,URL --pid-dir DIR [--run N] [--attempt-ms MS]
  *       One failover measurement. A writer thread sends single-message Batch requests one
@@ -98,7 +110,7 @@
  *   the end of the warm-up to the end of the run, divided by the messages acknowledged in
  *   that window, is added as cpu_us_per_msg (the members' cost per message).
  *
- * Output lines start with "fsync:", "bench:", "leader:", "caughtup:", "failover:", "transfer:" or "coord:" so
+ * Output lines start with "fsync:", "bench:", "leader:", "caughtup:", "serve:", "failover:", "transfer:" or "coord:" so
  * scripts can pick them out. Exit code 0 when the run completed (errors are counted and
  * reported, not fatal), 1 when it could not run at all (cannot connect, cannot create the
  * queue, no leader, no ack after a kill within 60 s), 2 on bad usage. */
@@ -118,8 +130,10 @@ static void usage(FILE *f)
     fprintf(f,
             "usage: keyload-bench [--url URL] [--clients N] [--batch-size B] [--seconds S | --ops N]\n"
             "                     [--body-size BYTES] [--queue NAME] [--warmup S] [--timeout-ms MS] [--read] [--cycle]\n"
+            "                     [--random-body]\n"
             "       keyload-bench --fsync-probe DIR [--samples N]\n"
             "       keyload-bench --leader-of URL,URL,... | --wait-caught-up URL,URL,...\n"
+            "       keyload-bench --serve-probe URL,URL,... [--since-ms EPOCH_MS] [--queue NAME] [--body-size B]\n"
             "       keyload-bench --failover --url URL,URL,... --pid-dir DIR [--run N] [--attempt-ms MS] [--queue NAME]\n"
             "       keyload-bench --cluster FILE --principal ID --key FILE [--database TENANT/DB] [bench options]\n"
             "       keyload-bench --handshake N --cluster FILE --principal ID --key FILE --pid PID [--node pPmM]\n"
@@ -179,7 +193,9 @@ static const struct option bench_longopts[] = {
     {"samples", required_argument, NULL, 'n'},    {"body-size", required_argument, NULL, 'B'},
     {"queue", required_argument, NULL, 'q'},      {"warmup", required_argument, NULL, 'w'},
     {"timeout-ms", required_argument, NULL, 't'}, {"help", no_argument, NULL, 'h'},
-    {"read", no_argument, NULL, 'r'},             {"cycle", no_argument, NULL, 'y'},             {"leader-of", required_argument, NULL, 'L'},
+    {"read", no_argument, NULL, 'r'},             {"cycle", no_argument, NULL, 'y'},
+    {"random-body", no_argument, NULL, 'j'},      {"leader-of", required_argument, NULL, 'L'},
+    {"serve-probe", required_argument, NULL, 'Q'}, {"since-ms", required_argument, NULL, 'K'},
     {"wait-caught-up", required_argument, NULL, 'W'}, {"failover", no_argument, NULL, 'F'},
     {"pid-dir", required_argument, NULL, 'P'},    {"run", required_argument, NULL, 'R'},
     {"attempt-ms", required_argument, NULL, 'A'},
@@ -207,10 +223,16 @@ static int apply_mode_option(int ch, char *arg, bench_options *o)
     case 'u':
     case 'L':
     case 'W':
+    case 'Q':
         if (parse_urls(arg, o) != 0)
             return OPT_BAD;
         if (ch != 'u')
-            o->mode = ch == 'L' ? MODE_LEADER : MODE_CAUGHT_UP;
+            o->mode = ch == 'L' ? MODE_LEADER : ch == 'W' ? MODE_CAUGHT_UP : MODE_SERVE;
+        break;
+    case 'K':
+        if (parse_int(arg, 1, 1L << 50, &v) != 0)
+            return OPT_BAD;
+        o->since_ms = v;
         break;
     case 'F': o->mode = MODE_FAILOVER; break;
     case 'P': o->pid_dir = arg; break;
@@ -327,6 +349,7 @@ static int apply_load_option(int ch, char *arg, bench_options *o)
     }
     case 'r': o->read = 1; break;
     case 'y': o->cycle = 1; break;
+    case 'j': o->random_body = 1; break;
     default: return OPT_OTHER;
     }
     return OPT_TAKEN;
@@ -428,6 +451,7 @@ static int run_mode(const bench_options *o)
     case MODE_FSYNC: return bench_run_fsync(o);
     case MODE_LEADER: return bench_run_leader_of(o);
     case MODE_CAUGHT_UP: return bench_run_wait_caught_up(o);
+    case MODE_SERVE: return bench_run_serve_probe(o);
     case MODE_FAILOVER: return bench_run_failover(o);
     case MODE_HANDSHAKE: return bench_run_handshake(o);
     case MODE_TRANSFER: return bench_run_transfer(o);

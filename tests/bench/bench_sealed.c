@@ -4,6 +4,7 @@
  * the clients and prints the line. */
 #include "tests/bench/bench_fixture.h"
 
+#include <sodium.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -78,6 +79,15 @@ void *bench_sealed_client_main(void *arg)
         if (o->ops > 0 && atomic_fetch_sub(&bench_ops_left, 1) <= 0)
             break;
         kl_err_clear(&err);
+        if (o->random_body) { /* new random bytes per batch (its messages share them) */
+            randombytes_buf(body, (size_t)o->body_size);
+            kl_message_free(msg);
+            msg = NULL;
+            if ((rc = kl_message_new(body, (size_t)o->body_size, &msg, &err)) != KL_OK) {
+                cs_first_err(cs, rc, &err);
+                break;
+            }
+        }
         if ((rc = sealed_make_batch(o, msg, &b, &err)) != KL_OK) {
             cs_first_err(cs, rc, &err);
             break;

@@ -2,11 +2,12 @@
 # snap_install.sh: time and peak RSS of a snapshot install of a large state between two
 # members of a 3-member partition (replica_count 2).
 #
-#   tests/bench/snap_install.sh [--keyloadd BIN] [--mib N] [--work DIR]
+#   tests/bench/snap_install.sh [--keyloadd BIN] [--mib N] [--work DIR] [--compressible]
 #
 # Starts three members (insecure_local_admin, snapshot threshold 100 / trailing 10), stops
-# one follower (kill -9), fills about N MiB (default 256) of messages (16000-byte bodies,
-# 10 per batch) through the other two, which compact their logs past the stopped member,
+# one follower (kill -9), fills about N MiB (default 256) of messages (16000-byte bodies of
+# random bytes, 10 per batch, so the state on disk is about N MiB; --compressible sends the
+# bench's repeating pattern instead, which RocksDB compresses about 16-fold) through the other two, which compact their logs past the stopped member,
 # then resets the leader's peak RSS (/proc/PID/clear_refs 5), restarts the follower and
 # waits until it caught up. Prints: the state size (du of the leader), the time from the
 # restart to caught up, the stream's start/staged/installed times from the logs, and the
@@ -14,12 +15,13 @@
 # Members are killed by pid on exit.
 set -u
 cd "$(dirname "$0")/../.."
-daemon=$PWD/bin/keyloadd mib=256 work=""
+daemon=$PWD/bin/keyloadd mib=256 work="" body=--random-body
 while [ $# -gt 0 ]; do
   case $1 in
     --keyloadd) daemon=$2; shift ;;
     --mib) mib=$2; shift ;;
     --work) work=$2; shift ;;
+    --compressible) body="" ;;
     *) echo "snap_install: unknown argument $1" >&2; exit 2 ;;
   esac
   shift
@@ -71,7 +73,7 @@ for i in 1 2 3; do [ "$i" -ne "$f" ] && others+=("${urls[$((i - 1))]}"); done
 two=$(IFS=,; echo "${others[*]}")
 batches=$(( mib * 1024 * 1024 / (10 * 16000) + 1 ))
 t0=$(date +%s.%N)
-"$bench" --url "$two" --clients 2 --batch-size 10 --body-size 16000 --ops "$batches" --queue big \
+"$bench" --url "$two" --clients 2 --batch-size 10 --body-size 16000 --ops "$batches" --queue big $body \
   --timeout-ms 30000 >"$work/fill.out" 2>"$work/fill.log" || { echo "snap_install: fill failed"; tail -n 5 "$work/fill.log"; exit 1; }
 t1=$(date +%s.%N)
 "$bench" --wait-caught-up "$two" >/dev/null
