@@ -74,6 +74,12 @@
 # created by 32 clients. Prints every KL-9 target as a ratio with PASS/MISS, writes
 # var/bench/summary.json (jq), the raw latencies (us, one a line) under var/bench/lat/ and
 # var/bench/latency.png (gnuplot: percentile curves of KeyLoad and its peer per cell).
+# Then KL-10: disk per member after 10^6 cycles (BENCH_PARTS=retain, retain_disk.sh), and
+# the large state (BENCH_PARTS=big): a 1 GiB snapshot install (snap_install.sh: time and
+# both peak RSS, target each < 128 MiB), the write outage of a 3-of-3 partition whose member
+# died, from `keyload-cluster replace` to the first acknowledged write with 1 GiB of state
+# (replace_big.sh, target <= 10 s), and a restart with 10^6 pending messages, exec to
+# serving for a follower, the leader and the whole partition (restart_pending.sh, <= 5 s).
 # Targets are reported PASS/MISS; they do not fail the run. The script fails only when a
 # daemon cannot be started or a benchmark cannot run.
 # Environment: BENCH_SECONDS (per cell, default 5), BENCH_PORT (default 7491),
@@ -88,12 +94,15 @@
 #              BENCH_PEERS_PORT (first client port of the peers' sealed RF3 cluster, default
 #              18031; peers +100), BENCH_JS_PORT (JetStream clients, default 14222..14224,
 #              routes +10),
-#              BENCH_PARTS=kl3, xfer, coord, peers or retain runs only the KL-3 part, the KL-4
-#              part, the KL-4 and KL-5 parts, the KL-9 peers part, or the KL-10 disk part
-#              (default: everything); xcoord runs only the two cells of the coordinator
+#              BENCH_PARTS=kl3, xfer, coord, peers, retain or big runs only the KL-3 part, the
+#              KL-4 part, the KL-4 and KL-5 parts, the KL-9 peers part, the KL-10 disk part or
+#              the KL-10 large-state part (default: everything); xcoord runs only the two cells of the coordinator
 #              target, BENCH_ROUNDS times alternating (client-driven, 32 in flight; a
 #              coordinator with the default config),
 #              BENCH_RETAIN_CYCLES (KL-10 disk part, default 1000000: about 20 minutes),
+#              BENCH_BIG_MIB (KL-10 large-state part: the state of the snapshot install and
+#              of the replace, default 1024; about 6 minutes and 5 GiB of disk in all),
+#              BENCH_BIG_MESSAGES (its pending messages for the restart, default 1000000),
 #              BENCH_BIN (a directory holding another build's binaries, for A/B runs),
 #              BENCH_COORD_WORKERS (that cell's coordinator with this many workers instead
 #              of the default config),
@@ -114,7 +123,7 @@ hs_port=${BENCH_HANDSHAKE_PORT:-18001}
 hs_n=${BENCH_HANDSHAKES:-1000}
 parts=${BENCH_PARTS:-all}
 xfer_port=${BENCH_XFER_PORT:-18100}
-case $parts in all|kl3|xfer|coord|peers|xcoord|retain) ;; *) echo "bench: BENCH_PARTS must be all, kl3, xfer, coord, peers, xcoord or retain"; exit 2 ;; esac
+case $parts in all|kl3|xfer|coord|peers|xcoord|retain|big) ;; *) echo "bench: BENCH_PARTS must be all, kl3, xfer, coord, peers, xcoord, retain or big"; exit 2 ;; esac
 peers_port=${BENCH_PEERS_PORT:-18031}
 js_port=${BENCH_JS_PORT:-14222}
 want_peers=0
@@ -454,7 +463,7 @@ kl3_setup() {
 declare -A kline
 kl3_ok=0
 hs_out=""
-if [ "$parts" = xfer ] || [ "$parts" = coord ] || [ "$parts" = peers ] || [ "$parts" = xcoord ] || [ "$parts" = retain ]; then
+if [ "$parts" = xfer ] || [ "$parts" = coord ] || [ "$parts" = peers ] || [ "$parts" = xcoord ] || [ "$parts" = retain ] || [ "$parts" = big ]; then
   :  # KL-4 (and KL-5) or the peers only
 elif ! "$cli" principal --help >/dev/null 2>&1; then
   echo "bench: $cli has no 'principal' command; the KL-3 part cannot run"
@@ -1140,6 +1149,29 @@ if [ "$parts" = all ] || [ "$parts" = retain ]; then
   echo "== KL-10 disk per member after ${BENCH_RETAIN_CYCLES:-1000000} cycles =="
   bash tests/bench/retain_disk.sh --cycles "${BENCH_RETAIN_CYCLES:-1000000}" --retention-ms 20000 \
     --work "$tmp/retain" || echo "bench: the KL-10 disk part failed"
+fi
+if [ "$parts" = all ] || [ "$parts" = big ]; then
+  # ---- KL-10, large state (each script prints its figures with the target and PASS/MISS;
+  # a MISS does not fail the run, a script that cannot run does):
+  #   snap_install.sh: a 1 GiB snapshot install between two members, time and both peak RSS
+  #     (target: each under 128 MiB, bounded by the chunk window, not the state);
+  #   replace_big.sh: `keyload-cluster replace` of a dead member of a 3-of-3 partition holding
+  #     1 GiB: the write outage from the command to the first acknowledged write (<= 10 s),
+  #     with the snapshot's size, stream and install times and both peak RSS;
+  #   restart_pending.sh: 10^6 pending messages (RF3, replica_count 3): kill -9 of a follower,
+  #     of the leader, and of the whole partition; exec to serving (<= 5 s) ----
+  big_mib=${BENCH_BIG_MIB:-1024}
+  echo "== KL-10 snapshot install of a ${big_mib} MiB state =="
+  bash tests/bench/snap_install.sh --keyloadd "$daemon" --mib "$big_mib" --work "$tmp/snap" ||
+    { echo "bench: the KL-10 snapshot install part failed"; failed=1; }
+  rm -rf "$tmp/snap"
+  echo "== KL-10 replace of a dead member, ${big_mib} MiB state, 3-of-3 =="
+  bash tests/bench/replace_big.sh --mib "$big_mib" ||
+    { echo "bench: the KL-10 replace part failed"; failed=1; }
+  echo "== KL-10 restart with ${BENCH_BIG_MESSAGES:-1000000} pending messages =="
+  bash tests/bench/restart_pending.sh --keyloadd "$daemon" --messages "${BENCH_BIG_MESSAGES:-1000000}" \
+    --work "$tmp/pending" || { echo "bench: the KL-10 restart part failed"; failed=1; }
+  rm -rf "$tmp/pending"
 fi
 echo "bench: total run time $(( $(date +%s) - bench_t0 )) s (BENCH_PARTS=$parts, ${secs}s per cell)"
 if [ ${#crashes[@]} -gt 0 ]; then
