@@ -37,6 +37,7 @@ mkdir -p "$work"
 pids=() dogs=()
 # A directory this script made (not --work) goes with it: it holds the state three times.
 cleanup() {
+  disown -a 2>/dev/null  # no job report for each member killed below
   for p in "${dogs[@]}"; do pkill -9 -P "$p" 2>/dev/null; done
   for p in "${pids[@]}" "${dogs[@]}"; do kill -9 "$p" 2>/dev/null; done
   if [ "$own" = 1 ]; then
