@@ -1,0 +1,402 @@
+/* The SDK's member table (client/sdk/member_table.h), pure logic: seeded from a partition of
+ * the cluster file, grown from Members answers (deduplicated by identity, bounded, refused
+ * by name when full), never rolled back by an older configuration, rate-limited sub-steps,
+ * shared per cluster file, and append-only under concurrent learners. */
+#include "client/sdk/member_table.h"
+#include "tests/unit/harness.h"
+
+#include <check.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* A partition of n members p<pid>m1.. at tcp://127.0.0.1:<base + i>, each with a key. */
+static kl_partition *partition_new(int pid, int n, int base)
+{
+    kl_partition *p = calloc(1, sizeof *p);
+    ck_assert_ptr_nonnull(p);
+    p->id = pid;
+    p->member_count = n;
+    for (int i = 0; i < n; i++) {
+        p->members[i].id = i + 1;
+        snprintf(p->members[i].client_url, sizeof p->members[i].client_url, "tcp://127.0.0.1:%d", base + i);
+        p->members[i].has_public_key = true;
+        memset(p->members[i].public_key, i + 1, sizeof p->members[i].public_key);
+    }
+    return p;
+}
+
+/* A Members answer under construction: voters and directory entries with keys k. */
+typedef struct answer_fx {
+    Keyload__V1__MembersAnswer a;
+    uint64_t voters[64];
+    Keyload__V1__MemberInfo infos[64];
+    Keyload__V1__MemberInfo *ptrs[64];
+    char urls[64][64];
+    uint8_t keys[64][32];
+} answer_fx;
+
+static void fx_init(answer_fx *f, uint64_t conf_index)
+{
+    memset(f, 0, sizeof *f);
+    keyload__v1__members_answer__init(&f->a);
+    f->a.conf_index = conf_index;
+    f->a.voters = f->voters;
+    f->a.directory = f->ptrs;
+}
+
+/* Adds member id at port, a voter (in the configuration) or only in the directory. key_byte
+ * 0: no key; key_len other than 32 (with key_byte) makes a malformed key. */
+static void fx_add(answer_fx *f, uint64_t id, int port, int key_byte, size_t key_len, bool voter)
+{
+    size_t k = f->a.n_directory++;
+    keyload__v1__member_info__init(&f->infos[k]);
+    f->infos[k].id = id;
+    snprintf(f->urls[k], sizeof f->urls[k], "tcp://127.0.0.1:%d", port);
+    f->infos[k].client_url = f->urls[k];
+    f->infos[k].peer_url = f->urls[k];
+    if (key_byte != 0) {
+        memset(f->keys[k], key_byte, sizeof f->keys[k]);
+        f->infos[k].public_key.data = f->keys[k];
+        f->infos[k].public_key.len = key_len;
+    }
+    f->ptrs[k] = &f->infos[k];
+    if (voter)
+        f->voters[f->a.n_voters++] = id;
+}
+
+static int current_count(const kl_sdk_members *t)
+{
+    int n = 0;
+    for (int i = 0; i < kl_sdk_members_count(t); i++)
+        n += kl_sdk_members_is_current(t, i);
+    return n;
+}
+
+START_TEST(seeded_from_the_cluster_file)
+{
+    kl_sdk_members t;
+    kl_err err;
+    ck_assert_int_eq(kl_sdk_members_init(&t, 1, &err), KL_OK);
+    kl_partition *p = partition_new(1, 3, 7000);
+    ck_assert_int_eq(kl_sdk_members_seed(&t, p, &err), KL_OK);
+    ck_assert_int_eq(kl_sdk_members_count(&t), 3);
+    ck_assert_int_eq(current_count(&t), 3);
+    ck_assert_int_eq(kl_sdk_members_find_url(&t, "tcp://127.0.0.1:7001"), 1);
+    ck_assert_int_eq(kl_sdk_members_find_url(&t, "tcp://127.0.0.1:7009"), -1);
+    ck_assert_int_eq(kl_sdk_members_find_url(&t, ""), -1);
+    ck_assert_int_eq(kl_sdk_members_find_id(&t, 3), 2);
+    ck_assert(!kl_sdk_members_at(&t, 0)->learned);
+    ck_assert(kl_sdk_members_at(&t, 0)->has_public_key);
+    free(p);
+    kl_sdk_members_destroy(&t);
+}
+END_TEST
+
+START_TEST(learns_new_members_once_and_retires_removed_ones)
+{
+    kl_sdk_members t;
+    kl_err err;
+    kl_sdk_members_init(&t, 1, &err);
+    kl_partition *p = partition_new(1, 3, 7000);
+    kl_sdk_members_seed(&t, p, &err);
+    /* {2, 3, 4}: member 1 removed, member 4 joined on a new URL. */
+    answer_fx f;
+    fx_init(&f, 12);
+    fx_add(&f, 2, 7001, 2, 32, true);
+    fx_add(&f, 3, 7002, 3, 32, true);
+    fx_add(&f, 4, 7100, 4, 32, true);
+    int added = -1;
+    uint64_t g0 = kl_sdk_members_generation(&t);
+    ck_assert_int_eq(kl_sdk_members_learn(&t, &f.a, true, &added, &err), KL_OK);
+    ck_assert_int_eq(added, 1);
+    ck_assert_int_eq(kl_sdk_members_count(&t), 4);
+    ck_assert(kl_sdk_members_generation(&t) != g0);
+    ck_assert(!kl_sdk_members_is_current(&t, 0)); /* member 1 */
+    ck_assert(kl_sdk_members_is_current(&t, 1) && kl_sdk_members_is_current(&t, 2));
+    ck_assert(kl_sdk_members_is_current(&t, 3));
+    const kl_sdk_member *m4 = kl_sdk_members_at(&t, 3);
+    ck_assert_uint_eq(m4->id, 4);
+    ck_assert_str_eq(m4->client_url, "tcp://127.0.0.1:7100");
+    ck_assert(m4->learned && m4->has_public_key && m4->public_key[0] == 4);
+    ck_assert_int_eq(kl_sdk_members_find_url(&t, "tcp://127.0.0.1:7100"), 3);
+    /* The same answer again: nothing new, the generation stays. */
+    uint64_t g1 = kl_sdk_members_generation(&t);
+    ck_assert_int_eq(kl_sdk_members_learn(&t, &f.a, true, &added, &err), KL_OK);
+    ck_assert_int_eq(added, 0);
+    ck_assert_int_eq(kl_sdk_members_count(&t), 4);
+    ck_assert_uint_eq(kl_sdk_members_generation(&t), g1);
+    free(p);
+    kl_sdk_members_destroy(&t);
+}
+END_TEST
+
+START_TEST(an_older_configuration_changes_nothing)
+{
+    kl_sdk_members t;
+    kl_err err;
+    kl_sdk_members_init(&t, 1, &err);
+    kl_partition *p = partition_new(1, 3, 7000);
+    kl_sdk_members_seed(&t, p, &err);
+    answer_fx f;
+    fx_init(&f, 20);
+    fx_add(&f, 2, 7001, 2, 32, true);
+    fx_add(&f, 4, 7100, 4, 32, true);
+    int added;
+    ck_assert_int_eq(kl_sdk_members_learn(&t, &f.a, true, &added, &err), KL_OK);
+    uint64_t g = kl_sdk_members_generation(&t);
+    answer_fx old;
+    fx_init(&old, 19); /* a lagging member still on {1, 2, 3, 9} */
+    fx_add(&old, 1, 7000, 1, 32, true);
+    fx_add(&old, 9, 7200, 9, 32, true);
+    ck_assert_int_eq(kl_sdk_members_learn(&t, &old.a, true, &added, &err), KL_OK);
+    ck_assert_int_eq(added, 0);
+    ck_assert_int_eq(kl_sdk_members_count(&t), 4);
+    ck_assert_uint_eq(kl_sdk_members_generation(&t), g);
+    ck_assert(!kl_sdk_members_is_current(&t, 0));
+    ck_assert_int_eq(kl_sdk_members_find_id(&t, 9), -1);
+    free(p);
+    kl_sdk_members_destroy(&t);
+}
+END_TEST
+
+START_TEST(unusable_entries_are_refused)
+{
+    kl_sdk_members t;
+    kl_err err;
+    kl_sdk_members_init(&t, 1, &err);
+    answer_fx f;
+    fx_init(&f, 3);
+    fx_add(&f, 5, 7300, 0, 0, true);   /* no key */
+    fx_add(&f, 6, 7301, 6, 31, true);  /* a key of 31 bytes */
+    fx_add(&f, 7, 7302, 7, 32, false); /* not in the configuration */
+    fx_add(&f, 8, 7303, 8, 32, true);
+    int added;
+    ck_assert_int_eq(kl_sdk_members_learn(&t, &f.a, true, &added, &err), KL_OK);
+    ck_assert_int_eq(added, 1);
+    ck_assert_uint_eq(kl_sdk_members_at(&t, 0)->id, 8);
+    /* Without sessions a member without a key is usable; the malformed key never is. */
+    ck_assert_int_eq(kl_sdk_members_learn(&t, &f.a, false, &added, &err), KL_OK);
+    ck_assert_int_eq(added, 1);
+    ck_assert_int_eq(kl_sdk_members_find_id(&t, 5), 1);
+    ck_assert(!kl_sdk_members_at(&t, 1)->has_public_key);
+    ck_assert_int_eq(kl_sdk_members_find_id(&t, 6), -1);
+    ck_assert_int_eq(kl_sdk_members_find_id(&t, 7), -1);
+    /* No voter, or no usable member of the configuration: refused by name, nothing changes. */
+    answer_fx none;
+    fx_init(&none, 4);
+    ck_assert_int_eq(kl_sdk_members_learn(&t, &none.a, true, &added, &err), KL_INVALID_ARGUMENT);
+    ck_assert_str_eq(err.detail, "voters");
+    fx_add(&none, 5, 7300, 0, 0, true);
+    ck_assert_int_eq(kl_sdk_members_learn(&t, &none.a, true, &added, &err), KL_INVALID_ARGUMENT);
+    ck_assert_str_eq(err.detail, "directory");
+    ck_assert_int_eq(current_count(&t), 2);
+    kl_sdk_members_destroy(&t);
+}
+END_TEST
+
+START_TEST(a_new_identity_at_an_old_address_gets_its_own_slot)
+{
+    kl_sdk_members t;
+    kl_err err;
+    kl_sdk_members_init(&t, 1, &err);
+    kl_partition *p = partition_new(1, 3, 7000);
+    kl_sdk_members_seed(&t, p, &err);
+    answer_fx f; /* member 3 replaced by member 5 (new key) on member 3's address */
+    fx_init(&f, 30);
+    fx_add(&f, 1, 7000, 1, 32, true);
+    fx_add(&f, 2, 7001, 2, 32, true);
+    fx_add(&f, 5, 7002, 5, 32, true);
+    int added;
+    ck_assert_int_eq(kl_sdk_members_learn(&t, &f.a, true, &added, &err), KL_OK);
+    ck_assert_int_eq(added, 1);
+    ck_assert_int_eq(kl_sdk_members_count(&t), 4);
+    ck_assert_int_eq(kl_sdk_members_find_url(&t, "tcp://127.0.0.1:7002"), 3); /* the current one */
+    ck_assert_uint_eq(kl_sdk_members_at(&t, 2)->id, 3);                       /* untouched */
+    ck_assert(!kl_sdk_members_is_current(&t, 2));
+    /* The same id and URL with another key is another identity too. */
+    answer_fx g;
+    fx_init(&g, 31);
+    fx_add(&g, 5, 7002, 6, 32, true);
+    ck_assert_int_eq(kl_sdk_members_learn(&t, &g.a, true, &added, &err), KL_OK);
+    ck_assert_int_eq(added, 1);
+    ck_assert_int_eq(kl_sdk_members_find_id(&t, 5), 4);
+    free(p);
+    kl_sdk_members_destroy(&t);
+}
+END_TEST
+
+START_TEST(a_full_table_refuses_by_name_and_keeps_its_slots)
+{
+    kl_sdk_members t;
+    kl_err err;
+    kl_sdk_members_init(&t, 2, &err);
+    kl_partition *p = partition_new(2, 3, 7000);
+    kl_sdk_members_seed(&t, p, &err);
+    int added, total = 3;
+    uint64_t id = 10;
+    for (uint64_t conf = 1; total < KL_SDK_MEMBERS_MAX; conf++) {
+        answer_fx f;
+        fx_init(&f, conf);
+        for (int k = 0; k < 3 && total < KL_SDK_MEMBERS_MAX; k++, total++, id++)
+            fx_add(&f, id, 8000 + (int)id, (int)(id & 0x7f) + 1, 32, true);
+        ck_assert_int_eq(kl_sdk_members_learn(&t, &f.a, true, &added, &err), KL_OK);
+    }
+    ck_assert_int_eq(kl_sdk_members_count(&t), KL_SDK_MEMBERS_MAX);
+    kl_sdk_member before = *kl_sdk_members_at(&t, 5);
+    answer_fx f;
+    fx_init(&f, 1000);
+    fx_add(&f, id - 1, 8000 + (int)(id - 1), (int)((id - 1) & 0x7f) + 1, 32, true); /* known */
+    fx_add(&f, 500, 9500, 9, 32, true);                                             /* no room */
+    kl_code rc = kl_sdk_members_learn(&t, &f.a, true, &added, &err);
+    ck_assert_int_eq(rc, KL_RESOURCE_EXHAUSTED);
+    ck_assert_str_eq(err.detail, "members_max");
+    ck_assert_int_eq(added, 0);
+    ck_assert_int_eq(kl_sdk_members_count(&t), KL_SDK_MEMBERS_MAX);
+    ck_assert_int_eq(kl_sdk_members_find_id(&t, 500), -1);
+    ck_assert_int_eq(memcmp(&before, kl_sdk_members_at(&t, 5), sizeof before), 0);
+    /* What did fit is still learned: the known member is the one current slot. */
+    ck_assert_int_eq(current_count(&t), 1);
+    ck_assert(kl_sdk_members_is_current(&t, KL_SDK_MEMBERS_MAX - 1));
+    free(p);
+    kl_sdk_members_destroy(&t);
+}
+END_TEST
+
+START_TEST(sub_steps_are_rate_limited)
+{
+    kl_sdk_members t;
+    kl_err err;
+    kl_sdk_members_init(&t, 0, &err);
+    ck_assert(kl_sdk_members_learn_due(&t, 100000));
+    ck_assert(!kl_sdk_members_learn_due(&t, 100000));
+    ck_assert(!kl_sdk_members_learn_due(&t, 100000 + KL_SDK_LEARN_INTERVAL_MS - 1));
+    ck_assert(kl_sdk_members_learn_due(&t, 100000 + KL_SDK_LEARN_INTERVAL_MS));
+    kl_sdk_members_destroy(&t);
+}
+END_TEST
+
+START_TEST(tables_are_shared_per_cluster_file)
+{
+    kl_cluster *a = calloc(1, sizeof *a), *b = calloc(1, sizeof *b);
+    ck_assert(a != NULL && b != NULL);
+    snprintf(a->name, sizeof a->name, "shared-fx");
+    a->partition_count = 1;
+    kl_partition *p = partition_new(0, 3, 7000);
+    a->partitions[0] = *p;
+    *b = *a;
+    kl_sdk_member_tables *t1 = kl_sdk_member_tables_acquire(a);
+    kl_sdk_member_tables *t2 = kl_sdk_member_tables_acquire(a);
+    ck_assert_ptr_nonnull(t1);
+    ck_assert_ptr_eq(t1, t2);
+    snprintf(b->partitions[0].members[2].client_url, KL_URL_MAX, "tcp://127.0.0.1:7777");
+    kl_sdk_member_tables *t3 = kl_sdk_member_tables_acquire(b); /* same name, other members */
+    ck_assert_ptr_nonnull(t3);
+    ck_assert_ptr_ne(t1, t3);
+    ck_assert_int_eq(kl_sdk_members_count(kl_sdk_member_tables_at(t1, 0)), 3);
+    ck_assert_int_eq(kl_sdk_members_find_url(kl_sdk_member_tables_at(t3, 0), "tcp://127.0.0.1:7777"), 2);
+    kl_sdk_member_tables_release(t3);
+    kl_sdk_member_tables_release(t2);
+    kl_sdk_member_tables_release(t1);
+    free(p);
+    free(a);
+    free(b);
+}
+END_TEST
+
+/* Learners race to add distinct members while readers walk the published slots: every
+ * member lands once, slots never change under a reader, and the count never passes the cap. */
+typedef struct race {
+    kl_sdk_members *t;
+    int who;
+    _Atomic bool stop;
+    _Atomic int bad;
+} race;
+
+static race races[4];
+
+static void *learner(void *arg)
+{
+    race *r = arg;
+    for (int k = 0; k < 12; k++) {
+        answer_fx f;
+        fx_init(&f, 1);
+        uint64_t id = 100 + (uint64_t)r->who * 100 + (uint64_t)k;
+        fx_add(&f, id, 10000 + (int)id, r->who + 1, 32, true);
+        int added;
+        kl_err err;
+        kl_code rc = kl_sdk_members_learn(r->t, &f.a, true, &added, &err);
+        if (rc != KL_OK && rc != KL_RESOURCE_EXHAUSTED)
+            atomic_fetch_add(&r->bad, 1);
+    }
+    return NULL;
+}
+
+static void *reader(void *arg)
+{
+    race *r = arg;
+    while (!atomic_load(&r->stop)) {
+        int n = kl_sdk_members_count(r->t);
+        if (n > KL_SDK_MEMBERS_MAX)
+            atomic_fetch_add(&r->bad, 1);
+        for (int i = 0; i < n; i++) {
+            const kl_sdk_member *m = kl_sdk_members_at(r->t, i);
+            char want[64];
+            snprintf(want, sizeof want, "tcp://127.0.0.1:%d", 10000 + (int)m->id);
+            if (m->id < 100 || strcmp(m->client_url, want) != 0)
+                atomic_fetch_add(&r->bad, 1);
+        }
+    }
+    return NULL;
+}
+
+START_TEST(concurrent_learners_append_each_member_once)
+{
+    kl_sdk_members t;
+    kl_err err;
+    kl_sdk_members_init(&t, 3, &err);
+    pthread_t th[5];
+    for (int i = 0; i < 4; i++) {
+        races[i].t = &t;
+        races[i].who = i;
+        atomic_store(&races[i].stop, false);
+        atomic_store(&races[i].bad, 0);
+    }
+    pthread_create(&th[4], NULL, reader, &races[0]);
+    for (int i = 0; i < 4; i++)
+        pthread_create(&th[i], NULL, learner, &races[i]);
+    for (int i = 0; i < 4; i++)
+        pthread_join(th[i], NULL);
+    atomic_store(&races[0].stop, true);
+    pthread_join(th[4], NULL);
+    int bad = 0;
+    for (int i = 0; i < 4; i++)
+        bad += atomic_load(&races[i].bad);
+    ck_assert_int_eq(bad, 0);
+    /* 48 distinct members offered, 32 fit; each id at most once. */
+    ck_assert_int_eq(kl_sdk_members_count(&t), KL_SDK_MEMBERS_MAX);
+    for (int i = 0; i < KL_SDK_MEMBERS_MAX; i++)
+        for (int j = i + 1; j < KL_SDK_MEMBERS_MAX; j++)
+            ck_assert_uint_ne(kl_sdk_members_at(&t, i)->id, kl_sdk_members_at(&t, j)->id);
+    kl_sdk_members_destroy(&t);
+}
+END_TEST
+
+Suite *suite_sdk_members(void)
+{
+    Suite *s = suite_create("sdk_members");
+    TCase *t = tcase_create("sdk_members");
+    tcase_set_timeout(t, 30);
+    tcase_add_test(t, seeded_from_the_cluster_file);
+    tcase_add_test(t, learns_new_members_once_and_retires_removed_ones);
+    tcase_add_test(t, an_older_configuration_changes_nothing);
+    tcase_add_test(t, unusable_entries_are_refused);
+    tcase_add_test(t, a_new_identity_at_an_old_address_gets_its_own_slot);
+    tcase_add_test(t, a_full_table_refuses_by_name_and_keeps_its_slots);
+    tcase_add_test(t, sub_steps_are_rate_limited);
+    tcase_add_test(t, tables_are_shared_per_cluster_file);
+    tcase_add_test(t, concurrent_learners_append_each_member_once);
+    suite_add_tcase(s, t);
+    return s;
+}
