@@ -619,12 +619,11 @@ static int learn_pick(kl_call *call)
     return -1;
 }
 
-/* The Members answer of the sub-step (ans is the call's to free). Returns the leader slot it
- * named, or -1. */
-static int learn_absorb(kl_call *call, uint8_t *ans, size_t ans_len)
+/* Learns a Members answer into the table. Returns the leader slot it named (remembered as
+ * the partition's leader), or -1. */
+static int learn_apply(kl_call *call, const uint8_t *ans, size_t ans_len)
 {
     Keyload__V1__MembersAnswer *a = keyload__v1__members_answer__unpack(NULL, ans_len, ans);
-    free(ans);
     if (a == NULL)
         return -1;
     int added = 0, leader = -1;
@@ -639,6 +638,14 @@ static int learn_absorb(kl_call *call, uint8_t *ans, size_t ans_len)
             leader_set(call->c, call->pi, leader);
     }
     keyload__v1__members_answer__free_unpacked(a, NULL);
+    return leader;
+}
+
+/* The Members answer of the sub-step (ans is the call's to free). */
+static int learn_absorb(kl_call *call, uint8_t *ans, size_t ans_len)
+{
+    int leader = learn_apply(call, ans, ans_len);
+    free(ans);
     return leader;
 }
 
@@ -692,8 +699,16 @@ static void follow_redirect(kl_call *call, const char *leader)
  * false = a LEARN_AFTER sub-step holds the answer and goes on. */
 static bool pc_succeeded(kl_call *call, uint8_t *ans, size_t ans_len)
 {
-    leader_set(call->c, call->pi, call->mi);
-    if (call->lost != 0 && call->deadline - now_ms() > KL_MIN_ATTEMPT_MS &&
+    /* Any member answers Members (kl_client_members): its answer, not the fact that it
+     * answered, says who leads; and what it says is learned like a sub-step's. */
+    bool members = strcmp(call->s.method, METHOD_MEMBERS) == 0;
+    if (members) {
+        if (learn_apply(call, ans, ans_len) < 0)
+            leader_forget(call->c, call->pi, call->mi);
+    } else {
+        leader_set(call->c, call->pi, call->mi);
+    }
+    if (!members && call->lost != 0 && call->deadline - now_ms() > KL_MIN_ATTEMPT_MS &&
         kl_sdk_members_learn_due(call->mt, now_ms())) {
         call->held_ans = ans;
         call->held_len = ans_len;
