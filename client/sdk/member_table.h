@@ -32,6 +32,7 @@
 #define KL_SDK_MEMBER_TABLE_H
 
 #include "common/cluster.h"
+#include "common/limits.h"
 #include "common/status.h"
 #include "keyload/v1/membership.pb-c.h"
 
@@ -40,8 +41,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-/* Slots per partition (cluster file plus learned; a bit each in a 64-bit mask). */
-#define KL_SDK_MEMBERS_MAX 32
+/* Slots per partition: KL_SDK_MEMBERS_MAX (common/limits.h). */
 /* The least time between two Members sub-steps on one partition, process-wide. */
 #define KL_SDK_LEARN_INTERVAL_MS 500
 
