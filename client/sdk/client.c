@@ -5,10 +5,13 @@
  * Routing: the partition's last known leader is tried first (remembered per partition and
  * shared by every thread and every kl_client of the process that opened the same cluster
  * name: from the member that last answered, or a
- * NOT_LEADER answer naming one), then the members in cluster-file order; a member that
- * answers NOT_LEADER or UNAVAILABLE, or does not answer, is forgotten as leader. A NOT_LEADER
- * answer naming a member of that partition is followed (at most KL_MAX_REDIRECTS times);
- * an address that is not a member of the partition is not dialed. When a whole round ends
+ * NOT_LEADER answer naming one), then the members of the partition's member table in slot
+ * order (client/sdk/member_table.h: the cluster file's, then those learned from Members; a
+ * round walks those of the newest configuration known); a member that answers NOT_LEADER
+ * or UNAVAILABLE, or does not answer, is forgotten as leader. A NOT_LEADER answer naming a
+ * member in the table is followed (at most KL_MAX_REDIRECTS times); an address the table
+ * does not hold is not dialed before a Members answer vouched for it ("the Members
+ * sub-step" below). When a whole round ends
  * without an answer but some member was alive (NOT_LEADER without a leader, or
  * UNAVAILABLE: an election is probably running), the round is repeated after a short
  * pause while time remains. Every attempt sends the same request bytes, so a batch keeps
@@ -875,6 +878,8 @@ static void pc_advance(kl_call *call)
                 learn_done(call, -1);
                 return;
             }
+            if (call->learning != LEARN_NONE)
+                learn_restore(call); /* the error names the call's own request */
             if (!call->maybe_sent)
                 kl_fail(&call->last, KL_UNAVAILABLE, "cancelled",
                         "the call was cancelled; %s was not sent", call->s.method);

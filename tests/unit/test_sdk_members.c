@@ -1,15 +1,23 @@
 /* The SDK's member table (client/sdk/member_table.h), pure logic: seeded from a partition of
  * the cluster file, grown from Members answers (deduplicated by identity, bounded, refused
  * by name when full), never rolled back by an older configuration, rate-limited sub-steps,
- * shared per cluster file, and append-only under concurrent learners. */
+ * shared per cluster file, and append-only under concurrent learners. Then the call path
+ * against scripted members (real kl_rpc_servers on loopback) that the cluster file does not
+ * all name: a NOT_LEADER naming an unknown leader, and a round where no known member
+ * serves, each reach the leader through a Members sub-step. */
+#include "client/keyload.h"
 #include "client/sdk/member_table.h"
+#include "common/rpc.h"
 #include "tests/unit/harness.h"
+#include "tests/unit/ports.h"
 
 #include <check.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <uv.h>
 
 /* A partition of n members p<pid>m1.. at tcp://127.0.0.1:<base + i>, each with a key. */
 static kl_partition *partition_new(int pid, int n, int base)
@@ -383,6 +391,235 @@ START_TEST(concurrent_learners_append_each_member_once)
 }
 END_TEST
 
+/* ---- the call path against scripted members ---- */
+
+enum { SM_LEADS, SM_FOLLOWS, SM_UNAVAILABLE };
+
+typedef struct smember {
+    uv_loop_t loop;
+    uv_async_t ctl;
+    pthread_t thread;
+    kl_rpc_server *srv;
+    char url[64];
+    uint64_t id;
+    int mode;
+    const char *hint;      /* SM_FOLLOWS: the leader URL it names */
+    /* What it answers Members: voters and directory (ids and URLs), the leader's id. */
+    int n_dir;
+    uint64_t dir_id[4];
+    const char *dir_url[4];
+    uint64_t leader;
+    atomic_int batches, members;
+} smember;
+
+static smember sm[3];
+
+static void sm_batch(void *owner, kl_rpc_call *call)
+{
+    smember *m = owner;
+    atomic_fetch_add(&m->batches, 1);
+    kl_err e;
+    if (m->mode == SM_FOLLOWS) {
+        kl_fail(&e, KL_NOT_LEADER, "not_leader", "this member does not lead partition 0 now");
+        kl_rpc_reply_error(call, &e, m->hint);
+        return;
+    }
+    if (m->mode == SM_UNAVAILABLE) {
+        kl_fail(&e, KL_UNAVAILABLE, "leader_not_ready", "this member cannot commit yet; retry");
+        kl_rpc_reply_error(call, &e, NULL);
+        return;
+    }
+    size_t len;
+    const uint8_t *p = kl_rpc_call_payload(call, &len);
+    Keyload__V1__BatchRequest *b = keyload__v1__batch_request__unpack(NULL, len, p);
+    Keyload__V1__BatchReceipt r = KEYLOAD__V1__BATCH_RECEIPT__INIT;
+    r.command_id = b->command_id;
+    r.index = 9;
+    uint8_t buf[256];
+    size_t n = keyload__v1__batch_receipt__pack(&r, buf);
+    keyload__v1__batch_request__free_unpacked(b, NULL);
+    kl_rpc_reply(call, buf, n);
+}
+
+static void sm_members(void *owner, kl_rpc_call *call)
+{
+    smember *m = owner;
+    atomic_fetch_add(&m->members, 1);
+    Keyload__V1__MembersAnswer a = KEYLOAD__V1__MEMBERS_ANSWER__INIT;
+    Keyload__V1__MemberInfo infos[4], *ptrs[4];
+    uint64_t voters[4];
+    for (int i = 0; i < m->n_dir; i++) {
+        keyload__v1__member_info__init(&infos[i]);
+        infos[i].id = m->dir_id[i];
+        infos[i].client_url = (char *)m->dir_url[i];
+        infos[i].peer_url = (char *)m->dir_url[i];
+        ptrs[i] = &infos[i];
+        voters[i] = m->dir_id[i];
+    }
+    a.member = m->id;
+    a.leader = m->leader;
+    a.voters = voters;
+    a.n_voters = (size_t)m->n_dir;
+    a.replica_count = 1;
+    a.conf_index = 40;
+    a.committed = true;
+    a.directory = ptrs;
+    a.n_directory = (size_t)m->n_dir;
+    uint8_t buf[1024];
+    size_t n = keyload__v1__members_answer__pack(&a, buf);
+    kl_rpc_reply(call, buf, n);
+}
+
+static const kl_rpc_method sm_methods[] = {{"keyload.v1.Batch", sm_batch}, {"keyload.v1.Members", sm_members}};
+
+static void sm_ctl(uv_async_t *h)
+{
+    smember *m = h->data;
+    kl_rpc_server_stop(m->srv);
+    uv_close((uv_handle_t *)&m->ctl, NULL);
+}
+
+static void *sm_loop(void *arg)
+{
+    uv_run(&((smember *)arg)->loop, UV_RUN_DEFAULT);
+    return NULL;
+}
+
+/* A member with its URL; its Members answer and hint are set by the test before any call. */
+static void sm_start(smember *m, uint64_t id, int mode)
+{
+    memset(m, 0, sizeof *m);
+    m->id = id;
+    m->mode = mode;
+    ck_assert_int_eq(uv_loop_init(&m->loop), 0);
+    ck_assert_int_eq(uv_async_init(&m->loop, &m->ctl, sm_ctl), 0);
+    m->ctl.data = m;
+    snprintf(m->url, sizeof m->url, "tcp://127.0.0.1:%d", th_free_port());
+    kl_rpc_server_config cfg = {.listen_url = m->url, .methods = sm_methods, .method_count = 2,
+                                .owner = m, .max_frame = 1 << 20};
+    kl_err err;
+    ck_assert_msg(kl_rpc_server_start(&m->loop, &cfg, &m->srv, &err) == KL_OK, "%s", err.message);
+    ck_assert_int_eq(pthread_create(&m->thread, NULL, sm_loop, m), 0);
+}
+
+static void sm_stop(smember *m)
+{
+    ck_assert_int_eq(uv_async_send(&m->ctl), 0);
+    ck_assert_int_eq(pthread_join(m->thread, NULL), 0);
+    ck_assert_int_eq(uv_loop_close(&m->loop), 0);
+}
+
+/* The configuration {m[0..n)} as every scripted member answers it, leader `leader`. */
+static void sm_directory(smember **ms, int n, uint64_t leader)
+{
+    for (int k = 0; k < 3; k++) {
+        sm[k].n_dir = n;
+        sm[k].leader = leader;
+        for (int i = 0; i < n; i++) {
+            sm[k].dir_id[i] = ms[i]->id;
+            sm[k].dir_url[i] = ms[i]->url;
+        }
+    }
+}
+
+static char sm_dir[256], sm_path[512];
+
+/* A one-partition cluster file named `name` listing (id, url) pairs. */
+static kl_client *sm_client(const char *name, int n, const uint64_t *ids, const char *const *urls)
+{
+    th_tmpdir(sm_dir, sizeof sm_dir);
+    snprintf(sm_path, sizeof sm_path, "%s/cluster.json", sm_dir);
+    FILE *f = fopen(sm_path, "w");
+    ck_assert_ptr_nonnull(f);
+    fprintf(f, "{\"cluster\":\"%s\",\"replica_count\":1,\"insecure_local_admin\":true,\"partitions\":[{\"id\":0,"
+               "\"members\":[", name);
+    for (int i = 0; i < n; i++)
+        fprintf(f, "%s{\"id\":%llu,\"client\":\"%s\"}", i ? "," : "", (unsigned long long)ids[i], urls[i]);
+    fprintf(f, "]}]}\n");
+    fclose(f);
+    kl_client *c;
+    kl_err err;
+    ck_assert_int_eq(kl_client_open(sm_path, "t/d", 3000, &c, &err), KL_OK);
+    return c;
+}
+
+static kl_code sm_send(kl_client *c, kl_err *err)
+{
+    kl_batch *b;
+    kl_message *m;
+    ck_assert_int_eq(kl_batch_new(NULL, &b, err), KL_OK);
+    ck_assert_int_eq(kl_message_new("x", 1, &m, err), KL_OK);
+    ck_assert_int_eq(kl_batch_enqueue(b, "q", NULL, m, err), KL_OK);
+    kl_receipt *r = NULL;
+    kl_code rc = kl_client_batch(c, b, &r, err);
+    if (rc == KL_OK)
+        ck_assert_uint_eq(r->decoded->index, 9);
+    kl_receipt_free(r);
+    kl_message_free(m);
+    kl_batch_free(b);
+    return rc;
+}
+
+/* The file names only A, which follows and names B (not in the file) as leader: the call
+ * asks A for Members, learns B and follows; the next call goes to B at once. */
+START_TEST(a_redirect_to_an_unknown_leader_is_learned_and_followed)
+{
+    sm_start(&sm[0], 1, SM_FOLLOWS);
+    sm_start(&sm[1], 2, SM_LEADS);
+    sm_start(&sm[2], 3, SM_FOLLOWS); /* unused */
+    sm[0].hint = sm[1].url;
+    smember *conf[2] = {&sm[0], &sm[1]};
+    sm_directory(conf, 2, 2);
+    uint64_t ids[1] = {1};
+    const char *urls[1] = {sm[0].url};
+    kl_client *c = sm_client("learn-hint", 1, ids, urls);
+    kl_err err;
+    kl_code rc = sm_send(c, &err);
+    ck_assert_msg(rc == KL_OK, "%s %s", kl_code_name(rc), err.message);
+    ck_assert_int_eq(atomic_load(&sm[0].batches), 1);
+    ck_assert_int_eq(atomic_load(&sm[0].members), 1);
+    ck_assert_int_eq(atomic_load(&sm[1].batches), 1);
+    ck_assert_int_eq(sm_send(c, &err), KL_OK);
+    ck_assert_int_eq(atomic_load(&sm[0].batches), 1); /* B is the cached leader now */
+    ck_assert_int_eq(atomic_load(&sm[1].batches), 2);
+    kl_client_close(c);
+    for (int k = 0; k < 3; k++)
+        sm_stop(&sm[k]);
+    th_rmrf(sm_dir);
+}
+END_TEST
+
+/* The file names A (nothing listens there) and C (answers every batch UNAVAILABLE): no
+ * member it knows serves, so the call asks C for Members, learns B, and B serves. */
+START_TEST(a_round_where_no_known_member_serves_learns_the_leader)
+{
+    sm_start(&sm[0], 3, SM_UNAVAILABLE);
+    sm_start(&sm[1], 2, SM_LEADS);
+    sm_start(&sm[2], 4, SM_FOLLOWS); /* unused */
+    smember *conf[2] = {&sm[1], &sm[0]};
+    sm_directory(conf, 2, 2);
+    char dead[64];
+    snprintf(dead, sizeof dead, "tcp://127.0.0.1:%d", th_free_port());
+    uint64_t ids[2] = {1, 3};
+    const char *urls[2] = {dead, sm[0].url};
+    kl_client *c = sm_client("learn-round", 2, ids, urls);
+    kl_err err;
+    kl_code rc = sm_send(c, &err);
+    ck_assert_msg(rc == KL_OK, "%s %s", kl_code_name(rc), err.message);
+    ck_assert_int_ge(atomic_load(&sm[0].members), 1);
+    ck_assert_int_eq(atomic_load(&sm[1].batches), 1);
+    /* The dead member left the configuration: later calls neither wait for it nor ask. */
+    int before = atomic_load(&sm[0].batches);
+    ck_assert_int_eq(sm_send(c, &err), KL_OK);
+    ck_assert_int_eq(atomic_load(&sm[0].batches), before);
+    ck_assert_int_eq(atomic_load(&sm[1].batches), 2);
+    kl_client_close(c);
+    for (int k = 0; k < 3; k++)
+        sm_stop(&sm[k]);
+    th_rmrf(sm_dir);
+}
+END_TEST
+
 Suite *suite_sdk_members(void)
 {
     Suite *s = suite_create("sdk_members");
@@ -398,5 +635,10 @@ Suite *suite_sdk_members(void)
     tcase_add_test(t, tables_are_shared_per_cluster_file);
     tcase_add_test(t, concurrent_learners_append_each_member_once);
     suite_add_tcase(s, t);
+    TCase *r = tcase_create("sdk_members_routing");
+    tcase_set_timeout(r, 30);
+    tcase_add_test(r, a_redirect_to_an_unknown_leader_is_learned_and_followed);
+    tcase_add_test(r, a_round_where_no_known_member_serves_learns_the_leader);
+    suite_add_tcase(s, r);
     return s;
 }
