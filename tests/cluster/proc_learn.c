@@ -6,14 +6,15 @@
  *
  *   1. p1m4 joins (--join, a new client URL) and is added; p1m1 is removed (replica_count 3
  *      -> 2, so that {2, 3, 4} commits with one member down) and killed -9. p1m4 is then
- *      made the leader (deterministically: see lr_make_m4_lead). The client enqueues and
+ *      made the leader (deterministically: see lr_make_lead). The client enqueues and
  *      receives on a queue of partition 1: only the leader serves a batch, and p1m4's own
  *      MemberStatus counts the sealed requests it served. The coordinator delivers a transfer
  *      whose source lives on partition 1.
- *   2. p1m5 joins (a new client URL too) and is added, p1m2 is removed, then p1m2 and p1m3 are
- *      killed -9: only p1m4 and p1m5, both learned, serve ({3, 4, 5} at replica_count 2). The
- *      client (and a second client opened now, sharing the process's member table) still
- *      enqueue and receive, and the coordinator delivers another transfer from partition 1.
+ *   2. p1m5 joins (a new client URL too) and is added, p1m2 is removed and killed -9, p1m5 is
+ *      made the leader, then p1m3 is killed -9: only p1m4 and p1m5, both learned, serve
+ *      ({3, 4, 5} at replica_count 2), and the leader is the member joined last. The client
+ *      (and a second client opened now, sharing the process's member table) still enqueue
+ *      and receive, and the coordinator delivers another transfer from partition 1.
  *
  * Partition 0 authenticates a data partition's catalog tails with the member keys of ITS
  * cluster file (daemon/rpc/tail_auth.h), so a member that joins a data partition can lead it
@@ -135,13 +136,39 @@ static bool lr_p0_knows_joiners(void)
     return true;
 }
 
-static void lr_start_joiner(lr_member *m)
+/* Starts an extra member: joining (empty store, --join) or again from its store. */
+static void lr_start(lr_member *m, bool join)
 {
     char node[16];
     snprintf(node, sizeof node, "p%dm%d", LR_P, m->id);
     char *argv[] = {(char *)daemon_bin, "--cluster", m->file, "--node", node, "--cluster-secret",
-                    cc_fx.cluster.secret, "--member-key", m->key, "--init-store", "--join", NULL};
+                    cc_fx.cluster.secret, "--member-key", m->key, "--init-store", join ? "--join" : NULL, NULL};
     m->pid = proc_exec(argv, m->log, NULL, PROC_LIFETIME_S);
+}
+
+static void lr_start_joiner(lr_member *m) { lr_start(m, true); }
+
+/* kill -9 and start again (from its store) member `id` of partition 1, whichever kind. */
+static void lr_kill_id(int id)
+{
+    if (id <= CC_MEMBERS) {
+        cc_kill(LR_P, id - 1);
+        return;
+    }
+    lr_member *m = &lr[id - CC_MEMBERS - 1];
+    if (m->pid > 0) {
+        kill(m->pid, SIGKILL);
+        waitpid(m->pid, NULL, 0);
+        m->pid = -1;
+    }
+}
+
+static void lr_restart_id(int id)
+{
+    if (id <= CC_MEMBERS)
+        cc_spawn(LR_P, id - 1);
+    else
+        lr_start(&lr[id - CC_MEMBERS - 1], false);
 }
 
 /* MemberStatus of a client URL: serving leader (with a valid catalog lease), its sealed
@@ -246,30 +273,31 @@ static bool lr_change(kl_client *admin, const char *op, lr_member *m, uint64_t o
     return false;
 }
 
-/* Makes p1m4 the leader of {2, 3, 4} (replica_count 2) without luck: kill -9 the leader L1;
- * if L2 (elected by the other two) is not p1m4 either, L2's first entry of its term is on
- * p1m4 (replica_count 2), so killing L2 and restarting L1 leaves L1 behind p1m4's log: only
- * p1m4 can win. The killed members are started again (from the original cluster file). */
-static bool lr_make_m4_lead(void)
+/* Makes member `want` the leader of a three-voter configuration at replica_count 2, with no
+ * luck involved: kill -9 the leader L1; if L2 (elected by the other two) is not `want`
+ * either, L2's first entry of its term is on `want` (replica_count 2), so killing L2 and
+ * starting L1 again leaves L1's log behind `want`'s: only `want` can win. The killed members
+ * are started again from their stores. */
+static bool lr_make_lead(int want)
 {
     int l1 = lr_wait_leader(20000);
-    if (l1 == 4 || l1 == 0)
-        return l1 == 4;
-    cc_kill(LR_P, l1 - 1);
+    if (l1 == want || l1 == 0)
+        return l1 == want;
+    lr_kill_id(l1);
     int l2 = 0;
     for (int64_t end = now_ms() + 20000; (l2 = lr_leader()) == 0 || l2 == l1; sleep_ms(100))
         if (now_ms() > end)
             return false;
-    if (l2 == 4) {
-        cc_spawn(LR_P, l1 - 1);
+    if (l2 == want) {
+        lr_restart_id(l1);
         return true;
     }
-    cc_kill(LR_P, l2 - 1);
-    cc_spawn(LR_P, l1 - 1);
+    lr_kill_id(l2);
+    lr_restart_id(l1);
     int l = lr_wait_leader(30000);
-    cc_spawn(LR_P, l2 - 1); /* only now: its log is as long as p1m4's */
+    lr_restart_id(l2); /* only now: its log is as long as the winner's */
     fprintf(stderr, "  leader of partition %d after two kills: p%dm%d\n", LR_P, LR_P, l);
-    return l == 4;
+    return l == want;
 }
 
 /* n enqueues of "<tag>-<k>" to src.lr through c, then every one received and acked once. */
@@ -319,7 +347,7 @@ static void lr_phase_one(kl_client *root, kl_client *admin)
     CHECK(lr_change(admin, "add", &lr[0], 0, 3, four, 4), "p1m4 was not added");
     CHECK(lr_change(admin, "remove", NULL, 1, 2, three, 3), "p1m1 was not removed");
     cc_kill(LR_P, 0);
-    CHECK(lr_make_m4_lead(), "p1m4 did not become the leader");
+    CHECK(lr_make_lead(4), "p1m4 did not become the leader");
     bool leads;
     uint64_t before = 0, after = 0;
     CHECK(lr_status(lr[0].client, &leads, &before), "p1m4 does not answer");
@@ -340,12 +368,19 @@ static void lr_phase_two(kl_client *root, kl_client *admin)
     CHECK(lr_change(admin, "add", &lr[1], 0, 2, four, 4), "p1m5 was not added");
     CHECK(lr_change(admin, "remove", NULL, 2, 2, three, 3), "p1m2 was not removed");
     cc_kill(LR_P, 1);
+    CHECK(lr_make_lead(5), "p1m5 did not become the leader");
     cc_kill(LR_P, 2);
     int l = lr_wait_leader(30000);
-    CHECK(l == 4 || l == 5, "no learned member leads partition %d (leader %d)", LR_P, l);
+    CHECK(l == 5, "p1m5 does not lead partition %d (leader %d)", LR_P, l);
     fprintf(stderr, "  phase 2: every member of the cluster file for partition %d is dead; p%dm%d leads\n", LR_P,
             LR_P, l);
+    bool leads;
+    uint64_t before = 0, after = 0;
+    CHECK(lr_status(lr[1].client, &leads, &before), "p1m5 does not answer");
     CC_STEP(lr_traffic(root, "two", 10));
+    CHECK(lr_status(lr[1].client, &leads, &after) && leads, "p1m5 no longer leads");
+    CHECK(after >= before + 30, "p1m5 served %llu sealed requests during the traffic (want >= 30)",
+          (unsigned long long)(after - before));
     /* A client opened now with the same cluster file shares the process's member table. */
     kl_client *fresh = NULL;
     kl_err err;
