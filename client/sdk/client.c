@@ -131,10 +131,17 @@ kl_code kl_client_open_principal(const char *cluster_path, const char *database,
     if (rc != KL_OK)
         return rc;
     rc = kl_sdk_principal_new(principal_id, key_path, &c->cluster, &c->principal, err);
+    /* A sealed client learns members only from authenticated answers: not from the tables
+     * unsealed clients share (member_table.h). Nothing was called yet, so swap them. */
+    kl_sdk_member_tables *sealed = rc == KL_OK ? kl_sdk_member_tables_acquire(&c->cluster, true) : NULL;
+    if (rc == KL_OK && sealed == NULL)
+        rc = kl_sdk_oom(err);
     if (rc != KL_OK) {
         kl_client_close(c);
         return rc;
     }
+    kl_sdk_member_tables_release(c->members);
+    c->members = sealed;
     *out = c;
     return KL_OK;
 }
@@ -162,7 +169,7 @@ kl_code kl_client_open(const char *cluster_path, const char *database, int timeo
     snprintf(c->database_text, sizeof c->database_text, "%s/%s", c->tenant, c->database);
     c->timeout_ms = timeout_ms > 0 ? timeout_ms : KL_DEFAULT_TIMEOUT_MS;
     c->leaders = leader_cache_acquire(c->cluster.name);
-    c->members = c->leaders != NULL ? kl_sdk_member_tables_acquire(&c->cluster) : NULL;
+    c->members = c->leaders != NULL ? kl_sdk_member_tables_acquire(&c->cluster, false) : NULL;
     if (c->members == NULL) {
         leader_cache_release(c->leaders);
         free(c);

@@ -229,6 +229,7 @@ struct kl_sdk_member_tables {
     kl_sdk_member_tables *next;
     char cluster[KL_NAME_MAX];
     uint8_t seeds[crypto_generichash_BYTES]; /* digest of the partitions and members seeded */
+    bool sealed;                             /* for clients with a principal */
     int refs;                                /* guarded by tables_mu */
     int count;
     kl_sdk_members *parts;                   /* [count], in cluster-file order */
@@ -267,7 +268,7 @@ static void tables_free(kl_sdk_member_tables *ts)
     free(ts);
 }
 
-static kl_sdk_member_tables *tables_new(const kl_cluster *c, const uint8_t *digest)
+static kl_sdk_member_tables *tables_new(const kl_cluster *c, const uint8_t *digest, bool sealed)
 {
     kl_sdk_member_tables *ts = calloc(1, sizeof *ts);
     if (ts == NULL)
@@ -293,18 +294,20 @@ static kl_sdk_member_tables *tables_new(const kl_cluster *c, const uint8_t *dige
     }
     snprintf(ts->cluster, sizeof ts->cluster, "%s", c->name);
     memcpy(ts->seeds, digest, sizeof ts->seeds);
+    ts->sealed = sealed;
     return ts;
 }
 
-kl_sdk_member_tables *kl_sdk_member_tables_acquire(const kl_cluster *cluster)
+kl_sdk_member_tables *kl_sdk_member_tables_acquire(const kl_cluster *cluster, bool sealed)
 {
     uint8_t digest[crypto_generichash_BYTES];
     seeds_digest(cluster, digest);
     pthread_mutex_lock(&tables_mu);
     kl_sdk_member_tables *ts = tables;
-    while (ts != NULL && (strcmp(ts->cluster, cluster->name) != 0 || memcmp(ts->seeds, digest, sizeof digest) != 0))
+    while (ts != NULL && (strcmp(ts->cluster, cluster->name) != 0 || memcmp(ts->seeds, digest, sizeof digest) != 0 ||
+                          ts->sealed != sealed))
         ts = ts->next;
-    if (ts == NULL && (ts = tables_new(cluster, digest)) != NULL) {
+    if (ts == NULL && (ts = tables_new(cluster, digest, sealed)) != NULL) {
         ts->next = tables;
         tables = ts;
     }

@@ -3,8 +3,9 @@
  * and its member directory, ARCHITECTURE.md "Replication"), so a client whose cluster file
  * is older than the partition's configuration still reaches the partition.
  *
- * One set of tables per cluster (name and seed digest), shared by every kl_client of the
- * process that opened the same cluster file, like the leader cache in client.c.
+ * One set of tables per cluster (name and seed digest) and kind of client (with a principal
+ * or without), shared by every kl_client of the process that opened the same cluster file
+ * the same way, like the leader cache in client.c.
  *
  * Invariants:
  * - A table holds at most KL_SDK_MEMBERS_MAX slots and is append-only: a slot below the
@@ -27,7 +28,9 @@
  * authenticated with the key that member reported (learned members without a 32-byte key
  * are refused then). A member could lie about its directory, but a member is trusted with
  * the partition's data anyway. Without a principal nothing on the wire is authenticated, so
- * learning adds no trust that the unsealed transport did not already assume. */
+ * learning adds no trust that the unsealed transport did not already assume; and since such
+ * an answer is not authenticated, clients with and without a principal never share tables,
+ * so nothing an unsealed answer taught reaches a sealed client's sessions. */
 #ifndef KL_SDK_MEMBER_TABLE_H
 #define KL_SDK_MEMBER_TABLE_H
 
@@ -101,9 +104,10 @@ bool kl_sdk_members_learn_due(kl_sdk_members *t, int64_t now_ms);
 
 typedef struct kl_sdk_member_tables kl_sdk_member_tables;
 
-/* The tables of cluster (shared with every caller that passed a cluster of the same name
- * and the same members: seeded from it on first use); NULL when out of memory. */
-kl_sdk_member_tables *kl_sdk_member_tables_acquire(const kl_cluster *cluster);
+/* The tables of cluster for clients with (sealed) or without a principal: shared with every
+ * caller that passed a cluster of the same name and members and the same `sealed`, seeded
+ * from it on first use; NULL when out of memory. */
+kl_sdk_member_tables *kl_sdk_member_tables_acquire(const kl_cluster *cluster, bool sealed);
 void kl_sdk_member_tables_release(kl_sdk_member_tables *ts);
 /* The table of the cluster file's partition index pi. */
 kl_sdk_members *kl_sdk_member_tables_at(kl_sdk_member_tables *ts, int pi);

@@ -285,7 +285,7 @@ START_TEST(sub_steps_are_rate_limited)
 }
 END_TEST
 
-START_TEST(tables_are_shared_per_cluster_file)
+START_TEST(tables_are_shared_per_cluster_file_and_kind_of_client)
 {
     kl_cluster *a = calloc(1, sizeof *a), *b = calloc(1, sizeof *b);
     ck_assert(a != NULL && b != NULL);
@@ -294,12 +294,16 @@ START_TEST(tables_are_shared_per_cluster_file)
     kl_partition *p = partition_new(0, 3, 7000);
     a->partitions[0] = *p;
     *b = *a;
-    kl_sdk_member_tables *t1 = kl_sdk_member_tables_acquire(a);
-    kl_sdk_member_tables *t2 = kl_sdk_member_tables_acquire(a);
+    kl_sdk_member_tables *t1 = kl_sdk_member_tables_acquire(a, true);
+    kl_sdk_member_tables *t2 = kl_sdk_member_tables_acquire(a, true);
     ck_assert_ptr_nonnull(t1);
     ck_assert_ptr_eq(t1, t2);
+    kl_sdk_member_tables *open = kl_sdk_member_tables_acquire(a, false); /* unauthenticated learners */
+    ck_assert_ptr_nonnull(open);
+    ck_assert_ptr_ne(open, t1);
+    kl_sdk_member_tables_release(open);
     snprintf(b->partitions[0].members[2].client_url, KL_URL_MAX, "tcp://127.0.0.1:7777");
-    kl_sdk_member_tables *t3 = kl_sdk_member_tables_acquire(b); /* same name, other members */
+    kl_sdk_member_tables *t3 = kl_sdk_member_tables_acquire(b, true); /* same name, other members */
     ck_assert_ptr_nonnull(t3);
     ck_assert_ptr_ne(t1, t3);
     ck_assert_int_eq(kl_sdk_members_count(kl_sdk_member_tables_at(t1, 0)), 3);
@@ -632,7 +636,7 @@ Suite *suite_sdk_members(void)
     tcase_add_test(t, a_new_identity_at_an_old_address_gets_its_own_slot);
     tcase_add_test(t, a_full_table_refuses_by_name_and_keeps_its_slots);
     tcase_add_test(t, sub_steps_are_rate_limited);
-    tcase_add_test(t, tables_are_shared_per_cluster_file);
+    tcase_add_test(t, tables_are_shared_per_cluster_file_and_kind_of_client);
     tcase_add_test(t, concurrent_learners_append_each_member_once);
     suite_add_tcase(s, t);
     TCase *r = tcase_create("sdk_members_routing");
