@@ -163,8 +163,13 @@ kl_code kl_sdk_members_learn(kl_sdk_members *t, const Keyload__V1__MembersAnswer
     if (a == NULL || a->n_voters == 0)
         return kl_fail(err, KL_INVALID_ARGUMENT, "voters", "the Members answer names no voter");
     pthread_mutex_lock(&t->mu);
-    if (t->learned_any && a->conf_index < t->conf_index) {
-        pthread_mutex_unlock(&t->mu); /* a lagging member's view: ours is newer */
+    /* A lagging member's view: older than a committed one we know, or than the view we
+     * hold unless it is committed and ours is not (a deposed leader's uncommitted entry
+     * may be truncated and another one committed at a lower index). */
+    bool older = t->learned_any && (a->conf_index < t->conf_index ||
+                                    (a->conf_index < t->view_index && !(a->committed && !t->view_committed)));
+    if (older) {
+        pthread_mutex_unlock(&t->mu);
         return KL_OK;
     }
     uint64_t cur = 0;
@@ -196,7 +201,12 @@ kl_code kl_sdk_members_learn(kl_sdk_members *t, const Keyload__V1__MembersAnswer
         uint64_t old = atomic_exchange(&t->current, cur);
         if (*added > 0 || old != cur)
             atomic_fetch_add(&t->generation, 1);
-        t->conf_index = a->conf_index;
+        /* Only a committed configuration holds older answers off: an uncommitted one (a
+         * deposed leader's) may yet be truncated and replaced at a lower index. */
+        if (a->committed && a->conf_index > t->conf_index)
+            t->conf_index = a->conf_index;
+        t->view_index = a->conf_index;
+        t->view_committed = a->committed;
         t->learned_any = true;
     }
     bool first_refusal = refused > 0 && t->refused == 0;

@@ -16,9 +16,12 @@
  *   logged once per table and counted; routing goes on with the members it has.
  * - A slot is one identity: member id, client URL and (when known) public key. A member
  *   replaced under the same URL by a new identity gets a new slot; no slot is rewritten.
- * - `current` marks the slots of the newest configuration learned (the cluster file's until
- *   something is learned); an answer whose configuration index is below the newest learned
- *   one changes nothing, so a lagging member cannot roll the view back.
+ * - `current` marks the slots of the configuration learned last (the cluster file's until
+ *   something is learned). An answer whose configuration index is below the newest
+ *   committed one learned, or below the one `current` shows (unless it is committed and that
+ *   one is not), changes nothing: a lagging member cannot roll the view back, and a deposed
+ *   leader's uncommitted configuration (which a new leader may truncate and replace at a
+ *   lower index) does not hold the committed one off.
  *
  * Trust: a Members answer is learned only after it passed the same checks as any answer of
  * the call path. With a principal (sealed sessions) that means it was sealed by a session
@@ -63,7 +66,9 @@ typedef struct kl_sdk_members {
     atomic_uint_least64_t current;    /* bit per slot: in the newest configuration known */
     atomic_uint_least64_t generation; /* changes whenever count or current changes */
     atomic_int_least64_t next_learn_ms; /* CLOCK_MONOTONIC ms before which no sub-step starts */
-    uint64_t conf_index;       /* under mu: the newest configuration learned */
+    uint64_t conf_index;       /* under mu: the newest committed configuration learned */
+    uint64_t view_index;       /* under mu: the configuration `current` shows */
+    bool view_committed;       /* under mu: and whether its answer said committed */
     bool learned_any;          /* under mu */
     uint64_t refused;          /* under mu: members refused because the table was full */
     kl_sdk_member slots[KL_SDK_MEMBERS_MAX];
@@ -91,7 +96,7 @@ int kl_sdk_members_find_id(const kl_sdk_members *t, uint64_t id);
  * voter, learner or outgoing voter gets a slot (deduplicated by identity) and those slots
  * become the current ones. need_keys: refuse entries without a 32-byte public key (a sealed
  * client could not authenticate them). *added counts new slots. An answer older than the
- * newest learned configuration is ignored (KL_OK, nothing added). RESOURCE_EXHAUSTED
+ * newest committed configuration learned is ignored (KL_OK, nothing added). RESOURCE_EXHAUSTED
  * "members_max" when a member did not fit (the others are learned); INVALID_ARGUMENT
  * naming the field for an answer that names no usable member of its own configuration. */
 kl_code kl_sdk_members_learn(kl_sdk_members *t, const Keyload__V1__MembersAnswer *a, bool need_keys,

@@ -50,6 +50,7 @@ static void fx_init(answer_fx *f, uint64_t conf_index)
     memset(f, 0, sizeof *f);
     keyload__v1__members_answer__init(&f->a);
     f->a.conf_index = conf_index;
+    f->a.committed = true;
     f->a.voters = f->voters;
     f->a.directory = f->ptrs;
 }
@@ -164,6 +165,50 @@ START_TEST(an_older_configuration_changes_nothing)
     ck_assert_uint_eq(kl_sdk_members_generation(&t), g);
     ck_assert(!kl_sdk_members_is_current(&t, 0));
     ck_assert_int_eq(kl_sdk_members_find_id(&t, 9), -1);
+    free(p);
+    kl_sdk_members_destroy(&t);
+}
+END_TEST
+
+/* A deposed leader's uncommitted configuration is learned but holds nothing off: the new
+ * leader may truncate it and commit another one at a lower index. */
+START_TEST(an_uncommitted_configuration_does_not_block_a_committed_one)
+{
+    kl_sdk_members t;
+    kl_err err;
+    kl_sdk_members_init(&t, 1, &err);
+    kl_partition *p = partition_new(1, 3, 7000);
+    kl_sdk_members_seed(&t, p, &err);
+    answer_fx dep;
+    fx_init(&dep, 25);
+    dep.a.committed = false;
+    fx_add(&dep, 1, 7000, 1, 32, true);
+    fx_add(&dep, 6, 7400, 6, 32, true);
+    int added;
+    ck_assert_int_eq(kl_sdk_members_learn(&t, &dep.a, true, &added, &err), KL_OK);
+    ck_assert_int_eq(added, 1);
+    answer_fx real;
+    fx_init(&real, 24);
+    fx_add(&real, 2, 7001, 2, 32, true);
+    fx_add(&real, 3, 7002, 3, 32, true);
+    fx_add(&real, 7, 7500, 7, 32, true);
+    ck_assert_int_eq(kl_sdk_members_learn(&t, &real.a, true, &added, &err), KL_OK);
+    ck_assert_int_eq(added, 1);
+    ck_assert(kl_sdk_members_is_current(&t, kl_sdk_members_find_id(&t, 7)));
+    ck_assert(!kl_sdk_members_is_current(&t, kl_sdk_members_find_id(&t, 6)));
+    ck_assert(!kl_sdk_members_is_current(&t, 0));
+    /* Committed at 24: the deposed view at 23 is too old, and a lagging member's committed
+     * view at 22 too. */
+    dep.a.conf_index = 23;
+    ck_assert_int_eq(kl_sdk_members_learn(&t, &dep.a, true, &added, &err), KL_OK);
+    ck_assert(kl_sdk_members_is_current(&t, kl_sdk_members_find_id(&t, 7)));
+    answer_fx lag;
+    fx_init(&lag, 22);
+    fx_add(&lag, 1, 7000, 1, 32, true);
+    fx_add(&lag, 2, 7001, 2, 32, true);
+    ck_assert_int_eq(kl_sdk_members_learn(&t, &lag.a, true, &added, &err), KL_OK);
+    ck_assert(kl_sdk_members_is_current(&t, kl_sdk_members_find_id(&t, 7)));
+    ck_assert(!kl_sdk_members_is_current(&t, 0));
     free(p);
     kl_sdk_members_destroy(&t);
 }
@@ -632,6 +677,7 @@ Suite *suite_sdk_members(void)
     tcase_add_test(t, seeded_from_the_cluster_file);
     tcase_add_test(t, learns_new_members_once_and_retires_removed_ones);
     tcase_add_test(t, an_older_configuration_changes_nothing);
+    tcase_add_test(t, an_uncommitted_configuration_does_not_block_a_committed_one);
     tcase_add_test(t, unusable_entries_are_refused);
     tcase_add_test(t, a_new_identity_at_an_old_address_gets_its_own_slot);
     tcase_add_test(t, a_full_table_refuses_by_name_and_keeps_its_slots);
