@@ -9,7 +9,9 @@
  *      made the leader (deterministically: see lr_make_lead). The client enqueues and
  *      receives on a queue of partition 1: only the leader serves a batch, and p1m4's own
  *      MemberStatus counts the sealed requests it served. The coordinator delivers a transfer
- *      whose source lives on partition 1.
+ *      whose source lives on partition 1; then it is restarted (a new process that knows
+ *      only the file, whose first member is dead and whose other two follow) and delivers
+ *      another.
  *   2. p1m5 joins (a new client URL too) and is added, p1m2 is removed and killed -9, p1m5 is
  *      made the leader, then p1m3 is killed -9: only p1m4 and p1m5, both learned, serve
  *      ({3, 4, 5} at replica_count 2), and the leader is the member joined last. The client
@@ -412,8 +414,13 @@ void test_learn_members(void)
     cc_coord_start(0, NULL);
     CC_STEP(lr_transfer("before"));
     CC_STEP(lr_phase_one(root, admin));
+    /* A coordinator process started now knows only the file: p1m1 is gone and p1m4, which
+     * the file does not name, leads. It must learn that by itself, then follow phase 2. */
+    CHECK(cc_exited_with(cc_coord_stop(0), 0), "the coordinator did not exit 0 on SIGTERM");
+    cc_coord_start(0, NULL);
+    CC_STEP(lr_transfer("restarted-coordinator"));
     CC_STEP(lr_phase_two(root, admin));
     CHECK(cc_exited_with(cc_coord_stop(0), 0), "the coordinator did not exit 0 on SIGTERM");
-    CHECK(cc_messages(root, "dst.lr") == 3, "dst.lr holds %lld (want 3)", cc_messages(root, "dst.lr"));
+    CHECK(cc_messages(root, "dst.lr") == 4, "dst.lr holds %lld (want 4)", cc_messages(root, "dst.lr"));
     lr_stop_all();
 }
