@@ -150,7 +150,8 @@ static void lr_start(lr_member *m, bool join)
 
 static void lr_start_joiner(lr_member *m) { lr_start(m, true); }
 
-/* kill -9 and start again (from its store) member `id` of partition 1, whichever kind. */
+/* kill -9 of member `id` of partition 1 (an original or an extra member); lr_restart_id
+ * starts it again from its store. */
 static void lr_kill_id(int id)
 {
     if (id <= CC_MEMBERS) {
