@@ -4,7 +4,8 @@
  * shared per cluster file, and append-only under concurrent learners. Then the call path
  * against scripted members (real kl_rpc_servers on loopback) that the cluster file does not
  * all name: a NOT_LEADER naming an unknown leader, and a round where no known member
- * serves, each reach the leader through a Members sub-step. */
+ * serves, each reach the leader through a Members sub-step; a success after a dead member
+ * refreshes the members once. */
 #include "client/keyload.h"
 #include "client/sdk/member_table.h"
 #include "common/rpc.h"
@@ -669,6 +670,38 @@ START_TEST(a_round_where_no_known_member_serves_learns_the_leader)
 }
 END_TEST
 
+/* The file names A (nothing listens there) then B, which leads: the call meets A's dead
+ * address, B serves it, and the call then asks B for Members once before returning B's
+ * answer (the partition may have changed members); A, not in B's configuration, is never
+ * tried again. */
+START_TEST(a_success_after_a_dead_member_refreshes_the_members)
+{
+    sm_start(&sm[0], 2, SM_LEADS);
+    sm_start(&sm[1], 3, SM_FOLLOWS);
+    sm_start(&sm[2], 4, SM_FOLLOWS); /* unused */
+    sm[1].hint = sm[0].url;
+    smember *conf[2] = {&sm[0], &sm[1]};
+    sm_directory(conf, 2, 2);
+    char dead[64];
+    snprintf(dead, sizeof dead, "tcp://127.0.0.1:%d", th_free_port());
+    uint64_t ids[2] = {1, 2};
+    const char *urls[2] = {dead, sm[0].url};
+    kl_client *c = sm_client("learn-after", 2, ids, urls);
+    kl_err err;
+    kl_code rc = sm_send(c, &err);
+    ck_assert_msg(rc == KL_OK, "%s %s", kl_code_name(rc), err.message);
+    ck_assert_int_eq(atomic_load(&sm[0].batches), 1);
+    ck_assert_int_eq(atomic_load(&sm[0].members), 1);
+    ck_assert_int_eq(sm_send(c, &err), KL_OK);
+    ck_assert_int_eq(atomic_load(&sm[0].members), 1); /* nothing met a dead member this time */
+    ck_assert_int_eq(atomic_load(&sm[0].batches), 2);
+    kl_client_close(c);
+    for (int k = 0; k < 3; k++)
+        sm_stop(&sm[k]);
+    th_rmrf(sm_dir);
+}
+END_TEST
+
 Suite *suite_sdk_members(void)
 {
     Suite *s = suite_create("sdk_members");
@@ -689,6 +722,7 @@ Suite *suite_sdk_members(void)
     tcase_set_timeout(r, 30);
     tcase_add_test(r, a_redirect_to_an_unknown_leader_is_learned_and_followed);
     tcase_add_test(r, a_round_where_no_known_member_serves_learns_the_leader);
+    tcase_add_test(r, a_success_after_a_dead_member_refreshes_the_members);
     suite_add_tcase(s, r);
     return s;
 }
