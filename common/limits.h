@@ -43,6 +43,9 @@
 /* ---------------------------------------------------------------- cluster file (common/cluster.h) */
 #define KL_CLUSTER_MAX_PARTITIONS 64
 #define KL_CLUSTER_MAX_MEMBERS 9
+/* Members the SDK knows per partition: the cluster file's plus those learned from Members
+ * (client/sdk/member_table.h; a bit each in a 64-bit mask, so at most 64). */
+#define KL_SDK_MEMBERS_MAX 32
 #define KL_NAME_MAX 128
 #define KL_URL_MAX 256
 #define KL_PATH_MAX 512

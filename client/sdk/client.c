@@ -5,10 +5,13 @@
  * Routing: the partition's last known leader is tried first (remembered per partition and
  * shared by every thread and every kl_client of the process that opened the same cluster
  * name: from the member that last answered, or a
- * NOT_LEADER answer naming one), then the members in cluster-file order; a member that
- * answers NOT_LEADER or UNAVAILABLE, or does not answer, is forgotten as leader. A NOT_LEADER
- * answer naming a member of that partition is followed (at most KL_MAX_REDIRECTS times);
- * an address that is not a member of the partition is not dialed. When a whole round ends
+ * NOT_LEADER answer naming one), then the members of the partition's member table in slot
+ * order (client/sdk/member_table.h: the cluster file's, then those learned from Members; a
+ * round walks those of the newest configuration known); a member that answers NOT_LEADER
+ * or UNAVAILABLE, or does not answer, is forgotten as leader. A NOT_LEADER answer naming a
+ * member in the table is followed (at most KL_MAX_REDIRECTS times); an address the table
+ * does not hold is not dialed before a Members answer vouched for it ("the Members
+ * sub-step" below). When a whole round ends
  * without an answer but some member was alive (NOT_LEADER without a leader, or
  * UNAVAILABLE: an election is probably running), the round is repeated after a short
  * pause while time remains. Every attempt sends the same request bytes, so a batch keeps
@@ -20,7 +23,9 @@
  * UNKNOWN_WRITE_OUTCOME unless a later attempt gets a definitive answer. Nothing here ever
  * claims a rollback. */
 #include "client/sdk/internal.h"
+#include "client/sdk/member_table.h"
 #include "keyload/v1/catalog.pb-c.h"
+#include "keyload/v1/membership.pb-c.h"
 
 #include <pthread.h>
 #include <stdatomic.h>
@@ -33,6 +38,7 @@
 #define METHOD_BATCH "keyload.v1.Batch"
 #define METHOD_QUEUE_STATS "keyload.v1.QueueStats"
 #define METHOD_LOCATE "keyload.v1.LocateQueue"
+#define METHOD_MEMBERS "keyload.v1.Members"
 #define PLACEMENT_CACHE 256
 #define KL_MIN_ATTEMPT_MS 250 /* the least time one member is given within a call */ /* queue placements remembered per client (round robin) */
 
@@ -43,8 +49,9 @@ struct kl_client {
     char database[KL_SDK_NAME_MAX + 1];
     int timeout_ms;
     pthread_mutex_t mu; /* guards conns and placements */
-    kl_rpc_client *conns[KL_CLUSTER_MAX_PARTITIONS][KL_CLUSTER_MAX_MEMBERS];
+    kl_rpc_client *conns[KL_CLUSTER_MAX_PARTITIONS][KL_SDK_MEMBERS_MAX]; /* by member table slot */
     struct leader_cache *leaders; /* shared with every client of this cluster name */
+    kl_sdk_member_tables *members; /* shared with every client of this cluster file */
     /* Queue placements (fixed at creation, so a cached one is wrong only after the queue
      * was deleted and created again elsewhere: the partition then answers NOT_FOUND
      * "wrong_partition" and the entry is dropped). Queues of this client's database. */
@@ -124,10 +131,17 @@ kl_code kl_client_open_principal(const char *cluster_path, const char *database,
     if (rc != KL_OK)
         return rc;
     rc = kl_sdk_principal_new(principal_id, key_path, &c->cluster, &c->principal, err);
+    /* A sealed client learns members only from authenticated answers: not from the tables
+     * unsealed clients share (member_table.h). Nothing was called yet, so swap them. */
+    kl_sdk_member_tables *sealed = rc == KL_OK ? kl_sdk_member_tables_acquire(&c->cluster, true) : NULL;
+    if (rc == KL_OK && sealed == NULL)
+        rc = kl_sdk_oom(err);
     if (rc != KL_OK) {
         kl_client_close(c);
         return rc;
     }
+    kl_sdk_member_tables_release(c->members);
+    c->members = sealed;
     *out = c;
     return KL_OK;
 }
@@ -155,11 +169,14 @@ kl_code kl_client_open(const char *cluster_path, const char *database, int timeo
     snprintf(c->database_text, sizeof c->database_text, "%s/%s", c->tenant, c->database);
     c->timeout_ms = timeout_ms > 0 ? timeout_ms : KL_DEFAULT_TIMEOUT_MS;
     c->leaders = leader_cache_acquire(c->cluster.name);
-    if (c->leaders == NULL) {
+    c->members = c->leaders != NULL ? kl_sdk_member_tables_acquire(&c->cluster, false) : NULL;
+    if (c->members == NULL) {
+        leader_cache_release(c->leaders);
         free(c);
         return kl_sdk_oom(err);
     }
     if (pthread_mutex_init(&c->mu, NULL) != 0) {
+        kl_sdk_member_tables_release(c->members);
         leader_cache_release(c->leaders);
         free(c);
         return kl_fail(err, KL_INTERNAL, "mutex", "cannot create a mutex");
@@ -173,10 +190,11 @@ void kl_client_close(kl_client *c)
     if (c == NULL)
         return;
     for (int p = 0; p < KL_CLUSTER_MAX_PARTITIONS; p++)
-        for (int m = 0; m < KL_CLUSTER_MAX_MEMBERS; m++)
+        for (int m = 0; m < KL_SDK_MEMBERS_MAX; m++)
             if (c->conns[p][m] != NULL)
                 kl_rpc_client_close(c->conns[p][m]);
     kl_sdk_principal_free(c->principal);
+    kl_sdk_member_tables_release(c->members);
     leader_cache_release(c->leaders);
     pthread_mutex_destroy(&c->mu);
     free(c);
@@ -191,8 +209,8 @@ static int64_t now_ms(void)
     return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
-/* The connection to member slot (pi, mi) of partition p, dialed on first use. */
-static kl_code conn_get(kl_client *c, int pi, const kl_partition *p, int mi, int timeout_ms,
+/* The connection to member table slot mi of partition index pi, dialed on first use. */
+static kl_code conn_get(kl_client *c, int pi, const kl_sdk_members *t, int mi, int timeout_ms,
                         kl_rpc_client **out, kl_err *err)
 {
     pthread_mutex_lock(&c->mu);
@@ -201,7 +219,7 @@ static kl_code conn_get(kl_client *c, int pi, const kl_partition *p, int mi, int
     if (*out != NULL)
         return KL_OK;
     kl_rpc_client *fresh;
-    kl_code rc = kl_rpc_client_open(p->members[mi].client_url, timeout_ms,
+    kl_code rc = kl_rpc_client_open(kl_sdk_members_at(t, mi)->client_url, timeout_ms,
                                     (size_t)c->cluster.limits.max_frame_bytes, &fresh, err);
     if (rc != KL_OK)
         return rc;
@@ -215,14 +233,6 @@ static kl_code conn_get(kl_client *c, int pi, const kl_partition *p, int mi, int
     if (fresh != NULL) /* another thread dialed the same member meanwhile */
         kl_rpc_client_close(fresh);
     return KL_OK;
-}
-
-static int member_index(const kl_partition *p, const char *url)
-{
-    for (int i = 0; i < p->member_count; i++)
-        if (strcmp(p->members[i].client_url, url) == 0)
-            return i;
-    return -1;
 }
 
 /* The entry of partition id pid (created when `create`), or -1. Called under lc->mu. */
@@ -240,37 +250,39 @@ static int leader_slot(leader_cache *lc, int pid, bool create)
     return create ? free_slot : -1;
 }
 
-/* The member slot of partition slot pi to try first, or -1. */
+/* The member table slot of partition index pi to try first, or -1. */
 static int leader_get(kl_client *c, int pi)
 {
-    const kl_partition *p = &c->cluster.partitions[pi];
+    const kl_sdk_members *t = kl_sdk_member_tables_at(c->members, pi);
+    char url[KL_URL_MAX] = "";
     leader_cache *lc = c->leaders;
     pthread_mutex_lock(&lc->mu);
-    int i = leader_slot(lc, p->id, false);
-    int mi = i >= 0 && lc->leaders[i].url[0] ? member_index(p, lc->leaders[i].url) : -1;
+    int i = leader_slot(lc, t->partition, false);
+    if (i >= 0)
+        snprintf(url, sizeof url, "%s", lc->leaders[i].url);
     pthread_mutex_unlock(&lc->mu);
-    return mi;
+    return kl_sdk_members_find_url(t, url);
 }
 
 static void leader_set(kl_client *c, int pi, int mi)
 {
-    const kl_partition *p = &c->cluster.partitions[pi];
+    const kl_sdk_members *t = kl_sdk_member_tables_at(c->members, pi);
     leader_cache *lc = c->leaders;
     pthread_mutex_lock(&lc->mu);
-    int i = leader_slot(lc, p->id, true);
+    int i = leader_slot(lc, t->partition, true);
     if (i >= 0)
-        snprintf(lc->leaders[i].url, sizeof lc->leaders[i].url, "%s", p->members[mi].client_url);
+        snprintf(lc->leaders[i].url, sizeof lc->leaders[i].url, "%s", kl_sdk_members_at(t, mi)->client_url);
     pthread_mutex_unlock(&lc->mu);
 }
 
 /* mi did not serve: forget it as leader, unless another caller learned of a leader since. */
 static void leader_forget(kl_client *c, int pi, int mi)
 {
-    const kl_partition *p = &c->cluster.partitions[pi];
+    const kl_sdk_members *t = kl_sdk_member_tables_at(c->members, pi);
     leader_cache *lc = c->leaders;
     pthread_mutex_lock(&lc->mu);
-    int i = leader_slot(lc, p->id, false);
-    if (i >= 0 && strcmp(lc->leaders[i].url, p->members[mi].client_url) == 0)
+    int i = leader_slot(lc, t->partition, false);
+    if (i >= 0 && strcmp(lc->leaders[i].url, kl_sdk_members_at(t, mi)->client_url) == 0)
         lc->leaders[i].url[0] = '\0';
     pthread_mutex_unlock(&lc->mu);
 }
@@ -404,7 +416,9 @@ struct kl_call {
     /* ---- the partition call in flight */
     call_spec s;
     int pid, pi;
-    const kl_partition *p;
+    kl_sdk_members *mt;        /* the partition's member table (shared, append-only) */
+    int n;                     /* slots this round walks (the table's count at its start) */
+    uint64_t gen;              /* the table's generation at the round's start */
     int64_t deadline;
     int next, target, redirects, hinted, mi;
     int64_t pause;
@@ -412,6 +426,15 @@ struct kl_call {
     uint64_t lost;
     kl_err last;
     kl_sdk_sealed_att att;
+    /* ---- a Members sub-step (learning members) in the partition call */
+    int learning;              /* LEARN_NONE, or why it runs */
+    bool learned_round;        /* this round had its sub-step: the next one pauses or ends */
+    int learn_first;           /* the member to ask first (-1: any) */
+    uint64_t learn_tried;      /* slots asked in this sub-step */
+    call_spec learn_saved;     /* the call's own request, sent again afterwards */
+    kl_err learn_last;         /* the call's last error before the sub-step */
+    uint8_t *held_ans;         /* LEARN_AFTER: the answer the call already has */
+    size_t held_len;
     call_step_fn pc_done;      /* the upper step after the partition call */
     kl_code pc_rc;
     uint8_t *pc_ans;
@@ -446,6 +469,9 @@ struct kl_call {
 
 static void pc_advance(kl_call *call);
 
+/* Why a partition call runs a Members sub-step (see "the Members sub-step" below). */
+enum { LEARN_NONE, LEARN_ROUND, LEARN_HINT, LEARN_AFTER };
+
 static void call_finish(kl_call *call, kl_code rc)
 {
     call->rc = rc;
@@ -463,8 +489,17 @@ static void pc_end(kl_call *call, kl_code rc)
     call->pc_done(call);
 }
 
+static bool learn_done(kl_call *call, int leader);
+static void learn_restore(kl_call *call);
+
 static void pc_fail(kl_call *call)
 {
+    if (call->learning == LEARN_AFTER) { /* the call has its answer: the sub-step only ends */
+        learn_done(call, -1);
+        return;
+    }
+    if (call->learning != LEARN_NONE)
+        learn_restore(call);
     pc_end(call, call_failed(call->c, call->pid, &call->s, &call->last, call->maybe_sent,
                              &call->err));
 }
@@ -480,13 +515,17 @@ static void pc_start(kl_call *call, int pid, const call_spec *s, call_step_fn th
     call->pc_ans_len = 0;
     call->sealed = false;
     call->pausing = false;
+    call->learning = LEARN_NONE;
+    call->learned_round = false;
     call->pi = partition_slot(c, pid);
     if (call->pi < 0) {
         pc_end(call, kl_fail(&call->err, KL_INVALID_ARGUMENT, "partition",
                              "partition %d is not in the cluster file", pid));
         return;
     }
-    call->p = &c->cluster.partitions[call->pi];
+    call->mt = kl_sdk_member_tables_at(c->members, call->pi);
+    call->gen = kl_sdk_members_generation(call->mt);
+    call->n = kl_sdk_members_count(call->mt);
     call->deadline = now_ms() + c->timeout_ms + s->wait_ms;
     call->next = 0;
     call->target = leader_get(c, call->pi);
@@ -501,19 +540,203 @@ static void pc_start(kl_call *call, int pid, const call_spec *s, call_step_fn th
     pc_advance(call);
 }
 
+/* ---- the Members sub-step
+ *
+ * The call asks a member of the partition for its configuration (keyload.v1.Members, through
+ * the same attempt machinery, so under the same session checks) and learns it into the
+ * partition's member table (member_table.h says what is trusted), then goes on with its own
+ * request. Three reasons, each rate-limited per partition for the whole process
+ * (kl_sdk_members_learn_due) and inside the call's deadline:
+ *   LEARN_ROUND  a whole round found no member that serves: ask any member, the ones that
+ *                answered this call first, those whose connection failed last; then a new
+ *                round on what was learned;
+ *   LEARN_HINT   a NOT_LEADER named a leader address the table does not hold: ask the member
+ *                that named it (it answered, so it is alive), then follow;
+ *   LEARN_AFTER  the call succeeded after a member's connection failed (the partition may
+ *                have changed members): ask the member that just answered, once, and
+ *                return the answer the call already has whatever this gives. */
+static void learn_begin(kl_call *call, int why, int first)
+{
+    call->learning = why;
+    call->learn_first = first;
+    call->learn_tried = 0;
+    call->learn_saved = call->s;
+    call->learn_last = call->last;
+    call->s = (call_spec){.method = METHOD_MEMBERS, .command_id = "", .req = (const uint8_t *)"",
+                          .req_len = 0};
+}
+
+/* Puts the call's own request back. */
+static void learn_restore(kl_call *call)
+{
+    call->s = call->learn_saved;
+    call->last = call->learn_last;
+    call->learning = LEARN_NONE;
+}
+
+/* A new round on the table as it is now (after a sub-step: no pause). */
+static void round_reset(kl_call *call, int target)
+{
+    call->n = kl_sdk_members_count(call->mt);
+    call->gen = kl_sdk_members_generation(call->mt);
+    call->next = 0;
+    call->redirects = 0;
+    call->alive = false;
+    call->learned_round = false;
+    call->target = target;
+    call->hinted = target;
+}
+
+/* The sub-step is over: true when that ended the partition call (LEARN_AFTER). leader is the
+ * slot the answer named as leader (-1: none). */
+static bool learn_done(kl_call *call, int leader)
+{
+    int why = call->learning;
+    learn_restore(call);
+    if (why == LEARN_AFTER) {
+        call->pc_ans = call->held_ans;
+        call->pc_ans_len = call->held_len;
+        call->held_ans = NULL;
+        pc_end(call, KL_OK);
+        return true;
+    }
+    if (leader >= 0 || kl_sdk_members_generation(call->mt) != call->gen) {
+        round_reset(call, leader >= 0 ? leader : leader_get(call->c, call->pi));
+        return false;
+    }
+    call->learned_round = true; /* nothing new: the round ends as it would have */
+    return false;
+}
+
+/* The next member to ask in the sub-step, or -1. */
+static int learn_pick(kl_call *call)
+{
+    uint64_t tried = call->learn_tried;
+    int f = call->learn_first;
+    if (f >= 0 && !(tried >> f & 1))
+        return f;
+    if (call->learning == LEARN_AFTER)
+        return -1;
+    int n = kl_sdk_members_count(call->mt);
+    for (int pass = 0; pass < 3; pass++)
+        for (int i = 0; i < n; i++) {
+            bool lost = call->lost >> i & 1, cur = kl_sdk_members_is_current(call->mt, i);
+            if (tried >> i & 1)
+                continue;
+            if ((pass == 0 && !lost && cur) || (pass == 1 && !lost && !cur) || (pass == 2 && lost))
+                return i;
+        }
+    return -1;
+}
+
+/* Learns a Members answer into the table. Returns the leader slot it named (remembered as
+ * the partition's leader), or -1. */
+static int learn_apply(kl_call *call, const uint8_t *ans, size_t ans_len)
+{
+    Keyload__V1__MembersAnswer *a = keyload__v1__members_answer__unpack(NULL, ans_len, ans);
+    if (a == NULL)
+        return -1;
+    int added = 0, leader = -1;
+    kl_err e;
+    kl_err_clear(&e);
+    kl_code rc = kl_sdk_members_learn(call->mt, a, call->c->principal != NULL, &added, &e);
+    if (rc == KL_OK || rc == KL_RESOURCE_EXHAUSTED) {
+        leader = kl_sdk_members_find_id(call->mt, a->leader);
+        if (leader >= 0 && !kl_sdk_members_is_current(call->mt, leader))
+            leader = -1;
+        if (leader >= 0)
+            leader_set(call->c, call->pi, leader);
+    }
+    keyload__v1__members_answer__free_unpacked(a, NULL);
+    return leader;
+}
+
+/* The Members answer of the sub-step (ans is the call's to free). */
+static int learn_absorb(kl_call *call, uint8_t *ans, size_t ans_len)
+{
+    int leader = learn_apply(call, ans, ans_len);
+    free(ans);
+    return leader;
+}
+
+/* One attempt of the sub-step ended: true = the partition call is over. */
+static bool learn_result(kl_call *call, kl_code rc, uint8_t *ans, size_t ans_len)
+{
+    call->learn_tried |= 1ull << (call->mi & 63);
+    if (rc == KL_OK)
+        return learn_done(call, learn_absorb(call, ans, ans_len));
+    free(ans);
+    return false; /* pc_advance asks the next member, or ends the sub-step */
+}
+
+/* At the end of a round that nothing served: true when the call goes on at once (a new round
+ * on members another call learned meanwhile, or a sub-step). */
+static bool learn_at_round_end(kl_call *call)
+{
+    if (call->learned_round)
+        return false;
+    if (kl_sdk_members_generation(call->mt) != call->gen) {
+        round_reset(call, leader_get(call->c, call->pi));
+        return true;
+    }
+    if (call->deadline - now_ms() <= 0 || !kl_sdk_members_learn_due(call->mt, now_ms()))
+        return false;
+    learn_begin(call, LEARN_ROUND, -1);
+    return true;
+}
+
 /* NOT_LEADER from member mi: remember the leader it named (or forget mi) and go there
- * next, at most KL_MAX_REDIRECTS times per round. */
+ * next, at most KL_MAX_REDIRECTS times per round. A leader the member table does not hold
+ * is learned from mi first (LEARN_HINT). */
 static void follow_redirect(kl_call *call, const char *leader)
 {
-    int li = leader[0] ? member_index(call->p, leader) : -1;
+    int li = leader[0] ? kl_sdk_members_find_url(call->mt, leader) : -1;
     if (li >= 0)
         leader_set(call->c, call->pi, li);
     else
         leader_forget(call->c, call->pi, call->mi);
+    if (li < 0 && leader[0] && call->learning == LEARN_NONE && kl_sdk_members_learn_due(call->mt, now_ms())) {
+        learn_begin(call, LEARN_HINT, call->mi);
+        return;
+    }
     if (li >= 0 && call->redirects < KL_MAX_REDIRECTS) {
         call->redirects++;
         call->target = li;
     }
+}
+
+/* The partition call succeeded with ans from member mi: true = it is over (pc_end ran);
+ * false = a LEARN_AFTER sub-step holds the answer and goes on. */
+static bool pc_succeeded(kl_call *call, uint8_t *ans, size_t ans_len)
+{
+    /* Any member answers Members (kl_client_members): its answer, not the fact that it
+     * answered, says who leads; and what it says is learned like a sub-step's. */
+    bool members = strcmp(call->s.method, METHOD_MEMBERS) == 0;
+    if (members) {
+        if (learn_apply(call, ans, ans_len) < 0)
+            leader_forget(call->c, call->pi, call->mi);
+    } else {
+        leader_set(call->c, call->pi, call->mi);
+    }
+    if (!members && call->lost != 0 && call->deadline - now_ms() > KL_MIN_ATTEMPT_MS &&
+        kl_sdk_members_learn_due(call->mt, now_ms())) {
+        call->held_ans = ans;
+        call->held_len = ans_len;
+        learn_begin(call, LEARN_AFTER, call->mi);
+        return false;
+    }
+    call->pc_ans = ans;
+    call->pc_ans_len = ans_len;
+    pc_end(call, KL_OK);
+    return true;
+}
+
+/* A Hello refused because the member at that address is not the identity this slot names
+ * (replaced under the same address) or does not sign with its key: the slot is stale. */
+static bool stale_identity(kl_code rc, const kl_err *e)
+{
+    return rc == KL_UNAUTHENTICATED &&
+           (strcmp(e->detail, "wrong_member") == 0 || strcmp(e->detail, "bad_member_signature") == 0);
 }
 
 /* The result of one attempt at call->mi: true = the partition call is over (pc_end ran). */
@@ -521,16 +744,18 @@ static bool pc_attempt_result(kl_call *call, kl_code rc, const kl_err *e, uint8_
                               size_t ans_len, const char *leader)
 {
     int mi = call->mi;
-    if (rc == KL_OK) {
-        leader_set(call->c, call->pi, mi);
-        call->pc_ans = ans;
-        call->pc_ans_len = ans_len;
-        pc_end(call, KL_OK);
-        return true;
-    }
-    if (rc == KL_UNAVAILABLE || rc == KL_DEADLINE_EXCEEDED || rc == KL_UNKNOWN_WRITE_OUTCOME)
+    if (call->learning != LEARN_NONE)
+        return learn_result(call, rc, ans, ans_len);
+    if (rc == KL_OK)
+        return pc_succeeded(call, ans, ans_len);
+    if (rc == KL_UNAVAILABLE || rc == KL_DEADLINE_EXCEEDED || rc == KL_UNKNOWN_WRITE_OUTCOME ||
+        stale_identity(rc, e))
         leader_forget(call->c, call->pi, mi); /* it may have stopped leading */
     call->last = *e;
+    if (stale_identity(rc, e)) {
+        call->lost |= 1ull << (mi & 63); /* nothing was sent; another member may serve */
+        return false;
+    }
     switch (rc) {
     case KL_NOT_LEADER:
         call->alive = true;
@@ -580,10 +805,14 @@ static bool pc_attempt(kl_call *call, int64_t left, bool *over)
     kl_rpc_client *conn;
     kl_err e;
     kl_err_clear(&e);
-    if (conn_get(c, call->pi, call->p, mi, call->blocking_dial ? attempt_ms : -1, &conn, &e) !=
+    if (conn_get(c, call->pi, call->mt, mi, call->blocking_dial ? attempt_ms : -1, &conn, &e) !=
         KL_OK) {
         leader_forget(c, call->pi, mi);
         call->lost |= 1ull << (mi & 63);
+        if (call->learning != LEARN_NONE) {
+            *over = learn_result(call, e.code, NULL, 0);
+            return true;
+        }
         call->last = e;
         *over = false;
         return true;
@@ -596,9 +825,9 @@ static bool pc_attempt(kl_call *call, int64_t left, bool *over)
     kl_code rc;
     if (c->principal != NULL) {
         call->sealed = true;
-        rc = kl_sdk_sealed_att_init(&call->att, c->principal, call->p, call->pi, mi, conn,
-                                    call->op, call->s.method, call->s.req, call->s.req_len,
-                                    attempt_ms, &e);
+        rc = kl_sdk_sealed_att_init(&call->att, c->principal, call->pid, call->pi, mi,
+                                    kl_sdk_members_at(call->mt, mi), conn, call->op,
+                                    call->s.method, call->s.req, call->s.req_len, attempt_ms, &e);
         if (rc == KL_OK && !kl_sdk_sealed_begin(&call->att))
             return false;
         if (rc == KL_OK) {
@@ -617,28 +846,59 @@ static bool pc_attempt(kl_call *call, int64_t left, bool *over)
     return true;
 }
 
+/* The member the routing loop tries next: the sub-step's, the target (cached leader or a
+ * redirect), then the current members in table order. -1: the round (or sub-step) is over;
+ * -2: a sub-step ended the partition call. */
+static int pc_pick(kl_call *call)
+{
+    for (;;) {
+        if (call->learning != LEARN_NONE) {
+            int mi = learn_pick(call);
+            if (mi >= 0 && call->deadline - now_ms() > 0)
+                return mi;
+            if (learn_done(call, -1))
+                return -2;
+            continue;
+        }
+        if (call->target >= 0) {
+            int mi = call->target;
+            call->target = -1;
+            return mi;
+        }
+        if (call->next >= call->n)
+            return -1;
+        int mi = call->next++;
+        if (mi != call->hinted && kl_sdk_members_is_current(call->mt, mi))
+            return mi;
+    }
+}
+
 /* The routing loop: the cached leader first, then the members in order, rounds repeated
- * after a growing pause while some member was alive and time remains. Returns when an
- * attempt or a pause is in flight, or the partition call is over. */
+ * after a growing pause while some member was alive and time remains; a Members sub-step
+ * where a round (or a redirect) shows that the table may be behind the partition. Returns
+ * when an attempt or a pause is in flight, or the partition call is over. */
 static void pc_advance(kl_call *call)
 {
-    const kl_partition *p = call->p;
     for (;;) {
         if (atomic_load(&call->cancelled)) {
+            if (call->learning == LEARN_AFTER) {
+                learn_done(call, -1);
+                return;
+            }
+            if (call->learning != LEARN_NONE)
+                learn_restore(call); /* the error names the call's own request */
             if (!call->maybe_sent)
                 kl_fail(&call->last, KL_UNAVAILABLE, "cancelled",
                         "the call was cancelled; %s was not sent", call->s.method);
             pc_fail(call);
             return;
         }
-        if (call->target >= 0) {
-            call->mi = call->target;
-            call->target = -1;
-        } else if (call->next < p->member_count) {
-            call->mi = call->next++;
-            if (call->mi == call->hinted)
+        int mi = pc_pick(call);
+        if (mi == -2)
+            return;
+        if (mi < 0) {
+            if (learn_at_round_end(call))
                 continue;
-        } else {
             int64_t left = call->deadline - now_ms();
             if (!call->alive || left <= call->pause) {
                 pc_fail(call);
@@ -648,6 +908,7 @@ static void pc_advance(kl_call *call)
             kl_rpc_sleep_start(call->op, (int)call->pause);
             return;
         }
+        call->mi = mi;
         int64_t left = call->deadline - now_ms();
         if (left <= 0) {
             pc_fail(call);
@@ -666,10 +927,7 @@ static void pc_round(kl_call *call)
 {
     call->pausing = false;
     call->pause = call->pause * 2 > 800 ? 800 : call->pause * 2;
-    call->next = 0;
-    call->redirects = 0;
-    call->alive = false;
-    call->hinted = -1;
+    round_reset(call, -1);
     pc_advance(call);
 }
 
@@ -742,6 +1000,7 @@ void kl_call_free(kl_call *call)
     kl_rpc_op_free(call->op); /* waits for its callback, if one still runs */
     kl_sdk_sealed_att_clear(&call->att);
     free(call->pc_ans);
+    free(call->held_ans);
     free(call->req);
     pthread_cond_destroy(&call->cv);
     pthread_mutex_destroy(&call->mu);

@@ -110,7 +110,8 @@ kl_code kl_sdk_read(kl_client *c, const char *queue, int partition, const char *
 typedef struct kl_sdk_principal kl_sdk_principal;
 
 /* Reads the principal's 64-byte Ed25519 secret key from key_path (mode 0600, common/keys.h)
- * and makes one empty session slot per member of cluster. Every member must carry its
+ * and makes one empty session slot per member table slot of each partition of cluster
+ * (client/sdk/member_table.h: a slot index names one member identity for good). Every member must carry its
  * "public_key" in the cluster file (INVALID_ARGUMENT "public_key" naming the first that
  * does not). */
 kl_code kl_sdk_principal_new(const char *principal_id, const char *key_path,
@@ -118,8 +119,8 @@ kl_code kl_sdk_principal_new(const char *principal_id, const char *key_path,
 /* Wipes the key and every session. NULL is accepted. */
 void kl_sdk_principal_free(kl_sdk_principal *pr);
 
-/* One request under the session with member slot mi of partition index pi (p is that
- * partition), as a machine driven by its caller's rpc op (client.c's call): a Hello first
+/* One request under the session with member slot mi (m, from the member table) of
+ * partition index pi (partition id pid), as a machine driven by its caller's rpc op (client.c's call): a Hello first
  * when the slot has no live session (one Hello per slot at a time: other requests for that
  * member wait for it and are resumed through wake(arg)), the request sealed under a fresh
  * counter, and again (at most three sends in all) when the member answers session_unknown
@@ -129,10 +130,11 @@ void kl_sdk_principal_free(kl_sdk_principal *pr);
  * kl_sdk_sealed_answered (called when att->op's exchange is done) return true when the
  * attempt is over, false when it started an exchange on att->op or waits for a Hello. */
 typedef struct kl_sdk_sealed_att kl_sdk_sealed_att;
+struct kl_sdk_member;
 struct kl_sdk_sealed_att {
     kl_sdk_principal *pr;
-    const kl_partition *p;
-    int pi, mi;
+    const struct kl_sdk_member *m; /* an immutable member table slot */
+    int pid, pi, mi;
     kl_rpc_client *conn;
     kl_rpc_op *op;
     const char *method;
@@ -156,8 +158,8 @@ struct kl_sdk_sealed_att {
     size_t ans_len;
     char leader[KL_URL_MAX];
 };
-kl_code kl_sdk_sealed_att_init(kl_sdk_sealed_att *att, kl_sdk_principal *pr, const kl_partition *p,
-                               int pi, int mi, kl_rpc_client *conn, kl_rpc_op *op,
+kl_code kl_sdk_sealed_att_init(kl_sdk_sealed_att *att, kl_sdk_principal *pr, int pid, int pi, int mi,
+                               const struct kl_sdk_member *m, kl_rpc_client *conn, kl_rpc_op *op,
                                const char *method, const uint8_t *req, size_t req_len,
                                int timeout_ms, kl_err *err);
 bool kl_sdk_sealed_begin(kl_sdk_sealed_att *att);

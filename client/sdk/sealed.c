@@ -2,10 +2,11 @@
  * daemon/rpc/session_serve.c the daemon's side).
  *
  * A client opened with a principal (kl_client_open_principal) holds the principal's id and
- * Ed25519 secret key, and one session slot per member of the cluster file. A slot is
- * filled lazily: the first call to that member sends keyload.v1.Hello on the member's
- * connection and verifies the HelloAnswer with the member's "public_key" from the cluster
- * file (kl_session_finish). Every request then goes sealed: the Envelope carries the
+ * Ed25519 secret key, and one session slot per member table slot (client/sdk/member_table.h:
+ * the cluster file's members, then those learned from Members). A slot is filled lazily:
+ * the first call to that member sends keyload.v1.Hello on the member's connection and
+ * verifies the HelloAnswer with the member's public key from the table (the cluster file's
+ * "public_key", or the key an authenticated Members answer reported; kl_session_finish). Every request then goes sealed: the Envelope carries the
  * session id, a counter and the sealed request with the method name as associated data.
  * An OK answer's payload is opened with the request's counter and the AD
  *   method || 0x00 || code (1 byte) || detail
@@ -32,6 +33,7 @@
  * back in any order and a slot replaced meanwhile does not matter. Copies and the
  * principal's secret key are wiped (sodium_memzero). */
 #include "client/sdk/internal.h"
+#include "client/sdk/member_table.h"
 
 #include "common/keys.h"
 #include "common/session.h"
@@ -64,7 +66,7 @@ struct kl_sdk_principal {
     uint8_t secret[KL_SESSION_SIGN_SECRET_LEN];
     char cluster[KL_NAME_MAX];
     int slot_count;
-    member_slot *slots; /* [partition index * KL_CLUSTER_MAX_MEMBERS + member index] */
+    member_slot *slots; /* [partition index * KL_SDK_MEMBERS_MAX + member table slot] */
 };
 
 static int64_t wall_ms(void)
@@ -107,7 +109,7 @@ kl_code kl_sdk_principal_new(const char *principal_id, const char *key_path,
     kl_sdk_principal *pr = calloc(1, sizeof *pr);
     if (pr == NULL)
         return kl_sdk_oom(err);
-    pr->slot_count = cluster->partition_count * KL_CLUSTER_MAX_MEMBERS;
+    pr->slot_count = cluster->partition_count * KL_SDK_MEMBERS_MAX;
     pr->slots = calloc((size_t)(pr->slot_count > 0 ? pr->slot_count : 1), sizeof *pr->slots);
     if (pr->slots == NULL) {
         free(pr);
@@ -149,7 +151,7 @@ void kl_sdk_principal_free(kl_sdk_principal *pr)
 
 static member_slot *att_slot(const kl_sdk_sealed_att *att)
 {
-    return &att->pr->slots[att->pi * KL_CLUSTER_MAX_MEMBERS + att->mi];
+    return &att->pr->slots[att->pi * KL_SDK_MEMBERS_MAX + att->mi];
 }
 
 /* The attempt is over with rc (att->err says why). */
@@ -162,9 +164,9 @@ static bool att_end(kl_sdk_sealed_att *att, kl_code rc)
 /* Sends the Hello of att's slot (the caller set slot->handshaking). */
 static kl_code hello_send(kl_sdk_sealed_att *att, int left, kl_err *err)
 {
-    const kl_member *m = &att->p->members[att->mi];
-    kl_code rc = kl_session_hello_new(att->pr->id, att->pr->secret, att->pr->cluster, att->p->id,
-                                      (uint64_t)m->id, wall_ms(), NULL, NULL, &att->hc, err);
+    const kl_sdk_member *m = att->m;
+    kl_code rc = kl_session_hello_new(att->pr->id, att->pr->secret, att->pr->cluster, att->pid,
+                                      m->id, wall_ms(), NULL, NULL, &att->hc, err);
     if (rc != KL_OK)
         return rc;
     att->hc_live = true;
@@ -185,7 +187,7 @@ static kl_code hello_send(kl_sdk_sealed_att *att, int left, kl_err *err)
 /* The HelloAnswer: verified with the member's public key, it becomes the slot's session. */
 static kl_code hello_answer(kl_sdk_sealed_att *att, member_slot *slot, kl_err *err)
 {
-    const kl_member *m = &att->p->members[att->mi];
+    const kl_sdk_member *m = att->m;
     uint8_t *ans = NULL;
     size_t ans_len = 0;
     kl_code rc = kl_rpc_op_result(att->op, &ans, &ans_len, NULL, NULL, 0, err);
@@ -197,7 +199,8 @@ static kl_code hello_answer(kl_sdk_sealed_att *att, member_slot *slot, kl_err *e
         memset(&a, 0, sizeof a);
         if (ha == NULL)
             rc = kl_fail(err, KL_INTERNAL, "hello_answer",
-                         "member p%dm%d's HelloAnswer does not decode", att->p->id, m->id);
+                         "member p%dm%llu's HelloAnswer does not decode", att->pid,
+                         (unsigned long long)m->id);
         else
             rc = kl_session_answer_from_pb(ha, &a, err);
         if (ha != NULL)
@@ -208,8 +211,10 @@ static kl_code hello_answer(kl_sdk_sealed_att *att, member_slot *slot, kl_err *e
             char detail[sizeof err->detail];
             snprintf(detail, sizeof detail, "%s", err->detail);
             kl_fail(err, KL_UNAUTHENTICATED, detail,
-                    "member p%dm%d's HelloAnswer does not verify with its public_key in the "
-                    "cluster file (%s)", att->p->id, m->id, detail);
+                    "member p%dm%llu's HelloAnswer does not verify with its public_key %s (%s)",
+                    att->pid, (unsigned long long)m->id,
+                    m->learned ? "learned from the partition's Members" : "in the cluster file",
+                    detail);
         }
     }
     free(ans);
@@ -227,8 +232,8 @@ static kl_code hello_answer(kl_sdk_sealed_att *att, member_slot *slot, kl_err *e
         /* The Hello went unanswered, so the request itself was never sent: not an unknown
          * outcome, and the member may be starting (the caller tries again). */
         rc = kl_fail(err, KL_UNAVAILABLE, "hello_no_answer",
-                     "member p%dm%d did not answer the Hello within %d ms; the request was not "
-                     "sent", att->p->id, m->id, (int)(att->deadline - att->hello_at));
+                     "member p%dm%llu did not answer the Hello within %d ms; the request was not "
+                     "sent", att->pid, (unsigned long long)m->id, (int)(att->deadline - att->hello_at));
     return rc;
 }
 
@@ -434,15 +439,15 @@ bool kl_sdk_sealed_answered(kl_sdk_sealed_att *att)
     return kl_sdk_sealed_begin(att);
 }
 
-kl_code kl_sdk_sealed_att_init(kl_sdk_sealed_att *att, kl_sdk_principal *pr, const kl_partition *p,
-                               int pi, int mi, kl_rpc_client *conn, kl_rpc_op *op,
+kl_code kl_sdk_sealed_att_init(kl_sdk_sealed_att *att, kl_sdk_principal *pr, int pid, int pi, int mi,
+                               const kl_sdk_member *m, kl_rpc_client *conn, kl_rpc_op *op,
                                const char *method, const uint8_t *req, size_t req_len,
                                int timeout_ms, kl_err *err)
 {
-    int idx = pi * KL_CLUSTER_MAX_MEMBERS + mi;
-    if (idx < 0 || idx >= pr->slot_count || mi >= p->member_count)
+    int idx = pi * KL_SDK_MEMBERS_MAX + mi;
+    if (idx < 0 || idx >= pr->slot_count || mi < 0 || mi >= KL_SDK_MEMBERS_MAX)
         return kl_fail(err, KL_INTERNAL, "member", "no session slot for member %d of partition %d",
-                       mi, p->id);
+                       mi, pid);
     size_t cap = req_len + KL_SESSION_SEAL_OVERHEAD;
     if (att->sealed_cap < cap) {
         uint8_t *grown = realloc(att->sealed, cap);
@@ -453,7 +458,8 @@ kl_code kl_sdk_sealed_att_init(kl_sdk_sealed_att *att, kl_sdk_principal *pr, con
     }
     att->cap = cap;
     att->pr = pr;
-    att->p = p;
+    att->m = m;
+    att->pid = pid;
     att->pi = pi;
     att->mi = mi;
     att->conn = conn;
@@ -469,7 +475,7 @@ kl_code kl_sdk_sealed_att_init(kl_sdk_sealed_att *att, kl_sdk_principal *pr, con
     att->leader[0] = '\0';
     att->rc = KL_INTERNAL;
     kl_err_clear(&att->err);
-    snprintf(att->who, sizeof att->who, "member p%dm%d", p->id, p->members[mi].id);
+    snprintf(att->who, sizeof att->who, "member p%dm%llu", pid, (unsigned long long)m->id);
     return KL_OK;
 }
 

@@ -6,7 +6,9 @@
 
 #include <stdlib.h>
 
-/* The leader's client URL, or NULL when unknown (or this member). */
+/* The leader's client URL, or NULL when unknown (or this member): from the replicated member
+ * directory first, since a member that joined after the cluster file was written is only
+ * there, then from the cluster file. */
 const char *kl_service_leader_url(const kl_service *s, uint64_t *leader_out)
 {
     kl_raft_status st;
@@ -15,6 +17,9 @@ const char *kl_service_leader_url(const kl_service *s, uint64_t *leader_out)
         *leader_out = st.leader;
     if (st.leader == 0 || st.leader == st.id)
         return NULL;
+    const kl_confstore_member *m = kl_repl_member(s->repl, st.leader);
+    if (m != NULL && m->client_url[0] != '\0')
+        return m->client_url;
     for (int i = 0; i < s->partition->member_count; i++)
         if ((uint64_t)s->partition->members[i].id == st.leader)
             return s->partition->members[i].client_url;

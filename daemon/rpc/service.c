@@ -54,7 +54,10 @@ static void handle_member_status(void *owner, kl_rpc_call *call)
     if (s->tailer != NULL && serving)
         a.catalog_lease_valid = kl_tailer_lease_valid(s->tailer, &a.catalog_lease_age_ms);
     const char *url = kl_service_leader_url(s, NULL);
-    if (st.leader != 0 && st.leader == st.id)
+    const kl_confstore_member *self = st.leader != 0 && st.leader == st.id ? kl_repl_member(s->repl, st.id) : NULL;
+    if (self != NULL && self->client_url[0] != '\0')
+        url = self->client_url;
+    else if (st.leader != 0 && st.leader == st.id)
         for (int i = 0; i < s->partition->member_count; i++)
             if ((uint64_t)s->partition->members[i].id == st.id)
                 url = s->partition->members[i].client_url;

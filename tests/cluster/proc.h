@@ -162,6 +162,11 @@ void test_coord_backlog(void);
 void cc_after_test(bool failed);
 void cc_stop_all(void);
 
+/* proc_learn.c: clients and the coordinator learn partition 1's members from Members while
+ * it changes under them (on the coordinator suites' cluster, stopped afterwards). */
+void test_learn_members(void);
+void lr_stop_all(void);
+
 /* proc_conn.c (KL-8): sessions, connections and peer configuration under faults. */
 void test_conn_catalog_behind(void);
 void test_conn_limits(void);

@@ -2168,6 +2168,9 @@ int main(int argc, char **argv)
          test_snapshot_log_bytes_bound},
         {"snapshot: a stream cut midway (the receiver dies after 3 chunks) completes after its restart",
          test_snapshot_cut_midstream},
+        {"learn: a client and the coordinator holding the original cluster file follow partition 1 through "
+         "a join on a new URL and a removal (reaching the new member), then serve through learned members only",
+         test_learn_members},
     };
     int passed = 0, failed = 0;
     for (size_t i = 0; i < sizeof tests / sizeof tests[0]; i++) {
@@ -2194,6 +2197,7 @@ int main(int argc, char **argv)
         pl_stop_all();
         rt_stop_all();
         sn_stop_all();
+        lr_stop_all();
         printf("%s %s (%lld ms)\n", failures_in_test ? "FAIL" : "ok  ", tests[i].name,
                (long long)(now_ms() - t0));
         fflush(stdout);

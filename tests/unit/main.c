@@ -32,6 +32,7 @@ Suite *suite_q1(void);
 Suite *suite_entry_clock(void);
 Suite *suite_subject_cache(void);
 Suite *suite_sdk_leader(void);
+Suite *suite_sdk_members(void);
 Suite *suite_group(void);
 Suite *suite_park(void);
 Suite *suite_node_read(void);
@@ -73,6 +74,7 @@ int main(void)
     srunner_add_suite(sr, suite_entry_clock());
     srunner_add_suite(sr, suite_subject_cache());
     srunner_add_suite(sr, suite_sdk_leader());
+    srunner_add_suite(sr, suite_sdk_members());
     srunner_add_suite(sr, suite_group());
     srunner_add_suite(sr, suite_park());
     srunner_add_suite(sr, suite_node_read());
