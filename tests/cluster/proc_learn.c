@@ -289,8 +289,10 @@ static bool lr_make_lead_once(int want)
     lr_kill_id(l1);
     int l2 = 0;
     for (int64_t end = now_ms() + 20000; (l2 = lr_leader()) == 0 || l2 == l1; sleep_ms(100))
-        if (now_ms() > end)
+        if (now_ms() > end) {
+            lr_restart_id(l1);
             return false;
+        }
     if (l2 == want) {
         lr_restart_id(l1);
         return true;
