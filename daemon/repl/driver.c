@@ -1726,6 +1726,11 @@ kl_code kl_repl_propose(kl_repl *r, const uint8_t *data, size_t len, uint64_t *l
     assert(p.index == index && p.term == term);
     kl_stages_mark(r->stages, p.index, KL_STAGE_PROPOSE, kl_stages_now());
     pump(r);
+    /* With the leader's own write running, pump takes no ready: the append leaves now
+     * rather than in on_flush, which runs only after the loop's next poll, and the node
+     * proposes in the prepare phase, just before that poll may wait milliseconds for I/O
+     * while every follower's write of the entry (and so its commit) waits for it. */
+    send_urgent(r);
     return KL_OK;
 }
 
