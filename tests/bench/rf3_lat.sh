@@ -65,6 +65,7 @@ for i, m in enumerate(p0["members"]):
     m["client"] = "tcp://127.0.0.1:%d" % (port + i)
     m["peer"] = "tcp://127.0.0.1:%d" % (port + 100 + i)
     m["data"] = "%s/p0m%d" % (d, m["id"])
+    m.pop("metrics", None)  # the seeds' metrics ports may be taken by another cluster
     m["public_key"] = open("%s/p0m%d.pub" % (d, m["id"])).read().strip()
 json.dump(c, open(d + "/cluster.json", "w"), indent=2)
 EOF
@@ -75,7 +76,7 @@ for n in p0m1 p0m2 p0m3; do
   mpid[$n]=$!
 done
 for n in p0m1 p0m2 p0m3; do
-  for _ in $(seq 1 200); do grep -q 'msg="ready"' "$d/$n.log" 2>/dev/null && break; sleep 0.1; done
+  for _ in $(seq 1 200); do grep -q 'msg="ready"' "$d/$n.log" 2>/dev/null && break; kill -0 "${mpid[$n]}" 2>/dev/null || break; sleep 0.1; done
   grep -q 'msg="ready"' "$d/$n.log" || { echo "rf3_lat: $n not ready"; tail -n 20 "$d/$n.log"; exit 1; }
 done
 ldr=$("$bench" --leader-of "$urls") || { echo "rf3_lat: no serving leader"; exit 1; }
