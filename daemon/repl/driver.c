@@ -487,6 +487,9 @@ static void send_msg(kl_repl *r, const kl_raft_msg *m)
         return;
     }
     keyload__v1__raft_message__pack(&pm, r->frame);
+    if (m->type == KL_RAFT_MSG_APPEND && m->n_entries > 0) /* only a leader sends appends */
+        kl_stages_mark_range(r->stages, m->entries[0].index, m->entries[m->n_entries - 1].index,
+                             KL_STAGE_SENT, kl_stages_now());
     if (kl_peer_send(r->peer, m->to, r->frame, n) != KL_OK)
         r->counters.send_drops++;
 }

@@ -2,8 +2,8 @@
 # rf3_lat.sh: the peers part's two KeyLoad RF3 sealed cells alone (1 client and 64 in flight,
 # single-message batches, principal benchpub on queue kl3 exactly as run.sh sets them up),
 # with each member's "replication stages" lines (daemon/repl/stages.h: queue, write,
-# quorum, apply per own entry on the leader; queue and write per received entry on a
-# follower) printed after each cell, so a change to the write path can be measured without
+# quorum, apply, send and replicate per own entry on the leader; queue and write per
+# received entry on a follower) printed after each cell, so a change to the write path can be measured without
 # the whole `make bench`. With RF3_PERF=1 the leader runs under `perf record -g` for the
 # 64-in-flight cell (report in $RF3_OUT/perf-64.txt).
 # Environment: BENCH_BIN (binaries, default bin), BENCH_SECONDS (per cell, default 5),
