@@ -12,7 +12,7 @@
 #              a temporary one that is removed), RF3_PERF=1.
 # Every process this script starts is tracked by pid and stopped by pid on exit.
 set -u
-cd "$(dirname "$0")/../.."
+cd "$(dirname "$0")/../.." || exit 2
 root=$(pwd)
 bin=${BENCH_BIN:-bin}
 secs=${BENCH_SECONDS:-5}
