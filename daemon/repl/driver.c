@@ -487,6 +487,9 @@ static void send_msg(kl_repl *r, const kl_raft_msg *m)
         return;
     }
     keyload__v1__raft_message__pack(&pm, r->frame);
+    if (m->type == KL_RAFT_MSG_APPEND && m->n_entries > 0) /* only a leader sends appends */
+        kl_stages_mark_range(r->stages, m->entries[0].index, m->entries[m->n_entries - 1].index,
+                             KL_STAGE_SENT, kl_stages_now());
     if (kl_peer_send(r->peer, m->to, r->frame, n) != KL_OK)
         r->counters.send_drops++;
 }
@@ -1726,6 +1729,11 @@ kl_code kl_repl_propose(kl_repl *r, const uint8_t *data, size_t len, uint64_t *l
     assert(p.index == index && p.term == term);
     kl_stages_mark(r->stages, p.index, KL_STAGE_PROPOSE, kl_stages_now());
     pump(r);
+    /* With the leader's own write running, pump takes no ready: the append leaves now
+     * rather than in on_flush, which runs only after the loop's next poll, and the node
+     * proposes in the prepare phase, just before that poll may wait milliseconds for I/O
+     * while every follower's write of the entry (and so its commit) waits for it. */
+    send_urgent(r);
     return KL_OK;
 }
 

@@ -25,7 +25,8 @@
  * A ready with nothing to persist does step 4 inline. One write runs at a time; whatever
  * arrives meanwhile accumulates in the core and becomes the next write.
  * While a write runs, nothing unrelated waits for it: once per loop iteration (a uv_check
- * after the poll phase) and after every received frame, the leader's new appends and every
+ * after the poll phase), after every received frame and after every proposal (the node
+ * proposes just before the poll, which may wait for I/O), the leader's new appends and every
  * heartbeat, heartbeat answer and read confirmation leave (kl_raft_take_urgent, take_reads),
  * and entries that committed meanwhile and that an EARLIER write made durable here are
  * applied (kl_raft_take_committed), their reads served.

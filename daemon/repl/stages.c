@@ -27,7 +27,8 @@ struct kl_stages {
 };
 
 static const char *const span_names[KL_SPAN_COUNT] = {
-    "queue", "write", "quorum", "apply", "total", "f_queue", "f_write", "apply_call",
+    "queue", "write", "quorum", "apply", "total", "f_queue", "f_write", "apply_call", "send",
+    "replicate",
 };
 
 kl_stages *kl_stages_new(void)
@@ -124,6 +125,9 @@ void kl_stages_applied(kl_stages *s, uint64_t index, uint64_t now)
     push(s, KL_SPAN_QUORUM, t[KL_STAGE_PERSIST_DONE], commit);
     push(s, KL_SPAN_APPLY, commit, now);
     push(s, KL_SPAN_TOTAL, t[KL_STAGE_PROPOSE], now);
+    push(s, KL_SPAN_SEND, t[KL_STAGE_PROPOSE], t[KL_STAGE_SENT]);
+    if (t[KL_STAGE_SENT] != 0)
+        push(s, KL_SPAN_REPLICATE, t[KL_STAGE_SENT], commit);
     if (commit > t[KL_STAGE_PROPOSE])
         kl_metrics_hist_observe(&s->commit_hist, (double)(commit - t[KL_STAGE_PROPOSE]) / 1e9);
     r->index = 0;
@@ -179,7 +183,7 @@ void kl_stages_report(kl_stages *s, uint64_t member, bool force)
     size_t total = s->spans[KL_SPAN_TOTAL].n + s->spans[KL_SPAN_F_WRITE].n;
     if (total == 0 || (!force && total < 64))
         return;
-    char line[768];
+    char line[1024];
     size_t off = 0;
     for (int i = 0; i < KL_SPAN_COUNT; i++) {
         uint32_t p50, p99;

@@ -1,7 +1,10 @@
 /* stages: where a replicated write's time goes, measured on the loop thread.
  *
  * Leader, per own proposal: propose -> its synced log write starts -> that write completes ->
- * the index commits (quorum acknowledged) -> it is applied (the node answers from the apply).
+ * the index commits (quorum acknowledged) -> it is applied (the node answers from the apply);
+ * and, beside the write, propose -> the first append carrying it leaves -> commit: the
+ * followers' path (transit, their writes, their acknowledgements). Whichever of "write" and
+ * "replicate" is longer is the one the commit waited for.
  * Follower, per received entry: received -> its synced write starts -> that write completes
  * (the acknowledgement leaves right after). Stamps live in a ring keyed by index, so an
  * index older than the ring is simply not measured; samples are the last KL_STAGES_SAMPLES
@@ -26,7 +29,8 @@ typedef enum kl_stage {
     KL_STAGE_PERSIST_DONE = 2,
     KL_STAGE_COMMIT = 3,  /* leader only: the driver saw commit >= index */
     KL_STAGE_APPLY = 4,   /* leader only */
-    KL_STAGE_COUNT = 5,
+    KL_STAGE_SENT = 5,    /* leader only: the first append carrying the index left */
+    KL_STAGE_COUNT = 6,
 } kl_stage;
 
 /* Deltas reported (microseconds). */
@@ -39,7 +43,9 @@ typedef enum kl_stage_span {
     KL_SPAN_F_QUEUE = 5, /* follower: received -> write start */
     KL_SPAN_F_WRITE = 6, /* follower: write start -> done (ack sent) */
     KL_SPAN_APPLY_CALL = 7, /* time inside the node's apply callback, per entry */
-    KL_SPAN_COUNT = 8,
+    KL_SPAN_SEND = 8,     /* leader: propose -> the first append carrying it left */
+    KL_SPAN_REPLICATE = 9, /* leader: that append left -> commit */
+    KL_SPAN_COUNT = 10,
 } kl_stage_span;
 
 typedef struct kl_stages kl_stages;

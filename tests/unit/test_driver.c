@@ -1189,6 +1189,8 @@ START_TEST(stage_spans)
         kl_stages_mark(s, i, KL_STAGE_PROPOSE, t0);
         kl_stages_mark(s, i, KL_STAGE_PERSIST_START, t0 + 10 * us);
         kl_stages_mark(s, i, KL_STAGE_PERSIST_DONE, t0 + 110 * us);
+        if (i % 2 == 0) /* odd indexes never left: no send or replicate span */
+            kl_stages_mark(s, i, KL_STAGE_SENT, t0 + 20 * us);
     }
     kl_stages_mark_range(s, 1, 100, KL_STAGE_COMMIT, 100 * 1000000 + 500 * us);
     kl_stages_mark(s, 100, KL_STAGE_COMMIT, 1); /* already stamped: ignored */
@@ -1200,6 +1202,12 @@ START_TEST(stage_spans)
     ck_assert_uint_eq(kl_stages_median(s, KL_SPAN_QUEUE), 10);
     ck_assert_uint_eq(kl_stages_median(s, KL_SPAN_WRITE), 100);
     ck_assert_uint_eq(kl_stages_median(s, KL_SPAN_APPLY), 100);
+    ck_assert_uint_eq(kl_stages_count(s, KL_SPAN_SEND), 50);
+    ck_assert_uint_eq(kl_stages_median(s, KL_SPAN_SEND), 20);
+    ck_assert_uint_eq(kl_stages_count(s, KL_SPAN_REPLICATE), 50);
+    /* every index commits at 100 ms + 500 us; index i was sent at i ms + 20 us, so its span
+     * is (100 - i) ms + 480 us, and the median of the 50 even indexes is index 50's */
+    ck_assert_uint_eq(kl_stages_median(s, KL_SPAN_REPLICATE), (100 - 50) * 1000 + 480);
     /* A follower's entry: received, written, acknowledged. */
     kl_stages_mark(s, 7 + KL_STAGES_RING, KL_STAGE_PROPOSE, 1000 * us);
     kl_stages_mark(s, 7 + KL_STAGES_RING, KL_STAGE_PERSIST_START, 1300 * us);
