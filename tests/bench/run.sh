@@ -279,6 +279,7 @@ for i, m in enumerate(p0["members"]):
     m["client"] = "tcp://127.0.0.1:%d" % (port + i)
     m["peer"] = "tcp://127.0.0.1:%d" % (port + 100 + i)
     m["data"] = "%s/p0m%d" % (d, m["id"])
+    m.pop("metrics", None)  # the seeds' metrics ports may be held by another cluster here
     m.pop("public_key", None)  # KL-1/KL-2 members run without member keys
     if sealed:
         m["public_key"] = open("%s/p0m%d.pub" % (d, m["id"])).read().strip()
