@@ -380,6 +380,9 @@ void kl_service_member_tick(kl_service *s)
     }
     uint8_t dir[KL_MEMBER_CONF_BLOB_MAX];
     size_t dlen = step_directory(s, mc, &cur, dir, sizeof dir);
+    /* The node's open group was evaluated for the next index: proposed after this entry it
+       would no longer match its slot and be refused (the catalog proposals flush too). */
+    kl_node_flush(s->node);
     kl_err err;
     kl_code rc = kl_repl_propose_conf(s->repl, &step, dir, dlen, &index, &leader, &err);
     if (rc == KL_OK && index > 0)
