@@ -210,7 +210,7 @@ bool nm_member_start(nm_member *mb)
     argv[n++] = mb->ns;
     argv[n++] = bin;
     argv[n++] = "--cluster";
-    argv[n++] = mb->join_file[0] ? mb->join_file : nm.file;
+    argv[n++] = mb->join_file[0] ? mb->join_file : nm.member_file[mb->p][0] ? nm.member_file[mb->p] : nm.file;
     argv[n++] = "--node";
     argv[n++] = mb->node;
     argv[n++] = "--cluster-secret";

@@ -9,12 +9,17 @@
  * whether the leader is the member replaced, and whether a member (the leader or another,
  * the new one included) is killed -9 in the middle of the change and restarted.
  *
- * Once committed, the cluster file names the new member instead of the old (it only seeds
- * members and tells clients where to go: the configuration is in each partition's log), the
- * clients and the coordinator reopen it, and partition 0's members are restarted one at a
- * time: partition 0 checks a data partition's catalog tail signatures against the keys of
- * its own cluster file, so without that a new member could not tail the catalog while it
- * leads (NEMESIS_MEMBER_P0_RESTART=0 leaves that out, to watch what happens).
+ * Before the change, the cluster file names the new member (with its key) beside the old
+ * one (the partition's own members keep starting from a file naming its configuration in
+ * effect, as the launcher's cluster.json does, since a member whose log holds no
+ * configuration entry yet takes its members from the file) and is reloaded: clients and the coordinator reopen it, and partition 0's members are
+ * restarted one at a time, since partition 0 checks a data partition's catalog tail
+ * signatures against the keys of its own cluster file. The new member may lead as soon as
+ * the joint step is in its log, so without that it could neither be reached by a client
+ * nor keep its catalog lease (NEMESIS_MEMBER_P0_RESTART=0 leaves the restart out, to watch
+ * that). Once the change committed the old member leaves the file. The configuration
+ * itself is in each partition's log: the file only seeds members and tells clients where
+ * to go.
  *
  * Partition 0 is not a target: its members' keys are what every data partition verifies
  * tail answers with, from its cluster file, and every data partition would have to restart.
@@ -196,13 +201,12 @@ static bool change_to_target(kl_client *c, const nm_member *old, const nm_member
     return false;
 }
 
-/* The committed change's aftermath: the file names the new member, partition 0 learns its
- * key (restarted one member at a time), clients and the coordinator reopen the file. */
-static void settle(int p)
+/* The cluster file changed: partition 0 (when p0) restarted one member at a time so that it
+ * reads the keys in it, the coordinator restarted, the workload's clients reopened. */
+static void reload(bool p0)
 {
-    nm_write_cluster_file(nm.file, NULL);
     const char *e = getenv("NEMESIS_MEMBER_P0_RESTART");
-    if (e == NULL || strcmp(e, "0") != 0)
+    if (p0 && (e == NULL || strcmp(e, "0") != 0))
         for (int m = 0; m < NM_SLOTS; m++) {
             nm_member *mb = &nm.mb[0][m];
             if (!mb->active)
@@ -215,7 +219,6 @@ static void settle(int p)
     nm_coord_kill();
     nm_coord_start();
     nm_workload_reopen();
-    count_agreement(p, "after a replacement");
 }
 
 /* A replacement that did not reach its target: a finding. The old member comes back on its
@@ -270,15 +273,20 @@ int nm_fault_member_replace(char *what, size_t cap)
     memcpy(nw->node, node, sizeof node);
     snprintf(nw->key, sizeof nw->key, "%s/%s.key", nm.work, node);
     snprintf(nw->log, sizeof nw->log, "%s/%s.log", nm.work, node);
-    snprintf(nw->join_file, sizeof nw->join_file, "%s/%s.join.json", nm.work, node);
     nm_sh("rm -rf '%s'", nw->data);
     nw->started_once = false;
-    if (!nm_member_keygen(nw) || !nm_write_cluster_file(nw->join_file, nw)) {
+    snprintf(nm.member_file[p], sizeof nm.member_file[p], "%s/cluster-p%d.json", nm.work, p);
+    if (!nm_write_cluster_file(nm.member_file[p], NULL) || !nm_member_keygen(nw) ||
+        !nm_write_cluster_file(nm.file, nw)) {
         snprintf(what, cap, "%s: could not make the new identity's key or cluster file", old->node);
         nw->join_file[0] = 0;
+        nm.member_file[p][0] = 0;
+        nm_write_cluster_file(nm.file, NULL);
         undo(old, nw, what, false);
         return p;
     }
+    snprintf(nw->join_file, sizeof nw->join_file, "%s", nm.file);
+    reload(true);
     bool was_leader = o == l;
     nm_member_kill(old);
     old->active = false;
@@ -301,6 +309,9 @@ int nm_fault_member_replace(char *what, size_t cap)
     old->join_file[0] = 0;
     nw->join_file[0] = 0;
     nw->started_once = true;
-    settle(p);
+    nm_write_cluster_file(nm.file, NULL);
+    nm.member_file[p][0] = 0; /* every member's log holds the configuration now */
+    reload(false);
+    count_agreement(p, "after a replacement");
     return p;
 }

@@ -60,6 +60,10 @@ typedef struct nm_cluster {
     bool eio_available;     /* the daemon accepts the store.log_write failpoint */
     nm_member mb[NM_PARTS][NM_SLOTS];
     int last_id[NM_PARTS]; /* the highest member id each partition has known */
+    /* While a replacement runs in p: the cluster file p's members start from, naming p's
+     * configuration in effect ("" = file). A member whose log holds no configuration entry
+     * yet takes its partition's members from it, and file names the new member already. */
+    char member_file[NM_PARTS][600];
     char disk_node[8];
     char disk_dir[512];
     char lossy_node[8];   /* the member whose store is on lossyfs (power loss); "" = none */
