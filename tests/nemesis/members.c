@@ -39,6 +39,14 @@ nm_member_stats nm_mstats;
 /* How long a replacement may take to reach its target: catch-up of a store written for
  * minutes, on two cores shared with nine daemons. */
 #define MC_WAIT_MS 90000
+/* Replacements per partition and run. A replacement appends three configuration entries
+ * (learner, joint, leave) and the core keeps at most KL_RAFT_MAX_CONF_HISTORY (16) past its
+ * snapshot point: a sixth replacement before a compaction gets its learner step and then
+ * has its joint step refused ("compact first") for good, and at 3-of-3 with the old member
+ * gone nothing commits, so nothing compacts either. */
+#define MC_MAX_PER_PARTITION 4
+
+static int replaced[NM_PARTS];
 
 static int rpick(int n) { return (int)(nm_fault_rng() % (uint64_t)n); }
 
@@ -244,6 +252,12 @@ static void undo(nm_member *old, nm_member *nw, const char *what, bool keep_new)
 int nm_fault_member_replace(char *what, size_t cap)
 {
     int p = 1 + rpick(NM_PARTS - 1);
+    if (replaced[p] >= MC_MAX_PER_PARTITION)
+        p = NM_PARTS - p; /* the other data partition */
+    if (replaced[p] >= MC_MAX_PER_PARTITION) {
+        snprintf(what, cap, "every data partition had its %d replacements: nothing done", MC_MAX_PER_PARTITION);
+        return p;
+    }
     int l = nm_leader(p, 500), cand[NM_SLOTS], n = 0, spare = -1;
     for (int m = 0; m < NM_SLOTS; m++) {
         nm_member *mb = &nm.mb[p][m];
@@ -265,6 +279,7 @@ int nm_fault_member_replace(char *what, size_t cap)
     nm_member *old = &nm.mb[p][o], *nw = &nm.mb[p][spare];
     nm_mstats.runs++;
     nm_hist.member_changes++;
+    replaced[p]++;
     count_agreement(p, "before a replacement");
     /* The new identity: a member id never used in p, a new key pair, a wiped directory. */
     nw->id = ++nm.last_id[p];
