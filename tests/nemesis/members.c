@@ -10,11 +10,12 @@
  * the new one included) is killed -9 in the middle of the change and restarted.
  *
  * Before the change, the cluster file names the new member (with its key) beside the old
- * one (the partition's own members keep starting from a file naming its configuration in
- * effect, as the launcher's cluster.json does, since a member whose log holds no
- * configuration entry yet takes its members from the file) and is reloaded: clients and the coordinator reopen it, and partition 0's members are
+ * one and is reloaded: clients and the coordinator reopen it, and partition 0's members are
  * restarted one at a time, since partition 0 checks a data partition's catalog tail
- * signatures against the keys of its own cluster file. The new member may lead as soon as
+ * signatures against the keys of its own cluster file. The partition's own members keep
+ * starting from a file naming its configuration in effect, as the launcher's cluster.json
+ * does, since a member whose log holds no configuration entry yet takes its members from
+ * the file. The new member may lead as soon as
  * the joint step is in its log, so without that it could neither be reached by a client
  * nor keep its catalog lease (NEMESIS_MEMBER_P0_RESTART=0 leaves the restart out, to watch
  * that). Once the change committed the old member leaves the file. The configuration
