@@ -156,6 +156,35 @@ static kl_code check_new_member(const Keyload__V1__MemberInfo *m, const kl_raft_
     return KL_OK;
 }
 
+/* While a joint configuration is in effect, the one request taken is the change that
+ * entered it, retried on a leader that did not start it or stopped running it (a new
+ * leader, or one that lost its position meanwhile): applied to the old half it gives the new
+ * half, which becomes the target, so the next step is the leave step. Nothing else would
+ * ever propose that step. */
+static kl_code joint_target(const Keyload__V1__MemberChangeRequest *q, const kl_raft_conf *cur, bool add,
+                            bool rem, bool rep, kl_raft_conf *t, kl_err *err)
+{
+    kl_raft_conf want;
+    memset(&want, 0, sizeof want);
+    for (uint32_t i = 0; i < cur->n_old; i++)
+        if (!((rem || rep) && cur->old_members[i] == q->old_member_id))
+            want.members[want.n_members++] = cur->old_members[i];
+    if ((add || rep) && q->member != NULL && q->member->id != 0 &&
+        !has(want.members, want.n_members, q->member->id) && want.n_members < KL_RAFT_MAX_MEMBERS)
+        want.members[want.n_members++] = q->member->id;
+    want.replica_count = q->replica_count ? q->replica_count : cur->old_replica_count;
+    bool same = want.n_members == cur->n_members && want.replica_count == cur->replica_count;
+    for (uint32_t i = 0; same && i < want.n_members; i++)
+        same = has(cur->members, cur->n_members, want.members[i]);
+    if (!same)
+        return kl_fail(err, KL_UNAVAILABLE, "member_change_in_progress",
+                       "a joint configuration is in effect: the change in flight finishes first");
+    memcpy(t->members, cur->members, sizeof t->members);
+    t->n_members = cur->n_members;
+    t->replica_count = cur->replica_count;
+    return KL_OK;
+}
+
 /* The target configuration of a request against the configuration in effect. */
 static kl_code target_of(const Keyload__V1__MemberChangeRequest *q, const kl_raft_conf *cur,
                          kl_raft_conf *t, kl_err *err)
@@ -165,8 +194,7 @@ static kl_code target_of(const Keyload__V1__MemberChangeRequest *q, const kl_raf
     if (!add && !rem && !rep)
         return kl_fail(err, KL_INVALID_ARGUMENT, "op", "op must be add, remove or replace");
     if (cur->n_old > 0)
-        return kl_fail(err, KL_UNAVAILABLE, "member_change_in_progress",
-                       "a joint configuration is in effect: the change in flight finishes first");
+        return joint_target(q, cur, add, rem, rep, t, err);
     kl_code rc;
     if ((add || rep) && (rc = check_new_member(q->member, cur, err)) != KL_OK)
         return rc;
@@ -380,6 +408,9 @@ void kl_service_member_tick(kl_service *s)
     }
     uint8_t dir[KL_MEMBER_CONF_BLOB_MAX];
     size_t dlen = step_directory(s, mc, &cur, dir, sizeof dir);
+    /* The node's open group was evaluated for the next index: proposed after this entry it
+       would no longer match its slot and be refused (the catalog proposals flush too). */
+    kl_node_flush(s->node);
     kl_err err;
     kl_code rc = kl_repl_propose_conf(s->repl, &step, dir, dlen, &index, &leader, &err);
     if (rc == KL_OK && index > 0)

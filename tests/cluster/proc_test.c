@@ -7,6 +7,7 @@
  * stopped before the next starts, also when a check fails. Prints a closing
  * "N passed, N failed" line. */
 #include "tests/cluster/proc.h"
+#include "tests/cluster/proc_grow.h"
 
 #include "client/keyload.h"
 #include "common/canon.h"
@@ -2045,6 +2046,9 @@ int main(int argc, char **argv)
          test_member_replace_dead_3of3},
         {"membership: the leader killed -9 in the middle of adding a member; a retry on the new leader "
          "finishes the change, nothing acknowledged lost", test_member_change_leader_killed},
+        {"grow: a 3-of-3 partition grows to 5 members (4 and 5 join empty) and shrinks back to 3 (the leader "
+         "removed) under a writer and a consumer, kill -9 mid-change twice, then kill -9 of all and restart; "
+         "every acknowledged message exactly once", test_grow_shrink_under_load},
         {"3 members, replica_count 2: a follower that missed 10,000 entries catches up", test_group_follower_catches_up},
         {"3 members, replica_count 3: a follower whose log write fails (EIO) exits non-zero at once; "
          "after its restart every acknowledged write is there", test_group_log_write_failure_exits},
@@ -2198,6 +2202,7 @@ int main(int argc, char **argv)
         rt_stop_all();
         sn_stop_all();
         lr_stop_all();
+        gr_stop_all();
         printf("%s %s (%lld ms)\n", failures_in_test ? "FAIL" : "ok  ", tests[i].name,
                (long long)(now_ms() - t0));
         fflush(stdout);

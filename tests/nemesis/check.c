@@ -228,7 +228,9 @@ static int check_liveness(void)
     int bad = 0;
     char ex[64] = "";
     for (int p = 0; p < NM_PARTS; p++)
-        for (int m = 0; m < NM_MEMBERS; m++) {
+        for (int m = 0; m < NM_SLOTS; m++) {
+            if (!nm.mb[p][m].active)
+                continue;
             Keyload__V1__MemberStatusAnswer *a = NULL;
             if (!nm_member_alive(&nm.mb[p][m]) || kl_member_status(nm.mb[p][m].url, 3000, &a, NULL) != KL_OK) {
                 bad++;
@@ -241,6 +243,22 @@ static int check_liveness(void)
         snprintf(ex, sizeof ex, "coordinator");
     }
     return report("every process answers after healing", NM_PARTS * NM_MEMBERS + 1, bad, ex);
+}
+
+/* The members the harness runs are the partitions' committed configurations (counted with
+ * the comparisons members.c made around each replacement). */
+static void compare_members(void)
+{
+    for (int p = 0; p < NM_PARTS; p++) {
+        char why[200] = "";
+        nm_hist.members_checked++;
+        if (!nm_members_agree(p, why, sizeof why)) {
+            nm_hist.members_disagree++;
+            if (!nm_hist.first_members_disagree[0])
+                snprintf(nm_hist.first_members_disagree, sizeof nm_hist.first_members_disagree,
+                         "after healing, partition %d: %.150s", p, why);
+        }
+    }
 }
 
 int nm_check_offline(void)
@@ -287,6 +305,10 @@ int nm_check_offline(void)
            (unsigned long long)nm_hist.unknown_principal);
     bad += report("partition serves again after each heal", nm_hist.heals + 1, (int)nm_hist.serve_timeouts,
                   nm_hist.first_serve_timeout);
+    bad += report("member replacement reaches its target", nm_hist.member_changes,
+                  (int)nm_hist.member_changes_failed, nm_hist.first_member_failure);
+    bad += report("Members agree with the member set", nm_hist.members_checked, (int)nm_hist.members_disagree,
+                  nm_hist.first_members_disagree);
     free(acks);
     return bad;
 }
@@ -294,6 +316,7 @@ int nm_check_offline(void)
 int nm_check_history(void)
 {
     printf("checks:\n");
+    compare_members();
     int bad = nm_check_offline();
     return bad + check_liveness();
 }

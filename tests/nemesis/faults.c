@@ -12,7 +12,7 @@
 
 static const char *const names[F_KINDS] = {"kill-leader", "kill-follower", "kill-coordinator", "cold-restart",
                                            "pause",       "partition",     "one-way-cut",      "clock-step",
-                                           "disk-full",   "eio",           "power-loss"};
+                                           "disk-full",   "eio",           "power-loss",       "member-replace"};
 
 typedef struct fault_stats {
     int runs;
@@ -48,8 +48,8 @@ static bool lossyfs_present(void) { return nm.lossy_dir[0] != 0 && nm.lossy_node
 static nm_member *lossy_member(void)
 {
     for (int p = 0; p < NM_PARTS; p++)
-        for (int m = 0; m < NM_MEMBERS; m++)
-            if (strcmp(nm.mb[p][m].node, nm.lossy_node) == 0)
+        for (int m = 0; m < NM_SLOTS; m++)
+            if (strcmp(nm.mb[p][m].slot, nm.lossy_node) == 0)
                 return &nm.mb[p][m];
     return &nm.mb[1][NM_MEMBERS - 1];
 }
@@ -83,22 +83,26 @@ static bool available(nm_fault f)
 static nm_member *disk_member(void)
 {
     for (int p = 0; p < NM_PARTS; p++)
-        for (int m = 0; m < NM_MEMBERS; m++)
-            if (strcmp(nm.mb[p][m].node, nm.disk_node) == 0)
+        for (int m = 0; m < NM_SLOTS; m++)
+            if (strcmp(nm.mb[p][m].slot, nm.disk_node) == 0)
                 return &nm.mb[p][m];
     return &nm.mb[NM_PARTS - 1][NM_MEMBERS - 1];
 }
 
-/* The leader of p when want_leader (else a member that is not), or any live member. */
+uint64_t nm_fault_rng(void) { return next(); }
+
+/* The leader of p when want_leader (else a member that is not), or any live member; only
+ * members of the configuration (the active slots) are targets. */
 static nm_member *target(int p, bool want_leader)
 {
     int l = nm_leader(p, 500);
     if (want_leader && l >= 0)
         return &nm.mb[p][l];
-    int m = pick(NM_MEMBERS);
-    if (l >= 0 && m == l)
-        m = (m + 1 + pick(NM_MEMBERS - 1)) % NM_MEMBERS;
-    return &nm.mb[p][m];
+    int act[NM_SLOTS], n = 0;
+    for (int m = 0; m < NM_SLOTS; m++)
+        if (nm.mb[p][m].active && m != l)
+            act[n++] = m;
+    return &nm.mb[p][act[pick(n)]];
 }
 
 static int hold_ms(void) { return 2000 + pick(2000); }
@@ -120,8 +124,8 @@ static void oneway_cut(nm_member *mb, bool outgoing, char *what, size_t cap)
 {
     char set[128] = "";
     char names_txt[64] = "";
-    for (int m = 0; m < NM_MEMBERS; m++) {
-        if (m == mb->m)
+    for (int m = 0; m < NM_SLOTS; m++) {
+        if (m == mb->m || !nm.mb[mb->p][m].active)
             continue;
         nm_member *o = &nm.mb[mb->p][m];
         snprintf(set + strlen(set), sizeof set - strlen(set), "%s%s", set[0] ? ", " : "", o->addr);
@@ -156,7 +160,7 @@ static void heal_member(nm_member *mb)
         mb->paused = false;
     }
     if (mb->link_down) {
-        nm_sh("ip link set kh%s%s up", nm.tag, mb->node);
+        nm_sh("ip link set kh%s%s up", nm.tag, mb->slot);
         mb->link_down = false;
     }
     if (mb->nft_rules) {
@@ -171,8 +175,8 @@ static void heal_member(nm_member *mb)
 static void restart_dead(bool count)
 {
     for (int p = 0; p < NM_PARTS; p++)
-        for (int m = 0; m < NM_MEMBERS; m++)
-            if (!nm_member_alive(&nm.mb[p][m])) {
+        for (int m = 0; m < NM_SLOTS; m++)
+            if (nm.mb[p][m].active && !nm_member_alive(&nm.mb[p][m])) {
                 if (count) {
                     unexpected_exits++;
                     printf("    %s was not running: restarted\n", nm.mb[p][m].node);
@@ -191,8 +195,9 @@ static void restart_dead(bool count)
 void nm_heal_all(void)
 {
     for (int p = 0; p < NM_PARTS; p++)
-        for (int m = 0; m < NM_MEMBERS; m++)
-            heal_member(&nm.mb[p][m]);
+        for (int m = 0; m < NM_SLOTS; m++)
+            if (nm.mb[p][m].active)
+                heal_member(&nm.mb[p][m]);
     if (nm.disk_dir[0])
         nm_sh("rm -f '%s/filler'", nm.disk_dir);
     restart_dead(false);
@@ -201,7 +206,7 @@ void nm_heal_all(void)
 void nm_faults_cleanup(void)
 {
     for (int p = 0; p < NM_PARTS; p++)
-        for (int m = 0; m < NM_MEMBERS; m++)
+        for (int m = 0; m < NM_SLOTS; m++)
             if (nm.mb[p][m].nft_rules)
                 heal_member(&nm.mb[p][m]);
     if (nm.disk_dir[0])
@@ -238,13 +243,14 @@ static int f_cold(char *what, size_t cap)
 {
     nm_coord_kill();
     for (int p = 0; p < NM_PARTS; p++)
-        for (int m = 0; m < NM_MEMBERS; m++)
+        for (int m = 0; m < NM_SLOTS; m++)
             nm_member_kill(&nm.mb[p][m]);
     snprintf(what, cap, "kill -9 of all nine members and the coordinator, then start all");
     nm_sleep_ms(500);
     for (int p = 0; p < NM_PARTS; p++)
-        for (int m = 0; m < NM_MEMBERS; m++)
-            nm_member_start(&nm.mb[p][m]);
+        for (int m = 0; m < NM_SLOTS; m++)
+            if (nm.mb[p][m].active)
+                nm_member_start(&nm.mb[p][m]);
     nm_coord_start();
     return -1;
 }
@@ -268,8 +274,8 @@ static int f_partition(char *what, size_t cap)
     int p = pick(NM_PARTS);
     nm_member *mb = target(p, pick(2) == 0);
     int ms = hold_ms();
-    snprintf(what, cap, "%s isolated (link kh%s%s down) for %d ms", mb->node, nm.tag, mb->node, ms);
-    nm_sh("ip link set kh%s%s down", nm.tag, mb->node);
+    snprintf(what, cap, "%s isolated (link kh%s%s down) for %d ms", mb->node, nm.tag, mb->slot, ms);
+    nm_sh("ip link set kh%s%s down", nm.tag, mb->slot);
     mb->link_down = true;
     nm_sleep_ms(ms);
     heal_member(mb);
@@ -422,6 +428,7 @@ static int inject(nm_fault f, char *what, size_t cap)
     case F_DISK_FULL: return f_disk(what, cap);
     case F_EIO: return f_eio(what, cap);
     case F_POWER_LOSS: return f_power(what, cap);
+    case F_MEMBER: return nm_fault_member_replace(what, cap);
     default: return 0;
     }
 }
@@ -432,7 +439,9 @@ static int inject(nm_fault f, char *what, size_t cap)
 static void revive(int p)
 {
     printf("            partition %d: restarting its members so the run goes on\n", p);
-    for (int m = 0; m < NM_MEMBERS; m++) {
+    for (int m = 0; m < NM_SLOTS; m++) {
+        if (!nm.mb[p][m].active)
+            continue;
         nm_member_kill(&nm.mb[p][m]);
         nm_member_start(&nm.mb[p][m]);
     }
@@ -543,6 +552,9 @@ void nm_faults_report(void)
                stats[k].not_served ? " (some did NOT serve again in time)" : "");
         if (k == F_EIO)
             printf(", %d of them exited on the failed write", stats[k].extra);
+        if (k == F_MEMBER)
+            printf(", %d finished (%d with a kill -9 mid-change, %d replacing the leader), %d did NOT finish",
+                   nm_mstats.done, nm_mstats.killed_mid, nm_mstats.leader_replaced, nm_mstats.failed);
         printf("\n");
     }
     printf("  processes found dead after a fault and restarted: %d\n", unexpected_exits);

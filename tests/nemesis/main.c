@@ -65,22 +65,28 @@ static bool sh_out(const char *cmd, char *out, size_t cap)
 
 /* ---- cluster file and keys ---- */
 
-static bool member_keygen(nm_member *mb, char *pub, size_t cap)
+bool nm_member_keygen(nm_member *mb)
 {
     char cmd[1400];
     unlink(mb->key);
     snprintf(cmd, sizeof cmd, "'%s/bin/keyloadd' keygen --secret-out '%s'", nm.root, mb->key);
-    if (!sh_out(cmd, pub, cap))
+    if (!sh_out(cmd, mb->pub, sizeof mb->pub))
         return false;
-    pub[strcspn(pub, "\r\n")] = 0;
-    return pub[0] != 0;
+    mb->pub[strcspn(mb->pub, "\r\n")] = 0;
+    return mb->pub[0] != 0;
 }
 
-static bool write_cluster_file(void)
+static void member_entry(FILE *f, const nm_member *mb, bool first)
 {
-    if (nm_sh("'%s/bin/keyloadd' keygen --cluster-secret-out '%s' >/dev/null", nm.root, nm.secret) != 0)
-        return false;
-    FILE *f = fopen(nm.file, "w");
+    fprintf(f, "%s{\"id\":%d,\"client\":\"%s\",\"peer\":\"tcp://%s:%d\",\"data\":\"%s\",\"public_key\":\"%s\"}",
+            first ? "" : ",", mb->id, mb->url, mb->addr, NM_PEER_PORT, mb->data, mb->pub);
+}
+
+bool nm_write_cluster_file(const char *path, const nm_member *extra)
+{
+    char tmp[700];
+    snprintf(tmp, sizeof tmp, "%s.tmp", path);
+    FILE *f = fopen(tmp, "w");
     if (f == NULL)
         return false;
     /* Generous timers: nine daemons, a coordinator and the workload share two cores. */
@@ -90,45 +96,63 @@ static bool write_cluster_file(void)
             nm.tag, NM_ELECTION_MS);
     for (int p = 0; p < NM_PARTS; p++) {
         fprintf(f, "%s{\"id\":%d,\"members\":[", p ? "," : "", p);
-        for (int m = 0; m < NM_MEMBERS; m++) {
-            nm_member *mb = &nm.mb[p][m];
-            char pub[128];
-            if (!member_keygen(mb, pub, sizeof pub)) {
-                fclose(f);
-                return false;
+        bool first = true;
+        for (int m = 0; m < NM_SLOTS; m++)
+            if (nm.mb[p][m].active) {
+                member_entry(f, &nm.mb[p][m], first);
+                first = false;
             }
-            fprintf(f, "%s{\"id\":%d,\"client\":\"%s\",\"peer\":\"tcp://%s:%d\",\"data\":\"%s\",\"public_key\":\"%s\"}",
-                    m ? "," : "", m + 1, mb->url, mb->addr, NM_PEER_PORT, mb->data, pub);
-        }
+        if (extra != NULL && extra->p == p)
+            member_entry(f, extra, first);
         fprintf(f, "]}");
     }
     fprintf(f, "]}\n");
-    return fclose(f) == 0;
+    if (fclose(f) != 0)
+        return false;
+    return rename(tmp, path) == 0;
 }
 
+static bool write_cluster_file(void)
+{
+    if (nm_sh("'%s/bin/keyloadd' keygen --cluster-secret-out '%s' >/dev/null", nm.root, nm.secret) != 0)
+        return false;
+    for (int p = 0; p < NM_PARTS; p++)
+        for (int m = 0; m < NM_SLOTS; m++)
+            if (nm.mb[p][m].active && !nm_member_keygen(&nm.mb[p][m]))
+                return false;
+    return nm_write_cluster_file(nm.file, NULL);
+}
+
+/* Slots 1-3 of each partition hold its members 1-3 (198.18.0.10-18); slot 4 of each data
+ * partition is spare (198.18.0.19-20); partition 0 has none. */
 static void member_names(void)
 {
-    for (int p = 0; p < NM_PARTS; p++)
-        for (int m = 0; m < NM_MEMBERS; m++) {
+    for (int p = 0; p < NM_PARTS; p++) {
+        nm.last_id[p] = NM_MEMBERS;
+        for (int m = 0; m < NM_SLOTS; m++) {
             nm_member *mb = &nm.mb[p][m];
-            int k = p * NM_MEMBERS + m;
+            int k = m < NM_MEMBERS ? p * NM_MEMBERS + m : p > 0 ? NM_PARTS * NM_MEMBERS + p - 1 : 99 /* unused */;
             mb->p = p;
             mb->m = m;
             mb->pid = -1;
-            snprintf(mb->node, sizeof mb->node, "p%dm%d", p, m + 1);
-            snprintf(mb->ns, sizeof mb->ns, "kln%s-%s", nm.tag, mb->node);
+            mb->id = m + 1;
+            mb->active = m < NM_MEMBERS;
+            snprintf(mb->slot, sizeof mb->slot, "p%dm%d", p, m + 1);
+            snprintf(mb->node, sizeof mb->node, "p%dm%d", p, mb->id);
+            snprintf(mb->ns, sizeof mb->ns, "kln%s-%s", nm.tag, mb->slot);
             snprintf(mb->addr, sizeof mb->addr, "198.18.0.%d", 10 + k);
             snprintf(mb->url, sizeof mb->url, "tcp://%s:%d", mb->addr, NM_CLIENT_PORT);
             snprintf(mb->key, sizeof mb->key, "%s/%s.key", nm.work, mb->node);
             snprintf(mb->log, sizeof mb->log, "%s/%s.log", nm.work, mb->node);
-            snprintf(mb->clock_file, sizeof mb->clock_file, "%s/%s.clock", nm.work, mb->node);
-            if (strcmp(mb->node, nm.disk_node) == 0 && nm.disk_dir[0])
+            snprintf(mb->clock_file, sizeof mb->clock_file, "%s/%s.clock", nm.work, mb->slot);
+            if (strcmp(mb->slot, nm.disk_node) == 0 && nm.disk_dir[0])
                 snprintf(mb->data, sizeof mb->data, "%s/data", nm.disk_dir);
-            else if (strcmp(mb->node, nm.lossy_node) == 0 && nm.lossy_dir[0])
+            else if (strcmp(mb->slot, nm.lossy_node) == 0 && nm.lossy_dir[0])
                 snprintf(mb->data, sizeof mb->data, "%s/data", nm.lossy_dir);
             else
-                snprintf(mb->data, sizeof mb->data, "%s/data-%s", nm.work, mb->node);
+                snprintf(mb->data, sizeof mb->data, "%s/data-%s", nm.work, mb->slot);
         }
+    }
 }
 
 /* ---- processes ---- */
@@ -178,7 +202,7 @@ bool nm_member_start(nm_member *mb)
         return true;
     char bin[600];
     snprintf(bin, sizeof bin, "%s/bin/keyloadd", nm.root);
-    char *argv[24]; /* the most below is 18, NULL included */
+    char *argv[24]; /* the most below is 19, NULL included */
     int n = 0;
     argv[n++] = "ip";
     argv[n++] = "netns";
@@ -186,18 +210,22 @@ bool nm_member_start(nm_member *mb)
     argv[n++] = mb->ns;
     argv[n++] = bin;
     argv[n++] = "--cluster";
-    argv[n++] = nm.file;
+    argv[n++] = mb->join_file[0] ? mb->join_file : nm.member_file[mb->p][0] ? nm.member_file[mb->p] : nm.file;
     argv[n++] = "--node";
     argv[n++] = mb->node;
     argv[n++] = "--cluster-secret";
     argv[n++] = nm.secret;
     argv[n++] = "--member-key";
     argv[n++] = mb->key;
-    if (nm.init_store_flag && !mb->started_once)
+    /* A joining member keeps it until its change committed, as the launcher keeps it until a
+       member was once ready: killed before its store was made, it is still new. */
+    if (nm.init_store_flag && (!mb->started_once || mb->join_file[0]))
         argv[n++] = "--init-store";
+    if (mb->join_file[0])
+        argv[n++] = "--join";
     /* The 64 MiB image is below the default 64 MiB reserve: that member would refuse every
        batch as soon as it led. Filling the image still crosses this smaller reserve. */
-    if (strcmp(mb->node, nm.disk_node) == 0 && nm.disk_dir[0]) {
+    if (strcmp(mb->slot, nm.disk_node) == 0 && nm.disk_dir[0]) {
         argv[n++] = "--disk-reserve-mb";
         argv[n++] = NM_DISK_RESERVE_MB;
     }
@@ -273,9 +301,9 @@ bool nm_coord_alive(void)
 
 int nm_leader(int p, int timeout_ms)
 {
-    for (int m = 0; m < NM_MEMBERS; m++) {
+    for (int m = 0; m < NM_SLOTS; m++) {
         nm_member *mb = &nm.mb[p][m];
-        if (!nm_member_alive(mb) || mb->paused)
+        if (!mb->active || !nm_member_alive(mb) || mb->paused)
             continue;
         Keyload__V1__MemberStatusAnswer *a = NULL;
         if (kl_member_status(mb->url, timeout_ms, &a, NULL) != KL_OK)
@@ -340,7 +368,7 @@ static void stop_everything(void)
 {
     nm_coord_kill();
     for (int p = 0; p < NM_PARTS; p++)
-        for (int m = 0; m < NM_MEMBERS; m++)
+        for (int m = 0; m < NM_SLOTS; m++)
             nm_member_kill(&nm.mb[p][m]);
     nm_faults_cleanup();
 }
@@ -383,7 +411,7 @@ static bool start_cluster(void)
     snprintf(nm.secret, sizeof nm.secret, "%s/cluster.secret", nm.work);
     member_names();
     for (int p = 0; p < NM_PARTS; p++)
-        for (int m = 0; m < NM_MEMBERS; m++) {
+        for (int m = 0; m < NM_SLOTS; m++) {
             FILE *f = fopen(nm.mb[p][m].clock_file, "w");
             if (f == NULL)
                 return false;

@@ -15,15 +15,24 @@
 #include <sys/types.h>
 
 #define NM_PARTS 3
-#define NM_MEMBERS 3
+#define NM_MEMBERS 3 /* voters of each partition */
+/* Member slots of each partition: a slot is one network namespace with its own address and
+ * data directory. Data partitions have one spare slot, where the membership fault starts a
+ * new member identity before the member it replaces leaves (members.c). */
+#define NM_SLOTS 4
 #define NM_CLIENT_PORT 7000
 #define NM_PEER_PORT 7100
 #define NM_ELECTION_MS 1000
 #define NM_DATABASE "nem/db"
 
 typedef struct nm_member {
-    int p, m;
-    char node[8];
+    int p, m;     /* partition and slot */
+    int id;       /* member id (a replacement gets a new one, never reused) */
+    bool active;  /* a member of its partition's configuration, run by this program */
+    char slot[8]; /* the slot's name pPmS: its namespace, link and data directory */
+    char node[8]; /* keyloadd --node: pPmID */
+    char pub[64]; /* public member key (base64) */
+    char join_file[600]; /* non-empty while joining: its cluster file, started with --join */
     char ns[64];
     char addr[32];
     char url[64];
@@ -49,7 +58,12 @@ typedef struct nm_cluster {
     bool libfaketime;       /* it is libfaketime (else build/nemesis-clockshim.so) */
     bool init_store_flag;   /* keyloadd --help mentions --init-store */
     bool eio_available;     /* the daemon accepts the store.log_write failpoint */
-    nm_member mb[NM_PARTS][NM_MEMBERS];
+    nm_member mb[NM_PARTS][NM_SLOTS];
+    int last_id[NM_PARTS]; /* the highest member id each partition has known */
+    /* While a replacement runs in p: the cluster file p's members start from, naming p's
+     * configuration in effect ("" = file). A member whose log holds no configuration entry
+     * yet takes its partition's members from it, and file names the new member already. */
+    char member_file[NM_PARTS][600];
     char disk_node[8];
     char disk_dir[512];
     char lossy_node[8];   /* the member whose store is on lossyfs (power loss); "" = none */
@@ -68,6 +82,11 @@ void nm_sleep_ms(int ms);
 int nm_sh(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 
 /* main.c: processes */
+/* Writes the cluster file at path from the active members (plus extra, when not NULL),
+ * through a temporary file and rename: members and clients may read it at any time. */
+bool nm_write_cluster_file(const char *path, const nm_member *extra);
+/* A member key file for mb (keyloadd keygen), its public key into mb->pub. */
+bool nm_member_keygen(nm_member *mb);
 bool nm_member_start(nm_member *mb);
 void nm_member_kill(nm_member *mb);
 bool nm_member_alive(nm_member *mb);
@@ -93,6 +112,7 @@ typedef enum nm_fault {
     F_DISK_FULL,
     F_EIO,
     F_POWER_LOSS,
+    F_MEMBER,
     F_KINDS
 } nm_fault;
 const char *nm_fault_name(nm_fault f);
@@ -105,6 +125,21 @@ void nm_heal_all(void);
 void nm_faults_report(void);
 /* Removes a fault's leftovers on exit (nft tables live in namespaces run.sh deletes). */
 void nm_faults_cleanup(void);
+/* The next value of the fault schedule's generator (the seed's). */
+uint64_t nm_fault_rng(void);
+
+/* members.c: the membership fault, and the member set as the partitions report it */
+typedef struct nm_member_stats {
+    int runs, done, failed, killed_mid, leader_replaced;
+} nm_member_stats;
+extern nm_member_stats nm_mstats;
+/* Replaces a member of a data partition by a new identity in the spare slot (the seed picks
+ * the partition, the member, and whether a member is killed -9 in the middle); returns the
+ * partition. */
+int nm_fault_member_replace(char *what, size_t cap);
+/* Whether partition p's committed configuration (Members, asked through its leader) is
+ * exactly the active members' ids; *why says how it differs. */
+bool nm_members_agree(int p, char *why, size_t cap);
 
 /* workload.c */
 typedef enum nm_op {
@@ -122,6 +157,11 @@ typedef enum nm_op {
 } nm_op;
 bool nm_setup(void);
 bool nm_workload_start(uint64_t seed);
+/* The cluster file changed (a member replaced): every workload client is reopened from it
+ * before its next call. */
+void nm_workload_reopen(void);
+/* A client of the bootstrapped administrator (a cluster administrator), or NULL. */
+kl_client *nm_admin_client(void);
 void nm_workload_stop(void);
 void nm_workload_report(void);
 /* A timed fresh read of workload queue q (0: nq-a on partition 1, 1: nq-b on partition 2). */
@@ -210,6 +250,10 @@ typedef struct nm_history {
     uint64_t power_loss_failed;  /* power losses lossyfs did not confirm */
     uint64_t eio_runs, power_loss_runs; /* those faults injected */
     uint64_t probe_reads, probe_no_answer; /* reads with one follower down (nm_probe_read) */
+    uint64_t member_changes, member_changes_failed; /* membership faults run, not finished */
+    char first_member_failure[256];
+    uint64_t members_checked, members_disagree;      /* Members against the harness's set */
+    char first_members_disagree[256];
     int64_t probe_max_ms, probe_sum_ms;
 } nm_history;
 

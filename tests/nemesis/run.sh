@@ -30,6 +30,9 @@ loopdev=""
 drv_pid=""
 nodes=()
 for p in 0 1 2; do for m in 1 2 3; do nodes+=("p${p}m${m}"); done; done
+# The data partitions' spare slots (198.18.0.19, .20): a replaced member's new identity
+# starts there (tests/nemesis/members.c).
+nodes+=(p1m4 p2m4)
 # The member whose store lives on the small image (a data partition follower at start).
 disk_node=p2m3
 # The member whose store lives on lossyfs (power loss: unsynced writes dropped).
@@ -86,7 +89,7 @@ for n in "${nodes[@]}"; do
   ip -n "$hub" link set "kh$tag$n" up
   k=$((k + 1))
 done
-echo "nemesis: hub $hub (bridge br$tag, 198.18.0.1), members kln$tag-pPmM at 198.18.0.10-18"
+echo "nemesis: hub $hub (bridge br$tag, 198.18.0.1), members kln$tag-pPmM at 198.18.0.10-18, spare slots p1m4, p2m4 at .19, .20"
 
 # A 64 MiB ext4 image for $disk_node's store: small enough that the harness fills it in a
 # moment, large enough for the member's RocksDB at rest.

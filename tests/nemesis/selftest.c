@@ -142,6 +142,12 @@ static int histories_of_the_rest(void)
     reset();
     nm_hist.power_loss_failed = 1;
     failed += expect("power loss not confirmed", 1);
+    reset();
+    nm_hist.member_changes = 3, nm_hist.member_changes_failed = 1;
+    failed += expect("member replacement short of its target", 1);
+    reset();
+    nm_hist.members_checked = 5, nm_hist.members_disagree = 2;
+    failed += expect("Members disagree with the harness", 2);
     return failed;
 }
 

@@ -140,6 +140,28 @@ static kl_client *open_as(const char *principal, const char *key)
     return c;
 }
 
+kl_client *nm_admin_client(void) { return open_as("root", nm.root_key); }
+
+/* Bumped when the cluster file changed (members.c): each thread reopens its client. */
+static atomic_uint client_gen;
+
+void nm_workload_reopen(void) { atomic_fetch_add(&client_gen, 1); }
+
+/* Reopens *c from the cluster file when it changed since *gen; keeps the old client while
+ * a new one cannot be opened (the next call tries again). */
+static void refresh(kl_client **c, unsigned *gen, const char *principal, const char *key)
+{
+    unsigned g = atomic_load(&client_gen);
+    if (g == *gen)
+        return;
+    kl_client *n = open_as(principal, key);
+    if (n == NULL)
+        return;
+    kl_client_close(*c);
+    *c = n;
+    *gen = g;
+}
+
 /* ---- setup ---- */
 
 typedef kl_code (*setup_fn)(kl_client *c, const char *cmd, const void *arg, kl_err *err);
@@ -320,8 +342,9 @@ static void *writer(void *arg)
     kl_client *c = open_as("root", nm.root_key);
     if (c == NULL)
         return NULL;
-    unsigned seed = (unsigned)(wl_seed + (uint64_t)w);
+    unsigned seed = (unsigned)(wl_seed + (uint64_t)w), gen = atomic_load(&client_gen);
     for (uint64_t seq = 0; !atomic_load(&stop_flag); seq++) {
+        refresh(&c, &gen, "root", nm.root_key);
         nm_enq e = {.queue = (int)(seq % 2), .out = OUT_UNKNOWN};
         snprintf(e.body, sizeof e.body, "e%d-%llu", w, (unsigned long long)seq);
         kl_message *m = NULL;
@@ -402,8 +425,9 @@ static void *consumer(void *arg)
     kl_client *c = open_as("consumer", nm.consumer_key);
     if (c == NULL)
         return NULL;
-    unsigned seed = (unsigned)(wl_seed * 7 + 1);
+    unsigned seed = (unsigned)(wl_seed * 7 + 1), gen = atomic_load(&client_gen);
     for (uint64_t seq = 0; !atomic_load(&stop_flag); seq++) {
+        refresh(&c, &gen, "consumer", nm.consumer_key);
         int q = (int)(seq % 2);
         kl_batch *b = NULL;
         if (kl_batch_new(NULL, &b, NULL) != KL_OK || kl_batch_receive(b, nm_queues[q], NULL, 8, LEASE_MS, NULL) != KL_OK)
@@ -435,7 +459,9 @@ static void *reader(void *arg)
     kl_client *c = open_as("root", nm.root_key);
     if (c == NULL)
         return NULL;
+    unsigned gen = atomic_load(&client_gen);
     for (uint64_t seq = 0; !atomic_load(&stop_flag); seq++) {
+        refresh(&c, &gen, "root", nm.root_key);
         int q = (int)(seq % 2);
         nm_read rd = {.queue = q, .enq_ok_before_send = atomic_load(&enq_ok[q])};
         int64_t give_up = nm_now_ms() + GIVE_UP_MS;
@@ -489,7 +515,9 @@ static void *transfers(void *arg)
     kl_client *c = open_as("coord", nm.coord_key);
     if (c == NULL)
         return NULL;
+    unsigned gen = atomic_load(&client_gen);
     for (uint64_t seq = 0; !atomic_load(&stop_flag); seq++) {
+        refresh(&c, &gen, "coord", nm.coord_key);
         nm_xfer x = {.out = OUT_UNKNOWN};
         kl_command_id_new(x.id);
         snprintf(x.body, sizeof x.body, "x-%llu", (unsigned long long)seq);
@@ -524,7 +552,9 @@ static void *grants(void *arg)
         return NULL;
     static const char *const all[] = {"*"};
     kl_grant g = {KEYLOAD__V1__PERMISSION__QUEUE_CONSUME, "nq-*", all, 1, all, 1};
+    unsigned gen = atomic_load(&client_gen);
     while (!atomic_load(&stop_flag)) {
+        refresh(&c, &gen, "root", nm.root_key);
         for (int i = 0; i < 40 && !atomic_load(&stop_flag); i++)
             nm_sleep_ms(100);
         for (int restore = 0; restore < 2; restore++) {
@@ -560,14 +590,16 @@ static void *grants(void *arg)
 }
 
 static kl_client *probe_client;
+static unsigned probe_gen;
 
 /* One fresh read (queue stats) of workload queue q from the fault thread, timed; used while
  * a follower of q's partition is down, when the leader must still answer within the
  * client's deadline (an answer of any code counts: UNAVAILABLE is an answer). */
 void nm_probe_read(int q)
 {
-    if (probe_client == NULL && (probe_client = open_as("root", nm.root_key)) == NULL)
+    if (probe_client == NULL && (probe_gen = atomic_load(&client_gen), probe_client = open_as("root", nm.root_key)) == NULL)
         return;
+    refresh(&probe_client, &probe_gen, "root", nm.root_key);
     Keyload__V1__QueueStatsAnswer *s = NULL;
     kl_err err = {0};
     int64_t t0 = nm_now_ms();
@@ -709,7 +741,9 @@ bool nm_final_state(void)
             if (!nm_hist.first_serve_timeout[0])
                 snprintf(nm_hist.first_serve_timeout, sizeof nm_hist.first_serve_timeout,
                          "partition %d after the final heal", p);
-            for (int m = 0; m < NM_MEMBERS; m++) {
+            for (int m = 0; m < NM_SLOTS; m++) {
+                if (!nm.mb[p][m].active)
+                    continue;
                 nm_member_kill(&nm.mb[p][m]);
                 nm_member_start(&nm.mb[p][m]);
             }

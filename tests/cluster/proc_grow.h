@@ -1,0 +1,10 @@
+/* proc_grow: a partition grown from 3 to 5 members and shrunk back to 3 under a continuous
+ * writer and consumer, with kill -9 of members in the middle of changes (proc_grow.c). */
+#ifndef KL_PROC_GROW_H
+#define KL_PROC_GROW_H
+
+void test_grow_shrink_under_load(void);
+/* Kills (by pid) every member the test started; safe to call when none runs. */
+void gr_stop_all(void);
+
+#endif
