@@ -1652,6 +1652,7 @@ void kl_raft_status_get(const kl_raft *r, kl_raft_status *st)
         .snap_index = r->log.snap_index, .snap_term = r->log.snap_term,
         .persisted = r->log.persisted, .q1 = r->mc.q1_new, .q2 = r->mc.q2_new,
         .joint = r->mc.c.n_old > 0, .conf_index = r->conf_index,
+        .conf_entries = (uint32_t)r->ch.n,
         .leader_ready = r->role == KL_RAFT_LEADER && r->commit >= r->noop_index,
         .reachable = r->role == KL_RAFT_LEADER ? r->reachable : 0,
     };
@@ -1691,12 +1692,19 @@ const char *kl_raft_msg_type_name(int type)
 
 /* ---------------------------------------------------------------- membership API */
 
-/* MEMBERSHIP.md rule 8: a learner becomes a voter only within one follower write of the
- * leader's log, so the joint step cannot stall on it. */
+/* MEMBERSHIP.md rule 8: a learner becomes a voter only once it has stored the configuration
+ * entry in effect (so it answered at least once, past any snapshot it needed) and is within
+ * one follower write of the leader's log, so the joint step cannot stall on it. The first
+ * condition matters on short logs, where "within one write" alone holds for a learner that
+ * never answered. */
 static kl_code check_caught_up(kl_raft *r, const uint64_t *ids, size_t n, kl_err *err)
 {
     for (size_t i = 0; i < n; i++) {
         int s = slot_of(r, ids[i]);
+        if (s >= 0 && r->prs[s].match < r->conf_index)
+            return kl_fail(err, KL_UNAVAILABLE, "members",
+                           "learner %llu has not yet stored configuration entry %llu",
+                           (unsigned long long)ids[i], (unsigned long long)r->conf_index);
         uint64_t behind = s < 0 ? r->log.last : r->log.last - min_u64(r->prs[s].match, r->log.last);
         if (behind > r->cfg.max_unpersisted_entries)
             return kl_fail(err, KL_UNAVAILABLE, "members",

@@ -2042,6 +2042,38 @@ START_TEST(replace_dead_member_at_3of3)
 }
 END_TEST
 
+/* MEMBERSHIP.md rule 8 on a short log: a learner that never answered is as few entries
+ * behind as the whole log, within the bound; it still may not be promoted until it has
+ * stored the configuration entry that added it. */
+START_TEST(silent_learner_not_promoted)
+{
+    mc c;
+    mc_init(&c, 3, 2);
+    mc_elect(&c, 1);
+    mc_settle(&c);
+    uint64_t v3[3] = {1, 2, 3}, v4[3] = {1, 2, 4}, l4[1] = {4};
+    kl_raft_conf cur = conf_of(v3, 3, 2, NULL, 0);
+    mc_add_node(&c, &cur);
+    mc_isolate(&c, 4, true);
+    kl_raft_proposal p;
+    kl_err err;
+    kl_raft_conf learner = conf_of(v3, 3, 2, l4, 1), target = conf_of(v4, 3, 2, NULL, 0);
+    ck_assert_int_eq(mc_change(&c, 1, &learner, &p, &err), KL_OK);
+    uint64_t li = p.index;
+    mc_tick(&c, 1, 4);
+    ck_assert_uint_ge(mc_status(&c, 1).commit, li);
+    ck_assert_uint_lt(mc_status(&c, 4).last_index, li);
+    ck_assert_int_eq(mc_change(&c, 1, &target, &p, &err), KL_UNAVAILABLE);
+    ck_assert_str_eq(err.detail, "members");
+    mc_isolate(&c, 4, false);
+    mc_tick(&c, 1, 6);
+    ck_assert_uint_ge(mc_status(&c, 4).last_index, li);
+    ck_assert_int_eq(mc_change(&c, 1, &target, &p, &err), KL_OK);
+    ck_assert(mc_status(&c, 1).joint);
+    mc_free(&c);
+}
+END_TEST
+
 /* MEMBERSHIP.md rule 7: the leader removes itself, leads until C_new commits, then steps
  * down for good; the two that remain elect one of them. */
 START_TEST(removed_leader_steps_down)
@@ -2190,6 +2222,7 @@ Suite *suite_raft(void)
     tcase_add_test(t, conf_encoding_and_refusals);
     tcase_add_test(t, conf_change_refusals);
     tcase_add_test(t, replace_dead_member_at_3of3);
+    tcase_add_test(t, silent_learner_not_promoted);
     tcase_add_test(t, removed_leader_steps_down);
     suite_add_tcase(s, t);
     TCase *sim = tcase_create("simulator");
