@@ -1383,21 +1383,29 @@ static uint64_t compact_point(kl_repl *r, uint64_t durable)
  * compaction brings the log under both thresholds), or the first chance after a flush, is
  * compacted at once; otherwise a flush starts and its completion calls here again. The
  * compaction itself only with no ready outstanding (the core may free entries a ready's
- * messages still point to): one small synced write on the loop, logged as stall_ms. */
+ * messages still point to): one small synced write on the loop, logged as stall_ms.
+ * The core keeps at most KL_RAFT_MAX_CONF_HISTORY configuration entries past the snapshot
+ * point and refuses changes beyond them; a membership change takes up to three. So once
+ * half of them are used, the log is compacted up to the durable applied index whatever the
+ * thresholds and the trailing window say: otherwise a partition whose writes stopped (a dead
+ * member at N-of-N) could never compact, and its replacement would wait for ever. */
 static void maybe_compact(kl_repl *r)
 {
     if (!live(r) || r->cflush.busy)
         return;
     kl_raft_status st;
     kl_raft_status_get(r->raft, &st);
-    if (st.applied - st.snap_index <= r->snap_threshold && r->lb.cum - lb_through(r, st.snap_index) <= KL_SNAP_LOG_BYTES)
+    bool conf_pressure = st.conf_entries >= KL_RAFT_MAX_CONF_HISTORY / 2;
+    if (!conf_pressure && st.applied - st.snap_index <= r->snap_threshold &&
+        r->lb.cum - lb_through(r, st.snap_index) <= KL_SNAP_LOG_BYTES)
         return;
     uint64_t durable = kl_store_durable_applied(r->store);
     if (durable > st.applied)
         durable = st.applied; /* applied state as the core knows it */
-    uint64_t upto = compact_point(r, durable);
-    bool enough = upto > st.snap_index && st.applied - upto <= r->snap_threshold &&
-                  r->lb.cum - lb_through(r, upto) <= KL_SNAP_LOG_BYTES;
+    uint64_t upto = conf_pressure ? durable : compact_point(r, durable);
+    bool enough = conf_pressure ? upto > st.snap_index && upto == st.applied
+                                : upto > st.snap_index && st.applied - upto <= r->snap_threshold &&
+                                      r->lb.cum - lb_through(r, upto) <= KL_SNAP_LOG_BYTES;
     if (!enough && !r->cflush.fresh && kl_store_applied_index(r->store) > kl_store_durable_applied(r->store)) {
         cflush_start(r, kl_store_applied_index(r->store));
         return;

@@ -299,6 +299,8 @@ typedef struct kl_raft_status {
                          * election timeout; below q2, new writes cannot commit now */
     bool joint;         /* a joint configuration is in effect */
     uint64_t conf_index;   /* index of the configuration entry in effect (0: none in the log) */
+    uint32_t conf_entries; /* CONF entries past the snapshot point (at most
+                            * KL_RAFT_MAX_CONF_HISTORY; a full history refuses changes) */
     bool leader_ready;  /* leader whose no-op (own-term entry) has committed: it may serve
                          * read_index; ARCHITECTURE.md "Write path" also holds client batches until then */
 } kl_raft_status;

@@ -926,6 +926,39 @@ START_TEST(new_member_joins_and_is_promoted)
 }
 END_TEST
 
+/* driver.c maybe_compact: the configuration history past the snapshot point is bounded
+ * (KL_RAFT_MAX_CONF_HISTORY) and the default thresholds never compact a log this short, so
+ * without the driver compacting under that pressure the ninth replica_count change (two
+ * entries each) is refused for good ("compact first"). */
+START_TEST(many_configuration_changes_compact_their_history)
+{
+    cluster_open(3, 2);
+    for (int i = 1; i <= 3; i++)
+        member_start(i);
+    int l = wait_leader();
+    uint64_t last = propose_many(l, 3);
+    wait_all_applied(last, 10000);
+    uint8_t dir[1024];
+    size_t dir_len = td_directory(3, dir, sizeof dir);
+    for (int k = 0; k < KL_RAFT_MAX_CONF_HISTORY; k++) {
+        kl_raft_conf t = {.n_members = 3, .replica_count = k % 2 == 0 ? 3 : 2, .members = {1, 2, 3}};
+        change_to(l, &t, dir, dir_len);
+        for (int i = 1; i <= 3; i++) {
+            td_conf_is w = {.id = i, .want = t};
+            ck_assert_msg(run_until(conf_is, &w, 10000), "change %d: member %d not there", k, i);
+        }
+    }
+    kl_raft_status st;
+    kl_repl_status(mem[l].repl, &st);
+    ck_assert_uint_gt(st.snap_index, 0);
+    ck_assert_uint_lt(st.conf_entries, KL_RAFT_MAX_CONF_HISTORY / 2 + 3);
+    last = propose_many(l, 3);
+    wait_all_applied(last, 10000);
+    check_consistent();
+    cluster_close();
+}
+END_TEST
+
 START_TEST(read_dropped_when_leadership_lost)
 {
     cluster_open(3, 3);
@@ -1263,6 +1296,7 @@ Suite *suite_driver(void)
     tcase_add_test(t, configuration_survives_restart);
     tcase_add_test(t, configuration_survives_compaction_and_restart);
     tcase_add_test(t, new_member_joins_and_is_promoted);
+    tcase_add_test(t, many_configuration_changes_compact_their_history);
     tcase_add_test(t, returning_leader_replaces_its_uncommitted_suffix);
     tcase_add_test(t, read_dropped_when_leadership_lost);
     tcase_add_test(t, refuses_bad_frames);
