@@ -40,12 +40,10 @@ nm_member_stats nm_mstats;
 /* How long a replacement may take to reach its target: catch-up of a store written for
  * minutes, on two cores shared with nine daemons. */
 #define MC_WAIT_MS 90000
-/* Replacements per partition and run. A replacement appends three configuration entries
- * (learner, joint, leave) and the core keeps at most KL_RAFT_MAX_CONF_HISTORY (16) past its
- * snapshot point: a sixth replacement before a compaction gets its learner step and then
- * has its joint step refused ("compact first") for good, and at 3-of-3 with the old member
- * gone nothing commits, so nothing compacts either. */
-#define MC_MAX_PER_PARTITION 4
+/* Replacements per partition and run. Eight take 24 configuration entries, more than the
+ * 16 the core keeps past its snapshot point, so a run exercises the driver's compaction
+ * under configuration-history pressure (driver.c maybe_compact). */
+#define MC_MAX_PER_PARTITION 8
 
 static int replaced[NM_PARTS];
 
