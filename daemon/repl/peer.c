@@ -53,6 +53,8 @@ _Static_assert(KL_PEER_PUBLIC_LEN == KL_PEER_AUTH_PUBLIC_LEN, "member public key
 #define PEER_T_HELLO 1
 #define PEER_T_DATA 2
 #define PEER_T_ACK 3
+#define PEER_T_BATCH 4 /* several queued data frames in one: (u32 length, bytes) each */
+#define PEER_BATCH_LEN 4 /* a batched frame's length prefix */
 #define PEER_MAGIC 0x4b4c5052u /* "KLPR" */
 #define PEER_VERSION 1
 #define PEER_HELLO_FIXED (4 + 1 + 8 + 8 + 1)
@@ -490,10 +492,68 @@ typedef struct peer_seal {
     uint8_t key[KL_PEER_AUTH_KEY_LEN];
 } peer_seal;
 
-/* Under mu: the next frame the member may send now, stamped and addressed, or NULL. */
-static nng_msg *member_next(kl_peer *p, peer_member *m, bool *is_data, peer_seal *seal)
+/* Under mu: takes the queue's first frame (its nng message, header room included). */
+static nng_msg *queue_pop(peer_member *m, size_t *len)
 {
-    *is_data = false;
+    peer_out *o = m->head;
+    m->head = o->next;
+    if (m->head == NULL)
+        m->tail = NULL;
+    m->q_frames--;
+    m->q_bytes -= o->len;
+    nng_msg *msg = o->msg;
+    *len = o->len;
+    free(o);
+    return msg;
+}
+
+/* Under mu: how many queued frames, from the first, the next data frame carries. The
+ * window allows PEER_DATA_WINDOW data frames per round trip, and nng no more (peer.h "Flow
+ * control"), so what waited behind a full window leaves as one BATCH frame: its payload,
+ * every frame with a length prefix, stays within max_frame, so the receiver's size check is
+ * the same for both types. A frame too large to share goes alone. */
+static size_t batch_count(const kl_peer *p, const peer_member *m)
+{
+    size_t k = 0, bytes = 0;
+    for (const peer_out *o = m->head; o != NULL && k < KL_PEER_BATCH_MAX_FRAMES; o = o->next) {
+        if (bytes + PEER_BATCH_LEN + o->len > p->max_frame)
+            break;
+        bytes += PEER_BATCH_LEN + o->len;
+        k++;
+    }
+    return k > 0 ? k : 1;
+}
+
+/* Under mu: the first k (>= 2) queued frames as one BATCH frame; NULL (nothing taken) when
+ * out of memory. The copy is at most max_frame bytes. */
+static nng_msg *batch_build(kl_peer *p, peer_member *m, size_t k, size_t *pt_len)
+{
+    size_t total = 0, i = 0;
+    for (const peer_out *o = m->head; i < k; o = o->next, i++)
+        total += PEER_BATCH_LEN + o->len;
+    size_t at = PEER_HDR + (p->auth ? PEER_CTR : 0);
+    nng_msg *msg = frame_alloc(PEER_T_BATCH, total + (p->auth ? PEER_SEAL : 0));
+    if (msg == NULL)
+        return NULL;
+    uint8_t *b = nng_msg_body(msg);
+    for (i = 0; i < k; i++) {
+        size_t len;
+        nng_msg *one = queue_pop(m, &len);
+        put_u32(b + at, (uint32_t)len);
+        memcpy(b + at + PEER_BATCH_LEN, (uint8_t *)nng_msg_body(one) + PEER_HDR + (p->auth ? PEER_CTR : 0),
+               len);
+        at += PEER_BATCH_LEN + len;
+        nng_msg_free(one);
+    }
+    *pt_len = total;
+    return msg;
+}
+
+/* Under mu: the next frame the member may send now, stamped and addressed, or NULL;
+ * *n_data = the data frames it carries (0: a hello or a bare ack). */
+static nng_msg *member_next(kl_peer *p, peer_member *m, size_t *n_data, peer_seal *seal)
+{
+    *n_data = 0;
     seal->on = false;
     if (m->pipe == 0)
         return NULL;
@@ -507,18 +567,17 @@ static nng_msg *member_next(kl_peer *p, peer_member *m, bool *is_data, peer_seal
     } else if (!m->connected) {
         return NULL;
     } else if (out < PEER_DATA_WINDOW && m->head != NULL) {
-        peer_out *o = m->head;
-        m->head = o->next;
-        if (m->head == NULL)
-            m->tail = NULL;
-        m->q_frames--;
-        m->q_bytes -= o->len;
-        msg = o->msg;
+        size_t k = batch_count(p, m);
+        if (k > 1) {
+            if ((msg = batch_build(p, m, k, &seal->pt_len)) == NULL)
+                return NULL; /* out of memory: the frames stay queued */
+        } else {
+            msg = queue_pop(m, &seal->pt_len);
+        }
         seal->on = p->auth;
-        seal->pt_len = o->len;
-        free(o);
-        *is_data = true;
-        p->st.sent++;
+        *n_data = k;
+        p->st.sent += k;
+        p->st.coalesced += k - 1;
     } else if (out < PEER_WINDOW && member_ack_wanted(m)) {
         if ((msg = frame_alloc(PEER_T_ACK, p->auth ? PEER_SEAL : 0)) == NULL)
             return NULL; /* the next frame will carry the ack */
@@ -557,9 +616,9 @@ static void member_pump(kl_peer *p, peer_member *m)
     }
     m->pumping = true;
     for (;;) {
-        bool is_data;
+        size_t n_data;
         peer_seal seal;
-        nng_msg *msg = member_next(p, m, &is_data, &seal);
+        nng_msg *msg = member_next(p, m, &n_data, &seal);
         if (msg == NULL)
             break;
         uint32_t pipe = m->pipe;
@@ -577,10 +636,8 @@ static void member_pump(kl_peer *p, peer_member *m)
             /* Cannot happen with the windows respected (the buffer has room for all of
              * them) unless the socket is closing. The frame still counts as sent in the
              * window, so the connection would stall: close it and let nng redial. */
-            if (is_data) {
-                p->st.sent--;
-                p->st.dropped_nng++;
-            }
+            p->st.sent -= n_data;
+            p->st.dropped_nng += n_data;
             if (!p->stopping) {
                 uv_mutex_unlock(&p->mu);
                 KL_WARN("peer send failed; reconnecting",
@@ -896,6 +953,64 @@ static void pipe_handshake(kl_peer *p, peer_pipe *pp, const uint8_t *b, size_t l
     member_connected(p, m, pp, ack, act);
 }
 
+/* Under mu: one received data frame (payload only) into the inbox, or counted as dropped.
+ * Takes msg. */
+static void inbox_put(kl_peer *p, uint64_t from, nng_msg *msg, peer_act *act)
+{
+    size_t plen = nng_msg_len(msg);
+    if (p->in_count >= p->max_frames || plen > p->max_bytes - p->in_bytes) {
+        p->st.dropped_inbox_full++;
+        nng_msg_free(msg);
+        return;
+    }
+    size_t slot = (p->in_head + p->in_count) % p->max_frames;
+    p->inbox[slot].from = from;
+    p->inbox[slot].msg = msg;
+    p->in_count++;
+    p->in_bytes += plen;
+    act->wake = true;
+}
+
+/* Under mu: a BATCH frame's payload, every frame in it delivered in order as if it had come
+ * alone. The whole payload is checked first: a malformed one (a length past the end, fewer
+ * than two frames, more than the batch bound) is a protocol error and nothing of it is
+ * delivered. Takes msg. */
+static void batch_deliver(kl_peer *p, peer_pipe *pp, nng_msg *msg, peer_act *act)
+{
+    peer_member *m = &p->members[pp->member];
+    const uint8_t *b = nng_msg_body(msg);
+    size_t len = nng_msg_len(msg), n = 0;
+    if (len > p->max_frame) {
+        p->st.dropped_oversize++; /* as a DATA frame of that size would be */
+        nng_msg_free(msg);
+        return;
+    }
+    size_t at = 0;
+    while (at < len && n <= KL_PEER_BATCH_MAX_FRAMES) {
+        if (len - at < PEER_BATCH_LEN || get_u32(b + at) > len - at - PEER_BATCH_LEN)
+            break;
+        at += PEER_BATCH_LEN + get_u32(b + at);
+        n++;
+    }
+    if (at != len || n < 2 || n > KL_PEER_BATCH_MAX_FRAMES) {
+        pipe_refuse(p, pp, "malformed batch frame", m->id, act);
+        nng_msg_free(msg);
+        return;
+    }
+    for (at = 0; at < len;) {
+        uint32_t one = get_u32(b + at);
+        nng_msg *sub;
+        if (nng_msg_alloc(&sub, one) != 0) {
+            p->st.dropped_inbox_full++; /* no memory: lost like a frame with no room */
+        } else {
+            memcpy(nng_msg_body(sub), b + at + PEER_BATCH_LEN, one);
+            inbox_put(p, m->id, sub, act);
+        }
+        at += PEER_BATCH_LEN + one;
+    }
+    nng_msg_free(msg);
+}
+
 /* Under mu: a frame on a connected pipe, already checked (and opened): its type and ack,
  * and msg holding the payload only. Takes msg. */
 static void pipe_frame(kl_peer *p, peer_pipe *pp, uint8_t type, uint64_t ack, nng_msg *msg,
@@ -919,6 +1034,10 @@ static void pipe_frame(kl_peer *p, peer_pipe *pp, uint8_t type, uint64_t ack, nn
         return;
     case PEER_T_DATA:
         break;
+    case PEER_T_BATCH:
+        m->ack_data = true;
+        batch_deliver(p, pp, msg, act);
+        return;
     default:
         pipe_refuse(p, pp, type == PEER_T_HELLO ? "second hello" : "unknown frame type", m->id,
                     act);
@@ -926,23 +1045,12 @@ static void pipe_frame(kl_peer *p, peer_pipe *pp, uint8_t type, uint64_t ack, nn
         return;
     }
     m->ack_data = true;
-    size_t plen = nng_msg_len(msg);
-    if (plen > p->max_frame) {
+    if (nng_msg_len(msg) > p->max_frame) {
         p->st.dropped_oversize++;
         nng_msg_free(msg);
         return;
     }
-    if (p->in_count >= p->max_frames || plen > p->max_bytes - p->in_bytes) {
-        p->st.dropped_inbox_full++;
-        nng_msg_free(msg);
-        return;
-    }
-    size_t slot = (p->in_head + p->in_count) % p->max_frames;
-    p->inbox[slot].from = m->id;
-    p->inbox[slot].msg = msg;
-    p->in_count++;
-    p->in_bytes += plen;
-    act->wake = true;
+    inbox_put(p, m->id, msg, act);
 }
 
 /* Under mu, which it releases and takes again: re-finds pipe after the unlocked part. NULL
@@ -1109,7 +1217,7 @@ static void auth_frame(kl_peer *p, peer_pipe *pp, nng_msg *msg, peer_act *act)
     uint64_t ack = get_u64(b + 1);
     peer_member *m = &p->members[pp->member];
     uint64_t claim = m->id;
-    if (type != PEER_T_DATA && type != PEER_T_ACK) {
+    if (type != PEER_T_DATA && type != PEER_T_ACK && type != PEER_T_BATCH) {
         pipe_refuse(p, pp, type == PEER_T_HELLO ? "second hello" : "unknown frame type", claim,
                     act);
         nng_msg_free(msg);

@@ -57,7 +57,10 @@
  * "KLPR", u8 version 1, u64 from, u64 to, u8 cluster length, cluster bytes; authenticated:
  * the version-2 HELLO or ANSWER body of common/peer_auth.h; 2 DATA: plain: the payload;
  * authenticated: u64 counter, the payload encrypted, a 16-byte tag; 3 ACK: plain: nothing;
- * authenticated: u64 counter and a 16-byte tag. Sealed frames use the sender's key of the
+ * authenticated: u64 counter and a 16-byte tag; 4 BATCH: as DATA, the payload being two or
+ * more frames each as (u32 length, bytes), at most KL_PEER_BATCH_MAX_FRAMES of them and at
+ * most max_frame bytes in all (prefixes included); delivered one by one, in order, exactly
+ * as if each had come in its own DATA frame; a malformed one is a protocol error. Sealed frames use the sender's key of the
  * connection with the 9-byte header (type and ack) as associated data, so neither can be
  * changed; counters count each direction's sealed frames from 1, which is also the frame's
  * index on the connection (the hello being frame 0). An ack above the number of frames sent,
@@ -81,7 +84,10 @@
  * usually carry it). Acks are produced on nng threads, so a busy loop does not slow its
  * peers. The window allows 2 data frames per round trip per peer (a loopback round trip
  * through nng's threads is ~0.1 ms: tens of thousands of frames/s); Raft batches entries
- * into frames, and frames beyond the window wait in the peer's outbound queue.
+ * into messages, and frames beyond the window wait in the peer's outbound queue, from
+ * where the next data frame takes as many as fit (KL_PEER_BATCH_MAX_FRAMES, max_frame bytes)
+ * as one BATCH frame: the window bounds frames in nng, not messages, so a busy peer gets
+ * everything queued for it each round trip instead of two messages.
  * Sends use nng_sendmsg(NNG_FLAG_NONBLOCK) into a socket send buffer sized so that the
  * windows can never fill it (an EAGAIN anyway is counted in dropped_nng and resets the
  * connection): nothing on the loop thread ever waits for the network. Not nng_send_aio:
@@ -103,7 +109,8 @@
  * (send, close) is made with the mutex held; one sender at a time per peer (the "pumping"
  * flag) keeps each peer's frames in order.
  *
- * Invariants: for each peer, unacknowledged frames on its connection <= 3, data <= 2; the
+ * Invariants: for each peer, unacknowledged frames on its connection <= 3, data (DATA or
+ * BATCH) <= 2; the
  * inbox holds <= max_queued_frames frames and <= max_queued_bytes payload bytes; each
  * outbound queue likewise (limits apply per peer); frames are delivered in the order the
  * peer sent them on one connection.
@@ -187,7 +194,8 @@ typedef struct kl_peer_config {
 } kl_peer_config;
 
 typedef struct kl_peer_counters {
-    uint64_t sent;     /* data frames handed to nng */
+    uint64_t sent;     /* data frames handed to nng (each frame of a batch counts) */
+    uint64_t coalesced; /* of which rode in a batch behind an earlier one (not its first) */
     uint64_t received; /* data frames delivered to recv */
     uint64_t dropped;  /* the sum of the dropped_* below */
     uint64_t dropped_unavailable; /* kl_peer_send without a connection */
