@@ -478,8 +478,20 @@ static nng_msg *hello_build(kl_peer *p, const peer_member *m)
 /* A bare ack goes at once when two frames are unreported (the peer's data window may be
  * full); a single hello or data frame is acknowledged by our next frame or, at the latest,
  * at the next watchdog tick (a delayed ack, so that a reply usually carries it). */
-static bool member_ack_wanted(const peer_member *m)
+/* Under mu: acknowledgements are withheld while the inbox is half full. A BATCH frame can
+ * bring KL_PEER_BATCH_MAX_FRAMES frames at once, so the window alone no longer keeps a
+ * sender within what a busy loop drains: without an ack the sender's window stays full and
+ * its frames wait in its own queue instead of overflowing ours. wake_cb sends the withheld
+ * acks once the loop has drained the inbox. */
+static bool inbox_high(const kl_peer *p)
 {
+    return p->in_count >= p->max_frames / 2 || p->in_bytes >= p->max_bytes / 2;
+}
+
+static bool member_ack_wanted(const kl_peer *p, const peer_member *m)
+{
+    if (inbox_high(p))
+        return false;
     return m->rx > m->rx_acked && (m->ack_now || m->rx - m->rx_acked >= 2);
 }
 
@@ -578,7 +590,7 @@ static nng_msg *member_next(kl_peer *p, peer_member *m, size_t *n_data, peer_sea
         *n_data = k;
         p->st.sent += k;
         p->st.coalesced += k - 1;
-    } else if (out < PEER_WINDOW && member_ack_wanted(m)) {
+    } else if (out < PEER_WINDOW && member_ack_wanted(p, m)) {
         if ((msg = frame_alloc(PEER_T_ACK, p->auth ? PEER_SEAL : 0)) == NULL)
             return NULL; /* the next frame will carry the ack */
         seal->on = p->auth;
@@ -592,10 +604,12 @@ static nng_msg *member_next(kl_peer *p, peer_member *m, size_t *n_data, peer_sea
         seal->counter = m->tx;
         memcpy(seal->key, m->keys.tx, sizeof seal->key);
     }
-    put_u64((uint8_t *)nng_msg_body(msg) + 1, m->rx);
-    m->rx_acked = m->rx;
-    m->ack_data = false;
-    m->ack_now = false;
+    if (!inbox_high(p)) {
+        m->rx_acked = m->rx;
+        m->ack_data = false;
+        m->ack_now = false;
+    }
+    put_u64((uint8_t *)nng_msg_body(msg) + 1, m->rx_acked);
     m->tx++;
     if (counts) {
         m->data_hi = m->tx;
@@ -1472,6 +1486,25 @@ static void pipe_cb(nng_pipe np, nng_pipe_ev ev, void *arg)
 /* Loop thread: delivers the frames that were in the inbox when it woke. */
 static void close_finish(kl_peer *p);
 
+/* Loop thread, after draining the inbox: the acks inbox_high withheld go now. */
+static void acks_release(kl_peer *p)
+{
+    peer_member *due[KL_PEER_MAX_PEERS];
+    size_t n = 0;
+    uv_mutex_lock(&p->mu);
+    if (!p->stopping && !inbox_high(p))
+        for (size_t i = 0; i < p->n_members; i++) {
+            peer_member *m = &p->members[i];
+            if (m->connected && m->pipe != 0 && m->rx > m->rx_acked) {
+                m->ack_now = true;
+                due[n++] = m;
+            }
+        }
+    uv_mutex_unlock(&p->mu);
+    for (size_t i = 0; i < n; i++)
+        member_pump(p, due[i]);
+}
+
 static void wake_cb(uv_async_t *handle)
 {
     kl_peer *p = handle->data;
@@ -1500,6 +1533,7 @@ static void wake_cb(uv_async_t *handle)
     }
     /* Frames that arrived meanwhile woke the handle again (uv_async_send coalesces, but a
      * send after our read of in_count schedules another call). */
+    acks_release(p);
 }
 
 /* Loop thread: sends delayed acks, closes connections that stopped acknowledging and pipes

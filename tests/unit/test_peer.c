@@ -877,8 +877,11 @@ START_TEST(test_inbox_bounded)
         member_start(2, 3, &o);
         raw_sock r;
         raw_join(&r, 2, 3);
+        /* A sender that ignores the window (the member withholds its acks once the inbox is
+         * half full, test_acks_withheld_while_inbox_half_full): the bound still holds. */
+        static uint8_t b[256];
         for (int k = 0; k < 20; k++)
-            raw_send_data(&r, 100);
+            raw_send(&r, b, w_data(b, r.rx, 100));
         /* Not running the loop: nng threads receive, the inbox fills, the rest drop. */
         uint64_t until = mono_ms() + 3000;
         kl_peer_counters st = stats_of(2);
@@ -895,6 +898,38 @@ START_TEST(test_inbox_bounded)
         raw_close(&r);
         loop_close();
     }
+}
+END_TEST
+
+/* Backpressure: with the inbox half full the member acknowledges nothing, so a sender that
+ * keeps the window stops instead of overflowing it; once the loop drains the inbox the
+ * withheld ack goes at once. */
+START_TEST(test_acks_withheld_while_inbox_half_full)
+{
+    loop_open();
+    for (int i = 1; i <= 3; i++)
+        url_for((uint64_t)i);
+    member_start(2, 3, &(tm_opts){.max_frames = 4});
+    raw_sock r;
+    raw_join(&r, 2, 3);
+    raw_send_data(&r, 100);
+    raw_send_data(&r, 100); /* the inbox now holds 2 of 4: half full */
+    uint64_t until = mono_ms() + 300;
+    while (mono_ms() < until) {
+        (void)raw_take(&r, NULL, 0); /* loop not run: only nng threads could ack */
+        usleep(2000);
+    }
+    ck_assert_uint_eq(r.acked, 1); /* only our hello */
+    expect_got(2, 3, 2, 2000);     /* the loop drains the inbox... */
+    until = mono_ms() + 2000;
+    while (r.acked < 3 && mono_ms() < until) {
+        (void)raw_take(&r, NULL, 0);
+        run_for(2);
+    }
+    ck_assert_uint_eq(r.acked, 3); /* ...and the ack goes, well before the 100 ms tick */
+    ck_assert_uint_eq(stats_of(2).dropped_inbox_full, 0);
+    raw_close(&r);
+    loop_close();
 }
 END_TEST
 
@@ -1612,6 +1647,7 @@ Suite *suite_peer(void)
     tcase_add_test(t, test_inbox_bounded);
     tcase_add_test(t, test_window_queue_and_watchdog);
     tcase_add_test(t, test_queued_frames_leave_in_one_batch);
+    tcase_add_test(t, test_acks_withheld_while_inbox_half_full);
     tcase_add_test(t, test_batch_received_in_order_and_checked);
     tcase_add_test(t, test_stop_with_frames_in_flight);
     tcase_add_test(t, test_stop_inside_recv);
