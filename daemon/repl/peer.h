@@ -82,7 +82,10 @@
  * are unreported (the peer's data window may be full), and a lone frame is acknowledged
  * by our next frame or at the next watchdog tick (<= 100 ms, a delayed ack, so replies
  * usually carry it). Acks are produced on nng threads, so a busy loop does not slow its
- * peers. The window allows 2 data frames per round trip per peer (a loopback round trip
+ * peers, except that they are withheld while the inbox is half full (by frames or bytes)
+ * and released when the loop has drained it: a BATCH frame can bring many frames per
+ * window slot, and the withheld ack keeps them in the sender's queue instead of
+ * overflowing ours. The window allows 2 data frames per round trip per peer (a loopback round trip
  * through nng's threads is ~0.1 ms: tens of thousands of frames/s); Raft batches entries
  * into messages, and frames beyond the window wait in the peer's outbound queue, from
  * where the next data frame takes as many as fit (KL_PEER_BATCH_MAX_FRAMES, max_frame bytes)
