@@ -475,19 +475,19 @@ static nng_msg *hello_build(kl_peer *p, const peer_member *m)
     return msg;
 }
 
-/* A bare ack goes at once when two frames are unreported (the peer's data window may be
- * full); a single hello or data frame is acknowledged by our next frame or, at the latest,
- * at the next watchdog tick (a delayed ack, so that a reply usually carries it). */
 /* Under mu: acknowledgements are withheld while the inbox is half full. A BATCH frame can
  * bring KL_PEER_BATCH_MAX_FRAMES frames at once, so the window alone no longer keeps a
  * sender within what a busy loop drains: without an ack the sender's window stays full and
- * its frames wait in its own queue instead of overflowing ours. wake_cb sends the withheld
- * acks once the loop has drained the inbox. */
+ * its frames wait in its own queue instead of overflowing ours. acks_release sends the
+ * withheld acks once the loop has drained the inbox. */
 static bool inbox_high(const kl_peer *p)
 {
     return p->in_count >= p->max_frames / 2 || p->in_bytes >= p->max_bytes / 2;
 }
 
+/* A bare ack goes at once when two frames are unreported (the peer's data window may be
+ * full); a single hello or data frame is acknowledged by our next frame or, at the latest,
+ * at the next watchdog tick (a delayed ack, so that a reply usually carries it). */
 static bool member_ack_wanted(const kl_peer *p, const peer_member *m)
 {
     if (inbox_high(p))
@@ -552,8 +552,8 @@ static nng_msg *batch_build(kl_peer *p, peer_member *m, size_t k, size_t *pt_len
         size_t len;
         nng_msg *one = queue_pop(m, &len);
         put_u32(b + at, (uint32_t)len);
-        memcpy(b + at + PEER_BATCH_LEN, (uint8_t *)nng_msg_body(one) + PEER_HDR + (p->auth ? PEER_CTR : 0),
-               len);
+        const uint8_t *src = (const uint8_t *)nng_msg_body(one) + PEER_HDR + (p->auth ? PEER_CTR : 0);
+        memcpy(b + at + PEER_BATCH_LEN, src, len);
         at += PEER_BATCH_LEN + len;
         nng_msg_free(one);
     }
