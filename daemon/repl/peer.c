@@ -55,6 +55,7 @@ _Static_assert(KL_PEER_PUBLIC_LEN == KL_PEER_AUTH_PUBLIC_LEN, "member public key
 #define PEER_T_ACK 3
 #define PEER_T_BATCH 4 /* several queued data frames in one: (u32 length, bytes) each */
 #define PEER_BATCH_LEN 4 /* a batched frame's length prefix */
+#define PEER_BUSY 0x80   /* type flag of DATA, ACK, BATCH: our inbox is half full, send no data */
 #define PEER_MAGIC 0x4b4c5052u /* "KLPR" */
 #define PEER_VERSION 1
 #define PEER_HELLO_FIXED (4 + 1 + 8 + 8 + 1)
@@ -118,6 +119,8 @@ typedef struct peer_member {
     uint64_t rx_acked;    /* rx value last reported to the peer */
     uint64_t data_hi;     /* tx after our last hello or data frame */
     uint64_t wait_since;  /* ms since data_hi > tx_acked with no ack progress; 0 = none */
+    bool peer_busy;       /* the peer's last frame said its inbox is half full: no data */
+    bool busy_told;       /* our last frame on pipe told the peer we are busy */
     peer_out *head, *tail;
     size_t q_frames, q_bytes;
     kl_peer_auth_keys keys; /* authenticated mode: `pipe`'s keys once connected, else zero */
@@ -309,6 +312,7 @@ static void member_adopt(peer_member *m, uint32_t pipe)
     m->tx = m->tx_acked = m->rx = m->rx_acked = 0;
     m->data_hi = 0;
     m->wait_since = 0;
+    m->peer_busy = m->busy_told = false;
 }
 
 /* Under mu: the member lost its connection; queued frames go with it. */
@@ -475,11 +479,12 @@ static nng_msg *hello_build(kl_peer *p, const peer_member *m)
     return msg;
 }
 
-/* Under mu: acknowledgements are withheld while the inbox is half full. A BATCH frame can
- * bring KL_PEER_BATCH_MAX_FRAMES frames at once, so the window alone no longer keeps a
- * sender within what a busy loop drains: without an ack the sender's window stays full and
- * its frames wait in its own queue instead of overflowing ours. acks_release sends the
- * withheld acks once the loop has drained the inbox. */
+/* Under mu: the inbox is half full. A BATCH frame can bring KL_PEER_BATCH_MAX_FRAMES
+ * frames at once, and acks come from nng threads whatever the loop does, so the window
+ * alone no longer keeps a sender within what a busy loop drains: every frame we send while
+ * this holds carries PEER_BUSY, and a peer that saw it sends no data (its frames wait in its
+ * own queue) until a frame without it; busy_release sends that frame once the loop drained
+ * the inbox. Acks themselves are never held back: the window's accounting stays exact. */
 static bool inbox_high(const kl_peer *p)
 {
     return p->in_count >= p->max_frames / 2 || p->in_bytes >= p->max_bytes / 2;
@@ -490,8 +495,8 @@ static bool inbox_high(const kl_peer *p)
  * at the next watchdog tick (a delayed ack, so that a reply usually carries it). */
 static bool member_ack_wanted(const kl_peer *p, const peer_member *m)
 {
-    if (inbox_high(p))
-        return false;
+    if (m->busy_told && !inbox_high(p))
+        return true; /* the peer waits for word that we drained */
     return m->rx > m->rx_acked && (m->ack_now || m->rx - m->rx_acked >= 2);
 }
 
@@ -578,7 +583,7 @@ static nng_msg *member_next(kl_peer *p, peer_member *m, size_t *n_data, peer_sea
         m->hello_due = false;
     } else if (!m->connected) {
         return NULL;
-    } else if (out < PEER_DATA_WINDOW && m->head != NULL) {
+    } else if (out < PEER_DATA_WINDOW && m->head != NULL && !m->peer_busy) {
         size_t k = batch_count(p, m);
         if (k > 1) {
             if ((msg = batch_build(p, m, k, &seal->pt_len)) == NULL)
@@ -604,12 +609,14 @@ static nng_msg *member_next(kl_peer *p, peer_member *m, size_t *n_data, peer_sea
         seal->counter = m->tx;
         memcpy(seal->key, m->keys.tx, sizeof seal->key);
     }
-    if (!inbox_high(p)) {
-        m->rx_acked = m->rx;
-        m->ack_data = false;
-        m->ack_now = false;
-    }
-    put_u64((uint8_t *)nng_msg_body(msg) + 1, m->rx_acked);
+    uint8_t *hdr = nng_msg_body(msg);
+    m->busy_told = inbox_high(p);
+    if (m->busy_told && hdr[0] != PEER_T_HELLO)
+        hdr[0] |= PEER_BUSY; /* before sealing: the type byte is authenticated data */
+    put_u64(hdr + 1, m->rx);
+    m->rx_acked = m->rx;
+    m->ack_data = false;
+    m->ack_now = false;
     m->tx++;
     if (counts) {
         m->data_hi = m->tx;
@@ -1031,6 +1038,8 @@ static void pipe_frame(kl_peer *p, peer_pipe *pp, uint8_t type, uint64_t ack, nn
                        peer_act *act)
 {
     peer_member *m = &p->members[pp->member];
+    m->peer_busy = (type & PEER_BUSY) != 0 && type != PEER_T_HELLO;
+    type = (uint8_t)(type & ~PEER_BUSY);
     if (ack > m->tx) {
         pipe_refuse(p, pp, "ack of frames never sent", m->id, act);
         nng_msg_free(msg);
@@ -1231,7 +1240,8 @@ static void auth_frame(kl_peer *p, peer_pipe *pp, nng_msg *msg, peer_act *act)
     uint64_t ack = get_u64(b + 1);
     peer_member *m = &p->members[pp->member];
     uint64_t claim = m->id;
-    if (type != PEER_T_DATA && type != PEER_T_ACK && type != PEER_T_BATCH) {
+    uint8_t base = (uint8_t)(type & ~PEER_BUSY);
+    if (base != PEER_T_DATA && base != PEER_T_ACK && base != PEER_T_BATCH) {
         pipe_refuse(p, pp, type == PEER_T_HELLO ? "second hello" : "unknown frame type", claim,
                     act);
         nng_msg_free(msg);
@@ -1486,8 +1496,8 @@ static void pipe_cb(nng_pipe np, nng_pipe_ev ev, void *arg)
 /* Loop thread: delivers the frames that were in the inbox when it woke. */
 static void close_finish(kl_peer *p);
 
-/* Loop thread, after draining the inbox: the acks inbox_high withheld go now. */
-static void acks_release(kl_peer *p)
+/* Loop thread, after draining the inbox: peers told we are busy hear that we are not. */
+static void busy_release(kl_peer *p)
 {
     peer_member *due[KL_PEER_MAX_PEERS];
     size_t n = 0;
@@ -1495,10 +1505,8 @@ static void acks_release(kl_peer *p)
     if (!p->stopping && !inbox_high(p))
         for (size_t i = 0; i < p->n_members; i++) {
             peer_member *m = &p->members[i];
-            if (m->connected && m->pipe != 0 && m->rx > m->rx_acked) {
-                m->ack_now = true;
+            if (m->connected && m->pipe != 0 && m->busy_told)
                 due[n++] = m;
-            }
         }
     uv_mutex_unlock(&p->mu);
     for (size_t i = 0; i < n; i++)
@@ -1533,7 +1541,7 @@ static void wake_cb(uv_async_t *handle)
     }
     /* Frames that arrived meanwhile woke the handle again (uv_async_send coalesces, but a
      * send after our read of in_count schedules another call). */
-    acks_release(p);
+    busy_release(p);
 }
 
 /* Loop thread: sends delayed acks, closes connections that stopped acknowledging and pipes

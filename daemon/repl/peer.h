@@ -57,7 +57,8 @@
  * "KLPR", u8 version 1, u64 from, u64 to, u8 cluster length, cluster bytes; authenticated:
  * the version-2 HELLO or ANSWER body of common/peer_auth.h; 2 DATA: plain: the payload;
  * authenticated: u64 counter, the payload encrypted, a 16-byte tag; 3 ACK: plain: nothing;
- * authenticated: u64 counter and a 16-byte tag; 4 BATCH: as DATA, the payload being two or
+ * authenticated: u64 counter and a 16-byte tag (types 2-4 may carry the BUSY flag 0x80, see
+ * "Flow control"); 4 BATCH: as DATA, the payload being two or
  * more frames each as (u32 length, bytes), at most KL_PEER_BATCH_MAX_FRAMES of them and at
  * most max_frame bytes in all (prefixes included); delivered one by one, in order, exactly
  * as if each had come in its own DATA frame; a malformed one is a protocol error. Sealed frames use the sender's key of the
@@ -82,10 +83,11 @@
  * are unreported (the peer's data window may be full), and a lone frame is acknowledged
  * by our next frame or at the next watchdog tick (<= 100 ms, a delayed ack, so replies
  * usually carry it). Acks are produced on nng threads, so a busy loop does not slow its
- * peers, except that they are withheld while the inbox is half full (by frames or bytes)
- * and released when the loop has drained it: a BATCH frame can bring many frames per
- * window slot, and the withheld ack keeps them in the sender's queue instead of
- * overflowing ours. The window allows 2 data frames per round trip per peer (a loopback round trip
+ * peers. Backpressure: a BATCH frame can bring many frames per window slot, so while a
+ * member's inbox is half full (by frames or bytes) every frame it sends has the BUSY flag
+ * (0x80) set in its type byte, and a member told BUSY sends no data (acks still go, so the
+ * window's accounting stays exact) until a frame without the flag arrives; the busy member
+ * sends one (a bare ACK) as soon as its loop drained the inbox. The window allows 2 data frames per round trip per peer (a loopback round trip
  * through nng's threads is ~0.1 ms: tens of thousands of frames/s); Raft batches entries
  * into messages, and frames beyond the window wait in the peer's outbound queue, from
  * where the next data frame takes as many as fit (KL_PEER_BATCH_MAX_FRAMES, max_frame bytes)
