@@ -24,9 +24,10 @@
  * wiped when the handshake ends, the pipe is refused or removed), a connection's keys
  * (peer_member.keys, wiped by member_adopt and member_drop).
  *
- * Shutdown. kl_peer_stop sets `stopping` (from then on nothing is sent or delivered and
- * received frames are dropped) and drops every queued frame; the watchdog timer then waits
- * until the connections are quiet; a closer thread stops the receive (nng_aio_stop waits
+ * Shutdown. kl_peer_stop sets `stopping` (from then on no data is sent or delivered:
+ * received data is dropped, acks and closing notices still count) and drops every queued
+ * frame; each connection gets a closing notice; the watchdog timer then waits until every
+ * connection answered it and fell quiet; a closer thread stops the receive (nng_aio_stop waits
  * out its callback) and closes the socket (nng_close returns once no pipe callback runs),
  * then wakes the loop, which closes the two libuv handles; the last close callback frees
  * the memory. If nng_close has not returned within PEER_CLOSE_MAX_MS (nng 1.5.2 can hang
@@ -56,6 +57,7 @@ _Static_assert(KL_PEER_PUBLIC_LEN == KL_PEER_AUTH_PUBLIC_LEN, "member public key
 #define PEER_T_BATCH 4 /* several queued data frames in one: (u32 length, bytes) each */
 #define PEER_BATCH_LEN 4 /* a batched frame's length prefix */
 #define PEER_BUSY 0x80   /* type flag of DATA, ACK, BATCH: our inbox is half full, send no data */
+#define PEER_CLOSING 0x40 /* type flag of ACK only: we are stopping, send no data, ack this */
 #define PEER_MAGIC 0x4b4c5052u /* "KLPR" */
 #define PEER_VERSION 1
 #define PEER_HELLO_FIXED (4 + 1 + 8 + 8 + 1)
@@ -84,10 +86,11 @@ _Static_assert(KL_PEER_PUBLIC_LEN == KL_PEER_AUTH_PUBLIC_LEN, "member public key
  * lone frame waits for its (delayed) ack, so it stays well under any sane ack timeout. */
 #define PEER_TICK_MAX_MS 100
 #define PEER_MIN_ACK_TIMEOUT_MS (2 * PEER_TICK_MAX_MS)
-/* Stop: the socket is closed once no frame arrived for PEER_QUIET_MS, or after
- * PEER_QUIESCE_MAX_MS at the latest (see kl_peer_stop). */
+/* Stop: the socket is closed once every connection answered our closing notice and no
+ * frame arrived for PEER_QUIET_MS, or after PEER_QUIESCE_MAX_MS at the latest (a peer that
+ * does not answer; see kl_peer_stop). */
 #define PEER_QUIET_MS 40
-#define PEER_QUIESCE_MAX_MS 300
+#define PEER_QUIESCE_MAX_MS 1000
 /* Then nng_close runs on a thread of its own; if it has not returned after this long (the
  * nng 1.5.2 hang below), the socket and this peer's memory are abandoned to the process and
  * the stop completes anyway: a shutdown must not hang on a library bug. */
@@ -121,6 +124,9 @@ typedef struct peer_member {
     uint64_t wait_since;  /* ms since data_hi > tx_acked with no ack progress; 0 = none */
     bool peer_busy;       /* the peer's last frame said its inbox is half full: no data */
     bool busy_told;       /* our last frame on pipe told the peer we are busy */
+    bool peer_closing;    /* the peer said it is stopping: no data to it on pipe, ever */
+    bool closing_owed;    /* ... and has not had our answer (a frame acknowledging that) */
+    uint64_t closing_at;  /* we are stopping: tx after our closing notice, 0 = not sent */
     peer_out *head, *tail;
     size_t q_frames, q_bytes;
     kl_peer_auth_keys keys; /* authenticated mode: `pipe`'s keys once connected, else zero */
@@ -180,6 +186,7 @@ struct kl_peer {
 
     uv_mutex_t mu;
     bool stopping;                    /* under mu; written only by the loop thread */
+    bool sock_closing;                /* under mu: the closer owns the socket, nothing is sent */
     bool close_done;                  /* under mu: the closer thread's nng_close returned */
     bool close_abandoned;             /* under mu: the loop gave up waiting for it */
     int close_rv;                     /* under mu: what nng_close returned */
@@ -313,6 +320,8 @@ static void member_adopt(peer_member *m, uint32_t pipe)
     m->data_hi = 0;
     m->wait_since = 0;
     m->peer_busy = m->busy_told = false;
+    m->peer_closing = m->closing_owed = false;
+    m->closing_at = 0;
 }
 
 /* Under mu: the member lost its connection; queued frames go with it. */
@@ -495,6 +504,8 @@ static bool inbox_high(const kl_peer *p)
  * at the next watchdog tick (a delayed ack, so that a reply usually carries it). */
 static bool member_ack_wanted(const kl_peer *p, const peer_member *m)
 {
+    if (m->closing_owed)
+        return true; /* the stopping peer closes once it has our answer */
     if (m->busy_told && !inbox_high(p))
         return true; /* the peer waits for word that we drained */
     return m->rx > m->rx_acked && (m->ack_now || m->rx - m->rx_acked >= 2);
@@ -566,6 +577,51 @@ static nng_msg *batch_build(kl_peer *p, peer_member *m, size_t k, size_t *pt_len
     return msg;
 }
 
+/* Under mu: stamps the frame about to go to m (its index, our cumulative ack, the type
+ * flags) and addresses it. */
+static void member_stamp(peer_member *m, nng_msg *msg, peer_seal *seal, uint8_t flags)
+{
+    if (seal->on) {
+        /* The frame's index on the connection, the hello being frame 0. */
+        seal->counter = m->tx;
+        memcpy(seal->key, m->keys.tx, sizeof seal->key);
+    }
+    uint8_t *hdr = nng_msg_body(msg);
+    m->busy_told = (flags & PEER_BUSY) != 0 && hdr[0] != PEER_T_HELLO;
+    if (hdr[0] != PEER_T_HELLO)
+        hdr[0] |= flags; /* before sealing: the type byte is authenticated data */
+    put_u64(hdr + 1, m->rx);
+    m->rx_acked = m->rx;
+    m->ack_data = false;
+    m->ack_now = false;
+    m->closing_owed = false; /* any frame acknowledges the peer's notice */
+    m->tx++;
+    nng_msg_set_pipe(msg, pipe_handle(m->pipe));
+}
+
+/* Under mu, while stopping: what the member may still be sent. First our closing notice (a
+ * bare ack with PEER_CLOSING: send no more data, and answer); until the peer's answer
+ * acknowledged it, the acks its window needs; and, always, the answer a closing notice of
+ * the peer is owed. Everything carries PEER_CLOSING, nothing carries data. */
+static nng_msg *member_next_closing(kl_peer *p, peer_member *m, peer_seal *seal)
+{
+    if (!m->connected || m->tx - m->tx_acked >= PEER_WINDOW)
+        return NULL; /* handshaking (it gets no notice), or the peer's acks will pump us */
+    bool notice = m->closing_at == 0;
+    bool answered = !notice && m->tx_acked >= m->closing_at;
+    if (!notice && !m->closing_owed && (answered || !member_ack_wanted(p, m)))
+        return NULL;
+    nng_msg *msg = frame_alloc(PEER_T_ACK, p->auth ? PEER_SEAL : 0);
+    if (msg == NULL)
+        return NULL; /* the quiesce bound closes the socket anyway */
+    seal->on = p->auth;
+    seal->pt_len = 0;
+    member_stamp(m, msg, seal, PEER_CLOSING);
+    if (notice)
+        m->closing_at = m->tx;
+    return msg;
+}
+
 /* Under mu: the next frame the member may send now, stamped and addressed, or NULL;
  * *n_data = the data frames it carries (0: a hello or a bare ack). */
 static nng_msg *member_next(kl_peer *p, peer_member *m, size_t *n_data, peer_seal *seal)
@@ -574,6 +630,8 @@ static nng_msg *member_next(kl_peer *p, peer_member *m, size_t *n_data, peer_sea
     seal->on = false;
     if (m->pipe == 0)
         return NULL;
+    if (p->stopping)
+        return member_next_closing(p, m, seal);
     uint64_t out = m->tx - m->tx_acked;
     nng_msg *msg = NULL;
     bool counts = true; /* a hello or data frame must be acknowledged */
@@ -583,7 +641,7 @@ static nng_msg *member_next(kl_peer *p, peer_member *m, size_t *n_data, peer_sea
         m->hello_due = false;
     } else if (!m->connected) {
         return NULL;
-    } else if (out < PEER_DATA_WINDOW && m->head != NULL && !m->peer_busy) {
+    } else if (out < PEER_DATA_WINDOW && m->head != NULL && !m->peer_busy && !m->peer_closing) {
         size_t k = batch_count(p, m);
         if (k > 1) {
             if ((msg = batch_build(p, m, k, &seal->pt_len)) == NULL)
@@ -604,26 +662,12 @@ static nng_msg *member_next(kl_peer *p, peer_member *m, size_t *n_data, peer_sea
     } else {
         return NULL;
     }
-    if (seal->on) {
-        /* The frame's index on the connection, the hello being frame 0. */
-        seal->counter = m->tx;
-        memcpy(seal->key, m->keys.tx, sizeof seal->key);
-    }
-    uint8_t *hdr = nng_msg_body(msg);
-    m->busy_told = inbox_high(p);
-    if (m->busy_told && hdr[0] != PEER_T_HELLO)
-        hdr[0] |= PEER_BUSY; /* before sealing: the type byte is authenticated data */
-    put_u64(hdr + 1, m->rx);
-    m->rx_acked = m->rx;
-    m->ack_data = false;
-    m->ack_now = false;
-    m->tx++;
+    member_stamp(m, msg, seal, inbox_high(p) ? PEER_BUSY : 0);
     if (counts) {
         m->data_hi = m->tx;
         if (m->wait_since == 0)
             m->wait_since = peer_now_ms();
     }
-    nng_msg_set_pipe(msg, pipe_handle(m->pipe));
     return msg;
 }
 
@@ -631,7 +675,7 @@ static nng_msg *member_next(kl_peer *p, peer_member *m, size_t *n_data, peer_sea
 static void member_pump(kl_peer *p, peer_member *m)
 {
     uv_mutex_lock(&p->mu);
-    if (m->pumping || p->stopping) {
+    if (m->pumping || p->sock_closing) {
         uv_mutex_unlock(&p->mu);
         return;
     }
@@ -684,7 +728,7 @@ kl_code kl_peer_send(kl_peer *p, uint64_t to, const uint8_t *frame, size_t len)
     peer_member *m = &p->members[idx];
 
     uv_mutex_lock(&p->mu);
-    bool up = m->connected && !p->stopping;
+    bool up = m->connected && !m->peer_closing && !p->stopping;
     bool room = m->q_frames < p->max_frames && len <= p->max_bytes - m->q_bytes;
     if (!up)
         p->st.dropped_unavailable++;
@@ -718,7 +762,7 @@ kl_code kl_peer_send(kl_peer *p, uint64_t to, const uint8_t *frame, size_t len)
     /* The connection may have changed while we copied: check again. */
     uv_mutex_lock(&p->mu);
     kl_code rc = KL_OK;
-    if (!m->connected || p->stopping) {
+    if (!m->connected || m->peer_closing || p->stopping) {
         p->st.dropped_unavailable++;
         rc = KL_UNAVAILABLE;
     } else if (m->q_frames >= p->max_frames || len > p->max_bytes - m->q_bytes) {
@@ -1038,8 +1082,20 @@ static void pipe_frame(kl_peer *p, peer_pipe *pp, uint8_t type, uint64_t ack, nn
                        peer_act *act)
 {
     peer_member *m = &p->members[pp->member];
+    bool closing = (type & PEER_CLOSING) != 0;
     m->peer_busy = (type & PEER_BUSY) != 0 && type != PEER_T_HELLO;
-    type = (uint8_t)(type & ~PEER_BUSY);
+    type = (uint8_t)(type & ~(PEER_BUSY | PEER_CLOSING));
+    if (closing && type != PEER_T_ACK) {
+        pipe_refuse(p, pp, "closing flag on a frame other than an ack", m->id, act);
+        nng_msg_free(msg);
+        return;
+    }
+    if (closing && !m->peer_closing) {
+        /* It waits for our answer before it closes, so that no frame is cut in half. */
+        m->peer_closing = true;
+        m->closing_owed = true;
+        p->st.peer_closings++;
+    }
     if (ack > m->tx) {
         pipe_refuse(p, pp, "ack of frames never sent", m->id, act);
         nng_msg_free(msg);
@@ -1059,6 +1115,10 @@ static void pipe_frame(kl_peer *p, peer_pipe *pp, uint8_t type, uint64_t ack, nn
         break;
     case PEER_T_BATCH:
         m->ack_data = true;
+        if (p->stopping) {
+            nng_msg_free(msg); /* nothing is delivered after stop */
+            return;
+        }
         batch_deliver(p, pp, msg, act);
         return;
     default:
@@ -1068,6 +1128,10 @@ static void pipe_frame(kl_peer *p, peer_pipe *pp, uint8_t type, uint64_t ack, nn
         return;
     }
     m->ack_data = true;
+    if (p->stopping) {
+        nng_msg_free(msg);
+        return;
+    }
     if (nng_msg_len(msg) > p->max_frame) {
         p->st.dropped_oversize++;
         nng_msg_free(msg);
@@ -1077,12 +1141,16 @@ static void pipe_frame(kl_peer *p, peer_pipe *pp, uint8_t type, uint64_t ack, nn
 }
 
 /* Under mu, which it releases and takes again: re-finds pipe after the unlocked part. NULL
- * when it went away, was refused or replaced meanwhile, or the peer is stopping. */
-static peer_pipe *pipe_again(kl_peer *p, uint32_t pipe)
+ * when it went away, was refused or replaced meanwhile, or (handshakes only: a stopping
+ * member completes none, but it still reads its connections' frames) the peer is
+ * stopping. */
+static peer_pipe *pipe_again_if(kl_peer *p, uint32_t pipe, bool handshake)
 {
-    peer_pipe *pp = p->stopping ? NULL : pipe_find(p, pipe);
+    peer_pipe *pp = handshake && p->stopping ? NULL : pipe_find(p, pipe);
     return pp == NULL || pp->dead ? NULL : pp;
 }
+
+static peer_pipe *pipe_again(kl_peer *p, uint32_t pipe) { return pipe_again_if(p, pipe, true); }
 
 /* Under mu (released meanwhile): the ANSWER to our HELLO on a pipe we dialed. Takes msg. */
 static void auth_dialer_answer(kl_peer *p, peer_pipe *pp, nng_msg *msg, peer_act *act)
@@ -1240,7 +1308,7 @@ static void auth_frame(kl_peer *p, peer_pipe *pp, nng_msg *msg, peer_act *act)
     uint64_t ack = get_u64(b + 1);
     peer_member *m = &p->members[pp->member];
     uint64_t claim = m->id;
-    uint8_t base = (uint8_t)(type & ~PEER_BUSY);
+    uint8_t base = (uint8_t)(type & ~(PEER_BUSY | PEER_CLOSING));
     if (base != PEER_T_DATA && base != PEER_T_ACK && base != PEER_T_BATCH) {
         pipe_refuse(p, pp, type == PEER_T_HELLO ? "second hello" : "unknown frame type", claim,
                     act);
@@ -1265,7 +1333,7 @@ static void auth_frame(kl_peer *p, peer_pipe *pp, nng_msg *msg, peer_act *act)
     }
 
     uv_mutex_lock(&p->mu);
-    if ((pp = pipe_again(p, pipe)) == NULL || pp->confirming != confirming ||
+    if ((pp = pipe_again_if(p, pipe, confirming)) == NULL || pp->confirming != confirming ||
         (!confirming && m->pipe != pipe)) {
         nng_msg_free(msg);
         return;
@@ -1337,12 +1405,15 @@ static void recv_cb(void *arg)
 
     uv_mutex_lock(&p->mu);
     p->last_rx = peer_now_ms();
-    peer_pipe *pp = p->stopping ? NULL : pipe_find(p, pipe);
+    peer_pipe *pp = pipe_find(p, pipe);
     if (pp != NULL)
         pp->last_rx = p->last_rx;
+    if (pp != NULL && p->stopping &&
+        (!pp->hello_rx || pp->member < 0 || p->members[pp->member].pipe != pipe))
+        pp = NULL; /* stopping: only connections still count (their acks and notices) */
     if (pp == NULL || pp->dead) {
-        /* Stopping, a pipe already removed, or one refused or replaced: its frames are
-         * stale. */
+        /* A pipe already removed, one refused or replaced, or a handshake while stopping:
+         * its frames are stale. */
         nng_msg_free(msg);
     } else if (nng_msg_len(msg) < PEER_HDR) {
         pipe_refuse(p, pp, "short frame", 0, &act);
@@ -1623,17 +1694,48 @@ static void handle_closed(uv_handle_t *handle)
     }
 }
 
-/* Under mu: drops everything queued in either direction. */
-static void peer_drop_queued(kl_peer *p)
+/* Under mu: drops the frames waiting in either direction; the connections stay. */
+static void peer_drop_pending(kl_peer *p)
 {
-    for (size_t i = 0; i < p->n_members; i++)
-        member_drop(p, &p->members[i], NULL);
+    for (size_t i = 0; i < p->n_members; i++) {
+        peer_member *m = &p->members[i];
+        for (peer_out *o = m->head, *next; o != NULL; o = next) {
+            next = o->next;
+            nng_msg_free(o->msg);
+            free(o);
+            p->st.dropped_disconnect++;
+        }
+        m->head = m->tail = NULL;
+        m->q_frames = m->q_bytes = 0;
+    }
     for (; p->in_count > 0; p->in_count--) {
         nng_msg_free(p->inbox[p->in_head].msg);
         p->in_head = (p->in_head + 1) % p->max_frames;
         p->st.dropped_disconnect++;
     }
     p->in_bytes = 0;
+}
+
+/* Under mu: drops everything queued in either direction, and the connections' state. */
+static void peer_drop_queued(kl_peer *p)
+{
+    peer_drop_pending(p);
+    for (size_t i = 0; i < p->n_members; i++)
+        member_drop(p, &p->members[i], NULL);
+}
+
+/* Under mu, while stopping: every connection answered our closing notice (so every frame
+ * we sent arrived whole, and the peer sends no more data) and is owed no answer. */
+static bool peer_all_answered(const kl_peer *p)
+{
+    for (size_t i = 0; i < p->n_members; i++) {
+        const peer_member *m = &p->members[i];
+        if (m->pipe == 0 || !m->connected)
+            continue;
+        if (m->closing_at == 0 || m->tx_acked < m->closing_at || m->closing_owed)
+            return false;
+    }
+    return true;
 }
 
 /* Peers whose nng_close never returned: kept reachable for the life of the process (an nng
@@ -1714,9 +1816,13 @@ static void quiesce_cb(uv_timer_t *timer)
     kl_peer *p = timer->data;
     uint64_t now = peer_now_ms();
     uv_mutex_lock(&p->mu);
-    bool quiet = now - p->stop_at >= PEER_QUIET_MS && now - p->last_rx >= PEER_QUIET_MS;
+    bool quiet = now - p->stop_at >= PEER_QUIET_MS && now - p->last_rx >= PEER_QUIET_MS &&
+                 peer_all_answered(p);
+    bool close = quiet || now - p->stop_at >= PEER_QUIESCE_MAX_MS;
+    if (close)
+        p->sock_closing = true; /* a pump that already runs may finish its frame: harmless */
     uv_mutex_unlock(&p->mu);
-    if (!quiet && now - p->stop_at < PEER_QUIESCE_MAX_MS)
+    if (!close)
         return;
     uv_timer_stop(timer);
     uv_thread_t closer;
@@ -1739,16 +1845,23 @@ void kl_peer_stop(kl_peer *p)
     p->stopping = true;
     p->stop_at = peer_now_ms();
     if (!already)
-        peer_drop_queued(p);
+        peer_drop_pending(p);
     uv_mutex_unlock(&p->mu);
     if (already)
         return;
-    /* Quiesce before closing. nng 1.5.2 can hang forever in nng_close when it tears down a
-     * pipe with an operation caught half-started (nng issues #1543 and #1813, fixed in
-     * 1.8.0); stress runs hit it when a member was closed in the middle of a stream of
-     * frames. From now on nothing is sent (no data, no acks), so within one window every
-     * peer stops sending too; the receive keeps draining and dropping meanwhile, and the
-     * socket is closed once nothing arrived for PEER_QUIET_MS. */
+    /* Close only once no frame is on its way in either direction. nng 1.5.2 can hang
+     * forever in nng_close, or lose a message, when it tears down a pipe with a transfer
+     * caught half-done (between a message's header and body: nng issues #616, #1543, #1813,
+     * fixed in 1.8.0), and with BATCH frames of up to max_frame bytes a frame in flight at
+     * any moment is the rule under load, not a rare case. So every connection gets a
+     * closing notice (member_next_closing): its peer sends no more data and answers at
+     * once; the answer acknowledges the notice, so every frame we sent arrived whole, and
+     * it comes after every frame the peer sent before it. The receive keeps reading
+     * meanwhile (acks and notices count, data is dropped), and the socket is closed once
+     * every connection answered and nothing arrived for PEER_QUIET_MS, or after
+     * PEER_QUIESCE_MAX_MS (a peer that does not answer: dead, or its window full). */
+    for (size_t i = 0; i < p->n_members; i++)
+        member_pump(p, &p->members[i]);
     uv_timer_stop(&p->watchdog);
     (void)uv_timer_start(&p->watchdog, quiesce_cb, PEER_QUIET_MS / 4, PEER_QUIET_MS / 4);
 }

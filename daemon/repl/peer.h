@@ -58,7 +58,8 @@
  * the version-2 HELLO or ANSWER body of common/peer_auth.h; 2 DATA: plain: the payload;
  * authenticated: u64 counter, the payload encrypted, a 16-byte tag; 3 ACK: plain: nothing;
  * authenticated: u64 counter and a 16-byte tag (types 2-4 may carry the BUSY flag 0x80, see
- * "Flow control"); 4 BATCH: as DATA, the payload being two or
+ * "Flow control"; type 3 alone may carry the CLOSING flag 0x40, see "Stopping", on any other
+ * type it is a protocol error); 4 BATCH: as DATA, the payload being two or
  * more frames each as (u32 length, bytes), at most KL_PEER_BATCH_MAX_FRAMES of them and at
  * most max_frame bytes in all (prefixes included); delivered one by one, in order, exactly
  * as if each had come in its own DATA frame; a malformed one is a protocol error. Sealed frames use the sender's key of the
@@ -102,6 +103,19 @@
  * that stopped answering, a half-dead TCP connection, or a frame lost inside nng against
  * expectations); nng then redials and the window starts afresh.
  *
+ * Stopping. nng 1.5.2 can hang in nng_close, or lose a message, when it tears down a pipe
+ * with a transfer caught half-done, and a BATCH frame (up to max_frame bytes) is in flight
+ * most of the time under load. So a stopping member closes only once no frame is on its way:
+ * it sends every connected member a closing notice (a bare ACK with the CLOSING flag; every
+ * frame it sends from then on carries the flag and none carries data) and keeps reading
+ * (acks count, data is dropped). A member that receives a notice sends that peer no more
+ * data (kl_peer_send: KL_UNAVAILABLE, dropped_unavailable) and answers at once from the nng
+ * thread (any frame acknowledging the notice; counted in peer_closings). The answer means
+ * every frame the stopping member sent arrived whole and every frame the peer sent before it
+ * has arrived; the stopping member closes once every connection answered and nothing arrived
+ * for 40 ms, or after 1 s (a peer that does not answer). Members of versions without the
+ * flag refuse a notice as an unknown type (closing the pipe: the stop then proceeds).
+ *
  * Delivery guarantees: none beyond "in order, at most once, per connection". A frame is
  * lost when the connection drops (frames queued for it are dropped and counted), when the
  * peer's inbox is full, when it is too large for the receiver, or at stop. Raft retries.
@@ -133,10 +147,10 @@
  *
  * nng 1.5.2 (Debian bookworm) has a known bug (nng issues #1543/#1813, fixed in 1.8.0):
  * nng_close, or the reaping of a pipe, can wait forever for an operation caught half-started
- * when the pipe is torn down under traffic. kl_peer_stop quiesces the connections before
- * closing (see there), which made the hang disappear in stress runs (it hung in ~1 of 10
- * stops in mid-stream before); a peer that crashes mid-stream still exercises nng's reaping
- * under traffic, which this module cannot prevent. */
+ * when the pipe is torn down under traffic (and nng issue #616: a close between a message's
+ * header and its body). kl_peer_stop closes only once no frame is on its way ("Stopping"
+ * above); a peer that crashes mid-stream, or one that does not answer within 1 s, still
+ * exercises nng's teardown under traffic, which this module cannot prevent. */
 #ifndef KL_REPL_PEER_H
 #define KL_REPL_PEER_H
 
@@ -217,6 +231,7 @@ typedef struct kl_peer_counters {
                                  (also counted in refused) */
     uint64_t refused_cap;   /* pipes closed at once: max_pipes open (also in refused) */
     uint64_t idle_closed;   /* connections closed after idle_ms without a frame */
+    uint64_t peer_closings; /* closing notices received: a peer stopping (see kl_peer_stop) */
     uint32_t pipes_open;    /* nng pipes open now (handshaking or connected) */
     uint32_t connected;     /* peers connected now */
     bool authenticated;     /* this member runs in authenticated mode (see the top) */
@@ -256,10 +271,10 @@ void kl_peer_stats(const kl_peer *p, kl_peer_counters *out);
 kl_code kl_peer_add(kl_peer *p, uint64_t id, const char *url, const uint8_t *public_key, kl_err *err);
 kl_code kl_peer_remove(kl_peer *p, uint64_t id);
 
-/* Returns at once: from now on nothing is sent or delivered, queued frames are dropped
- * (counted in dropped_disconnect). The socket is closed from the loop once the
- * connections fell quiet (at most ~0.3 s later; this works around an nng 1.5.2 hang, see
- * peer.c), then the handles; the memory is freed after their close callbacks, so keep
+/* Returns at once: from now on no data is sent or delivered, queued frames are dropped
+ * (counted in dropped_disconnect). The socket is closed from the loop once every connection
+ * answered the closing notice and fell quiet (see "Stopping" above; at most 1 s later, then
+ * at most 3 s for nng_close itself, which nng 1.5.2 can hang in), then the handles; the memory is freed after their close callbacks, so keep
  * running the loop after stop. Call once; no other kl_peer_* call after it. Safe to call
  * from inside recv (later frames are dropped). */
 void kl_peer_stop(kl_peer *p);

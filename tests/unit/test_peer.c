@@ -1092,6 +1092,90 @@ START_TEST(test_stop_survives_a_hanging_close)
 }
 END_TEST
 
+#define W_CLOSING 0x40
+
+/* A stopping member closes its socket only once no frame is half-way on a connection
+ * (nng 1.5.2 can hang or lose a message tearing down a pipe mid-transfer): it tells each
+ * peer with a closing notice (a bare ack flagged 0x40) and waits for the frame that
+ * acknowledges it. Here the raw peer keeps the member waiting well past the 40 ms quiet
+ * period, then answers, and only then does the member close. */
+START_TEST(test_stop_waits_for_the_closing_answer)
+{
+    loop_open();
+    url_for(1);
+    url_for(2);
+    member_start(1, 2, NULL);
+    raw_sock r;
+    raw_join(&r, 1, 2);
+    uint8_t b[512];
+    raw_send_data(&r, 20); /* a lone frame: its ack is delayed, the notice carries it */
+    expect_got(1, 2, 1, 2000);
+    kl_peer_stop(mem[1].peer);
+    mem[1].peer = NULL;
+    long n = raw_recv(&r, b, sizeof b, 1000);
+    while (n == 9 && b[0] == W_ACK) /* the delayed ack, if a tick sent it before the stop */
+        n = raw_recv(&r, b, sizeof b, 1000);
+    ck_assert_int_eq(n, 9);
+    ck_assert_int_eq(b[0], W_ACK | W_CLOSING);
+    ck_assert_uint_eq(get_u64(b + 1), 2); /* our hello and the data frame */
+    run_for(300);                         /* unanswered: the socket stays open */
+    ck_assert_int_eq(raw_take(&r, b, sizeof b), -1);
+    b[0] = W_ACK;
+    put_u64(b + 1, r.rx);
+    raw_send(&r, b, 9);
+    uint64_t t0 = mono_ms();
+    ck_assert_msg(run_until(raw_closed, &r, 2000), "the member did not close after the answer");
+    ck_assert_uint_lt(mono_ms() - t0, 500); /* the quiet period, not the 1 s bound */
+    raw_close(&r);
+    loop_close();
+}
+END_TEST
+
+/* The other side: a closing notice is answered at once (from nng threads, not at the next
+ * tick), and the member sends the stopping peer no more data (kl_peer_send: unavailable).
+ * The flag is only valid on an ack. */
+START_TEST(test_closing_notice_answered_and_honoured)
+{
+    loop_open();
+    url_for(1);
+    url_for(2);
+    member_start(1, 2, NULL);
+    raw_sock r;
+    raw_join(&r, 1, 2);
+    uint8_t b[512];
+    ck_assert_int_eq(send_one(1, 2, 40), KL_OK);
+    long n = raw_recv(&r, b, sizeof b, 1000);
+    ck_assert_int_eq(n, 9 + 40);
+    b[0] = W_ACK | W_CLOSING;
+    put_u64(b + 1, r.rx);
+    raw_send(&r, b, 9); /* frame 2 of ours: the hello, the notice */
+    uint64_t until = mono_ms() + 1000;
+    while ((n = raw_take(&r, b, sizeof b)) < 0 && mono_ms() < until)
+        usleep(1000); /* the loop does not run: the answer comes from an nng thread */
+    ck_assert_int_eq(n, 9);
+    ck_assert_int_eq(b[0], W_ACK);
+    ck_assert_uint_eq(get_u64(b + 1), 2);
+    ck_assert_int_eq(send_one(1, 2, 40), KL_UNAVAILABLE);
+    kl_peer_counters st = stats_of(1);
+    ck_assert_uint_eq(st.peer_closings, 1);
+    ck_assert_uint_eq(st.dropped_unavailable, 1);
+    ck_assert_uint_eq(st.refused, 0);
+    raw_close(&r);
+
+    /* On a data frame the flag is a protocol error. */
+    run_until(never, NULL, 50);
+    raw_join(&r, 1, 2);
+    size_t len = w_data(b, r.rx, 10);
+    b[0] = W_DATA | W_CLOSING;
+    raw_send(&r, b, len);
+    tm_refusal t = {&r, 1, 1};
+    ck_assert(run_until(refused_and_closed, &t, 3000));
+    ck_assert_uint_eq(mem[1].got[2], 0);
+    raw_close(&r);
+    loop_close();
+}
+END_TEST
+
 /* ---------------------------------------------------------------- keyed (authenticated) */
 
 static bool one_up(void *arg)
@@ -1676,6 +1760,8 @@ Suite *suite_peer(void)
     tcase_add_test(t, test_stop_with_frames_in_flight);
     tcase_add_test(t, test_stop_inside_recv);
     tcase_add_test(t, test_stop_survives_a_hanging_close);
+    tcase_add_test(t, test_stop_waits_for_the_closing_answer);
+    tcase_add_test(t, test_closing_notice_answered_and_honoured);
     suite_add_tcase(s, t);
     t = tcase_create("keyed");
     tcase_set_timeout(t, 30);
