@@ -90,7 +90,7 @@ _Static_assert(KL_PEER_PUBLIC_LEN == KL_PEER_AUTH_PUBLIC_LEN, "member public key
  * frame arrived for PEER_QUIET_MS, or after PEER_QUIESCE_MAX_MS at the latest (a peer that
  * does not answer; see kl_peer_stop). */
 #define PEER_QUIET_MS 40
-#define PEER_QUIESCE_MAX_MS 1000
+#define PEER_QUIESCE_MAX_MS 500 /* the daemon gives its whole stop 1.5 s (daemon/main.c) */
 /* Then nng_close runs on a thread of its own; if it has not returned after this long (the
  * nng 1.5.2 hang below), the socket and this peer's memory are abandoned to the process and
  * the stop completes anyway: a shutdown must not hang on a library bug. */
@@ -1819,11 +1819,24 @@ static void quiesce_cb(uv_timer_t *timer)
     bool quiet = now - p->stop_at >= PEER_QUIET_MS && now - p->last_rx >= PEER_QUIET_MS &&
                  peer_all_answered(p);
     bool close = quiet || now - p->stop_at >= PEER_QUIESCE_MAX_MS;
+    size_t unanswered = 0;
+    for (size_t i = 0; close && i < p->n_members; i++) {
+        const peer_member *m = &p->members[i];
+        unanswered += m->pipe != 0 && m->connected &&
+                      (m->closing_at == 0 || m->tx_acked < m->closing_at || m->closing_owed);
+    }
     if (close)
         p->sock_closing = true; /* a pump that already runs may finish its frame: harmless */
     uv_mutex_unlock(&p->mu);
     if (!close)
         return;
+    /* Which stops closed with a frame possibly half-way (a peer that did not answer) is
+     * what tells an nng close hang after it apart from one the quiesce should have kept. */
+    if (unanswered != 0)
+        KL_WARN("peer socket closing without every answer", "listen=%s waited_ms=%" PRIu64
+                " unanswered=%zu", p->listen_url, now - p->stop_at, unanswered);
+    else
+        KL_INFO("peer socket closing", "listen=%s waited_ms=%" PRIu64, p->listen_url, now - p->stop_at);
     uv_timer_stop(timer);
     uv_thread_t closer;
     uv_thread_options_t opt = {.flags = UV_THREAD_HAS_STACK_SIZE, .stack_size = 256 * 1024};

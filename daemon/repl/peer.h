@@ -113,7 +113,7 @@
  * thread (any frame acknowledging the notice; counted in peer_closings). The answer means
  * every frame the stopping member sent arrived whole and every frame the peer sent before it
  * has arrived; the stopping member closes once every connection answered and nothing arrived
- * for 40 ms, or after 1 s (a peer that does not answer). Members of versions without the
+ * for 40 ms, or after 0.5 s (a peer that does not answer; logged). Members of versions without the
  * flag refuse a notice as an unknown type (closing the pipe: the stop then proceeds).
  *
  * Delivery guarantees: none beyond "in order, at most once, per connection". A frame is
@@ -149,7 +149,7 @@
  * nng_close, or the reaping of a pipe, can wait forever for an operation caught half-started
  * when the pipe is torn down under traffic (and nng issue #616: a close between a message's
  * header and its body). kl_peer_stop closes only once no frame is on its way ("Stopping"
- * above); a peer that crashes mid-stream, or one that does not answer within 1 s, still
+ * above); a peer that crashes mid-stream, or one that does not answer within 0.5 s, still
  * exercises nng's teardown under traffic, which this module cannot prevent. */
 #ifndef KL_REPL_PEER_H
 #define KL_REPL_PEER_H
@@ -273,7 +273,7 @@ kl_code kl_peer_remove(kl_peer *p, uint64_t id);
 
 /* Returns at once: from now on no data is sent or delivered, queued frames are dropped
  * (counted in dropped_disconnect). The socket is closed from the loop once every connection
- * answered the closing notice and fell quiet (see "Stopping" above; at most 1 s later, then
+ * answered the closing notice and fell quiet (see "Stopping" above; at most 0.5 s later, then
  * at most 3 s for nng_close itself, which nng 1.5.2 can hang in), then the handles; the memory is freed after their close callbacks, so keep
  * running the loop after stop. Call once; no other kl_peer_* call after it. Safe to call
  * from inside recv (later frames are dropped). */
