@@ -247,12 +247,17 @@
 #define KL_PEER_MAX_CLUSTER 255
 #define KL_PEER_AUTH_CLUSTER_MAX 255
 #define KL_PEER_DEFAULT_MAX_FRAME (4u << 20)
+/* Queued frames one peer DATA frame may carry (daemon/repl/peer.c batches what waited
+ * behind the 2-frame window), besides the max_frame byte bound. */
+#define KL_PEER_BATCH_MAX_FRAMES 256
 #define KL_PEER_DEFAULT_MAX_SKEW_MS 30000 /* hello clocks, authenticated mode */
 /* A replication frame carries a batch's entry plus the append message around it: the peer
  * frame limit is the cluster's MaxFrameBytes plus this (daemon/main.c). */
 #define KL_REPL_FRAME_OVERHEAD (64u << 10)
 
 /* ---------------------------------------------------------------- relations */
+/* Every Raft message a leader streams to one follower in a window fits one batch. */
+_Static_assert(KL_PEER_BATCH_MAX_FRAMES >= KL_RAFT_MAX_INFLIGHT, "one batch carries a whole window");
 /* A snapshot record's key is a store key; the chunk bound holds the largest record. */
 _Static_assert(KL_SNAP_VALUE_MAX >= KL_CLAIMS_TOKEN_MAX, "a snapshot carries every stored value");
 _Static_assert(KL_SNAP_CHUNK_BYTES < KL_SNAP_STAGE_FILE_BYTES, "a staged file holds whole chunks");

@@ -24,9 +24,10 @@
  * wiped when the handshake ends, the pipe is refused or removed), a connection's keys
  * (peer_member.keys, wiped by member_adopt and member_drop).
  *
- * Shutdown. kl_peer_stop sets `stopping` (from then on nothing is sent or delivered and
- * received frames are dropped) and drops every queued frame; the watchdog timer then waits
- * until the connections are quiet; a closer thread stops the receive (nng_aio_stop waits
+ * Shutdown. kl_peer_stop sets `stopping` (from then on no data is sent or delivered:
+ * received data is dropped, acks and closing notices still count) and drops every queued
+ * frame; each connection gets a closing notice; the watchdog timer then waits until every
+ * connection answered it and fell quiet; a closer thread stops the receive (nng_aio_stop waits
  * out its callback) and closes the socket (nng_close returns once no pipe callback runs),
  * then wakes the loop, which closes the two libuv handles; the last close callback frees
  * the memory. If nng_close has not returned within PEER_CLOSE_MAX_MS (nng 1.5.2 can hang
@@ -53,6 +54,10 @@ _Static_assert(KL_PEER_PUBLIC_LEN == KL_PEER_AUTH_PUBLIC_LEN, "member public key
 #define PEER_T_HELLO 1
 #define PEER_T_DATA 2
 #define PEER_T_ACK 3
+#define PEER_T_BATCH 4 /* several queued data frames in one: (u32 length, bytes) each */
+#define PEER_BATCH_LEN 4 /* a batched frame's length prefix */
+#define PEER_BUSY 0x80   /* type flag of DATA, ACK, BATCH: our inbox is half full, send no data */
+#define PEER_CLOSING 0x40 /* type flag of ACK only: we are stopping, send no data, ack this */
 #define PEER_MAGIC 0x4b4c5052u /* "KLPR" */
 #define PEER_VERSION 1
 #define PEER_HELLO_FIXED (4 + 1 + 8 + 8 + 1)
@@ -81,10 +86,11 @@ _Static_assert(KL_PEER_PUBLIC_LEN == KL_PEER_AUTH_PUBLIC_LEN, "member public key
  * lone frame waits for its (delayed) ack, so it stays well under any sane ack timeout. */
 #define PEER_TICK_MAX_MS 100
 #define PEER_MIN_ACK_TIMEOUT_MS (2 * PEER_TICK_MAX_MS)
-/* Stop: the socket is closed once no frame arrived for PEER_QUIET_MS, or after
- * PEER_QUIESCE_MAX_MS at the latest (see kl_peer_stop). */
+/* Stop: the socket is closed once every connection answered our closing notice and no
+ * frame arrived for PEER_QUIET_MS, or after PEER_QUIESCE_MAX_MS at the latest (a peer that
+ * does not answer; see kl_peer_stop). */
 #define PEER_QUIET_MS 40
-#define PEER_QUIESCE_MAX_MS 300
+#define PEER_QUIESCE_MAX_MS 500 /* the daemon gives its whole stop 1.5 s (daemon/main.c) */
 /* Then nng_close runs on a thread of its own; if it has not returned after this long (the
  * nng 1.5.2 hang below), the socket and this peer's memory are abandoned to the process and
  * the stop completes anyway: a shutdown must not hang on a library bug. */
@@ -116,6 +122,11 @@ typedef struct peer_member {
     uint64_t rx_acked;    /* rx value last reported to the peer */
     uint64_t data_hi;     /* tx after our last hello or data frame */
     uint64_t wait_since;  /* ms since data_hi > tx_acked with no ack progress; 0 = none */
+    bool peer_busy;       /* the peer's last frame said its inbox is half full: no data */
+    bool busy_told;       /* our last frame on pipe told the peer we are busy */
+    bool peer_closing;    /* the peer said it is stopping: no data to it on pipe, ever */
+    bool closing_owed;    /* ... and has not had our answer (a frame acknowledging that) */
+    uint64_t closing_at;  /* we are stopping: tx after our closing notice, 0 = not sent */
     peer_out *head, *tail;
     size_t q_frames, q_bytes;
     kl_peer_auth_keys keys; /* authenticated mode: `pipe`'s keys once connected, else zero */
@@ -175,6 +186,7 @@ struct kl_peer {
 
     uv_mutex_t mu;
     bool stopping;                    /* under mu; written only by the loop thread */
+    bool sock_closing;                /* under mu: the closer owns the socket, nothing is sent */
     bool close_done;                  /* under mu: the closer thread's nng_close returned */
     bool close_abandoned;             /* under mu: the loop gave up waiting for it */
     int close_rv;                     /* under mu: what nng_close returned */
@@ -307,6 +319,9 @@ static void member_adopt(peer_member *m, uint32_t pipe)
     m->tx = m->tx_acked = m->rx = m->rx_acked = 0;
     m->data_hi = 0;
     m->wait_since = 0;
+    m->peer_busy = m->busy_told = false;
+    m->peer_closing = m->closing_owed = false;
+    m->closing_at = 0;
 }
 
 /* Under mu: the member lost its connection; queued frames go with it. */
@@ -473,11 +488,26 @@ static nng_msg *hello_build(kl_peer *p, const peer_member *m)
     return msg;
 }
 
+/* Under mu: the inbox is half full. A BATCH frame can bring KL_PEER_BATCH_MAX_FRAMES
+ * frames at once, and acks come from nng threads whatever the loop does, so the window
+ * alone no longer keeps a sender within what a busy loop drains: every frame we send while
+ * this holds carries PEER_BUSY, and a peer that saw it sends no data (its frames wait in its
+ * own queue) until a frame without it; busy_release sends that frame once the loop drained
+ * the inbox. Acks themselves are never held back: the window's accounting stays exact. */
+static bool inbox_high(const kl_peer *p)
+{
+    return p->in_count >= p->max_frames / 2 || p->in_bytes >= p->max_bytes / 2;
+}
+
 /* A bare ack goes at once when two frames are unreported (the peer's data window may be
  * full); a single hello or data frame is acknowledged by our next frame or, at the latest,
  * at the next watchdog tick (a delayed ack, so that a reply usually carries it). */
-static bool member_ack_wanted(const peer_member *m)
+static bool member_ack_wanted(const kl_peer *p, const peer_member *m)
 {
+    if (m->closing_owed)
+        return true; /* the stopping peer closes once it has our answer */
+    if (m->busy_told && !inbox_high(p))
+        return true; /* the peer waits for word that we drained */
     return m->rx > m->rx_acked && (m->ack_now || m->rx - m->rx_acked >= 2);
 }
 
@@ -490,13 +520,118 @@ typedef struct peer_seal {
     uint8_t key[KL_PEER_AUTH_KEY_LEN];
 } peer_seal;
 
-/* Under mu: the next frame the member may send now, stamped and addressed, or NULL. */
-static nng_msg *member_next(kl_peer *p, peer_member *m, bool *is_data, peer_seal *seal)
+/* Under mu: takes the queue's first frame (its nng message, header room included). */
+static nng_msg *queue_pop(peer_member *m, size_t *len)
 {
-    *is_data = false;
+    peer_out *o = m->head;
+    m->head = o->next;
+    if (m->head == NULL)
+        m->tail = NULL;
+    m->q_frames--;
+    m->q_bytes -= o->len;
+    nng_msg *msg = o->msg;
+    *len = o->len;
+    free(o);
+    return msg;
+}
+
+/* Under mu: how many queued frames, from the first, the next data frame carries. The
+ * window allows PEER_DATA_WINDOW data frames per round trip, and nng no more (peer.h "Flow
+ * control"), so what waited behind a full window leaves as one BATCH frame: its payload,
+ * every frame with a length prefix, stays within max_frame, so the receiver's size check is
+ * the same for both types. A frame too large to share goes alone. */
+static size_t batch_count(const kl_peer *p, const peer_member *m)
+{
+    size_t k = 0, bytes = 0;
+    for (const peer_out *o = m->head; o != NULL && k < KL_PEER_BATCH_MAX_FRAMES; o = o->next) {
+        if (bytes + PEER_BATCH_LEN + o->len > p->max_frame)
+            break;
+        bytes += PEER_BATCH_LEN + o->len;
+        k++;
+    }
+    return k > 0 ? k : 1;
+}
+
+/* Under mu: the first k (>= 2) queued frames as one BATCH frame; NULL (nothing taken) when
+ * out of memory. The copy is at most max_frame bytes. */
+static nng_msg *batch_build(kl_peer *p, peer_member *m, size_t k, size_t *pt_len)
+{
+    size_t total = 0, i = 0;
+    for (const peer_out *o = m->head; i < k; o = o->next, i++)
+        total += PEER_BATCH_LEN + o->len;
+    size_t at = PEER_HDR + (p->auth ? PEER_CTR : 0);
+    nng_msg *msg = frame_alloc(PEER_T_BATCH, total + (p->auth ? PEER_SEAL : 0));
+    if (msg == NULL)
+        return NULL;
+    uint8_t *b = nng_msg_body(msg);
+    for (i = 0; i < k; i++) {
+        size_t len;
+        nng_msg *one = queue_pop(m, &len);
+        put_u32(b + at, (uint32_t)len);
+        const uint8_t *src = (const uint8_t *)nng_msg_body(one) + PEER_HDR + (p->auth ? PEER_CTR : 0);
+        memcpy(b + at + PEER_BATCH_LEN, src, len);
+        at += PEER_BATCH_LEN + len;
+        nng_msg_free(one);
+    }
+    *pt_len = total;
+    return msg;
+}
+
+/* Under mu: stamps the frame about to go to m (its index, our cumulative ack, the type
+ * flags) and addresses it. */
+static void member_stamp(peer_member *m, nng_msg *msg, peer_seal *seal, uint8_t flags)
+{
+    if (seal->on) {
+        /* The frame's index on the connection, the hello being frame 0. */
+        seal->counter = m->tx;
+        memcpy(seal->key, m->keys.tx, sizeof seal->key);
+    }
+    uint8_t *hdr = nng_msg_body(msg);
+    m->busy_told = (flags & PEER_BUSY) != 0 && hdr[0] != PEER_T_HELLO;
+    if (hdr[0] != PEER_T_HELLO)
+        hdr[0] |= flags; /* before sealing: the type byte is authenticated data */
+    put_u64(hdr + 1, m->rx);
+    m->rx_acked = m->rx;
+    m->ack_data = false;
+    m->ack_now = false;
+    m->closing_owed = false; /* any frame acknowledges the peer's notice */
+    m->tx++;
+    nng_msg_set_pipe(msg, pipe_handle(m->pipe));
+}
+
+/* Under mu, while stopping: what the member may still be sent. First our closing notice (a
+ * bare ack with PEER_CLOSING: send no more data, and answer); until the peer's answer
+ * acknowledged it, the acks its window needs; and, always, the answer a closing notice of
+ * the peer is owed. Everything carries PEER_CLOSING, nothing carries data. */
+static nng_msg *member_next_closing(kl_peer *p, peer_member *m, peer_seal *seal)
+{
+    if (!m->connected || m->tx - m->tx_acked >= PEER_WINDOW)
+        return NULL; /* handshaking (it gets no notice), or the peer's acks will pump us */
+    bool notice = m->closing_at == 0;
+    bool answered = !notice && m->tx_acked >= m->closing_at;
+    if (!notice && !m->closing_owed && (answered || !member_ack_wanted(p, m)))
+        return NULL;
+    nng_msg *msg = frame_alloc(PEER_T_ACK, p->auth ? PEER_SEAL : 0);
+    if (msg == NULL)
+        return NULL; /* the quiesce bound closes the socket anyway */
+    seal->on = p->auth;
+    seal->pt_len = 0;
+    member_stamp(m, msg, seal, PEER_CLOSING);
+    if (notice)
+        m->closing_at = m->tx;
+    return msg;
+}
+
+/* Under mu: the next frame the member may send now, stamped and addressed, or NULL;
+ * *n_data = the data frames it carries (0: a hello or a bare ack). */
+static nng_msg *member_next(kl_peer *p, peer_member *m, size_t *n_data, peer_seal *seal)
+{
+    *n_data = 0;
     seal->on = false;
     if (m->pipe == 0)
         return NULL;
+    if (p->stopping)
+        return member_next_closing(p, m, seal);
     uint64_t out = m->tx - m->tx_acked;
     nng_msg *msg = NULL;
     bool counts = true; /* a hello or data frame must be acknowledged */
@@ -506,20 +641,19 @@ static nng_msg *member_next(kl_peer *p, peer_member *m, bool *is_data, peer_seal
         m->hello_due = false;
     } else if (!m->connected) {
         return NULL;
-    } else if (out < PEER_DATA_WINDOW && m->head != NULL) {
-        peer_out *o = m->head;
-        m->head = o->next;
-        if (m->head == NULL)
-            m->tail = NULL;
-        m->q_frames--;
-        m->q_bytes -= o->len;
-        msg = o->msg;
+    } else if (out < PEER_DATA_WINDOW && m->head != NULL && !m->peer_busy && !m->peer_closing) {
+        size_t k = batch_count(p, m);
+        if (k > 1) {
+            if ((msg = batch_build(p, m, k, &seal->pt_len)) == NULL)
+                return NULL; /* out of memory: the frames stay queued */
+        } else {
+            msg = queue_pop(m, &seal->pt_len);
+        }
         seal->on = p->auth;
-        seal->pt_len = o->len;
-        free(o);
-        *is_data = true;
-        p->st.sent++;
-    } else if (out < PEER_WINDOW && member_ack_wanted(m)) {
+        *n_data = k;
+        p->st.sent += k;
+        p->st.coalesced += k - 1;
+    } else if (out < PEER_WINDOW && member_ack_wanted(p, m)) {
         if ((msg = frame_alloc(PEER_T_ACK, p->auth ? PEER_SEAL : 0)) == NULL)
             return NULL; /* the next frame will carry the ack */
         seal->on = p->auth;
@@ -528,22 +662,12 @@ static nng_msg *member_next(kl_peer *p, peer_member *m, bool *is_data, peer_seal
     } else {
         return NULL;
     }
-    if (seal->on) {
-        /* The frame's index on the connection, the hello being frame 0. */
-        seal->counter = m->tx;
-        memcpy(seal->key, m->keys.tx, sizeof seal->key);
-    }
-    put_u64((uint8_t *)nng_msg_body(msg) + 1, m->rx);
-    m->rx_acked = m->rx;
-    m->ack_data = false;
-    m->ack_now = false;
-    m->tx++;
+    member_stamp(m, msg, seal, inbox_high(p) ? PEER_BUSY : 0);
     if (counts) {
         m->data_hi = m->tx;
         if (m->wait_since == 0)
             m->wait_since = peer_now_ms();
     }
-    nng_msg_set_pipe(msg, pipe_handle(m->pipe));
     return msg;
 }
 
@@ -551,15 +675,15 @@ static nng_msg *member_next(kl_peer *p, peer_member *m, bool *is_data, peer_seal
 static void member_pump(kl_peer *p, peer_member *m)
 {
     uv_mutex_lock(&p->mu);
-    if (m->pumping || p->stopping) {
+    if (m->pumping || p->sock_closing) {
         uv_mutex_unlock(&p->mu);
         return;
     }
     m->pumping = true;
     for (;;) {
-        bool is_data;
+        size_t n_data;
         peer_seal seal;
-        nng_msg *msg = member_next(p, m, &is_data, &seal);
+        nng_msg *msg = member_next(p, m, &n_data, &seal);
         if (msg == NULL)
             break;
         uint32_t pipe = m->pipe;
@@ -577,10 +701,8 @@ static void member_pump(kl_peer *p, peer_member *m)
             /* Cannot happen with the windows respected (the buffer has room for all of
              * them) unless the socket is closing. The frame still counts as sent in the
              * window, so the connection would stall: close it and let nng redial. */
-            if (is_data) {
-                p->st.sent--;
-                p->st.dropped_nng++;
-            }
+            p->st.sent -= n_data;
+            p->st.dropped_nng += n_data;
             if (!p->stopping) {
                 uv_mutex_unlock(&p->mu);
                 KL_WARN("peer send failed; reconnecting",
@@ -606,7 +728,7 @@ kl_code kl_peer_send(kl_peer *p, uint64_t to, const uint8_t *frame, size_t len)
     peer_member *m = &p->members[idx];
 
     uv_mutex_lock(&p->mu);
-    bool up = m->connected && !p->stopping;
+    bool up = m->connected && !m->peer_closing && !p->stopping;
     bool room = m->q_frames < p->max_frames && len <= p->max_bytes - m->q_bytes;
     if (!up)
         p->st.dropped_unavailable++;
@@ -640,7 +762,7 @@ kl_code kl_peer_send(kl_peer *p, uint64_t to, const uint8_t *frame, size_t len)
     /* The connection may have changed while we copied: check again. */
     uv_mutex_lock(&p->mu);
     kl_code rc = KL_OK;
-    if (!m->connected || p->stopping) {
+    if (!m->connected || m->peer_closing || p->stopping) {
         p->st.dropped_unavailable++;
         rc = KL_UNAVAILABLE;
     } else if (m->q_frames >= p->max_frames || len > p->max_bytes - m->q_bytes) {
@@ -896,12 +1018,84 @@ static void pipe_handshake(kl_peer *p, peer_pipe *pp, const uint8_t *b, size_t l
     member_connected(p, m, pp, ack, act);
 }
 
+/* Under mu: one received data frame (payload only) into the inbox, or counted as dropped.
+ * Takes msg. */
+static void inbox_put(kl_peer *p, uint64_t from, nng_msg *msg, peer_act *act)
+{
+    size_t plen = nng_msg_len(msg);
+    if (p->in_count >= p->max_frames || plen > p->max_bytes - p->in_bytes) {
+        p->st.dropped_inbox_full++;
+        nng_msg_free(msg);
+        return;
+    }
+    size_t slot = (p->in_head + p->in_count) % p->max_frames;
+    p->inbox[slot].from = from;
+    p->inbox[slot].msg = msg;
+    p->in_count++;
+    p->in_bytes += plen;
+    act->wake = true;
+}
+
+/* Under mu: a BATCH frame's payload, every frame in it delivered in order as if it had come
+ * alone. The whole payload is checked first: a malformed one (a length past the end, fewer
+ * than two frames, more than the batch bound) is a protocol error and nothing of it is
+ * delivered. Takes msg. */
+static void batch_deliver(kl_peer *p, peer_pipe *pp, nng_msg *msg, peer_act *act)
+{
+    peer_member *m = &p->members[pp->member];
+    const uint8_t *b = nng_msg_body(msg);
+    size_t len = nng_msg_len(msg), n = 0;
+    if (len > p->max_frame) {
+        p->st.dropped_oversize++; /* as a DATA frame of that size would be */
+        nng_msg_free(msg);
+        return;
+    }
+    size_t at = 0;
+    while (at < len && n <= KL_PEER_BATCH_MAX_FRAMES) {
+        if (len - at < PEER_BATCH_LEN || get_u32(b + at) > len - at - PEER_BATCH_LEN)
+            break;
+        at += PEER_BATCH_LEN + get_u32(b + at);
+        n++;
+    }
+    if (at != len || n < 2 || n > KL_PEER_BATCH_MAX_FRAMES) {
+        pipe_refuse(p, pp, "malformed batch frame", m->id, act);
+        nng_msg_free(msg);
+        return;
+    }
+    for (at = 0; at < len;) {
+        uint32_t one = get_u32(b + at);
+        nng_msg *sub;
+        if (nng_msg_alloc(&sub, one) != 0) {
+            p->st.dropped_inbox_full++; /* no memory: lost like a frame with no room */
+        } else {
+            memcpy(nng_msg_body(sub), b + at + PEER_BATCH_LEN, one);
+            inbox_put(p, m->id, sub, act);
+        }
+        at += PEER_BATCH_LEN + one;
+    }
+    nng_msg_free(msg);
+}
+
 /* Under mu: a frame on a connected pipe, already checked (and opened): its type and ack,
  * and msg holding the payload only. Takes msg. */
 static void pipe_frame(kl_peer *p, peer_pipe *pp, uint8_t type, uint64_t ack, nng_msg *msg,
                        peer_act *act)
 {
     peer_member *m = &p->members[pp->member];
+    bool closing = (type & PEER_CLOSING) != 0;
+    m->peer_busy = (type & PEER_BUSY) != 0 && type != PEER_T_HELLO;
+    type = (uint8_t)(type & ~(PEER_BUSY | PEER_CLOSING));
+    if (closing && type != PEER_T_ACK) {
+        pipe_refuse(p, pp, "closing flag on a frame other than an ack", m->id, act);
+        nng_msg_free(msg);
+        return;
+    }
+    if (closing && !m->peer_closing) {
+        /* It waits for our answer before it closes, so that no frame is cut in half. */
+        m->peer_closing = true;
+        m->closing_owed = true;
+        p->st.peer_closings++;
+    }
     if (ack > m->tx) {
         pipe_refuse(p, pp, "ack of frames never sent", m->id, act);
         nng_msg_free(msg);
@@ -919,6 +1113,14 @@ static void pipe_frame(kl_peer *p, peer_pipe *pp, uint8_t type, uint64_t ack, nn
         return;
     case PEER_T_DATA:
         break;
+    case PEER_T_BATCH:
+        m->ack_data = true;
+        if (p->stopping) {
+            nng_msg_free(msg); /* nothing is delivered after stop */
+            return;
+        }
+        batch_deliver(p, pp, msg, act);
+        return;
     default:
         pipe_refuse(p, pp, type == PEER_T_HELLO ? "second hello" : "unknown frame type", m->id,
                     act);
@@ -926,32 +1128,29 @@ static void pipe_frame(kl_peer *p, peer_pipe *pp, uint8_t type, uint64_t ack, nn
         return;
     }
     m->ack_data = true;
-    size_t plen = nng_msg_len(msg);
-    if (plen > p->max_frame) {
+    if (p->stopping) {
+        nng_msg_free(msg);
+        return;
+    }
+    if (nng_msg_len(msg) > p->max_frame) {
         p->st.dropped_oversize++;
         nng_msg_free(msg);
         return;
     }
-    if (p->in_count >= p->max_frames || plen > p->max_bytes - p->in_bytes) {
-        p->st.dropped_inbox_full++;
-        nng_msg_free(msg);
-        return;
-    }
-    size_t slot = (p->in_head + p->in_count) % p->max_frames;
-    p->inbox[slot].from = m->id;
-    p->inbox[slot].msg = msg;
-    p->in_count++;
-    p->in_bytes += plen;
-    act->wake = true;
+    inbox_put(p, m->id, msg, act);
 }
 
 /* Under mu, which it releases and takes again: re-finds pipe after the unlocked part. NULL
- * when it went away, was refused or replaced meanwhile, or the peer is stopping. */
-static peer_pipe *pipe_again(kl_peer *p, uint32_t pipe)
+ * when it went away, was refused or replaced meanwhile, or (handshakes only: a stopping
+ * member completes none, but it still reads its connections' frames) the peer is
+ * stopping. */
+static peer_pipe *pipe_again_if(kl_peer *p, uint32_t pipe, bool handshake)
 {
-    peer_pipe *pp = p->stopping ? NULL : pipe_find(p, pipe);
+    peer_pipe *pp = handshake && p->stopping ? NULL : pipe_find(p, pipe);
     return pp == NULL || pp->dead ? NULL : pp;
 }
+
+static peer_pipe *pipe_again(kl_peer *p, uint32_t pipe) { return pipe_again_if(p, pipe, true); }
 
 /* Under mu (released meanwhile): the ANSWER to our HELLO on a pipe we dialed. Takes msg. */
 static void auth_dialer_answer(kl_peer *p, peer_pipe *pp, nng_msg *msg, peer_act *act)
@@ -1109,7 +1308,8 @@ static void auth_frame(kl_peer *p, peer_pipe *pp, nng_msg *msg, peer_act *act)
     uint64_t ack = get_u64(b + 1);
     peer_member *m = &p->members[pp->member];
     uint64_t claim = m->id;
-    if (type != PEER_T_DATA && type != PEER_T_ACK) {
+    uint8_t base = (uint8_t)(type & ~(PEER_BUSY | PEER_CLOSING));
+    if (base != PEER_T_DATA && base != PEER_T_ACK && base != PEER_T_BATCH) {
         pipe_refuse(p, pp, type == PEER_T_HELLO ? "second hello" : "unknown frame type", claim,
                     act);
         nng_msg_free(msg);
@@ -1133,7 +1333,7 @@ static void auth_frame(kl_peer *p, peer_pipe *pp, nng_msg *msg, peer_act *act)
     }
 
     uv_mutex_lock(&p->mu);
-    if ((pp = pipe_again(p, pipe)) == NULL || pp->confirming != confirming ||
+    if ((pp = pipe_again_if(p, pipe, confirming)) == NULL || pp->confirming != confirming ||
         (!confirming && m->pipe != pipe)) {
         nng_msg_free(msg);
         return;
@@ -1205,12 +1405,15 @@ static void recv_cb(void *arg)
 
     uv_mutex_lock(&p->mu);
     p->last_rx = peer_now_ms();
-    peer_pipe *pp = p->stopping ? NULL : pipe_find(p, pipe);
+    peer_pipe *pp = pipe_find(p, pipe);
     if (pp != NULL)
         pp->last_rx = p->last_rx;
+    if (pp != NULL && p->stopping &&
+        (!pp->hello_rx || pp->member < 0 || p->members[pp->member].pipe != pipe))
+        pp = NULL; /* stopping: only connections still count (their acks and notices) */
     if (pp == NULL || pp->dead) {
-        /* Stopping, a pipe already removed, or one refused or replaced: its frames are
-         * stale. */
+        /* A pipe already removed, one refused or replaced, or a handshake while stopping:
+         * its frames are stale. */
         nng_msg_free(msg);
     } else if (nng_msg_len(msg) < PEER_HDR) {
         pipe_refuse(p, pp, "short frame", 0, &act);
@@ -1364,6 +1567,23 @@ static void pipe_cb(nng_pipe np, nng_pipe_ev ev, void *arg)
 /* Loop thread: delivers the frames that were in the inbox when it woke. */
 static void close_finish(kl_peer *p);
 
+/* Loop thread, after draining the inbox: peers told we are busy hear that we are not. */
+static void busy_release(kl_peer *p)
+{
+    peer_member *due[KL_PEER_MAX_PEERS];
+    size_t n = 0;
+    uv_mutex_lock(&p->mu);
+    if (!p->stopping && !inbox_high(p))
+        for (size_t i = 0; i < p->n_members; i++) {
+            peer_member *m = &p->members[i];
+            if (m->connected && m->pipe != 0 && m->busy_told)
+                due[n++] = m;
+        }
+    uv_mutex_unlock(&p->mu);
+    for (size_t i = 0; i < n; i++)
+        member_pump(p, due[i]);
+}
+
 static void wake_cb(uv_async_t *handle)
 {
     kl_peer *p = handle->data;
@@ -1392,6 +1612,7 @@ static void wake_cb(uv_async_t *handle)
     }
     /* Frames that arrived meanwhile woke the handle again (uv_async_send coalesces, but a
      * send after our read of in_count schedules another call). */
+    busy_release(p);
 }
 
 /* Loop thread: sends delayed acks, closes connections that stopped acknowledging and pipes
@@ -1473,17 +1694,48 @@ static void handle_closed(uv_handle_t *handle)
     }
 }
 
-/* Under mu: drops everything queued in either direction. */
-static void peer_drop_queued(kl_peer *p)
+/* Under mu: drops the frames waiting in either direction; the connections stay. */
+static void peer_drop_pending(kl_peer *p)
 {
-    for (size_t i = 0; i < p->n_members; i++)
-        member_drop(p, &p->members[i], NULL);
+    for (size_t i = 0; i < p->n_members; i++) {
+        peer_member *m = &p->members[i];
+        for (peer_out *o = m->head, *next; o != NULL; o = next) {
+            next = o->next;
+            nng_msg_free(o->msg);
+            free(o);
+            p->st.dropped_disconnect++;
+        }
+        m->head = m->tail = NULL;
+        m->q_frames = m->q_bytes = 0;
+    }
     for (; p->in_count > 0; p->in_count--) {
         nng_msg_free(p->inbox[p->in_head].msg);
         p->in_head = (p->in_head + 1) % p->max_frames;
         p->st.dropped_disconnect++;
     }
     p->in_bytes = 0;
+}
+
+/* Under mu: drops everything queued in either direction, and the connections' state. */
+static void peer_drop_queued(kl_peer *p)
+{
+    peer_drop_pending(p);
+    for (size_t i = 0; i < p->n_members; i++)
+        member_drop(p, &p->members[i], NULL);
+}
+
+/* Under mu, while stopping: every connection answered our closing notice (so every frame
+ * we sent arrived whole, and the peer sends no more data) and is owed no answer. */
+static bool peer_all_answered(const kl_peer *p)
+{
+    for (size_t i = 0; i < p->n_members; i++) {
+        const peer_member *m = &p->members[i];
+        if (m->pipe == 0 || !m->connected)
+            continue;
+        if (m->closing_at == 0 || m->tx_acked < m->closing_at || m->closing_owed)
+            return false;
+    }
+    return true;
 }
 
 /* Peers whose nng_close never returned: kept reachable for the life of the process (an nng
@@ -1564,10 +1816,27 @@ static void quiesce_cb(uv_timer_t *timer)
     kl_peer *p = timer->data;
     uint64_t now = peer_now_ms();
     uv_mutex_lock(&p->mu);
-    bool quiet = now - p->stop_at >= PEER_QUIET_MS && now - p->last_rx >= PEER_QUIET_MS;
+    bool quiet = now - p->stop_at >= PEER_QUIET_MS && now - p->last_rx >= PEER_QUIET_MS &&
+                 peer_all_answered(p);
+    bool close = quiet || now - p->stop_at >= PEER_QUIESCE_MAX_MS;
+    size_t unanswered = 0;
+    for (size_t i = 0; close && i < p->n_members; i++) {
+        const peer_member *m = &p->members[i];
+        unanswered += m->pipe != 0 && m->connected &&
+                      (m->closing_at == 0 || m->tx_acked < m->closing_at || m->closing_owed);
+    }
+    if (close)
+        p->sock_closing = true; /* a pump that already runs may finish its frame: harmless */
     uv_mutex_unlock(&p->mu);
-    if (!quiet && now - p->stop_at < PEER_QUIESCE_MAX_MS)
+    if (!close)
         return;
+    /* Which stops closed with a frame possibly half-way (a peer that did not answer) is
+     * what tells an nng close hang after it apart from one the quiesce should have kept. */
+    if (unanswered != 0)
+        KL_WARN("peer socket closing without every answer", "listen=%s waited_ms=%" PRIu64
+                " unanswered=%zu", p->listen_url, now - p->stop_at, unanswered);
+    else
+        KL_INFO("peer socket closing", "listen=%s waited_ms=%" PRIu64, p->listen_url, now - p->stop_at);
     uv_timer_stop(timer);
     uv_thread_t closer;
     uv_thread_options_t opt = {.flags = UV_THREAD_HAS_STACK_SIZE, .stack_size = 256 * 1024};
@@ -1589,16 +1858,23 @@ void kl_peer_stop(kl_peer *p)
     p->stopping = true;
     p->stop_at = peer_now_ms();
     if (!already)
-        peer_drop_queued(p);
+        peer_drop_pending(p);
     uv_mutex_unlock(&p->mu);
     if (already)
         return;
-    /* Quiesce before closing. nng 1.5.2 can hang forever in nng_close when it tears down a
-     * pipe with an operation caught half-started (nng issues #1543 and #1813, fixed in
-     * 1.8.0); stress runs hit it when a member was closed in the middle of a stream of
-     * frames. From now on nothing is sent (no data, no acks), so within one window every
-     * peer stops sending too; the receive keeps draining and dropping meanwhile, and the
-     * socket is closed once nothing arrived for PEER_QUIET_MS. */
+    /* Close only once no frame is on its way in either direction. nng 1.5.2 can hang
+     * forever in nng_close, or lose a message, when it tears down a pipe with a transfer
+     * caught half-done (between a message's header and body: nng issues #616, #1543, #1813,
+     * fixed in 1.8.0), and with BATCH frames of up to max_frame bytes a frame in flight at
+     * any moment is the rule under load, not a rare case. So every connection gets a
+     * closing notice (member_next_closing): its peer sends no more data and answers at
+     * once; the answer acknowledges the notice, so every frame we sent arrived whole, and
+     * it comes after every frame the peer sent before it. The receive keeps reading
+     * meanwhile (acks and notices count, data is dropped), and the socket is closed once
+     * every connection answered and nothing arrived for PEER_QUIET_MS, or after
+     * PEER_QUIESCE_MAX_MS (a peer that does not answer: dead, or its window full). */
+    for (size_t i = 0; i < p->n_members; i++)
+        member_pump(p, &p->members[i]);
     uv_timer_stop(&p->watchdog);
     (void)uv_timer_start(&p->watchdog, quiesce_cb, PEER_QUIET_MS / 4, PEER_QUIET_MS / 4);
 }

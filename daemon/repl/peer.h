@@ -57,7 +57,12 @@
  * "KLPR", u8 version 1, u64 from, u64 to, u8 cluster length, cluster bytes; authenticated:
  * the version-2 HELLO or ANSWER body of common/peer_auth.h; 2 DATA: plain: the payload;
  * authenticated: u64 counter, the payload encrypted, a 16-byte tag; 3 ACK: plain: nothing;
- * authenticated: u64 counter and a 16-byte tag. Sealed frames use the sender's key of the
+ * authenticated: u64 counter and a 16-byte tag (types 2-4 may carry the BUSY flag 0x80, see
+ * "Flow control"; type 3 alone may carry the CLOSING flag 0x40, see "Stopping", on any other
+ * type it is a protocol error); 4 BATCH: as DATA, the payload being two or
+ * more frames each as (u32 length, bytes), at most KL_PEER_BATCH_MAX_FRAMES of them and at
+ * most max_frame bytes in all (prefixes included); delivered one by one, in order, exactly
+ * as if each had come in its own DATA frame; a malformed one is a protocol error. Sealed frames use the sender's key of the
  * connection with the 9-byte header (type and ack) as associated data, so neither can be
  * changed; counters count each direction's sealed frames from 1, which is also the frame's
  * index on the connection (the hello being frame 0). An ack above the number of frames sent,
@@ -79,9 +84,16 @@
  * are unreported (the peer's data window may be full), and a lone frame is acknowledged
  * by our next frame or at the next watchdog tick (<= 100 ms, a delayed ack, so replies
  * usually carry it). Acks are produced on nng threads, so a busy loop does not slow its
- * peers. The window allows 2 data frames per round trip per peer (a loopback round trip
+ * peers. Backpressure: a BATCH frame can bring many frames per window slot, so while a
+ * member's inbox is half full (by frames or bytes) every frame it sends has the BUSY flag
+ * (0x80) set in its type byte, and a member told BUSY sends no data (acks still go, so the
+ * window's accounting stays exact) until a frame without the flag arrives; the busy member
+ * sends one (a bare ACK) as soon as its loop drained the inbox. The window allows 2 data frames per round trip per peer (a loopback round trip
  * through nng's threads is ~0.1 ms: tens of thousands of frames/s); Raft batches entries
- * into frames, and frames beyond the window wait in the peer's outbound queue.
+ * into messages, and frames beyond the window wait in the peer's outbound queue, from
+ * where the next data frame takes as many as fit (KL_PEER_BATCH_MAX_FRAMES, max_frame bytes)
+ * as one BATCH frame: the window bounds frames in nng, not messages, so a busy peer gets
+ * everything queued for it each round trip instead of two messages.
  * Sends use nng_sendmsg(NNG_FLAG_NONBLOCK) into a socket send buffer sized so that the
  * windows can never fill it (an EAGAIN anyway is counted in dropped_nng and resets the
  * connection): nothing on the loop thread ever waits for the network. Not nng_send_aio:
@@ -90,6 +102,19 @@
  * closes a connection whose data frames stay unacknowledged for ack_timeout_ms (a peer
  * that stopped answering, a half-dead TCP connection, or a frame lost inside nng against
  * expectations); nng then redials and the window starts afresh.
+ *
+ * Stopping. nng 1.5.2 can hang in nng_close, or lose a message, when it tears down a pipe
+ * with a transfer caught half-done, and a BATCH frame (up to max_frame bytes) is in flight
+ * most of the time under load. So a stopping member closes only once no frame is on its way:
+ * it sends every connected member a closing notice (a bare ACK with the CLOSING flag; every
+ * frame it sends from then on carries the flag and none carries data) and keeps reading
+ * (acks count, data is dropped). A member that receives a notice sends that peer no more
+ * data (kl_peer_send: KL_UNAVAILABLE, dropped_unavailable) and answers at once from the nng
+ * thread (any frame acknowledging the notice; counted in peer_closings). The answer means
+ * every frame the stopping member sent arrived whole and every frame the peer sent before it
+ * has arrived; the stopping member closes once every connection answered and nothing arrived
+ * for 40 ms, or after 0.5 s (a peer that does not answer; logged). Members of versions without the
+ * flag refuse a notice as an unknown type (closing the pipe: the stop then proceeds).
  *
  * Delivery guarantees: none beyond "in order, at most once, per connection". A frame is
  * lost when the connection drops (frames queued for it are dropped and counted), when the
@@ -103,7 +128,8 @@
  * (send, close) is made with the mutex held; one sender at a time per peer (the "pumping"
  * flag) keeps each peer's frames in order.
  *
- * Invariants: for each peer, unacknowledged frames on its connection <= 3, data <= 2; the
+ * Invariants: for each peer, unacknowledged frames on its connection <= 3, data (DATA or
+ * BATCH) <= 2; the
  * inbox holds <= max_queued_frames frames and <= max_queued_bytes payload bytes; each
  * outbound queue likewise (limits apply per peer); frames are delivered in the order the
  * peer sent them on one connection.
@@ -121,10 +147,10 @@
  *
  * nng 1.5.2 (Debian bookworm) has a known bug (nng issues #1543/#1813, fixed in 1.8.0):
  * nng_close, or the reaping of a pipe, can wait forever for an operation caught half-started
- * when the pipe is torn down under traffic. kl_peer_stop quiesces the connections before
- * closing (see there), which made the hang disappear in stress runs (it hung in ~1 of 10
- * stops in mid-stream before); a peer that crashes mid-stream still exercises nng's reaping
- * under traffic, which this module cannot prevent. */
+ * when the pipe is torn down under traffic (and nng issue #616: a close between a message's
+ * header and its body). kl_peer_stop closes only once no frame is on its way ("Stopping"
+ * above); a peer that crashes mid-stream, or one that does not answer within 0.5 s, still
+ * exercises nng's teardown under traffic, which this module cannot prevent. */
 #ifndef KL_REPL_PEER_H
 #define KL_REPL_PEER_H
 
@@ -187,7 +213,8 @@ typedef struct kl_peer_config {
 } kl_peer_config;
 
 typedef struct kl_peer_counters {
-    uint64_t sent;     /* data frames handed to nng */
+    uint64_t sent;     /* data frames handed to nng (each frame of a batch counts) */
+    uint64_t coalesced; /* of which rode in a batch behind an earlier one (not its first) */
     uint64_t received; /* data frames delivered to recv */
     uint64_t dropped;  /* the sum of the dropped_* below */
     uint64_t dropped_unavailable; /* kl_peer_send without a connection */
@@ -204,6 +231,7 @@ typedef struct kl_peer_counters {
                                  (also counted in refused) */
     uint64_t refused_cap;   /* pipes closed at once: max_pipes open (also in refused) */
     uint64_t idle_closed;   /* connections closed after idle_ms without a frame */
+    uint64_t peer_closings; /* closing notices received: a peer stopping (see kl_peer_stop) */
     uint32_t pipes_open;    /* nng pipes open now (handshaking or connected) */
     uint32_t connected;     /* peers connected now */
     bool authenticated;     /* this member runs in authenticated mode (see the top) */
@@ -243,10 +271,10 @@ void kl_peer_stats(const kl_peer *p, kl_peer_counters *out);
 kl_code kl_peer_add(kl_peer *p, uint64_t id, const char *url, const uint8_t *public_key, kl_err *err);
 kl_code kl_peer_remove(kl_peer *p, uint64_t id);
 
-/* Returns at once: from now on nothing is sent or delivered, queued frames are dropped
- * (counted in dropped_disconnect). The socket is closed from the loop once the
- * connections fell quiet (at most ~0.3 s later; this works around an nng 1.5.2 hang, see
- * peer.c), then the handles; the memory is freed after their close callbacks, so keep
+/* Returns at once: from now on no data is sent or delivered, queued frames are dropped
+ * (counted in dropped_disconnect). The socket is closed from the loop once every connection
+ * answered the closing notice and fell quiet (see "Stopping" above; at most 0.5 s later, then
+ * at most 3 s for nng_close itself, which nng 1.5.2 can hang in), then the handles; the memory is freed after their close callbacks, so keep
  * running the loop after stop. Call once; no other kl_peer_* call after it. Safe to call
  * from inside recv (later frames are dropped). */
 void kl_peer_stop(kl_peer *p);

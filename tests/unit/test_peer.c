@@ -877,8 +877,11 @@ START_TEST(test_inbox_bounded)
         member_start(2, 3, &o);
         raw_sock r;
         raw_join(&r, 2, 3);
+        /* A sender that ignores the window (a member says busy once its inbox is half full,
+         * test_busy_flag_while_inbox_half_full): the bound still holds. */
+        static uint8_t b[256];
         for (int k = 0; k < 20; k++)
-            raw_send_data(&r, 100);
+            raw_send(&r, b, w_data(b, r.rx, 100));
         /* Not running the loop: nng threads receive, the inbox fills, the rest drop. */
         uint64_t until = mono_ms() + 3000;
         kl_peer_counters st = stats_of(2);
@@ -895,6 +898,58 @@ START_TEST(test_inbox_bounded)
         raw_close(&r);
         loop_close();
     }
+}
+END_TEST
+
+/* Backpressure: while the inbox is half full every frame the member sends carries the busy
+ * flag (type | 0x80), acknowledgements stay exact, and once the loop drained the inbox a
+ * frame without the flag says so at once. A member told "busy" sends no data, and resumes
+ * when told otherwise. */
+START_TEST(test_busy_flag_while_inbox_half_full)
+{
+    loop_open();
+    memset(send_seq, 0, sizeof send_seq);
+    for (int i = 1; i <= 3; i++)
+        url_for((uint64_t)i);
+    member_start(2, 3, &(tm_opts){.max_frames = 4});
+    raw_sock r;
+    raw_join(&r, 2, 3);
+    uint8_t b[512];
+    raw_send_data(&r, 100);
+    raw_send_data(&r, 100); /* the inbox now holds 2 of 4: half full; loop not run */
+    long n = -1;
+    uint64_t until = mono_ms() + 1000;
+    while ((n = raw_take(&r, b, sizeof b)) < 0 && mono_ms() < until)
+        usleep(2000);
+    ck_assert_int_eq(n, 9);             /* a bare ack, from an nng thread */
+    ck_assert_int_eq(b[0], W_ACK | 0x80); /* busy */
+    ck_assert_uint_eq(get_u64(b + 1), 3); /* exact: the hello and both frames */
+    expect_got(2, 3, 2, 2000);          /* the loop drains the inbox... */
+    n = raw_recv(&r, b, sizeof b, 50);  /* ...and says so well before the 100 ms tick */
+    ck_assert_int_eq(n, 9);
+    ck_assert_int_eq(b[0], W_ACK);
+    ck_assert_uint_eq(stats_of(2).dropped_inbox_full, 0);
+
+    /* Told busy (on a data frame: once it is delivered the flag was seen), the member holds
+     * its data; told otherwise, it sends it. */
+    size_t len = w_data(b, r.rx, 0);
+    b[0] = W_DATA | 0x80;
+    raw_send(&r, b, len);
+    expect_got(2, 3, 3, 2000);
+    ck_assert_int_eq(send_one(2, 3, 40), KL_OK);
+    run_for(100);
+    while ((n = raw_take(&r, b, sizeof b)) >= 0)
+        ck_assert_int_ne(b[0] & 0x7f, W_DATA); /* acks only */
+    b[0] = W_ACK;
+    put_u64(b + 1, r.rx);
+    raw_send(&r, b, 9);
+    n = raw_recv(&r, b, sizeof b, 1000);
+    while (n == 9 && (b[0] & 0x7f) == W_ACK)
+        n = raw_recv(&r, b, sizeof b, 1000);
+    ck_assert_int_eq(n, 9 + 40);
+    ck_assert_int_eq(b[0], W_DATA);
+    raw_close(&r);
+    loop_close();
 }
 END_TEST
 
@@ -1037,6 +1092,91 @@ START_TEST(test_stop_survives_a_hanging_close)
 }
 END_TEST
 
+#define W_CLOSING 0x40
+
+/* A stopping member closes its socket only once no frame is half-way on a connection
+ * (nng 1.5.2 can hang or lose a message tearing down a pipe mid-transfer): it tells each
+ * peer with a closing notice (a bare ack flagged 0x40) and waits for the frame that
+ * acknowledges it. Here the raw peer keeps the member waiting well past the 40 ms quiet
+ * period, then answers, and only then does the member close. */
+START_TEST(test_stop_waits_for_the_closing_answer)
+{
+    loop_open();
+    url_for(1);
+    url_for(2);
+    member_start(1, 2, NULL);
+    raw_sock r;
+    raw_join(&r, 1, 2);
+    uint8_t b[512];
+    raw_send_data(&r, 20); /* a lone frame: its ack is delayed, the notice carries it */
+    expect_got(1, 2, 1, 2000);
+    kl_peer_stop(mem[1].peer);
+    mem[1].peer = NULL;
+    long n = raw_recv(&r, b, sizeof b, 1000);
+    while (n == 9 && b[0] == W_ACK) /* the delayed ack, if a tick sent it before the stop */
+        n = raw_recv(&r, b, sizeof b, 1000);
+    ck_assert_int_eq(n, 9);
+    ck_assert_int_eq(b[0], W_ACK | W_CLOSING);
+    ck_assert_uint_eq(get_u64(b + 1), 2); /* our hello and the data frame */
+    run_for(200); /* unanswered: the socket stays open (past the 40 ms quiet period) */
+    ck_assert_int_eq(raw_take(&r, b, sizeof b), -1);
+    b[0] = W_ACK;
+    put_u64(b + 1, r.rx);
+    raw_send(&r, b, 9);
+    uint64_t t0 = mono_ms();
+    ck_assert_msg(run_until(raw_closed, &r, 2000), "the member did not close after the answer");
+    /* The quiet period after the answer, not the 0.5 s bound counted from the stop. */
+    ck_assert_uint_lt(mono_ms() - t0, 200);
+    raw_close(&r);
+    loop_close();
+}
+END_TEST
+
+/* The other side: a closing notice is answered at once (from nng threads, not at the next
+ * tick), and the member sends the stopping peer no more data (kl_peer_send: unavailable).
+ * The flag is only valid on an ack. */
+START_TEST(test_closing_notice_answered_and_honoured)
+{
+    loop_open();
+    url_for(1);
+    url_for(2);
+    member_start(1, 2, NULL);
+    raw_sock r;
+    raw_join(&r, 1, 2);
+    uint8_t b[512];
+    ck_assert_int_eq(send_one(1, 2, 40), KL_OK);
+    long n = raw_recv(&r, b, sizeof b, 1000);
+    ck_assert_int_eq(n, 9 + 40);
+    b[0] = W_ACK | W_CLOSING;
+    put_u64(b + 1, r.rx);
+    raw_send(&r, b, 9); /* frame 2 of ours: the hello, the notice */
+    uint64_t until = mono_ms() + 1000;
+    while ((n = raw_take(&r, b, sizeof b)) < 0 && mono_ms() < until)
+        usleep(1000); /* the loop does not run: the answer comes from an nng thread */
+    ck_assert_int_eq(n, 9);
+    ck_assert_int_eq(b[0], W_ACK);
+    ck_assert_uint_eq(get_u64(b + 1), 2);
+    ck_assert_int_eq(send_one(1, 2, 40), KL_UNAVAILABLE);
+    kl_peer_counters st = stats_of(1);
+    ck_assert_uint_eq(st.peer_closings, 1);
+    ck_assert_uint_eq(st.dropped_unavailable, 1);
+    ck_assert_uint_eq(st.refused, 0);
+    raw_close(&r);
+
+    /* On a data frame the flag is a protocol error. */
+    run_until(never, NULL, 50);
+    raw_join(&r, 1, 2);
+    size_t len = w_data(b, r.rx, 10);
+    b[0] = W_DATA | W_CLOSING;
+    raw_send(&r, b, len);
+    tm_refusal t = {&r, 1, 1};
+    ck_assert(run_until(refused_and_closed, &t, 3000));
+    ck_assert_uint_eq(mem[1].got[2], 0);
+    raw_close(&r);
+    loop_close();
+}
+END_TEST
+
 /* ---------------------------------------------------------------- keyed (authenticated) */
 
 static bool one_up(void *arg)
@@ -1120,6 +1260,118 @@ static void raw_send_sealed(raw_sock *r, const raw_auth *a, size_t payload)
     }
     raw_send(r, b, w_sealed(b, r, a, W_DATA, payload));
 }
+
+#define W_BATCH 4
+
+/* A BATCH frame (peer.h "Flow control"): each of lens[] a 0x5a filler with a u32 length
+ * before it; bad_tail adds a length that runs past the end. */
+static size_t w_batch(uint8_t *b, uint64_t ack, const size_t *lens, size_t n, bool bad_tail)
+{
+    b[0] = W_BATCH;
+    put_u64(b + 1, ack);
+    size_t at = 9;
+    for (size_t i = 0; i < n; i++) {
+        b[at] = (uint8_t)(lens[i] >> 24);
+        b[at + 1] = (uint8_t)(lens[i] >> 16);
+        b[at + 2] = (uint8_t)(lens[i] >> 8);
+        b[at + 3] = (uint8_t)lens[i];
+        memset(b + at + 4, 0x5a, lens[i]);
+        at += 4 + lens[i];
+    }
+    if (bad_tail) {
+        memset(b + at, 0, 4);
+        b[at + 3] = 9; /* 9 bytes announced, 2 follow */
+        b[at + 4] = b[at + 5] = 0x5a;
+        at += 6;
+    }
+    return at;
+}
+
+static uint32_t get_u32_be(const uint8_t *b)
+{
+    return (uint32_t)b[0] << 24 | (uint32_t)b[1] << 16 | (uint32_t)b[2] << 8 | b[3];
+}
+
+/* What waited behind the full 2-frame window leaves as ONE frame once the window opens: the
+ * window bounds frames, not messages, so Raft messages to a busy peer no longer wait a round
+ * trip per pair. Each carried frame arrives intact and in order. */
+START_TEST(test_queued_frames_leave_in_one_batch)
+{
+    loop_open();
+    memset(send_seq, 0, sizeof send_seq);
+    url_for(1);
+    url_for(2);
+    raw_sock r;
+    raw_open(&r, mem[1].url, true);
+    member_start(2, 2, &(tm_opts){.max_frames = 64});
+    raw_accept(&r, 3000);
+    uint8_t b[4096];
+    ck_assert_int_gt(raw_recv(&r, b, sizeof b, 3000), 0); /* the member's hello */
+    raw_send(&r, b, w_hello(b, r.rx, 1, 2, cluster));
+    uint64_t until = mono_ms() + 2000;
+    while (!kl_peer_connected(mem[2].peer, 1) && mono_ms() < until)
+        run_for(2);
+    ck_assert(kl_peer_connected(mem[2].peer, 1));
+    for (int k = 0; k < 10; k++)
+        ck_assert_int_eq(send_one(2, 1, 50), KL_OK);
+    for (int k = 0; k < 2; k++) {
+        long got = raw_recv(&r, b, sizeof b, 1000);
+        while (got == 9 && b[0] == W_ACK) /* a delayed ack of our hello (watchdog tick) */
+            got = raw_recv(&r, b, sizeof b, 1000);
+        ck_assert_int_eq(got, 9 + 50);
+        ck_assert_int_eq(b[0], W_DATA);
+    }
+    long more = raw_recv(&r, b, sizeof b, 100);
+    ck_assert(more == -1 || (more == 9 && b[0] == W_ACK)); /* window full: no data */
+    b[0] = W_ACK;
+    put_u64(b + 1, r.rx); /* the hello and both data frames */
+    raw_send(&r, b, 9);
+    long n = raw_recv(&r, b, sizeof b, 1000);
+    ck_assert_int_eq(n, 9 + 8 * (4 + 50)); /* the other 8, in one frame */
+    ck_assert_int_eq(b[0], W_BATCH);
+    for (int k = 0; k < 8; k++) {
+        const uint8_t *f = b + 9 + (size_t)k * (4 + 50);
+        ck_assert_uint_eq(get_u32_be(f), 50);
+        ck_assert_uint_eq(get_u64(f + 4), 2); /* frame_build: from, then seq */
+        ck_assert_uint_eq(get_u32_be(f + 12), (uint32_t)(2 + k));
+    }
+    kl_peer_counters st = stats_of(2);
+    ck_assert_uint_eq(st.sent, 10);
+    ck_assert_uint_eq(st.coalesced, 7);
+    kl_peer_stop(mem[2].peer);
+    mem[2].peer = NULL;
+    raw_close(&r);
+    loop_close();
+}
+END_TEST
+
+/* A received BATCH is delivered frame by frame, in order; a malformed one delivers nothing
+ * and closes the connection as a protocol error. */
+START_TEST(test_batch_received_in_order_and_checked)
+{
+    loop_open();
+    for (int i = 1; i <= 3; i++)
+        url_for((uint64_t)i);
+    member_start(2, 3, NULL);
+    raw_sock r;
+    raw_join(&r, 2, 3);
+    static uint8_t b[2048];
+    size_t lens[] = {5, 0, 300, 7};
+    raw_send(&r, b, w_batch(b, r.rx, lens, 4, false));
+    expect_got(2, 3, 4, 2000);
+    ck_assert_uint_eq(mem[2].raw_last_len, 7);
+    ck_assert_uint_eq(stats_of(2).received, 4);
+    uint64_t refused = stats_of(2).refused;
+    raw_send(&r, b, w_batch(b, r.rx, lens, 2, true));
+    ck_assert(run_until(raw_closed, &r, 2000));
+    ck_assert_uint_eq(stats_of(2).refused, refused + 1);
+    run_for(50);
+    ck_assert_uint_eq(stats_of(2).received, 4);
+    ck_assert_uint_eq(mem[2].got[3], 4);
+    raw_close(&r);
+    loop_close();
+}
+END_TEST
 
 START_TEST(test_keyed_exchange_and_restart)
 {
@@ -1503,9 +1755,14 @@ Suite *suite_peer(void)
     tcase_add_test(t, test_oversize_dropped);
     tcase_add_test(t, test_inbox_bounded);
     tcase_add_test(t, test_window_queue_and_watchdog);
+    tcase_add_test(t, test_queued_frames_leave_in_one_batch);
+    tcase_add_test(t, test_busy_flag_while_inbox_half_full);
+    tcase_add_test(t, test_batch_received_in_order_and_checked);
     tcase_add_test(t, test_stop_with_frames_in_flight);
     tcase_add_test(t, test_stop_inside_recv);
     tcase_add_test(t, test_stop_survives_a_hanging_close);
+    tcase_add_test(t, test_stop_waits_for_the_closing_answer);
+    tcase_add_test(t, test_closing_notice_answered_and_honoured);
     suite_add_tcase(s, t);
     t = tcase_create("keyed");
     tcase_set_timeout(t, 30);
