@@ -120,6 +120,32 @@ static void on_call_done(kl_call *call, void *arg)
     uv_async_send(&r->calls_done);
 }
 
+static void after_fp_work_cb(uv_work_t *req)
+{
+    worker *w = req->data;
+    kl_coord_turn_after(&w->turn);
+}
+
+/* Whatever the failpoint did, the machine decides next: stopping, it ends the turn before
+ * its next call (a work item cancelled by the stop did not run the failpoint). */
+static void after_fp_done_cb(uv_work_t *req, int status)
+{
+    (void)status;
+    worker *w = req->data;
+    w->in_pool = false;
+    turn_result(w);
+}
+
+/* An answered batch's after_ failpoint runs on the thread pool, as the before_ ones do: a
+ * sleep there must not hold the loop, which takes SIGTERM. */
+static void queue_after(worker *w)
+{
+    w->work.data = w;
+    w->in_pool = true;
+    if (uv_queue_work(&w->r->loop, &w->work, after_fp_work_cb, after_fp_done_cb) != 0)
+        after_fp_done_cb(&w->work, UV_ECANCELED); /* cannot happen with a live loop */
+}
+
 /* A call cancelled by the stop ends its turn "cancelled" whatever it answered. */
 static void on_calls_done(uv_async_t *h)
 {
@@ -135,7 +161,10 @@ static void on_calls_done(uv_async_t *h)
             end_turn(w, kl_coord_turn_cancel(&w->turn));
         } else {
             kl_coord_turn_collect(&w->turn);
-            turn_result(w);
+            if (kl_failpoints_armed && kl_coord_turn_has_after_failpoint(&w->turn))
+                queue_after(w);
+            else
+                turn_result(w);
         }
         w = next;
     }

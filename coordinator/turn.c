@@ -187,10 +187,20 @@ void kl_coord_turn_collect(kl_coord_turn *t)
     t->rc = kl_call_result(t->call, &t->err);
     kl_call_free(t->call);
     t->call = NULL;
-    const char *after = after_failpoint(t->at);
-    if (t->rc != KL_OK || after == NULL)
+    if (kl_coord_turn_has_after_failpoint(t))
+        note_answer(t); /* logged where the after_ failpoint can be seen to follow it */
+}
+
+bool kl_coord_turn_has_after_failpoint(const kl_coord_turn *t)
+{
+    return t->rc == KL_OK && after_failpoint(t->at) != NULL;
+}
+
+void kl_coord_turn_after(kl_coord_turn *t)
+{
+    if (!kl_coord_turn_has_after_failpoint(t))
         return;
-    note_answer(t); /* logged where the failpoint below can be seen to follow it */
+    const char *after = after_failpoint(t->at);
     if (KL_FAILPOINT(after, &t->err) != KL_OK) {
         t->after_failed = true;
         t->stage = after + strlen("coord.");

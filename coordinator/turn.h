@@ -142,9 +142,13 @@ bool kl_coord_turn_before(kl_coord_turn *t);
  * true = in flight, done(t->call, arg) runs once on an SDK thread; false = it could not
  * start and t holds that result. */
 bool kl_coord_turn_start(kl_coord_turn *t, kl_call_done_fn done, void *arg);
-/* After done, on the scheduler's thread: the call's result into t (then its after_
- * failpoint); the call is freed. */
+/* After done, on the scheduler's thread: the call's result into t; the call is freed. */
 void kl_coord_turn_collect(kl_coord_turn *t);
+/* Whether the collected result has an after_ failpoint to run (an answered batch). */
+bool kl_coord_turn_has_after_failpoint(const kl_coord_turn *t);
+/* Runs the after_ failpoint of the collected result (any thread; a sleep there waits, so
+ * the scheduler runs it off its loop, which then still takes a SIGTERM meanwhile). */
+void kl_coord_turn_after(kl_coord_turn *t);
 /* Consumes the result of t->at: CONTINUE with the next call in t->at, or the outcome. */
 kl_coord_turn_out kl_coord_turn_next(kl_coord_turn *t);
 /* The call named by t->at will not be made (stopping): CANCELLED. */
