@@ -876,13 +876,17 @@ static void install_path(const kl_store *st, char *out, size_t cap, const char *
 }
 
 /* One rocksdb_ingest_external_file of names[0..n), moved (the names are links of our own)
- * or copied. */
+ * or copied. A moved file shares its inode with a staged original, so RocksDB must not
+ * write a global sequence number into it: it is told to refuse instead (the caller then
+ * copies). */
 static kl_code ingest_files(kl_store *st, char **names, uint32_t n, bool move, kl_err *err)
 {
     if (n == 0)
         return KL_OK;
     rocksdb_ingestexternalfileoptions_t *io = rocksdb_ingestexternalfileoptions_create();
     rocksdb_ingestexternalfileoptions_set_move_files(io, move ? 1 : 0);
+    if (move)
+        rocksdb_ingestexternalfileoptions_set_allow_global_seqno(io, 0);
     char *rerr = NULL;
     rocksdb_ingest_external_file(st->db, (const char *const *)names, n, io, &rerr);
     rocksdb_ingestexternalfileoptions_destroy(io);
@@ -979,8 +983,17 @@ static kl_code install_ingest(kl_store *st, uint32_t nfiles, kl_err *err)
         else
             copies[ncopy++] = name;
     }
-    if (rc == KL_OK)
-        rc = ingest_files(st, links, nlink, true, err);
+    if (rc == KL_OK && ingest_files(st, links, nlink, true, err) != KL_OK) {
+        /* Refused rather than written into (a snapshot or an overlap appeared after
+         * install_clear_old): the unchanged originals go in by copy instead. */
+        for (uint32_t i = 0; i < nlink && rc == KL_OK; i++) {
+            size_t len = strlen(links[i]);
+            snprintf(links[i] + len - strlen(".link"), strlen(".link") + 1, ".sst");
+            copies[ncopy++] = links[i];
+            links[i] = NULL;
+        }
+        kl_err_clear(err);
+    }
     if (rc == KL_OK)
         rc = ingest_files(st, copies, ncopy, false, err);
     for (uint32_t i = 0; i < nfiles; i++) {
