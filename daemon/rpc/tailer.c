@@ -34,12 +34,9 @@ struct kl_tailer {
     bool serving, stop;
     uint64_t epoch;              /* bumped on every change of `serving` */
     uint64_t applied;            /* catalog version applied on this member */
-    /* The catalog lease: the start (CLOCK_BOOTTIME ms) of the latest tail after whose answer
-     * this member had applied everything partition 0 had; 0 = none this leadership. A
-     * tail that brought changes counts once they are applied (pending_*). */
+    /* The catalog lease: the start (CLOCK_BOOTTIME ms) of the latest tail that reported every
+     * version partition 0 had when it answered; 0 = none this leadership. */
     int64_t lease_start_ms;
-    int64_t pending_start_ms;
-    uint64_t pending_latest;     /* 0 = none */
     uint32_t lease_ms;
     Keyload__V1__CatalogTailAnswer *answer; /* handed to the loop; NULL = slot free */
     /* Tail thread only: */
@@ -110,12 +107,13 @@ static kl_code open_answer(kl_tailer *t, uint8_t *ans, size_t alen, const uint8_
 
 /* One CatalogTail to partition 0, following one NOT_LEADER hint. On KL_OK *out is the
  * decoded answer. */
-static kl_code tail_once(kl_tailer *t, uint64_t applied, Keyload__V1__CatalogTailAnswer **out, kl_err *err)
+static kl_code tail_once(kl_tailer *t, uint64_t applied, uint32_t wait, Keyload__V1__CatalogTailAnswer **out,
+                         kl_err *err)
 {
     Keyload__V1__CatalogTailRequest req = KEYLOAD__V1__CATALOG_TAIL_REQUEST__INIT;
     req.partition = t->partition;
     req.applied_version = applied;
-    req.wait_ms = KL_CATALOG_TAIL_WAIT_MS;
+    req.wait_ms = wait;
     uint8_t sig[KL_TAIL_AUTH_SIG_LEN];
     bool signing = t->keys != NULL && t->keys->has_member_key;
     if (signing)
@@ -157,22 +155,23 @@ static void *tail_main(void *arg)
             continue;
         }
         uint64_t applied = t->applied, epoch = t->epoch;
+        int64_t sent = mono_ms();
+        /* Without a lease (caught up just now, or a new leadership) partition 0 answers a
+         * current tail at once instead of holding it, so the lease starts without a wait. */
+        bool leased = t->lease_start_ms != 0 && sent - t->lease_start_ms < (int64_t)t->lease_ms;
         pthread_mutex_unlock(&t->mu);
         Keyload__V1__CatalogTailAnswer *a = NULL;
         kl_err err;
         kl_err_clear(&err);
-        int64_t sent = mono_ms();
-        kl_code rc = tail_once(t, applied, &a, &err);
+        kl_code rc = tail_once(t, applied, leased ? KL_CATALOG_TAIL_WAIT_MS : 0, &a, &err);
         pthread_mutex_lock(&t->mu);
-        if (rc == KL_OK && epoch == t->epoch) {
-            if (a->latest_version <= t->applied) {
-                if (sent > t->lease_start_ms)
-                    t->lease_start_ms = sent;
-            } else {
-                t->pending_start_ms = sent;
-                t->pending_latest = a->latest_version;
-            }
-        }
+        /* Only a tail that reported every version partition 0 had starts a lease: partition 0
+         * counts only such tails when it decides that this partition's lease has run out
+         * (catalog_serve.c, laggards). A tail that lagged brings the changes, but a lease
+         * started from it once they are applied would let this partition serve under a
+         * catalog older than one whose change partition 0 already answered. */
+        if (rc == KL_OK && epoch == t->epoch && a->latest_version <= applied && sent > t->lease_start_ms)
+            t->lease_start_ms = sent;
         if (rc != KL_OK) {
             int64_t now = mono_ms();
             if (now - t->last_warn_ms >= WARN_EVERY_MS) {
@@ -185,7 +184,11 @@ static void *tail_main(void *arg)
             continue;
         }
         if (a->n_changes == 0 || t->stop || !t->serving) {
+            /* Behind with nothing to take (no change fitted): not again at once. */
+            bool behind = a->latest_version > applied;
             keyload__v1__catalog_tail_answer__free_unpacked(a, NULL);
+            if (behind && !t->stop)
+                wait_ms(t, RETRY_PAUSE_MS);
             continue;
         }
         t->answer = a;
@@ -303,7 +306,6 @@ void kl_tailer_set_serving(kl_tailer *t, bool serving)
         /* A new leadership earns its own lease: tails sent before it do not count. */
         t->epoch++;
         t->lease_start_ms = 0;
-        t->pending_latest = 0;
     }
     t->serving = serving;
     pthread_cond_broadcast(&t->cv);
@@ -315,11 +317,6 @@ void kl_tailer_applied(kl_tailer *t, uint64_t version)
     pthread_mutex_lock(&t->mu);
     if (version != t->applied) {
         t->applied = version;
-        if (t->pending_latest != 0 && version >= t->pending_latest) {
-            if (t->pending_start_ms > t->lease_start_ms)
-                t->lease_start_ms = t->pending_start_ms;
-            t->pending_latest = 0;
-        }
         pthread_cond_broadcast(&t->cv);
     }
     pthread_mutex_unlock(&t->mu);

@@ -10,10 +10,14 @@
  * re-proposals after a leader change are harmless.
  *
  * The catalog lease (ARCHITECTURE.md "Replication"): the leader serves requests only within catalog_lease_ms
- * of the start of its latest tail after which it had applied everything partition 0 had
- * (a tail that brings changes counts once they are applied). A new leadership starts with
- * no lease, so a restarted or newly elected leader serves nothing before it has caught up.
- * Partition 0 counts a partition silent for longer than the lease as no longer serving.
+ * of the start of its latest current tail: one that reported every version partition 0
+ * had (the answer's latest version is no newer than the version it reported). A tail that
+ * brings changes starts no lease, not even once they are applied: partition 0 counts only
+ * current tails when it lets a catalog change return because a partition's lease has run
+ * out, so a lease from a lagging tail could outlast that bound. After catching up, or
+ * without a lease, a tail asks partition 0 not to hold it, so the lease starts at once. A
+ * new leadership starts with no lease, so a restarted or newly elected leader serves
+ * nothing before it has caught up.
  *
  * Threads: kl_tailer_* run on the loop thread; the tail thread only does RPCs and owns
  * its connections. Bounded: one answer in flight (at most KL_TAIL_MAX_CHANGES changes). */

@@ -115,6 +115,7 @@ void test_receive_commits_after_lease(void);
 void test_read_confirmed_after_lease(void);
 void test_tail_needs_confirmed_leader(void);
 void test_self_grant_with_lagging_partition(void);
+void test_lagging_tail_grants_no_lease(void);
 void rd_stop_sessions(void);
 void rd_stop_all(void);
 

@@ -16,6 +16,12 @@
  * ran out (partition 0 killed meanwhile) is refused UNAVAILABLE catalog_lease, no body out;
  * so is a read admitted under a valid lease and confirmed only after it ran out.
  *
+ * Lagging tail: partition 1's leader proposes catalog change A as a follower pauses (A
+ * cannot commit), tails without catching up until partition 0 lets A and then B return; with
+ * partition 0 paused, the follower resumes and A commits: partition 1 holds catalog A, older
+ * than B, and must hand out nothing (UNAVAILABLE catalog_lease); it serves again once
+ * partition 0 resumes.
+ *
  * Replay: on the sessions cluster of rf3.h, an administrator's grant to itself with one
  * follower of partition 1 down answers OK within the barrier's bound, through the SDK's retry
  * of its command id after UNAVAILABLE catalog_barrier, and so does its replay. */
@@ -581,4 +587,97 @@ void test_self_grant_with_lagging_partition(void)
     CHECK(rc == KL_OK, "the grant answered %s %s: %s", kl_code_name(rc), err.detail, err.message);
     CHECK(ms <= bound, "the grant took %lld ms, bound %lld ms", (long long)ms, (long long)bound);
     CHECK(rc2 == KL_OK, "its replay answered %s %s", kl_code_name(rc2), err2.detail);
+}
+
+/* ---- a lease from a tail that lagged ---- */
+
+static uint64_t rd_catalog_version(int p, int m)
+{
+    Keyload__V1__MemberStatusAnswer *s = member_status(rd_url[p][m], 1000);
+    uint64_t v = s ? s->catalog_version : 0;
+    if (s)
+        keyload__v1__member_status_answer__free_unpacked(s, NULL);
+    return v;
+}
+
+static void rd_signal_partition(int p, int sig)
+{
+    for (int m = 0; m < RD_MEMBERS; m++)
+        if (rd_pid[p][m] > 0)
+            kill(rd_pid[p][m], sig);
+}
+
+void test_lagging_tail_grants_no_lease(void)
+{
+    char why[256];
+    CHECK(rd_setup("rdlag", why, sizeof why), "%s", why);
+    int l = rd_leader(1, 20000), l0 = rd_leader(0, 20000);
+    CHECK(l >= 0 && l0 >= 0, "no serving leaders");
+    int f1 = (l + 1) % RD_MEMBERS;
+    Keyload__V1__MemberStatusAnswer *s = member_status(rd_url[1][l], 1000);
+    CHECK(s != NULL, "no MemberStatus from partition 1's leader");
+    uint64_t last0 = s->last_index;
+    keyload__v1__member_status_answer__free_unpacked(s, NULL);
+    /* Catalog change A reaches partition 1's leader while it still counts the paused
+     * follower: it proposes A, which cannot commit (3-of-3). Its later tails lag, so partition
+     * 0 lets A return once partition 1's lease bound has passed. */
+    kill(rd_pid[1][f1], SIGSTOP);
+    int64_t ms;
+    kl_err err;
+    kl_code rc = rd_create_queue("qa", 1, 15000, &ms, &err);
+    uint64_t va = rd_catalog_version(0, l0);
+    s = member_status(rd_url[1][l], 1000);
+    bool stuck = s != NULL && s->last_index > last0 && s->commit_index < s->last_index && s->catalog_version < va;
+    if (s)
+        keyload__v1__member_status_answer__free_unpacked(s, NULL);
+    if (rc != KL_OK || !stuck)
+        kill(rd_pid[1][f1], SIGCONT);
+    CHECK(rc == KL_OK, "create qa: %s %s", kl_code_name(rc), err.detail);
+    CHECK(stuck, "partition 1's leader holds no uncommitted entry for catalog version %llu", (unsigned long long)va);
+    /* Change B returns at once: partition 1 has not sent a current tail for longer than its
+     * lease. Partition 0 then pauses, so no later tail tells partition 1 about B. */
+    rc = rd_create_queue("qb", 1, 15000, &ms, &err);
+    rd_signal_partition(0, SIGSTOP);
+    int64_t b_ok = now_ms();
+    kill(rd_pid[1][f1], SIGCONT);
+    /* A commits on partition 1. Its leader now holds catalog version A, older than B. */
+    uint64_t v1 = 0;
+    while (now_ms() - b_ok < 1500 && (v1 = rd_catalog_version(1, l)) < va)
+        sleep_ms(20);
+    /* Until the leader hears from the follower again it refuses for want of replicas. */
+    Keyload__V1__BatchRequest *b = batch_new(NULL);
+    add_receive(b, "q", 10, 60000);
+    size_t len;
+    uint8_t *req = pack_free(b, &len);
+    kl_code rrc;
+    char detail[64];
+    int64_t at;
+    do {
+        answer a = rd_call_member(1, l, "keyload.v1.Batch", req, len, 3000, NULL);
+        at = now_ms() - b_ok;
+        rrc = a.code;
+        snprintf(detail, sizeof detail, "%.60s", a.err.detail);
+        answer_free(&a);
+    } while (rrc == KL_UNAVAILABLE && strcmp(detail, "replicas_unavailable") == 0 && at < 4000 && (sleep_ms(20), 1));
+    free(req);
+    rd_signal_partition(0, SIGCONT);
+    fprintf(stderr, "  create qb (catalog version %llu) answered %s in %lld ms; partition 1 applied %llu; a Receive "
+                    "%lld ms after it returned: %s %s\n",
+            (unsigned long long)va + 1, kl_code_name(rc), (long long)ms, (unsigned long long)v1, (long long)at,
+            kl_code_name(rrc), detail);
+    CHECK(rc == KL_OK, "create qb: %s %s", kl_code_name(rc), err.detail);
+    CHECK(v1 >= va, "partition 1 did not apply catalog version %llu within 1.5 s", (unsigned long long)va);
+    CHECK(rrc != KL_OK, "partition 1 handed out messages under catalog version %llu after version %llu returned",
+          (unsigned long long)v1, (unsigned long long)va + 1);
+    CHECK(rrc == KL_UNAVAILABLE && strcmp(detail, "catalog_lease") == 0, "the Receive answered %s %s",
+          kl_code_name(rrc), detail);
+    /* Partition 0 back: partition 1 catches up and serves again. */
+    b = batch_new(NULL);
+    add_enqueue(b, "qb", "after");
+    req = pack_free(b, &len);
+    answer a = rd_call(1, "keyload.v1.Batch", req, len, 15000);
+    free(req);
+    rc = a.code;
+    answer_free(&a);
+    CHECK(rc == KL_OK, "partition 1 does not serve qb after partition 0 resumed: %s", kl_code_name(rc));
 }

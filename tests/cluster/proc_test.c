@@ -2078,6 +2078,9 @@ int main(int argc, char **argv)
         {"self-grant RF3 3-of-3 with sessions: an administrator's grant to itself with a data partition unable "
          "to commit answers OK within the barrier bound, through the SDK's retry, and so does its replay",
          test_self_grant_with_lagging_partition},
+        {"lagging tail RF3 3-of-3: a data partition whose tails lagged gets no catalog lease from them once it "
+         "catches up, so it serves nothing under a catalog older than a change that returned",
+         test_lagging_tail_grants_no_lease},
         {"sessions: Hello, sealed batches and reads; every forged, stale, replayed or mislabelled "
          "request refused and nothing run; a restart or the ttl ends a session", test_sessions},
         {"SDK sessions: one client with a principal goes sealed from many threads, shakes hands "

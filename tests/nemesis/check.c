@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 typedef char body_t[32];
 
@@ -184,12 +185,28 @@ static int check_transfers(void)
     return bad + report("transfer dest matches its state", nm_hist.n_xf, bad_count, ex3);
 }
 
+/* UTC time of day (HH:MM:SS.mmm) of harness time t (nm_now_ms), for matching a finding
+ * against the members' logs and the entry times in their stores, which use the wall clock. */
+static void wall_of(int64_t t, char *out, size_t cap)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    int64_t wall = (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000 - (nm_now_ms() - t);
+    time_t sec = (time_t)(wall / 1000);
+    struct tm tm;
+    if (gmtime_r(&sec, &tm) == NULL) {
+        snprintf(out, cap, "?");
+        return;
+    }
+    snprintf(out, cap, "%02d:%02d:%02d.%03d", tm.tm_hour, tm.tm_min, tm.tm_sec, (int)(wall % 1000));
+}
+
 /* A receive sent after a revoke returned OK and answered before the restore was sent must
  * hand the consumer nothing. */
 static int check_revokes(void)
 {
     int bad = 0;
-    char ex[96] = "";
+    char ex[200] = "";
     for (size_t i = 0; i < nm_hist.n_dlv; i++) {
         const nm_delivery *d = &nm_hist.dlv[i];
         if (!d->consumer)
@@ -197,8 +214,12 @@ static int check_revokes(void)
         for (size_t r = 0; r < nm_hist.n_rv; r++)
             if (d->t_send > nm_hist.rv[r].t_ok && d->t_end < nm_hist.rv[r].t_restore) {
                 bad++;
-                snprintf(ex, sizeof ex, "%s delivered %lld ms after the revoke returned", d->body,
-                         (long long)(d->t_send - nm_hist.rv[r].t_ok));
+                char sent[16], ok[16];
+                wall_of(d->t_send, sent, sizeof sent);
+                wall_of(nm_hist.rv[r].t_ok, ok, sizeof ok);
+                snprintf(ex, sizeof ex, "%s (%s) delivered %lld ms after the revoke returned (receive sent %s UTC, "
+                         "revoke returned %s UTC)", d->body, nm_queues[d->queue],
+                         (long long)(d->t_send - nm_hist.rv[r].t_ok), sent, ok);
                 break;
             }
     }
