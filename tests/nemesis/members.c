@@ -129,6 +129,9 @@ static void count_agreement(int p, const char *tag)
     }
 }
 
+/* The last refusal of a MemberChange, for the report of a change that did not finish. */
+static char mc_last_refusal[512];
+
 /* One MemberChange replace of old by nw; KL_OK when it started or is done (*done). */
 static kl_code change(kl_client *c, const nm_member *old, const nm_member *nw, bool *done)
 {
@@ -153,6 +156,9 @@ static kl_code change(kl_client *c, const nm_member *old, const nm_member *nw, b
     kl_err err = {0};
     kl_code rc = kl_client_member_change(c, old->p, &q, &a, &err);
     *done = rc == KL_OK && a != NULL && a->done;
+    if (rc != KL_OK)
+        snprintf(mc_last_refusal, sizeof mc_last_refusal, "%s %s: %.160s", kl_code_name(rc), err.detail,
+                 err.message);
     if (a != NULL)
         keyload__v1__member_change_answer__free_unpacked(a, NULL);
     return rc;
@@ -308,11 +314,14 @@ int nm_fault_member_replace(char *what, size_t cap)
     nm_member_start(nw);
     kl_client *c = nm_admin_client();
     char who[64] = "nobody";
+    mc_last_refusal[0] = 0;
     bool ok = c != NULL && change_to_target(c, old, nw, mid_kill, who, sizeof who);
     kl_client_close(c);
     snprintf(what, cap, "%s%s replaced by %s (new key, wiped directory, slot %s; kill -9 mid-change: %s): %s",
              old->node, was_leader ? " (the leader)" : "", nw->node, nw->slot, who,
-             ok ? "committed" : "NOT committed within the bound");
+             ok ? "committed" : "NOT committed within the bound; last refusal: ");
+    if (!ok)
+        snprintf(what + strlen(what), cap - strlen(what), "%s", mc_last_refusal[0] ? mc_last_refusal : "none");
     if (!ok) {
         undo(old, nw, what, true);
         return p;
