@@ -15,23 +15,8 @@ mkdir -p var
 work=$(mktemp -d "$PWD/var/bkbench-XXXXXX")
 cfg="$work/orig.json" rcfg="$work/restored.json"
 var="var/$name" rvar="var/$rname"
-gone() { ! kill -0 "$1" 2>/dev/null || [ "$(ps -o stat= -p "$1" 2>/dev/null | cut -c1)" = Z ]; }
-stop_dir() {
-  local f p pids=()
-  for f in "$1"/*.pid; do
-    [ -f "$f" ] || continue
-    p=$(cat "$f" 2>/dev/null)
-    [ -n "$p" ] && kill -TERM "$p" 2>/dev/null && pids+=("$p")
-  done
-  for _ in $(seq 1 200); do
-    local left=0
-    for p in "${pids[@]}"; do gone "$p" || left=1; done
-    [ $left -eq 0 ] && break
-    sleep 0.05
-  done
-  for p in "${pids[@]}"; do kill -KILL "$p" 2>/dev/null; done
-}
-cleanup() { stop_dir "$var"; stop_dir "$rvar"; rm -rf "$var" "$rvar" "$work"; }
+. tests/support/stop_dir.sh
+cleanup() { stop_dir "$var" 200; stop_dir "$rvar" 200; rm -rf "$var" "$rvar" "$work"; }
 trap cleanup EXIT
 trap 'exit 1' INT TERM
 die() { echo "backup-bench: $*" >&2; exit 1; }

@@ -38,21 +38,9 @@ base=$(( 32000 + ($$ % 100) * 8 ))
 mkdir -p var
 cfg=$(mktemp "$PWD/var/replacebig-XXXXXX.json")
 var="var/$name"
-gone() { ! kill -0 "$1" 2>/dev/null || [ "$(ps -o stat= -p "$1" 2>/dev/null | cut -c1)" = Z ]; }
+. tests/support/stop_dir.sh
 cleanup() {
-  local f p pids=()
-  for f in "$var"/*.pid; do
-    [ -f "$f" ] || continue
-    p=$(cat "$f" 2>/dev/null)
-    [ -n "$p" ] && kill -TERM "$p" 2>/dev/null && pids+=("$p")
-  done
-  for _ in $(seq 1 100); do
-    local left=0
-    for p in "${pids[@]}"; do gone "$p" || left=1; done
-    [ $left -eq 0 ] && break
-    sleep 0.05
-  done
-  for p in "${pids[@]}"; do kill -KILL "$p" 2>/dev/null; done
+  stop_dir "$var"
   if [ "$keep" = 0 ]; then rm -rf "$var"; fi
   rm -f "$cfg"
 }

@@ -29,24 +29,9 @@ passed=0 failed=0
 ok() { passed=$((passed + 1)); echo "ok   $1"; }
 bad() { failed=$((failed + 1)); echo "FAIL $1"; }
 check() { local n=$1; shift; if "$@"; then ok "$n"; else bad "$n"; fi; }
-gone() { ! kill -0 "$1" 2>/dev/null || [ "$(ps -o stat= -p "$1" 2>/dev/null | cut -c1)" = Z ]; }
+. tests/support/stop_dir.sh
 writer="" tool=""
 
-stop_dir() {
-  local f p pids=()
-  for f in "$1"/*.pid; do
-    [ -f "$f" ] || continue
-    p=$(cat "$f" 2>/dev/null)
-    [ -n "$p" ] && kill -TERM "$p" 2>/dev/null && pids+=("$p")
-  done
-  for _ in $(seq 1 100); do
-    local left=0
-    for p in "${pids[@]}"; do gone "$p" || left=1; done
-    [ $left -eq 0 ] && break
-    sleep 0.05
-  done
-  for p in "${pids[@]}"; do kill -KILL "$p" 2>/dev/null; done
-}
 cleanup() {
   [ -n "$writer" ] && kill -KILL "$writer" 2>/dev/null
   [ -n "$tool" ] && kill -KILL "$tool" 2>/dev/null

@@ -20,26 +20,13 @@ ok() { passed=$((passed + 1)); echo "ok   $1"; }
 bad() { failed=$((failed + 1)); echo "FAIL $1"; }
 check() { local n=$1; shift; if "$@"; then ok "$n"; else bad "$n"; fi; }
 quiet() { "$@" >/dev/null 2>&1; }
-# A pid has ended when it is gone or a zombie not yet reaped by its (re)parent.
-gone() { ! kill -0 "$1" 2>/dev/null || [ "$(ps -o stat= -p "$1" 2>/dev/null | cut -c1)" = Z ]; }
+. tests/support/stop_dir.sh  # gone PID, stop_dir DIR
 # starttime PID: the process's start time in clock ticks since boot (field 22 of its stat), or
 # nothing when there is no such process.
 starttime() { sed -n 's/^.*) [A-Za-z] \(.*\)$/\1/p' "/proc/$1/stat" 2>/dev/null | awk '{print $19}'; }
 
 cleanup() {
-  local f p pids=()
-  for f in "$var"/*.pid; do
-    [ -f "$f" ] || continue
-    p=$(cat "$f" 2>/dev/null)
-    [ -n "$p" ] && kill -TERM "$p" 2>/dev/null && pids+=("$p")
-  done
-  for _ in $(seq 1 100); do
-    local left=0
-    for p in "${pids[@]}"; do gone "$p" || left=1; done
-    [ $left -eq 0 ] && break
-    sleep 0.05
-  done
-  for p in "${pids[@]}"; do kill -KILL "$p" 2>/dev/null; done
+  stop_dir "$var"
   rm -rf "$var" "$cfg"
 }
 trap cleanup EXIT
