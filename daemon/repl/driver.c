@@ -1667,7 +1667,10 @@ kl_code kl_repl_start(uv_loop_t *loop, kl_store *store, const kl_repl_config *cf
     if ((rc = kl_raft_new(&rc_, &r->raft, err)) != KL_OK)
         goto fail;
 
-    if ((cfg->n_members > 1 || cfg->join) && (rc = start_links(r, loop, cfg, self_slot, err)) != KL_OK)
+    /* A member with a peer address listens even alone, so that a partition started with one
+     * member can grow (MemberChange add); one without it can never be reached by a peer. */
+    bool own_url = cfg->join || (cfg->peer_urls[self_slot] != NULL && cfg->peer_urls[self_slot][0] != '\0');
+    if ((cfg->n_members > 1 || own_url) && (rc = start_links(r, loop, cfg, self_slot, err)) != KL_OK)
         goto fail;
     uv_timer_init(loop, &r->timer);
     r->timer.data = r;
@@ -1676,7 +1679,9 @@ kl_code kl_repl_start(uv_loop_t *loop, kl_store *store, const kl_repl_config *cf
     r->flush.data = r;
     uv_check_start(&r->flush, on_flush);
     r->open_handles = 2;
-    if (cfg->n_members == 1 && !cfg->join) {
+    kl_raft_conf in_effect;
+    kl_raft_conf_get(r->raft, &in_effect, NULL, NULL);
+    if (cfg->n_members == 1 && !cfg->join && in_effect.n_members == 1 && in_effect.n_old == 0) {
         /* Alone, no other member can lead: let the election timeout pass at once instead of
          * leaving every restart unavailable for one to two election timeouts. */
         for (uint32_t i = 0; i < 2 * rc_.election_ticks + 1; i++)

@@ -303,6 +303,16 @@ static bool same_request(const kl_member_change *mc, const Keyload__V1__MemberCh
     return !strcmp(mc->op, q->op) && mc->new_id == new_id && mc->old_id == q->old_member_id;
 }
 
+/* Whether this member listens for peers: a joined member always does (its own peer URL came
+ * with --join); a seed member does when its cluster file entry names a peer address. */
+static bool has_peer_address(const kl_service *s)
+{
+    for (int i = 0; s->partition != NULL && i < s->partition->member_count; i++)
+        if ((uint64_t)s->partition->members[i].id == s->member_id)
+            return s->partition->members[i].peer_url[0] != '\0';
+    return true;
+}
+
 /* Answers q (already decoded, from an administrator, on the leader); err on refusal. */
 static kl_code change_answer(kl_service *s, kl_rpc_call *call, const Keyload__V1__MemberChangeRequest *q,
                              kl_err *err)
@@ -326,6 +336,11 @@ static kl_code change_answer(kl_service *s, kl_rpc_call *call, const Keyload__V1
     kl_code rc = target_of(q, &cur, &t, err);
     if (rc != KL_OK)
         return rc;
+    if (t.n_members > 1 && !has_peer_address(s))
+        return kl_fail(err, KL_FAILED_PRECONDITION, "peer_url",
+                       "member %llu has no peer address in its cluster file (partitions[].members[].peer), so "
+                       "no other member could reach it: give it one and restart it before adding members",
+                       (unsigned long long)s->member_id);
     if (!change_start(s, q, &t))
         return kl_fail(err, KL_UNAVAILABLE, "memory", "out of memory starting the change");
     answer_change(call, &t, false, s->mchange->step);

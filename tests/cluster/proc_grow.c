@@ -73,14 +73,17 @@ static void gr_push(gr_rec **arr, size_t *n, size_t *cap, const char *body, int 
 
 /* ---- processes ---- */
 
+static unsigned gr_rc = 3; /* the file's replica_count, and the one Members must report */
+static unsigned gr_change_rc; /* MemberChange's replica_count (0: keep it) */
+
 static void gr_write_file(const char *path, int n)
 {
     FILE *f = fopen(path, "w");
     if (f == NULL)
         return;
-    fprintf(f, "{\"cluster\":\"grow\",\"replica_count\":3,\"insecure_local_admin\":true,"
+    fprintf(f, "{\"cluster\":\"grow\",\"replica_count\":%u,\"insecure_local_admin\":true,"
                "\"timers\":{\"tick_ms\":50,\"election_ms\":1000,\"heartbeat_ms\":150},"
-               "\"partitions\":[{\"id\":0,\"members\":[");
+               "\"partitions\":[{\"id\":0,\"members\":[", gr_rc);
     for (int i = 0; i < n; i++)
         fprintf(f, "%s{\"id\":%d,\"client\":\"%s\",\"peer\":\"%s\",\"data\":\"%s/grow-m%d\"}", i ? "," : "", i + 1,
                 gr_url[i], gr_peer[i], work, i + 1);
@@ -88,7 +91,7 @@ static void gr_write_file(const char *path, int n)
     fclose(f);
 }
 
-static bool gr_files(void)
+static bool gr_files(int seed_members)
 {
     int base = 10000 + (int)(getpid() % 90) * 10;
     for (int i = 0; i < GR_N; i++) {
@@ -103,7 +106,7 @@ static bool gr_files(void)
     snprintf(gr_j4, sizeof gr_j4, "%s/grow-j4.json", work);
     snprintf(gr_full, sizeof gr_full, "%s/grow-full.json", work);
     snprintf(gr_secret, sizeof gr_secret, "%s/grow.secret", work);
-    gr_write_file(gr_seed, 3);
+    gr_write_file(gr_seed, seed_members);
     gr_write_file(gr_j4, 4);
     gr_write_file(gr_full, 5);
     uint8_t secret[32];
@@ -163,7 +166,7 @@ static Keyload__V1__MembersAnswer *gr_members_of(int i)
 static bool gr_members_are(int i, unsigned want)
 {
     Keyload__V1__MembersAnswer *m = gr_members_of(i);
-    bool ok = m != NULL && m->committed && !m->joint && m->n_learners == 0 && m->replica_count == 3;
+    bool ok = m != NULL && m->committed && !m->joint && m->n_learners == 0 && m->replica_count == gr_rc;
     unsigned got = 0;
     for (size_t k = 0; ok && k < m->n_voters; k++)
         got |= m->voters[k] >= 1 && m->voters[k] <= GR_N ? 1u << (m->voters[k] - 1) : 1u << 31;
@@ -336,6 +339,7 @@ static kl_code gr_change(kl_client *c, const char *op, int member, bool *done)
     Keyload__V1__MemberInfo info = KEYLOAD__V1__MEMBER_INFO__INIT;
     Keyload__V1__MemberChangeRequest q = KEYLOAD__V1__MEMBER_CHANGE_REQUEST__INIT;
     q.op = (char *)op;
+    q.replica_count = gr_change_rc;
     if (strcmp(op, "add") == 0) {
         info.id = (uint64_t)member + 1;
         info.peer_url = gr_peer[member];
@@ -558,7 +562,9 @@ void test_grow_shrink_under_load(void)
     atomic_store(&gr_enq_ok, 0);
     atomic_store(&gr_acked, 0);
     atomic_store(&gr_refused, 0);
-    CHECK(gr_files(), "cannot write the cluster files or the secret");
+    gr_rc = 3;
+    gr_change_rc = 0;
+    CHECK(gr_files(3), "cannot write the cluster files or the secret");
     for (int i = 0; i < 3; i++)
         gr_start(i, gr_seed, false);
     kl_client *c = NULL;
@@ -644,4 +650,137 @@ void test_grow_shrink_under_load(void)
     printf("  after kill -9 of all and a restart: 3 voters committed on each; %d acknowledged enqueues: %d acked "
            "by the consumer, %zu still queued, each exactly once; test %lld ms\n",
            atomic_load(&gr_enq_ok), atomic_load(&gr_acked), n_left, (long long)(now_ms() - t_start));
+}
+
+/* Whether n more enqueues are acknowledged within timeout_ms. */
+static bool gr_acked_more(int n, int timeout_ms)
+{
+    int w0 = atomic_load(&gr_enq_ok);
+    for (int64_t t = now_ms(); now_ms() - t < timeout_ms; sleep_ms(20))
+        if (atomic_load(&gr_enq_ok) - w0 >= n)
+            return true;
+    return false;
+}
+
+/* A partition started with one member (replica_count 1) grows to 2 (replica_count 2) and to 3
+ * (replica_count 3) under load; then every member is killed -9 and restarted, the first from
+ * its one-member seed file, so the stored configuration must decide. */
+void test_grow_from_one_member(void)
+{
+    int64_t t_start = now_ms();
+    atomic_store(&gr_stop, false);
+    gr_n_enq = gr_n_ack = 0;
+    gr_changes = gr_changes_idle = 0;
+    atomic_store(&gr_enq_ok, 0);
+    atomic_store(&gr_acked, 0);
+    atomic_store(&gr_refused, 0);
+    gr_rc = 1;
+    gr_change_rc = 0;
+    CHECK(gr_files(1), "cannot write the cluster files or the secret");
+    gr_start(0, gr_seed, false);
+    kl_client *c = NULL;
+    kl_err err = {0};
+    CHECK(kl_client_open(gr_seed, "default/default", 5000, &c, &err) == KL_OK, "open: %s", err.message);
+    if (!gr_setup(c)) {
+        kl_client_close(c);
+        CHECK(false, "the one-member partition did not create its database and queue");
+    }
+    pthread_t tw, tc;
+    pthread_create(&tw, NULL, gr_writer, c);
+    pthread_create(&tc, NULL, gr_consumer, c);
+    for (int64_t t = now_ms(); atomic_load(&gr_enq_ok) < 20 && now_ms() - t < 10000;)
+        sleep_ms(50);
+    int acked = 0;
+    int64_t took = 0;
+    gr_start(1, gr_full, true);
+    gr_rc = 2;
+    gr_change_rc = 2;
+    bool two = gr_change_to(c, "add", 1, 0x3u, -1, &acked, &took);
+    if (two)
+        gr_log_change("add member 2 to a one-member partition (replica_count 1 -> 2)", took, acked);
+    bool after[2] = {two && gr_acked_more(10, 10000), false};
+    bool three = false;
+    if (two) {
+        gr_start(2, gr_full, true);
+        gr_rc = 3;
+        gr_change_rc = 3;
+        three = gr_change_to(c, "add", 2, 0x7u, -1, &acked, &took);
+        if (three)
+            gr_log_change("add member 3 (replica_count 2 -> 3)", took, acked);
+        after[1] = three && gr_acked_more(10, 10000);
+    }
+    sleep_ms(500);
+    atomic_store(&gr_stop, true);
+    pthread_join(tw, NULL);
+    pthread_join(tc, NULL);
+    if (!three) {
+        kl_client_close(c);
+        gr_stop_all();
+        CHECK(two, "a one-member partition did not grow to 2 voters (replica_count 2) committed on both");
+        CHECK(three, "the partition did not grow from 2 to 3 voters (replica_count 3)");
+    }
+    for (int i = 0; i < 3; i++)
+        gr_kill(i);
+    gr_start(0, gr_seed, false); /* its file still names one member: the log must decide */
+    gr_start(1, gr_full, false);
+    gr_start(2, gr_full, false);
+    bool conf = gr_all_report(0x7u, 20000);
+    size_t n_left = 0;
+    char ex[160] = "";
+    int bad = conf && gr_leader(15000) >= 0 ? gr_final_check(c, &n_left, ex, sizeof ex) : -1;
+    kl_client_close(c);
+    gr_stop_all();
+    CHECK(conf, "after kill -9 of all and a restart the members do not all report voters {1,2,3} at replica_count 3");
+    CHECK(bad == 0, "%d acknowledged-message violations (e.g. %s)", bad, ex);
+    CHECK(after[0] && after[1], "10 enqueues were not acknowledged within 10 s after a change (after 2 voters: %d, "
+          "after 3: %d)", after[0], after[1]);
+    CHECK(atomic_load(&gr_refused) == 0, "%d enqueues refused", atomic_load(&gr_refused));
+    printf("  one member grown to three; after kill -9 of all and a restart (member 1 from its one-member file): "
+           "voters {1,2,3} at replica_count 3 on each; %d acknowledged enqueues: %d acked, %zu still queued, each "
+           "exactly once; test %lld ms\n",
+           atomic_load(&gr_enq_ok), atomic_load(&gr_acked), n_left, (long long)(now_ms() - t_start));
+}
+
+/* A one-member partition whose file gives its member no peer address cannot be reached by a
+ * new member: MemberChange add is refused, naming the missing field, and changes nothing. */
+void test_grow_refused_without_peer_address(void)
+{
+    CHECK(gr_files(1), "cannot write the cluster files or the secret");
+    char file[700];
+    snprintf(file, sizeof file, "%s/grow-nopeer.json", work);
+    FILE *f = fopen(file, "w");
+    CHECK(f != NULL, "cannot write %s", file);
+    fprintf(f, "{\"cluster\":\"grow\",\"replica_count\":1,\"insecure_local_admin\":true,"
+               "\"partitions\":[{\"id\":0,\"members\":[{\"id\":1,\"client\":\"%s\",\"data\":\"%s/grow-m1\"}]}]}\n",
+            gr_url[0], work);
+    fclose(f);
+    gr_start(0, file, false);
+    kl_client *c = NULL;
+    kl_err err = {0};
+    CHECK(kl_client_open(file, "default/default", 3000, &c, &err) == KL_OK, "open: %s", err.message);
+    gr_change_rc = 0;
+    Keyload__V1__MemberInfo info = KEYLOAD__V1__MEMBER_INFO__INIT;
+    info.id = 2;
+    info.peer_url = gr_peer[1];
+    info.client_url = gr_url[1];
+    Keyload__V1__MemberChangeRequest q = KEYLOAD__V1__MEMBER_CHANGE_REQUEST__INIT;
+    q.op = "add";
+    q.member = &info;
+    kl_code rc = KL_UNAVAILABLE;
+    for (int64_t t = now_ms(); gr_retryable(rc) && now_ms() - t < 10000; sleep_ms(100)) {
+        Keyload__V1__MemberChangeAnswer *a = NULL;
+        rc = kl_client_member_change(c, 0, &q, &a, &err);
+        if (a != NULL)
+            keyload__v1__member_change_answer__free_unpacked(a, NULL);
+    }
+    Keyload__V1__MembersAnswer *m = gr_members_of(0);
+    bool alone = m != NULL && m->n_voters == 1 && m->n_learners == 0;
+    if (m != NULL)
+        keyload__v1__members_answer__free_unpacked(m, NULL);
+    kl_client_close(c);
+    gr_stop_all();
+    CHECK(rc == KL_FAILED_PRECONDITION && strcmp(err.detail, "peer_url") == 0,
+          "MemberChange add answered %s (%s), not FAILED_PRECONDITION peer_url", kl_code_name(rc), err.detail);
+    CHECK(alone, "the refused change left more than the one voter (or Members did not answer)");
+    printf("  refused: %s\n", err.message);
 }

@@ -4,6 +4,10 @@
 #define KL_PROC_GROW_H
 
 void test_grow_shrink_under_load(void);
+/* A one-member partition grows to 3 (replica_count 1 -> 2 -> 3) under load. */
+void test_grow_from_one_member(void);
+/* ... and one without a peer address refuses to grow, naming the field. */
+void test_grow_refused_without_peer_address(void);
 /* Kills (by pid) every member the test started; safe to call when none runs. */
 void gr_stop_all(void);
 

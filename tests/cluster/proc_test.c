@@ -2049,6 +2049,11 @@ int main(int argc, char **argv)
         {"grow: a 3-of-3 partition grows to 5 members (4 and 5 join empty) and shrinks back to 3 (the leader "
          "removed) under a writer and a consumer, kill -9 mid-change twice, then kill -9 of all and restart; "
          "every acknowledged message exactly once", test_grow_shrink_under_load},
+        {"grow: a partition started with one member (replica_count 1) grows to 2 and 3 members (replica_count "
+         "2, then 3) under a writer and a consumer; after kill -9 of all, member 1 restarted from its one-member "
+         "file reports the three; every acknowledged message exactly once", test_grow_from_one_member},
+        {"grow: a one-member partition whose member has no peer address refuses MemberChange add "
+         "(FAILED_PRECONDITION peer_url) and keeps its one voter", test_grow_refused_without_peer_address},
         {"3 members, replica_count 2: a follower that missed 10,000 entries catches up", test_group_follower_catches_up},
         {"3 members, replica_count 3: a follower whose log write fails (EIO) exits non-zero at once; "
          "after its restart every acknowledged write is there", test_group_log_write_failure_exits},
