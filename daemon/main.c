@@ -608,6 +608,11 @@ static void repl_config(kl_repl_config *rcfg, const kl_cluster *cluster, int par
             k++;
         }
         rcfg->n_members = k;
+        /* The file's replica_count may count this member (a 3-of-3 partition replacing a dead
+           member lists the two survivors and itself); the seed is only where to find the
+           others, and the configuration comes from the leader's snapshot and log. */
+        if (rcfg->replica_count > k && k > 0)
+            rcfg->replica_count = (uint32_t)k;
         rcfg->join = true;
         rcfg->join_peer_url = me->peer_url;
     }

@@ -701,8 +701,13 @@ void test_grow_from_one_member(void)
     bool after[2] = {two && gr_acked_more(10, 10000), false};
     bool three = false;
     if (two) {
-        gr_start(2, gr_full, true);
+        /* Its file names the partition at its target, replica_count 3, with itself as the
+           third member: the seed it joins with has two others. */
+        char j3[700];
+        snprintf(j3, sizeof j3, "%s/grow-j3.json", work);
         gr_rc = 3;
+        gr_write_file(j3, 3);
+        gr_start(2, j3, true);
         gr_change_rc = 3;
         three = gr_change_to(c, "add", 2, 0x7u, -1, &acked, &took);
         if (three)

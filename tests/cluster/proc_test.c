@@ -2050,7 +2050,8 @@ int main(int argc, char **argv)
          "removed) under a writer and a consumer, kill -9 mid-change twice, then kill -9 of all and restart; "
          "every acknowledged message exactly once", test_grow_shrink_under_load},
         {"grow: a partition started with one member (replica_count 1) grows to 2 and 3 members (replica_count "
-         "2, then 3) under a writer and a consumer; after kill -9 of all, member 1 restarted from its one-member "
+         "2, then 3; member 3 joins from a file at replica_count 3 naming the two others and itself) under a "
+         "writer and a consumer; after kill -9 of all, member 1 restarted from its one-member "
          "file reports the three; every acknowledged message exactly once", test_grow_from_one_member},
         {"grow: a one-member partition whose member has no peer address refuses MemberChange add "
          "(FAILED_PRECONDITION peer_url) and keeps its one voter", test_grow_refused_without_peer_address},
