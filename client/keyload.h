@@ -878,11 +878,15 @@ kl_code kl_member_status(const char *url, int timeout_ms, Keyload__V1__MemberSta
 void kl_member_status_free(Keyload__V1__MemberStatusAnswer *a);
 
 /* Every member of the cluster file at cluster_path asked with kl_member_status, one at a
- * time, each within member_timeout_ms (<= 0: KL_CLUSTER_STATUS_MEMBER_TIMEOUT_MS), as one
- * canonical JSON object (client/sdk/cluster_status.c; what `keyload cluster-status --json`
- * and keyload-mcp's cluster_status print):
+ * time, each within member_timeout_ms (<= 0: KL_CLUSTER_STATUS_MEMBER_TIMEOUT_MS), then the
+ * members the partition's configuration names that the file does not (from a `Members`
+ * answer of the partition's representative member; joined members, node "p<P>m<ID>"), as
+ * one canonical JSON object (client/sdk/cluster_status.c; what `keyload cluster-status
+ * --json` and keyload-mcp's cluster_status print):
  *   {"cluster":NAME,"partitions":[{"id","leader" (node name or null),"term","commit_index",
- *    "applied_index","catalog_version","serving","members":[{"node","client","up","role",
+ *    "applied_index","catalog_version","serving","members":[{"node","client","up",
+ *    "configuration" ("voter", "learner", "leaving" (old half of a joint configuration),
+ *    "none" (no longer in it), or null when no member answered Members),"role",
  *    "term","commit_index","applied_index","last_index","serving","catalog_version",
  *    "error"}]}]}
  * A partition's numbers are its answering leader's (highest term), else those of the

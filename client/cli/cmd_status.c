@@ -68,6 +68,9 @@ static void print_partition(const json_t *p)
                num(commit, sizeof commit, m, "commit_index"),
                num(applied, sizeof applied, m, "applied_index"),
                num(catalog, sizeof catalog, m, "catalog_version"), str_or(m, "client", "?"));
+        const char *place = str_or(m, "configuration", "voter");
+        if (strcmp(place, "voter") != 0) /* a learner, leaving, or no longer in the configuration */
+            printf("  [%s]", strcmp(place, "none") == 0 ? "not in the configuration" : place);
         if (!up) { /* "error" is "CODE: message": the code is enough in the table */
             const char *e = str_or(m, "error", "?");
             printf("  (%.*s)", (int)strcspn(e, ":"), e);
@@ -159,7 +162,7 @@ static int wait_ready(cli *c, const char *node, int64_t wait_ms, int member_time
         int r = ready_once(root, node, &w);
         json_decref(root);
         if (r < 0)
-            return cli_usage(c, "--wait-ready: no node %s in the cluster file", node);
+            return cli_usage(c, "--wait-ready: no node %s in the cluster file or its partition's configuration", node);
         if (r > 0) {
             if (c->json) {
                 char buf[160];

@@ -21,6 +21,7 @@
 #include "keyload/v1/membership.pb-c.h"
 
 #include <fcntl.h>
+#include <jansson.h>
 #include <pthread.h>
 #include <signal.h>
 #include <sodium.h>
@@ -652,6 +653,28 @@ void test_grow_shrink_under_load(void)
            atomic_load(&gr_enq_ok), atomic_load(&gr_acked), n_left, (long long)(now_ms() - t_start));
 }
 
+/* How many members kl_cluster_status_to_json (what `keyload cluster-status` prints) reports
+ * up and "voter" in partition 0, reading the cluster file at path; -1 when it fails. */
+static int gr_status_voters_up(const char *path)
+{
+    char *report = NULL;
+    kl_err err = {0};
+    if (kl_cluster_status_to_json(path, 1000, 0, &report, &err) != KL_OK)
+        return -1;
+    json_t *root = json_loads(report, 0, NULL);
+    free(report);
+    json_t *members = json_object_get(json_array_get(json_object_get(root, "partitions"), 0), "members");
+    int n = 0;
+    size_t i;
+    json_t *m;
+    json_array_foreach(members, i, m) {
+        const char *place = json_string_value(json_object_get(m, "configuration"));
+        n += json_is_true(json_object_get(m, "up")) && place != NULL && strcmp(place, "voter") == 0;
+    }
+    json_decref(root);
+    return root != NULL ? n : -1;
+}
+
 /* Whether n more enqueues are acknowledged within timeout_ms. */
 static bool gr_acked_more(int n, int timeout_ms)
 {
@@ -734,8 +757,10 @@ void test_grow_from_one_member(void)
     char ex[160] = "";
     int bad = conf && gr_leader(15000) >= 0 ? gr_final_check(c, &n_left, ex, sizeof ex) : -1;
     kl_client_close(c);
+    int listed = conf ? gr_status_voters_up(gr_seed) : -1;
     gr_stop_all();
     CHECK(conf, "after kill -9 of all and a restart the members do not all report voters {1,2,3} at replica_count 3");
+    CHECK(listed == 3, "cluster-status from the one-member file lists %d members up as voters, not 3", listed);
     CHECK(bad == 0, "%d acknowledged-message violations (e.g. %s)", bad, ex);
     CHECK(after[0] && after[1], "10 enqueues were not acknowledged within 10 s after a change (after 2 voters: %d, "
           "after 3: %d)", after[0], after[1]);
