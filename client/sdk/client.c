@@ -329,7 +329,7 @@ static int partition_slot(const kl_client *c, int pid)
 /* The answer of a call that did not succeed, from its last error and whether a request
  * may have executed unseen. */
 static kl_code call_failed(const kl_client *c, int pid, const call_spec *s, const kl_err *last,
-                           bool maybe_sent, kl_err *err)
+                           const kl_err *answered, bool maybe_sent, kl_err *err)
 {
     if (last->code == KL_UNKNOWN_WRITE_OUTCOME && s->mutation)
         return kl_fail(err, KL_UNKNOWN_WRITE_OUTCOME, last->detail,
@@ -342,6 +342,13 @@ static kl_code call_failed(const kl_client *c, int pid, const call_spec *s, cons
         return kl_fail(err, KL_DEADLINE_EXCEEDED, "no_answer", "no answer within %d ms",
                        c->timeout_ms);
     }
+    /* A member's own refusal says more than failing to reach another one (a dead member
+     * tried last would otherwise hide why the live ones refused). */
+    if (last->code == KL_UNAVAILABLE && answered->code == KL_UNAVAILABLE && local_failure(last))
+        return kl_fail(err, KL_UNAVAILABLE, answered->detail,
+                       "no member of partition %d took the request (it was not executed); "
+                       "a member answered: %s; last: %s",
+                       pid, answered->message, last->message);
     if (last->code == KL_UNAVAILABLE)
         return kl_fail(err, KL_UNAVAILABLE, last->detail,
                        "no member of partition %d took the request (it was not executed); "
@@ -425,6 +432,7 @@ struct kl_call {
     bool alive, maybe_sent, sealed, pausing;
     uint64_t lost;
     kl_err last;
+    kl_err answered;           /* the last refusal a member answered (not a local failure); code KL_OK: none */
     kl_sdk_sealed_att att;
     /* ---- a Members sub-step (learning members) in the partition call */
     int learning;              /* LEARN_NONE, or why it runs */
@@ -433,6 +441,7 @@ struct kl_call {
     uint64_t learn_tried;      /* slots asked in this sub-step */
     call_spec learn_saved;     /* the call's own request, sent again afterwards */
     kl_err learn_last;         /* the call's last error before the sub-step */
+    kl_err learn_answered;     /* and its last refusal a member answered */
     uint8_t *held_ans;         /* LEARN_AFTER: the answer the call already has */
     size_t held_len;
     call_step_fn pc_done;      /* the upper step after the partition call */
@@ -500,7 +509,7 @@ static void pc_fail(kl_call *call)
     }
     if (call->learning != LEARN_NONE)
         learn_restore(call);
-    pc_end(call, call_failed(call->c, call->pid, &call->s, &call->last, call->maybe_sent,
+    pc_end(call, call_failed(call->c, call->pid, &call->s, &call->last, &call->answered, call->maybe_sent,
                              &call->err));
 }
 
@@ -537,6 +546,7 @@ static void pc_start(kl_call *call, int pid, const call_spec *s, call_step_fn th
     call->lost = 0;           /* members whose connection failed during this call */
     kl_fail(&call->last, KL_UNAVAILABLE, "no_member",
             "no member of partition %d could be reached", pid);
+    kl_err_clear(&call->answered);
     pc_advance(call);
 }
 
@@ -562,6 +572,7 @@ static void learn_begin(kl_call *call, int why, int first)
     call->learn_tried = 0;
     call->learn_saved = call->s;
     call->learn_last = call->last;
+    call->learn_answered = call->answered;
     call->s = (call_spec){.method = METHOD_MEMBERS, .command_id = "", .req = (const uint8_t *)"",
                           .req_len = 0};
 }
@@ -571,6 +582,7 @@ static void learn_restore(kl_call *call)
 {
     call->s = call->learn_saved;
     call->last = call->learn_last;
+    call->answered = call->learn_answered;
     call->learning = LEARN_NONE;
 }
 
@@ -752,6 +764,8 @@ static bool pc_attempt_result(kl_call *call, kl_code rc, const kl_err *e, uint8_
         stale_identity(rc, e))
         leader_forget(call->c, call->pi, mi); /* it may have stopped leading */
     call->last = *e;
+    if (rc != KL_OK && !local_failure(e))
+        call->answered = *e;
     if (stale_identity(rc, e)) {
         call->lost |= 1ull << (mi & 63); /* nothing was sent; another member may serve */
         return false;

@@ -702,6 +702,40 @@ START_TEST(a_success_after_a_dead_member_refreshes_the_members)
 }
 END_TEST
 
+/* The file names C (answers every batch UNAVAILABLE leader_not_ready) then A (nothing
+ * listens there), and C's configuration is the same two: no member serves, and the call's
+ * error names C's refusal, not only the failure to reach A that came last. */
+START_TEST(a_failed_call_names_what_a_live_member_answered)
+{
+    sm_start(&sm[0], 3, SM_UNAVAILABLE);
+    sm_start(&sm[1], 5, SM_FOLLOWS); /* unused */
+    sm_start(&sm[2], 6, SM_FOLLOWS); /* unused */
+    char dead[64];
+    snprintf(dead, sizeof dead, "tcp://127.0.0.1:%d", th_free_port());
+    for (int k = 0; k < 3; k++) {
+        sm[k].n_dir = 2;
+        sm[k].leader = 0;
+        sm[k].dir_id[0] = 3;
+        sm[k].dir_url[0] = sm[0].url;
+        sm[k].dir_id[1] = 1;
+        sm[k].dir_url[1] = dead;
+    }
+    uint64_t ids[2] = {3, 1};
+    const char *urls[2] = {sm[0].url, dead};
+    kl_client *c = sm_client("answered", 2, ids, urls);
+    kl_err err;
+    kl_code rc = sm_send(c, &err);
+    ck_assert_msg(rc == KL_UNAVAILABLE, "%s %s", kl_code_name(rc), err.message);
+    ck_assert_msg(strcmp(err.detail, "leader_not_ready") == 0, "detail %s: %s", err.detail, err.message);
+    ck_assert_msg(strstr(err.message, "cannot commit yet") != NULL, "%s", err.message);
+    ck_assert_int_ge(atomic_load(&sm[0].batches), 2);
+    kl_client_close(c);
+    for (int k = 0; k < 3; k++)
+        sm_stop(&sm[k]);
+    th_rmrf(sm_dir);
+}
+END_TEST
+
 Suite *suite_sdk_members(void)
 {
     Suite *s = suite_create("sdk_members");
@@ -723,6 +757,7 @@ Suite *suite_sdk_members(void)
     tcase_add_test(r, a_redirect_to_an_unknown_leader_is_learned_and_followed);
     tcase_add_test(r, a_round_where_no_known_member_serves_learns_the_leader);
     tcase_add_test(r, a_success_after_a_dead_member_refreshes_the_members);
+    tcase_add_test(r, a_failed_call_names_what_a_live_member_answered);
     suite_add_tcase(s, r);
     return s;
 }
