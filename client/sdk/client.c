@@ -344,11 +344,11 @@ static kl_code call_failed(const kl_client *c, int pid, const call_spec *s, cons
     }
     /* A member's own refusal says more than failing to reach another one (a dead member
      * tried last would otherwise hide why the live ones refused). */
-    if (last->code == KL_UNAVAILABLE && answered->code == KL_UNAVAILABLE && local_failure(last))
-        return kl_fail(err, KL_UNAVAILABLE, answered->detail,
+    if (last->code == KL_UNAVAILABLE && answered->code != KL_OK && local_failure(last))
+        return kl_fail(err, KL_UNAVAILABLE, answered->code == KL_UNAVAILABLE ? answered->detail : last->detail,
                        "no member of partition %d took the request (it was not executed); "
-                       "a member answered: %s; last: %s",
-                       pid, answered->message, last->message);
+                       "a member answered %s %s: %s; last: %s",
+                       pid, kl_code_name(answered->code), answered->detail, answered->message, last->message);
     if (last->code == KL_UNAVAILABLE)
         return kl_fail(err, KL_UNAVAILABLE, last->detail,
                        "no member of partition %d took the request (it was not executed); "
@@ -764,7 +764,9 @@ static bool pc_attempt_result(kl_call *call, kl_code rc, const kl_err *e, uint8_
         stale_identity(rc, e))
         leader_forget(call->c, call->pi, mi); /* it may have stopped leading */
     call->last = *e;
-    if (rc != KL_OK && !local_failure(e))
+    /* A redirect says less than a refusal: it does not replace one. */
+    if (rc != KL_OK && !local_failure(e) && (rc != KL_NOT_LEADER || call->answered.code == KL_OK ||
+                                             call->answered.code == KL_NOT_LEADER))
         call->answered = *e;
     if (stale_identity(rc, e)) {
         call->lost |= 1ull << (mi & 63); /* nothing was sent; another member may serve */

@@ -156,6 +156,34 @@ static int same_identity(const kl_sdk_members *t, const kl_sdk_member *m)
     return -1;
 }
 
+/* The slots to keep current for members the answer's configuration names but whose
+ * directory entry gave nothing usable (a seed member's entry may carry no client address):
+ * the slots the table already holds for those ids (with a key where sessions need one), the
+ * current ones, else the newest. A
+ * member id names one identity in a partition for ever, so the slot is that member. */
+static uint64_t unaddressed_voters(const kl_sdk_members *t, const Keyload__V1__MembersAnswer *a, bool need_keys,
+                                   uint64_t cur)
+{
+    uint64_t keep = 0, now = atomic_load_explicit(&t->current, memory_order_relaxed);
+    int n = atomic_load_explicit(&t->count, memory_order_relaxed);
+    const uint64_t *lists[3] = {a->voters, a->learners, a->old_voters};
+    size_t lens[3] = {a->n_voters, a->n_learners, a->n_old_voters};
+    for (int l = 0; l < 3; l++)
+        for (size_t k = 0; k < lens[l]; k++) {
+            uint64_t id = lists[l][k], mine = 0;
+            int newest = -1;
+            for (int i = 0; i < n; i++)
+                if (t->slots[i].id == id && (!need_keys || t->slots[i].has_public_key)) {
+                    mine |= 1ull << i;
+                    newest = i;
+                }
+            if (mine == 0 || (mine & cur) != 0)
+                continue; /* unknown here, or addressed by the answer */
+            keep |= (mine & now) != 0 ? (mine & now) : 1ull << newest;
+        }
+    return keep;
+}
+
 kl_code kl_sdk_members_learn(kl_sdk_members *t, const Keyload__V1__MembersAnswer *a, bool need_keys,
                              int *added, kl_err *err)
 {
@@ -190,6 +218,7 @@ kl_code kl_sdk_members_learn(kl_sdk_members *t, const Keyload__V1__MembersAnswer
         }
         cur |= 1ull << s;
     }
+    cur |= unaddressed_voters(t, a, need_keys, cur);
     if (cur == 0 && refused == 0) {
         pthread_mutex_unlock(&t->mu);
         return kl_fail(err, KL_INVALID_ARGUMENT, "directory",

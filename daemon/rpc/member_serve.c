@@ -59,6 +59,15 @@ static void reply_packed(kl_rpc_call *call, const ProtobufCMessage *m)
 
 /* ---- Members ---- */
 
+/* This member's cluster file entry for member id of its partition, or NULL. */
+static const kl_member *file_member(const kl_service *s, uint64_t id)
+{
+    for (int i = 0; s->partition != NULL && i < s->partition->member_count; i++)
+        if ((uint64_t)s->partition->members[i].id == id)
+            return &s->partition->members[i];
+    return NULL;
+}
+
 /* The directory entries of every id of c this member knows. */
 static size_t fill_directory(kl_service *s, const kl_raft_conf *c, Keyload__V1__MemberInfo *infos,
                              Keyload__V1__MemberInfo **ptrs)
@@ -74,6 +83,7 @@ static size_t fill_directory(kl_service *s, const kl_raft_conf *c, Keyload__V1__
             ids[n++] = c->old_members[i];
     for (size_t i = 0; i < n; i++) {
         const kl_confstore_member *m = kl_repl_member(s->repl, ids[i]);
+        const kl_member *f = file_member(s, ids[i]);
         keyload__v1__member_info__init(&infos[k]);
         infos[k].id = ids[i];
         if (m != NULL) {
@@ -84,6 +94,17 @@ static size_t fill_directory(kl_service *s, const kl_raft_conf *c, Keyload__V1__
                 infos[k].public_key.len = sizeof m->public_key;
             }
         }
+        /* A seed member's entry holds only what the replication seed carried (its peer
+         * address): without its client address and key a client learning this directory
+         * could not route to it, and would drop it from the members it tries. */
+        if (f != NULL && (infos[k].client_url == NULL || infos[k].client_url[0] == '\0'))
+            infos[k].client_url = (char *)f->client_url;
+        if (f != NULL && infos[k].public_key.len == 0 && f->has_public_key) {
+            infos[k].public_key.data = (uint8_t *)f->public_key;
+            infos[k].public_key.len = sizeof f->public_key;
+        }
+        if (f != NULL && (infos[k].peer_url == NULL || infos[k].peer_url[0] == '\0'))
+            infos[k].peer_url = (char *)f->peer_url;
         ptrs[k] = &infos[k];
         k++;
     }

@@ -8,6 +8,8 @@ void test_grow_shrink_under_load(void);
 void test_grow_from_one_member(void);
 /* ... and one without a peer address refuses to grow, naming the field. */
 void test_grow_refused_without_peer_address(void);
+/* A dead joined member replaced again through a client that learned the configuration. */
+void test_replace_a_replaced_member(void);
 /* Kills (by pid) every member the test started; safe to call when none runs. */
 void gr_stop_all(void);
 

@@ -2055,6 +2055,9 @@ int main(int argc, char **argv)
          "file reports the three; every acknowledged message exactly once", test_grow_from_one_member},
         {"grow: a one-member partition whose member has no peer address refuses MemberChange add "
          "(FAILED_PRECONDITION peer_url) and keeps its one voter", test_grow_refused_without_peer_address},
+        {"grow: at 3-of-3 dead member 3 is replaced by a joined member 4, then dead member 4 by 5, through one "
+         "client that learned the configuration in between (it must still reach the seed members)",
+         test_replace_a_replaced_member},
         {"3 members, replica_count 2: a follower that missed 10,000 entries catches up", test_group_follower_catches_up},
         {"3 members, replica_count 3: a follower whose log write fails (EIO) exits non-zero at once; "
          "after its restart every acknowledged write is there", test_group_log_write_failure_exits},

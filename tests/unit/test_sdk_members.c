@@ -142,6 +142,48 @@ START_TEST(learns_new_members_once_and_retires_removed_ones)
 }
 END_TEST
 
+/* {1, 2, 4} where members 1 and 2 (seed members) come without a client address or key:
+ * their slots from the cluster file stay current beside the new member 4, so the client
+ * still reaches them when 4 dies (it used to route to 4 alone). Member 3 is retired. */
+START_TEST(voters_without_a_usable_entry_keep_their_slots)
+{
+    kl_sdk_members t;
+    kl_err err;
+    kl_sdk_members_init(&t, 1, &err);
+    kl_partition *p = partition_new(1, 3, 7000);
+    kl_sdk_members_seed(&t, p, &err);
+    answer_fx f;
+    fx_init(&f, 12);
+    fx_add(&f, 1, 7000, 0, 0, true);
+    fx_add(&f, 2, 7001, 0, 0, true);
+    fx_add(&f, 4, 7100, 4, 32, true);
+    f.infos[0].client_url = "";
+    f.infos[1].client_url = "";
+    int added = -1;
+    ck_assert_int_eq(kl_sdk_members_learn(&t, &f.a, true, &added, &err), KL_OK);
+    ck_assert_int_eq(added, 1);
+    ck_assert_int_eq(kl_sdk_members_count(&t), 4);
+    ck_assert(kl_sdk_members_is_current(&t, 0) && kl_sdk_members_is_current(&t, 1));
+    ck_assert(!kl_sdk_members_is_current(&t, 2)); /* member 3 left */
+    ck_assert(kl_sdk_members_is_current(&t, 3));
+    ck_assert_int_eq(current_count(&t), 3);
+    /* Later, {1, 2, 5}: 4 replaced by 5, the seed members still without addresses. */
+    fx_init(&f, 20);
+    fx_add(&f, 1, 7000, 0, 0, true);
+    fx_add(&f, 2, 7001, 0, 0, true);
+    fx_add(&f, 5, 7101, 5, 32, true);
+    f.infos[0].client_url = "";
+    f.infos[1].client_url = "";
+    ck_assert_int_eq(kl_sdk_members_learn(&t, &f.a, true, &added, &err), KL_OK);
+    ck_assert(kl_sdk_members_is_current(&t, 0) && kl_sdk_members_is_current(&t, 1));
+    ck_assert(!kl_sdk_members_is_current(&t, 3));
+    ck_assert(kl_sdk_members_is_current(&t, 4));
+    ck_assert_int_eq(current_count(&t), 3);
+    free(p);
+    kl_sdk_members_destroy(&t);
+}
+END_TEST
+
 START_TEST(an_older_configuration_changes_nothing)
 {
     kl_sdk_members t;
@@ -743,6 +785,7 @@ Suite *suite_sdk_members(void)
     tcase_set_timeout(t, 30);
     tcase_add_test(t, seeded_from_the_cluster_file);
     tcase_add_test(t, learns_new_members_once_and_retires_removed_ones);
+    tcase_add_test(t, voters_without_a_usable_entry_keep_their_slots);
     tcase_add_test(t, an_older_configuration_changes_nothing);
     tcase_add_test(t, an_uncommitted_configuration_does_not_block_a_committed_one);
     tcase_add_test(t, unusable_entries_are_refused);
