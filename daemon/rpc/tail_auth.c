@@ -79,16 +79,41 @@ void kl_tail_auth_sign_request(const kl_cluster *c, Keyload__V1__CatalogTailRequ
     r->signature.len = KL_TAIL_AUTH_SIG_LEN;
 }
 
-kl_code kl_tail_auth_verify_request(const kl_cluster *c, const Keyload__V1__CatalogTailRequest *r,
-                                    int64_t now_unix_ms, kl_err *err)
+/* The key that verifies member r->member of r->partition: the catalog's record first. */
+static kl_code request_key(const kl_cluster *c, const kl_tail_vouched *vouched,
+                           const Keyload__V1__CatalogTailRequest *r, const uint8_t **key, kl_err *err)
 {
+    if (vouched != NULL && vouched->state == KL_TAIL_VOUCH_REMOVED)
+        return kl_fail(err, KL_UNAUTHENTICATED, "tail_member_removed",
+                       "member %llu of partition %d was removed; partition 0 refuses its CatalogTail requests",
+                       (unsigned long long)r->member, r->partition);
+    if (vouched != NULL && vouched->state == KL_TAIL_VOUCH_KEY) {
+        *key = vouched->public_key;
+        return KL_OK;
+    }
     const kl_member *m = find_member(c, r->partition, r->member);
-    if (m == NULL || !m->has_public_key || r->signature.len != KL_TAIL_AUTH_SIG_LEN)
+    if (m == NULL || !m->has_public_key)
+        return kl_fail(err, KL_UNAUTHENTICATED, "tail_signature",
+                       "a CatalogTail request must be signed by a member of the partition it names whose key "
+                       "partition 0 knows (its cluster file, or a SetMemberKey record); member %llu of partition "
+                       "%d has none", (unsigned long long)r->member, r->partition);
+    *key = m->public_key;
+    return KL_OK;
+}
+
+kl_code kl_tail_auth_verify_request(const kl_cluster *c, const kl_tail_vouched *vouched,
+                                    const Keyload__V1__CatalogTailRequest *r, int64_t now_unix_ms, kl_err *err)
+{
+    const uint8_t *key = NULL;
+    kl_code rc = request_key(c, vouched, r, &key, err);
+    if (rc != KL_OK)
+        return rc;
+    if (r->signature.len != KL_TAIL_AUTH_SIG_LEN)
         return kl_fail(err, KL_UNAUTHENTICATED, "tail_signature",
                        "a CatalogTail request must be signed by a member of the partition it names");
     uint8_t d[32];
     request_digest(c, r, d);
-    if (crypto_sign_verify_detached(r->signature.data, d, sizeof d, m->public_key) != 0)
+    if (crypto_sign_verify_detached(r->signature.data, d, sizeof d, key) != 0)
         return kl_fail(err, KL_UNAUTHENTICATED, "tail_signature",
                        "the CatalogTail request's signature does not verify with member %llu's key",
                        (unsigned long long)r->member);

@@ -515,7 +515,7 @@ START_TEST(mutation_table_has_a_full_row_per_kind)
                       "kind %d (%s): the row's canonical encoder is not the digest's", kind, f[i].name);
         check_ref_column(kind, &f[i], k);
     }
-    ck_assert_int_eq(max, KEYLOAD__V1__MUTATION__KIND_SET_TRANSFER_HOLD);
+    ck_assert_int_eq(max, KEYLOAD__V1__MUTATION__KIND_SET_MEMBER_KEY);
     ck_assert_ptr_null(kl_mutation_kind_of(max + 1));
     ck_assert_ptr_null(kl_canon_mutation_encoder(max + 1));
     ck_assert_ptr_null(kl_mutation_kind_of(-1));

@@ -44,17 +44,17 @@ START_TEST(request_signed_by_its_member_verifies)
     uint8_t sig[64];
     ck_assert(kl_tail_auth_required(&C, 1));
     Keyload__V1__CatalogTailRequest r = signed_request(1000000, sig);
-    ck_assert_int_eq(kl_tail_auth_verify_request(&C, &r, 1000000 + 5000, &err), KL_OK);
+    ck_assert_int_eq(kl_tail_auth_verify_request(&C, NULL, &r, 1000000 + 5000, &err), KL_OK);
     /* Inflated progress: the signature no longer covers it. */
     r.applied_version = 8;
-    ck_assert_int_eq(kl_tail_auth_verify_request(&C, &r, 1000000, &err), KL_UNAUTHENTICATED);
+    ck_assert_int_eq(kl_tail_auth_verify_request(&C, NULL, &r, 1000000, &err), KL_UNAUTHENTICATED);
     ck_assert_str_eq(err.detail, "tail_signature");
     r.applied_version = 7;
     /* Stale, or from the future. */
-    ck_assert_int_eq(kl_tail_auth_verify_request(&C, &r, 1000000 + KL_TAIL_AUTH_SKEW_MS + 1, &err),
+    ck_assert_int_eq(kl_tail_auth_verify_request(&C, NULL, &r, 1000000 + KL_TAIL_AUTH_SKEW_MS + 1, &err),
                      KL_UNAUTHENTICATED);
     ck_assert_str_eq(err.detail, "tail_stale");
-    ck_assert_int_eq(kl_tail_auth_verify_request(&C, &r, 1000000 - KL_TAIL_AUTH_SKEW_MS - 1, &err),
+    ck_assert_int_eq(kl_tail_auth_verify_request(&C, NULL, &r, 1000000 - KL_TAIL_AUTH_SKEW_MS - 1, &err),
                      KL_UNAUTHENTICATED);
     /* Signed by partition 0's member while claiming to be partition 1's. */
     Keyload__V1__CatalogTailRequest f = KEYLOAD__V1__CATALOG_TAIL_REQUEST__INIT;
@@ -62,13 +62,61 @@ START_TEST(request_signed_by_its_member_verifies)
     f.applied_version = 7;
     uint8_t fsig[64];
     kl_tail_auth_sign_request(&C, &f, 1, 1000000, sk[0], fsig);
-    ck_assert_int_eq(kl_tail_auth_verify_request(&C, &f, 1000000, &err), KL_UNAUTHENTICATED);
+    ck_assert_int_eq(kl_tail_auth_verify_request(&C, NULL, &f, 1000000, &err), KL_UNAUTHENTICATED);
     /* An unknown member, or no signature at all. */
     r.member = 9;
-    ck_assert_int_eq(kl_tail_auth_verify_request(&C, &r, 1000000, &err), KL_UNAUTHENTICATED);
+    ck_assert_int_eq(kl_tail_auth_verify_request(&C, NULL, &r, 1000000, &err), KL_UNAUTHENTICATED);
     r.member = 1;
     r.signature.len = 0;
-    ck_assert_int_eq(kl_tail_auth_verify_request(&C, &r, 1000000, &err), KL_UNAUTHENTICATED);
+    ck_assert_int_eq(kl_tail_auth_verify_request(&C, NULL, &r, 1000000, &err), KL_UNAUTHENTICATED);
+}
+END_TEST
+
+/* A member the cluster file never named (member 4 of partition 1, admitted by a membership
+ * change) is trusted only with the key partition 0's catalog vouches for; a removed record
+ * refuses a member even when the file names it; a forged key (a record for another key) is
+ * refused. */
+START_TEST(vouched_key_decides_before_the_cluster_file)
+{
+    kl_err err;
+    uint8_t npk[32], nsk[64], fpk[32], fsk[64], sig[64];
+    crypto_sign_keypair(npk, nsk);
+    crypto_sign_keypair(fpk, fsk);
+    Keyload__V1__CatalogTailRequest r = KEYLOAD__V1__CATALOG_TAIL_REQUEST__INIT;
+    r.partition = 1;
+    r.applied_version = 3;
+    kl_tail_auth_sign_request(&C, &r, 4, 1000000, nsk, sig);
+    /* Not in the file, no record: refused. */
+    ck_assert_int_eq(kl_tail_auth_verify_request(&C, NULL, &r, 1000000, &err), KL_UNAUTHENTICATED);
+    ck_assert_str_eq(err.detail, "tail_signature");
+    kl_tail_vouched none = {.state = KL_TAIL_VOUCH_NONE};
+    ck_assert_int_eq(kl_tail_auth_verify_request(&C, &none, &r, 1000000, &err), KL_UNAUTHENTICATED);
+    /* Vouched for: accepted. */
+    kl_tail_vouched v = {.state = KL_TAIL_VOUCH_KEY};
+    memcpy(v.public_key, npk, 32);
+    ck_assert_int_eq(kl_tail_auth_verify_request(&C, &v, &r, 1000000, &err), KL_OK);
+    /* A request signed by another key under the same member id: refused. */
+    Keyload__V1__CatalogTailRequest f = r;
+    uint8_t fsig[64];
+    kl_tail_auth_sign_request(&C, &f, 4, 1000000, fsk, fsig);
+    ck_assert_int_eq(kl_tail_auth_verify_request(&C, &v, &f, 1000000, &err), KL_UNAUTHENTICATED);
+    ck_assert_str_eq(err.detail, "tail_signature");
+    /* Removed: refused, whatever key signed it. */
+    kl_tail_vouched gone = {.state = KL_TAIL_VOUCH_REMOVED};
+    ck_assert_int_eq(kl_tail_auth_verify_request(&C, &gone, &r, 1000000, &err), KL_UNAUTHENTICATED);
+    ck_assert_str_eq(err.detail, "tail_member_removed");
+    /* Member 1 of partition 1 is in the cluster file; removed, its key no longer counts. */
+    uint8_t osig[64];
+    Keyload__V1__CatalogTailRequest o = KEYLOAD__V1__CATALOG_TAIL_REQUEST__INIT;
+    o.partition = 1;
+    kl_tail_auth_sign_request(&C, &o, 1, 1000000, sk[1], osig);
+    ck_assert_int_eq(kl_tail_auth_verify_request(&C, NULL, &o, 1000000, &err), KL_OK);
+    ck_assert_int_eq(kl_tail_auth_verify_request(&C, &gone, &o, 1000000, &err), KL_UNAUTHENTICATED);
+    ck_assert_str_eq(err.detail, "tail_member_removed");
+    /* A record with a new key for a file member replaces the file's key. */
+    ck_assert_int_eq(kl_tail_auth_verify_request(&C, &v, &o, 1000000, &err), KL_UNAUTHENTICATED);
+    /* Nothing secret or forged in the message: it names the member and partition only. */
+    ck_assert_ptr_null(strstr(err.message, "key="));
 }
 END_TEST
 
@@ -120,6 +168,7 @@ Suite *suite_tail_auth(void)
     TCase *t = tcase_create("tail_auth");
     tcase_add_checked_fixture(t, setup, NULL);
     tcase_add_test(t, request_signed_by_its_member_verifies);
+    tcase_add_test(t, vouched_key_decides_before_the_cluster_file);
     tcase_add_test(t, answer_is_bound_to_its_request);
     tcase_add_test(t, unkeyed_clusters_do_not_require_signatures);
     suite_add_tcase(s, t);
