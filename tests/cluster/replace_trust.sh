@@ -6,8 +6,9 @@
 # identities. Afterwards whichever member leads partition 1 is one partition 0's file never
 # knew, so a write to a queue there is acknowledged only if partition 0 trusts the keys the
 # replacements vouched for (SetMemberKey through `keyload cluster member replace`;
-# docs/MEMBERSHIP.md "Who vouches for a new member's key"): no restart of partition 0. Every
-# acknowledged message is read back. Ports 32000-32799 (below the ephemeral range); every
+# docs/MEMBERSHIP.md "Who vouches for a new member's key"): no restart of partition 0. Then
+# partition 0 is told by hand to refuse the leader's key (a write is refused while it leads
+# without a catalog lease) and to trust it again. Every acknowledged message is read back. Ports 32000-32799 (below the ephemeral range); every
 # process it starts is stopped on exit by pid, never by name.
 #
 #   bash tests/cluster/replace_trust.sh
@@ -83,8 +84,23 @@ check "partition 0 was never restarted (same pids)" [ "$(cat "$var"/p0m*.pid | s
 echo "# partition 1's leader: member $(jq -r '.leader' <<<"$m")"
 for i in 1 2 3 4 5; do check "write n-$i with only new identities in partition 1" write "n-$i"; done
 
+# By hand (`keyload cluster member key`): partition 0 told to refuse the leader's key, the
+# leader loses its catalog lease and a write is refused; its key registered again, writes
+# go on.
+lid=$(jq -r '.leader' <<<"$m")
+lnode=$(grep -lx "$lid" "$var"/p1m*.id 2>/dev/null | head -1)
+lnode=$(basename "${lnode:-none.id}" .id)
+check "the leader (member $lid) is node $lnode, a replacement" [ -s "$var/$lnode.pub" ]
+hex=$(base64 -d <"$var/$lnode.pub" 2>/dev/null | od -An -v -tx1 | tr -d ' \n')
+check "member key --remove of the leader" k cluster member key --partition 1 --id "$lid" --remove
+sleep 4
+check "no write acknowledged while partition 0 refuses the leader's key" ! k --timeout 3000 enqueue jobs refused
+check "member key --public-key: the leader's key registered again" \
+  k cluster member key --partition 1 --id "$lid" --public-key "$hex"
+check "write n-6 once partition 0 trusts the leader again" write n-6
+
 got=$(k --json receive jobs --max 100 --lease-ms 600000 2>/dev/null | jq -r '.results[0].messages[].body_utf8' 2>/dev/null)
-want="n-1 n-2 n-3 n-4 n-5 w-0 w-p1m1 w-p1m2 w-p1m3"
+want="n-1 n-2 n-3 n-4 n-5 n-6 w-0 w-p1m1 w-p1m2 w-p1m3"
 check "every acknowledged message is there once" [ "$(sort <<<"$got" | tr '\n' ' ')" = "$want " ]
 check "down" kc down >/dev/null
 finish
