@@ -576,6 +576,10 @@ START_TEST(member_key_records_are_catalog_changes)
     member_key_is(&A, 1, 4, NULL);
     versions(&A, &v, &n);
     ck_assert_uint_eq(v, 4);
+    /* Durable: a restart reads the records from the store, not from any file. */
+    th_close(&A);
+    th_reopen(&A);
+    member_key_is(&A, 1, 4, NULL);
     /* Shapes, by field. */
     member_key(&A, 5, 0, 4, k1, 32, KL_INVALID_ARGUMENT, &err);
     ck_assert_str_eq(err.detail, "mutations[0].set_member_key.partition");
