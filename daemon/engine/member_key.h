@@ -12,8 +12,7 @@
 #ifndef KL_MEMBER_KEY_H
 #define KL_MEMBER_KEY_H
 
+#include "common/limits.h"
 #include "daemon/engine/engine.h"
-
-#define KL_MEMBER_KEYS_MAX 1024
 
 #endif
