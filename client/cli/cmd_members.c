@@ -2,12 +2,13 @@
  * membership changes its leader runs (MemberChange); membership.proto, docs/MEMBERSHIP.md.
  * A change waits (--wait-ms) until the configuration in effect is the target, committed.
  *
- * Partition 0 trusts a data partition's member for its catalog tails only with a key it
- * knows (docs/MEMBERSHIP.md "Who vouches for a new member's key"), so on a data partition
- * add and replace with --public-key first register the new member's key in partition 0's
- * catalog (SetMemberKey), and remove and replace, once the change committed, remove the old
- * member's key there; --keep-keys leaves partition 0's records alone. `member key` sets or
- * removes one record by hand. */
+ * Catalog tails are signed, and a member is trusted only with a key the cluster file or
+ * partition 0's catalog gives it (docs/MEMBERSHIP.md "Who vouches for a new member's key"):
+ * partition 0 checks a data partition's members with it, data partitions check partition
+ * 0's. So add and replace with --public-key first register the new member's key in partition
+ * 0's catalog (SetMemberKey), and remove and replace, once the change committed, remove the
+ * old member's key there; --keep-keys leaves the records alone. `member key` sets or removes
+ * one record by hand. */
 #include "client/cli/cli.h"
 
 #include <jansson.h>
@@ -279,7 +280,7 @@ static int member_change(cli *c, kl_client *client, const char *op, const member
     kl_err err;
     kl_err_clear(&err);
     /* Partition 0's catalog vouches for a data partition's new member before it can lead. */
-    bool keys = m->partition > 0 && !m->keep_keys;
+    bool keys = !m->keep_keys;
     if (keys && !rem && m->public_key != NULL &&
         set_member_key(client, (int)m->partition, m->id, key, m->wait_ms, &err) != KL_OK)
         return cli_error(c, &err);

@@ -9,8 +9,8 @@
 kl_code kl_batch_set_member_key(kl_batch *b, int partition, uint64_t member, const uint8_t public_key[32],
                                 kl_err *err)
 {
-    if (partition < 1)
-        return kl_fail(err, KL_INVALID_ARGUMENT, "partition", "partition must name a data partition (1 or above)");
+    if (partition < 0)
+        return kl_fail(err, KL_INVALID_ARGUMENT, "partition", "partition must name a partition (0 or above)");
     if (member == 0)
         return kl_fail(err, KL_INVALID_ARGUMENT, "member", "member must be a nonzero member id");
     Keyload__V1__SetMemberKey k = KEYLOAD__V1__SET_MEMBER_KEY__INIT;

@@ -15,9 +15,9 @@ static kl_code validate_set_member_key(size_t idx, const Keyload__V1__Mutation *
 {
     const Keyload__V1__SetMemberKey *k = m->set_member_key;
     char where[64];
-    if (k->partition < 1) {
+    if (k->partition < 0) {
         snprintf(where, sizeof where, "mutations[%zu].set_member_key.partition", idx);
-        return kl_fail(err, KL_INVALID_ARGUMENT, where, "%s must name a data partition (1 or above)", where);
+        return kl_fail(err, KL_INVALID_ARGUMENT, where, "%s must name a partition (0 or above)", where);
     }
     if (k->member == 0) {
         snprintf(where, sizeof where, "mutations[%zu].set_member_key.member", idx);
@@ -83,7 +83,7 @@ static kl_code eval_set_member_key(kl_eval_ctx *c, const Keyload__V1__Mutation *
                        c->partition);
     if (k->partition >= c->partition_count)
         return kl_fail(err, KL_INVALID_ARGUMENT, "set_member_key.partition",
-                       "partition %d is not a data partition of this cluster (1..%d)", (int)k->partition,
+                       "partition %d is not a partition of this cluster (0..%d)", (int)k->partition,
                        c->partition_count - 1);
     Keyload__V1__CatalogMemberKey rec = KEYLOAD__V1__CATALOG_MEMBER_KEY__INIT, *old = NULL;
     rec.partition = k->partition;

@@ -165,13 +165,8 @@ static kl_code verify_tail(kl_service *s, const Keyload__V1__CatalogTailRequest 
     kl_code rc = kl_node_find_member_key(s->node, r->partition, r->member, &rec, &found, err);
     if (rc != KL_OK)
         return rc;
-    kl_tail_vouched v = {.state = KL_TAIL_VOUCH_NONE};
-    if (found && rec->removed)
-        v.state = KL_TAIL_VOUCH_REMOVED;
-    else if (found && rec->public_key.len == sizeof v.public_key) {
-        v.state = KL_TAIL_VOUCH_KEY;
-        memcpy(v.public_key, rec->public_key.data, sizeof v.public_key);
-    }
+    kl_tail_vouched v;
+    kl_tail_auth_vouched_of(found ? rec : NULL, &v);
     if (rec != NULL)
         keyload__v1__catalog_member_key__free_unpacked(rec, NULL);
     return kl_tail_auth_verify_request(s->cluster, &v, r, wall_ms(), err);

@@ -21,7 +21,12 @@
  *
  * Which key a request's member has: partition 0's catalog record for (partition, member)
  * first (CatalogMemberKey, written by a cluster administrator with SetMemberKey; the caller
- * reads it and passes it as kl_tail_vouched), then partition 0's cluster file. A removed
+ * reads it and passes it as kl_tail_vouched), then partition 0's cluster file. An answer's
+ * member of partition 0 the same way, from the data partition's applied copy of the catalog
+ * (record (0, member)): every version in that copy came from an answer that verified, so a
+ * key registered there is vouched for by a cluster administrator through a chain of
+ * verified answers, and a partition 0 member replaced after the data partition's cluster
+ * file was written is trusted once that copy holds its key. A removed
  * record refuses the member even when the cluster file names it, so a member taken out of a
  * partition stops getting catalog leases once its removal is applied on partition 0's
  * leader, and a member the file never named is trusted only once an administrator vouched
@@ -62,6 +67,9 @@ typedef struct kl_tail_vouched {
     uint8_t public_key[32];
 } kl_tail_vouched;
 
+/* What a CatalogMemberKey record (NULL: none) says, as kl_tail_vouched. */
+void kl_tail_auth_vouched_of(const Keyload__V1__CatalogMemberKey *rec, kl_tail_vouched *out);
+
 /* Checks r's signature against the key of member r->member of partition r->partition
  * (vouched: partition 0's record for that member, NULL when there is none; then the cluster
  * file's key), and its age. */
@@ -73,8 +81,10 @@ kl_code kl_tail_auth_verify_request(const kl_cluster *c, const kl_tail_vouched *
 void kl_tail_auth_sign_answer(const kl_cluster *c, uint64_t member, const uint8_t *req_sig,
                               const uint8_t *answer, size_t len, const uint8_t member_secret[64],
                               uint8_t sig[KL_TAIL_AUTH_SIG_LEN]);
-/* Checks a signed answer from member a->member of partition 0 against req_sig. */
-kl_code kl_tail_auth_verify_answer(const kl_cluster *c, const Keyload__V1__SignedCatalogTailAnswer *a,
-                                   const uint8_t *req_sig, kl_err *err);
+/* Checks a signed answer from member a->member of partition 0 against req_sig, with the
+ * key the data partition's applied catalog copy records for (0, a->member) (vouched; NULL
+ * when none), else the cluster file's. */
+kl_code kl_tail_auth_verify_answer(const kl_cluster *c, const kl_tail_vouched *vouched,
+                                   const Keyload__V1__SignedCatalogTailAnswer *a, const uint8_t *req_sig, kl_err *err);
 
 #endif

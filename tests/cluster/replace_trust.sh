@@ -6,9 +6,11 @@
 # identities. Afterwards whichever member leads partition 1 is one partition 0's file never
 # knew, so a write to a queue there is acknowledged only if partition 0 trusts the keys the
 # replacements vouched for (SetMemberKey through `keyload cluster member replace`;
-# docs/MEMBERSHIP.md "Who vouches for a new member's key"): no restart of partition 0. Then
-# partition 0 is told by hand to refuse the leader's key (a write is refused while it leads
-# without a catalog lease) and to trust it again. Every acknowledged message is read back. Ports 32000-32799 (below the ephemeral range); every
+# docs/MEMBERSHIP.md "Who vouches for a new member's key"): no restart of partition 0. The
+# same then for partition 0's three members, whose keys partition 1 checks tail answers
+# with: no restart of partition 1, and a catalog change still reaches it. Then partition 0
+# is told by hand to refuse the leader's key (a write is refused while it leads
+# without a catalog lease) and to trust it again. Every acknowledged message is read back. Ports 30000-30799 (below the ephemeral range); every
 # process it starts is stopped on exit by pid, never by name.
 #
 #   bash tests/cluster/replace_trust.sh
@@ -16,7 +18,7 @@ set -u
 cd "$(dirname "$0")/../.." || exit 1
 t_start=$(date +%s)
 name="trusttest$$"
-base=$(( 32000 + ($$ % 100) * 8 ))
+base=$(( 30000 + ($$ % 50) * 8 ))   # clients base..+6, peers base+400..+406 (30000-30799)
 mkdir -p var
 cfg=$(mktemp "$PWD/var/trust-XXXXXX.json")
 var="var/$name"
@@ -80,13 +82,32 @@ done
 m=$(k --json cluster members --partition 1)
 check "Members of partition 1: voters {4,5,6} (no member the cluster file of partition 0 names)" \
   [ "$(jq -c '[(.voters | sort), .committed, .joint]' <<<"$m")" = '[[4,5,6],true,false]' ]
-check "partition 0 was never restarted (same pids)" [ "$(cat "$var"/p0m*.pid | sort | tr '\n' ' ')" = "$p0_pids" ]
+check "partition 0 was not restarted by them (same pids)" [ "$(cat "$var"/p0m*.pid | sort | tr '\n' ' ')" = "$p0_pids" ]
 echo "# partition 1's leader: member $(jq -r '.leader' <<<"$m")"
 for i in 1 2 3 4 5; do check "write n-$i with only new identities in partition 1" write "n-$i"; done
+
+# Then partition 0's members, live, one at a time: partition 1's members, which started
+# from files naming none of them, check partition 0's tail answers with the keys their
+# catalog copies hold (the launcher registers each before it stops the old member).
+p1_pids=$(cat "$var"/p1m*.pid | sort | tr '\n' ' ')
+for node in p0m1 p0m2 p0m3; do
+  out=$(KEYLOAD_DATABASE=tr/db KEYLOAD_PRINCIPAL=root KEYLOAD_KEY="$key" kc replace "$node" 2>&1); rc=$?
+  echo "$out" | sed 's/^/  | /'
+  check "replace $node succeeds" [ "$rc" = 0 ]
+  check "a write to partition 1 after replacing $node" write "w-$node"
+done
+m0=$(k --json cluster members --partition 0)
+check "Members of partition 0: voters {4,5,6}" [ "$(jq -c '[(.voters | sort), .committed, .joint]' <<<"$m0")" = '[[4,5,6],true,false]' ]
+check "partition 1 was not restarted by them (same pids)" [ "$(cat "$var"/p1m*.pid | sort | tr '\n' ' ')" = "$p1_pids" ]
+echo "# partition 0's leader: member $(jq -r '.leader' <<<"$m0")"
+check "a catalog change (queue create on partition 1) with only new identities in partition 0" \
+  k queue create jobs2 --partition 1 >/dev/null
+for i in 1 2 3; do check "write m-$i with only new identities in both partitions" write "m-$i"; done
 
 # By hand (`keyload cluster member key`): partition 0 told to refuse the leader's key, the
 # leader loses its catalog lease and a write is refused; its key registered again, writes
 # go on.
+m=$(k --json cluster members --partition 1)
 lid=$(jq -r '.leader' <<<"$m")
 lnode=$(grep -lx "$lid" "$var"/p1m*.id 2>/dev/null | head -1)
 lnode=$(basename "${lnode:-none.id}" .id)
@@ -106,7 +127,7 @@ check "member key --public-key: the leader's key registered again" \
 check "write n-6 once partition 0 trusts the leader again" write n-6
 
 got=$(k --json receive jobs --max 100 --lease-ms 600000 2>/dev/null | jq -r '.results[0].messages[].body_utf8' 2>/dev/null)
-want="n-1 n-2 n-3 n-4 n-5 n-6 w-0 w-p1m1 w-p1m2 w-p1m3"
+want="m-1 m-2 m-3 n-1 n-2 n-3 n-4 n-5 n-6 w-0 w-p0m1 w-p0m2 w-p0m3 w-p1m1 w-p1m2 w-p1m3"
 check "every acknowledged message is there once" [ "$(sort <<<"$got" | tr '\n' ' ')" = "$want " ]
 check "down" kc down >/dev/null
 finish

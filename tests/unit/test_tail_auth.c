@@ -134,16 +134,58 @@ START_TEST(answer_is_bound_to_its_request)
     a.member = 1;
     a.signature.data = asig;
     a.signature.len = sizeof asig;
-    ck_assert_int_eq(kl_tail_auth_verify_answer(&C, &a, req1, &err), KL_OK);
+    ck_assert_int_eq(kl_tail_auth_verify_answer(&C, NULL, &a, req1, &err), KL_OK);
     /* Replayed to another request, tampered, or signed by a data partition's member. */
-    ck_assert_int_eq(kl_tail_auth_verify_answer(&C, &a, req2, &err), KL_UNAUTHENTICATED);
+    ck_assert_int_eq(kl_tail_auth_verify_answer(&C, NULL, &a, req2, &err), KL_UNAUTHENTICATED);
     const uint8_t other[] = {0x08, 0x08};
     a.answer.data = (uint8_t *)other;
-    ck_assert_int_eq(kl_tail_auth_verify_answer(&C, &a, req1, &err), KL_UNAUTHENTICATED);
+    ck_assert_int_eq(kl_tail_auth_verify_answer(&C, NULL, &a, req1, &err), KL_UNAUTHENTICATED);
     a.answer.data = (uint8_t *)body;
     kl_tail_auth_sign_answer(&C, 1, req1, body, sizeof body, sk[1], asig);
-    ck_assert_int_eq(kl_tail_auth_verify_answer(&C, &a, req1, &err), KL_UNAUTHENTICATED);
+    ck_assert_int_eq(kl_tail_auth_verify_answer(&C, NULL, &a, req1, &err), KL_UNAUTHENTICATED);
     ck_assert_str_eq(err.detail, "tail_signature");
+}
+END_TEST
+
+/* A member of partition 0 the data partition's cluster file never named (member 4,
+ * admitted later) is trusted for answers once the data partition's catalog copy vouches for
+ * its key; a removed record refuses even partition 0's member 1 from the file. */
+START_TEST(answer_of_a_vouched_partition0_member)
+{
+    kl_err err;
+    uint8_t rsig[64], asig[64], npk[32], nsk[64];
+    crypto_sign_keypair(npk, nsk);
+    signed_request(1000000, rsig);
+    const uint8_t body[] = {0x08, 0x09};
+    Keyload__V1__SignedCatalogTailAnswer a = KEYLOAD__V1__SIGNED_CATALOG_TAIL_ANSWER__INIT;
+    a.answer.data = (uint8_t *)body;
+    a.answer.len = sizeof body;
+    a.member = 4;
+    a.signature.data = asig;
+    a.signature.len = sizeof asig;
+    kl_tail_auth_sign_answer(&C, 4, rsig, body, sizeof body, nsk, asig);
+    ck_assert_int_eq(kl_tail_auth_verify_answer(&C, NULL, &a, rsig, &err), KL_UNAUTHENTICATED);
+    ck_assert_str_eq(err.detail, "tail_signature");
+    Keyload__V1__CatalogMemberKey rec = KEYLOAD__V1__CATALOG_MEMBER_KEY__INIT;
+    rec.member = 4;
+    rec.public_key.data = npk;
+    rec.public_key.len = 32;
+    kl_tail_vouched v;
+    kl_tail_auth_vouched_of(&rec, &v);
+    ck_assert_int_eq(v.state, KL_TAIL_VOUCH_KEY);
+    ck_assert_int_eq(kl_tail_auth_verify_answer(&C, &v, &a, rsig, &err), KL_OK);
+    /* The file's member 1, removed by a record: refused. */
+    a.member = 1;
+    kl_tail_auth_sign_answer(&C, 1, rsig, body, sizeof body, sk[0], asig);
+    ck_assert_int_eq(kl_tail_auth_verify_answer(&C, NULL, &a, rsig, &err), KL_OK);
+    rec.removed = true;
+    rec.public_key.len = 0;
+    kl_tail_auth_vouched_of(&rec, &v);
+    ck_assert_int_eq(v.state, KL_TAIL_VOUCH_REMOVED);
+    ck_assert_int_eq(kl_tail_auth_verify_answer(&C, &v, &a, rsig, &err), KL_UNAUTHENTICATED);
+    ck_assert_str_eq(err.detail, "tail_member_removed");
+    kl_tail_auth_vouched_of(NULL, &v);
+    ck_assert_int_eq(v.state, KL_TAIL_VOUCH_NONE);
 }
 END_TEST
 
@@ -170,6 +212,7 @@ Suite *suite_tail_auth(void)
     tcase_add_test(t, request_signed_by_its_member_verifies);
     tcase_add_test(t, vouched_key_decides_before_the_cluster_file);
     tcase_add_test(t, answer_is_bound_to_its_request);
+    tcase_add_test(t, answer_of_a_vouched_partition0_member);
     tcase_add_test(t, unkeyed_clusters_do_not_require_signatures);
     suite_add_tcase(s, t);
     return s;
