@@ -556,6 +556,20 @@ kl_code kl_client_backup_close(kl_client *c, int partition, uint64_t stream, kl_
 kl_code kl_client_members(kl_client *c, int partition, Keyload__V1__MembersAnswer **out, kl_err *err);
 kl_code kl_client_member_change(kl_client *c, int partition, const Keyload__V1__MemberChangeRequest *req,
                                 Keyload__V1__MemberChangeAnswer **out, kl_err *err);
+/* SetMemberKey (cluster administrators; a catalog change on partition 0): public_key (32
+ * bytes) is trusted as the key of member `member` of partition `partition` when it signs a
+ * catalog tail (a data partition's member: by partition 0; a member of partition 0: its
+ * answers, by the data partitions once their catalog copies hold the record), or, with
+ * public_key NULL, that member's tails are refused from now on, even when a cluster file
+ * names it. Register a new member's key
+ * before the MemberChange that admits it (or the member, once leader, gets no catalog lease:
+ * UNAVAILABLE catalog_lease), and remove a member's key once a change removed it. *changed
+ * (may be NULL): false when the record already said this. RESOURCE_EXHAUSTED
+ * "member_keys_full" past the catalog's bound (docs/MEMBERSHIP.md). */
+kl_code kl_batch_set_member_key(kl_batch *b, int partition, uint64_t member, const uint8_t public_key[32],
+                                kl_err *err);
+kl_code kl_client_set_member_key(kl_client *c, const char *command_id, int partition, uint64_t member,
+                                 const uint8_t public_key[32], bool *changed, kl_err *err);
 /* SetTransferHold on one partition (cluster administrators): CompleteQueueTransfer is
  * refused there (UNAVAILABLE "transfer_hold") until hold_ms of partition time after the
  * hold's entry; 0 releases it. *until_unix_ms: the partition time it ends at (0 released). */

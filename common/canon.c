@@ -358,6 +358,14 @@ void kl_canon_set_transfer_hold(kl_canon *c, const Keyload__V1__Mutation *m)
     kl_canon_u64(c, 1, m->set_transfer_hold->hold_ms);
 }
 
+void kl_canon_set_member_key(kl_canon *c, const Keyload__V1__Mutation *m)
+{
+    const Keyload__V1__SetMemberKey *k = m->set_member_key;
+    kl_canon_u64(c, 1, (uint64_t)(int64_t)k->partition);
+    kl_canon_u64(c, 2, k->member);
+    kl_canon_bytes(c, 3, k->public_key.data, k->public_key.len);
+}
+
 /* Each kind's body encoder, by kind number; a kind without one encodes as its kind byte
  * alone. daemon/engine/mutation.c's table points at the same functions. */
 static void (*const canon_kinds[])(kl_canon *c, const Keyload__V1__Mutation *m) = {
@@ -381,6 +389,7 @@ static void (*const canon_kinds[])(kl_canon *c, const Keyload__V1__Mutation *m) 
     [KEYLOAD__V1__MUTATION__KIND_ADVANCE_QUEUE_TRANSFER_ATTEMPT] = kl_canon_advance_queue_transfer_attempt,
     [KEYLOAD__V1__MUTATION__KIND_ADVANCE_QUEUE_TRANSFER_REPAIR] = kl_canon_advance_queue_transfer_repair,
     [KEYLOAD__V1__MUTATION__KIND_SET_TRANSFER_HOLD] = kl_canon_set_transfer_hold,
+    [KEYLOAD__V1__MUTATION__KIND_SET_MEMBER_KEY] = kl_canon_set_member_key,
 };
 
 kl_canon_mutation_fn kl_canon_mutation_encoder(int kind)

@@ -67,6 +67,7 @@ void kl_canon_set_queue_transfers_paused(kl_canon *c, const Keyload__V1__Mutatio
 void kl_canon_advance_queue_transfer_attempt(kl_canon *c, const Keyload__V1__Mutation *m);
 void kl_canon_advance_queue_transfer_repair(kl_canon *c, const Keyload__V1__Mutation *m);
 void kl_canon_set_transfer_hold(kl_canon *c, const Keyload__V1__Mutation *m);
+void kl_canon_set_member_key(kl_canon *c, const Keyload__V1__Mutation *m);
 
 /* Whether a batch holding a mutation of this kind keeps its outcome for ever: the
  * transfer kinds and the transfers pause, whose command ids are deterministic and replay

@@ -175,6 +175,10 @@
 #define KL_TRANSFER_HOLD_MAX_MS 120000
 /* The hold `keyload admin backup` sets unless told otherwise (--hold-ms). */
 #define KL_TRANSFER_HOLD_DEFAULT_MS 15000
+/* Member-key records (SetMemberKey, daemon/engine/member_key.h) partition 0's catalog holds,
+ * registered or removed: none is ever deleted, so the table is bounded here, then
+ * RESOURCE_EXHAUSTED "member_keys_full". */
+#define KL_MEMBER_KEYS_MAX 1024
 /* How long `keyload admin backup` waits for one call unless --timeout says otherwise: a
  * BackupOpen answers only after its pin counted the partition's records (7 s per GiB). */
 #define KL_BACKUP_CALL_TIMEOUT_MS 600000

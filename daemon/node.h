@@ -236,6 +236,12 @@ kl_code kl_node_find_principal(kl_node *n, const char *principal_id,
 kl_code kl_node_find_principal_cached(kl_node *n, const char *principal_id,
                                       const Keyload__V1__CatalogPrincipal **out, bool *found,
                                       kl_err *err);
+/* The member-key record of (partition, member) in this member's applied catalog
+ * (kl_catalog_get_member_key). On found *out is unpacked (caller frees with
+ * keyload__v1__catalog_member_key__free_unpacked). Only a store read: callable from a thread
+ * other than the loop's (the catalog tail's) while the node is open. */
+kl_code kl_node_find_member_key(kl_node *n, int partition, uint64_t member,
+                                Keyload__V1__CatalogMemberKey **out, bool *found, kl_err *err);
 
 bool kl_node_broken(const kl_node *n);
 /* Requests whose principal was loaded for authorization, and the time (ns) spent loading

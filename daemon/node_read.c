@@ -338,6 +338,13 @@ kl_code kl_node_find_principal(kl_node *n, const char *principal_id,
     return kl_catalog_find_principal(&view, principal_id, out, found, err);
 }
 
+kl_code kl_node_find_member_key(kl_node *n, int partition, uint64_t member,
+                                Keyload__V1__CatalogMemberKey **out, bool *found, kl_err *err)
+{
+    kl_view view = {.store = n->store, .scan_limit = 16};
+    return kl_catalog_get_member_key(&view, partition, member, out, found, err);
+}
+
 kl_code kl_node_find_principal_cached(kl_node *n, const char *principal_id,
                                       const Keyload__V1__CatalogPrincipal **out, bool *found,
                                       kl_err *err)

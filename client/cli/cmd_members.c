@@ -1,6 +1,14 @@
 /* keyload cluster members|member: a partition's configuration in effect (Members) and the
  * membership changes its leader runs (MemberChange); membership.proto, docs/MEMBERSHIP.md.
- * A change waits (--wait-ms) until the configuration in effect is the target, committed. */
+ * A change waits (--wait-ms) until the configuration in effect is the target, committed.
+ *
+ * Catalog tails are signed, and a member is trusted only with a key the cluster file or
+ * partition 0's catalog gives it (docs/MEMBERSHIP.md "Who vouches for a new member's key"):
+ * partition 0 checks a data partition's members with it, data partitions check partition
+ * 0's. So add and replace with --public-key first register the new member's key in partition
+ * 0's catalog (SetMemberKey), and remove and replace, once the change committed, remove the
+ * old member's key there; --keep-keys leaves the records alone. `member key` sets or removes
+ * one record by hand. */
 #include "client/cli/cli.h"
 
 #include <jansson.h>
@@ -16,7 +24,9 @@
     "                  [--public-key HEX] [--replica-count Q] [--wait-ms MS]\n"                  \
     "       keyload cluster member remove --partition P --id N [--replica-count Q] [--wait-ms MS]\n" \
     "       keyload cluster member replace --partition P --old N --id M --peer-url URL\n"       \
-    "                  [--client-url URL] [--public-key HEX] [--replica-count Q] [--wait-ms MS]"
+    "                  [--client-url URL] [--public-key HEX] [--replica-count Q] [--wait-ms MS]\n" \
+    "       (add, remove, replace: [--keep-keys] leaves partition 0's member-key records alone)\n" \
+    "       keyload cluster member key --partition P --id N (--public-key HEX | --remove)"
 
 static json_t *ids_json(const uint64_t *ids, size_t n)
 {
@@ -80,10 +90,15 @@ typedef struct member_args {
     uint64_t id, old, replica_count;
     int64_t wait_ms;
     const char *peer_url, *client_url, *public_key;
+    bool keep_keys, remove_key;
 } member_args;
 
 static int parse_member_opt(cli *c, cli_args *a, member_args *m)
 {
+    if (cli_opt_is(a, "--keep-keys") || cli_opt_is(a, "--remove")) {
+        *(cli_opt_is(a, "--remove") ? &m->remove_key : &m->keep_keys) = true;
+        return -1;
+    }
     const char *v = cli_opt_value(c, a);
     if (v == NULL)
         return CLI_EXIT_USAGE;
@@ -183,11 +198,61 @@ static kl_code wait_target(kl_client *client, int partition, const Keyload__V1__
     }
 }
 
+static int64_t mono_ms(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (int64_t)t.tv_sec * 1000 + t.tv_nsec / 1000000;
+}
+
+/* SetMemberKey of (partition, id) (key NULL: remove), under one command id, retried while
+ * partition 0 answers UNAVAILABLE (a catalog barrier waiting for a partition that cannot
+ * commit, as one whose member died at replica_count = voters) for up to wait_ms. */
+static kl_code set_member_key(kl_client *client, int partition, uint64_t id, const uint8_t *key, int64_t wait_ms,
+                              kl_err *err)
+{
+    char cid[KL_COMMAND_ID_TEXT_LEN + 1];
+    kl_command_id_new(cid);
+    int64_t end = mono_ms() + (wait_ms > 0 ? wait_ms : 60000);
+    for (;;) {
+        kl_code rc = kl_client_set_member_key(client, cid, partition, id, key, NULL, err);
+        bool again = rc == KL_UNAVAILABLE || rc == KL_UNKNOWN_WRITE_OUTCOME || rc == KL_DEADLINE_EXCEEDED;
+        if (!again || mono_ms() >= end)
+            return rc;
+        usleep(200 * 1000);
+    }
+}
+
+static int member_key(cli *c, kl_client *client, const member_args *m)
+{
+    if (m->id == 0 || (m->public_key == NULL) == !m->remove_key)
+        return cli_usage(c, "member key needs --id N and either --public-key HEX or --remove");
+    uint8_t key[32];
+    if (m->public_key != NULL && !hex_key(m->public_key, key))
+        return cli_usage(c, "--public-key takes 64 hex digits (an Ed25519 public key)");
+    kl_err err;
+    kl_err_clear(&err);
+    if (set_member_key(client, (int)m->partition, m->id, m->remove_key ? NULL : key, m->wait_ms, &err) != KL_OK)
+        return cli_error(c, &err);
+    if (c->json) {
+        json_t *o = json_pack("{s:I, s:I, s:b}", "partition", (json_int_t)m->partition, "member",
+                              (json_int_t)m->id, "removed", (int)m->remove_key);
+        char *txt = o != NULL ? json_dumps(o, JSON_COMPACT) : NULL;
+        json_decref(o);
+        return cli_print_json(c, txt);
+    }
+    printf("partition 0 %s member %llu of partition %lld\n", m->remove_key ? "refuses" : "trusts the key of",
+           (unsigned long long)m->id, (long long)m->partition);
+    return CLI_EXIT_OK;
+}
+
 static int member_change(cli *c, kl_client *client, const char *op, const member_args *m)
 {
+    if (!strcmp(op, "key"))
+        return member_key(c, client, m);
     bool rem = !strcmp(op, "remove"), rep = !strcmp(op, "replace");
     if (strcmp(op, "add") && !rem && !rep)
-        return cli_usage(c, "member takes add, remove or replace, not '%s'", op);
+        return cli_usage(c, "member takes add, remove, replace or key, not '%s'", op);
     if (m->id == 0 || (rep && m->old == 0))
         return cli_usage(c, rep ? "replace needs --old N and --id M" : "%s needs --id N", op);
     if (!rem && (m->peer_url == NULL || m->peer_url[0] == '\0'))
@@ -214,12 +279,23 @@ static int member_change(cli *c, kl_client *client, const char *op, const member
     }
     kl_err err;
     kl_err_clear(&err);
+    /* Partition 0's catalog vouches for a data partition's new member before it can lead. */
+    bool keys = !m->keep_keys;
+    if (keys && !rem && m->public_key != NULL &&
+        set_member_key(client, (int)m->partition, m->id, key, m->wait_ms, &err) != KL_OK)
+        return cli_error(c, &err);
     Keyload__V1__MemberChangeAnswer *ans = NULL;
     if (kl_client_member_change(client, (int)m->partition, &q, &ans, &err) != KL_OK)
         return cli_error(c, &err);
+    bool waited = ans->done || m->wait_ms > 0;
     kl_code rc = ans->done || m->wait_ms == 0 ? KL_OK : wait_target(client, (int)m->partition, ans, m->wait_ms, &err);
     keyload__v1__member_change_answer__free_unpacked(ans, NULL);
     if (rc != KL_OK)
+        return cli_error(c, &err);
+    /* Only once the change committed: before, the old member may still lead and need its lease. */
+    uint64_t gone = rem ? m->id : rep ? m->old : 0;
+    if (keys && gone != 0 && waited &&
+        set_member_key(client, (int)m->partition, gone, NULL, m->wait_ms, &err) != KL_OK)
         return cli_error(c, &err);
     Keyload__V1__MembersAnswer *now = NULL;
     if (kl_client_members(client, (int)m->partition, &now, &err) != KL_OK)
@@ -245,7 +321,7 @@ int cli_cmd_cluster(cli *c, int argc, char **argv)
     if (members && op != NULL)
         return cli_usage(c, "members takes no argument");
     if (!members && op == NULL)
-        return cli_usage(c, "member takes add, remove or replace");
+        return cli_usage(c, "member takes add, remove, replace or key");
     kl_client *client;
     kl_err err;
     kl_err_clear(&err);

@@ -403,6 +403,7 @@ bool kl_sdk_mutation_is_catalog(const Keyload__V1__Mutation *m)
     case KEYLOAD__V1__MUTATION__KIND_REVOKE_PERMISSION:
     case KEYLOAD__V1__MUTATION__KIND_SET_PRINCIPAL_KEY:
     case KEYLOAD__V1__MUTATION__KIND_SET_DATABASE_LIMITS:
+    case KEYLOAD__V1__MUTATION__KIND_SET_MEMBER_KEY:
         return true;
     case KEYLOAD__V1__MUTATION__KIND_SET_QUEUE_TRANSFERS_PAUSED:
         /* Database-wide admission is a catalog setting; one lane's lives with the lane. */

@@ -105,6 +105,7 @@ static bool stamp(stamped *s, const Keyload__V1__Mutation *src, char *tenant, ch
     case KEYLOAD__V1__MUTATION__KIND_CREATE_DATABASE:
     case KEYLOAD__V1__MUTATION__KIND_BOOTSTRAP:
     case KEYLOAD__V1__MUTATION__KIND_SET_PRINCIPAL_KEY:
+    case KEYLOAD__V1__MUTATION__KIND_SET_MEMBER_KEY:
         return true; /* names its own tenant and database, or none */
     case KEYLOAD__V1__MUTATION__KIND_CREATE_PRINCIPAL:
         s->sub.cp = *src->create_principal;

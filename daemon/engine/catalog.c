@@ -43,6 +43,9 @@ kl_code kl_catalog_apply_item(kl_view *v, int partition, int64_t now_ms,
         kl_key_catalog_principal_index(&k, p->principal_id);
         return kl_view_put(v, k.b, k.len, (const uint8_t *)p->tenant, strlen(p->tenant), err);
     }
+    case KEYLOAD__V1__CATALOG_ITEM__KIND_PUT_MEMBER_KEY:
+        kl_key_catalog_member_key(&k, item->put_member_key->partition, item->put_member_key->member);
+        return kl_view_put_msg(v, k.b, k.len, &item->put_member_key->base, err);
     case KEYLOAD__V1__CATALOG_ITEM__KIND_PUT_DATABASE:
         kl_key_catalog_database(&k, item->put_database->tenant, item->put_database->database);
         return kl_view_put_msg(v, k.b, k.len, &item->put_database->base, err);
@@ -122,6 +125,11 @@ static kl_code record_item(kl_eval_ctx *c, const Keyload__V1__CatalogItem *item,
     return bad ? kl_record_oom(err) : KL_OK;
 }
 
+kl_code kl_catalog_record_item(kl_eval_ctx *c, const Keyload__V1__CatalogItem *item, kl_err *err)
+{
+    return record_item(c, item, err);
+}
+
 static kl_code next_version(kl_eval_ctx *c, kl_err *err)
 {
     if (c->catalog->version != 0)
@@ -131,6 +139,11 @@ static kl_code next_version(kl_eval_ctx *c, kl_err *err)
     if (rc == KL_OK)
         c->catalog->version = cur + 1;
     return rc;
+}
+
+kl_code kl_catalog_next_version(kl_eval_ctx *c, kl_err *err)
+{
+    return next_version(c, err);
 }
 
 static kl_code allocate(kl_view *v, const char *counter, uint64_t *out, kl_err *err)

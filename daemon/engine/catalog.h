@@ -89,6 +89,11 @@ kl_code kl_catalog_eval_delete_queue(kl_eval_ctx *c, const Keyload__V1__DeleteQu
  * it (for a queue on partition 0 the caller did that in the same batch). */
 kl_code kl_catalog_eval_drop_queue(kl_eval_ctx *c, const Keyload__V1__CatalogQueue *def,
                                    kl_buf *results, kl_err *err);
+/* For catalog mutations evaluated outside this module (partition 0, ctx->catalog set):
+ * the version this batch creates (allocated on first use, into ctx->catalog->version), and
+ * an item applied here and added to the batch's change. */
+kl_code kl_catalog_next_version(kl_eval_ctx *c, kl_err *err);
+kl_code kl_catalog_record_item(kl_eval_ctx *c, const Keyload__V1__CatalogItem *item, kl_err *err);
 /* Ends a catalog batch: stores the CatalogChange under its version and advances the
  * version and change counters. Nothing to do when the batch has no item. */
 kl_code kl_catalog_finish(kl_eval_ctx *c, kl_err *err);

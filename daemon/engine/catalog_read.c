@@ -47,6 +47,15 @@ kl_code kl_catalog_get_principal(kl_view *v, const char *tenant, const char *pri
     return get_record(v, &k, &keyload__v1__catalog_principal__descriptor, "catalog principal", (ProtobufCMessage **)out, found, err);
 }
 
+kl_code kl_catalog_get_member_key(kl_view *v, int partition, uint64_t member,
+                                  Keyload__V1__CatalogMemberKey **out, bool *found, kl_err *err)
+{
+    kl_key k;
+    kl_key_catalog_member_key(&k, partition, member);
+    return get_record(v, &k, &keyload__v1__catalog_member_key__descriptor, "catalog member key",
+                      (ProtobufCMessage **)out, found, err);
+}
+
 kl_code kl_catalog_find_principal(kl_view *v, const char *principal_id,
                                   Keyload__V1__CatalogPrincipal **out, bool *found, kl_err *err)
 {

@@ -18,6 +18,9 @@ kl_code kl_catalog_get_queue(kl_view *v, const char *tenant, const char *databas
                              Keyload__V1__CatalogQueue **out, bool *found, kl_err *err);
 kl_code kl_catalog_get_principal(kl_view *v, const char *tenant, const char *principal_id,
                                  Keyload__V1__CatalogPrincipal **out, bool *found, kl_err *err);
+/* The member-key record of (partition, member) (catalog.proto CatalogMemberKey). */
+kl_code kl_catalog_get_member_key(kl_view *v, int partition, uint64_t member,
+                                  Keyload__V1__CatalogMemberKey **out, bool *found, kl_err *err);
 /* A principal by id alone, through the 'C' 'I' index (principal ids are unique across the
  * cluster; Bootstrap refuses a taken id with CONFLICT "principal_exists"). *found false
  * when absent; on found *out is unpacked (caller frees). INTERNAL when the index and the

@@ -56,6 +56,9 @@ extern const kl_mutation_kind kl_transfer_kind_set_queue_transfers_paused;
 /* engine/hold */
 extern const kl_mutation_kind kl_hold_kind_set_transfer_hold;
 
+/* engine/member_key */
+extern const kl_mutation_kind kl_member_key_kind_set;
+
 /* engine/transfer_advance */
 extern const kl_mutation_kind kl_transfer_advance_kind_attempt;
 extern const kl_mutation_kind kl_transfer_advance_kind_repair;

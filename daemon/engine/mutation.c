@@ -32,8 +32,9 @@ static const kl_mutation_kind *const kinds[] = {
     [KEYLOAD__V1__MUTATION__KIND_ADVANCE_QUEUE_TRANSFER_ATTEMPT] = &kl_transfer_advance_kind_attempt,
     [KEYLOAD__V1__MUTATION__KIND_ADVANCE_QUEUE_TRANSFER_REPAIR] = &kl_transfer_advance_kind_repair,
     [KEYLOAD__V1__MUTATION__KIND_SET_TRANSFER_HOLD] = &kl_hold_kind_set_transfer_hold,
+    [KEYLOAD__V1__MUTATION__KIND_SET_MEMBER_KEY] = &kl_member_key_kind_set,
 };
-_Static_assert(sizeof kinds / sizeof kinds[0] == KEYLOAD__V1__MUTATION__KIND_SET_TRANSFER_HOLD + 1,
+_Static_assert(sizeof kinds / sizeof kinds[0] == KEYLOAD__V1__MUTATION__KIND_SET_MEMBER_KEY + 1,
                "one row per mutation kind, up to the last kind queue.proto defines");
 
 const kl_mutation_kind *kl_mutation_kind_of(int kind)

@@ -156,6 +156,22 @@ static void tail_args(const Keyload__V1__CatalogTailRequest *r, kl_service_read_
         memcpy(a->tail.req_sig, r->signature.data, sizeof a->tail.req_sig);
 }
 
+/* Verifies a tail request with the key partition 0's applied catalog vouches for (a member
+ * admitted after the cluster file, or a removed one), else the cluster file's (tail_auth.h). */
+static kl_code verify_tail(kl_service *s, const Keyload__V1__CatalogTailRequest *r, kl_err *err)
+{
+    Keyload__V1__CatalogMemberKey *rec = NULL;
+    bool found = false;
+    kl_code rc = kl_node_find_member_key(s->node, r->partition, r->member, &rec, &found, err);
+    if (rc != KL_OK)
+        return rc;
+    kl_tail_vouched v;
+    kl_tail_auth_vouched_of(found ? rec : NULL, &v);
+    if (rec != NULL)
+        keyload__v1__catalog_member_key__free_unpacked(rec, NULL);
+    return kl_tail_auth_verify_request(s->cluster, &v, r, wall_ms(), err);
+}
+
 void kl_service_catalog_tail(void *owner, kl_rpc_call *call)
 {
     kl_service *s = owner;
@@ -182,7 +198,7 @@ void kl_service_catalog_tail(void *owner, kl_rpc_call *call)
     else if (kl_tail_auth_required(s->cluster, part))
         /* Nothing of a request that does not verify is recorded: not its progress, not its
          * arrival (which may count the partition as current). */
-        rc = kl_tail_auth_verify_request(s->cluster, r, wall_ms(), &err);
+        rc = verify_tail(s, r, &err);
     keyload__v1__catalog_tail_request__free_unpacked(r, NULL);
     if (rc != KL_OK) {
         kl_rpc_reply_error(call, &err, NULL);

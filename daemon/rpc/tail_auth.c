@@ -79,16 +79,55 @@ void kl_tail_auth_sign_request(const kl_cluster *c, Keyload__V1__CatalogTailRequ
     r->signature.len = KL_TAIL_AUTH_SIG_LEN;
 }
 
-kl_code kl_tail_auth_verify_request(const kl_cluster *c, const Keyload__V1__CatalogTailRequest *r,
-                                    int64_t now_unix_ms, kl_err *err)
+/* The key that verifies `member` of `partition`: the catalog's record first (see the
+ * header), then the cluster file's. */
+static kl_code member_key(const kl_cluster *c, const kl_tail_vouched *vouched, int partition, uint64_t member,
+                          const char *what, const uint8_t **key, kl_err *err)
 {
-    const kl_member *m = find_member(c, r->partition, r->member);
-    if (m == NULL || !m->has_public_key || r->signature.len != KL_TAIL_AUTH_SIG_LEN)
+    if (vouched != NULL && vouched->state == KL_TAIL_VOUCH_REMOVED)
+        return kl_fail(err, KL_UNAUTHENTICATED, "tail_member_removed",
+                       "member %llu of partition %d was removed; its CatalogTail %s is refused",
+                       (unsigned long long)member, partition, what);
+    if (vouched != NULL && vouched->state == KL_TAIL_VOUCH_KEY) {
+        *key = vouched->public_key;
+        return KL_OK;
+    }
+    const kl_member *m = find_member(c, partition, member);
+    if (m == NULL || !m->has_public_key)
+        return kl_fail(err, KL_UNAUTHENTICATED, "tail_signature",
+                       "a CatalogTail %s must be signed by a member of partition %d whose key is known (the "
+                       "cluster file, or a SetMemberKey record); member %llu has none",
+                       what, partition, (unsigned long long)member);
+    *key = m->public_key;
+    return KL_OK;
+}
+
+void kl_tail_auth_vouched_of(const Keyload__V1__CatalogMemberKey *rec, kl_tail_vouched *out)
+{
+    memset(out, 0, sizeof *out);
+    if (rec == NULL)
+        return;
+    if (rec->removed) {
+        out->state = KL_TAIL_VOUCH_REMOVED;
+    } else if (rec->public_key.len == sizeof out->public_key) {
+        out->state = KL_TAIL_VOUCH_KEY;
+        memcpy(out->public_key, rec->public_key.data, sizeof out->public_key);
+    }
+}
+
+kl_code kl_tail_auth_verify_request(const kl_cluster *c, const kl_tail_vouched *vouched,
+                                    const Keyload__V1__CatalogTailRequest *r, int64_t now_unix_ms, kl_err *err)
+{
+    const uint8_t *key = NULL;
+    kl_code rc = member_key(c, vouched, r->partition, r->member, "request", &key, err);
+    if (rc != KL_OK)
+        return rc;
+    if (r->signature.len != KL_TAIL_AUTH_SIG_LEN)
         return kl_fail(err, KL_UNAUTHENTICATED, "tail_signature",
                        "a CatalogTail request must be signed by a member of the partition it names");
     uint8_t d[32];
     request_digest(c, r, d);
-    if (crypto_sign_verify_detached(r->signature.data, d, sizeof d, m->public_key) != 0)
+    if (crypto_sign_verify_detached(r->signature.data, d, sizeof d, key) != 0)
         return kl_fail(err, KL_UNAUTHENTICATED, "tail_signature",
                        "the CatalogTail request's signature does not verify with member %llu's key",
                        (unsigned long long)r->member);
@@ -109,16 +148,19 @@ void kl_tail_auth_sign_answer(const kl_cluster *c, uint64_t member, const uint8_
     crypto_sign_detached(sig, NULL, d, sizeof d, member_secret);
 }
 
-kl_code kl_tail_auth_verify_answer(const kl_cluster *c, const Keyload__V1__SignedCatalogTailAnswer *a,
-                                   const uint8_t *req_sig, kl_err *err)
+kl_code kl_tail_auth_verify_answer(const kl_cluster *c, const kl_tail_vouched *vouched,
+                                   const Keyload__V1__SignedCatalogTailAnswer *a, const uint8_t *req_sig, kl_err *err)
 {
-    const kl_member *m = find_member(c, 0, a->member);
-    if (m == NULL || !m->has_public_key || a->signature.len != KL_TAIL_AUTH_SIG_LEN)
+    const uint8_t *key = NULL;
+    kl_code rc = member_key(c, vouched, 0, a->member, "answer", &key, err);
+    if (rc != KL_OK)
+        return rc;
+    if (a->signature.len != KL_TAIL_AUTH_SIG_LEN)
         return kl_fail(err, KL_UNAUTHENTICATED, "tail_signature",
                        "a CatalogTail answer must be signed by a member of partition 0");
     uint8_t d[32];
     answer_digest(c, a->member, req_sig, a->answer.data, a->answer.len, d);
-    if (crypto_sign_verify_detached(a->signature.data, d, sizeof d, m->public_key) != 0)
+    if (crypto_sign_verify_detached(a->signature.data, d, sizeof d, key) != 0)
         return kl_fail(err, KL_UNAUTHENTICATED, "tail_signature",
                        "the CatalogTail answer's signature does not verify with member %llu's key",
                        (unsigned long long)a->member);

@@ -87,6 +87,24 @@ static int member_slot(const kl_partition *p, const char *url)
     return -1;
 }
 
+/* Verifies an answer of partition 0's member sa->member with the key this member's applied
+ * catalog copy records for it, else the cluster file's (tail_auth.h). A store read from the
+ * tail thread: the store is open for the tailer's whole life (kl_tailer_stop joins first). */
+static kl_code verify_answer(kl_tailer *t, const Keyload__V1__SignedCatalogTailAnswer *sa, const uint8_t *req_sig,
+                             kl_err *err)
+{
+    Keyload__V1__CatalogMemberKey *rec = NULL;
+    bool found = false;
+    kl_code rc = kl_node_find_member_key(t->node, 0, sa->member, &rec, &found, err);
+    if (rc != KL_OK)
+        return rc;
+    kl_tail_vouched v;
+    kl_tail_auth_vouched_of(found ? rec : NULL, &v);
+    if (rec != NULL)
+        keyload__v1__catalog_member_key__free_unpacked(rec, NULL);
+    return kl_tail_auth_verify_answer(t->cluster, &v, sa, req_sig, err);
+}
+
 /* Unwraps (and, when required, verifies) a SignedCatalogTailAnswer; frees ans. */
 static kl_code open_answer(kl_tailer *t, uint8_t *ans, size_t alen, const uint8_t *req_sig,
                            Keyload__V1__CatalogTailAnswer **out, kl_err *err)
@@ -95,7 +113,7 @@ static kl_code open_answer(kl_tailer *t, uint8_t *ans, size_t alen, const uint8_
     free(ans);
     if (sa == NULL)
         return kl_fail(err, KL_INTERNAL, "catalog_tail", "a CatalogTail answer does not decode");
-    kl_code rc = t->auth_required ? kl_tail_auth_verify_answer(t->cluster, sa, req_sig, err) : KL_OK;
+    kl_code rc = t->auth_required ? verify_answer(t, sa, req_sig, err) : KL_OK;
     if (rc == KL_OK) {
         *out = keyload__v1__catalog_tail_answer__unpack(NULL, sa->answer.len, sa->answer.data);
         if (*out == NULL)

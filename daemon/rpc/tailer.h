@@ -19,8 +19,9 @@
  * new leadership starts with no lease, so a restarted or newly elected leader serves
  * nothing before it has caught up.
  *
- * Threads: kl_tailer_* run on the loop thread; the tail thread only does RPCs and owns
- * its connections. Bounded: one answer in flight (at most KL_TAIL_MAX_CHANGES changes). */
+ * Threads: kl_tailer_* run on the loop thread; the tail thread does RPCs, owns its
+ * connections and reads one catalog record per answer from the store (the key partition 0's
+ * answering member is vouched for with, kl_node_find_member_key). Bounded: one answer in flight (at most KL_TAIL_MAX_CHANGES changes). */
 #ifndef KL_TAILER_H
 #define KL_TAILER_H
 
@@ -38,7 +39,8 @@ typedef struct kl_tailer kl_tailer;
 
 /* member and keys (borrowed, may be NULL) sign the tail requests; when the cluster file
  * lists every member's public key, answers must carry a valid signature of a member of
- * partition 0 (daemon/rpc/tail_auth.h), else they are refused and retried. */
+ * partition 0, with the key this member's catalog copy or else its cluster file gives it
+ * (daemon/rpc/tail_auth.h), else they are refused and retried. */
 kl_code kl_tailer_start(uv_loop_t *loop, const kl_cluster *cluster, int partition, uint64_t member,
                         const struct kl_keys *keys, kl_node *node, kl_tailer **out, kl_err *err);
 /* Whether this member serves its partition now (tail only then). */

@@ -112,6 +112,14 @@ void kl_key_catalog_change(kl_key *k, uint64_t version)
     k_u64(k, version);
 }
 
+void kl_key_catalog_member_key(kl_key *k, int partition, uint64_t member)
+{
+    k_tag(k, 'C');
+    k_raw(k, (const uint8_t *)"M", 1);
+    k_u64(k, (uint64_t)(uint32_t)partition);
+    k_u64(k, member);
+}
+
 void kl_key_queue(kl_key *k, uint64_t qid) { k_tag(k, 'Q'); k_u64(k, qid); }
 
 void kl_key_message(kl_key *k, uint64_t qid, const char *lane, uint64_t seq)

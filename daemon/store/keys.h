@@ -9,6 +9,7 @@
  *                                    "catalog_version" u64 (catalog version applied here),
  *                                    "catalog_changes" u64 (catalog changes applied here),
  *                                    "cluster_admins" u64 (partition 0: 0 until bootstrap),
+ *                                    "member_keys" u64 (partition 0: 'C' 'M' records, bounded),
  *                                    "transfer_hold" u64 (partition time Complete is held
  *                                    until by a backup, engine/hold.h; absent: none),
  *                                    "outcome_mark" mark(8) cursor(8): the outcome low-water
@@ -23,6 +24,8 @@
  *                                    cluster, so a session's Hello (which names only the id)
  *                                    finds its record; written with every 'C' 'P' record
  *   'C' 'V' version(8)               CatalogChange (partition 0 only: what tails read)
+ *   'C' 'M' partition(8) member(8)   CatalogMemberKey: the key partition 0 trusts for a
+ *                                    member admitted after the cluster file (or its removal)
  *   'L' index(8)                     log entry (LogEntry); the synced write of a commit
  *   'N' tenant 0 database 0 queue    queue id (u64) by name
  *   'Q' qid(8)                       QueueRecord (limits, counters, next_seq)
@@ -90,6 +93,7 @@ void kl_key_catalog_queue(kl_key *k, const char *tenant, const char *database, c
 void kl_key_catalog_change(kl_key *k, uint64_t version);
 void kl_key_catalog_principal(kl_key *k, const char *tenant, const char *principal_id);
 void kl_key_catalog_principal_index(kl_key *k, const char *principal_id);
+void kl_key_catalog_member_key(kl_key *k, int partition, uint64_t member);
 
 void kl_key_transfer(kl_key *k, uint64_t qid, const char *lane, const uint8_t transfer_id[16]);
 void kl_key_transfer_pending(kl_key *k, uint64_t db, uint64_t qid, const char *lane,

@@ -18,18 +18,26 @@
  *      (and a second client opened now, sharing the process's member table) still enqueue
  *      and receive, and the coordinator delivers another transfer from partition 1.
  *
- * Partition 0 authenticates a data partition's catalog tails with the member keys of ITS
- * cluster file (daemon/rpc/tail_auth.h), so a member that joins a data partition can lead it
- * only if partition 0's members know its key: they are restarted, one at a time, from the
- * joiners' file (the original plus p1m4 and p1m5; partition 0's own section is unchanged, so
- * its configuration digest is too). The clients and the coordinator keep the original file.
+ * Partition 0 authenticates a data partition's catalog tails with the member keys of its
+ * cluster file and, for members admitted later, with the keys its catalog vouches for
+ * (SetMemberKey; docs/MEMBERSHIP.md "Who vouches for a new member's key"). Partition 0 runs
+ * from the original file throughout and is never restarted: the administrator registers
+ * p1m4's and p1m5's keys before adding them and removes p1m1's and p1m2's once they left,
+ * as `keyload cluster member` does. Probed with CatalogTail requests signed here: a key
+ * nobody vouched for (under an unknown id, and under p1m4's id once p1m4's real key is
+ * registered) is refused "tail_signature", and removed p1m1's own key "tail_member_removed".
+ * At the end partition 0 is told a forged key for p1m5, which leads: its tails are refused,
+ * its catalog lease runs out and a write fails UNAVAILABLE "catalog_lease", until the real
+ * key is registered again.
  *
  * Extra members use ports 12000..12899 (20 per pid slot, as the coordinator suites'
  * 13000..13899), are started by fork/exec with a bounded lifetime and killed by pid
  * (lr_stop_all), also after a failed check; the cluster is stopped after this test, since
  * its partition 1 no longer matches its cluster file. */
 #include "tests/cluster/proc_coord.h"
+#include "tests/cluster/proc_trust.h"
 
+#include "common/keys.h"
 #include "keyload/v1/membership.pb-c.h"
 
 #include <jansson.h>
@@ -65,8 +73,9 @@ void lr_stop_all(void)
         }
 }
 
-/* Keys, ports, names of the extra members; the joiners' cluster files: the original plus
- * p1m4 (for p1m4), plus p1m4 and p1m5 (for p1m5). */
+/* Keys, ports, names of the extra members; the joiners' cluster files (each member's --node
+ * must be in the file it starts from): the original plus p1m4 (for p1m4), plus p1m4 and p1m5
+ * (for p1m5). Partition 0 never reads them. */
 static bool lr_prepare(char *why, size_t cap)
 {
     int base = 12000 + (int)(getpid() % 45) * 20;
@@ -112,28 +121,6 @@ static bool lr_prepare(char *why, size_t cap)
             snprintf(why, cap, "cannot write %s", lr[i].file);
             return false;
         }
-    }
-    return true;
-}
-
-/* Restarts partition 0's members one at a time from the file that also names the joiners
- * (see the head of this file), each once partition 0 serves again. */
-static bool lr_p0_knows_joiners(void)
-{
-    rf3 *c = &cc_fx.cluster;
-    for (int m = 0; m < CC_MEMBERS; m++) {
-        rf3_kill(c, 0, m);
-        char node[16];
-        snprintf(node, sizeof node, "p0m%d", m + 1);
-        char *argv[] = {(char *)daemon_bin, "--cluster", lr[LR_EXTRA - 1].file, "--node", node, "--cluster-secret",
-                        c->secret, "--member-key", c->mkey[0][m], NULL};
-        c->pid[0][m] = proc_exec(argv, c->log[0][m], NULL, c->lifetime_s);
-        int64_t end = now_ms() + 30000;
-        while (rf3_leader(c, 0) < 0 || !rf3_alive(c, 0, m))
-            if (now_ms() > end)
-                return false;
-            else
-                sleep_ms(100);
     }
     return true;
 }
@@ -359,12 +346,53 @@ static void lr_transfer(const char *body)
             (long long)(now_ms() - t0));
 }
 
+/* A CatalogTail to partition 0 signed here as member `member` of partition 1: its refusal
+ * must be UNAUTHENTICATED with detail `want`. */
+static void lr_tail_refused(uint64_t member, const uint8_t secret[64], const char *want)
+{
+    const char *urls[CC_MEMBERS];
+    for (int m = 0; m < CC_MEMBERS; m++)
+        urls[m] = cc_fx.cluster.url[0][m];
+    kl_err err;
+    kl_err_clear(&err);
+    kl_code rc = tr_tail(cc_fx.cluster.run, urls, CC_MEMBERS, LR_P, member, secret, &err);
+    CHECK(rc == KL_UNAUTHENTICATED && strcmp(err.detail, want) == 0,
+          "a CatalogTail as p%dm%llu: %s %s (want UNAUTHENTICATED %s)", LR_P, (unsigned long long)member,
+          kl_code_name(rc), err.detail, want);
+    fprintf(stderr, "  CatalogTail as p%dm%llu refused: %s\n", LR_P, (unsigned long long)member, err.detail);
+}
+
+/* Keys nobody vouched for: under an unknown member id, and under p1m4's id once p1m4's own
+ * key is registered. */
+static void lr_forged_tails(void)
+{
+    uint8_t pk[32], sk[64];
+    crypto_sign_keypair(pk, sk);
+    CC_STEP(lr_tail_refused(9, sk, "tail_signature"));
+    CC_STEP(lr_tail_refused(4, sk, "tail_signature"));
+    sodium_memzero(sk, sizeof sk);
+}
+
 static void lr_phase_one(kl_client *root, kl_client *admin)
 {
+    char why[400];
+    /* Partition 0 vouches for p1m4's key before it is added, as `keyload cluster member add` does. */
+    CHECK(tr_set_key(admin, LR_P, 4, lr[0].pub, why, sizeof why), "%s", why);
+    CC_STEP(lr_forged_tails());
     lr_start_joiner(&lr[0]);
     uint64_t four[4] = {1, 2, 3, 4}, three[3] = {2, 3, 4};
     CHECK(lr_change(admin, "add", &lr[0], 0, 3, four, 4), "p1m4 was not added");
     CHECK(lr_change(admin, "remove", NULL, 1, 2, three, 3), "p1m1 was not removed");
+    /* Removed: partition 0 stops trusting p1m1's key, which its cluster file names. */
+    CHECK(tr_set_key(admin, LR_P, 1, NULL, why, sizeof why), "%s", why);
+    uint8_t sk1[64];
+    kl_err err;
+    CHECK(kl_keys_read_secret_file("member key", cc_fx.cluster.mkey[LR_P][0], sk1, sizeof sk1, &err) == KL_OK,
+          "p%dm1's key: %s", LR_P, err.message);
+    lr_tail_refused(1, sk1, "tail_member_removed");
+    sodium_memzero(sk1, sizeof sk1);
+    if (failures_in_test)
+        return;
     cc_kill(LR_P, 0);
     CHECK(lr_make_lead(4), "p1m4 did not become the leader");
     bool leads;
@@ -382,10 +410,13 @@ static void lr_phase_one(kl_client *root, kl_client *admin)
 
 static void lr_phase_two(kl_client *root, kl_client *admin)
 {
+    char why[400];
+    CHECK(tr_set_key(admin, LR_P, 5, lr[1].pub, why, sizeof why), "%s", why);
     lr_start_joiner(&lr[1]);
     uint64_t four[4] = {2, 3, 4, 5}, three[3] = {3, 4, 5};
     CHECK(lr_change(admin, "add", &lr[1], 0, 2, four, 4), "p1m5 was not added");
     CHECK(lr_change(admin, "remove", NULL, 2, 2, three, 3), "p1m2 was not removed");
+    CHECK(tr_set_key(admin, LR_P, 2, NULL, why, sizeof why), "%s", why);
     cc_kill(LR_P, 1);
     CHECK(lr_make_lead(5), "p1m5 did not become the leader");
     cc_kill(LR_P, 2);
@@ -413,15 +444,63 @@ static void lr_phase_two(kl_client *root, kl_client *admin)
     CC_STEP(lr_transfer("after-phase-2"));
 }
 
+/* p1m5's MemberStatus: Raft-serving leader, and whether its catalog lease holds. */
+static bool lr_lease(bool *serving, bool *lease)
+{
+    Keyload__V1__MemberStatusAnswer *st = member_status(lr[1].client, 1000);
+    if (st == NULL)
+        return false;
+    *serving = st->serving;
+    *lease = st->catalog_lease_valid;
+    keyload__v1__member_status_answer__free_unpacked(st, NULL);
+    return true;
+}
+
+/* Partition 0 is told a forged key for p1m5, the leader: the tails p1m5 signs with its own
+ * key are refused, its lease runs out (catalog_lease_ms 3 s) and a write fails while it
+ * still leads; with its real key registered again it serves again. */
+static void lr_forged_lease(kl_client *root, kl_client *admin)
+{
+    char why[400];
+    uint8_t fpk[32], fsk[64];
+    crypto_sign_keypair(fpk, fsk);
+    sodium_memzero(fsk, sizeof fsk);
+    /* The SetMemberKey itself answers only once partition 1's lease has run out: p1m5 can no
+     * longer report the version that holds it (a catalog barrier), so count from before it. */
+    int64_t t0 = now_ms();
+    CHECK(tr_set_key(admin, LR_P, 5, fpk, why, sizeof why), "%s", why);
+    bool serving = false, lease = true;
+    while (now_ms() - t0 < 15000 && (!lr_lease(&serving, &lease) || lease))
+        sleep_ms(100);
+    CHECK(serving && !lease, "p%dm5 under a forged key: serving %d, lease %d after %lld ms (want a serving "
+          "leader without a lease)", LR_P, serving, lease, (long long)(now_ms() - t0));
+    fprintf(stderr, "  p%dm5's lease ran out %lld ms after partition 0 was sent a forged key\n", LR_P,
+            (long long)(now_ms() - t0));
+    kl_err err;
+    kl_err_clear(&err);
+    kl_code rc = cc_enqueue(root, "lease.lr", "forged", &err);
+    CHECK(rc != KL_OK, "an enqueue through p%dm5 without a catalog lease was acknowledged", LR_P);
+    fprintf(stderr, "  an enqueue meanwhile: %s %s\n", kl_code_name(rc), err.detail);
+    CHECK(lr_lease(&serving, &lease) && serving && !lease, "p%dm5 stopped leading during the write", LR_P);
+    CHECK(tr_set_key(admin, LR_P, 5, lr[1].pub, why, sizeof why), "%s", why);
+    t0 = now_ms();
+    while (now_ms() - t0 < 20000 && (!lr_lease(&serving, &lease) || !lease))
+        sleep_ms(100);
+    CHECK(serving && lease, "p%dm5 has no catalog lease 20 s after its real key was registered again", LR_P);
+    fprintf(stderr, "  p%dm5's lease is back %lld ms after its real key was registered again\n", LR_P,
+            (long long)(now_ms() - t0));
+    CC_STEP(lr_traffic(root, "restored", 3));
+}
+
 void test_learn_members(void)
 {
     CC_BEGIN("learn");
     CHECK(lr_prepare(why, sizeof why), "%s", why);
-    CHECK(lr_p0_knows_joiners(), "partition 0 did not serve again after its members' restart");
     CHECK(cc_database(LR_DB, why, sizeof why), "%s", why);
     CHECK(cc_queue(LR_DB, "work.lr", LR_P, &err) == KL_OK, "queue: %s", err.message);
     CHECK(cc_queue(LR_DB, "src.lr", LR_P, &err) == KL_OK, "queue: %s", err.message);
     CHECK(cc_queue(LR_DB, "dst.lr", 2, &err) == KL_OK, "queue: %s", err.message);
+    CHECK(cc_queue(LR_DB, "lease.lr", LR_P, &err) == KL_OK, "queue: %s", err.message);
     kl_client *root = cc_client(WHO_ROOT, LR_DB), *admin = cc_client(WHO_OTHER, LR_DB);
     CHECK(root && admin, "clients");
     /* The coordinator holds the original cluster file from before the first change. */
@@ -439,5 +518,6 @@ void test_learn_members(void)
     CC_STEP(lr_phase_two(root, admin));
     CHECK(cc_exited_with(cc_coord_stop(0), 0), "the coordinator did not exit 0 on SIGTERM");
     CHECK(cc_messages(root, "dst.lr") == 4, "dst.lr holds %lld (want 4)", cc_messages(root, "dst.lr"));
+    CC_STEP(lr_forged_lease(root, admin));
     lr_stop_all();
 }

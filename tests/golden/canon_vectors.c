@@ -169,6 +169,22 @@ static size_t later_samples(sample *s)
     m->kind_case = KEYLOAD__V1__MUTATION__KIND_SET_TRANSFER_HOLD;
     m->set_transfer_hold = h;
     s[n++] = (sample){"set_transfer_hold", m};
+    uint8_t *member_pk = malloc(32); /* freed with the sample (free_unpacked) */
+    Keyload__V1__SetMemberKey *k = calloc(1, sizeof *k);
+    Keyload__V1__Mutation *mk = calloc(1, sizeof *mk);
+    if (k == NULL || mk == NULL || member_pk == NULL)
+        golden_die("later samples: out of memory");
+    for (size_t i = 0; i < 32; i++)
+        member_pk[i] = (uint8_t)(0xa0 + i);
+    keyload__v1__set_member_key__init(k);
+    k->partition = 2;
+    k->member = 7;
+    k->public_key.data = member_pk;
+    k->public_key.len = 32;
+    keyload__v1__mutation__init(mk);
+    mk->kind_case = KEYLOAD__V1__MUTATION__KIND_SET_MEMBER_KEY;
+    mk->set_member_key = k;
+    s[n++] = (sample){"set_member_key", mk};
     return n;
 }
 

@@ -451,6 +451,33 @@ START_TEST(transfers_need_admin_then_data_grants)
 }
 END_TEST
 
+/* SetMemberKey vouches for a member's key to partition 0: a cluster administrator of any
+ * tenant (membership is the cluster's, as MemberChange's check), nobody else. */
+START_TEST(member_key_needs_a_cluster_administrator)
+{
+    Keyload__V1__SetMemberKey k = KEYLOAD__V1__SET_MEMBER_KEY__INIT;
+    k.partition = 1;
+    k.member = 4;
+    Keyload__V1__Mutation m = KEYLOAD__V1__MUTATION__INIT;
+    m.kind_case = KEYLOAD__V1__MUTATION__KIND_SET_MEMBER_KEY;
+    m.set_member_key = &k;
+    Keyload__V1__CatalogPrincipal p = KEYLOAD__V1__CATALOG_PRINCIPAL__INIT;
+    p.principal_id = "ops";
+    p.tenant = "elsewhere";
+    kl_authz_subject who = {.principal = &p};
+    kl_err err;
+    ck_assert_int_eq(kl_mutation_access(&who, &m, &err), KL_PERMISSION_DENIED);
+    ck_assert_str_eq(err.detail, "role:cluster_admin");
+    p.database_admin = true;
+    p.database = "default";
+    ck_assert_int_eq(kl_mutation_access(&who, &m, &err), KL_PERMISSION_DENIED);
+    p.cluster_admin = true;
+    ck_assert_int_eq(kl_mutation_access(&who, &m, &err), KL_OK);
+    who.admin_off = true;
+    ck_assert_int_eq(kl_mutation_access(&who, &m, &err), KL_PERMISSION_DENIED);
+}
+END_TEST
+
 /* Checks a descriptor's ref column against the kind's message (sd): a kind whose message
  * holds a single QueueLaneRef field must name its batch's database through one of them,
  * and a kind whose message holds none must have no ref. Each such field of the message is
@@ -515,7 +542,7 @@ START_TEST(mutation_table_has_a_full_row_per_kind)
                       "kind %d (%s): the row's canonical encoder is not the digest's", kind, f[i].name);
         check_ref_column(kind, &f[i], k);
     }
-    ck_assert_int_eq(max, KEYLOAD__V1__MUTATION__KIND_SET_TRANSFER_HOLD);
+    ck_assert_int_eq(max, KEYLOAD__V1__MUTATION__KIND_SET_MEMBER_KEY);
     ck_assert_ptr_null(kl_mutation_kind_of(max + 1));
     ck_assert_ptr_null(kl_canon_mutation_encoder(max + 1));
     ck_assert_ptr_null(kl_mutation_kind_of(-1));
@@ -535,6 +562,7 @@ Suite *suite_access(void)
     tcase_add_test(t, receive_checks_each_message_it_hands_out);
     tcase_add_test(t, roles_and_key_rotation);
     tcase_add_test(t, transfers_need_admin_then_data_grants);
+    tcase_add_test(t, member_key_needs_a_cluster_administrator);
     tcase_add_test(t, mutation_table_has_a_full_row_per_kind);
     suite_add_tcase(s, t);
     return s;

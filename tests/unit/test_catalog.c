@@ -6,6 +6,7 @@
 #include "common/canon.h"
 #include "common/keys.h"
 #include "daemon/engine/catalog.h"
+#include "daemon/engine/member_key.h"
 #include "keyload/v1/catalog.pb-c.h"
 #include "keyload/v1/store.pb-c.h"
 
@@ -476,6 +477,150 @@ START_TEST(bootstrap_refuses_a_taken_principal_id)
 }
 END_TEST
 
+/* One SetMemberKey batch (command id from n) on t; the receipt when it committed (expect
+ * KL_OK), else the refusal in *err. */
+static Keyload__V1__BatchReceipt *member_key(th_node *t, uint32_t n, int partition, uint64_t member,
+                                             const uint8_t *key, size_t key_len, kl_code expect, kl_err *err)
+{
+    uint8_t cmd[16] = {0x4b, 0x45, 0x59};
+    for (int i = 0; i < 4; i++)
+        cmd[12 + i] = (uint8_t)(n >> (8 * (3 - i)));
+    Keyload__V1__SetMemberKey k = KEYLOAD__V1__SET_MEMBER_KEY__INIT;
+    k.partition = partition;
+    k.member = member;
+    k.public_key.data = (uint8_t *)key;
+    k.public_key.len = key_len;
+    Keyload__V1__Mutation m = KEYLOAD__V1__MUTATION__INIT, *mp = &m;
+    m.kind_case = KEYLOAD__V1__MUTATION__KIND_SET_MEMBER_KEY;
+    m.set_member_key = &k;
+    Keyload__V1__BatchRequest b = KEYLOAD__V1__BATCH_REQUEST__INIT;
+    b.command_id.data = cmd;
+    b.command_id.len = sizeof cmd;
+    b.mutations = &mp;
+    b.n_mutations = 1;
+    size_t len = keyload__v1__batch_request__get_packed_size(&b);
+    uint8_t *req = malloc(len);
+    ck_assert_ptr_nonnull(req);
+    keyload__v1__batch_request__pack(&b, req);
+    th_reply r = {0};
+    th_submit(t, req, len, &r);
+    free(req);
+    ck_assert_int_eq(r.count, 1);
+    ck_assert_msg(r.code == expect, "SetMemberKey p%dm%llu: expected %s, got %s: %s", partition,
+                  (unsigned long long)member, kl_code_name(expect), kl_code_name(r.code), r.err.message);
+    Keyload__V1__BatchReceipt *rc = NULL;
+    if (r.code == KL_OK) {
+        rc = keyload__v1__batch_receipt__unpack(NULL, r.len, r.receipt);
+        ck_assert_ptr_nonnull(rc);
+        ck_assert_int_eq(rc->results[0]->kind_case, KEYLOAD__V1__MUTATION_RESULT__KIND_MEMBER_KEY_SET);
+    } else if (err != NULL) {
+        *err = r.err;
+    }
+    th_reply_free(&r);
+    return rc;
+}
+
+/* The record found on t for (partition, member): key (32 bytes, NULL: expect removed). */
+static void member_key_is(th_node *t, int partition, uint64_t member, const uint8_t *key)
+{
+    Keyload__V1__CatalogMemberKey *rec = NULL;
+    bool found = false;
+    kl_err err;
+    ck_assert_int_eq(kl_node_find_member_key(t->node, partition, member, &rec, &found, &err), KL_OK);
+    ck_assert_msg(found, "no member-key record for p%dm%llu", partition, (unsigned long long)member);
+    ck_assert_int_eq(rec->partition, partition);
+    ck_assert_uint_eq(rec->member, member);
+    ck_assert_int_eq(rec->removed, key == NULL);
+    ck_assert_uint_eq(rec->public_key.len, key ? 32 : 0);
+    if (key)
+        ck_assert_mem_eq(rec->public_key.data, key, 32);
+    keyload__v1__catalog_member_key__free_unpacked(rec, NULL);
+}
+
+/* SetMemberKey (daemon/engine/member_key.h): partition 0 keeps the key it trusts for a data
+ * partition's member as a catalog record (a version of its own, carried to the data
+ * partitions like every change); rewriting the same record changes nothing; a removal
+ * stays as a removed record; shapes are refused by field; the table is bounded. */
+START_TEST(member_key_records_are_catalog_changes)
+{
+    uint8_t k1[32], k2[32];
+    memset(k1, 0x11, sizeof k1);
+    memset(k2, 0x22, sizeof k2);
+    kl_err err;
+    Keyload__V1__BatchReceipt *r = member_key(&A, 1, 1, 4, k1, 32, KL_OK, NULL);
+    ck_assert(r->results[0]->member_key_set->changed);
+    ck_assert_uint_eq(r->results[0]->member_key_set->catalog_version, 2);
+    ck_assert_uint_eq(r->catalog_version, 2);
+    keyload__v1__batch_receipt__free_unpacked(r, NULL);
+    member_key_is(&A, 1, 4, k1);
+    Keyload__V1__CatalogMemberKey *none = NULL;
+    bool found = true;
+    ck_assert_int_eq(kl_node_find_member_key(A.node, 2, 4, &none, &found, &err), KL_OK);
+    ck_assert(!found); /* partitions are apart */
+    /* The same again: no new version. */
+    r = member_key(&A, 2, 1, 4, k1, 32, KL_OK, NULL);
+    ck_assert(!r->results[0]->member_key_set->changed);
+    ck_assert_uint_eq(r->results[0]->member_key_set->catalog_version, 0);
+    keyload__v1__batch_receipt__free_unpacked(r, NULL);
+    uint64_t v, n;
+    versions(&A, &v, &n);
+    ck_assert_uint_eq(v, 2);
+    /* The data partition's copy holds it too once carried. */
+    carry_ok(1);
+    carry_ok(2);
+    member_key_is(&B, 1, 4, k1);
+    /* A new key replaces the record; a removal leaves a removed record. */
+    keyload__v1__batch_receipt__free_unpacked(member_key(&A, 3, 1, 4, k2, 32, KL_OK, NULL), NULL);
+    member_key_is(&A, 1, 4, k2);
+    keyload__v1__batch_receipt__free_unpacked(member_key(&A, 4, 1, 4, NULL, 0, KL_OK, NULL), NULL);
+    member_key_is(&A, 1, 4, NULL);
+    versions(&A, &v, &n);
+    ck_assert_uint_eq(v, 4);
+    /* Partition 0's own members too (data partitions check tail answers with them). */
+    keyload__v1__batch_receipt__free_unpacked(member_key(&A, 10, 0, 9, k1, 32, KL_OK, NULL), NULL);
+    member_key_is(&A, 0, 9, k1);
+    versions(&A, &v, &n);
+    ck_assert_uint_eq(v, 5);
+    /* Durable: a restart reads the records from the store, not from any file. */
+    th_close(&A);
+    th_reopen(&A);
+    member_key_is(&A, 1, 4, NULL);
+    /* Shapes, by field. */
+    member_key(&A, 5, -1, 4, k1, 32, KL_INVALID_ARGUMENT, &err);
+    ck_assert_str_eq(err.detail, "mutations[0].set_member_key.partition");
+    member_key(&A, 6, 3, 4, k1, 32, KL_INVALID_ARGUMENT, &err);
+    ck_assert_str_eq(err.detail, "set_member_key.partition");
+    member_key(&A, 7, 1, 0, k1, 32, KL_INVALID_ARGUMENT, &err);
+    ck_assert_str_eq(err.detail, "mutations[0].set_member_key.member");
+    member_key(&A, 8, 1, 4, k1, 31, KL_INVALID_ARGUMENT, &err);
+    ck_assert_str_eq(err.detail, "mutations[0].set_member_key.public_key");
+    /* Only partition 0 holds the catalog. */
+    member_key(&B, 9, 1, 5, k1, 32, KL_FAILED_PRECONDITION, &err);
+    ck_assert_str_eq(err.detail, "catalog_partition");
+    versions(&A, &v, &n);
+    ck_assert_uint_eq(v, 5);
+}
+END_TEST
+
+START_TEST(member_key_table_is_bounded)
+{
+    uint8_t k[32];
+    memset(k, 0x33, sizeof k);
+    kl_err err;
+    for (uint32_t i = 0; i < KL_MEMBER_KEYS_MAX; i++)
+        keyload__v1__batch_receipt__free_unpacked(member_key(&A, 100 + i, 1 + (int)(i % 2), 10 + i, k, 32, KL_OK, NULL),
+                                                  NULL);
+    member_key(&A, 50, 1, 5000, k, 32, KL_RESOURCE_EXHAUSTED, &err);
+    ck_assert_str_eq(err.detail, "member_keys_full");
+    /* Rewriting a record (a removal, a new key) takes no new room. */
+    keyload__v1__batch_receipt__free_unpacked(member_key(&A, 51, 1, 10, NULL, 0, KL_OK, NULL), NULL);
+    member_key_is(&A, 1, 10, NULL);
+    k[0] ^= 1;
+    keyload__v1__batch_receipt__free_unpacked(member_key(&A, 52, 2, 11, k, 32, KL_OK, NULL), NULL);
+    member_key_is(&A, 2, 11, k);
+}
+END_TEST
+
 Suite *suite_catalog(void)
 {
     Suite *s = suite_create("catalog");
@@ -490,6 +635,8 @@ Suite *suite_catalog(void)
     tcase_add_test(t, database_signing_key_and_accept_attempts);
     tcase_add_test(t, bootstrap_once_with_proof);
     tcase_add_test(t, bootstrap_refuses_a_taken_principal_id);
+    tcase_add_test(t, member_key_records_are_catalog_changes);
+    tcase_add_test(t, member_key_table_is_bounded);
     suite_add_tcase(s, t);
     return s;
 }
