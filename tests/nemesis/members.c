@@ -10,21 +10,19 @@
  * the new one included) is killed -9 in the middle of the change and restarted.
  *
  * Before the change, the cluster file names the new member (with its key) beside the old
- * one and is reloaded: clients and the coordinator reopen it, and partition 0's members are
- * restarted one at a time, since partition 0 checks a data partition's catalog tail
- * signatures against the keys of its own cluster file. The partition's own members keep
- * starting from a file naming its configuration in effect, as the launcher's cluster.json
- * does, since a member whose log holds no configuration entry yet takes its members from
- * the file. The new member may lead as soon as
- * the joint step is in its log, so without that it could neither be reached by a client
- * nor keep its catalog lease (NEMESIS_MEMBER_P0_RESTART=0 leaves the restart out, to watch
- * that). Once the change committed the old member leaves the file. The configuration
- * itself is in each partition's log: the file only seeds members and tells clients where
- * to go.
+ * one and is reloaded: clients and the coordinator reopen it, and partition 0 is told the
+ * new key (SetMemberKey, as `keyload cluster member replace --public-key` does), since it
+ * checks a data partition's catalog tail signatures against the keys of its cluster file and
+ * of those records. The partition's own members keep starting from a file naming its
+ * configuration in effect, as the launcher's cluster.json does, since a member whose log
+ * holds no configuration entry yet takes its members from the file. The new member may lead
+ * as soon as the joint step is in its log, so without its key registered it could not keep
+ * its catalog lease (NEMESIS_MEMBER_VOUCH=0 leaves the registration out, to watch that).
+ * Once the change committed the old member leaves the file. The configuration itself is in
+ * each partition's log: the file only seeds members and tells clients where to go.
  *
- * Partition 0 is not a target: its members' keys are what every data partition verifies
- * tail answers with, from its cluster file, and every data partition would have to restart.
- * Neither is the member whose store is on the small disk image or on lossyfs (their faults
+ * Partition 0 is not a target here (tests/cluster/replace_trust.sh replaces its members
+ * through the launcher). Neither is the member whose store is on the small disk image or on lossyfs (their faults
  * need that store). */
 #include "tests/nemesis/nemesis.h"
 
@@ -242,11 +240,11 @@ static bool vouch(kl_client *c, const nm_member *mb)
 }
 
 /* The cluster file changed: (when p0) partition 0 is told the key of every joining identity
- * (NEMESIS_MEMBER_P0_RESTART=0 leaves that out, to watch a new leader without a catalog
+ * (NEMESIS_MEMBER_VOUCH=0 leaves that out, to watch a new leader without a catalog
  * lease), the coordinator restarted, the workload's clients reopened. */
 static void reload(bool p0)
 {
-    const char *e = getenv("NEMESIS_MEMBER_P0_RESTART");
+    const char *e = getenv("NEMESIS_MEMBER_VOUCH");
     if (p0 && (e == NULL || strcmp(e, "0") != 0)) {
         kl_client *c = nm_admin_client();
         for (int p = 1; p < NM_PARTS; p++)
