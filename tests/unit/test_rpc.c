@@ -165,6 +165,13 @@ static void *fx_loop_main(void *arg)
 }
 
 /* Starts a server on a random high port, retrying on ports already taken. */
+/* The fixture's listening host: a numeric address is served by the loop's own TCP
+ * transport (common/rpc_tcp.c), a host name by nng's REP socket; the fixture tests run
+ * under both (the "nng" case sets it). */
+static const char *fx_host = "127.0.0.1";
+
+static void fx_use_nng(void) { fx_host = "localhost"; }
+
 static void fx_listen(rpc_fixture *f, size_t max_frame)
 {
     srand((unsigned)(getpid() ^ time(NULL)));
@@ -179,7 +186,7 @@ static void fx_listen(rpc_fixture *f, size_t max_frame)
     kl_err err;
     kl_code rc = KL_UNAVAILABLE;
     for (int attempt = 0; attempt < 50 && rc == KL_UNAVAILABLE; attempt++) {
-        snprintf(f->url, sizeof f->url, "tcp://127.0.0.1:%d", 30000 + rand() % 30000);
+        snprintf(f->url, sizeof f->url, "tcp://%s:%d", fx_host, 30000 + rand() % 30000);
         rc = kl_rpc_server_start(&f->loop, &cfg, &f->srv, &err);
     }
     ck_assert_msg(rc == KL_OK, "server start: %s", err.message);
@@ -682,5 +689,16 @@ Suite *suite_rpc(void)
     tcase_add_test(tc, test_connect_timeout_dial_never_returns);
     tcase_add_test(tc, test_start_errors);
     suite_add_tcase(s, tc);
+    TCase *nng = tcase_create("nng");
+    tcase_set_timeout(nng, 30);
+    tcase_add_checked_fixture(nng, fx_use_nng, NULL);
+    tcase_add_test(nng, test_echo_round_trip);
+    tcase_add_test(nng, test_unknown_method);
+    tcase_add_test(nng, test_malformed_frame);
+    tcase_add_test(nng, test_oversized_frame);
+    tcase_add_test(nng, test_deferred_reply);
+    tcase_add_test(nng, test_concurrent_calls);
+    tcase_add_test(nng, test_stop_with_call_in_flight);
+    suite_add_tcase(s, nng);
     return s;
 }
