@@ -20,6 +20,15 @@
 #define TCP_MAX_HOPS (KL_RPC_TCP_HDR_MAX / 4)
 /* Read buffers grow to what a frame needs and start at this. */
 #define TCP_READ_CHUNK 65536
+/* A connection that has not sent its hello within this is closed (nng's negotiation
+ * bound), so half-open connections cannot pile up uncounted. */
+#define TCP_HELLO_TIMEOUT_MS 10000
+/* Answers waiting to be written to one connection beyond this (plus one frame) mean its
+ * client sends without reading: the connection is closed rather than buffered without
+ * bound (nng's REP dropped such answers after its send timeout). */
+#define TCP_WRITE_BACKLOG_MAX (64u << 20)
+/* The housekeeping timer's period when no idle timeout sets a shorter one. */
+#define TCP_TIMER_MS 1000
 
 struct kl_rpc_tcp_conn {
     uv_tcp_t h;
@@ -328,10 +337,9 @@ static void on_accept(uv_stream_t *server, int status)
         conn_close(c);
         return;
     }
-    if (t->paused) {
-        c->last_ms = tcp_now(t);
+    c->last_ms = tcp_now(t); /* the hello's deadline counts from here */
+    if (t->paused)
         return; /* resume starts it */
-    }
     conn_start_reading(c);
 }
 
@@ -375,6 +383,12 @@ void kl_rpc_tcp_answer(kl_rpc_tcp_conn *conn, const uint8_t *hdr, size_t hdr_len
     }
     size_t done = n > 0 ? (size_t)n : 0;
     if (n < 0 && n != UV_EAGAIN) {
+        free(frame);
+        conn_close(conn);
+        conn_unref(conn);
+        return;
+    }
+    if (conn->h.write_queue_size > TCP_WRITE_BACKLOG_MAX + conn->t->recv_max) {
         free(frame);
         conn_close(conn);
         conn_unref(conn);
@@ -437,15 +451,22 @@ void kl_rpc_tcp_resume(kl_rpc_tcp *t)
 
 void kl_rpc_tcp_stats_get(const kl_rpc_tcp *t, kl_rpc_tcp_stats *out) { *out = t->stats; }
 
+/* Closes connections that never said hello, and idle ones when idle_ms is set. */
 static void idle_cb(uv_timer_t *timer)
 {
     kl_rpc_tcp *t = timer->data;
     int64_t now = tcp_now(t);
-    for (kl_rpc_tcp_conn *c = t->conns; c != NULL; c = c->next)
-        if (c->hello_ok && !c->closing && c->held == 0 && now - c->last_ms >= t->idle_ms) {
+    for (kl_rpc_tcp_conn *c = t->conns; c != NULL; c = c->next) {
+        if (c->closing)
+            continue;
+        if (!c->hello_ok) {
+            if (now - c->last_ms >= TCP_HELLO_TIMEOUT_MS)
+                conn_close(c);
+        } else if (t->idle_ms > 0 && c->held == 0 && now - c->last_ms >= t->idle_ms) {
             t->stats.idle_closed++;
             conn_close(c);
         }
+    }
 }
 
 static void handle_closed(uv_handle_t *h)
@@ -490,8 +511,10 @@ kl_code kl_rpc_tcp_start(uv_loop_t *loop, const kl_rpc_tcp_config *cfg, kl_rpc_t
         uv_close((uv_handle_t *)&t->listener, handle_closed); /* frees t once closed */
         return code;
     }
-    if (t->idle_ms > 0 && uv_timer_init(loop, &t->idle_timer) == 0) {
-        uint64_t every = (uint64_t)(t->idle_ms / 4 > 20 ? t->idle_ms / 4 : 20);
+    if (uv_timer_init(loop, &t->idle_timer) == 0) {
+        uint64_t every = TCP_TIMER_MS;
+        if (t->idle_ms > 0 && t->idle_ms / 4 < (int)every)
+            every = (uint64_t)(t->idle_ms / 4 > 20 ? t->idle_ms / 4 : 20);
         t->idle_timer.data = t;
         t->idle_on = true;
         t->handles_open++;
