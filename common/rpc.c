@@ -8,6 +8,11 @@
  * never holds more than `contexts` frames, and a slot whose call is held by a handler
  * receives nothing new (nng's REP context must answer on the context that received).
  *
+ * Transport. A tcp:// URL with a numeric address is served by common/rpc_tcp.c on the loop
+ * itself (no slots, no nng socket): frames go straight from the socket to dispatch and
+ * answers straight back, and `contexts` bounds the calls held at once by pausing its
+ * reading. Other URLs (host names, ipc://, inproc://) use the nng REP socket and slots.
+ *
  * Server shutdown. kl_rpc_server_stop sets `stopping`, waits out every nng callback
  * (nng_aio_stop), closes the socket, drops undecoded frames and closes the uv_async
  * handle. The server memory stays alive while calls are still held by handlers: it is
@@ -18,6 +23,7 @@
 
 #include "common/failpoint.h"
 #include "common/log.h"
+#include "common/rpc_tcp.h"
 #include "keyload/v1/rpc.pb-c.h"
 
 #include <errno.h>
@@ -142,6 +148,9 @@ struct kl_rpc_server {
     bool stopping;        /* written under mu, only by the loop thread */
 
     size_t calls_out; /* loop thread only: calls held by handlers */
+    kl_rpc_tcp *tcp;  /* the loop's own TCP transport, or NULL (nng) */
+    bool tcp_closed;  /* loop thread only: the transport has freed itself after stop */
+    bool resuming;    /* loop thread only: kl_rpc_tcp_resume is delivering frames */
     bool wake_closed; /* loop thread only */
 
     /* Connections (under mu): one entry per open pipe. */
@@ -160,9 +169,18 @@ struct kl_rpc_server {
     void *refusal_ctx;
 };
 
+/* Where a call's answer goes: a slot (nng) or a connection of the TCP transport, with
+ * the request's backtrace to echo. */
+typedef struct rpc_target {
+    rpc_slot *slot;
+    kl_rpc_tcp_conn *conn;
+    uint8_t hdr[KL_RPC_TCP_HDR_MAX];
+    size_t hdr_len;
+} rpc_target;
+
 struct kl_rpc_call {
     kl_rpc_server *srv;
-    rpc_slot *slot;
+    rpc_target to;
     Keyload__V1__Envelope *env;
     /* Set by kl_rpc_call_set_session: the opened payload and the answer's sealer. */
     uint8_t *plaintext;
@@ -278,6 +296,13 @@ static void conn_idle_cb(uv_timer_t *t)
 
 void kl_rpc_server_conn_stats(kl_rpc_server *srv, kl_rpc_conn_stats *out)
 {
+    if (srv->tcp != NULL) {
+        kl_rpc_tcp_stats st;
+        kl_rpc_tcp_stats_get(srv->tcp, &st);
+        *out = (kl_rpc_conn_stats){.open = st.open, .refused = st.refused,
+                                   .idle_closed = st.idle_closed};
+        return;
+    }
     uv_mutex_lock(&srv->mu);
     *out = srv->stats;
     uv_mutex_unlock(&srv->mu);
@@ -382,15 +407,42 @@ static void slot_send_answer(rpc_slot *slot, const Keyload__V1__Answer *ans)
     nng_ctx_send(slot->ctx, slot->aio);
 }
 
+/* Loop thread: sends an answer to its target (the TCP transport takes the frame with
+ * room for its length prefix and the backtrace). */
+static void target_send(const rpc_target *to, const Keyload__V1__Answer *ans)
+{
+    if (to->slot != NULL) {
+        slot_send_answer(to->slot, ans);
+        return;
+    }
+    size_t size = keyload__v1__answer__get_packed_size(ans);
+    size_t room = 8 + to->hdr_len;
+    uint8_t *frame = malloc(room + size);
+    if (frame == NULL) {
+        KL_WARN("rpc answer dropped", "op=malloc bytes=%zu", room + size);
+        kl_rpc_tcp_drop(to->conn);
+        return;
+    }
+    keyload__v1__answer__pack(ans, frame + room);
+    kl_rpc_tcp_answer(to->conn, to->hdr, to->hdr_len, frame, room + size);
+}
+
+/* Loop thread: lets go of a target without answering (the server stopped). */
+static void target_drop(const rpc_target *to)
+{
+    if (to->conn != NULL)
+        kl_rpc_tcp_drop(to->conn);
+}
+
 /* Loop thread: answers an error the server found itself (no handler involved). */
-static void slot_answer_err(rpc_slot *slot, uint64_t request_id, const kl_err *err)
+static void target_answer_err(const rpc_target *to, uint64_t request_id, const kl_err *err)
 {
     Keyload__V1__Answer ans = KEYLOAD__V1__ANSWER__INIT;
     ans.request_id = request_id;
     ans.code = (Keyload__V1__StatusCode)err->code;
     ans.message = (char *)err->message;
     ans.detail = (char *)err->detail;
-    slot_send_answer(slot, &ans);
+    target_send(to, &ans);
 }
 
 /* O(log n) name comparisons over the table sorted once at start (server_sort_methods). */
@@ -436,47 +488,70 @@ static kl_code server_check(const kl_rpc_server *srv, const Keyload__V1__Envelop
     return KL_OK;
 }
 
-/* Loop thread: decodes one frame and either answers it or hands it to its handler. */
-static void server_dispatch(kl_rpc_server *srv, rpc_slot *slot, nng_msg *frame)
+/* Loop thread: decodes one request and either answers it or hands it to its handler. */
+static void server_dispatch(kl_rpc_server *srv, const rpc_target *to, const uint8_t *body,
+                            size_t len)
 {
     kl_err err;
-    size_t len = nng_msg_len(frame);
     if (len > srv->max_frame) {
-        nng_msg_free(frame);
         kl_fail(&err, KL_RESOURCE_EXHAUSTED, "limit:MaxFrameBytes",
                 "request frame of %zu bytes exceeds MaxFrameBytes (%zu bytes)", len,
                 srv->max_frame);
-        slot_answer_err(slot, 0, &err); /* request_id unread: decoding is what we refuse */
+        target_answer_err(to, 0, &err); /* request_id unread: decoding is what we refuse */
         return;
     }
-    Keyload__V1__Envelope *env = keyload__v1__envelope__unpack(NULL, len, nng_msg_body(frame));
-    nng_msg_free(frame);
+    Keyload__V1__Envelope *env = keyload__v1__envelope__unpack(NULL, len, body);
     if (env == NULL) {
         kl_fail(&err, KL_INVALID_ARGUMENT, "frame", "malformed request frame");
-        slot_answer_err(slot, 0, &err);
+        target_answer_err(to, 0, &err);
         return;
     }
     const kl_rpc_method *method = NULL;
     if (server_check(srv, env, &method, &err) != KL_OK) {
-        slot_answer_err(slot, env->request_id, &err);
+        target_answer_err(to, env->request_id, &err);
         keyload__v1__envelope__free_unpacked(env, NULL);
         return;
     }
     kl_rpc_call *call = calloc(1, sizeof *call);
     if (call == NULL) {
         kl_fail(&err, KL_RESOURCE_EXHAUSTED, "memory", "server out of memory for a call");
-        slot_answer_err(slot, env->request_id, &err);
+        target_answer_err(to, env->request_id, &err);
         keyload__v1__envelope__free_unpacked(env, NULL);
         return;
     }
     call->srv = srv;
-    call->slot = slot;
+    call->to = *to;
     call->env = env;
     call->deadline_ms = env->timeout_ms != 0 ? rpc_now_unix_ms() + (int64_t)env->timeout_ms
                                              : env->deadline_unix_ms;
-    slot->state = SLOT_HELD;
+    if (to->slot != NULL)
+        to->slot->state = SLOT_HELD;
     srv->calls_out++;
+    if (srv->tcp != NULL && srv->calls_out >= (size_t)srv->nslots)
+        kl_rpc_tcp_pause(srv->tcp); /* at most `contexts` calls held, as with nng */
     method->handler(srv->owner, call);
+}
+
+/* Loop thread: a frame of the nng transport. */
+static void server_dispatch_slot(kl_rpc_server *srv, rpc_slot *slot, nng_msg *frame)
+{
+    rpc_target to = {.slot = slot};
+    server_dispatch(srv, &to, nng_msg_body(frame), nng_msg_len(frame));
+    nng_msg_free(frame);
+}
+
+/* Loop thread: a frame of the TCP transport (the handler owns a reference to conn). */
+static void server_tcp_frame(void *owner, kl_rpc_tcp_conn *conn, const uint8_t *hdr,
+                             size_t hdr_len, const uint8_t *body, size_t len)
+{
+    kl_rpc_server *srv = owner;
+    rpc_target to = {.conn = conn, .hdr_len = hdr_len};
+    memcpy(to.hdr, hdr, hdr_len);
+    if (srv->stopping) {
+        target_drop(&to);
+        return;
+    }
+    server_dispatch(srv, &to, body, len);
 }
 
 /* Takes the whole inbox at once, so the lock is held only for two stores. */
@@ -520,7 +595,7 @@ static void server_wake_cb(uv_async_t *handle)
         slot->next = NULL;
         nng_msg *frame = slot->frame;
         slot->frame = NULL;
-        server_dispatch(srv, slot, frame);
+        server_dispatch_slot(srv, slot, frame);
     }
 }
 
@@ -536,6 +611,7 @@ static void server_free(kl_rpc_server *srv)
 static void server_maybe_free(kl_rpc_server *srv)
 {
     if (srv->stopping && srv->wake_closed && srv->calls_out == 0 &&
+        (srv->tcp == NULL || srv->tcp_closed) &&
         (!srv->idle_timer_on || srv->idle_timer_closed))
         server_free(srv);
 }
@@ -626,6 +702,47 @@ static void server_sort_methods(kl_rpc_server *srv)
     }
 }
 
+static void server_tcp_done(void *arg)
+{
+    kl_rpc_server *srv = arg;
+    srv->tcp_closed = true;
+    server_maybe_free(srv);
+}
+
+/* The rest of kl_rpc_server_start for a URL the loop's TCP transport serves: no nng
+ * socket, no slots; the wake handle is still made so that stop and free run one path. */
+static kl_code server_start_tcp(uv_loop_t *loop, const kl_rpc_server_config *cfg,
+                                kl_rpc_server *srv, kl_rpc_server **out, kl_err *err)
+{
+    kl_rpc_tcp_config tc = {.url = cfg->listen_url,
+                            .recv_max = rpc_scaled_limit(srv->max_frame, RPC_OVERSIZE_FACTOR),
+                            .max_conns = cfg->max_conns,
+                            .idle_ms = cfg->idle_ms,
+                            .on_frame = server_tcp_frame,
+                            .owner = srv};
+    int rv;
+    if ((rv = uv_async_init(loop, &srv->wake, server_wake_cb)) != 0) {
+        kl_code rc = kl_fail(err, KL_INTERNAL, "loop", "rpc server: uv_async_init for %s failed: %s",
+                             cfg->listen_url, uv_strerror(rv));
+        free(srv->slots);
+        uv_mutex_destroy(&srv->mu);
+        free(srv);
+        return rc;
+    }
+    srv->wake.data = srv;
+    kl_code rc = kl_rpc_tcp_start(loop, &tc, &srv->tcp, err);
+    if (rc != KL_OK) {
+        /* Freed by the wake handle's close callback (no calls, no transport). */
+        srv->stopping = true;
+        srv->tcp = NULL;
+        srv->nslots = 0;
+        uv_close((uv_handle_t *)&srv->wake, server_wake_closed);
+        return rc;
+    }
+    *out = srv;
+    return KL_OK;
+}
+
 kl_code kl_rpc_server_start(uv_loop_t *loop, const kl_rpc_server_config *cfg,
                             kl_rpc_server **out, kl_err *err)
 {
@@ -658,6 +775,8 @@ kl_code kl_rpc_server_start(uv_loop_t *loop, const kl_rpc_server_config *cfg,
                      "rpc server: out of memory for %d contexts", srv->nslots);
         goto fail_mutex;
     }
+    if (kl_rpc_tcp_handles(cfg->listen_url))
+        return server_start_tcp(loop, cfg, srv, out, err);
     if ((rv = nng_rep0_open(&srv->sock)) != 0) {
         rc = kl_fail(err, KL_INTERNAL, "socket", "rpc server: opening REP socket for %s failed: %s",
                      cfg->listen_url, nng_strerror(rv));
@@ -726,6 +845,11 @@ void kl_rpc_server_stop(kl_rpc_server *srv)
     uv_mutex_unlock(&srv->mu);
     if (already)
         return;
+    if (srv->tcp != NULL) {
+        kl_rpc_tcp_stop(srv->tcp, server_tcp_done, srv);
+        uv_close((uv_handle_t *)&srv->wake, server_wake_closed);
+        return;
+    }
 
     /* Cancel pending receives and sends and wait until no callback runs; a callback that
      * completes now sees `stopping` and arms nothing new. After this no nng thread
@@ -825,7 +949,9 @@ static void call_finish(kl_rpc_call *call, Keyload__V1__Answer *ans)
         }
     }
     if (!srv->stopping)
-        slot_send_answer(call->slot, ans);
+        target_send(&call->to, ans);
+    else
+        target_drop(&call->to);
     free(sealed);
     if (call->release != NULL)
         call->release(call->session_ctx);
@@ -833,6 +959,12 @@ static void call_finish(kl_rpc_call *call, Keyload__V1__Answer *ans)
     keyload__v1__envelope__free_unpacked(call->env, NULL);
     free(call);
     srv->calls_out--;
+    if (srv->tcp != NULL && !srv->stopping && !srv->resuming &&
+        srv->calls_out < (size_t)srv->nslots) {
+        srv->resuming = true;
+        kl_rpc_tcp_resume(srv->tcp);
+        srv->resuming = false;
+    }
     server_maybe_free(srv);
 }
 

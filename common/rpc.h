@@ -2,15 +2,17 @@
  *
  * Frames: a request is a packed keyload.v1.Envelope, an answer a packed keyload.v1.Answer.
  *
- * Server: one nng REP socket with `contexts` nng contexts (at least 64), so that many
- * requests are in flight at once. nng threads receive frames and hand them to the
- * owner's libuv loop through one uv_async_t; every handler runs on that loop thread.
+ * Server: at most `contexts` calls (at least 64) in flight at once; every handler runs on
+ * the owner's libuv loop thread. A tcp:// URL with a numeric address (or * or none) is
+ * served by the loop itself (common/rpc_tcp.h: it speaks nng's REQ/REP wire protocol, so
+ * clients keep nng REQ sockets); any other URL by one nng REP socket with `contexts` nng
+ * contexts, whose threads hand frames to the loop through one uv_async_t.
  * The server itself answers, without calling a handler: a frame that does not decode
  * (INVALID_ARGUMENT), a frame over max_frame bytes (RESOURCE_EXHAUSTED, detail
  * "limit:MaxFrameBytes"), an unknown method (NOT_FOUND, detail "method"), an expired
  * deadline (DEADLINE_EXCEEDED). The first two carry request_id 0 (the server did not
  * read the request's id); the client accepts request_id 0 only on such error answers.
- * Frames over 4 x max_frame never arrive: nng drops the connection instead. A handler
+ * Frames over 4 x max_frame never arrive: the connection is closed instead. A handler
  * must answer each call exactly once, through kl_rpc_reply / kl_rpc_reply_error, either
  * at once or later from the loop thread; the call is freed by that answer. Each held
  * call occupies one of the `contexts`, so at most `contexts` calls are in flight.

@@ -165,6 +165,13 @@ static void *fx_loop_main(void *arg)
 }
 
 /* Starts a server on a random high port, retrying on ports already taken. */
+/* The fixture's listening host: a numeric address is served by the loop's own TCP
+ * transport (common/rpc_tcp.c), a host name by nng's REP socket; the fixture tests run
+ * under both (the "nng" case sets it). */
+static const char *fx_host = "127.0.0.1";
+
+static void fx_use_nng(void) { fx_host = "localhost"; }
+
 static void fx_listen(rpc_fixture *f, size_t max_frame)
 {
     srand((unsigned)(getpid() ^ time(NULL)));
@@ -179,7 +186,7 @@ static void fx_listen(rpc_fixture *f, size_t max_frame)
     kl_err err;
     kl_code rc = KL_UNAVAILABLE;
     for (int attempt = 0; attempt < 50 && rc == KL_UNAVAILABLE; attempt++) {
-        snprintf(f->url, sizeof f->url, "tcp://127.0.0.1:%d", 30000 + rand() % 30000);
+        snprintf(f->url, sizeof f->url, "tcp://%s:%d", fx_host, 30000 + rand() % 30000);
         rc = kl_rpc_server_start(&f->loop, &cfg, &f->srv, &err);
     }
     ck_assert_msg(rc == KL_OK, "server start: %s", err.message);
@@ -662,6 +669,113 @@ START_TEST(test_start_errors)
 }
 END_TEST
 
+/* ---------------------------------------------------------------- the loop's TCP transport */
+
+/* A raw TCP connection to the fixture's port (what no nng client would send). */
+static int tcp_raw_connect(void)
+{
+    const char *colon = strrchr(fx.url, ':');
+    ck_assert_ptr_nonnull(colon);
+    struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons((uint16_t)atoi(colon + 1))};
+    sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    ck_assert_int_ge(fd, 0);
+    ck_assert_int_eq(connect(fd, (struct sockaddr *)&sa, sizeof sa), 0);
+    struct timeval tv = {.tv_sec = 5};
+    ck_assert_int_eq(setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv), 0);
+    return fd;
+}
+
+static void tcp_raw_send(int fd, const void *b, size_t n)
+{
+    ck_assert_int_eq(send(fd, b, n, MSG_NOSIGNAL), (ssize_t)n);
+}
+
+/* Reads exactly n bytes; false on end of stream. A timeout fails the test. */
+static bool tcp_raw_read(int fd, uint8_t *b, size_t n)
+{
+    size_t got = 0;
+    while (got < n) {
+        ssize_t r = recv(fd, b + got, n - got, 0);
+        ck_assert_msg(r >= 0, "no answer and no close within 5 s");
+        if (r == 0)
+            return false;
+        got += (size_t)r;
+    }
+    return true;
+}
+
+static void tcp_raw_frame(int fd, const uint8_t *body, size_t n)
+{
+    uint8_t len[8];
+    for (int i = 0; i < 8; i++)
+        len[i] = (uint8_t)((uint64_t)n >> (56 - 8 * i));
+    tcp_raw_send(fd, len, sizeof len);
+    tcp_raw_send(fd, body, n);
+}
+
+static const uint8_t tcp_req_hello[8] = {0, 'S', 'P', 0, 0, 0x30, 0, 0};
+
+/* A wrong hello and a frame over the receive limit close the connection unserved; a frame
+ * without a backtrace is dropped; a request's backtrace comes back on its answer. */
+START_TEST(test_tcp_wire)
+{
+    fx_start(1024);
+    uint8_t b[256];
+
+    int fd = tcp_raw_connect();
+    const uint8_t rep_hello[8] = {0, 'S', 'P', 0, 0, 0x31, 0, 0};
+    tcp_raw_send(fd, rep_hello, sizeof rep_hello); /* a REP talking to a REP */
+    ck_assert(tcp_raw_read(fd, b, 8));
+    ck_assert_mem_eq(b, rep_hello, 8);
+    ck_assert(!tcp_raw_read(fd, b, 1));
+    close(fd);
+
+    fd = tcp_raw_connect();
+    tcp_raw_send(fd, tcp_req_hello, sizeof tcp_req_hello);
+    uint8_t len[8] = {0, 0, 0, 0, 0, 0x01, 0, 0}; /* 65536 bytes: over 4 x 1024 + slack */
+    tcp_raw_send(fd, len, sizeof len);
+    ck_assert(tcp_raw_read(fd, b, 8));
+    ck_assert(!tcp_raw_read(fd, b, 1));
+    close(fd);
+
+    fd = tcp_raw_connect();
+    tcp_raw_send(fd, tcp_req_hello, sizeof tcp_req_hello);
+    ck_assert(tcp_raw_read(fd, b, 8));
+    const uint8_t no_trace[5] = {0, 0, 0, 1, 'x'};
+    tcp_raw_frame(fd, no_trace, sizeof no_trace);
+    Keyload__V1__Envelope env = KEYLOAD__V1__ENVELOPE__INIT;
+    env.method = (char *)"test.Echo";
+    env.request_id = 7;
+    env.payload.data = (uint8_t *)"hi";
+    env.payload.len = 2;
+    uint8_t req[128] = {0x80, 0, 0, 0x2a};
+    size_t n = keyload__v1__envelope__get_packed_size(&env);
+    ck_assert_uint_le(n + 4, sizeof req);
+    keyload__v1__envelope__pack(&env, req + 4);
+    tcp_raw_frame(fd, req, n + 4);
+    ck_assert(tcp_raw_read(fd, b, 8));
+    uint64_t alen = 0;
+    for (int i = 0; i < 8; i++)
+        alen = alen << 8 | b[i];
+    ck_assert_uint_gt(alen, 4);
+    ck_assert_uint_le(alen, sizeof b);
+    ck_assert(tcp_raw_read(fd, b, (size_t)alen));
+    ck_assert_mem_eq(b, req, 4); /* the first answer is the request's: the other was dropped */
+    Keyload__V1__Answer *ans = keyload__v1__answer__unpack(NULL, (size_t)alen - 4, b + 4);
+    ck_assert_ptr_nonnull(ans);
+    ck_assert_int_eq(ans->code, KEYLOAD__V1__STATUS_CODE__OK);
+    ck_assert_uint_eq(ans->request_id, 7);
+    ck_assert_uint_eq(ans->payload.len, 2);
+    ck_assert_mem_eq(ans->payload.data, "hi", 2);
+    keyload__v1__answer__free_unpacked(ans, NULL);
+    close(fd);
+
+    fx_stop();
+    ck_assert_int_eq(atomic_load(&fx.handled), 1);
+}
+END_TEST
+
 Suite *suite_rpc(void)
 {
     Suite *s = suite_create("rpc");
@@ -681,6 +795,18 @@ Suite *suite_rpc(void)
     tcase_add_test(tc, test_connect_timeout);
     tcase_add_test(tc, test_connect_timeout_dial_never_returns);
     tcase_add_test(tc, test_start_errors);
+    tcase_add_test(tc, test_tcp_wire);
     suite_add_tcase(s, tc);
+    TCase *nng = tcase_create("nng");
+    tcase_set_timeout(nng, 30);
+    tcase_add_checked_fixture(nng, fx_use_nng, NULL);
+    tcase_add_test(nng, test_echo_round_trip);
+    tcase_add_test(nng, test_unknown_method);
+    tcase_add_test(nng, test_malformed_frame);
+    tcase_add_test(nng, test_oversized_frame);
+    tcase_add_test(nng, test_deferred_reply);
+    tcase_add_test(nng, test_concurrent_calls);
+    tcase_add_test(nng, test_stop_with_call_in_flight);
+    suite_add_tcase(s, nng);
     return s;
 }
