@@ -554,18 +554,25 @@ static void gr_log_change(const char *what, int64_t took, int acked)
     printf("  %s under load: %lld ms, %d enqueues acknowledged meanwhile\n", what, (long long)took, acked);
 }
 
-void test_grow_shrink_under_load(void)
+/* A new test's history, counters and files for a partition seeded with n members at
+ * replica_count n. */
+static bool gr_begin(int n)
 {
-    int64_t t_start = now_ms();
     atomic_store(&gr_stop, false);
     gr_n_enq = gr_n_ack = 0;
     gr_changes = gr_changes_idle = 0;
     atomic_store(&gr_enq_ok, 0);
     atomic_store(&gr_acked, 0);
     atomic_store(&gr_refused, 0);
-    gr_rc = 3;
+    gr_rc = (unsigned)n;
     gr_change_rc = 0;
-    CHECK(gr_files(3), "cannot write the cluster files or the secret");
+    return gr_files(n);
+}
+
+void test_grow_shrink_under_load(void)
+{
+    int64_t t_start = now_ms();
+    CHECK(gr_begin(3), "cannot write the cluster files or the secret");
     for (int i = 0; i < 3; i++)
         gr_start(i, gr_seed, false);
     kl_client *c = NULL;
@@ -691,15 +698,7 @@ static bool gr_acked_more(int n, int timeout_ms)
 void test_grow_from_one_member(void)
 {
     int64_t t_start = now_ms();
-    atomic_store(&gr_stop, false);
-    gr_n_enq = gr_n_ack = 0;
-    gr_changes = gr_changes_idle = 0;
-    atomic_store(&gr_enq_ok, 0);
-    atomic_store(&gr_acked, 0);
-    atomic_store(&gr_refused, 0);
-    gr_rc = 1;
-    gr_change_rc = 0;
-    CHECK(gr_files(1), "cannot write the cluster files or the secret");
+    CHECK(gr_begin(1), "cannot write the cluster files or the secret");
     gr_start(0, gr_seed, false);
     kl_client *c = NULL;
     kl_err err = {0};
@@ -775,7 +774,7 @@ void test_grow_from_one_member(void)
  * new member: MemberChange add is refused, naming the missing field, and changes nothing. */
 void test_grow_refused_without_peer_address(void)
 {
-    CHECK(gr_files(1), "cannot write the cluster files or the secret");
+    CHECK(gr_begin(1), "cannot write the cluster files or the secret");
     char file[700];
     snprintf(file, sizeof file, "%s/grow-nopeer.json", work);
     FILE *f = fopen(file, "w");
@@ -788,7 +787,6 @@ void test_grow_refused_without_peer_address(void)
     kl_client *c = NULL;
     kl_err err = {0};
     CHECK(kl_client_open(file, "default/default", 3000, &c, &err) == KL_OK, "open: %s", err.message);
-    gr_change_rc = 0;
     Keyload__V1__MemberInfo info = KEYLOAD__V1__MEMBER_INFO__INIT;
     info.id = 2;
     info.peer_url = gr_peer[1];
@@ -848,10 +846,7 @@ static bool gr_replace_to(kl_client *c, int old, int nw, unsigned want, char *wh
  * only to the dead joined member and the second replacement could never start. */
 void test_replace_a_replaced_member(void)
 {
-    atomic_store(&gr_stop, false);
-    gr_rc = 3;
-    gr_change_rc = 0;
-    CHECK(gr_files(3), "cannot write the cluster files or the secret");
+    CHECK(gr_begin(3), "cannot write the cluster files or the secret");
     for (int i = 0; i < 3; i++)
         gr_start(i, gr_seed, false);
     kl_client *c = NULL;
