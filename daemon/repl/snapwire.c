@@ -75,20 +75,9 @@ struct kl_snapwire {
     uint64_t in_stream, in_from, in_term, in_index, in_sterm;
     kl_raft_conf in_conf;
     bool waiting_install; /* staged completely and stepped into the core */
-    uint8_t *asm_buf;     /* the chunk being reassembled (asm_total bytes), or NULL */
+    uint8_t *asm_buf;     /* KL_SNAP_CHUNK_MAX: the chunk being reassembled */
     size_t asm_len, asm_total;
     uint64_t asm_seq, resume_sent;
-    /* Staging off the loop (io.loop set): reassembled chunks wait in inq, in order, and are
-     * verified and staged one at a time on the thread pool (stage_work) while the loop
-     * reassembles the next; the sender's window bounds inq. While a chunk stages or waits,
-     * `in` belongs to the stage and the loop expects chunk in_expect next. */
-    struct stage_job *sj;
-    struct { uint8_t *buf; size_t len; uint64_t seq; } inq[KL_SNAPWIRE_WINDOW];
-    uint32_t inq_head, inq_n;
-    size_t inq_bytes;
-    uint64_t in_expect;
-    bool in_redo;       /* a gap or a begin came while staging: resume once the stage is idle */
-    bool in_redo_force;
     kl_snapwire_counters c;
     bool closing; /* kl_snapwire_free ran while a reader was opening or reading: the last
                    * open_done / read_done frees */
@@ -120,7 +109,7 @@ static bool any_opening(const kl_snapwire *w)
     for (size_t i = 0; i < KL_RAFT_MAX_MEMBERS; i++)
         if (w->out[i].opening)
             return true;
-    return w->reads > 0 || w->sj != NULL;
+    return w->reads > 0;
 }
 
 /* The stream's reader is no longer needed: closed now, or by read_done when a read of it
@@ -146,12 +135,9 @@ void kl_snapwire_free(kl_snapwire *w)
         out_drop_reader(&w->out[i]);
         w->out[i].active = false;
     }
-    for (; w->inq_n > 0; w->inq_n--, w->inq_head = (w->inq_head + 1) % KL_SNAPWIRE_WINDOW)
-        free(w->inq[w->inq_head].buf);
-    if (w->in != NULL && w->sj == NULL) /* else the stage's end closes it */
+    if (w->in != NULL)
         kl_snap_install_close(w->in);
-    if (w->sj == NULL)
-        w->in = NULL;
+    w->in = NULL;
     free(w->asm_buf);
     w->asm_buf = NULL;
     if (any_opening(w)) {
@@ -572,7 +558,6 @@ static void in_resume(kl_snapwire *w, bool force)
     if (!force && w->resume_sent == pos.seq)
         return;
     w->resume_sent = pos.seq;
-    w->in_expect = pos.seq;
     w->asm_len = 0;
     in_answer(w, KL_SNAPWIRE_RESUME, &pos);
 }
@@ -588,15 +573,6 @@ static void in_step(kl_snapwire *w)
         kl_snap_install_discard(w->in);
         w->waiting_install = false;
     }
-}
-
-static bool in_busy(const kl_snapwire *w) { return w->sj != NULL || w->inq_n > 0; }
-
-static void in_drop_queue(kl_snapwire *w)
-{
-    for (; w->inq_n > 0; w->inq_n--, w->inq_head = (w->inq_head + 1) % KL_SNAPWIRE_WINDOW)
-        free(w->inq[w->inq_head].buf);
-    w->inq_bytes = 0;
 }
 
 static void in_begin(kl_snapwire *w, uint64_t from, const Keyload__V1__RaftMessage *pm)
@@ -617,6 +593,8 @@ static void in_begin(kl_snapwire *w, uint64_t from, const Keyload__V1__RaftMessa
         w->in = NULL;
         return; /* the sender's stall timer gives up */
     }
+    if (w->asm_buf == NULL && (w->asm_buf = malloc(KL_SNAP_CHUNK_MAX)) == NULL)
+        return;
     w->in_stream = pm->snap_stream;
     w->in_from = from;
     w->in_term = pm->term;
@@ -629,28 +607,21 @@ static void in_begin(kl_snapwire *w, uint64_t from, const Keyload__V1__RaftMessa
     if (pm->snap_conf.len > 0 &&
         kl_raft_conf_decode(pm->snap_conf.data, pm->snap_conf.len, &full, &(size_t){0}, NULL) == KL_OK)
         w->in_conf = full;
-    if (in_busy(w)) { /* the chunks waiting are the old stream's: answer once the stage is idle */
-        in_drop_queue(w);
-        w->asm_len = 0;
-        w->in_redo = w->in_redo_force = true;
-        return;
-    }
     in_resume(w, true);
 }
 
-/* A chunk verified and staged (rc KL_OK), or refused: answer the sender. quiet: a begin
- * came while it staged, so the stream the answers would go to is the new one, which gets
- * a resume (or, for the very snapshot completed here, done) instead of acknowledgements. */
-static void in_staged(kl_snapwire *w, uint64_t seq, kl_code rc, bool done, const kl_err *cerr, bool quiet)
+/* A whole chunk reassembled: verify and stage it. */
+static void in_chunk(kl_snapwire *w)
 {
+    bool done = false;
     kl_err err;
+    kl_code rc = kl_snap_install_chunk(w->in, w->asm_buf, w->asm_total, &done, &err);
+    w->asm_len = 0;
     if (rc != KL_OK) {
-        in_drop_queue(w); /* they follow the refused chunk: sent again after the resume */
-        w->in_redo = false;
         KL_WARN("snapshot chunk refused", "member=%llu from=%llu seq=%llu detail=%s error=\"%s\"",
                 (unsigned long long)w->self, (unsigned long long)w->in_from,
-                (unsigned long long)seq, cerr->detail, cerr->message);
-        if (strcmp(cerr->detail, "snapshot_stale") == 0) {
+                (unsigned long long)w->asm_seq, err.detail, err.message);
+        if (strcmp(err.detail, "snapshot_stale") == 0) {
             in_answer(w, KL_SNAPWIRE_REFUSED, NULL);
             in_step(w); /* the core answers with how far it is */
         } else {
@@ -666,19 +637,15 @@ static void in_staged(kl_snapwire *w, uint64_t seq, kl_code rc, bool done, const
     kl_snap_pos pos;
     in_pos(w, &staged, &index, &term, &pos);
     if (!done) {
-        if (!quiet)
-            in_answer(w, KL_SNAPWIRE_ACK, &pos);
+        in_answer(w, KL_SNAPWIRE_ACK, &pos);
         return;
     }
-    in_drop_queue(w); /* nothing comes after the last chunk */
     if (index != w->in_index || term != w->in_sterm) {
         /* The stream staged another point than its frames name: never step it in. */
         kl_snap_install_discard(w->in);
-        if (!quiet)
-            in_answer(w, KL_SNAPWIRE_REFUSED, NULL);
-        return; /* quiet: the new stream's resume follows (in_redo) */
+        in_answer(w, KL_SNAPWIRE_REFUSED, NULL);
+        return;
     }
-    w->in_redo = false;
     KL_INFO("snapshot staged", "member=%llu from=%llu index=%llu term=%llu keys=%llu",
             (unsigned long long)w->self, (unsigned long long)w->in_from, (unsigned long long)index,
             (unsigned long long)term, (unsigned long long)pos.keys);
@@ -687,165 +654,31 @@ static void in_staged(kl_snapwire *w, uint64_t seq, kl_code rc, bool done, const
     in_step(w);
 }
 
-typedef struct stage_job {
-    uv_work_t work;
-    kl_snapwire *w;
-    kl_snap_install *in;
-    uint8_t *buf;
-    size_t len;
-    uint64_t seq;
-    kl_code rc;
-    bool done;
-    kl_err err;
-} stage_job;
-
-static void stage_work(uv_work_t *wk)
-{
-    stage_job *j = wk->data;
-    kl_err_clear(&j->err);
-    j->rc = kl_snap_install_chunk(j->in, j->buf, j->len, &j->done, &j->err);
-}
-
-static void in_kick(kl_snapwire *w);
-
-static void stage_done(uv_work_t *wk, int status)
-{
-    stage_job *j = wk->data;
-    kl_snapwire *w = j->w;
-    w->sj = NULL;
-    free(j->buf);
-    if (w->closing) { /* kl_snapwire_free ran meanwhile: the staging was left to close here */
-        kl_snap_install_close(w->in);
-        w->in = NULL;
-        free(j);
-        if (!any_opening(w))
-            free(w);
-        return;
-    }
-    if (status != 0 && j->rc == KL_OK) { /* cancelled before it ran: nothing staged */
-        j->rc = kl_fail(&j->err, KL_UNAVAILABLE, "snapshot_stage", "the chunk's staging was cancelled");
-        j->done = false;
-    }
-    in_staged(w, j->seq, j->rc, j->done, &j->err, w->in_redo && w->in_redo_force);
-    free(j);
-    if (w->sj == NULL && !w->waiting_install)
-        in_kick(w);
-}
-
-/* Starts staging the next waiting chunk, or, once none waits, answers a resume that came
- * meanwhile. */
-static void in_kick(kl_snapwire *w)
-{
-    if (w->sj != NULL)
-        return;
-    if (w->inq_n == 0) {
-        if (w->in_redo) {
-            w->in_redo = false;
-            in_resume(w, w->in_redo_force);
-        }
-        return;
-    }
-    stage_job *j = calloc(1, sizeof *j);
-    if (j == NULL) {
-        in_drop_queue(w);
-        in_resume(w, true);
-        return;
-    }
-    *j = (stage_job){.w = w, .in = w->in, .buf = w->inq[w->inq_head].buf, .len = w->inq[w->inq_head].len,
-                     .seq = w->inq[w->inq_head].seq};
-    j->work.data = j;
-    w->inq_head = (w->inq_head + 1) % KL_SNAPWIRE_WINDOW;
-    w->inq_n--;
-    w->inq_bytes -= j->len;
-    if (uv_queue_work(w->io.loop, &j->work, stage_work, stage_done) != 0) {
-        /* No thread pool to be had: stage it here. */
-        bool done = false;
-        kl_err err;
-        kl_code rc = kl_snap_install_chunk(w->in, j->buf, j->len, &done, &err);
-        uint64_t seq = j->seq;
-        free(j->buf);
-        free(j);
-        in_staged(w, seq, rc, done, &err, w->in_redo && w->in_redo_force);
-        if (!w->waiting_install)
-            in_kick(w);
-        return;
-    }
-    w->sj = j;
-}
-
-/* A whole chunk reassembled (its buffer is handed over): verify and stage it, on this thread
- * without io.loop, else on the thread pool behind the chunks before it. */
-static void in_chunk(kl_snapwire *w, uint8_t *buf, size_t len, uint64_t seq)
-{
-    w->in_expect = seq + 1;
-    if (w->io.loop == NULL) {
-        bool done = false;
-        kl_err err;
-        kl_code rc = kl_snap_install_chunk(w->in, buf, len, &done, &err);
-        free(buf);
-        in_staged(w, seq, rc, done, &err, false);
-        return;
-    }
-    uint32_t at = (w->inq_head + w->inq_n) % KL_SNAPWIRE_WINDOW;
-    w->inq[at].buf = buf;
-    w->inq[at].len = len;
-    w->inq[at].seq = seq;
-    w->inq_n++;
-    w->inq_bytes += len;
-    in_kick(w);
-}
-
 static void in_piece(kl_snapwire *w, uint64_t from, const Keyload__V1__RaftMessage *pm)
 {
     if (w->in == NULL || w->waiting_install || pm->snap_stream != w->in_stream || from != w->in_from)
         return;
-    if (w->in_redo)
-        return; /* a gap came: everything after it is sent again after the resume */
-    uint64_t expect;
-    if (in_busy(w)) {
-        expect = w->in_expect;
-    } else {
-        bool staged;
-        uint64_t index, term;
-        kl_snap_pos pos;
-        in_pos(w, &staged, &index, &term, &pos);
-        expect = staged && index == w->in_index && term == w->in_sterm ? pos.seq : 0;
-    }
+    bool staged;
+    uint64_t index, term;
+    kl_snap_pos pos;
+    in_pos(w, &staged, &index, &term, &pos);
+    uint64_t expect = staged && index == w->in_index && term == w->in_sterm ? pos.seq : 0;
     size_t n = pm->snap_piece.len;
     bool fits = pm->snap_chunk_len <= KL_SNAP_CHUNK_MAX && n > 0 &&
                 pm->snap_offset <= pm->snap_chunk_len && n <= pm->snap_chunk_len - pm->snap_offset;
-    /* Chunks waiting to be staged hold at most a window (a sender that sends more is
-     * treated as having left a gap). */
-    bool room = w->inq_n < KL_SNAPWIRE_WINDOW &&
-                w->inq_bytes + pm->snap_chunk_len <= KL_SNAPWIRE_WINDOW_BYTES + KL_SNAP_CHUNK_MAX;
-    if (!fits || !room || pm->snap_seq != expect || pm->snap_offset != w->asm_len ||
+    if (!fits || pm->snap_seq != expect || pm->snap_offset != w->asm_len ||
         (w->asm_len > 0 && (w->asm_seq != pm->snap_seq || w->asm_total != pm->snap_chunk_len))) {
-        if (pm->snap_seq >= expect) { /* a gap, not a duplicate of what is staged */
-            if (in_busy(w)) {
-                w->in_redo = true;
-                w->in_redo_force = false;
-            } else {
-                in_resume(w, false);
-            }
-        }
+        if (pm->snap_seq >= expect) /* a gap, not a duplicate of what is staged */
+            in_resume(w, false);
         w->asm_len = 0;
         return;
-    }
-    if (w->asm_len == 0) {
-        free(w->asm_buf);
-        if ((w->asm_buf = malloc(pm->snap_chunk_len)) == NULL)
-            return; /* the next piece is a gap: resume */
     }
     memcpy(w->asm_buf + w->asm_len, pm->snap_piece.data, n);
     w->asm_seq = pm->snap_seq;
     w->asm_total = (size_t)pm->snap_chunk_len;
     w->asm_len += n;
-    if (w->asm_len == w->asm_total) {
-        uint8_t *buf = w->asm_buf;
-        w->asm_buf = NULL;
-        w->asm_len = 0;
-        in_chunk(w, buf, w->asm_total, w->asm_seq);
-    }
+    if (w->asm_len == w->asm_total)
+        in_chunk(w);
 }
 
 void kl_snapwire_recv(kl_snapwire *w, uint64_t from, const Keyload__V1__RaftMessage *pm, uint64_t now_ms)
