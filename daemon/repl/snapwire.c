@@ -51,9 +51,8 @@ typedef struct snap_out {
     uint64_t inflight;        /* their bytes: lens[seq % KL_SNAPWIRE_WINDOW] each */
     uint32_t lens[KL_SNAPWIRE_WINDOW];
     uint64_t heard_ms, progress_ms;
-    /* Production off the loop (io.loop set): the next chunk is read on the thread pool as
-     * soon as the one before is queued, window or not, so it is ready when an
-     * acknowledgement opens the window. */
+    /* Read-ahead (io.loop set): while the window is full, the next chunk is read on the
+     * thread pool, so it is ready when an acknowledgement opens the window. */
     read_job *job;          /* a read in flight; rd belongs to it until read_done */
     bool ready;             /* ready_* hold the next chunk (in rd's buffer), not sent yet */
     const uint8_t *ready_chunk;
@@ -313,20 +312,22 @@ static bool out_read_sync(kl_snapwire *w, snap_out *o)
     return true;
 }
 
-/* Fills the window: queues the pieces of the chunks read, and reads the next. With io.loop
- * the reads (iterator and digest: most of the sender's work) run on the thread pool, one
- * chunk ahead of the window; without, on this thread, only while the window has room. */
+/* Fills the window: reads chunks on this thread and queues their pieces while the window
+ * has room; once it is full, and with io.loop, the next chunk (iterator and digest: most of
+ * the sender's work) is read on the thread pool while the acknowledgements are awaited, so
+ * that it leaves as soon as one opens the window. Reading every chunk on the pool measured
+ * slower on a loaded machine: each chunk then waits for a pool thread and for the loop. */
 static void out_pump(kl_snapwire *w, snap_out *o)
 {
     while (o->active && !o->waiting_resume && !o->produced_last && o->job == NULL) {
         bool room = o->next_seq < o->acked + KL_SNAPWIRE_WINDOW && o->inflight < KL_SNAPWIRE_WINDOW_BYTES;
         if (!o->ready) {
-            if (w->io.loop != NULL) {
-                if (out_read_async(w, o))
-                    return;
-                /* The thread pool refused: read here rather than stall. */
+            if (!room) {
+                if (w->io.loop != NULL)
+                    (void)out_read_async(w, o); /* refused: read when the window opens */
+                return;
             }
-            if (!room || !out_read_sync(w, o))
+            if (!out_read_sync(w, o))
                 return;
         }
         if (!room)

@@ -260,11 +260,12 @@ static uint64_t sw_drain_data_bytes(uint64_t *stream)
     return bytes;
 }
 
-/* The leader with a loop: its reader opens and its chunks are read on the thread pool, one
- * ahead of the window, while frames are lost on the way (a resume arrives while a read is in
- * flight); the stream ends as without one. Then a stream that ends while its chunk is read
- * (lost leadership) and a free with a read in flight: the read's end closes the reader
- * (ASan: nothing leaks, nothing is used after its free). */
+/* The leader with a loop: its reader opens on the thread pool, and with records of 3 MiB
+ * (one per chunk) its window is full after two chunks, so the next is read on the pool while
+ * frames are lost on the way (resumes arrive while a read is in flight); the stream ends as
+ * without one. Then a stream that ends while its chunk is read (lost leadership) and a free
+ * with a read in flight: the read's end closes the reader (ASan: nothing leaks, nothing is
+ * used after its free). */
 START_TEST(snapwire_reads_off_the_loop)
 {
     memset(&wire, 0, sizeof wire);
@@ -278,17 +279,14 @@ START_TEST(snapwire_reads_off_the_loop)
     kl_err err;
     ck_assert_int_eq(kl_store_open(sdir, NULL, &src, &err), KL_OK);
     ck_assert_int_eq(kl_store_open(ddir, NULL, &dst, &err), KL_OK);
-    sw_fill(src, 3000, 4);
-    uint64_t durable;
-    ck_assert_int_eq(kl_store_make_durable(src, &durable, &err), KL_OK);
-    ck_assert_int_eq(kl_store_compact_log(src, 2001, NULL, 0, &err), KL_OK);
+    sw_fill_big(src, 8, 3u << 20); /* one record per chunk: two fill the window */
     kl_snapwire_io lio = {.loop = &loop, .send = sw_send, .report = sw_report, .step = sw_step};
     kl_snapwire_io fio = {.send = sw_send, .report = sw_report, .step = sw_step};
     kl_snapwire *l, *f;
     ck_assert_int_eq(kl_snapwire_new(src, 1, 8192, &lio, &l, &err), KL_OK);
     ck_assert_int_eq(kl_snapwire_new(dst, 2, 8192, &fio, &f, &err), KL_OK);
     kl_raft_msg m = {.type = KL_RAFT_MSG_SNAPSHOT, .from = 1, .to = 2, .term = 5,
-                     .snap = {.index = 2000, .term = 4,
+                     .snap = {.index = 8, .term = 4,
                               .conf = {.members = {1, 2, 3}, .n_members = 3, .replica_count = 2}}};
     uint64_t now = 1000;
     kl_snapwire_start(l, &m, now);
@@ -315,7 +313,7 @@ START_TEST(snapwire_reads_off_the_loop)
     ck_assert_int_eq(wire.reports_ok, 1);
     ck_assert_uint_ge(lc.resumes, 2);
     ck_assert_int_eq(wire.steps, 1);
-    ck_assert_uint_eq(wire.stepped.snap.index, 3000);
+    ck_assert_uint_eq(wire.stepped.snap.index, 8);
     ck_assert_int_eq(kl_snapwire_install(f, &wire.stepped.snap, &err), KL_OK);
     uint8_t a[32], b[32];
     sw_digest(src, a);
@@ -341,12 +339,14 @@ START_TEST(snapwire_reads_off_the_loop)
     r.to = 1;
     r.term = 5;
     r.snap_stream = stream;
-    r.snap_index = 3000;
+    r.snap_index = 8;
     r.snap_term = 4;
     r.snap_flags = KL_SNAPWIRE_RESUME;
     r.snap_digest.data = zero;
     r.snap_digest.len = sizeof zero;
-    kl_snapwire_recv(l, 2, &r, now); /* from chunk 0: its read starts on the pool */
+    kl_snapwire_recv(l, 2, &r, now); /* from chunk 0: the window fills, the next read starts on the pool */
+    ck_assert_uint_ge(sw_drain_data_bytes(&stream), 3u << 20);
+    ck_assert(uv_loop_alive(&loop)); /* a chunk is read on the pool */
     kl_snapwire_tick(l, false, now + 1);
     ck_assert_int_eq(wire.reports, 2);
     ck_assert_int_eq(wire.reports_ok, 1);
@@ -359,6 +359,7 @@ START_TEST(snapwire_reads_off_the_loop)
     ck_assert_uint_eq(sw_drain_data_bytes(&stream), 0);
     r.snap_stream = stream;
     kl_snapwire_recv(l, 2, &r, now);
+    ck_assert(uv_loop_alive(&loop));
     kl_snapwire_free(l);
     ck_assert_int_eq(uv_run(&loop, UV_RUN_DEFAULT), 0);
     (void)sw_drain_data_bytes(&stream);
