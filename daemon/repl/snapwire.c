@@ -13,23 +13,6 @@
 
 #define NO_SEQ UINT64_MAX
 
-struct snap_out;
-
-/* One chunk read on the thread pool (read_work). Held apart from the stream's slot so that
- * a stream that ends, or is replaced, while its chunk is read leaves the job to finish on
- * its own: `o` is then NULL and read_done closes the reader. */
-typedef struct read_job {
-    uv_work_t work;
-    struct kl_snapwire *w;
-    struct snap_out *o;
-    kl_snap_reader *rd;
-    kl_code rc;
-    kl_err err;
-    const uint8_t *chunk; /* into rd's buffer: valid until rd's next read */
-    size_t len;
-    bool last;
-} read_job;
-
 typedef struct snap_out {
     bool active;
     bool opening;   /* the reader opens on the thread pool (open_work); the slot is taken */
@@ -51,15 +34,6 @@ typedef struct snap_out {
     uint64_t inflight;        /* their bytes: lens[seq % KL_SNAPWIRE_WINDOW] each */
     uint32_t lens[KL_SNAPWIRE_WINDOW];
     uint64_t heard_ms, progress_ms;
-    /* Read-ahead (io.loop set): while the window is full, the next chunk is read on the
-     * thread pool, so it is ready when an acknowledgement opens the window. */
-    read_job *job;          /* a read in flight; rd belongs to it until read_done */
-    bool ready;             /* ready_* hold the next chunk (in rd's buffer), not sent yet */
-    const uint8_t *ready_chunk;
-    size_t ready_len;
-    bool ready_last;
-    bool seek_pending;      /* a resume came while reading: seek there once the read ends */
-    kl_snap_pos seek_pos;
 } snap_out;
 
 struct kl_snapwire {
@@ -78,9 +52,7 @@ struct kl_snapwire {
     size_t asm_len, asm_total;
     uint64_t asm_seq, resume_sent;
     kl_snapwire_counters c;
-    bool closing; /* kl_snapwire_free ran while a reader was opening or reading: the last
-                   * open_done / read_done frees */
-    uint32_t reads; /* read jobs in flight */
+    bool closing; /* kl_snapwire_free ran while a reader was opening: open_done frees */
 };
 
 kl_code kl_snapwire_new(kl_store *st, uint64_t self, size_t piece_max, const kl_snapwire_io *io,
@@ -108,22 +80,7 @@ static bool any_opening(const kl_snapwire *w)
     for (size_t i = 0; i < KL_RAFT_MAX_MEMBERS; i++)
         if (w->out[i].opening)
             return true;
-    return w->reads > 0;
-}
-
-/* The stream's reader is no longer needed: closed now, or by read_done when a read of it
- * is in flight. */
-static void out_drop_reader(snap_out *o)
-{
-    if (o->job != NULL) {
-        o->job->o = NULL;
-        o->job = NULL;
-    } else {
-        kl_snap_reader_close(o->rd);
-    }
-    o->rd = NULL;
-    o->ready = false;
-    o->seek_pending = false;
+    return false;
 }
 
 void kl_snapwire_free(kl_snapwire *w)
@@ -131,7 +88,8 @@ void kl_snapwire_free(kl_snapwire *w)
     if (w == NULL)
         return;
     for (size_t i = 0; i < KL_RAFT_MAX_MEMBERS; i++) {
-        out_drop_reader(&w->out[i]);
+        kl_snap_reader_close(w->out[i].rd);
+        w->out[i].rd = NULL;
         w->out[i].active = false;
     }
     if (w->in != NULL)
@@ -214,7 +172,8 @@ static snap_out *out_find(kl_snapwire *w, uint64_t to, bool make)
 
 static void out_finish(kl_snapwire *w, snap_out *o, bool ok, const char *why)
 {
-    out_drop_reader(o);
+    kl_snap_reader_close(o->rd);
+    o->rd = NULL;
     o->active = false;
     if (ok)
         w->c.sent_ok++;
@@ -226,115 +185,25 @@ static void out_finish(kl_snapwire *w, snap_out *o, bool ok, const char *why)
     w->io.report(w->io.ctx, o->to, ok);
 }
 
-static void read_work(uv_work_t *wk)
-{
-    read_job *j = wk->data;
-    kl_err_clear(&j->err);
-    j->rc = kl_snap_reader_next(j->rd, &j->chunk, &j->len, &j->last, &j->err);
-}
-
-static void out_pump(kl_snapwire *w, snap_out *o);
-
-static void read_done(uv_work_t *wk, int status)
-{
-    read_job *j = wk->data;
-    kl_snapwire *w = j->w;
-    snap_out *o = j->o;
-    w->reads--;
-    if (o == NULL) { /* the stream ended meanwhile */
-        kl_snap_reader_close(j->rd);
-        free(j);
-        if (w->closing && !any_opening(w))
-            free(w);
-        return;
-    }
-    o->job = NULL;
-    if (status != 0 && j->rc == KL_OK)
-        j->rc = kl_fail(&j->err, KL_INTERNAL, "snapshot", "the chunk's read was cancelled");
-    if (o->seek_pending) { /* the chunk read is not where the receiver stands */
-        o->seek_pending = false;
-        kl_snap_reader_seek(o->rd, &o->seek_pos);
-        free(j);
-        out_pump(w, o);
-        return;
-    }
-    if (j->rc != KL_OK) {
-        KL_ERROR("snapshot read failed", "member=%llu to=%llu error=\"%s\"",
-                 (unsigned long long)w->self, (unsigned long long)o->to, j->err.message);
-        free(j);
-        out_finish(w, o, false, "read");
-        return;
-    }
-    if (j->len == 0) {
-        o->produced_last = true;
-    } else {
-        o->ready = true;
-        o->ready_chunk = j->chunk;
-        o->ready_len = j->len;
-        o->ready_last = j->last;
-    }
-    free(j);
-    out_pump(w, o);
-}
-
-/* Starts reading the next chunk on the thread pool; false when it could not be queued. */
-static bool out_read_async(kl_snapwire *w, snap_out *o)
-{
-    read_job *j = calloc(1, sizeof *j);
-    if (j == NULL)
-        return false;
-    *j = (read_job){.w = w, .o = o, .rd = o->rd};
-    j->work.data = j;
-    if (uv_queue_work(w->io.loop, &j->work, read_work, read_done) != 0) {
-        free(j);
-        return false;
-    }
-    o->job = j;
-    w->reads++;
-    return true;
-}
-
-/* Reads the next chunk on this thread into ready_*; false when the stream ended. */
-static bool out_read_sync(kl_snapwire *w, snap_out *o)
-{
-    kl_err err;
-    if (kl_snap_reader_next(o->rd, &o->ready_chunk, &o->ready_len, &o->ready_last, &err) != KL_OK) {
-        KL_ERROR("snapshot read failed", "member=%llu to=%llu error=\"%s\"",
-                 (unsigned long long)w->self, (unsigned long long)o->to, err.message);
-        out_finish(w, o, false, "read");
-        return false;
-    }
-    if (o->ready_len == 0) {
-        o->produced_last = true;
-        return false;
-    }
-    o->ready = true;
-    return true;
-}
-
-/* Fills the window: reads chunks on this thread and queues their pieces while the window
- * has room; once it is full, and with io.loop, the next chunk (iterator and digest: most of
- * the sender's work) is read on the thread pool while the acknowledgements are awaited, so
- * that it leaves as soon as one opens the window. Reading every chunk on the pool measured
- * slower on a loaded machine: each chunk then waits for a pool thread and for the loop. */
+/* Fills the window: reads chunks and queues their pieces. */
 static void out_pump(kl_snapwire *w, snap_out *o)
 {
-    while (o->active && !o->waiting_resume && !o->produced_last && o->job == NULL) {
-        bool room = o->next_seq < o->acked + KL_SNAPWIRE_WINDOW && o->inflight < KL_SNAPWIRE_WINDOW_BYTES;
-        if (!o->ready) {
-            if (!room) {
-                if (w->io.loop != NULL)
-                    (void)out_read_async(w, o); /* refused: read when the window opens */
-                return;
-            }
-            if (!out_read_sync(w, o))
-                return;
-        }
-        if (!room)
+    while (o->active && !o->waiting_resume && !o->produced_last &&
+           o->next_seq < o->acked + KL_SNAPWIRE_WINDOW && o->inflight < KL_SNAPWIRE_WINDOW_BYTES) {
+        const uint8_t *chunk;
+        size_t len;
+        bool last;
+        kl_err err;
+        if (kl_snap_reader_next(o->rd, &chunk, &len, &last, &err) != KL_OK) {
+            KL_ERROR("snapshot read failed", "member=%llu to=%llu error=\"%s\"",
+                     (unsigned long long)w->self, (unsigned long long)o->to, err.message);
+            out_finish(w, o, false, "read");
             return;
-        const uint8_t *chunk = o->ready_chunk;
-        size_t len = o->ready_len;
-        o->ready = false;
+        }
+        if (len == 0) {
+            o->produced_last = true;
+            return;
+        }
         for (size_t off = 0; off < len; off += w->piece_max) {
             size_t n = len - off < w->piece_max ? len - off : w->piece_max;
             if (!out_send(w, o, 0, o->next_seq, off, len, chunk + off, n)) {
@@ -348,7 +217,7 @@ static void out_pump(kl_snapwire *w, snap_out *o)
         o->lens[o->next_seq % KL_SNAPWIRE_WINDOW] = (uint32_t)len;
         o->inflight += len;
         o->next_seq++;
-        o->produced_last = o->ready_last;
+        o->produced_last = last;
     }
 }
 
@@ -454,7 +323,7 @@ void kl_snapwire_start(kl_snapwire *w, const kl_raft_msg *m, uint64_t now_ms)
         o->active = true;
         return;
     }
-    out_drop_reader(o); /* a replaced stream: the core asked again, no report */
+    kl_snap_reader_close(o->rd); /* a replaced stream: the core asked again, no report */
     *o = (snap_out){.to = m->to, .term = m->term, .conf = m->snap.conf, .asked = m->snap.index,
                     .w = w, .active = true};
     if (w->io.loop == NULL) {
@@ -492,13 +361,7 @@ static void out_answer(kl_snapwire *w, snap_out *o, const Keyload__V1__RaftMessa
         pos.after_len = pm->snap_after.len;
         if (pm->snap_digest.len)
             memcpy(pos.digest, pm->snap_digest.data, KL_SNAP_DIGEST_BYTES);
-        o->ready = false;
-        if (o->job != NULL) { /* the reader is busy: seek once its read ends */
-            o->seek_pending = true;
-            o->seek_pos = pos;
-        } else {
-            kl_snap_reader_seek(o->rd, &pos);
-        }
+        kl_snap_reader_seek(o->rd, &pos);
         o->next_seq = o->acked = pos.seq;
         o->inflight = 0;
         o->produced_last = false;

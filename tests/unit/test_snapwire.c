@@ -260,118 +260,6 @@ static uint64_t sw_drain_data_bytes(uint64_t *stream)
     return bytes;
 }
 
-/* The leader with a loop: its reader opens on the thread pool, and with records of 3 MiB
- * (one per chunk) its window is full after two chunks, so the next is read on the pool while
- * frames are lost on the way (resumes arrive while a read is in flight); the stream ends as
- * without one. Then a stream that ends while its chunk is read (lost leadership) and a free
- * with a read in flight: the read's end closes the reader (ASan: nothing leaks, nothing is
- * used after its free). */
-START_TEST(snapwire_reads_off_the_loop)
-{
-    memset(&wire, 0, sizeof wire);
-    wire.lossy = true;
-    uv_loop_t loop;
-    ck_assert_int_eq(uv_loop_init(&loop), 0);
-    char sdir[256], ddir[256];
-    th_tmpdir(sdir, sizeof sdir);
-    th_tmpdir(ddir, sizeof ddir);
-    kl_store *src, *dst;
-    kl_err err;
-    ck_assert_int_eq(kl_store_open(sdir, NULL, &src, &err), KL_OK);
-    ck_assert_int_eq(kl_store_open(ddir, NULL, &dst, &err), KL_OK);
-    sw_fill_big(src, 8, 3u << 20); /* one record per chunk: two fill the window */
-    kl_snapwire_io lio = {.loop = &loop, .send = sw_send, .report = sw_report, .step = sw_step};
-    kl_snapwire_io fio = {.send = sw_send, .report = sw_report, .step = sw_step};
-    kl_snapwire *l, *f;
-    ck_assert_int_eq(kl_snapwire_new(src, 1, 8192, &lio, &l, &err), KL_OK);
-    ck_assert_int_eq(kl_snapwire_new(dst, 2, 8192, &fio, &f, &err), KL_OK);
-    kl_raft_msg m = {.type = KL_RAFT_MSG_SNAPSHOT, .from = 1, .to = 2, .term = 5,
-                     .snap = {.index = 8, .term = 4,
-                              .conf = {.members = {1, 2, 3}, .n_members = 3, .replica_count = 2}}};
-    uint64_t now = 1000;
-    kl_snapwire_start(l, &m, now);
-    for (int round = 0; round < 200000 && wire.reports == 0; round++) {
-        if (wire.len == 0) {
-            if (uv_run(&loop, UV_RUN_ONCE) != 0 || wire.len > 0)
-                continue; /* an open or a read still runs, or just ended */
-            now += KL_SNAPWIRE_RESYNC_MS + 1; /* silence: the sender's resync timer */
-            kl_snapwire_tick(l, true, now);
-            continue;
-        }
-        sw_frame fr = wire.q[wire.head];
-        wire.head = (wire.head + 1) % SW_QMAX;
-        wire.len--;
-        Keyload__V1__RaftMessage *pm = keyload__v1__raft_message__unpack(NULL, fr.len, fr.bytes);
-        ck_assert_ptr_nonnull(pm);
-        kl_snapwire_recv(fr.to == 2 ? f : l, fr.to == 2 ? 1 : 2, pm, now);
-        keyload__v1__raft_message__free_unpacked(pm, NULL);
-        free(fr.bytes);
-    }
-    kl_snapwire_counters lc;
-    kl_snapwire_counters_get(l, &lc);
-    ck_assert_int_eq(wire.reports, 1);
-    ck_assert_int_eq(wire.reports_ok, 1);
-    ck_assert_uint_ge(lc.resumes, 2);
-    ck_assert_int_eq(wire.steps, 1);
-    ck_assert_uint_eq(wire.stepped.snap.index, 8);
-    ck_assert_int_eq(kl_snapwire_install(f, &wire.stepped.snap, &err), KL_OK);
-    uint8_t a[32], b[32];
-    sw_digest(src, a);
-    sw_digest(dst, b);
-    ck_assert_mem_eq(a, b, 32);
-    while (wire.len > 0) {
-        free(wire.q[wire.head].bytes);
-        wire.head = (wire.head + 1) % SW_QMAX;
-        wire.len--;
-    }
-
-    /* A stream that stops leading while its chunk is read: one report, the reader closed
-     * when the read ends. */
-    wire.lossy = false;
-    kl_snapwire_start(l, &m, now);
-    ck_assert_int_eq(uv_run(&loop, UV_RUN_DEFAULT), 0); /* the open */
-    uint64_t stream = 0;
-    ck_assert_uint_eq(sw_drain_data_bytes(&stream), 0); /* the begin frame */
-    Keyload__V1__RaftMessage r = KEYLOAD__V1__RAFT_MESSAGE__INIT;
-    uint8_t zero[KL_SNAP_DIGEST_BYTES] = {0};
-    r.type = KL_SNAPWIRE_MSG_ANSWER;
-    r.from = 2;
-    r.to = 1;
-    r.term = 5;
-    r.snap_stream = stream;
-    r.snap_index = 8;
-    r.snap_term = 4;
-    r.snap_flags = KL_SNAPWIRE_RESUME;
-    r.snap_digest.data = zero;
-    r.snap_digest.len = sizeof zero;
-    kl_snapwire_recv(l, 2, &r, now); /* from chunk 0: the window fills, the next read starts on the pool */
-    ck_assert_uint_ge(sw_drain_data_bytes(&stream), 3u << 20);
-    ck_assert(uv_loop_alive(&loop)); /* a chunk is read on the pool */
-    kl_snapwire_tick(l, false, now + 1);
-    ck_assert_int_eq(wire.reports, 2);
-    ck_assert_int_eq(wire.reports_ok, 1);
-    ck_assert_int_eq(uv_run(&loop, UV_RUN_DEFAULT), 0);
-    ck_assert_uint_eq(sw_drain_data_bytes(&stream), 0); /* nothing left after the end */
-
-    /* Freed while a read runs: the read's end frees it. */
-    kl_snapwire_start(l, &m, now);
-    ck_assert_int_eq(uv_run(&loop, UV_RUN_DEFAULT), 0);
-    ck_assert_uint_eq(sw_drain_data_bytes(&stream), 0);
-    r.snap_stream = stream;
-    kl_snapwire_recv(l, 2, &r, now);
-    ck_assert(uv_loop_alive(&loop));
-    kl_snapwire_free(l);
-    ck_assert_int_eq(uv_run(&loop, UV_RUN_DEFAULT), 0);
-    (void)sw_drain_data_bytes(&stream);
-    ck_assert_int_eq(uv_loop_close(&loop), 0);
-    kl_snapwire_free(f);
-    kl_store_close(src);
-    kl_store_close(dst);
-    th_rmrf(sdir);
-    th_rmrf(ddir);
-}
-END_TEST
-
 /* The window is bounded in bytes: with records of 3 MiB (one per chunk), a receiver that
  * acknowledges nothing has less than KL_SNAPWIRE_WINDOW_BYTES plus one chunk sent to it
  * (a window of 4 chunks held 9 MiB and more), and an acknowledgement lets the next go. */
@@ -471,7 +359,6 @@ Suite *suite_snapwire(void)
     tcase_add_test(t, snapwire_streams_through_loss);
     tcase_add_test(t, snapwire_reports_stall_and_lost_leadership);
     tcase_add_test(t, snapwire_window_bounded_in_bytes);
-    tcase_add_test(t, snapwire_reads_off_the_loop);
     suite_add_tcase(s, t);
     return s;
 }
