@@ -14,8 +14,6 @@
 #include <unistd.h>
 
 #define CHUNK_FIXED 40 /* magic .. after_len */
-/* Staged bytes between two writeback starts (stage_kick_writeback). */
-#define KL_SNAP_STAGE_KICK_BYTES (8u << 20)
 static const uint8_t chunk_magic[4] = {'K', 'L', 'S', 'C'};
 
 static void be32_put(uint8_t *p, uint32_t v)
@@ -526,7 +524,6 @@ struct kl_snap_install {
     rocksdb_envoptions_t *env;
     rocksdb_sstfilewriter_t *w; /* the file being written (number `files`), or NULL */
     uint64_t wbytes;
-    uint64_t kicked;            /* wbytes when the file's writeback was last started */
     int wclass;                 /* key_class of every record in the open file */
     uint64_t file_bytes;        /* KL_SNAP_STAGE_FILE_BYTES (tests lower it) */
 };
@@ -892,7 +889,6 @@ static kl_code stage_put(kl_snap_install *in, const uint8_t *k, size_t kl, const
             close(fd);
         }
         stage_file(in, in->files, path, sizeof path);
-        in->kicked = 0;
         in->w = rocksdb_sstfilewriter_create(in->env, in->opts);
         in->wclass = cls;
         rocksdb_sstfilewriter_open(in->w, path, &rerr);
@@ -910,23 +906,6 @@ static kl_code stage_put(kl_snap_install *in, const uint8_t *k, size_t kl, const
     }
     in->wbytes += kl + vl;
     return KL_OK;
-}
-
-/* Starts the writeback of what the open staged file holds so far, without waiting for it:
- * the disk then writes while the stream goes on, and the fsync that finishes the file (the
- * one that makes it durable, stage_writer_finish) finds little left to write instead of
- * stopping the receiver for a whole file's worth. Failing here costs nothing but that
- * overlap, so the result is not an error. */
-static void stage_kick_writeback(kl_snap_install *in)
-{
-    char path[KL_PATH_MAX + 32];
-    stage_file(in, in->files, path, sizeof path);
-    int fd = open(path, O_RDONLY);
-    if (fd < 0)
-        return;
-    (void)sync_file_range(fd, 0, 0, SYNC_FILE_RANGE_WRITE);
-    close(fd);
-    in->kicked = in->wbytes;
 }
 
 /* A data chunk whose digest and records were checked: stage it and move the position. */
@@ -985,8 +964,6 @@ kl_code kl_snap_install_chunk(kl_snap_install *in, const uint8_t *chunk, size_t 
     in->complete = last;
     if (last || in->wbytes >= in->file_bytes)
         rc = stage_file_finish(in, err);
-    else if (in->w != NULL && in->wbytes - in->kicked >= KL_SNAP_STAGE_KICK_BYTES)
-        stage_kick_writeback(in);
     *done = last && rc == KL_OK;
     return rc;
 }
