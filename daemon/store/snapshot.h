@@ -73,7 +73,8 @@ typedef struct kl_snap_reader kl_snap_reader;
  * the pin, term = that entry's term (from the log, or log_start when it was compacted),
  * key_count = the state records. config (at most KL_SNAP_CONFIG_MAX bytes, copied) is the
  * membership configuration as of index, opaque here. Cost: one pass over the whole state
- * to count its keys (reads every block once, bypassing the block cache); memory O(1).
+ * to count its keys (reads every block once, bypassing the block cache), cut into up to
+ * four key ranges counted on threads of their own, which the call joins; memory O(1).
  * Refused: INVALID_ARGUMENT "config" when config is too long. Any thread (the applied index
  * it reads is atomic): the repl driver opens on libuv's thread pool, where the configuration
  * as of the pinned index is not known yet, and sets it with kl_snap_reader_set_config. */
