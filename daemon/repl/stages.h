@@ -45,7 +45,12 @@ typedef enum kl_stage_span {
     KL_SPAN_APPLY_CALL = 7, /* time inside the node's apply callback, per entry */
     KL_SPAN_SEND = 8,     /* leader: propose -> the first append carrying it left */
     KL_SPAN_REPLICATE = 9, /* leader: that append left -> commit */
-    KL_SPAN_COUNT = 10,
+    /* Per synced write (leader and follower), the three parts of "write"/"f_write": the hand-off
+     * to the worker thread, the worker's RocksDB write and sync, the hand-off back to the loop. */
+    KL_SPAN_W_HOP = 10,
+    KL_SPAN_W_RUN = 11,
+    KL_SPAN_W_BACK = 12,
+    KL_SPAN_COUNT = 13,
 } kl_stage_span;
 
 typedef struct kl_stages kl_stages;
