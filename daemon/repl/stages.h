@@ -6,11 +6,14 @@
  * followers' path (transit, their writes, their acknowledgements). Whichever of "write" and
  * "replicate" is longer is the one the commit waited for.
  * Follower, per received entry: received -> its synced write starts -> that write completes
- * (the acknowledgement leaves right after). Stamps live in a ring keyed by index, so an
+ * (the acknowledgement leaves right after). Each synced write (either role) is also split in
+ * three: the hand-off to the thread-pool worker, the worker's RocksDB write and sync, and the
+ * hand-off back to the loop. Stamps live in a ring keyed by index, so an
  * index older than the ring is simply not measured; samples are the last KL_STAGES_SAMPLES
  * deltas per stage. kl_stages_report logs p50/p99 per stage and resets; the driver calls it
  * every few seconds when there are new samples and at stop. Cost: a clock read per stage
- * per write plus one per entry, no allocation after init. */
+ * per write plus one per entry (two more per write on the worker, kept in the job until its
+ * completion reaches the loop), no allocation after init. */
 #ifndef KL_REPL_STAGES_H
 #define KL_REPL_STAGES_H
 
