@@ -59,6 +59,7 @@ typedef struct persist_job {
     size_t n_confs;
     kl_code rc;
     kl_err err;
+    uint64_t t_queued, t_run, t_ran; /* stages: loop queued it, worker began, worker ended */
 } persist_job;
 
 /* Log bytes through an index (log_bytes_note): ranges of about KL_SNAP_LOG_SAMPLE_BYTES,
@@ -700,8 +701,10 @@ static void persist_run(uv_work_t *w)
     persist_job *j = w->data;
     kl_repl *r = (kl_repl *)((char *)j - offsetof(kl_repl, job));
     kl_err_clear(&j->err);
+    j->t_run = kl_stages_now();
     j->rc = kl_store_log_write(r->store, j->has_hard ? &j->hard : NULL, j->truncate_from,
                                j->items, j->n_items, &j->err);
+    j->t_ran = kl_stages_now();
 }
 
 static void persist_after(uv_work_t *w, int status)
@@ -727,6 +730,10 @@ static void persist_after(uv_work_t *w, int status)
     conf_job_done(r, j);
     log_bytes_note(r, j);
     note_job(r, KL_STAGE_PERSIST_DONE);
+    uint64_t back = kl_stages_now();
+    kl_stages_span(r->stages, KL_SPAN_W_HOP, j->t_queued, j->t_run);
+    kl_stages_span(r->stages, KL_SPAN_W_RUN, j->t_run, j->t_ran);
+    kl_stages_span(r->stages, KL_SPAN_W_BACK, j->t_ran, back);
     r->pumping = true;
     finish_round(r);
     r->pumping = false;
@@ -1012,6 +1019,7 @@ static void pump(kl_repl *r)
                 break;
             }
             r->job.work.data = &r->job;
+            r->job.t_queued = kl_stages_now();
             int urc = uv_queue_work(r->loop, &r->job.work, persist_run, persist_after);
             if (urc != 0) {
                 kl_fail(&err, KL_INTERNAL, "log", "cannot queue the log write: %s",

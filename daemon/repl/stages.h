@@ -6,11 +6,14 @@
  * followers' path (transit, their writes, their acknowledgements). Whichever of "write" and
  * "replicate" is longer is the one the commit waited for.
  * Follower, per received entry: received -> its synced write starts -> that write completes
- * (the acknowledgement leaves right after). Stamps live in a ring keyed by index, so an
+ * (the acknowledgement leaves right after). Each synced write (either role) is also split in
+ * three: the hand-off to the thread-pool worker, the worker's RocksDB write and sync, and the
+ * hand-off back to the loop. Stamps live in a ring keyed by index, so an
  * index older than the ring is simply not measured; samples are the last KL_STAGES_SAMPLES
  * deltas per stage. kl_stages_report logs p50/p99 per stage and resets; the driver calls it
  * every few seconds when there are new samples and at stop. Cost: a clock read per stage
- * per write plus one per entry, no allocation after init. */
+ * per write plus one per entry (two more per write on the worker, kept in the job until its
+ * completion reaches the loop), no allocation after init. */
 #ifndef KL_REPL_STAGES_H
 #define KL_REPL_STAGES_H
 
@@ -45,7 +48,12 @@ typedef enum kl_stage_span {
     KL_SPAN_APPLY_CALL = 7, /* time inside the node's apply callback, per entry */
     KL_SPAN_SEND = 8,     /* leader: propose -> the first append carrying it left */
     KL_SPAN_REPLICATE = 9, /* leader: that append left -> commit */
-    KL_SPAN_COUNT = 10,
+    /* Per synced write (leader and follower), the three parts of "write"/"f_write": the hand-off
+     * to the worker thread, the worker's RocksDB write and sync, the hand-off back to the loop. */
+    KL_SPAN_W_HOP = 10,
+    KL_SPAN_W_RUN = 11,
+    KL_SPAN_W_BACK = 12,
+    KL_SPAN_COUNT = 13,
 } kl_stage_span;
 
 typedef struct kl_stages kl_stages;

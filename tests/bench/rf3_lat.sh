@@ -3,12 +3,13 @@
 # single-message batches, principal benchpub on queue kl3 exactly as run.sh sets them up),
 # with each member's "replication stages" lines (daemon/repl/stages.h: queue, write,
 # quorum, apply, send and replicate per own entry on the leader; queue and write per
-# received entry on a follower) printed after each cell, so a change to the write path can be measured without
-# the whole `make bench`. With RF3_PERF=1 the leader runs under `perf record -g` for the
-# 64-in-flight cell (report in $RF3_OUT/perf-64.txt).
+# received entry on a follower; w_hop, w_run and w_back per synced write on both) printed after each cell, so a change to the write path can be measured without
+# the whole `make bench`. With RF3_PERF=1 the leader and one follower run under
+# `perf record -g` in every cell (reports in $RF3_OUT/perf-<cell>.txt and perf-<cell>-f.txt).
 # Environment: BENCH_BIN (binaries, default bin), BENCH_SECONDS (per cell, default 5),
 #              RF3_PORT (first client port, default 18531; peers +100), RF3_CELLS (default
-#              "1 64"), RF3_RUNS (default 1), RF3_OUT (a directory kept for the logs; default
+#              "1 64"; a cell 0 is the cluster left idle for the same time, for its
+#              background CPU), RF3_RUNS (default 1), RF3_OUT (a directory kept for the logs; default
 #              a temporary one that is removed), RF3_PERF=1.
 # Every process this script starts is tracked by pid and stopped by pid on exit.
 set -u
@@ -28,7 +29,7 @@ cp "$bin/keyload-bench" "$bin/keyloadd" "$bin/keyload" "$tmp/bin/" || exit 2
 bench=$tmp/bin/keyload-bench daemon=$tmp/bin/keyloadd cli=$tmp/bin/keyload
 d=$tmp/c
 declare -A mpid
-perf_pid=""
+perf_pid="" perf_fpid=""
 stop_pid() {
   local p=$1
   if [ -n "$p" ] && kill -0 "$p" 2>/dev/null; then
@@ -40,6 +41,7 @@ stop_pid() {
 }
 cleanup() {
   stop_pid "$perf_pid"
+  stop_pid "$perf_fpid"
   local k
   for k in "${!mpid[@]}"; do stop_pid "${mpid[$k]}"; done
   if [ $keep = 1 ]; then echo "rf3_lat: logs kept in $tmp"; else rm -rf "$tmp"; fi
@@ -92,6 +94,7 @@ pids="${mpid[p0m1]},${mpid[p0m2]},${mpid[p0m3]}"
 ldr=$("$bench" --leader-of "$urls")
 lnode=$(sed -n 's/.*node=\(p0m[0-9]\).*/\1/p' <<<"$ldr")
 [ -n "$lnode" ] || lnode=$(sed -n 's/.*127.0.0.1:\([0-9]*\).*/\1/p' <<<"$ldr" | head -n 1 | awk -v p="$port" '{print "p0m" ($1 - p + 1)}')
+fnode=p0m1; [ "$lnode" = p0m1 ] && fnode=p0m2
 echo "rf3_lat: leader $lnode ($ldr)"
 sealed=(--cluster "$d/cluster.json" --principal benchpub --key "$d/pub.key" --database bench/kl3 --queue kl3
         --batch-size 1 --seconds "$secs")
@@ -112,13 +115,19 @@ for r in $(seq 1 "$runs"); do
   for c in $cells; do
     declare -A mark
     for n in p0m1 p0m2 p0m3; do mark[$n]=$(wc -l <"$d/$n.log"); done
-    if [ "${RF3_PERF:-0}" = 1 ] && [ "$c" -gt 1 ]; then
+    if [ "${RF3_PERF:-0}" = 1 ]; then
       perf record -g -o "$tmp/perf-$c.data" -p "${mpid[$lnode]}" 2>"$tmp/perf-$c.err" &
       perf_pid=$!
+      perf record -g -o "$tmp/perf-$c-f.data" -p "${mpid[$fnode]}" 2>"$tmp/perf-$c-f.err" &
+      perf_fpid=$!
     fi
     thread_cpu p0m1 p0m2 p0m3 >"$tmp/tcpu0"
     t0=$(date +%s%N)
-    out=$( { /usr/bin/time -f "bench_cpu_s=%U+%S" timeout $((secs * 3 + 120)) "$bench" "${sealed[@]}" --clients "$c" --cpu-pids "$pids"; } 2>"$tmp/bench.err")
+    if [ "$c" = 0 ]; then
+      sleep "$secs"; out="idle for $secs s"; : >"$tmp/bench.err"
+    else
+      out=$( { /usr/bin/time -f "bench_cpu_s=%U+%S" timeout $((secs * 3 + 120)) "$bench" "${sealed[@]}" --clients "$c" --cpu-pids "$pids"; } 2>"$tmp/bench.err")
+    fi
     t1=$(date +%s%N)
     thread_cpu p0m1 p0m2 p0m3 >"$tmp/tcpu1"
     echo "rf3_lat: run $r RF3 sealed, $c in flight: ${out:-no result} $(grep -o 'bench_cpu_s=.*' "$tmp/bench.err")"
@@ -127,10 +136,12 @@ for r in $(seq 1 "$runs"); do
         { d = ($4 - a[$2]) / hz * 1000 / wall * 100; if (d >= 2) printf "rf3_lat:   cpu %s %s %.0f%%\n", $1, $3, d }' \
         "$tmp/tcpu0" "$tmp/tcpu1" | sort -k5,5gr | head -n 24
     if [ -n "$perf_pid" ]; then
-      kill -INT "$perf_pid"; wait "$perf_pid" 2>/dev/null; perf_pid=""
-      perf report -i "$tmp/perf-$c.data" --no-children --percent-limit 0.7 --stdio 2>/dev/null | grep -v '^$' | head -n 400 >"$tmp/perf-$c.txt"
-      perf report -i "$tmp/perf-$c.data" --children --sort sym --percent-limit 2 --stdio -g none 2>/dev/null | grep -v '^$' | grep '%' | head -n 80 >"$tmp/perf-$c-children.txt"
-      echo "rf3_lat: perf of $lnode in $tmp/perf-$c.txt and perf-$c-children.txt"
+      kill -INT "$perf_pid" "$perf_fpid"; wait "$perf_pid" "$perf_fpid" 2>/dev/null; perf_pid="" perf_fpid=""
+      for f in "perf-$c" "perf-$c-f"; do
+        perf report -i "$tmp/$f.data" --no-children --percent-limit 0.7 --stdio 2>/dev/null | grep -v '^$' | head -n 400 >"$tmp/$f.txt"
+        perf report -i "$tmp/$f.data" --children --sort sym --percent-limit 2 --stdio -g none 2>/dev/null | grep -v '^$' | grep '%' | head -n 80 >"$tmp/$f-children.txt"
+      done
+      echo "rf3_lat: perf of $lnode in $tmp/perf-$c.txt and perf-$c-children.txt, of follower $fnode in perf-$c-f*.txt"
     fi
     sleep 2.5  # the stage report runs about every 2 s
     for n in p0m1 p0m2 p0m3; do

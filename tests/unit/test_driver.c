@@ -1210,6 +1210,32 @@ START_TEST(applies_while_a_slow_write_runs)
 }
 END_TEST
 
+/* A synced write's time is split where it goes (stages.h w_hop, w_run, w_back): with every
+ * log write sleeping 30 ms inside the store (the store.log_write failpoint, on the worker),
+ * the worker's part holds the sleep and the two hand-offs do not. */
+START_TEST(write_parts_timed)
+{
+    cluster_open(3, 3);
+    for (int i = 1; i <= 3; i++)
+        member_start(i);
+    int l = wait_leader();
+    kl_err err;
+    ck_assert_int_eq(kl_failpoint_configure("store.log_write=sleep(30)", &err), KL_OK);
+    for (int i = 0; i < 6; i++) /* one at a time: each is its own slow write on every member */
+        wait_all_applied(propose_many(l, 1), 20000);
+    ck_assert_int_eq(kl_failpoint_configure(NULL, &err), KL_OK);
+    const kl_stages *s = kl_repl_stages(mem[l].repl);
+    ck_assert_uint_ge(kl_stages_count(s, KL_SPAN_W_RUN), 6);
+    ck_assert_uint_eq(kl_stages_count(s, KL_SPAN_W_HOP), kl_stages_count(s, KL_SPAN_W_RUN));
+    ck_assert_uint_eq(kl_stages_count(s, KL_SPAN_W_BACK), kl_stages_count(s, KL_SPAN_W_RUN));
+    ck_assert_uint_ge(kl_stages_median(s, KL_SPAN_W_RUN), 30000);
+    ck_assert_uint_lt(kl_stages_median(s, KL_SPAN_W_HOP), 30000);
+    ck_assert_uint_lt(kl_stages_median(s, KL_SPAN_W_BACK), 30000);
+    check_consistent();
+    cluster_close();
+}
+END_TEST
+
 /* The stage timer (stages.h): spans per index from the stamps given, an index stamped out of
  * order or overwritten by a newer one in the ring is not measured, report resets. */
 START_TEST(stage_spans)
@@ -1301,6 +1327,7 @@ Suite *suite_driver(void)
     tcase_add_test(t, read_dropped_when_leadership_lost);
     tcase_add_test(t, refuses_bad_frames);
     tcase_add_test(t, applies_while_a_slow_write_runs);
+    tcase_add_test(t, write_parts_timed);
     suite_add_tcase(s, t);
     return s;
 }
