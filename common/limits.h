@@ -95,6 +95,9 @@
 #define KL_RPC_DEFAULT_FRAME_LIMIT (4u << 20)
 /* Request contexts of a member's client port (daemon/main.c). */
 #define KL_CLIENT_RPC_CONTEXTS 128
+/* Longest request backtrace header the client port's TCP transport keeps and echoes
+ * (common/rpc_tcp.h; nng's REP accepts at most 8 hops of 4 bytes). */
+#define KL_RPC_TCP_HDR_MAX 32
 
 /* ---------------------------------------------------------------- sessions (common/session.h) */
 #define KL_SESSION_PRINCIPAL_MAX 128   /* bytes of principal_id, without the NUL */

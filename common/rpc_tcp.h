@@ -17,6 +17,7 @@
 #ifndef KL_RPC_TCP_H
 #define KL_RPC_TCP_H
 
+#include "common/limits.h"
 #include "common/status.h"
 
 #include <stdbool.h>
@@ -27,8 +28,7 @@
 typedef struct kl_rpc_tcp kl_rpc_tcp;
 typedef struct kl_rpc_tcp_conn kl_rpc_tcp_conn;
 
-/* Longest backtrace header kept (nng's REP accepts at most 8 hops of 4 bytes). */
-#define KL_RPC_TCP_HDR_MAX 32
+/* Longest backtrace header kept: KL_RPC_TCP_HDR_MAX (common/limits.h). */
 
 /* A request frame: hdr is its backtrace (echoed on the answer), body the Envelope bytes
  * (borrowed for the call of this function only). The function owns one reference to
