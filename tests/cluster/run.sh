@@ -4,11 +4,12 @@
 # (tests/cluster/deploy.sh), its replace of members (replace.sh, replace_trust.sh), Prometheus metrics (tests/cluster/metrics.sh), backup and restore
 # (tests/cluster/backup.sh), then `make install` and the systemd units' start lines
 # (tests/cluster/install.sh), and three hosts in network namespaces started from the
-# installed units (tests/cluster/hosts.sh). Work directories live under var/ and /tmp and are removed.
+# installed units (tests/cluster/hosts.sh). Work directories live under var/ and /tmp and are removed (the proc-test one is kept when a test failed).
 set -u
 cd "$(dirname "$0")/../.."
 work=$(mktemp -d "$PWD/var/proctest.XXXXXX" 2>/dev/null || { mkdir -p var && mktemp -d "$PWD/var/proctest.XXXXXX"; })
-trap 'rm -rf "$work"' EXIT
+# The daemons' and coordinators' logs explain a failure: kept then, removed after a pass.
+trap 'if [ "${rc:-1}" -eq 0 ]; then rm -rf "$work"; else echo "process tests: logs kept in $work"; fi' EXIT
 rc=0
 ./build/proc-test --bin "$PWD/bin/keyloadd" --work "$work" || rc=1
 if [ $rc -ne 0 ]; then
