@@ -207,6 +207,28 @@ static bool conn_hello(kl_rpc_tcp_conn *c)
     return true;
 }
 
+/* Moves c to the end of t->conns. Resuming visits connections in list order and stops at
+ * the next pause, so the connection whose frame filled the held calls goes last: each
+ * answer then admits a frame from the next connection with one waiting, round robin, and
+ * one busy client (hundreds of calls in flight) cannot starve the others, such as a data
+ * partition's catalog tail on partition 0. O(connections), only when the server pauses. */
+static void conn_to_tail(kl_rpc_tcp *t, kl_rpc_tcp_conn *c)
+{
+    if (c->next == NULL)
+        return;
+    if (c->prev != NULL)
+        c->prev->next = c->next;
+    else
+        t->conns = c->next;
+    c->next->prev = c->prev;
+    kl_rpc_tcp_conn *last = c->next;
+    while (last->next != NULL)
+        last = last->next;
+    last->next = c;
+    c->prev = last;
+    c->next = NULL;
+}
+
 /* Delivers one frame (body of body_len bytes at b); a frame without a complete backtrace
  * is dropped, as nng's REP drops it. */
 static void conn_frame(kl_rpc_tcp_conn *c, const uint8_t *b, size_t body_len)
@@ -262,6 +284,8 @@ static void conn_parse_frames(kl_rpc_tcp_conn *c)
             break;
         conn_frame(c, c->buf + off + TCP_LEN_PREFIX, (size_t)flen);
         off += TCP_LEN_PREFIX + (size_t)flen;
+        if (c->t != NULL && c->t->paused && !c->closing)
+            conn_to_tail(c->t, c);
     }
     if (off > 0) {
         memmove(c->buf, c->buf + off, c->len - off);

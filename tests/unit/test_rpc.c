@@ -43,6 +43,10 @@ typedef struct rpc_fixture {
     kl_rpc_call *deferred;
     atomic_int handled; /* handler invocations */
     atomic_int max_held;
+    uv_timer_t step_timer; /* test.Step: answers the oldest held call while step_release */
+    bool step_timer_on;
+    atomic_bool step_release;
+    atomic_int step_handled;
 } rpc_fixture;
 
 static rpc_fixture fx;
@@ -139,7 +143,35 @@ static void h_hold(void *owner, kl_rpc_call *call)
 /* Never answers; the fixture answers after stopping the server. */
 static void h_never(void *owner, kl_rpc_call *call) { hold(owner, call); }
 
+/* While step_release is set, answers the oldest held call every 20 ms. */
+static void step_fire(uv_timer_t *t)
+{
+    rpc_fixture *f = t->data;
+    if (!atomic_load(&f->step_release) || f->held_count == 0)
+        return;
+    size_t len;
+    const uint8_t *p = kl_rpc_call_payload(f->held[0], &len);
+    kl_rpc_reply(f->held[0], p, len);
+    memmove(f->held, f->held + 1, (size_t)(f->held_count - 1) * sizeof f->held[0]);
+    f->held_count--;
+}
+
+/* Held until the test releases calls one at a time (step_fire). */
+static void h_step(void *owner, kl_rpc_call *call)
+{
+    rpc_fixture *f = owner;
+    atomic_fetch_add(&f->step_handled, 1);
+    hold(f, call);
+    if (!f->step_timer_on) {
+        ck_assert_int_eq(uv_timer_init(&f->loop, &f->step_timer), 0);
+        f->step_timer.data = f;
+        ck_assert_int_eq(uv_timer_start(&f->step_timer, step_fire, 20, 20), 0);
+        f->step_timer_on = true;
+    }
+}
+
 static const kl_rpc_method fx_methods[] = {
+    {"test.Step", h_step},
     {"test.Echo", h_echo},         {"test.Empty", h_empty}, {"test.NotLeader", h_not_leader},
     {"test.Deferred", h_deferred}, {"test.Hold", h_hold},   {"test.Never", h_never},
 };
@@ -154,6 +186,8 @@ static void fx_ctl(uv_async_t *h)
     /* Answers given after stop must be dropped without touching the closed socket; the
      * server is freed by the last of them. */
     answer_held(f);
+    if (f->step_timer_on)
+        uv_close((uv_handle_t *)&f->step_timer, NULL);
     uv_close((uv_handle_t *)&f->ctl, NULL);
 }
 
@@ -776,6 +810,51 @@ START_TEST(test_tcp_wire)
 }
 END_TEST
 
+/* One raw request frame (backtrace id, then the Envelope) of method on fd. */
+static void tcp_raw_request(int fd, const char *method, uint32_t id)
+{
+    Keyload__V1__Envelope env = KEYLOAD__V1__ENVELOPE__INIT;
+    env.method = (char *)method;
+    env.request_id = id;
+    uint8_t req[128] = {(uint8_t)(0x80 | (id >> 24)), (uint8_t)(id >> 16), (uint8_t)(id >> 8), (uint8_t)id};
+    size_t n = keyload__v1__envelope__get_packed_size(&env);
+    ck_assert_uint_le(n + 4, sizeof req);
+    keyload__v1__envelope__pack(&env, req + 4);
+    tcp_raw_frame(fd, req, n + 4);
+}
+
+/* A busy connection cannot starve an older one: A holds every call the server may hold
+ * (KL_RPC_MIN_CONTEXTS) and has 20 more queued when B's one request arrives; as held calls
+ * are answered one at a time, B's request is served after a few of them, not after all of
+ * A's queue (resuming used to visit the newest connection first and stop at its next pause). */
+START_TEST(test_tcp_fair_resume)
+{
+    fx_start(1024);
+    uint8_t b[8];
+    int fb = tcp_raw_connect(), fa = tcp_raw_connect();
+    tcp_raw_send(fb, tcp_req_hello, sizeof tcp_req_hello);
+    ck_assert(tcp_raw_read(fb, b, 8));
+    tcp_raw_send(fa, tcp_req_hello, sizeof tcp_req_hello);
+    ck_assert(tcp_raw_read(fa, b, 8));
+    for (uint32_t i = 1; i <= KL_RPC_MIN_CONTEXTS + 20; i++)
+        tcp_raw_request(fa, "test.Step", i);
+    for (int64_t t0 = mono_ms(); atomic_load(&fx.max_held) < KL_RPC_MIN_CONTEXTS && mono_ms() - t0 < 5000;)
+        usleep(1000);
+    ck_assert_int_eq(atomic_load(&fx.max_held), KL_RPC_MIN_CONTEXTS);
+    tcp_raw_request(fb, "test.Echo", 9999);
+    usleep(100 * 1000); /* B's request is read (or waits in the kernel) while the server is paused */
+    ck_assert_int_eq(atomic_load(&fx.step_handled), KL_RPC_MIN_CONTEXTS);
+    atomic_store(&fx.step_release, true);
+    uint8_t len[8];
+    ck_assert(tcp_raw_read(fb, len, 8)); /* B's answer */
+    int a_extra = atomic_load(&fx.step_handled) - KL_RPC_MIN_CONTEXTS;
+    ck_assert_msg(a_extra < 10, "B was served only after %d more of A's requests", a_extra);
+    close(fa);
+    close(fb);
+    fx_stop();
+}
+END_TEST
+
 Suite *suite_rpc(void)
 {
     Suite *s = suite_create("rpc");
@@ -796,6 +875,7 @@ Suite *suite_rpc(void)
     tcase_add_test(tc, test_connect_timeout_dial_never_returns);
     tcase_add_test(tc, test_start_errors);
     tcase_add_test(tc, test_tcp_wire);
+    tcase_add_test(tc, test_tcp_fair_resume);
     suite_add_tcase(s, tc);
     TCase *nng = tcase_create("nng");
     tcase_set_timeout(nng, 30);
