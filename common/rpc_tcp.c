@@ -293,6 +293,26 @@ static void conn_parse_frames(kl_rpc_tcp_conn *c)
     }
 }
 
+/* Whether c's buffer holds a whole frame it has not delivered (its hello done). */
+static bool conn_has_frame(const kl_rpc_tcp_conn *c)
+{
+    if (!c->hello_ok || c->len < TCP_LEN_PREFIX)
+        return false;
+    uint64_t flen = get_u64(c->buf);
+    return flen > c->t->recv_max || c->len - TCP_LEN_PREFIX >= flen;
+}
+
+/* While the server is paused a connection keeps reading until it holds one whole frame,
+ * then stops: so every waiting client's next request is in memory when calls are answered
+ * (round robin, conn_to_tail), and memory stays bounded by one frame per connection. */
+static void conn_hold_if_full(kl_rpc_tcp_conn *c)
+{
+    if (c->reading && !c->closing && c->t != NULL && c->t->paused && conn_has_frame(c)) {
+        uv_read_stop((uv_stream_t *)&c->h);
+        c->reading = false;
+    }
+}
+
 static void conn_read(uv_stream_t *s, ssize_t n, const uv_buf_t *buf)
 {
     (void)buf;
@@ -303,6 +323,7 @@ static void conn_read(uv_stream_t *s, ssize_t n, const uv_buf_t *buf)
     }
     c->len += (size_t)n;
     conn_parse(c);
+    conn_hold_if_full(c);
 }
 
 static void conn_start_reading(kl_rpc_tcp_conn *c)
@@ -362,9 +383,7 @@ static void on_accept(uv_stream_t *server, int status)
         return;
     }
     c->last_ms = tcp_now(t); /* the hello's deadline counts from here */
-    if (t->paused)
-        return; /* resume starts it */
-    conn_start_reading(c);
+    conn_start_reading(c); /* also while paused: conn_hold_if_full stops it at a whole frame */
 }
 
 static void answer_written(uv_write_t *req, int status)
@@ -450,10 +469,7 @@ void kl_rpc_tcp_pause(kl_rpc_tcp *t)
         return;
     t->paused = true;
     for (kl_rpc_tcp_conn *c = t->conns; c != NULL; c = c->next)
-        if (c->reading && !c->closing) {
-            uv_read_stop((uv_stream_t *)&c->h);
-            c->reading = false;
-        }
+        conn_hold_if_full(c);
 }
 
 void kl_rpc_tcp_resume(kl_rpc_tcp *t)
@@ -466,7 +482,7 @@ void kl_rpc_tcp_resume(kl_rpc_tcp *t)
         kl_rpc_tcp_conn *next = c->next; /* parsing may close c (it stays listed until closed) */
         if (!c->closing) {
             conn_parse(c);
-            if (!t->paused)
+            if (!t->paused || !conn_has_frame(c))
                 conn_start_reading(c);
         }
         c = next;
