@@ -324,6 +324,19 @@ static void member_adopt(peer_member *m, uint32_t pipe)
     m->closing_at = 0;
 }
 
+/* Under mu: frees the frames queued for m, each counted as dropped. */
+static void member_queue_drop(kl_peer *p, peer_member *m)
+{
+    for (peer_out *o = m->head, *next; o != NULL; o = next) {
+        next = o->next;
+        nng_msg_free(o->msg);
+        free(o);
+        p->st.dropped_disconnect++;
+    }
+    m->head = m->tail = NULL;
+    m->q_frames = m->q_bytes = 0;
+}
+
 /* Under mu: the member lost its connection; queued frames go with it. */
 static void member_drop(kl_peer *p, peer_member *m, peer_act *act)
 {
@@ -334,14 +347,7 @@ static void member_drop(kl_peer *p, peer_member *m, peer_act *act)
     m->hello_due = false;
     m->wait_since = 0;
     kl_peer_auth_keys_wipe(&m->keys);
-    for (peer_out *o = m->head, *next; o != NULL; o = next) {
-        next = o->next;
-        nng_msg_free(o->msg);
-        free(o);
-        p->st.dropped_disconnect++;
-    }
-    m->head = m->tail = NULL;
-    m->q_frames = m->q_bytes = 0;
+    member_queue_drop(p, m);
 }
 
 /* Under mu: counts a refused pipe and has it closed and (rate-limited) logged. */
@@ -1697,17 +1703,8 @@ static void handle_closed(uv_handle_t *handle)
 /* Under mu: drops the frames waiting in either direction; the connections stay. */
 static void peer_drop_pending(kl_peer *p)
 {
-    for (size_t i = 0; i < p->n_members; i++) {
-        peer_member *m = &p->members[i];
-        for (peer_out *o = m->head, *next; o != NULL; o = next) {
-            next = o->next;
-            nng_msg_free(o->msg);
-            free(o);
-            p->st.dropped_disconnect++;
-        }
-        m->head = m->tail = NULL;
-        m->q_frames = m->q_bytes = 0;
-    }
+    for (size_t i = 0; i < p->n_members; i++)
+        member_queue_drop(p, &p->members[i]);
     for (; p->in_count > 0; p->in_count--) {
         nng_msg_free(p->inbox[p->in_head].msg);
         p->in_head = (p->in_head + 1) % p->max_frames;
