@@ -146,7 +146,7 @@ START_TEST(data_partition_applies_in_order_only)
 }
 END_TEST
 
-/* Defence in depth (DESIGN.md §5, "current+1 only"): if a version's entry ever commits
+/* Defence in depth (docs/ARCHITECTURE.md invariant I-STORE-3, "current + 1 only"): if a version's entry ever commits
  * twice (a leader re-proposing what an uncommitted entry already carries), the second
  * must not apply, or it would rewrite the queue record made by the first over the
  * messages enqueued in between. Raft's serving rule makes this unreachable in the
@@ -292,7 +292,7 @@ START_TEST(database_limits_tighten_and_never_loosen)
 }
 END_TEST
 
-/* A database's signing key derives from the cluster secret and its id (DESIGN.md §5):
+/* A database's signing key derives from the cluster secret and its id (docs/ARCHITECTURE.md "Keys"):
  * the catalog keeps the public half and key id only, and a member without the secret
  * cannot create databases. MaxQueueTransferAcceptAttempts is null by default, else
  * 1..MaxScanRecords. */
