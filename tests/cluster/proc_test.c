@@ -2173,7 +2173,7 @@ int main(int argc, char **argv)
         {"snapshot: every member killed -9 right after its first compaction restarts and serves with every "
          "acknowledged batch",
          test_snapshot_kill_after_compact},
-        {"snapshot: a compaction's flush runs off the loop (batches acknowledged while it takes 4 s) and every "
+        {"snapshot: a compaction's flush runs off the loop (batches acknowledged while it takes 10 s) and every "
          "member killed -9 during it restarts with every acknowledged batch",
          test_snapshot_kill_during_flush},
         {"snapshot: a leader opening a snapshot for a follower for 3 s keeps its term and acknowledges "
