@@ -8,6 +8,7 @@
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/epoll.h>
@@ -68,6 +69,7 @@ static struct {
     int64_t next_due; /* the earliest deadline, retry or connect bound; DIRECT_NEVER */
 } g = {.mu = PTHREAD_MUTEX_INITIALIZER, .ep = -1, .ev = -1, .next_due = DIRECT_NEVER};
 static pthread_once_t g_once = PTHREAD_ONCE_INIT;
+static _Atomic bool g_used; /* io_start ran: before it no request can have started */
 
 static int64_t mono_ms(void)
 {
@@ -539,6 +541,7 @@ static void *io_main(void *arg)
 
 static void io_start(void)
 {
+    g_used = true;
     pthread_condattr_t attr;
     pthread_condattr_init(&attr);
     pthread_condattr_setclock(&attr, CLOCK_MONOTONIC);
@@ -776,7 +779,10 @@ void kl_rpc_direct_cancel(kl_rpc_direct_req *r)
 
 void kl_rpc_direct_stop(kl_rpc_direct_req *r)
 {
-    pthread_once(&g_once, io_start);
+    if (!g_used) { /* no client ever opened: nothing can be in flight */
+        r->stopped = true;
+        return;
+    }
     pthread_mutex_lock(&g.mu);
     r->stopped = true;
     cancel_locked(r);
