@@ -26,15 +26,12 @@
 #ifndef KL_RPC_DIRECT_H
 #define KL_RPC_DIRECT_H
 
+#include "common/limits.h"
 #include "common/status.h"
 
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
-
-/* Requests open on one connection at once; one more is refused RESOURCE_EXHAUSTED
- * "client_requests". nng's REQ socket had no such bound. */
-#define KL_RPC_DIRECT_MAX_REQUESTS 65536
 
 typedef struct kl_rpc_direct kl_rpc_direct;
 
