@@ -151,7 +151,7 @@ struct kl_rpc_server {
     size_t calls_out; /* loop thread only: calls held by handlers */
     kl_rpc_tcp *tcp;  /* the loop's own TCP transport, or NULL (nng) */
     bool tcp_closed;  /* loop thread only: the transport has freed itself after stop */
-    bool resuming;    /* loop thread only: kl_rpc_tcp_resume is delivering frames */
+    bool resume_wanted; /* loop thread only: a resume is due at the wake handle's next turn */
     bool wake_closed; /* loop thread only */
 
     /* Connections (under mu): one entry per open pipe. */
@@ -583,6 +583,11 @@ static void server_drop_frames(rpc_slot *list)
 static void server_wake_cb(uv_async_t *handle)
 {
     kl_rpc_server *srv = handle->data;
+    if (srv->resume_wanted) {
+        srv->resume_wanted = false;
+        if (srv->tcp != NULL && !srv->stopping && srv->calls_out < (size_t)srv->nslots)
+            kl_rpc_tcp_resume(srv->tcp);
+    }
     rpc_slot *list = server_take_inbox(srv);
     while (list != NULL) {
         /* A handler may stop the server; the rest of the batch is then dropped. The
@@ -960,11 +965,13 @@ static void call_finish(kl_rpc_call *call, Keyload__V1__Answer *ans)
     keyload__v1__envelope__free_unpacked(call->env, NULL);
     free(call);
     srv->calls_out--;
-    if (srv->tcp != NULL && !srv->stopping && !srv->resuming &&
+    /* Resuming delivers waiting frames to their handlers, so it never runs here, inside
+     * whatever answered this call (a node callback walking its pending table, another
+     * handler): the loop's next turn does it, with nothing of ours on the stack. */
+    if (srv->tcp != NULL && !srv->stopping && !srv->resume_wanted &&
         srv->calls_out < (size_t)srv->nslots) {
-        srv->resuming = true;
-        kl_rpc_tcp_resume(srv->tcp);
-        srv->resuming = false;
+        srv->resume_wanted = true;
+        uv_async_send(&srv->wake);
     }
     server_maybe_free(srv);
 }

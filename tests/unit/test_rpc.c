@@ -47,6 +47,8 @@ typedef struct rpc_fixture {
     bool step_timer_on;
     atomic_bool step_release;
     atomic_int step_handled;
+    bool in_reply;         /* loop: step_fire is inside kl_rpc_reply */
+    atomic_int nested;     /* handlers that ran inside another call's kl_rpc_reply */
 } rpc_fixture;
 
 static rpc_fixture fx;
@@ -151,7 +153,9 @@ static void step_fire(uv_timer_t *t)
         return;
     size_t len;
     const uint8_t *p = kl_rpc_call_payload(f->held[0], &len);
+    f->in_reply = true;
     kl_rpc_reply(f->held[0], p, len);
+    f->in_reply = false;
     memmove(f->held, f->held + 1, (size_t)(f->held_count - 1) * sizeof f->held[0]);
     f->held_count--;
 }
@@ -161,6 +165,8 @@ static void h_step(void *owner, kl_rpc_call *call)
 {
     rpc_fixture *f = owner;
     atomic_fetch_add(&f->step_handled, 1);
+    if (f->in_reply)
+        atomic_fetch_add(&f->nested, 1);
     hold(f, call);
     if (!f->step_timer_on) {
         ck_assert_int_eq(uv_timer_init(&f->loop, &f->step_timer), 0);
@@ -917,6 +923,32 @@ START_TEST(test_tcp_fair_resume)
 }
 END_TEST
 
+/* An answer never runs another call's handler on its own stack: the frames that waited
+ * while the server was paused are delivered on a later loop turn. A handler nested inside
+ * the code that answered (a node walking its table of pending batches, say) would change
+ * that code's state under its feet. */
+START_TEST(test_tcp_resume_not_nested)
+{
+    fx_start(1024);
+    uint8_t b[8];
+    int fa = tcp_raw_connect();
+    tcp_raw_send(fa, tcp_req_hello, sizeof tcp_req_hello);
+    ck_assert(tcp_raw_read(fa, b, 8));
+    for (uint32_t i = 1; i <= KL_RPC_MIN_CONTEXTS + 10; i++)
+        tcp_raw_request(fa, "test.Step", i);
+    for (int64_t t0 = mono_ms(); atomic_load(&fx.max_held) < KL_RPC_MIN_CONTEXTS && mono_ms() - t0 < 5000;)
+        usleep(1000);
+    ck_assert_int_eq(atomic_load(&fx.step_handled), KL_RPC_MIN_CONTEXTS);
+    atomic_store(&fx.step_release, true);
+    for (int64_t t0 = mono_ms(); atomic_load(&fx.step_handled) < KL_RPC_MIN_CONTEXTS + 10 && mono_ms() - t0 < 10000;)
+        usleep(1000);
+    ck_assert_int_eq(atomic_load(&fx.step_handled), KL_RPC_MIN_CONTEXTS + 10);
+    ck_assert_int_eq(atomic_load(&fx.nested), 0);
+    close(fa);
+    fx_stop();
+}
+END_TEST
+
 Suite *suite_rpc(void)
 {
     Suite *s = suite_create("rpc");
@@ -939,6 +971,7 @@ Suite *suite_rpc(void)
     tcase_add_test(tc, test_tcp_wire);
     tcase_add_test(tc, test_tcp_fair_resume);
     tcase_add_test(tc, test_direct_reconnects);
+    tcase_add_test(tc, test_tcp_resume_not_nested);
     suite_add_tcase(s, tc);
     TCase *nng = tcase_create("nng");
     tcase_set_timeout(nng, 30);
