@@ -1564,10 +1564,10 @@ kl_code kl_rpc_invoke_session(kl_rpc_client *c, const char *method,
 enum { RPC_OP_IDLE, RPC_OP_SEND, RPC_OP_RECV };
 
 struct kl_rpc_op {
+    /* NULL until the op first runs on an nng client. Pauses use dreq (rpc_direct.h), not
+     * nng_sleep_aio: in nng 1.5.2 an aio once used by it reports a later timeout as
+     * success (its sleep flag outlives the sleep). */
     nng_aio *aio;
-    /* Pauses have their own aio: in nng 1.5.2 an aio once used by nng_sleep_aio reports a
-     * later timeout as success (its sleep flag outlives the sleep). */
-    nng_aio *sleep_aio;
     nng_ctx ctx;
     bool ctx_open;
     int state;
@@ -1593,10 +1593,8 @@ struct kl_rpc_op {
 static void rpc_op_recheck_cancel(kl_rpc_op *op)
 {
     pthread_mutex_lock(&op->mu);
-    if (op->cancelled) {
+    if (op->cancelled && op->aio != NULL)
         nng_aio_cancel(op->aio);
-        nng_aio_cancel(op->sleep_aio);
-    }
     pthread_mutex_unlock(&op->mu);
 }
 
@@ -1671,6 +1669,8 @@ static void rpc_op_direct_cb(void *arg)
     kl_rpc_direct_req *r = &op->dreq;
     const char *why = r->sys_err != 0 ? strerror(r->sys_err) : "closed by the server";
     switch (r->outcome) {
+    case KL_RPC_DIRECT_SLEPT: /* a pause: no exchange, no result */
+        break;
     case KL_RPC_DIRECT_ANSWERED:
         op->dreply = r->reply;
         op->dreply_len = r->reply_len;
@@ -1710,24 +1710,11 @@ static void rpc_op_direct_cb(void *arg)
     op->done(op->arg);
 }
 
-/* A pause (kl_rpc_sleep_start) is over or cancelled. */
-static void rpc_op_sleep_cb(void *arg)
-{
-    kl_rpc_op *op = arg;
-    op->done(op->arg);
-}
 
 kl_code kl_rpc_op_new(kl_rpc_op_done done, void *arg, kl_rpc_op **out, kl_err *err)
 {
     kl_rpc_op *op = calloc(1, sizeof *op);
     if (op == NULL || pthread_mutex_init(&op->mu, NULL) != 0) {
-        free(op);
-        return kl_fail(err, KL_RESOURCE_EXHAUSTED, "memory", "rpc: out of memory for a call");
-    }
-    if (nng_aio_alloc(&op->aio, rpc_op_cb, op) != 0 ||
-        nng_aio_alloc(&op->sleep_aio, rpc_op_sleep_cb, op) != 0) {
-        nng_aio_free(op->aio);
-        pthread_mutex_destroy(&op->mu);
         free(op);
         return kl_fail(err, KL_RESOURCE_EXHAUSTED, "memory", "rpc: out of memory for a call");
     }
@@ -1744,8 +1731,8 @@ void kl_rpc_op_free(kl_rpc_op *op)
     if (op == NULL)
         return;
     kl_rpc_direct_stop(&op->dreq); /* waits for a callback still running */
-    nng_aio_free(op->aio);         /* likewise */
-    nng_aio_free(op->sleep_aio);
+    if (op->aio != NULL)
+        nng_aio_free(op->aio);     /* likewise */
     nng_msg_free(op->reply);
     free(op->dreply);
     pthread_mutex_destroy(&op->mu);
@@ -1781,8 +1768,15 @@ kl_code kl_rpc_op_start(kl_rpc_op *op, kl_rpc_client *c, const char *method, con
         keyload__v1__envelope__pack(&env, buf);
         kl_code drc = kl_rpc_direct_start(c->direct, &op->dreq, buf, size, timeout_ms, timeout_ms, err);
         free(buf);
+        pthread_mutex_lock(&op->mu);
+        bool cancelled = op->cancelled;
+        pthread_mutex_unlock(&op->mu);
+        if (drc == KL_OK && cancelled) /* a cancel is for good, as on the nng path */
+            kl_rpc_direct_cancel(&op->dreq);
         return drc;
     }
+    if (op->aio == NULL && nng_aio_alloc(&op->aio, rpc_op_cb, op) != 0)
+        return kl_fail(err, KL_RESOURCE_EXHAUSTED, "memory", "rpc: out of memory for a call");
     nng_msg *msg;
     kl_code rc = client_encode(c, method, req, req_len, sess, op->request_id, op->deadline_ms,
                                &msg, err);
@@ -1810,8 +1804,8 @@ void kl_rpc_op_cancel(kl_rpc_op *op)
     op->cancelled = true;
     pthread_mutex_unlock(&op->mu);
     kl_rpc_direct_cancel(&op->dreq);
-    nng_aio_cancel(op->aio);
-    nng_aio_cancel(op->sleep_aio);
+    if (op->aio != NULL)
+        nng_aio_cancel(op->aio);
 }
 
 kl_code kl_rpc_op_result(kl_rpc_op *op, uint8_t **answer, size_t *answer_len,
@@ -1846,8 +1840,17 @@ kl_code kl_rpc_op_result(kl_rpc_op *op, uint8_t **answer, size_t *answer_len,
 
 void kl_rpc_sleep_start(kl_rpc_op *op, int ms)
 {
-    nng_sleep_aio(ms, op->sleep_aio);
-    rpc_op_recheck_cancel(op);
+    kl_err err;
+    if (kl_rpc_direct_sleep(&op->dreq, ms, &err) != KL_OK) {
+        KL_WARN("rpc pause not started; going on at once", "error=\"%s\"", err.message);
+        op->done(op->arg);
+        return;
+    }
+    pthread_mutex_lock(&op->mu);
+    bool cancelled = op->cancelled;
+    pthread_mutex_unlock(&op->mu);
+    if (cancelled)
+        kl_rpc_direct_cancel(&op->dreq);
 }
 
 

@@ -155,8 +155,9 @@ kl_code kl_rpc_invoke(kl_rpc_client *c, const char *method, const uint8_t *req, 
                       size_t leader_cap, kl_err *err);
 
 /* The asynchronous form of kl_rpc_invoke / kl_rpc_invoke_session: one exchange at a time
- * per op, completed by nng's aio callback instead of a waiting thread. done(arg) runs once
- * per successful kl_rpc_op_start (or kl_rpc_sleep_start), on an nng thread; it may start
+ * per op, completed by the transport's callback instead of a waiting thread. done(arg) runs
+ * once per successful kl_rpc_op_start (or kl_rpc_sleep_start), on the transport's thread
+ * (rpc_direct's I/O thread, which also runs every pause, or an nng thread); it may start
  * the op again. kl_rpc_op_result then gives exactly what the blocking call would have
  * returned (same codes and details: UNAVAILABLE = not sent, DEADLINE_EXCEEDED "no_answer"
  * = the outcome is unknown). kl_rpc_op_cancel ends the exchange in flight early: before

@@ -29,7 +29,7 @@
 #define DIRECT_EVENTS 64
 #define DIRECT_NEVER INT64_MAX
 
-enum { REQ_IDLE, REQ_PENDING, REQ_SENT, REQ_DONE };
+enum { REQ_IDLE, REQ_PENDING, REQ_SENT, REQ_SLEEP, REQ_DONE };
 enum { C_DOWN, C_CONNECTING, C_HELLO, C_READY };
 
 struct kl_rpc_direct {
@@ -65,6 +65,7 @@ static struct {
     kl_rpc_direct *conns;
     kl_rpc_direct *graveyard; /* closed, freed by the I/O thread after its current events */
     kl_rpc_direct_req *done_head, *done_tail;
+    kl_rpc_direct_req *sleep_head, *sleep_tail;
     kl_rpc_direct_req *in_cb;
     int64_t next_due; /* the earliest deadline, retry or connect bound; DIRECT_NEVER */
 } g = {.mu = PTHREAD_MUTEX_INITIALIZER, .ep = -1, .ev = -1, .next_due = DIRECT_NEVER};
@@ -141,7 +142,10 @@ static void req_complete(kl_rpc_direct_req *r, int outcome, int sys_err)
         list_unlink(&c->pend_head, &c->pend_tail, r);
     else if (r->state == REQ_SENT)
         list_unlink(&c->sent_head, &c->sent_tail, r);
-    c->open_reqs--;
+    else if (r->state == REQ_SLEEP)
+        list_unlink(&g.sleep_head, &g.sleep_tail, r);
+    if (c != NULL)
+        c->open_reqs--;
     free(r->frame);
     r->frame = NULL;
     r->conn = NULL;
@@ -441,6 +445,14 @@ static void conn_event(kl_rpc_direct *c, uint32_t ev)
 static void scan(int64_t now)
 {
     int64_t next = DIRECT_NEVER;
+    kl_rpc_direct_req *s, *sn;
+    for (s = g.sleep_head; s != NULL; s = sn) {
+        sn = s->next;
+        if (now >= s->answer_by)
+            req_complete(s, KL_RPC_DIRECT_SLEPT, 0);
+        else if (s->answer_by < next)
+            next = s->answer_by;
+    }
     for (kl_rpc_direct *c = g.conns; c != NULL; c = c->cnext) {
         if (c->state == C_CONNECTING || c->state == C_HELLO) {
             if (now >= c->connect_by)
@@ -764,6 +776,8 @@ static void cancel_locked(kl_rpc_direct_req *r)
         req_complete(r, KL_RPC_DIRECT_CANCELLED, 0);
     } else if (r->state == REQ_SENT) {
         req_complete(r, KL_RPC_DIRECT_CANCELLED, 0);
+    } else if (r->state == REQ_SLEEP) {
+        req_complete(r, KL_RPC_DIRECT_SLEPT, 0);
     } else {
         return;
     }
@@ -789,4 +803,28 @@ void kl_rpc_direct_stop(kl_rpc_direct_req *r)
     while (r->state != REQ_IDLE || g.in_cb == r)
         pthread_cond_wait(&g.cv, &g.mu);
     pthread_mutex_unlock(&g.mu);
+}
+
+kl_code kl_rpc_direct_sleep(kl_rpc_direct_req *r, int ms, kl_err *err)
+{
+    pthread_once(&g_once, io_start);
+    if (g.start_err != 0)
+        return kl_fail(err, KL_INTERNAL, "thread", "rpc: the client I/O thread did not start: %s",
+                       strerror(g.start_err));
+    pthread_mutex_lock(&g.mu);
+    r->conn = NULL;
+    r->outcome = 0;
+    r->sys_err = 0;
+    r->reply = NULL;
+    r->reply_len = 0;
+    r->answer_by = mono_ms() + (ms > 0 ? ms : 0);
+    r->state = REQ_SLEEP;
+    list_push(&g.sleep_head, &g.sleep_tail, r);
+    if (r->stopped)
+        req_complete(r, KL_RPC_DIRECT_SLEPT, 0);
+    due_at(r->answer_by);
+    if (g.done_head != NULL)
+        wake_io();
+    pthread_mutex_unlock(&g.mu);
+    return KL_OK;
 }

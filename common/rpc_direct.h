@@ -43,6 +43,7 @@ enum kl_rpc_direct_outcome {
     KL_RPC_DIRECT_LOST,             /* sent (at least partly), then the connection dropped */
     KL_RPC_DIRECT_TIMEOUT,          /* sent, no answer by the deadline */
     KL_RPC_DIRECT_CANCELLED,        /* sent, then cancelled */
+    KL_RPC_DIRECT_SLEPT,            /* a pause (kl_rpc_direct_sleep) ended or was cancelled */
 };
 
 /* One exchange, embedded in its owner's memory. The owner sets done and arg once; every
@@ -88,6 +89,10 @@ void kl_rpc_direct_close(kl_rpc_direct *d);
  * called then. The request must not be open already. Any thread, also inside a done. */
 kl_code kl_rpc_direct_start(kl_rpc_direct *d, kl_rpc_direct_req *r, const uint8_t *body,
                             size_t len, int send_timeout_ms, int answer_timeout_ms, kl_err *err);
+
+/* A pause: done(arg) runs after ms (outcome SLEPT), or at once when cancelled or stopped;
+ * it needs no client. INTERNAL when the I/O thread cannot start (done is not called). */
+kl_code kl_rpc_direct_sleep(kl_rpc_direct_req *r, int ms, kl_err *err);
 
 /* Ends an open request early (NOT_SENT_CANCELLED or CANCELLED); nothing when none is open.
  * Any thread; done runs on the I/O thread. */
