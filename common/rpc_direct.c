@@ -1,6 +1,7 @@
 /* rpc_direct: see rpc_direct.h. Everything below runs under g.mu except the epoll wait and
  * the done callbacks. */
 #include "common/rpc_direct.h"
+#include "common/wire.h"
 
 #include <arpa/inet.h>
 #include <errno.h>
@@ -77,20 +78,6 @@ static int64_t mono_ms(void)
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
-static void put_u64(uint8_t *b, uint64_t v)
-{
-    for (int i = 7; i >= 0; i--, v >>= 8)
-        b[i] = (uint8_t)v;
-}
-
-static uint64_t get_u64(const uint8_t *b)
-{
-    uint64_t v = 0;
-    for (int i = 0; i < 8; i++)
-        v = v << 8 | b[i];
-    return v;
 }
 
 static void wake_io(void)
@@ -343,18 +330,29 @@ static void conn_answer(kl_rpc_direct *c, const uint8_t *body, size_t len)
     }
 }
 
-static void conn_readable(kl_rpc_direct *c)
+/* Reads what the socket has, up to cap: > 0 bytes read, 0 nothing now, < 0 the connection
+ * is down (handled: its requests are completed). */
+static ssize_t conn_recv(kl_rpc_direct *c, uint8_t *buf, size_t cap)
 {
-    while (c->state == C_HELLO && c->hello_got < DIRECT_HELLO_LEN) {
-        ssize_t n = recv(c->fd, c->hello_in + c->hello_got, DIRECT_HELLO_LEN - c->hello_got, MSG_DONTWAIT);
+    for (;;) {
+        ssize_t n = recv(c->fd, buf, cap, MSG_DONTWAIT);
+        if (n > 0)
+            return n;
         if (n < 0 && errno == EINTR)
             continue;
         if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
+            return 0;
+        conn_down(c, n == 0 ? ECONNRESET : errno);
+        return -1;
+    }
+}
+
+static void conn_readable(kl_rpc_direct *c)
+{
+    while (c->state == C_HELLO && c->hello_got < DIRECT_HELLO_LEN) {
+        ssize_t n = conn_recv(c, c->hello_in + c->hello_got, DIRECT_HELLO_LEN - c->hello_got);
+        if (n <= 0)
             return;
-        if (n <= 0) {
-            conn_down(c, n == 0 ? ECONNRESET : errno);
-            return;
-        }
         c->hello_got += (size_t)n;
         if (c->hello_got < DIRECT_HELLO_LEN)
             continue;
@@ -382,19 +380,13 @@ static void conn_readable(kl_rpc_direct *c)
             c->rbuf = nb;
             c->rcap = cap;
         }
-        ssize_t n = recv(c->fd, c->rbuf + c->rlen, c->rcap - c->rlen, MSG_DONTWAIT);
-        if (n < 0 && errno == EINTR)
-            continue;
-        if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
+        ssize_t n = conn_recv(c, c->rbuf + c->rlen, c->rcap - c->rlen);
+        if (n <= 0)
             return;
-        if (n <= 0) {
-            conn_down(c, n == 0 ? ECONNRESET : errno);
-            return;
-        }
         c->rlen += (size_t)n;
         size_t off = 0;
         while (c->rlen - off >= DIRECT_LEN_PREFIX) {
-            uint64_t flen = get_u64(c->rbuf + off);
+            uint64_t flen = kl_wire_get_u64(c->rbuf + off);
             if (flen > c->recv_max) {
                 conn_down(c, EMSGSIZE);
                 return;
@@ -719,7 +711,7 @@ kl_code kl_rpc_direct_start(kl_rpc_direct *c, kl_rpc_direct_req *r, const uint8_
     uint8_t *frame = malloc(flen);
     if (frame == NULL)
         return kl_fail(err, KL_RESOURCE_EXHAUSTED, "memory", "rpc: out of memory for a %zu-byte request", len);
-    put_u64(frame, DIRECT_ID_LEN + len);
+    kl_wire_put_u64(frame, DIRECT_ID_LEN + len);
     memcpy(frame + DIRECT_LEN_PREFIX + DIRECT_ID_LEN, body, len);
     pthread_mutex_lock(&g.mu);
     if (r->stopped || c->closed) {
