@@ -98,6 +98,9 @@
 /* Longest request backtrace header the client port's TCP transport keeps and echoes
  * (common/rpc_tcp.h; nng's REP accepts at most 8 hops of 4 bytes). */
 #define KL_RPC_TCP_HDR_MAX 32
+/* Requests open at once on one client connection of common/rpc_direct.c (an SDK client
+ * to one member); one more is refused RESOURCE_EXHAUSTED "client_requests". */
+#define KL_RPC_DIRECT_MAX_REQUESTS 65536
 
 /* ---------------------------------------------------------------- sessions (common/session.h) */
 #define KL_SESSION_PRINCIPAL_MAX 128   /* bytes of principal_id, without the NUL */

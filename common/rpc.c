@@ -23,6 +23,7 @@
 
 #include "common/failpoint.h"
 #include "common/log.h"
+#include "common/rpc_direct.h"
 #include "common/rpc_tcp.h"
 #include "keyload/v1/rpc.pb-c.h"
 
@@ -150,7 +151,7 @@ struct kl_rpc_server {
     size_t calls_out; /* loop thread only: calls held by handlers */
     kl_rpc_tcp *tcp;  /* the loop's own TCP transport, or NULL (nng) */
     bool tcp_closed;  /* loop thread only: the transport has freed itself after stop */
-    bool resuming;    /* loop thread only: kl_rpc_tcp_resume is delivering frames */
+    bool resume_wanted; /* loop thread only: a resume is due at the wake handle's next turn */
     bool wake_closed; /* loop thread only */
 
     /* Connections (under mu): one entry per open pipe. */
@@ -582,6 +583,11 @@ static void server_drop_frames(rpc_slot *list)
 static void server_wake_cb(uv_async_t *handle)
 {
     kl_rpc_server *srv = handle->data;
+    if (srv->resume_wanted) {
+        srv->resume_wanted = false;
+        if (srv->tcp != NULL && !srv->stopping && srv->calls_out < (size_t)srv->nslots)
+            kl_rpc_tcp_resume(srv->tcp);
+    }
     rpc_slot *list = server_take_inbox(srv);
     while (list != NULL) {
         /* A handler may stop the server; the rest of the batch is then dropped. The
@@ -959,11 +965,13 @@ static void call_finish(kl_rpc_call *call, Keyload__V1__Answer *ans)
     keyload__v1__envelope__free_unpacked(call->env, NULL);
     free(call);
     srv->calls_out--;
-    if (srv->tcp != NULL && !srv->stopping && !srv->resuming &&
+    /* Resuming delivers waiting frames to their handlers, so it never runs here, inside
+     * whatever answered this call (a node callback walking its pending table, another
+     * handler): the loop's next turn does it, with nothing of ours on the stack. */
+    if (srv->tcp != NULL && !srv->stopping && !srv->resume_wanted &&
         srv->calls_out < (size_t)srv->nslots) {
-        srv->resuming = true;
-        kl_rpc_tcp_resume(srv->tcp);
-        srv->resuming = false;
+        srv->resume_wanted = true;
+        uv_async_send(&srv->wake);
     }
     server_maybe_free(srv);
 }
@@ -1003,7 +1011,8 @@ void kl_rpc_reply_error(kl_rpc_call *call, const kl_err *err, const char *leader
 /* ------------------------------------------------------------------ client */
 
 struct kl_rpc_client {
-    nng_socket sock;
+    nng_socket sock;         /* unused when direct is set */
+    kl_rpc_direct *direct;   /* tcp:// with a numeric address: common/rpc_direct.h */
     bool dial_abandoned; /* a dial thread never returned: the socket is left open (see below) */
     char url[]; /* for error messages */
 };
@@ -1184,10 +1193,20 @@ kl_code kl_rpc_client_open(const char *url, int connect_timeout_ms, size_t max_f
     if (c == NULL)
         return kl_fail(err, KL_RESOURCE_EXHAUSTED, "memory", "rpc client: out of memory");
     c->dial_abandoned = false;
+    c->direct = NULL;
     memcpy(c->url, url, url_len + 1);
 
     kl_code rc;
     int rv;
+    if (kl_rpc_direct_handles(url)) {
+        size_t limit = rpc_scaled_limit(max_frame != 0 ? max_frame : KL_RPC_DEFAULT_FRAME_LIMIT, 1);
+        if ((rc = kl_rpc_direct_open(url, connect_timeout_ms, limit, &c->direct, err)) != KL_OK) {
+            free(c);
+            return rc;
+        }
+        *out = c;
+        return KL_OK;
+    }
     if ((rv = nng_req0_open(&c->sock)) != 0) {
         rc = kl_fail(err, KL_INTERNAL, "socket", "rpc client: opening REQ socket for %s failed: %s",
                      url, nng_strerror(rv));
@@ -1227,13 +1246,16 @@ void kl_rpc_client_close(kl_rpc_client *c)
 {
     if (c == NULL)
         return;
-    rpc_close_socket(c->sock, c->url);
+    if (c->direct != NULL)
+        kl_rpc_direct_close(c->direct);
+    else
+        rpc_close_socket(c->sock, c->url);
     free(c);
 }
 
-static kl_code client_encode(const kl_rpc_client *c, const char *method, const uint8_t *req,
-                             size_t req_len, const kl_rpc_session_request *sess,
-                             uint64_t request_id, int64_t deadline_ms, nng_msg **out, kl_err *err)
+static void client_envelope(Keyload__V1__Envelope *out, const char *method, const uint8_t *req,
+                            size_t req_len, const kl_rpc_session_request *sess,
+                            uint64_t request_id, int64_t deadline_ms)
 {
     Keyload__V1__Envelope env = KEYLOAD__V1__ENVELOPE__INIT;
     env.version = RPC_WIRE_VERSION;
@@ -1253,6 +1275,15 @@ static kl_code client_encode(const kl_rpc_client *c, const char *method, const u
         env.sealed.data = (uint8_t *)sess->sealed;
         env.sealed.len = sess->sealed_len;
     }
+    *out = env;
+}
+
+static kl_code client_encode(const kl_rpc_client *c, const char *method, const uint8_t *req,
+                             size_t req_len, const kl_rpc_session_request *sess,
+                             uint64_t request_id, int64_t deadline_ms, nng_msg **out, kl_err *err)
+{
+    Keyload__V1__Envelope env;
+    client_envelope(&env, method, req, req_len, sess, request_id, deadline_ms);
     size_t size = keyload__v1__envelope__get_packed_size(&env);
     int rv = nng_msg_alloc(out, size);
     if (rv != 0)
@@ -1348,13 +1379,12 @@ static kl_code client_copy_session(const Keyload__V1__Answer *ans, const char *m
     return KL_OK;
 }
 
-static kl_code client_decode(const kl_rpc_client *c, nng_msg *reply, uint64_t request_id,
-                             const char *method, uint8_t **answer, size_t *answer_len,
-                             kl_rpc_session_answer *sess_out, char *leader_out,
-                             size_t leader_cap, kl_err *err)
+static kl_code client_decode(const kl_rpc_client *c, const uint8_t *reply, size_t reply_len,
+                             uint64_t request_id, const char *method, uint8_t **answer,
+                             size_t *answer_len, kl_rpc_session_answer *sess_out,
+                             char *leader_out, size_t leader_cap, kl_err *err)
 {
-    Keyload__V1__Answer *ans =
-        keyload__v1__answer__unpack(NULL, nng_msg_len(reply), nng_msg_body(reply));
+    Keyload__V1__Answer *ans = keyload__v1__answer__unpack(NULL, reply_len, reply);
     if (ans == NULL)
         return kl_fail(err, KL_INTERNAL, "answer", "rpc: malformed answer to %s from %s", method,
                        c->url);
@@ -1405,8 +1435,8 @@ static kl_code client_exchange(const kl_rpc_client *c, nng_ctx ctx, nng_aio *aio
     rc = client_recv(c, ctx, aio, method, deadline_ms, timeout_ms, &reply, err);
     if (rc != KL_OK)
         return rc;
-    rc = client_decode(c, reply, request_id, method, answer, answer_len, sess_out, leader_out,
-                       leader_cap, err);
+    rc = client_decode(c, nng_msg_body(reply), nng_msg_len(reply), request_id, method, answer,
+                       answer_len, sess_out, leader_out, leader_cap, err);
     nng_msg_free(reply);
     return rc;
 }
@@ -1419,6 +1449,12 @@ static void client_ctx_close(const kl_rpc_client *c, nng_ctx ctx)
         KL_WARN("rpc context close failed", "op=nng_ctx_close url=%s error=\"%s\"", c->url,
                 nng_strerror(rv));
 }
+
+static kl_code rpc_invoke_direct(kl_rpc_client *c, const char *method, const uint8_t *req,
+                                 size_t req_len, const kl_rpc_session_request *sess,
+                                 int timeout_ms, uint8_t **answer, size_t *answer_len,
+                                 kl_rpc_session_answer *sess_out, char *leader_out,
+                                 size_t leader_cap, kl_err *err);
 
 static kl_code rpc_invoke(kl_rpc_client *c, const char *method, const uint8_t *req,
                           size_t req_len, const kl_rpc_session_request *sess, int timeout_ms,
@@ -1439,6 +1475,9 @@ static kl_code rpc_invoke(kl_rpc_client *c, const char *method, const uint8_t *r
         return kl_fail(err, KL_INVALID_ARGUMENT, "timeout_ms",
                        "rpc call: timeout_ms must be positive, got %d", timeout_ms);
 
+    if (c->direct != NULL)
+        return rpc_invoke_direct(c, method, req, req_len, sess, timeout_ms, answer, answer_len,
+                                 sess_out, leader_out, leader_cap, err);
     int64_t deadline_ms = rpc_now_unix_ms() + timeout_ms;
     uint64_t request_id = rpc_request_id();
     nng_msg *msg;
@@ -1525,10 +1564,10 @@ kl_code kl_rpc_invoke_session(kl_rpc_client *c, const char *method,
 enum { RPC_OP_IDLE, RPC_OP_SEND, RPC_OP_RECV };
 
 struct kl_rpc_op {
+    /* NULL until the op first runs on an nng client. Pauses use dreq (rpc_direct.h), not
+     * nng_sleep_aio: in nng 1.5.2 an aio once used by it reports a later timeout as
+     * success (its sleep flag outlives the sleep). */
     nng_aio *aio;
-    /* Pauses have their own aio: in nng 1.5.2 an aio once used by nng_sleep_aio reports a
-     * later timeout as success (its sleep flag outlives the sleep). */
-    nng_aio *sleep_aio;
     nng_ctx ctx;
     bool ctx_open;
     int state;
@@ -1540,6 +1579,9 @@ struct kl_rpc_op {
     int64_t deadline_ms;
     int timeout_ms;
     nng_msg *reply;           /* the answer, once received */
+    kl_rpc_direct_req dreq;   /* the exchange on a direct client (rpc_direct.h) */
+    uint8_t *dreply;          /* its answer (Answer bytes), malloc'd */
+    size_t dreply_len;
     kl_err err;               /* why there is no answer (send or receive failure) */
     kl_code rc;               /* KL_OK once reply holds an answer */
     kl_rpc_op_done done;
@@ -1551,10 +1593,8 @@ struct kl_rpc_op {
 static void rpc_op_recheck_cancel(kl_rpc_op *op)
 {
     pthread_mutex_lock(&op->mu);
-    if (op->cancelled) {
+    if (op->cancelled && op->aio != NULL)
         nng_aio_cancel(op->aio);
-        nng_aio_cancel(op->sleep_aio);
-    }
     pthread_mutex_unlock(&op->mu);
 }
 
@@ -1622,12 +1662,54 @@ static void rpc_op_cb(void *arg)
     rpc_op_finish(op);
 }
 
-/* A pause (kl_rpc_sleep_start) is over or cancelled. */
-static void rpc_op_sleep_cb(void *arg)
+/* A direct exchange ended (I/O thread): the same statuses as the nng path's. */
+static void rpc_op_direct_cb(void *arg)
 {
     kl_rpc_op *op = arg;
+    kl_rpc_direct_req *r = &op->dreq;
+    const char *why = r->sys_err != 0 ? strerror(r->sys_err) : "closed by the server";
+    switch (r->outcome) {
+    case KL_RPC_DIRECT_SLEPT: /* a pause: no exchange, no result */
+        break;
+    case KL_RPC_DIRECT_ANSWERED:
+        op->dreply = r->reply;
+        op->dreply_len = r->reply_len;
+        r->reply = NULL;
+        op->rc = KL_OK;
+        break;
+    case KL_RPC_DIRECT_NOT_SENT_TIMEOUT:
+        op->rc = kl_fail(&op->err, KL_UNAVAILABLE, "no_connection",
+                         "rpc: %s not sent: no connection to %s within %d ms%s%s", op->method,
+                         op->c->url, op->timeout_ms, r->sys_err != 0 ? ": " : "",
+                         r->sys_err != 0 ? strerror(r->sys_err) : "");
+        break;
+    case KL_RPC_DIRECT_NOT_SENT_CANCELLED:
+        op->rc = kl_fail(&op->err, KL_UNAVAILABLE, "cancelled", "rpc: %s to %s was cancelled before it was sent",
+                         op->method, op->c->url);
+        break;
+    case KL_RPC_DIRECT_NOT_SENT_CLOSED:
+        op->rc = kl_fail(&op->err, KL_UNAVAILABLE, "send", "rpc: %s to %s not sent: the client was closed",
+                         op->method, op->c->url);
+        break;
+    case KL_RPC_DIRECT_LOST:
+        op->rc = kl_fail(&op->err, KL_DEADLINE_EXCEEDED, "no_answer",
+                         "rpc: connection to %s was lost before %s was answered (%s); the request may "
+                         "have been executed", op->c->url, op->method, why);
+        break;
+    case KL_RPC_DIRECT_CANCELLED:
+        op->rc = kl_fail(&op->err, KL_DEADLINE_EXCEEDED, "no_answer",
+                         "rpc: %s to %s was cancelled after it was sent; the request may have "
+                         "been executed", op->method, op->c->url);
+        break;
+    default:
+        op->rc = kl_fail(&op->err, KL_DEADLINE_EXCEEDED, "no_answer",
+                         "rpc: no answer to %s from %s within %d ms; the request may have "
+                         "been executed", op->method, op->c->url, op->timeout_ms);
+        break;
+    }
     op->done(op->arg);
 }
+
 
 kl_code kl_rpc_op_new(kl_rpc_op_done done, void *arg, kl_rpc_op **out, kl_err *err)
 {
@@ -1636,15 +1718,10 @@ kl_code kl_rpc_op_new(kl_rpc_op_done done, void *arg, kl_rpc_op **out, kl_err *e
         free(op);
         return kl_fail(err, KL_RESOURCE_EXHAUSTED, "memory", "rpc: out of memory for a call");
     }
-    if (nng_aio_alloc(&op->aio, rpc_op_cb, op) != 0 ||
-        nng_aio_alloc(&op->sleep_aio, rpc_op_sleep_cb, op) != 0) {
-        nng_aio_free(op->aio);
-        pthread_mutex_destroy(&op->mu);
-        free(op);
-        return kl_fail(err, KL_RESOURCE_EXHAUSTED, "memory", "rpc: out of memory for a call");
-    }
     op->done = done;
     op->arg = arg;
+    op->dreq.done = rpc_op_direct_cb;
+    op->dreq.arg = op;
     *out = op;
     return KL_OK;
 }
@@ -1653,9 +1730,11 @@ void kl_rpc_op_free(kl_rpc_op *op)
 {
     if (op == NULL)
         return;
-    nng_aio_free(op->aio); /* waits for a callback still running */
-    nng_aio_free(op->sleep_aio);
+    kl_rpc_direct_stop(&op->dreq); /* waits for a callback still running */
+    if (op->aio != NULL)
+        nng_aio_free(op->aio);     /* likewise */
     nng_msg_free(op->reply);
+    free(op->dreply);
     pthread_mutex_destroy(&op->mu);
     free(op);
 }
@@ -1669,6 +1748,8 @@ kl_code kl_rpc_op_start(kl_rpc_op *op, kl_rpc_client *c, const char *method, con
                        "rpc call: timeout_ms must be positive, got %d", timeout_ms);
     nng_msg_free(op->reply);
     op->reply = NULL;
+    free(op->dreply);
+    op->dreply = NULL;
     op->c = c;
     op->method = method;
     op->timeout_ms = timeout_ms;
@@ -1676,6 +1757,26 @@ kl_code kl_rpc_op_start(kl_rpc_op *op, kl_rpc_client *c, const char *method, con
     op->request_id = rpc_request_id();
     op->rc = KL_INTERNAL;
     kl_err_clear(&op->err);
+    if (c->direct != NULL) {
+        Keyload__V1__Envelope env;
+        client_envelope(&env, method, req, req_len, sess, op->request_id, op->deadline_ms);
+        size_t size = keyload__v1__envelope__get_packed_size(&env);
+        uint8_t *buf = malloc(size > 0 ? size : 1);
+        if (buf == NULL)
+            return kl_fail(err, KL_RESOURCE_EXHAUSTED, "memory",
+                           "rpc: allocating a %zu-byte %s request to %s failed", size, method, c->url);
+        keyload__v1__envelope__pack(&env, buf);
+        kl_code drc = kl_rpc_direct_start(c->direct, &op->dreq, buf, size, timeout_ms, timeout_ms, err);
+        free(buf);
+        pthread_mutex_lock(&op->mu);
+        bool cancelled = op->cancelled;
+        pthread_mutex_unlock(&op->mu);
+        if (drc == KL_OK && cancelled) /* a cancel is for good, as on the nng path */
+            kl_rpc_direct_cancel(&op->dreq);
+        return drc;
+    }
+    if (op->aio == NULL && nng_aio_alloc(&op->aio, rpc_op_cb, op) != 0)
+        return kl_fail(err, KL_RESOURCE_EXHAUSTED, "memory", "rpc: out of memory for a call");
     nng_msg *msg;
     kl_code rc = client_encode(c, method, req, req_len, sess, op->request_id, op->deadline_ms,
                                &msg, err);
@@ -1702,8 +1803,9 @@ void kl_rpc_op_cancel(kl_rpc_op *op)
     pthread_mutex_lock(&op->mu);
     op->cancelled = true;
     pthread_mutex_unlock(&op->mu);
-    nng_aio_cancel(op->aio);
-    nng_aio_cancel(op->sleep_aio);
+    kl_rpc_direct_cancel(&op->dreq);
+    if (op->aio != NULL)
+        nng_aio_cancel(op->aio);
 }
 
 kl_code kl_rpc_op_result(kl_rpc_op *op, uint8_t **answer, size_t *answer_len,
@@ -1721,8 +1823,16 @@ kl_code kl_rpc_op_result(kl_rpc_op *op, uint8_t **answer, size_t *answer_len,
             *err = op->err;
         return op->rc;
     }
-    kl_code rc = client_decode(op->c, op->reply, op->request_id, op->method, answer, answer_len,
-                               sess_out, leader_out, leader_cap, err);
+    kl_code rc;
+    if (op->dreply != NULL) {
+        rc = client_decode(op->c, op->dreply, op->dreply_len, op->request_id, op->method, answer,
+                           answer_len, sess_out, leader_out, leader_cap, err);
+        free(op->dreply);
+        op->dreply = NULL;
+        return rc;
+    }
+    rc = client_decode(op->c, nng_msg_body(op->reply), nng_msg_len(op->reply), op->request_id,
+                       op->method, answer, answer_len, sess_out, leader_out, leader_cap, err);
     nng_msg_free(op->reply);
     op->reply = NULL;
     return rc;
@@ -1730,7 +1840,61 @@ kl_code kl_rpc_op_result(kl_rpc_op *op, uint8_t **answer, size_t *answer_len,
 
 void kl_rpc_sleep_start(kl_rpc_op *op, int ms)
 {
-    nng_sleep_aio(ms, op->sleep_aio);
-    rpc_op_recheck_cancel(op);
+    kl_err err;
+    if (kl_rpc_direct_sleep(&op->dreq, ms, &err) != KL_OK) {
+        KL_WARN("rpc pause not started; going on at once", "error=\"%s\"", err.message);
+        op->done(op->arg);
+        return;
+    }
+    pthread_mutex_lock(&op->mu);
+    bool cancelled = op->cancelled;
+    pthread_mutex_unlock(&op->mu);
+    if (cancelled)
+        kl_rpc_direct_cancel(&op->dreq);
 }
 
+
+/* ------------------------------------------------------------------ client, direct, blocking */
+
+typedef struct rpc_wait {
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    bool done;
+} rpc_wait;
+
+static void rpc_wait_done(void *arg)
+{
+    rpc_wait *w = arg;
+    pthread_mutex_lock(&w->mu);
+    w->done = true;
+    pthread_cond_signal(&w->cv);
+    pthread_mutex_unlock(&w->mu);
+}
+
+/* A blocking call on a direct client is an op whose callback wakes the caller: the
+ * exchange itself needs no thread of the caller's. */
+static kl_code rpc_invoke_direct(kl_rpc_client *c, const char *method, const uint8_t *req,
+                                 size_t req_len, const kl_rpc_session_request *sess,
+                                 int timeout_ms, uint8_t **answer, size_t *answer_len,
+                                 kl_rpc_session_answer *sess_out, char *leader_out,
+                                 size_t leader_cap, kl_err *err)
+{
+    rpc_wait w = {.done = false};
+    pthread_mutex_init(&w.mu, NULL);
+    pthread_cond_init(&w.cv, NULL);
+    kl_rpc_op *op = NULL;
+    kl_code rc = kl_rpc_op_new(rpc_wait_done, &w, &op, err);
+    if (rc == KL_OK)
+        rc = kl_rpc_op_start(op, c, method, req, req_len, sess, timeout_ms, err);
+    if (rc == KL_OK) {
+        pthread_mutex_lock(&w.mu);
+        while (!w.done)
+            pthread_cond_wait(&w.cv, &w.mu);
+        pthread_mutex_unlock(&w.mu);
+        rc = kl_rpc_op_result(op, answer, answer_len, sess_out, leader_out, leader_cap, err);
+    }
+    kl_rpc_op_free(op);
+    pthread_cond_destroy(&w.cv);
+    pthread_mutex_destroy(&w.mu);
+    return rc;
+}

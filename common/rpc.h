@@ -17,14 +17,17 @@
  * at once or later from the loop thread; the call is freed by that answer. Each held
  * call occupies one of the `contexts`, so at most `contexts` calls are in flight.
  *
- * Client: one nng REQ socket per target URL; calls are blocking (kl_rpc_invoke) or driven
- * by an aio callback (kl_rpc_op, below), thread-safe (each uses its own nng context) and
- * bounded by a timeout. nng's automatic resend is disabled,
- * so one call sends its request once: a retry is always the caller's decision (with a
- * new request and the same command id). After the first connection, nng reconnects by
- * itself when the connection drops; a call made while disconnected waits for it up to
- * its timeout and then fails UNAVAILABLE (not sent). The client accepts answers of up
- * to max_frame bytes of payload (plus a few KiB for the Answer's own fields). */
+ * Client: one connection per target URL, many calls in flight on it; calls are blocking
+ * (kl_rpc_invoke) or driven by a callback (kl_rpc_op, below), thread-safe and bounded by a
+ * timeout. A tcp:// URL with a numeric address uses common/rpc_direct.h (the caller writes
+ * the request, one process-wide I/O thread reads answers and runs callbacks); any other URL
+ * an nng REQ socket with a context per call. Both send a request once: a retry is always
+ * the caller's decision (with a new request and the same command id). After the first
+ * connection the client reconnects by itself when the connection drops; a call made while
+ * disconnected waits for it up to its timeout and then fails UNAVAILABLE (not sent). The
+ * client accepts answers of up to max_frame bytes of payload (plus a few KiB for the
+ * Answer's own fields). Callbacks (done) run on the transport's thread (the I/O thread or
+ * an nng thread): never block in one on another call's answer. */
 #ifndef KL_RPC_H
 #define KL_RPC_H
 
@@ -152,8 +155,9 @@ kl_code kl_rpc_invoke(kl_rpc_client *c, const char *method, const uint8_t *req, 
                       size_t leader_cap, kl_err *err);
 
 /* The asynchronous form of kl_rpc_invoke / kl_rpc_invoke_session: one exchange at a time
- * per op, completed by nng's aio callback instead of a waiting thread. done(arg) runs once
- * per successful kl_rpc_op_start (or kl_rpc_sleep_start), on an nng thread; it may start
+ * per op, completed by the transport's callback instead of a waiting thread. done(arg) runs
+ * once per successful kl_rpc_op_start (or kl_rpc_sleep_start), on the transport's thread
+ * (rpc_direct's I/O thread, which also runs every pause, or an nng thread); it may start
  * the op again. kl_rpc_op_result then gives exactly what the blocking call would have
  * returned (same codes and details: UNAVAILABLE = not sent, DEADLINE_EXCEEDED "no_answer"
  * = the outcome is unknown). kl_rpc_op_cancel ends the exchange in flight early: before

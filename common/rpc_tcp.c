@@ -6,6 +6,7 @@
  * starts with its backtrace: 4-byte words, the last one (the request id) with its high bit
  * set; a REP answer starts with the same words. */
 #include "common/rpc_tcp.h"
+#include "common/wire.h"
 
 #include "common/log.h"
 
@@ -69,20 +70,6 @@ typedef struct tcp_write {
 static const uint8_t tcp_hello_rep[TCP_HELLO_LEN] = {0, 'S', 'P', 0, 0, TCP_PROTO_REP, 0, 0};
 
 static int64_t tcp_now(const kl_rpc_tcp *t) { return (int64_t)uv_now(t->loop); }
-
-static void put_u64(uint8_t *b, uint64_t v)
-{
-    for (int i = 7; i >= 0; i--, v >>= 8)
-        b[i] = (uint8_t)v;
-}
-
-static uint64_t get_u64(const uint8_t *b)
-{
-    uint64_t v = 0;
-    for (int i = 0; i < 8; i++)
-        v = v << 8 | b[i];
-    return v;
-}
 
 /* Splits tcp://HOST:PORT into a socket address; false when HOST is not numeric (or *). */
 static bool tcp_parse(const char *url, struct sockaddr_storage *ss)
@@ -275,7 +262,7 @@ static void conn_parse_frames(kl_rpc_tcp_conn *c)
     while (!c->closing && c->t != NULL && !c->t->paused && !c->t->stopping) {
         if (c->len - off < TCP_LEN_PREFIX)
             break;
-        uint64_t flen = get_u64(c->buf + off);
+        uint64_t flen = kl_wire_get_u64(c->buf + off);
         if (flen > c->t->recv_max) {
             conn_close(c);
             return;
@@ -298,7 +285,7 @@ static bool conn_has_frame(const kl_rpc_tcp_conn *c)
 {
     if (!c->hello_ok || c->len < TCP_LEN_PREFIX)
         return false;
-    uint64_t flen = get_u64(c->buf);
+    uint64_t flen = kl_wire_get_u64(c->buf);
     return flen > c->t->recv_max || c->len - TCP_LEN_PREFIX >= flen;
 }
 
@@ -414,7 +401,7 @@ void kl_rpc_tcp_answer(kl_rpc_tcp_conn *conn, const uint8_t *hdr, size_t hdr_len
         conn_unref(conn);
         return;
     }
-    put_u64(frame, frame_len - TCP_LEN_PREFIX);
+    kl_wire_put_u64(frame, frame_len - TCP_LEN_PREFIX);
     memcpy(frame + TCP_LEN_PREFIX, hdr, hdr_len);
     uv_buf_t b = uv_buf_init((char *)frame, (unsigned)frame_len);
     /* Most answers go out whole at once; only the rest needs a queued write. */

@@ -355,6 +355,7 @@ static void answer_index(kl_node *n, uint64_t index, uint64_t term)
             continue;
         }
         bool ok = p->term == term;
+        n->answering = true;
         for (size_t j = 0; j < p->n_waiters; j++) {
             if (ok && p->refused)
                 p->waiters[j].fn(p->waiters[j].cookie, p->refusal.code, &p->refusal, NULL, 0);
@@ -362,6 +363,7 @@ static void answer_index(kl_node *n, uint64_t index, uint64_t term)
                 p->waiters[j].fn(p->waiters[j].cookie, ok ? KL_OK : KL_UNKNOWN_WRITE_OUTCOME,
                                  ok ? NULL : &lost, ok ? p->receipt : NULL, ok ? p->receipt_len : 0);
         }
+        n->answering = false;
         node_pending_free(p);
     }
     n->n_pend = w;
@@ -380,8 +382,10 @@ static void drop_pending(kl_node *n, const kl_err *err)
 {
     for (size_t i = 0; i < n->n_pend; i++) {
         pending *p = &n->pend[i];
+        n->answering = true;
         for (size_t j = 0; j < p->n_waiters; j++)
             p->waiters[j].fn(p->waiters[j].cookie, err->code, err, NULL, 0);
+        n->answering = false;
         node_pending_free(p);
     }
     n->n_pend = 0;
@@ -403,8 +407,10 @@ static void group_fail(kl_node *n, const kl_err *err)
             n->pend[w++] = *p;
             continue;
         }
+        n->answering = true;
         for (size_t j = 0; j < p->n_waiters; j++)
             p->waiters[j].fn(p->waiters[j].cookie, err->code, err, NULL, 0);
+        n->answering = false;
         node_pending_free(p);
     }
     n->n_pend = w;

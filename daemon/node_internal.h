@@ -67,6 +67,10 @@ struct kl_node {
     kl_overlay overlay;          /* writes of every pending batch, owner = entry index */
     pending *pend;
     size_t n_pend, cap_pend;
+    /* Invariant I-NODE-14: while a waiter of the pending table is being answered, nothing
+     * adds to the table (the loops answering it compact it in place). Callers get their
+     * answer through the RPC server, which never runs a handler on that stack. */
+    bool answering;
     kl_entry_clock clock;        /* partition time: the latest entry time and its reference */
     bool serving;                /* leader whose own-term entry is committed and applied */
     uint64_t pinc_proposed;      /* index of our incarnation proposal, 0 = none pending */

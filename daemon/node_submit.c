@@ -367,6 +367,7 @@ static kl_code group_join(kl_node *n, const char *principal, const Keyload__V1__
                           const uint8_t digest[KL_DIGEST_LEN], batch_eval *ev, uint64_t index,
                           uint64_t term, int64_t now, kl_node_reply_fn fn, void *cookie, kl_err *err)
 {
+    assert(!n->answering); /* invariant I-NODE-14 */
     if (n->n_pend == n->cap_pend) {
         size_t cap = n->cap_pend ? n->cap_pend * 2 : 64;
         pending *np = realloc(n->pend, cap * sizeof *np);
@@ -549,6 +550,7 @@ static kl_code submit_dedupe(submit_req *r)
             return kl_fail(r->err, KL_CONFLICT, "command_id_reused",
                            "command_id is in use by a different batch that is still committing");
         /* Same request still in flight: wait for that entry's commit. */
+        assert(!n->answering); /* invariant I-NODE-14 */
         if (node_pending_add_waiter(p, r->fn, r->cookie) != 0)
             return kl_fail(r->err, KL_INTERNAL, "memory", "out of memory");
         r->answered = true;

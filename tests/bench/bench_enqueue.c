@@ -7,6 +7,7 @@
 #include <sodium.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 /* A Batch answer's receipt must decode and carry one result per mutation. */
 static kl_code check_receipt(const bench_options *o, const uint8_t *ans, size_t alen, kl_err *err)
@@ -186,6 +187,13 @@ static double cpu_pids_ns(const bench_options *o)
     return sum;
 }
 
+/* This process's user+sys in ns (the clients' share of a cell's CPU), -1 when unreadable. */
+static double self_cpu_ns(void)
+{
+    double st, sched;
+    return bench_proc_cpu(getpid(), &st, &sched) == 0 ? st : -1;
+}
+
 /* One run of the enqueue benchmark, from the leader's choice to the printed line. */
 typedef struct enqueue_run {
     bool sealed;
@@ -196,6 +204,7 @@ typedef struct enqueue_run {
     bench_cost_snap before, after;
     int64_t from, end; /* the measured window (monotonic ns) */
     double cpu0, cpu1; /* --cpu-pids at its start and end */
+    double self0, self1; /* this process (the clients) at the same two moments */
 } enqueue_run;
 
 /* Several members: wait for a serving leader and start there. 0, or 1 when none leads. */
@@ -273,7 +282,7 @@ static void enqueue_measure(const bench_options *o, enqueue_run *r)
     atomic_store(&bench_measure_from, from);
     atomic_store(&bench_go, 1);
     int64_t end;
-    r->cpu0 = r->cpu1 = -1;
+    r->cpu0 = r->cpu1 = r->self0 = r->self1 = -1;
     if (o->ops > 0) {
         for (int i = 0; i < o->clients; i++)
             pthread_join(cs[i].thread, NULL);
@@ -284,10 +293,13 @@ static void enqueue_measure(const bench_options *o, enqueue_run *r)
         if (o->n_cpu_pids > 0) {
             bench_sleep_ns(from - bench_now_ns());
             r->cpu0 = cpu_pids_ns(o);
+            r->self0 = self_cpu_ns();
         }
         bench_sleep_ns(end - bench_now_ns());
-        if (o->n_cpu_pids > 0)
+        if (o->n_cpu_pids > 0) {
             r->cpu1 = cpu_pids_ns(o);
+            r->self1 = self_cpu_ns();
+        }
         atomic_store(&bench_measure_to, end);
         atomic_store(&bench_stop, 1);
         for (int i = 0; i < o->clients; i++)
@@ -347,6 +359,8 @@ static int enqueue_report(const bench_options *o, enqueue_run *r)
         uint64_t msgs = ok * (uint64_t)(o->read ? 1 : o->batch_size);
         if (cpu0 >= 0 && cpu1 >= 0 && msgs > 0)
             printf(" cpu_us_per_msg=%.1f cpu_pids=%d", (cpu1 - cpu0) / 1e3 / (double)msgs, o->n_cpu_pids);
+        if (r->self0 >= 0 && r->self1 >= 0 && msgs > 0)
+            printf(" client_cpu_us_per_msg=%.1f", (r->self1 - r->self0) / 1e3 / (double)msgs);
         else
             printf(" cpu_us_per_msg=n/a cpu_pids=%d", o->n_cpu_pids);
     }

@@ -149,11 +149,13 @@ EOF
   mps=$(grep -o 'msgs_per_s=[0-9.]*' <<<"$out" | cut -d= -f2)
   p50=$(grep -o 'p50_us=[0-9.]*' <<<"$out" | cut -d= -f2)
   p99=$(grep -o 'p99_us=[0-9.]*' <<<"$out" | cut -d= -f2)
-  cpu=$(grep -o 'cpu_us_per_msg=[0-9.]*' <<<"$out" | cut -d= -f2)
+  cpu=$(grep -o ' cpu_us_per_msg=[0-9.]*' <<<"$out" | cut -d= -f2)
+  local ccpu
+  ccpu=$(grep -o 'client_cpu_us_per_msg=[0-9.]*' <<<"$out" | cut -d= -f2)
   if [ -z "$mps" ] || [ -z "$cpu" ]; then
     echo "cpu64: $label ($bin): no result: ${out:-none}"; tail -n 5 "$d/bench.err"; return 1
   fi
-  local line="cpu64: $label ($bin) msgs_per_s=$mps p50_us=$p50 p99_us=$p99 cpu_us_per_msg=$cpu"
+  local line="cpu64: $label ($bin) msgs_per_s=$mps p50_us=$p50 p99_us=$p99 cpu_us_per_msg=$cpu client_cpu_us_per_msg=${ccpu:-n/a}"
   local tot=0 role
   for n in p0m1 p0m2 p0m3; do tot=$(( tot + ${c1[$n]%% *} - ${c0[$n]%% *} )); done
   for n in p0m1 p0m2 p0m3; do

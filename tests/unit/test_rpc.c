@@ -47,6 +47,8 @@ typedef struct rpc_fixture {
     bool step_timer_on;
     atomic_bool step_release;
     atomic_int step_handled;
+    bool in_reply;         /* loop: step_fire is inside kl_rpc_reply */
+    atomic_int nested;     /* handlers that ran inside another call's kl_rpc_reply */
 } rpc_fixture;
 
 static rpc_fixture fx;
@@ -151,7 +153,9 @@ static void step_fire(uv_timer_t *t)
         return;
     size_t len;
     const uint8_t *p = kl_rpc_call_payload(f->held[0], &len);
+    f->in_reply = true;
     kl_rpc_reply(f->held[0], p, len);
+    f->in_reply = false;
     memmove(f->held, f->held + 1, (size_t)(f->held_count - 1) * sizeof f->held[0]);
     f->held_count--;
 }
@@ -161,6 +165,8 @@ static void h_step(void *owner, kl_rpc_call *call)
 {
     rpc_fixture *f = owner;
     atomic_fetch_add(&f->step_handled, 1);
+    if (f->in_reply)
+        atomic_fetch_add(&f->nested, 1);
     hold(f, call);
     if (!f->step_timer_on) {
         ck_assert_int_eq(uv_timer_init(&f->loop, &f->step_timer), 0);
@@ -204,7 +210,26 @@ static void *fx_loop_main(void *arg)
  * under both (the "nng" case sets it). */
 static const char *fx_host = "127.0.0.1";
 
-static void fx_use_nng(void) { fx_host = "localhost"; }
+/* The client dials by number (common/rpc_direct.c) unless fx_client_host is set. */
+static bool fx_client_host = false;
+static int fx_port = 0; /* nonzero: listen on this port */
+static void fx_use_nng(void)
+{
+    fx_host = "localhost";
+    fx_client_host = true;
+}
+/* The nng REP server, reached by the direct client (numeric address). */
+static void fx_use_nng_direct(void)
+{
+    fx_host = "localhost";
+    fx_client_host = false;
+}
+static void fx_use_default(void)
+{
+    fx_host = "127.0.0.1";
+    fx_client_host = false;
+    fx_port = 0;
+}
 
 static void fx_listen(rpc_fixture *f, size_t max_frame)
 {
@@ -220,7 +245,7 @@ static void fx_listen(rpc_fixture *f, size_t max_frame)
     kl_err err;
     kl_code rc = KL_UNAVAILABLE;
     for (int attempt = 0; attempt < 50 && rc == KL_UNAVAILABLE; attempt++) {
-        snprintf(f->url, sizeof f->url, "tcp://%s:%d", fx_host, 30000 + rand() % 30000);
+        snprintf(f->url, sizeof f->url, "tcp://%s:%d", fx_host, fx_port ? fx_port : 30000 + rand() % 30000);
         rc = kl_rpc_server_start(&f->loop, &cfg, &f->srv, &err);
     }
     ck_assert_msg(rc == KL_OK, "server start: %s", err.message);
@@ -249,7 +274,13 @@ static kl_rpc_client *fx_client(void)
 {
     kl_rpc_client *c = NULL;
     kl_err err;
-    kl_code rc = kl_rpc_client_open(fx.url, 2000, 0, &c, &err);
+    char url[sizeof fx.url + 16];
+    const char *port = strrchr(fx.url, ':');
+    if (fx_client_host)
+        snprintf(url, sizeof url, "%s", fx.url);
+    else
+        snprintf(url, sizeof url, "tcp://127.0.0.1%s", port);
+    kl_code rc = kl_rpc_client_open(url, 2000, 0, &c, &err);
     ck_assert_msg(rc == KL_OK, "client open: %s", err.message);
     return c;
 }
@@ -635,7 +666,8 @@ END_TEST
 
 /* A dial that does not end when its dialer is closed (nng 1.5.2 can leave one waiting for
  * ever) still bounds the open: the caller gives up RPC_DIAL_CLOSE_WAIT_MS (1 s) after its
- * timeout and leaves the thread behind. */
+ * timeout and leaves the thread behind. A host name, because only those go through nng's
+ * dialer (numeric addresses use common/rpc_direct.c). */
 START_TEST(test_connect_timeout_dial_never_returns)
 {
     int fd = socket(AF_INET, SOCK_STREAM, 0);
@@ -646,7 +678,7 @@ START_TEST(test_connect_timeout_dial_never_returns)
     socklen_t sl = sizeof sa;
     ck_assert_int_eq(getsockname(fd, (struct sockaddr *)&sa, &sl), 0);
     char url[64];
-    snprintf(url, sizeof url, "tcp://127.0.0.1:%d", ntohs(sa.sin_port));
+    snprintf(url, sizeof url, "tcp://localhost:%d", ntohs(sa.sin_port));
     kl_err err;
     ck_assert_int_eq(kl_failpoint_configure("rpc.dial_returned=sleep(4000)", &err), KL_OK);
     kl_rpc_client *c = NULL;
@@ -662,6 +694,42 @@ START_TEST(test_connect_timeout_dial_never_returns)
     /* The left thread ends on its own and frees its job (LeakSanitizer checks at exit). */
     usleep(4500 * 1000);
     close(fd);
+}
+END_TEST
+
+/* The direct client outlives its server: a call while the server is down is not sent and
+ * says why (UNAVAILABLE no_connection, naming the refusal), a call after the server came
+ * back on the same port connects again by itself and is answered. */
+START_TEST(test_direct_reconnects)
+{
+    fx_port = th_free_port();
+    fx_start(0);
+    kl_rpc_client *c = fx_client();
+    kl_err err;
+    uint8_t *ans = NULL;
+    size_t ans_len = 0;
+    ck_assert_int_eq(kl_rpc_invoke(c, "test.Echo", (const uint8_t *)"a", 1, 2000, &ans, &ans_len, NULL, 0, &err), KL_OK);
+    free(ans);
+    ans = NULL;
+    fx_stop();
+
+    int64_t t0 = mono_ms();
+    kl_code rc = kl_rpc_invoke(c, "test.Echo", (const uint8_t *)"b", 1, 400, &ans, &ans_len, NULL, 0, &err);
+    ck_assert_int_eq(rc, KL_UNAVAILABLE);
+    ck_assert_str_eq(err.detail, "no_connection");
+    ck_assert_ptr_nonnull(strstr(err.message, "refused"));
+    ck_assert_int_ge(mono_ms() - t0, 350);
+    ck_assert_ptr_null(ans);
+
+    fx_start(0);
+    rc = kl_rpc_invoke(c, "test.Echo", (const uint8_t *)"c", 1, 5000, &ans, &ans_len, NULL, 0, &err);
+    ck_assert_msg(rc == KL_OK, "after the restart: %s", err.message);
+    ck_assert_uint_eq(ans_len, 1);
+    ck_assert_int_eq(ans[0], 'c');
+    free(ans);
+    kl_rpc_client_close(c);
+    fx_stop();
+    fx_port = 0;
 }
 END_TEST
 
@@ -855,6 +923,32 @@ START_TEST(test_tcp_fair_resume)
 }
 END_TEST
 
+/* An answer never runs another call's handler on its own stack: the frames that waited
+ * while the server was paused are delivered on a later loop turn. A handler nested inside
+ * the code that answered (a node walking its table of pending batches, say) would change
+ * that code's state under its feet. */
+START_TEST(test_tcp_resume_not_nested)
+{
+    fx_start(1024);
+    uint8_t b[8];
+    int fa = tcp_raw_connect();
+    tcp_raw_send(fa, tcp_req_hello, sizeof tcp_req_hello);
+    ck_assert(tcp_raw_read(fa, b, 8));
+    for (uint32_t i = 1; i <= KL_RPC_MIN_CONTEXTS + 10; i++)
+        tcp_raw_request(fa, "test.Step", i);
+    for (int64_t t0 = mono_ms(); atomic_load(&fx.max_held) < KL_RPC_MIN_CONTEXTS && mono_ms() - t0 < 5000;)
+        usleep(1000);
+    ck_assert_int_eq(atomic_load(&fx.step_handled), KL_RPC_MIN_CONTEXTS);
+    atomic_store(&fx.step_release, true);
+    for (int64_t t0 = mono_ms(); atomic_load(&fx.step_handled) < KL_RPC_MIN_CONTEXTS + 10 && mono_ms() - t0 < 10000;)
+        usleep(1000);
+    ck_assert_int_eq(atomic_load(&fx.step_handled), KL_RPC_MIN_CONTEXTS + 10);
+    ck_assert_int_eq(atomic_load(&fx.nested), 0);
+    close(fa);
+    fx_stop();
+}
+END_TEST
+
 Suite *suite_rpc(void)
 {
     Suite *s = suite_create("rpc");
@@ -876,6 +970,8 @@ Suite *suite_rpc(void)
     tcase_add_test(tc, test_start_errors);
     tcase_add_test(tc, test_tcp_wire);
     tcase_add_test(tc, test_tcp_fair_resume);
+    tcase_add_test(tc, test_direct_reconnects);
+    tcase_add_test(tc, test_tcp_resume_not_nested);
     suite_add_tcase(s, tc);
     TCase *nng = tcase_create("nng");
     tcase_set_timeout(nng, 30);
@@ -888,5 +984,14 @@ Suite *suite_rpc(void)
     tcase_add_test(nng, test_concurrent_calls);
     tcase_add_test(nng, test_stop_with_call_in_flight);
     suite_add_tcase(s, nng);
+    TCase *nd = tcase_create("nng_server_direct_client");
+    tcase_set_timeout(nd, 30);
+    tcase_add_checked_fixture(nd, fx_use_nng_direct, fx_use_default);
+    tcase_add_test(nd, test_echo_round_trip);
+    tcase_add_test(nd, test_unknown_method);
+    tcase_add_test(nd, test_client_timeout);
+    tcase_add_test(nd, test_concurrent_calls);
+    tcase_add_test(nd, test_stop_with_call_in_flight);
+    suite_add_tcase(s, nd);
     return s;
 }

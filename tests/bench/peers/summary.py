@@ -121,7 +121,9 @@ def main():
         ("JetStream R3 p99 us", series(runs, "js_64", "p99_us"), " us"),
         ("KeyLoad CPU us per msg (3 members)", series(runs, "rf3_64", "cpu_us_per_msg"), " us"),
         ("JetStream CPU us per msg (3 servers)", series(runs, "js_64", "cpu_us_per_msg"), " us"),
-        ("JetStream client CPU % (one node process)", series(runs, "js_64", "client_cpu_pct"), "%")])
+        ("JetStream client CPU % (one node process)", series(runs, "js_64", "client_cpu_pct"), "%"),
+        ("KeyLoad client CPU us per msg (keyload-bench, 64 threads)",
+         series(runs, "rf3_64", "client_cpu_us_per_msg"), " us")])
     show("transfers (KeyLoad: Create+Accept+receipt read+Complete, RF3 x 3 partitions):", [
         ("KeyLoad client-driven, 1 in flight /s", series(runs, "xfer_1", "transfers_per_s"), ""),
         ("PostgreSQL outbox, 1 client /s", series(runs, "pg_1", "transfers_per_s"), ""),
@@ -148,6 +150,7 @@ def main():
     s["js_64_p99_us"] = m("js_64", "p99_us")
     s["js_cpu_us_per_msg_64"] = m("js_64", "cpu_us_per_msg")
     s["js_64_client_cpu_pct"] = m("js_64", "client_cpu_pct")
+    s["rf3_64_client_cpu_us_per_msg"] = m("rf3_64", "client_cpu_us_per_msg")
     s["xfer_client_1_per_s"] = m("xfer_1", "transfers_per_s")
     s["xfer_client_32_per_s"] = m("xfer_32", "transfers_per_s")
     s["xfer_coord_per_s"] = num(cd.get("transfers_per_s"))
