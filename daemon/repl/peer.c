@@ -429,8 +429,9 @@ static void flush_cb(uv_idle_t *handle);
 static void act_run(kl_peer *p, peer_act *act)
 {
     if (act->log_refusal) {
-        char addr[80];
-        (void)kl_peer_tcp_remote(p->tcp, act->refused_pipe, addr, sizeof addr);
+        char addr[80] = "unknown";
+        if (!p->tcp_stopped)
+            (void)kl_peer_tcp_remote(p->tcp, act->refused_pipe, addr, sizeof addr);
         KL_WARN("peer connection refused",
                 "listen=%s remote=%s reason=\"%s\" claimed_member=%" PRIu64
                 " refusals_not_logged=%" PRIu64,
