@@ -1814,6 +1814,26 @@ START_TEST(test_no_sp_header_closed)
 }
 END_TEST
 
+/* Addresses beyond numeric IPv4: member 1 listens on an IPv6 literal, member 2 on a host
+ * name (resolved with getaddrinfo at start), and the dialers reach them through the same
+ * URLs (the name resolved again at every attempt). Frames flow every way. */
+START_TEST(test_ipv6_and_host_name_urls)
+{
+    loop_open();
+    memset(send_seq, 0, sizeof send_seq);
+    snprintf(mem[1].url, sizeof mem[1].url, "tcp://[::1]:%d", th_free_port());
+    snprintf(mem[2].url, sizeof mem[2].url, "tcp://localhost:%d", th_free_port());
+    url_for(3);
+    for (int i = 1; i <= 3; i++)
+        member_launch((uint64_t)i, 3, NULL, false);
+    wait_all_up(3);
+    exchange_ok(1, 2, 5);
+    exchange_ok(1, 3, 5);
+    exchange_ok(2, 3, 5);
+    loop_close();
+}
+END_TEST
+
 Suite *suite_peer(void)
 {
     Suite *s = suite_create("peer");
@@ -1834,6 +1854,7 @@ Suite *suite_peer(void)
     tcase_add_test(t, test_stop_closes_promptly);
     tcase_add_test(t, test_redial_after_listener_restart);
     tcase_add_test(t, test_no_sp_header_closed);
+    tcase_add_test(t, test_ipv6_and_host_name_urls);
     tcase_add_test(t, test_stop_waits_for_the_closing_answer);
     tcase_add_test(t, test_closing_notice_answered_and_honoured);
     suite_add_tcase(s, t);
