@@ -2,11 +2,11 @@
  *
  * State. Everything runs on the loop thread: the transport's events (a connection up, a
  * frame, a connection down, writes drained), the watchdog, the flush of the inbox and every
- * kl_peer_* call. The mutex `mu` stays around the shared state as it was when transport
- * threads existed: uncontended now, and it keeps every place that reads or changes that
- * state easy to find. No transport call is made with it held (the transport never calls
- * back from inside a call, so that would be safe, but the rule keeps the code simple to
- * reason about). The configuration copied at start is immutable afterwards.
+ * kl_peer_* call. The mutex `mu` guards the shared state anyway: it is never contended,
+ * and it marks every place that reads or changes that state. No transport call is made
+ * with it held (the transport never calls back from inside a call, so that would be safe,
+ * but the rule keeps the code simple to reason about). The configuration copied at start
+ * is immutable afterwards.
  *
  * Sending ("pumping"). member_pump takes the next frame a member may send now (its hello,
  * then queued data while the data window has room, then a bare ack when one is due), stamps
@@ -137,7 +137,7 @@ typedef struct peer_member {
     uint32_t pipe;        /* current connection, 0 = none */
     bool connected;       /* both hellos crossed on `pipe` */
     bool hello_due;       /* our hello is not yet sent on `pipe` */
-    bool pumping;         /* a thread is sending this member's frames */
+    bool pumping;         /* member_pump is sending this member's frames */
     bool ack_data;        /* a hello or data frame arrived since our last report */
     bool ack_now;         /* the watchdog tick found ack_data still set: ack it now */
     uint64_t tx;          /* frames sent on pipe */
@@ -370,7 +370,7 @@ static void refusal_note(kl_peer *p, uint32_t pipe, const char *why, uint64_t cl
 {
     p->st.refused++;
     act_close(act, pipe);
-    if (why != act->refused_buf) /* a copy: why may be a buffer another thread reuses */
+    if (why != act->refused_buf) /* a copy: why may be a buffer reused before act_run */
         snprintf(act->refused_buf, sizeof act->refused_buf, "%s", why);
     act->refused = act->refused_buf;
     act->refused_pipe = pipe;
@@ -522,7 +522,7 @@ static bool member_ack_wanted(const kl_peer *p, const peer_member *m)
 }
 
 /* A frame to seal before it goes (authenticated mode): counter and key are taken under mu,
- * the sealing is done by the pumping thread without it. */
+ * the sealing is done by member_pump without it. */
 typedef struct peer_seal {
     bool on;
     uint64_t counter;
@@ -530,7 +530,7 @@ typedef struct peer_seal {
     uint8_t key[KL_PEER_AUTH_KEY_LEN];
 } peer_seal;
 
-/* Under mu: takes the queue's first frame (its nng message, header room included). */
+/* Under mu: takes the queue's first frame (its message, header room included). */
 static peer_msg *queue_pop(peer_member *m, size_t *len)
 {
     peer_out *o = m->head;
@@ -754,7 +754,7 @@ kl_code kl_peer_send(kl_peer *p, uint64_t to, const uint8_t *frame, size_t len)
         return KL_RESOURCE_EXHAUSTED;
 
     /* Copy outside the lock: frames can be megabytes. Authenticated mode leaves room for the
-     * counter before and the tag after the payload; the pumping thread seals in place. */
+     * counter before and the tag after the payload; member_pump seals in place. */
     peer_out *o = malloc(sizeof *o);
     peer_msg *msg = frame_alloc(PEER_T_DATA, len + (p->auth ? PEER_SEAL : 0));
     if (o == NULL || msg == NULL) {
@@ -1331,8 +1331,8 @@ static void auth_frame(kl_peer *p, peer_pipe *pp, peer_msg *msg, peer_act *act)
     bool confirming = pp->confirming;
     uint8_t key[KL_PEER_AUTH_KEY_LEN];
     memcpy(key, confirming ? pp->keys.rx : m->keys.rx, sizeof key);
-    /* The frame's index on the connection, the hello being frame 0; only this thread (the
-     * one receive) advances m->rx. */
+    /* The frame's index on the connection, the hello being frame 0; nothing else advances
+     * m->rx while this frame is being opened (frames of a connection are handled in turn). */
     uint64_t expected = confirming ? 1 : m->rx;
     uv_mutex_unlock(&p->mu);
 
@@ -2044,7 +2044,7 @@ fail_free:
 
 /* ------------------------------------------------------------------ membership at run time */
 
-/* Under mu: a free member slot (never used, or removed and no thread sending from it). */
+/* Under mu: a free member slot (never used, or removed and not being pumped). */
 static peer_member *member_slot_free(kl_peer *p)
 {
     for (size_t i = 0; i < p->n_members; i++)
