@@ -38,8 +38,8 @@
  *   repl.snapshot_chunk_staged      a follower staged one more chunk of a snapshot stream
  *                                   (exit: the receiver dies mid-install)
  * Replication transport (daemon/repl/peer.c):
- *   peer.before_close               on the closer thread, before the socket's nng_close
- *                                   (sleep(MS) past PEER_CLOSE_MAX_MS: a close that hangs)
+ *   peer.before_close               on the loop, before a stopping member closes its peer
+ *                                   links (sleep(MS): a close that takes long)
  * RPC client (common/rpc.c):
  *   rpc.dial_returned               on a bounded dial's helper thread, after nng's dial
  *                                   returned (sleep(MS): a dial that does not end when its

@@ -1,46 +1,45 @@
-/* peer: member-to-member frames over one nng pair1 poly socket (see peer.h).
+/* peer: member-to-member frames over repl/peer_tcp connections (see peer.h).
  *
- * State. Everything nng threads touch (the pipe table, each member's connection, window and
- * outbound queue, the inbox, the counters, `stopping`) is under `mu`. The configuration
- * copied at start is immutable afterwards and read without the lock. Loop-only fields are
- * marked so.
+ * State. Everything runs on the loop thread: the transport's events (a connection up, a
+ * frame, a connection down, writes drained), the watchdog, the flush of the inbox and every
+ * kl_peer_* call. The mutex `mu` guards the shared state anyway: it is never contended,
+ * and it marks every place that reads or changes that state. No transport call is made
+ * with it held (the transport never calls back from inside a call, so that would be safe,
+ * but the rule keeps the code simple to reason about). The configuration copied at start
+ * is immutable afterwards.
  *
  * Sending ("pumping"). member_pump takes the next frame a member may send now (its hello,
  * then queued data while the data window has room, then a bare ack when one is due), stamps
- * the cumulative ack and the pipe into it under `mu`, and hands it to nng with the lock
- * released. Only one thread pumps a member at a time (`pumping`); another thread that changes
- * the member's state meanwhile (an ack arrived, the loop queued a frame) leaves the sending
- * to the pumping thread, which re-reads the state before each frame and so sees the change.
+ * the cumulative ack and the connection into it under `mu`, and hands it to the transport
+ * with the lock released. `pumping` keeps one pump per member at a time (a pump is never
+ * re-entered now, but the flag costs nothing and keeps frames in counter order regardless).
  *
  * Authenticated mode (peer.h). Handshake crypto and sealing run outside `mu`: the values
  * they need (a key, the expected counter, the dialer's handshake state) are copied out under
  * the lock into locals that are wiped afterwards, and the result is applied under the lock
- * again only if the pipe is still the same live one. That is safe because one thread at a
- * time receives (the one receive aio; so the receive counters only it advances cannot move
- * meanwhile) and one thread at a time sends a member's frames (`pumping`; member_next
- * assigns the counter under the lock and the pumping thread seals the frame before handing
- * it to nng, so frames go out in counter order). Secrets: the member key (immutable, wiped in
- * peer_free), a dialing pipe's handshake state and a confirming pipe's keys (peer_pipe,
- * wiped when the handshake ends, the pipe is refused or removed), a connection's keys
- * (peer_member.keys, wiped by member_adopt and member_drop).
+ * again only if the connection is still the same live one. Secrets: the member key
+ * (immutable, wiped in peer_free), a dialing connection's handshake state and a confirming
+ * connection's keys (peer_pipe, wiped when the handshake ends, the connection is refused or
+ * removed), a connection's keys (peer_member.keys, wiped by member_adopt and member_drop).
+ *
+ * Receiving. A frame's event copies it and handles it at once (handshake, acks, opening);
+ * data frames go to the inbox, and an idle handle delivers the inbox to recv at the next
+ * loop iteration, so recv never runs inside the transport's read (recv may send or stop) and
+ * one iteration's frames from every connection are delivered together.
  *
  * Shutdown. kl_peer_stop sets `stopping` (from then on no data is sent or delivered:
  * received data is dropped, acks and closing notices still count) and drops every queued
  * frame; each connection gets a closing notice; the watchdog timer then waits until every
- * connection answered it and fell quiet; a closer thread stops the receive (nng_aio_stop waits
- * out its callback) and closes the socket (nng_close returns once no pipe callback runs),
- * then wakes the loop, which closes the two libuv handles; the last close callback frees
- * the memory. If nng_close has not returned within PEER_CLOSE_MAX_MS (nng 1.5.2 can hang
- * there), the handles close anyway and the memory is kept for the life of the process. */
+ * connection answered it and fell quiet (bounded), stops the transport, and once the
+ * transport is gone closes the two libuv handles; the last close callback frees the memory. */
 #include "daemon/repl/peer.h"
 
 #include "common/failpoint.h"
 #include "common/log.h"
 #include "common/peer_auth.h"
+#include "daemon/repl/peer_tcp.h"
 
 #include <inttypes.h>
-#include <nng/nng.h>
-#include <nng/protocol/pair1/pair.h>
 #include <sodium.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -64,21 +63,28 @@ _Static_assert(KL_PEER_PUBLIC_LEN == KL_PEER_AUTH_PUBLIC_LEN, "member public key
 #define PEER_SEAL KL_PEER_AUTH_OVERHEAD   /* sealed frames: u64 counter + 16-byte tag */
 #define PEER_CTR KL_PEER_AUTH_COUNTER_LEN /* where a sealed frame's payload starts after the header */
 
-/* nng 1.5.2 pair1 poly: per-pipe send queue of 2 plus the message being written. */
-#define PEER_WINDOW 3      /* unacknowledged frames of any type */
-#define PEER_DATA_WINDOW 2 /* unacknowledged frames when a data frame may go */
-
-/* Socket send buffer: every member's window on its current and on one replaced connection,
- * plus room; with the windows respected a non-blocking send can never find it full. */
-#define PEER_SENDBUF (2 * PEER_WINDOW * KL_PEER_MAX_PEERS + 16)
+/* The credit window (peer.h "Flow control"): data frames unacknowledged on one connection
+ * while another may go. It bounds what one connection holds in flight, hence the memory a
+ * receiver must absorb per connection before its acks or BUSY flag can act, and it is what
+ * turns a backlog into BATCH frames: frames beyond it wait in the member's queue and leave
+ * together. 8 keeps a pipelined leader's appends flowing across a round trip. */
+#define PEER_DATA_WINDOW 8
+#define PEER_WINDOW (PEER_DATA_WINDOW + 1) /* unacknowledged frames of any type */
+/* A bare ack goes at once when this many received frames are unreported (the sender's
+ * window is half used), or when we must tell the sender we are busy. */
+#define PEER_ACK_EVERY (PEER_DATA_WINDOW / 2)
+/* Bytes queued on a connection in the transport (the kernel took no more): data waits in
+ * the member's queue (where it coalesces) while more than one max_frame is queued there, so
+ * a slow reader costs about two frames of memory per connection, not a window of them. The
+ * transport's hard bound, never reached with this respected, is a window of frames. */
+#define PEER_TCP_QUEUED_SOFT(max_frame) (max_frame)
+#define PEER_TCP_QUEUED_HARD(max_frame) ((PEER_WINDOW + 2) * ((max_frame) + 64))
 /* Pipes tracked at once: every peer's connection, a replaced one each, and strangers still
  * handshaking. A pipe beyond it is closed at once. */
 #define PEER_MAX_PIPES (2 * KL_PEER_MAX_PEERS + 14)
 /* A received frame of up to this multiple of max_frame arrives and is counted as oversized;
- * nng closes the connection on a larger one. */
+ * the transport closes the connection on a larger one. */
 #define PEER_OVERSIZE_FACTOR 4
-#define PEER_RECONN_MIN_MS 50
-#define PEER_RECONN_MAX_MS 1000
 /* Refusal log lines: at most one per this interval (a misconfigured dialer retries every
  * second); the others are counted and reported with the next line. */
 #define PEER_REFUSAL_LOG_MS 1000
@@ -86,19 +92,37 @@ _Static_assert(KL_PEER_PUBLIC_LEN == KL_PEER_AUTH_PUBLIC_LEN, "member public key
  * lone frame waits for its (delayed) ack, so it stays well under any sane ack timeout. */
 #define PEER_TICK_MAX_MS 100
 #define PEER_MIN_ACK_TIMEOUT_MS (2 * PEER_TICK_MAX_MS)
-/* Stop: the socket is closed once every connection answered our closing notice and no
+/* Stop: the transport is closed once every connection answered our closing notice and no
  * frame arrived for PEER_QUIET_MS, or after PEER_QUIESCE_MAX_MS at the latest (a peer that
  * does not answer; see kl_peer_stop). */
 #define PEER_QUIET_MS 40
 #define PEER_QUIESCE_MAX_MS 500 /* the daemon gives its whole stop 1.5 s (daemon/main.c) */
-/* Then nng_close runs on a thread of its own; if it has not returned after this long (the
- * nng 1.5.2 hang below), the socket and this peer's memory are abandoned to the process and
- * the stop completes anyway: a shutdown must not hang on a library bug. */
-#define PEER_CLOSE_MAX_MS 3000
+
+/* A frame being built or received: the transport's headroom, then the frame at data[off],
+ * len bytes (trimming moves off; a frame to send keeps off == KL_PEER_TCP_HEADROOM). */
+typedef struct peer_msg {
+    uint32_t conn; /* the connection a frame to send goes on */
+    size_t off, len;
+    uint8_t data[];
+} peer_msg;
+
+static peer_msg *msg_alloc(size_t len)
+{
+    peer_msg *m = malloc(sizeof *m + KL_PEER_TCP_HEADROOM + len);
+    if (m != NULL)
+        *m = (peer_msg){.off = KL_PEER_TCP_HEADROOM, .len = len};
+    return m;
+}
+
+static uint8_t *msg_body(const peer_msg *m) { return (uint8_t *)m->data + m->off; }
+static size_t msg_len(const peer_msg *m) { return m->len; }
+static void msg_trim(peer_msg *m, size_t n) { m->off += n, m->len -= n; }
+static void msg_chop(peer_msg *m, size_t n) { m->len -= n; }
+static void msg_free(peer_msg *m) { free(m); }
 
 typedef struct peer_out {
     struct peer_out *next;
-    nng_msg *msg; /* header + payload */
+    peer_msg *msg; /* header + payload */
     size_t len;   /* payload bytes */
 } peer_out;
 
@@ -106,14 +130,14 @@ typedef struct peer_member {
     /* Immutable after start. */
     uint64_t id;
     char *url;        /* dialed when id < self, else NULL */
-    uint32_t dialer;  /* nng dialer id, 0 = we do not dial this member (set before dialing) */
+    uint32_t dialer;  /* transport dialer id, 0 = we do not dial this member */
     uint8_t public_key[KL_PEER_PUBLIC_LEN]; /* authenticated mode */
 
     /* Under kl_peer.mu. Counters are per connection and restart at every new one. */
     uint32_t pipe;        /* current connection, 0 = none */
     bool connected;       /* both hellos crossed on `pipe` */
     bool hello_due;       /* our hello is not yet sent on `pipe` */
-    bool pumping;         /* a thread is sending this member's frames */
+    bool pumping;         /* member_pump is sending this member's frames */
     bool ack_data;        /* a hello or data frame arrived since our last report */
     bool ack_now;         /* the watchdog tick found ack_data still set: ack it now */
     uint64_t tx;          /* frames sent on pipe */
@@ -123,6 +147,7 @@ typedef struct peer_member {
     uint64_t data_hi;     /* tx after our last hello or data frame */
     uint64_t wait_since;  /* ms since data_hi > tx_acked with no ack progress; 0 = none */
     bool peer_busy;       /* the peer's last frame said its inbox is half full: no data */
+    bool tcp_full;        /* the transport holds over PEER_TCP_QUEUED_SOFT for pipe: no data */
     bool busy_told;       /* our last frame on pipe told the peer we are busy */
     bool peer_closing;    /* the peer said it is stopping: no data to it on pipe, ever */
     bool closing_owed;    /* ... and has not had our answer (a frame acknowledging that) */
@@ -152,7 +177,7 @@ typedef struct peer_pipe {
 
 typedef struct peer_inbound {
     uint64_t from;
-    nng_msg *msg; /* payload only */
+    peer_msg *msg; /* payload only */
 } peer_inbound;
 
 struct kl_peer {
@@ -179,19 +204,15 @@ struct kl_peer {
     int32_t partition;
     int64_t max_skew_ms;
     uint8_t member_secret[KL_PEER_SECRET_LEN];  /* authenticated mode; wiped in peer_free */
-    nng_socket sock;
-    nng_aio *recv_aio;
-    uv_async_t wake;
+    kl_peer_tcp *tcp;
+    uv_idle_t flush;                  /* delivers the inbox (started while it holds frames) */
     uv_timer_t watchdog;
 
     uv_mutex_t mu;
-    bool stopping;                    /* under mu; written only by the loop thread */
-    bool sock_closing;                /* under mu: the closer owns the socket, nothing is sent */
-    bool close_done;                  /* under mu: the closer thread's nng_close returned */
-    bool close_abandoned;             /* under mu: the loop gave up waiting for it */
-    int close_rv;                     /* under mu: what nng_close returned */
+    bool stopping;                    /* under mu */
+    bool tcp_stopped;                 /* the transport is stopped (and maybe gone) */
     uint64_t stop_at;                 /* under mu: ms when kl_peer_stop was called */
-    uint64_t last_rx;                 /* under mu: ms of the last frame from nng */
+    uint64_t last_rx;                 /* under mu: ms of the last frame received */
     peer_pipe pipes[PEER_MAX_PIPES];  /* under mu */
     peer_inbound *inbox;              /* ring of max_frames, under mu */
     size_t in_head, in_count, in_bytes;
@@ -216,7 +237,7 @@ typedef struct peer_act {
     uint64_t refused_more;    /* refusals not logged since the last line */
     bool log_refusal;
     uint64_t up, down;        /* member connected / lost */
-    nng_msg *answer;          /* authenticated listener: the ANSWER to send on answer_pipe */
+    peer_msg *answer;          /* authenticated listener: the ANSWER to send on answer_pipe */
     uint32_t answer_pipe;
 } peer_act;
 
@@ -275,13 +296,6 @@ static uint32_t get_u32(const uint8_t *b)
     return (uint32_t)b[0] << 24 | (uint32_t)b[1] << 16 | (uint32_t)b[2] << 8 | b[3];
 }
 
-static nng_pipe pipe_handle(uint32_t id)
-{
-    nng_pipe np = NNG_PIPE_INITIALIZER;
-    np.id = id;
-    return np;
-}
-
 static void act_close(peer_act *act, uint32_t pipe)
 {
     for (size_t i = 0; i < act->n_close; i++)
@@ -329,7 +343,7 @@ static void member_queue_drop(kl_peer *p, peer_member *m)
 {
     for (peer_out *o = m->head, *next; o != NULL; o = next) {
         next = o->next;
-        nng_msg_free(o->msg);
+        msg_free(o->msg);
         free(o);
         p->st.dropped_disconnect++;
     }
@@ -356,7 +370,7 @@ static void refusal_note(kl_peer *p, uint32_t pipe, const char *why, uint64_t cl
 {
     p->st.refused++;
     act_close(act, pipe);
-    if (why != act->refused_buf) /* a copy: why may be a buffer another thread reuses */
+    if (why != act->refused_buf) /* a copy: why may be a buffer reused before act_run */
         snprintf(act->refused_buf, sizeof act->refused_buf, "%s", why);
     act->refused = act->refused_buf;
     act->refused_pipe = pipe;
@@ -410,81 +424,70 @@ static void pipe_refuse_auth(kl_peer *p, peer_pipe *pp, const char *what, const 
 }
 
 /* Runs what a callback decided; the lock is not held. */
+static void flush_cb(uv_idle_t *handle);
+
 static void act_run(kl_peer *p, peer_act *act)
 {
     if (act->log_refusal) {
-        char addr[64] = "unknown";
-        nng_sockaddr sa;
-        if (nng_pipe_get_addr(pipe_handle(act->refused_pipe), NNG_OPT_REMADDR, &sa) == 0 &&
-            sa.s_family == NNG_AF_INET) {
-            uint32_t a = sa.s_in.sa_addr; /* network byte order */
-            const uint8_t *ab = (const uint8_t *)&a;
-            const uint8_t *pb = (const uint8_t *)&sa.s_in.sa_port;
-            snprintf(addr, sizeof addr, "%u.%u.%u.%u:%u", ab[0], ab[1], ab[2], ab[3],
-                     (unsigned)(pb[0] << 8 | pb[1]));
-        }
+        char addr[80] = "unknown";
+        if (!p->tcp_stopped)
+            (void)kl_peer_tcp_remote(p->tcp, act->refused_pipe, addr, sizeof addr);
         KL_WARN("peer connection refused",
                 "listen=%s remote=%s reason=\"%s\" claimed_member=%" PRIu64
                 " refusals_not_logged=%" PRIu64,
                 p->listen_url, addr, act->refused, act->refused_claim, act->refused_more);
     }
     if (act->answer != NULL) {
-        /* The first frame on a pipe nobody else sends on yet: the window is empty. */
-        int rv = nng_sendmsg(p->sock, act->answer, NNG_FLAG_NONBLOCK);
-        if (rv != 0) {
-            nng_msg_free(act->answer);
-            act_close(act, act->answer_pipe);
-        }
+        /* The first frame on a connection nobody else sends on yet: the window is empty. */
+        peer_msg *a = act->answer;
         act->answer = NULL;
+        if (p->tcp_stopped || kl_peer_tcp_send(p->tcp, a->conn, a, msg_body(a), msg_len(a)) != KL_OK)
+            act_close(act, act->answer_pipe);
     }
-    for (size_t i = 0; i < act->n_close; i++) {
-        int rv = nng_pipe_close(pipe_handle(act->close[i]));
-        if (rv != 0 && rv != NNG_ECLOSED && rv != NNG_ENOENT)
-            KL_WARN("peer pipe close failed", "op=nng_pipe_close listen=%s error=\"%s\"",
-                    p->listen_url, nng_strerror(rv));
-    }
+    for (size_t i = 0; i < act->n_close && !p->tcp_stopped; i++)
+        kl_peer_tcp_close(p->tcp, act->close[i]);
     if (act->up != 0)
         KL_INFO("peer connected", "listen=%s member=%" PRIu64, p->listen_url, act->up);
     if (act->down != 0)
         KL_INFO("peer disconnected", "listen=%s member=%" PRIu64, p->listen_url, act->down);
-    if (act->wake)
-        (void)uv_async_send(&p->wake); /* stop waits for every callback before closing it */
+    if (act->wake && !uv_is_active((uv_handle_t *)&p->flush))
+        (void)uv_idle_start(&p->flush, flush_cb);
 }
 
 /* ------------------------------------------------------------------ sending */
 
-static nng_msg *frame_alloc(uint8_t type, size_t extra)
+static peer_msg *frame_alloc(uint8_t type, size_t extra)
 {
-    nng_msg *msg;
-    if (nng_msg_alloc(&msg, PEER_HDR + extra) != 0)
+    peer_msg *msg;
+    if ((msg = msg_alloc(PEER_HDR + extra)) == NULL)
         return NULL;
-    uint8_t *b = nng_msg_body(msg);
+    uint8_t *b = msg_body(msg);
     b[0] = type;
     return msg;
 }
 
 /* Under mu: the dialer's authenticated HELLO, made by pipe_started. */
-static nng_msg *hello_build_auth(kl_peer *p, const peer_member *m)
+static peer_msg *hello_build_auth(kl_peer *p, const peer_member *m)
 {
     peer_pipe *pp = pipe_find(p, m->pipe);
     if (pp == NULL || !pp->dial_ready)
         return NULL;
     uint8_t body[KL_PEER_AUTH_MAX];
     size_t n = kl_peer_auth_encode(&pp->dial.hello, body, sizeof body);
-    nng_msg *msg = n != 0 ? frame_alloc(PEER_T_HELLO, n) : NULL;
+    peer_msg *msg = n != 0 ? frame_alloc(PEER_T_HELLO, n) : NULL;
     if (msg != NULL)
-        memcpy((uint8_t *)nng_msg_body(msg) + PEER_HDR, body, n);
+        memcpy((uint8_t *)msg_body(msg) + PEER_HDR, body, n);
     return msg;
 }
 
-static nng_msg *hello_build(kl_peer *p, const peer_member *m)
+static peer_msg *hello_build(kl_peer *p, const peer_member *m)
 {
     if (p->auth)
         return hello_build_auth(p, m);
-    nng_msg *msg = frame_alloc(PEER_T_HELLO, PEER_HELLO_FIXED + p->cluster_len);
+    peer_msg *msg = frame_alloc(PEER_T_HELLO, PEER_HELLO_FIXED + p->cluster_len);
     if (msg == NULL)
         return NULL;
-    uint8_t *b = (uint8_t *)nng_msg_body(msg) + PEER_HDR;
+    uint8_t *b = (uint8_t *)msg_body(msg) + PEER_HDR;
     put_u32(b, PEER_MAGIC);
     b[4] = PEER_VERSION;
     put_u64(b + 5, p->self);
@@ -495,8 +498,8 @@ static nng_msg *hello_build(kl_peer *p, const peer_member *m)
 }
 
 /* Under mu: the inbox is half full. A BATCH frame can bring KL_PEER_BATCH_MAX_FRAMES
- * frames at once, and acks come from nng threads whatever the loop does, so the window
- * alone no longer keeps a sender within what a busy loop drains: every frame we send while
+ * frames at once, and acks go as frames are read, before recv has seen them, so the window
+ * alone does not keep a sender within what recv drains: every frame we send while
  * this holds carries PEER_BUSY, and a peer that saw it sends no data (its frames wait in its
  * own queue) until a frame without it; busy_release sends that frame once the loop drained
  * the inbox. Acks themselves are never held back: the window's accounting stays exact. */
@@ -505,20 +508,21 @@ static bool inbox_high(const kl_peer *p)
     return p->in_count >= p->max_frames / 2 || p->in_bytes >= p->max_bytes / 2;
 }
 
-/* A bare ack goes at once when two frames are unreported (the peer's data window may be
- * full); a single hello or data frame is acknowledged by our next frame or, at the latest,
- * at the next watchdog tick (a delayed ack, so that a reply usually carries it). */
+/* A bare ack goes at once when PEER_ACK_EVERY frames are unreported (half the peer's data
+ * window), or when the inbox just became half full (the peer must hear BUSY before it sends
+ * more); fewer frames are acknowledged by our next frame or, at the latest, at the next
+ * watchdog tick (a delayed ack, so that a reply usually carries it). */
 static bool member_ack_wanted(const kl_peer *p, const peer_member *m)
 {
     if (m->closing_owed)
         return true; /* the stopping peer closes once it has our answer */
-    if (m->busy_told && !inbox_high(p))
-        return true; /* the peer waits for word that we drained */
-    return m->rx > m->rx_acked && (m->ack_now || m->rx - m->rx_acked >= 2);
+    if (m->busy_told != inbox_high(p))
+        return m->busy_told || m->rx > m->rx_acked; /* the peer must learn our state */
+    return m->rx > m->rx_acked && (m->ack_now || m->rx - m->rx_acked >= PEER_ACK_EVERY);
 }
 
 /* A frame to seal before it goes (authenticated mode): counter and key are taken under mu,
- * the sealing is done by the pumping thread without it. */
+ * the sealing is done by member_pump without it. */
 typedef struct peer_seal {
     bool on;
     uint64_t counter;
@@ -526,8 +530,8 @@ typedef struct peer_seal {
     uint8_t key[KL_PEER_AUTH_KEY_LEN];
 } peer_seal;
 
-/* Under mu: takes the queue's first frame (its nng message, header room included). */
-static nng_msg *queue_pop(peer_member *m, size_t *len)
+/* Under mu: takes the queue's first frame (its message, header room included). */
+static peer_msg *queue_pop(peer_member *m, size_t *len)
 {
     peer_out *o = m->head;
     m->head = o->next;
@@ -535,15 +539,15 @@ static nng_msg *queue_pop(peer_member *m, size_t *len)
         m->tail = NULL;
     m->q_frames--;
     m->q_bytes -= o->len;
-    nng_msg *msg = o->msg;
+    peer_msg *msg = o->msg;
     *len = o->len;
     free(o);
     return msg;
 }
 
 /* Under mu: how many queued frames, from the first, the next data frame carries. The
- * window allows PEER_DATA_WINDOW data frames per round trip, and nng no more (peer.h "Flow
- * control"), so what waited behind a full window leaves as one BATCH frame: its payload,
+ * window allows PEER_DATA_WINDOW data frames per round trip (peer.h "Flow control"), so
+ * what waited behind a full window leaves as one BATCH frame: its payload,
  * every frame with a length prefix, stays within max_frame, so the receiver's size check is
  * the same for both types. A frame too large to share goes alone. */
 static size_t batch_count(const kl_peer *p, const peer_member *m)
@@ -560,24 +564,24 @@ static size_t batch_count(const kl_peer *p, const peer_member *m)
 
 /* Under mu: the first k (>= 2) queued frames as one BATCH frame; NULL (nothing taken) when
  * out of memory. The copy is at most max_frame bytes. */
-static nng_msg *batch_build(kl_peer *p, peer_member *m, size_t k, size_t *pt_len)
+static peer_msg *batch_build(kl_peer *p, peer_member *m, size_t k, size_t *pt_len)
 {
     size_t total = 0, i = 0;
     for (const peer_out *o = m->head; i < k; o = o->next, i++)
         total += PEER_BATCH_LEN + o->len;
     size_t at = PEER_HDR + (p->auth ? PEER_CTR : 0);
-    nng_msg *msg = frame_alloc(PEER_T_BATCH, total + (p->auth ? PEER_SEAL : 0));
+    peer_msg *msg = frame_alloc(PEER_T_BATCH, total + (p->auth ? PEER_SEAL : 0));
     if (msg == NULL)
         return NULL;
-    uint8_t *b = nng_msg_body(msg);
+    uint8_t *b = msg_body(msg);
     for (i = 0; i < k; i++) {
         size_t len;
-        nng_msg *one = queue_pop(m, &len);
+        peer_msg *one = queue_pop(m, &len);
         put_u32(b + at, (uint32_t)len);
-        const uint8_t *src = (const uint8_t *)nng_msg_body(one) + PEER_HDR + (p->auth ? PEER_CTR : 0);
+        const uint8_t *src = (const uint8_t *)msg_body(one) + PEER_HDR + (p->auth ? PEER_CTR : 0);
         memcpy(b + at + PEER_BATCH_LEN, src, len);
         at += PEER_BATCH_LEN + len;
-        nng_msg_free(one);
+        msg_free(one);
     }
     *pt_len = total;
     return msg;
@@ -585,14 +589,14 @@ static nng_msg *batch_build(kl_peer *p, peer_member *m, size_t k, size_t *pt_len
 
 /* Under mu: stamps the frame about to go to m (its index, our cumulative ack, the type
  * flags) and addresses it. */
-static void member_stamp(peer_member *m, nng_msg *msg, peer_seal *seal, uint8_t flags)
+static void member_stamp(peer_member *m, peer_msg *msg, peer_seal *seal, uint8_t flags)
 {
     if (seal->on) {
         /* The frame's index on the connection, the hello being frame 0. */
         seal->counter = m->tx;
         memcpy(seal->key, m->keys.tx, sizeof seal->key);
     }
-    uint8_t *hdr = nng_msg_body(msg);
+    uint8_t *hdr = msg_body(msg);
     m->busy_told = (flags & PEER_BUSY) != 0 && hdr[0] != PEER_T_HELLO;
     if (hdr[0] != PEER_T_HELLO)
         hdr[0] |= flags; /* before sealing: the type byte is authenticated data */
@@ -602,14 +606,14 @@ static void member_stamp(peer_member *m, nng_msg *msg, peer_seal *seal, uint8_t 
     m->ack_now = false;
     m->closing_owed = false; /* any frame acknowledges the peer's notice */
     m->tx++;
-    nng_msg_set_pipe(msg, pipe_handle(m->pipe));
+    msg->conn = m->pipe;
 }
 
 /* Under mu, while stopping: what the member may still be sent. First our closing notice (a
  * bare ack with PEER_CLOSING: send no more data, and answer); until the peer's answer
  * acknowledged it, the acks its window needs; and, always, the answer a closing notice of
  * the peer is owed. Everything carries PEER_CLOSING, nothing carries data. */
-static nng_msg *member_next_closing(kl_peer *p, peer_member *m, peer_seal *seal)
+static peer_msg *member_next_closing(kl_peer *p, peer_member *m, peer_seal *seal)
 {
     if (!m->connected || m->tx - m->tx_acked >= PEER_WINDOW)
         return NULL; /* handshaking (it gets no notice), or the peer's acks will pump us */
@@ -617,7 +621,7 @@ static nng_msg *member_next_closing(kl_peer *p, peer_member *m, peer_seal *seal)
     bool answered = !notice && m->tx_acked >= m->closing_at;
     if (!notice && !m->closing_owed && (answered || !member_ack_wanted(p, m)))
         return NULL;
-    nng_msg *msg = frame_alloc(PEER_T_ACK, p->auth ? PEER_SEAL : 0);
+    peer_msg *msg = frame_alloc(PEER_T_ACK, p->auth ? PEER_SEAL : 0);
     if (msg == NULL)
         return NULL; /* the quiesce bound closes the socket anyway */
     seal->on = p->auth;
@@ -630,7 +634,7 @@ static nng_msg *member_next_closing(kl_peer *p, peer_member *m, peer_seal *seal)
 
 /* Under mu: the next frame the member may send now, stamped and addressed, or NULL;
  * *n_data = the data frames it carries (0: a hello or a bare ack). */
-static nng_msg *member_next(kl_peer *p, peer_member *m, size_t *n_data, peer_seal *seal)
+static peer_msg *member_next(kl_peer *p, peer_member *m, size_t *n_data, peer_seal *seal)
 {
     *n_data = 0;
     seal->on = false;
@@ -639,7 +643,7 @@ static nng_msg *member_next(kl_peer *p, peer_member *m, size_t *n_data, peer_sea
     if (p->stopping)
         return member_next_closing(p, m, seal);
     uint64_t out = m->tx - m->tx_acked;
-    nng_msg *msg = NULL;
+    peer_msg *msg = NULL;
     bool counts = true; /* a hello or data frame must be acknowledged */
     if (m->hello_due) {
         if ((msg = hello_build(p, m)) == NULL)
@@ -647,7 +651,8 @@ static nng_msg *member_next(kl_peer *p, peer_member *m, size_t *n_data, peer_sea
         m->hello_due = false;
     } else if (!m->connected) {
         return NULL;
-    } else if (out < PEER_DATA_WINDOW && m->head != NULL && !m->peer_busy && !m->peer_closing) {
+    } else if (out < PEER_DATA_WINDOW && m->head != NULL && !m->peer_busy && !m->peer_closing &&
+               !m->tcp_full) {
         size_t k = batch_count(p, m);
         if (k > 1) {
             if ((msg = batch_build(p, m, k, &seal->pt_len)) == NULL)
@@ -677,11 +682,11 @@ static nng_msg *member_next(kl_peer *p, peer_member *m, size_t *n_data, peer_sea
     return msg;
 }
 
-/* Any thread, lock not held: sends what the member may send now. */
+/* Lock not held: sends what the member may send now. */
 static void member_pump(kl_peer *p, peer_member *m)
 {
     uv_mutex_lock(&p->mu);
-    if (m->pumping || p->sock_closing) {
+    if (m->pumping || p->tcp_stopped) {
         uv_mutex_unlock(&p->mu);
         return;
     }
@@ -689,32 +694,34 @@ static void member_pump(kl_peer *p, peer_member *m)
     for (;;) {
         size_t n_data;
         peer_seal seal;
-        nng_msg *msg = member_next(p, m, &n_data, &seal);
+        /* The transport holds more than a frame for this connection already: data waits
+         * (and coalesces) in the member's queue until the writes drain (tcp_drained). */
+        m->tcp_full = m->pipe != 0 &&
+                      kl_peer_tcp_queued(p->tcp, m->pipe) > PEER_TCP_QUEUED_SOFT(p->max_frame);
+        peer_msg *msg = member_next(p, m, &n_data, &seal);
         if (msg == NULL)
             break;
         uint32_t pipe = m->pipe;
         uv_mutex_unlock(&p->mu);
         if (seal.on) {
-            (void)kl_peer_auth_seal(seal.key, seal.counter, nng_msg_body(msg), PEER_HDR,
+            (void)kl_peer_auth_seal(seal.key, seal.counter, msg_body(msg), PEER_HDR,
                                     seal.pt_len);
             sodium_memzero(seal.key, sizeof seal.key);
         }
-        int rv = nng_sendmsg(p->sock, msg, NNG_FLAG_NONBLOCK);
-        if (rv != 0)
-            nng_msg_free(msg);
+        kl_code rc = kl_peer_tcp_send(p->tcp, pipe, msg, msg_body(msg), msg_len(msg));
         uv_mutex_lock(&p->mu);
-        if (rv != 0) {
-            /* Cannot happen with the windows respected (the buffer has room for all of
-             * them) unless the socket is closing. The frame still counts as sent in the
-             * window, so the connection would stall: close it and let nng redial. */
+        if (rc != KL_OK) {
+            /* Only a connection already closing, or one past the transport's hard bound
+             * (which the soft bound above keeps it from): the frame still counts as sent
+             * in the window, so the connection would stall. Close it; the dialer redials. */
             p->st.sent -= n_data;
             p->st.dropped_nng += n_data;
-            if (!p->stopping) {
+            if (!p->stopping && rc == KL_RESOURCE_EXHAUSTED) {
                 uv_mutex_unlock(&p->mu);
-                KL_WARN("peer send failed; reconnecting",
-                        "op=nng_sendmsg listen=%s member=%" PRIu64 " error=\"%s\"",
-                        p->listen_url, m->id, nng_strerror(rv));
-                (void)nng_pipe_close(pipe_handle(pipe));
+                KL_WARN("peer send refused; reconnecting",
+                        "listen=%s member=%" PRIu64 " reason=\"send queue over its bound\"",
+                        p->listen_url, m->id);
+                kl_peer_tcp_close(p->tcp, pipe);
                 uv_mutex_lock(&p->mu);
             }
             break;
@@ -747,20 +754,20 @@ kl_code kl_peer_send(kl_peer *p, uint64_t to, const uint8_t *frame, size_t len)
         return KL_RESOURCE_EXHAUSTED;
 
     /* Copy outside the lock: frames can be megabytes. Authenticated mode leaves room for the
-     * counter before and the tag after the payload; the pumping thread seals in place. */
+     * counter before and the tag after the payload; member_pump seals in place. */
     peer_out *o = malloc(sizeof *o);
-    nng_msg *msg = frame_alloc(PEER_T_DATA, len + (p->auth ? PEER_SEAL : 0));
+    peer_msg *msg = frame_alloc(PEER_T_DATA, len + (p->auth ? PEER_SEAL : 0));
     if (o == NULL || msg == NULL) {
         free(o);
         if (msg != NULL)
-            nng_msg_free(msg);
+            msg_free(msg);
         uv_mutex_lock(&p->mu);
         p->st.dropped_queue_full++;
         uv_mutex_unlock(&p->mu);
         return KL_RESOURCE_EXHAUSTED;
     }
     if (len > 0)
-        memcpy((uint8_t *)nng_msg_body(msg) + PEER_HDR + (p->auth ? PEER_CTR : 0), frame, len);
+        memcpy((uint8_t *)msg_body(msg) + PEER_HDR + (p->auth ? PEER_CTR : 0), frame, len);
     o->next = NULL;
     o->msg = msg;
     o->len = len;
@@ -785,7 +792,7 @@ kl_code kl_peer_send(kl_peer *p, uint64_t to, const uint8_t *frame, size_t len)
     }
     uv_mutex_unlock(&p->mu);
     if (rc != KL_OK) {
-        nng_msg_free(msg);
+        msg_free(msg);
         free(o);
         return rc;
     }
@@ -1026,12 +1033,12 @@ static void pipe_handshake(kl_peer *p, peer_pipe *pp, const uint8_t *b, size_t l
 
 /* Under mu: one received data frame (payload only) into the inbox, or counted as dropped.
  * Takes msg. */
-static void inbox_put(kl_peer *p, uint64_t from, nng_msg *msg, peer_act *act)
+static void inbox_put(kl_peer *p, uint64_t from, peer_msg *msg, peer_act *act)
 {
-    size_t plen = nng_msg_len(msg);
+    size_t plen = msg_len(msg);
     if (p->in_count >= p->max_frames || plen > p->max_bytes - p->in_bytes) {
         p->st.dropped_inbox_full++;
-        nng_msg_free(msg);
+        msg_free(msg);
         return;
     }
     size_t slot = (p->in_head + p->in_count) % p->max_frames;
@@ -1046,14 +1053,14 @@ static void inbox_put(kl_peer *p, uint64_t from, nng_msg *msg, peer_act *act)
  * alone. The whole payload is checked first: a malformed one (a length past the end, fewer
  * than two frames, more than the batch bound) is a protocol error and nothing of it is
  * delivered. Takes msg. */
-static void batch_deliver(kl_peer *p, peer_pipe *pp, nng_msg *msg, peer_act *act)
+static void batch_deliver(kl_peer *p, peer_pipe *pp, peer_msg *msg, peer_act *act)
 {
     peer_member *m = &p->members[pp->member];
-    const uint8_t *b = nng_msg_body(msg);
-    size_t len = nng_msg_len(msg), n = 0;
+    const uint8_t *b = msg_body(msg);
+    size_t len = msg_len(msg), n = 0;
     if (len > p->max_frame) {
         p->st.dropped_oversize++; /* as a DATA frame of that size would be */
-        nng_msg_free(msg);
+        msg_free(msg);
         return;
     }
     size_t at = 0;
@@ -1065,26 +1072,26 @@ static void batch_deliver(kl_peer *p, peer_pipe *pp, nng_msg *msg, peer_act *act
     }
     if (at != len || n < 2 || n > KL_PEER_BATCH_MAX_FRAMES) {
         pipe_refuse(p, pp, "malformed batch frame", m->id, act);
-        nng_msg_free(msg);
+        msg_free(msg);
         return;
     }
     for (at = 0; at < len;) {
         uint32_t one = get_u32(b + at);
-        nng_msg *sub;
-        if (nng_msg_alloc(&sub, one) != 0) {
+        peer_msg *sub;
+        if ((sub = msg_alloc(one)) == NULL) {
             p->st.dropped_inbox_full++; /* no memory: lost like a frame with no room */
         } else {
-            memcpy(nng_msg_body(sub), b + at + PEER_BATCH_LEN, one);
+            memcpy(msg_body(sub), b + at + PEER_BATCH_LEN, one);
             inbox_put(p, m->id, sub, act);
         }
         at += PEER_BATCH_LEN + one;
     }
-    nng_msg_free(msg);
+    msg_free(msg);
 }
 
 /* Under mu: a frame on a connected pipe, already checked (and opened): its type and ack,
  * and msg holding the payload only. Takes msg. */
-static void pipe_frame(kl_peer *p, peer_pipe *pp, uint8_t type, uint64_t ack, nng_msg *msg,
+static void pipe_frame(kl_peer *p, peer_pipe *pp, uint8_t type, uint64_t ack, peer_msg *msg,
                        peer_act *act)
 {
     peer_member *m = &p->members[pp->member];
@@ -1093,7 +1100,7 @@ static void pipe_frame(kl_peer *p, peer_pipe *pp, uint8_t type, uint64_t ack, nn
     type = (uint8_t)(type & ~(PEER_BUSY | PEER_CLOSING));
     if (closing && type != PEER_T_ACK) {
         pipe_refuse(p, pp, "closing flag on a frame other than an ack", m->id, act);
-        nng_msg_free(msg);
+        msg_free(msg);
         return;
     }
     if (closing && !m->peer_closing) {
@@ -1104,7 +1111,7 @@ static void pipe_frame(kl_peer *p, peer_pipe *pp, uint8_t type, uint64_t ack, nn
     }
     if (ack > m->tx) {
         pipe_refuse(p, pp, "ack of frames never sent", m->id, act);
-        nng_msg_free(msg);
+        msg_free(msg);
         return;
     }
     if (ack > m->tx_acked) {
@@ -1115,14 +1122,14 @@ static void pipe_frame(kl_peer *p, peer_pipe *pp, uint8_t type, uint64_t ack, nn
     act->pump = m;
     switch (type) {
     case PEER_T_ACK:
-        nng_msg_free(msg);
+        msg_free(msg);
         return;
     case PEER_T_DATA:
         break;
     case PEER_T_BATCH:
         m->ack_data = true;
         if (p->stopping) {
-            nng_msg_free(msg); /* nothing is delivered after stop */
+            msg_free(msg); /* nothing is delivered after stop */
             return;
         }
         batch_deliver(p, pp, msg, act);
@@ -1130,17 +1137,17 @@ static void pipe_frame(kl_peer *p, peer_pipe *pp, uint8_t type, uint64_t ack, nn
     default:
         pipe_refuse(p, pp, type == PEER_T_HELLO ? "second hello" : "unknown frame type", m->id,
                     act);
-        nng_msg_free(msg);
+        msg_free(msg);
         return;
     }
     m->ack_data = true;
     if (p->stopping) {
-        nng_msg_free(msg);
+        msg_free(msg);
         return;
     }
-    if (nng_msg_len(msg) > p->max_frame) {
+    if (msg_len(msg) > p->max_frame) {
         p->st.dropped_oversize++;
-        nng_msg_free(msg);
+        msg_free(msg);
         return;
     }
     inbox_put(p, m->id, msg, act);
@@ -1159,17 +1166,17 @@ static peer_pipe *pipe_again_if(kl_peer *p, uint32_t pipe, bool handshake)
 static peer_pipe *pipe_again(kl_peer *p, uint32_t pipe) { return pipe_again_if(p, pipe, true); }
 
 /* Under mu (released meanwhile): the ANSWER to our HELLO on a pipe we dialed. Takes msg. */
-static void auth_dialer_answer(kl_peer *p, peer_pipe *pp, nng_msg *msg, peer_act *act)
+static void auth_dialer_answer(kl_peer *p, peer_pipe *pp, peer_msg *msg, peer_act *act)
 {
-    const uint8_t *b = nng_msg_body(msg);
-    size_t len = nng_msg_len(msg);
+    const uint8_t *b = msg_body(msg);
+    size_t len = msg_len(msg);
     uint32_t pipe = pp->id;
     peer_member *m = &p->members[pp->member];
     uint64_t ack = get_u64(b + 1);
     if (m->pipe != pipe || ack != m->tx || !pp->dial_ready) {
         pipe_refuse(p, pp, pp->dial_ready ? "hello does not acknowledge ours"
                                           : "answer without a hello of ours", m->id, act);
-        nng_msg_free(msg);
+        msg_free(msg);
         return;
     }
     kl_peer_auth_dial dial = pp->dial; /* a copy: the slot may be wiped meanwhile */
@@ -1184,7 +1191,7 @@ static void auth_dialer_answer(kl_peer *p, peer_pipe *pp, nng_msg *msg, peer_act
         rc = kl_peer_auth_finish(&dial, &answer, m->public_key, peer_wall_ms(), p->max_skew_ms,
                                  &keys, &e);
     kl_peer_auth_dial_wipe(&dial);
-    nng_msg_free(msg);
+    msg_free(msg);
 
     uv_mutex_lock(&p->mu);
     if ((pp = pipe_again(p, pipe)) == NULL || m->pipe != pipe) {
@@ -1209,15 +1216,15 @@ static void auth_dialer_answer(kl_peer *p, peer_pipe *pp, nng_msg *msg, peer_act
 
 /* Under mu (released meanwhile): a dialer's HELLO on a pipe our listener accepted. Takes
  * msg. */
-static void auth_listener_hello(kl_peer *p, peer_pipe *pp, nng_msg *msg, peer_act *act)
+static void auth_listener_hello(kl_peer *p, peer_pipe *pp, peer_msg *msg, peer_act *act)
 {
-    const uint8_t *b = nng_msg_body(msg);
-    size_t len = nng_msg_len(msg);
+    const uint8_t *b = msg_body(msg);
+    size_t len = msg_len(msg);
     uint32_t pipe = pp->id;
     if (get_u64(b + 1) != 0) {
         /* The dialer speaks first, so its hello acknowledges nothing. */
         pipe_refuse(p, pp, "hello acknowledges frames never sent", 0, act);
-        nng_msg_free(msg);
+        msg_free(msg);
         return;
     }
     uv_mutex_unlock(&p->mu);
@@ -1258,15 +1265,15 @@ static void auth_listener_hello(kl_peer *p, peer_pipe *pp, nng_msg *msg, peer_ac
             why = cfg_why;
         }
     }
-    nng_msg_free(msg);
-    nng_msg *out = NULL;
+    msg_free(msg);
+    peer_msg *out = NULL;
     if (why == NULL && rc == KL_OK) {
         uint8_t body[KL_PEER_AUTH_MAX];
         size_t n = kl_peer_auth_encode(&answer, body, sizeof body);
         if (n != 0 && (out = frame_alloc(PEER_T_HELLO, n)) != NULL) {
-            memcpy((uint8_t *)nng_msg_body(out) + PEER_HDR, body, n);
-            put_u64((uint8_t *)nng_msg_body(out) + 1, 1); /* acknowledges the HELLO */
-            nng_msg_set_pipe(out, pipe_handle(pipe));
+            memcpy((uint8_t *)msg_body(out) + PEER_HDR, body, n);
+            put_u64((uint8_t *)msg_body(out) + 1, 1); /* acknowledges the HELLO */
+            out->conn = pipe;
         }
     }
 
@@ -1274,7 +1281,7 @@ static void auth_listener_hello(kl_peer *p, peer_pipe *pp, nng_msg *msg, peer_ac
     if ((pp = pipe_again(p, pipe)) == NULL) {
         kl_peer_auth_keys_wipe(&keys);
         if (out != NULL)
-            nng_msg_free(out);
+            msg_free(out);
         return;
     }
     if (why != NULL) {
@@ -1299,16 +1306,16 @@ static void auth_listener_hello(kl_peer *p, peer_pipe *pp, nng_msg *msg, peer_ac
     }
     kl_peer_auth_keys_wipe(&keys);
     if (out != NULL)
-        nng_msg_free(out);
+        msg_free(out);
 }
 
 /* Under mu (released meanwhile): a DATA or ACK frame on a pipe in authenticated mode,
  * connected or confirming. Opens it with the expected counter, adopts a confirming pipe and
  * passes the payload on. Takes msg. */
-static void auth_frame(kl_peer *p, peer_pipe *pp, nng_msg *msg, peer_act *act)
+static void auth_frame(kl_peer *p, peer_pipe *pp, peer_msg *msg, peer_act *act)
 {
-    uint8_t *b = nng_msg_body(msg);
-    size_t len = nng_msg_len(msg);
+    uint8_t *b = msg_body(msg);
+    size_t len = msg_len(msg);
     uint32_t pipe = pp->id;
     uint8_t type = b[0];
     uint64_t ack = get_u64(b + 1);
@@ -1318,14 +1325,14 @@ static void auth_frame(kl_peer *p, peer_pipe *pp, nng_msg *msg, peer_act *act)
     if (base != PEER_T_DATA && base != PEER_T_ACK && base != PEER_T_BATCH) {
         pipe_refuse(p, pp, type == PEER_T_HELLO ? "second hello" : "unknown frame type", claim,
                     act);
-        nng_msg_free(msg);
+        msg_free(msg);
         return;
     }
     bool confirming = pp->confirming;
     uint8_t key[KL_PEER_AUTH_KEY_LEN];
     memcpy(key, confirming ? pp->keys.rx : m->keys.rx, sizeof key);
-    /* The frame's index on the connection, the hello being frame 0; only this thread (the
-     * one receive) advances m->rx. */
+    /* The frame's index on the connection, the hello being frame 0; nothing else advances
+     * m->rx while this frame is being opened (frames of a connection are handled in turn). */
     uint64_t expected = confirming ? 1 : m->rx;
     uv_mutex_unlock(&p->mu);
 
@@ -1334,19 +1341,19 @@ static void auth_frame(kl_peer *p, peer_pipe *pp, nng_msg *msg, peer_act *act)
     kl_code rc = kl_peer_auth_open(key, expected, b, len, PEER_HDR, &plen, &e);
     sodium_memzero(key, sizeof key);
     if (rc == KL_OK) {
-        nng_msg_trim(msg, PEER_HDR + PEER_CTR);
-        nng_msg_chop(msg, KL_PEER_AUTH_TAG_LEN);
+        msg_trim(msg, PEER_HDR + PEER_CTR);
+        msg_chop(msg, KL_PEER_AUTH_TAG_LEN);
     }
 
     uv_mutex_lock(&p->mu);
     if ((pp = pipe_again_if(p, pipe, confirming)) == NULL || pp->confirming != confirming ||
         (!confirming && m->pipe != pipe)) {
-        nng_msg_free(msg);
+        msg_free(msg);
         return;
     }
     if (rc != KL_OK) {
         pipe_refuse_auth(p, pp, "peer frame refused", &e, claim, act);
-        nng_msg_free(msg);
+        msg_free(msg);
         return;
     }
     if (confirming) {
@@ -1369,16 +1376,16 @@ static void auth_frame(kl_peer *p, peer_pipe *pp, nng_msg *msg, peer_act *act)
 }
 
 /* Under mu (released meanwhile): a frame on a pipe in authenticated mode. Takes msg. */
-static void auth_recv(kl_peer *p, peer_pipe *pp, nng_msg *msg, peer_act *act)
+static void auth_recv(kl_peer *p, peer_pipe *pp, peer_msg *msg, peer_act *act)
 {
-    const uint8_t *b = nng_msg_body(msg);
+    const uint8_t *b = msg_body(msg);
     if (pp->hello_rx || pp->confirming) {
         auth_frame(p, pp, msg, act);
         return;
     }
     if (b[0] != PEER_T_HELLO) {
         pipe_refuse(p, pp, "frame before hello", 0, act);
-        nng_msg_free(msg);
+        msg_free(msg);
         return;
     }
     if (pp->dialed)
@@ -1387,27 +1394,19 @@ static void auth_recv(kl_peer *p, peer_pipe *pp, nng_msg *msg, peer_act *act)
         auth_listener_hello(p, pp, msg, act);
 }
 
-/* Re-armed even while stopping: frames keep being taken from nng (and dropped) until
- * kl_peer_stop's quiesce stops the receive (see there). */
-static void recv_arm(kl_peer *p) { nng_recv_aio(p->sock, p->recv_aio); }
-
-/* nng thread: one received frame. */
-static void recv_cb(void *arg)
+/* Transport event: one received frame on connection `pipe`. */
+static void tcp_frame(void *owner, uint32_t pipe, const uint8_t *body, size_t len)
 {
-    kl_peer *p = arg;
-    int rv = nng_aio_result(p->recv_aio);
-    if (rv != 0) {
-        if (rv == NNG_ECLOSED || rv == NNG_ECANCELED)
-            return; /* stopping */
-        KL_WARN("peer receive failed", "op=nng_recv_aio listen=%s error=\"%s\"", p->listen_url,
-                nng_strerror(rv));
-        recv_arm(p);
+    kl_peer *p = owner;
+    peer_act act = {0};
+    peer_msg *msg = msg_alloc(len);
+    if (msg == NULL) {
+        uv_mutex_lock(&p->mu);
+        p->st.dropped_inbox_full++; /* no memory: lost like a frame with no room; Raft retries */
+        uv_mutex_unlock(&p->mu);
         return;
     }
-    nng_msg *msg = nng_aio_get_msg(p->recv_aio);
-    nng_aio_set_msg(p->recv_aio, NULL);
-    uint32_t pipe = nng_msg_get_pipe(msg).id;
-    peer_act act = {0};
+    memcpy(msg_body(msg), body, len);
 
     uv_mutex_lock(&p->mu);
     p->last_rx = peer_now_ms();
@@ -1420,20 +1419,20 @@ static void recv_cb(void *arg)
     if (pp == NULL || pp->dead) {
         /* A pipe already removed, one refused or replaced, or a handshake while stopping:
          * its frames are stale. */
-        nng_msg_free(msg);
-    } else if (nng_msg_len(msg) < PEER_HDR) {
+        msg_free(msg);
+    } else if (msg_len(msg) < PEER_HDR) {
         pipe_refuse(p, pp, "short frame", 0, &act);
-        nng_msg_free(msg);
+        msg_free(msg);
     } else if (p->auth) {
         auth_recv(p, pp, msg, &act);
     } else if (!pp->hello_rx) {
-        pipe_handshake(p, pp, nng_msg_body(msg), nng_msg_len(msg), &act);
-        nng_msg_free(msg);
+        pipe_handshake(p, pp, msg_body(msg), msg_len(msg), &act);
+        msg_free(msg);
     } else {
-        const uint8_t *b = nng_msg_body(msg);
+        const uint8_t *b = msg_body(msg);
         uint8_t type = b[0];
         uint64_t ack = get_u64(b + 1);
-        nng_msg_trim(msg, PEER_HDR);
+        msg_trim(msg, PEER_HDR);
         pipe_frame(p, pp, type, ack, msg, &act);
     }
     uv_mutex_unlock(&p->mu);
@@ -1441,15 +1440,12 @@ static void recv_cb(void *arg)
     act_run(p, &act);
     if (act.pump != NULL)
         member_pump(p, act.pump);
-    recv_arm(p);
 }
 
 /* ------------------------------------------------------------------ pipe events */
 
-static void pipe_added(kl_peer *p, nng_pipe np, peer_act *act)
+static void pipe_added(kl_peer *p, uint32_t id, uint32_t dialer, peer_act *act)
 {
-    uint32_t dialer = nng_pipe_dialer(np).id; /* 0 for a pipe our listener accepted */
-    uint32_t id = np.id;
     uv_mutex_lock(&p->mu);
     if (p->stopping) {
         uv_mutex_unlock(&p->mu);
@@ -1483,9 +1479,8 @@ static void pipe_added(kl_peer *p, nng_pipe np, peer_act *act)
     uv_mutex_unlock(&p->mu);
 }
 
-static void pipe_started(kl_peer *p, nng_pipe np, peer_act *act)
+static void pipe_started(kl_peer *p, uint32_t id, peer_act *act)
 {
-    uint32_t id = np.id;
     /* Authenticated mode: our HELLO (a key pair and a signature) is made without the lock,
      * for the member this dialed pipe belongs to. */
     kl_peer_auth_dial dial;
@@ -1531,9 +1526,8 @@ static void pipe_started(kl_peer *p, nng_pipe np, peer_act *act)
     kl_peer_auth_dial_wipe(&dial);
 }
 
-static void pipe_removed(kl_peer *p, nng_pipe np, peer_act *act)
+static void pipe_removed(kl_peer *p, uint32_t id, peer_act *act)
 {
-    uint32_t id = np.id;
     uv_mutex_lock(&p->mu);
     peer_pipe *pp = pipe_find(p, id);
     if (pp != NULL) {
@@ -1544,34 +1538,41 @@ static void pipe_removed(kl_peer *p, nng_pipe np, peer_act *act)
     uv_mutex_unlock(&p->mu);
 }
 
-/* nng thread (no nng lock held): pipe lifecycle. REM_POST may run before ADD_POST for a
- * pipe that dies young; the pipe table makes either order safe. */
-static void pipe_cb(nng_pipe np, nng_pipe_ev ev, void *arg)
+/* Transport event: a connection is up (dialer: the member's dialer, 0 = accepted). */
+static void tcp_up(void *owner, uint32_t pipe, uint32_t dialer)
 {
-    kl_peer *p = arg;
+    kl_peer *p = owner;
     peer_act act = {0};
-    switch (ev) {
-    case NNG_PIPE_EV_ADD_PRE:
-        pipe_added(p, np, &act);
-        break;
-    case NNG_PIPE_EV_ADD_POST:
-        pipe_started(p, np, &act);
-        break;
-    case NNG_PIPE_EV_REM_POST:
-        pipe_removed(p, np, &act);
-        break;
-    default:
-        return;
-    }
+    pipe_added(p, pipe, dialer, &act);
+    pipe_started(p, pipe, &act);
     act_run(p, &act);
     if (act.pump != NULL)
         member_pump(p, act.pump);
 }
 
-/* ------------------------------------------------------------------ loop side */
+static void tcp_down(void *owner, uint32_t pipe)
+{
+    kl_peer *p = owner;
+    peer_act act = {0};
+    pipe_removed(p, pipe, &act);
+    act_run(p, &act);
+}
 
-/* Loop thread: delivers the frames that were in the inbox when it woke. */
-static void close_finish(kl_peer *p);
+/* Transport event: the connection's queued writes drained; data held back may go. */
+static void tcp_drained(void *owner, uint32_t pipe)
+{
+    kl_peer *p = owner;
+    peer_member *due = NULL;
+    uv_mutex_lock(&p->mu);
+    for (size_t i = 0; i < p->n_members; i++)
+        if (p->members[i].pipe == pipe && p->members[i].tcp_full)
+            due = &p->members[i];
+    uv_mutex_unlock(&p->mu);
+    if (due != NULL)
+        member_pump(p, due);
+}
+
+/* ------------------------------------------------------------------ loop side */
 
 /* Loop thread, after draining the inbox: peers told we are busy hear that we are not. */
 static void busy_release(kl_peer *p)
@@ -1590,34 +1591,27 @@ static void busy_release(kl_peer *p)
         member_pump(p, due[i]);
 }
 
-static void wake_cb(uv_async_t *handle)
+/* The idle handle, one loop iteration after frames arrived: delivers the inbox to recv.
+ * recv cannot add to it (nothing is read meanwhile), so one pass empties it. */
+static void flush_cb(uv_idle_t *handle)
 {
     kl_peer *p = handle->data;
-    uv_mutex_lock(&p->mu);
-    size_t n = p->in_count;
-    bool closed = p->close_done && !p->close_abandoned;
-    uv_mutex_unlock(&p->mu);
-    if (closed) {
-        close_finish(p); /* the closer thread's wake-up */
-        return;
-    }
-    for (size_t i = 0; i < n; i++) {
+    uv_idle_stop(handle);
+    for (;;) {
         uv_mutex_lock(&p->mu);
         if (p->stopping || p->in_count == 0) {
             uv_mutex_unlock(&p->mu);
-            return; /* recv stopped us; stop dropped the rest */
+            break; /* recv stopped us (stop dropped the rest), or all delivered */
         }
         peer_inbound in = p->inbox[p->in_head];
         p->in_head = (p->in_head + 1) % p->max_frames;
         p->in_count--;
-        p->in_bytes -= nng_msg_len(in.msg);
+        p->in_bytes -= msg_len(in.msg);
         p->st.received++;
         uv_mutex_unlock(&p->mu);
-        p->recv(p->owner, in.from, nng_msg_body(in.msg), nng_msg_len(in.msg));
-        nng_msg_free(in.msg);
+        p->recv(p->owner, in.from, msg_body(in.msg), msg_len(in.msg));
+        msg_free(in.msg);
     }
-    /* Frames that arrived meanwhile woke the handle again (uv_async_send coalesces, but a
-     * send after our read of in_count schedules another call). */
     busy_release(p);
 }
 
@@ -1633,9 +1627,8 @@ static void watchdog_cb(uv_timer_t *timer)
     size_t n = 0;
 
     uv_mutex_lock(&p->mu);
-    /* Read under mu: nng threads stamp wait_since, last_rx and since under it, so a clock
-     * read before the lock could be older than a stamp and `now - stamp` would wrap to a
-     * huge age (a healthy connection closed as stalled or idle). */
+    /* Read after every stamp of wait_since, last_rx and since (all made on this thread), so
+     * `now - stamp` cannot wrap to a huge age. */
     uint64_t now = peer_now_ms();
     for (size_t i = 0; i < p->n_members; i++) {
         peer_member *m = &p->members[i];
@@ -1661,7 +1654,7 @@ static void watchdog_cb(uv_timer_t *timer)
                         pp->confirming ? "no sealed frame after the handshake in time"
                                        : "no hello in time",
                         pp->confirming ? p->members[pp->member].id : 0,
-                        &act); /* REM_POST frees the slot */
+                        &act); /* tcp_down frees the slot */
     }
     uv_mutex_unlock(&p->mu);
 
@@ -1669,7 +1662,7 @@ static void watchdog_cb(uv_timer_t *timer)
         KL_WARN("peer connection stalled; reconnecting",
                 "listen=%s member=%" PRIu64 " ack_timeout_ms=%" PRIu32, p->listen_url, who[i],
                 p->ack_timeout_ms);
-        (void)nng_pipe_close(pipe_handle(stalled[i]));
+        kl_peer_tcp_close(p->tcp, stalled[i]);
     }
     act_run(p, &act);
     for (size_t i = 0; i < p->n_members; i++)
@@ -1706,7 +1699,7 @@ static void peer_drop_pending(kl_peer *p)
     for (size_t i = 0; i < p->n_members; i++)
         member_queue_drop(p, &p->members[i]);
     for (; p->in_count > 0; p->in_count--) {
-        nng_msg_free(p->inbox[p->in_head].msg);
+        msg_free(p->inbox[p->in_head].msg);
         p->in_head = (p->in_head + 1) % p->max_frames;
         p->st.dropped_disconnect++;
     }
@@ -1735,79 +1728,22 @@ static bool peer_all_answered(const kl_peer *p)
     return true;
 }
 
-/* Peers whose nng_close never returned: kept reachable for the life of the process (an nng
- * thread may still touch them), so that they are neither freed nor reported as leaks. */
-#define PEER_ABANDONED_MAX 64
-static kl_peer *abandoned[PEER_ABANDONED_MAX];
-static size_t n_abandoned;
-static uv_mutex_t abandoned_mu;
-static uv_once_t abandoned_once = UV_ONCE_INIT;
-static void abandoned_init(void) { (void)uv_mutex_init(&abandoned_mu); }
-
-/* Closer thread: the two calls after which no nng thread touches p (nng_aio_stop returns
- * once the receive callback has, nng_close once every pipe callback has run). */
-static void closer_main(void *arg)
+/* Loop thread: the transport is gone; drop what is queued, close the handles (the last
+ * one frees p). */
+static void tcp_gone(void *arg)
 {
     kl_peer *p = arg;
-    kl_err fe;
-    (void)KL_FAILPOINT("peer.before_close", &fe); /* sleep(MS): a close that hangs */
-    nng_aio_stop(p->recv_aio);
-    int rv = nng_close(p->sock);
-    uv_mutex_lock(&p->mu);
-    p->close_done = true;
-    p->close_rv = rv;
-    if (!p->close_abandoned)
-        uv_async_send(&p->wake); /* the loop finishes in close_finish */
-    uv_mutex_unlock(&p->mu);
-}
-
-static void handle_kept(uv_handle_t *handle) { (void)handle; }
-
-/* Loop thread: the socket is closed; free the aio, drop what is queued, close the handles
- * (the last one frees p). */
-static void close_finish(kl_peer *p)
-{
+    p->tcp = NULL;
     uv_timer_stop(&p->watchdog);
     uv_mutex_lock(&p->mu);
-    int rv = p->close_rv;
     peer_drop_queued(p);
     uv_mutex_unlock(&p->mu);
-    if (rv != 0 && rv != NNG_ECLOSED)
-        KL_WARN("peer socket close failed", "op=nng_close listen=%s error=\"%s\"", p->listen_url,
-                nng_strerror(rv));
-    nng_aio_free(p->recv_aio);
-    p->recv_aio = NULL;
     uv_close((uv_handle_t *)&p->watchdog, handle_closed);
-    uv_close((uv_handle_t *)&p->wake, handle_closed);
-}
-
-/* Loop thread: nng_close has not returned within PEER_CLOSE_MAX_MS. */
-static void close_timeout_cb(uv_timer_t *timer)
-{
-    kl_peer *p = timer->data;
-    uv_mutex_lock(&p->mu);
-    bool done = p->close_done;
-    if (!done)
-        p->close_abandoned = true;
-    uv_mutex_unlock(&p->mu);
-    if (done)
-        return; /* its wake-up is on its way */
-    uv_once(&abandoned_once, abandoned_init);
-    uv_mutex_lock(&abandoned_mu);
-    if (n_abandoned < PEER_ABANDONED_MAX)
-        abandoned[n_abandoned++] = p;
-    uv_mutex_unlock(&abandoned_mu);
-    KL_WARN("peer socket close did not return; abandoning it",
-            "listen=%s waited_ms=%d note=\"nng 1.5.2 close hang (nng issues 1543, 1813)\"", p->listen_url,
-            PEER_CLOSE_MAX_MS);
-    /* The handles close, p stays: the closer thread and nng threads may still use it. */
-    uv_close((uv_handle_t *)&p->watchdog, handle_kept);
-    uv_close((uv_handle_t *)&p->wake, handle_kept);
+    uv_close((uv_handle_t *)&p->flush, handle_closed);
 }
 
 /* Loop thread, on the watchdog timer while stopping: once the connections are quiet (or
- * after PEER_QUIESCE_MAX_MS), closes the socket on a thread of its own (bounded by
- * PEER_CLOSE_MAX_MS), then the handles. */
+ * after PEER_QUIESCE_MAX_MS), stops the transport, then closes the handles. */
 static void quiesce_cb(uv_timer_t *timer)
 {
     kl_peer *p = timer->data;
@@ -1823,27 +1759,19 @@ static void quiesce_cb(uv_timer_t *timer)
                       (m->closing_at == 0 || m->tx_acked < m->closing_at || m->closing_owed);
     }
     if (close)
-        p->sock_closing = true; /* a pump that already runs may finish its frame: harmless */
+        p->tcp_stopped = true; /* nothing is sent from now on */
     uv_mutex_unlock(&p->mu);
     if (!close)
         return;
-    /* Which stops closed with a frame possibly half-way (a peer that did not answer) is
-     * what tells an nng close hang after it apart from one the quiesce should have kept. */
     if (unanswered != 0)
-        KL_WARN("peer socket closing without every answer", "listen=%s waited_ms=%" PRIu64
+        KL_INFO("peer links closing without every answer", "listen=%s waited_ms=%" PRIu64
                 " unanswered=%zu", p->listen_url, now - p->stop_at, unanswered);
-    else
-        KL_INFO("peer socket closing", "listen=%s waited_ms=%" PRIu64, p->listen_url, now - p->stop_at);
     uv_timer_stop(timer);
-    uv_thread_t closer;
-    uv_thread_options_t opt = {.flags = UV_THREAD_HAS_STACK_SIZE, .stack_size = 256 * 1024};
-    if (uv_thread_create_ex(&closer, &opt, closer_main, p) != 0) {
-        closer_main(p); /* no thread: close on this one (it may block) */
-        return;
-    }
-    /* Never joined: the loop learns of its end through p->wake, or gives up on it. */
-    (void)pthread_detach(closer);
-    (void)uv_timer_start(timer, close_timeout_cb, PEER_CLOSE_MAX_MS, 0);
+    kl_err fe;
+    /* sleep(MS): a stop of the links that takes long (it holds the loop), so that the
+     * daemon's bound on its own stop is exercised (tests/cluster proc_test). */
+    (void)KL_FAILPOINT("peer.before_close", &fe);
+    kl_peer_tcp_stop(p->tcp, tcp_gone, p);
 }
 
 void kl_peer_stop(kl_peer *p)
@@ -1859,15 +1787,11 @@ void kl_peer_stop(kl_peer *p)
     uv_mutex_unlock(&p->mu);
     if (already)
         return;
-    /* Close only once no frame is on its way in either direction. nng 1.5.2 can hang
-     * forever in nng_close, or lose a message, when it tears down a pipe with a transfer
-     * caught half-done (between a message's header and body: nng issues #616, #1543, #1813,
-     * fixed in 1.8.0), and with BATCH frames of up to max_frame bytes a frame in flight at
-     * any moment is the rule under load, not a rare case. So every connection gets a
-     * closing notice (member_next_closing): its peer sends no more data and answers at
-     * once; the answer acknowledges the notice, so every frame we sent arrived whole, and
-     * it comes after every frame the peer sent before it. The receive keeps reading
-     * meanwhile (acks and notices count, data is dropped), and the socket is closed once
+    /* Every connection gets a closing notice (member_next_closing): its peer sends no more
+     * data and answers at once, and the answer acknowledges the notice, so every frame we
+     * sent arrived and nothing the peer sent is left unread when we close (closing a socket
+     * with unread bytes resets it, which can cut off the notice itself). Reading goes on
+     * meanwhile (acks and notices count, data is dropped), and the transport stops once
      * every connection answered and nothing arrived for PEER_QUIET_MS, or after
      * PEER_QUIESCE_MAX_MS (a peer that does not answer: dead, or its window full). */
     for (size_t i = 0; i < p->n_members; i++)
@@ -1962,20 +1886,14 @@ static kl_code peer_check_config(uv_loop_t *loop, const kl_peer_config *cfg, kl_
     return KL_OK;
 }
 
-/* The nng receive limit: oversized frames up to a multiple still arrive (and are counted),
- * saturating instead of wrapping (nng reads 0 as unlimited). */
+/* The transport's receive limit: oversized frames up to a multiple still arrive (and are
+ * counted), saturating instead of wrapping. */
 static size_t peer_recv_limit(size_t max_frame)
 {
     size_t base = max_frame < 512 ? 512 : max_frame; /* room for a hello */
     if (base > (SIZE_MAX - PEER_HDR) / PEER_OVERSIZE_FACTOR)
         return SIZE_MAX;
     return base * PEER_OVERSIZE_FACTOR + PEER_HDR;
-}
-
-static kl_code peer_addr_code(int rv)
-{
-    return rv == NNG_EADDRINVAL || rv == NNG_EINVAL || rv == NNG_ENOTSUP ? KL_INVALID_ARGUMENT
-                                                                          : KL_UNAVAILABLE;
 }
 
 /* Authenticated mode needs our member key and every other member's public key; otherwise
@@ -2044,57 +1962,16 @@ static kl_code peer_copy_config(kl_peer *p, const kl_peer_config *cfg, kl_err *e
     return KL_OK;
 }
 
-static kl_code peer_socket_options(kl_peer *p, kl_err *err)
-{
-    bool poly = false;
-    int rv;
-    const char *opt = NNG_OPT_PAIR1_POLY;
-    if ((rv = nng_socket_get_bool(p->sock, NNG_OPT_PAIR1_POLY, &poly)) != 0 || !poly)
-        goto fail;
-    opt = NNG_OPT_RECVMAXSZ;
-    if ((rv = nng_socket_set_size(p->sock, opt, peer_recv_limit(p->max_frame))) != 0)
-        goto fail;
-    opt = NNG_OPT_SENDBUF;
-    if ((rv = nng_socket_set_int(p->sock, opt, PEER_SENDBUF)) != 0)
-        goto fail;
-    /* Socket-level values are the defaults of the dialers created afterwards. */
-    opt = NNG_OPT_RECONNMINT;
-    if ((rv = nng_socket_set_ms(p->sock, opt, PEER_RECONN_MIN_MS)) != 0)
-        goto fail;
-    opt = NNG_OPT_RECONNMAXT;
-    if ((rv = nng_socket_set_ms(p->sock, opt, PEER_RECONN_MAX_MS)) != 0)
-        goto fail;
-    for (int ev = NNG_PIPE_EV_ADD_PRE; ev <= NNG_PIPE_EV_REM_POST; ev++) {
-        opt = "pipe_notify";
-        if ((rv = nng_pipe_notify(p->sock, (nng_pipe_ev)ev, pipe_cb, p)) != 0)
-            goto fail;
-    }
-    return KL_OK;
-fail:
-    return kl_fail(err, KL_INTERNAL, "socket", "peer: setting %s on the socket for %s failed: %s",
-                   opt, p->listen_url, rv != 0 ? nng_strerror(rv) : "not polyamorous");
-}
-
-/* Dials every lower id; nng keeps redialing in the background. */
+/* Dials every lower id; the transport keeps redialing in the background. */
 static kl_code peer_dial(kl_peer *p, kl_err *err)
 {
     for (size_t i = 0; i < p->n_members; i++) {
         peer_member *m = &p->members[i];
         if (m->url == NULL)
             continue;
-        nng_dialer d;
-        int rv = nng_dialer_create(&d, p->sock, m->url);
-        if (rv != 0)
-            return kl_fail(err, peer_addr_code(rv), "peers",
-                           "peer: cannot dial member %" PRIu64 " at %s: %s", m->id, m->url,
-                           nng_strerror(rv));
-        uv_mutex_lock(&p->mu);
-        m->dialer = nng_dialer_id(d);
-        uv_mutex_unlock(&p->mu);
-        if ((rv = nng_dialer_start(d, NNG_FLAG_NONBLOCK)) != 0)
-            return kl_fail(err, peer_addr_code(rv), "peers",
-                           "peer: dialing member %" PRIu64 " at %s failed: %s", m->id, m->url,
-                           nng_strerror(rv));
+        kl_code rc = kl_peer_tcp_dial(p->tcp, m->url, &m->dialer, err);
+        if (rc != KL_OK)
+            return rc;
     }
     return KL_OK;
 }
@@ -2104,6 +1981,11 @@ kl_code kl_peer_start(uv_loop_t *loop, const kl_peer_config *cfg, kl_peer **out,
     kl_code rc = peer_check_config(loop, cfg, out, err);
     if (rc != KL_OK)
         return rc;
+    for (size_t i = 0; i < cfg->n_peers; i++)
+        if (cfg->peers[i].id < cfg->self && !kl_peer_tcp_url_ok(cfg->peers[i].url))
+            return kl_fail(err, KL_INVALID_ARGUMENT, "peers",
+                           "peer: member %" PRIu64 " has URL %s, not tcp://HOST:PORT",
+                           cfg->peers[i].id, cfg->peers[i].url);
     *out = NULL;
     kl_peer *p = calloc(1, sizeof *p);
     if (p == NULL)
@@ -2111,47 +1993,36 @@ kl_code kl_peer_start(uv_loop_t *loop, const kl_peer_config *cfg, kl_peer **out,
     p->loop = loop;
     if ((rc = peer_copy_config(p, cfg, err)) != KL_OK)
         goto fail_free;
-
-    int rv;
     if (uv_mutex_init(&p->mu) != 0) {
         rc = kl_fail(err, KL_INTERNAL, "mutex", "peer: mutex init failed");
         goto fail_free;
     }
-    if ((rv = nng_pair1_open_poly(&p->sock)) != 0) {
-        rc = kl_fail(err, KL_INTERNAL, "socket", "peer: opening pair1 socket for %s failed: %s",
-                     p->listen_url, nng_strerror(rv));
+    kl_peer_tcp_config tc = {
+        .url = p->listen_url,
+        .recv_max = peer_recv_limit(p->max_frame),
+        .send_max_bytes = PEER_TCP_QUEUED_HARD(p->max_frame),
+        .hello_ms = p->ack_timeout_ms,
+        .ev = {.up = tcp_up, .frame = tcp_frame, .down = tcp_down, .drained = tcp_drained},
+        .owner = p,
+    };
+    if ((rc = kl_peer_tcp_start(loop, &tc, &p->tcp, err)) != KL_OK)
         goto fail_mutex;
-    }
-    if ((rc = peer_socket_options(p, err)) != KL_OK)
-        goto fail_sock;
-    if ((rv = nng_aio_alloc(&p->recv_aio, recv_cb, p)) != 0) {
-        rc = kl_fail(err, KL_RESOURCE_EXHAUSTED, "memory", "peer: aio for %s: %s", p->listen_url,
-                     nng_strerror(rv));
-        goto fail_sock;
-    }
-    if ((rv = nng_listen(p->sock, p->listen_url, NULL, 0)) != 0) {
-        rc = kl_fail(err, peer_addr_code(rv), "listen_url", "peer: listen on %s failed: %s",
-                     p->listen_url, nng_strerror(rv));
-        goto fail_aio;
-    }
-    if ((rc = peer_dial(p, err)) != KL_OK)
-        goto fail_aio;
-    /* The handles come last so that no unwinding path has to close a live one; pipe
-     * callbacks that ran already touched neither. Receiving starts after them. */
-    if ((rv = uv_async_init(loop, &p->wake, wake_cb)) != 0) {
-        rc = kl_fail(err, KL_INTERNAL, "loop", "peer: uv_async_init for %s failed: %s",
-                     p->listen_url, uv_strerror(rv));
-        goto fail_aio;
-    }
-    p->wake.data = p;
-    (void)uv_timer_init(loop, &p->watchdog); /* cannot fail */
+    (void)uv_idle_init(loop, &p->flush); /* neither can fail */
+    p->flush.data = p;
+    (void)uv_timer_init(loop, &p->watchdog);
     p->watchdog.data = p;
     p->handles_open = 2;
     /* Also the delayed-ack clock: a lone frame is acknowledged within one period. */
     uint64_t period = p->ack_timeout_ms / 4;
     period = period < 10 ? 10 : period > PEER_TICK_MAX_MS ? PEER_TICK_MAX_MS : period;
     (void)uv_timer_start(&p->watchdog, watchdog_cb, period, period);
-    recv_arm(p);
+    if ((rc = peer_dial(p, err)) != KL_OK) {
+        /* Out of memory only (the URLs were checked): unwind on the loop. */
+        p->stopping = p->tcp_stopped = true;
+        uv_timer_stop(&p->watchdog);
+        kl_peer_tcp_stop(p->tcp, tcp_gone, p);
+        return rc;
+    }
     char why[96];
     if (peer_pick_mode(cfg, why, sizeof why))
         KL_INFO("replication links authenticated",
@@ -2164,12 +2035,6 @@ kl_code kl_peer_start(uv_loop_t *loop, const kl_peer_config *cfg, kl_peer **out,
     *out = p;
     return KL_OK;
 
-fail_aio:
-    nng_aio_free(p->recv_aio); /* never armed */
-fail_sock:
-    /* Also closes the listener and dialers and waits out pipe callbacks, which may have
-     * sent hellos but queued nothing (no kl_peer_send can have happened). */
-    (void)nng_close(p->sock);
 fail_mutex:
     uv_mutex_destroy(&p->mu);
 fail_free:
@@ -2179,7 +2044,7 @@ fail_free:
 
 /* ------------------------------------------------------------------ membership at run time */
 
-/* Under mu: a free member slot (never used, or removed and no thread sending from it). */
+/* Under mu: a free member slot (never used, or removed and not being pumped). */
 static peer_member *member_slot_free(kl_peer *p)
 {
     for (size_t i = 0; i < p->n_members; i++)
@@ -2221,17 +2086,13 @@ kl_code kl_peer_add(kl_peer *p, uint64_t id, const char *url, const uint8_t *pub
     uv_mutex_unlock(&p->mu);
     if (u == NULL)
         return KL_OK; /* a higher id dials us */
-    nng_dialer d;
-    int rv = nng_dialer_create(&d, p->sock, u);
-    if (rv == 0) {
-        uv_mutex_lock(&p->mu);
-        m->dialer = nng_dialer_id(d);
-        uv_mutex_unlock(&p->mu);
-        rv = nng_dialer_start(d, NNG_FLAG_NONBLOCK);
-    }
-    if (rv != 0) /* the member stays known: it may still dial us after a restart of ours */
-        return kl_fail(err, peer_addr_code(rv), "peer_url", "peer: cannot dial member %" PRIu64 " at %s: %s",
-                       id, u, nng_strerror(rv));
+    uint32_t dialer = 0;
+    kl_code rc = p->tcp_stopped ? KL_OK : kl_peer_tcp_dial(p->tcp, u, &dialer, err);
+    if (rc != KL_OK) /* the member stays known: it may still dial us after a restart of ours */
+        return rc;
+    uv_mutex_lock(&p->mu);
+    m->dialer = dialer;
+    uv_mutex_unlock(&p->mu);
     KL_INFO("peer member added", "listen=%s member=%" PRIu64, p->listen_url, id);
     return KL_OK;
 }
@@ -2260,11 +2121,8 @@ kl_code kl_peer_remove(kl_peer *p, uint64_t id)
     m->dialer = 0;
     m->id = 0; /* unknown from now on: its hellos are refused */
     uv_mutex_unlock(&p->mu);
-    if (dialer != 0) {
-        nng_dialer d = NNG_DIALER_INITIALIZER;
-        d.id = dialer;
-        (void)nng_dialer_close(d);
-    }
+    if (dialer != 0 && !p->tcp_stopped)
+        kl_peer_tcp_undial(p->tcp, dialer);
     act_run(p, &act);
     KL_INFO("peer member removed", "listen=%s member=%" PRIu64, p->listen_url, id);
     return KL_OK;

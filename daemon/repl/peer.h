@@ -3,13 +3,13 @@
  * Moves opaque frames (Raft messages, encoded by the caller) between the members of one
  * partition. It never looks inside a frame and never logs one.
  *
- * What it owns: one nng pair1 socket in polyamorous mode (nng_pair1_open_poly; in nng 1.5.2
- * NNG_OPT_PAIR1_POLY is read-only and only reports the mode), listening on the member's own
- * peer URL and dialing every peer with a LOWER id, so each pair of members has exactly one
- * connection (the higher id dials). nng redials a dropped connection by itself (reconnect
- * 50 ms doubling to 1 s). It also owns the bounded inbox (frames received, waiting for the
- * loop), one bounded outbound queue per peer, one uv_async_t (nng threads -> loop) and one
- * uv_timer_t (watchdog).
+ * What it owns: one repl/peer_tcp transport on the owner's loop (it speaks nng pair1's
+ * wire over TCP), listening on the member's own peer URL and dialing every peer with a
+ * LOWER id, so each pair of members has exactly one connection (the higher id dials); the
+ * transport redials a dropped connection by itself (50 ms doubling to 1 s). It also owns
+ * the bounded inbox (frames received, waiting for recv), one bounded outbound queue per
+ * peer, one uv_idle_t (delivers the inbox at the next loop iteration) and one uv_timer_t
+ * (watchdog).
  *
  * Two modes, fixed at start (ARCHITECTURE.md "Sessions and RPC"):
  *   authenticated  when this member has a member key (member_secret) AND every other member
@@ -19,7 +19,7 @@
  *                  is sealed (encrypted and authenticated). Nothing else is accepted: a plain
  *                  hello, a badly signed, stale or misaddressed one, a frame before the
  *                  handshake, a frame that does not open or carries any counter but the next
- *                  one closes the pipe and counts in `refused`.
+ *                  one closes the connection and counts in `refused`.
  *   plain          otherwise (hand-written cluster files without public keys, tests): the
  *                  unauthenticated hello below, frames in the clear. kl_peer_start logs once
  *                  (a warning naming the reason, never a key) that links are unauthenticated;
@@ -29,9 +29,9 @@
  *
  * Handshake (plain): on every new connection both sides send a hello first (the dialer at
  * once, the listener after it accepted the dialer's hello) naming the cluster, the sender's id
- * and the id it believes it is talking to. A pipe whose first frame is not such a hello, or
+ * and the id it believes it is talking to. A connection whose first frame is not such a hello, or
  * whose hello names another cluster, an unknown member, a member that should be dialing the
- * other way, or not us, is closed and counted in `refused`. A pipe that completes no
+ * other way, or not us, is closed and counted in `refused`. A connection that completes no
  * handshake within ack_timeout_ms is closed too. A member is "connected" once both hellos
  * crossed. A second connection from the same member (it restarted before its old TCP
  * connection was noticed as dead) replaces the first, which is closed.
@@ -66,91 +66,73 @@
  * connection with the 9-byte header (type and ack) as associated data, so neither can be
  * changed; counters count each direction's sealed frames from 1, which is also the frame's
  * index on the connection (the hello being frame 0). An ack above the number of frames sent,
- * a second hello or an unknown type is a protocol error: the pipe is closed and counted in
+ * a second hello or an unknown type is a protocol error: the connection is closed and counted in
  * `refused`.
  *
- * Flow control, and why. nng's pair1 poly mode hands each outgoing message to the pipe's
- * 2-deep send queue with a non-blocking put and silently DROPS it when that queue is full.
- * Measured with nng 1.5.2 on loopback, 50-80% of a burst is lost that way, whatever the
- * message size and whether one uses nng_sendmsg or a few nng_send_aio calls in flight,
- * because nng's socket-level distributor outruns the pipe's TCP writer. That is neither
- * backpressure nor a rare loss, so this module keeps every connection under nng's limit
- * with a credit window of its own: each frame carries the number of frames its sender has
- * received on the connection so far (a cumulative ack); a member hands a DATA frame to nng
- * only while fewer than 2 of its frames on that connection are unacknowledged, and a bare
- * ACK frame only while fewer than 3 are. So at most 3 of our frames are ever between nng's
- * distributor and the peer (2 queued + 1 being written) and nng never drops one for lack
- * of room. Acks: every frame carries one; a bare ACK goes at once when 2 received frames
- * are unreported (the peer's data window may be full), and a lone frame is acknowledged
- * by our next frame or at the next watchdog tick (<= 100 ms, a delayed ack, so replies
- * usually carry it). Acks are produced on nng threads, so a busy loop does not slow its
- * peers. Backpressure: a BATCH frame can bring many frames per window slot, so while a
- * member's inbox is half full (by frames or bytes) every frame it sends has the BUSY flag
- * (0x80) set in its type byte, and a member told BUSY sends no data (acks still go, so the
- * window's accounting stays exact) until a frame without the flag arrives; the busy member
- * sends one (a bare ACK) as soon as its loop drained the inbox. The window allows 2 data frames per round trip per peer (a loopback round trip
- * through nng's threads is ~0.1 ms: tens of thousands of frames/s); Raft batches entries
- * into messages, and frames beyond the window wait in the peer's outbound queue, from
- * where the next data frame takes as many as fit (KL_PEER_BATCH_MAX_FRAMES, max_frame bytes)
- * as one BATCH frame: the window bounds frames in nng, not messages, so a busy peer gets
- * everything queued for it each round trip instead of two messages.
- * Sends use nng_sendmsg(NNG_FLAG_NONBLOCK) into a socket send buffer sized so that the
- * windows can never fill it (an EAGAIN anyway is counted in dropped_nng and resets the
- * connection): nothing on the loop thread ever waits for the network. Not nng_send_aio:
- * its completion only means nng's distributor took the message, which says nothing about
- * the pipe queue, so in-flight aios would bound nothing that matters here. A watchdog
- * closes a connection whose data frames stay unacknowledged for ack_timeout_ms (a peer
- * that stopped answering, a half-dead TCP connection, or a frame lost inside nng against
- * expectations); nng then redials and the window starts afresh.
+ * Flow control, and why. The transport never drops a frame it accepted, but it has no
+ * backpressure of its own: a sender that outruns its peer would fill the peer's memory
+ * (frames read but not yet delivered) and its own (writes the kernel has not taken). So each
+ * connection runs a credit window: every frame carries the number of frames its sender has
+ * received on the connection so far (a cumulative ack); a member sends a DATA or BATCH frame
+ * only while fewer than PEER_DATA_WINDOW (8, peer.c) of its frames on that connection are
+ * unacknowledged, and a bare ACK only while fewer than PEER_DATA_WINDOW + 1 are. The window
+ * bounds what one connection holds in flight (at most a window of frames of up to max_frame
+ * bytes each), and it is what makes a backlog coalesce: frames beyond it wait in the peer's
+ * outbound queue, from where the next data frame takes as many as fit
+ * (KL_PEER_BATCH_MAX_FRAMES, max_frame bytes) as one BATCH frame, so a busy peer gets
+ * everything queued for it each round trip. A second bound keeps memory per connection near
+ * two frames even when the window allows more: data also waits while the transport holds
+ * over max_frame bytes for the connection that the kernel has not taken (a slow reader), and
+ * goes when those writes drain. Acks: every frame carries one; a bare ACK goes at once when
+ * half the window (4 received frames) is unreported, and a lone frame is acknowledged by our
+ * next frame or at the next watchdog tick (<= 100 ms, a delayed ack, so replies usually
+ * carry it). Acks are sent as frames are read, before recv has seen them. Backpressure: a
+ * BATCH frame can bring many frames per window slot, so while a member's inbox is half full
+ * (by frames or bytes) every frame it sends has the BUSY flag (0x80) set in its type byte
+ * (the first one at once, as a bare ACK if need be), and a member told BUSY sends no data
+ * (acks still go, so the window's accounting stays exact) until a frame without the flag
+ * arrives; the busy member sends one (a bare ACK) as soon as recv drained the inbox. A
+ * watchdog closes a connection whose data frames stay unacknowledged for ack_timeout_ms (a
+ * peer that stopped answering, a half-dead TCP connection, a network partition that drops
+ * every packet); the dialer then redials and the window starts afresh.
  *
- * Stopping. nng 1.5.2 can hang in nng_close, or lose a message, when it tears down a pipe
- * with a transfer caught half-done, and a BATCH frame (up to max_frame bytes) is in flight
- * most of the time under load. So a stopping member closes only once no frame is on its way:
- * it sends every connected member a closing notice (a bare ACK with the CLOSING flag; every
- * frame it sends from then on carries the flag and none carries data) and keeps reading
- * (acks count, data is dropped). A member that receives a notice sends that peer no more
- * data (kl_peer_send: KL_UNAVAILABLE, dropped_unavailable) and answers at once from the nng
- * thread (any frame acknowledging the notice; counted in peer_closings). The answer means
- * every frame the stopping member sent arrived whole and every frame the peer sent before it
- * has arrived; the stopping member closes once every connection answered and nothing arrived
- * for 40 ms, or after 0.5 s (a peer that does not answer; logged). Members of versions without the
- * flag refuse a notice as an unknown type (closing the pipe: the stop then proceeds).
+ * Stopping. A stopping member tells every connected member with a closing notice (a bare ACK
+ * with the CLOSING flag; every frame it sends from then on carries the flag and none carries
+ * data) and keeps reading (acks count, data is dropped). A member that receives a notice
+ * sends that peer no more data (kl_peer_send: KL_UNAVAILABLE, dropped_unavailable) and
+ * answers at once (any frame acknowledging the notice; counted in peer_closings). The answer
+ * means every frame the stopping member sent arrived and every frame the peer sent before it
+ * has been read, so the close neither cuts a frame nor resets a socket that holds unread
+ * bytes (a reset can discard the notice itself). The stopping member closes once every
+ * connection answered and nothing arrived for 40 ms, or after 0.5 s (a peer that does not
+ * answer; logged). Members of versions without the flag refuse a notice as an unknown type
+ * (closing the connection: the stop then proceeds).
  *
  * Delivery guarantees: none beyond "in order, at most once, per connection". A frame is
  * lost when the connection drops (frames queued for it are dropped and counted), when the
  * peer's inbox is full, when it is too large for the receiver, or at stop. Raft retries.
  *
- * Threading. Every kl_peer_* function is for the loop thread only (the one whose loop was
- * given to kl_peer_start). nng callbacks (pipe events, the one receive aio, acks and window
- * refills) run on nng threads and share state with the loop under one mutex; they never
- * call the owner: they only append to the inbox and wake the loop with uv_async_send, and
- * the recv callback runs on the loop thread. No nng call that can block or call back
- * (send, close) is made with the mutex held; one sender at a time per peer (the "pumping"
- * flag) keeps each peer's frames in order.
+ * Threading. Every kl_peer_* function, every transport event and recv run on the loop
+ * thread (the one whose loop was given to kl_peer_start); there is no thread of this
+ * module's own. recv runs from the idle handle, never inside the transport's read, so it
+ * may call kl_peer_send or kl_peer_stop.
  *
- * Invariants: for each peer, unacknowledged frames on its connection <= 3, data (DATA or
- * BATCH) <= 2; the
- * inbox holds <= max_queued_frames frames and <= max_queued_bytes payload bytes; each
- * outbound queue likewise (limits apply per peer); frames are delivered in the order the
- * peer sent them on one connection.
+ * Invariants: for each peer, unacknowledged frames on its connection <= PEER_DATA_WINDOW + 1,
+ * data (DATA or BATCH) <= PEER_DATA_WINDOW; the inbox holds <= max_queued_frames frames and
+ * <= max_queued_bytes payload bytes; each outbound queue likewise (limits apply per peer);
+ * frames are delivered in the order the peer sent them on one connection.
  *
  * Limits: at most KL_PEER_MAX_PEERS other members; ids are nonzero and distinct; the cluster
  * name is 1..KL_PEER_MAX_CLUSTER bytes; a frame is at most max_frame bytes (a received frame
- * up to 4 x max_frame is dropped and counted; nng closes the connection on a larger one).
+ * up to 4 x max_frame is dropped and counted; the transport closes the connection on a
+ * larger one, unread).
  * ack_timeout_ms is at least 200 (a lone frame's ack may wait up to 100 ms) and should be
- * the same on every member. At most 32 pipes are tracked at once; past that new ones are
+ * the same on every member. At most 32 connections are tracked at once; past that new ones are
  * refused, so a flood of strangers that never say hello can keep members out for up to
  * ack_timeout_ms. Plain mode has no encryption or authentication beyond the hello (see the
  * modes above). Authenticated mode costs per connection two signatures, two verifications
  * and two X25519 operations, and per frame one XChaCha20-Poly1305 seal and open (24 bytes
- * more on the wire).
- *
- * nng 1.5.2 (Debian bookworm) has a known bug (nng issues #1543/#1813, fixed in 1.8.0):
- * nng_close, or the reaping of a pipe, can wait forever for an operation caught half-started
- * when the pipe is torn down under traffic (and nng issue #616: a close between a message's
- * header and its body). kl_peer_stop closes only once no frame is on its way ("Stopping"
- * above); a peer that crashes mid-stream, or one that does not answer within 0.5 s, still
- * exercises nng's teardown under traffic, which this module cannot prevent. */
+ * more on the wire). */
 #ifndef KL_REPL_PEER_H
 #define KL_REPL_PEER_H
 
@@ -206,14 +188,14 @@ typedef struct kl_peer_config {
     uint32_t replica_count;
     /* Connections at once (0 or above the built-in bound of 32: that bound); one more is
      * closed at once and counted in refused_cap. idle_ms (0 = never): a connection that
-     * completed its handshake and carried no frame for idle_ms is closed (the dialer's nng
-     * redials at once) and counted in idle_closed. */
+     * completed its handshake and carried no frame for idle_ms is closed (its dialer redials
+     * at once) and counted in idle_closed. */
     uint32_t max_pipes;
     uint32_t idle_ms;
 } kl_peer_config;
 
 typedef struct kl_peer_counters {
-    uint64_t sent;     /* data frames handed to nng (each frame of a batch counts) */
+    uint64_t sent;     /* data frames handed to the transport (each frame of a batch counts) */
     uint64_t coalesced; /* of which rode in a batch behind an earlier one (not its first) */
     uint64_t received; /* data frames delivered to recv */
     uint64_t dropped;  /* the sum of the dropped_* below */
@@ -222,17 +204,18 @@ typedef struct kl_peer_counters {
     uint64_t dropped_disconnect;  /* queued for a connection that dropped, or at stop */
     uint64_t dropped_oversize;    /* received frames over max_frame */
     uint64_t dropped_inbox_full;  /* received while the inbox was full */
-    uint64_t dropped_nng;         /* nng refused a non-blocking send */
-    uint64_t refused;       /* pipes closed for a bad or missing hello, a frame that did not
+    uint64_t dropped_nng;         /* the transport refused a send (its connection was closing,
+                                     or over its queue bound); the connection is reset */
+    uint64_t refused;       /* connections closed for a bad or missing hello, a frame that did not
                                open (authenticated mode) or a protocol error */
     uint64_t stalls;        /* connections closed by the ack watchdog */
     uint64_t connects;      /* handshakes completed, in total */
     uint64_t config_mismatch; /* hellos refused: same configuration index, another digest
                                  (also counted in refused) */
-    uint64_t refused_cap;   /* pipes closed at once: max_pipes open (also in refused) */
+    uint64_t refused_cap;   /* connections closed at once: max_pipes open (also in refused) */
     uint64_t idle_closed;   /* connections closed after idle_ms without a frame */
     uint64_t peer_closings; /* closing notices received: a peer stopping (see kl_peer_stop) */
-    uint32_t pipes_open;    /* nng pipes open now (handshaking or connected) */
+    uint32_t pipes_open;    /* connections tracked now (handshaking or connected) */
     uint32_t connected;     /* peers connected now */
     bool authenticated;     /* this member runs in authenticated mode (see the top) */
 } kl_peer_counters;
@@ -272,10 +255,10 @@ kl_code kl_peer_add(kl_peer *p, uint64_t id, const char *url, const uint8_t *pub
 kl_code kl_peer_remove(kl_peer *p, uint64_t id);
 
 /* Returns at once: from now on no data is sent or delivered, queued frames are dropped
- * (counted in dropped_disconnect). The socket is closed from the loop once every connection
- * answered the closing notice and fell quiet (see "Stopping" above; at most 0.5 s later, then
- * at most 3 s for nng_close itself, which nng 1.5.2 can hang in), then the handles; the memory is freed after their close callbacks, so keep
- * running the loop after stop. Call once; no other kl_peer_* call after it. Safe to call
+ * (counted in dropped_disconnect). The connections are closed from the loop once every one
+ * answered the closing notice and fell quiet (see "Stopping" above; at most 0.5 s later),
+ * then the handles; the memory is freed after their close callbacks, so keep running the
+ * loop after stop. Call once; no other kl_peer_* call after it. Safe to call
  * from inside recv (later frames are dropped). */
 void kl_peer_stop(kl_peer *p);
 
