@@ -16,8 +16,10 @@
  * create one, because a member whose disk was wiped has forgotten its votes. --init-store on
  * a store that is already this member's changes nothing.
  *
- * Threads: the libuv loop is the executor and owns all partition state; nng threads
- * receive and send frames (common/rpc.c, daemon/repl/peer.c); the replication driver's
+ * Threads: the libuv loop is the executor and owns all partition state, and serves the
+ * client port and the peer links itself on numeric addresses (common/rpc_tcp.c,
+ * daemon/repl/peer_tcp.c; nng threads only for a client port on a host name); the
+ * catalog tail's calls go through common/rpc_direct.c's I/O thread; the replication driver's
  * synced log writes run on libuv's thread pool, one at a time, and report back to the loop.
  * SIGTERM/SIGINT stop accepting requests, stop replication (letting an in-flight write
  * finish), answer what is left UNKNOWN_WRITE_OUTCOME and close the store, or exit after
@@ -247,8 +249,8 @@ static void repl_fatal(void *ctx, const kl_err *err)
 /* ---- shutdown ---- */
 
 /* How long an orderly stop may take before the process ends anyway. Some steps can block
- * well past it: nng 1.5.2's nng_close can hang (bounded at 3 s for the replication socket,
- * unbounded for the client socket, which closes on the loop thread), and a data partition's
+ * well past it: nng 1.5.2's nng_close can hang (a client socket on a host name, which
+ * closes on the loop thread), and a data partition's
  * catalog tail is joined only after its RPC returns (up to 2.5 s). Ending here is as safe
  * as kill -9, which the store is built for: the log is synced before anything is
  * acknowledged and recovery re-applies it. */

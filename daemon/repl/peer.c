@@ -33,6 +33,7 @@
  * connection answered it and fell quiet (bounded), stops the transport, and once the
  * transport is gone closes the two libuv handles; the last close callback frees the memory. */
 #include "daemon/repl/peer.h"
+#include "common/wire.h"
 
 #include "common/failpoint.h"
 #include "common/log.h"
@@ -271,19 +272,6 @@ static void pipe_wipe_secrets(peer_pipe *pp)
 /* A slot back to free, secrets wiped. */
 static void pipe_clear(peer_pipe *pp) { sodium_memzero(pp, sizeof *pp); }
 
-static void put_u64(uint8_t *b, uint64_t v)
-{
-    for (int i = 7; i >= 0; i--, v >>= 8)
-        b[i] = (uint8_t)v;
-}
-
-static uint64_t get_u64(const uint8_t *b)
-{
-    uint64_t v = 0;
-    for (int i = 0; i < 8; i++)
-        v = v << 8 | b[i];
-    return v;
-}
 
 static void put_u32(uint8_t *b, uint32_t v)
 {
@@ -490,8 +478,8 @@ static peer_msg *hello_build(kl_peer *p, const peer_member *m)
     uint8_t *b = (uint8_t *)msg_body(msg) + PEER_HDR;
     put_u32(b, PEER_MAGIC);
     b[4] = PEER_VERSION;
-    put_u64(b + 5, p->self);
-    put_u64(b + 13, m->id);
+    kl_wire_put_u64(b + 5, p->self);
+    kl_wire_put_u64(b + 13, m->id);
     b[21] = (uint8_t)p->cluster_len;
     memcpy(b + 22, p->cluster, p->cluster_len);
     return msg;
@@ -600,7 +588,7 @@ static void member_stamp(peer_member *m, peer_msg *msg, peer_seal *seal, uint8_t
     m->busy_told = (flags & PEER_BUSY) != 0 && hdr[0] != PEER_T_HELLO;
     if (hdr[0] != PEER_T_HELLO)
         hdr[0] |= flags; /* before sealing: the type byte is authenticated data */
-    put_u64(hdr + 1, m->rx);
+    kl_wire_put_u64(hdr + 1, m->rx);
     m->rx_acked = m->rx;
     m->ack_data = false;
     m->ack_now = false;
@@ -822,7 +810,7 @@ static int cfg_member_cmp(const void *a, const void *b)
 static void cfg_hash_str(crypto_generichash_state *h, const char *s)
 {
     uint8_t n[8];
-    put_u64(n, s != NULL ? strlen(s) : 0);
+    kl_wire_put_u64(n, s != NULL ? strlen(s) : 0);
     crypto_generichash_update(h, n, sizeof n);
     if (s != NULL)
         crypto_generichash_update(h, (const uint8_t *)s, strlen(s));
@@ -843,14 +831,14 @@ static void cfg_digest(const kl_peer_config *cfg, uint8_t out[PEER_CFG_DIGEST_HE
     crypto_generichash_init(&h, NULL, 0, PEER_CFG_DIGEST_HEX / 2);
     cfg_hash_str(&h, "keyload.peer.config.v1");
     cfg_hash_str(&h, cfg->cluster);
-    put_u64(u, (uint64_t)(uint32_t)cfg->partition);
+    kl_wire_put_u64(u, (uint64_t)(uint32_t)cfg->partition);
     crypto_generichash_update(&h, u, sizeof u);
-    put_u64(u, cfg->config_index);
+    kl_wire_put_u64(u, cfg->config_index);
     crypto_generichash_update(&h, u, sizeof u);
-    put_u64(u, cfg->replica_count);
+    kl_wire_put_u64(u, cfg->replica_count);
     crypto_generichash_update(&h, u, sizeof u);
     for (size_t i = 0; i < n; i++) {
-        put_u64(u, ms[i].id);
+        kl_wire_put_u64(u, ms[i].id);
         crypto_generichash_update(&h, u, sizeof u);
         cfg_hash_str(&h, ms[i].url); /* as the cluster file writes it; NULL hashes as "" */
         uint8_t has = ms[i].pk != NULL;
@@ -929,8 +917,8 @@ static int hello_check(const kl_peer *p, const peer_pipe *pp, const uint8_t *b, 
                    : "unsupported protocol version";
         return -1;
     }
-    uint64_t from = get_u64(h + 5);
-    uint64_t to = get_u64(h + 13);
+    uint64_t from = kl_wire_get_u64(h + 5);
+    uint64_t to = kl_wire_get_u64(h + 13);
     size_t clen = h[21];
     *claim = from;
     if (len != PEER_HDR + PEER_HELLO_FIXED + clen) {
@@ -1015,7 +1003,7 @@ static void pipe_handshake(kl_peer *p, peer_pipe *pp, const uint8_t *b, size_t l
         return;
     }
     peer_member *m = &p->members[idx];
-    uint64_t ack = get_u64(b + 1);
+    uint64_t ack = kl_wire_get_u64(b + 1);
     if (!pp->dialed) {
         /* The dialer speaks first, so its hello acknowledges nothing. */
         if (ack != 0) {
@@ -1172,7 +1160,7 @@ static void auth_dialer_answer(kl_peer *p, peer_pipe *pp, peer_msg *msg, peer_ac
     size_t len = msg_len(msg);
     uint32_t pipe = pp->id;
     peer_member *m = &p->members[pp->member];
-    uint64_t ack = get_u64(b + 1);
+    uint64_t ack = kl_wire_get_u64(b + 1);
     if (m->pipe != pipe || ack != m->tx || !pp->dial_ready) {
         pipe_refuse(p, pp, pp->dial_ready ? "hello does not acknowledge ours"
                                           : "answer without a hello of ours", m->id, act);
@@ -1221,7 +1209,7 @@ static void auth_listener_hello(kl_peer *p, peer_pipe *pp, peer_msg *msg, peer_a
     const uint8_t *b = msg_body(msg);
     size_t len = msg_len(msg);
     uint32_t pipe = pp->id;
-    if (get_u64(b + 1) != 0) {
+    if (kl_wire_get_u64(b + 1) != 0) {
         /* The dialer speaks first, so its hello acknowledges nothing. */
         pipe_refuse(p, pp, "hello acknowledges frames never sent", 0, act);
         msg_free(msg);
@@ -1242,7 +1230,7 @@ static void auth_listener_hello(kl_peer *p, peer_pipe *pp, peer_msg *msg, peer_a
         why = strcmp(e.detail, "version") == 0 ? "unauthenticated hello refused"
                                                 : "malformed hello";
         if (len >= PEER_HDR + PEER_HELLO_FIXED && b[PEER_HDR + 4] == PEER_VERSION)
-            hello.from = get_u64(b + PEER_HDR + 5); /* for the log: whom a plain hello claims */
+            hello.from = kl_wire_get_u64(b + PEER_HDR + 5); /* for the log: whom a plain hello claims */
     } else if ((idx = member_index(p, hello.from)) < 0) {
         why = "unknown member";
     } else if (hello.from < p->self) {
@@ -1272,7 +1260,7 @@ static void auth_listener_hello(kl_peer *p, peer_pipe *pp, peer_msg *msg, peer_a
         size_t n = kl_peer_auth_encode(&answer, body, sizeof body);
         if (n != 0 && (out = frame_alloc(PEER_T_HELLO, n)) != NULL) {
             memcpy((uint8_t *)msg_body(out) + PEER_HDR, body, n);
-            put_u64((uint8_t *)msg_body(out) + 1, 1); /* acknowledges the HELLO */
+            kl_wire_put_u64((uint8_t *)msg_body(out) + 1, 1); /* acknowledges the HELLO */
             out->conn = pipe;
         }
     }
@@ -1318,7 +1306,7 @@ static void auth_frame(kl_peer *p, peer_pipe *pp, peer_msg *msg, peer_act *act)
     size_t len = msg_len(msg);
     uint32_t pipe = pp->id;
     uint8_t type = b[0];
-    uint64_t ack = get_u64(b + 1);
+    uint64_t ack = kl_wire_get_u64(b + 1);
     peer_member *m = &p->members[pp->member];
     uint64_t claim = m->id;
     uint8_t base = (uint8_t)(type & ~(PEER_BUSY | PEER_CLOSING));
@@ -1431,7 +1419,7 @@ static void tcp_frame(void *owner, uint32_t pipe, const uint8_t *body, size_t le
     } else {
         const uint8_t *b = msg_body(msg);
         uint8_t type = b[0];
-        uint64_t ack = get_u64(b + 1);
+        uint64_t ack = kl_wire_get_u64(b + 1);
         msg_trim(msg, PEER_HDR);
         pipe_frame(p, pp, type, ack, msg, &act);
     }

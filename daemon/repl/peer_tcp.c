@@ -6,6 +6,7 @@
  * a kl_peer_tcp_* call, and each one is followed by a check whether the owner closed the
  * connection or stopped the transport from inside it. */
 #include "daemon/repl/peer_tcp.h"
+#include "common/wire.h"
 
 #include "common/log.h"
 
@@ -96,19 +97,6 @@ typedef struct tcp_write {
 
 static uint64_t tcp_now(const kl_peer_tcp *t) { return uv_now(t->loop); }
 
-static void put_u64(uint8_t *b, uint64_t v)
-{
-    for (int i = 7; i >= 0; i--, v >>= 8)
-        b[i] = (uint8_t)v;
-}
-
-static uint64_t get_u64(const uint8_t *b)
-{
-    uint64_t v = 0;
-    for (int i = 0; i < 8; i++)
-        v = v << 8 | b[i];
-    return v;
-}
 
 /* Splits tcp://HOST:PORT; HOST may be [IPV6], empty or "*" (every IPv4 address). */
 static bool tcp_split(const char *url, char *host, size_t hcap, char *port, size_t pcap)
@@ -283,7 +271,7 @@ static void conn_parse(tcp_conn *c)
         off = TCP_SP_LEN;
     }
     while (!c->closing && !t->stopping && c->len - off >= TCP_LEN_PREFIX) {
-        uint64_t flen = get_u64(c->buf + off);
+        uint64_t flen = kl_wire_get_u64(c->buf + off);
         if (flen > t->recv_max || flen < TCP_PAIR1_HDR) {
             conn_close(c); /* unread, as nng does */
             return;
@@ -580,7 +568,7 @@ kl_code kl_peer_tcp_send(kl_peer_tcp *t, uint32_t conn, void *block, uint8_t *fr
         return KL_RESOURCE_EXHAUSTED;
     }
     uint8_t *head = frame - KL_PEER_TCP_HEADROOM;
-    put_u64(head, len + TCP_PAIR1_HDR);
+    kl_wire_put_u64(head, len + TCP_PAIR1_HDR);
     head[8] = head[9] = head[10] = 0;
     head[11] = 1; /* hop count */
     uv_buf_t b = uv_buf_init((char *)head, (unsigned)total);
