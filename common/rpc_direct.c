@@ -1,6 +1,7 @@
 /* rpc_direct: see rpc_direct.h. Everything below runs under g.mu except the epoll wait and
  * the done callbacks. */
 #include "common/rpc_direct.h"
+#include "common/tcp_url.h"
 #include "common/wire.h"
 
 #include <arpa/inet.h>
@@ -577,46 +578,11 @@ static void io_start(void)
 
 /* ------------------------------------------------------------------ public */
 
-static bool direct_parse(const char *url, struct sockaddr_storage *ss, socklen_t *len)
-{
-    static const char scheme[] = "tcp://";
-    if (url == NULL || strncmp(url, scheme, sizeof scheme - 1) != 0)
-        return false;
-    const char *hp = url + sizeof scheme - 1;
-    const char *colon = strrchr(hp, ':');
-    if (colon == NULL || colon[1] == '\0')
-        return false;
-    char *end = NULL;
-    long port = strtol(colon + 1, &end, 10);
-    if (*end != '\0' || port <= 0 || port > 65535)
-        return false;
-    char host[64];
-    size_t hl = (size_t)(colon - hp);
-    if (hl == 0 || hl >= sizeof host)
-        return false;
-    memcpy(host, hp, hl);
-    host[hl] = '\0';
-    memset(ss, 0, sizeof *ss);
-    if (host[0] == '[' && hl > 2 && host[hl - 1] == ']') {
-        host[hl - 1] = '\0';
-        struct sockaddr_in6 *s6 = (struct sockaddr_in6 *)ss;
-        s6->sin6_family = AF_INET6;
-        s6->sin6_port = htons((uint16_t)port);
-        *len = sizeof *s6;
-        return inet_pton(AF_INET6, host + 1, &s6->sin6_addr) == 1;
-    }
-    struct sockaddr_in *s4 = (struct sockaddr_in *)ss;
-    s4->sin_family = AF_INET;
-    s4->sin_port = htons((uint16_t)port);
-    *len = sizeof *s4;
-    return inet_pton(AF_INET, host, &s4->sin_addr) == 1;
-}
-
 bool kl_rpc_direct_handles(const char *url)
 {
     struct sockaddr_storage ss;
     socklen_t len;
-    return direct_parse(url, &ss, &len);
+    return kl_tcp_url_parse(url, false, &ss, &len);
 }
 
 kl_code kl_rpc_direct_open(const char *url, int connect_timeout_ms, size_t recv_max,
@@ -626,7 +592,7 @@ kl_code kl_rpc_direct_open(const char *url, int connect_timeout_ms, size_t recv_
     kl_rpc_direct *c = calloc(1, sizeof *c);
     if (c == NULL)
         return kl_fail(err, KL_RESOURCE_EXHAUSTED, "memory", "rpc client: out of memory");
-    if (!direct_parse(url, &c->addr, &c->addr_len)) {
+    if (!kl_tcp_url_parse(url, false, &c->addr, &c->addr_len)) {
         free(c);
         return kl_fail(err, KL_INVALID_ARGUMENT, "url", "rpc: %s is not tcp://ADDRESS:PORT", url);
     }

@@ -6,6 +6,7 @@
  * starts with its backtrace: 4-byte words, the last one (the request id) with its high bit
  * set; a REP answer starts with the same words. */
 #include "common/rpc_tcp.h"
+#include "common/tcp_url.h"
 #include "common/wire.h"
 
 #include "common/log.h"
@@ -71,39 +72,11 @@ static const uint8_t tcp_hello_rep[TCP_HELLO_LEN] = {0, 'S', 'P', 0, 0, TCP_PROT
 
 static int64_t tcp_now(const kl_rpc_tcp *t) { return (int64_t)uv_now(t->loop); }
 
-/* Splits tcp://HOST:PORT into a socket address; false when HOST is not numeric (or *). */
-static bool tcp_parse(const char *url, struct sockaddr_storage *ss)
-{
-    static const char scheme[] = "tcp://";
-    if (url == NULL || strncmp(url, scheme, sizeof scheme - 1) != 0)
-        return false;
-    const char *hp = url + sizeof scheme - 1;
-    const char *colon = strrchr(hp, ':');
-    if (colon == NULL || colon[1] == '\0')
-        return false;
-    char *end = NULL;
-    long port = strtol(colon + 1, &end, 10);
-    if (*end != '\0' || port < 0 || port > 65535)
-        return false;
-    char host[64];
-    size_t hl = (size_t)(colon - hp);
-    if (hl >= sizeof host)
-        return false;
-    memcpy(host, hp, hl);
-    host[hl] = '\0';
-    if (hl == 0 || strcmp(host, "*") == 0)
-        return uv_ip4_addr("0.0.0.0", (int)port, (struct sockaddr_in *)ss) == 0;
-    if (host[0] == '[' && hl > 2 && host[hl - 1] == ']') {
-        host[hl - 1] = '\0';
-        return uv_ip6_addr(host + 1, (int)port, (struct sockaddr_in6 *)ss) == 0;
-    }
-    return uv_ip4_addr(host, (int)port, (struct sockaddr_in *)ss) == 0;
-}
-
 bool kl_rpc_tcp_handles(const char *url)
 {
     struct sockaddr_storage ss;
-    return tcp_parse(url, &ss);
+    socklen_t len;
+    return kl_tcp_url_parse(url, true, &ss, &len);
 }
 
 static void tcp_maybe_done(kl_rpc_tcp *t)
@@ -508,7 +481,8 @@ kl_code kl_rpc_tcp_start(uv_loop_t *loop, const kl_rpc_tcp_config *cfg, kl_rpc_t
 {
     struct sockaddr_storage ss;
     memset(&ss, 0, sizeof ss);
-    if (!tcp_parse(cfg->url, &ss))
+    socklen_t ss_len;
+    if (!kl_tcp_url_parse(cfg->url, true, &ss, &ss_len))
         return kl_fail(err, KL_INVALID_ARGUMENT, "listen_url",
                        "rpc server: %s is not a numeric tcp address", cfg->url);
     kl_rpc_tcp *t = calloc(1, sizeof *t);

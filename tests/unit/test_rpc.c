@@ -4,6 +4,7 @@
  * everything, so LeakSanitizer checks the shutdown paths too. */
 #include "common/failpoint.h"
 #include "common/rpc.h"
+#include "common/tcp_url.h"
 
 #include "keyload/v1/rpc.pb-c.h"
 
@@ -949,6 +950,30 @@ START_TEST(test_tcp_resume_not_nested)
 }
 END_TEST
 
+/* Which URLs KeyLoad's own transports take (common/tcp_url.h); the rest go to nng. */
+START_TEST(test_tcp_url_forms)
+{
+    struct sockaddr_storage ss;
+    socklen_t len;
+    ck_assert(kl_tcp_url_parse("tcp://127.0.0.1:7400", false, &ss, &len));
+    ck_assert_int_eq(ss.ss_family, AF_INET);
+    ck_assert_int_eq(ntohs(((struct sockaddr_in *)&ss)->sin_port), 7400);
+    ck_assert(kl_tcp_url_parse("tcp://[::1]:7400", false, &ss, &len));
+    ck_assert_int_eq(ss.ss_family, AF_INET6);
+    ck_assert_uint_eq(len, sizeof(struct sockaddr_in6));
+    ck_assert(kl_tcp_url_parse("tcp://*:7400", true, &ss, &len));
+    ck_assert(kl_tcp_url_parse("tcp://:0", true, &ss, &len));
+    ck_assert(!kl_tcp_url_parse("tcp://*:7400", false, &ss, &len)); /* a client names a peer */
+    ck_assert(!kl_tcp_url_parse("tcp://127.0.0.1:0", false, &ss, &len));
+    ck_assert(!kl_tcp_url_parse("tcp://localhost:7400", true, &ss, &len)); /* host names: nng */
+    ck_assert(!kl_tcp_url_parse("ipc:///tmp/x", true, &ss, &len));
+    ck_assert(!kl_tcp_url_parse("tcp://127.0.0.1:70000", true, &ss, &len));
+    ck_assert(!kl_tcp_url_parse("tcp://127.0.0.1:", true, &ss, &len));
+    ck_assert(!kl_tcp_url_parse("tcp://127.0.0.1:7x", true, &ss, &len));
+    ck_assert(!kl_tcp_url_parse(NULL, true, &ss, &len));
+}
+END_TEST
+
 Suite *suite_rpc(void)
 {
     Suite *s = suite_create("rpc");
@@ -972,6 +997,7 @@ Suite *suite_rpc(void)
     tcase_add_test(tc, test_tcp_fair_resume);
     tcase_add_test(tc, test_direct_reconnects);
     tcase_add_test(tc, test_tcp_resume_not_nested);
+    tcase_add_test(tc, test_tcp_url_forms);
     suite_add_tcase(s, tc);
     TCase *nng = tcase_create("nng");
     tcase_set_timeout(nng, 30);
