@@ -133,7 +133,8 @@ void kl_rpc_reply_error(kl_rpc_call *call, const kl_err *err, const char *leader
 typedef struct kl_rpc_client kl_rpc_client;
 
 /* Dials url (synchronously, bounded by connect_timeout_ms). UNAVAILABLE if it cannot.
- * connect_timeout_ms 0 waits as long as the OS does; < 0 does not wait at all (the
+ * connect_timeout_ms 0 waits for the first attempt's end (the OS decides for a host name;
+ * a numeric address bounds one attempt at 5 s); < 0 does not wait at all (the
  * connection is made in the background, and a call waits for it up to its own timeout:
  * UNAVAILABLE "no_connection", not sent); max_frame 0 means KL_RPC_DEFAULT_FRAME_LIMIT. */
 kl_code kl_rpc_client_open(const char *url, int connect_timeout_ms, size_t max_frame,

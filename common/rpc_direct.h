@@ -69,7 +69,8 @@ typedef struct kl_rpc_direct_req {
 
 /* Opens a client for url (kl_rpc_direct_handles must be true for it). connect_timeout_ms
  * > 0: waits that long at most for the connection (UNAVAILABLE "connect" naming url and the
- * reason otherwise); 0: waits for the first attempt's own end; < 0: connects in the
+ * reason otherwise); 0: waits for the first attempt's end (an attempt is bounded at
+ * 5 s: a host that drops SYNs is retried, not waited for); < 0: connects in the
  * background. recv_max bounds an answer frame; a longer one drops the connection.
  * INTERNAL when the I/O thread cannot start. Any thread. */
 kl_code kl_rpc_direct_open(const char *url, int connect_timeout_ms, size_t recv_max,
