@@ -5,6 +5,7 @@
 #include "common/wire.h"
 
 #include <arpa/inet.h>
+#include <assert.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <netinet/in.h>
@@ -151,6 +152,9 @@ static void req_complete(kl_rpc_direct_req *r, int outcome, int sys_err)
 /* A partially written head ends early: its rest must still go out, or the stream breaks. */
 static void req_keep_tail(kl_rpc_direct *c, kl_rpc_direct_req *r)
 {
+    /* Only the head is ever partial, and it starts only once an earlier tail is out: a
+     * second tail would interleave two frames' bytes on the stream. */
+    assert(c->tail == NULL && r == c->pend_head);
     size_t rest = r->frame_len - r->written;
     memmove(r->frame, r->frame + r->written, rest);
     c->tail = r->frame;
