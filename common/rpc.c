@@ -1580,6 +1580,9 @@ struct kl_rpc_op {
     int timeout_ms;
     nng_msg *reply;           /* the answer, once received */
     kl_rpc_direct_req dreq;   /* the exchange on a direct client (rpc_direct.h) */
+    /* The client's URL, for its messages: a direct exchange can end after kl_rpc_client_close
+     * freed the client (the close completes it, its callback runs later). */
+    char url[KL_URL_MAX];
     uint8_t *dreply;          /* its answer (Answer bytes), malloc'd */
     size_t dreply_len;
     kl_err err;               /* why there is no answer (send or receive failure) */
@@ -1680,31 +1683,31 @@ static void rpc_op_direct_cb(void *arg)
     case KL_RPC_DIRECT_NOT_SENT_TIMEOUT:
         op->rc = kl_fail(&op->err, KL_UNAVAILABLE, "no_connection",
                          "rpc: %s not sent: no connection to %s within %d ms%s%s", op->method,
-                         op->c->url, op->timeout_ms, r->sys_err != 0 ? ": " : "",
+                         op->url, op->timeout_ms, r->sys_err != 0 ? ": " : "",
                          r->sys_err != 0 ? strerror(r->sys_err) : "");
         break;
     case KL_RPC_DIRECT_NOT_SENT_CANCELLED:
         op->rc = kl_fail(&op->err, KL_UNAVAILABLE, "cancelled", "rpc: %s to %s was cancelled before it was sent",
-                         op->method, op->c->url);
+                         op->method, op->url);
         break;
     case KL_RPC_DIRECT_NOT_SENT_CLOSED:
         op->rc = kl_fail(&op->err, KL_UNAVAILABLE, "send", "rpc: %s to %s not sent: the client was closed",
-                         op->method, op->c->url);
+                         op->method, op->url);
         break;
     case KL_RPC_DIRECT_LOST:
         op->rc = kl_fail(&op->err, KL_DEADLINE_EXCEEDED, "no_answer",
                          "rpc: connection to %s was lost before %s was answered (%s); the request may "
-                         "have been executed", op->c->url, op->method, why);
+                         "have been executed", op->url, op->method, why);
         break;
     case KL_RPC_DIRECT_CANCELLED:
         op->rc = kl_fail(&op->err, KL_DEADLINE_EXCEEDED, "no_answer",
                          "rpc: %s to %s was cancelled after it was sent; the request may have "
-                         "been executed", op->method, op->c->url);
+                         "been executed", op->method, op->url);
         break;
     default:
         op->rc = kl_fail(&op->err, KL_DEADLINE_EXCEEDED, "no_answer",
                          "rpc: no answer to %s from %s within %d ms; the request may have "
-                         "been executed", op->method, op->c->url, op->timeout_ms);
+                         "been executed", op->method, op->url, op->timeout_ms);
         break;
     }
     op->done(op->arg);
@@ -1758,6 +1761,7 @@ kl_code kl_rpc_op_start(kl_rpc_op *op, kl_rpc_client *c, const char *method, con
     op->rc = KL_INTERNAL;
     kl_err_clear(&op->err);
     if (c->direct != NULL) {
+        snprintf(op->url, sizeof op->url, "%s", c->url);
         Keyload__V1__Envelope env;
         client_envelope(&env, method, req, req_len, sess, op->request_id, op->deadline_ms);
         size_t size = keyload__v1__envelope__get_packed_size(&env);
