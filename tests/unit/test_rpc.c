@@ -950,6 +950,39 @@ START_TEST(test_tcp_resume_not_nested)
 }
 END_TEST
 
+static void op_flag_done(void *arg) { atomic_store((atomic_bool *)arg, true); }
+
+/* A call in flight when its client is closed ends as sent-but-unanswered, and its result
+ * names the URL although the client is gone by the time its callback runs (ASan would
+ * report the freed client's memory otherwise). */
+START_TEST(test_op_outlives_its_client)
+{
+    fx_start(0);
+    kl_rpc_client *c = fx_client();
+    atomic_bool done = false;
+    kl_rpc_op *op = NULL;
+    kl_err err;
+    ck_assert_int_eq(kl_rpc_op_new(op_flag_done, &done, &op, &err), KL_OK);
+    ck_assert_int_eq(kl_rpc_op_start(op, c, "test.Never", (const uint8_t *)"x", 1, NULL, 5000, &err), KL_OK);
+    for (int64_t t0 = mono_ms(); atomic_load(&fx.handled) < 1 && mono_ms() - t0 < 5000;)
+        usleep(1000);
+    ck_assert_int_eq(atomic_load(&fx.handled), 1);
+    char url[KL_URL_MAX];
+    snprintf(url, sizeof url, "tcp://127.0.0.1%s", strrchr(fx.url, ':'));
+    kl_rpc_client_close(c);
+    for (int64_t t0 = mono_ms(); !atomic_load(&done) && mono_ms() - t0 < 5000;)
+        usleep(1000);
+    ck_assert(atomic_load(&done));
+    uint8_t *ans = NULL;
+    size_t len = 0;
+    ck_assert_int_eq(kl_rpc_op_result(op, &ans, &len, NULL, NULL, 0, &err), KL_DEADLINE_EXCEEDED);
+    ck_assert_str_eq(err.detail, "no_answer");
+    ck_assert_ptr_nonnull(strstr(err.message, url));
+    kl_rpc_op_free(op);
+    fx_stop();
+}
+END_TEST
+
 /* Which URLs KeyLoad's own transports take (common/tcp_url.h); the rest go to nng. */
 START_TEST(test_tcp_url_forms)
 {
@@ -998,6 +1031,7 @@ Suite *suite_rpc(void)
     tcase_add_test(tc, test_direct_reconnects);
     tcase_add_test(tc, test_tcp_resume_not_nested);
     tcase_add_test(tc, test_tcp_url_forms);
+    tcase_add_test(tc, test_op_outlives_its_client);
     suite_add_tcase(s, tc);
     TCase *nng = tcase_create("nng");
     tcase_set_timeout(nng, 30);
