@@ -1,5 +1,6 @@
 /* metrics_http: `GET /metrics` over nng's HTTP server (the contract is in metrics_http.h). */
 #include "common/metrics_http.h"
+#include "common/deadline.h"
 
 #include "common/log.h"
 
@@ -139,13 +140,7 @@ static char *await_page(kl_metrics_http *m, size_t *len, uint16_t *status)
         m->gen++;
         uv_async_send(&m->async);
         struct timespec dl;
-        clock_gettime(CLOCK_MONOTONIC, &dl);
-        dl.tv_sec += KL_METRICS_RENDER_WAIT_MS / 1000;
-        dl.tv_nsec += (long)(KL_METRICS_RENDER_WAIT_MS % 1000) * 1000000L;
-        if (dl.tv_nsec >= 1000000000L) {
-            dl.tv_sec++;
-            dl.tv_nsec -= 1000000000L;
-        }
+        kl_deadline_after_ms(&dl, KL_METRICS_RENDER_WAIT_MS);
         while (m->state == PAGE_WANTED && !m->closing &&
                pthread_cond_timedwait(&m->cv, &m->mu, &dl) != ETIMEDOUT)
             ;

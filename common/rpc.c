@@ -21,6 +21,7 @@
  * a handler that answers late never touches a closed socket. */
 #include "common/rpc.h"
 
+#include "common/deadline.h"
 #include "common/failpoint.h"
 #include "common/log.h"
 #include "common/rpc_direct.h"
@@ -1065,17 +1066,6 @@ static void *rpc_dial_thread(void *arg)
     return NULL;
 }
 
-static void rpc_deadline_after(struct timespec *ts, int ms)
-{
-    clock_gettime(CLOCK_MONOTONIC, ts);
-    ts->tv_sec += ms / 1000;
-    ts->tv_nsec += (long)(ms % 1000) * 1000000L;
-    if (ts->tv_nsec >= 1000000000L) {
-        ts->tv_sec++;
-        ts->tv_nsec -= 1000000000L;
-    }
-}
-
 /* Waits on job->cv until the dial is done or `until`; returns whether it is done. */
 static bool rpc_dial_wait(rpc_dial_job *job, const struct timespec *until)
 {
@@ -1128,7 +1118,7 @@ static int rpc_dial_bounded(nng_dialer dialer, int timeout_ms, bool *timed_out, 
     }
 
     struct timespec until;
-    rpc_deadline_after(&until, timeout_ms);
+    kl_deadline_after_ms(&until, timeout_ms);
     bool done = rpc_dial_wait(job, &until);
     if (!done) {
         *timed_out = true;
@@ -1136,7 +1126,7 @@ static int rpc_dial_bounded(nng_dialer dialer, int timeout_ms, bool *timed_out, 
         if (crv != 0 && crv != NNG_ECLOSED)
             KL_WARN("rpc dialer close failed", "op=nng_dialer_close error=\"%s\"",
                     nng_strerror(crv));
-        rpc_deadline_after(&until, RPC_DIAL_CLOSE_WAIT_MS);
+        kl_deadline_after_ms(&until, RPC_DIAL_CLOSE_WAIT_MS);
         done = rpc_dial_wait(job, &until);
     }
     if (done) {

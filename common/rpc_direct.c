@@ -1,6 +1,7 @@
 /* rpc_direct: see rpc_direct.h. Everything below runs under g.mu except the epoll wait and
  * the done callbacks. */
 #include "common/rpc_direct.h"
+#include "common/deadline.h"
 #include "common/tcp_url.h"
 #include "common/wire.h"
 
@@ -618,13 +619,7 @@ kl_code kl_rpc_direct_open(const char *url, int connect_timeout_ms, size_t recv_
     conn_connect(c);
     if (connect_timeout_ms >= 0) {
         struct timespec until;
-        clock_gettime(CLOCK_MONOTONIC, &until);
-        until.tv_sec += connect_timeout_ms / 1000;
-        until.tv_nsec += (long)(connect_timeout_ms % 1000) * 1000000L;
-        if (until.tv_nsec >= 1000000000L) {
-            until.tv_sec++;
-            until.tv_nsec -= 1000000000L;
-        }
+        kl_deadline_after_ms(&until, connect_timeout_ms);
         while (c->state != C_READY && !(c->state == C_DOWN && c->attempt_ended)) {
             int rv = connect_timeout_ms > 0 ? pthread_cond_timedwait(&g.cv, &g.mu, &until)
                                             : pthread_cond_wait(&g.cv, &g.mu);

@@ -1,6 +1,7 @@
 #include "daemon/rpc/tailer.h"
 
 #include "common/keys.h"
+#include "common/deadline.h"
 #include "common/log.h"
 #include "common/rpc.h"
 #include "daemon/rpc/tail_auth.h"
@@ -69,13 +70,7 @@ static int64_t mono_ms(void)
 static void wait_ms(kl_tailer *t, int64_t ms)
 {
     struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    ts.tv_sec += ms / 1000;
-    ts.tv_nsec += (long)(ms % 1000) * 1000000L;
-    if (ts.tv_nsec >= 1000000000L) {
-        ts.tv_sec++;
-        ts.tv_nsec -= 1000000000L;
-    }
+    kl_deadline_after_ms(&ts, ms);
     pthread_cond_timedwait(&t->cv, &t->mu, &ts);
 }
 
