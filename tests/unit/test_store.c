@@ -3,6 +3,7 @@
 #include "common/failpoint.h"
 #include "daemon/engine/view.h"
 #include "daemon/store/store.h"
+#include "daemon/store/last_write.h"
 #include "harness.h"
 
 #include <rocksdb/c.h>
@@ -448,6 +449,123 @@ START_TEST(store_info_log_stays_small)
 }
 END_TEST
 
+START_TEST(last_write_keeps_only_each_keys_last)
+{
+    /* a b a c b a, plus a key that is a prefix of another and an empty key twice */
+    const char *k[] = {"a", "b", "a", "c", "b", "a", "ab", "", ""};
+    size_t n = sizeof k / sizeof k[0];
+    kl_last_write_key keys[9];
+    for (size_t i = 0; i < n; i++)
+        keys[i] = (kl_last_write_key){(const uint8_t *)k[i], strlen(k[i])};
+    bool sup[9];
+    memset(sup, 1, sizeof sup);
+    ck_assert(kl_last_write_mark(keys, n, sup));
+    const bool want[9] = {true, true, true, false, false, false, false, true, false};
+    for (size_t i = 0; i < n; i++)
+        ck_assert_msg(sup[i] == want[i], "write %zu (key \"%s\")", i, k[i]);
+    /* Many distinct keys with one repeat at the ends: the table grows past its first size. */
+    enum { N = 5000 };
+    static uint8_t kb[N][8];
+    static kl_last_write_key many[N];
+    static bool msup[N];
+    for (size_t i = 0; i < N; i++) {
+        kl_be64_put(kb[i], i == N - 1 ? 0 : i);
+        many[i] = (kl_last_write_key){kb[i], 8};
+    }
+    ck_assert(kl_last_write_mark(many, N, msup));
+    ck_assert(msup[0]);
+    for (size_t i = 1; i < N; i++)
+        ck_assert(!msup[i]);
+    ck_assert(kl_last_write_mark(many, 1, msup));
+    ck_assert(!msup[0]);
+}
+END_TEST
+
+/* A put, a delete and a put of one key in three write-sets of an entry, a delete that a
+ * later put revives and a put that a later delete removes: the store holds what applying
+ * every op in order gives, and the skipped write-set (its outcome already stored) does not
+ * count as the last write. */
+START_TEST(store_apply_last_write_wins_within_an_entry)
+{
+    char dir[256];
+    th_tmpdir(dir, sizeof dir);
+    kl_store *st;
+    kl_err err;
+    ck_assert_int_eq(kl_store_open(dir, NULL, &st, &err), KL_OK);
+    Keyload__V1__KvOp o[7];
+    for (size_t i = 0; i < 7; i++)
+        keyload__v1__kv_op__init(&o[i]);
+    o[0].key = (ProtobufCBinaryData){1, (uint8_t *)"k"};
+    o[0].value = (ProtobufCBinaryData){2, (uint8_t *)"v1"};
+    o[1].key = (ProtobufCBinaryData){1, (uint8_t *)"k"};
+    o[1].del = true;
+    o[2].key = (ProtobufCBinaryData){1, (uint8_t *)"k"};
+    o[2].value = (ProtobufCBinaryData){2, (uint8_t *)"v3"};
+    o[3].key = (ProtobufCBinaryData){1, (uint8_t *)"d"};
+    o[3].value = (ProtobufCBinaryData){2, (uint8_t *)"d1"};
+    o[4].key = (ProtobufCBinaryData){1, (uint8_t *)"d"};
+    o[4].del = true;
+    o[5].key = (ProtobufCBinaryData){1, (uint8_t *)"r"};
+    o[5].del = true;
+    o[6].key = (ProtobufCBinaryData){1, (uint8_t *)"r"};
+    o[6].value = (ProtobufCBinaryData){2, (uint8_t *)"r1"};
+    /* The write-set of an already applied command: its outcome is in the store. */
+    uint8_t cmd[16];
+    memset(cmd, 7, sizeof cmd);
+    kl_key ok;
+    kl_key_outcome(&ok, "p", cmd);
+    rocksdb_writeoptions_t *wo = rocksdb_writeoptions_create();
+    char *rerr = NULL;
+    rocksdb_put(kl_store_db(st), wo, (const char *)ok.b, ok.len, "x", 1, &rerr);
+    ck_assert_ptr_null(rerr);
+    rocksdb_put(kl_store_db(st), wo, "d", 1, "old", 3, &rerr);
+    ck_assert_ptr_null(rerr);
+    rocksdb_writeoptions_destroy(wo);
+    Keyload__V1__KvOp stale;
+    keyload__v1__kv_op__init(&stale);
+    stale.key = (ProtobufCBinaryData){1, (uint8_t *)"k"};
+    stale.value = (ProtobufCBinaryData){5, (uint8_t *)"stale"};
+
+    Keyload__V1__KvOp *a[] = {&o[0], &o[3]}, *b[] = {&o[1], &o[5]}, *c[] = {&o[2], &o[4], &o[6]},
+                      *d[] = {&stale};
+    Keyload__V1__WriteSet w[4];
+    for (size_t i = 0; i < 4; i++)
+        keyload__v1__write_set__init(&w[i]);
+    w[0].ops = a, w[0].n_ops = 2;
+    w[1].ops = b, w[1].n_ops = 2;
+    w[2].ops = c, w[2].n_ops = 3;
+    w[3].ops = d, w[3].n_ops = 1;
+    w[3].principal = "p";
+    w[3].command_id = (ProtobufCBinaryData){16, cmd};
+    Keyload__V1__WriteSet *ws[] = {&w[0], &w[1], &w[2], &w[3]};
+    Keyload__V1__LogEntry e = KEYLOAD__V1__LOG_ENTRY__INIT;
+    e.index = 1;
+    e.write_sets = ws;
+    e.n_write_sets = 4;
+    uint8_t buf[512];
+    size_t n = keyload__v1__log_entry__pack(&e, buf);
+    ck_assert_int_eq(kl_store_append(st, 1, buf, n, &err), KL_OK);
+    ck_assert_int_eq(kl_store_apply(st, &e, &err), KL_OK);
+    uint8_t *v;
+    size_t vn;
+    bool found;
+    ck_assert_int_eq(kl_store_get(st, (const uint8_t *)"k", 1, &v, &vn, &found, &err), KL_OK);
+    ck_assert(found);
+    ck_assert_uint_eq(vn, 2);
+    ck_assert_mem_eq(v, "v3", 2);
+    free(v);
+    ck_assert_int_eq(kl_store_get(st, (const uint8_t *)"d", 1, &v, &vn, &found, &err), KL_OK);
+    ck_assert(!found);
+    free(v);
+    ck_assert_int_eq(kl_store_get(st, (const uint8_t *)"r", 1, &v, &vn, &found, &err), KL_OK);
+    ck_assert(found);
+    ck_assert_mem_eq(v, "r1", 2);
+    free(v);
+    kl_store_close(st);
+    th_rmrf(dir);
+}
+END_TEST
+
 Suite *suite_store(void)
 {
     Suite *s = suite_create("store");
@@ -462,6 +580,8 @@ Suite *suite_store(void)
     tcase_add_test(t, store_first_failure_is_kept);
     tcase_add_test(t, scan_hints_seek_past_tombstones_and_stay_exact);
     tcase_add_test(t, store_info_log_stays_small);
+    tcase_add_test(t, last_write_keeps_only_each_keys_last);
+    tcase_add_test(t, store_apply_last_write_wins_within_an_entry);
     suite_add_tcase(s, t);
     return s;
 }
