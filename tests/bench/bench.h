@@ -39,6 +39,7 @@ typedef struct bench_options {
     const char *queue;
     const char *fsync_dir;
     int clients;
+    int in_flight;           /* sealed bench: batches each client keeps outstanding (1: blocking) */
     int batch_size;
     double seconds;
     double warmup;

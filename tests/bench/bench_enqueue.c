@@ -353,6 +353,8 @@ static int enqueue_report(const bench_options *o, enqueue_run *r)
            ok * (double)(o->read ? 0 : o->batch_size) / secs, bench_pct(all, n, 50) / 1e3, bench_pct(all, n, 99) / 1e3,
            n ? sum / (double)n / 1e3 : 0.0, n ? all[n - 1] / 1e3 : 0.0,
            (unsigned long long)(errors + (uint64_t)open_failed));
+    if (sealed && o->in_flight > 1)
+        printf(" in_flight=%d", o->in_flight);
     if (sealed)
         bench_cost_print(&r->before, &r->after, bench_pct(all, n, 50) / 1e3);
     if (o->n_cpu_pids > 0) {

@@ -37,10 +37,12 @@
  *       has caught up). Prints "caughtup: ms=... commit_index=...".
  *
  *   keyload-bench --cluster FILE --principal ID --key FILE [--database TENANT/DB] [--queue NAME]
- *                 [--clients N] [--batch-size B] [--seconds S] ...
+ *                 [--clients N] [--in-flight K] [--batch-size B] [--seconds S] ...
  *       The enqueue benchmark as a principal through the SDK (KL-3): every request sealed
  *       under a session (kl_client_open_principal, one kl_client and so one session per
- *       member per client thread). The queue must exist and the principal must be allowed to
+ *       member per client thread). With --in-flight K each client thread keeps K batches
+ *       outstanding through kl_client_batch_start (a new one sent as each is answered), the
+ *       way an asynchronous publisher works; each latency is one batch's start to its answer. The queue must exist and the principal must be allowed to
  *       publish to it (run.sh sets that up with the CLI); nothing is created here. The
  *       members come from the cluster file's partition 0. Each client sends one batch before
  *       the clock starts (Hello, LocateQueue); then the leader's keyload.v1.MemberStatus is
@@ -135,7 +137,7 @@ static void usage(FILE *f)
             "       keyload-bench --leader-of URL,URL,... | --wait-caught-up URL,URL,...\n"
             "       keyload-bench --serve-probe URL,URL,... [--since-ms EPOCH_MS] [--queue NAME] [--body-size B]\n"
             "       keyload-bench --failover --url URL,URL,... --pid-dir DIR [--run N] [--attempt-ms MS] [--queue NAME]\n"
-            "       keyload-bench --cluster FILE --principal ID --key FILE [--database TENANT/DB] [bench options]\n"
+            "       keyload-bench --cluster FILE --principal ID --key FILE [--database TENANT/DB] [--in-flight K] [bench options]\n"
             "       keyload-bench --handshake N --cluster FILE --principal ID --key FILE --pid PID [--node pPmM]\n"
             "       keyload-bench --transfer --cluster FILE --principal ID --key FILE --database TENANT/DB\n"
             "                     --queue SOURCE --dest-queue DEST [--clients N] [--seconds S] [--lane-every N]\n"
@@ -209,6 +211,7 @@ static const struct option bench_longopts[] = {
     {"drain-seconds", required_argument, NULL, 'G'}, {"no-wait", no_argument, NULL, 'Y'},
     {"rate", required_argument, NULL, 'V'},
     {"lat-out", required_argument, NULL, 'l'},    {"cpu-pids", required_argument, NULL, 'U'},
+    {"in-flight", required_argument, NULL, 'I'},
     {NULL, 0, NULL, 0}};
 
 /* What an option function makes of its option: taken, a bad value, or not one of its own. */
@@ -310,6 +313,11 @@ static int apply_load_option(int ch, char *arg, bench_options *o)
         if (parse_int(arg, 1, 4096, &v) != 0)
             return OPT_BAD;
         o->clients = (int)v;
+        break;
+    case 'I':
+        if (parse_int(arg, 1, 1024, &v) != 0)
+            return OPT_BAD;
+        o->in_flight = (int)v;
         break;
     case 'b':
         if (parse_int(arg, 1, 1000, &v) != 0)
@@ -418,6 +426,12 @@ static int check_mode(const bench_options *o)
         usage(stderr);
         return 2;
     }
+    if (o->in_flight > 1 && (o->mode != MODE_BENCH || o->principal == NULL || o->cycle || o->random_body)) {
+        fprintf(stderr, "keyload-bench: --in-flight is for the sealed enqueue bench (--principal), without --cycle "
+                        "or --random-body\n");
+        usage(stderr);
+        return 2;
+    }
     return 0;
 }
 
@@ -469,7 +483,7 @@ static int run_mode(const bench_options *o)
 
 int main(int argc, char **argv)
 {
-    bench_options o = {.url = "tcp://127.0.0.1:7401", .queue = "bench", .clients = 1, .batch_size = 1,
+    bench_options o = {.url = "tcp://127.0.0.1:7401", .queue = "bench", .clients = 1, .in_flight = 1, .batch_size = 1,
                        .seconds = 5, .warmup = 0.5, .body_size = 100, .timeout_ms = 10000, .samples = 200,
                        .attempt_ms = 500, .lane_every = 200, .drain_s = 120};
     o.urls[0] = o.url;

@@ -1,5 +1,6 @@
 /* bench_sealed: the enqueue workload as a principal through the SDK, every request sealed
- * under a session (one kl_client, so one session per member, per client thread), and the
+ * under a session (one kl_client, so one session per member, per client thread), one batch
+ * at a time or --in-flight K at once per client thread, and the
  * leader's session and authorization cost counters around the run. bench_enqueue.c runs
  * the clients and prints the line. */
 #include "tests/bench/bench_fixture.h"
@@ -21,14 +22,21 @@ static kl_code sealed_make_batch(const bench_options *o, const kl_message *msg, 
     return rc;
 }
 
-/* kl_client_batch of b; a receipt must carry one result per mutation. */
+/* A batch's answer: an OK receipt must carry one result per mutation. */
+static kl_code sealed_receipt_check(const bench_options *o, kl_code rc, const kl_receipt *r, kl_err *err)
+{
+    if (rc == KL_OK && r->decoded->n_results != (size_t)o->batch_size)
+        rc = kl_fail(err, KL_INTERNAL, "receipt", "receipt is short (%zu results for %d mutations)",
+                     r->decoded->n_results, o->batch_size);
+    return rc;
+}
+
+/* kl_client_batch of b, its receipt checked. */
 static kl_code sealed_send(kl_client *c, const bench_options *o, const kl_batch *b, kl_err *err)
 {
     kl_receipt *r = NULL;
     kl_code rc = kl_client_batch(c, b, &r, err);
-    if (rc == KL_OK && r->decoded->n_results != (size_t)o->batch_size)
-        rc = kl_fail(err, KL_INTERNAL, "receipt", "receipt is short (%zu results for %d mutations)",
-                     r->decoded->n_results, o->batch_size);
+    rc = sealed_receipt_check(o, rc, r, err);
     kl_receipt_free(r);
     return rc;
 }
@@ -40,6 +48,163 @@ static void cs_first_err(bench_client *cs, kl_code rc, const kl_err *err)
     cs->first_err = rc;
     snprintf(cs->first_err_msg, sizeof cs->first_err_msg, "%s (%s) %s", kl_code_name(rc), err->detail,
              err->message);
+}
+
+/* Counts one answered batch sent at t0 and answered at t1 (monotonic ns): its latency when
+ * it lies inside the measured window. After a refusal that retrying cures, the caller's
+ * thread pauses 1 ms. -1 when the latencies outgrew memory (the client stops), else 0. */
+static int sealed_count(bench_client *cs, kl_code rc, const kl_err *err, int64_t t0, int64_t t1)
+{
+    cs->total++;
+    int64_t to = atomic_load(&bench_measure_to);
+    bool measured = t0 >= atomic_load(&bench_measure_from) && (to == 0 || t1 <= to);
+    if (rc != KL_OK) {
+        cs_first_err(cs, rc, err);
+        if (measured)
+            cs->errors++;
+        if (rc == KL_UNAVAILABLE || rc == KL_RESOURCE_EXHAUSTED || rc == KL_NOT_LEADER)
+            bench_sleep_ns(1000000);
+        return 0;
+    }
+    if (measured) {
+        cs->ok++;
+        if (bench_lat_push(&cs->lat, (uint64_t)(t1 - t0)) != 0) {
+            snprintf(cs->first_err_msg, sizeof cs->first_err_msg, "out of memory for latencies");
+            return -1;
+        }
+    }
+    return 0;
+}
+
+/* ---- --in-flight K: K batches outstanding per client thread (kl_client_batch_start).
+ * The SDK's done callback only marks its slot answered; the client thread does all the
+ * counting and resending, so the accounting above needs no lock. */
+
+typedef struct sealed_pipe sealed_pipe;
+
+typedef struct sealed_slot {
+    sealed_pipe *pipe;
+    kl_batch *b;          /* lives until the call is done */
+    kl_receipt *r;
+    kl_call *call;        /* NULL: the slot is idle */
+    int64_t t0, t1;
+    bool answered;        /* under pipe->mu */
+} sealed_slot;
+
+struct sealed_pipe {
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    int answered;         /* slots answered and not yet collected, under mu */
+};
+
+static void sealed_slot_done(kl_call *call, void *arg)
+{
+    (void)call;
+    sealed_slot *s = arg;
+    int64_t t1 = bench_now_ns();
+    pthread_mutex_lock(&s->pipe->mu);
+    s->t1 = t1;
+    s->answered = true;
+    s->pipe->answered++;
+    pthread_cond_signal(&s->pipe->cv);
+    pthread_mutex_unlock(&s->pipe->mu);
+}
+
+/* Whether the run wants another batch from this client. */
+static bool sealed_more(const bench_options *o)
+{
+    if (atomic_load(&bench_stop))
+        return false;
+    return o->ops <= 0 || atomic_fetch_sub(&bench_ops_left, 1) > 0;
+}
+
+/* Starts one batch in slot s; on a refused start counts the error and tries again (after
+ * sealed_count's pause) while the run lasts. KL_OK: started. */
+static kl_code sealed_slot_start(bench_client *cs, sealed_slot *s, const kl_message *msg)
+{
+    const bench_options *o = cs->opt;
+    kl_err err;
+    for (;;) {
+        kl_err_clear(&err);
+        kl_code rc = sealed_make_batch(o, msg, &s->b, &err);
+        if (rc != KL_OK) {
+            cs_first_err(cs, rc, &err);
+            return rc;
+        }
+        s->r = NULL;
+        s->answered = false;
+        s->t0 = bench_now_ns();
+        rc = kl_client_batch_start(cs->sdk, s->b, &s->r, sealed_slot_done, s, &s->call, &err);
+        if (rc == KL_OK)
+            return KL_OK;
+        s->call = NULL;
+        kl_batch_free(s->b);
+        s->b = NULL;
+        if (sealed_count(cs, rc, &err, s->t0, bench_now_ns()) != 0 || atomic_load(&bench_stop))
+            return rc;
+    }
+}
+
+/* Collects answered slot s: its outcome counted, its call and batch freed, the slot idle. */
+static int sealed_slot_collect(bench_client *cs, sealed_slot *s)
+{
+    kl_err err;
+    kl_err_clear(&err);
+    kl_code rc = kl_call_result(s->call, &err);
+    rc = sealed_receipt_check(cs->opt, rc, s->r, &err);
+    kl_call_free(s->call);
+    s->call = NULL;
+    kl_receipt_free(s->r);
+    s->r = NULL;
+    kl_batch_free(s->b);
+    s->b = NULL;
+    return sealed_count(cs, rc, &err, s->t0, s->t1);
+}
+
+/* The measured loop with o->in_flight batches outstanding; returns once every started
+ * batch was answered. */
+static void sealed_pipelined(bench_client *cs, const kl_message *msg)
+{
+    const bench_options *o = cs->opt;
+    int k = o->in_flight;
+    sealed_slot *slot = calloc((size_t)k, sizeof *slot);
+    sealed_pipe pipe = {.answered = 0};
+    if (slot == NULL) {
+        snprintf(cs->first_err_msg, sizeof cs->first_err_msg, "out of memory for %d slots", k);
+        return;
+    }
+    pthread_mutex_init(&pipe.mu, NULL);
+    pthread_cond_init(&pipe.cv, NULL);
+    int active = 0;
+    bool stopping = false;
+    for (int i = 0; i < k; i++) {
+        slot[i].pipe = &pipe;
+        if (sealed_more(o) && sealed_slot_start(cs, &slot[i], msg) == KL_OK)
+            active++;
+    }
+    while (active > 0) {
+        pthread_mutex_lock(&pipe.mu);
+        while (pipe.answered == 0)
+            pthread_cond_wait(&pipe.cv, &pipe.mu); /* every call ends within the SDK's timeout */
+        pthread_mutex_unlock(&pipe.mu);
+        for (int i = 0; i < k; i++) {
+            pthread_mutex_lock(&pipe.mu);
+            bool answered = slot[i].call != NULL && slot[i].answered;
+            if (answered)
+                pipe.answered--;
+            pthread_mutex_unlock(&pipe.mu);
+            if (!answered)
+                continue;
+            active--;
+            if (sealed_slot_collect(cs, &slot[i]) != 0)
+                stopping = true;
+            if (!stopping && sealed_more(o) && sealed_slot_start(cs, &slot[i], msg) == KL_OK)
+                active++;
+        }
+    }
+    pthread_cond_destroy(&pipe.cv);
+    pthread_mutex_destroy(&pipe.mu);
+    free(slot);
 }
 
 void *bench_sealed_client_main(void *arg)
@@ -75,6 +240,10 @@ void *bench_sealed_client_main(void *arg)
         goto out;
     while (!atomic_load(&bench_go))
         bench_sleep_ns(100000);
+    if (o->in_flight > 1) {
+        sealed_pipelined(cs, msg);
+        goto out;
+    }
     while (!atomic_load(&bench_stop)) {
         if (o->ops > 0 && atomic_fetch_sub(&bench_ops_left, 1) <= 0)
             break;
@@ -97,24 +266,8 @@ void *bench_sealed_client_main(void *arg)
         int64_t t1 = bench_now_ns();
         kl_batch_free(b);
         b = NULL;
-        cs->total++;
-        int64_t to = atomic_load(&bench_measure_to);
-        bool measured = t0 >= atomic_load(&bench_measure_from) && (to == 0 || t1 <= to);
-        if (rc != KL_OK) {
-            cs_first_err(cs, rc, &err);
-            if (measured)
-                cs->errors++;
-            if (rc == KL_UNAVAILABLE || rc == KL_RESOURCE_EXHAUSTED || rc == KL_NOT_LEADER)
-                bench_sleep_ns(1000000);
-            continue;
-        }
-        if (measured) {
-            cs->ok++;
-            if (bench_lat_push(&cs->lat, (uint64_t)(t1 - t0)) != 0) {
-                snprintf(cs->first_err_msg, sizeof cs->first_err_msg, "out of memory for latencies");
-                break;
-            }
-        }
+        if (sealed_count(cs, rc, &err, t0, t1) != 0)
+            break;
     }
 out:
     kl_message_free(msg);

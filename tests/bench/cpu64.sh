@@ -13,7 +13,9 @@
 # (reports kept in CPU64_OUT).
 # Environment: CPU64_BINS (default bin), CPU64_RUNS (default 3), BENCH_SECONDS (default 10),
 #              CPU64_PORT (first client port, default 18731; peers +100), CPU64_CLIENTS
-#              (default 64), CPU64_OUT (a directory kept for logs; default a temporary one that
+#              (default 64), CPU64_IN_FLIGHT (batches outstanding per client, default 1;
+#              `CPU64_CLIENTS=1 CPU64_IN_FLIGHT=64` is the peers bench's cell), CPU64_BENCH (one
+#              keyload-bench for every build, default each build's own), CPU64_OUT (a directory kept for logs; default a temporary one that
 #              is removed), CPU64_PERF=1.
 # Every process this script starts is tracked by pid and stopped by pid on exit.
 set -u
@@ -24,6 +26,7 @@ runs=${CPU64_RUNS:-3}
 secs=${BENCH_SECONDS:-10}
 port=${CPU64_PORT:-18731}
 clients=${CPU64_CLIENTS:-64}
+in_flight=${CPU64_IN_FLIGHT:-1}
 for b in $bins; do
   for x in keyload-bench keyloadd keyload; do
     [ -x "$b/$x" ] || { echo "cpu64: $b/$x is missing; run make first"; exit 2; }
@@ -82,7 +85,8 @@ one_run() {
   local label=$1 bin=$2 d=$tmp/$1 n
   rm -rf "$d"
   mkdir -p "$d/bin"
-  cp "$bin/keyload-bench" "$bin/keyloadd" "$bin/keyload" "$d/bin/" || return 2
+  cp "${CPU64_BENCH:-$bin/keyload-bench}" "$d/bin/keyload-bench" || return 2
+  cp "$bin/keyloadd" "$bin/keyload" "$d/bin/" || return 2
   local bench=$d/bin/keyload-bench daemon=$d/bin/keyloadd cli=$d/bin/keyload
   "$daemon" keygen --cluster-secret-out "$d/cluster.secret" >/dev/null || return 2
   for n in p0m1 p0m2 p0m3; do "$daemon" keygen --secret-out "$d/$n.key" >"$d/$n.pub" || return 2; done
@@ -139,7 +143,7 @@ EOF
   local out
   out=$(timeout $((secs * 3 + 120)) "$bench" --cluster "$d/cluster.json" --principal benchpub --key "$d/pub.key" \
         --database bench/kl3 --queue kl3 --batch-size 1 --seconds "$secs" --clients "$clients" \
-        --cpu-pids "${mpid[p0m1]},${mpid[p0m2]},${mpid[p0m3]}" 2>"$d/bench.err")
+        --in-flight "$in_flight" --cpu-pids "${mpid[p0m1]},${mpid[p0m2]},${mpid[p0m3]}" 2>"$d/bench.err")
   for n in p0m1 p0m2 p0m3; do c1[$n]=$(counters "$n"); done
   threads "$lnode" >"$d/threads1"; threads "$fnode" >"$d/fthreads1"
   local p

@@ -63,8 +63,10 @@
 # median of three alternating runs (KeyLoad, peer, KeyLoad, peer, ...), all three printed:
 # a sealed RF3 cluster as in KL-3 (principal benchpub) against NATS JetStream R3 (three local
 # nats-server processes, file storage, stream BENCH with 3 replicas; tests/bench/peers/js.mjs
-# with the pinned npm client): 1 client / 1 synchronous publisher (p50) and 64 in flight
-# (msgs/s, p99, user+sys CPU of the three members / three servers per acknowledged message);
+# with the pinned npm client): 1 client / 1 synchronous publisher (p50) and 64 in flight from
+# one client each (KeyLoad: keyload-bench --in-flight 64; msgs/s, p99, user+sys CPU of the
+# three members / three servers per acknowledged message), and, informational, KeyLoad with
+# 64 client threads of one blocking call each;
 # JetStream sourcing (stream COPY sourcing BENCH) once, informational; the idle long-poll
 # (log entries the leader appends during a 10 s `keyload receive --wait-ms 10000` on an
 # empty queue; only when the CLI has --wait-ms). Then the KL-4 transfers at 1 and 32 in
@@ -695,7 +697,7 @@ longpoll_cell() {
   longpoll="entries=$((after - before)) wait_ms=$(((t1 - t0) / 1000000))"
   echo "bench: long-poll receive, 10 s on an empty queue: $longpoll"
 }
-declare -A peer    # "CELL,RUN" -> that run's output line (CELL: rf3_1 js_1 rf3_64 js_64 xfer_1 pg_1 xfer_32 pg_8)
+declare -A peer    # "CELL,RUN" -> that run's output line (CELL: rf3_1 js_1 rf3_64 rf3_64t js_64 xfer_1 pg_1 xfer_32 pg_8)
 peer_out=$root/var/bench
 js_source=""
 longpoll=""
@@ -721,13 +723,23 @@ if [ $want_peers = 1 ]; then
              --batch-size 1 --seconds "$secs")
   for r in 1 2 3; do
     for c in 1 64; do
-      out=$(timeout $((secs * 3 + 120)) "$bench" "${pr_sealed[@]}" --clients "$c" --cpu-pids "$pr_pids" \
-            --lat-out "$peer_out/lat/rf3_$c.r$r.txt")
+      # As the JetStream publisher does, one client keeps c batches in flight (the SDK's
+      # asynchronous calls); at 1 that is the blocking call.
+      out=$(timeout $((secs * 3 + 120)) "$bench" "${pr_sealed[@]}" --clients 1 --in-flight "$c" \
+            --cpu-pids "$pr_pids" --lat-out "$peer_out/lat/rf3_$c.r$r.txt")
       rc=$?
       echo "bench: peers run $r KeyLoad RF3 sealed, $c in flight: ${out:-no result (exit $rc)}"
       [ $rc -eq 0 ] && [ -n "$out" ] || failed=1
       peer[rf3_$c,$r]=$out
       members_alive "$pr" || exit 1
+      if [ "$c" = 64 ]; then  # informational: 64 client threads, one blocking call each
+        out=$(timeout $((secs * 3 + 120)) "$bench" "${pr_sealed[@]}" --clients 64 --cpu-pids "$pr_pids")
+        rc=$?
+        echo "bench: peers run $r KeyLoad RF3 sealed, 64 threads x 1 (informational): ${out:-no result (exit $rc)}"
+        [ $rc -eq 0 ] && [ -n "$out" ] || failed=1
+        peer[rf3_64t,$r]=$out
+        members_alive "$pr" || exit 1
+      fi
       out=$(timeout $((secs * 3 + 60)) node "$root/tests/bench/peers/js.mjs" publish --servers "$js_urls" \
             --in-flight "$c" --seconds "$secs" --pids "$(js_pids)" --lat-out "$peer_out/lat/js_$c.r$r.txt")
       rc=$?

@@ -2,7 +2,7 @@
 """summary.py RESULTS LATDIR OUT_TSV: the KL-9 part of `make bench` / `make peers`.
 
 RESULTS holds "NAME<TAB>LINE" rows written by tests/bench/run.sh: NAME is CELL,RUN for the
-alternating runs (rf3_1, js_1, rf3_64, js_64, xfer_1, pg_1, xfer_32, pg_8) or coord_default,
+alternating runs (rf3_1, js_1, rf3_64, rf3_64t, js_64, xfer_1, pg_1, xfer_32, pg_8) or coord_default,
 longpoll, js_source; LINE is that run's key=value output line. Prints every run, the medians
 and each KL-9 target as a ratio with PASS/MISS; writes OUT_TSV ("key<TAB>JSON value", which
 run.sh turns into summary.json with jq) and, for the plot, LATDIR/CELL.pct (percentile
@@ -122,8 +122,10 @@ def main():
         ("KeyLoad CPU us per msg (3 members)", series(runs, "rf3_64", "cpu_us_per_msg"), " us"),
         ("JetStream CPU us per msg (3 servers)", series(runs, "js_64", "cpu_us_per_msg"), " us"),
         ("JetStream client CPU % (one node process)", series(runs, "js_64", "client_cpu_pct"), "%"),
-        ("KeyLoad client CPU us per msg (keyload-bench, 64 threads)",
-         series(runs, "rf3_64", "client_cpu_us_per_msg"), " us")])
+        ("KeyLoad client CPU us per msg (keyload-bench, 1 thread)",
+         series(runs, "rf3_64", "client_cpu_us_per_msg"), " us"),
+        ("informational: KeyLoad, 64 threads x 1 blocking call, msgs/s", series(runs, "rf3_64t", "msgs_per_s"), ""),
+        ("informational: KeyLoad, 64 threads x 1 blocking call, p99 us", series(runs, "rf3_64t", "p99_us"), " us")])
     show("transfers (KeyLoad: Create+Accept+receipt read+Complete, RF3 x 3 partitions):", [
         ("KeyLoad client-driven, 1 in flight /s", series(runs, "xfer_1", "transfers_per_s"), ""),
         ("PostgreSQL outbox, 1 client /s", series(runs, "pg_1", "transfers_per_s"), ""),
@@ -151,6 +153,8 @@ def main():
     s["js_cpu_us_per_msg_64"] = m("js_64", "cpu_us_per_msg")
     s["js_64_client_cpu_pct"] = m("js_64", "client_cpu_pct")
     s["rf3_64_client_cpu_us_per_msg"] = m("rf3_64", "client_cpu_us_per_msg")
+    s["rf3_sealed_64threads_msgs_per_s"] = m("rf3_64t", "msgs_per_s")
+    s["rf3_sealed_64threads_p99_us"] = m("rf3_64t", "p99_us")
     s["xfer_client_1_per_s"] = m("xfer_1", "transfers_per_s")
     s["xfer_client_32_per_s"] = m("xfer_32", "transfers_per_s")
     s["xfer_coord_per_s"] = num(cd.get("transfers_per_s"))

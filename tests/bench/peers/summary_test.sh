@@ -28,6 +28,9 @@ check() {  # NAME CONDITION...
   printf 'rf3_64,1\tbench: msgs_per_s=9000 p99_us=5000 cpu_us_per_msg=30\n'
   printf 'rf3_64,2\tbench: msgs_per_s=11000 p99_us=7000 cpu_us_per_msg=50\n'
   printf 'rf3_64,3\tbench: msgs_per_s=10000 p99_us=6000 cpu_us_per_msg=40\n'
+  printf 'rf3_64t,1\tbench: msgs_per_s=7000 p99_us=9000\n'
+  printf 'rf3_64t,2\tbench: msgs_per_s=5000 p99_us=8000\n'
+  printf 'rf3_64t,3\tbench: msgs_per_s=6000 p99_us=7000\n'
   printf 'js_64,1\tjs: msgs_per_s=12000 p99_us=4000 cpu_us_per_msg=20\n'
   printf 'js_64,2\tjs: msgs_per_s=8000 p99_us=8000 cpu_us_per_msg=20\n'
   printf 'js_64,3\tjs: msgs_per_s=9000 p99_us=5000 cpu_us_per_msg=10\n'
@@ -56,6 +59,8 @@ check "summary.json has every KL-9 key" [ "$(jq '[has("rf3_sealed_1c_p50_us", "r
 check "medians of three runs" [ "$(jq -c '[.rf3_sealed_1c_p50_us, .js_1c_p50_us, .rf3_sealed_64_msgs_per_s,
   .js_64_p99_us, .cpu_us_per_msg_rf3_64, .js_cpu_us_per_msg_64, .xfer_client_32_per_s, .pg_outbox_8c_per_s]' "$j" 2>/dev/null)" \
   = "[500,600,10000,5000,40,20,1000,1000]" ]
+check "the 64-thread cell is its own, informational" [ "$(jq -c '[.rf3_sealed_64threads_msgs_per_s,
+  .rf3_sealed_64threads_p99_us]' "$j" 2>/dev/null)" = "[6000,8000]" ]
 check "1c p99 medians too" [ "$(jq -c '[.rf3_sealed_1c_p99_us, .js_1c_p99_us]' "$j" 2>/dev/null)" = "[1500,900]" ]
 check "a cell without runs is null" [ "$(jq '.pg_outbox_1c_per_s' "$j" 2>/dev/null)" = null ]
 check "1c p50 500/600 PASS" grep -q "1 publisher p50: 500.0 us / 600.0 us = 0.83x (target <= 1.0x) PASS" <<<"$out"
