@@ -31,6 +31,10 @@
 #define TCP_WRITE_BACKLOG_MAX (64u << 20)
 /* The housekeeping timer's period when no idle timeout sets a shorter one. */
 #define TCP_TIMER_MS 1000
+/* Answers one connection gathers for one write (one writev). The answers a loop turn
+ * produces (a commit completes many batches at once) go out together at the start of the
+ * next turn; more than this on one connection are written at once, in order. */
+#define TCP_FLUSH_FRAMES 64
 
 struct kl_rpc_tcp_conn {
     uv_tcp_t h;
@@ -43,14 +47,27 @@ struct kl_rpc_tcp_conn {
     int64_t last_ms;              /* loop time of the last request or answer */
     uint8_t *buf;
     size_t len, cap;
+    /* Answers waiting for this turn's flush, in answer order; each holds the reference
+     * its call held. While listed in t's flush list the list holds one more. */
+    uint8_t *out_frame[TCP_FLUSH_FRAMES];
+    size_t out_len[TCP_FLUSH_FRAMES];
+    int out_n;
+    size_t out_bytes;
+    bool flush_listed;
+    kl_rpc_tcp_conn *flush_next;
 };
 
 struct kl_rpc_tcp {
     uv_loop_t *loop;
     uv_tcp_t listener;
     uv_timer_t idle_timer;
-    bool idle_on, paused, stopping;
-    int handles_open; /* listener, timer */
+    /* Runs while answers wait (flush_head): an active idle handle also keeps the loop's
+     * next poll from blocking, so answers given in a timer or async callback are not held
+     * until the next socket event. */
+    uv_idle_t flush_idle;
+    bool idle_on, paused, stopping, flush_on, flush_active;
+    kl_rpc_tcp_conn *flush_head, *flush_tail;
+    int handles_open; /* listener, timer, flush handle */
     kl_rpc_tcp_conn *conns;
     size_t nconns;    /* handshaken and counted */
     size_t recv_max;
@@ -62,10 +79,13 @@ struct kl_rpc_tcp {
     void *done_arg;
 };
 
+/* One queued write of answers the socket did not take at once: the frames it owns, each
+ * with one reference to conn. */
 typedef struct tcp_write {
     uv_write_t req;
     kl_rpc_tcp_conn *conn;
-    uint8_t *frame;
+    int nframes;
+    uint8_t *frame[];
 } tcp_write;
 
 static const uint8_t tcp_hello_rep[TCP_HELLO_LEN] = {0, 'S', 'P', 0, 0, TCP_PROTO_REP, 0, 0};
@@ -350,11 +370,14 @@ static void answer_written(uv_write_t *req, int status)
 {
     tcp_write *w = req->data;
     kl_rpc_tcp_conn *c = w->conn;
-    free(w->frame);
+    int n = w->nframes;
+    for (int i = 0; i < n; i++)
+        free(w->frame[i]);
     free(w);
     if (status != 0 && c->t != NULL && status != UV_ECANCELED)
         conn_close(c);
-    conn_unref(c);
+    for (int i = 0; i < n; i++)
+        conn_unref(c);
 }
 
 static void conn_release_call(kl_rpc_tcp_conn *c)
@@ -365,56 +388,137 @@ static void conn_release_call(kl_rpc_tcp_conn *c)
         c->last_ms = tcp_now(c->t);
 }
 
+/* Writes c's waiting answers with one writev: what the socket takes at once is done, the
+ * rest goes into one queued write. A connection closed meanwhile drops them. Each frame's
+ * reference is released last, so c may be freed when this returns. */
+static void conn_flush(kl_rpc_tcp_conn *c)
+{
+    int n = c->out_n;
+    if (n == 0)
+        return;
+    uint8_t *frame[TCP_FLUSH_FRAMES];
+    uv_buf_t bufs[TCP_FLUSH_FRAMES];
+    for (int i = 0; i < n; i++) {
+        frame[i] = c->out_frame[i];
+        bufs[i] = uv_buf_init((char *)frame[i], (unsigned)c->out_len[i]);
+    }
+    c->out_n = 0;
+    c->out_bytes = 0;
+    int released = n; /* frames whose reference is released here */
+    if (c->closing || c->t == NULL)
+        goto drop;
+    c->t->stats.answer_writes++;
+    int wrote = uv_try_write((uv_stream_t *)&c->h, bufs, (unsigned)n);
+    if (wrote < 0 && wrote != UV_EAGAIN) {
+        conn_close(c);
+        goto drop;
+    }
+    size_t done = wrote > 0 ? (size_t)wrote : 0;
+    int i = 0;
+    while (i < n && done >= bufs[i].len) {
+        done -= bufs[i].len;
+        free(frame[i]);
+        frame[i] = NULL;
+        i++;
+    }
+    if (i < n) {
+        tcp_write *w = malloc(sizeof *w + (size_t)(n - i) * sizeof w->frame[0]);
+        if (w == NULL) {
+            conn_close(c); /* a half-written frame cannot be left behind */
+            goto drop;
+        }
+        w->conn = c;
+        w->nframes = n - i;
+        memcpy(w->frame, frame + i, (size_t)(n - i) * sizeof frame[0]);
+        w->req.data = w;
+        bufs[i].base += done;
+        bufs[i].len -= done;
+        if (uv_write(&w->req, (uv_stream_t *)&c->h, bufs + i, (unsigned)(n - i), answer_written) != 0) {
+            free(w);
+            conn_close(c);
+            goto drop;
+        }
+        released = i; /* the rest pass to the write; answer_written releases them */
+    }
+    for (int k = 0; k < released; k++)
+        conn_unref(c);
+    return;
+drop:
+    for (int k = 0; k < n; k++)
+        free(frame[k]);
+    for (int k = 0; k < n; k++)
+        conn_unref(c);
+}
+
+/* Writes every listed connection's answers. */
+static void tcp_flush_all(kl_rpc_tcp *t)
+{
+    while (t->flush_head != NULL) {
+        kl_rpc_tcp_conn *c = t->flush_head;
+        t->flush_head = c->flush_next;
+        if (t->flush_head == NULL)
+            t->flush_tail = NULL;
+        c->flush_next = NULL;
+        c->flush_listed = false;
+        conn_flush(c);
+        conn_unref(c); /* the list's reference */
+    }
+}
+
+static void flush_cb(uv_idle_t *h)
+{
+    kl_rpc_tcp *t = h->data;
+    tcp_flush_all(t);
+    uv_idle_stop(&t->flush_idle);
+    t->flush_active = false;
+}
+
 void kl_rpc_tcp_answer(kl_rpc_tcp_conn *conn, const uint8_t *hdr, size_t hdr_len,
                        uint8_t *frame, size_t frame_len)
 {
     conn_release_call(conn);
-    if (conn->t == NULL || conn->closing || conn->t->stopping) {
+    kl_rpc_tcp *t = conn->t;
+    if (t == NULL || conn->closing || t->stopping) {
         free(frame);
         conn_unref(conn);
         return;
     }
     kl_wire_put_u64(frame, frame_len - TCP_LEN_PREFIX);
     memcpy(frame + TCP_LEN_PREFIX, hdr, hdr_len);
-    uv_buf_t b = uv_buf_init((char *)frame, (unsigned)frame_len);
-    /* Most answers go out whole at once; only the rest needs a queued write. */
-    int n = uv_try_write((uv_stream_t *)&conn->h, &b, 1);
-    if (n == (int)frame_len) {
-        free(frame);
-        conn_unref(conn);
-        return;
-    }
-    size_t done = n > 0 ? (size_t)n : 0;
-    if (n < 0 && n != UV_EAGAIN) {
+    t->stats.answers++;
+    if (conn->h.write_queue_size + conn->out_bytes > TCP_WRITE_BACKLOG_MAX + t->recv_max) {
         free(frame);
         conn_close(conn);
         conn_unref(conn);
         return;
     }
-    if (conn->h.write_queue_size > TCP_WRITE_BACKLOG_MAX + conn->t->recv_max) {
+    if (conn->out_n == TCP_FLUSH_FRAMES)
+        conn_flush(conn); /* the open handle's reference keeps conn */
+    if (conn->closing) {
         free(frame);
-        conn_close(conn);
         conn_unref(conn);
         return;
     }
-    tcp_write *w = malloc(sizeof *w);
-    if (w == NULL) {
-        free(frame);
-        conn_close(conn); /* a half-written frame cannot be left behind */
-        conn_unref(conn);
-        return;
+    /* The call's reference passes to the waiting frame. */
+    conn->out_frame[conn->out_n] = frame;
+    conn->out_len[conn->out_n] = frame_len;
+    conn->out_n++;
+    conn->out_bytes += frame_len;
+    if (!conn->flush_listed) {
+        conn->flush_listed = true;
+        conn->refs++;
+        if (t->flush_tail != NULL)
+            t->flush_tail->flush_next = conn;
+        else
+            t->flush_head = conn;
+        t->flush_tail = conn;
     }
-    w->conn = conn;
-    w->frame = frame;
-    w->req.data = w;
-    b = uv_buf_init((char *)frame + done, (unsigned)(frame_len - done));
-    if (uv_write(&w->req, (uv_stream_t *)&conn->h, &b, 1, answer_written) != 0) {
-        free(frame);
-        free(w);
-        conn_close(conn);
-        conn_unref(conn);
+    if (!t->flush_active && t->flush_on) {
+        t->flush_active = true;
+        uv_idle_start(&t->flush_idle, flush_cb);
+    } else if (!t->flush_on) {
+        tcp_flush_all(t); /* no flush handle: every answer goes out at once */
     }
-    /* the reference passes to the write; answer_written releases it */
 }
 
 void kl_rpc_tcp_drop(kl_rpc_tcp_conn *conn)
@@ -512,6 +616,11 @@ kl_code kl_rpc_tcp_start(uv_loop_t *loop, const kl_rpc_tcp_config *cfg, kl_rpc_t
         uv_close((uv_handle_t *)&t->listener, handle_closed); /* frees t once closed */
         return code;
     }
+    if (uv_idle_init(loop, &t->flush_idle) == 0) {
+        t->flush_idle.data = t;
+        t->flush_on = true;
+        t->handles_open++;
+    }
     if (uv_timer_init(loop, &t->idle_timer) == 0) {
         uint64_t every = TCP_TIMER_MS;
         if (t->idle_ms > 0 && t->idle_ms / 4 < (int)every)
@@ -532,6 +641,9 @@ void kl_rpc_tcp_stop(kl_rpc_tcp *t, void (*done)(void *arg), void *arg)
     t->stopping = true;
     t->done = done;
     t->done_arg = arg;
+    tcp_flush_all(t); /* answers given before the stop still go out if the socket takes them */
+    if (t->flush_on)
+        uv_close((uv_handle_t *)&t->flush_idle, handle_closed);
     for (kl_rpc_tcp_conn *c = t->conns; c != NULL; c = c->next)
         conn_close(c);
     if (t->idle_on)

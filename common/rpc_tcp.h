@@ -47,6 +47,8 @@ typedef struct kl_rpc_tcp_config {
 
 typedef struct kl_rpc_tcp_stats {
     uint64_t open, refused, idle_closed;
+    uint64_t answers;       /* answers queued for writing */
+    uint64_t answer_writes; /* writev calls that carried them */
 } kl_rpc_tcp_stats;
 
 /* True when url is one this transport serves (a numeric address or none); other URLs
@@ -61,7 +63,8 @@ kl_code kl_rpc_tcp_start(uv_loop_t *loop, const kl_rpc_tcp_config *cfg, kl_rpc_t
 /* Writes an answer: frame holds 8 + hdr_len free bytes at its start, then the packed
  * answer; the transport fills the length prefix and the header, owns frame (malloc'd)
  * from here on and releases the call's reference. Nothing is written on a connection
- * that is closed or closing. */
+ * that is closed or closing. The answers of one loop turn are written together at the
+ * start of the next (one writev per connection for up to 64 of them), in answer order. */
 void kl_rpc_tcp_answer(kl_rpc_tcp_conn *conn, const uint8_t *hdr, size_t hdr_len,
                        uint8_t *frame, size_t frame_len);
 /* Releases a call's reference without answering. */

@@ -4,6 +4,7 @@
  * everything, so LeakSanitizer checks the shutdown paths too. */
 #include "common/failpoint.h"
 #include "common/rpc.h"
+#include "common/rpc_tcp.h"
 #include "common/tcp_url.h"
 
 #include "keyload/v1/rpc.pb-c.h"
@@ -950,6 +951,97 @@ START_TEST(test_tcp_resume_not_nested)
 }
 END_TEST
 
+/* ---- the TCP transport alone, its loop run by the test thread */
+
+#define TD_CALLS 20
+
+typedef struct tcp_direct {
+    kl_rpc_tcp_conn *conn[TD_CALLS];
+    uint8_t hdr[TD_CALLS][4];
+    int n;
+} tcp_direct;
+
+static void td_frame(void *owner, kl_rpc_tcp_conn *conn, const uint8_t *hdr, size_t hdr_len,
+                     const uint8_t *body, size_t len)
+{
+    (void)body;
+    (void)len;
+    tcp_direct *td = owner;
+    ck_assert_int_lt(td->n, TD_CALLS);
+    ck_assert_uint_eq(hdr_len, 4);
+    td->conn[td->n] = conn;
+    memcpy(td->hdr[td->n], hdr, 4);
+    td->n++;
+}
+
+/* The answers one loop turn gives leave in one write, in the order they were given (here
+ * the reverse of the requests'), each whole and under its own request's backtrace. */
+START_TEST(test_tcp_answers_flushed_in_order)
+{
+    uv_loop_t loop;
+    ck_assert_int_eq(uv_loop_init(&loop), 0);
+    tcp_direct td = {.n = 0};
+    kl_rpc_tcp *t = NULL;
+    char url[64];
+    int port = 0;
+    kl_err err;
+    kl_code rc = KL_UNAVAILABLE;
+    srand((unsigned)(getpid() ^ time(NULL)));
+    for (int attempt = 0; attempt < 50 && rc == KL_UNAVAILABLE; attempt++) {
+        port = 30000 + rand() % 30000;
+        snprintf(url, sizeof url, "tcp://127.0.0.1:%d", port);
+        kl_rpc_tcp_config cfg = {.url = url, .recv_max = 1024, .on_frame = td_frame, .owner = &td};
+        rc = kl_rpc_tcp_start(&loop, &cfg, &t, &err);
+    }
+    ck_assert_msg(rc == KL_OK, "start: %s", err.message);
+    struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
+    sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    ck_assert_int_ge(fd, 0);
+    ck_assert_int_eq(connect(fd, (struct sockaddr *)&sa, sizeof sa), 0);
+    struct timeval tv = {.tv_sec = 5};
+    ck_assert_int_eq(setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv), 0);
+    tcp_raw_send(fd, tcp_req_hello, sizeof tcp_req_hello);
+    for (uint8_t i = 0; i < TD_CALLS; i++) {
+        const uint8_t req[5] = {0x80, 0, 1, i, 'x'};
+        tcp_raw_frame(fd, req, sizeof req);
+    }
+    for (int64_t t0 = mono_ms(); td.n < TD_CALLS && mono_ms() - t0 < 5000;)
+        uv_run(&loop, UV_RUN_NOWAIT);
+    ck_assert_int_eq(td.n, TD_CALLS);
+    uint8_t b[16];
+    ck_assert(tcp_raw_read(fd, b, 8)); /* the hello */
+    kl_rpc_tcp_stats before, after;
+    kl_rpc_tcp_stats_get(t, &before);
+    for (int i = TD_CALLS - 1; i >= 0; i--) {
+        uint8_t *frame = malloc(8 + 4 + 1);
+        ck_assert_ptr_nonnull(frame);
+        frame[12] = (uint8_t)(100 + i);
+        kl_rpc_tcp_answer(td.conn[i], td.hdr[i], 4, frame, 13);
+    }
+    kl_rpc_tcp_stats_get(t, &after);
+    ck_assert_uint_eq(after.answer_writes, before.answer_writes); /* nothing written yet */
+    uv_run(&loop, UV_RUN_NOWAIT);
+    kl_rpc_tcp_stats_get(t, &after);
+    ck_assert_uint_eq(after.answers - before.answers, TD_CALLS);
+    ck_assert_uint_eq(after.answer_writes - before.answer_writes, 1);
+    for (int k = 0; k < TD_CALLS; k++) {
+        int i = TD_CALLS - 1 - k;
+        ck_assert(tcp_raw_read(fd, b, 8 + 4 + 1));
+        uint64_t len = 0;
+        for (int j = 0; j < 8; j++)
+            len = len << 8 | b[j];
+        ck_assert_uint_eq(len, 5);
+        ck_assert_mem_eq(b + 8, td.hdr[i], 4);
+        ck_assert_uint_eq(b[12], 100 + i);
+    }
+    close(fd);
+    kl_rpc_tcp_stop(t, NULL, NULL);
+    ck_assert_int_eq(uv_run(&loop, UV_RUN_DEFAULT), 0);
+    ck_assert_int_eq(uv_loop_close(&loop), 0);
+}
+END_TEST
+
 static void op_flag_done(void *arg) { atomic_store((atomic_bool *)arg, true); }
 
 /* A call in flight when its client is closed ends as sent-but-unanswered, and its result
@@ -1030,6 +1122,7 @@ Suite *suite_rpc(void)
     tcase_add_test(tc, test_tcp_fair_resume);
     tcase_add_test(tc, test_direct_reconnects);
     tcase_add_test(tc, test_tcp_resume_not_nested);
+    tcase_add_test(tc, test_tcp_answers_flushed_in_order);
     tcase_add_test(tc, test_tcp_url_forms);
     tcase_add_test(tc, test_op_outlives_its_client);
     suite_add_tcase(s, tc);
