@@ -48,6 +48,7 @@
 #include <pthread.h>
 #include <stdatomic.h>
 #include <sodium.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -755,6 +756,11 @@ int main(int argc, char **argv)
         return prc;
     const char *node_name = a.node_name, *data_dir = a.data_dir;
     kl_log_set_component("keyloadd");
+    /* A client or peer that goes away with answers owed makes a write to its socket fail
+     * with EPIPE; libuv writes with write(2), which would also raise SIGPIPE and end the
+     * member (systemd ignores SIGPIPE for its services, a shell does not). The write's
+     * error closes that one connection instead. */
+    signal(SIGPIPE, SIG_IGN);
     kl_err err;
     kl_err_clear(&err);
     static kl_cluster cluster;

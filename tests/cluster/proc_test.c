@@ -21,6 +21,9 @@
 #include "keyload/v1/rpc.pb-c.h"
 
 #include <errno.h>
+#include <sys/socket.h>
+#include <netinet/in.h>
+#include <arpa/inet.h>
 #include <fcntl.h>
 #include <nng/nng.h>
 #include <pthread.h>
@@ -236,6 +239,9 @@ pid_t proc_exec(char *const argv[], const char *log, const char *failpoints, uns
             dup2(fd, 2);
             dup2(fd, 1);
         }
+        /* The harness ignores SIGPIPE, and an ignored signal stays ignored across exec:
+         * the daemon must be tested with the default a shell gives it. */
+        signal(SIGPIPE, SIG_DFL);
         if (failpoints)
             setenv("KEYLOAD_FAILPOINTS", failpoints, 1);
         else
@@ -615,6 +621,78 @@ static void test_bad_input(void)
     CHECK(queue_messages("q", NULL) == 0, "bad input changed state");
     int st = stop_daemon(SIGTERM);
     CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 0, "daemon did not survive bad input (status %d)", st);
+}
+
+/* Connections that send requests and close before the answers come: the answers' writes
+ * fail with EPIPE (a FIN and then the closed socket's RST), which must close those
+ * connections only. Each round sends RESET_CALLS enqueues on a fresh raw connection (more
+ * than one write of answers carries, so a connection meets a second write after the
+ * first drew the RST), reads the hello and closes at once; the daemon must then still
+ * be running and answer. */
+#define RESET_CALLS 200
+static void test_reset_clients(void)
+{
+    fresh_store("reset", NULL);
+    CHECK(start_daemon(NULL) == 0, "start");
+    create_queue("q", 0);
+    const char *colon = strrchr(url, ':');
+    struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons((uint16_t)atoi(colon + 1))};
+    sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    const uint8_t hello[8] = {0, 'S', 'P', 0, 0, 0x30, 0, 0};
+    for (int round = 0; round < 40 && failures_in_test == 0; round++) {
+        int fd = socket(AF_INET, SOCK_STREAM, 0);
+        CHECK(fd >= 0, "socket: %s", strerror(errno));
+        if (connect(fd, (struct sockaddr *)&sa, sizeof sa) != 0) {
+            close(fd);
+            break; /* refused: the daemon's state is checked below */
+        }
+        struct timeval tv = {.tv_sec = 5};
+        setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+        uint8_t rep[8];
+        if (send(fd, hello, sizeof hello, MSG_NOSIGNAL) != (ssize_t)sizeof hello ||
+            recv(fd, rep, sizeof rep, MSG_WAITALL) != (ssize_t)sizeof rep) {
+            close(fd);
+            break; /* no hello: the daemon's state is checked below */
+        }
+        for (uint32_t i = 0; i < RESET_CALLS; i++) {
+            Keyload__V1__BatchRequest *b = batch_new(NULL);
+            add_enqueue(b, "q", "owed");
+            size_t blen;
+            uint8_t *breq = pack_free(b, &blen);
+            Keyload__V1__Envelope e = KEYLOAD__V1__ENVELOPE__INIT;
+            e.version = 1;
+            e.method = "keyload.v1.Batch";
+            e.request_id = i + 1;
+            e.payload.data = breq;
+            e.payload.len = blen;
+            size_t elen = keyload__v1__envelope__get_packed_size(&e);
+            uint8_t *frame = malloc(8 + 4 + elen);
+            uint64_t flen = 4 + elen;
+            for (int k = 0; k < 8; k++)
+                frame[k] = (uint8_t)(flen >> (56 - 8 * k));
+            uint32_t id = 0x80000000u | (uint32_t)(round * RESET_CALLS + i + 1);
+            for (int k = 0; k < 4; k++)
+                frame[8 + k] = (uint8_t)(id >> (24 - 8 * k));
+            keyload__v1__envelope__pack(&e, frame + 12);
+            CHECK(send(fd, frame, 12 + elen, MSG_NOSIGNAL) == (ssize_t)(12 + elen), "request %u", i);
+            free(frame);
+            free(breq);
+        }
+        close(fd);
+        if (round % 8 == 7)
+            sleep_ms(20); /* let some rounds' answers meet closed sockets, others racing ones */
+    }
+    sleep_ms(500);
+    int ended = 0;
+    if (waitpid(daemon_pid, &ended, WNOHANG) != 0) {
+        daemon_pid = -1; /* reaped here */
+        CHECK(false, "the daemon ended (%s %d) while clients went away with answers owed",
+              WIFSIGNALED(ended) ? "signal" : "exit status", WIFSIGNALED(ended) ? WTERMSIG(ended) : WEXITSTATUS(ended));
+    }
+    long long n = queue_messages("q", NULL);
+    CHECK(n >= 0 && n <= 40 * RESET_CALLS, "messages after the rounds: %lld", n);
+    int st = stop_daemon(SIGTERM);
+    CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 0, "exit status %d after the rounds", st);
 }
 
 static void test_refuses_non_store_dir(void)
@@ -2028,6 +2106,7 @@ int main(int argc, char **argv)
         {"lease expiry redelivers (also across kill -9)", test_lease_expiry_redelivers},
         {"quota refusals change nothing", test_quota_refusals_change_nothing},
         {"bad input answers clearly and changes nothing", test_bad_input},
+        {"clients resetting with answers owed do not end the daemon", test_reset_clients},
         {"a non-store data directory is refused", test_refuses_non_store_dir},
         {"store identity: a wiped member refuses to start without --init-store, another partition's or "
          "cluster's directory is refused naming both, --init-store on its own store changes nothing",
