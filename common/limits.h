@@ -74,6 +74,12 @@
 /* Expired outcomes one log entry deletes at most: bounds the apply of one entry, while
  * sweeping faster than a busy partition commits batches (one entry holds up to 64). */
 #define KL_OUTCOME_SWEEP_MAX 256
+/* How often (partition time) a leader sweeps while the last sweep found less than
+ * KL_OUTCOME_SWEEP_MAX: each sweep reads the mark and seeks an iterator, which at
+ * thousands of entries a second cost more than the deletes; a sweep that was full runs
+ * again with the next entry. The mark lags by at most this, which only keeps outcomes
+ * longer. */
+#define KL_OUTCOME_SWEEP_EVERY_MS 100
 /* How far a batch's first_sent_unix_ms may be ahead of the later of partition time and the
  * leader's wall clock: the clock skew a session Hello may have (KL_SESSION_DEFAULT_SKEW_MS).
  * Further ahead is refused UNAVAILABLE first_sent_ahead. */

@@ -125,8 +125,9 @@ static kl_code sweep_delete(kl_view *v, const sweep_scan *s, int64_t *cursor, kl
     return KL_OK;
 }
 
-kl_code kl_retain_sweep(kl_view *v, int64_t entry_ms, int64_t retention_ms, kl_err *err)
+kl_code kl_retain_sweep(kl_view *v, int64_t entry_ms, int64_t retention_ms, bool *full, kl_err *err)
 {
+    *full = false;
     int64_t mark, cursor;
     kl_code rc = kl_retain_mark_read(v, &mark, &cursor, err);
     if (rc != KL_OK)
@@ -146,6 +147,7 @@ kl_code kl_retain_sweep(kl_view *v, int64_t entry_ms, int64_t retention_ms, kl_e
     rc = kl_view_scan_from(v, from.b, 1, from.b, from.len, sweep_collect, &s, err);
     if (rc == KL_OK)
         rc = sweep_delete(v, &s, &new_cursor, err);
+    *full = s.n == KL_OUTCOME_SWEEP_MAX;
     free(s.keys);
     if (rc != KL_OK || (next == mark && new_cursor == cursor))
         return rc;

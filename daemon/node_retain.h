@@ -46,8 +46,9 @@ kl_code kl_retain_mark_read(kl_view *v, int64_t *mark, int64_t *cursor, kl_err *
 kl_code kl_retain_index(kl_overlay *scratch, int64_t time_ms, const char *principal,
                         const uint8_t command_id[16], kl_err *err);
 /* Advances the mark for an entry at entry_ms and deletes, into v's scratch, at most
- * KL_OUTCOME_SWEEP_MAX outcomes (and their index keys) below it, oldest first. */
-kl_code kl_retain_sweep(kl_view *v, int64_t entry_ms, int64_t retention_ms, kl_err *err);
+ * KL_OUTCOME_SWEEP_MAX outcomes (and their index keys) below it, oldest first. *full:
+ * whether it stopped at that bound (more may wait below the mark). */
+kl_code kl_retain_sweep(kl_view *v, int64_t entry_ms, int64_t retention_ms, bool *full, kl_err *err);
 
 /* Receive outcomes hold no second copy of the leased bodies. kl_retain_strip_bodies: the
  * receipt without the received messages' `message`, when b holds a Receive, something was

@@ -244,7 +244,9 @@ static void batch_eval_free(batch_eval *ev)
 
 /* Retention's writes of an evaluated batch (ARCHITECTURE.md "Store layout"): the
  * expiry index of its outcome when that expires, and, for the first batch of an entry, the
- * mark's advance and the sweep below it. */
+ * mark's advance and the sweep below it, paced by KL_OUTCOME_SWEEP_EVERY_MS unless the last
+ * sweep was full. Pacing is the leader's choice alone: what a sweep deletes travels in the
+ * entry, so every member applies the same. */
 static kl_code batch_retention(kl_node *n, const char *principal, const Keyload__V1__BatchRequest *b,
                                batch_eval *ev, int64_t now, kl_err *err)
 {
@@ -257,8 +259,15 @@ static kl_code batch_retention(kl_node *n, const char *principal, const Keyload_
                              b->command_id.data, err);
     if (rc != KL_OK || n->group.n > 0)
         return rc;
+    if (!n->retain_sweep_full && now < n->retain_sweep_next_ms)
+        return KL_OK;
     kl_view v = {.store = n->store, .pending = &n->overlay, .scratch = &ev->scratch, .scan_limit = UINT64_MAX};
-    return kl_retain_sweep(&v, now, retention, err);
+    bool full = false;
+    if ((rc = kl_retain_sweep(&v, now, retention, &full, err)) != KL_OK)
+        return rc;
+    n->retain_sweep_full = full;
+    n->retain_sweep_next_ms = now + KL_OUTCOME_SWEEP_EVERY_MS;
+    return KL_OK;
 }
 
 /* Evaluates b against applied state plus every pending write, as the entry at (index,

@@ -235,6 +235,47 @@ static Keyload__V1__OutcomeRecord *stored_outcome(th_node *t, unsigned id)
     return o;
 }
 
+/* Sweeps are paced: an entry within KL_OUTCOME_SWEEP_EVERY_MS of the last sweep (which was
+ * not full) leaves an outcome that expired meanwhile for the next sweep; the entry after
+ * the pause deletes it. */
+START_TEST(retain_sweep_paced)
+{
+    static th_node t;
+    char dir[256];
+    open_retaining(&t, dir, sizeof dir);
+    th_reply r;
+    int64_t t0 = t.now;
+    ck_assert_int_eq(submit_req(&t, 0xA1, 0, &r), KL_OK); /* A, indexed at t0 */
+    th_reply_free(&r);
+    t.now = t0 + 50;
+    ck_assert_int_eq(submit_req(&t, 0xB2, 0, &r), KL_OK); /* B, indexed at t0 + 50 */
+    th_reply_free(&r);
+    /* Past A's horizon, not B's: this entry sweeps A. */
+    t.now = t0 + RET + 10;
+    ck_assert_int_eq(submit_req(&t, 0xC3, 0, &r), KL_OK);
+    th_reply_free(&r);
+    ck_assert_ptr_null(stored_outcome(&t, 0xA1));
+    Keyload__V1__OutcomeRecord *o = stored_outcome(&t, 0xB2);
+    ck_assert_ptr_nonnull(o);
+    keyload__v1__outcome_record__free_unpacked(o, NULL);
+    /* Past B's horizon but within the pause after that sweep: B stays. */
+    _Static_assert(KL_OUTCOME_SWEEP_EVERY_MS > 70, "B's horizon falls inside the pause");
+    t.now = t0 + RET + 80;
+    ck_assert_int_eq(submit_req(&t, 0xD4, 0, &r), KL_OK);
+    th_reply_free(&r);
+    o = stored_outcome(&t, 0xB2);
+    ck_assert_ptr_nonnull(o);
+    keyload__v1__outcome_record__free_unpacked(o, NULL);
+    /* After the pause the next entry sweeps it. */
+    t.now = t0 + RET + 10 + KL_OUTCOME_SWEEP_EVERY_MS;
+    ck_assert_int_eq(submit_req(&t, 0xE5, 0, &r), KL_OK);
+    th_reply_free(&r);
+    ck_assert_ptr_null(stored_outcome(&t, 0xB2));
+    th_close(&t);
+    th_rmrf(dir);
+}
+END_TEST
+
 static kl_code receive_once(th_node *t, unsigned id, th_reply *r)
 {
     uint8_t cmd[16] = {0x5e, 0x7a};
@@ -310,6 +351,7 @@ Suite *suite_retain(void)
     tcase_add_test(t, retain_kept_for_ever_kinds);
     tcase_add_test(t, retain_replay_then_expire);
     tcase_add_test(t, retain_sweep_is_bounded);
+    tcase_add_test(t, retain_sweep_paced);
     tcase_add_test(t, retain_receive_outcome_without_bodies);
     suite_add_tcase(s, t);
     return s;
