@@ -90,6 +90,7 @@ struct kl_node {
     kl_node_transfer_counts xfer; /* bumped on apply (node.c note_transfers) */
     kl_scan_hints hints;         /* where evaluation scans seek (engine/view.h), kept on apply */
     kl_park park;                /* Receives waiting for messages (park.h) */
+    kl_read_cache reads;         /* applied queue names and meta records (engine/view.h) */
     /* Outcome sweep pacing (node_submit.c batch_retention), partition time. */
     int64_t retain_sweep_next_ms;
     bool retain_sweep_full;

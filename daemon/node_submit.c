@@ -114,7 +114,7 @@ static kl_code replay_committed(kl_node *n, const char *principal, const Keyload
     }
     /* A Receive's outcome without its bodies: read back through the leases, or refused
      * (ARCHITECTURE.md "Store layout"). */
-    kl_view v = {.store = n->store, .pending = &n->overlay, .scan_limit = UINT64_MAX};
+    kl_view v = {.store = n->store, .reads = &n->reads, .pending = &n->overlay, .scan_limit = UINT64_MAX};
     uint8_t *full = NULL;
     size_t full_len = 0;
     kl_code rc2 = kl_retain_restore_bodies(&v, o->receipt.data, o->receipt.len, &full, &full_len, err);
@@ -213,7 +213,7 @@ static kl_code batch_idle(kl_node *n, const Keyload__V1__BatchRequest *b, const 
     kl_park_receive_only(b, idle, &wait_ms);
     if (!*idle)
         return KL_OK;
-    kl_view base = {.store = n->store, .pending = &n->overlay, .scan_limit = UINT64_MAX};
+    kl_view base = {.store = n->store, .reads = &n->reads, .pending = &n->overlay, .scan_limit = UINT64_MAX};
     return kl_park_idle(&base, scratch, idle, err);
 }
 
@@ -261,7 +261,7 @@ static kl_code batch_retention(kl_node *n, const char *principal, const Keyload_
         return rc;
     if (!n->retain_sweep_full && now < n->retain_sweep_next_ms)
         return KL_OK;
-    kl_view v = {.store = n->store, .pending = &n->overlay, .scratch = &ev->scratch, .scan_limit = UINT64_MAX};
+    kl_view v = {.store = n->store, .reads = &n->reads, .pending = &n->overlay, .scratch = &ev->scratch, .scan_limit = UINT64_MAX};
     bool full = false;
     if ((rc = kl_retain_sweep(&v, now, retention, &full, err)) != KL_OK)
         return rc;
@@ -277,7 +277,7 @@ static kl_code batch_evaluate(kl_node *n, const char *principal, const Keyload__
                               const kl_limits *limits, uint64_t index, uint64_t term, int64_t now,
                               batch_eval *ev, kl_err *err)
 {
-    kl_view view = {.store = n->store, .pending = &n->overlay, .scratch = &ev->scratch,
+    kl_view view = {.store = n->store, .reads = &n->reads, .pending = &n->overlay, .scratch = &ev->scratch,
                     .scan_limit = limits->max_scan_records, .hints = &n->hints};
     kl_eval_ctx ctx = node_eval_ctx(n, &view, limits, subj, now);
     ctx.index = index;
@@ -457,7 +457,7 @@ static void idle_answer(kl_node *n, const Keyload__V1__BatchRequest *b, const ch
     kl_code rc = KL_OK;
     if (now < until) {
         kl_parked *p = again ? again : kl_parked_new(principal, b->command_id.data, digest, req, len);
-        kl_view base = {.store = n->store, .pending = &n->overlay, .scan_limit = UINT64_MAX};
+        kl_view base = {.store = n->store, .reads = &n->reads, .pending = &n->overlay, .scan_limit = UINT64_MAX};
         if (p == NULL || (again == NULL && kl_parked_add_waiter(p, fn, cookie) != 0))
             rc = kl_fail(&err, KL_UNAVAILABLE, "memory", "out of memory parking the receive; retry");
         if (rc == KL_OK && (rc = kl_park_watch(&base, b, p, &err)) == KL_OK) {
@@ -516,7 +516,7 @@ typedef struct submit_req {
 static kl_code submit_admit(submit_req *r)
 {
     kl_node *n = r->n;
-    kl_view view = {.store = n->store, .pending = &n->overlay};
+    kl_view view = {.store = n->store, .reads = &n->reads, .pending = &n->overlay};
     const char *tenant, *db;
     kl_code rc = kl_engine_validate_batch(r->b, r->len, &n->cfg.limits, r->err);
     if (rc == KL_OK)
@@ -586,7 +586,7 @@ static kl_code submit_dedupe(submit_req *r)
     /* No outcome: new, or expired. The applied mark, because the deletes below it are
      * applied in the same write as the mark (ARCHITECTURE.md "Store layout"). */
     int64_t mark, cursor;
-    kl_view applied = {.store = n->store, .scan_limit = UINT64_MAX};
+    kl_view applied = {.store = n->store, .reads = &n->reads, .scan_limit = UINT64_MAX};
     if ((rc = kl_retain_mark_read(&applied, &mark, &cursor, r->err)) != KL_OK)
         return rc;
     return kl_retain_check_expired(r->b->first_sent_unix_ms, mark, r->err);

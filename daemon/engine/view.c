@@ -2,6 +2,7 @@
 
 #include "daemon/store/keys.h"
 
+#include <assert.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -31,6 +32,57 @@ static kl_code copy_out(const kl_ov_entry *e, uint8_t **val, size_t *vlen, bool 
     return KL_OK;
 }
 
+static bool read_cacheable(const uint8_t *key, size_t klen)
+{
+    return klen > 1 && klen <= KL_KEY_MAX && (key[0] == 'N' || (key[0] == 'M' && !kl_store_key_is_local(key, klen)));
+}
+
+/* FNV-1a of the key, to a slot. */
+static size_t read_cache_slot(const uint8_t *key, size_t klen)
+{
+    uint32_t h = 2166136261u;
+    for (size_t i = 0; i < klen; i++)
+        h = (h ^ key[i]) * 16777619u;
+    return h % KL_READ_CACHE_SLOTS;
+}
+
+/* kl_store_get through the read cache (view.h). */
+static kl_code cached_get(kl_read_cache *c, kl_store *st, const uint8_t *key, size_t klen, uint8_t **val,
+                          size_t *vlen, bool *found, kl_err *err)
+{
+    uint64_t applied = kl_store_applied_index(st);
+    if (applied != c->applied) {
+        for (size_t i = 0; i < KL_READ_CACHE_SLOTS; i++)
+            c->s[i].klen = 0;
+        c->applied = applied;
+    }
+    kl_read_cache_slot *s = &c->s[read_cache_slot(key, klen)];
+    if (s->klen == klen && memcmp(s->key, key, klen) == 0) {
+        c->hits++;
+        *found = s->found;
+        *vlen = s->found ? s->vlen : 0;
+        *val = NULL;
+        if (!s->found)
+            return KL_OK;
+        if ((*val = malloc(s->vlen ? s->vlen : 1)) == NULL)
+            return kl_fail(err, KL_INTERNAL, "memory", "view: out of memory");
+        memcpy(*val, s->val, s->vlen);
+        return KL_OK;
+    }
+    c->misses++;
+    kl_code rc = kl_store_get(st, key, klen, val, vlen, found, err);
+    if (rc != KL_OK || (*found && *vlen > KL_READ_CACHE_VALUE_MAX))
+        return rc;
+    assert(kl_store_applied_index(st) == applied); /* a read never applies */
+    memcpy(s->key, key, klen);
+    s->klen = klen;
+    s->found = *found;
+    s->vlen = *found ? *vlen : 0;
+    if (*found)
+        memcpy(s->val, *val, *vlen);
+    return KL_OK;
+}
+
 kl_code kl_view_get(kl_view *v, const uint8_t *key, size_t klen, uint8_t **val, size_t *vlen,
                     bool *found, kl_err *err)
 {
@@ -42,6 +94,8 @@ kl_code kl_view_get(kl_view *v, const uint8_t *key, size_t klen, uint8_t **val, 
         return copy_out(e, val, vlen, found, err);
     if (v->pending && (e = kl_overlay_find(v->pending, key, klen)) != NULL)
         return copy_out(e, val, vlen, found, err);
+    if (v->reads != NULL && read_cacheable(key, klen))
+        return cached_get(v->reads, v->store, key, klen, val, vlen, found, err);
     return kl_store_get(v->store, key, klen, val, vlen, found, err);
 }
 

@@ -42,6 +42,27 @@ typedef struct kl_scan_hints {
 void kl_scan_hints_begin_apply(kl_scan_hints *h, uint64_t applied, uint64_t index);
 void kl_scan_hints_note_put(kl_scan_hints *h, const uint8_t *key, size_t klen);
 
+/* Read cache: the applied values (or absence) of queue names ('N') and of the partition's
+ * replicated meta records ('M', never a member's local ones such as "hard" or
+ * "log_start", which change outside an apply): keys nearly every batch reads and almost
+ * none writes, each read otherwise a RocksDB lookup. The table holds for one applied
+ * index: the first read after the store's applied index moved (an apply, a snapshot
+ * install) empties it, and only applies and installs write those keys, so a hit answers
+ * exactly what the store would. Values over KL_READ_CACHE_VALUE_MAX bytes are not kept.
+ * Direct-mapped over KL_READ_CACHE_SLOTS slots. Loop thread only. */
+typedef struct kl_read_cache_slot {
+    uint8_t key[KL_KEY_MAX];
+    size_t klen;                 /* 0: empty */
+    uint8_t val[KL_READ_CACHE_VALUE_MAX];
+    size_t vlen;
+    bool found;
+} kl_read_cache_slot;
+typedef struct kl_read_cache {
+    uint64_t applied;            /* the store's applied index the slots hold for */
+    uint64_t hits, misses;
+    kl_read_cache_slot s[KL_READ_CACHE_SLOTS];
+} kl_read_cache;
+
 typedef struct kl_view {
     kl_store *store;
     kl_overlay *pending;   /* may be NULL: read applied state only */
@@ -49,6 +70,7 @@ typedef struct kl_view {
     uint64_t scanned;
     uint64_t scan_limit;
     kl_scan_hints *hints;  /* may be NULL: every scan seeks from its start */
+    kl_read_cache *reads;  /* may be NULL: every applied read goes to the store */
 } kl_view;
 
 /* Point read. On found, *val is malloc'd (caller frees). RESOURCE_EXHAUSTED past the

@@ -566,6 +566,105 @@ START_TEST(store_apply_last_write_wins_within_an_entry)
 }
 END_TEST
 
+/* Applies one entry of puts (key, value) pairs at the store's next index. */
+static void apply_puts(kl_store *st, const char *const *kv, size_t n)
+{
+    Keyload__V1__KvOp o[8], *op[8];
+    ck_assert_uint_le(n, 8);
+    for (size_t i = 0; i < n; i++) {
+        keyload__v1__kv_op__init(&o[i]);
+        o[i].key = (ProtobufCBinaryData){strlen(kv[2 * i]), (uint8_t *)kv[2 * i]};
+        o[i].value = (ProtobufCBinaryData){strlen(kv[2 * i + 1]), (uint8_t *)kv[2 * i + 1]};
+        op[i] = &o[i];
+    }
+    Keyload__V1__WriteSet w = KEYLOAD__V1__WRITE_SET__INIT, *ws[] = {&w};
+    w.ops = op;
+    w.n_ops = n;
+    Keyload__V1__LogEntry e = KEYLOAD__V1__LOG_ENTRY__INIT;
+    e.index = kl_store_last_index(st) + 1;
+    e.write_sets = ws;
+    e.n_write_sets = 1;
+    uint8_t buf[1024];
+    size_t len = keyload__v1__log_entry__pack(&e, buf);
+    kl_err err;
+    ck_assert_int_eq(kl_store_append(st, e.index, buf, len, &err), KL_OK);
+    ck_assert_int_eq(kl_store_apply(st, &e, &err), KL_OK);
+}
+
+/* What a view with the read cache answers for key: 1 found with want, 0 absent. */
+static void view_expect(kl_view *v, const char *key, const char *want)
+{
+    uint8_t *val;
+    size_t n;
+    bool found;
+    kl_err err;
+    ck_assert_int_eq(kl_view_get(v, (const uint8_t *)key, strlen(key), &val, &n, &found, &err), KL_OK);
+    if (want == NULL) {
+        ck_assert_msg(!found, "%s is present", key);
+    } else {
+        ck_assert_msg(found, "%s is absent", key);
+        ck_assert_uint_eq(n, strlen(want));
+        ck_assert_mem_eq(val, want, n);
+    }
+    free(val);
+}
+
+/* The read cache answers what the store holds: a hit only while the applied index stays,
+ * emptied by the next apply (a changed value, a key that appeared), never for a member's
+ * local meta or a long value. */
+START_TEST(view_read_cache_follows_the_applied_index)
+{
+    char dir[256];
+    th_tmpdir(dir, sizeof dir);
+    kl_store *st;
+    kl_err err;
+    ck_assert_int_eq(kl_store_open(dir, NULL, &st, &err), KL_OK);
+    static kl_read_cache rc;
+    memset(&rc, 0, sizeof rc);
+    kl_view v = {.store = st, .reads = &rc, .scan_limit = UINT64_MAX};
+    const char *a[] = {"Nq1", "id-1", "Mcatalog_version", "v1"};
+    apply_puts(st, a, 2);
+    view_expect(&v, "Nq1", "id-1");
+    view_expect(&v, "Nq1", "id-1");
+    view_expect(&v, "Nq2", NULL);
+    view_expect(&v, "Nq2", NULL);
+    view_expect(&v, "Mcatalog_version", "v1");
+    ck_assert_uint_eq(rc.misses, 3);
+    ck_assert_uint_eq(rc.hits, 2);
+    const char *b[] = {"Nq1", "id-9", "Nq2", "id-2"};
+    apply_puts(st, b, 2);
+    view_expect(&v, "Nq1", "id-9");
+    view_expect(&v, "Nq2", "id-2");
+    view_expect(&v, "Mcatalog_version", "v1");
+    ck_assert_uint_eq(rc.misses, 6);
+    /* A member's own meta ('M' "hard") changes outside applies: never cached. */
+    Keyload__V1__HardState hs = KEYLOAD__V1__HARD_STATE__INIT;
+    hs.term = 7;
+    hs.commit = 1;
+    ck_assert_int_eq(kl_store_save_commit(st, &hs, &err), KL_OK);
+    uint64_t hits = rc.hits, misses = rc.misses;
+    uint8_t *val;
+    size_t n;
+    bool found;
+    ck_assert_int_eq(kl_view_get(&v, (const uint8_t *)"Mhard", 5, &val, &n, &found, &err), KL_OK);
+    ck_assert(found);
+    free(val);
+    ck_assert_uint_eq(rc.hits, hits);
+    ck_assert_uint_eq(rc.misses, misses);
+    /* A value over KL_READ_CACHE_VALUE_MAX is read from the store each time. */
+    char big[KL_READ_CACHE_VALUE_MAX + 2];
+    memset(big, 'x', sizeof big - 1);
+    big[sizeof big - 1] = 0;
+    const char *c[] = {"Nbig", big};
+    apply_puts(st, c, 1);
+    view_expect(&v, "Nbig", big);
+    view_expect(&v, "Nbig", big);
+    ck_assert_uint_eq(rc.misses, misses + 2);
+    kl_store_close(st);
+    th_rmrf(dir);
+}
+END_TEST
+
 Suite *suite_store(void)
 {
     Suite *s = suite_create("store");
@@ -582,6 +681,7 @@ Suite *suite_store(void)
     tcase_add_test(t, store_info_log_stays_small);
     tcase_add_test(t, last_write_keeps_only_each_keys_last);
     tcase_add_test(t, store_apply_last_write_wins_within_an_entry);
+    tcase_add_test(t, view_read_cache_follows_the_applied_index);
     suite_add_tcase(s, t);
     return s;
 }
