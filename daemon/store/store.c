@@ -606,6 +606,15 @@ static void batch_op(rocksdb_writebatch_t *wb, const Keyload__V1__KvOp *op)
                                (const char *)op->value.data, op->value.len);
 }
 
+/* Byte order of two ops' keys: RocksDB's default comparator. */
+static int op_key_cmp(const void *a, const void *b)
+{
+    const Keyload__V1__KvOp *x = *(const Keyload__V1__KvOp *const *)a, *y = *(const Keyload__V1__KvOp *const *)b;
+    size_t n = x->key.len < y->key.len ? x->key.len : y->key.len;
+    int c = n ? memcmp(x->key.data, y->key.data, n) : 0;
+    return c != 0 ? c : (x->key.len > y->key.len) - (x->key.len < y->key.len);
+}
+
 kl_code kl_store_apply(kl_store *st, const Keyload__V1__LogEntry *e, kl_err *err)
 {
     if (e->index != st->applied + 1)
@@ -668,9 +677,22 @@ kl_code kl_store_apply(kl_store *st, const Keyload__V1__LogEntry *e, kl_err *err
                 keys[i] = (kl_last_write_key){ops[i]->key.data, ops[i]->key.len};
             dedup = kl_last_write_mark(keys, n_ops, superseded);
         }
-        for (size_t i = 0; i < n_ops; i++)
-            if (!dedup || !superseded[i])
+        if (dedup) {
+            /* Every key is now written once, so the order of the writes no longer matters;
+             * in key order each memtable insert starts from where the previous one ended
+             * (RocksDB keeps that position between inserts), instead of searching the
+             * skip list from the top for keys that alternate between tags. */
+            size_t kept = 0;
+            for (size_t i = 0; i < n_ops; i++)
+                if (!superseded[i])
+                    ops[kept++] = ops[i];
+            qsort(ops, kept, sizeof *ops, op_key_cmp);
+            for (size_t i = 0; i < kept; i++)
                 batch_op(wb, ops[i]);
+        } else {
+            for (size_t i = 0; i < n_ops; i++)
+                batch_op(wb, ops[i]);
+        }
     }
     if (e->partition_incarnation.len == 16) {
         /* The first incarnation applied wins: a leader that failed before its proposal
