@@ -784,12 +784,10 @@ END_TEST
 
 /* ---------------------------------------------------------------- the loop's TCP transport */
 
-/* A raw TCP connection to the fixture's port (what no nng client would send). */
-static int tcp_raw_connect(void)
+/* A raw TCP connection to 127.0.0.1:port, reads bounded at 5 s. */
+static int tcp_raw_connect_port(int port)
 {
-    const char *colon = strrchr(fx.url, ':');
-    ck_assert_ptr_nonnull(colon);
-    struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons((uint16_t)atoi(colon + 1))};
+    struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
     sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
     int fd = socket(AF_INET, SOCK_STREAM, 0);
     ck_assert_int_ge(fd, 0);
@@ -797,6 +795,14 @@ static int tcp_raw_connect(void)
     struct timeval tv = {.tv_sec = 5};
     ck_assert_int_eq(setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv), 0);
     return fd;
+}
+
+/* A raw TCP connection to the fixture's port (what no nng client would send). */
+static int tcp_raw_connect(void)
+{
+    const char *colon = strrchr(fx.url, ':');
+    ck_assert_ptr_nonnull(colon);
+    return tcp_raw_connect_port(atoi(colon + 1));
 }
 
 static void tcp_raw_send(int fd, const void *b, size_t n)
@@ -1003,13 +1009,7 @@ START_TEST(test_tcp_answers_flushed_in_order)
         rc = kl_rpc_tcp_start(&loop, &cfg, &t, &err);
     }
     ck_assert_msg(rc == KL_OK, "start: %s", err.message);
-    struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
-    sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    int fd = socket(AF_INET, SOCK_STREAM, 0);
-    ck_assert_int_ge(fd, 0);
-    ck_assert_int_eq(connect(fd, (struct sockaddr *)&sa, sizeof sa), 0);
-    struct timeval tv = {.tv_sec = 5};
-    ck_assert_int_eq(setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv), 0);
+    int fd = tcp_raw_connect_port(port);
     tcp_raw_send(fd, tcp_req_hello, sizeof tcp_req_hello);
     for (uint8_t i = 0; i < TD_CALLS; i++) {
         const uint8_t req[5] = {0x80, 0, 1, i, 'x'};

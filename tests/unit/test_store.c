@@ -449,6 +449,16 @@ START_TEST(store_info_log_stays_small)
 }
 END_TEST
 
+/* A new store in a new temporary directory (dir, cap: its path). */
+static kl_store *tmp_store(char *dir, size_t cap)
+{
+    th_tmpdir(dir, cap);
+    kl_store *st;
+    kl_err err;
+    ck_assert_int_eq(kl_store_open(dir, NULL, &st, &err), KL_OK);
+    return st;
+}
+
 START_TEST(last_write_keeps_only_each_keys_last)
 {
     /* a b a c b a, plus a key that is a prefix of another and an empty key twice */
@@ -488,10 +498,8 @@ END_TEST
 START_TEST(store_apply_last_write_wins_within_an_entry)
 {
     char dir[256];
-    th_tmpdir(dir, sizeof dir);
-    kl_store *st;
+    kl_store *st = tmp_store(dir, sizeof dir);
     kl_err err;
-    ck_assert_int_eq(kl_store_open(dir, NULL, &st, &err), KL_OK);
     Keyload__V1__KvOp o[7];
     for (size_t i = 0; i < 7; i++)
         keyload__v1__kv_op__init(&o[i]);
@@ -615,10 +623,8 @@ static void view_expect(kl_view *v, const char *key, const char *want)
 START_TEST(view_read_cache_follows_the_applied_index)
 {
     char dir[256];
-    th_tmpdir(dir, sizeof dir);
-    kl_store *st;
+    kl_store *st = tmp_store(dir, sizeof dir);
     kl_err err;
-    ck_assert_int_eq(kl_store_open(dir, NULL, &st, &err), KL_OK);
     static kl_read_cache rc;
     memset(&rc, 0, sizeof rc);
     kl_view v = {.store = st, .reads = &rc, .scan_limit = UINT64_MAX};
