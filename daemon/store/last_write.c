@@ -3,46 +3,30 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* FNV-1a: keys are short (under 64 bytes), and a collision costs only a memcmp. */
-static uint64_t key_hash(const uint8_t *k, size_t len)
+static int key_cmp(const kl_last_write_key *x, const kl_last_write_key *y)
 {
-    uint64_t h = 1469598103934665603ull;
-    for (size_t i = 0; i < len; i++) {
-        h ^= k[i];
-        h *= 1099511628211ull;
-    }
-    return h;
+    size_t n = x->len < y->len ? x->len : y->len;
+    int c = n ? memcmp(x->key, y->key, n) : 0;
+    return c != 0 ? c : (x->len > y->len) - (x->len < y->len);
 }
 
-bool kl_last_write_mark(const kl_last_write_key *keys, size_t n, bool *superseded)
+/* Key order, and within one key the sequence's order. */
+static int write_cmp(const void *a, const void *b)
 {
-    for (size_t i = 0; i < n; i++)
-        superseded[i] = false;
+    const kl_last_write_key *x = a, *y = b;
+    int c = key_cmp(x, y);
+    return c != 0 ? c : (x->pos > y->pos) - (x->pos < y->pos);
+}
+
+size_t kl_last_write_sort(kl_last_write_key *w, size_t n)
+{
     if (n < 2)
-        return true;
-    size_t cap = 4;
-    while (cap < 2 * n)
-        cap <<= 1;
-    /* slot holds write index + 1; 0 is empty. Load factor stays at most one half. */
-    size_t *slot = calloc(cap, sizeof *slot);
-    if (slot == NULL)
-        return false;
-    /* Walk from the end: the first sighting of a key is its last write. */
-    for (size_t i = n; i-- > 0;) {
-        size_t s = (size_t)key_hash(keys[i].key, keys[i].len) & (cap - 1);
-        for (;;) {
-            if (slot[s] == 0) {
-                slot[s] = i + 1;
-                break;
-            }
-            const kl_last_write_key *o = &keys[slot[s] - 1];
-            if (o->len == keys[i].len && memcmp(o->key, keys[i].key, o->len) == 0) {
-                superseded[i] = true;
-                break;
-            }
-            s = (s + 1) & (cap - 1);
-        }
-    }
-    free(slot);
-    return true;
+        return n;
+    qsort(w, n, sizeof *w, write_cmp);
+    /* Each run of one key ends with its last write. */
+    size_t kept = 0;
+    for (size_t i = 0; i < n; i++)
+        if (i + 1 == n || key_cmp(&w[i], &w[i + 1]) != 0)
+            w[kept++] = w[i];
+    return kept;
 }

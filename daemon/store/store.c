@@ -606,15 +606,6 @@ static void batch_op(rocksdb_writebatch_t *wb, const Keyload__V1__KvOp *op)
                                (const char *)op->value.data, op->value.len);
 }
 
-/* Byte order of two ops' keys: RocksDB's default comparator. */
-static int op_key_cmp(const void *a, const void *b)
-{
-    const Keyload__V1__KvOp *x = *(const Keyload__V1__KvOp *const *)a, *y = *(const Keyload__V1__KvOp *const *)b;
-    size_t n = x->key.len < y->key.len ? x->key.len : y->key.len;
-    int c = n ? memcmp(x->key.data, y->key.data, n) : 0;
-    return c != 0 ? c : (x->key.len > y->key.len) - (x->key.len < y->key.len);
-}
-
 kl_code kl_store_apply(kl_store *st, const Keyload__V1__LogEntry *e, kl_err *err)
 {
     if (e->index != st->applied + 1)
@@ -622,15 +613,15 @@ kl_code kl_store_apply(kl_store *st, const Keyload__V1__LogEntry *e, kl_err *err
                        (unsigned long long)e->index, (unsigned long long)st->applied);
     rocksdb_writebatch_t *wb = rocksdb_writebatch_create();
     kl_code rc = KL_OK;
-    /* The ops of the write-sets that apply, in entry order, so that only each key's last
-     * write goes into the batch (last_write.h). Without memory for the lists every op is
-     * written, which gives the same store. */
+    /* The ops of the write-sets that apply, gathered so that only each key's last write
+     * goes into the batch, in key order (last_write.h). Without memory for the lists every
+     * op is written in entry order, which gives the same store. */
     size_t n_all = 0;
     for (size_t i = 0; i < e->n_write_sets; i++)
         n_all += e->write_sets[i]->n_ops;
     const Keyload__V1__KvOp **ops = n_all ? malloc(n_all * sizeof *ops) : NULL;
-    kl_last_write_key *keys = n_all ? malloc(n_all * sizeof *keys) : NULL;
-    bool *superseded = n_all ? malloc(n_all * sizeof *superseded) : NULL;
+    kl_last_write_key *w = n_all ? malloc(n_all * sizeof *w) : NULL;
+    bool gather = ops != NULL && w != NULL;
     size_t n_ops = 0;
     uint64_t catalog = 0; /* catalog version as of the write-sets applied so far */
     bool catalog_read = false;
@@ -662,37 +653,20 @@ kl_code kl_store_apply(kl_store *st, const Keyload__V1__LogEntry *e, kl_err *err
                 continue;
         }
         for (size_t j = 0; j < ws->n_ops; j++) {
-            if (ops != NULL) {
-                assert(n_ops < n_all);
-                ops[n_ops++] = ws->ops[j];
-            } else {
-                batch_op(wb, ws->ops[j]);
+            const Keyload__V1__KvOp *op = ws->ops[j];
+            if (!gather) {
+                batch_op(wb, op);
+                continue;
             }
+            assert(n_ops < n_all);
+            w[n_ops] = (kl_last_write_key){op->key.data, op->key.len, n_ops};
+            ops[n_ops++] = op;
         }
     }
-    if (ops != NULL) {
-        bool dedup = keys != NULL && superseded != NULL;
-        if (dedup) {
-            for (size_t i = 0; i < n_ops; i++)
-                keys[i] = (kl_last_write_key){ops[i]->key.data, ops[i]->key.len};
-            dedup = kl_last_write_mark(keys, n_ops, superseded);
-        }
-        if (dedup) {
-            /* Every key is now written once, so the order of the writes no longer matters;
-             * in key order each memtable insert starts from where the previous one ended
-             * (RocksDB keeps that position between inserts), instead of searching the
-             * skip list from the top for keys that alternate between tags. */
-            size_t kept = 0;
-            for (size_t i = 0; i < n_ops; i++)
-                if (!superseded[i])
-                    ops[kept++] = ops[i];
-            qsort(ops, kept, sizeof *ops, op_key_cmp);
-            for (size_t i = 0; i < kept; i++)
-                batch_op(wb, ops[i]);
-        } else {
-            for (size_t i = 0; i < n_ops; i++)
-                batch_op(wb, ops[i]);
-        }
+    if (gather) {
+        size_t kept = kl_last_write_sort(w, n_ops);
+        for (size_t i = 0; i < kept; i++)
+            batch_op(wb, ops[w[i].pos]);
     }
     if (e->partition_incarnation.len == 16) {
         /* The first incarnation applied wins: a leader that failed before its proposal
@@ -722,8 +696,7 @@ kl_code kl_store_apply(kl_store *st, const Keyload__V1__LogEntry *e, kl_err *err
     }
     __atomic_store_n(&st->applied, e->index, __ATOMIC_RELAXED); /* read by a running log write */
 out:
-    free(superseded);
-    free(keys);
+    free(w);
     free(ops);
     rocksdb_writebatch_destroy(wb);
     return rc;

@@ -6,7 +6,8 @@
  *    survive kill -9 and power loss, and kl_store_last_index moves.
  *  - kl_store_apply: writes one committed entry's write-sets together with
  *    'M'"applied" in one WriteBatch that bypasses the WAL (so it is never synced); of several
- *    writes of one key in the entry only the last goes into the batch (store/last_write). A crash
+ *    writes of one key in the entry only the last goes into the batch, in key order
+ *    (store/last_write). A crash
  *    may lose it, state and applied index together; recovery re-applies every logged
  *    entry after `applied` (kl_store_applied_index).
  *  - The format record is checked at open: format_version must be known, unknown

@@ -464,30 +464,35 @@ START_TEST(last_write_keeps_only_each_keys_last)
     /* a b a c b a, plus a key that is a prefix of another and an empty key twice */
     const char *k[] = {"a", "b", "a", "c", "b", "a", "ab", "", ""};
     size_t n = sizeof k / sizeof k[0];
-    kl_last_write_key keys[9];
+    kl_last_write_key w[9];
     for (size_t i = 0; i < n; i++)
-        keys[i] = (kl_last_write_key){(const uint8_t *)k[i], strlen(k[i])};
-    bool sup[9];
-    memset(sup, 1, sizeof sup);
-    ck_assert(kl_last_write_mark(keys, n, sup));
-    const bool want[9] = {true, true, true, false, false, false, false, true, false};
-    for (size_t i = 0; i < n; i++)
-        ck_assert_msg(sup[i] == want[i], "write %zu (key \"%s\")", i, k[i]);
-    /* Many distinct keys with one repeat at the ends: the table grows past its first size. */
+        w[i] = (kl_last_write_key){(const uint8_t *)k[i], strlen(k[i]), i};
+    /* Each key once, its last write, in byte order. */
+    const char *want_key[] = {"", "a", "ab", "b", "c"};
+    const size_t want_pos[] = {8, 5, 6, 4, 3};
+    ck_assert_uint_eq(kl_last_write_sort(w, n), 5);
+    for (size_t i = 0; i < 5; i++) {
+        ck_assert_msg(w[i].len == strlen(want_key[i]) && memcmp(w[i].key, want_key[i], w[i].len) == 0,
+                      "kept write %zu is not key \"%s\"", i, want_key[i]);
+        ck_assert_uint_eq(w[i].pos, want_pos[i]);
+    }
+    /* Many distinct keys with one repeat at the ends, given in reverse order. */
     enum { N = 5000 };
     static uint8_t kb[N][8];
     static kl_last_write_key many[N];
-    static bool msup[N];
     for (size_t i = 0; i < N; i++) {
-        kl_be64_put(kb[i], i == N - 1 ? 0 : i);
-        many[i] = (kl_last_write_key){kb[i], 8};
+        kl_be64_put(kb[i], i == N - 1 ? 0 : N - 2 - i); /* N-2 .. 0, then 0 again */
+        many[i] = (kl_last_write_key){kb[i], 8, i};
     }
-    ck_assert(kl_last_write_mark(many, N, msup));
-    ck_assert(msup[0]);
-    for (size_t i = 1; i < N; i++)
-        ck_assert(!msup[i]);
-    ck_assert(kl_last_write_mark(many, 1, msup));
-    ck_assert(!msup[0]);
+    ck_assert_uint_eq(kl_last_write_sort(many, N), N - 1);
+    ck_assert_uint_eq(kl_be64_get(many[0].key), 0);
+    ck_assert_uint_eq(many[0].pos, N - 1); /* key 0: its second write */
+    for (size_t i = 1; i < N - 1; i++) {
+        ck_assert_uint_eq(kl_be64_get(many[i].key), i);
+        ck_assert_uint_eq(many[i].pos, N - 2 - i);
+    }
+    ck_assert_uint_eq(kl_last_write_sort(many, 1), 1);
+    ck_assert_uint_eq(kl_last_write_sort(many, 0), 0);
 }
 END_TEST
 
