@@ -333,7 +333,10 @@ static void become_candidate(kl_raft *r)
     r->leader = 0;
     r->granted = r->rejected = 0;
     reset_timers(r);
-    if (poll(r, r->mc.self, true))
+    /* Our own vote counts once the write recording it is durable (kl_raft_advance), as
+     * every other member's does: a sole voter would otherwise lead a term that a crash
+     * before that write makes it forget, and then vote for another candidate in it. */
+    if (r->term_durable == r->term && poll(r, r->mc.self, true))
         return;
     request_votes(r, KL_RAFT_MSG_VOTE, r->term);
 }
@@ -1594,6 +1597,8 @@ kl_code kl_raft_advance(kl_raft *r, const kl_raft_ready *rd)
     kl_rlog_stable(&r->log);
     if (rd->has_hard_state)
         r->term_durable = rd->hard.term;
+    if (r->role == KL_RAFT_CANDIDATE && r->term_durable == r->term)
+        (void)poll(r, r->mc.self, true); /* a duplicate answer is ignored */
     assert(r->applied_handed <= r->commit);
     r->applied = r->applied_handed;
     free_ready_buffers(r);

@@ -32,7 +32,8 @@
  *      impossible: term and vote first (no entry may carry a term past the stored one), then
  *      the truncation and the entries, then commit (never past the stored log);
  *   3. only then send rd.msgs: a vote grant or an append acknowledgement is a promise that the
- *      vote or the entries are durable, and step 2 is what makes it true;
+ *      vote or the entries are durable, and step 2 is what makes it true (a candidate's vote
+ *      for itself counts, like every other, only once advance reports it durable);
  *   4. apply rd.committed in order, serve rd.reads (a read state {ctx, index} may be answered
  *      once the applied index is >= index);
  *   5. call kl_raft_advance(r, &rd): everything in rd is durable and applied.

@@ -732,6 +732,37 @@ END_TEST
 /* The leader counts itself only once its driver reported its own write, even though its
  * appends leave before that write completes (Q2 = 2 with n3 cut off: n2's copy plus the
  * leader's own are the only way to commit). */
+/* A sole voter counts its own vote only once the write recording its new term and vote is
+ * reported: before that it is a candidate, and a crash that loses the write leaves it at its
+ * old term with no vote given, never a leader of a term it forgot (it could then vote for
+ * another candidate in that term, and the term would have two leaders). */
+START_TEST(sole_voter_leads_only_after_its_vote_is_durable)
+{
+    mc c;
+    mc_init(&c, 1, 1);
+    c.nd[0].hold = true;
+    for (int k = 0; k < 100 && mc_status(&c, 1).term == 0; k++)
+        mc_tick(&c, 1, 1);
+    kl_raft_status st = mc_status(&c, 1);
+    ck_assert_uint_eq(st.term, 1);
+    ck_assert_int_eq(st.role, KL_RAFT_CANDIDATE);
+    ck_assert_uint_eq(c.nd[0].hs.term, 0);
+    /* The write is lost: it starts again at term 0, voted for nobody. */
+    mc_crash(&c, 1);
+    c.nd[0].hold = false;
+    mc_start(&c, 1);
+    st = mc_status(&c, 1);
+    ck_assert_uint_eq(st.term, 0);
+    ck_assert_uint_eq(st.vote, 0);
+    /* With its write reported it leads the term it recorded. */
+    mc_elect(&c, 1);
+    st = mc_status(&c, 1);
+    ck_assert_uint_eq(c.nd[0].hs.term, st.term);
+    ck_assert_uint_eq(c.nd[0].hs.vote, 1);
+    mc_free(&c);
+}
+END_TEST
+
 START_TEST(leader_counts_itself_after_persisting)
 {
     mc c;
@@ -2195,6 +2226,7 @@ Suite *suite_raft(void)
     tcase_add_test(t, prevote_keeps_terms);
     tcase_add_test(t, commit_needs_q2_persisted);
     tcase_add_test(t, leader_counts_itself_after_persisting);
+    tcase_add_test(t, sole_voter_leads_only_after_its_vote_is_durable);
     tcase_add_test(t, leader_appends_leave_while_it_writes);
     tcase_add_test(t, follower_acks_only_after_its_write);
     tcase_add_test(t, no_apply_before_own_write);
