@@ -39,6 +39,13 @@ struct kl_store {
     _Atomic bool failure_claimed;
     _Atomic bool first_failure_set;
     kl_err first_failure;
+    /* 'M'"catalog_version" and 'M'"catalog_changes" as applied: every applied entry and
+     * most requests read them, and they change only when a catalog change applies. Loop
+     * thread only (their one writer, kl_store_apply, and every reader run there). Dropped
+     * by an apply that writes either key and by an install; refilled by the next read. */
+    bool catalog_cached;
+    uint64_t catalog_version;
+    uint64_t catalog_changes;
 };
 
 /* Marks the store failed (no write after this one) and keeps the first cause. Any thread. */
@@ -143,7 +150,7 @@ rocksdb_iterator_t *kl_store_iterator(kl_store *st)
     return rocksdb_create_iterator(st->db, st->ropts);
 }
 
-kl_code kl_store_meta_u64(kl_store *st, const char *meta, uint64_t *out, kl_err *err)
+static kl_code meta_u64_read(kl_store *st, const char *meta, uint64_t *out, kl_err *err)
 {
     kl_key k;
     kl_key_meta(&k, meta);
@@ -162,6 +169,35 @@ kl_code kl_store_meta_u64(kl_store *st, const char *meta, uint64_t *out, kl_err 
         *out = kl_be64_get(v);
         free(v);
     }
+    return KL_OK;
+}
+
+/* Whether key is the 'M' key of one of the cached catalog counters. */
+static bool is_catalog_counter(const uint8_t *key, size_t len)
+{
+    kl_key v, c;
+    kl_key_meta(&v, "catalog_version");
+    kl_key_meta(&c, "catalog_changes");
+    return (len == v.len && memcmp(key, v.b, len) == 0) || (len == c.len && memcmp(key, c.b, len) == 0);
+}
+
+kl_code kl_store_meta_u64(kl_store *st, const char *meta, uint64_t *out, kl_err *err)
+{
+    bool version = strcmp(meta, "catalog_version") == 0;
+    if (!version && strcmp(meta, "catalog_changes") != 0)
+        return meta_u64_read(st, meta, out, err);
+    if (!st->catalog_cached) {
+        uint64_t v, c;
+        kl_code rc = meta_u64_read(st, "catalog_version", &v, err);
+        if (rc == KL_OK)
+            rc = meta_u64_read(st, "catalog_changes", &c, err);
+        if (rc != KL_OK)
+            return rc;
+        st->catalog_version = v;
+        st->catalog_changes = c;
+        st->catalog_cached = true;
+    }
+    *out = version ? st->catalog_version : st->catalog_changes;
     return KL_OK;
 }
 
@@ -597,8 +633,11 @@ kl_code kl_store_read_log(kl_store *st, uint64_t index, uint8_t **entry, size_t 
     return kl_store_get(st, k.b, k.len, entry, len, found, err);
 }
 
-static void batch_op(rocksdb_writebatch_t *wb, const Keyload__V1__KvOp *op)
+/* Adds op to wb; drops the catalog counters' cache when op writes one of them. */
+static void batch_op(kl_store *st, rocksdb_writebatch_t *wb, const Keyload__V1__KvOp *op)
 {
+    if (op->key.len > 0 && op->key.data[0] == 'M' && is_catalog_counter(op->key.data, op->key.len))
+        st->catalog_cached = false;
     if (op->del)
         rocksdb_writebatch_delete(wb, (const char *)op->key.data, op->key.len);
     else
@@ -655,7 +694,7 @@ kl_code kl_store_apply(kl_store *st, const Keyload__V1__LogEntry *e, kl_err *err
         for (size_t j = 0; j < ws->n_ops; j++) {
             const Keyload__V1__KvOp *op = ws->ops[j];
             if (!gather) {
-                batch_op(wb, op);
+                batch_op(st, wb, op);
                 continue;
             }
             assert(n_ops < n_all);
@@ -666,7 +705,7 @@ kl_code kl_store_apply(kl_store *st, const Keyload__V1__LogEntry *e, kl_err *err
     if (gather) {
         size_t kept = kl_last_write_sort(w, n_ops);
         for (size_t i = 0; i < kept; i++)
-            batch_op(wb, ops[w[i].pos]);
+            batch_op(st, wb, ops[w[i].pos]);
     }
     if (e->partition_incarnation.len == 16) {
         /* The first incarnation applied wins: a leader that failed before its proposal
@@ -1141,6 +1180,7 @@ kl_code kl_store_install(kl_store *st, uint32_t nfiles, uint64_t index, uint64_t
     rocksdb_writebatch_destroy(wb);
     if (rerr != NULL)
         return rocks_fail(err, "install begin", rerr);
+    st->catalog_cached = false; /* the snapshot's counters replace the applied ones */
     kl_code rc = KL_FAILPOINT("store.install_begun", err);
     if (rc == KL_OK)
         rc = install_complete(st, nfiles, index, term, config, config_len, err);

@@ -676,6 +676,71 @@ START_TEST(view_read_cache_follows_the_applied_index)
 }
 END_TEST
 
+/* Applies one entry holding one write-set that puts u64 value under meta name; the
+ * write-set is a tailed catalog change of version `catalog` when that is not 0. */
+static void apply_meta(kl_store *st, const char *name, uint64_t value, uint64_t catalog)
+{
+    kl_key k;
+    kl_key_meta(&k, name);
+    uint8_t vb[8];
+    kl_be64_put(vb, value);
+    Keyload__V1__KvOp o = KEYLOAD__V1__KV_OP__INIT, *op[] = {&o};
+    o.key = (ProtobufCBinaryData){k.len, k.b};
+    o.value = (ProtobufCBinaryData){8, vb};
+    Keyload__V1__WriteSet w = KEYLOAD__V1__WRITE_SET__INIT, *ws[] = {&w};
+    w.ops = op;
+    w.n_ops = 1;
+    w.catalog_version = catalog;
+    Keyload__V1__LogEntry e = KEYLOAD__V1__LOG_ENTRY__INIT;
+    e.index = kl_store_last_index(st) + 1;
+    e.write_sets = ws;
+    e.n_write_sets = 1;
+    uint8_t buf[256];
+    size_t len = keyload__v1__log_entry__pack(&e, buf);
+    kl_err err;
+    ck_assert_int_eq(kl_store_append(st, e.index, buf, len, &err), KL_OK);
+    ck_assert_int_eq(kl_store_apply(st, &e, &err), KL_OK);
+}
+
+static void expect_counters(kl_store *st, uint64_t version, uint64_t changes)
+{
+    uint64_t v, c;
+    kl_err err;
+    ck_assert_int_eq(kl_store_meta_u64(st, "catalog_version", &v, &err), KL_OK);
+    ck_assert_int_eq(kl_store_meta_u64(st, "catalog_changes", &c, &err), KL_OK);
+    ck_assert_uint_eq(v, version);
+    ck_assert_uint_eq(c, changes);
+}
+
+/* The catalog counters are cached in the store: every apply that writes one is seen by the
+ * next read, a skipped catalog write-set changes nothing, and a reopen reads them again. */
+START_TEST(store_catalog_counters_follow_applies)
+{
+    char dir[256];
+    kl_store *st = tmp_store(dir, sizeof dir);
+    kl_err err;
+    expect_counters(st, 0, 0);
+    apply_meta(st, "catalog_version", 1, 1);
+    expect_counters(st, 1, 0);
+    apply_meta(st, "catalog_changes", 3, 0);
+    expect_counters(st, 1, 3);
+    /* version 5 is not current + 1: the write-set is skipped, its op never applies */
+    apply_meta(st, "catalog_version", 5, 5);
+    expect_counters(st, 1, 3);
+    apply_meta(st, "catalog_version", 2, 2);
+    expect_counters(st, 2, 3);
+    const char *other[] = {"x", "y"};
+    apply_puts(st, other, 1);
+    expect_counters(st, 2, 3);
+    ck_assert_int_eq(kl_store_flush(st, &err), KL_OK);
+    kl_store_close(st);
+    ck_assert_int_eq(kl_store_open(dir, NULL, &st, &err), KL_OK);
+    expect_counters(st, 2, 3);
+    kl_store_close(st);
+    th_rmrf(dir);
+}
+END_TEST
+
 Suite *suite_store(void)
 {
     Suite *s = suite_create("store");
@@ -693,6 +758,7 @@ Suite *suite_store(void)
     tcase_add_test(t, last_write_keeps_only_each_keys_last);
     tcase_add_test(t, store_apply_last_write_wins_within_an_entry);
     tcase_add_test(t, view_read_cache_follows_the_applied_index);
+    tcase_add_test(t, store_catalog_counters_follow_applies);
     suite_add_tcase(s, t);
     return s;
 }
