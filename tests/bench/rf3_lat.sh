@@ -10,7 +10,10 @@
 #              RF3_PORT (first client port, default 18531; peers +100), RF3_CELLS (default
 #              "1 64"; a cell 0 is the cluster left idle for the same time, for its
 #              background CPU), RF3_RUNS (default 1), RF3_OUT (a directory kept for the logs; default
-#              a temporary one that is removed), RF3_PERF=1.
+#              a temporary one that is removed), RF3_PERF=1, RF3_PIPELINE=1 (a cell N is one
+#              client with N batches in flight, as the peers part's 64 cell, instead of N
+#              clients; the cells of all runs share one cluster, so its state grows run by run
+#              as in the peers part).
 # Every process this script starts is tracked by pid and stopped by pid on exit.
 set -u
 cd "$(dirname "$0")/../.." || exit 2
@@ -126,7 +129,9 @@ for r in $(seq 1 "$runs"); do
     if [ "$c" = 0 ]; then
       sleep "$secs"; out="idle for $secs s"; : >"$tmp/bench.err"
     else
-      out=$( { /usr/bin/time -f "bench_cpu_s=%U+%S" timeout $((secs * 3 + 120)) "$bench" "${sealed[@]}" --clients "$c" --cpu-pids "$pids"; } 2>"$tmp/bench.err")
+      load=(--clients "$c")
+      [ "${RF3_PIPELINE:-0}" = 1 ] && load=(--clients 1 --in-flight "$c")
+      out=$( { /usr/bin/time -f "bench_cpu_s=%U+%S" timeout $((secs * 3 + 120)) "$bench" "${sealed[@]}" "${load[@]}" --cpu-pids "$pids"; } 2>"$tmp/bench.err")
     fi
     t1=$(date +%s%N)
     thread_cpu p0m1 p0m2 p0m3 >"$tmp/tcpu1"
