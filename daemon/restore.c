@@ -88,7 +88,7 @@ static kl_code write_bridge(kl_store *st, uint64_t index, uint64_t term, kl_err 
     rocksdb_writebatch_t *wb = rocksdb_writebatch_create();
     kl_key k;
     kl_key_log(&k, index);
-    rocksdb_writebatch_put(wb, (const char *)k.b, k.len, (const char *)eb, en);
+    rocksdb_writebatch_put_cf(wb, kl_store_log_family(st), (const char *)k.b, k.len, (const char *)eb, en);
     kl_key_meta(&k, "hard");
     rocksdb_writebatch_put(wb, (const char *)k.b, k.len, (const char *)hb, hn);
     rocksdb_writeoptions_t *wo = rocksdb_writeoptions_create();

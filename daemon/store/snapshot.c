@@ -50,6 +50,7 @@ static void chain_digest(const uint8_t prev[KL_SNAP_DIGEST_BYTES], const uint8_t
 
 struct kl_snap_reader {
     rocksdb_t *db;
+    rocksdb_column_family_handle_t *log_cf;
     const rocksdb_snapshot_t *snap;
     rocksdb_readoptions_t *ro;
     rocksdb_iterator_t *it;
@@ -144,7 +145,7 @@ static kl_code reader_index_term(kl_snap_reader *r, kl_err *err)
     kl_key_log(&k, r->index);
     char *rerr = NULL;
     size_t n = 0;
-    char *v = rocksdb_get(r->db, r->ro, (const char *)k.b, k.len, &n, &rerr);
+    char *v = rocksdb_get_cf(r->db, r->ro, r->log_cf, (const char *)k.b, k.len, &n, &rerr);
     if (rerr != NULL) {
         kl_fail(err, KL_INTERNAL, "store", "snapshot: read failed: %.160s", rerr);
         rocksdb_free(rerr);
@@ -312,6 +313,7 @@ kl_code kl_snap_reader_open(kl_store *st, const uint8_t *config, size_t config_l
     if (r == NULL)
         return kl_fail(err, KL_INTERNAL, "memory", "snapshot: out of memory");
     r->db = kl_store_db(st);
+    r->log_cf = kl_store_log_family(st);
     r->snap = rocksdb_create_snapshot(r->db);
     r->ro = rocksdb_readoptions_create();
     rocksdb_readoptions_set_snapshot(r->ro, r->snap);

@@ -19,6 +19,15 @@ struct kl_store {
     rocksdb_options_t *opts;
     rocksdb_cache_t *cache;
     rocksdb_block_based_table_options_t *table;
+    /* The log lives in its own column family (KL_STORE_LOG_FAMILY): its entries are written
+     * once, read back by index and deleted from the front, while state keys are random and
+     * long-lived. Sharing one memtable made every state flush and compaction carry the log
+     * too. Both families share the WAL, so a log write still holds hard state and entries
+     * in one synced batch. */
+    rocksdb_options_t *log_opts;
+    rocksdb_block_based_table_options_t *log_table;
+    rocksdb_column_family_handle_t *state_cf; /* "default" */
+    rocksdb_column_family_handle_t *log_cf;
     rocksdb_readoptions_t *ropts;
     rocksdb_writeoptions_t *wsync;
     rocksdb_writeoptions_t *wnosync;
@@ -83,6 +92,7 @@ void kl_store_options_default(kl_store_options *o)
 }
 
 rocksdb_t *kl_store_db(kl_store *st) { return st->db; }
+rocksdb_column_family_handle_t *kl_store_log_family(kl_store *st) { return st->log_cf; }
 const uint8_t *kl_store_incarnation(const kl_store *st) { return st->incarnation; }
 uint64_t kl_store_applied_index(const kl_store *st) { return st->applied; }
 uint64_t kl_store_last_index(const kl_store *st) { return atomic_load(&st->last); }
@@ -120,12 +130,12 @@ static kl_code rocks_fail(kl_err *err, const char *what, char *rerr)
     return KL_INTERNAL;
 }
 
-kl_code kl_store_get(kl_store *st, const uint8_t *key, size_t klen, uint8_t **val, size_t *vlen,
-                     bool *found, kl_err *err)
+static kl_code family_get(kl_store *st, rocksdb_column_family_handle_t *cf, const uint8_t *key, size_t klen,
+                          uint8_t **val, size_t *vlen, bool *found, kl_err *err)
 {
     char *rerr = NULL;
     size_t n = 0;
-    char *v = rocksdb_get(st->db, st->ropts, (const char *)key, klen, &n, &rerr);
+    char *v = rocksdb_get_cf(st->db, st->ropts, cf, (const char *)key, klen, &n, &rerr);
     if (rerr != NULL)
         return rocks_fail(err, "get", rerr);
     *found = v != NULL;
@@ -143,6 +153,12 @@ kl_code kl_store_get(kl_store *st, const uint8_t *key, size_t klen, uint8_t **va
     *vlen = n;
     rocksdb_free(v);
     return KL_OK;
+}
+
+kl_code kl_store_get(kl_store *st, const uint8_t *key, size_t klen, uint8_t **val, size_t *vlen,
+                     bool *found, kl_err *err)
+{
+    return family_get(st, st->state_cf, key, klen, val, vlen, found, err);
 }
 
 rocksdb_iterator_t *kl_store_iterator(kl_store *st)
@@ -278,7 +294,7 @@ static kl_code create_format(kl_store *st, const kl_store_options *opt, kl_err *
     Keyload__V1__FormatRecord f = KEYLOAD__V1__FORMAT_RECORD__INIT;
     Keyload__V1__StoreIdentity id;
     f.format_version = KL_FORMAT_VERSION;
-    f.incompat = KL_FEAT_INCOMPAT_WRITESET_LOG;
+    f.incompat = KL_FEAT_INCOMPAT_WRITESET_LOG | KL_FEAT_INCOMPAT_LOG_FAMILY;
     f.compat = KL_FEAT_COMPAT_TRANSFERS;
     randombytes_buf(st->incarnation, sizeof st->incarnation);
     f.store_incarnation.data = st->incarnation;
@@ -297,6 +313,10 @@ static kl_code create_format(kl_store *st, const kl_store_options *opt, kl_err *
 static kl_code upgrade_format(kl_store *st, Keyload__V1__FormatRecord *f, const kl_store_options *opt, kl_err *err)
 {
     bool write = false;
+    if (!(f->incompat & KL_FEAT_INCOMPAT_LOG_FAMILY)) {
+        f->incompat |= KL_FEAT_INCOMPAT_LOG_FAMILY; /* move_log_to_family runs next */
+        write = true;
+    }
     if (!(f->compat & KL_FEAT_COMPAT_TRANSFERS)) {
         f->compat |= KL_FEAT_COMPAT_TRANSFERS;
         write = true;
@@ -364,7 +384,7 @@ static kl_code check_format(kl_store *st, const char *dir, const kl_store_option
 static kl_code find_last_index(kl_store *st, kl_err *err)
 {
     (void)err;
-    rocksdb_iterator_t *it = rocksdb_create_iterator(st->db, st->ropts);
+    rocksdb_iterator_t *it = rocksdb_create_iterator_cf(st->db, st->ropts, st->log_cf);
     kl_key hi;
     kl_key_log(&hi, UINT64_MAX);
     rocksdb_iter_seek_for_prev(it, (const char *)hi.b, hi.len);
@@ -380,6 +400,44 @@ static kl_code find_last_index(kl_store *st, kl_err *err)
         last = atomic_load(&st->first) - 1;
     atomic_store(&st->last, last);
     return KL_OK;
+}
+
+/* Moves log entries a store of the one-family layout holds under 'L' in the state family
+ * into the log family, in synced batches that each move a run of keys (put there, delete
+ * here): a crash between two leaves every entry in exactly one family, and the next open
+ * moves the rest. Runs at open, before anything reads the log. */
+static kl_code move_log_to_family(kl_store *st, kl_err *err)
+{
+    kl_key lo;
+    kl_key_log(&lo, 0);
+    for (;;) {
+        rocksdb_iterator_t *it = rocksdb_create_iterator_cf(st->db, st->ropts, st->state_cf);
+        rocksdb_iter_seek(it, (const char *)lo.b, lo.len);
+        rocksdb_writebatch_t *wb = rocksdb_writebatch_create();
+        size_t moved = 0, bytes = 0;
+        while (rocksdb_iter_valid(it) && moved < 4096 && bytes < (4u << 20)) {
+            size_t kl, vl;
+            const char *k = rocksdb_iter_key(it, &kl);
+            if (kl == 0 || k[0] != 'L')
+                break;
+            const char *v = rocksdb_iter_value(it, &vl);
+            rocksdb_writebatch_put_cf(wb, st->log_cf, k, kl, v, vl);
+            rocksdb_writebatch_delete_cf(wb, st->state_cf, k, kl);
+            moved++;
+            bytes += kl + vl;
+            rocksdb_iter_next(it);
+        }
+        char *rerr = NULL;
+        rocksdb_iter_get_error(it, &rerr);
+        rocksdb_iter_destroy(it);
+        if (rerr == NULL && moved > 0)
+            store_write(st, st->wsync, wb, &rerr);
+        rocksdb_writebatch_destroy(wb);
+        if (rerr != NULL)
+            return rocks_fail(err, "log move to its column family", rerr);
+        if (moved == 0)
+            return KL_OK;
+    }
 }
 
 static kl_code open_failed(const char *dir, const char *rerr, kl_err *err)
@@ -460,13 +518,36 @@ kl_code kl_store_open(const char *dir, const kl_store_options *opt, kl_store **o
     rocksdb_writeoptions_disable_WAL(st->wnosync, 1);
     st->wlog = rocksdb_writeoptions_create();
     rocksdb_writeoptions_set_sync(st->wlog, 0);
-    st->db = rocksdb_open(st->opts, dir, &rerr);
+    /* The log family: no memtable or table bloom filters (every read of it is a hit by
+     * index) and no compression (its entries are deleted soon after they are written). */
+    st->log_opts = rocksdb_options_create_copy(st->opts);
+    rocksdb_options_set_memtable_prefix_bloom_size_ratio(st->log_opts, 0);
+    rocksdb_options_set_memtable_whole_key_filtering(st->log_opts, 0);
+    rocksdb_options_set_compression(st->log_opts, rocksdb_no_compression);
+    st->log_table = rocksdb_block_based_options_create();
+    rocksdb_block_based_options_set_block_cache(st->log_table, st->cache);
+    rocksdb_options_set_block_based_table_factory(st->log_opts, st->log_table);
+    /* The state family writes no WAL, yet RocksDB keeps every WAL file from the one its
+     * memtable started in until that memtable is flushed; the log family alone fills them.
+     * This bound flushes the state family once the WAL holds 32 MiB, as often as the one
+     * family layout's own memtable limit did at most, and keeps the WAL off the disk. */
+    rocksdb_options_set_max_total_wal_size(st->opts, 32u << 20);
+    /* A store of the one-family layout gains the log family at its first open here. */
+    rocksdb_options_set_create_missing_column_families(st->opts, 1);
+    const char *families[2] = {"default", KL_STORE_LOG_FAMILY};
+    const rocksdb_options_t *family_opts[2] = {st->opts, st->log_opts};
+    rocksdb_column_family_handle_t *handles[2] = {NULL, NULL};
+    st->db = rocksdb_open_column_families(st->opts, dir, 2, families, family_opts, handles, &rerr);
     if (rerr != NULL) {
         rc = open_failed(dir, rerr, err);
         rocksdb_free(rerr);
         goto fail_open;
     }
+    st->state_cf = handles[0];
+    st->log_cf = handles[1];
     if ((rc = check_format(st, dir, opt, err)) != KL_OK)
+        goto fail_checked;
+    if ((rc = move_log_to_family(st, err)) != KL_OK)
         goto fail_checked;
     if ((rc = store_open_log_start(st, dir, err)) != KL_OK)
         goto fail_checked;
@@ -494,12 +575,20 @@ void kl_store_close(kl_store *st)
 {
     if (st == NULL)
         return;
+    if (st->state_cf != NULL)
+        rocksdb_column_family_handle_destroy(st->state_cf);
+    if (st->log_cf != NULL)
+        rocksdb_column_family_handle_destroy(st->log_cf);
     if (st->db != NULL)
         rocksdb_close(st->db);
     rocksdb_writeoptions_destroy(st->wlog);
     rocksdb_writeoptions_destroy(st->wnosync);
     rocksdb_writeoptions_destroy(st->wsync);
     rocksdb_readoptions_destroy(st->ropts);
+    if (st->log_opts != NULL)
+        rocksdb_options_destroy(st->log_opts);
+    if (st->log_table != NULL)
+        rocksdb_block_based_options_destroy(st->log_table);
     rocksdb_options_destroy(st->opts);
     rocksdb_block_based_options_destroy(st->table);
     rocksdb_cache_destroy(st->cache);
@@ -515,7 +604,10 @@ kl_code kl_store_append(kl_store *st, uint64_t index, const uint8_t *entry, size
     kl_key k;
     kl_key_log(&k, index);
     char *rerr = NULL;
-    store_put(st, st->wsync, k.b, k.len, entry, len, &rerr);
+    rocksdb_writebatch_t *wb = rocksdb_writebatch_create();
+    rocksdb_writebatch_put_cf(wb, st->log_cf, (const char *)k.b, k.len, (const char *)entry, len);
+    store_write(st, st->wsync, wb, &rerr);
+    rocksdb_writebatch_destroy(wb);
     if (rerr != NULL)
         return rocks_fail(err, "log append", rerr);
     atomic_store(&st->last, index);
@@ -552,8 +644,8 @@ kl_code kl_store_log_write(kl_store *st, const Keyload__V1__HardState *hard, uin
         kl_key lo, hi;
         kl_key_log(&lo, truncate_from);
         kl_key_log(&hi, UINT64_MAX);
-        rocksdb_writebatch_delete_range(wb, (const char *)lo.b, lo.len, (const char *)hi.b, hi.len);
-        rocksdb_writebatch_delete(wb, (const char *)hi.b, hi.len);
+        rocksdb_writebatch_delete_range_cf(wb, st->log_cf, (const char *)lo.b, lo.len, (const char *)hi.b, hi.len);
+        rocksdb_writebatch_delete_cf(wb, st->log_cf, (const char *)hi.b, hi.len);
     }
     for (size_t i = 0; i < n; i++) {
         if (items[i].index != expect + i) {
@@ -563,7 +655,8 @@ kl_code kl_store_log_write(kl_store *st, const Keyload__V1__HardState *hard, uin
         }
         kl_key k;
         kl_key_log(&k, items[i].index);
-        rocksdb_writebatch_put(wb, (const char *)k.b, k.len, (const char *)items[i].bytes, items[i].len);
+        rocksdb_writebatch_put_cf(wb, st->log_cf, (const char *)k.b, k.len, (const char *)items[i].bytes,
+                                  items[i].len);
     }
     /* Written without sync, then synced with SyncWAL, which runs outside RocksDB's write
      * queue: a write with sync=true holds that queue through its fsync, so every apply on
@@ -630,7 +723,7 @@ kl_code kl_store_read_log(kl_store *st, uint64_t index, uint8_t **entry, size_t 
 {
     kl_key k;
     kl_key_log(&k, index);
-    return kl_store_get(st, k.b, k.len, entry, len, found, err);
+    return family_get(st, st->log_cf, k.b, k.len, entry, len, found, err);
 }
 
 /* Adds op to wb; drops the catalog counters' cache when op writes one of them. */
@@ -909,7 +1002,7 @@ kl_code kl_store_compact_log(kl_store *st, uint64_t first, const uint8_t *config
     kl_key lo, hi;
     kl_key_log(&lo, old_first);
     kl_key_log(&hi, first);
-    rocksdb_writebatch_delete_range(wb, (const char *)lo.b, lo.len, (const char *)hi.b, hi.len);
+    rocksdb_writebatch_delete_range_cf(wb, st->log_cf, (const char *)lo.b, lo.len, (const char *)hi.b, hi.len);
     log_start_put(wb, first, prev_term, config, config_len);
     char *rerr = NULL;
     store_write(st, st->wsync, wb, &rerr);
@@ -924,7 +1017,7 @@ kl_code kl_store_compact_log(kl_store *st, uint64_t first, const uint8_t *config
 
 /* Deletes every replicated key and the whole log: the complement of the local meta
  * records, as range tombstones. Tags are ASCII, so "\xff" bounds the key space. */
-static void delete_state_and_log(rocksdb_writebatch_t *wb)
+static void delete_state_and_log(kl_store *st, rocksdb_writebatch_t *wb)
 {
     kl_key from;
     from.len = 0;
@@ -942,6 +1035,7 @@ static void delete_state_and_log(rocksdb_writebatch_t *wb)
             from.b[from.len++] = 0; /* the first key after this record */
         }
     }
+    rocksdb_writebatch_delete_range_cf(wb, st->log_cf, "", 0, "\xff", 1);
 }
 
 static void install_path(const kl_store *st, char *out, size_t cap, const char *prefix, uint32_t i)
@@ -1171,7 +1265,7 @@ kl_code kl_store_install(kl_store *st, uint32_t nfiles, uint64_t index, uint64_t
     if (config_len > 0)
         memcpy(mark + 20, config, config_len);
     rocksdb_writebatch_t *wb = rocksdb_writebatch_create();
-    delete_state_and_log(wb);
+    delete_state_and_log(st, wb);
     kl_key k;
     kl_key_meta(&k, "install");
     rocksdb_writebatch_put(wb, (const char *)k.b, k.len, (const char *)mark, 20 + config_len);

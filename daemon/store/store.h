@@ -1,5 +1,7 @@
 /* store: one member's RocksDB instance holding both the replication log and the
- * partition state, so they share one WAL (ARCHITECTURE.md "Store layout").
+ * partition state, so they share one WAL (ARCHITECTURE.md "Store layout"). The log is in its
+ * own column family (KL_STORE_LOG_FAMILY), the state and the member's meta records in the
+ * default one; a store of the older one-family layout has its log moved at open.
  *
  *  - kl_store_log_write: the replication round's durable write (hard state, truncation,
  *    log entries) in one WriteBatch, synced before it returns; once it returns, the entries
@@ -38,7 +40,12 @@
 #define KL_FEAT_COMPAT_TRANSFERS (1ull << 0)
 #define KL_FEAT_COMPAT_KNOWN KL_FEAT_COMPAT_TRANSFERS
 #define KL_FEAT_RO_COMPAT_KNOWN 0ull
-#define KL_FEAT_INCOMPAT_KNOWN KL_FEAT_INCOMPAT_WRITESET_LOG
+/* The log is in the column family KL_STORE_LOG_FAMILY, not under 'L' in the default one. A
+ * binary without the family cannot open the store at all (RocksDB refuses a store whose
+ * families it does not name), so the flag records the layout rather than guards it. */
+#define KL_FEAT_INCOMPAT_LOG_FAMILY (1ull << 1)
+#define KL_FEAT_INCOMPAT_KNOWN (KL_FEAT_INCOMPAT_WRITESET_LOG | KL_FEAT_INCOMPAT_LOG_FAMILY)
+#define KL_STORE_LOG_FAMILY "log"
 
 typedef struct kl_store kl_store;
 
@@ -84,6 +91,8 @@ bool kl_store_first_failure(kl_store *st, kl_err *out);
 uint64_t kl_store_applied_index(const kl_store *st);
 uint64_t kl_store_last_index(const kl_store *st);
 rocksdb_t *kl_store_db(kl_store *st);
+/* The log's column family: 'L' keys (kl_key_log) live only there. */
+rocksdb_column_family_handle_t *kl_store_log_family(kl_store *st);
 
 /* Point read of applied state. On found, *val is malloc'd (caller frees). */
 kl_code kl_store_get(kl_store *st, const uint8_t *key, size_t klen, uint8_t **val, size_t *vlen,

@@ -741,6 +741,79 @@ START_TEST(store_catalog_counters_follow_applies)
 }
 END_TEST
 
+/* A store of the one-family layout (log entries under 'L' in the default column family, no
+ * log family) opens with its log moved into the log family: the same entries and last
+ * index, no 'L' key left among the state, the state untouched. */
+START_TEST(store_moves_an_old_layout_log_into_its_family)
+{
+    char dir[256];
+    kl_store *st = tmp_store(dir, sizeof dir);
+    kl_err err;
+    kl_store_close(st);
+    /* Remove the log family and write the log where the old layout kept it. */
+    rocksdb_options_t *o = rocksdb_options_create();
+    const char *names[2] = {"default", KL_STORE_LOG_FAMILY};
+    const rocksdb_options_t *fo[2] = {o, o};
+    rocksdb_column_family_handle_t *h[2];
+    char *rerr = NULL;
+    rocksdb_t *db = rocksdb_open_column_families(o, dir, 2, names, fo, h, &rerr);
+    ck_assert_ptr_null(rerr);
+    rocksdb_drop_column_family(db, h[1], &rerr);
+    ck_assert_ptr_null(rerr);
+    rocksdb_column_family_handle_destroy(h[0]);
+    rocksdb_column_family_handle_destroy(h[1]);
+    rocksdb_close(db);
+    db = rocksdb_open(o, dir, &rerr);
+    ck_assert_ptr_null(rerr);
+    rocksdb_writeoptions_t *wo = rocksdb_writeoptions_create();
+    uint8_t entry[5000][8];
+    for (uint64_t i = 1; i <= 5000; i++) {
+        kl_key k;
+        kl_key_log(&k, i);
+        kl_be64_put(entry[i - 1], i * 7);
+        rocksdb_put(db, wo, (const char *)k.b, k.len, (const char *)entry[i - 1], 8, &rerr);
+        ck_assert_ptr_null(rerr);
+    }
+    rocksdb_put(db, wo, "x", 1, "y", 1, &rerr);
+    ck_assert_ptr_null(rerr);
+    rocksdb_writeoptions_destroy(wo);
+    rocksdb_close(db);
+    rocksdb_options_destroy(o);
+
+    ck_assert_int_eq(kl_store_open(dir, NULL, &st, &err), KL_OK);
+    ck_assert_uint_eq(kl_store_last_index(st), 5000);
+    for (uint64_t i = 1; i <= 5000; i += 1249) {
+        uint8_t *v;
+        size_t n;
+        bool found;
+        ck_assert_int_eq(kl_store_read_log(st, i, &v, &n, &found, &err), KL_OK);
+        ck_assert(found);
+        ck_assert_uint_eq(n, 8);
+        ck_assert_mem_eq(v, entry[i - 1], 8);
+        free(v);
+    }
+    rocksdb_iterator_t *it = kl_store_iterator(st);
+    rocksdb_iter_seek(it, "L", 1);
+    ck_assert(rocksdb_iter_valid(it));
+    size_t kl;
+    ck_assert_uint_ne((uint8_t)rocksdb_iter_key(it, &kl)[0], 'L');
+    rocksdb_iter_destroy(it);
+    uint8_t *v;
+    size_t n;
+    bool found;
+    ck_assert_int_eq(kl_store_get(st, (const uint8_t *)"x", 1, &v, &n, &found, &err), KL_OK);
+    ck_assert(found);
+    free(v);
+    /* the next entry goes after the moved ones, into the log family */
+    ck_assert_int_eq(kl_store_append(st, 5001, (const uint8_t *)"e", 1, &err), KL_OK);
+    kl_store_close(st);
+    ck_assert_int_eq(kl_store_open(dir, NULL, &st, &err), KL_OK);
+    ck_assert_uint_eq(kl_store_last_index(st), 5001);
+    kl_store_close(st);
+    th_rmrf(dir);
+}
+END_TEST
+
 Suite *suite_store(void)
 {
     Suite *s = suite_create("store");
@@ -759,6 +832,7 @@ Suite *suite_store(void)
     tcase_add_test(t, store_apply_last_write_wins_within_an_entry);
     tcase_add_test(t, view_read_cache_follows_the_applied_index);
     tcase_add_test(t, store_catalog_counters_follow_applies);
+    tcase_add_test(t, store_moves_an_old_layout_log_into_its_family);
     suite_add_tcase(s, t);
     return s;
 }

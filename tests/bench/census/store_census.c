@@ -18,17 +18,24 @@ static void census(const char *dir)
         return;
     }
     unsigned long long n[256] = {0}, kb[256] = {0}, vb[256] = {0};
-    rocksdb_iterator_t *it = kl_store_iterator(st);
-    for (rocksdb_iter_seek_to_first(it); rocksdb_iter_valid(it); rocksdb_iter_next(it)) {
-        size_t kl, vl;
-        const unsigned char *k = (const unsigned char *)rocksdb_iter_key(it, &kl);
-        (void)rocksdb_iter_value(it, &vl);
-        unsigned t = kl ? k[0] : 0;
-        n[t]++;
-        kb[t] += kl;
-        vb[t] += vl;
+    /* the state family, then the log family (store.h) */
+    rocksdb_readoptions_t *ro = rocksdb_readoptions_create();
+    rocksdb_iterator_t *its[2] = {kl_store_iterator(st),
+                                  rocksdb_create_iterator_cf(kl_store_db(st), ro, kl_store_log_family(st))};
+    for (int f = 0; f < 2; f++) {
+        rocksdb_iterator_t *it = its[f];
+        for (rocksdb_iter_seek_to_first(it); rocksdb_iter_valid(it); rocksdb_iter_next(it)) {
+            size_t kl, vl;
+            const unsigned char *k = (const unsigned char *)rocksdb_iter_key(it, &kl);
+            (void)rocksdb_iter_value(it, &vl);
+            unsigned t = kl ? k[0] : 0;
+            n[t]++;
+            kb[t] += kl;
+            vb[t] += vl;
+        }
+        rocksdb_iter_destroy(it);
     }
-    rocksdb_iter_destroy(it);
+    rocksdb_readoptions_destroy(ro);
     kl_store_close(st);
     unsigned long long tn = 0, tb = 0;
     for (unsigned t = 0; t < 256; t++) {
