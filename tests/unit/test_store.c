@@ -579,6 +579,25 @@ START_TEST(store_apply_last_write_wins_within_an_entry)
 }
 END_TEST
 
+/* Appends and applies one entry holding one write-set of ops at the store's next index; the
+ * write-set is a tailed catalog change of version `catalog` when that is not 0. */
+static void apply_write_set(kl_store *st, Keyload__V1__KvOp **op, size_t n, uint64_t catalog)
+{
+    Keyload__V1__WriteSet w = KEYLOAD__V1__WRITE_SET__INIT, *ws[] = {&w};
+    w.ops = op;
+    w.n_ops = n;
+    w.catalog_version = catalog;
+    Keyload__V1__LogEntry e = KEYLOAD__V1__LOG_ENTRY__INIT;
+    e.index = kl_store_last_index(st) + 1;
+    e.write_sets = ws;
+    e.n_write_sets = 1;
+    uint8_t buf[1024];
+    size_t len = keyload__v1__log_entry__pack(&e, buf);
+    kl_err err;
+    ck_assert_int_eq(kl_store_append(st, e.index, buf, len, &err), KL_OK);
+    ck_assert_int_eq(kl_store_apply(st, &e, &err), KL_OK);
+}
+
 /* Applies one entry of puts (key, value) pairs at the store's next index. */
 static void apply_puts(kl_store *st, const char *const *kv, size_t n)
 {
@@ -590,18 +609,7 @@ static void apply_puts(kl_store *st, const char *const *kv, size_t n)
         o[i].value = (ProtobufCBinaryData){strlen(kv[2 * i + 1]), (uint8_t *)kv[2 * i + 1]};
         op[i] = &o[i];
     }
-    Keyload__V1__WriteSet w = KEYLOAD__V1__WRITE_SET__INIT, *ws[] = {&w};
-    w.ops = op;
-    w.n_ops = n;
-    Keyload__V1__LogEntry e = KEYLOAD__V1__LOG_ENTRY__INIT;
-    e.index = kl_store_last_index(st) + 1;
-    e.write_sets = ws;
-    e.n_write_sets = 1;
-    uint8_t buf[1024];
-    size_t len = keyload__v1__log_entry__pack(&e, buf);
-    kl_err err;
-    ck_assert_int_eq(kl_store_append(st, e.index, buf, len, &err), KL_OK);
-    ck_assert_int_eq(kl_store_apply(st, &e, &err), KL_OK);
+    apply_write_set(st, op, n, 0);
 }
 
 /* What a view with the read cache answers for key: 1 found with want, 0 absent. */
@@ -676,8 +684,8 @@ START_TEST(view_read_cache_follows_the_applied_index)
 }
 END_TEST
 
-/* Applies one entry holding one write-set that puts u64 value under meta name; the
- * write-set is a tailed catalog change of version `catalog` when that is not 0. */
+/* Applies one entry whose one write-set puts u64 value under meta name; a tailed catalog
+ * change of version `catalog` when that is not 0. */
 static void apply_meta(kl_store *st, const char *name, uint64_t value, uint64_t catalog)
 {
     kl_key k;
@@ -687,19 +695,7 @@ static void apply_meta(kl_store *st, const char *name, uint64_t value, uint64_t 
     Keyload__V1__KvOp o = KEYLOAD__V1__KV_OP__INIT, *op[] = {&o};
     o.key = (ProtobufCBinaryData){k.len, k.b};
     o.value = (ProtobufCBinaryData){8, vb};
-    Keyload__V1__WriteSet w = KEYLOAD__V1__WRITE_SET__INIT, *ws[] = {&w};
-    w.ops = op;
-    w.n_ops = 1;
-    w.catalog_version = catalog;
-    Keyload__V1__LogEntry e = KEYLOAD__V1__LOG_ENTRY__INIT;
-    e.index = kl_store_last_index(st) + 1;
-    e.write_sets = ws;
-    e.n_write_sets = 1;
-    uint8_t buf[256];
-    size_t len = keyload__v1__log_entry__pack(&e, buf);
-    kl_err err;
-    ck_assert_int_eq(kl_store_append(st, e.index, buf, len, &err), KL_OK);
-    ck_assert_int_eq(kl_store_apply(st, &e, &err), KL_OK);
+    apply_write_set(st, op, 1, catalog);
 }
 
 static void expect_counters(kl_store *st, uint64_t version, uint64_t changes)
