@@ -524,6 +524,12 @@ kl_code kl_store_open(const char *dir, const kl_store_options *opt, kl_store **o
     rocksdb_options_set_memtable_prefix_bloom_size_ratio(st->log_opts, 0);
     rocksdb_options_set_memtable_whole_key_filtering(st->log_opts, 0);
     rocksdb_options_set_compression(st->log_opts, rocksdb_no_compression);
+    /* A log compaction's range tombstone frees nothing until a compaction reaches the
+     * files under it, and with the default trigger of four L0 files two or three windows
+     * of deleted entries stayed on disk. Compacting at every flush merges each new file
+     * with the ones its tombstone covers: about the live log rewritten per flushed
+     * memtable, and the disk holds the live log plus at most one memtable's worth. */
+    rocksdb_options_set_level0_file_num_compaction_trigger(st->log_opts, 1);
     st->log_table = rocksdb_block_based_options_create();
     rocksdb_block_based_options_set_block_cache(st->log_table, st->cache);
     rocksdb_options_set_block_based_table_factory(st->log_opts, st->log_table);
