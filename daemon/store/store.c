@@ -408,7 +408,7 @@ static kl_code find_last_index(kl_store *st, kl_err *err)
  * moves the rest. Runs at open, before anything reads the log. */
 static kl_code move_log_to_family(kl_store *st, kl_err *err)
 {
-    kl_key lo;
+    kl_key lo; /* where the next batch starts: past the keys moved, never over their tombstones */
     kl_key_log(&lo, 0);
     for (;;) {
         rocksdb_iterator_t *it = rocksdb_create_iterator_cf(st->db, st->ropts, st->state_cf);
@@ -425,6 +425,11 @@ static kl_code move_log_to_family(kl_store *st, kl_err *err)
             rocksdb_writebatch_delete_cf(wb, st->state_cf, k, kl);
             moved++;
             bytes += kl + vl;
+            if (kl < sizeof lo.b) { /* the next key in byte order: this one and a 0 byte */
+                memcpy(lo.b, k, kl);
+                lo.b[kl] = 0;
+                lo.len = kl + 1;
+            }
             rocksdb_iter_next(it);
         }
         char *rerr = NULL;
