@@ -445,6 +445,26 @@ static kl_code move_log_to_family(kl_store *st, kl_err *err)
     }
 }
 
+/* The log family's options, from the state family's (st->opts, complete by now): no
+ * memtable or table bloom filters (every read of it is a hit by index) and no compression
+ * (its entries are deleted soon after they are written). */
+static void log_family_options(kl_store *st)
+{
+    st->log_opts = rocksdb_options_create_copy(st->opts);
+    rocksdb_options_set_memtable_prefix_bloom_size_ratio(st->log_opts, 0);
+    rocksdb_options_set_memtable_whole_key_filtering(st->log_opts, 0);
+    rocksdb_options_set_compression(st->log_opts, rocksdb_no_compression);
+    /* A log compaction's range tombstone frees nothing until a compaction reaches the
+     * files under it, and with the default trigger of four L0 files two or three windows
+     * of deleted entries stayed on disk. Compacting at every flush merges each new file
+     * with the ones its tombstone covers: about the live log rewritten per flushed
+     * memtable, and the disk holds the live log plus at most one memtable's worth. */
+    rocksdb_options_set_level0_file_num_compaction_trigger(st->log_opts, 1);
+    st->log_table = rocksdb_block_based_options_create();
+    rocksdb_block_based_options_set_block_cache(st->log_table, st->cache);
+    rocksdb_options_set_block_based_table_factory(st->log_opts, st->log_table);
+}
+
 static kl_code open_failed(const char *dir, const char *rerr, kl_err *err)
 {
     if (strncmp(rerr, "Corruption", 10) == 0)
@@ -523,21 +543,7 @@ kl_code kl_store_open(const char *dir, const kl_store_options *opt, kl_store **o
     rocksdb_writeoptions_disable_WAL(st->wnosync, 1);
     st->wlog = rocksdb_writeoptions_create();
     rocksdb_writeoptions_set_sync(st->wlog, 0);
-    /* The log family: no memtable or table bloom filters (every read of it is a hit by
-     * index) and no compression (its entries are deleted soon after they are written). */
-    st->log_opts = rocksdb_options_create_copy(st->opts);
-    rocksdb_options_set_memtable_prefix_bloom_size_ratio(st->log_opts, 0);
-    rocksdb_options_set_memtable_whole_key_filtering(st->log_opts, 0);
-    rocksdb_options_set_compression(st->log_opts, rocksdb_no_compression);
-    /* A log compaction's range tombstone frees nothing until a compaction reaches the
-     * files under it, and with the default trigger of four L0 files two or three windows
-     * of deleted entries stayed on disk. Compacting at every flush merges each new file
-     * with the ones its tombstone covers: about the live log rewritten per flushed
-     * memtable, and the disk holds the live log plus at most one memtable's worth. */
-    rocksdb_options_set_level0_file_num_compaction_trigger(st->log_opts, 1);
-    st->log_table = rocksdb_block_based_options_create();
-    rocksdb_block_based_options_set_block_cache(st->log_table, st->cache);
-    rocksdb_options_set_block_based_table_factory(st->log_opts, st->log_table);
+    log_family_options(st);
     /* The state family writes no WAL, yet RocksDB keeps every WAL file from the one its
      * memtable started in until that memtable is flushed; the log family alone fills them.
      * This bound flushes the state family once the WAL holds 32 MiB, as often as the one
