@@ -166,6 +166,11 @@ rocksdb_iterator_t *kl_store_iterator(kl_store *st)
     return rocksdb_create_iterator(st->db, st->ropts);
 }
 
+rocksdb_iterator_t *kl_store_log_iterator(kl_store *st)
+{
+    return rocksdb_create_iterator_cf(st->db, st->ropts, st->log_cf);
+}
+
 static kl_code meta_u64_read(kl_store *st, const char *meta, uint64_t *out, kl_err *err)
 {
     kl_key k;
@@ -384,7 +389,7 @@ static kl_code check_format(kl_store *st, const char *dir, const kl_store_option
 static kl_code find_last_index(kl_store *st, kl_err *err)
 {
     (void)err;
-    rocksdb_iterator_t *it = rocksdb_create_iterator_cf(st->db, st->ropts, st->log_cf);
+    rocksdb_iterator_t *it = kl_store_log_iterator(st);
     kl_key hi;
     kl_key_log(&hi, UINT64_MAX);
     rocksdb_iter_seek_for_prev(it, (const char *)hi.b, hi.len);

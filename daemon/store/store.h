@@ -99,6 +99,8 @@ kl_code kl_store_get(kl_store *st, const uint8_t *key, size_t klen, uint8_t **va
                      bool *found, kl_err *err);
 /* A new iterator over applied state; caller destroys it with rocksdb_iter_destroy. */
 rocksdb_iterator_t *kl_store_iterator(kl_store *st);
+/* A new iterator over the log family ('L' keys only); caller destroys it likewise. */
+rocksdb_iterator_t *kl_store_log_iterator(kl_store *st);
 /* The u64 meta record `meta` ('M' key) of applied state; 0 when absent, INTERNAL when it is
  * not 8 bytes. "catalog_version" and "catalog_changes" come from a cache that applies and
  * installs keep current, so reading them costs no RocksDB read (loop thread only). */

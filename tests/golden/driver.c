@@ -260,8 +260,5 @@ static void dump_family(rocksdb_iterator_t *it, FILE *state_out, FILE *log_out)
 void golden_dump_store(golden_node *g, FILE *state_out, FILE *log_out)
 {
     dump_family(kl_store_iterator(g->store), state_out, log_out);
-    rocksdb_readoptions_t *ro = rocksdb_readoptions_create();
-    dump_family(rocksdb_create_iterator_cf(kl_store_db(g->store), ro, kl_store_log_family(g->store)), log_out,
-                log_out);
-    rocksdb_readoptions_destroy(ro);
+    dump_family(kl_store_log_iterator(g->store), log_out, log_out);
 }

@@ -19,9 +19,7 @@ static void census(const char *dir)
     }
     unsigned long long n[256] = {0}, kb[256] = {0}, vb[256] = {0};
     /* the state family, then the log family (store.h) */
-    rocksdb_readoptions_t *ro = rocksdb_readoptions_create();
-    rocksdb_iterator_t *its[2] = {kl_store_iterator(st),
-                                  rocksdb_create_iterator_cf(kl_store_db(st), ro, kl_store_log_family(st))};
+    rocksdb_iterator_t *its[2] = {kl_store_iterator(st), kl_store_log_iterator(st)};
     for (int f = 0; f < 2; f++) {
         rocksdb_iterator_t *it = its[f];
         for (rocksdb_iter_seek_to_first(it); rocksdb_iter_valid(it); rocksdb_iter_next(it)) {
@@ -35,7 +33,6 @@ static void census(const char *dir)
         }
         rocksdb_iter_destroy(it);
     }
-    rocksdb_readoptions_destroy(ro);
     kl_store_close(st);
     unsigned long long tn = 0, tb = 0;
     for (unsigned t = 0; t < 256; t++) {
