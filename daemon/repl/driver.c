@@ -60,6 +60,7 @@ typedef struct persist_job {
     kl_code rc;
     kl_err err;
     uint64_t t_queued, t_run, t_ran; /* stages: loop queued it, worker began, worker ended */
+    uint64_t sync_ns;                /* stages: the sync inside the worker's part */
 } persist_job;
 
 /* Log bytes through an index (log_bytes_note): ranges of about KL_SNAP_LOG_SAMPLE_BYTES,
@@ -705,6 +706,7 @@ static void persist_run(uv_work_t *w)
     j->rc = kl_store_log_write(r->store, j->has_hard ? &j->hard : NULL, j->truncate_from,
                                j->items, j->n_items, &j->err);
     j->t_ran = kl_stages_now();
+    j->sync_ns = kl_store_last_log_sync_ns(r->store);
 }
 
 static void persist_after(uv_work_t *w, int status)
@@ -734,6 +736,8 @@ static void persist_after(uv_work_t *w, int status)
     kl_stages_span(r->stages, KL_SPAN_W_HOP, j->t_queued, j->t_run);
     kl_stages_span(r->stages, KL_SPAN_W_RUN, j->t_run, j->t_ran);
     kl_stages_span(r->stages, KL_SPAN_W_BACK, j->t_ran, back);
+    if (j->sync_ns > 0 && j->sync_ns < j->t_ran)
+        kl_stages_span(r->stages, KL_SPAN_W_SYNC, j->t_ran - j->sync_ns, j->t_ran);
     r->pumping = true;
     finish_round(r);
     r->pumping = false;

@@ -28,7 +28,7 @@ struct kl_stages {
 
 static const char *const span_names[KL_SPAN_COUNT] = {
     "queue", "write", "quorum", "apply", "total", "f_queue", "f_write", "apply_call", "send",
-    "replicate", "w_hop", "w_run", "w_back",
+    "replicate", "w_hop", "w_run", "w_back", "w_sync",
 };
 
 kl_stages *kl_stages_new(void)

@@ -8,7 +8,8 @@
  * Follower, per received entry: received -> its synced write starts -> that write completes
  * (the acknowledgement leaves right after). Each synced write (either role) is also split in
  * three: the hand-off to the thread-pool worker, the worker's RocksDB write and sync, and the
- * hand-off back to the loop. Stamps live in a ring keyed by index, so an
+ * hand-off back to the loop; the sync alone is reported too, so what the disk costs shows
+ * apart from what RocksDB's write costs. Stamps live in a ring keyed by index, so an
  * index older than the ring is simply not measured; samples are the last KL_STAGES_SAMPLES
  * deltas per stage. kl_stages_report logs p50/p99 per stage and resets; the driver calls it
  * every few seconds when there are new samples and at stop. Cost: a clock read per stage
@@ -53,7 +54,9 @@ typedef enum kl_stage_span {
     KL_SPAN_W_HOP = 10,
     KL_SPAN_W_RUN = 11,
     KL_SPAN_W_BACK = 12,
-    KL_SPAN_COUNT = 13,
+    /* The sync inside w_run (kl_store_last_log_sync_ns): w_run - w_sync is RocksDB's write. */
+    KL_SPAN_W_SYNC = 13,
+    KL_SPAN_COUNT = 14,
 } kl_stage_span;
 
 typedef struct kl_stages kl_stages;

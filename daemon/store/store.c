@@ -55,7 +55,18 @@ struct kl_store {
     bool catalog_cached;
     uint64_t catalog_version;
     uint64_t catalog_changes;
+    /* The last log write's sync time: written and read by the log writer's thread only. */
+    uint64_t log_sync_ns;
 };
+
+static uint64_t monotonic_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+uint64_t kl_store_last_log_sync_ns(const kl_store *st) { return st->log_sync_ns; }
 
 /* Marks the store failed (no write after this one) and keeps the first cause. Any thread. */
 static void mark_failed(kl_store *st, const char *what, const char *why)
@@ -690,9 +701,12 @@ kl_code kl_store_log_write(kl_store *st, const Keyload__V1__HardState *hard, uin
     store_write(st, st->wlog, wb, &rerr);
     rocksdb_writebatch_destroy(wb);
     if (rerr == NULL) {
+        uint64_t t0 = monotonic_ns();
         rocksdb_flush_wal(st->db, 1, &rerr);
         if (rerr != NULL)
             mark_failed(st, "log sync", rerr);
+        else
+            st->log_sync_ns = monotonic_ns() - t0;
     }
     if (rerr != NULL)
         return rocks_fail(err, "log write", rerr);

@@ -3,7 +3,7 @@
 # single-message batches, principal benchpub on queue kl3 exactly as run.sh sets them up),
 # with each member's "replication stages" lines (daemon/repl/stages.h: queue, write,
 # quorum, apply, send and replicate per own entry on the leader; queue and write per
-# received entry on a follower; w_hop, w_run and w_back per synced write on both) printed after each cell, so a change to the write path can be measured without
+# received entry on a follower; w_hop, w_run (with its sync alone, w_sync) and w_back per synced write on both) printed after each cell, so a change to the write path can be measured without
 # the whole `make bench`. With RF3_PERF=1 the leader and one follower run under
 # `perf record -g` in every cell (reports in $RF3_OUT/perf-<cell>.txt and perf-<cell>-f.txt).
 # Environment: BENCH_BIN (binaries, default bin), BENCH_SECONDS (per cell, default 5),
