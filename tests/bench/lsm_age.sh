@@ -14,7 +14,7 @@
 set -u
 cd "$(dirname "$0")/../.." || exit 2
 runs=${LSM_RUNS:-4}
-if [ -n "${LSM_OUT:-}" ]; then out=$LSM_OUT; keep=1; else out=$(mktemp -d /tmp/kl-lsm-age-XXXXXX); keep=0; fi
+if [ -n "${LSM_OUT:-}" ]; then out=$LSM_OUT; keep=1; mkdir -p "$out" || exit 2; else out=$(mktemp -d /tmp/kl-lsm-age-XXXXXX); keep=0; fi
 rm -rf "$out/rf3"
 trap '[ $keep = 1 ] || rm -rf "$out"' EXIT
 RF3_OUT="$out/rf3" RF3_PIPELINE=1 RF3_CELLS=64 RF3_RUNS="$runs" BENCH_SECONDS="${BENCH_SECONDS:-8}" \
