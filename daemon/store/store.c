@@ -55,7 +55,8 @@ struct kl_store {
     bool catalog_cached;
     uint64_t catalog_version;
     uint64_t catalog_changes;
-    /* The last log write's sync time: written and read by the log writer's thread only. */
+    /* The last log write's sync time. Log writes never overlap (one replication round's
+     * write at a time), and the caller reads it after its write returned. */
     uint64_t log_sync_ns;
 };
 

@@ -123,8 +123,8 @@ typedef struct kl_store_log_item {
 kl_code kl_store_log_write(kl_store *st, const Keyload__V1__HardState *hard, uint64_t truncate_from,
                            const kl_store_log_item *items, size_t n, kl_err *err);
 /* How long the sync of the last successful kl_store_log_write took (ns, CLOCK_MONOTONIC):
- * the part of a log write the disk decides, beside RocksDB's own work. Read it on the
- * thread that made the write, after it returned; 0 before the first one. */
+ * the part of a log write the disk decides, beside RocksDB's own work. Read it after that
+ * write returned and before the next one starts; 0 before the first one. */
 uint64_t kl_store_last_log_sync_ns(const kl_store *st);
 /* Writes the hard state WITHOUT syncing (but through the WAL). Only for a change of the
  * commit index alone: Raft never needs the commit index to be durable, and because the
