@@ -125,11 +125,11 @@ static void store_write(kl_store *st, const rocksdb_writeoptions_t *wo, rocksdb_
 }
 
 /* store_write of one key. */
-static void store_put(kl_store *st, const rocksdb_writeoptions_t *wo, const uint8_t *key, size_t klen,
-                      const void *val, size_t vlen, char **rerr)
+static void store_put(kl_store *st, const rocksdb_writeoptions_t *wo, rocksdb_column_family_handle_t *cf,
+                      const uint8_t *key, size_t klen, const void *val, size_t vlen, char **rerr)
 {
     rocksdb_writebatch_t *wb = rocksdb_writebatch_create();
-    rocksdb_writebatch_put(wb, (const char *)key, klen, (const char *)val, vlen);
+    rocksdb_writebatch_put_cf(wb, cf, (const char *)key, klen, (const char *)val, vlen);
     store_write(st, wo, wb, rerr);
     rocksdb_writebatch_destroy(wb);
 }
@@ -244,7 +244,7 @@ static kl_code write_format(kl_store *st, const Keyload__V1__FormatRecord *f, kl
     kl_key k;
     kl_key_meta(&k, "format");
     char *rerr = NULL;
-    store_put(st, st->wsync, k.b, k.len, buf, n, &rerr);
+    store_put(st, st->wsync, st->state_cf, k.b, k.len, buf, n, &rerr);
     free(buf);
     if (rerr != NULL)
         return rocks_fail(err, "write format record", rerr);
@@ -638,10 +638,7 @@ kl_code kl_store_append(kl_store *st, uint64_t index, const uint8_t *entry, size
     kl_key k;
     kl_key_log(&k, index);
     char *rerr = NULL;
-    rocksdb_writebatch_t *wb = rocksdb_writebatch_create();
-    rocksdb_writebatch_put_cf(wb, st->log_cf, (const char *)k.b, k.len, (const char *)entry, len);
-    store_write(st, st->wsync, wb, &rerr);
-    rocksdb_writebatch_destroy(wb);
+    store_put(st, st->wsync, st->log_cf, k.b, k.len, entry, len, &rerr);
     if (rerr != NULL)
         return rocks_fail(err, "log append", rerr);
     atomic_store(&st->last, index);
@@ -726,7 +723,7 @@ kl_code kl_store_save_commit(kl_store *st, const Keyload__V1__HardState *hard, k
     kl_key_meta(&hk, "hard");
     rocksdb_writeoptions_t *wo = rocksdb_writeoptions_create();
     char *rerr = NULL;
-    store_put(st, wo, hk.b, hk.len, buf, hn, &rerr);
+    store_put(st, wo, st->state_cf, hk.b, hk.len, buf, hn, &rerr);
     rocksdb_writeoptions_destroy(wo);
     if (rerr != NULL)
         return rocks_fail(err, "hard state write", rerr);
