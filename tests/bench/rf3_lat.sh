@@ -113,6 +113,14 @@ thread_cpu() {
   done
 }
 hz=$(getconf CLK_TCK)
+# Bytes each member wrote to its disk so far (/proc/PID/io write_bytes: WAL, flushes and
+# compactions alike), one "member bytes" line per member.
+disk_bytes() {
+  local n
+  for n in p0m1 p0m2 p0m3; do
+    echo "$n $(awk '/^write_bytes:/ { print $2 }' /proc/"${mpid[$n]}"/io 2>/dev/null || echo 0)"
+  done
+}
 sleep 3  # the setup's stage lines go out first
 for r in $(seq 1 "$runs"); do
   for c in $cells; do
@@ -125,6 +133,7 @@ for r in $(seq 1 "$runs"); do
       perf_fpid=$!
     fi
     thread_cpu p0m1 p0m2 p0m3 >"$tmp/tcpu0"
+    disk_bytes >"$tmp/disk0"
     t0=$(date +%s%N)
     if [ "$c" = 0 ]; then
       sleep "$secs"; out="idle for $secs s"; : >"$tmp/bench.err"
@@ -135,11 +144,18 @@ for r in $(seq 1 "$runs"); do
     fi
     t1=$(date +%s%N)
     thread_cpu p0m1 p0m2 p0m3 >"$tmp/tcpu1"
+    disk_bytes >"$tmp/disk1"
     echo "rf3_lat: run $r RF3 sealed, $c in flight: ${out:-no result} $(grep -o 'bench_cpu_s=.*' "$tmp/bench.err")"
     # per thread: CPU share of the cell's wall time (%), the busiest first
     awk -v hz="$hz" -v wall="$(( (t1 - t0) / 1000000 ))" 'NR == FNR { a[$2] = $4; next }
         { d = ($4 - a[$2]) / hz * 1000 / wall * 100; if (d >= 2) printf "rf3_lat:   cpu %s %s %.0f%%\n", $1, $3, d }' \
         "$tmp/tcpu0" "$tmp/tcpu1" | sort -k5,5gr | head -n 24
+    # per member: bytes written to disk per acknowledged message of the cell
+    msgs=$(echo "$out" | grep -o 'batches=[0-9]*' | head -n 1 | cut -d= -f2)
+    if [ -n "$msgs" ] && [ "$msgs" -gt 0 ]; then
+      awk -v m="$msgs" 'NR == FNR { a[$1] = $2; next }
+          { printf "rf3_lat:   disk %s write_bytes_per_msg=%.0f\n", $1, ($2 - a[$1]) / m }' "$tmp/disk0" "$tmp/disk1"
+    fi
     if [ -n "$perf_pid" ]; then
       kill -INT "$perf_pid" "$perf_fpid"; wait "$perf_pid" "$perf_fpid" 2>/dev/null; perf_pid="" perf_fpid=""
       for f in "perf-$c" "perf-$c-f"; do
