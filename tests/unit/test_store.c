@@ -449,6 +449,46 @@ START_TEST(store_info_log_stays_small)
 }
 END_TEST
 
+/* Disk a store's WAL files hold (allocated blocks, not their size), in bytes. */
+static long long wal_allocated(const char *dir)
+{
+    char cmd[400];
+    snprintf(cmd, sizeof cmd, "find '%s' -maxdepth 1 -name '*.log' -printf '%%b\\n'", dir);
+    FILE *f = popen(cmd, "r");
+    ck_assert_ptr_nonnull(f);
+    long long blocks = 0, b;
+    while (fscanf(f, "%lld", &b) == 1)
+        blocks += b;
+    ck_assert_int_eq(pclose(f), 0);
+    return blocks * 512;
+}
+
+/* A member on a small volume must not lose its free space to WAL preallocation: RocksDB
+ * would reserve the largest memtable's size (the log family's 32 MiB) per WAL file. */
+START_TEST(store_wal_is_not_preallocated)
+{
+    char dir[256];
+    th_tmpdir(dir, sizeof dir);
+    kl_store *st;
+    kl_err err;
+    ck_assert_int_eq(kl_store_open(dir, NULL, &st, &err), KL_OK);
+    for (uint64_t i = 1; i <= 10; i++) {
+        Keyload__V1__LogEntry e = KEYLOAD__V1__LOG_ENTRY__INIT;
+        e.index = i;
+        e.term = 1;
+        uint8_t buf[64];
+        size_t n = keyload__v1__log_entry__pack(&e, buf);
+        kl_store_log_item it = {.index = i, .bytes = buf, .len = n};
+        ck_assert_int_eq(kl_store_log_write(st, NULL, 0, &it, 1, &err), KL_OK);
+    }
+    long long held = wal_allocated(dir);
+    ck_assert_int_gt(held, 0);
+    ck_assert_int_lt(held, 1 << 20);
+    kl_store_close(st);
+    th_rmrf(dir);
+}
+END_TEST
+
 /* A new store in a new temporary directory (dir, cap: its path). */
 static kl_store *tmp_store(char *dir, size_t cap)
 {
@@ -824,6 +864,7 @@ Suite *suite_store(void)
     tcase_add_test(t, store_first_failure_is_kept);
     tcase_add_test(t, scan_hints_seek_past_tombstones_and_stay_exact);
     tcase_add_test(t, store_info_log_stays_small);
+    tcase_add_test(t, store_wal_is_not_preallocated);
     tcase_add_test(t, last_write_keeps_only_each_keys_last);
     tcase_add_test(t, store_apply_last_write_wins_within_an_entry);
     tcase_add_test(t, view_read_cache_follows_the_applied_index);
