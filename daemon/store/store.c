@@ -507,27 +507,6 @@ static kl_code open_failed(const char *dir, const char *rerr, kl_err *err)
 
 static kl_code store_open_log_start(kl_store *st, const char *dir, kl_err *err);
 
-/* RocksDB preallocates each WAL file (fallocate, keeping the size) by the largest memtable,
- * capped by max_total_wal_size: with the log family's 32 MiB a fresh member held 32 MiB of
- * disk before its first write, which on a small volume is the whole reserve. The blocks
- * would only save fragmentation: the size still grows with every append, so a sync
- * journals it either way. The C API has no setter; RocksDB's option string parser sets it
- * on a copy of st->opts (every other setting carries over). */
-static kl_code no_preallocation(kl_store *st, kl_err *err)
-{
-    rocksdb_options_t *o = rocksdb_options_create();
-    char *rerr = NULL;
-    rocksdb_get_options_from_string(st->opts, "allow_fallocate=false", o, &rerr);
-    if (rerr != NULL) {
-        rocksdb_options_destroy(o);
-        return rocks_fail(err, "store options", rerr);
-    }
-    rocksdb_options_destroy(st->opts);
-    st->opts = o;
-    return KL_OK;
-}
-
-
 kl_code kl_store_open(const char *dir, const kl_store_options *opt, kl_store **out, kl_err *err)
 {
     kl_store_options defaults;
@@ -582,8 +561,6 @@ kl_code kl_store_open(const char *dir, const kl_store_options *opt, kl_store **o
      * uses no prefix extractor, so iterators over the log and queues are unaffected. */
     rocksdb_options_set_memtable_prefix_bloom_size_ratio(st->opts, 0.1);
     rocksdb_options_set_memtable_whole_key_filtering(st->opts, 1);
-    if ((rc = no_preallocation(st, err)) != KL_OK)
-        goto fail_open;
     st->ropts = rocksdb_readoptions_create();
     st->wsync = rocksdb_writeoptions_create();
     rocksdb_writeoptions_set_sync(st->wsync, 1);
