@@ -420,10 +420,6 @@ START_TEST(scan_hints_seek_past_tombstones_and_stay_exact)
 }
 END_TEST
 
-/* RocksDB's own info log ("LOG" in the store) does not grow with the replication log: a
- * debug line per synced write (FlushWAL) made it about 170 bytes per enqueue/receive/ack
- * cycle, unbounded, the largest part of a member's disk growth. 2000 synced log writes must
- * leave it well under 64 KiB. */
 /* Entries 1 .. n of term 1, each in its own synced log write. */
 static void write_log_entries(kl_store *st, uint64_t n)
 {
@@ -439,6 +435,10 @@ static void write_log_entries(kl_store *st, uint64_t n)
     }
 }
 
+/* RocksDB's own info log ("LOG" in the store) does not grow with the replication log: a
+ * debug line per synced write (FlushWAL) made it about 170 bytes per enqueue/receive/ack
+ * cycle, unbounded, the largest part of a member's disk growth. 2000 synced log writes must
+ * leave it well under 64 KiB. */
 START_TEST(store_info_log_stays_small)
 {
     char dir[256], path[320];
