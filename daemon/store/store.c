@@ -1,7 +1,6 @@
 #include "daemon/store/store.h"
 
 #include "common/failpoint.h"
-#include "common/limits.h"
 #include "daemon/store/keys.h"
 #include "daemon/store/last_write.h"
 
@@ -14,10 +13,6 @@
 #include <errno.h>
 #include <time.h>
 #include <unistd.h>
-
-/* The log family's memtable, and the WAL bound (max_total_wal_size) that flushes the state
- * family: twice the log bytes the driver lets pile up before it cuts (log_family_options). */
-#define KL_STORE_LOG_BUFFER_BYTES (2u * KL_SNAP_LOG_BYTES)
 
 struct kl_store {
     rocksdb_t *db;
@@ -482,14 +477,6 @@ static void log_family_options(kl_store *st)
      * with the ones its tombstone covers: about the live log rewritten per flushed
      * memtable, and the disk holds the live log plus at most one memtable's worth. */
     rocksdb_options_set_level0_file_num_compaction_trigger(st->log_opts, 1);
-    /* Entries live in the log from their append until a log compaction cuts them, and the
-     * driver cuts once KL_SNAP_LOG_BYTES were logged past its snapshot point. A memtable
-     * twice that size holds every entry until a cut covered it, so its flush writes only
-     * the live window and the cut entries never reach a file. With the state family's
-     * 8 MiB each entry was flushed, then rewritten with the live log by the next
-     * compaction: the log family wrote about three times its own bytes to disk.
-     * max_total_wal_size (below) flushes it at the same size at the latest. */
-    rocksdb_options_set_write_buffer_size(st->log_opts, KL_STORE_LOG_BUFFER_BYTES);
     st->log_table = rocksdb_block_based_options_create();
     rocksdb_block_based_options_set_block_cache(st->log_table, st->cache);
     rocksdb_options_set_block_based_table_factory(st->log_opts, st->log_table);
@@ -576,10 +563,9 @@ kl_code kl_store_open(const char *dir, const kl_store_options *opt, kl_store **o
     log_family_options(st);
     /* The state family writes no WAL, yet RocksDB keeps every WAL file from the one its
      * memtable started in until that memtable is flushed; the log family alone fills them.
-     * This bound (32 MiB) flushes the state family once the WAL holds that much, as often
-     * as the one family layout's own memtable limit did at most, and keeps the WAL off the
-     * disk. */
-    rocksdb_options_set_max_total_wal_size(st->opts, KL_STORE_LOG_BUFFER_BYTES);
+     * This bound flushes the state family once the WAL holds 32 MiB, as often as the one
+     * family layout's own memtable limit did at most, and keeps the WAL off the disk. */
+    rocksdb_options_set_max_total_wal_size(st->opts, 32u << 20);
     /* A store of the one-family layout gains the log family at its first open here. */
     rocksdb_options_set_create_missing_column_families(st->opts, 1);
     const char *families[2] = {"default", KL_STORE_LOG_FAMILY};

@@ -828,14 +828,12 @@ static void disk_cleanup(void)
     }
 }
 
-/* A 96 MiB ext4 image on its own loop device, mounted at work/diskfull: a fresh member
- * holds its WAL's 32 MiB preallocation (ARCHITECTURE.md "Two column families") and must
- * still have room above the test's 16 MiB reserve. */
+/* A 64 MiB ext4 image on its own loop device, mounted at work/diskfull. */
 static bool disk_setup(void)
 {
     snprintf(disk_img, sizeof disk_img, "%s/diskfull.img", work);
     char cmd[3000];
-    snprintf(cmd, sizeof cmd, "truncate -s 96M '%s'", disk_img);
+    snprintf(cmd, sizeof cmd, "truncate -s 64M '%s'", disk_img);
     if (system(cmd) != 0)
         return false;
     snprintf(cmd, sizeof cmd, "timeout 20 losetup --find --show '%s'", disk_img);
@@ -894,7 +892,7 @@ static void test_disk_full(void)
     CHECK(a.code == KL_OK, "enqueue with space: %s %s", kl_code_name(a.code), a.err.message);
     answer_free(&a);
     uint64_t free_mb = disk_free_mb();
-    CHECK(free_mb > 24, "only %llu MiB free on a fresh 96 MiB image", (unsigned long long)free_mb);
+    CHECK(free_mb > 24, "only %llu MiB free on a fresh 64 MiB image", (unsigned long long)free_mb);
     /* Leave 8 MiB: under the 16 MiB reserve, room for what RocksDB still writes. */
     snprintf(cmd, sizeof cmd, "fallocate -l %lluM '%s'", (unsigned long long)(free_mb - 8), filler);
     CHECK(system(cmd) == 0, "fallocate");
@@ -937,11 +935,11 @@ static void test_disk_full(void)
              (unsigned long long)disk_free_mb(), filler, filler);
     CHECK(system(cmd) >= 0, "fill");
     /* Large bodies: RocksDB preallocates the WAL, so small writes would fit in space it
-     * already holds. 250 x 200 KiB is past the 32 MiB it preallocates per WAL file. */
+     * already holds. 100 x 200 KiB is past any preallocation of an 8 MiB memtable. */
     int ok_on_full = 0;
     static char body[200 << 10];
     memset(body, 'z', sizeof body - 1);
-    for (int i = 0; i < 250; i++) {
+    for (int i = 0; i < 100; i++) {
         int64_t t0 = now_ms();
         a = enqueue_one(body);
         ok_on_full += a.code == KL_OK;
