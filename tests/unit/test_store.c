@@ -420,6 +420,16 @@ START_TEST(scan_hints_seek_past_tombstones_and_stay_exact)
 }
 END_TEST
 
+/* A new store in a new temporary directory (dir, cap: its path). */
+static kl_store *tmp_store(char *dir, size_t cap)
+{
+    th_tmpdir(dir, cap);
+    kl_store *st;
+    kl_err err;
+    ck_assert_int_eq(kl_store_open(dir, NULL, &st, &err), KL_OK);
+    return st;
+}
+
 /* Entries 1 .. n of term 1, each in its own synced log write. */
 static void write_log_entries(kl_store *st, uint64_t n)
 {
@@ -442,10 +452,7 @@ static void write_log_entries(kl_store *st, uint64_t n)
 START_TEST(store_info_log_stays_small)
 {
     char dir[256], path[320];
-    th_tmpdir(dir, sizeof dir);
-    kl_store *st;
-    kl_err err;
-    ck_assert_int_eq(kl_store_open(dir, NULL, &st, &err), KL_OK);
+    kl_store *st = tmp_store(dir, sizeof dir);
     write_log_entries(st, 2000);
     kl_store_close(st);
     snprintf(path, sizeof path, "%s/LOG", dir);
@@ -468,16 +475,6 @@ static long long wal_allocated(const char *dir)
         blocks += b;
     ck_assert_int_eq(pclose(f), 0);
     return blocks * 512;
-}
-
-/* A new store in a new temporary directory (dir, cap: its path). */
-static kl_store *tmp_store(char *dir, size_t cap)
-{
-    th_tmpdir(dir, cap);
-    kl_store *st;
-    kl_err err;
-    ck_assert_int_eq(kl_store_open(dir, NULL, &st, &err), KL_OK);
-    return st;
 }
 
 /* RocksDB preallocates each WAL file's blocks by the largest memtable (1.1 x 8 MiB), capped
