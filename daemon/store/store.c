@@ -471,11 +471,11 @@ static void log_family_options(kl_store *st)
     rocksdb_options_set_memtable_prefix_bloom_size_ratio(st->log_opts, 0);
     rocksdb_options_set_memtable_whole_key_filtering(st->log_opts, 0);
     rocksdb_options_set_compression(st->log_opts, rocksdb_no_compression);
-    /* A log compaction's range tombstone frees nothing until a compaction reaches the
-     * files under it, and with the default trigger of four L0 files two or three windows
-     * of deleted entries stayed on disk. Compacting at every flush merges each new file
-     * with the ones its tombstone covers: about the live log rewritten per flushed
-     * memtable, and the disk holds the live log plus at most one memtable's worth. */
+    /* Entries arrive in index order and a log compaction writes no tombstone below the
+     * log (kl_store_compact_log drops whole files instead), so a flushed file never
+     * overlaps the files before it: moving it to L1 at once is a trivial move, no rewrite,
+     * and only L1 and below are files DeleteFilesInRange may drop. A truncation's bounded
+     * tombstone overlaps the newest file only, which one real compaction then merges. */
     rocksdb_options_set_level0_file_num_compaction_trigger(st->log_opts, 1);
     st->log_table = rocksdb_block_based_options_create();
     rocksdb_block_based_options_set_block_cache(st->log_table, st->cache);
@@ -672,11 +672,13 @@ kl_code kl_store_log_write(kl_store *st, const Keyload__V1__HardState *hard, uin
         rocksdb_writebatch_put(wb, (const char *)hk.b, hk.len, (const char *)buf, hn);
     }
     if (truncate_from != 0 && truncate_from <= last) {
+        /* Up to last + 1, not to the end of the key space: no entry past last exists
+         * (the open finds the last one on disk), and a tombstone reaching past every
+         * later entry would make every later flushed file overlap it (log_family_options). */
         kl_key lo, hi;
         kl_key_log(&lo, truncate_from);
-        kl_key_log(&hi, UINT64_MAX);
+        kl_key_log(&hi, last + 1);
         rocksdb_writebatch_delete_range_cf(wb, st->log_cf, (const char *)lo.b, lo.len, (const char *)hi.b, hi.len);
-        rocksdb_writebatch_delete_cf(wb, st->log_cf, (const char *)hi.b, hi.len);
     }
     for (size_t i = 0; i < n; i++) {
         if (items[i].index != expect + i) {
@@ -755,6 +757,13 @@ kl_code kl_store_load_hard(kl_store *st, uint64_t *term, uint64_t *vote, uint64_
 kl_code kl_store_read_log(kl_store *st, uint64_t index, uint8_t **entry, size_t *len, bool *found,
                           kl_err *err)
 {
+    if (index < atomic_load(&st->first)) {
+        /* Compacted: a file holding it may still be on disk (kl_store_compact_log). */
+        *entry = NULL;
+        *len = 0;
+        *found = false;
+        return KL_OK;
+    }
     kl_key k;
     kl_key_log(&k, index);
     return family_get(st, st->log_cf, k.b, k.len, entry, len, found, err);
@@ -1033,10 +1042,6 @@ kl_code kl_store_compact_log(kl_store *st, uint64_t first, const uint8_t *config
     if (rc != KL_OK)
         return rc;
     rocksdb_writebatch_t *wb = rocksdb_writebatch_create();
-    kl_key lo, hi;
-    kl_key_log(&lo, old_first);
-    kl_key_log(&hi, first);
-    rocksdb_writebatch_delete_range_cf(wb, st->log_cf, (const char *)lo.b, lo.len, (const char *)hi.b, hi.len);
     log_start_put(wb, first, prev_term, config, config_len);
     char *rerr = NULL;
     store_write(st, st->wsync, wb, &rerr);
@@ -1046,6 +1051,19 @@ kl_code kl_store_compact_log(kl_store *st, uint64_t first, const uint8_t *config
     atomic_store(&st->first, first);
     /* invariant: I-STORE-13 the log starts at most one past the durably applied index */
     assert(st->durable >= first - 1);
+    /* The entries below first are gone once "log_start" says so: every reader of the log
+     * starts at first (kl_store_read_log refuses below it). Their bytes leave the disk with
+     * the files that hold nothing else; a file reaching past first - 1 stays until a later
+     * compaction covers it. No tombstone: one below the log would make the next flushed
+     * file overlap every older one, and each flush would rewrite the live log. A crash
+     * before the files are dropped leaves them to the next compaction's call. */
+    kl_key hi;
+    kl_key_log(&hi, first - 1);
+    rocksdb_delete_file_in_range_cf(st->db, st->log_cf, NULL, 0, (const char *)hi.b, hi.len, &rerr);
+    if (rerr != NULL) {
+        mark_failed(st, "log file drop", rerr);
+        return rocks_fail(err, "log compaction", rerr);
+    }
     return KL_OK;
 }
 

@@ -133,7 +133,7 @@ kl_code kl_store_save_commit(kl_store *st, const Keyload__V1__HardState *hard, k
 /* The persisted hard state (all zero for a new store). */
 kl_code kl_store_load_hard(kl_store *st, uint64_t *term, uint64_t *vote, uint64_t *commit, kl_err *err);
 
-/* Reads an encoded log entry; *found false past the end. */
+/* Reads an encoded log entry; *found false past the end and below kl_store_first_index. */
 kl_code kl_store_read_log(kl_store *st, uint64_t index, uint8_t **entry, size_t *len, bool *found,
                           kl_err *err);
 /* Applies one committed entry (index must be applied_index + 1): every write-set whose
@@ -177,14 +177,18 @@ uint64_t kl_store_first_index(const kl_store *st);
  * NULL when none; caller frees). One point read. */
 kl_code kl_store_log_start(kl_store *st, uint64_t *first, uint64_t *prev_term, uint8_t **config,
                            size_t *config_len, kl_err *err);
-/* Deletes every log entry with index < first (one DeleteRange, synced with the new
- * 'M'"log_start" record, in one WriteBatch). config: the configuration as of entry first - 1
+/* Deletes every log entry with index < first: the new 'M'"log_start" record, synced, is
+ * what deletes them (every read of the log starts there), and the log family's files that
+ * hold only entries below first are then dropped whole (RocksDB DeleteFilesInRange, which
+ * syncs the MANIFEST). config: the configuration as of entry first - 1
  * (at most KL_SNAP_CONFIG_MAX bytes; stored, not interpreted). Refused with
  * FAILED_PRECONDITION "compact_not_durable" when entry first - 1 is not durably applied
  * (first - 1 > kl_store_durable_applied): a crash would roll the state back below the log
  * and the entries to re-apply would be gone. first <= kl_store_first_index is a no-op.
- * Cost: one synced write of O(1) bytes (the range tombstone; RocksDB's compactions drop the
- * entries later) plus one point read of entry first - 1 for its term. Loop thread only. */
+ * Cost: one synced write of O(1) bytes, one MANIFEST write and sync when a file is
+ * dropped, and one point read of entry first - 1 for its term. A file that also holds
+ * entries >= first stays until a later call covers it: the disk holds at most one flushed
+ * memtable of entries below first. Loop thread only. */
 kl_code kl_store_compact_log(kl_store *st, uint64_t first, const uint8_t *config, size_t config_len,
                              kl_err *err);
 /* Where staged snapshot files live: "<store dir>/install" (kl_snap_install). */

@@ -6,6 +6,7 @@
 #include "daemon/store/snapshot.h"
 #include "daemon/store/store.h"
 #include "harness.h"
+#include <rocksdb/c.h>
 
 #include <check.h>
 #include <pthread.h>
@@ -218,6 +219,73 @@ START_TEST(compaction_refused_above_durable)
     ck_assert_mem_eq(cfg, "cfg2", 4);
     free(cfg);
     ck_assert_int_eq(put_entry(st, 11, 5, false), 0); /* the log goes on after it */
+    kl_store_close(st);
+    th_rmrf(dir);
+}
+END_TEST
+
+/* Files of the log family at `level`. */
+static int log_files_at(kl_store *st, int level)
+{
+    char prop[64];
+    snprintf(prop, sizeof prop, "rocksdb.num-files-at-level%d", level);
+    char *v = rocksdb_property_value_cf(kl_store_db(st), kl_store_log_family(st), prop);
+    ck_assert_ptr_nonnull(v);
+    int n = atoi(v);
+    rocksdb_free(v);
+    return n;
+}
+
+/* Flushes the log family's memtable and waits (5 s at most) until its L0 file has moved. */
+static void flush_log_family(kl_store *st)
+{
+    rocksdb_flushoptions_t *fo = rocksdb_flushoptions_create();
+    rocksdb_flushoptions_set_wait(fo, 1);
+    char *rerr = NULL;
+    rocksdb_flush_cf(kl_store_db(st), fo, kl_store_log_family(st), &rerr);
+    rocksdb_flushoptions_destroy(fo);
+    ck_assert_ptr_null(rerr);
+    for (int i = 0; i < 500 && log_files_at(st, 0) > 0; i++)
+        usleep(10 * 1000);
+    ck_assert_int_eq(log_files_at(st, 0), 0);
+}
+
+/* The log family is never rewritten: each flushed file (entries in index order, no
+ * tombstone below them) moves to L1 whole, and a log compaction drops the files that hold
+ * only entries below its first index, keeping one that reaches past it. Four flushes of
+ * 100 entries leave four L1 files; a merge would have left one. */
+START_TEST(compaction_drops_log_files_whole)
+{
+    char dir[256];
+    th_tmpdir(dir, sizeof dir);
+    kl_store *st = open_store(dir);
+    kl_err err;
+    for (uint64_t k = 0; k < 4; k++) {
+        ck_assert_int_eq(put_entries(st, k * 100 + 1, k * 100 + 100, 1, false), 0);
+        flush_log_family(st);
+        ck_assert_int_eq(log_files_at(st, 1), (int)k + 1);
+    }
+    uint64_t durable;
+    ck_assert_int_eq(kl_store_make_durable(st, &durable, &err), KL_OK);
+    ck_assert_uint_eq(durable, 400);
+    ck_assert_int_eq(kl_store_compact_log(st, 250, NULL, 0, &err), KL_OK);
+    ck_assert_int_eq(log_files_at(st, 1), 2); /* 201..300 reaches past 249: kept */
+    uint8_t *v;
+    size_t n;
+    bool found;
+    ck_assert_int_eq(kl_store_read_log(st, 249, &v, &n, &found, &err), KL_OK);
+    ck_assert(!found); /* still in a file on disk, but below the log */
+    ck_assert_ptr_null(v);
+    ck_assert_int_eq(kl_store_read_log(st, 250, &v, &n, &found, &err), KL_OK);
+    ck_assert(found);
+    free(v);
+    ck_assert_int_eq(kl_store_compact_log(st, 401, NULL, 0, &err), KL_OK);
+    ck_assert_int_eq(log_files_at(st, 1), 0);
+    kl_store_close(st);
+    st = open_store(dir);
+    ck_assert_uint_eq(kl_store_first_index(st), 401);
+    ck_assert_uint_eq(kl_store_last_index(st), 400);
+    ck_assert_int_eq(put_entry(st, 401, 1, false), 0);
     kl_store_close(st);
     th_rmrf(dir);
 }
@@ -1065,6 +1133,7 @@ Suite *suite_snapshot(void)
     TCase *t = tcase_create("compaction");
     tcase_set_timeout(t, 60);
     tcase_add_test(t, compaction_refused_above_durable);
+    tcase_add_test(t, compaction_drops_log_files_whole);
     tcase_add_test(t, flush_off_thread_notes_index_read_before);
     tcase_add_test(t, compaction_survives_kill9);
     tcase_add_test(t, open_refuses_log_past_state);
