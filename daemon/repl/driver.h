@@ -51,7 +51,9 @@
  * snapshot_threshold past its snapshot point, the driver makes the applied state durable
  * (kl_store_flush on libuv's thread pool, the loop going on; one at a time) and compacts up
  * to min(durable applied, applied) - snapshot_trailing: kl_raft_compact first, then
- * kl_store_compact_log (one synced write, on the loop). The state machine IS the snapshot: a leader asked
+ * kl_store_compact_log (one synced write, on the loop), then kl_store_drop_compacted_log on
+ * the thread pool (its MANIFEST sync off the loop; one at a time, a compaction meanwhile
+ * asks for one more; a failure is fatal like a failed write). The state machine IS the snapshot: a leader asked
  * for one streams its current applied state (snapwire.h), at an index at least the
  * compacted one. A follower installs a streamed snapshot through the core's has_snapshot
  * ready before anything else of that ready and before its messages (the acknowledgement)
@@ -68,8 +70,8 @@
  * answer UNAVAILABLE) and waits for kl_repl_stop. The member must exit and restart from disk.
  *
  * Threading: every kl_repl_* function and every callback runs on the loop thread. The worker
- * threads touch only the store (kl_store_log_write, the compaction's kl_store_flush) and the
- * round's buffers.
+ * threads touch only the store (kl_store_log_write, the compaction's kl_store_flush and
+ * kl_store_drop_compacted_log) and the round's buffers.
  *
  * Invariants: at most one persist in flight; the core's ready is advanced only after its
  * write completed and its messages, applies and reads were handed out; every applied index

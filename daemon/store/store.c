@@ -1052,17 +1052,26 @@ kl_code kl_store_compact_log(kl_store *st, uint64_t first, const uint8_t *config
     /* invariant: I-STORE-13 the log starts at most one past the durably applied index */
     assert(st->durable >= first - 1);
     /* The entries below first are gone once "log_start" says so: every reader of the log
-     * starts at first (kl_store_read_log refuses below it). Their bytes leave the disk with
-     * the files that hold nothing else; a file reaching past first - 1 stays until a later
-     * compaction covers it. No tombstone: one below the log would make the next flushed
-     * file overlap every older one, and each flush would rewrite the live log. A crash
-     * before the files are dropped leaves them to the next compaction's call. */
+     * starts at first (kl_store_read_log refuses below it); kl_store_drop_compacted_log
+     * then frees their disk. No tombstone: one below the log would make the next flushed
+     * file overlap every older one, and each flush would rewrite the live log. */
+    return KL_OK;
+}
+
+kl_code kl_store_drop_compacted_log(kl_store *st, kl_err *err)
+{
+    if (atomic_load(&st->write_failed))
+        return kl_fail(err, KL_INTERNAL, "store", "store: an earlier write of this store failed");
+    uint64_t first = atomic_load(&st->first);
+    if (first <= 1)
+        return KL_OK;
     kl_key hi;
     kl_key_log(&hi, first - 1);
+    char *rerr = NULL;
     rocksdb_delete_file_in_range_cf(st->db, st->log_cf, NULL, 0, (const char *)hi.b, hi.len, &rerr);
     if (rerr != NULL) {
         mark_failed(st, "log file drop", rerr);
-        return rocks_fail(err, "log compaction", rerr);
+        return rocks_fail(err, "log file drop", rerr);
     }
     return KL_OK;
 }

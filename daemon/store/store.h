@@ -178,19 +178,25 @@ uint64_t kl_store_first_index(const kl_store *st);
 kl_code kl_store_log_start(kl_store *st, uint64_t *first, uint64_t *prev_term, uint8_t **config,
                            size_t *config_len, kl_err *err);
 /* Deletes every log entry with index < first: the new 'M'"log_start" record, synced, is
- * what deletes them (every read of the log starts there), and the log family's files that
- * hold only entries below first are then dropped whole (RocksDB DeleteFilesInRange, which
- * syncs the MANIFEST). config: the configuration as of entry first - 1
+ * what deletes them (every read of the log starts there); kl_store_drop_compacted_log
+ * frees their disk later. config: the configuration as of entry first - 1
  * (at most KL_SNAP_CONFIG_MAX bytes; stored, not interpreted). Refused with
  * FAILED_PRECONDITION "compact_not_durable" when entry first - 1 is not durably applied
  * (first - 1 > kl_store_durable_applied): a crash would roll the state back below the log
  * and the entries to re-apply would be gone. first <= kl_store_first_index is a no-op.
- * Cost: one synced write of O(1) bytes, one MANIFEST write and sync when a file is
- * dropped, and one point read of entry first - 1 for its term. A file that also holds
- * entries >= first stays until a later call covers it: the disk holds at most one flushed
- * memtable of entries below first. Loop thread only. */
+ * Cost: one synced write of O(1) bytes and one point read of entry first - 1 for its
+ * term. Loop thread only. */
 kl_code kl_store_compact_log(kl_store *st, uint64_t first, const uint8_t *config, size_t config_len,
                              kl_err *err);
+/* Drops the log family's files that hold only entries below kl_store_first_index (RocksDB
+ * DeleteFilesInRange): how compacted entries leave the disk. A file that also holds later
+ * entries stays until a later call covers it, so the disk holds at most about one flushed
+ * log memtable of compacted entries once this ran. Nothing reads what it drops, so it may
+ * run at any time after kl_store_compact_log, or never (a crash in between leaves the files
+ * to the next call). A failure is a failed write (kl_store_first_failure). Cost: one
+ * MANIFEST write and sync and the unlinks, when a file goes: milliseconds (about 10 ms in a
+ * 64-in-flight cell), so not on the loop thread. Any thread; one call at a time. */
+kl_code kl_store_drop_compacted_log(kl_store *st, kl_err *err);
 /* Where staged snapshot files live: "<store dir>/install" (kl_snap_install). */
 const char *kl_store_dir(const kl_store *st);
 /* A staged file "<store dir>/install/%06u.sst" with a file of this suffix in place of
