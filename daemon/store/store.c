@@ -472,7 +472,7 @@ static void log_family_options(kl_store *st)
     rocksdb_options_set_memtable_whole_key_filtering(st->log_opts, 0);
     rocksdb_options_set_compression(st->log_opts, rocksdb_no_compression);
     /* Entries arrive in index order and a log compaction writes no tombstone below the
-     * log (kl_store_compact_log drops whole files instead), so a flushed file never
+     * log (kl_store_drop_compacted_log drops whole files instead), so a flushed file never
      * overlaps the files before it: moving it to L1 at once is a trivial move, no rewrite,
      * and only L1 and below are files DeleteFilesInRange may drop. A truncation's bounded
      * tombstone overlaps the newest file only, which one real compaction then merges. */
@@ -758,7 +758,7 @@ kl_code kl_store_read_log(kl_store *st, uint64_t index, uint8_t **entry, size_t 
                           kl_err *err)
 {
     if (index < atomic_load(&st->first)) {
-        /* Compacted: a file holding it may still be on disk (kl_store_compact_log). */
+        /* Compacted: a file holding it may still be on disk (kl_store_drop_compacted_log). */
         *entry = NULL;
         *len = 0;
         *found = false;
