@@ -1268,6 +1268,46 @@ static bool sw_step(void *ctx, const kl_raft_msg *m)
 }
 
 /* The compaction's flush, on the thread pool (maybe_compact). */
+/* The compaction's jobs on libuv's thread pool (the flush, the file drop): one of each at a
+ * time, each with a busy flag the stop waits for (maybe_free). Queues one; a refusal is a
+ * storage failure. `what` names the job in the error. */
+static bool pool_job_start(kl_repl *r, uv_work_t *work, bool *busy, uv_work_cb run, uv_after_work_cb after,
+                           const char *detail, const char *what)
+{
+    work->data = r;
+    int urc = uv_queue_work(r->loop, work, run, after);
+    if (urc != 0) {
+        kl_err err;
+        kl_fail(&err, KL_INTERNAL, detail, "cannot queue %s: %s", what, uv_strerror(urc));
+        fail(r, &err);
+        return false;
+    }
+    *busy = true;
+    return true;
+}
+
+/* A pool job's end on the loop: true when it succeeded and the member goes on; otherwise
+ * the driver is stopping (freed here once nothing else is pending) or has failed, or the
+ * job's failure (or cancellation) fails it now. */
+static bool pool_job_ended(kl_repl *r, bool *busy, int status, kl_code *rc, kl_err *err, const char *detail,
+                           const char *what)
+{
+    *busy = false;
+    if (r->stopped) {
+        maybe_free(r);
+        return false;
+    }
+    if (r->failed)
+        return false;
+    if (status != 0)
+        *rc = kl_fail(err, KL_INTERNAL, detail, "%s was cancelled", what);
+    if (*rc != KL_OK) {
+        fail(r, err);
+        return false;
+    }
+    return true;
+}
+
 static void cflush_run(uv_work_t *w)
 {
     kl_repl *r = w->data;
@@ -1281,19 +1321,9 @@ static void cflush_run(uv_work_t *w)
 static void cflush_after(uv_work_t *w, int status)
 {
     kl_repl *r = w->data;
-    r->cflush.busy = false;
-    if (r->stopped) {
-        maybe_free(r);
+    if (!pool_job_ended(r, &r->cflush.busy, status, &r->cflush.rc, &r->cflush.err, "flush",
+                        "the compaction flush"))
         return;
-    }
-    if (r->failed)
-        return;
-    if (status != 0)
-        r->cflush.rc = kl_fail(&r->cflush.err, KL_INTERNAL, "flush", "the compaction flush was cancelled");
-    if (r->cflush.rc != KL_OK) {
-        fail(r, &r->cflush.err);
-        return;
-    }
     /* An install while the flush ran made its own, higher, index durable (a snapshot is
      * installed only past the commit index): noting the older one then changes nothing. */
     kl_store_note_durable(r->store, r->cflush.applied);
@@ -1307,17 +1337,11 @@ static void cflush_after(uv_work_t *w, int status)
  * now, before it starts, is noted durable when it ends). */
 static void cflush_start(kl_repl *r, uint64_t applied)
 {
-    r->cflush.work.data = r;
     r->cflush.applied = applied;
     r->cflush.t0 = kl_stages_now();
-    int urc = uv_queue_work(r->loop, &r->cflush.work, cflush_run, cflush_after);
-    if (urc != 0) {
-        kl_err err;
-        kl_fail(&err, KL_INTERNAL, "flush", "cannot queue the compaction flush: %s", uv_strerror(urc));
-        fail(r, &err);
+    if (!pool_job_start(r, &r->cflush.work, &r->cflush.busy, cflush_run, cflush_after, "flush",
+                        "the compaction flush"))
         return;
-    }
-    r->cflush.busy = true;
     KL_INFO("compaction flush started", "member=%llu applied=%llu", (unsigned long long)r->self,
             (unsigned long long)applied);
 }
@@ -1336,19 +1360,9 @@ static void cdrop_start(kl_repl *r);
 static void cdrop_after(uv_work_t *w, int status)
 {
     kl_repl *r = w->data;
-    r->cdrop.busy = false;
-    if (r->stopped) {
-        maybe_free(r);
+    if (!pool_job_ended(r, &r->cdrop.busy, status, &r->cdrop.rc, &r->cdrop.err, "log",
+                        "the compacted log's file drop"))
         return;
-    }
-    if (r->failed)
-        return;
-    if (status != 0)
-        r->cdrop.rc = kl_fail(&r->cdrop.err, KL_INTERNAL, "log", "the compacted log's file drop was cancelled");
-    if (r->cdrop.rc != KL_OK) {
-        fail(r, &r->cdrop.err);
-        return;
-    }
     if (r->cdrop.again) {
         r->cdrop.again = false;
         cdrop_start(r);
@@ -1364,15 +1378,8 @@ static void cdrop_start(kl_repl *r)
         r->cdrop.again = true;
         return;
     }
-    r->cdrop.work.data = r;
-    int urc = uv_queue_work(r->loop, &r->cdrop.work, cdrop_run, cdrop_after);
-    if (urc != 0) {
-        kl_err err;
-        kl_fail(&err, KL_INTERNAL, "log", "cannot queue the compacted log's file drop: %s", uv_strerror(urc));
-        fail(r, &err);
-        return;
-    }
-    r->cdrop.busy = true;
+    (void)pool_job_start(r, &r->cdrop.work, &r->cdrop.busy, cdrop_run, cdrop_after, "log",
+                         "the compacted log's file drop");
 }
 
 static lb_sample *lb_at(kl_repl *r, size_t k) { return &r->lb.s[(r->lb.head + k) % LB_N]; }
