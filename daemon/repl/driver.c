@@ -1267,7 +1267,6 @@ static bool sw_step(void *ctx, const kl_raft_msg *m)
     return rc == KL_OK;
 }
 
-/* The compaction's flush, on the thread pool (maybe_compact). */
 /* The compaction's jobs on libuv's thread pool (the flush, the file drop): one of each at a
  * time, each with a busy flag the stop waits for (maybe_free). Queues one; a refusal is a
  * storage failure. `what` names the job in the error. */
@@ -1308,6 +1307,7 @@ static bool pool_job_ended(kl_repl *r, bool *busy, int status, kl_code *rc, kl_e
     return true;
 }
 
+/* The compaction's flush, on the thread pool (maybe_compact). */
 static void cflush_run(uv_work_t *w)
 {
     kl_repl *r = w->data;
