@@ -242,6 +242,7 @@
 /* ---------------------------------------------------------------- replication (daemon/repl) */
 #define KL_RAFT_MAX_MEMBERS 9
 #define KL_RAFT_MAX_INFLIGHT 256     /* append messages in flight per follower, upper bound */
+#define KL_RAFT_MAX_READIES 4        /* readies a core hands out before the first is advanced */
 #define KL_RAFT_MAX_MSG_ENTRIES 1024 /* entries in one append message */
 /* Configuration entries a member's log may hold past its snapshot point (raft_conf.h):
  * changes commit one at a time, so a handful suffice; compaction folds older ones. */

@@ -7,7 +7,8 @@
  * Invariants (asserted where they are maintained):
  *   commit <= last index; commit never decreases; no entry <= commit is ever truncated;
  *   a leader's log only grows, and its first entry of a term is the no-op;
- *   applied <= commit; at most one ready is outstanding;
+ *   applied <= applied_handed <= commit; at most max_readies readies are outstanding, their
+ *   writes complete in hand-out order, and one that installs a snapshot is the only one;
  *   for every follower progress on a leader: match < next <= last + 1;
  *   snap_index <= applied: only applied entries are compacted, and an install makes the
  *   snapshot index applied and committed at once; nothing <= snap_index is ever read;
@@ -52,6 +53,20 @@ typedef struct pending_read {
     uint64_t ctx, index, seq;
 } pending_read;
 
+/* What one outstanding ready owns until its advance. reads is one of max_readies buffers of
+ * max_pending_reads states, swapped with `done` when the ready is handed out. */
+typedef struct handed_ready {
+    kl_raft_entry *ents, *committed;
+    size_t n_ents, n_committed;
+    kl_raft_msg *msgs;
+    size_t n_msgs;
+    kl_raft_read_state *reads;
+    size_t n_reads;
+    bool has_hard, install;
+    uint64_t hard_term;
+    uint64_t applied_after; /* applied_handed once this ready was handed out */
+} handed_ready;
+
 struct kl_raft {
     kl_raft_config cfg;
     /* The configuration in effect (the latest in the log) with its member table: per-member
@@ -91,19 +106,14 @@ struct kl_raft {
     kl_raft_msg *out; /* outbox */
     size_t out_len, out_cap, out_bytes;
 
-    /* ready bookkeeping */
-    bool ready_out;
+    /* ready bookkeeping: the readies outstanding, oldest first, in a ring */
+    handed_ready hand[KL_RAFT_MAX_READIES];
+    size_t hand_head, n_out;
     kl_raft_hard_state hs_handed; /* last hard state handed out (or loaded at start) */
     uint64_t term_durable;        /* term of the last hard state reported written (advance) */
     kl_raft_role role_handed;
     uint64_t leader_handed, term_handed;
     uint64_t applied, applied_handed;
-    kl_raft_entry *rd_ents, *rd_committed;
-    size_t rd_n_ents, rd_n_committed;
-    kl_raft_msg *rd_msgs;
-    size_t rd_n_msgs;
-    kl_raft_read_state *rd_reads;
-    size_t rd_n_reads;
     kl_raft_entry *tc_ents; /* the last kl_raft_take_committed hand-out, freed by the next */
     size_t tc_n;
     kl_raft_msg *ug;        /* the last kl_raft_take_urgent hand-out (entries), likewise */
@@ -788,7 +798,7 @@ static bool install_pending(kl_raft *r)
         return false; /* answered: nothing to install */
     r->snap_pending = false;
     /* invariant I-SNAP-3: installed only by a follower, past its commit, no ready out */
-    assert(sn.index > r->commit && r->role == KL_RAFT_FOLLOWER && !r->ready_out);
+    assert(sn.index > r->commit && r->role == KL_RAFT_FOLLOWER && r->n_out == 0);
     kl_rlog_restore(&r->log, sn.index, sn.term);
     r->ch = (kl_rconf_hist){.base = sn.conf};
     conf_refresh(r);
@@ -1053,6 +1063,7 @@ void kl_raft_config_default(kl_raft_config *c)
     c->election_ticks = 10;
     c->heartbeat_ticks = 2;
     c->max_inflight = 64;
+    c->max_readies = 1;
     c->max_msg_bytes = 1u << 20;
     c->max_unpersisted_entries = 4096;
     c->max_unpersisted_bytes = 64u << 20;
@@ -1128,6 +1139,9 @@ static kl_code check_config(const kl_raft_config *c, kl_err *err)
     if (c->max_inflight < 1 || c->max_inflight > KL_RAFT_MAX_INFLIGHT)
         return kl_fail(err, KL_INVALID_ARGUMENT, "max_inflight", "max_inflight %u outside 1..%d",
                        c->max_inflight, KL_RAFT_MAX_INFLIGHT);
+    if (c->max_readies < 1 || c->max_readies > KL_RAFT_MAX_READIES)
+        return kl_fail(err, KL_INVALID_ARGUMENT, "max_readies", "max_readies %u outside 1..%d",
+                       c->max_readies, KL_RAFT_MAX_READIES);
     if (c->max_msg_bytes < 1 || c->max_unpersisted_entries < 1 ||
         c->max_unpersisted_bytes < 1 || c->max_apply_bytes < 1 || c->max_pending_reads < 1 ||
         c->max_outbox_msgs < 1 || c->max_outbox_bytes < 1)
@@ -1205,8 +1219,12 @@ kl_code kl_raft_new(const kl_raft_config *cfg, kl_raft **out, kl_err *err)
     r->rng = cfg->rand_seed ^ (cfg->id * 0x9e3779b97f4a7c15ull);
     r->reads = calloc(cfg->max_pending_reads, sizeof *r->reads);
     r->done = calloc(cfg->max_pending_reads, sizeof *r->done);
-    r->rd_reads = calloc(cfg->max_pending_reads, sizeof *r->rd_reads);
-    if (r->reads == NULL || r->done == NULL || r->rd_reads == NULL) {
+    bool reads_ok = true;
+    for (size_t k = 0; k < cfg->max_readies; k++) {
+        r->hand[k].reads = calloc(cfg->max_pending_reads, sizeof *r->hand[k].reads);
+        reads_ok = reads_ok && r->hand[k].reads != NULL;
+    }
+    if (r->reads == NULL || r->done == NULL || !reads_ok) {
         kl_raft_free(r);
         return kl_fail(err, KL_UNAVAILABLE, "memory", "out of memory");
     }
@@ -1242,15 +1260,21 @@ kl_code kl_raft_new(const kl_raft_config *cfg, kl_raft **out, kl_err *err)
     return KL_OK;
 }
 
-static void free_ready_buffers(kl_raft *r)
+/* Frees what the ready owns; its read buffer stays for the next ready in the slot. */
+static void free_ready_buffers(handed_ready *h)
 {
-    kl_rlog_free_entries(r->rd_ents, r->rd_n_ents);
-    kl_rlog_free_entries(r->rd_committed, r->rd_n_committed);
-    free_msgs(r->rd_msgs, r->rd_n_msgs);
-    free(r->rd_msgs);
-    r->rd_ents = r->rd_committed = NULL;
-    r->rd_msgs = NULL;
-    r->rd_n_ents = r->rd_n_committed = r->rd_n_msgs = r->rd_n_reads = 0;
+    kl_rlog_free_entries(h->ents, h->n_ents);
+    kl_rlog_free_entries(h->committed, h->n_committed);
+    free_msgs(h->msgs, h->n_msgs);
+    free(h->msgs);
+    h->ents = h->committed = NULL;
+    h->msgs = NULL;
+    h->n_ents = h->n_committed = h->n_msgs = h->n_reads = 0;
+}
+
+static handed_ready *hand_at(kl_raft *r, size_t k)
+{
+    return &r->hand[(r->hand_head + k) % r->cfg.max_readies];
 }
 
 static void free_taken(kl_raft *r)
@@ -1270,7 +1294,10 @@ void kl_raft_free(kl_raft *r)
 {
     if (r == NULL)
         return;
-    free_ready_buffers(r);
+    for (size_t k = 0; k < KL_RAFT_MAX_READIES; k++) {
+        free_ready_buffers(&r->hand[k]);
+        free(r->hand[k].reads);
+    }
     free_taken(r);
     free_urgent(r);
     free(r->ug);
@@ -1278,7 +1305,6 @@ void kl_raft_free(kl_raft *r)
     free(r->out);
     free(r->reads);
     free(r->done);
-    free(r->rd_reads);
     kl_rlog_free(&r->log);
     free(r);
 }
@@ -1472,7 +1498,7 @@ size_t kl_raft_take_committed(kl_raft *r, const kl_raft_entry **out)
      * pending truncation), so applied state, which skips the WAL, can never reach disk
      * ahead of the log entry it came from. Committed entries of the outstanding ready are
      * above that line until it is advanced. */
-    uint64_t from = r->ready_out ? r->applied_handed : r->applied;
+    uint64_t from = r->n_out > 0 ? r->applied_handed : r->applied;
     uint64_t hi = min_u64(r->commit, r->log.persisted);
     if (hi <= from)
         return 0;
@@ -1484,22 +1510,34 @@ size_t kl_raft_take_committed(kl_raft *r, const kl_raft_entry **out)
     r->tc_ents = ents;
     r->tc_n = n;
     r->applied_handed = from + n;
-    if (!r->ready_out)
+    if (r->n_out == 0)
         r->applied = r->applied_handed;
     *out = ents;
     return n;
 }
 
+/* A snapshot install needs every earlier write done and nothing after it until its own is:
+ * with an install outstanding, or one pending while others are, nothing more is handed out
+ * for it (the install waits for the last advance). */
+static bool install_out(const kl_raft *r)
+{
+    for (size_t k = 0; k < r->n_out; k++)
+        if (r->hand[(r->hand_head + k) % r->cfg.max_readies].install)
+            return true;
+    return false;
+}
+
 bool kl_raft_has_ready(const kl_raft *r)
 {
-    if (r->ready_out)
+    if (r->n_out >= r->cfg.max_readies || install_out(r))
         return false;
     if (broken(r))
         return true; /* kl_raft_get_ready reports the failure */
     return r->term != r->hs_handed.term || r->vote != r->hs_handed.vote ||
-           r->commit != r->hs_handed.commit || r->log.persisted < r->log.last ||
+           r->commit != r->hs_handed.commit || kl_rlog_handed_through(&r->log) < r->log.last ||
            r->log.pending_trunc != 0 || r->out_len > 0 || r->done_len > 0 ||
-           r->append_dirty || r->hb_dirty || r->applied < r->commit || r->snap_pending ||
+           r->append_dirty || r->hb_dirty || r->applied_handed < r->commit ||
+           (r->snap_pending && r->n_out == 0) ||
            r->role != r->role_handed || r->leader != r->leader_handed ||
            r->term != r->term_handed || r->conf_dirty;
 }
@@ -1507,11 +1545,12 @@ bool kl_raft_has_ready(const kl_raft *r)
 kl_code kl_raft_get_ready(kl_raft *r, kl_raft_ready *rd)
 {
     memset(rd, 0, sizeof *rd);
-    if (r->ready_out)
+    if (r->n_out >= r->cfg.max_readies || install_out(r))
         return KL_FAILED_PRECONDITION;
     if (broken(r))
         return KL_INTERNAL;
-    bool install = install_pending(r);
+    /* An install replaces the log under every earlier write: only with none outstanding. */
+    bool install = r->n_out == 0 && install_pending(r);
     /* Coalesced sends: all proposals since the last ready travel in one append per follower,
      * and all read-index requests share one round, carried by those appends where they go. */
     if (r->role == KL_RAFT_LEADER) {
@@ -1525,54 +1564,64 @@ kl_code kl_raft_get_ready(kl_raft *r, kl_raft_ready *rd)
     }
     kl_raft_entry *ents = NULL, *com = NULL;
     size_t n_ents = 0, n_com = 0;
-    uint64_t unp = kl_rlog_unpersisted(&r->log);
-    if (unp > 0 && !kl_rlog_copy(&r->log, r->log.persisted + 1, r->log.last + 1, SIZE_MAX,
-                                 SIZE_MAX, &ents, &n_ents))
+    /* Entries after what the outstanding readies write: the driver writes them after those. */
+    uint64_t from = kl_rlog_handed_through(&r->log) + 1;
+    uint64_t unp = r->log.last + 1 - from;
+    if (unp > 0 && !kl_rlog_copy(&r->log, from, r->log.last + 1, SIZE_MAX, SIZE_MAX, &ents,
+                                 &n_ents))
         return status_of(r) == KL_OK ? KL_UNAVAILABLE : KL_INTERNAL;
     assert(n_ents == unp);
-    /* An install hands out no committed entries: the snapshot holds them all. */
-    if (!install && r->applied < r->commit &&
-        !kl_rlog_copy(&r->log, r->applied + 1, r->commit + 1, r->cfg.max_apply_bytes,
+    /* An install hands out no committed entries: the snapshot holds them all. Committed
+     * entries of this ready may sit in its own write or an earlier one; the driver applies
+     * them after this ready's write, when all of those are done. */
+    if (!install && r->applied_handed < r->commit &&
+        !kl_rlog_copy(&r->log, r->applied_handed + 1, r->commit + 1, r->cfg.max_apply_bytes,
                       KL_RAFT_MAX_MSG_ENTRIES, &com, &n_com)) {
         kl_rlog_free_entries(ents, n_ents);
         return status_of(r) == KL_OK ? KL_UNAVAILABLE : KL_INTERNAL;
     }
     /* From here on nothing can fail. */
+    handed_ready *h = hand_at(r, r->n_out);
+    assert(h->ents == NULL && h->msgs == NULL && h->committed == NULL);
     kl_raft_hard_state hs = {.term = r->term, .vote = r->vote, .commit = r->commit};
     if (memcmp(&hs, &r->hs_handed, sizeof hs) != 0) {
         rd->has_hard_state = true;
         rd->hard = hs;
         r->hs_handed = hs;
     }
+    h->has_hard = rd->has_hard_state;
+    h->hard_term = hs.term;
     rd->truncate_from = kl_rlog_hand_out(&r->log);
     assert(rd->truncate_from == 0 || n_ents == 0 || ents[0].index == rd->truncate_from);
-    r->rd_ents = ents;
-    r->rd_n_ents = n_ents;
+    h->ents = ents;
+    h->n_ents = n_ents;
     rd->entries = ents;
     rd->n_entries = n_ents;
-    r->rd_committed = com;
-    r->rd_n_committed = n_com;
+    h->committed = com;
+    h->n_committed = n_com;
     rd->committed = com;
     rd->n_committed = n_com;
-    r->applied_handed = install ? r->commit : r->applied + n_com;
+    r->applied_handed = install ? r->commit : r->applied_handed + n_com;
+    h->applied_after = r->applied_handed;
+    h->install = install;
     rd->has_snapshot = install;
     if (install) {
         rd->snapshot = r->snap_pend;
         rd->snapshot_from = r->snap_pend_from;
     }
-    r->rd_msgs = r->out;
-    r->rd_n_msgs = r->out_len;
+    h->msgs = r->out;
+    h->n_msgs = r->out_len;
     rd->msgs = r->out;
     rd->n_msgs = r->out_len;
     r->out = NULL;
     r->out_len = r->out_cap = r->out_bytes = 0;
-    kl_raft_read_state *t = r->rd_reads; /* swap the two read buffers */
-    r->rd_reads = r->done;
-    r->rd_n_reads = r->done_len;
+    kl_raft_read_state *t = h->reads; /* swap the slot's read buffer with the confirmed ones */
+    h->reads = r->done;
+    h->n_reads = r->done_len;
     r->done = t;
     r->done_len = 0;
-    rd->reads = r->rd_reads;
-    rd->n_reads = r->rd_n_reads;
+    rd->reads = h->reads;
+    rd->n_reads = h->n_reads;
     if (r->conf_dirty) {
         rd->conf_changed = true;
         rd->conf = r->mc.c;
@@ -1582,27 +1631,33 @@ kl_code kl_raft_get_ready(kl_raft *r, kl_raft_ready *rd)
     rd->role = r->role_handed = r->role;
     rd->leader = r->leader_handed = r->leader;
     rd->term = r->term_handed = r->term;
-    r->ready_out = true;
+    r->n_out++;
     return KL_OK;
 }
 
 kl_code kl_raft_advance(kl_raft *r, const kl_raft_ready *rd)
 {
-    if (!r->ready_out)
+    if (r->n_out == 0)
         return KL_FAILED_PRECONDITION;
-    if (rd == NULL || rd->msgs != r->rd_msgs || rd->n_entries != r->rd_n_ents)
-        return KL_INVALID_ARGUMENT; /* not the ready we handed out */
+    handed_ready *h = hand_at(r, 0);
+    if (rd == NULL || rd->msgs != h->msgs || rd->n_entries != h->n_ents ||
+        rd->entries != h->ents || rd->committed != h->committed)
+        return KL_INVALID_ARGUMENT; /* not the oldest ready we handed out */
     if (broken(r))
         return KL_INTERNAL;
     kl_rlog_stable(&r->log);
-    if (rd->has_hard_state)
-        r->term_durable = rd->hard.term;
+    if (h->has_hard)
+        r->term_durable = h->hard_term;
     if (r->role == KL_RAFT_CANDIDATE && r->term_durable == r->term)
         (void)poll(r, r->mc.self, true); /* a duplicate answer is ignored */
-    assert(r->applied_handed <= r->commit);
-    r->applied = r->applied_handed;
-    free_ready_buffers(r);
-    r->ready_out = false;
+    /* Entries handed out by take_committed while this ready was the last one out are
+     * counted with it: the driver applied them after this ready's own. */
+    r->applied = r->n_out == 1 ? r->applied_handed : h->applied_after;
+    assert(r->applied <= r->commit && r->applied <= r->applied_handed);
+    free_ready_buffers(h);
+    h->install = false;
+    r->hand_head = (r->hand_head + 1) % r->cfg.max_readies;
+    r->n_out--;
     kl_rlog_evict(&r->log);
     /* Our own write may complete a commit quorum. */
     if (r->role == KL_RAFT_LEADER)

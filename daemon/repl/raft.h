@@ -42,6 +42,22 @@
  * ready. A failed write is not reported to the core: the driver must drop this kl_raft and
  * start a new one from what is on disk (a crash is the only failure Raft needs to handle).
  *
+ * Pipelined readies (cfg.max_readies > 1): the next ready may be taken while earlier ones
+ * are outstanding, so its write can be queued while theirs run. Rules, on top of 1-5:
+ *   - the writes of outstanding readies complete IN THE ORDER the readies were handed out
+ *     (one writer, a FIFO): a ready's truncation and entries assume every earlier ready's
+ *     write is on disk before its own, and a crash may keep any prefix of them, never a
+ *     write without the ones before it;
+ *   - each ready goes through steps 3-5 after its own write, oldest first, and
+ *     kl_raft_advance names the oldest outstanding ready (KL_INVALID_ARGUMENT otherwise);
+ *   - a ready's committed entries may lie in its own write or in an earlier one: apply them
+ *     only after its own write completed (then all of those have);
+ *   - a ready that installs a snapshot is handed out only with none outstanding, and none
+ *     after it until it is advanced.
+ * Nothing is acknowledged, voted or counted for a commit before the write that makes it
+ * true: acknowledgements ride in the ready whose write holds the entries (or a later one),
+ * and the core's persisted index moves only at kl_raft_advance.
+ *
  * Snapshots and compaction (Raft §7; ARCHITECTURE.md "Replication"). The log starts after a
  * snapshot point (snap_index, snap_term): entries <= snap_index are compacted away and only
  * the state machine's snapshot holds them. A new member has snap_index 0 and nothing is
@@ -230,6 +246,7 @@ typedef struct kl_raft_config {
     uint32_t heartbeat_ticks;  /* 1 .. T-1 */
     uint64_t rand_seed;        /* seeds this member's private PRNG (election jitter) */
     uint32_t max_inflight;     /* 1 .. KL_RAFT_MAX_INFLIGHT */
+    uint32_t max_readies;      /* readies outstanding at once, 1 .. KL_RAFT_MAX_READIES */
     size_t max_msg_bytes;      /* entry data per append message (one entry always fits) */
     size_t max_unpersisted_entries; /* proposals past these get KL_UNAVAILABLE; followers */
     size_t max_unpersisted_bytes;   /* accept only what fits and let the leader resend */
@@ -363,8 +380,9 @@ size_t kl_raft_take_reads(kl_raft *r, kl_raft_read_state *out, size_t cap);
  * write runs. Returns how many (in log order, continuing after every committed entry
  * handed out before, in a ready or here); *out stays valid until the next call or
  * kl_raft_free. The caller applies them in order
- * after any committed entries of an outstanding ready it has not applied yet (those are
- * never durable-but-unapplied: they belong to that ready's write). */
+ * after the committed entries of every outstanding ready (those are never
+ * durable-but-unapplied: they wait for that ready's write), so it takes none while such
+ * entries are still unapplied. */
 size_t kl_raft_take_committed(kl_raft *r, const kl_raft_entry **out);
 
 /* The driver dropped its stored entries <= index (see "Snapshots and compaction" above).
@@ -406,12 +424,13 @@ kl_code kl_raft_propose_conf_change(kl_raft *r, const kl_raft_conf *target, cons
 void kl_raft_conf_get(const kl_raft *r, kl_raft_conf *latest, uint64_t *latest_index,
                       kl_raft_conf *at_snapshot);
 
-/* True when kl_raft_get_ready would return something (or an error), and no ready is outstanding. */
+/* True when kl_raft_get_ready would return something (or an error), and fewer than
+ * max_readies readies are outstanding (none if one of them installs a snapshot). */
 bool kl_raft_has_ready(const kl_raft *r);
-/* KL_FAILED_PRECONDITION while a previous ready has not been advanced; KL_UNAVAILABLE when
- * memory for it could not be allocated (nothing changed; try again). */
+/* KL_FAILED_PRECONDITION while max_readies readies (or an install) are outstanding;
+ * KL_UNAVAILABLE when memory for it could not be allocated (nothing changed; try again). */
 kl_code kl_raft_get_ready(kl_raft *r, kl_raft_ready *rd);
-/* Reports that everything in the last ready is durable, sent and applied. */
+/* Reports that everything in the oldest outstanding ready is durable, sent and applied. */
 kl_code kl_raft_advance(kl_raft *r, const kl_raft_ready *rd);
 
 void kl_raft_status_get(const kl_raft *r, kl_raft_status *st);

@@ -162,8 +162,11 @@ void kl_rlog_truncate(kl_rlog *l, uint64_t from)
     }
     if (l->persisted >= from)
         l->persisted = from - 1;
-    if (l->handed && l->handed_hi >= from)
-        l->handed_hi = from - 1;
+    for (size_t k = 0; k < l->n_handed; k++) {
+        uint64_t *hi = &l->handed_hi[(l->handed_head + k) % KL_RAFT_MAX_READIES];
+        if (*hi >= from)
+            *hi = from - 1;
+    }
     l->last = from - 1;
     if (l->last == l->snap_index)
         l->last_term = l->snap_term;
@@ -201,7 +204,7 @@ void kl_rlog_compact(kl_rlog *l, uint64_t index)
 void kl_rlog_restore(kl_rlog *l, uint64_t index, uint64_t term)
 {
     /* invariant I-SNAP-3: an install replaces the log only with no ready outstanding */
-    assert(!l->handed && term > 0);
+    assert(l->n_handed == 0 && term > 0);
     for (size_t i = 0; i < l->len; i++)
         free(l->ents[l->head + i].data);
     l->head = l->len = 0;
@@ -305,14 +308,22 @@ bool kl_rlog_copy(kl_rlog *l, uint64_t lo, uint64_t hi, size_t max_bytes, size_t
     return true;
 }
 
+uint64_t kl_rlog_handed_through(const kl_rlog *l)
+{
+    if (l->n_handed == 0)
+        return l->persisted;
+    return l->handed_hi[(l->handed_head + l->n_handed - 1) % KL_RAFT_MAX_READIES];
+}
+
 uint64_t kl_rlog_hand_out(kl_rlog *l)
 {
-    assert(!l->handed);
-    assert(l->pending_trunc == 0 || l->pending_trunc == l->persisted + 1);
+    assert(l->n_handed < KL_RAFT_MAX_READIES);
+    /* The cut starts right after what the outstanding readies write: they run first. */
+    assert(l->pending_trunc == 0 || l->pending_trunc == kl_rlog_handed_through(l) + 1);
     uint64_t t = l->pending_trunc;
     l->pending_trunc = 0;
-    l->handed = true;
-    l->handed_hi = l->last;
+    l->handed_hi[(l->handed_head + l->n_handed) % KL_RAFT_MAX_READIES] = l->last;
+    l->n_handed++;
     if (l->last > l->written_hi)
         l->written_hi = l->last;
     return t;
@@ -320,12 +331,14 @@ uint64_t kl_rlog_hand_out(kl_rlog *l)
 
 void kl_rlog_stable(kl_rlog *l)
 {
-    assert(l->handed);
-    assert(l->handed_hi >= l->persisted && l->handed_hi <= l->last);
-    for (uint64_t i = l->persisted + 1; i <= l->handed_hi; i++)
+    assert(l->n_handed > 0);
+    uint64_t hi = l->handed_hi[l->handed_head];
+    assert(hi >= l->persisted && hi <= l->last);
+    for (uint64_t i = l->persisted + 1; i <= hi; i++)
         l->unp_bytes -= at(l, i)->len;
-    l->persisted = l->handed_hi;
-    l->handed = false;
+    l->persisted = hi;
+    l->handed_head = (l->handed_head + 1) % KL_RAFT_MAX_READIES;
+    l->n_handed--;
 }
 
 void kl_rlog_evict(kl_rlog *l)
@@ -356,7 +369,12 @@ void kl_rlog_check(const kl_rlog *l)
     assert(l->mem_first <= l->persisted + 1 && l->snap_index < l->mem_first);
     assert(l->mem_first + l->len == l->last + 1);
     assert(l->head + l->len <= l->cap || l->len == 0);
-    assert(!l->handed || (l->persisted <= l->handed_hi && l->handed_hi <= l->last));
+    assert(l->n_handed <= KL_RAFT_MAX_READIES);
+    for (size_t k = 0; k < l->n_handed; k++) {
+        uint64_t hi = l->handed_hi[(l->handed_head + k) % KL_RAFT_MAX_READIES];
+        assert(l->persisted <= hi && hi <= l->last);
+        assert(k == 0 || l->handed_hi[(l->handed_head + k - 1) % KL_RAFT_MAX_READIES] <= hi);
+    }
     assert(l->unp_bytes <= l->mem_bytes);
 #ifdef KL_RAFT_DEEP_CHECK /* O(window): for debugging sessions, too slow for the simulator */
     size_t mem = 0, unp = 0;

@@ -11,12 +11,15 @@
  *   lives only on disk, and nothing compacted was unpersisted; snap_index < mem_first;
  *   the window holds exactly indexes mem_first .. last, contiguous, owning their data;
  *   unp_bytes = data bytes of entries (persisted, last]; mem_bytes = data bytes of the window;
- *   while a ready is outstanding, persisted <= handed_hi <= last;
- *   pending_trunc is 0 or persisted + 1 when a ready is handed out.
+ *   the readies outstanding hold entries up to handed_hi[0] <= handed_hi[1] <= ... (oldest
+ *   first), each persisted <= handed_hi[k] <= last; a truncation caps them all;
+ *   pending_trunc is 0 or handed_through() + 1 when a ready is handed out (the first index
+ *   no outstanding ready holds).
  * A storage failure sets `fatal`; every answer after it is meaningless and the core stops. */
 #ifndef KL_REPL_RAFT_LOG_H
 #define KL_REPL_RAFT_LOG_H
 
+#include "common/limits.h"
 #include "daemon/repl/raft_entry.h"
 
 #include <stdbool.h>
@@ -33,8 +36,10 @@ typedef struct kl_rlog {
     uint64_t persisted;     /* entries <= persisted are durable with their current content */
     uint64_t written_hi;    /* highest index the driver's store may hold (maybe stale) */
     uint64_t pending_trunc; /* 0, or the driver must delete stored entries >= this */
-    bool handed;            /* a ready with entries up to handed_hi is outstanding */
-    uint64_t handed_hi;
+    /* Readies outstanding, oldest first: the one at handed_hi[k] writes entries up to there
+     * (the ring's slot (handed_head + k) % KL_RAFT_MAX_READIES). */
+    uint64_t handed_hi[KL_RAFT_MAX_READIES];
+    size_t handed_head, n_handed;
     size_t unp_bytes, mem_bytes;
     size_t cache_entries, cache_bytes;
     bool fatal;
@@ -81,10 +86,15 @@ bool kl_rlog_copy(kl_rlog *l, uint64_t lo, uint64_t hi, size_t max_bytes, size_t
                   kl_raft_entry **out, size_t *n);
 void kl_rlog_free_entries(kl_raft_entry *e, size_t n);
 
-/* A ready takes entries (persisted, last]: marks them handed out and returns the truncation
- * point the driver must apply first (0 = none). */
+/* The last index some outstanding ready holds (persisted when none is outstanding): a new
+ * ready takes the entries after it. */
+uint64_t kl_rlog_handed_through(const kl_rlog *l);
+/* A ready takes entries (handed_through, last]: marks them handed out and returns the
+ * truncation point the driver must apply first (0 = none). Fewer than KL_RAFT_MAX_READIES
+ * outstanding. */
 uint64_t kl_rlog_hand_out(kl_rlog *l);
-/* The outstanding ready is durable: persisted moves to what was handed out and still stands. */
+/* The oldest outstanding ready is durable: persisted moves to what it was handed and still
+ * stands. */
 void kl_rlog_stable(kl_rlog *l);
 /* Drops cached durable entries from the front while over the cache limits. */
 void kl_rlog_evict(kl_rlog *l);

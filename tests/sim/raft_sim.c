@@ -47,9 +47,10 @@ typedef struct s_node {
     s_snap staged[SIM_STAGED]; /* streamed snapshots waiting for an install (volatile) */
     int n_staged;
     /* the simulated driver */
-    bool rd_out;
-    kl_raft_ready rd;
-    int rd_wait; /* steps until the outstanding write completes */
+    /* the readies outstanding, oldest first: their writes complete in this order */
+    kl_raft_ready rds[KL_RAFT_MAX_READIES];
+    int rd_wait[KL_RAFT_MAX_READIES]; /* steps until that write completes, after the ones before */
+    int n_rd;
     bool stall;  /* the disk never completes (tests hold a member back) */
     uint64_t commit_seen, checked_commit, applied, leader_checked_term;
     int group; /* partition group; messages cross groups only when equal */
@@ -545,6 +546,8 @@ static void node_start(sim *s, s_node *n)
     c.max_pending_reads = 1 + below(s, 16);
     c.max_outbox_msgs = 16 + below(s, 256);
     c.max_outbox_bytes = 4096 + below(s, 65536);
+    /* Pipelined writes in most starts: up to max_readies writes queued, completing in order. */
+    c.max_readies = 1 + (uint32_t)below(s, KL_RAFT_MAX_READIES);
     if (n->applied_durable > disk_last(n) || n->applied_durable < n->snap_index) {
         fail(s, "n%llu: applied state %llu outside the durable log %llu..%llu: the member "
                 "could not restart", (unsigned long long)n->id,
@@ -566,7 +569,7 @@ static void node_start(sim *s, s_node *n)
         fail(s, "n%llu: restart refused: %s", (unsigned long long)n->id, err.message);
         return;
     }
-    n->rd_out = false;
+    n->n_rd = 0;
     n->applied = n->applied_durable;
     n->dig = n->dig_durable;
     set_dig(n, n->applied, n->dig);
@@ -592,13 +595,15 @@ static void node_start(sim *s, s_node *n)
 
 static void node_crash(sim *s, s_node *n)
 {
-    bool wrote = n->rd_out && pct(s, 50);
-    if (wrote)
-        persist(s, n, &n->rd); /* the write made it, nothing after it did */
-    trace(s, "n%llu crash%s", (unsigned long long)n->id, wrote ? " (outstanding write made it)" : "");
+    /* Writes complete in order: any prefix of the queued ones made it, nothing after it. */
+    int wrote = 0;
+    while (wrote < n->n_rd && pct(s, 50))
+        persist(s, n, &n->rds[wrote++]);
+    trace(s, "n%llu crash (%d of %d outstanding writes made it)", (unsigned long long)n->id, wrote,
+          n->n_rd);
     kl_raft_free(n->r);
     n->r = NULL;
-    n->rd_out = false;
+    n->n_rd = 0;
     n->n_staged = 0; /* staged streams do not survive a crash */
     s->res->crashes++;
 }
@@ -614,8 +619,11 @@ static void apply_entry(sim *s, s_node *n, const kl_raft_entry *e)
     /* Applied state skips the WAL: an entry applied before this member's own synced write of
      * it could reach disk ahead of its log entry. So the durable log must hold exactly this
      * entry, and no outstanding write may be about to cut it. */
+    bool cut = false; /* an outstanding write is about to cut it */
+    for (int k = 0; k < n->n_rd; k++)
+        cut = cut || (n->rds[k].truncate_from != 0 && e->index >= n->rds[k].truncate_from);
     if (e->index <= n->snap_index || e->index > disk_last(n) || dent(n, e->index)->term != e->term ||
-        (n->rd_out && n->rd.truncate_from != 0 && e->index >= n->rd.truncate_from)) {
+        cut) {
         fail(s, "n%llu applied (%llu, term %llu) before its own log write of it completed",
              (unsigned long long)n->id, (unsigned long long)e->index,
              (unsigned long long)e->term);
@@ -833,16 +841,36 @@ static void read_confirmed(sim *s, s_node *n, const kl_raft_read_state *rs)
     s->res->reads_ok++;
 }
 
+/* True while some outstanding ready still holds committed entries not applied yet: those
+ * wait for its write, and nothing may be applied past them meanwhile. */
+static bool outstanding_unapplied(const s_node *n)
+{
+    for (int k = 0; k < n->n_rd; k++) {
+        const kl_raft_ready *rd = &n->rds[k];
+        if (rd->n_committed > 0 && rd->committed[rd->n_committed - 1].index > n->applied)
+            return true;
+    }
+    return false;
+}
+
 /* As the driver does when it takes a ready: its committed entries that an earlier write
- * already made durable here (below any truncation the new write makes) are applied before
- * the write starts; the rest wait for it (complete). */
+ * already made durable here (below any truncation an outstanding write makes) are applied
+ * before the write starts, unless an earlier outstanding ready's entries still wait for
+ * their write; the rest wait for it (complete). */
 static void apply_durable_committed(sim *s, s_node *n)
 {
+    for (int k = 0; k + 1 < n->n_rd; k++) {
+        const kl_raft_ready *rd = &n->rds[k];
+        if (rd->n_committed > 0 && rd->committed[rd->n_committed - 1].index > n->applied)
+            return;
+    }
+    const kl_raft_ready *rd = &n->rds[n->n_rd - 1];
     uint64_t durable = disk_last(n);
-    if (n->rd.truncate_from != 0 && n->rd.truncate_from - 1 < durable)
-        durable = n->rd.truncate_from - 1;
-    for (size_t i = 0; i < n->rd.n_committed && !s->failed; i++) {
-        const kl_raft_entry *e = &n->rd.committed[i];
+    for (int k = 0; k < n->n_rd; k++)
+        if (n->rds[k].truncate_from != 0 && n->rds[k].truncate_from - 1 < durable)
+            durable = n->rds[k].truncate_from - 1;
+    for (size_t i = 0; i < rd->n_committed && !s->failed; i++) {
+        const kl_raft_entry *e = &rd->committed[i];
         if (e->index > durable)
             break;
         if (e->index > n->applied)
@@ -850,12 +878,19 @@ static void apply_durable_committed(sim *s, s_node *n)
     }
 }
 
-/* The driver's half of the contract: persist, then send, then apply, then advance. */
+/* The driver's half of the contract for the oldest outstanding ready: persist, then send,
+ * then apply, then advance. */
 static void complete(sim *s, s_node *n)
 {
-    kl_raft_ready *rd = &n->rd;
+    /* The write completed: the ready leaves the queue (the next one is the oldest now), so
+     * that its own truncation no longer counts as one about to happen. */
+    kl_raft_ready done = n->rds[0];
+    kl_raft_ready *rd = &done;
+    memmove(&n->rds[0], &n->rds[1], (size_t)(n->n_rd - 1) * sizeof n->rds[0]);
+    memmove(&n->rd_wait[0], &n->rd_wait[1], (size_t)(n->n_rd - 1) * sizeof n->rd_wait[0]);
+    n->n_rd--;
+    trace(s, "n%llu completes a write (%d more queued)", (unsigned long long)n->id, n->n_rd);
     persist(s, n, rd);
-    n->rd_out = false; /* the write completed; advance follows */
     for (size_t i = 0; i < rd->n_msgs && !s->failed; i++) {
         if (rd->msgs[i].type == KL_RAFT_MSG_SNAPSHOT)
             send_snapshot(s, n, &rd->msgs[i]);
@@ -883,18 +918,19 @@ static void complete(sim *s, s_node *n)
         maybe_compact(s, n);
 }
 
-/* Applies what an earlier write already made durable here while the outstanding one runs
- * (the driver's apply_early): only once the outstanding ready's own committed entries are
- * applied. Applied state may reach disk at once or not (applies skip the WAL): sometimes it
- * is recorded as durable, so a restart must find every such entry in its log. */
+/* Applies what an earlier write already made durable here while writes run (the driver's
+ * apply_early): only once every outstanding ready's committed entries are applied. Applied
+ * state may reach disk at once or not (applies skip the WAL): sometimes it is recorded as
+ * durable, so a restart must find every such entry in its log. */
 static void apply_taken(sim *s, s_node *n)
 {
-    if (n->rd_out && n->rd.n_committed > 0 &&
-        n->rd.committed[n->rd.n_committed - 1].index > n->applied)
+    if (outstanding_unapplied(n))
         return;
     const kl_raft_entry *e;
     size_t k;
     while (!s->failed && (k = kl_raft_take_committed(n->r, &e)) > 0) {
+        trace(s, "n%llu takes committed %llu..%llu", (unsigned long long)n->id,
+              (unsigned long long)e[0].index, (unsigned long long)e[k - 1].index);
         for (size_t i = 0; i < k && !s->failed; i++)
             apply_entry(s, n, &e[i]);
         s->res->early_applies += k;
@@ -927,27 +963,42 @@ static void send_urgent(sim *s, s_node *n)
         apply_taken(s, n);
 }
 
+/* Takes every ready the core hands out (up to its max_readies queued, each with its own
+ * write time), then completes the oldest writes whose time has come, in order. */
 static void process_ready(sim *s, s_node *n)
 {
     if (n->r && !s->failed)
         send_urgent(s, n);
     for (int iter = 0; iter < 2 && n->r && !s->failed; iter++) {
-        if (!n->rd_out) {
-            if (!kl_raft_has_ready(n->r))
-                return;
-            kl_code rc = kl_raft_get_ready(n->r, &n->rd);
+        while (n->r && !s->failed && n->n_rd < KL_RAFT_MAX_READIES && kl_raft_has_ready(n->r)) {
+            kl_code rc = kl_raft_get_ready(n->r, &n->rds[n->n_rd]);
             if (rc != KL_OK) {
                 fail(s, "n%llu: ready = %s", (unsigned long long)n->id, kl_code_name(rc));
                 return;
             }
-            n->rd_out = true;
-            n->rd_wait = s->chaos && pct(s, s->slow_pct) ? 1 + (int)below(s, 4) : 0;
+            if (n->n_rd > 0)
+                s->res->pipelined++;
+            {
+                const kl_raft_ready *q = &n->rds[n->n_rd];
+                trace(s, "n%llu ready #%d: trunc %llu ents %llu..%llu committed %llu..%llu hard %d commit %llu",
+                      (unsigned long long)n->id, n->n_rd, (unsigned long long)q->truncate_from,
+                      (unsigned long long)(q->n_entries ? q->entries[0].index : 0),
+                      (unsigned long long)(q->n_entries ? q->entries[q->n_entries - 1].index : 0),
+                      (unsigned long long)(q->n_committed ? q->committed[0].index : 0),
+                      (unsigned long long)(q->n_committed ? q->committed[q->n_committed - 1].index : 0),
+                      (int)q->has_hard_state, (unsigned long long)q->hard.commit);
+            }
+            n->rd_wait[n->n_rd] = s->chaos && pct(s, s->slow_pct) ? 1 + (int)below(s, 4) : 0;
+            n->n_rd++;
             apply_durable_committed(s, n);
+            /* A driver may also take the next ready only later: sometimes stop here. */
+            if (pct(s, 30))
+                break;
         }
-        if (n->stall)
+        if (n->n_rd == 0 || n->stall)
             return;
-        if (n->rd_wait > 0) {
-            n->rd_wait--;
+        if (n->rd_wait[0] > 0) {
+            n->rd_wait[0]--;
             return;
         }
         complete(s, n);
@@ -1492,7 +1543,8 @@ static void liveness(sim *s)
         s_node *n = &s->nodes[i];
         n->group = 0;
         n->stall = false;
-        n->rd_wait = 0;
+        for (int k = 0; k < KL_RAFT_MAX_READIES; k++)
+            n->rd_wait[k] = 0;
         if (!n->r && !n->retired)
             node_start(s, n);
     }

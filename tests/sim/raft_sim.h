@@ -72,6 +72,7 @@ typedef struct sim_result {
     uint64_t leaders, committed, crashes, partitions, delivered, dropped;
     uint64_t proposals, acked, reads_ok, liveness_steps, truncations;
     uint64_t early_applies; /* entries applied while an unrelated write was outstanding */
+    uint64_t pipelined;     /* readies taken while an earlier one's write was outstanding */
     uint64_t read_resps;    /* read rounds answered on an append's arrival (READ_RESP) */
     uint64_t compactions, installs, snapshots_sent, snapshots_failed;
     /* membership: changes started and finished (the target configuration committed), CONF

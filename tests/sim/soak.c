@@ -113,7 +113,7 @@ int main(int argc, char **argv)
         printf("%s seed %llu: leaders %llu committed %llu crashes %llu partitions %llu "
                "delivered %llu dropped %llu proposals %llu acked %llu reads %llu (read-resps %llu) "
                "truncations %llu "
-               "early_applies %llu liveness %llu compactions %llu installs %llu "
+               "early_applies %llu pipelined %llu liveness %llu compactions %llu installs %llu "
                "snapshots sent %llu failed %llu\n",
                ok ? "ok" : "FAIL", (unsigned long long)seed, (unsigned long long)r.leaders,
                (unsigned long long)r.committed, (unsigned long long)r.crashes,
@@ -122,7 +122,7 @@ int main(int argc, char **argv)
                (unsigned long long)r.acked, (unsigned long long)r.reads_ok,
                (unsigned long long)r.read_resps,
                (unsigned long long)r.truncations, (unsigned long long)r.early_applies,
-               (unsigned long long)r.liveness_steps, (unsigned long long)r.compactions,
+               (unsigned long long)r.pipelined, (unsigned long long)r.liveness_steps, (unsigned long long)r.compactions,
                (unsigned long long)r.installs, (unsigned long long)r.snapshots_sent,
                (unsigned long long)r.snapshots_failed);
         printf("membership: %llu changes started, %llu committed, %llu CONF entries proposed, "
@@ -156,7 +156,7 @@ int main(int argc, char **argv)
         pid_t pid = fork();
         if (pid == 0) {
             close(p[0]);
-            uint64_t done = 0, failed = 0, comp = 0, inst = 0, sent = 0, ops = 0, dead = 0;
+            uint64_t done = 0, failed = 0, comp = 0, inst = 0, sent = 0, ops = 0, dead = 0, pipe_n = 0;
             for (uint64_t k = (uint64_t)w;; k += (uint64_t)jobs) {
                 if (seeds && k >= seeds)
                     break;
@@ -177,29 +177,31 @@ int main(int argc, char **argv)
                 sent += r.snapshots_sent;
                 ops += r.ops_done;
                 dead += r.dead_replaced;
+                pipe_n += r.pipelined;
                 done++;
             }
             char b[128];
-            int n = snprintf(b, sizeof b, "%llu %llu %llu %llu %llu %llu %llu\n",
+            int n = snprintf(b, sizeof b, "%llu %llu %llu %llu %llu %llu %llu %llu\n",
                              (unsigned long long)done, (unsigned long long)failed,
                              (unsigned long long)comp, (unsigned long long)inst,
                              (unsigned long long)sent, (unsigned long long)ops,
-                             (unsigned long long)dead);
+                             (unsigned long long)dead, (unsigned long long)pipe_n);
             (void)!write(p[1], b, (size_t)n);
             _exit(0);
         }
         close(p[1]);
         fds[w] = p[0];
     }
-    uint64_t total = 0, failed = 0, comp = 0, inst = 0, sent = 0, ops = 0, dead = 0;
+    uint64_t total = 0, failed = 0, comp = 0, inst = 0, sent = 0, ops = 0, dead = 0, piped = 0;
     int crashed = 0;
     for (int w = 0; w < jobs; w++) {
         char b[128] = "";
         ssize_t n = read(fds[w], b, sizeof b - 1);
         close(fds[w]);
-        unsigned long long d = 0, f = 0, c = 0, i = 0, sn = 0, op = 0, de = 0;
-        if (n > 0 && sscanf(b, "%llu %llu %llu %llu %llu %llu %llu", &d, &f, &c, &i, &sn, &op,
-                            &de) == 7) {
+        unsigned long long d = 0, f = 0, c = 0, i = 0, sn = 0, op = 0, de = 0, pp = 0;
+        if (n > 0 && sscanf(b, "%llu %llu %llu %llu %llu %llu %llu %llu", &d, &f, &c, &i, &sn,
+                            &op, &de, &pp) == 8) {
+            piped += pp;
             ops += op;
             dead += de;
             total += d;
@@ -221,5 +223,7 @@ int main(int argc, char **argv)
            (unsigned long long)comp, (unsigned long long)sent, (unsigned long long)inst);
     printf("raft soak: %llu membership changes committed, %llu of them replacing a dead member\n",
            (unsigned long long)ops, (unsigned long long)dead);
+    printf("raft soak: %llu readies taken while an earlier write was still queued\n",
+           (unsigned long long)piped);
     return failed == 0 && crashed == 0 ? 0 : 1;
 }

@@ -1408,6 +1408,111 @@ START_TEST(ready_contract_and_bad_input)
 }
 END_TEST
 
+/* Performs one ready of member 1 on its disk (in the order the readies were handed out). */
+static void lone_write(mnode *m, const kl_raft_ready *rd)
+{
+    if (rd->has_hard_state)
+        m->hs = rd->hard;
+    if (rd->truncate_from)
+        mc_disk_truncate(m, rd->truncate_from);
+    for (size_t i = 0; i < rd->n_entries; i++) {
+        ck_assert_uint_eq(rd->entries[i].index, m->len + 1);
+        mc_disk_append(m, rd->entries[i].term, rd->entries[i].type, rd->entries[i].data,
+                       rd->entries[i].len);
+    }
+}
+
+static kl_raft_msg lone_append(uint64_t from, uint64_t term, uint64_t prev, uint64_t prev_term,
+                               kl_raft_entry *e, size_t n, uint64_t commit)
+{
+    return (kl_raft_msg){.type = KL_RAFT_MSG_APPEND, .from = from, .to = 1, .term = term,
+                         .index = prev, .log_term = prev_term, .commit = commit, .entries = e,
+                         .n_entries = n};
+}
+
+/* Pipelined readies (raft.h): each takes only what the ones before it did not, a cut reaches
+ * into what they hold, they are advanced oldest first, and nothing counts as persisted before
+ * the write that holds it. */
+START_TEST(pipelined_readies_complete_in_order)
+{
+    mc c;
+    lone_init(&c, NULL, 0, 0);
+    mnode *m = &c.nd[0];
+    kl_raft_free(m->r);
+    kl_raft_config cfg;
+    mc_config(&c, m, &cfg);
+    cfg.max_readies = 0;
+    kl_err err;
+    ck_assert_int_eq(kl_raft_new(&cfg, &m->r, &err), KL_INVALID_ARGUMENT);
+    ck_assert_str_eq(err.detail, "max_readies");
+    cfg.max_readies = KL_RAFT_MAX_READIES + 1;
+    ck_assert_int_eq(kl_raft_new(&cfg, &m->r, &err), KL_INVALID_ARGUMENT);
+    cfg.max_readies = 3;
+    ck_assert_int_eq(kl_raft_new(&cfg, &m->r, &err), KL_OK);
+    kl_raft *r = m->r;
+    uint8_t x = 'x';
+    kl_raft_entry e12[2] = {{.term = 1, .index = 1, .type = KL_RAFT_ENTRY_NORMAL, .data = &x, .len = 1},
+                            {.term = 1, .index = 2, .type = KL_RAFT_ENTRY_NORMAL, .data = &x, .len = 1}};
+    kl_raft_msg a = lone_append(2, 1, 0, 0, e12, 2, 0);
+    ck_assert_int_eq(kl_raft_step(r, &a), KL_OK);
+    kl_raft_ready r1, r2, r3, extra;
+    ck_assert_int_eq(kl_raft_get_ready(r, &r1), KL_OK);
+    ck_assert_uint_eq(r1.n_entries, 2);
+    kl_raft_entry e3 = {.term = 1, .index = 3, .type = KL_RAFT_ENTRY_NORMAL, .data = &x, .len = 1};
+    a = lone_append(2, 1, 2, 1, &e3, 1, 1);
+    ck_assert_int_eq(kl_raft_step(r, &a), KL_OK);
+    ck_assert(kl_raft_has_ready(r));
+    ck_assert_int_eq(kl_raft_get_ready(r, &r2), KL_OK);
+    /* Only the entry the first ready does not hold; the committed one lies in that ready's
+     * write, and its acknowledgement rides with the second. */
+    ck_assert_uint_eq(r2.n_entries, 1);
+    ck_assert_uint_eq(r2.entries[0].index, 3);
+    ck_assert_uint_eq(r2.truncate_from, 0);
+    ck_assert_uint_eq(r2.n_committed, 1);
+    ck_assert_uint_eq(r2.committed[0].index, 1);
+    ck_assert_uint_eq(r2.n_msgs, 1);
+    ck_assert_uint_eq(r2.msgs[0].index, 3);
+    /* A new leader of term 2 cuts from 2: both outstanding readies hold entries past it. */
+    kl_raft_entry e2b = {.term = 2, .index = 2, .type = KL_RAFT_ENTRY_NORMAL, .data = &x, .len = 1};
+    a = lone_append(3, 2, 1, 1, &e2b, 1, 1);
+    ck_assert_int_eq(kl_raft_step(r, &a), KL_OK);
+    ck_assert_int_eq(kl_raft_get_ready(r, &r3), KL_OK);
+    ck_assert_uint_eq(r3.truncate_from, 2);
+    ck_assert_uint_eq(r3.n_entries, 1);
+    ck_assert_uint_eq(r3.entries[0].term, 2);
+    ck_assert(r3.has_hard_state);
+    ck_assert_uint_eq(r3.hard.term, 2);
+    /* Three out: no fourth, and only the oldest may be advanced. */
+    ck_assert(!kl_raft_has_ready(r));
+    ck_assert_int_eq(kl_raft_get_ready(r, &extra), KL_FAILED_PRECONDITION);
+    ck_assert_int_eq(kl_raft_advance(r, &r2), KL_INVALID_ARGUMENT);
+    ck_assert_int_eq(kl_raft_advance(r, &r3), KL_INVALID_ARGUMENT);
+    kl_raft_status st;
+    kl_raft_status_get(r, &st);
+    ck_assert_uint_eq(st.persisted, 0);
+    /* Writes complete in order; what a cut replaced never counts as persisted. */
+    lone_write(m, &r1);
+    ck_assert_int_eq(kl_raft_advance(r, &r1), KL_OK);
+    kl_raft_status_get(r, &st);
+    ck_assert_uint_eq(st.persisted, 1);
+    lone_write(m, &r2);
+    ck_assert_int_eq(kl_raft_advance(r, &r2), KL_OK);
+    kl_raft_status_get(r, &st);
+    ck_assert_uint_eq(st.persisted, 1);
+    ck_assert_uint_eq(st.applied, 1);
+    lone_write(m, &r3);
+    ck_assert_int_eq(kl_raft_advance(r, &r3), KL_OK);
+    kl_raft_status_get(r, &st);
+    ck_assert_uint_eq(st.persisted, 2);
+    ck_assert_uint_eq(st.last_index, 2);
+    ck_assert_uint_eq(m->len, 2);
+    ck_assert_uint_eq(m->log[0].term, 1);
+    ck_assert_uint_eq(m->log[1].term, 2);
+    ck_assert_uint_eq(m->hs.term, 2);
+    mc_free(&c);
+}
+END_TEST
+
 START_TEST(restart_resumes_from_disk)
 {
     mc c;
@@ -2242,6 +2347,7 @@ Suite *suite_raft(void)
     tcase_add_test(t, no_ack_survives_a_term_change);
     tcase_add_test(t, truncation_reported_and_hinted);
     tcase_add_test(t, ready_contract_and_bad_input);
+    tcase_add_test(t, pipelined_readies_complete_in_order);
     tcase_add_test(t, restart_resumes_from_disk);
     tcase_add_test(t, storage_failure_is_fatal);
     tcase_add_test(t, compaction_moves_the_first_index);
