@@ -100,6 +100,9 @@ static void render_raft(const kl_dmetrics_src *s, kl_metrics_buf *b)
     kl_metrics_one(b, "keyload_raft_appended_bytes_total", "counter",
                    "Bytes of the log entries this member synced to its log.", c.bytes_appended);
     kl_metrics_one(b, "keyload_raft_log_writes_total", "counter", "Synced log writes completed.", c.persists);
+    kl_metrics_one(b, "keyload_raft_log_writes_chained_total", "counter",
+                   "Synced log writes queued while the previous one ran and started as it completed.",
+                   c.chained);
     kl_metrics_one(b, "keyload_raft_snapshots_total", "counter", "Snapshots taken or installed.", c.snapshots);
     kl_metrics_one(b, "keyload_raft_compactions_total", "counter", "Log compactions.", c.compactions);
     kl_metrics_one(b, "keyload_raft_refused_frames_total", "counter",

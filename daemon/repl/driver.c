@@ -48,6 +48,7 @@ typedef struct pending_read {
 
 typedef struct persist_job {
     uv_work_t work;
+    struct kl_repl *owner;
     bool has_hard;
     Keyload__V1__HardState hard;
     uint64_t truncate_from;
@@ -91,12 +92,17 @@ struct kl_repl {
     uv_check_t flush; /* once per loop iteration, after I/O: see on_flush */
     int open_handles; /* timer and flush until both are closed after stop */
 
-    /* the round */
-    kl_raft_ready rd;
+    /* The rounds: rd (= &rds[cur]) is the oldest ready taken, whose write runs while
+     * persist_busy; with next_taken, rds[cur ^ 1] is the ready taken after it, whose write
+     * (jobs[cur ^ 1], when next_write) starts the moment the oldest one's completes. */
+    kl_raft_ready rds[2], *rd;
+    persist_job jobs[2], *job;
+    size_t cur;
+    bool next_taken, next_write;
+    bool compact_due; /* a compaction waits for a round to end with no ready outstanding */
     bool persist_busy;
     bool pumping;
     bool msgs_sent;     /* this round's messages went out before its write (a leader's) */
-    persist_job job;
     struct { /* the compaction's flush on the thread pool (maybe_compact) */
         uv_work_t work;
         bool busy;
@@ -341,6 +347,8 @@ static kl_code st_last_conf(void *ctx, uint64_t hi, uint64_t *index)
 /* ---------------------------------------------------------------- lifecycle helpers */
 
 static void pump(kl_repl *r);
+static bool write_start(kl_repl *r, size_t k);
+static void next_round(kl_repl *r, bool writing, uint64_t durable);
 static void maybe_compact(kl_repl *r);
 static void log_bytes_note(kl_repl *r, const persist_job *j);
 
@@ -349,11 +357,13 @@ static void free_all(kl_repl *r)
     kl_snapwire_free(r->sw);
     kl_raft_free(r->raft);
     kl_confstore_free(&r->cs);
-    for (size_t i = 0; i < r->job.n_confs; i++)
-        free(r->job.confs[i]);
+    for (size_t k = 0; k < 2; k++) {
+        for (size_t i = 0; i < r->jobs[k].n_confs; i++)
+            free(r->jobs[k].confs[i]);
+        free(r->jobs[k].items);
+        free(r->jobs[k].noops);
+    }
     kl_stages_free(r->stages);
-    free(r->job.items);
-    free(r->job.noops);
     free(r->reads);
     free(r->in_ents);
     free(r->out_ents);
@@ -419,10 +429,9 @@ static void note_commit(kl_repl *r)
     }
 }
 
-/* Stamps stage for the entries of the persist job. */
-static void note_job(kl_repl *r, kl_stage stage)
+/* Stamps stage for the entries of persist job j (of a ready of this role). */
+static void note_job(kl_repl *r, const persist_job *j, kl_raft_role role, kl_stage stage)
 {
-    const persist_job *j = &r->job;
     uint64_t now = kl_stages_now();
     if (stage == KL_STAGE_PERSIST_START)
         kl_stages_write_begin(r->stages, now); /* the fsync histogram, one per write */
@@ -432,7 +441,7 @@ static void note_job(kl_repl *r, kl_stage stage)
         return;
     uint64_t lo = j->items[0].index, hi = j->items[j->n_items - 1].index;
     kl_stages_mark_range(r->stages, lo, hi, stage, now);
-    if (stage == KL_STAGE_PERSIST_DONE && r->rd.role != KL_RAFT_LEADER)
+    if (stage == KL_STAGE_PERSIST_DONE && role != KL_RAFT_LEADER)
         for (size_t i = 0; i < j->n_items; i++)
             kl_stages_follower_done(r->stages, j->items[i].index, now);
 }
@@ -547,7 +556,7 @@ static void reads_serve(kl_repl *r);
 
 static void reads_settle(kl_repl *r)
 {
-    const kl_raft_ready *rd = &r->rd;
+    const kl_raft_ready *rd = r->rd;
     for (size_t i = 0; i < r->rlen && live(r); i++) {
         pending_read *p = read_at(r, i);
         if (p->state == READ_WAITING &&
@@ -629,7 +638,7 @@ static void apply_one(kl_repl *r, const kl_raft_entry *e)
  * per process (an index already applied, e.g. early, is skipped). */
 static void apply_committed(kl_repl *r, uint64_t upto)
 {
-    const kl_raft_ready *rd = &r->rd;
+    const kl_raft_ready *rd = r->rd;
     for (size_t i = 0; i < rd->n_committed && live(r); i++) {
         const kl_raft_entry *e = &rd->committed[i];
         if (e->index > upto)
@@ -643,7 +652,7 @@ static void apply_committed(kl_repl *r, uint64_t upto)
 /* Step 3 of the round (driver.h): the ready is durable; send, apply, serve, report, advance. */
 static void finish_round(kl_repl *r)
 {
-    const kl_raft_ready *rd = &r->rd;
+    const kl_raft_ready *rd = r->rd;
     r->counters.rounds++;
     for (size_t i = 0; i < rd->n_msgs && live(r) && !r->msgs_sent; i++)
         send_msg(r, &rd->msgs[i]);
@@ -684,9 +693,9 @@ static void conf_job_done(kl_repl *r, persist_job *j)
 {
     if (j->truncate_from > 0)
         kl_confstore_truncated(&r->cs, j->truncate_from);
-    for (size_t i = 0; i < r->rd.n_entries; i++)
-        if (r->rd.entries[i].type == KL_RAFT_ENTRY_CONF)
-            kl_confstore_stored(&r->cs, r->rd.entries[i].index);
+    for (size_t i = 0; i < r->rd->n_entries; i++)
+        if (r->rd->entries[i].type == KL_RAFT_ENTRY_CONF)
+            kl_confstore_stored(&r->cs, r->rd->entries[i].index);
     for (size_t i = 0; i < j->n_confs; i++)
         free(j->confs[i]);
     j->n_confs = 0;
@@ -708,7 +717,7 @@ static bool job_conf(persist_job *j, const kl_raft_entry *e, kl_store_log_item *
 static void persist_run(uv_work_t *w)
 {
     persist_job *j = w->data;
-    kl_repl *r = (kl_repl *)((char *)j - offsetof(kl_repl, job));
+    kl_repl *r = j->owner;
     kl_err_clear(&j->err);
     j->t_run = kl_stages_now();
     j->rc = kl_store_log_write(r->store, j->has_hard ? &j->hard : NULL, j->truncate_from,
@@ -720,7 +729,7 @@ static void persist_run(uv_work_t *w)
 static void persist_after(uv_work_t *w, int status)
 {
     persist_job *j = w->data;
-    kl_repl *r = (kl_repl *)((char *)j - offsetof(kl_repl, job));
+    kl_repl *r = j->owner;
     r->persist_busy = false;
     if (r->stopped) {
         maybe_free(r);
@@ -739,25 +748,36 @@ static void persist_after(uv_work_t *w, int status)
         r->counters.entries_appended++, r->counters.bytes_appended += j->items[i].len;
     conf_job_done(r, j);
     log_bytes_note(r, j);
-    note_job(r, KL_STAGE_PERSIST_DONE);
+    note_job(r, j, r->rd->role, KL_STAGE_PERSIST_DONE);
     uint64_t back = kl_stages_now();
     kl_stages_span(r->stages, KL_SPAN_W_HOP, j->t_queued, j->t_run);
     kl_stages_span(r->stages, KL_SPAN_W_RUN, j->t_run, j->t_ran);
     kl_stages_span(r->stages, KL_SPAN_W_BACK, j->t_ran, back);
     if (j->sync_ns > 0 && j->sync_ns < j->t_ran)
         kl_stages_span(r->stages, KL_SPAN_W_SYNC, j->t_ran - j->sync_ns, j->t_ran);
+    /* The next round's write starts now, before this round's sends and applies; the store's
+     * last index is read first (the running write moves it). */
+    bool chained = r->next_taken && r->next_write;
+    uint64_t durable = kl_store_last_index(r->store);
+    if (chained) {
+        if (!write_start(r, r->cur ^ 1))
+            return;
+        r->counters.chained++;
+    }
     r->pumping = true;
     finish_round(r);
+    if (r->next_taken && live(r))
+        next_round(r, chained, durable);
     r->pumping = false;
     maybe_compact(r);
     pump(r);
 }
 
-/* Fills the job from the ready; false when memory ran out. */
-static bool job_fill(kl_repl *r)
+/* Fills the job of slot k from its ready; false when memory ran out. */
+static bool job_fill(kl_repl *r, size_t k)
 {
-    persist_job *j = &r->job;
-    const kl_raft_ready *rd = &r->rd;
+    persist_job *j = &r->jobs[k];
+    const kl_raft_ready *rd = &r->rds[k];
     j->has_hard = rd->has_hard_state;
     keyload__v1__hard_state__init(&j->hard);
     j->hard.term = rd->hard.term;
@@ -827,7 +847,7 @@ static bool install_conf(kl_repl *r, uint64_t index, kl_err *err)
  * the ready's messages (the acknowledgement) leaves in finish_round. */
 static bool install_snapshot(kl_repl *r)
 {
-    const kl_raft_snapshot *sn = &r->rd.snapshot;
+    const kl_raft_snapshot *sn = &r->rd->snapshot;
     kl_err err;
     uint64_t t0 = kl_stages_now();
     if (r->sw == NULL) {
@@ -839,7 +859,7 @@ static bool install_snapshot(kl_repl *r)
         fail(r, &err);
         return false;
     }
-    const kl_raft_ready *rd = &r->rd;
+    const kl_raft_ready *rd = r->rd;
     if (rd->has_hard_state && (rd->hard.term != r->durable_term || rd->hard.vote != r->durable_vote)) {
         Keyload__V1__HardState h = KEYLOAD__V1__HARD_STATE__INIT;
         h.term = rd->hard.term;
@@ -909,9 +929,8 @@ static void conf_peers_sync(kl_repl *r, const kl_raft_conf *c, uint64_t index);
 /* raft.h "Membership" (b): the ready's entries may name new members (their directory is
  * learnt first); on conf_changed the peer transport follows the configuration in effect:
  * it connects to every member of either half and every learner, and drops the others. */
-static void conf_peers(kl_repl *r)
+static void conf_peers(kl_repl *r, const kl_raft_ready *rd)
 {
-    const kl_raft_ready *rd = &r->rd;
     for (size_t i = 0; i < rd->n_entries; i++)
         if (rd->entries[i].type == KL_RAFT_ENTRY_CONF)
             kl_confstore_learn(&r->cs, rd->entries[i].data, rd->entries[i].len);
@@ -950,11 +969,100 @@ static void conf_peers_sync(kl_repl *r, const kl_raft_conf *c, uint64_t index)
 }
 
 /* True when the ready's only durable change is the commit index. */
-static bool commit_only(const kl_repl *r)
+static bool commit_only(const kl_repl *r, const kl_raft_ready *rd)
 {
-    const kl_raft_ready *rd = &r->rd;
     return rd->has_hard_state && rd->truncate_from == 0 && rd->n_entries == 0 &&
            rd->hard.term == r->durable_term && rd->hard.vote == r->durable_vote;
+}
+
+/* Queues the write of slot k on the thread pool. The two slots' writes never overlap: the
+ * next one starts only when the running one has completed (persist_after), so they reach the
+ * disk in the order their readies were taken (raft.h "Pipelined readies"). */
+static bool write_start(kl_repl *r, size_t k)
+{
+    persist_job *j = &r->jobs[k];
+    assert(!r->persist_busy);
+    j->work.data = j;
+    j->owner = r;
+    j->t_queued = kl_stages_now();
+    int urc = uv_queue_work(r->loop, &j->work, persist_run, persist_after);
+    if (urc != 0) {
+        kl_err err;
+        kl_fail(&err, KL_INTERNAL, "log", "cannot queue the log write: %s", uv_strerror(urc));
+        fail(r, &err);
+        return false;
+    }
+    r->persist_busy = true;
+    note_job(r, j, r->rds[k].role, KL_STAGE_PERSIST_START);
+    return true;
+}
+
+/* While the oldest round's write runs: takes the next ready and prepares its write, which
+ * persist_after starts the moment the running one completes, before that round's sends and
+ * applies. Nothing of it leaves or is applied before then: its messages may promise what
+ * its write makes durable, its committed entries may lie in either write, and a term or
+ * vote it carries is durable only after both. The core never hands out an install while a
+ * ready is outstanding. */
+static void take_next(kl_repl *r)
+{
+    size_t k = r->cur ^ 1;
+    kl_raft_ready *rd = &r->rds[k];
+    kl_code rc = kl_raft_get_ready(r->raft, rd);
+    if (rc == KL_UNAVAILABLE)
+        return; /* out of memory for the ready; the next pump tries again */
+    if (rc != KL_OK) {
+        fail_core(r, "get_ready");
+        return;
+    }
+    /* invariant I-SNAP-3: an install is handed out only with no ready outstanding */
+    assert(!rd->has_snapshot);
+    r->next_taken = true;
+    conf_peers(r, rd);
+    for (size_t i = 0; i < rd->n_reads && live(r); i++)
+        reads_confirm(r, &rd->reads[i]);
+    r->next_write = !commit_only(r, rd) &&
+                    (rd->has_hard_state || rd->truncate_from != 0 || rd->n_entries > 0);
+    if (!r->next_write)
+        return;
+    if (rd->has_hard_state) {
+        r->durable_term = rd->hard.term;
+        r->durable_vote = rd->hard.vote;
+    }
+    if (!job_fill(r, k)) {
+        kl_err err;
+        kl_fail(&err, KL_INTERNAL, "memory", "out of memory preparing a log write");
+        fail(r, &err);
+    }
+}
+
+/* The next round becomes the oldest once the oldest one finished (persist_after). `durable`
+ * is the store's last index read before its write started. */
+static void next_round(kl_repl *r, bool writing, uint64_t durable)
+{
+    r->cur ^= 1;
+    r->rd = &r->rds[r->cur];
+    r->job = &r->jobs[r->cur];
+    r->next_taken = false;
+    if (writing) {
+        /* As pump does when it starts a write: what an earlier write made durable is
+         * applied while this one runs (never past an index it cuts). */
+        if (r->rd->truncate_from != 0 && r->rd->truncate_from - 1 < durable)
+            durable = r->rd->truncate_from - 1;
+        apply_committed(r, durable);
+        return;
+    }
+    if (commit_only(r, r->rd)) {
+        Keyload__V1__HardState h = KEYLOAD__V1__HARD_STATE__INIT;
+        h.term = r->rd->hard.term;
+        h.vote = r->rd->hard.vote;
+        h.commit = r->rd->hard.commit;
+        kl_err err;
+        if (kl_store_save_commit(r->store, &h, &err) != KL_OK) {
+            fail(r, &err);
+            return;
+        }
+    }
+    finish_round(r);
 }
 
 static void pump(kl_repl *r)
@@ -963,28 +1071,28 @@ static void pump(kl_repl *r)
         return; /* the running round loops back here when it is done */
     r->pumping = true;
     while (live(r) && !r->persist_busy && kl_raft_has_ready(r->raft)) {
-        kl_code rc = kl_raft_get_ready(r->raft, &r->rd);
+        kl_code rc = kl_raft_get_ready(r->raft, r->rd);
         if (rc == KL_UNAVAILABLE)
             break; /* out of memory for the ready; the next tick tries again */
         if (rc != KL_OK) {
             fail_core(r, "get_ready");
             break;
         }
-        if (r->rd.has_snapshot && !install_snapshot(r))
+        if (r->rd->has_snapshot && !install_snapshot(r))
             break; /* failed: never advance past an install that did not happen */
-        conf_peers(r);
+        conf_peers(r, r->rd);
         /* Confirmations count from now, before any taken later by reads_early. */
-        for (size_t i = 0; i < r->rd.n_reads && live(r); i++)
-            reads_confirm(r, &r->rd.reads[i]);
+        for (size_t i = 0; i < r->rd->n_reads && live(r); i++)
+            reads_confirm(r, &r->rd->reads[i]);
         if (!live(r))
             break;
-        if (commit_only(r)) {
+        if (commit_only(r, r->rd)) {
             /* Only the commit index moved: no fsync and no thread hop (see
              * kl_store_save_commit), so a commit costs one synced write, not two. */
             Keyload__V1__HardState h = KEYLOAD__V1__HARD_STATE__INIT;
-            h.term = r->rd.hard.term;
-            h.vote = r->rd.hard.vote;
-            h.commit = r->rd.hard.commit;
+            h.term = r->rd->hard.term;
+            h.vote = r->rd->hard.vote;
+            h.commit = r->rd->hard.commit;
             kl_err err;
             if (kl_store_save_commit(r->store, &h, &err) != KL_OK) {
                 fail(r, &err);
@@ -993,7 +1101,7 @@ static void pump(kl_repl *r)
             finish_round(r);
             continue;
         }
-        if (r->rd.has_hard_state || r->rd.truncate_from != 0 || r->rd.n_entries > 0) {
+        if (r->rd->has_hard_state || r->rd->truncate_from != 0 || r->rd->n_entries > 0) {
             /* Committed entries already in this member's durable log are applied (and their
              * callers answered) while this round's write runs, not after its fsync: they
              * are durable on a commit quorum, and waiting would make every reply under load
@@ -1006,44 +1114,35 @@ static void pump(kl_repl *r)
              * there is the one being replaced, and applying its successor first would
              * leave applied state ahead of the log the write then refuses to cut. */
             uint64_t durable = kl_store_last_index(r->store);
-            if (r->rd.truncate_from != 0 && r->rd.truncate_from - 1 < durable)
-                durable = r->rd.truncate_from - 1;
+            if (r->rd->truncate_from != 0 && r->rd->truncate_from - 1 < durable)
+                durable = r->rd->truncate_from - 1;
             /* A leader's messages (appends, heartbeats) promise nothing about its own
              * disk: they go out now, so followers persist while the leader does (Raft
              * thesis §10.2.1). Its own copy counts toward a commit only once this write
              * is reported (kl_raft_advance). Votes and acknowledgements, which do promise
              * durability, still wait for the write; so does anything from a round that
              * changes term or vote. */
-            bool early = r->rd.role == KL_RAFT_LEADER &&
-                         (!r->rd.has_hard_state ||
-                          (r->rd.hard.term == r->durable_term && r->rd.hard.vote == r->durable_vote));
-            if (r->rd.has_hard_state) {
+            bool early = r->rd->role == KL_RAFT_LEADER &&
+                         (!r->rd->has_hard_state ||
+                          (r->rd->hard.term == r->durable_term && r->rd->hard.vote == r->durable_vote));
+            if (r->rd->has_hard_state) {
                 /* A ready without a hard state carries none (its fields are zero): the
                  * durable term and vote stay what the last write synced, or every later
                  * commit-only ready would look like a term change and cost an fsync. */
-                r->durable_term = r->rd.hard.term;
-                r->durable_vote = r->rd.hard.vote;
+                r->durable_term = r->rd->hard.term;
+                r->durable_vote = r->rd->hard.vote;
             }
-            kl_err err;
-            if (!job_fill(r)) {
+            if (!job_fill(r, r->cur)) {
+                kl_err err;
                 kl_fail(&err, KL_INTERNAL, "memory", "out of memory preparing a log write");
                 fail(r, &err);
                 break;
             }
-            r->job.work.data = &r->job;
-            r->job.t_queued = kl_stages_now();
-            int urc = uv_queue_work(r->loop, &r->job.work, persist_run, persist_after);
-            if (urc != 0) {
-                kl_fail(&err, KL_INTERNAL, "log", "cannot queue the log write: %s",
-                        uv_strerror(urc));
-                fail(r, &err);
+            if (!write_start(r, r->cur))
                 break;
-            }
-            r->persist_busy = true;
-            note_job(r, KL_STAGE_PERSIST_START);
             if (early) {
-                for (size_t i = 0; i < r->rd.n_msgs && live(r); i++)
-                    send_msg(r, &r->rd.msgs[i]);
+                for (size_t i = 0; i < r->rd->n_msgs && live(r); i++)
+                    send_msg(r, &r->rd->msgs[i]);
                 r->msgs_sent = true;
             }
             apply_committed(r, durable);
@@ -1051,6 +1150,9 @@ static void pump(kl_repl *r)
         }
         finish_round(r);
     }
+    if (live(r) && r->persist_busy && !r->next_taken && !r->compact_due &&
+        kl_raft_has_ready(r->raft))
+        take_next(r);
     r->pumping = false;
 }
 
@@ -1077,9 +1179,12 @@ static void apply_early(kl_repl *r)
 {
     if (r->pumping || !live(r) || !r->persist_busy)
         return;
-    const kl_raft_ready *rd = &r->rd;
+    const kl_raft_ready *rd = r->rd;
     if (rd->n_committed > 0 && rd->committed[rd->n_committed - 1].index > r->applied)
         return;
+    const kl_raft_ready *nx = &r->rds[r->cur ^ 1];
+    if (r->next_taken && nx->n_committed > 0 && nx->committed[nx->n_committed - 1].index > r->applied)
+        return; /* the next round's committed entries come first (raft.h take_committed) */
     r->pumping = true;
     const kl_raft_entry *e;
     size_t n;
@@ -1471,6 +1576,7 @@ static uint64_t compact_point(kl_repl *r, uint64_t durable)
  * member at N-of-N) could never compact, and its replacement would wait for ever. */
 static void maybe_compact(kl_repl *r)
 {
+    r->compact_due = false;
     if (!live(r) || r->cflush.busy)
         return;
     kl_raft_status st;
@@ -1494,8 +1600,12 @@ static void maybe_compact(kl_repl *r)
         r->cflush.fresh = false; /* nothing to cut even so: the next call may flush again */
         return;
     }
-    if (r->persist_busy || r->pumping)
-        return; /* persist_after calls again */
+    if (r->persist_busy || r->pumping || r->next_taken) {
+        /* persist_after calls again; take_next holds the next ready back meanwhile, or
+         * chained writes under steady load would never leave a round without one. */
+        r->compact_due = true;
+        return;
+    }
     uint64_t t0 = kl_stages_now();
     kl_err err;
     if (kl_raft_compact(r->raft, upto) != KL_OK) {
@@ -1692,6 +1802,8 @@ kl_code kl_repl_start(uv_loop_t *loop, kl_store *store, const kl_repl_config *cf
         return kl_fail(err, KL_INTERNAL, "memory", "out of memory");
     r->loop = loop;
     r->store = store;
+    r->rd = &r->rds[0];
+    r->job = &r->jobs[0];
     r->cb = *cb;
     r->self = cfg->self;
     r->n_members = cfg->n_members;
@@ -1711,6 +1823,7 @@ kl_code kl_repl_start(uv_loop_t *loop, kl_store *store, const kl_repl_config *cf
     rc_.election_ticks = or_default(cfg->election_ms, KL_REPL_DEFAULT_ELECTION_MS) / tick;
     rc_.heartbeat_ticks = or_default(cfg->heartbeat_ms, KL_REPL_DEFAULT_HEARTBEAT_MS) / tick;
     randombytes_buf(&rc_.rand_seed, sizeof rc_.rand_seed);
+    rc_.max_readies = 2; /* the running write and the next one (take_next) */
     /* Entry data per append message: what fits one frame with room for the framing of
      * KL_RAFT_MAX_MSG_ENTRIES entries (a single larger entry still goes alone). */
     size_t overhead = (size_t)KL_RAFT_MAX_MSG_ENTRIES * 32 + FRAME_SLACK;

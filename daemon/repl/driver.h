@@ -22,8 +22,13 @@
  *      call apply for the remaining committed entries in order, read_ready for confirmed
  *      reads whose index is applied, read_dropped for reads the core dropped, role if
  *      anything changed, then kl_raft_advance and go back to 1.
- * A ready with nothing to persist does step 4 inline. One write runs at a time; whatever
- * arrives meanwhile accumulates in the core and becomes the next write.
+ * A ready with nothing to persist does step 4 inline. One write runs at a time, and one more
+ * is queued behind it (the core hands out two readies, raft.h "Pipelined readies"): while a
+ * write runs, the next ready is taken and its write prepared (take_next); it starts the
+ * moment the running one completes, before that round's step 4, and its own step 4 follows
+ * (next_round). Nothing of the queued ready leaves or is applied before its write completed,
+ * and a compaction that finds a ready outstanding holds the next one back (compact_due) so
+ * that a round soon ends with none.
  * While a write runs, nothing unrelated waits for it: once per loop iteration (a uv_check
  * after the poll phase), after every received frame and after every proposal (the node
  * proposes just before the poll, which may wait for I/O), the leader's new appends and every
@@ -205,6 +210,7 @@ typedef struct kl_repl_counters {
     uint64_t refused;      /* received frames dropped by the checks above */
     uint64_t send_drops;   /* messages kl_peer_send refused (no connection, queue full, size) */
     uint64_t persists;     /* synced writes completed */
+    uint64_t chained;      /* of them, started the moment the one before completed (take_next) */
     uint64_t rounds;       /* readies processed */
     uint64_t early_applies; /* entries applied while an unrelated log write ran */
     uint64_t entries_appended, bytes_appended; /* log entries (and their bytes) synced here */

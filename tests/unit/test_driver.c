@@ -1210,6 +1210,38 @@ START_TEST(applies_while_a_slow_write_runs)
 }
 END_TEST
 
+/* With every log write slowed, entries keep arriving while one runs: the next write is
+ * queued and starts as that one completes (counters.chained), on the leader and on the
+ * followers, and every member still compacts its log under that load. */
+START_TEST(writes_chain_while_one_runs)
+{
+    cluster_open(3, 3);
+    td_snap_threshold = 8;
+    for (int i = 1; i <= 3; i++)
+        member_start(i);
+    int l = wait_leader();
+    kl_err err;
+    ck_assert_int_eq(kl_failpoint_configure("store.log_write=sleep(20)", &err), KL_OK);
+    uint64_t last = 0;
+    for (int round = 0; round < 40; round++) {
+        last = propose_many(l, 3);
+        run_for(5);
+    }
+    wait_all_applied(last, 30000);
+    ck_assert_int_eq(kl_failpoint_configure(NULL, &err), KL_OK);
+    for (int i = 1; i <= 3; i++) {
+        kl_repl_counters c;
+        kl_repl_counters_get(mem[i].repl, &c);
+        ck_assert_msg(c.chained > 0, "member %d: no write was chained (%llu writes)", i,
+                      (unsigned long long)c.persists);
+        ck_assert_uint_le(c.chained, c.persists);
+        ck_assert_msg(c.compactions > 0, "member %d: never compacted", i);
+    }
+    check_consistent();
+    cluster_close();
+}
+END_TEST
+
 /* A synced write's time is split where it goes (stages.h w_hop, w_run with its w_sync, w_back): with every
  * log write sleeping 30 ms inside the store (the store.log_write failpoint, on the worker),
  * the worker's part holds the sleep and the two hand-offs do not. */
@@ -1330,6 +1362,7 @@ Suite *suite_driver(void)
     tcase_add_test(t, read_dropped_when_leadership_lost);
     tcase_add_test(t, refuses_bad_frames);
     tcase_add_test(t, applies_while_a_slow_write_runs);
+    tcase_add_test(t, writes_chain_while_one_runs);
     tcase_add_test(t, write_parts_timed);
     suite_add_tcase(s, t);
     return s;
