@@ -348,6 +348,7 @@ static kl_code st_last_conf(void *ctx, uint64_t hi, uint64_t *index)
 
 static void pump(kl_repl *r);
 static bool write_start(kl_repl *r, size_t k);
+static void take_next(kl_repl *r);
 static void next_round(kl_repl *r, bool writing, uint64_t durable);
 static void maybe_compact(kl_repl *r);
 static void log_bytes_note(kl_repl *r, const persist_job *j);
@@ -755,10 +756,16 @@ static void persist_after(uv_work_t *w, int status)
     kl_stages_span(r->stages, KL_SPAN_W_BACK, j->t_ran, back);
     if (j->sync_ns > 0 && j->sync_ns < j->t_ran)
         kl_stages_span(r->stages, KL_SPAN_W_SYNC, j->t_ran - j->sync_ns, j->t_ran);
-    /* The next round's write starts now, before this round's sends and applies; the store's
-     * last index is read first (the running write moves it). */
-    bool chained = r->next_taken && r->next_write;
+    /* The next ready is taken now, with everything that arrived while this write ran, and
+     * its write starts before this round's sends and applies; the store's last index is read
+     * first (that write moves it). */
     uint64_t durable = kl_store_last_index(r->store);
+    if (!r->compact_due && kl_raft_has_ready(r->raft)) {
+        take_next(r);
+        if (!live(r))
+            return;
+    }
+    bool chained = r->next_taken && r->next_write;
     if (chained) {
         if (!write_start(r, r->cur ^ 1))
             return;
@@ -997,12 +1004,12 @@ static bool write_start(kl_repl *r, size_t k)
     return true;
 }
 
-/* While the oldest round's write runs: takes the next ready and prepares its write, which
- * persist_after starts the moment the running one completes, before that round's sends and
- * applies. Nothing of it leaves or is applied before then: its messages may promise what
- * its write makes durable, its committed entries may lie in either write, and a term or
- * vote it carries is durable only after both. The core never hands out an install while a
- * ready is outstanding. */
+/* When the oldest round's write has completed, before its sends and applies: takes the next
+ * ready (everything that arrived while that write ran) and prepares its write, which
+ * persist_after starts at once. Nothing of it leaves or is applied before its own write
+ * completed: its messages may promise what that write makes durable, its committed entries
+ * may lie in it, and a term or vote it carries is durable only then. The core never hands
+ * out an install while a ready is outstanding. */
 static void take_next(kl_repl *r)
 {
     size_t k = r->cur ^ 1;
@@ -1150,9 +1157,6 @@ static void pump(kl_repl *r)
         }
         finish_round(r);
     }
-    if (live(r) && r->persist_busy && !r->next_taken && !r->compact_due &&
-        kl_raft_has_ready(r->raft))
-        take_next(r);
     r->pumping = false;
 }
 

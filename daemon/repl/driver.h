@@ -22,13 +22,13 @@
  *      call apply for the remaining committed entries in order, read_ready for confirmed
  *      reads whose index is applied, read_dropped for reads the core dropped, role if
  *      anything changed, then kl_raft_advance and go back to 1.
- * A ready with nothing to persist does step 4 inline. One write runs at a time, and one more
- * is queued behind it (the core hands out two readies, raft.h "Pipelined readies"): while a
- * write runs, the next ready is taken and its write prepared (take_next); it starts the
- * moment the running one completes, before that round's step 4, and its own step 4 follows
- * (next_round). Nothing of the queued ready leaves or is applied before its write completed,
- * and a compaction that finds a ready outstanding holds the next one back (compact_due) so
- * that a round soon ends with none.
+ * A ready with nothing to persist does step 4 inline. One write runs at a time. When it
+ * completes, the next ready is taken at once (take_next: the core hands out two, raft.h
+ * "Pipelined readies") and its write starts before the completed round's step 4, so the
+ * sends, applies and advance of one round overlap the next write; the next round's own step
+ * 4 follows its write (next_round). Nothing of that ready leaves or is applied before its
+ * write completed, and a compaction that found a ready outstanding holds the next one back
+ * (compact_due) so that a round ends with none.
  * While a write runs, nothing unrelated waits for it: once per loop iteration (a uv_check
  * after the poll phase), after every received frame and after every proposal (the node
  * proposes just before the poll, which may wait for I/O), the leader's new appends and every
