@@ -231,6 +231,21 @@ static void mc_install(mnode *m, const kl_raft_ready *rd)
     m->installs++;
 }
 
+/* Performs a ready's hard state, truncation and entries on m's disk (readies in the order
+ * they were handed out). */
+static void lone_write(mnode *m, const kl_raft_ready *rd)
+{
+    if (rd->has_hard_state)
+        m->hs = rd->hard;
+    if (rd->truncate_from)
+        mc_disk_truncate(m, rd->truncate_from);
+    for (size_t i = 0; i < rd->n_entries; i++) {
+        ck_assert_uint_eq(rd->entries[i].index, m->len + 1);
+        mc_disk_append(m, rd->entries[i].term, rd->entries[i].type, rd->entries[i].data,
+                       rd->entries[i].len);
+    }
+}
+
 /* Compaction as raft.h orders it: the core first, then the disk. */
 static void mc_compact(mnode *m, uint64_t index)
 {
@@ -300,15 +315,7 @@ static void mc_flush(mc *c, int id)
         }
         kl_raft_ready *rd = &m->rd;
         mc_install(m, rd);
-        if (rd->has_hard_state)
-            m->hs = rd->hard;
-        if (rd->truncate_from)
-            mc_disk_truncate(m, rd->truncate_from);
-        for (size_t i = 0; i < rd->n_entries; i++) {
-            ck_assert_uint_eq(rd->entries[i].index, m->len + 1);
-            mc_disk_append(m, rd->entries[i].term, rd->entries[i].type, rd->entries[i].data,
-                           rd->entries[i].len);
-        }
+        lone_write(m, rd);
         for (size_t i = 0; i < rd->n_msgs && !m->rd_sent; i++)
             mc_enqueue(c, &rd->msgs[i]);
         m->rd_sent = false;
@@ -1407,20 +1414,6 @@ START_TEST(ready_contract_and_bad_input)
     mc_free(&c);
 }
 END_TEST
-
-/* Performs one ready of member 1 on its disk (in the order the readies were handed out). */
-static void lone_write(mnode *m, const kl_raft_ready *rd)
-{
-    if (rd->has_hard_state)
-        m->hs = rd->hard;
-    if (rd->truncate_from)
-        mc_disk_truncate(m, rd->truncate_from);
-    for (size_t i = 0; i < rd->n_entries; i++) {
-        ck_assert_uint_eq(rd->entries[i].index, m->len + 1);
-        mc_disk_append(m, rd->entries[i].term, rd->entries[i].type, rd->entries[i].data,
-                       rd->entries[i].len);
-    }
-}
 
 static kl_raft_msg lone_append(uint64_t from, uint64_t term, uint64_t prev, uint64_t prev_term,
                                kl_raft_entry *e, size_t n, uint64_t commit)
