@@ -9,6 +9,7 @@
 #include <rocksdb/c.h>
 
 #include <check.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -846,6 +847,75 @@ START_TEST(store_moves_an_old_layout_log_into_its_family)
 }
 END_TEST
 
+/* Counts RocksDB's key comparisons on this thread while it applies 200 keys and reads them. */
+static uint64_t comparisons_of_a_pass(kl_store *st, uint64_t index, bool count_after_first_call)
+{
+    kl_key probe;
+    kl_key_meta(&probe, "no_such_record");
+    uint8_t *v;
+    size_t n;
+    bool found;
+    kl_err err;
+    ck_assert_int_eq(kl_store_get(st, probe.b, probe.len, &v, &n, &found, &err), KL_OK);
+    ck_assert(!found);
+    if (count_after_first_call)
+        rocksdb_set_perf_level(2 /* enable_count */);
+    rocksdb_perfcontext_t *pc = rocksdb_perfcontext_create();
+    rocksdb_perfcontext_reset(pc);
+    static kl_key keys[200];
+    for (size_t i = 0; i < 200; i++)
+        kl_key_available(&keys[i], 9, "p", index * 1000 + i);
+    static kl_scan_hints h;
+    apply_ops(st, &h, index, keys, 200, false, false);
+    for (size_t i = 0; i < 200; i++) {
+        ck_assert_int_eq(kl_store_get(st, keys[i].b, keys[i].len, &v, &n, &found, &err), KL_OK);
+        ck_assert(found);
+        free(v);
+    }
+    uint64_t c = rocksdb_perfcontext_metric(pc, rocksdb_user_key_comparison_count);
+    rocksdb_perfcontext_destroy(pc);
+    return c;
+}
+
+typedef struct {
+    kl_store *st;
+    uint64_t index;
+    bool count;
+    uint64_t comparisons;
+} perf_pass;
+
+static void *perf_pass_thread(void *arg)
+{
+    perf_pass *p = arg;
+    p->comparisons = comparisons_of_a_pass(p->st, p->index, p->count);
+    return NULL;
+}
+
+/* A thread's first store call turns RocksDB's per-thread perf counting off (store.c
+ * perf_counts_stop): applies and gets on a fresh thread count nothing. The control pass turns
+ * counting back on after its first call, as a test that reads the counts does, and must see
+ * the same work counted, so the zero is not an artifact of the measurement. */
+START_TEST(store_calls_count_nothing_in_rocksdb_perf_context)
+{
+    char dir[256];
+    th_tmpdir(dir, sizeof dir);
+    kl_store *st;
+    kl_err err;
+    ck_assert_int_eq(kl_store_open(dir, NULL, &st, &err), KL_OK);
+    perf_pass quiet = {.st = st, .index = 1, .count = false};
+    perf_pass counted = {.st = st, .index = 2, .count = true};
+    pthread_t t;
+    ck_assert_int_eq(pthread_create(&t, NULL, perf_pass_thread, &quiet), 0);
+    ck_assert_int_eq(pthread_join(t, NULL), 0);
+    ck_assert_int_eq(pthread_create(&t, NULL, perf_pass_thread, &counted), 0);
+    ck_assert_int_eq(pthread_join(t, NULL), 0);
+    ck_assert_uint_eq(quiet.comparisons, 0);
+    ck_assert_uint_gt(counted.comparisons, 200);
+    kl_store_close(st);
+    th_rmrf(dir);
+}
+END_TEST
+
 Suite *suite_store(void)
 {
     Suite *s = suite_create("store");
@@ -866,6 +936,7 @@ Suite *suite_store(void)
     tcase_add_test(t, view_read_cache_follows_the_applied_index);
     tcase_add_test(t, store_catalog_counters_follow_applies);
     tcase_add_test(t, store_moves_an_old_layout_log_into_its_family);
+    tcase_add_test(t, store_calls_count_nothing_in_rocksdb_perf_context);
     suite_add_tcase(s, t);
     return s;
 }
