@@ -10,7 +10,8 @@
 #include "common/status.h"
 
 
-/* KL_OK or INVALID_ARGUMENT naming `what` (detail = what) and the first bad byte's offset. */
+/* KL_OK or INVALID_ARGUMENT naming `what` (detail = what) and the first bad byte's offset.
+ * With err NULL it only answers: nothing is formatted and what may be NULL. */
 kl_code kl_name_check(const char *what, const char *s, kl_err *err);
 
 #endif

@@ -6,6 +6,8 @@
 
 #define MAX_DEPTH 32
 
+/* path NULL: only answers. Every frame and request is checked and almost none holds an
+ * unknown field, so kl_proto_has_unknown formats the path only for one that does. */
 static bool walk(const ProtobufCMessage *m, char *path, size_t cap, size_t used, int depth)
 {
     if (m == NULL)
@@ -27,20 +29,26 @@ static bool walk(const ProtobufCMessage *m, char *path, size_t cap, size_t used,
             size_t n = *(const size_t *)(base + f->quantifier_offset);
             ProtobufCMessage *const *arr = *(ProtobufCMessage *const *const *)(base + f->offset);
             for (size_t j = 0; j < n; j++) {
-                int w = snprintf(path + used, cap > used ? cap - used : 0, "%s%s[%zu]",
-                                 used ? "." : "", f->name, j);
-                size_t next = w > 0 && used + (size_t)w < cap ? used + (size_t)w : used;
+                size_t next = used;
+                if (path != NULL) {
+                    int w = snprintf(path + used, cap > used ? cap - used : 0, "%s%s[%zu]",
+                                     used ? "." : "", f->name, j);
+                    next = w > 0 && used + (size_t)w < cap ? used + (size_t)w : used;
+                }
                 if (walk(arr[j], path, cap, next, depth + 1))
                     return true;
             }
         } else {
             const ProtobufCMessage *sub = *(ProtobufCMessage *const *)(base + f->offset);
-            int w = snprintf(path + used, cap > used ? cap - used : 0, "%s%s", used ? "." : "", f->name);
-            size_t next = w > 0 && used + (size_t)w < cap ? used + (size_t)w : used;
+            size_t next = used;
+            if (path != NULL) {
+                int w = snprintf(path + used, cap > used ? cap - used : 0, "%s%s", used ? "." : "", f->name);
+                next = w > 0 && used + (size_t)w < cap ? used + (size_t)w : used;
+            }
             if (walk(sub, path, cap, next, depth + 1))
                 return true;
         }
-        if (used < cap)
+        if (path != NULL && used < cap)
             path[used] = '\0';
     }
     return false;
@@ -50,5 +58,5 @@ bool kl_proto_has_unknown(const ProtobufCMessage *m, char *path, size_t cap)
 {
     if (cap > 0)
         path[0] = '\0';
-    return walk(m, path, cap, 0, 0);
+    return walk(m, NULL, 0, 0, 0) && walk(m, path, cap, 0, 0);
 }

@@ -13,7 +13,8 @@
 #include <stddef.h>
 
 /* True when m or any message inside it holds unknown fields; path (cap bytes) then names
- * where, e.g. "mutations[2].enqueue.message". Cost: one visit per nested message. */
+ * where, e.g. "mutations[2].enqueue.message". Cost: one visit per nested message, and a
+ * second pass that formats the path only when one is found. */
 bool kl_proto_has_unknown(const ProtobufCMessage *m, char *path, size_t cap);
 
 #endif

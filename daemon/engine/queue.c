@@ -711,7 +711,9 @@ static kl_code resolve_lease(kl_eval_ctx *c, const char *op, size_t i, uint64_t 
         return kl_fail(err, KL_INVALID_ARGUMENT, "lease_tokens",
                        "%s: lease_tokens[%zu] belongs to another queue", op, i);
     }
-    snprintf(lane_out, KL_NAME_LEN_MAX + 1, "%s", lr->lane);
+    size_t lane_len = strnlen(lr->lane, KL_NAME_LEN_MAX);
+    memcpy(lane_out, lr->lane, lane_len);
+    lane_out[lane_len] = '\0';
     rc = load_message(c->view, qid, lr->lane, lr->seq, msg, err);
     keyload__v1__lease_record__free_unpacked(lr, NULL);
     if (rc != KL_OK)
@@ -831,6 +833,11 @@ kl_code kl_engine_queue_stats(kl_eval_ctx *c, const Keyload__V1__QueueLaneRef *r
 
 static kl_code validate_enqueue(size_t idx, const Keyload__V1__Mutation *m, kl_err *err)
 {
+    /* The checks once with no err, which formats nothing; only a refusal pays for the
+     * field's path (every message passes here). */
+    if (kl_validate_ref("", m->enqueue->lane, true, NULL) == KL_OK &&
+        kl_validate_message("", m->enqueue->message, NULL) == KL_OK)
+        return KL_OK;
     char where[96];
     kl_code rc;
     snprintf(where, sizeof where, "mutations[%zu].enqueue.lane", idx);
@@ -865,11 +872,13 @@ const kl_mutation_kind kl_queue_kind_enqueue = {
 
 static kl_code validate_receive(size_t idx, const Keyload__V1__Mutation *m, kl_err *err)
 {
-    char where[96];
     kl_code rc;
-    snprintf(where, sizeof where, "mutations[%zu].receive.lane", idx);
-    if ((rc = kl_validate_ref(where, m->receive->lane, true, err)) != KL_OK)
-        return rc;
+    if (kl_validate_ref("", m->receive->lane, true, NULL) != KL_OK) { /* as validate_enqueue */
+        char where[96];
+        snprintf(where, sizeof where, "mutations[%zu].receive.lane", idx);
+        if ((rc = kl_validate_ref(where, m->receive->lane, true, err)) != KL_OK)
+            return rc;
+    }
     if (m->receive->max_messages > KL_RECEIVE_MAX)
         return kl_fail(err, KL_INVALID_ARGUMENT, "max_messages",
                        "mutations[%zu].receive.max_messages must be 0..%d", idx, KL_RECEIVE_MAX);
@@ -910,6 +919,8 @@ const kl_mutation_kind kl_queue_kind_receive = {
 static kl_code validate_settle(size_t idx, const char *what, const Keyload__V1__QueueLaneRef *queue, size_t ntok,
                                const ProtobufCBinaryData *toks, kl_err *err)
 {
+    if (kl_validate_ref("", queue, false, NULL) == KL_OK && kl_validate_tokens("", ntok, toks, NULL) == KL_OK)
+        return KL_OK; /* as validate_enqueue */
     char where[96];
     kl_code rc;
     snprintf(where, sizeof where, "mutations[%zu].%s.queue", idx, what);

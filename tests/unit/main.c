@@ -43,6 +43,7 @@ Suite *suite_snapshot(void);
 Suite *suite_snapwire(void);
 Suite *suite_metrics(void);
 Suite *suite_settings(void);
+Suite *suite_validate(void);
 
 int main(void)
 {
@@ -85,6 +86,7 @@ int main(void)
     srunner_add_suite(sr, suite_snapwire());
     srunner_add_suite(sr, suite_metrics());
     srunner_add_suite(sr, suite_settings());
+    srunner_add_suite(sr, suite_validate());
     srunner_run_all(sr, CK_NORMAL);
     int failed = srunner_ntests_failed(sr);
     int run = srunner_ntests_run(sr);
