@@ -982,22 +982,6 @@ static bool commit_only(const kl_repl *r, const kl_raft_ready *rd)
            rd->hard.term == r->durable_term && rd->hard.vote == r->durable_vote;
 }
 
-/* A commit-only ready's commit index, saved without a sync (kl_store_save_commit); false
- * after a storage failure (reported). */
-static bool save_commit(kl_repl *r, const kl_raft_ready *rd)
-{
-    Keyload__V1__HardState h = KEYLOAD__V1__HARD_STATE__INIT;
-    h.term = rd->hard.term;
-    h.vote = rd->hard.vote;
-    h.commit = rd->hard.commit;
-    kl_err err;
-    if (kl_store_save_commit(r->store, &h, &err) != KL_OK) {
-        fail(r, &err);
-        return false;
-    }
-    return true;
-}
-
 /* Queues the write of slot k on the thread pool. The two slots' writes never overlap: the
  * next one starts only when the running one has completed (persist_after), so they reach the
  * disk in the order their readies were taken (raft.h "Pipelined readies"). */
@@ -1074,9 +1058,7 @@ static void next_round(kl_repl *r, bool writing, uint64_t durable)
         apply_committed(r, durable);
         return;
     }
-    if (commit_only(r, r->rd) && !save_commit(r, r->rd))
-        return;
-    finish_round(r);
+    finish_round(r); /* a commit-only ready writes nothing (see pump) */
 }
 
 static void pump(kl_repl *r)
@@ -1101,10 +1083,11 @@ static void pump(kl_repl *r)
         if (!live(r))
             break;
         if (commit_only(r, r->rd)) {
-            /* Only the commit index moved: no fsync and no thread hop (see
-             * kl_store_save_commit), so a commit costs one synced write, not two. */
-            if (!save_commit(r, r->rd))
-                break;
+            /* Only the commit index moved: nothing is written. Raft never needs the commit
+             * index durable; the next synced write carries it in its hard state, and a
+             * restart takes max(stored commit, applied index) (kl_raft_new), since only
+             * committed entries are ever applied. A write here cost a RocksDB write on the
+             * loop between learning a commit and applying it. */
             finish_round(r);
             continue;
         }

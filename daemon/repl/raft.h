@@ -30,7 +30,10 @@
  *      persist rd.hard (if rd.has_hard_state), delete stored entries >= rd.truncate_from (if
  *      nonzero) and write rd.entries, ATOMICALLY (one synced RocksDB write batch); if that is
  *      impossible: term and vote first (no entry may carry a term past the stored one), then
- *      the truncation and the entries, then commit (never past the stored log);
+ *      the truncation and the entries, then commit (never past the stored log). A ready
+ *      whose hard state differs from the persisted one only in its commit index, with no
+ *      truncation and no entries, may be left unwritten: the commit index need not be
+ *      durable (kl_raft_new starts from max(commit, applied));
  *   3. only then send rd.msgs: a vote grant or an append acknowledgement is a promise that the
  *      vote or the entries are durable, and step 2 is what makes it true (a candidate's vote
  *      for itself counts, like every other, only once advance reports it durable);

@@ -737,21 +737,6 @@ kl_code kl_store_log_write(kl_store *st, const Keyload__V1__HardState *hard, uin
     return KL_OK;
 }
 
-kl_code kl_store_save_commit(kl_store *st, const Keyload__V1__HardState *hard, kl_err *err)
-{
-    uint8_t buf[64];
-    size_t hn = keyload__v1__hard_state__pack(hard, buf);
-    kl_key hk;
-    kl_key_meta(&hk, "hard");
-    rocksdb_writeoptions_t *wo = rocksdb_writeoptions_create();
-    char *rerr = NULL;
-    store_put(st, wo, st->state_cf, hk.b, hk.len, buf, hn, &rerr);
-    rocksdb_writeoptions_destroy(wo);
-    if (rerr != NULL)
-        return rocks_fail(err, "hard state write", rerr);
-    return KL_OK;
-}
-
 kl_code kl_store_load_hard(kl_store *st, uint64_t *term, uint64_t *vote, uint64_t *commit, kl_err *err)
 {
     kl_key k;

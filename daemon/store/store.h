@@ -126,11 +126,9 @@ kl_code kl_store_log_write(kl_store *st, const Keyload__V1__HardState *hard, uin
  * the part of a log write the disk decides, beside RocksDB's own work. Read it after that
  * write returned and before the next one starts; 0 before the first one. */
 uint64_t kl_store_last_log_sync_ns(const kl_store *st);
-/* Writes the hard state WITHOUT syncing (but through the WAL). Only for a change of the
- * commit index alone: Raft never needs the commit index to be durable, and because the
- * write precedes the applies it allows, a crash can never leave applied state ahead of it. */
-kl_code kl_store_save_commit(kl_store *st, const Keyload__V1__HardState *hard, kl_err *err);
-/* The persisted hard state (all zero for a new store). */
+/* The persisted hard state (all zero for a new store). Its commit index is the one the last
+ * synced write carried: applied state may be ahead of it, which is why the replication core
+ * starts from max(commit, applied index). */
 kl_code kl_store_load_hard(kl_store *st, uint64_t *term, uint64_t *vote, uint64_t *commit, kl_err *err);
 
 /* Reads an encoded log entry; *found false past the end and below kl_store_first_index. */

@@ -679,6 +679,44 @@ START_TEST(restart_replays_from_applied)
 }
 END_TEST
 
+/* A commit learnt after the last synced write is not written anywhere (a commit-only ready
+ * writes nothing): after a clean restart the stored commit lags the applied index, and the
+ * member starts from the applied index, applies nothing twice and goes on. */
+START_TEST(commit_only_readies_write_nothing)
+{
+    cluster_open(3, 3);
+    for (int i = 1; i <= 3; i++)
+        member_start(i);
+    int l = wait_leader();
+    uint64_t last = propose_many(l, 10);
+    wait_all_applied(last, 10000);
+    run_for(300); /* heartbeats: every member learns the last commit */
+    for (int i = 1; i <= 3; i++) {
+        kl_raft_status st;
+        kl_repl_status(mem[i].repl, &st);
+        ck_assert_uint_eq(st.commit, last);
+    }
+    int f = l % 3 + 1;
+    member_stop(f);
+    member_reopen_store(f);
+    uint64_t term, vote, commit;
+    kl_err err;
+    ck_assert_int_eq(kl_store_load_hard(mem[f].store, &term, &vote, &commit, &err), KL_OK);
+    uint64_t applied = kl_store_applied_index(mem[f].store);
+    ck_assert_uint_eq(applied, last); /* a clean close keeps the applies */
+    ck_assert_msg(commit < applied, "stored commit %llu, applied %llu: a commit-only ready was written",
+                  (unsigned long long)commit, (unsigned long long)applied);
+    member_start(f);
+    kl_raft_status st;
+    kl_repl_status(mem[f].repl, &st);
+    ck_assert_uint_ge(st.commit, applied);
+    last = propose_many(l, 5);
+    wait_all_applied(last, 10000);
+    check_consistent();
+    cluster_close();
+}
+END_TEST
+
 /* ---------------------------------------------------------------- membership */
 
 /* An encoded MemberDirectory naming members 1..n with their peer URLs. */
@@ -1371,6 +1409,7 @@ Suite *suite_driver(void)
     tcase_add_test(t, refuses_bad_frames);
     tcase_add_test(t, applies_while_a_slow_write_runs);
     tcase_add_test(t, writes_chain_while_one_runs);
+    tcase_add_test(t, commit_only_readies_write_nothing);
     tcase_add_test(t, write_parts_timed);
     suite_add_tcase(s, t);
     return s;
