@@ -49,7 +49,8 @@
  * Besides "no crash, no leak, no undefined behaviour", it aborts when one of these fails:
  *  - every submit is answered exactly once, with a code in range; an error carries a
  *    kl_err of that code with a message and no receipt; client input never earns
- *    INTERNAL, UNAVAILABLE or UNKNOWN_WRITE_OUTCOME, nor PERMISSION_DENIED except for a
+ *    INTERNAL, UNAVAILABLE (except first_sent_ahead for a first-sent time that far ahead)
+ *    or UNKNOWN_WRITE_OUTCOME, nor PERMISSION_DENIED except for a
  *    transfer token that is not genuine, and the node never breaks;
  *  - an OK receipt decodes, names the request's command id, partition 0, term 1, a
  *    32-byte digest, and one result per mutation of the matching kind (received leases
@@ -871,6 +872,22 @@ static bool client_code_ok(kl_code c)
            c == KL_RESOURCE_EXHAUSTED || c == KL_FAILED_PRECONDITION;
 }
 
+/* The one UNAVAILABLE client input may earn: first_sent_ahead, for a first-sent time more
+ * than KL_FIRST_SENT_AHEAD_MAX_MS past the leader's clock (G.now here). The node cannot tell
+ * that from a client clock running ahead of its own, which a retry cures once the clocks
+ * agree (node_retain.h), so it is retryable by design; any other UNAVAILABLE, and this one
+ * for a first-sent time that is not that far ahead, still fails. */
+static bool first_sent_ahead_ok(kl_code code, const kl_err *err, const uint8_t *req, size_t len)
+{
+    if (code != KL_UNAVAILABLE || strcmp(err->detail, "first_sent_ahead") != 0)
+        return false;
+    Keyload__V1__BatchRequest *b = keyload__v1__batch_request__unpack(NULL, len, req);
+    bool ahead = b != NULL && b->first_sent_unix_ms > G.now + KL_FIRST_SENT_AHEAD_MAX_MS;
+    if (b != NULL)
+        keyload__v1__batch_request__free_unpacked(b, NULL);
+    return ahead;
+}
+
 /* ---- lease tokens for fuzz inputs ---- */
 
 /* Lease tokens are 16 random bytes a fuzzer cannot guess, so without help inputs would
@@ -1487,7 +1504,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
      * genuine (or not its own): detail intent_* / receipt_*. */
     bool forged_token = r1.code == KL_PERMISSION_DENIED &&
                         (strncmp(r1.err.detail, "intent_", 7) == 0 || strncmp(r1.err.detail, "receipt_", 8) == 0);
-    if (!client_code_ok(r1.code) && !forged_token)
+    if (!client_code_ok(r1.code) && !forged_token && !first_sent_ahead_ok(r1.code, &r1.err, req, len))
         die("client input answered %s (%s): %s", kl_code_name(r1.code), r1.err.detail, r1.err.message);
     if (held) {
         expect_answered(&r2, "fuzz input, again while pending");
