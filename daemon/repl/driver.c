@@ -1086,8 +1086,8 @@ static void pump(kl_repl *r)
             /* Only the commit index moved: nothing is written. Raft never needs the commit
              * index durable; the next synced write carries it in its hard state, and a
              * restart takes max(stored commit, applied index) (kl_raft_new), since only
-             * committed entries are ever applied. A write here cost a RocksDB write on the
-             * loop between learning a commit and applying it. */
+             * committed entries are ever applied. A write here would put a RocksDB write
+             * on the loop between learning a commit and applying it. */
             finish_round(r);
             continue;
         }

@@ -123,7 +123,7 @@ static _Thread_local bool perf_counts_off;
 static inline void perf_counts_stop(void)
 {
     if (!perf_counts_off) {
-        rocksdb_set_perf_level(1 /* kDisable */);
+        rocksdb_set_perf_level(rocksdb_disable);
         perf_counts_off = true;
     }
 }
