@@ -196,7 +196,8 @@ size_t kl_batch_count(const kl_batch *b);
  * replay it later (another process, after a crash) keeps this value with it and sets it on
  * the new batch; a batch made without it gets a fresh time and, after the outcome expired,
  * runs as new. Batches holding a transfer mutation never send it: their outcomes never
- * expire. A value below 0 is INVALID_ARGUMENT "first_sent_unix_ms". */
+ * expire. A value below 0 or past the year 9999 (KL_FIRST_SENT_LATEST_MS) is
+ * INVALID_ARGUMENT "first_sent_unix_ms". */
 int64_t kl_batch_first_sent_unix_ms(const kl_batch *b);
 kl_code kl_batch_set_first_sent_unix_ms(kl_batch *b, int64_t unix_ms, kl_err *err);
 

@@ -88,6 +88,10 @@
  * leader's wall clock: the clock skew a session Hello may have (KL_SESSION_DEFAULT_SKEW_MS).
  * Further ahead is refused UNAVAILABLE first_sent_ahead. */
 #define KL_FIRST_SENT_AHEAD_MAX_MS 30000ll
+/* The latest first_sent_unix_ms a clock can give: 9999-12-31T23:59:59.999Z. A later value is
+ * no clock running ahead, which a retry could cure, but a malformed one: INVALID_ARGUMENT
+ * "first_sent_unix_ms", in the SDK's setter and the daemon alike. */
+#define KL_FIRST_SENT_LATEST_MS 253402300799999ll
 
 /* "connections" */
 #define KL_CONN_CLIENT_MAX_DEFAULT 1024

@@ -37,6 +37,10 @@ kl_code kl_retain_check_first_sent(int64_t first_sent_ms, int64_t entry_ms, int6
     if (first_sent_ms < 0)
         return kl_fail(err, KL_INVALID_ARGUMENT, "first_sent_unix_ms",
                        "first_sent_unix_ms must not be negative (0 = not given)");
+    if (first_sent_ms > KL_FIRST_SENT_LATEST_MS)
+        return kl_fail(err, KL_INVALID_ARGUMENT, "first_sent_unix_ms",
+                       "first_sent_unix_ms is past the year 9999, which no clock gives: it is a "
+                       "Unix time in milliseconds (0 = not given)");
     /* Partition time may lag the wall clock for long after a clock step or an outage (it
      * catches up slowly, entry_clock.h), so the bound is taken from the later of the two. */
     int64_t ref = wall_ms > entry_ms ? wall_ms : entry_ms;

@@ -30,7 +30,8 @@ int64_t kl_retain_index_time(int64_t entry_ms, int64_t first_sent_ms);
 /* The mark after an entry of time entry_ms: never lower than mark; retention_ms 0 = off. */
 int64_t kl_retain_mark_next(int64_t mark, int64_t entry_ms, int64_t retention_ms);
 /* first_sent_unix_ms against the leader's clocks: negative is INVALID_ARGUMENT naming the
- * field; further than KL_FIRST_SENT_AHEAD_MAX_MS ahead of both the partition time entry_ms
+ * field, and so is one past KL_FIRST_SENT_LATEST_MS (the year 9999: no clock's time); further
+ * than KL_FIRST_SENT_AHEAD_MAX_MS ahead of both the partition time entry_ms
  * and the leader's wall clock wall_ms is UNAVAILABLE "first_sent_ahead" (retryable: clocks
  * that disagree come back into step). 0 (not given) passes. The bound keeps a client from
  * holding its outcomes past the retention by naming a far future; it is never lowered to

@@ -43,6 +43,10 @@ kl_code kl_batch_set_first_sent_unix_ms(kl_batch *b, int64_t unix_ms, kl_err *er
     if (unix_ms < 0)
         return kl_fail(err, KL_INVALID_ARGUMENT, "first_sent_unix_ms",
                        "first_sent_unix_ms must not be negative");
+    if (unix_ms > KL_FIRST_SENT_LATEST_MS)
+        return kl_fail(err, KL_INVALID_ARGUMENT, "first_sent_unix_ms",
+                       "first_sent_unix_ms is past the year 9999, which no clock gives: it is a "
+                       "Unix time in milliseconds");
     b->first_sent_ms = unix_ms;
     return KL_OK;
 }

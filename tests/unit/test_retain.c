@@ -13,6 +13,7 @@
 
 #include <check.h>
 #include <rocksdb/c.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -43,6 +44,14 @@ START_TEST(retain_mark_arithmetic)
     ck_assert_int_eq(kl_retain_check_first_sent(T0 + 40000, T0, T0 + 40000, &e), KL_OK);
     ck_assert_int_eq(kl_retain_check_first_sent(T0 + 40000, T0 + 40000, T0, &e), KL_OK);
     ck_assert_int_eq(kl_retain_check_first_sent(-1, T0, T0, &e), KL_INVALID_ARGUMENT);
+    ck_assert_str_eq(e.detail, "first_sent_unix_ms");
+    /* Past the year 9999 no clock can be the cause, so no retry can help: malformed. The
+     * last millisecond before it is only "ahead" (retryable), like any future time. */
+    ck_assert_int_eq(kl_retain_check_first_sent(KL_FIRST_SENT_LATEST_MS, T0, T0, &e), KL_UNAVAILABLE);
+    ck_assert_str_eq(e.detail, "first_sent_ahead");
+    ck_assert_int_eq(kl_retain_check_first_sent(KL_FIRST_SENT_LATEST_MS + 1, T0, T0, &e), KL_INVALID_ARGUMENT);
+    ck_assert_str_eq(e.detail, "first_sent_unix_ms");
+    ck_assert_int_eq(kl_retain_check_first_sent(INT64_MAX, T0, T0, &e), KL_INVALID_ARGUMENT);
     ck_assert_str_eq(e.detail, "first_sent_unix_ms");
     ck_assert_int_eq(kl_retain_check_expired(0, T0, &e), KL_OK);
     ck_assert_int_eq(kl_retain_check_expired(T0, T0, &e), KL_OK);

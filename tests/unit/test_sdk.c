@@ -26,6 +26,24 @@ START_TEST(test_batch_new_random)
 }
 END_TEST
 
+/* The first-sent setter refuses what the daemon refuses as malformed (node_retain.h). */
+START_TEST(test_batch_first_sent_bounds)
+{
+    kl_batch *b;
+    kl_err err;
+    ck_assert_int_eq(kl_batch_new(NULL, &b, NULL), KL_OK);
+    ck_assert_int_gt(kl_batch_first_sent_unix_ms(b), 0);
+    ck_assert_int_eq(kl_batch_set_first_sent_unix_ms(b, 0, &err), KL_OK);
+    ck_assert_int_eq(kl_batch_set_first_sent_unix_ms(b, KL_FIRST_SENT_LATEST_MS, &err), KL_OK);
+    ck_assert_int_eq(kl_batch_first_sent_unix_ms(b), KL_FIRST_SENT_LATEST_MS);
+    ck_assert_int_eq(kl_batch_set_first_sent_unix_ms(b, KL_FIRST_SENT_LATEST_MS + 1, &err), KL_INVALID_ARGUMENT);
+    ck_assert_str_eq(err.detail, "first_sent_unix_ms");
+    ck_assert_int_eq(kl_batch_set_first_sent_unix_ms(b, -1, &err), KL_INVALID_ARGUMENT);
+    ck_assert_int_eq(kl_batch_first_sent_unix_ms(b), KL_FIRST_SENT_LATEST_MS); /* refusals change nothing */
+    kl_batch_free(b);
+}
+END_TEST
+
 START_TEST(test_batch_new_given_guid)
 {
     kl_batch *b;
@@ -771,6 +789,7 @@ Suite *suite_sdk(void)
     Suite *s = suite_create("sdk");
     TCase *t = tcase_create("batch");
     tcase_add_test(t, test_batch_new_random);
+    tcase_add_test(t, test_batch_first_sent_bounds);
     tcase_add_test(t, test_batch_new_given_guid);
     tcase_add_test(t, test_batch_new_refuses_bad_guids);
     tcase_add_test(t, test_batch_new_refuses_zero_guid);
