@@ -882,8 +882,7 @@ static kl_code validate_create_queue(size_t idx, const Keyload__V1__Mutation *m,
 {
     char where[96];
     kl_code rc;
-    snprintf(where, sizeof where, "mutations[%zu].create_queue.queue", idx);
-    if ((rc = kl_validate_ref(where, m->create_queue->queue, false, err)) != KL_OK)
+    if ((rc = kl_validate_ref(idx, "create_queue", "queue", m->create_queue->queue, false, err)) != KL_OK)
         return rc;
     if (m->create_queue->partition < -1)
         return kl_fail(err, KL_INVALID_ARGUMENT, "partition",
@@ -924,9 +923,7 @@ const kl_mutation_kind kl_catalog_kind_create_queue = {
 
 static kl_code validate_delete_queue(size_t idx, const Keyload__V1__Mutation *m, kl_err *err)
 {
-    char where[96];
-    snprintf(where, sizeof where, "mutations[%zu].delete_queue.queue", idx);
-    return kl_validate_ref(where, m->delete_queue->queue, false, err);
+    return kl_validate_ref(idx, "delete_queue", "queue", m->delete_queue->queue, false, err);
 }
 
 static kl_code access_delete_queue(const kl_authz_subject *who, const Keyload__V1__Mutation *m, kl_err *err)

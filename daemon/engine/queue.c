@@ -833,18 +833,8 @@ kl_code kl_engine_queue_stats(kl_eval_ctx *c, const Keyload__V1__QueueLaneRef *r
 
 static kl_code validate_enqueue(size_t idx, const Keyload__V1__Mutation *m, kl_err *err)
 {
-    /* The checks once with no err, which formats nothing; only a refusal pays for the
-     * field's path (every message passes here). */
-    if (kl_validate_ref("", m->enqueue->lane, true, NULL) == KL_OK &&
-        kl_validate_message("", m->enqueue->message, NULL) == KL_OK)
-        return KL_OK;
-    char where[96];
-    kl_code rc;
-    snprintf(where, sizeof where, "mutations[%zu].enqueue.lane", idx);
-    if ((rc = kl_validate_ref(where, m->enqueue->lane, true, err)) != KL_OK)
-        return rc;
-    snprintf(where, sizeof where, "mutations[%zu].enqueue", idx);
-    return kl_validate_message(where, m->enqueue->message, err);
+    kl_code rc = kl_validate_ref(idx, "enqueue", "lane", m->enqueue->lane, true, err);
+    return rc != KL_OK ? rc : kl_validate_message(idx, "enqueue", m->enqueue->message, err);
 }
 
 static kl_code access_enqueue(const kl_authz_subject *who, const Keyload__V1__Mutation *m, kl_err *err)
@@ -873,12 +863,8 @@ const kl_mutation_kind kl_queue_kind_enqueue = {
 static kl_code validate_receive(size_t idx, const Keyload__V1__Mutation *m, kl_err *err)
 {
     kl_code rc;
-    if (kl_validate_ref("", m->receive->lane, true, NULL) != KL_OK) { /* as validate_enqueue */
-        char where[96];
-        snprintf(where, sizeof where, "mutations[%zu].receive.lane", idx);
-        if ((rc = kl_validate_ref(where, m->receive->lane, true, err)) != KL_OK)
-            return rc;
-    }
+    if ((rc = kl_validate_ref(idx, "receive", "lane", m->receive->lane, true, err)) != KL_OK)
+        return rc;
     if (m->receive->max_messages > KL_RECEIVE_MAX)
         return kl_fail(err, KL_INVALID_ARGUMENT, "max_messages",
                        "mutations[%zu].receive.max_messages must be 0..%d", idx, KL_RECEIVE_MAX);
@@ -919,15 +905,8 @@ const kl_mutation_kind kl_queue_kind_receive = {
 static kl_code validate_settle(size_t idx, const char *what, const Keyload__V1__QueueLaneRef *queue, size_t ntok,
                                const ProtobufCBinaryData *toks, kl_err *err)
 {
-    if (kl_validate_ref("", queue, false, NULL) == KL_OK && kl_validate_tokens("", ntok, toks, NULL) == KL_OK)
-        return KL_OK; /* as validate_enqueue */
-    char where[96];
-    kl_code rc;
-    snprintf(where, sizeof where, "mutations[%zu].%s.queue", idx, what);
-    if ((rc = kl_validate_ref(where, queue, false, err)) != KL_OK)
-        return rc;
-    snprintf(where, sizeof where, "mutations[%zu].%s", idx, what);
-    return kl_validate_tokens(where, ntok, toks, err);
+    kl_code rc = kl_validate_ref(idx, what, "queue", queue, false, err);
+    return rc != KL_OK ? rc : kl_validate_tokens(idx, what, ntok, toks, err);
 }
 
 static kl_code validate_ack(size_t idx, const Keyload__V1__Mutation *m, kl_err *err)

@@ -1241,20 +1241,11 @@ static bool catalog_pause_switch(const Keyload__V1__Mutation *m)
 
 static kl_code validate_create_queue_transfer(size_t idx, const Keyload__V1__Mutation *m, kl_err *err)
 {
-    char where[96];
     kl_code rc;
     const Keyload__V1__CreateQueueTransfer *t = m->create_queue_transfer;
-    /* The refs' paths are formatted only for a refusal (kl_validate_ref with no err). */
-    if (kl_validate_ref("", t->source_queue, true, NULL) != KL_OK) {
-        snprintf(where, sizeof where, "mutations[%zu].create_queue_transfer.source_queue", idx);
-        if ((rc = kl_validate_ref(where, t->source_queue, true, err)) != KL_OK)
-            return rc;
-    }
-    if (kl_validate_ref("", t->destination, true, NULL) != KL_OK) {
-        snprintf(where, sizeof where, "mutations[%zu].create_queue_transfer.destination", idx);
-        if ((rc = kl_validate_ref(where, t->destination, true, err)) != KL_OK)
-            return rc;
-    }
+    if ((rc = kl_validate_ref(idx, "create_queue_transfer", "source_queue", t->source_queue, true, err)) != KL_OK ||
+        (rc = kl_validate_ref(idx, "create_queue_transfer", "destination", t->destination, true, err)) != KL_OK)
+        return rc;
     if ((rc = kl_validate_transfer_id(idx, "create_queue_transfer", &t->transfer_id, err)) != KL_OK)
         return rc;
     if (strcmp(t->source_queue->tenant, t->destination->tenant) != 0 ||
@@ -1263,10 +1254,7 @@ static kl_code validate_create_queue_transfer(size_t idx, const Keyload__V1__Mut
                        "mutations[%zu].create_queue_transfer.destination must be in the source's "
                        "tenant/database (%s/%s): transfers stay inside one database",
                        idx, t->source_queue->tenant, t->source_queue->database);
-    if (kl_validate_message("", t->message, NULL) == KL_OK)
-        return KL_OK;
-    snprintf(where, sizeof where, "mutations[%zu].create_queue_transfer", idx);
-    return kl_validate_message(where, t->message, err);
+    return kl_validate_message(idx, "create_queue_transfer", t->message, err);
 }
 
 static kl_code access_create_queue_transfer(const kl_authz_subject *who, const Keyload__V1__Mutation *m, kl_err *err)
@@ -1302,12 +1290,9 @@ const kl_mutation_kind kl_transfer_kind_create_queue_transfer = {
 static kl_code validate_accept_queue_transfer(size_t idx, const Keyload__V1__Mutation *m, kl_err *err)
 {
     kl_code rc;
-    if (kl_validate_ref("", m->accept_queue_transfer->destination_queue, true, NULL) != KL_OK) {
-        char where[96]; /* formatted only for a refusal, as in validate_create_queue_transfer */
-        snprintf(where, sizeof where, "mutations[%zu].accept_queue_transfer.destination_queue", idx);
-        if ((rc = kl_validate_ref(where, m->accept_queue_transfer->destination_queue, true, err)) != KL_OK)
-            return rc;
-    }
+    if ((rc = kl_validate_ref(idx, "accept_queue_transfer", "destination_queue",
+                              m->accept_queue_transfer->destination_queue, true, err)) != KL_OK)
+        return rc;
     if (m->accept_queue_transfer->intent_token.len == 0)
         return kl_fail(err, KL_INVALID_ARGUMENT, "intent_token",
                        "mutations[%zu].accept_queue_transfer.intent_token is missing", idx);
@@ -1341,12 +1326,9 @@ const kl_mutation_kind kl_transfer_kind_accept_queue_transfer = {
 static kl_code validate_complete_queue_transfer(size_t idx, const Keyload__V1__Mutation *m, kl_err *err)
 {
     kl_code rc;
-    if (kl_validate_ref("", m->complete_queue_transfer->source_queue, true, NULL) != KL_OK) {
-        char where[96]; /* formatted only for a refusal, as in validate_create_queue_transfer */
-        snprintf(where, sizeof where, "mutations[%zu].complete_queue_transfer.source_queue", idx);
-        if ((rc = kl_validate_ref(where, m->complete_queue_transfer->source_queue, true, err)) != KL_OK)
-            return rc;
-    }
+    if ((rc = kl_validate_ref(idx, "complete_queue_transfer", "source_queue",
+                              m->complete_queue_transfer->source_queue, true, err)) != KL_OK)
+        return rc;
     if ((rc = kl_validate_transfer_id(idx, "complete_queue_transfer", &m->complete_queue_transfer->transfer_id,
                                       err)) != KL_OK)
         return rc;
@@ -1393,8 +1375,8 @@ static kl_code validate_set_queue_transfers_paused(size_t idx, const Keyload__V1
     kl_code rc;
     const Keyload__V1__SetQueueTransfersPaused *p = m->set_queue_transfers_paused;
     if (p->source_queue != NULL) {
-        snprintf(where, sizeof where, "mutations[%zu].set_queue_transfers_paused.source_queue", idx);
-        if ((rc = kl_validate_ref(where, p->source_queue, true, err)) != KL_OK)
+        if ((rc = kl_validate_ref(idx, "set_queue_transfers_paused", "source_queue", p->source_queue, true,
+                                  err)) != KL_OK)
             return rc;
         if (strcmp(p->source_queue->tenant, p->tenant) != 0 || strcmp(p->source_queue->database, p->database) != 0)
             return kl_fail(err, KL_INVALID_ARGUMENT, "source_queue",

@@ -262,7 +262,6 @@ done:
 
 static kl_code validate_advance_queue_transfer(size_t idx, const Keyload__V1__Mutation *m, kl_err *err)
 {
-    char where[96];
     kl_code rc;
     bool attempt = m->kind_case == KEYLOAD__V1__MUTATION__KIND_ADVANCE_QUEUE_TRANSFER_ATTEMPT;
     const char *name = attempt ? "advance_queue_transfer_attempt" : "advance_queue_transfer_repair";
@@ -272,8 +271,7 @@ static kl_code validate_advance_queue_transfer(size_t idx, const Keyload__V1__Mu
                                              : &m->advance_queue_transfer_repair->transfer_id;
     const ProtobufCBinaryData *wit = attempt ? &m->advance_queue_transfer_attempt->witness_token
                                              : &m->advance_queue_transfer_repair->witness_token;
-    snprintf(where, sizeof where, "mutations[%zu].%s.source_queue", idx, name);
-    if ((rc = kl_validate_ref(where, src, true, err)) != KL_OK)
+    if ((rc = kl_validate_ref(idx, name, "source_queue", src, true, err)) != KL_OK)
         return rc;
     if ((rc = kl_validate_transfer_id(idx, name, tid, err)) != KL_OK)
         return rc;

@@ -18,13 +18,10 @@ static bool ref_names_ok(const Keyload__V1__QueueLaneRef *r, bool lane_allowed)
            (r->lane == NULL || r->lane[0] == '\0' || (lane_allowed && kl_name_check(NULL, r->lane, NULL) == KL_OK));
 }
 
-kl_code kl_validate_ref(const char *where, const Keyload__V1__QueueLaneRef *r, bool lane_allowed,
-                        kl_err *err)
+/* The ref's checks, naming its fields under where. */
+static kl_code ref_check(const char *where, const Keyload__V1__QueueLaneRef *r, bool lane_allowed, kl_err *err)
 {
-    /* Every request passes here: the fields' paths are formatted only for a refusal. */
-    if (ref_names_ok(r, lane_allowed))
-        return KL_OK;
-    char what[96];
+    char what[112]; /* where (at most 96 bytes) and ".database" */
     if (r == NULL)
         return kl_fail(err, KL_INVALID_ARGUMENT, where, "%s is missing", where);
     kl_code rc;
@@ -47,7 +44,8 @@ kl_code kl_validate_ref(const char *where, const Keyload__V1__QueueLaneRef *r, b
     return KL_OK;
 }
 
-kl_code kl_validate_message(const char *where, const Keyload__V1__EnqueueMessage *m, kl_err *err)
+/* The message's checks, naming its fields under where. */
+static kl_code message_check(const char *where, const Keyload__V1__EnqueueMessage *m, kl_err *err)
 {
     if (m == NULL)
         return kl_fail(err, KL_INVALID_ARGUMENT, where, "%s.message is missing", where);
@@ -93,7 +91,8 @@ kl_code kl_validate_message(const char *where, const Keyload__V1__EnqueueMessage
     return KL_OK;
 }
 
-kl_code kl_validate_tokens(const char *where, size_t n, const ProtobufCBinaryData *t, kl_err *err)
+/* The tokens' checks, naming them under where. */
+static kl_code tokens_check(const char *where, size_t n, const ProtobufCBinaryData *t, kl_err *err)
 {
     if (n == 0 || n > KL_RECEIVE_MAX)
         return kl_fail(err, KL_INVALID_ARGUMENT, "lease_tokens", "%s.lease_tokens must hold 1..%d tokens",
@@ -103,6 +102,37 @@ kl_code kl_validate_tokens(const char *where, size_t n, const ProtobufCBinaryDat
             return kl_fail(err, KL_INVALID_ARGUMENT, "lease_tokens",
                            "%s.lease_tokens[%zu] is not a 16-byte lease token", where, i);
     return KL_OK;
+}
+
+/* Every request passes through these: a field's path ("mutations[i].kind.field") is
+ * formatted only for a refusal. The checks run once with no err, which formats nothing, and
+ * again with the path only when they refuse. */
+kl_code kl_validate_ref(size_t idx, const char *kind, const char *field, const Keyload__V1__QueueLaneRef *r,
+                        bool lane_allowed, kl_err *err)
+{
+    if (ref_names_ok(r, lane_allowed))
+        return KL_OK;
+    char where[96];
+    snprintf(where, sizeof where, "mutations[%zu].%s.%s", idx, kind, field);
+    return ref_check(where, r, lane_allowed, err);
+}
+
+kl_code kl_validate_message(size_t idx, const char *kind, const Keyload__V1__EnqueueMessage *m, kl_err *err)
+{
+    if (message_check("", m, NULL) == KL_OK)
+        return KL_OK;
+    char where[96];
+    snprintf(where, sizeof where, "mutations[%zu].%s", idx, kind);
+    return message_check(where, m, err);
+}
+
+kl_code kl_validate_tokens(size_t idx, const char *kind, size_t n, const ProtobufCBinaryData *t, kl_err *err)
+{
+    if (tokens_check("", n, t, NULL) == KL_OK)
+        return KL_OK;
+    char where[96];
+    snprintf(where, sizeof where, "mutations[%zu].%s", idx, kind);
+    return tokens_check(where, n, t, err);
 }
 
 kl_code kl_validate_transfer_id(size_t idx, const char *what, const ProtobufCBinaryData *id, kl_err *err)
