@@ -1,5 +1,5 @@
 /* fuzz_batch: libFuzzer target for the daemon's whole write path on client input
- * (DESIGN.md §9: "the daemon never crashes or exits on client input").
+ * (docs/ARCHITECTURE.md "Sessions and RPC", Errors: "the daemon never exits on client input").
  *
  * Each input is an encoded keyload.v1.BatchRequest, submitted as principal "local" to the
  * partition core (daemon/node.h) over a real RocksDB store (daemon/store/store.h), as
