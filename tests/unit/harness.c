@@ -9,11 +9,29 @@
 #include <string.h>
 #include <unistd.h>
 
-void th_tmpdir(char *out, size_t cap)
+static char run_root[128];
+
+int th_run_root_make(void)
 {
-    snprintf(out, cap, "/tmp/kl-unit-XXXXXX");
+    const char *base = getenv("TMPDIR");
+    snprintf(run_root, sizeof run_root, "%s/kl-unit-run-XXXXXX",
+             base != NULL && base[0] != '\0' && strlen(base) < 64 ? base : "/tmp");
+    if (mkdtemp(run_root) == NULL) {
+        run_root[0] = '\0';
+        return -1;
+    }
+    return 0;
+}
+
+void th_tmpdir_named(char *out, size_t cap, const char *prefix)
+{
+    ck_assert_msg(run_root[0] != '\0', "th_run_root_make was not called");
+    int n = snprintf(out, cap, "%s/%s-XXXXXX", run_root, prefix);
+    ck_assert_msg(n > 0 && (size_t)n < cap, "temporary path longer than %zu bytes", cap);
     ck_assert_ptr_nonnull(mkdtemp(out));
 }
+
+void th_tmpdir(char *out, size_t cap) { th_tmpdir_named(out, cap, "kl-unit"); }
 
 static int rm_one(const char *p, const struct stat *sb, int flag, struct FTW *ftw)
 {
@@ -22,6 +40,13 @@ static int rm_one(const char *p, const struct stat *sb, int flag, struct FTW *ft
 }
 
 void th_rmrf(const char *dir) { nftw(dir, rm_one, 16, FTW_DEPTH | FTW_PHYS); }
+
+void th_run_root_remove(void)
+{
+    if (run_root[0] != '\0')
+        th_rmrf(run_root);
+    run_root[0] = '\0';
+}
 
 static void th_next(void *ctx, uint64_t *index, uint64_t *term, bool *serving)
 {

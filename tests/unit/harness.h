@@ -55,6 +55,15 @@ typedef struct th_node {
 /* The cluster secret every harness node has (database signing keys derive from it). */
 extern const uint8_t th_cluster_secret[32];
 
+/* Every file and directory a unit test creates lives under one root per run, made by
+ * th_run_root_make before the first suite and removed by th_run_root_remove after the last,
+ * so a test that fails between its own setup and cleanup (Check ends it in its forked child
+ * at the failed assertion) leaves nothing behind. */
+int th_run_root_make(void);
+void th_run_root_remove(void);
+/* A fresh directory under the run's root, named `prefix`-XXXXXX. */
+void th_tmpdir_named(char *out, size_t cap, const char *prefix);
+/* th_tmpdir_named with the prefix "kl-unit". */
 void th_tmpdir(char *out, size_t cap);
 void th_rmrf(const char *dir);
 

@@ -1,5 +1,7 @@
 /* One Check runner for every unit suite; built with ASan+UBSan (Makefile: unit-test).
  * Each tests/unit/test_<name>.c defines Suite *suite_<name>(void). */
+#include "tests/unit/harness.h"
+
 #include <check.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -47,6 +49,10 @@ Suite *suite_validate(void);
 
 int main(void)
 {
+    if (th_run_root_make() != 0) {
+        perror("unit tests: cannot create the run's temporary directory");
+        return EXIT_FAILURE;
+    }
     SRunner *sr = srunner_create(suite_common());
     srunner_add_suite(sr, suite_cluster());
     srunner_add_suite(sr, suite_rpc());
@@ -91,6 +97,7 @@ int main(void)
     int failed = srunner_ntests_failed(sr);
     int run = srunner_ntests_run(sr);
     srunner_free(sr);
+    th_run_root_remove();
     printf("%d passed, %d failed\n", run - failed, failed);
     return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
 }

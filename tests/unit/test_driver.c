@@ -13,6 +13,7 @@
 #include "daemon/repl/peer.h"
 #include "daemon/repl/stages.h"
 #include "keyload/v1/membership.pb-c.h"
+#include "tests/unit/harness.h"
 #include "keyload/v1/raft.pb-c.h"
 #include "keyload/v1/store.pb-c.h"
 
@@ -35,7 +36,7 @@
 
 typedef struct td_member {
     uint64_t id;
-    char dir[64];
+    char dir[160];
     char url[64];
     kl_store *store;
     kl_repl *repl;
@@ -246,8 +247,7 @@ static void cluster_open(int n, uint32_t rc)
     for (int i = 1; i <= n; i++) {
         td_member *m = &mem[i];
         m->id = (uint64_t)i;
-        snprintf(m->dir, sizeof m->dir, "/tmp/kl-driver-XXXXXX");
-        ck_assert_ptr_nonnull(mkdtemp(m->dir));
+        th_tmpdir_named(m->dir, sizeof m->dir, "kl-driver");
         snprintf(m->url, sizeof m->url, "tcp://127.0.0.1:%d", th_free_port());
         kl_err err;
         ck_assert_int_eq(kl_store_open(m->dir, NULL, &m->store, &err), KL_OK);

@@ -7,6 +7,7 @@
 #include "common/metrics_http.h"
 #include "daemon/metrics.h"
 #include "ports.h"
+#include "tests/unit/harness.h"
 
 #include <arpa/inet.h>
 #include <check.h>
@@ -141,10 +142,9 @@ static void write_file(const char *path, const char *text, mode_t mode)
 
 START_TEST(token_files)
 {
-    char path[] = "/tmp/kl-metrics-token-XXXXXX";
-    int fd = mkstemp(path);
-    ck_assert_int_ge(fd, 0);
-    close(fd);
+    char dir[256], path[272];
+    th_tmpdir_named(dir, sizeof dir, "kl-metrics");
+    snprintf(path, sizeof path, "%s/token", dir);
     char tok[KL_METRICS_TOKEN_MAX + 1];
     kl_err err;
     write_file(path, "0123456789abcdefXYZ\n", 0600);
@@ -157,6 +157,7 @@ START_TEST(token_files)
     ck_assert_int_eq(kl_metrics_token_load(path, tok, sizeof tok, &err), KL_INVALID_ARGUMENT);
     ck_assert_ptr_null(strstr(err.message, "short")); /* never echoes the file */
     unlink(path);
+    rmdir(dir);
 }
 END_TEST
 
@@ -220,9 +221,9 @@ START_TEST(endpoint_renders_on_the_loop_checks_the_token_and_bounds_the_wait)
 {
     uv_loop_t loop;
     uv_loop_init(&loop);
-    char path[] = "/tmp/kl-metrics-token-XXXXXX";
-    int fd = mkstemp(path);
-    close(fd);
+    char dir[256], path[272];
+    th_tmpdir_named(dir, sizeof dir, "kl-metrics");
+    snprintf(path, sizeof path, "%s/token", dir);
     write_file(path, "tok-0123456789abcdef\n", 0600);
     int port = th_free_port();
     char addr[64];
@@ -252,6 +253,7 @@ START_TEST(endpoint_renders_on_the_loop_checks_the_token_and_bounds_the_wait)
     uv_run(&loop, UV_RUN_DEFAULT);
     ck_assert_int_eq(uv_loop_close(&loop), 0);
     unlink(path);
+    rmdir(dir);
 }
 END_TEST
 

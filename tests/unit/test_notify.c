@@ -2,6 +2,7 @@
  * datagram socket standing in for systemd: a path socket, an abstract one, no manager, and
  * the refusals. */
 #include "daemon/notify.h"
+#include "tests/unit/harness.h"
 
 #include <check.h>
 #include <stdio.h>
@@ -44,9 +45,9 @@ static void expect_datagram(int fd, const char *want)
 
 START_TEST(test_notify_path_socket)
 {
-    char path[108];
-    snprintf(path, sizeof path, "/tmp/kl-notify-%d.sock", (int)getpid());
-    unlink(path);
+    char dir[96], path[108];
+    th_tmpdir_named(dir, sizeof dir, "kl-notify");
+    snprintf(path, sizeof path, "%s/m.sock", dir);
     int fd = bind_manager(path);
     setenv("NOTIFY_SOCKET", path, 1);
     kl_err err;
@@ -58,6 +59,7 @@ START_TEST(test_notify_path_socket)
     unsetenv("NOTIFY_SOCKET");
     close(fd);
     unlink(path);
+    rmdir(dir);
 }
 END_TEST
 

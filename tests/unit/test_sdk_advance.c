@@ -730,9 +730,9 @@ START_TEST(test_cli_failure_command_refusals)
                         FAILED_ID, NULL};
     ck_assert_int_eq(cli_cmd_transfer(&c, 7, tok_arg2), CLI_EXIT_USAGE);
 
-    char dir[] = "/tmp/kl-adv-XXXXXX";
-    ck_assert_ptr_nonnull(mkdtemp(dir));
-    char exists[64];
+    char dir[160];
+    th_tmpdir_named(dir, sizeof dir, "kl-adv");
+    char exists[256];
     snprintf(exists, sizeof exists, "%s/exists", dir);
     ck_assert_int_eq(cli_token_write("--witness-out", exists, WITNESS, sizeof WITNESS, NULL),
                      KL_OK);

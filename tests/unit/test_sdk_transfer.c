@@ -4,6 +4,7 @@
  * No network. Runs under ASan+UBSan with leak detection: every test frees what it builds. */
 #include "client/cli/cli.h"
 #include "client/keyload.h"
+#include "tests/unit/harness.h"
 #include "tests/unit/sdk_xfer_fixture.h"
 #include "client/sdk/internal.h"
 
@@ -567,9 +568,9 @@ END_TEST
 
 START_TEST(test_cli_token_files)
 {
-    char dir[] = "/tmp/kl-token-XXXXXX";
-    ck_assert_ptr_nonnull(mkdtemp(dir));
-    char path[64], spec[72];
+    char dir[160];
+    th_tmpdir_named(dir, sizeof dir, "kl-token");
+    char path[256], spec[264];
     snprintf(path, sizeof path, "%s/tok", dir);
     snprintf(spec, sizeof spec, "@%s", path);
     kl_err err;
