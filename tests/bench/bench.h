@@ -26,7 +26,7 @@
 #define LEADER_WAIT_NS (60 * 1000000000LL)
 
 enum bench_mode { MODE_BENCH, MODE_FSYNC, MODE_LEADER, MODE_CAUGHT_UP, MODE_FAILOVER, MODE_HANDSHAKE, MODE_TRANSFER, MODE_COORD,
-                  MODE_SERVE };
+                  MODE_SERVE, MODE_FSYNC_COST };
 
 typedef struct bench_options {
     int mode;
@@ -76,6 +76,7 @@ extern kl_cluster bench_cluster;
 
 int bench_run_enqueue(const bench_options *o);
 int bench_run_fsync(const bench_options *o);
+int bench_run_fsync_cost(const bench_options *o);
 int bench_run_leader_of(const bench_options *o);
 int bench_run_wait_caught_up(const bench_options *o);
 int bench_run_serve_probe(const bench_options *o);

@@ -5,6 +5,13 @@
  *       prints median and p99 in microseconds. This is the floor of a durable write on
  *       that disk: a single-client enqueue cannot answer faster than one synced append.
  *
+ *   keyload-bench --fsync-cost DIR [--samples N]
+ *       What one synced log write costs on that disk, in two ways of writing: 1 KiB
+ *       appended (the file grows, as RocksDB's WAL does) and 1 KiB written over a region of
+ *       the file written and synced beforehand (the size stays), each fdatasync()ed, N times
+ *       (default 200). Prints one "fsync_cost:" line per way: wall median and p99 and the
+ *       calling thread's CPU (user + system) per sync.
+ *
  *   keyload-bench [--url URL] [--clients N] [--batch-size B] [--seconds S | --ops N]
  *                 [--body-size BYTES] [--queue NAME] [--warmup S] [--timeout-ms MS] [--read]
  *       Creates queue NAME (default "bench") if missing, then runs N client threads, each
@@ -134,6 +141,7 @@ static void usage(FILE *f)
             "                     [--body-size BYTES] [--queue NAME] [--warmup S] [--timeout-ms MS] [--read] [--cycle]\n"
             "                     [--random-body]\n"
             "       keyload-bench --fsync-probe DIR [--samples N]\n"
+            "       keyload-bench --fsync-cost DIR [--samples N]\n"
             "       keyload-bench --leader-of URL,URL,... | --wait-caught-up URL,URL,...\n"
             "       keyload-bench --serve-probe URL,URL,... [--since-ms EPOCH_MS] [--queue NAME] [--body-size B]\n"
             "       keyload-bench --failover --url URL,URL,... --pid-dir DIR [--run N] [--attempt-ms MS] [--queue NAME]\n"
@@ -211,7 +219,7 @@ static const struct option bench_longopts[] = {
     {"drain-seconds", required_argument, NULL, 'G'}, {"no-wait", no_argument, NULL, 'Y'},
     {"rate", required_argument, NULL, 'V'},
     {"lat-out", required_argument, NULL, 'l'},    {"cpu-pids", required_argument, NULL, 'U'},
-    {"in-flight", required_argument, NULL, 'I'},
+    {"in-flight", required_argument, NULL, 'I'},  {"fsync-cost", required_argument, NULL, 'g'},
     {NULL, 0, NULL, 0}};
 
 /* What an option function makes of its option: taken, a bad value, or not one of its own. */
@@ -309,6 +317,7 @@ static int apply_load_option(int ch, char *arg, bench_options *o)
         o->pid = v;
         break;
     case 'f': o->fsync_dir = arg; o->mode = MODE_FSYNC; break;
+    case 'g': o->fsync_dir = arg; o->mode = MODE_FSYNC_COST; break;
     case 'c':
         if (parse_int(arg, 1, 4096, &v) != 0)
             return OPT_BAD;
@@ -463,6 +472,7 @@ static int run_mode(const bench_options *o)
 {
     switch (o->mode) {
     case MODE_FSYNC: return bench_run_fsync(o);
+    case MODE_FSYNC_COST: return bench_run_fsync_cost(o);
     case MODE_LEADER: return bench_run_leader_of(o);
     case MODE_CAUGHT_UP: return bench_run_wait_caught_up(o);
     case MODE_SERVE: return bench_run_serve_probe(o);
