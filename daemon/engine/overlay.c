@@ -1,5 +1,6 @@
 #include "daemon/engine/overlay.h"
 
+#include <assert.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -28,7 +29,20 @@ void kl_overlay_free(kl_overlay *o)
 {
     kl_overlay_clear(o);
     free(o->v);
+    free(o->spare);
     memset(o, 0, sizeof *o);
+}
+
+/* An empty overlay holding arrays past KL_OVERLAY_KEEP_CAP gives them back: after a burst
+ * the pending overlay would otherwise keep its peak size for ever. */
+static void release_if_large(kl_overlay *o)
+{
+    if (o->n != 0 || (o->cap <= KL_OVERLAY_KEEP_CAP && o->spare_cap <= KL_OVERLAY_KEEP_CAP))
+        return;
+    free(o->v);
+    free(o->spare);
+    o->v = o->spare = NULL;
+    o->cap = o->spare_cap = 0;
 }
 
 size_t kl_overlay_lower_bound(const kl_overlay *o, const uint8_t *key, size_t klen)
@@ -65,7 +79,7 @@ static kl_code place(kl_overlay *o, kl_ov_entry e, kl_err *err)
         return KL_OK;
     }
     if (o->n == o->cap) {
-        size_t cap = o->cap ? o->cap * 2 : 64;
+        size_t cap = o->cap ? o->cap * 2 : KL_OVERLAY_START_CAP;
         kl_ov_entry *nv = realloc(o->v, cap * sizeof *nv);
         if (nv == NULL) {
             free(e.key);
@@ -106,12 +120,23 @@ kl_code kl_overlay_absorb(kl_overlay *dst, kl_overlay *src, uint64_t owner, kl_e
 {
     if (src->n == 0)
         return KL_OK;
-    size_t cap = dst->n + src->n;
-    kl_ov_entry *out = malloc(cap * sizeof *out);
-    if (out == NULL) {
-        kl_overlay_clear(src);
-        return kl_fail(err, KL_INTERNAL, "memory", "overlay: out of memory");
+    size_t need = dst->n + src->n;
+    if (dst->spare_cap < need) {
+        size_t cap = dst->spare_cap > dst->cap ? dst->spare_cap : dst->cap;
+        if (cap < KL_OVERLAY_START_CAP)
+            cap = KL_OVERLAY_START_CAP;
+        while (cap < need)
+            cap *= 2;
+        /* The spare's contents are meaningless: free and allocate, never copy. */
+        free(dst->spare);
+        dst->spare = malloc(cap * sizeof *dst->spare);
+        dst->spare_cap = dst->spare != NULL ? cap : 0;
+        if (dst->spare == NULL) {
+            kl_overlay_clear(src);
+            return kl_fail(err, KL_INTERNAL, "memory", "overlay: out of memory");
+        }
     }
+    kl_ov_entry *out = dst->spare;
     size_t i = 0, j = 0, n = 0;
     size_t bytes = 0;
     while (i < dst->n || j < src->n) {
@@ -136,10 +161,13 @@ kl_code kl_overlay_absorb(kl_overlay *dst, kl_overlay *src, uint64_t owner, kl_e
         bytes += out[n].klen + out[n].vlen;
         n++;
     }
-    free(dst->v);
+    assert(n <= dst->spare_cap);
+    dst->spare = dst->v;
+    size_t old_cap = dst->cap;
     dst->v = out;
+    dst->cap = dst->spare_cap;
+    dst->spare_cap = old_cap;
     dst->n = n;
-    dst->cap = cap;
     dst->bytes = bytes;
     src->n = 0;
     src->bytes = 0;
@@ -159,6 +187,7 @@ static void drop_if(kl_overlay *o, uint64_t lo, uint64_t hi)
         }
     }
     o->n = w;
+    release_if_large(o);
 }
 
 void kl_overlay_drop_upto(kl_overlay *o, uint64_t index) { drop_if(o, 0, index); }

@@ -5,7 +5,14 @@
  * a per-batch scratch overlay (the batch being evaluated; merged into pending on success,
  * dropped on failure, which is what makes a batch all or nothing).
  * Cost: lookup O(log n); insert O(n) memmove, fine for the bounded pending set
- * (kl_node refuses new batches past its pending-bytes limit). */
+ * (kl_node refuses new batches past its pending-bytes limit).
+ * Memory: the entry array grows by doubling from a small start (a batch's scratch rarely
+ * needs more, and an allocation that small stays in malloc's per-thread cache), and
+ * absorb merges into a second array kept for the purpose and swaps the two, so that a
+ * steady stream of batches reuses the same two arrays. Allocating a fresh array of the
+ * pending set's size for every batch, each a little larger or smaller than the last, left
+ * glibc's heap so fragmented that the leader's CPU per message grew by half within a
+ * minute of load. Both arrays are released when the overlay empties while large. */
 #ifndef KL_OVERLAY_H
 #define KL_OVERLAY_H
 
@@ -28,7 +35,14 @@ typedef struct kl_overlay {
     kl_ov_entry *v;
     size_t n, cap;
     size_t bytes;        /* sum of key and value sizes held */
+    kl_ov_entry *spare;  /* absorb's merge target, swapped with v (contents meaningless) */
+    size_t spare_cap;
 } kl_overlay;
+
+/* Entries a fresh overlay's array holds before it first grows. */
+#define KL_OVERLAY_START_CAP 8
+/* An overlay that empties with arrays larger than this (in entries) releases them. */
+#define KL_OVERLAY_KEEP_CAP 4096
 
 void kl_overlay_init(kl_overlay *o);
 void kl_overlay_free(kl_overlay *o);

@@ -46,6 +46,7 @@ Suite *suite_snapwire(void);
 Suite *suite_metrics(void);
 Suite *suite_settings(void);
 Suite *suite_validate(void);
+Suite *suite_overlay(void);
 
 int main(void)
 {
@@ -93,6 +94,7 @@ int main(void)
     srunner_add_suite(sr, suite_metrics());
     srunner_add_suite(sr, suite_settings());
     srunner_add_suite(sr, suite_validate());
+    srunner_add_suite(sr, suite_overlay());
     srunner_run_all(sr, CK_NORMAL);
     int failed = srunner_ntests_failed(sr);
     int run = srunner_ntests_run(sr);
