@@ -24,7 +24,7 @@ typedef struct {
 
 /* Sorts w[0..n) by key in byte order (RocksDB's default comparator) and keeps, of each
  * key, only the write with the highest pos: returns k, with the kept writes in w[0..k)
- * in key order. Cost: O(n log n) (qsort), in place. */
+ * in key order. Cost: O(n log n) (heapsort), in place, no allocation. */
 size_t kl_last_write_sort(kl_last_write_key *w, size_t n);
 
 #endif

@@ -58,7 +58,20 @@ struct kl_store {
     /* The last log write's sync time. Log writes never overlap (one replication round's
      * write at a time), and the caller reads it after its write returned. */
     uint64_t log_sync_ns;
+    /* kl_store_apply's batch and op lists, kept from one apply to the next (loop thread
+     * only, like every apply): building them afresh for each entry, each a little larger
+     * or smaller than the last, fragmented glibc's heap until every allocation slowed.
+     * Released once an apply leaves them past KL_STORE_APPLY_KEEP_BYTES. */
+    rocksdb_writebatch_t *apply_wb;
+    const Keyload__V1__KvOp **apply_ops;
+    kl_last_write_key *apply_w;
+    size_t apply_cap; /* entries of apply_ops and apply_w */
 };
+
+/* What kl_store_apply keeps between applies at most (batch bytes; op list bytes). */
+#define KL_STORE_APPLY_KEEP_BYTES (1u << 20)
+
+static void apply_lists_free(kl_store *st);
 
 static uint64_t monotonic_ns(void)
 {
@@ -646,6 +659,9 @@ void kl_store_close(kl_store *st)
     rocksdb_options_destroy(st->opts);
     rocksdb_block_based_options_destroy(st->table);
     rocksdb_cache_destroy(st->cache);
+    if (st->apply_wb != NULL)
+        rocksdb_writebatch_destroy(st->apply_wb);
+    apply_lists_free(st);
     free(st->dir);
     free(st);
 }
@@ -786,12 +802,61 @@ static void batch_op(kl_store *st, rocksdb_writebatch_t *wb, const Keyload__V1__
                                (const char *)op->value.data, op->value.len);
 }
 
+/* Makes kl_store_apply's op lists hold n entries (growing by doubling); on a failed
+ * allocation they stay as they were and the apply writes ops in entry order instead. */
+static void apply_lists_reserve(kl_store *st, size_t n)
+{
+    if (n <= st->apply_cap)
+        return;
+    size_t cap = st->apply_cap ? st->apply_cap : 64;
+    while (cap < n)
+        cap *= 2;
+    const Keyload__V1__KvOp **ops = malloc(cap * sizeof *ops);
+    kl_last_write_key *w = malloc(cap * sizeof *w);
+    if (ops == NULL || w == NULL) {
+        free(ops);
+        free(w);
+        return;
+    }
+    free(st->apply_ops);
+    free(st->apply_w);
+    st->apply_ops = ops;
+    st->apply_w = w;
+    st->apply_cap = cap;
+}
+
+static void apply_lists_free(kl_store *st)
+{
+    free(st->apply_ops);
+    free(st->apply_w);
+    st->apply_ops = NULL;
+    st->apply_w = NULL;
+    st->apply_cap = 0;
+}
+
+/* After an apply: what it grew past KL_STORE_APPLY_KEEP_BYTES goes back. */
+static void apply_keep_or_release(kl_store *st)
+{
+    size_t bytes = 0;
+    (void)rocksdb_writebatch_data(st->apply_wb, &bytes);
+    if (bytes > KL_STORE_APPLY_KEEP_BYTES) {
+        rocksdb_writebatch_destroy(st->apply_wb);
+        st->apply_wb = NULL;
+    }
+    if (st->apply_cap * (sizeof *st->apply_ops + sizeof *st->apply_w) > KL_STORE_APPLY_KEEP_BYTES)
+        apply_lists_free(st);
+}
+
 kl_code kl_store_apply(kl_store *st, const Keyload__V1__LogEntry *e, kl_err *err)
 {
     if (e->index != st->applied + 1)
         return kl_fail(err, KL_INTERNAL, "applied_index", "store: apply of index %llu after %llu",
                        (unsigned long long)e->index, (unsigned long long)st->applied);
-    rocksdb_writebatch_t *wb = rocksdb_writebatch_create();
+    if (st->apply_wb == NULL)
+        st->apply_wb = rocksdb_writebatch_create();
+    else
+        rocksdb_writebatch_clear(st->apply_wb);
+    rocksdb_writebatch_t *wb = st->apply_wb;
     kl_code rc = KL_OK;
     /* The ops of the write-sets that apply, gathered so that only each key's last write
      * goes into the batch, in key order (last_write.h). Without memory for the lists every
@@ -799,9 +864,10 @@ kl_code kl_store_apply(kl_store *st, const Keyload__V1__LogEntry *e, kl_err *err
     size_t n_all = 0;
     for (size_t i = 0; i < e->n_write_sets; i++)
         n_all += e->write_sets[i]->n_ops;
-    const Keyload__V1__KvOp **ops = n_all ? malloc(n_all * sizeof *ops) : NULL;
-    kl_last_write_key *w = n_all ? malloc(n_all * sizeof *w) : NULL;
-    bool gather = ops != NULL && w != NULL;
+    apply_lists_reserve(st, n_all);
+    const Keyload__V1__KvOp **ops = st->apply_ops;
+    kl_last_write_key *w = st->apply_w;
+    bool gather = n_all > 0 && st->apply_cap >= n_all;
     size_t n_ops = 0;
     uint64_t catalog = 0; /* catalog version as of the write-sets applied so far */
     bool catalog_read = false;
@@ -876,9 +942,7 @@ kl_code kl_store_apply(kl_store *st, const Keyload__V1__LogEntry *e, kl_err *err
     }
     __atomic_store_n(&st->applied, e->index, __ATOMIC_RELAXED); /* read by a running log write */
 out:
-    free(w);
-    free(ops);
-    rocksdb_writebatch_destroy(wb);
+    apply_keep_or_release(st);
     return rc;
 }
 

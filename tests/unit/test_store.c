@@ -530,6 +530,22 @@ START_TEST(last_write_keeps_only_each_keys_last)
     }
     ck_assert_uint_eq(kl_last_write_sort(many, 1), 1);
     ck_assert_uint_eq(kl_last_write_sort(many, 0), 0);
+    /* 2000 writes of 97 keys in a scrambled order: each key once, with its highest pos. */
+    enum { M = 2000, K = 97 };
+    size_t last_pos[K];
+    uint32_t x = 12345;
+    for (size_t i = 0; i < M; i++) {
+        x = x * 1103515245u + 12345u;
+        uint64_t key = (x >> 16) % K;
+        kl_be64_put(kb[i], key);
+        many[i] = (kl_last_write_key){kb[i], 8, i};
+        last_pos[key] = i;
+    }
+    ck_assert_uint_eq(kl_last_write_sort(many, M), K);
+    for (size_t i = 0; i < K; i++) {
+        ck_assert_uint_eq(kl_be64_get(many[i].key), i);
+        ck_assert_uint_eq(many[i].pos, last_pos[i]);
+    }
 }
 END_TEST
 
