@@ -447,10 +447,12 @@ void kl_node_flush(kl_node *n)
     if (n->group.n == 0)
         return;
     uint64_t t0 = node_mono_ns();
-    kl_buf entry = {0};
+    /* One buffer for every entry (encode_entry starts it empty): growing a fresh one to
+     * each entry's size and freeing it fragmented glibc's heap under load. */
+    kl_buf *entry = &n->entry_bytes;
     kl_err err;
     kl_code rc = KL_OK;
-    if (encode_entry(&entry, n->group.index, n->group.term, n->group.time_ms, NULL, &n->group_bytes, 0) != 0) {
+    if (encode_entry(entry, n->group.index, n->group.term, n->group.time_ms, NULL, &n->group_bytes, 0) != 0) {
         rc = kl_fail(&err, KL_INTERNAL, "memory", "out of memory encoding the log entry");
     } else {
         kl_err fe;
@@ -458,13 +460,14 @@ void kl_node_flush(kl_node *n)
         uint64_t t1 = node_mono_ns();
         n->costs.encode_ns += t1 - t0;
         /* Proposed means in the log, not committed: the callers are answered at apply. */
-        rc = n->io.propose(n->io.ctx, entry.p, entry.len);
+        rc = n->io.propose(n->io.ctx, entry->p, entry->len);
         n->costs.propose_ns += node_mono_ns() - t1;
         if (rc != KL_OK)
             kl_fail(&err, rc, rc == KL_NOT_LEADER ? "not_leader" : "unavailable",
                     "the batch could not be proposed (%s); nothing was written, retry", kl_code_name(rc));
     }
-    kl_buf_free(&entry);
+    if (entry->cap > KL_NODE_ENTRY_KEEP_BYTES)
+        kl_buf_free(entry);
     if (rc != KL_OK)
         group_fail(n, &err);
     else {
@@ -727,6 +730,7 @@ void kl_node_close(kl_node *n)
     free(n->pend);
     free(n->proposed);
     kl_buf_free(&n->group_bytes);
+    kl_buf_free(&n->entry_bytes);
     kl_overlay_free(&n->group_undo);
     kl_overlay_free(&n->overlay);
     kl_signing_cache_wipe(&n->signing);

@@ -42,7 +42,8 @@ typedef struct kl_node_io {
      * leader whose own-term entry is committed and applied). */
     void (*next)(void *ctx, uint64_t *index, uint64_t *term, bool *serving);
     /* Proposes an encoded LogEntry at the index `next` returned. KL_OK: it is in the log,
-     * not yet committed. KL_NOT_LEADER / KL_UNAVAILABLE: nothing was proposed. */
+     * not yet committed. KL_NOT_LEADER / KL_UNAVAILABLE: nothing was proposed. The bytes
+     * are the node's only until the call returns (the callee copies what it keeps). */
     kl_code (*propose)(void *ctx, const uint8_t *entry, size_t len);
     /* Optional (NULL: always): whether this member can take a write now, asked by a serving
      * leader before it evaluates a batch; non-OK refuses the batch with err (e.g. UNAVAILABLE

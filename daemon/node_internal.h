@@ -22,6 +22,9 @@
 #include <stdint.h>
 #include <time.h>
 
+/* kl_node_flush keeps its entry buffer between entries up to this size. */
+#define KL_NODE_ENTRY_KEEP_BYTES (1u << 20)
+
 typedef struct waiter {
     kl_node_reply_fn fn;
     void *cookie;
@@ -83,6 +86,7 @@ struct kl_node {
      * keeps the overlay entries they replaced, restored if the proposal fails. */
     node_entry group;            /* open while group.n > 0 */
     kl_buf group_bytes;          /* its write-sets encoded, each as LogEntry field 5 */
+    kl_buf entry_bytes;          /* kl_node_flush's encoded entry, reused (the proposal copies it) */
     kl_overlay group_undo;
     node_entry *proposed;        /* own entries proposed, not applied yet, in index order */
     size_t n_proposed, cap_proposed;
