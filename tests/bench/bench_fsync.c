@@ -12,16 +12,26 @@
 #include <sys/time.h>
 #include <unistd.h>
 
-int bench_run_fsync(const bench_options *o)
+/* A scratch file in the probe's directory, already unlinked: it lives until closed, so
+ * nothing is left behind on a crash. -1 (reported) when it cannot be made. */
+static int scratch_file(const bench_options *o, const char *name)
 {
     char path[4096];
-    snprintf(path, sizeof path, "%s/keyload-fsync-probe.XXXXXX", o->fsync_dir);
+    snprintf(path, sizeof path, "%s/%s.XXXXXX", o->fsync_dir, name);
     int fd = mkstemp(path);
     if (fd < 0) {
         fprintf(stderr, "keyload-bench: cannot create a file in %s: %s\n", o->fsync_dir, strerror(errno));
-        return 1;
+        return -1;
     }
-    unlink(path); /* the file lives until closed; nothing to clean up on a crash */
+    unlink(path);
+    return fd;
+}
+
+int bench_run_fsync(const bench_options *o)
+{
+    int fd = scratch_file(o, "keyload-fsync-probe");
+    if (fd < 0)
+        return 1;
     uint8_t block[4096];
     randombytes_buf(block, sizeof block);
     uint64_t *s = calloc((size_t)o->samples, sizeof *s);
@@ -69,14 +79,9 @@ static int64_t thread_cpu_ns(void)
  * two lines is what a log in pre-written segment files would save per sync. */
 static int cost_one(const bench_options *o, bool overwrite, uint64_t *s)
 {
-    char path[4096];
-    snprintf(path, sizeof path, "%s/keyload-fsync-cost.XXXXXX", o->fsync_dir);
-    int fd = mkstemp(path);
-    if (fd < 0) {
-        fprintf(stderr, "keyload-bench: cannot create a file in %s: %s\n", o->fsync_dir, strerror(errno));
+    int fd = scratch_file(o, "keyload-fsync-cost");
+    if (fd < 0)
         return 1;
-    }
-    unlink(path);
     uint8_t block[COST_WRITE];
     randombytes_buf(block, sizeof block);
     int rc = 0;
