@@ -447,8 +447,8 @@ void kl_node_flush(kl_node *n)
     if (n->group.n == 0)
         return;
     uint64_t t0 = node_mono_ns();
-    /* One buffer for every entry (encode_entry starts it empty): growing a fresh one to
-     * each entry's size and freeing it fragmented glibc's heap under load. */
+    /* One buffer for every entry (encode_entry starts it empty), so that proposing
+     * allocates nothing sized to the entry. */
     kl_buf *entry = &n->entry_bytes;
     kl_err err;
     kl_code rc = KL_OK;

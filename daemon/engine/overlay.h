@@ -9,10 +9,9 @@
  * Memory: the entry array grows by doubling from a small start (a batch's scratch rarely
  * needs more, and an allocation that small stays in malloc's per-thread cache), and
  * absorb merges into a second array kept for the purpose and swaps the two, so that a
- * steady stream of batches reuses the same two arrays. Allocating a fresh array of the
- * pending set's size for every batch, each a little larger or smaller than the last, left
- * glibc's heap so fragmented that the leader's CPU per message grew by half within a
- * minute of load. Both arrays are released when the overlay empties while large. */
+ * steady stream of batches reuses the same two arrays instead of allocating one of the
+ * pending set's size per batch (a medium size that changes with every batch, which glibc
+ * serves from its slow paths). Both are released when the overlay empties while large. */
 #ifndef KL_OVERLAY_H
 #define KL_OVERLAY_H
 

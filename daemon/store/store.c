@@ -59,8 +59,7 @@ struct kl_store {
      * write at a time), and the caller reads it after its write returned. */
     uint64_t log_sync_ns;
     /* kl_store_apply's batch and op lists, kept from one apply to the next (loop thread
-     * only, like every apply): building them afresh for each entry, each a little larger
-     * or smaller than the last, fragmented glibc's heap until every allocation slowed.
+     * only, like every apply), so that an apply allocates nothing sized to its entry.
      * Released once an apply leaves them past KL_STORE_APPLY_KEEP_BYTES. */
     rocksdb_writebatch_t *apply_wb;
     const Keyload__V1__KvOp **apply_ops;
