@@ -13,15 +13,14 @@
 #include "daemon/repl/peer.h"
 #include "daemon/repl/stages.h"
 #include "keyload/v1/membership.pb-c.h"
-#include "tests/unit/harness.h"
 #include "keyload/v1/raft.pb-c.h"
 #include "keyload/v1/store.pb-c.h"
+#include "tests/unit/harness.h"
 
 #include <arpa/inet.h>
 #include <check.h>
 
 #include "ports.h"
-#include <ftw.h>
 #include <netinet/in.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -75,14 +74,6 @@ static uint64_t mono_ms(void)
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
-}
-
-static int rm_one(const char *p, const struct stat *sb, int flag, struct FTW *ftw)
-{
-    (void)sb;
-    (void)flag;
-    (void)ftw;
-    return remove(p);
 }
 
 static void wake_cb(uv_timer_t *t) { (void)t; }
@@ -323,7 +314,7 @@ static void cluster_close(void)
     ck_assert_int_eq(uv_loop_close(&loop), 0);
     for (int i = 1; i <= n_mem; i++) {
         kl_store_close(mem[i].store);
-        nftw(mem[i].dir, rm_one, 16, FTW_DEPTH | FTW_PHYS);
+        th_rmrf(mem[i].dir);
     }
     /* nng may free a closed socket's dialers on its reaper thread after nng_close returns;
      * give it time before the forked test exits, or LeakSanitizer can catch that teardown

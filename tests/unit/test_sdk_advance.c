@@ -1,6 +1,7 @@
 /* SDK and CLI unit tests for the capacity retry and policy repair of remote transfers
- * (KL-6, DESIGN.md §7, §10): the two advance builders (validation, encoding, routing to the
- * source queue's partition), the failure-witness read (argument checks, and one round trip
+ * (docs/ARCHITECTURE.md "Engine"; the CLI's names as in README "Using the CLI"): the two
+ * advance builders (validation, encoding, routing to the source queue's partition), the
+ * failure-witness read (argument checks, and one round trip
  * against two scripted members that shows it is located on the destination queue's
  * partition and carries a complete lane ref), the JSON of the new result and answers, the
  * witness token description, and the CLI's `transfer failure|advance|repair` arguments.

@@ -1,4 +1,5 @@
-/* SDK and CLI unit tests for remote transfers (DESIGN.md §7, §10): the four batch builders,
+/* SDK and CLI unit tests for remote transfers (docs/ARCHITECTURE.md "Engine"; the CLI's
+ * names as in README "Using the CLI"): the four batch builders,
  * their validation, encoding and routing; the receipt JSON of the four results; the JSON of
  * the three reads; the token description; the CLI's token files and argument parsing.
  * No network. Runs under ASan+UBSan with leak detection: every test frees what it builds. */
