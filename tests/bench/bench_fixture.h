@@ -39,6 +39,10 @@ typedef struct bench_client {
     kl_client *sdk;          /* sealed bench: this thread's client (its own sessions) */
 } bench_client;
 
+/* --transfer --in-flight K: the measured loop of client cs with K transfers outstanding
+ * (bench_transfer_pipe.c); returns once every started transfer has ended. */
+void bench_transfer_pipelined(bench_client *cs, const kl_message *msg);
+
 /* The gate of a run's client threads (bench_enqueue.c, bench_transfer.c): they wait for
  * bench_go, stop at bench_stop, and count a request only when it started at or after
  * bench_measure_from and ended by bench_measure_to. */

@@ -91,9 +91,11 @@
  *       The caller restarts the killed member.
  *
  *   keyload-bench --transfer --cluster FILE --principal ID --key FILE --database TENANT/DB
- *                 --queue SOURCE --dest-queue DEST [--clients N] [--seconds S] [--lane-every N]
+ *                 --queue SOURCE --dest-queue DEST [--clients N] [--in-flight K] [--seconds S]
+ *                 [--lane-every N]
  *       Remote transfers end to end (KL-4) as a principal through the SDK, every request
- *       sealed: each client thread runs, one transfer at a time, CreateQueueTransfer on
+ *       sealed: each client thread runs, one transfer at a time (with --in-flight K, K at
+ *       once through the SDK's asynchronous calls, each on its own lanes), CreateQueueTransfer on
  *       SOURCE's partition, AcceptQueueTransfer of its intent token on DEST's, the fresh
  *       InspectQueueTransferReceipt read of the receipt token, CompleteQueueTransfer on
  *       SOURCE's (which must answer Delivered). Latency is Create sent to Delivered
@@ -148,7 +150,7 @@ static void usage(FILE *f)
             "       keyload-bench --cluster FILE --principal ID --key FILE [--database TENANT/DB] [--in-flight K] [bench options]\n"
             "       keyload-bench --handshake N --cluster FILE --principal ID --key FILE --pid PID [--node pPmM]\n"
             "       keyload-bench --transfer --cluster FILE --principal ID --key FILE --database TENANT/DB\n"
-            "                     --queue SOURCE --dest-queue DEST [--clients N] [--seconds S] [--lane-every N]\n"
+            "                     --queue SOURCE --dest-queue DEST [--clients N] [--in-flight K] [--seconds S] [--lane-every N]\n"
             "       keyload-bench --coord-create N --cluster FILE --principal ID --key FILE --database TENANT/DB\n"
             "                     --queue SOURCE --dest-queue DEST [--clients C] [--lane-every L] [--lane-tag TAG]\n"
             "                     [--drain-seconds S] [--rate R] [--no-wait]\n"
@@ -435,9 +437,10 @@ static int check_mode(const bench_options *o)
         usage(stderr);
         return 2;
     }
-    if (o->in_flight > 1 && (o->mode != MODE_BENCH || o->principal == NULL || o->cycle || o->random_body)) {
-        fprintf(stderr, "keyload-bench: --in-flight is for the sealed enqueue bench (--principal), without --cycle "
-                        "or --random-body\n");
+    if (o->in_flight > 1 && o->mode != MODE_TRANSFER &&
+        (o->mode != MODE_BENCH || o->principal == NULL || o->cycle || o->random_body)) {
+        fprintf(stderr, "keyload-bench: --in-flight is for --transfer and the sealed enqueue bench (--principal), "
+                        "without --cycle or --random-body\n");
         usage(stderr);
         return 2;
     }

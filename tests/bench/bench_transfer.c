@@ -1,5 +1,6 @@
 /* bench_transfer: --transfer, remote transfers end to end as a principal through the SDK:
- * Create -> Accept -> receipt read -> Complete per transfer; one "transfer:" line. */
+ * Create -> Accept -> receipt read -> Complete per transfer, one at a time per client
+ * thread (or --in-flight K at once, bench_transfer_pipe.c); one "transfer:" line. */
 #include "tests/bench/bench_fixture.h"
 
 #include <stdlib.h>
@@ -124,6 +125,10 @@ static void *xfer_client_main(void *arg)
         goto out;
     while (!atomic_load(&bench_go))
         bench_sleep_ns(100000);
+    if (o->in_flight > 1) {
+        bench_transfer_pipelined(cs, msg);
+        goto out;
+    }
     while (!atomic_load(&bench_stop)) {
         snprintf(lane, sizeof lane, "p%ldw%dl%ld", (long)getpid() % 100000, cs->id, seq / o->lane_every);
         seq++;
@@ -212,9 +217,9 @@ int bench_run_transfer(const bench_options *o)
         sum += (double)all[i];
     if (o->lat_out != NULL && bench_lat_write(o->lat_out, all, n) != 0)
         open_failed = o->clients;
-    printf("transfer: clients=%d body=%d lane_every=%ld seconds=%.2f transfers=%llu transfers_per_s=%.1f "
+    printf("transfer: clients=%d in_flight=%d body=%d lane_every=%ld seconds=%.2f transfers=%llu transfers_per_s=%.1f "
            "p50_us=%.1f p99_us=%.1f mean_us=%.1f max_us=%.1f errors=%llu\n",
-           o->clients, o->body_size, o->lane_every, secs, (unsigned long long)ok, ok / secs, bench_pct(all, n, 50) / 1e3,
+           o->clients, o->clients * o->in_flight, o->body_size, o->lane_every, secs, (unsigned long long)ok, ok / secs, bench_pct(all, n, 50) / 1e3,
            bench_pct(all, n, 99) / 1e3, n ? sum / (double)n / 1e3 : 0.0, n ? all[n - 1] / 1e3 : 0.0,
            (unsigned long long)(errors + (uint64_t)open_failed));
     fflush(stdout);

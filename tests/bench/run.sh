@@ -32,8 +32,10 @@
 # a persisted database administrator benchxfer with QueuePublish and QueueInspect on every
 # queue of bench/kl4 runs Create (source queue xsrc on partition 1) -> Accept (destination
 # xdst on partition 2) -> InspectQueueTransferReceipt -> Complete per transfer, 1 and 32
-# transfers in flight (client threads, each with its own sessions and its own lanes: every
-# lane retains its transfer records forever, up to MaxScanRecords records and MaxBatchBytes
+# transfers in flight (1: one client thread, one transfer at a time; 32: one client thread
+# with 32 transfers outstanding through the SDK's asynchronous calls, as the 64-in-flight
+# enqueue cell, or with BENCH_XFER_THREADS=1 32 client threads of one transfer each; every
+# transfer has its own lanes: every lane retains its transfer records forever, up to MaxScanRecords records and MaxBatchBytes
 # bytes, so a client moves to a fresh lane every 200 transfers); latency is Create sent to
 # Delivered answered. Then, on the same cluster as the same principal, single-message
 # enqueues into xenq (partition 1) with 32 in flight.
@@ -101,6 +103,9 @@
 #              the KL-10 large-state part (default: everything); xcoord runs only the two cells of the coordinator
 #              target, BENCH_ROUNDS times alternating (client-driven, 32 in flight; a
 #              coordinator with the default config),
+#              BENCH_XFER_THREADS=1 (the KL-4 32-in-flight cell as 32 client threads of one
+#              blocking transfer each instead of one client with 32 outstanding; the peers
+#              part prints that form once anyway, informational),
 #              BENCH_RETAIN_CYCLES (KL-10 disk part, default 1000000: about 20 minutes),
 #              BENCH_BIG_MIB (KL-10 large-state part: the state of the snapshot install and
 #              of the replace, default 1024; about 6 minutes and 5 GiB of disk in all),
@@ -1014,8 +1019,10 @@ if [ "$parts" = all ] || [ "$parts" = xfer ] || [ "$parts" = coord ] || [ "$part
       for c in $cells; do
         lat=()
         [ $want_peers = 1 ] && lat=(--lat-out "$peer_out/lat/xfer_$c.r$r.txt")
+        xc_how=(--clients "$c")
+        [ "$c" -gt 1 ] && [ "${BENCH_XFER_THREADS:-0}" != 1 ] && xc_how=(--clients 1 --in-flight "$c")
         out=$(timeout $((secs * 3 + 180)) "$bench" --transfer "${xcommon[@]}" --queue xsrc --dest-queue xdst \
-              --clients "$c" --seconds "$secs" "${lat[@]}")
+              "${xc_how[@]}" --seconds "$secs" "${lat[@]}")
         rc=$?
         echo "${out:-bench: transfer clients=$c: no result (exit $rc)}"
         [ $rc -eq 0 ] && [ -n "$out" ] || failed=1
@@ -1032,6 +1039,11 @@ if [ "$parts" = all ] || [ "$parts" = xfer ] || [ "$parts" = coord ] || [ "$part
         peer[pg_$pc,$r]=$out
       done
     done
+    if [ $want_peers = 1 ] && [ "${BENCH_XFER_THREADS:-0}" != 1 ]; then
+      out=$(timeout $((secs * 3 + 180)) "$bench" --transfer "${xcommon[@]}" --queue xsrc --dest-queue xdst \
+            --clients 32 --seconds "$secs")
+      echo "bench: peers transfers, 32 client threads of one transfer each (informational): ${out:-no result}"
+    fi
     [ $want_peers = 1 ] && pg_down
     xline1=${peer[xfer_1,$(median_run xfer_1 transfers_per_s "$rounds")]:-}
     xline32=${peer[xfer_32,$(median_run xfer_32 transfers_per_s "$rounds")]:-}

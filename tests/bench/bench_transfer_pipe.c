@@ -1,0 +1,239 @@
+/* bench_transfer_pipe: --transfer --in-flight K, K transfers outstanding on one client
+ * thread through the SDK's asynchronous calls, the way an event-driven caller (or the
+ * coordinator) keeps many transfers moving without a thread each.
+ *
+ * Every transfer makes exactly the four calls of the blocking client (bench_transfer.c),
+ * in the same order and each only after the previous one answered: Create, Accept of the
+ * intent token, the fresh receipt read, Complete with that receipt (which must answer
+ * Delivered). Each slot has its own lanes, so no two outstanding transfers share one.
+ * The SDK's done callback only marks its slot answered; this thread does all counting and
+ * starts every call, so the accounting needs no lock. */
+#include "tests/bench/bench_fixture.h"
+
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+enum xfer_step { STEP_CREATE, STEP_ACCEPT, STEP_RECEIPT, STEP_COMPLETE };
+
+typedef struct xfer_pipe xfer_pipe;
+
+typedef struct xfer_slot {
+    xfer_pipe *pipe;
+    int index;
+    enum xfer_step step;
+    long seq;                   /* transfers this slot started: picks its lane */
+    char tid[KL_COMMAND_ID_TEXT_LEN + 1];
+    char lane[64];
+    kl_batch *b;                /* lives until its call is done */
+    kl_receipt *r;
+    Keyload__V1__InspectQueueTransferReceiptAnswer *ra;
+    kl_call *call;              /* NULL: the slot is idle */
+    uint8_t *token;             /* the intent (after Create) or the receipt (after the read) */
+    size_t token_len;
+    int64_t t0, t1;
+    bool answered;              /* under pipe->mu */
+} xfer_slot;
+
+struct xfer_pipe {
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    int answered;               /* slots answered and not yet collected, under mu */
+};
+
+static const char *step_name(enum xfer_step s)
+{
+    switch (s) {
+    case STEP_CREATE: return "create";
+    case STEP_ACCEPT: return "accept";
+    case STEP_RECEIPT: return "receipt";
+    case STEP_COMPLETE: return "complete";
+    }
+    return "?";
+}
+
+static void slot_done(kl_call *call, void *arg)
+{
+    (void)call;
+    xfer_slot *s = arg;
+    int64_t t1 = bench_now_ns();
+    pthread_mutex_lock(&s->pipe->mu);
+    s->t1 = t1;
+    s->answered = true;
+    s->pipe->answered++;
+    pthread_cond_signal(&s->pipe->cv);
+    pthread_mutex_unlock(&s->pipe->mu);
+}
+
+static void slot_first_err(bench_client *cs, const xfer_slot *s, kl_code rc, const kl_err *err)
+{
+    if (cs->first_err != KL_OK)
+        return;
+    cs->first_err = rc;
+    snprintf(cs->first_err_msg, sizeof cs->first_err_msg, "%.10s: %.24s (%.64s) %.200s", step_name(s->step),
+             kl_code_name(rc), err->detail, err->message);
+}
+
+/* Keeps a copy of a token the next step sends. */
+static kl_code slot_keep(xfer_slot *s, const ProtobufCBinaryData *t, kl_err *err)
+{
+    free(s->token);
+    s->token_len = 0;
+    if ((s->token = malloc(t->len ? t->len : 1)) == NULL)
+        return kl_fail(err, KL_INTERNAL, "memory", "out of memory");
+    memcpy(s->token, t->data, s->token_len = t->len);
+    return KL_OK;
+}
+
+/* Starts the slot's current step. KL_OK: started (slot_done follows). */
+static kl_code slot_start_step(bench_client *cs, xfer_slot *s, const kl_message *msg, kl_err *err)
+{
+    const bench_options *o = cs->opt;
+    kl_code rc;
+    s->r = NULL;
+    s->ra = NULL;
+    s->answered = false;
+    if (s->step == STEP_RECEIPT)
+        return kl_client_transfer_receipt_start(cs->sdk, o->dest_queue, o->queue, s->lane, s->tid, &s->ra, slot_done,
+                                                s, &s->call, err);
+    if ((rc = kl_batch_new(NULL, &s->b, err)) != KL_OK)
+        return rc;
+    if (s->step == STEP_CREATE)
+        rc = kl_batch_create_transfer(s->b, o->queue, s->lane, s->tid, o->dest_queue, s->lane, msg, err);
+    else if (s->step == STEP_ACCEPT)
+        rc = kl_batch_accept_transfer(s->b, o->dest_queue, s->lane, s->token, s->token_len, err);
+    else
+        rc = kl_batch_complete_transfer(s->b, o->queue, s->lane, s->tid, s->token, s->token_len, err);
+    if (rc == KL_OK)
+        rc = kl_client_batch_start(cs->sdk, s->b, &s->r, slot_done, s, &s->call, err);
+    if (rc != KL_OK) {
+        kl_batch_free(s->b);
+        s->b = NULL;
+    }
+    return rc;
+}
+
+/* Whether the run wants another transfer. */
+static bool pipe_more(void)
+{
+    return !atomic_load(&bench_stop);
+}
+
+/* Starts a fresh transfer in idle slot s; a refused start is counted as a failed transfer.
+ * KL_OK: started. */
+static kl_code slot_begin(bench_client *cs, xfer_slot *s, const kl_message *msg)
+{
+    const bench_options *o = cs->opt;
+    kl_err err;
+    kl_err_clear(&err);
+    kl_command_id_new(s->tid);
+    snprintf(s->lane, sizeof s->lane, "p%ldw%ds%dl%ld", (long)getpid() % 100000, cs->id, s->index,
+             s->seq / o->lane_every);
+    s->seq++;
+    s->step = STEP_CREATE;
+    s->t0 = bench_now_ns();
+    cs->total++;
+    kl_code rc = slot_start_step(cs, s, msg, &err);
+    if (rc != KL_OK) {
+        s->call = NULL;
+        slot_first_err(cs, s, rc, &err);
+        if (s->t0 >= atomic_load(&bench_measure_from))
+            cs->errors++;
+    }
+    return rc;
+}
+
+/* The answered call of slot s: checks it, frees it, and either starts the next step
+ * (returns true: still active) or ends the transfer, counted (returns false: idle). */
+static bool slot_collect(bench_client *cs, xfer_slot *s, const kl_message *msg)
+{
+    kl_err err;
+    kl_err_clear(&err);
+    kl_code rc = kl_call_result(s->call, &err);
+    kl_call_free(s->call);
+    s->call = NULL;
+    kl_batch_free(s->b);
+    s->b = NULL;
+    if (rc == KL_OK && s->step != STEP_RECEIPT) {
+        static const int want[] = {
+            [STEP_CREATE] = KEYLOAD__V1__MUTATION_RESULT__KIND_TRANSFER_CREATED,
+            [STEP_ACCEPT] = KEYLOAD__V1__MUTATION_RESULT__KIND_TRANSFER_ACCEPTED,
+            [STEP_COMPLETE] = KEYLOAD__V1__MUTATION_RESULT__KIND_TRANSFER_COMPLETED,
+        };
+        if (s->r->decoded->n_results != 1 || (int)s->r->decoded->results[0]->kind_case != want[s->step])
+            rc = kl_fail(&err, KL_INTERNAL, "receipt", "the receipt does not carry the expected result");
+    }
+    if (rc == KL_OK && s->step == STEP_CREATE)
+        rc = slot_keep(s, &s->r->decoded->results[0]->transfer_created->intent_token, &err);
+    if (rc == KL_OK && s->step == STEP_RECEIPT)
+        rc = slot_keep(s, &s->ra->receipt_token, &err);
+    if (rc == KL_OK && s->step == STEP_COMPLETE &&
+        s->r->decoded->results[0]->transfer_completed->state != KEYLOAD__V1__TRANSFER_STATE__DELIVERED)
+        rc = kl_fail(&err, KL_INTERNAL, "state", "Complete did not answer Delivered");
+    kl_receipt_free(s->r);
+    s->r = NULL;
+    kl_transfer_receipt_answer_free(s->ra);
+    s->ra = NULL;
+    if (rc == KL_OK && s->step != STEP_COMPLETE) {
+        s->step++;
+        if ((rc = slot_start_step(cs, s, msg, &err)) == KL_OK)
+            return true;
+        s->call = NULL;
+    }
+    int64_t to = atomic_load(&bench_measure_to);
+    bool measured = s->t0 >= atomic_load(&bench_measure_from) && (to == 0 || s->t1 <= to);
+    if (rc != KL_OK) {
+        slot_first_err(cs, s, rc, &err);
+        if (measured)
+            cs->errors++;
+    } else if (measured) {
+        cs->ok++;
+        if (bench_lat_push(&cs->lat, (uint64_t)(s->t1 - s->t0)) != 0)
+            snprintf(cs->first_err_msg, sizeof cs->first_err_msg, "out of memory for latencies");
+    }
+    return false;
+}
+
+void bench_transfer_pipelined(bench_client *cs, const kl_message *msg)
+{
+    int k = cs->opt->in_flight;
+    xfer_slot *slot = calloc((size_t)k, sizeof *slot);
+    xfer_pipe pipe = {.answered = 0};
+    if (slot == NULL) {
+        snprintf(cs->first_err_msg, sizeof cs->first_err_msg, "out of memory for %d slots", k);
+        return;
+    }
+    pthread_mutex_init(&pipe.mu, NULL);
+    pthread_cond_init(&pipe.cv, NULL);
+    int active = 0;
+    for (int i = 0; i < k; i++) {
+        slot[i].pipe = &pipe;
+        slot[i].index = i;
+        if (pipe_more() && slot_begin(cs, &slot[i], msg) == KL_OK)
+            active++;
+    }
+    while (active > 0) {
+        pthread_mutex_lock(&pipe.mu);
+        while (pipe.answered == 0)
+            pthread_cond_wait(&pipe.cv, &pipe.mu); /* every call ends within the SDK's timeout */
+        pthread_mutex_unlock(&pipe.mu);
+        for (int i = 0; i < k; i++) {
+            pthread_mutex_lock(&pipe.mu);
+            bool answered = slot[i].call != NULL && slot[i].answered;
+            if (answered)
+                pipe.answered--;
+            pthread_mutex_unlock(&pipe.mu);
+            if (!answered || slot_collect(cs, &slot[i], msg))
+                continue;
+            active--;
+            if (pipe_more() && slot_begin(cs, &slot[i], msg) == KL_OK)
+                active++;
+        }
+    }
+    for (int i = 0; i < k; i++)
+        free(slot[i].token);
+    pthread_cond_destroy(&pipe.cv);
+    pthread_mutex_destroy(&pipe.mu);
+    free(slot);
+}
