@@ -267,9 +267,13 @@ static void park_drop(kl_node *n, const kl_err *err)
 static kl_code apply_encoded(kl_node *n, const uint8_t *bytes, size_t len, kl_err *err)
 {
     uint64_t t0 = node_mono_ns();
-    Keyload__V1__LogEntry *e = keyload__v1__log_entry__unpack(NULL, len, bytes);
-    if (e == NULL)
+    /* Everything below copies what it keeps of e (the store's batch, the scan hints, the
+     * park's wake-ups), so e lives in the apply arena until this returns. */
+    Keyload__V1__LogEntry *e = keyload__v1__log_entry__unpack(kl_pb_arena_allocator(&n->apply_arena), len, bytes);
+    if (e == NULL) {
+        kl_pb_arena_reset(&n->apply_arena);
         return kl_fail(err, KL_INTERNAL, "log", "log entry does not decode");
+    }
     uint64_t t1 = node_mono_ns();
     kl_entry_clock_observe(&n->clock, e->time_unix_ms, boot_ns(n));
     note_hints(n, e);
@@ -278,7 +282,7 @@ static kl_code apply_encoded(kl_node *n, const uint8_t *bytes, size_t len, kl_er
         park_note_entry(n, e);
     if (rc == KL_OK)
         note_transfers(n, e);
-    keyload__v1__log_entry__free_unpacked(e, NULL);
+    kl_pb_arena_reset(&n->apply_arena);
     n->costs.apply_decode_ns += t1 - t0;
     n->costs.apply_write_ns += node_mono_ns() - t1;
     return rc;
@@ -703,6 +707,7 @@ kl_code kl_node_open(kl_store *st, const kl_node_config *cfg, const kl_node_io *
         return kl_fail(err, KL_INTERNAL, "memory", "out of memory");
     }
     kl_overlay_init(&n->group_undo);
+    kl_pb_arena_init(&n->apply_arena, KL_NODE_APPLY_ARENA_KEEP_BYTES);
     clock_resume(n);
     *out = n;
     return KL_OK;
@@ -731,6 +736,7 @@ void kl_node_close(kl_node *n)
     free(n->proposed);
     kl_buf_free(&n->group_bytes);
     kl_buf_free(&n->entry_bytes);
+    kl_pb_arena_fini(&n->apply_arena);
     kl_overlay_free(&n->group_undo);
     kl_overlay_free(&n->overlay);
     kl_signing_cache_wipe(&n->signing);

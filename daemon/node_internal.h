@@ -10,6 +10,7 @@
 #include "daemon/node.h"
 
 #include "common/canon.h"
+#include "common/pb_arena.h"
 #include "daemon/engine/access.h"
 #include "daemon/engine/claims.h"
 #include "daemon/engine/engine.h"
@@ -24,6 +25,8 @@
 
 /* kl_node_flush keeps its entry buffer between entries up to this size. */
 #define KL_NODE_ENTRY_KEEP_BYTES (1u << 20)
+/* The apply arena keeps at most this much between entries. */
+#define KL_NODE_APPLY_ARENA_KEEP_BYTES (1u << 20)
 
 typedef struct waiter {
     kl_node_reply_fn fn;
@@ -87,6 +90,7 @@ struct kl_node {
     node_entry group;            /* open while group.n > 0 */
     kl_buf group_bytes;          /* its write-sets encoded, each as LogEntry field 5 */
     kl_buf entry_bytes;          /* kl_node_flush's encoded entry, reused (the proposal copies it) */
+    kl_pb_arena apply_arena;     /* a received entry's decode, dropped after its apply */
     kl_overlay group_undo;
     node_entry *proposed;        /* own entries proposed, not applied yet, in index order */
     size_t n_proposed, cap_proposed;

@@ -17,6 +17,7 @@
 
 #include "common/failpoint.h"
 #include "common/log.h"
+#include "common/pb_arena.h"
 #include "common/proto_check.h"
 #include "daemon/repl/confstore.h"
 #include "daemon/repl/peer.h"
@@ -30,6 +31,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+/* The receive arena keeps at most this much between frames (a larger frame's decode is
+ * returned to malloc once handled). */
+#define KL_REPL_RECV_ARENA_KEEP_BYTES (1u << 20)
 
 #define NOOP_MAX 32 /* an encoded LogEntry{term, index, raft_type}: 3 tags + 2 varints + 1 */
 #define FRAME_SLACK KL_REPL_FRAME_SLACK
@@ -142,6 +147,10 @@ struct kl_repl {
 
     /* message conversion buffers */
     kl_raft_entry *in_ents; /* KL_RAFT_MAX_MSG_ENTRIES */
+    /* A received frame's decode: the core and the snapshot streams copy what they keep,
+     * so it is dropped (reset) before on_recv returns. recv_live: a decode is in it. */
+    kl_pb_arena recv_arena;
+    bool recv_live;
     Keyload__V1__RaftEntry *out_ents;
     Keyload__V1__RaftEntry **out_ptrs;
     uint8_t *frame;
@@ -367,6 +376,7 @@ static void free_all(kl_repl *r)
     kl_stages_free(r->stages);
     free(r->reads);
     free(r->in_ents);
+    kl_pb_arena_fini(&r->recv_arena);
     free(r->out_ents);
     free(r->out_ptrs);
     free(r->frame);
@@ -1225,6 +1235,14 @@ static void after_recv(kl_repl *r);
 /* A snapshot stream frame (snapwire.h): checked like any frame (from the hello's member, to
  * us, no unknown field, no entries), then handed to the streams; a staged snapshot it
  * completes is stepped into the core from there. */
+/* Drops the received frame's decode (everything in recv_arena). */
+static void recv_drop(kl_repl *r)
+{
+    assert(r->recv_live);
+    r->recv_live = false;
+    kl_pb_arena_reset(&r->recv_arena);
+}
+
 static void on_recv_snapshot(kl_repl *r, uint64_t from, Keyload__V1__RaftMessage *pm, char *path,
                              size_t cap)
 {
@@ -1235,11 +1253,11 @@ static void on_recv_snapshot(kl_repl *r, uint64_t from, Keyload__V1__RaftMessage
     /* A staged snapshot's install ready comes after the running write: hold new streams off
      * until then (the sender resyncs). */
     if (!ok || (pm->type == KL_SNAPWIRE_MSG_DATA && kl_snapwire_install_waiting(r->sw) && r->persist_busy)) {
-        keyload__v1__raft_message__free_unpacked(pm, NULL);
+        recv_drop(r);
         return;
     }
     kl_snapwire_recv(r->sw, from, pm, uv_now(r->loop));
-    keyload__v1__raft_message__free_unpacked(pm, NULL);
+    recv_drop(r);
     if (live(r))
         after_recv(r);
 }
@@ -1249,7 +1267,11 @@ static void on_recv(void *owner, uint64_t from, const uint8_t *frame, size_t len
     kl_repl *r = owner;
     if (!live(r))
         return;
-    Keyload__V1__RaftMessage *pm = keyload__v1__raft_message__unpack(NULL, len, frame);
+    /* A frame is never delivered from inside a call made while one is decoded here. */
+    assert(!r->recv_live);
+    r->recv_live = true;
+    Keyload__V1__RaftMessage *pm =
+        keyload__v1__raft_message__unpack(kl_pb_arena_allocator(&r->recv_arena), len, frame);
     char path[64];
     if (pm != NULL && (pm->type == KL_SNAPWIRE_MSG_DATA || pm->type == KL_SNAPWIRE_MSG_ANSWER)) {
         on_recv_snapshot(r, from, pm, path, sizeof path);
@@ -1263,8 +1285,7 @@ static void on_recv(void *owner, uint64_t from, const uint8_t *frame, size_t len
         ok = check_entry(pm->entries[i]);
     if (!ok) {
         r->counters.refused++;
-        if (pm != NULL)
-            keyload__v1__raft_message__free_unpacked(pm, NULL);
+        recv_drop(r);
         return;
     }
     kl_raft_msg m = {
@@ -1286,7 +1307,7 @@ static void on_recv(void *owner, uint64_t from, const uint8_t *frame, size_t len
             kl_stages_mark(r->stages, m.entries[i].index, KL_STAGE_PROPOSE, now);
     }
     kl_code rc = kl_raft_step(r->raft, &m);
-    keyload__v1__raft_message__free_unpacked(pm, NULL);
+    recv_drop(r);
     if (rc == KL_INVALID_ARGUMENT) {
         r->counters.refused++;
         return;
@@ -1839,6 +1860,7 @@ kl_code kl_repl_start(uv_loop_t *loop, kl_store *store, const kl_repl_config *cf
     r->rcap = 2 * rc_.max_pending_reads;
     r->reads = calloc(r->rcap, sizeof *r->reads);
     r->in_ents = calloc(KL_RAFT_MAX_MSG_ENTRIES, sizeof *r->in_ents);
+    kl_pb_arena_init(&r->recv_arena, KL_REPL_RECV_ARENA_KEEP_BYTES);
     r->out_ents = calloc(KL_RAFT_MAX_MSG_ENTRIES, sizeof *r->out_ents);
     r->out_ptrs = calloc(KL_RAFT_MAX_MSG_ENTRIES, sizeof *r->out_ptrs);
     if (r->reads == NULL || r->in_ents == NULL || r->out_ents == NULL || r->out_ptrs == NULL) {

@@ -47,6 +47,7 @@ Suite *suite_metrics(void);
 Suite *suite_settings(void);
 Suite *suite_validate(void);
 Suite *suite_overlay(void);
+Suite *suite_pb_arena(void);
 
 int main(void)
 {
@@ -95,6 +96,7 @@ int main(void)
     srunner_add_suite(sr, suite_settings());
     srunner_add_suite(sr, suite_validate());
     srunner_add_suite(sr, suite_overlay());
+    srunner_add_suite(sr, suite_pb_arena());
     srunner_run_all(sr, CK_NORMAL);
     int failed = srunner_ntests_failed(sr);
     int run = srunner_ntests_run(sr);
