@@ -22,9 +22,9 @@
 #include <stdint.h>
 
 typedef struct kl_ov_entry {
-    uint8_t *key;
+    uint8_t *key;        /* one malloc'd block: the key, then the value */
     size_t klen;
-    uint8_t *val;        /* NULL for a tombstone */
+    uint8_t *val;        /* key + klen; NULL for a tombstone */
     size_t vlen;
     bool del;
     uint64_t owner;      /* log index of the batch that wrote it (pending overlay) */

@@ -1,5 +1,6 @@
 /* overlay: the pending set's merge (absorb) keeps order and the newest value, reuses its two
- * arrays across batches, and gives large arrays back once empty. */
+ * arrays across batches, gives large arrays back once empty, and keeps a write's key and
+ * value in one block. */
 #include "daemon/engine/overlay.h"
 
 #include <check.h>
@@ -108,6 +109,30 @@ START_TEST(large_arrays_released_when_empty)
 }
 END_TEST
 
+/* A write's key and value share one block, the value right after the key; a tombstone has
+ * none, and replacing a key keeps the layout (the old block is freed whole). */
+START_TEST(key_and_value_share_one_block)
+{
+    kl_overlay o;
+    kl_overlay_init(&o);
+    kl_err err;
+    set_key(&o, 7, 1);
+    set_key(&o, 7, 22);
+    ck_assert_int_eq(kl_overlay_set(&o, (const uint8_t *)"gone", 4, NULL, 0, true, 0, &err), KL_OK);
+    const kl_ov_entry *e = kl_overlay_find(&o, (const uint8_t *)"k000007", 7);
+    ck_assert_ptr_nonnull(e);
+    ck_assert_ptr_eq(e->val, e->key + e->klen);
+    ck_assert_uint_eq(e->vlen, 3);
+    ck_assert_int_eq(memcmp(e->val, "v22", 3), 0);
+    const kl_ov_entry *t = kl_overlay_find(&o, (const uint8_t *)"gone", 4);
+    ck_assert_ptr_nonnull(t);
+    ck_assert(t->del);
+    ck_assert_ptr_null(t->val);
+    ck_assert_uint_eq(o.bytes, 7 + 3 + 4);
+    kl_overlay_free(&o);
+}
+END_TEST
+
 Suite *suite_overlay(void)
 {
     Suite *s = suite_create("overlay");
@@ -115,6 +140,7 @@ Suite *suite_overlay(void)
     tcase_add_test(t, absorb_keeps_order_and_newest_value);
     tcase_add_test(t, absorb_reuses_its_two_arrays);
     tcase_add_test(t, large_arrays_released_when_empty);
+    tcase_add_test(t, key_and_value_share_one_block);
     suite_add_tcase(s, t);
     return s;
 }
