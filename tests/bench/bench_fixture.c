@@ -253,3 +253,45 @@ int bench_proc_cpu(long pid, double *stat_ns, double *sched_ns)
         *sched_ns = -1;
     return 0;
 }
+
+void bench_pipe_init(bench_pipe *p)
+{
+    p->answered = 0;
+    pthread_mutex_init(&p->mu, NULL);
+    pthread_cond_init(&p->cv, NULL);
+}
+
+void bench_pipe_destroy(bench_pipe *p)
+{
+    pthread_cond_destroy(&p->cv);
+    pthread_mutex_destroy(&p->mu);
+}
+
+void bench_pipe_mark(bench_pipe *p, bool *flag, int64_t *t1)
+{
+    int64_t now = bench_now_ns();
+    pthread_mutex_lock(&p->mu);
+    *t1 = now;
+    *flag = true;
+    p->answered++;
+    pthread_cond_signal(&p->cv);
+    pthread_mutex_unlock(&p->mu);
+}
+
+void bench_pipe_wait(bench_pipe *p)
+{
+    pthread_mutex_lock(&p->mu);
+    while (p->answered == 0)
+        pthread_cond_wait(&p->cv, &p->mu);
+    pthread_mutex_unlock(&p->mu);
+}
+
+bool bench_pipe_take(bench_pipe *p, bool *flag, bool busy)
+{
+    pthread_mutex_lock(&p->mu);
+    bool answered = busy && *flag;
+    if (answered)
+        p->answered--;
+    pthread_mutex_unlock(&p->mu);
+    return answered;
+}

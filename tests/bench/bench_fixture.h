@@ -39,6 +39,23 @@ typedef struct bench_client {
     kl_client *sdk;          /* sealed bench: this thread's client (its own sessions) */
 } bench_client;
 
+/* The gate between the SDK's done callbacks (an SDK thread) and the one client thread that
+ * collects answered calls (--in-flight K): each slot has an `answered` flag under mu, and
+ * `answered` counts the flags set and not yet taken. */
+typedef struct bench_pipe {
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    int answered;
+} bench_pipe;
+void bench_pipe_init(bench_pipe *p);
+void bench_pipe_destroy(bench_pipe *p);
+/* From a done callback: the slot's answer time into *t1, its flag set, the collector woken. */
+void bench_pipe_mark(bench_pipe *p, bool *flag, int64_t *t1);
+/* The collector: waits until some slot is answered (every call ends within the SDK's timeout). */
+void bench_pipe_wait(bench_pipe *p);
+/* The collector: whether the slot (busy: it has a call) is answered; if so, taken. */
+bool bench_pipe_take(bench_pipe *p, bool *flag, bool busy);
+
 /* --transfer --in-flight K: the measured loop of client cs with K transfers outstanding
  * (bench_transfer_pipe.c); returns once every started transfer has ended. */
 void bench_transfer_pipelined(bench_client *cs, const kl_message *msg);

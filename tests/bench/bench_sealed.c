@@ -80,34 +80,20 @@ static int sealed_count(bench_client *cs, kl_code rc, const kl_err *err, int64_t
  * The SDK's done callback only marks its slot answered; the client thread does all the
  * counting and resending, so the accounting above needs no lock. */
 
-typedef struct sealed_pipe sealed_pipe;
-
 typedef struct sealed_slot {
-    sealed_pipe *pipe;
+    bench_pipe *pipe;
     kl_batch *b;          /* lives until the call is done */
     kl_receipt *r;
     kl_call *call;        /* NULL: the slot is idle */
     int64_t t0, t1;
-    bool answered;        /* under pipe->mu */
+    bool answered;        /* bench_pipe's flag, under pipe->mu */
 } sealed_slot;
-
-struct sealed_pipe {
-    pthread_mutex_t mu;
-    pthread_cond_t cv;
-    int answered;         /* slots answered and not yet collected, under mu */
-};
 
 static void sealed_slot_done(kl_call *call, void *arg)
 {
     (void)call;
     sealed_slot *s = arg;
-    int64_t t1 = bench_now_ns();
-    pthread_mutex_lock(&s->pipe->mu);
-    s->t1 = t1;
-    s->answered = true;
-    s->pipe->answered++;
-    pthread_cond_signal(&s->pipe->cv);
-    pthread_mutex_unlock(&s->pipe->mu);
+    bench_pipe_mark(s->pipe, &s->answered, &s->t1);
 }
 
 /* Whether the run wants another batch from this client. */
@@ -168,13 +154,12 @@ static void sealed_pipelined(bench_client *cs, const kl_message *msg)
     const bench_options *o = cs->opt;
     int k = o->in_flight;
     sealed_slot *slot = calloc((size_t)k, sizeof *slot);
-    sealed_pipe pipe = {.answered = 0};
+    bench_pipe pipe;
     if (slot == NULL) {
         snprintf(cs->first_err_msg, sizeof cs->first_err_msg, "out of memory for %d slots", k);
         return;
     }
-    pthread_mutex_init(&pipe.mu, NULL);
-    pthread_cond_init(&pipe.cv, NULL);
+    bench_pipe_init(&pipe);
     int active = 0;
     bool stopping = false;
     for (int i = 0; i < k; i++) {
@@ -183,17 +168,9 @@ static void sealed_pipelined(bench_client *cs, const kl_message *msg)
             active++;
     }
     while (active > 0) {
-        pthread_mutex_lock(&pipe.mu);
-        while (pipe.answered == 0)
-            pthread_cond_wait(&pipe.cv, &pipe.mu); /* every call ends within the SDK's timeout */
-        pthread_mutex_unlock(&pipe.mu);
+        bench_pipe_wait(&pipe);
         for (int i = 0; i < k; i++) {
-            pthread_mutex_lock(&pipe.mu);
-            bool answered = slot[i].call != NULL && slot[i].answered;
-            if (answered)
-                pipe.answered--;
-            pthread_mutex_unlock(&pipe.mu);
-            if (!answered)
+            if (!bench_pipe_take(&pipe, &slot[i].answered, slot[i].call != NULL))
                 continue;
             active--;
             if (sealed_slot_collect(cs, &slot[i]) != 0)
@@ -202,8 +179,7 @@ static void sealed_pipelined(bench_client *cs, const kl_message *msg)
                 active++;
         }
     }
-    pthread_cond_destroy(&pipe.cv);
-    pthread_mutex_destroy(&pipe.mu);
+    bench_pipe_destroy(&pipe);
     free(slot);
 }
 

@@ -17,10 +17,8 @@
 
 enum xfer_step { STEP_CREATE, STEP_ACCEPT, STEP_RECEIPT, STEP_COMPLETE };
 
-typedef struct xfer_pipe xfer_pipe;
-
 typedef struct xfer_slot {
-    xfer_pipe *pipe;
+    bench_pipe *pipe;
     int index;
     enum xfer_step step;
     long seq;                   /* transfers this slot started: picks its lane */
@@ -33,14 +31,8 @@ typedef struct xfer_slot {
     uint8_t *token;             /* the intent (after Create) or the receipt (after the read) */
     size_t token_len;
     int64_t t0, t1;
-    bool answered;              /* under pipe->mu */
+    bool answered;              /* bench_pipe's flag, under pipe->mu */
 } xfer_slot;
-
-struct xfer_pipe {
-    pthread_mutex_t mu;
-    pthread_cond_t cv;
-    int answered;               /* slots answered and not yet collected, under mu */
-};
 
 static const char *step_name(enum xfer_step s)
 {
@@ -57,13 +49,7 @@ static void slot_done(kl_call *call, void *arg)
 {
     (void)call;
     xfer_slot *s = arg;
-    int64_t t1 = bench_now_ns();
-    pthread_mutex_lock(&s->pipe->mu);
-    s->t1 = t1;
-    s->answered = true;
-    s->pipe->answered++;
-    pthread_cond_signal(&s->pipe->cv);
-    pthread_mutex_unlock(&s->pipe->mu);
+    bench_pipe_mark(s->pipe, &s->answered, &s->t1);
 }
 
 static void slot_first_err(bench_client *cs, const xfer_slot *s, kl_code rc, const kl_err *err)
@@ -199,13 +185,12 @@ void bench_transfer_pipelined(bench_client *cs, const kl_message *msg)
 {
     int k = cs->opt->in_flight;
     xfer_slot *slot = calloc((size_t)k, sizeof *slot);
-    xfer_pipe pipe = {.answered = 0};
+    bench_pipe pipe;
     if (slot == NULL) {
         snprintf(cs->first_err_msg, sizeof cs->first_err_msg, "out of memory for %d slots", k);
         return;
     }
-    pthread_mutex_init(&pipe.mu, NULL);
-    pthread_cond_init(&pipe.cv, NULL);
+    bench_pipe_init(&pipe);
     int active = 0;
     for (int i = 0; i < k; i++) {
         slot[i].pipe = &pipe;
@@ -214,17 +199,9 @@ void bench_transfer_pipelined(bench_client *cs, const kl_message *msg)
             active++;
     }
     while (active > 0) {
-        pthread_mutex_lock(&pipe.mu);
-        while (pipe.answered == 0)
-            pthread_cond_wait(&pipe.cv, &pipe.mu); /* every call ends within the SDK's timeout */
-        pthread_mutex_unlock(&pipe.mu);
+        bench_pipe_wait(&pipe);
         for (int i = 0; i < k; i++) {
-            pthread_mutex_lock(&pipe.mu);
-            bool answered = slot[i].call != NULL && slot[i].answered;
-            if (answered)
-                pipe.answered--;
-            pthread_mutex_unlock(&pipe.mu);
-            if (!answered || slot_collect(cs, &slot[i], msg))
+            if (!bench_pipe_take(&pipe, &slot[i].answered, slot[i].call != NULL) || slot_collect(cs, &slot[i], msg))
                 continue;
             active--;
             if (pipe_more() && slot_begin(cs, &slot[i], msg) == KL_OK)
@@ -233,7 +210,6 @@ void bench_transfer_pipelined(bench_client *cs, const kl_message *msg)
     }
     for (int i = 0; i < k; i++)
         free(slot[i].token);
-    pthread_cond_destroy(&pipe.cv);
-    pthread_mutex_destroy(&pipe.mu);
+    bench_pipe_destroy(&pipe);
     free(slot);
 }
