@@ -550,8 +550,11 @@ kl_code kl_client_backup_chunk(kl_client *c, int partition, uint64_t stream, uin
 kl_code kl_client_backup_close(kl_client *c, int partition, uint64_t stream, kl_err *err);
 
 /* ---------------------------------------------------------------- membership */
-/* A partition's configuration in effect as its leader knows it (Members), and a membership
- * change run by the leader (MemberChange: cluster administrators only; see
+/* A partition's configuration in effect as the member that answers knows it (Members: any
+ * member answers, so it works without a leader; `member` and `leader` say who answered and
+ * whom it follows, and a follower learns that the newest configuration committed only with
+ * the leader's next append), and a membership change run by the leader (MemberChange:
+ * cluster administrators only; see
  * membership.proto for the ops, the refusals and the retry rule). Answers are the caller's to
  * free (keyload__v1__member*_answer__free_unpacked). */
 kl_code kl_client_members(kl_client *c, int partition, Keyload__V1__MembersAnswer **out, kl_err *err);

@@ -47,17 +47,27 @@ static int replaced[NM_PARTS];
 
 static int rpick(int n) { return (int)(nm_fault_rng() % (uint64_t)n); }
 
-/* Partition p's configuration as its leader reports it (Members through the SDK). */
+/* Partition p's configuration as its leader reports it (Members through the SDK). Any
+ * member may answer Members, and a follower learns that the newest configuration committed
+ * only with the leader's next append, so an answer from a member that names another as
+ * leader is asked again (the SDK learned that leader from it); after timeout_ms the last
+ * answer stands, whoever gave it. */
 static Keyload__V1__MembersAnswer *members_answer(kl_client *c, int p, int timeout_ms)
 {
     int64_t t0 = nm_now_ms();
+    Keyload__V1__MembersAnswer *last = NULL;
     for (;;) {
         Keyload__V1__MembersAnswer *a = NULL;
         kl_err err = {0};
-        if (kl_client_members(c, p, &a, &err) == KL_OK)
-            return a;
+        if (kl_client_members(c, p, &a, &err) == KL_OK) {
+            if (last != NULL)
+                keyload__v1__members_answer__free_unpacked(last, NULL);
+            last = a;
+            if (a->leader == 0 || a->leader == a->member)
+                return a;
+        }
         if (nm_now_ms() - t0 > timeout_ms)
-            return NULL;
+            return last;
         nm_sleep_ms(200);
     }
 }
