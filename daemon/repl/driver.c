@@ -1232,9 +1232,6 @@ static bool check_entry(const Keyload__V1__RaftEntry *e)
 
 static void after_recv(kl_repl *r);
 
-/* A snapshot stream frame (snapwire.h): checked like any frame (from the hello's member, to
- * us, no unknown field, no entries), then handed to the streams; a staged snapshot it
- * completes is stepped into the core from there. */
 /* Drops the received frame's decode (everything in recv_arena). */
 static void recv_drop(kl_repl *r)
 {
@@ -1243,6 +1240,9 @@ static void recv_drop(kl_repl *r)
     kl_pb_arena_reset(&r->recv_arena);
 }
 
+/* A snapshot stream frame (snapwire.h): checked like any frame (from the hello's member, to
+ * us, no unknown field, no entries), then handed to the streams; a staged snapshot it
+ * completes is stepped into the core from there. */
 static void on_recv_snapshot(kl_repl *r, uint64_t from, Keyload__V1__RaftMessage *pm, char *path,
                              size_t cap)
 {

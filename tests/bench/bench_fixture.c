@@ -295,3 +295,11 @@ bool bench_pipe_take(bench_pipe *p, bool *flag, bool busy)
     pthread_mutex_unlock(&p->mu);
     return answered;
 }
+
+void *bench_slots_new(bench_client *cs, int k, size_t slot_size)
+{
+    void *v = calloc((size_t)k, slot_size);
+    if (v == NULL)
+        snprintf(cs->first_err_msg, sizeof cs->first_err_msg, "out of memory for %d slots", k);
+    return v;
+}

@@ -56,6 +56,16 @@ void bench_pipe_wait(bench_pipe *p);
 /* The collector: whether the slot (busy: it has a call) is answered; if so, taken. */
 bool bench_pipe_take(bench_pipe *p, bool *flag, bool busy);
 
+/* K zeroed slots of slot_size bytes for a pipelined loop; NULL (with the reason in
+ * cs->first_err_msg) when memory is short. */
+void *bench_slots_new(bench_client *cs, int k, size_t slot_size);
+
+/* --transfer: the checks of a transfer step's receipt (one result of `kind`; Complete must
+ * answer Delivered) and the client's first error with the step that failed in front, shared
+ * by the blocking and the pipelined client (bench_transfer.c). */
+kl_code bench_xfer_receipt_check(const kl_receipt *r, int kind, kl_err *err);
+void bench_xfer_first_err(bench_client *cs, const char *step, kl_code rc, const kl_err *err);
+
 /* --transfer --in-flight K: the measured loop of client cs with K transfers outstanding
  * (bench_transfer_pipe.c); returns once every started transfer has ended. */
 void bench_transfer_pipelined(bench_client *cs, const kl_message *msg);

@@ -153,12 +153,10 @@ static void sealed_pipelined(bench_client *cs, const kl_message *msg)
 {
     const bench_options *o = cs->opt;
     int k = o->in_flight;
-    sealed_slot *slot = calloc((size_t)k, sizeof *slot);
+    sealed_slot *slot = bench_slots_new(cs, k, sizeof *slot);
     bench_pipe pipe;
-    if (slot == NULL) {
-        snprintf(cs->first_err_msg, sizeof cs->first_err_msg, "out of memory for %d slots", k);
+    if (slot == NULL)
         return;
-    }
     bench_pipe_init(&pipe);
     int active = 0;
     bool stopping = false;

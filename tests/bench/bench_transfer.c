@@ -7,16 +7,34 @@
 #include <string.h>
 #include <unistd.h>
 
-/* Sends b (freed here); on KL_OK *out is the receipt, whose first result must be `kind`. */
+kl_code bench_xfer_receipt_check(const kl_receipt *r, int kind, kl_err *err)
+{
+    if (r->decoded->n_results != 1 || (int)r->decoded->results[0]->kind_case != kind)
+        return kl_fail(err, KL_INTERNAL, "receipt", "the receipt does not carry the expected result");
+    if (kind == KEYLOAD__V1__MUTATION_RESULT__KIND_TRANSFER_COMPLETED &&
+        r->decoded->results[0]->transfer_completed->state != KEYLOAD__V1__TRANSFER_STATE__DELIVERED)
+        return kl_fail(err, KL_INTERNAL, "state", "Complete did not answer Delivered");
+    return KL_OK;
+}
+
+void bench_xfer_first_err(bench_client *cs, const char *step, kl_code rc, const kl_err *err)
+{
+    if (cs->first_err != KL_OK)
+        return;
+    cs->first_err = rc;
+    snprintf(cs->first_err_msg, sizeof cs->first_err_msg, "%.10s: %.24s (%.64s) %.200s", step, kl_code_name(rc),
+             err->detail, err->message);
+}
+
+/* Sends b (freed here); on KL_OK *out is the receipt, checked by bench_xfer_receipt_check. */
 static kl_code xfer_send(kl_client *c, kl_batch *b, int kind, kl_receipt **out, kl_err *err)
 {
     *out = NULL;
     kl_code rc = kl_client_batch(c, b, out, err);
     kl_batch_free(b);
-    if (rc == KL_OK && ((*out)->decoded->n_results != 1 || (int)(*out)->decoded->results[0]->kind_case != kind)) {
+    if (rc == KL_OK && (rc = bench_xfer_receipt_check(*out, kind, err)) != KL_OK) {
         kl_receipt_free(*out);
         *out = NULL;
-        rc = kl_fail(err, KL_INTERNAL, "receipt", "the receipt does not carry the expected result");
     }
     return rc;
 }
@@ -73,23 +91,11 @@ static kl_code xfer_one(kl_client *c, const bench_options *o, const kl_message *
             kl_batch_free(b);
         if (rc == KL_OK)
             rc = xfer_send(c, b, KEYLOAD__V1__MUTATION_RESULT__KIND_TRANSFER_COMPLETED, &r, err);
-        if (rc == KL_OK && r->decoded->results[0]->transfer_completed->state != KEYLOAD__V1__TRANSFER_STATE__DELIVERED)
-            rc = kl_fail(err, KL_INTERNAL, "state", "Complete did not answer Delivered");
         kl_receipt_free(r);
     }
     free(intent);
     free(receipt);
     return rc;
-}
-
-/* cs_first_err with the step that failed in front. */
-static void xfer_first_err(bench_client *cs, const char *step, kl_code rc, const kl_err *err)
-{
-    if (cs->first_err != KL_OK)
-        return;
-    cs->first_err = rc;
-    snprintf(cs->first_err_msg, sizeof cs->first_err_msg, "%.10s: %.24s (%.64s) %.200s", step, kl_code_name(rc),
-             err->detail, err->message);
 }
 
 static void *xfer_client_main(void *arg)
@@ -117,7 +123,7 @@ static void *xfer_client_main(void *arg)
     if (rc == KL_OK && (rc = xfer_one(cs->sdk, o, msg, lane, &step, &err)) == KL_OK)
         seq++;
     if (rc != KL_OK) {
-        xfer_first_err(cs, step, rc, &err);
+        bench_xfer_first_err(cs, step, rc, &err);
         cs->open_failed = 1;
     }
     atomic_fetch_add(&bench_primed, 1);
@@ -140,7 +146,7 @@ static void *xfer_client_main(void *arg)
         int64_t to = atomic_load(&bench_measure_to);
         bool measured = t0 >= atomic_load(&bench_measure_from) && (to == 0 || t1 <= to);
         if (rc != KL_OK) {
-            xfer_first_err(cs, step, rc, &err);
+            bench_xfer_first_err(cs, step, rc, &err);
             if (measured)
                 cs->errors++;
             if (rc == KL_UNAVAILABLE || rc == KL_RESOURCE_EXHAUSTED || rc == KL_NOT_LEADER)

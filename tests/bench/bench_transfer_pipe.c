@@ -52,15 +52,6 @@ static void slot_done(kl_call *call, void *arg)
     bench_pipe_mark(s->pipe, &s->answered, &s->t1);
 }
 
-static void slot_first_err(bench_client *cs, const xfer_slot *s, kl_code rc, const kl_err *err)
-{
-    if (cs->first_err != KL_OK)
-        return;
-    cs->first_err = rc;
-    snprintf(cs->first_err_msg, sizeof cs->first_err_msg, "%.10s: %.24s (%.64s) %.200s", step_name(s->step),
-             kl_code_name(rc), err->detail, err->message);
-}
-
 /* Keeps a copy of a token the next step sends. */
 static kl_code slot_keep(xfer_slot *s, const ProtobufCBinaryData *t, kl_err *err)
 {
@@ -123,7 +114,7 @@ static kl_code slot_begin(bench_client *cs, xfer_slot *s, const kl_message *msg)
     kl_code rc = slot_start_step(cs, s, msg, &err);
     if (rc != KL_OK) {
         s->call = NULL;
-        slot_first_err(cs, s, rc, &err);
+        bench_xfer_first_err(cs, step_name(s->step), rc, &err);
         if (s->t0 >= atomic_load(&bench_measure_from))
             cs->errors++;
     }
@@ -147,16 +138,12 @@ static bool slot_collect(bench_client *cs, xfer_slot *s, const kl_message *msg)
             [STEP_ACCEPT] = KEYLOAD__V1__MUTATION_RESULT__KIND_TRANSFER_ACCEPTED,
             [STEP_COMPLETE] = KEYLOAD__V1__MUTATION_RESULT__KIND_TRANSFER_COMPLETED,
         };
-        if (s->r->decoded->n_results != 1 || (int)s->r->decoded->results[0]->kind_case != want[s->step])
-            rc = kl_fail(&err, KL_INTERNAL, "receipt", "the receipt does not carry the expected result");
+        rc = bench_xfer_receipt_check(s->r, want[s->step], &err);
     }
     if (rc == KL_OK && s->step == STEP_CREATE)
         rc = slot_keep(s, &s->r->decoded->results[0]->transfer_created->intent_token, &err);
     if (rc == KL_OK && s->step == STEP_RECEIPT)
         rc = slot_keep(s, &s->ra->receipt_token, &err);
-    if (rc == KL_OK && s->step == STEP_COMPLETE &&
-        s->r->decoded->results[0]->transfer_completed->state != KEYLOAD__V1__TRANSFER_STATE__DELIVERED)
-        rc = kl_fail(&err, KL_INTERNAL, "state", "Complete did not answer Delivered");
     kl_receipt_free(s->r);
     s->r = NULL;
     kl_transfer_receipt_answer_free(s->ra);
@@ -170,7 +157,7 @@ static bool slot_collect(bench_client *cs, xfer_slot *s, const kl_message *msg)
     int64_t to = atomic_load(&bench_measure_to);
     bool measured = s->t0 >= atomic_load(&bench_measure_from) && (to == 0 || s->t1 <= to);
     if (rc != KL_OK) {
-        slot_first_err(cs, s, rc, &err);
+        bench_xfer_first_err(cs, step_name(s->step), rc, &err);
         if (measured)
             cs->errors++;
     } else if (measured) {
@@ -184,12 +171,10 @@ static bool slot_collect(bench_client *cs, xfer_slot *s, const kl_message *msg)
 void bench_transfer_pipelined(bench_client *cs, const kl_message *msg)
 {
     int k = cs->opt->in_flight;
-    xfer_slot *slot = calloc((size_t)k, sizeof *slot);
+    xfer_slot *slot = bench_slots_new(cs, k, sizeof *slot);
     bench_pipe pipe;
-    if (slot == NULL) {
-        snprintf(cs->first_err_msg, sizeof cs->first_err_msg, "out of memory for %d slots", k);
+    if (slot == NULL)
         return;
-    }
     bench_pipe_init(&pipe);
     int active = 0;
     for (int i = 0; i < k; i++) {
