@@ -2,7 +2,7 @@
  *
  * State machine of one kl_repl, all on the loop thread:
  *   idle        no ready outstanding; pump() takes the next one;
- *   persisting  a ready is outstanding and its synced write runs on the thread pool
+ *   persisting  a ready is outstanding and its synced write runs on the log writer
  *               (persist_busy); ticks, steps, proposals and reads keep feeding the core,
  *               whose effects wait for the next ready, except heartbeats and their answers,
  *               which leave at once (send_urgent);
@@ -20,6 +20,7 @@
 #include "common/pb_arena.h"
 #include "common/proto_check.h"
 #include "daemon/repl/confstore.h"
+#include "daemon/repl/log_writer.h"
 #include "daemon/repl/peer.h"
 #include "daemon/repl/snapwire.h"
 #include "daemon/repl/stages.h"
@@ -52,7 +53,6 @@ typedef struct pending_read {
 } pending_read;
 
 typedef struct persist_job {
-    uv_work_t work;
     struct kl_repl *owner;
     bool has_hard;
     Keyload__V1__HardState hard;
@@ -87,6 +87,7 @@ struct kl_repl {
     char cluster[KL_PEER_MAX_CLUSTER + 1];
 
     kl_raft *raft;
+    kl_log_writer *writer; /* runs the persist jobs, one at a time */
     kl_peer *peer; /* NULL when alone, after a failure or after stop */
     kl_snapwire *sw; /* snapshot streams (NULL when alone) */
     kl_confstore cs; /* stored and applied configurations (confstore.h) */
@@ -392,6 +393,15 @@ static void maybe_free(kl_repl *r)
     free_all(r);
     if (stopped != NULL)
         stopped(ctx);
+}
+
+/* The writer thread ended after any write it ran: that write finished, its round never will. */
+static void on_writer_closed(void *ctx)
+{
+    kl_repl *r = ctx;
+    r->persist_busy = false;
+    r->open_handles--;
+    maybe_free(r);
 }
 
 static void on_handle_closed(uv_handle_t *h)
@@ -725,9 +735,9 @@ static bool job_conf(persist_job *j, const kl_raft_entry *e, kl_store_log_item *
     return true;
 }
 
-static void persist_run(uv_work_t *w)
+static void persist_run(void *job)
 {
-    persist_job *j = w->data;
+    persist_job *j = job;
     kl_repl *r = j->owner;
     kl_err_clear(&j->err);
     j->t_run = kl_stages_now();
@@ -737,19 +747,13 @@ static void persist_run(uv_work_t *w)
     j->sync_ns = kl_store_last_log_sync_ns(r->store);
 }
 
-static void persist_after(uv_work_t *w, int status)
+static void persist_after(void *job)
 {
-    persist_job *j = w->data;
+    persist_job *j = job;
     kl_repl *r = j->owner;
     r->persist_busy = false;
-    if (r->stopped) {
-        maybe_free(r);
-        return;
-    }
     if (r->failed)
         return;
-    if (status != 0)
-        j->rc = kl_fail(&j->err, KL_INTERNAL, "log", "replication log write was cancelled");
     if (j->rc != KL_OK) {
         fail(r, &j->err);
         return;
@@ -992,24 +996,17 @@ static bool commit_only(const kl_repl *r, const kl_raft_ready *rd)
            rd->hard.term == r->durable_term && rd->hard.vote == r->durable_vote;
 }
 
-/* Queues the write of slot k on the thread pool. The two slots' writes never overlap: the
+/* Hands the write of slot k to the log writer (log_writer.h). The two slots' writes never overlap: the
  * next one starts only when the running one has completed (persist_after), so they reach the
  * disk in the order their readies were taken (raft.h "Pipelined readies"). */
 static bool write_start(kl_repl *r, size_t k)
 {
     persist_job *j = &r->jobs[k];
     assert(!r->persist_busy);
-    j->work.data = j;
     j->owner = r;
     j->t_queued = kl_stages_now();
-    int urc = uv_queue_work(r->loop, &j->work, persist_run, persist_after);
-    if (urc != 0) {
-        kl_err err;
-        kl_fail(&err, KL_INTERNAL, "log", "cannot queue the log write: %s", uv_strerror(urc));
-        fail(r, &err);
-        return false;
-    }
     r->persist_busy = true;
+    kl_log_writer_submit(r->writer, j);
     note_job(r, j, r->rds[k].role, KL_STAGE_PERSIST_START);
     return true;
 }
@@ -1155,7 +1152,7 @@ static void pump(kl_repl *r)
 
 /* Heartbeats and their answers leave now, not with the next ready (kl_raft_take_urgent):
  * a read-index round and its acknowledgements are never queued behind a log write that runs
- * on the thread pool, nor behind the write of the ready they would otherwise ride in. */
+ * on the log writer, nor behind the write of the ready they would otherwise ride in. */
 static void send_urgent(kl_repl *r)
 {
     kl_raft_msg m[2 * KL_RAFT_MAX_MEMBERS];
@@ -1873,6 +1870,8 @@ kl_code kl_repl_start(uv_loop_t *loop, kl_store *store, const kl_repl_config *cf
     /* A member with a peer address listens even alone, so that a partition started with one
      * member can grow (MemberChange add); one without it can never be reached by a peer. */
     bool own_url = cfg->join || (cfg->peer_urls[self_slot] != NULL && cfg->peer_urls[self_slot][0] != '\0');
+    if ((rc = kl_log_writer_start(loop, persist_run, persist_after, &r->writer, err)) != KL_OK)
+        goto fail;
     if ((cfg->n_members > 1 || own_url) && (rc = start_links(r, loop, cfg, self_slot, err)) != KL_OK)
         goto fail;
     uv_timer_init(loop, &r->timer);
@@ -1881,7 +1880,7 @@ kl_code kl_repl_start(uv_loop_t *loop, kl_store *store, const kl_repl_config *cf
     uv_check_init(loop, &r->flush);
     r->flush.data = r;
     uv_check_start(&r->flush, on_flush);
-    r->open_handles = 2;
+    r->open_handles = 3;
     kl_raft_conf in_effect;
     kl_raft_conf_get(r->raft, &in_effect, NULL, NULL);
     if (cfg->n_members == 1 && !cfg->join && in_effect.n_members == 1 && in_effect.n_old == 0) {
@@ -1900,6 +1899,7 @@ kl_code kl_repl_start(uv_loop_t *loop, kl_store *store, const kl_repl_config *cf
     return KL_OK;
 
 fail:
+    kl_log_writer_stop(r->writer, NULL, NULL);
     free_all(r);
     return rc;
 }
@@ -2037,6 +2037,9 @@ void kl_repl_stop(kl_repl *r)
     uv_check_stop(&r->flush);
     uv_close((uv_handle_t *)&r->timer, on_handle_closed);
     uv_close((uv_handle_t *)&r->flush, on_handle_closed);
+    kl_log_writer *w = r->writer;
+    r->writer = NULL;
+    kl_log_writer_stop(w, on_writer_closed, r);
 }
 
 void kl_repl_peer_stats(kl_repl *r, kl_peer_counters *out)

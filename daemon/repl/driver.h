@@ -3,7 +3,8 @@
  * Owns one kl_raft (the pure core, raft.h), one kl_peer (frames to the other members, peer.h;
  * none when the member is alone), one uv_timer_t (ticks), one uv_check_t (the per-iteration
  * flush below) and the log-persistence worker: one
- * kl_store_log_write at a time on libuv's thread pool (uv_queue_work). The kl_store is
+ * kl_store_log_write at a time on the member's log writer thread (log_writer.h), never on
+ * libuv's shared pool, where the compaction's and snapshots' jobs run. The kl_store is
  * borrowed: it must outlive the driver, and the caller applies committed entries to it.
  *
  * The round ("pump"), run after every tick, received message, proposal and read request and
@@ -11,7 +12,7 @@
  * round for another pass):
  *   1. if no persist is in flight and the core has a ready, take it;
  *   2. if it carries a hard state, a truncation or entries, write them in one synced RocksDB
- *      batch on the thread pool ('L' records are encoded keyload.v1.LogEntry: a normal
+ *      batch on the log writer ('L' records are encoded keyload.v1.LogEntry: a normal
  *      entry's data IS those bytes, a no-op is stored as LogEntry{term, index, raft_type=1});
  *      a leader whose term is already durable sends the ready's messages now;
  *   3. while that write runs, apply the ready's committed entries that an EARLIER write
@@ -74,9 +75,10 @@
  * driver then stops ticking, networking and processing readies (propose and read_index
  * answer UNAVAILABLE) and waits for kl_repl_stop. The member must exit and restart from disk.
  *
- * Threading: every kl_repl_* function and every callback runs on the loop thread. The worker
- * threads touch only the store (kl_store_log_write, the compaction's kl_store_flush and
- * kl_store_drop_compacted_log) and the round's buffers.
+ * Threading: every kl_repl_* function and every callback runs on the loop thread. The log
+ * writer thread (kl_store_log_write) and the pool's threads (the compaction's kl_store_flush
+ * and kl_store_drop_compacted_log) touch only the store and the round's buffers. A stop
+ * does not wait for a running log write: the memory goes once it finished.
  *
  * Invariants: at most one persist in flight; the core's ready is advanced only after its
  * write completed and its messages, applies and reads were handed out; every applied index

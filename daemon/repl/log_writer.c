@@ -1,0 +1,132 @@
+#include "daemon/repl/log_writer.h"
+
+#include <assert.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+
+struct kl_log_writer {
+    uv_async_t async;
+    pthread_t thread;
+    pthread_mutex_t mu; /* with cv: the thread sleeps until a job or the stop */
+    pthread_cond_t cv;
+    kl_log_writer_fn run, done;
+    void *next;               /* under mu: submitted, not yet taken by the thread */
+    bool stopping;            /* under mu */
+    _Atomic(void *) finished; /* run returned, done not yet called */
+    atomic_bool exited;       /* the thread returned: join will not wait */
+    bool busy;                /* loop thread only */
+    bool stopped;             /* loop thread only: kl_log_writer_stop was called */
+    void (*closed)(void *);
+    void *closed_ctx;
+};
+
+static void *writer_main(void *arg)
+{
+    kl_log_writer *w = arg;
+    for (;;) {
+        pthread_mutex_lock(&w->mu);
+        while (w->next == NULL && !w->stopping)
+            pthread_cond_wait(&w->cv, &w->mu);
+        void *job = w->stopping ? NULL : w->next;
+        w->next = NULL;
+        pthread_mutex_unlock(&w->mu);
+        if (job == NULL)
+            break;
+        w->run(job);
+        void *prev = atomic_exchange(&w->finished, job);
+        assert(prev == NULL); /* one job outstanding at a time */
+        (void)prev;
+        uv_async_send(&w->async);
+    }
+    atomic_store(&w->exited, true);
+    uv_async_send(&w->async);
+    return NULL;
+}
+
+static void on_closed(uv_handle_t *h)
+{
+    kl_log_writer *w = h->data;
+    void (*closed)(void *) = w->closed;
+    void *ctx = w->closed_ctx;
+    pthread_cond_destroy(&w->cv);
+    pthread_mutex_destroy(&w->mu);
+    free(w);
+    if (closed != NULL)
+        closed(ctx);
+}
+
+static void on_async(uv_async_t *a)
+{
+    kl_log_writer *w = a->data;
+    if (w->stopped) {
+        if (!atomic_load(&w->exited) || uv_is_closing((uv_handle_t *)a))
+            return;
+        pthread_join(w->thread, NULL);
+        uv_close((uv_handle_t *)a, on_closed);
+        return;
+    }
+    void *job = atomic_exchange(&w->finished, NULL);
+    if (job == NULL)
+        return; /* sends coalesce: this one's job was taken by an earlier callback */
+    assert(w->busy);
+    w->busy = false;
+    w->done(job);
+}
+
+kl_code kl_log_writer_start(uv_loop_t *loop, kl_log_writer_fn run, kl_log_writer_fn done, kl_log_writer **out,
+                            kl_err *err)
+{
+    kl_log_writer *w = calloc(1, sizeof *w);
+    if (w == NULL)
+        return kl_fail(err, KL_INTERNAL, "log_writer", "log writer: out of memory");
+    w->run = run;
+    w->done = done;
+    atomic_init(&w->finished, NULL);
+    atomic_init(&w->exited, false);
+    int urc = uv_async_init(loop, &w->async, on_async);
+    if (urc != 0) {
+        free(w);
+        return kl_fail(err, KL_INTERNAL, "log_writer", "log writer: %s", uv_strerror(urc));
+    }
+    w->async.data = w;
+    pthread_mutex_init(&w->mu, NULL);
+    pthread_cond_init(&w->cv, NULL);
+    int prc = pthread_create(&w->thread, NULL, writer_main, w);
+    if (prc != 0) {
+        w->stopped = true; /* on_closed frees; no thread to join */
+        uv_close((uv_handle_t *)&w->async, on_closed);
+        return kl_fail(err, KL_INTERNAL, "log_writer", "log writer: cannot start its thread: %s", strerror(prc));
+    }
+    *out = w;
+    return KL_OK;
+}
+
+void kl_log_writer_submit(kl_log_writer *w, void *job)
+{
+    assert(job != NULL && !w->busy && !w->stopped);
+    w->busy = true;
+    pthread_mutex_lock(&w->mu);
+    assert(w->next == NULL);
+    w->next = job;
+    pthread_cond_signal(&w->cv);
+    pthread_mutex_unlock(&w->mu);
+}
+
+bool kl_log_writer_busy(const kl_log_writer *w) { return w->busy; }
+
+void kl_log_writer_stop(kl_log_writer *w, void (*closed)(void *ctx), void *ctx)
+{
+    if (w == NULL || w->stopped)
+        return;
+    w->stopped = true;
+    w->closed = closed;
+    w->closed_ctx = ctx;
+    pthread_mutex_lock(&w->mu);
+    w->stopping = true;
+    w->next = NULL; /* not taken yet: it never runs, and nobody was told it would */
+    pthread_cond_signal(&w->cv);
+    pthread_mutex_unlock(&w->mu);
+    /* The thread's last uv_async_send (after it exited its loop) reaches on_async. */
+}
