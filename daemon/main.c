@@ -752,7 +752,8 @@ static int serve(daemon_state *d, const kl_cluster *cluster, int partition, cons
 /* RocksDB's memtables take their memory in 1 MiB blocks and free a whole memtable after each
  * flush. glibc's default thresholds (they adapt upwards from 128 KiB) hand such freed heap
  * back to the kernel, so each new memtable page-faults its memory in again, 4 KiB at a time
- * (tests/bench/rf3_lat.sh at 64 in flight: 0.2-0.3 minor faults per message, 0.13 with this).
+ * (an RF3 partition at 64 in flight, three members together, past its first seconds:
+ * 0.2-0.3 minor faults per message, 0.13 with this).
  * Keeping blocks below 32 MiB (glibc's largest threshold) on the heap and trimming only
  * beyond 64 MiB free lets freed memtables serve the next ones. The member's memory stays
  * bounded by its peak, which its caches and memtable limits bound. */

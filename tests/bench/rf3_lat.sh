@@ -6,6 +6,8 @@
 # received entry on a follower; w_hop, w_run (with its sync alone, w_sync) and w_back per synced write on both) printed after each cell, so a change to the write path can be measured without
 # the whole `make bench`. With RF3_PERF=1 the leader and one follower run under
 # `perf record -g` in every cell (reports in $RF3_OUT/perf-<cell>.txt and perf-<cell>-f.txt).
+# Each cell also prints, per member, the bytes written to disk and the minor page faults per
+# acknowledged message.
 # Environment: BENCH_BIN (binaries, default bin), BENCH_SECONDS (per cell, default 5),
 #              RF3_PORT (first client port, default 18531; peers +100), RF3_CELLS (default
 #              "1 64"; a cell 0 is the cluster left idle for the same time, for its
@@ -115,10 +117,13 @@ thread_cpu() {
 hz=$(getconf CLK_TCK)
 # Bytes each member wrote to its disk so far (/proc/PID/io write_bytes: WAL, flushes and
 # compactions alike), one "member bytes" line per member.
+# The minor page faults each member took so far (/proc/PID/stat field 10) follow on the same
+# line: memory the member touched for the first time, which this VM charges dearly.
 disk_bytes() {
   local n
   for n in p0m1 p0m2 p0m3; do
-    echo "$n $(awk '/^write_bytes:/ { print $2 }' /proc/"${mpid[$n]}"/io 2>/dev/null || echo 0)"
+    echo "$n $(awk '/^write_bytes:/ { print $2 }' /proc/"${mpid[$n]}"/io 2>/dev/null || echo 0)" \
+      "$(awk '{ print $10 }' /proc/"${mpid[$n]}"/stat 2>/dev/null || echo 0)"
   done
 }
 sleep 3  # the setup's stage lines go out first
@@ -150,11 +155,11 @@ for r in $(seq 1 "$runs"); do
     awk -v hz="$hz" -v wall="$(( (t1 - t0) / 1000000 ))" 'NR == FNR { a[$2] = $4; next }
         { d = ($4 - a[$2]) / hz * 1000 / wall * 100; if (d >= 2) printf "rf3_lat:   cpu %s %s %.0f%%\n", $1, $3, d }' \
         "$tmp/tcpu0" "$tmp/tcpu1" | sort -k5,5gr | head -n 24
-    # per member: bytes written to disk per acknowledged message of the cell
+    # per member: bytes written to disk and minor faults per acknowledged message of the cell
     msgs=$(echo "$out" | grep -o 'batches=[0-9]*' | head -n 1 | cut -d= -f2)
     if [ -n "$msgs" ] && [ "$msgs" -gt 0 ]; then
-      awk -v m="$msgs" 'NR == FNR { a[$1] = $2; next }
-          { printf "rf3_lat:   disk %s write_bytes_per_msg=%.0f\n", $1, ($2 - a[$1]) / m }' "$tmp/disk0" "$tmp/disk1"
+      awk -v m="$msgs" 'NR == FNR { a[$1] = $2; f[$1] = $3; next }
+          { printf "rf3_lat:   disk %s write_bytes_per_msg=%.0f minflt_per_msg=%.3f\n", $1, ($2 - a[$1]) / m, ($3 - f[$1]) / m }' "$tmp/disk0" "$tmp/disk1"
     fi
     if [ -n "$perf_pid" ]; then
       kill -INT "$perf_pid" "$perf_fpid"; wait "$perf_pid" "$perf_fpid" 2>/dev/null; perf_pid="" perf_fpid=""
