@@ -357,7 +357,7 @@ static kl_code st_last_conf(void *ctx, uint64_t hi, uint64_t *index)
 /* ---------------------------------------------------------------- lifecycle helpers */
 
 static void pump(kl_repl *r);
-static bool write_start(kl_repl *r, size_t k);
+static void write_start(kl_repl *r, size_t k);
 static void take_next(kl_repl *r);
 static void next_round(kl_repl *r, bool writing, uint64_t durable);
 static void maybe_compact(kl_repl *r);
@@ -781,8 +781,7 @@ static void persist_after(void *job)
     }
     bool chained = r->next_taken && r->next_write;
     if (chained) {
-        if (!write_start(r, r->cur ^ 1))
-            return;
+        write_start(r, r->cur ^ 1);
         r->counters.chained++;
     }
     r->pumping = true;
@@ -996,19 +995,18 @@ static bool commit_only(const kl_repl *r, const kl_raft_ready *rd)
            rd->hard.term == r->durable_term && rd->hard.vote == r->durable_vote;
 }
 
-/* Hands the write of slot k to the log writer (log_writer.h). The two slots' writes never overlap: the
- * next one starts only when the running one has completed (persist_after), so they reach the
- * disk in the order their readies were taken (raft.h "Pipelined readies"). */
-static bool write_start(kl_repl *r, size_t k)
+/* Hands the write of slot k to the log writer (log_writer.h). The two slots' writes never
+ * overlap: the next one starts only when the running one has completed (persist_after), so
+ * they reach the disk in the order their readies were taken (raft.h "Pipelined readies"). */
+static void write_start(kl_repl *r, size_t k)
 {
     persist_job *j = &r->jobs[k];
     assert(!r->persist_busy);
     j->owner = r;
     j->t_queued = kl_stages_now();
     r->persist_busy = true;
+    note_job(r, j, r->rds[k].role, KL_STAGE_PERSIST_START); /* before the writer may read j */
     kl_log_writer_submit(r->writer, j);
-    note_job(r, j, r->rds[k].role, KL_STAGE_PERSIST_START);
-    return true;
 }
 
 /* When the oldest round's write has completed, before its sends and applies: takes the next
@@ -1135,8 +1133,7 @@ static void pump(kl_repl *r)
                 fail(r, &err);
                 break;
             }
-            if (!write_start(r, r->cur))
-                break;
+            write_start(r, r->cur);
             if (early) {
                 for (size_t i = 0; i < r->rd->n_msgs && live(r); i++)
                     send_msg(r, &r->rd->msgs[i]);
