@@ -2,6 +2,7 @@
 
 #include <assert.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
@@ -57,6 +58,9 @@ static void on_closed(uv_handle_t *h)
         closed(ctx);
 }
 
+/* A writer whose lock could not be made: nothing but its memory to release. */
+static void free_unstarted(uv_handle_t *h) { free(h->data); }
+
 static void on_async(uv_async_t *a)
 {
     kl_log_writer *w = a->data;
@@ -91,16 +95,32 @@ kl_code kl_log_writer_start(uv_loop_t *loop, kl_log_writer_fn run, kl_log_writer
         return kl_fail(err, KL_INTERNAL, "log_writer", "log writer: %s", uv_strerror(urc));
     }
     w->async.data = w;
-    pthread_mutex_init(&w->mu, NULL);
-    pthread_cond_init(&w->cv, NULL);
-    int prc = pthread_create(&w->thread, NULL, writer_main, w);
-    if (prc != 0) {
-        w->stopped = true; /* on_closed frees; no thread to join */
-        uv_close((uv_handle_t *)&w->async, on_closed);
-        return kl_fail(err, KL_INTERNAL, "log_writer", "log writer: cannot start its thread: %s", strerror(prc));
-    }
+    int prc = pthread_mutex_init(&w->mu, NULL);
+    if (prc != 0)
+        goto fail_mutex;
+    if ((prc = pthread_cond_init(&w->cv, NULL)) != 0)
+        goto fail_cond;
+    /* The thread takes no signals: the member's loop handles them, and a handler run on this
+     * thread in the middle of a write would only delay it. */
+    sigset_t all, old;
+    sigfillset(&all);
+    pthread_sigmask(SIG_SETMASK, &all, &old);
+    prc = pthread_create(&w->thread, NULL, writer_main, w);
+    pthread_sigmask(SIG_SETMASK, &old, NULL);
+    if (prc != 0)
+        goto fail_thread;
     *out = w;
     return KL_OK;
+
+fail_thread:
+    w->stopped = true; /* on_closed destroys the mutex and the condition and frees */
+    uv_close((uv_handle_t *)&w->async, on_closed);
+    return kl_fail(err, KL_INTERNAL, "log_writer", "log writer: cannot start its thread: %s", strerror(prc));
+fail_cond:
+    pthread_mutex_destroy(&w->mu);
+fail_mutex:
+    uv_close((uv_handle_t *)&w->async, free_unstarted);
+    return kl_fail(err, KL_INTERNAL, "log_writer", "log writer: cannot make its lock: %s", strerror(prc));
 }
 
 void kl_log_writer_submit(kl_log_writer *w, void *job)
