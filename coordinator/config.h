@@ -5,7 +5,7 @@
  *     "transfer_coordinator_principal_id": "ops" | null, required key; null = no discovery
  *     "principal_key_file": "var/local/ops.key",         required unless the principal is null
  *     "flush_interval_ms": 10,         1..60000: a worker starts at most one turn per interval
- *     "workers": 128,                  turns in flight at most, 1..4096 (not threads)
+ *     "workers": 256,                  turns in flight at most, 1..4096 (not threads)
  *     "buffer_capacity": 32,           events per worker buffer, 1..100000
  *     "call_threads": 64,              threads for armed failpoints only (tests), 1..1024
  *     "discovery": { "interval_ms": 500,        1..600000
@@ -33,12 +33,15 @@
 #define KL_COORD_NAME_MAX 128
 
 /* Sized so a default coordinator keeps up with a cluster's client-driven transfer rate:
- * a turn is 8 calls (6 fresh reads, 2 commits), so matching 32 clients that make 4 calls
- * per transfer takes about twice their concurrency in calls, and more turns than call
- * threads keep every thread busy while turns wait for their flush pace. Idle workers cost
- * nothing (no timer), and the buffers hold 128 x 32 = 4096 events at most. */
+ * a turn is 8 calls (6 fresh reads, 2 commits) made one after another, so a coordinator's
+ * rate is the turns it keeps in flight over a turn's latency, and matching 32 clients that
+ * make 4 calls per transfer takes several times their concurrency in turns. On an RF3
+ * cluster sharing two cores (tests/bench/run.sh, BENCH_PARTS=xcoord, five runs each) 128
+ * workers drove 0.59-0.93x the client-driven rate and 256 drove 0.79-0.86x; 512 added
+ * nothing more, the cluster being busy. Idle workers cost nothing (no timer), and the
+ * buffers hold 256 x 32 = 8192 events at most. */
 #define KL_COORD_DEFAULT_FLUSH_MS 10
-#define KL_COORD_DEFAULT_WORKERS 128
+#define KL_COORD_DEFAULT_WORKERS 256
 #define KL_COORD_WORKERS_MAX 4096
 #define KL_COORD_DEFAULT_BUFFER 32
 #define KL_COORD_DEFAULT_CALL_THREADS 64

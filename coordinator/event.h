@@ -10,7 +10,7 @@
  * intent token is the signed claims with the whole message, so it is at most the cluster's
  * MaxBatchBytes and usually a few hundred bytes. Events live only in the worker buffers
  * (buffer.h), so the coordinator holds at most workers x buffer_capacity events: with the
- * defaults (128 x 32) and ~1 KiB tokens about 4096 x 1.8 KiB = 7.4 MiB, whatever the
+ * defaults (256 x 32) and ~1 KiB tokens about 8192 x 1.8 KiB = 14.7 MiB, whatever the
  * number of pending transfers (10,000 or 10 million: discovery stops at a full buffer).
  *
  * Identity: key = BLAKE2b-128 over ("keyload.coordinator.identity.v1", complete source lane,

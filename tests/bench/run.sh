@@ -55,7 +55,7 @@
 # about BENCH_SECONDS of work at the rate the cell can reach (workers x turns per second,
 # at most 500/s), so every cell takes a few seconds. The coordinator is stopped (SIGTERM)
 # after each cell. Then memory: 10,000 intents are created on 50 lanes of queue crss with no
-# coordinator running; a coordinator with the default config (128 workers x 32 buffered
+# coordinator running; a coordinator with the default config (256 workers x 32 buffered
 # events) starts, and once its status snapshot shows its buffers full (or after 30 s) its
 # VmHWM is read from /proc, then it is stopped.
 #   (KL-5 a) coordinator transfers/s at 32 workers / KL-4 client-driven transfers/s at 32 in

@@ -332,7 +332,7 @@ void test_coord_leader_kill(void)
           held, LK_TOTAL);
     CHECK(nl >= 0, "partition %d has no leader after the kill of %d", CC_DST, old);
     CHECK(cc_exited_with(st, 0), "drain: wait status %d", st);
-    CHECK(threads_max > 0 && threads_max < 16, "%ld threads for 128 workers", threads_max);
+    CHECK(threads_max > 0 && threads_max < 16, "%ld threads for the default workers", threads_max);
     static char bodies[LK_PER_LANE + 1][64];
     for (int l = 0; l < LK_LANES; l++) {
         char lane[16];

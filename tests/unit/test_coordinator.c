@@ -291,7 +291,7 @@ START_TEST(test_config_defaults)
     ck_assert_str_eq(c.principal_id, "ops");
     ck_assert_str_eq(c.principal_key_file, "k.key");
     ck_assert_uint_eq(c.flush_interval_ms, 10);
-    ck_assert_uint_eq(c.workers, 128);
+    ck_assert_uint_eq(c.workers, 256);
     ck_assert_uint_eq(c.buffer_capacity, 32);
     ck_assert_uint_eq(c.call_threads, 64);
     ck_assert_uint_eq(c.discovery_interval_ms, 500);
