@@ -20,10 +20,7 @@ ok() { passed=$((passed + 1)); echo "ok   $1"; }
 bad() { failed=$((failed + 1)); echo "FAIL $1"; }
 check() { local n=$1; shift; if "$@"; then ok "$n"; else bad "$n"; fi; }
 quiet() { "$@" >/dev/null 2>&1; }
-. tests/support/stop_dir.sh  # gone PID, stop_dir DIR
-# starttime PID: the process's start time in clock ticks since boot (field 22 of its stat), or
-# nothing when there is no such process.
-starttime() { sed -n 's/^.*) [A-Za-z] \(.*\)$/\1/p' "/proc/$1/stat" 2>/dev/null | awk '{print $19}'; }
+. tests/support/stop_dir.sh  # gone PID, proc_id PID, ended ID, stop_dir DIR
 
 cleanup() {
   stop_dir "$var"
@@ -103,13 +100,13 @@ check "start coordinator without its config fails, naming the file" \
 check "... and leaves no pid file" [ ! -e "$var/coordinator.pid" ]
 
 # ---- kill one member
-p1m2_pid=$(cat "$var/p1m2.pid" 2>/dev/null)
+p1m2_id=$(proc_id "$(cat "$var/p1m2.pid" 2>/dev/null)")
 kc kill p1m2 >/dev/null
 if wait_status '[.partitions[1].members[] | select(.node == "p1m2") | .up == false and .state == "stopped"][0]'; then
   ok "after kill p1m2, status shows p1m2 not up and stopped"
 else bad "p1m2 after kill: $(jq -c '.partitions[1].members[1]' <<<"$st")"; fi
 check "the others stay up" [ "$(jq '[.partitions[].members[] | select(.up)] | length' <<<"$st")" = 8 ]
-check "p1m2's process is gone" gone "$p1m2_pid"
+check "p1m2's process is gone" ended "$p1m2_id"
 
 # ---- members refuse keys that are not theirs
 hand() { # hand KEYFILE|"": keyloadd p1m2 started by hand (its pid file lets cleanup stop it
@@ -172,7 +169,7 @@ write_coord_cfg
 out=$(kc up 2>&1)
 check "up with coordinator.json starts the coordinator" grep -q '^coordinator: started (pid [0-9]*)' <<<"$out"
 check "... the members were already running" [ "$(grep -c ': already running' <<<"$out")" = 9 ]
-c1=$(coord_pid)
+c1=$(coord_pid); c1_id=$(proc_id "$c1")
 check "coordinator.pid names a running process" coord_up
 check "the coordinator logged that it starts discovery as ops" grep -q 'msg="starting".*principal=ops' "$var/coordinator.log"
 if wait_status '.coordinator.state == "running" and .coordinator.status.discovery == "enabled"'; then
@@ -188,7 +185,8 @@ check "up again leaves the running coordinator alone" \
   bash -c '[ "$(timeout 60 deploy/keyload-cluster --config "$0" up 2>&1 | grep -c "^coordinator: already running")" = 1 ]' "$cfg"
 check "... same pid" [ "$(coord_pid)" = "$c1" ]
 check "kill coordinator" quiet kc kill coordinator
-check "... its process is gone and its pid file removed" bash -c '! kill -0 "$0" 2>/dev/null || [ "$(ps -o stat= -p "$0" | cut -c1)" = Z ]; [ ! -e "$1" ]' "$c1" "$var/coordinator.pid"
+killed_and_unfiled() { ended "$1" && [ ! -e "$var/coordinator.pid" ]; }
+check "... its process is gone and its pid file removed" killed_and_unfiled "$c1_id"
 check "status --json after kill: coordinator stopped" [ "$(status_json | jq -r .coordinator.state)" = stopped ]
 cp "$var/coordinator.json" "$var/coordinator.json.good"
 write_coord_cfg 0
@@ -197,24 +195,24 @@ check "start coordinator with workers 0 fails, naming the key" bash -c '[ "$1" -
 check "... and leaves no pid file" [ ! -e "$var/coordinator.pid" ]
 mv "$var/coordinator.json.good" "$var/coordinator.json"
 check "start coordinator" quiet kc start coordinator
-c2=$(coord_pid)
+c2=$(coord_pid); c2_id=$(proc_id "$c2")
 check "... a new coordinator process runs" bash -c '[ -n "$0" ] && [ "$0" != "$1" ] && kill -0 "$0"' "$c2" "$c1"
 
 # ---- down, then up again: same keys
 # A member is identified by its pid and its start time: pid_max is 32768 here, and during
 # `down` a freed pid can go to one of the many short-lived processes around it.
-member_ids=$(for f in "$var"/p*m*.pid; do p=$(cat "$f" 2>/dev/null) && echo "$p:$(starttime "$p")"; done)
+member_ids=$(for f in "$var"/p*m*.pid; do proc_id "$(cat "$f" 2>/dev/null)"; done)
 down_out=$(kc down 2>&1); down_rc=$?
 check "down" [ $down_rc -eq 0 ]
 still=0
 for id in $member_ids; do
   p=${id%%:*}
-  { gone "$p" || [ "$(starttime "$p")" != "${id#*:}" ]; } ||
+  ended "$id" ||
     { still=1; echo "# pid $p still runs: $(ps -o pid=,stat=,wchan=,args= -p "$p")"; }
 done
 [ $still -eq 0 ] || printf '# down printed:\n%s\n' "$down_out"
 check "down stopped every member" [ $still -eq 0 ]
-check "down stopped the coordinator (pid $c2 gone)" gone "$c2"
+check "down stopped the coordinator (pid $c2 gone)" ended "$c2_id"
 check "... with SIGTERM: it logged a clean stop and wrote a final snapshot" \
   bash -c 'grep -q "msg=\"stopped\"" "$0" && [ "$(./bin/keyload-coordinator --status --config "$1" | jq -r .final)" = true ]' \
   "$var/coordinator.log" "$var/coordinator.json"
@@ -225,18 +223,18 @@ check "second up" quiet kc up
 check "second up reused the cluster secret and member keys" [ "$(keys_digest)" = "$digest1" ]
 check "second up wrote the same public keys" [ "$(pubs)" = "$pubs1" ]
 check "all up after the second up" wait_status "$all_up"
-c3=$(coord_pid)
+c3=$(coord_pid); c3_id=$(proc_id "$c3")
 check "second up started the coordinator again" bash -c '[ -n "$0" ] && [ "$0" != "$1" ] && kill -0 "$0"' "$c3" "$c2"
 check "restart --cold" quiet kc restart --cold
 check "restart --cold kept the keys" [ "$(keys_digest):$(pubs)" = "$digest1:$pubs1" ]
 check "all up after restart --cold" wait_status "$all_up"
-c4=$(coord_pid)
+c4=$(coord_pid); c4_id=$(proc_id "$c4")
 check "restart --cold restarted the coordinator (old pid gone, new one runs)" \
   bash -c '[ -n "$0" ] && [ "$0" != "$1" ] && kill -0 "$0"' "$c4" "$c3"
-check "... the old one is gone" gone "$c3"
+check "... the old one is gone" ended "$c3_id"
 check "status --json shows the restarted coordinator" wait_status ".coordinator.state == \"running\" and .coordinator.pid == $c4"
 check "final down" quiet kc down
-check "final down stopped the coordinator" gone "$c4"
+check "final down stopped the coordinator" ended "$c4_id"
 check "no pid file left" [ -z "$(ls "$var"/*.pid 2>/dev/null)" ]
 check "no key bytes of ops in the coordinator's log" bash -c '! grep -qF "$(base64 -w0 "$0")" "$1"' "$var/ops.key" "$var/coordinator.log"
 check "the coordinator's log is 0600" [ "$(mode_of "$var/coordinator.log")" = 600 ]

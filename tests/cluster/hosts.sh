@@ -17,7 +17,7 @@ passed=0 failed=0
 ok() { passed=$((passed + 1)); echo "ok   $1"; }
 bad() { failed=$((failed + 1)); echo "FAIL $1"; }
 check() { local n=$1; shift; if "$@"; then ok "$n"; else bad "$n"; fi; }
-gone() { ! kill -0 "$1" 2>/dev/null || [ "$(ps -o stat= -p "$1" 2>/dev/null | cut -c1)" = Z ]; }
+. tests/support/stop_dir.sh  # gone PID, proc_id PID, ended ID
 if [ "$(id -u)" -ne 0 ] || ! command -v ip >/dev/null; then
   echo "hosts: needs root and ip (network namespaces)"; echo "0 passed, 1 failed"; exit 1
 fi
@@ -164,9 +164,10 @@ check "MCP queue_stats over the links answers 1 message" \
   test "$(jq -r 'select(.isError != true) | .content[0].text | fromjson | .messages' <<<"$stats" 2>/dev/null)" = 1
 
 # ---- a rolling restart of host b's partition-1 member
+p1m2_id=$(proc_id "${pid[p1m2]}")
 kill -TERM "${pid[p1m2]}"
-for _ in $(seq 1 200); do gone "${pid[p1m2]}" && break; sleep 0.05; done
-check "p1m2 stopped on SIGTERM" gone "${pid[p1m2]}"
+for _ in $(seq 1 200); do ended "$p1m2_id" && break; sleep 0.05; done
+check "p1m2 stopped on SIGTERM" ended "$p1m2_id"
 start_member b p1m2
 check "p1m2 restarted without --init-store" sh -c "sleep 0.5; ! ps -o args= -p ${pid[p1m2]} | grep -q -- --init-store"
 check "operator: --wait-ready p1m2 after the restart" op cluster-status --wait-ready p1m2 --wait-ms 60000

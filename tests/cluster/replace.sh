@@ -74,10 +74,10 @@ writer=$!
 for _ in $(seq 1 100); do [ "$(wc -l <"$acked")" -ge 10 ] && break; sleep 0.1; done
 check "the writer got 10 writes acknowledged before the kill" [ "$(wc -l <"$acked")" -ge 10 ]
 
-old_pid=$(cat "$var/p0m2.pid")
+old_pid=$(cat "$var/p0m2.pid"); old_id=$(proc_id "$old_pid")
 kill -KILL "$old_pid"
-for _ in $(seq 1 100); do gone "$old_pid" && break; sleep 0.05; done
-check "p0m2 killed -9" gone "$old_pid"
+for _ in $(seq 1 100); do ended "$old_id" && break; sleep 0.05; done
+check "p0m2 killed -9" ended "$old_id"
 sleep 1
 n_dead=$(wc -l <"$acked")
 sleep 2

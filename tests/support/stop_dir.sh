@@ -3,10 +3,24 @@
 # launcher's pid files), by pid, never by name.
 #
 #   gone PID            true once PID has ended (gone, or a zombie its parent has not reaped)
+#   proc_id PID         "PID:STARTTIME", the process's identity, or nothing when none runs
+#   ended ID            true once the process an ID from proc_id names has ended
 #   stop_dir DIR [N]    SIGTERM to each, up to N x 50 ms (default 100: 5 s) for all to end,
 #                       then SIGKILL to any left
 
 gone() { ! kill -0 "$1" 2>/dev/null || [ "$(ps -o stat= -p "$1" 2>/dev/null | cut -c1)" = Z ]; }
+
+# starttime PID: the process's start time in clock ticks since boot (field 22 of its stat), or
+# nothing when there is no such process.
+starttime() { sed -n 's/^.*) [A-Za-z] \(.*\)$/\1/p' "/proc/$1/stat" 2>/dev/null | awk '{print $19}'; }
+# A process is named by "pid:starttime": pid_max is often 32768, and once a process ends its
+# pid can go to one of the many short-lived processes around the test, so "no process has
+# this pid" is not a sound test of "that process ended".
+#   proc_id PID   the process's identity, or nothing when there is no such process
+#   ended ID      true once the process ID names has ended (or is a zombie); false for an
+#                 empty ID, since a process never seen cannot be shown to have ended
+proc_id() { local t; t=$(starttime "$1"); [ -n "$t" ] && echo "$1:$t"; }
+ended() { [ -n "$1" ] && { gone "${1%%:*}" || [ "$(starttime "${1%%:*}")" != "${1#*:}" ]; }; }
 
 stop_dir() {
   local f p pids=()
