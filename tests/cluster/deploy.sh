@@ -202,6 +202,7 @@ check "... a new coordinator process runs" bash -c '[ -n "$0" ] && [ "$0" != "$1
 # A member is identified by its pid and its start time: pid_max is 32768 here, and during
 # `down` a freed pid can go to one of the many short-lived processes around it.
 member_ids=$(for f in "$var"/p*m*.pid; do proc_id "$(cat "$f" 2>/dev/null)"; done)
+stops_before=$(grep -c 'msg="stopped"' "$var/coordinator.log" 2>/dev/null)
 down_out=$(kc down 2>&1); down_rc=$?
 check "down" [ $down_rc -eq 0 ]
 still=0
@@ -212,10 +213,16 @@ for id in $member_ids; do
 done
 [ $still -eq 0 ] || printf '# down printed:\n%s\n' "$down_out"
 check "down stopped every member" [ $still -eq 0 ]
-check "down stopped the coordinator (pid $c2 gone)" ended "$c2_id"
+if ended "$c2_id"; then ok "down stopped the coordinator (pid $c2 gone)"; else
+  bad "down stopped the coordinator (pid $c2 gone)"
+  echo "# pid $c2 (started at tick ${c2_id#*:}): $(ps -o pid=,stat=,lstart=,wchan=,args= -p "$c2")"
+  printf '# down printed:\n%s\n# the coordinator log ends:\n' "$down_out"; tail -n 5 "$var/coordinator.log"
+fi
+# Its own stop, not an earlier one's: one more "stopped" line, and a final snapshot with its pid.
 check "... with SIGTERM: it logged a clean stop and wrote a final snapshot" \
-  bash -c 'grep -q "msg=\"stopped\"" "$0" && [ "$(./bin/keyload-coordinator --status --config "$1" | jq -r .final)" = true ]' \
-  "$var/coordinator.log" "$var/coordinator.json"
+  bash -c '[ "$(grep -c "msg=\"stopped\"" "$0")" -gt "$2" ] &&
+           [ "$(./bin/keyload-coordinator --status --config "$1" | jq -r "[.final, .pid] | map(tostring) | join(\" \")")" = "true $3" ]' \
+  "$var/coordinator.log" "$var/coordinator.json" "$stops_before" "$c2"
 check "down removed every pid file" [ -z "$(ls "$var"/*.pid 2>/dev/null)" ]
 check "status after down: nothing running, nothing up" \
   [ "$(status_json | jq '[.partitions[].members[] | select(.up or .state == "running")] | length')" = 0 ]
