@@ -87,7 +87,8 @@ struct kl_repl {
     char cluster[KL_PEER_MAX_CLUSTER + 1];
 
     kl_raft *raft;
-    kl_log_writer *writer; /* runs the persist jobs, one at a time */
+    kl_log_writer *writer; /* runs the persist jobs, one at a time; after a stop, until its
+                            * thread ended (on_writer_closed) */
     kl_peer *peer; /* NULL when alone, after a failure or after stop */
     kl_snapwire *sw; /* snapshot streams (NULL when alone) */
     kl_confstore cs; /* stored and applied configurations (confstore.h) */
@@ -106,7 +107,6 @@ struct kl_repl {
     size_t cur;
     bool next_taken, next_write;
     bool compact_due; /* a compaction waits for a round to end with no ready outstanding */
-    bool persist_busy;
     bool pumping;
     bool msgs_sent;     /* this round's messages went out before its write (a leader's) */
     struct { /* the compaction's flush on the thread pool (maybe_compact) */
@@ -384,9 +384,14 @@ static void free_all(kl_repl *r)
     free(r);
 }
 
+/* A persist job is with the log writer: submitted, and persist_after has not run for it.
+ * After a stop that stays true until the thread has ended (the writer outlives the stop
+ * until on_writer_closed), so a write still running keeps the driver's memory. */
+static bool persist_busy(const kl_repl *r) { return r->writer != NULL && kl_log_writer_busy(r->writer); }
+
 static void maybe_free(kl_repl *r)
 {
-    if (!r->stopped || r->open_handles > 0 || r->persist_busy || r->cflush.busy || r->cdrop.busy)
+    if (!r->stopped || r->open_handles > 0 || persist_busy(r) || r->cflush.busy || r->cdrop.busy)
         return;
     void (*stopped)(void *) = r->cb.stopped;
     void *ctx = r->cb.ctx;
@@ -399,7 +404,7 @@ static void maybe_free(kl_repl *r)
 static void on_writer_closed(void *ctx)
 {
     kl_repl *r = ctx;
-    r->persist_busy = false;
+    r->writer = NULL;
     r->open_handles--;
     maybe_free(r);
 }
@@ -751,7 +756,6 @@ static void persist_after(void *job)
 {
     persist_job *j = job;
     kl_repl *r = j->owner;
-    r->persist_busy = false;
     if (r->failed)
         return;
     if (j->rc != KL_OK) {
@@ -1001,10 +1005,9 @@ static bool commit_only(const kl_repl *r, const kl_raft_ready *rd)
 static void write_start(kl_repl *r, size_t k)
 {
     persist_job *j = &r->jobs[k];
-    assert(!r->persist_busy);
+    assert(!persist_busy(r));
     j->owner = r;
     j->t_queued = kl_stages_now();
-    r->persist_busy = true;
     note_job(r, j, r->rds[k].role, KL_STAGE_PERSIST_START); /* before the writer may read j */
     kl_log_writer_submit(r->writer, j);
 }
@@ -1071,7 +1074,7 @@ static void pump(kl_repl *r)
     if (r->pumping)
         return; /* the running round loops back here when it is done */
     r->pumping = true;
-    while (live(r) && !r->persist_busy && kl_raft_has_ready(r->raft)) {
+    while (live(r) && !persist_busy(r) && kl_raft_has_ready(r->raft)) {
         kl_code rc = kl_raft_get_ready(r->raft, r->rd);
         if (rc == KL_UNAVAILABLE)
             break; /* out of memory for the ready; the next tick tries again */
@@ -1168,7 +1171,7 @@ static void send_urgent(kl_repl *r)
  * and nothing may be applied past them). */
 static void apply_early(kl_repl *r)
 {
-    if (r->pumping || !live(r) || !r->persist_busy)
+    if (r->pumping || !live(r) || !persist_busy(r))
         return;
     const kl_raft_ready *rd = r->rd;
     if (rd->n_committed > 0 && rd->committed[rd->n_committed - 1].index > r->applied)
@@ -1246,7 +1249,7 @@ static void on_recv_snapshot(kl_repl *r, uint64_t from, Keyload__V1__RaftMessage
         r->counters.refused++;
     /* A staged snapshot's install ready comes after the running write: hold new streams off
      * until then (the sender resyncs). */
-    if (!ok || (pm->type == KL_SNAPWIRE_MSG_DATA && kl_snapwire_install_waiting(r->sw) && r->persist_busy)) {
+    if (!ok || (pm->type == KL_SNAPWIRE_MSG_DATA && kl_snapwire_install_waiting(r->sw) && persist_busy(r))) {
         recv_drop(r);
         return;
     }
@@ -1602,7 +1605,7 @@ static void maybe_compact(kl_repl *r)
         r->cflush.fresh = false; /* nothing to cut even so: the next call may flush again */
         return;
     }
-    if (r->persist_busy || r->pumping || r->next_taken) {
+    if (persist_busy(r) || r->pumping || r->next_taken) {
         /* persist_after calls again; take_next holds the next ready back meanwhile, or
          * chained writes under steady load would never leave a round without one. */
         r->compact_due = true;
@@ -1652,7 +1655,7 @@ static void on_tick(uv_timer_t *t)
         kl_raft_status st;
         kl_raft_status_get(r->raft, &st);
         kl_snapwire_tick(r->sw, st.role == KL_RAFT_LEADER, uv_now(r->loop));
-        if (!r->persist_busy && !r->pumping)
+        if (!persist_busy(r) && !r->pumping)
             kl_snapwire_settle(r->sw);
     }
     maybe_compact(r);
@@ -2034,9 +2037,7 @@ void kl_repl_stop(kl_repl *r)
     uv_check_stop(&r->flush);
     uv_close((uv_handle_t *)&r->timer, on_handle_closed);
     uv_close((uv_handle_t *)&r->flush, on_handle_closed);
-    kl_log_writer *w = r->writer;
-    r->writer = NULL;
-    kl_log_writer_stop(w, on_writer_closed, r);
+    kl_log_writer_stop(r->writer, on_writer_closed, r);
 }
 
 void kl_repl_peer_stats(kl_repl *r, kl_peer_counters *out)
