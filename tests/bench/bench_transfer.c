@@ -98,6 +98,34 @@ static kl_code xfer_one(kl_client *c, const bench_options *o, const kl_message *
     return rc;
 }
 
+/* On stderr (stdout carries only the "transfer:" line run.sh parses): p50 and p99 of each
+ * step of the measured transfers, from its call's start to its answer being collected, so
+ * a transfer's latency shows which step it waits in. */
+static void print_step_latencies(const bench_client *cs, int started)
+{
+    static const char *name[4] = {"create", "accept", "receipt", "complete"};
+    fprintf(stderr, "transfer steps:");
+    for (int j = 0; j < 4; j++) {
+        size_t n = 0, k = 0;
+        for (int i = 0; i < started; i++)
+            n += cs[i].step_lat[j].n;
+        uint64_t *v = malloc((n ? n : 1) * sizeof *v);
+        if (v == NULL) {
+            fprintf(stderr, " (out of memory)");
+            break;
+        }
+        for (int i = 0; i < started; i++) {
+            memcpy(v + k, cs[i].step_lat[j].v, cs[i].step_lat[j].n * sizeof *v);
+            k += cs[i].step_lat[j].n;
+        }
+        qsort(v, n, sizeof *v, bench_cmp_u64);
+        fprintf(stderr, " %s_p50_us=%.1f %s_p99_us=%.1f", name[j], bench_pct(v, n, 50) / 1e3, name[j],
+                bench_pct(v, n, 99) / 1e3);
+        free(v);
+    }
+    fprintf(stderr, "\n");
+}
+
 static void *xfer_client_main(void *arg)
 {
     bench_client *cs = arg;
@@ -229,6 +257,8 @@ int bench_run_transfer(const bench_options *o)
            bench_pct(all, n, 99) / 1e3, n ? sum / (double)n / 1e3 : 0.0, n ? all[n - 1] / 1e3 : 0.0,
            (unsigned long long)(errors + (uint64_t)open_failed));
     fflush(stdout);
+    if (o->in_flight > 1)
+        print_step_latencies(cs, started);
     for (int i = 0; i < started; i++) {
         if (cs[i].first_err_msg[0] == '\0')
             continue;
@@ -238,8 +268,11 @@ int bench_run_transfer(const bench_options *o)
         if (!seen)
             fprintf(stderr, "keyload-bench: transfer client %d: first error: %s\n", i, cs[i].first_err_msg);
     }
-    for (int i = 0; i < o->clients; i++)
+    for (int i = 0; i < o->clients; i++) {
         free(cs[i].lat.v);
+        for (int j = 0; j < 4; j++)
+            free(cs[i].step_lat[j].v);
+    }
     free(all);
     free(cs);
     return open_failed == o->clients ? 1 : 0;

@@ -31,6 +31,7 @@ typedef struct xfer_slot {
     uint8_t *token;             /* the intent (after Create) or the receipt (after the read) */
     size_t token_len;
     int64_t t0, t1;
+    int64_t step_t0[4];         /* when each step's call started */
     bool answered;              /* bench_pipe's flag, under pipe->mu */
 } xfer_slot;
 
@@ -71,6 +72,7 @@ static kl_code slot_start_step(bench_client *cs, xfer_slot *s, const kl_message 
     s->r = NULL;
     s->ra = NULL;
     s->answered = false;
+    s->step_t0[s->step] = bench_now_ns();
     if (s->step == STEP_RECEIPT)
         return kl_client_transfer_receipt_start(cs->sdk, o->dest_queue, o->queue, s->lane, s->tid, &s->ra, slot_done,
                                                 s, &s->call, err);
@@ -156,6 +158,13 @@ static bool slot_collect(bench_client *cs, xfer_slot *s, const kl_message *msg)
     }
     int64_t to = atomic_load(&bench_measure_to);
     bool measured = s->t0 >= atomic_load(&bench_measure_from) && (to == 0 || s->t1 <= to);
+    /* Each step ends where the next one starts (this thread starts it right after the
+     * answer is collected); the last ends at t1. */
+    for (int i = STEP_CREATE; rc == KL_OK && measured && i <= STEP_COMPLETE; i++) {
+        int64_t end = i == STEP_COMPLETE ? s->t1 : s->step_t0[i + 1];
+        if (bench_lat_push(&cs->step_lat[i], (uint64_t)(end - s->step_t0[i])) != 0)
+            snprintf(cs->first_err_msg, sizeof cs->first_err_msg, "out of memory for latencies");
+    }
     if (rc != KL_OK) {
         bench_xfer_first_err(cs, step_name(s->step), rc, &err);
         if (measured)

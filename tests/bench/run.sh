@@ -103,6 +103,9 @@
 #              the KL-10 large-state part (default: everything); xcoord runs only the two cells of the coordinator
 #              target, BENCH_ROUNDS times alternating (client-driven, 32 in flight; a
 #              coordinator with the default config),
+#              BENCH_XCOORD_CELLS (xcoord's client-driven in-flight counts, default 32, e.g.
+#              "16 32 64 128" for the throughput-latency curve; the coordinator cell follows
+#              each cell of 32 only),
 #              BENCH_XFER_THREADS=1 (the KL-4 32-in-flight cell as 32 client threads of one
 #              blocking transfer each instead of one client with 32 outstanding; the peers
 #              part prints that form once anyway, informational),
@@ -131,6 +134,10 @@ hs_n=${BENCH_HANDSHAKES:-1000}
 parts=${BENCH_PARTS:-all}
 xfer_port=${BENCH_XFER_PORT:-18100}
 case $parts in all|kl3|xfer|coord|peers|xcoord|retain|big) ;; *) echo "bench: BENCH_PARTS must be all, kl3, xfer, coord, peers, xcoord, retain or big"; exit 2 ;; esac
+for c in ${BENCH_XCOORD_CELLS:-32}; do
+  case $c in ''|*[!0-9]*|0*) echo "bench: BENCH_XCOORD_CELLS must be in-flight counts from 1 to 1024 (\"$c\")"; exit 2 ;; esac
+  [ "$c" -le 1024 ] || { echo "bench: BENCH_XCOORD_CELLS must be in-flight counts from 1 to 1024 (\"$c\")"; exit 2; }
+done
 peers_port=${BENCH_PEERS_PORT:-18031}
 js_port=${BENCH_JS_PORT:-14222}
 want_peers=0
@@ -1017,21 +1024,29 @@ if [ "$parts" = all ] || [ "$parts" = xfer ] || [ "$parts" = coord ] || [ "$part
     rounds=1
     [ $want_peers = 1 ] && { rounds=3; pg_up "$peer_out/pg" || exit 1; }
     cells="1 32"
-    [ "$parts" = xcoord ] && { rounds=${BENCH_ROUNDS:-1}; cells=32; }
+    [ "$parts" = xcoord ] && { rounds=${BENCH_ROUNDS:-1}; cells=${BENCH_XCOORD_CELLS:-32}; }
     for r in $(seq 1 $rounds); do
       for c in $cells; do
         lat=()
         [ $want_peers = 1 ] && lat=(--lat-out "$peer_out/lat/xfer_$c.r$r.txt")
         xc_how=(--clients "$c")
         [ "$c" -gt 1 ] && [ "${BENCH_XFER_THREADS:-0}" != 1 ] && xc_how=(--clients 1 --in-flight "$c")
+        # Whether the cell was short of CPU: every thread's run and run-queue wait over most
+        # of the measured seconds (from 2 s after the start, past priming and warm-up).
+        rm -f "$tmp/sched.txt"
+        bash "$root/tests/bench/sched_load.sh" window 2 $((secs > 2 ? secs - 1 : 1)) "$tmp/sched.txt" \
+          "bench: transfer in flight $c, scheduling:" &
+        sched_pid=$!
         out=$(timeout $((secs * 3 + 180)) "$bench" --transfer "${xcommon[@]}" --queue xsrc --dest-queue xdst \
               "${xc_how[@]}" --seconds "$secs" "${lat[@]}")
         rc=$?
+        wait "$sched_pid"
         echo "${out:-bench: transfer clients=$c: no result (exit $rc)}"
+        cat "$tmp/sched.txt" 2>/dev/null
         [ $rc -eq 0 ] && [ -n "$out" ] || failed=1
         peer[xfer_$c,$r]=$out
         members_alive "$x" || exit 1
-        [ "$parts" = xcoord ] && { xline32=$out; coord_default_cell "$x" "cdef$r"; }
+        [ "$parts" = xcoord ] && [ "$c" = 32 ] && { xline32=$out; coord_default_cell "$x" "cdef$r"; }
         [ $want_peers = 1 ] || continue
         pc=$(( c == 1 ? 1 : 8 ))
         out=$(timeout $((secs * 3 + 60)) node "$root/tests/bench/peers/pg.mjs" transfer --host "$pg_dir" \
