@@ -1049,10 +1049,16 @@ if [ "$parts" = all ] || [ "$parts" = xfer ] || [ "$parts" = coord ] || [ "$part
         [ "$parts" = xcoord ] && [ "$c" = 32 ] && { xline32=$out; coord_default_cell "$x" "cdef$r"; }
         [ $want_peers = 1 ] || continue
         pc=$(( c == 1 ? 1 : 8 ))
+        rm -f "$tmp/sched.txt"
+        bash "$root/tests/bench/sched_load.sh" window 2 $((secs > 2 ? secs - 1 : 1)) "$tmp/sched.txt" \
+          "bench: PostgreSQL outbox $pc clients, scheduling:" &
+        sched_pid=$!
         out=$(timeout $((secs * 3 + 60)) node "$root/tests/bench/peers/pg.mjs" transfer --host "$pg_dir" \
               --clients "$pc" --seconds "$secs" --lat-out "$peer_out/lat/pg_$pc.r$r.txt")
         rc=$?
+        wait "$sched_pid"
         echo "bench: peers run $r PostgreSQL outbox, $pc clients: ${out:-no result (exit $rc)}"
+        cat "$tmp/sched.txt" 2>/dev/null
         [ $rc -eq 0 ] && [ -n "$out" ] || failed=1
         peer[pg_$pc,$r]=$out
       done
