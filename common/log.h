@@ -11,6 +11,7 @@ void kl_log_set_level(kl_log_level level);
 void kl_log(kl_log_level level, const char *msg, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 
+#define KL_DEBUG(msg, ...) kl_log(KL_LOG_DEBUG, msg, __VA_ARGS__)
 #define KL_INFO(msg, ...) kl_log(KL_LOG_INFO, msg, __VA_ARGS__)
 #define KL_WARN(msg, ...) kl_log(KL_LOG_WARN, msg, __VA_ARGS__)
 #define KL_ERROR(msg, ...) kl_log(KL_LOG_ERROR, msg, __VA_ARGS__)

@@ -34,7 +34,7 @@ static const num_opt DISC_NUMS[] = {
 static const char *const TOP_STRS[] = {"cluster_file", "database",
                                        "transfer_coordinator_principal_id",
                                        "principal_key_file", "status_file", "discovery",
-                                       "metrics", "metrics_token_file"};
+                                       "metrics", "metrics_token_file", "log_level"};
 
 static kl_code bad(kl_err *err, const char *path, const char *what)
 {
@@ -224,6 +224,13 @@ static kl_code parse_root(json_t *root, kl_coord_config *c, kl_err *err)
 
     if ((rc = get_metrics(root, c, err)) != KL_OK)
         return rc;
+    char level[8] = "info";
+    if (json_object_get(root, "log_level") != NULL &&
+        get_str(root, "log_level", false, level, sizeof level, err) != KL_OK)
+        return bad(err, "log_level", "must be \"info\" or \"debug\"");
+    if (strcmp(level, "info") != 0 && strcmp(level, "debug") != 0)
+        return bad(err, "log_level", "must be \"info\" or \"debug\"");
+    c->log_debug = strcmp(level, "debug") == 0;
     if (json_object_get(root, "status_file") != NULL)
         return get_str(root, "status_file", false, c->status_file, sizeof c->status_file, err);
     return default_status_file(c, err);

@@ -13,7 +13,11 @@
  *                    "max_bytes": 4194304,      intent-token bytes held per page, 1024..1 GiB
  *                    "max_work": 16 },          pages per round per partition, 1..100000
  *     "status_file": "...",            default <dir of cluster_file>/coordinator-<principal>.status.json
- *     "call_timeout_ms": 5000 }        one SDK call, 100..600000
+ *     "call_timeout_ms": 5000,         one SDK call, 100..600000
+ *     "log_level": "info" }            "info": one line per delivered transfer and per
+ *                                      retry, failure or cancel; "debug": also one per step
+ *                                      (dispatched, accept_sent, accepted, receipt_read,
+ *                                      complete_sent)
  *
  * Invariants after a successful parse: every number is inside its range; strings are
  * non-empty and fit their buffers; database is "TENANT/DB" with both parts non-empty;
@@ -73,6 +77,7 @@ typedef struct kl_coord_config {
     char metrics_token_file[KL_COORD_PATH_MAX];
     uint32_t call_timeout_ms;
     uint32_t call_threads;
+    bool log_debug;   /* "log_level": "debug" */
 } kl_coord_config;
 
 /* Parses a configuration text. Pure (no file is opened): what the files hold is checked

@@ -136,7 +136,7 @@ kl_coord_take kl_coord_discovery_take(kl_coord *co, const Keyload__V1__PendingQu
     switch (kl_coord_buffer_push(buf, ev, kl_coord_now_ms())) {
     case KL_COORD_PUSH_ADDED:
         atomic_fetch_add(&co->stats.dispatched, 1);
-        KL_INFO("dispatched", "id=%s source=%s/%s dest=%s/%s gen=%" PRIu64 " worker=%u",
+        KL_DEBUG("dispatched", "id=%s source=%s/%s dest=%s/%s gen=%" PRIu64 " worker=%u",
                 ev->transfer_id_text, ev->source_queue, ev->source_lane, ev->dest_queue,
                 ev->dest_lane, ev->generation, kl_coord_worker_of(co, key));
         return KL_COORD_TAKE_DISPATCHED;

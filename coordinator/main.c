@@ -96,6 +96,8 @@ int main(int argc, char **argv)
         return check(&cfg);
     if (do_status)
         return kl_coord_status_print(cfg.status_file, &err) == KL_OK ? 0 : fail("status", &err);
+    if (cfg.log_debug)
+        kl_log_set_level(KL_LOG_DEBUG);
 
     /* A malformed KEYLOAD_FAILPOINTS must not run a test with its cut silently disarmed. */
     if (kl_failpoint_init(&err) != KL_OK)

@@ -35,7 +35,8 @@ static json_t *config_json(const kl_coord_config *c)
          set(o, "principal_id", c->has_principal ? json_string(c->principal_id) : json_null()) &&
          set(o, "flush_interval_ms", u64(c->flush_interval_ms)) &&
          set(o, "workers", u64(c->workers)) && set(o, "buffer_capacity", u64(c->buffer_capacity)) &&
-         set(o, "call_timeout_ms", u64(c->call_timeout_ms));
+         set(o, "call_timeout_ms", u64(c->call_timeout_ms)) &&
+         set(o, "log_level", json_string(c->log_debug ? "debug" : "info"));
     if (!ok) {
         json_decref(o);
         return NULL;

@@ -114,7 +114,7 @@ bool kl_coord_turn_before(kl_coord_turn *t)
     if (t->at == KL_COORD_AT_ACCEPT || t->at == KL_COORD_AT_COMPLETE) {
         bool accept = t->at == KL_COORD_AT_ACCEPT;
         atomic_fetch_add(accept ? &t->co->stats.accept_sent : &t->co->stats.complete_sent, 1);
-        KL_INFO(accept ? "accept_sent" : "complete_sent", "%s cmd=%s attempt=%" PRIu32,
+        KL_DEBUG(accept ? "accept_sent" : "complete_sent", "%s cmd=%s attempt=%" PRIu32,
                 t->fields, t->cmd, t->ev->attempt + 1);
     }
     return true;
@@ -437,7 +437,7 @@ static void note_answer(turn *t)
     atomic_fetch_add(&t->co->stats.accepted, 1);
     if (dedup)
         atomic_fetch_add(&t->co->stats.accept_deduplicated, 1);
-    KL_INFO("accepted", "%s cmd=%s deduplicated=%s message_id=%" PRIu64 " dest_partition=%d "
+    KL_DEBUG("accepted", "%s cmd=%s deduplicated=%s message_id=%" PRIu64 " dest_partition=%d "
             "index=%" PRIu64, t->fields, t->cmd, dedup ? "true" : "false",
             ta ? ta->message_id : 0, ta ? ta->partition : -1, ta ? ta->index : 0);
 }
@@ -466,7 +466,7 @@ static kl_coord_turn_out on_accept(turn *t)
 static void log_receipt(turn *t)
 {
     const Keyload__V1__TargetEffect *e = t->first->target_commit;
-    KL_INFO("receipt_read", "%s message_id=%" PRIu64 " dest_partition=%d index=%" PRIu64,
+    KL_DEBUG("receipt_read", "%s message_id=%" PRIu64 " dest_partition=%d index=%" PRIu64,
             t->fields, e ? e->message_id : 0, e ? e->partition : -1, e ? e->index : 0);
 }
 

@@ -246,6 +246,8 @@ bool cc_coord_config(int i, const char *tag, const cc_opts *o)
     else
         fprintf(f, "\"transfer_coordinator_principal_id\":\"%s\",\"principal_key_file\":\"%s\",", cc_who_id[o->who],
                 cc_fx.whos[o->who].key_path);
+    /* The checks below read the per-step lines ("dispatched", "accept_sent", ...). */
+    fprintf(f, "\"log_level\":\"debug\",");
     if (o->defaults) {
         fprintf(f, "\"status_file\":\"%s\"}\n", c->status);
         return fclose(f) == 0;

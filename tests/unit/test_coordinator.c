@@ -300,6 +300,11 @@ START_TEST(test_config_defaults)
     ck_assert_uint_eq(c.discovery_max_work, 16);
     ck_assert_uint_eq(c.call_timeout_ms, 5000);
     ck_assert_str_eq(c.status_file, "var/c1/coordinator-ops.status.json");
+    ck_assert(!c.log_debug); /* per-step lines are off unless asked for */
+    ck_assert_int_eq(kl_coord_config_parse(MIN_CONFIG ", \"log_level\": \"debug\"}", &c, NULL), KL_OK);
+    ck_assert(c.log_debug);
+    ck_assert_int_eq(kl_coord_config_parse(MIN_CONFIG ", \"log_level\": \"info\"}", &c, NULL), KL_OK);
+    ck_assert(!c.log_debug);
 
     ck_assert_int_eq(kl_coord_config_parse(
                          MIN_CONFIG ", \"flush_interval_ms\": 1, \"workers\": 4096, "
@@ -406,6 +411,10 @@ START_TEST(test_config_bad_fields_named)
         {MIN_CONFIG ", \"discovery\": {\"max_item\": 3}}", "discovery.max_item"},
         {MIN_CONFIG ", \"flush_interval\": 100}", "flush_interval"},
         {MIN_CONFIG ", \"workers\": 2, \"workers\": 3}", "config"},
+        {MIN_CONFIG ", \"log_level\": \"trace\"}", "log_level"},
+        {MIN_CONFIG ", \"log_level\": \"\"}", "log_level"},
+        {MIN_CONFIG ", \"log_level\": 1}", "log_level"},
+        {MIN_CONFIG ", \"log_level\": \"debugging\"}", "log_level"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         kl_coord_config c;
