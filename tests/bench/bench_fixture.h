@@ -30,8 +30,9 @@ typedef struct bench_client {
     const bench_options *opt;
     char url[URL_MAX];       /* where this client sends; follows NOT_LEADER hints */
     bench_lat lat;
-    bench_lat step_lat[4];   /* --in-flight transfers: each step's own latency (create, accept,
-                              * receipt read, complete), for measured transfers that succeeded */
+    bench_lat step_lat[4];   /* --in-flight transfers: each step's call start to answer (create,
+                              * accept, receipt read, complete), for measured transfers that
+                              * succeeded */
     uint64_t ok;             /* measured, answered OK */
     uint64_t errors;         /* measured, answered with an error */
     uint64_t total;          /* every request sent, warm-up included */

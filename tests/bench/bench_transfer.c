@@ -99,8 +99,8 @@ static kl_code xfer_one(kl_client *c, const bench_options *o, const kl_message *
 }
 
 /* On stderr (stdout carries only the "transfer:" line run.sh parses): p50 and p99 of each
- * step of the measured transfers, from its call's start to its answer being collected, so
- * a transfer's latency shows which step it waits in. */
+ * step of the measured transfers, from its call's start to its answer, so a transfer's
+ * latency shows which step it waits in. */
 static void print_step_latencies(const bench_client *cs, int started)
 {
     static const char *name[4] = {"create", "accept", "receipt", "complete"};

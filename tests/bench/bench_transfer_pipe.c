@@ -31,7 +31,7 @@ typedef struct xfer_slot {
     uint8_t *token;             /* the intent (after Create) or the receipt (after the read) */
     size_t token_len;
     int64_t t0, t1;
-    int64_t step_t0[4];         /* when each step's call started */
+    int64_t step_t0[4], step_t1[4]; /* when each step's call started and was answered */
     bool answered;              /* bench_pipe's flag, under pipe->mu */
 } xfer_slot;
 
@@ -129,6 +129,7 @@ static bool slot_collect(bench_client *cs, xfer_slot *s, const kl_message *msg)
 {
     kl_err err;
     kl_err_clear(&err);
+    s->step_t1[s->step] = s->t1;
     kl_code rc = kl_call_result(s->call, &err);
     kl_call_free(s->call);
     s->call = NULL;
@@ -158,11 +159,10 @@ static bool slot_collect(bench_client *cs, xfer_slot *s, const kl_message *msg)
     }
     int64_t to = atomic_load(&bench_measure_to);
     bool measured = s->t0 >= atomic_load(&bench_measure_from) && (to == 0 || s->t1 <= to);
-    /* Each step ends where the next one starts (this thread starts it right after the
-     * answer is collected); the last ends at t1. */
+    /* Each step from its call's start to its answer; what the four leave of the transfer's
+     * latency is this thread's own delay in collecting answers and starting the next step. */
     for (int i = STEP_CREATE; rc == KL_OK && measured && i <= STEP_COMPLETE; i++) {
-        int64_t end = i == STEP_COMPLETE ? s->t1 : s->step_t0[i + 1];
-        if (bench_lat_push(&cs->step_lat[i], (uint64_t)(end - s->step_t0[i])) != 0)
+        if (bench_lat_push(&cs->step_lat[i], (uint64_t)(s->step_t1[i] - s->step_t0[i])) != 0)
             snprintf(cs->first_err_msg, sizeof cs->first_err_msg, "out of memory for latencies");
     }
     if (rc != KL_OK) {

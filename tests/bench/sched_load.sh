@@ -36,7 +36,8 @@ report() {
     echo "$prefix not available (no /proc/PID/task/TID/schedstat)"
     return 0
   fi
-  join <(sort "$before") <(sort "$after") | awk -v secs="$secs" -v prefix="$prefix" '
+  # One collation for sort and join, whatever the caller's locale.
+  LC_ALL=C join <(LC_ALL=C sort "$before") <(LC_ALL=C sort "$after") | awk -v secs="$secs" -v prefix="$prefix" '
     # key comm run wait slices comm run wait slices
     { run = $7 - $3; wait = $8 - $4; sl = $9 - $5
       if (run < 0 || wait < 0) next
