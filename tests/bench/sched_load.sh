@@ -14,7 +14,8 @@
 #       sleeps DELAY seconds, snapshots, sleeps SECS, snapshots again and writes the report
 #       to OUT (run it in the background beside a bench cell, so the cell's own client is
 #       alive at both snapshots and counted).
-# Reads /proc only; writes FILE only. Prints "not available" where schedstat is missing.
+# Reads /proc only. Writes FILE and FILE.cpu (snap), or OUT and a scratch OUT.snap/ it
+# removes again (window). Prints "not available" where schedstat is missing.
 set -u
 
 snap() {
