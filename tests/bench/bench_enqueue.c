@@ -322,26 +322,16 @@ static int enqueue_report(const bench_options *o, enqueue_run *r)
     double cpu0 = r->cpu0, cpu1 = r->cpu1;
     double secs = (double)(r->end - r->from) / 1e9;
 
-    size_t n = 0;
     uint64_t ok = 0, errors = 0, total = 0;
     int open_failed = 0;
     for (int i = 0; i < o->clients; i++) {
-        n += cs[i].lat.n;
         ok += cs[i].ok;
         errors += cs[i].errors;
         total += cs[i].total;
         open_failed += cs[i].open_failed;
     }
-    uint64_t *all = malloc((n ? n : 1) * sizeof *all);
-    size_t k = 0;
-    for (int i = 0; i < o->clients; i++) {
-        if (all != NULL)
-            memcpy(all + k, cs[i].lat.v, cs[i].lat.n * sizeof *all);
-        k += cs[i].lat.n;
-    }
-    if (all == NULL)
-        n = 0;
-    qsort(all, n, sizeof *all, bench_cmp_u64);
+    size_t n;
+    uint64_t *all = bench_lat_sorted(cs, o->clients, -1, &n);
     double sum = 0;
     for (size_t i = 0; i < n; i++)
         sum += (double)all[i];

@@ -190,6 +190,23 @@ int bench_setup_queue(const bench_options *o, const char *url)
     return setup_mutation(o, target, sizeof target, &mq, "queue_exists", what);
 }
 
+uint64_t *bench_lat_sorted(const bench_client *cs, int clients, int step, size_t *n)
+{
+    size_t total = 0, k = 0;
+    for (int i = 0; i < clients; i++)
+        total += (step < 0 ? &cs[i].lat : &cs[i].step_lat[step])->n;
+    uint64_t *v = malloc((total ? total : 1) * sizeof *v);
+    *n = v != NULL ? total : 0;
+    for (int i = 0; i < clients && v != NULL; i++) {
+        const bench_lat *l = step < 0 ? &cs[i].lat : &cs[i].step_lat[step];
+        memcpy(v + k, l->v, l->n * sizeof *v);
+        k += l->n;
+    }
+    if (v != NULL)
+        qsort(v, total, sizeof *v, bench_cmp_u64);
+    return v;
+}
+
 /* --lat-out: the sorted latencies (ns) as microseconds, one a line. */
 int bench_lat_write(const char *path, const uint64_t *v, size_t n)
 {

@@ -89,6 +89,10 @@ int bench_lat_push(bench_lat *l, uint64_t ns);
 int bench_cmp_u64(const void *a, const void *b);
 /* Nearest-rank percentile of a sorted array. */
 uint64_t bench_pct(const uint64_t *v, size_t n, double p);
+/* The first `clients` clients' latencies of one kind, merged and sorted: step < 0 their
+ * requests' (lat), 0..3 one transfer step's (step_lat[step]). *n is how many. Malloc'd
+ * (the caller frees); NULL, with *n 0, only when memory is short. */
+uint64_t *bench_lat_sorted(const bench_client *cs, int clients, int step, size_t *n);
 /* --lat-out: the sorted latencies (ns) as microseconds, one a line. */
 int bench_lat_write(const char *path, const uint64_t *v, size_t n);
 /* The CPU time pid has used: utime+stime of /proc/PID/stat (clock ticks, in ns) and the sum

@@ -106,19 +106,12 @@ static void print_step_latencies(const bench_client *cs, int started)
     static const char *name[4] = {"create", "accept", "receipt", "complete"};
     fprintf(stderr, "transfer steps:");
     for (int j = 0; j < 4; j++) {
-        size_t n = 0, k = 0;
-        for (int i = 0; i < started; i++)
-            n += cs[i].step_lat[j].n;
-        uint64_t *v = malloc((n ? n : 1) * sizeof *v);
+        size_t n;
+        uint64_t *v = bench_lat_sorted(cs, started, j, &n);
         if (v == NULL) {
             fprintf(stderr, " (out of memory)");
             break;
         }
-        for (int i = 0; i < started; i++) {
-            memcpy(v + k, cs[i].step_lat[j].v, cs[i].step_lat[j].n * sizeof *v);
-            k += cs[i].step_lat[j].n;
-        }
-        qsort(v, n, sizeof *v, bench_cmp_u64);
         fprintf(stderr, " %s_p50_us=%.1f %s_p99_us=%.1f", name[j], bench_pct(v, n, 50) / 1e3, name[j],
                 bench_pct(v, n, 99) / 1e3);
         free(v);
@@ -228,24 +221,15 @@ int bench_run_transfer(const bench_options *o)
         kl_client_close(cs[i].sdk);
     }
     double secs = (double)(end - from) / 1e9;
-    size_t n = 0;
     uint64_t ok = 0, errors = 0;
     int open_failed = o->clients - started;
     for (int i = 0; i < started; i++) {
-        n += cs[i].lat.n;
         ok += cs[i].ok;
         errors += cs[i].errors;
         open_failed += cs[i].open_failed;
     }
-    uint64_t *all = malloc((n ? n : 1) * sizeof *all);
-    size_t k = 0;
-    for (int i = 0; i < started && all != NULL; i++) {
-        memcpy(all + k, cs[i].lat.v, cs[i].lat.n * sizeof *all);
-        k += cs[i].lat.n;
-    }
-    if (all == NULL)
-        n = 0;
-    qsort(all, n, sizeof *all, bench_cmp_u64);
+    size_t n;
+    uint64_t *all = bench_lat_sorted(cs, started, -1, &n);
     double sum = 0;
     for (size_t i = 0; i < n; i++)
         sum += (double)all[i];
