@@ -959,6 +959,20 @@ median_run() {
 # It runs before the KL-5 part: that part leaves 10,000 transfers pending, which a
 # coordinator started afterwards would drive too, in competition with these.
 coord_default=""
+# sched_start PREFIX, before a cell: whether the cell was short of CPU, as every thread's run
+# and run-queue wait over most of its measured seconds (from 2 s after the start, past
+# priming and warm-up; tests/bench/sched_load.sh), in the background. sched_end, after the
+# cell's result line: waits for it and prints its line.
+sched_start() {
+  rm -f "$tmp/sched.txt"
+  bash "$root/tests/bench/sched_load.sh" window 2 $((secs > 2 ? secs - 1 : 1)) "$tmp/sched.txt" "$1" &
+  sched_pid=$!
+}
+sched_end() {
+  wait "$sched_pid"
+  cat "$tmp/sched.txt" 2>/dev/null
+}
+
 coord_default_cell() {  # DIR [QUEUE, default cdef]
   local d=$1 q=${2:-cdef} n cfg=$1/coord-default.json log=$1/coord-default.log out rc
   local xc=(--cluster "$d/cluster.json" --principal benchxfer --key "$d/xfer.key" --database bench/kl4)
@@ -1031,34 +1045,24 @@ if [ "$parts" = all ] || [ "$parts" = xfer ] || [ "$parts" = coord ] || [ "$part
         [ $want_peers = 1 ] && lat=(--lat-out "$peer_out/lat/xfer_$c.r$r.txt")
         xc_how=(--clients "$c")
         [ "$c" -gt 1 ] && [ "${BENCH_XFER_THREADS:-0}" != 1 ] && xc_how=(--clients 1 --in-flight "$c")
-        # Whether the cell was short of CPU: every thread's run and run-queue wait over most
-        # of the measured seconds (from 2 s after the start, past priming and warm-up).
-        rm -f "$tmp/sched.txt"
-        bash "$root/tests/bench/sched_load.sh" window 2 $((secs > 2 ? secs - 1 : 1)) "$tmp/sched.txt" \
-          "bench: transfer in flight $c, scheduling:" &
-        sched_pid=$!
+        sched_start "bench: transfer in flight $c, scheduling:"
         out=$(timeout $((secs * 3 + 180)) "$bench" --transfer "${xcommon[@]}" --queue xsrc --dest-queue xdst \
               "${xc_how[@]}" --seconds "$secs" "${lat[@]}")
         rc=$?
-        wait "$sched_pid"
         echo "${out:-bench: transfer clients=$c: no result (exit $rc)}"
-        cat "$tmp/sched.txt" 2>/dev/null
+        sched_end
         [ $rc -eq 0 ] && [ -n "$out" ] || failed=1
         peer[xfer_$c,$r]=$out
         members_alive "$x" || exit 1
         [ "$parts" = xcoord ] && [ "$c" = 32 ] && { xline32=$out; coord_default_cell "$x" "cdef$r"; }
         [ $want_peers = 1 ] || continue
         pc=$(( c == 1 ? 1 : 8 ))
-        rm -f "$tmp/sched.txt"
-        bash "$root/tests/bench/sched_load.sh" window 2 $((secs > 2 ? secs - 1 : 1)) "$tmp/sched.txt" \
-          "bench: PostgreSQL outbox $pc clients, scheduling:" &
-        sched_pid=$!
+        sched_start "bench: PostgreSQL outbox $pc clients, scheduling:"
         out=$(timeout $((secs * 3 + 60)) node "$root/tests/bench/peers/pg.mjs" transfer --host "$pg_dir" \
               --clients "$pc" --seconds "$secs" --lat-out "$peer_out/lat/pg_$pc.r$r.txt")
         rc=$?
-        wait "$sched_pid"
         echo "bench: peers run $r PostgreSQL outbox, $pc clients: ${out:-no result (exit $rc)}"
-        cat "$tmp/sched.txt" 2>/dev/null
+        sched_end
         [ $rc -eq 0 ] && [ -n "$out" ] || failed=1
         peer[pg_$pc,$r]=$out
       done
