@@ -279,6 +279,11 @@
 /* A replication frame carries a batch's entry plus the append message around it: the peer
  * frame limit is the cluster's MaxFrameBytes plus this (daemon/main.c). */
 #define KL_REPL_FRAME_OVERHEAD (64u << 10)
+/* The replication trace (daemon/repl/trace.h, keyloadd --repl-trace N): it samples at most
+ * every KL_TRACE_EVERY_MAX-th log index, and a record keeps per-peer stamps for every other
+ * member of a partition. */
+#define KL_TRACE_EVERY_MAX 1000000u
+#define KL_TRACE_MAX_PEERS (KL_PEER_MAX_PEERS - 1)
 
 /* ---------------------------------------------------------------- relations */
 /* Every Raft message a leader streams to one follower in a window fits one batch. */

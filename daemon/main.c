@@ -38,6 +38,7 @@
 #include "daemon/restore.h"
 #include "daemon/notify.h"
 #include "daemon/repl/driver.h"
+#include "daemon/repl/trace.h"
 #include "daemon/rpc/serve.h"
 #include "daemon/rpc/sessions.h"
 #include "daemon/rpc/tailer.h"
@@ -422,7 +423,7 @@ static void usage(void)
                     "                [--cluster-secret FILE] [--member-key FILE] [--init-store]\n"
                     "                [--disk-reserve-mb N] [--metrics-addr HOST:PORT]\n"
                     "                [--metrics-token-file FILE] [--restore-from DIR/partition-P]\n"
-                    "                [--join]\n"
+                    "                [--join] [--repl-trace N]\n"
                     "       keyloadd keygen --help\n"
                     "  --init-store  create this member's store in an empty data directory. Pass it\n"
                     "                on the member's first start only: without it an empty or wiped\n"
@@ -446,8 +447,11 @@ static void usage(void)
                     "                file are the running ones it first contacts; it takes their log\n"
                     "                once a membership change made it a learner, and never\n"
                     "                campaigns before a configuration makes it a voter. Keep passing\n"
-                    "                it until the change finished (docs/MEMBERSHIP.md).\n",
-            DISK_RESERVE_MB_DEFAULT);
+                    "                it until the change finished (docs/MEMBERSHIP.md).\n"
+                    "  --repl-trace N  log the replication stamps of every N-th log index, one\n"
+                    "                \"repl trace\" line per member and index (0, the default: off;\n"
+                    "                at most %u). A diagnostic for tests/bench/repl_trace.sh.\n",
+            DISK_RESERVE_MB_DEFAULT, KL_TRACE_EVERY_MAX);
 }
 
 typedef struct daemon_args {
@@ -458,6 +462,7 @@ typedef struct daemon_args {
     bool join;
     uint64_t disk_reserve_mb;
     const char *restore_from;
+    uint32_t repl_trace; /* --repl-trace: 0 = off */
 } daemon_args;
 
 /* Returns -1 to go on, else the exit code (0 after --help, 2 on a usage error). */
@@ -475,6 +480,7 @@ static int parse_args(int argc, char **argv, daemon_args *a)
         {"metrics-token-file", required_argument, NULL, 't'},
         {"restore-from", required_argument, NULL, 'R'},
         {"join", no_argument, NULL, 'j'},
+        {"repl-trace", required_argument, NULL, 'T'},
         {"help", no_argument, NULL, 'h'},          {NULL, 0, NULL, 0}};
     int ch;
     while ((ch = getopt_long(argc, argv, "", opts, NULL)) != -1) {
@@ -499,6 +505,18 @@ static int parse_args(int argc, char **argv, daemon_args *a)
                 return 2;
             }
             a->disk_reserve_mb = mb;
+            break;
+        }
+        case 'T': {
+            char *end;
+            errno = 0;
+            unsigned long n = strtoul(optarg, &end, 10);
+            if (errno != 0 || end == optarg || *end != '\0' || optarg[0] == '-' || n > KL_TRACE_EVERY_MAX) {
+                fprintf(stderr, "keyloadd: --repl-trace must be a number of log indexes (0..%u)\n",
+                        KL_TRACE_EVERY_MAX);
+                return 2;
+            }
+            a->repl_trace = (uint32_t)n;
             break;
         }
         case 'h': usage(); return 0;
@@ -821,6 +839,7 @@ int main(int argc, char **argv)
     const kl_partition *part = kl_cluster_find_partition(&cluster, partition);
     kl_repl_config rcfg;
     repl_config(&rcfg, &cluster, partition, part, me, &d, a.join);
+    rcfg.trace_every = a.repl_trace;
     kl_repl_callbacks cb = {.ctx = &d, .apply = repl_apply, .role = repl_role,
                             .read_ready = repl_read_ready, .read_dropped = repl_read_dropped,
                             .fatal = repl_fatal};

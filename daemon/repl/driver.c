@@ -24,6 +24,7 @@
 #include "daemon/repl/peer.h"
 #include "daemon/repl/snapwire.h"
 #include "daemon/repl/stages.h"
+#include "daemon/repl/trace.h"
 #include "keyload/v1/raft.pb-c.h"
 
 #include <assert.h>
@@ -159,6 +160,7 @@ struct kl_repl {
 
     kl_repl_counters counters;
     kl_stages *stages;   /* per-stage timing (stages.h); NULL if it could not be allocated */
+    kl_trace *trace;     /* sampled cross-member stamps (trace.h); NULL when off */
     uint64_t seen_commit; /* highest commit index stamped in stages */
     uint32_t report_ticks;
     bool failed, stopped;
@@ -375,6 +377,7 @@ static void free_all(kl_repl *r)
         free(r->jobs[k].noops);
     }
     kl_stages_free(r->stages);
+    kl_trace_free(r->trace);
     free(r->reads);
     free(r->in_ents);
     kl_pb_arena_fini(&r->recv_arena);
@@ -449,8 +452,9 @@ static void note_commit(kl_repl *r)
     kl_raft_status st;
     kl_raft_status_get(r->raft, &st);
     if (st.commit > r->seen_commit) {
-        kl_stages_mark_range(r->stages, r->seen_commit + 1, st.commit, KL_STAGE_COMMIT,
-                             kl_stages_now());
+        uint64_t now = kl_stages_now();
+        kl_stages_mark_range(r->stages, r->seen_commit + 1, st.commit, KL_STAGE_COMMIT, now);
+        kl_trace_mark(r->trace, r->seen_commit + 1, st.commit, KL_TP_COMMIT, now);
         r->seen_commit = st.commit;
     }
 }
@@ -467,6 +471,7 @@ static void note_job(kl_repl *r, const persist_job *j, kl_raft_role role, kl_sta
         return;
     uint64_t lo = j->items[0].index, hi = j->items[j->n_items - 1].index;
     kl_stages_mark_range(r->stages, lo, hi, stage, now);
+    kl_trace_mark(r->trace, lo, hi, stage == KL_STAGE_PERSIST_START ? KL_TP_W_START : KL_TP_W_DONE, now);
     if (stage == KL_STAGE_PERSIST_DONE && role != KL_RAFT_LEADER)
         for (size_t i = 0; i < j->n_items; i++)
             kl_stages_follower_done(r->stages, j->items[i].index, now);
@@ -532,11 +537,19 @@ static void send_msg(kl_repl *r, const kl_raft_msg *m)
         return;
     }
     keyload__v1__raft_message__pack(&pm, r->frame);
-    if (m->type == KL_RAFT_MSG_APPEND && m->n_entries > 0) /* only a leader sends appends */
+    if (m->type == KL_RAFT_MSG_APPEND && m->n_entries > 0) { /* only a leader sends appends */
+        uint64_t now = kl_stages_now();
         kl_stages_mark_range(r->stages, m->entries[0].index, m->entries[m->n_entries - 1].index,
-                             KL_STAGE_SENT, kl_stages_now());
-    if (kl_peer_send(r->peer, m->to, r->frame, n) != KL_OK)
+                             KL_STAGE_SENT, now);
+        kl_trace_peer_mark(r->trace, m->entries[0].index, m->entries[m->n_entries - 1].index, m->to,
+                           KL_TPP_SENT, now);
+    }
+    if (kl_peer_send(r->peer, m->to, r->frame, n) != KL_OK) {
         r->counters.send_drops++;
+    } else if (m->type == KL_RAFT_MSG_APPEND_RESP && !m->reject && r->trace != NULL) {
+        kl_trace_mark(r->trace, 1, m->index, KL_TP_ACK_SENT, kl_stages_now());
+        kl_trace_emit(r->trace, 1, m->index, false);
+    }
 }
 
 /* ---------------------------------------------------------------- reads
@@ -658,6 +671,8 @@ static void apply_one(kl_repl *r, const kl_raft_entry *e)
     uint64_t t1 = kl_stages_now();
     kl_stages_span(r->stages, KL_SPAN_APPLY_CALL, t0, t1);
     kl_stages_applied(r->stages, e->index, t1);
+    kl_trace_mark(r->trace, e->index, e->index, KL_TP_APPLIED, t1);
+    kl_trace_emit(r->trace, e->index, e->index, true);
 }
 
 /* Hands the ready's committed entries up to index `upto` to apply, in order, each index once
@@ -1298,12 +1313,21 @@ static void on_recv(void *owner, uint64_t from, const uint8_t *frame, size_t len
                                         .data = e->data.len ? e->data.data : NULL,
                                         .len = e->data.len};
     }
+    uint64_t read_ns = kl_peer_delivering_read_ns(r->peer);
     if (m.type == KL_RAFT_MSG_APPEND && m.n_entries > 0) {
-        uint64_t now = kl_stages_now();
+        uint64_t now = kl_stages_now(), lo = m.entries[0].index, hi = m.entries[m.n_entries - 1].index;
         for (size_t i = 0; i < m.n_entries; i++)
             kl_stages_mark(r->stages, m.entries[i].index, KL_STAGE_PROPOSE, now);
+        kl_trace_begin(r->trace, lo, hi, false, KL_TP_READ, read_ns ? read_ns : now);
+        kl_trace_mark(r->trace, lo, hi, KL_TP_STEP, now);
     }
     kl_code rc = kl_raft_step(r->raft, &m);
+    if (rc == KL_OK && m.type == KL_RAFT_MSG_APPEND_RESP && !m.reject) {
+        /* An acknowledgement is cumulative: it covers every index up to m.index. */
+        uint64_t now = kl_stages_now();
+        kl_trace_peer_mark(r->trace, 1, m.index, m.from, KL_TPP_ACK_READ, read_ns ? read_ns : now);
+        kl_trace_peer_mark(r->trace, 1, m.index, m.from, KL_TPP_ACK_STEP, now);
+    }
     recv_drop(r);
     if (rc == KL_INVALID_ARGUMENT) {
         r->counters.refused++;
@@ -1715,6 +1739,29 @@ static kl_code check_config(const kl_repl_config *c, size_t *self_slot, kl_err *
     return KL_OK;
 }
 
+/* One log line per finished trace record (trace.h): the stamps, in microseconds of
+ * CLOCK_MONOTONIC, named as tests/bench/repl_trace.sh reads them; per peer columns are
+ * suffixed with the peer's member id. */
+static void trace_report(void *ctx, const kl_trace_record *rec)
+{
+    static const char *const names[KL_TP_COUNT] = {"propose", "read", "step", "w_start",
+                                                   "w_done", "ack_sent", "commit", "applied"};
+    static const char *const peer_names[KL_TPP_COUNT] = {"sent", "ack_read", "ack_step"};
+    const kl_repl *r = ctx;
+    char buf[1024];
+    size_t n = 0;
+    for (int i = 0; i < KL_TP_COUNT && n < sizeof buf; i++)
+        if (rec->t[i] != 0)
+            n += (size_t)snprintf(buf + n, sizeof buf - n, " %s=%llu", names[i], (unsigned long long)rec->t[i]);
+    for (int c = 0; c < KL_TRACE_MAX_PEERS && rec->peer[c] != 0; c++)
+        for (int i = 0; i < KL_TPP_COUNT && n < sizeof buf; i++)
+            if (rec->p[c][i] != 0)
+                n += (size_t)snprintf(buf + n, sizeof buf - n, " %s_%llu=%llu", peer_names[i],
+                                      (unsigned long long)rec->peer[c], (unsigned long long)rec->p[c][i]);
+    KL_INFO("repl trace", "member=%llu role=%s index=%llu%s", (unsigned long long)r->self,
+            rec->leader ? "leader" : "follower", (unsigned long long)rec->index, n < sizeof buf ? buf : "");
+}
+
 /* What the core starts from: the hard state, the last and applied index, and the snapshot
  * point (entries up to the store's first index - 1 were compacted or installed; the term
  * there is log_start's). */
@@ -1853,6 +1900,8 @@ kl_code kl_repl_start(uv_loop_t *loop, kl_store *store, const kl_repl_config *cf
             kl_confstore_learn_one(&r->cs, cfg->members[i], cfg->peer_urls[i], NULL,
                                    cfg->public_keys[i]);
     r->stages = kl_stages_new(); /* timing only: runs without it if memory is short */
+    if ((rc = kl_trace_new(cfg->trace_every, trace_report, r, &r->trace, err)) != KL_OK)
+        goto fail;
 
     r->rcap = 2 * rc_.max_pending_reads;
     r->reads = calloc(r->rcap, sizeof *r->reads);
@@ -1943,7 +1992,9 @@ kl_code kl_repl_propose(kl_repl *r, const uint8_t *data, size_t len, uint64_t *l
     if (rc != KL_OK)
         return rc;
     assert(p.index == index && p.term == term);
-    kl_stages_mark(r->stages, p.index, KL_STAGE_PROPOSE, kl_stages_now());
+    uint64_t now = kl_stages_now();
+    kl_stages_mark(r->stages, p.index, KL_STAGE_PROPOSE, now);
+    kl_trace_begin(r->trace, p.index, p.index, true, KL_TP_PROPOSE, now);
     pump(r);
     /* With the leader's own write running, pump takes no ready: the append leaves now
      * rather than in on_flush, which runs only after the loop's next poll, and the node

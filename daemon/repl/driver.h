@@ -151,6 +151,9 @@ typedef struct kl_repl_config {
        its store holds a configuration, that configuration is the one in effect. */
     bool join;
     const char *join_peer_url;
+    /* The replication trace (trace.h): every trace_every-th log index is stamped on this
+       member and logged as one "repl trace" line; 0 = off. At most KL_TRACE_EVERY_MAX. */
+    uint32_t trace_every;
 } kl_repl_config;
 
 /* Defaults for zero fields of kl_repl_config. */

@@ -179,6 +179,7 @@ typedef struct peer_pipe {
 typedef struct peer_inbound {
     uint64_t from;
     peer_msg *msg; /* payload only */
+    uint64_t read_ns; /* uv_hrtime when the transport read it (kl_peer_delivering_read_ns) */
 } peer_inbound;
 
 struct kl_peer {
@@ -216,6 +217,7 @@ struct kl_peer {
     uint64_t last_rx;                 /* under mu: ms of the last frame received */
     peer_pipe pipes[PEER_MAX_PIPES];  /* under mu */
     peer_inbound *inbox;              /* ring of max_frames, under mu */
+    uint64_t delivering_read_ns;      /* loop thread: the frame recv is given now, else 0 */
     size_t in_head, in_count, in_bytes;
     kl_peer_counters st;              /* under mu (pipes_open/connected computed on read) */
     uint64_t refusal_logged_at;       /* under mu */
@@ -1032,6 +1034,7 @@ static void inbox_put(kl_peer *p, uint64_t from, peer_msg *msg, peer_act *act)
     size_t slot = (p->in_head + p->in_count) % p->max_frames;
     p->inbox[slot].from = from;
     p->inbox[slot].msg = msg;
+    p->inbox[slot].read_ns = uv_hrtime();
     p->in_count++;
     p->in_bytes += plen;
     act->wake = true;
@@ -1597,7 +1600,9 @@ static void flush_cb(uv_idle_t *handle)
         p->in_bytes -= msg_len(in.msg);
         p->st.received++;
         uv_mutex_unlock(&p->mu);
+        p->delivering_read_ns = in.read_ns;
         p->recv(p->owner, in.from, msg_body(in.msg), msg_len(in.msg));
+        p->delivering_read_ns = 0;
         msg_free(in.msg);
     }
     busy_release(p);
@@ -1787,6 +1792,8 @@ void kl_peer_stop(kl_peer *p)
     uv_timer_stop(&p->watchdog);
     (void)uv_timer_start(&p->watchdog, quiesce_cb, PEER_QUIET_MS / 4, PEER_QUIET_MS / 4);
 }
+
+uint64_t kl_peer_delivering_read_ns(const kl_peer *p) { return p != NULL ? p->delivering_read_ns : 0; }
 
 bool kl_peer_connected(const kl_peer *p, uint64_t id)
 {

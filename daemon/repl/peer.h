@@ -231,6 +231,10 @@ kl_code kl_peer_start(uv_loop_t *loop, const kl_peer_config *cfg, kl_peer **out,
  * or len > max_frame. Every drop is counted. Safe to call from inside recv. */
 kl_code kl_peer_send(kl_peer *p, uint64_t to, const uint8_t *frame, size_t len);
 
+/* Inside recv: when the transport read the frame being delivered (uv_hrtime, ns: the
+ * same clock as CLOCK_MONOTONIC), for the replication trace (trace.h); 0 outside recv. */
+uint64_t kl_peer_delivering_read_ns(const kl_peer *p);
+
 /* True when both hellos crossed on a live connection to member `id` (authenticated mode,
  * listener side: and the member's first sealed frame opened). */
 bool kl_peer_connected(const kl_peer *p, uint64_t id);

@@ -15,7 +15,8 @@
 #              a temporary one that is removed), RF3_PERF=1, RF3_PIPELINE=1 (a cell N is one
 #              client with N batches in flight, as the peers part's 64 cell, instead of N
 #              clients; the cells of all runs share one cluster, so its state grows run by run
-#              as in the peers part).
+#              as in the peers part), RF3_TRACE=N (members run with --repl-trace N, and after
+#              each cell tests/bench/repl_trace.sh prints the legs between the members).
 # Every process this script starts is tracked by pid and stopped by pid on exit.
 set -u
 cd "$(dirname "$0")/../.." || exit 2
@@ -76,10 +77,15 @@ for i, m in enumerate(p0["members"]):
     m["public_key"] = open("%s/p0m%d.pub" % (d, m["id"])).read().strip()
 json.dump(c, open(d + "/cluster.json", "w"), indent=2)
 EOF
+trace=()
+if [ -n "${RF3_TRACE:-}" ]; then
+  case $RF3_TRACE in ''|*[!0-9]*) echo "rf3_lat: RF3_TRACE must be a number of log indexes"; exit 2 ;; esac
+  trace=(--repl-trace "$RF3_TRACE")
+fi
 urls="tcp://127.0.0.1:$port,tcp://127.0.0.1:$((port + 1)),tcp://127.0.0.1:$((port + 2))"
 for n in p0m1 p0m2 p0m3; do
   "$daemon" --cluster "$d/cluster.json" --node "$n" --data "$d/$n" --cluster-secret "$tmp/cluster.secret" \
-    --init-store --member-key "$d/$n.key" 2>>"$d/$n.log" &
+    --init-store --member-key "$d/$n.key" "${trace[@]}" 2>>"$d/$n.log" &
   mpid[$n]=$!
 done
 for n in p0m1 p0m2 p0m3; do
@@ -173,6 +179,9 @@ for r in $(seq 1 "$runs"); do
     for n in p0m1 p0m2 p0m3; do
       tail -n +"$((mark[$n] + 1))" "$d/$n.log" | grep 'replication stages' | sed "s/^/rf3_lat: $n /"
     done
+    if [ ${#trace[@]} -gt 0 ]; then
+      for n in p0m1 p0m2 p0m3; do tail -n +"$((mark[$n] + 1))" "$d/$n.log"; done | "$root/tests/bench/repl_trace.sh" | sed 's/^/rf3_lat: /'
+    fi
   done
 done
 for n in p0m1 p0m2 p0m3; do kill -0 "${mpid[$n]}" 2>/dev/null || { echo "rf3_lat: $n died"; tail -n 20 "$d/$n.log"; exit 1; }; done

@@ -49,6 +49,7 @@ Suite *suite_validate(void);
 Suite *suite_overlay(void);
 Suite *suite_pb_arena(void);
 Suite *suite_log_writer(void);
+Suite *suite_trace(void);
 
 int main(void)
 {
@@ -99,6 +100,7 @@ int main(void)
     srunner_add_suite(sr, suite_overlay());
     srunner_add_suite(sr, suite_pb_arena());
     srunner_add_suite(sr, suite_log_writer());
+    srunner_add_suite(sr, suite_trace());
     srunner_run_all(sr, CK_NORMAL);
     int failed = srunner_ntests_failed(sr);
     int run = srunner_ntests_run(sr);

@@ -223,10 +223,12 @@ static int td_seed_n; /* members the cluster file lists (0: all n_mem) */
 static bool td_join[TD_MAX + 1]; /* started as a joining member (kl_repl_config.join) */
 
 static uint32_t td_snap_threshold; /* 0: the driver's default compaction policy */
+static uint32_t td_trace_every;    /* kl_repl_config.trace_every: 0 = off */
 
 static void cluster_open(int n, uint32_t rc)
 {
     td_snap_threshold = 0;
+    td_trace_every = 0;
     td_seed_n = 0;
     memset(td_join, 0, sizeof td_join);
     memset(mem, 0, sizeof mem);
@@ -260,6 +262,7 @@ static void member_start(int id)
     }
     cfg.join = td_join[id];
     cfg.join_peer_url = m->url;
+    cfg.trace_every = td_trace_every;
     kl_repl_callbacks cb = {.ctx = m, .apply = cb_apply, .role = cb_role,
                             .read_ready = cb_read_ready, .read_dropped = cb_read_dropped,
                             .fatal = cb_fatal, .stopped = cb_stopped};
@@ -1378,6 +1381,137 @@ START_TEST(config_refused)
 }
 END_TEST
 
+/* One "repl trace" line's stamps, by name (0 = absent). */
+typedef struct td_trace_line {
+    uint64_t member, index;
+    bool leader;
+    char names[24][16];
+    uint64_t values[24];
+    int n;
+} td_trace_line;
+
+static uint64_t tl_get(const td_trace_line *t, const char *name)
+{
+    for (int i = 0; i < t->n; i++)
+        if (strcmp(t->names[i], name) == 0)
+            return t->values[i];
+    return 0;
+}
+
+static bool tl_parse(const char *line, td_trace_line *t)
+{
+    const char *p = strstr(line, "msg=\"repl trace\"");
+    if (p == NULL)
+        return false;
+    memset(t, 0, sizeof *t);
+    t->leader = strstr(p, "role=leader") != NULL;
+    for (p += strlen("msg=\"repl trace\""); *p != '\0' && t->n < 24;) {
+        char name[16];
+        unsigned long long v;
+        int used = 0;
+        if (sscanf(p, " %15[a-z_0-9]=%llu%n", name, &v, &used) == 2) {
+            snprintf(t->names[t->n], sizeof t->names[t->n], "%s", name);
+            t->values[t->n++] = v;
+            p += used;
+        } else if (sscanf(p, " %15[a-z_]=%*[a-z]%n", name, &used) >= 1 && used > 0) {
+            p += used; /* role=leader|follower */
+        } else {
+            break;
+        }
+    }
+    t->member = tl_get(t, "member");
+    t->index = tl_get(t, "index");
+    return t->index != 0;
+}
+
+/* The replication trace (trace.h) on three members of one process, so one clock: every
+ * sampled index the test proposed gets a leader line and a line from each follower, and the
+ * stamps follow cause and effect across the members: the leader's send comes before the
+ * follower's read, the follower's acknowledgement leaves before the leader reads it, and
+ * with replica_count 3 the commit comes after every follower's acknowledgement. */
+START_TEST(trace_follows_cause_across_members)
+{
+    char path[] = "/tmp/kl-trace-XXXXXX";
+    int fd = mkstemp(path);
+    ck_assert_int_ge(fd, 0);
+    unlink(path);
+    fflush(stderr);
+    int saved = dup(2);
+    ck_assert_int_ge(saved, 0);
+    ck_assert_int_eq(dup2(fd, 2), 2);
+    cluster_open(3, 3);
+    td_trace_every = 2;
+    for (int i = 1; i <= 3; i++)
+        member_start(i);
+    int l = wait_leader();
+    uint64_t first = 0, last = 0;
+    for (int i = 0; i < 12; i++) { /* one at a time: each its own round on every member */
+        last = propose_many(l, 1);
+        if (first == 0)
+            first = last;
+        wait_all_applied(last, 10000);
+    }
+    run_for(100);
+    fflush(stderr);
+    ck_assert_int_eq(dup2(saved, 2), 2);
+    close(saved);
+    FILE *f = fdopen(fd, "r");
+    ck_assert_ptr_nonnull(f);
+    rewind(f);
+    static td_trace_line lines[256];
+    int n = 0;
+    char buf[2048];
+    while (n < 256 && fgets(buf, sizeof buf, f) != NULL)
+        if (tl_parse(buf, &lines[n]))
+            n++;
+    fclose(f);
+    int checked = 0;
+    for (int i = 0; i < n; i++) {
+        const td_trace_line *L = &lines[i];
+        if (!L->leader || L->index < first || L->index > last)
+            continue;
+        ck_assert_uint_eq(L->member, (uint64_t)l);
+        ck_assert_uint_eq(L->index % 2, 0);
+        uint64_t propose = tl_get(L, "propose"), commit = tl_get(L, "commit"), applied = tl_get(L, "applied");
+        ck_assert(propose != 0 && commit != 0 && applied != 0);
+        ck_assert_uint_le(propose, tl_get(L, "w_start"));
+        ck_assert_uint_le(tl_get(L, "w_start"), tl_get(L, "w_done"));
+        ck_assert_uint_le(tl_get(L, "w_done"), commit); /* the leader counts itself once durable */
+        ck_assert_uint_le(commit, applied);
+        for (int fm = 1; fm <= 3; fm++) {
+            if (fm == l)
+                continue;
+            const td_trace_line *F = NULL;
+            for (int j = 0; j < n && F == NULL; j++)
+                if (!lines[j].leader && lines[j].member == (uint64_t)fm && lines[j].index == L->index)
+                    F = &lines[j];
+            ck_assert_msg(F != NULL, "no trace line of follower %d for index %llu", fm,
+                          (unsigned long long)L->index);
+            char k[32];
+            snprintf(k, sizeof k, "sent_%d", fm);
+            uint64_t sent = tl_get(L, k);
+            snprintf(k, sizeof k, "ack_read_%d", fm);
+            uint64_t ack_read = tl_get(L, k);
+            snprintf(k, sizeof k, "ack_step_%d", fm);
+            uint64_t ack_step = tl_get(L, k);
+            uint64_t chain[] = {propose, sent, tl_get(F, "read"), tl_get(F, "step"), tl_get(F, "w_start"),
+                                tl_get(F, "w_done"), tl_get(F, "ack_sent"), ack_read, ack_step, commit};
+            for (size_t c = 0; c < sizeof chain / sizeof chain[0]; c++)
+                ck_assert_msg(chain[c] != 0, "index %llu follower %d: stamp %zu missing",
+                              (unsigned long long)L->index, fm, c);
+            for (size_t c = 1; c < sizeof chain / sizeof chain[0]; c++)
+                ck_assert_msg(chain[c - 1] <= chain[c], "index %llu follower %d: stamp %zu (%llu) after %zu (%llu)",
+                              (unsigned long long)L->index, fm, c - 1, (unsigned long long)chain[c - 1], c,
+                              (unsigned long long)chain[c]);
+        }
+        checked++;
+    }
+    ck_assert_int_ge(checked, 5);
+    check_consistent();
+    cluster_close();
+}
+END_TEST
+
 Suite *suite_driver(void)
 {
     Suite *s = suite_create("driver");
@@ -1402,6 +1536,7 @@ Suite *suite_driver(void)
     tcase_add_test(t, writes_chain_while_one_runs);
     tcase_add_test(t, commit_only_readies_write_nothing);
     tcase_add_test(t, write_parts_timed);
+    tcase_add_test(t, trace_follows_cause_across_members);
     suite_add_tcase(s, t);
     return s;
 }
