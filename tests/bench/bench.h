@@ -24,6 +24,7 @@
 #define MAX_URLS 8
 #define URL_MAX 256
 #define LEADER_WAIT_NS (60 * 1000000000LL)
+#define FSYNC_COPIES_MAX 8   /* --fsync-copies: files synced at once, at most */
 
 enum bench_mode { MODE_BENCH, MODE_FSYNC, MODE_LEADER, MODE_CAUGHT_UP, MODE_FAILOVER, MODE_HANDSHAKE, MODE_TRANSFER, MODE_COORD,
                   MODE_SERVE, MODE_FSYNC_COST };
@@ -47,6 +48,7 @@ typedef struct bench_options {
     int body_size;
     int timeout_ms;
     int samples;             /* fsync probe */
+    int fsync_copies;        /* fsync probe: files appended and synced at once (1..FSYNC_COPIES_MAX) */
     int read;                /* QueueStats instead of Batch */
     int cycle;               /* each request: enqueue, then receive it and ack it (bench_cycle.c) */
     long long since_ms;      /* --serve-probe: CLOCK_REALTIME ms its times count from (0: its start) */

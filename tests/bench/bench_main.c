@@ -1,9 +1,13 @@
 /* keyload-bench: closed-loop enqueue benchmark against one keyloadd, and a disk fsync probe.
  *
- *   keyload-bench --fsync-probe DIR [--samples N]
+ *   keyload-bench --fsync-probe DIR [--samples N] [--fsync-copies K]
  *       Appends 4 KiB to a scratch file in DIR and fdatasync()s it, N times (default 200);
  *       prints median and p99 in microseconds. This is the floor of a durable write on
  *       that disk: a single-client enqueue cannot answer faster than one synced append.
+ *       With --fsync-copies K (1..8, default 1) K threads, each with its own scratch file
+ *       in DIR, start each of the N rounds together and append 4 KiB and fdatasync() at
+ *       once; a round lasts until the last of the K is done, and the line adds copies=K.
+ *       At 3 this is the floor of an RF3 commit whose three members share that disk.
  *
  *   keyload-bench --fsync-cost DIR [--samples N]
  *       What one synced log write costs on that disk, in two ways of writing: 1 KiB
@@ -142,7 +146,7 @@ static void usage(FILE *f)
             "usage: keyload-bench [--url URL] [--clients N] [--batch-size B] [--seconds S | --ops N]\n"
             "                     [--body-size BYTES] [--queue NAME] [--warmup S] [--timeout-ms MS] [--read] [--cycle]\n"
             "                     [--random-body]\n"
-            "       keyload-bench --fsync-probe DIR [--samples N]\n"
+            "       keyload-bench --fsync-probe DIR [--samples N] [--fsync-copies K]\n"
             "       keyload-bench --fsync-cost DIR [--samples N]\n"
             "       keyload-bench --leader-of URL,URL,... | --wait-caught-up URL,URL,...\n"
             "       keyload-bench --serve-probe URL,URL,... [--since-ms EPOCH_MS] [--queue NAME] [--body-size B]\n"
@@ -222,10 +226,12 @@ static const struct option bench_longopts[] = {
     {"rate", required_argument, NULL, 'V'},
     {"lat-out", required_argument, NULL, 'l'},    {"cpu-pids", required_argument, NULL, 'U'},
     {"in-flight", required_argument, NULL, 'I'},  {"fsync-cost", required_argument, NULL, 'g'},
+    {"fsync-copies", required_argument, NULL, 'e'},
     {NULL, 0, NULL, 0}};
 
-/* What an option function makes of its option: taken, a bad value, or not one of its own. */
-enum { OPT_TAKEN = 0, OPT_BAD = -1, OPT_OTHER = 1 };
+/* What an option function makes of its option: taken, a bad value, a bad value already
+ * explained on stderr, or not one of its own. */
+enum { OPT_TAKEN = 0, OPT_BAD = -1, OPT_BAD_SAID = -2, OPT_OTHER = 1 };
 
 /* The options that choose a mode or name what a mode works on. */
 static int apply_mode_option(int ch, char *arg, bench_options *o)
@@ -320,6 +326,14 @@ static int apply_load_option(int ch, char *arg, bench_options *o)
         break;
     case 'f': o->fsync_dir = arg; o->mode = MODE_FSYNC; break;
     case 'g': o->fsync_dir = arg; o->mode = MODE_FSYNC_COST; break;
+    case 'e':
+        if (parse_int(arg, 1, FSYNC_COPIES_MAX, &v) != 0) {
+            fprintf(stderr, "keyload-bench: --fsync-copies takes a whole number from 1 to %d, not \"%s\"\n",
+                    FSYNC_COPIES_MAX, arg);
+            return OPT_BAD_SAID;
+        }
+        o->fsync_copies = (int)v;
+        break;
     case 'c':
         if (parse_int(arg, 1, 4096, &v) != 0)
             return OPT_BAD;
@@ -393,6 +407,10 @@ static int parse_args(int argc, char **argv, bench_options *o)
         }
         if (r == OPT_BAD)
             goto bad;
+        if (r == OPT_BAD_SAID) {
+            usage(stderr);
+            return 2;
+        }
     }
     if (optind != argc)
         goto bad;
@@ -434,6 +452,11 @@ static int check_mode(const bench_options *o)
          o->read)) {
         fprintf(stderr, "keyload-bench: --principal and --handshake need --cluster, --principal and --key "
                         "(--handshake also --pid); --read is unsealed only\n");
+        usage(stderr);
+        return 2;
+    }
+    if (o->fsync_copies > 1 && o->mode != MODE_FSYNC) {
+        fprintf(stderr, "keyload-bench: --fsync-copies is for --fsync-probe\n");
         usage(stderr);
         return 2;
     }
@@ -498,7 +521,7 @@ int main(int argc, char **argv)
 {
     bench_options o = {.url = "tcp://127.0.0.1:7401", .queue = "bench", .clients = 1, .in_flight = 1, .batch_size = 1,
                        .seconds = 5, .warmup = 0.5, .body_size = 100, .timeout_ms = 10000, .samples = 200,
-                       .attempt_ms = 500, .lane_every = 200, .drain_s = 120};
+                       .fsync_copies = 1, .attempt_ms = 500, .lane_every = 200, .drain_s = 120};
     o.urls[0] = o.url;
     o.n_urls = 1;
     int rc = parse_args(argc, argv, &o);

@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # run.sh: `make bench`. Starts one throw-away keyloadd (single replica) on its own port and
-# data directory under var/, measures this disk's fsync, runs the enqueue matrix
+# data directory under var/, measures this disk's fsync (one 4 KiB append + fdatasync, and
+# three such appends to three files at once, until all three are synced: the floor of an RF3
+# commit whose members share this disk), runs the enqueue matrix
 # (batch size 1 and 100 x 1 and 32 clients), prints a table and the two targets:
 #   (a) throughput of 32 single-message clients / 1 client        target >= 5x
 #       (group commit: concurrent batches must share one synced append)
@@ -78,6 +80,9 @@
 # created by 32 clients. Prints every KL-9 target as a ratio with PASS/MISS, writes
 # var/bench/summary.json (jq), the raw latencies (us, one a line) under var/bench/lat/ and
 # var/bench/latency.png (gnuplot: percentile curves of KeyLoad and its peer per cell).
+# It also prints the 3-copy fsync floor (measured before its cluster starts when the KL-1
+# part did not run; fsync3_p50_us and fsync3_p99_us in summary.json) and how far the RF3
+# 1-client p50 lies above it.
 # Then KL-10: disk per member after 10^6 cycles (BENCH_PARTS=retain, retain_disk.sh), and
 # the large state (BENCH_PARTS=big): a 1 GiB snapshot install (snap_install.sh: time and
 # both peak RSS, target each < 128 MiB), the write outage of a 3-of-3 partition whose member
@@ -220,6 +225,21 @@ kv() { sed -n "s/.* $1=\([^ ]*\).*/\1/p" <<<"$2"; }
 "$daemon" keygen --cluster-secret-out "$tmp/cluster.secret" >/dev/null || exit 2
 declare -A line rline
 failed=0
+# fsync3_probe DIR: the floor of a commit synced on three copies that share one disk, as an
+# RF3 cell's members do here: three threads each append 4 KiB to their own file in DIR and
+# fdatasync() it, all at once, until the last is done. Three probes of 200 rounds, the
+# middle one (by median) counts; sets fsync3_med and fsync3_p99 (us).
+fsync3_med=""
+fsync3_p99=""
+fsync3_probe() {
+  local i p probes=()
+  for i in 1 2 3; do
+    p=$("$bench" --fsync-probe "$1" --fsync-copies 3) || { echo "bench: 3-copy fsync probe failed"; exit 1; }
+    echo "$p"
+    probes+=("$(kv median_us "$p") $(kv p99_us "$p")")
+  done
+  read -r fsync3_med fsync3_p99 < <(printf '%s\n' "${probes[@]}" | sort -g | sed -n 2p)
+}
 crashes=()
 if [ "$parts" = all ]; then  # ---- KL-1/KL-2: one daemon (BENCH_PARTS=kl3 skips to KL-3) ----
 if (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null; then
@@ -250,6 +270,7 @@ for i in 1 2 3; do
   probes+=("$(kv median_us "$p") $(kv p99_us "$p")")
 done
 read -r fsync_med fsync_p99 < <(printf '%s\n' "${probes[@]}" | sort -g | sed -n 2p)
+fsync3_probe "$tmp/data"
 
 # RPC floor: a QueueStats read, no log append and no fsync, through the same client path.
 rd=$("$bench" --url "$url" --read --clients 1 --seconds 2) || failed=1
@@ -539,6 +560,8 @@ if [ "$parts" = all ]; then  # ---- KL-1/KL-2 summary ----
 echo
 echo "=== KeyLoad enqueue benchmark: 1 replica, ${secs}s per cell, 100-byte bodies ==="
 printf "fsync (4 KiB append + fdatasync, %s): median %s us, p99 %s us\n" "$tmp/data" "$fsync_med" "$fsync_p99"
+printf "fsync, 3 copies at once (three 4 KiB appends + fdatasync on one disk, all done): median %s us, p99 %s us\n" \
+  "$fsync3_med" "$fsync3_p99"
 printf "RPC floor (1 client, QueueStats read): p50 %s us, p99 %s us, %s reads/s\n" "$(kv p50_us "$rd")" \
   "$(kv p99_us "$rd")" "$(kv batches_per_s "$rd")"
 printf "%-8s %-6s %12s %12s %10s %10s %8s\n" clients batch batches/s msgs/s p50_us p99_us errors
@@ -720,6 +743,8 @@ if [ $want_peers = 1 ]; then
   mkdir -p "$peer_out/lat"
   chmod 755 "$peer_out"   # the postgres user creates its cluster below it
   rm -f "$peer_out"/lat/*.txt "$peer_out/summary.json" "$peer_out/latency.png"
+  # The RF3 cells' floor, on the disk their members use, before any of them runs.
+  [ -n "$fsync3_med" ] || fsync3_probe "$tmp"
   pr=$tmp/peers-rf3
   ports_free "$peers_port" || exit 2
   kl3_keys "$pr" p0m1 p0m2 p0m3 || exit 2
@@ -1194,6 +1219,21 @@ if [ $want_peers = 1 ]; then  # ---- KL-9 summary ----
   for k in "${!peer[@]}"; do printf '%s\t%s\n' "$k" "${peer[$k]}" >>"$peer_res"; done
   printf 'coord_default\t%s\nlongpoll\t%s\njs_source\t%s\n' "$coord_default" "$longpoll" "$js_source" >>"$peer_res"
   peers_summary "$peer_res" "$peer_out" "$tmp" || failed=1
+  printf "fsync, 3 copies at once (three 4 KiB appends + fdatasync on one disk, all done): median %s us, p99 %s us\n" \
+    "${fsync3_med:-n/a}" "${fsync3_p99:-n/a}"
+  if [ -s "$peer_out/summary.json" ]; then
+    if jq --argjson m "${fsync3_med:-null}" --argjson p "${fsync3_p99:-null}" \
+         '. + {fsync3_p50_us: $m, fsync3_p99_us: $p}' "$peer_out/summary.json" >"$peer_out/summary.json.new" &&
+       mv "$peer_out/summary.json.new" "$peer_out/summary.json"; then
+      rf3_p50=$(jq -r '.rf3_sealed_1c_p50_us // empty' "$peer_out/summary.json")
+      if [ -n "$rf3_p50" ] && [ -n "$fsync3_med" ]; then
+        awk -v p="$rf3_p50" -v f="$fsync3_med" 'BEGIN {
+          printf "RF3 1-client p50 above the 3-copy fsync floor: %.0f us (p50 %.0f us - floor %.0f us)\n", p - f, p, f }'
+      fi
+    else
+      echo "bench: the 3-copy fsync floor could not be added to summary.json"; rm -f "$peer_out/summary.json.new"; failed=1
+    fi
+  fi
 fi
 if [ "$parts" = all ] || [ "$parts" = retain ]; then
   # ---- KL-10: disk per member after 10^6 enqueue + receive + ack cycles (retain_disk.sh:
