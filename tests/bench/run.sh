@@ -122,7 +122,10 @@
 #              BENCH_COORD_WORKERS (that cell's coordinator with this many workers instead
 #              of the default config),
 #              BENCH_CLI (the CLI to use, default bin/keyload),
-#              BENCH_KEEP=1 keeps the temporary directory (daemon logs, data) for inspection.
+#              BENCH_KEEP=1 keeps the temporary directory (daemon logs, data) for inspection,
+#              BENCH_TRACE=N (the clusters' members run with keyloadd --repl-trace N, and each
+#              client-driven transfer cell is followed by tests/bench/repl_trace.sh's legs
+#              between the members of partitions 1 and 2).
 # Every process this script starts is tracked by pid and stopped by pid on exit.
 set -u
 cd "$(dirname "$0")/../.."
@@ -138,6 +141,11 @@ hs_port=${BENCH_HANDSHAKE_PORT:-18001}
 hs_n=${BENCH_HANDSHAKES:-1000}
 parts=${BENCH_PARTS:-all}
 xfer_port=${BENCH_XFER_PORT:-18100}
+trace_opt=()
+if [ -n "${BENCH_TRACE:-}" ]; then
+  case $BENCH_TRACE in ''|*[!0-9]*) echo "bench: BENCH_TRACE must be a number of log indexes"; exit 2 ;; esac
+  trace_opt=(--repl-trace "$BENCH_TRACE")
+fi
 case $parts in all|kl3|xfer|coord|peers|xcoord|retain|big) ;; *) echo "bench: BENCH_PARTS must be all, kl3, xfer, coord, peers, xcoord, retain or big"; exit 2 ;; esac
 for c in ${BENCH_XCOORD_CELLS:-32}; do
   case $c in ''|*[!0-9]*|0*) echo "bench: BENCH_XCOORD_CELLS must be in-flight counts from 1 to 1024 (\"$c\")"; exit 2 ;; esac
@@ -344,7 +352,7 @@ start_member() {
   before=${before:-0}
   local key=()   # KL-3 clusters: the member's key pair (kl3_keys)
   [ -f "$d/$n.key" ] && key=(--member-key "$d/$n.key")
-  "$daemon" --cluster "$d/cluster.json" --node "$n" --data "$d/$n" --cluster-secret "$tmp/cluster.secret" --init-store "${key[@]}" 2>>"$d/$n.log" &
+  "$daemon" --cluster "$d/cluster.json" --node "$n" --data "$d/$n" --cluster-secret "$tmp/cluster.secret" --init-store "${key[@]}" "${trace_opt[@]}" 2>>"$d/$n.log" &
   p=$!
   mpid["$d $n"]=$p
   echo "$p" >"$d/pids/$n.pid"
@@ -997,6 +1005,23 @@ sched_end() {
   wait "$sched_pid"
   cat "$tmp/sched.txt" 2>/dev/null
 }
+# trace_start DIR / trace_end DIR PREFIX: with BENCH_TRACE, the replication legs of the
+# cell between them, per data partition (repl_trace.sh over the lines its members logged
+# meanwhile); without it, nothing.
+declare -A trace_mark
+trace_start() {
+  local f
+  [ ${#trace_opt[@]} -gt 0 ] || return 0
+  for f in "$1"/p[12]m*.log; do trace_mark[$f]=$(wc -l <"$f"); done
+}
+trace_end() {
+  local p f
+  [ ${#trace_opt[@]} -gt 0 ] || return 0
+  for p in 1 2; do
+    for f in "$1"/p${p}m*.log; do tail -n +"$(( ${trace_mark[$f]:-0} + 1 ))" "$f"; done |
+      "$root/tests/bench/repl_trace.sh" | sed "s/^/$2 partition $p: /"
+  done
+}
 
 coord_default_cell() {  # DIR [QUEUE, default cdef]
   local d=$1 q=${2:-cdef} n cfg=$1/coord-default.json log=$1/coord-default.log out rc
@@ -1071,11 +1096,13 @@ if [ "$parts" = all ] || [ "$parts" = xfer ] || [ "$parts" = coord ] || [ "$part
         xc_how=(--clients "$c")
         [ "$c" -gt 1 ] && [ "${BENCH_XFER_THREADS:-0}" != 1 ] && xc_how=(--clients 1 --in-flight "$c")
         sched_start "bench: transfer in flight $c, scheduling:"
+        trace_start "$x"
         out=$(timeout $((secs * 3 + 180)) "$bench" --transfer "${xcommon[@]}" --queue xsrc --dest-queue xdst \
               "${xc_how[@]}" --seconds "$secs" "${lat[@]}")
         rc=$?
         echo "${out:-bench: transfer clients=$c: no result (exit $rc)}"
         sched_end
+        trace_end "$x" "bench: transfer in flight $c,"
         [ $rc -eq 0 ] && [ -n "$out" ] || failed=1
         peer[xfer_$c,$r]=$out
         members_alive "$x" || exit 1
