@@ -80,9 +80,9 @@
 # created by 32 clients. Prints every KL-9 target as a ratio with PASS/MISS, writes
 # var/bench/summary.json (jq), the raw latencies (us, one a line) under var/bench/lat/ and
 # var/bench/latency.png (gnuplot: percentile curves of KeyLoad and its peer per cell).
-# It also prints the 3-copy fsync floor (measured before its cluster starts when the KL-1
-# part did not run; fsync3_p50_us and fsync3_p99_us in summary.json) and how far the RF3
-# 1-client p50 lies above it.
+# It also prints the 3-copy fsync floor (one probe before each round's RF3 1-client cell, on
+# the members' disk with them idle, the middle one counts; fsync3_p50_us and fsync3_p99_us
+# in summary.json) and how far the RF3 1-client p50 lies above it.
 # Then KL-10: disk per member after 10^6 cycles (BENCH_PARTS=retain, retain_disk.sh), and
 # the large state (BENCH_PARTS=big): a 1 GiB snapshot install (snap_install.sh: time and
 # both peak RSS, target each < 128 MiB), the write outage of a 3-of-3 partition whose member
@@ -233,20 +233,26 @@ kv() { sed -n "s/.* $1=\([^ ]*\).*/\1/p" <<<"$2"; }
 "$daemon" keygen --cluster-secret-out "$tmp/cluster.secret" >/dev/null || exit 2
 declare -A line rline
 failed=0
-# fsync3_probe DIR: the floor of a commit synced on three copies that share one disk, as an
+# fsync3_once DIR: the floor of a commit synced on three copies that share one disk, as an
 # RF3 cell's members do here: three threads each append 4 KiB to their own file in DIR and
-# fdatasync() it, all at once, until the last is done. Three probes of 200 rounds, the
-# middle one (by median) counts; sets fsync3_med and fsync3_p99 (us).
+# fdatasync() it, all at once, until the last is done; 200 rounds. The file system is
+# synced first, so writeback of earlier work (the binaries copied, a cluster's setup) does
+# not queue ahead of the probe's flushes. fsync3_pick: of the probes so far, the middle one
+# (by median) counts; sets fsync3_med and fsync3_p99 (us).
 fsync3_med=""
 fsync3_p99=""
-fsync3_probe() {
-  local i p probes=()
-  for i in 1 2 3; do
-    p=$("$bench" --fsync-probe "$1" --fsync-copies 3) || { echo "bench: 3-copy fsync probe failed"; exit 1; }
-    echo "$p"
-    probes+=("$(kv median_us "$p") $(kv p99_us "$p")")
-  done
-  read -r fsync3_med fsync3_p99 < <(printf '%s\n' "${probes[@]}" | sort -g | sed -n 2p)
+fsync3_runs=()
+fsync3_once() {
+  local p
+  sync -f "$1" 2>/dev/null
+  p=$("$bench" --fsync-probe "$1" --fsync-copies 3) || { echo "bench: 3-copy fsync probe failed"; exit 1; }
+  echo "$p"
+  fsync3_runs+=("$(kv median_us "$p") $(kv p99_us "$p")")
+}
+fsync3_pick() {
+  local n=${#fsync3_runs[@]}
+  [ "$n" -gt 0 ] || return 0
+  read -r fsync3_med fsync3_p99 < <(printf '%s\n' "${fsync3_runs[@]}" | sort -g | sed -n "$(( (n + 1) / 2 ))p")
 }
 crashes=()
 if [ "$parts" = all ]; then  # ---- KL-1/KL-2: one daemon (BENCH_PARTS=kl3 skips to KL-3) ----
@@ -278,7 +284,8 @@ for i in 1 2 3; do
   probes+=("$(kv median_us "$p") $(kv p99_us "$p")")
 done
 read -r fsync_med fsync_p99 < <(printf '%s\n' "${probes[@]}" | sort -g | sed -n 2p)
-fsync3_probe "$tmp/data"
+for _ in 1 2 3; do fsync3_once "$tmp/data"; done
+fsync3_pick
 
 # RPC floor: a QueueStats read, no log append and no fsync, through the same client path.
 rd=$("$bench" --url "$url" --read --clients 1 --seconds 2) || failed=1
@@ -751,8 +758,6 @@ if [ $want_peers = 1 ]; then
   mkdir -p "$peer_out/lat"
   chmod 755 "$peer_out"   # the postgres user creates its cluster below it
   rm -f "$peer_out"/lat/*.txt "$peer_out/summary.json" "$peer_out/latency.png"
-  # The RF3 cells' floor, on the disk their members use, before any of them runs.
-  [ -n "$fsync3_med" ] || fsync3_probe "$tmp"
   pr=$tmp/peers-rf3
   ports_free "$peers_port" || exit 2
   kl3_keys "$pr" p0m1 p0m2 p0m3 || exit 2
@@ -766,7 +771,11 @@ if [ $want_peers = 1 ]; then
   echo "bench: JetStream R3 ready ($js_urls, pids $(js_pids))"
   pr_sealed=(--cluster "$pr/cluster.json" --principal benchpub --key "$pr/pub.key" --database bench/kl3 --queue kl3
              --batch-size 1 --seconds "$secs")
+  fsync3_runs=()
   for r in 1 2 3; do
+    # The RF3 cells' floor, on the disk their members use, with them up and idle: one probe
+    # right before each round's 1-client cell.
+    fsync3_once "$pr"
     for c in 1 64; do
       # As the JetStream publisher does, one client keeps c batches in flight (the SDK's
       # asynchronous calls); at 1 that is the blocking call.
@@ -795,6 +804,7 @@ if [ $want_peers = 1 ]; then
   done
   js_source=$(timeout 120 node "$root/tests/bench/peers/js.mjs" source --servers "$js_urls" --timeout-s 90)
   echo "bench: JetStream sourcing (informational): ${js_source:-no result}"
+  fsync3_pick
   js_down
   longpoll_cell "$pr"
   stop_cluster "$pr"
