@@ -191,6 +191,7 @@ struct kl_rpc_call {
     kl_rpc_release_fn release;
     void *session_ctx;
     int64_t deadline_ms; /* this server's wall clock, unix ms; 0 = none */
+    uint64_t arrived_ns; /* uv_hrtime when the server began handling it */
 };
 
 static bool server_is_stopping(kl_rpc_server *srv)
@@ -514,6 +515,7 @@ static void server_dispatch(kl_rpc_server *srv, const rpc_target *to, const uint
         keyload__v1__envelope__free_unpacked(env, NULL);
         return;
     }
+    uint64_t arrived_ns = uv_hrtime();
     kl_rpc_call *call = calloc(1, sizeof *call);
     if (call == NULL) {
         kl_fail(&err, KL_RESOURCE_EXHAUSTED, "memory", "server out of memory for a call");
@@ -524,6 +526,7 @@ static void server_dispatch(kl_rpc_server *srv, const rpc_target *to, const uint
     call->srv = srv;
     call->to = *to;
     call->env = env;
+    call->arrived_ns = arrived_ns;
     call->deadline_ms = env->timeout_ms != 0 ? rpc_now_unix_ms() + (int64_t)env->timeout_ms
                                              : env->deadline_unix_ms;
     if (to->slot != NULL)
@@ -919,6 +922,7 @@ void *kl_rpc_call_session_ctx(const kl_rpc_call *call)
 }
 
 int64_t kl_rpc_call_deadline_ms(const kl_rpc_call *call) { return call->deadline_ms; }
+uint64_t kl_rpc_call_arrived_ns(const kl_rpc_call *call) { return call->arrived_ns; }
 
 uint64_t kl_rpc_call_request_id(const kl_rpc_call *call) { return call->env->request_id; }
 

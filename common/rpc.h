@@ -94,6 +94,9 @@ const uint8_t *kl_rpc_call_payload(const kl_rpc_call *call, size_t *len);
 /* Absolute unix ms on this server's wall clock (from the request's relative budget when it
    carries one, so client and server clocks need not agree); 0 = none. */
 int64_t kl_rpc_call_deadline_ms(const kl_rpc_call *call);
+/* When the server began handling the call (uv_hrtime ns, CLOCK_MONOTONIC): the frame was read
+ * then or, behind earlier frames of the same read, shortly before. */
+uint64_t kl_rpc_call_arrived_ns(const kl_rpc_call *call);
 uint64_t kl_rpc_call_request_id(const kl_rpc_call *call);
 
 /* Session fields of the request (ARCHITECTURE.md "Sessions and RPC"; the Envelope's session_id,

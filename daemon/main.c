@@ -682,6 +682,7 @@ static int start_serving(daemon_state *d, kl_cluster *cluster, int partition, co
     d->service.cluster = cluster;
     d->service.partition = part;
     d->service.member_id = (uint64_t)me->id;
+    d->service.trace_every = rcfg->trace_every;
     d->service.keys = d->keys;
     /* Sessions need the member key (Hello is signed with it); without it none exist. */
     if (d->keys != NULL && d->keys->has_member_key &&

@@ -5,10 +5,12 @@
 #include "daemon/rpc/serve.h"
 
 #include "common/failpoint.h"
+#include "common/log.h"
 #include "daemon/engine/engine.h"
 #include "daemon/park.h"
 #include "daemon/rpc/tailer.h"
 #include "keyload/v1/query.pb-c.h"
+#include "keyload/v1/queue.pb-c.h"
 
 #include <assert.h>
 #include <stdlib.h>
@@ -21,6 +23,7 @@ struct kl_batch_call {
     kl_service *s;
     kl_rpc_call *call;
     int64_t answer_by_ms;          /* 0 = no deadline */
+    uint64_t arrived_ns;           /* kl_rpc_call_arrived_ns, for the batch trace */
     const char *query_alias;       /* a Q1 statement's (static): answer a QueryAnswer */
     struct kl_batch_call *prev, *next;
 };
@@ -63,6 +66,22 @@ void kl_service_expire_batches(kl_service *s)
     }
 }
 
+/* With the replication trace on (trace_every > 0), a committed batch whose index is sampled
+ * logs when it arrived and when it was answered (monotonic microseconds), so
+ * tests/bench/repl_trace.sh can put the server's own legs beside the replication's: arrival
+ * to the leader's proposal, the apply to the answer. Decodes the receipt only then. */
+static void batch_trace(const kl_service *s, const batch_call *bc, const uint8_t *receipt, size_t len)
+{
+    Keyload__V1__BatchReceipt *r = keyload__v1__batch_receipt__unpack(NULL, len, receipt);
+    if (r == NULL)
+        return;
+    if (r->index != 0 && r->index % s->trace_every == 0)
+        KL_INFO("batch trace", "member=%llu index=%llu arrived=%llu answered=%llu", (unsigned long long)s->member_id,
+                (unsigned long long)r->index, (unsigned long long)(bc->arrived_ns / 1000u),
+                (unsigned long long)(uv_hrtime() / 1000u));
+    keyload__v1__batch_receipt__free_unpacked(r, NULL);
+}
+
 static void batch_answered(void *cookie, kl_code code, const kl_err *err, const uint8_t *receipt,
                            size_t len)
 {
@@ -70,6 +89,8 @@ static void batch_answered(void *cookie, kl_code code, const kl_err *err, const 
     kl_rpc_call *call = bc->call;
     kl_service *s = bc->s;
     const char *query_alias = bc->query_alias;
+    if (s->trace_every > 0 && code == KL_OK && receipt != NULL && call != NULL)
+        batch_trace(s, bc, receipt, len);
     batch_unlink(s, bc);
     free(bc);
     if (call == NULL)
@@ -139,6 +160,7 @@ void kl_service_submit_batch(kl_service *s, kl_rpc_call *call, const uint8_t *p,
     bc->s = s;
     bc->call = call;
     bc->query_alias = query_alias;
+    bc->arrived_ns = kl_rpc_call_arrived_ns(call);
     int64_t deadline = kl_rpc_call_deadline_ms(call);
     bc->answer_by_ms = 0;
     if (deadline > 0) {

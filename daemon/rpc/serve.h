@@ -61,6 +61,7 @@ typedef struct kl_service {
     const kl_partition *partition;  /* members' client URLs, for NOT_LEADER redirects */
     struct kl_tailer *tailer;       /* data partitions: the catalog tail and its lease */
     uint64_t member_id;             /* this member's number in its partition */
+    uint32_t trace_every;           /* keyloadd --repl-trace: batch answers of every N-th index logged; 0 = off */
     const struct kl_keys *keys;     /* NULL, or the keys main loaded (borrowed) */
     struct kl_sessions *sessions;   /* NULL without a member key: Hello refuses */
     kl_rpc_server *client_rpc;      /* the client port, for its connection counters, or NULL */

@@ -16,6 +16,10 @@
 #             leader's transport read it), leader delivery (read -> stepped);
 #   commit:   the last of the copies the commit needed (own write done, each follower's
 #             acknowledgement stepped) -> commit index, commit -> applied, propose -> applied;
+#   server:   per client batch committed at a sampled index (its "batch trace" line): arrived
+#             (the leader began handling the request) -> the entry was proposed (evaluation,
+#             waiting for the loop and for the group to close), commit -> answered (the
+#             answer is given inside the apply), and arrived -> answered;
 #   and how often each copy was the last one the commit waited for.
 # An index is counted in a leg only when both of its stamps are in the lines. Exit 2 when no
 # line has a leader record. Reads its input only.
@@ -25,11 +29,16 @@ prog=$(cat <<'EOF'
 import re, sys
 
 pair = re.compile(r'(\w+)=(\d+)')
-leader, follower = {}, {}
+leader, follower, batches = {}, {}, {}
 files = sys.argv[1:] or ['-']
 for path in files:
     fh = sys.stdin if path == '-' else open(path, errors='replace')
     for line in fh:
+        if 'msg="batch trace"' in line:
+            kv = dict(pair.findall(line.split('msg="batch trace"', 1)[1]))
+            if {'member', 'index', 'arrived', 'answered'} <= kv.keys():
+                batches.setdefault(int(kv['index']), []).append({k: int(v) for k, v in kv.items()})
+            continue
         if 'msg="repl trace"' not in line:
             continue
         kv = dict(pair.findall(line.split('msg="repl trace"', 1)[1]))
@@ -83,6 +92,12 @@ for idx, L in leader.items():
         add('commit: last copy needed -> commit', done[last], c)
     add('commit: commit -> applied', c, L.get('applied'))
     add('commit: propose -> applied', L.get('propose'), L.get('applied'))
+    for b in batches.get(idx, []):
+        if b['member'] != L.get('member'):
+            continue  # answered by a member that did not lead this index here
+        add('server: arrived -> proposed', b['arrived'], L.get('propose'))
+        add('server: commit -> answered (the apply)', L.get('commit'), b['answered'])
+        add('server: arrived -> answered', b['arrived'], b['answered'])
 
 def pct(v, q):
     return v[min(len(v) - 1, int(len(v) * q))]

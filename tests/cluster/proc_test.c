@@ -49,6 +49,7 @@ static char secret_file[600]; /* every daemon's cluster secret (databases' keys 
 static pid_t daemon_pid = -1;
 static bool start_without_init; /* start_daemon leaves out --init-store */
 static const char *start_disk_reserve_mb; /* start_daemon passes --disk-reserve-mb this */
+static const char *start_repl_trace;      /* start_daemon passes --repl-trace this */
 int failures_in_test;
 
 int64_t now_ms(void)
@@ -258,14 +259,18 @@ static int start_daemon(const char *failpoints)
 {
     char log[700];
     snprintf(log, sizeof log, "%s/daemon.log", work);
-    char *argv[9] = {(char *)daemon_bin, "--cluster", cluster_file, "--node", "p0m1", "--cluster-secret",
-                     secret_file};
+    char *argv[16] = {(char *)daemon_bin, "--cluster", cluster_file, "--node", "p0m1", "--cluster-secret",
+                      secret_file};
     int argc = 7;
     if (!start_without_init)
         argv[argc++] = "--init-store";
     if (start_disk_reserve_mb != NULL) {
         argv[argc++] = "--disk-reserve-mb";
         argv[argc++] = (char *)start_disk_reserve_mb;
+    }
+    if (start_repl_trace != NULL) {
+        argv[argc++] = "--repl-trace";
+        argv[argc++] = (char *)start_repl_trace;
     }
     argv[argc] = NULL;
     pid_t pid = proc_exec(argv, log, failpoints, PROC_LIFETIME_S);
@@ -870,6 +875,50 @@ static answer enqueue_one(const char *body)
     Keyload__V1__BatchRequest *b = batch_new(NULL);
     add_enqueue(b, "q", body);
     return send_batch(b, 5000);
+}
+
+/* keyloadd --repl-trace 1 samples every index: the lone member logs a "repl trace" line per
+ * index with its own stamps and a "batch trace" line per answered batch, and
+ * tests/bench/repl_trace.sh joins them into the server's legs (arrival to proposal to
+ * answer). A value that is not a number of indexes is refused at start (exit 2). */
+static void test_repl_trace_logged(void)
+{
+    char cmd[2000];
+    snprintf(cmd, sizeof cmd, "'%s' --repl-trace abc >/dev/null 2>&1", daemon_bin);
+    int st = system(cmd);
+    CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 2, "--repl-trace abc: status %d, want exit 2", st);
+    fresh_store("trace", NULL);
+    start_repl_trace = "1";
+    int started = start_daemon(NULL);
+    start_repl_trace = NULL;
+    CHECK(started == 0, "start with --repl-trace 1");
+    create_queue("q", 0);
+    for (int i = 0; i < 12; i++) {
+        answer a = enqueue_one("traced");
+        CHECK(a.code == KL_OK, "enqueue %d: %s", i, a.err.message);
+        answer_free(&a);
+    }
+    stop_daemon(SIGTERM);
+    snprintf(cmd, sizeof cmd, "bash tests/bench/repl_trace.sh '%s/daemon.log' 2>&1", work);
+    FILE *p = popen(cmd, "r");
+    CHECK(p != NULL, "popen repl_trace.sh");
+    char out[16384];
+    size_t n = fread(out, 1, sizeof out - 1, p);
+    out[n] = '\0';
+    st = pclose(p);
+    CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 0, "repl_trace.sh: status %d: %.400s", st, out);
+    CHECK(strstr(out, "leader: own write (start -> done)") != NULL, "no own-write leg: %.400s", out);
+    const char *leg = strstr(out, "server: arrived -> answered");
+    CHECK(leg != NULL, "no server leg: %.600s", out);
+    int legs = 0, p50 = -1;
+    const char *np = strstr(leg, "n=");
+    const char *pp = strstr(leg, "p50=");
+    CHECK(np != NULL && pp != NULL && sscanf(np, "n=%d", &legs) == 1 && sscanf(pp, "p50=%d", &p50) == 1,
+          "unreadable leg: %.200s", leg);
+    CHECK(legs >= 12, "%d batches joined to their index, want at least the 12 enqueues", legs);
+    CHECK(p50 > 0, "arrived -> answered p50 %d us", p50);
+    CHECK(strstr(out, "transit out") == NULL && strstr(out, ", 0 follower records") != NULL,
+          "a lone member reported a follower: %.400s", out);
 }
 
 /* The leader refuses batches with UNAVAILABLE "disk_full" before proposing anything while
@@ -2101,6 +2150,7 @@ int main(int argc, char **argv)
     test_case tests[] = {
         {"kill -9 keeps every acknowledged message, replay is byte-identical", test_kill9_durability},
         {"cut after append: retry commits once", test_cut_after_append},
+        {"repl trace: sampled stamps and the server legs are logged and joined", test_repl_trace_logged},
         {"cut after apply: retry commits once", test_cut_after_apply},
         {"cut before append: retry commits once", test_cut_before_append},
         {"lease expiry redelivers (also across kill -9)", test_lease_expiry_redelivers},
