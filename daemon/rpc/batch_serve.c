@@ -75,10 +75,15 @@ static void batch_trace(const kl_service *s, const batch_call *bc, const uint8_t
     Keyload__V1__BatchReceipt *r = keyload__v1__batch_receipt__unpack(NULL, len, receipt);
     if (r == NULL)
         return;
-    if (r->index != 0 && r->index % s->trace_every == 0)
-        KL_INFO("batch trace", "member=%llu index=%llu arrived=%llu answered=%llu", (unsigned long long)s->member_id,
-                (unsigned long long)r->index, (unsigned long long)(bc->arrived_ns / 1000u),
-                (unsigned long long)(uv_hrtime() / 1000u));
+    if (r->index != 0 && r->index % s->trace_every == 0) {
+        /* The command id's first bytes: a client's own trace names its batch by them. */
+        char cmd[17] = "";
+        for (size_t i = 0; i < 8 && i < r->command_id.len; i++)
+            snprintf(cmd + 2 * i, 3, "%02x", r->command_id.data[i]);
+        KL_INFO("batch trace", "member=%llu index=%llu cmd=%s arrived=%llu answered=%llu",
+                (unsigned long long)s->member_id, (unsigned long long)r->index, cmd,
+                (unsigned long long)(bc->arrived_ns / 1000u), (unsigned long long)(uv_hrtime() / 1000u));
+    }
     keyload__v1__batch_receipt__free_unpacked(r, NULL);
 }
 

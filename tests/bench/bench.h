@@ -68,6 +68,8 @@ typedef struct bench_options {
     int no_wait;             /* --coord-create: create only */
     double coord_rate;       /* --coord-create: creates per second (0: as fast as possible) */
     const char *lat_out;     /* bench, --transfer: every measured latency (us, one a line) */
+    const char *trace_out;   /* --transfer --in-flight: "client trace" lines of sampled indexes */
+    int trace_every;         /* with trace_out: batches committed at a multiple of this index */
     long cpu_pids[MAX_URLS]; /* bench: processes whose CPU is counted per acknowledged message */
     int n_cpu_pids;
 } bench_options;

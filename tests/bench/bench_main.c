@@ -119,6 +119,12 @@
  *       and derives rate and latency from each transfer's commit history (coord.h). Prints
  *       one "coord:" line.
  *
+ *   --transfer --in-flight K also takes --trace-out FILE --trace-every N: for each batch
+ *   (Create, Accept, Complete) committed at a log index that is a multiple of N, one line
+ *   "client trace partition=P index=I step=S cmd=HEX sent=US answered=US" (monotonic
+ *   microseconds: the call's start and its answer's arrival on the SDK's I/O thread), which
+ *   tests/bench/repl_trace.sh joins to the members' traces of the same host.
+ *
  *   Common to the bench and --transfer: --lat-out FILE writes every measured latency there
  *   (microseconds, ascending, one a line; what tests/bench/run.sh plots). The bench also takes
  *   --cpu-pids PID,PID,...: the user+sys CPU time of those processes (/proc/PID/stat) from
@@ -159,6 +165,7 @@ static void usage(FILE *f)
             "                     --queue SOURCE --dest-queue DEST [--clients C] [--lane-every L] [--lane-tag TAG]\n"
             "                     [--drain-seconds S] [--rate R] [--no-wait]\n"
             "The bench and --transfer also take --lat-out FILE; the bench --cpu-pids PID,PID,...\n"
+            "--transfer --in-flight K also takes --trace-out FILE --trace-every N.\n"
             "URL may be a comma-separated list of the members of one partition (at most %d).\n",
             MAX_URLS);
 }
@@ -227,6 +234,7 @@ static const struct option bench_longopts[] = {
     {"lat-out", required_argument, NULL, 'l'},    {"cpu-pids", required_argument, NULL, 'U'},
     {"in-flight", required_argument, NULL, 'I'},  {"fsync-cost", required_argument, NULL, 'g'},
     {"fsync-copies", required_argument, NULL, 'e'},
+    {"trace-out", required_argument, NULL, 'J'},  {"trace-every", required_argument, NULL, 'O'},
     {NULL, 0, NULL, 0}};
 
 /* What an option function makes of its option: taken, a bad value, a bad value already
@@ -304,6 +312,12 @@ static int apply_load_option(int ch, char *arg, bench_options *o)
     char *end;
     switch (ch) {
     case 'l': o->lat_out = arg; break;
+    case 'J': o->trace_out = arg; break;
+    case 'O':
+        if (parse_int(arg, 1, 1000000, &v) != 0)
+            return OPT_BAD;
+        o->trace_every = (int)v;
+        break;
     case 'U':
         if (parse_pids(arg, o) != 0)
             return OPT_BAD;

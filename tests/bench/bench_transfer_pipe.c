@@ -93,6 +93,20 @@ static kl_code slot_start_step(bench_client *cs, xfer_slot *s, const kl_message 
     return rc;
 }
 
+/* With --trace-out: one line for a batch step committed at a sampled index (bench_main.c). */
+static void slot_trace(bench_client *cs, const xfer_slot *s, FILE *out)
+{
+    const Keyload__V1__BatchReceipt *d = s->r != NULL ? s->r->decoded : NULL;
+    if (out == NULL || d == NULL || d->index == 0 || d->index % (uint64_t)cs->opt->trace_every != 0)
+        return;
+    char cmd[17] = "";
+    for (size_t i = 0; i < 8 && i < d->command_id.len; i++)
+        snprintf(cmd + 2 * i, 3, "%02x", d->command_id.data[i]);
+    fprintf(out, "client trace partition=%d index=%llu step=%s cmd=%s sent=%lld answered=%lld\n", (int)d->partition,
+            (unsigned long long)d->index, step_name(s->step), cmd, (long long)(s->step_t0[s->step] / 1000),
+            (long long)(s->step_t1[s->step] / 1000));
+}
+
 /* Whether the run wants another transfer. */
 static bool pipe_more(void)
 {
@@ -125,7 +139,7 @@ static kl_code slot_begin(bench_client *cs, xfer_slot *s, const kl_message *msg)
 
 /* The answered call of slot s: checks it, frees it, and either starts the next step
  * (returns true: still active) or ends the transfer, counted (returns false: idle). */
-static bool slot_collect(bench_client *cs, xfer_slot *s, const kl_message *msg)
+static bool slot_collect(bench_client *cs, xfer_slot *s, const kl_message *msg, FILE *trace)
 {
     kl_err err;
     kl_err_clear(&err);
@@ -142,6 +156,8 @@ static bool slot_collect(bench_client *cs, xfer_slot *s, const kl_message *msg)
             [STEP_COMPLETE] = KEYLOAD__V1__MUTATION_RESULT__KIND_TRANSFER_COMPLETED,
         };
         rc = bench_xfer_receipt_check(s->r, want[s->step], &err);
+        if (rc == KL_OK)
+            slot_trace(cs, s, trace);
     }
     if (rc == KL_OK && s->step == STEP_CREATE)
         rc = slot_keep(s, &s->r->decoded->results[0]->transfer_created->intent_token, &err);
@@ -184,6 +200,9 @@ void bench_transfer_pipelined(bench_client *cs, const kl_message *msg)
     bench_pipe pipe;
     if (slot == NULL)
         return;
+    FILE *trace = NULL;
+    if (cs->opt->trace_out != NULL && cs->opt->trace_every > 0 && (trace = fopen(cs->opt->trace_out, "a")) == NULL)
+        fprintf(stderr, "keyload-bench: cannot open %s for the client trace; running without it\n", cs->opt->trace_out);
     bench_pipe_init(&pipe);
     int active = 0;
     for (int i = 0; i < k; i++) {
@@ -195,7 +214,8 @@ void bench_transfer_pipelined(bench_client *cs, const kl_message *msg)
     while (active > 0) {
         bench_pipe_wait(&pipe);
         for (int i = 0; i < k; i++) {
-            if (!bench_pipe_take(&pipe, &slot[i].answered, slot[i].call != NULL) || slot_collect(cs, &slot[i], msg))
+            if (!bench_pipe_take(&pipe, &slot[i].answered, slot[i].call != NULL) ||
+                slot_collect(cs, &slot[i], msg, trace))
                 continue;
             active--;
             if (pipe_more() && slot_begin(cs, &slot[i], msg) == KL_OK)
@@ -205,5 +225,7 @@ void bench_transfer_pipelined(bench_client *cs, const kl_message *msg)
     for (int i = 0; i < k; i++)
         free(slot[i].token);
     bench_pipe_destroy(&pipe);
+    if (trace != NULL && fclose(trace) != 0)
+        fprintf(stderr, "keyload-bench: the client trace in %s may be incomplete\n", cs->opt->trace_out);
     free(slot);
 }

@@ -20,6 +20,11 @@
 #             (the leader began handling the request) -> the entry was proposed (evaluation,
 #             waiting for the loop and for the group to close), commit -> answered (the
 #             answer is given inside the apply), and arrived -> answered;
+#   client:   with keyload-bench's "client trace" lines of one partition among the input
+#             (--trace-out, --trace-every), matched to the server's by index and command id:
+#             the call's start -> the server began handling it (the request's way there,
+#             including the time it waited in the socket for the leader's loop), the server's
+#             answer -> its arrival at the client, and the call's whole time;
 #   and how often each copy was the last one the commit waited for.
 # An index is counted in a leg only when both of its stamps are in the lines. Exit 2 when no
 # line has a leader record. Reads its input only.
@@ -29,15 +34,24 @@ prog=$(cat <<'EOF'
 import re, sys
 
 pair = re.compile(r'(\w+)=(\d+)')
-leader, follower, batches = {}, {}, {}
+leader, follower, batches, clients = {}, {}, {}, {}
 files = sys.argv[1:] or ['-']
 for path in files:
     fh = sys.stdin if path == '-' else open(path, errors='replace')
     for line in fh:
+        if line.startswith('client trace '):
+            kv = dict(pair.findall(line))
+            cmd = re.search(r' cmd=([0-9a-f]+)', line)
+            if {'index', 'sent', 'answered'} <= kv.keys() and cmd:
+                clients[(int(kv['index']), cmd.group(1))] = {k: int(v) for k, v in kv.items()}
+            continue
         if 'msg="batch trace"' in line:
             kv = dict(pair.findall(line.split('msg="batch trace"', 1)[1]))
+            cmd = re.search(r' cmd=([0-9a-f]+)', line)
             if {'member', 'index', 'arrived', 'answered'} <= kv.keys():
-                batches.setdefault(int(kv['index']), []).append({k: int(v) for k, v in kv.items()})
+                b = {k: int(v) for k, v in kv.items()}
+                b['cmd'] = cmd.group(1) if cmd else ''
+                batches.setdefault(int(kv['index']), []).append(b)
             continue
         if 'msg="repl trace"' not in line:
             continue
@@ -98,6 +112,11 @@ for idx, L in leader.items():
         add('server: arrived -> proposed', b['arrived'], L.get('propose'))
         add('server: commit -> answered (the apply)', L.get('commit'), b['answered'])
         add('server: arrived -> answered', b['arrived'], b['answered'])
+        C = clients.get((idx, b['cmd']))
+        if C:
+            add('client: call -> server began it', C['sent'], b['arrived'])
+            add('client: server answered -> answer arrived', b['answered'], C['answered'])
+            add('client: call -> answer arrived', C['sent'], C['answered'])
 
 def pct(v, q):
     return v[min(len(v) - 1, int(len(v) * q))]

@@ -1023,12 +1023,14 @@ trace_start() {
   local f
   [ ${#trace_opt[@]} -gt 0 ] || return 0
   for f in "$1"/p[12]m*.log; do trace_mark[$f]=$(wc -l <"$f"); done
+  : >"$1/client-trace.txt"
 }
 trace_end() {
   local p f
   [ ${#trace_opt[@]} -gt 0 ] || return 0
   for p in 1 2; do
-    for f in "$1"/p${p}m*.log; do tail -n +"$(( ${trace_mark[$f]:-0} + 1 ))" "$f"; done |
+    { for f in "$1"/p${p}m*.log; do tail -n +"$(( ${trace_mark[$f]:-0} + 1 ))" "$f"; done
+      grep "^client trace partition=$p " "$1/client-trace.txt"; } |
       "$root/tests/bench/repl_trace.sh" | sed "s/^/$2 partition $p: /"
   done
 }
@@ -1107,8 +1109,10 @@ if [ "$parts" = all ] || [ "$parts" = xfer ] || [ "$parts" = coord ] || [ "$part
         [ "$c" -gt 1 ] && [ "${BENCH_XFER_THREADS:-0}" != 1 ] && xc_how=(--clients 1 --in-flight "$c")
         sched_start "bench: transfer in flight $c, scheduling:"
         trace_start "$x"
+        ctrace=()
+        [ ${#trace_opt[@]} -gt 0 ] && ctrace=(--trace-out "$x/client-trace.txt" --trace-every "$BENCH_TRACE")
         out=$(timeout $((secs * 3 + 180)) "$bench" --transfer "${xcommon[@]}" --queue xsrc --dest-queue xdst \
-              "${xc_how[@]}" --seconds "$secs" "${lat[@]}")
+              "${xc_how[@]}" --seconds "$secs" "${lat[@]}" "${ctrace[@]}")
         rc=$?
         echo "${out:-bench: transfer clients=$c: no result (exit $rc)}"
         sched_end
