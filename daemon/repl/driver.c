@@ -1732,6 +1732,9 @@ static kl_code check_config(const kl_repl_config *c, size_t *self_slot, kl_err *
         return kl_fail(err, KL_INVALID_ARGUMENT, "snapshot_threshold",
                        "snapshot threshold %u must be at least %u and above the trailing %u",
                        c->snapshot_threshold, KL_SNAP_THRESHOLD_MIN, c->snapshot_trailing);
+    if (c->trace_every > KL_TRACE_EVERY_MAX)
+        return kl_fail(err, KL_INVALID_ARGUMENT, "repl_trace", "trace_every %u is over %u log indexes",
+                       c->trace_every, KL_TRACE_EVERY_MAX);
     size_t frame = c->max_frame ? c->max_frame : KL_PEER_DEFAULT_MAX_FRAME;
     if (frame < 4 * FRAME_SLACK)
         return kl_fail(err, KL_INVALID_ARGUMENT, "max_frame", "max_frame %zu below %d bytes",

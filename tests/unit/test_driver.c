@@ -1375,6 +1375,10 @@ START_TEST(config_refused)
     cfg.heartbeat_ms = 1000;
     ck_assert_int_eq(kl_repl_start(&loop, mem[1].store, &cfg, &cb, &r, &err), KL_INVALID_ARGUMENT);
     cfg.heartbeat_ms = 0;
+    cfg.trace_every = KL_TRACE_EVERY_MAX + 1;
+    ck_assert_int_eq(kl_repl_start(&loop, mem[1].store, &cfg, &cb, &r, &err), KL_INVALID_ARGUMENT);
+    ck_assert_str_eq(err.detail, "repl_trace");
+    cfg.trace_every = 0;
     cfg.peer_urls[2] = NULL;
     ck_assert_int_eq(kl_repl_start(&loop, mem[1].store, &cfg, &cb, &r, &err), KL_INVALID_ARGUMENT);
     cluster_close();
