@@ -69,7 +69,8 @@ void kl_service_expire_batches(kl_service *s)
 /* With the replication trace on (trace_every > 0), a committed batch whose index is sampled
  * logs when it arrived and when it was answered (monotonic microseconds), so
  * tests/bench/repl_trace.sh can put the server's own legs beside the replication's: arrival
- * to the leader's proposal, the apply to the answer. Decodes the receipt only then. */
+ * to the leader's proposal, the commit to the answer (the answer is given inside the apply).
+ * Decodes the receipt only then. */
 static void batch_trace(const kl_service *s, const batch_call *bc, const uint8_t *receipt, size_t len)
 {
     Keyload__V1__BatchReceipt *r = keyload__v1__batch_receipt__unpack(NULL, len, receipt);
