@@ -544,10 +544,14 @@ static void send_msg(kl_repl *r, const kl_raft_msg *m)
         kl_trace_peer_mark(r->trace, m->entries[0].index, m->entries[m->n_entries - 1].index, m->to,
                            KL_TPP_SENT, now);
     }
+    /* Stamped before the send, as an append's "sent" is: a stamp after it would count the
+     * sender's own delay past its write(2) (a preemption there) against the transit. */
+    bool trace_ack = r->trace != NULL && m->type == KL_RAFT_MSG_APPEND_RESP && !m->reject;
+    uint64_t ack_at = trace_ack ? kl_stages_now() : 0;
     if (kl_peer_send(r->peer, m->to, r->frame, n) != KL_OK) {
         r->counters.send_drops++;
-    } else if (m->type == KL_RAFT_MSG_APPEND_RESP && !m->reject && r->trace != NULL) {
-        kl_trace_mark(r->trace, 1, m->index, KL_TP_ACK_SENT, kl_stages_now());
+    } else if (trace_ack) {
+        kl_trace_mark(r->trace, 1, m->index, KL_TP_ACK_SENT, ack_at);
         kl_trace_emit(r->trace, 1, m->index, false);
     }
 }

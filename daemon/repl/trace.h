@@ -36,14 +36,16 @@ typedef enum kl_trace_point {
     KL_TP_STEP = 2,     /* follower: the core stepped that append */
     KL_TP_W_START = 3,  /* the synced write holding it was handed to the log writer */
     KL_TP_W_DONE = 4,   /* that write's completion reached the loop */
-    KL_TP_ACK_SENT = 5, /* follower: the acknowledgement covering it left */
+    KL_TP_ACK_SENT = 5, /* follower: the acknowledgement covering it was sent (stamped just
+                         * before the send call, as KL_TPP_SENT is; kept only if it went) */
     KL_TP_COMMIT = 6,   /* leader: the core's commit index reached it */
     KL_TP_APPLIED = 7,  /* leader: applied */
     KL_TP_COUNT = 8,
 } kl_trace_point;
 
 typedef enum kl_trace_peer_point {
-    KL_TPP_SENT = 0,     /* leader: the first append carrying it left for the peer */
+    KL_TPP_SENT = 0,     /* leader: the first append carrying it was sent to the peer (stamped
+                          * just before the send call) */
     KL_TPP_ACK_READ = 1, /* leader: the transport read the peer's first acknowledgement of it */
     KL_TPP_ACK_STEP = 2, /* leader: the core stepped that acknowledgement */
     KL_TPP_COUNT = 3,
