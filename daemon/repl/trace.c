@@ -56,6 +56,12 @@ static bool sampled(const kl_trace *t, uint64_t lo, uint64_t hi, uint64_t *first
     return true;
 }
 
+/* sampled() over indexes already begun: no record exists past the newest one. */
+static bool begun(const kl_trace *t, uint64_t lo, uint64_t hi, uint64_t *first, uint64_t *last)
+{
+    return sampled(t, lo, hi < t->newest ? hi : t->newest, first, last);
+}
+
 static kl_trace_record *slot(kl_trace *t, uint64_t index) { return &t->ring[(index / t->every) % KL_TRACE_RING]; }
 
 void kl_trace_begin(kl_trace *t, uint64_t lo, uint64_t hi, bool leader, kl_trace_point p, uint64_t now_ns)
@@ -83,7 +89,7 @@ void kl_trace_begin(kl_trace *t, uint64_t lo, uint64_t hi, bool leader, kl_trace
 void kl_trace_mark(kl_trace *t, uint64_t lo, uint64_t hi, kl_trace_point p, uint64_t now_ns)
 {
     uint64_t f, l;
-    if (t == NULL || !sampled(t, lo, hi < t->newest ? hi : t->newest, &f, &l))
+    if (t == NULL || !begun(t, lo, hi, &f, &l))
         return;
     assert(p < KL_TP_COUNT);
     for (uint64_t i = f;; i += t->every) {
@@ -113,7 +119,7 @@ void kl_trace_peer_mark(kl_trace *t, uint64_t lo, uint64_t hi, uint64_t peer, kl
                         uint64_t now_ns)
 {
     uint64_t f, l;
-    if (t == NULL || peer == 0 || !sampled(t, lo, hi < t->newest ? hi : t->newest, &f, &l))
+    if (t == NULL || peer == 0 || !begun(t, lo, hi, &f, &l))
         return;
     assert(p < KL_TPP_COUNT);
     for (uint64_t i = f;; i += t->every) {
@@ -129,7 +135,7 @@ void kl_trace_peer_mark(kl_trace *t, uint64_t lo, uint64_t hi, uint64_t peer, kl
 void kl_trace_emit(kl_trace *t, uint64_t lo, uint64_t hi, bool leader)
 {
     uint64_t f, l;
-    if (t == NULL || !sampled(t, lo, hi < t->newest ? hi : t->newest, &f, &l))
+    if (t == NULL || !begun(t, lo, hi, &f, &l))
         return;
     for (uint64_t i = f;; i += t->every) {
         kl_trace_record *r = slot(t, i);

@@ -13,6 +13,7 @@
 #include "keyload/v1/queue.pb-c.h"
 
 #include <assert.h>
+#include <sodium.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -78,9 +79,8 @@ static void batch_trace(const kl_service *s, const batch_call *bc, const uint8_t
         return;
     if (r->index != 0 && r->index % s->trace_every == 0) {
         /* The command id's first bytes: a client's own trace names its batch by them. */
-        char cmd[17] = "";
-        for (size_t i = 0; i < 8 && i < r->command_id.len; i++)
-            snprintf(cmd + 2 * i, 3, "%02x", r->command_id.data[i]);
+        char cmd[17];
+        sodium_bin2hex(cmd, sizeof cmd, r->command_id.data, r->command_id.len < 8 ? r->command_id.len : 8);
         KL_INFO("batch trace", "member=%llu index=%llu cmd=%s arrived=%llu answered=%llu",
                 (unsigned long long)s->member_id, (unsigned long long)r->index, cmd,
                 (unsigned long long)(bc->arrived_ns / 1000u), (unsigned long long)(uv_hrtime() / 1000u));

@@ -11,6 +11,7 @@
 #include "tests/bench/bench_fixture.h"
 
 #include <pthread.h>
+#include <sodium.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -99,9 +100,8 @@ static void slot_trace(bench_client *cs, const xfer_slot *s, FILE *out)
     const Keyload__V1__BatchReceipt *d = s->r != NULL ? s->r->decoded : NULL;
     if (out == NULL || d == NULL || d->index == 0 || d->index % (uint64_t)cs->opt->trace_every != 0)
         return;
-    char cmd[17] = "";
-    for (size_t i = 0; i < 8 && i < d->command_id.len; i++)
-        snprintf(cmd + 2 * i, 3, "%02x", d->command_id.data[i]);
+    char cmd[17]; /* as the leader's batch trace names it (daemon/rpc/batch_serve.c) */
+    sodium_bin2hex(cmd, sizeof cmd, d->command_id.data, d->command_id.len < 8 ? d->command_id.len : 8);
     fprintf(out, "client trace partition=%d index=%llu step=%s cmd=%s sent=%lld answered=%lld\n", (int)d->partition,
             (unsigned long long)d->index, step_name(s->step), cmd, (long long)(s->step_t0[s->step] / 1000),
             (long long)(s->step_t1[s->step] / 1000));

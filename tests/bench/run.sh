@@ -250,10 +250,12 @@ fsync3_once() {
   fsync3_runs+=("$(kv median_us "$p") $(kv p99_us "$p")")
 }
 fsync3_pick() {
-  local n=${#fsync3_runs[@]}
-  [ "$n" -gt 0 ] || return 0
-  read -r fsync3_med fsync3_p99 < <(printf '%s\n' "${fsync3_runs[@]}" | sort -g | sed -n "$(( (n + 1) / 2 ))p")
+  [ ${#fsync3_runs[@]} -gt 0 ] || return 0
+  read -r fsync3_med fsync3_p99 < <(probe_middle "${fsync3_runs[@]}")
 }
+# probe_middle "MEDIAN P99"...: the probe whose median is the middle one (fsync on a VM
+# disk is noisy, so a probe's figure is the middle of several).
+probe_middle() { printf '%s\n' "$@" | sort -g | sed -n "$(( ($# + 1) / 2 ))p"; }
 crashes=()
 if [ "$parts" = all ]; then  # ---- KL-1/KL-2: one daemon (BENCH_PARTS=kl3 skips to KL-3) ----
 if (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null; then
@@ -283,7 +285,7 @@ for i in 1 2 3; do
   echo "$p"
   probes+=("$(kv median_us "$p") $(kv p99_us "$p")")
 done
-read -r fsync_med fsync_p99 < <(printf '%s\n' "${probes[@]}" | sort -g | sed -n 2p)
+read -r fsync_med fsync_p99 < <(probe_middle "${probes[@]}")
 for _ in 1 2 3; do fsync3_once "$tmp/data"; done
 fsync3_pick
 
