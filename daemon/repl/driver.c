@@ -95,6 +95,10 @@ struct kl_repl {
     kl_confstore cs; /* stored and applied configurations (confstore.h) */
     uint64_t known_peers[3 * KL_RAFT_MAX_MEMBERS]; /* members the peer knows (conf_peers) */
     size_t n_known_peers;
+    kl_raft_conf peers_conf; /* the configuration the peer transport follows */
+    uint64_t peers_leader;   /* the leader it keeps a link to although peers_conf may not list it */
+    uint64_t seed_peers[KL_RAFT_MAX_MEMBERS]; /* the members the cluster or join file named */
+    size_t n_seed_peers;
     uint32_t snap_threshold, snap_trailing; /* compaction policy (driver.h) */
     uv_timer_t timer;
     uv_check_t flush; /* once per loop iteration, after I/O: see on_flush */
@@ -932,14 +936,6 @@ static bool install_snapshot(kl_repl *r)
     return true;
 }
 
-static bool conf_has_voter_new(const kl_raft_conf *c, uint64_t id)
-{
-    for (uint32_t i = 0; i < c->n_members; i++)
-        if (c->members[i] == id)
-            return true;
-    return false;
-}
-
 static bool conf_has(const kl_raft_conf *c, uint64_t id)
 {
     for (uint32_t i = 0; i < c->n_members; i++)
@@ -967,28 +963,69 @@ static void conf_peer_add(kl_repl *r, uint64_t id)
                 (unsigned long long)r->self, (unsigned long long)id, err.message);
 }
 
-static void conf_peers_sync(kl_repl *r, const kl_raft_conf *c, uint64_t index);
+static void conf_peers_sync(kl_repl *r, const kl_raft_conf *c, uint64_t index, uint64_t leader);
+static void peers_follow(kl_repl *r);
 
 /* raft.h "Membership" (b): the ready's entries may name new members (their directory is
  * learnt first); on conf_changed the peer transport follows the configuration in effect:
- * it connects to every member of either half and every learner, and drops the others. */
+ * it connects to every member of either half and every learner, and drops the others
+ * (peers_follow says which are kept although not listed). A new leader the transport kept
+ * only as the leader may make the previous one droppable. */
 static void conf_peers(kl_repl *r, const kl_raft_ready *rd)
 {
     for (size_t i = 0; i < rd->n_entries; i++)
         if (rd->entries[i].type == KL_RAFT_ENTRY_CONF)
             kl_confstore_learn(&r->cs, rd->entries[i].data, rd->entries[i].len);
-    if (rd->conf_changed)
-        conf_peers_sync(r, &rd->conf, rd->conf_index);
+    if (rd->conf_changed) {
+        conf_peers_sync(r, &rd->conf, rd->conf_index, rd->leader);
+    } else if (rd->leader != 0 && rd->leader != r->peers_leader && r->peer != NULL) {
+        r->peers_leader = rd->leader;
+        peers_follow(r);
+    }
 }
 
 /* The peer transport follows configuration c (see conf_peers). */
-static void conf_peers_sync(kl_repl *r, const kl_raft_conf *c, uint64_t index)
+static void conf_peers_sync(kl_repl *r, const kl_raft_conf *c, uint64_t index, uint64_t leader)
 {
     if (r->peer == NULL)
         return;
     KL_INFO("configuration in effect", "member=%llu index=%llu voters=%u learners=%u old=%u "
             "replica_count=%u", (unsigned long long)r->self, (unsigned long long)index,
             c->n_members, c->n_learners, c->n_old, c->replica_count);
+    r->peers_conf = *c;
+    if (leader != 0)
+        r->peers_leader = leader;
+    peers_follow(r);
+}
+
+static bool ids_have(const uint64_t *ids, size_t n, uint64_t id)
+{
+    for (size_t i = 0; i < n; i++)
+        if (ids[i] == id)
+            return true;
+    return false;
+}
+
+/* Whether the transport keeps member id, known to it, under the configuration it follows.
+ * Besides the members of that configuration it keeps the seed members it started with (its
+ * cluster or join file: the operator's list of the members now) and the leader this member
+ * follows (the last one it knew, until it follows another). The configuration in effect on a
+ * member that is catching up is a historical one: it may not name the members that lead the
+ * partition now, and dropping their links would leave the member without the entries that
+ * name them, for ever (a new learner replaying an old configuration; a member restarted
+ * after it missed the change that added the leader). Keeping a link promises nothing: the
+ * core decides what a message from a non-member means. */
+static bool peer_kept(const kl_repl *r, uint64_t id)
+{
+    return conf_has(&r->peers_conf, id) || id == r->peers_leader ||
+           ids_have(r->seed_peers, r->n_seed_peers, id);
+}
+
+/* Adds every member of the configuration the transport follows, drops every known member
+ * peer_kept refuses, and records what the transport knows now. */
+static void peers_follow(kl_repl *r)
+{
+    const kl_raft_conf *c = &r->peers_conf;
     for (uint32_t i = 0; i < c->n_members; i++)
         if (c->members[i] != r->self)
             conf_peer_add(r, c->members[i]);
@@ -998,17 +1035,28 @@ static void conf_peers_sync(kl_repl *r, const kl_raft_conf *c, uint64_t index)
     for (uint32_t i = 0; i < c->n_old; i++)
         if (c->old_members[i] != r->self)
             conf_peer_add(r, c->old_members[i]);
-    for (size_t i = 0; i < r->n_known_peers; i++)
-        if (!conf_has(c, r->known_peers[i]))
-            (void)kl_peer_remove(r->peer, r->known_peers[i]);
-    r->n_known_peers = 0;
-    for (uint32_t i = 0; i < c->n_members; i++)
-        r->known_peers[r->n_known_peers++] = c->members[i];
-    for (uint32_t i = 0; i < c->n_learners; i++)
-        r->known_peers[r->n_known_peers++] = c->learners[i];
-    for (uint32_t i = 0; i < c->n_old; i++)
-        if (!conf_has_voter_new(c, c->old_members[i]))
-            r->known_peers[r->n_known_peers++] = c->old_members[i];
+    uint64_t known[sizeof r->known_peers / sizeof r->known_peers[0]];
+    size_t n = 0;
+    for (size_t i = 0; i < r->n_known_peers; i++) {
+        uint64_t id = r->known_peers[i];
+        if (!peer_kept(r, id))
+            (void)kl_peer_remove(r->peer, id);
+        else if (!conf_has(c, id) && !ids_have(known, n, id))
+            known[n++] = id;
+    }
+    /* invariant: a configuration names at most KL_RAFT_MAX_MEMBERS distinct members
+       (kl_raft_conf_check), and the kept ones are the leader and the seed members */
+    assert(n <= KL_RAFT_MAX_MEMBERS + 1);
+    const uint64_t *lists[3] = {c->members, c->learners, c->old_members};
+    uint32_t counts[3] = {c->n_members, c->n_learners, c->n_old};
+    for (int l = 0; l < 3; l++)
+        for (uint32_t i = 0; i < counts[l]; i++)
+            if (lists[l][i] != r->self && !ids_have(known, n, lists[l][i])) {
+                assert(n < sizeof known / sizeof known[0]);
+                known[n++] = lists[l][i];
+            }
+    memcpy(r->known_peers, known, n * sizeof known[0]);
+    r->n_known_peers = n;
 }
 
 /* True when the ready's only durable change is the commit index. */
@@ -1831,6 +1879,7 @@ static kl_code start_links(kl_repl *r, uv_loop_t *loop, const kl_repl_config *cf
         pc.peers[pc.n_peers].public_key = cfg->public_keys[i];
         pc.n_peers++;
         r->known_peers[r->n_known_peers++] = cfg->members[i];
+        r->seed_peers[r->n_seed_peers++] = cfg->members[i];
     }
     kl_code rc = kl_peer_start(loop, &pc, &r->peer, err);
     if (rc != KL_OK)
@@ -1838,7 +1887,7 @@ static kl_code start_links(kl_repl *r, uv_loop_t *loop, const kl_repl_config *cf
     kl_raft_conf latest; /* a stored configuration, not the cluster file, says who */
     uint64_t latest_index;
     kl_raft_conf_get(r->raft, &latest, &latest_index, NULL);
-    conf_peers_sync(r, &latest, latest_index);
+    conf_peers_sync(r, &latest, latest_index, 0);
     kl_snapwire_io sio = {.loop = loop, .ctx = r, .send = sw_send, .report = sw_report, .step = sw_step,
                           .config = sw_config};
     if ((rc = kl_snapwire_new(r->store, cfg->self, r->max_frame - FRAME_SLACK, &sio, &r->sw, err)) != KL_OK)

@@ -29,7 +29,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#define TD_MAX 3
+#define TD_MAX 5
 #define TD_LOG 4096 /* highest index a test may apply */
 #define TD_READS 64
 
@@ -958,6 +958,63 @@ START_TEST(new_member_joins_and_is_promoted)
 }
 END_TEST
 
+/* driver.c peer_kept: a new learner replays the log from its start, so for a while the
+ * configuration in effect on it is an old one that does not name the member leading now. Its
+ * transport keeps the link to its seed members and to the leader it follows, so the entries
+ * that name that leader still arrive. Here member 4 joined after the two configuration entries
+ * of {1,2,3} and leads; learner 5's first append (1024 entries, the most one message holds)
+ * ends past those entries and before the one that added 4. Fails when the transport follows
+ * the configuration in effect alone: member 5 drops member 4's link and never applies more. */
+START_TEST(learner_replaying_old_configuration_keeps_its_leader)
+{
+    cluster_open(5, 2);
+    td_seed_n = 3; /* the cluster file names members 1, 2 and 3 */
+    for (int i = 1; i <= 3; i++)
+        member_start(i);
+    int l = wait_leader();
+    uint8_t dir[1024];
+    size_t dir_len = td_directory(5, dir, sizeof dir);
+    /* Six configuration entries in all: the driver compacts at eight (conf pressure), and a
+       snapshot would spare learner 5 the old configuration this test is about. */
+    kl_raft_conf three = {.n_members = 3, .replica_count = 3, .members = {1, 2, 3}};
+    change_to(l, &three, dir, dir_len);
+    uint64_t last = propose_many(l, KL_RAFT_MAX_MSG_ENTRIES + 100);
+    wait_all_applied(last, 20000);
+    kl_raft_conf learner4 = three;
+    learner4.n_learners = 1;
+    learner4.learners[0] = 4;
+    change_to(l, &learner4, dir, dir_len);
+    td_join[4] = true;
+    member_start(4);
+    last = propose_many(l, 5);
+    wait_all_applied(last, 15000);
+    kl_raft_conf four = {.n_members = 4, .replica_count = 3, .members = {1, 2, 3, 4}};
+    change_to(l, &four, dir, dir_len);
+    /* Member 4 leads: stop whoever else leads until an election picks it (Q1 = 2 of 4). */
+    for (int round = 0; round < 30 && (l = wait_leader()) != 4; round++) {
+        member_stop(l);
+        ck_assert_msg(run_until(has_leader, NULL, 10000), "round %d: no leader without %d", round, l);
+        member_reopen_store(l);
+        member_start(l);
+    }
+    l = wait_leader();
+    ck_assert_msg(l == 4, "member 4 did not win an election in 30 rounds");
+    kl_raft_conf learner5 = four;
+    learner5.n_learners = 1;
+    learner5.learners[0] = 5;
+    change_to(l, &learner5, dir, dir_len);
+    td_seed_n = 4; /* member 5's join file names the four voters */
+    td_join[5] = true;
+    member_start(5);
+    last = propose_many(l, 5);
+    td_applied a = {.id = 5, .index = last};
+    ck_assert_msg(run_until(member_applied, &a, 15000), "learner 5 stalled at %llu of %llu",
+                  (unsigned long long)mem[5].applied, (unsigned long long)last);
+    check_consistent();
+    cluster_close();
+}
+END_TEST
+
 /* driver.c maybe_compact: the configuration history past the snapshot point is bounded
  * (KL_RAFT_MAX_CONF_HISTORY) and the default thresholds never compact a log this short, so
  * without the driver compacting under that pressure the ninth replica_count change (two
@@ -1532,6 +1589,7 @@ Suite *suite_driver(void)
     tcase_add_test(t, configuration_survives_restart);
     tcase_add_test(t, configuration_survives_compaction_and_restart);
     tcase_add_test(t, new_member_joins_and_is_promoted);
+    tcase_add_test(t, learner_replaying_old_configuration_keeps_its_leader);
     tcase_add_test(t, many_configuration_changes_compact_their_history);
     tcase_add_test(t, returning_leader_replaces_its_uncommitted_suffix);
     tcase_add_test(t, read_dropped_when_leadership_lost);
