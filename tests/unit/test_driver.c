@@ -958,6 +958,34 @@ START_TEST(new_member_joins_and_is_promoted)
 }
 END_TEST
 
+/* Some running member leads (serving or not: its no-op may wait for the stopped one). */
+static bool has_any_leader(void *arg)
+{
+    (void)arg;
+    for (int i = 1; i <= n_mem; i++) {
+        kl_raft_status st;
+        if (mem[i].running && (kl_repl_status(mem[i].repl, &st), st.role == KL_RAFT_LEADER))
+            return true;
+    }
+    return false;
+}
+
+/* Stops whoever else leads (and starts it again) until an election picks member id; the
+ * running members must still form an election quorum without the stopped one. */
+static int lead_with(int id)
+{
+    int l;
+    for (int round = 0; round < 30 && (l = wait_leader()) != id; round++) {
+        member_stop(l);
+        ck_assert_msg(run_until(has_any_leader, NULL, 10000), "round %d: no leader without %d", round, l);
+        member_reopen_store(l);
+        member_start(l);
+    }
+    l = wait_leader();
+    ck_assert_msg(l == id, "member %d did not win an election in 30 rounds", id);
+    return l;
+}
+
 /* driver.c peer_kept: a new learner replays the log from its start, so for a while the
  * configuration in effect on it is an old one that does not name the member leading now. Its
  * transport keeps the link to its seed members and to the leader it follows, so the entries
@@ -990,15 +1018,7 @@ START_TEST(learner_replaying_old_configuration_keeps_its_leader)
     wait_all_applied(last, 15000);
     kl_raft_conf four = {.n_members = 4, .replica_count = 3, .members = {1, 2, 3, 4}};
     change_to(l, &four, dir, dir_len);
-    /* Member 4 leads: stop whoever else leads until an election picks it (Q1 = 2 of 4). */
-    for (int round = 0; round < 30 && (l = wait_leader()) != 4; round++) {
-        member_stop(l);
-        ck_assert_msg(run_until(has_leader, NULL, 10000), "round %d: no leader without %d", round, l);
-        member_reopen_store(l);
-        member_start(l);
-    }
-    l = wait_leader();
-    ck_assert_msg(l == 4, "member 4 did not win an election in 30 rounds");
+    l = lead_with(4);
     kl_raft_conf learner5 = four;
     learner5.n_learners = 1;
     learner5.learners[0] = 5;
@@ -1010,6 +1030,61 @@ START_TEST(learner_replaying_old_configuration_keeps_its_leader)
     td_applied a = {.id = 5, .index = last};
     ck_assert_msg(run_until(member_applied, &a, 15000), "learner 5 stalled at %llu of %llu",
                   (unsigned long long)mem[5].applied, (unsigned long long)last);
+    check_consistent();
+    cluster_close();
+}
+END_TEST
+
+/* driver.c peer_kept: member 3 is down while members 4 and 5 join and member 4 comes to
+ * lead. Restarted, member 3 finds in its store the configuration {1,2,3}, which does
+ * not name the leader; its cluster file does (as an operator updates it after a change).
+ * Member 4 has the higher id, so it dials member 3, which must know it to let it in. Fails
+ * when the transport follows the stored configuration alone: member 3 refuses the leader's
+ * link and lags for ever while the others commit without it. */
+START_TEST(restarted_member_that_missed_a_change_reaches_the_new_leader)
+{
+    cluster_open(5, 2);
+    td_seed_n = 3; /* the cluster file names members 1, 2 and 3 */
+    for (int i = 1; i <= 3; i++)
+        member_start(i);
+    int l = wait_leader();
+    if (l == 3)
+        l = lead_with(1);
+    uint8_t dir[1024];
+    size_t dir_len = td_directory(5, dir, sizeof dir);
+    /* Member 3's store holds a replicated configuration (so the cluster file no longer says
+       who the members are for it): replica_count 3, then 2 again. Seven configuration
+       entries in all, below the eight at which the driver compacts. */
+    kl_raft_conf three = {.n_members = 3, .replica_count = 3, .members = {1, 2, 3}};
+    change_to(l, &three, dir, dir_len);
+    three.replica_count = 2;
+    change_to(l, &three, dir, dir_len);
+    uint64_t last = propose_many(l, 5);
+    wait_all_applied(last, 10000);
+    member_stop(3);
+    member_reopen_store(3);
+    kl_raft_conf learners = {.n_members = 3, .replica_count = 2, .members = {1, 2, 3},
+                             .n_learners = 2, .learners = {4, 5}};
+    change_to(l, &learners, dir, dir_len);
+    td_join[4] = td_join[5] = true;
+    member_start(4);
+    member_start(5);
+    last = propose_many(l, 5);
+    wait_all_applied(last, 15000);
+    /* 3 of 5 voters elect and commit, so the leader can be stopped while member 3 is down. */
+    kl_raft_conf five = {.n_members = 5, .replica_count = 3, .members = {1, 2, 3, 4, 5}};
+    change_to(l, &five, dir, dir_len);
+    l = lead_with(4);
+    last = propose_many(l, 5);
+    wait_all_applied(last, 15000);
+    td_seed_n = 5; /* the updated cluster file names all five */
+    member_start(3);
+    last = propose_many(l, 5);
+    td_applied a = {.id = 3, .index = last};
+    ck_assert_msg(run_until(member_applied, &a, 15000), "member 3 stalled at %llu of %llu",
+                  (unsigned long long)mem[3].applied, (unsigned long long)last);
+    td_conf_is w = {.id = 3, .want = five};
+    ck_assert_msg(run_until(conf_is, &w, 5000), "member 3 does not hold {1,2,3,4,5}");
     check_consistent();
     cluster_close();
 }
@@ -1590,6 +1665,7 @@ Suite *suite_driver(void)
     tcase_add_test(t, configuration_survives_compaction_and_restart);
     tcase_add_test(t, new_member_joins_and_is_promoted);
     tcase_add_test(t, learner_replaying_old_configuration_keeps_its_leader);
+    tcase_add_test(t, restarted_member_that_missed_a_change_reaches_the_new_leader);
     tcase_add_test(t, many_configuration_changes_compact_their_history);
     tcase_add_test(t, returning_leader_replaces_its_uncommitted_suffix);
     tcase_add_test(t, read_dropped_when_leadership_lost);
