@@ -989,6 +989,17 @@ static int lead_with(int id)
     return l;
 }
 
+/* Five member slots at replica_count 2, of which the cluster file names 1, 2 and 3: those
+ * are started; returns the serving leader. */
+static int start_seed_three(void)
+{
+    cluster_open(5, 2);
+    td_seed_n = 3;
+    for (int i = 1; i <= 3; i++)
+        member_start(i);
+    return wait_leader();
+}
+
 /* driver.c peer_kept: a new learner replays the log from its start, so for a while the
  * configuration in effect on it is an old one that does not name the member leading now. Its
  * transport keeps the link to its seed members and to the leader it follows, so the entries
@@ -998,11 +1009,7 @@ static int lead_with(int id)
  * the configuration in effect alone: member 5 drops member 4's link and never applies more. */
 START_TEST(learner_replaying_old_configuration_keeps_its_leader)
 {
-    cluster_open(5, 2);
-    td_seed_n = 3; /* the cluster file names members 1, 2 and 3 */
-    for (int i = 1; i <= 3; i++)
-        member_start(i);
-    int l = wait_leader();
+    int l = start_seed_three();
     uint8_t dir[1024];
     size_t dir_len = td_directory(5, dir, sizeof dir);
     /* Six configuration entries in all: the driver compacts at eight (conf pressure), and a
@@ -1046,11 +1053,7 @@ END_TEST
  * link and lags for ever while the others commit without it. */
 START_TEST(restarted_member_that_missed_a_change_reaches_the_new_leader)
 {
-    cluster_open(5, 2);
-    td_seed_n = 3; /* the cluster file names members 1, 2 and 3 */
-    for (int i = 1; i <= 3; i++)
-        member_start(i);
-    int l = wait_leader();
+    int l = start_seed_three();
     if (l == 3)
         l = lead_with(1);
     uint8_t dir[1024];
