@@ -841,7 +841,6 @@ int main(int argc, char **argv)
     kl_repl_config rcfg;
     repl_config(&rcfg, &cluster, partition, part, me, &d, a.join);
     rcfg.trace_every = a.repl_trace;
-    rcfg.own_loop = true;
     kl_repl_callbacks cb = {.ctx = &d, .apply = repl_apply, .role = repl_role,
                             .read_ready = repl_read_ready, .read_dropped = repl_read_dropped,
                             .fatal = repl_fatal};

@@ -95,8 +95,6 @@ struct kl_repl {
     kl_confstore cs; /* stored and applied configurations (confstore.h) */
     uint64_t known_peers[3 * KL_RAFT_MAX_MEMBERS]; /* members the peer knows (conf_peers) */
     size_t n_known_peers;
-    bool own_loop;         /* kl_repl_config.own_loop */
-    uint64_t t_write_done; /* kl_stages_now() when the last log write ended (write_here) */
     kl_raft_conf peers_conf; /* the configuration the peer transport follows */
     uint64_t peers_leader;   /* the leader it keeps a link to although peers_conf may not list it */
     uint64_t seed_peers[KL_RAFT_MAX_MEMBERS]; /* the members the cluster or join file named */
@@ -794,7 +792,6 @@ static void persist_after(void *job)
     log_bytes_note(r, j);
     note_job(r, j, r->rd->role, KL_STAGE_PERSIST_DONE);
     uint64_t back = kl_stages_now();
-    r->t_write_done = j->t_ran;
     kl_stages_span(r->stages, KL_SPAN_W_HOP, j->t_queued, j->t_run);
     kl_stages_span(r->stages, KL_SPAN_W_RUN, j->t_run, j->t_ran);
     kl_stages_span(r->stages, KL_SPAN_W_BACK, j->t_ran, back);
@@ -1069,25 +1066,6 @@ static bool commit_only(const kl_repl *r, const kl_raft_ready *rd)
            rd->hard.term == r->durable_term && rd->hard.vote == r->durable_vote;
 }
 
-/* A follower's write runs on the loop itself when the member was idle (no write for
- * WRITE_HERE_IDLE_NS) and the write is small: the loop then has nothing to do until the
- * write's acknowledgement may leave, and handing it to the writer thread would only add two
- * thread wake-ups to the commit's critical path (the follower's acknowledgement). A busy
- * member, whose writes follow each other and whose loop keeps stepping messages meanwhile,
- * and a leader, whose appends leave while its own write runs, keep the thread. */
-#define WRITE_HERE_IDLE_NS (300u * 1000u)
-#define WRITE_HERE_BYTES (64u << 10)
-static bool write_here(const kl_repl *r, size_t k, uint64_t now)
-{
-    if (!r->own_loop || r->rds[k].role == KL_RAFT_LEADER || now - r->t_write_done < WRITE_HERE_IDLE_NS)
-        return false;
-    const persist_job *j = &r->jobs[k];
-    size_t bytes = 0;
-    for (size_t i = 0; i < j->n_items; i++)
-        bytes += j->items[i].len;
-    return bytes <= WRITE_HERE_BYTES;
-}
-
 /* Hands the write of slot k to the log writer (log_writer.h). The two slots' writes never
  * overlap: the next one starts only when the running one has completed (persist_after), so
  * they reach the disk in the order their readies were taken (raft.h "Pipelined readies"). */
@@ -1098,12 +1076,7 @@ static void write_start(kl_repl *r, size_t k)
     j->owner = r;
     j->t_queued = kl_stages_now();
     note_job(r, j, r->rds[k].role, KL_STAGE_PERSIST_START); /* before the writer may read j */
-    if (write_here(r, k, j->t_queued)) {
-        r->counters.written_on_loop++;
-        kl_log_writer_run_here(r->writer, j);
-    } else {
-        kl_log_writer_submit(r->writer, j);
-    }
+    kl_log_writer_submit(r->writer, j);
 }
 
 /* When the oldest round's write has completed, before its sends and applies: takes the next
@@ -1230,21 +1203,13 @@ static void pump(kl_repl *r)
                 fail(r, &err);
                 break;
             }
-            /* A write run on the loop (write_here) blocks it: the applies go first, so
-             * that the acknowledgement leaves as soon as the write is done. */
-            bool here = write_here(r, r->cur, kl_stages_now());
-            if (here)
-                apply_committed(r, durable);
-            if (!live(r))
-                break;
             write_start(r, r->cur);
             if (early) {
                 for (size_t i = 0; i < r->rd->n_msgs && live(r); i++)
                     send_msg(r, &r->rd->msgs[i]);
                 r->msgs_sent = true;
             }
-            if (!here)
-                apply_committed(r, durable);
+            apply_committed(r, durable);
             break;
         }
         finish_round(r);
@@ -1949,7 +1914,6 @@ kl_code kl_repl_start(uv_loop_t *loop, kl_store *store, const kl_repl_config *cf
     r->job = &r->jobs[0];
     r->cb = *cb;
     r->self = cfg->self;
-    r->own_loop = cfg->own_loop;
     r->n_members = cfg->n_members;
     r->max_frame = cfg->max_frame ? cfg->max_frame : KL_PEER_DEFAULT_MAX_FRAME;
     r->snap_threshold = or_default(cfg->snapshot_threshold, KL_SNAP_THRESHOLD_DEFAULT);

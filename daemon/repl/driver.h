@@ -154,10 +154,6 @@ typedef struct kl_repl_config {
     /* The replication trace (trace.h): every trace_every-th log index is stamped on this
        member and logged as one "repl trace" line; 0 = off. At most KL_TRACE_EVERY_MAX. */
     uint32_t trace_every;
-    /* The loop is this member's alone (a keyloadd process): an idle follower's small log
-       write then runs on it, saving two thread wake-ups on the commit's critical path
-       (driver.c write_here). False where several members share one loop (a test). */
-    bool own_loop;
 } kl_repl_config;
 
 /* Defaults for zero fields of kl_repl_config. */
@@ -220,7 +216,6 @@ typedef struct kl_repl_counters {
     uint64_t send_drops;   /* messages kl_peer_send refused (no connection, queue full, size) */
     uint64_t persists;     /* synced writes completed */
     uint64_t chained;      /* of them, started the moment the one before completed (take_next) */
-    uint64_t written_on_loop; /* of them, run on the member's loop (kl_repl_config.own_loop) */
     uint64_t rounds;       /* readies processed */
     uint64_t early_applies; /* entries applied while an unrelated log write ran */
     uint64_t entries_appended, bytes_appended; /* log entries (and their bytes) synced here */

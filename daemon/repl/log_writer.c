@@ -134,17 +134,6 @@ void kl_log_writer_submit(kl_log_writer *w, void *job)
     pthread_mutex_unlock(&w->mu);
 }
 
-void kl_log_writer_run_here(kl_log_writer *w, void *job)
-{
-    assert(job != NULL && !w->busy && !w->stopped);
-    w->busy = true;
-    w->run(job);
-    void *prev = atomic_exchange(&w->finished, job);
-    assert(prev == NULL); /* one job outstanding at a time */
-    (void)prev;
-    uv_async_send(&w->async);
-}
-
 bool kl_log_writer_busy(const kl_log_writer *w) { return w->busy; }
 
 void kl_log_writer_stop(kl_log_writer *w, void (*closed)(void *ctx), void *ctx)

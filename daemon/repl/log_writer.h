@@ -12,7 +12,7 @@
  * loop thread, exactly once per job, unless the writer was stopped first.
  *
  * Thread-safety: every kl_log_writer_* function is called on the loop thread; run(job) is
- * called on the writer thread (on the loop thread for kl_log_writer_run_here). */
+ * called on the writer thread. */
 #ifndef KL_REPL_LOG_WRITER_H
 #define KL_REPL_LOG_WRITER_H
 
@@ -31,11 +31,6 @@ kl_code kl_log_writer_start(uv_loop_t *loop, kl_log_writer_fn run, kl_log_writer
                             kl_err *err);
 /* Hands job to the thread. None may be outstanding (kl_log_writer_busy is false). */
 void kl_log_writer_submit(kl_log_writer *w, void *job);
-/* Runs job on the calling (loop) thread, blocking it for the write, and hands it to done on
- * a later turn of the loop, as a submitted job is: the same contract without the two thread
- * wake-ups (the thread's, and the loop's from the thread), for a member whose loop has
- * nothing else to do meanwhile. None may be outstanding. */
-void kl_log_writer_run_here(kl_log_writer *w, void *job);
 /* A job was submitted and its done callback has not run yet. */
 bool kl_log_writer_busy(const kl_log_writer *w);
 /* Ends the writer without blocking the loop: the thread finishes the job it runs (a write

@@ -224,13 +224,11 @@ static bool td_join[TD_MAX + 1]; /* started as a joining member (kl_repl_config.
 
 static uint32_t td_snap_threshold; /* 0: the driver's default compaction policy */
 static uint32_t td_trace_every;    /* kl_repl_config.trace_every: 0 = off */
-static bool td_own_loop;           /* kl_repl_config.own_loop for every member started */
 
 static void cluster_open(int n, uint32_t rc)
 {
     td_snap_threshold = 0;
     td_trace_every = 0;
-    td_own_loop = false;
     td_seed_n = 0;
     memset(td_join, 0, sizeof td_join);
     memset(mem, 0, sizeof mem);
@@ -265,7 +263,6 @@ static void member_start(int id)
     cfg.join = td_join[id];
     cfg.join_peer_url = m->url;
     cfg.trace_every = td_trace_every;
-    cfg.own_loop = td_own_loop;
     kl_repl_callbacks cb = {.ctx = m, .apply = cb_apply, .role = cb_role,
                             .read_ready = cb_read_ready, .read_dropped = cb_read_dropped,
                             .fatal = cb_fatal, .stopped = cb_stopped};
@@ -1420,46 +1417,6 @@ START_TEST(writes_chain_while_one_runs)
 }
 END_TEST
 
-/* driver.c write_here: with own_loop, an idle follower's small write runs on the loop (the
- * counter says how many), a busy member's and the leader's on the writer thread, and the
- * outcome is the same: every entry applied everywhere, in the same order, with a kill of a
- * follower's store (a restart) in between. Fails when no write is ever run on the loop, or
- * when a leader's is. */
-START_TEST(idle_follower_writes_on_its_loop)
-{
-    cluster_open(3, 3);
-    td_own_loop = true;
-    for (int i = 1; i <= 3; i++)
-        member_start(i);
-    int l = wait_leader();
-    kl_repl_counters c0; /* its vote's write, as a candidate, may have run on the loop */
-    kl_repl_counters_get(mem[l].repl, &c0);
-    for (int i = 0; i < 8; i++) { /* one at a time, idle in between: the followers' writes run here */
-        wait_all_applied(propose_many(l, 1), 10000);
-        run_for(400);
-    }
-    uint64_t last = propose_many(l, 300); /* back to back: chained, on the writer threads */
-    wait_all_applied(last, 20000);
-    int f = l == 1 ? 2 : 1;
-    member_stop(f);
-    member_reopen_store(f);
-    member_start(f);
-    last = propose_many(l, 5);
-    wait_all_applied(last, 20000);
-    kl_repl_counters c;
-    kl_repl_counters_get(mem[l].repl, &c);
-    ck_assert_uint_eq(c.written_on_loop, c0.written_on_loop); /* none while leading */
-    int other = 6 - l - f; /* the follower that ran throughout (its counters did too) */
-    kl_repl_counters_get(mem[other].repl, &c);
-    ck_assert_msg(c.written_on_loop >= 8, "follower %d: %llu writes ran on its loop", other,
-                  (unsigned long long)c.written_on_loop);
-    ck_assert_msg(c.written_on_loop < c.persists && c.chained > 0, "follower %d: every write on its loop",
-                  other);
-    check_consistent();
-    cluster_close();
-}
-END_TEST
-
 /* A synced write's time is split where it goes (stages.h w_hop, w_run with its w_sync, w_back): with every
  * log write sleeping 30 ms inside the store (the store.log_write failpoint, on the worker),
  * the worker's part holds the sleep and the two hand-offs do not. */
@@ -1721,7 +1678,6 @@ Suite *suite_driver(void)
     tcase_add_test(t, commit_only_readies_write_nothing);
     tcase_add_test(t, write_parts_timed);
     tcase_add_test(t, trace_follows_cause_across_members);
-    tcase_add_test(t, idle_follower_writes_on_its_loop);
     suite_add_tcase(s, t);
     return s;
 }

@@ -174,47 +174,6 @@ START_TEST(stop_when_idle_or_just_submitted_closes)
 }
 END_TEST
 
-/* kl_log_writer_run_here: the job runs on the calling (loop) thread before the call
- * returns, its done comes only on a later loop turn, and it mixes with submitted jobs in
- * order; a stop right after one drops its done as for a submitted job. */
-START_TEST(run_here_runs_on_the_loop_and_done_comes_later)
-{
-    uv_loop_t loop;
-    ck_assert_int_eq(uv_loop_init(&loop), 0);
-    chain c;
-    kl_log_writer *w = start(&loop, &c);
-    jobs[0].id = JOBS; /* done submits nothing */
-    kl_log_writer_run_here(w, &jobs[0]);
-    ck_assert(c.run_on_loop);
-    ck_assert_int_eq(atomic_load(&c.n_run), 1);
-    ck_assert_int_eq(c.n_done, 0); /* not before the loop turns */
-    ck_assert(kl_log_writer_busy(w));
-    for (int i = 0; i < 5000 && c.n_done == 0; i++)
-        uv_run(&loop, UV_RUN_NOWAIT);
-    ck_assert_int_eq(c.n_done, 1);
-    ck_assert(!c.done_off_loop);
-    ck_assert(!kl_log_writer_busy(w));
-    c.run_on_loop = false;
-    jobs[1].id = JOBS;
-    kl_log_writer_submit(w, &jobs[1]); /* the thread still serves */
-    for (int i = 0; i < 5000 && c.n_done < 2; i++) {
-        uv_run(&loop, UV_RUN_NOWAIT);
-        sleep_ms(1);
-    }
-    ck_assert_int_eq(c.n_done, 2);
-    ck_assert(!c.run_on_loop);
-    jobs[2].id = JOBS;
-    kl_log_writer_run_here(w, &jobs[2]);
-    kl_log_writer_stop(w, on_closed, &c);
-    run_until(&loop, &c, closed);
-    ck_assert_int_eq(c.closed, 1);
-    ck_assert_int_eq(c.n_done, 2); /* the stopped writer's last job gets no done */
-    ck_assert_int_eq(atomic_load(&c.n_run), 3);
-    ck_assert_int_eq(uv_run(&loop, UV_RUN_NOWAIT), 0);
-    ck_assert_int_eq(uv_loop_close(&loop), 0);
-}
-END_TEST
-
 Suite *suite_log_writer(void)
 {
     Suite *s = suite_create("log_writer");
@@ -223,7 +182,6 @@ Suite *suite_log_writer(void)
     tcase_add_test(t, jobs_run_in_order_and_done_on_the_loop);
     tcase_add_test(t, stop_during_a_job_lets_it_finish_without_done);
     tcase_add_test(t, stop_when_idle_or_just_submitted_closes);
-    tcase_add_test(t, run_here_runs_on_the_loop_and_done_comes_later);
     suite_add_tcase(s, t);
     return s;
 }
