@@ -964,12 +964,12 @@ static void conf_peer_add(kl_repl *r, uint64_t id)
 }
 
 static void conf_peers_sync(kl_repl *r, const kl_raft_conf *c, uint64_t index, uint64_t leader);
-static void peers_follow(kl_repl *r);
+static void peers_prune(kl_repl *r);
 
 /* raft.h "Membership" (b): the ready's entries may name new members (their directory is
  * learnt first); on conf_changed the peer transport follows the configuration in effect:
  * it connects to every member of either half and every learner, and drops the others
- * (peers_follow says which are kept although not listed). A new leader the transport kept
+ * (peer_kept says which are kept although not listed). A new leader the transport kept
  * only as the leader may make the previous one droppable. */
 static void conf_peers(kl_repl *r, const kl_raft_ready *rd)
 {
@@ -980,7 +980,7 @@ static void conf_peers(kl_repl *r, const kl_raft_ready *rd)
         conf_peers_sync(r, &rd->conf, rd->conf_index, rd->leader);
     } else if (rd->leader != 0 && rd->leader != r->peers_leader && r->peer != NULL) {
         r->peers_leader = rd->leader;
-        peers_follow(r);
+        peers_prune(r); /* the configuration's members are all added already */
     }
 }
 
@@ -995,7 +995,16 @@ static void conf_peers_sync(kl_repl *r, const kl_raft_conf *c, uint64_t index, u
     r->peers_conf = *c;
     if (leader != 0)
         r->peers_leader = leader;
-    peers_follow(r);
+    for (uint32_t i = 0; i < c->n_members; i++)
+        if (c->members[i] != r->self)
+            conf_peer_add(r, c->members[i]);
+    for (uint32_t i = 0; i < c->n_learners; i++)
+        if (c->learners[i] != r->self)
+            conf_peer_add(r, c->learners[i]);
+    for (uint32_t i = 0; i < c->n_old; i++)
+        if (c->old_members[i] != r->self)
+            conf_peer_add(r, c->old_members[i]);
+    peers_prune(r);
 }
 
 static bool ids_have(const uint64_t *ids, size_t n, uint64_t id)
@@ -1021,20 +1030,11 @@ static bool peer_kept(const kl_repl *r, uint64_t id)
            ids_have(r->seed_peers, r->n_seed_peers, id);
 }
 
-/* Adds every member of the configuration the transport follows, drops every known member
- * peer_kept refuses, and records what the transport knows now. */
-static void peers_follow(kl_repl *r)
+/* Drops every member the transport knows that peer_kept refuses, and records what it knows
+ * now: the kept ones and the members of the configuration it follows. */
+static void peers_prune(kl_repl *r)
 {
     const kl_raft_conf *c = &r->peers_conf;
-    for (uint32_t i = 0; i < c->n_members; i++)
-        if (c->members[i] != r->self)
-            conf_peer_add(r, c->members[i]);
-    for (uint32_t i = 0; i < c->n_learners; i++)
-        if (c->learners[i] != r->self)
-            conf_peer_add(r, c->learners[i]);
-    for (uint32_t i = 0; i < c->n_old; i++)
-        if (c->old_members[i] != r->self)
-            conf_peer_add(r, c->old_members[i]);
     uint64_t known[sizeof r->known_peers / sizeof r->known_peers[0]];
     size_t n = 0;
     for (size_t i = 0; i < r->n_known_peers; i++) {
