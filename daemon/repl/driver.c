@@ -936,18 +936,32 @@ static bool install_snapshot(kl_repl *r)
     return true;
 }
 
-static bool conf_has(const kl_raft_conf *c, uint64_t id)
+static bool ids_have(const uint64_t *ids, size_t n, uint64_t id)
 {
-    for (uint32_t i = 0; i < c->n_members; i++)
-        if (c->members[i] == id)
-            return true;
-    for (uint32_t i = 0; i < c->n_learners; i++)
-        if (c->learners[i] == id)
-            return true;
-    for (uint32_t i = 0; i < c->n_old; i++)
-        if (c->old_members[i] == id)
+    for (size_t i = 0; i < n; i++)
+        if (ids[i] == id)
             return true;
     return false;
+}
+
+static bool conf_has(const kl_raft_conf *c, uint64_t id)
+{
+    return ids_have(c->members, c->n_members, id) || ids_have(c->learners, c->n_learners, id) ||
+           ids_have(c->old_members, c->n_old, id);
+}
+
+/* The members of c other than self, each once (voters of either half, learners), into out,
+ * which holds 3 * KL_RAFT_MAX_MEMBERS; returns how many. */
+static size_t conf_others(const kl_repl *r, const kl_raft_conf *c, uint64_t *out)
+{
+    const uint64_t *lists[3] = {c->members, c->learners, c->old_members};
+    uint32_t counts[3] = {c->n_members, c->n_learners, c->n_old};
+    size_t n = 0;
+    for (int l = 0; l < 3; l++)
+        for (uint32_t i = 0; i < counts[l]; i++)
+            if (lists[l][i] != r->self && !ids_have(out, n, lists[l][i]))
+                out[n++] = lists[l][i];
+    return n;
 }
 
 /* Adds one member of the configuration in effect to the peer transport; a member whose
@@ -995,24 +1009,11 @@ static void conf_peers_sync(kl_repl *r, const kl_raft_conf *c, uint64_t index, u
     r->peers_conf = *c;
     if (leader != 0)
         r->peers_leader = leader;
-    for (uint32_t i = 0; i < c->n_members; i++)
-        if (c->members[i] != r->self)
-            conf_peer_add(r, c->members[i]);
-    for (uint32_t i = 0; i < c->n_learners; i++)
-        if (c->learners[i] != r->self)
-            conf_peer_add(r, c->learners[i]);
-    for (uint32_t i = 0; i < c->n_old; i++)
-        if (c->old_members[i] != r->self)
-            conf_peer_add(r, c->old_members[i]);
-    peers_prune(r);
-}
-
-static bool ids_have(const uint64_t *ids, size_t n, uint64_t id)
-{
+    uint64_t ids[3 * KL_RAFT_MAX_MEMBERS];
+    size_t n = conf_others(r, c, ids);
     for (size_t i = 0; i < n; i++)
-        if (ids[i] == id)
-            return true;
-    return false;
+        conf_peer_add(r, ids[i]);
+    peers_prune(r);
 }
 
 /* Whether the transport keeps member id, known to it, under the configuration it follows.
@@ -1034,27 +1035,21 @@ static bool peer_kept(const kl_repl *r, uint64_t id)
  * now: the kept ones and the members of the configuration it follows. */
 static void peers_prune(kl_repl *r)
 {
-    const kl_raft_conf *c = &r->peers_conf;
     uint64_t known[sizeof r->known_peers / sizeof r->known_peers[0]];
-    size_t n = 0;
+    size_t n = conf_others(r, &r->peers_conf, known), extra = 0;
     for (size_t i = 0; i < r->n_known_peers; i++) {
         uint64_t id = r->known_peers[i];
-        if (!peer_kept(r, id))
+        if (!peer_kept(r, id)) {
             (void)kl_peer_remove(r->peer, id);
-        else if (!conf_has(c, id) && !ids_have(known, n, id))
+        } else if (!ids_have(known, n, id)) {
+            assert(n < sizeof known / sizeof known[0]);
             known[n++] = id;
+            extra++;
+        }
     }
     /* invariant: a configuration names at most KL_RAFT_MAX_MEMBERS distinct members
-       (kl_raft_conf_check), and the kept ones are the leader and the seed members */
-    assert(n <= KL_RAFT_MAX_MEMBERS + 1);
-    const uint64_t *lists[3] = {c->members, c->learners, c->old_members};
-    uint32_t counts[3] = {c->n_members, c->n_learners, c->n_old};
-    for (int l = 0; l < 3; l++)
-        for (uint32_t i = 0; i < counts[l]; i++)
-            if (lists[l][i] != r->self && !ids_have(known, n, lists[l][i])) {
-                assert(n < sizeof known / sizeof known[0]);
-                known[n++] = lists[l][i];
-            }
+       (kl_raft_conf_check), and beside them only the leader and the seed members stay */
+    assert(extra <= KL_RAFT_MAX_MEMBERS + 1);
     memcpy(r->known_peers, known, n * sizeof known[0]);
     r->n_known_peers = n;
 }

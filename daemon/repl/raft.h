@@ -142,11 +142,11 @@
  *   the driver   (a) persists CONF entries like any other and applies them in order (their
  *                data is kl_raft_conf_decode's); (b) on rd.conf_changed connects to the
  *                members of rd.conf it has no link to and may drop links to members no
- *                longer in it, except the leader (rd.leader): on a member catching up
- *                rd.conf is a historical configuration, which may not name the leader
- *                whose entries it needs, before sending rd.msgs (messages only go to members of the
+ *                longer in it, before sending rd.msgs (messages only go to members of the
  *                configuration in effect, but a message to a removed member may still be in
- *                rd.msgs after a fall-back: dropping it is harmless); (c) stores with each
+ *                rd.msgs after a fall-back: dropping it is harmless); it must keep the link
+ *                to the leader it follows (rd.leader), since on a member catching up
+ *                rd.conf is a historical one that may not name that leader; (c) stores with each
  *                snapshot the configuration at its index (kl_raft_conf_get's at_snapshot
  *                right after kl_raft_compact, or rd.snapshot.conf for an install), and
  *                passes it back in kl_raft_config.conf at restart; (d) implements
