@@ -845,6 +845,12 @@ fail_free:
     return rc;
 }
 
+void kl_rpc_server_flush(kl_rpc_server *srv)
+{
+    if (srv != NULL && srv->tcp != NULL && !server_is_stopping(srv))
+        kl_rpc_tcp_flush(srv->tcp);
+}
+
 void kl_rpc_server_stop(kl_rpc_server *srv)
 {
     if (srv == NULL)

@@ -88,6 +88,11 @@ kl_code kl_rpc_server_start(uv_loop_t *loop, const kl_rpc_server_config *cfg,
  * handle, so keep running the loop after stop. Safe to call from inside a handler. */
 void kl_rpc_server_stop(kl_rpc_server *srv);
 
+/* Writes the answers given so far on the TCP transport now (kl_rpc_tcp_flush), not at the
+ * start of the loop's next turn; nng's REP socket sends each answer as it is given. Loop
+ * thread. */
+void kl_rpc_server_flush(kl_rpc_server *srv);
+
 /* Accessors, valid until the call is answered. */
 const char *kl_rpc_call_method(const kl_rpc_call *call);
 const uint8_t *kl_rpc_call_payload(const kl_rpc_call *call, size_t *len);

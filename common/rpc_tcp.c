@@ -465,6 +465,11 @@ static void tcp_flush_all(kl_rpc_tcp *t)
     }
 }
 
+void kl_rpc_tcp_flush(kl_rpc_tcp *t)
+{
+    tcp_flush_all(t);
+}
+
 static void flush_cb(uv_idle_t *h)
 {
     kl_rpc_tcp *t = h->data;

@@ -67,6 +67,9 @@ kl_code kl_rpc_tcp_start(uv_loop_t *loop, const kl_rpc_tcp_config *cfg, kl_rpc_t
  * start of the next (one writev per connection for up to 64 of them), in answer order. */
 void kl_rpc_tcp_answer(kl_rpc_tcp_conn *conn, const uint8_t *hdr, size_t hdr_len,
                        uint8_t *frame, size_t frame_len);
+/* Writes every answer given so far now rather than at the start of the next loop turn: for
+ * an owner whose turn goes on with work those answers need not wait for. Loop thread. */
+void kl_rpc_tcp_flush(kl_rpc_tcp *t);
 /* Releases a call's reference without answering. */
 void kl_rpc_tcp_drop(kl_rpc_tcp_conn *conn);
 
