@@ -29,7 +29,7 @@ static int fp_count = 0;
  * and the test arming it would pass without cutting anything. */
 static const char *const fp_known[] = {
     "daemon.before_append",          "daemon.after_append_before_apply",
-    "daemon.after_append_before_reply", "daemon.after_apply_before_reply",
+    "daemon.after_append_before_reply", "daemon.after_reply_before_apply",
     "daemon.before_reply",           "peer.before_close",
     "store.log_write",               "rpc.dial_returned",
     "coord.before_accept",           "coord.after_accept_sent",

@@ -11,13 +11,15 @@
  * Unarmed, a site costs one predictable branch on a global flag. A name that is not one of
  * the sites below is refused (failpoint.c keeps the list; add a new site there too).
  *
- * The daemon's sites (keyloadd), in the order a client's batch passes them (the middle three
- * only for entries a caller waits on, so a leader's no-op never trips them):
+ * The daemon's sites (keyloadd), in the order a client's batch passes them (all but the
+ * first only for entries a caller waits on, so a leader's no-op never trips them):
  *   daemon.before_append            entry evaluated, not yet proposed to the log
- *   daemon.after_append_before_apply  entry durable and committed, state not yet applied
+ *   daemon.after_append_before_apply  entry committed (durable on a quorum), no caller
+ *                                   answered, state not yet applied here
  *   daemon.after_append_before_reply  same stage, named for tests that cut before any answer
- *   daemon.after_apply_before_reply   state applied (unsynced), no client answered yet
- *   daemon.before_reply             answer encoded, not yet handed to nng
+ *   daemon.before_reply             answer encoded, not yet handed to the transport
+ *   daemon.after_reply_before_apply   callers answered at the commit, the entry not yet
+ *                                   applied here (the leader answers before it applies)
  * Storage (daemon/store/store.c):
  *   store.log_write                 the synced log write of a replication round (entries, hard
  *                                   state); error(CODE) fails it as if the write or its fsync

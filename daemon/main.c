@@ -213,6 +213,16 @@ static void repl_apply(void *ctx, const kl_raft_entry *e)
     kl_service_applied(&d->service);
 }
 
+/* A batch is answered once its entry is committed, before this member applies it: the
+ * applies that follow may wait for the leader's own log write, the answer need not. The
+ * answers leave now, ahead of those applies. */
+static void repl_committed(void *ctx, uint64_t term, uint64_t upto)
+{
+    daemon_state *d = ctx;
+    if (d->node != NULL && kl_node_committed(d->node, term, upto) > 0)
+        kl_rpc_server_flush(d->rpc);
+}
+
 static void repl_role(void *ctx, kl_raft_role role, uint64_t term, uint64_t leader, bool leader_ready)
 {
     daemon_state *d = ctx;
@@ -841,7 +851,7 @@ int main(int argc, char **argv)
     kl_repl_config rcfg;
     repl_config(&rcfg, &cluster, partition, part, me, &d, a.join);
     rcfg.trace_every = a.repl_trace;
-    kl_repl_callbacks cb = {.ctx = &d, .apply = repl_apply, .role = repl_role,
+    kl_repl_callbacks cb = {.ctx = &d, .apply = repl_apply, .committed = repl_committed, .role = repl_role,
                             .read_ready = repl_read_ready, .read_dropped = repl_read_dropped,
                             .fatal = repl_fatal};
     if (start_serving(&d, &cluster, partition, part, me, &rcfg, &cb, &err) != 0) {

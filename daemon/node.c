@@ -343,6 +343,46 @@ static void proposed_clear(kl_node *n)
     n->n_proposed = 0;
 }
 
+/* Answers the waiting callers of pending batch p with its committed result. */
+static void answer_committed(kl_node *n, pending *p)
+{
+    n->answering = true;
+    for (size_t j = 0; j < p->n_waiters; j++) {
+        if (p->refused)
+            p->waiters[j].fn(p->waiters[j].cookie, p->refusal.code, &p->refusal, NULL, 0);
+        else
+            p->waiters[j].fn(p->waiters[j].cookie, KL_OK, NULL, p->receipt, p->receipt_len);
+    }
+    n->answering = false;
+    p->n_waiters = 0;
+}
+
+size_t kl_node_committed(kl_node *n, uint64_t term, uint64_t upto)
+{
+    size_t answered = 0;
+    bool cut = false;
+    for (size_t i = 0; i < n->n_pend; i++) {
+        pending *p = &n->pend[i];
+        if (p->answered || p->at_apply || p->term != term || p->index == 0 || p->index > upto)
+            continue;
+        /* invariant I-NODE-15: only a proposed batch is answered at commit: the open group's
+         * slot lies past the log's last index, so past every commit index */
+        assert(n->group.n == 0 || p->index < n->group.index);
+        if (p->n_waiters > 0 && !cut) {
+            /* The cut points of a client's batch: its entry is committed, nobody has been
+             * answered and this member has not applied it. */
+            kl_err fe;
+            (void)KL_FAILPOINT("daemon.after_append_before_apply", &fe);
+            (void)KL_FAILPOINT("daemon.after_append_before_reply", &fe);
+            cut = true;
+        }
+        answered += p->n_waiters;
+        p->answered = true;
+        answer_committed(n, p);
+    }
+    return answered;
+}
+
 /* Answers every caller of the pending batch at `index` (if any): OK with its receipt when
  * the committed entry has the term it was proposed in, else UNKNOWN_WRITE_OUTCOME (another
  * leader's entry took the slot; this batch did not commit there). */
@@ -359,6 +399,9 @@ static void answer_index(kl_node *n, uint64_t index, uint64_t term)
             continue;
         }
         bool ok = p->term == term;
+        /* invariant I-NODE-16: a batch answered at its commit is the entry applied at its
+         * index (else a caller holds an OK for an effect the partition never took) */
+        assert(!p->answered || ok);
         n->answering = true;
         for (size_t j = 0; j < p->n_waiters; j++) {
             if (ok && p->refused)
@@ -484,10 +527,12 @@ void kl_node_flush(kl_node *n)
     assert(n->group.n == 0 && n->group_bytes.len == 0 && n->group_undo.n == 0);
 }
 
-static bool pending_at(const kl_node *n, uint64_t index)
+/* Whether a pending batch at index has callers still waiting (wait) or was answered at
+ * its commit (!wait). */
+static bool pending_at(const kl_node *n, uint64_t index, bool wait)
 {
     for (size_t i = 0; i < n->n_pend; i++)
-        if (n->pend[i].index == index)
+        if (n->pend[i].index == index && (wait ? n->pend[i].n_waiters > 0 : n->pend[i].answered))
             return true;
     return false;
 }
@@ -506,10 +551,13 @@ kl_code kl_node_apply(kl_node *n, uint64_t index, uint64_t term, const uint8_t *
     /* The cut points of a client's batch: its entry is durable and committed, nobody has
      * been answered. Only entries with a waiting caller pass them, so a restart's no-op
      * does not. */
-    bool waited = pending_at(n, index);
+    bool waited = pending_at(n, index, true);
     if (waited) {
         (void)KL_FAILPOINT("daemon.after_append_before_apply", &fe);
         (void)KL_FAILPOINT("daemon.after_append_before_reply", &fe);
+    } else if (pending_at(n, index, false)) {
+        /* Answered at its commit (kl_node_committed), not applied here yet. */
+        (void)KL_FAILPOINT("daemon.after_reply_before_apply", &fe);
     }
     node_entry *own = proposed_take(n, index, term);
     if (own != NULL) {
@@ -536,8 +584,6 @@ kl_code kl_node_apply(kl_node *n, uint64_t index, uint64_t term, const uint8_t *
         park_drop(n, &lost);
         return rc;
     }
-    if (waited)
-        (void)KL_FAILPOINT("daemon.after_apply_before_reply", &fe);
     kl_overlay_drop_upto(&n->overlay, index);
     if (index == n->pinc_proposed)
         n->pinc_proposed = 0;

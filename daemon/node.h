@@ -7,9 +7,10 @@
  * (term, index) the log promised (io.next) that every batch evaluated until kl_node_flush
  * shares, up to a count and a byte bound (node.c). kl_node_flush proposes the group
  * (io.propose); every member applies committed entries through kl_node_apply, in log order,
- * each entry's write-sets in order in one RocksDB write, and the leader answers a batch's
- * callers only when its entry applies (the leader applies its own entries from the
- * write-sets it built, without decoding them). A receipt's `index` is the index of the entry
+ * each entry's write-sets in order in one RocksDB write (the leader applies its own entries
+ * from the write-sets it built, without decoding them). The leader answers a batch's callers
+ * as soon as its entry is committed (kl_node_committed), or else when it applies: the answer
+ * is what evaluation computed, and a committed entry always applies, the same everywhere. A receipt's `index` is the index of the entry
  * that committed the batch, which batches of one group share; the command id tells them
  * apart. Group commit also happens below: the driver persists every entry proposed since
  * its last synced write in one write.
@@ -17,7 +18,10 @@
  * Invariants:
  *  - a (principal, command id) is either committed (outcome in the store), pending (in the
  *    table, with its receipt already encoded) or unknown, never two of these;
- *  - a caller is answered OK only after its entry is committed and applied;
+ *  - a caller is answered OK only after its entry is committed: the leader of the term that
+ *    proposed it counts a quorum of durable copies (kl_node_committed), or it applies;
+ *  - an answered batch stays pending, its receipt kept, until its entry applies here, so a
+ *    retry meanwhile is answered the same (the store holds no outcome for it yet);
  *  - pending state exists only while this member leads; kl_node_role(leader=false) answers
  *    every waiting caller UNKNOWN_WRITE_OUTCOME and drops the overlay (the entries may still
  *    commit under the next leader: a retry with the same command id finds out).
@@ -145,10 +149,22 @@ void kl_node_park_drop(kl_node *n, const kl_err *err);
  * entry's write-set applies on every member only at catalog version - 1 (store.c). */
 kl_code kl_node_submit_catalog(kl_node *n, const uint8_t *change, size_t len, kl_err *err);
 
+/* The replication log's commit index reached `upto` while this member leads `term`: every
+ * pending batch proposed in `term` at an index <= upto is committed (a leader never
+ * overwrites its own entries, and every later leader holds every committed one). Answers
+ * their callers now, OK with the receipt evaluation encoded (or the committed refusal); the
+ * outcome stays pending until kl_node_apply applies its entry. Batches of other terms are
+ * left to kl_node_apply, which checks the entry's term; so are batches that change the
+ * catalog, whose lookups (LocateQueue, ShowPrincipal, ListCatalog) read applied state
+ * without a read barrier and must show a change its caller was told about. Returns how
+ * many callers it answered. Cost: one pass over the pending table. */
+size_t kl_node_committed(kl_node *n, uint64_t term, uint64_t upto);
+
 /* Applies the committed entry (index, term): `entry` is the stored LogEntry (NULL for a
  * no-op). Index must be the store's applied index + 1. Answers the callers of a pending
- * batch at that index: OK when the committed entry is the one proposed (same term), else
- * UNKNOWN_WRITE_OUTCOME. A failure marks the node broken (the member must restart). */
+ * batch at that index that kl_node_committed did not: OK when the committed entry is the
+ * one proposed (same term), else UNKNOWN_WRITE_OUTCOME; then forgets it. A failure marks the
+ * node broken (the member must restart). */
 kl_code kl_node_apply(kl_node *n, uint64_t index, uint64_t term, const uint8_t *entry, size_t len,
                       kl_err *err);
 

@@ -42,8 +42,13 @@ typedef struct pending {
     uint64_t index, term;
     uint8_t *receipt;
     size_t receipt_len;
-    bool refused;                /* a committed refusal: callers get `refusal` at apply */
+    bool refused;                /* a committed refusal: callers get `refusal` */
     kl_err refusal;
+    bool answered;               /* committed and its callers answered (kl_node_committed);
+                                  * kept until the apply so that a retry is answered the same */
+    bool at_apply;               /* changes the catalog: answered only at its apply, since
+                                  * catalog lookups (LocateQueue, ShowPrincipal, ListCatalog)
+                                  * read applied state without a read barrier */
     waiter *waiters;
     size_t n_waiters, cap_waiters;
 } pending;

@@ -430,6 +430,7 @@ static kl_code group_join(kl_node *n, const char *principal, const Keyload__V1__
     p->receipt = ev->receipt.p;
     p->receipt_len = ev->receipt.len;
     p->refused = ev->refused;
+    p->at_apply = ev->catalog.version != 0;
     if (ev->refused)
         p->refusal = ev->refusal;
     ev->receipt = (kl_buf){0};
@@ -558,6 +559,15 @@ static kl_code submit_dedupe(submit_req *r)
         if (!same_request(r->principal, r->b, r->digest, p->digest, p->first_sent_ms))
             return kl_fail(r->err, KL_CONFLICT, "command_id_reused",
                            "command_id is in use by a different batch that is still committing");
+        if (p->answered) {
+            /* Committed and answered, not applied yet: the same answer. */
+            if (p->refused)
+                r->fn(r->cookie, p->refusal.code, &p->refusal, NULL, 0);
+            else
+                r->fn(r->cookie, KL_OK, NULL, p->receipt, p->receipt_len);
+            r->answered = true;
+            return KL_OK;
+        }
         /* Same request still in flight: wait for that entry's commit. */
         assert(!n->answering); /* invariant I-NODE-14 */
         if (node_pending_add_waiter(p, r->fn, r->cookie) != 0)

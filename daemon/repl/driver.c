@@ -140,6 +140,8 @@ struct kl_repl {
 
     /* applied state as this driver handed it out */
     uint64_t applied, applied_term;
+    /* the last commit index reported through cb.committed, and its term */
+    uint64_t commit_reported, commit_reported_term;
 
     /* last role report */
     bool reported;
@@ -656,8 +658,29 @@ static bool role_changed(const kl_repl *r, kl_raft_role role, uint64_t term, uin
            leader != r->rep_leader || ready != r->rep_ready;
 }
 
+/* A leader reports its commit index as soon as it moved (cb.committed), so that callers are
+ * answered before the applies that follow, which may wait for this member's own log write.
+ * Cost: one status read of the core. */
+static void report_commit(kl_repl *r)
+{
+    if (r->cb.committed == NULL || !live(r))
+        return;
+    kl_raft_status st;
+    kl_raft_status_get(r->raft, &st);
+    if (st.role != KL_RAFT_LEADER)
+        return;
+    if (st.term == r->commit_reported_term && st.commit <= r->commit_reported)
+        return;
+    r->commit_reported = st.commit;
+    r->commit_reported_term = st.term;
+    r->cb.committed(r->cb.ctx, st.term, st.commit);
+}
+
 static void apply_one(kl_repl *r, const kl_raft_entry *e)
 {
+    /* A leader's callers hear of a commit no later than its apply. */
+    if (r->rep_role == KL_RAFT_LEADER && e->index > r->commit_reported)
+        report_commit(r);
     assert(e->index == r->applied + 1);
     kl_raft_entry view = *e;
     if (view.type == KL_RAFT_ENTRY_CONF && !kl_confstore_applied(&r->cs, e->index, e->data, e->len)) {
@@ -1262,6 +1285,7 @@ static void on_flush(uv_check_t *h)
     kl_repl *r = h->data;
     if (!live(r))
         return;
+    report_commit(r);
     send_urgent(r);
     pump(r);
     apply_early(r);

@@ -109,6 +109,12 @@ typedef struct kl_repl_callbacks {
        entry (NULL/0 for a no-op and for a configuration entry, which the driver keeps and
        the state machine applies as a no-op). The callee applies it to the store synchronously. */
     void (*apply)(void *ctx, const kl_raft_entry *e);
+    /* Optional. This member leads `term` and its commit index reached `upto`: entries of
+       `term` up to it are committed, whether applied yet or not. Called once per loop
+       iteration when the commit index moved, and before any apply of an entry above the last
+       index reported; never for a follower. The callee may answer those entries' callers
+       (what a batch did was decided when it was evaluated; its apply follows in order). */
+    void (*committed)(void *ctx, uint64_t term, uint64_t upto);
     /* Role, term or leader changed, or leader_ready became true (leader whose own-term no-op
        is committed AND applied: it may now serve). Called after the apply calls of the same round. */
     void (*role)(void *ctx, kl_raft_role role, uint64_t term, uint64_t leader, bool leader_ready);

@@ -425,7 +425,11 @@ static void test_kill9_durability(void)
 /* Cuts the daemon at a failpoint while a batch is in flight, then checks that a retry
  * with the same command id commits exactly once. durable: whether the cut point is
  * after the log append (the batch must already be there after restart). */
-static void cut_and_retry(const char *failpoint, bool durable)
+/* The daemon exits at `failpoint` during a two-message batch; `durable`: the batch is in the
+ * store after the restart; `answered`: the caller got its OK before the cut (the answer
+ * leaves at the commit, the apply after it). A retry with the same command id gets exactly
+ * the two messages and, across another restart, the same receipt bytes. */
+static void cut_and_retry(const char *failpoint, bool durable, bool answered)
 {
     fresh_store(failpoint, NULL);
     CHECK(start_daemon(NULL) == 0, "start");
@@ -440,8 +444,10 @@ static void cut_and_retry(const char *failpoint, bool durable)
     add_enqueue(b, "q", "a");
     add_enqueue(b, "q", "b");
     answer a = send_batch(b, 3000);
-    CHECK(a.code != KL_OK, "the cut batch was answered OK");
-    answer_free(&a);
+    if (answered)
+        CHECK(a.code == KL_OK, "the batch cut after its answer was not answered OK: %s", a.err.message);
+    else
+        CHECK(a.code != KL_OK, "the cut batch was answered OK");
     int st = wait_daemon_exit(10000);
     CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 77, "daemon did not stop at %s (status %d)", failpoint, st);
     CHECK(start_daemon(NULL) == 0, "restart");
@@ -452,6 +458,9 @@ static void cut_and_retry(const char *failpoint, bool durable)
     add_enqueue(b, "q", "b");
     answer r1 = send_batch(b, 5000);
     CHECK(r1.code == KL_OK, "retry: %s", r1.err.message);
+    CHECK(!answered || (r1.len == a.len && memcmp(r1.bytes, a.bytes, a.len) == 0),
+          "the retry's receipt differs from the answer given before the cut");
+    answer_free(&a);
     n = queue_messages("q", NULL);
     CHECK(n == 2, "%s: %lld messages after retry (want exactly 2)", failpoint, n);
     stop_daemon(SIGKILL);
@@ -467,9 +476,9 @@ static void cut_and_retry(const char *failpoint, bool durable)
     stop_daemon(SIGTERM);
 }
 
-static void test_cut_after_append(void) { cut_and_retry("daemon.after_append_before_reply", true); }
-static void test_cut_after_apply(void) { cut_and_retry("daemon.after_apply_before_reply", true); }
-static void test_cut_before_append(void) { cut_and_retry("daemon.before_append", false); }
+static void test_cut_after_append(void) { cut_and_retry("daemon.after_append_before_reply", true, false); }
+static void test_cut_after_reply(void) { cut_and_retry("daemon.after_reply_before_apply", true, true); }
+static void test_cut_before_append(void) { cut_and_retry("daemon.before_append", false, false); }
 
 static void test_lease_expiry_redelivers(void)
 {
@@ -2151,7 +2160,7 @@ int main(int argc, char **argv)
         {"kill -9 keeps every acknowledged message, replay is byte-identical", test_kill9_durability},
         {"cut after append: retry commits once", test_cut_after_append},
         {"repl trace: sampled stamps and the server legs are logged and joined", test_repl_trace_logged},
-        {"cut after apply: retry commits once", test_cut_after_apply},
+        {"cut after the answer, before the apply: the retry gets the same receipt", test_cut_after_reply},
         {"cut before append: retry commits once", test_cut_before_append},
         {"lease expiry redelivers (also across kill -9)", test_lease_expiry_redelivers},
         {"quota refusals change nothing", test_quota_refusals_change_nothing},

@@ -707,15 +707,15 @@ void test_xfer_destination(void)
     CHECK(rc == KL_PERMISSION_DENIED && strcmp(err.detail, "intent_principal") == 0,
           "accept by another administrator: %s %s", kl_code_name(rc), err.detail);
 
-    /* 2. Unknown ACK: every member of the destination partition armed to exit right after
-     * applying the first batch a caller waits on, before answering it. */
+    /* 2. Unknown ACK: every member of the destination partition armed to exit once the first
+     * batch a caller waits on has committed, before answering it (its leader's cut). */
     xf_id t2, a2;
     xf_tok i2, r2;
     kl_command_id_new(t2);
     kl_command_id_new(a2);
     CHECK(xf_create(op, NULL, "src.d", NULL, t2, "dst.d", "dest-two", &i2, NULL, &err) == KL_OK, "create t2: %s",
           err.message);
-    CHECK(xf_restart_partition(XF_DST_PART, "daemon.after_apply_before_reply=1*exit"), "armed restart of partition %d",
+    CHECK(xf_restart_partition(XF_DST_PART, "daemon.after_append_before_reply=1*exit"), "armed restart of partition %d",
           XF_DST_PART);
     kl_client *cut = NULL;
     CHECK(kl_client_open_principal(xf_c.file, xf_db_name[DB_XFER], 4000, "xfop", xf_whos[WHO_OP].key_path, &cut,
@@ -740,7 +740,7 @@ void test_xfer_destination(void)
         if (cut_m < 0)
             sleep_ms(50);
     }
-    CHECK(cut_m >= 0, "no destination member stopped at daemon.after_apply_before_reply");
+    CHECK(cut_m >= 0, "no destination member stopped at daemon.after_append_before_reply");
     /* The cut member comes back unarmed; the others stay armed, so until the whole cluster
      * restarts this partition gets only reads and replays (neither applies a new entry). */
     xf_spawn(XF_DST_PART, cut_m, NULL);

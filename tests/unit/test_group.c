@@ -287,6 +287,98 @@ START_TEST(test_follower_applies_grouped_entry)
 }
 END_TEST
 
+/* A batch is answered once its entry is committed (kl_node_committed), before this member
+ * applies it: only for the term it was proposed in and an index the commit covers; a retry
+ * meanwhile gets the same receipt without a new proposal; the apply answers nobody twice,
+ * and after it the stored outcome answers the same. */
+START_TEST(test_answered_at_commit_before_apply)
+{
+    th_reply r1 = {0}, r2 = {0}, r3 = {0};
+    submit_enqueue(0x30, "early", &r1);
+    kl_node_flush(T.node);
+    ck_assert_uint_eq(T.n_props, 1);
+    uint64_t index = T.props[0].index, term = T.props[0].term;
+    ck_assert_uint_eq(kl_node_committed(T.node, term, index - 1), 0);
+    ck_assert_uint_eq(kl_node_committed(T.node, term + 1, index), 0);
+    ck_assert_int_eq(r1.count, 0);
+    ck_assert_uint_eq(kl_node_committed(T.node, term, index), 1);
+    Keyload__V1__BatchReceipt *rc = receipt_of(&r1);
+    ck_assert_uint_eq(rc->index, index);
+    keyload__v1__batch_receipt__free_unpacked(rc, NULL);
+    ck_assert_uint_lt(kl_store_applied_index(T.store), index); /* answered, not applied */
+    ck_assert_uint_eq(kl_node_committed(T.node, term, index), 0); /* once */
+    int asked = T.flush_asked;
+    submit_enqueue(0x30, "early", &r2);
+    ck_assert_int_eq(r2.count, 1);
+    ck_assert_int_eq(r2.code, KL_OK);
+    ck_assert_uint_eq(r2.len, r1.len);
+    ck_assert_mem_eq(r2.receipt, r1.receipt, r1.len);
+    ck_assert_uint_eq(T.n_props, 1);
+    ck_assert_int_eq(T.flush_asked, asked); /* nothing evaluated again */
+    th_drain(&T);
+    ck_assert_uint_eq(kl_store_applied_index(T.store), index);
+    ck_assert_int_eq(r1.count, 1);
+    ck_assert_int_eq(r2.count, 1);
+    submit_enqueue(0x30, "early", &r3);
+    ck_assert_int_eq(r3.count, 1);
+    ck_assert_int_eq(r3.code, KL_OK);
+    ck_assert_uint_eq(r3.len, r1.len);
+    ck_assert_mem_eq(r3.receipt, r1.receipt, r1.len);
+    ck_assert_uint_eq(th_queue_messages(&T, "orders", NULL), 1);
+    th_reply_free(&r1);
+    th_reply_free(&r2);
+    th_reply_free(&r3);
+}
+END_TEST
+
+/* A caller answered at the commit is not answered again when the member stops leading
+ * before the apply; the entry still applies, and the stored outcome answers a retry the same. */
+START_TEST(test_answered_at_commit_survives_leader_change)
+{
+    th_reply r1 = {0}, r2 = {0};
+    submit_enqueue(0x31, "kept", &r1);
+    kl_node_flush(T.node);
+    uint64_t index = T.props[0].index, term = T.props[0].term;
+    ck_assert_uint_eq(kl_node_committed(T.node, term, index), 1);
+    ck_assert_int_eq(r1.count, 1);
+    kl_node_role(T.node, false);
+    ck_assert_int_eq(r1.count, 1);
+    ck_assert_int_eq(r1.code, KL_OK);
+    th_drain(&T);
+    ck_assert_uint_eq(th_queue_messages(&T, "orders", NULL), 1);
+    kl_node_role(T.node, true);
+    submit_enqueue(0x31, "kept", &r2);
+    ck_assert_int_eq(r2.count, 1);
+    ck_assert_int_eq(r2.code, KL_OK);
+    ck_assert_uint_eq(r2.len, r1.len);
+    ck_assert_mem_eq(r2.receipt, r1.receipt, r1.len);
+    th_reply_free(&r1);
+    th_reply_free(&r2);
+}
+END_TEST
+
+/* A batch that changes the catalog is answered at its apply, not at its commit: catalog
+ * lookups read applied state without a read barrier and must show what its caller was told. */
+START_TEST(test_catalog_change_answered_at_apply)
+{
+    th_reply r = {0};
+    th_batch *b = th_batch_new(0x32);
+    th_create(b, "invoices", 0, 0, 0, NULL);
+    size_t len;
+    uint8_t *req = th_batch_pack(b, &len);
+    th_submit(&T, req, len, &r);
+    free(req);
+    kl_node_flush(T.node);
+    ck_assert_uint_eq(T.n_props, 1);
+    ck_assert_uint_eq(kl_node_committed(T.node, T.props[0].term, T.props[0].index), 0);
+    ck_assert_int_eq(r.count, 0);
+    th_drain(&T);
+    ck_assert_int_eq(r.count, 1);
+    ck_assert_msg(r.code == KL_OK, "%s: %s", kl_code_name(r.code), r.err.message);
+    th_reply_free(&r);
+}
+END_TEST
+
 Suite *suite_group(void)
 {
     Suite *s = suite_create("group");
@@ -300,6 +392,9 @@ Suite *suite_group(void)
     tcase_add_test(tc, test_refused_proposal_answers_group);
     tcase_add_test(tc, test_replay_each_after_restart);
     tcase_add_test(tc, test_follower_applies_grouped_entry);
+    tcase_add_test(tc, test_answered_at_commit_before_apply);
+    tcase_add_test(tc, test_answered_at_commit_survives_leader_change);
+    tcase_add_test(tc, test_catalog_change_answered_at_apply);
     suite_add_tcase(s, tc);
     return s;
 }
