@@ -1285,9 +1285,11 @@ static void on_flush(uv_check_t *h)
     kl_repl *r = h->data;
     if (!live(r))
         return;
-    report_commit(r);
     send_urgent(r);
     pump(r);
+    /* After the sends and the next write started: answering costs the loop time (sealing,
+     * socket writes) that the replication pipeline should not wait for. */
+    report_commit(r);
     apply_early(r);
     pump(r);
 }
