@@ -19,7 +19,8 @@
 #   server:   per client batch committed at a sampled index (its "batch trace" line): arrived
 #             (the leader began handling the request) -> the entry was proposed (evaluation,
 #             waiting for the loop and for the group to close), commit -> answered (the
-#             answer is given inside the apply), and arrived -> answered;
+#             leader answers once it learns the commit, before its apply), and arrived ->
+#             answered;
 #   client:   with keyload-bench's "client trace" lines of one partition among the input
 #             (--trace-out, --trace-every), matched to the server's by index and command id:
 #             the call's start -> the server began handling it (the request's way there,
@@ -110,7 +111,7 @@ for idx, L in leader.items():
         if b['member'] != L.get('member'):
             continue  # answered by a member that did not lead this index here
         add('server: arrived -> proposed', b['arrived'], L.get('propose'))
-        add('server: commit -> answered (the apply)', L.get('commit'), b['answered'])
+        add('server: commit -> answered', L.get('commit'), b['answered'])
         add('server: arrived -> answered', b['arrived'], b['answered'])
         C = clients.get((idx, b['cmd']))
         if C:
