@@ -506,7 +506,8 @@ void kl_node_flush(kl_node *n)
         (void)KL_FAILPOINT("daemon.before_append", &fe);
         uint64_t t1 = node_mono_ns();
         n->costs.encode_ns += t1 - t0;
-        /* Proposed means in the log, not committed: the callers are answered at apply. */
+        /* Proposed means in the log, not committed: the callers are answered at the
+         * commit (kl_node_committed) or the apply. */
         rc = n->io.propose(n->io.ctx, entry->p, entry->len);
         n->costs.propose_ns += node_mono_ns() - t1;
         if (rc != KL_OK)

@@ -640,8 +640,8 @@ static kl_code submit_evaluate(submit_req *r)
     }
 }
 
-/* Step 5: the batch joins the group; the caller is now answered at apply, or by the
- * group's failure. */
+/* Step 5: the batch joins the group; the caller is now answered at its commit
+ * (kl_node_committed) or apply, or by the group's failure. */
 static kl_code submit_join(submit_req *r)
 {
     kl_node *n = r->n;
