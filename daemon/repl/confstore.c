@@ -209,6 +209,8 @@ bool kl_confstore_rebase(kl_confstore *cs, uint64_t index, const uint8_t *blob, 
         return false;
     free(cs->base.blob);
     cs->base = (kl_confstore_item){.index = index, .blob = b, .len = b ? len : 0};
+    if (b != NULL)
+        kl_confstore_learn(cs, b, len);
     size_t k = 0;
     while (k < cs->n_applied && cs->applied[k].index <= index)
         free(cs->applied[k++].blob);

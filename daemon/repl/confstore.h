@@ -91,7 +91,8 @@ bool kl_confstore_applied(kl_confstore *cs, uint64_t index, const uint8_t *blob,
  * base): its blob (NULL, 0 when none: the static configuration). */
 void kl_confstore_at(const kl_confstore *cs, uint64_t index, const uint8_t **blob, size_t *len);
 /* Entries <= index were compacted or replaced by a snapshot whose configuration is blob:
- * it becomes the base; applied entries <= index and stored indexes <= index go. */
+ * it becomes the base, and its directory is learnt (a snapshot may name members this member
+ * never saw a CONF entry of); applied entries <= index and stored indexes <= index go. */
 bool kl_confstore_rebase(kl_confstore *cs, uint64_t index, const uint8_t *blob, size_t len);
 
 /* Remembers how to reach and authenticate the members a blob's directory names (a blob that

@@ -903,11 +903,6 @@ static bool install_conf(kl_repl *r, uint64_t index, kl_err *err)
         return false;
     kl_confstore_truncated(&r->cs, index + 1);
     bool ok = kl_confstore_rebase(&r->cs, index, b, b != NULL ? n : 0);
-    /* The snapshot's configuration may name members this one never saw a CONF entry of (it
-     * was away when they were added): their addresses and keys come from its directory, as
-     * at a restart (kl_confstore_load), or their links stay refused until one. */
-    if (ok && b != NULL)
-        kl_confstore_learn(&r->cs, b, n);
     free(b);
     if (!ok)
         kl_fail(err, KL_INTERNAL, "memory", "out of memory recording a configuration");
