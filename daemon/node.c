@@ -343,16 +343,20 @@ static void proposed_clear(kl_node *n)
     n->n_proposed = 0;
 }
 
+void node_pending_reply(const pending *p, kl_node_reply_fn fn, void *cookie)
+{
+    if (p->refused)
+        fn(cookie, p->refusal.code, &p->refusal, NULL, 0);
+    else
+        fn(cookie, KL_OK, NULL, p->receipt, p->receipt_len);
+}
+
 /* Answers the waiting callers of pending batch p with its committed result. */
 static void answer_committed(kl_node *n, pending *p)
 {
     n->answering = true;
-    for (size_t j = 0; j < p->n_waiters; j++) {
-        if (p->refused)
-            p->waiters[j].fn(p->waiters[j].cookie, p->refusal.code, &p->refusal, NULL, 0);
-        else
-            p->waiters[j].fn(p->waiters[j].cookie, KL_OK, NULL, p->receipt, p->receipt_len);
-    }
+    for (size_t j = 0; j < p->n_waiters; j++)
+        node_pending_reply(p, p->waiters[j].fn, p->waiters[j].cookie);
     n->answering = false;
     p->n_waiters = 0;
 }
@@ -404,11 +408,10 @@ static void answer_index(kl_node *n, uint64_t index, uint64_t term)
         assert(!p->answered || ok);
         n->answering = true;
         for (size_t j = 0; j < p->n_waiters; j++) {
-            if (ok && p->refused)
-                p->waiters[j].fn(p->waiters[j].cookie, p->refusal.code, &p->refusal, NULL, 0);
+            if (ok)
+                node_pending_reply(p, p->waiters[j].fn, p->waiters[j].cookie);
             else
-                p->waiters[j].fn(p->waiters[j].cookie, ok ? KL_OK : KL_UNKNOWN_WRITE_OUTCOME,
-                                 ok ? NULL : &lost, ok ? p->receipt : NULL, ok ? p->receipt_len : 0);
+                p->waiters[j].fn(p->waiters[j].cookie, KL_UNKNOWN_WRITE_OUTCOME, &lost, NULL, 0);
         }
         n->answering = false;
         node_pending_free(p);

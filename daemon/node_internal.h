@@ -130,6 +130,8 @@ static inline uint64_t node_mono_ns(void)
 /* node.c */
 int64_t node_entry_time(kl_node *n);
 void node_pending_free(pending *p);
+/* Gives one caller pending batch p's committed result: its refusal, or OK with its receipt. */
+void node_pending_reply(const pending *p, kl_node_reply_fn fn, void *cookie);
 pending *node_pending_find(kl_node *n, const char *principal, const uint8_t cmd[16]);
 int node_pending_add_waiter(pending *p, kl_node_reply_fn fn, void *cookie);
 node_ws *node_ws_build(const char *principal, const uint8_t *cmd, const uint8_t *digest,

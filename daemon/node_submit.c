@@ -561,10 +561,7 @@ static kl_code submit_dedupe(submit_req *r)
                            "command_id is in use by a different batch that is still committing");
         if (p->answered) {
             /* Committed and answered, not applied yet: the same answer. */
-            if (p->refused)
-                r->fn(r->cookie, p->refusal.code, &p->refusal, NULL, 0);
-            else
-                r->fn(r->cookie, KL_OK, NULL, p->receipt, p->receipt_len);
+            node_pending_reply(p, r->fn, r->cookie);
             r->answered = true;
             return KL_OK;
         }
