@@ -19,6 +19,7 @@
 
 #include <arpa/inet.h>
 #include <check.h>
+#include <sodium.h>
 
 #include "ports.h"
 #include <netinet/in.h>
@@ -58,6 +59,9 @@ typedef struct td_member {
     size_t n_ready, n_dropped;
     uint64_t applied_at_ready[TD_READS];
     int fatal;
+    uint8_t public_key[32], secret_key[64]; /* links authenticated when td_auth */
+    int snapshots; /* applies that went on past an installed snapshot */
+    bool leaving;  /* being removed from the configuration: not waited for */
 } td_member;
 
 static uv_loop_t loop;
@@ -124,6 +128,12 @@ static bool own_log_holds(td_member *m, const kl_raft_entry *e)
 static void cb_apply(void *ctx, const kl_raft_entry *e)
 {
     td_member *m = ctx;
+    /* An installed snapshot holds every index below it: the store says so (its applied index
+     * is the snapshot's), and applies go on from the index after it. */
+    if (e->index > m->next_expect && kl_store_applied_index(m->store) == e->index - 1) {
+        m->snapshots++;
+        m->next_expect = e->index;
+    }
     if (e->index != m->next_expect || e->index > TD_LOG || e->term == 0) {
         fprintf(stderr, "member %llu: apply of %llu, expected %llu\n", (unsigned long long)m->id,
                 (unsigned long long)e->index, (unsigned long long)m->next_expect);
@@ -222,6 +232,7 @@ static void cb_stopped(void *ctx)
 static int td_seed_n; /* members the cluster file lists (0: all n_mem) */
 static bool td_join[TD_MAX + 1]; /* started as a joining member (kl_repl_config.join) */
 
+static bool td_auth; /* members link authenticated (their keys in config and directories) */
 static uint32_t td_snap_threshold; /* 0: the driver's default compaction policy */
 static uint32_t td_trace_every;    /* kl_repl_config.trace_every: 0 = off */
 
@@ -229,6 +240,7 @@ static void cluster_open(int n, uint32_t rc)
 {
     td_snap_threshold = 0;
     td_trace_every = 0;
+    td_auth = false;
     td_seed_n = 0;
     memset(td_join, 0, sizeof td_join);
     memset(mem, 0, sizeof mem);
@@ -244,6 +256,8 @@ static void cluster_open(int n, uint32_t rc)
         snprintf(m->url, sizeof m->url, "tcp://127.0.0.1:%d", th_free_port());
         kl_err err;
         ck_assert_int_eq(kl_store_open(m->dir, NULL, &m->store, &err), KL_OK);
+        ck_assert_int_ge(sodium_init(), 0);
+        ck_assert_int_eq(crypto_sign_keypair(m->public_key, m->secret_key), 0);
     }
 }
 
@@ -259,7 +273,11 @@ static void member_start(int id)
     for (int i = 1; i <= seeds; i++) {
         cfg.members[i - 1] = (uint64_t)i;
         cfg.peer_urls[i - 1] = mem[i].url;
+        if (td_auth)
+            cfg.public_keys[i - 1] = mem[i].public_key;
     }
+    if (td_auth)
+        cfg.member_secret = m->secret_key;
     cfg.join = td_join[id];
     cfg.join_peer_url = m->url;
     cfg.trace_every = td_trace_every;
@@ -416,10 +434,18 @@ typedef struct td_applied {
     uint64_t index;
 } td_applied;
 
+/* What the member holds applied: what the fake node applied, or an installed snapshot's
+ * index (the store's applied index), whichever is higher. */
+static uint64_t holds_applied(const td_member *m)
+{
+    uint64_t snap = m->lose_applies ? 0 : kl_store_applied_index(m->store);
+    return snap > m->applied ? snap : m->applied;
+}
+
 static bool member_applied(void *arg)
 {
     td_applied *a = arg;
-    return mem[a->id].applied >= a->index;
+    return holds_applied(&mem[a->id]) >= a->index;
 }
 
 /* Every running member applied index. */
@@ -427,7 +453,7 @@ static bool all_applied(void *arg)
 {
     uint64_t index = *(uint64_t *)arg;
     for (int i = 1; i <= n_mem; i++)
-        if (mem[i].running && mem[i].applied < index)
+        if (mem[i].running && !mem[i].leaving && holds_applied(&mem[i]) < index)
             return false;
     return true;
 }
@@ -722,6 +748,10 @@ static size_t td_directory(int n, uint8_t *buf, size_t cap)
         info[i].id = (uint64_t)(i + 1);
         info[i].peer_url = mem[i + 1].url;
         info[i].client_url = "tcp://127.0.0.1:1";
+        if (td_auth) {
+            info[i].public_key.data = mem[i + 1].public_key;
+            info[i].public_key.len = sizeof mem[i + 1].public_key;
+        }
         ptrs[i] = &info[i];
     }
     Keyload__V1__MemberDirectory d = KEYLOAD__V1__MEMBER_DIRECTORY__INIT;
@@ -1088,6 +1118,76 @@ START_TEST(restarted_member_that_missed_a_change_reaches_the_new_leader)
                   (unsigned long long)mem[3].applied, (unsigned long long)last);
     td_conf_is w = {.id = 3, .want = five};
     ck_assert_msg(run_until(conf_is, &w, 5000), "member 3 does not hold {1,2,3,4,5}");
+    check_consistent();
+    cluster_close();
+}
+END_TEST
+
+static bool snapshot_installed(void *arg)
+{
+    td_member *m = arg;
+    kl_raft_status st;
+    kl_repl_status(m->repl, &st);
+    return st.snap_index > m->applied;
+}
+
+/* confstore.h kl_confstore_rebase: member 3 is down while member 4 replaces member 2, and
+ * the log that did it is compacted, so member 3, restarted with a cluster file that names 1,
+ * 2 and 3 only, learns of member 4 from the snapshot it installs alone. Links are
+ * authenticated: member 4 (the higher id) dials member 3, which lets it in only with its
+ * key. With member 1 then stopped, 3 and 4 are an election quorum of {1,3,4} and must elect
+ * one of them. Fails when an installed snapshot's configuration is made current without its
+ * directory being learnt: member 3 knows no key for member 4 ("member 4 has no public key")
+ * and neither can win. */
+START_TEST(snapshot_install_teaches_new_members_keys)
+{
+    cluster_open(4, 2);
+    td_auth = true;
+    td_snap_threshold = KL_SNAP_THRESHOLD_MIN;
+    td_seed_n = 3;
+    for (int i = 1; i <= 3; i++)
+        member_start(i);
+    int l = lead_with(1);
+    uint8_t dir[1024];
+    size_t dir_len = td_directory(4, dir, sizeof dir);
+    member_stop(3);
+    member_reopen_store(3);
+    kl_raft_conf learner = {.n_members = 3, .replica_count = 2, .members = {1, 2, 3},
+                            .n_learners = 1, .learners = {4}};
+    change_to(l, &learner, dir, dir_len);
+    td_join[4] = true;
+    member_start(4);
+    uint64_t last = propose_many(l, 5);
+    wait_all_applied(last, 15000);
+    kl_raft_conf target = {.n_members = 3, .replica_count = 2, .members = {1, 3, 4}};
+    mem[2].leaving = true;
+    change_to(l, &target, dir, dir_len);
+    member_stop(2);
+    for (int k = 0; k < 4; k++) { /* well past the threshold: the CONF entries are compacted */
+        last = propose_many(l, 10);
+        wait_all_applied(last, 10000);
+    }
+    kl_raft_status st;
+    kl_repl_status(mem[l].repl, &st);
+    ck_assert_uint_gt(st.snap_index, mem[3].applied); /* its log no longer reaches member 3 */
+    member_start(3); /* the cluster file still names 1, 2 and 3 */
+    ck_assert_msg(run_until(snapshot_installed, &mem[3], 15000), "member 3 installed no snapshot");
+    last = propose_many(l, 5); /* applied past the snapshot, so the fake node sees it */
+    td_applied a = {.id = 3, .index = last};
+    ck_assert_msg(run_until(member_applied, &a, 15000), "member 3 stalled at %llu of %llu",
+                  (unsigned long long)mem[3].applied, (unsigned long long)last);
+    ck_assert_int_ge(mem[3].snapshots, 1);
+    td_conf_is w = {.id = 3, .want = target};
+    ck_assert_msg(conf_is(&w), "member 3 does not hold {1,3,4}");
+    const kl_confstore_member *four = kl_repl_member(mem[3].repl, 4);
+    ck_assert_ptr_nonnull(four);
+    ck_assert(four->has_key);
+    ck_assert_int_eq(memcmp(four->public_key, mem[4].public_key, 32), 0);
+    member_stop(1);
+    ck_assert_msg(run_until(has_any_leader, NULL, 15000), "members 3 and 4 elect no leader");
+    l = wait_leader();
+    last = propose_many(l, 5);
+    wait_all_applied(last, 10000);
     check_consistent();
     cluster_close();
 }
@@ -1679,5 +1779,9 @@ Suite *suite_driver(void)
     tcase_add_test(t, write_parts_timed);
     tcase_add_test(t, trace_follows_cause_across_members);
     suite_add_tcase(s, t);
+    TCase *snap = tcase_create("snapshot");
+    tcase_set_timeout(snap, 60);
+    tcase_add_test(snap, snapshot_install_teaches_new_members_keys);
+    suite_add_tcase(s, snap);
     return s;
 }
