@@ -930,7 +930,7 @@ coord_part() {
     done
   done
   # The default config (no flush_interval_ms/workers keys): the coordinator as shipped.
-  # coord_default_cell measured it already on this cluster (it needs queue cdef to itself).
+  # coord_default_cell measured it already on this cluster (the median of its runs).
   n=$(( 500 * secs ))
   if [ -n "$coord_default" ]; then
     echo "bench: coordinator with the default config: measured before this part: $coord_default"
@@ -999,10 +999,12 @@ median_run() {
   for r in $(seq 1 "$3"); do printf '%s %s\n' "$(kv "$2" "${peer[$1,$r]:-}")" "$r"; done |
     sort -g | sed -n "$(( ($3 + 1) / 2 ))p" | awk '{print $2}'
 }
-# coord_default_cell DIR: KL-9's coordinator-driven rate at the default config (no flush or
-# workers given), measured as the KL-5 cells are (32 creating clients, queue cdef -> cdst).
-# It runs before the KL-5 part: that part leaves 10,000 transfers pending, which a
-# coordinator started afterwards would drive too, in competition with these.
+# coord_default_cell DIR [QUEUE]: KL-9's coordinator-driven rate at the default config (no
+# flush or workers given), measured as the KL-5 cells are (32 creating clients, QUEUE -> cdst).
+# The peers and xcoord parts run it right after every round's client-driven 32-in-flight
+# cell, on a source queue of its own per round (cdef1, cdef2, ...), and keep the median run
+# in coord_default. It runs before the KL-5 part: that part leaves 10,000 transfers pending,
+# which a coordinator started afterwards would drive too, in competition with these.
 coord_default=""
 # sched_start PREFIX, before a cell: whether the cell was short of CPU, as every thread's run
 # and run-queue wait over most of its measured seconds (from 2 s after the start, past
@@ -1122,7 +1124,13 @@ if [ "$parts" = all ] || [ "$parts" = xfer ] || [ "$parts" = coord ] || [ "$part
         [ $rc -eq 0 ] && [ -n "$out" ] || failed=1
         peer[xfer_$c,$r]=$out
         members_alive "$x" || exit 1
-        [ "$parts" = xcoord ] && [ "$c" = 32 ] && { xline32=$out; coord_default_cell "$x" "cdef$r"; }
+        # The coordinator-driven cell right after the client-driven one it is a ratio of, in
+        # every round, so both see the same cluster state (each round adds transfers).
+        if [ "$c" = 32 ] && { [ "$parts" = xcoord ] || [ $want_peers = 1 ]; }; then
+          xline32=$out
+          coord_default_cell "$x" "cdef$r"
+          peer[coord,$r]=$coord_default
+        fi
         [ $want_peers = 1 ] || continue
         pc=$(( c == 1 ? 1 : 8 ))
         sched_start "bench: PostgreSQL outbox $pc clients, scheduling:"
@@ -1143,6 +1151,7 @@ if [ "$parts" = all ] || [ "$parts" = xfer ] || [ "$parts" = coord ] || [ "$part
     [ $want_peers = 1 ] && pg_down
     xline1=${peer[xfer_1,$(median_run xfer_1 transfers_per_s "$rounds")]:-}
     xline32=${peer[xfer_32,$(median_run xfer_32 transfers_per_s "$rounds")]:-}
+    coord_default=${peer[coord,$(median_run coord transfers_per_s "$rounds")]:-}
     if [ "$parts" != peers ] && [ "$parts" != xcoord ]; then
       xenq=$(timeout $((secs * 3 + 120)) "$bench" "${xcommon[@]}" --queue xenq --clients 32 --batch-size 1 \
              --seconds "$secs")
@@ -1160,7 +1169,6 @@ if [ "$parts" = all ] || [ "$parts" = xfer ] || [ "$parts" = coord ] || [ "$part
   # KL-4's members' warnings, before KL-5 adds its own (counted separately).
   x_warn=$(cat "$x"/p*m*.log | grep -c 'level=\(warn\|error\)')
   x_warn_first=$(cat "$x"/p*m*.log | grep 'level=\(warn\|error\)' | head -n 5)
-  [ "${x_ok:-0}" = 1 ] && [ $want_peers = 1 ] && coord_default_cell "$x"
   if [ "${x_ok:-0}" = 1 ] && { [ "$parts" = all ] || [ "$parts" = coord ]; }; then
     coord_part "$x"
   fi
@@ -1260,7 +1268,7 @@ if [ $want_peers = 1 ]; then  # ---- KL-9 summary ----
   peer_res=$tmp/peers.tsv
   : >"$peer_res"
   for k in "${!peer[@]}"; do printf '%s\t%s\n' "$k" "${peer[$k]}" >>"$peer_res"; done
-  printf 'coord_default\t%s\nlongpoll\t%s\njs_source\t%s\n' "$coord_default" "$longpoll" "$js_source" >>"$peer_res"
+  printf 'longpoll\t%s\njs_source\t%s\n' "$longpoll" "$js_source" >>"$peer_res"
   peers_summary "$peer_res" "$peer_out" "$tmp" || failed=1
   printf "fsync, 3 copies at once (three 4 KiB appends + fdatasync on one disk, all done): median %s us, p99 %s us\n" \
     "${fsync3_med:-n/a}" "${fsync3_p99:-n/a}"

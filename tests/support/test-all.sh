@@ -10,7 +10,7 @@ rc=0
 passed=0
 failed=0
 died=""
-for target in structure-test golden-test unit-test process-test mcp-test examples-test fuzz-run lossyfs-test clockstep-test tailclock-test nemesis-test; do
+for target in structure-test bench-summary-test golden-test unit-test process-test mcp-test examples-test fuzz-run lossyfs-test clockstep-test tailclock-test nemesis-test; do
   log=$(mktemp)
   make --no-print-directory "$target" 2>&1 | tee "$log"
   status=${PIPESTATUS[0]}

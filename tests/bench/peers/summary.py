@@ -2,7 +2,7 @@
 """summary.py RESULTS LATDIR OUT_TSV: the KL-9 part of `make bench` / `make peers`.
 
 RESULTS holds "NAME<TAB>LINE" rows written by tests/bench/run.sh: NAME is CELL,RUN for the
-alternating runs (rf3_1, js_1, rf3_64, rf3_64t, js_64, xfer_1, pg_1, xfer_32, pg_8) or coord_default,
+alternating runs (rf3_1, js_1, rf3_64, rf3_64t, js_64, xfer_1, pg_1, xfer_32, coord, pg_8) or
 longpoll, js_source; LINE is that run's key=value output line. Prints every run, the medians
 and each KL-9 target as a ratio with PASS/MISS; writes OUT_TSV ("key<TAB>JSON value", which
 run.sh turns into summary.json with jq) and, for the plot, LATDIR/CELL.pct (percentile
@@ -131,11 +131,15 @@ def main():
         ("PostgreSQL outbox, 1 client /s", series(runs, "pg_1", "transfers_per_s"), ""),
         ("KeyLoad client-driven, 32 in flight /s", series(runs, "xfer_32", "transfers_per_s"), ""),
         ("PostgreSQL outbox, 8 clients /s", series(runs, "pg_8", "transfers_per_s"), "")])
-    cd = kv(other.get("coord_default"))
-    print("  coordinator-driven, default config: %s transfers/s (one run: N=%s delivered=%s p50 %s ms)%s"
-          % (cd.get("transfers_per_s", "n/a"), cd.get("transfers", "?"), cd.get("delivered", "?"),
-             cd.get("p50_ms", "?"), "" if cd.get("drained", "1") == "1" else
-             " NOT DRAINED: the rate covers only what was delivered before the bench gave up"))
+    show("coordinator-driven, default config (each run right after that round's client-driven "
+         "32-in-flight run, same cluster):", [
+        ("KeyLoad coordinator-driven /s", series(runs, "coord", "transfers_per_s"), ""),
+        ("its transfers (N) per run", series(runs, "coord", "transfers"), ""),
+        ("its p50 create-to-delivered ms", series(runs, "coord", "p50_ms"), " ms")])
+    for r, line in sorted(runs.get("coord", {}).items()):
+        if line.get("drained", "1") != "1":
+            print("  coordinator run %d NOT DRAINED: its rate covers only what was delivered before the "
+                  "bench gave up" % r)
     src = kv(other.get("js_source"))
     print("  JetStream sourcing (stream COPY sourcing BENCH, async, no receipt; informational): %s msgs/s "
           "(%s of %s copied)" % (src.get("msgs_per_s", "n/a"), src.get("copied", "?"), src.get("msgs", "?")))
@@ -157,7 +161,7 @@ def main():
     s["rf3_sealed_64threads_p99_us"] = m("rf3_64t", "p99_us")
     s["xfer_client_1_per_s"] = m("xfer_1", "transfers_per_s")
     s["xfer_client_32_per_s"] = m("xfer_32", "transfers_per_s")
-    s["xfer_coord_per_s"] = num(cd.get("transfers_per_s"))
+    s["xfer_coord_per_s"] = m("coord", "transfers_per_s")
     s["pg_outbox_1c_per_s"] = m("pg_1", "transfers_per_s")
     s["pg_outbox_8c_per_s"] = m("pg_8", "transfers_per_s")
     s["js_source_msgs_per_s"] = num(src.get("msgs_per_s"))

@@ -41,7 +41,9 @@ check() {  # NAME CONDITION...
   printf 'pg_8,1\tpg: transfers_per_s=900\n'
   printf 'pg_8,2\tpg: transfers_per_s=1100\n'
   printf 'pg_8,3\tpg: transfers_per_s=1000\n'
-  printf 'coord_default\tcoord: transfers=500 delivered=500 transfers_per_s=790\n'
+  printf 'coord,1\tcoord: transfers=500 delivered=500 drained=1 transfers_per_s=900\n'
+  printf 'coord,2\tcoord: transfers=500 delivered=400 drained=0 transfers_per_s=700\n'
+  printf 'coord,3\tcoord: transfers=500 delivered=500 drained=1 transfers_per_s=790\n'
   printf 'longpoll\tentries=0 wait_ms=10012\n'
   printf 'js_source\tjs_source: msgs=10 copied=10 msgs_per_s=5000.0\n'
 } >"$t/res.tsv"
@@ -67,6 +69,9 @@ check "1c p50 500/600 PASS" grep -q "1 publisher p50: 500.0 us / 600.0 us = 0.83
 check "64 msgs/s 10000/9000 PASS" grep -q "JetStream 64 msgs/s: 10000.0 msgs/s / 9000.0 msgs/s = 1.11x (target >= 1.0x) PASS" <<<"$out"
 check "64 p99 6000/5000 MISS" grep -q "JetStream 64 p99: 6000.0 us / 5000.0 us = 1.20x (target <= 1.0x) MISS" <<<"$out"
 check "transfers 1000/1000 PASS (at the limit)" grep -q "8 clients: 1000.0 /s / 1000.0 /s = 1.00x (target >= 1.0x) PASS" <<<"$out"
+check "coordinator: the median of its three runs" [ "$(jq '.xfer_coord_per_s' "$j" 2>/dev/null)" = 790 ]
+check "coordinator: every run printed" grep -q "KeyLoad coordinator-driven /s *runs: 900.0, 700.0, 790.0 *median 790.0" <<<"$out"
+check "coordinator: an undrained run named" grep -q "coordinator run 2 NOT DRAINED" <<<"$out"
 check "coordinator 790/1000 MISS" grep -q "client-driven 32 in flight: 790.0 /s / 1000.0 /s = 0.79x (target >= 0.8x) MISS" <<<"$out"
 check "CPU ratio reported" grep -q "KeyLoad 40.0 us / JetStream 20.0 us = 2.00x" <<<"$out"
 check "idle long-poll 0 entries PASS" grep -q "0 log entries appended (waited 10012 ms; target 0) PASS" <<<"$out"
