@@ -169,10 +169,10 @@ examples-test: all
 structure-test: all
 	@bash tests/support/suite.sh "structure (cycles, function length, allowed graph, limits)" 60 sh -c 'bash tests/structure/selftest.sh && bash tests/structure/check.sh --strict && bash tests/structure/limits.sh && python3 tests/structure/test_design_cites.py && python3 tests/structure/design_cites.py --check'
 
-# The bench harness's KL-9 summary (medians, ratios, PASS/MISS, summary.json, the plot) on
-# made-up run lines: a wrong figure in `make bench` shows up without running the bench.
+# The peers summary of `make bench` (medians, ratios against the peers, PASS/MISS,
+# summary.json, the plot) on made-up run lines: a wrong figure shows up without a bench run.
 bench-summary-test:
-	@bash tests/support/suite.sh "bench summary (KL-9 medians and targets)" 30 bash tests/bench/peers/summary_test.sh
+	@bash tests/support/suite.sh "bench summary (peer medians and targets)" 30 bash tests/bench/peers/summary_test.sh
 
 fuzz-run: fuzz
 	@bash tests/support/suite.sh "fuzz (libFuzzer, bounded)" 150 bash tests/fuzz/run.sh 60
