@@ -1128,6 +1128,7 @@ if [ "$parts" = all ] || [ "$parts" = xfer ] || [ "$parts" = coord ] || [ "$part
         # every round, so both see the same cluster state (each round adds transfers).
         if [ "$c" = 32 ] && { [ "$parts" = xcoord ] || [ $want_peers = 1 ]; }; then
           xline32=$out
+          coord_default=""  # a cell that fails leaves no line, not the last round's
           coord_default_cell "$x" "cdef$r"
           peer[coord,$r]=$coord_default
         fi
