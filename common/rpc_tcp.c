@@ -451,7 +451,7 @@ drop:
 }
 
 /* Writes every listed connection's answers. */
-static void tcp_flush_all(kl_rpc_tcp *t)
+void kl_rpc_tcp_flush(kl_rpc_tcp *t)
 {
     while (t->flush_head != NULL) {
         kl_rpc_tcp_conn *c = t->flush_head;
@@ -465,15 +465,10 @@ static void tcp_flush_all(kl_rpc_tcp *t)
     }
 }
 
-void kl_rpc_tcp_flush(kl_rpc_tcp *t)
-{
-    tcp_flush_all(t);
-}
-
 static void flush_cb(uv_idle_t *h)
 {
     kl_rpc_tcp *t = h->data;
-    tcp_flush_all(t);
+    kl_rpc_tcp_flush(t);
     uv_idle_stop(&t->flush_idle);
     t->flush_active = false;
 }
@@ -522,7 +517,7 @@ void kl_rpc_tcp_answer(kl_rpc_tcp_conn *conn, const uint8_t *hdr, size_t hdr_len
         t->flush_active = true;
         uv_idle_start(&t->flush_idle, flush_cb);
     } else if (!t->flush_on) {
-        tcp_flush_all(t); /* no flush handle: every answer goes out at once */
+        kl_rpc_tcp_flush(t); /* no flush handle: every answer goes out at once */
     }
 }
 
@@ -646,7 +641,7 @@ void kl_rpc_tcp_stop(kl_rpc_tcp *t, void (*done)(void *arg), void *arg)
     t->stopping = true;
     t->done = done;
     t->done_arg = arg;
-    tcp_flush_all(t); /* answers given before the stop still go out if the socket takes them */
+    kl_rpc_tcp_flush(t); /* answers given before the stop still go out if the socket takes them */
     if (t->flush_on)
         uv_close((uv_handle_t *)&t->flush_idle, handle_closed);
     for (kl_rpc_tcp_conn *c = t->conns; c != NULL; c = c->next)

@@ -351,6 +351,15 @@ void node_pending_reply(const pending *p, kl_node_reply_fn fn, void *cookie)
         fn(cookie, KL_OK, NULL, p->receipt, p->receipt_len);
 }
 
+/* The cut points of a client's batch: its entry is committed, nobody has been answered and
+ * this member has not applied it. */
+static void cut_committed_unanswered(void)
+{
+    kl_err fe;
+    (void)KL_FAILPOINT("daemon.after_append_before_apply", &fe);
+    (void)KL_FAILPOINT("daemon.after_append_before_reply", &fe);
+}
+
 /* Answers the waiting callers of pending batch p with its committed result. */
 static void answer_committed(kl_node *n, pending *p)
 {
@@ -373,11 +382,7 @@ size_t kl_node_committed(kl_node *n, uint64_t term, uint64_t upto)
          * slot lies past the log's last index, so past every commit index */
         assert(n->group.n == 0 || p->index < n->group.index);
         if (p->n_waiters > 0 && !cut) {
-            /* The cut points of a client's batch: its entry is committed, nobody has been
-             * answered and this member has not applied it. */
-            kl_err fe;
-            (void)KL_FAILPOINT("daemon.after_append_before_apply", &fe);
-            (void)KL_FAILPOINT("daemon.after_append_before_reply", &fe);
+            cut_committed_unanswered();
             cut = true;
         }
         answered += p->n_waiters;
@@ -406,14 +411,14 @@ static void answer_index(kl_node *n, uint64_t index, uint64_t term)
         /* invariant I-NODE-16: a batch answered at its commit is the entry applied at its
          * index (else a caller holds an OK for an effect the partition never took) */
         assert(!p->answered || ok);
-        n->answering = true;
-        for (size_t j = 0; j < p->n_waiters; j++) {
-            if (ok)
-                node_pending_reply(p, p->waiters[j].fn, p->waiters[j].cookie);
-            else
+        if (ok) {
+            answer_committed(n, p);
+        } else {
+            n->answering = true;
+            for (size_t j = 0; j < p->n_waiters; j++)
                 p->waiters[j].fn(p->waiters[j].cookie, KL_UNKNOWN_WRITE_OUTCOME, &lost, NULL, 0);
+            n->answering = false;
         }
-        n->answering = false;
         node_pending_free(p);
     }
     n->n_pend = w;
@@ -531,14 +536,17 @@ void kl_node_flush(kl_node *n)
     assert(n->group.n == 0 && n->group_bytes.len == 0 && n->group_undo.n == 0);
 }
 
-/* Whether a pending batch at index has callers still waiting (wait) or was answered at
- * its commit (!wait). */
-static bool pending_at(const kl_node *n, uint64_t index, bool wait)
+/* Whether the pending batches at index have a caller still waiting (*waiting) and whether
+ * one was answered at its commit (*answered). Cost: one pass over the pending table. */
+static void pending_at(const kl_node *n, uint64_t index, bool *waiting, bool *answered)
 {
-    for (size_t i = 0; i < n->n_pend; i++)
-        if (n->pend[i].index == index && (wait ? n->pend[i].n_waiters > 0 : n->pend[i].answered))
-            return true;
-    return false;
+    *waiting = *answered = false;
+    for (size_t i = 0; i < n->n_pend; i++) {
+        if (n->pend[i].index != index)
+            continue;
+        *waiting = *waiting || n->pend[i].n_waiters > 0;
+        *answered = *answered || n->pend[i].answered;
+    }
 }
 
 kl_code kl_node_apply(kl_node *n, uint64_t index, uint64_t term, const uint8_t *entry, size_t len,
@@ -552,17 +560,14 @@ kl_code kl_node_apply(kl_node *n, uint64_t index, uint64_t term, const uint8_t *
                 "leadership changed before the batch was proposed; nothing was written, retry");
         group_fail(n, &fe);
     }
-    /* The cut points of a client's batch: its entry is durable and committed, nobody has
-     * been answered. Only entries with a waiting caller pass them, so a restart's no-op
-     * does not. */
-    bool waited = pending_at(n, index, true);
-    if (waited) {
-        (void)KL_FAILPOINT("daemon.after_append_before_apply", &fe);
-        (void)KL_FAILPOINT("daemon.after_append_before_reply", &fe);
-    } else if (pending_at(n, index, false)) {
-        /* Answered at its commit (kl_node_committed), not applied here yet. */
+    /* Only entries with a waiting caller pass the cut points, so a restart's no-op does
+     * not; a batch answered at its commit (kl_node_committed) passes its own. */
+    bool waiting, answered;
+    pending_at(n, index, &waiting, &answered);
+    if (waiting)
+        cut_committed_unanswered();
+    else if (answered)
         (void)KL_FAILPOINT("daemon.after_reply_before_apply", &fe);
-    }
     node_entry *own = proposed_take(n, index, term);
     if (own != NULL) {
         rc = apply_own(n, own, err);
