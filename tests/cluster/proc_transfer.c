@@ -1,8 +1,9 @@
-/* Process tests of remote queue transfers (KL-4; DESIGN.md §7, seeds ADR-088) against real
- * keyloadd processes: one RF3 cluster, 3 partitions x 3 members, replica_count 3, sessions
- * REQUIRED (member key pairs by `keyloadd keygen`, public keys in the cluster file, one
- * cluster secret, --member-key per member; no "insecure_local_admin"). Loopback ports
- * 15000..15999 (below Linux's ephemeral range; other suites own other ranges).
+/* Process tests of remote queue transfers (docs/ARCHITECTURE.md "Engine", the transfer
+ * rows; seeds ADR-088) against real keyloadd processes: one RF3 cluster, 3 partitions x 3
+ * members, replica_count 3, sessions REQUIRED (member key pairs by `keyloadd keygen`,
+ * public keys in the cluster file, one cluster secret, --member-key per member; no
+ * "insecure_local_admin"). Loopback ports 15000..15999 (below Linux's ephemeral range;
+ * other suites own other ranges).
  *
  * Sources live on partition 1, destinations on partition 2 (pinned at queue creation), so
  * every Accept really crosses partitions, carried only by the signed tokens. The transfer
