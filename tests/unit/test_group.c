@@ -287,6 +287,15 @@ START_TEST(test_follower_applies_grouped_entry)
 }
 END_TEST
 
+/* A retry's answer: answered once, OK, with the first answer's receipt byte for byte. */
+static void ck_same_receipt(const th_reply *retry, const th_reply *first)
+{
+    ck_assert_int_eq(retry->count, 1);
+    ck_assert_int_eq(retry->code, KL_OK);
+    ck_assert_uint_eq(retry->len, first->len);
+    ck_assert_mem_eq(retry->receipt, first->receipt, first->len);
+}
+
 /* A batch is answered once its entry is committed (kl_node_committed), before this member
  * applies it: only for the term it was proposed in and an index the commit covers; a retry
  * meanwhile gets the same receipt without a new proposal; the apply answers nobody twice,
@@ -309,10 +318,7 @@ START_TEST(test_answered_at_commit_before_apply)
     ck_assert_uint_eq(kl_node_committed(T.node, term, index), 0); /* once */
     int asked = T.flush_asked;
     submit_enqueue(0x30, "early", &r2);
-    ck_assert_int_eq(r2.count, 1);
-    ck_assert_int_eq(r2.code, KL_OK);
-    ck_assert_uint_eq(r2.len, r1.len);
-    ck_assert_mem_eq(r2.receipt, r1.receipt, r1.len);
+    ck_same_receipt(&r2, &r1);
     ck_assert_uint_eq(T.n_props, 1);
     ck_assert_int_eq(T.flush_asked, asked); /* nothing evaluated again */
     th_drain(&T);
@@ -320,10 +326,7 @@ START_TEST(test_answered_at_commit_before_apply)
     ck_assert_int_eq(r1.count, 1);
     ck_assert_int_eq(r2.count, 1);
     submit_enqueue(0x30, "early", &r3);
-    ck_assert_int_eq(r3.count, 1);
-    ck_assert_int_eq(r3.code, KL_OK);
-    ck_assert_uint_eq(r3.len, r1.len);
-    ck_assert_mem_eq(r3.receipt, r1.receipt, r1.len);
+    ck_same_receipt(&r3, &r1);
     ck_assert_uint_eq(th_queue_messages(&T, "orders", NULL), 1);
     th_reply_free(&r1);
     th_reply_free(&r2);
@@ -348,10 +351,7 @@ START_TEST(test_answered_at_commit_survives_leader_change)
     ck_assert_uint_eq(th_queue_messages(&T, "orders", NULL), 1);
     kl_node_role(T.node, true);
     submit_enqueue(0x31, "kept", &r2);
-    ck_assert_int_eq(r2.count, 1);
-    ck_assert_int_eq(r2.code, KL_OK);
-    ck_assert_uint_eq(r2.len, r1.len);
-    ck_assert_mem_eq(r2.receipt, r1.receipt, r1.len);
+    ck_same_receipt(&r2, &r1);
     th_reply_free(&r1);
     th_reply_free(&r2);
 }
