@@ -91,17 +91,11 @@ static kl_code write_bridge(kl_store *st, uint64_t index, uint64_t term, kl_err 
     rocksdb_writebatch_put_cf(wb, kl_store_log_family(st), (const char *)k.b, k.len, (const char *)eb, en);
     kl_key_meta(&k, "hard");
     rocksdb_writebatch_put(wb, (const char *)k.b, k.len, (const char *)hb, hn);
-    rocksdb_writeoptions_t *wo = rocksdb_writeoptions_create();
-    rocksdb_writeoptions_set_sync(wo, 1);
-    char *rerr = NULL;
-    rocksdb_write(kl_store_db(st), wo, wb, &rerr);
-    rocksdb_writeoptions_destroy(wo);
+    kl_code rc = kl_store_write_local(st, wb, err);
     rocksdb_writebatch_destroy(wb);
-    if (rerr != NULL) {
-        kl_fail(err, KL_UNAVAILABLE, "restore_write", "writing the restored hard state failed: %.200s", rerr);
-        free(rerr);
-        return KL_UNAVAILABLE;
-    }
+    if (rc != KL_OK)
+        return kl_fail(err, KL_UNAVAILABLE, "restore_write", "writing the restored hard state failed: %.200s",
+                       err->message);
     return KL_OK;
 }
 

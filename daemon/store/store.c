@@ -2,6 +2,7 @@
 
 #include "common/failpoint.h"
 #include "daemon/store/keys.h"
+#include "daemon/store/journal.h"
 #include "daemon/store/last_write.h"
 
 #include <assert.h>
@@ -11,6 +12,7 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <errno.h>
+#include <pthread.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -31,7 +33,13 @@ struct kl_store {
     rocksdb_readoptions_t *ropts;
     rocksdb_writeoptions_t *wsync;
     rocksdb_writeoptions_t *wnosync;
-    rocksdb_writeoptions_t *wlog; /* WAL, no sync: the log write syncs with SyncWAL after it */
+    /* The log's synced writes (hard state, truncations, entries) go to the journal, then
+     * to RocksDB without its WAL (journal.h says why). jmu orders them with the rare synced
+     * writes of the same keys that go through RocksDB's WAL (kl_store_write_local, the
+     * install): those first flush and cut the journal under it, so that a replay at open,
+     * which runs after RocksDB's own, never puts an older journal record over them. */
+    kl_journal *journal;
+    pthread_mutex_t jmu;
     uint8_t incarnation[16];
     uint64_t applied;
     _Atomic uint64_t last;
@@ -72,13 +80,6 @@ struct kl_store {
 
 static void apply_lists_free(kl_store *st);
 
-static uint64_t monotonic_ns(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
-}
-
 uint64_t kl_store_last_log_sync_ns(const kl_store *st) { return st->log_sync_ns; }
 
 /* Marks the store failed (no write after this one) and keeps the first cause. Any thread. */
@@ -111,6 +112,10 @@ void kl_store_options_default(kl_store_options *o)
      * volume (the fault harness's 64 MiB disk) the member ran out of space for good. */
     o->write_buffer_bytes = 8u << 20;
     o->block_cache_bytes = 16u << 20;
+    /* About one log memtable of entries: a segment retires after a flush, so a smaller one
+     * would force flushes of small memtables. Three of them (current, spare, one waiting
+     * for its flush) are what the journal holds on disk in steady state. */
+    o->journal_segment_bytes = 8u << 20;
     o->init = true;
     o->identity = NULL;
 }
@@ -169,6 +174,85 @@ static kl_code rocks_fail(kl_err *err, const char *what, char *rerr)
     kl_fail(err, KL_INTERNAL, "store", "store: %s failed: %.160s", what, rerr ? rerr : "?");
     rocksdb_free(rerr);
     return KL_INTERNAL;
+}
+
+/* A synced write of the log's keys: the batch goes to the journal and is synced there,
+ * then into RocksDB without its WAL. Only after the sync, so that no flushed file ever
+ * holds a record the journal may lose (a replay over it would then put older records back
+ * over a newer one). Persistence worker, or a test's thread; one at a time. */
+static kl_code journal_write(kl_store *st, rocksdb_writebatch_t *wb, uint64_t *sync_ns, kl_err *err)
+{
+    if (atomic_load(&st->write_failed))
+        return kl_fail(err, KL_INTERNAL, "log_write", "store: log write refused: an earlier write of this store failed");
+    size_t len;
+    const char *data = rocksdb_writebatch_data(wb, &len);
+    pthread_mutex_lock(&st->jmu);
+    kl_code rc = kl_journal_append(st->journal, (const uint8_t *)data, len, sync_ns, err);
+    char *rerr = NULL;
+    if (rc != KL_OK)
+        mark_failed(st, "log write", err->message);
+    else
+        store_write(st, st->wnosync, wb, &rerr);
+    pthread_mutex_unlock(&st->jmu);
+    if (rerr != NULL)
+        return rocks_fail(err, "log write", rerr);
+    return rc;
+}
+
+/* The log family and the default one (where "hard" is) flushed, waiting: what makes a
+ * journal segment's records durable in SST files. Any thread. */
+static kl_code flush_log_keys(kl_store *st, kl_err *err)
+{
+    rocksdb_flushoptions_t *fo = rocksdb_flushoptions_create();
+    rocksdb_flushoptions_set_wait(fo, 1);
+    char *rerr = NULL;
+    rocksdb_flush_cf(st->db, fo, st->log_cf, &rerr);
+    if (rerr == NULL)
+        rocksdb_flush_cf(st->db, fo, st->state_cf, &rerr);
+    rocksdb_flushoptions_destroy(fo);
+    return rerr != NULL ? rocks_fail(err, "flush", rerr) : KL_OK;
+}
+
+static kl_code journal_flush_cb(void *arg, kl_err *err) { return flush_log_keys(arg, err); }
+
+static kl_code journal_replay_cb(void *arg, const uint8_t *rec, size_t len, kl_err *err)
+{
+    kl_store *st = arg;
+    rocksdb_writebatch_t *wb = rocksdb_writebatch_create_from((const char *)rec, len);
+    char *rerr = NULL;
+    if (wb == NULL)
+        return kl_fail(err, KL_INTERNAL, "journal", "store: a journal record does not parse");
+    store_write(st, st->wnosync, wb, &rerr);
+    rocksdb_writebatch_destroy(wb);
+    return rerr != NULL ? rocks_fail(err, "journal replay", rerr) : KL_OK;
+}
+
+/* A synced write through RocksDB's WAL of keys the journal's records also write: under
+ * jmu, everything journaled is flushed and the journal cut first, so that no record older
+ * than this write replays after it. Cost: a flush of both families and a directory sync
+ * besides the write: for installs and restores, never per request. */
+static void store_write_cut(kl_store *st, rocksdb_writebatch_t *wb, char **rerr)
+{
+    kl_err e;
+    kl_err_clear(&e);
+    pthread_mutex_lock(&st->jmu);
+    kl_code rc = st->journal != NULL ? flush_log_keys(st, &e) : KL_OK;
+    if (rc == KL_OK && st->journal != NULL)
+        rc = kl_journal_cut(st->journal, &e);
+    if (rc != KL_OK) {
+        mark_failed(st, "journal cut", e.message);
+        *rerr = strdup(e.message);
+    } else {
+        store_write(st, st->wsync, wb, rerr);
+    }
+    pthread_mutex_unlock(&st->jmu);
+}
+
+kl_code kl_store_write_local(kl_store *st, rocksdb_writebatch_t *wb, kl_err *err)
+{
+    char *rerr = NULL;
+    store_write_cut(st, wb, &rerr);
+    return rerr != NULL ? rocks_fail(err, "local write", rerr) : KL_OK;
 }
 
 static kl_code family_get(kl_store *st, rocksdb_column_family_handle_t *cf, const uint8_t *key, size_t klen,
@@ -343,7 +427,7 @@ static kl_code create_format(kl_store *st, const kl_store_options *opt, kl_err *
     Keyload__V1__FormatRecord f = KEYLOAD__V1__FORMAT_RECORD__INIT;
     Keyload__V1__StoreIdentity id;
     f.format_version = KL_FORMAT_VERSION;
-    f.incompat = KL_FEAT_INCOMPAT_WRITESET_LOG | KL_FEAT_INCOMPAT_LOG_FAMILY;
+    f.incompat = KL_FEAT_INCOMPAT_WRITESET_LOG | KL_FEAT_INCOMPAT_LOG_FAMILY | KL_FEAT_INCOMPAT_JOURNAL;
     f.compat = KL_FEAT_COMPAT_TRANSFERS;
     randombytes_buf(st->incarnation, sizeof st->incarnation);
     f.store_incarnation.data = st->incarnation;
@@ -368,6 +452,10 @@ static kl_code upgrade_format(kl_store *st, Keyload__V1__FormatRecord *f, const 
     }
     if (!(f->compat & KL_FEAT_COMPAT_TRANSFERS)) {
         f->compat |= KL_FEAT_COMPAT_TRANSFERS;
+        write = true;
+    }
+    if (!(f->incompat & KL_FEAT_INCOMPAT_JOURNAL)) {
+        f->incompat |= KL_FEAT_INCOMPAT_JOURNAL; /* synced before the journal opens */
         write = true;
     }
     Keyload__V1__StoreIdentity id;
@@ -548,6 +636,7 @@ kl_code kl_store_open(const char *dir, const kl_store_options *opt, kl_store **o
         free(st);
         return kl_fail(err, KL_INTERNAL, "memory", "store: out of memory");
     }
+    pthread_mutex_init(&st->jmu, NULL);
     kl_code rc;
     char *rerr = NULL;
     st->opts = rocksdb_options_create();
@@ -590,8 +679,6 @@ kl_code kl_store_open(const char *dir, const kl_store_options *opt, kl_store **o
      * applied_index roll back together to the last flush and recovery re-applies the
      * log from there. This halves WAL traffic and removes a write() from every commit. */
     rocksdb_writeoptions_disable_WAL(st->wnosync, 1);
-    st->wlog = rocksdb_writeoptions_create();
-    rocksdb_writeoptions_set_sync(st->wlog, 0);
     log_family_options(st);
     /* The state family writes no WAL, yet RocksDB keeps every WAL file from the one its
      * memtable started in until that memtable is flushed; the log family alone fills them.
@@ -612,6 +699,13 @@ kl_code kl_store_open(const char *dir, const kl_store_options *opt, kl_store **o
     st->state_cf = handles[0];
     st->log_cf = handles[1];
     if ((rc = check_format(st, dir, opt, err)) != KL_OK)
+        goto fail_checked;
+    /* After RocksDB's own recovery (what its WAL holds is older than any journal record
+     * that survived a cut), before anything reads the log or the hard state. */
+    char jdir[4200];
+    snprintf(jdir, sizeof jdir, "%s/journal", dir);
+    kl_journal_options jo = {.segment_bytes = opt->journal_segment_bytes, .flush = journal_flush_cb, .flush_arg = st};
+    if ((rc = kl_journal_open(jdir, &jo, journal_replay_cb, st, &st->journal, err)) != KL_OK)
         goto fail_checked;
     if ((rc = move_log_to_family(st, err)) != KL_OK)
         goto fail_checked;
@@ -641,13 +735,13 @@ void kl_store_close(kl_store *st)
 {
     if (st == NULL)
         return;
+    kl_journal_close(st->journal); /* its keeper flushes through the db: before the db goes */
     if (st->state_cf != NULL)
         rocksdb_column_family_handle_destroy(st->state_cf);
     if (st->log_cf != NULL)
         rocksdb_column_family_handle_destroy(st->log_cf);
     if (st->db != NULL)
         rocksdb_close(st->db);
-    rocksdb_writeoptions_destroy(st->wlog);
     rocksdb_writeoptions_destroy(st->wnosync);
     rocksdb_writeoptions_destroy(st->wsync);
     rocksdb_readoptions_destroy(st->ropts);
@@ -661,6 +755,7 @@ void kl_store_close(kl_store *st)
     if (st->apply_wb != NULL)
         rocksdb_writebatch_destroy(st->apply_wb);
     apply_lists_free(st);
+    pthread_mutex_destroy(&st->jmu);
     free(st->dir);
     free(st);
 }
@@ -672,10 +767,12 @@ kl_code kl_store_append(kl_store *st, uint64_t index, const uint8_t *entry, size
                        (unsigned long long)index, (unsigned long long)atomic_load(&st->last));
     kl_key k;
     kl_key_log(&k, index);
-    char *rerr = NULL;
-    store_put(st, st->wsync, st->log_cf, k.b, k.len, entry, len, &rerr);
-    if (rerr != NULL)
-        return rocks_fail(err, "log append", rerr);
+    rocksdb_writebatch_t *wb = rocksdb_writebatch_create();
+    rocksdb_writebatch_put_cf(wb, st->log_cf, (const char *)k.b, k.len, (const char *)entry, len);
+    kl_code rc = journal_write(st, wb, NULL, err);
+    rocksdb_writebatch_destroy(wb);
+    if (rc != KL_OK)
+        return rc;
     atomic_store(&st->last, index);
     return KL_OK;
 }
@@ -726,25 +823,12 @@ kl_code kl_store_log_write(kl_store *st, const Keyload__V1__HardState *hard, uin
         rocksdb_writebatch_put_cf(wb, st->log_cf, (const char *)k.b, k.len, (const char *)items[i].bytes,
                                   items[i].len);
     }
-    /* Written without sync, then synced with SyncWAL, which runs outside RocksDB's write
-     * queue: a write with sync=true holds that queue through its fsync, so every apply on
-     * the loop thread (a WAL-less write) would wait out this fsync. The records are visible
-     * to readers before they are durable; nothing reads them as durable before `last`
-     * moves, which happens only after the sync returned. A crash between the two loses
-     * only records nobody was told about. */
-    char *rerr = NULL;
-    store_write(st, st->wlog, wb, &rerr);
+    uint64_t sync_ns = 0;
+    kl_code rc = journal_write(st, wb, &sync_ns, err);
     rocksdb_writebatch_destroy(wb);
-    if (rerr == NULL) {
-        uint64_t t0 = monotonic_ns();
-        rocksdb_flush_wal(st->db, 1, &rerr);
-        if (rerr != NULL)
-            mark_failed(st, "log sync", rerr);
-        else
-            st->log_sync_ns = monotonic_ns() - t0;
-    }
-    if (rerr != NULL)
-        return rocks_fail(err, "log write", rerr);
+    if (rc != KL_OK)
+        return rc;
+    st->log_sync_ns = sync_ns;
     if (n > 0)
         atomic_store(&st->last, items[n - 1].index);
     else if (truncate_from != 0 && truncate_from <= last)
@@ -1346,7 +1430,7 @@ static kl_code install_finish(kl_store *st, uint64_t index, uint64_t term, const
     kl_key_meta(&k, "install");
     rocksdb_writebatch_delete(wb, (const char *)k.b, k.len);
     char *rerr = NULL;
-    store_write(st, st->wsync, wb, &rerr);
+    store_write_cut(st, wb, &rerr); /* "hard" is a journaled key */
     rocksdb_writebatch_destroy(wb);
     if (rerr != NULL)
         return rocks_fail(err, "install finish", rerr);
@@ -1399,7 +1483,7 @@ kl_code kl_store_install(kl_store *st, uint32_t nfiles, uint64_t index, uint64_t
     kl_key_meta(&k, "install");
     rocksdb_writebatch_put(wb, (const char *)k.b, k.len, (const char *)mark, 20 + config_len);
     char *rerr = NULL;
-    store_write(st, st->wsync, wb, &rerr);
+    store_write_cut(st, wb, &rerr); /* it deletes the log, the journal's keys */
     rocksdb_writebatch_destroy(wb);
     if (rerr != NULL)
         return rocks_fail(err, "install begin", rerr);

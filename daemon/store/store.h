@@ -4,8 +4,10 @@
  * default one; a store of the older one-family layout has its log moved at open.
  *
  *  - kl_store_log_write: the replication round's durable write (hard state, truncation,
- *    log entries) in one WriteBatch, synced before it returns; once it returns, the entries
- *    survive kill -9 and power loss, and kl_store_last_index moves.
+ *    log entries) in one WriteBatch, synced in the store's journal (store/journal.h) before
+ *    it returns and then written to RocksDB without its WAL; once it returns, the entries
+ *    survive kill -9 and power loss, and kl_store_last_index moves. The open replays the
+ *    journal after RocksDB's own recovery.
  *  - kl_store_apply: writes one committed entry's write-sets together with
  *    'M'"applied" in one WriteBatch that bypasses the WAL (so it is never synced); of several
  *    writes of one key in the entry only the last goes into the batch, in key order
@@ -44,7 +46,12 @@
  * binary without the family cannot open the store at all (RocksDB refuses a store whose
  * families it does not name), so the flag records the layout rather than guards it. */
 #define KL_FEAT_INCOMPAT_LOG_FAMILY (1ull << 1)
-#define KL_FEAT_INCOMPAT_KNOWN (KL_FEAT_INCOMPAT_WRITESET_LOG | KL_FEAT_INCOMPAT_LOG_FAMILY)
+/* The log's synced writes are in the journal (store/journal.h), and a crash leaves records
+ * there that RocksDB does not hold: a binary that does not replay it would start from an
+ * older log and hard state, so it must refuse the store. Set at the first open by a
+ * binary with the journal, before its first journal record. */
+#define KL_FEAT_INCOMPAT_JOURNAL (1ull << 2)
+#define KL_FEAT_INCOMPAT_KNOWN (KL_FEAT_INCOMPAT_WRITESET_LOG | KL_FEAT_INCOMPAT_LOG_FAMILY | KL_FEAT_INCOMPAT_JOURNAL)
 #define KL_STORE_LOG_FAMILY "log"
 
 typedef struct kl_store kl_store;
@@ -60,6 +67,7 @@ typedef struct kl_store_identity {
 typedef struct kl_store_options {
     size_t write_buffer_bytes;  /* memtable size (two of them at most) */
     size_t block_cache_bytes;
+    size_t journal_segment_bytes; /* the journal's segment size (store/journal.h) */
     /* May create a new store. False: a directory without a format record is refused
      * (FAILED_PRECONDITION, detail "init_store"): an emptied directory must not pass for a
      * new member, because the member it was cannot remember the terms it voted in. */
@@ -109,6 +117,11 @@ kl_code kl_store_meta_u64(kl_store *st, const char *meta, uint64_t *out, kl_err 
 /* Appends encoded entry `index` (must be last_index + 1) with sync=true; unit tests write
  * logs with it, the daemon uses kl_store_log_write. Updates last_index on success. */
 kl_code kl_store_append(kl_store *st, uint64_t index, const uint8_t *entry, size_t len, kl_err *err);
+/* A synced write, through RocksDB's WAL, of this member's own records ("hard" and log
+ * entries: a restore's bridge) outside kl_store_log_write. It flushes and cuts the journal
+ * first, so no older journal record replays over it. Cost: a flush and a sync besides the
+ * write: never per request. */
+kl_code kl_store_write_local(kl_store *st, rocksdb_writebatch_t *wb, kl_err *err);
 /* One log record for kl_store_log_write: the encoded LogEntry stored under 'L' index. */
 typedef struct kl_store_log_item {
     uint64_t index;

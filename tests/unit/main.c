@@ -11,6 +11,7 @@ Suite *suite_cluster(void);
 Suite *suite_rpc(void);
 Suite *suite_codec(void);
 Suite *suite_store(void);
+Suite *suite_journal(void);
 Suite *suite_engine(void);
 Suite *suite_sdk(void);
 Suite *suite_raft(void);
@@ -101,6 +102,7 @@ int main(void)
     srunner_add_suite(sr, suite_pb_arena());
     srunner_add_suite(sr, suite_log_writer());
     srunner_add_suite(sr, suite_trace());
+    srunner_add_suite(sr, suite_journal());
     srunner_run_all(sr, CK_NORMAL);
     int failed = srunner_ntests_failed(sr);
     int run = srunner_ntests_run(sr);

@@ -10,10 +10,12 @@
 
 #include <check.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 static int kcmp(const kl_key *a, const kl_key *b)
@@ -209,8 +211,9 @@ START_TEST(store_first_failure_is_kept)
 END_TEST
 
 /* A store with entries 1..n synced, copied while open: the image a power loss right after
- * the last sync leaves (nothing flushed, everything in the WAL). Returns the WAL's path. */
-static void crash_image(const char *dir, const char *image, int n, char *wal, size_t cap)
+ * the last sync leaves (nothing flushed, every entry only in the journal). Gives the path
+ * of the journal segment holding them. */
+static void crash_image(const char *dir, const char *image, int n, char *seg, size_t cap)
 {
     kl_store *st;
     kl_err err;
@@ -222,42 +225,51 @@ static void crash_image(const char *dir, const char *image, int n, char *wal, si
         ck_assert_int_eq(kl_store_log_write(st, NULL, 0, &it, 1, &err), KL_OK);
     }
     char cmd[700];
-    snprintf(cmd, sizeof cmd, "cp -a '%s' '%s' && ls '%s'/*.log | tail -n 1", dir, image, image);
+    snprintf(cmd, sizeof cmd, "cp -a '%s' '%s' && ls '%s'/journal/*.seg | tail -n 1", dir, image, image);
     FILE *p = popen(cmd, "r");
     ck_assert_ptr_nonnull(p);
-    ck_assert_ptr_nonnull(fgets(wal, (int)cap, p));
+    ck_assert_ptr_nonnull(fgets(seg, (int)cap, p));
     pclose(p);
-    wal[strcspn(wal, "\n")] = '\0';
+    seg[strcspn(seg, "\n")] = '\0';
     kl_store_close(st);
 }
 
-static long file_size(const char *path)
+/* Just past the last nonzero byte of a file: where a segment's records end. */
+static long data_end(const char *path)
 {
-    struct stat sb;
-    ck_assert_int_eq(stat(path, &sb), 0);
-    return (long)sb.st_size;
+    FILE *f = fopen(path, "rb");
+    ck_assert_ptr_nonnull(f);
+    long end = 0, off = 0;
+    int c;
+    while ((c = fgetc(f)) != EOF) {
+        off++;
+        if (c != 0)
+            end = off;
+    }
+    fclose(f);
+    return end;
 }
 
-START_TEST(store_wal_corruption_refuses)
+START_TEST(store_journal_corruption_refuses)
 {
-    char dir[256], image[300], wal[512];
+    char dir[256], image[300], seg[512];
     th_tmpdir(dir, sizeof dir);
     snprintf(image, sizeof image, "%s-image", dir);
-    crash_image(dir, image, 20, wal, sizeof wal);
-    long size = file_size(wal);
-    ck_assert_int_gt(size, 20 * 600);
-    /* One flipped byte in the middle of the WAL: a synced record no longer reads. */
-    FILE *f = fopen(wal, "r+b");
+    crash_image(dir, image, 20, seg, sizeof seg);
+    long end = data_end(seg);
+    ck_assert_int_gt(end, 20 * 600);
+    /* One flipped byte in the middle of the records: a synced one no longer reads. */
+    FILE *f = fopen(seg, "r+b");
     ck_assert_ptr_nonnull(f);
-    fseek(f, size / 2, SEEK_SET);
+    fseek(f, end / 2, SEEK_SET);
     int c = fgetc(f);
-    fseek(f, size / 2, SEEK_SET);
+    fseek(f, end / 2, SEEK_SET);
     fputc(c ^ 0x40, f);
     fclose(f);
     kl_store *st;
     kl_err err;
     ck_assert_int_eq(kl_store_open(image, NULL, &st, &err), KL_FAILED_PRECONDITION);
-    ck_assert_str_eq(err.detail, "wal_corrupt");
+    ck_assert_str_eq(err.detail, "journal_corrupt");
     ck_assert_ptr_nonnull(strstr(err.message, image));
     ck_assert_ptr_nonnull(strstr(err.message, "Recovering a member"));
     th_rmrf(image);
@@ -265,14 +277,20 @@ START_TEST(store_wal_corruption_refuses)
 }
 END_TEST
 
-START_TEST(store_wal_torn_tail_recovers)
+START_TEST(store_journal_torn_tail_recovers)
 {
-    char dir[256], image[300], wal[512];
+    char dir[256], image[300], seg[512];
     th_tmpdir(dir, sizeof dir);
     snprintf(image, sizeof image, "%s-image", dir);
-    crash_image(dir, image, 20, wal, sizeof wal);
-    /* The last record cut in half: a write whose sync never returned, never acknowledged. */
-    ck_assert_int_eq(truncate(wal, file_size(wal) - 300), 0);
+    crash_image(dir, image, 20, seg, sizeof seg);
+    /* The last record's second half never reached the disk: a write whose sync never
+     * returned, never acknowledged. */
+    static const uint8_t zeros[300];
+    FILE *f = fopen(seg, "r+b");
+    ck_assert_ptr_nonnull(f);
+    fseek(f, data_end(seg) - 300, SEEK_SET);
+    ck_assert_uint_eq(fwrite(zeros, 1, sizeof zeros, f), sizeof zeros);
+    fclose(f);
     kl_store *st;
     kl_err err;
     ck_assert_int_eq(kl_store_open(image, NULL, &st, &err), KL_OK);
@@ -285,8 +303,80 @@ START_TEST(store_wal_torn_tail_recovers)
     ck_assert_uint_eq(n, 600);
     ck_assert_uint_eq(e[0], 'a' + 19);
     free(e);
+    ck_assert_int_eq(kl_store_read_log(st, 20, &e, &n, &found, &err), KL_OK);
+    ck_assert(!found);
     kl_store_close(st);
     th_rmrf(image);
+    th_rmrf(dir);
+}
+END_TEST
+
+/* A member killed (-9) in the middle of a run of log writes, across journal segment
+ * switches, retirements after flushes and a truncation, reopens with every entry whose
+ * write returned and the hard state of the last one. */
+START_TEST(store_log_survives_kill)
+{
+    char dir[256];
+    th_tmpdir(dir, sizeof dir);
+    int pfd[2];
+    ck_assert_int_eq(pipe(pfd), 0);
+    pid_t pid = fork();
+    ck_assert_int_ge(pid, 0);
+    if (pid == 0) {
+        close(pfd[0]);
+        kl_store_options o;
+        kl_store_options_default(&o);
+        o.journal_segment_bytes = 64 << 10;
+        o.write_buffer_bytes = 256 << 10;
+        kl_store *st;
+        kl_err err;
+        if (kl_store_open(dir, &o, &st, &err) != KL_OK)
+            _exit(3);
+        uint8_t body[700];
+        Keyload__V1__HardState h = KEYLOAD__V1__HARD_STATE__INIT;
+        for (uint64_t i = 1; i <= 3000; i++) {
+            memset(body, (int)(i % 251), sizeof body);
+            uint64_t at = i == 2000 ? 1990 : i > 2000 ? i - 10 : i; /* one truncation */
+            kl_store_log_item it = {.index = at, .bytes = body, .len = sizeof body};
+            h.term = i;
+            h.commit = at - 1;
+            if (kl_store_log_write(st, &h, i == 2000 ? 1990 : 0, &it, 1, &err) != KL_OK)
+                _exit(4);
+        }
+        if (write(pfd[1], "k", 1) != 1)
+            _exit(5);
+        for (;;)
+            pause(); /* killed here, with the store open */
+    }
+    close(pfd[1]);
+    char c;
+    ck_assert_int_eq(read(pfd[0], &c, 1), 1);
+    close(pfd[0]);
+    kill(pid, SIGKILL);
+    int status;
+    ck_assert_int_eq(waitpid(pid, &status, 0), pid);
+    ck_assert(WIFSIGNALED(status));
+    kl_store *st;
+    kl_err err;
+    ck_assert_int_eq(kl_store_open(dir, NULL, &st, &err), KL_OK);
+    ck_assert_uint_eq(kl_store_last_index(st), 2990);
+    for (uint64_t at = 1; at <= 2990; at++) {
+        uint64_t i = at < 1990 ? at : at + 10;
+        uint8_t *e;
+        size_t n;
+        bool found;
+        ck_assert_int_eq(kl_store_read_log(st, at, &e, &n, &found, &err), KL_OK);
+        ck_assert(found);
+        ck_assert_uint_eq(n, 700);
+        ck_assert_uint_eq(e[0], i % 251);
+        ck_assert_uint_eq(e[699], i % 251);
+        free(e);
+    }
+    uint64_t term, vote, commit;
+    ck_assert_int_eq(kl_store_load_hard(st, &term, &vote, &commit, &err), KL_OK);
+    ck_assert_uint_eq(term, 3000);
+    ck_assert_uint_eq(commit, 2989);
+    kl_store_close(st);
     th_rmrf(dir);
 }
 END_TEST
@@ -941,8 +1031,9 @@ Suite *suite_store(void)
     tcase_add_test(t, store_append_apply_reopen);
     tcase_add_test(t, store_refuses_unknown_flags);
     tcase_add_test(t, store_identity_is_checked);
-    tcase_add_test(t, store_wal_corruption_refuses);
-    tcase_add_test(t, store_wal_torn_tail_recovers);
+    tcase_add_test(t, store_journal_corruption_refuses);
+    tcase_add_test(t, store_journal_torn_tail_recovers);
+    tcase_add_test(t, store_log_survives_kill);
     tcase_add_test(t, store_first_failure_is_kept);
     tcase_add_test(t, scan_hints_seek_past_tombstones_and_stay_exact);
     tcase_add_test(t, store_info_log_stays_small);
