@@ -28,10 +28,12 @@
 #define TYPE_LINK 2u
 /* A record's payload length is a u32; keep it well inside. */
 #define RECORD_MAX (1u << 30)
-/* Sealed segments waiting for the keeper's flush, at most; past it the appender waits.
- * A flush takes tens of milliseconds and a segment megabytes of records, so this is never
- * reached unless flushes fail. */
+/* Sealed segments waiting for the keeper's flush, at most; past it an append fails (the
+ * member exits, as on any failed write). A flush takes tens of milliseconds and a segment
+ * megabytes of records, so this is never reached unless flushes keep failing. An open may
+ * find SEALED_MAX + 1 segments holding records (those and the current one). */
 #define SEALED_MAX 64u
+#define SEALED_CAP (SEALED_MAX + 2u)
 #define KEEPER_RETRY_MS 200
 
 static const char seg_magic[8] = {'K', 'L', 'J', 'R', 'N', 'L', '0', '1'};
@@ -65,8 +67,8 @@ struct kl_journal {
     bool keeper_started;
     pthread_t keeper;
     seg spare; /* fd >= 0 when one is ready; always segment_bytes */
-    uint64_t sealed[SEALED_MAX];
-    size_t sealed_cap[SEALED_MAX];
+    uint64_t sealed[SEALED_CAP];
+    size_t sealed_cap[SEALED_CAP];
     size_t nsealed;
     uint64_t next_seq;
     bool keeper_busy;
@@ -345,8 +347,8 @@ static void keeper_wait(kl_journal *j, int ms)
  * become the spare, the others are unlinked. Called with mu held; drops it meanwhile. */
 static void keeper_retire(kl_journal *j, size_t n)
 {
-    uint64_t seqs[SEALED_MAX];
-    size_t caps[SEALED_MAX];
+    uint64_t seqs[SEALED_CAP];
+    size_t caps[SEALED_CAP];
     memcpy(seqs, j->sealed, n * sizeof seqs[0]);
     memcpy(caps, j->sealed_cap, n * sizeof caps[0]);
     memmove(j->sealed, j->sealed + n, (j->nsealed - n) * sizeof j->sealed[0]);
@@ -395,6 +397,7 @@ static void *keeper_main(void *arg)
                 keeper_retire(j, n); /* J4: the flush started after these were sealed */
             } else {
                 j->keeper_busy = false;
+                pthread_cond_broadcast(&j->done); /* a cut waiting for the keeper goes on */
                 keeper_wait(j, KEEPER_RETRY_MS);
                 continue;
             }
@@ -655,10 +658,9 @@ static kl_code open_replay(kl_journal *j, kl_journal_replay_fn replay, void *arg
             seg_name(j, fs[i].seq, ".seg", path, sizeof path);
             if (fs[i].in_chain) {
                 /* Sealed: retired by the keeper after its first flush. */
-                assert(j->nsealed < SEALED_MAX || !"too many segments to replay");
-                if (j->nsealed == SEALED_MAX) {
+                if (j->nsealed == SEALED_CAP) {
                     rc = kl_fail(err, KL_INTERNAL, "journal", "journal %s: more than %u segments hold records",
-                                 j->dir, SEALED_MAX);
+                                 j->dir, SEALED_CAP);
                     break;
                 }
                 j->sealed_cap[j->nsealed] = fs[i].size;
@@ -787,8 +789,12 @@ static kl_code switch_segment(kl_journal *j, size_t need, bool seal_old, kl_err 
     seg old = j->active;
     bool big = SEG_HEADER + need > j->seg_bytes;
     pthread_mutex_lock(&j->mu);
-    while (j->nsealed == SEALED_MAX && !j->stop) /* flushes are failing: wait, bounded by them */
-        pthread_cond_wait(&j->done, &j->mu);
+    if (seal_old && j->nsealed >= SEALED_MAX) {
+        pthread_mutex_unlock(&j->mu);
+        return kl_fail(err, KL_INTERNAL, "journal",
+                       "journal %s: %u segments wait for a flush that keeps failing (SEALED_MAX)", j->dir,
+                       SEALED_MAX);
+    }
     if (seal_old) {
         j->sealed_cap[j->nsealed] = old.cap;
         j->sealed[j->nsealed++] = old.seq;
@@ -889,7 +895,7 @@ kl_code kl_journal_cut(kl_journal *j, kl_err *err)
     pthread_mutex_lock(&j->mu);
     while (j->keeper_busy) /* let a retire or a spare in progress finish first */
         pthread_cond_wait(&j->done, &j->mu);
-    uint64_t seqs[SEALED_MAX + 1];
+    uint64_t seqs[SEALED_CAP + 1];
     size_t n = j->nsealed;
     memcpy(seqs, j->sealed, n * sizeof seqs[0]);
     j->nsealed = 0;

@@ -339,6 +339,36 @@ START_TEST(journal_recycled_and_large_records)
 }
 END_TEST
 
+/* Flushes that keep failing leave sealed segments behind; past SEALED_MAX of them an append
+ * fails, and so does every append after it, instead of filling the disk or waiting for
+ * ever. A reopen still replays every record whose append returned OK. */
+START_TEST(journal_refuses_when_flushes_keep_failing)
+{
+    char dir[256];
+    th_tmpdir(dir, sizeof dir);
+    flusher f = {.fail = true};
+    replayed r;
+    kl_err err;
+    kl_journal *j = jopen(dir, 4096, &f, &r, KL_OK, &err);
+    uint8_t buf[100];
+    uint32_t ok = 0;
+    kl_code rc = KL_OK;
+    while (ok < 4000 && (rc = kl_journal_append(j, buf, record(ok, sizeof buf, buf), NULL, &err)) == KL_OK)
+        ok++;
+    ck_assert_int_eq(rc, KL_INTERNAL);
+    ck_assert_ptr_nonnull(strstr(err.message, "SEALED_MAX"));
+    ck_assert_uint_gt(ok, 64 * 20);
+    ck_assert_int_eq(kl_journal_append(j, buf, record(ok, sizeof buf, buf), NULL, &err), KL_INTERNAL);
+    kl_journal_close(j);
+    j = jopen(dir, 4096, &f, &r, KL_OK, &err);
+    ck_assert_uint_eq(r.n, ok);
+    for (uint32_t i = 0; i < ok; i++)
+        ck_assert_uint_eq(r.seen[i], i);
+    kl_journal_close(j);
+    th_rmrf(dir);
+}
+END_TEST
+
 Suite *suite_journal(void)
 {
     Suite *s = suite_create("journal");
@@ -351,6 +381,7 @@ Suite *suite_journal(void)
     tcase_add_test(t, journal_damage_before_a_link_refuses);
     tcase_add_test(t, journal_cut_drops_everything_before);
     tcase_add_test(t, journal_recycled_and_large_records);
+    tcase_add_test(t, journal_refuses_when_flushes_keep_failing);
     suite_add_tcase(s, t);
     return s;
 }
