@@ -162,6 +162,13 @@
 /* ---------------------------------------------------------------- store (daemon/store/keys.h) */
 #define KL_KEY_MAX 512
 
+/* ---------------------------------------------------------------- journal (daemon/store/journal.h) */
+#define KL_JOURNAL_MIN_SEGMENT 4096u     /* smallest segment: a header, a link and a small frame */
+#define KL_JOURNAL_RECORD_MAX (1u << 30) /* one record's bytes (a frame's length is a u32) */
+/* Sealed segments waiting for the keeper's flush; past it an append fails (the member
+ * exits, as on any failed write): reached only while flushes keep failing. */
+#define KL_JOURNAL_SEALED_MAX 64u
+
 /* ---------------------------------------------------------------- snapshots (daemon/store/snapshot.h) */
 /* A snapshot chunk stops taking records once its body holds this many bytes, so a chunk is
  * at most this plus one record (KL_SNAP_CHUNK_MAX): the memory of both ends per chunk. */

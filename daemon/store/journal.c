@@ -26,13 +26,10 @@
 #define LINK_FRAME (FRAME_HEADER + LINK_PAYLOAD)
 #define TYPE_RECORD 1u
 #define TYPE_LINK 2u
-/* A record's payload length is a u32; keep it well inside. */
-#define RECORD_MAX (1u << 30)
-/* Sealed segments waiting for the keeper's flush, at most; past it an append fails (the
- * member exits, as on any failed write). A flush takes tens of milliseconds and a segment
- * megabytes of records, so this is never reached unless flushes keep failing. An open may
- * find SEALED_MAX + 1 segments holding records (those and the current one). */
-#define SEALED_MAX 64u
+#define RECORD_MAX KL_JOURNAL_RECORD_MAX
+/* An open may find SEALED_MAX + 1 segments holding records (the sealed ones and the
+ * current one); a cut takes the current one too. */
+#define SEALED_MAX KL_JOURNAL_SEALED_MAX
 #define SEALED_CAP (SEALED_MAX + 2u)
 #define KEEPER_RETRY_MS 200
 
@@ -529,11 +526,10 @@ static kl_code corrupt(kl_err *err, const kl_journal *j, uint64_t seq, size_t of
                    j->dir, seq, off, why);
 }
 
-/* Replays the records of the chain that ends at the last segment holding frames, and
- * removes every other segment file (older ones are retired, later ones never held a
- * record). Sets *last_seq and *last_end to where the next segment's link points. */
-static kl_code open_replay(kl_journal *j, kl_journal_replay_fn replay, void *arg, uint64_t *last_seq,
-                           uint64_t *last_end, kl_err *err)
+/* Every segment file of the directory, read whole and scanned, sorted by seq, into *out
+ * (*n of them, caller frees each buf and the array); *max_seq gets the highest seq named.
+ * Leftovers of a creation or a recycle that a crash interrupted are removed here. */
+static kl_code open_read_all(kl_journal *j, found_seg **out, size_t *n, uint64_t *max_seq, kl_err *err)
 {
     DIR *d = fdopendir(dup(j->dirfd));
     if (d == NULL)
@@ -541,23 +537,19 @@ static kl_code open_replay(kl_journal *j, kl_journal_replay_fn replay, void *arg
     found_seg *fs = NULL;
     size_t nf = 0, capf = 0;
     kl_code rc = KL_OK;
-    uint64_t max_seq = 0;
     struct dirent *de;
     while (rc == KL_OK && (de = readdir(d)) != NULL) {
         const char *nm = de->d_name;
-        size_t l = strlen(nm);
-        if (l != 20 || (strcmp(nm + 16, ".seg") != 0 && strcmp(nm + 16, ".tmp") != 0))
+        if (strlen(nm) != 20 || (strcmp(nm + 16, ".seg") != 0 && strcmp(nm + 16, ".tmp") != 0))
             continue;
-        char *endp;
-        char hex[17];
+        char *endp, hex[17], path[4200];
         memcpy(hex, nm, 16);
         hex[16] = 0;
         uint64_t seq = strtoull(hex, &endp, 16);
         if (*endp != 0)
             continue;
-        if (seq > max_seq)
-            max_seq = seq;
-        char path[4200];
+        if (seq > *max_seq)
+            *max_seq = seq;
         snprintf(path, sizeof path, "%s/%s", j->dir, nm);
         if (strcmp(nm + 16, ".tmp") == 0) { /* a spare whose creation never finished */
             unlink(path);
@@ -591,49 +583,50 @@ static kl_code open_replay(kl_journal *j, kl_journal_replay_fn replay, void *arg
         nf++;
     }
     closedir(d);
-    if (rc == KL_OK && nf > 0)
+    if (nf > 0)
         qsort(fs, nf, sizeof *fs, found_cmp);
-    /* The chain, from the last segment holding frames back along the links. */
-    ssize_t last = -1;
-    for (size_t i = 0; i < nf; i++)
-        if (fs[i].has_frames)
-            last = (ssize_t)i;
-    if (rc == KL_OK && last >= 0) {
-        if (found_valid_after(&fs[last]))
-            rc = corrupt(err, j, fs[last].seq, fs[last].end, "a damaged record is followed by valid ones");
-        ssize_t i = last;
-        while (rc == KL_OK && i >= 0) {
-            found_seg *f = &fs[i];
-            f->in_chain = true;
-            if (!f->has_link) {
-                rc = corrupt(err, j, f->seq, SEG_HEADER, "the segment does not start with its link");
-                break;
-            }
-            if (f->link_seq == 0)
-                break; /* the journal's first segment */
-            ssize_t prev = -1;
-            for (ssize_t k = i - 1; k >= 0; k--)
-                if (fs[k].seq == f->link_seq)
-                    prev = k;
-            if (prev < 0) {
-                /* The linked segment was retired: so was every one before it (segments
-                 * retire in order, after a flush covering them). */
-                for (ssize_t k = i - 1; k >= 0; k--)
-                    if (fs[k].seq > f->link_seq && fs[k].has_frames)
-                        rc = corrupt(err, j, fs[k].seq, SEG_HEADER, "a segment with records is off the chain");
-                break;
-            }
-            for (ssize_t k = prev + 1; k < i && rc == KL_OK; k++)
-                if (fs[k].has_frames)
-                    rc = corrupt(err, j, fs[k].seq, SEG_HEADER, "a segment with records is off the chain");
-            if (rc == KL_OK && fs[prev].end != f->link_end)
-                rc = corrupt(err, j, fs[prev].seq, fs[prev].end,
-                             fs[prev].end < f->link_end ? "records the next segment's link counts are damaged"
-                                                        : "the segment holds records past its link's end");
-            i = prev;
-        }
+    *out = fs;
+    *n = nf;
+    return rc;
+}
+
+/* Marks in_chain the segments from fs[last] back along the links (J3): each link must name
+ * the segment before it and the offset its records ended at, or a segment that is gone
+ * (retired, and every one before it with it). */
+static kl_code open_chain(const kl_journal *j, found_seg *fs, ssize_t last, kl_err *err)
+{
+    if (found_valid_after(&fs[last]))
+        return corrupt(err, j, fs[last].seq, fs[last].end, "a damaged record is followed by valid ones");
+    for (ssize_t i = last; i >= 0;) {
+        found_seg *f = &fs[i];
+        f->in_chain = true;
+        if (!f->has_link)
+            return corrupt(err, j, f->seq, SEG_HEADER, "the segment does not start with its link");
+        if (f->link_seq == 0)
+            return KL_OK; /* the journal's first segment */
+        ssize_t prev = -1;
+        for (ssize_t k = i - 1; k >= 0 && prev < 0; k--)
+            if (fs[k].seq == f->link_seq)
+                prev = k;
+        for (ssize_t k = i - 1; k > prev; k--)
+            if (fs[k].seq > f->link_seq && fs[k].has_frames)
+                return corrupt(err, j, fs[k].seq, SEG_HEADER, "a segment with records is off the chain");
+        if (prev < 0)
+            return KL_OK; /* the linked segment was retired: so was every one before it */
+        if (fs[prev].end != f->link_end)
+            return corrupt(err, j, fs[prev].seq, fs[prev].end,
+                           fs[prev].end < f->link_end ? "records the next segment's link counts are damaged"
+                                                      : "the segment holds records past its link's end");
+        i = prev;
     }
-    /* Replay, oldest first (J2). */
+    return KL_OK;
+}
+
+/* Every record of the chain through replay, oldest first (J2). */
+static kl_code open_replay_chain(const kl_journal *j, const found_seg *fs, size_t nf, kl_journal_replay_fn replay,
+                                 void *arg, kl_err *err)
+{
+    kl_code rc = KL_OK;
     for (size_t i = 0; rc == KL_OK && i < nf; i++) {
         if (!fs[i].in_chain)
             continue;
@@ -649,24 +642,43 @@ static kl_code open_replay(kl_journal *j, kl_journal_replay_fn replay, void *arg
             off += frame_bytes(len);
         }
     }
+    return rc;
+}
+
+/* Replays the records of the chain that ends at the last segment holding frames, keeps its
+ * segments as sealed ones, and removes every other segment file (older ones are retired,
+ * later ones never held a record). Sets *last_seq and *last_end to where the next
+ * segment's link points. */
+static kl_code open_replay(kl_journal *j, kl_journal_replay_fn replay, void *arg, uint64_t *last_seq,
+                           uint64_t *last_end, kl_err *err)
+{
+    found_seg *fs = NULL;
+    size_t nf = 0;
+    uint64_t max_seq = 0;
+    kl_code rc = open_read_all(j, &fs, &nf, &max_seq, err);
+    ssize_t last = -1;
+    for (size_t i = 0; i < nf; i++)
+        if (fs[i].has_frames)
+            last = (ssize_t)i;
+    if (rc == KL_OK && last >= 0)
+        rc = open_chain(j, fs, last, err);
+    if (rc == KL_OK)
+        rc = open_replay_chain(j, fs, nf, replay, arg, err);
     if (rc == KL_OK) {
         *last_seq = last >= 0 ? fs[last].seq : 0;
         *last_end = last >= 0 ? fs[last].end : 0;
         j->next_seq = max_seq + 1;
-        for (size_t i = 0; i < nf; i++) {
+        for (size_t i = 0; i < nf && rc == KL_OK; i++) {
             char path[4200];
             seg_name(j, fs[i].seq, ".seg", path, sizeof path);
-            if (fs[i].in_chain) {
-                /* Sealed: retired by the keeper after its first flush. */
-                if (j->nsealed == SEALED_CAP) {
-                    rc = kl_fail(err, KL_INTERNAL, "journal", "journal %s: more than %u segments hold records",
-                                 j->dir, SEALED_CAP);
-                    break;
-                }
+            if (!fs[i].in_chain) {
+                unlink(path);
+            } else if (j->nsealed == SEALED_CAP) {
+                rc = kl_fail(err, KL_INTERNAL, "journal", "journal %s: more than %u segments hold records",
+                             j->dir, SEALED_CAP);
+            } else { /* sealed: retired by the keeper after its first flush */
                 j->sealed_cap[j->nsealed] = fs[i].size;
                 j->sealed[j->nsealed++] = fs[i].seq;
-            } else {
-                unlink(path);
             }
         }
         if (rc == KL_OK)
@@ -792,7 +804,7 @@ static kl_code switch_segment(kl_journal *j, size_t need, bool seal_old, kl_err 
     if (seal_old && j->nsealed >= SEALED_MAX) {
         pthread_mutex_unlock(&j->mu);
         return kl_fail(err, KL_INTERNAL, "journal",
-                       "journal %s: %u segments wait for a flush that keeps failing (SEALED_MAX)", j->dir,
+                       "journal %s: %u segments wait for a flush that keeps failing (KL_JOURNAL_SEALED_MAX)", j->dir,
                        SEALED_MAX);
     }
     if (seal_old) {

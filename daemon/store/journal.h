@@ -47,13 +47,10 @@ typedef kl_code (*kl_journal_flush_fn)(void *arg, kl_err *err);
 typedef kl_code (*kl_journal_replay_fn)(void *arg, const uint8_t *rec, size_t len, kl_err *err);
 
 typedef struct kl_journal_options {
-    size_t segment_bytes; /* a segment's size; a larger record gets a segment of its own */
+    size_t segment_bytes; /* a segment's size (>= KL_JOURNAL_MIN_SEGMENT); a larger record gets one of its own */
     kl_journal_flush_fn flush;
     void *flush_arg;
 } kl_journal_options;
-
-/* The smallest segment kl_journal_open accepts (one header, one link, one small frame). */
-#define KL_JOURNAL_MIN_SEGMENT 4096u
 
 /* Opens the journal in dir (created if missing), replays every record through replay, then
  * starts a new segment (created and zero-filled here: up to segment_bytes of writes and a

@@ -356,7 +356,7 @@ START_TEST(journal_refuses_when_flushes_keep_failing)
     while (ok < 4000 && (rc = kl_journal_append(j, buf, record(ok, sizeof buf, buf), NULL, &err)) == KL_OK)
         ok++;
     ck_assert_int_eq(rc, KL_INTERNAL);
-    ck_assert_ptr_nonnull(strstr(err.message, "SEALED_MAX"));
+    ck_assert_ptr_nonnull(strstr(err.message, "KL_JOURNAL_SEALED_MAX"));
     ck_assert_uint_gt(ok, 64 * 20);
     ck_assert_int_eq(kl_journal_append(j, buf, record(ok, sizeof buf, buf), NULL, &err), KL_INTERNAL);
     kl_journal_close(j);
