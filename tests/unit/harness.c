@@ -630,3 +630,18 @@ uint64_t th_queue_messages(th_node *t, const char *queue, uint64_t *in_flight)
     free(ans);
     return m;
 }
+
+long th_file_data_end(const char *path)
+{
+    FILE *f = fopen(path, "rb");
+    ck_assert_ptr_nonnull(f);
+    long end = 0, off = 0;
+    int c;
+    while ((c = fgetc(f)) != EOF) {
+        off++;
+        if (c != 0)
+            end = off;
+    }
+    fclose(f);
+    return end;
+}

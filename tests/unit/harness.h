@@ -66,6 +66,9 @@ void th_tmpdir_named(char *out, size_t cap, const char *prefix);
 /* th_tmpdir_named with the prefix "kl-unit". */
 void th_tmpdir(char *out, size_t cap);
 void th_rmrf(const char *dir);
+/* Just past the last nonzero byte of a file (0 for an empty or all-zero one): where the
+ * records of a zero-filled journal segment end. */
+long th_file_data_end(const char *path);
 
 void th_open(th_node *t, const char *dir, const kl_limits *limits);
 /* Like th_open, for partition `partition` of a cluster of `count`; partition 0 gets the

@@ -95,22 +95,6 @@ static size_t seg_files(const char *dir, char names[][300], size_t cap)
     return k;
 }
 
-/* The offset just past the last nonzero byte of a file. */
-static long data_end(const char *path)
-{
-    FILE *f = fopen(path, "rb");
-    ck_assert_ptr_nonnull(f);
-    long end = 0, off = 0;
-    int c;
-    while ((c = fgetc(f)) != EOF) {
-        off++;
-        if (c != 0)
-            end = off;
-    }
-    fclose(f);
-    return end;
-}
-
 static void poke(const char *path, long off, const uint8_t *bytes, size_t n)
 {
     FILE *f = fopen(path, "r+b");
@@ -212,7 +196,7 @@ START_TEST(journal_torn_tail_is_dropped)
     kl_journal_close(j);
     char names[8][300];
     ck_assert_uint_eq(seg_files(image, names, 8), 1);
-    long end = data_end(names[0]);
+    long end = th_file_data_end(names[0]);
     static const uint8_t zeros[300];
     poke(names[0], end - 300, zeros, sizeof zeros);
     j = jopen(image, 1 << 20, &f, &r, KL_OK, &err);
@@ -246,7 +230,7 @@ START_TEST(journal_damage_in_the_middle_refuses)
     image_of(dir, image);
     char names[8][300];
     ck_assert_uint_eq(seg_files(image, names, 8), 1);
-    flip(names[0], data_end(names[0]) / 2);
+    flip(names[0], th_file_data_end(names[0]) / 2);
     j = jopen(image, 1 << 20, &f, &r, KL_FAILED_PRECONDITION, &err);
     ck_assert_ptr_null(j);
     ck_assert_str_eq(err.detail, "journal_corrupt");
@@ -273,7 +257,7 @@ START_TEST(journal_damage_before_a_link_refuses)
     size_t n = seg_files(dir, names, 16);
     ck_assert_uint_ge(n, 2);
     static const uint8_t zeros[64];
-    poke(names[0], data_end(names[0]) - 64, zeros, sizeof zeros);
+    poke(names[0], th_file_data_end(names[0]) - 64, zeros, sizeof zeros);
     j = jopen(dir, 8192, &f, &r, KL_FAILED_PRECONDITION, &err);
     ck_assert_str_eq(err.detail, "journal_corrupt");
     th_rmrf(dir);

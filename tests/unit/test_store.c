@@ -234,29 +234,13 @@ static void crash_image(const char *dir, const char *image, int n, char *seg, si
     kl_store_close(st);
 }
 
-/* Just past the last nonzero byte of a file: where a segment's records end. */
-static long data_end(const char *path)
-{
-    FILE *f = fopen(path, "rb");
-    ck_assert_ptr_nonnull(f);
-    long end = 0, off = 0;
-    int c;
-    while ((c = fgetc(f)) != EOF) {
-        off++;
-        if (c != 0)
-            end = off;
-    }
-    fclose(f);
-    return end;
-}
-
 START_TEST(store_journal_corruption_refuses)
 {
     char dir[256], image[300], seg[512];
     th_tmpdir(dir, sizeof dir);
     snprintf(image, sizeof image, "%s-image", dir);
     crash_image(dir, image, 20, seg, sizeof seg);
-    long end = data_end(seg);
+    long end = th_file_data_end(seg);
     ck_assert_int_gt(end, 20 * 600);
     /* One flipped byte in the middle of the records: a synced one no longer reads. */
     FILE *f = fopen(seg, "r+b");
@@ -288,7 +272,7 @@ START_TEST(store_journal_torn_tail_recovers)
     static const uint8_t zeros[300];
     FILE *f = fopen(seg, "r+b");
     ck_assert_ptr_nonnull(f);
-    fseek(f, data_end(seg) - 300, SEEK_SET);
+    fseek(f, th_file_data_end(seg) - 300, SEEK_SET);
     ck_assert_uint_eq(fwrite(zeros, 1, sizeof zeros, f), sizeof zeros);
     fclose(f);
     kl_store *st;
