@@ -107,9 +107,10 @@ bool kl_store_first_failure(kl_store *st, kl_err *out)
 void kl_store_options_default(kl_store_options *o)
 {
     /* 8 MiB. 32 MiB cut the members' CPU per message at 64 writers in flight by 10-15%
-     * (fewer flushes and L1 rewrites), but a WAL file lives until its memtable is flushed,
-     * so each member then needs tens of MiB more disk before its first flush: on a small
-     * volume (the fault harness's 64 MiB disk) the member ran out of space for good. */
+     * (fewer flushes and L1 rewrites), but the log's records stay on disk until their
+     * memtable is flushed (then in RocksDB's WAL, now in the journal, whose segments retire
+     * after a flush), so each member then needs tens of MiB more disk: on a small volume
+     * (the fault harness's 64 MiB disk) the member ran out of space for good. */
     o->write_buffer_bytes = 8u << 20;
     o->block_cache_bytes = 16u << 20;
     /* About one log memtable of entries: a segment retires after a flush, so a smaller one
@@ -680,10 +681,10 @@ kl_code kl_store_open(const char *dir, const kl_store_options *opt, kl_store **o
      * log from there. This halves WAL traffic and removes a write() from every commit. */
     rocksdb_writeoptions_disable_WAL(st->wnosync, 1);
     log_family_options(st);
-    /* The state family writes no WAL, yet RocksDB keeps every WAL file from the one its
-     * memtable started in until that memtable is flushed; the log family alone fills them.
-     * This bound flushes the state family once the WAL holds 32 MiB, as often as the one
-     * family layout's own memtable limit did at most, and keeps the WAL off the disk. */
+    /* Only the rare synced writes outside the journal reach the WAL now (the format record,
+     * compactions' "log_start", installs), yet RocksDB keeps every WAL file from the one a
+     * memtable started in until that memtable is flushed. This bound flushes the families
+     * once the WAL holds 32 MiB, so the WAL stays off the disk whatever happens. */
     rocksdb_options_set_max_total_wal_size(st->opts, 32u << 20);
     /* A store of the one-family layout gains the log family at its first open here. */
     rocksdb_options_set_create_missing_column_families(st->opts, 1);

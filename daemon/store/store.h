@@ -1,5 +1,6 @@
 /* store: one member's RocksDB instance holding both the replication log and the
- * partition state, so they share one WAL (ARCHITECTURE.md "Store layout"). The log is in its
+ * partition state (ARCHITECTURE.md "Store layout"), and the journal that makes the log's
+ * writes durable (store/journal.h). The log is in its
  * own column family (KL_STORE_LOG_FAMILY), the state and the member's meta records in the
  * default one; a store of the older one-family layout has its log moved at open.
  *
@@ -85,9 +86,10 @@ void kl_store_cluster_id(const uint8_t *cluster_secret, size_t len, uint8_t out[
 void kl_store_options_default(kl_store_options *o);
 
 /* Opens the store in dir, creating it when empty only if opt->init (NULL opt: defaults,
- * which may create and check no identity). A corrupt synced WAL record refuses to open
- * (FAILED_PRECONDITION, detail "wal_corrupt"); a torn last record of a write that never
- * finished syncing is dropped, as it was never acknowledged. */
+ * which may create and check no identity), then replays the journal. A corrupt synced WAL
+ * or journal record refuses to open (FAILED_PRECONDITION, detail "wal_corrupt" or
+ * "journal_corrupt"); a torn last record of a write that never finished syncing is
+ * dropped, as it was never acknowledged. */
 kl_code kl_store_open(const char *dir, const kl_store_options *opt, kl_store **out, kl_err *err);
 void kl_store_close(kl_store *st);
 
@@ -114,7 +116,7 @@ rocksdb_iterator_t *kl_store_log_iterator(kl_store *st);
  * installs keep current, so reading them costs no RocksDB read (loop thread only). */
 kl_code kl_store_meta_u64(kl_store *st, const char *meta, uint64_t *out, kl_err *err);
 
-/* Appends encoded entry `index` (must be last_index + 1) with sync=true; unit tests write
+/* Appends encoded entry `index` (must be last_index + 1), synced through the journal; unit tests write
  * logs with it, the daemon uses kl_store_log_write. Updates last_index on success. */
 kl_code kl_store_append(kl_store *st, uint64_t index, const uint8_t *entry, size_t len, kl_err *err);
 /* A synced write, through RocksDB's WAL, of this member's own records ("hard" and log
