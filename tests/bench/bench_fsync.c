@@ -1,6 +1,7 @@
 /* bench_fsync: --fsync-probe, the floor of a durable write on a disk: 4 KiB appended and
  * fdatasync()ed, N times; median and p99 (with --fsync-copies K, K files at once, each
- * round until the last is synced). --fsync-cost: what one synced write costs in time and
+ * round until the last is synced, each 4 KiB written over zeros written and synced before,
+ * as the store's journal writes). --fsync-cost: what one synced write costs in time and
  * in the caller's CPU when the file grows and when it does not. */
 #include "tests/bench/bench_fixture.h"
 
@@ -79,7 +80,7 @@ static void *copy_main(void *arg)
         if (atomic_load(&g->stop_at) <= i)
             break;
         c->t0[i] = bench_now_ns();
-        ssize_t w = write(c->fd, block, sizeof block);
+        ssize_t w = pwrite(c->fd, block, sizeof block, (off_t)i * (off_t)sizeof block);
         if (w != (ssize_t)sizeof block) {
             c->failed_call = "write";
             c->err = w < 0 ? errno : 0;
@@ -96,10 +97,32 @@ static void *copy_main(void *arg)
 
 /* The device floor of a commit that must be synced on K copies sharing one disk, as the
  * members of an RF3 partition do when the bench runs them on one machine: K threads, each
- * with its own scratch file in DIR, start each round together (a barrier), append 4 KiB and
+ * with its own scratch file in DIR (zero-filled and synced first, as a journal segment is),
+ * start each round together (a barrier), write the round's 4 KiB over those zeros and
  * fdatasync() their own file; a round's time runs from the earliest start to the last sync
  * done. Costs K files (unlinked at once), K threads and N rounds of K synced appends.
  * Prints the K=1 line's fields plus copies=K. */
+/* Writes len zero bytes at the start of fd and syncs them: later writes there overwrite
+ * written blocks, as the store's journal does in its segments. 0, or -1 (printed). */
+static int zero_fill(int fd, size_t len)
+{
+    static const uint8_t zeros[1u << 16];
+    for (size_t off = 0; off < len;) {
+        size_t want = len - off < sizeof zeros ? len - off : sizeof zeros;
+        ssize_t w = pwrite(fd, zeros, want, (off_t)off);
+        if (w <= 0) {
+            fprintf(stderr, "keyload-bench: zero-filling a probe file: %s\n", w < 0 ? strerror(errno) : "short write");
+            return -1;
+        }
+        off += (size_t)w;
+    }
+    if (fdatasync(fd) != 0) {
+        fprintf(stderr, "keyload-bench: syncing a probe file: %s\n", strerror(errno));
+        return -1;
+    }
+    return 0;
+}
+
 static int fsync_copies_probe(const bench_options *o)
 {
     int k = o->fsync_copies, n = o->samples, opened = 0, started = 0, rc = 1, e;
@@ -117,6 +140,10 @@ static int fsync_copies_probe(const bench_options *o)
                                  .t1 = times + (size_t)opened * n * 2 + n};
         if ((c[opened].fd = scratch_file(o, "keyload-fsync-probe")) < 0)
             goto fail_files;
+        if (zero_fill(c[opened].fd, (size_t)n * 4096u) != 0) {
+            opened++;
+            goto fail_files;
+        }
     }
     if ((e = pthread_mutex_init(&g.mu, NULL)) != 0) {
         fprintf(stderr, "keyload-bench: pthread_mutex_init: %s\n", strerror(e));

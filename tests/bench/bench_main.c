@@ -5,9 +5,10 @@
  *       prints median and p99 in microseconds. This is the floor of a durable write on
  *       that disk: a single-client enqueue cannot answer faster than one synced append.
  *       With --fsync-copies K (1..8, default 1) K threads, each with its own scratch file
- *       in DIR, start each of the N rounds together and append 4 KiB and fdatasync() at
- *       once; a round lasts until the last of the K is done, and the line adds copies=K.
- *       At 3 this is the floor of an RF3 commit whose three members share that disk.
+ *       in DIR zero-filled first, start each of the N rounds together and write 4 KiB over
+ *       those zeros and fdatasync() at once, as the store's journal writes; a round lasts
+ *       until the last of the K is done, and the line adds copies=K. At 3 this is the
+ *       floor of an RF3 commit whose three members share that disk.
  *
  *   keyload-bench --fsync-cost DIR [--samples N]
  *       What one synced log write costs on that disk, in two ways of writing: 1 KiB

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # run.sh: `make bench`. Starts one throw-away keyloadd (single replica) on its own port and
 # data directory under var/, measures this disk's fsync (one 4 KiB append + fdatasync, and
-# three such appends to three files at once, until all three are synced: the floor of an RF3
+# three 4 KiB writes over zero-filled files at once, as the journal writes, until all three
+# are synced: the floor of an RF3
 # commit whose members share this disk), runs the enqueue matrix
 # (batch size 1 and 100 x 1 and 32 clients), prints a table and the two targets:
 #   (a) throughput of 32 single-message clients / 1 client        target >= 5x
@@ -234,8 +235,8 @@ kv() { sed -n "s/.* $1=\([^ ]*\).*/\1/p" <<<"$2"; }
 declare -A line rline
 failed=0
 # fsync3_once DIR: the floor of a commit synced on three copies that share one disk, as an
-# RF3 cell's members do here: three threads each append 4 KiB to their own file in DIR and
-# fdatasync() it, all at once, until the last is done; 200 rounds. The file system is
+# RF3 cell's members do here: three threads each write 4 KiB over zeros in their own file in
+# DIR (as the store's journal writes) and fdatasync() it, all at once, until the last is done; 200 rounds. The file system is
 # synced first, so writeback of earlier work (the binaries copied, a cluster's setup) does
 # not queue ahead of the probe's flushes. fsync3_pick: of the probes so far, the middle one
 # (by median) counts; sets fsync3_med and fsync3_p99 (us).
@@ -577,7 +578,7 @@ if [ "$parts" = all ]; then  # ---- KL-1/KL-2 summary ----
 echo
 echo "=== KeyLoad enqueue benchmark: 1 replica, ${secs}s per cell, 100-byte bodies ==="
 printf "fsync (4 KiB append + fdatasync, %s): median %s us, p99 %s us\n" "$tmp/data" "$fsync_med" "$fsync_p99"
-printf "fsync, 3 copies at once (three 4 KiB appends + fdatasync on one disk, all done): median %s us, p99 %s us\n" \
+printf "fsync, 3 copies at once (three 4 KiB overwrites + fdatasync on one disk, all done): median %s us, p99 %s us\n" \
   "$fsync3_med" "$fsync3_p99"
 printf "RPC floor (1 client, QueueStats read): p50 %s us, p99 %s us, %s reads/s\n" "$(kv p50_us "$rd")" \
   "$(kv p99_us "$rd")" "$(kv batches_per_s "$rd")"
@@ -1271,7 +1272,7 @@ if [ $want_peers = 1 ]; then  # ---- KL-9 summary ----
   for k in "${!peer[@]}"; do printf '%s\t%s\n' "$k" "${peer[$k]}" >>"$peer_res"; done
   printf 'longpoll\t%s\njs_source\t%s\n' "$longpoll" "$js_source" >>"$peer_res"
   peers_summary "$peer_res" "$peer_out" "$tmp" || failed=1
-  printf "fsync, 3 copies at once (three 4 KiB appends + fdatasync on one disk, all done): median %s us, p99 %s us\n" \
+  printf "fsync, 3 copies at once (three 4 KiB overwrites + fdatasync on one disk, all done): median %s us, p99 %s us\n" \
     "${fsync3_med:-n/a}" "${fsync3_p99:-n/a}"
   if [ -s "$peer_out/summary.json" ]; then
     if jq --argjson m "${fsync3_med:-null}" --argjson p "${fsync3_p99:-null}" \
