@@ -749,6 +749,68 @@ static int run_refused(char *out, size_t cap, const char *fmt, ...)
     return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
 }
 
+/* Flips one byte halfway through the records of the newest journal segment of a data
+ * directory (records end at the last nonzero byte: the rest of a segment is zeros).
+ * 0 on success. */
+static int journal_flip_middle(const char *data)
+{
+    char cmd[900], path[1200];
+    snprintf(cmd, sizeof cmd, "ls '%s'/journal/*.seg 2>/dev/null | tail -n 1", data);
+    FILE *p = popen(cmd, "r");
+    if (p == NULL || fgets(path, sizeof path, p) == NULL) {
+        if (p)
+            pclose(p);
+        return -1;
+    }
+    pclose(p);
+    path[strcspn(path, "\n")] = '\0';
+    FILE *f = fopen(path, "r+b");
+    if (f == NULL)
+        return -1;
+    long end = 0, off = 0;
+    int c;
+    while ((c = fgetc(f)) != EOF) {
+        off++;
+        if (c != 0)
+            end = off;
+    }
+    int rc = -1;
+    if (end > 4096 && fseek(f, end / 2, SEEK_SET) == 0 && (c = fgetc(f)) != EOF &&
+        fseek(f, end / 2, SEEK_SET) == 0 && fputc(c ^ 0x40, f) != EOF)
+        rc = 0;
+    fclose(f);
+    return rc;
+}
+
+/* A synced log record damaged while the member was down (one byte flipped in the middle
+ * of its journal's records, after kill -9): the member refuses to start, exit 2, naming
+ * journal_corrupt and its directory, instead of dropping that record and the ones after it.
+ * A torn last record (a write whose sync never returned) is the unit tests' case. */
+static void test_journal_damage_refused(void)
+{
+    fresh_store("jdmg", NULL);
+    char data[700], cmd[1600], out[4096];
+    snprintf(data, sizeof data, "%s/jdmg", work);
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", data);
+    CHECK(system(cmd) == 0, "rm");
+    CHECK(start_daemon(NULL) == 0, "start");
+    create_queue("q", 0);
+    for (int i = 0; i < 40; i++) {
+        Keyload__V1__BatchRequest *b = batch_new(NULL);
+        add_enqueue(b, "q", "a message whose record is in the journal");
+        answer a = send_batch(b, 5000);
+        CHECK(a.code == KL_OK, "enqueue %d: %s", i, a.err.message);
+        answer_free(&a);
+    }
+    stop_daemon(SIGKILL);
+    CHECK(journal_flip_middle(data) == 0, "no journal segment with records under %s/journal", data);
+    int rc = run_refused(out, sizeof out, "--cluster '%s' --node p0m1 --cluster-secret '%s'", cluster_file,
+                         secret_file);
+    CHECK(rc == 2, "a member with a damaged journal started (exit %d): %s", rc, out);
+    CHECK(strstr(out, "journal_corrupt") && strstr(out, data) && strstr(out, "Recovering a member"),
+          "the refusal does not name journal_corrupt, the directory and what to do: %s", out);
+}
+
 static void test_store_identity(void)
 {
     fresh_store("ident", NULL);
@@ -2167,6 +2229,8 @@ int main(int argc, char **argv)
         {"bad input answers clearly and changes nothing", test_bad_input},
         {"clients resetting with answers owed do not end the daemon", test_reset_clients},
         {"a non-store data directory is refused", test_refuses_non_store_dir},
+        {"journal: a synced record damaged while the member was down refuses the start, exit 2, "
+         "naming journal_corrupt", test_journal_damage_refused},
         {"store identity: a wiped member refuses to start without --init-store, another partition's or "
          "cluster's directory is refused naming both, --init-store on its own store changes nothing",
          test_store_identity},
