@@ -645,3 +645,24 @@ long th_file_data_end(const char *path)
     fclose(f);
     return end;
 }
+
+void th_file_poke(const char *path, long off, const uint8_t *bytes, size_t n)
+{
+    FILE *f = fopen(path, "r+b");
+    ck_assert_ptr_nonnull(f);
+    ck_assert_int_eq(fseek(f, off, SEEK_SET), 0);
+    ck_assert_uint_eq(fwrite(bytes, 1, n, f), n);
+    fclose(f);
+}
+
+void th_file_flip(const char *path, long off)
+{
+    FILE *f = fopen(path, "r+b");
+    ck_assert_ptr_nonnull(f);
+    ck_assert_int_eq(fseek(f, off, SEEK_SET), 0);
+    int c = fgetc(f);
+    ck_assert_int_ne(c, EOF);
+    ck_assert_int_eq(fseek(f, off, SEEK_SET), 0);
+    ck_assert_int_ne(fputc(c ^ 0x40, f), EOF);
+    fclose(f);
+}

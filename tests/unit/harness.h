@@ -69,6 +69,10 @@ void th_rmrf(const char *dir);
 /* Just past the last nonzero byte of a file (0 for an empty or all-zero one): where the
  * records of a zero-filled journal segment end. */
 long th_file_data_end(const char *path);
+/* Overwrites n bytes of a file at off (a torn write's lost half, when they are zeros). */
+void th_file_poke(const char *path, long off, const uint8_t *bytes, size_t n);
+/* Flips one bit of the byte at off: synced data gone bad. */
+void th_file_flip(const char *path, long off);
 
 void th_open(th_node *t, const char *dir, const kl_limits *limits);
 /* Like th_open, for partition `partition` of a cluster of `count`; partition 0 gets the

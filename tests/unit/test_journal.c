@@ -95,26 +95,6 @@ static size_t seg_files(const char *dir, char names[][300], size_t cap)
     return k;
 }
 
-static void poke(const char *path, long off, const uint8_t *bytes, size_t n)
-{
-    FILE *f = fopen(path, "r+b");
-    ck_assert_ptr_nonnull(f);
-    ck_assert_int_eq(fseek(f, off, SEEK_SET), 0);
-    ck_assert_uint_eq(fwrite(bytes, 1, n, f), n);
-    fclose(f);
-}
-
-static void flip(const char *path, long off)
-{
-    FILE *f = fopen(path, "r+b");
-    ck_assert_ptr_nonnull(f);
-    fseek(f, off, SEEK_SET);
-    int c = fgetc(f);
-    fseek(f, off, SEEK_SET);
-    fputc(c ^ 0x40, f);
-    fclose(f);
-}
-
 /* Copies a journal directory as it is now: what a power loss leaves of files synced. */
 static void image_of(const char *dir, const char *image)
 {
@@ -198,7 +178,7 @@ START_TEST(journal_torn_tail_is_dropped)
     ck_assert_uint_eq(seg_files(image, names, 8), 1);
     long end = th_file_data_end(names[0]);
     static const uint8_t zeros[300];
-    poke(names[0], end - 300, zeros, sizeof zeros);
+    th_file_poke(names[0], end - 300, zeros, sizeof zeros);
     j = jopen(image, 1 << 20, &f, &r, KL_OK, &err);
     ck_assert_uint_eq(r.n, 49);
     append_n(j, 1000, 1010, 600);
@@ -230,7 +210,7 @@ START_TEST(journal_damage_in_the_middle_refuses)
     image_of(dir, image);
     char names[8][300];
     ck_assert_uint_eq(seg_files(image, names, 8), 1);
-    flip(names[0], th_file_data_end(names[0]) / 2);
+    th_file_flip(names[0], th_file_data_end(names[0]) / 2);
     j = jopen(image, 1 << 20, &f, &r, KL_FAILED_PRECONDITION, &err);
     ck_assert_ptr_null(j);
     ck_assert_str_eq(err.detail, "journal_corrupt");
@@ -257,7 +237,7 @@ START_TEST(journal_damage_before_a_link_refuses)
     size_t n = seg_files(dir, names, 16);
     ck_assert_uint_ge(n, 2);
     static const uint8_t zeros[64];
-    poke(names[0], th_file_data_end(names[0]) - 64, zeros, sizeof zeros);
+    th_file_poke(names[0], th_file_data_end(names[0]) - 64, zeros, sizeof zeros);
     j = jopen(dir, 8192, &f, &r, KL_FAILED_PRECONDITION, &err);
     ck_assert_str_eq(err.detail, "journal_corrupt");
     th_rmrf(dir);

@@ -243,13 +243,7 @@ START_TEST(store_journal_corruption_refuses)
     long end = th_file_data_end(seg);
     ck_assert_int_gt(end, 20 * 600);
     /* One flipped byte in the middle of the records: a synced one no longer reads. */
-    FILE *f = fopen(seg, "r+b");
-    ck_assert_ptr_nonnull(f);
-    fseek(f, end / 2, SEEK_SET);
-    int c = fgetc(f);
-    fseek(f, end / 2, SEEK_SET);
-    fputc(c ^ 0x40, f);
-    fclose(f);
+    th_file_flip(seg, end / 2);
     kl_store *st;
     kl_err err;
     ck_assert_int_eq(kl_store_open(image, NULL, &st, &err), KL_FAILED_PRECONDITION);
@@ -270,11 +264,7 @@ START_TEST(store_journal_torn_tail_recovers)
     /* The last record's second half never reached the disk: a write whose sync never
      * returned, never acknowledged. */
     static const uint8_t zeros[300];
-    FILE *f = fopen(seg, "r+b");
-    ck_assert_ptr_nonnull(f);
-    fseek(f, th_file_data_end(seg) - 300, SEEK_SET);
-    ck_assert_uint_eq(fwrite(zeros, 1, sizeof zeros, f), sizeof zeros);
-    fclose(f);
+    th_file_poke(seg, th_file_data_end(seg) - 300, zeros, sizeof zeros);
     kl_store *st;
     kl_err err;
     ck_assert_int_eq(kl_store_open(image, NULL, &st, &err), KL_OK);
