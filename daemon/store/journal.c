@@ -4,6 +4,8 @@
 #endif
 #include "daemon/store/journal.h"
 
+#include "common/deadline.h"
+
 #include <assert.h>
 #include <dirent.h>
 #include <errno.h>
@@ -333,10 +335,7 @@ static void spare_drop(kl_journal *j, seg *s)
 static void keeper_wait(kl_journal *j, int ms)
 {
     struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    ts.tv_nsec += (long)ms * 1000000L;
-    ts.tv_sec += ts.tv_nsec / 1000000000L;
-    ts.tv_nsec %= 1000000000L;
+    kl_deadline_after_ms(&ts, ms);
     pthread_cond_timedwait(&j->wake, &j->mu, &ts);
 }
 
@@ -949,11 +948,7 @@ size_t kl_journal_segment_count(kl_journal *j)
 kl_code kl_journal_settle(kl_journal *j, int timeout_ms, kl_err *err)
 {
     struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    ts.tv_sec += timeout_ms / 1000;
-    ts.tv_nsec += (long)(timeout_ms % 1000) * 1000000L;
-    ts.tv_sec += ts.tv_nsec / 1000000000L;
-    ts.tv_nsec %= 1000000000L;
+    kl_deadline_after_ms(&ts, timeout_ms);
     pthread_mutex_lock(&j->mu);
     int e = 0;
     while ((j->nsealed > 0 || (j->want_spare && j->spare.fd < 0) || j->keeper_busy) && e == 0) {
