@@ -978,8 +978,10 @@ static void call_finish(kl_rpc_call *call, Keyload__V1__Answer *ans)
     srv->calls_out--;
     /* Resuming delivers waiting frames to their handlers, so it never runs here, inside
      * whatever answered this call (a node callback walking its pending table, another
-     * handler): the loop's next turn does it, with nothing of ours on the stack. */
-    if (srv->tcp != NULL && !srv->stopping && !srv->resume_wanted &&
+     * handler): the loop's next turn does it, with nothing of ours on the stack. Only a
+     * paused transport needs it: waking the loop for every answer cost an eventfd write
+     * and read and a loop turn per call. */
+    if (srv->tcp != NULL && !srv->stopping && !srv->resume_wanted && kl_rpc_tcp_paused(srv->tcp) &&
         srv->calls_out < (size_t)srv->nslots) {
         srv->resume_wanted = true;
         uv_async_send(&srv->wake);

@@ -553,6 +553,8 @@ void kl_rpc_tcp_resume(kl_rpc_tcp *t)
     }
 }
 
+bool kl_rpc_tcp_paused(const kl_rpc_tcp *t) { return t->paused; }
+
 void kl_rpc_tcp_stats_get(const kl_rpc_tcp *t, kl_rpc_tcp_stats *out) { *out = t->stats; }
 
 /* Closes connections that never said hello, and idle ones when idle_ms is set. */

@@ -77,6 +77,8 @@ void kl_rpc_tcp_drop(kl_rpc_tcp_conn *conn);
  * resume delivers what was already read and reads again. */
 void kl_rpc_tcp_pause(kl_rpc_tcp *t);
 void kl_rpc_tcp_resume(kl_rpc_tcp *t);
+/* Whether frames are held back by kl_rpc_tcp_pause (until kl_rpc_tcp_resume). */
+bool kl_rpc_tcp_paused(const kl_rpc_tcp *t);
 
 void kl_rpc_tcp_stats_get(const kl_rpc_tcp *t, kl_rpc_tcp_stats *out);
 
