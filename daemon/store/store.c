@@ -583,6 +583,35 @@ static kl_code move_log_to_family(kl_store *st, kl_err *err)
     }
 }
 
+/* The state family's tables, memtables and compaction shape, on st->opts (st->cache made). */
+static void state_family_shape(kl_store *st, const kl_store_options *opt)
+{
+    st->table = rocksdb_block_based_options_create();
+    rocksdb_block_based_options_set_block_cache(st->table, st->cache);
+    /* Outcome lookups of new command ids usually miss; a bloom filter answers those
+     * without reading every data file. The table options own the policy. */
+    rocksdb_block_based_options_set_filter_policy(st->table, rocksdb_filterpolicy_create_bloom_full(10));
+    rocksdb_options_set_block_based_table_factory(st->opts, st->table);
+    /* The same misses cost a skip-list search of each memtable first (the memtables hold
+     * most recent keys, so most lookups reach them). A whole-key bloom filter over them,
+     * sized at a tenth of the write buffer, answers most misses without that search; it
+     * uses no prefix extractor, so iterators over the log and queues are unaffected. */
+    rocksdb_options_set_memtable_prefix_bloom_size_ratio(st->opts, 0.1);
+    rocksdb_options_set_memtable_whole_key_filtering(st->opts, 1);
+    /* Outcome keys are random, so every flushed file spans the whole key space and each
+     * L0->L1 compaction rewrites all of L1. With RocksDB's default 256 MiB level base that
+     * rewrite grows with the store until L1 is full (measured: its compaction thread's CPU
+     * per acknowledged message tripled within a minute of load). A level base about the
+     * size of the L0 files that trigger a compaction (8 flushes of the write buffer,
+     * compressed: 4 write buffers) keeps each L0->L1 rewrite near the size of what it
+     * merges, and files of half a write buffer let an L1->L2 compaction take one file's key
+     * range, not all of L1's. Point reads stay cheap across the extra L0 files: each is
+     * asked through its bloom filter (ARCHITECTURE.md "Store layout"). */
+    rocksdb_options_set_level0_file_num_compaction_trigger(st->opts, 8);
+    rocksdb_options_set_max_bytes_for_level_base(st->opts, (uint64_t)opt->write_buffer_bytes * 4);
+    rocksdb_options_set_target_file_size_base(st->opts, (uint64_t)opt->write_buffer_bytes / 2);
+}
+
 /* The log family's options, from the state family's (st->opts, complete by now): no
  * memtable or table bloom filters (every read of it is a hit by index) and no compression
  * (its entries are deleted soon after they are written). */
@@ -658,29 +687,7 @@ kl_code kl_store_open(const char *dir, const kl_store_options *opt, kl_store **o
     rocksdb_options_set_keep_log_file_num(st->opts, 2);
     rocksdb_options_set_max_open_files(st->opts, 256);
     st->cache = rocksdb_cache_create_lru(opt->block_cache_bytes);
-    st->table = rocksdb_block_based_options_create();
-    rocksdb_block_based_options_set_block_cache(st->table, st->cache);
-    /* Outcome lookups of new command ids usually miss; a bloom filter answers those
-     * without reading every data file. The table options own the policy. */
-    rocksdb_block_based_options_set_filter_policy(st->table, rocksdb_filterpolicy_create_bloom_full(10));
-    rocksdb_options_set_block_based_table_factory(st->opts, st->table);
-    /* The same misses cost a skip-list search of each memtable first (the memtables hold
-     * most recent keys, so most lookups reach them). A whole-key bloom filter over them,
-     * sized at a tenth of the write buffer, answers most misses without that search; it
-     * uses no prefix extractor, so iterators over the log and queues are unaffected. */
-    rocksdb_options_set_memtable_prefix_bloom_size_ratio(st->opts, 0.1);
-    rocksdb_options_set_memtable_whole_key_filtering(st->opts, 1);
-    /* Outcome keys are random, so every flushed file spans the whole key space and each
-     * L0->L1 compaction rewrites all of L1. With RocksDB's default 256 MiB level base that
-     * rewrite grows with the store until L1 is full (measured: its compaction thread's CPU
-     * per acknowledged message tripled within a minute of load). A level base about the
-     * size of the L0 files that trigger a compaction (8 flushes of the write buffer,
-     * compressed: 4 write buffers) keeps each L0->L1 rewrite near the size of what it
-     * merges, and files of half a write buffer let an L1->L2 compaction take one file's key range, not all of L1's. Point
-     * reads stay cheap across the extra L0 files: each is asked through its bloom filter. */
-    rocksdb_options_set_level0_file_num_compaction_trigger(st->opts, 8);
-    rocksdb_options_set_max_bytes_for_level_base(st->opts, (uint64_t)opt->write_buffer_bytes * 4);
-    rocksdb_options_set_target_file_size_base(st->opts, (uint64_t)opt->write_buffer_bytes / 2);
+    state_family_shape(st, opt);
     st->ropts = rocksdb_readoptions_create();
     st->wsync = rocksdb_writeoptions_create();
     rocksdb_writeoptions_set_sync(st->wsync, 1);
