@@ -598,15 +598,15 @@ static void state_family_shape(kl_store *st, const kl_store_options *opt)
      * uses no prefix extractor, so iterators over the log and queues are unaffected. */
     rocksdb_options_set_memtable_prefix_bloom_size_ratio(st->opts, 0.1);
     rocksdb_options_set_memtable_whole_key_filtering(st->opts, 1);
-    /* Outcome keys are random, so every flushed file spans the whole key space and each
-     * L0->L1 compaction rewrites all of L1. With RocksDB's default 256 MiB level base that
-     * rewrite grows with the store until L1 is full (measured: its compaction thread's CPU
-     * per acknowledged message tripled within a minute of load). A level base about the
+    /* Outcome keys are random, so every flushed file spans the whole key space and each L0->L1
+     * compaction rewrites all of L1. With RocksDB's default 256 MiB level base that rewrite
+     * grows with the store until L1 is full (measured: the compaction thread went from 3% to
+     * 17% of a core per member within four 6 s cells of 64 in flight). A level base about the
      * size of the L0 files that trigger a compaction (8 flushes of the write buffer,
-     * compressed: 4 write buffers) keeps each L0->L1 rewrite near the size of what it
-     * merges, and files of half a write buffer let an L1->L2 compaction take one file's key
-     * range, not all of L1's. Point reads stay cheap across the extra L0 files: each is
-     * asked through its bloom filter (ARCHITECTURE.md "Store layout"). */
+     * compressed: 4 write buffers) keeps each L0->L1 rewrite near the size of what it merges,
+     * and files of half a write buffer let an L1->L2 compaction take one file's key range, not
+     * all of L1's. Point reads stay cheap across the extra L0 files: each is asked through its
+     * bloom filter (ARCHITECTURE.md "Store layout"). */
     rocksdb_options_set_level0_file_num_compaction_trigger(st->opts, 8);
     rocksdb_options_set_max_bytes_for_level_base(st->opts, (uint64_t)opt->write_buffer_bytes * 4);
     rocksdb_options_set_target_file_size_base(st->opts, (uint64_t)opt->write_buffer_bytes / 2);
