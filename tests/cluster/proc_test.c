@@ -8,6 +8,7 @@
  * "N passed, N failed" line. */
 #include "tests/cluster/proc.h"
 #include "tests/cluster/proc_grow.h"
+#include "tests/support/data_end.h"
 
 #include "client/keyload.h"
 #include "common/canon.h"
@@ -767,13 +768,8 @@ static int journal_flip_middle(const char *data)
     FILE *f = fopen(path, "r+b");
     if (f == NULL)
         return -1;
-    long end = 0, off = 0;
+    long end = test_data_end(f);
     int c;
-    while ((c = fgetc(f)) != EOF) {
-        off++;
-        if (c != 0)
-            end = off;
-    }
     int rc = -1;
     if (end > 4096 && fseek(f, end / 2, SEEK_SET) == 0 && (c = fgetc(f)) != EOF &&
         fseek(f, end / 2, SEEK_SET) == 0 && fputc(c ^ 0x40, f) != EOF)

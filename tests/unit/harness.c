@@ -1,5 +1,6 @@
 #include "harness.h"
 
+#include "tests/support/data_end.h"
 #include "keyload/v1/store.pb-c.h"
 
 #include <check.h>
@@ -635,13 +636,7 @@ long th_file_data_end(const char *path)
 {
     FILE *f = fopen(path, "rb");
     ck_assert_ptr_nonnull(f);
-    long end = 0, off = 0;
-    int c;
-    while ((c = fgetc(f)) != EOF) {
-        off++;
-        if (c != 0)
-            end = off;
-    }
+    long end = test_data_end(f);
     fclose(f);
     return end;
 }
