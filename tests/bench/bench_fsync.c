@@ -95,13 +95,6 @@ static void *copy_main(void *arg)
     return NULL;
 }
 
-/* The device floor of a commit that must be synced on K copies sharing one disk, as the
- * members of an RF3 partition do when the bench runs them on one machine: K threads, each
- * with its own scratch file in DIR (zero-filled and synced first, as a journal segment is),
- * start each round together (a barrier), write the round's 4 KiB over those zeros and
- * fdatasync() their own file; a round's time runs from the earliest start to the last sync
- * done. Costs K files (unlinked at once), K threads and N rounds of K synced appends.
- * Prints the K=1 line's fields plus copies=K. */
 /* Writes len zero bytes at the start of fd and syncs them: later writes there overwrite
  * written blocks, as the store's journal does in its segments. 0, or -1 (printed). */
 static int zero_fill(int fd, size_t len)
@@ -123,6 +116,13 @@ static int zero_fill(int fd, size_t len)
     return 0;
 }
 
+/* The device floor of a commit that must be synced on K copies sharing one disk, as the
+ * members of an RF3 partition do when the bench runs them on one machine: K threads, each
+ * with its own scratch file in DIR (zero-filled and synced first, as a journal segment is),
+ * start each round together (a barrier), write the round's 4 KiB over those zeros and
+ * fdatasync() their own file; a round's time runs from the earliest start to the last sync
+ * done. Costs K files (unlinked at once), K threads and N rounds of K synced overwrites.
+ * Prints the K=1 line's fields plus copies=K. */
 static int fsync_copies_probe(const bench_options *o)
 {
     int k = o->fsync_copies, n = o->samples, opened = 0, started = 0, rc = 1, e;
