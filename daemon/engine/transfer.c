@@ -96,6 +96,18 @@ kl_code kl_xfer_signing_key(const kl_eval_ctx *c, const Keyload__V1__CatalogData
     return rc;
 }
 
+kl_code kl_xfer_verify_token(const kl_eval_ctx *c, const char *what, const Keyload__V1__SignedToken *tok,
+                             const Keyload__V1__CatalogDatabase *d, kl_err *err)
+{
+    uint8_t sk[64];
+    kl_err ignored = {0};
+    bool have_sk = c->cluster_secret != NULL && kl_xfer_signing_key(c, d, sk, &ignored) == KL_OK;
+    kl_code rc = kl_claims_verify(what, tok, d->signing_public_key.data, d->signing_key_id.data,
+                                  have_sk ? sk : NULL, err);
+    sodium_memzero(sk, sizeof sk);
+    return rc;
+}
+
 /* Data, field and header checks run with every administrator flag off (ARCHITECTURE.md "Engine"). */
 kl_code kl_xfer_data_check(const kl_eval_ctx *c, const Keyload__V1__QueueLaneRef *q, Keyload__V1__Permission perm,
                           const Keyload__V1__EnqueueMessage *msg, kl_err *err)
@@ -578,7 +590,7 @@ kl_code kl_transfer_eval_accept(kl_eval_ctx *c, const Keyload__V1__AcceptQueueTr
     }
     if ((rc = kl_xfer_catalog_database(c->view, dst.tenant, dst.database, &d, err)) != KL_OK)
         goto done;
-    if ((rc = kl_claims_verify("intent_token", tok, d->signing_public_key.data, d->signing_key_id.data, err)) != KL_OK ||
+    if ((rc = kl_xfer_verify_token(c, "intent_token", tok, d, err)) != KL_OK ||
         (rc = kl_xfer_intent_claims_ok(cl, d, err)) != KL_OK)
         goto done;
     if ((rc = kl_xfer_data_check(c, &dst, KEYLOAD__V1__PERMISSION__QUEUE_PUBLISH, cl->message, err)) != KL_OK)
@@ -743,7 +755,7 @@ kl_code kl_transfer_eval_complete(kl_eval_ctx *c, const Keyload__V1__CompleteQue
     }
     if ((rc = kl_claims_decode("receipt_token", m->receipt_token.data, m->receipt_token.len, &tok, &cl, err)) != KL_OK ||
         (rc = kl_xfer_catalog_database(c->view, src.tenant, src.database, &d, err)) != KL_OK ||
-        (rc = kl_claims_verify("receipt_token", tok, d->signing_public_key.data, d->signing_key_id.data, err)) != KL_OK)
+        (rc = kl_xfer_verify_token(c, "receipt_token", tok, d, err)) != KL_OK)
         goto done;
     const char *bad = receipt_mismatch(cl, rec, d, &m->transfer_id);
     if (bad != NULL) {

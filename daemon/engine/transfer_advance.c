@@ -177,7 +177,7 @@ kl_code kl_transfer_eval_advance(kl_eval_ctx *c, const Keyload__V1__QueueLaneRef
     }
     if ((rc = kl_claims_decode("witness_token", witness->data, witness->len, &tok, &w, err)) != KL_OK ||
         (rc = kl_xfer_catalog_database(c->view, src.tenant, src.database, &d, err)) != KL_OK ||
-        (rc = kl_claims_verify("witness_token", tok, d->signing_public_key.data, d->signing_key_id.data, err)) !=
+        (rc = kl_xfer_verify_token(c, "witness_token", tok, d, err)) !=
             KL_OK)
         goto done;
     const char *bad = witness_mismatch(w, rec, d, transfer_id, want);

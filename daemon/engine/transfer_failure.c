@@ -331,7 +331,7 @@ kl_code kl_transfer_failure(kl_eval_ctx *c, const Keyload__V1__ReadQueueTransfer
     }
     if ((rc = kl_xfer_catalog_database(c->view, dst.tenant, dst.database, &d, err)) != KL_OK ||
         (rc = kl_xfer_charge(&ch, keyload__v1__catalog_database__get_packed_size(d), "database", err)) != KL_OK ||
-        (rc = kl_claims_verify("intent_token", tok, d->signing_public_key.data, d->signing_key_id.data, err)) !=
+        (rc = kl_xfer_verify_token(c, "intent_token", tok, d, err)) !=
             KL_OK ||
         (rc = kl_xfer_intent_claims_ok(ic, d, err)) != KL_OK ||
         (rc = kl_xfer_data_check(c, &dst, KEYLOAD__V1__PERMISSION__QUEUE_INSPECT, ic->message, err)) != KL_OK ||

@@ -25,6 +25,10 @@ kl_code kl_xfer_catalog_queue(kl_view *v, const Keyload__V1__QueueLaneRef *r, Ke
 /* The database's Ed25519 signing secret (derived, cached in c->signing; caller wipes). */
 kl_code kl_xfer_signing_key(const kl_eval_ctx *c, const Keyload__V1__CatalogDatabase *d, uint8_t sk[64],
                             kl_err *err);
+/* kl_claims_verify against database d's key, through the re-signing check when this member
+ * holds the database's secret (a member without a cluster secret verifies in full). */
+kl_code kl_xfer_verify_token(const kl_eval_ctx *c, const char *what, const Keyload__V1__SignedToken *tok,
+                             const Keyload__V1__CatalogDatabase *d, kl_err *err);
 /* Data, field and header checks with every administrator flag off (ARCHITECTURE.md "Engine"). */
 kl_code kl_xfer_data_check(const kl_eval_ctx *c, const Keyload__V1__QueueLaneRef *q,
                            Keyload__V1__Permission perm, const Keyload__V1__EnqueueMessage *msg, kl_err *err);

@@ -660,6 +660,107 @@ START_TEST(destination_refuses_expired_message)
 }
 END_TEST
 
+/* ---- token verification by re-signing (pure: claims.c only) ---- */
+
+/* A second valid Ed25519 signature of m under sk, made with a random nonce where the
+ * deterministic signer hashes one (R = rB, S = r + H(R || A || m) a mod L), as a signer
+ * built with randomized nonces would make it. */
+static void sign_with_random_nonce(uint8_t sig[64], const uint8_t *m, size_t mn, const uint8_t sk[64])
+{
+    uint8_t h[64], wide[64] = {0}, a[32], r[32], k[64], kr[32], ka[32];
+    crypto_hash_sha512(h, sk, 32);
+    h[0] &= 248;
+    h[31] &= 127;
+    h[31] |= 64;
+    memcpy(wide, h, 32);
+    crypto_core_ed25519_scalar_reduce(a, wide);
+    crypto_core_ed25519_scalar_random(r);
+    ck_assert_int_eq(crypto_scalarmult_ed25519_base_noclamp(sig, r), 0);
+    crypto_hash_sha512_state st;
+    crypto_hash_sha512_init(&st);
+    crypto_hash_sha512_update(&st, sig, 32);
+    crypto_hash_sha512_update(&st, sk + 32, 32);
+    crypto_hash_sha512_update(&st, m, mn);
+    crypto_hash_sha512_final(&st, k);
+    crypto_core_ed25519_scalar_reduce(kr, k);
+    crypto_core_ed25519_scalar_mul(ka, kr, a);
+    crypto_core_ed25519_scalar_add(sig + 32, r, ka);
+}
+
+static Keyload__V1__SignedToken *signed_test_token(const uint8_t sk[64], const uint8_t kid[8])
+{
+    Keyload__V1__TransferClaims cl = KEYLOAD__V1__TRANSFER_CLAIMS__INIT;
+    cl.version = KL_CLAIMS_VERSION;
+    cl.purpose = KEYLOAD__V1__CLAIM_PURPOSE__TRANSFER_RECEIPT;
+    cl.principal_id = "alice";
+    cl.generation = 1;
+    cl.issued_unix_ms = 1764950400000;
+    uint8_t *t;
+    size_t n;
+    kl_err err;
+    ck_assert_int_eq(kl_claims_sign(&cl, sk, kid, &t, &n, &err), KL_OK);
+    Keyload__V1__SignedToken *tok = keyload__v1__signed_token__unpack(NULL, n, t);
+    free(t);
+    ck_assert_ptr_nonnull(tok);
+    return tok;
+}
+
+/* kl_claims_verify with the secret accepts exactly what it accepts without it: its own
+ * deterministic signature, another valid signature of the same claims, never a changed
+ * byte, and never a token of another key because the secret it was handed is that key's. */
+START_TEST(claims_verify_by_resigning_accepts_exactly_what_verify_accepts)
+{
+    uint8_t pk[32], sk[64], pk_other[32], sk_other[64];
+    const uint8_t kid[8] = {1, 2, 3, 4, 5, 6, 7, 8};
+    crypto_sign_keypair(pk, sk);
+    crypto_sign_keypair(pk_other, sk_other);
+    kl_err err;
+    Keyload__V1__SignedToken *tok = signed_test_token(sk, kid);
+    ck_assert_int_eq(kl_claims_verify("receipt_token", tok, pk, kid, sk, &err), KL_OK);
+    ck_assert_int_eq(kl_claims_verify("receipt_token", tok, pk, kid, NULL, &err), KL_OK);
+
+    /* another valid signature: the re-signed one differs, the full verification accepts */
+    uint8_t own[64], other[64], *m = malloc(sizeof KL_CLAIMS_DOMAIN - 1 + tok->claims.len);
+    size_t mn = sizeof KL_CLAIMS_DOMAIN - 1 + tok->claims.len;
+    memcpy(m, KL_CLAIMS_DOMAIN, sizeof KL_CLAIMS_DOMAIN - 1);
+    memcpy(m + sizeof KL_CLAIMS_DOMAIN - 1, tok->claims.data, tok->claims.len);
+    memcpy(own, tok->signature.data, 64);
+    sign_with_random_nonce(other, m, mn, sk);
+    ck_assert_int_eq(crypto_sign_verify_detached(other, m, mn, pk), 0);
+    ck_assert(memcmp(own, other, 64) != 0);
+    memcpy(tok->signature.data, other, 64);
+    ck_assert_int_eq(kl_claims_verify("receipt_token", tok, pk, kid, sk, &err), KL_OK);
+    ck_assert_int_eq(kl_claims_verify("receipt_token", tok, pk, kid, NULL, &err), KL_OK);
+
+    /* one changed byte anywhere in the signature: refused either way */
+    for (size_t i = 0; i < 64; i += 7) {
+        memcpy(tok->signature.data, own, 64);
+        tok->signature.data[i] ^= 0x20;
+        ck_assert_int_eq(kl_claims_verify("receipt_token", tok, pk, kid, sk, &err), KL_PERMISSION_DENIED);
+        ck_assert_str_eq(err.detail, "receipt_signature");
+        ck_assert_int_eq(kl_claims_verify("receipt_token", tok, pk, kid, NULL, &err), KL_PERMISSION_DENIED);
+    }
+    memcpy(tok->signature.data, own, 64);
+    /* changed claims under the old signature: refused */
+    tok->claims.data[tok->claims.len - 1] ^= 1;
+    ck_assert_int_eq(kl_claims_verify("receipt_token", tok, pk, kid, sk, &err), KL_PERMISSION_DENIED);
+    tok->claims.data[tok->claims.len - 1] ^= 1;
+
+    /* handed another key's secret: a token signed by that key is not pk's */
+    Keyload__V1__SignedToken *foreign = signed_test_token(sk_other, kid);
+    ck_assert_int_eq(kl_claims_verify("receipt_token", foreign, pk, kid, sk_other, &err), KL_PERMISSION_DENIED);
+    ck_assert_int_eq(kl_claims_verify("receipt_token", foreign, pk_other, kid, sk_other, &err), KL_OK);
+    /* and pk's own token still verifies through the full check */
+    ck_assert_int_eq(kl_claims_verify("receipt_token", tok, pk, kid, sk_other, &err), KL_OK);
+
+    free(m);
+    sodium_memzero(sk, sizeof sk);
+    sodium_memzero(sk_other, sizeof sk_other);
+    keyload__v1__signed_token__free_unpacked(foreign, NULL);
+    keyload__v1__signed_token__free_unpacked(tok, NULL);
+}
+END_TEST
+
 /* ---- RemoteTransferReceiptTests (AC-XFER-003) ---- */
 
 /* Re-signs the genuine receipt's claims after `edit` changed them. */
@@ -1505,6 +1606,7 @@ Suite *suite_transfer(void)
     tcase_add_test(dest, destination_refuses_expired_message);
     TCase *rcpt = criterion(s, "RemoteTransferReceiptTests");
     tcase_add_test(rcpt, receipt_mismatches_refuse_and_keep_pending);
+    tcase_add_test(rcpt, claims_verify_by_resigning_accepts_exactly_what_verify_accepts);
     TCase *ret = criterion(s, "RemoteTransferRetentionTests");
     tcase_add_test(ret, retention_record_bound_exact_and_one_over);
     tcase_add_test(ret, retention_byte_bound_exact_and_one_over);
