@@ -97,11 +97,11 @@ bin/keyload-bench: $(call obj,$(BENCH_SRC)) lib/libkeyload.a
 	$(CC) $(CFLAGS) -o $@ $(call obj,$(BENCH_SRC)) lib/libkeyload.a $(LIBS)
 
 # What a stopped member's store holds, by key tag (tests/bench/retain_disk.sh).
-build/store-census: $(call obj,tests/bench/census/store_census.c daemon/store/store.c daemon/store/journal.c daemon/store/keys.c daemon/store/last_write.c) $(CORE_OBJ)
+build/store-census: $(call obj,tests/bench/census/store_census.c daemon/store/store.c daemon/store/journal.c daemon/store/crc32c.c daemon/store/keys.c daemon/store/last_write.c) $(CORE_OBJ)
 	$(CC) $(CFLAGS) -o $@ $^ $(LIBS)
 
 # Process tests: a driver that starts real keyloadd processes.
-build/proc-test: $(call obj,$(wildcard tests/cluster/*.c) daemon/store/store.c daemon/store/journal.c daemon/store/keys.c daemon/store/last_write.c) $(SDK_OBJ) $(CORE_OBJ)
+build/proc-test: $(call obj,$(wildcard tests/cluster/*.c) daemon/store/store.c daemon/store/journal.c daemon/store/crc32c.c daemon/store/keys.c daemon/store/last_write.c) $(SDK_OBJ) $(CORE_OBJ)
 	$(CC) $(CFLAGS) -o $@ $^ $(LIBS)
 
 # The nemesis harness (tests/nemesis): a driver linked with the SDK, run by tests/nemesis/run.sh
