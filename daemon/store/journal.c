@@ -5,6 +5,7 @@
 #include "daemon/store/journal.h"
 
 #include "common/deadline.h"
+#include "daemon/store/crc32c.h"
 
 #include <assert.h>
 #include <dirent.h>
@@ -35,7 +36,14 @@
 #define SEALED_CAP (SEALED_MAX + 2u)
 #define KEEPER_RETRY_MS 200
 
-static const char seg_magic[8] = {'K', 'L', 'J', 'R', 'N', 'L', '0', '1'};
+/* Segments are written in format 2 (frames checked by CRC-32C); format 1 (BLAKE2b-128)
+ * is what binaries before it wrote, still read at open so that an upgraded member replays
+ * its records. A store's KL_FEAT_INCOMPAT_JOURNAL_CRC32C keeps binaries that know only
+ * format 1 away: they would take a format 2 header for a crashed recycle and delete it. */
+#define FMT_BLAKE2B 1u
+#define FMT_CRC32C 2u
+static const char seg_magic_blake2b[8] = {'K', 'L', 'J', 'R', 'N', 'L', '0', '1'};
+static const char seg_magic[8] = {'K', 'L', 'J', 'R', 'N', 'L', '0', '2'};
 
 typedef struct seg {
     uint64_t seq;
@@ -114,9 +122,19 @@ static uint64_t monotonic_ns(void)
     return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
 }
 
-/* BLAKE2b-128 of a frame's first 16 header bytes and its payload. */
-static void frame_hash(const uint8_t head[16], const uint8_t *payload, size_t len, uint8_t out[16])
+/* A frame's check over its first 16 header bytes and its payload: in format 2 the CRC-32C
+ * (little-endian) and 12 zero bytes, in format 1 the BLAKE2b-128. */
+static void frame_hash(unsigned fmt, const uint8_t head[16], const uint8_t *payload, size_t len, uint8_t out[16])
 {
+    if (fmt == FMT_CRC32C) {
+        uint32_t c = kl_crc32c(0, head, 16);
+        if (len > 0)
+            c = kl_crc32c(c, payload, len);
+        memset(out, 0, 16);
+        le32_put(out, c);
+        return;
+    }
+    assert(fmt == FMT_BLAKE2B);
     crypto_generichash_state s;
     crypto_generichash_init(&s, NULL, 0, 16);
     crypto_generichash_update(&s, head, 16);
@@ -131,7 +149,7 @@ static void frame_header(uint8_t h[FRAME_HEADER], uint64_t nonce, uint32_t type,
     le64_put(h, nonce);
     le32_put(h + 8, (uint32_t)len);
     le32_put(h + 12, type);
-    frame_hash(h, payload, len, h + 16);
+    frame_hash(FMT_CRC32C, h, payload, len, h + 16);
 }
 
 static void seg_header(uint8_t h[SEG_HEADER], uint64_t seq, uint64_t nonce)
@@ -143,11 +161,15 @@ static void seg_header(uint8_t h[SEG_HEADER], uint64_t seq, uint64_t nonce)
     crypto_generichash(h + 32, 16, h, 32, NULL, 0);
 }
 
-/* Whether h is a segment header; its seq and nonce then. */
-static bool seg_header_parse(const uint8_t *h, uint64_t *seq, uint64_t *nonce)
+/* Whether h is a segment header of either format; its seq, nonce and format then. */
+static bool seg_header_parse(const uint8_t *h, uint64_t *seq, uint64_t *nonce, unsigned *fmt)
 {
     uint8_t want[16];
-    if (memcmp(h, seg_magic, 8) != 0)
+    if (memcmp(h, seg_magic, 8) == 0)
+        *fmt = FMT_CRC32C;
+    else if (memcmp(h, seg_magic_blake2b, 8) == 0)
+        *fmt = FMT_BLAKE2B;
+    else
         return false;
     crypto_generichash(want, 16, h, 32, NULL, 0);
     if (sodium_memcmp(want, h + 32, 16) != 0)
@@ -157,8 +179,9 @@ static bool seg_header_parse(const uint8_t *h, uint64_t *seq, uint64_t *nonce)
     return true;
 }
 
-/* The frame at off in buf[0..size) when it is whole and valid for this nonce. */
-static bool frame_at(const uint8_t *buf, size_t size, size_t off, uint64_t nonce, uint32_t *type,
+/* The frame at off in buf[0..size) when it is whole and valid for this nonce, in a segment
+ * of format fmt. */
+static bool frame_at(const uint8_t *buf, size_t size, size_t off, uint64_t nonce, unsigned fmt, uint32_t *type,
                      const uint8_t **payload, size_t *len)
 {
     if (off > size || size - off < FRAME_HEADER)
@@ -170,7 +193,7 @@ static bool frame_at(const uint8_t *buf, size_t size, size_t off, uint64_t nonce
     if (n > RECORD_MAX || size - off - FRAME_HEADER < pad8(n))
         return false;
     uint8_t want[16];
-    frame_hash(h, h + FRAME_HEADER, n, want);
+    frame_hash(fmt, h, h + FRAME_HEADER, n, want);
     if (sodium_memcmp(want, h + 16, 16) != 0)
         return false;
     *type = le32_get(h + 12);
@@ -435,6 +458,7 @@ static void *keeper_main(void *arg)
 typedef struct found_seg {
     uint64_t seq;
     uint64_t nonce;
+    unsigned fmt;
     size_t size;
     uint8_t *buf; /* the whole file */
     size_t end;   /* first offset not holding a valid frame */
@@ -493,7 +517,7 @@ static void found_scan(found_seg *f)
     uint32_t type;
     const uint8_t *p;
     size_t len;
-    while (frame_at(f->buf, f->size, off, f->nonce, &type, &p, &len)) {
+    while (frame_at(f->buf, f->size, off, f->nonce, f->fmt, &type, &p, &len)) {
         if (!f->has_frames && type == TYPE_LINK && len == LINK_PAYLOAD) {
             f->has_link = true;
             f->link_seq = le64_get(p);
@@ -512,7 +536,7 @@ static bool found_valid_after(const found_seg *f)
     const uint8_t *p;
     size_t len;
     for (size_t off = f->end + 8; off + FRAME_HEADER <= f->size; off += 8)
-        if (le64_get(f->buf + off) == f->nonce && frame_at(f->buf, f->size, off, f->nonce, &type, &p, &len))
+        if (le64_get(f->buf + off) == f->nonce && frame_at(f->buf, f->size, off, f->nonce, f->fmt, &type, &p, &len))
             return true;
     return false;
 }
@@ -559,7 +583,8 @@ static kl_code open_read_all(kl_journal *j, found_seg **out, size_t *n, uint64_t
         if ((rc = read_file(path, &buf, &size, err)) != KL_OK)
             break;
         uint64_t hseq, nonce;
-        if (size < SEG_HEADER || !seg_header_parse(buf, &hseq, &nonce) || hseq != seq) {
+        unsigned fmt;
+        if (size < SEG_HEADER || !seg_header_parse(buf, &hseq, &nonce, &fmt) || hseq != seq) {
             /* A recycle a crash interrupted (its records were retired), or a creation
              * that never reached its rename: nothing in it is needed. */
             free(buf);
@@ -577,7 +602,7 @@ static kl_code open_read_all(kl_journal *j, found_seg **out, size_t *n, uint64_t
             fs = g;
             capf = nc;
         }
-        fs[nf] = (found_seg){.seq = seq, .nonce = nonce, .size = size, .buf = buf};
+        fs[nf] = (found_seg){.seq = seq, .nonce = nonce, .fmt = fmt, .size = size, .buf = buf};
         found_scan(&fs[nf]);
         nf++;
     }
@@ -633,7 +658,7 @@ static kl_code open_replay_chain(const kl_journal *j, const found_seg *fs, size_
         uint32_t type;
         const uint8_t *p;
         size_t len;
-        while (rc == KL_OK && off < fs[i].end && frame_at(fs[i].buf, fs[i].size, off, fs[i].nonce, &type, &p, &len)) {
+        while (rc == KL_OK && off < fs[i].end && frame_at(fs[i].buf, fs[i].size, off, fs[i].nonce, fs[i].fmt, &type, &p, &len)) {
             if (type == TYPE_RECORD)
                 rc = replay(arg, p, len, err);
             else if (type != TYPE_LINK)

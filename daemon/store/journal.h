@@ -10,8 +10,12 @@
  *
  * Layout: <dir>/%016llx.seg, one file per segment, named by its sequence number. A segment
  * starts with a 64-byte header (magic, seq, a random nonce, a hash) and holds frames: a
- * 32-byte header (nonce, payload length, type, BLAKE2b-128 of the header's first 16 bytes
- * and the payload), the payload, zero padding to 8 bytes. A frame with another segment's
+ * 32-byte header (nonce, payload length, type, a check of the header's first 16 bytes and
+ * the payload), the payload, zero padding to 8 bytes. The magic names the check: "KLJRNL02"
+ * segments, the only ones written, carry the CRC-32C (crc32c.h) and 12 zero bytes;
+ * "KLJRNL01" segments, written by binaries before it, carry BLAKE2b-128 and are still
+ * replayed at open (the store's KL_FEAT_INCOMPAT_JOURNAL_CRC32C keeps those binaries away
+ * from a journal with the newer segments). A frame with another segment's
  * nonce (a recycled segment's old contents) or zeros ends the segment's records. The first
  * frame of every segment but the first written after an open is a link naming the
  * previous segment and the offset its records ended at.

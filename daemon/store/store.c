@@ -428,7 +428,8 @@ static kl_code create_format(kl_store *st, const kl_store_options *opt, kl_err *
     Keyload__V1__FormatRecord f = KEYLOAD__V1__FORMAT_RECORD__INIT;
     Keyload__V1__StoreIdentity id;
     f.format_version = KL_FORMAT_VERSION;
-    f.incompat = KL_FEAT_INCOMPAT_WRITESET_LOG | KL_FEAT_INCOMPAT_LOG_FAMILY | KL_FEAT_INCOMPAT_JOURNAL;
+    f.incompat = KL_FEAT_INCOMPAT_WRITESET_LOG | KL_FEAT_INCOMPAT_LOG_FAMILY | KL_FEAT_INCOMPAT_JOURNAL |
+                 KL_FEAT_INCOMPAT_JOURNAL_CRC32C;
     f.compat = KL_FEAT_COMPAT_TRANSFERS;
     randombytes_buf(st->incarnation, sizeof st->incarnation);
     f.store_incarnation.data = st->incarnation;
@@ -457,6 +458,10 @@ static kl_code upgrade_format(kl_store *st, Keyload__V1__FormatRecord *f, const 
     }
     if (!(f->incompat & KL_FEAT_INCOMPAT_JOURNAL)) {
         f->incompat |= KL_FEAT_INCOMPAT_JOURNAL; /* synced before the journal opens */
+        write = true;
+    }
+    if (!(f->incompat & KL_FEAT_INCOMPAT_JOURNAL_CRC32C)) {
+        f->incompat |= KL_FEAT_INCOMPAT_JOURNAL_CRC32C; /* before the open's first new segment */
         write = true;
     }
     Keyload__V1__StoreIdentity id;

@@ -52,7 +52,14 @@
  * older log and hard state, so it must refuse the store. Set at the first open by a
  * binary with the journal, before its first journal record. */
 #define KL_FEAT_INCOMPAT_JOURNAL (1ull << 2)
-#define KL_FEAT_INCOMPAT_KNOWN (KL_FEAT_INCOMPAT_WRITESET_LOG | KL_FEAT_INCOMPAT_LOG_FAMILY | KL_FEAT_INCOMPAT_JOURNAL)
+/* The journal writes segments whose frames are checked by CRC-32C (journal.h). A binary that
+ * knows only the BLAKE2b segments would take such a segment for the remains of an
+ * interrupted recycle and delete it, losing synced records, so it must refuse the store.
+ * Set at the first open by a binary that writes them, before the journal opens. */
+#define KL_FEAT_INCOMPAT_JOURNAL_CRC32C (1ull << 3)
+#define KL_FEAT_INCOMPAT_KNOWN                                                                       \
+    (KL_FEAT_INCOMPAT_WRITESET_LOG | KL_FEAT_INCOMPAT_LOG_FAMILY | KL_FEAT_INCOMPAT_JOURNAL |          \
+     KL_FEAT_INCOMPAT_JOURNAL_CRC32C)
 #define KL_STORE_LOG_FAMILY "log"
 
 typedef struct kl_store kl_store;

@@ -124,6 +124,37 @@ START_TEST(store_refuses_unknown_flags)
 }
 END_TEST
 
+/* A store last opened by a binary that wrote BLAKE2b journal segments gets
+ * KL_FEAT_INCOMPAT_JOURNAL_CRC32C at its next open, before the journal writes a segment of
+ * the newer format: from then on such a binary refuses it rather than delete the segments.
+ * The records it journaled replay across the upgrade. */
+START_TEST(store_upgrade_records_the_journal_check)
+{
+    char dir[256];
+    th_tmpdir(dir, sizeof dir);
+    kl_store *st;
+    kl_err err;
+    ck_assert_int_eq(kl_store_debug_set_flags(dir, KL_FEAT_COMPAT_KNOWN, 0,
+                                              KL_FEAT_INCOMPAT_KNOWN & ~KL_FEAT_INCOMPAT_JOURNAL_CRC32C, 1, &err),
+                     KL_OK);
+    ck_assert_int_eq(kl_store_open(dir, NULL, &st, &err), KL_OK);
+    kl_key k;
+    kl_key_meta(&k, "format");
+    uint8_t *v;
+    size_t n;
+    bool found;
+    ck_assert_int_eq(kl_store_get(st, k.b, k.len, &v, &n, &found, &err), KL_OK);
+    ck_assert(found);
+    Keyload__V1__FormatRecord *f = keyload__v1__format_record__unpack(NULL, n, v);
+    free(v);
+    ck_assert_ptr_nonnull(f);
+    ck_assert_uint_eq(f->incompat & KL_FEAT_INCOMPAT_JOURNAL_CRC32C, KL_FEAT_INCOMPAT_JOURNAL_CRC32C);
+    keyload__v1__format_record__free_unpacked(f, NULL);
+    kl_store_close(st);
+    th_rmrf(dir);
+}
+END_TEST
+
 /* ---- store identity and WAL recovery ---- */
 
 static const uint8_t id_a[16] = {1, 2, 3};
@@ -1090,6 +1121,7 @@ Suite *suite_store(void)
     tcase_add_test(t, key_order_matches_numeric_order);
     tcase_add_test(t, store_append_apply_reopen);
     tcase_add_test(t, store_refuses_unknown_flags);
+    tcase_add_test(t, store_upgrade_records_the_journal_check);
     tcase_add_test(t, store_identity_is_checked);
     tcase_add_test(t, store_journal_corruption_refuses);
     tcase_add_test(t, store_journal_torn_tail_recovers);
