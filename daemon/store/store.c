@@ -954,6 +954,75 @@ static void apply_keep_or_release(kl_store *st)
         apply_lists_free(st);
 }
 
+/* A write-set of a client command: its outcome key names it (the second line of defence in
+ * kl_store_apply). */
+static bool is_command(const Keyload__V1__WriteSet *ws)
+{
+    return ws->catalog_version == 0 && ws->command_id.len == 16;
+}
+
+/* Which write-sets of e are commands whose outcome the store already holds, all read in one
+ * batched MultiGet of the store as it is before e's batch, so each answer is the one a Get
+ * per write-set gave. Why batched: on a follower those Gets were 5.6% of its CPU in the
+ * transfer cell, nearly all of it filter probes of the memtables and of up to eight L0
+ * files for outcomes that do not exist; the batch probes each file once for all keys.
+ * *stored (malloc'd, n_write_sets flags) is NULL when e holds no command.
+ * Cost: one MultiGet of the commands' outcome keys; KL_INTERNAL on a read error or OOM. */
+static kl_code outcomes_stored(kl_store *st, const Keyload__V1__LogEntry *e, bool **stored, kl_err *err)
+{
+    *stored = NULL;
+    size_t n = 0;
+    for (size_t i = 0; i < e->n_write_sets; i++)
+        n += is_command(e->write_sets[i]);
+    if (n == 0)
+        return KL_OK;
+    kl_key *keys = malloc(n * sizeof *keys);
+    const char **kp = malloc(n * sizeof *kp);
+    size_t *kn = malloc(n * sizeof *kn);
+    rocksdb_pinnableslice_t **vals = calloc(n, sizeof *vals);
+    char **errs = calloc(n, sizeof *errs);
+    bool *out = calloc(e->n_write_sets, sizeof *out);
+    kl_code rc = KL_OK;
+    if (keys == NULL || kp == NULL || kn == NULL || vals == NULL || errs == NULL || out == NULL) {
+        rc = kl_fail(err, KL_INTERNAL, "memory", "store: out of memory reading %zu outcomes", n);
+        goto done;
+    }
+    for (size_t i = 0, k = 0; i < e->n_write_sets; i++) {
+        const Keyload__V1__WriteSet *ws = e->write_sets[i];
+        if (!is_command(ws))
+            continue;
+        kl_key_outcome(&keys[k], ws->principal, ws->command_id.data);
+        kp[k] = (const char *)keys[k].b;
+        kn[k] = keys[k].len;
+        k++;
+    }
+    perf_counts_stop();
+    rocksdb_batched_multi_get_cf(st->db, st->ropts, st->state_cf, n, kp, kn, vals, errs, false);
+    for (size_t i = 0, k = 0; i < e->n_write_sets; i++) {
+        if (!is_command(e->write_sets[i]))
+            continue;
+        if (errs[k] != NULL && rc == KL_OK)
+            rc = rocks_fail(err, "get", errs[k]); /* frees it */
+        else
+            rocksdb_free(errs[k]);
+        out[i] = vals[k] != NULL;
+        if (vals[k] != NULL)
+            rocksdb_pinnableslice_destroy(vals[k]);
+        k++;
+    }
+done:
+    free(keys);
+    free(kp);
+    free(kn);
+    free(vals);
+    free(errs);
+    if (rc == KL_OK)
+        *stored = out;
+    else
+        free(out);
+    return rc;
+}
+
 kl_code kl_store_apply(kl_store *st, const Keyload__V1__LogEntry *e, kl_err *err)
 {
     if (e->index != st->applied + 1)
@@ -978,6 +1047,9 @@ kl_code kl_store_apply(kl_store *st, const Keyload__V1__LogEntry *e, kl_err *err
     size_t n_ops = 0;
     uint64_t catalog = 0; /* catalog version as of the write-sets applied so far */
     bool catalog_read = false;
+    bool *stored = NULL;
+    if ((rc = outcomes_stored(st, e, &stored, err)) != KL_OK)
+        goto out;
     for (size_t i = 0; i < e->n_write_sets; i++) {
         const Keyload__V1__WriteSet *ws = e->write_sets[i];
         if (ws->catalog_version != 0) {
@@ -991,19 +1063,10 @@ kl_code kl_store_apply(kl_store *st, const Keyload__V1__LogEntry *e, kl_err *err
             if (ws->catalog_version != catalog + 1)
                 continue;
             catalog = ws->catalog_version;
-        } else if (ws->command_id.len == 16) {
+        } else if (stored != NULL && stored[i]) {
             /* Second line of defence (ARCHITECTURE.md "Write path"): a write-set whose outcome already
              * exists was applied before and must not apply twice. */
-            kl_key ok;
-            kl_key_outcome(&ok, ws->principal, ws->command_id.data);
-            uint8_t *v;
-            size_t n;
-            bool found;
-            if ((rc = kl_store_get(st, ok.b, ok.len, &v, &n, &found, err)) != KL_OK)
-                goto out;
-            free(v);
-            if (found)
-                continue;
+            continue;
         }
         for (size_t j = 0; j < ws->n_ops; j++) {
             const Keyload__V1__KvOp *op = ws->ops[j];
@@ -1049,6 +1112,7 @@ kl_code kl_store_apply(kl_store *st, const Keyload__V1__LogEntry *e, kl_err *err
     }
     __atomic_store_n(&st->applied, e->index, __ATOMIC_RELAXED); /* read by a running log write */
 out:
+    free(stored);
     apply_keep_or_release(st);
     return rc;
 }

@@ -727,6 +727,72 @@ START_TEST(store_apply_last_write_wins_within_an_entry)
 }
 END_TEST
 
+/* The second line of defence over many commands in one entry: each command whose outcome
+ * the store holds (in a flushed file or in the memtable) is skipped, each other one applies,
+ * and a command twice in the entry applies both times (the store before the entry is what
+ * is asked, as one read per write-set asked it). */
+START_TEST(store_apply_skips_exactly_the_commands_already_applied)
+{
+    char dir[256];
+    kl_store *st = tmp_store(dir, sizeof dir);
+    kl_err err;
+    enum { N = 12 };
+    uint8_t cmd[N][16];
+    char key[N][4], val[N][4];
+    Keyload__V1__KvOp op[N], *ops[N][1];
+    Keyload__V1__WriteSet w[N], *ws[N + 1];
+    rocksdb_writeoptions_t *wo = rocksdb_writeoptions_create();
+    for (int i = 0; i < N; i++) {
+        memset(cmd[i], 0x40 + i, 16);
+        snprintf(key[i], sizeof key[i], "c%02d", i);
+        snprintf(val[i], sizeof val[i], "v%02d", i);
+        keyload__v1__kv_op__init(&op[i]);
+        op[i].key = (ProtobufCBinaryData){3, (uint8_t *)key[i]};
+        op[i].value = (ProtobufCBinaryData){3, (uint8_t *)val[i]};
+        ops[i][0] = &op[i];
+        keyload__v1__write_set__init(&w[i]);
+        w[i].ops = ops[i];
+        w[i].n_ops = 1;
+        w[i].principal = i % 2 ? "p" : "q";
+        w[i].command_id = (ProtobufCBinaryData){16, cmd[i]};
+        ws[i] = &w[i];
+        if (i % 3 == 0) { /* applied before: its outcome is stored */
+            kl_key ok;
+            kl_key_outcome(&ok, w[i].principal, cmd[i]);
+            char *rerr = NULL;
+            rocksdb_put(kl_store_db(st), wo, (const char *)ok.b, ok.len, "x", 1, &rerr);
+            ck_assert_ptr_null(rerr);
+        }
+        if (i == 5)
+            ck_assert_int_eq(kl_store_flush(st, &err), KL_OK); /* outcomes 0 and 3 in a file */
+    }
+    rocksdb_writeoptions_destroy(wo);
+    /* command 1 a second time, last: both copies apply (it writes the same key again) */
+    Keyload__V1__WriteSet again = w[1];
+    ws[N] = &again;
+    Keyload__V1__LogEntry e = KEYLOAD__V1__LOG_ENTRY__INIT;
+    e.index = 1;
+    e.write_sets = ws;
+    e.n_write_sets = N + 1;
+    uint8_t buf[2048];
+    size_t n = keyload__v1__log_entry__pack(&e, buf);
+    ck_assert_int_eq(kl_store_append(st, 1, buf, n, &err), KL_OK);
+    ck_assert_int_eq(kl_store_apply(st, &e, &err), KL_OK);
+    for (int i = 0; i < N; i++) {
+        uint8_t *v;
+        size_t vn;
+        bool found;
+        ck_assert_int_eq(kl_store_get(st, (const uint8_t *)key[i], 3, &v, &vn, &found, &err), KL_OK);
+        ck_assert_msg(found == (i % 3 != 0), "command %d: written %d", i, found);
+        if (found)
+            ck_assert_mem_eq(v, val[i], 3);
+        free(v);
+    }
+    kl_store_close(st);
+    th_rmrf(dir);
+}
+END_TEST
+
 /* Appends and applies one entry holding one write-set of ops at the store's next index; the
  * write-set is a tailed catalog change of version `catalog` when that is not 0. */
 static void apply_write_set(kl_store *st, Keyload__V1__KvOp **op, size_t n, uint64_t catalog)
@@ -1122,6 +1188,7 @@ Suite *suite_store(void)
     tcase_add_test(t, store_append_apply_reopen);
     tcase_add_test(t, store_refuses_unknown_flags);
     tcase_add_test(t, store_upgrade_records_the_journal_check);
+    tcase_add_test(t, store_apply_skips_exactly_the_commands_already_applied);
     tcase_add_test(t, store_identity_is_checked);
     tcase_add_test(t, store_journal_corruption_refuses);
     tcase_add_test(t, store_journal_torn_tail_recovers);
