@@ -441,6 +441,13 @@ typedef void (*kl_call_done_fn)(kl_call *call, void *arg);
 kl_code kl_call_result(const kl_call *call, kl_err *err);
 void kl_call_cancel(kl_call *call);
 void kl_call_free(kl_call *call);
+/* Between kl_calls_hold and kl_calls_release, the calls this thread starts are written to
+ * their connections together at the release, one system call per connection, instead of
+ * one each: for a caller that starts many calls in one pass (an event loop handling a batch
+ * of finished calls). Nests; per thread. Keep the stretch short and never wait inside it:
+ * its calls are not sent until the release, though their timeouts run. */
+void kl_calls_hold(void);
+void kl_calls_release(void);
 
 kl_code kl_client_batch_start(kl_client *c, const kl_batch *b, kl_receipt **out,
                               kl_call_done_fn done, void *arg, kl_call **call, kl_err *err);

@@ -1744,6 +1744,9 @@ void kl_rpc_op_free(kl_rpc_op *op)
     free(op);
 }
 
+void kl_rpc_cork(void) { kl_rpc_direct_cork(); }
+void kl_rpc_uncork(void) { kl_rpc_direct_uncork(); }
+
 kl_code kl_rpc_op_start(kl_rpc_op *op, kl_rpc_client *c, const char *method, const uint8_t *req,
                         size_t req_len, const kl_rpc_session_request *sess, int timeout_ms,
                         kl_err *err)

@@ -185,6 +185,10 @@ kl_code kl_rpc_op_start(kl_rpc_op *op, kl_rpc_client *c, const char *method, con
                         size_t req_len, const kl_rpc_session_request *sess, int timeout_ms,
                         kl_err *err);
 void kl_rpc_op_cancel(kl_rpc_op *op);
+/* The calling thread's ops started until the matching uncork are written together at it
+ * (kl_rpc_direct_cork: the direct transport only; nng's sends are not held). Nests. */
+void kl_rpc_cork(void);
+void kl_rpc_uncork(void);
 /* The answer of the exchange just done (as kl_rpc_invoke; sess_out as
  * kl_rpc_invoke_session, NULL for a clear request). */
 kl_code kl_rpc_op_result(kl_rpc_op *op, uint8_t **answer, size_t *answer_len,

@@ -18,6 +18,7 @@
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
 #include <sys/socket.h>
+#include <sys/uio.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -32,6 +33,7 @@
 #define DIRECT_BACKOFF_MAX_MS 1000
 #define DIRECT_EVENTS 64
 #define DIRECT_NEVER INT64_MAX
+#define DIRECT_FLUSH_IOV 32 /* frames per sendmsg at most */
 
 enum { REQ_IDLE, REQ_PENDING, REQ_SENT, REQ_SLEEP, REQ_DONE };
 enum { C_DOWN, C_CONNECTING, C_HELLO, C_READY };
@@ -56,6 +58,7 @@ struct kl_rpc_direct {
     size_t tail_len, tail_off;
     kl_rpc_direct_req *pend_head, *pend_tail; /* write order; only the head may be partial */
     kl_rpc_direct_req *sent_head, *sent_tail;
+    bool flush_owed; /* a corked start left its requests for kl_rpc_direct_uncork */
     size_t open_reqs;
     uint32_t next_id;
     kl_rpc_direct *cnext, *cprev;
@@ -199,27 +202,44 @@ static void conn_down(kl_rpc_direct *c, int why)
     pthread_cond_broadcast(&g.cv);
 }
 
-/* Writes the tail, then pending frames in order, until the socket is full. */
+/* A pending request written whole: it waits for its answer now. */
+static void req_written(kl_rpc_direct *c, kl_rpc_direct_req *r)
+{
+    list_unlink(&c->pend_head, &c->pend_tail, r);
+    free(r->frame);
+    r->frame = NULL;
+    r->state = REQ_SENT;
+    list_push(&c->sent_head, &c->sent_tail, r);
+}
+
+/* Writes the tail, then pending frames in order, until the socket is full: up to
+ * DIRECT_FLUSH_IOV of them per sendmsg, so requests started together (a corked pass, or
+ * frames queued behind a full socket) cost one system call and, on loopback, one segment
+ * for the server to read, not one each. */
 static void conn_flush(kl_rpc_direct *c)
 {
     if (c->state != C_READY)
         return;
+    c->flush_owed = false;
     for (;;) {
-        const uint8_t *b;
-        size_t left;
-        kl_rpc_direct_req *r = NULL;
+        struct iovec iov[DIRECT_FLUSH_IOV];
+        kl_rpc_direct_req *rs[DIRECT_FLUSH_IOV];
+        int n = 0;
         if (c->tail != NULL) {
-            b = c->tail + c->tail_off;
-            left = c->tail_len - c->tail_off;
-        } else if ((r = c->pend_head) != NULL) {
-            b = r->frame + r->written;
-            left = r->frame_len - r->written;
-        } else {
+            iov[n] = (struct iovec){c->tail + c->tail_off, c->tail_len - c->tail_off};
+            rs[n++] = NULL;
+        }
+        for (kl_rpc_direct_req *r = c->pend_head; r != NULL && n < DIRECT_FLUSH_IOV; r = r->next) {
+            iov[n] = (struct iovec){r->frame + r->written, r->frame_len - r->written};
+            rs[n++] = r;
+        }
+        if (n == 0) {
             ep_set(c, EPOLLIN);
             return;
         }
-        ssize_t n = send(c->fd, b, left, MSG_NOSIGNAL | MSG_DONTWAIT);
-        if (n < 0) {
+        struct msghdr m = {.msg_iov = iov, .msg_iovlen = (size_t)n};
+        ssize_t w = sendmsg(c->fd, &m, MSG_NOSIGNAL | MSG_DONTWAIT);
+        if (w < 0) {
             if (errno == EINTR)
                 continue;
             if (errno == EAGAIN || errno == EWOULDBLOCK) {
@@ -229,24 +249,48 @@ static void conn_flush(kl_rpc_direct *c)
             conn_down(c, errno);
             return;
         }
-        if (r == NULL) {
-            c->tail_off += (size_t)n;
-            if (c->tail_off == c->tail_len) {
-                free(c->tail);
-                c->tail = NULL;
-                c->tail_len = c->tail_off = 0;
-            }
-        } else {
-            r->written += (size_t)n;
-            if (r->written == r->frame_len) {
-                list_unlink(&c->pend_head, &c->pend_tail, r);
-                free(r->frame);
-                r->frame = NULL;
-                r->state = REQ_SENT;
-                list_push(&c->sent_head, &c->sent_tail, r);
+        /* Bytes went out in iov order: whole frames first, then at most one partly. */
+        size_t left = (size_t)w;
+        for (int i = 0; i < n && left > 0; i++) {
+            size_t take = left < iov[i].iov_len ? left : iov[i].iov_len;
+            left -= take;
+            if (rs[i] == NULL) {
+                c->tail_off += take;
+                if (c->tail_off == c->tail_len) {
+                    free(c->tail);
+                    c->tail = NULL;
+                    c->tail_len = c->tail_off = 0;
+                }
+            } else {
+                rs[i]->written += take;
+                if (rs[i]->written == rs[i]->frame_len)
+                    req_written(c, rs[i]);
             }
         }
     }
+}
+
+/* Requests started by this thread while corked wait for kl_rpc_direct_uncork; their
+ * connections are marked flush_owed. */
+static _Thread_local int cork_depth;
+
+void kl_rpc_direct_cork(void)
+{
+    cork_depth++;
+}
+
+void kl_rpc_direct_uncork(void)
+{
+    assert(cork_depth > 0);
+    if (--cork_depth > 0)
+        return;
+    pthread_mutex_lock(&g.mu);
+    for (kl_rpc_direct *c = g.conns; c != NULL; c = c->cnext)
+        if (c->flush_owed) {
+            c->flush_owed = false;
+            conn_flush(c); /* in order after whatever is still queued; nothing when not ready */
+        }
+    pthread_mutex_unlock(&g.mu);
 }
 
 static void conn_connect(kl_rpc_direct *c)
@@ -711,7 +755,9 @@ kl_code kl_rpc_direct_start(kl_rpc_direct *c, kl_rpc_direct_req *r, const uint8_
     r->state = REQ_PENDING;
     list_push(&c->pend_head, &c->pend_tail, r);
     c->open_reqs++;
-    if (c->state == C_READY && c->tail == NULL && c->pend_head == r)
+    if (c->state == C_READY && c->tail == NULL && c->pend_head == r && cork_depth > 0)
+        c->flush_owed = true; /* written with the others at kl_rpc_direct_uncork */
+    else if (c->state == C_READY && c->tail == NULL && c->pend_head == r)
         conn_flush(c); /* the caller writes: no hand-off to another thread */
     else if (c->state == C_DOWN && now >= c->retry_at)
         conn_connect(c);

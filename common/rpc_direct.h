@@ -91,6 +91,16 @@ void kl_rpc_direct_close(kl_rpc_direct *d);
 kl_code kl_rpc_direct_start(kl_rpc_direct *d, kl_rpc_direct_req *r, const uint8_t *body,
                             size_t len, int send_timeout_ms, int answer_timeout_ms, kl_err *err);
 
+/* Holds back the writes of the requests this thread starts until the matching uncork, which
+ * writes each connection's held requests with one sendmsg: a caller that starts many calls
+ * in one pass (the coordinator handling a batch of finished calls) then costs one system
+ * call per connection and the server one read, not one per call. Nests; per thread. Keep a
+ * corked stretch short and free of waits: its requests are not on the wire until the
+ * uncork (their send deadline still runs). uncork takes the module's lock: never call it
+ * inside a done callback's caller that holds it (none does). */
+void kl_rpc_direct_cork(void);
+void kl_rpc_direct_uncork(void);
+
 /* A pause: done(arg) runs after ms (outcome SLEPT), or at once when cancelled or stopped;
  * it needs no client. INTERNAL when the I/O thread cannot start (done is not called). */
 kl_code kl_rpc_direct_sleep(kl_rpc_direct_req *r, int ms, kl_err *err);

@@ -1029,6 +1029,9 @@ void kl_call_cancel(kl_call *call)
     kl_rpc_op_cancel(call->op);
 }
 
+void kl_calls_hold(void) { kl_rpc_cork(); }
+void kl_calls_release(void) { kl_rpc_uncork(); }
+
 /* err is written only on failure, as every blocking call of the SDK does (callers reuse
  * one kl_err across calls). */
 kl_code kl_call_result(const kl_call *call, kl_err *err)

@@ -4,6 +4,7 @@
  * everything, so LeakSanitizer checks the shutdown paths too. */
 #include "common/failpoint.h"
 #include "common/rpc.h"
+#include "common/rpc_direct.h"
 #include "common/rpc_tcp.h"
 #include "common/tcp_url.h"
 
@@ -11,6 +12,7 @@
 
 #include <arpa/inet.h>
 #include <check.h>
+#include <errno.h>
 
 #include "ports.h"
 #include <netinet/in.h>
@@ -835,6 +837,95 @@ static void tcp_raw_frame(int fd, const uint8_t *body, size_t n)
 
 static const uint8_t tcp_req_hello[8] = {0, 'S', 'P', 0, 0, 0x30, 0, 0};
 
+typedef struct {
+    atomic_int done;
+} cork_count;
+
+static void cork_done(void *arg)
+{
+    atomic_fetch_add(&((cork_count *)arg)->done, 1);
+}
+
+/* Requests started while the thread is corked stay off the wire (a raw REP peer reads
+ * nothing); the uncork writes all of them, whole and in start order, and each is answered.
+ * A request started after the uncork is written at once again. */
+START_TEST(test_direct_cork_holds_then_writes_in_order)
+{
+    int port = th_free_port();
+    int lfd = socket(AF_INET, SOCK_STREAM, 0);
+    ck_assert_int_ge(lfd, 0);
+    int one = 1;
+    setsockopt(lfd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+    struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
+    sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    ck_assert_int_eq(bind(lfd, (struct sockaddr *)&sa, sizeof sa), 0);
+    ck_assert_int_eq(listen(lfd, 1), 0);
+    char url[64];
+    snprintf(url, sizeof url, "tcp://127.0.0.1:%d", port);
+    kl_rpc_direct *c = NULL;
+    kl_err err;
+    ck_assert_int_eq(kl_rpc_direct_open(url, -1, 1 << 20, &c, &err), KL_OK);
+    int fd = accept(lfd, NULL, NULL);
+    ck_assert_int_ge(fd, 0);
+    struct timeval tv = {.tv_sec = 5};
+    ck_assert_int_eq(setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv), 0);
+    uint8_t hello[8];
+    ck_assert(tcp_raw_read(fd, hello, sizeof hello));
+    ck_assert_mem_eq(hello, tcp_req_hello, sizeof hello);
+    const uint8_t rep_hello[8] = {0, 'S', 'P', 0, 0, 0x31, 0, 0};
+    tcp_raw_send(fd, rep_hello, sizeof rep_hello);
+    usleep(100 * 1000); /* the client's I/O thread reads the hello: the connection is ready */
+
+    enum { N = 5 };
+    cork_count cc = {0};
+    kl_rpc_direct_req r[N];
+    memset(r, 0, sizeof r);
+    kl_rpc_direct_cork();
+    for (int i = 0; i < N; i++) {
+        r[i].done = cork_done;
+        r[i].arg = &cc;
+        uint8_t body[3] = {'b', (uint8_t)('0' + i), 'z'};
+        ck_assert_int_eq(kl_rpc_direct_start(c, &r[i], body, sizeof body, 5000, 5000, &err), KL_OK);
+    }
+    usleep(100 * 1000);
+    uint8_t b[64];
+    ck_assert_int_lt(recv(fd, b, sizeof b, MSG_DONTWAIT), 0); /* nothing written yet */
+    ck_assert_int_eq(errno, EAGAIN);
+    kl_rpc_direct_uncork();
+    for (int i = 0; i < N; i++) {
+        uint8_t f[8 + 4 + 3];
+        ck_assert(tcp_raw_read(fd, f, sizeof f));
+        ck_assert_uint_eq(f[7], 4 + 3); /* big-endian length of id and body */
+        ck_assert_uint_ge(f[8], 0x80);  /* a request id */
+        ck_assert_int_eq(f[13], '0' + i); /* start order */
+        uint8_t a[8 + 4 + 1] = {0, 0, 0, 0, 0, 0, 0, 5, f[8], f[9], f[10], f[11], 'a'};
+        tcp_raw_send(fd, a, sizeof a);
+    }
+    for (int k = 0; k < 500 && atomic_load(&cc.done) < N; k++)
+        usleep(10 * 1000);
+    ck_assert_int_eq(atomic_load(&cc.done), N);
+    for (int i = 0; i < N; i++) {
+        ck_assert_int_eq(r[i].outcome, KL_RPC_DIRECT_ANSWERED);
+        ck_assert_uint_eq(r[i].reply_len, 1);
+        free(r[i].reply);
+    }
+    /* not corked: written by the start itself */
+    kl_rpc_direct_req last = {.done = cork_done, .arg = &cc};
+    ck_assert_int_eq(kl_rpc_direct_start(c, &last, (const uint8_t *)"bXz", 3, 5000, 5000, &err), KL_OK);
+    uint8_t f[8 + 4 + 3];
+    ck_assert(tcp_raw_read(fd, f, sizeof f));
+    ck_assert_int_eq(f[13], 'X');
+    kl_rpc_direct_close(c);
+    for (int k = 0; k < 500 && atomic_load(&cc.done) < N + 1; k++)
+        usleep(10 * 1000);
+    ck_assert_int_eq(atomic_load(&cc.done), N + 1);
+    ck_assert_int_ne(last.outcome, KL_RPC_DIRECT_ANSWERED);
+    free(last.reply);
+    close(fd);
+    close(lfd);
+}
+END_TEST
+
 /* A wrong hello and a frame over the receive limit close the connection unserved; a frame
  * without a backtrace is dropped; a request's backtrace comes back on its answer. */
 START_TEST(test_tcp_wire)
@@ -1130,6 +1221,7 @@ Suite *suite_rpc(void)
     tcase_add_test(tc, test_tcp_wire);
     tcase_add_test(tc, test_tcp_fair_resume);
     tcase_add_test(tc, test_direct_reconnects);
+    tcase_add_test(tc, test_direct_cork_holds_then_writes_in_order);
     tcase_add_test(tc, test_tcp_resume_not_nested);
     tcase_add_test(tc, test_tcp_answers_flushed_in_order);
     tcase_add_test(tc, test_tcp_url_forms);
