@@ -60,6 +60,14 @@ static size_t record(uint32_t no, size_t len, uint8_t *buf)
     return len;
 }
 
+/* The replay saw records 0 .. n-1, each once, in order. */
+static void assert_replayed_in_order(const replayed *r, uint32_t n)
+{
+    ck_assert_uint_eq(r->n, n);
+    for (uint32_t i = 0; i < n; i++)
+        ck_assert_uint_eq(r->seen[i], i);
+}
+
 static kl_journal *jopen(const char *dir, size_t seg, flusher *f, replayed *r, kl_code want, kl_err *err)
 {
     kl_journal_options o = {.segment_bytes = seg, .flush = flush_cb, .flush_arg = f};
@@ -122,9 +130,7 @@ START_TEST(journal_replays_everything_in_order)
     ck_assert_uint_ge(seg_files(dir, names, 64), 5);
     kl_journal_close(j);
     j = jopen(dir, 8192, &f, &r, KL_OK, &err);
-    ck_assert_uint_eq(r.n, 300);
-    for (uint32_t i = 0; i < 300; i++)
-        ck_assert_uint_eq(r.seen[i], i);
+    assert_replayed_in_order(&r, 300);
     /* The reopen wrote nothing: a second one replays the same records. */
     kl_journal_close(j);
     j = jopen(dir, 8192, &f, &r, KL_OK, &err);
@@ -439,9 +445,7 @@ START_TEST(journal_replays_segments_of_the_previous_format)
     kl_err err;
     write_blake2b_segment(dir, 1, 8192, 0, 40, 100, -1);
     kl_journal *j = jopen(dir, 8192, &f, &r, KL_OK, &err);
-    ck_assert_uint_eq(r.n, 40);
-    for (uint32_t i = 0; i < 40; i++)
-        ck_assert_uint_eq(r.seen[i], i);
+    assert_replayed_in_order(&r, 40);
     append_n(j, 40, 140, 100); /* into new segments, across switches */
     kl_journal_close(j);
     char names[64][300];
@@ -458,9 +462,7 @@ START_TEST(journal_replays_segments_of_the_previous_format)
     }
     ck_assert_uint_eq(old, 1); /* only the one written here; the journal wrote format 2 */
     j = jopen(dir, 8192, &f, &r, KL_OK, &err);
-    ck_assert_uint_eq(r.n, 140);
-    for (uint32_t i = 0; i < 140; i++)
-        ck_assert_uint_eq(r.seen[i], i);
+    assert_replayed_in_order(&r, 140);
     kl_journal_close(j);
     th_rmrf(dir);
 
