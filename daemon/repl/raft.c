@@ -110,6 +110,7 @@ struct kl_raft {
     handed_ready hand[KL_RAFT_MAX_READIES];
     size_t hand_head, n_out;
     kl_raft_hard_state hs_handed; /* last hard state handed out (or loaded at start) */
+    kl_raft_hard_state hs_written; /* last one handed out in a ready that writes (or loaded) */
     uint64_t term_durable;        /* term of the last hard state reported written (advance) */
     kl_raft_role role_handed;
     uint64_t leader_handed, term_handed;
@@ -137,8 +138,6 @@ static int slot_of(const kl_raft *r, uint64_t id) { return kl_rconf_slot(&r->mc,
 
 static bool self_voter(const kl_raft *r) { return kl_rconf_is_voter(&r->mc, r->mc.self); }
 
-/* This member's log or snapshot has held a configuration entry. */
-static bool conf_seen(const kl_raft *r) { return r->conf_index != 0 || r->ch.n > 0; }
 
 /* The configuration as of the commit index: the latest CONF entry at or below it, or the
  * snapshot's. */
@@ -204,14 +203,10 @@ static kl_raft_msg msg_to(const kl_raft *r, uint8_t type, uint64_t to)
 /* Queues m, taking over its entries. Past the outbox limits the message is dropped, exactly
  * as a lossy network would: Raft recovers from that, and memory stays bounded. Returns
  * whether it was queued. */
-static bool conf_seen(const kl_raft *r);
-
 static bool send(kl_raft *r, kl_raft_msg *m)
 {
-    /* A follower of a changing membership tells the leader its commit index (see
-     * adopt_commit); a static one sends exactly what it always did. */
-    if ((m->type == KL_RAFT_MSG_APPEND_RESP || m->type == KL_RAFT_MSG_HEARTBEAT_RESP) &&
-        conf_seen(r))
+    /* Every follower answer tells the leader the follower's commit index (adopt_commit). */
+    if (m->type == KL_RAFT_MSG_APPEND_RESP || m->type == KL_RAFT_MSG_HEARTBEAT_RESP)
         m->commit = r->commit;
     size_t b = msg_bytes(m);
     if (r->out_len >= r->cfg.max_outbox_msgs || r->out_bytes + b > r->cfg.max_outbox_bytes)
@@ -821,9 +816,12 @@ static void handle_heartbeat(kl_raft *r, const kl_raft_msg *m)
 
 /* A follower's commit index is committed (only a leader's commit ever reaches it), and this
  * leader's log holds every committed entry: adopting it is no counting of earlier-term
- * copies (Raft §5.4.2 forbids that). A new leader needs it to know that an earlier-term
- * configuration entry committed: where the no-op can never commit (a dead member at
- * replica_count = N), nothing else would ever tell it, and no further change could go. */
+ * copies (Raft §5.4.2 forbids that). A new leader needs it where its no-op can never commit
+ * (a dead member at replica_count = N): nothing else would tell it that an earlier-term
+ * configuration entry committed, so no further change could go; and a leader restarted
+ * with a stored commit index behind what it holds (the index rides on the next synced
+ * write, and applies skip RocksDB's WAL) would apply nothing, so it could never serve the
+ * catalog that replacing the dead member needs. */
 static void adopt_commit(kl_raft *r, const kl_raft_msg *m)
 {
     if (m->commit > r->commit) {
@@ -1251,7 +1249,7 @@ kl_code kl_raft_new(const kl_raft_config *cfg, kl_raft **out, kl_err *err)
     /* Applied entries were committed, even if the commit write lagged behind. */
     r->commit = max_u64(cfg->hard.commit, cfg->applied);
     r->applied = r->applied_handed = cfg->applied;
-    r->hs_handed = cfg->hard;
+    r->hs_handed = r->hs_written = cfg->hard;
     r->term_durable = cfg->hard.term;
     r->role = r->role_handed = KL_RAFT_FOLLOWER;
     r->term_handed = r->term;
@@ -1584,10 +1582,22 @@ kl_code kl_raft_get_ready(kl_raft *r, kl_raft_ready *rd)
     handed_ready *h = hand_at(r, r->n_out);
     assert(h->ents == NULL && h->msgs == NULL && h->committed == NULL);
     kl_raft_hard_state hs = {.term = r->term, .vote = r->vote, .commit = r->commit};
-    if (memcmp(&hs, &r->hs_handed, sizeof hs) != 0) {
+    /* A ready whose hard state differs only in commit, with nothing else to write, is one the
+     * driver does not write (raft.h: the commit index need not be durable). So a ready that
+     * writes anyway carries the hard state whenever the commit index moved since the last
+     * one that wrote: otherwise the stored commit index falls arbitrarily far behind, and a
+     * member restarted after kill -9 knows nothing it holds is committed until a leader (or,
+     * as leader, a follower) tells it, which at replica_count = N with a dead member may be
+     * never for a leader's own no-op. */
+    bool writes = install || n_ents > 0 || r->log.pending_trunc != 0 ||
+                  hs.term != r->hs_written.term || hs.vote != r->hs_written.vote;
+    if (memcmp(&hs, &r->hs_handed, sizeof hs) != 0 ||
+        (writes && memcmp(&hs, &r->hs_written, sizeof hs) != 0)) {
         rd->has_hard_state = true;
         rd->hard = hs;
         r->hs_handed = hs;
+        if (writes)
+            r->hs_written = hs;
     }
     h->has_hard = rd->has_hard_state;
     h->hard_term = hs.term;

@@ -135,10 +135,11 @@
  *                while it is a voter of its latest configuration or of the committed one (a
  *                removed leader that lost touch before C_new committed may have to finish
  *                the change), never once a configuration without it committed.
- *   commit news  followers whose log has held a CONF entry report their commit index in
- *                append and heartbeat answers, and a leader adopts a reported one (it is
- *                committed, and the leader's log holds every committed entry): a new leader
- *                whose no-op cannot commit still learns that an earlier-term CONF entry did.
+ *   commit news  followers report their commit index in append and heartbeat answers, and
+ *                a leader adopts a reported one (it is committed, and the leader's log holds
+ *                every committed entry): a new leader whose no-op cannot commit still
+ *                learns that an earlier-term CONF entry did, and one that restarted with a
+ *                stored commit index behind its log still applies what it holds committed.
  *   the driver   (a) persists CONF entries like any other and applies them in order (their
  *                data is kl_raft_conf_decode's); (b) on rd.conf_changed connects to the
  *                members of rd.conf it has no link to and may drop links to members no

@@ -456,7 +456,11 @@ static void persist(sim *s, s_node *n, const kl_raft_ready *rd)
 {
     if (rd->has_snapshot)
         disk_install(s, n, &rd->snapshot);
-    if (rd->has_hard_state) {
+    /* As the driver: a ready that only moves the commit index writes nothing. */
+    bool commit_only = rd->has_hard_state && !rd->has_snapshot && rd->truncate_from == 0 &&
+                       rd->n_entries == 0 && rd->hard.term == n->hs.term &&
+                       rd->hard.vote == n->hs.vote;
+    if (rd->has_hard_state && !commit_only) {
         const kl_raft_hard_state *h = &rd->hard;
         if (h->term < n->hs.term || h->commit < n->hs.commit)
             fail(s, "n%llu: durable term/commit went back (%llu/%llu -> %llu/%llu)",
