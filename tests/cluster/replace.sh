@@ -2,8 +2,8 @@
 # deploy/keyload-cluster replace on a real 3-member RF3 partition (replica_count 3, member
 # keys, sealed client sessions): a writer keeps enqueueing (each message retried under its
 # own command id until acknowledged), member p0m2 is killed -9 (writes stop: 3-of-3 cannot
-# commit without it), then `replace p0m2` gives the node a new member id and key pair, joins
-# it and replaces the old member; writes resume, the launcher prints the write outage it
+# commit without it), the other two are killed -9 and started again, then `replace p0m2` gives
+# the node a new member id and key pair, joins it and replaces the old member; writes resume, the launcher prints the write outage it
 # measured (command to the first acknowledged probe write), no key is printed, and every
 # acknowledged message is in the queue exactly once. Ports 31000-31799 (below the ephemeral
 # range); every process it starts is stopped on exit by pid, never by name.
@@ -82,6 +82,21 @@ sleep 1
 n_dead=$(wc -l <"$acked")
 sleep 2
 check "3-of-3 without p0m2: no write acknowledged for 2 s" [ "$(wc -l <"$acked")" -le $((n_dead + 1)) ]
+# Both survivors are killed -9 and started again too. With p0m2 dead no no-op of a new
+# term can ever commit, and applies skip RocksDB's WAL, so each restarts knowing committed
+# only what its stored commit index says: that index must not lag behind what it held
+# committed (it rides on the next log write), and a new leader must also take the other's
+# report of it, or nothing is applied, every Hello is refused catalog_behind and the
+# replacement cannot start.
+for n in p0m1 p0m3; do
+  id=$(proc_id "$(cat "$var/$n.pid")")
+  kill -KILL "${id%%:*}"
+  for _ in $(seq 1 100); do ended "$id" && break; sleep 0.05; done
+  check "$n killed -9" ended "$id"
+done
+for n in p0m1 p0m3; do
+  if kc start "$n" >/dev/null; then ok "$n started again"; else bad "$n started again"; fi
+done
 old_pub=$(cat "$var/p0m2.pub")
 cp "$var/cluster.json" "$var/cluster.json.before"
 
