@@ -138,7 +138,6 @@ static int slot_of(const kl_raft *r, uint64_t id) { return kl_rconf_slot(&r->mc,
 
 static bool self_voter(const kl_raft *r) { return kl_rconf_is_voter(&r->mc, r->mc.self); }
 
-
 /* The configuration as of the commit index: the latest CONF entry at or below it, or the
  * snapshot's. */
 static const kl_raft_conf *committed_conf(const kl_raft *r)
