@@ -755,11 +755,12 @@ kl_code kl_rpc_direct_start(kl_rpc_direct *c, kl_rpc_direct_req *r, const uint8_
     r->state = REQ_PENDING;
     list_push(&c->pend_head, &c->pend_tail, r);
     c->open_reqs++;
-    if (c->state == C_READY && c->tail == NULL && c->pend_head == r && cork_depth > 0)
-        c->flush_owed = true; /* written with the others at kl_rpc_direct_uncork */
-    else if (c->state == C_READY && c->tail == NULL && c->pend_head == r)
-        conn_flush(c); /* the caller writes: no hand-off to another thread */
-    else if (c->state == C_DOWN && now >= c->retry_at)
+    if (c->state == C_READY && c->tail == NULL && c->pend_head == r) {
+        if (cork_depth > 0)
+            c->flush_owed = true; /* written with the others at kl_rpc_direct_uncork */
+        else
+            conn_flush(c); /* the caller writes: no hand-off to another thread */
+    } else if (c->state == C_DOWN && now >= c->retry_at)
         conn_connect(c);
     else if (c->state == C_DOWN)
         due_at(c->retry_at);
