@@ -74,10 +74,14 @@ writer=$!
 for _ in $(seq 1 100); do [ "$(wc -l <"$acked")" -ge 10 ] && break; sleep 0.1; done
 check "the writer got 10 writes acknowledged before the kill" [ "$(wc -l <"$acked")" -ge 10 ]
 
-old_pid=$(cat "$var/p0m2.pid"); old_id=$(proc_id "$old_pid")
-kill -KILL "$old_pid"
-for _ in $(seq 1 100); do ended "$old_id" && break; sleep 0.05; done
-check "p0m2 killed -9" ended "$old_id"
+# kill9 NODE: kill -9 the node's member by its pid and wait (5 s at most) until it is gone.
+kill9() {
+  local id; id=$(proc_id "$(cat "$var/$1.pid")")
+  kill -KILL "${id%%:*}"
+  for _ in $(seq 1 100); do ended "$id" && break; sleep 0.05; done
+  check "$1 killed -9" ended "$id"
+}
+kill9 p0m2
 sleep 1
 n_dead=$(wc -l <"$acked")
 sleep 2
@@ -88,12 +92,8 @@ check "3-of-3 without p0m2: no write acknowledged for 2 s" [ "$(wc -l <"$acked")
 # committed (it rides on the next log write), and a new leader must also take the other's
 # report of it, or nothing is applied, every Hello is refused catalog_behind and the
 # replacement cannot start.
-for n in p0m1 p0m3; do
-  id=$(proc_id "$(cat "$var/$n.pid")")
-  kill -KILL "${id%%:*}"
-  for _ in $(seq 1 100); do ended "$id" && break; sleep 0.05; done
-  check "$n killed -9" ended "$id"
-done
+kill9 p0m1
+kill9 p0m3
 for n in p0m1 p0m3; do
   if kc start "$n" >/dev/null; then ok "$n started again"; else bad "$n started again"; fi
 done
