@@ -58,7 +58,9 @@ struct kl_rpc_direct {
     size_t tail_len, tail_off;
     kl_rpc_direct_req *pend_head, *pend_tail; /* write order; only the head may be partial */
     kl_rpc_direct_req *sent_head, *sent_tail;
-    bool flush_owed; /* a corked start left its requests for kl_rpc_direct_uncork */
+    /* On g.owed: a corked start left its requests for kl_rpc_direct_uncork. */
+    bool flush_owed;
+    kl_rpc_direct *owed_next, *owed_prev;
     size_t open_reqs;
     uint32_t next_id;
     kl_rpc_direct *cnext, *cprev;
@@ -70,6 +72,7 @@ static struct {
     int ep, ev;
     int start_err;
     kl_rpc_direct *conns;
+    kl_rpc_direct *owed; /* exactly the connections with flush_owed: what an uncork writes */
     kl_rpc_direct *graveyard; /* closed, freed by the I/O thread after its current events */
     kl_rpc_direct_req *done_head, *done_tail;
     kl_rpc_direct_req *sleep_head, *sleep_tail;
@@ -212,6 +215,33 @@ static void req_written(kl_rpc_direct *c, kl_rpc_direct_req *r)
     list_push(&c->sent_head, &c->sent_tail, r);
 }
 
+/* g.owed, under g.mu. */
+static void owed_unlink(kl_rpc_direct *c)
+{
+    if (!c->flush_owed)
+        return;
+    if (c->owed_prev != NULL)
+        c->owed_prev->owed_next = c->owed_next;
+    else
+        g.owed = c->owed_next;
+    if (c->owed_next != NULL)
+        c->owed_next->owed_prev = c->owed_prev;
+    c->owed_next = c->owed_prev = NULL;
+    c->flush_owed = false;
+}
+
+static void owed_link(kl_rpc_direct *c)
+{
+    if (c->flush_owed)
+        return;
+    c->flush_owed = true;
+    c->owed_prev = NULL;
+    c->owed_next = g.owed;
+    if (g.owed != NULL)
+        g.owed->owed_prev = c;
+    g.owed = c;
+}
+
 /* Writes the tail, then pending frames in order, until the socket is full: up to
  * DIRECT_FLUSH_IOV of them per sendmsg, so requests started together (a corked pass, or
  * frames queued behind a full socket) cost one system call and, on loopback, one segment
@@ -220,7 +250,7 @@ static void conn_flush(kl_rpc_direct *c)
 {
     if (c->state != C_READY)
         return;
-    c->flush_owed = false;
+    owed_unlink(c);
     for (;;) {
         struct iovec iov[DIRECT_FLUSH_IOV];
         kl_rpc_direct_req *rs[DIRECT_FLUSH_IOV];
@@ -271,7 +301,8 @@ static void conn_flush(kl_rpc_direct *c)
 }
 
 /* Requests started by this thread while corked wait for kl_rpc_direct_uncork; their
- * connections are marked flush_owed. */
+ * connections go on g.owed, so an uncork costs the connections it writes, not every
+ * connection of the process. */
 static _Thread_local int cork_depth;
 
 void kl_rpc_direct_cork(void)
@@ -285,11 +316,11 @@ void kl_rpc_direct_uncork(void)
     if (--cork_depth > 0)
         return;
     pthread_mutex_lock(&g.mu);
-    for (kl_rpc_direct *c = g.conns; c != NULL; c = c->cnext)
-        if (c->flush_owed) {
-            c->flush_owed = false;
-            conn_flush(c); /* in order after whatever is still queued; nothing when not ready */
-        }
+    while (g.owed != NULL) {
+        kl_rpc_direct *c = g.owed;
+        owed_unlink(c);
+        conn_flush(c); /* in order after whatever is still queued; nothing when not ready */
+    }
     pthread_mutex_unlock(&g.mu);
 }
 
@@ -701,6 +732,7 @@ void kl_rpc_direct_close(kl_rpc_direct *c)
     if (c->fd >= 0)
         close(c->fd);
     c->fd = -1;
+    owed_unlink(c); /* the graveyard's memory goes on the I/O thread: off every list first */
     if (c->cprev != NULL)
         c->cprev->cnext = c->cnext;
     else
@@ -757,7 +789,7 @@ kl_code kl_rpc_direct_start(kl_rpc_direct *c, kl_rpc_direct_req *r, const uint8_
     c->open_reqs++;
     if (c->state == C_READY && c->tail == NULL && c->pend_head == r) {
         if (cork_depth > 0)
-            c->flush_owed = true; /* written with the others at kl_rpc_direct_uncork */
+            owed_link(c); /* written with the others at kl_rpc_direct_uncork */
         else
             conn_flush(c); /* the caller writes: no hand-off to another thread */
     } else if (c->state == C_DOWN && now >= c->retry_at)

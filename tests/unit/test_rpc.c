@@ -926,6 +926,84 @@ START_TEST(test_direct_cork_holds_then_writes_in_order)
 }
 END_TEST
 
+/* A raw REP peer on a fresh port: *lfd listens, *fd is the accepted client connection
+ * after both hellos, *c the client. */
+static void raw_rep_open(int *lfd, int *fd, kl_rpc_direct **c)
+{
+    int port = th_free_port();
+    *lfd = socket(AF_INET, SOCK_STREAM, 0);
+    ck_assert_int_ge(*lfd, 0);
+    int one = 1;
+    setsockopt(*lfd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+    struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
+    sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    ck_assert_int_eq(bind(*lfd, (struct sockaddr *)&sa, sizeof sa), 0);
+    ck_assert_int_eq(listen(*lfd, 1), 0);
+    char url[64];
+    snprintf(url, sizeof url, "tcp://127.0.0.1:%d", port);
+    kl_err err;
+    ck_assert_int_eq(kl_rpc_direct_open(url, -1, 1 << 20, c, &err), KL_OK);
+    *fd = accept(*lfd, NULL, NULL);
+    ck_assert_int_ge(*fd, 0);
+    struct timeval tv = {.tv_sec = 5};
+    ck_assert_int_eq(setsockopt(*fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv), 0);
+    uint8_t hello[8];
+    ck_assert(tcp_raw_read(*fd, hello, sizeof hello));
+    ck_assert_mem_eq(hello, tcp_req_hello, sizeof hello);
+    const uint8_t rep_hello[8] = {0, 'S', 'P', 0, 0, 0x31, 0, 0};
+    tcp_raw_send(*fd, rep_hello, sizeof rep_hello);
+}
+
+/* Connections owed a write by a corked start: one closed before the uncork leaves the
+ * uncork's list with it (its memory goes on the I/O thread; under ASan a later visit would
+ * be a use after free), and the uncork still writes every other owed connection's
+ * requests. Three connections, requests corked on all three, the middle one closed. */
+START_TEST(test_direct_uncork_skips_closed_connection)
+{
+    enum { K = 3 };
+    int lfd[K], fd[K];
+    kl_rpc_direct *c[K];
+    for (int i = 0; i < K; i++)
+        raw_rep_open(&lfd[i], &fd[i], &c[i]);
+    usleep(100 * 1000); /* the I/O thread reads the hellos: every connection is ready */
+    cork_count cc = {0};
+    kl_rpc_direct_req r[K];
+    memset(r, 0, sizeof r);
+    kl_err err;
+    kl_rpc_direct_cork();
+    for (int i = 0; i < K; i++) {
+        r[i].done = cork_done;
+        r[i].arg = &cc;
+        uint8_t body[3] = {'b', (uint8_t)('0' + i), 'z'};
+        ck_assert_int_eq(kl_rpc_direct_start(c[i], &r[i], body, sizeof body, 5000, 5000, &err), KL_OK);
+    }
+    kl_rpc_direct_close(c[1]);
+    usleep(100 * 1000); /* the I/O thread frees the closed connection */
+    ck_assert_int_eq(atomic_load(&cc.done), 1);
+    ck_assert_int_eq(r[1].outcome, KL_RPC_DIRECT_NOT_SENT_CLOSED);
+    kl_rpc_direct_uncork();
+    for (int i = 0; i < K; i += 2) {
+        uint8_t f[8 + 4 + 3];
+        ck_assert(tcp_raw_read(fd[i], f, sizeof f));
+        ck_assert_int_eq(f[13], '0' + i);
+        uint8_t a[8 + 4 + 1] = {0, 0, 0, 0, 0, 0, 0, 5, f[8], f[9], f[10], f[11], 'a'};
+        tcp_raw_send(fd[i], a, sizeof a);
+    }
+    for (int k = 0; k < 500 && atomic_load(&cc.done) < K; k++)
+        usleep(10 * 1000);
+    ck_assert_int_eq(atomic_load(&cc.done), K);
+    for (int i = 0; i < K; i += 2) {
+        ck_assert_int_eq(r[i].outcome, KL_RPC_DIRECT_ANSWERED);
+        free(r[i].reply);
+        kl_rpc_direct_close(c[i]);
+    }
+    for (int i = 0; i < K; i++) {
+        close(fd[i]);
+        close(lfd[i]);
+    }
+}
+END_TEST
+
 /* A wrong hello and a frame over the receive limit close the connection unserved; a frame
  * without a backtrace is dropped; a request's backtrace comes back on its answer. */
 START_TEST(test_tcp_wire)
@@ -1222,6 +1300,7 @@ Suite *suite_rpc(void)
     tcase_add_test(tc, test_tcp_fair_resume);
     tcase_add_test(tc, test_direct_reconnects);
     tcase_add_test(tc, test_direct_cork_holds_then_writes_in_order);
+    tcase_add_test(tc, test_direct_uncork_skips_closed_connection);
     tcase_add_test(tc, test_tcp_resume_not_nested);
     tcase_add_test(tc, test_tcp_answers_flushed_in_order);
     tcase_add_test(tc, test_tcp_url_forms);
