@@ -130,6 +130,11 @@
 /* ---------------------------------------------------------------- SDK (client/keyload.h) */
 /* Redirects (NOT_LEADER with a leader address) followed per request. */
 #define KL_MAX_REDIRECTS 3
+/* A member that answers it is full (UNAVAILABLE "reads_full", "write_pipeline_full",
+ * "max_unpersisted_entries") is asked again after a pause that starts here and doubles per
+ * such answer within a call, up to the cap; its bounds free up within a replication round. */
+#define KL_BUSY_PAUSE_MIN_MS 2
+#define KL_BUSY_PAUSE_MAX_MS 64
 /* Keys in a grant's field or header key list (kl_key_list). */
 #define KL_KEY_LIST_MAX 64
 

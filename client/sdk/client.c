@@ -430,6 +430,10 @@ struct kl_call {
     int next, target, redirects, hinted, mi;
     int64_t pause;
     bool alive, maybe_sent, sealed, pausing;
+    /* A member answered it is full: the next attempt goes to it again after busy_ms
+     * (busy_due), and the pause in flight is that one (busy_pausing), not a round's. */
+    bool busy_due, busy_pausing;
+    int busy_ms;
     uint64_t lost;
     kl_err last;
     kl_err answered;           /* the last refusal a member answered (not a local failure); code KL_OK: none */
@@ -524,6 +528,9 @@ static void pc_start(kl_call *call, int pid, const call_spec *s, call_step_fn th
     call->pc_ans_len = 0;
     call->sealed = false;
     call->pausing = false;
+    call->busy_due = false;
+    call->busy_pausing = false;
+    call->busy_ms = KL_BUSY_PAUSE_MIN_MS;
     call->learning = LEARN_NONE;
     call->learned_round = false;
     call->pi = partition_slot(c, pid);
@@ -751,6 +758,18 @@ static bool stale_identity(kl_code rc, const kl_err *e)
            (strcmp(e->detail, "wrong_member") == 0 || strcmp(e->detail, "bad_member_signature") == 0);
 }
 
+/* The member answered that a bound of its own is full (it serves, and it leads: a follower
+ * says NOT_LEADER first): the same member is asked again after a short pause. Forgetting it
+ * as leader would send this call, and every other call of the client that shares the
+ * leader cache, to a follower for a NOT_LEADER and back, adding load to a member that is
+ * already full. */
+static bool member_busy(kl_code rc, const kl_err *e)
+{
+    return rc == KL_UNAVAILABLE &&
+           (strcmp(e->detail, "reads_full") == 0 || strcmp(e->detail, "write_pipeline_full") == 0 ||
+            strcmp(e->detail, "max_unpersisted_entries") == 0);
+}
+
 /* The result of one attempt at call->mi: true = the partition call is over (pc_end ran). */
 static bool pc_attempt_result(kl_call *call, kl_code rc, const kl_err *e, uint8_t *ans,
                               size_t ans_len, const char *leader)
@@ -760,6 +779,15 @@ static bool pc_attempt_result(kl_call *call, kl_code rc, const kl_err *e, uint8_
         return learn_result(call, rc, ans, ans_len);
     if (rc == KL_OK)
         return pc_succeeded(call, ans, ans_len);
+    if (member_busy(rc, e)) {
+        /* Refused before anything ran: the same bytes may go again. */
+        call->last = *e;
+        call->answered = *e;
+        call->alive = true;
+        call->target = mi;
+        call->busy_due = true;
+        return false;
+    }
     if (rc == KL_UNAVAILABLE || rc == KL_DEADLINE_EXCEEDED || rc == KL_UNKNOWN_WRITE_OUTCOME ||
         stale_identity(rc, e))
         leader_forget(call->c, call->pi, mi); /* it may have stopped leading */
@@ -909,6 +937,18 @@ static void pc_advance(kl_call *call)
             pc_fail(call);
             return;
         }
+        if (call->busy_due) {
+            call->busy_due = false;
+            if (call->deadline - now_ms() <= call->busy_ms) {
+                pc_fail(call);
+                return;
+            }
+            call->pausing = true;
+            call->busy_pausing = true;
+            kl_rpc_sleep_start(call->op, call->busy_ms);
+            call->busy_ms = call->busy_ms * 2 > KL_BUSY_PAUSE_MAX_MS ? KL_BUSY_PAUSE_MAX_MS : call->busy_ms * 2;
+            return;
+        }
         int mi = pc_pick(call);
         if (mi == -2)
             return;
@@ -953,7 +993,13 @@ static void call_op_done(void *arg)
     kl_call *call = arg;
     call->blocking_dial = false; /* an nng thread from now on: never wait for a dial */
     if (call->pausing) {
-        pc_round(call);
+        if (call->busy_pausing) { /* call->target is the busy member */
+            call->pausing = false;
+            call->busy_pausing = false;
+            pc_advance(call);
+        } else {
+            pc_round(call);
+        }
         return;
     }
     bool over;

@@ -2,7 +2,8 @@
  * a client remembers each partition's last leader, shared by every thread using it and
  * every other client of the process that opened the same cluster, so
  * only the first call meets a follower's NOT_LEADER; a NOT_LEADER naming another member,
- * or an UNAVAILABLE, moves the next calls on. */
+ * or an UNAVAILABLE, moves the next calls on; a leader that answers it is full is asked
+ * again after a pause and stays the leader. */
 #include "client/keyload.h"
 #include "common/rpc.h"
 #include "tests/unit/harness.h"
@@ -18,7 +19,7 @@
 #include <unistd.h>
 #include <uv.h>
 
-enum { LEADS, FOLLOWS, UNAVAILABLE_ONCE, SILENT };
+enum { LEADS, FOLLOWS, UNAVAILABLE_ONCE, SILENT, BUSY };
 
 typedef struct member {
     uv_loop_t loop;
@@ -28,6 +29,7 @@ typedef struct member {
     char url[64];
     atomic_int mode;
     atomic_int calls;
+    atomic_int busy_left; /* BUSY: "full" answers before it serves again (< 0: for ever) */
     struct member *other; /* the leader a follower names */
     kl_rpc_call *held[256]; /* SILENT: calls never answered (loop thread only) */
     int n_held;
@@ -59,6 +61,15 @@ static void on_batch(void *owner, kl_rpc_call *call)
         answer_receipt(call);
     } else if (mode == SILENT && m->n_held < 256) {
         m->held[m->n_held++] = call; /* answered only after the server stopped: never sent */
+    } else if (mode == BUSY) {
+        if (atomic_load(&m->busy_left) == 0) {
+            answer_receipt(call);
+            return;
+        }
+        if (atomic_load(&m->busy_left) > 0)
+            atomic_fetch_sub(&m->busy_left, 1);
+        kl_fail(&e, KL_UNAVAILABLE, "write_pipeline_full", "the write pipeline is full");
+        kl_rpc_reply_error(call, &e, NULL);
     } else if (mode == FOLLOWS) {
         kl_fail(&e, KL_NOT_LEADER, "not_leader", "this member does not lead partition 0 now");
         kl_rpc_reply_error(call, &e, m->other->url);
@@ -202,6 +213,56 @@ START_TEST(unavailable_forgets_the_leader)
         send_one(c);
     ck_assert_int_eq(calls(&mb[1]), 2);
     ck_assert_int_eq(calls(&mb[0]), 4);
+    kl_client_close(c);
+}
+END_TEST
+
+/* A cached leader that answers it is full is asked again after a pause, and stays cached:
+ * the follower (which would only redirect back to it) is not asked again. */
+START_TEST(busy_leader_is_asked_again)
+{
+    kl_client *c = open_client();
+    send_one(c); /* mb[0] redirects, mb[1] serves: mb[1] cached */
+    atomic_store(&mb[1].busy_left, 2);
+    atomic_store(&mb[1].mode, BUSY);
+    for (int i = 0; i < 3; i++)
+        send_one(c);
+    ck_assert_int_eq(calls(&mb[0]), 1);
+    ck_assert_int_eq(calls(&mb[1]), 1 + 2 + 3); /* 1 served, 2 full, then 3 served */
+    kl_client_close(c);
+}
+END_TEST
+
+/* A leader full until the call's time runs out: the call fails with the member's own
+ * refusal (retryable, naming the full bound), after a bounded number of paced attempts. */
+START_TEST(busy_until_the_deadline_names_the_bound)
+{
+    kl_client *c;
+    kl_err err;
+    ck_assert_int_eq(kl_client_open(path, "t/d", 500, &c, &err), KL_OK);
+    send_one(c); /* mb[0] redirects, mb[1] serves: mb[1] cached */
+    atomic_store(&mb[1].busy_left, -1);
+    atomic_store(&mb[1].mode, BUSY);
+    kl_batch *b;
+    kl_message *m;
+    ck_assert_int_eq(kl_batch_new(NULL, &b, &err), KL_OK);
+    ck_assert_int_eq(kl_message_new("x", 1, &m, &err), KL_OK);
+    ck_assert_int_eq(kl_batch_enqueue(b, "q", NULL, m, &err), KL_OK);
+    kl_receipt *r = NULL;
+    struct timespec t0, t1;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    kl_code rc = kl_client_batch(c, b, &r, &err);
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    ck_assert_int_eq(rc, KL_UNAVAILABLE);
+    ck_assert_str_eq(err.detail, "write_pipeline_full");
+    long ms = (t1.tv_sec - t0.tv_sec) * 1000 + (t1.tv_nsec - t0.tv_nsec) / 1000000;
+    ck_assert_msg(ms >= 300 && ms < 2000, "the call took %ld ms with a 500 ms timeout", ms);
+    /* pauses of 2, 4, ... 64, 64, ... ms in 500 ms: about a dozen attempts, not a spin */
+    ck_assert_int_le(calls(&mb[1]), 1 + 16);
+    ck_assert_int_ge(calls(&mb[1]), 1 + 5);
+    ck_assert_int_eq(calls(&mb[0]), 1);
+    kl_message_free(m);
+    kl_batch_free(b);
     kl_client_close(c);
 }
 END_TEST
@@ -472,6 +533,8 @@ Suite *suite_sdk_leader(void)
     tcase_add_test(t, the_leader_is_remembered);
     tcase_add_test(t, not_leader_moves_the_cache);
     tcase_add_test(t, unavailable_forgets_the_leader);
+    tcase_add_test(t, busy_leader_is_asked_again);
+    tcase_add_test(t, busy_until_the_deadline_names_the_bound);
     tcase_add_test(t, threads_share_the_cache);
     tcase_add_test(t, clients_of_one_cluster_share_the_cache);
     tcase_add_test(t, clients_share_what_is_forgotten);
