@@ -1,7 +1,7 @@
 #include "common/guid.h"
 
+#include <assert.h>
 #include <sodium.h>
-#include <stdio.h>
 
 static int hexval(char c)
 {
@@ -34,12 +34,20 @@ bool kl_guid_parse(const char *text, uint8_t out[KL_GUID_LEN])
     return text[KL_GUID_TEXT_LEN] == '\0' && n == KL_GUID_LEN;
 }
 
+/* Every batch the SDK makes and every coordinator call formats one: by hand, since
+ * snprintf's format parsing was 1.3% of the coordinator's CPU. */
 void kl_guid_format(const uint8_t g[KL_GUID_LEN], char out[KL_GUID_TEXT_LEN + 1])
 {
-    snprintf(out, KL_GUID_TEXT_LEN + 1,
-             "%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x",
-             g[0], g[1], g[2], g[3], g[4], g[5], g[6], g[7], g[8], g[9], g[10], g[11],
-             g[12], g[13], g[14], g[15]);
+    static const char hex[] = "0123456789abcdef";
+    size_t o = 0;
+    for (size_t i = 0; i < KL_GUID_LEN; i++) {
+        if (i == 4 || i == 6 || i == 8 || i == 10)
+            out[o++] = '-';
+        out[o++] = hex[g[i] >> 4];
+        out[o++] = hex[g[i] & 15];
+    }
+    assert(o == KL_GUID_TEXT_LEN);
+    out[o] = '\0';
 }
 
 bool kl_guid_valid(const uint8_t *g, size_t len)

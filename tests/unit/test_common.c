@@ -5,6 +5,7 @@
 #include "common/status.h"
 
 #include <check.h>
+#include <sodium.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -41,6 +42,20 @@ START_TEST(guid_parse_format_validate)
     kl_guid_random(g);
     ck_assert(kl_guid_valid(g, 16));
     ck_assert(!kl_guid_valid(g, 15));
+    /* The text is the canonical 8-4-4-4-12 lower-case form of every byte value. */
+    for (int k = 0; k < 1000; k++) {
+        for (int i = 0; i < 16; i++)
+            g[i] = k < 256 ? (uint8_t)k : (uint8_t)randombytes_uniform(256);
+        char want[37];
+        snprintf(want, sizeof want, "%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x",
+                 g[0], g[1], g[2], g[3], g[4], g[5], g[6], g[7], g[8], g[9], g[10], g[11], g[12], g[13],
+                 g[14], g[15]);
+        kl_guid_format(g, txt);
+        ck_assert_str_eq(txt, want);
+        uint8_t back[16];
+        ck_assert(kl_guid_parse(txt, back));
+        ck_assert_mem_eq(back, g, 16);
+    }
 }
 END_TEST
 
