@@ -310,17 +310,23 @@ void kl_rpc_direct_cork(void)
     cork_depth++;
 }
 
+/* Writes every owed connection's held requests. Under g.mu. */
+static void owed_flush(void)
+{
+    while (g.owed != NULL) {
+        kl_rpc_direct *c = g.owed;
+        owed_unlink(c);
+        conn_flush(c); /* in order after whatever is still queued; nothing when not ready */
+    }
+}
+
 void kl_rpc_direct_uncork(void)
 {
     assert(cork_depth > 0);
     if (--cork_depth > 0)
         return;
     pthread_mutex_lock(&g.mu);
-    while (g.owed != NULL) {
-        kl_rpc_direct *c = g.owed;
-        owed_unlink(c);
-        conn_flush(c); /* in order after whatever is still queued; nothing when not ready */
-    }
+    owed_flush();
     pthread_mutex_unlock(&g.mu);
 }
 
@@ -567,8 +573,17 @@ static void scan(int64_t now)
     g.next_due = next;
 }
 
+/* The I/O thread's batch of done callbacks, under g.mu (released around each). The
+ * requests they start (a call's next attempt, the next step of a chained call) are held as
+ * a corked caller's are and written when the batch ends: one sendmsg per connection per
+ * batch of answers, not one per request (the coordinator's I/O thread spent 18% of its
+ * samples in sendmsg starting them one by one). Callbacks never wait, so holding them
+ * delays those writes by the rest of the batch only. */
 static void run_callbacks(void)
 {
+    if (g.done_head == NULL)
+        return;
+    cork_depth++;
     kl_rpc_direct_req *r;
     while ((r = g.done_head) != NULL) {
         g.done_head = r->next;
@@ -585,6 +600,8 @@ static void run_callbacks(void)
         g.in_cb = NULL;
         pthread_cond_broadcast(&g.cv);
     }
+    if (--cork_depth == 0)
+        owed_flush();
 }
 
 static void *io_main(void *arg)

@@ -1004,6 +1004,71 @@ START_TEST(test_direct_uncork_skips_closed_connection)
 }
 END_TEST
 
+typedef struct {
+    kl_rpc_direct *conn[2];
+    kl_rpc_direct_req next[2];
+    cork_count cc;
+    atomic_int started;
+} chain_ctx;
+
+static chain_ctx chain;
+
+static void chain_second_done(void *arg) { cork_done(arg); }
+
+/* The first answer's callback (on the I/O thread) starts one request on each connection. */
+static void chain_first_done(void *arg)
+{
+    (void)arg;
+    kl_err err;
+    for (int i = 0; i < 2; i++) {
+        chain.next[i].done = chain_second_done;
+        chain.next[i].arg = &chain.cc;
+        uint8_t body[3] = {'n', (uint8_t)('0' + i), 'z'};
+        if (kl_rpc_direct_start(chain.conn[i], &chain.next[i], body, sizeof body, 5000, 5000, &err) == KL_OK)
+            atomic_fetch_add(&chain.started, 1);
+    }
+    atomic_fetch_add(&chain.cc.done, 1);
+}
+
+/* Requests started inside done callbacks are held until the I/O thread's batch of callbacks
+ * ends, then written: none is left unwritten waiting for an uncork nobody calls. */
+START_TEST(test_direct_requests_started_in_callbacks_are_written)
+{
+    int lfd[2], fd[2];
+    memset(&chain, 0, sizeof chain);
+    for (int i = 0; i < 2; i++)
+        raw_rep_open(&lfd[i], &fd[i], &chain.conn[i]);
+    usleep(100 * 1000); /* both connections ready */
+    kl_rpc_direct_req first = {.done = chain_first_done, .arg = NULL};
+    kl_err err;
+    ck_assert_int_eq(kl_rpc_direct_start(chain.conn[0], &first, (const uint8_t *)"f0z", 3, 5000, 5000, &err), KL_OK);
+    uint8_t f[8 + 4 + 3];
+    ck_assert(tcp_raw_read(fd[0], f, sizeof f));
+    ck_assert_int_eq(f[13], '0');
+    uint8_t a[8 + 4 + 1] = {0, 0, 0, 0, 0, 0, 0, 5, f[8], f[9], f[10], f[11], 'a'};
+    tcp_raw_send(fd[0], a, sizeof a);
+    for (int i = 0; i < 2; i++) { /* each connection gets the request its callback started */
+        ck_assert_msg(tcp_raw_read(fd[i], f, sizeof f), "connection %d: nothing written", i);
+        ck_assert_int_eq(f[12], 'n');
+        ck_assert_int_eq(f[13], '0' + i);
+        uint8_t b[8 + 4 + 1] = {0, 0, 0, 0, 0, 0, 0, 5, f[8], f[9], f[10], f[11], 'b'};
+        tcp_raw_send(fd[i], b, sizeof b);
+    }
+    for (int k = 0; k < 500 && atomic_load(&chain.cc.done) < 3; k++)
+        usleep(10 * 1000);
+    ck_assert_int_eq(atomic_load(&chain.started), 2);
+    ck_assert_int_eq(atomic_load(&chain.cc.done), 3);
+    free(first.reply);
+    for (int i = 0; i < 2; i++) {
+        ck_assert_int_eq(chain.next[i].outcome, KL_RPC_DIRECT_ANSWERED);
+        free(chain.next[i].reply);
+        kl_rpc_direct_close(chain.conn[i]);
+        close(fd[i]);
+        close(lfd[i]);
+    }
+}
+END_TEST
+
 /* A wrong hello and a frame over the receive limit close the connection unserved; a frame
  * without a backtrace is dropped; a request's backtrace comes back on its answer. */
 START_TEST(test_tcp_wire)
@@ -1301,6 +1366,7 @@ Suite *suite_rpc(void)
     tcase_add_test(tc, test_direct_reconnects);
     tcase_add_test(tc, test_direct_cork_holds_then_writes_in_order);
     tcase_add_test(tc, test_direct_uncork_skips_closed_connection);
+    tcase_add_test(tc, test_direct_requests_started_in_callbacks_are_written);
     tcase_add_test(tc, test_tcp_resume_not_nested);
     tcase_add_test(tc, test_tcp_answers_flushed_in_order);
     tcase_add_test(tc, test_tcp_url_forms);
