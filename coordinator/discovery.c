@@ -165,14 +165,17 @@ static void set_cursor(part_state *p, const ProtobufCBinaryData *next)
     p->cursor_len = next->len;
 }
 
-/* Pages one partition (at most max_work pages). */
-static void page_partition(kl_coord_discovery *d, part_state *p, round_counts *rc)
+/* Pages one partition (at most max_work pages). True when it stopped at that ceiling with
+ * more pages behind the cursor and dispatched something new: a sweep that only met intents
+ * the buffers already hold waits for the interval, as before. */
+static bool page_partition(kl_coord_discovery *d, part_state *p, round_counts *rc)
 {
     kl_coord *co = d->co;
     const kl_coord_config *cfg = &co->cfg;
+    uint64_t dispatched_before = rc->dispatched;
     for (uint32_t page = 0; page < cfg->discovery_max_work; page++) {
         if (atomic_load(&co->stopping))
-            return;
+            return false;
         Keyload__V1__ListPendingQueueTransfersAnswer *a = NULL;
         kl_err err;
         kl_code code = kl_client_pending_transfers(co->client, NULL, NULL, p->id, p->cursor,
@@ -184,7 +187,7 @@ static void page_partition(kl_coord_discovery *d, part_state *p, round_counts *r
                 p->page_size /= 2; /* the daemon's read limits: ask for less */
             KL_WARN("list_failed", "partition=%d code=%s detail=%s page_size=%" PRIu32
                     " action=keep_cursor", p->id, kl_code_name(code), err.detail, p->page_size);
-            return;
+            return false;
         }
         rc->pages++;
         if (a->cursor_reset)
@@ -226,7 +229,7 @@ static void page_partition(kl_coord_discovery *d, part_state *p, round_counts *r
                     " page_size=%" PRIu32 " action=keep_cursor", p->id, j,
                     cfg->discovery_max_bytes, p->page_size);
             keyload__v1__list_pending_queue_transfers_answer__free_unpacked(a, NULL);
-            return;
+            return false;
         }
         if (p->page_size < cfg->discovery_max_records) {
             uint64_t grown = (uint64_t)p->page_size * 2;
@@ -237,13 +240,14 @@ static void page_partition(kl_coord_discovery *d, part_state *p, round_counts *r
         set_cursor(p, done ? NULL : &a->next_cursor);
         kl_pending_transfers_free(a);
         if (done)
-            return; /* the next round starts from the beginning */
+            return false; /* the next round starts from the beginning */
         if (full && page_dispatched == 0)
-            return; /* the buffers are saturated: more pages now would only be refused */
+            return false; /* the buffers are saturated: more pages now would only be refused */
     }
+    return rc->dispatched > dispatched_before;
 }
 
-void kl_coord_discovery_round(kl_coord_discovery *d)
+bool kl_coord_discovery_round(kl_coord_discovery *d)
 {
     kl_coord *co = d->co;
     round_counts rc;
@@ -251,8 +255,9 @@ void kl_coord_discovery_round(kl_coord_discovery *d)
     d->n_lanes = 0;
     d->other = 0;
     d->round++;
+    bool more = false;
     for (int i = 0; i < d->n_parts && !atomic_load(&co->stopping); i++)
-        page_partition(d, &d->parts[i], &rc);
+        more |= page_partition(d, &d->parts[i], &rc);
     kl_coord_publish_lanes(co, d->lanes, d->n_lanes, d->other);
     atomic_fetch_add(&co->stats.rounds, 1);
     /* A round that dispatched or failed something, or whose counts differ from the last
@@ -273,4 +278,5 @@ void kl_coord_discovery_round(kl_coord_discovery *d)
                 d->round, rc.pages, rc.listed, rc.dispatched, rc.duplicates, rc.foreign,
                 rc.failed, rc.malformed, rc.full ? "true" : "false", rc.errors);
     }
+    return more && !atomic_load(&co->stopping);
 }

@@ -46,8 +46,13 @@ typedef enum kl_coord_take {
 kl_code kl_coord_discovery_new(kl_coord *co, kl_coord_discovery **out, kl_err *err);
 void kl_coord_discovery_free(kl_coord_discovery *d);
 
-/* One round (see above); returns early when co->stopping is set. */
-void kl_coord_discovery_round(kl_coord_discovery *d);
+/* One round (see above); returns early when co->stopping is set. True when some
+ * partition's paging stopped at its work ceiling (max_work pages) with more intents listed
+ * behind it, having dispatched new ones into buffers that still take them: the caller runs the next round
+ * now rather than after the interval, so the ceiling bounds each round's work, not the
+ * rate intents are taken at (one round of 16 pages of 64 every ~0.6 s capped a default
+ * coordinator at about 1,600 transfers/s, below what the members deliver). */
+bool kl_coord_discovery_round(kl_coord_discovery *d);
 
 /* Takes one listed item (exposed for tests: no network). */
 kl_coord_take kl_coord_discovery_take(kl_coord *co, const Keyload__V1__PendingQueueTransfer *item);

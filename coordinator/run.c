@@ -54,9 +54,9 @@ struct runner {
 
 static void schedule(worker *w);
 
-static void on_discovery_tick(void *arg)
+static bool on_discovery_tick(void *arg)
 {
-    kl_coord_discovery_round(arg);
+    return kl_coord_discovery_round(arg);
 }
 
 static void write_status(kl_coord *co, bool final)

@@ -1,5 +1,7 @@
 /* ticker: a thread running its own libuv loop with one repeating timer (the discovery pace;
- * workers are not threads, run.h).
+ * workers are not threads, run.h). A callback that returns true asks for the next one at
+ * once (the loop's next turn) instead of after the interval; the interval then counts
+ * from that one.
  *
  * The callback runs on the ticker's thread, synchronously: the SDK calls it makes are
  * blocking and bounded by the client's call timeout, so the loop has nothing else to serve
@@ -22,7 +24,7 @@
 #include <stdint.h>
 #include <uv.h>
 
-typedef void (*kl_coord_tick_fn)(void *arg);
+typedef bool (*kl_coord_tick_fn)(void *arg);
 
 typedef struct kl_coord_ticker {
     uv_loop_t loop;
@@ -31,6 +33,7 @@ typedef struct kl_coord_ticker {
     pthread_t thread;
     kl_coord_tick_fn fn;
     void *arg;
+    uint64_t interval_ms;
     bool running;          /* started and not yet stopped */
     atomic_bool stopping;  /* set by stop: no new callback starts (an overrun timer would
                             * otherwise fire once more before the wake-up is seen) */

@@ -153,6 +153,7 @@ void xf_stop_all(void);
  * coordinators and stops the cluster after a failed suite, cc_stop_all stops everything. */
 void test_coord_recovery(void);
 void test_coord_two(void);
+void test_coord_pace(void);
 void test_coord_many(void);
 void test_coord_leader_kill(void);
 void test_coord_principal(void);

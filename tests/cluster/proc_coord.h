@@ -142,6 +142,7 @@ typedef struct cc_opts {
     const char *db;
     int who; /* -1: "transfer_coordinator_principal_id": null */
     unsigned workers, flush_ms, buffer, discovery_ms, max_records, call_timeout_ms;
+    unsigned max_work;     /* discovery.max_work; 0: 16 */
     unsigned call_threads; /* 0: the default */
     bool defaults;         /* write no tuning key at all: the shipped defaults */
 } cc_opts;

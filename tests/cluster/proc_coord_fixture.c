@@ -254,10 +254,11 @@ bool cc_coord_config(int i, const char *tag, const cc_opts *o)
     }
     fprintf(f,
             "\"flush_interval_ms\":%u,\"workers\":%u,\"buffer_capacity\":%u,"
-            "\"discovery\":{\"interval_ms\":%u,\"max_records\":%u,\"max_bytes\":4194304,\"max_work\":16},"
+            "\"discovery\":{\"interval_ms\":%u,\"max_records\":%u,\"max_bytes\":4194304,\"max_work\":%u},"
             "\"status_file\":\"%s\",\"call_timeout_ms\":%u",
             o->flush_ms ? o->flush_ms : 5, o->workers ? o->workers : 1, o->buffer ? o->buffer : 1024,
-            o->discovery_ms ? o->discovery_ms : 50, o->max_records ? o->max_records : 64, c->status,
+            o->discovery_ms ? o->discovery_ms : 50, o->max_records ? o->max_records : 64,
+            o->max_work ? o->max_work : 16, c->status,
             o->call_timeout_ms ? o->call_timeout_ms : 3000);
     if (o->call_threads)
         fprintf(f, ",\"call_threads\":%u", o->call_threads);

@@ -2324,6 +2324,9 @@ int main(int argc, char **argv)
         {"TwoCoordinatorTests: two coordinators race over 500 transfers, each delivered with exactly one "
          "destination effect",
          test_coord_two},
+        {"CoordinatorDiscoveryPaceTests: rounds cut at the work ceiling follow each other at once: 200 "
+         "intents, 16 a round, a 60 s interval, all delivered within 30 s and then no more rounds",
+         test_coord_pace},
         {"CoordinatorInFlightTests: hundreds of turns in flight on one loop, no thread per call; SIGTERM "
          "cancels them through one path, then all delivered exactly once",
          test_coord_many},
