@@ -1,12 +1,17 @@
 #include "coordinator/ticker.h"
 
+#include <assert.h>
 #include <string.h>
 
 static void on_tick(uv_timer_t *h)
 {
     kl_coord_ticker *t = h->data;
-    if (!atomic_load(&t->stopping) && t->fn(t->arg) && !atomic_load(&t->stopping))
-        uv_timer_start(&t->timer, on_tick, 0, t->interval_ms); /* cannot fail: started before */
+    if (!atomic_load(&t->stopping) && t->fn(t->arg) && !atomic_load(&t->stopping)) {
+        /* Fails only without a callback: the same timer was started with this one. */
+        int r = uv_timer_start(&t->timer, on_tick, 0, t->interval_ms);
+        assert(r == 0);
+        (void)r;
+    }
 }
 
 static void on_stop(uv_async_t *h)
