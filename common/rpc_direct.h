@@ -97,7 +97,9 @@ kl_code kl_rpc_direct_start(kl_rpc_direct *d, kl_rpc_direct_req *r, const uint8_
  * call per connection and the server one read, not one per call. Nests; per thread. Keep a
  * corked stretch short and free of waits: its requests are not on the wire until the
  * uncork (their send deadline still runs). uncork takes the module's lock: never call it
- * inside a done callback's caller that holds it (none does). */
+ * inside a done callback's caller that holds it (none does). The I/O thread corks itself
+ * around each batch of done callbacks: a request a callback starts is written when that
+ * batch ends, with the others started in it. */
 void kl_rpc_direct_cork(void);
 void kl_rpc_direct_uncork(void);
 
