@@ -99,7 +99,9 @@ kl_code kl_rpc_direct_start(kl_rpc_direct *d, kl_rpc_direct_req *r, const uint8_
  * uncork (their send deadline still runs). uncork takes the module's lock: never call it
  * inside a done callback's caller that holds it (none does). The I/O thread corks itself
  * around each batch of done callbacks: a request a callback starts is written when that
- * batch ends, with the others started in it. */
+ * batch ends, with the others started in it. The held connections are one process-wide
+ * list, so any of these flushes (an uncork, the end of a callback batch) writes what other
+ * threads' corks hold too: a held request may leave before its own uncork, never after. */
 void kl_rpc_direct_cork(void);
 void kl_rpc_direct_uncork(void);
 
