@@ -214,6 +214,13 @@ typedef struct cc_plan {
 } cc_plan;
 
 long cc_make_all(const cc_plan *plans, int n, int threads_per_plan, char *why, size_t cap);
+/* The plan's database, its source queue on src_partition and destination queue on
+ * dst_partition, then all its transfers (one thread per lane); false with why filled. */
+bool cc_make_pair(const cc_plan *plan, int src_partition, int dst_partition, char *why, size_t cap);
+/* Polls every 200 ms, up to timeout_ms, until partition CC_SRC lists no pending intent and
+ * dst holds total messages; the last counts in *pending and *held either way. */
+bool cc_wait_drained(kl_client *op, kl_client *root, const char *dst, long long total, int timeout_ms,
+                     long *pending, long long *held);
 
 /* Opens a suite: its name on stderr, `why` and `err` for its checks, the cluster up. */
 #define CC_BEGIN(name)                                                                                             \

@@ -35,16 +35,9 @@ void test_coord_two(void)
     cc_coord_start(1, NULL);
     kl_client *root = cc_client(WHO_ROOT, TWO_DB), *op = cc_client(WHO_COORD, TWO_DB);
     CHECK(root && op, "clients");
-    int64_t deadline = now_ms() + 120000;
-    long pending = -1;
-    long long held = -1;
-    while (now_ms() < deadline) {
-        pending = cc_pending_on(op, CC_SRC, 1);
-        held = cc_messages(root, "dst.two");
-        if (pending == 0 && held >= TWO_TOTAL)
-            break;
-        sleep_ms(200);
-    }
+    long pending;
+    long long held;
+    cc_wait_drained(op, root, "dst.two", TWO_TOTAL, 120000, &pending, &held);
     int64_t t2 = now_ms();
     int sa = cc_coord_stop(0), sb = cc_coord_stop(1);
     CHECK(pending == 0 && held == TWO_TOTAL, "after %lld ms: %ld pending, %lld destination messages (want 0, %d)",
@@ -105,13 +98,9 @@ void test_coord_two(void)
 void test_coord_pace(void)
 {
     CC_BEGIN("CoordinatorDiscoveryPaceTests");
-    CHECK(cc_database(PACE_DB, why, sizeof why), "%s", why);
-    CHECK(cc_queue(PACE_DB, "src.pace", CC_SRC, &err) == KL_OK, "queue src.pace: %s", err.message);
-    CHECK(cc_queue(PACE_DB, "dst.pace", CC_DST, &err) == KL_OK, "queue dst.pace: %s", err.message);
     cc_plan plan = {.db = PACE_DB, .src = "src.pace", .dst = "dst.pace", .tag = "pace", .who = WHO_COORD,
                     .lanes = PACE_LANES, .per_lane = PACE_PER_LANE, .per_batch = 25};
-    long made = cc_make_all(&plan, 1, PACE_LANES, why, sizeof why);
-    CHECK(made == PACE_TOTAL, "created %ld of %d: %s", made, PACE_TOTAL, why);
+    CHECK(cc_make_pair(&plan, CC_SRC, CC_DST, why, sizeof why), "%s", why);
     cc_opts o = {.db = PACE_DB, .who = WHO_COORD, .workers = 8, .flush_ms = 5,
                  .discovery_ms = PACE_INTERVAL_MS, .max_records = 8, .max_work = 2};
     CHECK(cc_coord_config(0, "pace", &o), "config");
@@ -119,15 +108,9 @@ void test_coord_pace(void)
     cc_coord_start(0, NULL);
     kl_client *root = cc_client(WHO_ROOT, PACE_DB), *op = cc_client(WHO_COORD, PACE_DB);
     CHECK(root && op, "clients");
-    long pending = -1;
-    long long held = -1;
-    while (now_ms() - t0 < PACE_INTERVAL_MS / 2) {
-        pending = cc_pending_on(op, CC_SRC, 1);
-        held = cc_messages(root, "dst.pace");
-        if (pending == 0 && held >= PACE_TOTAL)
-            break;
-        sleep_ms(200);
-    }
+    long pending;
+    long long held;
+    cc_wait_drained(op, root, "dst.pace", PACE_TOTAL, PACE_INTERVAL_MS / 2 - (int)(now_ms() - t0), &pending, &held);
     int64_t t1 = now_ms();
     CHECK(pending == 0 && held == PACE_TOTAL, "after %lld ms (the interval is %d ms): %ld pending, %lld "
           "destination messages (want 0, %d)", (long long)(t1 - t0), PACE_INTERVAL_MS, pending, held, PACE_TOTAL);
@@ -352,13 +335,9 @@ void test_coord_many(void)
 void test_coord_leader_kill(void)
 {
     CC_BEGIN("CoordinatorLeaderKillTests");
-    CHECK(cc_database(LK_DB, why, sizeof why), "%s", why);
-    CHECK(cc_queue(LK_DB, "src.lk", CC_SRC, &err) == KL_OK, "queue: %s", err.message);
-    CHECK(cc_queue(LK_DB, "dst.lk", CC_DST, &err) == KL_OK, "queue: %s", err.message);
     cc_plan plan = {.db = LK_DB, .src = "src.lk", .dst = "dst.lk", .tag = "lk", .who = WHO_COORD,
                     .lanes = LK_LANES, .per_lane = LK_PER_LANE, .per_batch = 50};
-    long made = cc_make_all(&plan, 1, LK_LANES, why, sizeof why);
-    CHECK(made == LK_TOTAL, "created %ld of %d: %s", made, LK_TOTAL, why);
+    CHECK(cc_make_pair(&plan, CC_SRC, CC_DST, why, sizeof why), "%s", why);
     kl_client *root = cc_client(WHO_ROOT, LK_DB), *op = cc_client(WHO_COORD, LK_DB);
     CHECK(root && op, "clients");
     cc_opts o = {.db = LK_DB, .who = WHO_COORD, .defaults = true};

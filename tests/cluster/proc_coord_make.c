@@ -3,6 +3,7 @@
 #include "tests/cluster/proc_coord.h"
 
 #include <pthread.h>
+#include <stdio.h>
 #include <string.h>
 
 /* One creating thread of a plan. */
@@ -97,3 +98,38 @@ long cc_make_all(const cc_plan *plans, int n, int threads_per_plan, char *why, s
     return failed ? -1 : total;
 }
 
+bool cc_make_pair(const cc_plan *plan, int src_partition, int dst_partition, char *why, size_t cap)
+{
+    kl_err err;
+    if (!cc_database(plan->db, why, cap))
+        return false;
+    if (cc_queue(plan->db, plan->src, src_partition, &err) != KL_OK ||
+        cc_queue(plan->db, plan->dst, dst_partition, &err) != KL_OK) {
+        snprintf(why, cap, "queue %s or %s: %s", plan->src, plan->dst, err.message);
+        return false;
+    }
+    char made_why[512] = "";
+    long made = cc_make_all(plan, 1, plan->lanes, made_why, sizeof made_why);
+    long want = (long)plan->lanes * plan->per_lane;
+    if (made != want) {
+        snprintf(why, cap, "created %ld of %ld: %s", made, want, made_why);
+        return false;
+    }
+    return true;
+}
+
+bool cc_wait_drained(kl_client *op, kl_client *root, const char *dst, long long total, int timeout_ms,
+                     long *pending, long long *held)
+{
+    int64_t deadline = now_ms() + timeout_ms;
+    *pending = -1;
+    *held = -1;
+    while (now_ms() < deadline) {
+        *pending = cc_pending_on(op, CC_SRC, 1);
+        *held = cc_messages(root, dst);
+        if (*pending == 0 && *held >= total)
+            return true;
+        sleep_ms(200);
+    }
+    return false;
+}
