@@ -21,10 +21,12 @@
 /* Prefixes whose first live key a leader remembers (per lane 'A' and per queue 'T' ranges
  * the Receives scan); past it the oldest is forgotten and that prefix is learnt again. */
 #define KL_SCAN_HINTS_MAX 64
-/* The read cache of applied queue names and meta records (engine/view.h): its slots, and
- * the longest value it keeps (a queue id is 8 bytes, the outcome mark 16). */
+/* The read cache of applied catalog records, queue names and records, and meta records
+ * (engine/view.h): its slots, and the longest value it keeps (a queue id is 8 bytes, the
+ * outcome mark 16, a database's catalog record with its signing key and limits about 200).
+ * About 66 KiB per member. */
 #define KL_READ_CACHE_SLOTS 64
-#define KL_READ_CACHE_VALUE_MAX 64
+#define KL_READ_CACHE_VALUE_MAX 512
 
 /* ---------------------------------------------------------------- metrics (common/metrics.h) */
 /* Queues a member reports per-queue series for (depth, in flight) in one scrape; the

@@ -244,16 +244,20 @@ static void note_transfers(kl_node *n, const Keyload__V1__LogEntry *e)
     }
 }
 
-/* Keeps the scan hints true across the apply of e (engine/view.h): each put may lower one.
- * Called before the store applies it; lowering a hint early is always safe. */
-static void note_hints(kl_node *n, const Keyload__V1__LogEntry *e)
+/* Keeps the scan hints and the read cache true across the apply of e (engine/view.h): each
+ * put may lower a hint, each put or delete drops the key's cached value. Called before the
+ * store applies it; lowering a hint or dropping a value early is always safe. */
+static void note_apply(kl_node *n, const Keyload__V1__LogEntry *e)
 {
     kl_scan_hints_begin_apply(&n->hints, kl_store_applied_index(n->store), e->index);
+    kl_read_cache_begin_apply(&n->reads, n->store, e->index);
     for (size_t i = 0; i < e->n_write_sets; i++)
-        for (size_t j = 0; j < e->write_sets[i]->n_ops; j++)
-            if (!e->write_sets[i]->ops[j]->del)
-                kl_scan_hints_note_put(&n->hints, e->write_sets[i]->ops[j]->key.data,
-                                       e->write_sets[i]->ops[j]->key.len);
+        for (size_t j = 0; j < e->write_sets[i]->n_ops; j++) {
+            const Keyload__V1__KvOp *op = e->write_sets[i]->ops[j];
+            kl_read_cache_note_write(&n->reads, op->key.data, op->key.len);
+            if (!op->del)
+                kl_scan_hints_note_put(&n->hints, op->key.data, op->key.len);
+        }
 }
 
 /* Answers every parked Receive with err: nothing of theirs was proposed. */
@@ -276,8 +280,10 @@ static kl_code apply_encoded(kl_node *n, const uint8_t *bytes, size_t len, kl_er
     }
     uint64_t t1 = node_mono_ns();
     kl_entry_clock_observe(&n->clock, e->time_unix_ms, boot_ns(n));
-    note_hints(n, e);
+    note_apply(n, e);
     kl_code rc = kl_store_apply(n->store, e, err);
+    if (rc != KL_OK)
+        kl_read_cache_reset(&n->reads); /* announced, not applied */
     if (rc == KL_OK && n->park.n > 0)
         park_note_entry(n, e);
     if (rc == KL_OK)
@@ -321,8 +327,10 @@ static kl_code apply_own(kl_node *n, node_entry *own, kl_err *err)
     e.n_write_sets = own->n;
     e.write_sets = own->sets;
     kl_entry_clock_observe(&n->clock, e.time_unix_ms, boot_ns(n));
-    note_hints(n, &e);
+    note_apply(n, &e);
     kl_code rc = kl_store_apply(n->store, &e, err);
+    if (rc != KL_OK)
+        kl_read_cache_reset(&n->reads); /* announced, not applied */
     /* The leader holds the parked Receives, and its own entries skip apply_encoded. */
     if (rc == KL_OK && n->park.n > 0)
         park_note_entry(n, &e);

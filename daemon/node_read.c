@@ -40,7 +40,7 @@ kl_code kl_node_queue_stats(kl_node *n, const char *principal, const uint8_t *re
     kl_code rc;
     if ((rc = check_read_ref(r->queue, err)) != KL_OK)
         goto done;
-    kl_view view = {.store = n->store};
+    kl_view view = {.store = n->store, .reads = &n->reads};
     kl_limits limits;
     if ((rc = node_subject_load(n, &view, principal, NULL, &subj, err)) == KL_OK) {
         uint64_t t0 = node_mono_ns(); /* node_subject_load counts its own time */
@@ -83,7 +83,7 @@ kl_code kl_node_query_access(kl_node *n, const char *principal, const char *tena
     if (rc != KL_OK)
         return rc;
     node_subject subj = {0};
-    kl_view view = {.store = n->store};
+    kl_view view = {.store = n->store, .reads = &n->reads};
     if ((rc = node_subject_load(n, &view, principal, NULL, &subj, err)) == KL_OK) {
         uint64_t t0 = node_mono_ns(); /* node_subject_load counts its own time */
         rc = kl_access_query(subj.who, &q, transfer, err);
@@ -251,7 +251,7 @@ kl_code kl_node_transfer_read(kl_node *n, kl_node_read_kind kind, const char *pr
         return kl_fail(err, KL_INVALID_ARGUMENT, "payload", "the transfer read request does not decode");
     if (rc != KL_OK)
         goto done;
-    kl_view view = {.store = n->store};
+    kl_view view = {.store = n->store, .reads = &n->reads};
     kl_limits limits;
     if ((rc = node_subject_load(n, &view, principal, NULL, &subj, err)) != KL_OK ||
         (rc = node_database_limits(n, &view, tenant, db, &limits, err)) != KL_OK)

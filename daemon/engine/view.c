@@ -34,7 +34,19 @@ static kl_code copy_out(const kl_ov_entry *e, uint8_t **val, size_t *vlen, bool 
 
 static bool read_cacheable(const uint8_t *key, size_t klen)
 {
-    return klen > 1 && klen <= KL_KEY_MAX && (key[0] == 'N' || (key[0] == 'M' && !kl_store_key_is_local(key, klen)));
+    if (klen <= 1 || klen > KL_KEY_MAX)
+        return false;
+    if (key[0] == 'C') /* not the catalog's change records: each is read once per tail */
+        return key[1] != 'V';
+    return key[0] == 'N' || key[0] == 'Q' || (key[0] == 'M' && !kl_store_key_is_local(key, klen));
+}
+
+static void read_cache_empty(kl_read_cache *c, const kl_store *st)
+{
+    for (size_t i = 0; i < KL_READ_CACHE_SLOTS; i++)
+        c->s[i].klen = 0;
+    c->applied = kl_store_applied_index(st);
+    c->gen = kl_store_state_gen(st);
 }
 
 /* FNV-1a of the key, to a slot. */
@@ -51,11 +63,8 @@ static kl_code cached_get(kl_read_cache *c, kl_store *st, const uint8_t *key, si
                           size_t *vlen, bool *found, kl_err *err)
 {
     uint64_t applied = kl_store_applied_index(st);
-    if (applied != c->applied) {
-        for (size_t i = 0; i < KL_READ_CACHE_SLOTS; i++)
-            c->s[i].klen = 0;
-        c->applied = applied;
-    }
+    if (applied != c->applied || kl_store_state_gen(st) != c->gen)
+        read_cache_empty(c, st);
     kl_read_cache_slot *s = &c->s[read_cache_slot(key, klen)];
     if (s->klen == klen && memcmp(s->key, key, klen) == 0) {
         c->hits++;
@@ -81,6 +90,34 @@ static kl_code cached_get(kl_read_cache *c, kl_store *st, const uint8_t *key, si
     if (*found)
         memcpy(s->val, *val, *vlen);
     return KL_OK;
+}
+
+void kl_read_cache_begin_apply(kl_read_cache *c, const kl_store *st, uint64_t index)
+{
+    if (c->applied != kl_store_applied_index(st) || c->gen != kl_store_state_gen(st)) {
+        read_cache_empty(c, st);
+    } else {
+        for (size_t i = 0; i < KL_READ_CACHE_SLOTS; i++)
+            if (c->s[i].klen > 0 && c->s[i].key[0] == 'M')
+                c->s[i].klen = 0;
+    }
+    c->applied = index;
+}
+
+void kl_read_cache_reset(kl_read_cache *c)
+{
+    for (size_t i = 0; i < KL_READ_CACHE_SLOTS; i++)
+        c->s[i].klen = 0;
+    c->applied = UINT64_MAX; /* no store's applied index */
+}
+
+void kl_read_cache_note_write(kl_read_cache *c, const uint8_t *key, size_t klen)
+{
+    if (!read_cacheable(key, klen))
+        return;
+    kl_read_cache_slot *s = &c->s[read_cache_slot(key, klen)];
+    if (s->klen == klen && memcmp(s->key, key, klen) == 0)
+        s->klen = 0;
 }
 
 kl_code kl_view_get(kl_view *v, const uint8_t *key, size_t klen, uint8_t **val, size_t *vlen,

@@ -42,14 +42,24 @@ typedef struct kl_scan_hints {
 void kl_scan_hints_begin_apply(kl_scan_hints *h, uint64_t applied, uint64_t index);
 void kl_scan_hints_note_put(kl_scan_hints *h, const uint8_t *key, size_t klen);
 
-/* Read cache: the applied values (or absence) of queue names ('N') and of the partition's
+/* Read cache: the applied values (or absence) of keys nearly every batch reads and almost
+ * none writes, each read otherwise a RocksDB lookup: catalog records ('C': tenants,
+ * databases, queue definitions, principals, member keys; not the change records 'C' 'V',
+ * each read once per tail), queue names ('N'), queue records ('Q') and the partition's
  * replicated meta records ('M', never a member's local ones such as "hard" or
- * "log_start", which change outside an apply): keys nearly every batch reads and almost
- * none writes, each read otherwise a RocksDB lookup. The table holds for one applied
- * index: the first read after the store's applied index moved (an apply, a snapshot
- * install) empties it, and only applies and installs write those keys, so a hit answers
- * exactly what the store would. Values over KL_READ_CACHE_VALUE_MAX bytes are not kept.
- * Direct-mapped over KL_READ_CACHE_SLOTS slots. Loop thread only. */
+ * "log_start", which change outside an apply).
+ * Exactness: a slot answers what the store holds because every other way a cached key can
+ * change is seen:
+ *  - an apply the node announces (kl_read_cache_begin_apply, then kl_read_cache_note_write
+ *    for every key its write-sets put or delete, before the store applies it) drops the
+ *    slots of those keys, and every 'M' slot (the store's apply also writes meta records
+ *    of its own: "applied", "pinc"); the 'C', 'N' and 'Q' slots it does not write stay;
+ *  - any other move of the applied index (an apply nobody announced, an announced one
+ *    that failed) or of kl_store_state_gen (a snapshot install, a local write) empties the
+ *    table at the next read or announcement.
+ * A pending write-set shadows the cache (the overlays are read first), so a batch sees its
+ * own and its predecessors' writes to these keys. Values over KL_READ_CACHE_VALUE_MAX bytes
+ * are not kept. Direct-mapped over KL_READ_CACHE_SLOTS slots. Loop thread only. */
 typedef struct kl_read_cache_slot {
     uint8_t key[KL_KEY_MAX];
     size_t klen;                 /* 0: empty */
@@ -59,9 +69,21 @@ typedef struct kl_read_cache_slot {
 } kl_read_cache_slot;
 typedef struct kl_read_cache {
     uint64_t applied;            /* the store's applied index the slots hold for */
+    uint64_t gen;                /* and its kl_store_state_gen */
     uint64_t hits, misses;
     kl_read_cache_slot s[KL_READ_CACHE_SLOTS];
 } kl_read_cache;
+
+/* Before the node applies the entry at `index` to st: keeps the slots that entry leaves
+ * alone (see above) if the table held for st's applied index, else empties it; then the
+ * table holds for `index`. Follow it with kl_read_cache_note_write for each key the entry
+ * writes. Cost: a pass over the slots. */
+void kl_read_cache_begin_apply(kl_read_cache *c, const kl_store *st, uint64_t index);
+/* The announced apply puts or deletes key: its slot is dropped. Cost: one hash of the key. */
+void kl_read_cache_note_write(kl_read_cache *c, const uint8_t *key, size_t klen);
+/* The announced apply failed: the table holds for no index (another entry may yet be
+ * applied at that one), and the next read or announcement empties it. */
+void kl_read_cache_reset(kl_read_cache *c);
 
 typedef struct kl_view {
     kl_store *store;

@@ -42,6 +42,10 @@ struct kl_store {
     pthread_mutex_t jmu;
     uint8_t incarnation[16];
     uint64_t applied;
+    /* Moved by every change of state keys that is not an apply (an install, a local
+     * write), before and after it: what caches of applied values compare besides the
+     * applied index (kl_store_state_gen). Loop thread only, like applies. */
+    uint64_t state_gen;
     _Atomic uint64_t last;
     _Atomic uint64_t first;  /* first log index ('M'"log_start"; 1 without it) */
     uint64_t durable;        /* applied index known to be in SST files */
@@ -125,6 +129,7 @@ rocksdb_t *kl_store_db(kl_store *st) { return st->db; }
 rocksdb_column_family_handle_t *kl_store_log_family(kl_store *st) { return st->log_cf; }
 const uint8_t *kl_store_incarnation(const kl_store *st) { return st->incarnation; }
 uint64_t kl_store_applied_index(const kl_store *st) { return st->applied; }
+uint64_t kl_store_state_gen(const kl_store *st) { return st->state_gen; }
 uint64_t kl_store_last_index(const kl_store *st) { return atomic_load(&st->last); }
 uint64_t kl_store_first_index(const kl_store *st) { return atomic_load(&st->first); }
 uint64_t kl_store_durable_applied(const kl_store *st) { return st->durable; }
@@ -252,6 +257,7 @@ static void store_write_cut(kl_store *st, rocksdb_writebatch_t *wb, char **rerr)
 kl_code kl_store_write_local(kl_store *st, rocksdb_writebatch_t *wb, kl_err *err)
 {
     char *rerr = NULL;
+    st->state_gen++;
     store_write_cut(st, wb, &rerr);
     return rerr != NULL ? rocks_fail(err, "local write", rerr) : KL_OK;
 }
@@ -1525,6 +1531,7 @@ static kl_code install_finish(kl_store *st, uint64_t index, uint64_t term, const
     if ((rc = KL_FAILPOINT("store.install_finished", err)) != KL_OK)
         return rc;
     __atomic_store_n(&st->applied, index, __ATOMIC_RELAXED);
+    st->state_gen++;
     st->durable = index;
     atomic_store(&st->first, index + 1);
     atomic_store(&st->last, index);
@@ -1565,6 +1572,7 @@ kl_code kl_store_install(kl_store *st, uint32_t nfiles, uint64_t index, uint64_t
     mark[19] = (uint8_t)nfiles;
     if (config_len > 0)
         memcpy(mark + 20, config, config_len);
+    st->state_gen++; /* before the first state key changes; install_finish moves it again */
     rocksdb_writebatch_t *wb = rocksdb_writebatch_create();
     delete_state_and_log(st, wb);
     kl_key k;

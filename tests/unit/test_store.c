@@ -794,8 +794,9 @@ START_TEST(store_apply_skips_exactly_the_commands_already_applied)
 END_TEST
 
 /* Appends and applies one entry holding one write-set of ops at the store's next index; the
- * write-set is a tailed catalog change of version `catalog` when that is not 0. */
-static void apply_write_set(kl_store *st, Keyload__V1__KvOp **op, size_t n, uint64_t catalog)
+ * write-set is a tailed catalog change of version `catalog` when that is not 0. With a
+ * read cache, the apply is announced to it first, as the node does (node.c note_apply). */
+static void apply_entry(kl_store *st, kl_read_cache *announce, Keyload__V1__KvOp **op, size_t n, uint64_t catalog)
 {
     Keyload__V1__WriteSet w = KEYLOAD__V1__WRITE_SET__INIT, *ws[] = {&w};
     w.ops = op;
@@ -809,7 +810,34 @@ static void apply_write_set(kl_store *st, Keyload__V1__KvOp **op, size_t n, uint
     size_t len = keyload__v1__log_entry__pack(&e, buf);
     kl_err err;
     ck_assert_int_eq(kl_store_append(st, e.index, buf, len, &err), KL_OK);
+    if (announce != NULL) {
+        kl_read_cache_begin_apply(announce, st, e.index);
+        for (size_t i = 0; i < n; i++)
+            kl_read_cache_note_write(announce, op[i]->key.data, op[i]->key.len);
+    }
     ck_assert_int_eq(kl_store_apply(st, &e, &err), KL_OK);
+}
+
+static void apply_write_set(kl_store *st, Keyload__V1__KvOp **op, size_t n, uint64_t catalog)
+{
+    apply_entry(st, NULL, op, n, catalog);
+}
+
+/* Applies one entry of (key, value) pairs at the store's next index, announced to cache
+ * when it is not NULL; a NULL value is a delete. */
+static void apply_kv(kl_store *st, kl_read_cache *cache, const char *const *kv, size_t n)
+{
+    Keyload__V1__KvOp o[8], *op[8];
+    ck_assert_uint_le(n, 8);
+    for (size_t i = 0; i < n; i++) {
+        keyload__v1__kv_op__init(&o[i]);
+        o[i].key = (ProtobufCBinaryData){strlen(kv[2 * i]), (uint8_t *)kv[2 * i]};
+        o[i].del = kv[2 * i + 1] == NULL;
+        if (!o[i].del)
+            o[i].value = (ProtobufCBinaryData){strlen(kv[2 * i + 1]), (uint8_t *)kv[2 * i + 1]};
+        op[i] = &o[i];
+    }
+    apply_entry(st, cache, op, n, 0);
 }
 
 /* Applies one entry of puts (key, value) pairs at the store's next index. */
@@ -893,6 +921,85 @@ START_TEST(view_read_cache_follows_the_applied_index)
     view_expect(&v, "Nbig", big);
     view_expect(&v, "Nbig", big);
     ck_assert_uint_eq(rc.misses, misses + 2);
+    kl_store_close(st);
+    th_rmrf(dir);
+}
+END_TEST
+
+/* The cache keeps catalog records, queue names and queue records across applies that leave
+ * them alone, when every apply is announced: an announced put or delete drops the key, every
+ * announced apply drops the meta records, and an apply nobody announced, a failed one or a
+ * local write (kl_store_state_gen) empties the table. Each read is checked against the store
+ * itself, and the hit and miss counts show which reads the cache answered. */
+START_TEST(view_read_cache_keeps_what_announced_applies_leave)
+{
+    char dir[256];
+    kl_store *st = tmp_store(dir, sizeof dir);
+    kl_err err;
+    static kl_read_cache rc;
+    memset(&rc, 0, sizeof rc);
+    kl_view v = {.store = st, .reads = &rc, .scan_limit = UINT64_MAX};
+    const char *a[] = {"CDt", "db-1", "Q1", "q-1", "Nq1", "id-1", "Mcatalog_version", "v1"};
+    apply_kv(st, &rc, a, 4);
+    view_expect(&v, "CDt", "db-1");
+    view_expect(&v, "Q1", "q-1");
+    view_expect(&v, "Nq1", "id-1");
+    view_expect(&v, "Mcatalog_version", "v1");
+    view_expect(&v, "Q2", NULL);
+    ck_assert_uint_eq(rc.misses, 5);
+    ck_assert_uint_eq(rc.hits, 0);
+    /* An apply writing other keys: the 'C', 'N' and 'Q' values and absences stay, 'M' goes. */
+    const char *b[] = {"Nq3", "id-3", "X1", "intent"};
+    apply_kv(st, &rc, b, 2);
+    view_expect(&v, "CDt", "db-1");
+    view_expect(&v, "Q1", "q-1");
+    view_expect(&v, "Nq1", "id-1");
+    view_expect(&v, "Q2", NULL);
+    ck_assert_uint_eq(rc.hits, 4);
+    view_expect(&v, "Mcatalog_version", "v1");
+    ck_assert_uint_eq(rc.misses, 6);
+    /* Announced writes of cached keys: a changed value, a delete, a key that appeared. */
+    const char *c[] = {"Q1", "q-9", "CDt", NULL, "Q2", "q-2"};
+    apply_kv(st, &rc, c, 3);
+    view_expect(&v, "Q1", "q-9");
+    view_expect(&v, "CDt", NULL);
+    view_expect(&v, "Q2", "q-2");
+    ck_assert_uint_eq(rc.misses, 9);
+    view_expect(&v, "Nq1", "id-1");
+    ck_assert_uint_eq(rc.hits, 5);
+    /* An apply nobody announced moves the applied index: everything is read again. */
+    const char *d[] = {"Nq1", "id-7"};
+    apply_kv(st, NULL, d, 1);
+    view_expect(&v, "Nq1", "id-7");
+    view_expect(&v, "Q1", "q-9");
+    ck_assert_uint_eq(rc.misses, 11);
+    ck_assert_uint_eq(rc.hits, 5);
+    /* A local write (as a restore's or an install's) changes state keys at the same applied
+     * index: kl_store_state_gen moves and the table is emptied. */
+    uint64_t gen = kl_store_state_gen(st), applied = kl_store_applied_index(st);
+    rocksdb_writebatch_t *wb = rocksdb_writebatch_create();
+    rocksdb_writebatch_put(wb, "Q1", 2, "q-local", 7);
+    ck_assert_int_eq(kl_store_write_local(st, wb, &err), KL_OK);
+    rocksdb_writebatch_destroy(wb);
+    ck_assert_uint_ne(kl_store_state_gen(st), gen);
+    ck_assert_uint_eq(kl_store_applied_index(st), applied);
+    view_expect(&v, "Q1", "q-local");
+    ck_assert_uint_eq(rc.misses, 12);
+    /* An announced apply that failed: the table holds for no index, so another entry applied
+     * at that index without an announcement cannot be taken for the announced one. */
+    view_expect(&v, "Nq1", "id-7");
+    kl_read_cache_begin_apply(&rc, st, kl_store_applied_index(st) + 1);
+    kl_read_cache_reset(&rc);
+    const char *e[] = {"Nq1", "id-8"};
+    apply_kv(st, NULL, e, 1);
+    view_expect(&v, "Nq1", "id-8");
+    /* The catalog's change records are never kept: each is read once per tail. */
+    const char *f[] = {"CV1", "change"};
+    apply_kv(st, &rc, f, 1);
+    uint64_t misses = rc.misses;
+    view_expect(&v, "CV1", "change");
+    view_expect(&v, "CV1", "change");
+    ck_assert_uint_eq(rc.misses, misses);
     kl_store_close(st);
     th_rmrf(dir);
 }
@@ -1200,6 +1307,7 @@ Suite *suite_store(void)
     tcase_add_test(t, last_write_keeps_only_each_keys_last);
     tcase_add_test(t, store_apply_last_write_wins_within_an_entry);
     tcase_add_test(t, view_read_cache_follows_the_applied_index);
+    tcase_add_test(t, view_read_cache_keeps_what_announced_applies_leave);
     tcase_add_test(t, store_catalog_counters_follow_applies);
     tcase_add_test(t, store_moves_an_old_layout_log_into_its_family);
     tcase_add_test(t, store_calls_count_nothing_in_rocksdb_perf_context);
