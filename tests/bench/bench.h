@@ -27,7 +27,7 @@
 #define FSYNC_COPIES_MAX 8   /* --fsync-copies: files synced at once, at most */
 
 enum bench_mode { MODE_BENCH, MODE_FSYNC, MODE_LEADER, MODE_CAUGHT_UP, MODE_FAILOVER, MODE_HANDSHAKE, MODE_TRANSFER, MODE_COORD,
-                  MODE_SERVE, MODE_FSYNC_COST };
+                  MODE_SERVE, MODE_FSYNC_COST, MODE_WAKE };
 
 typedef struct bench_options {
     int mode;
@@ -81,6 +81,7 @@ extern kl_cluster bench_cluster;
 int bench_run_enqueue(const bench_options *o);
 int bench_run_fsync(const bench_options *o);
 int bench_run_fsync_cost(const bench_options *o);
+int bench_run_wake(const bench_options *o);
 int bench_run_leader_of(const bench_options *o);
 int bench_run_wait_caught_up(const bench_options *o);
 int bench_run_serve_probe(const bench_options *o);

@@ -17,6 +17,12 @@
  *       (default 200). Prints one "fsync_cost:" line per way: wall median and p99 and the
  *       calling thread's CPU (user + system) per sync.
  *
+ *   keyload-bench --wake-probe [--samples N]
+ *       What one thread waking another costs here (bench_wake.c): N rounds (default 200)
+ *       of a condition-variable signal after a 600 us idle gap, with the two threads on
+ *       different CPUs, on one CPU and unpinned. Prints one "wake:" line, medians and p99
+ *       in microseconds.
+ *
  *   keyload-bench [--url URL] [--clients N] [--batch-size B] [--seconds S | --ops N]
  *                 [--body-size BYTES] [--queue NAME] [--warmup S] [--timeout-ms MS] [--read]
  *       Creates queue NAME (default "bench") if missing, then runs N client threads, each
@@ -155,6 +161,7 @@ static void usage(FILE *f)
             "                     [--random-body]\n"
             "       keyload-bench --fsync-probe DIR [--samples N] [--fsync-copies K]\n"
             "       keyload-bench --fsync-cost DIR [--samples N]\n"
+            "       keyload-bench --wake-probe [--samples N]\n"
             "       keyload-bench --leader-of URL,URL,... | --wait-caught-up URL,URL,...\n"
             "       keyload-bench --serve-probe URL,URL,... [--since-ms EPOCH_MS] [--queue NAME] [--body-size B]\n"
             "       keyload-bench --failover --url URL,URL,... --pid-dir DIR [--run N] [--attempt-ms MS] [--queue NAME]\n"
@@ -234,7 +241,7 @@ static const struct option bench_longopts[] = {
     {"rate", required_argument, NULL, 'V'},
     {"lat-out", required_argument, NULL, 'l'},    {"cpu-pids", required_argument, NULL, 'U'},
     {"in-flight", required_argument, NULL, 'I'},  {"fsync-cost", required_argument, NULL, 'g'},
-    {"fsync-copies", required_argument, NULL, 'e'},
+    {"fsync-copies", required_argument, NULL, 'e'}, {"wake-probe", no_argument, NULL, 'x'},
     {"trace-out", required_argument, NULL, 'J'},  {"trace-every", required_argument, NULL, 'O'},
     {NULL, 0, NULL, 0}};
 
@@ -341,6 +348,7 @@ static int apply_load_option(int ch, char *arg, bench_options *o)
         break;
     case 'f': o->fsync_dir = arg; o->mode = MODE_FSYNC; break;
     case 'g': o->fsync_dir = arg; o->mode = MODE_FSYNC_COST; break;
+    case 'x': o->mode = MODE_WAKE; break;
     case 'e':
         if (parse_int(arg, 1, FSYNC_COPIES_MAX, &v) != 0) {
             fprintf(stderr, "keyload-bench: --fsync-copies takes a whole number from 1 to %d, not \"%s\"\n",
@@ -514,6 +522,7 @@ static int run_mode(const bench_options *o)
     switch (o->mode) {
     case MODE_FSYNC: return bench_run_fsync(o);
     case MODE_FSYNC_COST: return bench_run_fsync_cost(o);
+    case MODE_WAKE: return bench_run_wake(o);
     case MODE_LEADER: return bench_run_leader_of(o);
     case MODE_CAUGHT_UP: return bench_run_wait_caught_up(o);
     case MODE_SERVE: return bench_run_serve_probe(o);

@@ -83,7 +83,9 @@
 # var/bench/latency.png (gnuplot: percentile curves of KeyLoad and its peer per cell).
 # It also prints the 3-copy fsync floor (one probe before each round's RF3 1-client cell, on
 # the members' disk with them idle, the middle one counts; fsync3_p50_us and fsync3_p99_us
-# in summary.json) and how far the RF3 1-client p50 lies above it.
+# in summary.json) and how far the RF3 1-client p50 lies above it, and the cost of a thread
+# waking another on another CPU and on the same one (keyload-bench --wake-probe, once after
+# the rounds; wake_cross_cpu_p50_us and wake_same_cpu_p50_us in summary.json).
 # Then KL-10: disk per member after 10^6 cycles (BENCH_PARTS=retain, retain_disk.sh), and
 # the large state (BENCH_PARTS=big): a 1 GiB snapshot install (snap_install.sh: time and
 # both peak RSS, target each < 128 MiB), the write outage of a 3-of-3 partition whose member
@@ -808,6 +810,10 @@ if [ $want_peers = 1 ]; then
   js_source=$(timeout 120 node "$root/tests/bench/peers/js.mjs" source --servers "$js_urls" --timeout-s 90)
   echo "bench: JetStream sourcing (informational): ${js_source:-no result}"
   fsync3_pick
+  # The other floor of a replicated write on this host: a thread waking another on another
+  # CPU (bench_wake.c), which the 1-client cell's critical path pays several times.
+  wake_line=$("$bench" --wake-probe) || { echo "bench: wake probe failed"; failed=1; wake_line=""; }
+  [ -n "$wake_line" ] && echo "bench: $wake_line"
   js_down
   longpoll_cell "$pr"
   stop_cluster "$pr"
@@ -1276,7 +1282,10 @@ if [ $want_peers = 1 ]; then  # ---- KL-9 summary ----
     "${fsync3_med:-n/a}" "${fsync3_p99:-n/a}"
   if [ -s "$peer_out/summary.json" ]; then
     if jq --argjson m "${fsync3_med:-null}" --argjson p "${fsync3_p99:-null}" \
-         '. + {fsync3_p50_us: $m, fsync3_p99_us: $p}' "$peer_out/summary.json" >"$peer_out/summary.json.new" &&
+          --argjson wc "$(kv cross_cpu_p50_us "${wake_line:-}" | grep . || echo null)" \
+          --argjson ws "$(kv same_cpu_p50_us "${wake_line:-}" | grep . || echo null)" \
+         '. + {fsync3_p50_us: $m, fsync3_p99_us: $p, wake_cross_cpu_p50_us: $wc, wake_same_cpu_p50_us: $ws}' \
+         "$peer_out/summary.json" >"$peer_out/summary.json.new" &&
        mv "$peer_out/summary.json.new" "$peer_out/summary.json"; then
       rf3_p50=$(jq -r '.rf3_sealed_1c_p50_us // empty' "$peer_out/summary.json")
       if [ -n "$rf3_p50" ] && [ -n "$fsync3_med" ]; then
