@@ -23,8 +23,9 @@
 #define KL_SCAN_HINTS_MAX 64
 /* The read cache of applied catalog records, queue names and records, and meta records
  * (engine/view.h): its slots, and the longest value it keeps (a queue id is 8 bytes, the
- * outcome mark 16, a database's catalog record with its signing key and limits about 200).
- * About 66 KiB per member. */
+ * outcome mark 16; a database's catalog record, with its signing key and limits, is a few
+ * hundred, more with names near their 128-byte maximum, and a longer value is simply read
+ * from the store each time). About 66 KiB per member. */
 #define KL_READ_CACHE_SLOTS 64
 #define KL_READ_CACHE_VALUE_MAX 512
 
