@@ -846,86 +846,6 @@ static void cork_done(void *arg)
     atomic_fetch_add(&((cork_count *)arg)->done, 1);
 }
 
-/* Requests started while the thread is corked stay off the wire (a raw REP peer reads
- * nothing); the uncork writes all of them, whole and in start order, and each is answered.
- * A request started after the uncork is written at once again. */
-START_TEST(test_direct_cork_holds_then_writes_in_order)
-{
-    int port = th_free_port();
-    int lfd = socket(AF_INET, SOCK_STREAM, 0);
-    ck_assert_int_ge(lfd, 0);
-    int one = 1;
-    setsockopt(lfd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
-    struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
-    sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    ck_assert_int_eq(bind(lfd, (struct sockaddr *)&sa, sizeof sa), 0);
-    ck_assert_int_eq(listen(lfd, 1), 0);
-    char url[64];
-    snprintf(url, sizeof url, "tcp://127.0.0.1:%d", port);
-    kl_rpc_direct *c = NULL;
-    kl_err err;
-    ck_assert_int_eq(kl_rpc_direct_open(url, -1, 1 << 20, &c, &err), KL_OK);
-    int fd = accept(lfd, NULL, NULL);
-    ck_assert_int_ge(fd, 0);
-    struct timeval tv = {.tv_sec = 5};
-    ck_assert_int_eq(setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv), 0);
-    uint8_t hello[8];
-    ck_assert(tcp_raw_read(fd, hello, sizeof hello));
-    ck_assert_mem_eq(hello, tcp_req_hello, sizeof hello);
-    const uint8_t rep_hello[8] = {0, 'S', 'P', 0, 0, 0x31, 0, 0};
-    tcp_raw_send(fd, rep_hello, sizeof rep_hello);
-    usleep(100 * 1000); /* the client's I/O thread reads the hello: the connection is ready */
-
-    enum { N = 5 };
-    cork_count cc = {0};
-    kl_rpc_direct_req r[N];
-    memset(r, 0, sizeof r);
-    kl_rpc_direct_cork();
-    for (int i = 0; i < N; i++) {
-        r[i].done = cork_done;
-        r[i].arg = &cc;
-        uint8_t body[3] = {'b', (uint8_t)('0' + i), 'z'};
-        ck_assert_int_eq(kl_rpc_direct_start(c, &r[i], body, sizeof body, 5000, 5000, &err), KL_OK);
-    }
-    usleep(100 * 1000);
-    uint8_t b[64];
-    ck_assert_int_lt(recv(fd, b, sizeof b, MSG_DONTWAIT), 0); /* nothing written yet */
-    ck_assert_int_eq(errno, EAGAIN);
-    kl_rpc_direct_uncork();
-    for (int i = 0; i < N; i++) {
-        uint8_t f[8 + 4 + 3];
-        ck_assert(tcp_raw_read(fd, f, sizeof f));
-        ck_assert_uint_eq(f[7], 4 + 3); /* big-endian length of id and body */
-        ck_assert_uint_ge(f[8], 0x80);  /* a request id */
-        ck_assert_int_eq(f[13], '0' + i); /* start order */
-        uint8_t a[8 + 4 + 1] = {0, 0, 0, 0, 0, 0, 0, 5, f[8], f[9], f[10], f[11], 'a'};
-        tcp_raw_send(fd, a, sizeof a);
-    }
-    for (int k = 0; k < 500 && atomic_load(&cc.done) < N; k++)
-        usleep(10 * 1000);
-    ck_assert_int_eq(atomic_load(&cc.done), N);
-    for (int i = 0; i < N; i++) {
-        ck_assert_int_eq(r[i].outcome, KL_RPC_DIRECT_ANSWERED);
-        ck_assert_uint_eq(r[i].reply_len, 1);
-        free(r[i].reply);
-    }
-    /* not corked: written by the start itself */
-    kl_rpc_direct_req last = {.done = cork_done, .arg = &cc};
-    ck_assert_int_eq(kl_rpc_direct_start(c, &last, (const uint8_t *)"bXz", 3, 5000, 5000, &err), KL_OK);
-    uint8_t f[8 + 4 + 3];
-    ck_assert(tcp_raw_read(fd, f, sizeof f));
-    ck_assert_int_eq(f[13], 'X');
-    kl_rpc_direct_close(c);
-    for (int k = 0; k < 500 && atomic_load(&cc.done) < N + 1; k++)
-        usleep(10 * 1000);
-    ck_assert_int_eq(atomic_load(&cc.done), N + 1);
-    ck_assert_int_ne(last.outcome, KL_RPC_DIRECT_ANSWERED);
-    free(last.reply);
-    close(fd);
-    close(lfd);
-}
-END_TEST
-
 /* A raw REP peer on a fresh port: *lfd listens, *fd is the accepted client connection
  * after both hellos, *c the client. */
 static void raw_rep_open(int *lfd, int *fd, kl_rpc_direct **c)
@@ -953,6 +873,74 @@ static void raw_rep_open(int *lfd, int *fd, kl_rpc_direct **c)
     const uint8_t rep_hello[8] = {0, 'S', 'P', 0, 0, 0x31, 0, 0};
     tcp_raw_send(*fd, rep_hello, sizeof rep_hello);
 }
+
+/* Answers request frame f (its 8-byte length and 4-byte id read) with the one-byte body. */
+static void raw_answer(int fd, const uint8_t *f, uint8_t body)
+{
+    uint8_t a[8 + 4 + 1] = {0, 0, 0, 0, 0, 0, 0, 5, f[8], f[9], f[10], f[11], body};
+    tcp_raw_send(fd, a, sizeof a);
+}
+
+/* Requests started while the thread is corked stay off the wire (a raw REP peer reads
+ * nothing); the uncork writes all of them, whole and in start order, and each is answered.
+ * A request started after the uncork is written at once again. */
+START_TEST(test_direct_cork_holds_then_writes_in_order)
+{
+    int lfd, fd;
+    kl_rpc_direct *c = NULL;
+    kl_err err;
+    raw_rep_open(&lfd, &fd, &c);
+    usleep(100 * 1000); /* the client's I/O thread reads the hello: the connection is ready */
+
+    enum { N = 5 };
+    cork_count cc = {0};
+    kl_rpc_direct_req r[N];
+    memset(r, 0, sizeof r);
+    kl_rpc_direct_cork();
+    for (int i = 0; i < N; i++) {
+        r[i].done = cork_done;
+        r[i].arg = &cc;
+        uint8_t body[3] = {'b', (uint8_t)('0' + i), 'z'};
+        ck_assert_int_eq(kl_rpc_direct_start(c, &r[i], body, sizeof body, 5000, 5000, &err), KL_OK);
+    }
+    usleep(100 * 1000);
+    uint8_t b[64];
+    ck_assert_int_lt(recv(fd, b, sizeof b, MSG_DONTWAIT), 0); /* nothing written yet */
+    ck_assert_int_eq(errno, EAGAIN);
+    kl_rpc_direct_uncork();
+    for (int i = 0; i < N; i++) {
+        uint8_t f[8 + 4 + 3];
+        ck_assert(tcp_raw_read(fd, f, sizeof f));
+        ck_assert_uint_eq(f[7], 4 + 3); /* big-endian length of id and body */
+        ck_assert_uint_ge(f[8], 0x80);  /* a request id */
+        ck_assert_int_eq(f[13], '0' + i); /* start order */
+        raw_answer(fd, f, 'a');
+    }
+    for (int k = 0; k < 500 && atomic_load(&cc.done) < N; k++)
+        usleep(10 * 1000);
+    ck_assert_int_eq(atomic_load(&cc.done), N);
+    for (int i = 0; i < N; i++) {
+        ck_assert_int_eq(r[i].outcome, KL_RPC_DIRECT_ANSWERED);
+        ck_assert_uint_eq(r[i].reply_len, 1);
+        free(r[i].reply);
+    }
+    /* not corked: written by the start itself */
+    kl_rpc_direct_req last = {.done = cork_done, .arg = &cc};
+    ck_assert_int_eq(kl_rpc_direct_start(c, &last, (const uint8_t *)"bXz", 3, 5000, 5000, &err), KL_OK);
+    uint8_t f[8 + 4 + 3];
+    ck_assert(tcp_raw_read(fd, f, sizeof f));
+    ck_assert_int_eq(f[13], 'X');
+    kl_rpc_direct_close(c);
+    for (int k = 0; k < 500 && atomic_load(&cc.done) < N + 1; k++)
+        usleep(10 * 1000);
+    ck_assert_int_eq(atomic_load(&cc.done), N + 1);
+    ck_assert_int_ne(last.outcome, KL_RPC_DIRECT_ANSWERED);
+    free(last.reply);
+    close(fd);
+    close(lfd);
+}
+END_TEST
+
 
 /* Connections owed a write by a corked start: one closed before the uncork leaves the
  * uncork's list with it (its memory goes on the I/O thread; under ASan a later visit would
@@ -986,8 +974,7 @@ START_TEST(test_direct_uncork_skips_closed_connection)
         uint8_t f[8 + 4 + 3];
         ck_assert(tcp_raw_read(fd[i], f, sizeof f));
         ck_assert_int_eq(f[13], '0' + i);
-        uint8_t a[8 + 4 + 1] = {0, 0, 0, 0, 0, 0, 0, 5, f[8], f[9], f[10], f[11], 'a'};
-        tcp_raw_send(fd[i], a, sizeof a);
+        raw_answer(fd[i], f, 'a');
     }
     for (int k = 0; k < 500 && atomic_load(&cc.done) < K; k++)
         usleep(10 * 1000);
@@ -1045,14 +1032,12 @@ START_TEST(test_direct_requests_started_in_callbacks_are_written)
     uint8_t f[8 + 4 + 3];
     ck_assert(tcp_raw_read(fd[0], f, sizeof f));
     ck_assert_int_eq(f[13], '0');
-    uint8_t a[8 + 4 + 1] = {0, 0, 0, 0, 0, 0, 0, 5, f[8], f[9], f[10], f[11], 'a'};
-    tcp_raw_send(fd[0], a, sizeof a);
+    raw_answer(fd[0], f, 'a');
     for (int i = 0; i < 2; i++) { /* each connection gets the request its callback started */
         ck_assert_msg(tcp_raw_read(fd[i], f, sizeof f), "connection %d: nothing written", i);
         ck_assert_int_eq(f[12], 'n');
         ck_assert_int_eq(f[13], '0' + i);
-        uint8_t b[8 + 4 + 1] = {0, 0, 0, 0, 0, 0, 0, 5, f[8], f[9], f[10], f[11], 'b'};
-        tcp_raw_send(fd[i], b, sizeof b);
+        raw_answer(fd[i], f, 'b');
     }
     for (int k = 0; k < 500 && atomic_load(&chain.cc.done) < 3; k++)
         usleep(10 * 1000);
