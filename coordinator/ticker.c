@@ -8,7 +8,7 @@ static void on_tick(uv_timer_t *h)
     kl_coord_ticker *t = h->data;
     if (!atomic_load(&t->stopping) && t->fn(t->arg) && !atomic_load(&t->stopping)) {
         /* Fails only without a callback: the same timer was started with this one. */
-        int r = uv_timer_start(&t->timer, on_tick, 0, t->interval_ms);
+        int r = uv_timer_start(&t->timer, on_tick, 0, uv_timer_get_repeat(&t->timer));
         assert(r == 0);
         (void)r;
     }
@@ -52,7 +52,6 @@ kl_code kl_coord_ticker_start(kl_coord_ticker *t, uint64_t first_ms, uint64_t in
     if ((r = uv_async_init(&t->loop, &t->stop, on_stop)) != 0)
         goto fail_async;
     t->stop.data = t;
-    t->interval_ms = interval_ms;
     if ((r = uv_timer_start(&t->timer, on_tick, first_ms, interval_ms)) != 0)
         goto fail_start;
     if ((r = pthread_create(&t->thread, NULL, run, t)) != 0)

@@ -33,7 +33,6 @@ typedef struct kl_coord_ticker {
     pthread_t thread;
     kl_coord_tick_fn fn;
     void *arg;
-    uint64_t interval_ms;
     bool running;          /* started and not yet stopped */
     atomic_bool stopping;  /* set by stop: no new callback starts (an overrun timer would
                             * otherwise fire once more before the wake-up is seen) */
