@@ -41,6 +41,13 @@ static bool read_cacheable(const uint8_t *key, size_t klen)
     return key[0] == 'N' || key[0] == 'Q' || (key[0] == 'M' && !kl_store_key_is_local(key, klen));
 }
 
+/* The table was not told of every change since it last held: another applied index, or a
+ * state change that was not an apply. */
+static bool read_cache_stale(const kl_read_cache *c, const kl_store *st)
+{
+    return c->applied != kl_store_applied_index(st) || c->gen != kl_store_state_gen(st);
+}
+
 static void read_cache_empty(kl_read_cache *c, const kl_store *st)
 {
     for (size_t i = 0; i < KL_READ_CACHE_SLOTS; i++)
@@ -62,9 +69,9 @@ static size_t read_cache_slot(const uint8_t *key, size_t klen)
 static kl_code cached_get(kl_read_cache *c, kl_store *st, const uint8_t *key, size_t klen, uint8_t **val,
                           size_t *vlen, bool *found, kl_err *err)
 {
-    uint64_t applied = kl_store_applied_index(st);
-    if (applied != c->applied || kl_store_state_gen(st) != c->gen)
+    if (read_cache_stale(c, st))
         read_cache_empty(c, st);
+    uint64_t applied = c->applied;
     kl_read_cache_slot *s = &c->s[read_cache_slot(key, klen)];
     if (s->klen == klen && memcmp(s->key, key, klen) == 0) {
         c->hits++;
@@ -94,7 +101,7 @@ static kl_code cached_get(kl_read_cache *c, kl_store *st, const uint8_t *key, si
 
 void kl_read_cache_begin_apply(kl_read_cache *c, const kl_store *st, uint64_t index)
 {
-    if (c->applied != kl_store_applied_index(st) || c->gen != kl_store_state_gen(st)) {
+    if (read_cache_stale(c, st)) {
         read_cache_empty(c, st);
     } else {
         for (size_t i = 0; i < KL_READ_CACHE_SLOTS; i++)
