@@ -1,4 +1,4 @@
-/* Process tests of keyload-coordinator (KL-5; DESIGN.md §7, §8, §11) against real processes:
+/* Process tests of keyload-coordinator (docs/ARCHITECTURE.md "Coordinator") against real processes:
  * nine keyloadd members (3 partitions x 3 members, replica_count 3, sessions REQUIRED: member
  * key pairs, public keys in the cluster file, one cluster secret) and bin/keyload-coordinator
  * processes started with a config file written here. Loopback ports 13000..13999 (other
