@@ -42,6 +42,8 @@ typedef struct progress {
     uint64_t pending_snap; /* PR_SNAPSHOT: the index of the snapshot being streamed */
     bool probe_sent;   /* probe: an append is out; wait for its answer or a heartbeat answer */
     bool active;       /* heard from since the last check-quorum */
+    bool hb_restart;   /* a periodic heartbeat went out since a heartbeat answer last
+                        * restarted this follower's flow (handle_heartbeat_resp) */
     uint64_t read_ack; /* highest read-index round confirmed by this follower in this term */
     uint64_t ctx_sent; /* highest read-index round sent to this follower (read_seq never
                         * decreases, across terms too) */
@@ -556,6 +558,7 @@ static void bcast_heartbeat(kl_raft *r)
         m.commit = min_u64(r->prs[s].match, r->commit);
         m.ctx = r->read_seq;
         r->prs[s].ctx_sent = r->read_seq;
+        r->prs[s].hb_restart = true;
         send(r, &m);
     }
 }
@@ -905,15 +908,24 @@ static void handle_heartbeat_resp(kl_raft *r, size_t s, const kl_raft_msg *m)
     adopt_commit(r, m);
     if (r->role != KL_RAFT_LEADER)
         return;
-    pr->probe_sent = false;
-    /* If every append in flight was lost, acks will never free the window: free one slot, so
-     * the next append goes out, and its rejection puts the follower back into probe. */
-    if (pr->state == PR_REPLICATE && pr->infl_count >= r->cfg.max_inflight) {
-        pr->infl_start = (pr->infl_start + 1) % r->cfg.max_inflight;
-        pr->infl_count--;
+    /* Restarting a stalled flow (a lost probe, lost appends) is the periodic heartbeat's job,
+     * once per heartbeat interval. The answer to a read round's heartbeat restarts nothing:
+     * rounds go out about once per fresh read, and with entries in flight each restart was
+     * an empty append (everything already sent) and its answer, a quarter of all peer frames
+     * in the transfer cell, and a slot taken out of the window while acks were on their way. */
+    if (pr->hb_restart) {
+        pr->hb_restart = false;
+        pr->probe_sent = false;
+        /* If every append in flight was lost, acks will never free the window: free one
+         * slot, so the next append goes out, and its rejection puts the follower back into
+         * probe. */
+        if (pr->state == PR_REPLICATE && pr->infl_count >= r->cfg.max_inflight) {
+            pr->infl_start = (pr->infl_start + 1) % r->cfg.max_inflight;
+            pr->infl_count--;
+        }
+        if (pr->match < r->log.last)
+            send_append(r, s, true);
     }
-    if (pr->match < r->log.last)
-        send_append(r, s, true);
     note_read_ack(r, pr, m->ctx);
 }
 

@@ -1219,6 +1219,66 @@ START_TEST(read_round_rides_on_appends)
 }
 END_TEST
 
+/* One hop of the network: every queued message delivered once; what they cause stays queued. */
+static void mc_hop(mc *c)
+{
+    size_t n = c->qlen;
+    kl_raft_msg *batch = malloc(n * sizeof *batch);
+    ck_assert_ptr_nonnull(batch);
+    memcpy(batch, c->q, n * sizeof *batch);
+    c->qlen = 0;
+    for (size_t i = 0; i < n; i++) {
+        mc_deliver(c, &batch[i]);
+        free_msg(&batch[i]);
+    }
+    free(batch);
+}
+
+static size_t mc_count_kind(const mc *c, uint8_t type)
+{
+    size_t n = 0;
+    for (size_t i = 0; i < c->qlen; i++)
+        n += c->q[i].type == type;
+    return n;
+}
+
+/* The answers to read rounds restart no replication flow: with an entry in flight, a round's
+ * answer sends no append. The periodic heartbeat's answer does, once per interval, and that
+ * is what recovers appends lost on the way. */
+START_TEST(read_round_answers_restart_no_flow)
+{
+    mc c;
+    mc_init(&c, 3, 3);
+    mc_elect(&c, 1);
+    mc_settle(&c);
+    uint64_t idx = mc_propose(&c, 1, "lost");
+    mc_flush(&c, 1);
+    ck_assert_uint_eq(mc_drop_type(&c, KL_RAFT_MSG_APPEND), 2); /* in flight for ever */
+    uint64_t leader;
+    for (size_t k = 0; k < 5; k++) {
+        ck_assert_int_eq(kl_raft_read_index(c.nd[0].r, 100 + k, &leader), KL_OK);
+        mc_flush(&c, 1);
+        ck_assert_uint_eq(mc_count_kind(&c, KL_RAFT_MSG_HEARTBEAT), 2);
+        mc_hop(&c);
+        mc_flush(&c, 2);
+        mc_flush(&c, 3);
+        ck_assert_uint_eq(mc_count_kind(&c, KL_RAFT_MSG_HEARTBEAT_RESP), 2);
+        mc_hop(&c);
+        mc_flush(&c, 1);
+        ck_assert_uint_eq(c.nd[0].n_reads, k + 1);
+        ck_assert_uint_eq(c.qlen, 0); /* no append, empty or not */
+    }
+    ck_assert_uint_lt(mc_status(&c, 1).commit, idx);
+    /* A periodic heartbeat (heartbeat_ticks = 2): its answer restarts the flow, the follower
+     * rejects the empty append that names an entry it never got, and the probe resends it. */
+    ck_assert_int_eq(kl_raft_tick(c.nd[0].r), KL_OK);
+    ck_assert_int_eq(kl_raft_tick(c.nd[0].r), KL_OK);
+    mc_settle(&c);
+    ck_assert_uint_ge(mc_status(&c, 1).commit, idx);
+    mc_free(&c);
+}
+END_TEST
+
 /* A leader whose own disk is busy with a write still learns that its read was confirmed
  * (kl_raft_take_reads), instead of after that write and the next ready. */
 START_TEST(read_confirmed_while_leader_writes)
@@ -2400,6 +2460,7 @@ Suite *suite_raft(void)
     tcase_add_test(t, read_confirmed_while_followers_write);
     tcase_add_test(t, read_confirmed_while_leader_writes);
     tcase_add_test(t, read_round_rides_on_appends);
+    tcase_add_test(t, read_round_answers_restart_no_flow);
     tcase_add_test(t, proposals_and_caps);
     tcase_add_test(t, no_ack_survives_a_term_change);
     tcase_add_test(t, truncation_reported_and_hinted);
