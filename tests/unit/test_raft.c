@@ -334,6 +334,21 @@ static void mc_flush(mc *c, int id)
     }
 }
 
+/* One hop of the network: every queued message delivered once; what they cause stays queued. */
+static void mc_hop(mc *c)
+{
+    size_t n = c->qlen;
+    kl_raft_msg *batch = malloc(n * sizeof *batch);
+    ck_assert_ptr_nonnull(batch);
+    memcpy(batch, c->q, n * sizeof *batch);
+    c->qlen = 0;
+    for (size_t i = 0; i < n; i++) {
+        mc_deliver(c, &batch[i]);
+        free_msg(&batch[i]);
+    }
+    free(batch);
+}
+
 /* Delivers everything (FIFO, no loss except cut links) until the cluster is quiet. */
 static void mc_settle(mc *c)
 {
@@ -342,15 +357,7 @@ static void mc_settle(mc *c)
             mc_flush(c, i + 1);
         if (c->qlen == 0)
             return;
-        size_t n = c->qlen;
-        kl_raft_msg *batch = malloc(n * sizeof *batch);
-        memcpy(batch, c->q, n * sizeof *batch);
-        c->qlen = 0;
-        for (size_t i = 0; i < n; i++) {
-            mc_deliver(c, &batch[i]);
-            free_msg(&batch[i]);
-        }
-        free(batch);
+        mc_hop(c);
     }
     ck_abort_msg("cluster did not settle");
 }
@@ -1152,11 +1159,14 @@ static size_t mc_drop_type(mc *c, uint8_t type)
     return dropped;
 }
 
+#define MC_ANY_CTX UINT64_MAX
+
+/* Queued messages of type whose ctx is ctx (MC_ANY_CTX: any). */
 static size_t mc_count_type(const mc *c, uint8_t type, uint64_t ctx)
 {
     size_t n = 0;
     for (size_t i = 0; i < c->qlen; i++)
-        n += c->q[i].type == type && c->q[i].ctx == ctx;
+        n += c->q[i].type == type && (ctx == MC_ANY_CTX || c->q[i].ctx == ctx);
     return n;
 }
 
@@ -1219,29 +1229,6 @@ START_TEST(read_round_rides_on_appends)
 }
 END_TEST
 
-/* One hop of the network: every queued message delivered once; what they cause stays queued. */
-static void mc_hop(mc *c)
-{
-    size_t n = c->qlen;
-    kl_raft_msg *batch = malloc(n * sizeof *batch);
-    ck_assert_ptr_nonnull(batch);
-    memcpy(batch, c->q, n * sizeof *batch);
-    c->qlen = 0;
-    for (size_t i = 0; i < n; i++) {
-        mc_deliver(c, &batch[i]);
-        free_msg(&batch[i]);
-    }
-    free(batch);
-}
-
-static size_t mc_count_kind(const mc *c, uint8_t type)
-{
-    size_t n = 0;
-    for (size_t i = 0; i < c->qlen; i++)
-        n += c->q[i].type == type;
-    return n;
-}
-
 /* The answers to read rounds restart no replication flow: with an entry in flight, a round's
  * answer sends no append. The periodic heartbeat's answer does, once per interval, and that
  * is what recovers appends lost on the way. */
@@ -1258,11 +1245,11 @@ START_TEST(read_round_answers_restart_no_flow)
     for (size_t k = 0; k < 5; k++) {
         ck_assert_int_eq(kl_raft_read_index(c.nd[0].r, 100 + k, &leader), KL_OK);
         mc_flush(&c, 1);
-        ck_assert_uint_eq(mc_count_kind(&c, KL_RAFT_MSG_HEARTBEAT), 2);
+        ck_assert_uint_eq(mc_count_type(&c, KL_RAFT_MSG_HEARTBEAT, MC_ANY_CTX), 2);
         mc_hop(&c);
         mc_flush(&c, 2);
         mc_flush(&c, 3);
-        ck_assert_uint_eq(mc_count_kind(&c, KL_RAFT_MSG_HEARTBEAT_RESP), 2);
+        ck_assert_uint_eq(mc_count_type(&c, KL_RAFT_MSG_HEARTBEAT_RESP, MC_ANY_CTX), 2);
         mc_hop(&c);
         mc_flush(&c, 1);
         ck_assert_uint_eq(c.nd[0].n_reads, k + 1);
