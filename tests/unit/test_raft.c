@@ -338,6 +338,8 @@ static void mc_flush(mc *c, int id)
 static void mc_hop(mc *c)
 {
     size_t n = c->qlen;
+    if (n == 0)
+        return;
     kl_raft_msg *batch = malloc(n * sizeof *batch);
     ck_assert_ptr_nonnull(batch);
     memcpy(batch, c->q, n * sizeof *batch);
