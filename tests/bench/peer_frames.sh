@@ -5,7 +5,8 @@
 # every frame the replication driver packs (a uprobe on keyload__v1__raft_message__pack in
 # the keyloadd the bench runs, reading the message's type and entry count) and every log
 # write (kl_store_log_write). Prints the counts, frames per log write and, at the cell's
-# rate, frames per transfer. Needs root and perf; the probes are deleted on exit.
+# rate, frames per transfer. Needs root and perf; its two probes (klpf_pack, klpf_logw) are
+# deleted on exit.
 #   tests/bench/peer_frames.sh
 #   BENCH_BIN=/path/to/other/bin tests/bench/peer_frames.sh
 # Environment: BENCH_BIN (default bin), BENCH_SECONDS (the cell, default 10), WINDOW_S
@@ -20,10 +21,11 @@ win=${WINDOW_S:-3}
 command -v perf >/dev/null || { echo "peer_frames: perf is missing"; exit 2; }
 [ -f build/gen/keyload/v1/raft.pb-c.h ] || { echo "peer_frames: build/gen is missing; run make first"; exit 2; }
 tmp=$(mktemp -d /tmp/kl-peer-frames-XXXXXX)
-bp="" probed=0
+. tests/bench/xcell.sh
+probed=0
 cleanup() {
-  [ $probed = 1 ] && perf probe -q -d 'probe_keyloadd:*' 2>/dev/null
-  [ -n "$bp" ] && kill -0 "$bp" 2>/dev/null && kill -TERM "$bp" 2>/dev/null && wait "$bp" 2>/dev/null
+  [ $probed = 1 ] && perf probe -q -d probe_keyloadd:klpf_pack -d probe_keyloadd:klpf_logw 2>/dev/null
+  xcell_stop
   rm -rf "$tmp"
 }
 trap cleanup EXIT
@@ -41,32 +43,24 @@ int main(void)
 EOF
 cc -Ibuild/gen -o "$tmp/off" "$tmp/off.c" || { echo "peer_frames: cannot build the offset helper"; exit 2; }
 read -r off_type off_nent < <("$tmp/off")
-BENCH_BIN=${BENCH_BIN:-bin} BENCH_PARTS=xcoord BENCH_XCOORD_CELLS=32 BENCH_SECONDS="$secs" BENCH_ROUNDS=1 \
-  timeout 900 bash tests/bench/run.sh >"$tmp/run.txt" 2>&1 &
-bp=$!
-cell=""
-for _ in $(seq 1 3000); do
-  cell=$(pgrep -f -- "keyload-bench --transfer" | head -n 1)
-  [ -n "$cell" ] && break
-  kill -0 "$bp" 2>/dev/null || break
-  sleep 0.1
-done
-[ -n "$cell" ] || { echo "peer_frames: the transfer cell never started; run.sh said:"; tail -n 5 "$tmp/run.txt"; exit 1; }
+xcell_start "$tmp/run.txt"
+xcell_wait_cell || { echo "peer_frames: the transfer cell never started; run.sh said:"; tail -n 5 "$tmp/run.txt"; exit 1; }
 # run.sh runs its own copy of keyloadd: probe that file.
-member=$(pgrep -x keyloadd | head -n 1)
+member=$(xcell_ours keyloadd | head -n 1)
 exe=$(readlink "/proc/$member/exe")
 [ -n "$exe" ] || { echo "peer_frames: cannot find the members' binary"; exit 1; }
 probed=1
-perf probe -q -x "$exe" "keyload__v1__raft_message__pack type=+$off_type(%di):u32 nent=+$off_nent(%di):u64" &&
-  perf probe -q -x "$exe" kl_store_log_write || { echo "peer_frames: perf probe failed"; exit 1; }
+# Named probes of our own, so that only they are deleted afterwards.
+perf probe -q -x "$exe" "klpf_pack=keyload__v1__raft_message__pack type=+$off_type(%di):u32 nent=+$off_nent(%di):u64" &&
+  perf probe -q -x "$exe" "klpf_logw=kl_store_log_write" || { echo "peer_frames: perf probe failed"; exit 1; }
 sleep 1
-perf record -q -e 'probe_keyloadd:*' -a -o "$tmp/perf.data" -- sleep "$win" >/dev/null 2>&1 ||
+perf record -q -e probe_keyloadd:klpf_pack -e probe_keyloadd:klpf_logw -a -o "$tmp/perf.data" -- sleep "$win" >/dev/null 2>&1 ||
   { echo "peer_frames: perf record failed"; exit 1; }
-perf probe -q -d 'probe_keyloadd:*' 2>/dev/null
+perf probe -q -d probe_keyloadd:klpf_pack -d probe_keyloadd:klpf_logw 2>/dev/null
 probed=0
-wait "$bp"
+wait "$xcell_pid"
 rc=$?
-bp=""
+xcell_pid=""
 [ $rc -eq 0 ] || { echo "peer_frames: run.sh failed (exit $rc):"; tail -n 5 "$tmp/run.txt"; exit 1; }
 rate=$(grep "^transfer: " "$tmp/run.txt" | head -n 1 | grep -o "transfers_per_s=[0-9.]*" | cut -d= -f2)
 [ -n "$rate" ] || { echo "peer_frames: no transfer line in run.sh's output"; exit 1; }
@@ -78,7 +72,7 @@ names = {0: "PREVOTE", 1: "PREVOTE_RESP", 2: "VOTE", 3: "VOTE_RESP", 4: "APPEND"
 c = collections.Counter()
 writes = 0
 for l in sys.stdin:
-    if "kl_store_log_write" in l:
+    if "klpf_logw" in l:
         writes += 1
         continue
     d = dict(re.findall(r"(\w+)=(\S+)", l))

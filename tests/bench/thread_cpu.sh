@@ -13,45 +13,34 @@
 #              (default 6, at most BENCH_SECONDS - 3), THREAD_CPU_OUT (a file kept with
 #              run.sh's output; default a temporary one that is removed).
 # run.sh starts and stops every process by pid; this script starts only run.sh and waits
-# for it (at most 15 minutes).
+# for it (at most 15 minutes), and reads only the processes run.sh started.
 set -u
 cd "$(dirname "$0")/../.." || exit 2
 secs=${BENCH_SECONDS:-10}
 win=${WINDOW_S:-6}
 [ "$win" -le $((secs - 3)) ] || { echo "thread_cpu: WINDOW_S must be at most BENCH_SECONDS - 3"; exit 2; }
 if [ -n "${THREAD_CPU_OUT:-}" ]; then out=$THREAD_CPU_OUT; keep=1; else out=$(mktemp /tmp/kl-thread-cpu-XXXXXX); keep=0; fi
-bp=""
+. tests/bench/xcell.sh
 cleanup() {
-  [ -n "$bp" ] && kill -0 "$bp" 2>/dev/null && kill -TERM "$bp" 2>/dev/null && wait "$bp" 2>/dev/null
+  xcell_stop
   [ $keep = 1 ] || rm -f "$out"
 }
 trap cleanup EXIT
 trap 'exit 130' INT TERM
-BENCH_BIN=${BENCH_BIN:-bin} BENCH_PARTS=xcoord BENCH_XCOORD_CELLS=32 BENCH_SECONDS="$secs" BENCH_ROUNDS=1 \
-  timeout 900 bash tests/bench/run.sh >"$out" 2>&1 &
-bp=$!
-# The cell's client: the one keyload-bench whose command line says --transfer.
-cell=""
-for _ in $(seq 1 3000); do
-  cell=$(pgrep -f -- "keyload-bench --transfer" | head -n 1)
-  [ -n "$cell" ] && break
-  kill -0 "$bp" 2>/dev/null || break
-  sleep 0.1
-done
-[ -n "$cell" ] || { echo "thread_cpu: the transfer cell never started; run.sh said:"; tail -n 5 "$out"; exit 1; }
+xcell_start "$out"
+xcell_wait_cell || { echo "thread_cpu: the transfer cell never started; run.sh said:"; tail -n 5 "$out"; exit 1; }
 sleep 2
-sample=$(python3 - "$win" <<'EOF'
+pids=$(xcell_ours keyloadd; xcell_ours keyload-bench)
+[ -n "$pids" ] || { echo "thread_cpu: no member of run.sh's cluster found"; exit 1; }
+# shellcheck disable=SC2086
+sample=$(python3 - "$win" $pids <<'EOF'
 import collections, os, sys, time
 HZ = os.sysconf("SC_CLK_TCK")
 def snap():
     d = {}
-    for pid in os.listdir("/proc"):
-        if not pid.isdigit():
-            continue
+    for pid in sys.argv[2:]:
         try:
             comm = open(f"/proc/{pid}/comm").read().strip()
-            if comm not in ("keyloadd", "keyload-bench"):
-                continue
             for t in os.listdir(f"/proc/{pid}/task"):
                 s = open(f"/proc/{pid}/task/{t}/stat").read()
                 name = s[s.index("(") + 1:s.rindex(")")]
@@ -77,9 +66,9 @@ for (comm, pid, role), v in sorted(cpu.items()):
 print("idle %.4f" % ((ib - ia) / HZ / dt / os.cpu_count()))
 EOF
 )
-wait "$bp"
+wait "$xcell_pid"
 rc=$?
-bp=""
+xcell_pid=""
 [ $rc -eq 0 ] || { echo "thread_cpu: run.sh failed (exit $rc):"; tail -n 5 "$out"; exit 1; }
 rate=$(grep "^transfer: " "$out" | head -n 1 | grep -o "transfers_per_s=[0-9.]*" | cut -d= -f2)
 [ -n "$rate" ] || { echo "thread_cpu: no transfer line in run.sh's output"; exit 1; }
