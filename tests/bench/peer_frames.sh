@@ -58,12 +58,8 @@ perf record -q -e probe_keyloadd:klpf_pack -e probe_keyloadd:klpf_logw -a -o "$t
   { echo "peer_frames: perf record failed"; exit 1; }
 perf probe -q -d probe_keyloadd:klpf_pack -d probe_keyloadd:klpf_logw 2>/dev/null
 probed=0
-wait "$xcell_pid"
-rc=$?
-xcell_pid=""
-[ $rc -eq 0 ] || { echo "peer_frames: run.sh failed (exit $rc):"; tail -n 5 "$tmp/run.txt"; exit 1; }
-rate=$(grep "^transfer: " "$tmp/run.txt" | head -n 1 | grep -o "transfers_per_s=[0-9.]*" | cut -d= -f2)
-[ -n "$rate" ] || { echo "peer_frames: no transfer line in run.sh's output"; exit 1; }
+xcell_finish peer_frames "$tmp/run.txt" || exit 1
+rate=$xcell_rate
 perf script -i "$tmp/perf.data" -F event,trace 2>/dev/null | python3 -c '
 import collections, re, sys
 rate, win = float(sys.argv[1]), float(sys.argv[2])

@@ -66,12 +66,8 @@ for (comm, pid, role), v in sorted(cpu.items()):
 print("idle %.4f" % ((ib - ia) / HZ / dt / os.cpu_count()))
 EOF
 )
-wait "$xcell_pid"
-rc=$?
-xcell_pid=""
-[ $rc -eq 0 ] || { echo "thread_cpu: run.sh failed (exit $rc):"; tail -n 5 "$out"; exit 1; }
-rate=$(grep "^transfer: " "$out" | head -n 1 | grep -o "transfers_per_s=[0-9.]*" | cut -d= -f2)
-[ -n "$rate" ] || { echo "thread_cpu: no transfer line in run.sh's output"; exit 1; }
+xcell_finish thread_cpu "$out" || exit 1
+rate=$xcell_rate
 echo "$sample" | grep "^cpu keyloadd" | awk '{printf "thread_cpu: member pid %s %-7s %.3f CPUs\n", $3, $4, $5}'
 echo "$sample" | python3 -c '
 import sys

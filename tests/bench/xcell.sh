@@ -4,7 +4,8 @@
 # its output in FILE and the pid of its `timeout` in xcell_pid; xcell_wait_cell waits until
 # that run's transfer client runs (at most 5 minutes); xcell_ours lists the processes of a
 # name that descend from it, so a measurement never reads or probes anybody else's
-# keyloadd; xcell_stop stops it (run.sh then stops its members by pid) and waits.
+# keyloadd; xcell_finish waits for it to end and reads the cell's rate; xcell_stop stops it
+# (run.sh then stops its members by pid) and waits.
 xcell_pid=""
 
 xcell_start() {
@@ -49,4 +50,17 @@ xcell_stop() {
     wait "$xcell_pid" 2>/dev/null
   fi
   xcell_pid=""
+}
+
+# xcell_finish NAME FILE: waits for the run; on success xcell_rate is its client-driven cell's
+# transfers/s, else NAME's reason is printed and it returns 1.
+xcell_rate=""
+xcell_finish() {
+  local rc
+  wait "$xcell_pid"
+  rc=$?
+  xcell_pid=""
+  [ $rc -eq 0 ] || { echo "$1: run.sh failed (exit $rc):"; tail -n 5 "$2"; return 1; }
+  xcell_rate=$(grep "^transfer: " "$2" | head -n 1 | grep -o "transfers_per_s=[0-9.]*" | cut -d= -f2)
+  [ -n "$xcell_rate" ] || { echo "$1: no transfer line in run.sh's output"; return 1; }
 }
