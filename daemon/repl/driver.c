@@ -102,7 +102,9 @@ struct kl_repl {
     uint32_t snap_threshold, snap_trailing; /* compaction policy (driver.h) */
     uv_timer_t timer;
     uv_check_t flush; /* once per loop iteration, after I/O: see on_flush */
-    int open_handles; /* timer and flush until both are closed after stop */
+    uv_prepare_t reads_out; /* before every poll: a read round not sent yet leaves (on_reads_out) */
+    bool reads_unsent;      /* a read was queued since the last send_urgent */
+    int open_handles; /* timer, flush and reads_out until all are closed after stop */
 
     /* The rounds: rd (= &rds[cur]) is the oldest ready taken, whose write runs while
      * persist_busy; with next_taken, rds[cur ^ 1] is the ready taken after it, whose write
@@ -433,6 +435,7 @@ static void fail(kl_repl *r, const kl_err *err)
     r->failed = true;
     uv_timer_stop(&r->timer);
     uv_check_stop(&r->flush);
+    uv_prepare_stop(&r->reads_out);
     if (r->peer != NULL) {
         kl_peer_stop(r->peer);
         r->peer = NULL;
@@ -1242,6 +1245,7 @@ static void send_urgent(kl_repl *r)
 {
     kl_raft_msg m[2 * KL_RAFT_MAX_MEMBERS];
     size_t n;
+    r->reads_unsent = false;
     do {
         n = kl_raft_take_urgent(r->raft, m, sizeof m / sizeof m[0]);
         for (size_t i = 0; i < n && live(r); i++)
@@ -1291,6 +1295,18 @@ static void on_flush(uv_check_t *h)
      * socket writes) that the replication pipeline should not wait for. */
     report_commit(r);
     apply_early(r);
+    pump(r);
+}
+
+/* A read queued by a callback that ran after this iteration's on_flush (or before the poll,
+ * in a timer or prepare callback) would otherwise wait for the poll, which may block until
+ * the next tick: its round leaves here, just before the loop polls. */
+static void on_reads_out(uv_prepare_t *h)
+{
+    kl_repl *r = h->data;
+    if (!live(r) || !r->reads_unsent)
+        return;
+    send_urgent(r);
     pump(r);
 }
 
@@ -2006,7 +2022,10 @@ kl_code kl_repl_start(uv_loop_t *loop, kl_store *store, const kl_repl_config *cf
     uv_check_init(loop, &r->flush);
     r->flush.data = r;
     uv_check_start(&r->flush, on_flush);
-    r->open_handles = 3;
+    uv_prepare_init(loop, &r->reads_out);
+    r->reads_out.data = r;
+    uv_prepare_start(&r->reads_out, on_reads_out);
+    r->open_handles = 4;
     kl_raft_conf in_effect;
     kl_raft_conf_get(r->raft, &in_effect, NULL, NULL);
     if (cfg->n_members == 1 && !cfg->join && in_effect.n_members == 1 && in_effect.n_old == 0) {
@@ -2099,8 +2118,11 @@ kl_code kl_repl_read_index(kl_repl *r, uint64_t read_ctx, uint64_t *leader)
     kl_raft_status_get(r->raft, &st);
     *read_at(r, r->rlen) = (pending_read){.ctx = read_ctx, .term = st.term, .state = READ_WAITING};
     r->rlen++;
-    send_urgent(r);
-    pump(r);
+    /* The round leaves at the end of this loop iteration (on_flush, or on_reads_out before
+     * the next poll), not now: every read queued in the iteration shares it, and appends
+     * proposed meanwhile carry it to their followers (raft.h "read"). Sent at once, each
+     * read cost a round of its own: two heartbeats and two answers per fresh read under load. */
+    r->reads_unsent = true;
     return KL_OK;
 }
 
@@ -2163,8 +2185,10 @@ void kl_repl_stop(kl_repl *r)
     }
     uv_timer_stop(&r->timer);
     uv_check_stop(&r->flush);
+    uv_prepare_stop(&r->reads_out);
     uv_close((uv_handle_t *)&r->timer, on_handle_closed);
     uv_close((uv_handle_t *)&r->flush, on_handle_closed);
+    uv_close((uv_handle_t *)&r->reads_out, on_handle_closed);
     kl_log_writer_stop(r->writer, on_writer_closed, r);
 }
 

@@ -2,7 +2,8 @@
  *
  * Owns one kl_raft (the pure core, raft.h), one kl_peer (frames to the other members, peer.h;
  * none when the member is alone), one uv_timer_t (ticks), one uv_check_t (the per-iteration
- * flush below) and the log-persistence worker: one
+ * flush below), one uv_prepare_t (a read round still unsent leaves before the poll) and
+ * the log-persistence worker: one
  * kl_store_log_write at a time on the member's log writer thread (log_writer.h), never on
  * libuv's shared pool, where the compaction's and snapshots' jobs run. The kl_store is
  * borrowed: it must outlive the driver, and the caller applies committed entries to it.
@@ -191,7 +192,9 @@ void kl_repl_next(const kl_repl *r, uint64_t *index, uint64_t *term, bool *servi
    (the caller decides whether to wait for serving). */
 kl_code kl_repl_propose(kl_repl *r, const uint8_t *data, size_t len, uint64_t *leader);
 /* Read-index barrier (ARCHITECTURE.md "Read path"). KL_OK: read_ready or read_dropped will be called once
-   for read_ctx (read_ctx values of outstanding reads should be distinct). KL_NOT_LEADER with
+   for read_ctx (read_ctx values of outstanding reads should be distinct), never from inside
+   this call: the confirmation round leaves at the end of the loop iteration, shared by every
+   read queued in it and carried by appends proposed meanwhile. KL_NOT_LEADER with
    *leader = the known leader (this member itself while its no-op has not committed: retry
    shortly); KL_UNAVAILABLE when too many reads are outstanding, after a failure or stop. */
 kl_code kl_repl_read_index(kl_repl *r, uint64_t read_ctx, uint64_t *leader);

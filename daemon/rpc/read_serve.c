@@ -67,7 +67,7 @@ void kl_service_start_read(kl_service *s, kl_rpc_call *call, kl_node_read_kind k
     int64_t now = kl_service_mono_ms();
     /* invariant I-RPC-3: every waiting read has the function that serves it */
     assert(serve != NULL);
-    /* Registered first: the barrier may confirm inside kl_repl_read_index (one member). */
+    /* Registered first: the barrier confirms on the loop after kl_repl_read_index returned. */
     s->reads[slot].ctx = ctx;
     s->reads[slot].call = call;
     s->reads[slot].kind = kind;

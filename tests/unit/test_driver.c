@@ -1255,6 +1255,45 @@ START_TEST(read_dropped_when_leadership_lost)
 }
 END_TEST
 
+/* Reads queued in one loop iteration share one confirmation round: none is answered from
+ * inside kl_repl_read_index, all are served in order, and the leader sends one heartbeat
+ * per follower for them (plus the periodic ones of the time the round took), not a round
+ * each. */
+static bool n_ready_reached(void *arg)
+{
+    const td_member *m = arg;
+    return m->n_ready >= 10;
+}
+
+START_TEST(reads_of_one_iteration_share_a_round)
+{
+    cluster_open(3, 3);
+    for (int i = 1; i <= 3; i++)
+        member_start(i);
+    int l = wait_leader();
+    uint64_t last = propose_many(l, 3);
+    wait_all_applied(last, 10000);
+    run_for(20);
+    kl_peer_counters before, after;
+    kl_repl_peer_stats(mem[l].repl, &before);
+    uint64_t t0 = mono_ms(), leader;
+    for (uint64_t ctx = 100; ctx < 110; ctx++)
+        ck_assert_int_eq(kl_repl_read_index(mem[l].repl, ctx, &leader), KL_OK);
+    ck_assert_uint_eq(mem[l].n_ready, 0);
+    ck_assert(run_until(n_ready_reached, &mem[l], 5000));
+    uint64_t took_ms = mono_ms() - t0;
+    kl_repl_peer_stats(mem[l].repl, &after);
+    for (uint64_t i = 0; i < 10; i++)
+        ck_assert_uint_eq(mem[l].ready[i], 100 + i);
+    ck_assert_uint_eq(mem[l].n_dropped, 0);
+    /* heartbeat_ms is 50: a round each would have sent 20 frames in a few milliseconds. */
+    uint64_t periodic = 2 * (took_ms / 50 + 1);
+    ck_assert_uint_le(after.sent - before.sent, 2 + periodic);
+    check_consistent();
+    cluster_close();
+}
+END_TEST
+
 START_TEST(single_member)
 {
     cluster_open(1, 1);
@@ -1772,6 +1811,7 @@ Suite *suite_driver(void)
     tcase_add_test(t, many_configuration_changes_compact_their_history);
     tcase_add_test(t, returning_leader_replaces_its_uncommitted_suffix);
     tcase_add_test(t, read_dropped_when_leadership_lost);
+    tcase_add_test(t, reads_of_one_iteration_share_a_round);
     tcase_add_test(t, refuses_bad_frames);
     tcase_add_test(t, applies_while_a_slow_write_runs);
     tcase_add_test(t, writes_chain_while_one_runs);
