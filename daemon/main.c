@@ -81,6 +81,7 @@ typedef struct daemon_state {
     uint64_t disk_free;          /* bytes free for unprivileged writers at that time */
     bool disk_low;
     uv_prepare_t flush_prep;     /* proposes the node's open group before the loop waits */
+    uv_check_t flush_check;      /* ... or right after the poll that evaluated its batches */
     bool flush_prep_ready;
     kl_dmetrics metrics;         /* loop thread only (daemon/metrics.h) */
     kl_metrics_http *metrics_http; /* the member's "metrics" endpoint, if any */
@@ -154,23 +155,34 @@ static kl_code node_admit(void *ctx, kl_err *err)
                    (unsigned long long)(d->disk_free >> 20), (unsigned long long)(d->disk_reserve >> 20));
 }
 
-/* Batches evaluated in one loop turn share one log entry: the group is proposed in the
- * prepare phase, just before the loop would wait for I/O. */
-static void on_flush_prep(uv_prepare_t *h)
+/* Batches evaluated in one loop turn share one log entry. A batch evaluated in the poll
+ * phase (a client's frame) is proposed in the check phase right after it, with every batch
+ * that poll evaluated: waiting for the next turn's prepare phase put the timers and the
+ * delivery of peer frames (acknowledgements, applies) of that turn before the proposal,
+ * 333-518 us at the median under the 32-in-flight transfer load. A batch evaluated in any
+ * other phase (a timer, a delivery) is proposed in the prepare phase, before the loop may
+ * wait for I/O. Whichever of the two runs first proposes and stops both. */
+static void flush_group(daemon_state *d)
 {
-    daemon_state *d = h->data;
-    uv_prepare_stop(h);
+    uv_prepare_stop(&d->flush_prep);
+    uv_check_stop(&d->flush_check);
     if (d->node != NULL)
         kl_node_flush(d->node);
 }
 
+static void on_flush_prep(uv_prepare_t *h) { flush_group(h->data); }
+
+static void on_flush_check(uv_check_t *h) { flush_group(h->data); }
+
 static void node_flush_soon(void *ctx)
 {
     daemon_state *d = ctx;
-    if (d->flush_prep_ready && !d->stopping)
+    if (d->flush_prep_ready && !d->stopping) {
         uv_prepare_start(&d->flush_prep, on_flush_prep);
-    else if (d->node != NULL)
+        uv_check_start(&d->flush_check, on_flush_check);
+    } else if (d->node != NULL) {
         kl_node_flush(d->node);
+    }
 }
 
 static kl_code node_propose(void *ctx, const uint8_t *entry, size_t len)
@@ -325,8 +337,10 @@ static void begin_stop(daemon_state *d)
     }
     kl_node_close(d->node);
     d->node = NULL;
-    if (d->flush_prep_ready)
+    if (d->flush_prep_ready) {
         uv_close((uv_handle_t *)&d->flush_prep, NULL);
+        uv_close((uv_handle_t *)&d->flush_check, NULL);
+    }
     d->flush_prep_ready = false;
     uv_close((uv_handle_t *)&d->sigterm, NULL);
     uv_close((uv_handle_t *)&d->sigint, NULL);
@@ -756,6 +770,8 @@ static int serve(daemon_state *d, const kl_cluster *cluster, int partition, cons
 {
     uv_prepare_init(d->loop, &d->flush_prep);
     d->flush_prep.data = d;
+    uv_check_init(d->loop, &d->flush_check);
+    d->flush_check.data = d;
     d->flush_prep_ready = true;
     uv_signal_init(d->loop, &d->sigterm);
     uv_signal_init(d->loop, &d->sigint);

@@ -59,7 +59,8 @@ typedef struct kl_node_io {
     int64_t (*boot_ns)(void *ctx);
     void (*random)(uint8_t *buf, size_t n);
     /* Optional: the node opened a group; the driver calls kl_node_flush soon, at the latest
-     * before the loop waits for I/O again, so that the batches evaluated meanwhile share one
+     * before the loop waits for I/O again (daemon/main.c: after the poll that evaluated the
+     * batch, else before the next poll), so that the batches evaluated meanwhile share one
      * entry. NULL: every batch is proposed as its own entry before submit returns. */
     void (*flush_soon)(void *ctx);
 } kl_node_io;
