@@ -478,6 +478,23 @@ static uint64_t propose_many(int leader, int k)
 
 /* ---------------------------------------------------------------- tests */
 
+/* A 3-member, replica_count 3 cluster started, with a leader, and `warm` entries proposed
+ * and applied everywhere (none when 0; *last, when not NULL, is the last one's index).
+ * Returns the leader's id. */
+static int three_with_leader(int warm, uint64_t *last)
+{
+    cluster_open(3, 3);
+    for (int i = 1; i <= 3; i++)
+        member_start(i);
+    int l = wait_leader();
+    uint64_t at = warm > 0 ? propose_many(l, warm) : 0;
+    if (warm > 0)
+        wait_all_applied(at, 10000);
+    if (last != NULL)
+        *last = at;
+    return l;
+}
+
 START_TEST(three_members_elect_and_replicate)
 {
     cluster_open(3, 2);
@@ -536,12 +553,8 @@ END_TEST
  * would add an fsync per entry and hold the leader's appends behind its own write). */
 START_TEST(one_synced_write_per_lone_entry)
 {
-    cluster_open(3, 3);
-    for (int i = 1; i <= 3; i++)
-        member_start(i);
-    int l = wait_leader();
-    uint64_t last = propose_many(l, 3);
-    wait_all_applied(last, 10000);
+    uint64_t last;
+    int l = three_with_leader(3, &last);
     run_for(50);
     kl_repl_counters before, after;
     kl_repl_counters_get(mem[l].repl, &before);
@@ -564,12 +577,8 @@ END_TEST
 
 START_TEST(replica_count_three_blocks_then_catches_up)
 {
-    cluster_open(3, 3);
-    for (int i = 1; i <= 3; i++)
-        member_start(i);
-    int l = wait_leader();
-    uint64_t last = propose_many(l, 10);
-    wait_all_applied(last, 10000);
+    uint64_t last;
+    int l = three_with_leader(10, &last);
     int down = l % 3 + 1;
     member_stop(down);
     /* Two of three persisted copies are not enough: nothing commits. */
@@ -704,12 +713,8 @@ END_TEST
  * member starts from the applied index, applies nothing twice and goes on. */
 START_TEST(commit_only_readies_write_nothing)
 {
-    cluster_open(3, 3);
-    for (int i = 1; i <= 3; i++)
-        member_start(i);
-    int l = wait_leader();
-    uint64_t last = propose_many(l, 10);
-    wait_all_applied(last, 10000);
+    uint64_t last;
+    int l = three_with_leader(10, &last);
     run_for(300); /* heartbeats: every member learns the last commit */
     for (int i = 1; i <= 3; i++) {
         kl_raft_status st;
@@ -1228,12 +1233,7 @@ END_TEST
 
 START_TEST(read_dropped_when_leadership_lost)
 {
-    cluster_open(3, 3);
-    for (int i = 1; i <= 3; i++)
-        member_start(i);
-    int l = wait_leader();
-    uint64_t last = propose_many(l, 3);
-    wait_all_applied(last, 10000);
+    int l = three_with_leader(3, NULL);
     for (int i = 1; i <= 3; i++)
         if (i != l)
             member_stop(i);
@@ -1267,12 +1267,7 @@ static bool n_ready_reached(void *arg)
 
 START_TEST(reads_of_one_iteration_share_a_round)
 {
-    cluster_open(3, 3);
-    for (int i = 1; i <= 3; i++)
-        member_start(i);
-    int l = wait_leader();
-    uint64_t last = propose_many(l, 3);
-    wait_all_applied(last, 10000);
+    int l = three_with_leader(3, NULL);
     run_for(20);
     kl_peer_counters before, after;
     kl_repl_peer_stats(mem[l].repl, &before);
@@ -1495,10 +1490,7 @@ END_TEST
  * log at every apply, on every member). */
 START_TEST(applies_while_a_slow_write_runs)
 {
-    cluster_open(3, 3);
-    for (int i = 1; i <= 3; i++)
-        member_start(i);
-    int l = wait_leader();
+    int l = three_with_leader(0, NULL);
     kl_err err;
     ck_assert_int_eq(kl_failpoint_configure("store.log_write=sleep(40)", &err), KL_OK);
     uint64_t last = 0;
@@ -1561,10 +1553,7 @@ END_TEST
  * the worker's part holds the sleep and the two hand-offs do not. */
 START_TEST(write_parts_timed)
 {
-    cluster_open(3, 3);
-    for (int i = 1; i <= 3; i++)
-        member_start(i);
-    int l = wait_leader();
+    int l = three_with_leader(0, NULL);
     kl_err err;
     ck_assert_int_eq(kl_failpoint_configure("store.log_write=sleep(30)", &err), KL_OK);
     for (int i = 0; i < 6; i++) /* one at a time: each is its own slow write on every member */
