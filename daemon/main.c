@@ -158,10 +158,10 @@ static kl_code node_admit(void *ctx, kl_err *err)
 /* Batches evaluated in one loop turn share one log entry. A batch evaluated in the poll
  * phase (a client's frame) is proposed in the check phase right after it, with every batch
  * that poll evaluated: waiting for the next turn's prepare phase put the timers and the
- * delivery of peer frames (acknowledgements, applies) of that turn before the proposal,
- * 333-518 us at the median under the 32-in-flight transfer load. A batch evaluated in any
- * other phase (a timer, a delivery) is proposed in the prepare phase, before the loop may
- * wait for I/O. Whichever of the two runs first proposes and stops both. */
+ * delivery of peer frames (acknowledgements, applies) of that turn before the proposal
+ * (ARCHITECTURE.md "Write path", step 8, has the figures). A batch evaluated in any other
+ * phase (a timer, a delivery) is proposed in the prepare phase, before the loop may wait
+ * for I/O. Whichever of the two runs first proposes and stops both. */
 static void flush_group(daemon_state *d)
 {
     uv_prepare_stop(&d->flush_prep);

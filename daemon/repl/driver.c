@@ -104,7 +104,7 @@ struct kl_repl {
     uv_check_t flush; /* once per loop iteration, after I/O: see on_flush */
     uv_prepare_t reads_out; /* before every poll: a read round not sent yet leaves (on_reads_out) */
     bool reads_unsent;      /* a read was queued since the last send_urgent */
-    int open_handles; /* timer, flush and reads_out until all are closed after stop */
+    int open_handles; /* timer, flush, reads_out and the writer, until all are closed after stop */
 
     /* The rounds: rd (= &rds[cur]) is the oldest ready taken, whose write runs while
      * persist_busy; with next_taken, rds[cur ^ 1] is the ready taken after it, whose write
