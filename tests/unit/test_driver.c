@@ -487,9 +487,11 @@ static int three_with_leader(int warm, uint64_t *last)
     for (int i = 1; i <= 3; i++)
         member_start(i);
     int l = wait_leader();
-    uint64_t at = warm > 0 ? propose_many(l, warm) : 0;
-    if (warm > 0)
+    uint64_t at = 0;
+    if (warm > 0) {
+        at = propose_many(l, warm);
         wait_all_applied(at, 10000);
+    }
     if (last != NULL)
         *last = at;
     return l;
@@ -1255,16 +1257,18 @@ START_TEST(read_dropped_when_leadership_lost)
 }
 END_TEST
 
+enum { TD_SHARED_READS = 10 };
+
+static bool shared_reads_ready(void *arg)
+{
+    const td_member *m = arg;
+    return m->n_ready >= TD_SHARED_READS;
+}
+
 /* Reads queued in one loop iteration share one confirmation round: none is answered from
  * inside kl_repl_read_index, all are served in order, and the leader sends one heartbeat
  * per follower for them (plus the periodic ones of the time the round took), not a round
  * each. */
-static bool n_ready_reached(void *arg)
-{
-    const td_member *m = arg;
-    return m->n_ready >= 10;
-}
-
 START_TEST(reads_of_one_iteration_share_a_round)
 {
     int l = three_with_leader(3, NULL);
@@ -1272,13 +1276,13 @@ START_TEST(reads_of_one_iteration_share_a_round)
     kl_peer_counters before, after;
     kl_repl_peer_stats(mem[l].repl, &before);
     uint64_t t0 = mono_ms(), leader;
-    for (uint64_t ctx = 100; ctx < 110; ctx++)
+    for (uint64_t ctx = 100; ctx < 100 + TD_SHARED_READS; ctx++)
         ck_assert_int_eq(kl_repl_read_index(mem[l].repl, ctx, &leader), KL_OK);
     ck_assert_uint_eq(mem[l].n_ready, 0);
-    ck_assert(run_until(n_ready_reached, &mem[l], 5000));
+    ck_assert(run_until(shared_reads_ready, &mem[l], 5000));
     uint64_t took_ms = mono_ms() - t0;
     kl_repl_peer_stats(mem[l].repl, &after);
-    for (uint64_t i = 0; i < 10; i++)
+    for (uint64_t i = 0; i < TD_SHARED_READS; i++)
         ck_assert_uint_eq(mem[l].ready[i], 100 + i);
     ck_assert_uint_eq(mem[l].n_dropped, 0);
     /* heartbeat_ms is 50: a round each would have sent 20 frames in a few milliseconds. */
