@@ -106,7 +106,8 @@
  *                 [--lane-every N]
  *       Remote transfers end to end (KL-4) as a principal through the SDK, every request
  *       sealed: each client thread runs, one transfer at a time (with --in-flight K, K at
- *       once through the SDK's asynchronous calls, each on its own lanes), CreateQueueTransfer on
+ *       once through the SDK's asynchronous calls, each on its own lanes, the calls started
+ *       on one wake-up sent together by kl_calls_hold), CreateQueueTransfer on
  *       SOURCE's partition, AcceptQueueTransfer of its intent token on DEST's, the fresh
  *       InspectQueueTransferReceipt read of the receipt token, CompleteQueueTransfer on
  *       SOURCE's (which must answer Delivered). Latency is Create sent to Delivered

@@ -7,7 +7,8 @@
  * intent token, the fresh receipt read, Complete with that receipt (which must answer
  * Delivered). Each slot has its own lanes, so no two outstanding transfers share one.
  * The SDK's done callback only marks its slot answered; this thread does all counting and
- * starts every call, so the accounting needs no lock. */
+ * starts every call, so the accounting needs no lock. The calls one wake-up starts leave
+ * together (kl_calls_hold), as the coordinator's do. */
 #include "tests/bench/bench_fixture.h"
 
 #include <pthread.h>
