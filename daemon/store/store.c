@@ -19,6 +19,9 @@
 struct kl_store {
     rocksdb_t *db;
     rocksdb_options_t *opts;
+    /* RocksDB's default environment, with its compaction pool's threads at the lowest CPU
+     * priority (kl_store_open says why); the opts point at it. */
+    rocksdb_env_t *env;
     rocksdb_cache_t *cache;
     rocksdb_block_based_table_options_t *table;
     /* The log lives in its own column family (KL_STORE_LOG_FAMILY): its entries are written
@@ -690,6 +693,16 @@ kl_code kl_store_open(const char *dir, const kl_store_options *opt, kl_store **o
     rocksdb_options_set_write_buffer_size(st->opts, opt->write_buffer_bytes);
     rocksdb_options_set_max_write_buffer_number(st->opts, 2);
     rocksdb_options_set_max_background_jobs(st->opts, 1);
+    /* Compactions run at the lowest CPU priority (nice 19), flushes at the normal one. A
+     * compaction merges files nothing waits for, while the loop and log writer threads it
+     * competes with hold replies: on a machine whose cores the members share, an equal
+     * share let compactions stretch the 64-in-flight p99 (ARCHITECTURE.md "Store layout",
+     * where the figures are). A compaction that falls behind still gets the CPU: L0
+     * files pile up to RocksDB's slowdown trigger, which then slows the writes themselves.
+     * Flushes keep their priority: a full memtable stops writes at once. */
+    st->env = rocksdb_create_default_env();
+    rocksdb_env_lower_thread_pool_cpu_priority(st->env);
+    rocksdb_options_set_env(st->opts, st->env);
     /* RocksDB's own info log: the packaged library logs a debug line per synced log write
      * (FlushWAL), which grew a member's disk by ~170 bytes per cycle for ever. INFO keeps
      * flushes and compactions; two rolled files of 4 MiB bound it. */
@@ -780,6 +793,8 @@ void kl_store_close(kl_store *st)
     if (st->log_table != NULL)
         rocksdb_block_based_options_destroy(st->log_table);
     rocksdb_options_destroy(st->opts);
+    if (st->env != NULL)
+        rocksdb_env_destroy(st->env);
     rocksdb_block_based_options_destroy(st->table);
     rocksdb_cache_destroy(st->cache);
     if (st->apply_wb != NULL)

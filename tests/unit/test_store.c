@@ -9,6 +9,7 @@
 #include <rocksdb/c.h>
 
 #include <check.h>
+#include <dirent.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
@@ -1233,6 +1234,48 @@ static void compactions_settle(rocksdb_t *db)
  * buffer, each flush's compactions run to rest before the next, so the shape alone decides
  * what is rewritten: RocksDB's default shape (the three options removed) wrote 18.1 times
  * the data in compactions here, the store's shape 5.5 times. */
+/* The nice values of this process's threads named comm (RocksDB names its pools' threads
+ * "rocksdb:low" and "rocksdb:high"), from /proc/self/task; returns how many were found. */
+static int threads_nice(const char *comm, int *nices, int cap)
+{
+    DIR *d = opendir("/proc/self/task");
+    ck_assert_ptr_nonnull(d);
+    int n = 0;
+    struct dirent *e;
+    while ((e = readdir(d)) != NULL && n < cap) {
+        if (e->d_name[0] == '.')
+            continue;
+        char path[300], name[64] = {0}, stat[1024];
+        snprintf(path, sizeof path, "/proc/self/task/%s/comm", e->d_name);
+        FILE *f = fopen(path, "r");
+        if (f == NULL)
+            continue; /* the thread ended */
+        bool got = fgets(name, sizeof name, f) != NULL;
+        fclose(f);
+        name[strcspn(name, "\n")] = 0;
+        if (!got || strcmp(name, comm) != 0)
+            continue;
+        snprintf(path, sizeof path, "/proc/self/task/%s/stat", e->d_name);
+        if ((f = fopen(path, "r")) == NULL)
+            continue;
+        size_t len = fread(stat, 1, sizeof stat - 1, f);
+        fclose(f);
+        stat[len] = 0;
+        /* After the ")" that ends the name: state is field 3, nice field 19. */
+        const char *p = strrchr(stat, ')');
+        ck_assert_ptr_nonnull(p);
+        int field = 2;
+        long v = 0;
+        for (p++; *p != 0 && field < 19; p++)
+            if (*p == ' ' && ++field == 19)
+                v = strtol(p + 1, NULL, 10);
+        ck_assert_int_eq(field, 19);
+        nices[n++] = (int)v;
+    }
+    closedir(d);
+    return n;
+}
+
 START_TEST(store_random_keys_compact_in_bounded_steps)
 {
     char dir[256];
@@ -1272,6 +1315,16 @@ START_TEST(store_random_keys_compact_in_bounded_steps)
         compactions_settle(db);
     }
     rocksdb_writeoptions_destroy(wo);
+    /* Compactions ran on the low pool's thread at the lowest CPU priority, flushes on the
+     * high pool's at the normal one (store.c, kl_store_open). */
+    int nices[8], n = threads_nice("rocksdb:low", nices, 8);
+    ck_assert_int_ge(n, 1);
+    for (int i = 0; i < n; i++)
+        ck_assert_int_eq(nices[i], 19);
+    n = threads_nice("rocksdb:high", nices, 8);
+    ck_assert_int_ge(n, 1);
+    for (int i = 0; i < n; i++)
+        ck_assert_int_eq(nices[i], 0);
     kl_store_close(st);
     long long out = compaction_output_bytes(dir);
     fprintf(stderr, "store_random_keys_compact_in_bounded_steps: %lld B written, %lld B of compaction output (%.1fx)\n",
