@@ -85,7 +85,8 @@
 # the members' disk with them idle, the middle one counts; fsync3_p50_us and fsync3_p99_us
 # in summary.json) and how far the RF3 1-client p50 lies above it, and the cost of a thread
 # waking another on another CPU and on the same one (keyload-bench --wake-probe, once after
-# the rounds; wake_cross_cpu_p50_us and wake_same_cpu_p50_us in summary.json).
+# the rounds; wake_cross_cpu_p50_us and wake_same_cpu_p50_us in summary.json), and the machine
+# (CPU model, CPU count, kernel; `machine` in summary.json), since the ratios move with it.
 # Then KL-10: disk per member after 10^6 cycles (BENCH_PARTS=retain, retain_disk.sh), and
 # the large state (BENCH_PARTS=big): a 1 GiB snapshot install (snap_install.sh: time and
 # both peak RSS, target each < 128 MiB), the write outage of a 3-of-3 partition whose member
@@ -814,6 +815,12 @@ if [ $want_peers = 1 ]; then
   # CPU (bench_wake.c), which the 1-client cell's critical path pays several times.
   wake_line=$("$bench" --wake-probe) || { echo "bench: wake probe failed"; failed=1; wake_line=""; }
   [ -n "$wake_line" ] && echo "bench: $wake_line"
+  # Ratios against the peers move with the machine under them (its CPU, its disk's flush):
+  # the figures of two runs compare only when this line matches.
+  machine_cpu=$(awk -F': ' '/^model name/ {print $2; exit}' /proc/cpuinfo)
+  machine_cpus=$(nproc)
+  machine_kernel=$(uname -r)
+  echo "bench: machine: cpu=\"${machine_cpu:-unknown}\" cpus=$machine_cpus kernel=$machine_kernel"
   js_down
   longpoll_cell "$pr"
   stop_cluster "$pr"
@@ -1284,7 +1291,9 @@ if [ $want_peers = 1 ]; then  # ---- KL-9 summary ----
     if jq --argjson m "${fsync3_med:-null}" --argjson p "${fsync3_p99:-null}" \
           --argjson wc "$(kv cross_cpu_p50_us "${wake_line:-}" | grep . || echo null)" \
           --argjson ws "$(kv same_cpu_p50_us "${wake_line:-}" | grep . || echo null)" \
-         '. + {fsync3_p50_us: $m, fsync3_p99_us: $p, wake_cross_cpu_p50_us: $wc, wake_same_cpu_p50_us: $ws}' \
+          --arg mc "${machine_cpu:-unknown}" --argjson mn "${machine_cpus:-null}" --arg mk "${machine_kernel:-}" \
+         '. + {fsync3_p50_us: $m, fsync3_p99_us: $p, wake_cross_cpu_p50_us: $wc, wake_same_cpu_p50_us: $ws,
+               machine: {cpu: $mc, cpus: $mn, kernel: $mk}}' \
          "$peer_out/summary.json" >"$peer_out/summary.json.new" &&
        mv "$peer_out/summary.json.new" "$peer_out/summary.json"; then
       rf3_p50=$(jq -r '.rf3_sealed_1c_p50_us // empty' "$peer_out/summary.json")
