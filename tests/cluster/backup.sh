@@ -30,6 +30,7 @@ ok() { passed=$((passed + 1)); echo "ok   $1"; }
 bad() { failed=$((failed + 1)); echo "FAIL $1"; }
 check() { local n=$1; shift; if "$@"; then ok "$n"; else bad "$n"; fi; }
 . tests/support/stop_dir.sh
+. tests/support/flip_byte.sh
 writer="" tool=""
 
 cleanup() {
@@ -184,7 +185,7 @@ check "without a session a backup is refused (session_required)" [ "$(jq -r '.er
 # ---- damaged and truncated backups: refused before anything is installed
 cp -r "$work/bk" "$work/damaged"
 f="$work/damaged/partition-1/chunk-000001"
-printf '\xff' | dd of="$f" bs=1 seek=$(( $(stat -c %s "$f") / 2 )) conv=notrunc status=none
+flip_byte "$f" $(( $(stat -c %s "$f") / 2 ))
 out=$(./bin/keyload --cluster "$rcfg" --json admin restore --in "$work/damaged" --check 2>&1)
 check "a damaged chunk is refused by the check (backup_digest)" [ "$(jq -r '.error.detail' <<<"$out" 2>/dev/null)" = backup_digest ]
 cp -r "$work/bk" "$work/truncated"

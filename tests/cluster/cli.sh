@@ -12,6 +12,7 @@
 # from the pid.
 set -u
 cd "$(dirname "$0")/../.."
+. tests/support/flip_byte.sh
 name="clitest$$"
 base=$(( 27000 + ($$ % 427) * 7 ))   # base .. base+6 <= 29995
 port=$base
@@ -658,7 +659,7 @@ if [ "$up3" = 1 ]; then
   expect "3p: transfer inspect before completion" 0 k3 --json transfer inspect --source xsrc --id "$xid"
   [ "$(jq -r '.state' <<<"$out")" = OutputPending ] && ok "3p: still OutputPending with a receipt at the destination" ||
     bad "3p inspect pending: $out"
-  cp "$keys/receipt.tok" "$keys/bad.tok" && printf '\x01' | dd of="$keys/bad.tok" bs=1 seek=20 conv=notrunc 2>/dev/null
+  cp "$keys/receipt.tok" "$keys/bad.tok" && flip_byte "$keys/bad.tok" 20
   expect "3p: a tampered receipt is refused" 1 k3 --json transfer complete --source xsrc --id "$xid" --receipt "@$keys/bad.tok"
   { [ "$(jq -r '.error.code' <<<"$out")" = PERMISSION_DENIED ] || [ "$(jq -r '.error.code' <<<"$out")" = INVALID_ARGUMENT ]; } &&
     ok "3p: tampered receipt refused" || bad "3p tampered: $out"
