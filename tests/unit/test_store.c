@@ -1230,12 +1230,6 @@ static void compactions_settle(rocksdb_t *db)
     ck_abort_msg("compactions did not settle within 60 s");
 }
 
-/* Outcome keys are random, so every flushed file spans the state family's whole key range
- * and each L0->L1 compaction rewrites all of L1; only the level base bounds that rewrite
- * (store.c, state_family_shape). 25 MiB of random keys, 200 KiB per flush of a 256 KiB write
- * buffer, each flush's compactions run to rest before the next, so the shape alone decides
- * what is rewritten: RocksDB's default shape (the three options removed) wrote 18.1 times
- * the data in compactions here, the store's shape 5.5 times. */
 /* The nice values of this process's threads named comm (RocksDB names its pools' threads
  * "rocksdb:low" and "rocksdb:high"), from /proc/self/task; returns how many were found. */
 static int threads_nice(const char *comm, int *nices, int cap)
@@ -1278,6 +1272,12 @@ static int threads_nice(const char *comm, int *nices, int cap)
     return n;
 }
 
+/* Outcome keys are random, so every flushed file spans the state family's whole key range
+ * and each L0->L1 compaction rewrites all of L1; only the level base bounds that rewrite
+ * (store.c, state_family_shape). 25 MiB of random keys, 200 KiB per flush of a 256 KiB write
+ * buffer, each flush's compactions run to rest before the next, so the shape alone decides
+ * what is rewritten: RocksDB's default shape (the three options removed) wrote 18.1 times
+ * the data in compactions here, the store's shape 5.5 times. */
 START_TEST(store_random_keys_compact_in_bounded_steps)
 {
     char dir[256];
