@@ -17,6 +17,7 @@ struct kl_log_writer {
     bool stopping;            /* under mu */
     _Atomic(void *) finished; /* run returned, done not yet called */
     atomic_bool exited;       /* the thread returned: join will not wait */
+    void *here;               /* loop thread only: submitted to run on the loop itself */
     bool busy;                /* loop thread only */
     bool stopped;             /* loop thread only: kl_log_writer_stop was called */
     void (*closed)(void *);
@@ -72,6 +73,11 @@ static void on_async(uv_async_t *a)
         return;
     }
     void *job = atomic_exchange(&w->finished, NULL);
+    if (job == NULL && w->here != NULL) {
+        job = w->here;
+        w->here = NULL;
+        w->run(job);
+    }
     if (job == NULL)
         return; /* sends coalesce: this one's job was taken by an earlier callback */
     assert(w->busy);
@@ -138,6 +144,16 @@ void kl_log_writer_submit(kl_log_writer *w, void *job)
     pthread_cond_signal(&w->cv);
 }
 
+void kl_log_writer_submit_here(kl_log_writer *w, void *job)
+{
+    assert(job != NULL && !w->busy && !w->stopped && w->here == NULL);
+    w->busy = true;
+    w->here = job;
+    /* Run from the loop's next poll phase, not from here: the caller is in the middle of a
+     * round, and done() starts the next one. */
+    uv_async_send(&w->async);
+}
+
 bool kl_log_writer_busy(const kl_log_writer *w) { return w->busy; }
 
 void kl_log_writer_stop(kl_log_writer *w, void (*closed)(void *ctx), void *ctx)
@@ -147,6 +163,7 @@ void kl_log_writer_stop(kl_log_writer *w, void (*closed)(void *ctx), void *ctx)
     w->stopped = true;
     w->closed = closed;
     w->closed_ctx = ctx;
+    w->here = NULL; /* not started: it never runs, as a job the thread has not taken */
     pthread_mutex_lock(&w->mu);
     w->stopping = true;
     w->next = NULL; /* not taken yet: it never runs, and nobody was told it would */
