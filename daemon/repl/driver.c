@@ -43,6 +43,10 @@
 /* Stage timings are logged every this many ticks when there were writes (about 2 s at the
  * default tick): short enough that each benchmark cell gets its own line. */
 #define STAGES_REPORT_TICKS 40
+/* A follower's log write runs on its loop while the last one ran at most this long
+ * (write_start). A quick synced write here takes 0.1-0.3 ms; 2 ms is far above that, and far
+ * below a heartbeat interval, so the loop is never held long enough for a timer to notice. */
+#define WRITE_HERE_MAX_NS (2u * 1000u * 1000u)
 
 enum { READ_WAITING = 0, READ_CONFIRMED = 1, READ_DONE = 2 };
 
@@ -171,6 +175,7 @@ struct kl_repl {
     kl_trace *trace;     /* sampled cross-member stamps (trace.h); NULL when off */
     uint64_t seen_commit; /* highest commit index stamped in stages */
     uint32_t report_ticks;
+    uint64_t last_run_ns; /* how long the last log write ran (persist_run): see write_start */
     bool failed, stopped;
 };
 
@@ -367,7 +372,7 @@ static kl_code st_last_conf(void *ctx, uint64_t hi, uint64_t *index)
 /* ---------------------------------------------------------------- lifecycle helpers */
 
 static void pump(kl_repl *r);
-static void write_start(kl_repl *r, size_t k);
+static bool write_start(kl_repl *r, size_t k);
 static void take_next(kl_repl *r);
 static void next_round(kl_repl *r, bool writing, uint64_t durable);
 static void maybe_compact(kl_repl *r);
@@ -812,6 +817,7 @@ static void persist_after(void *job)
         return;
     }
     r->counters.persists++;
+    r->last_run_ns = j->t_ran - j->t_run;
     for (size_t i = 0; i < j->n_items; i++) /* metrics: what this member appended */
         r->counters.entries_appended++, r->counters.bytes_appended += j->items[i].len;
     conf_job_done(r, j);
@@ -833,14 +839,15 @@ static void persist_after(void *job)
             return;
     }
     bool chained = r->next_taken && r->next_write;
+    bool here = false;
     if (chained) {
-        write_start(r, r->cur ^ 1);
+        here = write_start(r, r->cur ^ 1);
         r->counters.chained++;
     }
     r->pumping = true;
     finish_round(r);
     if (r->next_taken && live(r))
-        next_round(r, chained, durable);
+        next_round(r, chained, here ? 0 : durable);
     r->pumping = false;
     maybe_compact(r);
     pump(r);
@@ -1089,15 +1096,33 @@ static bool commit_only(const kl_repl *r, const kl_raft_ready *rd)
 
 /* Hands the write of slot k to the log writer (log_writer.h). The two slots' writes never
  * overlap: the next one starts only when the running one has completed (persist_after), so
- * they reach the disk in the order their readies were taken (raft.h "Pipelined readies"). */
-static void write_start(kl_repl *r, size_t k)
+ * they reach the disk in the order their readies were taken (raft.h "Pipelined readies").
+ *
+ * A leader's write runs on the writer thread: its loop meanwhile answers clients, applies
+ * and counts acknowledgements, and its own copy is rarely the one a commit waits for. A
+ * follower's (or candidate's) write runs on the loop itself: its acknowledgement is what
+ * the leader waits for, and the loop has nothing to do meanwhile that should overtake it,
+ * so the two thread hand-offs (a wake-up each, 20-30 us on an idle CPU of a virtual
+ * machine) would only delay it. Nothing is applied before such a write (true is returned,
+ * and pump and next_round skip their early applies): the round applies after it, as it
+ * would have applied the entries this write holds. Only while the disk answers quickly:
+ * once a write ran longer than WRITE_HERE_MAX_NS the next one goes to the thread, so a
+ * stalling disk blocks the loop (heartbeats, reads, snapshot streams) for one write, not
+ * for every one; the first write that is quick again brings it back. Returns whether the
+ * write runs on the loop. */
+static bool write_start(kl_repl *r, size_t k)
 {
     persist_job *j = &r->jobs[k];
     assert(!persist_busy(r));
     j->owner = r;
     j->t_queued = kl_stages_now();
     note_job(r, j, r->rds[k].role, KL_STAGE_PERSIST_START); /* before the writer may read j */
+    if (r->rds[k].role != KL_RAFT_LEADER && r->last_run_ns <= WRITE_HERE_MAX_NS) {
+        kl_log_writer_submit_here(r->writer, j);
+        return true;
+    }
     kl_log_writer_submit(r->writer, j);
+    return false;
 }
 
 /* When the oldest round's write has completed, before its sends and applies: takes the next
@@ -1139,7 +1164,8 @@ static void take_next(kl_repl *r)
 }
 
 /* The next round becomes the oldest once the oldest one finished (persist_after). `durable`
- * is the store's last index read before its write started. */
+ * is the store's last index read before its write started, or 0 when nothing may be applied
+ * before that write (one that runs on the loop: write_start). */
 static void next_round(kl_repl *r, bool writing, uint64_t durable)
 {
     r->cur ^= 1;
@@ -1224,13 +1250,14 @@ static void pump(kl_repl *r)
                 fail(r, &err);
                 break;
             }
-            write_start(r, r->cur);
+            bool here = write_start(r, r->cur);
             if (early) {
                 for (size_t i = 0; i < r->rd->n_msgs && live(r); i++)
                     send_msg(r, &r->rd->msgs[i]);
                 r->msgs_sent = true;
             }
-            apply_committed(r, durable);
+            if (!here)
+                apply_committed(r, durable);
             break;
         }
         finish_round(r);

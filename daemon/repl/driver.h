@@ -4,8 +4,9 @@
  * none when the member is alone), one uv_timer_t (ticks), one uv_check_t (the per-iteration
  * flush below), one uv_prepare_t (a read round still unsent leaves before the poll) and
  * the log-persistence worker: one
- * kl_store_log_write at a time on the member's log writer thread (log_writer.h), never on
- * libuv's shared pool, where the compaction's and snapshots' jobs run. The kl_store is
+ * kl_store_log_write at a time, a leader's on the member's log writer thread (log_writer.h),
+ * a follower's on the loop itself while the disk answers quickly (write_start in driver.c),
+ * never on libuv's shared pool, where the compaction's and snapshots' jobs run. The kl_store is
  * borrowed: it must outlive the driver, and the caller applies committed entries to it.
  *
  * The round ("pump"), run after every tick, received message, proposal and read request and
@@ -19,7 +20,8 @@
  *   3. while that write runs, apply the ready's committed entries that an EARLIER write
  *      already made durable here (the bound is the store's last index before the write
  *      started; the write syncs outside RocksDB's write queue, so these applies never wait
- *      for its fsync);
+ *      for its fsync); a write that runs on the loop (a follower's) goes first, and they
+ *      follow it in step 4;
  *   4. on the loop, once durable: send the messages (keyload.v1.RaftMessage, raft.proto),
  *      call apply for the remaining committed entries in order, read_ready for confirmed
  *      reads whose index is applied, read_dropped for reads the core dropped, role if
