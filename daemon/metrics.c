@@ -103,6 +103,9 @@ static void render_raft(const kl_dmetrics_src *s, kl_metrics_buf *b)
     kl_metrics_one(b, "keyload_raft_log_writes_chained_total", "counter",
                    "Synced log writes queued while the previous one ran and started as it completed.",
                    c.chained);
+    kl_metrics_one(b, "keyload_raft_log_writes_on_loop_total", "counter",
+                   "Synced log writes run on the member's loop instead of its log writer thread.",
+                   c.on_loop);
     kl_metrics_one(b, "keyload_raft_snapshots_total", "counter", "Snapshots taken or installed.", c.snapshots);
     kl_metrics_one(b, "keyload_raft_compactions_total", "counter", "Log compactions.", c.compactions);
     kl_metrics_one(b, "keyload_raft_refused_frames_total", "counter",

@@ -1119,6 +1119,7 @@ static bool write_start(kl_repl *r, size_t k)
     note_job(r, j, r->rds[k].role, KL_STAGE_PERSIST_START); /* before the writer may read j */
     if (r->rds[k].role != KL_RAFT_LEADER && r->last_run_ns <= WRITE_HERE_MAX_NS) {
         kl_log_writer_submit_here(r->writer, j);
+        r->counters.on_loop++;
         return true;
     }
     kl_log_writer_submit(r->writer, j);

@@ -227,6 +227,7 @@ typedef struct kl_repl_counters {
     uint64_t send_drops;   /* messages kl_peer_send refused (no connection, queue full, size) */
     uint64_t persists;     /* synced writes completed */
     uint64_t chained;      /* of them, started the moment the one before completed (take_next) */
+    uint64_t on_loop;      /* of them, run on the loop instead of the log writer (write_start) */
     uint64_t rounds;       /* readies processed */
     uint64_t early_applies; /* entries applied while an unrelated log write ran */
     uint64_t entries_appended, bytes_appended; /* log entries (and their bytes) synced here */
