@@ -114,12 +114,17 @@ static void run_until(uv_loop_t *loop, chain *c, bool (*cond)(const chain *))
 static bool all_done(const chain *c) { return c->n_done == JOBS; }
 static bool closed(const chain *c) { return c->closed > 0; }
 
-START_TEST(jobs_run_in_order_and_done_on_the_loop)
+/* Runs JOBS jobs, each submitted by the previous one's done; with mixed, odd ones go to the
+ * loop. One order, every job on the thread it was submitted to, a loop job never run inside
+ * the submit call (its done would start the next round inside the current one), every done
+ * on the loop after its run; then the writer stops and leaves nothing behind. */
+static void run_chain(bool mixed)
 {
     uv_loop_t loop;
     ck_assert_int_eq(uv_loop_init(&loop), 0);
     chain c;
     kl_log_writer *w = start(&loop, &c);
+    c.mixed = mixed;
     ck_assert(!kl_log_writer_busy(w));
     kl_log_writer_submit(w, &jobs[0]);
     run_until(&loop, &c, all_done);
@@ -127,7 +132,9 @@ START_TEST(jobs_run_in_order_and_done_on_the_loop)
     ck_assert_int_eq(atomic_load(&c.n_run), JOBS);
     for (int i = 0; i < JOBS; i++)
         ck_assert_int_eq(c.order[i], i);
-    ck_assert(!c.run_on_loop);
+    ck_assert(c.run_on_loop == mixed);
+    ck_assert(!c.wrong_thread);
+    ck_assert(!c.ran_in_submit);
     ck_assert(!c.done_off_loop);
     ck_assert(!c.done_before_run);
     ck_assert(!kl_log_writer_busy(w));
@@ -137,36 +144,12 @@ START_TEST(jobs_run_in_order_and_done_on_the_loop)
     ck_assert_int_eq(uv_run(&loop, UV_RUN_NOWAIT), 0); /* nothing of the writer is left */
     ck_assert_int_eq(uv_loop_close(&loop), 0);
 }
+
+START_TEST(jobs_run_in_order_and_done_on_the_loop) { run_chain(false); }
 END_TEST
 
-/* Jobs alternate between the thread and the loop: one order, every job on the thread it was
- * submitted to, a loop job never run inside the submit call (its done would start the next
- * round inside the current one), every done on the loop after its run. */
-START_TEST(jobs_on_the_loop_keep_the_order)
-{
-    uv_loop_t loop;
-    ck_assert_int_eq(uv_loop_init(&loop), 0);
-    chain c;
-    kl_log_writer *w = start(&loop, &c);
-    c.mixed = true;
-    kl_log_writer_submit(w, &jobs[0]);
-    run_until(&loop, &c, all_done);
-    ck_assert_int_eq(c.n_done, JOBS);
-    ck_assert_int_eq(atomic_load(&c.n_run), JOBS);
-    for (int i = 0; i < JOBS; i++)
-        ck_assert_int_eq(c.order[i], i);
-    ck_assert(c.run_on_loop);
-    ck_assert(!c.wrong_thread);
-    ck_assert(!c.ran_in_submit);
-    ck_assert(!c.done_off_loop);
-    ck_assert(!c.done_before_run);
-    ck_assert(!kl_log_writer_busy(w));
-    kl_log_writer_stop(w, on_closed, &c);
-    run_until(&loop, &c, closed);
-    ck_assert_int_eq(c.closed, 1);
-    ck_assert_int_eq(uv_run(&loop, UV_RUN_NOWAIT), 0);
-    ck_assert_int_eq(uv_loop_close(&loop), 0);
-}
+/* Jobs alternate between the thread and the loop. */
+START_TEST(jobs_on_the_loop_keep_the_order) { run_chain(true); }
 END_TEST
 
 /* A job submitted to the loop and stopped before the loop ran never runs. */
