@@ -13,7 +13,8 @@
  * unless the writer was stopped first.
  *
  * Thread-safety: every kl_log_writer_* function is called on the loop thread; run(job) is
- * called on the writer thread. */
+ * called on the writer thread, or on the loop thread for a job submitted with
+ * kl_log_writer_submit_here. */
 #ifndef KL_REPL_LOG_WRITER_H
 #define KL_REPL_LOG_WRITER_H
 
