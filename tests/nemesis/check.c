@@ -321,6 +321,8 @@ int nm_check_offline(void)
                (unsigned long long)nm_hist.eio_idle);
     bad += report("power losses confirmed by lossyfs", nm_hist.power_loss_runs, (int)nm_hist.power_loss_failed,
                   "lossyfs did not confirm a power loss within 10 s");
+    bad += report("member stays up on a slow disk", nm_hist.slow_runs, (int)nm_hist.slow_down,
+                  "a member whose every log write was slowed was not running at the end of the hold");
     if (!nm_check_quiet)
         printf("    (UNAUTHENTICATED answers to principals that exist: %llu)\n",
            (unsigned long long)nm_hist.unknown_principal);

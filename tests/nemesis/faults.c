@@ -12,13 +12,14 @@
 
 static const char *const names[F_KINDS] = {"kill-leader", "kill-follower", "kill-coordinator", "cold-restart",
                                            "pause",       "partition",     "one-way-cut",      "clock-step",
-                                           "disk-full",   "eio",           "power-loss",       "member-replace"};
+                                           "disk-full",   "eio",           "power-loss",       "member-replace",
+                                           "slow-disk"};
 
 typedef struct fault_stats {
     int runs;
     int not_served; /* heals after which the partition did not serve within serve_wait_ms */
     int64_t heal_ms_sum, heal_ms_max;
-    int extra; /* eio: members that exited on the failed write */
+    int extra; /* eio: members that exited on the failed write; slow-disk: members that stayed up */
 } fault_stats;
 
 static fault_stats stats[F_KINDS];
@@ -75,6 +76,7 @@ static bool available(nm_fault f)
     case F_CLOCK: return nm.faketime_lib[0] != 0;
     case F_DISK_FULL: return nm.disk_dir[0] != 0;
     case F_EIO: return nm.eio_available;
+    case F_SLOW_DISK: return nm.eio_available; /* the same failpoint, another action */
     case F_POWER_LOSS: return lossyfs_present();
     default: return true;
     }
@@ -395,6 +397,37 @@ static int f_eio(char *what, size_t cap)
     return p;
 }
 
+/* A slow disk: a member of a data partition (a follower, or one time in three its leader)
+ * restarted with every log write slowed by 20-80 ms (failpoint store.log_write=sleep(MS)),
+ * held a few seconds under the workload, then restarted at full speed. A follower's writes
+ * leave its loop for the log writer after the first slow one (the driver's 2 ms bound),
+ * so it keeps answering heartbeats and reads; the partition commits at the pace of its
+ * replica_count-th fastest copy. The member must stay up through it, and every history
+ * check (no acknowledgement before its synced write among them) holds. */
+static int f_slow(char *what, size_t cap)
+{
+    int p = 1 + pick(NM_PARTS - 1);
+    bool leader = pick(3) == 0;
+    nm_member *mb = target(p, leader);
+    int ms = 20 + pick(61);
+    nm_member_kill(mb);
+    snprintf(mb->failpoints, sizeof mb->failpoints, "store.log_write=sleep(%d)", ms);
+    nm_member_start(mb);
+    int hold = hold_ms();
+    nm_sleep_ms(hold);
+    bool up = nm_member_alive(mb);
+    nm_hist.slow_runs++;
+    if (up)
+        stats[F_SLOW_DISK].extra++;
+    else
+        nm_hist.slow_down++;
+    snprintf(what, cap, "%s%s restarted with every log write %d ms slower, for %d ms: %s", mb->node,
+             leader ? " (the leader)" : "", ms, hold, up ? "it stayed up" : "it was NOT running at the end");
+    nm_member_kill(mb);
+    nm_member_start(mb);
+    return p;
+}
+
 /* Power loss: kill -9, then lossyfs drops every write not yet fsynced, then restart. */
 static int f_power(char *what, size_t cap)
 {
@@ -429,6 +462,7 @@ static int inject(nm_fault f, char *what, size_t cap)
     case F_EIO: return f_eio(what, cap);
     case F_POWER_LOSS: return f_power(what, cap);
     case F_MEMBER: return nm_fault_member_replace(what, cap);
+    case F_SLOW_DISK: return f_slow(what, cap);
     default: return 0;
     }
 }
@@ -497,7 +531,7 @@ bool nm_faults_run(uint64_t seed, int64_t deadline_ms, int min_each, int64_t har
         if (!available((nm_fault)k)) {
             printf("nemesis: fault %s not run (%s)\n", names[k],
                    !selected((nm_fault)k) ? "not selected by NEMESIS_FAULTS"
-                   : k == F_EIO          ? "unavailable in this daemon build"
+                   : k == F_EIO || k == F_SLOW_DISK ? "unavailable in this daemon build"
                    : k == F_POWER_LOSS ? "no member store on lossyfs (run.sh mounts one)"
                                        : "unavailable here");
             continue;
@@ -552,6 +586,8 @@ void nm_faults_report(void)
                stats[k].not_served ? " (some did NOT serve again in time)" : "");
         if (k == F_EIO)
             printf(", %d of them exited on the failed write", stats[k].extra);
+        if (k == F_SLOW_DISK)
+            printf(", %d of them stayed up through it", stats[k].extra);
         if (k == F_MEMBER)
             printf(", %d finished (%d with a kill -9 mid-change, %d replacing the leader), %d did NOT finish",
                    nm_mstats.done, nm_mstats.killed_mid, nm_mstats.leader_replaced, nm_mstats.failed);

@@ -359,7 +359,7 @@ static void probe_daemon(void)
            nm.init_store_flag ? "yes (first start only)" : "no", nm.eio_available ? "accepted" : "not accepted",
            nm.faketime_lib[0] ? nm.faketime_lib : "none");
     if (!nm.eio_available)
-        printf("fault eio: unavailable in this daemon build\n");
+        printf("faults eio and slow-disk: unavailable in this daemon build\n");
 }
 
 /* ---- main ---- */

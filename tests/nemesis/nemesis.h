@@ -113,6 +113,7 @@ typedef enum nm_fault {
     F_EIO,
     F_POWER_LOSS,
     F_MEMBER,
+    F_SLOW_DISK,
     F_KINDS
 } nm_fault;
 const char *nm_fault_name(nm_fault f);
@@ -249,6 +250,8 @@ typedef struct nm_history {
                                   * the member write 5 times: not counted in eio_runs */
     uint64_t power_loss_failed;  /* power losses lossyfs did not confirm */
     uint64_t eio_runs, power_loss_runs; /* those faults injected */
+    uint64_t slow_runs;          /* slow-disk faults injected */
+    uint64_t slow_down;          /* members not running at the end of their slow-disk hold */
     uint64_t probe_reads, probe_no_answer; /* reads with one follower down (nm_probe_read) */
     uint64_t member_changes, member_changes_failed; /* membership faults run, not finished */
     char first_member_failure[256];

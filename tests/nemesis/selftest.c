@@ -143,6 +143,9 @@ static int histories_of_the_rest(void)
     nm_hist.power_loss_failed = 1;
     failed += expect("power loss not confirmed", 1);
     reset();
+    nm_hist.slow_runs = 2, nm_hist.slow_down = 1;
+    failed += expect("member down on a slow disk", 1);
+    reset();
     nm_hist.member_changes = 3, nm_hist.member_changes_failed = 1;
     failed += expect("member replacement short of its target", 1);
     reset();
