@@ -6,13 +6,13 @@
 # enqueues). Then one follower is restarted with every log write slowed by 5 ms (failpoint
 # store.log_write=sleep(5), over the 2 ms bound): its writes go to the log writer thread
 # (at most the first one after the start runs on the loop), it still writes every entry,
-# and the partition still commits every enqueue. Ports 17000-17599 (below the ephemeral
-# range), six per run from the pid; every process is stopped by the launcher's pid files on
+# and the partition still commits every enqueue. Ports 31800-31997 (the process tests'
+# range, below the ephemeral one), six per run from the pid; every process is stopped by the launcher's pid files on
 # exit, and the work directory is removed.
 set -u
 cd "$(dirname "$0")/../.." || exit 1
 name="slowfollower$$"
-base=$(( 17000 + ($$ % 100) * 6 ))   # clients base..+2, peers +3..+5; metrics 127.0.0.3:base..+2
+base=$(( 31800 + ($$ % 33) * 6 ))   # clients base..+2, peers +3..+5; metrics 127.0.0.3:base..+2
 mkdir -p var
 work=$(mktemp -d "$PWD/var/slowfollower-XXXXXX")
 cfg="$work/cluster.json"
