@@ -175,8 +175,9 @@ typedef struct kl_database_limits {
 } kl_database_limits;
 
 /* New empty batch. command_id is a canonical GUID text (xxxxxxxx-xxxx-xxxx-xxxx-
- * xxxxxxxxxxxx, either case); NULL means a fresh random (version 4) GUID. Empty,
- * malformed and all-zero GUIDs are INVALID_ARGUMENT (detail "command_id").
+ * xxxxxxxxxxxx, either case); NULL means a fresh time-ordered (version 7) GUID, as
+ * kl_command_id_new makes. Empty, malformed and all-zero GUIDs are INVALID_ARGUMENT
+ * (detail "command_id").
  * *out belongs to the caller (kl_batch_free). */
 kl_code kl_batch_new(const char *command_id, kl_batch **out, kl_err *err);
 /* Frees b and its copies of every input (a receipt it produced stays the caller's). NULL is
@@ -474,8 +475,12 @@ void kl_queue_stats_free(Keyload__V1__QueueStatsAnswer *s);
  * out (may be NULL): the caller's struct, filled on KL_OK. receipt (may be NULL): on KL_OK
  * the whole receipt, the caller's (kl_receipt_free). Thread-safe, as kl_client_batch. */
 
-/* A fresh random (version 4) command id in canonical lower-case text (36 chars + NUL) into
- * the caller's buffer; also a good transfer id. Thread-safe. */
+/* A fresh command id in canonical lower-case text (36 chars + NUL) into the caller's
+ * buffer; also a good transfer id. Thread-safe. It is a version 7 GUID (RFC 9562): the
+ * wall clock's millisecond in its first 48 bits, then 74 random bits. Ids that grow with
+ * time make the store's outcome and transfer records cheaper to write than random ones
+ * (ARCHITECTURE.md "Store layout"); any other GUID is accepted as well. The id shows the
+ * millisecond it was made in to whoever sees it. */
 #define KL_COMMAND_ID_TEXT_LEN 36
 void kl_command_id_new(char out[KL_COMMAND_ID_TEXT_LEN + 1]);
 

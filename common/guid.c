@@ -2,6 +2,7 @@
 
 #include <assert.h>
 #include <sodium.h>
+#include <time.h>
 
 static int hexval(char c)
 {
@@ -65,4 +66,20 @@ void kl_guid_random(uint8_t out[KL_GUID_LEN])
     randombytes_buf(out, KL_GUID_LEN);
     out[6] = (uint8_t)((out[6] & 0x0f) | 0x40);
     out[8] = (uint8_t)((out[8] & 0x3f) | 0x80);
+}
+
+void kl_guid_time_ordered(uint64_t unix_ms, uint8_t out[KL_GUID_LEN])
+{
+    randombytes_buf(out + 6, KL_GUID_LEN - 6);
+    for (int i = 0; i < 6; i++)
+        out[i] = (uint8_t)(unix_ms >> (40 - 8 * i));
+    out[6] = (uint8_t)((out[6] & 0x0f) | 0x70);
+    out[8] = (uint8_t)((out[8] & 0x3f) | 0x80);
+}
+
+void kl_guid_time_ordered_now(uint8_t out[KL_GUID_LEN])
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    kl_guid_time_ordered((uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u, out);
 }

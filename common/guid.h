@@ -19,4 +19,24 @@ bool kl_guid_valid(const uint8_t *g, size_t len);
 /* A fresh random (version 4) GUID from libsodium's CSPRNG. */
 void kl_guid_random(uint8_t out[KL_GUID_LEN]);
 
+/* A fresh time-ordered (version 7, RFC 9562) GUID: unix_ms (a Unix time in milliseconds,
+ * taken modulo 2^48) in the first 48 bits, big-endian, then the version, 74 bits from
+ * libsodium's CSPRNG and the variant. Ids made later compare greater byte by byte, except
+ * within one millisecond, where they are in random order.
+ *
+ * Why the SDK makes command ids and transfer ids this way: they end the store's busiest
+ * keys (an outcome `'O' principal 0 command_id`, a transfer's `'X'`, `'Y'` and `'R'`
+ * records; ARCHITECTURE.md "Store layout"), which every member writes once per command.
+ * With random ids each such write lands at a random place in RocksDB's memtable, a
+ * skip-list search from its top level with a cache miss at most steps; with ids that grow
+ * with time it lands next to the one before, where the skip list's last insert position
+ * is reused. Uniqueness still rests on the 74 random bits (a collision needs two ids of
+ * one principal in one millisecond to share them). An id so made reveals the
+ * millisecond it was made in, to whoever may see the id. */
+void kl_guid_time_ordered(uint64_t unix_ms, uint8_t out[KL_GUID_LEN]);
+
+/* kl_guid_time_ordered at the wall clock's current millisecond (CLOCK_REALTIME). A clock
+ * stepped back only costs the ordering, never uniqueness. */
+void kl_guid_time_ordered_now(uint8_t out[KL_GUID_LEN]);
+
 #endif

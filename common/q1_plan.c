@@ -326,7 +326,7 @@ kl_code kl_q1_plan_build(const kl_q1_call *call, const char *tenant, const char 
             else if (default_command_id != NULL && kl_guid_valid(default_command_id, 16))
                 memcpy(out->command_id, default_command_id, 16);
             else
-                kl_guid_random(out->command_id);
+                kl_guid_time_ordered_now(out->command_id);
             Keyload__V1__BatchRequest b = KEYLOAD__V1__BATCH_REQUEST__INIT;
             Keyload__V1__Mutation *muts[1] = {&t.mutation};
             b.command_id.data = out->command_id;

@@ -77,7 +77,7 @@ kl_code kl_client_transfer_hold(kl_client *c, int partition, uint32_t hold_ms, i
     m.set_transfer_hold = &h;
     Keyload__V1__Mutation *muts[1] = {&m};
     uint8_t cmd[KL_GUID_LEN];
-    kl_guid_random(cmd);
+    kl_guid_time_ordered_now(cmd);
     Keyload__V1__BatchRequest b = KEYLOAD__V1__BATCH_REQUEST__INIT;
     b.command_id.data = cmd;
     b.command_id.len = sizeof cmd;

@@ -14,7 +14,7 @@ kl_code kl_batch_new(const char *command_id, kl_batch **out, kl_err *err)
         return kl_fail(err, KL_INTERNAL, "sodium_init", "libsodium failed to initialize");
     uint8_t id[KL_GUID_LEN];
     if (command_id == NULL) {
-        kl_guid_random(id);
+        kl_guid_time_ordered_now(id);
     } else if (command_id[0] == '\0') {
         return kl_fail(err, KL_INVALID_ARGUMENT, "command_id", "command_id must not be empty");
     } else if (!kl_guid_parse(command_id, id)) {

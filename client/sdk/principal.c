@@ -333,7 +333,7 @@ void kl_command_id_new(char out[KL_COMMAND_ID_TEXT_LEN + 1])
     uint8_t id[KL_GUID_LEN];
     if (sodium_init() < 0)
         abort(); /* no CSPRNG: nothing here may go on with a predictable id */
-    kl_guid_random(id);
+    kl_guid_time_ordered_now(id);
     kl_guid_format(id, out);
 }
 

@@ -104,7 +104,7 @@ kl_code kl_client_query(kl_client *c, const char *statement, char **rows_json, k
      * new sessions) names the same command: a statement without WITH COMMAND_ID still
      * commits at most once per kl_client_query. */
     uint8_t default_id[KL_GUID_LEN];
-    kl_guid_random(default_id);
+    kl_guid_time_ordered_now(default_id);
     if ((rc = kl_q1_parse(statement, strlen(statement), &call, err)) != KL_OK)
         return rc;
     rc = kl_q1_plan_build(&call, tenant, db, default_id, &plan, err);

@@ -8,6 +8,7 @@
 #include <sodium.h>
 #include <stdio.h>
 #include <string.h>
+#include <time.h>
 
 START_TEST(status_names_round_trip)
 {
@@ -42,6 +43,38 @@ START_TEST(guid_parse_format_validate)
     kl_guid_random(g);
     ck_assert(kl_guid_valid(g, 16));
     ck_assert(!kl_guid_valid(g, 15));
+    /* Time-ordered: the millisecond in the first 48 bits, big-endian; version 7, RFC
+     * 9562's variant; later milliseconds compare greater whatever the random bits. */
+    uint8_t a[16], b[16];
+    kl_guid_time_ordered(0x0123456789abULL, a);
+    ck_assert_uint_eq(a[0], 0x01);
+    ck_assert_uint_eq(a[1], 0x23);
+    ck_assert_uint_eq(a[5], 0xab);
+    ck_assert_uint_eq(a[6] >> 4, 7);
+    ck_assert_uint_eq(a[8] >> 6, 2);
+    ck_assert(kl_guid_valid(a, 16));
+    kl_guid_time_ordered(0x0123456789acULL, b);
+    ck_assert_int_lt(memcmp(a, b, 16), 0);
+    /* Two ids of one millisecond differ in their random bits. */
+    kl_guid_time_ordered(0x0123456789abULL, b);
+    ck_assert_int_ne(memcmp(a, b, 16), 0);
+    ck_assert_int_eq(memcmp(a, b, 6), 0);
+    /* Only the low 48 bits of the time are kept. */
+    kl_guid_time_ordered(0xffff0123456789abULL, b);
+    ck_assert_int_eq(memcmp(a, b, 6), 0);
+    /* The current-time form carries the wall clock's millisecond. */
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    uint64_t before = (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
+    kl_guid_time_ordered_now(a);
+    clock_gettime(CLOCK_REALTIME, &ts);
+    uint64_t after = (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
+    uint64_t ms = 0;
+    for (int i = 0; i < 6; i++)
+        ms = ms << 8 | a[i];
+    ck_assert_uint_ge(ms, before);
+    ck_assert_uint_le(ms, after);
+    ck_assert_uint_eq(a[6] >> 4, 7);
     /* The text is the canonical 8-4-4-4-12 lower-case form of every byte value. */
     for (int k = 0; k < 1000; k++) {
         for (int i = 0; i < 16; i++)

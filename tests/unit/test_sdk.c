@@ -12,14 +12,21 @@
 
 /* ------------------------------------------------------------ command ids */
 
-START_TEST(test_batch_new_random)
+START_TEST(test_batch_new_time_ordered)
 {
     kl_batch *a, *b;
     ck_assert_int_eq(kl_batch_new(NULL, &a, NULL), KL_OK);
     ck_assert_int_eq(kl_batch_new(NULL, &b, NULL), KL_OK);
     ck_assert_uint_eq(strlen(kl_batch_command_id(a)), 36);
     ck_assert_str_ne(kl_batch_command_id(a), kl_batch_command_id(b));
-    ck_assert_int_eq(kl_batch_command_id(a)[14], '4'); /* version 4 */
+    ck_assert_int_eq(kl_batch_command_id(a)[14], '7'); /* version 7: time-ordered */
+    /* b was made no earlier than a: its 48-bit millisecond (the first 12 hex digits,
+     * hyphen at 8) is not smaller. */
+    ck_assert_int_le(strncmp(kl_batch_command_id(a), kl_batch_command_id(b), 13), 0);
+    char tid[KL_COMMAND_ID_TEXT_LEN + 1];
+    kl_command_id_new(tid);
+    ck_assert_int_eq(tid[14], '7');
+    ck_assert_int_le(strncmp(kl_batch_command_id(b), tid, 13), 0);
     ck_assert_uint_eq(kl_batch_count(a), 0);
     kl_batch_free(a);
     kl_batch_free(b);
@@ -788,7 +795,7 @@ Suite *suite_sdk(void)
 {
     Suite *s = suite_create("sdk");
     TCase *t = tcase_create("batch");
-    tcase_add_test(t, test_batch_new_random);
+    tcase_add_test(t, test_batch_new_time_ordered);
     tcase_add_test(t, test_batch_first_sent_bounds);
     tcase_add_test(t, test_batch_new_given_guid);
     tcase_add_test(t, test_batch_new_refuses_bad_guids);
