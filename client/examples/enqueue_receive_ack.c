@@ -207,10 +207,11 @@ int main(int argc, char **argv)
         return 1;
     }
 
-    /* A queue name of our own, so that the example can run again on the same cluster. */
+    /* A queue name of our own, so that the example can run again on the same cluster: the
+     * id's last group, which is random (its first digits are the time it was made). */
     char cmd[KL_COMMAND_ID_TEXT_LEN + 1], queue[64];
     kl_command_id_new(cmd);
-    snprintf(queue, sizeof queue, "ex-orders-%.8s", cmd);
+    snprintf(queue, sizeof queue, "ex-orders-%s", cmd + 24);
 
     kl_receipt *received = NULL;
     kl_bytes *tokens = NULL;

@@ -122,9 +122,11 @@ int main(int argc, char **argv)
 
     char id[KL_COMMAND_ID_TEXT_LEN + 1], queue[64], missing[64], reader_id[64];
     kl_command_id_new(id);
-    snprintf(queue, sizeof queue, "ex-errors-%.8s", id);
-    snprintf(missing, sizeof missing, "ex-missing-%.8s", id);
-    snprintf(reader_id, sizeof reader_id, "ex-reader-%.8s", id);
+    /* Names of our own from the id's last group, which is random (its first digits are
+     * the time it was made), so that the example can run again on the same cluster. */
+    snprintf(queue, sizeof queue, "ex-errors-%s", id + 24);
+    snprintf(missing, sizeof missing, "ex-missing-%s", id + 24);
+    snprintf(reader_id, sizeof reader_id, "ex-reader-%s", id + 24);
 
     /* NOT_FOUND from the cluster: the queue's name is in the message, never data. */
     if (!expect(kl_client_queue_stats(admin, missing, &stats, &err), KL_NOT_FOUND, &err))

@@ -108,13 +108,14 @@ int main(int argc, char **argv)
     if (kl_client_open_principal(cluster, database, 0, principal, key, &c, &err) != KL_OK)
         goto fail;
 
-    /* Fresh names and ids. Transfer ids are GUIDs like command ids. */
+    /* Fresh names and ids. Transfer ids are GUIDs like command ids. The names take the
+     * id's last group, which is random (its first digits are the time it was made). */
     char create_cmd[KL_COMMAND_ID_TEXT_LEN + 1], transfer_id[KL_COMMAND_ID_TEXT_LEN + 1];
     char src[64], dst[64];
     kl_command_id_new(create_cmd);
     kl_command_id_new(transfer_id);
-    snprintf(src, sizeof src, "ex-src-%.8s", transfer_id);
-    snprintf(dst, sizeof dst, "ex-dst-%.8s", transfer_id);
+    snprintf(src, sizeof src, "ex-src-%s", transfer_id + 24);
+    snprintf(dst, sizeof dst, "ex-dst-%s", transfer_id + 24);
     printf("transfer_id %s\n", transfer_id);
 
     step = "create queues";
