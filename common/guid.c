@@ -61,11 +61,17 @@ bool kl_guid_valid(const uint8_t *g, size_t len)
     return false;
 }
 
+/* RFC 9562's version nibble and variant bits over bytes 6 and 8. */
+static void stamp(uint8_t out[KL_GUID_LEN], unsigned version)
+{
+    out[6] = (uint8_t)((out[6] & 0x0f) | version << 4);
+    out[8] = (uint8_t)((out[8] & 0x3f) | 0x80);
+}
+
 void kl_guid_random(uint8_t out[KL_GUID_LEN])
 {
     randombytes_buf(out, KL_GUID_LEN);
-    out[6] = (uint8_t)((out[6] & 0x0f) | 0x40);
-    out[8] = (uint8_t)((out[8] & 0x3f) | 0x80);
+    stamp(out, 4);
 }
 
 void kl_guid_time_ordered(uint64_t unix_ms, uint8_t out[KL_GUID_LEN])
@@ -73,8 +79,7 @@ void kl_guid_time_ordered(uint64_t unix_ms, uint8_t out[KL_GUID_LEN])
     randombytes_buf(out + 6, KL_GUID_LEN - 6);
     for (int i = 0; i < 6; i++)
         out[i] = (uint8_t)(unix_ms >> (40 - 8 * i));
-    out[6] = (uint8_t)((out[6] & 0x0f) | 0x70);
-    out[8] = (uint8_t)((out[8] & 0x3f) | 0x80);
+    stamp(out, 7);
 }
 
 void kl_guid_time_ordered_now(uint8_t out[KL_GUID_LEN])

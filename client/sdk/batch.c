@@ -12,9 +12,13 @@ kl_code kl_batch_new(const char *command_id, kl_batch **out, kl_err *err)
     *out = NULL;
     if (sodium_init() < 0)
         return kl_fail(err, KL_INTERNAL, "sodium_init", "libsodium failed to initialize");
+    /* One clock read: the first-sent time, and a fresh id's millisecond. */
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    int64_t now_ms = (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
     uint8_t id[KL_GUID_LEN];
     if (command_id == NULL) {
-        kl_guid_time_ordered_now(id);
+        kl_guid_time_ordered((uint64_t)now_ms, id);
     } else if (command_id[0] == '\0') {
         return kl_fail(err, KL_INVALID_ARGUMENT, "command_id", "command_id must not be empty");
     } else if (!kl_guid_parse(command_id, id)) {
@@ -29,9 +33,7 @@ kl_code kl_batch_new(const char *command_id, kl_batch **out, kl_err *err)
         return kl_sdk_oom(err);
     memcpy(b->command_id, id, sizeof id);
     kl_guid_format(id, b->command_id_text);
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    b->first_sent_ms = (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+    b->first_sent_ms = now_ms;
     *out = b;
     return KL_OK;
 }
