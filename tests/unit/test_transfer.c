@@ -660,7 +660,7 @@ START_TEST(destination_refuses_expired_message)
 }
 END_TEST
 
-/* ---- token verification by re-signing (pure: claims.c only) ---- */
+/* ---- token verification with the signing secret (pure: claims.c only) ---- */
 
 /* A second valid Ed25519 signature of m under sk, made with a random nonce where the
  * deterministic signer hashes one (R = rB, S = r + H(R || A || m) a mod L), as a signer
@@ -708,7 +708,7 @@ static Keyload__V1__SignedToken *signed_test_token(const uint8_t sk[64], const u
 /* kl_claims_verify with the secret accepts exactly what it accepts without it: its own
  * deterministic signature, another valid signature of the same claims, never a changed
  * byte, and never a token of another key because the secret it was handed is that key's. */
-START_TEST(claims_verify_by_resigning_accepts_exactly_what_verify_accepts)
+START_TEST(claims_verify_with_secret_accepts_exactly_what_verify_accepts)
 {
     uint8_t pk[32], sk[64], pk_other[32], sk_other[64];
     const uint8_t kid[8] = {1, 2, 3, 4, 5, 6, 7, 8};
@@ -758,6 +758,42 @@ START_TEST(claims_verify_by_resigning_accepts_exactly_what_verify_accepts)
     sodium_memzero(sk_other, sizeof sk_other);
     keyload__v1__signed_token__free_unpacked(foreign, NULL);
     keyload__v1__signed_token__free_unpacked(tok, NULL);
+}
+END_TEST
+
+/* kl_claims_is_own_signature finds exactly crypto_sign_detached's signature: for many keys
+ * and message lengths (0 to 700 bytes, past a SHA-512 block) it accepts that signature, and
+ * refuses every single-bit change of R or S, a changed message byte, another valid
+ * signature of the same message, and the signature of the same message by another key. */
+START_TEST(claims_own_signature_is_exactly_the_deterministic_one)
+{
+    uint8_t pk[32], sk[64], pk2[32], sk2[64], sig[64], sig2[64], m[700];
+    for (int round = 0; round < 64; round++) {
+        crypto_sign_keypair(pk, sk);
+        crypto_sign_keypair(pk2, sk2);
+        size_t mn = (size_t)round * 11;
+        randombytes_buf(m, sizeof m);
+        ck_assert_int_eq(crypto_sign_detached(sig, NULL, m, mn, sk), 0);
+        ck_assert(kl_claims_is_own_signature(sig, m, mn, sk));
+        for (int bit = round % 8; bit < 512; bit += 8) {
+            sig[bit / 8] ^= (uint8_t)(1u << (bit % 8));
+            ck_assert_msg(!kl_claims_is_own_signature(sig, m, mn, sk), "round %d bit %d", round, bit);
+            sig[bit / 8] ^= (uint8_t)(1u << (bit % 8));
+        }
+        if (mn > 0) {
+            m[round % mn] ^= 0x40;
+            ck_assert(!kl_claims_is_own_signature(sig, m, mn, sk));
+            m[round % mn] ^= 0x40;
+        }
+        sign_with_random_nonce(sig2, m, mn, sk);
+        ck_assert_int_eq(crypto_sign_verify_detached(sig2, m, mn, pk), 0);
+        ck_assert(!kl_claims_is_own_signature(sig2, m, mn, sk));
+        ck_assert_int_eq(crypto_sign_detached(sig2, NULL, m, mn, sk2), 0);
+        ck_assert(!kl_claims_is_own_signature(sig2, m, mn, sk));
+        ck_assert(kl_claims_is_own_signature(sig2, m, mn, sk2));
+    }
+    sodium_memzero(sk, sizeof sk);
+    sodium_memzero(sk2, sizeof sk2);
 }
 END_TEST
 
@@ -1606,7 +1642,8 @@ Suite *suite_transfer(void)
     tcase_add_test(dest, destination_refuses_expired_message);
     TCase *rcpt = criterion(s, "RemoteTransferReceiptTests");
     tcase_add_test(rcpt, receipt_mismatches_refuse_and_keep_pending);
-    tcase_add_test(rcpt, claims_verify_by_resigning_accepts_exactly_what_verify_accepts);
+    tcase_add_test(rcpt, claims_verify_with_secret_accepts_exactly_what_verify_accepts);
+    tcase_add_test(rcpt, claims_own_signature_is_exactly_the_deterministic_one);
     TCase *ret = criterion(s, "RemoteTransferRetentionTests");
     tcase_add_test(ret, retention_record_bound_exact_and_one_over);
     tcase_add_test(ret, retention_byte_bound_exact_and_one_over);
