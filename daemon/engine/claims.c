@@ -81,8 +81,8 @@ kl_code kl_claims_decode(const char *what, const uint8_t *token, size_t len,
     return KL_OK;
 }
 
-/* Ed25519 signing is deterministic, so that
- * signature is (R, S) with r = SHA-512(prefix || m) mod L, R = r*B and
+/* Ed25519 signing is deterministic: the signature sk makes over m is (R, S) with
+ * r = SHA-512(prefix || m) mod L, R = r*B and
  * S = r + SHA-512(R || A || m) * a mod L, where a (clamped) and prefix are the two halves of
  * SHA-512(seed). This recomputes S from the token's own R and compares it with the token's
  * S, without the fixed-base scalar multiplication that R = r*B costs a signing (1.7 against
@@ -96,7 +96,8 @@ bool kl_claims_is_own_signature(const uint8_t sig[64], const uint8_t *m, size_t 
 {
     uint8_t az[crypto_hash_sha512_BYTES], wide[crypto_hash_sha512_BYTES];
     uint8_t r[crypto_core_ed25519_SCALARBYTES], k[crypto_core_ed25519_SCALARBYTES];
-    uint8_t a[crypto_core_ed25519_SCALARBYTES], s[crypto_core_ed25519_SCALARBYTES];
+    uint8_t a[crypto_core_ed25519_SCALARBYTES], ka[crypto_core_ed25519_SCALARBYTES];
+    uint8_t s[crypto_core_ed25519_SCALARBYTES];
     crypto_hash_sha512_state hs;
     crypto_hash_sha512(az, sk, crypto_sign_SEEDBYTES);
     az[0] &= 248;
@@ -116,14 +117,15 @@ bool kl_claims_is_own_signature(const uint8_t sig[64], const uint8_t *m, size_t 
     memset(wide, 0, sizeof wide);
     memcpy(wide, az, 32);
     crypto_core_ed25519_scalar_reduce(a, wide);
-    crypto_core_ed25519_scalar_mul(k, k, a);
-    crypto_core_ed25519_scalar_add(s, r, k);
+    crypto_core_ed25519_scalar_mul(ka, k, a);
+    crypto_core_ed25519_scalar_add(s, r, ka);
     bool same = sodium_memcmp(s, sig + 32, sizeof s) == 0;
     sodium_memzero(az, sizeof az);
     sodium_memzero(wide, sizeof wide);
     sodium_memzero(r, sizeof r);
     sodium_memzero(k, sizeof k);
     sodium_memzero(a, sizeof a);
+    sodium_memzero(ka, sizeof ka);
     sodium_memzero(s, sizeof s);
     sodium_memzero(&hs, sizeof hs);
     return same;
