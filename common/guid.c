@@ -1,8 +1,9 @@
 #include "common/guid.h"
 
+#include "common/clock.h"
+
 #include <assert.h>
 #include <sodium.h>
-#include <time.h>
 
 static int hexval(char c)
 {
@@ -84,7 +85,5 @@ void kl_guid_time_ordered(uint64_t unix_ms, uint8_t out[KL_GUID_LEN])
 
 void kl_guid_time_ordered_now(uint8_t out[KL_GUID_LEN])
 {
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    kl_guid_time_ordered((uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u, out);
+    kl_guid_time_ordered((uint64_t)kl_clock_ms(CLOCK_REALTIME), out);
 }

@@ -21,6 +21,7 @@
  * a handler that answers late never touches a closed socket. */
 #include "common/rpc.h"
 
+#include "common/clock.h"
 #include "common/deadline.h"
 #include "common/failpoint.h"
 #include "common/log.h"
@@ -57,9 +58,7 @@
 
 static int64_t rpc_now_unix_ms(void)
 {
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+    return kl_clock_ms(CLOCK_REALTIME);
 }
 
 /* The nng receive limit for a frame limit, saturating instead of wrapping (nng reads a
@@ -206,9 +205,7 @@ static bool server_is_stopping(kl_rpc_server *srv)
 
 static int64_t rpc_mono_ms(void)
 {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+    return kl_clock_ms(CLOCK_MONOTONIC);
 }
 
 /* Under mu: the entry of pipe id, or NULL. */

@@ -1,6 +1,7 @@
 /* rpc_direct: see rpc_direct.h. Everything below runs under g.mu except the epoll wait and
  * the done callbacks. */
 #include "common/rpc_direct.h"
+#include "common/clock.h"
 #include "common/deadline.h"
 #include "common/tcp_url.h"
 #include "common/wire.h"
@@ -84,9 +85,7 @@ static _Atomic bool g_used; /* io_start ran: before it no request can have start
 
 static int64_t mono_ms(void)
 {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+    return kl_clock_ms(CLOCK_MONOTONIC);
 }
 
 static void wake_io(void)

@@ -26,6 +26,7 @@
  * STOP_GRACE_MS whatever is still pending (as safe as kill -9). A failed log write
  * ends the process at once with exit code 1 (repl_fatal); a failed apply stops it the same
  * way as a signal, with exit code 1. Recovery on restart re-applies the durable log. */
+#include "common/clock.h"
 #include "common/cluster.h"
 #include "common/failpoint.h"
 #include "common/keys.h"
@@ -90,9 +91,7 @@ typedef struct daemon_state {
 static int64_t clock_ms(void *ctx)
 {
     (void)ctx;
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+    return kl_clock_ms(CLOCK_REALTIME);
 }
 
 static int64_t boot_ns(void *ctx)
@@ -122,9 +121,7 @@ static void node_next(void *ctx, uint64_t *index, uint64_t *term, bool *serving)
 
 static int64_t mono_ms(void)
 {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+    return kl_clock_ms(CLOCK_MONOTONIC);
 }
 
 /* A batch is refused before it is proposed while the data directory's file system has

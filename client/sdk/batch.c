@@ -1,11 +1,11 @@
 /* batch: the kl_batch builder. Each mutation is validated and deep-copied when added, so
  * a batch encodes to the same bytes however often it is sent (replays need that). */
 #include "client/sdk/internal.h"
+#include "common/clock.h"
 
 #include <sodium.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 kl_code kl_batch_new(const char *command_id, kl_batch **out, kl_err *err)
 {
@@ -13,9 +13,7 @@ kl_code kl_batch_new(const char *command_id, kl_batch **out, kl_err *err)
     if (sodium_init() < 0)
         return kl_fail(err, KL_INTERNAL, "sodium_init", "libsodium failed to initialize");
     /* One clock read: the first-sent time, and a fresh id's millisecond. */
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    int64_t now_ms = (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+    int64_t now_ms = kl_clock_ms(CLOCK_REALTIME);
     uint8_t id[KL_GUID_LEN];
     if (command_id == NULL) {
         kl_guid_time_ordered((uint64_t)now_ms, id);

@@ -24,6 +24,7 @@
  * claims a rollback. */
 #include "client/sdk/internal.h"
 #include "client/sdk/member_table.h"
+#include "common/clock.h"
 #include "keyload/v1/catalog.pb-c.h"
 #include "keyload/v1/membership.pb-c.h"
 
@@ -204,9 +205,7 @@ const char *kl_client_database(const kl_client *c) { return c->database_text; }
 
 static int64_t now_ms(void)
 {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+    return kl_clock_ms(CLOCK_MONOTONIC);
 }
 
 /* The connection to member table slot mi of partition index pi, dialed on first use. */

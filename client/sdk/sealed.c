@@ -35,6 +35,7 @@
 #include "client/sdk/internal.h"
 #include "client/sdk/member_table.h"
 
+#include "common/clock.h"
 #include "common/keys.h"
 #include "common/session.h"
 #include "keyload/v1/session.pb-c.h"
@@ -71,16 +72,12 @@ struct kl_sdk_principal {
 
 static int64_t wall_ms(void)
 {
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+    return kl_clock_ms(CLOCK_REALTIME);
 }
 
 static int64_t mono_ms(void)
 {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+    return kl_clock_ms(CLOCK_MONOTONIC);
 }
 
 kl_code kl_sdk_principal_new(const char *principal_id, const char *key_path,

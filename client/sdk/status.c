@@ -1,5 +1,6 @@
 /* status: kl_member_status, one MemberStatus call to one member (client/keyload.h). */
 #include "client/keyload.h"
+#include "common/clock.h"
 #include "common/rpc.h"
 
 #include <stdlib.h>
@@ -7,9 +8,7 @@
 
 static int64_t now_ms(void)
 {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+    return kl_clock_ms(CLOCK_MONOTONIC);
 }
 
 kl_code kl_member_status(const char *url, int timeout_ms, Keyload__V1__MemberStatusAnswer **out,

@@ -33,6 +33,7 @@
  * connection answered it and fell quiet (bounded), stops the transport, and once the
  * transport is gone closes the two libuv handles; the last close callback frees the memory. */
 #include "daemon/repl/peer.h"
+#include "common/clock.h"
 #include "common/wire.h"
 
 #include "common/failpoint.h"
@@ -251,9 +252,7 @@ static uint64_t peer_now_ms(void) { return uv_hrtime() / 1000000u; }
 /* The wall clock hellos carry (unix ms): members compare each other's. */
 static int64_t peer_wall_ms(void)
 {
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+    return kl_clock_ms(CLOCK_REALTIME);
 }
 
 static kl_peer_auth_self peer_auth_self(const kl_peer *p)

@@ -16,6 +16,7 @@
  * Everything parked is answered from the loop: on apply, on a tail, or on the timer. */
 #include "daemon/rpc/serve.h"
 
+#include "common/clock.h"
 #include "common/log.h"
 #include "daemon/engine/engine.h"
 #include "common/keys.h"
@@ -36,16 +37,12 @@
  * as the data partitions' leases (tailer.c) do, so a suspend cannot stretch a bound. */
 static int64_t boot_ms(void)
 {
-    struct timespec ts;
-    clock_gettime(CLOCK_BOOTTIME, &ts);
-    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+    return kl_clock_ms(CLOCK_BOOTTIME);
 }
 
 static int64_t wall_ms(void)
 {
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+    return kl_clock_ms(CLOCK_REALTIME);
 }
 
 static uint64_t applied_version(kl_service *s)

@@ -32,6 +32,7 @@
  * the refusals above are necessarily unsealed (no session to seal with). */
 #include "daemon/rpc/serve.h"
 
+#include "common/clock.h"
 #include "daemon/rpc/sessions.h"
 #include "daemon/rpc/tailer.h"
 #include "keyload/v1/catalog.pb-c.h"
@@ -48,9 +49,7 @@
 
 static int64_t mono_ms(void)
 {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+    return kl_clock_ms(CLOCK_MONOTONIC);
 }
 
 /* The pair this Hello answers with: the current one, or a new one when it is too old or
@@ -86,9 +85,7 @@ static uint64_t mono_ns(void)
 
 static int64_t wall_ms(void)
 {
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+    return kl_clock_ms(CLOCK_REALTIME);
 }
 
 static void reply_fail(kl_rpc_call *call, kl_code code, const char *detail, const char *message)

@@ -1,5 +1,6 @@
 #include "daemon/rpc/tailer.h"
 
+#include "common/clock.h"
 #include "common/keys.h"
 #include "common/deadline.h"
 #include "common/log.h"
@@ -49,18 +50,14 @@ struct kl_tailer {
 
 static int64_t wall_ms(void)
 {
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+    return kl_clock_ms(CLOCK_REALTIME);
 }
 
 /* CLOCK_BOOTTIME: the lease keeps ageing while the host is suspended, as partition 0's
  * bound on it (catalog_serve.c) assumes. */
 static int64_t mono_ms(void)
 {
-    struct timespec ts;
-    clock_gettime(CLOCK_BOOTTIME, &ts);
-    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+    return kl_clock_ms(CLOCK_BOOTTIME);
 }
 
 /* Waits on cv for at most ms (mu held). The deadline is on CLOCK_MONOTONIC (cv is set up
