@@ -472,12 +472,18 @@ static int lf_truncate(const char *path, off_t size, struct fuse_file_info *fi)
     return rc;
 }
 
-/* open and create: O_TRUNC is done here as a truncate, so that it is undone on power loss. */
+/* open and create: O_TRUNC is done here as a truncate, so that it is undone on power loss.
+ * An O_DIRECT open is served in FUSE's direct_io mode (each write reaches lossyfs as the
+ * caller made it, none through the mount's page cache) on a backing descriptor without
+ * O_DIRECT, whose alignment rules FUSE's buffers would not meet. Its writes are unsynced
+ * like any other until an fsync: a direct write also sits in a disk's volatile cache. */
 static int open_common(const char *path, int flags, mode_t mode, struct fuse_file_info *fi)
 {
     pthread_mutex_lock(&G.lock);
     int rc = 0;
-    int fd = openat(G.backing, rel(path), (flags & ~O_TRUNC) | O_CLOEXEC, mode);
+    if (flags & O_DIRECT)
+        fi->direct_io = 1;
+    int fd = openat(G.backing, rel(path), (flags & ~(O_TRUNC | O_DIRECT)) | O_CLOEXEC, mode);
     if (fd < 0)
         rc = -errno;
     else if ((flags & O_TRUNC) && (rc = truncate_fd(fd, 0)) != 0)
