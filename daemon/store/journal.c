@@ -27,6 +27,12 @@
 #define FRAME_HEADER 32u
 #define LINK_PAYLOAD 16u
 #define LINK_FRAME (FRAME_HEADER + LINK_PAYLOAD)
+/* Direct appends write whole blocks of this size at offsets that are multiples of it: the
+ * largest logical block size a Linux block device reports. Every segment's size is a
+ * multiple of it. */
+#define DIRECT_BLOCK 4096u
+/* The staging buffer kept between direct appends; a larger write gets one of its own. */
+#define STAGE_KEEP (1u << 20)
 #define TYPE_RECORD 1u
 #define TYPE_LINK 2u
 #define RECORD_MAX KL_JOURNAL_RECORD_MAX
@@ -66,6 +72,14 @@ struct kl_journal {
     uint64_t link_prev_seq, link_prev_end;
     bool failed;
     kl_err failure;
+    /* Direct appends (journal.h "Direct appends"): the active segment opened with O_DIRECT,
+     * -1 when its appends go through the page cache. `stage` is DIRECT_BLOCK-aligned, at
+     * least DIRECT_BLOCK long, and its first (active.end % DIRECT_BLOCK) bytes are the
+     * file's bytes from the block that holds active.end up to active.end. */
+    bool no_direct;
+    int direct_fd;
+    uint8_t *stage;
+    size_t stage_cap;
 
     pthread_mutex_t mu; /* guards everything below */
     pthread_cond_t wake; /* the keeper's: work or stop */
@@ -89,6 +103,8 @@ struct kl_journal {
 };
 
 static void spare_drop(kl_journal *j, seg *s);
+static void direct_begin(kl_journal *j);
+static void direct_end(kl_journal *j);
 
 static void le64_put(uint8_t *p, uint64_t v)
 {
@@ -287,6 +303,9 @@ static kl_code seg_create(kl_journal *j, uint64_t seq, size_t cap, seg *out, kl_
         rc = sys_fail(err, "cannot sync", tmp, errno);
         goto fail_file;
     }
+    /* The zeros are on disk; direct appends would otherwise invalidate their cached pages
+     * one write at a time. */
+    (void)posix_fadvise(fd, 0, (off_t)cap, POSIX_FADV_DONTNEED);
     if (rename(tmp, path) != 0) {
         rc = sys_fail(err, "cannot rename", tmp, errno);
         goto fail_file;
@@ -329,6 +348,7 @@ static kl_code seg_recycle(kl_journal *j, uint64_t old_seq, uint64_t seq, seg *o
         rc = sys_fail(err, "cannot rename", from, errno);
     else
         rc = dir_sync(j, err);
+    (void)posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED); /* as seg_create's zeros */
     if (rc != KL_OK) {
         close(fd);
         return rc;
@@ -742,6 +762,8 @@ kl_code kl_journal_open(const char *dir, const kl_journal_options *opt, kl_journ
     j->flush_arg = opt->flush_arg;
     j->active.fd = -1;
     j->spare.fd = -1;
+    j->direct_fd = -1;
+    j->no_direct = opt->no_direct;
     pthread_mutex_init(&j->mu, NULL);
     pthread_condattr_t ca;
     pthread_condattr_init(&ca);
@@ -763,6 +785,7 @@ kl_code kl_journal_open(const char *dir, const kl_journal_options *opt, kl_journ
     j->activated_seq = j->next_seq++;
     if ((rc = seg_create(j, j->activated_seq, first_segment_bytes(j), &j->active, err)) != KL_OK)
         goto fail_replay;
+    direct_begin(j);
     j->link_pending = true;
     j->link_prev_seq = last_seq;
     j->link_prev_end = last_end;
@@ -792,6 +815,8 @@ void kl_journal_close(kl_journal *j)
         pthread_mutex_unlock(&j->mu);
         pthread_join(j->keeper, NULL);
     }
+    direct_end(j);
+    free(j->stage);
     seg_close(&j->active);
     seg_close(&j->spare);
     if (j->dirfd >= 0)
@@ -801,6 +826,105 @@ void kl_journal_close(kl_journal *j)
     pthread_mutex_destroy(&j->mu);
     free(j->dir);
     free(j);
+}
+
+/* ---- Direct appends (journal.h). */
+
+static void direct_end(kl_journal *j)
+{
+    if (j->direct_fd >= 0)
+        close(j->direct_fd);
+    j->direct_fd = -1;
+}
+
+/* Opens the segment that just became active for direct appends and reads the block that
+ * holds its end into the stage. Any failure (a filesystem without O_DIRECT, no memory)
+ * leaves this segment's appends on the page cache: slower, as durable. */
+static void direct_begin(kl_journal *j)
+{
+    direct_end(j);
+    if (j->no_direct)
+        return;
+    assert(j->active.cap % DIRECT_BLOCK == 0); /* a direct write's last block ends inside the segment */
+    if (j->stage == NULL) {
+        j->stage = aligned_alloc(DIRECT_BLOCK, DIRECT_BLOCK);
+        if (j->stage == NULL)
+            return;
+        j->stage_cap = DIRECT_BLOCK;
+    }
+    char path[4200];
+    seg_name(j, j->active.seq, ".seg", path, sizeof path);
+    int fd = open(path, O_RDWR | O_DIRECT | O_CLOEXEC);
+    if (fd < 0)
+        return;
+    off_t base = (off_t)(j->active.end - j->active.end % DIRECT_BLOCK);
+    ssize_t r;
+    do
+        r = pread(fd, j->stage, DIRECT_BLOCK, base);
+    while (r < 0 && errno == EINTR);
+    if (r != (ssize_t)DIRECT_BLOCK) {
+        close(fd);
+        return;
+    }
+    j->direct_fd = fd;
+}
+
+/* Writes the frames in iov (bytes in all) at active.end as whole blocks through the direct
+ * descriptor: the stage's head (the bytes already in the first block), the frames, zeros
+ * to the block's end. Returns 0, or -1 with errno (ENOMEM: nothing was written; EINVAL: the
+ * device refused the alignment; after either the caller may write through the page cache).
+ * Cost: a copy of the frames and one
+ * pwrite of ceil((end % DIRECT_BLOCK + bytes) / DIRECT_BLOCK) blocks. */
+static int direct_write(kl_journal *j, const struct iovec *iov, int n, size_t bytes)
+{
+    size_t head = j->active.end % DIRECT_BLOCK;
+    size_t total = head + bytes;
+    size_t wlen = (total + DIRECT_BLOCK - 1) & ~(size_t)(DIRECT_BLOCK - 1);
+    off_t at = (off_t)(j->active.end - head);
+    assert((size_t)at + wlen <= j->active.cap);
+    uint8_t *buf = j->stage;
+    if (wlen > j->stage_cap) {
+        size_t cap = wlen <= STAGE_KEEP ? STAGE_KEEP : wlen;
+        buf = aligned_alloc(DIRECT_BLOCK, cap);
+        if (buf == NULL) {
+            errno = ENOMEM;
+            return -1;
+        }
+        memcpy(buf, j->stage, head);
+        if (cap == STAGE_KEEP) { /* the new stage, kept */
+            free(j->stage);
+            j->stage = buf;
+            j->stage_cap = cap;
+        }
+    }
+    size_t off = head;
+    for (int i = 0; i < n; i++) {
+        memcpy(buf + off, iov[i].iov_base, iov[i].iov_len);
+        off += iov[i].iov_len;
+    }
+    assert(off == total);
+    memset(buf + total, 0, wlen - total);
+    int rc = 0;
+    for (size_t done = 0; done < wlen;) {
+        ssize_t w = pwrite(j->direct_fd, buf + done, wlen - done, at + (off_t)done);
+        if (w < 0 && errno == EINTR)
+            continue;
+        if (w <= 0 || (size_t)w % DIRECT_BLOCK != 0) { /* a short write cannot go on aligned */
+            if (w >= 0)
+                errno = w == 0 ? ENOSPC : EIO;
+            rc = -1;
+            break;
+        }
+        done += (size_t)w;
+    }
+    if (rc == 0) {
+        size_t keep = total % DIRECT_BLOCK; /* the new end's block, for the next append */
+        if (keep > 0)
+            memmove(j->stage, buf + (total - keep), keep);
+    }
+    if (buf != j->stage)
+        free(buf);
+    return rc;
 }
 
 static kl_code journal_failed(kl_journal *j, kl_err *err)
@@ -850,6 +974,7 @@ static kl_code switch_segment(kl_journal *j, size_t need, bool seal_old, kl_err 
         spare_drop(j, &j->spare);
     pthread_cond_signal(&j->wake);
     pthread_mutex_unlock(&j->mu);
+    direct_end(j);
     seg_close(&old);
     j->active = (seg){.fd = -1};
     if (next.fd < 0) {
@@ -859,6 +984,7 @@ static kl_code switch_segment(kl_journal *j, size_t need, bool seal_old, kl_err 
             return rc;
     }
     j->active = next;
+    direct_begin(j);
     j->link_pending = true;
     j->link_prev_seq = old.seq;
     j->link_prev_end = old.end;
@@ -898,12 +1024,23 @@ kl_code kl_journal_append(kl_journal *j, const uint8_t *rec, size_t len, uint64_
         iov[n++] = (struct iovec){(void *)pad, pad8(len) - len};
     assert(j->active.end + bytes <= j->active.cap); /* J1: a frame never crosses a segment's end */
     char path[4200];
-    if (pwritev_all(j->active.fd, iov, n, (off_t)j->active.end) != 0) {
+    int wr = -1;
+    if (j->direct_fd >= 0) {
+        wr = direct_write(j, iov, n, bytes);
+        /* No memory for the blocks, or a device whose blocks are larger than DIRECT_BLOCK:
+         * the page cache write below rewrites every byte of the frames, so this segment goes
+         * on through it. */
+        if (wr != 0 && (errno == ENOMEM || errno == EINVAL))
+            direct_end(j);
+    }
+    if (j->direct_fd < 0)
+        wr = pwritev_all(j->active.fd, iov, n, (off_t)j->active.end);
+    if (wr != 0) {
         seg_name(j, j->active.seq, ".seg", path, sizeof path);
         return fail_append(j, sys_fail(err, "cannot write", path, errno), err);
     }
     uint64_t t0 = monotonic_ns();
-    if (fdatasync(j->active.fd) != 0) {
+    if (fdatasync(j->direct_fd >= 0 ? j->direct_fd : j->active.fd) != 0) {
         seg_name(j, j->active.seq, ".seg", path, sizeof path);
         return fail_append(j, sys_fail(err, "cannot sync", path, errno), err);
     }
@@ -938,6 +1075,7 @@ kl_code kl_journal_cut(kl_journal *j, kl_err *err)
     pthread_mutex_unlock(&j->mu);
     if (j->active.fd >= 0) {
         seqs[n++] = j->active.seq;
+        direct_end(j);
         seg_close(&j->active);
     }
     uint64_t prev_seq = n > 0 ? seqs[n - 1] : 0;
@@ -957,6 +1095,8 @@ kl_code kl_journal_cut(kl_journal *j, kl_err *err)
     j->link_prev_end = 0;
     return KL_OK;
 }
+
+bool kl_journal_direct(const kl_journal *j) { return j->direct_fd >= 0; }
 
 size_t kl_journal_segment_count(kl_journal *j)
 {

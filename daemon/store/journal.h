@@ -31,6 +31,19 @@
  *  - J4 a segment leaves the directory (unlinked or recycled) only after the owner's flush
  *    callback returned OK having started after the segment's last record was appended, or
  *    by kl_journal_cut, whose caller has made everything durable itself.
+ * Direct appends: where the filesystem allows O_DIRECT, the active segment is written
+ * through a second descriptor opened with it, in whole 4 KiB blocks: the bytes of the
+ * block that already hold records (kept in memory from the last append), the new frames,
+ * zeros to the block's end. Why: on a virtual disk each fdatasync of a page-cache write
+ * also goes through the filesystem's writeback; a direct write is one request, and the
+ * sync then only flushes the device's cache. Measured with three writers syncing 8 KiB
+ * each on this project's 2-core VM: 20-30 us of CPU per sync instead of 40-65, 210 us
+ * per sync instead of 245-345. The rewrite of a block's earlier bytes writes the bytes it
+ * already holds, so a torn write leaves each sector old or new and the records in it
+ * intact, as the page cache's writeback of a partly written page does. Zeros after the
+ * last frame end the segment's records as a fresh segment's zeros do. A filesystem that
+ * refuses O_DIRECT (or no memory for a large record's blocks) keeps the segment on the
+ * page cache; kl_journal_options.no_direct asks for that everywhere.
  * Threads: one appender at a time (the caller serialises append and cut); a keeper thread
  * prepares spare segments and retires sealed ones; open and close on the owner's thread.
  */
@@ -39,6 +52,7 @@
 
 #include "common/status.h"
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -54,6 +68,7 @@ typedef struct kl_journal_options {
     size_t segment_bytes; /* a segment's size (>= KL_JOURNAL_MIN_SEGMENT); a larger record gets one of its own */
     kl_journal_flush_fn flush;
     void *flush_arg;
+    bool no_direct; /* append through the page cache only (tests; filesystems where O_DIRECT misbehaves) */
 } kl_journal_options;
 
 /* Opens the journal in dir (created if missing), replays every record through replay, then
@@ -63,7 +78,8 @@ typedef struct kl_journal_options {
 kl_code kl_journal_open(const char *dir, const kl_journal_options *opt, kl_journal_replay_fn replay,
                         void *replay_arg, kl_journal **out, kl_err *err);
 /* Appends one record and syncs it (J1). *sync_ns (may be NULL) gets the fdatasync's time.
- * Cost: one pwritev and one fdatasync; at a segment's end, also the switch to a spare (or,
+ * Cost: one write and one fdatasync (a direct append also copies the record into its
+ * blocks); at a segment's end, also the switch to a spare (or,
  * without one ready, the creation of a segment: segment_bytes of zeros written and synced).
  * After any failure every later append fails: nothing written after a failed sync is
  * trusted. */
@@ -75,6 +91,8 @@ kl_code kl_journal_cut(kl_journal *j, kl_err *err);
 /* Stops the keeper and closes the files; the segments stay for the next open. */
 void kl_journal_close(kl_journal *j);
 
+/* Whether the active segment's appends are direct (see "Direct appends"). */
+bool kl_journal_direct(const kl_journal *j);
 /* For tests: segments in the directory now (live and spare). */
 size_t kl_journal_segment_count(kl_journal *j);
 /* For tests: waits (at most timeout_ms) until the keeper has nothing left to do. */

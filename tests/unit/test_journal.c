@@ -68,9 +68,10 @@ static void assert_replayed_in_order(const replayed *r, uint32_t n)
         ck_assert_uint_eq(r->seen[i], i);
 }
 
-static kl_journal *jopen(const char *dir, size_t seg, flusher *f, replayed *r, kl_code want, kl_err *err)
+static kl_journal *jopen_with(const char *dir, size_t seg, bool no_direct, flusher *f, replayed *r, kl_code want,
+                              kl_err *err)
 {
-    kl_journal_options o = {.segment_bytes = seg, .flush = flush_cb, .flush_arg = f};
+    kl_journal_options o = {.segment_bytes = seg, .flush = flush_cb, .flush_arg = f, .no_direct = no_direct};
     kl_journal *j = NULL;
     memset(r, 0, sizeof *r);
     kl_code rc = kl_journal_open(dir, &o, replay_cb, r, &j, err);
@@ -79,6 +80,23 @@ static kl_journal *jopen(const char *dir, size_t seg, flusher *f, replayed *r, k
     ck_assert_int_eq(rc, want);
     ck_assert(!r->bad_body);
     return j;
+}
+
+static kl_journal *jopen(const char *dir, size_t seg, flusher *f, replayed *r, kl_code want, kl_err *err)
+{
+    return jopen_with(dir, seg, false, f, r, want, err);
+}
+
+/* Whether files in dir can be opened with O_DIRECT (tmpfs, for one, refuses). */
+static bool dir_takes_direct(const char *dir)
+{
+    char path[400];
+    snprintf(path, sizeof path, "%s/direct-probe", dir);
+    int fd = open(path, O_RDWR | O_CREAT | O_DIRECT | O_CLOEXEC, 0600);
+    if (fd >= 0)
+        close(fd);
+    unlink(path);
+    return fd >= 0;
 }
 
 static void append_n(kl_journal *j, uint32_t from, uint32_t to, size_t len)
@@ -312,6 +330,43 @@ START_TEST(journal_recycled_and_large_records)
 }
 END_TEST
 
+/* Direct appends and page-cache appends write the same records: opens alternate between
+ * the two, each appending records of lengths that end anywhere in a 4 KiB block (some
+ * spanning several blocks, one larger than the direct stage that is kept, so it gets
+ * blocks of its own), and every reopen replays all of them, in order, byte for byte.
+ * Where the filesystem takes O_DIRECT the direct opens do write directly. */
+START_TEST(journal_direct_and_page_cache_appends_agree)
+{
+    char dir[256];
+    th_tmpdir(dir, sizeof dir);
+    flusher f = {.fail = true};
+    replayed r;
+    kl_err err;
+    bool direct_ok = dir_takes_direct(dir);
+    size_t big_len = (3u << 20) / 2; /* more than the kept stage (1 MiB) */
+    uint8_t *buf = malloc(big_len);
+    ck_assert_ptr_nonnull(buf);
+    uint32_t no = 0;
+    for (int round = 0; round < 6; round++) {
+        bool no_direct = round % 2 == 1;
+        kl_journal *j = jopen_with(dir, 64u << 10, no_direct, &f, &r, KL_OK, &err);
+        assert_replayed_in_order(&r, no);
+        ck_assert(kl_journal_direct(j) == (direct_ok && !no_direct));
+        for (int k = 0; k < 40; k++, no++) {
+            size_t len = round == 2 && k == 20 ? big_len : 4 + (size_t)(no * 1237u) % 9000u;
+            ck_assert_int_eq(kl_journal_append(j, buf, record(no, len, buf), NULL, &err), KL_OK);
+        }
+        ck_assert(kl_journal_direct(j) == (direct_ok && !no_direct));
+        kl_journal_close(j);
+    }
+    kl_journal *j = jopen(dir, 64u << 10, &f, &r, KL_OK, &err);
+    assert_replayed_in_order(&r, no);
+    kl_journal_close(j);
+    free(buf);
+    th_rmrf(dir);
+}
+END_TEST
+
 /* Flushes that keep failing leave sealed segments behind; past SEALED_MAX of them an append
  * fails, and so does every append after it, instead of filling the disk or waiting for
  * ever. A reopen still replays every record whose append returned OK. */
@@ -496,6 +551,7 @@ Suite *suite_journal(void)
     tcase_add_test(t, journal_cut_drops_everything_before);
     tcase_add_test(t, journal_recycled_and_large_records);
     tcase_add_test(t, journal_refuses_when_flushes_keep_failing);
+    tcase_add_test(t, journal_direct_and_page_cache_appends_agree);
     tcase_add_test(t, crc32c_known_values_and_both_paths_agree);
     tcase_add_test(t, journal_replays_segments_of_the_previous_format);
     suite_add_tcase(s, t);
