@@ -15,6 +15,9 @@ _Static_assert(KL_SESSION_SIGN_PUBLIC_LEN == crypto_sign_PUBLICKEYBYTES, "sign p
 _Static_assert(KL_SESSION_SIGN_SECRET_LEN == crypto_sign_SECRETKEYBYTES, "sign secret key");
 _Static_assert(KL_SESSION_SEAL_OVERHEAD == crypto_aead_xchacha20poly1305_ietf_ABYTES, "tag");
 _Static_assert(crypto_aead_xchacha20poly1305_ietf_NPUBBYTES == 24, "nonce");
+_Static_assert(KL_SESSION_KEY_LEN == crypto_aead_aes256gcm_KEYBYTES, "aes-gcm key");
+_Static_assert(KL_SESSION_SEAL_OVERHEAD == crypto_aead_aes256gcm_ABYTES, "aes-gcm tag");
+_Static_assert(crypto_aead_aes256gcm_NPUBBYTES == 12, "aes-gcm nonce");
 _Static_assert(KL_SESSION_WINDOW == 64, "the window is one uint64_t bitmap");
 
 #define DIR_REQUEST 0x01
@@ -26,11 +29,11 @@ static const char ANSWER_DOMAIN[] = "keyload.hello-answer.v1";
 /* ---- transcripts (common/canon.h's encoding, into a fixed buffer) ---- */
 
 /* Bound of the answer transcript, the longer of the two: domain, principal, two kx keys,
- * cluster, session id (tag + 4-byte length each) and four integers (tag + 8 bytes). */
+ * cluster, session id (tag + 4-byte length each) and five integers (tag + 8 bytes). */
 #define TRANSCRIPT_MAX                                                                     \
     (5 + sizeof ANSWER_DOMAIN + 5 + KL_SESSION_PRINCIPAL_MAX +                             \
      2 * (5 + KL_SESSION_KX_PUBLIC_LEN) + 5 + KL_SESSION_CLUSTER_MAX + 5 + KL_SESSION_ID_LEN + \
-     4 * 9)
+     5 * 9)
 
 typedef struct transcript {
     uint8_t b[TRANSCRIPT_MAX];
@@ -63,7 +66,12 @@ static void answer_transcript(transcript *t, const kl_session_hello *h,
     kl_canon_u64(&t->c, 0x07, h->member);
     kl_canon_bytes(&t->c, 0x08, a->session_id, sizeof a->session_id);
     kl_canon_u64(&t->c, 0x09, (uint64_t)a->expires_unix_ms);
+    if (a->aead != KL_SESSION_AEAD_XCHACHA20POLY1305) /* absent for the default: older answers verify */
+        kl_canon_u64(&t->c, 0x0a, a->aead);
 }
+
+/* Whether this CPU runs AES-256-GCM (libsodium's needs AES-NI and CLMUL). */
+static bool aes_ok(void) { return crypto_aead_aes256gcm_is_available() == 1; }
 
 /* ---- helpers ---- */
 
@@ -127,6 +135,7 @@ kl_code kl_session_hello_new(const char *principal_id, const uint8_t *principal_
     h->unix_ms = now_ms;
     h->partition = partition;
     h->member = member;
+    h->aead_offer = aes_ok() ? KL_SESSION_AEAD_OFFER_AES256GCM : 0;
     if (random != NULL) {
         uint8_t seed[KL_SESSION_KX_SEED_LEN];
         random(random_ctx, seed, sizeof seed);
@@ -248,6 +257,9 @@ kl_code kl_session_accept(const kl_session_hello *hello, const kl_session_accept
     answer->session_id[6] = (uint8_t)((answer->session_id[6] & 0x0f) | 0x40);
     answer->session_id[8] = (uint8_t)((answer->session_id[8] & 0x3f) | 0x80);
     answer->expires_unix_ms = expires;
+    answer->aead = (hello->aead_offer & KL_SESSION_AEAD_OFFER_AES256GCM) && !p->xchacha_only && aes_ok()
+                       ? KL_SESSION_AEAD_AES256GCM
+                       : KL_SESSION_AEAD_XCHACHA20POLY1305;
     if (crypto_kx_server_session_keys(out->rx, out->tx, answer->server_kx_pk, sk,
                                       hello->client_kx_pk) != 0) {
         /* The principal signed a public key that yields no shared secret. */
@@ -267,6 +279,7 @@ kl_code kl_session_accept(const kl_session_hello *hello, const kl_session_accept
     out->expires_unix_ms = expires;
     out->highest = 0;
     out->window = 0;
+    out->aead = answer->aead;
 done:
     sodium_memzero(sk, sizeof sk);
     if (rc != KL_OK) {
@@ -291,6 +304,10 @@ kl_code kl_session_finish(kl_session_client *c, const kl_session_hello_answer *a
     if (all_zero(answer->session_id, sizeof answer->session_id))
         return kl_fail(err, KL_INVALID_ARGUMENT, "session_id",
                        "HelloAnswer: session_id is all zero");
+    if (answer->aead != KL_SESSION_AEAD_XCHACHA20POLY1305 &&
+        (answer->aead != KL_SESSION_AEAD_AES256GCM || !(c->hello.aead_offer & KL_SESSION_AEAD_OFFER_AES256GCM)))
+        return kl_fail(err, KL_INVALID_ARGUMENT, "aead", "HelloAnswer: aead %u is not one the Hello offered",
+                       (unsigned)answer->aead);
     transcript t;
     answer_transcript(&t, &c->hello, answer);
     if (t.c.oom)
@@ -310,6 +327,7 @@ kl_code kl_session_finish(kl_session_client *c, const kl_session_hello_answer *a
     memcpy(out->principal_id, c->hello.principal_id, sizeof out->principal_id);
     out->expires_unix_ms = answer->expires_unix_ms;
     out->next_counter = 1;
+    out->aead = answer->aead;
     sodium_memzero(c->kx_sk, sizeof c->kx_sk);
     c->has_secret = false;
     return KL_OK;
@@ -317,6 +335,7 @@ kl_code kl_session_finish(kl_session_client *c, const kl_session_hello_answer *a
 
 /* ---- sealing ---- */
 
+/* The 24-byte nonce; AES-256-GCM reads its first 12 (direction, counter, 3 zeros). */
 static void make_nonce(uint8_t nonce[24], uint8_t dir, uint64_t counter)
 {
     memset(nonce, 0, 24);
@@ -383,8 +402,12 @@ static kl_code seal(const kl_session *s, const uint8_t key[KL_SESSION_KEY_LEN], 
     make_nonce(nonce, dir, counter);
     size_t full_len = make_ad(full, s, dir, counter, ad, ad_len);
     unsigned long long clen = 0;
-    if (crypto_aead_xchacha20poly1305_ietf_encrypt(out, &clen, pt ? pt : &empty_byte, pt_len,
-                                                   full, full_len, NULL, nonce, key) != 0)
+    int bad = s->aead == KL_SESSION_AEAD_AES256GCM
+                  ? crypto_aead_aes256gcm_encrypt(out, &clen, pt ? pt : &empty_byte, pt_len, full, full_len, NULL,
+                                                  nonce, key)
+                  : crypto_aead_xchacha20poly1305_ietf_encrypt(out, &clen, pt ? pt : &empty_byte, pt_len, full,
+                                                               full_len, NULL, nonce, key);
+    if (bad != 0)
         return kl_fail(err, KL_INTERNAL, "seal", "session: seal failed");
     *out_len = (size_t)clen;
     return KL_OK;
@@ -409,9 +432,12 @@ static kl_code open_sealed(const kl_session *s, const uint8_t key[KL_SESSION_KEY
     size_t full_len = make_ad(full, s, dir, counter, ad, ad_len);
     unsigned long long mlen = 0;
     uint8_t scratch;
-    if (crypto_aead_xchacha20poly1305_ietf_decrypt(pt_len ? out : &scratch, &mlen, NULL, sealed,
-                                                   sealed_len, full, full_len, nonce,
-                                                   key) != 0) {
+    int bad = s->aead == KL_SESSION_AEAD_AES256GCM
+                  ? crypto_aead_aes256gcm_decrypt(pt_len ? out : &scratch, &mlen, NULL, sealed, sealed_len, full,
+                                                  full_len, nonce, key)
+                  : crypto_aead_xchacha20poly1305_ietf_decrypt(pt_len ? out : &scratch, &mlen, NULL, sealed,
+                                                               sealed_len, full, full_len, nonce, key);
+    if (bad != 0) {
         if (pt_len)
             sodium_memzero(out, pt_len);
         return kl_fail(err, KL_UNAUTHENTICATED, "bad_seal",
@@ -552,6 +578,7 @@ void kl_session_hello_to_pb(const kl_session_hello *h, Keyload__V1__Hello *m)
     m->member = h->member;
     m->signature.data = (uint8_t *)h->signature;
     m->signature.len = sizeof h->signature;
+    m->aead_offer = h->aead_offer;
 }
 
 static kl_code check_len(const char *what, const ProtobufCBinaryData *b, size_t want, kl_err *err)
@@ -582,6 +609,7 @@ kl_code kl_session_hello_from_pb(const Keyload__V1__Hello *m, kl_session_hello *
     out->partition = m->partition;
     out->member = m->member;
     memcpy(out->signature, m->signature.data, sizeof out->signature);
+    out->aead_offer = m->aead_offer;
     return KL_OK;
 }
 
@@ -595,6 +623,7 @@ void kl_session_answer_to_pb(const kl_session_hello_answer *a, Keyload__V1__Hell
     m->expires_unix_ms = a->expires_unix_ms;
     m->member_signature.data = (uint8_t *)a->member_signature;
     m->member_signature.len = sizeof a->member_signature;
+    m->aead = a->aead;
 }
 
 kl_code kl_session_answer_from_pb(const Keyload__V1__HelloAnswer *m,
@@ -614,5 +643,6 @@ kl_code kl_session_answer_from_pb(const Keyload__V1__HelloAnswer *m,
     memcpy(out->session_id, m->session_id.data, sizeof out->session_id);
     out->expires_unix_ms = m->expires_unix_ms;
     memcpy(out->member_signature, m->member_signature.data, sizeof out->member_signature);
+    out->aead = m->aead;
     return KL_OK;
 }

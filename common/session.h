@@ -22,14 +22,25 @@
  * The domain strings keep a Hello signature from ever verifying as an answer signature
  * (or as anything else a principal or member key signs).
  *
- * Sealing: crypto_aead_xchacha20poly1305_ietf; a request is sealed with the client's tx key
+ * Sealing: the session's AEAD (below); a request is sealed with the client's tx key
  * (= the daemon's rx key), an answer with the daemon's tx key (= the client's rx key).
- *   nonce (24)  direction (1: 0x01 request, 0x02 answer) || counter (8, big-endian) || 15 zeros
+ *   nonce       direction (1: 0x01 request, 0x02 answer) || counter (8, big-endian) || zeros
+ *               to the AEAD's nonce size (24 bytes: 15 zeros; 12 bytes: 3 zeros)
  *   AD          session_id (16) || direction (1) || counter (8, big-endian) || caller's AD
  * An answer uses its request's counter in both, so it opens only for that request: an
  * answer swapped between two in-flight requests fails. The caller's AD (may be empty) binds
  * whatever travels outside the seal (e.g. the Envelope's method); it is at most
  * KL_SESSION_AD_MAX bytes. Counters start at 1.
+ *
+ * AEAD: crypto_aead_xchacha20poly1305_ietf unless the daemon chose AES-256-GCM
+ * (crypto_aead_aes256gcm, 2-3x cheaper for the few hundred bytes most requests hold, where the
+ * CPU has AES-NI). The client offers it in Hello.aead_offer when its CPU can; the daemon
+ * picks it when offered and its own CPU can, and says so in HelloAnswer.aead, which the
+ * member signature covers (the answer transcript gains item 0x0a, the aead, when it is not
+ * 0, so answers without it verify as before). The offer is not signed: removing it costs
+ * speed, not safety, since both AEADs are trusted alike, and a client refuses an answer
+ * that picks what it did not offer. Both nonces are used once per key: the counters never
+ * repeat in a direction, and the daemon seals one answer per request.
  *
  * Errors: every refusal to authenticate is KL_UNAUTHENTICATED with a distinct detail
  * (bad_signature, stale_hello, future_hello, wrong_cluster, wrong_partition, wrong_member,
@@ -60,6 +71,11 @@
 #define KL_SESSION_SEAL_OVERHEAD 16    /* crypto_aead_xchacha20poly1305_ietf_ABYTES */
 #define KL_SESSION_WINDOW 64           /* request counters the replay window remembers */
 #define KL_SESSION_DEFAULT_SKEW_MS 30000
+/* The AEADs a session seals with (kl_session.aead, HelloAnswer.aead); an offer names the
+ * ones besides the default by bit 1 << id. */
+#define KL_SESSION_AEAD_XCHACHA20POLY1305 0u
+#define KL_SESSION_AEAD_AES256GCM 1u
+#define KL_SESSION_AEAD_OFFER_AES256GCM (1u << KL_SESSION_AEAD_AES256GCM)
 
 /* Fills out with len random bytes. NULL where one is asked for means libsodium's
  * randombytes_buf; tests pass a deterministic one. */
@@ -73,6 +89,7 @@ typedef struct kl_session_hello {
     int32_t partition;
     uint64_t member;
     uint8_t signature[KL_SESSION_SIGNATURE_LEN];
+    uint32_t aead_offer;                               /* not signed (see "AEAD") */
 } kl_session_hello;
 
 typedef struct kl_session_hello_answer {
@@ -80,6 +97,7 @@ typedef struct kl_session_hello_answer {
     uint8_t session_id[KL_SESSION_ID_LEN];
     int64_t expires_unix_ms;
     uint8_t member_signature[KL_SESSION_SIGNATURE_LEN];
+    uint32_t aead;                     /* KL_SESSION_AEAD_*; signed when not 0 */
 } kl_session_hello_answer;
 
 /* The client between Hello and HelloAnswer: the Hello it sent and its ephemeral secret.
@@ -123,6 +141,7 @@ typedef struct kl_session {
     uint64_t next_counter;             /* client only */
     uint64_t highest;                  /* daemon only */
     uint64_t window;                   /* daemon only */
+    uint32_t aead;                     /* KL_SESSION_AEAD_*, the same at both ends */
 } kl_session;
 
 /* What the daemon needs to accept a Hello. All pointers are borrowed for the call. */
@@ -143,6 +162,7 @@ typedef struct kl_session_accept_params {
      * session's keys still differ (the client's ephemeral and the session id do). */
     const uint8_t *server_kx_pk;       /* 32 bytes */
     const uint8_t *server_kx_sk;       /* 32 bytes */
+    bool xchacha_only;                 /* never pick AES-256-GCM, even when offered (tests) */
 } kl_session_accept_params;
 
 /* A fresh X25519 pair for kl_session_accept_params (random: as there). */
@@ -151,7 +171,8 @@ kl_code kl_session_kx_pair_new(uint8_t pk[32], uint8_t sk[32], kl_session_random
 
 /* Client: makes an ephemeral X25519 pair (32 bytes from random: crypto_kx_seed_keypair; NULL
  * random: crypto_kx_keypair) and a Hello for (principal_id, cluster, partition, member) at
- * now_ms, signed with principal_secret (64 bytes). *out holds the Hello to send and the
+ * now_ms, signed with principal_secret (64 bytes), offering AES-256-GCM when this CPU
+ * runs it (crypto_aead_aes256gcm_is_available). *out holds the Hello to send and the
  * ephemeral secret. INVALID_ARGUMENT names principal_id or cluster when empty or too long. */
 kl_code kl_session_hello_new(const char *principal_id, const uint8_t *principal_secret,
                              const char *cluster, int32_t partition, uint64_t member,
@@ -162,7 +183,9 @@ kl_code kl_session_hello_new(const char *principal_id, const uint8_t *principal_
  * freshness, signature) and on success fills *answer (to send back) and *out (a daemon
  * session, expiring at now_ms + ttl_ms). UNAUTHENTICATED details: wrong_cluster,
  * wrong_partition, wrong_member, stale_hello (older than now - max_skew), future_hello
- * (newer than now + max_skew), bad_signature. On failure *answer and *out are wiped. */
+ * (newer than now + max_skew), bad_signature. The session seals with AES-256-GCM when the
+ * Hello offered it, this CPU runs it and p->xchacha_only is false; else XChaCha20-Poly1305.
+ * On failure *answer and *out are wiped. */
 kl_code kl_session_accept(const kl_session_hello *hello, const kl_session_accept_params *p,
                           kl_session_hello_answer *answer, kl_session *out, kl_err *err);
 
@@ -170,7 +193,8 @@ kl_code kl_session_accept(const kl_session_hello *hello, const kl_session_accept
  * member's "public_key" in the cluster file) over the transcript of c->hello and answer,
  * then derives the keys into *out (a client session; next_counter 1). On success c's
  * ephemeral secret is wiped; on failure (UNAUTHENTICATED bad_member_signature, or
- * INVALID_ARGUMENT) c is left as it was and *out is wiped. */
+ * INVALID_ARGUMENT, "aead" for an AEAD the Hello did not offer) c is left as it was and
+ * *out is wiped. */
 kl_code kl_session_finish(kl_session_client *c, const kl_session_hello_answer *answer,
                           const uint8_t *member_public, kl_session *out, kl_err *err);
 

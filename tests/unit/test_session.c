@@ -1,6 +1,7 @@
 /* Unit tests of common/session.c (the per-session handshake, sealing and replay window of
  * DESIGN.md §5 "Sessions") and kl_keys_database_signing (common/keys.c). Time and randomness
  * are parameters: every test uses fixed clocks and a deterministic random source. */
+#include "common/canon.h"
 #include "common/keys.h"
 #include "common/session.h"
 
@@ -421,6 +422,115 @@ START_TEST(session_hello_freshness)
     p.max_skew_ms = -1;
     ASSERT_FAIL(kl_session_accept(&w.client.hello, &p, &a, &d, &e), e, KL_INVALID_ARGUMENT,
                 "max_skew_ms");
+}
+END_TEST
+
+/* A sealed request and its answer across an established pair of sessions. */
+static void assert_sessions_talk(kl_session *cs, kl_session *ds, uint64_t counter)
+{
+    const uint8_t ad[] = "keyload.v1.Batch";
+    uint8_t pt[300], sealed[300 + KL_SESSION_SEAL_OVERHEAD], opened[300];
+    for (size_t i = 0; i < sizeof pt; i++)
+        pt[i] = (uint8_t)(i * 13 + counter);
+    size_t sl, ol;
+    kl_err e;
+    ck_assert_int_eq(kl_session_seal_request(cs, counter, pt, sizeof pt, ad, sizeof ad, sealed, sizeof sealed, &sl, &e),
+                     KL_OK);
+    ck_assert_int_eq(kl_session_open_request(ds, counter, sealed, sl, ad, sizeof ad, opened, sizeof opened, &ol, &e),
+                     KL_OK);
+    ck_assert_mem_eq(opened, pt, sizeof pt);
+    ck_assert_int_eq(kl_session_seal_answer(ds, counter, pt, 100, ad, sizeof ad, sealed, sizeof sealed, &sl, &e), KL_OK);
+    ck_assert_int_eq(kl_session_open_answer(cs, counter, sealed, sl, ad, sizeof ad, opened, sizeof opened, &ol, &e),
+                     KL_OK);
+    ck_assert_mem_eq(opened, pt, 100);
+}
+
+/* The AEAD: AES-256-GCM exactly when the Hello offers it, the daemon allows it and this CPU
+ * runs it; both ends agree, and each choice seals and opens. A seal made under one AEAD
+ * does not open under the other with the same keys. The choice is signed: an answer whose
+ * aead was changed after signing, or that picks one the Hello did not offer, is refused,
+ * and an answer choosing the default has the transcript it had before the field existed
+ * (older clients verify it). */
+START_TEST(session_aead_negotiation)
+{
+    ck_assert_int_ge(sodium_init(), 0); /* CPU features are known only after it */
+    bool aes = crypto_aead_aes256gcm_is_available() == 1;
+    for (int offer = 0; offer < 2; offer++) {
+        for (int only = 0; only < 2; only++) {
+            world w;
+            world_init(&w);
+            world_hello(&w, NOW);
+            ck_assert_uint_eq(w.client.hello.aead_offer, (aes ? KL_SESSION_AEAD_OFFER_AES256GCM : 0u));
+            if (!offer)
+                w.client.hello.aead_offer = 0; /* a client from before the offer */
+            kl_session_accept_params p = params_for(&w, NOW);
+            p.xchacha_only = only;
+            kl_err e;
+            ck_assert_int_eq(kl_session_accept(&w.client.hello, &p, &w.answer, &w.ds, &e), KL_OK);
+            uint32_t want = (offer && !only && aes) ? KL_SESSION_AEAD_AES256GCM : KL_SESSION_AEAD_XCHACHA20POLY1305;
+            ck_assert_uint_eq(w.answer.aead, want);
+            ck_assert_uint_eq(w.ds.aead, want);
+            ck_assert_int_eq(kl_session_finish(&w.client, &w.answer, w.member.pk, &w.cs, &e), KL_OK);
+            ck_assert_uint_eq(w.cs.aead, want);
+            assert_sessions_talk(&w.cs, &w.ds, 1);
+            assert_sessions_talk(&w.cs, &w.ds, 2);
+            /* The same keys under the other AEAD: nothing opens. */
+            kl_session other = w.ds;
+            other.aead = want == KL_SESSION_AEAD_AES256GCM ? KL_SESSION_AEAD_XCHACHA20POLY1305 : KL_SESSION_AEAD_AES256GCM;
+            if (aes) {
+                uint8_t sealed[64 + KL_SESSION_SEAL_OVERHEAD], out[64];
+                size_t sl, ol;
+                ck_assert_int_eq(kl_session_seal_request(&w.cs, 3, out, 64, NULL, 0, sealed, sizeof sealed, &sl, &e),
+                                 KL_OK);
+                ASSERT_FAIL(kl_session_open_request(&other, 3, sealed, sl, NULL, 0, out, sizeof out, &ol, &e), e,
+                            KL_UNAUTHENTICATED, "bad_seal");
+            }
+        }
+    }
+    if (!aes)
+        return;
+    world w;
+    world_init(&w);
+    world_hello(&w, NOW);
+    kl_session_accept_params p = params_for(&w, NOW);
+    kl_err e;
+    kl_session_hello_answer good, t;
+    kl_session d, c;
+    ck_assert_int_eq(kl_session_accept(&w.client.hello, &p, &good, &d, &e), KL_OK);
+    ck_assert_uint_eq(good.aead, KL_SESSION_AEAD_AES256GCM);
+    t = good;
+    t.aead = KL_SESSION_AEAD_XCHACHA20POLY1305; /* a downgrade on the way */
+    ASSERT_FAIL(kl_session_finish(&w.client, &t, w.member.pk, &c, &e), e, KL_UNAUTHENTICATED, "bad_member_signature");
+    t = good;
+    t.aead = 7;
+    ASSERT_FAIL(kl_session_finish(&w.client, &t, w.member.pk, &c, &e), e, KL_INVALID_ARGUMENT, "aead");
+    kl_session_client no_offer = w.client;
+    no_offer.hello.aead_offer = 0;
+    ASSERT_FAIL(kl_session_finish(&no_offer, &good, w.member.pk, &c, &e), e, KL_INVALID_ARGUMENT, "aead");
+    kl_session_client_wipe(&no_offer);
+    ck_assert_int_eq(kl_session_finish(&w.client, &good, w.member.pk, &c, &e), KL_OK);
+
+    /* An answer choosing the default verifies over the transcript without the aead item. */
+    world_init(&w);
+    world_hello(&w, NOW);
+    p = params_for(&w, NOW);
+    p.xchacha_only = true;
+    ck_assert_int_eq(kl_session_accept(&w.client.hello, &p, &good, &d, &e), KL_OK);
+    uint8_t tb[1024];
+    kl_canon old;
+    kl_canon_init_fixed(&old, tb, sizeof tb);
+    kl_canon_bytes(&old, 0x00, "keyload.hello-answer.v1", 23);
+    kl_canon_str(&old, 0x01, w.client.hello.principal_id);
+    kl_canon_bytes(&old, 0x02, w.client.hello.client_kx_pk, 32);
+    kl_canon_bytes(&old, 0x03, good.server_kx_pk, 32);
+    kl_canon_u64(&old, 0x04, (uint64_t)w.client.hello.unix_ms);
+    kl_canon_str(&old, 0x05, w.client.hello.cluster);
+    kl_canon_u64(&old, 0x06, (uint64_t)(int64_t)w.client.hello.partition);
+    kl_canon_u64(&old, 0x07, w.client.hello.member);
+    kl_canon_bytes(&old, 0x08, good.session_id, 16);
+    kl_canon_u64(&old, 0x09, (uint64_t)good.expires_unix_ms);
+    ck_assert(!old.oom);
+    ck_assert_int_eq(crypto_sign_verify_detached(good.member_signature, old.buf, old.len, w.member.pk), 0);
 }
 END_TEST
 
@@ -903,6 +1013,7 @@ Suite *suite_session(void)
     tcase_add_test(t, session_hello_wrong_target);
     tcase_add_test(t, session_hello_freshness);
     tcase_add_test(t, session_member_signature_forged);
+    tcase_add_test(t, session_aead_negotiation);
     tcase_add_test(t, session_wire_checks);
     suite_add_tcase(s, t);
     t = tcase_create("sealing");
