@@ -37,8 +37,9 @@
  * zeros to the block's end. Why: on a virtual disk each fdatasync of a page-cache write
  * also goes through the filesystem's writeback; a direct write is one request, and the
  * sync then only flushes the device's cache. Measured with three writers syncing 8 KiB
- * each on this project's 2-core VM: 20-30 us of CPU per sync instead of 40-65, 210 us
- * per sync instead of 245-345. The rewrite of a block's earlier bytes writes the bytes it
+ * each on this project's 2-core VM, rounds alternating: a direct write then fdatasync took
+ * 158-210 us and 24-32 us of CPU per sync, a page-cache write then fdatasync 221-345 us
+ * and 38-67 us. The rewrite of a block's earlier bytes writes the bytes it
  * already holds, so a torn write leaves each sector old or new and the records in it
  * intact, as the page cache's writeback of a partly written page does. Zeros after the
  * last frame end the segment's records as a fresh segment's zeros do. A filesystem that
