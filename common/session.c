@@ -398,6 +398,10 @@ static kl_code seal(const kl_session *s, const uint8_t key[KL_SESSION_KEY_LEN], 
         return kl_fail(err, KL_INVALID_ARGUMENT, "out_cap",
                        "session: seal of %zu bytes needs %zu bytes of output, has %zu", pt_len,
                        pt_len + KL_SESSION_SEAL_OVERHEAD, out_cap);
+    /* About 64 GiB: far above any message limit, but the AEAD's own bound. */
+    if (s->aead == KL_SESSION_AEAD_AES256GCM && pt_len > crypto_aead_aes256gcm_MESSAGEBYTES_MAX)
+        return kl_fail(err, KL_INVALID_ARGUMENT, "pt_len", "session: seal of %zu bytes exceeds AES-256-GCM's %llu",
+                       pt_len, (unsigned long long)crypto_aead_aes256gcm_MESSAGEBYTES_MAX);
     uint8_t nonce[24], full[AD_FIXED + KL_SESSION_AD_MAX];
     make_nonce(nonce, dir, counter);
     size_t full_len = make_ad(full, s, dir, counter, ad, ad_len);
