@@ -38,8 +38,8 @@
  * also goes through the filesystem's writeback; a direct write is one request, and the
  * sync then only flushes the device's cache. Measured with three writers syncing 8 KiB
  * each on this project's 2-core VM, rounds alternating: a direct write then fdatasync took
- * 158-210 us and 24-32 us of CPU per sync, a page-cache write then fdatasync 221-345 us
- * and 38-67 us. The rewrite of a block's earlier bytes writes the bytes it
+ * 158-210 us and 21-32 us of CPU per sync (4 rounds), a page-cache write then fdatasync
+ * 193-345 us and 35-67 us (8 rounds). The rewrite of a block's earlier bytes writes the bytes it
  * already holds, so a torn write leaves each sector old or new and the records in it
  * intact, as the page cache's writeback of a partly written page does. Zeros after the
  * last frame end the segment's records as a fresh segment's zeros do. A filesystem that
