@@ -213,9 +213,13 @@ void kl_dmetrics_render(const kl_dmetrics_src *s, kl_metrics_buf *b)
     kl_metrics_family(b, "keyload_member_info", "gauge", "This member's partition and member id.");
     kl_metrics_label info[2] = {{"partition", part}, {"member", mem}};
     kl_metrics_u64(b, "keyload_member_info", info, 2, 1);
-    if (s->store != NULL)
+    if (s->store != NULL) {
         kl_metrics_one(b, "keyload_raft_applied_index", "gauge", "Last log index applied to the store.",
                        kl_store_applied_index(s->store));
+        kl_metrics_one(b, "keyload_journal_direct", "gauge",
+                       "1 while the log journal writes with O_DIRECT; 0 when it writes through the page cache.",
+                       kl_store_journal_direct(s->store));
+    }
     if (s->repl != NULL)
         render_raft(s, b);
     render_counters(s, b);

@@ -14,6 +14,7 @@
 #include <inttypes.h>
 #include <pthread.h>
 #include <sodium.h>
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -80,6 +81,7 @@ struct kl_journal {
     int direct_fd;
     uint8_t *stage;
     size_t stage_cap;
+    _Atomic bool direct_on; /* direct_fd >= 0, for readers on other threads (metrics) */
 
     pthread_mutex_t mu; /* guards everything below */
     pthread_cond_t wake; /* the keeper's: work or stop */
@@ -835,6 +837,7 @@ static void direct_end(kl_journal *j)
     if (j->direct_fd >= 0)
         close(j->direct_fd);
     j->direct_fd = -1;
+    atomic_store_explicit(&j->direct_on, false, memory_order_relaxed);
 }
 
 /* Opens the segment that just became active for direct appends and reads the block that
@@ -867,6 +870,7 @@ static void direct_begin(kl_journal *j)
         return;
     }
     j->direct_fd = fd;
+    atomic_store_explicit(&j->direct_on, true, memory_order_relaxed);
 }
 
 /* Writes the frames in iov (bytes in all) at active.end as whole blocks through the direct
@@ -1096,7 +1100,7 @@ kl_code kl_journal_cut(kl_journal *j, kl_err *err)
     return KL_OK;
 }
 
-bool kl_journal_direct(const kl_journal *j) { return j->direct_fd >= 0; }
+bool kl_journal_direct(kl_journal *j) { return atomic_load_explicit(&j->direct_on, memory_order_relaxed); }
 
 size_t kl_journal_segment_count(kl_journal *j)
 {

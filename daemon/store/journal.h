@@ -92,8 +92,9 @@ kl_code kl_journal_cut(kl_journal *j, kl_err *err);
 /* Stops the keeper and closes the files; the segments stay for the next open. */
 void kl_journal_close(kl_journal *j);
 
-/* Whether the active segment's appends are direct (see "Direct appends"). */
-bool kl_journal_direct(const kl_journal *j);
+/* Whether the active segment's appends are direct (see "Direct appends"). Any thread: it
+ * may lag a segment switch running on the appender's. */
+bool kl_journal_direct(kl_journal *j);
 /* For tests: segments in the directory now (live and spare). */
 size_t kl_journal_segment_count(kl_journal *j);
 /* For tests: waits (at most timeout_ms) until the keeper has nothing left to do. */

@@ -132,6 +132,7 @@ rocksdb_t *kl_store_db(kl_store *st) { return st->db; }
 rocksdb_column_family_handle_t *kl_store_log_family(kl_store *st) { return st->log_cf; }
 const uint8_t *kl_store_incarnation(const kl_store *st) { return st->incarnation; }
 uint64_t kl_store_applied_index(const kl_store *st) { return st->applied; }
+bool kl_store_journal_direct(kl_store *st) { return st->journal != NULL && kl_journal_direct(st->journal); }
 uint64_t kl_store_state_gen(const kl_store *st) { return st->state_gen; }
 uint64_t kl_store_last_index(const kl_store *st) { return atomic_load(&st->last); }
 uint64_t kl_store_first_index(const kl_store *st) { return atomic_load(&st->first); }

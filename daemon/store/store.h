@@ -106,6 +106,9 @@ const uint8_t *kl_store_incarnation(const kl_store *st); /* 16 bytes */
  * the member must exit and recover from the durable log. Any thread. */
 bool kl_store_first_failure(kl_store *st, kl_err *out);
 uint64_t kl_store_applied_index(const kl_store *st);
+/* Whether the journal writes its active segment with O_DIRECT (store/journal.h "Direct
+ * appends"); false without a journal. Any thread. */
+bool kl_store_journal_direct(kl_store *st);
 /* Moves whenever state keys change other than by kl_store_apply (a snapshot install, at
  * its start and its end; kl_store_write_local): a cache of applied values that followed
  * every apply is still exact only while this stays (engine/view.h "Read cache"). */

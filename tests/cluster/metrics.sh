@@ -156,13 +156,18 @@ for f in keyload_raft_commit_latency_seconds:histogram keyload_raft_log_fsync_se
          keyload_raft_role:gauge keyload_raft_elections:counter keyload_raft_snapshots:counter \
          keyload_raft_compactions:counter keyload_queue_depth_messages:gauge \
          keyload_queue_in_flight_messages:gauge keyload_sessions:gauge keyload_refusals:counter \
-         keyload_process_resident_memory_bytes:gauge keyload_metrics_series_dropped:counter; do
+         keyload_process_resident_memory_bytes:gauge keyload_metrics_series_dropped:counter \
+         keyload_journal_direct:gauge; do
   [ "$(jq -r --arg n "${f%%:*}" '.families[$n] | "\(.type):\(.help | length > 0)"' <<<"$s")" = "${f#*:}:true" ] ||
     missing="$missing ${f%%:*}"
 done
 check "every named family exists with its TYPE and a HELP text${missing:+ (missing:$missing)}" [ -z "$missing" ]
 [ "$(val "$s" 'keyload_raft_log_fsync_seconds_bucket{le=+Inf}')" = "$(val "$s" 'keyload_raft_log_fsync_seconds_count{}')" ] &&
   ok "fsync histogram: +Inf bucket equals _count" || bad "fsync histogram +Inf/_count"
+# The journal writes directly exactly where the members' data directory takes O_DIRECT.
+if python3 -c "import os,sys; p=sys.argv[1]+'/.direct-probe'; fd=os.open(p, os.O_RDWR|os.O_CREAT|os.O_DIRECT, 0o600); os.close(fd); os.unlink(p)" "var/$name" 2>/dev/null; then want_direct=1; else want_direct=0; fi
+check "keyload_journal_direct is $want_direct where var/ takes O_DIRECT ($want_direct)" \
+  [ "$(val "$s" 'keyload_journal_direct{}')" = "$want_direct" ]
 rss=$(val "$s" 'keyload_process_resident_memory_bytes{}')
 check "RSS is over 1 MiB ($rss)" python3 -c "import sys; sys.exit(0 if float('$rss') > 1<<20 else 1)"
 
