@@ -1,5 +1,6 @@
 #include "coordinator/coord.h"
 
+#include "common/clock.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -7,16 +8,12 @@
 
 int64_t kl_coord_now_ms(void)
 {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+    return kl_clock_ms(CLOCK_MONOTONIC);
 }
 
 int64_t kl_coord_unix_ms(void)
 {
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+    return kl_clock_ms(CLOCK_REALTIME);
 }
 
 uint32_t kl_coord_worker_of(const kl_coord *co, const uint8_t key[KL_COORD_KEY_LEN])

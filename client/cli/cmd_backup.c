@@ -14,6 +14,7 @@
  * (`deploy/keyload-cluster restore`) runs it first and then each new member's
  * `keyloadd --init-store --restore-from DIR/partition-P`. */
 #include "client/cli/cli.h"
+#include "common/clock.h"
 #include "common/cluster.h"
 #include "common/failpoint.h"
 
@@ -167,16 +168,12 @@ typedef struct part_stream {
 
 static int64_t wall_ms(void)
 {
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+    return kl_clock_ms(CLOCK_REALTIME);
 }
 
 static int64_t mono_ms(void)
 {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+    return kl_clock_ms(CLOCK_MONOTONIC);
 }
 
 /* The order of the cut: data partitions first, partition 0 (the catalog) last. */

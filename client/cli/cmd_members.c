@@ -10,6 +10,7 @@
  * old member's key there; --keep-keys leaves the records alone. `member key` sets or removes
  * one record by hand. */
 #include "client/cli/cli.h"
+#include "common/clock.h"
 
 #include <jansson.h>
 #include <stdio.h>
@@ -200,9 +201,7 @@ static kl_code wait_target(kl_client *client, int partition, const Keyload__V1__
 
 static int64_t mono_ms(void)
 {
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (int64_t)t.tv_sec * 1000 + t.tv_nsec / 1000000;
+    return kl_clock_ms(CLOCK_MONOTONIC);
 }
 
 /* SetMemberKey of (partition, id) (key NULL: remove), under one command id, retried while

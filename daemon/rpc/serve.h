@@ -15,6 +15,7 @@
 #ifndef KL_RPC_SERVE_H
 #define KL_RPC_SERVE_H
 
+#include "common/clock.h"
 #include "common/cluster.h"
 #include "common/limits.h"
 #include "common/rpc.h"
@@ -218,16 +219,12 @@ void kl_service_catalog_applied(kl_service *s);
 
 static inline int64_t kl_service_wall_ms(void)
 {
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+    return kl_clock_ms(CLOCK_REALTIME);
 }
 
 static inline int64_t kl_service_mono_ms(void)
 {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+    return kl_clock_ms(CLOCK_MONOTONIC);
 }
 
 /* What a method does with partition state; it decides the method's path. */
