@@ -1044,7 +1044,7 @@ kl_code kl_journal_append(kl_journal *j, const uint8_t *rec, size_t len, uint64_
         return fail_append(j, sys_fail(err, "cannot write", path, errno), err);
     }
     uint64_t t0 = monotonic_ns();
-    if (fdatasync(j->direct_fd >= 0 ? j->direct_fd : j->active.fd) != 0) {
+    if (fdatasync(j->active.fd) != 0) { /* either descriptor syncs the file's data */
         seg_name(j, j->active.seq, ".seg", path, sizeof path);
         return fail_append(j, sys_fail(err, "cannot sync", path, errno), err);
     }

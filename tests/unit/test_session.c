@@ -1,5 +1,5 @@
 /* Unit tests of common/session.c (the per-session handshake, sealing and replay window of
- * DESIGN.md §5 "Sessions") and kl_keys_database_signing (common/keys.c). Time and randomness
+ * docs/ARCHITECTURE.md "Sessions and RPC") and kl_keys_database_signing (common/keys.c). Time and randomness
  * are parameters: every test uses fixed clocks and a deterministic random source. */
 #include "common/canon.h"
 #include "common/keys.h"
