@@ -16,7 +16,8 @@
 #     (a restarted member resumes from its last entry time).
 # Entry time is bounded by CLOCK_BOOTTIME (daemon/entry_clock.h), so none of this depends on
 # the wall clock. Prints timings. Ports: two free ones in 14500-14999 picked from the pid;
-# the member is stopped by pid on every exit and the temporary directory removed.
+# the member is stopped by pid on every exit and the temporary directory removed, with the
+# /dev/shm files libfaketime made for each member pid (it leaves them after a kill -9).
 #   bash tests/nemesis/clockstep_test.sh      (after make all)
 # KEYLOADD=PATH runs another keyloadd binary (to see the test fail on one without the bound).
 set -u
@@ -30,8 +31,17 @@ ms() { echo $(( $(date +%s%N) / 1000000 )); }
 
 tmp=$(mktemp -d "${TMPDIR:-/tmp}/clockstep-test-XXXXXX")
 d_pid=
+all_pids=()
+# libfaketime keeps its state in /dev/shm/faketime_shm_PID and sem.faketime_sem_PID, named by
+# the pid of the process it is loaded into, and removes them only on a normal exit: after a
+# kill -9 they stay. Each member's are removed here, and nobody else's.
+drop_faketime_shm() {
+  local p
+  for p in "${all_pids[@]}"; do rm -f "/dev/shm/faketime_shm_$p" "/dev/shm/sem.faketime_sem_$p"; done
+}
 cleanup() {
   [ -n "$d_pid" ] && kill -KILL "$d_pid" 2>/dev/null && wait "$d_pid" 2>/dev/null
+  drop_faketime_shm
   rm -rf "$tmp"
 }
 trap cleanup EXIT
@@ -66,6 +76,7 @@ start_member() { # [FLAG]: starts the member under libfaketime, waits (15 s) unt
     FAKETIME_DONT_FAKE_MONOTONIC=1 "$keyloadd" --cluster "$cfg" --node p0m1 --data "$tmp/p0m1" \
     --var "$tmp/var" --cluster-secret "$tmp/cluster.secret" ${1:-} >>"$tmp/p0m1.log" 2>&1 &
   d_pid=$!
+  all_pids+=("$d_pid")
   for _ in $(seq 1 150); do
     kl --json cluster-status 2>/dev/null | grep -q '"serving":true' && return 0
     sleep 0.1

@@ -240,6 +240,20 @@ bool nm_member_start(nm_member *mb)
     return true;
 }
 
+/* libfaketime keeps its state in /dev/shm under names made of the pid it is loaded into and
+ * removes them only on a normal exit; a member killed or crashed under it leaves them. Only
+ * that member's two names are removed. */
+static void drop_faketime_shm(pid_t pid)
+{
+    if (!nm.libfaketime)
+        return;
+    char path[64];
+    snprintf(path, sizeof path, "/dev/shm/faketime_shm_%ld", (long)pid);
+    (void)unlink(path);
+    snprintf(path, sizeof path, "/dev/shm/sem.faketime_sem_%ld", (long)pid);
+    (void)unlink(path);
+}
+
 void nm_member_kill(nm_member *mb)
 {
     if (mb->pid <= 0)
@@ -248,6 +262,7 @@ void nm_member_kill(nm_member *mb)
     if (mb->paused)
         kill(mb->pid, SIGCONT);
     waitpid(mb->pid, NULL, 0);
+    drop_faketime_shm(mb->pid);
     mb->pid = -1;
     mb->paused = false;
 }
@@ -260,6 +275,7 @@ bool nm_member_alive(nm_member *mb)
     if (waitpid(mb->pid, &st, WNOHANG) == mb->pid) {
         fprintf(stderr, "  %s exited (%s %d; see %s)\n", mb->node, WIFEXITED(st) ? "exit" : "signal",
                 WIFEXITED(st) ? WEXITSTATUS(st) : WTERMSIG(st), mb->log);
+        drop_faketime_shm(mb->pid);
         mb->pid = -1;
         return false;
     }
