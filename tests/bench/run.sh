@@ -87,6 +87,11 @@
 # waking another on another CPU and on the same one (keyload-bench --wake-probe, once after
 # the rounds; wake_cross_cpu_p50_us and wake_same_cpu_p50_us in summary.json), and the machine
 # (CPU model, CPU count, kernel; `machine` in summary.json), since the ratios move with it.
+# Last in the part, a diagnostic: the RF3 1-client cell (three runs, the median kept) on a
+# second cluster whose stores are on tmpfs (/dev/shm: fdatasync costs nothing there, and
+# nothing is durable), so the 1-client p50 splits into the path without the disk and what the
+# three synced copies add (rf3_nodisk_1c_p50_us in summary.json; skipped where /dev/shm has
+# under 256 MiB free). It is not a KeyLoad configuration and no target is judged on it.
 # Then KL-10: disk per member after 10^6 cycles (BENCH_PARTS=retain, retain_disk.sh), and
 # the large state (BENCH_PARTS=big): a 1 GiB snapshot install (snap_install.sh: time and
 # both peak RSS, target each < 128 MiB), the write outage of a 3-of-3 partition whose member
@@ -105,7 +110,7 @@
 #              BENCH_XFER_PORT (first client port of the KL-4 cluster, default 18100: clients
 #              +0..8, peers +50..58),
 #              BENCH_PEERS_PORT (first client port of the peers' sealed RF3 cluster, default
-#              18031; peers +100), BENCH_JS_PORT (JetStream clients, default 14222..14224,
+#              18031; peers +100; the no-disk cluster uses it +10), BENCH_JS_PORT (JetStream clients, default 14222..14224,
 #              routes +10),
 #              BENCH_PARTS=kl3, xfer, coord, peers, retain or big runs only the KL-3 part, the
 #              KL-4 part, the KL-4 and KL-5 parts, the KL-9 peers part, the KL-10 disk part or
@@ -212,6 +217,7 @@ cleanup() {
   local k
   for k in "${!mpid[@]}"; do stop_pid "${mpid[$k]}" "keyloadd ${k##* }"; done
   mpid=()
+  [ -n "${nodisk_dir:-}" ] && rm -rf "$nodisk_dir"  # tmpfs: never kept
   if [ "${BENCH_KEEP:-0}" = 1 ]; then echo "bench: kept $tmp"; else rm -rf "$tmp"; fi
 }
 trap cleanup EXIT
@@ -723,6 +729,47 @@ fi  # KL-3 summary
 # lp) runs `keyload receive lp --wait-ms 10000` once; the leader's last log index (MemberStatus)
 # before and after gives the entries appended meanwhile (the CLI's own session included).
 # Sets $longpoll to "entries=N wait_ms=M" or to why there is no figure.
+# nodisk_cell: what the disk adds to the RF3 1-client commit, measured rather than argued.
+# The same 1-client sealed cell (three runs, the median kept) on a second RF3 cluster whose
+# members keep their stores on tmpfs (/dev/shm), where fdatasync returns at once. That is
+# NOT a durable configuration and not a KeyLoad figure: a power loss there loses everything.
+# Its p50 is the commit path without the disk (hops, wake-ups, CPU); the RF3 cell's p50 minus
+# it is what three synced copies on this machine's one disk add. Skipped (and said so) where
+# /dev/shm is missing, not writable or has under 256 MiB free. Sets nodisk_p50 (or empty).
+nodisk_p50=""
+nodisk_dir=""
+nodisk_cell() {
+  local free_kb r out p50s=()
+  free_kb=$(df -Pk /dev/shm 2>/dev/null | awk 'NR == 2 {print $4}')
+  if [ ! -d /dev/shm ] || [ ! -w /dev/shm ] || [ "${free_kb:-0}" -lt 262144 ]; then
+    echo "bench: no-disk cell skipped: /dev/shm is missing, not writable or under 256 MiB free"
+    return 0
+  fi
+  local port=$((peers_port + 10))
+  ports_free "$port" || { failed=1; return 0; }
+  nodisk_dir=$(mktemp -d /dev/shm/kl-bench-nodisk-XXXXXX) || { failed=1; return 0; }
+  kl3_keys "$nodisk_dir" p0m1 p0m2 p0m3 || { failed=1; return 0; }
+  make_cluster "$nodisk_dir" bench-nodisk 3 "$port" sealed >/dev/null || exit 2
+  for n in p0m1 p0m2 p0m3; do start_member "$nodisk_dir" "$n"; done
+  "$bench" --leader-of "$(cluster_urls "$port")" >/dev/null || { echo "bench: the no-disk cluster elected no serving leader"; exit 1; }
+  if kl3_setup "$nodisk_dir" publisher; then
+    for r in 1 2 3; do
+      out=$(timeout $((secs * 3 + 120)) "$bench" --cluster "$nodisk_dir/cluster.json" --principal benchpub \
+            --key "$nodisk_dir/pub.key" --database bench/kl3 --queue kl3 --batch-size 1 --seconds "$secs" \
+            --clients 1 --in-flight 1)
+      echo "bench: no-disk run $r KeyLoad RF3 sealed, 1 in flight, stores on tmpfs (diagnostic, NOT durable): ${out:-no result}"
+      [ -n "$out" ] && p50s+=("$(kv p50_us "$out")") || failed=1
+      members_alive "$nodisk_dir" || exit 1
+    done
+    [ ${#p50s[@]} = 3 ] && nodisk_p50=$(probe_middle "${p50s[@]}")
+  else
+    failed=1
+  fi
+  stop_cluster "$nodisk_dir"
+  rm -rf "$nodisk_dir"
+  nodisk_dir=""
+}
+
 longpoll_cell() {
   local d=$1 before after t0 t1 rc urls
   urls=$(cluster_urls "$peers_port")
@@ -824,6 +871,7 @@ if [ $want_peers = 1 ]; then
   js_down
   longpoll_cell "$pr"
   stop_cluster "$pr"
+  nodisk_cell
 fi
 
 # ---- KL-4: remote transfers on an RF3 cluster of 3 partitions x 3 members ----
@@ -1292,14 +1340,20 @@ if [ $want_peers = 1 ]; then  # ---- KL-9 summary ----
           --argjson wc "$(kv cross_cpu_p50_us "${wake_line:-}" | grep . || echo null)" \
           --argjson ws "$(kv same_cpu_p50_us "${wake_line:-}" | grep . || echo null)" \
           --arg mc "${machine_cpu:-unknown}" --argjson mn "${machine_cpus:-null}" --arg mk "${machine_kernel:-}" \
+          --argjson nd "${nodisk_p50:-null}" \
          '. + {fsync3_p50_us: $m, fsync3_p99_us: $p, wake_cross_cpu_p50_us: $wc, wake_same_cpu_p50_us: $ws,
-               machine: {cpu: $mc, cpus: $mn, kernel: $mk}}' \
+               rf3_nodisk_1c_p50_us: $nd, machine: {cpu: $mc, cpus: $mn, kernel: $mk}}' \
          "$peer_out/summary.json" >"$peer_out/summary.json.new" &&
        mv "$peer_out/summary.json.new" "$peer_out/summary.json"; then
       rf3_p50=$(jq -r '.rf3_sealed_1c_p50_us // empty' "$peer_out/summary.json")
       if [ -n "$rf3_p50" ] && [ -n "$fsync3_med" ]; then
         awk -v p="$rf3_p50" -v f="$fsync3_med" 'BEGIN {
           printf "RF3 1-client p50 above the 3-copy fsync floor: %.0f us (p50 %.0f us - floor %.0f us)\n", p - f, p, f }'
+      fi
+      js_p50=$(jq -r '.js_1c_p50_us // empty' "$peer_out/summary.json")
+      if [ -n "$rf3_p50" ] && [ -n "$nodisk_p50" ] && [ -n "$js_p50" ]; then
+        awk -v p="$rf3_p50" -v n="$nodisk_p50" -v j="$js_p50" 'BEGIN {
+          printf "RF3 1-client p50 %.0f us = %.0f us of path without the disk (stores on tmpfs, not durable) + %.0f us the three synced copies add; JetStream 1-publisher p50 %.0f us (no fsync)\n", p, n, p - n, j }'
       fi
     else
       echo "bench: the 3-copy fsync floor could not be added to summary.json"; rm -f "$peer_out/summary.json.new"; failed=1
