@@ -110,8 +110,8 @@
 #              BENCH_XFER_PORT (first client port of the KL-4 cluster, default 18100: clients
 #              +0..8, peers +50..58),
 #              BENCH_PEERS_PORT (first client port of the peers' sealed RF3 cluster, default
-#              18031; peers +100; the no-disk cluster uses it +10), BENCH_JS_PORT (JetStream clients, default 14222..14224,
-#              routes +10),
+#              18031; peers +100; the no-disk cluster uses it +10), BENCH_JS_PORT
+#              (JetStream clients, default 14222..14224, routes +10),
 #              BENCH_PARTS=kl3, xfer, coord, peers, retain or big runs only the KL-3 part, the
 #              KL-4 part, the KL-4 and KL-5 parts, the KL-9 peers part, the KL-10 disk part or
 #              the KL-10 large-state part (default: everything); xcoord runs only the two cells of the coordinator
@@ -725,10 +725,6 @@ EOF
 fi  # KL-3 summary
 
 # ---- KL-9: a sealed RF3 cluster against NATS JetStream R3, alternating ----
-# longpoll_cell DIR: an idle consumer (principal benchcons, QueueConsume on the empty queue
-# lp) runs `keyload receive lp --wait-ms 10000` once; the leader's last log index (MemberStatus)
-# before and after gives the entries appended meanwhile (the CLI's own session included).
-# Sets $longpoll to "entries=N wait_ms=M" or to why there is no figure.
 # nodisk_cell: what the disk adds to the RF3 1-client commit, measured rather than argued.
 # The same 1-client sealed cell (three runs, the median kept) on a second RF3 cluster whose
 # members keep their stores on tmpfs (/dev/shm), where fdatasync returns at once. That is
@@ -770,6 +766,10 @@ nodisk_cell() {
   nodisk_dir=""
 }
 
+# longpoll_cell DIR: an idle consumer (principal benchcons, QueueConsume on the empty queue
+# lp) runs `keyload receive lp --wait-ms 10000` once; the leader's last log index (MemberStatus)
+# before and after gives the entries appended meanwhile (the CLI's own session included).
+# Sets $longpoll to "entries=N wait_ms=M" or to why there is no figure.
 longpoll_cell() {
   local d=$1 before after t0 t1 rc urls
   urls=$(cluster_urls "$peers_port")
