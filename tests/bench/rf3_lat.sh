@@ -11,8 +11,10 @@
 # Environment: BENCH_BIN (binaries, default bin), BENCH_SECONDS (per cell, default 5),
 #              RF3_PORT (first client port, default 18531; peers +100), RF3_CELLS (default
 #              "1 64"; a cell 0 is the cluster left idle for the same time, for its
-#              background CPU), RF3_RUNS (default 1), RF3_OUT (a directory kept for the logs; default
-#              a temporary one that is removed), RF3_PERF=1, RF3_PIPELINE=1 (a cell N is one
+#              background CPU), RF3_RUNS (default 1), RF3_OUT (a directory kept for the logs
+#              and the members' stores; default a temporary one that is removed; on tmpfs,
+#              e.g. /dev/shm/kl-rf3, the cells measure the path without the disk: a
+#              diagnostic, never durable), RF3_PERF=1, RF3_PIPELINE=1 (a cell N is one
 #              client with N batches in flight, as the peers part's 64 cell, instead of N
 #              clients; the cells of all runs share one cluster, so its state grows run by run
 #              as in the peers part), RF3_TRACE=N (members run with --repl-trace N, and after
