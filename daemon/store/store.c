@@ -694,15 +694,17 @@ kl_code kl_store_open(const char *dir, const kl_store_options *opt, kl_store **o
     rocksdb_options_set_write_buffer_size(st->opts, opt->write_buffer_bytes);
     rocksdb_options_set_max_write_buffer_number(st->opts, 2);
     rocksdb_options_set_max_background_jobs(st->opts, 1);
-    /* Compactions run at the lowest CPU priority (nice 19), flushes at the normal one. A
-     * compaction merges files nothing waits for, while the loop and log writer threads it
-     * competes with hold replies: on a machine whose cores the members share, an equal
-     * share let compactions stretch the 64-in-flight p99 (ARCHITECTURE.md "Store layout",
-     * where the figures are). A compaction that falls behind still gets the CPU: L0
-     * files pile up to RocksDB's slowdown trigger, which then slows the writes themselves.
-     * Flushes keep their priority: a full memtable stops writes at once. */
+    /* Compactions and flushes run at the lowest CPU priority (nice 19). Neither is waited
+     * for by a request, while the loop and log writer threads they compete with hold
+     * replies: on a machine whose cores the members share, an equal share let them
+     * stretch the 64-in-flight p99 (ARCHITECTURE.md "Store layout", where the figures
+     * are). Both still get every idle cycle, and the writes pace them when they fall
+     * behind: a compaction by RocksDB's L0 slowdown trigger; a flush has the whole time the
+     * second memtable takes to fill (max_write_buffer_number 2), after which RocksDB
+     * stalls the writes, which frees the CPU it needs. */
     st->env = rocksdb_create_default_env();
     rocksdb_env_lower_thread_pool_cpu_priority(st->env);
+    rocksdb_env_lower_high_priority_thread_pool_cpu_priority(st->env);
     rocksdb_options_set_env(st->opts, st->env);
     /* RocksDB's own info log: the packaged library logs a debug line per synced log write
      * (FlushWAL), which grew a member's disk by ~170 bytes per cycle for ever. INFO keeps
